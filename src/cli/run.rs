@@ -1,0 +1,113 @@
+//! The default command: run the agent in the foreground until SIGTERM or Ctrl-C.
+//!
+//! The first signal stops new work and lets in-flight steps finish; a second one exits at
+//! once (exit code 130).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{self, AgentConfig};
+use crate::git::SourceOptions;
+use crate::reconcile::ReconcileOptions;
+
+#[derive(Debug, Args)]
+pub(super) struct RunArgs {
+    /// Repository to watch: a local path, file://, https:// or ssh:// URL.
+    #[arg(long, value_name = "URL|PATH")]
+    repo: Option<String>,
+    /// Branch to deploy.
+    #[arg(long, default_value = "main")]
+    branch: String,
+    /// Directory (repeatable) inside the repo to read *.hcl/*.voodu/*.vdu/*.vd manifests from.
+    /// Default: the whole repo.
+    #[arg(long = "path", value_name = "DIR")]
+    paths: Vec<String>,
+    /// How often to poll the remote, e.g. 30s, 5m.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    interval: Duration,
+    /// For https remotes: file holding an access token (sent as user `x-access-token`).
+    #[arg(long, value_name = "FILE")]
+    git_token_file: Option<PathBuf>,
+    /// Resources reconciled in parallel (one key is never reconciled twice at once).
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Log filter (tracing env-filter syntax); RUST_LOG wins when set.
+    #[arg(long, default_value = "info")]
+    log: String,
+}
+
+pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> {
+    let Some(repo) = args.repo else {
+        anyhow::bail!("no --repo given: run `voodu-agent --repo <URL|PATH>`, or see `voodu-agent --help`");
+    };
+    init_tracing(&args.log);
+    // reqwest (https fetches) needs a process-wide rustls provider; an error means one is
+    // already installed, which is fine.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = AgentConfig {
+        source: SourceOptions {
+            url: repo,
+            branch: args.branch,
+            paths: args.paths,
+            token_file: args.git_token_file,
+        },
+        data_dir,
+        interval: args.interval,
+        reconcile: ReconcileOptions {
+            concurrency: args.concurrency.max(1),
+            ..ReconcileOptions::default()
+        },
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let shutdown = CancellationToken::new();
+        let signals = tokio::spawn(stop_on_signals(shutdown.clone()));
+        let result = agent::run(config, shutdown.clone()).await;
+        signals.abort();
+        result
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn init_tracing(default_filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// First SIGTERM/SIGINT: cancel `shutdown`. Second: exit now.
+async fn stop_on_signals(shutdown: CancellationToken) {
+    let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(signal) => signal,
+        Err(error) => {
+            tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops the agent");
+            let _ = tokio::signal::ctrl_c().await;
+            shutdown.cancel();
+            return;
+        }
+    };
+    for count in 0.. {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        if count == 0 {
+            tracing::info!("stop requested; a second signal exits at once");
+            shutdown.cancel();
+        } else {
+            tracing::warn!("second stop signal: exiting now");
+            std::process::exit(130);
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! Git stage: keep a bare mirror of the watched repo in the data dir, fetch it with gix,
+//! resolve the branch to a commit SHA, and read manifest blobs at that commit (`tree.rs`).
+//!
+//! Invariant: an unchanged poll costs one ref negotiation: when the remote branch tip equals
+//! the mirror's, no pack is requested and no tree is read. gix is blocking: callers run
+//! `fetch` on a blocking thread and pass an interrupt flag tied to shutdown.
+
+mod error;
+mod tree;
+
+pub use error::{Error, Result};
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::model::{CommitSha, Snapshot};
+
+/// Where to fetch from and what to read.
+#[derive(Debug, Clone)]
+pub struct SourceOptions {
+    /// `file://`, `https://`, `ssh://` / scp-like URL, or a plain local path.
+    pub url: String,
+    pub branch: String,
+    /// Repo-relative directories (or files) to read manifests from; empty = the whole tree.
+    pub paths: Vec<String>,
+    /// For https: a file holding a token, sent as the password of user `x-access-token`.
+    pub token_file: Option<PathBuf>,
+}
+
+/// A watched repository and its bare mirror under the data dir.
+pub struct Source {
+    options: SourceOptions,
+    url: String,
+    mirror: PathBuf,
+    tree_reads: AtomicU64,
+}
+
+impl Source {
+    /// A source mirroring `options.url` into `<data_dir>/repo.git`. Plain paths are made
+    /// absolute, so the agent can be started from anywhere.
+    pub fn new(options: SourceOptions, data_dir: &Path) -> Source {
+        let url = normalize_url(&options.url);
+        Source {
+            options,
+            url,
+            mirror: data_dir.join("repo.git"),
+            tree_reads: AtomicU64::new(0),
+        }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn branch(&self) -> &str {
+        &self.options.branch
+    }
+
+    /// How many times this source walked a commit's tree (tests prove unchanged polls do not).
+    pub fn tree_reads(&self) -> u64 {
+        self.tree_reads.load(Ordering::Relaxed)
+    }
+
+    /// Negotiates refs with the remote and fetches the branch when its tip moved. Returns the
+    /// branch's commit. Blocking.
+    pub fn fetch(&self, interrupt: &AtomicBool) -> Result<CommitSha> {
+        let repo = self.open_mirror()?;
+        let local_ref = format!("refs/heads/{}", self.options.branch);
+        let fetch_error = |message: String| Error::Fetch {
+            url: self.url.clone(),
+            message,
+        };
+        let refspec = format!("+{local_ref}:{local_ref}");
+        let remote = repo
+            .remote_at(self.url.as_str())
+            .map_err(|error| fetch_error(error.to_string()))?
+            .with_refspecs([refspec.as_str()], gix::remote::Direction::Fetch)
+            .map_err(|error| fetch_error(error.to_string()))?;
+        let connection = remote
+            .connect(gix::remote::Direction::Fetch)
+            .map_err(|error| fetch_error(error.to_string()))?;
+        let token = self.token()?;
+        let connection = connection.with_credentials(move |action| match (&token, action) {
+            (Some(token), gix::credentials::helper::Action::Get(context)) => {
+                Ok(Some(gix::credentials::protocol::Outcome {
+                    identity: gix::sec::identity::Account {
+                        username: "x-access-token".to_owned(),
+                        password: token.clone(),
+                        oauth_refresh_token: None,
+                    },
+                    next: context.into(),
+                }))
+            }
+            _ => Ok(None),
+        });
+        let prepare = connection
+            .prepare_fetch(gix::progress::Discard, Default::default())
+            .map_err(|error| fetch_error(error.to_string()))?;
+        let remote_tip = prepare
+            .ref_map()
+            .remote_refs
+            .iter()
+            .find_map(|reference| {
+                let (name, target, peeled) = reference.unpack();
+                (name == local_ref.as_str()).then(|| peeled.or(target).map(ToOwned::to_owned))
+            })
+            .flatten()
+            .ok_or_else(|| Error::BranchNotFound {
+                url: self.url.clone(),
+                branch: self.options.branch.clone(),
+            })?;
+        let local_tip = self.local_tip(&repo, &local_ref);
+        if local_tip != Some(remote_tip) {
+            prepare
+                .receive(gix::progress::Discard, interrupt)
+                .map_err(|error| {
+                    if interrupt.load(Ordering::Relaxed) {
+                        Error::Interrupted
+                    } else {
+                        fetch_error(error.to_string())
+                    }
+                })?;
+        }
+        Ok(CommitSha::new(remote_tip.to_hex().to_string()))
+    }
+
+    /// Reads every manifest file under the configured paths at `sha`, from the mirror's object
+    /// database (no worktree). Blocking.
+    pub fn read_snapshot(&self, sha: &CommitSha) -> Result<Snapshot> {
+        self.tree_reads.fetch_add(1, Ordering::Relaxed);
+        let repo = self.open_mirror()?;
+        tree::read_snapshot(&repo, sha, &self.options.paths)
+    }
+
+    fn open_mirror(&self) -> Result<gix::Repository> {
+        let mirror_error = |message: String| Error::Mirror {
+            path: self.mirror.clone(),
+            message,
+        };
+        let repo = if self.mirror.join("HEAD").exists() {
+            gix::open(&self.mirror).map_err(|error| mirror_error(error.to_string()))?
+        } else {
+            std::fs::create_dir_all(&self.mirror).map_err(|error| mirror_error(error.to_string()))?;
+            gix::init_bare(&self.mirror).map_err(|error| mirror_error(error.to_string()))?
+        };
+        Ok(repo)
+    }
+
+    fn local_tip(&self, repo: &gix::Repository, local_ref: &str) -> Option<gix::ObjectId> {
+        let mut reference = repo.find_reference(local_ref).ok()?;
+        reference.peel_to_id().ok().map(|id| id.detach())
+    }
+
+    fn token(&self) -> Result<Option<String>> {
+        let Some(path) = &self.options.token_file else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| Error::TokenFile {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(Some(text.trim().to_owned()))
+    }
+}
+
+/// URLs pass through; a plain path that exists locally becomes an absolute path.
+fn normalize_url(url: &str) -> String {
+    let looks_like_url = url.contains("://") || (url.contains('@') && url.contains(':'));
+    if looks_like_url {
+        return url.to_owned();
+    }
+    std::fs::canonicalize(url).map_or_else(|_| url.to_owned(), |path| path.display().to_string())
+}

@@ -1,0 +1,68 @@
+//! Reads manifest blobs at one commit straight from the object database.
+//!
+//! Invariant: only blobs under the configured paths whose extension is a manifest extension
+//! are read; symlinks and submodules are never followed (a symlinked manifest is refused with
+//! an error naming it), and paths stay repo-relative with `/` separators.
+
+use gix::bstr::ByteSlice;
+
+use super::{Error, Result};
+use crate::manifest::is_manifest_path;
+use crate::model::{CommitSha, Snapshot, SourceFile};
+
+pub(super) fn read_snapshot(repo: &gix::Repository, sha: &CommitSha, paths: &[String]) -> Result<Snapshot> {
+    let read_error = |message: String| Error::Read {
+        sha: sha.to_string(),
+        message,
+    };
+    let id = gix::ObjectId::from_hex(sha.as_str().as_bytes()).map_err(|error| read_error(error.to_string()))?;
+    let tree = repo
+        .find_commit(id)
+        .map_err(|error| read_error(error.to_string()))?
+        .tree()
+        .map_err(|error| read_error(error.to_string()))?;
+    let mut recorder = gix::traverse::tree::Recorder::default();
+    tree.traverse()
+        .breadthfirst(&mut recorder)
+        .map_err(|error| read_error(error.to_string()))?;
+    let prefixes: Vec<String> = paths
+        .iter()
+        .map(|path| path.trim_matches('/').to_owned())
+        .filter(|path| !path.is_empty() && path != ".")
+        .collect();
+    let mut files = Vec::new();
+    let mut refused = Vec::new();
+    for entry in recorder.records {
+        let path = entry.filepath.to_str_lossy().into_owned();
+        let watched = prefixes.is_empty()
+            || prefixes
+                .iter()
+                .any(|prefix| path == *prefix || path.starts_with(&format!("{prefix}/")));
+        if !watched || !is_manifest_path(&path) {
+            continue;
+        }
+        if entry.mode.is_link() {
+            refused.push((
+                path,
+                "manifest is a symlink; manifests must be regular files in the repo".to_owned(),
+            ));
+            continue;
+        }
+        if !entry.mode.is_blob() {
+            continue;
+        }
+        let blob = repo
+            .find_object(entry.oid)
+            .map_err(|error| read_error(format!("{path}: {error}")))?;
+        files.push(SourceFile {
+            path,
+            contents: blob.data.clone(),
+        });
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(Snapshot {
+        commit: sha.clone(),
+        files,
+        refused,
+    })
+}

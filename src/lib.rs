@@ -1,0 +1,29 @@
+//! voodu-agent: a GitOps agent that makes a Docker host match a git repository of voodu HCL
+//! manifests.
+//!
+//! # Layout
+//!
+//! Modules in data-flow order (see ARCHITECTURE.md for the bird's-eye view):
+//!
+//! - [`model`]: the shared vocabulary (kinds, keys, SHAs, hashes, snapshots).
+//! - [`git`]: fetch with gix, resolve the branch to a commit, read manifest blobs at it.
+//! - [`manifest`]: parse and validate a snapshot; every problem has `path:line:col`.
+//! - [`store`]: the SQLite journal: desired state, journal rows, cursor, releases, status.
+//! - [`sync`]: one commit from git through manifest into the store, in one transaction.
+//! - [`reconcile`]: tail the journal, plan, and drive the runtime, one key at a time.
+//! - [`runtime`]: the container verbs handlers need; Docker through bollard, or a fake.
+//! - [`agent`], [`cli`]: the edge: wiring, signals, commands.
+
+pub mod model;
+
+pub mod git;
+pub mod manifest;
+pub mod runtime;
+
+pub mod store;
+
+pub mod reconcile;
+pub mod sync;
+
+pub mod agent;
+pub mod cli;

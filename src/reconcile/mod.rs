@@ -1,0 +1,274 @@
+//! Reconcile stage: tail the store's journal and converge each changed resource through the
+//! runtime, one key at a time.
+//!
+//! Invariants:
+//! - on boot every desired resource, and every resource this agent still has containers for,
+//!   is reconciled once (a synthetic PUT), then the journal is tailed past the persisted
+//!   cursor; the store wakes the tail at once, nothing polls SQLite;
+//! - the cursor only moves past a journal row once its key's reconcile has finished;
+//! - one key is never reconciled by two workers at once (`queue`); different keys proceed in
+//!   parallel, up to `ReconcileOptions::concurrency`;
+//! - a panicking handler is recorded on its resource's status and the loop goes on;
+//! - transient errors are retried on the `retry` schedule; each try re-reads desired state.
+
+mod error;
+mod handlers;
+pub mod plan;
+mod queue;
+mod retry;
+
+pub use error::{Error, Result};
+pub use retry::RetryPolicy;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::model::{Kind, ResourceKey};
+use crate::runtime::{Runtime, labels};
+use crate::store::{ResourceStatus, Store, now_unix};
+use queue::KeyedQueue;
+
+/// The journal consumer name under which the cursor is persisted.
+pub const CURSOR: &str = "reconciler";
+
+/// Tunables of the reconcile loop.
+#[derive(Debug, Clone)]
+pub struct ReconcileOptions {
+    /// Resources reconciled in parallel (each key still one at a time).
+    pub concurrency: usize,
+    pub retry: RetryPolicy,
+    /// How long a freshly started replica must stay up before the next step.
+    pub start_settle: Duration,
+}
+
+impl Default for ReconcileOptions {
+    fn default() -> Self {
+        ReconcileOptions {
+            concurrency: 4,
+            retry: RetryPolicy::default(),
+            start_settle: Duration::from_millis(500),
+        }
+    }
+}
+
+/// What every handler needs.
+pub struct Ctx<R: Runtime> {
+    pub store: Arc<Store>,
+    pub runtime: Arc<R>,
+    /// The `voodu.agent` label value of this agent's containers.
+    pub agent_id: String,
+    pub options: ReconcileOptions,
+}
+
+/// Runs a blocking store call off the async threads.
+pub(crate) async fn blocking<T: Send + 'static>(
+    store: &Arc<Store>,
+    f: impl FnOnce(&Store) -> crate::store::Result<T> + Send + 'static,
+) -> Result<T> {
+    let store = store.clone();
+    match tokio::task::spawn_blocking(move || f(&store)).await {
+        Ok(result) => result.map_err(Error::Store),
+        Err(join_error) if join_error.is_panic() => std::panic::resume_unwind(join_error.into_panic()),
+        Err(join_error) => Err(Error::Task(join_error.to_string())),
+    }
+}
+
+/// Shared between the tail, the workers and the retry timers.
+struct Shared<R: Runtime> {
+    ctx: Arc<Ctx<R>>,
+    queue: KeyedQueue,
+    /// Consecutive failures per key, for the retry schedule.
+    failures: Mutex<HashMap<ResourceKey, usize>>,
+    /// The highest journal seq read so far.
+    read_seq: Mutex<i64>,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+}
+
+/// Runs the reconciler until `shutdown` fires; in-flight reconciles finish their current step
+/// sequence before it returns.
+pub async fn run<R: Runtime>(ctx: Arc<Ctx<R>>, shutdown: CancellationToken) -> Result<()> {
+    let mut journal = ctx.store.subscribe();
+    let cursor = blocking(&ctx.store, |store| store.cursor(CURSOR)).await?;
+    let shared = Arc::new(Shared {
+        ctx: ctx.clone(),
+        queue: KeyedQueue::default(),
+        failures: Mutex::new(HashMap::new()),
+        read_seq: Mutex::new(cursor),
+        tracker: TaskTracker::new(),
+        shutdown: shutdown.clone(),
+    });
+
+    for key in boot_keys(&ctx).await? {
+        shared.queue.push(key, None);
+    }
+    for _ in 0..ctx.options.concurrency.max(1) {
+        let shared = shared.clone();
+        shared.tracker.clone().spawn(worker(shared));
+    }
+    loop {
+        tail(&shared).await?;
+        tokio::select! {
+            changed = journal.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+            }
+            () = shutdown.cancelled() => break,
+        }
+    }
+    shared.tracker.close();
+    shared.tracker.wait().await;
+    Ok(())
+}
+
+/// Desired keys plus keys of containers this agent still owns (a resource deleted while the
+/// agent was down is found this way).
+async fn boot_keys<R: Runtime>(ctx: &Arc<Ctx<R>>) -> Result<BTreeSet<ResourceKey>> {
+    let mut keys: BTreeSet<ResourceKey> = blocking(&ctx.store, |store| store.desired_keys()).await?.into_iter().collect();
+    let owned = ctx
+        .runtime
+        .list(&[(labels::AGENT, ctx.agent_id.as_str())])
+        .await
+        .map_err(|source| Error::Runtime {
+            key: ResourceKey::new(Kind::Deployment, "", "*"),
+            source,
+        })?;
+    for container in owned {
+        let kind = container.label(labels::KIND).and_then(Kind::parse);
+        if let (Some(kind), Some(scope), Some(name)) = (kind, container.label(labels::SCOPE), container.label(labels::NAME)) {
+            keys.insert(ResourceKey::new(kind, scope, name));
+        }
+    }
+    Ok(keys)
+}
+
+/// Reads journal rows past what was read and queues their keys.
+async fn tail<R: Runtime>(shared: &Arc<Shared<R>>) -> Result<()> {
+    loop {
+        let after = *lock(&shared.read_seq);
+        let rows = blocking(&shared.ctx.store, move |store| store.journal_after(after, 1000)).await?;
+        let Some(last) = rows.last().map(|row| row.seq) else {
+            break;
+        };
+        for row in rows {
+            // A new event starts a fresh retry budget.
+            lock(&shared.failures).remove(&row.key);
+            shared.queue.push(row.key, Some(row.seq));
+        }
+        *lock(&shared.read_seq) = last;
+    }
+    persist_cursor(shared).await
+}
+
+async fn persist_cursor<R: Runtime>(shared: &Arc<Shared<R>>) -> Result<()> {
+    let read = *lock(&shared.read_seq);
+    let handled = shared.queue.low_watermark().map_or(read, |lowest| lowest - 1);
+    blocking(&shared.ctx.store, move |store| {
+        if store.cursor(CURSOR)? != handled {
+            store.set_cursor(CURSOR, handled)?;
+        }
+        Ok(())
+    })
+    .await
+}
+
+async fn worker<R: Runtime>(shared: Arc<Shared<R>>) {
+    loop {
+        let key = tokio::select! {
+            key = shared.queue.next() => key,
+            () = shared.shutdown.cancelled() => return,
+        };
+        let outcome = shared
+            .tracker
+            .spawn(handlers::reconcile(shared.ctx.clone(), key.clone()))
+            .await;
+        match outcome {
+            Ok(Ok(())) => {
+                lock(&shared.failures).remove(&key);
+            }
+            Ok(Err(error)) => on_error(&shared, &key, &error),
+            Err(join_error) => {
+                let message = match join_error.try_into_panic() {
+                    Ok(payload) => panic_message(payload.as_ref()),
+                    Err(other) => other.to_string(),
+                };
+                tracing::error!(%key, %message, "handler panicked; recorded on the resource");
+                record_panic(&shared, &key, &message).await;
+            }
+        }
+        shared.queue.done(&key);
+        if let Err(error) = persist_cursor(&shared).await {
+            tracing::warn!(%error, "cannot persist the journal cursor; it will be retried");
+        }
+    }
+}
+
+fn on_error<R: Runtime>(shared: &Arc<Shared<R>>, key: &ResourceKey, error: &Error) {
+    let failures = {
+        let mut failures = lock(&shared.failures);
+        let count = failures.entry(key.clone()).or_insert(0);
+        *count += 1;
+        *count
+    };
+    match shared.ctx.options.retry.next_delay(error, failures) {
+        Some(delay) => {
+            tracing::warn!(%key, %error, retry_in = ?delay, attempt = failures, "reconcile failed; will retry");
+            let shared_for_timer = shared.clone();
+            let key = key.clone();
+            shared.tracker.spawn(async move {
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => shared_for_timer.queue.push(key, None),
+                    () = shared_for_timer.shutdown.cancelled() => {}
+                }
+            });
+        }
+        None => {
+            tracing::error!(%key, %error, "reconcile failed; waiting for the next change");
+            lock(&shared.failures).remove(key);
+        }
+    }
+}
+
+async fn record_panic<R: Runtime>(shared: &Arc<Shared<R>>, key: &ResourceKey, message: &str) {
+    let key = key.clone();
+    let message = format!("handler panicked: {message}");
+    let result = blocking(&shared.ctx.store, move |store| {
+        let previous = store.status(&key)?;
+        let status = ResourceStatus {
+            phase: "Failed".to_owned(),
+            message,
+            updated_at: now_unix(),
+            ..previous.unwrap_or(ResourceStatus {
+                phase: String::new(),
+                message: String::new(),
+                desired_replicas: 0,
+                running_replicas: 0,
+                spec_hash: String::new(),
+                release_id: None,
+                updated_at: 0,
+            })
+        };
+        store.put_status(&key, &status)
+    })
+    .await;
+    if let Err(error) = result {
+        tracing::warn!(%error, "cannot record a handler panic");
+    }
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|text| (*text).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_owned())
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -1,0 +1,18 @@
+//! The `voodu.*` labels on every managed container: voodu's identity set (spec §6.2) plus
+//! `voodu.agent`, this agent's ownership marker.
+//!
+//! Invariant: the agent lists, replaces and removes only containers that carry its own
+//! `voodu.agent` id; anything else on the engine is never touched.
+
+pub const CREATED_BY: &str = "createdby";
+pub const CREATED_BY_VALUE: &str = "voodu";
+pub const KIND: &str = "voodu.kind";
+pub const SCOPE: &str = "voodu.scope";
+pub const NAME: &str = "voodu.name";
+pub const REPLICA_ID: &str = "voodu.replica_id";
+pub const MANIFEST_HASH: &str = "voodu.manifest_hash";
+pub const CREATED_AT: &str = "voodu.created_at";
+pub const RELEASE_ID: &str = "voodu.release_id";
+pub const ROLE: &str = "voodu.role";
+/// Which agent (data dir) owns the container.
+pub const AGENT: &str = "voodu.agent";

@@ -1,0 +1,76 @@
+//! Versioned migrations of the state database, applied in order on open.
+//!
+//! Invariant: migration N is never edited once released; a change is a new migration. The
+//! version lives in `PRAGMA user_version`.
+
+/// Each entry moves the schema from version `index` to `index + 1`.
+pub(crate) const MIGRATIONS: &[&str] = &[
+    // 1: the walking skeleton's tables.
+    r#"
+    CREATE TABLE meta (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    -- One row per commit the agent processed; outcome says whether it reached desired.
+    CREATE TABLE commits (
+        seq      INTEGER PRIMARY KEY AUTOINCREMENT,
+        sha      TEXT NOT NULL,
+        outcome  TEXT NOT NULL CHECK (outcome IN ('applied', 'rejected')),
+        errors   TEXT,
+        seen_at  INTEGER NOT NULL
+    );
+    -- What the repo declares now, one row per resource.
+    CREATE TABLE desired (
+        kind        TEXT NOT NULL,
+        scope       TEXT NOT NULL,
+        name        TEXT NOT NULL,
+        spec        TEXT NOT NULL,
+        spec_hash   TEXT NOT NULL,
+        replicas    INTEGER NOT NULL,
+        generation  INTEGER NOT NULL,
+        commit_sha  TEXT NOT NULL,
+        PRIMARY KEY (kind, scope, name)
+    );
+    -- Append-only change log: the reconciler's watch source.
+    CREATE TABLE journal (
+        seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind        TEXT NOT NULL,
+        scope       TEXT NOT NULL,
+        name        TEXT NOT NULL,
+        op          TEXT NOT NULL CHECK (op IN ('PUT', 'DELETE')),
+        generation  INTEGER NOT NULL,
+        commit_sha  TEXT NOT NULL
+    );
+    CREATE TABLE cursor (
+        consumer  TEXT PRIMARY KEY,
+        seq       INTEGER NOT NULL
+    );
+    CREATE TABLE releases (
+        id           INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind         TEXT NOT NULL,
+        scope        TEXT NOT NULL,
+        name         TEXT NOT NULL,
+        commit_sha   TEXT NOT NULL,
+        spec_hash    TEXT NOT NULL,
+        snapshot     TEXT NOT NULL,
+        phase        TEXT NOT NULL,
+        started_at   INTEGER NOT NULL,
+        finished_at  INTEGER,
+        message      TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX releases_by_key ON releases (kind, scope, name, id);
+    CREATE TABLE status (
+        kind              TEXT NOT NULL,
+        scope             TEXT NOT NULL,
+        name              TEXT NOT NULL,
+        phase             TEXT NOT NULL,
+        message           TEXT NOT NULL DEFAULT '',
+        desired_replicas  INTEGER NOT NULL,
+        running_replicas  INTEGER NOT NULL,
+        spec_hash         TEXT NOT NULL,
+        release_id        INTEGER,
+        updated_at        INTEGER NOT NULL,
+        PRIMARY KEY (kind, scope, name)
+    );
+    "#,
+];
