@@ -25,6 +25,9 @@ const STOP_GRACE_SECONDS: i32 = 10;
 #[derive(Clone)]
 pub struct DockerRuntime {
     docker: Docker,
+    /// Serialises network creation: the engine accepts two networks with one name, so two
+    /// concurrent "inspect, then create" would make the name ambiguous.
+    network_lock: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 impl DockerRuntime {
@@ -33,7 +36,10 @@ impl DockerRuntime {
     pub async fn connect() -> Result<DockerRuntime> {
         let docker = Docker::connect_with_local_defaults().map_err(classify)?;
         let docker = docker.negotiate_version().await.map_err(classify)?;
-        Ok(DockerRuntime { docker })
+        Ok(DockerRuntime {
+            docker,
+            network_lock: std::sync::Arc::default(),
+        })
     }
 }
 
@@ -190,6 +196,7 @@ impl Runtime for DockerRuntime {
     }
 
     async fn ensure_network(&self, name: &str) -> Result<()> {
+        let _guard = self.network_lock.lock().await;
         match self.docker.inspect_network(name, None).await.map_err(classify) {
             Ok(_) => return Ok(()),
             Err(Error::NotFound { .. }) => {}
