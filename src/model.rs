@@ -145,6 +145,18 @@ impl fmt::Display for SpecHash {
     }
 }
 
+/// File extensions voodu reads as HCL manifests (compared lower-cased).
+pub const MANIFEST_EXTENSIONS: &[&str] = &["hcl", "voodu", "vdu", "vd"];
+
+/// True when `path` names a manifest file by its extension.
+pub fn is_manifest_path(path: &str) -> bool {
+    path.rsplit_once('.').is_some_and(|(stem, extension)| {
+        !stem.is_empty()
+            && !stem.ends_with('/')
+            && MANIFEST_EXTENSIONS.contains(&extension.to_ascii_lowercase().as_str())
+    })
+}
+
 /// One manifest file read from a commit: its repo-relative path and bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceFile {

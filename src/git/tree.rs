@@ -1,14 +1,13 @@
 //! Reads manifest blobs at one commit straight from the object database.
 //!
 //! Invariant: only blobs under the configured paths whose extension is a manifest extension
-//! are read; symlinks and submodules are never followed (a symlinked manifest is refused with
-//! an error naming it), and paths stay repo-relative with `/` separators.
+//! are read; symlinks and submodules are never followed (a symlinked manifest is refused: it is
+//! listed in the snapshot, so the commit is rejected with a diagnostic naming it), and paths stay repo-relative with `/` separators.
 
 use gix::bstr::ByteSlice;
 
 use super::{Error, Result};
-use crate::manifest::is_manifest_path;
-use crate::model::{CommitSha, Snapshot, SourceFile};
+use crate::model::{CommitSha, Snapshot, SourceFile, is_manifest_path};
 
 pub(super) fn read_snapshot(repo: &gix::Repository, sha: &CommitSha, paths: &[String]) -> Result<Snapshot> {
     let read_error = |message: String| Error::Read {

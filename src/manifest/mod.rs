@@ -13,24 +13,13 @@ pub use diagnostic::{Diagnostic, Diagnostics};
 
 use std::collections::BTreeMap;
 
+pub use crate::model::{MANIFEST_EXTENSIONS, is_manifest_path};
 use crate::model::{ResourceKey, Snapshot};
 
 /// The resources one commit declares, ordered by key.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Manifest {
     pub resources: Vec<Resource>,
-}
-
-/// File extensions voodu reads as HCL manifests (compared lower-cased).
-pub const MANIFEST_EXTENSIONS: &[&str] = &["hcl", "voodu", "vdu", "vd"];
-
-/// True when `path` names a manifest file by its extension.
-pub fn is_manifest_path(path: &str) -> bool {
-    path.rsplit_once('.').is_some_and(|(stem, extension)| {
-        !stem.is_empty()
-            && !stem.ends_with('/')
-            && MANIFEST_EXTENSIONS.contains(&extension.to_ascii_lowercase().as_str())
-    })
 }
 
 /// Parses and validates every file of the snapshot.

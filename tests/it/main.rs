@@ -1,1 +1,5 @@
-//! integration tests
+//! The single integration-test binary: one module per area.
+
+mod support;
+
+mod tidy;

@@ -1,0 +1,52 @@
+//! The Docker gate and guard.
+//!
+//! Docker tests run when `VOODU_DOCKER_TESTS=1` (scripts/test and CI set it); otherwise each
+//! prints one line saying it was skipped, so a skip is never silent. Each Docker test uses a
+//! unique `voodu.scope`; `DockerGuard` removes every container with that scope on drop, also
+//! when the test fails.
+
+use std::process::Command;
+
+/// True when Docker tests should run; prints why not otherwise.
+pub fn docker_tests_enabled(test: &str) -> bool {
+    if std::env::var("VOODU_DOCKER_TESTS").as_deref() == Ok("1") {
+        return true;
+    }
+    println!("SKIPPED {test}: needs a Docker engine; set VOODU_DOCKER_TESTS=1 (scripts/test does)");
+    false
+}
+
+/// The locally built image tests run (scripts/docker-setup builds it).
+pub fn test_image() -> String {
+    std::env::var("VOODU_TEST_IMAGE").unwrap_or_else(|_| "voodu-busybox:latest".to_owned())
+}
+
+/// Removes every container labelled `voodu.scope=<scope>` when dropped.
+pub struct DockerGuard {
+    pub scope: String,
+}
+
+impl DockerGuard {
+    pub fn new(scope: &str) -> DockerGuard {
+        DockerGuard {
+            scope: scope.to_owned(),
+        }
+    }
+}
+
+impl Drop for DockerGuard {
+    fn drop(&mut self) {
+        let listed = Command::new("docker")
+            .args(["ps", "-aq", "--filter", &format!("label=voodu.scope={}", self.scope)])
+            .output();
+        if let Ok(output) = listed {
+            let ids: Vec<String> = String::from_utf8_lossy(&output.stdout)
+                .split_whitespace()
+                .map(ToOwned::to_owned)
+                .collect();
+            if !ids.is_empty() {
+                let _ = Command::new("docker").arg("rm").arg("-f").args(&ids).output();
+            }
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! Tidy checks over `src/`: every file starts with `//!`, and no module imports from a layer
+//! it may not use (STYLE.md §2).
+
+use std::path::Path;
+
+fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("src/ is readable") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+fn src_files() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    files
+        .into_iter()
+        .map(|path| {
+            let relative = path.strip_prefix(&root).expect("under src").display().to_string();
+            let text = std::fs::read_to_string(&path).expect("readable source");
+            (relative, text)
+        })
+        .collect()
+}
+
+#[test]
+fn every_file_starts_with_module_docs() {
+    let missing: Vec<String> = src_files()
+        .into_iter()
+        .filter(|(_, text)| !text.starts_with("//!"))
+        .map(|(path, _)| path)
+        .collect();
+    assert!(missing.is_empty(), "files without a leading `//!` doc: {missing:?}");
+}
+
+/// Which top-level modules each module may import with `crate::…`.
+fn allowed(module: &str) -> Option<&'static [&'static str]> {
+    Some(match module {
+        "model" => &[],
+        "manifest" | "git" | "runtime" => &["model"],
+        "assets" | "store" => &["model", "manifest"],
+        "sync" => &["git", "manifest", "assets", "store", "model"],
+        "reconcile" => &["model", "manifest", "store", "runtime"],
+        "http" => &["model", "store", "git"],
+        _ => return None,
+    })
+}
+
+#[test]
+fn modules_respect_the_layering_table() {
+    let mut violations = Vec::new();
+    for (path, text) in src_files() {
+        let module = path.split(['/', '.']).next().unwrap_or_default().to_owned();
+        let Some(allowed) = allowed(&module) else {
+            continue;
+        };
+        for (line_number, line) in text.lines().enumerate() {
+            for (index, _) in line.match_indices("crate::") {
+                let rest = &line[index + "crate::".len()..];
+                let target: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                if target.is_empty() || target == module || allowed.contains(&target.as_str()) {
+                    continue;
+                }
+                violations.push(format!("src/{path}:{}: {module} uses crate::{target}", line_number + 1));
+            }
+        }
+    }
+    assert!(violations.is_empty(), "layering violations:\n{}", violations.join("\n"));
+}
