@@ -2,4 +2,8 @@
 
 mod support;
 
+mod contract;
+mod e2e_docker;
+mod git;
+mod reconcile;
 mod tidy;

@@ -1,0 +1,1 @@
+//! e2e_docker tests.
