@@ -3,8 +3,9 @@
 //!
 //! Invariants:
 //! - on boot every desired resource, and every resource this agent still has containers for,
-//!   is reconciled once (a synthetic PUT), then the journal is tailed past the persisted
-//!   cursor; the store wakes the tail at once, nothing polls SQLite;
+//!   is reconciled once (a synthetic PUT), then the journal is tailed from the head it had at
+//!   boot (or the persisted cursor, if further); the store wakes the tail at once, nothing
+//!   polls SQLite;
 //! - the cursor only moves past a journal row once its key's reconcile has finished;
 //! - one key is never reconciled by two workers at once (`queue`); different keys proceed in
 //!   parallel, up to `ReconcileOptions::concurrency`;
@@ -93,18 +94,24 @@ struct Shared<R: Runtime> {
 /// sequence before it returns.
 pub async fn run<R: Runtime>(ctx: Arc<Ctx<R>>, shutdown: CancellationToken) -> Result<()> {
     let mut journal = ctx.store.subscribe();
+    // The boot replay covers every journal row up to the current head, so the tail starts
+    // there; the replayed keys carry the head's seq, so the cursor only moves past it once the
+    // replay is done. Rows between the persisted cursor and the head need no second pass.
+    let head = *journal.borrow_and_update();
     let cursor = blocking(&ctx.store, |store| store.cursor(CURSOR)).await?;
+    let start = cursor.max(head);
     let shared = Arc::new(Shared {
         ctx: ctx.clone(),
         queue: KeyedQueue::default(),
         failures: Mutex::new(HashMap::new()),
-        read_seq: Mutex::new(cursor),
+        read_seq: Mutex::new(start),
         tracker: TaskTracker::new(),
         shutdown: shutdown.clone(),
     });
 
+    let boot_seq = (start > cursor).then_some(start);
     for key in boot_keys(&ctx).await? {
-        shared.queue.push(key, None);
+        shared.queue.push(key, boot_seq);
     }
     for _ in 0..ctx.options.concurrency.max(1) {
         let shared = shared.clone();

@@ -1,1 +1,429 @@
-//! reconcile tests.
+//! Reconcile behaviours on the fake runtime with real SQLite and paused time: rollout one slot
+//! at a time, scaling without churn, prune, retries that re-read desired state, permanent
+//! errors, panics, and restart replay without duplicates. Plus one in-process agent run over
+//! a real git repo.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+use voodu_agent::manifest;
+use voodu_agent::model::{CommitSha, Kind, ResourceKey, Snapshot, SourceFile};
+use voodu_agent::reconcile::{self, Ctx, ReconcileOptions};
+use voodu_agent::runtime::fake::Fault;
+use voodu_agent::runtime::{Container, ContainerState, Error as RuntimeError, FakeRuntime, labels};
+use voodu_agent::store::{ReleasePhase, Store};
+
+use crate::support::{TempRepo, TestResult};
+
+/// A store in a temp dir, a fake runtime, and a reconciler task that can be restarted.
+struct Harness {
+    _dir: tempfile::TempDir,
+    store: Arc<Store>,
+    fake: Arc<FakeRuntime>,
+    shutdown: CancellationToken,
+    task: Option<tokio::task::JoinHandle<reconcile::Result<()>>>,
+    commits: usize,
+}
+
+impl Harness {
+    fn new() -> TestResult<Harness> {
+        let dir = tempfile::tempdir()?;
+        let store = Arc::new(Store::open(&dir.path().join("state.db"))?);
+        Ok(Harness {
+            _dir: dir,
+            store,
+            fake: Arc::new(FakeRuntime::new()),
+            shutdown: CancellationToken::new(),
+            task: None,
+            commits: 0,
+        })
+    }
+
+    fn start(&mut self) -> TestResult {
+        let ctx = Arc::new(Ctx {
+            store: self.store.clone(),
+            runtime: self.fake.clone(),
+            agent_id: self.store.agent_id()?,
+            options: ReconcileOptions::default(),
+        });
+        self.shutdown = CancellationToken::new();
+        self.task = Some(tokio::spawn(reconcile::run(ctx, self.shutdown.clone())));
+        Ok(())
+    }
+
+    async fn stop(&mut self) -> TestResult {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            task.await??;
+        }
+        Ok(())
+    }
+
+    /// Applies a commit made of these files, as the sync stage would.
+    fn push(&mut self, files: &[(&str, &str)]) -> TestResult<CommitSha> {
+        self.commits += 1;
+        let commit = CommitSha::new(format!("{:040x}", self.commits));
+        let snapshot = Snapshot {
+            commit: commit.clone(),
+            files: files
+                .iter()
+                .map(|(path, text)| SourceFile {
+                    path: (*path).to_owned(),
+                    contents: text.as_bytes().to_vec(),
+                })
+                .collect(),
+            refused: Vec::new(),
+        };
+        let manifest = manifest::load(&snapshot)?;
+        self.store.apply_commit(&commit, &manifest)?;
+        Ok(commit)
+    }
+
+    async fn containers(&self, key: &ResourceKey) -> TestResult<Vec<Container>> {
+        use voodu_agent::runtime::Runtime;
+        Ok(self
+            .fake
+            .list(&[(labels::SCOPE, key.scope.as_str()), (labels::NAME, key.name.as_str())])
+            .await?)
+    }
+
+    /// Waits (real-time bound: paused virtual time runs ahead while blocking store calls run)
+    /// until `key` has exactly `n` running containers with the desired hash and status Ready.
+    async fn converged(&self, key: &ResourceKey, n: usize) -> TestResult<Vec<Container>> {
+        let start = Instant::now();
+        loop {
+            let desired = self.store.desired(key)?;
+            let containers = self.containers(key).await?;
+            let ready = self.store.status(key)?.is_some_and(|status| status.phase == "Ready");
+            if let Some(desired) = desired {
+                let all_current = containers.iter().all(|container| {
+                    container.state == ContainerState::Running
+                        && container.label(labels::MANIFEST_HASH) == Some(desired.spec_hash.as_str())
+                });
+                if ready && all_current && containers.len() == n {
+                    return Ok(containers);
+                }
+            } else if n == 0 && containers.is_empty() && self.store.status(key)?.is_none() {
+                return Ok(containers);
+            }
+            if start.elapsed() > Duration::from_secs(20) {
+                return Err(format!(
+                    "{key} did not converge on {n} replicas: {containers:?}, status {:?}",
+                    self.store.status(key)?
+                )
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits until the status of `key` satisfies `check`.
+    async fn status_where(
+        &self,
+        key: &ResourceKey,
+        check: impl Fn(&voodu_agent::store::ResourceStatus) -> bool,
+    ) -> TestResult<voodu_agent::store::ResourceStatus> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.store.status(key)?
+                && check(&status)
+            {
+                return Ok(status);
+            }
+            if start.elapsed() > Duration::from_secs(20) {
+                return Err(format!("status of {key} never matched: {:?}", self.store.status(key)?).into());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// `create`/`remove` calls (names resolved) made since call number `from`.
+    fn churn_since(&self, from: usize) -> Vec<String> {
+        self.fake
+            .calls()
+            .into_iter()
+            .skip(from)
+            .filter(|call| call.starts_with("create ") || call.starts_with("remove "))
+            .map(|call| call.split(' ').next().unwrap_or_default().to_owned())
+            .collect()
+    }
+}
+
+fn web(replicas: u32, env: &str) -> String {
+    format!(
+        "deployment \"shop\" \"web\" {{\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n  replicas = {replicas}\n  env = {{ V = \"{env}\" }}\n}}\n"
+    )
+}
+
+fn web_key() -> ResourceKey {
+    ResourceKey::new(Kind::Deployment, "shop", "web")
+}
+
+fn ids(containers: &[Container]) -> Vec<String> {
+    let mut ids: Vec<String> = containers.iter().map(|container| container.id.clone()).collect();
+    ids.sort();
+    ids
+}
+
+#[tokio::test(start_paused = true)]
+async fn deploy_creates_replicas_with_voodu_names_labels_and_a_release() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.start()?;
+    let commit = harness.push(&[("web.hcl", &web(2, "1"))])?;
+    let containers = harness.converged(&web_key(), 2).await?;
+    for container in &containers {
+        let replica_id = container.label(labels::REPLICA_ID).ok_or("replica id label")?;
+        assert_eq!(container.name, format!("shop-web.{replica_id}"));
+        assert_eq!(replica_id.len(), 4);
+        assert_eq!(container.label(labels::CREATED_BY), Some("voodu"));
+        assert_eq!(container.label(labels::KIND), Some("deployment"));
+        let spec = harness.fake.spec_of(&container.id).ok_or("spec")?;
+        assert!(spec.env.contains(&"V=1".to_owned()), "{:?}", spec.env);
+        assert_eq!(spec.networks, ["voodu0"]);
+        assert_eq!(spec.aliases, ["web.shop", "web.shop.voodu"]);
+    }
+    let release = harness.store.latest_release(&web_key())?.ok_or("a release")?;
+    assert_eq!((release.commit, release.phase), (commit, ReleasePhase::Succeeded));
+    harness.stop().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_spec_change_replaces_every_replica_one_slot_at_a_time() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.start()?;
+    harness.push(&[("web.hcl", &web(3, "1"))])?;
+    let before = harness.converged(&web_key(), 3).await?;
+    let mark = harness.fake.calls().len();
+    harness.push(&[("web.hcl", &web(3, "2"))])?;
+    let after = harness.converged(&web_key(), 3).await?;
+    assert!(ids(&before).iter().all(|id| !ids(&after).contains(id)), "every replica replaced");
+    assert_eq!(
+        harness.churn_since(mark),
+        ["remove", "create", "remove", "create", "remove", "create"],
+        "one slot at a time"
+    );
+    assert_eq!(harness.store.releases(&web_key(), 10)?.len(), 2);
+    harness.stop().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn scaling_keeps_surviving_replicas() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.start()?;
+    harness.push(&[("web.hcl", &web(2, "1"))])?;
+    let two = ids(&harness.converged(&web_key(), 2).await?);
+    harness.push(&[("web.hcl", &web(3, "1"))])?;
+    let three = ids(&harness.converged(&web_key(), 3).await?);
+    assert!(two.iter().all(|id| three.contains(id)), "survivors keep their ids");
+    harness.push(&[("web.hcl", &web(1, "1"))])?;
+    let one = ids(&harness.converged(&web_key(), 1).await?);
+    assert!(three.contains(&one[0]));
+    assert_eq!(harness.store.releases(&web_key(), 10)?.len(), 1, "scaling is not a rollout");
+    harness.stop().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resource_leaving_the_repo_is_pruned() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.start()?;
+    harness.push(&[("web.hcl", &web(2, "1"))])?;
+    harness.converged(&web_key(), 2).await?;
+    harness.push(&[])?;
+    harness.converged(&web_key(), 0).await?;
+    harness.stop().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn transient_errors_are_retried_on_the_backoff_schedule() -> TestResult {
+    let mut harness = Harness::new()?;
+    for _ in 0..3 {
+        harness.fake.inject(
+            "create",
+            Fault::Fail(RuntimeError::Unavailable {
+                message: "engine restarting".into(),
+            }),
+        );
+    }
+    harness.start()?;
+    let virtual_start = tokio::time::Instant::now();
+    harness.push(&[("web.hcl", &web(1, "1"))])?;
+    harness.converged(&web_key(), 1).await?;
+    let waited = virtual_start.elapsed();
+    assert!(waited >= Duration::from_secs(1 + 2 + 4), "backoff 1+2+4 s, waited {waited:?}");
+    assert!(waited < Duration::from_secs(1 + 2 + 4 + 8), "no fourth retry needed, waited {waited:?}");
+    harness.stop().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_retry_rereads_desired_so_a_delete_wins() -> TestResult {
+    let mut harness = Harness::new()?;
+    for _ in 0..6 {
+        harness.fake.inject(
+            "create",
+            Fault::Fail(RuntimeError::Unavailable {
+                message: "engine restarting".into(),
+            }),
+        );
+    }
+    harness.start()?;
+    harness.push(&[("web.hcl", &web(1, "1"))])?;
+    harness
+        .status_where(&web_key(), |status| status.message.contains("engine restarting"))
+        .await?;
+    harness.push(&[])?;
+    harness.converged(&web_key(), 0).await?;
+    harness.stop().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_permanent_error_is_recorded_and_not_retried() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(Store::open(&dir.path().join("state.db"))?);
+    let mut harness = Harness {
+        _dir: dir,
+        store,
+        fake: Arc::new(FakeRuntime::with_images(&["busybox"])),
+        shutdown: CancellationToken::new(),
+        task: None,
+        commits: 0,
+    };
+    harness.start()?;
+    harness.push(&[(
+        "web.hcl",
+        "deployment \"shop\" \"web\" {\n  image = \"nope:1\"\n}\n",
+    )])?;
+    let status = harness.status_where(&web_key(), |status| status.phase == "Failed").await?;
+    assert!(status.message.contains("image nope:1 is not present"), "{}", status.message);
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    let creates = harness.fake.calls().iter().filter(|call| call.starts_with("create")).count();
+    assert_eq!(creates, 1, "permanent errors wait for the next change");
+    let release = harness.store.latest_release(&web_key())?.ok_or("release")?;
+    assert_eq!(release.phase, ReleasePhase::Failed);
+    // The next commit gets a fresh chance.
+    harness.push(&[("web.hcl", "deployment \"shop\" \"web\" {\n  image = \"busybox\"\n}\n")])?;
+    harness.converged(&web_key(), 1).await?;
+    harness.stop().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_handler_is_recorded_and_the_loop_goes_on() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.fake.inject("create", Fault::Panic("boom in create".into()));
+    harness.start()?;
+    harness.push(&[("web.hcl", &web(1, "1"))])?;
+    let status = harness.status_where(&web_key(), |status| status.phase == "Failed").await?;
+    assert!(status.message.contains("handler panicked: boom in create"), "{}", status.message);
+    // The loop still runs: the next change of the same resource converges.
+    harness.push(&[("web.hcl", &web(1, "2"))])?;
+    harness.converged(&web_key(), 1).await?;
+    harness.stop().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restart_replays_desired_without_duplicates_and_prunes_what_left() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.start()?;
+    harness.push(&[
+        ("web.hcl", &web(2, "1")),
+        ("api.hcl", "deployment \"shop\" \"api\" {\n  image = \"busybox\"\n}\n"),
+    ])?;
+    let before = ids(&harness.converged(&web_key(), 2).await?);
+    let api = ResourceKey::new(Kind::Deployment, "shop", "api");
+    harness.converged(&api, 1).await?;
+    harness.stop().await?;
+    // While the agent is down, api leaves the repo.
+    harness.push(&[("web.hcl", &web(2, "1"))])?;
+    let mark = harness.fake.calls().len();
+    harness.start()?;
+    harness.converged(&api, 0).await?;
+    let after = ids(&harness.converged(&web_key(), 2).await?);
+    assert_eq!(before, after, "replay must not touch converged replicas");
+    assert!(harness.churn_since(mark).iter().all(|verb| verb == "remove"), "no creates on replay");
+    assert_eq!(harness.store.cursor(reconcile::CURSOR)?, 3, "cursor past every handled row");
+    harness.stop().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_half_done_rollout_resumes_after_a_crash() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.start()?;
+    harness.push(&[("web.hcl", &web(3, "1"))])?;
+    harness.converged(&web_key(), 3).await?;
+    harness.stop().await?;
+    // Simulate a crash mid-rollout: new desired, one old replica gone, one new one created
+    // but never started.
+    harness.push(&[("web.hcl", &web(3, "2"))])?;
+    let desired = harness.store.desired(&web_key())?.ok_or("desired")?;
+    let old = harness.containers(&web_key()).await?;
+    {
+        use voodu_agent::runtime::Runtime;
+        harness.fake.remove(&old[0].id).await?;
+        let mut spec = harness.fake.spec_of(&old[1].id).ok_or("spec")?;
+        spec.name = "shop-web.beef".into();
+        spec.labels.insert(labels::MANIFEST_HASH.into(), desired.spec_hash.to_string());
+        harness.fake.create(&spec).await?;
+    }
+    harness.start()?;
+    let after = harness.converged(&web_key(), 3).await?;
+    assert!(after.iter().any(|container| container.name == "shop-web.beef"), "the created replica is started, not duplicated");
+    harness.stop().await
+}
+
+/// In-process agent over a real git repo: commit → containers; a broken commit is rejected
+/// with its location and changes nothing.
+#[tokio::test]
+async fn agent_applies_commits_and_keeps_the_last_good_one_on_bad_input() -> TestResult {
+    let repo = TempRepo::new()?;
+    repo.write("deploy/web.hcl", &web(2, "1"))?;
+    let good = repo.commit("web")?;
+    let data = tempfile::tempdir()?;
+    let fake = Arc::new(FakeRuntime::new());
+    let shutdown = CancellationToken::new();
+    let config = voodu_agent::agent::AgentConfig {
+        source: voodu_agent::git::SourceOptions {
+            url: repo.url(),
+            branch: "main".into(),
+            paths: vec!["deploy".into()],
+            token_file: None,
+        },
+        data_dir: data.path().to_owned(),
+        interval: Duration::from_millis(100),
+        reconcile: ReconcileOptions {
+            start_settle: Duration::ZERO,
+            ..ReconcileOptions::default()
+        },
+    };
+    let agent = tokio::spawn(voodu_agent::agent::run_with_runtime(config, fake.clone(), shutdown.clone()));
+    let store = Store::open(&data.path().join("state.db"))?;
+    let running = |fake: &FakeRuntime| {
+        fake.calls().iter().filter(|call| call.starts_with("start ")).count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while store.status(&web_key())?.is_none_or(|status| status.phase != "Ready") {
+        assert!(Instant::now() < deadline, "agent never converged");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(running(&fake), 2);
+    let calls_before = fake.calls().iter().filter(|call| !call.starts_with("list")).count();
+    repo.write("deploy/web.hcl", "deployment \"shop\" \"web\" {\n  replicas = 3\n  imge = \"x\"\n}\n")?;
+    let bad = repo.commit("typo")?;
+    while store.commit_summary()?.last_rejected.is_none() {
+        assert!(Instant::now() < deadline, "bad commit never recorded");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let summary = store.commit_summary()?;
+    let rejected = summary.last_rejected.ok_or("rejected")?;
+    assert_eq!(rejected.sha.as_str(), bad);
+    assert_eq!(
+        rejected.errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        ["deploy/web.hcl:3:3: unknown attribute `imge` in deployment (did you mean `image`?)"]
+    );
+    assert_eq!(summary.last_applied.ok_or("applied")?.sha.as_str(), good);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let calls_after = fake.calls().iter().filter(|call| !call.starts_with("list")).count();
+    assert_eq!(calls_before, calls_after, "a rejected commit changes nothing on the host");
+    shutdown.cancel();
+    agent.await??;
+    Ok(())
+}
