@@ -26,11 +26,25 @@ pub(super) fn read_snapshot(repo: &gix::Repository, sha: &CommitSha, paths: &[St
         .map_err(|error| read_error(error.to_string()))?;
     let prefixes: Vec<String> = paths
         .iter()
-        .map(|path| path.trim_matches('/').to_owned())
-        .filter(|path| !path.is_empty() && path != ".")
+        .map(|path| normalize_watched_path(path))
+        .filter(|path| !path.is_empty())
         .collect();
-    let mut files = Vec::new();
     let mut refused = Vec::new();
+    // A watched path that matches nothing would read as "the repo declares nothing" and prune
+    // every resource: refuse the commit instead.
+    for prefix in &prefixes {
+        let exists = recorder.records.iter().any(|entry| {
+            let path = entry.filepath.to_str_lossy();
+            path == prefix.as_str() || path.starts_with(&format!("{prefix}/"))
+        });
+        if !exists {
+            refused.push((
+                prefix.clone(),
+                "watched --path does not exist in this commit; check --path (nothing was applied)".to_owned(),
+            ));
+        }
+    }
+    let mut files = Vec::new();
     for entry in recorder.records {
         let path = entry.filepath.to_str_lossy().into_owned();
         let watched = prefixes.is_empty()
@@ -64,4 +78,24 @@ pub(super) fn read_snapshot(repo: &gix::Repository, sha: &CommitSha, paths: &[St
         files,
         refused,
     })
+}
+
+/// `./deploy/`, `deploy` and `/deploy` all mean `deploy`; `.` and `./` mean the whole repo.
+fn normalize_watched_path(path: &str) -> String {
+    path.split('/')
+        .filter(|part| !part.is_empty() && *part != ".")
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::normalize_watched_path;
+
+    #[test]
+    fn watched_paths_normalise() {
+        for (input, expected) in [("./deploy/", "deploy"), ("deploy", "deploy"), ("/a/./b", "a/b"), (".", ""), ("./", "")] {
+            assert_eq!(normalize_watched_path(input), expected, "{input}");
+        }
+    }
 }

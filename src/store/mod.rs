@@ -324,7 +324,12 @@ impl Store {
             tx.commit()?;
             Ok((summary, head))
         })?;
-        self.journal_head.send_replace(head);
+        // Wake the reconciler only when rows were appended.
+        self.journal_head.send_if_modified(|current| {
+            let moved = *current != head;
+            *current = head;
+            moved
+        });
         Ok(summary)
     }
 

@@ -1,1 +1,365 @@
-//! git tests.
+//! git + sync tests: real repos made with the `git` CLI (a bare remote and a working clone)
+//! fetched over `file://` by the agent's gix source, synced into a real SQLite store.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use voodu_agent::git::{self, Source, SourceOptions};
+use voodu_agent::model::{Kind, ResourceKey};
+use voodu_agent::store::Store;
+use voodu_agent::sync::{SyncOutcome, Syncer};
+
+use crate::support::{TempRepo, TestResult};
+
+fn options(url: String, paths: &[&str]) -> SourceOptions {
+    SourceOptions {
+        url,
+        branch: "main".to_owned(),
+        paths: paths.iter().map(|path| (*path).to_owned()).collect(),
+        token_file: None,
+    }
+}
+
+/// A syncer on a fresh data dir, watching `paths` of the repo's `main`.
+struct Agent {
+    data: tempfile::TempDir,
+    store: Arc<Store>,
+    syncer: Syncer,
+}
+
+impl Agent {
+    fn new(repo: &TempRepo, paths: &[&str]) -> TestResult<Agent> {
+        let data = tempfile::tempdir()?;
+        let store = Arc::new(Store::open(&data.path().join("state.db"))?);
+        let source = Source::new(options(repo.url(), paths), data.path());
+        let syncer = Syncer::new(source, Arc::clone(&store))?;
+        Ok(Agent {
+            data,
+            store,
+            syncer,
+        })
+    }
+
+    fn db(&self) -> PathBuf {
+        self.data.path().join("state.db")
+    }
+
+    fn sync(&self) -> TestResult<SyncOutcome> {
+        Ok(self.syncer.sync_once(&AtomicBool::new(false))?)
+    }
+
+    /// Syncs and expects the commit `sha` to be applied.
+    fn sync_applied(&self, sha: &str) -> TestResult<voodu_agent::store::ApplySummary> {
+        match self.sync()? {
+            SyncOutcome::Applied { commit, summary } if commit.as_str() == sha => Ok(summary),
+            other => Err(format!("expected {sha} applied, got {other:?}").into()),
+        }
+    }
+
+    /// Syncs and expects the commit `sha` to be rejected; returns its diagnostics as
+    /// `path:line:col: message` lines.
+    fn sync_rejected(&self, sha: &str) -> TestResult<Vec<String>> {
+        match self.sync()? {
+            SyncOutcome::Rejected {
+                commit,
+                diagnostics,
+            } if commit.as_str() == sha => {
+                Ok(diagnostics.0.iter().map(ToString::to_string).collect())
+            }
+            other => Err(format!("expected {sha} rejected, got {other:?}").into()),
+        }
+    }
+
+    /// Desired keys as `kind/scope/name` strings.
+    fn desired(&self) -> TestResult<Vec<String>> {
+        Ok(self
+            .store
+            .desired_keys()?
+            .iter()
+            .map(ToString::to_string)
+            .collect())
+    }
+
+    /// The journal as `OP key@generation` lines.
+    fn journal(&self) -> TestResult<Vec<String>> {
+        Ok(self
+            .store
+            .journal_after(0, usize::MAX)?
+            .iter()
+            .map(|entry| format!("{:?} {}@{}", entry.op, entry.key, entry.generation))
+            .collect())
+    }
+}
+
+fn deployment(name: &str) -> String {
+    format!("deployment \"s\" \"{name}\" {{\n  image = \"busybox\"\n}}\n")
+}
+
+#[test]
+fn first_fetch_mirrors_the_repo_and_resolves_the_branch() -> TestResult {
+    let repo = TempRepo::new()?;
+    repo.write("web.hcl", &deployment("web"))?;
+    let sha = repo.commit("web")?;
+    let plain_path = repo.remote_path().display().to_string();
+    for url in [repo.url(), plain_path] {
+        let data = tempfile::tempdir()?;
+        let source = Source::new(options(url.clone(), &[]), data.path());
+
+        let fetched = source.fetch(&AtomicBool::new(false))?;
+
+        assert_eq!(fetched.as_str(), sha, "{url}");
+        assert!(
+            data.path().join("repo.git/HEAD").is_file(),
+            "{url}: a bare mirror in the data dir"
+        );
+        let snapshot = source.read_snapshot(&fetched)?;
+        let files: Vec<&str> = snapshot
+            .files
+            .iter()
+            .map(|file| file.path.as_str())
+            .collect();
+        assert_eq!(files, ["web.hcl"], "{url}");
+    }
+    Ok(())
+}
+
+#[test]
+fn unchanged_poll_neither_walks_the_tree_nor_writes_the_store() -> TestResult {
+    let repo = TempRepo::new()?;
+    repo.write("web.hcl", &deployment("web"))?;
+    let sha = repo.commit("web")?;
+    let agent = Agent::new(&repo, &[])?;
+    agent.sync_applied(&sha)?;
+    // A second connection: its `data_version` changes whenever ANOTHER connection commits.
+    let probe = rusqlite::Connection::open(agent.db())?;
+    let data_version = || probe.query_row("PRAGMA data_version", [], |row| row.get::<_, i64>(0));
+    let commit_rows = || {
+        probe.query_row("SELECT COUNT(*) FROM commits", [], |row| {
+            row.get::<_, i64>(0)
+        })
+    };
+    let (version_before, commits_before) = (data_version()?, commit_rows()?);
+    let tree_reads_before = agent.syncer.source().tree_reads();
+
+    let outcome = agent.sync()?;
+
+    match outcome {
+        SyncOutcome::Unchanged(commit) => assert_eq!(commit.as_str(), sha),
+        other => return Err(format!("expected Unchanged, got {other:?}").into()),
+    }
+    assert_eq!(
+        agent.syncer.source().tree_reads(),
+        tree_reads_before,
+        "no tree walk"
+    );
+    assert_eq!(data_version()?, version_before, "no store write");
+    assert_eq!(commit_rows()?, commits_before, "no commit recorded");
+
+    // Control: the same probe does see the store's writes, so the checks above can fail.
+    repo.write("api.hcl", &deployment("api"))?;
+    let next = repo.commit("api")?;
+    agent.sync_applied(&next)?;
+    assert_eq!(agent.syncer.source().tree_reads(), tree_reads_before + 1);
+    assert_ne!(
+        data_version()?,
+        version_before,
+        "the probe sees a store write"
+    );
+    assert_eq!(commit_rows()?, commits_before + 1);
+    Ok(())
+}
+
+#[test]
+fn a_new_commit_is_detected_and_applied() -> TestResult {
+    let repo = TempRepo::new()?;
+    repo.write("web.hcl", &deployment("web"))?;
+    let first = repo.commit("web")?;
+    let agent = Agent::new(&repo, &[])?;
+    agent.sync_applied(&first)?;
+
+    repo.write("api.hcl", &deployment("api"))?;
+    let second = repo.commit("api")?;
+    let summary = agent.sync_applied(&second)?;
+
+    assert_eq!(
+        summary.puts,
+        [ResourceKey::new(Kind::Deployment, "s", "api")]
+    );
+    assert_eq!(
+        agent.journal()?,
+        ["Put deployment/s/web@1", "Put deployment/s/api@1"]
+    );
+    Ok(())
+}
+
+#[test]
+fn a_force_push_to_unrelated_history_is_applied() -> TestResult {
+    let repo = TempRepo::new()?;
+    repo.write("web.hcl", &deployment("web"))?;
+    let first = repo.commit("web")?;
+    let agent = Agent::new(&repo, &[])?;
+    agent.sync_applied(&first)?;
+
+    repo.git(&["checkout", "-q", "--orphan", "rewrite"])?;
+    repo.remove("web.hcl")?;
+    repo.write("api.hcl", &deployment("api"))?;
+    let rewritten = repo.commit("unrelated history")?;
+    assert!(
+        repo.git(&["merge-base", &first, &rewritten]).is_err(),
+        "the histories share nothing"
+    );
+
+    agent.sync_applied(&rewritten)?;
+
+    assert_eq!(agent.desired()?, ["deployment/s/api"]);
+    assert_eq!(
+        agent.journal()?,
+        [
+            "Put deployment/s/web@1",
+            "Put deployment/s/api@1",
+            "Delete deployment/s/web@2"
+        ]
+    );
+    Ok(())
+}
+
+#[test]
+fn only_manifests_under_the_watched_paths_are_read() -> TestResult {
+    const BROKEN: &str = "deployment \"s\" \"broken\" {\n";
+    // (path, contents, read?)
+    let files: &[(&str, &str, bool)] = &[
+        ("deploy/web.hcl", &deployment("web"), true),
+        ("deploy/sub/db.voodu", &deployment("db"), true),
+        ("deploy/notes.txt", BROKEN, false),
+        ("deploy/README.md", BROKEN, false),
+        ("deploy-old/broken.hcl", BROKEN, false),
+        ("other/api.hcl", &deployment("api"), false),
+        ("other/broken.hcl", BROKEN, false),
+        ("root.hcl", &deployment("root"), false),
+    ];
+    let repo = TempRepo::new()?;
+    for (path, contents, _) in files {
+        repo.write(path, contents)?;
+    }
+    let sha = repo.commit("mixed tree")?;
+    let agent = Agent::new(&repo, &["deploy/"])?;
+
+    agent.sync_applied(&sha)?;
+
+    assert_eq!(agent.desired()?, ["deployment/s/db", "deployment/s/web"]);
+    let snapshot = agent
+        .syncer
+        .source()
+        .read_snapshot(&voodu_agent::model::CommitSha::new(sha))?;
+    let read: Vec<&str> = snapshot
+        .files
+        .iter()
+        .map(|file| file.path.as_str())
+        .collect();
+    let mut expected: Vec<&str> = files
+        .iter()
+        .filter(|file| file.2)
+        .map(|file| file.0)
+        .collect();
+    expected.sort_unstable();
+    assert_eq!(read, expected);
+    Ok(())
+}
+
+#[test]
+fn a_symlinked_manifest_rejects_the_commit() -> TestResult {
+    let repo = TempRepo::new()?;
+    repo.write("real/web.hcl", &deployment("web"))?;
+    std::os::unix::fs::symlink("real/web.hcl", repo.work().join("link.hcl"))?;
+    let sha = repo.commit("symlinked manifest")?;
+    let agent = Agent::new(&repo, &[])?;
+
+    let diagnostics = agent.sync_rejected(&sha)?;
+
+    assert_eq!(
+        diagnostics,
+        ["link.hcl:1:1: manifest is a symlink; manifests must be regular files in the repo"]
+    );
+    assert!(agent.desired()?.is_empty());
+    Ok(())
+}
+
+#[test]
+fn a_broken_commit_leaves_the_store_as_the_good_one_left_it() -> TestResult {
+    let repo = TempRepo::new()?;
+    repo.write("web.hcl", &deployment("web"))?;
+    let good = repo.commit("good")?;
+    let agent = Agent::new(&repo, &[])?;
+    agent.sync_applied(&good)?;
+    let (desired_before, journal_before) = (agent.desired()?, agent.journal()?);
+
+    repo.write("api.hcl", "deployment \"s\" \"api\" {\n  image = \n}\n")?;
+    repo.remove("web.hcl")?;
+    let broken = repo.commit("broken")?;
+    let diagnostics = agent.sync_rejected(&broken)?;
+
+    assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+    assert!(
+        diagnostics[0].starts_with("api.hcl:2:11: HCL syntax error"),
+        "{diagnostics:?}"
+    );
+    assert_eq!(agent.desired()?, desired_before);
+    assert_eq!(agent.journal()?, journal_before);
+    let commits = agent.store.commit_summary()?;
+    assert_eq!(
+        commits.last_applied.map(|record| record.sha.to_string()),
+        Some(good)
+    );
+    assert_eq!(
+        commits.last_rejected.map(|record| record.sha.to_string()),
+        Some(broken)
+    );
+
+    repo.write("api.hcl", &deployment("api"))?;
+    let fixed = repo.commit("fixed")?;
+    agent.sync_applied(&fixed)?;
+    assert_eq!(agent.desired()?, ["deployment/s/api"]);
+    Ok(())
+}
+
+#[test]
+fn a_missing_branch_is_branch_not_found() -> TestResult {
+    let repo = TempRepo::new()?;
+    repo.write("web.hcl", &deployment("web"))?;
+    repo.commit("web")?;
+    let data = tempfile::tempdir()?;
+    let source = Source::new(
+        SourceOptions {
+            branch: "does-not-exist".to_owned(),
+            ..options(repo.url(), &[])
+        },
+        data.path(),
+    );
+
+    match source.fetch(&AtomicBool::new(false)) {
+        Err(git::Error::BranchNotFound { branch, .. }) => assert_eq!(branch, "does-not-exist"),
+        other => return Err(format!("expected BranchNotFound, got {other:?}").into()),
+    }
+    Ok(())
+}
+
+#[test]
+fn a_watched_path_missing_from_the_commit_rejects_it_instead_of_pruning_everything() -> TestResult {
+    let repo = TempRepo::new()?;
+    repo.write("deploy/web.hcl", &deployment("web"))?;
+    let good = repo.commit("web")?;
+    let agent = Agent::new(&repo, &["./deploy/"])?;
+    agent.sync_applied(&good)?;
+    assert_eq!(agent.desired()?, ["deployment/s/web"], "`./deploy/` means `deploy`");
+
+    repo.git(&["mv", "deploy", "deploy-v2"])?;
+    let moved = repo.commit("rename the watched folder")?;
+    let errors = agent.sync_rejected(&moved)?;
+    assert_eq!(
+        errors,
+        ["deploy:1:1: watched --path does not exist in this commit; check --path (nothing was applied)"]
+    );
+    assert_eq!(agent.desired()?, ["deployment/s/web"], "nothing was pruned");
+    Ok(())
+}

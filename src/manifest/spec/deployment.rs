@@ -214,7 +214,8 @@ mod tests {
     #[test]
     fn every_hashed_field_changes_the_hash() {
         let before = base().spec_hash(&key());
-        let edits: Vec<(&str, fn(&mut DeploymentSpec))> = vec![
+        type Edit = (&'static str, fn(&mut DeploymentSpec));
+        let edits: Vec<Edit> = vec![
             ("image", |s| s.image = "other".into()),
             ("command", |s| s.command = None),
             ("env", |s| {

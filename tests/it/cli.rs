@@ -1,0 +1,112 @@
+//! The binary as a user runs it: exit codes, error messages, `status --json` shape, and a
+//! clean stop on SIGTERM.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use voodu_agent::manifest::{self, Diagnostic, Diagnostics};
+use voodu_agent::model::{CommitSha, Snapshot, SourceFile};
+use voodu_agent::store::Store;
+
+use crate::support::{DockerGuard, TempRepo, TestResult, docker_tests_enabled, unique, wait_until};
+
+fn agent() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_voodu-agent"))
+}
+
+#[test]
+fn running_without_repo_explains_what_to_do() -> TestResult {
+    let output = agent().env("VOODU_AGENT_DATA_DIR", "/nonexistent").output()?;
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8(output.stderr)?;
+    assert!(stderr.contains("no --repo given: run `voodu-agent --repo <URL|PATH>`"), "{stderr}");
+    Ok(())
+}
+
+#[test]
+fn status_without_state_names_the_data_dir() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let output = agent().args(["status", "--data-dir"]).arg(dir.path()).output()?;
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8(output.stderr)?;
+    assert!(stderr.contains("no agent state at") && stderr.contains("state.db"), "{stderr}");
+    Ok(())
+}
+
+#[test]
+fn status_json_shows_commits_errors_and_resources() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open(&dir.path().join("state.db"))?;
+    let good = CommitSha::new("a".repeat(40));
+    let snapshot = Snapshot {
+        commit: good.clone(),
+        files: vec![SourceFile {
+            path: "web.hcl".into(),
+            contents: b"deployment \"s\" \"web\" {\n  image = \"busybox\"\n}\n".to_vec(),
+        }],
+        refused: Vec::new(),
+    };
+    store.apply_commit(&good, &manifest::load(&snapshot)?)?;
+    let bad = CommitSha::new("b".repeat(40));
+    store.reject_commit(
+        &bad,
+        &Diagnostics(vec![Diagnostic {
+            path: "web.hcl".into(),
+            line: 2,
+            col: 3,
+            message: "unknown attribute `imge` in deployment".into(),
+        }]),
+    )?;
+    drop(store);
+    let output = agent().args(["status", "--json", "--data-dir"]).arg(dir.path()).output()?;
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+    assert_eq!(json["last_seen"]["sha"], bad.as_str());
+    assert_eq!(json["last_applied"]["sha"], good.as_str());
+    assert_eq!(json["last_rejected"]["outcome"], "rejected");
+    assert_eq!(json["last_rejected"]["errors"][0], "web.hcl:2:3: unknown attribute `imge` in deployment");
+    assert_eq!(json["last_rejected"]["diagnostics"][0]["line"], 2);
+    assert_eq!(json["resources"], serde_json::json!([]), "no reconcile ran yet");
+    let text = agent().args(["status", "--data-dir"]).arg(dir.path()).output()?;
+    let text = String::from_utf8(text.stdout)?;
+    assert!(text.contains("the latest commit was rejected") && text.contains("web.hcl:2:3:"), "{text}");
+    Ok(())
+}
+
+#[test]
+fn sigterm_stops_the_agent_cleanly() -> TestResult {
+    if !docker_tests_enabled("cli::sigterm_stops_the_agent_cleanly") {
+        return Ok(());
+    }
+    let scope = unique("sig");
+    let _guard = DockerGuard::new(&scope);
+    let repo = TempRepo::new()?;
+    repo.write(
+        "web.hcl",
+        &format!(
+            "deployment \"{scope}\" \"web\" {{\n  image = \"{}\"\n  command = [\"sleep\", \"600\"]\n}}\n",
+            crate::support::test_image()
+        ),
+    )?;
+    repo.commit("web")?;
+    let data = tempfile::tempdir()?;
+    let mut child = agent()
+        .args(["--repo", &repo.url(), "--interval", "1s", "--data-dir"])
+        .arg(data.path())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let status_says_ready = || {
+        let output = agent().args(["status", "--json", "--data-dir"]).arg(data.path()).output().ok()?;
+        let json: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+        (json["resources"][0]["phase"] == "Ready").then_some(())
+    };
+    wait_until(Duration::from_secs(60), "the agent to converge", status_says_ready)?;
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status()?.success());
+    let exit = wait_until(Duration::from_secs(30), "the agent to exit", || child.try_wait().ok().flatten())?;
+    assert!(exit.success(), "exit status {exit:?}");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().ok_or("stderr")?, &mut stderr)?;
+    assert!(stderr.contains("shutting down"), "{stderr}");
+    Ok(())
+}
