@@ -2,6 +2,7 @@
 
 mod support;
 
+mod cli;
 mod contract;
 mod e2e_docker;
 mod git;
