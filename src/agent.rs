@@ -99,7 +99,8 @@ async fn sync_loop(syncer: Arc<Syncer>, interval: Duration, shutdown: Cancellati
         }
         let syncer_for_task = syncer.clone();
         let interrupt_for_task = interrupt.clone();
-        let task = tokio::task::spawn_blocking(move || syncer_for_task.sync_once(&interrupt_for_task));
+        let task =
+            tokio::task::spawn_blocking(move || syncer_for_task.sync_once(&interrupt_for_task));
         let outcome = tokio::select! {
             outcome = task => outcome,
             () = shutdown.cancelled() => {
@@ -108,18 +109,25 @@ async fn sync_loop(syncer: Arc<Syncer>, interval: Duration, shutdown: Cancellati
             }
         };
         match outcome {
-            Ok(Ok(SyncOutcome::Unchanged(commit))) => tracing::debug!(commit = commit.short(), "repo unchanged"),
+            Ok(Ok(SyncOutcome::Unchanged(commit))) => {
+                tracing::debug!(commit = commit.short(), "repo unchanged")
+            }
             Ok(Ok(SyncOutcome::Applied { commit, summary })) => tracing::info!(
                 commit = commit.short(),
                 changed = summary.puts.len(),
                 deleted = summary.deletes.len(),
                 "commit applied"
             ),
-            Ok(Ok(SyncOutcome::Rejected { commit, diagnostics })) => tracing::error!(
+            Ok(Ok(SyncOutcome::Rejected {
+                commit,
+                diagnostics,
+            })) => tracing::error!(
                 commit = commit.short(),
                 "commit rejected; the host keeps running the last good commit:\n{diagnostics}"
             ),
-            Ok(Err(error)) => tracing::warn!(%error, "sync failed; next try in {}", humantime::format_duration(interval)),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "sync failed; next try in {}", humantime::format_duration(interval))
+            }
             Err(join_error) => tracing::error!(%join_error, "sync task failed"),
         }
     }

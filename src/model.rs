@@ -182,10 +182,13 @@ pub fn random_hex(n_bytes: usize) -> String {
     let mut out = String::new();
     while out.len() < n_bytes * 2 {
         let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+        hasher.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
         out.push_str(&format!("{:016x}", hasher.finish()));
     }
     out.truncate(n_bytes * 2);
     out
 }
-

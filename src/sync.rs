@@ -62,7 +62,10 @@ impl Syncer {
     /// Runs one sync. Blocking.
     pub fn sync_once(&self, interrupt: &AtomicBool) -> Result<SyncOutcome, Error> {
         let commit = self.source.fetch(interrupt)?;
-        let mut last_seen = self.last_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut last_seen = self
+            .last_seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if last_seen.as_ref() == Some(&commit) {
             return Ok(SyncOutcome::Unchanged(commit));
         }

@@ -43,7 +43,9 @@ pub(super) struct RunArgs {
 
 pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> {
     let Some(repo) = args.repo else {
-        anyhow::bail!("no --repo given: run `voodu-agent --repo <URL|PATH>`, or see `voodu-agent --help`");
+        anyhow::bail!(
+            "no --repo given: run `voodu-agent --repo <URL|PATH>`, or see `voodu-agent --help`"
+        );
     };
     init_tracing(&args.log);
     // reqwest (https fetches) needs a process-wide rustls provider; an error means one is
@@ -88,15 +90,16 @@ fn init_tracing(default_filter: &str) {
 
 /// First SIGTERM/SIGINT: cancel `shutdown`. Second: exit now.
 async fn stop_on_signals(shutdown: CancellationToken) {
-    let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(signal) => signal,
-        Err(error) => {
-            tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops the agent");
-            let _ = tokio::signal::ctrl_c().await;
-            shutdown.cancel();
-            return;
-        }
-    };
+    let mut terminate =
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops the agent");
+                let _ = tokio::signal::ctrl_c().await;
+                shutdown.cancel();
+                return;
+            }
+        };
     for count in 0.. {
         tokio::select! {
             _ = terminate.recv() => {}

@@ -68,7 +68,11 @@ pub(crate) struct ReleaseView {
 fn commit_view(record: CommitRecord) -> CommitView {
     CommitView {
         sha: record.sha.to_string(),
-        outcome: if record.applied { "applied" } else { "rejected" },
+        outcome: if record.applied {
+            "applied"
+        } else {
+            "rejected"
+        },
         seen_at: record.seen_at,
         errors: record.errors.iter().map(ToString::to_string).collect(),
         diagnostics: record
@@ -136,16 +140,25 @@ pub(super) fn run(data_dir: &Path, args: &StatusArgs) -> anyhow::Result<ExitCode
 
 fn print_table(view: &StatusView) {
     let line = |label: &str, commit: &Option<CommitView>| match commit {
-        Some(commit) => println!("{label:<14} {} ({})", &commit.sha[..commit.sha.len().min(12)], commit.outcome),
+        Some(commit) => println!(
+            "{label:<14} {} ({})",
+            &commit.sha[..commit.sha.len().min(12)],
+            commit.outcome
+        ),
         None => println!("{label:<14} -"),
     };
     line("last seen", &view.last_seen);
     line("last applied", &view.last_applied);
     line("last rejected", &view.last_rejected);
     if let Some(rejected) = &view.last_rejected {
-        let is_latest = view.last_seen.as_ref().is_some_and(|seen| seen.sha == rejected.sha);
+        let is_latest = view
+            .last_seen
+            .as_ref()
+            .is_some_and(|seen| seen.sha == rejected.sha);
         if is_latest {
-            println!("\nthe latest commit was rejected; the host keeps running the last applied one:");
+            println!(
+                "\nthe latest commit was rejected; the host keeps running the last applied one:"
+            );
             for error in &rejected.errors {
                 println!("  {error}");
             }
@@ -162,10 +175,16 @@ fn print_table(view: &StatusView) {
         } else {
             format!("{}/{}/{}", resource.kind, resource.scope, resource.name)
         };
-        let release = resource
-            .release
-            .as_ref()
-            .map_or_else(|| "-".to_owned(), |release| format!("{}@{}", release.id, &release.commit[..release.commit.len().min(7)]));
+        let release = resource.release.as_ref().map_or_else(
+            || "-".to_owned(),
+            |release| {
+                format!(
+                    "{}@{}",
+                    release.id,
+                    &release.commit[..release.commit.len().min(7)]
+                )
+            },
+        );
         println!(
             "{key:<36} {:>7} {:>7}  {:<12} {:<12} {:<8} {}",
             resource.desired_replicas,

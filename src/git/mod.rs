@@ -140,7 +140,8 @@ impl Source {
         let repo = if self.mirror.join("HEAD").exists() {
             gix::open(&self.mirror).map_err(|error| mirror_error(error.to_string()))?
         } else {
-            std::fs::create_dir_all(&self.mirror).map_err(|error| mirror_error(error.to_string()))?;
+            std::fs::create_dir_all(&self.mirror)
+                .map_err(|error| mirror_error(error.to_string()))?;
             gix::init_bare(&self.mirror).map_err(|error| mirror_error(error.to_string()))?
         };
         Ok(repo)

@@ -9,12 +9,17 @@ use gix::bstr::ByteSlice;
 use super::{Error, Result};
 use crate::model::{CommitSha, Snapshot, SourceFile, is_manifest_path};
 
-pub(super) fn read_snapshot(repo: &gix::Repository, sha: &CommitSha, paths: &[String]) -> Result<Snapshot> {
+pub(super) fn read_snapshot(
+    repo: &gix::Repository,
+    sha: &CommitSha,
+    paths: &[String],
+) -> Result<Snapshot> {
     let read_error = |message: String| Error::Read {
         sha: sha.to_string(),
         message,
     };
-    let id = gix::ObjectId::from_hex(sha.as_str().as_bytes()).map_err(|error| read_error(error.to_string()))?;
+    let id = gix::ObjectId::from_hex(sha.as_str().as_bytes())
+        .map_err(|error| read_error(error.to_string()))?;
     let tree = repo
         .find_commit(id)
         .map_err(|error| read_error(error.to_string()))?
@@ -40,7 +45,8 @@ pub(super) fn read_snapshot(repo: &gix::Repository, sha: &CommitSha, paths: &[St
         if !exists {
             refused.push((
                 prefix.clone(),
-                "watched --path does not exist in this commit; check --path (nothing was applied)".to_owned(),
+                "watched --path does not exist in this commit; check --path (nothing was applied)"
+                    .to_owned(),
             ));
         }
     }
@@ -94,7 +100,13 @@ mod tests {
 
     #[test]
     fn watched_paths_normalise() {
-        for (input, expected) in [("./deploy/", "deploy"), ("deploy", "deploy"), ("/a/./b", "a/b"), (".", ""), ("./", "")] {
+        for (input, expected) in [
+            ("./deploy/", "deploy"),
+            ("deploy", "deploy"),
+            ("/a/./b", "a/b"),
+            (".", ""),
+            ("./", ""),
+        ] {
             assert_eq!(normalize_watched_path(input), expected, "{input}");
         }
     }

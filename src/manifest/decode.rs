@@ -140,7 +140,10 @@ impl<'a> FileDecoder<'a> {
         let mut valid = true;
         for (what, (label, span)) in ["scope", "name"].iter().zip(&labels) {
             if let Err(problem) = check_name(label) {
-                self.error(span.clone(), format!("{block_type} {what} {label:?} {problem}"));
+                self.error(
+                    span.clone(),
+                    format!("{block_type} {what} {label:?} {problem}"),
+                );
                 valid = false;
             }
         }
@@ -192,7 +195,9 @@ impl<'a> FileDecoder<'a> {
             if LATER.contains(&ident) {
                 self.error(
                     span,
-                    format!("`{ident}` is a voodu deployment field this agent does not support yet"),
+                    format!(
+                        "`{ident}` is a voodu deployment field this agent does not support yet"
+                    ),
                 );
                 continue;
             }
@@ -205,7 +210,9 @@ impl<'a> FileDecoder<'a> {
                 let (line, col) = self.index.line_col(first.map_or(0, |range| range.start));
                 self.error(
                     span,
-                    format!("duplicate attribute `{ident}` (first set at line {line}, column {col})"),
+                    format!(
+                        "duplicate attribute `{ident}` (first set at line {line}, column {col})"
+                    ),
                 );
                 continue;
             }
@@ -224,7 +231,10 @@ impl<'a> FileDecoder<'a> {
                 "cap_add" => spec.cap_add = self.string_list(attribute).unwrap_or_default(),
                 other => {
                     let hint = did_you_mean(other, SUPPORTED);
-                    self.error(span, format!("unknown attribute `{other}` in deployment{hint}"));
+                    self.error(
+                        span,
+                        format!("unknown attribute `{other}` in deployment{hint}"),
+                    );
                 }
             }
         }
@@ -278,7 +288,10 @@ impl<'a> FileDecoder<'a> {
         if parsed.is_none() {
             self.error(
                 attribute.value.span(),
-                format!("`{name}` must be a whole number, got {}", describe(&attribute.value)),
+                format!(
+                    "`{name}` must be a whole number, got {}",
+                    describe(&attribute.value)
+                ),
             );
         }
         parsed
@@ -326,7 +339,10 @@ impl<'a> FileDecoder<'a> {
                 ObjectKey::Ident(ident) => Some(ident.as_str().to_owned()),
                 ObjectKey::Expression(Expression::String(text)) => Some(text.as_str().to_owned()),
                 ObjectKey::Expression(other) => {
-                    self.error(other.span(), format!("`{name}` keys must be plain names or strings"));
+                    self.error(
+                        other.span(),
+                        format!("`{name}` keys must be plain names or strings"),
+                    );
                     None
                 }
             };
@@ -355,8 +371,14 @@ fn check_name(name: &str) -> Result<(), &'static str> {
     }
     let mut chars = name.chars();
     let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
-    if !first_ok || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)) {
-        return Err("must start with a letter or digit and use only letters, digits, `_`, `.` and `-`");
+    if !first_ok
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+    {
+        return Err(
+            "must start with a letter or digit and use only letters, digits, `_`, `.` and `-`",
+        );
     }
     Ok(())
 }
@@ -407,7 +429,10 @@ mod tests {
 
     #[test]
     fn suggestions_only_for_close_names() {
-        assert_eq!(did_you_mean("replicaz", &["replicas", "image"]), " (did you mean `replicas`?)");
+        assert_eq!(
+            did_you_mean("replicaz", &["replicas", "image"]),
+            " (did you mean `replicas`?)"
+        );
         assert_eq!(did_you_mean("zzzzzz", &["replicas", "image"]), "");
     }
 

@@ -137,7 +137,9 @@ deployment "shop" "web" {
     fn syntax_errors_carry_line_and_column() {
         check_err(
             "deployment \"a\" \"b\" {\n  image = \n}\n",
-            &["m/app.hcl:2:11: HCL syntax error: invalid expression; expected `\"`, `[`, `{`, `-`, `!`, `(`, `_`, `<`, letter or digit"],
+            &[
+                "m/app.hcl:2:11: HCL syntax error: invalid expression; expected `\"`, `[`, `{`, `-`, `!`, `(`, `_`, `<`, letter or digit",
+            ],
         );
     }
 

@@ -73,7 +73,9 @@ pub(crate) async fn blocking<T: Send + 'static>(
     let store = store.clone();
     match tokio::task::spawn_blocking(move || f(&store)).await {
         Ok(result) => result.map_err(Error::Store),
-        Err(join_error) if join_error.is_panic() => std::panic::resume_unwind(join_error.into_panic()),
+        Err(join_error) if join_error.is_panic() => {
+            std::panic::resume_unwind(join_error.into_panic())
+        }
         Err(join_error) => Err(Error::Task(join_error.to_string())),
     }
 }
@@ -136,7 +138,10 @@ pub async fn run<R: Runtime>(ctx: Arc<Ctx<R>>, shutdown: CancellationToken) -> R
 /// Desired keys plus keys of containers this agent still owns (a resource deleted while the
 /// agent was down is found this way).
 async fn boot_keys<R: Runtime>(ctx: &Arc<Ctx<R>>) -> Result<BTreeSet<ResourceKey>> {
-    let mut keys: BTreeSet<ResourceKey> = blocking(&ctx.store, |store| store.desired_keys()).await?.into_iter().collect();
+    let mut keys: BTreeSet<ResourceKey> = blocking(&ctx.store, |store| store.desired_keys())
+        .await?
+        .into_iter()
+        .collect();
     let owned = ctx
         .runtime
         .list(&[(labels::AGENT, ctx.agent_id.as_str())])
@@ -147,7 +152,11 @@ async fn boot_keys<R: Runtime>(ctx: &Arc<Ctx<R>>) -> Result<BTreeSet<ResourceKey
         })?;
     for container in owned {
         let kind = container.label(labels::KIND).and_then(Kind::parse);
-        if let (Some(kind), Some(scope), Some(name)) = (kind, container.label(labels::SCOPE), container.label(labels::NAME)) {
+        if let (Some(kind), Some(scope), Some(name)) = (
+            kind,
+            container.label(labels::SCOPE),
+            container.label(labels::NAME),
+        ) {
             keys.insert(ResourceKey::new(kind, scope, name));
         }
     }
@@ -158,7 +167,10 @@ async fn boot_keys<R: Runtime>(ctx: &Arc<Ctx<R>>) -> Result<BTreeSet<ResourceKey
 async fn tail<R: Runtime>(shared: &Arc<Shared<R>>) -> Result<()> {
     loop {
         let after = *lock(&shared.read_seq);
-        let rows = blocking(&shared.ctx.store, move |store| store.journal_after(after, 1000)).await?;
+        let rows = blocking(&shared.ctx.store, move |store| {
+            store.journal_after(after, 1000)
+        })
+        .await?;
         let Some(last) = rows.last().map(|row| row.seq) else {
             break;
         };
@@ -174,7 +186,10 @@ async fn tail<R: Runtime>(shared: &Arc<Shared<R>>) -> Result<()> {
 
 async fn persist_cursor<R: Runtime>(shared: &Arc<Shared<R>>) -> Result<()> {
     let read = *lock(&shared.read_seq);
-    let handled = shared.queue.low_watermark().map_or(read, |lowest| lowest - 1);
+    let handled = shared
+        .queue
+        .low_watermark()
+        .map_or(read, |lowest| lowest - 1);
     blocking(&shared.ctx.store, move |store| {
         if store.cursor(CURSOR)? != handled {
             store.set_cursor(CURSOR, handled)?;
@@ -277,5 +292,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

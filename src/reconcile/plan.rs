@@ -36,7 +36,8 @@ pub fn plan_replicas(target: Option<&Target<'_>>, actual: &[Container]) -> Vec<S
     // Running replicas first, then by name: scale-down keeps running ones, and the order is
     // stable across calls.
     actual.sort_by(|a, b| {
-        (a.state != ContainerState::Running, &a.name).cmp(&(b.state != ContainerState::Running, &b.name))
+        (a.state != ContainerState::Running, &a.name)
+            .cmp(&(b.state != ContainerState::Running, &b.name))
     });
     let remove = |container: &&Container| Step::Remove {
         id: container.id.clone(),
@@ -45,9 +46,10 @@ pub fn plan_replicas(target: Option<&Target<'_>>, actual: &[Container]) -> Vec<S
     let Some(target) = target else {
         return actual.iter().map(remove).collect();
     };
-    let (current, outdated): (Vec<&Container>, Vec<&Container>) = actual
-        .into_iter()
-        .partition(|container| container.label(labels::MANIFEST_HASH) == Some(target.spec_hash.as_str()));
+    let (current, outdated): (Vec<&Container>, Vec<&Container>) =
+        actual.into_iter().partition(|container| {
+            container.label(labels::MANIFEST_HASH) == Some(target.spec_hash.as_str())
+        });
     let keep = current.len().min(target.n_replicas);
     let mut removes: Vec<Step> = current[keep..].iter().map(remove).collect();
     let starts = current[..keep]
@@ -65,7 +67,12 @@ pub fn plan_replicas(target: Option<&Target<'_>>, actual: &[Container]) -> Vec<S
         id: container.id.clone(),
         name: container.name.clone(),
     });
-    removes.into_iter().chain(starts).chain(creates).chain(replaces).collect()
+    removes
+        .into_iter()
+        .chain(starts)
+        .chain(creates)
+        .chain(replaces)
+        .collect()
 }
 
 #[cfg(test)]
@@ -110,24 +117,44 @@ mod tests {
 
     #[test]
     fn converged_plans_nothing() {
-        check(Some(2), &[container("a", "new", Running), container("b", "new", Running)], &[]);
+        check(
+            Some(2),
+            &[
+                container("a", "new", Running),
+                container("b", "new", Running),
+            ],
+            &[],
+        );
     }
 
     #[test]
     fn scaling_up_and_down_keeps_survivors() {
-        let two = [container("a", "new", Running), container("b", "new", Running)];
+        let two = [
+            container("a", "new", Running),
+            container("b", "new", Running),
+        ];
         check(Some(3), &two, &["create"]);
         check(Some(1), &two, &["remove b"]);
     }
 
     #[test]
     fn scale_down_prefers_removing_stopped_replicas() {
-        check(Some(1), &[container("a", "new", Exited), container("b", "new", Running)], &["remove a"]);
+        check(
+            Some(1),
+            &[
+                container("a", "new", Exited),
+                container("b", "new", Running),
+            ],
+            &["remove a"],
+        );
     }
 
     #[test]
     fn outdated_replicas_are_replaced_one_step_each() {
-        let old = [container("a", "old", Running), container("b", "old", Running)];
+        let old = [
+            container("a", "old", Running),
+            container("b", "old", Running),
+        ];
         check(Some(2), &old, &["replace a", "replace b"]);
         check(Some(3), &old, &["create", "replace a", "replace b"]);
         check(Some(1), &old, &["remove b", "replace a"]);
@@ -135,13 +162,24 @@ mod tests {
 
     #[test]
     fn a_half_done_rollout_resumes_without_duplicates() {
-        let mixed = [container("a", "new", Running), container("b", "old", Running), container("c", "new", Created)];
+        let mixed = [
+            container("a", "new", Running),
+            container("b", "old", Running),
+            container("c", "new", Created),
+        ];
         check(Some(2), &mixed, &["remove b", "start c"]);
         check(Some(3), &mixed, &["start c", "replace b"]);
     }
 
     #[test]
     fn removal_takes_everything() {
-        check(None, &[container("a", "old", Running), container("b", "new", Exited)], &["remove a", "remove b"]);
+        check(
+            None,
+            &[
+                container("a", "old", Running),
+                container("b", "new", Exited),
+            ],
+            &["remove a", "remove b"],
+        );
     }
 }

@@ -99,7 +99,9 @@ impl KeyedQueue {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -129,7 +131,10 @@ mod tests {
         queue.push(key("a"), Some(1));
         let running = queue.next().await;
         queue.push(key("a"), Some(2));
-        assert!(queue.lock().ready.is_empty(), "a must not be handed out twice");
+        assert!(
+            queue.lock().ready.is_empty(),
+            "a must not be handed out twice"
+        );
         assert_eq!(queue.low_watermark(), Some(1));
         queue.done(&running);
         assert_eq!(queue.low_watermark(), Some(2));

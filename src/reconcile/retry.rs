@@ -17,7 +17,10 @@ pub struct RetryPolicy {
 impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy {
-            delays: [1, 2, 4, 8, 16, 30].into_iter().map(Duration::from_secs).collect(),
+            delays: [1, 2, 4, 8, 16, 30]
+                .into_iter()
+                .map(Duration::from_secs)
+                .collect(),
         }
     }
 }
@@ -43,7 +46,9 @@ mod tests {
         let policy = RetryPolicy::default();
         let transient = Error::Runtime {
             key: ResourceKey::new(Kind::Deployment, "s", "n"),
-            source: crate::runtime::Error::Unavailable { message: "down".into() },
+            source: crate::runtime::Error::Unavailable {
+                message: "down".into(),
+            },
         };
         let delays: Vec<u64> = (1..=7)
             .filter_map(|failures| policy.next_delay(&transient, failures))

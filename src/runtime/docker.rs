@@ -46,7 +46,10 @@ impl DockerRuntime {
 fn classify(error: bollard::errors::Error) -> Error {
     use bollard::errors::Error as Bollard;
     match error {
-        Bollard::DockerResponseServerError { status_code, message } => match status_code {
+        Bollard::DockerResponseServerError {
+            status_code,
+            message,
+        } => match status_code {
             404 => Error::NotFound { what: message },
             409 => Error::Conflict {
                 name: String::new(),
@@ -89,10 +92,20 @@ fn restart_policy(name: &str) -> RestartPolicy {
 
 impl Runtime for DockerRuntime {
     async fn list(&self, filter: &[(&str, &str)]) -> Result<Vec<Container>> {
-        let labels: Vec<String> = filter.iter().map(|(key, value)| format!("{key}={value}")).collect();
+        let labels: Vec<String> = filter
+            .iter()
+            .map(|(key, value)| format!("{key}={value}"))
+            .collect();
         let filters = HashMap::from([("label".to_owned(), labels)]);
-        let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
-        let summaries = self.docker.list_containers(Some(options)).await.map_err(classify)?;
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let summaries = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(classify)?;
         Ok(summaries
             .into_iter()
             .map(|summary| Container {
@@ -115,12 +128,14 @@ impl Runtime for DockerRuntime {
         for port in &spec.ports {
             let container_port = format!("{}/{}", port.container_port, port.protocol);
             exposed_ports.push(container_port.clone());
-            port_bindings.entry(container_port).or_insert_with(|| Some(Vec::new())).get_or_insert_with(Vec::new).push(
-                PortBinding {
+            port_bindings
+                .entry(container_port)
+                .or_insert_with(|| Some(Vec::new()))
+                .get_or_insert_with(Vec::new)
+                .push(PortBinding {
                     host_ip: Some(port.host_ip.clone()).filter(|ip| !ip.is_empty()),
                     host_port: Some(port.host_port.map(|p| p.to_string()).unwrap_or_default()),
-                },
-            );
+                });
         }
         let primary = spec.networks.first().cloned();
         let mut extra_hosts = vec!["host.docker.internal:host-gateway".to_owned()];
@@ -150,12 +165,19 @@ impl Runtime for DockerRuntime {
             }),
             ..ContainerCreateBody::default()
         };
-        let options = CreateContainerOptionsBuilder::default().name(&spec.name).build();
+        let options = CreateContainerOptionsBuilder::default()
+            .name(&spec.name)
+            .build();
         let created = self
             .docker
             .create_container(Some(options), body)
             .await
             .map_err(|error| match classify(error) {
+                // Newer engines also answer 404 for a missing network at create (20.10 waits
+                // for start): that is not a missing image.
+                Error::NotFound { what } if what.contains("network") && !what.contains("image") => {
+                    Error::NotFound { what }
+                }
                 Error::NotFound { what } => Error::ImageMissing {
                     image: spec.image.clone(),
                     message: what,
@@ -181,15 +203,25 @@ impl Runtime for DockerRuntime {
     }
 
     async fn start(&self, id: &str) -> Result<()> {
-        self.docker.start_container(id, None).await.map_err(classify)
+        self.docker
+            .start_container(id, None)
+            .await
+            .map_err(classify)
     }
 
     async fn remove(&self, id: &str) -> Result<()> {
-        let stop = StopContainerOptionsBuilder::default().t(STOP_GRACE_SECONDS).build();
+        let stop = StopContainerOptionsBuilder::default()
+            .t(STOP_GRACE_SECONDS)
+            .build();
         // Any stop answer (gone, already stopped) is fine: the forced removal settles it.
         let _ = self.docker.stop_container(id, Some(stop)).await;
         let options = RemoveContainerOptionsBuilder::default().force(true).build();
-        match self.docker.remove_container(id, Some(options)).await.map_err(classify) {
+        match self
+            .docker
+            .remove_container(id, Some(options))
+            .await
+            .map_err(classify)
+        {
             Ok(()) | Err(Error::NotFound { .. }) => Ok(()),
             Err(other) => Err(other),
         }
@@ -197,7 +229,12 @@ impl Runtime for DockerRuntime {
 
     async fn ensure_network(&self, name: &str) -> Result<()> {
         let _guard = self.network_lock.lock().await;
-        match self.docker.inspect_network(name, None).await.map_err(classify) {
+        match self
+            .docker
+            .inspect_network(name, None)
+            .await
+            .map_err(classify)
+        {
             Ok(_) => return Ok(()),
             Err(Error::NotFound { .. }) => {}
             Err(other) => return Err(other),

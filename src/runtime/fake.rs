@@ -49,7 +49,9 @@ impl FakeRuntime {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Every verb called so far, as `verb name-or-id`.
@@ -80,7 +82,9 @@ impl FakeRuntime {
             let mut state = self.lock();
             state.calls.push(format!("{verb} {subject}"));
             let position = state.faults.iter().position(|(faulty, _)| faulty == verb);
-            position.and_then(|index| state.faults.remove(index)).map(|(_, fault)| fault)
+            position
+                .and_then(|index| state.faults.remove(index))
+                .map(|(_, fault)| fault)
         };
         match fault {
             None => Ok(()),
@@ -97,7 +101,11 @@ impl Runtime for FakeRuntime {
             .lock()
             .containers
             .values()
-            .filter(|(container, _)| filter.iter().all(|(key, value)| container.label(key) == Some(value)))
+            .filter(|(container, _)| {
+                filter
+                    .iter()
+                    .all(|(key, value)| container.label(key) == Some(value))
+            })
             .map(|(container, _)| container.clone())
             .collect())
     }
@@ -113,12 +121,20 @@ impl Runtime for FakeRuntime {
                 message: format!("No such image: {}", spec.image),
             });
         }
-        if let Some(missing) = spec.networks.iter().find(|network| !state.networks.contains(*network)) {
+        if let Some(missing) = spec
+            .networks
+            .iter()
+            .find(|network| !state.networks.contains(*network))
+        {
             return Err(Error::NotFound {
                 what: format!("network {missing}"),
             });
         }
-        if state.containers.values().any(|(container, _)| container.name == spec.name) {
+        if state
+            .containers
+            .values()
+            .any(|(container, _)| container.name == spec.name)
+        {
             return Err(Error::Conflict {
                 name: spec.name.clone(),
                 message: format!("the container name \"/{}\" is already in use", spec.name),
@@ -133,7 +149,9 @@ impl Runtime for FakeRuntime {
             labels: spec.labels.clone(),
             state: ContainerState::Created,
         };
-        state.containers.insert(id.clone(), (container, spec.clone()));
+        state
+            .containers
+            .insert(id.clone(), (container, spec.clone()));
         Ok(id)
     }
 

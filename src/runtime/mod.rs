@@ -91,7 +91,10 @@ pub enum Error {
 impl Error {
     /// True when trying again later can help (engine down, a name still being released).
     pub fn is_transient(&self) -> bool {
-        matches!(self, Error::Unavailable { .. } | Error::Conflict { .. } | Error::NotFound { .. })
+        matches!(
+            self,
+            Error::Unavailable { .. } | Error::Conflict { .. } | Error::NotFound { .. }
+        )
     }
 }
 
@@ -156,9 +159,15 @@ mod tests {
     #[test]
     fn normalised_ports_parse() {
         let port = parse_port("127.0.0.1::80").expect("valid");
-        assert_eq!((port.host_ip.as_str(), port.host_port, port.container_port), ("127.0.0.1", None, 80));
+        assert_eq!(
+            (port.host_ip.as_str(), port.host_port, port.container_port),
+            ("127.0.0.1", None, 80)
+        );
         let port = parse_port("127.0.0.1:8080:80/udp").expect("valid");
-        assert_eq!((port.host_port, port.protocol.as_str()), (Some(8080), "udp"));
+        assert_eq!(
+            (port.host_port, port.protocol.as_str()),
+            (Some(8080), "udp")
+        );
         let port = parse_port("[::1]:81:80").expect("valid");
         assert_eq!((port.host_ip.as_str(), port.host_port), ("::1", Some(81)));
         assert_eq!(parse_port("127.0.0.1::http"), None);

@@ -11,7 +11,9 @@ pub enum Error {
         #[source]
         source: rusqlite::Error,
     },
-    #[error("state database {path} has schema version {found}, newer than this agent knows ({known}); upgrade voodu-agent")]
+    #[error(
+        "state database {path} has schema version {found}, newer than this agent knows ({known}); upgrade voodu-agent"
+    )]
     SchemaTooNew {
         path: PathBuf,
         found: i64,

@@ -160,7 +160,9 @@ pub struct ResourceStatus {
 pub fn now_unix() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX))
+        .map_or(0, |elapsed| {
+            i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX)
+        })
 }
 
 impl Store {
@@ -191,12 +193,10 @@ impl Store {
 
     /// Opens an existing database without writing to it (for `status` while the agent runs).
     pub fn open_read_only(path: &Path) -> Result<Store> {
-        let connection =
-            Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(|source| {
-                Error::Open {
-                    path: path.to_owned(),
-                    source,
-                }
+        let connection = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .map_err(|source| Error::Open {
+                path: path.to_owned(),
+                source,
             })?;
         connection.busy_timeout(std::time::Duration::from_secs(5))?;
         let version: i64 = connection.query_row("PRAGMA user_version", [], |row| row.get(0))?;
@@ -206,7 +206,9 @@ impl Store {
 
     fn from_connection(connection: Connection, path: &Path) -> Store {
         let head = connection
-            .query_row("SELECT COALESCE(MAX(seq), 0) FROM journal", [], |row| row.get(0))
+            .query_row("SELECT COALESCE(MAX(seq), 0) FROM journal", [], |row| {
+                row.get(0)
+            })
             .unwrap_or(0);
         let (journal_head, _) = watch::channel(head);
         Store {
@@ -335,8 +337,8 @@ impl Store {
 
     /// Records a rejected commit with its diagnostics; desired and the journal stay as they are.
     pub fn reject_commit(&self, sha: &CommitSha, diagnostics: &Diagnostics) -> Result<()> {
-        let errors = serde_json::to_string(&diagnostics.0)
-            .expect("diagnostics are strings and numbers");
+        let errors =
+            serde_json::to_string(&diagnostics.0).expect("diagnostics are strings and numbers");
         self.with(|connection| {
             connection.execute(
                 "INSERT INTO commits (sha, outcome, errors, seen_at) VALUES (?1, 'rejected', ?2, ?3)",
@@ -425,10 +427,14 @@ impl Store {
     /// Every resource in desired, ordered by key.
     pub fn desired_keys(&self) -> Result<Vec<ResourceKey>> {
         self.with(|connection| {
-            let mut statement =
-                connection.prepare("SELECT kind, scope, name FROM desired ORDER BY kind, scope, name")?;
+            let mut statement = connection
+                .prepare("SELECT kind, scope, name FROM desired ORDER BY kind, scope, name")?;
             let rows = statement.query_map([], |row| {
-                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, String>(2)?))
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                ))
             })?;
             rows.map(|row| {
                 let (kind, scope, name) = row?;
@@ -445,17 +451,20 @@ impl Store {
                 "SELECT seq, kind, scope, name, op, generation, commit_sha FROM journal
                  WHERE seq > ?1 ORDER BY seq LIMIT ?2",
             )?;
-            let rows = statement.query_map(params![after, i64::try_from(limit).unwrap_or(i64::MAX)], |row| {
-                Ok((
-                    row.get::<_, i64>(0)?,
-                    row.get::<_, String>(1)?,
-                    row.get::<_, String>(2)?,
-                    row.get::<_, String>(3)?,
-                    row.get::<_, String>(4)?,
-                    row.get::<_, i64>(5)?,
-                    row.get::<_, String>(6)?,
-                ))
-            })?;
+            let rows = statement.query_map(
+                params![after, i64::try_from(limit).unwrap_or(i64::MAX)],
+                |row| {
+                    Ok((
+                        row.get::<_, i64>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, String>(2)?,
+                        row.get::<_, String>(3)?,
+                        row.get::<_, String>(4)?,
+                        row.get::<_, i64>(5)?,
+                        row.get::<_, String>(6)?,
+                    ))
+                },
+            )?;
             rows.map(|row| {
                 let (seq, kind, scope, name, op, generation, commit) = row?;
                 let op = match op.as_str() {
@@ -479,7 +488,11 @@ impl Store {
     pub fn cursor(&self, consumer: &str) -> Result<i64> {
         self.with(|connection| {
             Ok(connection
-                .query_row("SELECT seq FROM cursor WHERE consumer = ?1", params![consumer], |row| row.get(0))
+                .query_row(
+                    "SELECT seq FROM cursor WHERE consumer = ?1",
+                    params![consumer],
+                    |row| row.get(0),
+                )
                 .optional()?
                 .unwrap_or(0))
         })
@@ -696,7 +709,11 @@ fn migrate(connection: &mut Connection, path: &Path) -> Result<()> {
     for (index, migration) in schema::MIGRATIONS.iter().enumerate().skip(start) {
         let tx = connection.transaction()?;
         tx.execute_batch(migration)?;
-        tx.pragma_update(None, "user_version", i64::try_from(index + 1).unwrap_or(i64::MAX))?;
+        tx.pragma_update(
+            None,
+            "user_version",
+            i64::try_from(index + 1).unwrap_or(i64::MAX),
+        )?;
         tx.commit()?;
     }
     Ok(())

@@ -16,20 +16,31 @@ fn agent() -> Command {
 
 #[test]
 fn running_without_repo_explains_what_to_do() -> TestResult {
-    let output = agent().env("VOODU_AGENT_DATA_DIR", "/nonexistent").output()?;
+    let output = agent()
+        .env("VOODU_AGENT_DATA_DIR", "/nonexistent")
+        .output()?;
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8(output.stderr)?;
-    assert!(stderr.contains("no --repo given: run `voodu-agent --repo <URL|PATH>`"), "{stderr}");
+    assert!(
+        stderr.contains("no --repo given: run `voodu-agent --repo <URL|PATH>`"),
+        "{stderr}"
+    );
     Ok(())
 }
 
 #[test]
 fn status_without_state_names_the_data_dir() -> TestResult {
     let dir = tempfile::tempdir()?;
-    let output = agent().args(["status", "--data-dir"]).arg(dir.path()).output()?;
+    let output = agent()
+        .args(["status", "--data-dir"])
+        .arg(dir.path())
+        .output()?;
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8(output.stderr)?;
-    assert!(stderr.contains("no agent state at") && stderr.contains("state.db"), "{stderr}");
+    assert!(
+        stderr.contains("no agent state at") && stderr.contains("state.db"),
+        "{stderr}"
+    );
     Ok(())
 }
 
@@ -58,18 +69,38 @@ fn status_json_shows_commits_errors_and_resources() -> TestResult {
         }]),
     )?;
     drop(store);
-    let output = agent().args(["status", "--json", "--data-dir"]).arg(dir.path()).output()?;
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let output = agent()
+        .args(["status", "--json", "--data-dir"])
+        .arg(dir.path())
+        .output()?;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let json: serde_json::Value = serde_json::from_slice(&output.stdout)?;
     assert_eq!(json["last_seen"]["sha"], bad.as_str());
     assert_eq!(json["last_applied"]["sha"], good.as_str());
     assert_eq!(json["last_rejected"]["outcome"], "rejected");
-    assert_eq!(json["last_rejected"]["errors"][0], "web.hcl:2:3: unknown attribute `imge` in deployment");
+    assert_eq!(
+        json["last_rejected"]["errors"][0],
+        "web.hcl:2:3: unknown attribute `imge` in deployment"
+    );
     assert_eq!(json["last_rejected"]["diagnostics"][0]["line"], 2);
-    assert_eq!(json["resources"], serde_json::json!([]), "no reconcile ran yet");
-    let text = agent().args(["status", "--data-dir"]).arg(dir.path()).output()?;
+    assert_eq!(
+        json["resources"],
+        serde_json::json!([]),
+        "no reconcile ran yet"
+    );
+    let text = agent()
+        .args(["status", "--data-dir"])
+        .arg(dir.path())
+        .output()?;
     let text = String::from_utf8(text.stdout)?;
-    assert!(text.contains("the latest commit was rejected") && text.contains("web.hcl:2:3:"), "{text}");
+    assert!(
+        text.contains("the latest commit was rejected") && text.contains("web.hcl:2:3:"),
+        "{text}"
+    );
     Ok(())
 }
 
@@ -96,14 +127,29 @@ fn sigterm_stops_the_agent_cleanly() -> TestResult {
         .stderr(Stdio::piped())
         .spawn()?;
     let status_says_ready = || {
-        let output = agent().args(["status", "--json", "--data-dir"]).arg(data.path()).output().ok()?;
+        let output = agent()
+            .args(["status", "--json", "--data-dir"])
+            .arg(data.path())
+            .output()
+            .ok()?;
         let json: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
         (json["resources"][0]["phase"] == "Ready").then_some(())
     };
-    wait_until(Duration::from_secs(60), "the agent to converge", status_says_ready)?;
+    wait_until(
+        Duration::from_secs(60),
+        "the agent to converge",
+        status_says_ready,
+    )?;
     let pid = child.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status()?.success());
-    let exit = wait_until(Duration::from_secs(30), "the agent to exit", || child.try_wait().ok().flatten())?;
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()?
+            .success()
+    );
+    let exit = wait_until(Duration::from_secs(30), "the agent to exit", || {
+        child.try_wait().ok().flatten()
+    })?;
     assert!(exit.success(), "exit status {exit:?}");
     let mut stderr = String::new();
     std::io::Read::read_to_string(child.stderr.as_mut().ok_or("stderr")?, &mut stderr)?;

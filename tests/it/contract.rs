@@ -1,1 +1,355 @@
-//! contract tests.
+//! The runtime contract: the same checks run against `FakeRuntime` and a real Docker engine
+//! through `DockerRuntime`, so what reconcile tests assume of the fake holds on Docker.
+//!
+//! Each check is a generic `check_*` function; `contract!` turns it into `fake_*` (always
+//! runs) and `docker_*` (runs when `VOODU_DOCKER_TESTS=1`). Every container carries
+//! `voodu.scope=<scope>`, so `DockerGuard` removes it even when a check fails. The test image
+//! has no `LABEL`s of its own, so listed labels are exactly the ones a spec sets.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use voodu_agent::runtime::{
+    ContainerSpec, ContainerState, DockerRuntime, Error, FakeRuntime, Runtime, labels,
+};
+
+use crate::support::{DockerGuard, TestResult, docker_tests_enabled, test_image, unique};
+
+/// The network every check attaches its containers to (the agent's default network).
+const NETWORK: &str = "voodu0";
+
+/// Generates `fake_<check>` and `docker_<check>` tests from one `check_<check>` function.
+macro_rules! contract {
+    ($($check:ident => $fake:ident, $docker:ident;)*) => {$(
+        #[tokio::test]
+        async fn $fake() -> TestResult {
+            let scope = unique("t");
+            let runtime = FakeRuntime::with_images(&[&test_image()]);
+            $check(&runtime, &scope).await
+        }
+
+        #[tokio::test]
+        async fn $docker() -> TestResult {
+            if !docker_tests_enabled(concat!("contract::", stringify!($docker))) {
+                return Ok(());
+            }
+            let scope = unique("t");
+            // Dropped last: the containers (DockerGuard) go first, then their network.
+            let _network = NetworkGuard(network_name(&scope));
+            let _guard = DockerGuard::new(&scope);
+            let runtime = DockerRuntime::connect().await?;
+            $check(&runtime, &scope).await
+        }
+    )*};
+}
+
+contract! {
+    check_ensure_network => fake_ensure_network, docker_ensure_network;
+    check_create_then_start => fake_create_then_start, docker_create_then_start;
+    check_list_filters_by_labels => fake_list_filters_by_labels, docker_list_filters_by_labels;
+    check_duplicate_name_conflicts => fake_duplicate_name_conflicts, docker_duplicate_name_conflicts;
+    check_remove_is_idempotent => fake_remove_is_idempotent, docker_remove_is_idempotent;
+    check_missing_image => fake_missing_image, docker_missing_image;
+    check_labels_round_trip => fake_labels_round_trip, docker_labels_round_trip;
+}
+
+/// A network name of the check's own, so checks never share (or delete) each other's.
+fn network_name(scope: &str) -> String {
+    format!("{scope}-net")
+}
+
+/// `docker network rm`s a check's own network on drop (a missing one is fine).
+struct NetworkGuard(String);
+
+impl Drop for NetworkGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("docker")
+            .args(["network", "rm", &self.0])
+            .output();
+    }
+}
+
+/// Docker only: concurrent `ensure_network` calls leave exactly one network by that name (the
+/// engine itself would accept several).
+#[tokio::test]
+async fn docker_ensure_network_races_create_one_network() -> TestResult {
+    if !docker_tests_enabled("contract::docker_ensure_network_races_create_one_network") {
+        return Ok(());
+    }
+    let scope = unique("t");
+    let network = network_name(&scope);
+    let _network = NetworkGuard(network.clone());
+    let runtime = DockerRuntime::connect().await?;
+    let (a, b, c) = tokio::join!(
+        runtime.ensure_network(&network),
+        runtime.ensure_network(&network),
+        runtime.ensure_network(&network)
+    );
+    a?;
+    b?;
+    c?;
+    runtime.ensure_network(&network).await?;
+    let output = Command::new("docker")
+        .args([
+            "network",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("name=^{network}$"),
+        ])
+        .output()?;
+    let ids = String::from_utf8(output.stdout)?;
+    assert_eq!(ids.lines().count(), 1, "networks named {network}: {ids:?}");
+    Ok(())
+}
+
+/// A `sleep 300` container on the test image, on `voodu0`, labelled with the scope.
+fn spec(scope: &str, name: &str) -> ContainerSpec {
+    ContainerSpec {
+        name: format!("{scope}-{name}"),
+        image: test_image(),
+        command: Some(vec!["sleep".to_owned(), "300".to_owned()]),
+        labels: BTreeMap::from([(labels::SCOPE.to_owned(), scope.to_owned())]),
+        restart: "no".to_owned(),
+        networks: vec![NETWORK.to_owned()],
+        ..ContainerSpec::default()
+    }
+}
+
+/// Ids and states of the scope's containers, sorted by name.
+async fn listed<R: Runtime>(
+    runtime: &R,
+    filter: &[(&str, &str)],
+) -> TestResult<Vec<(String, String, ContainerState)>> {
+    let mut containers: Vec<_> = runtime
+        .list(filter)
+        .await?
+        .into_iter()
+        .map(|container| (container.name, container.id, container.state))
+        .collect();
+    containers.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(containers)
+}
+
+async fn check_ensure_network<R: Runtime>(runtime: &R, scope: &str) -> TestResult {
+    let network = network_name(scope);
+    let mut on_network = spec(scope, "net");
+    on_network.networks = vec![network.clone()];
+
+    // Before the network exists the container never runs. The fake refuses at create; Docker
+    // 20.10 creates it and refuses at start, newer engines refuse at create (404 both).
+    let outcome = match runtime.create(&on_network).await {
+        Err(error) => Err(error),
+        Ok(id) => {
+            let started = runtime.start(&id).await;
+            runtime.remove(&id).await?;
+            started
+        }
+    };
+    assert!(
+        matches!(outcome, Err(Error::NotFound { .. })),
+        "a container on a missing network: expected NotFound, got {outcome:?}"
+    );
+    assert_eq!(listed(runtime, &[(labels::SCOPE, scope)]).await?, vec![]);
+
+    // Idempotent, also when two callers race (the engine would accept two same-named networks).
+    let (first, second) = tokio::join!(
+        runtime.ensure_network(&network),
+        runtime.ensure_network(&network)
+    );
+    first?;
+    second?;
+    runtime.ensure_network(&network).await?;
+
+    let id = runtime.create(&on_network).await?;
+    runtime.start(&id).await?;
+    let containers = listed(runtime, &[(labels::SCOPE, scope)]).await?;
+    assert_eq!(
+        containers,
+        vec![(on_network.name.clone(), id.clone(), ContainerState::Running)]
+    );
+    runtime.remove(&id).await?;
+    Ok(())
+}
+
+async fn check_create_then_start<R: Runtime>(runtime: &R, scope: &str) -> TestResult {
+    runtime.ensure_network(NETWORK).await?;
+    let web = spec(scope, "web");
+    let id = runtime.create(&web).await?;
+    assert!(!id.is_empty(), "create returns the container id");
+    let scope_filter = [(labels::SCOPE, scope)];
+    assert_eq!(
+        listed(runtime, &scope_filter).await?,
+        vec![(web.name.clone(), id.clone(), ContainerState::Created)]
+    );
+    runtime.start(&id).await?;
+    assert_eq!(
+        listed(runtime, &scope_filter).await?,
+        vec![(web.name.clone(), id.clone(), ContainerState::Running)]
+    );
+    runtime.remove(&id).await?;
+    Ok(())
+}
+
+async fn check_list_filters_by_labels<R: Runtime>(runtime: &R, scope: &str) -> TestResult {
+    runtime.ensure_network(NETWORK).await?;
+    let mut a = spec(scope, "a");
+    a.labels.insert(labels::NAME.to_owned(), "a".to_owned());
+    let mut b = spec(scope, "b");
+    b.labels.insert(labels::NAME.to_owned(), "b".to_owned());
+    let a_id = runtime.create(&a).await?;
+    let b_id = runtime.create(&b).await?;
+    runtime.start(&a_id).await?;
+
+    // `b` was never started: listed all the same, as Created.
+    let only_a = listed(runtime, &[(labels::SCOPE, scope), (labels::NAME, "a")]).await?;
+    assert_eq!(
+        only_a,
+        vec![(a.name.clone(), a_id.clone(), ContainerState::Running)]
+    );
+    let only_b = listed(runtime, &[(labels::SCOPE, scope), (labels::NAME, "b")]).await?;
+    assert_eq!(
+        only_b,
+        vec![(b.name.clone(), b_id.clone(), ContainerState::Created)]
+    );
+    let both = listed(runtime, &[(labels::SCOPE, scope)]).await?;
+    assert_eq!(
+        both,
+        vec![
+            (a.name.clone(), a_id.clone(), ContainerState::Running),
+            (b.name.clone(), b_id.clone(), ContainerState::Created),
+        ]
+    );
+    // Every pair must match: a value that no container has selects nothing.
+    assert_eq!(
+        listed(runtime, &[(labels::SCOPE, scope), (labels::NAME, "c")]).await?,
+        vec![]
+    );
+    assert_eq!(
+        listed(
+            runtime,
+            &[(labels::SCOPE, scope), (labels::KIND, "deployment")]
+        )
+        .await?,
+        vec![]
+    );
+
+    runtime.remove(&a_id).await?;
+    runtime.remove(&b_id).await?;
+    Ok(())
+}
+
+async fn check_duplicate_name_conflicts<R: Runtime>(runtime: &R, scope: &str) -> TestResult {
+    runtime.ensure_network(NETWORK).await?;
+    let web = spec(scope, "web");
+    let id = runtime.create(&web).await?;
+    let mut again = web.clone();
+    again
+        .labels
+        .insert(labels::NAME.to_owned(), "second".to_owned());
+    match runtime.create(&again).await {
+        Err(Error::Conflict { name, .. }) => assert_eq!(name, web.name),
+        other => {
+            return Err(format!(
+                "a second container named {}: expected Conflict, got {other:?}",
+                web.name
+            )
+            .into());
+        }
+    }
+    // The first container is untouched and still the only one.
+    assert_eq!(
+        listed(runtime, &[(labels::SCOPE, scope)]).await?,
+        vec![(web.name.clone(), id.clone(), ContainerState::Created)]
+    );
+    runtime.remove(&id).await?;
+    Ok(())
+}
+
+async fn check_remove_is_idempotent<R: Runtime>(runtime: &R, scope: &str) -> TestResult {
+    runtime.ensure_network(NETWORK).await?;
+    let running = spec(scope, "running");
+    let created = spec(scope, "created");
+    let running_id = runtime.create(&running).await?;
+    runtime.start(&running_id).await?;
+    let created_id = runtime.create(&created).await?;
+
+    runtime.remove(&running_id).await?;
+    assert_eq!(
+        listed(runtime, &[(labels::SCOPE, scope)]).await?,
+        vec![(
+            created.name.clone(),
+            created_id.clone(),
+            ContainerState::Created
+        )]
+    );
+    runtime.remove(&running_id).await?;
+    runtime.remove(&created_id).await?;
+    runtime.remove(&created_id).await?;
+    runtime.remove(&format!("{:064}", 0)).await?;
+    assert_eq!(listed(runtime, &[(labels::SCOPE, scope)]).await?, vec![]);
+    // The name is free again.
+    let id = runtime.create(&running).await?;
+    runtime.remove(&id).await?;
+    Ok(())
+}
+
+async fn check_missing_image<R: Runtime>(runtime: &R, scope: &str) -> TestResult {
+    runtime.ensure_network(NETWORK).await?;
+    let mut missing = spec(scope, "missing");
+    missing.image = format!("voodu-no-such-image-{scope}:latest");
+    match runtime.create(&missing).await {
+        Err(Error::ImageMissing { image, .. }) => assert_eq!(image, missing.image),
+        other => {
+            return Err(format!("a missing image: expected ImageMissing, got {other:?}").into());
+        }
+    }
+    assert_eq!(listed(runtime, &[(labels::SCOPE, scope)]).await?, vec![]);
+    Ok(())
+}
+
+async fn check_labels_round_trip<R: Runtime>(runtime: &R, scope: &str) -> TestResult {
+    runtime.ensure_network(NETWORK).await?;
+    let mut web = spec(scope, "web");
+    web.labels.extend(
+        [
+            (labels::CREATED_BY, labels::CREATED_BY_VALUE),
+            (labels::KIND, "deployment"),
+            (labels::NAME, "web"),
+            (labels::MANIFEST_HASH, "0123456789abcdef"),
+            (labels::CREATED_AT, "2024-01-02T03:04:05Z"),
+            ("contract.empty", ""),
+            ("contract.spaces", "a value with spaces"),
+            ("contract.equals", "k=v,x=y"),
+            ("contract.unicode", "héllo ✓"),
+        ]
+        .map(|(key, value)| (key.to_owned(), value.to_owned())),
+    );
+    let id = runtime.create(&web).await?;
+    runtime.start(&id).await?;
+    let containers = runtime.list(&[(labels::SCOPE, scope)]).await?;
+    let [container] = containers.as_slice() else {
+        return Err(format!("expected one container, listed {containers:?}").into());
+    };
+    assert_eq!(container.id, id);
+    assert_eq!(container.name, web.name);
+    assert_eq!(container.labels, web.labels);
+    assert_eq!(
+        container.label(labels::MANIFEST_HASH),
+        Some("0123456789abcdef")
+    );
+    // A filter on a label with an odd value still selects by exact match.
+    let by_value = runtime
+        .list(&[
+            (labels::SCOPE, scope),
+            ("contract.spaces", "a value with spaces"),
+        ])
+        .await?;
+    assert_eq!(
+        by_value.len(),
+        1,
+        "filter by a value with spaces: {by_value:?}"
+    );
+    runtime.remove(&id).await?;
+    Ok(())
+}

@@ -1,1 +1,485 @@
-//! e2e_docker tests.
+//! The walking skeleton, accepted end to end: the real `voodu-agent` binary watching a real
+//! git repo (`file://`) and driving a real Docker engine. Push deploys, an edit rolls out one
+//! replica at a time, scaling keeps survivors, a broken commit changes nothing, deleting the
+//! manifest prunes, `git revert` brings it back; and a `kill -9` mid-rollout converges after a
+//! restart without duplicates.
+//!
+//! State is read the way an operator would: `voodu-agent status --json` and `docker ps`.
+//! Limits in `wait_until` are liveness bounds, not timing assertions.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use crate::support::{
+    DockerGuard, TempRepo, TestResult, docker_tests_enabled, test_image, unique, wait_until,
+};
+
+const AGENT: &str = env!("CARGO_BIN_EXE_voodu-agent");
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// One container of the scope, as `docker ps -a` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Row {
+    id: String,
+    name: String,
+    state: String,
+    hash: String,
+}
+
+/// The agent child process; killed (SIGKILL) and reaped on drop.
+struct Agent {
+    child: Child,
+}
+
+impl Agent {
+    fn start(repo: &TempRepo, data_dir: &Path, log: &Path) -> TestResult<Agent> {
+        let stderr = File::options().create(true).append(true).open(log)?;
+        let child = Command::new(AGENT)
+            .args(["--repo", &repo.url(), "--interval", "1s", "--data-dir"])
+            .arg(data_dir)
+            .env("RUST_LOG", "info,voodu_agent=debug")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()?;
+        Ok(Agent { child })
+    }
+
+    /// SIGKILL, no chance to clean up.
+    fn kill_9(&mut self) -> TestResult {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A `docker events` stream for the scope, written to a file; killed on drop.
+struct Events {
+    child: Child,
+    out: PathBuf,
+}
+
+impl Events {
+    /// Streams events from `since` on: `--since` replays what happened before the stream
+    /// subscribed, so no event is lost to the subscription racing the test.
+    fn start(scope: &str, since: SystemTime, out: PathBuf) -> TestResult<Events> {
+        let since = since.duration_since(UNIX_EPOCH)?;
+        let since = format!("{}.{:09}", since.as_secs(), since.subsec_nanos());
+        let child = Command::new("docker")
+            .args(["events", "--since", &since])
+            .args([
+                "--filter",
+                &format!("label=voodu.scope={scope}"),
+                "--filter",
+                "type=container",
+            ])
+            .args(["--format", "{{.Action}} {{.Actor.Attributes.name}}"])
+            .stdin(Stdio::null())
+            .stdout(File::create(&out)?)
+            .stderr(Stdio::null())
+            .spawn()?;
+        Ok(Events { child, out })
+    }
+
+    /// `(action, container name)` pairs seen so far.
+    fn seen(&self) -> TestResult<Vec<(String, String)>> {
+        Ok(std::fs::read_to_string(&self.out)?
+            .lines()
+            .filter_map(|line| line.split_once(' '))
+            .map(|(action, name)| (action.to_owned(), name.to_owned()))
+            .collect())
+    }
+}
+
+impl Drop for Events {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A temp repo, a temp data dir, a scope, and the agent. Field order is drop order: the agent
+/// dies before `DockerGuard` removes the scope's containers, so nothing recreates them.
+struct Env {
+    agent: Option<Agent>,
+    guard: DockerGuard,
+    repo: TempRepo,
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> TestResult<Env> {
+        let scope = unique("t");
+        Ok(Env {
+            agent: None,
+            guard: DockerGuard::new(&scope),
+            repo: TempRepo::new()?,
+            dir: tempfile::tempdir()?,
+        })
+    }
+
+    fn scope(&self) -> &str {
+        &self.guard.scope
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn log(&self) -> PathBuf {
+        self.dir.path().join("agent.log")
+    }
+
+    fn start_agent(&mut self) -> TestResult {
+        self.agent = Some(Agent::start(&self.repo, &self.data_dir(), &self.log())?);
+        Ok(())
+    }
+
+    /// Runs a scenario; on failure (an error or a failed assertion) prints the agent log,
+    /// status and containers.
+    fn run(mut self, scenario: impl FnOnce(&mut Env) -> TestResult) -> TestResult {
+        let result = scenario(&mut self);
+        if result.is_err() {
+            self.dump();
+        }
+        result
+    }
+
+    fn dump(&self) {
+        let log = std::fs::read_to_string(self.log()).unwrap_or_default();
+        eprintln!("---- agent log ({}) ----\n{log}", self.log().display());
+        eprintln!("---- status ----\n{:#?}", self.status());
+        eprintln!("---- docker ps -a ----\n{:#?}", self.containers());
+    }
+
+    /// `docker ps -a` for the scope, sorted by name.
+    fn containers(&self) -> TestResult<Vec<Row>> {
+        let output = Command::new("docker")
+            .args([
+                "ps",
+                "-a",
+                "--no-trunc",
+                "--filter",
+                &format!("label=voodu.scope={}", self.scope()),
+            ])
+            .args([
+                "--format",
+                "{{.ID}} {{.Names}} {{.State}} {{.Label \"voodu.manifest_hash\"}}",
+            ])
+            .output()?;
+        if !output.status.success() {
+            return Err(format!(
+                "docker ps failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+            .into());
+        }
+        let mut rows: Vec<Row> = String::from_utf8(output.stdout)?
+            .lines()
+            .map(|line| {
+                let mut fields = line.split(' ').map(ToOwned::to_owned);
+                Row {
+                    id: fields.next().unwrap_or_default(),
+                    name: fields.next().unwrap_or_default(),
+                    state: fields.next().unwrap_or_default(),
+                    hash: fields.next().unwrap_or_default(),
+                }
+            })
+            .collect();
+        rows.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(rows)
+    }
+
+    /// `voodu-agent status --json`; an error before the agent created its state.
+    fn status(&self) -> TestResult<Value> {
+        let output = Command::new(AGENT)
+            .args(["status", "--json", "--data-dir"])
+            .arg(self.data_dir())
+            .output()?;
+        if !output.status.success() {
+            return Err(
+                format!("status failed: {}", String::from_utf8_lossy(&output.stderr)).into(),
+            );
+        }
+        Ok(serde_json::from_slice(&output.stdout)?)
+    }
+
+    /// This scope's `web` resource in `status --json`, if listed.
+    fn resource(&self) -> TestResult<Option<Value>> {
+        let status = self.status()?;
+        let resources = status["resources"].as_array().cloned().unwrap_or_default();
+        Ok(resources
+            .into_iter()
+            .find(|resource| resource["scope"] == self.scope() && resource["name"] == "web"))
+    }
+
+    fn write_web(&self, replicas: usize, v: &str) -> TestResult {
+        let manifest = format!(
+            "deployment \"{scope}\" \"web\" {{\n  image    = \"{image}\"\n  command  = [\"sleep\", \"3600\"]\n  replicas = {replicas}\n  env      = {{ V = \"{v}\" }}\n}}\n",
+            scope = self.scope(),
+            image = test_image(),
+        );
+        self.repo.write("app/web.hcl", &manifest)?;
+        Ok(())
+    }
+
+    /// Waits until the scope has exactly `replicas` containers, all running with one hash
+    /// (other than `not_hash`), and status shows the resource Ready with that hash and
+    /// `replicas` running, `last_applied` at `sha`. Returns the containers.
+    fn converged(
+        &self,
+        sha: &str,
+        replicas: usize,
+        not_hash: Option<&str>,
+    ) -> TestResult<Vec<Row>> {
+        let what = format!("{replicas} running replicas of commit {sha}");
+        wait_until(LIMIT, &what, || {
+            let rows = self.containers().ok()?;
+            let status = self.status().ok()?;
+            let resource = self.resource().ok()??;
+            let hash = resource["spec_hash"].as_str()?;
+            let ready = rows.len() == replicas
+                && rows
+                    .iter()
+                    .all(|row| row.state == "running" && row.hash == hash)
+                && not_hash != Some(hash)
+                && resource["phase"] == "Ready"
+                && resource["running_replicas"] == replicas
+                && resource["desired_replicas"] == replicas
+                && status["last_applied"]["sha"] == sha;
+            ready.then_some(rows)
+        })
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.dump();
+        }
+    }
+}
+
+fn ids(rows: &[Row]) -> BTreeSet<String> {
+    rows.iter().map(|row| row.id.clone()).collect()
+}
+
+#[test]
+fn walking_skeleton_end_to_end() -> TestResult {
+    if !docker_tests_enabled("e2e_docker::walking_skeleton_end_to_end") {
+        return Ok(());
+    }
+    Env::new()?.run(walking_skeleton)
+}
+
+fn walking_skeleton(env: &mut Env) -> TestResult {
+    let scope = env.scope().to_owned();
+    let prefix = format!("{scope}-web.");
+
+    // a. push → two running replicas, Ready, release succeeded for the pushed commit.
+    env.write_web(2, "1")?;
+    let first = env.repo.commit("web: 2 replicas")?;
+    env.start_agent()?;
+    let rows = env.converged(&first, 2, None)?;
+    let hash_1 = rows[0].hash.clone();
+    assert!(
+        rows.iter().all(|row| row.name.starts_with(&prefix)),
+        "replica names: {rows:?}"
+    );
+    let release = wait_until(LIMIT, "release of the first commit to succeed", || {
+        let release = env.resource().ok()??["release"].clone();
+        (release["phase"] == "succeeded").then_some(release)
+    })?;
+    assert_eq!(release["commit"], first.as_str());
+
+    // b. edit env → rolled out one slot at a time: destroy, create, destroy, create.
+    let events = Events::start(&scope, SystemTime::now(), env.dir.path().join("events.log"))?;
+    env.write_web(2, "2")?;
+    let second = env.repo.commit("web: V=2")?;
+    let rows = env.converged(&second, 2, Some(&hash_1))?;
+    let hash_2 = rows[0].hash.clone();
+    let rollout = wait_until(LIMIT, "docker events of the rollout", || {
+        let seen: Vec<(String, String)> = events
+            .seen()
+            .ok()?
+            .into_iter()
+            .filter(|(action, name)| {
+                name.starts_with(&prefix) && (action == "create" || action == "destroy")
+            })
+            .collect();
+        (seen.len() >= 4).then_some(seen)
+    })?;
+    drop(events);
+    let actions: Vec<&str> = rollout.iter().map(|(action, _)| action.as_str()).collect();
+    assert_eq!(
+        actions,
+        ["destroy", "create", "destroy", "create"],
+        "rollout events: {rollout:?}"
+    );
+    let created: BTreeSet<&str> = rollout
+        .iter()
+        .filter(|(a, _)| a == "create")
+        .map(|(_, n)| n.as_str())
+        .collect();
+    let now: BTreeSet<&str> = rows.iter().map(|row| row.name.as_str()).collect();
+    assert_eq!(
+        created, now,
+        "the created containers are the ones now running"
+    );
+    let release = env.resource()?.ok_or("web is in status")?["release"].clone();
+    assert_eq!(
+        (release["commit"].as_str(), release["phase"].as_str()),
+        (Some(second.as_str()), Some("succeeded"))
+    );
+
+    // c. scale 2 → 3: survivors keep their ids, one new replica, same hash.
+    let before = ids(&rows);
+    env.write_web(3, "2")?;
+    let third = env.repo.commit("web: 3 replicas")?;
+    let rows = env.converged(&third, 3, None)?;
+    let hash_3 = rows[0].hash.clone();
+    assert_eq!(hash_3, hash_2, "scaling does not change the spec hash");
+    let after = ids(&rows);
+    assert!(
+        before.is_subset(&after),
+        "survivors {before:?} kept in {after:?}"
+    );
+    assert_eq!(after.len(), 3);
+
+    // d. a broken commit is rejected with path:line:col and changes nothing on the host.
+    env.repo.write(
+        "app/broken.hcl",
+        "deployment \"x\" \"y\" {\n  image = \n}\n",
+    )?;
+    let broken = env.repo.commit("broken manifest")?;
+    let rejected = wait_until(LIMIT, "the broken commit to be rejected", || {
+        let status = env.status().ok()?;
+        (status["last_rejected"]["sha"] == broken.as_str()).then(|| status["last_rejected"].clone())
+    })?;
+    assert_eq!(rejected["outcome"], "rejected");
+    let errors: Vec<&str> = rejected["errors"]
+        .as_array()
+        .ok_or("errors")?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        !errors.is_empty() && errors.iter().all(|error| error.starts_with(BROKEN_AT)),
+        "errors should point at {BROKEN_AT}: {errors:?}"
+    );
+    let diagnostic = &rejected["diagnostics"][0];
+    assert_eq!(diagnostic["path"], "app/broken.hcl");
+    assert_eq!(
+        format!(
+            "app/broken.hcl:{}:{}: ",
+            diagnostic["line"], diagnostic["col"]
+        ),
+        BROKEN_AT,
+        "diagnostics agree with errors"
+    );
+    let status = env.status()?;
+    assert_eq!(
+        status["last_applied"]["sha"],
+        third.as_str(),
+        "the host keeps the last good commit"
+    );
+    // One more poll cycle: still nothing touched.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        env.containers()?,
+        rows,
+        "a rejected commit changes nothing on the host"
+    );
+    env.repo.remove("app/broken.hcl")?;
+    let fixed = env.repo.commit("remove broken manifest")?;
+    let rows = env.converged(&fixed, 3, None)?;
+    assert_eq!(
+        ids(&rows),
+        after,
+        "the fix commit changes nothing on the host either"
+    );
+
+    // e. delete the manifest → every container of the scope gone, and the resource.
+    env.repo.remove("app/web.hcl")?;
+    let deleted = env.repo.commit("remove web")?;
+    wait_until(LIMIT, "web pruned", || {
+        let pruned = env.containers().ok()?.is_empty()
+            && env.resource().ok()?.is_none()
+            && env.status().ok()?["last_applied"]["sha"] == deleted.as_str();
+        pruned.then_some(())
+    })?;
+
+    // f. git revert of the delete → three replicas back, with the hash of step c.
+    let reverted = env.repo.revert(&deleted)?;
+    let rows = env.converged(&reverted, 3, None)?;
+    assert!(
+        rows.iter().all(|row| row.hash == hash_3),
+        "revert restores hash {hash_3}: {rows:?}"
+    );
+    assert!(
+        ids(&rows).is_disjoint(&after),
+        "pruned containers do not come back; new ones do"
+    );
+    Ok(())
+}
+
+/// Where the parser reports the missing value in `app/broken.hcl`.
+const BROKEN_AT: &str = "app/broken.hcl:2:11: ";
+
+#[test]
+fn kill_9_during_rollout_converges_without_duplicates() -> TestResult {
+    if !docker_tests_enabled("e2e_docker::kill_9_during_rollout_converges_without_duplicates") {
+        return Ok(());
+    }
+    Env::new()?.run(kill_9_during_rollout)
+}
+
+fn kill_9_during_rollout(env: &mut Env) -> TestResult {
+    env.write_web(4, "1")?;
+    let first = env.repo.commit("web: 4 replicas")?;
+    env.start_agent()?;
+    let rows = env.converged(&first, 4, None)?;
+    let hash_1 = rows[0].hash.clone();
+
+    env.write_web(4, "2")?;
+    let second = env.repo.commit("web: V=2")?;
+    let at_kill = wait_until(LIMIT, "the first replica of the rollout", || {
+        let rows = env.containers().ok()?;
+        rows.iter()
+            .any(|row| !row.hash.is_empty() && row.hash != hash_1)
+            .then_some(rows)
+    })?;
+    env.agent.as_mut().ok_or("agent running")?.kill_9()?;
+    let old_left = at_kill.iter().filter(|row| row.hash == hash_1).count();
+    assert!(
+        old_left > 0,
+        "the kill must land mid-rollout, with old replicas left: {at_kill:#?}"
+    );
+
+    env.start_agent()?;
+    let rows = env.converged(&second, 4, Some(&hash_1))?;
+    // No leftovers and nothing on its way: stable after another poll cycle.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(env.containers()?, rows, "stable after convergence");
+    let names: BTreeSet<&str> = rows.iter().map(|row| row.name.as_str()).collect();
+    assert_eq!(names.len(), 4, "distinct replica names: {rows:?}");
+    let release = env.resource()?.ok_or("web is in status")?["release"].clone();
+    assert_eq!(
+        (release["commit"].as_str(), release["phase"].as_str()),
+        (Some(second.as_str()), Some("succeeded"))
+    );
+    Ok(())
+}

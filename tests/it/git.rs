@@ -351,14 +351,20 @@ fn a_watched_path_missing_from_the_commit_rejects_it_instead_of_pruning_everythi
     let good = repo.commit("web")?;
     let agent = Agent::new(&repo, &["./deploy/"])?;
     agent.sync_applied(&good)?;
-    assert_eq!(agent.desired()?, ["deployment/s/web"], "`./deploy/` means `deploy`");
+    assert_eq!(
+        agent.desired()?,
+        ["deployment/s/web"],
+        "`./deploy/` means `deploy`"
+    );
 
     repo.git(&["mv", "deploy", "deploy-v2"])?;
     let moved = repo.commit("rename the watched folder")?;
     let errors = agent.sync_rejected(&moved)?;
     assert_eq!(
         errors,
-        ["deploy:1:1: watched --path does not exist in this commit; check --path (nothing was applied)"]
+        [
+            "deploy:1:1: watched --path does not exist in this commit; check --path (nothing was applied)"
+        ]
     );
     assert_eq!(agent.desired()?, ["deployment/s/web"], "nothing was pruned");
     Ok(())

@@ -84,7 +84,10 @@ impl Harness {
         use voodu_agent::runtime::Runtime;
         Ok(self
             .fake
-            .list(&[(labels::SCOPE, key.scope.as_str()), (labels::NAME, key.name.as_str())])
+            .list(&[
+                (labels::SCOPE, key.scope.as_str()),
+                (labels::NAME, key.name.as_str()),
+            ])
             .await?)
     }
 
@@ -95,11 +98,15 @@ impl Harness {
         loop {
             let desired = self.store.desired(key)?;
             let containers = self.containers(key).await?;
-            let ready = self.store.status(key)?.is_some_and(|status| status.phase == "Ready");
+            let ready = self
+                .store
+                .status(key)?
+                .is_some_and(|status| status.phase == "Ready");
             if let Some(desired) = desired {
                 let all_current = containers.iter().all(|container| {
                     container.state == ContainerState::Running
-                        && container.label(labels::MANIFEST_HASH) == Some(desired.spec_hash.as_str())
+                        && container.label(labels::MANIFEST_HASH)
+                            == Some(desired.spec_hash.as_str())
                 });
                 if ready && all_current && containers.len() == n {
                     return Ok(containers);
@@ -132,7 +139,11 @@ impl Harness {
                 return Ok(status);
             }
             if start.elapsed() > Duration::from_secs(20) {
-                return Err(format!("status of {key} never matched: {:?}", self.store.status(key)?).into());
+                return Err(format!(
+                    "status of {key} never matched: {:?}",
+                    self.store.status(key)?
+                )
+                .into());
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -161,7 +172,10 @@ fn web_key() -> ResourceKey {
 }
 
 fn ids(containers: &[Container]) -> Vec<String> {
-    let mut ids: Vec<String> = containers.iter().map(|container| container.id.clone()).collect();
+    let mut ids: Vec<String> = containers
+        .iter()
+        .map(|container| container.id.clone())
+        .collect();
     ids.sort();
     ids
 }
@@ -173,7 +187,9 @@ async fn deploy_creates_replicas_with_voodu_names_labels_and_a_release() -> Test
     let commit = harness.push(&[("web.hcl", &web(2, "1"))])?;
     let containers = harness.converged(&web_key(), 2).await?;
     for container in &containers {
-        let replica_id = container.label(labels::REPLICA_ID).ok_or("replica id label")?;
+        let replica_id = container
+            .label(labels::REPLICA_ID)
+            .ok_or("replica id label")?;
         assert_eq!(container.name, format!("shop-web.{replica_id}"));
         assert_eq!(replica_id.len(), 4);
         assert_eq!(container.label(labels::CREATED_BY), Some("voodu"));
@@ -183,8 +199,14 @@ async fn deploy_creates_replicas_with_voodu_names_labels_and_a_release() -> Test
         assert_eq!(spec.networks, ["voodu0"]);
         assert_eq!(spec.aliases, ["web.shop", "web.shop.voodu"]);
     }
-    let release = harness.store.latest_release(&web_key())?.ok_or("a release")?;
-    assert_eq!((release.commit, release.phase), (commit, ReleasePhase::Succeeded));
+    let release = harness
+        .store
+        .latest_release(&web_key())?
+        .ok_or("a release")?;
+    assert_eq!(
+        (release.commit, release.phase),
+        (commit, ReleasePhase::Succeeded)
+    );
     harness.stop().await
 }
 
@@ -197,7 +219,10 @@ async fn a_spec_change_replaces_every_replica_one_slot_at_a_time() -> TestResult
     let mark = harness.fake.calls().len();
     harness.push(&[("web.hcl", &web(3, "2"))])?;
     let after = harness.converged(&web_key(), 3).await?;
-    assert!(ids(&before).iter().all(|id| !ids(&after).contains(id)), "every replica replaced");
+    assert!(
+        ids(&before).iter().all(|id| !ids(&after).contains(id)),
+        "every replica replaced"
+    );
     assert_eq!(
         harness.churn_since(mark),
         ["remove", "create", "remove", "create", "remove", "create"],
@@ -215,11 +240,18 @@ async fn scaling_keeps_surviving_replicas() -> TestResult {
     let two = ids(&harness.converged(&web_key(), 2).await?);
     harness.push(&[("web.hcl", &web(3, "1"))])?;
     let three = ids(&harness.converged(&web_key(), 3).await?);
-    assert!(two.iter().all(|id| three.contains(id)), "survivors keep their ids");
+    assert!(
+        two.iter().all(|id| three.contains(id)),
+        "survivors keep their ids"
+    );
     harness.push(&[("web.hcl", &web(1, "1"))])?;
     let one = ids(&harness.converged(&web_key(), 1).await?);
     assert!(three.contains(&one[0]));
-    assert_eq!(harness.store.releases(&web_key(), 10)?.len(), 1, "scaling is not a rollout");
+    assert_eq!(
+        harness.store.releases(&web_key(), 10)?.len(),
+        1,
+        "scaling is not a rollout"
+    );
     harness.stop().await
 }
 
@@ -250,8 +282,14 @@ async fn transient_errors_are_retried_on_the_backoff_schedule() -> TestResult {
     harness.push(&[("web.hcl", &web(1, "1"))])?;
     harness.converged(&web_key(), 1).await?;
     let waited = virtual_start.elapsed();
-    assert!(waited >= Duration::from_secs(1 + 2 + 4), "backoff 1+2+4 s, waited {waited:?}");
-    assert!(waited < Duration::from_secs(1 + 2 + 4 + 8), "no fourth retry needed, waited {waited:?}");
+    assert!(
+        waited >= Duration::from_secs(1 + 2 + 4),
+        "backoff 1+2+4 s, waited {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_secs(1 + 2 + 4 + 8),
+        "no fourth retry needed, waited {waited:?}"
+    );
     harness.stop().await
 }
 
@@ -269,7 +307,9 @@ async fn each_retry_rereads_desired_so_a_delete_wins() -> TestResult {
     harness.start()?;
     harness.push(&[("web.hcl", &web(1, "1"))])?;
     harness
-        .status_where(&web_key(), |status| status.message.contains("engine restarting"))
+        .status_where(&web_key(), |status| {
+            status.message.contains("engine restarting")
+        })
         .await?;
     harness.push(&[])?;
     harness.converged(&web_key(), 0).await?;
@@ -293,15 +333,29 @@ async fn a_permanent_error_is_recorded_and_not_retried() -> TestResult {
         "web.hcl",
         "deployment \"shop\" \"web\" {\n  image = \"nope:1\"\n}\n",
     )])?;
-    let status = harness.status_where(&web_key(), |status| status.phase == "Failed").await?;
-    assert!(status.message.contains("image nope:1 is not present"), "{}", status.message);
+    let status = harness
+        .status_where(&web_key(), |status| status.phase == "Failed")
+        .await?;
+    assert!(
+        status.message.contains("image nope:1 is not present"),
+        "{}",
+        status.message
+    );
     tokio::time::sleep(Duration::from_secs(120)).await;
-    let creates = harness.fake.calls().iter().filter(|call| call.starts_with("create")).count();
+    let creates = harness
+        .fake
+        .calls()
+        .iter()
+        .filter(|call| call.starts_with("create"))
+        .count();
     assert_eq!(creates, 1, "permanent errors wait for the next change");
     let release = harness.store.latest_release(&web_key())?.ok_or("release")?;
     assert_eq!(release.phase, ReleasePhase::Failed);
     // The next commit gets a fresh chance.
-    harness.push(&[("web.hcl", "deployment \"shop\" \"web\" {\n  image = \"busybox\"\n}\n")])?;
+    harness.push(&[(
+        "web.hcl",
+        "deployment \"shop\" \"web\" {\n  image = \"busybox\"\n}\n",
+    )])?;
     harness.converged(&web_key(), 1).await?;
     harness.stop().await
 }
@@ -309,11 +363,19 @@ async fn a_permanent_error_is_recorded_and_not_retried() -> TestResult {
 #[tokio::test(start_paused = true)]
 async fn a_panicking_handler_is_recorded_and_the_loop_goes_on() -> TestResult {
     let mut harness = Harness::new()?;
-    harness.fake.inject("create", Fault::Panic("boom in create".into()));
+    harness
+        .fake
+        .inject("create", Fault::Panic("boom in create".into()));
     harness.start()?;
     harness.push(&[("web.hcl", &web(1, "1"))])?;
-    let status = harness.status_where(&web_key(), |status| status.phase == "Failed").await?;
-    assert!(status.message.contains("handler panicked: boom in create"), "{}", status.message);
+    let status = harness
+        .status_where(&web_key(), |status| status.phase == "Failed")
+        .await?;
+    assert!(
+        status.message.contains("handler panicked: boom in create"),
+        "{}",
+        status.message
+    );
     // The loop still runs: the next change of the same resource converges.
     harness.push(&[("web.hcl", &web(1, "2"))])?;
     harness.converged(&web_key(), 1).await?;
@@ -326,7 +388,10 @@ async fn a_restart_replays_desired_without_duplicates_and_prunes_what_left() -> 
     harness.start()?;
     harness.push(&[
         ("web.hcl", &web(2, "1")),
-        ("api.hcl", "deployment \"shop\" \"api\" {\n  image = \"busybox\"\n}\n"),
+        (
+            "api.hcl",
+            "deployment \"shop\" \"api\" {\n  image = \"busybox\"\n}\n",
+        ),
     ])?;
     let before = ids(&harness.converged(&web_key(), 2).await?);
     let api = ResourceKey::new(Kind::Deployment, "shop", "api");
@@ -339,8 +404,18 @@ async fn a_restart_replays_desired_without_duplicates_and_prunes_what_left() -> 
     harness.converged(&api, 0).await?;
     let after = ids(&harness.converged(&web_key(), 2).await?);
     assert_eq!(before, after, "replay must not touch converged replicas");
-    assert!(harness.churn_since(mark).iter().all(|verb| verb == "remove"), "no creates on replay");
-    assert_eq!(harness.store.cursor(reconcile::CURSOR)?, 3, "cursor past every handled row");
+    assert!(
+        harness
+            .churn_since(mark)
+            .iter()
+            .all(|verb| verb == "remove"),
+        "no creates on replay"
+    );
+    assert_eq!(
+        harness.store.cursor(reconcile::CURSOR)?,
+        3,
+        "cursor past every handled row"
+    );
     harness.stop().await
 }
 
@@ -361,12 +436,18 @@ async fn a_half_done_rollout_resumes_after_a_crash() -> TestResult {
         harness.fake.remove(&old[0].id).await?;
         let mut spec = harness.fake.spec_of(&old[1].id).ok_or("spec")?;
         spec.name = "shop-web.beef".into();
-        spec.labels.insert(labels::MANIFEST_HASH.into(), desired.spec_hash.to_string());
+        spec.labels
+            .insert(labels::MANIFEST_HASH.into(), desired.spec_hash.to_string());
         harness.fake.create(&spec).await?;
     }
     harness.start()?;
     let after = harness.converged(&web_key(), 3).await?;
-    assert!(after.iter().any(|container| container.name == "shop-web.beef"), "the created replica is started, not duplicated");
+    assert!(
+        after
+            .iter()
+            .any(|container| container.name == "shop-web.beef"),
+        "the created replica is started, not duplicated"
+    );
     harness.stop().await
 }
 
@@ -394,19 +475,36 @@ async fn agent_applies_commits_and_keeps_the_last_good_one_on_bad_input() -> Tes
             ..ReconcileOptions::default()
         },
     };
-    let agent = tokio::spawn(voodu_agent::agent::run_with_runtime(config, fake.clone(), shutdown.clone()));
+    let agent = tokio::spawn(voodu_agent::agent::run_with_runtime(
+        config,
+        fake.clone(),
+        shutdown.clone(),
+    ));
     let store = Store::open(&data.path().join("state.db"))?;
     let running = |fake: &FakeRuntime| {
-        fake.calls().iter().filter(|call| call.starts_with("start ")).count()
+        fake.calls()
+            .iter()
+            .filter(|call| call.starts_with("start "))
+            .count()
     };
     let deadline = Instant::now() + Duration::from_secs(20);
-    while store.status(&web_key())?.is_none_or(|status| status.phase != "Ready") {
+    while store
+        .status(&web_key())?
+        .is_none_or(|status| status.phase != "Ready")
+    {
         assert!(Instant::now() < deadline, "agent never converged");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(running(&fake), 2);
-    let calls_before = fake.calls().iter().filter(|call| !call.starts_with("list")).count();
-    repo.write("deploy/web.hcl", "deployment \"shop\" \"web\" {\n  replicas = 3\n  imge = \"x\"\n}\n")?;
+    let calls_before = fake
+        .calls()
+        .iter()
+        .filter(|call| !call.starts_with("list"))
+        .count();
+    repo.write(
+        "deploy/web.hcl",
+        "deployment \"shop\" \"web\" {\n  replicas = 3\n  imge = \"x\"\n}\n",
+    )?;
     let bad = repo.commit("typo")?;
     while store.commit_summary()?.last_rejected.is_none() {
         assert!(Instant::now() < deadline, "bad commit never recorded");
@@ -416,13 +514,24 @@ async fn agent_applies_commits_and_keeps_the_last_good_one_on_bad_input() -> Tes
     let rejected = summary.last_rejected.ok_or("rejected")?;
     assert_eq!(rejected.sha.as_str(), bad);
     assert_eq!(
-        rejected.errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        rejected
+            .errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
         ["deploy/web.hcl:3:3: unknown attribute `imge` in deployment (did you mean `image`?)"]
     );
     assert_eq!(summary.last_applied.ok_or("applied")?.sha.as_str(), good);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let calls_after = fake.calls().iter().filter(|call| !call.starts_with("list")).count();
-    assert_eq!(calls_before, calls_after, "a rejected commit changes nothing on the host");
+    let calls_after = fake
+        .calls()
+        .iter()
+        .filter(|call| !call.starts_with("list"))
+        .count();
+    assert_eq!(
+        calls_before, calls_after,
+        "a rejected commit changes nothing on the host"
+    );
     shutdown.cancel();
     agent.await??;
     Ok(())

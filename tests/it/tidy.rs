@@ -21,7 +21,11 @@ fn src_files() -> Vec<(String, String)> {
     files
         .into_iter()
         .map(|path| {
-            let relative = path.strip_prefix(&root).expect("under src").display().to_string();
+            let relative = path
+                .strip_prefix(&root)
+                .expect("under src")
+                .display()
+                .to_string();
             let text = std::fs::read_to_string(&path).expect("readable source");
             (relative, text)
         })
@@ -35,7 +39,10 @@ fn every_file_starts_with_module_docs() {
         .filter(|(_, text)| !text.starts_with("//!"))
         .map(|(path, _)| path)
         .collect();
-    assert!(missing.is_empty(), "files without a leading `//!` doc: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "files without a leading `//!` doc: {missing:?}"
+    );
 }
 
 /// Which top-level modules each module may import with `crate::…`.
@@ -62,13 +69,23 @@ fn modules_respect_the_layering_table() {
         for (line_number, line) in text.lines().enumerate() {
             for (index, _) in line.match_indices("crate::") {
                 let rest = &line[index + "crate::".len()..];
-                let target: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                let target: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
                 if target.is_empty() || target == module || allowed.contains(&target.as_str()) {
                     continue;
                 }
-                violations.push(format!("src/{path}:{}: {module} uses crate::{target}", line_number + 1));
+                violations.push(format!(
+                    "src/{path}:{}: {module} uses crate::{target}",
+                    line_number + 1
+                ));
             }
         }
     }
-    assert!(violations.is_empty(), "layering violations:\n{}", violations.join("\n"));
+    assert!(
+        violations.is_empty(),
+        "layering violations:\n{}",
+        violations.join("\n")
+    );
 }

@@ -245,6 +245,9 @@ mod tests {
 
     #[test]
     fn go_escaping_matches_encoding_json() {
-        assert_eq!(go_json_escape(r#"{"a":"<&>"}"#), r#"{"a":"\u003c\u0026\u003e"}"#);
+        assert_eq!(
+            go_json_escape(r#"{"a":"<&>"}"#),
+            r#"{"a":"\u003c\u0026\u003e"}"#
+        );
     }
 }

@@ -43,7 +43,9 @@ impl Spec {
     pub fn from_json(kind: Kind, json: &str) -> Result<Spec, SpecDecodeError> {
         let wrap = |source| SpecDecodeError { kind, source };
         match kind {
-            Kind::Deployment => serde_json::from_str(json).map(Spec::Deployment).map_err(wrap),
+            Kind::Deployment => serde_json::from_str(json)
+                .map(Spec::Deployment)
+                .map_err(wrap),
             other => Err(wrap(serde::de::Error::custom(format!(
                 "kind {other} has no spec type yet"
             )))),
@@ -62,4 +64,3 @@ impl Spec {
         }
     }
 }
-

@@ -16,7 +16,10 @@ use crate::runtime::{ContainerSpec, ContainerState, Runtime, labels, parse_port}
 use crate::store::{Desired, Release, ReleasePhase, ResourceStatus, now_unix};
 
 /// Labels that select this agent's containers of one resource.
-pub(super) fn container_filter<'a>(agent_id: &'a str, key: &'a ResourceKey) -> [(&'a str, &'a str); 4] {
+pub(super) fn container_filter<'a>(
+    agent_id: &'a str,
+    key: &'a ResourceKey,
+) -> [(&'a str, &'a str); 4] {
     [
         (labels::AGENT, agent_id),
         (labels::KIND, key.kind.as_str()),
@@ -78,7 +81,8 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         Ok(()) if converged => {
             status.phase = "Ready".to_owned();
             status.message.clear();
-            (release.phase == ReleasePhase::Progressing).then_some((ReleasePhase::Succeeded, String::new()))
+            (release.phase == ReleasePhase::Progressing)
+                .then_some((ReleasePhase::Succeeded, String::new()))
         }
         Ok(()) => {
             status.phase = "Degraded".to_owned();
@@ -86,7 +90,12 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
             None
         }
         Err(error) => {
-            status.phase = if error.is_transient() { "Progressing" } else { "Failed" }.to_owned();
+            status.phase = if error.is_transient() {
+                "Progressing"
+            } else {
+                "Failed"
+            }
+            .to_owned();
             status.message = error.to_string();
             (!error.is_transient() && release.phase == ReleasePhase::Progressing)
                 .then(|| (ReleasePhase::Failed, error.to_string()))
@@ -151,7 +160,10 @@ async fn execute<R: Runtime>(
         return Ok(());
     }
     for network in spec.effective_networks() {
-        ctx.runtime.ensure_network(&network).await.map_err(runtime_error)?;
+        ctx.runtime
+            .ensure_network(&network)
+            .await
+            .map_err(runtime_error)?;
     }
     for (index, step) in steps.iter().enumerate() {
         match step {
@@ -201,21 +213,27 @@ async fn create_replica<R: Runtime>(
         key: key.clone(),
         source,
     };
-    let id = ctx.runtime.create(&container).await.map_err(|error| match error {
-        crate::runtime::Error::ImageMissing { .. } => Error::Permanent {
-            key: key.clone(),
-            message: format!("{error}; build or load it on this host"),
-        },
-        other => runtime_error(other),
-    })?;
+    let id = ctx
+        .runtime
+        .create(&container)
+        .await
+        .map_err(|error| match error {
+            crate::runtime::Error::ImageMissing { .. } => Error::Permanent {
+                key: key.clone(),
+                message: format!("{error}; build or load it on this host"),
+            },
+            other => runtime_error(other),
+        })?;
     if let Err(error) = ctx.runtime.start(&id).await {
         // A created-but-unstartable container would count as a replica: take it away.
         let _ = ctx.runtime.remove(&id).await;
         return Err(match error {
-            crate::runtime::Error::Invalid { .. } | crate::runtime::Error::NotFound { .. } => Error::Permanent {
-                key: key.clone(),
-                message: format!("cannot start {}: {error}", container.name),
-            },
+            crate::runtime::Error::Invalid { .. } | crate::runtime::Error::NotFound { .. } => {
+                Error::Permanent {
+                    key: key.clone(),
+                    message: format!("cannot start {}: {error}", container.name),
+                }
+            }
             other => runtime_error(other),
         });
     }
@@ -240,7 +258,10 @@ async fn check_running<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey, name: &str) 
         Some(container) if container.state == ContainerState::Running => Ok(()),
         Some(container) => Err(Error::Transient {
             key: key.clone(),
-            message: format!("replica {name} is {:?} right after start; check its command and image", container.state),
+            message: format!(
+                "replica {name} is {:?} right after start; check its command and image",
+                container.state
+            ),
         }),
         None => Err(Error::Transient {
             key: key.clone(),
@@ -260,7 +281,12 @@ fn count_running(actual: &[crate::runtime::Container], desired: &Desired) -> usi
 }
 
 /// The container for one new replica: voodu's name, labels and `-e` set (spec §4.4, §6).
-fn container_spec(agent_id: &str, desired: &Desired, spec: &DeploymentSpec, release: &Release) -> Result<ContainerSpec> {
+fn container_spec(
+    agent_id: &str,
+    desired: &Desired,
+    spec: &DeploymentSpec,
+    release: &Release,
+) -> Result<ContainerSpec> {
     let key = &desired.key;
     let replica_id = random_hex(2);
     let mut ports = Vec::new();
@@ -272,19 +298,38 @@ fn container_spec(agent_id: &str, desired: &Desired, spec: &DeploymentSpec, rele
         ports.push(mapping);
     }
     let labels = BTreeMap::from([
-        (labels::CREATED_BY.to_owned(), labels::CREATED_BY_VALUE.to_owned()),
-        (labels::KIND.to_owned(), Kind::Deployment.as_str().to_owned()),
+        (
+            labels::CREATED_BY.to_owned(),
+            labels::CREATED_BY_VALUE.to_owned(),
+        ),
+        (
+            labels::KIND.to_owned(),
+            Kind::Deployment.as_str().to_owned(),
+        ),
         (labels::SCOPE.to_owned(), key.scope.clone()),
         (labels::NAME.to_owned(), key.name.clone()),
         (labels::REPLICA_ID.to_owned(), replica_id.clone()),
-        (labels::MANIFEST_HASH.to_owned(), desired.spec_hash.to_string()),
+        (
+            labels::MANIFEST_HASH.to_owned(),
+            desired.spec_hash.to_string(),
+        ),
         (labels::CREATED_AT.to_owned(), rfc3339_seconds(now_unix())),
         (labels::RELEASE_ID.to_owned(), release.id.to_string()),
-        (labels::ROLE.to_owned(), Kind::Deployment.as_str().to_owned()),
+        (
+            labels::ROLE.to_owned(),
+            Kind::Deployment.as_str().to_owned(),
+        ),
         (labels::AGENT.to_owned(), agent_id.to_owned()),
     ]);
-    let mut env = vec![format!("VOODU_NAME={}", key.name), format!("VOODU_SCOPE={}", key.scope)];
-    env.extend(spec.env.iter().map(|(name, value)| format!("{name}={value}")));
+    let mut env = vec![
+        format!("VOODU_NAME={}", key.name),
+        format!("VOODU_SCOPE={}", key.scope),
+    ];
+    env.extend(
+        spec.env
+            .iter()
+            .map(|(name, value)| format!("{name}={value}")),
+    );
     let aliases = if key.scope.is_empty() {
         vec![key.name.to_lowercase()]
     } else {

@@ -17,7 +17,12 @@ use crate::store::{ResourceStatus, now_unix};
 pub(crate) async fn reconcile<R: Runtime>(ctx: Arc<Ctx<R>>, key: ResourceKey) -> Result<()> {
     match key.kind {
         Kind::Deployment => deployment::reconcile(&ctx, &key).await,
-        Kind::Asset | Kind::Cronjob | Kind::Ingress | Kind::Job | Kind::Registry | Kind::Statefulset => {
+        Kind::Asset
+        | Kind::Cronjob
+        | Kind::Ingress
+        | Kind::Job
+        | Kind::Registry
+        | Kind::Statefulset => {
             let status = ResourceStatus {
                 phase: "Unsupported".to_owned(),
                 message: format!("this agent cannot reconcile {} resources yet", key.kind),

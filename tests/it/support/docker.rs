@@ -37,7 +37,12 @@ impl DockerGuard {
 impl Drop for DockerGuard {
     fn drop(&mut self) {
         let listed = Command::new("docker")
-            .args(["ps", "-aq", "--filter", &format!("label=voodu.scope={}", self.scope)])
+            .args([
+                "ps",
+                "-aq",
+                "--filter",
+                &format!("label=voodu.scope={}", self.scope),
+            ])
             .output();
         if let Ok(output) = listed {
             let ids: Vec<String> = String::from_utf8_lossy(&output.stdout)
@@ -45,7 +50,11 @@ impl Drop for DockerGuard {
                 .map(ToOwned::to_owned)
                 .collect();
             if !ids.is_empty() {
-                let _ = Command::new("docker").arg("rm").arg("-f").args(&ids).output();
+                let _ = Command::new("docker")
+                    .arg("rm")
+                    .arg("-f")
+                    .args(&ids)
+                    .output();
             }
         }
     }

@@ -16,7 +16,11 @@ pub type TestResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>
 
 /// Polls `check` (on wall-clock time) until it returns `Some`, or fails after `limit` with
 /// `what`. A liveness bound, not a performance assertion.
-pub fn wait_until<T>(limit: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> TestResult<T> {
+pub fn wait_until<T>(
+    limit: Duration,
+    what: &str,
+    mut check: impl FnMut() -> Option<T>,
+) -> TestResult<T> {
     let start = Instant::now();
     loop {
         if let Some(value) = check() {

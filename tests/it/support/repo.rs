@@ -16,9 +16,20 @@ impl TempRepo {
     pub fn new() -> TestResult<TempRepo> {
         let dir = tempfile::tempdir()?;
         let repo = TempRepo { dir };
-        git(repo.dir.path(), &["init", "-q", "--bare", "-b", "main", "remote.git"])?;
+        git(
+            repo.dir.path(),
+            &["init", "-q", "--bare", "-b", "main", "remote.git"],
+        )?;
         git(repo.dir.path(), &["init", "-q", "-b", "main", "work"])?;
-        git(&repo.work(), &["remote", "add", "origin", &repo.remote_path().display().to_string()])?;
+        git(
+            &repo.work(),
+            &[
+                "remote",
+                "add",
+                "origin",
+                &repo.remote_path().display().to_string(),
+            ],
+        )?;
         Ok(repo)
     }
 
@@ -57,7 +68,10 @@ impl TempRepo {
     /// Commits everything in the working clone and pushes to the remote; returns the SHA.
     pub fn commit(&self, message: &str) -> TestResult<String> {
         git(&self.work(), &["add", "-A"])?;
-        git(&self.work(), &["commit", "-q", "--allow-empty", "-m", message])?;
+        git(
+            &self.work(),
+            &["commit", "-q", "--allow-empty", "-m", message],
+        )?;
         self.push()
     }
 
@@ -76,7 +90,10 @@ impl TempRepo {
     }
 
     fn push(&self) -> TestResult<String> {
-        git(&self.work(), &["push", "-q", "--force", "origin", "HEAD:main"])?;
+        git(
+            &self.work(),
+            &["push", "-q", "--force", "origin", "HEAD:main"],
+        )?;
         self.head()
     }
 }
