@@ -17,7 +17,7 @@ use crate::git::{Source, SourceOptions};
 use crate::reconcile::{self, Ctx, ReconcileOptions};
 use crate::runtime::{DockerRuntime, Runtime};
 use crate::store::Store;
-use crate::sync::{SyncOutcome, Syncer};
+use crate::sync::{SyncOptions, SyncOutcome, Syncer};
 
 /// Everything `run` needs, validated.
 #[derive(Debug, Clone)]
@@ -26,6 +26,7 @@ pub struct AgentConfig {
     pub data_dir: PathBuf,
     /// Time between polls of the remote.
     pub interval: Duration,
+    pub sync: SyncOptions,
     pub reconcile: ReconcileOptions,
 }
 
@@ -62,11 +63,12 @@ pub async fn run_with_runtime<R: Runtime>(
         agent_id,
         "voodu-agent starting"
     );
-    let syncer = Arc::new(Syncer::new(source, store.clone())?);
+    let syncer = Arc::new(Syncer::new(source, store.clone(), config.sync.clone())?);
     let ctx = Arc::new(Ctx {
         store,
         runtime,
         agent_id,
+        assets_root: crate::assets::assets_root(&config.data_dir),
         options: config.reconcile.clone(),
     });
 
@@ -112,12 +114,21 @@ async fn sync_loop(syncer: Arc<Syncer>, interval: Duration, shutdown: Cancellati
             Ok(Ok(SyncOutcome::Unchanged(commit))) => {
                 tracing::debug!(commit = commit.short(), "repo unchanged")
             }
-            Ok(Ok(SyncOutcome::Applied { commit, summary })) => tracing::info!(
-                commit = commit.short(),
-                changed = summary.puts.len(),
-                deleted = summary.deletes.len(),
-                "commit applied"
-            ),
+            Ok(Ok(SyncOutcome::Applied {
+                commit,
+                summary,
+                warnings,
+            })) => {
+                for warning in &warnings {
+                    tracing::warn!(commit = commit.short(), "{warning}");
+                }
+                tracing::info!(
+                    commit = commit.short(),
+                    changed = summary.puts.len(),
+                    deleted = summary.deletes.len(),
+                    "commit applied"
+                );
+            }
             Ok(Ok(SyncOutcome::Rejected {
                 commit,
                 diagnostics,

@@ -8,6 +8,7 @@
 //! - [`model`]: the shared vocabulary (kinds, keys, SHAs, hashes, snapshots).
 //! - [`git`]: fetch with gix, resolve the branch to a commit, read manifest blobs at it.
 //! - [`manifest`]: parse and validate a snapshot; every problem has `path:line:col`.
+//! - [`assets`]: put asset files on the host, atomically; the `url()` fetcher and cache.
 //! - [`store`]: the SQLite journal: desired state, journal rows, cursor, releases, status.
 //! - [`sync`]: one commit from git through manifest into the store, in one transaction.
 //! - [`reconcile`]: tail the journal, plan, and drive the runtime, one key at a time.
@@ -20,6 +21,7 @@ pub mod git;
 pub mod manifest;
 pub mod runtime;
 
+pub mod assets;
 pub mod store;
 
 pub mod reconcile;

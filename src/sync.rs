@@ -1,16 +1,23 @@
-//! One sync: fetch the repo, and when the branch moved, read the commit, load its manifests
-//! and write the outcome to the store.
+//! One sync: fetch the repo, and when the branch moved (or the config buckets changed, since
+//! `${VAR}` reads them), read the commit, load its manifests, put its assets on the host and
+//! write the outcome to the store.
 //!
-//! Invariants: an unchanged SHA ends the sync after the ref negotiation (no tree walk, no
-//! store write); a commit is applied in one store transaction or recorded as rejected with
-//! all its diagnostics, never half-applied. Blocking: run on a blocking thread.
+//! Invariants: an unchanged SHA with unchanged buckets ends the sync after the ref negotiation
+//! and one read of the config version (no tree walk, no store write); a commit is applied in
+//! one store transaction or recorded as rejected with all its diagnostics, never half-applied;
+//! a rejected commit writes nothing on the host (assets are written only once it is
+//! accepted). Blocking: run on a blocking thread.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
+use crate::assets::{self, UrlCache};
 use crate::git::Source;
-use crate::manifest::{self, Diagnostics};
-use crate::model::CommitSha;
+use crate::manifest::spec::Spec;
+use crate::manifest::{self, Diagnostic, Diagnostics, LoadOptions, Mode, Vars};
+use crate::model::{CommitSha, random_hex};
 use crate::store::{ApplySummary, Store};
 
 /// What one sync did.
@@ -21,6 +28,7 @@ pub enum SyncOutcome {
     Applied {
         commit: CommitSha,
         summary: ApplySummary,
+        warnings: Vec<Diagnostic>,
     },
     Rejected {
         commit: CommitSha,
@@ -28,29 +36,67 @@ pub enum SyncOutcome {
     },
 }
 
-/// Fetching or recording failed; the next sync tries again from scratch.
+/// Fetching, writing assets or recording failed; the next sync tries again from scratch.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(transparent)]
     Git(#[from] crate::git::Error),
     #[error(transparent)]
     Store(#[from] crate::store::Error),
+    #[error("writing assets: {0}")]
+    Assets(#[from] crate::assets::Error),
 }
 
-/// Carries a source and the store between syncs, remembering the last processed commit.
+/// How commits are loaded.
+#[derive(Debug, Clone)]
+pub struct SyncOptions {
+    /// `<data-dir>`: assets and the `url()` cache live under it.
+    pub data_dir: PathBuf,
+    /// The agent environment variables `${VAR}` may read (`--allow-env`), with their values.
+    pub allowed_env: BTreeMap<String, String>,
+    pub max_file_bytes: u64,
+    pub max_url_bytes: u64,
+}
+
+impl SyncOptions {
+    pub fn new(data_dir: PathBuf) -> SyncOptions {
+        SyncOptions {
+            data_dir,
+            allowed_env: BTreeMap::new(),
+            max_file_bytes: manifest::DEFAULT_MAX_FILE_BYTES,
+            max_url_bytes: assets::DEFAULT_MAX_URL_BYTES,
+        }
+    }
+}
+
+/// The hint an undefined `${VAR}` shows in the agent.
+pub const MISSING_VAR_HINT: &str = "set it in a config bucket this file reads (`voodu-agent config set SCOPE/NAME NAME=…`) or let the agent read it from its environment (`--allow-env NAME`),";
+
+/// What the last sync processed: the commit and the config version it was loaded with.
+type Seen = (CommitSha, i64);
+
+/// Carries a source and the store between syncs, remembering what it last processed.
 pub struct Syncer {
     source: Source,
     store: Arc<Store>,
-    last_seen: Mutex<Option<CommitSha>>,
+    options: SyncOptions,
+    fetcher: UrlCache,
+    last_seen: Mutex<Option<Seen>>,
 }
 
 impl Syncer {
     /// Starts from the last commit the store recorded, so a restart does not re-read it.
-    pub fn new(source: Source, store: Arc<Store>) -> Result<Syncer, Error> {
-        let last_seen = store.commit_summary()?.last_seen.map(|record| record.sha);
+    pub fn new(source: Source, store: Arc<Store>, options: SyncOptions) -> Result<Syncer, Error> {
+        let last_seen = match store.commit_summary()?.last_seen {
+            Some(record) => Some((record.sha, store.config_version()?)),
+            None => None,
+        };
+        let fetcher = UrlCache::new(&options.data_dir, options.max_url_bytes);
         Ok(Syncer {
             source,
             store,
+            options,
+            fetcher,
             last_seen: Mutex::new(last_seen),
         })
     }
@@ -66,27 +112,75 @@ impl Syncer {
             .last_seen
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if last_seen.as_ref() == Some(&commit) {
+        let config_version = self.store.config_version()?;
+        let seen = (commit.clone(), config_version);
+        if last_seen.as_ref() == Some(&seen) {
             return Ok(SyncOutcome::Unchanged(commit));
         }
-        let snapshot = self.source.read_snapshot(&commit)?;
-        let outcome = match manifest::load(&snapshot) {
-            Ok(manifest) => {
-                let summary = self.store.apply_commit(&commit, &manifest)?;
-                SyncOutcome::Applied {
-                    commit: commit.clone(),
-                    summary,
-                }
-            }
+        let outcome = self.load_and_apply(&commit)?;
+        // Generated secrets bump the config version: remember the version after them.
+        *last_seen = Some((commit, self.store.config_version()?));
+        Ok(outcome)
+    }
+
+    fn load_and_apply(&self, commit: &CommitSha) -> Result<SyncOutcome, Error> {
+        let snapshot = self.source.read_snapshot(commit)?;
+        let files = self.source.files_at(commit)?;
+        let vars = Vars {
+            buckets: self.store.buckets()?,
+            globals: self.options.allowed_env.clone(),
+        };
+        let options = LoadOptions {
+            vars: &vars,
+            files: &files,
+            fetcher: Some(&self.fetcher),
+            mode: Mode::Apply,
+            max_file_bytes: self.options.max_file_bytes,
+            missing_var_hint: MISSING_VAR_HINT,
+        };
+        let manifest = match manifest::load(&snapshot, &options) {
+            Ok(manifest) => manifest,
             Err(diagnostics) => {
-                self.store.reject_commit(&commit, &diagnostics)?;
-                SyncOutcome::Rejected {
+                self.store.reject_commit(commit, &diagnostics)?;
+                return Ok(SyncOutcome::Rejected {
                     commit: commit.clone(),
                     diagnostics,
-                }
+                });
             }
         };
-        *last_seen = Some(commit);
-        Ok(outcome)
+        for request in &manifest.secrets {
+            let (scope, name) = &request.bucket;
+            if self
+                .store
+                .ensure_config(scope, name, &request.key, || random_hex(24))?
+            {
+                tracing::info!(bucket = %format!("{scope}/{name}"), key = %request.key, "generated a secret");
+            }
+        }
+        let assets_root = assets::assets_root(&self.options.data_dir);
+        let written = assets::materialise(&manifest, &assets_root)?;
+        if written > 0 {
+            tracing::info!(commit = commit.short(), files = written, "assets written");
+        }
+        let summary = self.store.apply_commit(commit, &manifest)?;
+        let live: BTreeSet<(String, String)> = manifest
+            .resources
+            .iter()
+            .filter(|resource| matches!(resource.spec, Spec::Asset(_)))
+            .map(|resource| (resource.key.scope.clone(), resource.key.name.clone()))
+            .collect();
+        let removed = assets::remove_unused(&assets_root, &live)?;
+        if removed > 0 {
+            tracing::info!(
+                commit = commit.short(),
+                assets = removed,
+                "files of removed assets cleaned"
+            );
+        }
+        Ok(SyncOutcome::Applied {
+            commit: commit.clone(),
+            summary,
+            warnings: manifest.warnings,
+        })
     }
 }

@@ -5,6 +5,7 @@
 
 mod run;
 mod status;
+mod validate;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -34,6 +35,9 @@ enum Command {
     /// Show the last seen, applied and rejected commits and every resource's state. Works
     /// while the agent runs.
     Status(status::StatusArgs),
+    /// Check a directory of manifests (no git, no agent needed): every problem as
+    /// `path:line:col: message`. Exit 0 when the set would be accepted, 1 otherwise.
+    Validate(validate::ValidateArgs),
 }
 
 /// The data dir from the flag, the environment, or the documented default.
@@ -69,6 +73,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let data_dir = data_dir(cli.data_dir)?;
     match cli.command {
         Some(Command::Status(args)) => status::run(&data_dir, &args),
+        Some(Command::Validate(args)) => validate::run(&args),
         None => run::run(cli.run, data_dir),
     }
 }

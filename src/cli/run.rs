@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::{self, AgentConfig};
 use crate::git::SourceOptions;
 use crate::reconcile::ReconcileOptions;
+use crate::sync::SyncOptions;
 
 #[derive(Debug, Args)]
 pub(super) struct RunArgs {
@@ -36,6 +37,16 @@ pub(super) struct RunArgs {
     /// Resources reconciled in parallel (one key is never reconciled twice at once).
     #[arg(long, default_value_t = 4)]
     concurrency: usize,
+    /// Agent environment variable (repeatable) that manifests may read as `${NAME}`. Nothing
+    /// else of the agent's environment is visible to them.
+    #[arg(long = "allow-env", value_name = "NAME", value_delimiter = ',')]
+    allow_env: Vec<String>,
+    /// Largest file `file()` or `env_file` may read, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = crate::manifest::DEFAULT_MAX_FILE_BYTES)]
+    max_file_size: u64,
+    /// Largest body a `url()` asset may fetch, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = crate::assets::DEFAULT_MAX_URL_BYTES)]
+    max_url_size: u64,
     /// Log filter (tracing env-filter syntax); RUST_LOG wins when set.
     #[arg(long, default_value = "info")]
     log: String,
@@ -51,6 +62,17 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
     // reqwest (https fetches) needs a process-wide rustls provider; an error means one is
     // already installed, which is fine.
     let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut sync = SyncOptions::new(data_dir.clone());
+    sync.max_file_bytes = args.max_file_size;
+    sync.max_url_bytes = args.max_url_size;
+    for name in &args.allow_env {
+        match std::env::var(name) {
+            Ok(value) => {
+                sync.allowed_env.insert(name.clone(), value);
+            }
+            Err(_) => tracing::warn!(name, "--allow-env names a variable that is not set"),
+        }
+    }
     let config = AgentConfig {
         source: SourceOptions {
             url: repo,
@@ -60,6 +82,7 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
         },
         data_dir,
         interval: args.interval,
+        sync,
         reconcile: ReconcileOptions {
             concurrency: args.concurrency.max(1),
             ..ReconcileOptions::default()
@@ -85,6 +108,7 @@ fn init_tracing(default_filter: &str) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 }
 

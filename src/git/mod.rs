@@ -7,8 +7,11 @@
 
 mod error;
 mod tree;
+mod workdir;
 
 pub use error::{Error, Result};
+pub use tree::CommitFiles;
+pub use workdir::{WORKDIR_COMMIT, WorkdirFiles, read_workdir};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -130,6 +133,11 @@ impl Source {
         self.tree_reads.fetch_add(1, Ordering::Relaxed);
         let repo = self.open_mirror()?;
         tree::read_snapshot(&repo, sha, &self.options.paths)
+    }
+
+    /// The files of commit `sha`, for `file()` and `env_file`. Blocking.
+    pub fn files_at(&self, sha: &CommitSha) -> Result<CommitFiles> {
+        CommitFiles::new(self.open_mirror()?, sha)
     }
 
     fn open_mirror(&self) -> Result<gix::Repository> {

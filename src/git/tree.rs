@@ -87,7 +87,7 @@ pub(super) fn read_snapshot(
 }
 
 /// `./deploy/`, `deploy` and `/deploy` all mean `deploy`; `.` and `./` mean the whole repo.
-fn normalize_watched_path(path: &str) -> String {
+pub(super) fn normalize_watched_path(path: &str) -> String {
     path.split('/')
         .filter(|part| !part.is_empty() && *part != ".")
         .collect::<Vec<_>>()
@@ -108,6 +108,56 @@ mod tests {
             ("./", ""),
         ] {
             assert_eq!(normalize_watched_path(input), expected, "{input}");
+        }
+    }
+}
+
+/// The files of one commit, read by path from the object database (`file()`, `env_file`).
+pub struct CommitFiles {
+    repo: gix::Repository,
+    tree: gix::ObjectId,
+}
+
+impl CommitFiles {
+    pub(super) fn new(repo: gix::Repository, sha: &CommitSha) -> Result<CommitFiles> {
+        let read_error = |message: String| Error::Read {
+            sha: sha.to_string(),
+            message,
+        };
+        let id = gix::ObjectId::from_hex(sha.as_str().as_bytes())
+            .map_err(|error| read_error(error.to_string()))?;
+        let tree = repo
+            .find_commit(id)
+            .map_err(|error| read_error(error.to_string()))?
+            .tree_id()
+            .map_err(|error| read_error(error.to_string()))?
+            .detach();
+        Ok(CommitFiles { repo, tree })
+    }
+}
+
+impl crate::model::FileSource for CommitFiles {
+    fn read(&self, path: &str) -> crate::model::FileRead {
+        use crate::model::FileRead;
+        let tree = match self.repo.find_tree(self.tree) {
+            Ok(tree) => tree,
+            Err(error) => return FileRead::Error(error.to_string()),
+        };
+        let entry = match tree.lookup_entry(path.split('/').map(str::as_bytes)) {
+            Ok(Some(entry)) => entry,
+            Ok(None) => return FileRead::Missing,
+            Err(error) => return FileRead::Error(error.to_string()),
+        };
+        let mode = entry.mode();
+        if !(mode.is_blob() || mode.is_link()) {
+            return FileRead::NotAFile;
+        }
+        match entry.object() {
+            Ok(object) if mode.is_link() => {
+                FileRead::Symlink(String::from_utf8_lossy(&object.data).into_owned())
+            }
+            Ok(object) => FileRead::File(object.data.clone()),
+            Err(error) => FileRead::Error(error.to_string()),
         }
     }
 }

@@ -1,33 +1,115 @@
 //! Manifest stage: a commit's `Snapshot` → the set of resources it declares, or every problem
 //! in it.
 //!
-//! Invariant: this stage does no IO; it reads only the snapshot. A commit is accepted whole or
-//! rejected whole: `load` returns every diagnostic of every file, never a partial manifest.
+//! Per file: the pre-pass marks interpolations (`lex`), hcl-edit parses, `decode` turns blocks
+//! into per-kind specs (resolving `${VAR}`, reading `file()`/`env_file` through the given
+//! `FileSource` and `url()` through the given `UrlFetcher`); then `validate` checks across
+//! files and stamps asset digests into their consumers.
+//!
+//! Invariants: this stage does no IO of its own; it reads only the snapshot and the sources it
+//! is handed. A commit is accepted whole or rejected whole: `load` returns every diagnostic of
+//! every file, never a partial manifest.
 
 mod decode;
 mod diagnostic;
+mod interpolate;
+mod lex;
+mod macros;
 pub mod spec;
+mod validate;
 
 pub use decode::Resource;
 pub use diagnostic::{Diagnostic, Diagnostics};
+pub use interpolate::Vars;
+pub use macros::SecretRequest;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
+use crate::model::{FileSource, Snapshot};
 pub use crate::model::{MANIFEST_EXTENSIONS, is_manifest_path};
-use crate::model::{ResourceKey, Snapshot};
+use diagnostic::LineIndex;
 
-/// The resources one commit declares, ordered by key.
+/// Whether a load feeds the agent, or only checks (`validate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Everything must resolve: missing files and failed fetches reject the commit.
+    Apply,
+    /// A static check: a `file()` or `env_file` that is missing is a warning, and `url()` is
+    /// checked for form but not fetched.
+    Validate,
+}
+
+/// Fetches `url()` asset sources (with whatever caching the caller keeps).
+pub trait UrlFetcher {
+    /// The body of `url`, or why not. `stale_ok`: a cached copy may stand in when the fetch
+    /// fails (voodu's `on_failure = "stale"`).
+    fn fetch(&self, url: &str, timeout: Duration, stale_ok: bool) -> Result<Vec<u8>, String>;
+}
+
+/// Default cap on one `file()` / `env_file` read (voodu's whole `/apply` body cap).
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Everything `load` reads besides the snapshot.
+pub struct LoadOptions<'a> {
+    pub vars: &'a Vars,
+    /// The other files of the repo state: `file()`, `env_file`.
+    pub files: &'a dyn FileSource,
+    /// `None` in validate mode.
+    pub fetcher: Option<&'a dyn UrlFetcher>,
+    pub mode: Mode,
+    pub max_file_bytes: u64,
+    /// How to supply a missing `${NAME}` (the text `NAME` is replaced by the variable), shown
+    /// in "undefined variable" errors: differs between the agent and `validate`.
+    pub missing_var_hint: &'a str,
+}
+
+impl LoadOptions<'static> {
+    /// Apply mode with no config values, no other repo files and no URL fetcher: for
+    /// manifests that need none of them (tests, benchmarks).
+    pub fn standalone() -> LoadOptions<'static> {
+        static NO_VARS: Vars = Vars {
+            buckets: BTreeMap::new(),
+            globals: BTreeMap::new(),
+        };
+        static NO_FILES: crate::model::MemoryFiles = crate::model::MemoryFiles::new();
+        LoadOptions {
+            vars: &NO_VARS,
+            files: &NO_FILES,
+            fetcher: None,
+            mode: Mode::Apply,
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+            missing_var_hint: "supply NAME",
+        }
+    }
+}
+
+/// The resources one commit declares, ordered by key, and what they need beside them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Manifest {
     pub resources: Vec<Resource>,
+    /// Asset bytes by sha256 digest.
+    pub blobs: BTreeMap<String, Vec<u8>>,
+    /// Config-bucket keys that must exist (generated passwords of `postgres` / `redis`).
+    pub secrets: Vec<SecretRequest>,
+    /// Problems that do not reject the commit.
+    pub warnings: Vec<Diagnostic>,
 }
 
 /// Parses and validates every file of the snapshot.
-pub fn load(snapshot: &Snapshot) -> Result<Manifest, Diagnostics> {
-    let mut diagnostics = Vec::new();
-    let mut by_key: BTreeMap<ResourceKey, Resource> = BTreeMap::new();
+pub fn load(snapshot: &Snapshot, options: &LoadOptions<'_>) -> Result<Manifest, Diagnostics> {
+    let env = decode::LoadEnv {
+        files: options.files,
+        fetcher: options.fetcher,
+        mode: options.mode,
+        max_file_bytes: options.max_file_bytes,
+    };
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    let mut blobs = BTreeMap::new();
+    let mut decoded = Vec::new();
     for (path, why) in &snapshot.refused {
-        diagnostics.push(Diagnostic {
+        errors.push(Diagnostic {
             path: path.clone(),
             line: 1,
             col: 1,
@@ -36,7 +118,7 @@ pub fn load(snapshot: &Snapshot) -> Result<Manifest, Diagnostics> {
     }
     for file in &snapshot.files {
         let Ok(text) = std::str::from_utf8(&file.contents) else {
-            diagnostics.push(Diagnostic {
+            errors.push(Diagnostic {
                 path: file.path.clone(),
                 line: 1,
                 col: 1,
@@ -44,148 +126,88 @@ pub fn load(snapshot: &Snapshot) -> Result<Manifest, Diagnostics> {
             });
             continue;
         };
-        let body = match hcl::edit::parser::parse_body(text) {
+        let (marked, lex_errors) = lex::mark_interpolations(text);
+        let index = LineIndex::new(&marked);
+        for error in lex_errors {
+            errors.push(index.at(&file.path, Some(error.span), error.message));
+        }
+        let body = match hcl::edit::parser::parse_body(&marked) {
             Ok(body) => body,
             Err(error) => {
-                diagnostics.push(Diagnostic {
+                let (line, col) = index.line_col(error.location().offset());
+                errors.push(Diagnostic {
                     path: file.path.clone(),
-                    line: error.location().line(),
-                    col: error.location().column(),
+                    line,
+                    col,
                     message: format!("HCL syntax error: {}", error.message()),
                 });
                 continue;
             }
         };
-        let mut decoder = decode::FileDecoder::new(&file.path, text);
-        for resource in decoder.decode_file(&body) {
-            if let Some(first) = by_key.get(&resource.key) {
-                let first = &first.origin;
-                decoder.diagnostics.push(Diagnostic {
-                    message: format!(
-                        "duplicate {}: also declared at {}:{}:{}; each resource may be declared once per commit",
-                        resource.key, first.path, first.line, first.col
-                    ),
-                    ..resource.origin.clone()
-                });
-                continue;
-            }
-            by_key.insert(resource.key.clone(), resource);
-        }
-        diagnostics.append(&mut decoder.diagnostics);
+        let interpolator =
+            interpolate::Interpolator::for_file(options.vars, &body, options.missing_var_hint);
+        let mut cx = decode::Cx::new(&file.path, &marked, interpolator, &env);
+        decoded.extend(decode::decode_file(&mut cx, &body));
+        errors.append(&mut cx.diagnostics);
+        warnings.append(&mut cx.warnings);
+        blobs.append(&mut cx.blobs);
     }
-    if diagnostics.is_empty() {
+    let secrets = decoded
+        .iter()
+        .flat_map(|item| item.secrets.iter().cloned())
+        .collect();
+    let resources = validate::check(decoded, &mut errors, &mut warnings);
+    let by_location =
+        |a: &Diagnostic, b: &Diagnostic| (&a.path, a.line, a.col).cmp(&(&b.path, b.line, b.col));
+    errors.sort_by(by_location);
+    warnings.sort_by(by_location);
+    if errors.is_empty() {
+        // Keep only blobs a resource uses (a rejected duplicate may have added some).
+        let used: std::collections::BTreeSet<&str> = resources
+            .iter()
+            .filter_map(|resource| match &resource.spec {
+                spec::Spec::Asset(asset) => {
+                    Some(asset.files.values().map(|file| file.digest.as_str()))
+                }
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        blobs.retain(|digest, _| used.contains(digest.as_str()));
         Ok(Manifest {
-            resources: by_key.into_values().collect(),
+            resources,
+            blobs,
+            secrets,
+            warnings,
         })
     } else {
-        Err(Diagnostics(diagnostics))
+        Err(Diagnostics(errors))
     }
+}
+
+/// Parses env-file text (voodu's `env_file` format, spec §4.1): `KEY=VALUE` lines, blank and
+/// `#` lines skipped, an optional `export ` prefix, one pair of surrounding quotes removed, no
+/// escapes. Later lines win. The error names the line.
+pub fn parse_env_file(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut values = BTreeMap::new();
+    for (number, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let line = line.strip_prefix("export ").unwrap_or(line);
+        let Some((key, value)) = line.split_once('=') else {
+            return Err(format!("line {}: missing '=' (line: {line:?})", number + 1));
+        };
+        let value = value.trim();
+        let value = ['"', '\'']
+            .iter()
+            .find_map(|quote| value.strip_prefix(*quote)?.strip_suffix(*quote))
+            .unwrap_or(value);
+        values.insert(key.trim().to_owned(), value.to_owned());
+    }
+    Ok(values)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::{CommitSha, SourceFile};
-    use spec::Spec;
-
-    fn snapshot(files: &[(&str, &str)]) -> Snapshot {
-        Snapshot {
-            commit: CommitSha::new("0".repeat(40)),
-            files: files
-                .iter()
-                .map(|(path, text)| SourceFile {
-                    path: (*path).to_owned(),
-                    contents: text.as_bytes().to_vec(),
-                })
-                .collect(),
-            refused: Vec::new(),
-        }
-    }
-
-    fn check_err(text: &str, expected: &[&str]) {
-        let errors = load(&snapshot(&[("m/app.hcl", text)])).expect_err("must be rejected");
-        let got: Vec<String> = errors.0.iter().map(ToString::to_string).collect();
-        assert_eq!(got, expected);
-    }
-
-    #[test]
-    fn decodes_a_deployment() -> Result<(), Diagnostics> {
-        let manifest = load(&snapshot(&[(
-            "app.hcl",
-            r#"
-deployment "shop" "web" {
-  image    = "busybox"
-  command  = ["httpd", "-f", "-p", 8080]
-  replicas = "3"
-  env      = { GREETING = "hi", PORT = 8080 }
-  ports    = ["8080"]
-}
-"#,
-        )]))?;
-        assert_eq!(manifest.resources.len(), 1);
-        let resource = &manifest.resources[0];
-        assert_eq!(resource.key.to_string(), "deployment/shop/web");
-        let Spec::Deployment(spec) = &resource.spec;
-        assert_eq!(spec.n_replicas(), 3);
-        assert_eq!(spec.command.as_deref().map(<[String]>::len), Some(4));
-        assert_eq!(spec.env.get("PORT").map(String::as_str), Some("8080"));
-        assert_eq!(spec.health_check.as_deref(), Some("/"));
-        Ok(())
-    }
-
-    #[test]
-    fn syntax_errors_carry_line_and_column() {
-        check_err(
-            "deployment \"a\" \"b\" {\n  image = \n}\n",
-            &[
-                "m/app.hcl:2:11: HCL syntax error: invalid expression; expected `\"`, `[`, `{`, `-`, `!`, `(`, `_`, `<`, letter or digit",
-            ],
-        );
-    }
-
-    #[test]
-    fn every_problem_is_reported_with_its_location() {
-        check_err(
-            "deployment \"a\" \"b\" {\n  imagee = \"x\"\n  replicas = [1]\n  env_from = [\"x\"]\n}\n",
-            &[
-                "m/app.hcl:2:3: unknown attribute `imagee` in deployment (did you mean `image`?)",
-                "m/app.hcl:3:14: `replicas` must be a whole number, got a list",
-                "m/app.hcl:4:3: `env_from` is a voodu deployment field this agent does not support yet",
-            ],
-        );
-    }
-
-    #[test]
-    fn labels_are_checked() {
-        check_err(
-            "deployment \"a\" {}\ndeployment \"a/b\" \"c\" {}\n",
-            &[
-                "m/app.hcl:1:1: deployment block needs scope and name labels (got 1): write `deployment \"scope\" \"name\" { … }`",
-                "m/app.hcl:2:12: deployment scope \"a/b\" must not contain `..`, `/` or NUL",
-            ],
-        );
-    }
-
-    #[test]
-    fn duplicates_across_files_are_errors() {
-        let errors = load(&snapshot(&[
-            ("a.hcl", "deployment \"s\" \"n\" { image = \"x\" }\n"),
-            ("b.hcl", "\n\ndeployment \"s\" \"n\" { image = \"y\" }\n"),
-        ]))
-        .expect_err("duplicate must be rejected");
-        assert_eq!(
-            errors.to_string(),
-            "b.hcl:3:1: duplicate deployment/s/n: also declared at a.hcl:1:1; each resource may be declared once per commit"
-        );
-    }
-
-    #[test]
-    fn manifest_extensions_follow_voodu() {
-        for yes in ["a.hcl", "x/b.voodu", "c.VD", "d.vdu"] {
-            assert!(is_manifest_path(yes), "{yes}");
-        }
-        for no in ["a.yaml", "hcl", "x/.hcl", "README.md"] {
-            assert!(!is_manifest_path(no), "{no}");
-        }
-    }
-}
+mod tests;

@@ -62,6 +62,8 @@ pub struct Ctx<R: Runtime> {
     pub runtime: Arc<R>,
     /// The `voodu.agent` label value of this agent's containers.
     pub agent_id: String,
+    /// `<data-dir>/assets`: where `${asset.…}` references point on the host.
+    pub assets_root: std::path::PathBuf,
     pub options: ReconcileOptions,
 }
 

@@ -14,6 +14,7 @@ pub mod labels;
 use std::collections::BTreeMap;
 use std::future::Future;
 
+pub use crate::model::{PortMapping, parse_ports};
 pub use docker::DockerRuntime;
 pub use fake::FakeRuntime;
 
@@ -41,15 +42,6 @@ impl Container {
     pub fn label(&self, key: &str) -> Option<&str> {
         self.labels.get(key).map(String::as_str)
     }
-}
-
-/// One published port: `host_ip:host_port:container_port/protocol`, host port optional.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PortMapping {
-    pub host_ip: String,
-    pub host_port: Option<u16>,
-    pub container_port: u16,
-    pub protocol: String,
 }
 
 /// Everything needed to create one container.
@@ -113,63 +105,4 @@ pub trait Runtime: Send + Sync + 'static {
     fn remove(&self, id: &str) -> impl Future<Output = Result<()>> + Send;
     /// Creates a bridge network when none by that name exists.
     fn ensure_network(&self, name: &str) -> impl Future<Output = Result<()>> + Send;
-}
-
-/// Parses a voodu-normalised port (`ip:host:container[/proto]`, `ip::container`, …).
-pub fn parse_port(text: &str) -> Option<PortMapping> {
-    let (address, protocol) = match text.rsplit_once('/') {
-        Some((address, protocol)) => (address, protocol.to_owned()),
-        None => (text, "tcp".to_owned()),
-    };
-    let (host_ip, rest) = if let Some(stripped) = address.strip_prefix('[') {
-        let (ip, rest) = stripped.split_once("]:")?;
-        (ip.to_owned(), rest)
-    } else {
-        let parts: Vec<&str> = address.split(':').collect();
-        match parts.len() {
-            1 => (String::new(), address),
-            2 => (String::new(), address),
-            _ => {
-                let (ip, rest) = address.split_once(':')?;
-                (ip.to_owned(), rest)
-            }
-        }
-    };
-    let (host_port, container_port) = match rest.split_once(':') {
-        Some((host, container)) => (host, container),
-        None => ("", rest),
-    };
-    let host_port = if host_port.is_empty() {
-        None
-    } else {
-        Some(host_port.parse().ok()?)
-    };
-    Some(PortMapping {
-        host_ip,
-        host_port,
-        container_port: container_port.parse().ok()?,
-        protocol,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn normalised_ports_parse() {
-        let port = parse_port("127.0.0.1::80").expect("valid");
-        assert_eq!(
-            (port.host_ip.as_str(), port.host_port, port.container_port),
-            ("127.0.0.1", None, 80)
-        );
-        let port = parse_port("127.0.0.1:8080:80/udp").expect("valid");
-        assert_eq!(
-            (port.host_port, port.protocol.as_str()),
-            (Some(8080), "udp")
-        );
-        let port = parse_port("[::1]:81:80").expect("valid");
-        assert_eq!((port.host_ip.as_str(), port.host_port), ("::1", Some(81)));
-        assert_eq!(parse_port("127.0.0.1::http"), None);
-    }
 }

@@ -13,8 +13,10 @@
 
 mod error;
 mod schema;
+mod secrets;
 
 pub use error::{Error, Result};
+pub use secrets::{Bucket, Buckets};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -318,6 +320,22 @@ impl Store {
                 append_journal(&tx, &key, Op::Delete, generation + 1, sha)?;
                 summary.deletes.push(key);
             }
+            // Asset bytes travel with the commit; bytes no desired asset uses any more go.
+            for (digest, bytes) in &manifest.blobs {
+                tx.execute(
+                    "INSERT OR IGNORE INTO blobs (digest, bytes) VALUES (?1, ?2)",
+                    params![digest, bytes],
+                )?;
+            }
+            tx.execute("CREATE TEMP TABLE IF NOT EXISTS live_blobs (digest TEXT PRIMARY KEY)", [])?;
+            tx.execute("DELETE FROM live_blobs", [])?;
+            for digest in manifest.resources.iter().filter_map(|resource| match &resource.spec {
+                Spec::Asset(asset) => Some(asset.files.values().map(|file| file.digest.as_str())),
+                _ => None,
+            }).flatten() {
+                tx.execute("INSERT OR IGNORE INTO live_blobs (digest) VALUES (?1)", params![digest])?;
+            }
+            tx.execute("DELETE FROM blobs WHERE digest NOT IN (SELECT digest FROM live_blobs)", [])?;
             tx.execute(
                 "INSERT INTO commits (sha, outcome, errors, seen_at) VALUES (?1, 'applied', NULL, ?2)",
                 params![sha.as_str(), now],

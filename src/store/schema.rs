@@ -73,4 +73,20 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (kind, scope, name)
     );
     "#,
+    // 2: config buckets (`config set`, `${VAR}` and the containers' env) and asset bytes.
+    r#"
+    -- Host-local key/value buckets: (scope, name) with name '' for the scope-level bucket.
+    CREATE TABLE config (
+        scope  TEXT NOT NULL,
+        name   TEXT NOT NULL,
+        key    TEXT NOT NULL,
+        value  TEXT NOT NULL,
+        PRIMARY KEY (scope, name, key)
+    );
+    -- Asset file contents by sha256, written with the commit that declares them.
+    CREATE TABLE blobs (
+        digest  TEXT PRIMARY KEY,
+        bytes   BLOB NOT NULL
+    );
+    "#,
 ];

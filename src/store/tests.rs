@@ -36,14 +36,17 @@ fn key(name: &str) -> ResourceKey {
 
 /// Decodes one inline manifest file, as the sync stage would.
 fn manifest(text: &str) -> TestResult<Manifest> {
-    Ok(manifest::load(&Snapshot {
-        commit: sha(0),
-        files: vec![SourceFile {
-            path: "app.hcl".to_owned(),
-            contents: text.as_bytes().to_vec(),
-        }],
-        refused: Vec::new(),
-    })?)
+    Ok(manifest::load(
+        &Snapshot {
+            commit: sha(0),
+            files: vec![SourceFile {
+                path: "app.hcl".to_owned(),
+                contents: text.as_bytes().to_vec(),
+            }],
+            refused: Vec::new(),
+        },
+        &manifest::LoadOptions::standalone(),
+    )?)
 }
 
 /// Applies `text` as commit number `n`.

@@ -57,7 +57,10 @@ fn status_json_shows_commits_errors_and_resources() -> TestResult {
         }],
         refused: Vec::new(),
     };
-    store.apply_commit(&good, &manifest::load(&snapshot)?)?;
+    store.apply_commit(
+        &good,
+        &manifest::load(&snapshot, &manifest::LoadOptions::standalone())?,
+    )?;
     let bad = CommitSha::new("b".repeat(40));
     store.reject_commit(
         &bad,

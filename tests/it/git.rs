@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicBool;
 use voodu_agent::git::{self, Source, SourceOptions};
 use voodu_agent::model::{Kind, ResourceKey};
 use voodu_agent::store::Store;
-use voodu_agent::sync::{SyncOutcome, Syncer};
+use voodu_agent::sync::{SyncOptions, SyncOutcome, Syncer};
 
 use crate::support::{TempRepo, TestResult};
 
@@ -33,7 +33,11 @@ impl Agent {
         let data = tempfile::tempdir()?;
         let store = Arc::new(Store::open(&data.path().join("state.db"))?);
         let source = Source::new(options(repo.url(), paths), data.path());
-        let syncer = Syncer::new(source, Arc::clone(&store))?;
+        let syncer = Syncer::new(
+            source,
+            Arc::clone(&store),
+            SyncOptions::new(data.path().to_owned()),
+        )?;
         Ok(Agent {
             data,
             store,
@@ -52,7 +56,9 @@ impl Agent {
     /// Syncs and expects the commit `sha` to be applied.
     fn sync_applied(&self, sha: &str) -> TestResult<voodu_agent::store::ApplySummary> {
         match self.sync()? {
-            SyncOutcome::Applied { commit, summary } if commit.as_str() == sha => Ok(summary),
+            SyncOutcome::Applied {
+                commit, summary, ..
+            } if commit.as_str() == sha => Ok(summary),
             other => Err(format!("expected {sha} applied, got {other:?}").into()),
         }
     }

@@ -45,6 +45,7 @@ impl Harness {
             store: self.store.clone(),
             runtime: self.fake.clone(),
             agent_id: self.store.agent_id()?,
+            assets_root: self._dir.path().join("assets"),
             options: ReconcileOptions::default(),
         });
         self.shutdown = CancellationToken::new();
@@ -75,7 +76,7 @@ impl Harness {
                 .collect(),
             refused: Vec::new(),
         };
-        let manifest = manifest::load(&snapshot)?;
+        let manifest = manifest::load(&snapshot, &manifest::LoadOptions::standalone())?;
         self.store.apply_commit(&commit, &manifest)?;
         Ok(commit)
     }
@@ -470,6 +471,7 @@ async fn agent_applies_commits_and_keeps_the_last_good_one_on_bad_input() -> Tes
         },
         data_dir: data.path().to_owned(),
         interval: Duration::from_millis(100),
+        sync: voodu_agent::sync::SyncOptions::new(data.path().to_owned()),
         reconcile: ReconcileOptions {
             start_settle: Duration::ZERO,
             ..ReconcileOptions::default()

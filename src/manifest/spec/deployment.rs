@@ -1,63 +1,63 @@
-//! `deployment "scope" "name" { … }`: the fields this agent decodes, voodu's controller
-//! defaults, and the spec hash.
+//! `deployment "scope" "name" { … }` (spec §2.1): the decoded spec, voodu's controller
+//! defaults, and voodu's deployment spec hash.
 //!
-//! Invariant: the spec hash follows voodu's deployment hash (spec/voodu-format.md §5): the
-//! same JSON keys in the same order, computed after controller defaults; `replicas` and
-//! `health_check` stay out of it, so scaling never replaces a running replica.
+//! Invariant: the spec hash follows voodu's `deploymentSpecHash` (spec §5.2): the same JSON
+//! keys in the same order, computed after controller defaults and before asset refs are
+//! resolved; `replicas`, `health_check`, `release`, `post_deploy`, `keep_releases`,
+//! `on_deploy`, `on_probe`, `depends_on` and `build` stay out of it, so scaling never replaces
+//! a running replica.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
+use super::common::{
+    Autoscale, Container, DEFAULT_RESTART, Init, Logs, OnDeploy, OnProbe, Probes, ReleaseHooks,
+    Resources, is_zero, normalize_port,
+};
+use super::hash::{go_json_sha256, non_empty, sorted};
 use crate::model::{ResourceKey, SpecHash};
 
-/// A decoded deployment, as stored in the journal's desired state and in release snapshots.
+/// A decoded deployment, as stored in desired state and in release snapshots.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeploymentSpec {
-    /// Empty means voodu's build mode; the controller default is `<AppID>:latest`.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub image: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub command: Option<Vec<String>>,
+    #[serde(flatten)]
+    pub container: Container,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i64>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub env: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub volumes: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub restart: Option<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub restart: String,
     /// voodu's parser default is `"/"`; only ingress health checks read it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub health_check: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub post_deploy: Vec<String>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub keep_releases: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub health_check: Option<String>,
+    pub release: Option<ReleaseHooks>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub network: Option<String>,
+    pub autoscale: Option<Autoscale>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_deploy: Option<OnDeploy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_probe: Option<OnProbe>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probes: Option<Probes>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub networks: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub extra_hosts: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub cap_add: Vec<String>,
+    pub inits: Vec<Init>,
+    /// `ref → sha256` of every asset this spec refers to, stamped at sync time (spec §5.3).
+    #[serde(
+        rename = "_asset_digests",
+        default,
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub asset_digests: BTreeMap<String, String>,
 }
 
-/// The bridge network voodu attaches every container to.
-pub const DEFAULT_NETWORK: &str = "voodu0";
-/// voodu's controller default restart policy.
-pub const DEFAULT_RESTART: &str = "unless-stopped";
-
 impl DeploymentSpec {
-    /// The image to run: the manifest's, or voodu's build-mode default `<AppID>:latest`.
-    pub fn effective_image(&self, key: &ResourceKey) -> String {
-        if self.image.is_empty() {
-            format!("{}:latest", key.app_id())
-        } else {
-            self.image.clone()
-        }
-    }
-
     /// Desired replica count: omitted or below 1 means 1, as voodu's controller does.
     pub fn n_replicas(&self) -> usize {
         self.replicas
@@ -65,72 +65,55 @@ impl DeploymentSpec {
     }
 
     pub fn effective_restart(&self) -> &str {
-        self.restart
-            .as_deref()
-            .filter(|restart| !restart.is_empty())
-            .unwrap_or(DEFAULT_RESTART)
-    }
-
-    /// `networks` (or the legacy `network`), with `voodu0` appended when absent. The first
-    /// entry is the primary network.
-    pub fn effective_networks(&self) -> Vec<String> {
-        let mut networks = if self.networks.is_empty() {
-            self.network.iter().cloned().collect::<Vec<_>>()
+        if self.restart.is_empty() {
+            DEFAULT_RESTART
         } else {
-            self.networks.clone()
-        };
-        if !networks.iter().any(|network| network == DEFAULT_NETWORK) {
-            networks.push(DEFAULT_NETWORK.to_owned());
+            &self.restart
         }
-        networks
     }
 
-    /// Ports after voodu's loopback normalisation (spec §6.4).
+    /// Ports after voodu's loopback normalisation (spec §6.4); none in host/none mode.
     pub fn normalized_ports(&self) -> Vec<String> {
         self.ports.iter().map(|port| normalize_port(port)).collect()
     }
 
-    /// voodu's deployment spec hash over the fields this agent decodes.
+    /// voodu's deployment spec hash.
     pub fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
-        let mut networks = self.effective_networks();
+        let container = &self.container;
+        let mut networks = container.effective_networks();
         networks.sort();
-        let sorted = |items: &[String]| {
-            let mut items = items.to_vec();
-            items.sort();
-            items
-        };
-        let hashed = HashedDeployment {
-            image: self.effective_image(key),
-            command: self.command.clone(),
-            ports: none_if_empty(self.normalized_ports()),
-            volumes: none_if_empty(self.volumes.clone()),
-            env: (!self.env.is_empty()).then(|| self.env.clone()),
-            networks,
-            network_mode: String::new(),
+        go_json_sha256(&HashedDeployment {
+            image: container.effective_image(key),
+            command: container.command.clone(),
+            ports: non_empty(&self.normalized_ports()),
+            volumes: non_empty(&container.volumes),
+            env: (!container.env.is_empty()).then(|| container.env.clone()),
+            env_from: non_empty(&container.env_from),
+            networks: non_empty(&networks),
+            network_mode: container.network_mode.clone(),
             restart: self.effective_restart().to_owned(),
-            extra_hosts: none_if_empty(sorted(&self.extra_hosts)),
-            cap_add: none_if_empty(sorted(&self.cap_add)),
-            logs: HashedLogs {
-                max_size: "10m",
-                max_files: 3,
-            },
-        };
-        let json = serde_json::to_string(&hashed).expect("a struct of strings always serialises");
-        SpecHash::new(hex(&Sha256::digest(go_json_escape(&json).as_bytes())))
+            extra_hosts: sorted(&container.extra_hosts),
+            cap_add: sorted(&container.cap_add),
+            ulimits: (!container.ulimits.is_empty()).then(|| container.ulimits.clone()),
+            docker_options: non_empty(&container.docker_options),
+            resources: container.resources.clone(),
+            autoscale: self.autoscale.clone(),
+            logs: Some(container.logs.clone()),
+            probes: self.probes.clone(),
+            inits: non_empty(&self.inits),
+            assets: asset_lines(&self.asset_digests),
+        })
     }
 }
 
-/// voodu's `normalizePort`: `[…` unchanged; no `:` → `127.0.0.1::<p>`; one `:` →
-/// `127.0.0.1:<p>`; two or more → unchanged.
-pub fn normalize_port(port: &str) -> String {
-    if port.starts_with('[') {
-        return port.to_owned();
-    }
-    match port.matches(':').count() {
-        0 => format!("127.0.0.1::{port}"),
-        1 => format!("127.0.0.1:{port}"),
-        _ => port.to_owned(),
-    }
+/// `["<ref>=<sha256>", …]` sorted, `None` when there are none (spec §5.2 #20).
+pub(crate) fn asset_lines(digests: &BTreeMap<String, String>) -> Option<Vec<String>> {
+    let mut lines: Vec<String> = digests
+        .iter()
+        .map(|(reference, digest)| format!("{reference}={digest}"))
+        .collect();
+    lines.sort();
+    non_empty(&lines)
 }
 
 /// The JSON voodu hashes, field order included (Go marshals in declaration order).
@@ -141,43 +124,39 @@ struct HashedDeployment {
     ports: Option<Vec<String>>,
     volumes: Option<Vec<String>>,
     env: Option<BTreeMap<String, String>>,
-    networks: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    env_from: Option<Vec<String>>,
+    networks: Option<Vec<String>>,
     network_mode: String,
     restart: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     extra_hosts: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     cap_add: Option<Vec<String>>,
-    logs: HashedLogs,
-}
-
-#[derive(Serialize)]
-struct HashedLogs {
-    max_size: &'static str,
-    max_files: u32,
-}
-
-fn none_if_empty(items: Vec<String>) -> Option<Vec<String>> {
-    (!items.is_empty()).then_some(items)
-}
-
-/// Go's `encoding/json` escapes `<`, `>`, `&`, U+2028 and U+2029 inside strings; serde_json
-/// does not. Those characters can only occur inside JSON strings, so a plain replace is exact.
-fn go_json_escape(json: &str) -> String {
-    json.replace('<', "\\u003c")
-        .replace('>', "\\u003e")
-        .replace('&', "\\u0026")
-        .replace('\u{2028}', "\\u2028")
-        .replace('\u{2029}', "\\u2029")
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ulimits: Option<BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    docker_options: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resources: Option<Resources>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    autoscale: Option<Autoscale>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logs: Option<Logs>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    probes: Option<Probes>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    inits: Option<Vec<Init>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    assets: Option<Vec<String>>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::manifest::spec::common::{
+        DEFAULT_NETWORK, HttpGet, Limits, OnDeploy, Probe, WebhookTarget,
+    };
     use crate::model::Kind;
 
     fn key() -> ResourceKey {
@@ -185,50 +164,130 @@ mod tests {
     }
 
     fn base() -> DeploymentSpec {
-        DeploymentSpec {
-            image: "busybox".into(),
-            command: Some(vec!["sleep".into(), "1000".into()]),
+        let mut spec = DeploymentSpec {
             replicas: Some(2),
-            env: BTreeMap::from([("A".into(), "1".into())]),
             ..DeploymentSpec::default()
-        }
+        };
+        spec.container.image = "busybox".into();
+        spec.container.command = Some(vec!["sleep".into(), "1000".into()]);
+        spec.container.env = BTreeMap::from([("A".into(), "1".into())]);
+        spec
     }
 
-    #[test]
-    fn ports_normalise_to_loopback_like_voodu() {
-        assert_eq!(normalize_port("80"), "127.0.0.1::80");
-        assert_eq!(normalize_port("8080:80"), "127.0.0.1:8080:80");
-        assert_eq!(normalize_port("0.0.0.0:8080:80"), "0.0.0.0:8080:80");
-        assert_eq!(normalize_port("[::1]:80:80"), "[::1]:80:80");
-    }
+    type Edit = fn(&mut DeploymentSpec);
 
-    #[test]
-    fn replicas_and_health_check_stay_out_of_the_hash() {
-        let before = base().spec_hash(&key());
-        let mut scaled = base();
-        scaled.replicas = Some(7);
-        scaled.health_check = Some("/up".into());
-        assert_eq!(scaled.spec_hash(&key()), before);
-    }
+    /// Every field of voodu's hash input, one edit each (spec §5.2).
+    const HASHED: &[(&str, Edit)] = &[
+        ("image", |s| s.container.image = "other".into()),
+        ("command", |s| s.container.command = None),
+        ("ports", |s| s.ports = vec!["80".into()]),
+        ("volumes", |s| s.container.volumes = vec!["/a:/b".into()]),
+        ("env", |s| {
+            s.container.env.insert("B".into(), "2".into());
+        }),
+        ("env_from", |s| {
+            s.container.env_from = vec!["shop/shared".into()]
+        }),
+        ("networks", |s| {
+            s.container.networks = vec!["backend".into()]
+        }),
+        ("network", |s| s.container.network = "backend".into()),
+        ("network_mode", |s| s.container.network_mode = "host".into()),
+        ("restart", |s| s.restart = "always".into()),
+        ("extra_hosts", |s| {
+            s.container.extra_hosts = vec!["a:1.2.3.4".into()]
+        }),
+        ("cap_add", |s| {
+            s.container.cap_add = vec!["NET_ADMIN".into()]
+        }),
+        ("ulimits", |s| {
+            s.container.ulimits = BTreeMap::from([("nofile".into(), "1:1".into())]);
+        }),
+        ("docker_options", |s| {
+            s.container.docker_options = vec!["--shm-size=1g".into()]
+        }),
+        ("resources", |s| {
+            s.container.resources = Some(Resources {
+                limits: Some(Limits {
+                    cpu: "1".into(),
+                    memory: String::new(),
+                }),
+            });
+        }),
+        ("autoscale", |s| {
+            s.autoscale = Some(Autoscale {
+                min: 1,
+                max: 3,
+                cpu_target: 50,
+                ..Autoscale::default()
+            });
+        }),
+        ("logs", |s| s.container.logs.max_files = 9),
+        ("probes", |s| {
+            s.probes = Some(Probes {
+                readiness: Some(Probe {
+                    http_get: Some(HttpGet {
+                        path: "/".into(),
+                        port: 80,
+                        ..HttpGet::default()
+                    }),
+                    ..Probe::default()
+                }),
+                ..Probes::default()
+            });
+        }),
+        ("inits", |s| {
+            s.inits = vec![Init {
+                name: "migrate".into(),
+                command: vec!["true".into()],
+                ..Init::default()
+            }];
+        }),
+        ("_asset_digests", |s| {
+            s.asset_digests = BTreeMap::from([("shop.cfg.k".into(), "ab".into())]);
+        }),
+    ];
+
+    /// Fields voodu leaves out of the hash.
+    const NOT_HASHED: &[(&str, Edit)] = &[
+        ("replicas", |s| s.replicas = Some(7)),
+        ("health_check", |s| s.health_check = "/up".into()),
+        ("post_deploy", |s| s.post_deploy = vec!["x".into()]),
+        ("keep_releases", |s| s.keep_releases = 9),
+        ("release", |s| {
+            s.release = Some(ReleaseHooks {
+                command: vec!["migrate".into()],
+                ..ReleaseHooks::default()
+            });
+        }),
+        ("on_deploy", |s| {
+            s.on_deploy = Some(OnDeploy {
+                success: vec![WebhookTarget {
+                    url: "http://x".into(),
+                    ..WebhookTarget::default()
+                }],
+                ..OnDeploy::default()
+            });
+        }),
+        ("on_probe", |s| s.on_probe = Some(OnProbe::default())),
+        ("depends_on", |s| {
+            s.container.depends_on = Some(crate::manifest::spec::common::DependsOn {
+                assets: vec!["a.b".into()],
+            });
+        }),
+        ("build", |s| {
+            s.container.build = Some(crate::manifest::spec::common::Build {
+                context: "apps/x".into(),
+                ..Default::default()
+            });
+        }),
+        ("env_file (folded into env before hashing)", |_| {}),
+    ];
 
     #[test]
     fn every_hashed_field_changes_the_hash() {
         let before = base().spec_hash(&key());
-        type Edit = (&'static str, fn(&mut DeploymentSpec));
-        let edits: Vec<Edit> = vec![
-            ("image", |s| s.image = "other".into()),
-            ("command", |s| s.command = None),
-            ("env", |s| {
-                s.env.insert("B".into(), "2".into());
-            }),
-            ("ports", |s| s.ports = vec!["80".into()]),
-            ("volumes", |s| s.volumes = vec!["/a:/b".into()]),
-            ("restart", |s| s.restart = Some("always".into())),
-            ("networks", |s| s.networks = vec!["backend".into()]),
-            ("extra_hosts", |s| s.extra_hosts = vec!["a:1.2.3.4".into()]),
-            ("cap_add", |s| s.cap_add = vec!["NET_ADMIN".into()]),
-        ];
-        for (field, edit) in edits {
+        for (field, edit) in HASHED {
             let mut spec = base();
             edit(&mut spec);
             assert_ne!(spec.spec_hash(&key()), before, "{field} must be hashed");
@@ -236,18 +295,80 @@ mod tests {
     }
 
     #[test]
-    fn defaults_hash_like_their_explicit_values() {
-        let mut explicit = base();
-        explicit.restart = Some(DEFAULT_RESTART.into());
-        explicit.networks = vec![DEFAULT_NETWORK.into()];
-        assert_eq!(explicit.spec_hash(&key()), base().spec_hash(&key()));
+    fn operational_fields_stay_out_of_the_hash() {
+        let before = base().spec_hash(&key());
+        for (field, edit) in NOT_HASHED {
+            let mut spec = base();
+            edit(&mut spec);
+            assert_eq!(spec.spec_hash(&key()), before, "{field} must not be hashed");
+        }
     }
 
     #[test]
-    fn go_escaping_matches_encoding_json() {
+    fn defaults_hash_like_their_explicit_values() {
+        let mut explicit = base();
+        explicit.restart = DEFAULT_RESTART.into();
+        explicit.container.networks = vec![DEFAULT_NETWORK.into()];
+        assert_eq!(explicit.spec_hash(&key()), base().spec_hash(&key()));
+        let mut image_default = base();
+        image_default.container.image = String::new();
+        let mut image_explicit = base();
+        image_explicit.container.image = "shop-web:latest".into();
         assert_eq!(
-            go_json_escape(r#"{"a":"<&>"}"#),
-            r#"{"a":"\u003c\u0026\u003e"}"#
+            image_default.spec_hash(&key()),
+            image_explicit.spec_hash(&key())
         );
+    }
+
+    #[test]
+    fn sorted_lists_hash_regardless_of_order() {
+        let mut a = base();
+        a.container.cap_add = vec!["A".into(), "B".into()];
+        a.container.networks = vec!["x".into(), "y".into()];
+        let mut b = base();
+        b.container.cap_add = vec!["B".into(), "A".into()];
+        b.container.networks = vec!["y".into(), "x".into()];
+        assert_eq!(a.spec_hash(&key()), b.spec_hash(&key()));
+        let mut c = base();
+        c.container.volumes = vec!["/a:/a".into(), "/b:/b".into()];
+        let mut d = base();
+        d.container.volumes = vec!["/b:/b".into(), "/a:/a".into()];
+        assert_ne!(
+            c.spec_hash(&key()),
+            d.spec_hash(&key()),
+            "volume order is kept"
+        );
+    }
+
+    #[test]
+    fn the_hash_input_is_voodus_json() {
+        let spec = base();
+        let container = &spec.container;
+        let hashed = HashedDeployment {
+            image: container.effective_image(&key()),
+            command: container.command.clone(),
+            ports: None,
+            volumes: None,
+            env: Some(container.env.clone()),
+            env_from: None,
+            networks: Some(vec![DEFAULT_NETWORK.into()]),
+            network_mode: String::new(),
+            restart: DEFAULT_RESTART.into(),
+            extra_hosts: None,
+            cap_add: None,
+            ulimits: None,
+            docker_options: None,
+            resources: None,
+            autoscale: None,
+            logs: Some(Logs::default()),
+            probes: None,
+            inits: None,
+            assets: None,
+        };
+        assert_eq!(
+            serde_json::to_string(&hashed).expect("serialises"),
+            r#"{"image":"busybox","command":["sleep","1000"],"ports":null,"volumes":null,"env":{"A":"1"},"networks":["voodu0"],"network_mode":"","restart":"unless-stopped","logs":{"max_size":"10m","max_files":3}}"#
+        );
+        assert_eq!(spec.spec_hash(&key()), go_json_sha256(&hashed));
     }
 }

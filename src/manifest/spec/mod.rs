@@ -1,11 +1,33 @@
-//! Per-kind spec types: what a resource asks of the host, after decoding and defaults.
+//! Per-kind spec types: what a resource asks of the host, after decoding and parser defaults,
+//! in voodu's wire JSON shape (spec §1.9, §2).
 //!
 //! Invariant: a `Spec` round-trips through JSON unchanged; that JSON is what the store keeps
-//! as desired state and what a release snapshots.
+//! as desired state, compares to decide what changed, and snapshots in releases.
 
+mod asset;
+mod common;
 mod deployment;
+pub(crate) mod hash;
+mod ingress;
+mod job;
+mod registry;
+pub mod schedule;
+mod statefulset;
 
-pub use deployment::{DEFAULT_NETWORK, DEFAULT_RESTART, DeploymentSpec, normalize_port};
+pub use asset::{AssetFile, AssetSpec};
+pub use common::{
+    Autoscale, Build, Container, DEFAULT_NETWORK, DEFAULT_RESTART, DependsOn, ExecAction, HttpGet,
+    Init, Lang, Limits, Logs, OnDeploy, OnProbe, Probe, Probes, ReleaseHooks, Resources, TcpSocket,
+    VolumeClaim, WebhookTarget, container_port, normalize_port,
+};
+pub use deployment::DeploymentSpec;
+pub use hash::sha256_hex;
+pub use ingress::{IngressSpec, LoadBalancing, Location, Tls};
+pub use job::{CronjobSpec, JobSpec};
+pub use registry::RegistrySpec;
+pub use statefulset::StatefulsetSpec;
+
+use std::collections::BTreeMap;
 
 use crate::model::{Kind, ResourceKey, SpecHash};
 
@@ -13,7 +35,13 @@ use crate::model::{Kind, ResourceKey, SpecHash};
 /// shows every place that must handle it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Spec {
+    Asset(AssetSpec),
+    Cronjob(CronjobSpec),
     Deployment(DeploymentSpec),
+    Ingress(IngressSpec),
+    Job(JobSpec),
+    Registry(RegistrySpec),
+    Statefulset(StatefulsetSpec),
 }
 
 /// A stored spec that cannot be read back (a schema change or a hand-edited database).
@@ -28,14 +56,26 @@ pub struct SpecDecodeError {
 impl Spec {
     pub fn kind(&self) -> Kind {
         match self {
+            Spec::Asset(_) => Kind::Asset,
+            Spec::Cronjob(_) => Kind::Cronjob,
             Spec::Deployment(_) => Kind::Deployment,
+            Spec::Ingress(_) => Kind::Ingress,
+            Spec::Job(_) => Kind::Job,
+            Spec::Registry(_) => Kind::Registry,
+            Spec::Statefulset(_) => Kind::Statefulset,
         }
     }
 
     /// Canonical JSON: the store compares these strings to decide what changed.
     pub fn to_json(&self) -> String {
         let result = match self {
+            Spec::Asset(spec) => serde_json::to_string(spec),
+            Spec::Cronjob(spec) => serde_json::to_string(spec),
             Spec::Deployment(spec) => serde_json::to_string(spec),
+            Spec::Ingress(spec) => serde_json::to_string(spec),
+            Spec::Job(spec) => serde_json::to_string(spec),
+            Spec::Registry(spec) => serde_json::to_string(spec),
+            Spec::Statefulset(spec) => serde_json::to_string(spec),
         };
         result.expect("spec types hold only strings, numbers and maps with string keys")
     }
@@ -43,24 +83,98 @@ impl Spec {
     pub fn from_json(kind: Kind, json: &str) -> Result<Spec, SpecDecodeError> {
         let wrap = |source| SpecDecodeError { kind, source };
         match kind {
-            Kind::Deployment => serde_json::from_str(json)
-                .map(Spec::Deployment)
-                .map_err(wrap),
-            other => Err(wrap(serde::de::Error::custom(format!(
-                "kind {other} has no spec type yet"
-            )))),
+            Kind::Asset => serde_json::from_str(json).map(Spec::Asset),
+            Kind::Cronjob => serde_json::from_str(json).map(Spec::Cronjob),
+            Kind::Deployment => serde_json::from_str(json).map(Spec::Deployment),
+            Kind::Ingress => serde_json::from_str(json).map(Spec::Ingress),
+            Kind::Job => serde_json::from_str(json).map(Spec::Job),
+            Kind::Registry => serde_json::from_str(json).map(Spec::Registry),
+            Kind::Statefulset => serde_json::from_str(json).map(Spec::Statefulset),
         }
+        .map_err(wrap)
     }
 
+    /// The hash that decides whether a resource's containers (or run) must be replaced.
     pub fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
         match self {
+            Spec::Asset(spec) => spec.spec_hash(),
+            Spec::Cronjob(spec) => spec.spec_hash(key),
             Spec::Deployment(spec) => spec.spec_hash(key),
+            Spec::Ingress(spec) => spec.spec_hash(),
+            Spec::Job(spec) => spec.spec_hash(key),
+            Spec::Registry(spec) => spec.spec_hash(),
+            Spec::Statefulset(spec) => spec.spec_hash(key),
         }
     }
 
+    /// Replicas the spec asks for (1 for kinds without replicas).
     pub fn n_replicas(&self) -> usize {
         match self {
             Spec::Deployment(spec) => spec.n_replicas(),
+            Spec::Statefulset(spec) => spec.n_replicas(),
+            Spec::Asset(_)
+            | Spec::Cronjob(_)
+            | Spec::Ingress(_)
+            | Spec::Job(_)
+            | Spec::Registry(_) => 1,
+        }
+    }
+
+    /// The container fields of container kinds.
+    pub fn container(&self) -> Option<&Container> {
+        match self {
+            Spec::Deployment(spec) => Some(&spec.container),
+            Spec::Statefulset(spec) => Some(&spec.container),
+            Spec::Job(spec) => Some(&spec.container),
+            Spec::Cronjob(spec) => Some(&spec.job.container),
+            Spec::Asset(_) | Spec::Ingress(_) | Spec::Registry(_) => None,
+        }
+    }
+
+    /// The `_asset_digests` of consumer kinds.
+    pub fn asset_digests_mut(&mut self) -> Option<&mut BTreeMap<String, String>> {
+        match self {
+            Spec::Deployment(spec) => Some(&mut spec.asset_digests),
+            Spec::Statefulset(spec) => Some(&mut spec.asset_digests),
+            Spec::Job(spec) => Some(&mut spec.asset_digests),
+            Spec::Cronjob(spec) => Some(&mut spec.job.asset_digests),
+            Spec::Asset(_) | Spec::Ingress(_) | Spec::Registry(_) => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_round_trips_through_json() {
+        let mut deployment = DeploymentSpec::default();
+        deployment.container.image = "busybox".into();
+        deployment.asset_digests.insert("a.b".into(), "00".into());
+        let specs = [
+            Spec::Asset(AssetSpec::default()),
+            Spec::Cronjob(CronjobSpec {
+                schedule: "@daily".into(),
+                ..CronjobSpec::default()
+            }),
+            Spec::Deployment(deployment),
+            Spec::Ingress(IngressSpec {
+                host: "x.example".into(),
+                ..IngressSpec::default()
+            }),
+            Spec::Job(JobSpec::default()),
+            Spec::Registry(RegistrySpec {
+                url: "ghcr.io".into(),
+                ..RegistrySpec::default()
+            }),
+            Spec::Statefulset(StatefulsetSpec::default()),
+        ];
+        for spec in specs {
+            let json = spec.to_json();
+            let back = Spec::from_json(spec.kind(), &json).expect("reads back");
+            assert_eq!(back, spec, "{json}");
+            assert_eq!(back.to_json(), json);
         }
     }
 }

@@ -9,10 +9,10 @@
 use std::collections::BTreeMap;
 
 use crate::manifest::spec::{DeploymentSpec, Spec};
-use crate::model::{Kind, ResourceKey, random_hex};
+use crate::model::{Kind, ResourceKey, random_hex, resolve_asset_refs};
 use crate::reconcile::plan::{Step, Target, plan_replicas};
 use crate::reconcile::{Ctx, Error, Result, blocking};
-use crate::runtime::{ContainerSpec, ContainerState, Runtime, labels, parse_port};
+use crate::runtime::{ContainerSpec, ContainerState, Runtime, labels, parse_ports};
 use crate::store::{Desired, Release, ReleasePhase, ResourceStatus, now_unix};
 
 /// Labels that select this agent's containers of one resource.
@@ -52,7 +52,12 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         let key = key.clone();
         return blocking(&ctx.store, move |store| store.delete_status(&key)).await;
     };
-    let Spec::Deployment(spec) = &desired.spec;
+    let Spec::Deployment(spec) = &desired.spec else {
+        return Err(Error::Permanent {
+            key: key.clone(),
+            message: format!("stored spec is a {}, not a deployment", desired.spec.kind()),
+        });
+    };
     let target = Target {
         spec_hash: &desired.spec_hash,
         n_replicas: desired.n_replicas,
@@ -159,7 +164,7 @@ async fn execute<R: Runtime>(
     if steps.is_empty() {
         return Ok(());
     }
-    for network in spec.effective_networks() {
+    for network in spec.container.effective_networks() {
         ctx.runtime
             .ensure_network(&network)
             .await
@@ -208,7 +213,7 @@ async fn create_replica<R: Runtime>(
     release: &Release,
 ) -> Result<String> {
     let key = &desired.key;
-    let container = container_spec(&ctx.agent_id, desired, spec, release)?;
+    let container = container_spec(&ctx.agent_id, &ctx.assets_root, desired, spec, release)?;
     let runtime_error = |source| Error::Runtime {
         key: key.clone(),
         source,
@@ -283,19 +288,22 @@ fn count_running(actual: &[crate::runtime::Container], desired: &Desired) -> usi
 /// The container for one new replica: voodu's name, labels and `-e` set (spec §4.4, §6).
 fn container_spec(
     agent_id: &str,
+    assets_root: &std::path::Path,
     desired: &Desired,
     spec: &DeploymentSpec,
     release: &Release,
 ) -> Result<ContainerSpec> {
     let key = &desired.key;
     let replica_id = random_hex(2);
+    // `${asset.…}` becomes the file's host path where voodu resolves it (spec §3.2).
+    let resolve = |text: &str| resolve_asset_refs(text, assets_root);
     let mut ports = Vec::new();
-    for port in spec.normalized_ports() {
-        let mapping = parse_port(&port).ok_or_else(|| Error::Permanent {
+    for port in spec.normalized_ports().iter().map(|port| resolve(port)) {
+        let mappings = parse_ports(&port).ok_or_else(|| Error::Permanent {
             key: key.clone(),
             message: format!("port {port:?} is not `[ip:][host_port:]container_port[/proto]`"),
         })?;
-        ports.push(mapping);
+        ports.extend(mappings);
     }
     let labels = BTreeMap::from([
         (
@@ -326,9 +334,10 @@ fn container_spec(
         format!("VOODU_SCOPE={}", key.scope),
     ];
     env.extend(
-        spec.env
+        spec.container
+            .env
             .iter()
-            .map(|(name, value)| format!("{name}={value}")),
+            .map(|(name, value)| format!("{name}={}", resolve(value))),
     );
     let aliases = if key.scope.is_empty() {
         vec![key.name.to_lowercase()]
@@ -340,17 +349,26 @@ fn container_spec(
     };
     Ok(ContainerSpec {
         name: format!("{}.{replica_id}", key.app_id()),
-        image: spec.effective_image(key),
-        command: spec.command.clone(),
+        image: resolve(&spec.container.effective_image(key)),
+        command: spec
+            .container
+            .command
+            .as_ref()
+            .map(|command| command.iter().map(|part| resolve(part)).collect()),
         env,
         labels,
         ports,
-        binds: spec.volumes.clone(),
+        binds: spec
+            .container
+            .volumes
+            .iter()
+            .map(|volume| resolve(volume))
+            .collect(),
         restart: spec.effective_restart().to_owned(),
-        networks: spec.effective_networks(),
+        networks: spec.container.effective_networks(),
         aliases,
-        extra_hosts: spec.extra_hosts.clone(),
-        cap_add: spec.cap_add.clone(),
+        extra_hosts: spec.container.extra_hosts.clone(),
+        cap_add: spec.container.cap_add.clone(),
     })
 }
 

@@ -1,0 +1,222 @@
+//! Assets stage: put each `asset`'s files on the host, under
+//! `<data-dir>/assets/<scope>/<name>/<key>` (`_unscoped/<name>/<key>` for unscoped assets),
+//! before the commit's journal rows are written, so a consumer never starts without its file.
+//! The `url()` fetcher with its cache lives here too (`fetch`).
+//!
+//! Invariants: every write is atomic (`write`); a file whose bytes already match is not
+//! rewritten (its inode stays, so running containers keep their bind mount); only files under
+//! the assets root are ever written or removed. Blocking: call from a blocking thread.
+
+mod fetch;
+mod write;
+
+pub use fetch::{DEFAULT_MAX_URL_BYTES, UrlCache};
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use crate::manifest::Manifest;
+use crate::manifest::spec::{Spec, sha256_hex};
+use crate::model::{UNSCOPED_ASSETS, asset_dir};
+
+/// An asset file could not be written or removed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is outside the assets directory {root}; refusing to write it")]
+    Confinement { path: PathBuf, root: PathBuf },
+    #[error("asset bytes for digest {digest} are missing from the commit")]
+    MissingBlob { digest: String },
+}
+
+/// `<data-dir>/assets`.
+pub fn assets_root(data_dir: &Path) -> PathBuf {
+    data_dir.join("assets")
+}
+
+/// One asset's files: key → digest.
+pub type AssetFiles = BTreeMap<String, String>;
+
+/// Writes every asset of `manifest` under `assets_root`, removing files of keys an asset no
+/// longer declares. Returns how many files were (re)written.
+pub fn materialise(manifest: &Manifest, assets_root: &Path) -> Result<usize, Error> {
+    let mut written = 0;
+    for resource in &manifest.resources {
+        let Spec::Asset(asset) = &resource.spec else {
+            continue;
+        };
+        let files: AssetFiles = asset
+            .files
+            .iter()
+            .map(|(key, file)| (key.clone(), file.digest.clone()))
+            .collect();
+        written += write_asset(
+            assets_root,
+            &resource.key.scope,
+            &resource.key.name,
+            &files,
+            &|digest| manifest.blobs.get(digest).cloned(),
+        )?;
+    }
+    Ok(written)
+}
+
+/// Makes one asset's directory hold exactly `files`, reading bytes through `blob`. Returns how
+/// many files were (re)written. Used by `materialise` and to repair drift on the host.
+pub fn write_asset(
+    assets_root: &Path,
+    scope: &str,
+    name: &str,
+    files: &AssetFiles,
+    blob: &dyn Fn(&str) -> Option<Vec<u8>>,
+) -> Result<usize, Error> {
+    let dir = asset_dir(assets_root, scope, name);
+    let mut written = 0;
+    for (key, digest) in files {
+        let path = dir.join(key);
+        if file_digest(&path).as_deref() == Some(digest.as_str()) {
+            continue;
+        }
+        let bytes = blob(digest).ok_or_else(|| Error::MissingBlob {
+            digest: digest.clone(),
+        })?;
+        write::write_atomic(assets_root, &path, &bytes)?;
+        written += 1;
+    }
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        for entry in entries.flatten() {
+            let file_name = entry.file_name().to_string_lossy().into_owned();
+            if !files.contains_key(&file_name) {
+                let path = entry.path();
+                let removed = if path.is_dir() {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
+                removed.map_err(|source| Error::Io { path, source })?;
+            }
+        }
+    }
+    Ok(written)
+}
+
+/// The digest of each file of one asset as found on disk (`None` for a missing key).
+pub fn check_asset(
+    assets_root: &Path,
+    scope: &str,
+    name: &str,
+    files: &AssetFiles,
+) -> BTreeMap<String, Option<String>> {
+    let dir = asset_dir(assets_root, scope, name);
+    files
+        .keys()
+        .map(|key| (key.clone(), file_digest(&dir.join(key))))
+        .collect()
+}
+
+fn file_digest(path: &Path) -> Option<String> {
+    std::fs::read(path).ok().map(|bytes| sha256_hex(&bytes))
+}
+
+/// Removes the directories of assets that are not in `live` (`(scope, name)`; scope empty for
+/// unscoped), and scope directories left empty.
+pub fn remove_unused(
+    assets_root: &Path,
+    live: &BTreeSet<(String, String)>,
+) -> Result<usize, Error> {
+    let mut removed = 0;
+    let Ok(scopes) = std::fs::read_dir(assets_root) else {
+        return Ok(0);
+    };
+    for scope_entry in scopes.flatten() {
+        let scope_dir = scope_entry.path();
+        if !scope_dir.is_dir() {
+            continue;
+        }
+        let scope_name = scope_entry.file_name().to_string_lossy().into_owned();
+        let scope = if scope_name == UNSCOPED_ASSETS {
+            String::new()
+        } else {
+            scope_name
+        };
+        let Ok(names) = std::fs::read_dir(&scope_dir) else {
+            continue;
+        };
+        for name_entry in names.flatten() {
+            let name = name_entry.file_name().to_string_lossy().into_owned();
+            if !live.contains(&(scope.clone(), name)) {
+                let path = name_entry.path();
+                std::fs::remove_dir_all(&path).map_err(|source| Error::Io { path, source })?;
+                removed += 1;
+            }
+        }
+        if std::fs::read_dir(&scope_dir).is_ok_and(|mut entries| entries.next().is_none()) {
+            let _ = std::fs::remove_dir(&scope_dir);
+        }
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn assets_are_written_kept_and_pruned() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let root = dir.path().join("assets");
+        let blobs: BTreeMap<String, Vec<u8>> = [b"one".to_vec(), b"two".to_vec()]
+            .into_iter()
+            .map(|bytes| (sha256_hex(&bytes), bytes))
+            .collect();
+        let blob = |digest: &str| blobs.get(digest).cloned();
+        let files = |pairs: &[(&str, &[u8])]| -> AssetFiles {
+            pairs
+                .iter()
+                .map(|(key, bytes)| ((*key).to_owned(), sha256_hex(bytes)))
+                .collect()
+        };
+        assert_eq!(
+            write_asset(
+                &root,
+                "s",
+                "n",
+                &files(&[("a", b"one"), ("b", b"two")]),
+                &blob
+            )?,
+            2
+        );
+        assert_eq!(
+            write_asset(
+                &root,
+                "s",
+                "n",
+                &files(&[("a", b"one"), ("b", b"two")]),
+                &blob
+            )?,
+            0,
+            "unchanged files are not rewritten"
+        );
+        assert_eq!(
+            write_asset(&root, "s", "n", &files(&[("a", b"two")]), &blob)?,
+            1
+        );
+        assert_eq!(std::fs::read(root.join("s/n/a"))?, b"two");
+        assert!(!root.join("s/n/b").exists(), "an undeclared key is removed");
+        write_asset(&root, "", "global", &files(&[("pem", b"one")]), &blob)?;
+        assert!(root.join("_unscoped/global/pem").exists());
+        let live = BTreeSet::from([(String::new(), "global".to_owned())]);
+        assert_eq!(remove_unused(&root, &live)?, 1);
+        assert!(
+            !root.join("s").exists(),
+            "an emptied scope directory goes too"
+        );
+        assert!(root.join("_unscoped/global/pem").exists());
+        Ok(())
+    }
+}

@@ -1,0 +1,86 @@
+//! Atomic file writes: a temp file in the destination directory, fsync, rename, fsync of the
+//! directory. A reader sees the old bytes or the new ones, never a torn file.
+//!
+//! Invariant: every path written here is below the root the caller passes, which is checked
+//! here and not trusted from the caller's joins.
+
+use std::fs::{self, File};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use super::Error;
+
+/// Writes `bytes` to `path` atomically. `root` must be an ancestor of `path`.
+pub(crate) fn write_atomic(root: &Path, path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    let io_error = |source| Error::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let parent = confined_parent(root, path)?;
+    fs::create_dir_all(&parent).map_err(io_error)?;
+    // A directory where the file goes (voodu's layout changed, or a hand edit) is replaced.
+    if path.is_dir() {
+        fs::remove_dir_all(path).map_err(io_error)?;
+    }
+    let temp = temp_path(path);
+    let result = (|| {
+        let mut file = File::create(&temp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&temp, path)?;
+        File::open(&parent)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&temp);
+    }
+    result.map_err(io_error)
+}
+
+fn temp_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+}
+
+fn confined_parent(root: &Path, path: &Path) -> Result<PathBuf, Error> {
+    let escapes = path
+        .components()
+        .any(|component| matches!(component, std::path::Component::ParentDir));
+    match path.parent() {
+        Some(parent)
+            if !escapes && path.starts_with(root) && parent != root.parent().unwrap_or(root) =>
+        {
+            Ok(parent.to_owned())
+        }
+        _ => Err(Error::Confinement {
+            path: path.to_owned(),
+            root: root.to_owned(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_replace_whole_files_and_stay_under_the_root() -> Result<(), Box<dyn std::error::Error>>
+    {
+        let dir = tempfile::tempdir()?;
+        let root = dir.path().join("assets");
+        let file = root.join("s/n/k");
+        write_atomic(&root, &file, b"one")?;
+        write_atomic(&root, &file, b"two")?;
+        assert_eq!(fs::read(&file)?, b"two");
+        let leftovers: Vec<_> = fs::read_dir(root.join("s/n"))?.collect();
+        assert_eq!(leftovers.len(), 1, "no temp file is left behind");
+        fs::create_dir_all(root.join("s/n/d"))?;
+        write_atomic(&root, &root.join("s/n/d"), b"file now")?;
+        assert_eq!(fs::read(root.join("s/n/d"))?, b"file now");
+        assert!(write_atomic(&root, &root.join("../x"), b"no").is_err());
+        assert!(write_atomic(&root, &dir.path().join("elsewhere"), b"no").is_err());
+        Ok(())
+    }
+}

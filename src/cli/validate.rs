@@ -1,0 +1,170 @@
+//! `voodu-agent validate [DIR]`: check a working directory of manifests without git or an
+//! agent: every problem as `path:line:col: message`, exit 0 when the set would be accepted.
+//!
+//! A static check: `url()` sources are checked for form but not fetched, and a `file()` or
+//! `env_file` that is missing is a warning (the agent would reject such a commit). `${VAR}`
+//! values come from `--var` / `--var-file`, standing in for the config buckets the agent reads.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Args;
+
+use crate::git::{WorkdirFiles, read_workdir};
+use crate::manifest::{self, Diagnostic, LoadOptions, Mode, Vars};
+
+#[derive(Debug, Args)]
+pub(super) struct ValidateArgs {
+    /// Directory holding the manifests (searched recursively, `.git` skipped).
+    #[arg(default_value = ".", value_name = "DIR")]
+    dir: PathBuf,
+    #[command(flatten)]
+    vars: VarArgs,
+    /// Only read manifests under this directory of DIR (repeatable), as the agent's --path.
+    #[arg(long = "path", value_name = "DIR")]
+    paths: Vec<String>,
+}
+
+/// `${VAR}` values given on the command line (also used by `plan`).
+#[derive(Debug, Args)]
+pub(super) struct VarArgs {
+    /// A `${KEY}` value (repeatable), as a config bucket would supply it.
+    #[arg(long = "var", value_name = "KEY=VALUE", value_parser = parse_var)]
+    vars: Vec<(String, String)>,
+    /// A file of KEY=VALUE lines (env-file syntax) supplying `${KEY}` values (repeatable);
+    /// `--var` wins over it.
+    #[arg(long = "var-file", value_name = "FILE")]
+    var_files: Vec<PathBuf>,
+}
+
+impl VarArgs {
+    pub(super) fn to_vars(&self) -> anyhow::Result<Vars> {
+        let mut globals = BTreeMap::new();
+        for file in &self.var_files {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("cannot read --var-file {}", file.display()))?;
+            let values = manifest::parse_env_file(&text)
+                .map_err(|problem| anyhow::anyhow!("--var-file {}: {problem}", file.display()))?;
+            globals.extend(values);
+        }
+        globals.extend(self.vars.iter().cloned());
+        Ok(Vars {
+            buckets: BTreeMap::new(),
+            globals,
+        })
+    }
+}
+
+fn parse_var(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("{text:?} is not KEY=VALUE")),
+    }
+}
+
+/// The hint an undefined `${VAR}` shows in `validate` and `plan`.
+pub(super) const MISSING_VAR_HINT: &str = "pass `--var NAME=…` or `--var-file FILE` (the agent reads it from a config bucket or --allow-env),";
+
+pub(super) fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
+    let vars = args.vars.to_vars()?;
+    let outcome = validate_dir(&args.dir, &args.paths, &vars)?;
+    print!("{}", outcome.report());
+    Ok(if outcome.errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// What `validate` found in one directory.
+pub(super) struct Outcome {
+    pub(super) errors: Vec<Diagnostic>,
+    pub(super) warnings: Vec<Diagnostic>,
+    pub(super) n_files: usize,
+    /// Resources by kind, when accepted.
+    pub(super) kinds: BTreeMap<String, usize>,
+}
+
+impl Outcome {
+    /// The lines `validate` prints.
+    pub(super) fn report(&self) -> String {
+        let mut out = String::new();
+        for error in &self.errors {
+            out.push_str(&format!("{error}\n"));
+        }
+        for warning in &self.warnings {
+            out.push_str(&format!(
+                "{}:{}:{}: warning: {}\n",
+                warning.path, warning.line, warning.col, warning.message
+            ));
+        }
+        let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
+        if self.errors.is_empty() {
+            let n_resources: usize = self.kinds.values().sum();
+            let kinds: Vec<String> = self
+                .kinds
+                .iter()
+                .map(|(kind, n)| format!("{n} {kind}"))
+                .collect();
+            out.push_str(&format!(
+                "ok: {} in {}{}{}\n",
+                plural(n_resources, "resource"),
+                plural(self.n_files, "file"),
+                if kinds.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", kinds.join(", "))
+                },
+                if self.warnings.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {}", plural(self.warnings.len(), "warning"))
+                },
+            ));
+        } else {
+            out.push_str(&format!(
+                "{} in {}; nothing would be applied\n",
+                plural(self.errors.len(), "error"),
+                plural(self.n_files, "file")
+            ));
+        }
+        out
+    }
+}
+
+pub(super) fn validate_dir(dir: &Path, paths: &[String], vars: &Vars) -> anyhow::Result<Outcome> {
+    let snapshot =
+        read_workdir(dir, paths).with_context(|| format!("cannot read {}", dir.display()))?;
+    let files = WorkdirFiles::new(dir);
+    let options = LoadOptions {
+        vars,
+        files: &files,
+        fetcher: None,
+        mode: Mode::Validate,
+        max_file_bytes: manifest::DEFAULT_MAX_FILE_BYTES,
+        missing_var_hint: MISSING_VAR_HINT,
+    };
+    let n_files = snapshot.files.len();
+    Ok(match manifest::load(&snapshot, &options) {
+        Ok(manifest) => {
+            let mut kinds = BTreeMap::new();
+            for resource in &manifest.resources {
+                *kinds.entry(resource.key.kind.to_string()).or_insert(0) += 1;
+            }
+            Outcome {
+                errors: Vec::new(),
+                warnings: manifest.warnings,
+                n_files,
+                kinds,
+            }
+        }
+        Err(diagnostics) => Outcome {
+            errors: diagnostics.0,
+            warnings: Vec::new(),
+            n_files,
+            kinds: BTreeMap::new(),
+        },
+    })
+}

@@ -1,0 +1,1076 @@
+//! Per-kind decoders: voodu's field names, types, parser defaults and validation rules
+//! (spec §2), one function per kind plus the shared container fields and sub-blocks.
+//!
+//! Invariant: every rule voodu checks (at parse time or only later, at reconcile) is checked
+//! here, at the line that breaks it, so a commit the agent accepts does not fail on the host
+//! for a reason the manifest alone shows.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
+use std::time::Duration;
+
+use hcl::edit::Span;
+use hcl::edit::expr::Expression;
+use hcl::edit::structure::{Body, Structure};
+
+use super::reader::{Cx, Reader, describe, labels, to_map, to_string};
+use super::sources::Read;
+use crate::manifest::Mode;
+use crate::manifest::interpolate::{Reference, is_ref_segment};
+use crate::manifest::spec::schedule::check_schedule;
+use crate::manifest::spec::{
+    AssetFile, AssetSpec, Autoscale, Build, Container, CronjobSpec, DependsOn, DeploymentSpec,
+    ExecAction, HttpGet, IngressSpec, Init, JobSpec, Lang, Limits, LoadBalancing, Location, Logs,
+    OnDeploy, OnProbe, Probe, Probes, RegistrySpec, ReleaseHooks, Resources, StatefulsetSpec,
+    TcpSocket, Tls, VolumeClaim, WebhookTarget, normalize_port, sha256_hex,
+};
+use crate::model::parse_go_duration;
+
+/// The §2.0 container fields every container kind shares.
+pub(super) fn container(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Container {
+    let mut container = Container {
+        image: r.string(cx, "image").unwrap_or_default(),
+        command: r.strings(cx, "command"),
+        ..Container::default()
+    };
+    let env = r.map(cx, "env").unwrap_or_default();
+    container.env = env_files(cx, r);
+    container.env.extend(env);
+    container.env_from = r.strings(cx, "env_from").unwrap_or_default();
+    if !container.env_from.is_empty() {
+        let span = r.span_of("env_from");
+        for reference in &container.env_from {
+            let valid = match reference.split_once('/') {
+                Some((scope, name)) => is_ref_segment(scope) && is_ref_segment(name),
+                None => is_ref_segment(reference),
+            };
+            if !valid {
+                cx.error(
+                    span.clone(),
+                    format!("`env_from` entry {reference:?} must be \"scope/name\" (an app bucket) or \"name\" (a bucket of this scope)"),
+                );
+            }
+        }
+    }
+    container.volumes = r.strings(cx, "volumes").unwrap_or_default();
+    container.network = r.string(cx, "network").unwrap_or_default();
+    container.networks = r.strings(cx, "networks").unwrap_or_default();
+    container.network_mode = r.string(cx, "network_mode").unwrap_or_default();
+    match container.network_mode.as_str() {
+        "" => {}
+        "host" | "none" => {
+            if !container.network.is_empty() || !container.networks.is_empty() {
+                cx.error(
+                    r.span_of("network_mode"),
+                    format!(
+                        "network_mode={:?} is mutually exclusive with network/networks",
+                        container.network_mode
+                    ),
+                );
+            }
+        }
+        other => cx.error(
+            r.span_of("network_mode"),
+            format!("network_mode={other:?} not supported (want \"host\" or \"none\"; omit for bridge mode)"),
+        ),
+    }
+    container.extra_hosts = r.strings(cx, "extra_hosts").unwrap_or_default();
+    container.cap_add = r.strings(cx, "cap_add").unwrap_or_default();
+    container.ulimits = r.map(cx, "ulimits").unwrap_or_default();
+    container.docker_options = r.strings(cx, "docker_options").unwrap_or_default();
+    if let Some(block) = r.block(cx, "build") {
+        let mut b = r.nested(block, "");
+        let mut build = Build {
+            context: b.string(cx, "context").unwrap_or_default(),
+            dockerfile: b.string(cx, "dockerfile").unwrap_or_default(),
+            path: b.string(cx, "path").unwrap_or_default(),
+            args: b.map(cx, "args").unwrap_or_default(),
+            lang: None,
+        };
+        if build.context.is_empty() {
+            build.context = ".".to_owned();
+        }
+        if let Some(lang_block) = b.block(cx, "lang") {
+            let mut l = b.nested(lang_block, "");
+            build.lang = Some(Lang {
+                name: l.string(cx, "name").unwrap_or_default(),
+                version: l.string(cx, "version").unwrap_or_default(),
+                entrypoint: l.string(cx, "entrypoint").unwrap_or_default(),
+            });
+            l.finish(cx);
+        }
+        b.finish(cx);
+        if !container.image.is_empty() {
+            cx.error(
+                block.ident.span(),
+                "`image` and `build {}` are mutually exclusive: use `image` to pull from a registry, or `build {}` to build from source — not both",
+            );
+        }
+        container.build = Some(build);
+    } else if container.image.is_empty() {
+        // voodu's parser default: no image means build mode at the repo root.
+        container.build = Some(Build {
+            context: ".".to_owned(),
+            ..Build::default()
+        });
+    }
+    if let Some(block) = r.block(cx, "depends_on") {
+        let mut d = r.nested(block, "");
+        let assets = d.strings(cx, "assets").unwrap_or_default();
+        let span = d.span_of("assets");
+        for entry in &assets {
+            let segments: Vec<&str> = entry.split('.').collect();
+            let valid = segments.iter().all(|segment| is_ref_segment(segment));
+            let reference = match segments.as_slice() {
+                [scope, name, key] if valid => Some(Reference::Asset {
+                    scope: Some((*scope).to_owned()),
+                    name: (*name).to_owned(),
+                    key: (*key).to_owned(),
+                }),
+                [name, key] if valid => Some(Reference::Asset {
+                    scope: None,
+                    name: (*name).to_owned(),
+                    key: (*key).to_owned(),
+                }),
+                _ => None,
+            };
+            match reference {
+                Some(reference) => cx.record_reference(reference, span.clone()),
+                None => cx.error(
+                    span.clone(),
+                    format!(
+                        "depends_on.assets[{entry:?}]: expected 2 or 3 segments separated by '.', got {}",
+                        segments.len()
+                    ),
+                ),
+            }
+        }
+        d.finish(cx);
+        container.depends_on = Some(DependsOn { assets });
+    }
+    if let Some(block) = r.block(cx, "resources") {
+        let mut nested = r.nested(block, "");
+        container.resources = Some(resources(cx, &mut nested));
+        nested.finish(cx);
+    }
+    if let Some(block) = r.block(cx, "logs") {
+        let mut l = r.nested(block, "");
+        let mut logs = Logs::default();
+        if let Some(max_size) = l.string(cx, "max_size").filter(|s| !s.is_empty()) {
+            logs.max_size = max_size;
+        }
+        if let Some(max_files) = l.int(cx, "max_files").filter(|n| *n > 0) {
+            logs.max_files = max_files;
+        }
+        l.finish(cx);
+        container.logs = logs;
+    }
+    container
+}
+
+/// `env_file = [...]`: read from the repo and merged in order (later wins), under `env`.
+fn env_files(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> BTreeMap<String, String> {
+    let mut merged = BTreeMap::new();
+    let Some(paths) = r.strings(cx, "env_file") else {
+        return merged;
+    };
+    let span = r.span_of("env_file");
+    for path in paths {
+        match cx.env.read_file(cx.path, &path) {
+            Read::Bytes(bytes) => {
+                match crate::manifest::parse_env_file(&String::from_utf8_lossy(&bytes)) {
+                    Ok(values) => merged.extend(values),
+                    Err(problem) => cx.error(span.clone(), format!("env_file {path:?} {problem}")),
+                }
+            }
+            Read::Missing(message) if cx.env.mode == Mode::Validate => {
+                cx.warn(
+                    span.clone(),
+                    format!("env_file {message}; the agent rejects a commit without it"),
+                );
+            }
+            Read::Missing(message) | Read::Refused(message) => {
+                cx.error(span.clone(), format!("env_file {message}"));
+            }
+        }
+    }
+    merged
+}
+
+/// `resources { limits { cpu, memory } }`, checked as voodu's reconciler would check it.
+fn resources(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Resources {
+    let mut resources = Resources::default();
+    if let Some(block) = r.block(cx, "limits") {
+        let mut l = r.nested(block, "");
+        let cpu = l.string(cx, "cpu").unwrap_or_default();
+        if !cpu.is_empty() && !valid_cpu(&cpu) {
+            cx.error(
+                l.span_of("cpu"),
+                format!("`{}` {cpu:?} is not a CPU amount: write a decimal like \"1.5\" or millicores like \"500m\"", l.field("cpu")),
+            );
+        }
+        let memory = l.string(cx, "memory").unwrap_or_default();
+        if !memory.is_empty() && !valid_memory(&memory) {
+            cx.error(
+                l.span_of("memory"),
+                format!("`{}` {memory:?} is not a memory size: write bytes, or a number with Ki Mi Gi Ti (1024-based) or K M G T (1000-based)", l.field("memory")),
+            );
+        }
+        l.finish(cx);
+        resources.limits = Some(Limits { cpu, memory });
+    }
+    r.refuse(&["requests"], "voodu supports only `limits`");
+    resources
+}
+
+fn valid_cpu(cpu: &str) -> bool {
+    if let Some(milli) = cpu.strip_suffix('m') {
+        return !milli.is_empty() && milli.chars().all(|c| c.is_ascii_digit());
+    }
+    let mut parts = cpu.splitn(2, '.');
+    let whole = parts.next().unwrap_or_default();
+    let fraction = parts.next();
+    !whole.is_empty()
+        && whole.chars().all(|c| c.is_ascii_digit())
+        && fraction.is_none_or(|f| !f.is_empty() && f.chars().all(|c| c.is_ascii_digit()))
+}
+
+fn valid_memory(memory: &str) -> bool {
+    let digits = memory
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(memory.len());
+    digits > 0 && ["", "Ki", "Mi", "Gi", "Ti", "K", "M", "G", "T"].contains(&&memory[digits..])
+}
+
+/// Fields of long-running workloads (deployment, statefulset, app).
+struct Workload {
+    replicas: Option<i64>,
+    ports: Vec<String>,
+    restart: String,
+    health_check: String,
+    inits: Vec<Init>,
+    probes: Option<Probes>,
+    on_probe: Option<OnProbe>,
+}
+
+fn workload(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Workload {
+    let replicas = r.int(cx, "replicas");
+    if let Some(replicas) = replicas.filter(|n| *n < 0) {
+        cx.error(
+            r.span_of("replicas"),
+            format!("`replicas` must not be negative, got {replicas}"),
+        );
+    }
+    let ports = r.strings(cx, "ports").unwrap_or_default();
+    for port in &ports {
+        if crate::model::parse_ports(&normalize_port(port)).is_none() {
+            cx.error(
+                r.span_of("ports"),
+                format!("port {port:?} is not `[ip:][host_port:]container_port[/tcp|udp]`"),
+            );
+        }
+    }
+    let restart = r.string(cx, "restart").unwrap_or_default();
+    let restart_ok = matches!(restart.as_str(), "" | "no" | "always" | "unless-stopped")
+        || restart == "on-failure"
+        || restart
+            .strip_prefix("on-failure:")
+            .is_some_and(|n| n.parse::<u32>().is_ok());
+    if !restart_ok {
+        cx.error(
+            r.span_of("restart"),
+            format!("`restart` {restart:?} is not a Docker restart policy: no, always, unless-stopped, on-failure[:N]"),
+        );
+    }
+    let health_check = r.string(cx, "health_check").unwrap_or_default();
+    let inits = inits(cx, r);
+    let probes = r.block(cx, "probes").map(|block| {
+        let mut p = r.nested(block, "");
+        let probes = probes(cx, &mut p);
+        p.finish(cx);
+        probes
+    });
+    let on_probe = r.block(cx, "on_probe").map(|block| {
+        let mut o = r.nested(block, "");
+        let on_probe = OnProbe {
+            failure: targets(cx, &mut o, "failure"),
+            recovery: targets(cx, &mut o, "recovery"),
+        };
+        o.finish(cx);
+        on_probe
+    });
+    Workload {
+        replicas,
+        ports,
+        restart,
+        health_check,
+        inits,
+        probes,
+        on_probe,
+    }
+}
+
+pub(super) fn deployment(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> DeploymentSpec {
+    let container = container(cx, r);
+    let workload = workload(cx, r);
+    let mut spec = DeploymentSpec {
+        container,
+        replicas: workload.replicas,
+        ports: workload.ports,
+        restart: workload.restart,
+        health_check: workload.health_check,
+        post_deploy: r.strings(cx, "post_deploy").unwrap_or_default(),
+        keep_releases: r.int(cx, "keep_releases").unwrap_or_default(),
+        inits: workload.inits,
+        probes: workload.probes,
+        on_probe: workload.on_probe,
+        ..DeploymentSpec::default()
+    };
+    if spec.health_check.is_empty() {
+        spec.health_check = "/".to_owned();
+    }
+    if let Some(block) = r.block(cx, "release") {
+        let mut rel = r.nested(block, "");
+        spec.release = Some(ReleaseHooks {
+            command: rel.strings(cx, "command").unwrap_or_default(),
+            pre_command: rel.strings(cx, "pre_command").unwrap_or_default(),
+            post_command: rel.strings(cx, "post_command").unwrap_or_default(),
+            timeout: rel.duration(cx, "timeout").unwrap_or_default(),
+        });
+        rel.finish(cx);
+    }
+    if let Some(block) = r.block(cx, "autoscale") {
+        let mut a = r.nested(block, "");
+        let autoscale = Autoscale {
+            min: a.int(cx, "min").unwrap_or_default(),
+            max: a.int(cx, "max").unwrap_or_default(),
+            cpu_target: a.int(cx, "cpu_target").unwrap_or_default(),
+            cooldown_up: a.duration(cx, "cooldown_up").unwrap_or_default(),
+            cooldown_down: a.duration(cx, "cooldown_down").unwrap_or_default(),
+        };
+        let anchor = block.ident.span();
+        if autoscale.min < 1 {
+            cx.error(
+                a.span_of("min").or(anchor.clone()),
+                format!("autoscale.min must be >= 1 (got {})", autoscale.min),
+            );
+        }
+        if autoscale.max < autoscale.min {
+            cx.error(
+                a.span_of("max").or(anchor.clone()),
+                format!(
+                    "autoscale.max ({}) must be >= autoscale.min ({})",
+                    autoscale.max, autoscale.min
+                ),
+            );
+        }
+        if !(1..=100).contains(&autoscale.cpu_target) {
+            cx.error(
+                a.span_of("cpu_target").or(anchor),
+                format!(
+                    "autoscale.cpu_target must be in (0, 100], got {}",
+                    autoscale.cpu_target
+                ),
+            );
+        }
+        a.finish(cx);
+        if spec.replicas.is_some() {
+            cx.error(
+                r.span_of("replicas"),
+                "replicas and autoscale are mutually exclusive — use min/max instead",
+            );
+        } else if autoscale.min > 0 {
+            spec.replicas = Some(autoscale.min);
+        }
+        spec.autoscale = Some(autoscale);
+    }
+    if let Some(block) = r.block(cx, "on_deploy") {
+        let mut o = r.nested(block, "");
+        spec.on_deploy = Some(OnDeploy {
+            success: targets(cx, &mut o, "success"),
+            failure: targets(cx, &mut o, "failure"),
+        });
+        o.finish(cx);
+    }
+    spec
+}
+
+pub(super) fn statefulset(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> StatefulsetSpec {
+    let container = container(cx, r);
+    let workload = workload(cx, r);
+    let mut claims: Vec<VolumeClaim> = Vec::new();
+    for block in r.blocks("volume_claim") {
+        let label = labels(cx, block);
+        let [(name, span)] = label.as_slice() else {
+            cx.error(
+                block.ident.span(),
+                "`volume_claim` needs one label, its name: write `volume_claim \"data\" { mount_path = \"/data\" }`",
+            );
+            continue;
+        };
+        if !is_ref_segment(name) {
+            cx.error(
+                span.clone(),
+                format!("volume_claim {name:?}: a claim name uses letters, digits, `_` and `-`"),
+            );
+        }
+        if claims.iter().any(|claim| &claim.name == name) {
+            cx.error(span.clone(), format!("duplicate volume_claim {name:?}"));
+        }
+        let mut v = r.nested(block, name);
+        let mount_path = v.required_string(cx, "mount_path").unwrap_or_default();
+        if !mount_path.is_empty() && !mount_path.starts_with('/') {
+            cx.error(
+                v.span_of("mount_path"),
+                format!("volume_claim {name:?}: mount_path must be absolute, got {mount_path:?}"),
+            );
+        }
+        let size = v.string(cx, "size").unwrap_or_default();
+        v.finish(cx);
+        claims.push(VolumeClaim {
+            name: name.clone(),
+            mount_path,
+            size,
+        });
+    }
+    r.refuse(
+        &[
+            "post_deploy",
+            "keep_releases",
+            "release",
+            "autoscale",
+            "on_deploy",
+        ],
+        "it is a deployment field; statefulsets have no release hooks, autoscaling or on_deploy",
+    );
+    StatefulsetSpec {
+        container,
+        replicas: workload.replicas,
+        ports: workload.ports,
+        restart: workload.restart,
+        health_check: workload.health_check,
+        volume_claims: claims,
+        inits: workload.inits,
+        probes: workload.probes,
+        on_probe: workload.on_probe,
+        asset_digests: BTreeMap::new(),
+    }
+}
+
+/// The job fields (shared by `job` and, flat at its root, `cronjob`).
+fn job_fields(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> JobSpec {
+    let container = container(cx, r);
+    let spec = JobSpec {
+        container,
+        timeout: r.duration(cx, "timeout").unwrap_or_default(),
+        successful_history_limit: r.int(cx, "successful_history_limit").unwrap_or_default(),
+        failed_history_limit: r.int(cx, "failed_history_limit").unwrap_or_default(),
+        asset_digests: BTreeMap::new(),
+    };
+    r.refuse(
+        &[
+            "replicas",
+            "ports",
+            "restart",
+            "health_check",
+            "probes",
+            "init",
+            "autoscale",
+            "release",
+            "on_deploy",
+            "on_probe",
+            "volume_claim",
+        ],
+        "jobs run to completion once; that field is for long-running workloads",
+    );
+    spec
+}
+
+pub(super) fn job(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> JobSpec {
+    job_fields(cx, r)
+}
+
+pub(super) fn cronjob(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> CronjobSpec {
+    let schedule = r.required_string(cx, "schedule").unwrap_or_default();
+    if !schedule.is_empty()
+        && let Err(problem) = check_schedule(&schedule)
+    {
+        cx.error(
+            r.span_of("schedule"),
+            format!("`schedule` {schedule:?}: {problem}"),
+        );
+    }
+    let timezone = r.string(cx, "timezone").unwrap_or_default();
+    let suspend = r.bool(cx, "suspend").unwrap_or_default();
+    let concurrency_policy = r.string(cx, "concurrency_policy").unwrap_or_default();
+    match concurrency_policy.as_str() {
+        "" | "Allow" | "Forbid" => {}
+        "Replace" => cx.error(
+            r.span_of("concurrency_policy"),
+            "concurrency_policy \"Replace\" is not implemented by voodu: use \"Forbid\" or \"Allow\"",
+        ),
+        other => cx.error(
+            r.span_of("concurrency_policy"),
+            format!("concurrency_policy {other:?} must be \"Allow\" or \"Forbid\" (case-sensitive)"),
+        ),
+    }
+    let mut job = job_fields(cx, r);
+    let successful_history_limit = std::mem::take(&mut job.successful_history_limit);
+    let failed_history_limit = std::mem::take(&mut job.failed_history_limit);
+    CronjobSpec {
+        schedule,
+        job,
+        concurrency_policy,
+        timezone,
+        suspend,
+        successful_history_limit,
+        failed_history_limit,
+    }
+}
+
+/// An `ingress`, or the ingress half of an `app` (which routes to its own deployment).
+pub(super) fn ingress(cx: &mut Cx<'_>, r: &mut Reader<'_>, app: bool) -> IngressSpec {
+    let mut spec = IngressSpec {
+        host: r.required_string(cx, "host").unwrap_or_default(),
+        ..IngressSpec::default()
+    };
+    if app {
+        r.refuse(
+            &["service", "port"],
+            "an app's ingress routes to its own deployment; declare a separate `ingress` to route elsewhere",
+        );
+    } else {
+        spec.service = r.string(cx, "service").unwrap_or_default();
+        if !spec.service.is_empty() && !is_ref_segment(&spec.service) {
+            cx.error(
+                r.span_of("service"),
+                format!(
+                    "`service` {:?} must name a deployment of this scope",
+                    spec.service
+                ),
+            );
+        }
+        spec.port = r.int(cx, "port").unwrap_or_default();
+        if !(0..=65535).contains(&spec.port) {
+            cx.error(
+                r.span_of("port"),
+                format!("`port` must be 1–65535, got {}", spec.port),
+            );
+        }
+    }
+    if let Some(block) = r.block(cx, "tls") {
+        let mut t = r.nested(block, "");
+        let tls = Tls {
+            enabled: t.bool(cx, "enabled").unwrap_or(true),
+            provider: t.string(cx, "provider").unwrap_or_default(),
+            email: t.string(cx, "email").unwrap_or_default(),
+            on_demand: t.bool(cx, "on_demand").unwrap_or_default(),
+            ask: t.string(cx, "ask").unwrap_or_default(),
+        };
+        if !matches!(tls.provider.as_str(), "" | "letsencrypt" | "internal") {
+            cx.error(
+                t.span_of("provider"),
+                format!(
+                    "tls.provider {:?} must be \"letsencrypt\" or \"internal\"",
+                    tls.provider
+                ),
+            );
+        }
+        t.finish(cx);
+        spec.tls = Some(tls);
+    }
+    for block in r.blocks("location") {
+        if !block.labels.is_empty() {
+            cx.error(
+                block.ident.span(),
+                "`location` takes no label: write `location { path = \"/api\" }`",
+            );
+        }
+        let mut l = r.nested(block, "");
+        let path = l.required_string(cx, "path").unwrap_or_default();
+        if !path.is_empty() && !path.starts_with('/') {
+            cx.error(
+                l.span_of("path"),
+                format!("location.path must start with '/', got {path:?}"),
+            );
+        }
+        let strip = l.bool(cx, "strip").unwrap_or_default();
+        l.finish(cx);
+        spec.locations.push(Location { path, strip });
+    }
+    if let Some(block) = r.block(cx, "lb") {
+        let mut l = r.nested(block, "");
+        let lb = LoadBalancing {
+            policy: l.string(cx, "policy").unwrap_or_default(),
+            interval: l.duration(cx, "interval").unwrap_or_default(),
+        };
+        if !matches!(
+            lb.policy.as_str(),
+            "" | "round_robin" | "random" | "least_conn" | "ip_hash"
+        ) {
+            cx.error(
+                l.span_of("policy"),
+                format!(
+                    "lb.policy {:?} must be one of round_robin, random, least_conn, ip_hash",
+                    lb.policy
+                ),
+            );
+        }
+        l.finish(cx);
+        spec.lb = Some(lb);
+    }
+    spec
+}
+
+pub(super) fn registry(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> RegistrySpec {
+    let url = r.string(cx, "url");
+    let username = r.string(cx, "username");
+    let token = r.string(cx, "token");
+    let password = r.string(cx, "password");
+    let helper = r.string(cx, "helper").unwrap_or_default();
+    let anchor = r.anchor.clone();
+    if r.lacks("url", &url) {
+        cx.error(
+            anchor.clone(),
+            "registry needs `url` (a host such as \"ghcr.io\")",
+        );
+    }
+    let given = |value: &Option<String>| value.as_ref().is_some_and(|text| !text.is_empty());
+    if !helper.is_empty() {
+        if given(&username) || given(&token) || given(&password) {
+            cx.error(
+                r.span_of("helper"),
+                "`helper` and `username`/`token` are mutually exclusive: a credential helper supplies the credentials",
+            );
+        }
+        if matches!(helper.as_str(), "ecr" | "aws") {
+            cx.error(
+                r.span_of("helper"),
+                format!("helper {helper:?} is not a credential helper name: use \"ecr-login\" (docker-credential-ecr-login)"),
+            );
+        }
+    } else {
+        if r.lacks("username", &username) {
+            cx.error(
+                anchor.clone(),
+                "registry needs `username` (or use `helper` for a credential helper)",
+            );
+        }
+        if r.lacks("token", &token) && r.lacks("password", &password) {
+            cx.error(
+                anchor,
+                "registry needs `token` (or `password`), or use `helper` for a credential helper",
+            );
+        }
+    }
+    let token = token
+        .filter(|token| !token.is_empty())
+        .or(password)
+        .unwrap_or_default();
+    RegistrySpec {
+        url: url.unwrap_or_default(),
+        username: username.unwrap_or_default(),
+        token,
+        helper,
+    }
+}
+
+/// `asset ["scope"] "name" { key = "inline" | file("path") | url("href", {…}) }`.
+pub(super) fn asset(cx: &mut Cx<'_>, body: &Body, anchor: Option<Range<usize>>) -> AssetSpec {
+    let mut spec = AssetSpec::default();
+    for structure in body.iter() {
+        let attribute = match structure {
+            Structure::Block(block) => {
+                cx.error(
+                    block.ident.span(),
+                    "nested blocks are not supported (asset bodies are flat key/source pairs)",
+                );
+                continue;
+            }
+            Structure::Attribute(attribute) => attribute,
+        };
+        let key = attribute.key.as_str().to_owned();
+        if !key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            cx.error(
+                attribute.key.span(),
+                format!("asset key {key:?}: invalid key: must be alphanumeric + underscore + hyphen (no dots, no whitespace)"),
+            );
+            continue;
+        }
+        if spec.files.contains_key(&key) {
+            cx.error(
+                attribute.key.span(),
+                format!("asset key `{key}` is set twice"),
+            );
+            continue;
+        }
+        if let Some((file, bytes)) = asset_source(cx, &key, &attribute.value) {
+            if let Some(bytes) = bytes {
+                cx.blobs.insert(file.digest.clone(), bytes);
+            }
+            spec.files.insert(key, file);
+        }
+    }
+    if spec.files.is_empty() && cx.diagnostics.is_empty() {
+        cx.warn(anchor, "asset declares no keys");
+    }
+    spec
+}
+
+/// One asset key's source: its description and bytes (`None` when not fetched: validate).
+fn asset_source(
+    cx: &mut Cx<'_>,
+    key: &str,
+    value: &Expression,
+) -> Option<(AssetFile, Option<Vec<u8>>)> {
+    let field = format!("asset key `{key}`");
+    let span = value.span();
+    let described = |source: &str, origin: String, on_failure: String, bytes: &[u8]| AssetFile {
+        source: source.to_owned(),
+        origin,
+        on_failure,
+        digest: sha256_hex(bytes),
+        size: bytes.len() as u64,
+    };
+    match value {
+        Expression::FuncCall(call) => {
+            let function = call.name.name.as_str();
+            let args: Vec<&Expression> = call.args.iter().collect();
+            match (function, args.as_slice()) {
+                ("file", [path]) => {
+                    let path = to_string(cx, path, &field)?;
+                    match cx.env.read_file(cx.path, &path) {
+                        Read::Bytes(bytes) => {
+                            let file = described("file", path, String::new(), &bytes);
+                            Some((file, Some(bytes)))
+                        }
+                        Read::Missing(message) if cx.env.mode == Mode::Validate => {
+                            cx.warn(span, format!("file({path:?}): {message}; the agent rejects a commit without it"));
+                            Some((described("file", path, String::new(), b""), None))
+                        }
+                        Read::Missing(message) | Read::Refused(message) => {
+                            cx.error(span, format!("file(): {message}"));
+                            None
+                        }
+                    }
+                }
+                ("url", [href, rest @ ..]) if rest.len() <= 1 => {
+                    let href = to_string(cx, href, &field)?;
+                    if !(href.starts_with("https://") || href.starts_with("http://"))
+                        || href.len() <= "https://".len()
+                    {
+                        cx.error(
+                            span,
+                            format!("url({href:?}): only http:// and https:// URLs can be fetched"),
+                        );
+                        return None;
+                    }
+                    let options = match rest.first() {
+                        Some(options) => to_map(cx, options, "url() options")?,
+                        None => BTreeMap::new(),
+                    };
+                    let mut timeout = Duration::from_secs(30);
+                    let mut on_failure = "stale".to_owned();
+                    for (option, text) in &options {
+                        match option.as_str() {
+                            "timeout" => match parse_go_duration(text) {
+                                Some(parsed) if !parsed.is_zero() => timeout = parsed,
+                                _ => cx.error(span.clone(), format!("url() timeout {text:?} must be a duration like \"10s\"")),
+                            },
+                            "on_failure" => match text.as_str() {
+                                "error" | "stale" | "skip" => on_failure.clone_from(text),
+                                other => cx.error(span.clone(), format!("url() on_failure {other:?} must be \"error\", \"stale\" or \"skip\"")),
+                            },
+                            other => cx.error(span.clone(), format!("unknown url() option `{other}` (timeout, on_failure)")),
+                        }
+                    }
+                    match cx.env.fetch(&href, timeout, on_failure != "error") {
+                        None => Some((described("url", href, on_failure, b""), None)),
+                        Some(Ok(bytes)) => {
+                            let file = described("url", href, on_failure, &bytes);
+                            Some((file, Some(bytes)))
+                        }
+                        Some(Err(message)) => {
+                            cx.error(span, format!("url({href:?}): {message}"));
+                            None
+                        }
+                    }
+                }
+                ("file" | "url", _) => {
+                    cx.error(span, format!("{function}() takes {}", if function == "file" { "one path: file(\"./config.json\")" } else { "a URL and optional options: url(\"https://…\", { timeout = \"10s\" })" }));
+                    None
+                }
+                (other, _) => {
+                    cx.error(span, format!("unknown function `{other}()`: asset sources are a string, file(\"path\") or url(\"https://…\")"));
+                    None
+                }
+            }
+        }
+        Expression::String(_) | Expression::StringTemplate(_) | Expression::HeredocTemplate(_) => {
+            let text = to_string(cx, value, &field)?;
+            let file = described("inline", String::new(), String::new(), text.as_bytes());
+            Some((file, Some(text.into_bytes())))
+        }
+        other => {
+            cx.error(
+                span,
+                format!(
+                    "{field} must be a string, file(\"path\") or url(\"https://…\"), got {}",
+                    describe(other)
+                ),
+            );
+            None
+        }
+    }
+}
+
+fn inits(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Vec<Init> {
+    let mut inits: Vec<Init> = Vec::new();
+    let mut names = BTreeSet::new();
+    for (index, block) in r.blocks("init").into_iter().enumerate() {
+        let label = labels(cx, block);
+        let [(name, span)] = label.as_slice() else {
+            cx.error(
+                block.ident.span(),
+                format!(
+                    "init[{index}] missing name: write `init \"migrate\" {{ command = [...] }}`"
+                ),
+            );
+            continue;
+        };
+        let valid = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        if !valid {
+            cx.error(
+                span.clone(),
+                format!("init {name:?} invalid name (must match [a-z0-9][a-z0-9-]*)"),
+            );
+        }
+        if !names.insert(name.clone()) {
+            cx.error(span.clone(), format!("duplicate init name {name:?}"));
+        }
+        let mut i = r.nested(block, name);
+        let mut init = Init {
+            name: name.clone(),
+            image: i.string(cx, "image").unwrap_or_default(),
+            command: Vec::new(),
+            timeout: i.duration(cx, "timeout").unwrap_or_default(),
+            retries: i.int(cx, "retries").unwrap_or_default(),
+            resources: None,
+            ulimits: i.map(cx, "ulimits").unwrap_or_default(),
+            docker_options: i.strings(cx, "docker_options").unwrap_or_default(),
+        };
+        let command = i.strings(cx, "command");
+        let lacks_command = i.lacks("command", &command);
+        init.command = command.unwrap_or_default();
+        if lacks_command {
+            cx.error(
+                block.ident.span(),
+                format!("init {name:?} requires command"),
+            );
+        }
+        if !(0..=5).contains(&init.retries) {
+            cx.error(
+                i.span_of("retries"),
+                format!(
+                    "init {name:?} retries must be in [0, 5] (got {})",
+                    init.retries
+                ),
+            );
+        }
+        if let Some(resources_block) = i.block(cx, "resources") {
+            let mut nested = i.nested(resources_block, "");
+            init.resources = Some(resources(cx, &mut nested));
+            nested.finish(cx);
+        }
+        i.finish(cx);
+        inits.push(init);
+    }
+    inits
+}
+
+fn probes(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Probes {
+    let mut probes = Probes::default();
+    for (name, slot) in [
+        ("liveness", &mut probes.liveness),
+        ("readiness", &mut probes.readiness),
+        ("startup", &mut probes.startup),
+    ] {
+        if let Some(block) = r.block(cx, name) {
+            let mut p = r.nested(block, "");
+            *slot = Some(probe(cx, &mut p, name, block.ident.span()));
+            p.finish(cx);
+        }
+    }
+    probes
+}
+
+fn probe(cx: &mut Cx<'_>, r: &mut Reader<'_>, name: &str, anchor: Option<Range<usize>>) -> Probe {
+    let mut probe = Probe::default();
+    let mut actions = 0;
+    if let Some(block) = r.block(cx, "http_get") {
+        actions += 1;
+        let mut h = r.nested(block, "");
+        let path = h.string(cx, "path");
+        let lacks_path = h.lacks("path", &path);
+        let path = path.unwrap_or_default();
+        if lacks_path {
+            cx.error(
+                block.ident.span(),
+                format!("probes.{name}.http_get.path is required"),
+            );
+        } else if !path.is_empty() && !path.starts_with('/') {
+            cx.error(
+                h.span_of("path"),
+                format!("probes.{name}.http_get.path must start with '/'"),
+            );
+        }
+        let port = h.int(cx, "port").unwrap_or_default();
+        check_probe_port(
+            cx,
+            h.span_of("port").or(block.ident.span()),
+            &format!("probes.{name}.http_get.port"),
+            port,
+        );
+        let scheme = h.string(cx, "scheme").unwrap_or_default();
+        if !matches!(scheme.as_str(), "" | "http" | "https") {
+            cx.error(
+                h.span_of("scheme"),
+                format!("probes.{name}.http_get.scheme must be \"http\" or \"https\""),
+            );
+        }
+        let http_headers = h.map(cx, "http_headers").unwrap_or_default();
+        h.finish(cx);
+        probe.http_get = Some(HttpGet {
+            path,
+            port,
+            scheme,
+            http_headers,
+        });
+    }
+    if let Some(block) = r.block(cx, "tcp_socket") {
+        actions += 1;
+        let mut t = r.nested(block, "");
+        let port = t.int(cx, "port").unwrap_or_default();
+        check_probe_port(
+            cx,
+            t.span_of("port").or(block.ident.span()),
+            &format!("probes.{name}.tcp_socket.port"),
+            port,
+        );
+        t.finish(cx);
+        probe.tcp_socket = Some(TcpSocket { port });
+    }
+    if let Some(block) = r.block(cx, "exec") {
+        actions += 1;
+        let mut e = r.nested(block, "");
+        let command = e.strings(cx, "command");
+        let lacks_command = e.lacks("command", &command);
+        let command = command.unwrap_or_default();
+        if lacks_command {
+            cx.error(
+                block.ident.span(),
+                format!("probes.{name}.exec.command must be non-empty"),
+            );
+        }
+        e.finish(cx);
+        probe.exec = Some(ExecAction { command });
+    }
+    match actions {
+        0 => cx.error(
+            anchor,
+            format!("probes.{name} requires exactly one of http_get / tcp_socket / exec"),
+        ),
+        1 => {}
+        _ => cx.error(
+            anchor,
+            format!("probes.{name}: only one of http_get / tcp_socket / exec may be declared"),
+        ),
+    }
+    probe.initial_delay = r.duration(cx, "initial_delay").unwrap_or_default();
+    probe.period = r.duration(cx, "period").unwrap_or_default();
+    probe.timeout = r.duration(cx, "timeout").unwrap_or_default();
+    for (field, slot) in [
+        ("failure_threshold", &mut probe.failure_threshold),
+        ("success_threshold", &mut probe.success_threshold),
+    ] {
+        let value = r.int(cx, field).unwrap_or_default();
+        if value < 0 {
+            cx.error(
+                r.span_of(field),
+                format!("probes.{name}.{field} must be at least 1, got {value}"),
+            );
+        }
+        *slot = value;
+    }
+    probe
+}
+
+fn check_probe_port(cx: &mut Cx<'_>, span: Option<Range<usize>>, field: &str, port: i64) {
+    if !(1..=65535).contains(&port) {
+        cx.error(span, format!("{field} is required (got {port})"));
+    }
+}
+
+/// The repeatable webhook target blocks `name` of an `on_deploy` / `on_probe` block.
+fn targets(cx: &mut Cx<'_>, r: &mut Reader<'_>, name: &'static str) -> Vec<WebhookTarget> {
+    let blocks = r.blocks(name);
+    let many = blocks.len() > 1;
+    let mut targets = Vec::new();
+    for (index, block) in blocks.into_iter().enumerate() {
+        let slot = if many {
+            format!("{}[{index}]", r.field(name))
+        } else {
+            r.field(name)
+        };
+        let mut t = r.nested(block, "");
+        let url = t.string(cx, "url");
+        let lacks_url = t.lacks("url", &url);
+        let url = url.unwrap_or_default();
+        if lacks_url {
+            cx.error(block.ident.span(), format!("{slot}.url is required"));
+        }
+        let method = t.string(cx, "method").unwrap_or_default().to_uppercase();
+        if !matches!(method.as_str(), "" | "POST" | "PUT" | "PATCH" | "DELETE") {
+            cx.error(
+                t.span_of("method"),
+                format!("{slot}.method must be one of POST/PUT/PATCH/DELETE (got {method:?})"),
+            );
+        }
+        let headers = t.map(cx, "headers").unwrap_or_default();
+        let body = t.json(cx, "body");
+        if body.as_ref().is_some_and(|body| !body.is_object()) {
+            cx.error(
+                t.span_of("body"),
+                format!("{slot}.body must be an object like {{ text = \"…\" }}"),
+            );
+        }
+        let file = t.string(cx, "file").unwrap_or_default();
+        if !file.is_empty() && !file.contains("${asset.") {
+            cx.error(t.span_of("file"), format!("{slot}.file must be an asset reference (${{asset.<scope>.<name>.<key>}}), got {file:?}"));
+        }
+        if body.is_some() && !file.is_empty() {
+            cx.error(
+                t.span_of("file"),
+                format!("{slot}: body and file are mutually exclusive"),
+            );
+        }
+        t.finish(cx);
+        targets.push(WebhookTarget {
+            url,
+            method,
+            headers,
+            body,
+            file,
+        });
+    }
+    targets
+}

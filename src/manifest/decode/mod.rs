@@ -1,0 +1,264 @@
+//! HCL source → per-kind specs, keeping `path:line:col` for every problem.
+//!
+//! Walks `hcl::edit` structures (not the serde view: there `file("x")` and an escaped `$${X}`
+//! lose their shape, see CRATES.md), so every attribute, block and value has a span. Top-level
+//! blocks dispatch by type (spec §1.4): the core kinds, `app` (deployment + ingress), and the
+//! `postgres` / `redis` macros (statefulsets, see `macros`).
+//!
+//! Invariant: decoding never stops at the first problem of a file; a resource with any
+//! problem is left out and every problem is reported.
+
+mod kinds;
+pub(crate) mod reader;
+mod sources;
+
+use std::ops::Range;
+
+use hcl::edit::Span;
+use hcl::edit::structure::{Block, Body, Structure};
+
+use super::diagnostic::Diagnostic;
+use super::interpolate::Reference;
+use super::spec::Spec;
+use super::{macros, validate};
+use crate::model::{Kind, ResourceKey};
+pub(crate) use reader::Cx;
+use reader::{Reader, did_you_mean, labels};
+pub(crate) use sources::LoadEnv;
+
+/// One decoded resource and where its block starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resource {
+    pub key: ResourceKey,
+    pub spec: Spec,
+    pub origin: Diagnostic,
+}
+
+/// A resource with the references its spec makes, for the cross-resource checks.
+pub(crate) struct Decoded {
+    pub(crate) resource: Resource,
+    pub(crate) references: Vec<(Reference, Diagnostic)>,
+    /// `(bucket, key)` pairs a macro needs to exist (e.g. a generated postgres password).
+    pub(crate) secrets: Vec<macros::SecretRequest>,
+}
+
+/// Top-level block types, for "did you mean" on a misspelt one.
+const BLOCK_TYPES: &[&str] = &[
+    "deployment",
+    "statefulset",
+    "ingress",
+    "job",
+    "cronjob",
+    "asset",
+    "registry",
+    "app",
+    "postgres",
+    "redis",
+];
+
+/// Decodes every top-level block of one parsed file.
+pub(crate) fn decode_file(cx: &mut Cx<'_>, body: &Body) -> Vec<Decoded> {
+    let mut decoded = Vec::new();
+    for structure in body.iter() {
+        match structure {
+            Structure::Attribute(attribute) => cx.error(
+                attribute.key.span(),
+                format!(
+                    "top-level attribute `{}` is not allowed: a manifest holds blocks such as `deployment \"scope\" \"name\" {{ … }}`",
+                    attribute.key.as_str()
+                ),
+            ),
+            Structure::Block(block) => decode_block(cx, block, &mut decoded),
+        }
+    }
+    decoded
+}
+
+fn decode_block(cx: &mut Cx<'_>, block: &Block, out: &mut Vec<Decoded>) {
+    let block_type = block.ident.as_str();
+    let before = cx.diagnostics.len();
+    let origin = cx.location(block.ident.span());
+    let _ = cx.take_references();
+    let mut secrets = Vec::new();
+    let mut specs: Vec<(Kind, String, String, Spec)> = Vec::new();
+    match block_type {
+        "deployment" | "statefulset" | "ingress" | "job" | "cronjob" => {
+            let Some((scope, name)) = scope_and_name(cx, block) else {
+                return;
+            };
+            let mut reader = Reader::new(block_type, "", &block.body, block.ident.span());
+            let (kind, spec) = match block_type {
+                "deployment" => (
+                    Kind::Deployment,
+                    Spec::Deployment(kinds::deployment(cx, &mut reader)),
+                ),
+                "statefulset" => (
+                    Kind::Statefulset,
+                    Spec::Statefulset(kinds::statefulset(cx, &mut reader)),
+                ),
+                "ingress" => (
+                    Kind::Ingress,
+                    Spec::Ingress(kinds::ingress(cx, &mut reader, false)),
+                ),
+                "job" => (Kind::Job, Spec::Job(kinds::job(cx, &mut reader))),
+                _ => (
+                    Kind::Cronjob,
+                    Spec::Cronjob(kinds::cronjob(cx, &mut reader)),
+                ),
+            };
+            reader.finish(cx);
+            specs.push((kind, scope, name, spec));
+        }
+        "app" => {
+            let Some((scope, name)) = scope_and_name(cx, block) else {
+                return;
+            };
+            let mut reader = Reader::new("app", "", &block.body, block.ident.span());
+            let ingress = kinds::ingress(cx, &mut reader, true);
+            let deployment = kinds::deployment(cx, &mut reader);
+            reader.finish(cx);
+            specs.push((
+                Kind::Deployment,
+                scope.clone(),
+                name.clone(),
+                Spec::Deployment(deployment),
+            ));
+            specs.push((Kind::Ingress, scope, name, Spec::Ingress(ingress)));
+        }
+        "asset" => {
+            let labels = labels(cx, block);
+            let (scope, name, name_span) = match labels.as_slice() {
+                [(name, span)] => (String::new(), name.clone(), span.clone()),
+                [(scope, scope_span), (name, span)] => {
+                    check_label(cx, "asset", "scope", scope, scope_span.clone());
+                    (scope.clone(), name.clone(), span.clone())
+                }
+                _ => {
+                    cx.error(
+                        block.ident.span(),
+                        format!(
+                            "asset block takes 1 label (unscoped) or 2 labels (scoped), got {}: write `asset \"scope\" \"name\" {{ key = … }}`",
+                            labels.len()
+                        ),
+                    );
+                    return;
+                }
+            };
+            check_label(cx, "asset", "name", &name, name_span);
+            let spec = kinds::asset(cx, &block.body, block.ident.span());
+            specs.push((Kind::Asset, scope, name, Spec::Asset(spec)));
+        }
+        "registry" => {
+            let labels = labels(cx, block);
+            let [(name, span)] = labels.as_slice() else {
+                cx.error(
+                    block.ident.span(),
+                    format!(
+                        "registry block needs exactly one label (its name), got {} — write `registry \"name\" {{ ... }}`, e.g. `registry \"ecr\" {{ ... }}`",
+                        labels.len()
+                    ),
+                );
+                return;
+            };
+            check_label(cx, "registry", "name", name, span.clone());
+            let mut reader = Reader::new("registry", "", &block.body, block.ident.span());
+            let spec = kinds::registry(cx, &mut reader);
+            reader.finish(cx);
+            specs.push((
+                Kind::Registry,
+                String::new(),
+                name.clone(),
+                Spec::Registry(spec),
+            ));
+        }
+        "postgres" | "redis" => {
+            let Some((scope, name)) = scope_and_name(cx, block) else {
+                return;
+            };
+            let key = ResourceKey::new(Kind::Statefulset, scope.clone(), name.clone());
+            let expansion = macros::expand(cx, block, &key);
+            secrets = expansion.secrets;
+            for (kind, spec) in expansion.specs {
+                specs.push((kind, scope.clone(), name.clone(), spec));
+            }
+        }
+        other => {
+            let hint = did_you_mean(other, BLOCK_TYPES);
+            let hint = if hint.is_empty() {
+                " (voodu plugin macros other than `postgres` and `redis` are not supported by this agent)".to_owned()
+            } else {
+                hint
+            };
+            cx.error(
+                block.ident.span(),
+                format!("unknown block type `{other}`{hint}"),
+            );
+            return;
+        }
+    }
+    let references = cx.take_references();
+    if cx.diagnostics.len() != before {
+        return;
+    }
+    for (kind, scope, name, spec) in specs {
+        out.push(Decoded {
+            resource: Resource {
+                key: ResourceKey::new(kind, scope, name),
+                spec,
+                origin: origin.clone(),
+            },
+            references: references.clone(),
+            secrets: std::mem::take(&mut secrets),
+        });
+    }
+}
+
+/// A macro's statefulset: the statefulset fields, without the build-mode default (a macro's
+/// image defaults to the plugin's).
+pub(crate) fn statefulset_for_macro(
+    cx: &mut Cx<'_>,
+    reader: &mut Reader<'_>,
+) -> super::spec::StatefulsetSpec {
+    let mut spec = kinds::statefulset(cx, reader);
+    if spec.container.image.is_empty() && reader.span_of("build").is_none() {
+        spec.container.build = None;
+    }
+    spec
+}
+
+/// The two labels of a scoped block, checked as names.
+fn scope_and_name(cx: &mut Cx<'_>, block: &Block) -> Option<(String, String)> {
+    let block_type = block.ident.as_str();
+    let labels = labels(cx, block);
+    if labels.len() != 2 {
+        let message = if labels.len() > 2 {
+            format!("{block_type} block: too many labels (max 2: scope and name)")
+        } else {
+            format!(
+                "{block_type} block needs scope and name labels (got {}): write `{block_type} \"scope\" \"name\" {{ … }}`",
+                labels.len()
+            )
+        };
+        cx.error(block.ident.span(), message);
+        return None;
+    }
+    let scope_ok = check_label(cx, block_type, "scope", &labels[0].0, labels[0].1.clone());
+    let name_ok = check_label(cx, block_type, "name", &labels[1].0, labels[1].1.clone());
+    (scope_ok && name_ok).then(|| (labels[0].0.clone(), labels[1].0.clone()))
+}
+
+fn check_label(
+    cx: &mut Cx<'_>,
+    block_type: &str,
+    what: &str,
+    label: &str,
+    span: Option<Range<usize>>,
+) -> bool {
+    match validate::check_name(label) {
+        Ok(()) => true,
+        Err(problem) => {
+            cx.error(span, format!("{block_type} {what} {label:?} {problem}"));
+            false
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! What `file()`, `env_file` and `url()` read, through the sources `load` is given: repo files
+//! at the commit (`FileSource`) and a URL fetcher. No IO of its own.
+//!
+//! Invariant: `file()` and `env_file` paths are confined to the repo tree: relative to the
+//! manifest's directory, never absolute, never climbing above the repo root with `..`, and a
+//! symlink is followed only while it stays inside the repo.
+
+use std::time::Duration;
+
+use crate::manifest::{Mode, UrlFetcher};
+use crate::model::{FileRead, FileSource};
+
+/// Symlinks followed before giving up (a loop, or a very deep chain).
+const MAX_SYMLINKS: usize = 8;
+
+/// Everything a load reads besides the manifests themselves.
+pub(crate) struct LoadEnv<'a> {
+    pub(crate) files: &'a dyn FileSource,
+    pub(crate) fetcher: Option<&'a dyn UrlFetcher>,
+    pub(crate) mode: Mode,
+    pub(crate) max_file_bytes: u64,
+}
+
+/// A file read for `file()` or `env_file`.
+pub(crate) enum Read {
+    Bytes(Vec<u8>),
+    /// Not there; the message says so (validate treats this as a warning).
+    Missing(String),
+    Refused(String),
+}
+
+impl LoadEnv<'_> {
+    /// Reads `path`, written in the manifest at `manifest_path`, from the repo.
+    pub(crate) fn read_file(&self, manifest_path: &str, path: &str) -> Read {
+        if path.starts_with('/') || path.starts_with('\\') {
+            return Read::Refused(format!(
+                "{path:?} is absolute: manifests read files of the repo only, relative to the manifest's directory"
+            ));
+        }
+        let dir = manifest_path.rsplit_once('/').map_or("", |(dir, _)| dir);
+        let Some(mut resolved) = join_confined(dir, path) else {
+            return Read::Refused(format!("{path:?} leads out of the repo"));
+        };
+        for _ in 0..=MAX_SYMLINKS {
+            match self.files.read(&resolved) {
+                FileRead::File(bytes) => {
+                    let size = bytes.len() as u64;
+                    if size > self.max_file_bytes {
+                        return Read::Refused(format!(
+                            "{path:?} is {size} bytes; the limit is {} bytes (--max-file-size)",
+                            self.max_file_bytes
+                        ));
+                    }
+                    return Read::Bytes(bytes);
+                }
+                FileRead::Symlink(target) => {
+                    if target.starts_with('/') {
+                        return Read::Refused(format!(
+                            "{path:?} is a symlink to an absolute path ({target:?}): only links inside the repo are followed"
+                        ));
+                    }
+                    let link_dir = resolved.rsplit_once('/').map_or("", |(dir, _)| dir);
+                    match join_confined(link_dir, &target) {
+                        Some(next) => resolved = next,
+                        None => {
+                            return Read::Refused(format!(
+                                "{path:?} is a symlink leading out of the repo ({target:?})"
+                            ));
+                        }
+                    }
+                }
+                FileRead::Missing => {
+                    return Read::Missing(format!(
+                        "{path:?} does not exist in the repo (looked for {resolved:?})"
+                    ));
+                }
+                FileRead::NotAFile => {
+                    return Read::Refused(format!("{path:?} is not a regular file"));
+                }
+                FileRead::Error(message) => {
+                    return Read::Refused(format!("{path:?} cannot be read: {message}"));
+                }
+            }
+        }
+        Read::Refused(format!("{path:?}: too many symlinks (a loop?)"))
+    }
+
+    /// Fetches `url`; `None` in validate mode, where URLs are checked but not fetched.
+    pub(crate) fn fetch(
+        &self,
+        url: &str,
+        timeout: Duration,
+        stale_ok: bool,
+    ) -> Option<Result<Vec<u8>, String>> {
+        let fetcher = self.fetcher?;
+        Some(fetcher.fetch(url, timeout, stale_ok))
+    }
+}
+
+/// `dir/path` normalised (`.` and `..` resolved), or `None` when it climbs above the root.
+pub(crate) fn join_confined(dir: &str, path: &str) -> Option<String> {
+    let mut parts: Vec<&str> = dir.split('/').filter(|part| !part.is_empty()).collect();
+    for part in path.split(['/', '\\']) {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            other => parts.push(other),
+        }
+    }
+    Some(parts.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::MemoryFiles;
+
+    fn env(files: &MemoryFiles) -> LoadEnv<'_> {
+        LoadEnv {
+            files,
+            fetcher: None,
+            mode: Mode::Apply,
+            max_file_bytes: 8,
+        }
+    }
+
+    fn outcome(read: Read) -> String {
+        match read {
+            Read::Bytes(bytes) => format!("ok {}", String::from_utf8_lossy(&bytes)),
+            Read::Missing(message) => format!("missing {message}"),
+            Read::Refused(message) => format!("refused {message}"),
+        }
+    }
+
+    #[test]
+    fn paths_are_confined_to_the_repo() {
+        let mut files = MemoryFiles::default();
+        files.file("app/conf/a.txt", b"a");
+        files.file("common/b.txt", b"b");
+        files.file("big.txt", b"0123456789");
+        files.link("app/link", "../common/b.txt");
+        files.link("app/out", "../../etc/passwd");
+        files.link("app/abs", "/etc/passwd");
+        files.link("app/loop", "loop");
+        let env = env(&files);
+        let read = |path: &str| outcome(env.read_file("app/m.hcl", path));
+        assert_eq!(read("./conf/a.txt"), "ok a");
+        assert_eq!(read("../common/b.txt"), "ok b");
+        assert_eq!(read("link"), "ok b");
+        assert!(
+            read("../../x").starts_with("refused"),
+            "{}",
+            read("../../x")
+        );
+        assert!(read("/etc/passwd").starts_with("refused"));
+        assert!(read("out").starts_with("refused"));
+        assert!(read("abs").starts_with("refused"));
+        assert!(read("loop").starts_with("refused"));
+        assert!(read("nope").starts_with("missing"));
+        assert!(read("../big.txt").contains("limit is 8 bytes"));
+    }
+
+    #[test]
+    fn joins_normalise() {
+        assert_eq!(join_confined("a/b", "../c/./d").as_deref(), Some("a/c/d"));
+        assert_eq!(join_confined("", "x").as_deref(), Some("x"));
+        assert_eq!(join_confined("a", "../.."), None);
+    }
+}

@@ -1,0 +1,46 @@
+//! `asset ["scope"] "name" { key = source … }` (spec §2.7): named files materialised on the
+//! host under `<data-dir>/assets/[<scope>/]<name>/<key>`.
+//!
+//! Invariant: the spec records each key's source and the sha256 of its bytes; the bytes
+//! themselves travel beside the manifest (`Manifest::blobs`) and are kept in the store by
+//! digest, so a spec stays small and two keys with the same bytes share one blob.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::hash::go_json_sha256;
+use crate::model::SpecHash;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AssetSpec {
+    pub files: BTreeMap<String, AssetFile>,
+}
+
+impl AssetSpec {
+    /// Changes exactly when some key's bytes (or the key set) change.
+    pub fn spec_hash(&self) -> SpecHash {
+        let digests: BTreeMap<&str, &str> = self
+            .files
+            .iter()
+            .map(|(key, file)| (key.as_str(), file.digest.as_str()))
+            .collect();
+        go_json_sha256(&digests)
+    }
+}
+
+/// One key of an asset.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AssetFile {
+    /// `inline`, `file` or `url`.
+    pub source: String,
+    /// `file`: the repo path read; `url`: the URL fetched.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub origin: String,
+    /// `url` only: `error` or `stale` (default; `skip` behaves as `stale`, as in voodu).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub on_failure: String,
+    /// Lowercase hex sha256 of the bytes.
+    pub digest: String,
+    pub size: u64,
+}

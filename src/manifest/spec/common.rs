@@ -1,0 +1,326 @@
+//! Fields and sub-blocks shared by the container kinds (deployment, statefulset, job,
+//! cronjob): voodu's §2.0 container fields and the §2.10 blocks, in voodu's wire JSON shape.
+//!
+//! Invariant: these types hold decoded values after parser defaults (spec §2.1 `logs`,
+//! `build.context`) but before controller defaults; the `effective_*` methods apply the
+//! controller defaults, and the spec hash is computed from them.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::ResourceKey;
+
+/// The bridge network voodu attaches every container to.
+pub const DEFAULT_NETWORK: &str = "voodu0";
+/// voodu's controller default restart policy.
+pub const DEFAULT_RESTART: &str = "unless-stopped";
+
+/// voodu's §2.0 container fields, common to every container kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Container {
+    /// Empty means voodu's build mode; the controller default is `<AppID>:latest`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub image: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// The manifest's `env`, with `env_file` contents merged under it (spec §4.1).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_from: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub network: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub networks: Vec<String>,
+    /// `""`, `host` or `none`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub network_mode: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_hosts: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cap_add: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ulimits: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub docker_options: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<Build>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depends_on: Option<DependsOn>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Resources>,
+    /// Always present after the parser default (`max_size = "10m"`, `max_files = 3`).
+    #[serde(default)]
+    pub logs: Logs,
+}
+
+impl Container {
+    /// The image to run: the manifest's, or voodu's build-mode default `<AppID>:latest`.
+    pub fn effective_image(&self, key: &ResourceKey) -> String {
+        if self.image.is_empty() {
+            format!("{}:latest", key.app_id())
+        } else {
+            self.image.clone()
+        }
+    }
+
+    /// Bridge mode: `networks` (or the legacy `network`) with `voodu0` appended when absent;
+    /// the first entry is the primary network. Host or none mode: no networks.
+    pub fn effective_networks(&self) -> Vec<String> {
+        if !self.network_mode.is_empty() {
+            return Vec::new();
+        }
+        let mut networks = if self.networks.is_empty() {
+            (!self.network.is_empty())
+                .then(|| self.network.clone())
+                .into_iter()
+                .collect::<Vec<_>>()
+        } else {
+            self.networks.clone()
+        };
+        if !networks.iter().any(|network| network == DEFAULT_NETWORK) {
+            networks.push(DEFAULT_NETWORK.to_owned());
+        }
+        networks
+    }
+}
+
+/// `build {}` (spec §2.10.1). The agent does not build images: a build-mode resource runs
+/// `<AppID>:latest`, which must already exist on the host.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Build {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub context: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub dockerfile: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub path: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub args: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lang: Option<Lang>,
+}
+
+/// `build { lang {} }`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lang {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub entrypoint: String,
+}
+
+/// `depends_on { assets = [...] }` (spec §2.10.3): `name.key` or `scope.name.key`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DependsOn {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub assets: Vec<String>,
+}
+
+/// `resources { limits { cpu, memory } }` (spec §2.10.4).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resources {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Limits>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cpu: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub memory: String,
+}
+
+/// `logs {}` (spec §2.10.6) after parser defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Logs {
+    pub max_size: String,
+    pub max_files: i64,
+}
+
+impl Default for Logs {
+    fn default() -> Logs {
+        Logs {
+            max_size: "10m".to_owned(),
+            max_files: 3,
+        }
+    }
+}
+
+/// `probes {}` (spec §2.10.7).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Probes {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub liveness: Option<Probe>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<Probe>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup: Option<Probe>,
+}
+
+/// One probe: exactly one action plus timing. Durations are kept as written (Go syntax);
+/// absent timing fields take voodu's defaults at run time.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Probe {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_get: Option<HttpGet>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_socket: Option<TcpSocket>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec: Option<ExecAction>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub initial_delay: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub period: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub timeout: String,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failure_threshold: i64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub success_threshold: i64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpGet {
+    pub path: String,
+    pub port: i64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub scheme: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub http_headers: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TcpSocket {
+    pub port: i64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecAction {
+    pub command: Vec<String>,
+}
+
+/// `init "name" {}` (spec §2.10.8), in declaration order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Init {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub image: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub timeout: String,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retries: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Resources>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ulimits: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub docker_options: Vec<String>,
+}
+
+/// `autoscale {}` (spec §2.10.5).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Autoscale {
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub min: i64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub max: i64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cpu_target: i64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cooldown_up: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cooldown_down: String,
+}
+
+/// `release {}` (spec §2.10.2).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseHooks {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pre_command: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub post_command: Vec<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub timeout: String,
+}
+
+/// `on_deploy {}`: webhook targets fired after a rollout (spec §2.10.9).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OnDeploy {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub success: Vec<WebhookTarget>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failure: Vec<WebhookTarget>,
+}
+
+/// `on_probe {}`: webhook targets fired on probe transitions (spec §2.10.9).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OnProbe {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failure: Vec<WebhookTarget>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recovery: Vec<WebhookTarget>,
+}
+
+/// One webhook target.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WebhookTarget {
+    pub url: String,
+    /// Upper-cased; empty means POST.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub method: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<serde_json::Value>,
+    /// An `${asset.…}` reference to a JSON template.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub file: String,
+}
+
+/// `volume_claim "name" {}` (spec §2.3).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeClaim {
+    pub name: String,
+    pub mount_path: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub size: String,
+}
+
+pub(crate) fn is_zero(value: &i64) -> bool {
+    *value == 0
+}
+
+pub(crate) fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+/// voodu's `normalizePort`: `[…` unchanged; no `:` → `127.0.0.1::<p>`; one `:` →
+/// `127.0.0.1:<p>`; two or more → unchanged (spec §6.4).
+pub fn normalize_port(port: &str) -> String {
+    if port.starts_with('[') {
+        return port.to_owned();
+    }
+    match port.matches(':').count() {
+        0 => format!("127.0.0.1::{port}"),
+        1 => format!("127.0.0.1:{port}"),
+        _ => port.to_owned(),
+    }
+}
+
+/// The container port of a raw `ports` entry (after `/proto`, the part after the last `:`),
+/// as voodu's ingress resolves it (spec §7.14).
+pub fn container_port(port: &str) -> Option<u16> {
+    let address = port.split('/').next().unwrap_or(port);
+    address.rsplit(':').next()?.parse().ok()
+}

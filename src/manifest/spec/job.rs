@@ -1,0 +1,235 @@
+//! `job "scope" "name"` (spec §2.5) and `cronjob "scope" "name"` (spec §2.6).
+//!
+//! voodu has no spec hash for jobs (spec §5.1); the agent needs one, because a job runs to
+//! completion once per spec hash. Invariant: the job hash covers what changes a run (image,
+//! command, env, mounts, networking, limits, timeout, asset digests), not the history limits;
+//! the cronjob hash adds the schedule fields to its job's hash.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::common::{Container, Logs, Resources, is_false, is_zero};
+use super::deployment::asset_lines;
+use super::hash::{go_json_sha256, non_empty, sorted};
+use crate::model::{ResourceKey, SpecHash};
+
+/// A one-shot job.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSpec {
+    #[serde(flatten)]
+    pub container: Container,
+    /// Go duration; empty means no deadline.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub timeout: String,
+    /// Default 3 (spec §2.5: 0 → 3).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub successful_history_limit: i64,
+    /// Default 1 (spec §2.5: 0 → 1).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failed_history_limit: i64,
+    #[serde(
+        rename = "_asset_digests",
+        default,
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub asset_digests: BTreeMap<String, String>,
+}
+
+impl JobSpec {
+    pub fn successful_history(&self) -> usize {
+        history_limit(self.successful_history_limit, 3)
+    }
+
+    pub fn failed_history(&self) -> usize {
+        history_limit(self.failed_history_limit, 1)
+    }
+
+    /// The agent's job hash: a job runs once per value of it.
+    pub fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
+        go_json_sha256(&self.hashed(key))
+    }
+
+    fn hashed(&self, key: &ResourceKey) -> HashedJob {
+        let container = &self.container;
+        let mut networks = container.effective_networks();
+        networks.sort();
+        HashedJob {
+            image: container.effective_image(key),
+            command: container.command.clone(),
+            volumes: non_empty(&container.volumes),
+            env: (!container.env.is_empty()).then(|| container.env.clone()),
+            env_from: non_empty(&container.env_from),
+            networks: non_empty(&networks),
+            network_mode: container.network_mode.clone(),
+            extra_hosts: sorted(&container.extra_hosts),
+            cap_add: sorted(&container.cap_add),
+            ulimits: (!container.ulimits.is_empty()).then(|| container.ulimits.clone()),
+            docker_options: non_empty(&container.docker_options),
+            resources: container.resources.clone(),
+            logs: Some(container.logs.clone()),
+            timeout: self.timeout.clone(),
+            assets: asset_lines(&self.asset_digests),
+        }
+    }
+}
+
+fn history_limit(value: i64, default: usize) -> usize {
+    if value <= 0 {
+        default
+    } else {
+        usize::try_from(value).unwrap_or(default)
+    }
+}
+
+/// A scheduled job. The job fields sit flat at the HCL root and under `job` in JSON.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CronjobSpec {
+    pub schedule: String,
+    pub job: JobSpec,
+    /// `""` (= Allow), `Allow` or `Forbid`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub concurrency_policy: String,
+    /// IANA name; empty means UTC.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub timezone: String,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub suspend: bool,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub successful_history_limit: i64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failed_history_limit: i64,
+}
+
+impl CronjobSpec {
+    pub fn successful_history(&self) -> usize {
+        history_limit(self.successful_history_limit, 3)
+    }
+
+    pub fn failed_history(&self) -> usize {
+        history_limit(self.failed_history_limit, 1)
+    }
+
+    /// The agent's cronjob hash: the job's hash plus the schedule fields.
+    pub fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
+        go_json_sha256(&HashedCronjob {
+            schedule: &self.schedule,
+            timezone: &self.timezone,
+            suspend: self.suspend,
+            concurrency_policy: &self.concurrency_policy,
+            job: self.job.hashed(key),
+        })
+    }
+}
+
+#[derive(Serialize)]
+struct HashedJob {
+    image: String,
+    command: Option<Vec<String>>,
+    volumes: Option<Vec<String>>,
+    env: Option<BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    env_from: Option<Vec<String>>,
+    networks: Option<Vec<String>>,
+    network_mode: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    extra_hosts: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cap_add: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ulimits: Option<BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    docker_options: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resources: Option<Resources>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logs: Option<Logs>,
+    timeout: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    assets: Option<Vec<String>>,
+}
+
+#[derive(Serialize)]
+struct HashedCronjob<'a> {
+    schedule: &'a str,
+    timezone: &'a str,
+    suspend: bool,
+    concurrency_policy: &'a str,
+    job: HashedJob,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Kind;
+
+    fn key() -> ResourceKey {
+        ResourceKey::new(Kind::Job, "ops", "migrate")
+    }
+
+    fn base() -> JobSpec {
+        let mut spec = JobSpec::default();
+        spec.container.image = "busybox".into();
+        spec.container.command = Some(vec!["true".into()]);
+        spec
+    }
+
+    #[test]
+    fn run_fields_are_hashed_and_history_limits_are_not() {
+        let before = base().spec_hash(&key());
+        type Edit = fn(&mut JobSpec);
+        let hashed: &[(&str, Edit)] = &[
+            ("image", |s| s.container.image = "x".into()),
+            ("command", |s| s.container.command = None),
+            ("env", |s| {
+                s.container.env.insert("A".into(), "1".into());
+            }),
+            ("env_from", |s| s.container.env_from = vec!["ops".into()]),
+            ("volumes", |s| s.container.volumes = vec!["/a:/a".into()]),
+            ("timeout", |s| s.timeout = "1m".into()),
+            ("networks", |s| s.container.networks = vec!["n".into()]),
+            ("_asset_digests", |s| {
+                s.asset_digests = BTreeMap::from([("a.b".into(), "00".into())]);
+            }),
+        ];
+        for (field, edit) in hashed {
+            let mut spec = base();
+            edit(&mut spec);
+            assert_ne!(spec.spec_hash(&key()), before, "{field} must be hashed");
+        }
+        let mut limits = base();
+        limits.successful_history_limit = 9;
+        limits.failed_history_limit = 9;
+        assert_eq!(limits.spec_hash(&key()), before);
+    }
+
+    #[test]
+    fn history_limits_default_like_voodu() {
+        let spec = base();
+        assert_eq!((spec.successful_history(), spec.failed_history()), (3, 1));
+        let cron = CronjobSpec {
+            successful_history_limit: 5,
+            ..CronjobSpec::default()
+        };
+        assert_eq!((cron.successful_history(), cron.failed_history()), (5, 1));
+    }
+
+    #[test]
+    fn cronjob_hash_covers_schedule_and_job() {
+        let cron = CronjobSpec {
+            schedule: "* * * * *".into(),
+            job: base(),
+            ..CronjobSpec::default()
+        };
+        let before = cron.spec_hash(&key());
+        let mut schedule = cron.clone();
+        schedule.schedule = "*/5 * * * *".into();
+        assert_ne!(schedule.spec_hash(&key()), before);
+        let mut job = cron.clone();
+        job.job.container.image = "other".into();
+        assert_ne!(job.spec_hash(&key()), before);
+        let mut limits = cron;
+        limits.failed_history_limit = 4;
+        assert_eq!(limits.spec_hash(&key()), before);
+    }
+}

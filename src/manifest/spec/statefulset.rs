@@ -1,0 +1,248 @@
+//! `statefulset "scope" "name" { … }` (spec §2.3): stable ordinals, per-ordinal volume
+//! claims, and voodu's statefulset spec hash.
+//!
+//! Invariant: the hash follows voodu's `statefulsetSpecHash` (spec §5.2): like the
+//! deployment's but without `env_from` and `autoscale`, with `volume_claims` always present
+//! (`null` when none, sorted by claim name) and `inits` before `probes`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::common::{
+    Container, DEFAULT_RESTART, Init, Logs, OnProbe, Probes, Resources, VolumeClaim, normalize_port,
+};
+use super::deployment::asset_lines;
+use super::hash::{go_json_sha256, non_empty, sorted};
+use crate::model::{ResourceKey, SpecHash};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatefulsetSpec {
+    #[serde(flatten)]
+    pub container: Container,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub restart: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub health_check: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volume_claims: Vec<VolumeClaim>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inits: Vec<Init>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probes: Option<Probes>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_probe: Option<OnProbe>,
+    #[serde(
+        rename = "_asset_digests",
+        default,
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub asset_digests: BTreeMap<String, String>,
+}
+
+impl StatefulsetSpec {
+    /// Desired pod count: omitted or below 1 means 1.
+    pub fn n_replicas(&self) -> usize {
+        self.replicas
+            .map_or(1, |replicas| usize::try_from(replicas.max(1)).unwrap_or(1))
+    }
+
+    pub fn effective_restart(&self) -> &str {
+        if self.restart.is_empty() {
+            DEFAULT_RESTART
+        } else {
+            &self.restart
+        }
+    }
+
+    pub fn normalized_ports(&self) -> Vec<String> {
+        self.ports.iter().map(|port| normalize_port(port)).collect()
+    }
+
+    /// voodu's statefulset spec hash.
+    pub fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
+        let container = &self.container;
+        let mut networks = container.effective_networks();
+        networks.sort();
+        let mut claims = self.volume_claims.clone();
+        claims.sort_by(|a, b| a.name.cmp(&b.name));
+        go_json_sha256(&HashedStatefulset {
+            image: container.effective_image(key),
+            command: container.command.clone(),
+            ports: non_empty(&self.normalized_ports()),
+            volumes: non_empty(&container.volumes),
+            env: (!container.env.is_empty()).then(|| container.env.clone()),
+            networks: non_empty(&networks),
+            network_mode: container.network_mode.clone(),
+            restart: self.effective_restart().to_owned(),
+            extra_hosts: sorted(&container.extra_hosts),
+            cap_add: sorted(&container.cap_add),
+            ulimits: (!container.ulimits.is_empty()).then(|| container.ulimits.clone()),
+            docker_options: non_empty(&container.docker_options),
+            resources: container.resources.clone(),
+            logs: Some(container.logs.clone()),
+            volume_claims: non_empty(&claims),
+            inits: non_empty(&self.inits),
+            probes: self.probes.clone(),
+            assets: asset_lines(&self.asset_digests),
+        })
+    }
+}
+
+#[derive(Serialize)]
+struct HashedStatefulset {
+    image: String,
+    command: Option<Vec<String>>,
+    ports: Option<Vec<String>>,
+    volumes: Option<Vec<String>>,
+    env: Option<BTreeMap<String, String>>,
+    networks: Option<Vec<String>>,
+    network_mode: String,
+    restart: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    extra_hosts: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cap_add: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ulimits: Option<BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    docker_options: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resources: Option<Resources>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logs: Option<Logs>,
+    volume_claims: Option<Vec<VolumeClaim>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    inits: Option<Vec<Init>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    probes: Option<Probes>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    assets: Option<Vec<String>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::spec::common::{ExecAction, Probe};
+    use crate::model::Kind;
+
+    fn key() -> ResourceKey {
+        ResourceKey::new(Kind::Statefulset, "data", "pg")
+    }
+
+    fn base() -> StatefulsetSpec {
+        let mut spec = StatefulsetSpec {
+            replicas: Some(1),
+            volume_claims: vec![VolumeClaim {
+                name: "data".into(),
+                mount_path: "/data".into(),
+                size: String::new(),
+            }],
+            ..StatefulsetSpec::default()
+        };
+        spec.container.image = "postgres:16".into();
+        spec
+    }
+
+    type Edit = fn(&mut StatefulsetSpec);
+
+    const HASHED: &[(&str, Edit)] = &[
+        ("image", |s| s.container.image = "postgres:17".into()),
+        ("command", |s| {
+            s.container.command = Some(vec!["postgres".into()])
+        }),
+        ("ports", |s| s.ports = vec!["5432".into()]),
+        ("volumes", |s| s.container.volumes = vec!["/a:/a".into()]),
+        ("env", |s| {
+            s.container.env.insert("A".into(), "1".into());
+        }),
+        ("networks", |s| s.container.networks = vec!["db".into()]),
+        ("network_mode", |s| s.container.network_mode = "host".into()),
+        ("restart", |s| s.restart = "always".into()),
+        ("extra_hosts", |s| {
+            s.container.extra_hosts = vec!["a:1.1.1.1".into()]
+        }),
+        ("cap_add", |s| s.container.cap_add = vec!["IPC_LOCK".into()]),
+        ("ulimits", |s| {
+            s.container.ulimits = BTreeMap::from([("nofile".into(), "9:9".into())]);
+        }),
+        ("docker_options", |s| {
+            s.container.docker_options = vec!["--shm-size=1g".into()]
+        }),
+        ("resources", |s| {
+            s.container.resources = Some(Resources::default())
+        }),
+        ("logs", |s| s.container.logs.max_size = "1m".into()),
+        ("volume_claims", |s| {
+            s.volume_claims[0].mount_path = "/var/lib/data".into()
+        }),
+        ("inits", |s| {
+            s.inits = vec![Init {
+                name: "seed".into(),
+                command: vec!["true".into()],
+                ..Init::default()
+            }];
+        }),
+        ("probes", |s| {
+            s.probes = Some(Probes {
+                liveness: Some(Probe {
+                    exec: Some(ExecAction {
+                        command: vec!["true".into()],
+                    }),
+                    ..Probe::default()
+                }),
+                ..Probes::default()
+            });
+        }),
+        ("_asset_digests", |s| {
+            s.asset_digests = BTreeMap::from([("data.cfg.k".into(), "00".into())]);
+        }),
+    ];
+
+    const NOT_HASHED: &[(&str, Edit)] = &[
+        ("replicas", |s| s.replicas = Some(3)),
+        ("health_check", |s| s.health_check = "/x".into()),
+        ("env_from", |s| {
+            s.container.env_from = vec!["data/shared".into()]
+        }),
+        ("on_probe", |s| s.on_probe = Some(OnProbe::default())),
+    ];
+
+    #[test]
+    fn every_hashed_field_changes_the_hash() {
+        let before = base().spec_hash(&key());
+        for (field, edit) in HASHED {
+            let mut spec = base();
+            edit(&mut spec);
+            assert_ne!(spec.spec_hash(&key()), before, "{field} must be hashed");
+        }
+    }
+
+    #[test]
+    fn operational_fields_stay_out_of_the_hash() {
+        let before = base().spec_hash(&key());
+        for (field, edit) in NOT_HASHED {
+            let mut spec = base();
+            edit(&mut spec);
+            assert_eq!(spec.spec_hash(&key()), before, "{field} must not be hashed");
+        }
+    }
+
+    #[test]
+    fn claims_hash_sorted_by_name() {
+        let claim = |name: &str| VolumeClaim {
+            name: name.into(),
+            mount_path: format!("/{name}"),
+            size: String::new(),
+        };
+        let mut a = base();
+        a.volume_claims = vec![claim("a"), claim("b")];
+        let mut b = base();
+        b.volume_claims = vec![claim("b"), claim("a")];
+        assert_eq!(a.spec_hash(&key()), b.spec_hash(&key()));
+    }
+}

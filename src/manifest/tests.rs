@@ -1,0 +1,162 @@
+//! Manifest stage tests: decoding, defaults and diagnostics, driven by small HCL fixtures.
+//! `check_err` asserts the exact `path:line:col: message` of every problem.
+
+use super::*;
+use crate::model::{CommitSha, MemoryFiles, SourceFile};
+use spec::Spec;
+
+fn snapshot(files: &[(&str, &str)]) -> Snapshot {
+    Snapshot {
+        commit: CommitSha::new("0".repeat(40)),
+        files: files
+            .iter()
+            .map(|(path, text)| SourceFile {
+                path: (*path).to_owned(),
+                contents: text.as_bytes().to_vec(),
+            })
+            .collect(),
+        refused: Vec::new(),
+    }
+}
+
+/// Loads with the given vars and repo files, in apply mode, with no URL fetcher.
+fn load_with(
+    files: &[(&str, &str)],
+    vars: &Vars,
+    repo: &MemoryFiles,
+) -> Result<Manifest, Diagnostics> {
+    let options = LoadOptions {
+        vars,
+        files: repo,
+        fetcher: None,
+        mode: Mode::Apply,
+        max_file_bytes: 64,
+        missing_var_hint: "set NAME",
+    };
+    load(&snapshot(files), &options)
+}
+
+fn load_one(text: &str) -> Result<Manifest, Diagnostics> {
+    load_with(
+        &[("m/app.hcl", text)],
+        &Vars::default(),
+        &MemoryFiles::default(),
+    )
+}
+
+fn check_err(text: &str, expected: &[&str]) {
+    let errors = load_one(text).expect_err("must be rejected");
+    let got: Vec<String> = errors.0.iter().map(ToString::to_string).collect();
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn decodes_a_deployment() -> Result<(), Diagnostics> {
+    let manifest = load_one(
+        r#"
+deployment "shop" "web" {
+  image    = "busybox"
+  command  = ["httpd", "-f", "-p", 8080]
+  replicas = "3"
+  env      = { GREETING = "hi", PORT = 8080 }
+  ports    = ["8080"]
+}
+"#,
+    )?;
+    assert_eq!(manifest.resources.len(), 1);
+    let resource = &manifest.resources[0];
+    assert_eq!(resource.key.to_string(), "deployment/shop/web");
+    let Spec::Deployment(spec) = &resource.spec else {
+        panic!("a deployment");
+    };
+    assert_eq!(spec.n_replicas(), 3);
+    assert_eq!(
+        spec.container.command.as_deref().map(<[String]>::len),
+        Some(4)
+    );
+    assert_eq!(
+        spec.container.env.get("PORT").map(String::as_str),
+        Some("8080")
+    );
+    assert_eq!(spec.health_check, "/");
+    Ok(())
+}
+
+#[test]
+fn syntax_errors_carry_line_and_column() {
+    check_err(
+        "deployment \"a\" \"b\" {\n  image = \n}\n",
+        &[
+            "m/app.hcl:2:11: HCL syntax error: invalid expression; expected `\"`, `[`, `{`, `-`, `!`, `(`, `_`, `<`, letter or digit",
+        ],
+    );
+}
+
+#[test]
+fn every_problem_is_reported_with_its_location() {
+    check_err(
+        "deployment \"a\" \"b\" {\n  imagee = \"x\"\n  replicas = [1]\n  envv = {}\n}\n",
+        &[
+            "m/app.hcl:2:3: unknown attribute `imagee` in deployment (did you mean `image`?)",
+            "m/app.hcl:3:14: `replicas` must be a whole number, got a list",
+            "m/app.hcl:4:3: unknown attribute `envv` in deployment (did you mean `env`?)",
+        ],
+    );
+}
+
+#[test]
+fn labels_are_checked() {
+    check_err(
+        "deployment \"a\" {}\ndeployment \"a/b\" \"c\" {}\n",
+        &[
+            "m/app.hcl:1:1: deployment block needs scope and name labels (got 1): write `deployment \"scope\" \"name\" { … }`",
+            "m/app.hcl:2:12: deployment scope \"a/b\" must not contain `..`, `/` or NUL",
+        ],
+    );
+}
+
+#[test]
+fn duplicates_within_a_file_are_errors() {
+    check_err(
+        "deployment \"s\" \"n\" { image = \"x\" }\napp \"s\" \"n\" {\n  image = \"y\"\n  host = \"a.example\"\n}\n",
+        &[
+            "m/app.hcl:2:1: duplicate identity deployment/s/n: declared more than once in this file (also at line 1); check `app` blocks and standalone deployment blocks for collisions",
+        ],
+    );
+}
+
+#[test]
+fn across_files_the_later_file_wins_with_a_warning() -> Result<(), Diagnostics> {
+    let manifest = load_with(
+        &[
+            ("a.hcl", "deployment \"s\" \"n\" { image = \"x\" }\n"),
+            ("b.hcl", "\n\ndeployment \"s\" \"n\" { image = \"y\" }\n"),
+            ("c.hcl", "deployment \"s\" \"n\" { image = \"y\" }\n"),
+        ],
+        &Vars::default(),
+        &MemoryFiles::default(),
+    )?;
+    let Spec::Deployment(spec) = &manifest.resources[0].spec else {
+        panic!("a deployment");
+    };
+    assert_eq!(spec.container.image, "y");
+    let warnings: Vec<String> = manifest.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        warnings,
+        [
+            "b.hcl:3:1: deployment/s/n is also declared at a.hcl:1:1; this later file wins (as `voodu apply` on the directory does) and that declaration is ignored",
+            "c.hcl:1:1: deployment/s/n is also declared, identically, at b.hcl:3:1; one copy is used",
+        ]
+    );
+    Ok(())
+}
+
+#[test]
+fn manifest_extensions_follow_voodu() {
+    for yes in ["a.hcl", "x/b.voodu", "c.VD", "d.vdu"] {
+        assert!(is_manifest_path(yes), "{yes}");
+    }
+    for no in ["a.yaml", "hcl", "x/.hcl", "README.md"] {
+        assert!(!is_manifest_path(no), "{no}");
+    }
+}

@@ -1,0 +1,275 @@
+//! Checks across resources, once every file is decoded: duplicate identities, references
+//! (`${asset.…}`, `depends_on.assets`, `${ref.…}`), overlapping ingress routes; and the
+//! stamping of asset digests into their consumers (`_asset_digests`, spec §5.3).
+//!
+//! A resource declared twice in one file is an error (as in voodu). Declared in two files, the
+//! later file in path order wins, as `voodu apply` on a directory does, and a warning names
+//! both places: voodu's own example folders hold such alternatives, and every one of them must
+//! load. Two ingresses routing the same host and path is a warning too: the first by key wins,
+//! deterministically, as voodu's own examples route one host from several ingresses.
+//!
+//! The agent reads a whole repo at a commit, so (unlike voodu, which also consults what an
+//! earlier apply left on the server) a reference resolves only against this commit: an asset
+//! that is not declared here would be pruned anyway.
+//!
+//! Invariant: a reference that does not resolve is an error at the line that wrote it.
+
+use std::collections::BTreeMap;
+
+use super::decode::{Decoded, Resource};
+use super::diagnostic::Diagnostic;
+use super::interpolate::Reference;
+use super::spec::Spec;
+use crate::model::{Kind, ResourceKey};
+
+/// Names become parts of container names, DNS aliases and file paths: one charset for all.
+pub(crate) fn check_name(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() {
+        return Err("must not be empty");
+    }
+    if name.len() > 63 {
+        return Err("is longer than 63 characters");
+    }
+    if name.contains("..") || name.contains('/') || name.contains('\0') {
+        return Err("must not contain `..`, `/` or NUL");
+    }
+    let first_ok = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric());
+    if !first_ok
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+    {
+        return Err(
+            "must start with a letter or digit and use only letters, digits, `_`, `.` and `-`",
+        );
+    }
+    Ok(())
+}
+
+/// Drops duplicates (reporting each), resolves references and stamps asset digests.
+/// Returns the accepted resources; every problem is pushed to `errors`.
+pub(crate) fn check(
+    decoded: Vec<Decoded>,
+    errors: &mut Vec<Diagnostic>,
+    warnings: &mut Vec<Diagnostic>,
+) -> Vec<Resource> {
+    let mut by_key: BTreeMap<ResourceKey, Decoded> = BTreeMap::new();
+    for item in decoded {
+        let key = item.resource.key.clone();
+        if let Some(first) = by_key.get(&key) {
+            let at = first.resource.origin.clone();
+            if at.path == item.resource.origin.path {
+                errors.push(Diagnostic {
+                    message: format!(
+                        "duplicate identity {key}: declared more than once in this file (also at line {}); check `app` blocks and standalone {} blocks for collisions",
+                        at.line, key.kind
+                    ),
+                    ..item.resource.origin.clone()
+                });
+                continue;
+            }
+            let message = if first.resource.spec == item.resource.spec {
+                format!(
+                    "{key} is also declared, identically, at {}:{}:{}; one copy is used",
+                    at.path, at.line, at.col
+                )
+            } else {
+                format!(
+                    "{key} is also declared at {}:{}:{}; this later file wins (as `voodu apply` on the directory does) and that declaration is ignored",
+                    at.path, at.line, at.col
+                )
+            };
+            warnings.push(Diagnostic {
+                message,
+                ..item.resource.origin.clone()
+            });
+        }
+        by_key.insert(key, item);
+    }
+
+    let assets: BTreeMap<ResourceKey, BTreeMap<String, String>> = by_key
+        .iter()
+        .filter_map(|(key, item)| match &item.resource.spec {
+            Spec::Asset(asset) => Some((
+                key.clone(),
+                asset
+                    .files
+                    .iter()
+                    .map(|(name, file)| (name.clone(), file.digest.clone()))
+                    .collect(),
+            )),
+            _ => None,
+        })
+        .collect();
+
+    // `host + path` → the ingress that routes it first.
+    let mut routes: BTreeMap<String, (ResourceKey, Diagnostic)> = BTreeMap::new();
+    let deployments: Vec<ResourceKey> = by_key
+        .keys()
+        .filter(|key| key.kind == Kind::Deployment)
+        .cloned()
+        .collect();
+    let mut accepted = Vec::new();
+    for (key, mut item) in by_key {
+        let mut ok = true;
+        let mut digests = BTreeMap::new();
+        for (reference, at) in &item.references {
+            match reference {
+                Reference::Asset {
+                    scope,
+                    name,
+                    key: file,
+                } => {
+                    let asset_key =
+                        ResourceKey::new(Kind::Asset, scope.clone().unwrap_or_default(), name);
+                    let shown =
+                        Reference::asset_ref(scope.as_deref(), name.as_str(), file.as_str());
+                    match assets.get(&asset_key).map(|files| files.get(file)) {
+                        Some(Some(digest)) => {
+                            digests.insert(shown, digest.clone());
+                        }
+                        Some(None) => {
+                            let keys: Vec<&str> =
+                                assets[&asset_key].keys().map(String::as_str).collect();
+                            errors.push(at_location(at, format!(
+                                "unresolved asset reference \"{shown}\": asset {} has no key `{file}` (keys: {})",
+                                display_asset(&asset_key), keys.join(", ")
+                            )));
+                            ok = false;
+                        }
+                        None => {
+                            let hint = if scope.is_none() {
+                                " (a 2-part reference names an unscoped asset: `asset \"name\" { … }`)"
+                            } else {
+                                ""
+                            };
+                            errors.push(at_location(at, format!(
+                                "unresolved asset reference \"{shown}\": no asset {} in this commit{hint}",
+                                display_asset(&asset_key)
+                            )));
+                            ok = false;
+                        }
+                    }
+                }
+                Reference::Resource { kind, name, field } => {
+                    if kind != &Kind::Ingress {
+                        errors.push(at_location(at, format!(
+                            "unresolved reference {kind}.{name}.{field}: only ${{ref.ingress.<name>.<field>}} resolves (an ingress's host, service, port or url)"
+                        )));
+                        ok = false;
+                        continue;
+                    }
+                    if !matches!(field.as_str(), "host" | "service" | "port" | "url") {
+                        errors.push(at_location(at, format!(
+                            "unresolved reference {kind}.{name}.{field}: an ingress has host, service, port and url"
+                        )));
+                        ok = false;
+                    }
+                    // Whether the ingress exists is checked below, once every key is known.
+                }
+            }
+        }
+        if let Some(stamp) = item.resource.spec.asset_digests_mut() {
+            *stamp = digests;
+        }
+        if let Spec::Ingress(ingress) = &item.resource.spec {
+            let paths: Vec<&str> = if ingress.locations.is_empty() {
+                vec!["/"]
+            } else {
+                ingress
+                    .locations
+                    .iter()
+                    .map(|location| location.path.as_str())
+                    .collect()
+            };
+            for path in paths {
+                let route = format!("{}{}", ingress.host, path);
+                match routes.get(&route) {
+                    Some((first_key, first)) => warnings.push(Diagnostic {
+                        message: format!(
+                            "route {route} is also declared by {first_key} at {}:{}:{}; requests go to {first_key} (the first by kind/scope/name)",
+                            first.path, first.line, first.col
+                        ),
+                        ..item.resource.origin.clone()
+                    }),
+                    None => {
+                        routes.insert(route, (key.clone(), item.resource.origin.clone()));
+                    }
+                }
+            }
+            let service = ResourceKey::new(
+                Kind::Deployment,
+                key.scope.clone(),
+                ingress.effective_service(&key.name),
+            );
+            if !deployments.contains(&service) {
+                warnings.push(Diagnostic {
+                    message: format!(
+                        "ingress routes to deployment {:?} of scope {:?}, which this commit does not declare; it stays unrouted until one exists",
+                        service.name, service.scope
+                    ),
+                    ..item.resource.origin.clone()
+                });
+            }
+        }
+        if ok {
+            accepted.push(item);
+        }
+    }
+    // Resource references need the full set of keys, known only now.
+    let keys: Vec<ResourceKey> = accepted
+        .iter()
+        .map(|item| item.resource.key.clone())
+        .collect();
+    accepted
+        .into_iter()
+        .filter_map(|item| {
+            let mut ok = true;
+            for (reference, at) in &item.references {
+                if let Reference::Resource { kind: Kind::Ingress, name, field } = reference {
+                    let target = ResourceKey::new(Kind::Ingress, item.resource.key.scope.clone(), name);
+                    if !keys.contains(&target) {
+                        errors.push(at_location(at, format!(
+                            "unresolved reference ingress.{name}.{field}: no ingress {name:?} in scope {:?} in this commit",
+                            item.resource.key.scope
+                        )));
+                        ok = false;
+                    }
+                }
+            }
+            ok.then_some(item.resource)
+        })
+        .collect()
+}
+
+fn display_asset(key: &ResourceKey) -> String {
+    if key.scope.is_empty() {
+        format!("{:?}", key.name)
+    } else {
+        format!("{:?} {:?}", key.scope, key.name)
+    }
+}
+
+fn at_location(at: &Diagnostic, message: String) -> Diagnostic {
+    Diagnostic {
+        message,
+        ..at.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_name;
+
+    #[test]
+    fn names_are_confined() {
+        assert!(check_name("web-1").is_ok());
+        assert!(check_name("api_http").is_ok());
+        for bad in ["", "a/b", "..", "a..b", "-x", "a b", "a\0"] {
+            assert!(check_name(bad).is_err(), "{bad:?} must be refused");
+        }
+    }
+}

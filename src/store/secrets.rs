@@ -1,0 +1,191 @@
+//! Config buckets: host-local key/value sets that `voodu-agent config` edits, that `${VAR}`
+//! reads at sync time, and that containers get in their environment (spec §4). They never come
+//! from git and never appear in logs, status or errors.
+//!
+//! Invariants: a bucket is `(scope, name)`, `name` empty for the scope-level bucket; every
+//! change bumps `config_version` in the same transaction, so the sync loop notices it with one
+//! read; `Bucket`'s `Debug` shows keys, never values.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use rusqlite::{OptionalExtension, params};
+
+use super::{Result, Store};
+
+/// One bucket's values. `Debug` redacts them.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Bucket(pub BTreeMap<String, String>);
+
+impl fmt::Debug for Bucket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.0.keys().map(|key| (key, "<redacted>")))
+            .finish()
+    }
+}
+
+/// All buckets by `(scope, name)`.
+pub type Buckets = BTreeMap<(String, String), BTreeMap<String, String>>;
+
+impl Store {
+    /// Sets `pairs` in bucket `(scope, name)`. Returns the keys whose value changed.
+    pub fn config_set(
+        &self,
+        scope: &str,
+        name: &str,
+        pairs: &BTreeMap<String, String>,
+    ) -> Result<Vec<String>> {
+        self.with(|connection| {
+            let tx = connection.transaction()?;
+            let mut changed = Vec::new();
+            for (key, value) in pairs {
+                let old: Option<String> = tx
+                    .query_row(
+                        "SELECT value FROM config WHERE scope = ?1 AND name = ?2 AND key = ?3",
+                        params![scope, name, key],
+                        |row| row.get(0),
+                    )
+                    .optional()?;
+                if old.as_deref() != Some(value.as_str()) {
+                    tx.execute(
+                        "INSERT INTO config (scope, name, key, value) VALUES (?1, ?2, ?3, ?4)
+                         ON CONFLICT (scope, name, key) DO UPDATE SET value = excluded.value",
+                        params![scope, name, key, value],
+                    )?;
+                    changed.push(key.clone());
+                }
+            }
+            if !changed.is_empty() {
+                bump_config_version(&tx)?;
+            }
+            tx.commit()?;
+            Ok(changed)
+        })
+    }
+
+    /// Removes `keys` from bucket `(scope, name)`. Returns the keys that were there.
+    pub fn config_unset(&self, scope: &str, name: &str, keys: &[String]) -> Result<Vec<String>> {
+        self.with(|connection| {
+            let tx = connection.transaction()?;
+            let mut removed = Vec::new();
+            for key in keys {
+                let n = tx.execute(
+                    "DELETE FROM config WHERE scope = ?1 AND name = ?2 AND key = ?3",
+                    params![scope, name, key],
+                )?;
+                if n > 0 {
+                    removed.push(key.clone());
+                }
+            }
+            if !removed.is_empty() {
+                bump_config_version(&tx)?;
+            }
+            tx.commit()?;
+            Ok(removed)
+        })
+    }
+
+    /// One bucket's values.
+    pub fn config_get(&self, scope: &str, name: &str) -> Result<Bucket> {
+        self.with(|connection| {
+            let mut statement = connection.prepare(
+                "SELECT key, value FROM config WHERE scope = ?1 AND name = ?2 ORDER BY key",
+            )?;
+            let rows = statement.query_map(params![scope, name], |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+            })?;
+            Ok(Bucket(rows.collect::<rusqlite::Result<_>>()?))
+        })
+    }
+
+    /// Every bucket.
+    pub fn buckets(&self) -> Result<Buckets> {
+        self.with(|connection| {
+            let mut statement = connection
+                .prepare("SELECT scope, name, key, value FROM config ORDER BY scope, name, key")?;
+            let rows = statement.query_map([], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, String>(3)?,
+                ))
+            })?;
+            let mut buckets = Buckets::new();
+            for row in rows {
+                let (scope, name, key, value) = row?;
+                buckets.entry((scope, name)).or_default().insert(key, value);
+            }
+            Ok(buckets)
+        })
+    }
+
+    /// Bumped by every bucket change.
+    pub fn config_version(&self) -> Result<i64> {
+        self.with(|connection| {
+            Ok(connection
+                .query_row(
+                    "SELECT value FROM meta WHERE key = 'config_version'",
+                    [],
+                    |row| row.get::<_, String>(0),
+                )
+                .optional()?
+                .and_then(|text| text.parse().ok())
+                .unwrap_or(0))
+        })
+    }
+
+    /// Makes sure bucket `(scope, name)` has `key`, setting it to `generate()` if missing.
+    /// Returns true when it generated one.
+    pub fn ensure_config(
+        &self,
+        scope: &str,
+        name: &str,
+        key: &str,
+        generate: impl FnOnce() -> String,
+    ) -> Result<bool> {
+        self.with(|connection| {
+            let tx = connection.transaction()?;
+            let present: Option<i64> = tx
+                .query_row(
+                    "SELECT 1 FROM config WHERE scope = ?1 AND name = ?2 AND key = ?3",
+                    params![scope, name, key],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            if present.is_some() {
+                return Ok(false);
+            }
+            tx.execute(
+                "INSERT INTO config (scope, name, key, value) VALUES (?1, ?2, ?3, ?4)",
+                params![scope, name, key, generate()],
+            )?;
+            bump_config_version(&tx)?;
+            tx.commit()?;
+            Ok(true)
+        })
+    }
+
+    /// Asset bytes by digest.
+    pub fn blob(&self, digest: &str) -> Result<Option<Vec<u8>>> {
+        self.with(|connection| {
+            Ok(connection
+                .query_row(
+                    "SELECT bytes FROM blobs WHERE digest = ?1",
+                    params![digest],
+                    |row| row.get(0),
+                )
+                .optional()?)
+        })
+    }
+}
+
+fn bump_config_version(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
+    tx.execute(
+        "INSERT INTO meta (key, value) VALUES ('config_version', '1')
+         ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1",
+        [],
+    )?;
+    Ok(())
+}
