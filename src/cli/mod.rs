@@ -3,6 +3,7 @@
 //! `voodu-agent --repo URL` runs the agent in the foreground; subcommands inspect its state.
 //! Exit codes: 0 success, 1 error (2 is reserved for `plan --detailed-exitcode`).
 
+mod plan;
 mod run;
 mod status;
 mod validate;
@@ -35,6 +36,9 @@ enum Command {
     /// Show the last seen, applied and rejected commits and every resource's state. Works
     /// while the agent runs.
     Status(status::StatusArgs),
+    /// Show what this host would create, update, replace, delete or leave if the given
+    /// manifests were applied (exit 2 with --detailed-exitcode when there are changes).
+    Plan(plan::PlanArgs),
     /// Check a directory of manifests (no git, no agent needed): every problem as
     /// `path:line:col: message`. Exit 0 when the set would be accepted, 1 otherwise.
     Validate(validate::ValidateArgs),
@@ -74,6 +78,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Some(Command::Status(args)) => status::run(&data_dir, &args),
         Some(Command::Validate(args)) => validate::run(&args),
+        Some(Command::Plan(args)) => plan::run(&args, &data_dir),
         None => run::run(cli.run, data_dir),
     }
 }

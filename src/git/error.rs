@@ -11,6 +11,8 @@ pub enum Error {
     Fetch { url: String, message: String },
     #[error("branch {branch:?} does not exist in {url}; check --branch")]
     BranchNotFound { url: String, branch: String },
+    #[error("{rev:?} is not a branch, tag or full commit SHA of {url}")]
+    RevNotFound { url: String, rev: String },
     #[error("cannot read token file {path}: {source}")]
     TokenFile {
         path: PathBuf,

@@ -69,15 +69,76 @@ impl Source {
     pub fn fetch(&self, interrupt: &AtomicBool) -> Result<CommitSha> {
         let repo = self.open_mirror()?;
         let local_ref = format!("refs/heads/{}", self.options.branch);
+        let local_tip = self.local_tip(&repo, &local_ref);
+        let refspec = format!("+{local_ref}:{local_ref}");
+        let remote_tip = self.negotiate(&repo, &[refspec], interrupt, |remote_refs| {
+            let remote_tip = remote_refs
+                .iter()
+                .find_map(|reference| {
+                    let (name, target, peeled) = reference.unpack();
+                    (name == local_ref.as_str()).then(|| peeled.or(target).map(ToOwned::to_owned))
+                })
+                .flatten()
+                .ok_or_else(|| Error::BranchNotFound {
+                    url: self.url.clone(),
+                    branch: self.options.branch.clone(),
+                })?;
+            // An unchanged tip needs no pack: this poll was one ref negotiation.
+            Ok((remote_tip, local_tip != Some(remote_tip)))
+        })?;
+        Ok(CommitSha::new(remote_tip.to_hex().to_string()))
+    }
+
+    /// Fetches every branch and tag, then resolves `rev` (a full commit SHA, a branch or a
+    /// tag name) to a commit. For `plan --rev`. Blocking.
+    pub fn fetch_rev(&self, rev: &str, interrupt: &AtomicBool) -> Result<CommitSha> {
+        let repo = self.open_mirror()?;
+        let refspecs = [
+            "+refs/heads/*:refs/heads/*".to_owned(),
+            "+refs/tags/*:refs/tags/*".to_owned(),
+        ];
+        self.negotiate(&repo, &refspecs, interrupt, |_| Ok(((), true)))?;
+        let repo = self.open_mirror()?;
+        let is_sha = rev.len() == 40 && rev.chars().all(|c| c.is_ascii_hexdigit());
+        let id = if is_sha {
+            gix::ObjectId::from_hex(rev.as_bytes()).ok()
+        } else {
+            [format!("refs/heads/{rev}"), format!("refs/tags/{rev}")]
+                .iter()
+                .find_map(|name| {
+                    let mut reference = repo.find_reference(name.as_str()).ok()?;
+                    reference.peel_to_id().ok().map(|id| id.detach())
+                })
+        };
+        let commit = id
+            .and_then(|id| repo.find_commit(id).ok().map(|commit| commit.id))
+            .ok_or_else(|| Error::RevNotFound {
+                url: self.url.clone(),
+                rev: rev.to_owned(),
+            })?;
+        Ok(CommitSha::new(commit.to_hex().to_string()))
+    }
+
+    /// Connects with `refspecs`, lets `decide` look at the remote's refs, and receives a pack
+    /// when it says so.
+    fn negotiate<T>(
+        &self,
+        repo: &gix::Repository,
+        refspecs: &[String],
+        interrupt: &AtomicBool,
+        decide: impl FnOnce(&[gix::protocol::handshake::Ref]) -> Result<(T, bool)>,
+    ) -> Result<T> {
         let fetch_error = |message: String| Error::Fetch {
             url: self.url.clone(),
             message,
         };
-        let refspec = format!("+{local_ref}:{local_ref}");
         let remote = repo
             .remote_at(self.url.as_str())
             .map_err(|error| fetch_error(error.to_string()))?
-            .with_refspecs([refspec.as_str()], gix::remote::Direction::Fetch)
+            .with_refspecs(
+                refspecs.iter().map(String::as_str),
+                gix::remote::Direction::Fetch,
+            )
             .map_err(|error| fetch_error(error.to_string()))?;
         let connection = remote
             .connect(gix::remote::Direction::Fetch)
@@ -99,21 +160,8 @@ impl Source {
         let prepare = connection
             .prepare_fetch(gix::progress::Discard, Default::default())
             .map_err(|error| fetch_error(error.to_string()))?;
-        let remote_tip = prepare
-            .ref_map()
-            .remote_refs
-            .iter()
-            .find_map(|reference| {
-                let (name, target, peeled) = reference.unpack();
-                (name == local_ref.as_str()).then(|| peeled.or(target).map(ToOwned::to_owned))
-            })
-            .flatten()
-            .ok_or_else(|| Error::BranchNotFound {
-                url: self.url.clone(),
-                branch: self.options.branch.clone(),
-            })?;
-        let local_tip = self.local_tip(&repo, &local_ref);
-        if local_tip != Some(remote_tip) {
+        let (value, receive) = decide(&prepare.ref_map().remote_refs)?;
+        if receive {
             prepare
                 .receive(gix::progress::Discard, interrupt)
                 .map_err(|error| {
@@ -124,7 +172,7 @@ impl Source {
                     }
                 })?;
         }
-        Ok(CommitSha::new(remote_tip.to_hex().to_string()))
+        Ok(value)
     }
 
     /// Reads every manifest file under the configured paths at `sha`, from the mirror's object

@@ -254,6 +254,18 @@ impl Store {
         })
     }
 
+    /// The agent id without creating one (for read-only stores). Empty when never set.
+    pub fn agent_id_read_only(&self) -> Result<String> {
+        self.with(|connection| {
+            Ok(connection
+                .query_row("SELECT value FROM meta WHERE key = 'agent_id'", [], |row| {
+                    row.get::<_, String>(0)
+                })
+                .optional()?
+                .unwrap_or_default())
+        })
+    }
+
     /// Receives the journal's highest seq after every append.
     pub fn subscribe(&self) -> watch::Receiver<i64> {
         self.journal_head.subscribe()
@@ -440,6 +452,18 @@ impl Store {
             })
             .transpose()
         })
+    }
+
+    /// Every resource's desired state, ordered by key.
+    pub fn desired_all(&self) -> Result<Vec<Desired>> {
+        let keys = self.desired_keys()?;
+        let mut all = Vec::with_capacity(keys.len());
+        for key in keys {
+            if let Some(desired) = self.desired(&key)? {
+                all.push(desired);
+            }
+        }
+        Ok(all)
     }
 
     /// Every resource in desired, ordered by key.

@@ -107,6 +107,85 @@ impl Spec {
         }
     }
 
+    /// The top-level JSON fields of this kind that feed its spec hash: a change to one of them
+    /// replaces containers (or re-runs a job); a change to any other field does not. Kept
+    /// beside the hash functions; the unit tests of each kind prove the same split.
+    pub fn hashed_fields(kind: Kind) -> &'static [&'static str] {
+        match kind {
+            Kind::Deployment => &[
+                "image",
+                "command",
+                "ports",
+                "volumes",
+                "env",
+                "env_from",
+                "network",
+                "networks",
+                "network_mode",
+                "restart",
+                "extra_hosts",
+                "cap_add",
+                "ulimits",
+                "docker_options",
+                "resources",
+                "autoscale",
+                "logs",
+                "probes",
+                "inits",
+                "_asset_digests",
+            ],
+            Kind::Statefulset => &[
+                "image",
+                "command",
+                "ports",
+                "volumes",
+                "env",
+                "network",
+                "networks",
+                "network_mode",
+                "restart",
+                "extra_hosts",
+                "cap_add",
+                "ulimits",
+                "docker_options",
+                "resources",
+                "logs",
+                "volume_claims",
+                "inits",
+                "probes",
+                "_asset_digests",
+            ],
+            Kind::Job => &[
+                "image",
+                "command",
+                "env",
+                "env_from",
+                "volumes",
+                "network",
+                "networks",
+                "network_mode",
+                "extra_hosts",
+                "cap_add",
+                "ulimits",
+                "docker_options",
+                "resources",
+                "logs",
+                "timeout",
+                "_asset_digests",
+            ],
+            Kind::Cronjob => &[
+                "schedule",
+                "timezone",
+                "suspend",
+                "concurrency_policy",
+                "job",
+            ],
+            Kind::Asset => &["files"],
+            Kind::Ingress => &["host", "service", "port", "tls", "locations", "lb"],
+            Kind::Registry => &["url", "username", "token", "helper"],
+        }
+    }
+
     /// Replicas the spec asks for (1 for kinds without replicas).
     pub fn n_replicas(&self) -> usize {
         match self {

@@ -1,0 +1,458 @@
+//! `voodu-agent plan`: what this host would create, update, replace, delete or leave if the
+//! given manifests were applied, computed by `reconcile::plan` (the function the handlers
+//! use) against the agent's desired state and, when the engine answers, its containers.
+//!
+//! Exit codes as terraform's and voodu's: 0 success, 1 error, and with `--detailed-exitcode`
+//! 2 when there are changes. Values of `env`, `token` and `headers` are never printed.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+
+use anyhow::Context as _;
+use clap::Args;
+use serde::Serialize;
+
+use super::validate::{MISSING_VAR_HINT, VarArgs};
+use crate::assets::{DEFAULT_MAX_URL_BYTES, UrlCache};
+use crate::git::{Source, SourceOptions, WorkdirFiles, read_workdir};
+use crate::manifest::spec::Spec;
+use crate::manifest::{self, LoadOptions, Manifest, Mode};
+use crate::model::{FileSource, Kind, ResourceKey, Snapshot};
+use crate::reconcile::plan::{Action, ResourcePlan, Step, plan_all};
+use crate::runtime::{Container, DockerRuntime, Runtime, labels};
+use crate::store::Store;
+
+#[derive(Debug, Args)]
+pub(super) struct PlanArgs {
+    /// What to plan: a working directory (uncommitted edits included), or a git repository
+    /// (a URL, or a path together with --rev).
+    #[arg(long, value_name = "URL|DIR", default_value = ".")]
+    repo: String,
+    /// Plan this revision of the repository (branch, tag or full commit SHA) instead of a
+    /// working directory. Default for a URL: main.
+    #[arg(long, value_name = "REV")]
+    rev: Option<String>,
+    /// Only read manifests under this directory (repeatable), as the agent's --path.
+    #[arg(long = "path", value_name = "DIR")]
+    paths: Vec<String>,
+    #[command(flatten)]
+    vars: VarArgs,
+    /// Exit 2 when the plan has changes (0 when none, 1 on error).
+    #[arg(long)]
+    detailed_exitcode: bool,
+    /// Print the plan as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> {
+    let scratch = tempfile::tempdir().context("cannot create a scratch directory")?;
+    let db = data_dir.join("state.db");
+    let store = if db.exists() {
+        Some(Store::open_read_only(&db).with_context(|| format!("cannot read {}", db.display()))?)
+    } else {
+        None
+    };
+    let mut vars = args.vars.to_vars()?;
+    if let Some(store) = &store {
+        vars.buckets = store.buckets()?;
+    }
+    let (snapshot, files) = read_source(args, scratch.path())?;
+    let fetcher = UrlCache::new(scratch.path(), DEFAULT_MAX_URL_BYTES);
+    let options = LoadOptions {
+        vars: &vars,
+        files: files.as_ref(),
+        fetcher: Some(&fetcher),
+        mode: Mode::Apply,
+        max_file_bytes: manifest::DEFAULT_MAX_FILE_BYTES,
+        missing_var_hint: MISSING_VAR_HINT,
+    };
+    let manifest = match manifest::load(&snapshot, &options) {
+        Ok(manifest) => manifest,
+        Err(diagnostics) => {
+            eprintln!("{diagnostics}");
+            eprintln!(
+                "plan: {} error(s) in {}; the agent would reject this commit and keep running the last good one",
+                diagnostics.0.len(),
+                snapshot.commit
+            );
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let current: BTreeMap<ResourceKey, Spec> = match &store {
+        Some(store) => store
+            .desired_all()?
+            .into_iter()
+            .map(|desired| (desired.key, desired.spec))
+            .collect(),
+        None => BTreeMap::new(),
+    };
+    let actual = match &store {
+        Some(store) => actual_containers(&store.agent_id_read_only()?),
+        None => Ok(BTreeMap::new()),
+    };
+    let (actual, engine_note) = match actual {
+        Ok(actual) => (actual, None),
+        Err(error) => (
+            BTreeMap::new(),
+            Some(format!(
+                "the Docker engine did not answer ({error}); planned against the agent's desired state only"
+            )),
+        ),
+    };
+    let plans = plan_all(&manifest, &current, &actual);
+    let view = PlanView::new(
+        &snapshot,
+        data_dir,
+        store.is_some(),
+        engine_note,
+        &manifest,
+        &plans,
+    );
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&view)?);
+    } else {
+        print!("{}", view.text());
+    }
+    let changes = plans.iter().any(|plan| plan.action != Action::Unchanged);
+    Ok(if args.detailed_exitcode && changes {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The snapshot to plan and the files `file()` may read beside it.
+fn read_source(args: &PlanArgs, scratch: &Path) -> anyhow::Result<(Snapshot, Box<dyn FileSource>)> {
+    let dir = Path::new(&args.repo);
+    if args.rev.is_none() && dir.is_dir() {
+        let snapshot = read_workdir(dir, &args.paths)
+            .with_context(|| format!("cannot read {}", dir.display()))?;
+        return Ok((snapshot, Box::new(WorkdirFiles::new(dir))));
+    }
+    let rev = args.rev.clone().unwrap_or_else(|| "main".to_owned());
+    let source = Source::new(
+        SourceOptions {
+            url: args.repo.clone(),
+            branch: rev.clone(),
+            paths: args.paths.clone(),
+            token_file: None,
+        },
+        scratch,
+    );
+    let commit = source
+        .fetch_rev(&rev, &AtomicBool::new(false))
+        .with_context(|| format!("cannot fetch {rev} from {}", args.repo))?;
+    let snapshot = source.read_snapshot(&commit)?;
+    let files = source.files_at(&commit)?;
+    Ok((snapshot, Box::new(files)))
+}
+
+/// The agent's containers, by resource.
+fn actual_containers(agent_id: &str) -> anyhow::Result<BTreeMap<ResourceKey, Vec<Container>>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let docker =
+            tokio::time::timeout(std::time::Duration::from_secs(3), DockerRuntime::connect())
+                .await
+                .map_err(|_| anyhow::anyhow!("timed out"))??;
+        let containers = docker.list(&[(labels::AGENT, agent_id)]).await?;
+        let mut by_key: BTreeMap<ResourceKey, Vec<Container>> = BTreeMap::new();
+        for container in containers {
+            let kind = container.label(labels::KIND).and_then(Kind::parse);
+            if container
+                .label(labels::ROLE)
+                .is_some_and(|role| role != kind.map_or("", Kind::as_str))
+            {
+                // Init and release containers belong to a resource but are not its replicas.
+                continue;
+            }
+            if let (Some(kind), Some(scope), Some(name)) = (
+                kind,
+                container.label(labels::SCOPE),
+                container.label(labels::NAME),
+            ) {
+                by_key
+                    .entry(ResourceKey::new(kind, scope, name))
+                    .or_default()
+                    .push(container);
+            }
+        }
+        Ok(by_key)
+    })
+}
+
+/// `plan --json`, and the text output built from the same data.
+#[derive(Debug, Serialize)]
+struct PlanView {
+    commit: String,
+    data_dir: PathBuf,
+    /// False when the data dir holds no agent state: everything is new.
+    agent_state: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<String>,
+    resources: Vec<ResourceView>,
+    warnings: Vec<String>,
+    summary: BTreeMap<&'static str, usize>,
+}
+
+#[derive(Debug, Serialize)]
+struct ResourceView {
+    kind: String,
+    scope: String,
+    name: String,
+    action: &'static str,
+    /// One line: what happens and why.
+    detail: String,
+    changes: Vec<ChangeView>,
+    steps: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct ChangeView {
+    field: String,
+    hashed: bool,
+    before: Option<String>,
+    after: Option<String>,
+}
+
+impl PlanView {
+    fn new(
+        snapshot: &Snapshot,
+        data_dir: &Path,
+        agent_state: bool,
+        note: Option<String>,
+        manifest: &Manifest,
+        plans: &[ResourcePlan],
+    ) -> PlanView {
+        let next: BTreeMap<&ResourceKey, &Spec> = manifest
+            .resources
+            .iter()
+            .map(|resource| (&resource.key, &resource.spec))
+            .collect();
+        let mut summary: BTreeMap<&'static str, usize> = [
+            Action::Create,
+            Action::Update,
+            Action::Replace,
+            Action::Delete,
+            Action::Unchanged,
+        ]
+        .into_iter()
+        .map(|action| (action.as_str(), 0))
+        .collect();
+        let resources = plans
+            .iter()
+            .map(|plan| {
+                *summary.entry(plan.action.as_str()).or_default() += 1;
+                ResourceView {
+                    kind: plan.key.kind.to_string(),
+                    scope: plan.key.scope.clone(),
+                    name: plan.key.name.clone(),
+                    action: plan.action.as_str(),
+                    detail: detail(plan, next.get(&plan.key).copied()),
+                    changes: plan
+                        .changes
+                        .iter()
+                        .map(|change| ChangeView {
+                            field: change.field.clone(),
+                            hashed: change.hashed,
+                            before: change.before.clone(),
+                            after: change.after.clone(),
+                        })
+                        .collect(),
+                    steps: plan.steps.iter().map(step_text).collect(),
+                }
+            })
+            .collect();
+        PlanView {
+            commit: snapshot.commit.to_string(),
+            data_dir: data_dir.to_owned(),
+            agent_state,
+            note,
+            resources,
+            warnings: manifest.warnings.iter().map(ToString::to_string).collect(),
+            summary,
+        }
+    }
+
+    fn text(&self) -> String {
+        let mut out = String::new();
+        for warning in &self.warnings {
+            out.push_str(&format!("warning: {warning}\n"));
+        }
+        if !self.agent_state {
+            out.push_str(&format!(
+                "note: no agent state in {}; everything is planned as new\n",
+                self.data_dir.display()
+            ));
+        }
+        if let Some(note) = &self.note {
+            out.push_str(&format!("note: {note}\n"));
+        }
+        out.push_str(&format!("Plan for {}:\n", self.commit));
+        let width = self
+            .resources
+            .iter()
+            .map(|resource| key_text(resource).len())
+            .max()
+            .unwrap_or(0);
+        for resource in &self.resources {
+            let sign = match resource.action {
+                "create" => "+",
+                "replace" => "-/+",
+                "update" => "~",
+                "delete" => "-",
+                _ => "=",
+            };
+            out.push_str(&format!(
+                "  {sign:>3} {:width$}  {}: {}\n",
+                key_text(resource),
+                resource.action,
+                resource.detail
+            ));
+            for change in &resource.changes {
+                let arrow = match (&change.before, &change.after) {
+                    (Some(before), Some(after)) => format!("{before} → {after}"),
+                    (None, Some(after)) => format!("(unset) → {after}"),
+                    (Some(before), None) => format!("{before} → (unset)"),
+                    (None, None) => String::new(),
+                };
+                let mark = if change.hashed { " [replaces]" } else { "" };
+                out.push_str(&format!("        {}: {arrow}{mark}\n", change.field));
+            }
+        }
+        let count = |action: &str| self.summary.get(action).copied().unwrap_or(0);
+        out.push_str(&format!(
+            "Plan: {} to create, {} to update, {} to replace, {} to delete, {} unchanged.\n",
+            count("create"),
+            count("update"),
+            count("replace"),
+            count("delete"),
+            count("unchanged")
+        ));
+        out
+    }
+}
+
+fn key_text(resource: &ResourceView) -> String {
+    if resource.scope.is_empty() {
+        format!("{}/{}", resource.kind, resource.name)
+    } else {
+        format!("{}/{}/{}", resource.kind, resource.scope, resource.name)
+    }
+}
+
+fn step_text(step: &Step) -> String {
+    match step {
+        Step::Create => "create a replica".to_owned(),
+        Step::Start { name, .. } => format!("start {name}"),
+        Step::Replace { name, .. } => format!("replace {name}"),
+        Step::Remove { name, .. } => format!("remove {name}"),
+    }
+}
+
+/// One line for a resource: what happens and why.
+fn detail(plan: &ResourcePlan, next: Option<&Spec>) -> String {
+    let count = |wanted: fn(&Step) -> bool| plan.steps.iter().filter(|step| wanted(step)).count();
+    let creates = count(|step| matches!(step, Step::Create));
+    let replaces = count(|step| matches!(step, Step::Replace { .. }));
+    let removes = count(|step| matches!(step, Step::Remove { .. }));
+    let starts = count(|step| matches!(step, Step::Start { .. }));
+    let mut parts = Vec::new();
+    match plan.action {
+        Action::Create => parts.push(describe(next)),
+        Action::Delete => parts.push(if removes > 0 {
+            format!("{removes} container(s) removed")
+        } else {
+            "removed from the host".to_owned()
+        }),
+        Action::Replace => {
+            let why: Vec<&str> = plan
+                .changes
+                .iter()
+                .filter(|change| change.hashed)
+                .map(|change| change.field.as_str())
+                .collect();
+            parts.push(if why.is_empty() {
+                "running containers have an outdated spec hash".to_owned()
+            } else {
+                format!("{} changed", why.join(", "))
+            });
+            if replaces > 0 {
+                parts.push(format!("{replaces} replica(s) replaced one at a time"));
+            }
+        }
+        Action::Update => {
+            let fields: Vec<&str> = plan
+                .changes
+                .iter()
+                .map(|change| change.field.as_str())
+                .collect();
+            if !fields.is_empty() {
+                parts.push(format!(
+                    "{} changed (no container is replaced)",
+                    fields.join(", ")
+                ));
+            }
+        }
+        Action::Unchanged => parts.push("no change".to_owned()),
+    }
+    if plan.action != Action::Create && plan.action != Action::Delete {
+        if creates > 0 {
+            parts.push(format!("{creates} replica(s) created"));
+        }
+        if removes > 0 {
+            parts.push(format!("{removes} replica(s) removed"));
+        }
+        if starts > 0 {
+            parts.push(format!("{starts} stopped replica(s) started"));
+        }
+    }
+    parts.join("; ")
+}
+
+fn describe(spec: Option<&Spec>) -> String {
+    match spec {
+        Some(Spec::Deployment(spec)) => format!(
+            "{} replica(s) of {}",
+            spec.n_replicas(),
+            image_text(&spec.container.image)
+        ),
+        Some(Spec::Statefulset(spec)) => format!(
+            "{} pod(s) of {}, {} volume claim(s) each",
+            spec.n_replicas(),
+            image_text(&spec.container.image),
+            spec.volume_claims.len()
+        ),
+        Some(Spec::Ingress(spec)) => format!(
+            "route {} to deployment {}",
+            spec.host,
+            if spec.service.is_empty() {
+                "of the same name"
+            } else {
+                &spec.service
+            }
+        ),
+        Some(Spec::Asset(spec)) => format!("{} file(s)", spec.files.len()),
+        Some(Spec::Job(spec)) => format!("runs {} once", image_text(&spec.container.image)),
+        Some(Spec::Cronjob(spec)) => format!(
+            "runs {} on {:?}",
+            image_text(&spec.job.container.image),
+            spec.schedule
+        ),
+        Some(Spec::Registry(spec)) => format!("credentials for {}", spec.url),
+        None => String::new(),
+    }
+}
+
+fn image_text(image: &str) -> &str {
+    if image.is_empty() {
+        "the built image (<scope>-<name>:latest)"
+    } else {
+        image
+    }
+}
