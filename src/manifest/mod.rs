@@ -108,6 +108,7 @@ pub fn load(snapshot: &Snapshot, options: &LoadOptions<'_>) -> Result<Manifest, 
     let mut warnings = Vec::new();
     let mut blobs = BTreeMap::new();
     let mut decoded = Vec::new();
+    let mut failed = Vec::new();
     for (path, why) in &snapshot.refused {
         errors.push(Diagnostic {
             path: path.clone(),
@@ -151,12 +152,13 @@ pub fn load(snapshot: &Snapshot, options: &LoadOptions<'_>) -> Result<Manifest, 
         errors.append(&mut cx.diagnostics);
         warnings.append(&mut cx.warnings);
         blobs.append(&mut cx.blobs);
+        failed.append(&mut cx.failed);
     }
     let secrets = decoded
         .iter()
         .flat_map(|item| item.secrets.iter().cloned())
         .collect();
-    let resources = validate::check(decoded, &mut errors, &mut warnings);
+    let resources = validate::check(decoded, &failed, &mut errors, &mut warnings);
     let by_location =
         |a: &Diagnostic, b: &Diagnostic| (&a.path, a.line, a.col).cmp(&(&b.path, b.line, b.col));
     errors.sort_by(by_location);

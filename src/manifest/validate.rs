@@ -50,9 +50,11 @@ pub(crate) fn check_name(name: &str) -> Result<(), &'static str> {
 }
 
 /// Drops duplicates (reporting each), resolves references and stamps asset digests.
-/// Returns the accepted resources; every problem is pushed to `errors`.
+/// Returns the accepted resources; every problem is pushed to `errors`. References to
+/// `failed` resources (declared, but with errors already reported) are not reported again.
 pub(crate) fn check(
     decoded: Vec<Decoded>,
+    failed: &[ResourceKey],
     errors: &mut Vec<Diagnostic>,
     warnings: &mut Vec<Diagnostic>,
 ) -> Vec<Resource> {
@@ -140,6 +142,7 @@ pub(crate) fn check(
                             )));
                             ok = false;
                         }
+                        None if failed.contains(&asset_key) => ok = false,
                         None => {
                             let hint = if scope.is_none() {
                                 " (a 2-part reference names an unscoped asset: `asset \"name\" { … }`)"
@@ -231,7 +234,9 @@ pub(crate) fn check(
             for (reference, at) in &item.references {
                 if let Reference::Resource { kind: Kind::Ingress, name, field } = reference {
                     let target = ResourceKey::new(Kind::Ingress, item.resource.key.scope.clone(), name);
-                    if !keys.contains(&target) {
+                    if failed.contains(&target) {
+                        ok = false;
+                    } else if !keys.contains(&target) {
                         errors.push(at_location(at, format!(
                             "unresolved reference ingress.{name}.{field}: no ingress {name:?} in scope {:?} in this commit",
                             item.resource.key.scope

@@ -4,6 +4,7 @@ mod support;
 
 mod cli;
 mod contract;
+mod corpus;
 mod e2e_docker;
 mod git;
 mod reconcile;

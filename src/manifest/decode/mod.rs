@@ -198,6 +198,11 @@ fn decode_block(cx: &mut Cx<'_>, block: &Block, out: &mut Vec<Decoded>) {
     }
     let references = cx.take_references();
     if cx.diagnostics.len() != before {
+        cx.failed.extend(
+            specs
+                .into_iter()
+                .map(|(kind, scope, name, _)| ResourceKey::new(kind, scope, name)),
+        );
         return;
     }
     for (kind, scope, name, spec) in specs {

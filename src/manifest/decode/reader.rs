@@ -37,6 +37,9 @@ pub(crate) struct Cx<'a> {
     pub(crate) blobs: BTreeMap<String, Vec<u8>>,
     /// References met since the last `take_references`, with where they were written.
     references: Vec<(Reference, Diagnostic)>,
+    /// Resources declared in this file that failed to decode (their errors are reported), so
+    /// references to them are not reported a second time.
+    pub(crate) failed: Vec<crate::model::ResourceKey>,
 }
 
 impl<'a> Cx<'a> {
@@ -56,6 +59,7 @@ impl<'a> Cx<'a> {
             env,
             blobs: BTreeMap::new(),
             references: Vec::new(),
+            failed: Vec::new(),
         }
     }
 
