@@ -94,24 +94,6 @@ pub(super) fn normalize_watched_path(path: &str) -> String {
         .join("/")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::normalize_watched_path;
-
-    #[test]
-    fn watched_paths_normalise() {
-        for (input, expected) in [
-            ("./deploy/", "deploy"),
-            ("deploy", "deploy"),
-            ("/a/./b", "a/b"),
-            (".", ""),
-            ("./", ""),
-        ] {
-            assert_eq!(normalize_watched_path(input), expected, "{input}");
-        }
-    }
-}
-
 /// The files of one commit, read by path from the object database (`file()`, `env_file`).
 pub struct CommitFiles {
     repo: gix::Repository,
@@ -158,6 +140,24 @@ impl crate::model::FileSource for CommitFiles {
             }
             Ok(object) => FileRead::File(object.data.clone()),
             Err(error) => FileRead::Error(error.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::normalize_watched_path;
+
+    #[test]
+    fn watched_paths_normalise() {
+        for (input, expected) in [
+            ("./deploy/", "deploy"),
+            ("deploy", "deploy"),
+            ("/a/./b", "a/b"),
+            (".", ""),
+            ("./", ""),
+        ] {
+            assert_eq!(normalize_watched_path(input), expected, "{input}");
         }
     }
 }

@@ -71,13 +71,16 @@ pub(crate) fn mark_interpolations(text: &str) -> (String, Vec<LexError>) {
                         }
                         b'$' if bytes.get(i + 1) == Some(&b'{') => {
                             match interpolation_end(text, i, true) {
-                                Ok(end) => {
+                                Ok(Some(end)) => {
                                     mark_at(i, &mut out, &mut copied);
                                     i = end;
                                 }
+                                Ok(None) => i += 2,
                                 Err(error) => {
+                                    // Marked anyway, so the parser does not report it again.
+                                    mark_at(i, &mut out, &mut copied);
+                                    i = error.span.end;
                                     errors.push(error);
-                                    i += 2;
                                 }
                             }
                         }
@@ -93,13 +96,15 @@ pub(crate) fn mark_interpolations(text: &str) -> (String, Vec<LexError>) {
                             b'$' | b'%' if bytes.get(j + 1) == Some(&bytes[j]) => j += 2,
                             b'$' if bytes.get(j + 1) == Some(&b'{') => {
                                 match interpolation_end(&text[..body.end], j, false) {
-                                    Ok(end) => {
+                                    Ok(Some(end)) => {
                                         mark_at(j, &mut out, &mut copied);
                                         j = end;
                                     }
+                                    Ok(None) => j += 2,
                                     Err(error) => {
+                                        mark_at(j, &mut out, &mut copied);
+                                        j = error.span.end;
                                         errors.push(error);
-                                        j += 2;
                                     }
                                 }
                             }
@@ -124,23 +129,18 @@ fn skip_line(bytes: &[u8], from: usize) -> usize {
         .map_or(bytes.len(), |newline| from + newline + 1)
 }
 
-/// The byte offset just past the `}` closing the interpolation that starts at `start`.
-/// voodu's interpolations are names and dotted refs: the first `}` closes them. A quote or a
-/// newline first means an HCL expression (a function call, a nested string) the agent does not
-/// evaluate.
-fn interpolation_end(text: &str, start: usize, quoted: bool) -> Result<usize, LexError> {
+/// The byte offset just past the `}` closing the interpolation that starts at `start`, or
+/// `Ok(None)` for an interpolation holding a quote (a function call or a nested string): that
+/// is left to the HCL parser, and the decoder reports the expression where it finds it.
+/// voodu's interpolations are names and dotted refs: the first `}` closes them.
+fn interpolation_end(text: &str, start: usize, quoted: bool) -> Result<Option<usize>, LexError> {
     let rest = &text[start + 2..];
     let mut len = 0;
     for (offset, ch) in rest.char_indices() {
         match ch {
-            '}' => return Ok(start + 2 + offset + 1),
-            '"' if quoted => {
-                return Err(LexError {
-                    span: start..start + 2 + offset,
-                    message: "`${…}` holding a string or a function call is not supported: manifests interpolate only ${VAR}, ${VAR:-default}, ${asset.…} and ${ref.…}".to_owned(),
-                });
-            }
-            '\n' => break,
+            '}' => return Ok(Some(start + 2 + offset + 1)),
+            '"' if quoted && rest[..offset].contains('(') => return Ok(None),
+            '"' | '\n' => break,
             _ => len = offset + ch.len_utf8(),
         }
     }
@@ -225,11 +225,16 @@ mod tests {
 
     #[test]
     fn reports_what_it_cannot_handle() {
-        let (_, errors) = mark_interpolations(r#"a = "${lower("X")}""#);
-        assert_eq!(errors.len(), 1);
-        assert_eq!(errors[0].span.start, 5);
+        let (out, errors) = mark_interpolations(r#"a = "${lower("X")}""#);
+        assert_eq!(
+            errors,
+            [],
+            "an expression is left to the parser and the decoder"
+        );
+        assert!(!out.contains(MARK));
         let (_, errors) = mark_interpolations("a = \"${A\"\n");
         assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].span, 5..8);
         let (_, errors) = mark_interpolations("a = \"\u{E000}\"");
         assert_eq!(errors.len(), 1);
     }

@@ -118,14 +118,20 @@ pub fn load(snapshot: &Snapshot, options: &LoadOptions<'_>) -> Result<Manifest, 
         });
     }
     for file in &snapshot.files {
-        let Ok(text) = std::str::from_utf8(&file.contents) else {
-            errors.push(Diagnostic {
-                path: file.path.clone(),
-                line: 1,
-                col: 1,
-                message: "file is not valid UTF-8; manifests must be UTF-8 text".to_owned(),
-            });
-            continue;
+        let text = match std::str::from_utf8(&file.contents) {
+            Ok(text) => text,
+            Err(error) => {
+                let valid = &file.contents[..error.valid_up_to()];
+                let valid = std::str::from_utf8(valid).unwrap_or_default();
+                let (line, col) = LineIndex::new(valid).line_col(valid.len());
+                errors.push(Diagnostic {
+                    path: file.path.clone(),
+                    line,
+                    col,
+                    message: "invalid UTF-8 here; manifests must be UTF-8 text".to_owned(),
+                });
+                continue;
+            }
         };
         let (marked, lex_errors) = lex::mark_interpolations(text);
         let index = LineIndex::new(&marked);
@@ -211,5 +217,7 @@ pub fn parse_env_file(text: &str) -> Result<BTreeMap<String, String>, String> {
     Ok(values)
 }
 
+#[cfg(test)]
+mod bad_input;
 #[cfg(test)]
 mod tests;

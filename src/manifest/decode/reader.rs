@@ -525,10 +525,17 @@ fn literal_template<'t>(
     for element in elements {
         match element {
             Element::Literal(literal) => text.push_str(literal),
-            Element::Interpolation(_) | Element::Directive(_) => {
+            Element::Interpolation(interpolation) => {
                 cx.error(
-                    span,
-                    format!("`{field}`: template directives (`%{{…}}`) are not supported; manifests interpolate only ${{VAR}}, ${{asset.…}} and ${{ref.…}}"),
+                    interpolation.span().or(span),
+                    format!("`{field}`: `${{…}}` holds an expression (a function call or an operator) that manifests do not evaluate; they interpolate only ${{VAR}}, ${{VAR:-default}}, ${{asset.…}} and ${{ref.…}}"),
+                );
+                return None;
+            }
+            Element::Directive(directive) => {
+                cx.error(
+                    directive.span().or(span),
+                    format!("`{field}`: template directives (`%{{…}}`) are not supported; manifests interpolate only ${{VAR}}, ${{VAR:-default}}, ${{asset.…}} and ${{ref.…}}"),
                 );
                 return None;
             }
@@ -605,9 +612,13 @@ pub(crate) fn to_map(
     let mut ok = true;
     for (key, entry) in object.iter() {
         let key_text = object_key(cx, key, field);
+        let entry_field = match &key_text {
+            Some((name, _)) => format!("{field}.{name}"),
+            None => field.to_owned(),
+        };
         let value_text = match entry.expr() {
             Expression::Null(_) => Some(String::new()),
-            other => to_string(cx, other, field),
+            other => to_string(cx, other, &entry_field),
         };
         match (key_text, value_text) {
             (Some((key_text, span)), Some(value_text)) => {

@@ -1,0 +1,566 @@
+//! The bad-input suite: one small manifest per mistake, each asserting the exact
+//! `path:line:col: message` of every diagnostic (expect-test snapshots; refresh with
+//! `UPDATE_EXPECT=1 cargo test bad_input` and read the diff). None may panic, and every case
+//! must be rejected: a bad commit changes nothing.
+//!
+//! Repo files available to `file()` and `env_file`: `m/conf.txt` (small), `m/big.bin` (over
+//! the 64-byte cap these tests load with), `m/out` (a symlink leading out of the repo),
+//! `m/bad.env` (a line without `=`). `${SET}` is defined; nothing else is.
+
+use expect_test::{Expect, expect};
+
+use super::*;
+use crate::model::{CommitSha, MemoryFiles, SourceFile};
+
+fn repo() -> MemoryFiles {
+    let mut files = MemoryFiles::default();
+    files
+        .file("m/conf.txt", b"key = value\n")
+        .file("m/big.bin", &[b'x'; 65])
+        .link("m/out", "../../etc/passwd")
+        .file("m/bad.env", b"A=1\nNOPE\n");
+    files
+}
+
+fn load_bytes(contents: &[u8]) -> Result<Manifest, Diagnostics> {
+    let mut vars = Vars::default();
+    vars.globals.insert("SET".into(), "yes".into());
+    let files = repo();
+    let options = LoadOptions {
+        vars: &vars,
+        files: &files,
+        fetcher: None,
+        mode: Mode::Apply,
+        max_file_bytes: 64,
+        missing_var_hint: "set NAME",
+    };
+    let snapshot = Snapshot {
+        commit: CommitSha::new("0".repeat(40)),
+        files: vec![SourceFile {
+            path: "m/app.hcl".into(),
+            contents: contents.to_vec(),
+        }],
+        refused: Vec::new(),
+    };
+    load(&snapshot, &options)
+}
+
+#[track_caller]
+fn check(input: &str, expected: Expect) {
+    check_bytes(input.as_bytes(), expected);
+}
+
+#[track_caller]
+fn check_bytes(input: &[u8], expected: Expect) {
+    match load_bytes(input) {
+        Ok(manifest) => panic!(
+            "must be rejected, but loaded {} resource(s)",
+            manifest.resources.len()
+        ),
+        Err(diagnostics) => expected.assert_eq(&format!("{diagnostics}\n")),
+    }
+}
+
+#[test]
+fn syntax_errors() {
+    check(
+        "deployment \"a\" \"b\" {\n  image = \n}\n",
+        expect![[r#"
+        m/app.hcl:2:11: HCL syntax error: invalid expression; expected `"`, `[`, `{`, `-`, `!`, `(`, `_`, `<`, letter or digit
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n",
+        expect![[r#"
+        m/app.hcl:2:14: HCL syntax error: invalid block body; expected `}`, newline or identifier
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\n}\n",
+        expect![[r#"
+        m/app.hcl:2:3: HCL syntax error: invalid block body; expected `}`, newline or identifier
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x${SET\"\n}\n",
+        expect![[r#"
+        m/app.hcl:2:13: unterminated `${`: close it with `}` (write `$${` for a literal `${`)
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"${lower(\"X\")}\"\n}\n",
+        expect![[r#"
+        m/app.hcl:2:12: `image`: `${…}` holds an expression (a function call or an operator) that manifests do not evaluate; they interpolate only ${VAR}, ${VAR:-default}, ${asset.…} and ${ref.…}
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"%{ if true }x%{ endif }\"\n}\n",
+        expect![[r#"
+        m/app.hcl:2:12: `image`: template directives (`%{…}`) are not supported; manifests interpolate only ${VAR}, ${VAR:-default}, ${asset.…} and ${ref.…}
+    "#]],
+    );
+    check(
+        "image = \"x\"\n",
+        expect![[r#"
+        m/app.hcl:1:1: top-level attribute `image` is not allowed: a manifest holds blocks such as `deployment "scope" "name" { … }`
+    "#]],
+    );
+    check_bytes(
+        b"deployment \"a\" \"b\" {\n  image = \"\xff\"\n}\n",
+        expect![[r#"
+        m/app.hcl:2:12: invalid UTF-8 here; manifests must be UTF-8 text
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"\u{E000}\"\n}\n",
+        expect![[r#"
+        m/app.hcl:2:12: the file contains U+E000, a private-use character this agent reserves; remove it
+    "#]],
+    );
+}
+
+#[test]
+fn wrong_types() {
+    check(
+        "deployment \"a\" \"b\" {\n  replicas = [1]\n}\n",
+        expect![[r#"
+        m/app.hcl:2:14: `replicas` must be a whole number, got a list
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  replicas = \"three\"\n}\n",
+        expect![[r#"
+        m/app.hcl:2:14: `replicas` must be a whole number, got a string
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  command = \"sleep 1\"\n}\n",
+        expect![[r#"
+        m/app.hcl:2:13: `command` must be a list of strings like ["a", "b"], got a string
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  env = [\"A=1\"]\n}\n",
+        expect![[r#"
+        m/app.hcl:2:9: `env` must be a map like { KEY = "value" }, got a list
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  ports = 8080\n}\n",
+        expect![[r#"
+        m/app.hcl:2:11: `ports` must be a list of strings like ["a", "b"], got a number
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = busybox\n}\n",
+        expect![[r#"
+        m/app.hcl:2:11: `image` must be a string, got a variable reference (quote it, or write "${NAME}" to interpolate)
+    "#]],
+    );
+    check(
+        "cronjob \"a\" \"b\" {\n  schedule = \"@daily\"\n  image = \"x\"\n  suspend = \"maybe\"\n}\n",
+        expect![[r#"
+        m/app.hcl:4:13: `suspend` must be true or false
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  probes {\n    liveness {\n      tcp_socket { port = 80 }\n      period = \"10\"\n    }\n  }\n}\n",
+        expect![[r#"
+        m/app.hcl:6:16: `probes.liveness.period` must be a duration like "30s", "5m" or "1h30m", got "10"
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  env = { A = [1] }\n}\n",
+        expect![[r#"
+        m/app.hcl:2:15: `env.A` must be a string, got a list
+    "#]],
+    );
+}
+
+#[test]
+fn unknown_fields_and_blocks() {
+    check(
+        "deployment \"a\" \"b\" {\n  imagee = \"x\"\n}\n",
+        expect![[r#"
+        m/app.hcl:2:3: unknown attribute `imagee` in deployment (did you mean `image`?)
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  probe {}\n}\n",
+        expect![[r#"
+        m/app.hcl:3:3: unknown block `probe` in deployment (did you mean `probes`?)
+    "#]],
+    );
+    check(
+        "deploymnet \"a\" \"b\" {}\n",
+        expect![[r#"
+        m/app.hcl:1:1: unknown block type `deploymnet` (did you mean `deployment`?)
+    "#]],
+    );
+    check(
+        "mongodb \"a\" \"b\" {}\n",
+        expect![[r#"
+        m/app.hcl:1:1: unknown block type `mongodb` (voodu plugin macros other than `postgres` and `redis` are not supported by this agent)
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  env { A = \"1\" }\n}\n",
+        expect![[r#"
+        m/app.hcl:3:3: `env` is an attribute: write `env = …`
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  probes = {}\n}\n",
+        expect![[r#"
+        m/app.hcl:3:3: `probes` is a block: write `probes { … }`
+    "#]],
+    );
+    check(
+        "statefulset \"a\" \"b\" {\n  image = \"x\"\n  autoscale {\n    min = 1\n    max = 2\n    cpu_target = 50\n  }\n}\n",
+        expect![[r#"
+        m/app.hcl:3:3: `autoscale` is not allowed in statefulset: it is a deployment field; statefulsets have no release hooks, autoscaling or on_deploy
+    "#]],
+    );
+    check(
+        "job \"a\" \"b\" {\n  image = \"x\"\n  replicas = 2\n}\n",
+        expect![[r#"
+        m/app.hcl:3:3: `replicas` is not allowed in job: jobs run to completion once; that field is for long-running workloads
+    "#]],
+    );
+    check(
+        "app \"a\" \"b\" {\n  image = \"x\"\n  host = \"a.example\"\n  service = \"other\"\n}\n",
+        expect![[r#"
+        m/app.hcl:4:3: `service` is not allowed in app: an app's ingress routes to its own deployment; declare a separate `ingress` to route elsewhere
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  resources {\n    requests { cpu = \"1\" }\n  }\n}\n",
+        expect![[r#"
+        m/app.hcl:4:5: `resources.requests` is not allowed in resources: voodu supports only `limits`
+    "#]],
+    );
+}
+
+#[test]
+fn duplicates() {
+    check(
+        "deployment \"a\" \"b\" { image = \"x\" }\ndeployment \"a\" \"b\" { image = \"y\" }\n",
+        expect![[r#"
+        m/app.hcl:2:1: duplicate identity deployment/a/b: declared more than once in this file (also at line 1); check `app` blocks and standalone deployment blocks for collisions
+    "#]],
+    );
+    check(
+        "app \"a\" \"b\" {\n  image = \"x\"\n  host = \"a.example\"\n}\ningress \"a\" \"b\" {\n  host = \"b.example\"\n}\n",
+        expect![[r#"
+        m/app.hcl:5:1: duplicate identity ingress/a/b: declared more than once in this file (also at line 1); check `app` blocks and standalone ingress blocks for collisions
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  image = \"y\"\n}\n",
+        expect![[r#"
+        m/app.hcl:3:3: HCL syntax error: invalid attribute; expected unique attribute key; found redefined attribute
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  init \"m\" { command = [\"a\"] }\n  init \"m\" { command = [\"b\"] }\n}\n",
+        expect![[r#"
+        m/app.hcl:4:8: duplicate init name "m"
+    "#]],
+    );
+    check(
+        "statefulset \"a\" \"b\" {\n  image = \"x\"\n  volume_claim \"d\" { mount_path = \"/d\" }\n  volume_claim \"d\" { mount_path = \"/e\" }\n}\n",
+        expect![[r#"
+        m/app.hcl:4:16: duplicate volume_claim "d"
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  env = { A = \"1\", A = \"2\" }\n}\n",
+        expect![[r#"
+        m/app.hcl:3:20: HCL syntax error: invalid object item; expected unique object key; found redefined object key
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  probes {}\n  probes {}\n}\n",
+        expect![[r#"
+        m/app.hcl:4:3: `probes` block is declared twice in deployment; merge them into one
+    "#]],
+    );
+}
+
+#[test]
+fn rules_between_fields() {
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  replicas = 2\n  autoscale {\n    min = 1\n    max = 3\n    cpu_target = 50\n  }\n}\n",
+        expect![[r#"
+        m/app.hcl:3:3: replicas and autoscale are mutually exclusive — use min/max instead
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  build { context = \".\" }\n}\n",
+        expect![[r#"
+        m/app.hcl:3:3: `image` and `build {}` are mutually exclusive: use `image` to pull from a registry, or `build {}` to build from source — not both
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  autoscale {\n    min = 0\n    max = 3\n    cpu_target = 150\n  }\n}\n",
+        expect![[r#"
+        m/app.hcl:4:5: autoscale.min must be >= 1 (got 0)
+        m/app.hcl:6:5: autoscale.cpu_target must be in (0, 100], got 150
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  network_mode = \"bridge\"\n}\n",
+        expect![[r#"
+        m/app.hcl:3:3: network_mode="bridge" not supported (want "host" or "none"; omit for bridge mode)
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  network_mode = \"host\"\n  networks = [\"n\"]\n}\n",
+        expect![[r#"
+        m/app.hcl:3:3: network_mode="host" is mutually exclusive with network/networks
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  probes {\n    readiness {\n      tcp_socket { port = 80 }\n      exec { command = [\"true\"] }\n    }\n  }\n}\n",
+        expect![[r#"
+        m/app.hcl:4:5: probes.readiness: only one of http_get / tcp_socket / exec may be declared
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  probes {\n    readiness { period = \"5s\" }\n  }\n}\n",
+        expect![[r#"
+        m/app.hcl:4:5: probes.readiness requires exactly one of http_get / tcp_socket / exec
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  probes {\n    liveness {\n      http_get {\n        path = \"health\"\n        port = 0\n      }\n    }\n  }\n}\n",
+        expect![[r#"
+        m/app.hcl:6:9: probes.liveness.http_get.path must start with '/'
+        m/app.hcl:7:9: probes.liveness.http_get.port is required (got 0)
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  init \"Migrate\" {\n    command = [\"m\"]\n    retries = 9\n  }\n  init \"seed\" {}\n}\n",
+        expect![[r#"
+        m/app.hcl:3:8: init "Migrate" invalid name (must match [a-z0-9][a-z0-9-]*)
+        m/app.hcl:5:5: init "Migrate" retries must be in [0, 5] (got 9)
+        m/app.hcl:7:3: init "seed" requires command
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  on_deploy {\n    success {\n      url = \"https://h\"\n      method = \"GET\"\n    }\n    failure {\n      url = \"https://h\"\n      body = { a = 1 }\n      file = \"${asset.a.b.c}\"\n    }\n  }\n}\n",
+        expect![[r#"
+        m/app.hcl:6:7: on_deploy.success.method must be one of POST/PUT/PATCH/DELETE (got "GET")
+        m/app.hcl:11:7: on_deploy.failure: body and file are mutually exclusive
+    "#]],
+    );
+    check(
+        "registry \"ecr\" {\n  url = \"x.dkr.ecr.aws\"\n  helper = \"ecr\"\n}\nregistry \"r\" {\n  username = \"u\"\n}\n",
+        expect![[r#"
+        m/app.hcl:3:3: helper "ecr" is not a credential helper name: use "ecr-login" (docker-credential-ecr-login)
+        m/app.hcl:5:1: registry needs `url` (a host such as "ghcr.io")
+        m/app.hcl:5:1: registry needs `token` (or `password`), or use `helper` for a credential helper
+    "#]],
+    );
+    check(
+        "cronjob \"a\" \"b\" {\n  image = \"x\"\n  schedule = \"*/0 * * *\"\n  concurrency_policy = \"Replace\"\n}\n",
+        expect![[r#"
+        m/app.hcl:3:3: `schedule` "*/0 * * *": needs 5 fields (minute hour day-of-month month day-of-week), got 4
+        m/app.hcl:4:3: concurrency_policy "Replace" is not implemented by voodu: use "Forbid" or "Allow"
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  ports = [\"http\"]\n  restart = \"sometimes\"\n}\n",
+        expect![[r#"
+        m/app.hcl:3:3: port "http" is not `[ip:][host_port:]container_port[/tcp|udp]`
+        m/app.hcl:4:3: `restart` "sometimes" is not a Docker restart policy: no, always, unless-stopped, on-failure[:N]
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  resources {\n    limits {\n      cpu = \"two\"\n      memory = \"1gb\"\n    }\n  }\n}\n",
+        expect![[r#"
+        m/app.hcl:5:7: `resources.limits.cpu` "two" is not a CPU amount: write a decimal like "1.5" or millicores like "500m"
+        m/app.hcl:6:7: `resources.limits.memory` "1gb" is not a memory size: write bytes, or a number with Ki Mi Gi Ti (1024-based) or K M G T (1000-based)
+    "#]],
+    );
+    check(
+        "ingress \"a\" \"b\" {\n  host = \"a.example\"\n  tls { provider = \"zerossl\" }\n  location { path = \"api\" }\n  lb { policy = \"fastest\" }\n}\n",
+        expect![[r#"
+        m/app.hcl:3:9: tls.provider "zerossl" must be "letsencrypt" or "internal"
+        m/app.hcl:4:14: location.path must start with '/', got "api"
+        m/app.hcl:5:8: lb.policy "fastest" must be one of round_robin, random, least_conn, ip_hash
+    "#]],
+    );
+    check(
+        "ingress \"a\" \"b\" {\n  service = \"web\"\n}\n",
+        expect![[r#"
+        m/app.hcl:1:1: ingress needs `host`
+    "#]],
+    );
+}
+
+#[test]
+fn unresolved_references() {
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x:${TAG}\"\n}\n",
+        expect![[r#"
+        m/app.hcl:2:14: undefined variable `TAG`: set TAG or write `${TAG:-default}`
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  volumes = [\"${asset.a.cfg.conf}:/c\"]\n}\n",
+        expect![[r#"
+        m/app.hcl:3:15: unresolved asset reference "a.cfg.conf": no asset "a" "cfg" in this commit
+    "#]],
+    );
+    check(
+        "asset \"a\" \"cfg\" {\n  conf = \"x\"\n}\ndeployment \"a\" \"b\" {\n  image = \"x\"\n  volumes = [\"${asset.a.cfg.other}:/c\"]\n}\n",
+        expect![[r#"
+        m/app.hcl:6:15: unresolved asset reference "a.cfg.other": asset "a" "cfg" has no key `other` (keys: conf)
+    "#]],
+    );
+    check(
+        "asset \"a\" \"cfg\" {\n  conf = \"x\"\n}\ndeployment \"a\" \"b\" {\n  image = \"x\"\n  volumes = [\"${asset.cfg.conf}:/c\"]\n}\n",
+        expect![[r#"
+        m/app.hcl:6:15: unresolved asset reference "cfg.conf": no asset "cfg" in this commit (a 2-part reference names an unscoped asset: `asset "name" { … }`)
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  env = { HOST = \"${ref.ingress.web.host}\" }\n}\n",
+        expect![[r#"
+        m/app.hcl:3:19: unresolved reference ingress.web.host: no ingress "web" in scope "a" in this commit
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  env = { A = \"${asset.a.b.c.d}\", B = \"${var.x}\" }\n}\n",
+        expect![[r#"
+        m/app.hcl:3:16: malformed asset reference `${asset.a.b.c.d}`: write ${asset.<scope>.<name>.<key>} or ${asset.<name>.<key>} (letters, digits, `_`, `-`)
+        m/app.hcl:3:40: unsupported interpolation `${var.x}`: manifests interpolate ${VAR}, ${VAR:-default}, ${asset.…} and ${ref.…} (write `$${` for a literal `${`)
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  depends_on { assets = [\"cfg\"] }\n}\n",
+        expect![[r#"
+        m/app.hcl:3:16: depends_on.assets["cfg"]: expected 2 or 3 segments separated by '.', got 1
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  env_from = [\"a/b/c\"]\n}\n",
+        expect![[r#"
+        m/app.hcl:3:3: `env_from` entry "a/b/c" must be "scope/name" (an app bucket) or "name" (a bucket of this scope)
+    "#]],
+    );
+}
+
+#[test]
+fn path_escapes_and_oversize_files() {
+    check(
+        "asset \"a\" \"b\" {\n  k = file(\"../../etc/passwd\")\n}\n",
+        expect![[r#"
+        m/app.hcl:2:7: file(): "../../etc/passwd" leads out of the repo
+    "#]],
+    );
+    check(
+        "asset \"a\" \"b\" {\n  k = file(\"/etc/passwd\")\n}\n",
+        expect![[r#"
+        m/app.hcl:2:7: file(): "/etc/passwd" is absolute: manifests read files of the repo only, relative to the manifest's directory
+    "#]],
+    );
+    check(
+        "asset \"a\" \"b\" {\n  k = file(\"out\")\n}\n",
+        expect![[r#"
+        m/app.hcl:2:7: file(): "out" is a symlink leading out of the repo ("../../etc/passwd")
+    "#]],
+    );
+    check(
+        "asset \"a\" \"b\" {\n  k = file(\"missing.txt\")\n}\n",
+        expect![[r#"
+        m/app.hcl:2:7: file(): "missing.txt" does not exist in the repo (looked for "m/missing.txt")
+    "#]],
+    );
+    check(
+        "asset \"a\" \"b\" {\n  k = file(\"big.bin\")\n}\n",
+        expect![[r#"
+        m/app.hcl:2:7: file(): "big.bin" is 65 bytes; the limit is 64 bytes (--max-file-size)
+    "#]],
+    );
+    check(
+        "asset \"a\" \"b\" {\n  k = url(\"ftp://example.com/x\")\n  j = lookup(\"x\")\n  i = 42\n}\n",
+        expect![[r#"
+        m/app.hcl:2:7: url("ftp://example.com/x"): only http:// and https:// URLs can be fetched
+        m/app.hcl:3:7: unknown function `lookup()`: asset sources are a string, file("path") or url("https://…")
+        m/app.hcl:4:7: asset key `i` must be a string, file("path") or url("https://…"), got a number
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"b\" {\n  image = \"x\"\n  env_file = [\"../../secrets.env\", \"bad.env\"]\n}\n",
+        expect![[r#"
+        m/app.hcl:3:3: env_file "../../secrets.env" leads out of the repo
+        m/app.hcl:3:3: env_file "bad.env" line 2: missing '=' (line: "NOPE")
+    "#]],
+    );
+}
+
+#[test]
+fn illegal_names_and_labels() {
+    check(
+        "deployment \"a/b\" \"c\" {}\n",
+        expect![[r#"
+        m/app.hcl:1:12: deployment scope "a/b" must not contain `..`, `/` or NUL
+    "#]],
+    );
+    check(
+        "deployment \"a\" \"..\" {}\n",
+        expect![[r#"
+        m/app.hcl:1:16: deployment name ".." must not contain `..`, `/` or NUL
+    "#]],
+    );
+    check(
+        "deployment \"-a\" \"b\" {}\n",
+        expect![[r#"
+        m/app.hcl:1:12: deployment scope "-a" must start with a letter or digit and use only letters, digits, `_`, `.` and `-`
+    "#]],
+    );
+    check(
+        &format!("deployment \"a\" \"{}\" {{}}\n", "n".repeat(64)),
+        expect![[r#"
+        m/app.hcl:1:16: deployment name "nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn" is longer than 63 characters
+    "#]],
+    );
+    check(
+        "deployment \"a\" {}\n",
+        expect![[r#"
+        m/app.hcl:1:1: deployment block needs scope and name labels (got 1): write `deployment "scope" "name" { … }`
+    "#]],
+    );
+    check(
+        "registry \"a\" \"b\" {}\n",
+        expect![[r#"
+        m/app.hcl:1:1: registry block needs exactly one label (its name), got 2 — write `registry "name" { ... }`, e.g. `registry "ecr" { ... }`
+    "#]],
+    );
+    check(
+        "asset \"a\" \"b\" \"c\" {}\n",
+        expect![[r#"
+        m/app.hcl:1:1: asset block takes 1 label (unscoped) or 2 labels (scoped), got 3: write `asset "scope" "name" { key = … }`
+    "#]],
+    );
+    check(
+        "asset \"a\" \"b\" {\n  \"conf.yml\" = \"x\"\n}\n",
+        expect![[r#"
+        m/app.hcl:2:3: HCL syntax error: invalid block body; expected `}`, newline or identifier
+    "#]],
+    );
+    check(
+        "asset \"a\" \"b\" {\n  clé = \"x\"\n}\n",
+        expect![[r#"
+        m/app.hcl:2:3: asset key "clé": invalid key: must be alphanumeric + underscore + hyphen (no dots, no whitespace)
+    "#]],
+    );
+    check(
+        "asset \"a\" \"b\" {\n  nested { k = \"v\" }\n}\n",
+        expect![[r#"
+        m/app.hcl:2:3: nested blocks are not supported (asset bodies are flat key/source pairs)
+    "#]],
+    );
+}
