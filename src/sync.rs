@@ -70,7 +70,7 @@ impl SyncOptions {
 }
 
 /// The hint an undefined `${VAR}` shows in the agent.
-pub const MISSING_VAR_HINT: &str = "set it in a config bucket this file reads (`voodu-agent config set SCOPE/NAME NAME=…`) or let the agent read it from its environment (`--allow-env NAME`),";
+pub const MISSING_VAR_HINT: &str = "set it in a config bucket this file reads (`voodu-agent config set SCOPE[/NAME] {var}=…`) or let the agent read it from its environment (`--allow-env {var}`),";
 
 /// What the last sync processed: the commit and the config version it was loaded with.
 type Seen = (CommitSha, i64);

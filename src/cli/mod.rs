@@ -3,6 +3,7 @@
 //! `voodu-agent --repo URL` runs the agent in the foreground; subcommands inspect its state.
 //! Exit codes: 0 success, 1 error (2 is reserved for `plan --detailed-exitcode`).
 
+mod config;
 mod plan;
 mod run;
 mod status;
@@ -36,6 +37,9 @@ enum Command {
     /// Show the last seen, applied and rejected commits and every resource's state. Works
     /// while the agent runs.
     Status(status::StatusArgs),
+    /// Edit or read the host-local config buckets: `${VAR}` values and container environment
+    /// (`config set SCOPE[/NAME] KEY=VALUE…`, `get`, `unset`, `list`).
+    Config(config::ConfigArgs),
     /// Show what this host would create, update, replace, delete or leave if the given
     /// manifests were applied (exit 2 with --detailed-exitcode when there are changes).
     Plan(plan::PlanArgs),
@@ -79,6 +83,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Status(args)) => status::run(&data_dir, &args),
         Some(Command::Validate(args)) => validate::run(&args),
         Some(Command::Plan(args)) => plan::run(&args, &data_dir),
+        Some(Command::Config(args)) => config::run(&args, &data_dir),
         None => run::run(cli.run, data_dir),
     }
 }

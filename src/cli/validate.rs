@@ -65,7 +65,7 @@ fn parse_var(text: &str) -> Result<(String, String), String> {
 }
 
 /// The hint an undefined `${VAR}` shows in `validate` and `plan`.
-pub(super) const MISSING_VAR_HINT: &str = "pass `--var NAME=…` or `--var-file FILE` (the agent reads it from a config bucket or --allow-env),";
+pub(super) const MISSING_VAR_HINT: &str = "pass `--var {var}=…` or `--var-file FILE` (the agent reads it from a config bucket or --allow-env),";
 
 pub(super) fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
     let vars = args.vars.to_vars()?;

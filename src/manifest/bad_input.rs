@@ -32,7 +32,7 @@ fn load_bytes(contents: &[u8]) -> Result<Manifest, Diagnostics> {
         fetcher: None,
         mode: Mode::Apply,
         max_file_bytes: 64,
-        missing_var_hint: "set NAME",
+        missing_var_hint: "set {var}",
     };
     let snapshot = Snapshot {
         commit: CommitSha::new("0".repeat(40)),

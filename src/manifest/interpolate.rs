@@ -125,7 +125,7 @@ impl<'a> Interpolator<'a> {
                 (None, Some(default)) => Ok(Resolved::Text(default.to_owned())),
                 (None, None) => Err(format!(
                     "undefined variable `{name}`: {} or write `${{{name}:-default}}`",
-                    self.missing_hint.replace("NAME", name)
+                    self.missing_hint.replace("{var}", name)
                 )),
             };
         }
@@ -221,7 +221,7 @@ mod tests {
     fn interpolator(vars: &Vars, source: &str) -> Interpolator<'static> {
         let body = hcl::edit::parser::parse_body(source).expect("parses");
         let vars: &'static Vars = Box::leak(Box::new(vars.clone()));
-        Interpolator::for_file(vars, &body, "set NAME")
+        Interpolator::for_file(vars, &body, "set {var}")
     }
 
     fn text(resolved: Result<Resolved, String>) -> Result<String, String> {

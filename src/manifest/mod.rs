@@ -59,7 +59,7 @@ pub struct LoadOptions<'a> {
     pub fetcher: Option<&'a dyn UrlFetcher>,
     pub mode: Mode,
     pub max_file_bytes: u64,
-    /// How to supply a missing `${NAME}` (the text `NAME` is replaced by the variable), shown
+    /// How to supply a missing `${NAME}` (`{var}` is replaced by the variable name), shown
     /// in "undefined variable" errors: differs between the agent and `validate`.
     pub missing_var_hint: &'a str,
 }
@@ -79,7 +79,7 @@ impl LoadOptions<'static> {
             fetcher: None,
             mode: Mode::Apply,
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
-            missing_var_hint: "supply NAME",
+            missing_var_hint: "supply {var}",
         }
     }
 }
@@ -164,6 +164,7 @@ pub fn load(snapshot: &Snapshot, options: &LoadOptions<'_>) -> Result<Manifest, 
         .iter()
         .flat_map(|item| item.secrets.iter().cloned())
         .collect();
+    let failed: std::collections::BTreeSet<_> = failed.into_iter().collect();
     let resources = validate::check(decoded, &failed, &mut errors, &mut warnings);
     let by_location =
         |a: &Diagnostic, b: &Diagnostic| (&a.path, a.line, a.col).cmp(&(&b.path, b.line, b.col));

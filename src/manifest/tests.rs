@@ -31,7 +31,7 @@ fn load_with(
         fetcher: None,
         mode: Mode::Apply,
         max_file_bytes: 64,
-        missing_var_hint: "set NAME",
+        missing_var_hint: "set {var}",
     };
     load(&snapshot(files), &options)
 }

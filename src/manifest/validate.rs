@@ -14,7 +14,7 @@
 //!
 //! Invariant: a reference that does not resolve is an error at the line that wrote it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::decode::{Decoded, Resource};
 use super::diagnostic::Diagnostic;
@@ -54,7 +54,7 @@ pub(crate) fn check_name(name: &str) -> Result<(), &'static str> {
 /// `failed` resources (declared, but with errors already reported) are not reported again.
 pub(crate) fn check(
     decoded: Vec<Decoded>,
-    failed: &[ResourceKey],
+    failed: &BTreeSet<ResourceKey>,
     errors: &mut Vec<Diagnostic>,
     warnings: &mut Vec<Diagnostic>,
 ) -> Vec<Resource> {
@@ -109,7 +109,7 @@ pub(crate) fn check(
 
     // `host + path` → the ingress that routes it first.
     let mut routes: BTreeMap<String, (ResourceKey, Diagnostic)> = BTreeMap::new();
-    let deployments: Vec<ResourceKey> = by_key
+    let deployments: BTreeSet<ResourceKey> = by_key
         .keys()
         .filter(|key| key.kind == Kind::Deployment)
         .cloned()
@@ -223,7 +223,7 @@ pub(crate) fn check(
         }
     }
     // Resource references need the full set of keys, known only now.
-    let keys: Vec<ResourceKey> = accepted
+    let keys: BTreeSet<ResourceKey> = accepted
         .iter()
         .map(|item| item.resource.key.clone())
         .collect();

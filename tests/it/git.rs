@@ -375,3 +375,103 @@ fn a_watched_path_missing_from_the_commit_rejects_it_instead_of_pruning_everythi
     assert_eq!(agent.desired()?, ["deployment/s/web"], "nothing was pruned");
     Ok(())
 }
+
+/// `${VAR}` resolves from the config bucket a block reads; a bucket change re-applies the
+/// same commit (no new commit needed), and a poll with neither a new commit nor a bucket
+/// change stays a no-op.
+#[test]
+fn variables_come_from_config_buckets_and_a_bucket_change_reapplies_the_commit() -> TestResult {
+    let repo = TempRepo::new()?;
+    repo.write(
+        "web.hcl",
+        "deployment \"prod\" \"web\" {\n  image = \"busybox:${TAG}\"\n  env_from = [\"shared\"]\n}\n",
+    )?;
+    let sha = repo.commit("web")?;
+    let agent = Agent::new(&repo, &[])?;
+    let errors = agent.sync_rejected(&sha)?;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].starts_with("web.hcl:2:20: undefined variable `TAG`"),
+        "{errors:?}"
+    );
+    assert!(
+        agent.desired()?.is_empty(),
+        "a rejected commit reaches nothing"
+    );
+
+    agent
+        .store
+        .config_set("shared", "", &[("TAG".to_owned(), "1.0".to_owned())].into())?;
+    agent.sync_applied(&sha)?;
+    let image = |agent: &Agent| -> TestResult<String> {
+        let key = voodu_agent::model::ResourceKey::new(
+            voodu_agent::model::Kind::Deployment,
+            "prod",
+            "web",
+        );
+        match agent.store.desired(&key)?.map(|desired| desired.spec) {
+            Some(voodu_agent::manifest::spec::Spec::Deployment(spec)) => Ok(spec.container.image),
+            other => Err(format!("no deployment: {other:?}").into()),
+        }
+    };
+    assert_eq!(image(&agent)?, "busybox:1.0");
+
+    // The block's own app bucket wins over the env_from bucket.
+    agent.store.config_set(
+        "prod",
+        "web",
+        &[("TAG".to_owned(), "2.0".to_owned())].into(),
+    )?;
+    agent.sync_applied(&sha)?;
+    assert_eq!(image(&agent)?, "busybox:2.0");
+    assert!(matches!(agent.sync()?, SyncOutcome::Unchanged(_)));
+    Ok(())
+}
+
+/// Assets land under the data dir only once a commit is accepted; a rejected commit leaves
+/// the previous files alone; an asset removed from the repo has its files cleaned.
+#[test]
+fn assets_are_written_for_accepted_commits_only_and_cleaned_when_removed() -> TestResult {
+    let repo = TempRepo::new()?;
+    repo.write("conf/app.conf", "v1\n")?;
+    repo.write(
+        "deploy/app.hcl",
+        "asset \"prod\" \"cfg\" {\n  conf = file(\"../conf/app.conf\")\n  motd = \"hello\"\n}\ndeployment \"prod\" \"web\" {\n  image = \"busybox\"\n  volumes = [\"${asset.prod.cfg.conf}:/etc/app.conf:ro\"]\n}\n",
+    )?;
+    let first = repo.commit("asset")?;
+    let agent = Agent::new(&repo, &["deploy"])?;
+    agent.sync_applied(&first)?;
+    let conf = agent.data.path().join("assets/prod/cfg/conf");
+    assert_eq!(std::fs::read_to_string(&conf)?, "v1\n");
+    assert_eq!(
+        std::fs::read_to_string(agent.data.path().join("assets/prod/cfg/motd"))?,
+        "hello"
+    );
+
+    // A commit that changes the file but breaks elsewhere changes nothing on the host.
+    repo.write("conf/app.conf", "v2\n")?;
+    repo.write(
+        "deploy/broken.hcl",
+        "deployment \"prod\" \"x\" {\n  imagee = \"y\"\n}\n",
+    )?;
+    let broken = repo.commit("broken")?;
+    agent.sync_rejected(&broken)?;
+    assert_eq!(std::fs::read_to_string(&conf)?, "v1\n");
+
+    repo.remove("deploy/broken.hcl")?;
+    let fixed = repo.commit("fixed")?;
+    agent.sync_applied(&fixed)?;
+    assert_eq!(std::fs::read_to_string(&conf)?, "v2\n");
+
+    repo.write(
+        "deploy/app.hcl",
+        "deployment \"prod\" \"web\" {\n  image = \"busybox\"\n}\n",
+    )?;
+    let removed = repo.commit("no asset")?;
+    agent.sync_applied(&removed)?;
+    assert!(
+        !agent.data.path().join("assets/prod").exists(),
+        "files of a removed asset are cleaned"
+    );
+    Ok(())
+}

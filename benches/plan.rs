@@ -1,0 +1,206 @@
+//! Benchmark: commit → plan, for 1,000 and 10,000 generated resources (issue 3).
+//!
+//! A real git repo in a temp dir holds N resources in 100 files (deployments with env,
+//! ports, probes and an asset reference; one ingress and one asset per ten deployments).
+//! Each run reads the commit's manifests from the object database (gix, no worktree), loads
+//! them (parse, interpolate, validate, stamp digests) and plans them against a desired state
+//! in which a tenth of the resources differ. Prints the median of each stage over the runs
+//! and the 10k/1k ratio. Run: `cargo bench --bench plan`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use voodu_agent::git::{Source, SourceOptions};
+use voodu_agent::manifest::spec::Spec;
+use voodu_agent::manifest::{self, LoadOptions, Manifest};
+use voodu_agent::model::ResourceKey;
+use voodu_agent::reconcile::plan::{Action, plan_all};
+
+const RUNS: usize = 9;
+const FILES: usize = 100;
+
+fn git(dir: &Path, args: &[&str]) {
+    let status = Command::new("git")
+        .args([
+            "-c",
+            "user.name=bench",
+            "-c",
+            "user.email=bench@example.com",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .status()
+        .expect("git runs");
+    assert!(status.success(), "git {args:?}");
+}
+
+/// The manifests of `n` resources, spread over `FILES` files; `variant` changes every tenth
+/// deployment's image, so planning one variant against the other finds 10% to replace.
+fn manifests(n: usize, variant: u32) -> BTreeMap<String, String> {
+    let mut files = BTreeMap::new();
+    let per_file = n.div_ceil(FILES);
+    let mut made = 0;
+    for file in 0..FILES {
+        let mut text = String::new();
+        for i in 0..per_file {
+            if made == n {
+                break;
+            }
+            let id = file * per_file + i;
+            let scope = format!("s{}", id % 50);
+            let version = if id % 10 == 0 { variant } else { 0 };
+            if id % 10 == 1 {
+                let _ = write!(
+                    text,
+                    "asset \"{scope}\" \"cfg{id}\" {{\n  conf = \"setting = {id}\\n\"\n}}\n\n"
+                );
+            } else if id % 10 == 2 {
+                // Routes to the deployment two ids back, in that deployment's scope.
+                let target = id - 2;
+                let _ = write!(
+                    text,
+                    "ingress \"s{}\" \"web{id}\" {{\n  host = \"web{id}.example.com\"\n  service = \"web{target}\"\n  port = 8080\n  tls {{ email = \"ops@example.com\" }}\n}}\n\n",
+                    target % 50
+                );
+            } else {
+                // Mounts the asset of its group of ten.
+                let asset = id - id % 10 + 1;
+                let _ = write!(
+                    text,
+                    "deployment \"{scope}\" \"web{id}\" {{\n  image    = \"registry.example.com/app:{version}.{id}\"\n  command  = [\"serve\", \"--port\", \"8080\"]\n  replicas = {}\n  ports    = [\"8080\"]\n  env = {{\n    APP_ENV = \"production\"\n    LOG     = \"info\"\n    ID      = \"{id}\"\n  }}\n  volumes = [\"${{asset.s{}.cfg{asset}.conf}}:/etc/app.conf:ro\"]\n  probes {{\n    readiness {{\n      http_get {{\n        path = \"/health\"\n        port = 8080\n      }}\n      period = \"5s\"\n    }}\n  }}\n}}\n\n",
+                    1 + id % 3,
+                    asset % 50
+                );
+            }
+            made += 1;
+        }
+        files.insert(format!("deploy/f{file:03}.hcl"), text);
+    }
+    files
+}
+
+fn write_commit(repo: &Path, files: &BTreeMap<String, String>, message: &str) {
+    for (path, text) in files {
+        let full = repo.join(path);
+        std::fs::create_dir_all(full.parent().expect("has a parent")).expect("mkdir");
+        std::fs::write(full, text).expect("write");
+    }
+    git(repo, &["add", "-A"]);
+    git(repo, &["commit", "-q", "-m", message]);
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+struct Figures {
+    read: Duration,
+    load: Duration,
+    plan: Duration,
+    total: Duration,
+}
+
+fn bench(n: usize) -> Figures {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let repo = dir.path().join("repo");
+    std::fs::create_dir_all(&repo).expect("mkdir");
+    git(&repo, &["init", "-q", "-b", "main"]);
+    write_commit(&repo, &manifests(n, 0), "current");
+    write_commit(&repo, &manifests(n, 1), "next");
+    let source = Source::new(
+        SourceOptions {
+            url: repo.display().to_string(),
+            branch: "main".into(),
+            paths: vec!["deploy".into()],
+            token_file: None,
+        },
+        &dir.path().join("data"),
+    );
+    let head = source.fetch(&AtomicBool::new(false)).expect("fetch");
+    let options = LoadOptions::standalone();
+    // The desired state the host holds now: the previous commit.
+    let previous = {
+        let mut previous = manifests(n, 0);
+        let snapshot = voodu_agent::model::Snapshot {
+            commit: head.clone(),
+            files: std::mem::take(&mut previous)
+                .into_iter()
+                .map(|(path, text)| voodu_agent::model::SourceFile {
+                    path,
+                    contents: text.into_bytes(),
+                })
+                .collect(),
+            refused: Vec::new(),
+        };
+        manifest::load(&snapshot, &options).expect("previous commit loads")
+    };
+    let current: BTreeMap<ResourceKey, Spec> = previous
+        .resources
+        .into_iter()
+        .map(|resource| (resource.key, resource.spec))
+        .collect();
+    let mut read = Vec::new();
+    let mut load = Vec::new();
+    let mut plan = Vec::new();
+    let mut total = Vec::new();
+    for _ in 0..RUNS {
+        let start = Instant::now();
+        let snapshot = source.read_snapshot(&head).expect("read");
+        let read_done = Instant::now();
+        let manifest: Manifest = manifest::load(&snapshot, &options).expect("loads");
+        let load_done = Instant::now();
+        let plans = plan_all(&manifest, &current, &BTreeMap::new());
+        let plan_done = Instant::now();
+        let replaced = plans
+            .iter()
+            .filter(|plan| plan.action == Action::Replace)
+            .count();
+        assert_eq!(manifest.resources.len(), n);
+        assert!(
+            replaced >= n / 20,
+            "a tenth of the deployments change: {replaced}"
+        );
+        read.push(read_done - start);
+        load.push(load_done - read_done);
+        plan.push(plan_done - load_done);
+        total.push(plan_done - start);
+    }
+    Figures {
+        read: median(read),
+        load: median(load),
+        plan: median(plan),
+        total: median(total),
+    }
+}
+
+fn main() {
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "commit → plan, median of {RUNS} runs (read = gix tree read, load = parse + interpolate + validate, plan = diff against desired)"
+    );
+    let small = bench(1_000);
+    let large = bench(10_000);
+    for (n, figures, goal) in [(1_000, &small, 100.0), (10_000, &large, 1000.0)] {
+        println!(
+            "{n:>6} resources: total {:8.1} ms (read {:6.1} ms, load {:7.1} ms, plan {:6.1} ms)  goal ≤ {goal} ms: {}",
+            ms(figures.total),
+            ms(figures.read),
+            ms(figures.load),
+            ms(figures.plan),
+            if ms(figures.total) <= goal {
+                "met"
+            } else {
+                "MISSED"
+            }
+        );
+    }
+    println!(
+        "10k / 1k ratio: {:.2} (10.0 = linear)",
+        ms(large.total) / ms(small.total)
+    );
+}
