@@ -21,7 +21,14 @@ use voodu_agent::model::ResourceKey;
 use voodu_agent::reconcile::plan::{Action, plan_all};
 
 const RUNS: usize = 9;
-const FILES: usize = 100;
+
+/// Files the resources are spread over (`VOODU_BENCH_FILES`, default 100).
+fn n_files() -> usize {
+    std::env::var("VOODU_BENCH_FILES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(100)
+}
 
 fn git(dir: &Path, args: &[&str]) {
     let status = Command::new("git")
@@ -42,9 +49,9 @@ fn git(dir: &Path, args: &[&str]) {
 /// deployment's image, so planning one variant against the other finds 10% to replace.
 fn manifests(n: usize, variant: u32) -> BTreeMap<String, String> {
     let mut files = BTreeMap::new();
-    let per_file = n.div_ceil(FILES);
+    let per_file = n.div_ceil(n_files());
     let mut made = 0;
-    for file in 0..FILES {
+    for file in 0..n_files() {
         let mut text = String::new();
         for i in 0..per_file {
             if made == n {
