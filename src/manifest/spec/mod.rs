@@ -230,6 +230,59 @@ impl Spec {
 mod tests {
     use super::*;
 
+    /// Removes each top-level field of a fully populated spec in turn: the spec hash must
+    /// change exactly for the fields `hashed_fields` lists, so `plan`'s "replace because …"
+    /// names the same fields the hash covers.
+    fn check_hashed_fields(kind: Kind, full: &str) {
+        let key = ResourceKey::new(kind, "s", "n");
+        let spec = Spec::from_json(kind, full).expect("the full spec is valid");
+        let before = spec.spec_hash(&key);
+        let serde_json::Value::Object(map) = serde_json::from_str::<serde_json::Value>(full)
+            .expect("json")
+        else {
+            panic!("an object");
+        };
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&spec.to_json()).expect("json"),
+            serde_json::Value::Object(map.clone()),
+            "the fixture sets every field it names, in canonical form"
+        );
+        for field in map.keys() {
+            let mut without = map.clone();
+            without.remove(field);
+            let json = serde_json::Value::Object(without).to_string();
+            let Ok(changed) = Spec::from_json(kind, &json) else {
+                continue; // a required field: cannot be removed
+            };
+            let hashed = Spec::hashed_fields(kind).contains(&field.as_str());
+            assert_eq!(
+                changed.spec_hash(&key) != before,
+                hashed,
+                "{kind}: removing `{field}` {} the hash",
+                if hashed { "must change" } else { "must not change" }
+            );
+        }
+    }
+
+    #[test]
+    fn hashed_fields_match_what_the_hashes_cover() {
+        let container = r#""image":"img","command":["run"],"env":{"A":"1"},"env_from":["s/shared"],"volumes":["/a:/a"],"networks":["n"],"extra_hosts":["h:1.1.1.1"],"cap_add":["NET_ADMIN"],"ulimits":{"nofile":"1:1"},"docker_options":["--shm-size=1g"],"depends_on":{"assets":["a.b"]},"resources":{"limits":{"cpu":"1"}},"logs":{"max_size":"1m","max_files":2}"#;
+        let probes = r#""probes":{"readiness":{"tcp_socket":{"port":80}}}"#;
+        let inits = r#""inits":[{"name":"i","command":["true"]}]"#;
+        check_hashed_fields(
+            Kind::Deployment,
+            &format!(r#"{{{container},"replicas":2,"ports":["80"],"restart":"always","health_check":"/up","post_deploy":["x"],"keep_releases":3,"release":{{"command":["m"]}},"autoscale":{{"min":1,"max":2,"cpu_target":50}},"on_deploy":{{"success":[{{"url":"http://x"}}]}},"on_probe":{{"failure":[{{"url":"http://x"}}]}},{probes},{inits},"_asset_digests":{{"a.b":"00"}}}}"#),
+        );
+        check_hashed_fields(
+            Kind::Statefulset,
+            &format!(r#"{{{container},"replicas":2,"ports":["80"],"restart":"always","health_check":"/up","volume_claims":[{{"name":"d","mount_path":"/d"}}],{inits},{probes},"on_probe":{{"failure":[{{"url":"http://x"}}]}},"_asset_digests":{{"a.b":"00"}}}}"#),
+        );
+        check_hashed_fields(
+            Kind::Job,
+            &format!(r#"{{{container},"timeout":"1m","successful_history_limit":5,"failed_history_limit":2,"_asset_digests":{{"a.b":"00"}}}}"#),
+        );
+    }
+
     #[test]
     fn every_kind_round_trips_through_json() {
         let mut deployment = DeploymentSpec::default();
