@@ -501,6 +501,9 @@ pub(super) fn cronjob(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> CronjobSpec {
         );
     }
     let timezone = r.string(cx, "timezone").unwrap_or_default();
+    if let Err(problem) = crate::manifest::spec::schedule::parse_timezone(&timezone) {
+        cx.error(r.span_of("timezone"), format!("`timezone` {problem}"));
+    }
     let suspend = r.bool(cx, "suspend").unwrap_or_default();
     let concurrency_policy = r.string(cx, "concurrency_policy").unwrap_or_default();
     match concurrency_policy.as_str() {

@@ -237,8 +237,8 @@ mod tests {
         let key = ResourceKey::new(kind, "s", "n");
         let spec = Spec::from_json(kind, full).expect("the full spec is valid");
         let before = spec.spec_hash(&key);
-        let serde_json::Value::Object(map) = serde_json::from_str::<serde_json::Value>(full)
-            .expect("json")
+        let serde_json::Value::Object(map) =
+            serde_json::from_str::<serde_json::Value>(full).expect("json")
         else {
             panic!("an object");
         };
@@ -259,7 +259,11 @@ mod tests {
                 changed.spec_hash(&key) != before,
                 hashed,
                 "{kind}: removing `{field}` {} the hash",
-                if hashed { "must change" } else { "must not change" }
+                if hashed {
+                    "must change"
+                } else {
+                    "must not change"
+                }
             );
         }
     }
@@ -271,15 +275,21 @@ mod tests {
         let inits = r#""inits":[{"name":"i","command":["true"]}]"#;
         check_hashed_fields(
             Kind::Deployment,
-            &format!(r#"{{{container},"replicas":2,"ports":["80"],"restart":"always","health_check":"/up","post_deploy":["x"],"keep_releases":3,"release":{{"command":["m"]}},"autoscale":{{"min":1,"max":2,"cpu_target":50}},"on_deploy":{{"success":[{{"url":"http://x"}}]}},"on_probe":{{"failure":[{{"url":"http://x"}}]}},{probes},{inits},"_asset_digests":{{"a.b":"00"}}}}"#),
+            &format!(
+                r#"{{{container},"replicas":2,"ports":["80"],"restart":"always","health_check":"/up","post_deploy":["x"],"keep_releases":3,"release":{{"command":["m"]}},"autoscale":{{"min":1,"max":2,"cpu_target":50}},"on_deploy":{{"success":[{{"url":"http://x"}}]}},"on_probe":{{"failure":[{{"url":"http://x"}}]}},{probes},{inits},"_asset_digests":{{"a.b":"00"}}}}"#
+            ),
         );
         check_hashed_fields(
             Kind::Statefulset,
-            &format!(r#"{{{container},"replicas":2,"ports":["80"],"restart":"always","health_check":"/up","volume_claims":[{{"name":"d","mount_path":"/d"}}],{inits},{probes},"on_probe":{{"failure":[{{"url":"http://x"}}]}},"_asset_digests":{{"a.b":"00"}}}}"#),
+            &format!(
+                r#"{{{container},"replicas":2,"ports":["80"],"restart":"always","health_check":"/up","volume_claims":[{{"name":"d","mount_path":"/d"}}],{inits},{probes},"on_probe":{{"failure":[{{"url":"http://x"}}]}},"_asset_digests":{{"a.b":"00"}}}}"#
+            ),
         );
         check_hashed_fields(
             Kind::Job,
-            &format!(r#"{{{container},"timeout":"1m","successful_history_limit":5,"failed_history_limit":2,"_asset_digests":{{"a.b":"00"}}}}"#),
+            &format!(
+                r#"{{{container},"timeout":"1m","successful_history_limit":5,"failed_history_limit":2,"_asset_digests":{{"a.b":"00"}}}}"#
+            ),
         );
     }
 

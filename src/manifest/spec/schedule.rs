@@ -5,6 +5,11 @@
 //! comma list of `*`, `n`, `a-b`, with `/step` on `*` or a range (`n/step` means just `n`);
 //! day-of-week names `sun`..`sat` in any case; the macros `@yearly @annually @monthly
 //! @weekly @daily @midnight @hourly`. No seconds, no `@every`, no `@reboot`, no month names.
+//!
+//! `Schedule` evaluates a checked expression in an IANA time zone with croner (classic cron
+//! semantics: when both day fields are restricted, either may match). The voodu form is
+//! normalised first, because croner reads `n/step` as "from n every step" where voodu means
+//! just `n`.
 
 /// The macros voodu accepts and the five-field expressions they stand for.
 pub const MACROS: &[(&str, &str)] = &[
@@ -62,9 +67,74 @@ pub fn normalize_schedule(expression: &str) -> Result<String, String> {
         let field = if index == 4 { dow.as_str() } else { field };
         check_field(field, *low, *high)
             .map_err(|problem| format!("{what} field {field:?}: {problem}"))?;
-        normalized.push(field.to_owned());
+        // voodu: a single number with a step means only that number.
+        let items: Vec<&str> = field
+            .split(',')
+            .map(|item| match item.split_once('/') {
+                Some((start, _)) if start.parse::<u32>().is_ok() => start,
+                _ => item,
+            })
+            .collect();
+        normalized.push(items.join(","));
     }
     Ok(normalized.join(" "))
+}
+
+/// A checked schedule in a time zone.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    cron: croner::Cron,
+    zone: chrono_tz::Tz,
+}
+
+impl Schedule {
+    /// Parses voodu's `schedule` and `timezone` (IANA name; empty means UTC).
+    pub fn parse(expression: &str, timezone: &str) -> Result<Schedule, String> {
+        let normalized = normalize_schedule(expression)?;
+        let cron = croner::parser::CronParser::builder()
+            .seconds(croner::parser::Seconds::Disallowed)
+            .build()
+            .parse(&normalized)
+            .map_err(|error| format!("cannot evaluate {normalized:?}: {error}"))?;
+        Ok(Schedule {
+            cron,
+            zone: parse_timezone(timezone)?,
+        })
+    }
+
+    /// The first scheduled minute strictly after `after`.
+    pub fn next_after(
+        &self,
+        after: chrono::DateTime<chrono::Utc>,
+    ) -> Option<chrono::DateTime<chrono::Utc>> {
+        let local = after.with_timezone(&self.zone);
+        self.cron
+            .find_next_occurrence(&local, false)
+            .ok()
+            .map(|next| next.with_timezone(&chrono::Utc))
+    }
+
+    /// The last scheduled minute at or before `at`.
+    pub fn last_at_or_before(
+        &self,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Option<chrono::DateTime<chrono::Utc>> {
+        let local = at.with_timezone(&self.zone);
+        self.cron
+            .find_previous_occurrence(&local, true)
+            .ok()
+            .map(|previous| previous.with_timezone(&chrono::Utc))
+    }
+}
+
+/// An IANA time zone name (`Europe/Lisbon`); empty means UTC.
+pub fn parse_timezone(timezone: &str) -> Result<chrono_tz::Tz, String> {
+    if timezone.is_empty() {
+        return Ok(chrono_tz::Tz::UTC);
+    }
+    timezone
+        .parse::<chrono_tz::Tz>()
+        .map_err(|_| format!("{timezone:?} is not an IANA time zone name such as \"Europe/Lisbon\" or \"America/New_York\""))
 }
 
 /// Checks a schedule without keeping its normal form.
@@ -114,6 +184,64 @@ fn check_field(field: &str, low: u32, high: u32) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::{TimeZone, Utc};
+
+    fn at(text: &str) -> chrono::DateTime<Utc> {
+        chrono::DateTime::parse_from_rfc3339(text)
+            .expect("a valid instant")
+            .with_timezone(&Utc)
+    }
+
+    #[test]
+    fn next_and_previous_fire_times_follow_the_zone() -> Result<(), String> {
+        let every_5 = Schedule::parse("*/5 * * * *", "")?;
+        assert_eq!(
+            every_5.next_after(at("2026-01-01T10:02:30Z")),
+            Some(at("2026-01-01T10:05:00Z"))
+        );
+        assert_eq!(
+            every_5.next_after(at("2026-01-01T10:05:00Z")),
+            Some(at("2026-01-01T10:10:00Z")),
+            "strictly after"
+        );
+        assert_eq!(
+            every_5.last_at_or_before(at("2026-01-01T10:05:00Z")),
+            Some(at("2026-01-01T10:05:00Z"))
+        );
+        // 09:00 in Lisbon is 09:00 UTC in winter and 08:00 UTC in summer.
+        let lisbon = Schedule::parse("0 9 * * *", "Europe/Lisbon")?;
+        assert_eq!(
+            lisbon.next_after(at("2026-01-10T12:00:00Z")),
+            Some(at("2026-01-11T09:00:00Z"))
+        );
+        assert_eq!(
+            lisbon.next_after(at("2026-07-10T12:00:00Z")),
+            Some(at("2026-07-11T08:00:00Z"))
+        );
+        // voodu's `5/15` is minute 5 only.
+        let five = Schedule::parse("5/15 * * * *", "")?;
+        assert_eq!(
+            five.next_after(at("2026-01-01T10:06:00Z")),
+            Some(at("2026-01-01T11:05:00Z"))
+        );
+        // Day of month or day of week (classic cron): the 13th, or any Friday.
+        let either = Schedule::parse("0 0 13 * fri", "")?;
+        assert_eq!(
+            either.next_after(at("2026-02-01T00:00:00Z")),
+            Some(at("2026-02-06T00:00:00Z")),
+            "Friday the 6th"
+        );
+        assert_eq!(
+            either.next_after(at("2026-02-10T00:00:00Z")),
+            Some(at("2026-02-13T00:00:00Z"))
+        );
+        assert_eq!(
+            Utc.timestamp_opt(0, 0).single().map(|t| t.timestamp()),
+            Some(0)
+        );
+        assert!(Schedule::parse("* * * * *", "Mars/Olympus").is_err());
+        Ok(())
+    }
 
     #[test]
     fn accepts_voodus_grammar() {
@@ -121,7 +249,8 @@ mod tests {
             ("*/5 * * * *", "*/5 * * * *"),
             ("0 9-17 * * mon-fri", "0 9-17 * * 1-5"),
             ("0 0 1,15 * SUN", "0 0 1,15 * 0"),
-            ("5/15 0 * * 7", "5/15 0 * * 7"),
+            ("5/15 0 * * 7", "5 0 * * 7"),
+            ("*/15,3/2 1-5/2 * * *", "*/15,3 1-5/2 * * *"),
             ("@Daily", "0 0 * * *"),
         ] {
             assert_eq!(
