@@ -78,6 +78,7 @@ pub(super) fn container(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Container {
     container.cap_add = r.strings(cx, "cap_add").unwrap_or_default();
     container.ulimits = r.map(cx, "ulimits").unwrap_or_default();
     container.docker_options = r.strings(cx, "docker_options").unwrap_or_default();
+    check_docker_options(cx, r, &container.docker_options);
     if let Some(block) = r.block(cx, "build") {
         let mut b = r.nested(block, "");
         let mut build = Build {
@@ -168,6 +169,16 @@ pub(super) fn container(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Container {
     container
 }
 
+/// `docker_options` must be flags the agent can express through Docker's API.
+fn check_docker_options(cx: &mut Cx<'_>, r: &Reader<'_>, options: &[String]) {
+    if let Err(problem) = crate::model::DockerOptions::parse(options) {
+        cx.error(
+            r.span_of("docker_options"),
+            format!("`{}`: {problem}", r.field("docker_options")),
+        );
+    }
+}
+
 /// `env_file = [...]`: read from the repo and merged in order (later wins), under `env`.
 fn env_files(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> BTreeMap<String, String> {
     let mut merged = BTreeMap::new();
@@ -203,14 +214,14 @@ fn resources(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Resources {
     if let Some(block) = r.block(cx, "limits") {
         let mut l = r.nested(block, "");
         let cpu = l.string(cx, "cpu").unwrap_or_default();
-        if !cpu.is_empty() && !valid_cpu(&cpu) {
+        if !cpu.is_empty() && crate::model::parse_cpus(&cpu).is_none() {
             cx.error(
                 l.span_of("cpu"),
                 format!("`{}` {cpu:?} is not a CPU amount: write a decimal like \"1.5\" or millicores like \"500m\"", l.field("cpu")),
             );
         }
         let memory = l.string(cx, "memory").unwrap_or_default();
-        if !memory.is_empty() && !valid_memory(&memory) {
+        if !memory.is_empty() && crate::model::parse_memory(&memory).is_none() {
             cx.error(
                 l.span_of("memory"),
                 format!("`{}` {memory:?} is not a memory size: write bytes, or a number with Ki Mi Gi Ti (1024-based) or K M G T (1000-based)", l.field("memory")),
@@ -221,25 +232,6 @@ fn resources(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Resources {
     }
     r.refuse(&["requests"], "voodu supports only `limits`");
     resources
-}
-
-fn valid_cpu(cpu: &str) -> bool {
-    if let Some(milli) = cpu.strip_suffix('m') {
-        return !milli.is_empty() && milli.chars().all(|c| c.is_ascii_digit());
-    }
-    let mut parts = cpu.splitn(2, '.');
-    let whole = parts.next().unwrap_or_default();
-    let fraction = parts.next();
-    !whole.is_empty()
-        && whole.chars().all(|c| c.is_ascii_digit())
-        && fraction.is_none_or(|f| !f.is_empty() && f.chars().all(|c| c.is_ascii_digit()))
-}
-
-fn valid_memory(memory: &str) -> bool {
-    let digits = memory
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(memory.len());
-    digits > 0 && ["", "Ki", "Mi", "Gi", "Ti", "K", "M", "G", "T"].contains(&&memory[digits..])
 }
 
 /// Fields of long-running workloads (deployment, statefulset, app).
@@ -871,6 +863,7 @@ fn inits(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Vec<Init> {
             ulimits: i.map(cx, "ulimits").unwrap_or_default(),
             docker_options: i.strings(cx, "docker_options").unwrap_or_default(),
         };
+        check_docker_options(cx, &i, &init.docker_options);
         let command = i.strings(cx, "command");
         let lacks_command = i.lacks("command", &command);
         init.command = command.unwrap_or_default();

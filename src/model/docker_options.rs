@@ -1,0 +1,324 @@
+//! `docker_options`: voodu appends them verbatim to `docker run`; the agent drives Docker's API,
+//! so each flag is parsed into the field it sets. The manifest stage reports a flag this
+//! agent cannot express at the line that writes it; the runtime applies the parsed options.
+//!
+//! Both `--flag=value` and `--flag value` (two list items) are accepted, as the CLI does.
+//! Invariant: a parsed `DockerOptions` only holds values that were checked here (sizes,
+//! numbers, `KEY=VALUE` pairs), so applying it cannot fail on their form.
+
+use std::collections::BTreeMap;
+
+use super::units::parse_docker_size;
+
+/// The `docker run` flags the agent maps onto the API.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DockerOptions {
+    pub shm_size: Option<i64>,
+    pub sysctls: BTreeMap<String, String>,
+    pub pids_limit: Option<i64>,
+    pub privileged: bool,
+    pub cap_add: Vec<String>,
+    pub cap_drop: Vec<String>,
+    pub devices: Vec<String>,
+    pub security_opt: Vec<String>,
+    pub user: Option<String>,
+    pub workdir: Option<String>,
+    pub hostname: Option<String>,
+    /// `--entrypoint`; an empty string resets the image's entrypoint.
+    pub entrypoint: Option<String>,
+    pub read_only: bool,
+    /// `--tmpfs PATH[:OPTIONS]`.
+    pub tmpfs: BTreeMap<String, String>,
+    pub ipc: Option<String>,
+    pub pid: Option<String>,
+    pub memory_swap: Option<i64>,
+    pub memory_reservation: Option<i64>,
+    pub cpuset_cpus: Option<String>,
+    pub cpu_shares: Option<i64>,
+    pub oom_score_adj: Option<i64>,
+    pub oom_kill_disable: bool,
+    pub stop_signal: Option<String>,
+    pub stop_timeout: Option<i64>,
+    pub labels: BTreeMap<String, String>,
+    pub add_hosts: Vec<String>,
+    pub dns: Vec<String>,
+    pub dns_search: Vec<String>,
+    pub dns_options: Vec<String>,
+    pub env: Vec<String>,
+    pub group_add: Vec<String>,
+    /// `--gpus all` or `--gpus N`: `Some(-1)` for all.
+    pub gpus: Option<i64>,
+    pub log_driver: Option<String>,
+    pub log_opts: BTreeMap<String, String>,
+}
+
+/// Flags that take a value, and flags that do not.
+const VALUE_FLAGS: &[&str] = &[
+    "--shm-size",
+    "--sysctl",
+    "--pids-limit",
+    "--cap-add",
+    "--cap-drop",
+    "--device",
+    "--security-opt",
+    "--user",
+    "-u",
+    "--workdir",
+    "-w",
+    "--hostname",
+    "-h",
+    "--entrypoint",
+    "--tmpfs",
+    "--ipc",
+    "--pid",
+    "--memory-swap",
+    "--memory-reservation",
+    "--cpuset-cpus",
+    "--cpu-shares",
+    "-c",
+    "--oom-score-adj",
+    "--stop-signal",
+    "--stop-timeout",
+    "--label",
+    "-l",
+    "--add-host",
+    "--dns",
+    "--dns-search",
+    "--dns-option",
+    "--env",
+    "-e",
+    "--group-add",
+    "--gpus",
+    "--log-driver",
+    "--log-opt",
+];
+const BOOL_FLAGS: &[&str] = &[
+    "--privileged",
+    "--read-only",
+    "--oom-kill-disable",
+    "--init",
+];
+
+impl DockerOptions {
+    /// Parses a `docker_options` list. The error names the offending item.
+    pub fn parse(items: &[String]) -> Result<DockerOptions, String> {
+        let mut options = DockerOptions::default();
+        let mut index = 0;
+        while index < items.len() {
+            let item = items[index].trim();
+            index += 1;
+            let (flag, inline) = match item.split_once('=') {
+                Some((flag, value)) if flag.starts_with('-') => (flag, Some(value.to_owned())),
+                _ => (item, None),
+            };
+            if BOOL_FLAGS.contains(&flag) {
+                let on = match inline.as_deref() {
+                    None | Some("true") => true,
+                    Some("false") => false,
+                    Some(other) => return Err(format!("{flag} takes no value (got {other:?})")),
+                };
+                match flag {
+                    "--privileged" => options.privileged = on,
+                    "--read-only" => options.read_only = on,
+                    "--oom-kill-disable" => options.oom_kill_disable = on,
+                    _ => {} // --init: managed containers always run with an init process.
+                }
+                continue;
+            }
+            if !VALUE_FLAGS.contains(&flag) {
+                return Err(if flag.starts_with('-') {
+                    format!(
+                        "{flag:?} is not supported by this agent (it drives Docker's API, not the CLI); supported: {}",
+                        supported()
+                    )
+                } else {
+                    format!(
+                        "{item:?} is not a flag: docker_options holds `docker run` flags such as \"--shm-size=1g\""
+                    )
+                });
+            }
+            let value = match inline {
+                Some(value) => value,
+                None => {
+                    let Some(next) = items.get(index) else {
+                        return Err(format!("{flag} needs a value"));
+                    };
+                    index += 1;
+                    next.trim().to_owned()
+                }
+            };
+            options.set(flag, value)?;
+        }
+        Ok(options)
+    }
+
+    fn set(&mut self, flag: &str, value: String) -> Result<(), String> {
+        let size = |value: &str| {
+            parse_docker_size(value)
+                .ok_or_else(|| format!("{flag} {value:?} is not a size like 64m or 2g"))
+        };
+        let number = |value: &str| {
+            value
+                .parse::<i64>()
+                .map_err(|_| format!("{flag} {value:?} is not a whole number"))
+        };
+        let pair = |value: &str| {
+            value
+                .split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .filter(|(k, _)| !k.is_empty())
+                .ok_or_else(|| format!("{flag} {value:?} is not KEY=VALUE"))
+        };
+        match flag {
+            "--shm-size" => self.shm_size = Some(size(&value)?),
+            "--sysctl" => {
+                let (key, value) = pair(&value)?;
+                self.sysctls.insert(key, value);
+            }
+            "--pids-limit" => self.pids_limit = Some(number(&value)?),
+            "--cap-add" => self.cap_add.push(value),
+            "--cap-drop" => self.cap_drop.push(value),
+            "--device" => self.devices.push(value),
+            "--security-opt" => self.security_opt.push(value),
+            "--user" | "-u" => self.user = Some(value),
+            "--workdir" | "-w" => self.workdir = Some(value),
+            "--hostname" | "-h" => self.hostname = Some(value),
+            "--entrypoint" => self.entrypoint = Some(value),
+            "--tmpfs" => {
+                let (path, mount_options) = match value.split_once(':') {
+                    Some((path, mount_options)) => (path.to_owned(), mount_options.to_owned()),
+                    None => (value, String::new()),
+                };
+                self.tmpfs.insert(path, mount_options);
+            }
+            "--ipc" => self.ipc = Some(value),
+            "--pid" => self.pid = Some(value),
+            "--memory-swap" => {
+                self.memory_swap = Some(if value == "-1" { -1 } else { size(&value)? });
+            }
+            "--memory-reservation" => self.memory_reservation = Some(size(&value)?),
+            "--cpuset-cpus" => self.cpuset_cpus = Some(value),
+            "--cpu-shares" | "-c" => self.cpu_shares = Some(number(&value)?),
+            "--oom-score-adj" => self.oom_score_adj = Some(number(&value)?),
+            "--stop-signal" => self.stop_signal = Some(value),
+            "--stop-timeout" => self.stop_timeout = Some(number(&value)?),
+            "--label" | "-l" => {
+                let (key, value) = match value.split_once('=') {
+                    Some((key, value)) => (key.to_owned(), value.to_owned()),
+                    None => (value, String::new()),
+                };
+                if key.starts_with("voodu.") || key == "createdby" {
+                    return Err(format!(
+                        "{flag} {key:?}: `voodu.*` and `createdby` labels are the agent's own"
+                    ));
+                }
+                self.labels.insert(key, value);
+            }
+            "--add-host" => self.add_hosts.push(value),
+            "--dns" => self.dns.push(value),
+            "--dns-search" => self.dns_search.push(value),
+            "--dns-option" => self.dns_options.push(value),
+            "--env" | "-e" => {
+                if !value.contains('=') {
+                    return Err(format!(
+                        "{flag} {value:?} must be KEY=VALUE (the agent's own environment is not passed through)"
+                    ));
+                }
+                self.env.push(value);
+            }
+            "--group-add" => self.group_add.push(value),
+            "--gpus" => {
+                self.gpus = Some(match value.as_str() {
+                    "all" => -1,
+                    other => other
+                        .strip_prefix("count=")
+                        .unwrap_or(other)
+                        .parse()
+                        .map_err(|_| format!("--gpus {value:?}: write all or a count"))?,
+                });
+            }
+            "--log-driver" => self.log_driver = Some(value),
+            "--log-opt" => {
+                let (key, value) = pair(&value)?;
+                self.log_opts.insert(key, value);
+            }
+            other => return Err(format!("{other} is not supported")),
+        }
+        Ok(())
+    }
+
+    /// Whether the options ask for host namespaces (`--pid=host`, `--ipc=host`).
+    pub fn uses_host_namespaces(&self) -> bool {
+        self.pid.as_deref() == Some("host") || self.ipc.as_deref() == Some("host")
+    }
+}
+
+fn supported() -> String {
+    let mut flags: Vec<&str> = VALUE_FLAGS
+        .iter()
+        .chain(BOOL_FLAGS)
+        .copied()
+        .filter(|flag| flag.starts_with("--"))
+        .collect();
+    flags.sort_unstable();
+    flags.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(items: &[&str]) -> Result<DockerOptions, String> {
+        DockerOptions::parse(
+            &items
+                .iter()
+                .map(|item| (*item).to_owned())
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    #[test]
+    fn voodus_examples_parse() -> Result<(), String> {
+        let options = parse(&[
+            "--shm-size=2g",
+            "--sysctl=net.core.somaxconn=4096",
+            "--sysctl",
+            "net.ipv4.tcp_keepalive_time=60",
+            "--pids-limit=4096",
+            "--privileged",
+            "-e",
+            "A=1",
+        ])?;
+        assert_eq!(options.shm_size, Some(2 << 30));
+        assert_eq!(
+            options.sysctls,
+            BTreeMap::from([
+                ("net.core.somaxconn".into(), "4096".into()),
+                ("net.ipv4.tcp_keepalive_time".into(), "60".into()),
+            ])
+        );
+        assert_eq!(options.pids_limit, Some(4096));
+        assert!(options.privileged);
+        assert_eq!(options.env, ["A=1"]);
+        Ok(())
+    }
+
+    #[test]
+    fn what_cannot_be_expressed_is_refused_by_name() {
+        for (items, wanted) in [
+            (
+                &["--mount=type=bind,src=/a,dst=/b"][..],
+                "\"--mount\" is not supported",
+            ),
+            (&["--shm-size=lots"][..], "is not a size"),
+            (&["--pids-limit"][..], "needs a value"),
+            (&["2g"][..], "is not a flag"),
+            (&["--label=voodu.kind=x"][..], "the agent's own"),
+            (&["-e", "HOME"][..], "must be KEY=VALUE"),
+            (&["--privileged=maybe"][..], "takes no value"),
+        ] {
+            let error = parse(items).expect_err("must be refused");
+            assert!(error.contains(wanted), "{items:?}: {error}");
+        }
+    }
+}

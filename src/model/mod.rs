@@ -1,0 +1,178 @@
+//! The vocabulary every stage shares: kinds, resource keys, commit SHAs, spec hashes, the
+//! snapshot of manifest files read from one commit, and the small parsers several stages need
+//! (ports, durations, asset paths).
+//!
+//! Invariant: this module depends on nothing else in the crate (layer 0).
+
+mod assets;
+mod docker_options;
+mod ports;
+mod snapshot;
+mod units;
+
+pub use assets::{UNSCOPED_ASSETS, asset_dir, resolve_asset_refs};
+pub use docker_options::DockerOptions;
+pub use ports::{PortMapping, parse_ports};
+pub use snapshot::{
+    FileRead, FileSource, MANIFEST_EXTENSIONS, MemoryFiles, Snapshot, SourceFile, is_manifest_path,
+};
+pub use units::{parse_cpus, parse_docker_size, parse_go_duration, parse_memory};
+
+use std::fmt;
+
+/// The closed set of resource kinds the store and the reconciler know.
+///
+/// `app` is parser sugar (deployment + ingress) and plugin macros expand to statefulsets, so
+/// neither appears here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Asset,
+    Cronjob,
+    Deployment,
+    Ingress,
+    Job,
+    Registry,
+    Statefulset,
+}
+
+impl Kind {
+    /// Every kind, in the order voodu replays them on boot (alphabetical).
+    pub const ALL: [Kind; 7] = [
+        Kind::Asset,
+        Kind::Cronjob,
+        Kind::Deployment,
+        Kind::Ingress,
+        Kind::Job,
+        Kind::Registry,
+        Kind::Statefulset,
+    ];
+
+    /// The lowercase name used in labels, the store and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Asset => "asset",
+            Kind::Cronjob => "cronjob",
+            Kind::Deployment => "deployment",
+            Kind::Ingress => "ingress",
+            Kind::Job => "job",
+            Kind::Registry => "registry",
+            Kind::Statefulset => "statefulset",
+        }
+    }
+
+    /// Parses the lowercase name produced by [`Kind::as_str`].
+    pub fn parse(text: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|kind| kind.as_str() == text)
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Identity of one resource: `(kind, scope, name)`. Scope is empty for unscoped kinds.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ResourceKey {
+    pub kind: Kind,
+    pub scope: String,
+    pub name: String,
+}
+
+impl ResourceKey {
+    pub fn new(kind: Kind, scope: impl Into<String>, name: impl Into<String>) -> ResourceKey {
+        ResourceKey {
+            kind,
+            scope: scope.into(),
+            name: name.into(),
+        }
+    }
+
+    /// voodu's AppID: `<scope>-<name>`, or `<name>` when the scope is empty. It prefixes
+    /// container names.
+    pub fn app_id(&self) -> String {
+        if self.scope.is_empty() {
+            self.name.clone()
+        } else {
+            format!("{}-{}", self.scope, self.name)
+        }
+    }
+}
+
+impl fmt::Display for ResourceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.scope.is_empty() {
+            write!(f, "{}/{}", self.kind, self.name)
+        } else {
+            write!(f, "{}/{}/{}", self.kind, self.scope, self.name)
+        }
+    }
+}
+
+/// A full hex commit id.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CommitSha(String);
+
+impl CommitSha {
+    pub fn new(hex: impl Into<String>) -> CommitSha {
+        CommitSha(hex.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The first 12 hex digits, for logs and tables.
+    pub fn short(&self) -> &str {
+        self.0.get(..12).unwrap_or(&self.0)
+    }
+}
+
+impl fmt::Display for CommitSha {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Lowercase hex sha256 of a spec's hashed fields; decides whether replicas are replaced.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SpecHash(String);
+
+impl SpecHash {
+    pub fn new(hex: impl Into<String>) -> SpecHash {
+        SpecHash(hex.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The first 12 hex digits, for tables.
+    pub fn short(&self) -> &str {
+        self.0.get(..12).unwrap_or(&self.0)
+    }
+}
+
+impl fmt::Display for SpecHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// `n_bytes` random bytes as hex, seeded from the std hasher's per-process random keys.
+pub fn random_hex(n_bytes: usize) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut out = String::new();
+    while out.len() < n_bytes * 2 {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        out.push_str(&format!("{:016x}", hasher.finish()));
+    }
+    out.truncate(n_bytes * 2);
+    out
+}

@@ -1,0 +1,88 @@
+//! What the manifest stage reads: the manifest files of one commit (`Snapshot`) and, through
+//! `FileSource`, the other files of that repo state (for `file()` and `env_file`).
+//!
+//! Invariant: paths are repo-relative with `/` separators; the manifest stage does no IO of its
+//! own, so what is not in a snapshot or a `FileSource` does not exist for it.
+
+use super::CommitSha;
+
+/// File extensions voodu reads as HCL manifests (compared lower-cased).
+pub const MANIFEST_EXTENSIONS: &[&str] = &["hcl", "voodu", "vdu", "vd"];
+
+/// True when `path` names a manifest file by its extension.
+pub fn is_manifest_path(path: &str) -> bool {
+    path.rsplit_once('.').is_some_and(|(stem, extension)| {
+        !stem.is_empty()
+            && !stem.ends_with('/')
+            && MANIFEST_EXTENSIONS.contains(&extension.to_ascii_lowercase().as_str())
+    })
+}
+
+/// One manifest file read from a commit: its repo-relative path and bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceFile {
+    pub path: String,
+    pub contents: Vec<u8>,
+}
+
+/// Everything the manifest stage may read for one commit. The manifest stage does no IO of
+/// its own: what is not in the snapshot does not exist for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub commit: CommitSha,
+    /// Manifest files in lexical path order.
+    pub files: Vec<SourceFile>,
+    /// Entries the reader refused (a symlinked manifest, say): `(path, why)`. The manifest
+    /// stage turns each into a diagnostic, so the commit is rejected with a clear reason.
+    pub refused: Vec<(String, String)>,
+}
+
+/// What a [`FileSource`] finds at a repo path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileRead {
+    File(Vec<u8>),
+    /// A symlink and its target as written (relative or absolute).
+    Symlink(String),
+    Missing,
+    /// A directory, submodule or other non-file entry.
+    NotAFile,
+    Error(String),
+}
+
+/// Read access to the files of one repo state (a commit's tree, or a working directory), for
+/// `file()` and `env_file`. Paths are repo-relative with `/` separators, already normalised.
+pub trait FileSource {
+    fn read(&self, path: &str) -> FileRead;
+}
+
+/// An in-memory [`FileSource`], for tests and for sources that hold no other files.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemoryFiles {
+    entries: std::collections::BTreeMap<String, FileRead>,
+}
+
+impl MemoryFiles {
+    pub const fn new() -> MemoryFiles {
+        MemoryFiles {
+            entries: std::collections::BTreeMap::new(),
+        }
+    }
+
+    pub fn file(&mut self, path: &str, contents: &[u8]) -> &mut MemoryFiles {
+        self.entries
+            .insert(path.to_owned(), FileRead::File(contents.to_vec()));
+        self
+    }
+
+    pub fn link(&mut self, path: &str, target: &str) -> &mut MemoryFiles {
+        self.entries
+            .insert(path.to_owned(), FileRead::Symlink(target.to_owned()));
+        self
+    }
+}
+
+impl FileSource for MemoryFiles {
+    fn read(&self, path: &str) -> FileRead {
+        self.entries.get(path).cloned().unwrap_or(FileRead::Missing)
+    }
+}
