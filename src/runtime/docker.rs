@@ -7,16 +7,26 @@
 use std::collections::HashMap;
 
 use bollard::Docker;
+use std::collections::BTreeMap;
+
+use bollard::auth::DockerCredentials;
+use bollard::exec::{StartExecOptions, StartExecResults};
 use bollard::models::{
-    ContainerCreateBody, EndpointSettings, HostConfig, NetworkConnectRequest, NetworkCreateRequest,
-    NetworkingConfig, PortBinding, RestartPolicy, RestartPolicyNameEnum,
+    ContainerCreateBody, DeviceMapping, DeviceRequest, EndpointSettings, ExecConfig, HostConfig,
+    HostConfigLogConfig, NetworkConnectRequest, NetworkCreateRequest, NetworkingConfig,
+    PortBinding, ResourcesUlimits, RestartPolicy, RestartPolicyNameEnum, VolumeCreateRequest,
 };
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
-    StopContainerOptionsBuilder,
+    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, ListContainersOptionsBuilder,
+    ListVolumesOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder,
+    RemoveVolumeOptions, StopContainerOptionsBuilder,
 };
+use futures_util::StreamExt as _;
 
-use super::{Container, ContainerSpec, ContainerState, Error, Result, Runtime};
+use super::{
+    Container, ContainerSpec, ContainerState, Error, ExecOutcome, Inspection, RegistryAuth, Result,
+    Runtime, Volume,
+};
 
 /// Seconds a container gets between SIGTERM and SIGKILL when the agent removes it.
 const STOP_GRACE_SECONDS: i32 = 10;
@@ -79,7 +89,7 @@ fn state_of(state: Option<bollard::models::ContainerSummaryStateEnum>) -> Contai
 
 fn restart_policy(name: &str) -> RestartPolicy {
     let name = match name {
-        "no" => RestartPolicyNameEnum::NO,
+        "" | "no" => RestartPolicyNameEnum::NO,
         "always" => RestartPolicyNameEnum::ALWAYS,
         text if text.starts_with("on-failure") => RestartPolicyNameEnum::ON_FAILURE,
         _ => RestartPolicyNameEnum::UNLESS_STOPPED,
@@ -87,6 +97,179 @@ fn restart_policy(name: &str) -> RestartPolicy {
     RestartPolicy {
         name: Some(name),
         maximum_retry_count: None,
+    }
+}
+
+/// `repo[:tag]` (a `@digest` stays in the repository part) → `(repository, tag)`.
+fn split_image(image: &str) -> (&str, &str) {
+    if image.contains('@') {
+        return (image, "");
+    }
+    match image.rsplit_once(':') {
+        Some((repository, tag)) if !tag.contains('/') => (repository, tag),
+        _ => (image, "latest"),
+    }
+}
+
+/// The endpoint settings for every network a container joins: its DNS aliases.
+fn endpoint(spec: &ContainerSpec) -> EndpointSettings {
+    EndpointSettings {
+        aliases: Some(spec.aliases.clone()).filter(|aliases| !aliases.is_empty()),
+        ..EndpointSettings::default()
+    }
+}
+
+/// The create request for `spec`: voodu's `docker run` flags (spec §6.5) as API fields.
+fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
+    let options = &spec.options;
+    let mut port_bindings: HashMap<String, Option<Vec<PortBinding>>> = HashMap::new();
+    let mut exposed_ports = Vec::new();
+    for port in &spec.ports {
+        let container_port = format!("{}/{}", port.container_port, port.protocol);
+        exposed_ports.push(container_port.clone());
+        port_bindings
+            .entry(container_port)
+            .or_insert_with(|| Some(Vec::new()))
+            .get_or_insert_with(Vec::new)
+            .push(PortBinding {
+                host_ip: Some(port.host_ip.clone()).filter(|ip| !ip.is_empty()),
+                host_port: Some(port.host_port.map(|p| p.to_string()).unwrap_or_default()),
+            });
+    }
+    let bridge = spec.network_mode.is_empty();
+    let primary = spec.networks.first().cloned();
+    let mut extra_hosts = Vec::new();
+    if bridge {
+        extra_hosts.push("host.docker.internal:host-gateway".to_owned());
+        extra_hosts.extend(spec.extra_hosts.iter().cloned());
+        extra_hosts.extend(options.add_hosts.iter().cloned());
+    }
+    let mut cap_add = spec.cap_add.clone();
+    cap_add.extend(options.cap_add.iter().cloned());
+    let mut env = spec.env.clone();
+    env.extend(options.env.iter().cloned());
+    let mut labels: HashMap<String, String> = options.labels.clone().into_iter().collect();
+    labels.extend(spec.labels.clone());
+    let log_config = match &options.log_driver {
+        Some(driver) => Some(HostConfigLogConfig {
+            typ: Some(driver.clone()),
+            config: Some(options.log_opts.clone().into_iter().collect())
+                .filter(|c: &HashMap<_, _>| !c.is_empty()),
+        }),
+        None => {
+            let mut config: HashMap<String, String> =
+                options.log_opts.clone().into_iter().collect();
+            if let Some(size) = &spec.log_max_size {
+                config.insert("max-size".to_owned(), size.clone());
+            }
+            if let Some(files) = spec.log_max_files {
+                config.insert("max-file".to_owned(), files.to_string());
+            }
+            (!config.is_empty()).then(|| HostConfigLogConfig {
+                typ: Some("json-file".to_owned()),
+                config: Some(config),
+            })
+        }
+    };
+    let non_empty = |items: &[String]| (!items.is_empty()).then(|| items.to_vec());
+    let host_config = HostConfig {
+        binds: non_empty(&spec.binds),
+        port_bindings: Some(port_bindings).filter(|ports| !ports.is_empty() && bridge),
+        restart_policy: Some(restart_policy(&spec.restart)),
+        init: Some(true),
+        extra_hosts: Some(extra_hosts).filter(|hosts| !hosts.is_empty()),
+        cap_add: non_empty(&cap_add),
+        cap_drop: non_empty(&options.cap_drop),
+        network_mode: if bridge {
+            primary.clone()
+        } else {
+            Some(spec.network_mode.clone())
+        },
+        ulimits: Some(
+            spec.ulimits
+                .iter()
+                .map(|(name, soft, hard)| ResourcesUlimits {
+                    name: Some(name.clone()),
+                    soft: Some(*soft),
+                    hard: Some(*hard),
+                })
+                .collect::<Vec<_>>(),
+        )
+        .filter(|ulimits| !ulimits.is_empty()),
+        nano_cpus: spec.nano_cpus,
+        memory: spec.memory,
+        log_config,
+        shm_size: options.shm_size,
+        sysctls: Some(options.sysctls.clone().into_iter().collect())
+            .filter(|s: &HashMap<_, _>| !s.is_empty()),
+        pids_limit: options.pids_limit,
+        privileged: Some(options.privileged).filter(|on| *on),
+        devices: Some(
+            options
+                .devices
+                .iter()
+                .map(|device| {
+                    let mut parts = device.splitn(3, ':');
+                    let host = parts.next().unwrap_or_default().to_owned();
+                    let container = parts.next().map_or_else(|| host.clone(), ToOwned::to_owned);
+                    DeviceMapping {
+                        path_on_host: Some(host),
+                        path_in_container: Some(container),
+                        cgroup_permissions: Some(parts.next().unwrap_or("rwm").to_owned()),
+                    }
+                })
+                .collect::<Vec<_>>(),
+        )
+        .filter(|devices| !devices.is_empty()),
+        device_requests: options.gpus.map(|count| {
+            vec![DeviceRequest {
+                count: Some(count),
+                capabilities: Some(vec![vec!["gpu".to_owned()]]),
+                ..DeviceRequest::default()
+            }]
+        }),
+        security_opt: non_empty(&options.security_opt),
+        readonly_rootfs: Some(options.read_only).filter(|on| *on),
+        tmpfs: Some(options.tmpfs.clone().into_iter().collect())
+            .filter(|t: &HashMap<_, _>| !t.is_empty()),
+        ipc_mode: options.ipc.clone(),
+        pid_mode: options.pid.clone(),
+        memory_swap: options.memory_swap,
+        memory_reservation: options.memory_reservation,
+        cpuset_cpus: options.cpuset_cpus.clone(),
+        cpu_shares: options.cpu_shares,
+        oom_score_adj: options.oom_score_adj,
+        oom_kill_disable: Some(options.oom_kill_disable).filter(|on| *on),
+        dns: non_empty(&options.dns),
+        dns_search: non_empty(&options.dns_search),
+        dns_options: non_empty(&options.dns_options),
+        group_add: non_empty(&options.group_add),
+        ..HostConfig::default()
+    };
+    ContainerCreateBody {
+        image: Some(spec.image.clone()),
+        cmd: spec.command.clone(),
+        entrypoint: options.entrypoint.as_ref().map(|entrypoint| {
+            if entrypoint.is_empty() {
+                vec![String::new()]
+            } else {
+                vec![entrypoint.clone()]
+            }
+        }),
+        env: Some(env),
+        labels: Some(labels),
+        exposed_ports: Some(exposed_ports).filter(|ports| !ports.is_empty() && bridge),
+        tty: Some(spec.tty).filter(|on| *on),
+        user: options.user.clone(),
+        working_dir: options.workdir.clone(),
+        hostname: options.hostname.clone(),
+        stop_signal: options.stop_signal.clone(),
+        stop_timeout: options.stop_timeout,
+        host_config: Some(host_config),
+        networking_config: primary.filter(|_| bridge).map(|network| NetworkingConfig {
+            endpoints_config: Some(HashMap::from([(network, endpoint(spec))])),
+        }),
+        ..ContainerCreateBody::default()
     }
 }
 
@@ -123,48 +306,7 @@ impl Runtime for DockerRuntime {
     }
 
     async fn create(&self, spec: &ContainerSpec) -> Result<String> {
-        let mut port_bindings: HashMap<String, Option<Vec<PortBinding>>> = HashMap::new();
-        let mut exposed_ports = Vec::new();
-        for port in &spec.ports {
-            let container_port = format!("{}/{}", port.container_port, port.protocol);
-            exposed_ports.push(container_port.clone());
-            port_bindings
-                .entry(container_port)
-                .or_insert_with(|| Some(Vec::new()))
-                .get_or_insert_with(Vec::new)
-                .push(PortBinding {
-                    host_ip: Some(port.host_ip.clone()).filter(|ip| !ip.is_empty()),
-                    host_port: Some(port.host_port.map(|p| p.to_string()).unwrap_or_default()),
-                });
-        }
-        let primary = spec.networks.first().cloned();
-        let mut extra_hosts = vec!["host.docker.internal:host-gateway".to_owned()];
-        extra_hosts.extend(spec.extra_hosts.iter().cloned());
-        let endpoint = || EndpointSettings {
-            aliases: Some(spec.aliases.clone()).filter(|aliases| !aliases.is_empty()),
-            ..EndpointSettings::default()
-        };
-        let body = ContainerCreateBody {
-            image: Some(spec.image.clone()),
-            cmd: spec.command.clone(),
-            env: Some(spec.env.clone()),
-            labels: Some(spec.labels.clone().into_iter().collect()),
-            exposed_ports: Some(exposed_ports).filter(|ports| !ports.is_empty()),
-            host_config: Some(HostConfig {
-                binds: Some(spec.binds.clone()).filter(|binds| !binds.is_empty()),
-                port_bindings: Some(port_bindings).filter(|ports| !ports.is_empty()),
-                restart_policy: Some(restart_policy(&spec.restart)),
-                init: Some(true),
-                extra_hosts: Some(extra_hosts),
-                cap_add: Some(spec.cap_add.clone()).filter(|caps| !caps.is_empty()),
-                network_mode: primary.clone(),
-                ..HostConfig::default()
-            }),
-            networking_config: primary.as_ref().map(|network| NetworkingConfig {
-                endpoints_config: Some(HashMap::from([(network.clone(), endpoint())])),
-            }),
-            ..ContainerCreateBody::default()
-        };
+        let body = create_body(spec);
         let options = CreateContainerOptionsBuilder::default()
             .name(&spec.name)
             .build();
@@ -191,7 +333,7 @@ impl Runtime for DockerRuntime {
         for network in spec.networks.iter().skip(1) {
             let request = NetworkConnectRequest {
                 container: created.id.clone(),
-                endpoint_config: Some(endpoint()),
+                endpoint_config: Some(endpoint(spec)),
             };
             if let Err(error) = self.docker.connect_network(network, request).await {
                 // A container half-attached would differ from its spec: take it away again.
@@ -248,5 +390,213 @@ impl Runtime for DockerRuntime {
             Ok(_) | Err(Error::Conflict { .. }) => Ok(()),
             Err(other) => Err(other),
         }
+    }
+
+    async fn inspect(&self, id: &str) -> Result<Inspection> {
+        let response = self
+            .docker
+            .inspect_container(id, None)
+            .await
+            .map_err(classify)?;
+        let state = response.state.unwrap_or_default();
+        let ip_addresses = response
+            .network_settings
+            .and_then(|settings| settings.networks)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(network, endpoint)| {
+                endpoint
+                    .ip_address
+                    .filter(|ip| !ip.is_empty())
+                    .map(|ip| (network, ip))
+            })
+            .collect();
+        Ok(Inspection {
+            id: response.id.unwrap_or_default(),
+            name: response
+                .name
+                .unwrap_or_default()
+                .trim_start_matches('/')
+                .to_owned(),
+            running: state.running.unwrap_or(false),
+            exit_code: (!state.running.unwrap_or(false))
+                .then_some(state.exit_code)
+                .flatten(),
+            oom_killed: state.oom_killed.unwrap_or(false),
+            restart_count: response.restart_count.unwrap_or(0),
+            started_at: state.started_at.unwrap_or_default(),
+            finished_at: state.finished_at.unwrap_or_default(),
+            ip_addresses,
+            labels: response
+                .config
+                .and_then(|config| config.labels)
+                .unwrap_or_default()
+                .into_iter()
+                .collect(),
+        })
+    }
+
+    async fn wait(&self, id: &str) -> Result<i64> {
+        let mut stream = self.docker.wait_container(id, None);
+        match stream.next().await {
+            Some(Ok(response)) => Ok(response.status_code),
+            // bollard reports a non-zero exit as an error carrying the code.
+            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Ok(code),
+            Some(Err(error)) => Err(classify(error)),
+            None => Err(Error::Unavailable {
+                message: format!("the engine closed the wait on {id} without an answer"),
+            }),
+        }
+    }
+
+    async fn logs(&self, id: &str, tail: usize) -> Result<String> {
+        let options = LogsOptionsBuilder::default()
+            .stdout(true)
+            .stderr(true)
+            .tail(&tail.to_string())
+            .build();
+        let mut stream = self.docker.logs(id, Some(options));
+        let mut text = String::new();
+        while let Some(chunk) = stream.next().await {
+            text.push_str(&String::from_utf8_lossy(
+                &chunk.map_err(classify)?.into_bytes(),
+            ));
+        }
+        Ok(text)
+    }
+
+    async fn exec(&self, id: &str, command: &[String]) -> Result<ExecOutcome> {
+        let created = self
+            .docker
+            .create_exec(
+                id,
+                ExecConfig {
+                    cmd: Some(command.to_vec()),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    ..ExecConfig::default()
+                },
+            )
+            .await
+            .map_err(classify)?;
+        let mut output = String::new();
+        if let StartExecResults::Attached {
+            output: mut stream, ..
+        } = self
+            .docker
+            .start_exec(&created.id, None::<StartExecOptions>)
+            .await
+            .map_err(classify)?
+        {
+            while let Some(chunk) = stream.next().await {
+                output.push_str(&String::from_utf8_lossy(
+                    &chunk.map_err(classify)?.into_bytes(),
+                ));
+            }
+        }
+        let inspected = self
+            .docker
+            .inspect_exec(&created.id)
+            .await
+            .map_err(classify)?;
+        Ok(ExecOutcome {
+            exit_code: inspected.exit_code.unwrap_or(-1),
+            output,
+        })
+    }
+
+    async fn ensure_volume(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<()> {
+        // Creating an existing volume is a no-op on the engine (its labels are kept).
+        self.docker
+            .create_volume(VolumeCreateRequest {
+                name: Some(name.to_owned()),
+                labels: Some(labels.clone().into_iter().collect()),
+                ..VolumeCreateRequest::default()
+            })
+            .await
+            .map(|_| ())
+            .map_err(classify)
+    }
+
+    async fn list_volumes(&self, filter: &[(&str, &str)]) -> Result<Vec<Volume>> {
+        let labels: Vec<String> = filter
+            .iter()
+            .map(|(key, value)| format!("{key}={value}"))
+            .collect();
+        let filters = HashMap::from([("label".to_owned(), labels)]);
+        let options = ListVolumesOptionsBuilder::default()
+            .filters(&filters)
+            .build();
+        let response = self
+            .docker
+            .list_volumes(Some(options))
+            .await
+            .map_err(classify)?;
+        Ok(response
+            .volumes
+            .unwrap_or_default()
+            .into_iter()
+            .map(|volume| Volume {
+                name: volume.name,
+                labels: volume.labels.into_iter().collect(),
+            })
+            .collect())
+    }
+
+    async fn remove_volume(&self, name: &str) -> Result<()> {
+        match self
+            .docker
+            .remove_volume(name, None::<RemoveVolumeOptions>)
+            .await
+            .map_err(classify)
+        {
+            Ok(()) | Err(Error::NotFound { .. }) => Ok(()),
+            Err(other) => Err(other),
+        }
+    }
+
+    async fn image_present(&self, image: &str) -> Result<bool> {
+        match self.docker.inspect_image(image).await.map_err(classify) {
+            Ok(_) => Ok(true),
+            Err(Error::NotFound { .. }) => Ok(false),
+            Err(other) => Err(other),
+        }
+    }
+
+    async fn pull(&self, image: &str, auth: Option<&RegistryAuth>) -> Result<()> {
+        let (repository, tag) = split_image(image);
+        let options = CreateImageOptionsBuilder::default()
+            .from_image(repository)
+            .tag(tag)
+            .build();
+        let credentials = auth.map(|auth| DockerCredentials {
+            username: Some(auth.username.clone()),
+            password: Some(auth.password.clone()),
+            serveraddress: Some(auth.server.clone()),
+            ..DockerCredentials::default()
+        });
+        let mut stream = self.docker.create_image(Some(options), None, credentials);
+        while let Some(progress) = stream.next().await {
+            if let Err(error) = progress {
+                return Err(match classify(error) {
+                    Error::NotFound { what } | Error::Invalid { message: what } => {
+                        Error::ImageMissing {
+                            image: image.to_owned(),
+                            message: what,
+                        }
+                    }
+                    Error::Unavailable { message }
+                        if message.contains("denied") || message.contains("unauthorized") =>
+                    {
+                        Error::ImageMissing {
+                            image: image.to_owned(),
+                            message,
+                        }
+                    }
+                    other => other,
+                });
+            }
+        }
+        Ok(())
     }
 }

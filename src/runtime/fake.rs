@@ -1,31 +1,55 @@
 //! `FakeRuntime`: containers in memory, with a call log and fault injection, for fast
 //! reconcile tests under paused time.
 //!
+//! A started container "runs" its command through a tiny interpreter: `echo …` writes output,
+//! `exit N` ends it with N, `true`/`false` set the status, and anything else (`sleep`,
+//! `httpd`, an unknown program) keeps it running until it is removed or a test calls `exit`.
+//! No command means the test image's default (`sh` without input): it exits 0 at once.
+//!
 //! Invariant: it behaves as the Docker engine does for every verb the contract suite checks
 //! (duplicate names conflict, unknown images and networks fail, removing a missing container
-//! succeeds, `list` returns stopped containers); anything a test assumes beyond that must be
-//! added to the contract suite first.
+//! succeeds, `list` returns stopped containers, exit codes and output of the interpreted
+//! commands); anything a test assumes beyond that must be added to the contract suite first.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Mutex;
 
-use super::{Container, ContainerSpec, ContainerState, Error, Result, Runtime};
+use tokio::sync::Notify;
+
+use super::{
+    Container, ContainerSpec, ContainerState, Error, ExecOutcome, Inspection, RegistryAuth, Result,
+    Runtime, Volume,
+};
 
 /// An in-memory engine.
 #[derive(Default)]
 pub struct FakeRuntime {
     state: Mutex<FakeState>,
+    /// Wakes `wait` calls whenever a container changes state.
+    changed: Notify,
 }
 
 #[derive(Default)]
 struct FakeState {
-    containers: BTreeMap<String, (Container, ContainerSpec)>,
+    containers: BTreeMap<String, FakeContainer>,
     next_id: u64,
     networks: BTreeSet<String>,
+    volumes: BTreeMap<String, BTreeMap<String, String>>,
     /// `None`: every image exists.
     images: Option<BTreeSet<String>>,
+    /// Images a `pull` can fetch, with the username it requires (empty: public).
+    registry: BTreeMap<String, String>,
     calls: Vec<String>,
     faults: VecDeque<(String, Fault)>,
+}
+
+struct FakeContainer {
+    listed: Container,
+    spec: ContainerSpec,
+    exit_code: Option<i64>,
+    output: String,
+    restart_count: i64,
+    ip_addresses: BTreeMap<String, String>,
 }
 
 /// What an injected fault does when its verb is called.
@@ -33,6 +57,46 @@ struct FakeState {
 pub enum Fault {
     Fail(Error),
     Panic(String),
+}
+
+/// What the interpreter made of a command.
+enum Run {
+    /// Ended with this status and output.
+    Exited(i64, String),
+    /// Still running, with the output written so far.
+    Running(String),
+}
+
+/// Runs `script` (`sh -c` text, or a plain command line) as far as the fake can.
+fn interpret(command: Option<&[String]>) -> Run {
+    let Some(command) = command.filter(|command| !command.is_empty()) else {
+        return Run::Exited(0, String::new());
+    };
+    let script = match command {
+        [shell, flag, script, ..] if (shell == "sh" || shell == "/bin/sh") && flag == "-c" => {
+            script.clone()
+        }
+        _ => command.join(" "),
+    };
+    let mut output = String::new();
+    let mut status = 0;
+    for statement in script.split(['\n', ';']).flat_map(|part| part.split("&&")) {
+        let words: Vec<&str> = statement.split_whitespace().collect();
+        match words.as_slice() {
+            [] => {}
+            ["echo", rest @ ..] => {
+                output.push_str(&rest.join(" ").replace(['"', '\''], ""));
+                output.push('\n');
+                status = 0;
+            }
+            ["exit"] => return Run::Exited(status, output),
+            ["exit", code] => return Run::Exited(code.parse().unwrap_or(2), output),
+            ["true"] => status = 0,
+            ["false"] => status = 1,
+            _ => return Run::Running(output),
+        }
+    }
+    Run::Exited(status, output)
 }
 
 impl FakeRuntime {
@@ -48,6 +112,14 @@ impl FakeRuntime {
         fake
     }
 
+    /// Makes `image` pullable; `username` empty for a public image, else the registry
+    /// username a pull must present.
+    pub fn publish(&self, image: &str, username: &str) {
+        self.lock()
+            .registry
+            .insert(image.to_owned(), username.to_owned());
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
         self.state
             .lock()
@@ -59,22 +131,37 @@ impl FakeRuntime {
         self.lock().calls.clone()
     }
 
-    /// The next call of `verb` (`create`, `start`, `remove`, `list`, `ensure_network`) fails
-    /// or panics instead of acting. Faults queue up in order.
+    /// The next call of `verb` (`create`, `start`, `remove`, `list`, …) fails or panics
+    /// instead of acting. Faults queue up in order.
     pub fn inject(&self, verb: &str, fault: Fault) {
         self.lock().faults.push_back((verb.to_owned(), fault));
     }
 
-    /// Simulates a container exiting on its own (or `docker stop` by hand).
+    /// Simulates a container exiting on its own (or `docker stop` by hand): code 137.
     pub fn exit(&self, id: &str) {
-        if let Some((container, _)) = self.lock().containers.get_mut(id) {
-            container.state = ContainerState::Exited;
+        self.exit_with(id, 137);
+    }
+
+    /// Simulates a container exiting on its own with `code`.
+    pub fn exit_with(&self, id: &str, code: i64) {
+        if let Some(container) = self.lock().containers.get_mut(id) {
+            container.listed.state = ContainerState::Exited;
+            container.exit_code = Some(code);
         }
+        self.changed.notify_waiters();
     }
 
     /// The spec a container was created from.
     pub fn spec_of(&self, id: &str) -> Option<ContainerSpec> {
-        self.lock().containers.get(id).map(|(_, spec)| spec.clone())
+        self.lock()
+            .containers
+            .get(id)
+            .map(|container| container.spec.clone())
+    }
+
+    /// Names of every volume.
+    pub fn volume_names(&self) -> Vec<String> {
+        self.lock().volumes.keys().cloned().collect()
     }
 
     fn enter(&self, verb: &str, subject: &str) -> Result<()> {
@@ -92,6 +179,12 @@ impl FakeRuntime {
             Some(Fault::Panic(message)) => panic!("{message}"),
         }
     }
+
+    fn not_found(id: &str) -> Error {
+        Error::NotFound {
+            what: format!("container {id}"),
+        }
+    }
 }
 
 impl Runtime for FakeRuntime {
@@ -101,12 +194,12 @@ impl Runtime for FakeRuntime {
             .lock()
             .containers
             .values()
-            .filter(|(container, _)| {
+            .filter(|container| {
                 filter
                     .iter()
-                    .all(|(key, value)| container.label(key) == Some(value))
+                    .all(|(key, value)| container.listed.label(key) == Some(value))
             })
-            .map(|(container, _)| container.clone())
+            .map(|container| container.listed.clone())
             .collect())
     }
 
@@ -133,7 +226,7 @@ impl Runtime for FakeRuntime {
         if state
             .containers
             .values()
-            .any(|(container, _)| container.name == spec.name)
+            .any(|container| container.listed.name == spec.name)
         {
             return Err(Error::Conflict {
                 name: spec.name.clone(),
@@ -141,42 +234,232 @@ impl Runtime for FakeRuntime {
             });
         }
         state.next_id += 1;
-        let id = format!("fake{:060}", state.next_id);
-        let container = Container {
-            id: id.clone(),
-            name: spec.name.clone(),
-            image: spec.image.clone(),
-            labels: spec.labels.clone(),
-            state: ContainerState::Created,
-        };
-        state
-            .containers
-            .insert(id.clone(), (container, spec.clone()));
+        let n = state.next_id;
+        let id = format!("fake{n:060}");
+        let mut labels = spec.options.labels.clone();
+        labels.extend(spec.labels.clone());
+        let ip_addresses = spec
+            .networks
+            .iter()
+            .enumerate()
+            .map(|(index, network)| {
+                (
+                    network.clone(),
+                    format!("10.{}.{}.{}", 88 + index, n / 250, 2 + n % 250),
+                )
+            })
+            .collect();
+        state.containers.insert(
+            id.clone(),
+            FakeContainer {
+                listed: Container {
+                    id: id.clone(),
+                    name: spec.name.clone(),
+                    image: spec.image.clone(),
+                    labels,
+                    state: ContainerState::Created,
+                },
+                spec: spec.clone(),
+                exit_code: None,
+                output: String::new(),
+                restart_count: 0,
+                ip_addresses,
+            },
+        );
         Ok(id)
     }
 
     async fn start(&self, id: &str) -> Result<()> {
         self.enter("start", id)?;
-        match self.lock().containers.get_mut(id) {
-            Some((container, _)) => {
-                container.state = ContainerState::Running;
-                Ok(())
+        {
+            let mut state = self.lock();
+            let container = state
+                .containers
+                .get_mut(id)
+                .ok_or_else(|| Self::not_found(id))?;
+            match interpret(container.spec.command.as_deref()) {
+                Run::Exited(code, output) => {
+                    container.listed.state = ContainerState::Exited;
+                    container.exit_code = Some(code);
+                    container.output.push_str(&output);
+                }
+                Run::Running(output) => {
+                    container.listed.state = ContainerState::Running;
+                    container.exit_code = None;
+                    container.output.push_str(&output);
+                }
             }
-            None => Err(Error::NotFound {
-                what: format!("container {id}"),
-            }),
         }
+        self.changed.notify_waiters();
+        Ok(())
     }
 
     async fn remove(&self, id: &str) -> Result<()> {
         self.enter("remove", id)?;
         self.lock().containers.remove(id);
+        self.changed.notify_waiters();
         Ok(())
     }
 
     async fn ensure_network(&self, name: &str) -> Result<()> {
         self.enter("ensure_network", name)?;
         self.lock().networks.insert(name.to_owned());
+        Ok(())
+    }
+
+    async fn inspect(&self, id: &str) -> Result<Inspection> {
+        self.enter("inspect", id)?;
+        let state = self.lock();
+        let container = state
+            .containers
+            .get(id)
+            .ok_or_else(|| Self::not_found(id))?;
+        Ok(Inspection {
+            id: id.to_owned(),
+            name: container.listed.name.clone(),
+            running: container.listed.state == ContainerState::Running,
+            exit_code: container.exit_code,
+            oom_killed: false,
+            restart_count: container.restart_count,
+            started_at: String::new(),
+            finished_at: String::new(),
+            ip_addresses: container.ip_addresses.clone(),
+            labels: container.listed.labels.clone(),
+        })
+    }
+
+    async fn wait(&self, id: &str) -> Result<i64> {
+        self.enter("wait", id)?;
+        loop {
+            let notified = self.changed.notified();
+            {
+                let state = self.lock();
+                let container = state
+                    .containers
+                    .get(id)
+                    .ok_or_else(|| Self::not_found(id))?;
+                if container.listed.state == ContainerState::Exited {
+                    return Ok(container.exit_code.unwrap_or(0));
+                }
+            }
+            notified.await;
+        }
+    }
+
+    async fn logs(&self, id: &str, tail: usize) -> Result<String> {
+        self.enter("logs", id)?;
+        let state = self.lock();
+        let container = state
+            .containers
+            .get(id)
+            .ok_or_else(|| Self::not_found(id))?;
+        let lines: Vec<&str> = container.output.lines().collect();
+        let start = lines.len().saturating_sub(tail);
+        Ok(lines[start..]
+            .iter()
+            .map(|line| format!("{line}\n"))
+            .collect())
+    }
+
+    async fn exec(&self, id: &str, command: &[String]) -> Result<ExecOutcome> {
+        self.enter("exec", id)?;
+        let running = {
+            let state = self.lock();
+            let container = state
+                .containers
+                .get(id)
+                .ok_or_else(|| Self::not_found(id))?;
+            container.listed.state == ContainerState::Running
+        };
+        if !running {
+            return Err(Error::Conflict {
+                name: id.to_owned(),
+                message: format!("container {id} is not running"),
+            });
+        }
+        Ok(match interpret(Some(command)) {
+            Run::Exited(exit_code, output) => ExecOutcome { exit_code, output },
+            // An exec the fake cannot finish counts as a missing program, as in busybox.
+            Run::Running(output) => ExecOutcome {
+                exit_code: 127,
+                output,
+            },
+        })
+    }
+
+    async fn ensure_volume(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<()> {
+        self.enter("ensure_volume", name)?;
+        self.lock()
+            .volumes
+            .entry(name.to_owned())
+            .or_insert_with(|| labels.clone());
+        Ok(())
+    }
+
+    async fn list_volumes(&self, filter: &[(&str, &str)]) -> Result<Vec<Volume>> {
+        self.enter("list_volumes", "")?;
+        Ok(self
+            .lock()
+            .volumes
+            .iter()
+            .filter(|(_, labels)| {
+                filter
+                    .iter()
+                    .all(|(key, value)| labels.get(*key).map(String::as_str) == Some(*value))
+            })
+            .map(|(name, labels)| Volume {
+                name: name.clone(),
+                labels: labels.clone(),
+            })
+            .collect())
+    }
+
+    async fn remove_volume(&self, name: &str) -> Result<()> {
+        self.enter("remove_volume", name)?;
+        let mut state = self.lock();
+        let mounted = state.containers.values().any(|container| {
+            container
+                .spec
+                .binds
+                .iter()
+                .any(|bind| bind.split(':').next() == Some(name))
+        });
+        if mounted {
+            return Err(Error::Conflict {
+                name: name.to_owned(),
+                message: format!("remove {name}: volume is in use"),
+            });
+        }
+        state.volumes.remove(name);
+        Ok(())
+    }
+
+    async fn image_present(&self, image: &str) -> Result<bool> {
+        self.enter("image_present", image)?;
+        Ok(self
+            .lock()
+            .images
+            .as_ref()
+            .is_none_or(|images| images.contains(image)))
+    }
+
+    async fn pull(&self, image: &str, auth: Option<&RegistryAuth>) -> Result<()> {
+        self.enter("pull", image)?;
+        let mut state = self.lock();
+        let allowed = match state.registry.get(image) {
+            Some(required) if required.is_empty() => true,
+            Some(required) => auth.is_some_and(|auth| &auth.username == required),
+            None => false,
+        };
+        if !allowed {
+            return Err(Error::ImageMissing {
+                image: image.to_owned(),
+                message: format!("pull access denied for {image}"),
+            });
+        }
+        if let Some(images) = &mut state.images {
+            images.insert(image.to_owned());
+        }
         Ok(())
     }
 }

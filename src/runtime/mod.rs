@@ -14,7 +14,7 @@ pub mod labels;
 use std::collections::BTreeMap;
 use std::future::Future;
 
-pub use crate::model::{PortMapping, parse_ports};
+pub use crate::model::{DockerOptions, PortMapping, parse_ports};
 pub use docker::DockerRuntime;
 pub use fake::FakeRuntime;
 
@@ -55,14 +55,81 @@ pub struct ContainerSpec {
     pub env: Vec<String>,
     pub labels: BTreeMap<String, String>,
     pub ports: Vec<PortMapping>,
-    /// Bind and volume mounts in `docker -v` syntax.
+    /// Bind and named-volume mounts in `docker -v` syntax (`src:dst[:opts]`).
     pub binds: Vec<String>,
+    /// Docker restart policy; empty means none (one-shot containers).
     pub restart: String,
-    /// Networks to join, the first as primary, each with these DNS aliases.
+    /// Networks to join, the first as primary, each with these DNS aliases. Empty with a
+    /// `network_mode`.
     pub networks: Vec<String>,
     pub aliases: Vec<String>,
+    /// `host` or `none`; empty for bridge networking on `networks`.
+    pub network_mode: String,
     pub extra_hosts: Vec<String>,
     pub cap_add: Vec<String>,
+    /// `(name, soft, hard)`.
+    pub ulimits: Vec<(String, i64, i64)>,
+    /// CPU limit in nano-CPUs.
+    pub nano_cpus: Option<i64>,
+    /// Memory limit in bytes.
+    pub memory: Option<i64>,
+    /// json-file log rotation: `max-size` and `max-file`.
+    pub log_max_size: Option<String>,
+    pub log_max_files: Option<i64>,
+    /// Allocate a TTY (voodu does for init and release containers).
+    pub tty: bool,
+    /// The `docker_options` flags, parsed.
+    pub options: DockerOptions,
+}
+
+/// A container's detailed state, as `docker inspect` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Inspection {
+    pub id: String,
+    pub name: String,
+    pub running: bool,
+    pub exit_code: Option<i64>,
+    pub oom_killed: bool,
+    pub restart_count: i64,
+    /// RFC 3339, as the engine reports them.
+    pub started_at: String,
+    pub finished_at: String,
+    /// Address on each network the container joined.
+    pub ip_addresses: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// What a command run in a container (`exec`) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOutcome {
+    pub exit_code: i64,
+    /// stdout and stderr, interleaved as received.
+    pub output: String,
+}
+
+/// A named volume as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Volume {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Credentials for pulling from a private registry.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RegistryAuth {
+    pub server: String,
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for RegistryAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryAuth")
+            .field("server", &self.server)
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
 }
 
 /// Runtime failures, classified for the retry policy.
@@ -105,4 +172,36 @@ pub trait Runtime: Send + Sync + 'static {
     fn remove(&self, id: &str) -> impl Future<Output = Result<()>> + Send;
     /// Creates a bridge network when none by that name exists.
     fn ensure_network(&self, name: &str) -> impl Future<Output = Result<()>> + Send;
+    /// A container's detailed state.
+    fn inspect(&self, id: &str) -> impl Future<Output = Result<Inspection>> + Send;
+    /// Waits until the container stops; its exit code.
+    fn wait(&self, id: &str) -> impl Future<Output = Result<i64>> + Send;
+    /// The last `tail` lines of the container's stdout and stderr.
+    fn logs(&self, id: &str, tail: usize) -> impl Future<Output = Result<String>> + Send;
+    /// Runs `command` in a running container and waits for it.
+    fn exec(
+        &self,
+        id: &str,
+        command: &[String],
+    ) -> impl Future<Output = Result<ExecOutcome>> + Send;
+    /// Creates a named volume when none by that name exists.
+    fn ensure_volume(
+        &self,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> impl Future<Output = Result<()>> + Send;
+    /// Volumes whose labels include every `(key, value)` in `filter`.
+    fn list_volumes(
+        &self,
+        filter: &[(&str, &str)],
+    ) -> impl Future<Output = Result<Vec<Volume>>> + Send;
+    fn remove_volume(&self, name: &str) -> impl Future<Output = Result<()>> + Send;
+    /// Whether `image` is present on the host.
+    fn image_present(&self, image: &str) -> impl Future<Output = Result<bool>> + Send;
+    /// Pulls `image`, with credentials for a private registry.
+    fn pull(
+        &self,
+        image: &str,
+        auth: Option<&RegistryAuth>,
+    ) -> impl Future<Output = Result<()>> + Send;
 }

@@ -51,6 +51,10 @@ contract! {
     check_remove_is_idempotent => fake_remove_is_idempotent, docker_remove_is_idempotent;
     check_missing_image => fake_missing_image, docker_missing_image;
     check_labels_round_trip => fake_labels_round_trip, docker_labels_round_trip;
+    check_exit_code_output_and_wait => fake_exit_code_output_and_wait, docker_exit_code_output_and_wait;
+    check_inspect_and_exec => fake_inspect_and_exec, docker_inspect_and_exec;
+    check_volumes => fake_volumes, docker_volumes;
+    check_images => fake_images, docker_images;
 }
 
 /// A network name of the check's own, so checks never share (or delete) each other's.
@@ -351,5 +355,115 @@ async fn check_labels_round_trip<R: Runtime>(runtime: &R, scope: &str) -> TestRe
         "filter by a value with spaces: {by_value:?}"
     );
     runtime.remove(&id).await?;
+    Ok(())
+}
+
+/// A one-shot container: `wait` returns its exit code, `inspect` shows it stopped with that
+/// code, `logs` returns its output (tail counts lines).
+async fn check_exit_code_output_and_wait<R: Runtime>(runtime: &R, scope: &str) -> TestResult {
+    runtime.ensure_network(NETWORK).await?;
+    let mut job = spec(scope, "job");
+    job.command = Some(vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        "echo hello; echo world; exit 3".to_owned(),
+    ]);
+    let id = runtime.create(&job).await?;
+    runtime.start(&id).await?;
+    assert_eq!(runtime.wait(&id).await?, 3);
+    let inspection = runtime.inspect(&id).await?;
+    assert_eq!((inspection.running, inspection.exit_code), (false, Some(3)));
+    assert_eq!(runtime.logs(&id, 10).await?, "hello\nworld\n");
+    assert_eq!(runtime.logs(&id, 1).await?, "world\n");
+    let mut ok = spec(scope, "ok");
+    ok.command = Some(vec!["true".to_owned()]);
+    let ok_id = runtime.create(&ok).await?;
+    runtime.start(&ok_id).await?;
+    assert_eq!(runtime.wait(&ok_id).await?, 0);
+    runtime.remove(&id).await?;
+    runtime.remove(&ok_id).await?;
+    Ok(())
+}
+
+/// A running container has an address on its network; `exec` returns the command's exit code
+/// and output.
+async fn check_inspect_and_exec<R: Runtime>(runtime: &R, scope: &str) -> TestResult {
+    runtime.ensure_network(NETWORK).await?;
+    let web = spec(scope, "web");
+    let id = runtime.create(&web).await?;
+    runtime.start(&id).await?;
+    let inspection = runtime.inspect(&id).await?;
+    assert!(inspection.running);
+    assert_eq!(
+        inspection.exit_code, None,
+        "a running container has no exit code"
+    );
+    assert_eq!(inspection.name, web.name);
+    let address = inspection
+        .ip_addresses
+        .get(NETWORK)
+        .ok_or("an address on the network")?;
+    assert!(address.parse::<std::net::Ipv4Addr>().is_ok(), "{address}");
+    let outcome = runtime
+        .exec(
+            &id,
+            &[
+                "sh".to_owned(),
+                "-c".to_owned(),
+                "echo probe; exit 4".to_owned(),
+            ],
+        )
+        .await?;
+    assert_eq!((outcome.exit_code, outcome.output.as_str()), (4, "probe\n"));
+    assert_eq!(runtime.exec(&id, &["true".to_owned()]).await?.exit_code, 0);
+    assert_eq!(runtime.exec(&id, &["false".to_owned()]).await?.exit_code, 1);
+    runtime.remove(&id).await?;
+    assert!(matches!(
+        runtime.inspect(&id).await,
+        Err(Error::NotFound { .. })
+    ));
+    Ok(())
+}
+
+/// Named volumes: created once with their labels, listed by label, kept while mounted,
+/// removed on request (a missing one is fine).
+async fn check_volumes<R: Runtime>(runtime: &R, scope: &str) -> TestResult {
+    runtime.ensure_network(NETWORK).await?;
+    let name = format!("{scope}-data-0");
+    let volume_labels = BTreeMap::from([(labels::SCOPE.to_owned(), scope.to_owned())]);
+    runtime.ensure_volume(&name, &volume_labels).await?;
+    runtime.ensure_volume(&name, &volume_labels).await?;
+    let listed: Vec<String> = runtime
+        .list_volumes(&[(labels::SCOPE, scope)])
+        .await?
+        .into_iter()
+        .map(|volume| volume.name)
+        .collect();
+    assert_eq!(listed, [name.clone()]);
+    let mut user = spec(scope, "user");
+    user.binds = vec![format!("{name}:/data")];
+    let id = runtime.create(&user).await?;
+    assert!(
+        runtime.remove_volume(&name).await.is_err(),
+        "a mounted volume stays"
+    );
+    runtime.remove(&id).await?;
+    runtime.remove_volume(&name).await?;
+    runtime.remove_volume(&name).await?;
+    assert!(
+        runtime
+            .list_volumes(&[(labels::SCOPE, scope)])
+            .await?
+            .is_empty()
+    );
+    Ok(())
+}
+
+/// The test image is present; an unknown one is not, and pulling it fails.
+async fn check_images<R: Runtime>(runtime: &R, scope: &str) -> TestResult {
+    assert!(runtime.image_present(&test_image()).await?);
+    let missing = format!("voodu-missing-{scope}:1");
+    assert!(!runtime.image_present(&missing).await?);
+    assert!(runtime.pull(&missing, None).await.is_err());
     Ok(())
 }

@@ -355,7 +355,7 @@ async fn a_permanent_error_is_recorded_and_not_retried() -> TestResult {
     // The next commit gets a fresh chance.
     harness.push(&[(
         "web.hcl",
-        "deployment \"shop\" \"web\" {\n  image = \"busybox\"\n}\n",
+        "deployment \"shop\" \"web\" {\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n}\n",
     )])?;
     harness.converged(&web_key(), 1).await?;
     harness.stop().await
@@ -391,7 +391,7 @@ async fn a_restart_replays_desired_without_duplicates_and_prunes_what_left() -> 
         ("web.hcl", &web(2, "1")),
         (
             "api.hcl",
-            "deployment \"shop\" \"api\" {\n  image = \"busybox\"\n}\n",
+            "deployment \"shop\" \"api\" {\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n}\n",
         ),
     ])?;
     let before = ids(&harness.converged(&web_key(), 2).await?);

@@ -369,6 +369,7 @@ fn container_spec(
         aliases,
         extra_hosts: spec.container.extra_hosts.clone(),
         cap_add: spec.container.cap_add.clone(),
+        ..ContainerSpec::default()
     })
 }
 
