@@ -59,7 +59,7 @@ fn manifests(n: usize, variant: u32) -> BTreeMap<String, String> {
             }
             let id = file * per_file + i;
             let scope = format!("s{}", id % 50);
-            let version = if id % 10 == 0 { variant } else { 0 };
+            let version = if id.is_multiple_of(10) { variant } else { 0 };
             if id % 10 == 1 {
                 let _ = write!(
                     text,

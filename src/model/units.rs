@@ -68,7 +68,7 @@ pub fn parse_cpus(text: &str) -> Option<i64> {
     }
     let cores: f64 = text.parse().ok()?;
     let nanos = (cores * 1e9).round();
-    (nanos >= 1.0 && nanos < 9.0e18).then_some(nanos as i64)
+    (1.0..9.0e18).contains(&nanos).then_some(nanos as i64)
 }
 
 /// A memory size as voodu writes it: plain bytes, `Ki Mi Gi Ti` (1024-based) or `K M G T`

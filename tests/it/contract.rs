@@ -439,7 +439,7 @@ async fn check_volumes<R: Runtime>(runtime: &R, scope: &str) -> TestResult {
         .into_iter()
         .map(|volume| volume.name)
         .collect();
-    assert_eq!(listed, [name.clone()]);
+    assert_eq!(listed, std::slice::from_ref(&name));
     let mut user = spec(scope, "user");
     user.binds = vec![format!("{name}:/data")];
     let id = runtime.create(&user).await?;
