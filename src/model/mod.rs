@@ -16,7 +16,7 @@ pub use ports::{PortMapping, parse_ports};
 pub use snapshot::{
     FileRead, FileSource, MANIFEST_EXTENSIONS, MemoryFiles, Snapshot, SourceFile, is_manifest_path,
 };
-pub use units::{parse_cpus, parse_docker_size, parse_go_duration, parse_memory};
+pub use units::{parse_cpus, parse_docker_size, parse_go_duration, parse_memory, parse_ulimit};
 
 use std::fmt;
 

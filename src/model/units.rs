@@ -117,6 +117,26 @@ pub fn parse_docker_size(text: &str) -> Option<i64> {
     number.checked_mul(factor)
 }
 
+/// A ulimit value as `docker run --ulimit name=VALUE` takes it: `soft:hard` or one number
+/// for both; `-1` (or `unlimited`) means unlimited. Returns `(soft, hard)`.
+pub fn parse_ulimit(text: &str) -> Option<(i64, i64)> {
+    let number = |part: &str| -> Option<i64> {
+        match part.trim() {
+            "unlimited" | "-1" => Some(-1),
+            other => other.parse::<i64>().ok().filter(|n| *n >= 0),
+        }
+    };
+    let (soft, hard) = match text.split_once(':') {
+        Some((soft, hard)) => (number(soft)?, number(hard)?),
+        None => {
+            let both = number(text)?;
+            (both, both)
+        }
+    };
+    let unlimited = |n: i64| if n < 0 { i64::MAX } else { n };
+    (unlimited(soft) <= unlimited(hard)).then_some((soft, hard))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,5 +178,19 @@ mod tests {
         assert_eq!(parse_docker_size("64M"), Some(64 << 20));
         assert_eq!(parse_docker_size("100"), Some(100));
         assert_eq!(parse_docker_size("1x"), None);
+    }
+
+    #[test]
+    fn ulimits_parse_like_docker_run() {
+        assert_eq!(
+            parse_ulimit("1048576:1048576"),
+            Some((1_048_576, 1_048_576))
+        );
+        assert_eq!(parse_ulimit("4096"), Some((4096, 4096)));
+        assert_eq!(parse_ulimit("-1"), Some((-1, -1)));
+        assert_eq!(parse_ulimit("1024:unlimited"), Some((1024, -1)));
+        for bad in ["", "x", "2:1", "1:2:3", "-5"] {
+            assert_eq!(parse_ulimit(bad), None, "{bad:?}");
+        }
     }
 }

@@ -12,8 +12,10 @@
 //! - a panicking handler is recorded on its resource's status and the loop goes on;
 //! - transient errors are retried on the `retry` schedule; each try re-reads desired state.
 
+mod env;
 mod error;
 mod handlers;
+mod images;
 pub mod plan;
 mod queue;
 mod retry;

@@ -14,5 +14,12 @@ pub const MANIFEST_HASH: &str = "voodu.manifest_hash";
 pub const CREATED_AT: &str = "voodu.created_at";
 pub const RELEASE_ID: &str = "voodu.release_id";
 pub const ROLE: &str = "voodu.role";
+/// Statefulset pods (and their init containers): the pod's ordinal.
+pub const REPLICA_ORDINAL: &str = "voodu.replica_ordinal";
+/// Statefulset volumes: the claim name.
+pub const CLAIM: &str = "voodu.claim";
+/// The agent's keyed digest of the container's environment: a bucket change makes it
+/// outdated like a spec change does.
+pub const ENV_DIGEST: &str = "voodu.env_digest";
 /// Which agent (data dir) owns the container.
 pub const AGENT: &str = "voodu.agent";

@@ -77,6 +77,7 @@ pub(super) fn container(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Container {
     container.extra_hosts = r.strings(cx, "extra_hosts").unwrap_or_default();
     container.cap_add = r.strings(cx, "cap_add").unwrap_or_default();
     container.ulimits = r.map(cx, "ulimits").unwrap_or_default();
+    check_ulimits(cx, r, &container.ulimits);
     container.docker_options = r.strings(cx, "docker_options").unwrap_or_default();
     check_docker_options(cx, r, &container.docker_options);
     if let Some(block) = r.block(cx, "build") {
@@ -167,6 +168,18 @@ pub(super) fn container(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Container {
         container.logs = logs;
     }
     container
+}
+
+/// `ulimits` values as `docker run --ulimit` takes them.
+fn check_ulimits(cx: &mut Cx<'_>, r: &Reader<'_>, ulimits: &BTreeMap<String, String>) {
+    for (name, value) in ulimits {
+        if crate::model::parse_ulimit(value).is_none() {
+            cx.error(
+                r.span_of("ulimits"),
+                format!("`{}.{name}` {value:?} is not a ulimit: write \"soft:hard\" or one number (-1 for unlimited)", r.field("ulimits")),
+            );
+        }
+    }
 }
 
 /// `docker_options` must be flags the agent can express through Docker's API.
@@ -864,6 +877,7 @@ fn inits(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Vec<Init> {
             docker_options: i.strings(cx, "docker_options").unwrap_or_default(),
         };
         check_docker_options(cx, &i, &init.docker_options);
+        check_ulimits(cx, &i, &init.ulimits);
         let command = i.strings(cx, "command");
         let lacks_command = i.lacks("command", &command);
         init.command = command.unwrap_or_default();

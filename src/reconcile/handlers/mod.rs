@@ -4,6 +4,7 @@
 //! Invariant: handlers are level-triggered and idempotent; they never see why they were
 //! called (kube's hidden `ReconcileReason`).
 
+pub(crate) mod container;
 mod deployment;
 
 use std::sync::Arc;

@@ -1,0 +1,260 @@
+//! A container's environment, merged in voodu's order (spec §4.4), later layers winning:
+//! the `env_from` buckets in declared order (`"a/b"` is app bucket `b` of scope `a`, a bare
+//! `"x"` app bucket `x` of the resource's own scope), the resource's scope bucket, its app
+//! bucket, the identity variables (`VOODU_SCOPE`, `VOODU_NAME`, …), then the manifest's `env`
+//! with `${asset.…}` and `${ref.…}` resolved.
+//!
+//! Invariants: pure; values never appear in errors; `digest` is keyed with the agent's own
+//! secret, so the `voodu.env_digest` label tells whether a container's environment is current
+//! without letting anyone who can `docker inspect` guess the values behind it.
+
+use std::collections::BTreeMap;
+
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+
+use crate::manifest::spec::Container;
+use crate::model::{ResourceKey, resolve_asset_refs};
+use crate::store::Buckets;
+
+/// Why an environment cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum EnvError {
+    /// Every `env_from` bucket is missing (voodu: a permanent error).
+    NoBuckets(Vec<String>),
+    /// A `${ref.…}` whose target has no value yet (voodu: transient, retried).
+    Unresolved(Vec<String>),
+}
+
+impl std::fmt::Display for EnvError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EnvError::NoBuckets(references) => write!(
+                f,
+                "env_from [{}]: none of these config buckets exists; set them with `voodu-agent config set SCOPE/NAME KEY=VALUE`",
+                references.join(", ")
+            ),
+            EnvError::Unresolved(references) => write!(
+                f,
+                "unresolved reference(s): {} (the ingress has no status yet)",
+                references.join(", ")
+            ),
+        }
+    }
+}
+
+/// Everything the merge reads besides the spec.
+pub(crate) struct EnvInputs<'a> {
+    pub(crate) key: &'a ResourceKey,
+    pub(crate) buckets: &'a Buckets,
+    /// Identity variables, e.g. `VOODU_REPLICA_ORDINAL` for a statefulset pod.
+    pub(crate) identity: Vec<(String, String)>,
+    pub(crate) assets_root: &'a std::path::Path,
+    /// `${ref.<kind>.<name>.<field>}` values that exist now, keyed `kind.name.field`.
+    pub(crate) references: &'a BTreeMap<String, String>,
+}
+
+/// The merged environment as `KEY=VALUE` entries, sorted by key.
+pub(crate) fn container_env(
+    inputs: &EnvInputs<'_>,
+    container: &Container,
+) -> Result<Vec<String>, EnvError> {
+    let key = inputs.key;
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    if !container.env_from.is_empty() {
+        let mut found = false;
+        for reference in &container.env_from {
+            let bucket = match reference.split_once('/') {
+                Some((scope, name)) => (scope.to_owned(), name.to_owned()),
+                None => (key.scope.clone(), reference.clone()),
+            };
+            if let Some(values) = inputs.buckets.get(&bucket) {
+                found = true;
+                env.extend(values.clone());
+            }
+        }
+        if !found {
+            return Err(EnvError::NoBuckets(container.env_from.clone()));
+        }
+    }
+    for bucket in [
+        (key.scope.clone(), String::new()),
+        (key.scope.clone(), key.name.clone()),
+    ] {
+        if let Some(values) = inputs.buckets.get(&bucket) {
+            env.extend(values.clone());
+        }
+    }
+    env.extend(inputs.identity.iter().cloned());
+    let mut unresolved = Vec::new();
+    for (name, value) in &container.env {
+        let value = resolve_asset_refs(value, inputs.assets_root);
+        env.insert(
+            name.clone(),
+            resolve_refs(&value, inputs.references, &mut unresolved),
+        );
+    }
+    if !unresolved.is_empty() {
+        return Err(EnvError::Unresolved(unresolved));
+    }
+    Ok(env.into_iter().map(|(k, v)| format!("{k}={v}")).collect())
+}
+
+/// Replaces each `${ref.kind.name.field}` by its value, noting the ones without a value.
+fn resolve_refs(
+    value: &str,
+    references: &BTreeMap<String, String>,
+    unresolved: &mut Vec<String>,
+) -> String {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${ref.") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + "${ref.".len()..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[start..]);
+            return out;
+        };
+        let reference = &after[..end];
+        match references.get(reference) {
+            Some(resolved) => out.push_str(resolved),
+            None => {
+                unresolved.push(reference.to_owned());
+                out.push_str(&rest[start..start + "${ref.".len() + end + 1]);
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The keyed digest of an environment (`voodu.env_digest`): lowercase hex HMAC-SHA256.
+pub(crate) fn digest(secret: &[u8], env: &[String]) -> String {
+    let mut mac =
+        <Hmac<Sha256> as KeyInit>::new_from_slice(secret).expect("HMAC takes keys of any length");
+    for entry in env {
+        mac.update(entry.as_bytes());
+        mac.update(b"\n");
+    }
+    mac.finalize()
+        .into_bytes()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Kind;
+
+    fn bucket(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn inputs<'a>(
+        key: &'a ResourceKey,
+        buckets: &'a Buckets,
+        references: &'a BTreeMap<String, String>,
+    ) -> EnvInputs<'a> {
+        EnvInputs {
+            key,
+            buckets,
+            identity: vec![
+                ("VOODU_NAME".into(), "web".into()),
+                ("VOODU_SCOPE".into(), "prod".into()),
+            ],
+            assets_root: std::path::Path::new("/data/assets"),
+            references,
+        }
+    }
+
+    #[test]
+    fn layers_merge_in_voodus_order() -> Result<(), EnvError> {
+        let key = ResourceKey::new(Kind::Deployment, "prod", "web");
+        let buckets: Buckets = [
+            (
+                ("shared".into(), "db".into()),
+                bucket(&[("A", "from-a/b"), ("B", "from-a/b"), ("Z", "z")]),
+            ),
+            (
+                ("prod".into(), "cache".into()),
+                bucket(&[("B", "from-bare"), ("C", "from-bare")]),
+            ),
+            (
+                ("prod".into(), String::new()),
+                bucket(&[("C", "scope"), ("D", "scope")]),
+            ),
+            (
+                ("prod".into(), "web".into()),
+                bucket(&[("D", "app"), ("E", "app"), ("VOODU_NAME", "app")]),
+            ),
+        ]
+        .into();
+        let references =
+            BTreeMap::from([("ingress.web.host".to_owned(), "web.example".to_owned())]);
+        let mut container = Container::default();
+        container.env_from = vec!["shared/db".into(), "cache".into()];
+        container.env = bucket(&[
+            ("E", "manifest"),
+            ("CONF", "${asset.prod.cfg.conf}"),
+            ("URL", "https://${ref.ingress.web.host}/x"),
+        ]);
+        let env = container_env(&inputs(&key, &buckets, &references), &container)?;
+        assert_eq!(
+            env,
+            [
+                "A=from-a/b",
+                "B=from-bare",
+                "C=scope",
+                "CONF=/data/assets/prod/cfg/conf",
+                "D=app",
+                "E=manifest",
+                "URL=https://web.example/x",
+                "VOODU_NAME=web",
+                "VOODU_SCOPE=prod",
+                "Z=z",
+            ]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn missing_buckets_and_refs_are_reported_without_values() {
+        let key = ResourceKey::new(Kind::Deployment, "prod", "web");
+        let buckets: Buckets = [(
+            ("prod".into(), String::new()),
+            bucket(&[("SECRET", "hunter2")]),
+        )]
+        .into();
+        let references = BTreeMap::new();
+        let mut container = Container::default();
+        container.env_from = vec!["nope".into()];
+        let error =
+            container_env(&inputs(&key, &buckets, &references), &container).expect_err("no bucket");
+        assert_eq!(error, EnvError::NoBuckets(vec!["nope".into()]));
+        container.env_from.clear();
+        container.env = bucket(&[("H", "${ref.ingress.web.host}")]);
+        let error =
+            container_env(&inputs(&key, &buckets, &references), &container).expect_err("no ref");
+        assert_eq!(error, EnvError::Unresolved(vec!["ingress.web.host".into()]));
+        assert!(!error.to_string().contains("hunter2"));
+    }
+
+    #[test]
+    fn digests_are_keyed_and_change_with_any_value() {
+        let env = vec!["A=1".to_owned(), "B=2".to_owned()];
+        let one = digest(b"key-one", &env);
+        assert_eq!(one.len(), 64);
+        assert_eq!(one, digest(b"key-one", &env), "deterministic");
+        assert_ne!(one, digest(b"key-two", &env), "keyed");
+        assert_ne!(
+            one,
+            digest(b"key-one", &["A=1".to_owned(), "B=3".to_owned()])
+        );
+    }
+}

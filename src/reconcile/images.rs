@@ -1,0 +1,165 @@
+//! Images before a container is created, per voodu's rule (spec §6.5): an image present on
+//! the host is used as it is (never re-pulled); a missing one is pulled, with the credentials
+//! of the `registry` resource whose `url` is the image's registry host (a token, or a
+//! `docker-credential-<helper>` program).
+//!
+//! Invariants: credentials are never logged or put in an error; a pull the registry refuses is
+//! a permanent error for the resource (fixed by a commit: a registry block, or another
+//! image), an unreachable engine or registry a transient one.
+
+use std::time::Duration;
+
+use crate::manifest::spec::{RegistrySpec, Spec};
+use crate::model::{Kind, ResourceKey};
+use crate::runtime::{RegistryAuth, Runtime};
+
+use super::{Ctx, Error, Result, blocking};
+
+/// How long a credential helper may take.
+const HELPER_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The registry host of an image reference: its first path component when that looks like a
+/// host (`ghcr.io/x`, `localhost:5000/x`), else Docker Hub.
+pub(crate) fn registry_host(image: &str) -> &str {
+    match image.split_once('/') {
+        Some((first, _)) if first.contains('.') || first.contains(':') || first == "localhost" => {
+            first
+        }
+        _ => "docker.io",
+    }
+}
+
+fn same_registry(url: &str, host: &str) -> bool {
+    let url = url
+        .trim_start_matches("https://")
+        .trim_start_matches("http://")
+        .trim_end_matches('/');
+    let hub = |name: &str| {
+        matches!(
+            name,
+            "docker.io" | "index.docker.io" | "registry-1.docker.io"
+        )
+    };
+    url == host || (hub(url) && hub(host))
+}
+
+/// Makes sure `image` is on the host, pulling it when missing.
+pub(crate) async fn ensure_image<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    image: &str,
+) -> Result<()> {
+    let runtime_error = |source| Error::Runtime {
+        key: key.clone(),
+        source,
+    };
+    if ctx
+        .runtime
+        .image_present(image)
+        .await
+        .map_err(runtime_error)?
+    {
+        return Ok(());
+    }
+    let host = registry_host(image).to_owned();
+    let registry = blocking(&ctx.store, move |store| {
+        Ok(store
+            .desired_all()?
+            .into_iter()
+            .filter(|desired| desired.key.kind == Kind::Registry)
+            .find_map(|desired| match desired.spec {
+                Spec::Registry(spec) if same_registry(&spec.url, &host) => Some(spec),
+                _ => None,
+            }))
+    })
+    .await?;
+    let auth = match &registry {
+        Some(spec) => Some(credentials(key, spec).await?),
+        None => None,
+    };
+    tracing::info!(%key, image, registry = registry.as_ref().map(|spec| spec.url.as_str()), "pulling a missing image");
+    match ctx.runtime.pull(image, auth.as_ref()).await {
+        Ok(()) => Ok(()),
+        Err(crate::runtime::Error::ImageMissing { message, .. }) => Err(Error::Permanent {
+            key: key.clone(),
+            message: format!(
+                "image {image} is not on this host and pulling it failed ({message}); load or build it on the host, or declare a `registry` for {}",
+                registry_host(image)
+            ),
+        }),
+        Err(other) => Err(runtime_error(other)),
+    }
+}
+
+async fn credentials(key: &ResourceKey, spec: &RegistrySpec) -> Result<RegistryAuth> {
+    if spec.helper.is_empty() {
+        return Ok(RegistryAuth {
+            server: spec.url.clone(),
+            username: spec.username.clone(),
+            password: spec.token.clone(),
+        });
+    }
+    let program = format!("docker-credential-{}", spec.helper);
+    let failed = |why: String| Error::Permanent {
+        key: key.clone(),
+        message: format!("credential helper {program} for {}: {why}", spec.url),
+    };
+    let mut child = tokio::process::Command::new(&program)
+        .arg("get")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|error| failed(format!("cannot run it ({error}); install it on the host")))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        use tokio::io::AsyncWriteExt as _;
+        stdin
+            .write_all(spec.url.as_bytes())
+            .await
+            .map_err(|error| failed(error.to_string()))?;
+    }
+    let output = tokio::time::timeout(HELPER_TIMEOUT, child.wait_with_output())
+        .await
+        .map_err(|_| failed(format!("no answer within {}s", HELPER_TIMEOUT.as_secs())))?
+        .map_err(|error| failed(error.to_string()))?;
+    if !output.status.success() {
+        return Err(failed(format!("exited with {}", output.status)));
+    }
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        #[serde(rename = "Username")]
+        username: String,
+        #[serde(rename = "Secret")]
+        secret: String,
+    }
+    let answer: Answer = serde_json::from_slice(&output.stdout)
+        .map_err(|_| failed("its answer is not {\"Username\", \"Secret\"} JSON".to_owned()))?;
+    Ok(RegistryAuth {
+        server: spec.url.clone(),
+        username: answer.username,
+        password: answer.secret,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn images_map_to_their_registry_host() {
+        for (image, host) in [
+            ("ghcr.io/acme/api:1", "ghcr.io"),
+            ("localhost:5000/app", "localhost:5000"),
+            ("localhost/app", "localhost"),
+            ("redis:7", "docker.io"),
+            ("library/redis", "docker.io"),
+            ("acme/api@sha256:00", "docker.io"),
+        ] {
+            assert_eq!(registry_host(image), host, "{image}");
+        }
+        assert!(same_registry("https://ghcr.io/", "ghcr.io"));
+        assert!(same_registry("index.docker.io", "docker.io"));
+        assert!(!same_registry("ghcr.io", "docker.io"));
+    }
+}
