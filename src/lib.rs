@@ -6,14 +6,17 @@
 //! Modules in data-flow order (see ARCHITECTURE.md for the bird's-eye view):
 //!
 //! - [`model`]: the shared vocabulary (kinds, keys, SHAs, hashes, snapshots).
+//! - [`metrics`]: counters and histograms every stage records; rendered by `http`.
 //! - [`git`]: fetch with gix, resolve the branch to a commit, read manifest blobs at it.
 //! - [`manifest`]: parse and validate a snapshot; every problem has `path:line:col`.
 //! - [`store`]: the SQLite journal: desired state, journal rows, cursor, releases, status.
 //! - [`sync`]: one commit from git through manifest into the store, in one transaction.
 //! - [`reconcile`]: tail the journal, plan, and drive the runtime, one key at a time.
 //! - [`runtime`]: the container verbs handlers need; Docker through bollard, or a fake.
+//! - [`http`]: the webhook (→ a sync request), health, status, releases and metrics.
 //! - [`agent`], [`cli`]: the edge: wiring, signals, commands.
 
+pub mod metrics;
 pub mod model;
 
 pub mod git;
@@ -24,6 +27,8 @@ pub mod store;
 
 pub mod reconcile;
 pub mod sync;
+
+pub mod http;
 
 pub mod agent;
 pub mod cli;

@@ -6,15 +6,22 @@
 //! - one SQLite transaction per commit: `apply_commit` updates `desired`, appends the PUT/DELETE
 //!   journal rows and records the commit together, or does nothing at all;
 //! - a rejected commit adds one `commits` row and touches nothing else;
-//! - every journal append wakes subscribers at once (`subscribe`), so nobody polls SQLite.
+//! - a pinned resource (`releases.rs`: an operator rollback) keeps its desired row while git
+//!   declares what it declared at pin time; the first commit that changes the resource in git
+//!   clears the pin in the same transaction that applies the change;
+//! - every journal append by this process wakes subscribers at once (`subscribe`), so nobody
+//!   polls SQLite; appends by another process (the `rollback` command) are noticed by
+//!   `notice_external_writes`, which the sync loop calls before each sync.
 //!
 //! Calls block: async callers run them on `spawn_blocking`. The connection sits behind a std
 //! `Mutex` that is never held across an `.await`.
 
 mod error;
+mod releases;
 mod schema;
 
 pub use error::{Error, Result};
+pub use releases::{Pin, RELEASE_HISTORY_LIMIT, RollbackOutcome, UnpinOutcome};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -80,11 +87,15 @@ pub struct Desired {
 pub struct ApplySummary {
     pub puts: Vec<ResourceKey>,
     pub deletes: Vec<ResourceKey>,
+    /// Pinned resources whose pin this commit cleared, because git changed them.
+    pub unpinned: Vec<ResourceKey>,
 }
 
 /// A commit the agent processed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitRecord {
+    /// Position in the `commits` table: later records have larger numbers.
+    pub seq: i64,
     pub sha: CommitSha,
     pub applied: bool,
     pub errors: Vec<Diagnostic>,
@@ -142,6 +153,8 @@ pub struct Release {
     pub started_at: i64,
     pub finished_at: Option<i64>,
     pub message: String,
+    /// For a rollback release: the release that was current when the operator rolled back.
+    pub rolled_back_from: Option<i64>,
 }
 
 /// What the reconciler last observed and did for one resource.
@@ -279,12 +292,22 @@ impl Store {
                     current.insert(key_from_row(&kind, scope, name)?, (spec, generation));
                 }
             }
+            let pins = releases::git_specs_of_pins(&tx)?;
             let mut summary = ApplySummary::default();
             let now = now_unix();
             for resource in &manifest.resources {
                 let key = &resource.key;
                 let spec_json = resource.spec.to_json();
-                let generation = match current.remove(key) {
+                let current_row = current.remove(key);
+                if let Some(git_spec) = pins.get(key) {
+                    if git_spec.as_deref() == Some(spec_json.as_str()) {
+                        // Git still declares what it declared at pin time: the pin holds.
+                        continue;
+                    }
+                    releases::delete_pin(&tx, key)?;
+                    summary.unpinned.push(key.clone());
+                }
+                let generation = match current_row {
                     Some((old_spec, _)) if old_spec == spec_json => continue,
                     Some((_, generation)) => generation + 1,
                     None => 1,
@@ -311,6 +334,14 @@ impl Store {
                 summary.puts.push(key.clone());
             }
             for (key, (_, generation)) in current {
+                if let Some(git_spec) = pins.get(&key) {
+                    if git_spec.is_none() {
+                        // Pinned while absent from git, and git still does not declare it.
+                        continue;
+                    }
+                    releases::delete_pin(&tx, &key)?;
+                    summary.unpinned.push(key.clone());
+                }
                 tx.execute(
                     "DELETE FROM desired WHERE kind = ?1 AND scope = ?2 AND name = ?3",
                     params![key.kind.as_str(), key.scope, key.name],
@@ -353,32 +384,13 @@ impl Store {
         self.with(|connection| {
             let query = |filter: &str| -> Result<Option<CommitRecord>> {
                 let sql = format!(
-                    "SELECT sha, outcome, errors, seen_at FROM commits {filter} ORDER BY seq DESC LIMIT 1"
+                    "SELECT seq, sha, outcome, errors, seen_at FROM commits {filter} ORDER BY seq DESC LIMIT 1"
                 );
-                let row = connection
-                    .query_row(&sql, [], |row| {
-                        Ok((
-                            row.get::<_, String>(0)?,
-                            row.get::<_, String>(1)?,
-                            row.get::<_, Option<String>>(2)?,
-                            row.get::<_, i64>(3)?,
-                        ))
-                    })
-                    .optional()?;
-                row.map(|(sha, outcome, errors, seen_at)| {
-                    let errors = match errors {
-                        Some(json) => serde_json::from_str(&json)
-                            .map_err(|error| Error::Corrupt(format!("commit errors: {error}")))?,
-                        None => Vec::new(),
-                    };
-                    Ok(CommitRecord {
-                        sha: CommitSha::new(sha),
-                        applied: outcome == "applied",
-                        errors,
-                        seen_at,
-                    })
-                })
-                .transpose()
+                connection
+                    .query_row(&sql, [], commit_row)
+                    .optional()?
+                    .map(commit_record)
+                    .transpose()
             };
             Ok(CommitSummary {
                 last_seen: query("")?,
@@ -386,6 +398,71 @@ impl Store {
                 last_rejected: query("WHERE outcome = 'rejected'")?,
             })
         })
+    }
+
+    /// The newest record of commit `sha`, if the agent processed it.
+    pub fn commit_record(&self, sha: &CommitSha) -> Result<Option<CommitRecord>> {
+        self.with(|connection| {
+            connection
+                .query_row(
+                    "SELECT seq, sha, outcome, errors, seen_at FROM commits WHERE sha = ?1
+                     ORDER BY seq DESC LIMIT 1",
+                    params![sha.as_str()],
+                    commit_row,
+                )
+                .optional()?
+                .map(commit_record)
+                .transpose()
+        })
+    }
+
+    /// A value of the `meta` table (the agent's id, its HTTP address, …).
+    pub fn meta(&self, key: &str) -> Result<Option<String>> {
+        self.with(|connection| {
+            Ok(connection
+                .query_row(
+                    "SELECT value FROM meta WHERE key = ?1",
+                    params![key],
+                    |row| row.get(0),
+                )
+                .optional()?)
+        })
+    }
+
+    /// Sets (or, with `None`, removes) a value of the `meta` table.
+    pub fn set_meta(&self, key: &str, value: Option<&str>) -> Result<()> {
+        self.with(|connection| {
+            match value {
+                Some(value) => connection.execute(
+                    "INSERT INTO meta (key, value) VALUES (?1, ?2)
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    params![key, value],
+                )?,
+                None => connection.execute("DELETE FROM meta WHERE key = ?1", params![key])?,
+            };
+            Ok(())
+        })
+    }
+
+    /// Wakes subscribers when another process (the `rollback` or `unpin` command) appended
+    /// journal rows this handle has not announced. One indexed read; cheap enough to call
+    /// before every sync.
+    pub fn notice_external_writes(&self) -> Result<()> {
+        let head: i64 = self.with(|connection| {
+            Ok(
+                connection.query_row("SELECT COALESCE(MAX(seq), 0) FROM journal", [], |row| {
+                    row.get(0)
+                })?,
+            )
+        })?;
+        self.journal_head.send_if_modified(|current| {
+            let newer = head > *current;
+            if newer {
+                *current = head;
+            }
+            newer
+        });
+        Ok(())
     }
 
     /// The desired state of one resource, if the last applied commit declares it.
@@ -509,95 +586,6 @@ impl Store {
         })
     }
 
-    /// The newest release of a resource.
-    pub fn latest_release(&self, key: &ResourceKey) -> Result<Option<Release>> {
-        Ok(self.releases(key, 1)?.into_iter().next())
-    }
-
-    /// Releases of a resource, newest first, at most `limit`.
-    pub fn releases(&self, key: &ResourceKey, limit: usize) -> Result<Vec<Release>> {
-        self.with(|connection| {
-            let mut statement = connection.prepare(
-                "SELECT id, commit_sha, spec_hash, snapshot, phase, started_at, finished_at, message
-                 FROM releases WHERE kind = ?1 AND scope = ?2 AND name = ?3 ORDER BY id DESC LIMIT ?4",
-            )?;
-            let rows = statement.query_map(
-                params![key.kind.as_str(), key.scope, key.name, i64::try_from(limit).unwrap_or(i64::MAX)],
-                |row| {
-                    Ok((
-                        row.get::<_, i64>(0)?,
-                        row.get::<_, String>(1)?,
-                        row.get::<_, String>(2)?,
-                        row.get::<_, String>(3)?,
-                        row.get::<_, String>(4)?,
-                        row.get::<_, i64>(5)?,
-                        row.get::<_, Option<i64>>(6)?,
-                        row.get::<_, String>(7)?,
-                    ))
-                },
-            )?;
-            rows.map(|row| {
-                let (id, commit, spec_hash, snapshot, phase, started_at, finished_at, message) = row?;
-                Ok(Release {
-                    id,
-                    key: key.clone(),
-                    commit: CommitSha::new(commit),
-                    spec_hash: SpecHash::new(spec_hash),
-                    snapshot,
-                    phase: ReleasePhase::parse(&phase)?,
-                    started_at,
-                    finished_at,
-                    message,
-                })
-            })
-            .collect()
-        })
-    }
-
-    /// Starts a progressing release for `desired`.
-    pub fn begin_release(&self, desired: &Desired) -> Result<Release> {
-        let key = &desired.key;
-        let started_at = now_unix();
-        let id = self.with(|connection| {
-            connection.execute(
-                "INSERT INTO releases (kind, scope, name, commit_sha, spec_hash, snapshot, phase, started_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'progressing', ?7)",
-                params![
-                    key.kind.as_str(),
-                    key.scope,
-                    key.name,
-                    desired.commit.as_str(),
-                    desired.spec_hash.as_str(),
-                    desired.spec_json,
-                    started_at
-                ],
-            )?;
-            Ok(connection.last_insert_rowid())
-        })?;
-        Ok(Release {
-            id,
-            key: key.clone(),
-            commit: desired.commit.clone(),
-            spec_hash: desired.spec_hash.clone(),
-            snapshot: desired.spec_json.clone(),
-            phase: ReleasePhase::Progressing,
-            started_at,
-            finished_at: None,
-            message: String::new(),
-        })
-    }
-
-    /// Ends a release with its final phase.
-    pub fn finish_release(&self, id: i64, phase: ReleasePhase, message: &str) -> Result<()> {
-        self.with(|connection| {
-            connection.execute(
-                "UPDATE releases SET phase = ?2, finished_at = ?3, message = ?4 WHERE id = ?1",
-                params![id, phase.as_str(), now_unix(), message],
-            )?;
-            Ok(())
-        })
-    }
-
     pub fn put_status(&self, key: &ResourceKey, status: &ResourceStatus) -> Result<()> {
         self.with(|connection| {
             connection.execute(
@@ -669,6 +657,33 @@ impl Store {
             .collect()
         })
     }
+}
+
+type CommitRow = (i64, String, String, Option<String>, i64);
+
+fn commit_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<CommitRow> {
+    Ok((
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+    ))
+}
+
+fn commit_record((seq, sha, outcome, errors, seen_at): CommitRow) -> Result<CommitRecord> {
+    let errors = match errors {
+        Some(json) => serde_json::from_str(&json)
+            .map_err(|error| Error::Corrupt(format!("commit errors: {error}")))?,
+        None => Vec::new(),
+    };
+    Ok(CommitRecord {
+        seq,
+        sha: CommitSha::new(sha),
+        applied: outcome == "applied",
+        errors,
+        seen_at,
+    })
 }
 
 fn append_journal(

@@ -122,7 +122,15 @@ fn sigterm_stops_the_agent_cleanly() -> TestResult {
     repo.commit("web")?;
     let data = tempfile::tempdir()?;
     let mut child = agent()
-        .args(["--repo", &repo.url(), "--interval", "1s", "--data-dir"])
+        .args([
+            "--repo",
+            &repo.url(),
+            "--interval",
+            "1s",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
         .arg(data.path())
         .stderr(Stdio::piped())
         .spawn()?;

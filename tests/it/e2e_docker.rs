@@ -40,7 +40,15 @@ impl Agent {
     fn start(repo: &TempRepo, data_dir: &Path, log: &Path) -> TestResult<Agent> {
         let stderr = File::options().create(true).append(true).open(log)?;
         let child = Command::new(AGENT)
-            .args(["--repo", &repo.url(), "--interval", "1s", "--data-dir"])
+            .args([
+                "--repo",
+                &repo.url(),
+                "--interval",
+                "1s",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .arg("--data-dir")
             .arg(data_dir)
             .env("RUST_LOG", "info,voodu_agent=debug")
             .env("NO_COLOR", "1")

@@ -46,6 +46,7 @@ impl Harness {
             runtime: self.fake.clone(),
             agent_id: self.store.agent_id()?,
             options: ReconcileOptions::default(),
+            metrics: Arc::new(voodu_agent::metrics::Metrics::new()),
         });
         self.shutdown = CancellationToken::new();
         self.task = Some(tokio::spawn(reconcile::run(ctx, self.shutdown.clone())));
@@ -474,6 +475,8 @@ async fn agent_applies_commits_and_keeps_the_last_good_one_on_bad_input() -> Tes
             start_settle: Duration::ZERO,
             ..ReconcileOptions::default()
         },
+        http: None,
+        watch_local: false,
     };
     let agent = tokio::spawn(voodu_agent::agent::run_with_runtime(
         config,
