@@ -190,6 +190,8 @@ impl Store {
             let _ = std::fs::create_dir_all(parent);
         }
         let mut connection = Connection::open(path).map_err(open_error)?;
+        // The timeout first: another handle may hold the lock the pragmas need.
+        connection.busy_timeout(std::time::Duration::from_secs(5))?;
         connection
             .execute_batch(
                 "PRAGMA journal_mode = WAL;
@@ -197,7 +199,6 @@ impl Store {
                  PRAGMA foreign_keys = ON;",
             )
             .map_err(open_error)?;
-        connection.busy_timeout(std::time::Duration::from_secs(5))?;
         migrate(&mut connection, path)?;
         let store = Store::from_connection(connection, path);
         store.agent_id()?;
@@ -256,12 +257,16 @@ impl Store {
             {
                 return Ok(id);
             }
-            let id = crate::model::random_hex(8);
+            // Another handle may make the id at the same moment: the first insert wins.
             connection.execute(
-                "INSERT INTO meta (key, value) VALUES ('agent_id', ?1)",
-                params![id],
+                "INSERT OR IGNORE INTO meta (key, value) VALUES ('agent_id', ?1)",
+                params![crate::model::random_hex(8)],
             )?;
-            Ok(id)
+            Ok(connection.query_row(
+                "SELECT value FROM meta WHERE key = 'agent_id'",
+                [],
+                |row| row.get(0),
+            )?)
         })
     }
 
@@ -717,21 +722,21 @@ fn check_version(found: i64, path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Runs pending migrations, each in a write transaction that reads the version first: two
+/// handles opening one database at once (the agent and a `rollback` command) never run a
+/// migration twice.
 fn migrate(connection: &mut Connection, path: &Path) -> Result<()> {
-    let version: i64 = connection.query_row("PRAGMA user_version", [], |row| row.get(0))?;
-    check_version(version, path)?;
-    let start = usize::try_from(version).unwrap_or(0);
-    for (index, migration) in schema::MIGRATIONS.iter().enumerate().skip(start) {
-        let tx = connection.transaction()?;
+    loop {
+        let tx = connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let version: i64 = tx.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+        check_version(version, path)?;
+        let Some(migration) = schema::MIGRATIONS.get(usize::try_from(version).unwrap_or(0)) else {
+            return Ok(());
+        };
         tx.execute_batch(migration)?;
-        tx.pragma_update(
-            None,
-            "user_version",
-            i64::try_from(index + 1).unwrap_or(i64::MAX),
-        )?;
+        tx.pragma_update(None, "user_version", version + 1)?;
         tx.commit()?;
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -524,7 +524,12 @@ fn release_history_keeps_the_newest_ten_per_resource() -> TestResult {
         .iter()
         .map(|release| release.id)
         .collect();
-    let newest_ten: Vec<i64> = ids.iter().rev().take(RELEASE_HISTORY_LIMIT).copied().collect();
+    let newest_ten: Vec<i64> = ids
+        .iter()
+        .rev()
+        .take(RELEASE_HISTORY_LIMIT)
+        .copied()
+        .collect();
     assert_eq!(kept, newest_ten);
     assert_eq!(
         f.store.releases(&key("api"), usize::MAX)?.len(),
@@ -545,7 +550,11 @@ fn a_revert_is_an_ordinary_release_that_names_the_earlier_one() -> TestResult {
     assert_eq!(revert.rolled_back_from, None);
     assert_eq!(
         revert.message,
-        format!("same spec as release #{} (commit {})", first.id, sha(1).short())
+        format!(
+            "same spec as release #{} (commit {})",
+            first.id,
+            sha(1).short()
+        )
     );
     Ok(())
 }
@@ -562,11 +571,19 @@ fn rollback_reapplies_the_previous_release_and_pins_in_one_step() -> TestResult 
 
     let outcome = f.store.rollback(&key("web"), None)?;
 
-    assert_eq!(outcome.target.id, first.id, "default: the previous release that ran");
+    assert_eq!(
+        outcome.target.id, first.id,
+        "default: the previous release that ran"
+    );
     assert!(outcome.git_differs);
     let desired = f.store.desired(&key("web"))?.ok_or("web")?;
     assert_eq!(
-        (&desired.spec_json, &desired.commit, &desired.spec_hash, desired.generation),
+        (
+            &desired.spec_json,
+            &desired.commit,
+            &desired.spec_hash,
+            desired.generation
+        ),
         (&first.snapshot, &sha(1), &first.spec_hash, generation + 1)
     );
     let last_row = journal(&f.store)?.pop().ok_or("a journal row")?;
@@ -580,7 +597,11 @@ fn rollback_reapplies_the_previous_release_and_pins_in_one_step() -> TestResult 
     assert_eq!(
         phases,
         [
-            (outcome.release.id, ReleasePhase::Progressing, Some(second.id)),
+            (
+                outcome.release.id,
+                ReleasePhase::Progressing,
+                Some(second.id)
+            ),
             (second.id, ReleasePhase::RolledBack, None),
             (first.id, ReleasePhase::Succeeded, None),
         ]
@@ -588,7 +609,12 @@ fn rollback_reapplies_the_previous_release_and_pins_in_one_step() -> TestResult 
     assert_eq!(releases[0].commit, sha(1));
     let pin = f.store.pin(&key("web"))?.ok_or("pinned")?;
     assert_eq!(
-        (pin.release_id, &pin.commit, pin.git_spec.as_ref(), pin.git_commit.as_ref()),
+        (
+            pin.release_id,
+            &pin.commit,
+            pin.git_spec.as_ref(),
+            pin.git_commit.as_ref()
+        ),
         (
             outcome.release.id,
             &sha(1),
@@ -601,7 +627,11 @@ fn rollback_reapplies_the_previous_release_and_pins_in_one_step() -> TestResult 
         .finish_release(second.id, ReleasePhase::Succeeded, "late")?;
     let second_now = f.store.releases(&key("web"), 10)?[1].clone();
     assert_eq!(second_now.phase, ReleasePhase::RolledBack);
-    assert!(!second_now.message.contains("late"), "{}", second_now.message);
+    assert!(
+        !second_now.message.contains("late"),
+        "{}",
+        second_now.message
+    );
     Ok(())
 }
 
@@ -664,10 +694,7 @@ fn unpin_gives_the_resource_back_to_git() -> TestResult {
 
     let outcome = f.store.unpin(&key("web"))?;
 
-    assert_eq!(
-        (outcome.git_commit, outcome.changed),
-        (Some(sha(2)), true)
-    );
+    assert_eq!((outcome.git_commit, outcome.changed), (Some(sha(2)), true));
     assert_eq!(web_spec(&f.store)?, git_version);
     assert_eq!(
         journal(&f.store)?.pop().ok_or("a row")?,
@@ -748,7 +775,10 @@ fn journal_rows_from_another_process_wake_subscribers_once_noticed() -> TestResu
     // The `rollback` command opens its own handle, as another process does.
     let command = Store::open(&f.path)?;
     command.rollback(&key("web"), None)?;
-    assert!(!head.has_changed()?, "another handle's writes are not announced here");
+    assert!(
+        !head.has_changed()?,
+        "another handle's writes are not announced here"
+    );
     f.store.notice_external_writes()?;
     assert!(head.has_changed()?);
     let seen = *head.borrow_and_update();
@@ -774,5 +804,24 @@ fn commit_records_and_meta_values_are_looked_up_by_key() -> TestResult {
     assert_eq!(f.store.meta("http_addr")?.as_deref(), Some("127.0.0.1:2"));
     f.store.set_meta("http_addr", None)?;
     assert_eq!(f.store.meta("http_addr")?, None);
+    Ok(())
+}
+
+#[test]
+fn handles_opening_a_new_database_at_once_migrate_it_once() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("state.db");
+    let handles: Vec<std::thread::JoinHandle<Result<String>>> = (0..8)
+        .map(|_| {
+            let path = path.clone();
+            std::thread::spawn(move || Store::open(&path)?.agent_id())
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for handle in handles {
+        ids.push(handle.join().map_err(|_| "open thread panicked")??);
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 1, "one agent id for one database: {ids:?}");
     Ok(())
 }

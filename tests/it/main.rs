@@ -6,5 +6,6 @@ mod cli;
 mod contract;
 mod e2e_docker;
 mod git;
+mod http;
 mod reconcile;
 mod tidy;
