@@ -86,6 +86,13 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
         .as_deref()
         .map(WebhookSecret::from_file)
         .transpose()?;
+    if let Some(listen) = args.listen.0
+        && secret.is_none()
+        && !crate::http::may_listen_without_secret(&listen)
+    {
+        // Before anything else (the Docker connection included), so the refusal is the error.
+        return Err(crate::http::Error::InsecureListen { address: listen }.into());
+    }
     let http = args.listen.0.map(|listen| HttpConfig {
         listen,
         secret_file: args

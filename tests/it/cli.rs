@@ -29,6 +29,28 @@ fn running_without_repo_explains_what_to_do() -> TestResult {
 }
 
 #[test]
+fn listening_off_loopback_without_a_secret_is_refused() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let output = agent()
+        .args([
+            "--repo",
+            "/nonexistent",
+            "--listen",
+            "0.0.0.0:0",
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .output()?;
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8(output.stderr)?;
+    assert!(
+        stderr.contains("refusing to listen on 0.0.0.0:0 without a webhook secret"),
+        "{stderr}"
+    );
+    Ok(())
+}
+
+#[test]
 fn status_without_state_names_the_data_dir() -> TestResult {
     let dir = tempfile::tempdir()?;
     let output = agent()

@@ -4,8 +4,13 @@
 //! manifest prunes, `git revert` brings it back; and a `kill -9` mid-rollout converges after a
 //! restart without duplicates.
 //!
-//! State is read the way an operator would: `voodu-agent status --json` and `docker ps`.
-//! Limits in `wait_until` are liveness bounds, not timing assertions.
+//! Releases and rollback, the same way: `git revert` is an ordinary rollout that `releases`
+//! shows; `voodu-agent rollback` re-applies an earlier release and pins the resource until a
+//! commit changes it in git or `voodu-agent unpin`.
+//!
+//! State is read the way an operator would: `voodu-agent status --json`, `releases --json`,
+//! the agent's `/status`, and `docker ps`. Limits in `wait_until` are liveness bounds, not
+//! timing assertions.
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -223,6 +228,40 @@ impl Env {
             );
         }
         Ok(serde_json::from_slice(&output.stdout)?)
+    }
+
+    /// Runs a `voodu-agent` subcommand on this data dir; its stdout, or an error with stderr.
+    fn cli(&self, args: &[&str]) -> TestResult<String> {
+        let output = Command::new(AGENT)
+            .args(args)
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .output()?;
+        if !output.status.success() {
+            return Err(format!(
+                "voodu-agent {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr)
+            )
+            .into());
+        }
+        Ok(String::from_utf8(output.stdout)?)
+    }
+
+    /// `voodu-agent releases <scope>/web --json`.
+    fn releases(&self) -> TestResult<Value> {
+        let reference = format!("{}/web", self.scope());
+        Ok(serde_json::from_str(
+            &self.cli(&["releases", &reference, "--json"])?,
+        )?)
+    }
+
+    /// The address the running agent recorded for its HTTP side.
+    fn http_address(&self) -> TestResult<String> {
+        let store = voodu_agent::store::Store::open_read_only(&self.data_dir().join("state.db"))?;
+        Ok(store
+            .meta(voodu_agent::agent::META_HTTP_ADDR)?
+            .ok_or("the agent recorded no HTTP address")?)
     }
 
     /// This scope's `web` resource in `status --json`, if listed.
@@ -489,5 +528,150 @@ fn kill_9_during_rollout(env: &mut Env) -> TestResult {
         (release["commit"].as_str(), release["phase"].as_str()),
         (Some(second.as_str()), Some("succeeded"))
     );
+    Ok(())
+}
+
+#[test]
+fn git_revert_is_an_ordinary_rollout_the_release_list_shows() -> TestResult {
+    if !docker_tests_enabled("e2e_docker::git_revert_is_an_ordinary_rollout_the_release_list_shows")
+    {
+        return Ok(());
+    }
+    Env::new()?.run(revert_flow)
+}
+
+fn revert_flow(env: &mut Env) -> TestResult {
+    env.write_web(2, "1")?;
+    let first = env.repo.commit("web: V=1")?;
+    env.start_agent()?;
+    let hash_1 = env.converged(&first, 2, None)?[0].hash.clone();
+    env.write_web(2, "2")?;
+    let second = env.repo.commit("web: V=2")?;
+    let hash_2 = env.converged(&second, 2, Some(&hash_1))?[0].hash.clone();
+
+    let reverted = env.repo.revert(&second)?;
+    let rows = env.converged(&reverted, 2, Some(&hash_2))?;
+    assert!(
+        rows.iter().all(|row| row.hash == hash_1),
+        "the revert runs the first spec again: {rows:?}"
+    );
+    let releases = wait_until(LIMIT, "the revert's release to succeed", || {
+        let releases = env.releases().ok()?;
+        (releases["releases"][0]["phase"] == "succeeded").then_some(releases)
+    })?;
+    let list: Vec<(&str, &str, &str)> = releases["releases"]
+        .as_array()
+        .ok_or("releases")?
+        .iter()
+        .map(|release| {
+            (
+                release["commit"].as_str().unwrap_or_default(),
+                release["spec_hash"].as_str().unwrap_or_default(),
+                release["phase"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        list,
+        [
+            (reverted.as_str(), hash_1.as_str(), "succeeded"),
+            (second.as_str(), hash_2.as_str(), "succeeded"),
+            (first.as_str(), hash_1.as_str(), "succeeded"),
+        ]
+    );
+    let first_id = &releases["releases"][2]["id"];
+    assert_eq!(
+        releases["releases"][0]["message"],
+        format!("same spec as release #{first_id} (commit {})", &first[..12])
+    );
+    assert_eq!(releases["releases"][0]["rolled_back_from"], Value::Null);
+    assert_eq!(releases["pin"], Value::Null, "a revert pins nothing");
+    let table = env.cli(&["releases", &format!("{}/web", env.scope())])?;
+    assert!(table.contains(&reverted[..12]), "{table}");
+    Ok(())
+}
+
+#[test]
+fn rollback_pins_until_unpin_or_a_commit_that_changes_the_resource() -> TestResult {
+    if !docker_tests_enabled(
+        "e2e_docker::rollback_pins_until_unpin_or_a_commit_that_changes_the_resource",
+    ) {
+        return Ok(());
+    }
+    Env::new()?.run(rollback_flow)
+}
+
+fn rollback_flow(env: &mut Env) -> TestResult {
+    let reference = format!("{}/web", env.scope());
+    env.write_web(2, "1")?;
+    let first = env.repo.commit("web: V=1")?;
+    env.start_agent()?;
+    let hash_1 = env.converged(&first, 2, None)?[0].hash.clone();
+    env.write_web(2, "2")?;
+    let second = env.repo.commit("web: V=2")?;
+    let hash_2 = env.converged(&second, 2, Some(&hash_1))?[0].hash.clone();
+
+    // a. rollback → the first spec runs again, pinned; git (commit 2) now differs.
+    let said = env.cli(&["rollback", &reference])?;
+    assert!(
+        said.contains(&format!("(commit {})", &first[..12])),
+        "{said}"
+    );
+    assert!(said.contains("the agent is applying it now"), "{said}");
+    let rows = env.converged(&second, 2, Some(&hash_2))?;
+    assert!(rows.iter().all(|row| row.hash == hash_1), "{rows:?}");
+    let pin = wait_until(LIMIT, "the pin in status", || {
+        let resource = env.resource().ok()??;
+        (resource["release"]["phase"] == "succeeded").then(|| resource["pin"].clone())
+    })?;
+    assert_eq!(pin["commit"], first.as_str());
+    assert_eq!(pin["git_commit"], second.as_str());
+    assert_eq!(pin["git_differs"], true);
+    let releases = env.releases()?;
+    assert_eq!(releases["releases"][0]["commit"], first.as_str());
+    assert_eq!(releases["releases"][0]["phase"], "succeeded");
+    assert_eq!(releases["releases"][1]["commit"], second.as_str());
+    assert_eq!(releases["releases"][1]["phase"], "rolled-back");
+    assert_eq!(
+        releases["releases"][0]["rolled_back_from"],
+        releases["releases"][1]["id"]
+    );
+    // The operator's view over HTTP is the document `status --json` prints.
+    let (code, body) = crate::support::http::get_blocking(&env.http_address()?, "/status")?;
+    assert_eq!(code, 200);
+    assert_eq!(serde_json::from_str::<Value>(&body)?, env.status()?);
+    let text = env.cli(&["status"])?;
+    assert!(
+        text.contains("is PINNED to commit") && text.contains("git now differs"),
+        "{text}"
+    );
+
+    // b. a commit that leaves web alone keeps the pin and the running replicas.
+    env.repo.write("README.md", "notes\n")?;
+    let unrelated = env.repo.commit("docs")?;
+    let kept = env.converged(&unrelated, 2, Some(&hash_2))?;
+    assert_eq!(ids(&kept), ids(&rows), "nothing replaced");
+    assert_eq!(
+        env.resource()?.ok_or("web")?["pin"]["commit"],
+        first.as_str()
+    );
+
+    // c. unpin → git's version (the second spec) again, no pin.
+    let said = env.cli(&["unpin", &reference])?;
+    assert!(said.contains("back to git's version"), "{said}");
+    let rows = env.converged(&unrelated, 2, Some(&hash_1))?;
+    assert!(rows.iter().all(|row| row.hash == hash_2), "{rows:?}");
+    assert_eq!(env.resource()?.ok_or("web")?["pin"], Value::Null);
+
+    // d. rollback again, then a commit that changes web: the pin clears and git wins.
+    env.cli(&["rollback", &reference, "--to", &first[..10]])?;
+    env.converged(&unrelated, 2, Some(&hash_2))?;
+    env.write_web(2, "3")?;
+    let third = env.repo.commit("web: V=3")?;
+    let rows = env.converged(&third, 2, Some(&hash_1))?;
+    assert!(rows.iter().all(|row| row.hash != hash_2), "{rows:?}");
+    let resource = env.resource()?.ok_or("web")?;
+    assert_eq!(resource["pin"], Value::Null, "the commit cleared the pin");
+    assert_eq!(resource["release"]["commit"], third.as_str());
     Ok(())
 }

@@ -154,3 +154,21 @@ pub fn rss_bytes() -> TestResult<u64> {
         .parse()?;
     Ok(kib * 1024)
 }
+
+/// `GET path` from `address` over a plain socket (HTTP/1.0, for tests without a runtime) →
+/// status and body.
+pub fn get_blocking(address: &str, path: &str) -> TestResult<(u16, String)> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(address)?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
+    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").as_bytes())?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response.split_once("\r\n\r\n").ok_or("no end of headers")?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .ok_or("no status code")?
+        .parse()?;
+    Ok((status, body.to_owned()))
+}
