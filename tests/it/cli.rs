@@ -126,6 +126,56 @@ fn status_json_shows_commits_errors_and_resources() -> TestResult {
     Ok(())
 }
 
+/// Runs `voodu-agent <args> --data-dir <dir>` → exit code, stdout, stderr.
+fn run_in(dir: &std::path::Path, args: &[&str]) -> TestResult<(Option<i32>, String, String)> {
+    let output = agent().args(args).arg("--data-dir").arg(dir).output()?;
+    Ok((
+        output.status.code(),
+        String::from_utf8(output.stdout)?,
+        String::from_utf8(output.stderr)?,
+    ))
+}
+
+#[test]
+fn releases_rollback_and_unpin_explain_what_they_cannot_do() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open(&dir.path().join("state.db"))?;
+    let commit = CommitSha::new("c".repeat(40));
+    let snapshot = Snapshot {
+        commit: commit.clone(),
+        files: vec![SourceFile {
+            path: "web.hcl".into(),
+            contents: b"deployment \"s\" \"web\" {\n  image = \"busybox\"\n}\n".to_vec(),
+        }],
+        refused: Vec::new(),
+    };
+    store.apply_commit(&commit, &manifest::load(&snapshot)?)?;
+    drop(store);
+
+    let (code, _, stderr) = run_in(dir.path(), &["releases", "s/nope"])?;
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("no resource s/nope is known to this agent"),
+        "{stderr}"
+    );
+    let (code, stdout, _) = run_in(dir.path(), &["releases", "s/web"])?;
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("(no releases recorded)"), "{stdout}");
+    let (code, _, stderr) = run_in(dir.path(), &["rollback", "s/web"])?;
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("cannot roll back deployment/s/web: no releases are recorded for it"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run_in(dir.path(), &["unpin", "deployment/s/web"])?;
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("deployment/s/web is not pinned"),
+        "{stderr}"
+    );
+    Ok(())
+}
+
 #[test]
 fn sigterm_stops_the_agent_cleanly() -> TestResult {
     if !docker_tests_enabled("cli::sigterm_stops_the_agent_cleanly") {

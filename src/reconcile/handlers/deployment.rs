@@ -77,7 +77,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         .iter()
         .map(|container| container.name.clone())
         .collect();
-    let result = execute(ctx, &desired, spec, &release, &steps, &taken, &mut status).await;
+    let result = execute(ctx, &desired, spec, &release, &steps, taken, &mut status).await;
     let actual = ctx
         .runtime
         .list(&container_filter(&ctx.agent_id, key))
@@ -158,7 +158,7 @@ async fn execute<R: Runtime>(
     spec: &DeploymentSpec,
     release: &Release,
     steps: &[Step],
-    taken: &BTreeSet<String>,
+    mut taken: BTreeSet<String>,
     status: &mut ResourceStatus,
 ) -> Result<()> {
     let key = &desired.key;
@@ -179,7 +179,6 @@ async fn execute<R: Runtime>(
         .iter()
         .filter(|step| matches!(step, Step::Create))
         .count();
-    let mut taken = taken.clone();
     let mut creates_done = false;
     for (index, step) in steps.iter().enumerate() {
         match step {
