@@ -20,6 +20,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
+use voodu_agent::http::WebhookSecret;
+
+use crate::support::http::{get, memory_of, metric, parse_metrics};
 use crate::support::{
     DockerGuard, TempRepo, TestResult, docker_tests_enabled, test_image, unique, wait_until,
 };
@@ -42,17 +45,18 @@ struct Agent {
 }
 
 impl Agent {
-    fn start(repo: &TempRepo, data_dir: &Path, log: &Path) -> TestResult<Agent> {
+    fn start(repo: &TempRepo, data_dir: &Path, log: &Path, extra: &[&str]) -> TestResult<Agent> {
         let stderr = File::options().create(true).append(true).open(log)?;
+        // A 1 s poll unless the caller sets its own interval.
+        let interval: &[&str] = if extra.contains(&"--interval") {
+            &[]
+        } else {
+            &["--interval", "1s"]
+        };
         let child = Command::new(AGENT)
-            .args([
-                "--repo",
-                &repo.url(),
-                "--interval",
-                "1s",
-                "--listen",
-                "127.0.0.1:0",
-            ])
+            .args(extra)
+            .args(interval)
+            .args(["--repo", &repo.url(), "--listen", "127.0.0.1:0"])
             .arg("--data-dir")
             .arg(data_dir)
             .env("RUST_LOG", "info,voodu_agent=debug")
@@ -157,7 +161,16 @@ impl Env {
     }
 
     fn start_agent(&mut self) -> TestResult {
-        self.agent = Some(Agent::start(&self.repo, &self.data_dir(), &self.log())?);
+        self.start_agent_with(&[])
+    }
+
+    fn start_agent_with(&mut self, extra: &[&str]) -> TestResult {
+        self.agent = Some(Agent::start(
+            &self.repo,
+            &self.data_dir(),
+            &self.log(),
+            extra,
+        )?);
         Ok(())
     }
 
@@ -673,5 +686,84 @@ fn rollback_flow(env: &mut Env) -> TestResult {
     let resource = env.resource()?.ok_or("web")?;
     assert_eq!(resource["pin"], Value::Null, "the commit cleared the pin");
     assert_eq!(resource["release"]["commit"], third.as_str());
+    Ok(())
+}
+
+#[test]
+fn a_webhook_flood_keeps_the_agents_memory_bounded() -> TestResult {
+    if !docker_tests_enabled("e2e_docker::a_webhook_flood_keeps_the_agents_memory_bounded") {
+        return Ok(());
+    }
+    Env::new()?.run(webhook_flood)
+}
+
+/// The real binary in its own process, so its memory is its own: 10,000 signed 16 KiB
+/// webhooks (156 MiB) for two new commits raise its peak resident memory by far less than
+/// that, and cost at most one fetch per SHA.
+fn webhook_flood(env: &mut Env) -> TestResult {
+    const SECRET: &str = "flood-secret";
+    let secret_file = env.dir.path().join("webhook.secret");
+    std::fs::write(&secret_file, SECRET)?;
+    env.write_web(1, "1")?;
+    let first = env.repo.commit("web")?;
+    // No polls and no ref watch during the flood: only webhooks may cause fetches.
+    env.start_agent_with(&[
+        "--interval",
+        "1h",
+        "--no-watch",
+        "--webhook-secret-file",
+        &secret_file.display().to_string(),
+    ])?;
+    env.converged(&first, 1, None)?;
+    let mut shas = Vec::new();
+    for n in 0..2 {
+        env.repo.write("README.md", &format!("notes {n}\n"))?;
+        shas.push(env.repo.commit("docs")?);
+    }
+    let pid = env.agent.as_ref().ok_or("agent running")?.child.id();
+    let address = env.http_address()?;
+    let peak_before = memory_of(pid, "VmHWM")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let (answered, fetches) = runtime.block_on(async {
+        let client = crate::support::http::client()?;
+        let metrics_url = format!("http://{address}/metrics");
+        let syncs = |text: String| -> TestResult<f64> {
+            Ok(metric(&parse_metrics(&text)?, "voodu_syncs_total", &[]))
+        };
+        let before = syncs(get(&client, &metrics_url).await?.1)?;
+        let answered = crate::http::flood(
+            &client,
+            &format!("http://{address}/hooks/git"),
+            &WebhookSecret::new(SECRET),
+            &shas,
+            10_000,
+        )
+        .await?;
+        env.converged(shas.last().ok_or("shas")?, 1, None)?;
+        let after = syncs(get(&client, &metrics_url).await?.1)?;
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>((answered, after - before))
+    })?;
+    let peak_after = memory_of(pid, "VmHWM")?;
+    let rss_after = memory_of(pid, "VmRSS")?;
+    println!(
+        "flood: {answered} answered, {fetches} fetches; agent peak RSS {} KiB -> {} KiB (now {} KiB)",
+        peak_before / 1024,
+        peak_after / 1024,
+        rss_after / 1024
+    );
+    assert_eq!(answered, 10_000);
+    assert!(
+        (1.0..=2.0).contains(&fetches),
+        "{fetches} fetches for 2 new SHAs"
+    );
+    let grown = peak_after.saturating_sub(peak_before);
+    assert!(
+        grown < 40 * 1024 * 1024,
+        "the agent's peak memory grew by {} MiB over a 156 MiB flood",
+        grown / (1024 * 1024)
+    );
     Ok(())
 }

@@ -140,18 +140,15 @@ pub fn metric(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
         .sum()
 }
 
-/// Resident memory of this process (Linux `/proc/self/status`), in bytes.
-pub fn rss_bytes() -> TestResult<u64> {
-    let status = std::fs::read_to_string("/proc/self/status")?;
+/// A memory figure of process `pid` from `/proc/<pid>/status` (Linux), in bytes: `VmRSS`
+/// (resident now) or `VmHWM` (peak resident).
+pub fn memory_of(pid: u32, field: &str) -> TestResult<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let line = status
         .lines()
-        .find(|line| line.starts_with("VmRSS:"))
-        .ok_or("no VmRSS line")?;
-    let kib: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .ok_or("no VmRSS value")?
-        .parse()?;
+        .find(|line| line.starts_with(&format!("{field}:")))
+        .ok_or_else(|| format!("no {field} line"))?;
+    let kib: u64 = line.split_whitespace().nth(1).ok_or("no value")?.parse()?;
     Ok(kib * 1024)
 }
 
