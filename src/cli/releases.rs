@@ -33,7 +33,7 @@ pub(super) fn run(data_dir: &Path, args: &ReleasesArgs) -> anyhow::Result<ExitCo
 }
 
 /// `YYYY-MM-DDTHH:MM:SSZ`.
-pub(super) fn time(unix: i64) -> String {
+fn time(unix: i64) -> String {
     let at = UNIX_EPOCH + Duration::from_secs(u64::try_from(unix).unwrap_or(0));
     humantime::format_rfc3339_seconds(at).to_string()
 }

@@ -317,25 +317,7 @@ impl Store {
                     Some((_, generation)) => generation + 1,
                     None => 1,
                 };
-                tx.execute(
-                    "INSERT INTO desired (kind, scope, name, spec, spec_hash, replicas, generation, commit_sha)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-                     ON CONFLICT (kind, scope, name) DO UPDATE SET
-                       spec = excluded.spec, spec_hash = excluded.spec_hash,
-                       replicas = excluded.replicas, generation = excluded.generation,
-                       commit_sha = excluded.commit_sha",
-                    params![
-                        key.kind.as_str(),
-                        key.scope,
-                        key.name,
-                        spec_json,
-                        resource.spec.spec_hash(key).as_str(),
-                        i64::try_from(resource.spec.n_replicas()).unwrap_or(i64::MAX),
-                        generation,
-                        sha.as_str()
-                    ],
-                )?;
-                append_journal(&tx, key, Op::Put, generation, sha)?;
+                put_desired(&tx, key, &resource.spec, &spec_json, generation, sha)?;
                 summary.puts.push(key.clone());
             }
             for (key, (_, generation)) in current {
@@ -689,6 +671,37 @@ fn commit_record((seq, sha, outcome, errors, seen_at): CommitRow) -> Result<Comm
         errors,
         seen_at,
     })
+}
+
+/// Writes `spec` as the desired state of `key` at `generation`, attributed to `commit`, and
+/// appends its journal PUT (inside the caller's transaction).
+fn put_desired(
+    tx: &rusqlite::Transaction<'_>,
+    key: &ResourceKey,
+    spec: &Spec,
+    spec_json: &str,
+    generation: i64,
+    commit: &CommitSha,
+) -> Result<()> {
+    tx.execute(
+        "INSERT INTO desired (kind, scope, name, spec, spec_hash, replicas, generation, commit_sha)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+         ON CONFLICT (kind, scope, name) DO UPDATE SET
+           spec = excluded.spec, spec_hash = excluded.spec_hash,
+           replicas = excluded.replicas, generation = excluded.generation,
+           commit_sha = excluded.commit_sha",
+        params![
+            key.kind.as_str(),
+            key.scope,
+            key.name,
+            spec_json,
+            spec.spec_hash(key).as_str(),
+            i64::try_from(spec.n_replicas()).unwrap_or(i64::MAX),
+            generation,
+            commit.as_str()
+        ],
+    )?;
+    append_journal(tx, key, Op::Put, generation, commit)
 }
 
 fn append_journal(

@@ -234,8 +234,8 @@ fn pinned_git_version(
         .optional()?)
 }
 
-/// Writes `spec_json` as the desired state of `key` at `generation`, attributed to `commit`,
-/// and appends the journal PUT.
+/// Writes a stored spec JSON (a snapshot, or git's version kept by a pin) as desired state,
+/// with its journal PUT.
 fn put_desired(
     tx: &Transaction<'_>,
     key: &ResourceKey,
@@ -245,25 +245,7 @@ fn put_desired(
 ) -> Result<()> {
     let spec = Spec::from_json(key.kind, spec_json)
         .map_err(|error| Error::Corrupt(format!("{key}: {error}")))?;
-    tx.execute(
-        "INSERT INTO desired (kind, scope, name, spec, spec_hash, replicas, generation, commit_sha)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-         ON CONFLICT (kind, scope, name) DO UPDATE SET
-           spec = excluded.spec, spec_hash = excluded.spec_hash,
-           replicas = excluded.replicas, generation = excluded.generation,
-           commit_sha = excluded.commit_sha",
-        params![
-            key.kind.as_str(),
-            key.scope,
-            key.name,
-            spec_json,
-            spec.spec_hash(key).as_str(),
-            i64::try_from(spec.n_replicas()).unwrap_or(i64::MAX),
-            generation,
-            commit.as_str()
-        ],
-    )?;
-    append_journal(tx, key, super::Op::Put, generation, commit)
+    super::put_desired(tx, key, &spec, spec_json, generation, commit)
 }
 
 /// `git_spec` of every pin, for `apply_commit`.

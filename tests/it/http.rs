@@ -373,6 +373,20 @@ async fn agent_with_web(options: TestAgentOptions) -> TestResult<(TestAgent, Str
     Ok((agent, first))
 }
 
+/// Waits until the agent's status shows `shop/web` Ready.
+async fn web_ready(agent: &TestAgent) -> TestResult {
+    let key =
+        voodu_agent::model::ResourceKey::new(voodu_agent::model::Kind::Deployment, "shop", "web");
+    agent
+        .until("web Ready", |store| {
+            Ok(store
+                .status(&key)?
+                .filter(|status| status.phase == "Ready")
+                .map(|_| ()))
+        })
+        .await
+}
+
 fn signed(agent: &TestAgent, body: &[u8]) -> Vec<(&'static str, String)> {
     match &agent.secret {
         Some(secret) => vec![("x-hub-signature-256", secret.sign(body))],
@@ -434,13 +448,7 @@ async fn wait_true_answers_with_the_outcome_of_the_pushed_commit() -> TestResult
 #[tokio::test]
 async fn status_json_and_http_status_are_the_same_document() -> TestResult {
     let (agent, _) = agent_with_web(TestAgentOptions::default()).await?;
-    let key =
-        voodu_agent::model::ResourceKey::new(voodu_agent::model::Kind::Deployment, "shop", "web");
-    agent
-        .until("web Ready", |store| {
-            Ok(store.status(&key)?.filter(|status| status.phase == "Ready"))
-        })
-        .await?;
+    web_ready(&agent).await?;
     let (status, body) = get(&client()?, &agent.url("/status")).await?;
     assert_eq!(status, 200);
     let from_http: serde_json::Value = serde_json::from_str(&body)?;
@@ -474,13 +482,7 @@ async fn status_json_and_http_status_are_the_same_document() -> TestResult {
 #[tokio::test]
 async fn metrics_scrape_parses_and_counts_what_happened() -> TestResult {
     let (agent, first) = agent_with_web(TestAgentOptions::default()).await?;
-    let key =
-        voodu_agent::model::ResourceKey::new(voodu_agent::model::Kind::Deployment, "shop", "web");
-    agent
-        .until("web Ready", |store| {
-            Ok(store.status(&key)?.filter(|status| status.phase == "Ready"))
-        })
-        .await?;
+    web_ready(&agent).await?;
     let client = client()?;
     // One webhook for the applied commit (coalesced or not, it answers at once).
     let (status, _) = post(
