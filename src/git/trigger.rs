@@ -258,8 +258,10 @@ impl LocalWatch {
     }
 }
 
-/// The git directory of `url` when it names a repository on this machine: a plain path or a
-/// `file://` URL, pointing at a working repository (with `.git/`) or a bare one.
+/// The git directory holding the branches of `url` when it names a repository on this
+/// machine: a plain path or a `file://` URL, pointing at a working repository (`.git/`), a
+/// linked worktree (a `.git` file; its branches live in the main repository's directory) or
+/// a bare repository.
 pub fn local_git_dir(url: &str) -> Option<PathBuf> {
     let path = match url.strip_prefix("file://") {
         Some(path) => PathBuf::from(path),
@@ -269,6 +271,17 @@ pub fn local_git_dir(url: &str) -> Option<PathBuf> {
     let dot_git = path.join(".git");
     if dot_git.join("refs").is_dir() {
         return Some(dot_git);
+    }
+    if dot_git.is_file() {
+        // `gitdir: <dir>` and, in that dir, `commondir` naming the shared one (both may be
+        // relative).
+        let text = std::fs::read_to_string(&dot_git).ok()?;
+        let git_dir = path.join(text.trim().strip_prefix("gitdir:")?.trim());
+        let common = match std::fs::read_to_string(git_dir.join("commondir")) {
+            Ok(common) => git_dir.join(common.trim()),
+            Err(_) => git_dir,
+        };
+        return common.join("refs").is_dir().then_some(common);
     }
     (path.join("refs").is_dir() && path.join("HEAD").is_file()).then_some(path)
 }
@@ -462,6 +475,18 @@ mod tests {
             local_git_dir(&format!("file://{}", bare.display())),
             Some(bare.clone())
         );
+        // A linked worktree: `.git` is a file; branches live in the main repository.
+        let linked = dir.path().join("linked");
+        std::fs::create_dir_all(work.join(".git/worktrees/linked"))?;
+        std::fs::write(work.join(".git/worktrees/linked/commondir"), "../..\n")?;
+        std::fs::create_dir_all(&linked)?;
+        std::fs::write(
+            linked.join(".git"),
+            format!("gitdir: {}\n", work.join(".git/worktrees/linked").display()),
+        )?;
+        let found =
+            local_git_dir(&linked.display().to_string()).ok_or(std::io::ErrorKind::NotFound)?;
+        assert_eq!(found.canonicalize()?, work.join(".git").canonicalize()?);
         assert_eq!(local_git_dir("https://example.invalid/repo.git"), None);
         assert_eq!(local_git_dir(&dir.path().display().to_string()), None);
         Ok(())
