@@ -187,8 +187,19 @@ fn bench(n: usize) -> Figures {
 
 fn main() {
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    // `cargo bench` passes `--bench`; under `cargo test` (a debug build) run a small smoke
+    // pass only: it proves the pipeline works, and debug timings would mean nothing.
+    if !std::env::args().any(|arg| arg == "--bench") {
+        let figures = bench(200);
+        println!(
+            "plan bench smoke run (200 resources, debug build): {:.1} ms; real figures: cargo bench --bench plan",
+            ms(figures.total)
+        );
+        return;
+    }
     println!(
-        "commit → plan, median of {RUNS} runs (read = gix tree read, load = parse + interpolate + validate, plan = diff against desired)"
+        "{} files; commit → plan, median of {RUNS} runs (read = gix tree read, load = parse + interpolate + validate, plan = diff against desired)",
+        n_files()
     );
     let small = bench(1_000);
     let large = bench(10_000);

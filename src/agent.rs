@@ -1,23 +1,34 @@
-//! `run` wiring: open the store, connect the runtime, and run the sync loop and the
-//! reconciler until shutdown.
+//! `run` wiring: open the store, connect the runtime, and run the sync loop, its triggers
+//! (poll ticks, the webhook, local ref changes), the reconciler and the HTTP side until
+//! shutdown.
 //!
 //! Invariant: every task is spawned on this module's `TaskTracker` and stops on its
 //! `CancellationToken`; `run` returns only after all of them finished.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::git::trigger::{self, SyncRequestReceiver};
 use crate::git::{Source, SourceOptions};
+use crate::http::{self, HttpCtx, HttpOptions};
+use crate::metrics::Metrics;
 use crate::reconcile::{self, Ctx, ReconcileOptions};
 use crate::runtime::{DockerRuntime, Runtime};
 use crate::store::Store;
 use crate::sync::{SyncOptions, SyncOutcome, Syncer};
+
+/// `meta` key under which the agent records the address its HTTP side listens on, so
+/// `voodu-agent sync`, `rollback` and `unpin` find it.
+pub const META_HTTP_ADDR: &str = "http_addr";
+/// `meta` key of the webhook secret file's path (never the secret), for the same commands.
+pub const META_SECRET_FILE: &str = "webhook_secret_file";
 
 /// Everything `run` needs, validated.
 #[derive(Debug, Clone)]
@@ -28,6 +39,20 @@ pub struct AgentConfig {
     pub interval: Duration,
     pub sync: SyncOptions,
     pub reconcile: ReconcileOptions,
+    /// The HTTP side; `None` serves nothing.
+    pub http: Option<HttpConfig>,
+    /// Watch the refs of a local repository and sync as soon as they change.
+    pub watch_local: bool,
+}
+
+/// Where and how to serve HTTP.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// Port 0 picks a free port; the bound address is recorded in the store.
+    pub listen: SocketAddr,
+    /// Where the secret in `options` was read from, recorded for the local commands.
+    pub secret_file: Option<PathBuf>,
+    pub options: HttpOptions,
 }
 
 impl AgentConfig {
@@ -63,18 +88,81 @@ pub async fn run_with_runtime<R: Runtime>(
         agent_id,
         "voodu-agent starting"
     );
+    let local_git_dir = trigger::local_git_dir(source.url()).filter(|_| config.watch_local);
     let syncer = Arc::new(Syncer::new(source, store.clone(), config.sync.clone())?);
+    let metrics = Arc::new(Metrics::new());
+    let (requests, receiver) = trigger::channel();
+    // Bind before spawning anything, so a taken port or a refused address ends `run` at once.
+    let listener = match &config.http {
+        Some(http_config) => {
+            let listener = http::bind(http_config.listen, &http_config.options).await?;
+            let address = listener.local_addr()?;
+            let secret_file = http_config
+                .secret_file
+                .as_ref()
+                .map(|path| path.display().to_string());
+            let store_for_meta = store.clone();
+            tokio::task::spawn_blocking(move || {
+                store_for_meta.set_meta(META_HTTP_ADDR, Some(&address.to_string()))?;
+                store_for_meta.set_meta(META_SECRET_FILE, secret_file.as_deref())
+            })
+            .await??;
+            tracing::info!(%address, "http listening (POST /hooks/git, GET /status /releases /metrics /healthz)");
+            Some((listener, http_config.options.clone()))
+        }
+        None => None,
+    };
     let ctx = Arc::new(Ctx {
-        store,
+        store: store.clone(),
         runtime,
         agent_id,
         assets_root: crate::assets::assets_root(&config.data_dir),
         options: config.reconcile.clone(),
+        metrics: metrics.clone(),
     });
 
     let tracker = TaskTracker::new();
     let reconciler = tracker.spawn(reconcile::run(ctx, shutdown.clone()));
-    tracker.spawn(sync_loop(syncer, config.interval, shutdown.clone()));
+    tracker.spawn(sync_loop(
+        syncer,
+        store.clone(),
+        receiver,
+        metrics.clone(),
+        config.interval,
+        shutdown.clone(),
+    ));
+    tracker.spawn(trigger::poll(
+        requests.clone(),
+        config.interval,
+        shutdown.clone(),
+    ));
+    // Kept until `run` returns: dropping it stops the watch.
+    let _local_watch = local_git_dir.and_then(|git_dir| {
+        match trigger::watch_local_repo(&git_dir, requests.clone()) {
+            Ok(watch) => {
+                tracing::info!(git_dir = %watch.git_dir().display(), "watching the local repository's refs");
+                Some(watch)
+            }
+            Err(error) => {
+                tracing::warn!(%error, git_dir = %git_dir.display(), "cannot watch the local repository; polling only");
+                None
+            }
+        }
+    });
+    if let Some((listener, options)) = listener {
+        let http_ctx = HttpCtx {
+            store: store.clone(),
+            requests,
+            metrics,
+            options,
+        };
+        let shutdown_for_http = shutdown.clone();
+        tracker.spawn(async move {
+            if let Err(error) = http::serve(listener, http_ctx, shutdown_for_http).await {
+                tracing::error!(%error, "http server stopped");
+            }
+        });
+    }
     tracker.close();
     tokio::select! {
         () = shutdown.cancelled() => {}
@@ -86,23 +174,41 @@ pub async fn run_with_runtime<R: Runtime>(
     }
     tracing::info!("shutting down: letting in-flight work finish");
     tracker.wait().await;
+    if config.http.is_some() {
+        let store_for_meta = store.clone();
+        let _ = tokio::task::spawn_blocking(move || store_for_meta.set_meta(META_HTTP_ADDR, None))
+            .await;
+    }
     Ok(())
 }
 
-/// Polls the remote every `interval` (and once at start) until shutdown.
-async fn sync_loop(syncer: Arc<Syncer>, interval: Duration, shutdown: CancellationToken) {
+/// Runs one sync per request from the trigger channel until shutdown. Before each, the store
+/// checks for journal rows another process wrote (`voodu-agent rollback`), so the reconciler
+/// sees them within one sync.
+async fn sync_loop(
+    syncer: Arc<Syncer>,
+    store: Arc<Store>,
+    mut receiver: SyncRequestReceiver,
+    metrics: Arc<Metrics>,
+    interval: Duration,
+    shutdown: CancellationToken,
+) {
     let interrupt = Arc::new(AtomicBool::new(false));
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
-            _ = ticker.tick() => {}
+        let generation = tokio::select! {
+            generation = receiver.next() => generation,
             () = shutdown.cancelled() => return,
-        }
+        };
+        let started = Instant::now();
         let syncer_for_task = syncer.clone();
+        let store_for_task = store.clone();
         let interrupt_for_task = interrupt.clone();
-        let task =
-            tokio::task::spawn_blocking(move || syncer_for_task.sync_once(&interrupt_for_task));
+        let task = tokio::task::spawn_blocking(move || {
+            if let Err(error) = store_for_task.notice_external_writes() {
+                tracing::warn!(%error, "cannot check the journal for rollbacks");
+            }
+            syncer_for_task.sync_once(&interrupt_for_task)
+        });
         let outcome = tokio::select! {
             outcome = task => outcome,
             () = shutdown.cancelled() => {
@@ -110,6 +216,15 @@ async fn sync_loop(syncer: Arc<Syncer>, interval: Duration, shutdown: Cancellati
                 return;
             }
         };
+        let (result, report) = match &outcome {
+            Ok(Ok(SyncOutcome::Unchanged(commit))) => ("unchanged", Ok(commit.clone())),
+            Ok(Ok(SyncOutcome::Applied { commit, .. })) => ("applied", Ok(commit.clone())),
+            Ok(Ok(SyncOutcome::Rejected { commit, .. })) => ("rejected", Ok(commit.clone())),
+            Ok(Err(error)) => ("error", Err(error.to_string())),
+            Err(join_error) => ("error", Err(format!("sync task failed: {join_error}"))),
+        };
+        metrics.record_sync(result, started.elapsed());
+        receiver.finish(generation, report);
         match outcome {
             Ok(Ok(SyncOutcome::Unchanged(commit))) => {
                 tracing::debug!(commit = commit.short(), "repo unchanged")
@@ -126,6 +241,7 @@ async fn sync_loop(syncer: Arc<Syncer>, interval: Duration, shutdown: Cancellati
                     commit = commit.short(),
                     changed = summary.puts.len(),
                     deleted = summary.deletes.len(),
+                    unpinned = ?summary.unpinned,
                     "commit applied"
                 );
             }

@@ -6,6 +6,7 @@
 //! Modules in data-flow order (see ARCHITECTURE.md for the bird's-eye view):
 //!
 //! - [`model`]: the shared vocabulary (kinds, keys, SHAs, hashes, snapshots).
+//! - [`metrics`]: counters and histograms every stage records; rendered by `http`.
 //! - [`git`]: fetch with gix, resolve the branch to a commit, read manifest blobs at it.
 //! - [`manifest`]: parse and validate a snapshot; every problem has `path:line:col`.
 //! - [`assets`]: put asset files on the host, atomically; the `url()` fetcher and cache.
@@ -13,8 +14,10 @@
 //! - [`sync`]: one commit from git through manifest into the store, in one transaction.
 //! - [`reconcile`]: tail the journal, plan, and drive the runtime, one key at a time.
 //! - [`runtime`]: the container verbs handlers need; Docker through bollard, or a fake.
+//! - [`http`]: the webhook (→ a sync request), health, status, releases and metrics.
 //! - [`agent`], [`cli`]: the edge: wiring, signals, commands.
 
+pub mod metrics;
 pub mod model;
 
 pub mod git;
@@ -26,6 +29,8 @@ pub mod store;
 
 pub mod reconcile;
 pub mod sync;
+
+pub mod http;
 
 pub mod agent;
 pub mod cli;

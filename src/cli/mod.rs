@@ -1,24 +1,33 @@
 //! Command line: flags → validated config → the command, and its exit code.
 //!
-//! `voodu-agent --repo URL` runs the agent in the foreground; subcommands inspect its state.
-//! Exit codes: 0 success, 1 error (2 is reserved for `plan --detailed-exitcode`).
+//! `voodu-agent --repo URL` runs the agent in the foreground; subcommands inspect its state
+//! (`status`, `releases`) or steer it (`rollback`, `unpin`, `sync`) through state.db and the
+//! agent's HTTP side. Exit codes: 0 success, 1 error (2 is reserved for
+//! `plan --detailed-exitcode`).
 
 mod config;
 mod plan;
+mod releases;
+mod rollback;
 mod run;
 mod status;
+mod sync;
+mod unpin;
 mod validate;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+use crate::store::Store;
 
 /// GitOps for a Docker host: watches a git repository of voodu HCL manifests and makes the
 /// local Docker engine match it.
 ///
 /// `git push` deploys, `git revert` rolls back. Run the agent with `voodu-agent --repo URL`;
-/// inspect it with `voodu-agent status`.
+/// inspect it with `voodu-agent status` and `voodu-agent releases SCOPE/NAME`; in an
+/// emergency, `voodu-agent rollback SCOPE/NAME` re-applies an earlier release and pins it.
 #[derive(Debug, Parser)]
 #[command(name = "voodu-agent", version, args_conflicts_with_subcommands = true)]
 pub struct Cli {
@@ -34,8 +43,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Show the last seen, applied and rejected commits and every resource's state. Works
-    /// while the agent runs.
+    /// Show the last seen, applied and rejected commits and every resource's state and pin.
+    /// Works while the agent runs.
     Status(status::StatusArgs),
     /// Edit or read the host-local config buckets: `${VAR}` values and container environment
     /// (`config set SCOPE[/NAME] KEY=VALUE…`, `get`, `unset`, `list`).
@@ -46,6 +55,38 @@ enum Command {
     /// Check a directory of manifests (no git, no agent needed): every problem as
     /// `path:line:col: message`. Exit 0 when the set would be accepted, 1 otherwise.
     Validate(validate::ValidateArgs),
+    /// List a resource's releases (one per rollout, keyed to its commit), newest first.
+    Releases(releases::ReleasesArgs),
+    /// Re-apply an earlier release of a resource and pin it: auto-sync is paused for it until
+    /// a commit changes it in git or `voodu-agent unpin`.
+    Rollback(rollback::RollbackArgs),
+    /// Clear a rollback pin: the resource follows git again.
+    Unpin(unpin::UnpinArgs),
+    /// Ask the running agent to fetch now (and, with --wait, say how the commit ended).
+    Sync(sync::SyncArgs),
+}
+
+/// How a command opens state.db.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    ReadOnly,
+    ReadWrite,
+}
+
+/// Opens the agent's state.db, with a helpful error when the agent never ran there.
+fn open_store(data_dir: &Path, access: Access) -> anyhow::Result<Store> {
+    let db = data_dir.join("state.db");
+    if !db.exists() {
+        anyhow::bail!(
+            "no agent state at {}: start the agent with `voodu-agent --repo URL --data-dir {}` first",
+            db.display(),
+            data_dir.display()
+        );
+    }
+    Ok(match access {
+        Access::ReadOnly => Store::open_read_only(&db)?,
+        Access::ReadWrite => Store::open(&db)?,
+    })
 }
 
 /// The data dir from the flag, the environment, or the documented default.
@@ -84,6 +125,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Validate(args)) => validate::run(&args),
         Some(Command::Plan(args)) => plan::run(&args, &data_dir),
         Some(Command::Config(args)) => config::run(&args, &data_dir),
+        Some(Command::Releases(args)) => releases::run(&data_dir, &args),
+        Some(Command::Rollback(args)) => rollback::run(&data_dir, &args),
+        Some(Command::Unpin(args)) => unpin::run(&data_dir, &args),
+        Some(Command::Sync(args)) => sync::run(&data_dir, &args),
         None => run::run(cli.run, data_dir),
     }
 }

@@ -3,6 +3,7 @@
 //! The first signal stops new work and lets in-flight steps finish; a second one exits at
 //! once (exit code 130).
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -11,8 +12,9 @@ use anyhow::Context as _;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{self, AgentConfig};
+use crate::agent::{self, AgentConfig, HttpConfig};
 use crate::git::SourceOptions;
+use crate::http::{HttpOptions, WebhookSecret};
 use crate::reconcile::ReconcileOptions;
 use crate::sync::SyncOptions;
 
@@ -50,6 +52,34 @@ pub(super) struct RunArgs {
     /// Log filter (tracing env-filter syntax); RUST_LOG wins when set.
     #[arg(long, default_value = "info")]
     log: String,
+    /// Address of the HTTP side (webhook, status, releases, metrics, healthz), or `off`.
+    /// Port 0 picks a free port. Off loopback it needs --webhook-secret-file.
+    #[arg(long, value_name = "ADDR|off", default_value = "127.0.0.1:8687", value_parser = parse_listen)]
+    listen: Listen,
+    /// File holding the webhook secret: the HMAC key of GitHub, Gitea/Forgejo and generic
+    /// signatures, or GitLab's token. With it, unsigned or wrongly signed requests get 401.
+    #[arg(long, value_name = "FILE")]
+    webhook_secret_file: Option<PathBuf>,
+    /// Largest webhook body accepted, in bytes (larger ones get 413).
+    #[arg(long, value_name = "BYTES", default_value_t = 1024 * 1024)]
+    webhook_max_body: usize,
+    /// Do not watch a local repository's refs (by default a local --repo syncs as soon as a
+    /// branch moves, without waiting for the next poll).
+    #[arg(long)]
+    no_watch: bool,
+}
+
+/// `--listen`: an address, or `off`.
+#[derive(Debug, Clone)]
+pub(super) struct Listen(Option<SocketAddr>);
+
+fn parse_listen(text: &str) -> Result<Listen, String> {
+    if text == "off" {
+        return Ok(Listen(None));
+    }
+    text.parse()
+        .map(|address| Listen(Some(address)))
+        .map_err(|_| format!("{text:?} is not IP:PORT (e.g. 127.0.0.1:8687) or `off`"))
 }
 
 pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> {
@@ -73,6 +103,31 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
             Err(_) => tracing::warn!(name, "--allow-env names a variable that is not set"),
         }
     }
+    let secret = args
+        .webhook_secret_file
+        .as_deref()
+        .map(WebhookSecret::from_file)
+        .transpose()?;
+    if let Some(listen) = args.listen.0
+        && secret.is_none()
+        && !crate::http::may_listen_without_secret(&listen)
+    {
+        // Before anything else (the Docker connection included), so the refusal is the error.
+        return Err(crate::http::Error::InsecureListen { address: listen }.into());
+    }
+    let http = args.listen.0.map(|listen| HttpConfig {
+        listen,
+        secret_file: args
+            .webhook_secret_file
+            .as_ref()
+            .map(|path| std::path::absolute(path).unwrap_or_else(|_| path.clone())),
+        options: HttpOptions {
+            branch: args.branch.clone(),
+            secret,
+            max_body_bytes: args.webhook_max_body,
+            ..HttpOptions::default()
+        },
+    });
     let config = AgentConfig {
         source: SourceOptions {
             url: repo,
@@ -87,6 +142,8 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
             concurrency: args.concurrency.max(1),
             ..ReconcileOptions::default()
         },
+        http,
+        watch_local: !args.no_watch,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -1,14 +1,14 @@
 //! `voodu-agent status`: what the agent last saw, applied and rejected, and each resource's
-//! state, read from state.db (read-only, so it works while the agent runs).
+//! state and pin, read from state.db (read-only, so it works while the agent runs). The JSON
+//! is `http::status::build`'s, the same document `GET /status` returns.
 
 use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Args;
-use serde::Serialize;
 
-use crate::store::{CommitRecord, Store};
+use crate::http::status::{CommitView, StatusView, build};
 
 #[derive(Debug, Args)]
 pub(super) struct StatusArgs {
@@ -17,118 +17,8 @@ pub(super) struct StatusArgs {
     json: bool,
 }
 
-/// The JSON document `status --json` prints.
-#[derive(Debug, Serialize)]
-pub(crate) struct StatusView {
-    pub(crate) last_seen: Option<CommitView>,
-    pub(crate) last_applied: Option<CommitView>,
-    pub(crate) last_rejected: Option<CommitView>,
-    pub(crate) resources: Vec<ResourceView>,
-}
-
-#[derive(Debug, Serialize)]
-pub(crate) struct CommitView {
-    pub(crate) sha: String,
-    pub(crate) outcome: &'static str,
-    pub(crate) seen_at: i64,
-    /// `path:line:col: message`, one per problem (rejected commits only).
-    pub(crate) errors: Vec<String>,
-    pub(crate) diagnostics: Vec<DiagnosticView>,
-}
-
-#[derive(Debug, Serialize)]
-pub(crate) struct DiagnosticView {
-    pub(crate) path: String,
-    pub(crate) line: usize,
-    pub(crate) col: usize,
-    pub(crate) message: String,
-}
-
-#[derive(Debug, Serialize)]
-pub(crate) struct ResourceView {
-    pub(crate) kind: String,
-    pub(crate) scope: String,
-    pub(crate) name: String,
-    pub(crate) phase: String,
-    pub(crate) message: String,
-    pub(crate) desired_replicas: usize,
-    pub(crate) running_replicas: usize,
-    pub(crate) spec_hash: String,
-    pub(crate) release: Option<ReleaseView>,
-    pub(crate) updated_at: i64,
-}
-
-#[derive(Debug, Serialize)]
-pub(crate) struct ReleaseView {
-    pub(crate) id: i64,
-    pub(crate) commit: String,
-    pub(crate) phase: &'static str,
-}
-
-fn commit_view(record: CommitRecord) -> CommitView {
-    CommitView {
-        sha: record.sha.to_string(),
-        outcome: if record.applied {
-            "applied"
-        } else {
-            "rejected"
-        },
-        seen_at: record.seen_at,
-        errors: record.errors.iter().map(ToString::to_string).collect(),
-        diagnostics: record
-            .errors
-            .into_iter()
-            .map(|diagnostic| DiagnosticView {
-                path: diagnostic.path,
-                line: diagnostic.line,
-                col: diagnostic.col,
-                message: diagnostic.message,
-            })
-            .collect(),
-    }
-}
-
-/// Builds the status document from the store.
-pub(crate) fn build(store: &Store) -> crate::store::Result<StatusView> {
-    let commits = store.commit_summary()?;
-    let mut resources = Vec::new();
-    for (key, status) in store.statuses()? {
-        let release = store.latest_release(&key)?.map(|release| ReleaseView {
-            id: release.id,
-            commit: release.commit.to_string(),
-            phase: release.phase.as_str(),
-        });
-        resources.push(ResourceView {
-            kind: key.kind.to_string(),
-            scope: key.scope,
-            name: key.name,
-            phase: status.phase,
-            message: status.message,
-            desired_replicas: status.desired_replicas,
-            running_replicas: status.running_replicas,
-            spec_hash: status.spec_hash,
-            release,
-            updated_at: status.updated_at,
-        });
-    }
-    Ok(StatusView {
-        last_seen: commits.last_seen.map(commit_view),
-        last_applied: commits.last_applied.map(commit_view),
-        last_rejected: commits.last_rejected.map(commit_view),
-        resources,
-    })
-}
-
 pub(super) fn run(data_dir: &Path, args: &StatusArgs) -> anyhow::Result<ExitCode> {
-    let db = data_dir.join("state.db");
-    if !db.exists() {
-        anyhow::bail!(
-            "no agent state at {}: start the agent with `voodu-agent --repo URL --data-dir {}` first",
-            db.display(),
-            data_dir.display()
-        );
-    }
-    let store = Store::open_read_only(&db)?;
+    let store = super::open_store(data_dir, super::Access::ReadOnly)?;
     let view = build(&store).context("cannot read agent state")?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&view)?);
@@ -193,6 +83,29 @@ fn print_table(view: &StatusView) {
             &resource.spec_hash[..resource.spec_hash.len().min(12)],
             release,
             resource.message
+        );
+    }
+    for resource in &view.resources {
+        let Some(pin) = &resource.pin else {
+            continue;
+        };
+        let git = match (&pin.git_commit, pin.git_differs) {
+            (Some(commit), true) => format!(
+                "git now differs (its version is from commit {})",
+                &commit[..commit.len().min(12)]
+            ),
+            (None, true) => "git no longer declares it".to_owned(),
+            (_, false) => "git declares the same spec".to_owned(),
+        };
+        println!(
+            "\n{}/{}/{} is PINNED to commit {} (release #{}): auto-sync is paused for it; {git}.\n  `voodu-agent unpin {}/{}` hands it back to git; so does the next commit that changes it.",
+            resource.kind,
+            resource.scope,
+            resource.name,
+            &pin.commit[..pin.commit.len().min(12)],
+            pin.release_id,
+            resource.scope,
+            resource.name
         );
     }
 }

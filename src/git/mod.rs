@@ -1,5 +1,7 @@
 //! Git stage: keep a bare mirror of the watched repo in the data dir, fetch it with gix,
 //! resolve the branch to a commit SHA, and read manifest blobs at that commit (`tree.rs`).
+//! `trigger.rs` merges what asks for a sync (poll ticks, webhooks, local ref changes) into one
+//! coalescing channel.
 //!
 //! Invariant: an unchanged poll costs one ref negotiation: when the remote branch tip equals
 //! the mirror's, no pack is requested and no tree is read. gix is blocking: callers run
@@ -7,6 +9,7 @@
 
 mod error;
 mod tree;
+pub mod trigger;
 mod workdir;
 
 pub use error::{Error, Result};

@@ -30,6 +30,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::metrics::Metrics;
 use crate::model::{Kind, ResourceKey};
 use crate::runtime::{Runtime, labels};
 use crate::store::{ResourceStatus, Store, now_unix};
@@ -46,6 +47,9 @@ pub struct ReconcileOptions {
     pub retry: RetryPolicy,
     /// How long a freshly started replica must stay up before the next step.
     pub start_settle: Duration,
+    /// Missing replicas of one resource created at once (scale-up, first deploy); voodu
+    /// creates them with no pause. Replacements stay one slot at a time regardless.
+    pub create_concurrency: usize,
 }
 
 impl Default for ReconcileOptions {
@@ -54,6 +58,7 @@ impl Default for ReconcileOptions {
             concurrency: 4,
             retry: RetryPolicy::default(),
             start_settle: Duration::from_millis(500),
+            create_concurrency: 16,
         }
     }
 }
@@ -67,6 +72,8 @@ pub struct Ctx<R: Runtime> {
     /// `<data-dir>/assets`: where `${asset.…}` references point on the host.
     pub assets_root: std::path::PathBuf,
     pub options: ReconcileOptions,
+    /// Where reconciles are counted and timed.
+    pub metrics: Arc<Metrics>,
 }
 
 /// Runs a blocking store call off the async threads.
@@ -209,10 +216,20 @@ async fn worker<R: Runtime>(shared: Arc<Shared<R>>) {
             key = shared.queue.next() => key,
             () = shared.shutdown.cancelled() => return,
         };
+        let started = std::time::Instant::now();
         let outcome = shared
             .tracker
             .spawn(handlers::reconcile(shared.ctx.clone(), key.clone()))
             .await;
+        let result = match &outcome {
+            Ok(Ok(())) => "success",
+            Ok(Err(_)) => "error",
+            Err(_) => "panic",
+        };
+        shared
+            .ctx
+            .metrics
+            .record_reconcile(key.kind.as_str(), result, started.elapsed());
         match outcome {
             Ok(Ok(())) => {
                 lock(&shared.failures).remove(&key);

@@ -23,6 +23,13 @@ pub enum Error {
     Sqlite(#[from] rusqlite::Error),
     #[error("state database holds an unreadable row: {0}")]
     Corrupt(String),
+    #[error("cannot roll back {key}: {message}")]
+    Rollback {
+        key: crate::model::ResourceKey,
+        message: String,
+    },
+    #[error("{key} is not pinned: nothing to unpin")]
+    NotPinned { key: crate::model::ResourceKey },
 }
 
 /// The store's result type.

@@ -6,16 +6,23 @@
 //! - one SQLite transaction per commit: `apply_commit` updates `desired`, appends the PUT/DELETE
 //!   journal rows and records the commit together, or does nothing at all;
 //! - a rejected commit adds one `commits` row and touches nothing else;
-//! - every journal append wakes subscribers at once (`subscribe`), so nobody polls SQLite.
+//! - a pinned resource (`releases.rs`: an operator rollback) keeps its desired row while git
+//!   declares what it declared at pin time; the first commit that changes the resource in git
+//!   clears the pin in the same transaction that applies the change;
+//! - every journal append by this process wakes subscribers at once (`subscribe`), so nobody
+//!   polls SQLite; appends by another process (the `rollback` command) are noticed by
+//!   `notice_external_writes`, which the sync loop calls before each sync.
 //!
 //! Calls block: async callers run them on `spawn_blocking`. The connection sits behind a std
 //! `Mutex` that is never held across an `.await`.
 
 mod error;
+mod releases;
 mod schema;
 mod secrets;
 
 pub use error::{Error, Result};
+pub use releases::{Pin, RELEASE_HISTORY_LIMIT, RollbackOutcome, UnpinOutcome};
 pub use secrets::{Bucket, Buckets};
 
 use std::collections::BTreeMap;
@@ -82,11 +89,15 @@ pub struct Desired {
 pub struct ApplySummary {
     pub puts: Vec<ResourceKey>,
     pub deletes: Vec<ResourceKey>,
+    /// Pinned resources whose pin this commit cleared, because git changed them.
+    pub unpinned: Vec<ResourceKey>,
 }
 
 /// A commit the agent processed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitRecord {
+    /// Position in the `commits` table: later records have larger numbers.
+    pub seq: i64,
     pub sha: CommitSha,
     pub applied: bool,
     pub errors: Vec<Diagnostic>,
@@ -144,6 +155,8 @@ pub struct Release {
     pub started_at: i64,
     pub finished_at: Option<i64>,
     pub message: String,
+    /// For a rollback release: the release that was current when the operator rolled back.
+    pub rolled_back_from: Option<i64>,
 }
 
 /// What the reconciler last observed and did for one resource.
@@ -179,6 +192,8 @@ impl Store {
             let _ = std::fs::create_dir_all(parent);
         }
         let mut connection = Connection::open(path).map_err(open_error)?;
+        // The timeout first: another handle may hold the lock the pragmas need.
+        connection.busy_timeout(std::time::Duration::from_secs(5))?;
         connection
             .execute_batch(
                 "PRAGMA journal_mode = WAL;
@@ -186,7 +201,6 @@ impl Store {
                  PRAGMA foreign_keys = ON;",
             )
             .map_err(open_error)?;
-        connection.busy_timeout(std::time::Duration::from_secs(5))?;
         migrate(&mut connection, path)?;
         let store = Store::from_connection(connection, path);
         store.agent_id()?;
@@ -245,12 +259,16 @@ impl Store {
             {
                 return Ok(id);
             }
-            let id = crate::model::random_hex(8);
+            // Another handle may make the id at the same moment: the first insert wins.
             connection.execute(
-                "INSERT INTO meta (key, value) VALUES ('agent_id', ?1)",
-                params![id],
+                "INSERT OR IGNORE INTO meta (key, value) VALUES ('agent_id', ?1)",
+                params![crate::model::random_hex(8)],
             )?;
-            Ok(id)
+            Ok(connection.query_row(
+                "SELECT value FROM meta WHERE key = 'agent_id'",
+                [],
+                |row| row.get(0),
+            )?)
         })
     }
 
@@ -293,38 +311,38 @@ impl Store {
                     current.insert(key_from_row(&kind, scope, name)?, (spec, generation));
                 }
             }
+            let pins = releases::git_specs_of_pins(&tx)?;
             let mut summary = ApplySummary::default();
             let now = now_unix();
             for resource in &manifest.resources {
                 let key = &resource.key;
                 let spec_json = resource.spec.to_json();
-                let generation = match current.remove(key) {
+                let current_row = current.remove(key);
+                if let Some(git_spec) = pins.get(key) {
+                    if git_spec.as_deref() == Some(spec_json.as_str()) {
+                        // Git still declares what it declared at pin time: the pin holds.
+                        continue;
+                    }
+                    releases::delete_pin(&tx, key)?;
+                    summary.unpinned.push(key.clone());
+                }
+                let generation = match current_row {
                     Some((old_spec, _)) if old_spec == spec_json => continue,
                     Some((_, generation)) => generation + 1,
                     None => 1,
                 };
-                tx.execute(
-                    "INSERT INTO desired (kind, scope, name, spec, spec_hash, replicas, generation, commit_sha)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-                     ON CONFLICT (kind, scope, name) DO UPDATE SET
-                       spec = excluded.spec, spec_hash = excluded.spec_hash,
-                       replicas = excluded.replicas, generation = excluded.generation,
-                       commit_sha = excluded.commit_sha",
-                    params![
-                        key.kind.as_str(),
-                        key.scope,
-                        key.name,
-                        spec_json,
-                        resource.spec.spec_hash(key).as_str(),
-                        i64::try_from(resource.spec.n_replicas()).unwrap_or(i64::MAX),
-                        generation,
-                        sha.as_str()
-                    ],
-                )?;
-                append_journal(&tx, key, Op::Put, generation, sha)?;
+                put_desired(&tx, key, &resource.spec, &spec_json, generation, sha)?;
                 summary.puts.push(key.clone());
             }
             for (key, (_, generation)) in current {
+                if let Some(git_spec) = pins.get(&key) {
+                    if git_spec.is_none() {
+                        // Pinned while absent from git, and git still does not declare it.
+                        continue;
+                    }
+                    releases::delete_pin(&tx, &key)?;
+                    summary.unpinned.push(key.clone());
+                }
                 tx.execute(
                     "DELETE FROM desired WHERE kind = ?1 AND scope = ?2 AND name = ?3",
                     params![key.kind.as_str(), key.scope, key.name],
@@ -383,32 +401,13 @@ impl Store {
         self.with(|connection| {
             let query = |filter: &str| -> Result<Option<CommitRecord>> {
                 let sql = format!(
-                    "SELECT sha, outcome, errors, seen_at FROM commits {filter} ORDER BY seq DESC LIMIT 1"
+                    "SELECT seq, sha, outcome, errors, seen_at FROM commits {filter} ORDER BY seq DESC LIMIT 1"
                 );
-                let row = connection
-                    .query_row(&sql, [], |row| {
-                        Ok((
-                            row.get::<_, String>(0)?,
-                            row.get::<_, String>(1)?,
-                            row.get::<_, Option<String>>(2)?,
-                            row.get::<_, i64>(3)?,
-                        ))
-                    })
-                    .optional()?;
-                row.map(|(sha, outcome, errors, seen_at)| {
-                    let errors = match errors {
-                        Some(json) => serde_json::from_str(&json)
-                            .map_err(|error| Error::Corrupt(format!("commit errors: {error}")))?,
-                        None => Vec::new(),
-                    };
-                    Ok(CommitRecord {
-                        sha: CommitSha::new(sha),
-                        applied: outcome == "applied",
-                        errors,
-                        seen_at,
-                    })
-                })
-                .transpose()
+                connection
+                    .query_row(&sql, [], commit_row)
+                    .optional()?
+                    .map(commit_record)
+                    .transpose()
             };
             Ok(CommitSummary {
                 last_seen: query("")?,
@@ -416,6 +415,71 @@ impl Store {
                 last_rejected: query("WHERE outcome = 'rejected'")?,
             })
         })
+    }
+
+    /// The newest record of commit `sha`, if the agent processed it.
+    pub fn commit_record(&self, sha: &CommitSha) -> Result<Option<CommitRecord>> {
+        self.with(|connection| {
+            connection
+                .query_row(
+                    "SELECT seq, sha, outcome, errors, seen_at FROM commits WHERE sha = ?1
+                     ORDER BY seq DESC LIMIT 1",
+                    params![sha.as_str()],
+                    commit_row,
+                )
+                .optional()?
+                .map(commit_record)
+                .transpose()
+        })
+    }
+
+    /// A value of the `meta` table (the agent's id, its HTTP address, …).
+    pub fn meta(&self, key: &str) -> Result<Option<String>> {
+        self.with(|connection| {
+            Ok(connection
+                .query_row(
+                    "SELECT value FROM meta WHERE key = ?1",
+                    params![key],
+                    |row| row.get(0),
+                )
+                .optional()?)
+        })
+    }
+
+    /// Sets (or, with `None`, removes) a value of the `meta` table.
+    pub fn set_meta(&self, key: &str, value: Option<&str>) -> Result<()> {
+        self.with(|connection| {
+            match value {
+                Some(value) => connection.execute(
+                    "INSERT INTO meta (key, value) VALUES (?1, ?2)
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    params![key, value],
+                )?,
+                None => connection.execute("DELETE FROM meta WHERE key = ?1", params![key])?,
+            };
+            Ok(())
+        })
+    }
+
+    /// Wakes subscribers when another process (the `rollback` or `unpin` command) appended
+    /// journal rows this handle has not announced. One indexed read; cheap enough to call
+    /// before every sync.
+    pub fn notice_external_writes(&self) -> Result<()> {
+        let head: i64 = self.with(|connection| {
+            Ok(
+                connection.query_row("SELECT COALESCE(MAX(seq), 0) FROM journal", [], |row| {
+                    row.get(0)
+                })?,
+            )
+        })?;
+        self.journal_head.send_if_modified(|current| {
+            let newer = head > *current;
+            if newer {
+                *current = head;
+            }
+            newer
+        });
+        Ok(())
     }
 
     /// The desired state of one resource, if the last applied commit declares it.
@@ -551,95 +615,6 @@ impl Store {
         })
     }
 
-    /// The newest release of a resource.
-    pub fn latest_release(&self, key: &ResourceKey) -> Result<Option<Release>> {
-        Ok(self.releases(key, 1)?.into_iter().next())
-    }
-
-    /// Releases of a resource, newest first, at most `limit`.
-    pub fn releases(&self, key: &ResourceKey, limit: usize) -> Result<Vec<Release>> {
-        self.with(|connection| {
-            let mut statement = connection.prepare(
-                "SELECT id, commit_sha, spec_hash, snapshot, phase, started_at, finished_at, message
-                 FROM releases WHERE kind = ?1 AND scope = ?2 AND name = ?3 ORDER BY id DESC LIMIT ?4",
-            )?;
-            let rows = statement.query_map(
-                params![key.kind.as_str(), key.scope, key.name, i64::try_from(limit).unwrap_or(i64::MAX)],
-                |row| {
-                    Ok((
-                        row.get::<_, i64>(0)?,
-                        row.get::<_, String>(1)?,
-                        row.get::<_, String>(2)?,
-                        row.get::<_, String>(3)?,
-                        row.get::<_, String>(4)?,
-                        row.get::<_, i64>(5)?,
-                        row.get::<_, Option<i64>>(6)?,
-                        row.get::<_, String>(7)?,
-                    ))
-                },
-            )?;
-            rows.map(|row| {
-                let (id, commit, spec_hash, snapshot, phase, started_at, finished_at, message) = row?;
-                Ok(Release {
-                    id,
-                    key: key.clone(),
-                    commit: CommitSha::new(commit),
-                    spec_hash: SpecHash::new(spec_hash),
-                    snapshot,
-                    phase: ReleasePhase::parse(&phase)?,
-                    started_at,
-                    finished_at,
-                    message,
-                })
-            })
-            .collect()
-        })
-    }
-
-    /// Starts a progressing release for `desired`.
-    pub fn begin_release(&self, desired: &Desired) -> Result<Release> {
-        let key = &desired.key;
-        let started_at = now_unix();
-        let id = self.with(|connection| {
-            connection.execute(
-                "INSERT INTO releases (kind, scope, name, commit_sha, spec_hash, snapshot, phase, started_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'progressing', ?7)",
-                params![
-                    key.kind.as_str(),
-                    key.scope,
-                    key.name,
-                    desired.commit.as_str(),
-                    desired.spec_hash.as_str(),
-                    desired.spec_json,
-                    started_at
-                ],
-            )?;
-            Ok(connection.last_insert_rowid())
-        })?;
-        Ok(Release {
-            id,
-            key: key.clone(),
-            commit: desired.commit.clone(),
-            spec_hash: desired.spec_hash.clone(),
-            snapshot: desired.spec_json.clone(),
-            phase: ReleasePhase::Progressing,
-            started_at,
-            finished_at: None,
-            message: String::new(),
-        })
-    }
-
-    /// Ends a release with its final phase.
-    pub fn finish_release(&self, id: i64, phase: ReleasePhase, message: &str) -> Result<()> {
-        self.with(|connection| {
-            connection.execute(
-                "UPDATE releases SET phase = ?2, finished_at = ?3, message = ?4 WHERE id = ?1",
-                params![id, phase.as_str(), now_unix(), message],
-            )?;
-            Ok(())
-        })
-    }
-
     pub fn put_status(&self, key: &ResourceKey, status: &ResourceStatus) -> Result<()> {
         self.with(|connection| {
             connection.execute(
@@ -713,6 +688,64 @@ impl Store {
     }
 }
 
+type CommitRow = (i64, String, String, Option<String>, i64);
+
+fn commit_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<CommitRow> {
+    Ok((
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+    ))
+}
+
+fn commit_record((seq, sha, outcome, errors, seen_at): CommitRow) -> Result<CommitRecord> {
+    let errors = match errors {
+        Some(json) => serde_json::from_str(&json)
+            .map_err(|error| Error::Corrupt(format!("commit errors: {error}")))?,
+        None => Vec::new(),
+    };
+    Ok(CommitRecord {
+        seq,
+        sha: CommitSha::new(sha),
+        applied: outcome == "applied",
+        errors,
+        seen_at,
+    })
+}
+
+/// Writes `spec` as the desired state of `key` at `generation`, attributed to `commit`, and
+/// appends its journal PUT (inside the caller's transaction).
+fn put_desired(
+    tx: &rusqlite::Transaction<'_>,
+    key: &ResourceKey,
+    spec: &Spec,
+    spec_json: &str,
+    generation: i64,
+    commit: &CommitSha,
+) -> Result<()> {
+    tx.execute(
+        "INSERT INTO desired (kind, scope, name, spec, spec_hash, replicas, generation, commit_sha)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+         ON CONFLICT (kind, scope, name) DO UPDATE SET
+           spec = excluded.spec, spec_hash = excluded.spec_hash,
+           replicas = excluded.replicas, generation = excluded.generation,
+           commit_sha = excluded.commit_sha",
+        params![
+            key.kind.as_str(),
+            key.scope,
+            key.name,
+            spec_json,
+            spec.spec_hash(key).as_str(),
+            i64::try_from(spec.n_replicas()).unwrap_or(i64::MAX),
+            generation,
+            commit.as_str()
+        ],
+    )?;
+    append_journal(tx, key, Op::Put, generation, commit)
+}
+
 fn append_journal(
     tx: &rusqlite::Transaction<'_>,
     key: &ResourceKey,
@@ -744,21 +777,21 @@ fn check_version(found: i64, path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Runs pending migrations, each in a write transaction that reads the version first: two
+/// handles opening one database at once (the agent and a `rollback` command) never run a
+/// migration twice.
 fn migrate(connection: &mut Connection, path: &Path) -> Result<()> {
-    let version: i64 = connection.query_row("PRAGMA user_version", [], |row| row.get(0))?;
-    check_version(version, path)?;
-    let start = usize::try_from(version).unwrap_or(0);
-    for (index, migration) in schema::MIGRATIONS.iter().enumerate().skip(start) {
-        let tx = connection.transaction()?;
+    loop {
+        let tx = connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let version: i64 = tx.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+        check_version(version, path)?;
+        let Some(migration) = schema::MIGRATIONS.get(usize::try_from(version).unwrap_or(0)) else {
+            return Ok(());
+        };
         tx.execute_batch(migration)?;
-        tx.pragma_update(
-            None,
-            "user_version",
-            i64::try_from(index + 1).unwrap_or(i64::MAX),
-        )?;
+        tx.pragma_update(None, "user_version", version + 1)?;
         tx.commit()?;
     }
-    Ok(())
 }
 
 #[cfg(test)]

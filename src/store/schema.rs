@@ -89,4 +89,23 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         bytes   BLOB NOT NULL
     );
     "#,
+    // 3: rollback provenance and pins (releases and rollback keyed to commits).
+    r#"
+    -- The release a rollback release was made from (NULL for ordinary rollouts).
+    ALTER TABLE releases ADD COLUMN rolled_back_from INTEGER;
+    -- A resource the operator rolled back: desired holds the snapshot of release_id, and
+    -- commits leave it alone while git still declares git_spec for it.
+    CREATE TABLE pins (
+        kind        TEXT NOT NULL,
+        scope       TEXT NOT NULL,
+        name        TEXT NOT NULL,
+        release_id  INTEGER NOT NULL,
+        commit_sha  TEXT NOT NULL,
+        spec_hash   TEXT NOT NULL,
+        git_spec    TEXT,
+        git_commit  TEXT,
+        pinned_at   INTEGER NOT NULL,
+        PRIMARY KEY (kind, scope, name)
+    );
+    "#,
 ];

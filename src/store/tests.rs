@@ -484,3 +484,347 @@ fn agent_id_is_sixteen_hex_digits_and_stable_across_reopen() -> TestResult {
     assert_eq!(Store::open(&f.path)?.agent_id()?, id);
     Ok(())
 }
+
+// ---- releases, rollback and pins -------------------------------------------------------
+
+/// `deployment "s" "web"` with env `V = v`, plus an `api` whose env is `a`.
+fn web_v(v: &str, a: &str) -> String {
+    format!(
+        "deployment \"s\" \"web\" {{\n  image = \"busybox\"\n  env = {{ V = \"{v}\" }}\n}}\ndeployment \"s\" \"api\" {{\n  image = \"busybox\"\n  env = {{ A = \"{a}\" }}\n}}\n"
+    )
+}
+
+/// Applies `text` as commit `n` and records a release of `web` for it ending in `phase`, as
+/// the reconciler would.
+fn rollout(store: &Store, n: u32, text: &str, phase: ReleasePhase) -> TestResult<Release> {
+    apply(store, n, text)?;
+    let desired = store.desired(&key("web"))?.ok_or("web is desired")?;
+    let release = store.begin_release(&desired)?;
+    store.finish_release(release.id, phase, "")?;
+    Ok(store
+        .latest_release(&key("web"))?
+        .ok_or("the release is stored")?)
+}
+
+fn web_spec(store: &Store) -> TestResult<(String, CommitSha)> {
+    let desired = store.desired(&key("web"))?.ok_or("web is desired")?;
+    Ok((desired.spec_json, desired.commit))
+}
+
+#[test]
+fn release_history_keeps_the_newest_ten_per_resource() -> TestResult {
+    let f = fixture()?;
+    apply(&f.store, 1, WEB_API)?;
+    let web = f.store.desired(&key("web"))?.ok_or("web")?;
+    let api = f.store.desired(&key("api"))?.ok_or("api")?;
+    f.store.begin_release(&api)?;
+    let ids: Vec<i64> = (0..13)
+        .map(|_| f.store.begin_release(&web).map(|release| release.id))
+        .collect::<Result<_>>()?;
+    let kept: Vec<i64> = f
+        .store
+        .releases(&key("web"), usize::MAX)?
+        .iter()
+        .map(|release| release.id)
+        .collect();
+    let newest_ten: Vec<i64> = ids
+        .iter()
+        .rev()
+        .take(RELEASE_HISTORY_LIMIT)
+        .copied()
+        .collect();
+    assert_eq!(kept, newest_ten);
+    assert_eq!(
+        f.store.releases(&key("api"), usize::MAX)?.len(),
+        1,
+        "retention is per resource"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_revert_is_an_ordinary_release_that_names_the_earlier_one() -> TestResult {
+    let f = fixture()?;
+    let first = rollout(&f.store, 1, &web_v("1", "a"), ReleasePhase::Succeeded)?;
+    rollout(&f.store, 2, &web_v("2", "a"), ReleasePhase::Succeeded)?;
+    let revert = rollout(&f.store, 3, &web_v("1", "a"), ReleasePhase::Succeeded)?;
+    assert_eq!(revert.commit, sha(3), "keyed to the revert commit");
+    assert_eq!(revert.spec_hash, first.spec_hash);
+    assert_eq!(revert.rolled_back_from, None);
+    assert_eq!(
+        revert.message,
+        format!(
+            "same spec as release #{} (commit {})",
+            first.id,
+            sha(1).short()
+        )
+    );
+    Ok(())
+}
+
+#[test]
+fn rollback_reapplies_the_previous_release_and_pins_in_one_step() -> TestResult {
+    let f = fixture()?;
+    let first = rollout(&f.store, 1, &web_v("1", "a"), ReleasePhase::Succeeded)?;
+    let second = rollout(&f.store, 2, &web_v("2", "a"), ReleasePhase::Succeeded)?;
+    let git_version = web_spec(&f.store)?;
+    let generation = f.store.desired(&key("web"))?.ok_or("web")?.generation;
+    let mut head = f.store.subscribe();
+    head.borrow_and_update();
+
+    let outcome = f.store.rollback(&key("web"), None)?;
+
+    assert_eq!(
+        outcome.target.id, first.id,
+        "default: the previous release that ran"
+    );
+    assert!(outcome.git_differs);
+    let desired = f.store.desired(&key("web"))?.ok_or("web")?;
+    assert_eq!(
+        (
+            &desired.spec_json,
+            &desired.commit,
+            &desired.spec_hash,
+            desired.generation
+        ),
+        (&first.snapshot, &sha(1), &first.spec_hash, generation + 1)
+    );
+    let last_row = journal(&f.store)?.pop().ok_or("a journal row")?;
+    assert_eq!(last_row, put("deployment/s/web", generation + 1, 1));
+    assert!(head.has_changed()?, "the reconciler is woken");
+    let releases = f.store.releases(&key("web"), 10)?;
+    let phases: Vec<(i64, ReleasePhase, Option<i64>)> = releases
+        .iter()
+        .map(|release| (release.id, release.phase, release.rolled_back_from))
+        .collect();
+    assert_eq!(
+        phases,
+        [
+            (
+                outcome.release.id,
+                ReleasePhase::Progressing,
+                Some(second.id)
+            ),
+            (second.id, ReleasePhase::RolledBack, None),
+            (first.id, ReleasePhase::Succeeded, None),
+        ]
+    );
+    assert_eq!(releases[0].commit, sha(1));
+    let pin = f.store.pin(&key("web"))?.ok_or("pinned")?;
+    assert_eq!(
+        (
+            pin.release_id,
+            &pin.commit,
+            pin.git_spec.as_ref(),
+            pin.git_commit.as_ref()
+        ),
+        (
+            outcome.release.id,
+            &sha(1),
+            Some(&git_version.0),
+            Some(&git_version.1)
+        )
+    );
+    // A reconcile finishing late cannot mark the rolled-back release succeeded.
+    f.store
+        .finish_release(second.id, ReleasePhase::Succeeded, "late")?;
+    let second_now = f.store.releases(&key("web"), 10)?[1].clone();
+    assert_eq!(second_now.phase, ReleasePhase::RolledBack);
+    assert!(
+        !second_now.message.contains("late"),
+        "{}",
+        second_now.message
+    );
+    Ok(())
+}
+
+#[test]
+fn commits_leave_a_pinned_resource_alone_until_git_changes_it() -> TestResult {
+    let f = fixture()?;
+    rollout(&f.store, 1, &web_v("1", "a"), ReleasePhase::Succeeded)?;
+    rollout(&f.store, 2, &web_v("2", "a"), ReleasePhase::Succeeded)?;
+    f.store.rollback(&key("web"), None)?;
+    let pinned = web_spec(&f.store)?;
+
+    // Commit 3 changes api only: web keeps its snapshot and its pin, no journal row for it.
+    let rows_before = journal(&f.store)?.len();
+    let summary = apply(&f.store, 3, &web_v("2", "b"))?;
+    assert_eq!(summary.puts, [key("api")]);
+    assert!(summary.unpinned.is_empty());
+    assert_eq!(web_spec(&f.store)?, pinned);
+    assert!(f.store.pin(&key("web"))?.is_some());
+    assert_eq!(journal(&f.store)?.len(), rows_before + 1);
+
+    // Commit 4 changes web in git: the pin clears and git wins, in that same transaction.
+    let summary = apply(&f.store, 4, &web_v("3", "b"))?;
+    assert_eq!(summary.unpinned, [key("web")]);
+    assert_eq!(summary.puts, [key("web")]);
+    assert_eq!(f.store.pin(&key("web"))?, None);
+    let (spec, commit) = web_spec(&f.store)?;
+    assert_eq!(commit, sha(4));
+    assert!(spec.contains("\"V\":\"3\""), "{spec}");
+    Ok(())
+}
+
+#[test]
+fn removing_a_pinned_resource_from_git_clears_the_pin_and_prunes_it() -> TestResult {
+    let f = fixture()?;
+    rollout(&f.store, 1, &web_v("1", "a"), ReleasePhase::Succeeded)?;
+    rollout(&f.store, 2, &web_v("2", "a"), ReleasePhase::Succeeded)?;
+    f.store.rollback(&key("web"), None)?;
+    let summary = apply(
+        &f.store,
+        3,
+        "deployment \"s\" \"api\" {\n  image = \"busybox\"\n  env = { A = \"a\" }\n}\n",
+    )?;
+    assert_eq!(
+        (summary.deletes, summary.unpinned),
+        (vec![key("web")], vec![key("web")])
+    );
+    assert_eq!(f.store.desired(&key("web"))?, None);
+    assert_eq!(f.store.pin(&key("web"))?, None);
+    Ok(())
+}
+
+#[test]
+fn unpin_gives_the_resource_back_to_git() -> TestResult {
+    let f = fixture()?;
+    rollout(&f.store, 1, &web_v("1", "a"), ReleasePhase::Succeeded)?;
+    rollout(&f.store, 2, &web_v("2", "a"), ReleasePhase::Succeeded)?;
+    let git_version = web_spec(&f.store)?;
+    f.store.rollback(&key("web"), None)?;
+    let generation = f.store.desired(&key("web"))?.ok_or("web")?.generation;
+
+    let outcome = f.store.unpin(&key("web"))?;
+
+    assert_eq!((outcome.git_commit, outcome.changed), (Some(sha(2)), true));
+    assert_eq!(web_spec(&f.store)?, git_version);
+    assert_eq!(
+        journal(&f.store)?.pop().ok_or("a row")?,
+        put("deployment/s/web", generation + 1, 2)
+    );
+    assert_eq!(f.store.pin(&key("web"))?, None);
+    match f.store.unpin(&key("web")) {
+        Err(Error::NotPinned { key: unpinned }) => assert_eq!(unpinned, key("web")),
+        other => return Err(format!("expected NotPinned, got {other:?}").into()),
+    }
+    Ok(())
+}
+
+#[test]
+fn rollback_targets_by_commit_prefix_and_refuses_what_never_ran() -> TestResult {
+    let f = fixture()?;
+    match f.store.rollback(&key("web"), None) {
+        Err(Error::Rollback { message, .. }) => {
+            assert_eq!(message, "no releases are recorded for it")
+        }
+        other => return Err(format!("expected a refusal, got {other:?}").into()),
+    }
+    let first = rollout(&f.store, 0x1a, &web_v("1", "a"), ReleasePhase::Succeeded)?;
+    let failed = rollout(&f.store, 0x2b, &web_v("2", "a"), ReleasePhase::Failed)?;
+    rollout(&f.store, 0x3c, &web_v("3", "a"), ReleasePhase::Succeeded)?;
+    let refusal = |to: &str| match f.store.rollback(&key("web"), Some(to)) {
+        Err(Error::Rollback { message, .. }) => Ok(message),
+        other => Err(format!("--to {to}: expected a refusal, got {other:?}")),
+    };
+    assert_eq!(
+        refusal(sha(0x2b).as_str())?,
+        format!(
+            "release #{} of commit {} is failed: only a release that ran can be rolled back to",
+            failed.id,
+            sha(0x2b).short()
+        )
+    );
+    assert!(refusal("abc")?.contains("too short"));
+    assert!(refusal("ffff")?.contains("no kept release has commit ffff"));
+    assert!(refusal("0000")?.contains("matches releases of 3 commits"));
+    // The full SHA, or an unambiguous prefix, works; upper case too.
+    let outcome = f
+        .store
+        .rollback(&key("web"), Some(&sha(0x1a).as_str().to_uppercase()))?;
+    assert_eq!(outcome.target.id, first.id);
+    Ok(())
+}
+
+#[test]
+fn a_version_one_database_migrates_and_keeps_its_releases() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("state.db");
+    {
+        let connection = Connection::open(&path)?;
+        connection.execute_batch(schema::MIGRATIONS[0])?;
+        connection.pragma_update(None, "user_version", 1)?;
+        connection.execute(
+            "INSERT INTO releases (kind, scope, name, commit_sha, spec_hash, snapshot, phase, started_at)
+             VALUES ('deployment', 's', 'web', ?1, 'h', '{}', 'succeeded', 1)",
+            params![sha(1).as_str()],
+        )?;
+    }
+    let store = Store::open(&path)?;
+    let releases = store.releases(&key("web"), 10)?;
+    assert_eq!(releases.len(), 1);
+    assert_eq!(releases[0].rolled_back_from, None);
+    assert!(store.pins()?.is_empty());
+    Ok(())
+}
+
+#[test]
+fn journal_rows_from_another_process_wake_subscribers_once_noticed() -> TestResult {
+    let f = fixture()?;
+    rollout(&f.store, 1, &web_v("1", "a"), ReleasePhase::Succeeded)?;
+    rollout(&f.store, 2, &web_v("2", "a"), ReleasePhase::Succeeded)?;
+    let mut head = f.store.subscribe();
+    head.borrow_and_update();
+    // The `rollback` command opens its own handle, as another process does.
+    let command = Store::open(&f.path)?;
+    command.rollback(&key("web"), None)?;
+    assert!(
+        !head.has_changed()?,
+        "another handle's writes are not announced here"
+    );
+    f.store.notice_external_writes()?;
+    assert!(head.has_changed()?);
+    let seen = *head.borrow_and_update();
+    assert_eq!(seen, journal(&f.store)?.len() as i64);
+    f.store.notice_external_writes()?;
+    assert!(!head.has_changed()?, "nothing new, no wake-up");
+    Ok(())
+}
+
+#[test]
+fn commit_records_and_meta_values_are_looked_up_by_key() -> TestResult {
+    let f = fixture()?;
+    apply(&f.store, 1, WEB_API)?;
+    f.store.reject_commit(&sha(2), &Diagnostics(Vec::new()))?;
+    let applied = f.store.commit_record(&sha(1))?.ok_or("commit 1 recorded")?;
+    let rejected = f.store.commit_record(&sha(2))?.ok_or("commit 2 recorded")?;
+    assert!(applied.applied && !rejected.applied);
+    assert!(rejected.seq > applied.seq);
+    assert_eq!(f.store.commit_record(&sha(3))?, None);
+    assert_eq!(f.store.meta("http_addr")?, None);
+    f.store.set_meta("http_addr", Some("127.0.0.1:1"))?;
+    f.store.set_meta("http_addr", Some("127.0.0.1:2"))?;
+    assert_eq!(f.store.meta("http_addr")?.as_deref(), Some("127.0.0.1:2"));
+    f.store.set_meta("http_addr", None)?;
+    assert_eq!(f.store.meta("http_addr")?, None);
+    Ok(())
+}
+
+#[test]
+fn handles_opening_a_new_database_at_once_migrate_it_once() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("state.db");
+    let handles: Vec<std::thread::JoinHandle<Result<String>>> = (0..8)
+        .map(|_| {
+            let path = path.clone();
+            std::thread::spawn(move || Store::open(&path)?.agent_id())
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for handle in handles {
+        ids.push(handle.join().map_err(|_| "open thread panicked")??);
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 1, "one agent id for one database: {ids:?}");
+    Ok(())
+}

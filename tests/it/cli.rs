@@ -29,6 +29,28 @@ fn running_without_repo_explains_what_to_do() -> TestResult {
 }
 
 #[test]
+fn listening_off_loopback_without_a_secret_is_refused() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let output = agent()
+        .args([
+            "--repo",
+            "/nonexistent",
+            "--listen",
+            "0.0.0.0:0",
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .output()?;
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8(output.stderr)?;
+    assert!(
+        stderr.contains("refusing to listen on 0.0.0.0:0 without a webhook secret"),
+        "{stderr}"
+    );
+    Ok(())
+}
+
+#[test]
 fn status_without_state_names_the_data_dir() -> TestResult {
     let dir = tempfile::tempdir()?;
     let output = agent()
@@ -107,6 +129,59 @@ fn status_json_shows_commits_errors_and_resources() -> TestResult {
     Ok(())
 }
 
+/// Runs `voodu-agent <args> --data-dir <dir>` → exit code, stdout, stderr.
+fn run_in(dir: &std::path::Path, args: &[&str]) -> TestResult<(Option<i32>, String, String)> {
+    let output = agent().args(args).arg("--data-dir").arg(dir).output()?;
+    Ok((
+        output.status.code(),
+        String::from_utf8(output.stdout)?,
+        String::from_utf8(output.stderr)?,
+    ))
+}
+
+#[test]
+fn releases_rollback_and_unpin_explain_what_they_cannot_do() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open(&dir.path().join("state.db"))?;
+    let commit = CommitSha::new("c".repeat(40));
+    let snapshot = Snapshot {
+        commit: commit.clone(),
+        files: vec![SourceFile {
+            path: "web.hcl".into(),
+            contents: b"deployment \"s\" \"web\" {\n  image = \"busybox\"\n}\n".to_vec(),
+        }],
+        refused: Vec::new(),
+    };
+    store.apply_commit(
+        &commit,
+        &manifest::load(&snapshot, &manifest::LoadOptions::standalone())?,
+    )?;
+    drop(store);
+
+    let (code, _, stderr) = run_in(dir.path(), &["releases", "s/nope"])?;
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("no resource s/nope is known to this agent"),
+        "{stderr}"
+    );
+    let (code, stdout, _) = run_in(dir.path(), &["releases", "s/web"])?;
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("(no releases recorded)"), "{stdout}");
+    let (code, _, stderr) = run_in(dir.path(), &["rollback", "s/web"])?;
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("cannot roll back deployment/s/web: no releases are recorded for it"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run_in(dir.path(), &["unpin", "deployment/s/web"])?;
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("deployment/s/web is not pinned"),
+        "{stderr}"
+    );
+    Ok(())
+}
+
 #[test]
 fn sigterm_stops_the_agent_cleanly() -> TestResult {
     if !docker_tests_enabled("cli::sigterm_stops_the_agent_cleanly") {
@@ -125,7 +200,15 @@ fn sigterm_stops_the_agent_cleanly() -> TestResult {
     repo.commit("web")?;
     let data = tempfile::tempdir()?;
     let mut child = agent()
-        .args(["--repo", &repo.url(), "--interval", "1s", "--data-dir"])
+        .args([
+            "--repo",
+            &repo.url(),
+            "--interval",
+            "1s",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
         .arg(data.path())
         .stderr(Stdio::piped())
         .spawn()?;

@@ -4,8 +4,13 @@
 //! manifest prunes, `git revert` brings it back; and a `kill -9` mid-rollout converges after a
 //! restart without duplicates.
 //!
-//! State is read the way an operator would: `voodu-agent status --json` and `docker ps`.
-//! Limits in `wait_until` are liveness bounds, not timing assertions.
+//! Releases and rollback, the same way: `git revert` is an ordinary rollout that `releases`
+//! shows; `voodu-agent rollback` re-applies an earlier release and pins the resource until a
+//! commit changes it in git or `voodu-agent unpin`.
+//!
+//! State is read the way an operator would: `voodu-agent status --json`, `releases --json`,
+//! the agent's `/status`, and `docker ps`. Limits in `wait_until` are liveness bounds, not
+//! timing assertions.
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -15,6 +20,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
+use voodu_agent::http::WebhookSecret;
+
+use crate::support::http::{get, memory_of, metric, parse_metrics};
 use crate::support::{
     DockerGuard, TempRepo, TestResult, docker_tests_enabled, test_image, unique, wait_until,
 };
@@ -37,10 +45,19 @@ struct Agent {
 }
 
 impl Agent {
-    fn start(repo: &TempRepo, data_dir: &Path, log: &Path) -> TestResult<Agent> {
+    fn start(repo: &TempRepo, data_dir: &Path, log: &Path, extra: &[&str]) -> TestResult<Agent> {
         let stderr = File::options().create(true).append(true).open(log)?;
+        // A 1 s poll unless the caller sets its own interval.
+        let interval: &[&str] = if extra.contains(&"--interval") {
+            &[]
+        } else {
+            &["--interval", "1s"]
+        };
         let child = Command::new(AGENT)
-            .args(["--repo", &repo.url(), "--interval", "1s", "--data-dir"])
+            .args(extra)
+            .args(interval)
+            .args(["--repo", &repo.url(), "--listen", "127.0.0.1:0"])
+            .arg("--data-dir")
             .arg(data_dir)
             .env("RUST_LOG", "info,voodu_agent=debug")
             .env("NO_COLOR", "1")
@@ -144,7 +161,16 @@ impl Env {
     }
 
     fn start_agent(&mut self) -> TestResult {
-        self.agent = Some(Agent::start(&self.repo, &self.data_dir(), &self.log())?);
+        self.start_agent_with(&[])
+    }
+
+    fn start_agent_with(&mut self, extra: &[&str]) -> TestResult {
+        self.agent = Some(Agent::start(
+            &self.repo,
+            &self.data_dir(),
+            &self.log(),
+            extra,
+        )?);
         Ok(())
     }
 
@@ -215,6 +241,40 @@ impl Env {
             );
         }
         Ok(serde_json::from_slice(&output.stdout)?)
+    }
+
+    /// Runs a `voodu-agent` subcommand on this data dir; its stdout, or an error with stderr.
+    fn cli(&self, args: &[&str]) -> TestResult<String> {
+        let output = Command::new(AGENT)
+            .args(args)
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .output()?;
+        if !output.status.success() {
+            return Err(format!(
+                "voodu-agent {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr)
+            )
+            .into());
+        }
+        Ok(String::from_utf8(output.stdout)?)
+    }
+
+    /// `voodu-agent releases <scope>/web --json`.
+    fn releases(&self) -> TestResult<Value> {
+        let reference = format!("{}/web", self.scope());
+        Ok(serde_json::from_str(
+            &self.cli(&["releases", &reference, "--json"])?,
+        )?)
+    }
+
+    /// The address the running agent recorded for its HTTP side.
+    fn http_address(&self) -> TestResult<String> {
+        let store = voodu_agent::store::Store::open_read_only(&self.data_dir().join("state.db"))?;
+        Ok(store
+            .meta(voodu_agent::agent::META_HTTP_ADDR)?
+            .ok_or("the agent recorded no HTTP address")?)
     }
 
     /// This scope's `web` resource in `status --json`, if listed.
@@ -480,6 +540,230 @@ fn kill_9_during_rollout(env: &mut Env) -> TestResult {
     assert_eq!(
         (release["commit"].as_str(), release["phase"].as_str()),
         (Some(second.as_str()), Some("succeeded"))
+    );
+    Ok(())
+}
+
+#[test]
+fn git_revert_is_an_ordinary_rollout_the_release_list_shows() -> TestResult {
+    if !docker_tests_enabled("e2e_docker::git_revert_is_an_ordinary_rollout_the_release_list_shows")
+    {
+        return Ok(());
+    }
+    Env::new()?.run(revert_flow)
+}
+
+fn revert_flow(env: &mut Env) -> TestResult {
+    env.write_web(2, "1")?;
+    let first = env.repo.commit("web: V=1")?;
+    env.start_agent()?;
+    let hash_1 = env.converged(&first, 2, None)?[0].hash.clone();
+    env.write_web(2, "2")?;
+    let second = env.repo.commit("web: V=2")?;
+    let hash_2 = env.converged(&second, 2, Some(&hash_1))?[0].hash.clone();
+
+    let reverted = env.repo.revert(&second)?;
+    let rows = env.converged(&reverted, 2, Some(&hash_2))?;
+    assert!(
+        rows.iter().all(|row| row.hash == hash_1),
+        "the revert runs the first spec again: {rows:?}"
+    );
+    let releases = wait_until(LIMIT, "the revert's release to succeed", || {
+        let releases = env.releases().ok()?;
+        (releases["releases"][0]["phase"] == "succeeded").then_some(releases)
+    })?;
+    let list: Vec<(&str, &str, &str)> = releases["releases"]
+        .as_array()
+        .ok_or("releases")?
+        .iter()
+        .map(|release| {
+            (
+                release["commit"].as_str().unwrap_or_default(),
+                release["spec_hash"].as_str().unwrap_or_default(),
+                release["phase"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        list,
+        [
+            (reverted.as_str(), hash_1.as_str(), "succeeded"),
+            (second.as_str(), hash_2.as_str(), "succeeded"),
+            (first.as_str(), hash_1.as_str(), "succeeded"),
+        ]
+    );
+    let first_id = &releases["releases"][2]["id"];
+    assert_eq!(
+        releases["releases"][0]["message"],
+        format!("same spec as release #{first_id} (commit {})", &first[..12])
+    );
+    assert_eq!(releases["releases"][0]["rolled_back_from"], Value::Null);
+    assert_eq!(releases["pin"], Value::Null, "a revert pins nothing");
+    let table = env.cli(&["releases", &format!("{}/web", env.scope())])?;
+    assert!(table.contains(&reverted[..12]), "{table}");
+    Ok(())
+}
+
+#[test]
+fn rollback_pins_until_unpin_or_a_commit_that_changes_the_resource() -> TestResult {
+    if !docker_tests_enabled(
+        "e2e_docker::rollback_pins_until_unpin_or_a_commit_that_changes_the_resource",
+    ) {
+        return Ok(());
+    }
+    Env::new()?.run(rollback_flow)
+}
+
+fn rollback_flow(env: &mut Env) -> TestResult {
+    let reference = format!("{}/web", env.scope());
+    env.write_web(2, "1")?;
+    let first = env.repo.commit("web: V=1")?;
+    env.start_agent()?;
+    let hash_1 = env.converged(&first, 2, None)?[0].hash.clone();
+    env.write_web(2, "2")?;
+    let second = env.repo.commit("web: V=2")?;
+    let hash_2 = env.converged(&second, 2, Some(&hash_1))?[0].hash.clone();
+
+    // a. rollback → the first spec runs again, pinned; git (commit 2) now differs.
+    let said = env.cli(&["rollback", &reference])?;
+    assert!(
+        said.contains(&format!("(commit {})", &first[..12])),
+        "{said}"
+    );
+    assert!(said.contains("the agent is applying it now"), "{said}");
+    let rows = env.converged(&second, 2, Some(&hash_2))?;
+    assert!(rows.iter().all(|row| row.hash == hash_1), "{rows:?}");
+    let pin = wait_until(LIMIT, "the pin in status", || {
+        let resource = env.resource().ok()??;
+        (resource["release"]["phase"] == "succeeded").then(|| resource["pin"].clone())
+    })?;
+    assert_eq!(pin["commit"], first.as_str());
+    assert_eq!(pin["git_commit"], second.as_str());
+    assert_eq!(pin["git_differs"], true);
+    let releases = env.releases()?;
+    assert_eq!(releases["releases"][0]["commit"], first.as_str());
+    assert_eq!(releases["releases"][0]["phase"], "succeeded");
+    assert_eq!(releases["releases"][1]["commit"], second.as_str());
+    assert_eq!(releases["releases"][1]["phase"], "rolled-back");
+    assert_eq!(
+        releases["releases"][0]["rolled_back_from"],
+        releases["releases"][1]["id"]
+    );
+    // The operator's view over HTTP is the document `status --json` prints.
+    let (code, body) = crate::support::http::get_blocking(&env.http_address()?, "/status")?;
+    assert_eq!(code, 200);
+    assert_eq!(serde_json::from_str::<Value>(&body)?, env.status()?);
+    let text = env.cli(&["status"])?;
+    assert!(
+        text.contains("is PINNED to commit") && text.contains("git now differs"),
+        "{text}"
+    );
+
+    // b. a commit that leaves web alone keeps the pin and the running replicas.
+    env.repo.write("README.md", "notes\n")?;
+    let unrelated = env.repo.commit("docs")?;
+    let kept = env.converged(&unrelated, 2, Some(&hash_2))?;
+    assert_eq!(ids(&kept), ids(&rows), "nothing replaced");
+    assert_eq!(
+        env.resource()?.ok_or("web")?["pin"]["commit"],
+        first.as_str()
+    );
+
+    // c. unpin → git's version (the second spec) again, no pin.
+    let said = env.cli(&["unpin", &reference])?;
+    assert!(said.contains("back to git's version"), "{said}");
+    let rows = env.converged(&unrelated, 2, Some(&hash_1))?;
+    assert!(rows.iter().all(|row| row.hash == hash_2), "{rows:?}");
+    assert_eq!(env.resource()?.ok_or("web")?["pin"], Value::Null);
+
+    // d. rollback again, then a commit that changes web: the pin clears and git wins.
+    env.cli(&["rollback", &reference, "--to", &first[..10]])?;
+    env.converged(&unrelated, 2, Some(&hash_2))?;
+    env.write_web(2, "3")?;
+    let third = env.repo.commit("web: V=3")?;
+    let rows = env.converged(&third, 2, Some(&hash_1))?;
+    assert!(rows.iter().all(|row| row.hash != hash_2), "{rows:?}");
+    let resource = env.resource()?.ok_or("web")?;
+    assert_eq!(resource["pin"], Value::Null, "the commit cleared the pin");
+    assert_eq!(resource["release"]["commit"], third.as_str());
+    Ok(())
+}
+
+#[test]
+fn a_webhook_flood_keeps_the_agents_memory_bounded() -> TestResult {
+    if !docker_tests_enabled("e2e_docker::a_webhook_flood_keeps_the_agents_memory_bounded") {
+        return Ok(());
+    }
+    Env::new()?.run(webhook_flood)
+}
+
+/// The real binary in its own process, so its memory is its own: 10,000 signed 16 KiB
+/// webhooks (156 MiB) for two new commits raise its peak resident memory by far less than
+/// that, and cost at most one fetch per SHA.
+fn webhook_flood(env: &mut Env) -> TestResult {
+    const SECRET: &str = "flood-secret";
+    let secret_file = env.dir.path().join("webhook.secret");
+    std::fs::write(&secret_file, SECRET)?;
+    env.write_web(1, "1")?;
+    let first = env.repo.commit("web")?;
+    // No polls and no ref watch during the flood: only webhooks may cause fetches.
+    env.start_agent_with(&[
+        "--interval",
+        "1h",
+        "--no-watch",
+        "--webhook-secret-file",
+        &secret_file.display().to_string(),
+    ])?;
+    env.converged(&first, 1, None)?;
+    let mut shas = Vec::new();
+    for n in 0..2 {
+        env.repo.write("README.md", &format!("notes {n}\n"))?;
+        shas.push(env.repo.commit("docs")?);
+    }
+    let pid = env.agent.as_ref().ok_or("agent running")?.child.id();
+    let address = env.http_address()?;
+    let peak_before = memory_of(pid, "VmHWM")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let (answered, fetches) = runtime.block_on(async {
+        let client = crate::support::http::client()?;
+        let metrics_url = format!("http://{address}/metrics");
+        let syncs = |text: String| -> TestResult<f64> {
+            Ok(metric(&parse_metrics(&text)?, "voodu_syncs_total", &[]))
+        };
+        let before = syncs(get(&client, &metrics_url).await?.1)?;
+        let answered = crate::http::flood(
+            &client,
+            &format!("http://{address}/hooks/git"),
+            &WebhookSecret::new(SECRET),
+            &shas,
+            10_000,
+        )
+        .await?;
+        env.converged(shas.last().ok_or("shas")?, 1, None)?;
+        let after = syncs(get(&client, &metrics_url).await?.1)?;
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>((answered, after - before))
+    })?;
+    let peak_after = memory_of(pid, "VmHWM")?;
+    let rss_after = memory_of(pid, "VmRSS")?;
+    println!(
+        "flood: {answered} answered, {fetches} fetches; agent peak RSS {} KiB -> {} KiB (now {} KiB)",
+        peak_before / 1024,
+        peak_after / 1024,
+        rss_after / 1024
+    );
+    assert_eq!(answered, 10_000);
+    assert!(
+        (1.0..=2.0).contains(&fetches),
+        "{fetches} fetches for 2 new SHAs"
+    );
+    let grown = peak_after.saturating_sub(peak_before);
+    assert!(
+        grown < 40 * 1024 * 1024,
+        "the agent's peak memory grew by {} MiB over a 156 MiB flood",
+        grown / (1024 * 1024)
     );
     Ok(())
 }

@@ -7,5 +7,6 @@ mod contract;
 mod corpus;
 mod e2e_docker;
 mod git;
+mod http;
 mod reconcile;
 mod tidy;

@@ -47,6 +47,7 @@ impl Harness {
             agent_id: self.store.agent_id()?,
             assets_root: self._dir.path().join("assets"),
             options: ReconcileOptions::default(),
+            metrics: Arc::new(voodu_agent::metrics::Metrics::new()),
         });
         self.shutdown = CancellationToken::new();
         self.task = Some(tokio::spawn(reconcile::run(ctx, self.shutdown.clone())));
@@ -230,6 +231,30 @@ async fn a_spec_change_replaces_every_replica_one_slot_at_a_time() -> TestResult
         "one slot at a time"
     );
     assert_eq!(harness.store.releases(&web_key(), 10)?.len(), 2);
+    harness.stop().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn missing_replicas_are_created_together_and_checked_after_one_settle() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.start()?;
+    let settle = ReconcileOptions::default().start_settle;
+    let virtual_start = tokio::time::Instant::now();
+    harness.push(&[("web.hcl", &web(6, "1"))])?;
+    harness.converged(&web_key(), 6).await?;
+    let waited = virtual_start.elapsed();
+    // One after another with a settle each would take 6 settles; together, one.
+    assert!(
+        waited >= settle && waited < settle * 3,
+        "6 replicas took {waited:?} with a {settle:?} settle"
+    );
+    // A scale-up creates the 4 missing ones together as well, and touches no survivor.
+    let mark = harness.fake.calls().len();
+    let virtual_start = tokio::time::Instant::now();
+    harness.push(&[("web.hcl", &web(10, "1"))])?;
+    harness.converged(&web_key(), 10).await?;
+    assert!(virtual_start.elapsed() < settle * 3);
+    assert_eq!(harness.churn_since(mark), ["create"; 4]);
     harness.stop().await
 }
 
@@ -476,6 +501,8 @@ async fn agent_applies_commits_and_keeps_the_last_good_one_on_bad_input() -> Tes
             start_settle: Duration::ZERO,
             ..ReconcileOptions::default()
         },
+        http: None,
+        watch_local: false,
     };
     let agent = tokio::spawn(voodu_agent::agent::run_with_runtime(
         config,

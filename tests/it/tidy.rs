@@ -45,17 +45,42 @@ fn every_file_starts_with_module_docs() {
     );
 }
 
-/// Which top-level modules each module may import with `crate::…`.
+/// Which top-level modules each module may import with `crate::…`. `metrics` sits beside
+/// `model` at layer 0 (it depends on nothing), so every stage may record into it.
 fn allowed(module: &str) -> Option<&'static [&'static str]> {
     Some(match module {
-        "model" => &[],
-        "manifest" | "git" | "runtime" => &["model"],
-        "assets" | "store" => &["model", "manifest"],
-        "sync" => &["git", "manifest", "assets", "store", "model"],
-        "reconcile" => &["model", "manifest", "store", "runtime"],
-        "http" => &["model", "store", "git"],
+        "model" | "metrics" => &[],
+        "manifest" | "git" | "runtime" => &["model", "metrics"],
+        "assets" | "store" => &["model", "manifest", "metrics"],
+        "sync" => &["git", "manifest", "assets", "store", "model", "metrics"],
+        "reconcile" => &["model", "manifest", "store", "runtime", "metrics"],
+        "http" => &["model", "store", "git", "metrics"],
         _ => return None,
     })
+}
+
+/// `http` may use `git` for the sync request sender only (`git::trigger`).
+#[test]
+fn http_uses_only_the_trigger_of_git() {
+    let violations: Vec<String> = src_files()
+        .into_iter()
+        .filter(|(path, _)| path.starts_with("http"))
+        .flat_map(|(path, text)| {
+            text.lines()
+                .enumerate()
+                .filter(|(_, line)| {
+                    line.match_indices("crate::git")
+                        .any(|(index, _)| !line[index..].starts_with("crate::git::trigger"))
+                })
+                .map(|(line_number, _)| format!("src/{path}:{}", line_number + 1))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        violations.is_empty(),
+        "http reaches into git beyond git::trigger:\n{}",
+        violations.join("\n")
+    );
 }
 
 #[test]

@@ -1,12 +1,17 @@
 //! Deployment handler: converge `<scope>-<name>.<rid>` containers on the desired replica
 //! count and spec hash, by executing `plan::plan_replicas` steps through the runtime.
 //!
-//! Invariants: one slot at a time: a replacement removes one outdated replica, then creates
-//! and starts its successor and checks it runs before the next step; a rollout (a spec hash
-//! the latest release does not have) opens a release keyed to the desired commit, closed as
-//! succeeded once converged or failed on a permanent error.
+//! Invariants: replacements go one slot at a time: a replacement removes one outdated
+//! replica, then creates and starts its successor and checks it runs before the next step;
+//! missing replicas (first deploy, scale-up) are created and started together, as voodu does
+//! (no pause between them), at most `create_concurrency` at once, then checked after one
+//! settle time; a rollout (a spec hash the latest release does not have) opens a release
+//! keyed to the desired commit, closed as succeeded once converged or failed on a permanent
+//! error.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+use futures_util::StreamExt as _;
 
 use crate::manifest::spec::{DeploymentSpec, Spec};
 use crate::model::{Kind, ResourceKey, random_hex, resolve_asset_refs};
@@ -73,7 +78,11 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         release_id: Some(release.id),
         updated_at: now_unix(),
     };
-    let result = execute(ctx, &desired, spec, &release, &steps, &mut status).await;
+    let taken: BTreeSet<String> = actual
+        .iter()
+        .map(|container| container.name.clone())
+        .collect();
+    let result = execute(ctx, &desired, spec, &release, &steps, taken, &mut status).await;
     let actual = ctx
         .runtime
         .list(&container_filter(&ctx.agent_id, key))
@@ -154,6 +163,7 @@ async fn execute<R: Runtime>(
     spec: &DeploymentSpec,
     release: &Release,
     steps: &[Step],
+    mut taken: BTreeSet<String>,
     status: &mut ResourceStatus,
 ) -> Result<()> {
     let key = &desired.key;
@@ -170,20 +180,33 @@ async fn execute<R: Runtime>(
             .await
             .map_err(runtime_error)?;
     }
+    let n_creates = steps
+        .iter()
+        .filter(|step| matches!(step, Step::Create))
+        .count();
+    let mut creates_done = false;
     for (index, step) in steps.iter().enumerate() {
         match step {
+            // The plan lists creates together; they run as one batch at the first of them.
+            Step::Create if creates_done => continue,
             Step::Create => {
-                let name = create_replica(ctx, desired, spec, release).await?;
-                tracing::info!(%key, container = %name, "replica created");
+                creates_done = true;
+                let names =
+                    create_replicas(ctx, desired, spec, release, n_creates, &mut taken).await?;
+                tracing::info!(%key, containers = ?names, "replicas created");
             }
             Step::Start { id, name } => {
                 ctx.runtime.start(id).await.map_err(runtime_error)?;
-                check_running(ctx, key, name).await?;
+                check_running(ctx, key, std::slice::from_ref(name)).await?;
                 tracing::info!(%key, container = %name, "replica started");
             }
             Step::Replace { id, name } => {
                 ctx.runtime.remove(id).await.map_err(runtime_error)?;
-                let new_name = create_replica(ctx, desired, spec, release).await?;
+                let new_name = create_replicas(ctx, desired, spec, release, 1, &mut taken)
+                    .await?
+                    .into_iter()
+                    .next()
+                    .unwrap_or_default();
                 tracing::info!(%key, old = %name, new = %new_name, slot = index, "replica replaced");
             }
             Step::Remove { id, name } => {
@@ -206,21 +229,65 @@ async fn execute<R: Runtime>(
     Ok(())
 }
 
-async fn create_replica<R: Runtime>(
+/// Creates and starts `n` new replicas concurrently (at most `create_concurrency` at once),
+/// then, after one settle time, checks that each still runs. Replica ids are unique among
+/// `taken` names, which grows by the new ones. Returns the new names; on failure, the first
+/// error after every create has ended (replicas that did start stay and count next pass).
+async fn create_replicas<R: Runtime>(
     ctx: &Ctx<R>,
     desired: &Desired,
     spec: &DeploymentSpec,
     release: &Release,
+    n: usize,
+    taken: &mut BTreeSet<String>,
+) -> Result<Vec<String>> {
+    let mut containers = Vec::with_capacity(n);
+    while containers.len() < n {
+        let container = container_spec(&ctx.agent_id, &ctx.assets_root, desired, spec, release)?;
+        if taken.insert(container.name.clone()) {
+            containers.push(container);
+        }
+    }
+    // Collected first: a lazy `map` closure inside the stream makes the handler future's
+    // lifetimes too general for `spawn`.
+    let creates: Vec<_> = containers
+        .iter()
+        .map(|container| create_and_start(ctx, &desired.key, container))
+        .collect();
+    let results: Vec<Result<String>> = futures_util::stream::iter(creates)
+        .buffer_unordered(ctx.options.create_concurrency.max(1))
+        .collect()
+        .await;
+    let mut names = Vec::with_capacity(n);
+    let mut first_error = None;
+    for result in results {
+        match result {
+            Ok(name) => names.push(name),
+            Err(error) => {
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    if let Some(error) = first_error {
+        return Err(error);
+    }
+    check_running(ctx, &desired.key, &names).await?;
+    Ok(names)
+}
+
+/// Creates and starts one replica; a container that cannot start is removed again.
+async fn create_and_start<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    container: &ContainerSpec,
 ) -> Result<String> {
-    let key = &desired.key;
-    let container = container_spec(&ctx.agent_id, &ctx.assets_root, desired, spec, release)?;
     let runtime_error = |source| Error::Runtime {
         key: key.clone(),
         source,
     };
     let id = ctx
         .runtime
-        .create(&container)
+        .create(container)
         .await
         .map_err(|error| match error {
             crate::runtime::Error::ImageMissing { .. } => Error::Permanent {
@@ -242,12 +309,15 @@ async fn create_replica<R: Runtime>(
             other => runtime_error(other),
         });
     }
-    check_running(ctx, key, &container.name).await?;
-    Ok(container.name)
+    Ok(container.name.clone())
 }
 
-/// After a start, give the process `start_settle` to fail fast, then require it running.
-async fn check_running<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey, name: &str) -> Result<()> {
+/// After starts, give the processes `start_settle` to fail fast, then require each running.
+async fn check_running<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    names: &[String],
+) -> Result<()> {
     if !ctx.options.start_settle.is_zero() {
         tokio::time::sleep(ctx.options.start_settle).await;
     }
@@ -259,20 +329,27 @@ async fn check_running<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey, name: &str) 
             key: key.clone(),
             source,
         })?;
-    match actual.iter().find(|container| container.name == name) {
-        Some(container) if container.state == ContainerState::Running => Ok(()),
-        Some(container) => Err(Error::Transient {
-            key: key.clone(),
-            message: format!(
-                "replica {name} is {:?} right after start; check its command and image",
-                container.state
-            ),
-        }),
-        None => Err(Error::Transient {
-            key: key.clone(),
-            message: format!("replica {name} vanished right after start"),
-        }),
+    for name in names {
+        match actual.iter().find(|container| &container.name == name) {
+            Some(container) if container.state == ContainerState::Running => {}
+            Some(container) => {
+                return Err(Error::Transient {
+                    key: key.clone(),
+                    message: format!(
+                        "replica {name} is {:?} right after start; check its command and image",
+                        container.state
+                    ),
+                });
+            }
+            None => {
+                return Err(Error::Transient {
+                    key: key.clone(),
+                    message: format!("replica {name} vanished right after start"),
+                });
+            }
+        }
     }
+    Ok(())
 }
 
 fn count_running(actual: &[crate::runtime::Container], desired: &Desired) -> usize {

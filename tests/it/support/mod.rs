@@ -1,11 +1,14 @@
-//! Test fixtures: real git repos in temp dirs, the Docker gate and guard, and a fake-runtime
-//! harness for the reconciler.
+//! Test fixtures: real git repos in temp dirs, the Docker gate and guard, the in-process
+//! `TestAgent`, and HTTP helpers (client, metrics parser).
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod agent;
 pub mod docker;
+pub mod http;
 pub mod repo;
 
+pub use agent::{TestAgent, TestAgentOptions};
 pub use docker::{DockerGuard, docker_tests_enabled, test_image};
 pub use repo::TempRepo;
 

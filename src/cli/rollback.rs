@@ -1,0 +1,50 @@
+//! `voodu-agent rollback SCOPE/NAME [--to SHA]`: the emergency rollback. Re-applies the spec
+//! snapshot of an earlier release and pins the resource (auto-sync paused for it), in one
+//! state.db transaction (`Store::rollback`), then nudges the running agent so it acts at
+//! once. The agent also picks the change up at its next poll, or when it starts.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::sync::{AgentArgs, nudge};
+use crate::http::status::resolve;
+
+#[derive(Debug, Args)]
+pub(super) struct RollbackArgs {
+    /// The resource: SCOPE/NAME, or KIND/SCOPE/NAME when several kinds share the name.
+    #[arg(value_name = "SCOPE/NAME")]
+    resource: String,
+    /// The commit (full SHA or a prefix of at least 4 hex digits) whose release to re-apply.
+    /// Default: the newest release that ran with a spec other than the current one.
+    #[arg(long, value_name = "SHA")]
+    to: Option<String>,
+    #[command(flatten)]
+    agent: AgentArgs,
+}
+
+pub(super) fn run(data_dir: &Path, args: &RollbackArgs) -> anyhow::Result<ExitCode> {
+    let store = super::open_store(data_dir, super::Access::ReadWrite)?;
+    let key = resolve(&store, &args.resource)?;
+    let outcome = store.rollback(&key, args.to.as_deref())?;
+    drop(store);
+    println!(
+        "{key}: rolling back to release #{} (commit {}) as release #{}",
+        outcome.target.id,
+        outcome.target.commit.short(),
+        outcome.release.id
+    );
+    println!(
+        "pinned: auto-sync is paused for it{}; the next commit that changes it in git, or `voodu-agent unpin {}/{}`, hands it back",
+        if outcome.git_differs {
+            " and git now differs"
+        } else {
+            ""
+        },
+        key.scope,
+        key.name
+    );
+    super::unpin::report_nudge(nudge(data_dir, &args.agent, None));
+    Ok(ExitCode::SUCCESS)
+}

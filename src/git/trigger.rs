@@ -1,0 +1,494 @@
+//! Sync triggers: poll ticks, webhook nudges and filesystem events of a local repository,
+//! merged into one coalescing request channel that the sync loop drains one fetch at a time.
+//!
+//! Invariants:
+//! - one fetch per new SHA: a request naming a commit that a fetch started after an earlier
+//!   request for it already covers (in flight or done) starts nothing; requests that arrive
+//!   while a fetch is pending join it; so a burst of any size costs at most one fetch in
+//!   flight plus one pending;
+//! - memory is bounded whatever the request rate: the channel is a flag plus at most
+//!   `COVERED_LIMIT` remembered SHAs, never a queue of requests;
+//! - a fetch that fails forgets the SHAs it covered, so the next request for them fetches
+//!   again;
+//! - every request gets a `Ticket`: the generation of the fetch that answers it, which
+//!   `SyncRequests::fetched` waits for (a watch channel, no polling).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::model::CommitSha;
+
+/// How many fetched SHAs are remembered for coalescing (and waiting SHAs per pending fetch).
+const COVERED_LIMIT: usize = 1024;
+
+/// Why a sync was asked for (logs only: every reason gets the same fetch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncReason {
+    /// The poll interval elapsed.
+    Poll,
+    /// A git host's webhook (or `voodu-agent sync`) reported a push.
+    Webhook,
+    /// The refs of the local repository changed on disk.
+    LocalChange,
+}
+
+/// A request to fetch now, optionally naming the commit the requester expects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncRequest {
+    pub reason: SyncReason,
+    pub commit: Option<CommitSha>,
+}
+
+/// Which fetch answers a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket {
+    /// The generation (1-based count of fetches started) of the answering fetch.
+    pub generation: u64,
+    /// True when the request started no fetch of its own: an earlier request's fetch
+    /// (pending, in flight or done) covers it.
+    pub coalesced: bool,
+}
+
+/// The end of one fetch: the branch tip it saw, or why it failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchReport {
+    pub generation: u64,
+    pub result: Result<CommitSha, String>,
+}
+
+#[derive(Default)]
+struct State {
+    /// A fetch was asked for and has not started yet.
+    pending: bool,
+    /// Fetches started so far.
+    started: u64,
+    /// SHAs named by requests the pending fetch answers.
+    waiting: HashSet<CommitSha>,
+    /// SHA → generation of the fetch that covers it, oldest first in `covered_order`.
+    covered: HashMap<CommitSha, u64>,
+    covered_order: VecDeque<CommitSha>,
+}
+
+impl State {
+    fn cover(&mut self, commit: CommitSha, generation: u64) {
+        if self.covered.insert(commit.clone(), generation).is_none() {
+            self.covered_order.push_back(commit);
+            while self.covered_order.len() > COVERED_LIMIT {
+                if let Some(oldest) = self.covered_order.pop_front() {
+                    self.covered.remove(&oldest);
+                }
+            }
+        }
+    }
+}
+
+struct Shared {
+    state: Mutex<State>,
+    wake: Notify,
+    done: watch::Sender<Option<FetchReport>>,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The sending side: cheap to clone, held by the poller, the HTTP side and the fs watcher.
+#[derive(Clone)]
+pub struct SyncRequests {
+    shared: Arc<Shared>,
+}
+
+/// The receiving side, owned by the sync loop.
+pub struct SyncRequestReceiver {
+    shared: Arc<Shared>,
+}
+
+/// A new, empty channel.
+pub fn channel() -> (SyncRequests, SyncRequestReceiver) {
+    let (done, _) = watch::channel(None);
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State::default()),
+        wake: Notify::new(),
+        done,
+    });
+    (
+        SyncRequests {
+            shared: shared.clone(),
+        },
+        SyncRequestReceiver { shared },
+    )
+}
+
+impl SyncRequests {
+    /// Asks for a fetch; returns at once with the ticket of the fetch that will answer.
+    pub fn request(&self, request: SyncRequest) -> Ticket {
+        let mut state = self.shared.lock();
+        if let Some(commit) = &request.commit
+            && let Some(generation) = state.covered.get(commit)
+        {
+            return Ticket {
+                generation: *generation,
+                coalesced: true,
+            };
+        }
+        let coalesced = state.pending;
+        state.pending = true;
+        if let Some(commit) = request.commit
+            && state.waiting.len() < COVERED_LIMIT
+        {
+            state.waiting.insert(commit);
+        }
+        let ticket = Ticket {
+            generation: state.started + 1,
+            coalesced,
+        };
+        drop(state);
+        if !coalesced {
+            tracing::debug!(reason = ?request.reason, "sync requested");
+            self.shared.wake.notify_one();
+        }
+        ticket
+    }
+
+    /// Waits until the fetch of `ticket` (or a later one, which covers it too) has ended,
+    /// and returns how the latest one ended.
+    pub async fn fetched(&self, ticket: Ticket) -> FetchReport {
+        let mut done = self.shared.done.subscribe();
+        loop {
+            if let Some(report) = done.borrow_and_update().as_ref()
+                && report.generation >= ticket.generation
+            {
+                return report.clone();
+            }
+            if done.changed().await.is_err() {
+                // Unreachable while `self` holds the sender; wait forever rather than lie.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Fetches started so far.
+    pub fn fetches_started(&self) -> u64 {
+        self.shared.lock().started
+    }
+}
+
+impl SyncRequestReceiver {
+    /// Waits for a request, then marks a fetch as started and returns its generation. The
+    /// caller runs the fetch and reports its end with `finish`.
+    pub async fn next(&mut self) -> u64 {
+        loop {
+            let notified = self.shared.wake.notified();
+            {
+                let mut state = self.shared.lock();
+                if state.pending {
+                    state.pending = false;
+                    state.started += 1;
+                    let generation = state.started;
+                    let waiting: Vec<CommitSha> = state.waiting.drain().collect();
+                    for commit in waiting {
+                        state.cover(commit, generation);
+                    }
+                    return generation;
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Reports the end of fetch `generation`: the tip it saw, or the error.
+    pub fn finish(&self, generation: u64, result: Result<CommitSha, String>) {
+        {
+            let mut state = self.shared.lock();
+            match &result {
+                Ok(tip) => state.cover(tip.clone(), generation),
+                Err(_) => {
+                    let state = &mut *state;
+                    state
+                        .covered
+                        .retain(|_, covered_by| *covered_by != generation);
+                    let covered = &state.covered;
+                    state
+                        .covered_order
+                        .retain(|commit| covered.contains_key(commit));
+                }
+            }
+        }
+        self.shared
+            .done
+            .send_replace(Some(FetchReport { generation, result }));
+    }
+}
+
+/// Asks for a sync at once and then every `interval`, until shutdown.
+pub async fn poll(requests: SyncRequests, interval: Duration, shutdown: CancellationToken) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            () = shutdown.cancelled() => return,
+        }
+        requests.request(SyncRequest {
+            reason: SyncReason::Poll,
+            commit: None,
+        });
+    }
+}
+
+/// Watches the refs of a local repository; dropping it stops the watch.
+pub struct LocalWatch {
+    _watcher: notify::RecommendedWatcher,
+    git_dir: PathBuf,
+}
+
+impl LocalWatch {
+    /// The git directory watched (`.git` of a working repository, or a bare repository).
+    pub fn git_dir(&self) -> &Path {
+        &self.git_dir
+    }
+}
+
+/// The git directory holding the branches of `url` when it names a repository on this
+/// machine: a plain path or a `file://` URL, pointing at a working repository (`.git/`), a
+/// linked worktree (a `.git` file; its branches live in the main repository's directory) or
+/// a bare repository.
+pub fn local_git_dir(url: &str) -> Option<PathBuf> {
+    let path = match url.strip_prefix("file://") {
+        Some(path) => PathBuf::from(path),
+        None if url.contains("://") => return None,
+        None => PathBuf::from(url),
+    };
+    let dot_git = path.join(".git");
+    if dot_git.join("refs").is_dir() {
+        return Some(dot_git);
+    }
+    if dot_git.is_file() {
+        // `gitdir: <dir>` and, in that dir, `commondir` naming the shared one (both may be
+        // relative).
+        let text = std::fs::read_to_string(&dot_git).ok()?;
+        let git_dir = path.join(text.trim().strip_prefix("gitdir:")?.trim());
+        let common = match std::fs::read_to_string(git_dir.join("commondir")) {
+            Ok(common) => git_dir.join(common.trim()),
+            Err(_) => git_dir,
+        };
+        return common.join("refs").is_dir().then_some(common);
+    }
+    (path.join("refs").is_dir() && path.join("HEAD").is_file()).then_some(path)
+}
+
+/// Starts watching the refs of the local repository at `git_dir`: any change of a branch,
+/// `packed-refs` or `HEAD` asks for a sync at once. Git writes a ref through `<ref>.lock` and
+/// a rename, so lock files themselves are ignored.
+pub fn watch_local_repo(git_dir: &Path, requests: SyncRequests) -> notify::Result<LocalWatch> {
+    use notify::Watcher as _;
+    let refs = git_dir.join("refs");
+    let git_dir_for_events = git_dir.to_owned();
+    let mut watcher =
+        notify::recommended_watcher(move |event: notify::Result<notify::Event>| match event {
+            Ok(event) if is_ref_change(&git_dir_for_events, &event) => {
+                requests.request(SyncRequest {
+                    reason: SyncReason::LocalChange,
+                    commit: None,
+                });
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "watching the local repository failed"),
+        })?;
+    watcher.watch(&refs, notify::RecursiveMode::Recursive)?;
+    watcher.watch(git_dir, notify::RecursiveMode::NonRecursive)?;
+    Ok(LocalWatch {
+        _watcher: watcher,
+        git_dir: git_dir.to_owned(),
+    })
+}
+
+fn is_ref_change(git_dir: &Path, event: &notify::Event) -> bool {
+    if matches!(event.kind, notify::EventKind::Access(_)) {
+        return false;
+    }
+    event.paths.iter().any(|path| {
+        let Ok(relative) = path.strip_prefix(git_dir) else {
+            return false;
+        };
+        let is_lock = path
+            .extension()
+            .is_some_and(|extension| extension == "lock");
+        !is_lock
+            && (relative.starts_with("refs")
+                || relative == Path::new("packed-refs")
+                || relative == Path::new("HEAD"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sha(n: u32) -> CommitSha {
+        CommitSha::new(format!("{n:040x}"))
+    }
+
+    fn webhook(n: u32) -> SyncRequest {
+        SyncRequest {
+            reason: SyncReason::Webhook,
+            commit: Some(sha(n)),
+        }
+    }
+
+    #[tokio::test]
+    async fn requests_before_a_fetch_starts_join_it() {
+        let (requests, mut receiver) = channel();
+        let first = requests.request(webhook(1));
+        let second = requests.request(webhook(2));
+        let poll = requests.request(SyncRequest {
+            reason: SyncReason::Poll,
+            commit: None,
+        });
+        assert_eq!(
+            (first.coalesced, second.coalesced, poll.coalesced),
+            (false, true, true)
+        );
+        assert_eq!(receiver.next().await, 1);
+        assert!([first, second, poll].iter().all(|t| t.generation == 1));
+        // Both named SHAs are covered by fetch 1 now: asking again starts nothing.
+        let again = requests.request(webhook(2));
+        assert_eq!(
+            again,
+            Ticket {
+                generation: 1,
+                coalesced: true
+            }
+        );
+        assert!(!requests.shared.lock().pending);
+    }
+
+    #[tokio::test]
+    async fn a_new_sha_during_a_fetch_gets_exactly_one_more_fetch() {
+        let (requests, mut receiver) = channel();
+        requests.request(webhook(1));
+        let generation = receiver.next().await;
+        // While fetch 1 runs, a burst names a SHA it may not see.
+        let tickets: Vec<Ticket> = (0..1000).map(|_| requests.request(webhook(2))).collect();
+        assert!(!tickets[0].coalesced);
+        assert!(tickets[1..].iter().all(|ticket| ticket.coalesced));
+        assert!(tickets.iter().all(|ticket| ticket.generation == 2));
+        receiver.finish(generation, Ok(sha(1)));
+        assert_eq!(receiver.next().await, 2);
+        receiver.finish(2, Ok(sha(2)));
+        assert_eq!(requests.fetches_started(), 2);
+        // The tip a fetch saw counts as covered too.
+        assert!(requests.request(webhook(2)).coalesced);
+        assert!(!requests.shared.lock().pending);
+    }
+
+    #[tokio::test]
+    async fn a_failed_fetch_forgets_what_it_covered() {
+        let (requests, mut receiver) = channel();
+        requests.request(webhook(1));
+        let generation = receiver.next().await;
+        receiver.finish(generation, Err("network down".into()));
+        let retry = requests.request(webhook(1));
+        assert_eq!(
+            retry,
+            Ticket {
+                generation: 2,
+                coalesced: false
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn fetched_waits_for_the_tickets_fetch_and_reports_its_end() {
+        let (requests, mut receiver) = channel();
+        let ticket = requests.request(webhook(7));
+        let waiter = tokio::spawn({
+            let requests = requests.clone();
+            async move { requests.fetched(ticket).await }
+        });
+        let generation = receiver.next().await;
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "the fetch has not ended yet");
+        receiver.finish(generation, Ok(sha(7)));
+        let report = waiter.await.expect("waiter task");
+        assert_eq!(report.result, Ok(sha(7)));
+        assert_eq!(report.generation, 1);
+        // A ticket for a finished fetch is answered at once.
+        assert_eq!(requests.fetched(ticket).await.generation, 1);
+    }
+
+    #[tokio::test]
+    async fn remembered_shas_are_bounded() {
+        let (requests, mut receiver) = channel();
+        for round in 0..3u32 {
+            for n in 0..2000 {
+                requests.request(webhook(round * 10_000 + n));
+            }
+            let generation = receiver.next().await;
+            receiver.finish(generation, Ok(sha(round)));
+        }
+        let state = requests.shared.lock();
+        assert!(state.covered.len() <= COVERED_LIMIT);
+        assert_eq!(state.covered.len(), state.covered_order.len());
+        assert!(state.waiting.is_empty());
+    }
+
+    #[test]
+    fn only_ref_changes_outside_lock_files_count() {
+        let git_dir = Path::new("/r/.git");
+        let event = |path: &str| {
+            notify::Event::new(notify::EventKind::Create(notify::event::CreateKind::File))
+                .add_path(PathBuf::from(path))
+        };
+        assert!(is_ref_change(git_dir, &event("/r/.git/refs/heads/main")));
+        assert!(is_ref_change(git_dir, &event("/r/.git/packed-refs")));
+        assert!(!is_ref_change(
+            git_dir,
+            &event("/r/.git/refs/heads/main.lock")
+        ));
+        assert!(!is_ref_change(git_dir, &event("/r/.git/index")));
+        assert!(!is_ref_change(git_dir, &event("/r/web.hcl")));
+    }
+
+    #[test]
+    fn local_git_dirs_are_found_for_paths_and_file_urls_only() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let work = dir.path().join("work");
+        std::fs::create_dir_all(work.join(".git/refs"))?;
+        let bare = dir.path().join("bare.git");
+        std::fs::create_dir_all(bare.join("refs"))?;
+        std::fs::write(bare.join("HEAD"), "ref: refs/heads/main\n")?;
+        assert_eq!(
+            local_git_dir(&work.display().to_string()),
+            Some(work.join(".git"))
+        );
+        assert_eq!(
+            local_git_dir(&format!("file://{}", bare.display())),
+            Some(bare.clone())
+        );
+        // A linked worktree: `.git` is a file; branches live in the main repository.
+        let linked = dir.path().join("linked");
+        std::fs::create_dir_all(work.join(".git/worktrees/linked"))?;
+        std::fs::write(work.join(".git/worktrees/linked/commondir"), "../..\n")?;
+        std::fs::create_dir_all(&linked)?;
+        std::fs::write(
+            linked.join(".git"),
+            format!("gitdir: {}\n", work.join(".git/worktrees/linked").display()),
+        )?;
+        let found =
+            local_git_dir(&linked.display().to_string()).ok_or(std::io::ErrorKind::NotFound)?;
+        assert_eq!(found.canonicalize()?, work.join(".git").canonicalize()?);
+        assert_eq!(local_git_dir("https://example.invalid/repo.git"), None);
+        assert_eq!(local_git_dir(&dir.path().display().to_string()), None);
+        Ok(())
+    }
+}

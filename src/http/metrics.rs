@@ -1,0 +1,80 @@
+//! `GET /metrics`: Prometheus text exposition of the in-memory counters (`crate::metrics`)
+//! plus figures read from the store at scrape time: resources by phase, pinned resources and
+//! the time of the last applied commit (so they are right after a restart too).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use super::{AppState, blocking};
+use crate::metrics::render_gauge;
+
+/// Store figures for one scrape.
+struct StoreFigures {
+    phases: BTreeMap<String, usize>,
+    n_pinned: usize,
+    last_applied_at: Option<i64>,
+}
+
+pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let figures = blocking(&state.ctx.store, |store| {
+        let mut phases = BTreeMap::new();
+        for (_, status) in store.statuses()? {
+            *phases.entry(status.phase).or_insert(0) += 1;
+        }
+        Ok(StoreFigures {
+            phases,
+            n_pinned: store.pins()?.len(),
+            last_applied_at: store
+                .commit_summary()?
+                .last_applied
+                .map(|record| record.seen_at),
+        })
+    })
+    .await;
+    let figures = match figures {
+        Ok(figures) => figures,
+        Err(error) => return (StatusCode::INTERNAL_SERVER_ERROR, error).into_response(),
+    };
+    let mut out = String::new();
+    state.ctx.metrics.render(&mut out);
+    let phases: Vec<(Vec<String>, f64)> = figures
+        .phases
+        .into_iter()
+        .map(|(phase, count)| (vec![phase], count as f64))
+        .collect();
+    render_gauge(
+        &mut out,
+        "voodu_resources",
+        "Resources by the phase of their last reconcile.",
+        &["phase"],
+        &phases,
+    );
+    render_gauge(
+        &mut out,
+        "voodu_pinned_resources",
+        "Resources pinned by an operator rollback (auto-sync paused).",
+        &[],
+        &[(Vec::new(), figures.n_pinned as f64)],
+    );
+    if let Some(seen_at) = figures.last_applied_at {
+        render_gauge(
+            &mut out,
+            "voodu_last_applied_commit_timestamp_seconds",
+            "Unix time at which the last applied commit reached desired state.",
+            &[],
+            &[(Vec::new(), seen_at as f64)],
+        );
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        out,
+    )
+        .into_response()
+}

@@ -1,0 +1,318 @@
+//! Status and release views: the JSON documents of `GET /status`, `GET /releases/…` and
+//! `GET /healthz`, also printed by `voodu-agent status --json` and `releases --json`.
+//!
+//! Invariants: views are built from store reads only, and from one function each (`build`,
+//! `build_releases`), so the command line and HTTP cannot disagree; they are dedicated
+//! serialisable types, never internal ones (STYLE.md §3.13).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use super::{AppState, blocking};
+use crate::model::{Kind, ResourceKey};
+use crate::store::{CommitRecord, Pin, Release, Store};
+
+/// The JSON document `status --json` prints and `GET /status` returns.
+#[derive(Debug, Serialize)]
+pub struct StatusView {
+    pub last_seen: Option<CommitView>,
+    pub last_applied: Option<CommitView>,
+    pub last_rejected: Option<CommitView>,
+    pub resources: Vec<ResourceView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CommitView {
+    pub sha: String,
+    pub outcome: &'static str,
+    pub seen_at: i64,
+    /// `path:line:col: message`, one per problem (rejected commits only).
+    pub errors: Vec<String>,
+    pub diagnostics: Vec<DiagnosticView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DiagnosticView {
+    pub path: String,
+    pub line: usize,
+    pub col: usize,
+    pub message: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ResourceView {
+    pub kind: String,
+    pub scope: String,
+    pub name: String,
+    pub phase: String,
+    pub message: String,
+    pub desired_replicas: usize,
+    pub running_replicas: usize,
+    pub spec_hash: String,
+    pub release: Option<ReleaseView>,
+    /// Set while an operator rollback pins the resource (auto-sync paused for it).
+    pub pin: Option<PinView>,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ReleaseView {
+    pub id: i64,
+    pub commit: String,
+    pub phase: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PinView {
+    /// The rollback release that made the pin.
+    pub release_id: i64,
+    /// The commit of the release rolled back to.
+    pub commit: String,
+    pub spec_hash: String,
+    pub pinned_at: i64,
+    /// The commit whose version of the resource git declares (`None`: git does not).
+    pub git_commit: Option<String>,
+    /// True when git declares something other than what runs: unpinning changes the host.
+    pub git_differs: bool,
+}
+
+/// The JSON document `releases --json` prints and `GET /releases/{scope}/{name}` returns.
+#[derive(Debug, Serialize)]
+pub struct ReleasesView {
+    pub kind: String,
+    pub scope: String,
+    pub name: String,
+    pub pin: Option<PinView>,
+    /// Newest first; at most `store::RELEASE_HISTORY_LIMIT`.
+    pub releases: Vec<ReleaseRecordView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ReleaseRecordView {
+    pub id: i64,
+    pub commit: String,
+    pub spec_hash: String,
+    /// `progressing`, `succeeded`, `failed` or `rolled-back`.
+    pub phase: &'static str,
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+    pub message: String,
+    /// For a rollback release: the release that was current when it was made.
+    pub rolled_back_from: Option<i64>,
+    /// The spec rolled out, as stored.
+    pub snapshot: serde_json::Value,
+}
+
+fn commit_view(record: CommitRecord) -> CommitView {
+    CommitView {
+        sha: record.sha.to_string(),
+        outcome: if record.applied {
+            "applied"
+        } else {
+            "rejected"
+        },
+        seen_at: record.seen_at,
+        errors: record.errors.iter().map(ToString::to_string).collect(),
+        diagnostics: record
+            .errors
+            .into_iter()
+            .map(|diagnostic| DiagnosticView {
+                path: diagnostic.path,
+                line: diagnostic.line,
+                col: diagnostic.col,
+                message: diagnostic.message,
+            })
+            .collect(),
+    }
+}
+
+fn pin_view(store: &Store, pin: Pin) -> crate::store::Result<PinView> {
+    let running_spec = store.desired(&pin.key)?.map(|desired| desired.spec_json);
+    Ok(PinView {
+        release_id: pin.release_id,
+        commit: pin.commit.to_string(),
+        spec_hash: pin.spec_hash.to_string(),
+        pinned_at: pin.pinned_at,
+        git_commit: pin.git_commit.map(|commit| commit.to_string()),
+        git_differs: pin.git_spec != running_spec,
+    })
+}
+
+/// Builds the status document from the store.
+pub fn build(store: &Store) -> crate::store::Result<StatusView> {
+    let commits = store.commit_summary()?;
+    let mut pins = store.pins()?;
+    let mut resources = Vec::new();
+    for (key, status) in store.statuses()? {
+        let release = store.latest_release(&key)?.map(|release| ReleaseView {
+            id: release.id,
+            commit: release.commit.to_string(),
+            phase: release.phase.as_str(),
+        });
+        let pin = match pins.iter().position(|pin| pin.key == key) {
+            Some(index) => Some(pin_view(store, pins.swap_remove(index))?),
+            None => None,
+        };
+        resources.push(ResourceView {
+            kind: key.kind.to_string(),
+            scope: key.scope,
+            name: key.name,
+            phase: status.phase,
+            message: status.message,
+            desired_replicas: status.desired_replicas,
+            running_replicas: status.running_replicas,
+            spec_hash: status.spec_hash,
+            release,
+            pin,
+            updated_at: status.updated_at,
+        });
+    }
+    Ok(StatusView {
+        last_seen: commits.last_seen.map(commit_view),
+        last_applied: commits.last_applied.map(commit_view),
+        last_rejected: commits.last_rejected.map(commit_view),
+        resources,
+    })
+}
+
+fn release_record_view(release: Release) -> ReleaseRecordView {
+    ReleaseRecordView {
+        id: release.id,
+        commit: release.commit.to_string(),
+        spec_hash: release.spec_hash.to_string(),
+        phase: release.phase.as_str(),
+        started_at: release.started_at,
+        finished_at: release.finished_at,
+        message: release.message,
+        rolled_back_from: release.rolled_back_from,
+        snapshot: serde_json::from_str(&release.snapshot)
+            .unwrap_or(serde_json::Value::String(release.snapshot)),
+    }
+}
+
+/// Builds the release history of one resource from the store.
+pub fn build_releases(store: &Store, key: &ResourceKey) -> crate::store::Result<ReleasesView> {
+    let pin = match store.pin(key)? {
+        Some(pin) => Some(pin_view(store, pin)?),
+        None => None,
+    };
+    let releases = store
+        .releases(key, crate::store::RELEASE_HISTORY_LIMIT)?
+        .into_iter()
+        .map(release_record_view)
+        .collect();
+    Ok(ReleasesView {
+        kind: key.kind.to_string(),
+        scope: key.scope.clone(),
+        name: key.name.clone(),
+        pin,
+        releases,
+    })
+}
+
+/// Why a `SCOPE/NAME` reference names no single resource.
+#[derive(Debug, thiserror::Error)]
+pub enum LookupError {
+    #[error("no resource {0} is known to this agent (not in desired state, no releases)")]
+    NotFound(String),
+    #[error("{reference} names several resources ({kinds}); write KIND/SCOPE/NAME")]
+    Ambiguous { reference: String, kinds: String },
+    #[error("{0:?} is not SCOPE/NAME or KIND/SCOPE/NAME")]
+    Malformed(String),
+    #[error(transparent)]
+    Store(#[from] crate::store::Error),
+}
+
+/// Resolves `SCOPE/NAME` (any kind the store knows by that name, which must be one) or
+/// `KIND/SCOPE/NAME`.
+pub fn resolve(store: &Store, reference: &str) -> Result<ResourceKey, LookupError> {
+    let parts: Vec<&str> = reference.split('/').collect();
+    match parts.as_slice() {
+        [kind, scope, name] => {
+            let kind =
+                Kind::parse(kind).ok_or_else(|| LookupError::Malformed(reference.to_owned()))?;
+            Ok(ResourceKey::new(kind, *scope, *name))
+        }
+        [scope, name] if !name.is_empty() => {
+            let keys = store.keys_named(scope, name)?;
+            match keys.as_slice() {
+                [] => Err(LookupError::NotFound(reference.to_owned())),
+                [key] => Ok(key.clone()),
+                several => Err(LookupError::Ambiguous {
+                    reference: reference.to_owned(),
+                    kinds: several
+                        .iter()
+                        .map(|key| key.kind.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                }),
+            }
+        }
+        _ => Err(LookupError::Malformed(reference.to_owned())),
+    }
+}
+
+/// The JSON error body of the read endpoints.
+#[derive(Debug, Serialize)]
+struct ErrorView {
+    error: String,
+}
+
+fn error_response(code: StatusCode, error: String) -> Response {
+    (code, Json(ErrorView { error })).into_response()
+}
+
+/// `GET /healthz`.
+#[derive(Debug, Serialize)]
+struct HealthView {
+    status: &'static str,
+}
+
+pub(super) async fn healthz(State(state): State<Arc<AppState>>) -> Response {
+    // One store read proves the database answers, which is all the agent needs to work.
+    match blocking(&state.ctx.store, |store| store.commit_summary()).await {
+        Ok(_) => Json(HealthView { status: "ok" }).into_response(),
+        Err(error) => error_response(StatusCode::SERVICE_UNAVAILABLE, error),
+    }
+}
+
+pub(super) async fn status(State(state): State<Arc<AppState>>) -> Response {
+    match blocking(&state.ctx.store, build).await {
+        Ok(view) => Json(view).into_response(),
+        Err(error) => error_response(StatusCode::INTERNAL_SERVER_ERROR, error),
+    }
+}
+
+pub(super) async fn releases(
+    State(state): State<Arc<AppState>>,
+    Path((scope, name)): Path<(String, String)>,
+) -> Response {
+    let reference = format!("{scope}/{name}");
+    let store = state.ctx.store.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        let key = resolve(&store, &reference)?;
+        Ok::<_, LookupError>(build_releases(&store, &key)?)
+    })
+    .await;
+    match result {
+        Ok(Ok(view)) => Json(view).into_response(),
+        Ok(Err(error @ LookupError::NotFound(_))) => {
+            error_response(StatusCode::NOT_FOUND, error.to_string())
+        }
+        Ok(Err(error @ LookupError::Ambiguous { .. })) => {
+            error_response(StatusCode::CONFLICT, error.to_string())
+        }
+        Ok(Err(error @ LookupError::Malformed(_))) => {
+            error_response(StatusCode::BAD_REQUEST, error.to_string())
+        }
+        Ok(Err(error)) => error_response(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()),
+        Err(join_error) => {
+            error_response(StatusCode::INTERNAL_SERVER_ERROR, join_error.to_string())
+        }
+    }
+}

@@ -1,0 +1,620 @@
+//! Releases, rollback and pins.
+//!
+//! A release is one rollout of one resource, keyed to the commit that asked for it, with the
+//! spec snapshot it rolled out. History is capped at `RELEASE_HISTORY_LIMIT` records per
+//! resource, as voodu caps its release records; the oldest go first.
+//!
+//! Rollback is the emergency path (DESIGN.md): `rollback` re-applies a stored snapshot as
+//! desired state and pins the resource, and `unpin` hands it back to git. Invariants:
+//! - a rollback or unpin is ONE transaction: the release records, the desired row, the
+//!   journal row and the pin change together or not at all;
+//! - while pinned, `desired` holds the snapshot and `pins.git_spec` what git declared when
+//!   the pin was made (NULL: git did not declare the resource); `apply_commit` keeps the pin
+//!   while git declares exactly that, and clears it (git wins) on the first commit that
+//!   changes the resource in git;
+//! - `finish_release` only closes a progressing release, so a reconcile that finishes after
+//!   an operator rolled back cannot turn a `rolled-back` release into `succeeded`.
+
+use std::collections::BTreeMap;
+
+use rusqlite::{OptionalExtension, Transaction, params};
+
+use super::{
+    Desired, Error, Release, ReleasePhase, Result, Store, append_journal, key_from_row, now_unix,
+};
+use crate::manifest::spec::Spec;
+use crate::model::{CommitSha, ResourceKey, SpecHash};
+
+/// Release records kept per resource (voodu keeps 10 and drops the oldest).
+pub const RELEASE_HISTORY_LIMIT: usize = 10;
+
+/// A resource the operator rolled back: auto-sync is paused for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pin {
+    pub key: ResourceKey,
+    /// The rollback release that made the pin.
+    pub release_id: i64,
+    /// The commit of the release rolled back to.
+    pub commit: CommitSha,
+    pub spec_hash: SpecHash,
+    /// The spec JSON git declared for the resource when it was pinned (`None`: not declared).
+    pub git_spec: Option<String>,
+    /// The commit that last set `git_spec`.
+    pub git_commit: Option<CommitSha>,
+    pub pinned_at: i64,
+}
+
+/// What `rollback` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RollbackOutcome {
+    /// The new, progressing release that re-applies the target's snapshot.
+    pub release: Release,
+    /// The release whose snapshot is re-applied.
+    pub target: Release,
+    /// True when git declares something else for the resource than the snapshot.
+    pub git_differs: bool,
+}
+
+/// What `unpin` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnpinOutcome {
+    /// The commit git's version comes from (`None`: git does not declare the resource, so
+    /// it is deleted).
+    pub git_commit: Option<CommitSha>,
+    /// True when desired state changed (a journal row was appended).
+    pub changed: bool,
+}
+
+const RELEASE_COLUMNS: &str = "id, commit_sha, spec_hash, snapshot, phase, started_at, finished_at, message, rolled_back_from";
+
+type ReleaseRow = (
+    i64,
+    String,
+    String,
+    String,
+    String,
+    i64,
+    Option<i64>,
+    String,
+    Option<i64>,
+);
+
+fn release_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ReleaseRow> {
+    Ok((
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+        row.get(5)?,
+        row.get(6)?,
+        row.get(7)?,
+        row.get(8)?,
+    ))
+}
+
+fn release_from_row(key: &ResourceKey, row: ReleaseRow) -> Result<Release> {
+    let (
+        id,
+        commit,
+        spec_hash,
+        snapshot,
+        phase,
+        started_at,
+        finished_at,
+        message,
+        rolled_back_from,
+    ) = row;
+    Ok(Release {
+        id,
+        key: key.clone(),
+        commit: CommitSha::new(commit),
+        spec_hash: SpecHash::new(spec_hash),
+        snapshot,
+        phase: ReleasePhase::parse(&phase)?,
+        started_at,
+        finished_at,
+        message,
+        rolled_back_from,
+    })
+}
+
+/// Releases of `key`, newest first, at most `limit`, read inside any connection or
+/// transaction.
+fn read_releases(
+    connection: &rusqlite::Connection,
+    key: &ResourceKey,
+    limit: usize,
+) -> Result<Vec<Release>> {
+    let mut statement = connection.prepare(&format!(
+        "SELECT {RELEASE_COLUMNS} FROM releases WHERE kind = ?1 AND scope = ?2 AND name = ?3
+         ORDER BY id DESC LIMIT ?4"
+    ))?;
+    let rows = statement.query_map(
+        params![
+            key.kind.as_str(),
+            key.scope,
+            key.name,
+            i64::try_from(limit).unwrap_or(i64::MAX)
+        ],
+        release_row,
+    )?;
+    rows.map(|row| release_from_row(key, row?)).collect()
+}
+
+fn insert_release(
+    tx: &Transaction<'_>,
+    key: &ResourceKey,
+    commit: &CommitSha,
+    spec_hash: &SpecHash,
+    snapshot: &str,
+    message: &str,
+    rolled_back_from: Option<i64>,
+) -> Result<Release> {
+    let started_at = now_unix();
+    tx.execute(
+        "INSERT INTO releases (kind, scope, name, commit_sha, spec_hash, snapshot, phase, started_at, message, rolled_back_from)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'progressing', ?7, ?8, ?9)",
+        params![
+            key.kind.as_str(),
+            key.scope,
+            key.name,
+            commit.as_str(),
+            spec_hash.as_str(),
+            snapshot,
+            started_at,
+            message,
+            rolled_back_from
+        ],
+    )?;
+    let id = tx.last_insert_rowid();
+    // Retention: keep the newest RELEASE_HISTORY_LIMIT records of this resource.
+    tx.execute(
+        "DELETE FROM releases WHERE kind = ?1 AND scope = ?2 AND name = ?3 AND id NOT IN (
+           SELECT id FROM releases WHERE kind = ?1 AND scope = ?2 AND name = ?3
+           ORDER BY id DESC LIMIT ?4)",
+        params![
+            key.kind.as_str(),
+            key.scope,
+            key.name,
+            i64::try_from(RELEASE_HISTORY_LIMIT).unwrap_or(i64::MAX)
+        ],
+    )?;
+    Ok(Release {
+        id,
+        key: key.clone(),
+        commit: commit.clone(),
+        spec_hash: spec_hash.clone(),
+        snapshot: snapshot.to_owned(),
+        phase: ReleasePhase::Progressing,
+        started_at,
+        finished_at: None,
+        message: message.to_owned(),
+        rolled_back_from,
+    })
+}
+
+/// The parts of a desired row that rollback and unpin need.
+struct DesiredRow {
+    spec: String,
+    spec_hash: String,
+    generation: i64,
+    commit: String,
+}
+
+fn desired_row(tx: &Transaction<'_>, key: &ResourceKey) -> Result<Option<DesiredRow>> {
+    Ok(tx
+        .query_row(
+            "SELECT spec, spec_hash, generation, commit_sha FROM desired
+             WHERE kind = ?1 AND scope = ?2 AND name = ?3",
+            params![key.kind.as_str(), key.scope, key.name],
+            |row| {
+                Ok(DesiredRow {
+                    spec: row.get(0)?,
+                    spec_hash: row.get(1)?,
+                    generation: row.get(2)?,
+                    commit: row.get(3)?,
+                })
+            },
+        )
+        .optional()?)
+}
+
+/// `(git_spec, git_commit)` of the pin of `key`, if pinned.
+fn pinned_git_version(
+    tx: &Transaction<'_>,
+    key: &ResourceKey,
+) -> Result<Option<(Option<String>, Option<String>)>> {
+    Ok(tx
+        .query_row(
+            "SELECT git_spec, git_commit FROM pins WHERE kind = ?1 AND scope = ?2 AND name = ?3",
+            params![key.kind.as_str(), key.scope, key.name],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .optional()?)
+}
+
+/// Writes a stored spec JSON (a snapshot, or git's version kept by a pin) as desired state,
+/// with its journal PUT.
+fn put_desired(
+    tx: &Transaction<'_>,
+    key: &ResourceKey,
+    spec_json: &str,
+    generation: i64,
+    commit: &CommitSha,
+) -> Result<()> {
+    let spec = Spec::from_json(key.kind, spec_json)
+        .map_err(|error| Error::Corrupt(format!("{key}: {error}")))?;
+    super::put_desired(tx, key, &spec, spec_json, generation, commit)
+}
+
+/// `git_spec` of every pin, for `apply_commit`.
+pub(super) fn git_specs_of_pins(
+    tx: &Transaction<'_>,
+) -> Result<BTreeMap<ResourceKey, Option<String>>> {
+    let mut statement = tx.prepare("SELECT kind, scope, name, git_spec FROM pins")?;
+    let rows = statement.query_map([], |row| {
+        Ok((
+            row.get::<_, String>(0)?,
+            row.get::<_, String>(1)?,
+            row.get::<_, String>(2)?,
+            row.get::<_, Option<String>>(3)?,
+        ))
+    })?;
+    rows.map(|row| {
+        let (kind, scope, name, git_spec) = row?;
+        Ok((key_from_row(&kind, scope, name)?, git_spec))
+    })
+    .collect()
+}
+
+pub(super) fn delete_pin(tx: &Transaction<'_>, key: &ResourceKey) -> Result<()> {
+    tx.execute(
+        "DELETE FROM pins WHERE kind = ?1 AND scope = ?2 AND name = ?3",
+        params![key.kind.as_str(), key.scope, key.name],
+    )?;
+    Ok(())
+}
+
+fn short(text: &str) -> &str {
+    text.get(..12).unwrap_or(text)
+}
+
+impl Store {
+    /// The newest release of a resource.
+    pub fn latest_release(&self, key: &ResourceKey) -> Result<Option<Release>> {
+        Ok(self.releases(key, 1)?.into_iter().next())
+    }
+
+    /// Releases of a resource, newest first, at most `limit`.
+    pub fn releases(&self, key: &ResourceKey, limit: usize) -> Result<Vec<Release>> {
+        self.with(|connection| read_releases(connection, key, limit))
+    }
+
+    /// Starts a progressing release for `desired`, keyed to the commit that last changed it.
+    /// When an earlier release that ran (succeeded or later rolled back) had the same spec
+    /// hash, as after a `git revert`, the message says so.
+    pub fn begin_release(&self, desired: &Desired) -> Result<Release> {
+        self.with(|connection| {
+            let tx = connection.transaction()?;
+            let earlier = tx
+                .query_row(
+                    "SELECT id, commit_sha FROM releases
+                     WHERE kind = ?1 AND scope = ?2 AND name = ?3 AND spec_hash = ?4
+                       AND phase IN ('succeeded', 'rolled-back')
+                     ORDER BY id DESC LIMIT 1",
+                    params![
+                        desired.key.kind.as_str(),
+                        desired.key.scope,
+                        desired.key.name,
+                        desired.spec_hash.as_str()
+                    ],
+                    |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)),
+                )
+                .optional()?;
+            let message = earlier.map_or_else(String::new, |(id, commit)| {
+                format!("same spec as release #{id} (commit {})", short(&commit))
+            });
+            let release = insert_release(
+                &tx,
+                &desired.key,
+                &desired.commit,
+                &desired.spec_hash,
+                &desired.spec_json,
+                &message,
+                None,
+            )?;
+            tx.commit()?;
+            Ok(release)
+        })
+    }
+
+    /// Ends a progressing release with its final phase. `message` is appended to what the
+    /// release already says. A release that is no longer progressing (an operator rolled
+    /// back meanwhile) is left as it is.
+    pub fn finish_release(&self, id: i64, phase: ReleasePhase, message: &str) -> Result<()> {
+        self.with(|connection| {
+            connection.execute(
+                "UPDATE releases SET phase = ?2, finished_at = ?3,
+                   message = CASE WHEN ?4 = '' THEN message
+                                  WHEN message = '' THEN ?4
+                                  ELSE message || '; ' || ?4 END
+                 WHERE id = ?1 AND phase = 'progressing'",
+                params![id, phase.as_str(), now_unix(), message],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// The pin of a resource, if the operator rolled it back.
+    pub fn pin(&self, key: &ResourceKey) -> Result<Option<Pin>> {
+        Ok(self.pins()?.into_iter().find(|pin| &pin.key == key))
+    }
+
+    /// Every pin, ordered by key.
+    pub fn pins(&self) -> Result<Vec<Pin>> {
+        self.with(|connection| {
+            let mut statement = connection.prepare(
+                "SELECT kind, scope, name, release_id, commit_sha, spec_hash, git_spec, git_commit, pinned_at
+                 FROM pins ORDER BY kind, scope, name",
+            )?;
+            let rows = statement.query_map([], |row| {
+                Ok((
+                    (
+                        row.get::<_, String>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, String>(2)?,
+                    ),
+                    row.get::<_, i64>(3)?,
+                    row.get::<_, String>(4)?,
+                    row.get::<_, String>(5)?,
+                    row.get::<_, Option<String>>(6)?,
+                    row.get::<_, Option<String>>(7)?,
+                    row.get::<_, i64>(8)?,
+                ))
+            })?;
+            rows.map(|row| {
+                let ((kind, scope, name), release_id, commit, spec_hash, git_spec, git_commit, pinned_at) =
+                    row?;
+                Ok(Pin {
+                    key: key_from_row(&kind, scope, name)?,
+                    release_id,
+                    commit: CommitSha::new(commit),
+                    spec_hash: SpecHash::new(spec_hash),
+                    git_spec,
+                    git_commit: git_commit.map(CommitSha::new),
+                    pinned_at,
+                })
+            })
+            .collect()
+        })
+    }
+
+    /// Every resource the store knows by `scope` and `name`, of any kind: in desired state,
+    /// with releases, or pinned. Used to resolve `SCOPE/NAME` on the command line.
+    pub fn keys_named(&self, scope: &str, name: &str) -> Result<Vec<ResourceKey>> {
+        self.with(|connection| {
+            let mut statement = connection.prepare(
+                "SELECT kind FROM desired WHERE scope = ?1 AND name = ?2
+                 UNION SELECT kind FROM releases WHERE scope = ?1 AND name = ?2
+                 UNION SELECT kind FROM pins WHERE scope = ?1 AND name = ?2
+                 ORDER BY 1",
+            )?;
+            let rows = statement.query_map(params![scope, name], |row| row.get::<_, String>(0))?;
+            rows.map(|kind| key_from_row(&kind?, scope.to_owned(), name.to_owned()))
+                .collect()
+        })
+    }
+
+    /// Re-applies the snapshot of an earlier release and pins the resource, in one
+    /// transaction.
+    ///
+    /// `to` selects the release by commit SHA (a prefix will do; the newest release of that
+    /// commit wins). Without it, the target is the newest release that ran (succeeded, or
+    /// succeeded and was later rolled back) with a spec other than the current desired one:
+    /// what an operator means by "go back". Failed and progressing releases never ran to
+    /// completion and are refused.
+    pub fn rollback(&self, key: &ResourceKey, to: Option<&str>) -> Result<RollbackOutcome> {
+        let refuse = |message: String| Error::Rollback {
+            key: key.clone(),
+            message,
+        };
+        let (outcome, head) = self.with(|connection| {
+            let tx = connection.transaction()?;
+            let history = read_releases(&tx, key, usize::MAX)?;
+            let Some(latest) = history.first().cloned() else {
+                return Err(refuse("no releases are recorded for it".to_owned()));
+            };
+            let current = desired_row(&tx, key)?;
+            let ran = |release: &Release| {
+                matches!(
+                    release.phase,
+                    ReleasePhase::Succeeded | ReleasePhase::RolledBack
+                )
+            };
+            let target = match to {
+                Some(prefix) => {
+                    let prefix = prefix.trim().to_ascii_lowercase();
+                    if prefix.len() < 4 {
+                        return Err(refuse(format!(
+                            "--to {prefix:?} is too short: give at least 4 hex digits of a commit SHA"
+                        )));
+                    }
+                    let matching: Vec<&Release> = history
+                        .iter()
+                        .filter(|release| release.commit.as_str().starts_with(&prefix))
+                        .collect();
+                    let commits: std::collections::BTreeSet<&str> =
+                        matching.iter().map(|release| release.commit.as_str()).collect();
+                    if commits.len() > 1 {
+                        return Err(refuse(format!(
+                            "--to {prefix} matches releases of {} commits; give more digits",
+                            commits.len()
+                        )));
+                    }
+                    let Some(newest) = matching.first() else {
+                        return Err(refuse(format!(
+                            "no kept release has commit {prefix} (see `voodu-agent releases`)"
+                        )));
+                    };
+                    match matching.iter().find(|release| ran(release)) {
+                        Some(release) => (*release).clone(),
+                        None => {
+                            return Err(refuse(format!(
+                                "release #{} of commit {} is {}: only a release that ran can be rolled back to",
+                                newest.id,
+                                newest.commit.short(),
+                                newest.phase.as_str()
+                            )));
+                        }
+                    }
+                }
+                None => {
+                    let current_hash = current.as_ref().map(|row| row.spec_hash.as_str());
+                    match history
+                        .iter()
+                        .find(|release| {
+                            ran(release) && Some(release.spec_hash.as_str()) != current_hash
+                        })
+                    {
+                        Some(release) => release.clone(),
+                        None => {
+                            return Err(refuse(
+                                "no earlier release that ran has a different spec; pass --to SHA"
+                                    .to_owned(),
+                            ));
+                        }
+                    }
+                }
+            };
+            // Already pinned: desired holds a snapshot and the pin keeps git's version.
+            // Otherwise desired is git's version.
+            let (git_spec, git_commit) = match pinned_git_version(&tx, key)? {
+                Some(git_version) => git_version,
+                None => (
+                    current.as_ref().map(|row| row.spec.clone()),
+                    current.as_ref().map(|row| row.commit.clone()),
+                ),
+            };
+            let now = now_unix();
+            if latest.id != target.id
+                && matches!(
+                    latest.phase,
+                    ReleasePhase::Progressing | ReleasePhase::Succeeded
+                )
+            {
+                let note = format!("rolled back to release #{} by the operator", target.id);
+                tx.execute(
+                    "UPDATE releases SET phase = 'rolled-back', finished_at = ?2,
+                       message = CASE WHEN message = '' THEN ?3 ELSE message || '; ' || ?3 END
+                     WHERE id = ?1",
+                    params![latest.id, now, note],
+                )?;
+            }
+            let message = format!(
+                "rollback to release #{} (commit {}); auto-sync paused until git changes it or `voodu-agent unpin`",
+                target.id,
+                target.commit.short()
+            );
+            let release = insert_release(
+                &tx,
+                key,
+                &target.commit,
+                &target.spec_hash,
+                &target.snapshot,
+                &message,
+                Some(latest.id),
+            )?;
+            let generation = current.as_ref().map_or(1, |row| row.generation + 1);
+            put_desired(&tx, key, &target.snapshot, generation, &target.commit)?;
+            tx.execute(
+                "INSERT INTO pins (kind, scope, name, release_id, commit_sha, spec_hash, git_spec, git_commit, pinned_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                 ON CONFLICT (kind, scope, name) DO UPDATE SET
+                   release_id = excluded.release_id, commit_sha = excluded.commit_sha,
+                   spec_hash = excluded.spec_hash, pinned_at = excluded.pinned_at",
+                params![
+                    key.kind.as_str(),
+                    key.scope,
+                    key.name,
+                    release.id,
+                    target.commit.as_str(),
+                    target.spec_hash.as_str(),
+                    git_spec,
+                    git_commit,
+                    now
+                ],
+            )?;
+            let head: i64 =
+                tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM journal", [], |row| row.get(0))?;
+            tx.commit()?;
+            let git_differs = git_spec.as_deref() != Some(target.snapshot.as_str());
+            Ok((
+                RollbackOutcome {
+                    release,
+                    target,
+                    git_differs,
+                },
+                head,
+            ))
+        })?;
+        self.journal_head.send_replace(head);
+        Ok(outcome)
+    }
+
+    /// Clears the pin of `key` and gives desired state back to git, in one transaction:
+    /// git's version of the resource is written (or, if git does not declare it, the
+    /// resource is deleted), with its journal row.
+    pub fn unpin(&self, key: &ResourceKey) -> Result<UnpinOutcome> {
+        let (outcome, head) = self.with(|connection| {
+            let tx = connection.transaction()?;
+            let Some((git_spec, git_commit)) = pinned_git_version(&tx, key)? else {
+                return Err(Error::NotPinned { key: key.clone() });
+            };
+            delete_pin(&tx, key)?;
+            let current = desired_row(&tx, key)?;
+            let git_commit = git_commit.map(CommitSha::new);
+            let changed = match (&git_spec, &current) {
+                (Some(git_spec), Some(row)) if *git_spec == row.spec => false,
+                (Some(git_spec), current) => {
+                    let generation = current.as_ref().map_or(1, |row| row.generation + 1);
+                    // git_spec and git_commit come from one desired row: both or neither.
+                    let commit = git_commit.clone().ok_or_else(|| {
+                        Error::Corrupt(format!("pin of {key} has a git spec but no git commit"))
+                    })?;
+                    put_desired(&tx, key, git_spec, generation, &commit)?;
+                    true
+                }
+                (None, Some(row)) => {
+                    tx.execute(
+                        "DELETE FROM desired WHERE kind = ?1 AND scope = ?2 AND name = ?3",
+                        params![key.kind.as_str(), key.scope, key.name],
+                    )?;
+                    append_journal(
+                        &tx,
+                        key,
+                        super::Op::Delete,
+                        row.generation + 1,
+                        &CommitSha::new(row.commit.clone()),
+                    )?;
+                    true
+                }
+                (None, None) => false,
+            };
+            let head: i64 =
+                tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM journal", [], |row| {
+                    row.get(0)
+                })?;
+            tx.commit()?;
+            Ok((
+                UnpinOutcome {
+                    git_commit,
+                    changed,
+                },
+                head,
+            ))
+        })?;
+        self.journal_head.send_replace(head);
+        Ok(outcome)
+    }
+}

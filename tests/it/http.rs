@@ -1,0 +1,724 @@
+//! The HTTP side against the real router on `127.0.0.1:0`: webhooks of every provider signed
+//! right and wrong, oversize bodies, other branches and events; then the in-process agent
+//! behind it: `?wait=true` outcomes, `/status` = `status --json`, `/releases`, a parsed
+//! `/metrics` scrape, local ref changes, the `sync` command, and a 10,000-request flood.
+
+use std::io::{Read as _, Write as _};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use tokio_util::sync::CancellationToken;
+use voodu_agent::git::trigger::{self, SyncRequestReceiver, SyncRequests};
+use voodu_agent::http::{self, HttpCtx, HttpOptions, WebhookSecret};
+use voodu_agent::metrics::Metrics;
+use voodu_agent::store::Store;
+
+use crate::support::http::{client, get, metric, parse_metrics, post, push_body};
+use crate::support::{TempRepo, TestAgent, TestAgentOptions, TestResult};
+
+const SECRET: &str = "webhook-test-secret";
+const SHA: &str = "89abcdef0123456789abcdef0123456789abcdef";
+
+/// The router alone: a temp store, a trigger channel whose receiver the test holds, and the
+/// server on an ephemeral port.
+struct Router {
+    _dir: tempfile::TempDir,
+    address: std::net::SocketAddr,
+    receiver: SyncRequestReceiver,
+    requests: SyncRequests,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+}
+
+impl Router {
+    async fn start(options: HttpOptions) -> TestResult<Router> {
+        let dir = tempfile::tempdir()?;
+        let store = Arc::new(Store::open(&dir.path().join("state.db"))?);
+        let (requests, receiver) = trigger::channel();
+        let metrics = Arc::new(Metrics::new());
+        let listener = http::bind("127.0.0.1:0".parse()?, &options).await?;
+        let address = listener.local_addr()?;
+        let shutdown = CancellationToken::new();
+        let ctx = HttpCtx {
+            store,
+            requests: requests.clone(),
+            metrics: metrics.clone(),
+            options,
+        };
+        tokio::spawn(http::serve(listener, ctx, shutdown.clone()));
+        Ok(Router {
+            _dir: dir,
+            address,
+            receiver,
+            requests,
+            metrics,
+            shutdown,
+        })
+    }
+
+    async fn with_secret() -> TestResult<Router> {
+        Router::start(HttpOptions {
+            secret: Some(WebhookSecret::new(SECRET)),
+            max_body_bytes: 4096,
+            ..HttpOptions::default()
+        })
+        .await
+    }
+
+    fn hook(&self) -> String {
+        format!("http://{}/hooks/git", self.address)
+    }
+
+    /// True when a request asked for a fetch since the last call (the fetch is then marked
+    /// started and finished, so the next call sees only newer requests).
+    async fn fetch_requested(&mut self) -> bool {
+        match tokio::time::timeout(Duration::from_millis(200), self.receiver.next()).await {
+            Ok(generation) => {
+                self.receiver
+                    .finish(generation, Err("test: no real fetch".into()));
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+fn secret() -> WebhookSecret {
+    WebhookSecret::new(SECRET)
+}
+
+/// Provider headers for `body`, signed with `key` (a wrong key makes a wrong signature).
+fn provider_headers(
+    provider: &str,
+    key: &WebhookSecret,
+    body: &[u8],
+) -> Vec<(&'static str, String)> {
+    match provider {
+        "github" => vec![
+            ("x-github-event", "push".into()),
+            ("x-hub-signature-256", key.sign(body)),
+        ],
+        "gitlab" => vec![
+            ("x-gitlab-event", "Push Hook".into()),
+            (
+                "x-gitlab-token",
+                if *key == secret() {
+                    SECRET.into()
+                } else {
+                    "wrong-token".into()
+                },
+            ),
+        ],
+        "gitea" => vec![
+            ("x-gitea-event", "push".into()),
+            ("x-gitea-signature", key.hmac_hex(body)),
+        ],
+        "forgejo" => vec![
+            ("x-forgejo-event", "push".into()),
+            ("x-forgejo-signature", key.hmac_hex(body)),
+            // Forgejo also sends Gitea's header; a wrong one there must not matter.
+            ("x-gitea-signature", "00".repeat(32)),
+        ],
+        _ => vec![("x-voodu-signature", key.sign(body))],
+    }
+}
+
+#[tokio::test]
+async fn every_provider_is_accepted_when_signed_right_and_refused_when_not() -> TestResult {
+    let mut router = Router::with_secret().await?;
+    let client = client()?;
+    let body = push_body("main", SHA);
+    let wrong = WebhookSecret::new("not-the-secret");
+    for provider in ["github", "gitlab", "gitea", "forgejo", "generic"] {
+        let (status, answer) = post(
+            &client,
+            &router.hook(),
+            &provider_headers(provider, &secret(), &body),
+            body.clone(),
+        )
+        .await?;
+        assert_eq!(status, 202, "{provider}: {answer}");
+        assert_eq!(answer["provider"], provider);
+        assert_eq!(answer["commit"], SHA);
+        assert!(
+            ["accepted", "coalesced"].contains(&answer["result"].as_str().unwrap_or_default()),
+            "{provider}: {answer}"
+        );
+
+        let (status, answer) = post(
+            &client,
+            &router.hook(),
+            &provider_headers(provider, &wrong, &body),
+            body.clone(),
+        )
+        .await?;
+        assert_eq!(status, 401, "{provider} wrongly signed: {answer}");
+        assert_eq!(answer["result"], "unauthorized");
+
+        // Signed right, but the body was changed on the way (GitLab's token does not cover
+        // the body, so it has no such case).
+        if provider != "gitlab" {
+            let mut tampered = body.clone();
+            tampered.extend_from_slice(b" ");
+            let (status, _) = post(
+                &client,
+                &router.hook(),
+                &provider_headers(provider, &secret(), &body),
+                tampered,
+            )
+            .await?;
+            assert_eq!(status, 401, "{provider} tampered body");
+        }
+    }
+    assert!(
+        router.fetch_requested().await,
+        "good requests asked for a fetch"
+    );
+    // Unsigned, with a secret configured.
+    let (status, answer) = post(&client, &router.hook(), &[], body.clone()).await?;
+    assert_eq!(
+        (status, answer["reason"].as_str()),
+        (401, Some("missing signature header"))
+    );
+    assert!(
+        !router.fetch_requested().await,
+        "refused requests ask for nothing"
+    );
+    assert_eq!(router.metrics.syncs_total(), 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn without_a_secret_unsigned_pushes_are_accepted_on_loopback() -> TestResult {
+    let mut router = Router::start(HttpOptions::default()).await?;
+    let (status, answer) = post(&client()?, &router.hook(), &[], push_body("main", SHA)).await?;
+    assert_eq!((status, answer["result"].as_str()), (202, Some("accepted")));
+    assert!(router.fetch_requested().await);
+    // Off loopback, no secret: refused before binding.
+    match http::bind("0.0.0.0:0".parse()?, &HttpOptions::default()).await {
+        Err(http::Error::InsecureListen { .. }) => {}
+        other => return Err(format!("expected InsecureListen, got {other:?}").into()),
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn oversize_bodies_are_refused_with_413() -> TestResult {
+    let mut router = Router::with_secret().await?;
+    let big = vec![b' '; 4097];
+    let headers = provider_headers("github", &secret(), &big);
+    let (status, answer) = post(&client()?, &router.hook(), &headers, big.clone()).await?;
+    assert_eq!(
+        (status, answer["result"].as_str()),
+        (413, Some("too_large"))
+    );
+    assert_eq!(answer["reason"], "body larger than 4096 bytes");
+    // Without a Content-Length (chunked), the cap holds while reading. A raw socket on a
+    // blocking thread, so the server keeps running on this test's runtime.
+    let address = router.address;
+    let response = tokio::task::spawn_blocking(move || -> std::io::Result<String> {
+        let mut stream = std::net::TcpStream::connect(address)?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let mut request = String::from(
+            "POST /hooks/git HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n",
+        );
+        for (name, value) in &headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str("\r\n");
+        stream.write_all(request.as_bytes())?;
+        for chunk in big.chunks(1000) {
+            stream.write_all(format!("{:x}\r\n", chunk.len()).as_bytes())?;
+            stream.write_all(chunk)?;
+            stream.write_all(b"\r\n")?;
+        }
+        stream.write_all(b"0\r\n\r\n")?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        Ok(response)
+    })
+    .await??;
+    assert!(response.starts_with("HTTP/1.1 413"), "{response}");
+    assert!(!router.fetch_requested().await);
+    assert_eq!(
+        router_metric(&router, "voodu_webhook_requests_total", "too_large").await?,
+        2.0
+    );
+    Ok(())
+}
+
+async fn router_metric(router: &Router, name: &str, result: &str) -> TestResult<f64> {
+    let (_, text) = get(&client()?, &format!("http://{}/metrics", router.address)).await?;
+    Ok(metric(&parse_metrics(&text)?, name, &[("result", result)]))
+}
+
+#[tokio::test]
+async fn pushes_to_other_branches_and_other_events_are_answered_202_and_ignored() -> TestResult {
+    let mut router = Router::with_secret().await?;
+    let client = client()?;
+    let body = push_body("feature/x", SHA);
+    let (status, answer) = post(
+        &client,
+        &router.hook(),
+        &provider_headers("github", &secret(), &body),
+        body,
+    )
+    .await?;
+    assert_eq!(status, 202);
+    assert_eq!(answer["result"], "ignored");
+    assert_eq!(
+        answer["reason"],
+        "push to refs/heads/feature/x; this agent deploys refs/heads/main"
+    );
+    let body = br#"{"object_kind":"merge_request"}"#.to_vec();
+    let headers = vec![
+        ("x-gitlab-event", "Merge Request Hook".to_owned()),
+        ("x-gitlab-token", SECRET.to_owned()),
+    ];
+    let (status, answer) = post(&client, &router.hook(), &headers, body).await?;
+    assert_eq!((status, answer["result"].as_str()), (202, Some("ignored")));
+    let body = br#"{"zen":"Keep it logically awesome."}"#.to_vec();
+    let mut headers = provider_headers("github", &secret(), &body);
+    headers[0].1 = "ping".into();
+    let (status, answer) = post(&client, &router.hook(), &headers, body).await?;
+    assert_eq!((status, answer["result"].as_str()), (200, Some("pong")));
+    assert!(!router.fetch_requested().await, "none of these syncs");
+    // GitHub's form encoding carries the same push.
+    let form = form_body(&push_body("main", SHA));
+    let mut headers = provider_headers("github", &secret(), &form);
+    headers.push(("content-type", "application/x-www-form-urlencoded".into()));
+    let (status, answer) = post(&client, &router.hook(), &headers, form).await?;
+    assert_eq!((status, answer["commit"].as_str()), (202, Some(SHA)));
+    assert!(router.fetch_requested().await);
+    Ok(())
+}
+
+fn form_body(json: &[u8]) -> Vec<u8> {
+    let mut out = b"payload=".to_vec();
+    for byte in json {
+        if byte.is_ascii_alphanumeric() {
+            out.push(*byte);
+        } else {
+            out.extend_from_slice(format!("%{byte:02X}").as_bytes());
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn wait_times_out_with_504_when_no_fetch_answers() -> TestResult {
+    // The test holds the receiver and runs no sync loop, so the fetch never ends.
+    let router = Router::start(HttpOptions::default()).await?;
+    let url = format!("{}?wait=true&timeout=50ms", router.hook());
+    let (status, answer) = post(&client()?, &url, &[], push_body("main", SHA)).await?;
+    assert_eq!((status, answer["result"].as_str()), (504, Some("timeout")));
+    assert_eq!(
+        answer["reason"],
+        "not applied or rejected within 50ms; the sync goes on in the background"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_burst_for_one_sha_asks_for_one_fetch() -> TestResult {
+    let mut router = Router::with_secret().await?;
+    let client = client()?;
+    let body = push_body("main", SHA);
+    let headers = provider_headers("gitea", &secret(), &body);
+    let hook = router.hook();
+    let answers: Vec<TestResult<(u16, serde_json::Value)>> = futures_util::stream::iter(0..200)
+        .map(|_| post(&client, &hook, &headers, body.clone()))
+        .buffer_unordered(50)
+        .collect()
+        .await;
+    let mut results = std::collections::BTreeMap::<String, usize>::new();
+    for answer in answers {
+        let (status, answer) = answer?;
+        assert_eq!(status, 202);
+        *results
+            .entry(answer["result"].as_str().unwrap_or_default().to_owned())
+            .or_default() += 1;
+    }
+    assert_eq!(results.get("accepted"), Some(&1), "{results:?}");
+    assert_eq!(results.get("coalesced"), Some(&199), "{results:?}");
+    assert!(router.fetch_requested().await);
+    assert!(!router.fetch_requested().await, "one fetch for the burst");
+    assert_eq!(router.requests.fetches_started(), 1);
+    Ok(())
+}
+
+// ---- the in-process agent behind the router ---------------------------------------------
+
+fn web(replicas: u32, env: &str) -> String {
+    format!(
+        "deployment \"shop\" \"web\" {{\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n  replicas = {replicas}\n  env = {{ V = \"{env}\" }}\n}}\n"
+    )
+}
+
+/// A repo with `web` committed, and the agent started on it with `options`; returns after
+/// the first commit is applied.
+async fn agent_with_web(options: TestAgentOptions) -> TestResult<(TestAgent, String)> {
+    let repo = TempRepo::new()?;
+    repo.write("web.hcl", &web(2, "1"))?;
+    let first = repo.commit("web")?;
+    let agent = TestAgent::start(repo, options).await?;
+    agent.applied(&first).await?;
+    Ok((agent, first))
+}
+
+/// Waits until the agent's status shows `shop/web` Ready.
+async fn web_ready(agent: &TestAgent) -> TestResult {
+    let key =
+        voodu_agent::model::ResourceKey::new(voodu_agent::model::Kind::Deployment, "shop", "web");
+    agent
+        .until("web Ready", |store| {
+            Ok(store
+                .status(&key)?
+                .filter(|status| status.phase == "Ready")
+                .map(|_| ()))
+        })
+        .await
+}
+
+fn signed(agent: &TestAgent, body: &[u8]) -> Vec<(&'static str, String)> {
+    match &agent.secret {
+        Some(secret) => vec![("x-hub-signature-256", secret.sign(body))],
+        None => Vec::new(),
+    }
+}
+
+#[tokio::test]
+async fn wait_true_answers_with_the_outcome_of_the_pushed_commit() -> TestResult {
+    let (agent, _) = agent_with_web(TestAgentOptions {
+        secret: Some(SECRET.into()),
+        ..TestAgentOptions::default()
+    })
+    .await?;
+    let client = client()?;
+    let hook = agent.url("/hooks/git?wait=true");
+
+    agent.repo.write("web.hcl", &web(3, "2"))?;
+    let good = agent.repo.commit("web: V=2")?;
+    let body = push_body("main", &good);
+    let (status, answer) = post(&client, &hook, &signed(&agent, &body), body).await?;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["result"], "applied");
+    assert_eq!(answer["commit"], good.as_str());
+    // Applied means in desired state, already when the answer arrives.
+    let last = agent
+        .store
+        .commit_summary()?
+        .last_applied
+        .ok_or("applied")?;
+    assert_eq!(last.sha.as_str(), good);
+
+    agent.repo.write(
+        "web.hcl",
+        "deployment \"shop\" \"web\" {\n  imge = \"x\"\n}\n",
+    )?;
+    let bad = agent.repo.commit("typo")?;
+    let body = push_body("main", &bad);
+    let (status, answer) = post(&client, &hook, &signed(&agent, &body), body).await?;
+    assert_eq!(status, 422, "{answer}");
+    assert_eq!(answer["result"], "rejected");
+    assert_eq!(
+        answer["errors"][0],
+        "web.hcl:2:3: unknown attribute `imge` in deployment (did you mean `image`?)"
+    );
+
+    // A SHA the branch never had as its tip: the fetch sees another tip.
+    let body = push_body("main", &"1".repeat(40));
+    let (status, answer) = post(&client, &hook, &signed(&agent, &body), body).await?;
+    assert_eq!(
+        (status, answer["result"].as_str()),
+        (409, Some("superseded"))
+    );
+    assert_eq!(answer["branch_tip"], bad.as_str());
+
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn status_json_and_http_status_are_the_same_document() -> TestResult {
+    let (agent, _) = agent_with_web(TestAgentOptions::default()).await?;
+    web_ready(&agent).await?;
+    let (status, body) = get(&client()?, &agent.url("/status")).await?;
+    assert_eq!(status, 200);
+    let from_http: serde_json::Value = serde_json::from_str(&body)?;
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_voodu-agent"))
+        .args(["status", "--json", "--data-dir"])
+        .arg(agent.data_dir())
+        .output()?;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let from_cli: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+    assert_eq!(from_http, from_cli);
+    assert_eq!(from_http["resources"][0]["phase"], "Ready");
+    assert_eq!(from_http["resources"][0]["pin"], serde_json::Value::Null);
+
+    let (status, body) = get(&client()?, &agent.url("/releases/shop/web")).await?;
+    assert_eq!(status, 200, "{body}");
+    let releases: serde_json::Value = serde_json::from_str(&body)?;
+    assert_eq!(releases["kind"], "deployment");
+    assert_eq!(releases["releases"][0]["phase"], "succeeded");
+    assert_eq!(releases["releases"][0]["snapshot"]["replicas"], 2);
+    let (status, _) = get(&client()?, &agent.url("/releases/shop/nope")).await?;
+    assert_eq!(status, 404);
+    let (status, body) = get(&client()?, &agent.url("/healthz")).await?;
+    assert_eq!((status, body.as_str()), (200, r#"{"status":"ok"}"#));
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn metrics_scrape_parses_and_counts_what_happened() -> TestResult {
+    let (agent, first) = agent_with_web(TestAgentOptions::default()).await?;
+    web_ready(&agent).await?;
+    let client = client()?;
+    // One webhook for the applied commit (coalesced or not, it answers at once).
+    let (status, _) = post(
+        &client,
+        &agent.url("/hooks/git"),
+        &[],
+        push_body("main", &first),
+    )
+    .await?;
+    assert_eq!(status, 202);
+    let (status, _) = post(
+        &client,
+        &agent.url("/hooks/git"),
+        &[],
+        push_body("dev", &first),
+    )
+    .await?;
+    assert_eq!(status, 202);
+    // That webhook's fetch may still run: wait until it was counted.
+    let mut samples;
+    loop {
+        let (status, text) = get(&client, &agent.url("/metrics")).await?;
+        assert_eq!(status, 200);
+        samples = parse_metrics(&text)?;
+        if metric(&samples, "voodu_syncs_total", &[]) >= 2.0
+            || metric(
+                &samples,
+                "voodu_webhook_requests_total",
+                &[("result", "coalesced")],
+            ) == 1.0
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        metric(&samples, "voodu_syncs_total", &[("result", "applied")]),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &samples,
+            "voodu_sync_duration_seconds_count",
+            &[("result", "applied")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &samples,
+            "voodu_sync_duration_seconds_bucket",
+            &[("result", "applied"), ("le", "+Inf")]
+        ),
+        1.0
+    );
+    assert!(
+        metric(
+            &samples,
+            "voodu_reconciles_total",
+            &[("kind", "deployment"), ("result", "success")]
+        ) >= 1.0
+    );
+    assert_eq!(
+        metric(&samples, "voodu_resources", &[("phase", "Ready")]),
+        1.0
+    );
+    assert_eq!(metric(&samples, "voodu_pinned_resources", &[]), 0.0);
+    assert_eq!(
+        metric(
+            &samples,
+            "voodu_webhook_requests_total",
+            &[("result", "ignored")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(&samples, "voodu_webhook_requests_total", &[]),
+        2.0,
+        "two webhooks in all"
+    );
+    let applied_at = agent
+        .store
+        .commit_summary()?
+        .last_applied
+        .ok_or("applied")?
+        .seen_at;
+    assert_eq!(
+        metric(&samples, "voodu_last_applied_commit_timestamp_seconds", &[]),
+        applied_at as f64
+    );
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn a_local_repos_new_commit_syncs_without_waiting_for_the_poll() -> TestResult {
+    let (agent, _) = agent_with_web(TestAgentOptions {
+        watch_local: true,
+        ..TestAgentOptions::default()
+    })
+    .await?;
+    // The poll interval is an hour: only the ref watch can notice this push.
+    agent.repo.write("web.hcl", &web(2, "2"))?;
+    let second = agent.repo.commit("web: V=2")?;
+    agent.applied(&second).await?;
+    agent.stop().await
+}
+
+#[tokio::test]
+async fn the_sync_command_finds_the_agent_and_waits_for_the_commit() -> TestResult {
+    let (agent, _) = agent_with_web(TestAgentOptions {
+        secret: Some(SECRET.into()),
+        ..TestAgentOptions::default()
+    })
+    .await?;
+    agent.repo.write("web.hcl", &web(2, "3"))?;
+    let next = agent.repo.commit("web: V=3")?;
+    let data_dir = agent.data_dir();
+    // The command signs with the secret file the agent recorded, at the address it recorded.
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_voodu-agent"))
+            .args(["sync", "--wait", "--data-dir"])
+            .arg(data_dir)
+            .output()
+    })
+    .await??;
+    let stdout = String::from_utf8(output.stdout)?;
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.starts_with(&format!("commit {} applied", &next[..12])),
+        "{stdout}"
+    );
+    agent.stop().await
+}
+
+/// Sends `count` GitHub-signed pushes (each padded to 16 KiB), naming `shas` in turn, 200 at
+/// a time; returns how many were answered 202, or the first other answer.
+pub(crate) async fn flood(
+    client: &reqwest::Client,
+    hook: &str,
+    secret: &WebhookSecret,
+    shas: &[String],
+    count: usize,
+) -> TestResult<usize> {
+    let padding = "x".repeat(16 * 1024);
+    let padding = &padding;
+    futures_util::stream::iter(0..count)
+        .map(|index| {
+            let sha = &shas[index % shas.len()];
+            async move {
+                let body =
+                    format!(r#"{{"ref":"refs/heads/main","after":"{sha}","padding":"{padding}"}}"#)
+                        .into_bytes();
+                let headers = vec![
+                    ("x-github-event", "push".to_owned()),
+                    ("x-hub-signature-256", secret.sign(&body)),
+                ];
+                post(client, hook, &headers, body).await
+            }
+        })
+        .buffer_unordered(200)
+        .fold(Ok::<_, String>(0usize), |count, answer| async move {
+            let count = count?;
+            match answer {
+                Ok((202, _)) => Ok(count + 1),
+                Ok((status, body)) => Err(format!("HTTP {status}: {body}")),
+                Err(error) => Err(error.to_string()),
+            }
+        })
+        .await
+        .map_err(Into::into)
+}
+
+/// 10,000 signed webhooks (16 KiB each, 156 MiB in all) for three new commits: every one is
+/// answered and the agent fetches at most once per SHA; then 2,000 more for one further
+/// commit cost exactly one fetch. (The agent's memory under such a flood is measured on the
+/// real binary, in its own process: `e2e_docker::a_webhook_flood_keeps_the_agents_memory_bounded`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_webhooks_fetches_once_per_sha() -> TestResult {
+    let (agent, _) = agent_with_web(TestAgentOptions {
+        secret: Some(SECRET.into()),
+        ..TestAgentOptions::default()
+    })
+    .await?;
+    let secret = agent.secret.clone().ok_or("secret")?;
+    let mut shas = Vec::new();
+    for n in 2..=4 {
+        agent.repo.write("web.hcl", &web(2, &n.to_string()))?;
+        shas.push(agent.repo.commit(&format!("web: V={n}"))?);
+    }
+    let client = client()?;
+    let hook = agent.url("/hooks/git");
+    let syncs_before = syncs(&client, &agent).await?;
+    assert_eq!(flood(&client, &hook, &secret, &shas, 10_000).await?, 10_000);
+    let tip = shas.last().ok_or("shas")?.clone();
+    agent.applied(&tip).await?;
+    let fetches = syncs(&client, &agent).await? - syncs_before;
+    assert!(
+        (1.0..=3.0).contains(&fetches),
+        "{fetches} fetches for 3 new SHAs"
+    );
+    let (_, text) = get(&client, &agent.url("/metrics")).await?;
+    let samples = parse_metrics(&text)?;
+    let accepted = metric(
+        &samples,
+        "voodu_webhook_requests_total",
+        &[("result", "accepted")],
+    );
+    let coalesced = metric(
+        &samples,
+        "voodu_webhook_requests_total",
+        &[("result", "coalesced")],
+    );
+    assert_eq!(accepted + coalesced, 10_000.0);
+    assert!(accepted <= 3.0, "{accepted} requests started a fetch");
+
+    agent.repo.write("web.hcl", &web(2, "5"))?;
+    let fifth = agent.repo.commit("web: V=5")?;
+    let before = syncs(&client, &agent).await?;
+    assert_eq!(
+        flood(&client, &hook, &secret, std::slice::from_ref(&fifth), 2_000).await?,
+        2_000
+    );
+    agent.applied(&fifth).await?;
+    assert_eq!(
+        syncs(&client, &agent).await? - before,
+        1.0,
+        "one fetch for one SHA"
+    );
+    agent.stop().await
+}
+
+async fn syncs(client: &reqwest::Client, agent: &TestAgent) -> TestResult<f64> {
+    let (_, text) = get(client, &agent.url("/metrics")).await?;
+    Ok(metric(&parse_metrics(&text)?, "voodu_syncs_total", &[]))
+}

@@ -1,0 +1,175 @@
+//! `TestAgent`: the agent in process (`agent::run_with_runtime`) over a `TempRepo`, with a
+//! temp data dir, the fake runtime and its HTTP side on `127.0.0.1:0` (mini-redis
+//! `start_server`). Its own store handle reads what the agent wrote.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+use voodu_agent::agent::{AgentConfig, HttpConfig, META_HTTP_ADDR};
+use voodu_agent::git::SourceOptions;
+use voodu_agent::http::{HttpOptions, WebhookSecret};
+use voodu_agent::reconcile::ReconcileOptions;
+use voodu_agent::runtime::FakeRuntime;
+use voodu_agent::store::Store;
+
+use super::{TempRepo, TestResult};
+
+/// How to start a `TestAgent`.
+pub struct TestAgentOptions {
+    pub interval: Duration,
+    pub secret: Option<String>,
+    pub watch_local: bool,
+}
+
+impl Default for TestAgentOptions {
+    fn default() -> Self {
+        TestAgentOptions {
+            // Long enough that only the start-up poll happens: tests trigger syncs themselves.
+            interval: Duration::from_secs(3600),
+            secret: None,
+            watch_local: false,
+        }
+    }
+}
+
+pub struct TestAgent {
+    pub repo: TempRepo,
+    pub data: tempfile::TempDir,
+    pub fake: Arc<FakeRuntime>,
+    pub store: Store,
+    pub address: SocketAddr,
+    pub secret: Option<WebhookSecret>,
+    shutdown: CancellationToken,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl TestAgent {
+    /// Starts the agent and waits until its HTTP side listens (its address is in the store).
+    pub async fn start(repo: TempRepo, options: TestAgentOptions) -> TestResult<TestAgent> {
+        let data = tempfile::tempdir()?;
+        let secret_file = match &options.secret {
+            Some(secret) => {
+                let path = data.path().join("webhook.secret");
+                std::fs::write(&path, format!("{secret}\n"))?;
+                Some(path)
+            }
+            None => None,
+        };
+        let secret = options.secret.as_deref().map(WebhookSecret::new);
+        let config = AgentConfig {
+            source: SourceOptions {
+                url: repo.url(),
+                branch: "main".into(),
+                paths: Vec::new(),
+                token_file: None,
+            },
+            data_dir: data.path().join("data"),
+            interval: options.interval,
+            sync: voodu_agent::sync::SyncOptions::new(data.path().join("data")),
+            reconcile: ReconcileOptions {
+                start_settle: Duration::ZERO,
+                ..ReconcileOptions::default()
+            },
+            http: Some(HttpConfig {
+                listen: "127.0.0.1:0".parse()?,
+                secret_file,
+                options: HttpOptions {
+                    secret: secret.clone(),
+                    ..HttpOptions::default()
+                },
+            }),
+            watch_local: options.watch_local,
+        };
+        let state_db: PathBuf = config.state_db();
+        let fake = Arc::new(FakeRuntime::new());
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(voodu_agent::agent::run_with_runtime(
+            config,
+            fake.clone(),
+            shutdown.clone(),
+        ));
+        let start = Instant::now();
+        let (store, address) = loop {
+            if task.is_finished() {
+                task.await??;
+                return Err("the agent stopped during start-up".into());
+            }
+            if state_db.exists() {
+                let store = Store::open(&state_db)?;
+                if let Some(address) = store.meta(META_HTTP_ADDR)? {
+                    break (store, address.parse()?);
+                }
+            }
+            if start.elapsed() > Duration::from_secs(20) {
+                return Err("the agent's HTTP side never came up".into());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        Ok(TestAgent {
+            repo,
+            data,
+            fake,
+            store,
+            address,
+            secret,
+            shutdown,
+            task: Some(task),
+        })
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.address)
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.data.path().join("data")
+    }
+
+    /// Waits (liveness bound) until `check` holds on the agent's store.
+    pub async fn until<T>(
+        &self,
+        what: &str,
+        mut check: impl FnMut(&Store) -> TestResult<Option<T>>,
+    ) -> TestResult<T> {
+        let start = Instant::now();
+        loop {
+            if let Some(value) = check(&self.store)? {
+                return Ok(value);
+            }
+            if start.elapsed() > Duration::from_secs(30) {
+                return Err(format!("timed out waiting for {what}").into());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits until `sha` is the last applied commit.
+    pub async fn applied(&self, sha: &str) -> TestResult {
+        self.until(&format!("commit {sha} applied"), |store| {
+            Ok(store
+                .commit_summary()?
+                .last_applied
+                .filter(|record| record.sha.as_str() == sha)
+                .map(|_| ()))
+        })
+        .await
+    }
+
+    /// Stops the agent and waits for every task to finish.
+    pub async fn stop(mut self) -> TestResult {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            task.await??;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for TestAgent {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}

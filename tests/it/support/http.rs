@@ -1,0 +1,171 @@
+//! HTTP helpers: a client for the agent's routes and a parser of the Prometheus text format,
+//! so `/metrics` is read the way a scraper reads it.
+
+use std::collections::BTreeMap;
+
+use super::TestResult;
+
+/// A reqwest client; the rustls provider is installed first, as the agent does.
+pub fn client() -> TestResult<reqwest::Client> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Ok(reqwest::Client::builder().build()?)
+}
+
+/// `GET url` → status and body.
+pub async fn get(client: &reqwest::Client, url: &str) -> TestResult<(u16, String)> {
+    let response = client.get(url).send().await?;
+    let status = response.status().as_u16();
+    Ok((status, response.text().await?))
+}
+
+/// `POST url` with headers and body → status and JSON body.
+pub async fn post(
+    client: &reqwest::Client,
+    url: &str,
+    headers: &[(&str, String)],
+    body: Vec<u8>,
+) -> TestResult<(u16, serde_json::Value)> {
+    let mut request = client.post(url).body(body);
+    for (name, value) in headers {
+        request = request.header(*name, value);
+    }
+    let response = request.send().await?;
+    let status = response.status().as_u16();
+    let bytes = response.bytes().await?;
+    Ok((status, serde_json::from_slice(&bytes)?))
+}
+
+/// A GitHub push payload for `sha` on `branch`.
+pub fn push_body(branch: &str, sha: &str) -> Vec<u8> {
+    format!(
+        r#"{{"ref":"refs/heads/{branch}","before":"{}","after":"{sha}"}}"#,
+        "0".repeat(40)
+    )
+    .into_bytes()
+}
+
+/// One sample of a scrape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub value: f64,
+}
+
+/// Parses a text exposition: every sample must belong to a family declared by a `# TYPE`
+/// line before it (histogram samples by their `_bucket`/`_sum`/`_count` suffix), and label
+/// values are unescaped.
+pub fn parse_metrics(text: &str) -> TestResult<Vec<Sample>> {
+    let mut types: BTreeMap<String, String> = BTreeMap::new();
+    let mut samples = Vec::new();
+    for line in text.lines().filter(|line| !line.trim().is_empty()) {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').ok_or("TYPE without a kind")?;
+            types.insert(name.to_owned(), kind.to_owned());
+            continue;
+        }
+        if line.starts_with('#') {
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').ok_or("sample without a value")?;
+        let (name, labels) = match series.split_once('{') {
+            Some((name, rest)) => (
+                name,
+                parse_labels(rest.strip_suffix('}').ok_or("unclosed labels")?)?,
+            ),
+            None => (series, BTreeMap::new()),
+        };
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|suffix| {
+                name.strip_suffix(suffix)
+                    .filter(|family| types.get(*family).is_some_and(|kind| kind == "histogram"))
+            })
+            .unwrap_or(name);
+        if !types.contains_key(family) {
+            return Err(format!("sample {name} has no # TYPE line before it").into());
+        }
+        let value = match value {
+            "+Inf" => f64::INFINITY,
+            other => other.parse()?,
+        };
+        samples.push(Sample {
+            name: name.to_owned(),
+            labels,
+            value,
+        });
+    }
+    Ok(samples)
+}
+
+fn parse_labels(text: &str) -> TestResult<BTreeMap<String, String>> {
+    let mut labels = BTreeMap::new();
+    let mut chars = text.chars().peekable();
+    while chars.peek().is_some() {
+        let name: String = chars.by_ref().take_while(|c| *c != '=').collect();
+        if chars.next() != Some('"') {
+            return Err(format!("label {name} value is not quoted").into());
+        }
+        let mut value = String::new();
+        loop {
+            match chars.next().ok_or("unterminated label value")? {
+                '"' => break,
+                '\\' => match chars.next().ok_or("dangling escape")? {
+                    'n' => value.push('\n'),
+                    other => value.push(other),
+                },
+                other => value.push(other),
+            }
+        }
+        labels.insert(name, value);
+        if chars.peek() == Some(&',') {
+            chars.next();
+        }
+    }
+    Ok(labels)
+}
+
+/// The value of the sample `name` whose labels include every `(key, value)` of `labels`,
+/// summed when several match; 0 when none does.
+pub fn metric(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples
+        .iter()
+        .filter(|sample| {
+            sample.name == name
+                && labels
+                    .iter()
+                    .all(|(key, value)| sample.labels.get(*key).map(String::as_str) == Some(*value))
+        })
+        .map(|sample| sample.value)
+        .sum()
+}
+
+/// A memory figure of process `pid` from `/proc/<pid>/status` (Linux), in bytes: `VmRSS`
+/// (resident now) or `VmHWM` (peak resident).
+pub fn memory_of(pid: u32, field: &str) -> TestResult<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status
+        .lines()
+        .find(|line| line.starts_with(&format!("{field}:")))
+        .ok_or_else(|| format!("no {field} line"))?;
+    let kib: u64 = line.split_whitespace().nth(1).ok_or("no value")?.parse()?;
+    Ok(kib * 1024)
+}
+
+/// `GET path` from `address` over a plain socket (HTTP/1.0, for tests without a runtime) →
+/// status and body.
+pub fn get_blocking(address: &str, path: &str) -> TestResult<(u16, String)> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(address)?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
+    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").as_bytes())?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response.split_once("\r\n\r\n").ok_or("no end of headers")?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .ok_or("no status code")?
+        .parse()?;
+    Ok((status, body.to_owned()))
+}
