@@ -19,6 +19,7 @@ use crate::git::trigger::{self, SyncRequestReceiver};
 use crate::git::{Source, SourceOptions};
 use crate::http::{self, HttpCtx, HttpOptions};
 use crate::metrics::Metrics;
+use crate::reconcile::notify::Notifier;
 use crate::reconcile::{self, Ctx, ReconcileOptions};
 use crate::runtime::{DockerRuntime, Runtime};
 use crate::store::Store;
@@ -112,16 +113,21 @@ pub async fn run_with_runtime<R: Runtime>(
         }
         None => None,
     };
+    let assets_root = crate::assets::assets_root(&config.data_dir);
+    let (notifier, deliveries) = Notifier::new(assets_root.clone(), shutdown.clone());
     let ctx = Arc::new(Ctx {
         store: store.clone(),
         runtime,
         agent_id,
-        assets_root: crate::assets::assets_root(&config.data_dir),
+        assets_root,
         options: config.reconcile.clone(),
         metrics: metrics.clone(),
+        notifier,
+        shutdown: shutdown.clone(),
     });
 
     let tracker = TaskTracker::new();
+    tracker.spawn(deliveries);
     let reconciler = tracker.spawn(reconcile::run(ctx, shutdown.clone()));
     tracker.spawn(sync_loop(
         syncer,

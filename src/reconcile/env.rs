@@ -13,9 +13,9 @@ use std::collections::BTreeMap;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
-use crate::manifest::spec::Container;
-use crate::model::{ResourceKey, resolve_asset_refs};
-use crate::store::Buckets;
+use crate::manifest::spec::{Container, Spec, container_port};
+use crate::model::{Kind, ResourceKey, resolve_asset_refs};
+use crate::store::{Buckets, Desired};
 
 /// Why an environment cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +98,60 @@ pub(crate) fn container_env(
         return Err(EnvError::Unresolved(unresolved));
     }
     Ok(env.into_iter().map(|(k, v)| format!("{k}={v}")).collect())
+}
+
+/// The `${ref.ingress.<name>.<field>}` values of one scope, from the desired ingresses: `host`,
+/// `service`, `port` (as the ingress resolves it: explicit, else the deployment's first
+/// container port, else 80) and `url`. Keys are `ingress.<name>.<field>`, and voodu's naive
+/// plural `ingresss.…` too.
+pub(crate) fn ingress_references(desired: &[Desired], scope: &str) -> BTreeMap<String, String> {
+    let mut values = BTreeMap::new();
+    for resource in desired {
+        let Spec::Ingress(ingress) = &resource.spec else {
+            continue;
+        };
+        if resource.key.scope != scope {
+            continue;
+        }
+        let service = ingress.effective_service(&resource.key.name).to_owned();
+        let port = if ingress.port > 0 {
+            ingress.port.to_string()
+        } else {
+            desired
+                .iter()
+                .find_map(|other| match &other.spec {
+                    Spec::Deployment(deployment)
+                        if other.key.kind == Kind::Deployment
+                            && other.key.scope == scope
+                            && other.key.name == service =>
+                    {
+                        deployment
+                            .ports
+                            .iter()
+                            .find_map(|port| container_port(port))
+                    }
+                    _ => None,
+                })
+                .unwrap_or(80)
+                .to_string()
+        };
+        let tls = ingress.tls.as_ref().is_some_and(|tls| tls.enabled);
+        let url = format!("{}://{}", if tls { "https" } else { "http" }, ingress.host);
+        for (field, value) in [
+            ("host", ingress.host.clone()),
+            ("service", service.clone()),
+            ("port", port),
+            ("url", url),
+        ] {
+            for kind in ["ingress", "ingresss"] {
+                values.insert(
+                    format!("{kind}.{}.{field}", resource.key.name),
+                    value.clone(),
+                );
+            }
+        }
+    }
+    values
 }
 
 /// Replaces each `${ref.kind.name.field}` by its value, noting the ones without a value.
@@ -197,13 +251,15 @@ mod tests {
         .into();
         let references =
             BTreeMap::from([("ingress.web.host".to_owned(), "web.example".to_owned())]);
-        let mut container = Container::default();
-        container.env_from = vec!["shared/db".into(), "cache".into()];
-        container.env = bucket(&[
-            ("E", "manifest"),
-            ("CONF", "${asset.prod.cfg.conf}"),
-            ("URL", "https://${ref.ingress.web.host}/x"),
-        ]);
+        let container = Container {
+            env_from: vec!["shared/db".into(), "cache".into()],
+            env: bucket(&[
+                ("E", "manifest"),
+                ("CONF", "${asset.prod.cfg.conf}"),
+                ("URL", "https://${ref.ingress.web.host}/x"),
+            ]),
+            ..Container::default()
+        };
         let env = container_env(&inputs(&key, &buckets, &references), &container)?;
         assert_eq!(
             env,
@@ -232,8 +288,10 @@ mod tests {
         )]
         .into();
         let references = BTreeMap::new();
-        let mut container = Container::default();
-        container.env_from = vec!["nope".into()];
+        let mut container = Container {
+            env_from: vec!["nope".into()],
+            ..Container::default()
+        };
         let error =
             container_env(&inputs(&key, &buckets, &references), &container).expect_err("no bucket");
         assert_eq!(error, EnvError::NoBuckets(vec!["nope".into()]));

@@ -16,6 +16,7 @@ mod env;
 mod error;
 mod handlers;
 mod images;
+pub mod notify;
 pub mod plan;
 mod queue;
 mod retry;
@@ -50,6 +51,9 @@ pub struct ReconcileOptions {
     /// Missing replicas of one resource created at once (scale-up, first deploy); voodu
     /// creates them with no pause. Replacements stay one slot at a time regardless.
     pub create_concurrency: usize,
+    /// Ulimits every container gets under its manifest's own: voodu's platform defaults,
+    /// clamped to what this host can grant (`host_default_ulimits`).
+    pub default_ulimits: Vec<(String, i64, i64)>,
 }
 
 impl Default for ReconcileOptions {
@@ -59,8 +63,31 @@ impl Default for ReconcileOptions {
             retry: RetryPolicy::default(),
             start_settle: Duration::from_millis(500),
             create_concurrency: 16,
+            default_ulimits: host_default_ulimits(),
         }
     }
+}
+
+/// voodu's platform ulimits (`nofile=65536:65536`, `nproc=4096:4096`), each clamped to this
+/// process's own hard limit: an engine started in the same environment cannot grant more, and
+/// asking for more makes every container fail to start.
+pub fn host_default_ulimits() -> Vec<(String, i64, i64)> {
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    let hard = |label: &str| -> Option<i64> {
+        let line = limits.lines().find(|line| line.starts_with(label))?;
+        let fields: Vec<&str> = line[label.len()..].split_whitespace().collect();
+        fields.get(1)?.parse().ok()
+    };
+    [
+        ("nofile", 65_536, "Max open files"),
+        ("nproc", 4_096, "Max processes"),
+    ]
+    .into_iter()
+    .map(|(name, wanted, label)| {
+        let value = hard(label).map_or(wanted, |hard| wanted.min(hard));
+        (name.to_owned(), value, value)
+    })
+    .collect()
 }
 
 /// What every handler needs.
@@ -74,6 +101,11 @@ pub struct Ctx<R: Runtime> {
     pub options: ReconcileOptions,
     /// Where reconciles are counted and timed.
     pub metrics: Arc<Metrics>,
+    /// Where release outcomes go for their `on_deploy` webhooks.
+    pub notifier: notify::Notifier,
+    /// Fires when the agent stops: long waits in handlers (init containers, jobs, hooks)
+    /// give up on it.
+    pub shutdown: CancellationToken,
 }
 
 /// Runs a blocking store call off the async threads.
@@ -286,15 +318,7 @@ async fn record_panic<R: Runtime>(shared: &Arc<Shared<R>>, key: &ResourceKey, me
             phase: "Failed".to_owned(),
             message,
             updated_at: now_unix(),
-            ..previous.unwrap_or(ResourceStatus {
-                phase: String::new(),
-                message: String::new(),
-                desired_replicas: 0,
-                running_replicas: 0,
-                spec_hash: String::new(),
-                release_id: None,
-                updated_at: 0,
-            })
+            ..previous.unwrap_or_else(|| ResourceStatus::new("Failed", ""))
         };
         store.put_status(&key, &status)
     })
@@ -316,4 +340,21 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_ulimits_are_voodus_within_this_hosts_limits() {
+        let defaults = host_default_ulimits();
+        let names: Vec<&str> = defaults.iter().map(|(name, _, _)| name.as_str()).collect();
+        assert_eq!(names, ["nofile", "nproc"]);
+        for (name, soft, hard) in &defaults {
+            assert_eq!(soft, hard, "{name}");
+            assert!(*soft > 0, "{name}");
+        }
+        assert!(defaults[0].1 <= 65_536 && defaults[1].1 <= 4_096);
+    }
 }

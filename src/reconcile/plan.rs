@@ -18,11 +18,23 @@ use crate::model::{Kind, ResourceKey, SpecHash};
 use crate::runtime::labels;
 use crate::runtime::{Container, ContainerState};
 
-/// What a workload resource wants: `n_replicas` containers labelled with `spec_hash`.
+/// What a workload resource wants: `n_replicas` containers labelled with `spec_hash` (and,
+/// when given, with `env_digest`: a replica whose environment changed is outdated too).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target<'a> {
     pub spec_hash: &'a SpecHash,
     pub n_replicas: usize,
+    pub env_digest: Option<&'a str>,
+}
+
+impl Target<'_> {
+    /// Whether `container` runs what the target wants.
+    pub fn is_current(&self, container: &Container) -> bool {
+        container.label(labels::MANIFEST_HASH) == Some(self.spec_hash.as_str())
+            && self
+                .env_digest
+                .is_none_or(|digest| container.label(labels::ENV_DIGEST) == Some(digest))
+    }
 }
 
 /// One action on the host.
@@ -54,10 +66,9 @@ pub fn plan_replicas(target: Option<&Target<'_>>, actual: &[Container]) -> Vec<S
     let Some(target) = target else {
         return actual.iter().map(remove).collect();
     };
-    let (current, outdated): (Vec<&Container>, Vec<&Container>) =
-        actual.into_iter().partition(|container| {
-            container.label(labels::MANIFEST_HASH) == Some(target.spec_hash.as_str())
-        });
+    let (current, outdated): (Vec<&Container>, Vec<&Container>) = actual
+        .into_iter()
+        .partition(|container| target.is_current(container));
     let keep = current.len().min(target.n_replicas);
     let mut removes: Vec<Step> = current[keep..].iter().map(remove).collect();
     let starts = current[..keep]
@@ -146,6 +157,7 @@ pub fn plan_resource(
                 Some(&Target {
                     spec_hash: &hash,
                     n_replicas: spec.n_replicas(),
+                    env_digest: None,
                 }),
                 actual,
             )
@@ -308,6 +320,7 @@ mod tests {
         let target = n_replicas.map(|n_replicas| Target {
             spec_hash: &hash,
             n_replicas,
+            env_digest: None,
         });
         let steps: Vec<String> = plan_replicas(target.as_ref(), actual)
             .into_iter()
@@ -382,6 +395,31 @@ mod tests {
         ];
         check(Some(2), &mixed, &["remove b", "start c"]);
         check(Some(3), &mixed, &["start c", "replace b"]);
+    }
+
+    #[test]
+    fn a_changed_environment_makes_replicas_outdated() {
+        let hash = SpecHash::new("new");
+        let mut with_env = container("a", "new", Running);
+        with_env
+            .labels
+            .insert(labels::ENV_DIGEST.to_owned(), "old-env".to_owned());
+        let target = Target {
+            spec_hash: &hash,
+            n_replicas: 1,
+            env_digest: Some("new-env"),
+        };
+        assert_eq!(
+            plan_replicas(Some(&target), std::slice::from_ref(&with_env)),
+            [Step::Replace {
+                id: "id-a".into(),
+                name: "a".into()
+            }]
+        );
+        with_env
+            .labels
+            .insert(labels::ENV_DIGEST.to_owned(), "new-env".to_owned());
+        assert_eq!(plan_replicas(Some(&target), &[with_env]), []);
     }
 
     #[test]

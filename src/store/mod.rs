@@ -18,11 +18,14 @@
 
 mod error;
 mod releases;
+mod runs;
 mod schema;
 mod secrets;
+mod status;
 
 pub use error::{Error, Result};
 pub use releases::{Pin, RELEASE_HISTORY_LIMIT, RollbackOutcome, UnpinOutcome};
+pub use runs::{CronState, JobRun, Readiness, RunStatus};
 pub use secrets::{Bucket, Buckets};
 
 use std::collections::BTreeMap;
@@ -169,6 +172,24 @@ pub struct ResourceStatus {
     pub spec_hash: String,
     pub release_id: Option<i64>,
     pub updated_at: i64,
+    /// Kind-specific status (init failures, routes, schedule, files, …); `Null` when none.
+    pub detail: serde_json::Value,
+}
+
+impl ResourceStatus {
+    /// An empty status in `phase`, stamped now.
+    pub fn new(phase: &str, message: impl Into<String>) -> ResourceStatus {
+        ResourceStatus {
+            phase: phase.to_owned(),
+            message: message.into(),
+            desired_replicas: 0,
+            running_replicas: 0,
+            spec_hash: String::new(),
+            release_id: None,
+            updated_at: now_unix(),
+            detail: serde_json::Value::Null,
+        }
+    }
 }
 
 /// Seconds since the Unix epoch.
@@ -269,6 +290,23 @@ impl Store {
                 [],
                 |row| row.get(0),
             )?)
+        })
+    }
+
+    /// The key of this agent's keyed digests (`voodu.env_digest`), made once per data dir.
+    pub fn env_key(&self) -> Result<String> {
+        self.with(|connection| {
+            connection.execute(
+                "INSERT OR IGNORE INTO meta (key, value) VALUES ('env_key', ?1)",
+                params![crate::model::random_hex(32)],
+            )?;
+            Ok(
+                connection.query_row(
+                    "SELECT value FROM meta WHERE key = 'env_key'",
+                    [],
+                    |row| row.get(0),
+                )?,
+            )
         })
     }
 
@@ -614,78 +652,6 @@ impl Store {
             Ok(())
         })
     }
-
-    pub fn put_status(&self, key: &ResourceKey, status: &ResourceStatus) -> Result<()> {
-        self.with(|connection| {
-            connection.execute(
-                "INSERT INTO status (kind, scope, name, phase, message, desired_replicas, running_replicas, spec_hash, release_id, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
-                 ON CONFLICT (kind, scope, name) DO UPDATE SET
-                   phase = excluded.phase, message = excluded.message,
-                   desired_replicas = excluded.desired_replicas, running_replicas = excluded.running_replicas,
-                   spec_hash = excluded.spec_hash, release_id = excluded.release_id, updated_at = excluded.updated_at",
-                params![
-                    key.kind.as_str(),
-                    key.scope,
-                    key.name,
-                    status.phase,
-                    status.message,
-                    i64::try_from(status.desired_replicas).unwrap_or(i64::MAX),
-                    i64::try_from(status.running_replicas).unwrap_or(i64::MAX),
-                    status.spec_hash,
-                    status.release_id,
-                    status.updated_at
-                ],
-            )?;
-            Ok(())
-        })
-    }
-
-    pub fn delete_status(&self, key: &ResourceKey) -> Result<()> {
-        self.with(|connection| {
-            connection.execute(
-                "DELETE FROM status WHERE kind = ?1 AND scope = ?2 AND name = ?3",
-                params![key.kind.as_str(), key.scope, key.name],
-            )?;
-            Ok(())
-        })
-    }
-
-    pub fn status(&self, key: &ResourceKey) -> Result<Option<ResourceStatus>> {
-        Ok(self
-            .statuses()?
-            .into_iter()
-            .find_map(|(status_key, status)| (&status_key == key).then_some(status)))
-    }
-
-    /// Every resource's status, ordered by key.
-    pub fn statuses(&self) -> Result<Vec<(ResourceKey, ResourceStatus)>> {
-        self.with(|connection| {
-            let mut statement = connection.prepare(
-                "SELECT kind, scope, name, phase, message, desired_replicas, running_replicas, spec_hash, release_id, updated_at
-                 FROM status ORDER BY kind, scope, name",
-            )?;
-            let rows = statement.query_map([], |row| {
-                Ok((
-                    (row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, String>(2)?),
-                    ResourceStatus {
-                        phase: row.get(3)?,
-                        message: row.get(4)?,
-                        desired_replicas: usize::try_from(row.get::<_, i64>(5)?).unwrap_or(0),
-                        running_replicas: usize::try_from(row.get::<_, i64>(6)?).unwrap_or(0),
-                        spec_hash: row.get(7)?,
-                        release_id: row.get(8)?,
-                        updated_at: row.get(9)?,
-                    },
-                ))
-            })?;
-            rows.map(|row| {
-                let ((kind, scope, name), status) = row?;
-                Ok((key_from_row(&kind, scope, name)?, status))
-            })
-            .collect()
-        })
-    }
 }
 
 type CommitRow = (i64, String, String, Option<String>, i64);
@@ -760,7 +726,7 @@ fn append_journal(
     Ok(())
 }
 
-fn key_from_row(kind: &str, scope: String, name: String) -> Result<ResourceKey> {
+pub(crate) fn key_from_row(kind: &str, scope: String, name: String) -> Result<ResourceKey> {
     let kind = Kind::parse(kind).ok_or_else(|| Error::Corrupt(format!("kind {kind:?}")))?;
     Ok(ResourceKey { kind, scope, name })
 }

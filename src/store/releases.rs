@@ -332,6 +332,41 @@ impl Store {
     /// Ends a progressing release with its final phase. `message` is appended to what the
     /// release already says. A release that is no longer progressing (an operator rolled
     /// back meanwhile) is left as it is.
+    /// The recorded outcomes of a release's hooks, by stage (`pre_command`, `command`,
+    /// `post_command`).
+    pub fn release_hooks(&self, id: i64) -> Result<serde_json::Map<String, serde_json::Value>> {
+        self.with(|connection| {
+            let text: String = connection.query_row(
+                "SELECT hooks FROM releases WHERE id = ?1",
+                params![id],
+                |row| row.get(0),
+            )?;
+            Ok(match serde_json::from_str(&text) {
+                Ok(serde_json::Value::Object(map)) => map,
+                _ => serde_json::Map::new(),
+            })
+        })
+    }
+
+    /// Records the outcome of one hook stage of a release.
+    pub fn record_release_hook(
+        &self,
+        id: i64,
+        stage: &str,
+        outcome: serde_json::Value,
+    ) -> Result<()> {
+        let mut hooks = self.release_hooks(id)?;
+        hooks.insert(stage.to_owned(), outcome);
+        let text = serde_json::Value::Object(hooks).to_string();
+        self.with(|connection| {
+            connection.execute(
+                "UPDATE releases SET hooks = ?2 WHERE id = ?1",
+                params![id, text],
+            )?;
+            Ok(())
+        })
+    }
+
     pub fn finish_release(&self, id: i64, phase: ReleasePhase, message: &str) -> Result<()> {
         self.with(|connection| {
             connection.execute(

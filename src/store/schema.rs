@@ -108,4 +108,50 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (kind, scope, name)
     );
     "#,
+    // 4: what every kind reconciles beyond deployments: release hooks, kind-specific status,
+    // job runs, cron schedules, and replica readiness (ingress routes, health gates).
+    r#"
+    -- Outcome of a release's hooks (pre_command, command, post_command), as JSON by stage.
+    ALTER TABLE releases ADD COLUMN hooks TEXT NOT NULL DEFAULT '{}';
+    -- Kind-specific status as JSON (init failures, routes, schedule, asset files, …).
+    ALTER TABLE status ADD COLUMN detail TEXT NOT NULL DEFAULT '{}';
+    -- One row per job run (jobs and cronjob ticks), newest last.
+    CREATE TABLE job_runs (
+        id           INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind         TEXT NOT NULL,
+        scope        TEXT NOT NULL,
+        name         TEXT NOT NULL,
+        run_id       TEXT NOT NULL,
+        spec_hash    TEXT NOT NULL,
+        container    TEXT NOT NULL,
+        started_at   INTEGER NOT NULL,
+        ended_at     INTEGER,
+        exit_code    INTEGER,
+        status       TEXT NOT NULL CHECK (status IN ('running', 'succeeded', 'failed')),
+        error        TEXT NOT NULL DEFAULT '',
+        logs_tail    TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX job_runs_by_key ON job_runs (kind, scope, name, id);
+    -- A cronjob's schedule position: the last fire time it handled (Unix seconds).
+    CREATE TABLE cron_state (
+        scope           TEXT NOT NULL,
+        name            TEXT NOT NULL,
+        schedule        TEXT NOT NULL,
+        last_scheduled  INTEGER,
+        next_run        INTEGER,
+        PRIMARY KEY (scope, name)
+    );
+    -- Whether each replica is ready (probes, or running long enough), as the agent last saw.
+    CREATE TABLE readiness (
+        container   TEXT PRIMARY KEY,
+        kind        TEXT NOT NULL,
+        scope       TEXT NOT NULL,
+        name        TEXT NOT NULL,
+        ready       INTEGER NOT NULL,
+        reason      TEXT NOT NULL DEFAULT '',
+        address     TEXT NOT NULL DEFAULT '',
+        updated_at  INTEGER NOT NULL
+    );
+    CREATE INDEX readiness_by_key ON readiness (kind, scope, name);
+    "#,
 ];

@@ -41,6 +41,7 @@ impl Harness {
     }
 
     fn start(&mut self) -> TestResult {
+        self.shutdown = CancellationToken::new();
         let ctx = Arc::new(Ctx {
             store: self.store.clone(),
             runtime: self.fake.clone(),
@@ -48,8 +49,13 @@ impl Harness {
             assets_root: self._dir.path().join("assets"),
             options: ReconcileOptions::default(),
             metrics: Arc::new(voodu_agent::metrics::Metrics::new()),
+            notifier: voodu_agent::reconcile::notify::Notifier::new(
+                self._dir.path().join("assets"),
+                self.shutdown.clone(),
+            )
+            .0,
+            shutdown: self.shutdown.clone(),
         });
-        self.shutdown = CancellationToken::new();
         self.task = Some(tokio::spawn(reconcile::run(ctx, self.shutdown.clone())));
         Ok(())
     }
@@ -363,18 +369,20 @@ async fn a_permanent_error_is_recorded_and_not_retried() -> TestResult {
         .status_where(&web_key(), |status| status.phase == "Failed")
         .await?;
     assert!(
-        status.message.contains("image nope:1 is not present"),
+        status
+            .message
+            .contains("image nope:1 is not on this host and pulling it failed"),
         "{}",
         status.message
     );
     tokio::time::sleep(Duration::from_secs(120)).await;
-    let creates = harness
+    let pulls = harness
         .fake
         .calls()
         .iter()
-        .filter(|call| call.starts_with("create"))
+        .filter(|call| call.starts_with("pull"))
         .count();
-    assert_eq!(creates, 1, "permanent errors wait for the next change");
+    assert_eq!(pulls, 1, "one pull attempt: permanent errors wait for the next change");
     let release = harness.store.latest_release(&web_key())?.ok_or("release")?;
     assert_eq!(release.phase, ReleasePhase::Failed);
     // The next commit gets a fresh chance.
@@ -452,9 +460,10 @@ async fn a_half_done_rollout_resumes_after_a_crash() -> TestResult {
     harness.push(&[("web.hcl", &web(3, "1"))])?;
     harness.converged(&web_key(), 3).await?;
     harness.stop().await?;
-    // Simulate a crash mid-rollout: new desired, one old replica gone, one new one created
-    // but never started.
-    harness.push(&[("web.hcl", &web(3, "2"))])?;
+    // Simulate a crash mid-rollout: new desired (a new command, same environment, so the
+    // copied env digest label stays right), one old replica gone, one new one created but
+    // never started.
+    harness.push(&[("web.hcl", &web(3, "1").replace("\"3600\"", "\"3601\""))])?;
     let desired = harness.store.desired(&web_key())?.ok_or("desired")?;
     let old = harness.containers(&web_key()).await?;
     {

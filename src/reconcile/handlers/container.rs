@@ -17,9 +17,6 @@ use crate::model::{
 };
 use crate::runtime::{ContainerSpec, labels};
 
-/// voodu's platform ulimits, under the manifest's own (spec §2.0).
-const DEFAULT_ULIMITS: &[(&str, i64, i64)] = &[("nofile", 65_536, 65_536), ("nproc", 4_096, 4_096)];
-
 /// Who a container is: its name and the labels and aliases that follow from its role.
 #[derive(Debug, Clone)]
 pub(crate) struct Identity {
@@ -51,6 +48,8 @@ pub(crate) struct Launch {
     pub(crate) restart: String,
     /// Mounts added after the manifest's `volumes` (statefulset claims).
     pub(crate) extra_binds: Vec<String>,
+    /// Ulimits under the manifest's own (the host's clamped voodu defaults).
+    pub(crate) default_ulimits: Vec<(String, i64, i64)>,
     /// Replaces the spec's image and command (init and release containers).
     pub(crate) image: Option<String>,
     pub(crate) command: Option<Vec<String>>,
@@ -84,9 +83,10 @@ pub(crate) fn build(
             })?);
         }
     }
-    let mut ulimits: BTreeMap<String, (i64, i64)> = DEFAULT_ULIMITS
+    let mut ulimits: BTreeMap<String, (i64, i64)> = launch
+        .default_ulimits
         .iter()
-        .map(|(name, soft, hard)| ((*name).to_owned(), (*soft, *hard)))
+        .map(|(name, soft, hard)| (name.clone(), (*soft, *hard)))
         .collect();
     for (name, value) in &container.ulimits {
         let limits = parse_ulimit(value)
@@ -267,6 +267,10 @@ mod tests {
             env_digest: "digest".into(),
             ports: vec!["8080".into()],
             restart: "unless-stopped".into(),
+            default_ulimits: vec![
+                ("nofile".into(), 65_536, 65_536),
+                ("nproc".into(), 4_096, 4_096),
+            ],
             ..Launch::default()
         };
         let spec = build(

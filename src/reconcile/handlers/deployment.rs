@@ -1,36 +1,57 @@
 //! Deployment handler: converge `<scope>-<name>.<rid>` containers on the desired replica
-//! count and spec hash, by executing `plan::plan_replicas` steps through the runtime.
+//! count, spec hash and environment, by executing `plan::plan_replicas` steps through the
+//! runtime. A replica is current when both its spec hash and its environment digest match,
+//! so a config bucket change rolls the replicas the way a spec change does.
 //!
 //! Invariants: replacements go one slot at a time: a replacement removes one outdated
 //! replica, then creates and starts its successor and checks it runs before the next step;
 //! missing replicas (first deploy, scale-up) are created and started together, as voodu does
 //! (no pause between them), at most `create_concurrency` at once, then checked after one
-//! settle time; a rollout (a spec hash the latest release does not have) opens a release
-//! keyed to the desired commit, closed as succeeded once converged or failed on a permanent
-//! error.
+//! settle time; every replica runs its init containers first; a rollout (a spec hash the
+//! latest release does not have) opens a release keyed to the desired commit, runs its
+//! `release` hooks once, and closes as succeeded once converged or failed on a permanent
+//! error, firing `on_deploy`; a release whose hooks failed is not retried until a newer commit.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use futures_util::StreamExt as _;
 
+use super::container::{Identity, Launch, aliases};
+use super::hooks;
+use super::launch::{
+    EnvSource, build_spec, identity_vars, images_of, ready_to_create, run_init_chain, start_error,
+};
 use crate::manifest::spec::{DeploymentSpec, Spec};
-use crate::model::{Kind, ResourceKey, random_hex, resolve_asset_refs};
+use crate::model::{Kind, ResourceKey, random_hex};
+use crate::reconcile::notify::Outcome;
 use crate::reconcile::plan::{Step, Target, plan_replicas};
 use crate::reconcile::{Ctx, Error, Result, blocking};
-use crate::runtime::{ContainerSpec, ContainerState, Runtime, labels, parse_ports};
+use crate::runtime::{Container, ContainerState, Runtime, labels};
 use crate::store::{Desired, Release, ReleasePhase, ResourceStatus, now_unix};
 
-/// Labels that select this agent's containers of one resource.
+use super::container::rfc3339_seconds;
+
+/// Labels that select this agent's replicas of one resource (not its init or release
+/// containers, which carry the same kind, scope and name).
 pub(super) fn container_filter<'a>(
     agent_id: &'a str,
     key: &'a ResourceKey,
-) -> [(&'a str, &'a str); 4] {
+) -> [(&'a str, &'a str); 5] {
     [
         (labels::AGENT, agent_id),
         (labels::KIND, key.kind.as_str()),
         (labels::SCOPE, key.scope.as_str()),
         (labels::NAME, key.name.as_str()),
+        (labels::ROLE, key.kind.as_str()),
     ]
+}
+
+/// What one reconcile works with.
+struct Work<'a> {
+    desired: &'a Desired,
+    spec: &'a DeploymentSpec,
+    release: &'a Release,
+    launch: Launch,
 }
 
 pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
@@ -38,24 +59,8 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         let key = key.clone();
         blocking(&ctx.store, move |store| store.desired(&key)).await?
     };
-    let runtime_error = |source| Error::Runtime {
-        key: key.clone(),
-        source,
-    };
-    let actual = ctx
-        .runtime
-        .list(&container_filter(&ctx.agent_id, key))
-        .await
-        .map_err(runtime_error)?;
     let Some(desired) = desired else {
-        for step in plan_replicas(None, &actual) {
-            if let Step::Remove { id, name } = step {
-                tracing::info!(%key, container = %name, "removing replica: resource left the repo");
-                ctx.runtime.remove(&id).await.map_err(runtime_error)?;
-            }
-        }
-        let key = key.clone();
-        return blocking(&ctx.store, move |store| store.delete_status(&key)).await;
+        return remove_everything(ctx, key).await;
     };
     let Spec::Deployment(spec) = &desired.spec else {
         return Err(Error::Permanent {
@@ -63,9 +68,13 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
             message: format!("stored spec is a {}, not a deployment", desired.spec.kind()),
         });
     };
+    let env_source = EnvSource::load(ctx, &key.scope).await?;
+    let (env, env_digest) = env_source.env(ctx, key, &spec.container, identity_vars(key))?;
+    let actual = list_replicas(ctx, key).await?;
     let target = Target {
         spec_hash: &desired.spec_hash,
         n_replicas: desired.n_replicas,
+        env_digest: Some(&env_digest),
     };
     let steps = plan_replicas(Some(&target), &actual);
     let release = current_release(ctx, &desired).await?;
@@ -73,22 +82,61 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         phase: "Progressing".to_owned(),
         message: String::new(),
         desired_replicas: desired.n_replicas,
-        running_replicas: count_running(&actual, &desired),
+        running_replicas: count_running(&actual, &target),
         spec_hash: desired.spec_hash.to_string(),
         release_id: Some(release.id),
         updated_at: now_unix(),
+        detail: serde_json::Value::Null,
     };
-    let taken: BTreeSet<String> = actual
+    if release.phase == ReleasePhase::Failed {
+        let release_id = release.id;
+        let hooks = blocking(&ctx.store, move |store| store.release_hooks(release_id)).await?;
+        if hooks::failed_before_rollout(&hooks) {
+            // Its hooks failed: the old replicas keep running until a newer commit.
+            status.phase = "Failed".to_owned();
+            status.message = release.message.clone();
+            let key = key.clone();
+            return blocking(&ctx.store, move |store| store.put_status(&key, &status)).await;
+        }
+    }
+    let launch = Launch {
+        env,
+        env_digest: env_digest.clone(),
+        ports: spec.ports.clone(),
+        restart: spec.effective_restart().to_owned(),
+        default_ulimits: ctx.options.default_ulimits.clone(),
+        ..Launch::default()
+    };
+    let work = Work {
+        desired: &desired,
+        spec,
+        release: &release,
+        launch,
+    };
+    let rollout = steps
         .iter()
-        .map(|container| container.name.clone())
-        .collect();
-    let result = execute(ctx, &desired, spec, &release, &steps, taken, &mut status).await;
-    let actual = ctx
-        .runtime
-        .list(&container_filter(&ctx.agent_id, key))
-        .await
-        .map_err(runtime_error)?;
-    status.running_replicas = count_running(&actual, &desired);
+        .any(|step| matches!(step, Step::Create | Step::Replace { .. }));
+    let result = async {
+        if !rollout && steps.is_empty() {
+            return Ok(());
+        }
+        if rollout {
+            let images = images_of(key, &spec.container, &spec.inits, &ctx.assets_root);
+            ready_to_create(ctx, key, &spec.container, &images).await?;
+            if release.phase == ReleasePhase::Progressing {
+                let hook_env = env_source.env(ctx, key, &spec.container, Vec::new())?.0;
+                hooks::before_rollout(ctx, key, spec, release.id, &hook_env).await?;
+            }
+        }
+        let taken: BTreeSet<String> = actual
+            .iter()
+            .map(|container| container.name.clone())
+            .collect();
+        execute(ctx, &work, &steps, taken, &target, &mut status).await
+    }
+    .await;
+    let actual = list_replicas(ctx, key).await?;
+    status.running_replicas = count_running(&actual, &target);
     status.updated_at = now_unix();
     let converged = plan_replicas(Some(&target), &actual).is_empty();
     let release_end = match &result {
@@ -115,15 +163,43 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
                 .then(|| (ReleasePhase::Failed, error.to_string()))
         }
     };
-    let key_for_store = key.clone();
-    let release_id = release.id;
-    blocking(&ctx.store, move |store| {
-        if let Some((phase, message)) = release_end {
-            store.finish_release(release_id, phase, &message)?;
+    let finished = release_end.clone();
+    {
+        let key = key.clone();
+        let release_id = release.id;
+        blocking(&ctx.store, move |store| {
+            if let Some((phase, message)) = release_end {
+                store.finish_release(release_id, phase, &message)?;
+            }
+            store.put_status(&key, &status)
+        })
+        .await?;
+    }
+    if let Some((phase, message)) = finished {
+        if phase == ReleasePhase::Succeeded {
+            let hook_env = env_source.env(ctx, key, &spec.container, Vec::new())?.0;
+            hooks::after_rollout(ctx, key, spec, release.id, &hook_env).await?;
         }
-        store.put_status(&key_for_store, &status)
-    })
-    .await?;
+        let targets = spec.on_deploy.as_ref().map_or_else(Vec::new, |on_deploy| {
+            if phase == ReleasePhase::Succeeded {
+                on_deploy.success.clone()
+            } else {
+                on_deploy.failure.clone()
+            }
+        });
+        ctx.notifier.notify(
+            Outcome {
+                key: key.clone(),
+                success: phase == ReleasePhase::Succeeded,
+                release_id: release.id.to_string(),
+                image: spec.container.effective_image(key),
+                started_at: rfc3339_seconds(release.started_at),
+                completed_at: rfc3339_seconds(now_unix()),
+                error: message,
+            },
+            targets,
+        );
+    }
     if converged && result.is_ok() {
         Ok(())
     } else {
@@ -132,6 +208,61 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
             message: "not converged yet".to_owned(),
         }))
     }
+}
+
+/// The resource left the repo: every container of it goes (replicas, init and release
+/// containers), then its status.
+async fn remove_everything<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
+    let runtime_error = |source| Error::Runtime {
+        key: key.clone(),
+        source,
+    };
+    let release_name = format!("{}-release", key.name);
+    let mut owned = ctx
+        .runtime
+        .list(&[
+            (labels::AGENT, ctx.agent_id.as_str()),
+            (labels::KIND, key.kind.as_str()),
+            (labels::SCOPE, key.scope.as_str()),
+            (labels::NAME, key.name.as_str()),
+        ])
+        .await
+        .map_err(runtime_error)?;
+    owned.extend(
+        ctx.runtime
+            .list(&[
+                (labels::AGENT, ctx.agent_id.as_str()),
+                (labels::SCOPE, key.scope.as_str()),
+                (labels::NAME, release_name.as_str()),
+                (labels::ROLE, "release"),
+            ])
+            .await
+            .map_err(runtime_error)?,
+    );
+    for container in &owned {
+        tracing::info!(%key, container = %container.name, "removing: resource left the repo");
+        ctx.runtime
+            .remove(&container.id)
+            .await
+            .map_err(runtime_error)?;
+    }
+    let key = key.clone();
+    let names: Vec<String> = owned.into_iter().map(|container| container.name).collect();
+    blocking(&ctx.store, move |store| {
+        store.forget_readiness(&names)?;
+        store.delete_status(&key)
+    })
+    .await
+}
+
+async fn list_replicas<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Vec<Container>> {
+    ctx.runtime
+        .list(&container_filter(&ctx.agent_id, key))
+        .await
+        .map_err(|source| Error::Runtime {
+            key: key.clone(),
+            source,
+        })
 }
 
 /// The release this reconcile works under: the latest one when it has the desired spec hash,
@@ -159,27 +290,17 @@ async fn current_release<R: Runtime>(ctx: &Ctx<R>, desired: &Desired) -> Result<
 
 async fn execute<R: Runtime>(
     ctx: &Ctx<R>,
-    desired: &Desired,
-    spec: &DeploymentSpec,
-    release: &Release,
+    work: &Work<'_>,
     steps: &[Step],
     mut taken: BTreeSet<String>,
+    target: &Target<'_>,
     status: &mut ResourceStatus,
 ) -> Result<()> {
-    let key = &desired.key;
+    let key = &work.desired.key;
     let runtime_error = |source| Error::Runtime {
         key: key.clone(),
         source,
     };
-    if steps.is_empty() {
-        return Ok(());
-    }
-    for network in spec.container.effective_networks() {
-        ctx.runtime
-            .ensure_network(&network)
-            .await
-            .map_err(runtime_error)?;
-    }
     let n_creates = steps
         .iter()
         .filter(|step| matches!(step, Step::Create))
@@ -191,8 +312,7 @@ async fn execute<R: Runtime>(
             Step::Create if creates_done => continue,
             Step::Create => {
                 creates_done = true;
-                let names =
-                    create_replicas(ctx, desired, spec, release, n_creates, &mut taken).await?;
+                let names = create_replicas(ctx, work, n_creates, &mut taken).await?;
                 tracing::info!(%key, containers = ?names, "replicas created");
             }
             Step::Start { id, name } => {
@@ -202,7 +322,7 @@ async fn execute<R: Runtime>(
             }
             Step::Replace { id, name } => {
                 ctx.runtime.remove(id).await.map_err(runtime_error)?;
-                let new_name = create_replicas(ctx, desired, spec, release, 1, &mut taken)
+                let new_name = create_replicas(ctx, work, 1, &mut taken)
                     .await?
                     .into_iter()
                     .next()
@@ -215,12 +335,8 @@ async fn execute<R: Runtime>(
             }
         }
         // Keep status live during long rollouts: `status` shows progress slot by slot.
-        let actual = ctx
-            .runtime
-            .list(&container_filter(&ctx.agent_id, key))
-            .await
-            .map_err(runtime_error)?;
-        status.running_replicas = count_running(&actual, desired);
+        let actual = list_replicas(ctx, key).await?;
+        status.running_replicas = count_running(&actual, target);
         status.updated_at = now_unix();
         let snapshot = status.clone();
         let key = key.clone();
@@ -230,29 +346,40 @@ async fn execute<R: Runtime>(
 }
 
 /// Creates and starts `n` new replicas concurrently (at most `create_concurrency` at once),
-/// then, after one settle time, checks that each still runs. Replica ids are unique among
-/// `taken` names, which grows by the new ones. Returns the new names; on failure, the first
-/// error after every create has ended (replicas that did start stay and count next pass).
+/// each after its init containers, then, after one settle time, checks that each still runs.
+/// Replica ids are unique among `taken` names, which grows by the new ones. Returns the new
+/// names; on failure, the first error after every create has ended (replicas that did start
+/// stay and count next pass).
 async fn create_replicas<R: Runtime>(
     ctx: &Ctx<R>,
-    desired: &Desired,
-    spec: &DeploymentSpec,
-    release: &Release,
+    work: &Work<'_>,
     n: usize,
     taken: &mut BTreeSet<String>,
 ) -> Result<Vec<String>> {
-    let mut containers = Vec::with_capacity(n);
-    while containers.len() < n {
-        let container = container_spec(&ctx.agent_id, &ctx.assets_root, desired, spec, release)?;
-        if taken.insert(container.name.clone()) {
-            containers.push(container);
+    let key = &work.desired.key;
+    let mut identities = Vec::with_capacity(n);
+    while identities.len() < n {
+        let replica_id = random_hex(2);
+        let name = format!("{}.{replica_id}", key.app_id());
+        if taken.insert(name.clone()) {
+            identities.push(Identity {
+                name,
+                kind: Kind::Deployment,
+                role: Kind::Deployment.as_str().to_owned(),
+                name_label: key.name.clone(),
+                replica_id,
+                ordinal: None,
+                spec_hash: Some(work.desired.spec_hash.to_string()),
+                release_id: Some(work.release.id.to_string()),
+                aliases: aliases(key, None),
+            });
         }
     }
     // Collected first: a lazy `map` closure inside the stream makes the handler future's
     // lifetimes too general for `spawn`.
-    let creates: Vec<_> = containers
+    let creates: Vec<_> = identities
         .iter()
-        .map(|container| create_and_start(ctx, &desired.key, container))
+        .map(|identity| create_and_start(ctx, work, identity))
         .collect();
     let results: Vec<Result<String>> = futures_util::stream::iter(creates)
         .buffer_unordered(ctx.options.create_concurrency.max(1))
@@ -271,23 +398,35 @@ async fn create_replicas<R: Runtime>(
     if let Some(error) = first_error {
         return Err(error);
     }
-    check_running(ctx, &desired.key, &names).await?;
+    check_running(ctx, key, &names).await?;
     Ok(names)
 }
 
-/// Creates and starts one replica; a container that cannot start is removed again.
+/// Runs one replica's init containers, then creates and starts it; a container that cannot
+/// start is removed again.
 async fn create_and_start<R: Runtime>(
     ctx: &Ctx<R>,
-    key: &ResourceKey,
-    container: &ContainerSpec,
+    work: &Work<'_>,
+    identity: &Identity,
 ) -> Result<String> {
+    let key = &work.desired.key;
     let runtime_error = |source| Error::Runtime {
         key: key.clone(),
         source,
     };
+    run_init_chain(
+        ctx,
+        key,
+        identity,
+        &work.spec.container,
+        &work.launch,
+        &work.spec.inits,
+    )
+    .await?;
+    let container = build_spec(ctx, key, identity, &work.spec.container, &work.launch)?;
     let id = ctx
         .runtime
-        .create(container)
+        .create(&container)
         .await
         .map_err(|error| match error {
             crate::runtime::Error::ImageMissing { .. } => Error::Permanent {
@@ -299,17 +438,9 @@ async fn create_and_start<R: Runtime>(
     if let Err(error) = ctx.runtime.start(&id).await {
         // A created-but-unstartable container would count as a replica: take it away.
         let _ = ctx.runtime.remove(&id).await;
-        return Err(match error {
-            crate::runtime::Error::Invalid { .. } | crate::runtime::Error::NotFound { .. } => {
-                Error::Permanent {
-                    key: key.clone(),
-                    message: format!("cannot start {}: {error}", container.name),
-                }
-            }
-            other => runtime_error(other),
-        });
+        return Err(start_error(key, &container.name, error));
     }
-    Ok(container.name.clone())
+    Ok(container.name)
 }
 
 /// After starts, give the processes `start_settle` to fail fast, then require each running.
@@ -321,14 +452,7 @@ async fn check_running<R: Runtime>(
     if !ctx.options.start_settle.is_zero() {
         tokio::time::sleep(ctx.options.start_settle).await;
     }
-    let actual = ctx
-        .runtime
-        .list(&container_filter(&ctx.agent_id, key))
-        .await
-        .map_err(|source| Error::Runtime {
-            key: key.clone(),
-            source,
-        })?;
+    let actual = list_replicas(ctx, key).await?;
     for name in names {
         match actual.iter().find(|container| &container.name == name) {
             Some(container) if container.state == ContainerState::Running => {}
@@ -352,133 +476,11 @@ async fn check_running<R: Runtime>(
     Ok(())
 }
 
-fn count_running(actual: &[crate::runtime::Container], desired: &Desired) -> usize {
+fn count_running(actual: &[Container], target: &Target<'_>) -> usize {
     actual
         .iter()
         .filter(|container| {
-            container.state == ContainerState::Running
-                && container.label(labels::MANIFEST_HASH) == Some(desired.spec_hash.as_str())
+            container.state == ContainerState::Running && target.is_current(container)
         })
         .count()
-}
-
-/// The container for one new replica: voodu's name, labels and `-e` set (spec §4.4, §6).
-fn container_spec(
-    agent_id: &str,
-    assets_root: &std::path::Path,
-    desired: &Desired,
-    spec: &DeploymentSpec,
-    release: &Release,
-) -> Result<ContainerSpec> {
-    let key = &desired.key;
-    let replica_id = random_hex(2);
-    // `${asset.…}` becomes the file's host path where voodu resolves it (spec §3.2).
-    let resolve = |text: &str| resolve_asset_refs(text, assets_root);
-    let mut ports = Vec::new();
-    for port in spec.normalized_ports().iter().map(|port| resolve(port)) {
-        let mappings = parse_ports(&port).ok_or_else(|| Error::Permanent {
-            key: key.clone(),
-            message: format!("port {port:?} is not `[ip:][host_port:]container_port[/proto]`"),
-        })?;
-        ports.extend(mappings);
-    }
-    let labels = BTreeMap::from([
-        (
-            labels::CREATED_BY.to_owned(),
-            labels::CREATED_BY_VALUE.to_owned(),
-        ),
-        (
-            labels::KIND.to_owned(),
-            Kind::Deployment.as_str().to_owned(),
-        ),
-        (labels::SCOPE.to_owned(), key.scope.clone()),
-        (labels::NAME.to_owned(), key.name.clone()),
-        (labels::REPLICA_ID.to_owned(), replica_id.clone()),
-        (
-            labels::MANIFEST_HASH.to_owned(),
-            desired.spec_hash.to_string(),
-        ),
-        (labels::CREATED_AT.to_owned(), rfc3339_seconds(now_unix())),
-        (labels::RELEASE_ID.to_owned(), release.id.to_string()),
-        (
-            labels::ROLE.to_owned(),
-            Kind::Deployment.as_str().to_owned(),
-        ),
-        (labels::AGENT.to_owned(), agent_id.to_owned()),
-    ]);
-    let mut env = vec![
-        format!("VOODU_NAME={}", key.name),
-        format!("VOODU_SCOPE={}", key.scope),
-    ];
-    env.extend(
-        spec.container
-            .env
-            .iter()
-            .map(|(name, value)| format!("{name}={}", resolve(value))),
-    );
-    let aliases = if key.scope.is_empty() {
-        vec![key.name.to_lowercase()]
-    } else {
-        vec![
-            format!("{}.{}", key.name, key.scope).to_lowercase(),
-            format!("{}.{}.voodu", key.name, key.scope).to_lowercase(),
-        ]
-    };
-    Ok(ContainerSpec {
-        name: format!("{}.{replica_id}", key.app_id()),
-        image: resolve(&spec.container.effective_image(key)),
-        command: spec
-            .container
-            .command
-            .as_ref()
-            .map(|command| command.iter().map(|part| resolve(part)).collect()),
-        env,
-        labels,
-        ports,
-        binds: spec
-            .container
-            .volumes
-            .iter()
-            .map(|volume| resolve(volume))
-            .collect(),
-        restart: spec.effective_restart().to_owned(),
-        networks: spec.container.effective_networks(),
-        aliases,
-        extra_hosts: spec.container.extra_hosts.clone(),
-        cap_add: spec.container.cap_add.clone(),
-        ..ContainerSpec::default()
-    })
-}
-
-/// `YYYY-MM-DDTHH:MM:SSZ` for a Unix time (civil-from-days, proleptic Gregorian).
-fn rfc3339_seconds(unix: i64) -> String {
-    let days = unix.div_euclid(86_400);
-    let seconds = unix.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        seconds / 3600,
-        seconds % 3600 / 60,
-        seconds % 60
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::rfc3339_seconds;
-
-    #[test]
-    fn rfc3339_matches_known_instants() {
-        assert_eq!(rfc3339_seconds(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339_seconds(1_700_000_000), "2023-11-14T22:13:20Z");
-        assert_eq!(rfc3339_seconds(951_782_400), "2000-02-29T00:00:00Z");
-    }
 }

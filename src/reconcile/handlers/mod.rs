@@ -6,13 +6,15 @@
 
 pub(crate) mod container;
 mod deployment;
+mod hooks;
+pub(crate) mod launch;
 
 use std::sync::Arc;
 
 use super::{Ctx, Result};
 use crate::model::{Kind, ResourceKey};
 use crate::runtime::Runtime;
-use crate::store::{ResourceStatus, now_unix};
+use crate::store::ResourceStatus;
 
 /// Reconciles one resource.
 pub(crate) async fn reconcile<R: Runtime>(ctx: Arc<Ctx<R>>, key: ResourceKey) -> Result<()> {
@@ -24,15 +26,10 @@ pub(crate) async fn reconcile<R: Runtime>(ctx: Arc<Ctx<R>>, key: ResourceKey) ->
         | Kind::Job
         | Kind::Registry
         | Kind::Statefulset => {
-            let status = ResourceStatus {
-                phase: "Unsupported".to_owned(),
-                message: format!("this agent cannot reconcile {} resources yet", key.kind),
-                desired_replicas: 0,
-                running_replicas: 0,
-                spec_hash: String::new(),
-                release_id: None,
-                updated_at: now_unix(),
-            };
+            let status = ResourceStatus::new(
+                "Unsupported",
+                format!("this agent cannot reconcile {} resources yet", key.kind),
+            );
             super::blocking(&ctx.store, move |store| store.put_status(&key, &status)).await
         }
     }

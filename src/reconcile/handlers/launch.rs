@@ -1,0 +1,335 @@
+//! What every container-running handler does before it creates containers: load the
+//! environment sources once per reconcile (`EnvSource`), make the networks and the image
+//! available, and run a replica's init containers (`run_init_chain`, spec §7.6).
+//!
+//! Invariants: init containers run in declaration order, per replica, before its main
+//! container; an attempt that exits non-zero is left in place for inspection (as voodu
+//! does) and replaced by the next attempt; one that times out is removed; environment values
+//! never reach an error or a log line.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::container::{Identity, Launch, build, rfc3339_seconds};
+use crate::manifest::spec::{Container, Init};
+use crate::model::{ResourceKey, parse_go_duration};
+use crate::reconcile::env::{EnvError, EnvInputs, container_env, digest, ingress_references};
+use crate::reconcile::images::ensure_image;
+use crate::reconcile::{Ctx, Error, Result, blocking};
+use crate::runtime::{ContainerSpec, Runtime, labels};
+use crate::store::{Buckets, now_unix};
+
+/// voodu's per-attempt init timeout when none is given.
+const DEFAULT_INIT_TIMEOUT: Duration = Duration::from_secs(600);
+/// voodu's pause between init attempts.
+const INIT_RETRY_PAUSE: Duration = Duration::from_secs(2);
+
+/// The environment sources of one reconcile: config buckets, `${ref.…}` values, the digest key.
+pub(crate) struct EnvSource {
+    buckets: Buckets,
+    references: BTreeMap<String, String>,
+    key: Vec<u8>,
+}
+
+impl EnvSource {
+    /// Reads the buckets, the scope's ingress references and the agent's digest key.
+    pub(crate) async fn load<R: Runtime>(ctx: &Ctx<R>, scope: &str) -> Result<EnvSource> {
+        let scope = scope.to_owned();
+        blocking(&ctx.store, move |store| {
+            let desired = store.desired_all()?;
+            Ok(EnvSource {
+                buckets: store.buckets()?,
+                references: ingress_references(&desired, &scope),
+                key: store.env_key()?.into_bytes(),
+            })
+        })
+        .await
+    }
+
+    /// The merged environment of one container and its keyed digest.
+    pub(crate) fn env<R: Runtime>(
+        &self,
+        ctx: &Ctx<R>,
+        key: &ResourceKey,
+        container: &Container,
+        identity: Vec<(String, String)>,
+    ) -> Result<(Vec<String>, String)> {
+        let inputs = EnvInputs {
+            key,
+            buckets: &self.buckets,
+            identity,
+            assets_root: &ctx.assets_root,
+            references: &self.references,
+        };
+        match container_env(&inputs, container) {
+            Ok(env) => {
+                let env_digest = digest(&self.key, &env);
+                Ok((env, env_digest))
+            }
+            Err(error @ EnvError::NoBuckets(_)) => Err(Error::Permanent {
+                key: key.clone(),
+                message: error.to_string(),
+            }),
+            Err(error @ EnvError::Unresolved(_)) => Err(Error::Transient {
+                key: key.clone(),
+                message: error.to_string(),
+            }),
+        }
+    }
+}
+
+/// `VOODU_SCOPE` and `VOODU_NAME`, the identity every replica gets (spec §4.4).
+pub(crate) fn identity_vars(key: &ResourceKey) -> Vec<(String, String)> {
+    vec![
+        ("VOODU_SCOPE".to_owned(), key.scope.clone()),
+        ("VOODU_NAME".to_owned(), key.name.clone()),
+    ]
+}
+
+/// Makes the container's networks exist and its image present (pulling it when missing).
+pub(crate) async fn ready_to_create<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    container: &Container,
+    images: &[String],
+) -> Result<()> {
+    for network in container.effective_networks() {
+        ctx.runtime
+            .ensure_network(&network)
+            .await
+            .map_err(|source| Error::Runtime {
+                key: key.clone(),
+                source,
+            })?;
+    }
+    for image in images {
+        ensure_image(ctx, key, image).await?;
+    }
+    Ok(())
+}
+
+/// The images a container spec and its init containers run.
+pub(crate) fn images_of(
+    key: &ResourceKey,
+    container: &Container,
+    inits: &[Init],
+    assets_root: &std::path::Path,
+) -> Vec<String> {
+    let main = crate::model::resolve_asset_refs(&container.effective_image(key), assets_root);
+    let mut images = vec![main.clone()];
+    for init in inits {
+        if !init.image.is_empty() && !images.contains(&init.image) {
+            images.push(init.image.clone());
+        }
+    }
+    images
+}
+
+/// Builds a create request, turning a spec that cannot become a container into a permanent
+/// error for the resource.
+pub(crate) fn build_spec<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    identity: &Identity,
+    container: &Container,
+    launch: &Launch,
+) -> Result<ContainerSpec> {
+    build(
+        key,
+        &ctx.agent_id,
+        &ctx.assets_root,
+        &rfc3339_seconds(now_unix()),
+        identity,
+        container,
+        launch,
+    )
+    .map_err(|message| Error::Permanent {
+        key: key.clone(),
+        message,
+    })
+}
+
+/// Why an init chain stopped a replica from starting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct InitFailure {
+    pub(crate) init: String,
+    pub(crate) attempts: i64,
+    /// `None` when the last attempt timed out.
+    pub(crate) exit_code: Option<i64>,
+}
+
+/// Runs `inits` in order for one replica (the pod `identity` is about to create). Each init
+/// runs like its pod (same volumes, networks, aliases and environment) with its own image,
+/// command, resources, ulimits and `docker_options` where it sets them.
+pub(crate) async fn run_init_chain<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    pod: &Identity,
+    container: &Container,
+    launch: &Launch,
+    inits: &[Init],
+) -> Result<()> {
+    for init in inits {
+        let name = format!(
+            "{}-init-{}-{}",
+            key.app_id(),
+            init.name,
+            pod.ordinal
+                .map_or_else(|| pod.replica_id.clone(), |ordinal| ordinal.to_string())
+        );
+        let mut init_container = container.clone();
+        init_container.resources = init.resources.clone();
+        if !init.ulimits.is_empty() {
+            init_container.ulimits = init.ulimits.clone();
+        }
+        if !init.docker_options.is_empty() {
+            init_container.docker_options = init.docker_options.clone();
+        }
+        let identity = Identity {
+            name: name.clone(),
+            role: "init".to_owned(),
+            ..pod.clone()
+        };
+        let init_launch = Launch {
+            image: Some(if init.image.is_empty() {
+                container.effective_image(key)
+            } else {
+                init.image.clone()
+            }),
+            command: Some(init.command.clone()),
+            restart: String::new(),
+            ports: Vec::new(),
+            tty: true,
+            ..launch.clone()
+        };
+        let spec = build_spec(ctx, key, &identity, &init_container, &init_launch)?;
+        let timeout = parse_go_duration(&init.timeout)
+            .filter(|timeout| !timeout.is_zero())
+            .unwrap_or(DEFAULT_INIT_TIMEOUT);
+        let attempts = 1 + init.retries.clamp(0, 5);
+        let mut last_exit = None;
+        for attempt in 1..=attempts {
+            remove_by_name(ctx, key, &name).await?;
+            match run_once(ctx, key, &spec, timeout).await? {
+                Some(0) => {
+                    remove_by_name(ctx, key, &name).await?;
+                    last_exit = Some(0);
+                    break;
+                }
+                outcome => {
+                    last_exit = outcome;
+                    tracing::warn!(%key, init = %init.name, attempt, attempts, exit_code = ?outcome, "init container failed");
+                    if attempt < attempts {
+                        tokio::select! {
+                            () = tokio::time::sleep(INIT_RETRY_PAUSE) => {}
+                            () = ctx.shutdown.cancelled() => return Err(Error::Transient { key: key.clone(), message: "stopped while running init containers".to_owned() }),
+                        }
+                    }
+                }
+            }
+        }
+        if last_exit != Some(0) {
+            let failure = InitFailure {
+                init: init.name.clone(),
+                attempts,
+                exit_code: last_exit,
+            };
+            return Err(Error::Transient {
+                key: key.clone(),
+                message: match failure.exit_code {
+                    Some(code) => format!(
+                        "init container {:?} failed after {} attempt(s): exit code {code}",
+                        failure.init, failure.attempts
+                    ),
+                    None => format!(
+                        "init container {:?} failed after {} attempt(s): timed out after {}s",
+                        failure.init,
+                        failure.attempts,
+                        timeout.as_secs()
+                    ),
+                },
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Creates, starts and waits for a one-shot container: `Some(exit code)`, or `None` when it
+/// did not finish within `timeout` (it is then removed).
+pub(crate) async fn run_once<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    spec: &ContainerSpec,
+    timeout: Duration,
+) -> Result<Option<i64>> {
+    let runtime_error = |source| Error::Runtime {
+        key: key.clone(),
+        source,
+    };
+    let id = ctx.runtime.create(spec).await.map_err(runtime_error)?;
+    if let Err(error) = ctx.runtime.start(&id).await {
+        let _ = ctx.runtime.remove(&id).await;
+        return Err(start_error(key, &spec.name, error));
+    }
+    tokio::select! {
+        waited = tokio::time::timeout(timeout, ctx.runtime.wait(&id)) => match waited {
+            Ok(code) => Ok(Some(code.map_err(runtime_error)?)),
+            Err(_) => {
+                ctx.runtime.remove(&id).await.map_err(runtime_error)?;
+                Ok(None)
+            }
+        },
+        () = ctx.shutdown.cancelled() => Err(Error::Transient {
+            key: key.clone(),
+            message: format!("stopped while waiting for {}", spec.name),
+        }),
+    }
+}
+
+/// Classifies a failed start: what a retry cannot fix is permanent, with what to do.
+pub(crate) fn start_error(key: &ResourceKey, name: &str, error: crate::runtime::Error) -> Error {
+    use crate::runtime::Error as Engine;
+    match error {
+        Engine::Invalid { .. } | Engine::NotFound { .. } => Error::Permanent {
+            key: key.clone(),
+            message: format!("cannot start {name}: {error}"),
+        },
+        Engine::Unavailable { message } if message.contains("setting rlimit") => Error::Permanent {
+            key: key.clone(),
+            message: format!(
+                "cannot start {name}: the engine may not grant its ulimits (voodu's defaults are nofile=65536:65536 and nproc=4096:4096; raise dockerd's LimitNOFILE / LimitNPROC, or set lower `ulimits` in the manifest): {message}"
+            ),
+        },
+        other => Error::Runtime {
+            key: key.clone(),
+            source: other,
+        },
+    }
+}
+
+/// Removes this agent's container called `name`, if any (a leftover of an earlier attempt).
+pub(crate) async fn remove_by_name<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    name: &str,
+) -> Result<()> {
+    let runtime_error = |source| Error::Runtime {
+        key: key.clone(),
+        source,
+    };
+    let leftovers = ctx
+        .runtime
+        .list(&[
+            (labels::AGENT, ctx.agent_id.as_str()),
+            (labels::SCOPE, key.scope.as_str()),
+        ])
+        .await
+        .map_err(runtime_error)?;
+    for container in leftovers.iter().filter(|container| container.name == name) {
+        ctx.runtime
+            .remove(&container.id)
+            .await
+            .map_err(runtime_error)?;
+    }
+    Ok(())
+}

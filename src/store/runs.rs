@@ -1,0 +1,291 @@
+//! Run-time records of the kinds that are not plain replicas: job runs (jobs and cronjob
+//! ticks) with their exit code and log tail, each cronjob's schedule position, and the
+//! readiness of every replica (which the ingress routes follow and rollouts wait for).
+//!
+//! Invariants: a job run is written as `running` before its container starts and finished
+//! once, so a killed agent finds the runs it must still wait for; history is trimmed to the
+//! limits the caller gives, newest kept, running runs never trimmed.
+
+use rusqlite::{OptionalExtension, params};
+
+use super::{Result, Store, now_unix};
+use crate::model::ResourceKey;
+
+/// How a job run ended (or that it has not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunStatus {
+    Running,
+    Succeeded,
+    Failed,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+        }
+    }
+
+    fn parse(text: &str) -> RunStatus {
+        match text {
+            "succeeded" => RunStatus::Succeeded,
+            "failed" => RunStatus::Failed,
+            _ => RunStatus::Running,
+        }
+    }
+}
+
+/// One run of a job or cronjob.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRun {
+    pub id: i64,
+    pub key: ResourceKey,
+    pub run_id: String,
+    pub spec_hash: String,
+    pub container: String,
+    pub started_at: i64,
+    pub ended_at: Option<i64>,
+    pub exit_code: Option<i64>,
+    pub status: RunStatus,
+    pub error: String,
+    pub logs_tail: String,
+}
+
+/// A cronjob's position in its schedule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CronState {
+    /// The schedule (and time zone) the position belongs to; a change starts afresh.
+    pub schedule: String,
+    /// The last scheduled time handled (fired, skipped or missed), Unix seconds.
+    pub last_scheduled: Option<i64>,
+    pub next_run: Option<i64>,
+}
+
+/// Whether one replica is ready, as the agent last saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Readiness {
+    pub container: String,
+    pub key: ResourceKey,
+    pub ready: bool,
+    pub reason: String,
+    /// `ip` on the shared network, for routes.
+    pub address: String,
+    pub updated_at: i64,
+}
+
+const RUN_COLUMNS: &str =
+    "id, run_id, spec_hash, container, started_at, ended_at, exit_code, status, error, logs_tail";
+
+impl Store {
+    /// Records a run that is starting; returns its row id.
+    pub fn begin_job_run(
+        &self,
+        key: &ResourceKey,
+        run_id: &str,
+        spec_hash: &str,
+        container: &str,
+    ) -> Result<i64> {
+        self.with(|connection| {
+            connection.execute(
+                "INSERT INTO job_runs (kind, scope, name, run_id, spec_hash, container, started_at, status)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running')",
+                params![key.kind.as_str(), key.scope, key.name, run_id, spec_hash, container, now_unix()],
+            )?;
+            Ok(connection.last_insert_rowid())
+        })
+    }
+
+    /// Finishes a run (once: a finished run is left as it is).
+    pub fn finish_job_run(
+        &self,
+        id: i64,
+        status: RunStatus,
+        exit_code: Option<i64>,
+        error: &str,
+        logs_tail: &str,
+    ) -> Result<()> {
+        self.with(|connection| {
+            connection.execute(
+                "UPDATE job_runs SET status = ?2, exit_code = ?3, error = ?4, logs_tail = ?5, ended_at = ?6
+                 WHERE id = ?1 AND status = 'running'",
+                params![id, status.as_str(), exit_code, error, logs_tail, now_unix()],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// A resource's runs, newest first.
+    pub fn job_runs(&self, key: &ResourceKey) -> Result<Vec<JobRun>> {
+        self.with(|connection| {
+            let mut statement = connection.prepare(&format!(
+                "SELECT {RUN_COLUMNS} FROM job_runs WHERE kind = ?1 AND scope = ?2 AND name = ?3 ORDER BY id DESC"
+            ))?;
+            let rows = statement.query_map(params![key.kind.as_str(), key.scope, key.name], |row| {
+                Ok(JobRun {
+                    id: row.get(0)?,
+                    key: key.clone(),
+                    run_id: row.get(1)?,
+                    spec_hash: row.get(2)?,
+                    container: row.get(3)?,
+                    started_at: row.get(4)?,
+                    ended_at: row.get(5)?,
+                    exit_code: row.get(6)?,
+                    status: RunStatus::parse(&row.get::<_, String>(7)?),
+                    error: row.get(8)?,
+                    logs_tail: row.get(9)?,
+                })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
+        })
+    }
+
+    /// Keeps the newest `succeeded` and `failed` runs up to the limits (running runs stay);
+    /// returns the container names of the runs dropped.
+    pub fn trim_job_runs(
+        &self,
+        key: &ResourceKey,
+        keep_succeeded: usize,
+        keep_failed: usize,
+    ) -> Result<Vec<String>> {
+        let runs = self.job_runs(key)?;
+        let mut dropped = Vec::new();
+        let (mut succeeded, mut failed) = (0, 0);
+        let mut ids = Vec::new();
+        for run in runs {
+            let keep = match run.status {
+                RunStatus::Running => true,
+                RunStatus::Succeeded => {
+                    succeeded += 1;
+                    succeeded <= keep_succeeded
+                }
+                RunStatus::Failed => {
+                    failed += 1;
+                    failed <= keep_failed
+                }
+            };
+            if !keep {
+                ids.push(run.id);
+                dropped.push(run.container);
+            }
+        }
+        self.with(|connection| {
+            for id in ids {
+                connection.execute("DELETE FROM job_runs WHERE id = ?1", params![id])?;
+            }
+            Ok(())
+        })?;
+        Ok(dropped)
+    }
+
+    /// Removes every run record of a resource.
+    pub fn delete_job_runs(&self, key: &ResourceKey) -> Result<()> {
+        self.with(|connection| {
+            connection.execute(
+                "DELETE FROM job_runs WHERE kind = ?1 AND scope = ?2 AND name = ?3",
+                params![key.kind.as_str(), key.scope, key.name],
+            )?;
+            Ok(())
+        })
+    }
+
+    pub fn cron_state(&self, scope: &str, name: &str) -> Result<Option<CronState>> {
+        self.with(|connection| {
+            Ok(connection
+                .query_row(
+                    "SELECT schedule, last_scheduled, next_run FROM cron_state WHERE scope = ?1 AND name = ?2",
+                    params![scope, name],
+                    |row| {
+                        Ok(CronState {
+                            schedule: row.get(0)?,
+                            last_scheduled: row.get(1)?,
+                            next_run: row.get(2)?,
+                        })
+                    },
+                )
+                .optional()?)
+        })
+    }
+
+    pub fn put_cron_state(&self, scope: &str, name: &str, state: &CronState) -> Result<()> {
+        self.with(|connection| {
+            connection.execute(
+                "INSERT INTO cron_state (scope, name, schedule, last_scheduled, next_run) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (scope, name) DO UPDATE SET schedule = excluded.schedule,
+                   last_scheduled = excluded.last_scheduled, next_run = excluded.next_run",
+                params![scope, name, state.schedule, state.last_scheduled, state.next_run],
+            )?;
+            Ok(())
+        })
+    }
+
+    pub fn delete_cron_state(&self, scope: &str, name: &str) -> Result<()> {
+        self.with(|connection| {
+            connection.execute(
+                "DELETE FROM cron_state WHERE scope = ?1 AND name = ?2",
+                params![scope, name],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Records one replica's readiness.
+    pub fn put_readiness(&self, readiness: &Readiness) -> Result<()> {
+        let key = &readiness.key;
+        self.with(|connection| {
+            connection.execute(
+                "INSERT INTO readiness (container, kind, scope, name, ready, reason, address, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                 ON CONFLICT (container) DO UPDATE SET ready = excluded.ready, reason = excluded.reason,
+                   address = excluded.address, updated_at = excluded.updated_at",
+                params![
+                    readiness.container,
+                    key.kind.as_str(),
+                    key.scope,
+                    key.name,
+                    readiness.ready,
+                    readiness.reason,
+                    readiness.address,
+                    readiness.updated_at
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Readiness of a resource's replicas.
+    pub fn readiness(&self, key: &ResourceKey) -> Result<Vec<Readiness>> {
+        self.with(|connection| {
+            let mut statement = connection.prepare(
+                "SELECT container, ready, reason, address, updated_at FROM readiness
+                 WHERE kind = ?1 AND scope = ?2 AND name = ?3 ORDER BY container",
+            )?;
+            let rows =
+                statement.query_map(params![key.kind.as_str(), key.scope, key.name], |row| {
+                    Ok(Readiness {
+                        container: row.get(0)?,
+                        key: key.clone(),
+                        ready: row.get(1)?,
+                        reason: row.get(2)?,
+                        address: row.get(3)?,
+                        updated_at: row.get(4)?,
+                    })
+                })?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
+        })
+    }
+
+    /// Forgets the readiness of containers that no longer exist.
+    pub fn forget_readiness(&self, containers: &[String]) -> Result<()> {
+        self.with(|connection| {
+            for container in containers {
+                connection.execute(
+                    "DELETE FROM readiness WHERE container = ?1",
+                    params![container],
+                )?;
+            }
+            Ok(())
+        })
+    }
+}
