@@ -123,6 +123,8 @@ pub async fn run_with_runtime<R: Runtime>(
         options: config.reconcile.clone(),
         metrics: metrics.clone(),
         notifier,
+        requeue: crate::reconcile::wake::Requeue::default(),
+        router: crate::reconcile::wake::RouterWake::default(),
         shutdown: shutdown.clone(),
     });
 

@@ -20,6 +20,7 @@ pub mod notify;
 pub mod plan;
 mod queue;
 mod retry;
+pub mod wake;
 
 pub use error::{Error, Result};
 pub use retry::RetryPolicy;
@@ -103,6 +104,10 @@ pub struct Ctx<R: Runtime> {
     pub metrics: Arc<Metrics>,
     /// Where release outcomes go for their `on_deploy` webhooks.
     pub notifier: notify::Notifier,
+    /// Asks for keys to be reconciled from outside the journal (cron ticks, events).
+    pub requeue: wake::Requeue,
+    /// Tells the ingress router to rebuild its routes.
+    pub router: wake::RouterWake,
     /// Fires when the agent stops: long waits in handlers (init containers, jobs, hooks)
     /// give up on it.
     pub shutdown: CancellationToken,
@@ -161,6 +166,31 @@ pub async fn run<R: Runtime>(ctx: Arc<Ctx<R>>, shutdown: CancellationToken) -> R
     for _ in 0..ctx.options.concurrency.max(1) {
         let shared = shared.clone();
         shared.tracker.clone().spawn(worker(shared));
+    }
+    if let Some(mut requests) = ctx.requeue.take_receiver() {
+        let shared = shared.clone();
+        shared.tracker.clone().spawn(async move {
+            loop {
+                let (key, delay) = tokio::select! {
+                    request = requests.recv() => match request {
+                        Some(request) => request,
+                        None => return,
+                    },
+                    () = shared.shutdown.cancelled() => return,
+                };
+                if delay.is_zero() {
+                    shared.queue.push(key, None);
+                    continue;
+                }
+                let delayed = shared.clone();
+                shared.tracker.spawn(async move {
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => delayed.queue.push(key, None),
+                        () = delayed.shutdown.cancelled() => {}
+                    }
+                });
+            }
+        });
     }
     loop {
         tail(&shared).await?;

@@ -54,6 +54,8 @@ impl Harness {
                 self.shutdown.clone(),
             )
             .0,
+            requeue: voodu_agent::reconcile::wake::Requeue::default(),
+            router: voodu_agent::reconcile::wake::RouterWake::default(),
             shutdown: self.shutdown.clone(),
         });
         self.task = Some(tokio::spawn(reconcile::run(ctx, self.shutdown.clone())));
@@ -382,7 +384,10 @@ async fn a_permanent_error_is_recorded_and_not_retried() -> TestResult {
         .iter()
         .filter(|call| call.starts_with("pull"))
         .count();
-    assert_eq!(pulls, 1, "one pull attempt: permanent errors wait for the next change");
+    assert_eq!(
+        pulls, 1,
+        "one pull attempt: permanent errors wait for the next change"
+    );
     let release = harness.store.latest_release(&web_key())?.ok_or("release")?;
     assert_eq!(release.phase, ReleasePhase::Failed);
     // The next commit gets a fresh chance.

@@ -4,33 +4,32 @@
 //! Invariant: handlers are level-triggered and idempotent; they never see why they were
 //! called (kube's hidden `ReconcileReason`).
 
+mod asset;
 pub(crate) mod container;
+mod cronjob;
 mod deployment;
 mod hooks;
+mod ingress;
+mod job;
 pub(crate) mod launch;
+mod registry;
+mod statefulset;
 
 use std::sync::Arc;
 
 use super::{Ctx, Result};
 use crate::model::{Kind, ResourceKey};
 use crate::runtime::Runtime;
-use crate::store::ResourceStatus;
 
 /// Reconciles one resource.
 pub(crate) async fn reconcile<R: Runtime>(ctx: Arc<Ctx<R>>, key: ResourceKey) -> Result<()> {
     match key.kind {
+        Kind::Asset => asset::reconcile(&ctx, &key).await,
+        Kind::Cronjob => cronjob::reconcile(&ctx, &key).await,
         Kind::Deployment => deployment::reconcile(&ctx, &key).await,
-        Kind::Asset
-        | Kind::Cronjob
-        | Kind::Ingress
-        | Kind::Job
-        | Kind::Registry
-        | Kind::Statefulset => {
-            let status = ResourceStatus::new(
-                "Unsupported",
-                format!("this agent cannot reconcile {} resources yet", key.kind),
-            );
-            super::blocking(&ctx.store, move |store| store.put_status(&key, &status)).await
-        }
+        Kind::Ingress => ingress::reconcile(&ctx, &key).await,
+        Kind::Job => job::reconcile(&ctx, &key).await,
+        Kind::Registry => registry::reconcile(&ctx, &key).await,
+        Kind::Statefulset => statefulset::reconcile(&ctx, &key).await,
     }
 }
