@@ -53,7 +53,8 @@ fn allowed(module: &str) -> Option<&'static [&'static str]> {
         "manifest" | "git" | "runtime" => &["model", "metrics"],
         "assets" | "store" => &["model", "manifest", "metrics"],
         "sync" => &["git", "manifest", "assets", "store", "model", "metrics"],
-        "reconcile" => &["model", "manifest", "store", "runtime", "metrics"],
+        // `assets` too: the asset handler repairs files on the host from the stored bytes.
+        "reconcile" => &["model", "manifest", "assets", "store", "runtime", "metrics"],
         "http" => &["model", "store", "git", "metrics"],
         _ => return None,
     })

@@ -1,16 +1,91 @@
-//! Asset handler (to be written): until then the resource's status says it is not
-//! reconciled yet.
+//! Asset handler: the files of an `asset` are written by the sync stage before its commit
+//! reaches the journal; this handler keeps them that way. It compares each file under
+//! `<data-dir>/assets/[<scope>/]<name>/<key>` with the digest the spec records and rewrites a
+//! missing or edited one from the bytes the store kept, so drift on the host is repaired.
+//!
+//! Invariants: a file whose digest matches is never rewritten (containers keep their bind
+//! mounts); the status lists each key's digest and whether the file was repaired; the files
+//! of an asset that left the repo are removed by the sync stage, not here.
 
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use crate::assets::{AssetFiles, check_asset, write_asset};
+use crate::manifest::spec::Spec;
 use crate::model::ResourceKey;
-use crate::reconcile::{Ctx, Result, blocking};
+use crate::reconcile::{Ctx, Error, Result, blocking};
 use crate::runtime::Runtime;
 use crate::store::ResourceStatus;
 
 pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
-    let status = ResourceStatus::new(
-        "Unsupported",
-        format!("this agent cannot reconcile {} resources yet", key.kind),
-    );
+    let desired = {
+        let key = key.clone();
+        blocking(&ctx.store, move |store| store.desired(&key)).await?
+    };
+    let Some(desired) = desired else {
+        let key = key.clone();
+        return blocking(&ctx.store, move |store| store.delete_status(&key)).await;
+    };
+    let Spec::Asset(asset) = &desired.spec else {
+        return Err(Error::Permanent {
+            key: key.clone(),
+            message: format!("stored spec is a {}, not an asset", desired.spec.kind()),
+        });
+    };
+    let files: AssetFiles = asset
+        .files
+        .iter()
+        .map(|(name, file)| (name.clone(), file.digest.clone()))
+        .collect();
+    let root = ctx.assets_root.clone();
+    let store = ctx.store.clone();
+    let (scope, name) = (key.scope.clone(), key.name.clone());
+    let (before, written) = tokio::task::spawn_blocking(move || {
+        let before = check_asset(&root, &scope, &name, &files);
+        let written = write_asset(&root, &scope, &name, &files, &|digest| {
+            store.blob(digest).ok().flatten()
+        });
+        (before, written)
+    })
+    .await
+    .map_err(|error| Error::Task(error.to_string()))?;
+    let repaired: Vec<&String> = before
+        .iter()
+        .filter(|(name, found)| {
+            found.as_deref() != asset.files.get(*name).map(|file| file.digest.as_str())
+        })
+        .map(|(name, _)| name)
+        .collect();
+    let status = match written {
+        Ok(count) => {
+            if count > 0 {
+                tracing::warn!(%key, files = ?repaired, "asset files differed from the commit on the host; rewritten");
+            }
+            let mut status = ResourceStatus::new("Ready", "");
+            status.spec_hash = desired.spec_hash.to_string();
+            status.detail = json!({
+                "files": asset.files.iter().map(|(name, file)| (name.clone(), json!({"digest": file.digest, "size": file.size, "source": file.source}))).collect::<BTreeMap<_, _>>(),
+                "path": crate::model::asset_dir(&ctx.assets_root, &key.scope, &key.name),
+                "repaired": repaired,
+            });
+            status
+        }
+        Err(error) => {
+            let mut status =
+                ResourceStatus::new("Failed", format!("cannot write the asset's files: {error}"));
+            status.spec_hash = desired.spec_hash.to_string();
+            let key_for_store = key.clone();
+            blocking(&ctx.store, move |store| {
+                store.put_status(&key_for_store, &status)
+            })
+            .await?;
+            return Err(Error::Transient {
+                key: key.clone(),
+                message: format!("cannot write the asset's files: {error}"),
+            });
+        }
+    };
     let key = key.clone();
     blocking(&ctx.store, move |store| store.put_status(&key, &status)).await
 }

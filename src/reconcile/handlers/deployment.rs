@@ -88,6 +88,10 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         updated_at: now_unix(),
         detail: serde_json::Value::Null,
     };
+    let rollout = steps
+        .iter()
+        .any(|step| matches!(step, Step::Create | Step::Replace { .. }));
+    let mut release = release;
     if release.phase == ReleasePhase::Failed {
         let release_id = release.id;
         let hooks = blocking(&ctx.store, move |store| store.release_hooks(release_id)).await?;
@@ -97,6 +101,13 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
             status.message = release.message.clone();
             let key = key.clone();
             return blocking(&ctx.store, move |store| store.put_status(&key, &status)).await;
+        }
+        if rollout {
+            // Another attempt at a rollout that failed (a registry appeared, the agent
+            // restarted): a release of its own, so history shows both.
+            let retry = desired.clone();
+            release = blocking(&ctx.store, move |store| store.begin_release(&retry)).await?;
+            status.release_id = Some(release.id);
         }
     }
     let launch = Launch {
@@ -113,9 +124,6 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         release: &release,
         launch,
     };
-    let rollout = steps
-        .iter()
-        .any(|step| matches!(step, Step::Create | Step::Replace { .. }));
     let result = async {
         if !rollout && steps.is_empty() {
             return Ok(());

@@ -1,16 +1,58 @@
-//! Registry handler (to be written): until then the resource's status says it is not
-//! reconciled yet.
+//! Registry handler: `registry` resources hold credentials that image pulls use
+//! (`reconcile::images`), so there is nothing to create on the host. The handler records
+//! status (never the token) and, when a registry appears or changes, asks the resources whose
+//! last pull failed to try again: declaring the missing registry fixes them without another
+//! commit to them.
+//!
+//! Invariant: the token is not in status, logs or errors.
 
+use serde_json::json;
+
+use crate::manifest::spec::Spec;
 use crate::model::ResourceKey;
-use crate::reconcile::{Ctx, Result, blocking};
+use crate::reconcile::{Ctx, Error, Result, blocking};
 use crate::runtime::Runtime;
 use crate::store::ResourceStatus;
 
 pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
-    let status = ResourceStatus::new(
-        "Unsupported",
-        format!("this agent cannot reconcile {} resources yet", key.kind),
-    );
-    let key = key.clone();
-    blocking(&ctx.store, move |store| store.put_status(&key, &status)).await
+    let desired = {
+        let key = key.clone();
+        blocking(&ctx.store, move |store| store.desired(&key)).await?
+    };
+    let Some(desired) = desired else {
+        let key = key.clone();
+        return blocking(&ctx.store, move |store| store.delete_status(&key)).await;
+    };
+    let Spec::Registry(registry) = &desired.spec else {
+        return Err(Error::Permanent {
+            key: key.clone(),
+            message: format!("stored spec is a {}, not a registry", desired.spec.kind()),
+        });
+    };
+    let mut status = ResourceStatus::new("Ready", "");
+    status.spec_hash = desired.spec_hash.to_string();
+    status.detail = json!({
+        "url": registry.url,
+        "username": registry.username,
+        "helper": registry.helper,
+        "credentials": if registry.helper.is_empty() { "token" } else { "helper" },
+    });
+    let key_for_store = key.clone();
+    let waiting = blocking(&ctx.store, move |store| {
+        store.put_status(&key_for_store, &status)?;
+        Ok(store
+            .statuses()?
+            .into_iter()
+            .filter(|(_, status)| {
+                status.phase == "Failed" && status.message.contains("pulling it failed")
+            })
+            .map(|(key, _)| key)
+            .collect::<Vec<_>>())
+    })
+    .await?;
+    for waiting_key in waiting {
+        tracing::info!(%key, resource = %waiting_key, "a registry changed; retrying a failed pull");
+        ctx.requeue.now(waiting_key);
+    }
+    Ok(())
 }
