@@ -12,11 +12,14 @@ use tokio::sync::{mpsc, watch};
 
 use crate::model::ResourceKey;
 
+/// A request: reconcile this key once this delay has passed.
+type Request = (ResourceKey, Duration);
+
 /// Asks the reconciler to reconcile a key (deduplicated by its queue like any other request).
 #[derive(Debug, Clone)]
 pub struct Requeue {
-    sender: mpsc::UnboundedSender<(ResourceKey, Duration)>,
-    receiver: Arc<Mutex<Option<mpsc::UnboundedReceiver<(ResourceKey, Duration)>>>>,
+    sender: mpsc::UnboundedSender<Request>,
+    receiver: Arc<Mutex<Option<mpsc::UnboundedReceiver<Request>>>>,
 }
 
 impl Default for Requeue {
@@ -42,7 +45,7 @@ impl Requeue {
     }
 
     /// The receiving end, for the reconciler's run loop (taken once).
-    pub(crate) fn take_receiver(&self) -> Option<mpsc::UnboundedReceiver<(ResourceKey, Duration)>> {
+    pub(crate) fn take_receiver(&self) -> Option<mpsc::UnboundedReceiver<Request>> {
         self.receiver
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
