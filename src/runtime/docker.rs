@@ -599,4 +599,69 @@ impl Runtime for DockerRuntime {
         }
         Ok(())
     }
+
+    fn events(&self, filter: &[(&str, &str)]) -> super::Events {
+        let mut labels: Vec<String> = filter
+            .iter()
+            .map(|(key, value)| format!("{key}={value}"))
+            .collect();
+        labels.sort();
+        let filters = HashMap::from([
+            ("type".to_owned(), vec!["container".to_owned()]),
+            ("label".to_owned(), labels),
+        ]);
+        // The request goes out at the first poll: `since` = now makes the stream start at
+        // the subscription, so nothing between subscribing and polling is lost.
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_secs());
+        let options = bollard::query_parameters::EventsOptionsBuilder::default()
+            .since(&since.to_string())
+            .filters(&filters)
+            .build();
+        let stream = self.docker.events(Some(options)).map(|message| {
+            let message = message.map_err(classify)?;
+            let actor = message.actor.unwrap_or_default();
+            Ok(super::Event {
+                id: actor.id.unwrap_or_default(),
+                action: message.action.unwrap_or_default(),
+                labels: actor.attributes.unwrap_or_default().into_iter().collect(),
+            })
+        });
+        Box::pin(stream)
+    }
+
+    async fn cpu_percent(&self, id: &str) -> Result<f64> {
+        let options = bollard::query_parameters::StatsOptionsBuilder::default()
+            .stream(false)
+            .one_shot(false)
+            .build();
+        let mut stream = self.docker.stats(id, Some(options));
+        let Some(sample) = stream.next().await else {
+            return Err(Error::Unavailable {
+                message: format!("no stats for {id}"),
+            });
+        };
+        let sample = sample.map_err(classify)?;
+        let usage = |stats: &Option<bollard::models::ContainerCpuStats>| {
+            let stats = stats.as_ref();
+            (
+                stats
+                    .and_then(|stats| stats.cpu_usage.as_ref())
+                    .and_then(|usage| usage.total_usage)
+                    .unwrap_or(0),
+                stats.and_then(|stats| stats.system_cpu_usage).unwrap_or(0),
+                stats.and_then(|stats| stats.online_cpus).unwrap_or(0),
+            )
+        };
+        let (total, system, cpus) = usage(&sample.cpu_stats);
+        let (previous_total, previous_system, _) = usage(&sample.precpu_stats);
+        // docker stats' formula: the container's share of the host's CPU time, times cores.
+        let container_delta = total.saturating_sub(previous_total) as f64;
+        let system_delta = system.saturating_sub(previous_system) as f64;
+        if system_delta <= 0.0 {
+            return Ok(0.0);
+        }
+        Ok(container_delta / system_delta * f64::from(cpus.max(1)) * 100.0)
+    }
 }

@@ -12,9 +12,11 @@
 //! commands); anything a test assumes beyond that must be added to the contract suite first.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use futures_util::StreamExt as _;
 use std::sync::Mutex;
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, broadcast};
 
 use super::{
     Container, ContainerSpec, ContainerState, Error, ExecOutcome, Inspection, RegistryAuth, Result,
@@ -22,11 +24,22 @@ use super::{
 };
 
 /// An in-memory engine.
-#[derive(Default)]
 pub struct FakeRuntime {
     state: Mutex<FakeState>,
     /// Wakes `wait` calls whenever a container changes state.
     changed: Notify,
+    /// What `events` subscribers receive.
+    events: broadcast::Sender<super::Event>,
+}
+
+impl Default for FakeRuntime {
+    fn default() -> FakeRuntime {
+        FakeRuntime {
+            state: Mutex::default(),
+            changed: Notify::new(),
+            events: broadcast::channel(1024).0,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -50,6 +63,7 @@ struct FakeContainer {
     output: String,
     restart_count: i64,
     ip_addresses: BTreeMap<String, String>,
+    cpu_percent: f64,
 }
 
 /// What an injected fault does when its verb is called.
@@ -149,6 +163,7 @@ impl FakeRuntime {
             container.exit_code = Some(code);
         }
         self.changed.notify_waiters();
+        self.emit(id, "die");
     }
 
     /// The spec a container was created from.
@@ -177,6 +192,33 @@ impl FakeRuntime {
             None => Ok(()),
             Some(Fault::Fail(error)) => Err(error),
             Some(Fault::Panic(message)) => panic!("{message}"),
+        }
+    }
+
+    /// Sends `action` about container `id` to `events` subscribers.
+    fn emit(&self, id: &str, action: &str) {
+        let labels = self
+            .lock()
+            .containers
+            .get(id)
+            .map(|container| container.listed.labels.clone())
+            .unwrap_or_default();
+        self.emit_with(id, action, labels);
+    }
+
+    fn emit_with(&self, id: &str, action: &str, labels: BTreeMap<String, String>) {
+        // No subscriber is fine: nobody is listening.
+        let _ = self.events.send(super::Event {
+            id: id.to_owned(),
+            action: action.to_owned(),
+            labels,
+        });
+    }
+
+    /// Sets the CPU use `cpu_percent` reports for a container.
+    pub fn set_cpu_percent(&self, id: &str, percent: f64) {
+        if let Some(container) = self.lock().containers.get_mut(id) {
+            container.cpu_percent = percent;
         }
     }
 
@@ -264,6 +306,7 @@ impl Runtime for FakeRuntime {
                 output: String::new(),
                 restart_count: 0,
                 ip_addresses,
+                cpu_percent: 0.0,
             },
         );
         Ok(id)
@@ -291,13 +334,25 @@ impl Runtime for FakeRuntime {
             }
         }
         self.changed.notify_waiters();
+        self.emit(id, "start");
+        let exited = self
+            .lock()
+            .containers
+            .get(id)
+            .is_some_and(|container| container.listed.state == ContainerState::Exited);
+        if exited {
+            self.emit(id, "die");
+        }
         Ok(())
     }
 
     async fn remove(&self, id: &str) -> Result<()> {
         self.enter("remove", id)?;
-        self.lock().containers.remove(id);
+        let removed = self.lock().containers.remove(id);
         self.changed.notify_waiters();
+        if let Some(container) = removed {
+            self.emit_with(id, "destroy", container.listed.labels);
+        }
         Ok(())
     }
 
@@ -461,5 +516,48 @@ impl Runtime for FakeRuntime {
             images.insert(image.to_owned());
         }
         Ok(())
+    }
+
+    fn events(&self, filter: &[(&str, &str)]) -> super::Events {
+        let filter: Vec<(String, String)> = filter
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+            .collect();
+        let receiver = self.events.subscribe();
+        let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
+            loop {
+                match receiver.recv().await {
+                    Ok(event) => return Some((Ok(event), receiver)),
+                    // A slow subscriber lost events: it goes on with the next ones, as a
+                    // reconnecting engine client would.
+                    Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        })
+        .filter(move |event| {
+            let keep = match event {
+                Ok(event) => filter
+                    .iter()
+                    .all(|(key, value)| event.labels.get(key) == Some(value)),
+                Err(_) => true,
+            };
+            std::future::ready(keep)
+        });
+        Box::pin(stream)
+    }
+
+    async fn cpu_percent(&self, id: &str) -> Result<f64> {
+        self.enter("cpu_percent", id)?;
+        let state = self.lock();
+        let container = state
+            .containers
+            .get(id)
+            .ok_or_else(|| Self::not_found(id))?;
+        Ok(if container.listed.state == ContainerState::Running {
+            container.cpu_percent
+        } else {
+            0.0
+        })
     }
 }

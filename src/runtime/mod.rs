@@ -114,6 +114,19 @@ pub struct Volume {
     pub labels: BTreeMap<String, String>,
 }
 
+/// A container event the agent reacts to (`docker events`): `start`, `die`, `stop`,
+/// `destroy`, `oom`, `health_status: …`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub id: String,
+    pub action: String,
+    /// The container's labels, as the event carries them.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A stream of events, for as long as the engine keeps it open.
+pub type Events = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<Event>> + Send>>;
+
 /// Credentials for pulling from a private registry.
 #[derive(Clone, PartialEq, Eq)]
 pub struct RegistryAuth {
@@ -204,4 +217,10 @@ pub trait Runtime: Send + Sync + 'static {
         image: &str,
         auth: Option<&RegistryAuth>,
     ) -> impl Future<Output = Result<()>> + Send;
+    /// Container events from now on, of containers whose labels include every `(key,
+    /// value)` in `filter`.
+    fn events(&self, filter: &[(&str, &str)]) -> Events;
+    /// The container's CPU use over a short sample, as `docker stats` shows it (100 = one
+    /// core).
+    fn cpu_percent(&self, id: &str) -> impl Future<Output = Result<f64>> + Send;
 }

@@ -55,6 +55,8 @@ contract! {
     check_inspect_and_exec => fake_inspect_and_exec, docker_inspect_and_exec;
     check_volumes => fake_volumes, docker_volumes;
     check_images => fake_images, docker_images;
+    check_events => fake_events, docker_events;
+    check_cpu_percent => fake_cpu_percent, docker_cpu_percent;
 }
 
 /// A network name of the check's own, so checks never share (or delete) each other's.
@@ -465,5 +467,48 @@ async fn check_images<R: Runtime>(runtime: &R, scope: &str) -> TestResult {
     let missing = format!("voodu-missing-{scope}:1");
     assert!(!runtime.image_present(&missing).await?);
     assert!(runtime.pull(&missing, None).await.is_err());
+    Ok(())
+}
+
+/// `events` reports a container's start, its exit (`die`) and its removal (`destroy`), with
+/// its labels, to a subscriber filtering by them; other containers' events are filtered out.
+async fn check_events<R: Runtime>(runtime: &R, scope: &str) -> TestResult {
+    use futures_util::StreamExt as _;
+    runtime.ensure_network(NETWORK).await?;
+    let mut events = runtime.events(&[(labels::SCOPE, scope)]);
+    let mut job = spec(scope, "events");
+    job.command = Some(vec!["sh".to_owned(), "-c".to_owned(), "exit 0".to_owned()]);
+    let id = runtime.create(&job).await?;
+    runtime.start(&id).await?;
+    runtime.wait(&id).await?;
+    runtime.remove(&id).await?;
+    let mut seen = Vec::new();
+    let deadline = std::time::Duration::from_secs(20);
+    while !seen.iter().any(|action: &String| action == "destroy") {
+        let event = tokio::time::timeout(deadline, events.next())
+            .await
+            .map_err(|_| format!("no destroy event within {deadline:?}; saw {seen:?}"))?
+            .ok_or("the event stream ended")??;
+        assert_eq!(
+            event.labels.get(labels::SCOPE).map(String::as_str),
+            Some(scope)
+        );
+        if event.id == id && ["start", "die", "destroy"].contains(&event.action.as_str()) {
+            seen.push(event.action);
+        }
+    }
+    assert_eq!(seen, ["start", "die", "destroy"]);
+    Ok(())
+}
+
+/// `cpu_percent` of a running container is a finite, non-negative figure.
+async fn check_cpu_percent<R: Runtime>(runtime: &R, scope: &str) -> TestResult {
+    runtime.ensure_network(NETWORK).await?;
+    let web = spec(scope, "cpu");
+    let id = runtime.create(&web).await?;
+    runtime.start(&id).await?;
+    let percent = runtime.cpu_percent(&id).await?;
+    assert!(percent.is_finite() && percent >= 0.0, "{percent}");
+    runtime.remove(&id).await?;
     Ok(())
 }
