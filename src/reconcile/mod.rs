@@ -18,6 +18,7 @@ mod handlers;
 mod images;
 pub mod notify;
 pub mod plan;
+mod probes;
 mod queue;
 mod retry;
 pub mod wake;
@@ -52,6 +53,9 @@ pub struct ReconcileOptions {
     /// Missing replicas of one resource created at once (scale-up, first deploy); voodu
     /// creates them with no pause. Replacements stay one slot at a time regardless.
     pub create_concurrency: usize,
+    /// Without a readiness probe, a replica is ready once it has run this long without
+    /// restarting.
+    pub ready_settle: Duration,
     /// Ulimits every container gets under its manifest's own: voodu's platform defaults,
     /// clamped to what this host can grant (`host_default_ulimits`).
     pub default_ulimits: Vec<(String, i64, i64)>,
@@ -64,6 +68,7 @@ impl Default for ReconcileOptions {
             retry: RetryPolicy::default(),
             start_settle: Duration::from_millis(500),
             create_concurrency: 16,
+            ready_settle: Duration::from_secs(3),
             default_ulimits: host_default_ulimits(),
         }
     }
@@ -167,6 +172,11 @@ pub async fn run<R: Runtime>(ctx: Arc<Ctx<R>>, shutdown: CancellationToken) -> R
         let shared = shared.clone();
         shared.tracker.clone().spawn(worker(shared));
     }
+    shared.tracker.spawn(probes::run(
+        ctx.clone(),
+        shared.tracker.clone(),
+        shutdown.clone(),
+    ));
     if let Some(mut requests) = ctx.requeue.take_receiver() {
         let shared = shared.clone();
         shared.tracker.clone().spawn(async move {

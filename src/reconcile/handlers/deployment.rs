@@ -147,7 +147,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
     status.running_replicas = count_running(&actual, &target);
     status.updated_at = now_unix();
     let converged = plan_replicas(Some(&target), &actual).is_empty();
-    record_readiness(ctx, key, &actual).await?;
+    ctx.router.wake();
     let release_end = match &result {
         Ok(()) if converged => {
             status.phase = "Ready".to_owned();
@@ -263,74 +263,6 @@ async fn remove_everything<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Resul
     })
     .await?;
     ctx.router.wake();
-    Ok(())
-}
-
-/// Records which replicas are ready, with their address on the shared network, forgets the
-/// ones that are gone, and wakes the ingress router. Without probes a replica is ready while
-/// it runs; probes refine this (`readiness` in the store is what routes follow).
-async fn record_readiness<R: Runtime>(
-    ctx: &Ctx<R>,
-    key: &ResourceKey,
-    actual: &[Container],
-) -> Result<()> {
-    let mut rows = Vec::with_capacity(actual.len());
-    for container in actual {
-        let running = container.state == ContainerState::Running;
-        let address = if running {
-            match ctx.runtime.inspect(&container.id).await {
-                Ok(inspection) => inspection
-                    .ip_addresses
-                    .get(crate::manifest::spec::DEFAULT_NETWORK)
-                    .or_else(|| inspection.ip_addresses.values().next())
-                    .cloned()
-                    .unwrap_or_default(),
-                Err(_) => String::new(),
-            }
-        } else {
-            String::new()
-        };
-        rows.push(crate::store::Readiness {
-            container: container.name.clone(),
-            key: key.clone(),
-            ready: running,
-            reason: if running {
-                String::new()
-            } else {
-                format!("{:?}", container.state).to_lowercase()
-            },
-            address,
-            updated_at: now_unix(),
-        });
-    }
-    let key_for_store = key.clone();
-    let changed = blocking(&ctx.store, move |store| {
-        let before = store.readiness(&key_for_store)?;
-        let live: BTreeSet<&str> = rows.iter().map(|row| row.container.as_str()).collect();
-        let gone: Vec<String> = before
-            .iter()
-            .filter(|row| !live.contains(row.container.as_str()))
-            .map(|row| row.container.clone())
-            .collect();
-        store.forget_readiness(&gone)?;
-        let mut changed = !gone.is_empty();
-        for row in &rows {
-            let same = before.iter().any(|old| {
-                old.container == row.container
-                    && old.ready == row.ready
-                    && old.address == row.address
-            });
-            if !same {
-                store.put_readiness(row)?;
-                changed = true;
-            }
-        }
-        Ok(changed)
-    })
-    .await?;
-    if changed {
-        ctx.router.wake();
-    }
     Ok(())
 }
 

@@ -1,0 +1,462 @@
+//! Probes and readiness (spec §2.10.7, §7.7): one runner per managed replica (deployment and
+//! statefulset containers of this agent), kept in step with the containers on the host.
+//!
+//! A runner runs the replica's `startup`, `readiness` and `liveness` probes (`http_get` from
+//! the agent to the replica's address, `tcp_socket`, `exec` through the runtime), with voodu's
+//! defaults and thresholds. A replica is ready when it runs, its startup probe (if any) has
+//! passed, and its readiness probe (if any) is healthy; without a readiness probe, when it has
+//! run for the settle time without restarting. Every change of readiness is written to the
+//! store (`readiness`), wakes the ingress router and requeues the owning resource (so a
+//! health-gated rollout waiting for it goes on). A liveness failure replaces the replica: it is
+//! removed and its resource requeued, so the handler creates a successor.
+//!
+//! Invariants: one runner per container id; runners stop when their container goes or the
+//! agent stops; probe results are level signals recomputed each period, never stored history;
+//! nothing here creates containers (only the handlers do).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::{Ctx, blocking};
+use crate::manifest::spec::{DEFAULT_NETWORK, Probe, Probes, Spec};
+use crate::model::{Kind, ResourceKey, parse_go_duration};
+use crate::runtime::{Container, ContainerState, Runtime, labels};
+use crate::store::{Readiness, now_unix};
+
+/// How often the set of runners is checked against the host (events make it prompt).
+const RESYNC: Duration = Duration::from_secs(2);
+
+/// voodu's probe defaults (spec §2.10.7).
+const DEFAULT_PERIOD: Duration = Duration::from_secs(10);
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+const DEFAULT_FAILURE_THRESHOLD: u32 = 3;
+const DEFAULT_SUCCESS_THRESHOLD: u32 = 1;
+
+/// What the manager tells a runner about its container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Life {
+    /// Running; `starts` counts the (re)starts seen, so a restart is a change.
+    Running { starts: u64 },
+    Stopped,
+}
+
+struct RunnerHandle {
+    cancel: CancellationToken,
+    life: watch::Sender<Life>,
+    /// The probes the runner was started with; a change restarts it.
+    probes: Option<Probes>,
+    starts: u64,
+}
+
+/// Runs until `shutdown`: keeps one probe runner per managed replica.
+pub(crate) async fn run<R: Runtime>(ctx: Arc<Ctx<R>>, tracker: TaskTracker, shutdown: CancellationToken) {
+    let filter = [(labels::AGENT, ctx.agent_id.as_str())];
+    let mut events = ctx.runtime.events(&filter);
+    let mut runners: HashMap<String, RunnerHandle> = HashMap::new();
+    let mut resync = tokio::time::interval(RESYNC);
+    resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = resync.tick() => {
+                if let Err(error) = sync_runners(&ctx, &tracker, &shutdown, &mut runners).await {
+                    tracing::debug!(%error, "probe runners not synced; next try soon");
+                }
+            }
+            event = events.next() => match event {
+                Some(Ok(event)) => {
+                    if let Some(runner) = runners.get_mut(&event.id) {
+                        match event.action.as_str() {
+                            "start" => {
+                                runner.starts += 1;
+                                runner.life.send_replace(Life::Running { starts: runner.starts });
+                            }
+                            "die" | "stop" | "kill" | "oom" => {
+                                runner.life.send_replace(Life::Stopped);
+                            }
+                            "destroy" => {
+                                if let Some(runner) = runners.remove(&event.id) {
+                                    runner.cancel.cancel();
+                                }
+                            }
+                            _ => {}
+                        }
+                    } else if event.action == "start" {
+                        // A new replica: pick it up now instead of at the next resync.
+                        resync.reset_immediately();
+                    }
+                }
+                Some(Err(error)) => {
+                    tracing::debug!(%error, "container events interrupted; resubscribing");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    events = ctx.runtime.events(&filter);
+                }
+                None => {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    events = ctx.runtime.events(&filter);
+                }
+            },
+            () = shutdown.cancelled() => break,
+        }
+    }
+    for runner in runners.into_values() {
+        runner.cancel.cancel();
+    }
+}
+
+/// Starts runners for new replicas, restarts those whose probes changed, stops those of
+/// vanished containers and forgets their readiness.
+async fn sync_runners<R: Runtime>(
+    ctx: &Arc<Ctx<R>>,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+    runners: &mut HashMap<String, RunnerHandle>,
+) -> super::Result<()> {
+    let containers = ctx
+        .runtime
+        .list(&[(labels::AGENT, ctx.agent_id.as_str())])
+        .await
+        .map_err(|source| super::Error::Runtime {
+            key: ResourceKey::new(Kind::Deployment, "", "*"),
+            source,
+        })?;
+    let replicas: Vec<(ResourceKey, Container)> = containers
+        .into_iter()
+        .filter_map(|container| {
+            let kind = container.label(labels::KIND).and_then(Kind::parse)?;
+            if !matches!(kind, Kind::Deployment | Kind::Statefulset) || container.label(labels::ROLE) != Some(kind.as_str()) {
+                return None;
+            }
+            let key = ResourceKey::new(kind, container.label(labels::SCOPE)?, container.label(labels::NAME)?);
+            Some((key, container))
+        })
+        .collect();
+    let desired = blocking(&ctx.store, |store| store.desired_all()).await?;
+    let probes_of = |key: &ResourceKey| -> Option<Probes> {
+        desired.iter().find(|desired| &desired.key == key).and_then(|desired| match &desired.spec {
+            Spec::Deployment(spec) => spec.probes.clone(),
+            Spec::Statefulset(spec) => spec.probes.clone(),
+            _ => None,
+        })
+    };
+    let live: std::collections::HashSet<&str> = replicas.iter().map(|(_, container)| container.id.as_str()).collect();
+    let gone: Vec<String> = runners.keys().filter(|id| !live.contains(id.as_str())).cloned().collect();
+    for id in gone {
+        if let Some(runner) = runners.remove(&id) {
+            runner.cancel.cancel();
+        }
+    }
+    for (key, container) in replicas {
+        let probes = probes_of(&key);
+        let running = container.state == ContainerState::Running;
+        if let Some(runner) = runners.get_mut(&container.id) {
+            if runner.probes == probes {
+                let now = if running { Life::Running { starts: runner.starts } } else { Life::Stopped };
+                if *runner.life.borrow() != now {
+                    runner.life.send_replace(now);
+                }
+                continue;
+            }
+            runner.cancel.cancel();
+            runners.remove(&container.id);
+        }
+        let cancel = shutdown.child_token();
+        let (life, watcher) = watch::channel(if running { Life::Running { starts: 0 } } else { Life::Stopped });
+        runners.insert(
+            container.id.clone(),
+            RunnerHandle {
+                cancel: cancel.clone(),
+                life,
+                probes: probes.clone(),
+                starts: 0,
+            },
+        );
+        let ctx = ctx.clone();
+        tracker.spawn(async move {
+            tokio::select! {
+                () = run_replica(&ctx, &key, &container, probes, watcher) => {}
+                () = cancel.cancelled() => {}
+            }
+            // The container is gone (or the agent stops): its readiness row goes with it,
+            // unless the agent is only stopping.
+            if !ctx.shutdown.is_cancelled() {
+                let name = vec![container.name.clone()];
+                let _ = blocking(&ctx.store, move |store| store.forget_readiness(&name)).await;
+                ctx.router.wake();
+            }
+        });
+    }
+    Ok(())
+}
+
+/// The state of one probe: consecutive results and whether it is healthy.
+#[derive(Debug, Clone, Copy, Default)]
+struct Verdict {
+    successes: u32,
+    failures: u32,
+    healthy: Option<bool>,
+}
+
+impl Verdict {
+    fn record(&mut self, passed: bool, probe: &Probe) -> Option<bool> {
+        let (success_threshold, failure_threshold) = thresholds(probe);
+        if passed {
+            self.successes += 1;
+            self.failures = 0;
+            if self.successes >= success_threshold {
+                self.healthy = Some(true);
+            }
+        } else {
+            self.failures += 1;
+            self.successes = 0;
+            if self.failures >= failure_threshold {
+                self.healthy = Some(false);
+            }
+        }
+        self.healthy
+    }
+}
+
+fn thresholds(probe: &Probe) -> (u32, u32) {
+    let success = u32::try_from(probe.success_threshold).ok().filter(|n| *n > 0).unwrap_or(DEFAULT_SUCCESS_THRESHOLD);
+    let failure = u32::try_from(probe.failure_threshold).ok().filter(|n| *n > 0).unwrap_or(DEFAULT_FAILURE_THRESHOLD);
+    (success, failure)
+}
+
+fn duration(text: &str, default: Duration) -> Duration {
+    parse_go_duration(text).filter(|d| !d.is_zero()).unwrap_or(default)
+}
+
+/// Probes one replica until it goes (the caller cancels) and publishes its readiness.
+async fn run_replica<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    container: &Container,
+    probes: Option<Probes>,
+    mut life: watch::Receiver<Life>,
+) {
+    let probes = probes.unwrap_or_default();
+    let mut published: Option<(bool, String, String)> = None;
+    loop {
+        let current = *life.borrow_and_update();
+        let Life::Running { .. } = current else {
+            publish(ctx, key, container, false, "not running", "", &mut published).await;
+            if life.changed().await.is_err() {
+                return;
+            }
+            continue;
+        };
+        let address = address_of(ctx, container).await;
+        publish(ctx, key, container, false, "starting", &address, &mut published).await;
+        // One life of the container: probes until it stops or restarts.
+        let outcome = tokio::select! {
+            outcome = probe_life(ctx, key, container, &probes, &address, &mut published) => outcome,
+            changed = life.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                continue;
+            }
+        };
+        match outcome {
+            LifeOutcome::Replace(reason) => {
+                tracing::warn!(%key, container = %container.name, %reason, "liveness failed; replacing the replica");
+                publish(ctx, key, container, false, &reason, &address, &mut published).await;
+                let _ = ctx.runtime.remove(&container.id).await;
+                ctx.requeue.now(key.clone());
+                return;
+            }
+        }
+    }
+}
+
+enum LifeOutcome {
+    /// Liveness failed: the replica must be replaced.
+    Replace(String),
+}
+
+/// Runs the probes of one container life; returns only when liveness fails (otherwise it runs
+/// until the caller's select picks a life change or cancellation).
+async fn probe_life<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    container: &Container,
+    probes: &Probes,
+    address: &str,
+    published: &mut Option<(bool, String, String)>,
+) -> LifeOutcome {
+    let client = http_client();
+    let started = tokio::time::Instant::now();
+    // Startup first: until it passes, the replica is not ready and readiness is not probed
+    // (liveness runs alongside, as voodu does: liveness is not gated by startup).
+    let (readiness_tx, mut readiness_rx) = watch::channel::<(bool, String)>((false, "starting".to_owned()));
+    let liveness = async {
+        let Some(probe) = &probes.liveness else {
+            return std::future::pending::<LifeOutcome>().await;
+        };
+        tokio::time::sleep(parse_go_duration(&probe.initial_delay).unwrap_or_default()).await;
+        let mut verdict = Verdict::default();
+        loop {
+            let (passed, detail) = probe_once(ctx, container, probe, address, &client).await;
+            if verdict.record(passed, probe) == Some(false) {
+                return LifeOutcome::Replace(format!("liveness probe failed {} times: {detail}", verdict.failures));
+            }
+            tokio::time::sleep(duration(&probe.period, DEFAULT_PERIOD)).await;
+        }
+    };
+    let readiness = async {
+        if let Some(probe) = &probes.startup {
+            tokio::time::sleep(parse_go_duration(&probe.initial_delay).unwrap_or_default()).await;
+            let mut verdict = Verdict::default();
+            loop {
+                let (passed, detail) = probe_once(ctx, container, probe, address, &client).await;
+                if verdict.record(passed, probe) == Some(true) {
+                    break;
+                }
+                let _ = readiness_tx.send((false, format!("startup probe not passed yet: {detail}")));
+                tokio::time::sleep(duration(&probe.period, DEFAULT_PERIOD)).await;
+            }
+        }
+        match &probes.readiness {
+            Some(probe) => {
+                tokio::time::sleep(parse_go_duration(&probe.initial_delay).unwrap_or_default()).await;
+                let mut verdict = Verdict::default();
+                loop {
+                    let (passed, detail) = probe_once(ctx, container, probe, address, &client).await;
+                    let ready = verdict.record(passed, probe) == Some(true);
+                    let reason = if ready { String::new() } else { format!("readiness probe: {detail}") };
+                    let _ = readiness_tx.send((ready, reason));
+                    tokio::time::sleep(duration(&probe.period, DEFAULT_PERIOD)).await;
+                }
+            }
+            None => {
+                // No readiness probe: ready once it has run for the settle time (a restart
+                // starts a new life, and a new settle).
+                let settle = ctx.options.ready_settle;
+                let waited = started.elapsed();
+                if waited < settle {
+                    let _ = readiness_tx.send((false, format!("running for less than {}s", settle.as_secs())));
+                    tokio::time::sleep(settle - waited).await;
+                }
+                let _ = readiness_tx.send((true, String::new()));
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    let publisher = async {
+        loop {
+            let (ready, reason) = readiness_rx.borrow_and_update().clone();
+            publish(ctx, key, container, ready, &reason, address, published).await;
+            if readiness_rx.changed().await.is_err() {
+                return std::future::pending::<LifeOutcome>().await;
+            }
+        }
+    };
+    tokio::select! {
+        outcome = liveness => outcome,
+        () = readiness => std::future::pending::<LifeOutcome>().await,
+        outcome = publisher => outcome,
+    }
+}
+
+/// Writes a replica's readiness when it changed, then wakes the router and requeues its
+/// resource.
+async fn publish<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    container: &Container,
+    ready: bool,
+    reason: &str,
+    address: &str,
+    published: &mut Option<(bool, String, String)>,
+) {
+    let now = (ready, reason.to_owned(), address.to_owned());
+    if published.as_ref() == Some(&now) {
+        return;
+    }
+    let row = Readiness {
+        container: container.name.clone(),
+        key: key.clone(),
+        ready,
+        reason: reason.to_owned(),
+        address: address.to_owned(),
+        updated_at: now_unix(),
+    };
+    if blocking(&ctx.store, move |store| store.put_readiness(&row)).await.is_ok() {
+        let flipped = published.as_ref().map(|(was, _, _)| *was) != Some(ready);
+        *published = Some(now);
+        ctx.router.wake();
+        if flipped {
+            ctx.requeue.now(key.clone());
+        }
+    }
+}
+
+/// The replica's address for `http_get` and `tcp_socket`: its IP on the shared network (else
+/// on its first network); loopback in host networking.
+async fn address_of<R: Runtime>(ctx: &Ctx<R>, container: &Container) -> String {
+    match ctx.runtime.inspect(&container.id).await {
+        Ok(inspection) => inspection
+            .ip_addresses
+            .get(DEFAULT_NETWORK)
+            .or_else(|| inspection.ip_addresses.values().next())
+            .cloned()
+            .unwrap_or_else(|| "127.0.0.1".to_owned()),
+        Err(_) => String::new(),
+    }
+}
+
+fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .danger_accept_invalid_certs(true)
+        .build()
+        .unwrap_or_else(|_| reqwest::Client::new())
+}
+
+/// One probe attempt: whether it passed, and what it saw.
+async fn probe_once<R: Runtime>(
+    ctx: &Ctx<R>,
+    container: &Container,
+    probe: &Probe,
+    address: &str,
+    client: &reqwest::Client,
+) -> (bool, String) {
+    let timeout = duration(&probe.timeout, DEFAULT_TIMEOUT);
+    if let Some(http) = &probe.http_get {
+        let scheme = if http.scheme.is_empty() { "http" } else { http.scheme.as_str() };
+        let url = format!("{scheme}://{address}:{}{}", http.port, http.path);
+        let mut request = client.get(&url).timeout(timeout);
+        for (name, value) in &http.http_headers {
+            request = request.header(name.as_str(), value.as_str());
+        }
+        return match request.send().await {
+            Ok(response) if (200..400).contains(&response.status().as_u16()) => (true, format!("HTTP {}", response.status().as_u16())),
+            Ok(response) => (false, format!("GET {} answered HTTP {}", http.path, response.status().as_u16())),
+            Err(error) => (false, format!("GET {} failed: {}", http.path, if error.is_timeout() { "timed out".to_owned() } else { "no answer".to_owned() })),
+        };
+    }
+    if let Some(tcp) = &probe.tcp_socket {
+        let target = format!("{address}:{}", tcp.port);
+        return match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(&target)).await {
+            Ok(Ok(_)) => (true, format!("connected to port {}", tcp.port)),
+            Ok(Err(_)) => (false, format!("port {} refused", tcp.port)),
+            Err(_) => (false, format!("port {}: no answer within {}s", tcp.port, timeout.as_secs_f64())),
+        };
+    }
+    if let Some(exec) = &probe.exec {
+        return match tokio::time::timeout(timeout.max(Duration::from_secs(1)), ctx.runtime.exec(&container.id, &exec.command)).await {
+            Ok(Ok(outcome)) if outcome.exit_code == 0 => (true, "exit 0".to_owned()),
+            Ok(Ok(outcome)) => (false, format!("`{}` exited {}", exec.command.join(" "), outcome.exit_code)),
+            Ok(Err(error)) => (false, format!("exec failed: {error}")),
+            Err(_) => (false, "exec timed out".to_owned()),
+        };
+    }
+    (true, String::new())
+}
