@@ -126,6 +126,7 @@ pub async fn run_with_runtime<R: Runtime>(
         requeue: crate::reconcile::wake::Requeue::default(),
         router: crate::reconcile::wake::RouterWake::default(),
         shutdown: shutdown.clone(),
+        memory: crate::reconcile::Memory::default(),
     });
 
     let tracker = TaskTracker::new();

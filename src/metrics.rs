@@ -28,6 +28,10 @@ pub struct Metrics {
     syncs: Histograms,
     reconciles: Histograms,
     webhook_requests: Counters,
+    releases: Counters,
+    rollbacks: Counters,
+    drift: Counters,
+    scaling: Counters,
 }
 
 impl Default for Metrics {
@@ -36,6 +40,10 @@ impl Default for Metrics {
             syncs: Histograms::new(SYNC_BUCKETS),
             reconciles: Histograms::new(RECONCILE_BUCKETS),
             webhook_requests: Counters::default(),
+            releases: Counters::default(),
+            rollbacks: Counters::default(),
+            drift: Counters::default(),
+            scaling: Counters::default(),
         }
     }
 }
@@ -59,6 +67,35 @@ impl Metrics {
     /// One webhook request was answered with `result` (`accepted`, `ignored`, `unauthorized`, …).
     pub fn record_webhook(&self, result: &str) {
         self.webhook_requests.add(&[result], 1);
+    }
+
+    /// A release of a resource of `kind` ended in `phase` (`succeeded`, `failed`).
+    pub fn record_release(&self, kind: &str, phase: &str) {
+        self.releases.add(&[kind, phase], 1);
+    }
+
+    /// A failed rollout of a resource of `kind` was rolled back automatically.
+    pub fn record_rollback(&self, kind: &str) {
+        self.rollbacks.add(&[kind], 1);
+    }
+
+    /// A drift signal (`event`: a container event; `resync`: the periodic comparison) asked
+    /// for a resource of `kind` to be repaired.
+    pub fn record_drift(&self, kind: &str, source: &str) {
+        self.drift.add(&[kind, source], 1);
+    }
+
+    /// The autoscaler changed a deployment's replicas (`up` or `down`).
+    pub fn record_scaling(&self, direction: &str) {
+        self.scaling.add(&[direction], 1);
+    }
+
+    /// Automatic rollbacks counted so far for `kind`.
+    pub fn rollbacks(&self, kind: &str) -> u64 {
+        lock(&self.rollbacks.values)
+            .get(&vec![kind.to_owned()])
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Syncs counted so far with `result` (tests and the flood check use it).
@@ -94,6 +131,30 @@ impl Metrics {
             "voodu_webhook_requests_total",
             "Webhook requests by result.",
             &["result"],
+        );
+        self.releases.render(
+            out,
+            "voodu_releases_total",
+            "Releases that ended, by kind and phase.",
+            &["kind", "phase"],
+        );
+        self.rollbacks.render(
+            out,
+            "voodu_rollbacks_total",
+            "Failed rollouts rolled back automatically, by kind.",
+            &["kind"],
+        );
+        self.drift.render(
+            out,
+            "voodu_drift_detected_total",
+            "Resources queued for repair because the host drifted, by kind and source (event, resync).",
+            &["kind", "source"],
+        );
+        self.scaling.render(
+            out,
+            "voodu_autoscale_changes_total",
+            "Replica changes made by the autoscaler, by direction.",
+            &["direction"],
         );
     }
 }

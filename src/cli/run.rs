@@ -39,6 +39,25 @@ pub(super) struct RunArgs {
     /// Resources reconciled in parallel (one key is never reconciled twice at once).
     #[arg(long, default_value_t = 4)]
     concurrency: usize,
+    /// How long a rollout may take before it is failed and rolled back automatically to the
+    /// last release that ran.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    rollout_deadline: Duration,
+    /// Without a readiness probe, a replica counts as ready once it has run this long
+    /// without restarting (the health gate between rollout slots).
+    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+    ready_settle: Duration,
+    /// How often every managed resource is compared with the host and repaired (container
+    /// events trigger repairs at once; this catches anything they missed).
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    resync: Duration,
+    /// How often the autoscaler samples CPU of deployments with `autoscale {}`.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    autoscale_interval: Duration,
+    /// Do not subscribe to container events: drift is then repaired at the resync only
+    /// (for testing the resync).
+    #[arg(long, hide = true)]
+    no_container_events: bool,
     /// Agent environment variable (repeatable) that manifests may read as `${NAME}`. Nothing
     /// else of the agent's environment is visible to them.
     #[arg(long = "allow-env", value_name = "NAME", value_delimiter = ',')]
@@ -140,6 +159,11 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
         sync,
         reconcile: ReconcileOptions {
             concurrency: args.concurrency.max(1),
+            rollout_deadline: args.rollout_deadline,
+            ready_settle: args.ready_settle,
+            resync: args.resync.max(Duration::from_secs(1)),
+            autoscale_interval: args.autoscale_interval.max(Duration::from_secs(1)),
+            container_events: !args.no_container_events,
             ..ReconcileOptions::default()
         },
         http,

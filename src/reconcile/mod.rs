@@ -12,8 +12,11 @@
 //! - a panicking handler is recorded on its resource's status and the loop goes on;
 //! - transient errors are retried on the `retry` schedule; each try re-reads desired state.
 
+mod autoscale;
+mod drift;
 mod env;
 mod error;
+pub mod gate;
 mod handlers;
 mod images;
 pub mod notify;
@@ -56,6 +59,16 @@ pub struct ReconcileOptions {
     /// Without a readiness probe, a replica is ready once it has run this long without
     /// restarting.
     pub ready_settle: Duration,
+    /// How long a rollout may take, from its release's start, before it is failed and rolled
+    /// back (`--rollout-deadline`).
+    pub rollout_deadline: Duration,
+    /// How often every managed resource is compared with the host, besides container events
+    /// (`--resync`).
+    pub resync: Duration,
+    /// Repair on container events at once (else only at the resync).
+    pub container_events: bool,
+    /// How often the autoscaler samples CPU (voodu: 15s).
+    pub autoscale_interval: Duration,
     /// Ulimits every container gets under its manifest's own: voodu's platform defaults,
     /// clamped to what this host can grant (`host_default_ulimits`).
     pub default_ulimits: Vec<(String, i64, i64)>,
@@ -69,6 +82,10 @@ impl Default for ReconcileOptions {
             start_settle: Duration::from_millis(500),
             create_concurrency: 16,
             ready_settle: Duration::from_secs(3),
+            rollout_deadline: Duration::from_secs(300),
+            resync: Duration::from_secs(300),
+            container_events: true,
+            autoscale_interval: Duration::from_secs(15),
             default_ulimits: host_default_ulimits(),
         }
     }
@@ -116,6 +133,16 @@ pub struct Ctx<R: Runtime> {
     /// Fires when the agent stops: long waits in handlers (init containers, jobs, hooks)
     /// give up on it.
     pub shutdown: CancellationToken,
+    /// What handlers remember between passes (rollout clocks, crash-loop back-offs); lost on
+    /// restart by design, rebuilt from the store and the host.
+    pub memory: Memory,
+}
+
+/// In-memory handler state (see `Ctx::memory`).
+#[derive(Debug, Default)]
+pub struct Memory {
+    pub rollouts: gate::RolloutClock,
+    pub crash_loops: gate::CrashLoops,
 }
 
 /// Runs a blocking store call off the async threads.
@@ -175,6 +202,17 @@ pub async fn run<R: Runtime>(ctx: Arc<Ctx<R>>, shutdown: CancellationToken) -> R
     shared.tracker.spawn(probes::run(
         ctx.clone(),
         shared.tracker.clone(),
+        shutdown.clone(),
+    ));
+    shared.tracker.spawn(autoscale::run(
+        ctx.clone(),
+        ctx.options.autoscale_interval,
+        shutdown.clone(),
+    ));
+    shared.tracker.spawn(drift::run(
+        ctx.clone(),
+        ctx.options.resync,
+        ctx.options.container_events,
         shutdown.clone(),
     ));
     if let Some(mut requests) = ctx.requeue.take_receiver() {

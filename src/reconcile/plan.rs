@@ -71,9 +71,15 @@ pub fn plan_replicas(target: Option<&Target<'_>>, actual: &[Container]) -> Vec<S
         .partition(|container| target.is_current(container));
     let keep = current.len().min(target.n_replicas);
     let mut removes: Vec<Step> = current[keep..].iter().map(remove).collect();
+    // A restarting container is the engine's to bring back (its restart policy's back-off).
     let starts = current[..keep]
         .iter()
-        .filter(|container| container.state != ContainerState::Running)
+        .filter(|container| {
+            !matches!(
+                container.state,
+                ContainerState::Running | ContainerState::Restarting
+            )
+        })
         .map(|container| Step::Start {
             id: container.id.clone(),
             name: container.name.clone(),

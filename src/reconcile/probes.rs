@@ -42,7 +42,9 @@ const DEFAULT_SUCCESS_THRESHOLD: u32 = 1;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Life {
     /// Running; `starts` counts the (re)starts seen, so a restart is a change.
-    Running { starts: u64 },
+    Running {
+        starts: u64,
+    },
     Stopped,
 }
 
@@ -55,7 +57,11 @@ struct RunnerHandle {
 }
 
 /// Runs until `shutdown`: keeps one probe runner per managed replica.
-pub(crate) async fn run<R: Runtime>(ctx: Arc<Ctx<R>>, tracker: TaskTracker, shutdown: CancellationToken) {
+pub(crate) async fn run<R: Runtime>(
+    ctx: Arc<Ctx<R>>,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+) {
     let filter = [(labels::AGENT, ctx.agent_id.as_str())];
     let mut events = ctx.runtime.events(&filter);
     let mut runners: HashMap<String, RunnerHandle> = HashMap::new();
@@ -129,34 +135,64 @@ async fn sync_runners<R: Runtime>(
         .into_iter()
         .filter_map(|container| {
             let kind = container.label(labels::KIND).and_then(Kind::parse)?;
-            if !matches!(kind, Kind::Deployment | Kind::Statefulset) || container.label(labels::ROLE) != Some(kind.as_str()) {
+            if !matches!(kind, Kind::Deployment | Kind::Statefulset)
+                || container.label(labels::ROLE) != Some(kind.as_str())
+            {
                 return None;
             }
-            let key = ResourceKey::new(kind, container.label(labels::SCOPE)?, container.label(labels::NAME)?);
+            let key = ResourceKey::new(
+                kind,
+                container.label(labels::SCOPE)?,
+                container.label(labels::NAME)?,
+            );
             Some((key, container))
         })
         .collect();
     let desired = blocking(&ctx.store, |store| store.desired_all()).await?;
-    let probes_of = |key: &ResourceKey| -> Option<Probes> {
-        desired.iter().find(|desired| &desired.key == key).and_then(|desired| match &desired.spec {
-            Spec::Deployment(spec) => spec.probes.clone(),
-            Spec::Statefulset(spec) => spec.probes.clone(),
-            _ => None,
-        })
+    // A replica is probed as its own spec says (its `voodu.probes` label); one created before
+    // that label existed, as the desired spec says if it is current.
+    let probes_of = |key: &ResourceKey, container: &Container| -> Option<Probes> {
+        if let Some(json) = container.label(labels::PROBES) {
+            return serde_json::from_str(json).ok();
+        }
+        desired
+            .iter()
+            .find(|desired| {
+                &desired.key == key
+                    && container.label(labels::MANIFEST_HASH) == Some(desired.spec_hash.as_str())
+            })
+            .and_then(|desired| match &desired.spec {
+                Spec::Deployment(spec) => spec.probes.clone(),
+                Spec::Statefulset(spec) => spec.probes.clone(),
+                _ => None,
+            })
     };
-    let live: std::collections::HashSet<&str> = replicas.iter().map(|(_, container)| container.id.as_str()).collect();
-    let gone: Vec<String> = runners.keys().filter(|id| !live.contains(id.as_str())).cloned().collect();
+    let live: std::collections::HashSet<&str> = replicas
+        .iter()
+        .map(|(_, container)| container.id.as_str())
+        .collect();
+    let gone: Vec<String> = runners
+        .keys()
+        .filter(|id| !live.contains(id.as_str()))
+        .cloned()
+        .collect();
     for id in gone {
         if let Some(runner) = runners.remove(&id) {
             runner.cancel.cancel();
         }
     }
     for (key, container) in replicas {
-        let probes = probes_of(&key);
+        let probes = probes_of(&key, &container);
         let running = container.state == ContainerState::Running;
         if let Some(runner) = runners.get_mut(&container.id) {
             if runner.probes == probes {
-                let now = if running { Life::Running { starts: runner.starts } } else { Life::Stopped };
+                let now = if running {
+                    Life::Running {
+                        starts: runner.starts,
+                    }
+                } else {
+                    Life::Stopped
+                };
                 if *runner.life.borrow() != now {
                     runner.life.send_replace(now);
                 }
@@ -166,7 +202,11 @@ async fn sync_runners<R: Runtime>(
             runners.remove(&container.id);
         }
         let cancel = shutdown.child_token();
-        let (life, watcher) = watch::channel(if running { Life::Running { starts: 0 } } else { Life::Stopped });
+        let (life, watcher) = watch::channel(if running {
+            Life::Running { starts: 0 }
+        } else {
+            Life::Stopped
+        });
         runners.insert(
             container.id.clone(),
             RunnerHandle {
@@ -223,13 +263,21 @@ impl Verdict {
 }
 
 fn thresholds(probe: &Probe) -> (u32, u32) {
-    let success = u32::try_from(probe.success_threshold).ok().filter(|n| *n > 0).unwrap_or(DEFAULT_SUCCESS_THRESHOLD);
-    let failure = u32::try_from(probe.failure_threshold).ok().filter(|n| *n > 0).unwrap_or(DEFAULT_FAILURE_THRESHOLD);
+    let success = u32::try_from(probe.success_threshold)
+        .ok()
+        .filter(|n| *n > 0)
+        .unwrap_or(DEFAULT_SUCCESS_THRESHOLD);
+    let failure = u32::try_from(probe.failure_threshold)
+        .ok()
+        .filter(|n| *n > 0)
+        .unwrap_or(DEFAULT_FAILURE_THRESHOLD);
     (success, failure)
 }
 
 fn duration(text: &str, default: Duration) -> Duration {
-    parse_go_duration(text).filter(|d| !d.is_zero()).unwrap_or(default)
+    parse_go_duration(text)
+        .filter(|d| !d.is_zero())
+        .unwrap_or(default)
 }
 
 /// Probes one replica until it goes (the caller cancels) and publishes its readiness.
@@ -241,32 +289,78 @@ async fn run_replica<R: Runtime>(
     mut life: watch::Receiver<Life>,
 ) {
     let probes = probes.unwrap_or_default();
-    let mut published: Option<(bool, String, String)> = None;
+    // What an earlier runner (before an agent restart) published: a replica that was ready
+    // stays ready until its probes say otherwise, so restarting the agent drops no route.
+    let prior = {
+        let key = key.clone();
+        let name = container.name.clone();
+        blocking(&ctx.store, move |store| store.readiness(&key))
+            .await
+            .ok()
+            .and_then(|rows| rows.into_iter().find(|row| row.container == name))
+    };
+    let mut prior_ready = prior.as_ref().is_some_and(|row| row.ready);
+    let mut published: Option<(bool, String, String)> =
+        prior.map(|row| (row.ready, row.reason, row.address));
     loop {
         let current = *life.borrow_and_update();
         let Life::Running { .. } = current else {
-            publish(ctx, key, container, false, "not running", "", &mut published).await;
+            prior_ready = false;
+            publish(
+                ctx,
+                key,
+                container,
+                false,
+                "not running",
+                "",
+                &mut published,
+            )
+            .await;
             if life.changed().await.is_err() {
                 return;
             }
             continue;
         };
-        let address = address_of(ctx, container).await;
-        publish(ctx, key, container, false, "starting", &address, &mut published).await;
+        let (address, running_for) = observe(ctx, container).await;
+        if !prior_ready {
+            publish(
+                ctx,
+                key,
+                container,
+                false,
+                "starting",
+                &address,
+                &mut published,
+            )
+            .await;
+        }
+        let life_start = tokio::time::Instant::now()
+            .checked_sub(running_for)
+            .unwrap_or_else(tokio::time::Instant::now);
         // One life of the container: probes until it stops or restarts.
         let outcome = tokio::select! {
-            outcome = probe_life(ctx, key, container, &probes, &address, &mut published) => outcome,
+            outcome = probe_life(ctx, key, container, &probes, &address, life_start, prior_ready, &mut published) => outcome,
             changed = life.changed() => {
                 if changed.is_err() {
                     return;
                 }
+                prior_ready = false;
                 continue;
             }
         };
         match outcome {
             LifeOutcome::Replace(reason) => {
                 tracing::warn!(%key, container = %container.name, %reason, "liveness failed; replacing the replica");
-                publish(ctx, key, container, false, &reason, &address, &mut published).await;
+                publish(
+                    ctx,
+                    key,
+                    container,
+                    false,
+                    &reason,
+                    &address,
+                    &mut published,
+                )
+                .await;
                 let _ = ctx.runtime.remove(&container.id).await;
                 ctx.requeue.now(key.clone());
                 return;
@@ -280,21 +374,30 @@ enum LifeOutcome {
     Replace(String),
 }
 
-/// Runs the probes of one container life; returns only when liveness fails (otherwise it runs
-/// until the caller's select picks a life change or cancellation).
+/// Runs the probes of one container life (which began at `life_start`); returns only when
+/// liveness fails (otherwise it runs until the caller's select picks a life change or
+/// cancellation). `prior_ready`: an earlier runner saw this life ready; it stays so until a
+/// probe says otherwise.
+#[allow(clippy::too_many_arguments)]
 async fn probe_life<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
     container: &Container,
     probes: &Probes,
     address: &str,
+    life_start: tokio::time::Instant,
+    prior_ready: bool,
     published: &mut Option<(bool, String, String)>,
 ) -> LifeOutcome {
     let client = http_client();
-    let started = tokio::time::Instant::now();
     // Startup first: until it passes, the replica is not ready and readiness is not probed
     // (liveness runs alongside, as voodu does: liveness is not gated by startup).
-    let (readiness_tx, mut readiness_rx) = watch::channel::<(bool, String)>((false, "starting".to_owned()));
+    let initial = if prior_ready {
+        (true, String::new())
+    } else {
+        (false, "starting".to_owned())
+    };
+    let (readiness_tx, mut readiness_rx) = watch::channel::<(bool, String)>(initial);
     let liveness = async {
         let Some(probe) = &probes.liveness else {
             return std::future::pending::<LifeOutcome>().await;
@@ -304,13 +407,16 @@ async fn probe_life<R: Runtime>(
         loop {
             let (passed, detail) = probe_once(ctx, container, probe, address, &client).await;
             if verdict.record(passed, probe) == Some(false) {
-                return LifeOutcome::Replace(format!("liveness probe failed {} times: {detail}", verdict.failures));
+                return LifeOutcome::Replace(format!(
+                    "liveness probe failed {} times: {detail}",
+                    verdict.failures
+                ));
             }
             tokio::time::sleep(duration(&probe.period, DEFAULT_PERIOD)).await;
         }
     };
     let readiness = async {
-        if let Some(probe) = &probes.startup {
+        if let Some(probe) = probes.startup.as_ref().filter(|_| !prior_ready) {
             tokio::time::sleep(parse_go_duration(&probe.initial_delay).unwrap_or_default()).await;
             let mut verdict = Verdict::default();
             loop {
@@ -318,18 +424,30 @@ async fn probe_life<R: Runtime>(
                 if verdict.record(passed, probe) == Some(true) {
                     break;
                 }
-                let _ = readiness_tx.send((false, format!("startup probe not passed yet: {detail}")));
+                let _ =
+                    readiness_tx.send((false, format!("startup probe not passed yet: {detail}")));
                 tokio::time::sleep(duration(&probe.period, DEFAULT_PERIOD)).await;
             }
         }
         match &probes.readiness {
             Some(probe) => {
-                tokio::time::sleep(parse_go_duration(&probe.initial_delay).unwrap_or_default()).await;
-                let mut verdict = Verdict::default();
+                if !prior_ready {
+                    tokio::time::sleep(parse_go_duration(&probe.initial_delay).unwrap_or_default())
+                        .await;
+                }
+                let mut verdict = Verdict {
+                    healthy: prior_ready.then_some(true),
+                    ..Verdict::default()
+                };
                 loop {
-                    let (passed, detail) = probe_once(ctx, container, probe, address, &client).await;
+                    let (passed, detail) =
+                        probe_once(ctx, container, probe, address, &client).await;
                     let ready = verdict.record(passed, probe) == Some(true);
-                    let reason = if ready { String::new() } else { format!("readiness probe: {detail}") };
+                    let reason = if ready {
+                        String::new()
+                    } else {
+                        format!("readiness probe: {detail}")
+                    };
                     let _ = readiness_tx.send((ready, reason));
                     tokio::time::sleep(duration(&probe.period, DEFAULT_PERIOD)).await;
                 }
@@ -338,9 +456,12 @@ async fn probe_life<R: Runtime>(
                 // No readiness probe: ready once it has run for the settle time (a restart
                 // starts a new life, and a new settle).
                 let settle = ctx.options.ready_settle;
-                let waited = started.elapsed();
+                let waited = life_start.elapsed();
                 if waited < settle {
-                    let _ = readiness_tx.send((false, format!("running for less than {}s", settle.as_secs())));
+                    let _ = readiness_tx.send((
+                        false,
+                        format!("running for less than {}s", settle.as_secs()),
+                    ));
                     tokio::time::sleep(settle - waited).await;
                 }
                 let _ = readiness_tx.send((true, String::new()));
@@ -387,7 +508,10 @@ async fn publish<R: Runtime>(
         address: address.to_owned(),
         updated_at: now_unix(),
     };
-    if blocking(&ctx.store, move |store| store.put_readiness(&row)).await.is_ok() {
+    if blocking(&ctx.store, move |store| store.put_readiness(&row))
+        .await
+        .is_ok()
+    {
         let flipped = published.as_ref().map(|(was, _, _)| *was) != Some(ready);
         *published = Some(now);
         ctx.router.wake();
@@ -397,17 +521,29 @@ async fn publish<R: Runtime>(
     }
 }
 
-/// The replica's address for `http_get` and `tcp_socket`: its IP on the shared network (else
-/// on its first network); loopback in host networking.
-async fn address_of<R: Runtime>(ctx: &Ctx<R>, container: &Container) -> String {
+/// The replica's address for `http_get` and `tcp_socket` (its IP on the shared network, else
+/// on its first network; loopback in host networking), and how long its current life has
+/// lasted (zero when the engine does not say).
+async fn observe<R: Runtime>(ctx: &Ctx<R>, container: &Container) -> (String, Duration) {
     match ctx.runtime.inspect(&container.id).await {
-        Ok(inspection) => inspection
-            .ip_addresses
-            .get(DEFAULT_NETWORK)
-            .or_else(|| inspection.ip_addresses.values().next())
-            .cloned()
-            .unwrap_or_else(|| "127.0.0.1".to_owned()),
-        Err(_) => String::new(),
+        Ok(inspection) => {
+            let address = inspection
+                .ip_addresses
+                .get(DEFAULT_NETWORK)
+                .or_else(|| inspection.ip_addresses.values().next())
+                .cloned()
+                .unwrap_or_else(|| "127.0.0.1".to_owned());
+            let running_for = chrono::DateTime::parse_from_rfc3339(&inspection.started_at)
+                .ok()
+                .and_then(|started| {
+                    (chrono::Utc::now() - started.with_timezone(&chrono::Utc))
+                        .to_std()
+                        .ok()
+                })
+                .unwrap_or_default();
+            (address, running_for)
+        }
+        Err(_) => (String::new(), Duration::ZERO),
     }
 }
 
@@ -430,16 +566,40 @@ async fn probe_once<R: Runtime>(
 ) -> (bool, String) {
     let timeout = duration(&probe.timeout, DEFAULT_TIMEOUT);
     if let Some(http) = &probe.http_get {
-        let scheme = if http.scheme.is_empty() { "http" } else { http.scheme.as_str() };
+        let scheme = if http.scheme.is_empty() {
+            "http"
+        } else {
+            http.scheme.as_str()
+        };
         let url = format!("{scheme}://{address}:{}{}", http.port, http.path);
         let mut request = client.get(&url).timeout(timeout);
         for (name, value) in &http.http_headers {
             request = request.header(name.as_str(), value.as_str());
         }
         return match request.send().await {
-            Ok(response) if (200..400).contains(&response.status().as_u16()) => (true, format!("HTTP {}", response.status().as_u16())),
-            Ok(response) => (false, format!("GET {} answered HTTP {}", http.path, response.status().as_u16())),
-            Err(error) => (false, format!("GET {} failed: {}", http.path, if error.is_timeout() { "timed out".to_owned() } else { "no answer".to_owned() })),
+            Ok(response) if (200..400).contains(&response.status().as_u16()) => {
+                (true, format!("HTTP {}", response.status().as_u16()))
+            }
+            Ok(response) => (
+                false,
+                format!(
+                    "GET {} answered HTTP {}",
+                    http.path,
+                    response.status().as_u16()
+                ),
+            ),
+            Err(error) => (
+                false,
+                format!(
+                    "GET {} failed: {}",
+                    http.path,
+                    if error.is_timeout() {
+                        "timed out".to_owned()
+                    } else {
+                        "no answer".to_owned()
+                    }
+                ),
+            ),
         };
     }
     if let Some(tcp) = &probe.tcp_socket {
@@ -447,13 +607,28 @@ async fn probe_once<R: Runtime>(
         return match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(&target)).await {
             Ok(Ok(_)) => (true, format!("connected to port {}", tcp.port)),
             Ok(Err(_)) => (false, format!("port {} refused", tcp.port)),
-            Err(_) => (false, format!("port {}: no answer within {}s", tcp.port, timeout.as_secs_f64())),
+            Err(_) => (
+                false,
+                format!(
+                    "port {}: no answer within {}s",
+                    tcp.port,
+                    timeout.as_secs_f64()
+                ),
+            ),
         };
     }
     if let Some(exec) = &probe.exec {
-        return match tokio::time::timeout(timeout.max(Duration::from_secs(1)), ctx.runtime.exec(&container.id, &exec.command)).await {
+        return match tokio::time::timeout(
+            timeout.max(Duration::from_secs(1)),
+            ctx.runtime.exec(&container.id, &exec.command),
+        )
+        .await
+        {
             Ok(Ok(outcome)) if outcome.exit_code == 0 => (true, "exit 0".to_owned()),
-            Ok(Ok(outcome)) => (false, format!("`{}` exited {}", exec.command.join(" "), outcome.exit_code)),
+            Ok(Ok(outcome)) => (
+                false,
+                format!("`{}` exited {}", exec.command.join(" "), outcome.exit_code),
+            ),
             Ok(Err(error)) => (false, format!("exec failed: {error}")),
             Err(_) => (false, "exec timed out".to_owned()),
         };

@@ -21,5 +21,7 @@ pub const CLAIM: &str = "voodu.claim";
 /// The agent's keyed digest of the container's environment: a bucket change makes it
 /// outdated like a spec change does.
 pub const ENV_DIGEST: &str = "voodu.env_digest";
+/// A replica's probes as JSON, as its spec declared them (the agent's, not voodu's).
+pub const PROBES: &str = "voodu.probes";
 /// Which agent (data dir) owns the container.
 pub const AGENT: &str = "voodu.agent";

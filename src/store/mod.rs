@@ -24,7 +24,9 @@ mod secrets;
 mod status;
 
 pub use error::{Error, Result};
-pub use releases::{Pin, RELEASE_HISTORY_LIMIT, RollbackOutcome, UnpinOutcome};
+pub use releases::{
+    AutoRollback, HALT_MARK, Pin, RELEASE_HISTORY_LIMIT, RollbackOutcome, UnpinOutcome,
+};
 pub use runs::{CronState, JobRun, Readiness, RunStatus};
 pub use secrets::{Bucket, Buckets};
 
@@ -80,7 +82,11 @@ pub struct Desired {
     pub spec: Spec,
     pub spec_json: String,
     pub spec_hash: SpecHash,
+    /// Replicas to run: the autoscaler's override while the spec has `autoscale {}` (clamped
+    /// to its min and max), else the manifest's count.
     pub n_replicas: usize,
+    /// The autoscaler's count, when it applies (`n_replicas` is then this value).
+    pub replicas_override: Option<usize>,
     /// Bumped each time the spec JSON changes.
     pub generation: i64,
     /// The commit that last changed this resource.
@@ -122,6 +128,8 @@ pub enum ReleasePhase {
     Succeeded,
     Failed,
     RolledBack,
+    /// A newer commit changed the resource before this rollout finished.
+    Superseded,
 }
 
 impl ReleasePhase {
@@ -131,6 +139,7 @@ impl ReleasePhase {
             ReleasePhase::Succeeded => "succeeded",
             ReleasePhase::Failed => "failed",
             ReleasePhase::RolledBack => "rolled-back",
+            ReleasePhase::Superseded => "superseded",
         }
     }
 
@@ -140,6 +149,7 @@ impl ReleasePhase {
             "succeeded" => ReleasePhase::Succeeded,
             "failed" => ReleasePhase::Failed,
             "rolled-back" => ReleasePhase::RolledBack,
+            "superseded" => ReleasePhase::Superseded,
             other => return Err(Error::Corrupt(format!("release phase {other:?}"))),
         })
     }
@@ -370,6 +380,9 @@ impl Store {
                     None => 1,
                 };
                 put_desired(&tx, key, &resource.spec, &spec_json, generation, sha)?;
+                if !has_autoscale(&resource.spec) {
+                    delete_override(&tx, key)?;
+                }
                 summary.puts.push(key.clone());
             }
             for (key, (_, generation)) in current {
@@ -386,6 +399,7 @@ impl Store {
                     params![key.kind.as_str(), key.scope, key.name],
                 )?;
                 append_journal(&tx, &key, Op::Delete, generation + 1, sha)?;
+                delete_override(&tx, &key)?;
                 summary.deletes.push(key);
             }
             // Asset bytes travel with the commit; bytes no desired asset uses any more go.
@@ -525,8 +539,10 @@ impl Store {
         self.with(|connection| {
             let row = connection
                 .query_row(
-                    "SELECT spec, spec_hash, replicas, generation, commit_sha FROM desired
-                     WHERE kind = ?1 AND scope = ?2 AND name = ?3",
+                    "SELECT d.spec, d.spec_hash, d.replicas, d.generation, d.commit_sha, o.replicas
+                     FROM desired d LEFT JOIN replica_overrides o
+                       ON o.kind = d.kind AND o.scope = d.scope AND o.name = d.name
+                     WHERE d.kind = ?1 AND d.scope = ?2 AND d.name = ?3",
                     params![key.kind.as_str(), key.scope, key.name],
                     |row| {
                         Ok((
@@ -535,24 +551,79 @@ impl Store {
                             row.get::<_, i64>(2)?,
                             row.get::<_, i64>(3)?,
                             row.get::<_, String>(4)?,
+                            row.get::<_, Option<i64>>(5)?,
                         ))
                     },
                 )
                 .optional()?;
-            row.map(|(spec_json, spec_hash, replicas, generation, commit)| {
-                let spec = Spec::from_json(key.kind, &spec_json)
-                    .map_err(|error| Error::Corrupt(format!("{key}: {error}")))?;
-                Ok(Desired {
-                    key: key.clone(),
-                    spec,
-                    spec_json,
-                    spec_hash: SpecHash::new(spec_hash),
-                    n_replicas: usize::try_from(replicas).unwrap_or(1),
-                    generation,
-                    commit: CommitSha::new(commit),
-                })
-            })
+            row.map(
+                |(spec_json, spec_hash, replicas, generation, commit, scaled)| {
+                    let spec = Spec::from_json(key.kind, &spec_json)
+                        .map_err(|error| Error::Corrupt(format!("{key}: {error}")))?;
+                    let replicas_override =
+                        scaled.and_then(|scaled| override_within(&spec, scaled));
+                    Ok(Desired {
+                        key: key.clone(),
+                        n_replicas: replicas_override
+                            .unwrap_or_else(|| usize::try_from(replicas).unwrap_or(1)),
+                        replicas_override,
+                        spec,
+                        spec_json,
+                        spec_hash: SpecHash::new(spec_hash),
+                        generation,
+                        commit: CommitSha::new(commit),
+                    })
+                },
+            )
             .transpose()
+        })
+    }
+
+    /// Records the autoscaler's replica count for `key` (a deployment with `autoscale`).
+    pub fn set_replicas_override(
+        &self,
+        key: &ResourceKey,
+        replicas: usize,
+        reason: &str,
+    ) -> Result<()> {
+        self.with(|connection| {
+            connection.execute(
+                "INSERT INTO replica_overrides (kind, scope, name, replicas, reason, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (kind, scope, name) DO UPDATE SET replicas = excluded.replicas,
+                   reason = excluded.reason, updated_at = excluded.updated_at",
+                params![
+                    key.kind.as_str(),
+                    key.scope,
+                    key.name,
+                    i64::try_from(replicas).unwrap_or(i64::MAX),
+                    reason,
+                    now_unix()
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// The autoscaler's last decision for `key`: replicas, why, and when (Unix seconds).
+    pub fn replicas_override(&self, key: &ResourceKey) -> Result<Option<(usize, String, i64)>> {
+        self.with(|connection| {
+            let row = connection
+                .query_row(
+                    "SELECT replicas, reason, updated_at FROM replica_overrides
+                     WHERE kind = ?1 AND scope = ?2 AND name = ?3",
+                    params![key.kind.as_str(), key.scope, key.name],
+                    |row| {
+                        Ok((
+                            row.get::<_, i64>(0)?,
+                            row.get::<_, String>(1)?,
+                            row.get::<_, i64>(2)?,
+                        ))
+                    },
+                )
+                .optional()?;
+            Ok(row
+                .map(|(replicas, reason, at)| (usize::try_from(replicas).unwrap_or(1), reason, at)))
         })
     }
 
@@ -683,6 +754,31 @@ fn commit_record((seq, sha, outcome, errors, seen_at): CommitRow) -> Result<Comm
 
 /// Writes `spec` as the desired state of `key` at `generation`, attributed to `commit`, and
 /// appends its journal PUT (inside the caller's transaction).
+fn has_autoscale(spec: &Spec) -> bool {
+    matches!(spec, Spec::Deployment(deployment) if deployment.autoscale.is_some())
+}
+
+/// The autoscaler's count as it applies to `spec`: only with `autoscale {}`, within its
+/// bounds (a commit that narrows them narrows the override at once).
+fn override_within(spec: &Spec, replicas: i64) -> Option<usize> {
+    let Spec::Deployment(deployment) = spec else {
+        return None;
+    };
+    let autoscale = deployment.autoscale.as_ref()?;
+    let low = autoscale.min.max(1);
+    let high = autoscale.max.max(low);
+    usize::try_from(replicas.clamp(low, high)).ok()
+}
+
+/// Forgets the autoscaler's count for `key` (its deployment no longer autoscales, or left).
+fn delete_override(tx: &rusqlite::Transaction<'_>, key: &ResourceKey) -> Result<()> {
+    tx.execute(
+        "DELETE FROM replica_overrides WHERE kind = ?1 AND scope = ?2 AND name = ?3",
+        params![key.kind.as_str(), key.scope, key.name],
+    )?;
+    Ok(())
+}
+
 fn put_desired(
     tx: &rusqlite::Transaction<'_>,
     key: &ResourceKey,

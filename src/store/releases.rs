@@ -55,6 +55,26 @@ pub struct RollbackOutcome {
     pub git_differs: bool,
 }
 
+/// What `auto_rollback` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AutoRollback {
+    Done(Box<RollbackOutcome>),
+    /// The release failed and is halted, with nothing to go back to.
+    Halted,
+    /// Desired state no longer is the failed release's (a newer commit came in).
+    Superseded,
+}
+
+/// Who rolls back: the operator (`voodu-agent rollback`) or the agent after a failed rollout.
+#[derive(Debug, Clone, Copy)]
+enum Trigger<'a> {
+    Operator,
+    Automatic {
+        failed: &'a Release,
+        reason: &'a str,
+    },
+}
+
 /// What `unpin` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnpinOutcome {
@@ -220,6 +240,40 @@ fn desired_row(tx: &Transaction<'_>, key: &ResourceKey) -> Result<Option<Desired
         .optional()?)
 }
 
+/// The key of a release's `hooks` record that halts it: a rollout failed after it touched
+/// replicas; the reconciler leaves the resource alone until desired state changes.
+pub const HALT_MARK: &str = "rollout";
+
+/// Ends a progressing release as failed with `reason`, and marks it halted.
+fn halt_release(tx: &Transaction<'_>, id: i64, reason: &str) -> Result<()> {
+    let text: String = tx.query_row(
+        "SELECT hooks FROM releases WHERE id = ?1",
+        params![id],
+        |row| row.get(0),
+    )?;
+    let mut hooks = match serde_json::from_str(&text) {
+        Ok(serde_json::Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
+    };
+    let now = now_unix();
+    hooks.insert(
+        HALT_MARK.to_owned(),
+        serde_json::json!({ "failed": reason, "at": now }),
+    );
+    tx.execute(
+        "UPDATE releases SET hooks = ?2, phase = 'failed', finished_at = ?3,
+           message = CASE WHEN message = '' THEN ?4 ELSE message || '; ' || ?4 END
+         WHERE id = ?1 AND phase = 'progressing'",
+        params![
+            id,
+            serde_json::Value::Object(hooks).to_string(),
+            now,
+            reason
+        ],
+    )?;
+    Ok(())
+}
+
 /// `(git_spec, git_commit)` of the pin of `key`, if pinned.
 fn pinned_git_version(
     tx: &Transaction<'_>,
@@ -315,6 +369,19 @@ impl Store {
             let message = earlier.map_or_else(String::new, |(id, commit)| {
                 format!("same spec as release #{id} (commit {})", short(&commit))
             });
+            // A rollout still in flight is cancelled by this one: it ends as superseded.
+            tx.execute(
+                "UPDATE releases SET phase = 'superseded', finished_at = ?4,
+                   message = CASE WHEN message = '' THEN ?5 ELSE message || '; ' || ?5 END
+                 WHERE kind = ?1 AND scope = ?2 AND name = ?3 AND phase = 'progressing'",
+                params![
+                    desired.key.kind.as_str(),
+                    desired.key.scope,
+                    desired.key.name,
+                    now_unix(),
+                    format!("superseded by commit {}", desired.commit.short())
+                ],
+            )?;
             let release = insert_release(
                 &tx,
                 &desired.key,
@@ -329,9 +396,6 @@ impl Store {
         })
     }
 
-    /// Ends a progressing release with its final phase. `message` is appended to what the
-    /// release already says. A release that is no longer progressing (an operator rolled
-    /// back meanwhile) is left as it is.
     /// The recorded outcomes of a release's hooks, by stage (`pre_command`, `command`,
     /// `post_command`).
     pub fn release_hooks(&self, id: i64) -> Result<serde_json::Map<String, serde_json::Value>> {
@@ -367,6 +431,9 @@ impl Store {
         })
     }
 
+    /// Ends a progressing release with its final phase. `message` is appended to what the
+    /// release already says. A release that is no longer progressing (an operator rolled
+    /// back meanwhile) is left as it is.
     pub fn finish_release(&self, id: i64, phase: ReleasePhase, message: &str) -> Result<()> {
         self.with(|connection| {
             connection.execute(
@@ -450,6 +517,32 @@ impl Store {
     /// what an operator means by "go back". Failed and progressing releases never ran to
     /// completion and are refused.
     pub fn rollback(&self, key: &ResourceKey, to: Option<&str>) -> Result<RollbackOutcome> {
+        match self.roll_back(key, to, Trigger::Operator)? {
+            AutoRollback::Done(outcome) => Ok(*outcome),
+            AutoRollback::Halted | AutoRollback::Superseded => Err(Error::Rollback {
+                key: key.clone(),
+                message: "nothing to roll back to".to_owned(),
+            }),
+        }
+    }
+
+    /// The automatic rollback of a rollout that failed (`failed`, still the desired spec), in
+    /// one transaction: `failed` ends as failed with `reason` and a halt mark (its commit is
+    /// not retried for this resource until git changes the resource again), then, as
+    /// `rollback` without `--to`, the newest release that ran with another spec is re-applied
+    /// and pinned. `Halted` when there is nothing to go back to (no earlier release ran, or
+    /// `failed` was itself a rollback); `Superseded`, with nothing changed, when desired state
+    /// moved on meanwhile.
+    pub fn auto_rollback(&self, failed: &Release, reason: &str) -> Result<AutoRollback> {
+        self.roll_back(&failed.key, None, Trigger::Automatic { failed, reason })
+    }
+
+    fn roll_back(
+        &self,
+        key: &ResourceKey,
+        to: Option<&str>,
+        trigger: Trigger<'_>,
+    ) -> Result<AutoRollback> {
         let refuse = |message: String| Error::Rollback {
             key: key.clone(),
             message,
@@ -461,6 +554,23 @@ impl Store {
                 return Err(refuse("no releases are recorded for it".to_owned()));
             };
             let current = desired_row(&tx, key)?;
+            if let Trigger::Automatic { failed, .. } = trigger {
+                let still_desired = current
+                    .as_ref()
+                    .is_some_and(|row| row.spec_hash == failed.spec_hash.as_str());
+                if !still_desired || latest.id != failed.id {
+                    return Ok((AutoRollback::Superseded, None));
+                }
+            }
+            if let Trigger::Automatic { failed, reason } = trigger {
+                // The failure and the halt mark go with the rollback, or alone when there is
+                // nothing to go back to: either way the commit is not retried on its own.
+                halt_release(&tx, failed.id, reason)?;
+                if failed.rolled_back_from.is_some() {
+                    tx.commit()?;
+                    return Ok((AutoRollback::Halted, None));
+                }
+            }
             let ran = |release: &Release| {
                 matches!(
                     release.phase,
@@ -513,6 +623,10 @@ impl Store {
                         })
                     {
                         Some(release) => release.clone(),
+                        None if matches!(trigger, Trigger::Automatic { .. }) => {
+                            tx.commit()?;
+                            return Ok((AutoRollback::Halted, None));
+                        }
                         None => {
                             return Err(refuse(
                                 "no earlier release that ran has a different spec; pass --to SHA"
@@ -532,7 +646,8 @@ impl Store {
                 ),
             };
             let now = now_unix();
-            if latest.id != target.id
+            if matches!(trigger, Trigger::Operator)
+                && latest.id != target.id
                 && matches!(
                     latest.phase,
                     ReleasePhase::Progressing | ReleasePhase::Succeeded
@@ -546,11 +661,21 @@ impl Store {
                     params![latest.id, now, note],
                 )?;
             }
-            let message = format!(
-                "rollback to release #{} (commit {}); auto-sync paused until git changes it or `voodu-agent unpin`",
-                target.id,
-                target.commit.short()
-            );
+            let message = match trigger {
+                Trigger::Operator => format!(
+                    "rollback to release #{} (commit {}); auto-sync paused until git changes it or `voodu-agent unpin`",
+                    target.id,
+                    target.commit.short()
+                ),
+                Trigger::Automatic { failed, reason } => format!(
+                    "automatic rollback to release #{} (commit {}): release #{} (commit {}) failed: {reason}; commit {} stays paused for this resource until git changes it or `voodu-agent unpin`",
+                    target.id,
+                    target.commit.short(),
+                    failed.id,
+                    failed.commit.short(),
+                    failed.commit.short()
+                ),
+            };
             let release = insert_release(
                 &tx,
                 key,
@@ -585,15 +710,17 @@ impl Store {
             tx.commit()?;
             let git_differs = git_spec.as_deref() != Some(target.snapshot.as_str());
             Ok((
-                RollbackOutcome {
+                AutoRollback::Done(Box::new(RollbackOutcome {
                     release,
                     target,
                     git_differs,
-                },
-                head,
+                    })),
+                Some(head),
             ))
         })?;
-        self.journal_head.send_replace(head);
+        if let Some(head) = head {
+            self.journal_head.send_replace(head);
+        }
         Ok(outcome)
     }
 

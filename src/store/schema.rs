@@ -154,4 +154,18 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX readiness_by_key ON readiness (kind, scope, name);
     "#,
+    // 5: the autoscaler's replica count, kept beside desired state, never in git.
+    r#"
+    -- A replica count the autoscaler chose for a deployment with `autoscale {}`; it wins over
+    -- the manifest's while the deployment keeps `autoscale`, clamped to its min and max.
+    CREATE TABLE replica_overrides (
+        kind        TEXT NOT NULL,
+        scope       TEXT NOT NULL,
+        name        TEXT NOT NULL,
+        replicas    INTEGER NOT NULL,
+        reason      TEXT NOT NULL DEFAULT '',
+        updated_at  INTEGER NOT NULL,
+        PRIMARY KEY (kind, scope, name)
+    );
+    "#,
 ];

@@ -7,6 +7,7 @@ mod contract;
 mod corpus;
 mod e2e_docker;
 mod git;
+mod health;
 mod http;
 mod reconcile;
 mod tidy;

@@ -7,169 +7,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
-use voodu_agent::manifest;
-use voodu_agent::model::{CommitSha, Kind, ResourceKey, Snapshot, SourceFile};
-use voodu_agent::reconcile::{self, Ctx, ReconcileOptions};
+use voodu_agent::model::{Kind, ResourceKey};
+use voodu_agent::reconcile::{self, ReconcileOptions};
 use voodu_agent::runtime::fake::Fault;
-use voodu_agent::runtime::{Container, ContainerState, Error as RuntimeError, FakeRuntime, labels};
+use voodu_agent::runtime::{Container, Error as RuntimeError, FakeRuntime, labels};
 use voodu_agent::store::{ReleasePhase, Store};
 
-use crate::support::{TempRepo, TestResult};
-
-/// A store in a temp dir, a fake runtime, and a reconciler task that can be restarted.
-struct Harness {
-    _dir: tempfile::TempDir,
-    store: Arc<Store>,
-    fake: Arc<FakeRuntime>,
-    shutdown: CancellationToken,
-    task: Option<tokio::task::JoinHandle<reconcile::Result<()>>>,
-    commits: usize,
-}
-
-impl Harness {
-    fn new() -> TestResult<Harness> {
-        let dir = tempfile::tempdir()?;
-        let store = Arc::new(Store::open(&dir.path().join("state.db"))?);
-        Ok(Harness {
-            _dir: dir,
-            store,
-            fake: Arc::new(FakeRuntime::new()),
-            shutdown: CancellationToken::new(),
-            task: None,
-            commits: 0,
-        })
-    }
-
-    fn start(&mut self) -> TestResult {
-        self.shutdown = CancellationToken::new();
-        let ctx = Arc::new(Ctx {
-            store: self.store.clone(),
-            runtime: self.fake.clone(),
-            agent_id: self.store.agent_id()?,
-            assets_root: self._dir.path().join("assets"),
-            options: ReconcileOptions::default(),
-            metrics: Arc::new(voodu_agent::metrics::Metrics::new()),
-            notifier: voodu_agent::reconcile::notify::Notifier::new(
-                self._dir.path().join("assets"),
-                self.shutdown.clone(),
-            )
-            .0,
-            requeue: voodu_agent::reconcile::wake::Requeue::default(),
-            router: voodu_agent::reconcile::wake::RouterWake::default(),
-            shutdown: self.shutdown.clone(),
-        });
-        self.task = Some(tokio::spawn(reconcile::run(ctx, self.shutdown.clone())));
-        Ok(())
-    }
-
-    async fn stop(&mut self) -> TestResult {
-        self.shutdown.cancel();
-        if let Some(task) = self.task.take() {
-            task.await??;
-        }
-        Ok(())
-    }
-
-    /// Applies a commit made of these files, as the sync stage would.
-    fn push(&mut self, files: &[(&str, &str)]) -> TestResult<CommitSha> {
-        self.commits += 1;
-        let commit = CommitSha::new(format!("{:040x}", self.commits));
-        let snapshot = Snapshot {
-            commit: commit.clone(),
-            files: files
-                .iter()
-                .map(|(path, text)| SourceFile {
-                    path: (*path).to_owned(),
-                    contents: text.as_bytes().to_vec(),
-                })
-                .collect(),
-            refused: Vec::new(),
-        };
-        let manifest = manifest::load(&snapshot, &manifest::LoadOptions::standalone())?;
-        self.store.apply_commit(&commit, &manifest)?;
-        Ok(commit)
-    }
-
-    async fn containers(&self, key: &ResourceKey) -> TestResult<Vec<Container>> {
-        use voodu_agent::runtime::Runtime;
-        Ok(self
-            .fake
-            .list(&[
-                (labels::SCOPE, key.scope.as_str()),
-                (labels::NAME, key.name.as_str()),
-            ])
-            .await?)
-    }
-
-    /// Waits (real-time bound: paused virtual time runs ahead while blocking store calls run)
-    /// until `key` has exactly `n` running containers with the desired hash and status Ready.
-    async fn converged(&self, key: &ResourceKey, n: usize) -> TestResult<Vec<Container>> {
-        let start = Instant::now();
-        loop {
-            let desired = self.store.desired(key)?;
-            let containers = self.containers(key).await?;
-            let ready = self
-                .store
-                .status(key)?
-                .is_some_and(|status| status.phase == "Ready");
-            if let Some(desired) = desired {
-                let all_current = containers.iter().all(|container| {
-                    container.state == ContainerState::Running
-                        && container.label(labels::MANIFEST_HASH)
-                            == Some(desired.spec_hash.as_str())
-                });
-                if ready && all_current && containers.len() == n {
-                    return Ok(containers);
-                }
-            } else if n == 0 && containers.is_empty() && self.store.status(key)?.is_none() {
-                return Ok(containers);
-            }
-            if start.elapsed() > Duration::from_secs(20) {
-                return Err(format!(
-                    "{key} did not converge on {n} replicas: {containers:?}, status {:?}",
-                    self.store.status(key)?
-                )
-                .into());
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    /// Waits until the status of `key` satisfies `check`.
-    async fn status_where(
-        &self,
-        key: &ResourceKey,
-        check: impl Fn(&voodu_agent::store::ResourceStatus) -> bool,
-    ) -> TestResult<voodu_agent::store::ResourceStatus> {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.store.status(key)?
-                && check(&status)
-            {
-                return Ok(status);
-            }
-            if start.elapsed() > Duration::from_secs(20) {
-                return Err(format!(
-                    "status of {key} never matched: {:?}",
-                    self.store.status(key)?
-                )
-                .into());
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    /// `create`/`remove` calls (names resolved) made since call number `from`.
-    fn churn_since(&self, from: usize) -> Vec<String> {
-        self.fake
-            .calls()
-            .into_iter()
-            .skip(from)
-            .filter(|call| call.starts_with("create ") || call.starts_with("remove "))
-            .map(|call| call.split(' ').next().unwrap_or_default().to_owned())
-            .collect()
-    }
-}
+use crate::support::{Harness, TempRepo, TestResult};
 
 fn web(replicas: u32, env: &str) -> String {
     format!(
@@ -243,10 +87,10 @@ async fn a_spec_change_replaces_every_replica_one_slot_at_a_time() -> TestResult
 }
 
 #[tokio::test(start_paused = true)]
-async fn missing_replicas_are_created_together_and_checked_after_one_settle() -> TestResult {
+async fn missing_replicas_are_created_together_and_ready_after_one_settle() -> TestResult {
     let mut harness = Harness::new()?;
     harness.start()?;
-    let settle = ReconcileOptions::default().start_settle;
+    let settle = ReconcileOptions::default().ready_settle;
     let virtual_start = tokio::time::Instant::now();
     harness.push(&[("web.hcl", &web(6, "1"))])?;
     harness.converged(&web_key(), 6).await?;
@@ -352,16 +196,7 @@ async fn each_retry_rereads_desired_so_a_delete_wins() -> TestResult {
 
 #[tokio::test(start_paused = true)]
 async fn a_permanent_error_is_recorded_and_not_retried() -> TestResult {
-    let dir = tempfile::tempdir()?;
-    let store = Arc::new(Store::open(&dir.path().join("state.db"))?);
-    let mut harness = Harness {
-        _dir: dir,
-        store,
-        fake: Arc::new(FakeRuntime::with_images(&["busybox"])),
-        shutdown: CancellationToken::new(),
-        task: None,
-        commits: 0,
-    };
+    let mut harness = Harness::with_fake(FakeRuntime::with_images(&["busybox"]))?;
     harness.start()?;
     harness.push(&[(
         "web.hcl",
@@ -586,18 +421,9 @@ async fn agent_applies_commits_and_keeps_the_last_good_one_on_bad_input() -> Tes
 /// successful one.
 #[tokio::test(start_paused = true)]
 async fn declaring_a_registry_retries_a_failed_private_pull() -> TestResult {
-    let dir = tempfile::tempdir()?;
-    let store = Arc::new(Store::open(&dir.path().join("state.db"))?);
-    let fake = Arc::new(FakeRuntime::with_images(&["busybox"]));
+    let fake = FakeRuntime::with_images(&["busybox"]);
     fake.publish("ghcr.io/acme/api:1", "deploy-bot");
-    let mut harness = Harness {
-        _dir: dir,
-        store,
-        fake,
-        shutdown: CancellationToken::new(),
-        task: None,
-        commits: 0,
-    };
+    let mut harness = Harness::with_fake(fake)?;
     harness.start()?;
     let app = "deployment \"shop\" \"web\" {\n  image = \"ghcr.io/acme/api:1\"\n  command = [\"sleep\", \"3600\"]\n}\n";
     harness.push(&[("web.hcl", app)])?;

@@ -5,7 +5,8 @@
 //!
 //! Invariant: pure. Every container gets `createdby`, `voodu.kind`, `voodu.scope`, `voodu.name`,
 //! `voodu.replica_id`, `voodu.role`, `voodu.created_at`, this agent's `voodu.agent` and the
-//! `voodu.env_digest` of the environment it was given.
+//! `voodu.env_digest` of the environment it was given; replicas with probes carry them in
+//! `voodu.probes`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -54,6 +55,9 @@ pub(crate) struct Launch {
     pub(crate) image: Option<String>,
     pub(crate) command: Option<Vec<String>>,
     pub(crate) tty: bool,
+    /// The replica's probes, kept on the container (`voodu.probes`) so a replica is always
+    /// probed as its own spec says, not as a newer commit's.
+    pub(crate) probes: Option<crate::manifest::spec::Probes>,
 }
 
 /// Why a spec cannot become a container (the manifest stage checks all of these; a stored
@@ -143,6 +147,10 @@ pub(crate) fn build(
     }
     if let Some(ordinal) = identity.ordinal {
         container_labels.insert(labels::REPLICA_ORDINAL.to_owned(), ordinal.to_string());
+    }
+    if let Some(probes) = &launch.probes {
+        let json = serde_json::to_string(probes).map_err(|error| format!("probes: {error}"))?;
+        container_labels.insert(labels::PROBES.to_owned(), json);
     }
     let image = launch
         .image

@@ -1,35 +1,47 @@
 //! Deployment handler: converge `<scope>-<name>.<rid>` containers on the desired replica
-//! count, spec hash and environment, by executing `plan::plan_replicas` steps through the
-//! runtime. A replica is current when both its spec hash and its environment digest match,
-//! so a config bucket change rolls the replicas the way a spec change does.
+//! count (the autoscaler's, while `autoscale {}` is set), spec hash and environment, by
+//! executing the health-gated steps of `plan::plan_replicas` through the runtime. A replica is
+//! current when both its spec hash and its environment digest match, so a config bucket
+//! change rolls the replicas the way a spec change does.
 //!
-//! Invariants: replacements go one slot at a time: a replacement removes one outdated
-//! replica, then creates and starts its successor and checks it runs before the next step;
-//! missing replicas (first deploy, scale-up) are created and started together, as voodu does
-//! (no pause between them), at most `create_concurrency` at once, then checked after one
-//! settle time; every replica runs its init containers first; a rollout (a spec hash the
-//! latest release does not have) opens a release keyed to the desired commit, runs its
-//! `release` hooks once, and closes as succeeded once converged or failed on a permanent
-//! error, firing `on_deploy`; a release whose hooks failed is not retried until a newer commit.
+//! Each pass is level-triggered: observe (replicas, their readiness), decide (`plan` then
+//! `gate`), act, observe again, record. A rollout therefore spans passes: a pass replaces one
+//! slot and returns; the new replica's readiness (published by the probes) queues the next
+//! pass, which replaces the next slot. A newer commit simply makes the next pass work towards
+//! the newer spec (its release supersedes the one in flight).
+//!
+//! Invariants: replacements go one slot at a time and only once every current replica is
+//! ready (`gate`); missing replicas (first deploy, scale-up) are created and started together,
+//! at most `create_concurrency` at once; every replica runs its init containers first; a
+//! rollout (a spec hash the latest release does not have) opens a release keyed to the desired
+//! commit, runs its `release` hooks once before touching replicas, and ends succeeded once
+//! converged with every replica ready, or failed on its deadline, a crash-looping new replica
+//! or a permanent error, and is then rolled back automatically (`rollout`); a crashed replica
+//! is started again with a back-off (`gate::CrashLoops`), and status says so.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use futures_util::StreamExt as _;
+use serde_json::json;
 
 use super::container::{Identity, Launch, aliases};
 use super::hooks;
 use super::launch::{
     EnvSource, build_spec, identity_vars, images_of, ready_to_create, run_init_chain, start_error,
 };
+use super::rollout::{self, Report};
 use crate::manifest::spec::{DeploymentSpec, Spec};
 use crate::model::{Kind, ResourceKey, random_hex};
-use crate::reconcile::notify::Outcome;
+use crate::reconcile::gate::{self, NewReplica, ReplicaReadiness, Waiting};
 use crate::reconcile::plan::{Step, Target, plan_replicas};
 use crate::reconcile::{Ctx, Error, Result, blocking};
 use crate::runtime::{Container, ContainerState, Runtime, labels};
 use crate::store::{Desired, Release, ReleasePhase, ResourceStatus, now_unix};
 
-use super::container::rfc3339_seconds;
+/// While a rollout waits, the pass after this long re-checks its deadline even if no replica
+/// changed (readiness changes and container events queue passes sooner).
+const RECHECK: Duration = Duration::from_secs(5);
 
 /// Labels that select this agent's replicas of one resource (not its init or release
 /// containers, which carry the same kind, scope and name).
@@ -54,6 +66,13 @@ struct Work<'a> {
     launch: Launch,
 }
 
+/// The replicas as one observation sees them.
+struct Observed {
+    actual: Vec<Container>,
+    readiness: BTreeMap<String, ReplicaReadiness>,
+    waiting: Vec<Waiting>,
+}
+
 pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
     let desired = {
         let key = key.clone();
@@ -70,52 +89,99 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
     };
     let env_source = EnvSource::load(ctx, &key.scope).await?;
     let (env, env_digest) = env_source.env(ctx, key, &spec.container, identity_vars(key))?;
-    let actual = list_replicas(ctx, key).await?;
     let target = Target {
         spec_hash: &desired.spec_hash,
         n_replicas: desired.n_replicas,
         env_digest: Some(&env_digest),
     };
-    let steps = plan_replicas(Some(&target), &actual);
-    let release = current_release(ctx, &desired).await?;
-    let mut status = ResourceStatus {
-        phase: "Progressing".to_owned(),
-        message: String::new(),
-        desired_replicas: desired.n_replicas,
-        running_replicas: count_running(&actual, &target),
-        spec_hash: desired.spec_hash.to_string(),
-        release_id: Some(release.id),
-        updated_at: now_unix(),
-        detail: serde_json::Value::Null,
+    let report = Report {
+        key,
+        on_deploy: spec.on_deploy.as_ref(),
+        image: spec.container.effective_image(key),
     };
-    let rollout = steps
+    let mut release = rollout::current_release(ctx, &desired).await?;
+    let observed = observe(ctx, key, &target).await?;
+    let steps = plan_replicas(Some(&target), &observed.actual);
+    let touches_replicas = steps
         .iter()
         .any(|step| matches!(step, Step::Create | Step::Replace { .. }));
-    let mut release = release;
+    let mut status = ResourceStatus {
+        phase: "Progressing".to_owned(),
+        desired_replicas: desired.n_replicas,
+        spec_hash: desired.spec_hash.to_string(),
+        release_id: Some(release.id),
+        ..ResourceStatus::new("Progressing", "")
+    };
     if release.phase == ReleasePhase::Failed {
-        let release_id = release.id;
-        let hooks = blocking(&ctx.store, move |store| store.release_hooks(release_id)).await?;
-        if hooks::failed_before_rollout(&hooks) {
-            // Its hooks failed: the old replicas keep running until a newer commit.
+        if rollout::halted(ctx, &release).await? {
+            // Halted until desired state changes: the replicas stay as they are.
             status.phase = "Failed".to_owned();
-            status.message = release.message.clone();
-            let key = key.clone();
-            return blocking(&ctx.store, move |store| store.put_status(&key, &status)).await;
+            status.message.clone_from(&release.message);
+            return record(ctx, key, status, &observed, &desired).await;
         }
-        if rollout {
-            // Another attempt at a rollout that failed (a registry appeared, the agent
-            // restarted): a release of its own, so history shows both.
+        if touches_replicas {
+            // Another attempt at a rollout that failed before touching replicas (a registry
+            // appeared, the agent restarted): a release of its own, so history shows both.
             let retry = desired.clone();
             release = blocking(&ctx.store, move |store| store.begin_release(&retry)).await?;
             status.release_id = Some(release.id);
         }
     }
+    let progressing = release.phase == ReleasePhase::Progressing;
+
+    // Before the first replica of a rollout is touched: the image, then the release hooks.
+    if progressing && touches_replicas {
+        let prepared = async {
+            let images = images_of(key, &spec.container, &spec.inits, &ctx.assets_root);
+            ready_to_create(ctx, key, &spec.container, &images).await?;
+            let hook_env = env_source.env(ctx, key, &spec.container, Vec::new())?.0;
+            hooks::before_rollout(ctx, key, spec, release.id, &hook_env).await
+        }
+        .await;
+        if let Err(error) = prepared {
+            status.message = error.to_string();
+            if error.is_transient() {
+                record(ctx, key, status, &observed, &desired).await?;
+                return Err(error);
+            }
+            status.phase = "Failed".to_owned();
+            rollout::fail_before_rollout(ctx, &release, &error.to_string(), &report).await?;
+            return record(ctx, key, status, &observed, &desired).await;
+        }
+    }
+
+    // A rollout that ran out of time, or whose new replica keeps crashing, is rolled back.
+    let new_replicas = inspect_waiting(ctx, &observed).await;
+    if progressing {
+        let elapsed = ctx.memory.rollouts.elapsed(
+            release.id,
+            release.started_at,
+            now_unix(),
+            tokio::time::Instant::now(),
+        );
+        if let Some(reason) = gate::rollout_failure(
+            elapsed,
+            ctx.options.rollout_deadline,
+            steps.is_empty(),
+            &observed.waiting,
+            &new_replicas,
+        ) {
+            return fail_rollout(
+                ctx, key, &release, &reason, &report, status, &observed, &desired,
+            )
+            .await;
+        }
+    }
+
+    // Act on what the health gate lets through.
+    let now_steps = gate::gate(steps, &observed.waiting, &observed.readiness);
     let launch = Launch {
         env,
         env_digest: env_digest.clone(),
         ports: spec.ports.clone(),
         restart: spec.effective_restart().to_owned(),
         default_ulimits: ctx.options.default_ulimits.clone(),
+        probes: spec.probes.clone(),
         ..Launch::default()
     };
     let work = Work {
@@ -124,99 +190,216 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         release: &release,
         launch,
     };
-    let result = async {
-        if !rollout && steps.is_empty() {
-            return Ok(());
-        }
-        if rollout {
-            let images = images_of(key, &spec.container, &spec.inits, &ctx.assets_root);
-            ready_to_create(ctx, key, &spec.container, &images).await?;
-            if release.phase == ReleasePhase::Progressing {
-                let hook_env = env_source.env(ctx, key, &spec.container, Vec::new())?.0;
-                hooks::before_rollout(ctx, key, spec, release.id, &hook_env).await?;
-            }
-        }
-        let taken: BTreeSet<String> = actual
-            .iter()
-            .map(|container| container.name.clone())
-            .collect();
-        execute(ctx, &work, &steps, taken, &target, &mut status).await
-    }
-    .await;
-    let actual = list_replicas(ctx, key).await?;
-    status.running_replicas = count_running(&actual, &target);
-    status.updated_at = now_unix();
-    let converged = plan_replicas(Some(&target), &actual).is_empty();
+    let taken: BTreeSet<String> = observed
+        .actual
+        .iter()
+        .map(|container| container.name.clone())
+        .collect();
+    let mut backing_off = Vec::new();
+    let result = execute(ctx, &work, &now_steps, taken, &mut backing_off).await;
+    let observed = observe(ctx, key, &target).await?;
     ctx.router.wake();
-    let release_end = match &result {
-        Ok(()) if converged => {
-            status.phase = "Ready".to_owned();
-            status.message.clear();
-            (release.phase == ReleasePhase::Progressing)
-                .then_some((ReleasePhase::Succeeded, String::new()))
+    if let Err(error) = result {
+        status.message = error.to_string();
+        if !error.is_transient() && progressing {
+            let reason = error.to_string();
+            return fail_rollout(
+                ctx, key, &release, &reason, &report, status, &observed, &desired,
+            )
+            .await;
         }
-        Ok(()) => {
-            status.phase = "Degraded".to_owned();
-            status.message = "replicas changed while reconciling; another pass follows".to_owned();
-            None
+        status.phase = if error.is_transient() {
+            "Progressing"
+        } else {
+            "Failed"
         }
-        Err(error) => {
-            status.phase = if error.is_transient() {
-                "Progressing"
-            } else {
-                "Failed"
-            }
-            .to_owned();
-            status.message = error.to_string();
-            (!error.is_transient() && release.phase == ReleasePhase::Progressing)
-                .then(|| (ReleasePhase::Failed, error.to_string()))
-        }
-    };
-    let finished = release_end.clone();
-    {
-        let key = key.clone();
-        let release_id = release.id;
-        blocking(&ctx.store, move |store| {
-            if let Some((phase, message)) = release_end {
-                store.finish_release(release_id, phase, &message)?;
-            }
-            store.put_status(&key, &status)
-        })
-        .await?;
+        .to_owned();
+        record(ctx, key, status, &observed, &desired).await?;
+        return Err(error);
     }
-    if let Some((phase, message)) = finished {
-        if phase == ReleasePhase::Succeeded {
+    let converged = plan_replicas(Some(&target), &observed.actual).is_empty();
+    if converged && observed.waiting.is_empty() {
+        status.phase = "Ready".to_owned();
+        if progressing {
             let hook_env = env_source.env(ctx, key, &spec.container, Vec::new())?.0;
             hooks::after_rollout(ctx, key, spec, release.id, &hook_env).await?;
+            rollout::succeed(ctx, &release, &report).await?;
         }
-        let targets = spec.on_deploy.as_ref().map_or_else(Vec::new, |on_deploy| {
-            if phase == ReleasePhase::Succeeded {
-                on_deploy.success.clone()
-            } else {
-                on_deploy.failure.clone()
-            }
+        return record(ctx, key, status, &observed, &desired).await;
+    }
+    // Not there yet: say what is awaited, and come back.
+    status.phase = if progressing {
+        "Progressing"
+    } else {
+        "Degraded"
+    }
+    .to_owned();
+    status.message = describe_wait(&observed, &new_replicas, &backing_off, progressing);
+    let recheck = backing_off
+        .iter()
+        .map(|(_, _, wait)| *wait)
+        .chain(progressing.then_some(RECHECK))
+        .min();
+    if let Some(delay) = recheck {
+        ctx.requeue.after(key.clone(), delay);
+    }
+    record(ctx, key, status, &observed, &desired).await
+}
+
+/// Fails the rollout (and rolls back), then records the status that says so.
+#[allow(clippy::too_many_arguments)]
+async fn fail_rollout<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    release: &Release,
+    reason: &str,
+    report: &Report<'_>,
+    mut status: ResourceStatus,
+    observed: &Observed,
+    desired: &Desired,
+) -> Result<()> {
+    if let Some(message) = rollout::fail(ctx, release, reason, report).await? {
+        status.phase = "Failed".to_owned();
+        status.message = message;
+        record(ctx, key, status, observed, desired).await?;
+    }
+    // Rolled back: the rollback's journal row queues the next pass. Superseded: so did the
+    // newer commit's.
+    Ok(())
+}
+
+/// Lists the replicas and their published readiness.
+async fn observe<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    target: &Target<'_>,
+) -> Result<Observed> {
+    let actual = list_replicas(ctx, key).await?;
+    let rows = {
+        let key = key.clone();
+        blocking(&ctx.store, move |store| store.readiness(&key)).await?
+    };
+    let readiness: BTreeMap<String, ReplicaReadiness> = rows
+        .into_iter()
+        .map(|row| {
+            (
+                row.container,
+                ReplicaReadiness {
+                    ready: row.ready,
+                    reason: row.reason,
+                },
+            )
+        })
+        .collect();
+    let waiting = gate::waiting(&actual, target, &readiness);
+    Ok(Observed {
+        actual,
+        readiness,
+        waiting,
+    })
+}
+
+/// Restart counts of the replicas still waiting (the engine's, or the agent's own starts).
+async fn inspect_waiting<R: Runtime>(ctx: &Ctx<R>, observed: &Observed) -> Vec<NewReplica> {
+    let now = tokio::time::Instant::now();
+    let mut replicas = Vec::with_capacity(observed.waiting.len());
+    for waiting in &observed.waiting {
+        let Some(container) = observed
+            .actual
+            .iter()
+            .find(|container| container.name == waiting.name)
+        else {
+            continue;
+        };
+        let (engine_restarts, last_exit_code) = match ctx.runtime.inspect(&container.id).await {
+            Ok(inspection) => (
+                u32::try_from(inspection.restart_count).unwrap_or(0),
+                inspection.exit_code.filter(|_| !inspection.running),
+            ),
+            Err(_) => (0, None),
+        };
+        replicas.push(NewReplica {
+            name: waiting.name.clone(),
+            restarts: engine_restarts.max(ctx.memory.crash_loops.restarts(&waiting.name, now)),
+            last_exit_code,
         });
-        ctx.notifier.notify(
-            Outcome {
-                key: key.clone(),
-                success: phase == ReleasePhase::Succeeded,
-                release_id: release.id.to_string(),
-                image: spec.container.effective_image(key),
-                started_at: rfc3339_seconds(release.started_at),
-                completed_at: rfc3339_seconds(now_unix()),
-                error: message,
-            },
-            targets,
+    }
+    replicas
+}
+
+/// The status message of a pass that is not done: the first replica awaited and why.
+fn describe_wait(
+    observed: &Observed,
+    new_replicas: &[NewReplica],
+    backing_off: &[(String, u32, Duration)],
+    progressing: bool,
+) -> String {
+    if let Some((name, restarts, wait)) = backing_off.first() {
+        return format!(
+            "replica {name} is crash-looping (started again {restarts} times); next start in {}",
+            gate::human(*wait)
         );
     }
-    if converged && result.is_ok() {
-        Ok(())
-    } else {
-        result.and(Err(Error::Transient {
-            key: key.clone(),
-            message: "not converged yet".to_owned(),
-        }))
+    if let Some(crashing) = new_replicas.iter().find(|replica| replica.restarts > 0) {
+        return format!(
+            "replica {} is restarting (restarted {} times)",
+            crashing.name, crashing.restarts
+        );
     }
+    match observed.waiting.first() {
+        Some(first) if progressing => format!(
+            "rolling out: waiting for {} to be ready ({})",
+            first.name, first.reason
+        ),
+        Some(first) => format!("replica {} is not ready: {}", first.name, first.reason),
+        None if progressing => "rolling out: replacing the next replica".to_owned(),
+        None => "repairing replicas".to_owned(),
+    }
+}
+
+/// Writes the status with the replica counts and readiness of `observed`.
+async fn record<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    mut status: ResourceStatus,
+    observed: &Observed,
+    desired: &Desired,
+) -> Result<()> {
+    let current = |container: &&Container| {
+        container.label(labels::MANIFEST_HASH) == Some(desired.spec_hash.as_str())
+    };
+    status.running_replicas = observed
+        .actual
+        .iter()
+        .filter(current)
+        .filter(|container| container.state == ContainerState::Running)
+        .count();
+    let replicas: Vec<serde_json::Value> = observed
+        .actual
+        .iter()
+        .map(|container| {
+            let readiness = observed.readiness.get(&container.name);
+            json!({
+                "name": container.name,
+                "current": current(&container),
+                "state": format!("{:?}", container.state).to_lowercase(),
+                "ready": container.state == ContainerState::Running && readiness.is_some_and(|row| row.ready),
+                "reason": readiness.map_or("", |row| row.reason.as_str()),
+            })
+        })
+        .collect();
+    let ready = replicas
+        .iter()
+        .filter(|replica| replica["ready"] == true)
+        .count();
+    let mut detail = json!({ "ready_replicas": ready, "replicas": replicas });
+    if let Some(replicas) = desired.replicas_override {
+        detail["autoscaled_replicas"] = json!(replicas);
+    }
+    status.detail = detail;
+    status.updated_at = now_unix();
+    let key = key.clone();
+    blocking(&ctx.store, move |store| store.put_status(&key, &status)).await
 }
 
 /// The resource left the repo: every container of it goes (replicas, init and release
@@ -276,36 +459,14 @@ async fn list_replicas<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Ve
         })
 }
 
-/// The release this reconcile works under: the latest one when it has the desired spec hash,
-/// else a new progressing release keyed to the desired commit.
-async fn current_release<R: Runtime>(ctx: &Ctx<R>, desired: &Desired) -> Result<Release> {
-    let desired = desired.clone();
-    blocking(&ctx.store, move |store| {
-        match store.latest_release(&desired.key)? {
-            Some(latest) if latest.spec_hash == desired.spec_hash => Ok(latest),
-            _ => {
-                let release = store.begin_release(&desired)?;
-                tracing::info!(
-                    key = %desired.key,
-                    commit = desired.commit.short(),
-                    spec_hash = desired.spec_hash.short(),
-                    release = release.id,
-                    "rollout started"
-                );
-                Ok(release)
-            }
-        }
-    })
-    .await
-}
-
+/// Runs the gated steps. Crashed replicas whose back-off is still running are skipped and
+/// listed in `backing_off` as (name, starts so far, wait).
 async fn execute<R: Runtime>(
     ctx: &Ctx<R>,
     work: &Work<'_>,
     steps: &[Step],
     mut taken: BTreeSet<String>,
-    target: &Target<'_>,
-    status: &mut ResourceStatus,
+    backing_off: &mut Vec<(String, u32, Duration)>,
 ) -> Result<()> {
     let key = &work.desired.key;
     let runtime_error = |source| Error::Runtime {
@@ -317,19 +478,31 @@ async fn execute<R: Runtime>(
         .filter(|step| matches!(step, Step::Create))
         .count();
     let mut creates_done = false;
-    for (index, step) in steps.iter().enumerate() {
+    for step in steps {
         match step {
             // The plan lists creates together; they run as one batch at the first of them.
-            Step::Create if creates_done => continue,
+            Step::Create if creates_done => {}
             Step::Create => {
                 creates_done = true;
                 let names = create_replicas(ctx, work, n_creates, &mut taken).await?;
                 tracing::info!(%key, containers = ?names, "replicas created");
             }
             Step::Start { id, name } => {
-                ctx.runtime.start(id).await.map_err(runtime_error)?;
-                check_running(ctx, key, std::slice::from_ref(name)).await?;
-                tracing::info!(%key, container = %name, "replica started");
+                let now = tokio::time::Instant::now();
+                match ctx.memory.crash_loops.try_start(name, now) {
+                    Ok(starts) => {
+                        ctx.runtime
+                            .start(id)
+                            .await
+                            .map_err(|error| start_error(key, name, error))?;
+                        ctx.metrics.record_drift(key.kind.as_str(), "stopped");
+                        tracing::info!(%key, container = %name, starts, "replica started again");
+                    }
+                    Err(wait) => {
+                        let starts = ctx.memory.crash_loops.restarts(name, now);
+                        backing_off.push((name.clone(), starts, wait));
+                    }
+                }
             }
             Step::Replace { id, name } => {
                 ctx.runtime.remove(id).await.map_err(runtime_error)?;
@@ -338,29 +511,22 @@ async fn execute<R: Runtime>(
                     .into_iter()
                     .next()
                     .unwrap_or_default();
-                tracing::info!(%key, old = %name, new = %new_name, slot = index, "replica replaced");
+                tracing::info!(%key, old = %name, new = %new_name, "replica replaced");
             }
             Step::Remove { id, name } => {
                 ctx.runtime.remove(id).await.map_err(runtime_error)?;
                 tracing::info!(%key, container = %name, "replica removed");
             }
         }
-        // Keep status live during long rollouts: `status` shows progress slot by slot.
-        let actual = list_replicas(ctx, key).await?;
-        status.running_replicas = count_running(&actual, target);
-        status.updated_at = now_unix();
-        let snapshot = status.clone();
-        let key = key.clone();
-        blocking(&ctx.store, move |store| store.put_status(&key, &snapshot)).await?;
     }
     Ok(())
 }
 
 /// Creates and starts `n` new replicas concurrently (at most `create_concurrency` at once),
-/// each after its init containers, then, after one settle time, checks that each still runs.
-/// Replica ids are unique among `taken` names, which grows by the new ones. Returns the new
-/// names; on failure, the first error after every create has ended (replicas that did start
-/// stay and count next pass).
+/// each after its init containers; their readiness is the gate's business. Replica ids are
+/// unique among `taken` names, which grows by the new ones. Returns the new names; on
+/// failure, the first error after every create has ended (replicas that did start stay and
+/// count next pass).
 async fn create_replicas<R: Runtime>(
     ctx: &Ctx<R>,
     work: &Work<'_>,
@@ -409,7 +575,6 @@ async fn create_replicas<R: Runtime>(
     if let Some(error) = first_error {
         return Err(error);
     }
-    check_running(ctx, key, &names).await?;
     Ok(names)
 }
 
@@ -452,46 +617,4 @@ async fn create_and_start<R: Runtime>(
         return Err(start_error(key, &container.name, error));
     }
     Ok(container.name)
-}
-
-/// After starts, give the processes `start_settle` to fail fast, then require each running.
-async fn check_running<R: Runtime>(
-    ctx: &Ctx<R>,
-    key: &ResourceKey,
-    names: &[String],
-) -> Result<()> {
-    if !ctx.options.start_settle.is_zero() {
-        tokio::time::sleep(ctx.options.start_settle).await;
-    }
-    let actual = list_replicas(ctx, key).await?;
-    for name in names {
-        match actual.iter().find(|container| &container.name == name) {
-            Some(container) if container.state == ContainerState::Running => {}
-            Some(container) => {
-                return Err(Error::Transient {
-                    key: key.clone(),
-                    message: format!(
-                        "replica {name} is {:?} right after start; check its command and image",
-                        container.state
-                    ),
-                });
-            }
-            None => {
-                return Err(Error::Transient {
-                    key: key.clone(),
-                    message: format!("replica {name} vanished right after start"),
-                });
-            }
-        }
-    }
-    Ok(())
-}
-
-fn count_running(actual: &[Container], target: &Target<'_>) -> usize {
-    actual
-        .iter()
-        .filter(|container| {
-            container.state == ContainerState::Running && target.is_current(container)
-        })
-        .count()
 }

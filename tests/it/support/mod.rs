@@ -5,11 +5,13 @@
 
 pub mod agent;
 pub mod docker;
+pub mod harness;
 pub mod http;
 pub mod repo;
 
 pub use agent::{TestAgent, TestAgentOptions};
 pub use docker::{DockerGuard, docker_tests_enabled, test_image};
+pub use harness::Harness;
 pub use repo::TempRepo;
 
 use std::time::{Duration, Instant};

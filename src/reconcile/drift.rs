@@ -1,0 +1,296 @@
+//! Live drift: the host changed without a commit (a replica stopped, crashed, removed or
+//! edited by hand, a labelled container left behind). Two signals queue the owning resource
+//! for a repair pass: container events (`die`, `destroy`, `stop`, `oom`, `health_status`) at
+//! once, and a periodic resync that compares every managed resource with one container list.
+//!
+//! Invariants: both only queue keys (handlers stay level-triggered and decide what to do);
+//! only containers carrying this agent's `voodu.agent` label are ever considered, so anything
+//! else on the host is left alone; the resync costs one container list plus a store read,
+//! and queues only resources that differ (plus the kinds whose state is not in containers:
+//! asset files and ingress routes).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use tokio_util::sync::CancellationToken;
+
+use super::{Ctx, blocking};
+use crate::model::{Kind, ResourceKey};
+use crate::runtime::{Container, ContainerState, Runtime, labels};
+use crate::store::Desired;
+
+/// Container event actions that may mean drift.
+const DRIFT_ACTIONS: &[&str] = &["die", "destroy", "stop", "oom"];
+
+/// Runs until `shutdown`: events (unless `events` is off) and a resync every `every`.
+pub(crate) async fn run<R: Runtime>(
+    ctx: Arc<Ctx<R>>,
+    every: Duration,
+    events: bool,
+    shutdown: CancellationToken,
+) {
+    let filter = [(labels::AGENT, ctx.agent_id.as_str())];
+    let mut stream = events.then(|| ctx.runtime.events(&filter));
+    let mut resync = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let event = async {
+            match stream.as_mut() {
+                Some(stream) => stream.next().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = resync.tick() => {
+                if let Err(error) = resync_once(&ctx).await {
+                    tracing::warn!(%error, "resync failed; next one in {every:?}");
+                }
+            }
+            event = event => match event {
+                Some(Ok(event)) => {
+                    if let Some(key) = owner(&event.labels).filter(|_| is_drift(&event.action)) {
+                        tracing::debug!(%key, action = %event.action, container = %event.id, "container event");
+                        ctx.metrics.record_drift(key.kind.as_str(), "event");
+                        ctx.requeue.now(key);
+                    }
+                }
+                Some(Err(error)) => {
+                    tracing::debug!(%error, "container events interrupted; resubscribing");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    stream = Some(ctx.runtime.events(&filter));
+                    // Whatever happened meanwhile is found by comparing.
+                    resync.reset_immediately();
+                }
+                None => {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    stream = Some(ctx.runtime.events(&filter));
+                    resync.reset_immediately();
+                }
+            },
+            () = shutdown.cancelled() => return,
+        }
+    }
+}
+
+fn is_drift(action: &str) -> bool {
+    DRIFT_ACTIONS.contains(&action) || action.starts_with("health_status")
+}
+
+/// The resource a container of this agent belongs to: replicas only (init, release and job
+/// run containers come and go on purpose).
+fn owner(container_labels: &BTreeMap<String, String>) -> Option<ResourceKey> {
+    let label = |name: &str| container_labels.get(name).map(String::as_str);
+    let kind = label(labels::KIND).and_then(Kind::parse)?;
+    if label(labels::ROLE) != Some(kind.as_str()) {
+        return None;
+    }
+    Some(ResourceKey::new(
+        kind,
+        label(labels::SCOPE)?,
+        label(labels::NAME)?,
+    ))
+}
+
+/// One comparison of the host with desired state; queues what differs.
+async fn resync_once<R: Runtime>(ctx: &Arc<Ctx<R>>) -> super::Result<()> {
+    let containers = ctx
+        .runtime
+        .list(&[(labels::AGENT, ctx.agent_id.as_str())])
+        .await
+        .map_err(|source| super::Error::Runtime {
+            key: ResourceKey::new(Kind::Deployment, "", "*"),
+            source,
+        })?;
+    let desired = blocking(&ctx.store, |store| store.desired_all()).await?;
+    let keys = drifted(&desired, &containers);
+    for key in &keys {
+        ctx.metrics.record_drift(key.kind.as_str(), "resync");
+    }
+    if !keys.is_empty() {
+        tracing::info!(resources = keys.len(), "resync found drift; repairing");
+    }
+    for key in keys {
+        ctx.requeue.now(key);
+    }
+    // Files and routes are not containers: their handlers check them cheaply each resync.
+    for desired in desired {
+        if matches!(desired.key.kind, Kind::Asset | Kind::Ingress) {
+            ctx.requeue.now(desired.key);
+        }
+    }
+    Ok(())
+}
+
+/// Resources whose containers differ from desired state: replicated kinds with missing,
+/// extra, stopped or hand-edited (spec-hash label mismatch) replicas, and any resource that
+/// still has labelled containers but is no longer desired.
+pub(super) fn drifted(desired: &[Desired], containers: &[Container]) -> BTreeSet<ResourceKey> {
+    let mut replicas: BTreeMap<ResourceKey, Vec<&Container>> = BTreeMap::new();
+    let mut owned: BTreeSet<ResourceKey> = BTreeSet::new();
+    for container in containers {
+        let label = |name: &str| container.label(name);
+        let (Some(kind), Some(scope), Some(name)) = (
+            label(labels::KIND).and_then(Kind::parse),
+            label(labels::SCOPE),
+            label(labels::NAME),
+        ) else {
+            continue;
+        };
+        let key = ResourceKey::new(kind, scope, name);
+        if label(labels::ROLE) == Some(kind.as_str()) {
+            replicas.entry(key.clone()).or_default().push(container);
+        }
+        owned.insert(key);
+    }
+    let wanted: BTreeSet<&ResourceKey> = desired.iter().map(|desired| &desired.key).collect();
+    let mut drifted: BTreeSet<ResourceKey> = owned
+        .into_iter()
+        .filter(|key| !wanted.contains(key) && !is_release_step(key, &wanted))
+        .collect();
+    for desired in desired {
+        if !matches!(desired.key.kind, Kind::Deployment | Kind::Statefulset) {
+            continue;
+        }
+        let mine = replicas.get(&desired.key).map_or(&[][..], Vec::as_slice);
+        let healthy = mine
+            .iter()
+            .filter(|container| {
+                container.label(labels::MANIFEST_HASH) == Some(desired.spec_hash.as_str())
+                    && matches!(
+                        container.state,
+                        ContainerState::Running | ContainerState::Restarting
+                    )
+            })
+            .count();
+        if healthy != desired.n_replicas || mine.len() != desired.n_replicas {
+            drifted.insert(desired.key.clone());
+        }
+    }
+    drifted
+}
+
+/// Release hook containers are labelled `voodu.kind=job, voodu.name=<name>-release` as voodu
+/// labels them; they belong to the deployment `<name>`, which is desired.
+fn is_release_step(key: &ResourceKey, wanted: &BTreeSet<&ResourceKey>) -> bool {
+    key.kind == Kind::Job
+        && key.name.strip_suffix("-release").is_some_and(|name| {
+            wanted.contains(&ResourceKey::new(
+                Kind::Deployment,
+                key.scope.as_str(),
+                name,
+            ))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::spec::Spec;
+    use crate::model::{CommitSha, SpecHash};
+
+    fn desired(kind: Kind, name: &str, hash: &str, n: usize) -> Desired {
+        let spec = match kind {
+            Kind::Deployment => Spec::Deployment(Default::default()),
+            _ => Spec::Job(Default::default()),
+        };
+        Desired {
+            key: ResourceKey::new(kind, "shop", name),
+            spec,
+            spec_json: String::new(),
+            spec_hash: SpecHash::new(hash),
+            n_replicas: n,
+            replicas_override: None,
+            generation: 1,
+            commit: CommitSha::new("0".repeat(40)),
+        }
+    }
+
+    fn container(
+        kind: &str,
+        name: &str,
+        role: &str,
+        hash: &str,
+        state: ContainerState,
+    ) -> Container {
+        Container {
+            id: format!("id-{name}-{hash}-{role}"),
+            name: format!("shop-{name}.x"),
+            image: "img".to_owned(),
+            labels: BTreeMap::from([
+                (labels::AGENT.to_owned(), "agent".to_owned()),
+                (labels::KIND.to_owned(), kind.to_owned()),
+                (labels::SCOPE.to_owned(), "shop".to_owned()),
+                (labels::NAME.to_owned(), name.to_owned()),
+                (labels::ROLE.to_owned(), role.to_owned()),
+                (labels::MANIFEST_HASH.to_owned(), hash.to_owned()),
+            ]),
+            state,
+        }
+    }
+
+    use ContainerState::{Exited, Restarting, Running};
+
+    fn keys(set: &BTreeSet<ResourceKey>) -> Vec<String> {
+        set.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn a_matching_host_has_no_drift() {
+        let desired = [desired(Kind::Deployment, "web", "h1", 2)];
+        let host = [
+            container("deployment", "web", "deployment", "h1", Running),
+            container("deployment", "web", "deployment", "h1", Restarting),
+            // An init container of the same resource is not a replica.
+            container("deployment", "web", "init", "h1", Exited),
+        ];
+        assert!(drifted(&desired, &host).is_empty());
+    }
+
+    #[test]
+    fn missing_extra_stopped_and_edited_replicas_are_drift() {
+        let desired = [desired(Kind::Deployment, "web", "h1", 2)];
+        let web = |hash: &str, state| container("deployment", "web", "deployment", hash, state);
+        for host in [
+            vec![web("h1", Running)],
+            vec![web("h1", Running), web("h1", Running), web("h1", Running)],
+            vec![web("h1", Running), web("h1", Exited)],
+            vec![web("h1", Running), web("hand-edited", Running)],
+        ] {
+            assert_eq!(
+                keys(&drifted(&desired, &host)),
+                ["deployment/shop/web"],
+                "{host:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn leftovers_of_resources_no_longer_desired_are_drift_but_release_steps_are_not() {
+        let desired = [desired(Kind::Deployment, "web", "h1", 1)];
+        let host = [
+            container("deployment", "web", "deployment", "h1", Running),
+            container("job", "web-release", "release", "release", Exited),
+            container("deployment", "old", "deployment", "h0", Running),
+        ];
+        assert_eq!(keys(&drifted(&desired, &host)), ["deployment/shop/old"]);
+    }
+
+    #[test]
+    fn drift_events_are_the_ones_that_change_what_runs() {
+        for action in ["die", "destroy", "stop", "oom", "health_status: unhealthy"] {
+            assert!(is_drift(action), "{action}");
+        }
+        for action in ["start", "create", "exec_start: sh", "attach"] {
+            assert!(!is_drift(action), "{action}");
+        }
+        let replica = container("deployment", "web", "deployment", "h1", Running);
+        assert_eq!(
+            owner(&replica.labels).map(|key| key.to_string()).as_deref(),
+            Some("deployment/shop/web")
+        );
+        let init = container("deployment", "web", "init", "h1", Running);
+        assert_eq!(owner(&init.labels), None);
+    }
+}

@@ -1,0 +1,454 @@
+//! Decide, while replicas roll or crash: which planned steps may run now (the health gate),
+//! whether a rollout has failed, and how long a crash-looping replica waits before the agent
+//! starts it again. Pure: readiness, restart counts and time are passed in, so the rules are
+//! tested without a runtime; `CrashLoops` and `RolloutClock` only remember instants.
+//!
+//! Invariants: at most one outdated replica is replaced per gate, and only when every replica
+//! of the target version is ready, so with remove-then-create slots a rollout never takes
+//! ready replicas below `replicas − 1`; removals, starts and creates never wait (they never
+//! lower readiness); a rollout fails on its deadline or on a new replica that keeps crashing,
+//! never on a replica that is merely slow within the deadline.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::plan::{Step, Target};
+use crate::runtime::{Container, ContainerState};
+
+/// Restarts of a new replica after which the rollout fails without waiting for its deadline.
+pub const CRASH_LOOP_RESTARTS: u32 = 3;
+/// Back-off before the agent starts a crashed replica again: doubling from this…
+const BACKOFF_BASE: Duration = Duration::from_secs(10);
+/// …up to this.
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// A replica that ran this long since its last start by the agent starts with a clean record.
+const BACKOFF_RESET: Duration = Duration::from_secs(600);
+
+/// A replica's readiness as the probes last published it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaReadiness {
+    pub ready: bool,
+    pub reason: String,
+}
+
+/// A replica of the target version that is not ready (yet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    pub name: String,
+    pub reason: String,
+}
+
+/// The replicas of the target version that are not ready, with why.
+pub fn waiting(
+    actual: &[Container],
+    target: &Target<'_>,
+    readiness: &BTreeMap<String, ReplicaReadiness>,
+) -> Vec<Waiting> {
+    actual
+        .iter()
+        .filter(|container| target.is_current(container))
+        .filter_map(|container| {
+            let reason = match (container.state, readiness.get(&container.name)) {
+                (ContainerState::Running, Some(row)) if row.ready => return None,
+                (ContainerState::Running, Some(row)) if !row.reason.is_empty() => {
+                    row.reason.clone()
+                }
+                (ContainerState::Running, Some(_)) => "not ready".to_owned(),
+                (ContainerState::Running, None) => "no probe result yet".to_owned(),
+                (state, _) => format!("{state:?}").to_lowercase(),
+            };
+            Some(Waiting {
+                name: container.name.clone(),
+                reason,
+            })
+        })
+        .collect()
+}
+
+/// The steps of `plan_replicas` that may run now: every removal, start and create; and one
+/// replacement, only when nothing is `waiting` (the previous slot is ready). Unready outdated
+/// replicas are replaced first: replacing them costs no readiness.
+pub fn gate(
+    steps: Vec<Step>,
+    waiting: &[Waiting],
+    readiness: &BTreeMap<String, ReplicaReadiness>,
+) -> Vec<Step> {
+    let (replaces, mut now): (Vec<Step>, Vec<Step>) = steps
+        .into_iter()
+        .partition(|step| matches!(step, Step::Replace { .. }));
+    if waiting.is_empty() {
+        let ready = |step: &Step| match step {
+            Step::Replace { name, .. } => readiness.get(name).is_some_and(|row| row.ready),
+            _ => true,
+        };
+        if let Some(first) = replaces
+            .into_iter()
+            .enumerate()
+            .min_by_key(|(index, step)| (ready(step), *index))
+            .map(|(_, step)| step)
+        {
+            now.push(first);
+        }
+    }
+    now
+}
+
+/// What a new replica has been through, for `rollout_failure`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewReplica {
+    pub name: String,
+    /// Restarts seen: the engine's restart count, or the agent's own starts, whichever is more.
+    pub restarts: u32,
+    pub last_exit_code: Option<i64>,
+}
+
+/// Why a rollout has failed, if it has: a new replica crash-looping, or the deadline passed
+/// with replicas still waiting or steps still to do.
+pub fn rollout_failure(
+    elapsed: Duration,
+    deadline: Duration,
+    converged: bool,
+    waiting: &[Waiting],
+    new_replicas: &[NewReplica],
+) -> Option<String> {
+    if let Some(crashing) = new_replicas
+        .iter()
+        .find(|replica| replica.restarts >= CRASH_LOOP_RESTARTS)
+    {
+        let exit = crashing
+            .last_exit_code
+            .map_or_else(String::new, |code| format!(", last exit code {code}"));
+        return Some(format!(
+            "new replica {} is crash-looping (restarted {} times{exit})",
+            crashing.name, crashing.restarts
+        ));
+    }
+    if elapsed < deadline || (converged && waiting.is_empty()) {
+        return None;
+    }
+    let pending = match waiting.first() {
+        Some(first) if waiting.len() > 1 => format!(
+            "{} (and {} more) not ready: {}",
+            first.name,
+            waiting.len() - 1,
+            first.reason
+        ),
+        Some(first) => format!("{} not ready: {}", first.name, first.reason),
+        None => "replicas still to replace".to_owned(),
+    };
+    Some(format!(
+        "not ready within the rollout deadline of {}: {pending}",
+        human(deadline)
+    ))
+}
+
+/// `90s` → `1m30s`, as Go prints durations (the flags take the same form).
+pub fn human(duration: Duration) -> String {
+    let seconds = duration.as_secs();
+    match (seconds / 60, seconds % 60) {
+        (0, s) => format!("{s}s"),
+        (m, 0) => format!("{m}m"),
+        (m, s) => format!("{m}m{s}s"),
+    }
+}
+
+/// Back-off before the `restarts`-th start by the agent of a crashed replica: the first is
+/// at once (a container stopped by hand comes back without delay), then 10s, 20s, 40s, …
+/// up to 5m.
+pub fn backoff(restarts: u32) -> Duration {
+    if restarts == 0 {
+        return Duration::ZERO;
+    }
+    let doublings = (restarts - 1).min(16);
+    BACKOFF_BASE
+        .saturating_mul(1_u32 << doublings)
+        .min(BACKOFF_MAX)
+}
+
+/// The agent's starts of crashed replicas, by container name, for the crash-loop back-off.
+#[derive(Debug, Default)]
+pub struct CrashLoops {
+    starts: Mutex<HashMap<String, (u32, Instant)>>,
+}
+
+impl CrashLoops {
+    /// Asks to start `name` again at `now`: `Ok(restarts so far, this one included)`, or
+    /// `Err(wait)` while its back-off runs.
+    pub fn try_start(&self, name: &str, now: Instant) -> Result<u32, Duration> {
+        let mut starts = lock(&self.starts);
+        let (restarts, last) = starts.get(name).copied().unwrap_or((0, now));
+        let since = now.saturating_duration_since(last);
+        let restarts = if since >= BACKOFF_RESET { 0 } else { restarts };
+        let wait = backoff(restarts).saturating_sub(since);
+        if restarts > 0 && !wait.is_zero() {
+            return Err(wait);
+        }
+        starts.insert(name.to_owned(), (restarts + 1, now));
+        Ok(restarts + 1)
+    }
+
+    /// Starts of `name` by the agent within the reset window.
+    pub fn restarts(&self, name: &str, now: Instant) -> u32 {
+        lock(&self.starts)
+            .get(name)
+            .filter(|(_, last)| now.saturating_duration_since(*last) < BACKOFF_RESET)
+            .map_or(0, |(restarts, _)| *restarts)
+    }
+
+    /// Forgets replicas that are gone.
+    pub fn retain(&self, alive: impl Fn(&str) -> bool) {
+        lock(&self.starts).retain(|name, _| alive(name));
+    }
+}
+
+/// When each in-flight rollout started, on the async clock (paused in tests), by release id.
+/// A release first seen after an agent restart is placed by its wall-clock start, so the
+/// deadline holds across restarts.
+#[derive(Debug, Default)]
+pub struct RolloutClock {
+    started: Mutex<HashMap<i64, Instant>>,
+}
+
+impl RolloutClock {
+    /// How long release `id` (started at Unix second `started_at`) has been rolling out.
+    pub fn elapsed(&self, id: i64, started_at: i64, now_unix: i64, now: Instant) -> Duration {
+        let mut started = lock(&self.started);
+        let start = *started.entry(id).or_insert_with(|| {
+            let ago = Duration::from_secs(u64::try_from(now_unix - started_at).unwrap_or(0));
+            now.checked_sub(ago).unwrap_or(now)
+        });
+        now.saturating_duration_since(start)
+    }
+
+    /// Forgets a release that is no longer in flight.
+    pub fn finish(&self, id: i64) {
+        lock(&self.started).remove(&id);
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::SpecHash;
+    use crate::runtime::labels;
+
+    fn replica(name: &str, hash: &str, state: ContainerState) -> Container {
+        Container {
+            id: format!("id-{name}"),
+            name: name.to_owned(),
+            image: "img".to_owned(),
+            labels: BTreeMap::from([(labels::MANIFEST_HASH.to_owned(), hash.to_owned())]),
+            state,
+        }
+    }
+
+    fn readiness(rows: &[(&str, bool)]) -> BTreeMap<String, ReplicaReadiness> {
+        rows.iter()
+            .map(|(name, ready)| {
+                (
+                    (*name).to_owned(),
+                    ReplicaReadiness {
+                        ready: *ready,
+                        reason: if *ready {
+                            String::new()
+                        } else {
+                            "probe failing".to_owned()
+                        },
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn names(steps: &[Step]) -> Vec<String> {
+        steps
+            .iter()
+            .map(|step| match step {
+                Step::Create => "create".to_owned(),
+                Step::Start { name, .. } => format!("start {name}"),
+                Step::Replace { name, .. } => format!("replace {name}"),
+                Step::Remove { name, .. } => format!("remove {name}"),
+            })
+            .collect()
+    }
+
+    use ContainerState::{Exited, Running};
+
+    #[test]
+    fn one_slot_at_a_time_and_only_after_the_new_replica_is_ready() {
+        let hash = SpecHash::new("new");
+        let target = Target {
+            spec_hash: &hash,
+            n_replicas: 3,
+            env_digest: None,
+        };
+        let steps = |actual: &[Container]| super::super::plan::plan_replicas(Some(&target), actual);
+        // All old and ready: one replacement, not three.
+        let actual = [
+            replica("a", "old", Running),
+            replica("b", "old", Running),
+            replica("c", "old", Running),
+        ];
+        let ready = readiness(&[("a", true), ("b", true), ("c", true)]);
+        let wait = waiting(&actual, &target, &ready);
+        assert!(wait.is_empty());
+        assert_eq!(names(&gate(steps(&actual), &wait, &ready)), ["replace a"]);
+        // The new one is not ready yet: nothing is replaced.
+        let actual = [
+            replica("b", "old", Running),
+            replica("c", "old", Running),
+            replica("n1", "new", Running),
+        ];
+        let ready = readiness(&[("b", true), ("c", true), ("n1", false)]);
+        let wait = waiting(&actual, &target, &ready);
+        assert_eq!(
+            wait,
+            [Waiting {
+                name: "n1".to_owned(),
+                reason: "probe failing".to_owned()
+            }]
+        );
+        assert!(gate(steps(&actual), &wait, &ready).is_empty());
+        // Without any probe result it waits too.
+        let wait = waiting(&actual, &target, &readiness(&[("b", true), ("c", true)]));
+        assert_eq!(wait[0].reason, "no probe result yet");
+        // Ready: the next slot, the unready old replica first.
+        let ready = readiness(&[("b", true), ("c", false), ("n1", true)]);
+        let wait = waiting(&actual, &target, &ready);
+        assert_eq!(names(&gate(steps(&actual), &wait, &ready)), ["replace c"]);
+    }
+
+    #[test]
+    fn removals_starts_and_creates_never_wait() {
+        let hash = SpecHash::new("new");
+        let target = Target {
+            spec_hash: &hash,
+            n_replicas: 2,
+            env_digest: None,
+        };
+        let actual = [
+            replica("n1", "new", Exited),
+            replica("o1", "old", Running),
+            replica("o2", "old", Running),
+        ];
+        let ready = readiness(&[("o1", true), ("o2", true)]);
+        let wait = waiting(&actual, &target, &ready);
+        assert_eq!(wait[0].reason, "exited");
+        let steps = super::super::plan::plan_replicas(Some(&target), &actual);
+        assert_eq!(
+            names(&gate(steps, &wait, &ready)),
+            ["remove o2", "start n1"],
+            "the replacement of o1 waits for n1; the extra o2 goes at once"
+        );
+        let target = Target {
+            n_replicas: 1,
+            ..target
+        };
+        let steps = super::super::plan::plan_replicas(Some(&target), &actual);
+        assert_eq!(
+            names(&gate(steps, &wait, &ready)),
+            ["remove o1", "remove o2", "start n1"]
+        );
+    }
+
+    #[test]
+    fn a_rollout_fails_on_its_deadline_or_on_a_crash_loop_only() {
+        let minute = Duration::from_secs(60);
+        let slow = [Waiting {
+            name: "web.ab12".to_owned(),
+            reason: "readiness probe: GET /health answered HTTP 503".to_owned(),
+        }];
+        assert_eq!(rollout_failure(minute / 2, minute, false, &slow, &[]), None);
+        assert_eq!(
+            rollout_failure(minute, minute, false, &slow, &[]).as_deref(),
+            Some(
+                "not ready within the rollout deadline of 1m: web.ab12 not ready: readiness probe: GET /health answered HTTP 503"
+            )
+        );
+        assert_eq!(
+            rollout_failure(minute * 2, minute, true, &[], &[]),
+            None,
+            "done is done"
+        );
+        assert_eq!(
+            rollout_failure(minute * 2, minute, false, &[], &[]).as_deref(),
+            Some("not ready within the rollout deadline of 1m: replicas still to replace")
+        );
+        let crashing = [NewReplica {
+            name: "web.ab12".to_owned(),
+            restarts: 3,
+            last_exit_code: Some(1),
+        }];
+        assert_eq!(
+            rollout_failure(Duration::ZERO, minute, false, &slow, &crashing).as_deref(),
+            Some("new replica web.ab12 is crash-looping (restarted 3 times, last exit code 1)")
+        );
+        let restarting_once = [NewReplica {
+            restarts: 2,
+            ..crashing[0].clone()
+        }];
+        assert_eq!(
+            rollout_failure(Duration::ZERO, minute, false, &slow, &restarting_once),
+            None
+        );
+    }
+
+    #[test]
+    fn crash_loop_back_off_doubles_and_resets() {
+        assert_eq!(backoff(0), Duration::ZERO);
+        assert_eq!(backoff(1), Duration::from_secs(10));
+        assert_eq!(backoff(2), Duration::from_secs(20));
+        assert_eq!(backoff(6), Duration::from_secs(300));
+        assert_eq!(backoff(40), Duration::from_secs(300));
+        let loops = CrashLoops::default();
+        let t0 = Instant::now();
+        assert_eq!(
+            loops.try_start("a", t0),
+            Ok(1),
+            "the first restart is at once"
+        );
+        assert_eq!(
+            loops.try_start("a", t0 + Duration::from_secs(4)),
+            Err(Duration::from_secs(6))
+        );
+        assert_eq!(loops.try_start("a", t0 + Duration::from_secs(10)), Ok(2));
+        assert_eq!(loops.restarts("a", t0 + Duration::from_secs(11)), 2);
+        assert_eq!(
+            loops.try_start("a", t0 + Duration::from_secs(25)),
+            Err(Duration::from_secs(5))
+        );
+        // Ten quiet minutes clear the record.
+        let later = t0 + Duration::from_secs(10 + 600);
+        assert_eq!(loops.restarts("a", later), 0);
+        assert_eq!(loops.try_start("a", later), Ok(1));
+        loops.retain(|name| name != "a");
+        assert_eq!(loops.restarts("a", later), 0);
+    }
+
+    #[test]
+    fn the_rollout_clock_keeps_a_deadline_across_restarts() {
+        let clock = RolloutClock::default();
+        let now = Instant::now() + Duration::from_secs(1000);
+        // First seen 30 wall seconds after the release started.
+        assert_eq!(clock.elapsed(7, 100, 130, now), Duration::from_secs(30));
+        assert_eq!(
+            clock.elapsed(7, 100, 999, now + Duration::from_secs(5)),
+            Duration::from_secs(35),
+            "afterwards the async clock counts"
+        );
+        clock.finish(7);
+        assert_eq!(clock.elapsed(7, 100, 100, now), Duration::ZERO);
+        assert_eq!(human(Duration::from_secs(90)), "1m30s");
+        assert_eq!(human(Duration::from_secs(300)), "5m");
+        assert_eq!(human(Duration::from_secs(15)), "15s");
+    }
+}

@@ -1,0 +1,186 @@
+//! A rollout's release, from start to end, for the replicated kinds: the release a pass works
+//! under, whether it is halted, and how it ends — succeeded (post hook, `on_deploy` success)
+//! or failed (rolled back automatically to the last release that ran, reported in status,
+//! metrics and the `on_deploy` failure hook).
+//!
+//! Invariants: a release ends once (the store only closes progressing releases); a failure
+//! after replicas were touched goes back to the newest release that ran, in the same store
+//! transaction that fails and halts the bad one, so its commit is not retried for this
+//! resource until git changes the resource (the rollback pins it, as an operator rollback
+//! does); a rollback that itself fails is halted, never rolled back further.
+
+use crate::manifest::spec::OnDeploy;
+use crate::model::ResourceKey;
+use crate::reconcile::notify::Outcome;
+use crate::reconcile::{Ctx, Result, blocking};
+use crate::runtime::Runtime;
+use crate::store::{AutoRollback, Desired, HALT_MARK, Release, ReleasePhase, now_unix};
+
+use super::container::rfc3339_seconds;
+use super::hooks;
+
+/// The release this pass works under: the latest one when it has the desired spec hash, else
+/// a new progressing release keyed to the desired commit (which supersedes one in flight).
+pub(super) async fn current_release<R: Runtime>(
+    ctx: &Ctx<R>,
+    desired: &Desired,
+) -> Result<Release> {
+    let desired = desired.clone();
+    blocking(&ctx.store, move |store| {
+        match store.latest_release(&desired.key)? {
+            Some(latest) if latest.spec_hash == desired.spec_hash => Ok(latest),
+            _ => {
+                let release = store.begin_release(&desired)?;
+                tracing::info!(
+                    key = %desired.key,
+                    commit = desired.commit.short(),
+                    spec_hash = desired.spec_hash.short(),
+                    release = release.id,
+                    "rollout started"
+                );
+                Ok(release)
+            }
+        }
+    })
+    .await
+}
+
+/// Whether a failed release must be left alone until desired state changes: its
+/// `pre_command`/`command` failed, or its rollout failed after touching replicas.
+pub(super) async fn halted<R: Runtime>(ctx: &Ctx<R>, release: &Release) -> Result<bool> {
+    if release.phase != ReleasePhase::Failed {
+        return Ok(false);
+    }
+    let id = release.id;
+    let recorded = blocking(&ctx.store, move |store| store.release_hooks(id)).await?;
+    Ok(recorded.contains_key(HALT_MARK) || hooks::failed_before_rollout(&recorded))
+}
+
+/// What the end of a release reports to `on_deploy`.
+pub(super) struct Report<'a> {
+    pub key: &'a ResourceKey,
+    pub on_deploy: Option<&'a OnDeploy>,
+    pub image: String,
+}
+
+/// Ends a progressing release as succeeded and reports it.
+pub(super) async fn succeed<R: Runtime>(
+    ctx: &Ctx<R>,
+    release: &Release,
+    report: &Report<'_>,
+) -> Result<()> {
+    let id = release.id;
+    blocking(&ctx.store, move |store| {
+        store.finish_release(id, ReleasePhase::Succeeded, "")
+    })
+    .await?;
+    ctx.memory.rollouts.finish(id);
+    ctx.metrics
+        .record_release(report.key.kind.as_str(), ReleasePhase::Succeeded.as_str());
+    tracing::info!(key = %report.key, release = id, "rollout succeeded");
+    notify(ctx, release, report, true, String::new());
+    Ok(())
+}
+
+/// Ends a progressing release whose rollout failed after touching replicas: fails and halts
+/// it and, unless it was a rollback itself, rolls back to the newest release that ran.
+/// Returns the status message that says what happened.
+pub(super) async fn fail<R: Runtime>(
+    ctx: &Ctx<R>,
+    release: &Release,
+    reason: &str,
+    report: &Report<'_>,
+) -> Result<Option<String>> {
+    let failed = release.clone();
+    let why = reason.to_owned();
+    let outcome = blocking(&ctx.store, move |store| store.auto_rollback(&failed, &why)).await?;
+    ctx.memory.rollouts.finish(release.id);
+    let key = report.key;
+    let message = match outcome {
+        AutoRollback::Superseded => return Ok(None),
+        AutoRollback::Done(rollback) => {
+            ctx.metrics.record_rollback(key.kind.as_str());
+            tracing::warn!(
+                %key,
+                release = release.id,
+                commit = release.commit.short(),
+                to = rollback.target.id,
+                %reason,
+                "rollout failed; rolling back automatically"
+            );
+            format!(
+                "release #{} (commit {}) failed: {reason}; rolled back automatically to release #{} (commit {}); the resource is pinned until git changes it or `voodu-agent unpin`",
+                release.id,
+                release.commit.short(),
+                rollback.target.id,
+                rollback.target.commit.short()
+            )
+        }
+        AutoRollback::Halted => {
+            tracing::error!(%key, release = release.id, %reason, "rollout failed; no earlier release to go back to");
+            let rollback = if release.rolled_back_from.is_some() {
+                "it was a rollback itself, so nothing further is rolled back"
+            } else {
+                "no earlier release ran, so there is nothing to roll back to"
+            };
+            format!(
+                "release #{} (commit {}) failed: {reason}; {rollback}; a new commit retries",
+                release.id,
+                release.commit.short()
+            )
+        }
+    };
+    ctx.metrics
+        .record_release(key.kind.as_str(), ReleasePhase::Failed.as_str());
+    notify(ctx, release, report, false, reason.to_owned());
+    Ok(Some(message))
+}
+
+/// Ends a progressing release as failed before any replica was touched (its image cannot be
+/// had, or a `pre_command`/`command` failed): the old replicas run on; nothing to roll back.
+pub(super) async fn fail_before_rollout<R: Runtime>(
+    ctx: &Ctx<R>,
+    release: &Release,
+    message: &str,
+    report: &Report<'_>,
+) -> Result<()> {
+    let id = release.id;
+    let text = message.to_owned();
+    blocking(&ctx.store, move |store| {
+        store.finish_release(id, ReleasePhase::Failed, &text)
+    })
+    .await?;
+    ctx.memory.rollouts.finish(id);
+    ctx.metrics
+        .record_release(report.key.kind.as_str(), ReleasePhase::Failed.as_str());
+    notify(ctx, release, report, false, message.to_owned());
+    Ok(())
+}
+
+fn notify<R: Runtime>(
+    ctx: &Ctx<R>,
+    release: &Release,
+    report: &Report<'_>,
+    success: bool,
+    error: String,
+) {
+    let targets = report.on_deploy.map_or_else(Vec::new, |on_deploy| {
+        if success {
+            on_deploy.success.clone()
+        } else {
+            on_deploy.failure.clone()
+        }
+    });
+    ctx.notifier.notify(
+        Outcome {
+            key: report.key.clone(),
+            success,
+            release_id: release.id.to_string(),
+            image: report.image.clone(),
+            started_at: rfc3339_seconds(release.started_at),
+            completed_at: rfc3339_seconds(now_unix()),
+            error,
+        },
+        targets,
+    );
+}

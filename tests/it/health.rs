@@ -1,0 +1,452 @@
+//! Issue 6 on the fake runtime with paused time: health-gated rollouts, automatic rollback
+//! (deadline and crash loop), a commit superseding a slow rollout, drift repair through
+//! events and through the resync, the crash-loop back-off, and the autoscaler with its
+//! cooldowns. The same behaviours run against Docker in `health_docker`.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use voodu_agent::model::{Kind, ResourceKey};
+use voodu_agent::runtime::{ContainerSpec, ContainerState, Runtime, labels};
+use voodu_agent::store::ReleasePhase;
+
+use crate::support::{Harness, TestResult};
+
+fn key() -> ResourceKey {
+    ResourceKey::new(Kind::Deployment, "shop", "web")
+}
+
+/// A deployment of `replicas` at version `version`, with `extra` HCL inside the block.
+fn web(replicas: u32, version: &str, extra: &str) -> String {
+    format!(
+        "deployment \"shop\" \"web\" {{\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n  replicas = {replicas}\n  env = {{ VERSION = \"{version}\" }}\n{extra}}}\n"
+    )
+}
+
+/// A readiness probe that never passes.
+const NEVER_READY: &str = "  probes {\n    readiness {\n      exec { command = [\"false\"] }\n      period = \"1s\"\n    }\n  }\n";
+
+/// Replicas running and published ready right now.
+async fn ready_now(harness: &Harness) -> TestResult<usize> {
+    let containers = harness.containers(&key()).await?;
+    let ready: BTreeSet<String> = harness
+        .store
+        .readiness(&key())?
+        .into_iter()
+        .filter(|row| row.ready)
+        .map(|row| row.container)
+        .collect();
+    Ok(containers
+        .iter()
+        .filter(|container| {
+            container.state == ContainerState::Running
+                && container.label(labels::ROLE) == Some("deployment")
+                && ready.contains(&container.name)
+        })
+        .count())
+}
+
+/// Polls (virtual time) until `done`, sampling the ready count; returns its minimum.
+async fn sample_until(
+    harness: &Harness,
+    what: &str,
+    done: impl Fn(&Harness) -> TestResult<bool>,
+) -> TestResult<usize> {
+    let start = std::time::Instant::now();
+    let mut lowest = usize::MAX;
+    loop {
+        lowest = lowest.min(ready_now(harness).await?);
+        if done(harness)? {
+            return Ok(lowest);
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            return Err(format!(
+                "{what} never happened; status {:?}, releases {:?}",
+                harness.store.status(&key())?,
+                harness.store.releases(&key(), 10)?
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Names of replicas created since call `mark`.
+fn created_since(harness: &Harness, mark: usize) -> Vec<String> {
+    harness
+        .fake
+        .calls()
+        .into_iter()
+        .skip(mark)
+        .filter_map(|call| call.strip_prefix("create ").map(str::to_owned))
+        .filter(|name| name.starts_with("shop-web."))
+        .collect()
+}
+
+fn phases(harness: &Harness) -> TestResult<Vec<&'static str>> {
+    Ok(harness
+        .store
+        .releases(&key(), 10)?
+        .iter()
+        .map(|release| release.phase.as_str())
+        .collect())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_version_that_never_becomes_ready_stops_after_one_slot_and_is_rolled_back() -> TestResult
+{
+    let mut harness = Harness::new()?;
+    harness.options.rollout_deadline = Duration::from_secs(60);
+    harness.start()?;
+    harness.push(&[("web.hcl", &web(3, "1", ""))])?;
+    let good = harness.converged(&key(), 3).await?;
+    let good_hash = good[0]
+        .label(labels::MANIFEST_HASH)
+        .unwrap_or_default()
+        .to_owned();
+    let mark = harness.fake.calls().len();
+    let started = tokio::time::Instant::now();
+    harness.push(&[("web.hcl", &web(3, "2", NEVER_READY))])?;
+    let lowest = sample_until(&harness, "the automatic rollback", |harness| {
+        Ok(phases(harness)?.first() == Some(&"succeeded") && phases(harness)?.len() == 3)
+    })
+    .await?;
+    let took = started.elapsed();
+    assert!(
+        lowest >= 2,
+        "ready replicas dropped to {lowest} (< replicas - 1)"
+    );
+    assert!(
+        took >= Duration::from_secs(60) && took < Duration::from_secs(90),
+        "rolled back after {took:?} with a 60s deadline"
+    );
+    // One slot of the bad version was tried, then the old version came back in its place.
+    let created = created_since(&harness, mark);
+    assert_eq!(
+        created.len(),
+        2,
+        "one bad replica, one replacement: {created:?}"
+    );
+    assert_eq!(phases(&harness)?, ["succeeded", "failed", "succeeded"]);
+    let releases = harness.store.releases(&key(), 10)?;
+    assert!(
+        releases[1]
+            .message
+            .contains("not ready within the rollout deadline of 1m"),
+        "{}",
+        releases[1].message
+    );
+    assert!(
+        releases[0]
+            .message
+            .contains("automatic rollback to release"),
+        "{}",
+        releases[0].message
+    );
+    let after = harness.converged(&key(), 3).await?;
+    assert!(
+        after
+            .iter()
+            .all(|container| container.label(labels::MANIFEST_HASH) == Some(good_hash.as_str()))
+    );
+    let status = harness.store.status(&key())?.ok_or("status")?;
+    assert_eq!(status.phase, "Ready");
+    assert_eq!(harness.metrics.rollbacks("deployment"), 1);
+    assert!(
+        harness.store.pin(&key())?.is_some(),
+        "the bad commit is paused for this resource"
+    );
+
+    // Not retried on its own: minutes later, nothing new was created.
+    let mark = harness.fake.calls().len();
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(created_since(&harness, mark), Vec::<String>::new());
+    // A newer commit that changes the resource is rolled out again.
+    harness.push(&[("web.hcl", &web(3, "3", ""))])?;
+    harness.converged(&key(), 3).await?;
+    assert!(harness.store.pin(&key())?.is_none());
+    assert_eq!(phases(&harness)?.first(), Some(&"succeeded"));
+    harness.stop().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crash_looping_new_version_is_rolled_back_before_its_deadline() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.start()?;
+    harness.push(&[("web.hcl", &web(2, "1", ""))])?;
+    harness.converged(&key(), 2).await?;
+    let started = tokio::time::Instant::now();
+    let crashing = web(2, "2", "").replace("[\"sleep\", \"3600\"]", "[\"sh\", \"-c\", \"exit 3\"]");
+    harness.push(&[("web.hcl", &crashing)])?;
+    let lowest = sample_until(&harness, "the rollback of a crash loop", |harness| {
+        Ok(phases(harness)?.len() == 3 && phases(harness)?.first() == Some(&"succeeded"))
+    })
+    .await?;
+    assert!(lowest >= 1, "ready replicas dropped to {lowest}");
+    assert!(
+        started.elapsed() < Duration::from_secs(300),
+        "took {:?}",
+        started.elapsed()
+    );
+    let failed = &harness.store.releases(&key(), 10)?[1];
+    assert_eq!(failed.phase, ReleasePhase::Failed);
+    assert!(
+        failed
+            .message
+            .contains("crash-looping (restarted 3 times, last exit code 3)"),
+        "{}",
+        failed.message
+    );
+    harness.converged(&key(), 2).await?;
+    harness.stop().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_deploy_that_never_becomes_ready_fails_and_waits_for_a_new_commit() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.options.rollout_deadline = Duration::from_secs(30);
+    harness.start()?;
+    harness.push(&[("web.hcl", &web(2, "1", NEVER_READY))])?;
+    let status = harness
+        .status_where(&key(), |status| status.phase == "Failed")
+        .await?;
+    assert!(
+        status
+            .message
+            .contains("no earlier release ran, so there is nothing to roll back to"),
+        "{}",
+        status.message
+    );
+    assert_eq!(phases(&harness)?, ["failed"]);
+    let mark = harness.fake.calls().len();
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(
+        created_since(&harness, mark),
+        Vec::<String>::new(),
+        "halted: not retried"
+    );
+    harness.push(&[("web.hcl", &web(2, "2", ""))])?;
+    harness.converged(&key(), 2).await?;
+    harness.stop().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_commit_during_a_slow_rollout_supersedes_it() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.options.ready_settle = Duration::from_secs(20);
+    harness.start()?;
+    harness.push(&[("web.hcl", &web(3, "1", ""))])?;
+    harness.converged(&key(), 3).await?;
+    harness.push(&[("web.hcl", &web(3, "2", ""))])?;
+    // Wait until the slow rollout has replaced its first slot.
+    let v2 = harness.store.desired(&key())?.ok_or("desired")?.spec_hash;
+    loop {
+        let containers = harness.containers(&key()).await?;
+        if containers
+            .iter()
+            .any(|container| container.label(labels::MANIFEST_HASH) == Some(v2.as_str()))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    harness.push(&[("web.hcl", &web(3, "3", ""))])?;
+    let v3 = harness.store.desired(&key())?.ok_or("desired")?.spec_hash;
+    let lowest = sample_until(&harness, "the v3 rollout", |harness| {
+        Ok(phases(harness)?.first() == Some(&"succeeded") && phases(harness)?.len() == 3)
+    })
+    .await?;
+    assert!(lowest >= 2, "ready replicas dropped to {lowest}");
+    assert_eq!(phases(&harness)?, ["succeeded", "superseded", "succeeded"]);
+    let superseded = &harness.store.releases(&key(), 10)?[1];
+    assert!(
+        superseded.message.contains("superseded by commit"),
+        "{}",
+        superseded.message
+    );
+    let after = harness.converged(&key(), 3).await?;
+    assert!(
+        after
+            .iter()
+            .all(|container| container.label(labels::MANIFEST_HASH) == Some(v3.as_str()))
+    );
+    harness.stop().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn stopped_and_removed_replicas_are_repaired_at_once_through_events() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.options.resync = Duration::from_secs(3600);
+    harness.start()?;
+    harness.push(&[("web.hcl", &web(2, "1", ""))])?;
+    let replicas = harness.converged(&key(), 2).await?;
+    let started = tokio::time::Instant::now();
+    // Stopped by hand: started again, same container.
+    harness.fake.exit(&replicas[0].id);
+    let after = harness.converged(&key(), 2).await?;
+    assert!(after.iter().any(|container| container.id == replicas[0].id));
+    // Removed by hand: a new replica takes its place.
+    harness.fake.remove(&replicas[1].id).await?;
+    let after = harness.converged(&key(), 2).await?;
+    assert!(after.iter().all(|container| container.id != replicas[1].id));
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "took {:?}, the resync is an hour",
+        started.elapsed()
+    );
+    harness.stop().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_events_the_resync_repairs_drift_and_removes_only_labelled_leftovers() -> TestResult
+{
+    let mut harness = Harness::new()?;
+    harness.options.container_events = false;
+    harness.options.resync = Duration::from_secs(30);
+    harness.start()?;
+    harness.push(&[("web.hcl", &web(2, "1", ""))])?;
+    let replicas = harness.converged(&key(), 2).await?;
+    let agent = harness.store.agent_id()?;
+    let stray = |name: &str, with_labels: bool| {
+        let mut spec = ContainerSpec {
+            name: name.to_owned(),
+            image: "busybox".to_owned(),
+            command: Some(vec!["sleep".to_owned(), "3600".to_owned()]),
+            ..ContainerSpec::default()
+        };
+        if with_labels {
+            for (label, value) in [
+                (labels::AGENT, agent.as_str()),
+                (labels::KIND, "deployment"),
+                (labels::SCOPE, "shop"),
+                (labels::NAME, "gone"),
+                (labels::ROLE, "deployment"),
+            ] {
+                spec.labels.insert(label.to_owned(), value.to_owned());
+            }
+        }
+        spec
+    };
+    let orphan = harness.fake.create(&stray("shop-gone.ab12", true)).await?;
+    harness.fake.start(&orphan).await?;
+    let foreign = harness.fake.create(&stray("someone-elses", false)).await?;
+    harness.fake.start(&foreign).await?;
+    let started = tokio::time::Instant::now();
+    harness.fake.exit(&replicas[0].id);
+    harness.fake.remove(&replicas[1].id).await?;
+    harness.converged(&key(), 2).await?;
+    let took = started.elapsed();
+    assert!(
+        took <= Duration::from_secs(30) + Duration::from_secs(10),
+        "repaired after {took:?}"
+    );
+    let all: Vec<String> = harness
+        .fake
+        .list(&[])
+        .await?
+        .into_iter()
+        .map(|container| container.name)
+        .collect();
+    assert!(
+        !all.contains(&"shop-gone.ab12".to_owned()),
+        "labelled leftover removed: {all:?}"
+    );
+    assert!(
+        all.contains(&"someone-elses".to_owned()),
+        "unlabelled container untouched: {all:?}"
+    );
+    harness.stop().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crash_looping_replica_backs_off_and_status_says_so() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.start()?;
+    harness.push(&[("web.hcl", &web(1, "1", ""))])?;
+    let replica = harness.converged(&key(), 1).await?.remove(0);
+    // The first crash is repaired at once.
+    harness.fake.exit(&replica.id);
+    harness.converged(&key(), 1).await?;
+    let second_crash = tokio::time::Instant::now();
+    harness.fake.exit(&replica.id);
+    let status = harness
+        .status_where(&key(), |status| status.message.contains("crash-looping"))
+        .await?;
+    assert_eq!(status.phase, "Degraded");
+    assert!(
+        status.message.contains("next start in"),
+        "{}",
+        status.message
+    );
+    harness.converged(&key(), 1).await?;
+    let waited = second_crash.elapsed();
+    assert!(
+        waited >= Duration::from_secs(10),
+        "started again after {waited:?}, before its 10s back-off"
+    );
+    harness.stop().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_autoscaler_scales_up_and_down_within_cooldowns_without_touching_the_hash() -> TestResult
+{
+    let mut harness = Harness::new()?;
+    harness.options.autoscale_interval = Duration::from_secs(5);
+    harness.start()?;
+    let autoscaled = "deployment \"shop\" \"web\" {\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n  autoscale {\n    min = 1\n    max = 3\n    cpu_target = 50\n    cooldown_up = \"30s\"\n    cooldown_down = \"60s\"\n  }\n}\n";
+    harness.push(&[("web.hcl", autoscaled)])?;
+    let first = harness.converged(&key(), 1).await?.remove(0);
+    let hash = harness.store.desired(&key())?.ok_or("desired")?.spec_hash;
+    harness.fake.set_cpu_percent(&first.id, 90.0);
+    let t0 = tokio::time::Instant::now();
+    harness.converged(&key(), 2).await?;
+    let first_up = t0.elapsed();
+    // Idle newcomers are left out of the mean: still 90%, but the next step waits 30s.
+    harness.converged(&key(), 3).await?;
+    let second_up = t0.elapsed();
+    assert!(
+        first_up <= Duration::from_secs(10),
+        "first scale-up after {first_up:?}"
+    );
+    assert!(
+        second_up >= first_up + Duration::from_secs(25),
+        "second scale-up {second_up:?} within the 30s cooldown of the first ({first_up:?})"
+    );
+    let three = harness.containers(&key()).await?;
+    assert!(
+        three.iter().any(|container| container.id == first.id),
+        "the survivor was not churned"
+    );
+    assert_eq!(
+        harness.store.desired(&key())?.ok_or("desired")?.spec_hash,
+        hash
+    );
+    assert_eq!(
+        harness
+            .store
+            .desired(&key())?
+            .ok_or("desired")?
+            .replicas_override,
+        Some(3)
+    );
+    // Idle: down one, then the next only after the 60s cooldown.
+    for container in &three {
+        harness.fake.set_cpu_percent(&container.id, 5.0);
+    }
+    let t1 = tokio::time::Instant::now();
+    harness.converged(&key(), 2).await?;
+    let first_down = t1.elapsed();
+    harness.converged(&key(), 1).await?;
+    let second_down = t1.elapsed();
+    assert!(
+        second_down >= first_down + Duration::from_secs(55),
+        "second scale-down {second_down:?} within the 60s cooldown of the first ({first_down:?})"
+    );
+    let status = harness.store.status(&key())?.ok_or("status")?;
+    assert_eq!(status.detail["autoscaled_replicas"], 1);
+    // Dropping `autoscale` clears the override: the manifest's count rules again.
+    harness.push(&[("web.hcl", &web(2, "1", ""))])?;
+    harness.converged(&key(), 2).await?;
+    assert_eq!(harness.store.replicas_override(&key())?, None);
+    harness.stop().await
+}

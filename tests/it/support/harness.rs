@@ -1,0 +1,179 @@
+//! `Harness`: a store in a temp dir, the fake runtime and an in-process reconciler with paused
+//! time, for the fast reconcile tests (`reconcile`, `health`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+use voodu_agent::manifest;
+use voodu_agent::model::{CommitSha, ResourceKey, Snapshot, SourceFile};
+use voodu_agent::reconcile::{self, Ctx, ReconcileOptions};
+use voodu_agent::runtime::{Container, ContainerState, FakeRuntime, labels};
+use voodu_agent::store::Store;
+
+use super::TestResult;
+
+/// A store in a temp dir, a fake runtime, and a reconciler task that can be restarted.
+pub struct Harness {
+    pub _dir: tempfile::TempDir,
+    pub store: Arc<Store>,
+    pub fake: Arc<FakeRuntime>,
+    pub options: ReconcileOptions,
+    pub metrics: Arc<voodu_agent::metrics::Metrics>,
+    shutdown: CancellationToken,
+    task: Option<tokio::task::JoinHandle<reconcile::Result<()>>>,
+    commits: usize,
+}
+
+impl Harness {
+    pub fn new() -> TestResult<Harness> {
+        Harness::with_fake(FakeRuntime::new())
+    }
+
+    /// A harness around a prepared fake (known images, a registry).
+    pub fn with_fake(fake: FakeRuntime) -> TestResult<Harness> {
+        let dir = tempfile::tempdir()?;
+        let store = Arc::new(Store::open(&dir.path().join("state.db"))?);
+        Ok(Harness {
+            _dir: dir,
+            store,
+            fake: Arc::new(fake),
+            options: ReconcileOptions::default(),
+            metrics: Arc::new(voodu_agent::metrics::Metrics::new()),
+            shutdown: CancellationToken::new(),
+            task: None,
+            commits: 0,
+        })
+    }
+
+    pub fn start(&mut self) -> TestResult {
+        self.shutdown = CancellationToken::new();
+        let ctx = Arc::new(Ctx {
+            store: self.store.clone(),
+            runtime: self.fake.clone(),
+            agent_id: self.store.agent_id()?,
+            assets_root: self._dir.path().join("assets"),
+            options: self.options.clone(),
+            metrics: self.metrics.clone(),
+            notifier: voodu_agent::reconcile::notify::Notifier::new(
+                self._dir.path().join("assets"),
+                self.shutdown.clone(),
+            )
+            .0,
+            requeue: voodu_agent::reconcile::wake::Requeue::default(),
+            router: voodu_agent::reconcile::wake::RouterWake::default(),
+            shutdown: self.shutdown.clone(),
+            memory: voodu_agent::reconcile::Memory::default(),
+        });
+        self.task = Some(tokio::spawn(reconcile::run(ctx, self.shutdown.clone())));
+        Ok(())
+    }
+
+    pub async fn stop(&mut self) -> TestResult {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            task.await??;
+        }
+        Ok(())
+    }
+
+    /// Applies a commit made of these files, as the sync stage would.
+    pub fn push(&mut self, files: &[(&str, &str)]) -> TestResult<CommitSha> {
+        self.commits += 1;
+        let commit = CommitSha::new(format!("{:040x}", self.commits));
+        let snapshot = Snapshot {
+            commit: commit.clone(),
+            files: files
+                .iter()
+                .map(|(path, text)| SourceFile {
+                    path: (*path).to_owned(),
+                    contents: text.as_bytes().to_vec(),
+                })
+                .collect(),
+            refused: Vec::new(),
+        };
+        let manifest = manifest::load(&snapshot, &manifest::LoadOptions::standalone())?;
+        self.store.apply_commit(&commit, &manifest)?;
+        Ok(commit)
+    }
+
+    pub async fn containers(&self, key: &ResourceKey) -> TestResult<Vec<Container>> {
+        use voodu_agent::runtime::Runtime;
+        Ok(self
+            .fake
+            .list(&[
+                (labels::SCOPE, key.scope.as_str()),
+                (labels::NAME, key.name.as_str()),
+            ])
+            .await?)
+    }
+
+    /// Waits (real-time bound: paused virtual time runs ahead while blocking store calls run)
+    /// until `key` has exactly `n` running containers with the desired hash and status Ready.
+    pub async fn converged(&self, key: &ResourceKey, n: usize) -> TestResult<Vec<Container>> {
+        let start = Instant::now();
+        loop {
+            let desired = self.store.desired(key)?;
+            let containers = self.containers(key).await?;
+            let ready = self
+                .store
+                .status(key)?
+                .is_some_and(|status| status.phase == "Ready");
+            if let Some(desired) = desired {
+                let all_current = containers.iter().all(|container| {
+                    container.state == ContainerState::Running
+                        && container.label(labels::MANIFEST_HASH)
+                            == Some(desired.spec_hash.as_str())
+                });
+                if ready && all_current && containers.len() == n {
+                    return Ok(containers);
+                }
+            } else if n == 0 && containers.is_empty() && self.store.status(key)?.is_none() {
+                return Ok(containers);
+            }
+            if start.elapsed() > Duration::from_secs(20) {
+                return Err(format!(
+                    "{key} did not converge on {n} replicas: {containers:?}, status {:?}",
+                    self.store.status(key)?
+                )
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits until the status of `key` satisfies `check`.
+    pub async fn status_where(
+        &self,
+        key: &ResourceKey,
+        check: impl Fn(&voodu_agent::store::ResourceStatus) -> bool,
+    ) -> TestResult<voodu_agent::store::ResourceStatus> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.store.status(key)?
+                && check(&status)
+            {
+                return Ok(status);
+            }
+            if start.elapsed() > Duration::from_secs(20) {
+                return Err(format!(
+                    "status of {key} never matched: {:?}",
+                    self.store.status(key)?
+                )
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// `create`/`remove` calls (names resolved) made since call number `from`.
+    pub fn churn_since(&self, from: usize) -> Vec<String> {
+        self.fake
+            .calls()
+            .into_iter()
+            .skip(from)
+            .filter(|call| call.starts_with("create ") || call.starts_with("remove "))
+            .map(|call| call.split(' ').next().unwrap_or_default().to_owned())
+            .collect()
+    }
+}
