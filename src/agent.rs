@@ -126,6 +126,7 @@ pub async fn run_with_runtime<R: Runtime>(
         requeue: crate::reconcile::wake::Requeue::default(),
         router: crate::reconcile::wake::RouterWake::default(),
         shutdown: shutdown.clone(),
+        jobs: crate::reconcile::Jobs::default(),
     });
 
     let tracker = TaskTracker::new();

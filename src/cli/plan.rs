@@ -382,6 +382,11 @@ fn detail(plan: &ResourcePlan, next: Option<&Spec>) -> String {
             } else {
                 format!("{} changed", why.join(", "))
             });
+            match plan.key.kind {
+                Kind::Job => parts.push("the job runs again".to_owned()),
+                Kind::Cronjob => parts.push(cronjob_change(plan, next)),
+                _ => {}
+            }
             if replaces > 0 {
                 parts.push(format!("{replaces} replica(s) replaced one at a time"));
             }
@@ -413,6 +418,26 @@ fn detail(plan: &ResourcePlan, next: Option<&Spec>) -> String {
         }
     }
     parts.join("; ")
+}
+
+/// What a changed cronjob hash means: later ticks run the new job, a new schedule starts from
+/// now (no tick fires for the change itself), suspending stops the ticks.
+fn cronjob_change(plan: &ResourcePlan, next: Option<&Spec>) -> String {
+    let changed = |field: &str| plan.changes.iter().any(|change| change.field == field);
+    let mut effects = Vec::new();
+    if changed("schedule") || changed("timezone") {
+        effects.push("the schedule restarts from now");
+    }
+    if changed("suspend") {
+        effects.push(match next {
+            Some(Spec::Cronjob(spec)) if spec.suspend => "no tick runs while suspended",
+            _ => "ticks resume (missed ones are not caught up)",
+        });
+    }
+    if effects.is_empty() || changed("job") || changed("concurrency_policy") {
+        effects.push("later ticks run the new spec");
+    }
+    effects.join(", ")
 }
 
 fn describe(spec: Option<&Spec>) -> String {

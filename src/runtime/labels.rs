@@ -21,5 +21,8 @@ pub const CLAIM: &str = "voodu.claim";
 /// The agent's keyed digest of the container's environment: a bucket change makes it
 /// outdated like a spec change does.
 pub const ENV_DIGEST: &str = "voodu.env_digest";
+/// Job runs and cronjob ticks: the agent's spec hash of the job they ran (voodu puts no
+/// `voodu.manifest_hash` on them).
+pub const SPEC_HASH: &str = "voodu.spec_hash";
 /// Which agent (data dir) owns the container.
 pub const AGENT: &str = "voodu.agent";
