@@ -481,3 +481,68 @@ fn image_text(image: &str) -> &str {
         image
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::spec::{CronjobSpec, JobSpec};
+    use crate::reconcile::plan::plan_resource;
+
+    fn job(image: &str) -> JobSpec {
+        let mut spec = JobSpec::default();
+        spec.container.image = image.to_owned();
+        spec
+    }
+
+    fn check(kind: Kind, current: &Spec, next: &Spec, expected: &str) {
+        let key = ResourceKey::new(kind, "ops", "x");
+        let plan = plan_resource(&key, Some(current), Some(next), &[]);
+        assert_eq!(plan.action, Action::Replace, "{expected}");
+        assert_eq!(detail(&plan, Some(next)), expected);
+    }
+
+    #[test]
+    fn a_changed_job_runs_again_and_a_changed_cronjob_says_what_changes() {
+        check(
+            Kind::Job,
+            &Spec::Job(job("a:1")),
+            &Spec::Job(job("a:2")),
+            "image changed; the job runs again",
+        );
+        let cron = CronjobSpec {
+            schedule: "* * * * *".into(),
+            job: job("a:1"),
+            ..CronjobSpec::default()
+        };
+        let rescheduled = CronjobSpec {
+            schedule: "0 * * * *".into(),
+            ..cron.clone()
+        };
+        check(
+            Kind::Cronjob,
+            &Spec::Cronjob(cron.clone()),
+            &Spec::Cronjob(rescheduled),
+            "schedule changed; the schedule restarts from now",
+        );
+        let new_image = CronjobSpec {
+            job: job("a:2"),
+            ..cron.clone()
+        };
+        check(
+            Kind::Cronjob,
+            &Spec::Cronjob(cron.clone()),
+            &Spec::Cronjob(new_image),
+            "job changed; later ticks run the new spec",
+        );
+        let suspended = CronjobSpec {
+            suspend: true,
+            ..cron.clone()
+        };
+        check(
+            Kind::Cronjob,
+            &Spec::Cronjob(cron),
+            &Spec::Cronjob(suspended),
+            "suspend changed; no tick runs while suspended",
+        );
+    }
+}
