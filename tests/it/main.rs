@@ -6,6 +6,7 @@ mod cli;
 mod contract;
 mod corpus;
 mod e2e_docker;
+mod e2e_jobs;
 mod git;
 mod http;
 mod jobs;
