@@ -418,8 +418,12 @@ pub(super) async fn settle_runs<R: Runtime>(
                 continue;
             }
         }
+        // A run that already exited is recorded as it ended, even if its timeout passed
+        // since; otherwise it has what is left of its timeout.
         let elapsed = Duration::from_secs(u64::try_from(now_unix() - run.started_at).unwrap_or(0));
-        let remaining = timeout.map(|timeout| timeout.saturating_sub(elapsed));
+        let remaining = timeout
+            .filter(|_| container.state != ContainerState::Exited)
+            .map(|timeout| timeout.saturating_sub(elapsed));
         tracing::info!(%key, container = %run.container, "watching a run that was running before");
         watch(ctx, key, run_ref, remaining, timeout);
     }
@@ -463,15 +467,17 @@ async fn wait_for_run<R: Runtime>(
         }
     };
     let end = tokio::select! {
+        // An exit seen together with the deadline counts as the exit.
+        biased;
         exited = wait_exit(&ctx, &run.container_id) => match exited {
             Ok(code) => End::Exited(code),
             Err(error) => End::Vanished(error),
         },
-        () = deadline => End::TimedOut,
         () = ctx.shutdown.cancelled() => {
             ctx.jobs.detach(run.row);
             return;
         }
+        () = deadline => End::TimedOut,
     };
     if let Err(error) = finish_watched(&ctx, &key, &run, end, timeout).await {
         tracing::warn!(%key, container = %run.container, %error, "cannot record how a run ended; the next reconcile looks again");
