@@ -127,6 +127,7 @@ pub async fn run_with_runtime<R: Runtime>(
         router: crate::reconcile::wake::RouterWake::default(),
         shutdown: shutdown.clone(),
         memory: crate::reconcile::Memory::default(),
+        jobs: crate::reconcile::Jobs::default(),
     });
 
     let tracker = TaskTracker::new();

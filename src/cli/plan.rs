@@ -382,6 +382,11 @@ fn detail(plan: &ResourcePlan, next: Option<&Spec>) -> String {
             } else {
                 format!("{} changed", why.join(", "))
             });
+            match plan.key.kind {
+                Kind::Job => parts.push("the job runs again".to_owned()),
+                Kind::Cronjob => parts.push(cronjob_change(plan, next)),
+                _ => {}
+            }
             if replaces > 0 {
                 parts.push(format!("{replaces} replica(s) replaced one at a time"));
             }
@@ -413,6 +418,26 @@ fn detail(plan: &ResourcePlan, next: Option<&Spec>) -> String {
         }
     }
     parts.join("; ")
+}
+
+/// What a changed cronjob hash means: later ticks run the new job, a new schedule starts from
+/// now (no tick fires for the change itself), suspending stops the ticks.
+fn cronjob_change(plan: &ResourcePlan, next: Option<&Spec>) -> String {
+    let changed = |field: &str| plan.changes.iter().any(|change| change.field == field);
+    let mut effects = Vec::new();
+    if changed("schedule") || changed("timezone") {
+        effects.push("the schedule restarts from now");
+    }
+    if changed("suspend") {
+        effects.push(match next {
+            Some(Spec::Cronjob(spec)) if spec.suspend => "no tick runs while suspended",
+            _ => "ticks resume (missed ones are not caught up)",
+        });
+    }
+    if effects.is_empty() || changed("job") || changed("concurrency_policy") {
+        effects.push("later ticks run the new spec");
+    }
+    effects.join(", ")
 }
 
 fn describe(spec: Option<&Spec>) -> String {
@@ -454,5 +479,70 @@ fn image_text(image: &str) -> &str {
         "the built image (<scope>-<name>:latest)"
     } else {
         image
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::spec::{CronjobSpec, JobSpec};
+    use crate::reconcile::plan::plan_resource;
+
+    fn job(image: &str) -> JobSpec {
+        let mut spec = JobSpec::default();
+        spec.container.image = image.to_owned();
+        spec
+    }
+
+    fn check(kind: Kind, current: &Spec, next: &Spec, expected: &str) {
+        let key = ResourceKey::new(kind, "ops", "x");
+        let plan = plan_resource(&key, Some(current), Some(next), &[]);
+        assert_eq!(plan.action, Action::Replace, "{expected}");
+        assert_eq!(detail(&plan, Some(next)), expected);
+    }
+
+    #[test]
+    fn a_changed_job_runs_again_and_a_changed_cronjob_says_what_changes() {
+        check(
+            Kind::Job,
+            &Spec::Job(job("a:1")),
+            &Spec::Job(job("a:2")),
+            "image changed; the job runs again",
+        );
+        let cron = CronjobSpec {
+            schedule: "* * * * *".into(),
+            job: job("a:1"),
+            ..CronjobSpec::default()
+        };
+        let rescheduled = CronjobSpec {
+            schedule: "0 * * * *".into(),
+            ..cron.clone()
+        };
+        check(
+            Kind::Cronjob,
+            &Spec::Cronjob(cron.clone()),
+            &Spec::Cronjob(rescheduled),
+            "schedule changed; the schedule restarts from now",
+        );
+        let new_image = CronjobSpec {
+            job: job("a:2"),
+            ..cron.clone()
+        };
+        check(
+            Kind::Cronjob,
+            &Spec::Cronjob(cron.clone()),
+            &Spec::Cronjob(new_image),
+            "job changed; later ticks run the new spec",
+        );
+        let suspended = CronjobSpec {
+            suspend: true,
+            ..cron.clone()
+        };
+        check(
+            Kind::Cronjob,
+            &Spec::Cronjob(cron),
+            &Spec::Cronjob(suspended),
+            "suspend changed; no tick runs while suspended",
+        );
     }
 }

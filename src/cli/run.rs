@@ -86,6 +86,11 @@ pub(super) struct RunArgs {
     /// branch moves, without waiting for the next poll).
     #[arg(long)]
     no_watch: bool,
+    /// A cronjob tick missed while the agent was not running still runs once when its
+    /// scheduled time is at most this old (only the most recent one; older ones are reported
+    /// as missed). 0 runs only ticks that are at most a minute late.
+    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = humantime::parse_duration)]
+    cron_catch_up: Duration,
 }
 
 /// `--listen`: an address, or `off`.
@@ -164,6 +169,7 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
             resync: args.resync.max(Duration::from_secs(1)),
             autoscale_interval: args.autoscale_interval.max(Duration::from_secs(1)),
             container_events: !args.no_container_events,
+            cron_catch_up: args.cron_catch_up,
             ..ReconcileOptions::default()
         },
         http,

@@ -58,6 +58,14 @@ pub struct ResourceView {
     /// Set while an operator rollback pins the resource (auto-sync paused for it).
     pub pin: Option<PinView>,
     pub updated_at: i64,
+    /// Kind-specific state as the handler recorded it (a job's run history, a cronjob's
+    /// schedule and next run, …); absent when there is none.
+    #[serde(skip_serializing_if = "no_detail")]
+    pub detail: serde_json::Value,
+}
+
+fn no_detail(detail: &serde_json::Value) -> bool {
+    detail.is_null() || detail.as_object().is_some_and(serde_json::Map::is_empty)
 }
 
 #[derive(Debug, Serialize)]
@@ -170,6 +178,7 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
             release,
             pin,
             updated_at: status.updated_at,
+            detail: status.detail,
         });
     }
     Ok(StatusView {

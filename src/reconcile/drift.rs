@@ -78,12 +78,14 @@ fn is_drift(action: &str) -> bool {
     DRIFT_ACTIONS.contains(&action) || action.starts_with("health_status")
 }
 
-/// The resource a container of this agent belongs to: replicas only (init, release and job
-/// run containers come and go on purpose).
+/// The resource a container of this agent belongs to: deployment and statefulset replicas
+/// only (init, release and job run containers come and go on purpose).
 fn owner(container_labels: &BTreeMap<String, String>) -> Option<ResourceKey> {
     let label = |name: &str| container_labels.get(name).map(String::as_str);
     let kind = label(labels::KIND).and_then(Kind::parse)?;
-    if label(labels::ROLE) != Some(kind.as_str()) {
+    if !matches!(kind, Kind::Deployment | Kind::Statefulset)
+        || label(labels::ROLE) != Some(kind.as_str())
+    {
         return None;
     }
     Some(ResourceKey::new(
@@ -292,5 +294,7 @@ mod tests {
         );
         let init = container("deployment", "web", "init", "h1", Running);
         assert_eq!(owner(&init.labels), None);
+        let run = container("job", "migrate", "job", "", Exited);
+        assert_eq!(owner(&run.labels), None);
     }
 }

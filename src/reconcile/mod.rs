@@ -10,15 +10,19 @@
 //! - one key is never reconciled by two workers at once (`queue`); different keys proceed in
 //!   parallel, up to `ReconcileOptions::concurrency`;
 //! - a panicking handler is recorded on its resource's status and the loop goes on;
-//! - transient errors are retried on the `retry` schedule; each try re-reads desired state.
+//! - transient errors are retried on the `retry` schedule; each try re-reads desired state;
+//! - the cron scheduler (`cron::schedule`) and the job-run waiters (`jobs`) only requeue keys:
+//!   every change to the host still goes through a handler holding its key.
 
 mod autoscale;
+mod cron;
 mod drift;
 mod env;
 mod error;
 pub mod gate;
 mod handlers;
 mod images;
+mod jobs;
 pub mod notify;
 pub mod plan;
 mod probes;
@@ -26,7 +30,9 @@ mod queue;
 mod retry;
 pub mod wake;
 
+pub use cron::{Clock, DEFAULT_CATCH_UP as DEFAULT_CRON_CATCH_UP};
 pub use error::{Error, Result};
+pub use jobs::Jobs;
 pub use retry::RetryPolicy;
 
 use std::collections::{BTreeSet, HashMap};
@@ -72,6 +78,11 @@ pub struct ReconcileOptions {
     /// Ulimits every container gets under its manifest's own: voodu's platform defaults,
     /// clamped to what this host can grant (`host_default_ulimits`).
     pub default_ulimits: Vec<(String, i64, i64)>,
+    /// How old the most recent cronjob tick missed while the agent was not running may be
+    /// and still run once (`--cron-catch-up`); older ones are reported as missed.
+    pub cron_catch_up: Duration,
+    /// Where cron's "now" comes from (the wall clock; tests pass a virtual one).
+    pub clock: Clock,
 }
 
 impl Default for ReconcileOptions {
@@ -87,6 +98,8 @@ impl Default for ReconcileOptions {
             container_events: true,
             autoscale_interval: Duration::from_secs(15),
             default_ulimits: host_default_ulimits(),
+            cron_catch_up: cron::DEFAULT_CATCH_UP,
+            clock: Clock::System,
         }
     }
 }
@@ -133,6 +146,8 @@ pub struct Ctx<R: Runtime> {
     /// Fires when the agent stops: long waits in handlers (init containers, jobs, hooks)
     /// give up on it.
     pub shutdown: CancellationToken,
+    /// Waiters of running job runs and the cronjobs' next fire times (`Jobs::default()`).
+    pub jobs: Jobs,
     /// What handlers remember between passes (rollout clocks, crash-loop back-offs); lost on
     /// restart by design, rebuilt from the store and the host.
     pub memory: Memory,
@@ -215,6 +230,9 @@ pub async fn run<R: Runtime>(ctx: Arc<Ctx<R>>, shutdown: CancellationToken) -> R
         ctx.options.container_events,
         shutdown.clone(),
     ));
+    shared
+        .tracker
+        .spawn(cron::schedule(ctx.clone(), shutdown.clone()));
     if let Some(mut requests) = ctx.requeue.take_receiver() {
         let shared = shared.clone();
         shared.tracker.clone().spawn(async move {
@@ -253,6 +271,7 @@ pub async fn run<R: Runtime>(ctx: Arc<Ctx<R>>, shutdown: CancellationToken) -> R
     }
     shared.tracker.close();
     shared.tracker.wait().await;
+    ctx.jobs.wait().await;
     Ok(())
 }
 

@@ -23,5 +23,8 @@ pub const CLAIM: &str = "voodu.claim";
 pub const ENV_DIGEST: &str = "voodu.env_digest";
 /// A replica's probes as JSON, as its spec declared them (the agent's, not voodu's).
 pub const PROBES: &str = "voodu.probes";
+/// Job runs and cronjob ticks: the agent's spec hash of the job they ran (voodu puts no
+/// `voodu.manifest_hash` on them).
+pub const SPEC_HASH: &str = "voodu.spec_hash";
 /// Which agent (data dir) owns the container.
 pub const AGENT: &str = "voodu.agent";

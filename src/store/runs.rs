@@ -97,7 +97,9 @@ impl Store {
         })
     }
 
-    /// Finishes a run (once: a finished run is left as it is).
+    /// Finishes a run that ended at `ended_at` (Unix seconds; the engine's own end time when
+    /// it has one). Once: a finished run is left as it is, and the answer says whether this
+    /// call finished it.
     pub fn finish_job_run(
         &self,
         id: i64,
@@ -105,14 +107,15 @@ impl Store {
         exit_code: Option<i64>,
         error: &str,
         logs_tail: &str,
-    ) -> Result<()> {
+        ended_at: i64,
+    ) -> Result<bool> {
         self.with(|connection| {
-            connection.execute(
+            let changed = connection.execute(
                 "UPDATE job_runs SET status = ?2, exit_code = ?3, error = ?4, logs_tail = ?5, ended_at = ?6
                  WHERE id = ?1 AND status = 'running'",
-                params![id, status.as_str(), exit_code, error, logs_tail, now_unix()],
+                params![id, status.as_str(), exit_code, error, logs_tail, ended_at],
             )?;
-            Ok(())
+            Ok(changed > 0)
         })
     }
 

@@ -828,3 +828,56 @@ fn handles_opening_a_new_database_at_once_migrate_it_once() -> TestResult {
     assert_eq!(ids.len(), 1, "one agent id for one database: {ids:?}");
     Ok(())
 }
+
+#[test]
+fn a_job_run_is_finished_once_and_trimming_keeps_the_newest_and_the_running() -> TestResult {
+    let fixture = fixture()?;
+    let store = &fixture.store;
+    let job = ResourceKey::new(Kind::Job, "ops", "migrate");
+    let mut ids = Vec::new();
+    for (n, outcome) in [
+        Some(RunStatus::Succeeded),
+        Some(RunStatus::Failed),
+        Some(RunStatus::Succeeded),
+        Some(RunStatus::Failed),
+        None,
+        Some(RunStatus::Succeeded),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let id = store.begin_job_run(&job, &format!("{n:04x}"), "h", &format!("c{n}"))?;
+        if let Some(status) = outcome {
+            assert!(store.finish_job_run(id, status, Some(0), "", "out\n", 1_000 + n as i64)?);
+        }
+        ids.push(id);
+    }
+    assert!(
+        !store.finish_job_run(ids[0], RunStatus::Failed, Some(9), "late", "", 5)?,
+        "a finished run stays as it ended"
+    );
+    let first = store
+        .job_runs(&job)?
+        .into_iter()
+        .find(|run| run.id == ids[0])
+        .ok_or("run")?;
+    assert_eq!(
+        (first.status, first.exit_code, first.ended_at),
+        (RunStatus::Succeeded, Some(0), Some(1_000))
+    );
+    let dropped = store.trim_job_runs(&job, 1, 1)?;
+    assert_eq!(dropped, ["c2", "c1", "c0"]);
+    let kept: Vec<String> = store
+        .job_runs(&job)?
+        .into_iter()
+        .map(|run| run.container)
+        .collect();
+    assert_eq!(
+        kept,
+        ["c5", "c4", "c3"],
+        "newest first; the running one stays"
+    );
+    store.delete_job_runs(&job)?;
+    assert!(store.job_runs(&job)?.is_empty());
+    Ok(())
+}

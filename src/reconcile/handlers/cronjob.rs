@@ -1,16 +1,308 @@
-//! Cronjob handler (to be written): until then the resource's status says it is not
-//! reconciled yet.
+//! Cronjob handler (spec §2.6, §7.10): reads the cronjob's position in its schedule
+//! (`cron_state`), lets `cron::decide` say whether a tick is due, skipped or missed, persists
+//! the new position, starts the tick's run (the job procedure of `job.rs`, labelled
+//! `voodu.kind=cronjob`), trims the history with the cronjob's limits, and publishes the next
+//! fire time for the scheduler.
+//!
+//! Invariants: the position is written before a tick's run starts (at most one run per
+//! scheduled time); `Forbid` sees the runs the store says are running, so it holds across
+//! restarts; skipped and missed ticks are recorded in the status (`detail.skipped`, newest
+//! first, at most `SKIPS_KEPT`); a suspended cronjob keeps moving its position, so resuming it
+//! never catches up the ticks it slept through.
 
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::container::rfc3339_seconds;
+use super::job::{
+    job_runs, keep_history, list_runs, remove_all, run_phase, run_timeout, run_view, settle_runs,
+    start_run, taken_names,
+};
+use crate::manifest::spec::schedule::{Schedule, parse_timezone};
+use crate::manifest::spec::{CronjobSpec, Spec};
 use crate::model::ResourceKey;
-use crate::reconcile::{Ctx, Result, blocking};
+use crate::reconcile::cron::{CronDecision, CronInputs, Skip, decide, schedule_key};
+use crate::reconcile::{Ctx, Error, Result, blocking};
 use crate::runtime::Runtime;
-use crate::store::ResourceStatus;
+use crate::store::{CronState, Desired, JobRun, ResourceStatus, RunStatus, now_unix};
 
-pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
-    let status = ResourceStatus::new(
-        "Unsupported",
-        format!("this agent cannot reconcile {} resources yet", key.kind),
+/// Skipped or missed ticks kept in the status.
+const SKIPS_KEPT: usize = 10;
+
+pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) -> Result<()> {
+    let desired = {
+        let key = key.clone();
+        blocking(&ctx.store, move |store| store.desired(&key)).await?
+    };
+    let Some(desired) = desired else {
+        return remove_all(ctx, key).await;
+    };
+    let Spec::Cronjob(spec) = &desired.spec else {
+        return Err(Error::Permanent {
+            key: key.clone(),
+            message: format!("stored spec is a {}, not a cronjob", desired.spec.kind()),
+        });
+    };
+    let checked = Schedule::parse(&spec.schedule, &spec.timezone)
+        .map_err(|problem| format!("schedule {:?}: {problem}", spec.schedule))
+        .and_then(|schedule| {
+            let forbid = match spec.concurrency_policy.as_str() {
+                "" | "Allow" => false,
+                "Forbid" => true,
+                other => {
+                    return Err(format!(
+                        "concurrency_policy {other:?} is not supported (Allow or Forbid)"
+                    ));
+                }
+            };
+            Ok((schedule, forbid))
+        });
+    let (schedule, forbid) = match checked {
+        Ok(checked) => checked,
+        Err(message) => {
+            ctx.jobs.cron.set(key, None);
+            let error = Error::Permanent {
+                key: key.clone(),
+                message,
+            };
+            let status = ResourceStatus {
+                spec_hash: desired.spec_hash.to_string(),
+                ..ResourceStatus::new("Failed", error.to_string())
+            };
+            let key = key.clone();
+            blocking(&ctx.store, move |store| store.put_status(&key, &status)).await?;
+            return Err(error);
+        }
+    };
+    let timeout = run_timeout(&spec.job.timeout);
+    let actual = list_runs(ctx, key).await?;
+    settle_runs(ctx, key, &actual, timeout).await?;
+    let runs = job_runs(ctx, key).await?;
+    let (state, previous) = {
+        let key = key.clone();
+        blocking(&ctx.store, move |store| {
+            Ok((
+                store.cron_state(&key.scope, &key.name)?,
+                store.status(&key)?,
+            ))
+        })
+        .await?
+    };
+    let now = ctx.options.clock.now();
+    let schedule_text = schedule_key(&spec.schedule, &spec.timezone);
+    let decision = decide(&CronInputs {
+        schedule: &schedule,
+        schedule_key: &schedule_text,
+        state: state.as_ref(),
+        now,
+        suspend: spec.suspend,
+        forbid,
+        running: runs.iter().any(|run| run.status == RunStatus::Running),
+        catch_up: ctx.options.cron_catch_up,
+    });
+    if state.as_ref() != Some(&decision.state) {
+        let key = key.clone();
+        let position = decision.state.clone();
+        blocking(&ctx.store, move |store| {
+            store.put_cron_state(&key.scope, &key.name, &position)
+        })
+        .await?;
+    }
+    ctx.jobs.cron.set(key, decision.state.next_run);
+    let mut skipped = skip_events(ctx, key, &decision, &runs, now.timestamp());
+    let result = match decision.fire {
+        Some(scheduled_at) => {
+            let taken = taken_names(&actual, &runs);
+            match start_run(
+                ctx,
+                key,
+                &spec.job,
+                desired.spec_hash.as_str(),
+                timeout,
+                &taken,
+            )
+            .await
+            {
+                Ok(run_id) => {
+                    tracing::info!(%key, run = %run_id, scheduled_at = %rfc3339_seconds(scheduled_at), "cronjob tick");
+                    Ok(())
+                }
+                Err(error) => {
+                    skipped.insert(
+                        0,
+                        json!({
+                            "reason": "error",
+                            "scheduled_at": rfc3339_seconds(scheduled_at),
+                            "recorded_at": rfc3339_seconds(now.timestamp()),
+                            "message": format!("the tick could not start: {error}"),
+                        }),
+                    );
+                    Err(error)
+                }
+            }
+        }
+        None => Ok(()),
+    };
+    keep_history(ctx, key, spec.successful_history(), spec.failed_history()).await?;
+    let runs = job_runs(ctx, key).await?;
+    if let Some(old) = previous
+        .as_ref()
+        .and_then(|status| status.detail.get("skipped"))
+        .and_then(Value::as_array)
+    {
+        skipped.extend(old.iter().cloned());
+    }
+    skipped.truncate(SKIPS_KEPT);
+    let status = cronjob_status(
+        key,
+        &desired,
+        spec,
+        &decision.state,
+        &runs,
+        skipped,
+        result.as_ref().err(),
     );
-    let key = key.clone();
-    blocking(&ctx.store, move |store| store.put_status(&key, &status)).await
+    let key_for_store = key.clone();
+    blocking(&ctx.store, move |store| {
+        store.put_status(&key_for_store, &status)
+    })
+    .await?;
+    result
+}
+
+/// Status entries for the ticks `decision` skipped (suspended ticks are not listed: the
+/// phase says it), newest first, and a log line for each.
+fn skip_events<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    decision: &CronDecision,
+    runs: &[JobRun],
+    now: i64,
+) -> Vec<Value> {
+    let mut events = Vec::new();
+    for skip in &decision.skips {
+        match skip {
+            Skip::Missed {
+                n_times,
+                first,
+                last,
+            } => {
+                let message = format!(
+                    "{n_times} scheduled time(s) from {} to {} missed (the agent was not running, or too late); catch-up window {}",
+                    rfc3339_seconds(*first),
+                    rfc3339_seconds(*last),
+                    humantime::format_duration(ctx.options.cron_catch_up)
+                );
+                tracing::warn!(%key, "{message}");
+                events.push(json!({
+                    "reason": "missed",
+                    "n_times": n_times,
+                    "first": rfc3339_seconds(*first),
+                    "last": rfc3339_seconds(*last),
+                    "recorded_at": rfc3339_seconds(now),
+                    "message": message,
+                }));
+            }
+            Skip::Forbidden { scheduled_at } => {
+                let running = runs
+                    .iter()
+                    .find(|run| run.status == RunStatus::Running)
+                    .map_or_else(String::new, |run| format!(" {}", run.run_id));
+                let message = format!(
+                    "skipped: the previous run{running} was still running (concurrency_policy = \"Forbid\")"
+                );
+                tracing::info!(%key, scheduled_at = %rfc3339_seconds(*scheduled_at), "{message}");
+                events.push(json!({
+                    "reason": "forbid",
+                    "scheduled_at": rfc3339_seconds(*scheduled_at),
+                    "recorded_at": rfc3339_seconds(now),
+                    "message": message,
+                }));
+            }
+            Skip::Suspended { n_times, last } => {
+                tracing::debug!(%key, n_times, last = %rfc3339_seconds(*last), "suspended: tick skipped");
+            }
+        }
+    }
+    events.reverse();
+    events
+}
+
+fn cronjob_status(
+    key: &ResourceKey,
+    desired: &Desired,
+    spec: &CronjobSpec,
+    position: &CronState,
+    runs: &[JobRun],
+    skipped: Vec<Value>,
+    error: Option<&Error>,
+) -> ResourceStatus {
+    let n_running = runs
+        .iter()
+        .filter(|run| run.status == RunStatus::Running)
+        .count();
+    let zone = if spec.timezone.is_empty() {
+        "UTC"
+    } else {
+        spec.timezone.as_str()
+    };
+    let next_local = position.next_run.and_then(|next| {
+        let zone = parse_timezone(&spec.timezone).ok()?;
+        let at = chrono::DateTime::from_timestamp(next, 0)?;
+        Some(at.with_timezone(&zone).to_rfc3339())
+    });
+    let (phase, message) = if let Some(error) = error {
+        (
+            if error.is_transient() {
+                "Pending"
+            } else {
+                "Failed"
+            },
+            error.to_string(),
+        )
+    } else if spec.suspend {
+        ("Suspended", "suspended: no tick runs".to_owned())
+    } else {
+        let next = match (&next_local, position.next_run) {
+            (Some(local), _) => format!("next run {local} ({zone})"),
+            (None, Some(next)) => format!("next run {}", rfc3339_seconds(next)),
+            (None, None) => "no upcoming scheduled time".to_owned(),
+        };
+        let last = runs.first().map(|run| run_phase(run).1);
+        let message = match last {
+            Some(last) => format!("{next}; last: {last}"),
+            None => next,
+        };
+        (
+            if n_running > 0 {
+                "Running"
+            } else {
+                "Scheduled"
+            },
+            message,
+        )
+    };
+    ResourceStatus {
+        phase: phase.to_owned(),
+        message,
+        desired_replicas: desired.n_replicas,
+        running_replicas: n_running,
+        spec_hash: desired.spec_hash.to_string(),
+        release_id: None,
+        updated_at: now_unix(),
+        detail: json!({
+            "schedule": spec.schedule,
+            "timezone": zone,
+            "suspend": spec.suspend,
+            "concurrency_policy": if spec.concurrency_policy.is_empty() { "Allow" } else { spec.concurrency_policy.as_str() },
+            "image": spec.job.container.effective_image(key),
+            "next_run": position.next_run.map(rfc3339_seconds),
+            "next_run_local": next_local,
+            "last_scheduled": position.last_scheduled.map(rfc3339_seconds),
+            "last_run": runs.first().map(run_view),
+            "history": runs.iter().map(run_view).collect::<Vec<Value>>(),
+            "skipped": skipped,
+        }),
+    }
 }

@@ -1,16 +1,765 @@
-//! Job handler (to be written): until then the resource's status says it is not
-//! reconciled yet.
+//! Job handler (spec §2.5, §7.9): a job runs to completion once per spec hash; and the run
+//! procedure cronjob ticks share (`start_run`, `settle_runs`, `keep_history`, `remove_all`).
+//!
+//! A run is a container `<scope>-<name>.<runid>` (runid 4 hex), labelled as voodu labels job
+//! runs (`voodu.kind=job` or `cronjob`, `voodu.replica_id=<runid>`, no DNS alias, no restart
+//! policy) plus `voodu.spec_hash`, on the job's networks (`voodu0` appended in bridge mode),
+//! with the merged environment without identity variables (voodu gives job containers no
+//! `-e`), asset references resolved, and each `job_runs` row keeps its exit code, times,
+//! error and the last `LOG_LINES` lines of its output.
+//!
+//! Invariants:
+//! - a handler never waits for a run: it starts the container, records the run `running`
+//!   (after the create, before the start), hands it to a waiter on `ctx.jobs` and returns;
+//!   the waiter finishes the record (exit code, or "timed out after …" once `timeout` passed,
+//!   the container then removed) and requeues the key, whose handler trims the history;
+//! - a run the store says is running and no waiter of this process watches (the agent was
+//!   restarted) is picked up by the next reconcile of its key: finished at once when its
+//!   container is gone, started when it was only created, otherwise given a waiter with what
+//!   is left of its timeout; so every run ends up finished, exactly once;
+//! - a job runs when no run of its desired spec hash has happened since that hash became
+//!   desired (the newest run has another hash, or there is none), and never while another of
+//!   its runs is running: a spec changed mid-run runs once that run ended;
+//! - history keeps the newest `successful_history_limit` succeeded and
+//!   `failed_history_limit` failed runs (running ones always); containers of the runs kept
+//!   stay (`docker logs` works), every other run container of the resource is removed.
 
-use crate::model::ResourceKey;
-use crate::reconcile::{Ctx, Result, blocking};
-use crate::runtime::Runtime;
-use crate::store::ResourceStatus;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
 
-pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
-    let status = ResourceStatus::new(
-        "Unsupported",
-        format!("this agent cannot reconcile {} resources yet", key.kind),
-    );
+use serde_json::{Value, json};
+
+use super::container::{Identity, Launch, rfc3339_seconds};
+use super::deployment::container_filter;
+use super::launch::{EnvSource, build_spec, images_of, ready_to_create};
+use crate::manifest::spec::{JobSpec, Spec};
+use crate::model::{ResourceKey, parse_go_duration, random_hex};
+use crate::reconcile::{Ctx, Error, Result, blocking};
+use crate::runtime::{Container, ContainerState, Runtime, labels};
+use crate::store::{Desired, JobRun, ResourceStatus, RunStatus, now_unix};
+
+/// Lines of a run's output kept with its history entry.
+pub(super) const LOG_LINES: usize = 50;
+/// At most this many bytes of those lines (their end) are kept.
+const LOG_BYTES: usize = 16 * 1024;
+/// Pause before asking an unavailable engine again about a run.
+const ENGINE_RETRY: Duration = Duration::from_secs(2);
+/// Attempts at removing the container of a run that timed out.
+const REMOVE_ATTEMPTS: usize = 3;
+
+/// What the job handler does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum JobStep {
+    /// A run is still running (`run_id`); a newer spec runs once it ended.
+    Wait { run_id: String },
+    /// No run of the desired spec hash since it became desired: start one.
+    Run,
+    /// The newest run is of the desired spec hash.
+    Done,
+}
+
+/// Decides from the runs (newest first) and the desired spec hash.
+pub(super) fn plan_job(runs: &[JobRun], spec_hash: &str) -> JobStep {
+    if let Some(running) = runs.iter().find(|run| run.status == RunStatus::Running) {
+        return JobStep::Wait {
+            run_id: running.run_id.clone(),
+        };
+    }
+    match runs.first() {
+        Some(newest) if newest.spec_hash == spec_hash => JobStep::Done,
+        _ => JobStep::Run,
+    }
+}
+
+pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) -> Result<()> {
+    let desired = {
+        let key = key.clone();
+        blocking(&ctx.store, move |store| store.desired(&key)).await?
+    };
+    let Some(desired) = desired else {
+        return remove_all(ctx, key).await;
+    };
+    let Spec::Job(spec) = &desired.spec else {
+        return Err(Error::Permanent {
+            key: key.clone(),
+            message: format!("stored spec is a {}, not a job", desired.spec.kind()),
+        });
+    };
+    let timeout = run_timeout(&spec.timeout);
+    let actual = list_runs(ctx, key).await?;
+    settle_runs(ctx, key, &actual, timeout).await?;
+    let runs = job_runs(ctx, key).await?;
+    let result = match plan_job(&runs, desired.spec_hash.as_str()) {
+        JobStep::Run => {
+            let taken = taken_names(&actual, &runs);
+            start_run(ctx, key, spec, desired.spec_hash.as_str(), timeout, &taken)
+                .await
+                .map(|_| ())
+        }
+        JobStep::Wait { .. } | JobStep::Done => Ok(()),
+    };
+    keep_history(ctx, key, spec.successful_history(), spec.failed_history()).await?;
+    let runs = job_runs(ctx, key).await?;
+    let status = job_status(key, &desired, spec, &runs, result.as_ref().err());
+    let key_for_store = key.clone();
+    blocking(&ctx.store, move |store| {
+        store.put_status(&key_for_store, &status)
+    })
+    .await?;
+    result
+}
+
+/// The job's status: the newest run of its desired spec decides the phase.
+fn job_status(
+    key: &ResourceKey,
+    desired: &Desired,
+    spec: &JobSpec,
+    runs: &[JobRun],
+    error: Option<&Error>,
+) -> ResourceStatus {
+    let n_running = runs
+        .iter()
+        .filter(|run| run.status == RunStatus::Running)
+        .count();
+    let current = runs
+        .iter()
+        .find(|run| run.spec_hash == desired.spec_hash.as_str());
+    let (phase, message) = match (error, current) {
+        (Some(error), _) => (
+            if error.is_transient() {
+                "Pending"
+            } else {
+                "Failed"
+            },
+            error.to_string(),
+        ),
+        (None, Some(run)) => run_phase(run),
+        (None, None) if n_running > 0 => (
+            "Running",
+            "a run of the previous spec is still running; the new spec runs once it ended"
+                .to_owned(),
+        ),
+        (None, None) => ("Pending", String::new()),
+    };
+    ResourceStatus {
+        phase: phase.to_owned(),
+        message,
+        desired_replicas: desired.n_replicas,
+        running_replicas: n_running,
+        spec_hash: desired.spec_hash.to_string(),
+        release_id: None,
+        updated_at: now_unix(),
+        detail: json!({
+            "image": spec.container.effective_image(key),
+            "timeout": spec.timeout,
+            "last_run": runs.first().map(run_view),
+            "history": runs.iter().map(run_view).collect::<Vec<Value>>(),
+        }),
+    }
+}
+
+/// The phase and message a run gives its resource.
+pub(super) fn run_phase(run: &JobRun) -> (&'static str, String) {
+    match run.status {
+        RunStatus::Running => (
+            "Running",
+            format!(
+                "run {} running since {}",
+                run.run_id,
+                rfc3339_seconds(run.started_at)
+            ),
+        ),
+        RunStatus::Succeeded => (
+            "Succeeded",
+            format!(
+                "run {} succeeded in {}s",
+                run.run_id,
+                run.ended_at.unwrap_or(run.started_at) - run.started_at
+            ),
+        ),
+        RunStatus::Failed => (
+            "Failed",
+            format!("run {} failed: {}", run.run_id, run.error),
+        ),
+    }
+}
+
+/// One history entry of `status --json`.
+pub(super) fn run_view(run: &JobRun) -> Value {
+    json!({
+        "run_id": run.run_id,
+        "container": run.container,
+        "spec_hash": run.spec_hash,
+        "status": run.status.as_str(),
+        "exit_code": run.exit_code,
+        "started_at": rfc3339_seconds(run.started_at),
+        "ended_at": run.ended_at.map(rfc3339_seconds),
+        "duration_seconds": run.ended_at.map(|ended| ended - run.started_at),
+        "error": run.error,
+        "logs_tail": run.logs_tail,
+    })
+}
+
+/// A job's `timeout` (`None`: no deadline).
+pub(super) fn run_timeout(timeout: &str) -> Option<Duration> {
+    parse_go_duration(timeout).filter(|timeout| !timeout.is_zero())
+}
+
+/// This agent's run containers of the resource.
+pub(super) async fn list_runs<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+) -> Result<Vec<Container>> {
+    ctx.runtime
+        .list(&container_filter(&ctx.agent_id, key))
+        .await
+        .map_err(|source| Error::Runtime {
+            key: key.clone(),
+            source,
+        })
+}
+
+/// The resource's runs, newest first.
+pub(super) async fn job_runs<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Vec<JobRun>> {
     let key = key.clone();
-    blocking(&ctx.store, move |store| store.put_status(&key, &status)).await
+    blocking(&ctx.store, move |store| store.job_runs(&key)).await
+}
+
+/// Container names a new run must not take.
+pub(super) fn taken_names(actual: &[Container], runs: &[JobRun]) -> BTreeSet<String> {
+    actual
+        .iter()
+        .map(|container| container.name.clone())
+        .chain(runs.iter().map(|run| run.container.clone()))
+        .collect()
+}
+
+/// Starts one run of `job` for the resource `key` (a job, or a cronjob tick) and hands it to
+/// a waiter; returns its run id. A run whose container cannot start is recorded as failed
+/// (that is its outcome); what fails before the run exists (environment, image, network,
+/// create) is the handler's error.
+pub(super) async fn start_run<R: Runtime>(
+    ctx: &Arc<Ctx<R>>,
+    key: &ResourceKey,
+    job: &JobSpec,
+    spec_hash: &str,
+    timeout: Option<Duration>,
+    taken: &BTreeSet<String>,
+) -> Result<String> {
+    let runtime_error = |source| Error::Runtime {
+        key: key.clone(),
+        source,
+    };
+    let env_source = EnvSource::load(ctx, &key.scope).await?;
+    // voodu gives job containers no `-e`: no VOODU_SCOPE / VOODU_NAME.
+    let (env, env_digest) = env_source.env(ctx, key, &job.container, Vec::new())?;
+    let images = images_of(key, &job.container, &[], &ctx.assets_root);
+    ready_to_create(ctx, key, &job.container, &images).await?;
+    let (run_id, name) = loop {
+        let run_id = random_hex(2);
+        let name = format!("{}.{run_id}", key.app_id());
+        if !taken.contains(&name) {
+            break (run_id, name);
+        }
+    };
+    let identity = Identity {
+        name: name.clone(),
+        kind: key.kind,
+        role: key.kind.as_str().to_owned(),
+        name_label: key.name.clone(),
+        replica_id: run_id.clone(),
+        ordinal: None,
+        spec_hash: None,
+        release_id: None,
+        aliases: Vec::new(),
+    };
+    let launch = Launch {
+        env,
+        env_digest,
+        restart: String::new(),
+        default_ulimits: ctx.options.default_ulimits.clone(),
+        ..Launch::default()
+    };
+    let mut container = build_spec(ctx, key, &identity, &job.container, &launch)?;
+    container
+        .labels
+        .insert(labels::SPEC_HASH.to_owned(), spec_hash.to_owned());
+    let id = ctx
+        .runtime
+        .create(&container)
+        .await
+        .map_err(|error| match error {
+            crate::runtime::Error::ImageMissing { .. } => Error::Permanent {
+                key: key.clone(),
+                message: format!("{error}; build or load it on this host"),
+            },
+            other => runtime_error(other),
+        })?;
+    let row = {
+        let key = key.clone();
+        let run_id = run_id.clone();
+        let spec_hash = spec_hash.to_owned();
+        let name = name.clone();
+        blocking(&ctx.store, move |store| {
+            store.begin_job_run(&key, &run_id, &spec_hash, &name)
+        })
+        .await?
+    };
+    let run = RunRef {
+        row,
+        container_id: id,
+        container: name,
+    };
+    if let Err(error) = ctx.runtime.start(&run.container_id).await {
+        tracing::warn!(%key, container = %run.container, %error, "run could not start");
+        let _ = ctx.runtime.remove(&run.container_id).await;
+        finish_record(
+            ctx,
+            &run,
+            Ended {
+                status: RunStatus::Failed,
+                exit_code: None,
+                error: format!("cannot start {}: {error}", run.container),
+                logs: String::new(),
+                at: now_unix(),
+            },
+        )
+        .await?;
+        return Ok(run_id);
+    }
+    tracing::info!(%key, container = %run.container, "run started");
+    watch(ctx, key, run, timeout, timeout);
+    Ok(run_id)
+}
+
+/// A run being watched.
+#[derive(Debug, Clone)]
+struct RunRef {
+    /// `job_runs` row id.
+    row: i64,
+    container_id: String,
+    container: String,
+}
+
+/// How a run ended, as recorded.
+struct Ended {
+    status: RunStatus,
+    exit_code: Option<i64>,
+    error: String,
+    logs: String,
+    at: i64,
+}
+
+/// Runs the store says are running but that no waiter of this process watches (the agent
+/// was restarted, or stopped their waiters at shutdown): a run whose container is gone is
+/// finished as failed, one whose container was only created is started, and every other one
+/// gets a waiter with what is left of `timeout` (one that already exited is finished by its
+/// waiter at once).
+pub(super) async fn settle_runs<R: Runtime>(
+    ctx: &Arc<Ctx<R>>,
+    key: &ResourceKey,
+    actual: &[Container],
+    timeout: Option<Duration>,
+) -> Result<()> {
+    // Read before the store: a waiter detaches only after finishing its record, so a run
+    // still `running` below and not attached here has no waiter.
+    let attached = ctx.jobs.attached();
+    let runs = job_runs(ctx, key).await?;
+    for run in runs
+        .iter()
+        .filter(|run| run.status == RunStatus::Running && !attached.contains(&run.id))
+    {
+        let Some(container) = actual
+            .iter()
+            .find(|container| container.name == run.container)
+        else {
+            tracing::warn!(%key, container = %run.container, "a running run's container is gone; recording it as failed");
+            let run_ref = RunRef {
+                row: run.id,
+                container_id: String::new(),
+                container: run.container.clone(),
+            };
+            finish_record(
+                ctx,
+                &run_ref,
+                Ended {
+                    status: RunStatus::Failed,
+                    exit_code: None,
+                    error: "its container was gone when the agent looked again (removed while the agent was not running?)".to_owned(),
+                    logs: String::new(),
+                    at: now_unix(),
+                },
+            )
+            .await?;
+            continue;
+        };
+        let run_ref = RunRef {
+            row: run.id,
+            container_id: container.id.clone(),
+            container: run.container.clone(),
+        };
+        if container.state == ContainerState::Created {
+            // The agent stopped between recording the run and starting it.
+            if let Err(error) = ctx.runtime.start(&container.id).await {
+                let _ = ctx.runtime.remove(&container.id).await;
+                finish_record(
+                    ctx,
+                    &run_ref,
+                    Ended {
+                        status: RunStatus::Failed,
+                        exit_code: None,
+                        error: format!("cannot start {}: {error}", run.container),
+                        logs: String::new(),
+                        at: now_unix(),
+                    },
+                )
+                .await?;
+                continue;
+            }
+        }
+        // A run that already exited is recorded as it ended, even if its timeout passed
+        // since; otherwise it has what is left of its timeout.
+        let elapsed = Duration::from_secs(u64::try_from(now_unix() - run.started_at).unwrap_or(0));
+        let remaining = timeout
+            .filter(|_| container.state != ContainerState::Exited)
+            .map(|timeout| timeout.saturating_sub(elapsed));
+        tracing::info!(%key, container = %run.container, "watching a run that was running before");
+        watch(ctx, key, run_ref, remaining, timeout);
+    }
+    Ok(())
+}
+
+/// Hands `run` to a waiter on `ctx.jobs` (unless one has it already).
+fn watch<R: Runtime>(
+    ctx: &Arc<Ctx<R>>,
+    key: &ResourceKey,
+    run: RunRef,
+    remaining: Option<Duration>,
+    timeout: Option<Duration>,
+) {
+    let row = run.row;
+    let waiter = wait_for_run(ctx.clone(), key.clone(), run, remaining, timeout);
+    ctx.jobs.attach(row, waiter);
+}
+
+/// How a watched run ended.
+enum End {
+    Exited(i64),
+    TimedOut,
+    Vanished(crate::runtime::Error),
+}
+
+/// The waiter: until the run's container exits or its deadline passes, then finishes the
+/// record, detaches, and requeues the key. At shutdown it leaves the run `running` (the
+/// container goes on) for the next start of the agent to pick up.
+async fn wait_for_run<R: Runtime>(
+    ctx: Arc<Ctx<R>>,
+    key: ResourceKey,
+    run: RunRef,
+    remaining: Option<Duration>,
+    timeout: Option<Duration>,
+) {
+    let deadline = async {
+        match remaining {
+            Some(remaining) => tokio::time::sleep(remaining).await,
+            None => std::future::pending().await,
+        }
+    };
+    let end = tokio::select! {
+        // An exit seen together with the deadline counts as the exit.
+        biased;
+        exited = wait_exit(&ctx, &run.container_id) => match exited {
+            Ok(code) => End::Exited(code),
+            Err(error) => End::Vanished(error),
+        },
+        () = ctx.shutdown.cancelled() => {
+            ctx.jobs.detach(run.row);
+            return;
+        }
+        () = deadline => End::TimedOut,
+    };
+    if let Err(error) = finish_watched(&ctx, &key, &run, end, timeout).await {
+        tracing::warn!(%key, container = %run.container, %error, "cannot record how a run ended; the next reconcile looks again");
+    }
+    ctx.jobs.detach(run.row);
+    ctx.requeue.now(key);
+}
+
+/// `Runtime::wait`, asking again while the engine is unavailable.
+async fn wait_exit<R: Runtime>(ctx: &Ctx<R>, id: &str) -> crate::runtime::Result<i64> {
+    loop {
+        match ctx.runtime.wait(id).await {
+            Err(crate::runtime::Error::Unavailable { message }) => {
+                tracing::debug!(container = id, %message, "engine unavailable while waiting for a run");
+                tokio::time::sleep(ENGINE_RETRY).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn finish_watched<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    run: &RunRef,
+    end: End,
+    timeout: Option<Duration>,
+) -> Result<()> {
+    let logs = logs_tail(ctx, &run.container_id).await;
+    let ended = match end {
+        End::Exited(code) => Ended {
+            status: if code == 0 {
+                RunStatus::Succeeded
+            } else {
+                RunStatus::Failed
+            },
+            exit_code: Some(code),
+            error: if code == 0 {
+                String::new()
+            } else {
+                format!("exit code {code}")
+            },
+            logs,
+            at: finished_at(ctx, &run.container_id)
+                .await
+                .unwrap_or_else(now_unix),
+        },
+        End::TimedOut => {
+            let at = now_unix();
+            remove_timed_out(ctx, key, run).await;
+            Ended {
+                status: RunStatus::Failed,
+                exit_code: None,
+                error: format!(
+                    "timed out after {}",
+                    humantime::format_duration(timeout.unwrap_or_default())
+                ),
+                logs,
+                at,
+            }
+        }
+        End::Vanished(error) => Ended {
+            status: RunStatus::Failed,
+            exit_code: None,
+            error: format!("its container went away before it ended: {error}"),
+            logs,
+            at: now_unix(),
+        },
+    };
+    let status = ended.status;
+    let error = ended.error.clone();
+    if finish_record(ctx, run, ended).await? {
+        match status {
+            RunStatus::Succeeded => {
+                tracing::info!(%key, container = %run.container, "run succeeded")
+            }
+            _ => tracing::warn!(%key, container = %run.container, %error, "run failed"),
+        }
+    }
+    Ok(())
+}
+
+/// Stops and removes the container of a run that timed out.
+async fn remove_timed_out<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey, run: &RunRef) {
+    for attempt in 1..=REMOVE_ATTEMPTS {
+        match ctx.runtime.remove(&run.container_id).await {
+            Ok(()) => return,
+            Err(error) => {
+                tracing::warn!(%key, container = %run.container, %error, attempt, "cannot remove a run that timed out");
+                tokio::time::sleep(ENGINE_RETRY).await;
+            }
+        }
+    }
+}
+
+/// Writes a run's end (only the first end of a run counts); true when this call wrote it.
+async fn finish_record<R: Runtime>(ctx: &Ctx<R>, run: &RunRef, ended: Ended) -> Result<bool> {
+    let row = run.row;
+    blocking(&ctx.store, move |store| {
+        store.finish_job_run(
+            row,
+            ended.status,
+            ended.exit_code,
+            &ended.error,
+            &ended.logs,
+            ended.at,
+        )
+    })
+    .await
+}
+
+/// The last `LOG_LINES` lines of a container's output, at most `LOG_BYTES` (their end);
+/// empty when the engine cannot say.
+async fn logs_tail<R: Runtime>(ctx: &Ctx<R>, id: &str) -> String {
+    let text = ctx.runtime.logs(id, LOG_LINES).await.unwrap_or_default();
+    if text.len() <= LOG_BYTES {
+        return text;
+    }
+    let mut start = text.len() - LOG_BYTES;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    text[start..].to_owned()
+}
+
+/// When the engine says the container finished (Unix seconds).
+async fn finished_at<R: Runtime>(ctx: &Ctx<R>, id: &str) -> Option<i64> {
+    let inspection = ctx.runtime.inspect(id).await.ok()?;
+    let finished = chrono::DateTime::parse_from_rfc3339(&inspection.finished_at).ok()?;
+    // An engine reports the zero time (year 1) for a container that never finished.
+    Some(finished.timestamp()).filter(|unix| *unix > 0)
+}
+
+/// Trims the history to the limits and removes every run container of the resource that
+/// belongs to no run kept (trimmed runs, and containers left by an agent stopped between
+/// creating a run's container and recording the run).
+pub(super) async fn keep_history<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    keep_succeeded: usize,
+    keep_failed: usize,
+) -> Result<()> {
+    let kept: BTreeSet<String> = {
+        let key = key.clone();
+        blocking(&ctx.store, move |store| {
+            store.trim_job_runs(&key, keep_succeeded, keep_failed)?;
+            Ok(store
+                .job_runs(&key)?
+                .into_iter()
+                .map(|run| run.container)
+                .collect())
+        })
+        .await?
+    };
+    for container in list_runs(ctx, key).await? {
+        if kept.contains(&container.name) {
+            continue;
+        }
+        tracing::info!(%key, container = %container.name, "removing a run container no longer in the history");
+        ctx.runtime
+            .remove(&container.id)
+            .await
+            .map_err(|source| Error::Runtime {
+                key: key.clone(),
+                source,
+            })?;
+    }
+    Ok(())
+}
+
+/// The job or cronjob left the repo: its run containers, run records, schedule position and
+/// status go.
+pub(super) async fn remove_all<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
+    for container in list_runs(ctx, key).await? {
+        tracing::info!(%key, container = %container.name, "removing: resource left the repo");
+        ctx.runtime
+            .remove(&container.id)
+            .await
+            .map_err(|source| Error::Runtime {
+                key: key.clone(),
+                source,
+            })?;
+    }
+    let key_for_store = key.clone();
+    blocking(&ctx.store, move |store| {
+        store.delete_job_runs(&key_for_store)?;
+        if key_for_store.kind == crate::model::Kind::Cronjob {
+            store.delete_cron_state(&key_for_store.scope, &key_for_store.name)?;
+        }
+        store.delete_status(&key_for_store)
+    })
+    .await?;
+    if key.kind == crate::model::Kind::Cronjob {
+        ctx.jobs.cron.set(key, None);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Kind;
+
+    fn run(id: i64, hash: &str, status: RunStatus) -> JobRun {
+        JobRun {
+            id,
+            key: ResourceKey::new(Kind::Job, "ops", "migrate"),
+            run_id: format!("{id:04x}"),
+            spec_hash: hash.to_owned(),
+            container: format!("ops-migrate.{id:04x}"),
+            started_at: 100 * id,
+            ended_at: (status != RunStatus::Running).then_some(100 * id + 7),
+            exit_code: match status {
+                RunStatus::Succeeded => Some(0),
+                RunStatus::Failed => Some(1),
+                RunStatus::Running => None,
+            },
+            status,
+            error: String::new(),
+            logs_tail: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_job_runs_once_per_spec_hash_and_never_overlaps() {
+        use RunStatus::{Failed, Running, Succeeded};
+        let cases: &[(&[JobRun], JobStep)] = &[
+            (&[], JobStep::Run),
+            (&[run(1, "h1", Succeeded)], JobStep::Done),
+            (&[run(1, "h1", Failed)], JobStep::Done),
+            (
+                &[run(2, "h0", Succeeded), run(1, "h1", Succeeded)],
+                JobStep::Run,
+            ),
+            (
+                &[run(1, "h0", Running)],
+                JobStep::Wait {
+                    run_id: "0001".into(),
+                },
+            ),
+            (
+                &[run(1, "h1", Running)],
+                JobStep::Wait {
+                    run_id: "0001".into(),
+                },
+            ),
+            // A revert to a spec that ran before runs it again.
+            (
+                &[run(3, "h0", Succeeded), run(2, "h1", Succeeded)],
+                JobStep::Run,
+            ),
+        ];
+        for (runs, expected) in cases {
+            assert_eq!(&plan_job(runs, "h1"), expected, "{runs:?}");
+        }
+    }
+
+    #[test]
+    fn a_run_gives_its_phase_and_view() {
+        let succeeded = run(2, "h1", RunStatus::Succeeded);
+        assert_eq!(
+            run_phase(&succeeded),
+            ("Succeeded", "run 0002 succeeded in 7s".to_owned())
+        );
+        let mut failed = run(3, "h1", RunStatus::Failed);
+        failed.error = "exit code 1".into();
+        assert_eq!(
+            run_phase(&failed),
+            ("Failed", "run 0003 failed: exit code 1".to_owned())
+        );
+        let view = run_view(&failed);
+        assert_eq!(view["exit_code"], 1);
+        assert_eq!(view["duration_seconds"], 7);
+        assert_eq!(view["started_at"], "1970-01-01T00:05:00Z");
+        assert_eq!(view["status"], "failed");
+    }
+
+    #[test]
+    fn timeouts_parse_as_go_durations() {
+        assert_eq!(run_timeout("90s"), Some(Duration::from_secs(90)));
+        assert_eq!(run_timeout("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(run_timeout(""), None);
+        assert_eq!(run_timeout("0"), None);
+    }
 }

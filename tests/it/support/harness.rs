@@ -63,6 +63,7 @@ impl Harness {
             requeue: voodu_agent::reconcile::wake::Requeue::default(),
             router: voodu_agent::reconcile::wake::RouterWake::default(),
             shutdown: self.shutdown.clone(),
+            jobs: voodu_agent::reconcile::Jobs::default(),
             memory: voodu_agent::reconcile::Memory::default(),
         });
         self.task = Some(tokio::spawn(reconcile::run(ctx, self.shutdown.clone())));
