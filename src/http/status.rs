@@ -58,6 +58,14 @@ pub struct ResourceView {
     /// Set while an operator rollback pins the resource (auto-sync paused for it).
     pub pin: Option<PinView>,
     pub updated_at: i64,
+    /// What the handler of the kind adds (a statefulset: its pods and volumes); omitted when
+    /// empty.
+    #[serde(skip_serializing_if = "detail_is_empty")]
+    pub detail: serde_json::Value,
+}
+
+fn detail_is_empty(detail: &serde_json::Value) -> bool {
+    detail.is_null() || detail.as_object().is_some_and(serde_json::Map::is_empty)
 }
 
 #[derive(Debug, Serialize)]
@@ -170,6 +178,7 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
             release,
             pin,
             updated_at: status.updated_at,
+            detail: status.detail,
         });
     }
     Ok(StatusView {

@@ -9,4 +9,5 @@ mod e2e_docker;
 mod git;
 mod http;
 mod reconcile;
+mod statefulset;
 mod tidy;

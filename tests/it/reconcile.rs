@@ -17,17 +17,17 @@ use voodu_agent::store::{ReleasePhase, Store};
 use crate::support::{TempRepo, TestResult};
 
 /// A store in a temp dir, a fake runtime, and a reconciler task that can be restarted.
-struct Harness {
+pub(crate) struct Harness {
     _dir: tempfile::TempDir,
-    store: Arc<Store>,
-    fake: Arc<FakeRuntime>,
+    pub(crate) store: Arc<Store>,
+    pub(crate) fake: Arc<FakeRuntime>,
     shutdown: CancellationToken,
     task: Option<tokio::task::JoinHandle<reconcile::Result<()>>>,
     commits: usize,
 }
 
 impl Harness {
-    fn new() -> TestResult<Harness> {
+    pub(crate) fn new() -> TestResult<Harness> {
         let dir = tempfile::tempdir()?;
         let store = Arc::new(Store::open(&dir.path().join("state.db"))?);
         Ok(Harness {
@@ -40,7 +40,7 @@ impl Harness {
         })
     }
 
-    fn start(&mut self) -> TestResult {
+    pub(crate) fn start(&mut self) -> TestResult {
         self.shutdown = CancellationToken::new();
         let ctx = Arc::new(Ctx {
             store: self.store.clone(),
@@ -62,7 +62,7 @@ impl Harness {
         Ok(())
     }
 
-    async fn stop(&mut self) -> TestResult {
+    pub(crate) async fn stop(&mut self) -> TestResult {
         self.shutdown.cancel();
         if let Some(task) = self.task.take() {
             task.await??;
@@ -71,7 +71,7 @@ impl Harness {
     }
 
     /// Applies a commit made of these files, as the sync stage would.
-    fn push(&mut self, files: &[(&str, &str)]) -> TestResult<CommitSha> {
+    pub(crate) fn push(&mut self, files: &[(&str, &str)]) -> TestResult<CommitSha> {
         self.commits += 1;
         let commit = CommitSha::new(format!("{:040x}", self.commits));
         let snapshot = Snapshot {
@@ -90,7 +90,7 @@ impl Harness {
         Ok(commit)
     }
 
-    async fn containers(&self, key: &ResourceKey) -> TestResult<Vec<Container>> {
+    pub(crate) async fn containers(&self, key: &ResourceKey) -> TestResult<Vec<Container>> {
         use voodu_agent::runtime::Runtime;
         Ok(self
             .fake
@@ -103,7 +103,11 @@ impl Harness {
 
     /// Waits (real-time bound: paused virtual time runs ahead while blocking store calls run)
     /// until `key` has exactly `n` running containers with the desired hash and status Ready.
-    async fn converged(&self, key: &ResourceKey, n: usize) -> TestResult<Vec<Container>> {
+    pub(crate) async fn converged(
+        &self,
+        key: &ResourceKey,
+        n: usize,
+    ) -> TestResult<Vec<Container>> {
         let start = Instant::now();
         loop {
             let desired = self.store.desired(key)?;
@@ -136,7 +140,7 @@ impl Harness {
     }
 
     /// Waits until the status of `key` satisfies `check`.
-    async fn status_where(
+    pub(crate) async fn status_where(
         &self,
         key: &ResourceKey,
         check: impl Fn(&voodu_agent::store::ResourceStatus) -> bool,
@@ -160,7 +164,7 @@ impl Harness {
     }
 
     /// `create`/`remove` calls (names resolved) made since call number `from`.
-    fn churn_since(&self, from: usize) -> Vec<String> {
+    pub(crate) fn churn_since(&self, from: usize) -> Vec<String> {
         self.fake
             .calls()
             .into_iter()

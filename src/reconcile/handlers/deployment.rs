@@ -266,7 +266,10 @@ async fn remove_everything<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Resul
     Ok(())
 }
 
-async fn list_replicas<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Vec<Container>> {
+pub(super) async fn list_replicas<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+) -> Result<Vec<Container>> {
     ctx.runtime
         .list(&container_filter(&ctx.agent_id, key))
         .await
@@ -278,7 +281,10 @@ async fn list_replicas<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Ve
 
 /// The release this reconcile works under: the latest one when it has the desired spec hash,
 /// else a new progressing release keyed to the desired commit.
-async fn current_release<R: Runtime>(ctx: &Ctx<R>, desired: &Desired) -> Result<Release> {
+pub(super) async fn current_release<R: Runtime>(
+    ctx: &Ctx<R>,
+    desired: &Desired,
+) -> Result<Release> {
     let desired = desired.clone();
     blocking(&ctx.store, move |store| {
         match store.latest_release(&desired.key)? {
@@ -455,7 +461,7 @@ async fn create_and_start<R: Runtime>(
 }
 
 /// After starts, give the processes `start_settle` to fail fast, then require each running.
-async fn check_running<R: Runtime>(
+pub(super) async fn check_running<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
     names: &[String],
