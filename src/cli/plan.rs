@@ -20,7 +20,7 @@ use crate::git::{Source, SourceOptions, WorkdirFiles, read_workdir};
 use crate::manifest::spec::Spec;
 use crate::manifest::{self, LoadOptions, Manifest, Mode};
 use crate::model::{FileSource, Kind, ResourceKey, Snapshot};
-use crate::reconcile::plan::{Action, ResourcePlan, Step, plan_all};
+use crate::reconcile::plan::{Action, ResourcePlan, StatefulStep, Step, plan_all};
 use crate::runtime::{Container, DockerRuntime, Runtime, labels};
 use crate::store::Store;
 
@@ -264,7 +264,16 @@ impl PlanView {
                             after: change.after.clone(),
                         })
                         .collect(),
-                    steps: plan.steps.iter().map(step_text).collect(),
+                    steps: plan
+                        .steps
+                        .iter()
+                        .map(step_text)
+                        .chain(
+                            plan.pod_steps
+                                .iter()
+                                .map(|step| pod_step_text(&plan.key, step)),
+                        )
+                        .collect(),
                 }
             })
             .collect();
@@ -355,8 +364,44 @@ fn step_text(step: &Step) -> String {
     }
 }
 
+fn pod_step_text(key: &ResourceKey, step: &StatefulStep) -> String {
+    match step {
+        StatefulStep::Create { ordinal } => {
+            format!("create pod {ordinal} ({}.{ordinal})", key.app_id())
+        }
+        StatefulStep::Start { ordinal, name, .. } => format!("start pod {ordinal} ({name})"),
+        StatefulStep::Replace { ordinal, name, .. } => {
+            format!("replace pod {ordinal} ({name}), same name and volumes")
+        }
+        StatefulStep::Remove {
+            ordinal: Some(ordinal),
+            name,
+            ..
+        } => format!("remove pod {ordinal} ({name}), volumes kept"),
+        StatefulStep::Remove {
+            ordinal: None,
+            name,
+            ..
+        } => format!("remove {name} (no ordinal)"),
+    }
+}
+
+/// The ordinals of a statefulset's steps of one sort, in execution order (`2, 1, 0`).
+fn ordinals(plan: &ResourcePlan, wanted: fn(&StatefulStep) -> bool) -> String {
+    let ordinals: Vec<String> = plan
+        .pod_steps
+        .iter()
+        .filter(|step| wanted(step))
+        .filter_map(|step| step.ordinal().map(|ordinal| ordinal.to_string()))
+        .collect();
+    ordinals.join(", ")
+}
+
 /// One line for a resource: what happens and why.
 fn detail(plan: &ResourcePlan, next: Option<&Spec>) -> String {
+    if plan.key.kind == Kind::Statefulset {
+        return statefulset_detail(plan, next);
+    }
     let count = |wanted: fn(&Step) -> bool| plan.steps.iter().filter(|step| wanted(step)).count();
     let creates = count(|step| matches!(step, Step::Create));
     let replaces = count(|step| matches!(step, Step::Replace { .. }));
@@ -438,6 +483,65 @@ fn cronjob_change(plan: &ResourcePlan, next: Option<&Spec>) -> String {
         effects.push("later ticks run the new spec");
     }
     effects.join(", ")
+}
+
+/// `detail` for a statefulset: its pod steps by ordinal, in the order they run.
+fn statefulset_detail(plan: &ResourcePlan, next: Option<&Spec>) -> String {
+    let creates = ordinals(plan, |step| matches!(step, StatefulStep::Create { .. }));
+    let starts = ordinals(plan, |step| matches!(step, StatefulStep::Start { .. }));
+    let replaces = ordinals(plan, |step| matches!(step, StatefulStep::Replace { .. }));
+    let removes = ordinals(plan, |step| matches!(step, StatefulStep::Remove { .. }));
+    let mut parts = Vec::new();
+    match plan.action {
+        Action::Create => parts.push(describe(next)),
+        Action::Delete => parts.push(if removes.is_empty() {
+            "removed from the host; its volumes are kept".to_owned()
+        } else {
+            format!("pod(s) {removes} removed in that order; volumes kept")
+        }),
+        Action::Replace => {
+            let why: Vec<&str> = plan
+                .changes
+                .iter()
+                .filter(|change| change.hashed)
+                .map(|change| change.field.as_str())
+                .collect();
+            parts.push(if why.is_empty() {
+                "running pods have an outdated spec hash".to_owned()
+            } else {
+                format!("{} changed", why.join(", "))
+            });
+        }
+        Action::Update => {
+            let fields: Vec<&str> = plan
+                .changes
+                .iter()
+                .map(|change| change.field.as_str())
+                .collect();
+            if !fields.is_empty() {
+                parts.push(format!(
+                    "{} changed (no pod is replaced)",
+                    fields.join(", ")
+                ));
+            }
+        }
+        Action::Unchanged => parts.push("no change".to_owned()),
+    }
+    if plan.action != Action::Create && plan.action != Action::Delete {
+        if !removes.is_empty() {
+            parts.push(format!("pod(s) {removes} removed (volumes kept)"));
+        }
+        if !creates.is_empty() {
+            parts.push(format!("pod(s) {creates} created"));
+        }
+        if !starts.is_empty() {
+            parts.push(format!("stopped pod(s) {starts} started"));
+        }
+        if !replaces.is_empty() {
+            parts.push(format!("pod(s) {replaces} replaced one at a time"));
+        }
+    }
+    parts.join("; ")
 }
 
 fn describe(spec: Option<&Spec>) -> String {

@@ -105,6 +105,11 @@ async fn resync_once<R: Runtime>(ctx: &Arc<Ctx<R>>) -> super::Result<()> {
             key: ResourceKey::new(Kind::Deployment, "", "*"),
             source,
         })?;
+    let alive: BTreeSet<&str> = containers
+        .iter()
+        .map(|container| container.id.as_str())
+        .collect();
+    ctx.memory.crash_loops.retain(|id| alive.contains(id));
     let desired = blocking(&ctx.store, |store| store.desired_all()).await?;
     let keys = drifted(&desired, &containers);
     for key in &keys {

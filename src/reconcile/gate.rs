@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::plan::{Step, Target};
+use super::plan::{StatefulStep, Step};
 use crate::runtime::{Container, ContainerState};
 
 /// Restarts of a new replica after which the rollout fails without waiting for its deadline.
@@ -24,6 +24,8 @@ pub const CRASH_LOOP_RESTARTS: u32 = 3;
 const BACKOFF_BASE: Duration = Duration::from_secs(10);
 /// …up to this.
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// A rollout clock entry is dropped this long after its rollout began.
+const FORGET_ROLLOUT: Duration = Duration::from_secs(86_400);
 /// A replica that ran this long since its last start by the agent starts with a clean record.
 const BACKOFF_RESET: Duration = Duration::from_secs(600);
 
@@ -41,15 +43,15 @@ pub struct Waiting {
     pub reason: String,
 }
 
-/// The replicas of the target version that are not ready, with why.
+/// The replicas of the target version (`is_current`) that are not ready, with why.
 pub fn waiting(
     actual: &[Container],
-    target: &Target<'_>,
+    is_current: impl Fn(&Container) -> bool,
     readiness: &BTreeMap<String, ReplicaReadiness>,
 ) -> Vec<Waiting> {
     actual
         .iter()
-        .filter(|container| target.is_current(container))
+        .filter(|container| is_current(container))
         .filter_map(|container| {
             let reason = match (container.state, readiness.get(&container.name)) {
                 (ContainerState::Running, Some(row)) if row.ready => return None,
@@ -92,6 +94,28 @@ pub fn gate(
         {
             now.push(first);
         }
+    }
+    now
+}
+
+/// The ordered form of `gate`, for statefulset pods (`plan_statefulset` order): every
+/// removal and start; then the first create or replacement, only when nothing is `waiting`
+/// (pods come up one at a time, each ready before the next, as Kubernetes' `OrderedReady`).
+pub fn gate_ordered(steps: Vec<StatefulStep>, waiting: &[Waiting]) -> Vec<StatefulStep> {
+    let mut now = Vec::new();
+    let mut next = None;
+    for step in steps {
+        match step {
+            StatefulStep::Remove { .. } | StatefulStep::Start { .. } => now.push(step),
+            StatefulStep::Create { .. } | StatefulStep::Replace { .. } => {
+                if next.is_none() {
+                    next = Some(step);
+                }
+            }
+        }
+    }
+    if waiting.is_empty() {
+        now.extend(next);
     }
     now
 }
@@ -168,39 +192,40 @@ pub fn backoff(restarts: u32) -> Duration {
         .min(BACKOFF_MAX)
 }
 
-/// The agent's starts of crashed replicas, by container name, for the crash-loop back-off.
+/// The agent's starts of crashed replicas, by container id (a re-created statefulset pod
+/// keeps its name but starts with a clean record), for the crash-loop back-off.
 #[derive(Debug, Default)]
 pub struct CrashLoops {
     starts: Mutex<HashMap<String, (u32, Instant)>>,
 }
 
 impl CrashLoops {
-    /// Asks to start `name` again at `now`: `Ok(restarts so far, this one included)`, or
+    /// Asks to start container `id` again at `now`: `Ok(restarts so far, this one included)`, or
     /// `Err(wait)` while its back-off runs.
-    pub fn try_start(&self, name: &str, now: Instant) -> Result<u32, Duration> {
+    pub fn try_start(&self, id: &str, now: Instant) -> Result<u32, Duration> {
         let mut starts = lock(&self.starts);
-        let (restarts, last) = starts.get(name).copied().unwrap_or((0, now));
+        let (restarts, last) = starts.get(id).copied().unwrap_or((0, now));
         let since = now.saturating_duration_since(last);
         let restarts = if since >= BACKOFF_RESET { 0 } else { restarts };
         let wait = backoff(restarts).saturating_sub(since);
         if restarts > 0 && !wait.is_zero() {
             return Err(wait);
         }
-        starts.insert(name.to_owned(), (restarts + 1, now));
+        starts.insert(id.to_owned(), (restarts + 1, now));
         Ok(restarts + 1)
     }
 
-    /// Starts of `name` by the agent within the reset window.
-    pub fn restarts(&self, name: &str, now: Instant) -> u32 {
+    /// Starts of container `id` by the agent within the reset window.
+    pub fn restarts(&self, id: &str, now: Instant) -> u32 {
         lock(&self.starts)
-            .get(name)
+            .get(id)
             .filter(|(_, last)| now.saturating_duration_since(*last) < BACKOFF_RESET)
             .map_or(0, |(restarts, _)| *restarts)
     }
 
-    /// Forgets replicas that are gone.
+    /// Forgets containers that are gone.
     pub fn retain(&self, alive: impl Fn(&str) -> bool) {
-        lock(&self.starts).retain(|name, _| alive(name));
+        lock(&self.starts).retain(|id, _| alive(id));
     }
 }
 
@@ -216,6 +241,8 @@ impl RolloutClock {
     /// How long release `id` (started at Unix second `started_at`) has been rolling out.
     pub fn elapsed(&self, id: i64, started_at: i64, now_unix: i64, now: Instant) -> Duration {
         let mut started = lock(&self.started);
+        // Releases that ended without `finish` (superseded) are forgotten a day later.
+        started.retain(|_, start| now.saturating_duration_since(*start) < FORGET_ROLLOUT);
         let start = *started.entry(id).or_insert_with(|| {
             let ago = Duration::from_secs(u64::try_from(now_unix - started_at).unwrap_or(0));
             now.checked_sub(ago).unwrap_or(now)
@@ -239,6 +266,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 mod tests {
     use super::*;
     use crate::model::SpecHash;
+    use crate::reconcile::plan::Target;
     use crate::runtime::labels;
 
     fn replica(name: &str, hash: &str, state: ContainerState) -> Container {
@@ -299,7 +327,7 @@ mod tests {
             replica("c", "old", Running),
         ];
         let ready = readiness(&[("a", true), ("b", true), ("c", true)]);
-        let wait = waiting(&actual, &target, &ready);
+        let wait = waiting(&actual, |c| target.is_current(c), &ready);
         assert!(wait.is_empty());
         assert_eq!(names(&gate(steps(&actual), &wait, &ready)), ["replace a"]);
         // The new one is not ready yet: nothing is replaced.
@@ -309,7 +337,7 @@ mod tests {
             replica("n1", "new", Running),
         ];
         let ready = readiness(&[("b", true), ("c", true), ("n1", false)]);
-        let wait = waiting(&actual, &target, &ready);
+        let wait = waiting(&actual, |c| target.is_current(c), &ready);
         assert_eq!(
             wait,
             [Waiting {
@@ -319,11 +347,15 @@ mod tests {
         );
         assert!(gate(steps(&actual), &wait, &ready).is_empty());
         // Without any probe result it waits too.
-        let wait = waiting(&actual, &target, &readiness(&[("b", true), ("c", true)]));
+        let wait = waiting(
+            &actual,
+            |c| target.is_current(c),
+            &readiness(&[("b", true), ("c", true)]),
+        );
         assert_eq!(wait[0].reason, "no probe result yet");
         // Ready: the next slot, the unready old replica first.
         let ready = readiness(&[("b", true), ("c", false), ("n1", true)]);
-        let wait = waiting(&actual, &target, &ready);
+        let wait = waiting(&actual, |c| target.is_current(c), &ready);
         assert_eq!(names(&gate(steps(&actual), &wait, &ready)), ["replace c"]);
     }
 
@@ -341,7 +373,7 @@ mod tests {
             replica("o2", "old", Running),
         ];
         let ready = readiness(&[("o1", true), ("o2", true)]);
-        let wait = waiting(&actual, &target, &ready);
+        let wait = waiting(&actual, |c| target.is_current(c), &ready);
         assert_eq!(wait[0].reason, "exited");
         let steps = super::super::plan::plan_replicas(Some(&target), &actual);
         assert_eq!(
@@ -357,6 +389,49 @@ mod tests {
         assert_eq!(
             names(&gate(steps, &wait, &ready)),
             ["remove o1", "remove o2", "start n1"]
+        );
+    }
+
+    #[test]
+    fn pods_come_up_one_at_a_time_each_ready_before_the_next() {
+        let replace = |ordinal: usize| StatefulStep::Replace {
+            ordinal,
+            id: format!("id{ordinal}"),
+            name: format!("db.{ordinal}"),
+        };
+        let steps = vec![
+            StatefulStep::Remove {
+                ordinal: Some(3),
+                id: "id3".to_owned(),
+                name: "db.3".to_owned(),
+            },
+            StatefulStep::Create { ordinal: 1 },
+            replace(2),
+            replace(0),
+        ];
+        let kinds = |steps: &[StatefulStep]| -> Vec<String> {
+            steps
+                .iter()
+                .map(|step| match step {
+                    StatefulStep::Create { ordinal } => format!("create {ordinal}"),
+                    StatefulStep::Start { ordinal, .. } => format!("start {ordinal}"),
+                    StatefulStep::Replace { ordinal, .. } => format!("replace {ordinal}"),
+                    StatefulStep::Remove { ordinal, .. } => format!("remove {ordinal:?}"),
+                })
+                .collect()
+        };
+        assert_eq!(
+            kinds(&gate_ordered(steps.clone(), &[])),
+            ["remove Some(3)", "create 1"]
+        );
+        let busy = [Waiting {
+            name: "db.0".to_owned(),
+            reason: "starting".to_owned(),
+        }];
+        assert_eq!(kinds(&gate_ordered(steps, &busy)), ["remove Some(3)"]);
+        assert_eq!(
+            kinds(&gate_ordered(vec![replace(2), replace(0)], &[])),
+            ["replace 2"]
         );
     }
 

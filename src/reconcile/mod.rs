@@ -57,8 +57,6 @@ pub struct ReconcileOptions {
     /// Resources reconciled in parallel (each key still one at a time).
     pub concurrency: usize,
     pub retry: RetryPolicy,
-    /// How long a freshly started replica must stay up before the next step.
-    pub start_settle: Duration,
     /// Missing replicas of one resource created at once (scale-up, first deploy); voodu
     /// creates them with no pause. Replacements stay one slot at a time regardless.
     pub create_concurrency: usize,
@@ -90,7 +88,6 @@ impl Default for ReconcileOptions {
         ReconcileOptions {
             concurrency: 4,
             retry: RetryPolicy::default(),
-            start_settle: Duration::from_millis(500),
             create_concurrency: 16,
             ready_settle: Duration::from_secs(3),
             rollout_deadline: Duration::from_secs(300),

@@ -53,6 +53,8 @@ struct FakeState {
     /// Images a `pull` can fetch, with the username it requires (empty: public).
     registry: BTreeMap<String, String>,
     calls: Vec<String>,
+    /// The name of every container ever created, by id (removed ones too).
+    names: BTreeMap<String, String>,
     faults: VecDeque<(String, Fault)>,
 }
 
@@ -143,6 +145,21 @@ impl FakeRuntime {
     /// Every verb called so far, as `verb name-or-id`.
     pub fn calls(&self) -> Vec<String> {
         self.lock().calls.clone()
+    }
+
+    /// `calls()` with container ids shown as the names they were created with, so a test can
+    /// read the order of `start` and `remove` calls by name.
+    pub fn calls_by_name(&self) -> Vec<String> {
+        let state = self.lock();
+        state
+            .calls
+            .iter()
+            .map(|call| {
+                call.split_once(' ')
+                    .and_then(|(verb, id)| Some(format!("{verb} {}", state.names.get(id)?)))
+                    .unwrap_or_else(|| call.clone())
+            })
+            .collect()
     }
 
     /// The next call of `verb` (`create`, `start`, `remove`, `list`, …) fails or panics
@@ -278,6 +295,7 @@ impl Runtime for FakeRuntime {
         state.next_id += 1;
         let n = state.next_id;
         let id = format!("fake{n:060}");
+        state.names.insert(id.clone(), spec.name.clone());
         let mut labels = spec.options.labels.clone();
         labels.extend(spec.labels.clone());
         let ip_addresses = spec

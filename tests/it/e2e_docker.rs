@@ -40,12 +40,17 @@ struct Row {
 }
 
 /// The agent child process; killed (SIGKILL) and reaped on drop.
-struct Agent {
+pub(crate) struct Agent {
     child: Child,
 }
 
 impl Agent {
-    fn start(repo: &TempRepo, data_dir: &Path, log: &Path, extra: &[&str]) -> TestResult<Agent> {
+    pub(crate) fn start(
+        repo: &TempRepo,
+        data_dir: &Path,
+        log: &Path,
+        extra: &[&str],
+    ) -> TestResult<Agent> {
         let stderr = File::options().create(true).append(true).open(log)?;
         // A 1 s poll unless the caller sets its own interval.
         let interval: &[&str] = if extra.contains(&"--interval") {
@@ -84,7 +89,7 @@ impl Drop for Agent {
 }
 
 /// A `docker events` stream for the scope, written to a file; killed on drop.
-struct Events {
+pub(crate) struct Events {
     child: Child,
     out: PathBuf,
 }
@@ -92,7 +97,7 @@ struct Events {
 impl Events {
     /// Streams events from `since` on: `--since` replays what happened before the stream
     /// subscribed, so no event is lost to the subscription racing the test.
-    fn start(scope: &str, since: SystemTime, out: PathBuf) -> TestResult<Events> {
+    pub(crate) fn start(scope: &str, since: SystemTime, out: PathBuf) -> TestResult<Events> {
         let since = since.duration_since(UNIX_EPOCH)?;
         let since = format!("{}.{:09}", since.as_secs(), since.subsec_nanos());
         let child = Command::new("docker")
@@ -112,7 +117,7 @@ impl Events {
     }
 
     /// `(action, container name)` pairs seen so far.
-    fn seen(&self) -> TestResult<Vec<(String, String)>> {
+    pub(crate) fn seen(&self) -> TestResult<Vec<(String, String)>> {
         Ok(std::fs::read_to_string(&self.out)?
             .lines()
             .filter_map(|line| line.split_once(' '))

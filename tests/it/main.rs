@@ -12,4 +12,5 @@ mod health;
 mod http;
 mod jobs;
 mod reconcile;
+mod statefulset;
 mod tidy;

@@ -347,7 +347,7 @@ async fn agent_applies_commits_and_keeps_the_last_good_one_on_bad_input() -> Tes
         interval: Duration::from_millis(100),
         sync: voodu_agent::sync::SyncOptions::new(data.path().to_owned()),
         reconcile: ReconcileOptions {
-            start_settle: Duration::ZERO,
+            ready_settle: Duration::ZERO,
             ..ReconcileOptions::default()
         },
         http: None,

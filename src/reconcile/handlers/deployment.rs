@@ -19,8 +19,7 @@
 //! or a permanent error, and is then rolled back automatically (`rollout`); a crashed replica
 //! is started again with a back-off (`gate::CrashLoops`), and status says so.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::collections::BTreeSet;
 
 use futures_util::StreamExt as _;
 use serde_json::json;
@@ -30,33 +29,17 @@ use super::hooks;
 use super::launch::{
     EnvSource, build_spec, identity_vars, images_of, ready_to_create, run_init_chain, start_error,
 };
+use super::replicas::{
+    BackingOff, Observed, fail_rollout, inspect_waiting, not_done, observe, put_status, start_again,
+};
 use super::rollout::{self, Report};
 use crate::manifest::spec::{DeploymentSpec, Spec};
 use crate::model::{Kind, ResourceKey, random_hex};
-use crate::reconcile::gate::{self, NewReplica, ReplicaReadiness, Waiting};
+use crate::reconcile::gate;
 use crate::reconcile::plan::{Step, Target, plan_replicas};
 use crate::reconcile::{Ctx, Error, Result, blocking};
 use crate::runtime::{Container, ContainerState, Runtime, labels};
 use crate::store::{Desired, Release, ReleasePhase, ResourceStatus, now_unix};
-
-/// While a rollout waits, the pass after this long re-checks its deadline even if no replica
-/// changed (readiness changes and container events queue passes sooner).
-const RECHECK: Duration = Duration::from_secs(5);
-
-/// Labels that select this agent's replicas of one resource (not its init or release
-/// containers, which carry the same kind, scope and name).
-pub(super) fn container_filter<'a>(
-    agent_id: &'a str,
-    key: &'a ResourceKey,
-) -> [(&'a str, &'a str); 5] {
-    [
-        (labels::AGENT, agent_id),
-        (labels::KIND, key.kind.as_str()),
-        (labels::SCOPE, key.scope.as_str()),
-        (labels::NAME, key.name.as_str()),
-        (labels::ROLE, key.kind.as_str()),
-    ]
-}
 
 /// What one reconcile works with.
 struct Work<'a> {
@@ -64,13 +47,6 @@ struct Work<'a> {
     spec: &'a DeploymentSpec,
     release: &'a Release,
     launch: Launch,
-}
-
-/// The replicas as one observation sees them.
-struct Observed {
-    actual: Vec<Container>,
-    readiness: BTreeMap<String, ReplicaReadiness>,
-    waiting: Vec<Waiting>,
 }
 
 pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
@@ -94,19 +70,19 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         n_replicas: desired.n_replicas,
         env_digest: Some(&env_digest),
     };
+    let is_current = |container: &Container| target.is_current(container);
     let report = Report {
         key,
         on_deploy: spec.on_deploy.as_ref(),
         image: spec.container.effective_image(key),
     };
     let mut release = rollout::current_release(ctx, &desired).await?;
-    let observed = observe(ctx, key, &target).await?;
+    let observed = observe(ctx, key, is_current).await?;
     let steps = plan_replicas(Some(&target), &observed.actual);
     let touches_replicas = steps
         .iter()
         .any(|step| matches!(step, Step::Create | Step::Replace { .. }));
     let mut status = ResourceStatus {
-        phase: "Progressing".to_owned(),
         desired_replicas: desired.n_replicas,
         spec_hash: desired.spec_hash.to_string(),
         release_id: Some(release.id),
@@ -117,7 +93,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
             // Halted until desired state changes: the replicas stay as they are.
             status.phase = "Failed".to_owned();
             status.message.clone_from(&release.message);
-            return record(ctx, key, status, &observed, &desired).await;
+            return put_status(ctx, key, with_detail(status, &observed, &target, &desired)).await;
         }
         if touches_replicas {
             // Another attempt at a rollout that failed before touching replicas (a registry
@@ -140,13 +116,21 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         .await;
         if let Err(error) = prepared {
             status.message = error.to_string();
+            let status = with_detail(status, &observed, &target, &desired);
             if error.is_transient() {
-                record(ctx, key, status, &observed, &desired).await?;
+                put_status(ctx, key, status).await?;
                 return Err(error);
             }
-            status.phase = "Failed".to_owned();
             rollout::fail_before_rollout(ctx, &release, &error.to_string(), &report).await?;
-            return record(ctx, key, status, &observed, &desired).await;
+            return put_status(
+                ctx,
+                key,
+                ResourceStatus {
+                    phase: "Failed".to_owned(),
+                    ..status
+                },
+            )
+            .await;
         }
     }
 
@@ -166,10 +150,8 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
             &observed.waiting,
             &new_replicas,
         ) {
-            return fail_rollout(
-                ctx, key, &release, &reason, &report, status, &observed, &desired,
-            )
-            .await;
+            let status = with_detail(status, &observed, &target, &desired);
+            return fail_rollout(ctx, &release, &reason, &report, status).await;
         }
     }
 
@@ -195,26 +177,30 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         .iter()
         .map(|container| container.name.clone())
         .collect();
-    let mut backing_off = Vec::new();
+    let mut backing_off = BackingOff::new();
     let result = execute(ctx, &work, &now_steps, taken, &mut backing_off).await;
-    let observed = observe(ctx, key, &target).await?;
+    let observed = observe(ctx, key, is_current).await?;
     ctx.router.wake();
     if let Err(error) = result {
         status.message = error.to_string();
+        let status = with_detail(status, &observed, &target, &desired);
         if !error.is_transient() && progressing {
-            let reason = error.to_string();
-            return fail_rollout(
-                ctx, key, &release, &reason, &report, status, &observed, &desired,
-            )
-            .await;
+            return fail_rollout(ctx, &release, &error.to_string(), &report, status).await;
         }
-        status.phase = if error.is_transient() {
+        let phase = if error.is_transient() {
             "Progressing"
         } else {
             "Failed"
-        }
-        .to_owned();
-        record(ctx, key, status, &observed, &desired).await?;
+        };
+        put_status(
+            ctx,
+            key,
+            ResourceStatus {
+                phase: phase.to_owned(),
+                ..status
+            },
+        )
+        .await?;
         return Err(error);
     }
     let converged = plan_replicas(Some(&target), &observed.actual).is_empty();
@@ -225,181 +211,59 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
             hooks::after_rollout(ctx, key, spec, release.id, &hook_env).await?;
             rollout::succeed(ctx, &release, &report).await?;
         }
-        return record(ctx, key, status, &observed, &desired).await;
-    }
-    // Not there yet: say what is awaited, and come back.
-    status.phase = if progressing {
-        "Progressing"
     } else {
-        "Degraded"
+        not_done(
+            ctx,
+            key,
+            &mut status,
+            &observed,
+            &new_replicas,
+            &backing_off,
+            progressing,
+        );
     }
-    .to_owned();
-    status.message = describe_wait(&observed, &new_replicas, &backing_off, progressing);
-    let recheck = backing_off
-        .iter()
-        .map(|(_, _, wait)| *wait)
-        .chain(progressing.then_some(RECHECK))
-        .min();
-    if let Some(delay) = recheck {
-        ctx.requeue.after(key.clone(), delay);
-    }
-    record(ctx, key, status, &observed, &desired).await
+    put_status(ctx, key, with_detail(status, &observed, &target, &desired)).await
 }
 
-/// Fails the rollout (and rolls back), then records the status that says so.
-#[allow(clippy::too_many_arguments)]
-async fn fail_rollout<R: Runtime>(
-    ctx: &Ctx<R>,
-    key: &ResourceKey,
-    release: &Release,
-    reason: &str,
-    report: &Report<'_>,
+/// `status` with the replica counts and readiness of `observed` (`running_replicas`: current
+/// ones running) and, while autoscaled, the autoscaler's count.
+fn with_detail(
     mut status: ResourceStatus,
     observed: &Observed,
-    desired: &Desired,
-) -> Result<()> {
-    if let Some(message) = rollout::fail(ctx, release, reason, report).await? {
-        status.phase = "Failed".to_owned();
-        status.message = message;
-        record(ctx, key, status, observed, desired).await?;
-    }
-    // Rolled back: the rollback's journal row queues the next pass. Superseded: so did the
-    // newer commit's.
-    Ok(())
-}
-
-/// Lists the replicas and their published readiness.
-async fn observe<R: Runtime>(
-    ctx: &Ctx<R>,
-    key: &ResourceKey,
     target: &Target<'_>,
-) -> Result<Observed> {
-    let actual = list_replicas(ctx, key).await?;
-    let rows = {
-        let key = key.clone();
-        blocking(&ctx.store, move |store| store.readiness(&key)).await?
-    };
-    let readiness: BTreeMap<String, ReplicaReadiness> = rows
-        .into_iter()
-        .map(|row| {
-            (
-                row.container,
-                ReplicaReadiness {
-                    ready: row.ready,
-                    reason: row.reason,
-                },
-            )
-        })
-        .collect();
-    let waiting = gate::waiting(&actual, target, &readiness);
-    Ok(Observed {
-        actual,
-        readiness,
-        waiting,
-    })
-}
-
-/// Restart counts of the replicas still waiting (the engine's, or the agent's own starts).
-async fn inspect_waiting<R: Runtime>(ctx: &Ctx<R>, observed: &Observed) -> Vec<NewReplica> {
-    let now = tokio::time::Instant::now();
-    let mut replicas = Vec::with_capacity(observed.waiting.len());
-    for waiting in &observed.waiting {
-        let Some(container) = observed
-            .actual
-            .iter()
-            .find(|container| container.name == waiting.name)
-        else {
-            continue;
-        };
-        let (engine_restarts, last_exit_code) = match ctx.runtime.inspect(&container.id).await {
-            Ok(inspection) => (
-                u32::try_from(inspection.restart_count).unwrap_or(0),
-                inspection.exit_code.filter(|_| !inspection.running),
-            ),
-            Err(_) => (0, None),
-        };
-        replicas.push(NewReplica {
-            name: waiting.name.clone(),
-            restarts: engine_restarts.max(ctx.memory.crash_loops.restarts(&waiting.name, now)),
-            last_exit_code,
-        });
-    }
-    replicas
-}
-
-/// The status message of a pass that is not done: the first replica awaited and why.
-fn describe_wait(
-    observed: &Observed,
-    new_replicas: &[NewReplica],
-    backing_off: &[(String, u32, Duration)],
-    progressing: bool,
-) -> String {
-    if let Some((name, restarts, wait)) = backing_off.first() {
-        return format!(
-            "replica {name} is crash-looping (started again {restarts} times); next start in {}",
-            gate::human(*wait)
-        );
-    }
-    if let Some(crashing) = new_replicas.iter().find(|replica| replica.restarts > 0) {
-        return format!(
-            "replica {} is restarting (restarted {} times)",
-            crashing.name, crashing.restarts
-        );
-    }
-    match observed.waiting.first() {
-        Some(first) if progressing => format!(
-            "rolling out: waiting for {} to be ready ({})",
-            first.name, first.reason
-        ),
-        Some(first) => format!("replica {} is not ready: {}", first.name, first.reason),
-        None if progressing => "rolling out: replacing the next replica".to_owned(),
-        None => "repairing replicas".to_owned(),
-    }
-}
-
-/// Writes the status with the replica counts and readiness of `observed`.
-async fn record<R: Runtime>(
-    ctx: &Ctx<R>,
-    key: &ResourceKey,
-    mut status: ResourceStatus,
-    observed: &Observed,
     desired: &Desired,
-) -> Result<()> {
-    let current = |container: &&Container| {
-        container.label(labels::MANIFEST_HASH) == Some(desired.spec_hash.as_str())
-    };
+) -> ResourceStatus {
     status.running_replicas = observed
         .actual
         .iter()
-        .filter(current)
-        .filter(|container| container.state == ContainerState::Running)
+        .filter(|container| {
+            target.is_current(container) && container.state == ContainerState::Running
+        })
         .count();
     let replicas: Vec<serde_json::Value> = observed
         .actual
         .iter()
         .map(|container| {
-            let readiness = observed.readiness.get(&container.name);
             json!({
                 "name": container.name,
-                "current": current(&container),
+                "current": target.is_current(container),
                 "state": format!("{:?}", container.state).to_lowercase(),
-                "ready": container.state == ContainerState::Running && readiness.is_some_and(|row| row.ready),
-                "reason": readiness.map_or("", |row| row.reason.as_str()),
+                "ready": observed.is_ready(container),
+                "reason": observed.reason(container),
             })
         })
         .collect();
-    let ready = replicas
+    let ready = observed
+        .actual
         .iter()
-        .filter(|replica| replica["ready"] == true)
+        .filter(|container| observed.is_ready(container))
         .count();
     let mut detail = json!({ "ready_replicas": ready, "replicas": replicas });
     if let Some(replicas) = desired.replicas_override {
         detail["autoscaled_replicas"] = json!(replicas);
     }
     status.detail = detail;
-    status.updated_at = now_unix();
-    let key = key.clone();
-    blocking(&ctx.store, move |store| store.put_status(&key, &status)).await
+    status
 }
 
 /// The resource left the repo: every container of it goes (replicas, init and release
@@ -449,24 +313,14 @@ async fn remove_everything<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Resul
     Ok(())
 }
 
-async fn list_replicas<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Vec<Container>> {
-    ctx.runtime
-        .list(&container_filter(&ctx.agent_id, key))
-        .await
-        .map_err(|source| Error::Runtime {
-            key: key.clone(),
-            source,
-        })
-}
-
 /// Runs the gated steps. Crashed replicas whose back-off is still running are skipped and
-/// listed in `backing_off` as (name, starts so far, wait).
+/// listed in `backing_off`.
 async fn execute<R: Runtime>(
     ctx: &Ctx<R>,
     work: &Work<'_>,
     steps: &[Step],
     mut taken: BTreeSet<String>,
-    backing_off: &mut Vec<(String, u32, Duration)>,
+    backing_off: &mut BackingOff,
 ) -> Result<()> {
     let key = &work.desired.key;
     let runtime_error = |source| Error::Runtime {
@@ -487,23 +341,7 @@ async fn execute<R: Runtime>(
                 let names = create_replicas(ctx, work, n_creates, &mut taken).await?;
                 tracing::info!(%key, containers = ?names, "replicas created");
             }
-            Step::Start { id, name } => {
-                let now = tokio::time::Instant::now();
-                match ctx.memory.crash_loops.try_start(name, now) {
-                    Ok(starts) => {
-                        ctx.runtime
-                            .start(id)
-                            .await
-                            .map_err(|error| start_error(key, name, error))?;
-                        ctx.metrics.record_drift(key.kind.as_str(), "stopped");
-                        tracing::info!(%key, container = %name, starts, "replica started again");
-                    }
-                    Err(wait) => {
-                        let starts = ctx.memory.crash_loops.restarts(name, now);
-                        backing_off.push((name.clone(), starts, wait));
-                    }
-                }
-            }
+            Step::Start { id, name } => start_again(ctx, key, id, name, backing_off).await?,
             Step::Replace { id, name } => {
                 ctx.runtime.remove(id).await.map_err(runtime_error)?;
                 let new_name = create_replicas(ctx, work, 1, &mut taken)

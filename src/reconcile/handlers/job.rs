@@ -31,8 +31,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::container::{Identity, Launch, rfc3339_seconds};
-use super::deployment::container_filter;
 use super::launch::{EnvSource, build_spec, images_of, ready_to_create};
+use super::replicas::container_filter;
 use crate::manifest::spec::{JobSpec, Spec};
 use crate::model::{ResourceKey, parse_go_duration, random_hex};
 use crate::reconcile::{Ctx, Error, Result, blocking};

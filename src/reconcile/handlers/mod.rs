@@ -13,6 +13,7 @@ mod ingress;
 mod job;
 pub(crate) mod launch;
 mod registry;
+mod replicas;
 mod rollout;
 mod statefulset;
 

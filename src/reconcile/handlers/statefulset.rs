@@ -1,16 +1,527 @@
-//! Statefulset handler (to be written): until then the resource's status says it is not
-//! reconciled yet.
+//! Statefulset handler (spec §7.4): converge the pods `<scope>-<name>.<n>` (unscoped
+//! `<name>.<n>`), `n` in `0..replicas`, on the desired spec hash and each pod's environment,
+//! by executing `plan::plan_statefulset` steps through the runtime. `postgres` and `redis`
+//! arrive here too: the manifest stage expands them into statefulsets.
+//!
+//! Invariants:
+//! - a pod's name, ordinal, DNS aliases (`<name>-<n>.<scope>` first) and volumes
+//!   (`voodu-<scope>-<name>-<claim>-<n>`, one per `volume_claim`) follow from its ordinal
+//!   alone, so a pod re-created for any reason (replacement, scale-up after a scale-down, the
+//!   resource re-added to the repo) gets the same volumes back;
+//! - each pod's environment carries `VOODU_REPLICA_ORDINAL` and `VOODU_REPLICA_ID`, so each
+//!   pod has its own environment digest, and a pod is current when its spec hash and its own
+//!   digest match;
+//! - each pass is level-triggered, as the deployment handler's: surplus pods are removed
+//!   highest ordinal first, then one pod at a time is created (lowest missing ordinal first)
+//!   or replaced (highest outdated ordinal first, ordinal 0 last), and only once every current
+//!   pod is ready (`gate::gate_ordered`); the pod's readiness queues the next pass. A replaced
+//!   pod runs its init chain again before its main container; a stopped pod is started again
+//!   under the crash-loop back-off;
+//! - volumes are created (idempotently) before a pod's init chain and never removed by the
+//!   agent: not on scale-down, not on replacement, not when the resource leaves the repo;
+//! - a rollout (a spec hash the latest release does not have) opens a release keyed to the
+//!   desired commit and closes it as succeeded once converged with every pod ready; on its
+//!   deadline, a crash-looping new pod or a permanent error it fails and is rolled back as a
+//!   deployment's is (`rollout`); statefulsets have no release hooks and no `on_deploy`
+//!   (voodu has none).
 
-use crate::model::ResourceKey;
-use crate::reconcile::{Ctx, Result, blocking};
-use crate::runtime::Runtime;
-use crate::store::ResourceStatus;
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use super::container::{Identity, Launch, aliases};
+use super::launch::{
+    EnvSource, build_spec, identity_vars, images_of, ready_to_create, run_init_chain, start_error,
+};
+use super::replicas::{
+    BackingOff, Observed, fail_rollout, inspect_waiting, list_replicas, not_done, observe,
+    put_status, start_again,
+};
+use super::rollout::{self, Report};
+use crate::manifest::spec::{Spec, StatefulsetSpec};
+use crate::model::{Kind, ResourceKey};
+use crate::reconcile::plan::{StatefulStep, StatefulTarget, plan_statefulset, pod_ordinal};
+use crate::reconcile::{Ctx, Error, Result, blocking, gate};
+use crate::runtime::{Container, ContainerState, Runtime, Volume, labels};
+use crate::store::{Desired, ReleasePhase, ResourceStatus, now_unix};
+
+/// One pod's name, labels, environment and mounts.
+struct Pod {
+    identity: Identity,
+    launch: Launch,
+    /// `(volume name, labels, mount path)` per claim, in declaration order.
+    volumes: Vec<(String, BTreeMap<String, String>, String)>,
+}
+
+/// What one reconcile works with.
+struct Work<'a> {
+    desired: &'a Desired,
+    spec: &'a StatefulsetSpec,
+    /// Indexed by ordinal, `0..n_replicas`.
+    pods: Vec<Pod>,
+}
 
 pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
-    let status = ResourceStatus::new(
-        "Unsupported",
-        format!("this agent cannot reconcile {} resources yet", key.kind),
-    );
-    let key = key.clone();
-    blocking(&ctx.store, move |store| store.put_status(&key, &status)).await
+    let desired = {
+        let key = key.clone();
+        blocking(&ctx.store, move |store| store.desired(&key)).await?
+    };
+    let Some(desired) = desired else {
+        return remove_everything(ctx, key).await;
+    };
+    let Spec::Statefulset(spec) = &desired.spec else {
+        return Err(Error::Permanent {
+            key: key.clone(),
+            message: format!(
+                "stored spec is a {}, not a statefulset",
+                desired.spec.kind()
+            ),
+        });
+    };
+    let env_source = EnvSource::load(ctx, &key.scope).await?;
+    let mut pods = Vec::with_capacity(desired.n_replicas);
+    for ordinal in 0..desired.n_replicas {
+        pods.push(pod(ctx, &env_source, &desired, spec, ordinal)?);
+    }
+    let digests: Vec<String> = pods
+        .iter()
+        .map(|pod| pod.launch.env_digest.clone())
+        .collect();
+    let target = StatefulTarget {
+        spec_hash: &desired.spec_hash,
+        n_replicas: desired.n_replicas,
+        env_digests: Some(&digests),
+    };
+    let is_current = |pod: &Container| {
+        pod_ordinal(pod)
+            .is_some_and(|ordinal| ordinal < target.n_replicas && target.is_current(ordinal, pod))
+    };
+    let report = Report {
+        key,
+        on_deploy: None,
+        image: spec.container.effective_image(key),
+    };
+    let mut release = rollout::current_release(ctx, &desired).await?;
+    let observed = observe(ctx, key, is_current).await?;
+    let steps = plan_statefulset(Some(&target), &observed.actual);
+    let touches_pods = steps.iter().any(|step| {
+        matches!(
+            step,
+            StatefulStep::Create { .. } | StatefulStep::Replace { .. }
+        )
+    });
+    let mut status = ResourceStatus {
+        desired_replicas: desired.n_replicas,
+        spec_hash: desired.spec_hash.to_string(),
+        release_id: Some(release.id),
+        ..ResourceStatus::new("Progressing", "")
+    };
+    if release.phase == ReleasePhase::Failed {
+        if rollout::halted(ctx, &release).await? {
+            status.phase = "Failed".to_owned();
+            status.message.clone_from(&release.message);
+            let status = with_detail(ctx, key, status, &observed, &target).await?;
+            return put_status(ctx, key, status).await;
+        }
+        if touches_pods {
+            // Another attempt at a rollout that failed before touching pods (an image
+            // appeared, the agent restarted): a release of its own, as for deployments.
+            let retry = desired.clone();
+            release = blocking(&ctx.store, move |store| store.begin_release(&retry)).await?;
+            status.release_id = Some(release.id);
+        }
+    }
+    for pod in &mut pods {
+        pod.identity.release_id = Some(release.id.to_string());
+    }
+    let progressing = release.phase == ReleasePhase::Progressing;
+    if progressing && touches_pods {
+        let images = images_of(key, &spec.container, &spec.inits, &ctx.assets_root);
+        if let Err(error) = ready_to_create(ctx, key, &spec.container, &images).await {
+            status.message = error.to_string();
+            let mut status = with_detail(ctx, key, status, &observed, &target).await?;
+            if error.is_transient() {
+                put_status(ctx, key, status).await?;
+                return Err(error);
+            }
+            rollout::fail_before_rollout(ctx, &release, &error.to_string(), &report).await?;
+            status.phase = "Failed".to_owned();
+            return put_status(ctx, key, status).await;
+        }
+    }
+
+    // A rollout that ran out of time, or whose new pod keeps crashing, is rolled back.
+    let new_pods = inspect_waiting(ctx, &observed).await;
+    if progressing {
+        let elapsed = ctx.memory.rollouts.elapsed(
+            release.id,
+            release.started_at,
+            now_unix(),
+            tokio::time::Instant::now(),
+        );
+        if let Some(reason) = gate::rollout_failure(
+            elapsed,
+            ctx.options.rollout_deadline,
+            steps.is_empty(),
+            &observed.waiting,
+            &new_pods,
+        ) {
+            let status = with_detail(ctx, key, status, &observed, &target).await?;
+            return fail_rollout(ctx, &release, &reason, &report, status).await;
+        }
+    }
+
+    // Act on what the ordered gate lets through: one pod at a time, each ready first.
+    let now_steps = gate::gate_ordered(steps, &observed.waiting);
+    let work = Work {
+        desired: &desired,
+        spec,
+        pods,
+    };
+    let mut backing_off = BackingOff::new();
+    let result = execute(ctx, &work, &now_steps, &mut backing_off).await;
+    let observed = observe(ctx, key, is_current).await?;
+    // Readiness is the probe runners' (`reconcile::probes`); routes may have changed.
+    ctx.router.wake();
+    if let Err(error) = result {
+        status.message = error.to_string();
+        let mut status = with_detail(ctx, key, status, &observed, &target).await?;
+        if !error.is_transient() && progressing {
+            return fail_rollout(ctx, &release, &error.to_string(), &report, status).await;
+        }
+        status.phase = if error.is_transient() {
+            "Progressing"
+        } else {
+            "Failed"
+        }
+        .to_owned();
+        put_status(ctx, key, status).await?;
+        return Err(error);
+    }
+    let converged = plan_statefulset(Some(&target), &observed.actual).is_empty();
+    if converged && observed.waiting.is_empty() {
+        status.phase = "Ready".to_owned();
+        if progressing {
+            rollout::succeed(ctx, &release, &report).await?;
+        }
+    } else {
+        not_done(
+            ctx,
+            key,
+            &mut status,
+            &observed,
+            &new_pods,
+            &backing_off,
+            progressing,
+        );
+    }
+    let status = with_detail(ctx, key, status, &observed, &target).await?;
+    put_status(ctx, key, status).await
+}
+
+/// The pod of one ordinal: identity (its release id is set once the release is known),
+/// environment (with its ordinal) and volumes.
+fn pod<R: Runtime>(
+    ctx: &Ctx<R>,
+    env_source: &EnvSource,
+    desired: &Desired,
+    spec: &StatefulsetSpec,
+    ordinal: usize,
+) -> Result<Pod> {
+    let key = &desired.key;
+    let mut identity_env = identity_vars(key);
+    identity_env.push(("VOODU_REPLICA_ORDINAL".to_owned(), ordinal.to_string()));
+    identity_env.push(("VOODU_REPLICA_ID".to_owned(), ordinal.to_string()));
+    let (env, env_digest) = env_source.env(ctx, key, &spec.container, identity_env)?;
+    let volumes: Vec<(String, BTreeMap<String, String>, String)> = spec
+        .volume_claims
+        .iter()
+        .map(|claim| {
+            (
+                volume_name(key, &claim.name, ordinal),
+                volume_labels(&ctx.agent_id, key, &claim.name, ordinal),
+                claim.mount_path.clone(),
+            )
+        })
+        .collect();
+    Ok(Pod {
+        identity: Identity {
+            name: format!("{}.{ordinal}", key.app_id()),
+            kind: Kind::Statefulset,
+            role: Kind::Statefulset.as_str().to_owned(),
+            name_label: key.name.clone(),
+            replica_id: ordinal.to_string(),
+            ordinal: Some(ordinal),
+            spec_hash: Some(desired.spec_hash.to_string()),
+            release_id: None,
+            aliases: aliases(key, Some(ordinal)),
+        },
+        launch: Launch {
+            env,
+            env_digest,
+            ports: spec.ports.clone(),
+            restart: spec.effective_restart().to_owned(),
+            extra_binds: volumes
+                .iter()
+                .map(|(name, _, mount_path)| format!("{name}:{mount_path}"))
+                .collect(),
+            default_ulimits: ctx.options.default_ulimits.clone(),
+            probes: spec.probes.clone(),
+            ..Launch::default()
+        },
+        volumes,
+    })
+}
+
+/// voodu's volume name of one claim of one pod (spec §6.1).
+fn volume_name(key: &ResourceKey, claim: &str, ordinal: usize) -> String {
+    format!("voodu-{}-{claim}-{ordinal}", key.app_id())
+}
+
+/// voodu's volume labels (spec §6.2) plus this agent's ownership marker.
+fn volume_labels(
+    agent_id: &str,
+    key: &ResourceKey,
+    claim: &str,
+    ordinal: usize,
+) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            labels::CREATED_BY.to_owned(),
+            labels::CREATED_BY_VALUE.to_owned(),
+        ),
+        (
+            labels::KIND.to_owned(),
+            Kind::Statefulset.as_str().to_owned(),
+        ),
+        (labels::SCOPE.to_owned(), key.scope.clone()),
+        (labels::NAME.to_owned(), key.name.clone()),
+        (labels::REPLICA_ORDINAL.to_owned(), ordinal.to_string()),
+        (labels::CLAIM.to_owned(), claim.to_owned()),
+        (labels::AGENT.to_owned(), agent_id.to_owned()),
+    ])
+}
+
+/// Runs the gated steps; a crashed pod whose back-off still runs is skipped and listed in
+/// `backing_off`.
+async fn execute<R: Runtime>(
+    ctx: &Ctx<R>,
+    work: &Work<'_>,
+    steps: &[StatefulStep],
+    backing_off: &mut BackingOff,
+) -> Result<()> {
+    let key = &work.desired.key;
+    let runtime_error = |source| Error::Runtime {
+        key: key.clone(),
+        source,
+    };
+    for step in steps {
+        match step {
+            StatefulStep::Create { ordinal } => {
+                let name = create_pod(ctx, work, *ordinal).await?;
+                tracing::info!(%key, pod = %name, ordinal, "pod created");
+            }
+            StatefulStep::Start { id, name, .. } => {
+                start_again(ctx, key, id, name, backing_off).await?;
+            }
+            StatefulStep::Replace { ordinal, id, name } => {
+                ctx.runtime.remove(id).await.map_err(runtime_error)?;
+                create_pod(ctx, work, *ordinal).await?;
+                tracing::info!(%key, pod = %name, ordinal, "pod replaced");
+            }
+            StatefulStep::Remove { ordinal, id, name } => {
+                ctx.runtime.remove(id).await.map_err(runtime_error)?;
+                tracing::info!(%key, pod = %name, ordinal = ?ordinal, "pod removed; its volumes are kept");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Creates the pod of `ordinal`: its volumes, its init chain, then the container, started.
+/// A container that cannot start is removed again.
+async fn create_pod<R: Runtime>(ctx: &Ctx<R>, work: &Work<'_>, ordinal: usize) -> Result<String> {
+    let key = &work.desired.key;
+    let runtime_error = |source| Error::Runtime {
+        key: key.clone(),
+        source,
+    };
+    let pod = work.pods.get(ordinal).ok_or_else(|| Error::Permanent {
+        key: key.clone(),
+        message: format!("no pod {ordinal} in the plan"),
+    })?;
+    for (name, volume_labels, _) in &pod.volumes {
+        ctx.runtime
+            .ensure_volume(name, volume_labels)
+            .await
+            .map_err(runtime_error)?;
+    }
+    run_init_chain(
+        ctx,
+        key,
+        &pod.identity,
+        &work.spec.container,
+        &pod.launch,
+        &work.spec.inits,
+    )
+    .await?;
+    let container = build_spec(ctx, key, &pod.identity, &work.spec.container, &pod.launch)?;
+    let id = ctx
+        .runtime
+        .create(&container)
+        .await
+        .map_err(|error| match error {
+            crate::runtime::Error::ImageMissing { .. } => Error::Permanent {
+                key: key.clone(),
+                message: format!("{error}; build or load it on this host"),
+            },
+            other => runtime_error(other),
+        })?;
+    if let Err(error) = ctx.runtime.start(&id).await {
+        // A created-but-unstartable pod would count as present: take it away.
+        let _ = ctx.runtime.remove(&id).await;
+        return Err(start_error(key, &container.name, error));
+    }
+    Ok(container.name)
+}
+
+/// The resource left the repo: its pods go highest ordinal first, then any other container of
+/// it (init leftovers), then its status. Its volumes stay; the log says how to remove them.
+async fn remove_everything<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
+    let runtime_error = |source| Error::Runtime {
+        key: key.clone(),
+        source,
+    };
+    let pods = list_replicas(ctx, key).await?;
+    let mut names = Vec::new();
+    for step in plan_statefulset(None, &pods) {
+        if let StatefulStep::Remove { ordinal, id, name } = step {
+            tracing::info!(%key, pod = %name, ordinal = ?ordinal, "removing: resource left the repo");
+            ctx.runtime.remove(&id).await.map_err(runtime_error)?;
+            names.push(name);
+        }
+    }
+    let others = ctx
+        .runtime
+        .list(&[
+            (labels::AGENT, ctx.agent_id.as_str()),
+            (labels::KIND, key.kind.as_str()),
+            (labels::SCOPE, key.scope.as_str()),
+            (labels::NAME, key.name.as_str()),
+        ])
+        .await
+        .map_err(runtime_error)?;
+    for container in others {
+        tracing::info!(%key, container = %container.name, "removing: resource left the repo");
+        ctx.runtime
+            .remove(&container.id)
+            .await
+            .map_err(runtime_error)?;
+        names.push(container.name);
+    }
+    let volumes = list_volumes(ctx, key).await?;
+    if !volumes.is_empty() {
+        let volume_names: Vec<&str> = volumes.iter().map(|volume| volume.name.as_str()).collect();
+        tracing::info!(
+            %key,
+            volumes = ?volume_names,
+            "statefulset volumes are kept; remove them by hand when the data is no longer needed: docker volume rm {}",
+            volume_names.join(" ")
+        );
+    }
+    {
+        let key = key.clone();
+        blocking(&ctx.store, move |store| {
+            store.forget_readiness(&names)?;
+            store.delete_status(&key)
+        })
+        .await?;
+    }
+    ctx.router.wake();
+    Ok(())
+}
+
+/// This agent's volumes of the statefulset, by name.
+async fn list_volumes<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Vec<Volume>> {
+    let mut volumes = ctx
+        .runtime
+        .list_volumes(&[
+            (labels::AGENT, ctx.agent_id.as_str()),
+            (labels::KIND, key.kind.as_str()),
+            (labels::SCOPE, key.scope.as_str()),
+            (labels::NAME, key.name.as_str()),
+        ])
+        .await
+        .map_err(|source| Error::Runtime {
+            key: key.clone(),
+            source,
+        })?;
+    volumes.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(volumes)
+}
+
+/// `status` with `running_replicas` (current pods running) and its `detail`: each pod with
+/// its state, readiness and volumes, and every volume of the statefulset, those of ordinals
+/// past `replicas` marked as kept.
+async fn with_detail<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    mut status: ResourceStatus,
+    observed: &Observed,
+    target: &StatefulTarget<'_>,
+) -> Result<ResourceStatus> {
+    let actual = &observed.actual;
+    status.running_replicas = count_running(actual, target);
+    let volumes = list_volumes(ctx, key).await?;
+    let volume_ordinal = |volume: &Volume| -> Option<usize> {
+        volume.labels.get(labels::REPLICA_ORDINAL)?.parse().ok()
+    };
+    let mut pods: Vec<(Option<usize>, &Container)> =
+        actual.iter().map(|pod| (pod_ordinal(pod), pod)).collect();
+    pods.sort_by_key(|(ordinal, pod)| (*ordinal, pod.name.clone()));
+    let pods: Vec<serde_json::Value> = pods
+        .into_iter()
+        .map(|(ordinal, pod)| {
+            json!({
+                "ordinal": ordinal,
+                "name": pod.name,
+                "state": format!("{:?}", pod.state).to_lowercase(),
+                "current": ordinal.is_some_and(|ordinal| target.is_current(ordinal, pod)),
+                "ready": observed.is_ready(pod),
+                "reason": observed.reason(pod),
+                "volumes": volumes
+                    .iter()
+                    .filter(|volume| ordinal.is_some() && volume_ordinal(volume) == ordinal)
+                    .map(|volume| volume.name.clone())
+                    .collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let volumes: Vec<serde_json::Value> = volumes
+        .iter()
+        .map(|volume| {
+            let ordinal = volume_ordinal(volume);
+            json!({
+                "name": volume.name,
+                "claim": volume.labels.get(labels::CLAIM),
+                "ordinal": ordinal,
+                "kept": ordinal.is_none_or(|ordinal| ordinal >= target.n_replicas),
+            })
+        })
+        .collect();
+    let ready = actual.iter().filter(|pod| observed.is_ready(pod)).count();
+    status.detail = json!({ "ready_replicas": ready, "pods": pods, "volumes": volumes });
+    Ok(status)
+}
+
+fn count_running(actual: &[Container], target: &StatefulTarget<'_>) -> usize {
+    actual
+        .iter()
+        .filter(|pod| {
+            pod.state == ContainerState::Running
+                && pod_ordinal(pod).is_some_and(|ordinal| {
+                    ordinal < target.n_replicas && target.is_current(ordinal, pod)
+                })
+        })
+        .count()
 }

@@ -70,7 +70,7 @@ impl TestAgent {
             interval: options.interval,
             sync: voodu_agent::sync::SyncOptions::new(data.path().join("data")),
             reconcile: ReconcileOptions {
-                start_settle: Duration::ZERO,
+                ready_settle: Duration::ZERO,
                 ..ReconcileOptions::default()
             },
             http: Some(HttpConfig {

@@ -2,7 +2,8 @@
 //!
 //! Docker tests run when `VOODU_DOCKER_TESTS=1` (scripts/test and CI set it); otherwise each
 //! prints one line saying it was skipped, so a skip is never silent. Each Docker test uses a
-//! unique `voodu.scope`; `DockerGuard` removes every container with that scope on drop, also
+//! unique `voodu.scope`; `DockerGuard` removes every container with that scope on drop, then
+//! every volume with that scope (statefulset claims, which the agent never removes), also
 //! when the test fails.
 
 use std::process::Command;
@@ -21,7 +22,7 @@ pub fn test_image() -> String {
     std::env::var("VOODU_TEST_IMAGE").unwrap_or_else(|_| "voodu-busybox:latest".to_owned())
 }
 
-/// Removes every container labelled `voodu.scope=<scope>` when dropped.
+/// Removes every container, then every volume, labelled `voodu.scope=<scope>` when dropped.
 pub struct DockerGuard {
     pub scope: String,
 }
@@ -54,6 +55,27 @@ impl Drop for DockerGuard {
                     .arg("rm")
                     .arg("-f")
                     .args(&ids)
+                    .output();
+            }
+        }
+        let volumes = Command::new("docker")
+            .args([
+                "volume",
+                "ls",
+                "-q",
+                "--filter",
+                &format!("label=voodu.scope={}", self.scope),
+            ])
+            .output();
+        if let Ok(output) = volumes {
+            let names: Vec<String> = String::from_utf8_lossy(&output.stdout)
+                .split_whitespace()
+                .map(ToOwned::to_owned)
+                .collect();
+            if !names.is_empty() {
+                let _ = Command::new("docker")
+                    .args(["volume", "rm", "-f"])
+                    .args(&names)
                     .output();
             }
         }

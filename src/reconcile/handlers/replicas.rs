@@ -1,0 +1,255 @@
+//! What the replicated kinds (deployment, statefulset) share in a pass: observing the
+//! replicas with their published readiness and restart counts, starting a crashed replica
+//! again under its back-off, failing a rollout, and ending a pass that is not done yet (the
+//! status message, and when to look again).
+//!
+//! Invariant: nothing here decides which replica changes (`plan` and `gate` do); these are the
+//! observations and reports around those decisions, identical for both kinds.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::launch::start_error;
+use super::rollout::{self, Report};
+use crate::model::ResourceKey;
+use crate::reconcile::gate::{self, NewReplica, ReplicaReadiness, Waiting};
+use crate::reconcile::{Ctx, Error, Result, blocking};
+use crate::runtime::{Container, ContainerState, Runtime, labels};
+use crate::store::{Release, ResourceStatus, now_unix};
+
+/// While a rollout waits, the pass after this long re-checks its deadline even if no replica
+/// changed (readiness changes and container events queue passes sooner).
+const RECHECK: Duration = Duration::from_secs(5);
+
+/// Labels that select this agent's replicas of one resource (not its init or release
+/// containers, which carry the same kind, scope and name).
+pub(super) fn container_filter<'a>(
+    agent_id: &'a str,
+    key: &'a ResourceKey,
+) -> [(&'a str, &'a str); 5] {
+    [
+        (labels::AGENT, agent_id),
+        (labels::KIND, key.kind.as_str()),
+        (labels::SCOPE, key.scope.as_str()),
+        (labels::NAME, key.name.as_str()),
+        (labels::ROLE, key.kind.as_str()),
+    ]
+}
+
+pub(super) async fn list_replicas<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+) -> Result<Vec<Container>> {
+    ctx.runtime
+        .list(&container_filter(&ctx.agent_id, key))
+        .await
+        .map_err(|source| Error::Runtime {
+            key: key.clone(),
+            source,
+        })
+}
+
+/// The replicas as one observation sees them.
+pub(super) struct Observed {
+    pub(super) actual: Vec<Container>,
+    pub(super) readiness: BTreeMap<String, ReplicaReadiness>,
+    /// Replicas of the target version that are not ready.
+    pub(super) waiting: Vec<Waiting>,
+}
+
+impl Observed {
+    /// Whether `container` runs and is published ready.
+    pub(super) fn is_ready(&self, container: &Container) -> bool {
+        container.state == ContainerState::Running
+            && self
+                .readiness
+                .get(&container.name)
+                .is_some_and(|row| row.ready)
+    }
+
+    /// The published reason a replica is not ready ("" when ready or unknown).
+    pub(super) fn reason(&self, container: &Container) -> &str {
+        self.readiness
+            .get(&container.name)
+            .map_or("", |row| row.reason.as_str())
+    }
+}
+
+/// Lists the replicas and their published readiness; `is_current` tells the target version.
+pub(super) async fn observe<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    is_current: impl Fn(&Container) -> bool,
+) -> Result<Observed> {
+    let actual = list_replicas(ctx, key).await?;
+    let rows = {
+        let key = key.clone();
+        blocking(&ctx.store, move |store| store.readiness(&key)).await?
+    };
+    let readiness: BTreeMap<String, ReplicaReadiness> = rows
+        .into_iter()
+        .map(|row| {
+            (
+                row.container,
+                ReplicaReadiness {
+                    ready: row.ready,
+                    reason: row.reason,
+                },
+            )
+        })
+        .collect();
+    let waiting = gate::waiting(&actual, is_current, &readiness);
+    Ok(Observed {
+        actual,
+        readiness,
+        waiting,
+    })
+}
+
+/// Restart counts of the replicas still waiting (the engine's, or the agent's own starts).
+pub(super) async fn inspect_waiting<R: Runtime>(
+    ctx: &Ctx<R>,
+    observed: &Observed,
+) -> Vec<NewReplica> {
+    let now = tokio::time::Instant::now();
+    let mut replicas = Vec::with_capacity(observed.waiting.len());
+    for waiting in &observed.waiting {
+        let Some(container) = observed
+            .actual
+            .iter()
+            .find(|container| container.name == waiting.name)
+        else {
+            continue;
+        };
+        let (engine_restarts, last_exit_code) = match ctx.runtime.inspect(&container.id).await {
+            Ok(inspection) => (
+                u32::try_from(inspection.restart_count).unwrap_or(0),
+                inspection.exit_code.filter(|_| !inspection.running),
+            ),
+            Err(_) => (0, None),
+        };
+        replicas.push(NewReplica {
+            name: waiting.name.clone(),
+            restarts: engine_restarts.max(ctx.memory.crash_loops.restarts(&container.id, now)),
+            last_exit_code,
+        });
+    }
+    replicas
+}
+
+/// Crashed replicas whose back-off still runs: (name, starts so far, wait).
+pub(super) type BackingOff = Vec<(String, u32, Duration)>;
+
+/// Starts a stopped replica again, unless its crash-loop back-off still runs (then it is
+/// listed in `backing_off`).
+pub(super) async fn start_again<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    id: &str,
+    name: &str,
+    backing_off: &mut BackingOff,
+) -> Result<()> {
+    let now = tokio::time::Instant::now();
+    match ctx.memory.crash_loops.try_start(id, now) {
+        Ok(starts) => {
+            ctx.runtime
+                .start(id)
+                .await
+                .map_err(|error| start_error(key, name, error))?;
+            tracing::info!(%key, container = %name, starts, "replica started again");
+        }
+        Err(wait) => {
+            let starts = ctx.memory.crash_loops.restarts(id, now);
+            backing_off.push((name.to_owned(), starts, wait));
+        }
+    }
+    Ok(())
+}
+
+/// Phase and message of a pass that is not done, and asks for the next look: when a back-off
+/// ends, and (during a rollout) to re-check the deadline.
+pub(super) fn not_done<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    status: &mut ResourceStatus,
+    observed: &Observed,
+    new_replicas: &[NewReplica],
+    backing_off: &BackingOff,
+    progressing: bool,
+) {
+    status.phase = if progressing {
+        "Progressing"
+    } else {
+        "Degraded"
+    }
+    .to_owned();
+    status.message = describe_wait(observed, new_replicas, backing_off, progressing);
+    let recheck = backing_off
+        .iter()
+        .map(|(_, _, wait)| *wait)
+        .chain(progressing.then_some(RECHECK))
+        .min();
+    if let Some(delay) = recheck {
+        ctx.requeue.after(key.clone(), delay);
+    }
+}
+
+/// The status message of a pass that is not done: the first replica awaited and why.
+fn describe_wait(
+    observed: &Observed,
+    new_replicas: &[NewReplica],
+    backing_off: &BackingOff,
+    progressing: bool,
+) -> String {
+    if let Some((name, restarts, wait)) = backing_off.first() {
+        return format!(
+            "replica {name} is crash-looping (started again {restarts} times); next start in {}",
+            gate::human(*wait)
+        );
+    }
+    if let Some(crashing) = new_replicas.iter().find(|replica| replica.restarts > 0) {
+        return format!(
+            "replica {} is restarting (restarted {} times)",
+            crashing.name, crashing.restarts
+        );
+    }
+    match observed.waiting.first() {
+        Some(first) if progressing => format!(
+            "rolling out: waiting for {} to be ready ({})",
+            first.name, first.reason
+        ),
+        Some(first) => format!("replica {} is not ready: {}", first.name, first.reason),
+        None if progressing => "rolling out: replacing the next replica".to_owned(),
+        None => "repairing replicas".to_owned(),
+    }
+}
+
+/// Fails the rollout of `release` (and rolls back), then writes `status` saying so (its
+/// `detail` set by the caller). Nothing is written when desired state moved on meanwhile.
+pub(super) async fn fail_rollout<R: Runtime>(
+    ctx: &Ctx<R>,
+    release: &Release,
+    reason: &str,
+    report: &Report<'_>,
+    mut status: ResourceStatus,
+) -> Result<()> {
+    if let Some(message) = rollout::fail(ctx, release, reason, report).await? {
+        status.phase = "Failed".to_owned();
+        status.message = message;
+        put_status(ctx, report.key, status).await?;
+    }
+    // Rolled back: the rollback's journal row queues the next pass. Superseded: so did the
+    // newer commit's.
+    Ok(())
+}
+
+/// Writes `status`, stamped now.
+pub(super) async fn put_status<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    mut status: ResourceStatus,
+) -> Result<()> {
+    status.updated_at = now_unix();
+    let key = key.clone();
+    blocking(&ctx.store, move |store| store.put_status(&key, &status)).await
+}
