@@ -16,6 +16,7 @@ use crate::agent::{self, AgentConfig, HttpConfig};
 use crate::git::SourceOptions;
 use crate::http::{HttpOptions, WebhookSecret};
 use crate::reconcile::ReconcileOptions;
+use crate::reconcile::router::IngressOptions;
 use crate::sync::SyncOptions;
 
 #[derive(Debug, Args)]
@@ -67,6 +68,20 @@ pub(super) struct RunArgs {
     /// branch moves, without waiting for the next poll).
     #[arg(long)]
     no_watch: bool,
+    /// Host address where the ingress proxy (Caddy) serves HTTP. Port 0 lets the engine pick.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:80")]
+    ingress_http: SocketAddr,
+    /// Host address where the ingress proxy serves HTTPS (hosts with a `tls {}` block).
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:443")]
+    ingress_https: SocketAddr,
+    /// The ingress proxy's image: Caddy 2 (`scripts/docker-setup` builds `voodu-caddy:latest`
+    /// from Debian's package for hosts without a registry).
+    #[arg(long, value_name = "IMAGE", default_value = crate::reconcile::router::DEFAULT_IMAGE)]
+    ingress_image: String,
+    /// Run no ingress proxy: ingresses are accepted but route nothing (their status says so),
+    /// and a proxy left from an earlier run is removed.
+    #[arg(long)]
+    no_ingress: bool,
 }
 
 /// `--listen`: an address, or `off`.
@@ -128,6 +143,16 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
             ..HttpOptions::default()
         },
     });
+    // Bind mounts need an absolute path, whatever --data-dir was given as.
+    let ingress = (!args.no_ingress).then(|| IngressOptions {
+        image: args.ingress_image.clone(),
+        http: args.ingress_http,
+        https: args.ingress_https,
+        ..IngressOptions::new(
+            std::path::absolute(data_dir.join("ingress"))
+                .unwrap_or_else(|_| data_dir.join("ingress")),
+        )
+    });
     let config = AgentConfig {
         source: SourceOptions {
             url: repo,
@@ -140,6 +165,7 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
         sync,
         reconcile: ReconcileOptions {
             concurrency: args.concurrency.max(1),
+            ingress,
             ..ReconcileOptions::default()
         },
         http,

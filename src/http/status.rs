@@ -58,6 +58,9 @@ pub struct ResourceView {
     /// Set while an operator rollback pins the resource (auto-sync paused for it).
     pub pin: Option<PinView>,
     pub updated_at: i64,
+    /// Kind-specific detail (an ingress's host, routes, upstreams and url); absent when none.
+    #[serde(skip_serializing_if = "serde_json::Value::is_null")]
+    pub detail: serde_json::Value,
 }
 
 #[derive(Debug, Serialize)]
@@ -170,6 +173,7 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
             release,
             pin,
             updated_at: status.updated_at,
+            detail: status.detail,
         });
     }
     Ok(StatusView {

@@ -20,6 +20,8 @@ pub mod notify;
 pub mod plan;
 mod queue;
 mod retry;
+pub mod router;
+mod routes;
 pub mod wake;
 
 pub use error::{Error, Result};
@@ -55,6 +57,9 @@ pub struct ReconcileOptions {
     /// Ulimits every container gets under its manifest's own: voodu's platform defaults,
     /// clamped to what this host can grant (`host_default_ulimits`).
     pub default_ulimits: Vec<(String, i64, i64)>,
+    /// The ingress proxy; `None` turns ingresses off (their status says so). The agent
+    /// runs the router only when set.
+    pub ingress: Option<router::IngressOptions>,
 }
 
 impl Default for ReconcileOptions {
@@ -65,6 +70,7 @@ impl Default for ReconcileOptions {
             start_settle: Duration::from_millis(500),
             create_concurrency: 16,
             default_ulimits: host_default_ulimits(),
+            ingress: None,
         }
     }
 }

@@ -8,5 +8,6 @@ mod corpus;
 mod e2e_docker;
 mod git;
 mod http;
+mod ingress;
 mod reconcile;
 mod tidy;
