@@ -1,6 +1,6 @@
 //! `run` wiring: open the store, connect the runtime, and run the sync loop, its triggers
-//! (poll ticks, the webhook, local ref changes), the reconciler and the HTTP side until
-//! shutdown.
+//! (poll ticks, the webhook, local ref changes), the reconciler, the ingress router and the
+//! HTTP side until shutdown.
 //!
 //! Invariant: every task is spawned on this module's `TaskTracker` and stops on its
 //! `CancellationToken`; `run` returns only after all of them finished.
@@ -132,6 +132,33 @@ pub async fn run_with_runtime<R: Runtime>(
 
     let tracker = TaskTracker::new();
     tracker.spawn(deliveries);
+    match config.reconcile.ingress.clone() {
+        Some(ingress) => {
+            tracing::info!(
+                image = %ingress.image,
+                http = %ingress.http,
+                https = %ingress.https,
+                "ingress proxy on (Caddy, one container per agent while any ingress exists)"
+            );
+            tracker.spawn(reconcile::router::run(
+                ctx.clone(),
+                ingress,
+                shutdown.clone(),
+            ));
+        }
+        None => {
+            // Off: a proxy left from an earlier run with the ingress on would keep serving
+            // stale routes.
+            let ctx = ctx.clone();
+            tracker.spawn(async move {
+                if let Err(error) =
+                    reconcile::router::remove_proxy(ctx.runtime.as_ref(), &ctx.agent_id).await
+                {
+                    tracing::warn!(%error, "cannot remove the ingress proxy of an earlier run");
+                }
+            });
+        }
+    }
     let reconciler = tracker.spawn(reconcile::run(ctx, shutdown.clone()));
     tracker.spawn(sync_loop(
         syncer,

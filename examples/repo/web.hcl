@@ -10,3 +10,10 @@ deployment "demo" "web" {
     GREETING = "hello from voodu-agent"
   }
 }
+
+# Routed by the agent's ingress proxy (Caddy, one container per agent): with
+# scripts/run-example, `curl http://demo.localhost:8088/` (or `-H 'Host: demo.localhost'`
+# against 127.0.0.1:8088) reaches one of the ready replicas, on the deployment's port 8080.
+ingress "demo" "web" {
+  host = "demo.localhost"
+}

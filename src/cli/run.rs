@@ -16,6 +16,7 @@ use crate::agent::{self, AgentConfig, HttpConfig};
 use crate::git::SourceOptions;
 use crate::http::{HttpOptions, WebhookSecret};
 use crate::reconcile::ReconcileOptions;
+use crate::reconcile::router::IngressOptions;
 use crate::sync::SyncOptions;
 
 #[derive(Debug, Args)]
@@ -91,6 +92,20 @@ pub(super) struct RunArgs {
     /// as missed). 0 runs only ticks that are at most a minute late.
     #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = humantime::parse_duration)]
     cron_catch_up: Duration,
+    /// Host address where the ingress proxy (Caddy) serves HTTP. Port 0 lets the engine pick.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:80")]
+    ingress_http: SocketAddr,
+    /// Host address where the ingress proxy serves HTTPS (hosts with a `tls {}` block).
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:443")]
+    ingress_https: SocketAddr,
+    /// The ingress proxy's image: Caddy 2 (`scripts/docker-setup` builds `voodu-caddy:latest`
+    /// from Debian's package for hosts without a registry).
+    #[arg(long, value_name = "IMAGE", default_value = crate::reconcile::router::DEFAULT_IMAGE)]
+    ingress_image: String,
+    /// Run no ingress proxy: ingresses are accepted but route nothing (their status says so),
+    /// and a proxy left from an earlier run is removed.
+    #[arg(long)]
+    no_ingress: bool,
 }
 
 /// `--listen`: an address, or `off`.
@@ -152,6 +167,16 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
             ..HttpOptions::default()
         },
     });
+    // Bind mounts need an absolute path, whatever --data-dir was given as.
+    let ingress = (!args.no_ingress).then(|| IngressOptions {
+        image: args.ingress_image.clone(),
+        http: args.ingress_http,
+        https: args.ingress_https,
+        ..IngressOptions::new(
+            std::path::absolute(data_dir.join("ingress"))
+                .unwrap_or_else(|_| data_dir.join("ingress")),
+        )
+    });
     let config = AgentConfig {
         source: SourceOptions {
             url: repo,
@@ -170,6 +195,7 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
             autoscale_interval: args.autoscale_interval.max(Duration::from_secs(1)),
             container_events: !args.no_container_events,
             cron_catch_up: args.cron_catch_up,
+            ingress,
             ..ReconcileOptions::default()
         },
         http,

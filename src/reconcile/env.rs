@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
-use crate::manifest::spec::{Container, Spec, container_port};
+use crate::manifest::spec::{Container, Spec};
 use crate::model::{Kind, ResourceKey, resolve_asset_refs};
 use crate::store::{Buckets, Desired};
 
@@ -114,29 +114,19 @@ pub(crate) fn ingress_references(desired: &[Desired], scope: &str) -> BTreeMap<S
             continue;
         }
         let service = ingress.effective_service(&resource.key.name).to_owned();
-        let port = if ingress.port > 0 {
-            ingress.port.to_string()
-        } else {
-            desired
-                .iter()
-                .find_map(|other| match &other.spec {
-                    Spec::Deployment(deployment)
-                        if other.key.kind == Kind::Deployment
-                            && other.key.scope == scope
-                            && other.key.name == service =>
-                    {
-                        deployment
-                            .ports
-                            .iter()
-                            .find_map(|port| container_port(port))
-                    }
-                    _ => None,
-                })
-                .unwrap_or(80)
-                .to_string()
-        };
-        let tls = ingress.tls.as_ref().is_some_and(|tls| tls.enabled);
-        let url = format!("{}://{}", if tls { "https" } else { "http" }, ingress.host);
+        let deployment = desired.iter().find_map(|other| match &other.spec {
+            Spec::Deployment(deployment)
+                if other.key.kind == Kind::Deployment
+                    && other.key.scope == scope
+                    && other.key.name == service =>
+            {
+                Some(deployment)
+            }
+            _ => None,
+        });
+        // The same resolution the ingress router and the ingress's status use.
+        let port = super::routes::ingress_port(ingress, deployment).to_string();
+        let url = super::routes::ingress_url(ingress);
         for (field, value) in [
             ("host", ingress.host.clone()),
             ("service", service.clone()),

@@ -28,6 +28,8 @@ pub mod plan;
 mod probes;
 mod queue;
 mod retry;
+pub mod router;
+mod routes;
 pub mod wake;
 
 pub use cron::{Clock, DEFAULT_CATCH_UP as DEFAULT_CRON_CATCH_UP};
@@ -81,6 +83,9 @@ pub struct ReconcileOptions {
     pub cron_catch_up: Duration,
     /// Where cron's "now" comes from (the wall clock; tests pass a virtual one).
     pub clock: Clock,
+    /// The ingress proxy; `None` turns ingresses off (their status says so). The agent
+    /// runs the router only when set.
+    pub ingress: Option<router::IngressOptions>,
 }
 
 impl Default for ReconcileOptions {
@@ -97,6 +102,7 @@ impl Default for ReconcileOptions {
             default_ulimits: host_default_ulimits(),
             cron_catch_up: cron::DEFAULT_CATCH_UP,
             clock: Clock::System,
+            ingress: None,
         }
     }
 }

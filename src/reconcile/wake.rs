@@ -1,6 +1,7 @@
 //! Ways for work outside the journal to ask for reconciles: `Requeue` (a key, now or after a
 //! delay: cron ticks, readiness changes, runtime events) and `RouterWake` (the ingress router
-//! rebuilds its routes when replicas of a routed deployment change).
+//! rebuilds its routes when replicas of a routed deployment change, and reports back what the
+//! proxy serves).
 //!
 //! Invariant: both only trigger; handlers stay level-triggered and read desired and actual
 //! state themselves, so a request that arrives twice, late or for a deleted key is harmless.
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
+use super::router::RouterReport;
 use crate::model::ResourceKey;
 
 /// A request: reconcile this key once this delay has passed.
@@ -53,16 +55,19 @@ impl Requeue {
     }
 }
 
-/// Tells the ingress router that the replicas it routes to may have changed.
+/// Tells the ingress router that the replicas it routes to may have changed, and carries the
+/// router's report back (what the proxy serves now), which ingress statuses are built from.
 #[derive(Debug, Clone)]
 pub struct RouterWake {
     sender: watch::Sender<u64>,
+    report: watch::Sender<Arc<RouterReport>>,
 }
 
 impl Default for RouterWake {
     fn default() -> RouterWake {
         RouterWake {
             sender: watch::channel(0).0,
+            report: watch::channel(Arc::new(RouterReport::default())).0,
         }
     }
 }
@@ -76,5 +81,20 @@ impl RouterWake {
     /// A receiver that sees every later `wake`.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.sender.subscribe()
+    }
+
+    /// The router's latest report.
+    pub fn report(&self) -> Arc<RouterReport> {
+        self.report.borrow().clone()
+    }
+
+    /// A receiver that sees every later report.
+    pub fn subscribe_report(&self) -> watch::Receiver<Arc<RouterReport>> {
+        self.report.subscribe()
+    }
+
+    /// Publishes the router's report (the router only).
+    pub(crate) fn publish(&self, report: RouterReport) {
+        self.report.send_replace(Arc::new(report));
     }
 }

@@ -24,8 +24,8 @@ use bollard::query_parameters::{
 use futures_util::StreamExt as _;
 
 use super::{
-    Container, ContainerSpec, ContainerState, Error, ExecOutcome, Inspection, RegistryAuth, Result,
-    Runtime, Volume,
+    Container, ContainerSpec, ContainerState, Error, ExecOutcome, Inspection, PublishedPort,
+    RegistryAuth, Result, Runtime, Volume,
 };
 
 /// Seconds a container gets between SIGTERM and SIGKILL when the agent removes it.
@@ -399,9 +399,33 @@ impl Runtime for DockerRuntime {
             .await
             .map_err(classify)?;
         let state = response.state.unwrap_or_default();
-        let ip_addresses = response
-            .network_settings
-            .and_then(|settings| settings.networks)
+        let settings = response.network_settings.unwrap_or_default();
+        let mut published_ports: Vec<PublishedPort> = settings
+            .ports
+            .unwrap_or_default()
+            .into_iter()
+            .flat_map(|(port, bindings)| {
+                let (number, protocol) = port.split_once('/').unwrap_or((&port, "tcp"));
+                let container_port = number.parse::<u16>().ok();
+                let protocol = protocol.to_owned();
+                bindings
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(move |binding| {
+                        Some(PublishedPort {
+                            container_port: container_port?,
+                            protocol: protocol.clone(),
+                            host_ip: binding.host_ip.unwrap_or_default(),
+                            host_port: binding.host_port?.parse().ok()?,
+                        })
+                    })
+            })
+            .collect();
+        // Sorted: for one port the engine lists `0.0.0.0` and `::`; digits sort before `:`,
+        // so IPv4 bindings come first.
+        published_ports.sort();
+        let ip_addresses = settings
+            .networks
             .unwrap_or_default()
             .into_iter()
             .filter_map(|(network, endpoint)| {
@@ -433,6 +457,7 @@ impl Runtime for DockerRuntime {
                 .unwrap_or_default()
                 .into_iter()
                 .collect(),
+            published_ports,
         })
     }
 

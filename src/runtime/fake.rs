@@ -19,8 +19,8 @@ use std::sync::Mutex;
 use tokio::sync::{Notify, broadcast};
 
 use super::{
-    Container, ContainerSpec, ContainerState, Error, ExecOutcome, Inspection, RegistryAuth, Result,
-    Runtime, Volume,
+    Container, ContainerSpec, ContainerState, Error, ExecOutcome, Inspection, PublishedPort,
+    RegistryAuth, Result, Runtime, Volume,
 };
 
 /// An in-memory engine.
@@ -46,6 +46,8 @@ impl Default for FakeRuntime {
 struct FakeState {
     containers: BTreeMap<String, FakeContainer>,
     next_id: u64,
+    /// The host port the next unspecified published port gets (the engine's ephemeral range).
+    next_host_port: u16,
     networks: BTreeSet<String>,
     volumes: BTreeMap<String, BTreeMap<String, String>>,
     /// `None`: every image exists.
@@ -66,6 +68,8 @@ struct FakeContainer {
     restart_count: i64,
     ip_addresses: BTreeMap<String, String>,
     cpu_percent: f64,
+    /// Set while running, as the engine shows them.
+    published_ports: Vec<PublishedPort>,
 }
 
 /// What an injected fault does when its verb is called.
@@ -178,6 +182,7 @@ impl FakeRuntime {
         if let Some(container) = self.lock().containers.get_mut(id) {
             container.listed.state = ContainerState::Exited;
             container.exit_code = Some(code);
+            container.published_ports.clear();
         }
         self.changed.notify_waiters();
         self.emit(id, "die");
@@ -325,6 +330,7 @@ impl Runtime for FakeRuntime {
                 restart_count: 0,
                 ip_addresses,
                 cpu_percent: 0.0,
+                published_ports: Vec::new(),
             },
         );
         Ok(id)
@@ -333,7 +339,8 @@ impl Runtime for FakeRuntime {
     async fn start(&self, id: &str) -> Result<()> {
         self.enter("start", id)?;
         {
-            let mut state = self.lock();
+            let mut guard = self.lock();
+            let state = &mut *guard;
             let container = state
                 .containers
                 .get_mut(id)
@@ -343,11 +350,40 @@ impl Runtime for FakeRuntime {
                     container.listed.state = ContainerState::Exited;
                     container.exit_code = Some(code);
                     container.output.push_str(&output);
+                    container.published_ports.clear();
                 }
                 Run::Running(output) => {
                     container.listed.state = ContainerState::Running;
                     container.exit_code = None;
                     container.output.push_str(&output);
+                    // As the engine: an unspecified host port gets one from the ephemeral
+                    // range, anew at each start.
+                    let mut ports = Vec::with_capacity(container.spec.ports.len());
+                    for mapping in &container.spec.ports {
+                        let host_port = match mapping.host_port.filter(|port| *port != 0) {
+                            Some(port) => port,
+                            None => {
+                                if state.next_host_port < 32_768 {
+                                    state.next_host_port = 32_768;
+                                }
+                                let port = state.next_host_port;
+                                state.next_host_port = state.next_host_port.wrapping_add(1);
+                                port
+                            }
+                        };
+                        ports.push(PublishedPort {
+                            container_port: mapping.container_port,
+                            protocol: mapping.protocol.clone(),
+                            host_ip: if mapping.host_ip.is_empty() {
+                                "0.0.0.0".to_owned()
+                            } else {
+                                mapping.host_ip.clone()
+                            },
+                            host_port,
+                        });
+                    }
+                    ports.sort();
+                    container.published_ports = ports;
                 }
             }
         }
@@ -398,6 +434,7 @@ impl Runtime for FakeRuntime {
             finished_at: String::new(),
             ip_addresses: container.ip_addresses.clone(),
             labels: container.listed.labels.clone(),
+            published_ports: container.published_ports.clone(),
         })
     }
 

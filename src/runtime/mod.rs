@@ -97,6 +97,28 @@ pub struct Inspection {
     /// Address on each network the container joined.
     pub ip_addresses: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,
+    /// Ports published on the host while the container runs (a port asked for as `0` or
+    /// left empty shows the one the engine picked), sorted; empty when it is not running.
+    pub published_ports: Vec<PublishedPort>,
+}
+
+/// One published port of a running container: `host_ip:host_port` → `container_port/protocol`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PublishedPort {
+    pub container_port: u16,
+    pub protocol: String,
+    pub host_ip: String,
+    pub host_port: u16,
+}
+
+impl Inspection {
+    /// The first host binding of `container_port`/tcp (an engine publishing on every
+    /// interface lists IPv4 before IPv6), if the container runs.
+    pub fn published_tcp_port(&self, container_port: u16) -> Option<&PublishedPort> {
+        self.published_ports
+            .iter()
+            .find(|port| port.container_port == container_port && port.protocol == "tcp")
+    }
 }
 
 /// What a command run in a container (`exec`) did.

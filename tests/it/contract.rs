@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 use voodu_agent::runtime::{
-    ContainerSpec, ContainerState, DockerRuntime, Error, FakeRuntime, Runtime, labels,
+    ContainerSpec, ContainerState, DockerRuntime, Error, FakeRuntime, PortMapping, Runtime, labels,
 };
 
 use crate::support::{DockerGuard, TestResult, docker_tests_enabled, test_image, unique};
@@ -57,6 +57,7 @@ contract! {
     check_images => fake_images, docker_images;
     check_events => fake_events, docker_events;
     check_cpu_percent => fake_cpu_percent, docker_cpu_percent;
+    check_published_ports => fake_published_ports, docker_published_ports;
 }
 
 /// A network name of the check's own, so checks never share (or delete) each other's.
@@ -509,6 +510,61 @@ async fn check_cpu_percent<R: Runtime>(runtime: &R, scope: &str) -> TestResult {
     runtime.start(&id).await?;
     let percent = runtime.cpu_percent(&id).await?;
     assert!(percent.is_finite() && percent >= 0.0, "{percent}");
+    runtime.remove(&id).await?;
+    Ok(())
+}
+
+/// A port published on an unspecified host port gets one from the engine, which `inspect`
+/// shows while the container runs (the ingress reads Caddy's admin port this way); a stopped
+/// container publishes nothing.
+async fn check_published_ports<R: Runtime>(runtime: &R, scope: &str) -> TestResult {
+    runtime.ensure_network(NETWORK).await?;
+    let mut web = spec(scope, "ports");
+    web.ports = vec![
+        PortMapping {
+            host_ip: "127.0.0.1".to_owned(),
+            host_port: None,
+            container_port: 2019,
+            protocol: "tcp".to_owned(),
+        },
+        PortMapping {
+            host_ip: "127.0.0.1".to_owned(),
+            host_port: Some(0),
+            container_port: 80,
+            protocol: "tcp".to_owned(),
+        },
+    ];
+    let id = runtime.create(&web).await?;
+    assert_eq!(runtime.inspect(&id).await?.published_ports, vec![]);
+    runtime.start(&id).await?;
+    let inspection = runtime.inspect(&id).await?;
+    let published: Vec<(u16, &str, &str)> = inspection
+        .published_ports
+        .iter()
+        .map(|port| {
+            (
+                port.container_port,
+                port.protocol.as_str(),
+                port.host_ip.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        published,
+        vec![(80, "tcp", "127.0.0.1"), (2019, "tcp", "127.0.0.1")]
+    );
+    let admin = inspection
+        .published_tcp_port(2019)
+        .ok_or("2019 published")?;
+    let http = inspection.published_tcp_port(80).ok_or("80 published")?;
+    assert!(admin.host_port > 0 && http.host_port > 0);
+    assert_ne!(admin.host_port, http.host_port);
+    assert_eq!(inspection.published_tcp_port(443), None);
+    let plain = spec(scope, "plain");
+    let plain_id = runtime.create(&plain).await?;
+    runtime.start(&plain_id).await?;
+    assert_eq!(runtime.inspect(&plain_id).await?.published_ports, vec![]);
+    runtime.remove(&plain_id).await?;
     runtime.remove(&id).await?;
     Ok(())
 }

@@ -10,6 +10,7 @@ mod e2e_jobs;
 mod git;
 mod health;
 mod http;
+mod ingress;
 mod jobs;
 mod reconcile;
 mod statefulset;

@@ -1,16 +1,302 @@
-//! Ingress handler (to be written): until then the resource's status says it is not
-//! reconciled yet.
+//! Ingress handler: checks what only the host can tell (does the target deployment exist, has
+//! it ready replicas, does the proxy serve this ingress's routes yet), records it on the
+//! ingress's status (`detail`: host, service, port, url, routes, upstreams, …) and wakes the
+//! router, which owns the proxy and its config (`reconcile::router`).
+//!
+//! Invariants: the status is computed from the same route table the router pushes
+//! (`router::current_table`), so what it shows is what the proxy serves once the router's
+//! fingerprint for this ingress matches; the router asks for a reconcile of every ingress whose
+//! served routes change, so the status follows readiness without a journal event. A spec
+//! change opens a release keyed to its commit, which succeeds once the proxy serves it. An
+//! ingress that leaves the repo loses its status, and the router drops its routes.
 
 use crate::model::ResourceKey;
-use crate::reconcile::{Ctx, Result, blocking};
+use crate::reconcile::router::{self, RouterReport};
+use crate::reconcile::routes::IngressView;
+use crate::reconcile::{Ctx, Error, Result, blocking};
 use crate::runtime::Runtime;
-use crate::store::ResourceStatus;
+use crate::store::{Desired, Release, ReleasePhase, ResourceStatus, now_unix};
 
 pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
-    let status = ResourceStatus::new(
-        "Unsupported",
-        format!("this agent cannot reconcile {} resources yet", key.kind),
-    );
+    let desired = {
+        let key = key.clone();
+        blocking(&ctx.store, move |store| store.desired(&key)).await?
+    };
+    let Some(desired) = desired else {
+        let key = key.clone();
+        blocking(&ctx.store, move |store| store.delete_status(&key)).await?;
+        ctx.router.wake();
+        return Ok(());
+    };
+    if ctx.options.ingress.is_none() {
+        let mut status = ResourceStatus::new(
+            "Disabled",
+            "the ingress proxy is off on this agent (--no-ingress): nothing routes this host",
+        );
+        status.spec_hash = desired.spec_hash.to_string();
+        let key = key.clone();
+        return blocking(&ctx.store, move |store| store.put_status(&key, &status)).await;
+    }
+    let table = router::current_table(ctx).await?;
+    let Some(view) = table.view(key) else {
+        return Err(Error::Permanent {
+            key: key.clone(),
+            message: format!("stored spec is a {}, not an ingress", desired.spec.kind()),
+        });
+    };
+    let report = ctx.router.report();
+    let live = report.live.get(key) == Some(&router::fingerprint(view));
+    let release = current_release(ctx, &desired).await?;
+    let (phase, message) = assess(view, &report, live);
+    if !live {
+        ctx.router.wake();
+    }
+    let status = ResourceStatus {
+        phase: phase.to_owned(),
+        message,
+        desired_replicas: view.n_replicas,
+        running_replicas: view.upstreams.len(),
+        spec_hash: desired.spec_hash.to_string(),
+        release_id: Some(release.id),
+        updated_at: now_unix(),
+        detail: detail(view, &report, live),
+    };
     let key = key.clone();
-    blocking(&ctx.store, move |store| store.put_status(&key, &status)).await
+    let finish = live && release.phase == ReleasePhase::Progressing;
+    blocking(&ctx.store, move |store| {
+        if finish {
+            store.finish_release(release.id, ReleasePhase::Succeeded, "")?;
+        }
+        store.put_status(&key, &status)
+    })
+    .await
+}
+
+/// Phase and message. Waiting states are not errors: the router reconciles this ingress
+/// again when its routes change (the deployment appears, replicas become ready, the proxy
+/// loads the config), so nothing here burns the retry budget.
+fn assess(view: &IngressView, report: &RouterReport, live: bool) -> (&'static str, String) {
+    let deployment = format!("{}/{}", view.key.scope, view.service);
+    let warnings = if view.warnings.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", view.warnings.join("; "))
+    };
+    if let Some(error) = &report.error {
+        return ("Failed", format!("ingress proxy: {error}"));
+    }
+    if !live {
+        return (
+            "Progressing",
+            format!(
+                "waiting for the ingress proxy to load the routes of {}",
+                view.url
+            ),
+        );
+    }
+    if !view.deployment_found {
+        return (
+            "Progressing",
+            format!(
+                "waiting for deployment {deployment}: {} answers 503 until it exists{warnings}",
+                view.url
+            ),
+        );
+    }
+    if view.upstreams.is_empty() {
+        return (
+            "Degraded",
+            format!(
+                "no ready replica of deployment {deployment}: {} answers 503{warnings}",
+                view.url
+            ),
+        );
+    }
+    if view.routes.iter().all(|route| route.shadowed_by.is_some()) {
+        return (
+            "Degraded",
+            format!("every route is served by another ingress{warnings}"),
+        );
+    }
+    (
+        "Ready",
+        format!(
+            "{} → {} ready replica(s) of {deployment}{warnings}",
+            view.url,
+            view.upstreams.len()
+        ),
+    )
+}
+
+/// The status `detail`: what this ingress routes, to where, and where the proxy listens.
+fn detail(view: &IngressView, report: &RouterReport, live: bool) -> serde_json::Value {
+    let routes: Vec<serde_json::Value> = view
+        .routes
+        .iter()
+        .map(|route| {
+            let mut entry = serde_json::Map::new();
+            entry.insert(
+                "path".to_owned(),
+                serde_json::json!(route.path.as_deref().unwrap_or("/")),
+            );
+            if route.strip {
+                entry.insert("strip".to_owned(), serde_json::json!(true));
+            }
+            if let Some(owner) = &route.shadowed_by {
+                entry.insert("served_by".to_owned(), serde_json::json!(owner.to_string()));
+            }
+            serde_json::Value::Object(entry)
+        })
+        .collect();
+    let mut detail = serde_json::json!({
+        "host": view.host,
+        "service": view.service,
+        "port": view.port,
+        "url": view.url,
+        "routes": routes,
+        "upstreams": view.upstreams,
+        "policy": view.policy,
+        "live": live,
+    });
+    if let Some(check) = &view.health_check {
+        detail["health_check"] = serde_json::json!({
+            "path": check.path,
+            "port": check.port,
+            "interval": check.interval,
+        });
+    }
+    if let Some(tls) = &view.tls {
+        detail["tls"] = serde_json::json!({
+            "provider": tls.provider,
+            "email": tls.email,
+            "on_demand": tls.on_demand,
+            "ask": tls.ask,
+        });
+    }
+    if !view.warnings.is_empty() {
+        detail["warnings"] = serde_json::json!(view.warnings);
+    }
+    if let Some(proxy) = &report.proxy {
+        detail["proxy"] = serde_json::json!({
+            "container": proxy.container,
+            "http": proxy.http,
+            "https": proxy.https,
+        });
+    }
+    detail
+}
+
+/// The release this reconcile works under: the latest one when it has the desired spec hash,
+/// else a new progressing release keyed to the desired commit.
+async fn current_release<R: Runtime>(ctx: &Ctx<R>, desired: &Desired) -> Result<Release> {
+    let desired = desired.clone();
+    blocking(&ctx.store, move |store| {
+        match store.latest_release(&desired.key)? {
+            Some(latest) if latest.spec_hash == desired.spec_hash => Ok(latest),
+            _ => store.begin_release(&desired),
+        }
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Kind;
+    use crate::reconcile::router::ProxyInfo;
+    use crate::reconcile::routes::RouteView;
+
+    fn view() -> IngressView {
+        IngressView {
+            key: ResourceKey::new(Kind::Ingress, "shop", "web"),
+            host: "shop.test".to_owned(),
+            service: "web".to_owned(),
+            port: 8080,
+            url: "http://shop.test".to_owned(),
+            deployment_found: true,
+            n_replicas: 2,
+            routes: vec![RouteView {
+                path: None,
+                strip: false,
+                shadowed_by: None,
+            }],
+            upstreams: vec!["10.0.0.2:8080".to_owned(), "10.0.0.3:8080".to_owned()],
+            policy: "round_robin".to_owned(),
+            health_check: None,
+            tls: None,
+            warnings: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn phases_say_what_the_ingress_waits_for() {
+        let ok = RouterReport::default();
+        let check = |view: &IngressView, report: &RouterReport, live: bool| {
+            let (phase, message) = assess(view, report, live);
+            format!("{phase}: {message}")
+        };
+        assert_eq!(
+            check(&view(), &ok, true),
+            "Ready: http://shop.test → 2 ready replica(s) of shop/web"
+        );
+        assert_eq!(
+            check(&view(), &ok, false),
+            "Progressing: waiting for the ingress proxy to load the routes of http://shop.test"
+        );
+        let mut down = view();
+        down.upstreams.clear();
+        assert_eq!(
+            check(&down, &ok, true),
+            "Degraded: no ready replica of deployment shop/web: http://shop.test answers 503"
+        );
+        down.deployment_found = false;
+        assert_eq!(
+            check(&down, &ok, true),
+            "Progressing: waiting for deployment shop/web: http://shop.test answers 503 until it exists"
+        );
+        let failing = RouterReport {
+            error: Some("proxy container voodu-caddy-x: image caddy:2 is missing".to_owned()),
+            ..RouterReport::default()
+        };
+        assert_eq!(
+            check(&view(), &failing, true),
+            "Failed: ingress proxy: proxy container voodu-caddy-x: image caddy:2 is missing"
+        );
+    }
+
+    #[test]
+    fn detail_shows_routes_upstreams_and_the_proxy() {
+        let report = RouterReport {
+            proxy: Some(ProxyInfo {
+                container: "voodu-caddy-x".to_owned(),
+                http: Some("0.0.0.0:80".to_owned()),
+                https: Some("0.0.0.0:443".to_owned()),
+            }),
+            ..RouterReport::default()
+        };
+        expect_test::expect![[r#"
+            {
+              "host": "shop.test",
+              "live": true,
+              "policy": "round_robin",
+              "port": 8080,
+              "proxy": {
+                "container": "voodu-caddy-x",
+                "http": "0.0.0.0:80",
+                "https": "0.0.0.0:443"
+              },
+              "routes": [
+                {
+                  "path": "/"
+                }
+              ],
+              "service": "web",
+              "upstreams": [
+                "10.0.0.2:8080",
+                "10.0.0.3:8080"
+              ],
+              "url": "http://shop.test"
+            }"#]]
+        .assert_eq(&serde_json::to_string_pretty(&detail(&view(), &report, true)).expect("json"));
+    }
 }

@@ -1,0 +1,769 @@
+//! Ingress router: keeps one Caddy 2 container per agent (`voodu-caddy-<agent id>`) and its
+//! whole config in step with the desired ingresses and the readiness of their deployments'
+//! replicas. It rebuilds the route table (`routes`) whenever `RouterWake` is woken (a
+//! deployment's readiness changed, an ingress was reconciled), and every `resync` as a safety
+//! net, and pushes the config with `POST /load` only when it differs from what Caddy runs.
+//!
+//! Invariants:
+//! - the proxy exists exactly while at least one ingress is desired; it is created from
+//!   `proxy_spec` (labelled `voodu.agent`, `voodu.role=ingress`, `createdby=voodu`, and the
+//!   spec's digest in `voodu.manifest_hash`), and one that differs from it, or is not running,
+//!   is replaced; removing it never removes its state dir (certificates survive);
+//! - the data plane does not depend on the agent: Caddy keeps serving the last pushed config
+//!   while the agent is stopped, restarted or killed, and `--resume` reloads it when Caddy
+//!   itself restarts;
+//! - a config is pushed when it differs from the last one pushed to this container instance
+//!   (id and start time), and on each resync when Caddy's live config differs from it; Caddy
+//!   applies a `/load` atomically, so a rejected config leaves the previous routes serving;
+//! - the admin API is reached only through its published loopback port and with the agent's
+//!   origin token; the router publishes a `RouterReport` after every pass and asks for a
+//!   reconcile of each ingress whose served routes changed, so statuses follow.
+
+use std::collections::{BTreeMap, BTreeSet, hash_map::DefaultHasher};
+use std::hash::{Hash as _, Hasher as _};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::routes::{
+    self, ADMIN_PORT, Backend, HTTP_PORT, HTTPS_PORT, IngressView, RouteTable, caddy_config,
+};
+use super::{Ctx, Result, blocking};
+use crate::manifest::spec::{DEFAULT_NETWORK, DeploymentSpec, IngressSpec, Spec, sha256_hex};
+use crate::model::{Kind, ResourceKey};
+use crate::runtime::{ContainerSpec, Inspection, PortMapping, Runtime, labels};
+
+/// The proxy image when none is given: Caddy 2, the proxy voodu drives.
+pub const DEFAULT_IMAGE: &str = "caddy:2";
+/// `voodu.role` of the proxy container.
+pub const ROLE: &str = "ingress";
+/// The boot config inside the container (in the bind-mounted config dir).
+const BOOT_CONFIG: &str = "/config/voodu-boot.json";
+/// How long one admin request may take.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a fresh Caddy gets to open its admin endpoint.
+const ADMIN_STARTUP: Duration = Duration::from_secs(15);
+
+/// How the ingress proxy runs on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IngressOptions {
+    /// The Caddy 2 image (`caddy:2`; `scripts/docker-setup` builds `voodu-caddy:latest` from
+    /// Debian's package, for hosts without a registry).
+    pub image: String,
+    /// Host address publishing Caddy's HTTP listener (port 0: the engine picks one).
+    pub http: SocketAddr,
+    /// Host address publishing Caddy's HTTPS listener (port 0: the engine picks one).
+    pub https: SocketAddr,
+    /// `<data-dir>/ingress`, absolute: Caddy's data (certificates, ACME account) and config,
+    /// bind-mounted into the container.
+    pub state_dir: PathBuf,
+    /// A full pass, including a check of Caddy's live config, at least this often.
+    pub resync: Duration,
+}
+
+impl IngressOptions {
+    /// voodu's defaults: `caddy:2` on every interface's ports 80 and 443.
+    pub fn new(state_dir: PathBuf) -> IngressOptions {
+        IngressOptions {
+            image: DEFAULT_IMAGE.to_owned(),
+            http: SocketAddr::from(([0, 0, 0, 0], 80)),
+            https: SocketAddr::from(([0, 0, 0, 0], 443)),
+            state_dir,
+            resync: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What the router last did, for ingress statuses (and tests).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RouterReport {
+    /// Passes finished, successful or not.
+    pub passes: u64,
+    /// Configs Caddy accepted through `POST /load`.
+    pub pushes: u64,
+    /// Per ingress, a fingerprint of the routes Caddy serves for it now (see `fingerprint`).
+    pub live: BTreeMap<ResourceKey, u64>,
+    /// Why the last pass failed; `None` after a successful one.
+    pub error: Option<String>,
+    /// The proxy while it runs.
+    pub proxy: Option<ProxyInfo>,
+}
+
+/// The proxy container and where it is published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyInfo {
+    pub container: String,
+    /// `ip:port` on the host of Caddy's HTTP listener.
+    pub http: Option<String>,
+    /// `ip:port` on the host of Caddy's HTTPS listener.
+    pub https: Option<String>,
+}
+
+/// The proxy container's name for this agent.
+pub fn container_name(agent_id: &str) -> String {
+    format!("voodu-caddy-{agent_id}")
+}
+
+/// A fingerprint of what one ingress asks of the proxy: the handler compares it with the
+/// report's to tell whether its routes are live.
+pub(crate) fn fingerprint(view: &IngressView) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    view.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Reads desired ingresses, their deployments and those deployments' ready replicas, and
+/// resolves them into the route table (the router and the ingress handler both use it).
+pub(crate) async fn current_table<R: Runtime>(ctx: &Ctx<R>) -> Result<RouteTable> {
+    blocking(&ctx.store, |store| {
+        let desired = store.desired_all()?;
+        let mut ingresses: Vec<(ResourceKey, IngressSpec)> = Vec::new();
+        let mut deployments: BTreeMap<ResourceKey, &DeploymentSpec> = BTreeMap::new();
+        for resource in &desired {
+            match &resource.spec {
+                Spec::Ingress(ingress) => ingresses.push((resource.key.clone(), ingress.clone())),
+                Spec::Deployment(deployment) => {
+                    deployments.insert(resource.key.clone(), deployment);
+                }
+                _ => {}
+            }
+        }
+        let targets: BTreeSet<ResourceKey> = ingresses
+            .iter()
+            .map(|(key, ingress)| {
+                ResourceKey::new(
+                    Kind::Deployment,
+                    key.scope.clone(),
+                    ingress.effective_service(&key.name),
+                )
+            })
+            .collect();
+        let mut backends = BTreeMap::new();
+        for target in targets {
+            let Some(spec) = deployments.get(&target) else {
+                continue;
+            };
+            let ready = store
+                .readiness(&target)?
+                .into_iter()
+                .filter(|row| row.ready && !row.address.is_empty())
+                .map(|row| row.address)
+                .collect();
+            backends.insert(target, Backend { spec, ready });
+        }
+        Ok(routes::route_table(&ingresses, &backends))
+    })
+    .await
+}
+
+/// The proxy container this agent runs: Caddy with the boot config, `--resume` (the last
+/// pushed config survives a Caddy restart), on the shared network, HTTP and HTTPS published
+/// where the options say and the admin API on a loopback port the engine picks. `owner` is the
+/// uid:gid that owns the state dir; a non-root owner runs Caddy as that user (allowed to bind
+/// ports 80 and 443 inside its network namespace), so its files stay the agent's.
+pub(crate) fn proxy_spec(
+    options: &IngressOptions,
+    agent_id: &str,
+    owner: Option<(u32, u32)>,
+) -> ContainerSpec {
+    let publish = |address: &SocketAddr, container_port: u16| PortMapping {
+        host_ip: address.ip().to_string(),
+        host_port: Some(address.port()).filter(|port| *port != 0),
+        container_port,
+        protocol: "tcp".to_owned(),
+    };
+    let mut spec = ContainerSpec {
+        name: container_name(agent_id),
+        image: options.image.clone(),
+        command: Some(
+            ["/usr/bin/caddy", "run", "--config", BOOT_CONFIG, "--resume"]
+                .map(str::to_owned)
+                .to_vec(),
+        ),
+        env: vec![
+            "XDG_DATA_HOME=/data".to_owned(),
+            "XDG_CONFIG_HOME=/config".to_owned(),
+        ],
+        labels: BTreeMap::from([
+            (labels::AGENT.to_owned(), agent_id.to_owned()),
+            (labels::ROLE.to_owned(), ROLE.to_owned()),
+            (
+                labels::CREATED_BY.to_owned(),
+                labels::CREATED_BY_VALUE.to_owned(),
+            ),
+        ]),
+        ports: vec![
+            publish(&options.http, HTTP_PORT),
+            publish(&options.https, HTTPS_PORT),
+            PortMapping {
+                host_ip: "127.0.0.1".to_owned(),
+                host_port: None,
+                container_port: ADMIN_PORT,
+                protocol: "tcp".to_owned(),
+            },
+        ],
+        binds: vec![
+            format!("{}:/data", options.state_dir.join("data").display()),
+            format!("{}:/config", options.state_dir.join("config").display()),
+        ],
+        restart: "unless-stopped".to_owned(),
+        networks: vec![DEFAULT_NETWORK.to_owned()],
+        ..ContainerSpec::default()
+    };
+    if let Some((uid, gid)) = owner.filter(|(uid, _)| *uid != 0) {
+        spec.options.user = Some(format!("{uid}:{gid}"));
+        spec.options.sysctls.insert(
+            "net.ipv4.ip_unprivileged_port_start".to_owned(),
+            "0".to_owned(),
+        );
+    }
+    // What the container is made of, in a form that does not change with the agent's own
+    // types: an agent upgrade alone never replaces the proxy.
+    let ports: Vec<String> = spec
+        .ports
+        .iter()
+        .map(|port| {
+            format!(
+                "{}:{:?}:{}/{}",
+                port.host_ip, port.host_port, port.container_port, port.protocol
+            )
+        })
+        .collect();
+    let made_of = serde_json::json!({
+        "image": spec.image,
+        "command": spec.command,
+        "env": spec.env,
+        "ports": ports,
+        "binds": spec.binds,
+        "restart": spec.restart,
+        "networks": spec.networks,
+        "user": spec.options.user,
+        "sysctls": spec.options.sysctls,
+    });
+    let digest = sha256_hex(made_of.to_string().as_bytes());
+    spec.labels
+        .insert(labels::MANIFEST_HASH.to_owned(), digest[..16].to_owned());
+    spec
+}
+
+/// Why a router pass failed; reported on every ingress's status.
+#[derive(Debug, thiserror::Error)]
+enum PassError {
+    #[error(transparent)]
+    Reconcile(#[from] super::Error),
+    #[error("proxy container {name}: {source}")]
+    Runtime {
+        name: String,
+        #[source]
+        source: crate::runtime::Error,
+    },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("proxy container {name}: {message}")]
+    Proxy { name: String, message: String },
+    #[error("caddy admin API: {0}")]
+    Admin(String),
+}
+
+/// The config pushed to one container instance.
+struct Pushed {
+    container_id: String,
+    started_at: String,
+    config: Value,
+}
+
+struct Router<R: Runtime> {
+    ctx: Arc<Ctx<R>>,
+    options: IngressOptions,
+    /// The `Origin` the admin API accepts (derived from the agent's key).
+    origin: String,
+    client: Option<reqwest::Client>,
+    pushed: Option<Pushed>,
+    report: RouterReport,
+}
+
+/// Runs the router until `shutdown` fires. The proxy keeps running after that.
+pub async fn run<R: Runtime>(
+    ctx: Arc<Ctx<R>>,
+    options: IngressOptions,
+    shutdown: CancellationToken,
+) {
+    let origin = match blocking(&ctx.store, |store| store.env_key()).await {
+        Ok(key) => admin_origin(&key),
+        Err(error) => {
+            tracing::error!(%error, "ingress router cannot read the agent key; not routing");
+            return;
+        }
+    };
+    let mut wake = ctx.router.subscribe();
+    let mut resync = tokio::time::interval(options.resync);
+    resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut router = Router {
+        ctx,
+        options,
+        origin,
+        client: None,
+        pushed: None,
+        report: RouterReport::default(),
+    };
+    let mut failures: u32 = 0;
+    loop {
+        // After a failure the next pass follows the backoff, whatever wakes arrive meanwhile.
+        let verify = if failures > 0 {
+            true
+        } else {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                changed = wake.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    false
+                }
+                _ = resync.tick() => true,
+            }
+        };
+        let outcome = tokio::select! {
+            () = shutdown.cancelled() => return,
+            outcome = router.pass(verify) => outcome,
+        };
+        match outcome {
+            Ok(()) => failures = 0,
+            Err(error) => {
+                failures = failures.saturating_add(1);
+                // The reconciler's schedule: 1, 2, 4, 8, 16, then every 30 s.
+                let delay = Duration::from_secs(
+                    [1, 2, 4, 8, 16, 30][usize::try_from(failures - 1).unwrap_or(5).min(5)],
+                );
+                tracing::warn!(%error, retry_in = ?delay, "ingress router pass failed");
+                let message = error.to_string();
+                let mut report = router.report.clone();
+                report.passes += 1;
+                report.error = Some(message);
+                router.publish(report);
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
+}
+
+/// Removes this agent's proxy container, if any (the ingress is off, or no ingress is left).
+pub async fn remove_proxy<R: Runtime>(runtime: &R, agent_id: &str) -> crate::runtime::Result<()> {
+    for container in runtime
+        .list(&[(labels::AGENT, agent_id), (labels::ROLE, ROLE)])
+        .await?
+    {
+        tracing::info!(container = %container.name, "removing the ingress proxy");
+        runtime.remove(&container.id).await?;
+    }
+    Ok(())
+}
+
+/// The admin `Origin` host for this agent: secret, stable across restarts (derived from the
+/// agent's key), and never a resolvable name.
+fn admin_origin(key: &str) -> String {
+    let digest = super::env::digest(key.as_bytes(), &["voodu-ingress-admin".to_owned()]);
+    format!("voodu-{}.invalid", &digest[..24])
+}
+
+impl<R: Runtime> Router<R> {
+    fn publish(&mut self, report: RouterReport) {
+        // Ingresses whose served routes changed, or all of them when the error changed,
+        // reconcile again so their statuses follow.
+        let mut keys: BTreeSet<&ResourceKey> = BTreeSet::new();
+        for (key, fingerprint) in &report.live {
+            if self.report.live.get(key) != Some(fingerprint) {
+                keys.insert(key);
+            }
+        }
+        for key in self.report.live.keys() {
+            if !report.live.contains_key(key) {
+                keys.insert(key);
+            }
+        }
+        let everyone = report.error != self.report.error || report.proxy != self.report.proxy;
+        if everyone {
+            keys.extend(report.live.keys());
+            keys.extend(self.report.live.keys());
+        }
+        for key in keys {
+            self.ctx.requeue.now(key.clone());
+        }
+        self.report = report.clone();
+        self.ctx.router.publish(report);
+    }
+
+    async fn pass(&mut self, verify: bool) -> std::result::Result<(), PassError> {
+        let table = current_table(&self.ctx).await?;
+        let mut report = RouterReport {
+            passes: self.report.passes + 1,
+            pushes: self.report.pushes,
+            ..RouterReport::default()
+        };
+        if table.ingresses.is_empty() {
+            remove_proxy(self.ctx.runtime.as_ref(), &self.ctx.agent_id)
+                .await
+                .map_err(|source| self.runtime_error(source))?;
+            self.pushed = None;
+            // Ingresses that were live need a status pass (they are gone or unrouted).
+            if !self.report.live.is_empty() || self.report.proxy.is_some() {
+                tracing::info!("no ingress left: the proxy is gone");
+            }
+            self.publish(report);
+            return Ok(());
+        }
+        let proxy = self.ensure_proxy().await?;
+        let admin = proxy
+            .published_tcp_port(ADMIN_PORT)
+            .map(|port| format!("http://127.0.0.1:{}", port.host_port))
+            .ok_or_else(|| PassError::Proxy {
+                name: proxy.name.clone(),
+                message: format!("its admin port {ADMIN_PORT} is not published"),
+            })?;
+        let config = caddy_config(&table, &self.origin);
+        let same_instance = self.pushed.as_ref().is_some_and(|pushed| {
+            pushed.container_id == proxy.id && pushed.started_at == proxy.started_at
+        });
+        let mut push = !same_instance
+            || self
+                .pushed
+                .as_ref()
+                .is_none_or(|pushed| pushed.config != config);
+        if !push && verify {
+            push = self.live_config(&admin).await? != config;
+            if push {
+                tracing::warn!(container = %proxy.name, "the proxy's live config differs from the agent's: pushing it again");
+            }
+        }
+        if push {
+            self.load(&admin, &config).await?;
+            report.pushes += 1;
+            tracing::info!(
+                container = %proxy.name,
+                ingresses = table.ingresses.len(),
+                "ingress routes pushed to the proxy"
+            );
+            self.pushed = Some(Pushed {
+                container_id: proxy.id.clone(),
+                started_at: proxy.started_at.clone(),
+                config,
+            });
+        }
+        report.live = table
+            .ingresses
+            .iter()
+            .map(|view| (view.key.clone(), fingerprint(view)))
+            .collect();
+        let address = |port: u16| {
+            proxy
+                .published_tcp_port(port)
+                .map(|port| format!("{}:{}", port.host_ip, port.host_port))
+        };
+        report.proxy = Some(ProxyInfo {
+            container: proxy.name.clone(),
+            http: address(HTTP_PORT),
+            https: address(HTTPS_PORT),
+        });
+        self.publish(report);
+        Ok(())
+    }
+
+    fn runtime_error(&self, source: crate::runtime::Error) -> PassError {
+        PassError::Runtime {
+            name: container_name(&self.ctx.agent_id),
+            source,
+        }
+    }
+
+    /// Makes the proxy container run as `proxy_spec` says; its inspection.
+    async fn ensure_proxy(&mut self) -> std::result::Result<Inspection, PassError> {
+        let runtime = self.ctx.runtime.clone();
+        let state_dir = self.options.state_dir.clone();
+        let owner = {
+            let state_dir = state_dir.clone();
+            tokio::task::spawn_blocking(move || state_owner(&state_dir))
+                .await
+                .map_err(|error| PassError::Admin(format!("state dir task: {error}")))??
+        };
+        let spec = proxy_spec(&self.options, &self.ctx.agent_id, Some(owner));
+        let existing = runtime
+            .list(&[
+                (labels::AGENT, self.ctx.agent_id.as_str()),
+                (labels::ROLE, ROLE),
+            ])
+            .await
+            .map_err(|source| self.runtime_error(source))?;
+        let mut current = None;
+        for container in existing {
+            let wanted = current.is_none()
+                && container.name == spec.name
+                && container.label(labels::MANIFEST_HASH)
+                    == spec.labels.get(labels::MANIFEST_HASH).map(String::as_str)
+                && container.state == crate::runtime::ContainerState::Running;
+            if wanted {
+                current = Some(container.id);
+            } else {
+                tracing::info!(container = %container.name, state = ?container.state, "replacing the ingress proxy (not running, or created from other options)");
+                runtime
+                    .remove(&container.id)
+                    .await
+                    .map_err(|source| self.runtime_error(source))?;
+            }
+        }
+        let id = match current {
+            Some(id) => id,
+            None => self.create_proxy(&spec).await?,
+        };
+        let inspection = runtime
+            .inspect(&id)
+            .await
+            .map_err(|source| self.runtime_error(source))?;
+        if !inspection.running {
+            return Err(PassError::Proxy {
+                name: spec.name.clone(),
+                message: format!(
+                    "not running (exit code {:?}); see `docker logs {}`",
+                    inspection.exit_code, spec.name
+                ),
+            });
+        }
+        Ok(inspection)
+    }
+
+    async fn create_proxy(
+        &mut self,
+        spec: &ContainerSpec,
+    ) -> std::result::Result<String, PassError> {
+        let runtime = self.ctx.runtime.clone();
+        {
+            let state_dir = self.options.state_dir.clone();
+            let boot = serde_json::to_vec_pretty(&routes::boot_config(&self.origin))
+                .expect("a JSON value serialises");
+            tokio::task::spawn_blocking(move || prepare_state_dir(&state_dir, &boot))
+                .await
+                .map_err(|error| PassError::Admin(format!("state dir task: {error}")))??;
+        }
+        runtime
+            .ensure_network(DEFAULT_NETWORK)
+            .await
+            .map_err(|source| self.runtime_error(source))?;
+        let present = runtime
+            .image_present(&spec.image)
+            .await
+            .map_err(|source| self.runtime_error(source))?;
+        if !present {
+            tracing::info!(image = %spec.image, "pulling the ingress proxy image");
+            runtime
+                .pull(&spec.image, None)
+                .await
+                .map_err(|source| self.runtime_error(source))?;
+        }
+        let id = runtime
+            .create(spec)
+            .await
+            .map_err(|source| self.runtime_error(source))?;
+        if let Err(source) = runtime.start(&id).await {
+            let _ = runtime.remove(&id).await;
+            return Err(self.runtime_error(source));
+        }
+        tracing::info!(container = %spec.name, image = %spec.image, "ingress proxy started");
+        self.pushed = None;
+        Ok(id)
+    }
+
+    fn client(&mut self) -> std::result::Result<reqwest::Client, PassError> {
+        if let Some(client) = &self.client {
+            return Ok(client.clone());
+        }
+        // reqwest is built without a default crypto provider (the admin API is plain HTTP,
+        // but the builder needs one installed); an error means one already is.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .timeout(ADMIN_TIMEOUT)
+            .no_proxy()
+            .build()
+            .map_err(|error| PassError::Admin(format!("cannot build an HTTP client: {error}")))?;
+        self.client = Some(client.clone());
+        Ok(client)
+    }
+
+    /// `POST /load`, retried while a fresh Caddy is still opening its admin endpoint.
+    async fn load(&mut self, admin: &str, config: &Value) -> std::result::Result<(), PassError> {
+        let client = self.client()?;
+        let body = serde_json::to_vec(config).expect("a JSON value serialises");
+        let origin = format!("http://{}", self.origin);
+        let started = tokio::time::Instant::now();
+        loop {
+            let sent = client
+                .post(format!("{admin}/load"))
+                .header(reqwest::header::ORIGIN, &origin)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.clone())
+                .send()
+                .await;
+            match sent {
+                Ok(response) if response.status().is_success() => return Ok(()),
+                Ok(response) => {
+                    let status = response.status();
+                    let text = response.text().await.unwrap_or_default();
+                    return Err(PassError::Admin(format!(
+                        "POST /load answered {status}: {}",
+                        text.trim()
+                    )));
+                }
+                Err(error) if started.elapsed() < ADMIN_STARTUP => {
+                    tracing::debug!(%error, "caddy admin not answering yet");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(error) => {
+                    return Err(PassError::Admin(format!("POST /load: {error}")));
+                }
+            }
+        }
+    }
+
+    /// The config Caddy runs now (`GET /config/`).
+    async fn live_config(&mut self, admin: &str) -> std::result::Result<Value, PassError> {
+        let client = self.client()?;
+        let response = client
+            .get(format!("{admin}/config/"))
+            .header(reqwest::header::ORIGIN, format!("http://{}", self.origin))
+            .send()
+            .await
+            .map_err(|error| PassError::Admin(format!("GET /config/: {error}")))?;
+        let status = response.status();
+        let text = response
+            .text()
+            .await
+            .map_err(|error| PassError::Admin(format!("GET /config/: {error}")))?;
+        if !status.is_success() {
+            return Err(PassError::Admin(format!(
+                "GET /config/ answered {status}: {}",
+                text.trim()
+            )));
+        }
+        Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+}
+
+/// Creates the state dir and returns who owns it.
+fn state_owner(state_dir: &Path) -> std::result::Result<(u32, u32), PassError> {
+    use std::os::unix::fs::MetadataExt as _;
+    let io = |source| PassError::Io {
+        path: state_dir.to_owned(),
+        source,
+    };
+    std::fs::create_dir_all(state_dir).map_err(io)?;
+    let metadata = std::fs::metadata(state_dir).map_err(io)?;
+    Ok((metadata.uid(), metadata.gid()))
+}
+
+/// Writes the boot config and forgets Caddy's autosaved config: a new container starts from
+/// the boot config, and the router pushes the routes right after.
+fn prepare_state_dir(state_dir: &Path, boot: &[u8]) -> std::result::Result<(), PassError> {
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| PassError::Io { path, source }
+    };
+    for dir in ["data", "config"] {
+        let path = state_dir.join(dir);
+        std::fs::create_dir_all(&path).map_err(io(&path))?;
+    }
+    let boot_path = state_dir.join("config").join("voodu-boot.json");
+    std::fs::write(&boot_path, boot).map_err(io(&boot_path))?;
+    let autosave = state_dir.join("config").join("caddy").join("autosave.json");
+    match std::fs::remove_file(&autosave) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(io(&autosave)(error)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_proxy_spec_publishes_http_https_and_a_loopback_admin_port() {
+        let mut options = IngressOptions::new(PathBuf::from("/var/lib/voodu/ingress"));
+        options.image = "voodu-caddy:latest".to_owned();
+        options.http = "127.0.0.1:0".parse().expect("address");
+        let spec = proxy_spec(&options, "a1b2", Some((1000, 1000)));
+        assert_eq!(spec.name, "voodu-caddy-a1b2");
+        let ports: Vec<String> = spec
+            .ports
+            .iter()
+            .map(|port| {
+                format!(
+                    "{}:{}:{}/{}",
+                    port.host_ip,
+                    port.host_port
+                        .map(|port| port.to_string())
+                        .unwrap_or_default(),
+                    port.container_port,
+                    port.protocol
+                )
+            })
+            .collect();
+        assert_eq!(
+            ports,
+            [
+                "127.0.0.1::80/tcp",
+                "0.0.0.0:443:443/tcp",
+                "127.0.0.1::2019/tcp"
+            ]
+        );
+        assert_eq!(
+            spec.binds,
+            [
+                "/var/lib/voodu/ingress/data:/data",
+                "/var/lib/voodu/ingress/config:/config"
+            ]
+        );
+        assert_eq!(
+            spec.labels.get(labels::ROLE).map(String::as_str),
+            Some("ingress")
+        );
+        assert_eq!(
+            spec.labels.get(labels::AGENT).map(String::as_str),
+            Some("a1b2")
+        );
+        assert_eq!(spec.options.user.as_deref(), Some("1000:1000"));
+        assert_eq!(spec.networks, ["voodu0"]);
+        // Root runs Caddy as root; the digest tells the two apart, and any option change.
+        let as_root = proxy_spec(&options, "a1b2", Some((0, 0)));
+        assert_eq!(as_root.options.user, None);
+        assert_ne!(
+            as_root.labels.get(labels::MANIFEST_HASH),
+            spec.labels.get(labels::MANIFEST_HASH)
+        );
+        let mut moved = options.clone();
+        moved.https = "0.0.0.0:8443".parse().expect("address");
+        assert_ne!(
+            proxy_spec(&moved, "a1b2", Some((1000, 1000)))
+                .labels
+                .get(labels::MANIFEST_HASH),
+            spec.labels.get(labels::MANIFEST_HASH)
+        );
+        assert_eq!(proxy_spec(&options, "a1b2", Some((1000, 1000))), spec);
+    }
+
+    #[test]
+    fn the_admin_origin_is_stable_per_key_and_secret() {
+        assert_eq!(admin_origin("k1"), admin_origin("k1"));
+        assert_ne!(admin_origin("k1"), admin_origin("k2"));
+        assert!(admin_origin("k1").ends_with(".invalid"));
+        assert!(!admin_origin("k1").contains("k1"));
+    }
+}

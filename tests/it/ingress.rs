@@ -1,0 +1,644 @@
+//! Ingress: the handler's status on the fake runtime, and the whole path on Docker — a
+//! deployment of two busybox httpd replicas behind the agent's Caddy container (the locally
+//! built `voodu-caddy:latest`), requests through Caddy's published port reaching only ready
+//! replicas: a replica whose readiness row goes false, or whose health-check path fails,
+//! stops getting requests while the other serves; no ready replica answers 503; Caddy keeps
+//! routing while the agent is down and after its own restart; the proxy goes with the last
+//! ingress.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+use voodu_agent::manifest;
+use voodu_agent::model::{CommitSha, Kind, ResourceKey, Snapshot, SourceFile};
+use voodu_agent::reconcile::router::{self, IngressOptions};
+use voodu_agent::reconcile::wake::{Requeue, RouterWake};
+use voodu_agent::reconcile::{self, Ctx, ReconcileOptions};
+use voodu_agent::runtime::{DockerRuntime, FakeRuntime, Runtime, labels};
+use voodu_agent::store::{Readiness, ResourceStatus, Store, now_unix};
+
+use crate::support::{DockerGuard, TestResult, docker_tests_enabled, test_image, unique};
+
+/// The Caddy image the Docker test runs (scripts/docker-setup builds it).
+fn caddy_image() -> String {
+    std::env::var("VOODU_CADDY_IMAGE").unwrap_or_else(|_| "voodu-caddy:latest".to_owned())
+}
+
+/// Applies a commit made of `files`, as the sync stage would.
+fn push(store: &Store, n: usize, files: &[(&str, &str)]) -> TestResult<CommitSha> {
+    let commit = CommitSha::new(format!("{n:040x}"));
+    let snapshot = Snapshot {
+        commit: commit.clone(),
+        files: files
+            .iter()
+            .map(|(path, text)| SourceFile {
+                path: (*path).to_owned(),
+                contents: text.as_bytes().to_vec(),
+            })
+            .collect(),
+        refused: Vec::new(),
+    };
+    let manifest = manifest::load(&snapshot, &manifest::LoadOptions::standalone())?;
+    store.apply_commit(&commit, &manifest)?;
+    Ok(commit)
+}
+
+fn ctx<R: Runtime>(
+    store: &Arc<Store>,
+    runtime: Arc<R>,
+    dir: &std::path::Path,
+    ingress: Option<IngressOptions>,
+    router: RouterWake,
+    requeue: Requeue,
+    shutdown: &CancellationToken,
+) -> TestResult<Arc<Ctx<R>>> {
+    Ok(Arc::new(Ctx {
+        store: store.clone(),
+        runtime,
+        agent_id: store.agent_id()?,
+        assets_root: dir.join("assets"),
+        options: ReconcileOptions {
+            ingress,
+            ..ReconcileOptions::default()
+        },
+        metrics: Arc::new(voodu_agent::metrics::Metrics::new()),
+        notifier: voodu_agent::reconcile::notify::Notifier::new(
+            dir.join("assets"),
+            shutdown.clone(),
+        )
+        .0,
+        requeue,
+        router,
+        shutdown: shutdown.clone(),
+        jobs: voodu_agent::reconcile::Jobs::default(),
+        memory: voodu_agent::reconcile::Memory::default(),
+    }))
+}
+
+/// Waits (liveness bound) until the status of `key` satisfies `check`.
+async fn status_until(
+    store: &Store,
+    key: &ResourceKey,
+    what: &str,
+    check: impl Fn(&ResourceStatus) -> bool,
+) -> TestResult<ResourceStatus> {
+    let start = Instant::now();
+    loop {
+        let status = store.status(key)?;
+        if let Some(status) = &status
+            && check(status)
+        {
+            return Ok(status.clone());
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            return Err(format!("timed out waiting for {what}; status {status:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+const SHOP_WEB: &str = r#"
+deployment "shop" "web" {
+  image    = "voodu-busybox:latest"
+  command  = ["httpd", "-f", "-p", "8080", "-h", "/www"]
+  replicas = 2
+}
+ingress "shop" "web" {
+  host = "shop.test"
+  port = 8080
+}
+"#;
+
+/// With the ingress off, an ingress is accepted and says it routes nothing.
+#[tokio::test(start_paused = true)]
+async fn an_ingress_on_an_agent_without_proxy_says_it_is_off() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(Store::open(&dir.path().join("state.db"))?);
+    push(&store, 1, &[("shop.hcl", SHOP_WEB)])?;
+    let shutdown = CancellationToken::new();
+    let fake = Arc::new(FakeRuntime::new());
+    let ctx = ctx(
+        &store,
+        fake.clone(),
+        dir.path(),
+        None,
+        RouterWake::default(),
+        Requeue::default(),
+        &shutdown,
+    )?;
+    let task = tokio::spawn(reconcile::run(ctx, shutdown.clone()));
+    let key = ResourceKey::new(Kind::Ingress, "shop", "web");
+    let status = status_until(&store, &key, "ingress status", |_| true).await?;
+    assert_eq!(status.phase, "Disabled");
+    assert!(
+        status.message.contains("--no-ingress"),
+        "{}",
+        status.message
+    );
+    shutdown.cancel();
+    task.await??;
+    assert!(
+        fake.list(&[(labels::ROLE, router::ROLE)]).await?.is_empty(),
+        "no proxy container without the ingress"
+    );
+    Ok(())
+}
+
+/// With the ingress on but no router running, an ingress waits for the proxy and wakes the
+/// router; its detail shows the route and, once the deployment's replicas are ready, their
+/// addresses as upstreams.
+#[tokio::test(start_paused = true)]
+async fn an_ingress_waits_for_the_proxy_to_serve_its_routes() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(Store::open(&dir.path().join("state.db"))?);
+    push(&store, 1, &[("shop.hcl", SHOP_WEB)])?;
+    let shutdown = CancellationToken::new();
+    let router_wake = RouterWake::default();
+    let woken = router_wake.subscribe();
+    let requeue = Requeue::default();
+    let ctx = ctx(
+        &store,
+        Arc::new(FakeRuntime::new()),
+        dir.path(),
+        Some(IngressOptions::new(dir.path().join("ingress"))),
+        router_wake,
+        requeue.clone(),
+        &shutdown,
+    )?;
+    let task = tokio::spawn(reconcile::run(ctx, shutdown.clone()));
+    let key = ResourceKey::new(Kind::Ingress, "shop", "web");
+    let status = status_until(&store, &key, "ingress status", |_| true).await?;
+    assert_eq!(status.phase, "Progressing");
+    assert_eq!(
+        status.message,
+        "waiting for the ingress proxy to load the routes of http://shop.test"
+    );
+    assert_eq!(status.detail["url"], "http://shop.test");
+    assert_eq!(status.detail["port"], 8080);
+    assert_eq!(status.detail["live"], false);
+    assert!(woken.has_changed()?, "the handler woke the router");
+    // The web replicas become ready; asked again (the router would ask), the ingress shows
+    // their addresses as upstreams, still waiting for the proxy.
+    let web = ResourceKey::new(Kind::Deployment, "shop", "web");
+    status_until(&store, &web, "web ready", |status| status.phase == "Ready").await?;
+    requeue.now(key.clone());
+    let status = status_until(&store, &key, "two upstreams", |status| {
+        status.running_replicas == 2
+    })
+    .await?;
+    assert_eq!(status.phase, "Progressing");
+    assert_eq!(status.desired_replicas, 2);
+    let upstreams: Vec<String> = status.detail["upstreams"]
+        .as_array()
+        .ok_or("upstreams")?
+        .iter()
+        .filter_map(|dial| dial.as_str().map(ToOwned::to_owned))
+        .collect();
+    let addresses: Vec<String> = store
+        .readiness(&web)?
+        .into_iter()
+        .map(|row| format!("{}:8080", row.address))
+        .collect();
+    assert_eq!(upstreams, addresses);
+    shutdown.cancel();
+    task.await??;
+    Ok(())
+}
+
+/// Removes the proxy container by name when dropped (it carries no scope). Declared before
+/// the agent, so the agent's tasks are cancelled first; a router caught mid-create may still
+/// finish one, hence the second look.
+struct ProxyGuard(String);
+
+impl Drop for ProxyGuard {
+    fn drop(&mut self) {
+        for attempt in 0..3 {
+            let _ = Command::new("docker").args(["rm", "-f", &self.0]).output();
+            if attempt < 2 {
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+    }
+}
+
+/// The reconciler and the router of one agent over `store`, stoppable and restartable.
+struct Agent {
+    shutdown: CancellationToken,
+    router: RouterWake,
+    requeue: Requeue,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Agent {
+    fn start(
+        store: &Arc<Store>,
+        runtime: Arc<DockerRuntime>,
+        dir: &std::path::Path,
+        options: &IngressOptions,
+    ) -> TestResult<Agent> {
+        let shutdown = CancellationToken::new();
+        let router = RouterWake::default();
+        let requeue = Requeue::default();
+        let ctx = ctx(
+            store,
+            runtime,
+            dir,
+            Some(options.clone()),
+            router.clone(),
+            requeue.clone(),
+            &shutdown,
+        )?;
+        let reconciler = {
+            let ctx = ctx.clone();
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                if let Err(error) = reconcile::run(ctx, shutdown).await {
+                    panic!("reconciler stopped: {error}");
+                }
+            })
+        };
+        let routing = tokio::spawn(router::run(ctx, options.clone(), shutdown.clone()));
+        Ok(Agent {
+            shutdown,
+            router,
+            requeue,
+            tasks: vec![reconciler, routing],
+        })
+    }
+
+    async fn stop(mut self) -> TestResult {
+        self.shutdown.cancel();
+        for task in std::mem::take(&mut self.tasks) {
+            task.await?;
+        }
+        Ok(())
+    }
+
+    /// The proxy's published HTTP address, once the router reports one with `n` pushes.
+    async fn proxy_http(&self) -> TestResult<SocketAddr> {
+        let start = Instant::now();
+        loop {
+            let report = self.router.report();
+            if let Some(http) = report.proxy.as_ref().and_then(|proxy| proxy.http.clone())
+                && report.error.is_none()
+                && report.pushes > 0
+            {
+                return Ok(http.parse()?);
+            }
+            if start.elapsed() > Duration::from_secs(60) {
+                return Err(format!("the router never served: {report:?}").into());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until the router finished `n` more passes than `after`.
+    async fn passes(&self, after: u64, n: u64) -> TestResult<Arc<router::RouterReport>> {
+        let start = Instant::now();
+        loop {
+            let report = self.router.report();
+            if report.passes >= after + n {
+                return Ok(report);
+            }
+            if start.elapsed() > Duration::from_secs(30) {
+                return Err(format!("the router made no pass: {report:?}").into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// A client that sends `host` to the proxy, on a fresh connection per request (Caddy closes
+/// idle connections when it loads a new config).
+fn client_for(host: &str, proxy: SocketAddr) -> TestResult<reqwest::Client> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Ok(reqwest::Client::builder()
+        .no_proxy()
+        .resolve(host, proxy)
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(10))
+        .build()?)
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// Sends `n` requests for `host` through the proxy; the statuses and bodies (replica
+/// hostnames) seen, a failed request as status 0 with the error.
+async fn sample(
+    client: &reqwest::Client,
+    proxy: SocketAddr,
+    host: &str,
+    n: usize,
+) -> TestResult<Vec<(u16, String)>> {
+    let mut seen = Vec::with_capacity(n);
+    for _ in 0..n {
+        let sent = client
+            .get(format!("http://{host}:{}/", proxy.port()))
+            .send()
+            .await;
+        match sent {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                seen.push((status, response.text().await?.trim().to_owned()));
+            }
+            Err(error) => seen.push((0, error.to_string())),
+        }
+    }
+    Ok(seen)
+}
+
+/// Waits (liveness bound) until `n` requests in a row all satisfy `check`; the last sample.
+async fn until_all(
+    client: &reqwest::Client,
+    proxy: SocketAddr,
+    host: &str,
+    what: &str,
+    check: impl Fn(&(u16, String)) -> bool,
+) -> TestResult<Vec<(u16, String)>> {
+    let start = Instant::now();
+    loop {
+        let seen = sample(client, proxy, host, 8).await?;
+        if seen.iter().all(&check) {
+            return Ok(seen);
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            return Err(format!("timed out waiting for {what}; last responses {seen:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until requests reach exactly the replicas `expected` (hostnames), all with 200.
+async fn until_served_by(
+    client: &reqwest::Client,
+    proxy: SocketAddr,
+    host: &str,
+    expected: &BTreeSet<String>,
+) -> TestResult {
+    let start = Instant::now();
+    loop {
+        let seen = sample(client, proxy, host, 12).await?;
+        let bodies: BTreeSet<String> = seen.iter().map(|(_, body)| body.clone()).collect();
+        if seen.iter().all(|(status, _)| *status == 200) && &bodies == expected {
+            return Ok(());
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            return Err(
+                format!("requests never reached exactly {expected:?}; last {seen:?}").into(),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn docker(args: &[&str]) -> TestResult<String> {
+    let output = Command::new("docker").args(args).output()?;
+    if !output.status.success() {
+        return Err(format!(
+            "docker {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+        .into());
+    }
+    Ok(String::from_utf8(output.stdout)?)
+}
+
+/// Issue 5 acceptance: ingress routing a request to a ready replica and not to an unready one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_ingress_routes_follow_the_ready_replicas() -> TestResult {
+    if !docker_tests_enabled("ingress::docker_ingress_routes_follow_the_ready_replicas") {
+        return Ok(());
+    }
+    let scope = unique("in");
+    let _guard = DockerGuard::new(&scope);
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(Store::open(&dir.path().join("state.db"))?);
+    let _proxy_guard = ProxyGuard(router::container_name(&store.agent_id()?));
+    let runtime = Arc::new(DockerRuntime::connect().await?);
+    let options = IngressOptions {
+        image: caddy_image(),
+        http: "127.0.0.1:0".parse()?,
+        https: "127.0.0.1:0".parse()?,
+        resync: Duration::from_secs(1),
+        ..IngressOptions::new(dir.path().join("ingress"))
+    };
+    let host = format!("web.{scope}.test");
+    let deployment = format!(
+        r#"
+deployment "{scope}" "web" {{
+  image        = "{image}"
+  command      = ["sh", "-c", "hostname > /www/index.html && echo ok > /www/healthz && exec httpd -f -p 8080 -h /www"]
+  replicas     = 2
+  health_check = "/healthz"
+}}
+"#,
+        image = test_image()
+    );
+    let ingress = format!(
+        r#"
+ingress "{scope}" "web" {{
+  host = "{host}"
+  port = 8080
+  lb {{
+    interval = "1s"
+  }}
+}}
+"#
+    );
+    push(
+        &store,
+        1,
+        &[("web.hcl", &deployment), ("ingress.hcl", &ingress)],
+    )?;
+    let agent = Agent::start(&store, runtime.clone(), dir.path(), &options)?;
+    let ingress_key = ResourceKey::new(Kind::Ingress, scope.as_str(), "web");
+    let web_key = ResourceKey::new(Kind::Deployment, scope.as_str(), "web");
+    let status = status_until(
+        &store,
+        &ingress_key,
+        "the ingress Ready with 2 upstreams",
+        |status| status.phase == "Ready" && status.running_replicas == 2,
+    )
+    .await?;
+    assert_eq!(status.detail["url"], format!("http://{host}"));
+    assert_eq!(status.detail["health_check"]["path"], "/healthz");
+    let proxy = agent.proxy_http().await?;
+    assert_eq!(proxy.ip().to_string(), "127.0.0.1");
+    let client = client_for(&host, proxy)?;
+
+    // Replicas by hostname (the start of their container id), as their index pages say.
+    let replicas = runtime
+        .list(&[
+            (labels::SCOPE, scope.as_str()),
+            (labels::ROLE, "deployment"),
+        ])
+        .await?;
+    assert_eq!(replicas.len(), 2);
+    let hostname = |id: &str| id[..12].to_owned();
+    let both: BTreeSet<String> = replicas
+        .iter()
+        .map(|replica| hostname(&replica.id))
+        .collect();
+    let (first, second) = (&replicas[0], &replicas[1]);
+    let only_second = BTreeSet::from([hostname(&second.id)]);
+    until_served_by(&client, proxy, &host, &both).await?;
+
+    // (b) Caddy's active health check on the deployment's health_check path fails for one.
+    docker(&["exec", &first.id, "rm", "/www/healthz"])?;
+    until_served_by(&client, proxy, &host, &only_second).await?;
+    let held = sample(&client, proxy, &host, 12).await?;
+    assert!(
+        held.iter()
+            .all(|(status, body)| *status == 200 && only_second.contains(body)),
+        "the unhealthy replica gets no request: {held:?}"
+    );
+    docker(&["exec", &first.id, "sh", "-c", "echo ok > /www/healthz"])?;
+    until_served_by(&client, proxy, &host, &both).await?;
+
+    // (a) Its readiness row goes false (what a readiness probe records): the router drops it.
+    let rows = store.readiness(&web_key)?;
+    let mark = |name: &str, ready: bool| -> TestResult {
+        let row = rows
+            .iter()
+            .find(|row| row.container == name)
+            .ok_or("a readiness row per replica")?;
+        store.put_readiness(&Readiness {
+            ready,
+            reason: if ready {
+                String::new()
+            } else {
+                "test: not ready".to_owned()
+            },
+            updated_at: now_unix(),
+            ..row.clone()
+        })?;
+        Ok(())
+    };
+    mark(&first.name, false)?;
+    agent.router.wake();
+    until_served_by(&client, proxy, &host, &only_second).await?;
+    let held = sample(&client, proxy, &host, 12).await?;
+    assert!(
+        held.iter()
+            .all(|(status, body)| *status == 200 && only_second.contains(body)),
+        "the unready replica gets no request: {held:?}"
+    );
+    let status = status_until(&store, &ingress_key, "one upstream", |status| {
+        status.running_replicas == 1
+    })
+    .await?;
+    assert_eq!(status.phase, "Ready");
+    mark(&first.name, true)?;
+    agent.router.wake();
+    until_served_by(&client, proxy, &host, &both).await?;
+
+    // No ready replica: the route answers 503 and says why.
+    mark(&first.name, false)?;
+    mark(&second.name, false)?;
+    agent.router.wake();
+    let refused = until_all(
+        &client,
+        proxy,
+        &host,
+        "503 from the route",
+        |(status, _)| *status == 503,
+    )
+    .await?;
+    assert!(
+        refused[0]
+            .1
+            .contains(&format!("no ready replica of deployment {scope}/web")),
+        "{refused:?}"
+    );
+    status_until(&store, &ingress_key, "Degraded", |status| {
+        status.phase == "Degraded"
+    })
+    .await?;
+
+    // A replica stopped by hand: until its deployment's next reconcile it is still an
+    // upstream, and Caddy serves its requests from the other one (dial timeout, retry,
+    // passive health check); that reconcile starts it again, and it serves again.
+    mark(&first.name, true)?;
+    mark(&second.name, true)?;
+    agent.router.wake();
+    until_served_by(&client, proxy, &host, &both).await?;
+    docker(&["stop", "-t", "1", &first.id])?;
+    let during = sample(&client, proxy, &host, 12).await?;
+    assert!(
+        during
+            .iter()
+            .all(|(status, body)| *status == 200 && only_second.contains(body)),
+        "requests to a stopped replica are retried on the ready one: {during:?}"
+    );
+    agent.requeue.now(web_key.clone());
+    until_served_by(&client, proxy, &host, &both).await?;
+
+    // Unchanged routes are not pushed again, whatever wakes the router.
+    let settled = agent.passes(agent.router.report().passes, 1).await?;
+    for _ in 0..3 {
+        agent.router.wake();
+    }
+    // Two more passes: at least one is a resync that compares Caddy's live config.
+    let later = agent.passes(settled.passes, 2).await?;
+    assert_eq!(later.pushes, settled.pushes, "no push without a change");
+
+    // Caddy restarted: its published ports move; the router notices the new instance and
+    // pushes again, and routing goes on.
+    let proxy_name = router::container_name(&store.agent_id()?);
+    docker(&["restart", "-t", "1", &proxy_name])?;
+    let start = Instant::now();
+    let proxy = loop {
+        let report = agent.router.report();
+        if report.pushes > later.pushes
+            && let Some(http) = report.proxy.as_ref().and_then(|proxy| proxy.http.clone())
+        {
+            break http.parse::<SocketAddr>()?;
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            return Err(format!("no push after the proxy restarted: {report:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let client = client_for(&host, proxy)?;
+    until_served_by(&client, proxy, &host, &both).await?;
+
+    // The agent stops: Caddy goes on routing (the data plane does not depend on it).
+    agent.stop().await?;
+    until_served_by(&client, proxy, &host, &both).await?;
+
+    // A new agent on the same data dir takes over; the last ingress leaves the repo: its status
+    // goes, and so does the proxy.
+    let agent = Agent::start(&store, runtime.clone(), dir.path(), &options)?;
+    agent.proxy_http().await?;
+    push(&store, 2, &[("web.hcl", &deployment)])?;
+    let start = Instant::now();
+    loop {
+        let proxies = runtime
+            .list(&[
+                (labels::AGENT, store.agent_id()?.as_str()),
+                (labels::ROLE, router::ROLE),
+            ])
+            .await?;
+        if proxies.is_empty() && store.status(&ingress_key)?.is_none() {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            return Err(format!("the proxy outlived the last ingress: {proxies:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        dir.path().join("ingress/data").is_dir(),
+        "Caddy's data (certificates) outlive the proxy container"
+    );
+    agent.stop().await?;
+    Ok(())
+}
