@@ -27,16 +27,16 @@ use crate::support::{
     DockerGuard, TempRepo, TestResult, docker_tests_enabled, test_image, unique, wait_until,
 };
 
-const AGENT: &str = env!("CARGO_BIN_EXE_voodu-agent");
+pub(crate) const AGENT: &str = env!("CARGO_BIN_EXE_voodu-agent");
 const LIMIT: Duration = Duration::from_secs(60);
 
 /// One container of the scope, as `docker ps -a` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Row {
-    id: String,
-    name: String,
-    state: String,
-    hash: String,
+pub(crate) struct Row {
+    pub(crate) id: String,
+    pub(crate) name: String,
+    pub(crate) state: String,
+    pub(crate) hash: String,
 }
 
 /// The agent child process; killed (SIGKILL) and reaped on drop.
@@ -135,15 +135,15 @@ impl Drop for Events {
 
 /// A temp repo, a temp data dir, a scope, and the agent. Field order is drop order: the agent
 /// dies before `DockerGuard` removes the scope's containers, so nothing recreates them.
-struct Env {
-    agent: Option<Agent>,
-    guard: DockerGuard,
-    repo: TempRepo,
-    dir: tempfile::TempDir,
+pub(crate) struct Env {
+    pub(crate) agent: Option<Agent>,
+    pub(crate) guard: DockerGuard,
+    pub(crate) repo: TempRepo,
+    pub(crate) dir: tempfile::TempDir,
 }
 
 impl Env {
-    fn new() -> TestResult<Env> {
+    pub(crate) fn new() -> TestResult<Env> {
         let scope = unique("t");
         Ok(Env {
             agent: None,
@@ -153,23 +153,23 @@ impl Env {
         })
     }
 
-    fn scope(&self) -> &str {
+    pub(crate) fn scope(&self) -> &str {
         &self.guard.scope
     }
 
-    fn data_dir(&self) -> PathBuf {
+    pub(crate) fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
     }
 
-    fn log(&self) -> PathBuf {
+    pub(crate) fn log(&self) -> PathBuf {
         self.dir.path().join("agent.log")
     }
 
-    fn start_agent(&mut self) -> TestResult {
+    pub(crate) fn start_agent(&mut self) -> TestResult {
         self.start_agent_with(&[])
     }
 
-    fn start_agent_with(&mut self, extra: &[&str]) -> TestResult {
+    pub(crate) fn start_agent_with(&mut self, extra: &[&str]) -> TestResult {
         self.agent = Some(Agent::start(
             &self.repo,
             &self.data_dir(),
@@ -181,7 +181,7 @@ impl Env {
 
     /// Runs a scenario; on failure (an error or a failed assertion) prints the agent log,
     /// status and containers.
-    fn run(mut self, scenario: impl FnOnce(&mut Env) -> TestResult) -> TestResult {
+    pub(crate) fn run(mut self, scenario: impl FnOnce(&mut Env) -> TestResult) -> TestResult {
         let result = scenario(&mut self);
         if result.is_err() {
             self.dump();
@@ -189,7 +189,7 @@ impl Env {
         result
     }
 
-    fn dump(&self) {
+    pub(crate) fn dump(&self) {
         let log = std::fs::read_to_string(self.log()).unwrap_or_default();
         eprintln!("---- agent log ({}) ----\n{log}", self.log().display());
         eprintln!("---- status ----\n{:#?}", self.status());
@@ -197,7 +197,7 @@ impl Env {
     }
 
     /// `docker ps -a` for the scope, sorted by name.
-    fn containers(&self) -> TestResult<Vec<Row>> {
+    pub(crate) fn containers(&self) -> TestResult<Vec<Row>> {
         let output = Command::new("docker")
             .args([
                 "ps",
@@ -235,7 +235,7 @@ impl Env {
     }
 
     /// `voodu-agent status --json`; an error before the agent created its state.
-    fn status(&self) -> TestResult<Value> {
+    pub(crate) fn status(&self) -> TestResult<Value> {
         let output = Command::new(AGENT)
             .args(["status", "--json", "--data-dir"])
             .arg(self.data_dir())
@@ -249,7 +249,7 @@ impl Env {
     }
 
     /// Runs a `voodu-agent` subcommand on this data dir; its stdout, or an error with stderr.
-    fn cli(&self, args: &[&str]) -> TestResult<String> {
+    pub(crate) fn cli(&self, args: &[&str]) -> TestResult<String> {
         let output = Command::new(AGENT)
             .args(args)
             .arg("--data-dir")
@@ -267,7 +267,7 @@ impl Env {
     }
 
     /// `voodu-agent releases <scope>/web --json`.
-    fn releases(&self) -> TestResult<Value> {
+    pub(crate) fn releases(&self) -> TestResult<Value> {
         let reference = format!("{}/web", self.scope());
         Ok(serde_json::from_str(
             &self.cli(&["releases", &reference, "--json"])?,
@@ -275,7 +275,7 @@ impl Env {
     }
 
     /// The address the running agent recorded for its HTTP side.
-    fn http_address(&self) -> TestResult<String> {
+    pub(crate) fn http_address(&self) -> TestResult<String> {
         let store = voodu_agent::store::Store::open_read_only(&self.data_dir().join("state.db"))?;
         Ok(store
             .meta(voodu_agent::agent::META_HTTP_ADDR)?
@@ -283,7 +283,7 @@ impl Env {
     }
 
     /// This scope's `web` resource in `status --json`, if listed.
-    fn resource(&self) -> TestResult<Option<Value>> {
+    pub(crate) fn resource(&self) -> TestResult<Option<Value>> {
         let status = self.status()?;
         let resources = status["resources"].as_array().cloned().unwrap_or_default();
         Ok(resources
@@ -291,7 +291,7 @@ impl Env {
             .find(|resource| resource["scope"] == self.scope() && resource["name"] == "web"))
     }
 
-    fn write_web(&self, replicas: usize, v: &str) -> TestResult {
+    pub(crate) fn write_web(&self, replicas: usize, v: &str) -> TestResult {
         let manifest = format!(
             "deployment \"{scope}\" \"web\" {{\n  image    = \"{image}\"\n  command  = [\"sleep\", \"3600\"]\n  replicas = {replicas}\n  env      = {{ V = \"{v}\" }}\n}}\n",
             scope = self.scope(),
@@ -304,7 +304,7 @@ impl Env {
     /// Waits until the scope has exactly `replicas` containers, all running with one hash
     /// (other than `not_hash`), and status shows the resource Ready with that hash and
     /// `replicas` running, `last_applied` at `sha`. Returns the containers.
-    fn converged(
+    pub(crate) fn converged(
         &self,
         sha: &str,
         replicas: usize,

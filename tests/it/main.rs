@@ -9,6 +9,7 @@ mod e2e_docker;
 mod e2e_jobs;
 mod git;
 mod health;
+mod health_docker;
 mod http;
 mod ingress;
 mod jobs;

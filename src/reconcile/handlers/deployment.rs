@@ -206,6 +206,10 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
     let converged = plan_replicas(Some(&target), &observed.actual).is_empty();
     if converged && observed.waiting.is_empty() {
         status.phase = "Ready".to_owned();
+        if release.rolled_back_from.is_some() {
+            // Running a rollback (automatic or the operator's): status keeps saying why.
+            status.message.clone_from(&release.message);
+        }
         if progressing {
             let hook_env = env_source.env(ctx, key, &spec.container, Vec::new())?.0;
             hooks::after_rollout(ctx, key, spec, release.id, &hook_env).await?;

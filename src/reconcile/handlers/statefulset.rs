@@ -201,6 +201,10 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
     let converged = plan_statefulset(Some(&target), &observed.actual).is_empty();
     if converged && observed.waiting.is_empty() {
         status.phase = "Ready".to_owned();
+        if release.rolled_back_from.is_some() {
+            // Running a rollback (automatic or the operator's): status keeps saying why.
+            status.message.clone_from(&release.message);
+        }
         if progressing {
             rollout::succeed(ctx, &release, &report).await?;
         }

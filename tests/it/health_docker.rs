@@ -1,0 +1,384 @@
+//! Issue 6 accepted on a real engine with the real binary: a version that never becomes ready
+//! is stopped after its first slot and rolled back while ready replicas never drop below
+//! `replicas − 1`; `docker rm -f` and `docker stop` are repaired at once through events and,
+//! with events off, within one resync; a labelled leftover is removed and an unlabelled
+//! container is left alone; a commit during a slow rollout supersedes it; the autoscaler
+//! scales a CPU-burning busybox up and back down, respecting its cooldowns.
+//!
+//! Ready counts are sampled from the agent's readiness rows (what the ingress routes follow)
+//! of the replicas `docker ps` shows running. Limits in `wait_until` are liveness bounds.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::Value;
+use voodu_agent::model::{Kind, ResourceKey};
+use voodu_agent::store::Store;
+
+use crate::e2e_docker::{Env, Events, Row};
+use crate::support::{TestResult, docker_tests_enabled, test_image, wait_until};
+
+const LIMIT: Duration = Duration::from_secs(90);
+
+/// Short timings so each scenario takes seconds: ready after 1s running, rollouts fail after
+/// 20s, a resync every 4s, the autoscaler every 2s.
+const FLAGS: &[&str] = &[
+    "--ready-settle",
+    "1s",
+    "--rollout-deadline",
+    "20s",
+    "--resync",
+    "4s",
+    "--autoscale-interval",
+    "2s",
+];
+
+/// A readiness probe that never passes.
+const NEVER_READY: &str = "  probes {\n    readiness {\n      exec { command = [\"false\"] }\n      period = \"1s\"\n    }\n  }\n";
+
+fn web(scope: &str, replicas: usize, version: &str, extra: &str) -> String {
+    format!(
+        "deployment \"{scope}\" \"web\" {{\n  image    = \"{image}\"\n  command  = [\"sleep\", \"3600\"]\n  replicas = {replicas}\n  env      = {{ V = \"{version}\" }}\n{extra}}}\n",
+        image = test_image(),
+    )
+}
+
+fn docker(args: &[&str]) -> TestResult<String> {
+    let output = Command::new("docker").args(args).output()?;
+    if !output.status.success() {
+        return Err(format!(
+            "docker {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        )
+        .into());
+    }
+    Ok(String::from_utf8(output.stdout)?.trim().to_owned())
+}
+
+/// Replicas of `web` the agent holds ready (its `readiness` rows, which the ingress routes
+/// follow) and `docker ps` shows running, right now.
+fn ready_now(env: &Env) -> TestResult<usize> {
+    let running: BTreeSet<String> = env
+        .containers()?
+        .into_iter()
+        .filter(|row| row.state == "running")
+        .map(|row| row.name)
+        .collect();
+    let store = Store::open_read_only(&env.data_dir().join("state.db"))?;
+    let key = ResourceKey::new(Kind::Deployment, env.scope(), "web");
+    Ok(store
+        .readiness(&key)?
+        .iter()
+        .filter(|row| row.ready && running.contains(&row.container))
+        .count())
+}
+
+fn phases(releases: &Value) -> Vec<String> {
+    releases["releases"]
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .map(|release| release["phase"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Waits until `done`, sampling the ready count meanwhile; returns (`done`'s value, lowest
+/// sample, number of samples).
+fn sample_until<T>(
+    env: &Env,
+    what: &str,
+    mut done: impl FnMut(&Env) -> Option<T>,
+) -> TestResult<(T, usize, usize)> {
+    let mut lowest = usize::MAX;
+    let mut samples = 0;
+    let value = wait_until(LIMIT, what, || {
+        if let Ok(ready) = ready_now(env) {
+            lowest = lowest.min(ready);
+            samples += 1;
+        }
+        done(env)
+    })?;
+    Ok((value, lowest, samples))
+}
+
+/// Names of `web` containers created since the events stream started.
+fn created(events: &Events) -> TestResult<Vec<String>> {
+    Ok(events
+        .seen()?
+        .into_iter()
+        .filter(|(action, name)| action == "create" && name.contains("-web."))
+        .map(|(_, name)| name)
+        .collect())
+}
+
+#[test]
+fn a_version_that_never_becomes_ready_is_rolled_back_after_one_slot() -> TestResult {
+    if !docker_tests_enabled(
+        "health_docker::a_version_that_never_becomes_ready_is_rolled_back_after_one_slot",
+    ) {
+        return Ok(());
+    }
+    Env::new()?.run(|env| {
+        env.repo
+            .write("app/web.hcl", &web(env.scope(), 3, "1", ""))?;
+        let v1 = env.repo.commit("web v1")?;
+        env.start_agent_with(FLAGS)?;
+        let good = env.converged(&v1, 3, None)?[0].hash.clone();
+        let events = Events::start(
+            env.scope(),
+            SystemTime::now(),
+            env.dir.path().join("events"),
+        )?;
+        env.repo
+            .write("app/web.hcl", &web(env.scope(), 3, "2", NEVER_READY))?;
+        let v2 = env.repo.commit("web v2: never ready")?;
+        let (releases, lowest, samples) =
+            sample_until(env, "the automatic rollback to finish", |env| {
+                let releases = env.releases().ok()?;
+                (phases(&releases) == ["succeeded", "failed", "succeeded"]).then_some(releases)
+            })?;
+        assert!(samples >= 10, "only {samples} samples");
+        assert!(
+            lowest >= 2,
+            "ready replicas dropped to {lowest} (replicas - 1 = 2)"
+        );
+        let failed = releases["releases"][1]["message"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            failed.contains("not ready within the rollout deadline of 20s"),
+            "{failed}"
+        );
+        assert_eq!(releases["releases"][1]["commit"], v2.as_str());
+        assert!(
+            releases["pin"].is_object(),
+            "the bad commit is paused: {releases}"
+        );
+        let rows = env.converged(&v2, 3, None)?;
+        assert!(
+            rows.iter().all(|row| row.hash == good),
+            "back on v1: {rows:?}"
+        );
+        // One slot of v2 was tried; the rollback replaced it with one v1 replica.
+        let created = created(&events)?;
+        assert_eq!(created.len(), 2, "{created:?}");
+        let resource = env.resource()?.ok_or("web in status")?;
+        let message = resource["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("automatic rollback to release"),
+            "{message}"
+        );
+        assert!(
+            message.contains("not ready within the rollout deadline"),
+            "{message}"
+        );
+        Ok(())
+    })
+}
+
+#[test]
+fn drift_is_repaired_through_events_and_through_the_resync() -> TestResult {
+    if !docker_tests_enabled(
+        "health_docker::drift_is_repaired_through_events_and_through_the_resync",
+    ) {
+        return Ok(());
+    }
+    Env::new()?.run(|env| {
+        env.repo
+            .write("app/web.hcl", &web(env.scope(), 2, "1", ""))?;
+        let v1 = env.repo.commit("web v1")?;
+        env.start_agent_with(FLAGS)?;
+        let rows = env.converged(&v1, 2, None)?;
+
+        // Events: a stopped replica is started again, a removed one replaced, at once.
+        let started = Instant::now();
+        docker(&["stop", "-t", "1", &rows[0].name])?;
+        wait_until(LIMIT, "the stopped replica to run again", || {
+            let now = env.containers().ok()?;
+            now.iter()
+                .any(|row| row.id == rows[0].id && row.state == "running")
+                .then_some(())
+        })?;
+        docker(&["rm", "-f", &rows[1].name])?;
+        let after = env.converged(&v1, 2, None)?;
+        assert!(after.iter().all(|row| row.id != rows[1].id));
+        let with_events = started.elapsed();
+
+        // A labelled leftover of this agent goes at the resync; a container without the
+        // agent's label stays.
+        let agent = docker(&[
+            "inspect",
+            "-f",
+            "{{index .Config.Labels \"voodu.agent\"}}",
+            &rows[0].name,
+        ])?;
+        let orphan = format!("{}-gone.ab12", env.scope());
+        let foreign = format!("{}-foreign", env.scope());
+        let image = test_image();
+        for (name, labels) in [
+            (
+                orphan.as_str(),
+                vec![
+                    format!("voodu.agent={agent}"),
+                    "voodu.kind=deployment".to_owned(),
+                    format!("voodu.scope={}", env.scope()),
+                    "voodu.name=gone".to_owned(),
+                    "voodu.role=deployment".to_owned(),
+                ],
+            ),
+            (
+                foreign.as_str(),
+                vec![format!("voodu.scope={}", env.scope())],
+            ),
+        ] {
+            let mut args = vec!["run", "-d", "--name", name];
+            for label in &labels {
+                args.extend(["--label", label.as_str()]);
+            }
+            args.extend([image.as_str(), "sleep", "3600"]);
+            docker(&args)?;
+        }
+        wait_until(LIMIT, "the labelled leftover to be removed", || {
+            let names: Vec<String> = env
+                .containers()
+                .ok()?
+                .into_iter()
+                .map(|row| row.name)
+                .collect();
+            (!names.contains(&orphan)).then_some(())
+        })?;
+        std::thread::sleep(Duration::from_secs(9));
+        let names: Vec<String> = env.containers()?.into_iter().map(|row| row.name).collect();
+        assert!(
+            names.contains(&foreign),
+            "an unlabelled container is never touched: {names:?}"
+        );
+        docker(&["rm", "-f", &foreign])?;
+
+        // Without events: the resync (every 4s) repairs both.
+        env.agent = None;
+        let mut flags = FLAGS.to_vec();
+        flags.push("--no-container-events");
+        env.start_agent_with(&flags)?;
+        let rows: Vec<Row> = env.converged(&v1, 2, None)?;
+        let started = Instant::now();
+        docker(&["stop", "-t", "1", &rows[0].name])?;
+        docker(&["rm", "-f", &rows[1].name])?;
+        let after = env.converged(&v1, 2, None)?;
+        let without_events = started.elapsed();
+        assert!(
+            after.iter().any(|row| row.id == rows[0].id),
+            "started again, not replaced"
+        );
+        assert!(
+            without_events < Duration::from_secs(4 + 10),
+            "repaired after {without_events:?} with a 4s resync"
+        );
+        eprintln!("drift repaired: with events {with_events:?}, by resync {without_events:?}");
+        Ok(())
+    })
+}
+
+#[test]
+fn a_commit_during_a_slow_rollout_supersedes_it() -> TestResult {
+    if !docker_tests_enabled("health_docker::a_commit_during_a_slow_rollout_supersedes_it") {
+        return Ok(());
+    }
+    Env::new()?.run(|env| {
+        env.repo
+            .write("app/web.hcl", &web(env.scope(), 3, "1", ""))?;
+        let v1 = env.repo.commit("web v1")?;
+        let mut flags = FLAGS.to_vec();
+        flags[1] = "6s"; // --ready-settle: each slot takes 6s
+        env.start_agent_with(&flags)?;
+        let hash_1 = env.converged(&v1, 3, None)?[0].hash.clone();
+        env.repo
+            .write("app/web.hcl", &web(env.scope(), 3, "2", ""))?;
+        env.repo.commit("web v2")?;
+        // Once v2's first slot exists, v3 lands.
+        let hash_2 = wait_until(LIMIT, "the first v2 replica", || {
+            let rows = env.containers().ok()?;
+            rows.iter()
+                .find(|row| row.hash != hash_1 && !row.hash.is_empty())
+                .map(|row| row.hash.clone())
+        })?;
+        env.repo
+            .write("app/web.hcl", &web(env.scope(), 3, "3", ""))?;
+        let v3 = env.repo.commit("web v3")?;
+        let (rows, lowest, _) = sample_until(env, "the v3 rollout", |env| {
+            let releases = env.releases().ok()?;
+            (phases(&releases) == ["succeeded", "superseded", "succeeded"])
+                .then(|| env.converged(&v3, 3, Some(&hash_2)).ok())
+                .flatten()
+        })?;
+        assert!(lowest >= 2, "ready replicas dropped to {lowest}");
+        assert!(
+            rows.iter()
+                .all(|row| row.hash != hash_1 && row.hash != hash_2)
+        );
+        let releases = env.releases()?;
+        let superseded = releases["releases"][1]["message"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            superseded.contains(&format!("superseded by commit {}", &v3[..12])),
+            "{superseded}"
+        );
+        Ok(())
+    })
+}
+
+#[test]
+fn the_autoscaler_follows_cpu_up_and_down_within_its_cooldowns() -> TestResult {
+    if !docker_tests_enabled(
+        "health_docker::the_autoscaler_follows_cpu_up_and_down_within_its_cooldowns",
+    ) {
+        return Ok(());
+    }
+    Env::new()?.run(|env| {
+        // Each replica burns a core until /tmp/stop exists.
+        let manifest = format!(
+            "deployment \"{scope}\" \"web\" {{\n  image   = \"{image}\"\n  command = [\"sh\", \"-c\", \"while [ ! -f /tmp/stop ]; do :; done; sleep 3600\"]\n  autoscale {{\n    min           = 1\n    max           = 3\n    cpu_target    = 20\n    cooldown_up   = \"8s\"\n    cooldown_down = \"12s\"\n  }}\n}}\n",
+            scope = env.scope(),
+            image = test_image(),
+        );
+        env.repo.write("app/web.hcl", &manifest)?;
+        let v1 = env.repo.commit("web: autoscaled")?;
+        env.start_agent_with(FLAGS)?;
+        let start = Instant::now();
+        // (seconds since start, desired replicas) each time it changes.
+        let mut timeline: Vec<(f64, u64)> = Vec::new();
+        let mut watch = |env: &Env| {
+            let desired = env.resource().ok()??["desired_replicas"].as_u64()?;
+            if timeline.last().map(|(_, n)| *n) != Some(desired) {
+                timeline.push((start.elapsed().as_secs_f64(), desired));
+            }
+            Some(desired)
+        };
+        wait_until(LIMIT, "three replicas", || (watch(env)? == 3).then_some(()))?;
+        let rows = env.converged(&v1, 3, None)?;
+        let hash = rows[0].hash.clone();
+        for row in &rows {
+            docker(&["exec", &row.name, "touch", "/tmp/stop"])?;
+        }
+        wait_until(LIMIT, "back to one replica", || (watch(env)? == 1).then_some(()))?;
+        let rows = env.converged(&v1, 1, None)?;
+        assert_eq!(rows[0].hash, hash, "scaling never changes the spec hash");
+        // The first sample may already show the first scale-up.
+        if timeline.first().map(|(_, n)| *n) == Some(1) {
+            timeline.remove(0);
+        }
+        let counts: Vec<u64> = timeline.iter().map(|(_, n)| *n).collect();
+        assert_eq!(counts, [2, 3, 2, 1], "{timeline:?}");
+        let gap = |from: usize| timeline[from + 1].0 - timeline[from].0;
+        // Observed by polling status, so allow a second of slack.
+        assert!(gap(0) >= 8.0 - 1.0, "second scale-up {:.1}s after the first (cooldown 8s): {timeline:?}", gap(0));
+        assert!(gap(2) >= 12.0 - 1.0, "second scale-down {:.1}s after the first (cooldown 12s): {timeline:?}", gap(2));
+        eprintln!("autoscaler timeline (s, replicas): {timeline:?}");
+        Ok(())
+    })
+}
