@@ -56,8 +56,8 @@ fn print_table(view: &StatusView) {
     }
     println!();
     println!(
-        "{:<36} {:>7} {:>7}  {:<12} {:<12} {:<8} MESSAGE",
-        "RESOURCE", "DESIRED", "RUNNING", "PHASE", "HASH", "RELEASE"
+        "{:<36} {:>7} {:>7} {:>5}  {:<12} {:<12} {:<8} MESSAGE",
+        "RESOURCE", "DESIRED", "RUNNING", "READY", "PHASE", "HASH", "RELEASE"
     );
     for resource in &view.resources {
         let key = if resource.scope.is_empty() {
@@ -75,15 +75,30 @@ fn print_table(view: &StatusView) {
                 )
             },
         );
+        // Replicated kinds publish readiness; an autoscaled count is marked `*`.
+        let ready = resource.detail["ready_replicas"]
+            .as_u64()
+            .map_or_else(|| "-".to_owned(), |ready| ready.to_string());
+        let desired = if resource.detail["autoscaled_replicas"].is_u64() {
+            format!("{}*", resource.desired_replicas)
+        } else {
+            resource.desired_replicas.to_string()
+        };
         println!(
-            "{key:<36} {:>7} {:>7}  {:<12} {:<12} {:<8} {}",
-            resource.desired_replicas,
+            "{key:<36} {desired:>7} {:>7} {ready:>5}  {:<12} {:<12} {:<8} {}",
             resource.running_replicas,
             resource.phase,
             &resource.spec_hash[..resource.spec_hash.len().min(12)],
             release,
             resource.message
         );
+    }
+    if view
+        .resources
+        .iter()
+        .any(|resource| resource.detail["autoscaled_replicas"].is_u64())
+    {
+        println!("\n* replicas set by the autoscaler (not in git)");
     }
     for resource in &view.resources {
         let Some(pin) = &resource.pin else {
