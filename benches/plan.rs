@@ -161,7 +161,7 @@ fn bench(n: usize) -> Figures {
         let read_done = Instant::now();
         let manifest: Manifest = manifest::load(&snapshot, &options).expect("loads");
         let load_done = Instant::now();
-        let plans = plan_all(&manifest, &current, &BTreeMap::new());
+        let plans = plan_all(&manifest, &current, &BTreeMap::new(), &BTreeMap::new());
         let plan_done = Instant::now();
         let replaced = plans
             .iter()

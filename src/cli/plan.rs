@@ -81,14 +81,19 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
             return Ok(ExitCode::from(1));
         }
     };
-    let current: BTreeMap<ResourceKey, Spec> = match &store {
-        Some(store) => store
-            .desired_all()?
-            .into_iter()
-            .map(|desired| (desired.key, desired.spec))
-            .collect(),
-        None => BTreeMap::new(),
+    let desired = match &store {
+        Some(store) => store.desired_all()?,
+        None => Vec::new(),
     };
+    // The autoscaler's counts: a commit that keeps `autoscale` keeps them.
+    let scaled: BTreeMap<ResourceKey, usize> = desired
+        .iter()
+        .filter_map(|desired| Some((desired.key.clone(), desired.replicas_override?)))
+        .collect();
+    let current: BTreeMap<ResourceKey, Spec> = desired
+        .into_iter()
+        .map(|desired| (desired.key, desired.spec))
+        .collect();
     let actual = match &store {
         Some(store) => actual_containers(&store.agent_id_read_only()?),
         None => Ok(BTreeMap::new()),
@@ -102,7 +107,7 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
             )),
         ),
     };
-    let plans = plan_all(&manifest, &current, &actual);
+    let plans = plan_all(&manifest, &current, &actual, &scaled);
     let view = PlanView::new(
         &snapshot,
         data_dir,
@@ -600,7 +605,7 @@ mod tests {
 
     fn check(kind: Kind, current: &Spec, next: &Spec, expected: &str) {
         let key = ResourceKey::new(kind, "ops", "x");
-        let plan = plan_resource(&key, Some(current), Some(next), &[]);
+        let plan = plan_resource(&key, Some(current), Some(next), &[], None);
         assert_eq!(plan.action, Action::Replace, "{expected}");
         assert_eq!(detail(&plan, Some(next)), expected);
     }

@@ -299,14 +299,15 @@ pub fn plan_resource(
     current: Option<&Spec>,
     next: Option<&Spec>,
     actual: &[Container],
+    scaled: Option<usize>,
 ) -> ResourcePlan {
     let changes = diff_specs(key.kind, current, next);
     let (steps, pod_steps) = match next {
-        Some(spec @ Spec::Deployment(_)) => {
+        Some(spec @ Spec::Deployment(deployment)) => {
             let hash = spec.spec_hash(key);
             let target = Target {
                 spec_hash: &hash,
-                n_replicas: spec.n_replicas(),
+                n_replicas: deployment.effective_replicas(scaled),
                 env_digest: None,
             };
             (plan_replicas(Some(&target), actual), Vec::new())
@@ -358,6 +359,7 @@ pub fn plan_all(
     manifest: &Manifest,
     current: &BTreeMap<ResourceKey, Spec>,
     actual: &BTreeMap<ResourceKey, Vec<Container>>,
+    scaled: &BTreeMap<ResourceKey, usize>,
 ) -> Vec<ResourcePlan> {
     let next: BTreeMap<&ResourceKey, &Spec> = manifest
         .resources
@@ -377,6 +379,7 @@ pub fn plan_all(
                 current.get(key),
                 next.get(key).copied(),
                 actual.get(key).map_or(&[][..], Vec::as_slice),
+                scaled.get(key).copied(),
             )
         })
         .collect()
@@ -900,23 +903,73 @@ mod tests {
         let pods: Vec<Container> = (0..3)
             .map(|ordinal| pod(ordinal, old_hash.as_str(), Running))
             .collect();
-        let plan = plan_resource(&key, Some(&old), Some(&new), &pods);
+        let plan = plan_resource(&key, Some(&old), Some(&new), &pods, None);
         assert_eq!(plan.action, Action::Replace);
         assert!(plan.steps.is_empty());
         assert_eq!(
             plan.pod_steps.iter().map(pod_text).collect::<Vec<_>>(),
             ["remove db.2", "replace db.1", "replace db.0"]
         );
-        let unchanged = plan_resource(&key, Some(&old), Some(&old), &pods[..2]);
+        let unchanged = plan_resource(&key, Some(&old), Some(&old), &pods[..2], None);
         assert_eq!(
             (unchanged.action, unchanged.pod_steps),
             (Action::Unchanged, vec![])
         );
-        let gone = plan_resource(&key, Some(&old), None, &pods);
+        let gone = plan_resource(&key, Some(&old), None, &pods, None);
         assert_eq!(gone.action, Action::Delete);
         assert_eq!(
             gone.pod_steps.iter().map(pod_text).collect::<Vec<_>>(),
             ["remove db.2", "remove db.1", "remove db.0"]
         );
+    }
+
+    #[test]
+    fn an_autoscaled_count_is_planned_within_the_new_bounds() {
+        use crate::manifest::spec::{Autoscale, DeploymentSpec};
+        let key = ResourceKey::new(Kind::Deployment, "shop", "web");
+        let spec = |max: i64| {
+            Spec::Deployment(DeploymentSpec {
+                replicas: Some(1),
+                autoscale: Some(Autoscale {
+                    min: 1,
+                    max,
+                    cpu_target: 50,
+                    ..Autoscale::default()
+                }),
+                ..DeploymentSpec::default()
+            })
+        };
+        let running_at = |max: i64| -> Vec<Container> {
+            let hash = spec(max).spec_hash(&key);
+            ["a", "b", "c", "d"]
+                .iter()
+                .map(|name| container(name, hash.as_str(), ContainerState::Running))
+                .collect()
+        };
+        let running = running_at(5);
+        let text = |plan: &ResourcePlan| -> Vec<String> {
+            plan.steps
+                .iter()
+                .map(|step| match step {
+                    Step::Remove { name, .. } => format!("remove {name}"),
+                    other => format!("{other:?}"),
+                })
+                .collect()
+        };
+        // The autoscaler runs 4: a commit that keeps `autoscale` keeps them.
+        let kept = plan_resource(&key, Some(&spec(5)), Some(&spec(5)), &running, Some(4));
+        assert_eq!(text(&kept), Vec::<String>::new());
+        // With `max` lowered to 3 (`autoscale` is hashed, so replicas of that spec), 3 run.
+        let narrowed = plan_resource(
+            &key,
+            Some(&spec(3)),
+            Some(&spec(3)),
+            &running_at(3),
+            Some(4),
+        );
+        assert_eq!(text(&narrowed), ["remove d"]);
+        // Without the autoscaler's count, the manifest's replicas.
+        let manifest = plan_resource(&key, Some(&spec(5)), Some(&spec(5)), &running, None);
+        assert_eq!(text(&manifest), ["remove b", "remove c", "remove d"]);
     }
 }

@@ -560,8 +560,17 @@ impl Store {
                 |(spec_json, spec_hash, replicas, generation, commit, scaled)| {
                     let spec = Spec::from_json(key.kind, &spec_json)
                         .map_err(|error| Error::Corrupt(format!("{key}: {error}")))?;
-                    let replicas_override =
-                        scaled.and_then(|scaled| override_within(&spec, scaled));
+                    // The autoscaler's count applies only while the spec autoscales, within
+                    // its current bounds.
+                    let replicas_override = match (&spec, scaled) {
+                        (Spec::Deployment(deployment), Some(scaled))
+                            if deployment.autoscale.is_some() =>
+                        {
+                            let scaled = usize::try_from(scaled).unwrap_or(1);
+                            Some(deployment.effective_replicas(Some(scaled)))
+                        }
+                        _ => None,
+                    };
                     Ok(Desired {
                         key: key.clone(),
                         n_replicas: replicas_override
@@ -756,18 +765,6 @@ fn commit_record((seq, sha, outcome, errors, seen_at): CommitRow) -> Result<Comm
 /// appends its journal PUT (inside the caller's transaction).
 fn has_autoscale(spec: &Spec) -> bool {
     matches!(spec, Spec::Deployment(deployment) if deployment.autoscale.is_some())
-}
-
-/// The autoscaler's count as it applies to `spec`: only with `autoscale {}`, within its
-/// bounds (a commit that narrows them narrows the override at once).
-fn override_within(spec: &Spec, replicas: i64) -> Option<usize> {
-    let Spec::Deployment(deployment) = spec else {
-        return None;
-    };
-    let autoscale = deployment.autoscale.as_ref()?;
-    let low = autoscale.min.max(1);
-    let high = autoscale.max.max(low);
-    usize::try_from(replicas.clamp(low, high)).ok()
 }
 
 /// Forgets the autoscaler's count for `key` (its deployment no longer autoscales, or left).

@@ -322,7 +322,12 @@ fn plan_yields_the_resources_voodu_would_create() -> TestResult {
             Ok(manifest) => manifest,
             Err(diagnostics) => return Err(format!("{name} must load:\n{diagnostics}").into()),
         };
-        let plans = plan_all(&manifest, &Default::default(), &Default::default());
+        let plans = plan_all(
+            &manifest,
+            &Default::default(),
+            &Default::default(),
+            &Default::default(),
+        );
         assert!(
             plans.iter().all(|plan| plan.action == Action::Create),
             "{name}: against an empty host everything is created"

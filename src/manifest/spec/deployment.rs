@@ -64,6 +64,19 @@ impl DeploymentSpec {
             .map_or(1, |replicas| usize::try_from(replicas.max(1)).unwrap_or(1))
     }
 
+    /// Replicas to run given the autoscaler's count (`scaled`): that count within the
+    /// current `autoscale` bounds while `autoscale` is set, else `n_replicas`.
+    pub fn effective_replicas(&self, scaled: Option<usize>) -> usize {
+        match (&self.autoscale, scaled) {
+            (Some(autoscale), Some(scaled)) => {
+                let low = usize::try_from(autoscale.min.max(1)).unwrap_or(1);
+                let high = usize::try_from(autoscale.max).unwrap_or(low).max(low);
+                scaled.clamp(low, high)
+            }
+            _ => self.n_replicas(),
+        }
+    }
+
     pub fn effective_restart(&self) -> &str {
         if self.restart.is_empty() {
             DEFAULT_RESTART
