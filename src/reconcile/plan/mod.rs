@@ -1,0 +1,267 @@
+//! Decide: desired state and the containers that exist → the ordered steps that converge
+//! them (`plan_replicas` for deployments, `plan_statefulset` for statefulset pods), and, for
+//! the `plan` command, what a new commit would do to each resource (`plan_resource`: create,
+//! update which fields, replace because of which hashed field, delete, or leave). Pure, so the
+//! handlers and `plan` cannot disagree, and the logic is tested without IO.
+//!
+//! Invariants: a container whose spec hash matches desired is never replaced (scaling never
+//! churns survivors); replacements are separate steps, executed one slot at a time; the plan
+//! is idempotent: planning again on the result yields no steps. Statefulset pods keep their
+//! ordinals: surplus pods go highest ordinal first, missing (or stopped) ones come back
+//! lowest ordinal first, outdated ones are replaced highest ordinal first (ordinal 0 last).
+
+mod pods;
+mod replicas;
+
+pub use pods::{StatefulStep, StatefulTarget, plan_statefulset, pod_ordinal};
+pub use replicas::{Step, Target, plan_replicas};
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use crate::manifest::Manifest;
+use crate::manifest::spec::Spec;
+use crate::model::{Kind, ResourceKey};
+use crate::runtime::Container;
+
+/// What applying a commit does to one resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Action {
+    Create,
+    /// Containers are replaced (or a job runs again): a hashed field changed, or the running
+    /// containers are outdated.
+    Replace,
+    /// Desired state changes without replacing containers (scaling, hooks, routes, files).
+    Update,
+    Delete,
+    Unchanged,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Create => "create",
+            Action::Replace => "replace",
+            Action::Update => "update",
+            Action::Delete => "delete",
+            Action::Unchanged => "unchanged",
+        }
+    }
+}
+
+/// One changed top-level field of a spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldChange {
+    pub field: String,
+    /// In the spec hash: changing it replaces containers.
+    pub hashed: bool,
+    /// Short renderings of the old and new value (`None`: absent). Secret-bearing fields
+    /// (`env`, `token`) show which keys changed, never values.
+    pub before: Option<String>,
+    pub after: Option<String>,
+}
+
+/// What a commit would do to one resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourcePlan {
+    pub key: ResourceKey,
+    pub action: Action,
+    pub changes: Vec<FieldChange>,
+    /// Container steps of a deployment (or of any resource leaving the repo).
+    pub steps: Vec<Step>,
+    /// Pod steps of a statefulset, with their ordinals, in execution order.
+    pub pod_steps: Vec<StatefulStep>,
+}
+
+/// Plans one resource: `current` is what the agent's desired state holds now, `next` what the
+/// commit declares, `actual` the resource's containers (empty when unknown or none).
+pub fn plan_resource(
+    key: &ResourceKey,
+    current: Option<&Spec>,
+    next: Option<&Spec>,
+    actual: &[Container],
+    scaled: Option<usize>,
+) -> ResourcePlan {
+    let changes = diff_specs(key.kind, current, next);
+    let (steps, pod_steps) = match next {
+        Some(spec @ Spec::Deployment(deployment)) => {
+            let hash = spec.spec_hash(key);
+            let target = Target {
+                spec_hash: &hash,
+                n_replicas: deployment.effective_replicas(scaled),
+                env_digest: None,
+            };
+            (plan_replicas(Some(&target), actual), Vec::new())
+        }
+        Some(spec @ Spec::Statefulset(_)) => {
+            let hash = spec.spec_hash(key);
+            let target = StatefulTarget {
+                spec_hash: &hash,
+                n_replicas: spec.n_replicas(),
+                env_digests: None,
+            };
+            (Vec::new(), plan_statefulset(Some(&target), actual))
+        }
+        Some(_) => (Vec::new(), Vec::new()),
+        None if key.kind == Kind::Statefulset => (Vec::new(), plan_statefulset(None, actual)),
+        None => (plan_replicas(None, actual), Vec::new()),
+    };
+    let replaces = steps
+        .iter()
+        .any(|step| matches!(step, Step::Replace { .. }))
+        || pod_steps
+            .iter()
+            .any(|step| matches!(step, StatefulStep::Replace { .. }));
+    let action = match (current, next) {
+        (None, None) if actual.is_empty() => Action::Unchanged,
+        (_, None) => Action::Delete,
+        (None, Some(_)) if actual.is_empty() => Action::Create,
+        _ if replaces || changes.iter().any(|change| change.hashed) => Action::Replace,
+        _ if !changes.is_empty()
+            || !steps.is_empty()
+            || !pod_steps.is_empty()
+            || current.is_none() =>
+        {
+            Action::Update
+        }
+        _ => Action::Unchanged,
+    };
+    ResourcePlan {
+        key: key.clone(),
+        action,
+        changes,
+        steps,
+        pod_steps,
+    }
+}
+
+/// The plan of every resource in the commit or in the agent's desired state.
+pub fn plan_all(
+    manifest: &Manifest,
+    current: &BTreeMap<ResourceKey, Spec>,
+    actual: &BTreeMap<ResourceKey, Vec<Container>>,
+    scaled: &BTreeMap<ResourceKey, usize>,
+) -> Vec<ResourcePlan> {
+    let next: BTreeMap<&ResourceKey, &Spec> = manifest
+        .resources
+        .iter()
+        .map(|resource| (&resource.key, &resource.spec))
+        .collect();
+    let keys: BTreeSet<&ResourceKey> = next
+        .keys()
+        .copied()
+        .chain(current.keys())
+        .chain(actual.keys())
+        .collect();
+    keys.into_iter()
+        .map(|key| {
+            plan_resource(
+                key,
+                current.get(key),
+                next.get(key).copied(),
+                actual.get(key).map_or(&[][..], Vec::as_slice),
+                scaled.get(key).copied(),
+            )
+        })
+        .collect()
+}
+
+/// The top-level fields that differ between two specs of one kind.
+fn diff_specs(kind: Kind, current: Option<&Spec>, next: Option<&Spec>) -> Vec<FieldChange> {
+    let (Some(current), Some(next)) = (current, next) else {
+        return Vec::new();
+    };
+    let as_object = |spec: &Spec| -> serde_json::Map<String, Value> {
+        match serde_json::from_str(&spec.to_json()) {
+            Ok(Value::Object(map)) => map,
+            _ => serde_json::Map::new(),
+        }
+    };
+    let before = as_object(current);
+    let after = as_object(next);
+    let fields: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+    let hashed = Spec::hashed_fields(kind);
+    fields
+        .into_iter()
+        .filter(|field| before.get(*field) != after.get(*field))
+        .map(|field| {
+            let secret = matches!(field.as_str(), "env" | "token" | "headers");
+            let (before_text, after_text) = if secret {
+                secret_change(before.get(field), after.get(field))
+            } else {
+                (before.get(field).map(render), after.get(field).map(render))
+            };
+            FieldChange {
+                field: field.clone(),
+                hashed: hashed.contains(&field.as_str()),
+                before: before_text,
+                after: after_text,
+            }
+        })
+        .collect()
+}
+
+/// For fields that may hold secrets: which keys were added, removed or changed, no values.
+fn secret_change(
+    before: Option<&Value>,
+    after: Option<&Value>,
+) -> (Option<String>, Option<String>) {
+    let keys = |value: Option<&Value>| -> Vec<(String, String)> {
+        match value {
+            Some(Value::Object(map)) => map
+                .iter()
+                .map(|(k, v)| (k.clone(), v.to_string()))
+                .collect(),
+            Some(_) => vec![(String::new(), "set".to_owned())],
+            None => Vec::new(),
+        }
+    };
+    let old = keys(before);
+    let new = keys(after);
+    let mut changed = Vec::new();
+    for (key, value) in &new {
+        match old.iter().find(|(old_key, _)| old_key == key) {
+            None => changed.push(format!("+{key}")),
+            Some((_, old_value)) if old_value != value => changed.push(format!("~{key}")),
+            Some(_) => {}
+        }
+    }
+    for (key, _) in &old {
+        if !new.iter().any(|(new_key, _)| new_key == key) {
+            changed.push(format!("-{key}"));
+        }
+    }
+    let summary = format!("(values hidden) {}", changed.join(" "));
+    (
+        before.map(|_| "(values hidden)".to_owned()),
+        after.map(|_| summary),
+    )
+}
+
+/// A short one-line rendering of a JSON value.
+fn render(value: &Value) -> String {
+    const MAX: usize = 80;
+    let text = value.to_string();
+    if text.chars().count() <= MAX {
+        text
+    } else {
+        let cut: String = text.chars().take(MAX - 1).collect();
+        format!("{cut}…")
+    }
+}
+
+/// A container labelled with `hash`, for the planners' tests.
+#[cfg(test)]
+fn test_container(name: &str, hash: &str, state: crate::runtime::ContainerState) -> Container {
+    Container {
+        id: format!("id-{name}"),
+        name: name.to_owned(),
+        image: "img".to_owned(),
+        labels: BTreeMap::from([(
+            crate::runtime::labels::MANIFEST_HASH.to_owned(),
+            hash.to_owned(),
+        )]),
+        state,
+    }
+}

@@ -1,0 +1,265 @@
+//! `plan_replicas`: a deployment's replicas (interchangeable, named by random ids) → the steps
+//! that converge them on a target count, spec hash and environment.
+
+use crate::model::SpecHash;
+use crate::runtime::labels;
+use crate::runtime::{Container, ContainerState};
+
+/// What a workload resource wants: `n_replicas` containers labelled with `spec_hash` (and,
+/// when given, with `env_digest`: a replica whose environment changed is outdated too).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target<'a> {
+    pub spec_hash: &'a SpecHash,
+    pub n_replicas: usize,
+    pub env_digest: Option<&'a str>,
+}
+
+impl Target<'_> {
+    /// Whether `container` runs what the target wants.
+    pub fn is_current(&self, container: &Container) -> bool {
+        container.label(labels::MANIFEST_HASH) == Some(self.spec_hash.as_str())
+            && self
+                .env_digest
+                .is_none_or(|digest| container.label(labels::ENV_DIGEST) == Some(digest))
+    }
+}
+
+/// One action on the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Create and start a new replica.
+    Create,
+    /// Start a current replica that is not running (created, or stopped by hand).
+    Start { id: String, name: String },
+    /// Replace an outdated replica: remove it, then create and start its successor.
+    Replace { id: String, name: String },
+    /// Remove a replica that is no longer wanted.
+    Remove { id: String, name: String },
+}
+
+/// Steps for a replicated workload. `target == None` means the resource left the repo.
+pub fn plan_replicas(target: Option<&Target<'_>>, actual: &[Container]) -> Vec<Step> {
+    let mut actual: Vec<&Container> = actual.iter().collect();
+    // Running replicas first, then by name: scale-down keeps running ones, and the order is
+    // stable across calls.
+    actual.sort_by(|a, b| {
+        (a.state != ContainerState::Running, &a.name)
+            .cmp(&(b.state != ContainerState::Running, &b.name))
+    });
+    let remove = |container: &&Container| Step::Remove {
+        id: container.id.clone(),
+        name: container.name.clone(),
+    };
+    let Some(target) = target else {
+        return actual.iter().map(remove).collect();
+    };
+    let (current, outdated): (Vec<&Container>, Vec<&Container>) = actual
+        .into_iter()
+        .partition(|container| target.is_current(container));
+    let keep = current.len().min(target.n_replicas);
+    let mut removes: Vec<Step> = current[keep..].iter().map(remove).collect();
+    // A restarting container is the engine's to bring back (its restart policy's back-off).
+    let starts = current[..keep]
+        .iter()
+        .filter(|container| {
+            !matches!(
+                container.state,
+                ContainerState::Running | ContainerState::Restarting
+            )
+        })
+        .map(|container| Step::Start {
+            id: container.id.clone(),
+            name: container.name.clone(),
+        });
+    let missing = target.n_replicas - keep;
+    let n_replace = missing.min(outdated.len());
+    removes.extend(outdated[n_replace..].iter().map(remove));
+    let creates = std::iter::repeat_n(Step::Create, missing - n_replace);
+    let replaces = outdated[..n_replace].iter().map(|container| Step::Replace {
+        id: container.id.clone(),
+        name: container.name.clone(),
+    });
+    removes
+        .into_iter()
+        .chain(starts)
+        .chain(creates)
+        .chain(replaces)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{ResourcePlan, plan_resource, test_container as container};
+    use super::*;
+    use crate::manifest::spec::Spec;
+    use crate::model::{Kind, ResourceKey};
+
+    fn check(n_replicas: Option<usize>, actual: &[Container], expected: &[&str]) {
+        let hash = SpecHash::new("new");
+        let target = n_replicas.map(|n_replicas| Target {
+            spec_hash: &hash,
+            n_replicas,
+            env_digest: None,
+        });
+        let steps: Vec<String> = plan_replicas(target.as_ref(), actual)
+            .into_iter()
+            .map(|step| match step {
+                Step::Create => "create".to_owned(),
+                Step::Start { name, .. } => format!("start {name}"),
+                Step::Replace { name, .. } => format!("replace {name}"),
+                Step::Remove { name, .. } => format!("remove {name}"),
+            })
+            .collect();
+        assert_eq!(steps, expected);
+    }
+
+    use ContainerState::{Created, Exited, Running};
+
+    #[test]
+    fn creates_what_is_missing() {
+        check(Some(2), &[], &["create", "create"]);
+    }
+
+    #[test]
+    fn converged_plans_nothing() {
+        check(
+            Some(2),
+            &[
+                container("a", "new", Running),
+                container("b", "new", Running),
+            ],
+            &[],
+        );
+    }
+
+    #[test]
+    fn scaling_up_and_down_keeps_survivors() {
+        let two = [
+            container("a", "new", Running),
+            container("b", "new", Running),
+        ];
+        check(Some(3), &two, &["create"]);
+        check(Some(1), &two, &["remove b"]);
+    }
+
+    #[test]
+    fn scale_down_prefers_removing_stopped_replicas() {
+        check(
+            Some(1),
+            &[
+                container("a", "new", Exited),
+                container("b", "new", Running),
+            ],
+            &["remove a"],
+        );
+    }
+
+    #[test]
+    fn outdated_replicas_are_replaced_one_step_each() {
+        let old = [
+            container("a", "old", Running),
+            container("b", "old", Running),
+        ];
+        check(Some(2), &old, &["replace a", "replace b"]);
+        check(Some(3), &old, &["create", "replace a", "replace b"]);
+        check(Some(1), &old, &["remove b", "replace a"]);
+    }
+
+    #[test]
+    fn a_half_done_rollout_resumes_without_duplicates() {
+        let mixed = [
+            container("a", "new", Running),
+            container("b", "old", Running),
+            container("c", "new", Created),
+        ];
+        check(Some(2), &mixed, &["remove b", "start c"]);
+        check(Some(3), &mixed, &["start c", "replace b"]);
+    }
+
+    #[test]
+    fn a_changed_environment_makes_replicas_outdated() {
+        let hash = SpecHash::new("new");
+        let mut with_env = container("a", "new", Running);
+        with_env
+            .labels
+            .insert(labels::ENV_DIGEST.to_owned(), "old-env".to_owned());
+        let target = Target {
+            spec_hash: &hash,
+            n_replicas: 1,
+            env_digest: Some("new-env"),
+        };
+        assert_eq!(
+            plan_replicas(Some(&target), std::slice::from_ref(&with_env)),
+            [Step::Replace {
+                id: "id-a".into(),
+                name: "a".into()
+            }]
+        );
+        with_env
+            .labels
+            .insert(labels::ENV_DIGEST.to_owned(), "new-env".to_owned());
+        assert_eq!(plan_replicas(Some(&target), &[with_env]), []);
+    }
+
+    #[test]
+    fn removal_takes_everything() {
+        check(
+            None,
+            &[
+                container("a", "old", Running),
+                container("b", "new", Exited),
+            ],
+            &["remove a", "remove b"],
+        );
+    }
+
+    #[test]
+    fn an_autoscaled_count_is_planned_within_the_new_bounds() {
+        use crate::manifest::spec::{Autoscale, DeploymentSpec};
+        let key = ResourceKey::new(Kind::Deployment, "shop", "web");
+        let spec = |max: i64| {
+            Spec::Deployment(DeploymentSpec {
+                replicas: Some(1),
+                autoscale: Some(Autoscale {
+                    min: 1,
+                    max,
+                    cpu_target: 50,
+                    ..Autoscale::default()
+                }),
+                ..DeploymentSpec::default()
+            })
+        };
+        let running_at = |max: i64| -> Vec<Container> {
+            let hash = spec(max).spec_hash(&key);
+            ["a", "b", "c", "d"]
+                .iter()
+                .map(|name| container(name, hash.as_str(), ContainerState::Running))
+                .collect()
+        };
+        let running = running_at(5);
+        let text = |plan: &ResourcePlan| -> Vec<String> {
+            plan.steps
+                .iter()
+                .map(|step| match step {
+                    Step::Remove { name, .. } => format!("remove {name}"),
+                    other => format!("{other:?}"),
+                })
+                .collect()
+        };
+        // The autoscaler runs 4: a commit that keeps `autoscale` keeps them.
+        let kept = plan_resource(&key, Some(&spec(5)), Some(&spec(5)), &running, Some(4));
+        assert_eq!(text(&kept), Vec::<String>::new());
+        // With `max` lowered to 3 (`autoscale` is hashed, so replicas of that spec), 3 run.
+        let narrowed = plan_resource(
+            &key,
+            Some(&spec(3)),
+            Some(&spec(3)),
+            &running_at(3),
+            Some(4),
+        );
+        assert_eq!(text(&narrowed), ["remove d"]);
+        // Without the autoscaler's count, the manifest's replicas.
+        let manifest = plan_resource(&key, Some(&spec(5)), Some(&spec(5)), &running, None);
+        assert_eq!(text(&manifest), ["remove b", "remove c", "remove d"]);
+    }
+}
