@@ -25,6 +25,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::Ctx;
+use super::lock;
 use crate::manifest::spec::schedule::Schedule;
 use crate::model::ResourceKey;
 use crate::runtime::Runtime;
@@ -288,12 +289,6 @@ pub(crate) async fn schedule<R: Runtime>(ctx: Arc<Ctx<R>>, shutdown: Cancellatio
             () = shutdown.cancelled() => return,
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

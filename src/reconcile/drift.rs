@@ -97,14 +97,7 @@ fn owner(container_labels: &BTreeMap<String, String>) -> Option<ResourceKey> {
 
 /// One comparison of the host with desired state; queues what differs.
 async fn resync_once<R: Runtime>(ctx: &Arc<Ctx<R>>) -> super::Result<()> {
-    let containers = ctx
-        .runtime
-        .list(&[(labels::AGENT, ctx.agent_id.as_str())])
-        .await
-        .map_err(|source| super::Error::Runtime {
-            key: ResourceKey::new(Kind::Deployment, "", "*"),
-            source,
-        })?;
+    let containers = super::owned_containers(ctx).await?;
     let alive: BTreeSet<&str> = containers
         .iter()
         .map(|container| container.id.as_str())

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::lock;
 use super::plan::{StatefulStep, Step};
 use crate::runtime::{Container, ContainerState};
 
@@ -254,12 +255,6 @@ impl RolloutClock {
     pub fn finish(&self, id: i64) {
         lock(&self.started).remove(&id);
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

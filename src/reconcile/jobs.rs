@@ -15,6 +15,7 @@ use std::sync::Mutex;
 use tokio_util::task::TaskTracker;
 
 use super::cron::CronTimes;
+use super::lock;
 
 /// Waiters of running job runs, and the cron scheduler's fire times.
 #[derive(Debug, Default)]
@@ -53,10 +54,4 @@ impl Jobs {
         self.tracker.close();
         self.tracker.wait().await;
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -278,6 +278,19 @@ pub async fn run<R: Runtime>(ctx: Arc<Ctx<R>>, shutdown: CancellationToken) -> R
     Ok(())
 }
 
+/// Every container carrying this agent's `voodu.agent` label (and nothing else on the host).
+pub(crate) async fn owned_containers<R: Runtime>(
+    ctx: &Ctx<R>,
+) -> Result<Vec<crate::runtime::Container>> {
+    ctx.runtime
+        .list(&[(labels::AGENT, ctx.agent_id.as_str())])
+        .await
+        .map_err(|source| Error::Runtime {
+            key: ResourceKey::new(Kind::Deployment, "", "*"),
+            source,
+        })
+}
+
 /// Desired keys plus keys of containers this agent still owns (a resource deleted while the
 /// agent was down is found this way).
 async fn boot_keys<R: Runtime>(ctx: &Arc<Ctx<R>>) -> Result<BTreeSet<ResourceKey>> {
@@ -285,15 +298,7 @@ async fn boot_keys<R: Runtime>(ctx: &Arc<Ctx<R>>) -> Result<BTreeSet<ResourceKey
         .await?
         .into_iter()
         .collect();
-    let owned = ctx
-        .runtime
-        .list(&[(labels::AGENT, ctx.agent_id.as_str())])
-        .await
-        .map_err(|source| Error::Runtime {
-            key: ResourceKey::new(Kind::Deployment, "", "*"),
-            source,
-        })?;
-    for container in owned {
+    for container in owned_containers(ctx).await? {
         let kind = container.label(labels::KIND).and_then(Kind::parse);
         if let (Some(kind), Some(scope), Some(name)) = (
             kind,
@@ -436,7 +441,9 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "non-string panic payload".to_owned())
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// Locks a mutex whose data stays consistent even if a holder panicked (every critical
+/// section here is a single map or counter update).
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -123,14 +123,7 @@ async fn sync_runners<R: Runtime>(
     shutdown: &CancellationToken,
     runners: &mut HashMap<String, RunnerHandle>,
 ) -> super::Result<()> {
-    let containers = ctx
-        .runtime
-        .list(&[(labels::AGENT, ctx.agent_id.as_str())])
-        .await
-        .map_err(|source| super::Error::Runtime {
-            key: ResourceKey::new(Kind::Deployment, "", "*"),
-            source,
-        })?;
+    let containers = super::owned_containers(ctx).await?;
     let replicas: Vec<(ResourceKey, Container)> = containers
         .into_iter()
         .filter_map(|container| {

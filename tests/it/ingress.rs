@@ -13,38 +13,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
-use voodu_agent::manifest;
-use voodu_agent::model::{CommitSha, Kind, ResourceKey, Snapshot, SourceFile};
+use voodu_agent::model::{Kind, ResourceKey};
 use voodu_agent::reconcile::router::{self, IngressOptions};
 use voodu_agent::reconcile::wake::{Requeue, RouterWake};
 use voodu_agent::reconcile::{self, Ctx, ReconcileOptions};
 use voodu_agent::runtime::{DockerRuntime, FakeRuntime, Runtime, labels};
 use voodu_agent::store::{Readiness, ResourceStatus, Store, now_unix};
 
+use crate::support::harness::apply_files;
 use crate::support::{DockerGuard, TestResult, docker_tests_enabled, test_image, unique};
 
 /// The Caddy image the Docker test runs (scripts/docker-setup builds it).
 fn caddy_image() -> String {
     std::env::var("VOODU_CADDY_IMAGE").unwrap_or_else(|_| "voodu-caddy:latest".to_owned())
-}
-
-/// Applies a commit made of `files`, as the sync stage would.
-fn push(store: &Store, n: usize, files: &[(&str, &str)]) -> TestResult<CommitSha> {
-    let commit = CommitSha::new(format!("{n:040x}"));
-    let snapshot = Snapshot {
-        commit: commit.clone(),
-        files: files
-            .iter()
-            .map(|(path, text)| SourceFile {
-                path: (*path).to_owned(),
-                contents: text.as_bytes().to_vec(),
-            })
-            .collect(),
-        refused: Vec::new(),
-    };
-    let manifest = manifest::load(&snapshot, &manifest::LoadOptions::standalone())?;
-    store.apply_commit(&commit, &manifest)?;
-    Ok(commit)
 }
 
 fn ctx<R: Runtime>(
@@ -118,7 +99,7 @@ ingress "shop" "web" {
 async fn an_ingress_on_an_agent_without_proxy_says_it_is_off() -> TestResult {
     let dir = tempfile::tempdir()?;
     let store = Arc::new(Store::open(&dir.path().join("state.db"))?);
-    push(&store, 1, &[("shop.hcl", SHOP_WEB)])?;
+    apply_files(&store, 1, &[("shop.hcl", SHOP_WEB)])?;
     let shutdown = CancellationToken::new();
     let fake = Arc::new(FakeRuntime::new());
     let ctx = ctx(
@@ -155,7 +136,7 @@ async fn an_ingress_on_an_agent_without_proxy_says_it_is_off() -> TestResult {
 async fn an_ingress_waits_for_the_proxy_to_serve_its_routes() -> TestResult {
     let dir = tempfile::tempdir()?;
     let store = Arc::new(Store::open(&dir.path().join("state.db"))?);
-    push(&store, 1, &[("shop.hcl", SHOP_WEB)])?;
+    apply_files(&store, 1, &[("shop.hcl", SHOP_WEB)])?;
     let shutdown = CancellationToken::new();
     let router_wake = RouterWake::default();
     let woken = router_wake.subscribe();
@@ -453,7 +434,7 @@ ingress "{scope}" "web" {{
 }}
 "#
     );
-    push(
+    apply_files(
         &store,
         1,
         &[("web.hcl", &deployment), ("ingress.hcl", &ingress)],
@@ -618,7 +599,7 @@ ingress "{scope}" "web" {{
     // goes, and so does the proxy.
     let agent = Agent::start(&store, runtime.clone(), dir.path(), &options)?;
     agent.proxy_http().await?;
-    push(&store, 2, &[("web.hcl", &deployment)])?;
+    apply_files(&store, 2, &[("web.hcl", &deployment)])?;
     let start = Instant::now();
     loop {
         let proxies = runtime

@@ -27,10 +27,12 @@ use serde_json::json;
 use super::container::{Identity, Launch, aliases};
 use super::hooks;
 use super::launch::{
-    EnvSource, build_spec, identity_vars, images_of, ready_to_create, run_init_chain, start_error,
+    EnvSource, build_spec, create_and_start, identity_vars, images_of, ready_to_create,
+    run_init_chain,
 };
 use super::replicas::{
-    BackingOff, Observed, fail_rollout, inspect_waiting, not_done, observe, put_status, start_again,
+    BackingOff, Observed, fail_rollout, inspect_waiting, not_done, observe, put_status,
+    rollout_failure, start_again,
 };
 use super::rollout::{self, Report};
 use crate::manifest::spec::{DeploymentSpec, Spec};
@@ -39,7 +41,7 @@ use crate::reconcile::gate;
 use crate::reconcile::plan::{Step, Target, plan_replicas};
 use crate::reconcile::{Ctx, Error, Result, blocking};
 use crate::runtime::{Container, ContainerState, Runtime, labels};
-use crate::store::{Desired, Release, ReleasePhase, ResourceStatus, now_unix};
+use crate::store::{Desired, Release, ReleasePhase, ResourceStatus};
 
 /// What one reconcile works with.
 struct Work<'a> {
@@ -136,23 +138,10 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
 
     // A rollout that ran out of time, or whose new replica keeps crashing, is rolled back.
     let new_replicas = inspect_waiting(ctx, &observed).await;
-    if progressing {
-        let elapsed = ctx.memory.rollouts.elapsed(
-            release.id,
-            release.started_at,
-            now_unix(),
-            tokio::time::Instant::now(),
-        );
-        if let Some(reason) = gate::rollout_failure(
-            elapsed,
-            ctx.options.rollout_deadline,
-            steps.is_empty(),
-            &observed.waiting,
-            &new_replicas,
-        ) {
-            let status = with_detail(status, &observed, &target, &desired);
-            return fail_rollout(ctx, &release, &reason, &report, status).await;
-        }
+    if let Some(reason) = rollout_failure(ctx, &release, steps.is_empty(), &observed, &new_replicas)
+    {
+        let status = with_detail(status, &observed, &target, &desired);
+        return fail_rollout(ctx, &release, &reason, &report, status).await;
     }
 
     // Act on what the health gate lets through.
@@ -398,7 +387,7 @@ async fn create_replicas<R: Runtime>(
     // lifetimes too general for `spawn`.
     let creates: Vec<_> = identities
         .iter()
-        .map(|identity| create_and_start(ctx, work, identity))
+        .map(|identity| create_replica(ctx, work, identity))
         .collect();
     let results: Vec<Result<String>> = futures_util::stream::iter(creates)
         .buffer_unordered(ctx.options.create_concurrency.max(1))
@@ -422,16 +411,12 @@ async fn create_replicas<R: Runtime>(
 
 /// Runs one replica's init containers, then creates and starts it; a container that cannot
 /// start is removed again.
-async fn create_and_start<R: Runtime>(
+async fn create_replica<R: Runtime>(
     ctx: &Ctx<R>,
     work: &Work<'_>,
     identity: &Identity,
 ) -> Result<String> {
     let key = &work.desired.key;
-    let runtime_error = |source| Error::Runtime {
-        key: key.clone(),
-        source,
-    };
     run_init_chain(
         ctx,
         key,
@@ -442,21 +427,6 @@ async fn create_and_start<R: Runtime>(
     )
     .await?;
     let container = build_spec(ctx, key, identity, &work.spec.container, &work.launch)?;
-    let id = ctx
-        .runtime
-        .create(&container)
-        .await
-        .map_err(|error| match error {
-            crate::runtime::Error::ImageMissing { .. } => Error::Permanent {
-                key: key.clone(),
-                message: format!("{error}; build or load it on this host"),
-            },
-            other => runtime_error(other),
-        })?;
-    if let Err(error) = ctx.runtime.start(&id).await {
-        // A created-but-unstartable container would count as a replica: take it away.
-        let _ = ctx.runtime.remove(&id).await;
-        return Err(start_error(key, &container.name, error));
-    }
+    create_and_start(ctx, key, &container).await?;
     Ok(container.name)
 }

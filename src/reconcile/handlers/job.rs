@@ -32,7 +32,6 @@ use serde_json::{Value, json};
 
 use super::container::{Identity, Launch, rfc3339_seconds};
 use super::launch::{EnvSource, build_spec, images_of, ready_to_create};
-use super::replicas::container_filter;
 use crate::manifest::spec::{JobSpec, Spec};
 use crate::model::{ResourceKey, parse_go_duration, random_hex};
 use crate::reconcile::{Ctx, Error, Result, blocking};
@@ -206,19 +205,9 @@ pub(super) fn run_timeout(timeout: &str) -> Option<Duration> {
     parse_go_duration(timeout).filter(|timeout| !timeout.is_zero())
 }
 
-/// This agent's run containers of the resource.
-pub(super) async fn list_runs<R: Runtime>(
-    ctx: &Ctx<R>,
-    key: &ResourceKey,
-) -> Result<Vec<Container>> {
-    ctx.runtime
-        .list(&container_filter(&ctx.agent_id, key))
-        .await
-        .map_err(|source| Error::Runtime {
-            key: key.clone(),
-            source,
-        })
-}
+/// This agent's run containers of the resource (labelled with the resource's kind as role,
+/// as replicas are).
+pub(super) use super::replicas::list_replicas as list_runs;
 
 /// The resource's runs, newest first.
 pub(super) async fn job_runs<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Vec<JobRun>> {
@@ -247,10 +236,6 @@ pub(super) async fn start_run<R: Runtime>(
     timeout: Option<Duration>,
     taken: &BTreeSet<String>,
 ) -> Result<String> {
-    let runtime_error = |source| Error::Runtime {
-        key: key.clone(),
-        source,
-    };
     let env_source = EnvSource::load(ctx, &key.scope).await?;
     // voodu gives job containers no `-e`: no VOODU_SCOPE / VOODU_NAME.
     let (env, env_digest) = env_source.env(ctx, key, &job.container, Vec::new())?;
@@ -285,17 +270,7 @@ pub(super) async fn start_run<R: Runtime>(
     container
         .labels
         .insert(labels::SPEC_HASH.to_owned(), spec_hash.to_owned());
-    let id = ctx
-        .runtime
-        .create(&container)
-        .await
-        .map_err(|error| match error {
-            crate::runtime::Error::ImageMissing { .. } => Error::Permanent {
-                key: key.clone(),
-                message: format!("{error}; build or load it on this host"),
-            },
-            other => runtime_error(other),
-        })?;
+    let id = super::launch::create(ctx, key, &container).await?;
     let row = {
         let key = key.clone();
         let run_id = run_id.clone();

@@ -254,6 +254,40 @@ pub(crate) async fn run_init_chain<R: Runtime>(
     Ok(())
 }
 
+/// Creates a container; an image the host lacks (and could not pull) is permanent, with what
+/// to do. Returns its id.
+pub(crate) async fn create<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    spec: &ContainerSpec,
+) -> Result<String> {
+    ctx.runtime.create(spec).await.map_err(|error| match error {
+        crate::runtime::Error::ImageMissing { .. } => Error::Permanent {
+            key: key.clone(),
+            message: format!("{error}; build or load it on this host"),
+        },
+        other => Error::Runtime {
+            key: key.clone(),
+            source: other,
+        },
+    })
+}
+
+/// Creates and starts a container; one that cannot start is removed again (a created but
+/// unstartable replica would count as present). Returns its id.
+pub(crate) async fn create_and_start<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    spec: &ContainerSpec,
+) -> Result<String> {
+    let id = create(ctx, key, spec).await?;
+    if let Err(error) = ctx.runtime.start(&id).await {
+        let _ = ctx.runtime.remove(&id).await;
+        return Err(start_error(key, &spec.name, error));
+    }
+    Ok(id)
+}
+
 /// Creates, starts and waits for a one-shot container: `Some(exit code)`, or `None` when it
 /// did not finish within `timeout` (it is then removed).
 pub(crate) async fn run_once<R: Runtime>(
@@ -266,11 +300,7 @@ pub(crate) async fn run_once<R: Runtime>(
         key: key.clone(),
         source,
     };
-    let id = ctx.runtime.create(spec).await.map_err(runtime_error)?;
-    if let Err(error) = ctx.runtime.start(&id).await {
-        let _ = ctx.runtime.remove(&id).await;
-        return Err(start_error(key, &spec.name, error));
-    }
+    let id = create_and_start(ctx, key, spec).await?;
     tokio::select! {
         waited = tokio::time::timeout(timeout, ctx.runtime.wait(&id)) => match waited {
             Ok(code) => Ok(Some(code.map_err(runtime_error)?)),

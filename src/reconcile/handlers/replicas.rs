@@ -15,7 +15,7 @@ use crate::model::ResourceKey;
 use crate::reconcile::gate::{self, NewReplica, ReplicaReadiness, Waiting};
 use crate::reconcile::{Ctx, Error, Result, blocking};
 use crate::runtime::{Container, ContainerState, Runtime, labels};
-use crate::store::{Release, ResourceStatus, now_unix};
+use crate::store::{Release, ReleasePhase, ResourceStatus, now_unix};
 
 /// While a rollout waits, the pass after this long re-checks its deadline even if no replica
 /// changed (readiness changes and container events queue passes sooner).
@@ -135,6 +135,33 @@ pub(super) async fn inspect_waiting<R: Runtime>(
         });
     }
     replicas
+}
+
+/// Why the rollout of `release` has failed, if it is in flight and has: its deadline passed
+/// with work left (`converged`: no steps left), or a new replica keeps crashing.
+pub(super) fn rollout_failure<R: Runtime>(
+    ctx: &Ctx<R>,
+    release: &Release,
+    converged: bool,
+    observed: &Observed,
+    new_replicas: &[NewReplica],
+) -> Option<String> {
+    if release.phase != ReleasePhase::Progressing {
+        return None;
+    }
+    let elapsed = ctx.memory.rollouts.elapsed(
+        release.id,
+        release.started_at,
+        now_unix(),
+        tokio::time::Instant::now(),
+    );
+    gate::rollout_failure(
+        elapsed,
+        ctx.options.rollout_deadline,
+        converged,
+        &observed.waiting,
+        new_replicas,
+    )
 }
 
 /// Crashed replicas whose back-off still runs: (name, starts so far, wait).

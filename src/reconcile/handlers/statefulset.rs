@@ -31,11 +31,12 @@ use serde_json::json;
 
 use super::container::{Identity, Launch, aliases};
 use super::launch::{
-    EnvSource, build_spec, identity_vars, images_of, ready_to_create, run_init_chain, start_error,
+    EnvSource, build_spec, create_and_start, identity_vars, images_of, ready_to_create,
+    run_init_chain,
 };
 use super::replicas::{
     BackingOff, Observed, fail_rollout, inspect_waiting, list_replicas, not_done, observe,
-    put_status, start_again,
+    put_status, rollout_failure, start_again,
 };
 use super::rollout::{self, Report};
 use crate::manifest::spec::{Spec, StatefulsetSpec};
@@ -43,7 +44,7 @@ use crate::model::{Kind, ResourceKey};
 use crate::reconcile::plan::{StatefulStep, StatefulTarget, plan_statefulset, pod_ordinal};
 use crate::reconcile::{Ctx, Error, Result, blocking, gate};
 use crate::runtime::{Container, ContainerState, Runtime, Volume, labels};
-use crate::store::{Desired, ReleasePhase, ResourceStatus, now_unix};
+use crate::store::{Desired, ReleasePhase, ResourceStatus};
 
 /// One pod's name, labels, environment and mounts.
 struct Pod {
@@ -152,23 +153,9 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
 
     // A rollout that ran out of time, or whose new pod keeps crashing, is rolled back.
     let new_pods = inspect_waiting(ctx, &observed).await;
-    if progressing {
-        let elapsed = ctx.memory.rollouts.elapsed(
-            release.id,
-            release.started_at,
-            now_unix(),
-            tokio::time::Instant::now(),
-        );
-        if let Some(reason) = gate::rollout_failure(
-            elapsed,
-            ctx.options.rollout_deadline,
-            steps.is_empty(),
-            &observed.waiting,
-            &new_pods,
-        ) {
-            let status = with_detail(ctx, key, status, &observed, &target).await?;
-            return fail_rollout(ctx, &release, &reason, &report, status).await;
-        }
+    if let Some(reason) = rollout_failure(ctx, &release, steps.is_empty(), &observed, &new_pods) {
+        let status = with_detail(ctx, key, status, &observed, &target).await?;
+        return fail_rollout(ctx, &release, &reason, &report, status).await;
     }
 
     // Act on what the ordered gate lets through: one pod at a time, each ready first.
@@ -370,22 +357,7 @@ async fn create_pod<R: Runtime>(ctx: &Ctx<R>, work: &Work<'_>, ordinal: usize) -
     )
     .await?;
     let container = build_spec(ctx, key, &pod.identity, &work.spec.container, &pod.launch)?;
-    let id = ctx
-        .runtime
-        .create(&container)
-        .await
-        .map_err(|error| match error {
-            crate::runtime::Error::ImageMissing { .. } => Error::Permanent {
-                key: key.clone(),
-                message: format!("{error}; build or load it on this host"),
-            },
-            other => runtime_error(other),
-        })?;
-    if let Err(error) = ctx.runtime.start(&id).await {
-        // A created-but-unstartable pod would count as present: take it away.
-        let _ = ctx.runtime.remove(&id).await;
-        return Err(start_error(key, &container.name, error));
-    }
+    create_and_start(ctx, key, &container).await?;
     Ok(container.name)
 }
 

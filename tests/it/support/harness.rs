@@ -81,21 +81,7 @@ impl Harness {
     /// Applies a commit made of these files, as the sync stage would.
     pub fn push(&mut self, files: &[(&str, &str)]) -> TestResult<CommitSha> {
         self.commits += 1;
-        let commit = CommitSha::new(format!("{:040x}", self.commits));
-        let snapshot = Snapshot {
-            commit: commit.clone(),
-            files: files
-                .iter()
-                .map(|(path, text)| SourceFile {
-                    path: (*path).to_owned(),
-                    contents: text.as_bytes().to_vec(),
-                })
-                .collect(),
-            refused: Vec::new(),
-        };
-        let manifest = manifest::load(&snapshot, &manifest::LoadOptions::standalone())?;
-        self.store.apply_commit(&commit, &manifest)?;
-        Ok(commit)
+        apply_files(&self.store, self.commits, files)
     }
 
     pub async fn containers(&self, key: &ResourceKey) -> TestResult<Vec<Container>> {
@@ -177,4 +163,23 @@ impl Harness {
             .map(|call| call.split(' ').next().unwrap_or_default().to_owned())
             .collect()
     }
+}
+
+/// Applies commit number `n` made of `files` to `store`, as the sync stage would.
+pub fn apply_files(store: &Store, n: usize, files: &[(&str, &str)]) -> TestResult<CommitSha> {
+    let commit = CommitSha::new(format!("{n:040x}"));
+    let snapshot = Snapshot {
+        commit: commit.clone(),
+        files: files
+            .iter()
+            .map(|(path, text)| SourceFile {
+                path: (*path).to_owned(),
+                contents: text.as_bytes().to_vec(),
+            })
+            .collect(),
+        refused: Vec::new(),
+    };
+    let manifest = manifest::load(&snapshot, &manifest::LoadOptions::standalone())?;
+    store.apply_commit(&commit, &manifest)?;
+    Ok(commit)
 }
