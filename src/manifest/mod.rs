@@ -13,6 +13,9 @@
 mod decode;
 mod diagnostic;
 mod interpolate;
+#[cfg(any(test, fuzzing))]
+#[doc(hidden)]
+pub mod invariants;
 mod lex;
 mod macros;
 pub mod spec;
@@ -209,5 +212,7 @@ pub fn parse_env_file(text: &str) -> Result<BTreeMap<String, String>, String> {
     Ok(values)
 }
 
+#[cfg(test)]
+mod fuzz_regressions;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,80 @@
+//! What the manifest fuzz target (`fuzz/`) checks, run without the fuzzer: every seed file
+//! under `fuzz/seeds/` goes through the same invariant checker, and every input the fuzzer
+//! found breaking a property is kept here with the exact behaviour it now has.
+
+use super::invariants::check_input;
+use super::*;
+use crate::model::{CommitSha, SourceFile};
+
+/// The seeds of the fuzz corpus, read from the repo (`fuzz/seeds/`).
+fn seeds() -> Vec<(String, Vec<u8>)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds");
+    let mut seeds: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+        .expect("fuzz/seeds is readable")
+        .map(|entry| {
+            let path = entry.expect("a directory entry").path();
+            let bytes = std::fs::read(&path).expect("a seed is readable");
+            (path.display().to_string(), bytes)
+        })
+        .collect();
+    seeds.sort();
+    seeds
+}
+
+#[test]
+fn fuzz_seeds_keep_every_invariant() {
+    let seeds = seeds();
+    assert!(
+        seeds.len() >= 10,
+        "expected the seed files, got {}",
+        seeds.len()
+    );
+    let mut n_accepted = 0;
+    for (path, bytes) in &seeds {
+        match check_input(bytes) {
+            Ok(n) => n_accepted += n,
+            Err(violation) => panic!("{path}: {violation}"),
+        }
+    }
+    // The properties of an accepted manifest are checked only when some seeds load.
+    assert!(
+        n_accepted >= seeds.len(),
+        "only {n_accepted} of {} loads accepted a seed",
+        seeds.len() * 4
+    );
+}
+
+/// Loads `text` as `m/app.hcl` with no vars and no repo files, in apply mode.
+fn load_text(text: &str) -> Result<Manifest, Diagnostics> {
+    let snapshot = Snapshot {
+        commit: CommitSha::new("0".repeat(40)),
+        files: vec![SourceFile {
+            path: "m/app.hcl".to_owned(),
+            contents: text.as_bytes().to_vec(),
+        }],
+        refused: Vec::new(),
+    };
+    load(&snapshot, &LoadOptions::standalone())
+}
+
+/// One fuzzer finding: the input, and every diagnostic it must now give (empty: it loads).
+struct Finding {
+    input: &'static str,
+    expected: &'static [&'static str],
+}
+
+const FINDINGS: &[Finding] = &[];
+
+#[test]
+fn fuzz_findings_behave_exactly_as_fixed() {
+    for finding in FINDINGS {
+        if let Err(violation) = check_input(finding.input.as_bytes()) {
+            panic!("{:?}: {violation}", finding.input);
+        }
+        let got: Vec<String> = match load_text(finding.input) {
+            Ok(_) => Vec::new(),
+            Err(diagnostics) => diagnostics.0.iter().map(ToString::to_string).collect(),
+        };
+        assert_eq!(got, finding.expected, "input {:?}", finding.input);
+    }
+}
