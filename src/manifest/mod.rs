@@ -130,10 +130,13 @@ pub fn load(snapshot: &Snapshot, options: &LoadOptions<'_>) -> Result<Manifest, 
             continue;
         };
         let (marked, lex_errors) = lex::mark_interpolations(text);
-        let index = LineIndex::new(&marked);
+        // Pre-pass spans are byte offsets of the input: each mark before them is two bytes
+        // longer than the `$` it replaced, so they are located in the input, not in `marked`.
+        let input_index = LineIndex::new(text);
         for error in lex_errors {
-            errors.push(index.at(&file.path, Some(error.span), error.message));
+            errors.push(input_index.at(&file.path, Some(error.span), error.message));
         }
+        let index = LineIndex::new(&marked);
         let body = match hcl::edit::parser::parse_body(&marked) {
             Ok(body) => body,
             Err(error) => {
