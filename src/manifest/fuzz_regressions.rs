@@ -95,6 +95,12 @@ const FINDINGS: &[Finding] = &[
             "m/app.hcl:4:7: operator `%` is not supported: manifest values are literals (strings, numbers, bools, lists and maps)",
         ],
     },
+    // Found by the fuzzer. hcl-edit located this error inside the 3-byte `—`, and the byte
+    // offset past the line start became the column: 1:7 on a 5-character line.
+    Finding {
+        input: "n=[#\u{2014}",
+        expected: &["m/app.hcl:1:5: HCL syntax error: expected `]`"],
+    },
 ];
 
 #[test]
