@@ -84,20 +84,21 @@ fn syntax_errors() {
     check(
         "deployment \"a\" \"b\" {\n  image = \"x${SET\"\n}\n",
         expect![[r#"
-        m/app.hcl:2:13: unterminated `${`: close it with `}` (write `$${` for a literal `${`)
-    "#]],
+            m/app.hcl:2:13: unterminated `${`: close it with `}` (write `$${` for a literal `${`)
+        "#]],
     );
     check(
         "deployment \"a\" \"b\" {\n  image = \"${lower(\"X\")}\"\n}\n",
         expect![[r#"
-        m/app.hcl:2:12: `image`: `${…}` holds an expression (a function call or an operator) that manifests do not evaluate; they interpolate only ${VAR}, ${VAR:-default}, ${asset.…} and ${ref.…}
-    "#]],
+            m/app.hcl:2:12: `${…}` holding a string or a function call is not supported: manifests interpolate only ${VAR}, ${VAR:-default}, ${asset.…} and ${ref.…}
+        "#]],
     );
     check(
         "deployment \"a\" \"b\" {\n  image = \"%{ if true }x%{ endif }\"\n}\n",
         expect![[r#"
-        m/app.hcl:2:12: `image`: template directives (`%{…}`) are not supported; manifests interpolate only ${VAR}, ${VAR:-default}, ${asset.…} and ${ref.…}
-    "#]],
+            m/app.hcl:2:12: template directives (`%{…}`) are not supported: manifests interpolate only ${VAR}, ${VAR:-default}, ${asset.…} and ${ref.…} (write `%%{` for a literal `%{`)
+            m/app.hcl:2:25: template directives (`%{…}`) are not supported: manifests interpolate only ${VAR}, ${VAR:-default}, ${asset.…} and ${ref.…} (write `%%{` for a literal `%{`)
+        "#]],
     );
     check(
         "image = \"x\"\n",

@@ -58,16 +58,18 @@ impl<'a> LineIndex<'a> {
     }
 
     pub(crate) fn line_col(&self, offset: usize) -> (usize, usize) {
-        let offset = offset.min(self.text.len());
+        let mut offset = offset.min(self.text.len());
+        // An offset inside a multi-byte character (hcl-edit reports some) points at that
+        // character; counting its bytes as columns would point past the end of the line.
+        while !self.text.is_char_boundary(offset) {
+            offset -= 1;
+        }
         let line = match self.line_starts.binary_search(&offset) {
             Ok(exact) => exact,
             Err(next) => next - 1,
         };
         let start = self.line_starts[line];
-        let col = self
-            .text
-            .get(start..offset)
-            .map_or(offset - start, |prefix| prefix.chars().count());
+        let col = self.text[start..offset].chars().count();
         (line + 1, col + 1)
     }
 
@@ -91,6 +93,7 @@ mod tests {
         let index = LineIndex::new("ab\ncdé\nx");
         assert_eq!(index.line_col(0), (1, 1));
         assert_eq!(index.line_col(3), (2, 1));
+        assert_eq!(index.line_col(6), (2, 3), "inside `é`: the column of `é`");
         assert_eq!(index.line_col(7), (2, 4));
         assert_eq!(index.line_col(8), (3, 1));
     }

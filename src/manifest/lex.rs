@@ -6,7 +6,8 @@
 //! and resolves interpolations itself: the `$` of each interpolation start is replaced by
 //! [`MARK`], a private-use character. HCL then sees plain text (so `${VAR:-default}` and
 //! `${asset.s.pg-config.key}`, which are not HCL expressions, parse), and the decoder finds the
-//! marks in decoded strings.
+//! marks in decoded strings. It also keeps from the HCL parser the files it could spend hours
+//! on, which hold operators or template expressions (see [`mark_interpolations`]).
 //!
 //! Invariants: the output has exactly the same characters per line as the input (one char
 //! replaced by one char), so line and column numbers computed on it are the input's; an
@@ -23,10 +24,18 @@ pub(crate) const MARK: char = '\u{E000}';
 pub(crate) struct LexError {
     pub(crate) span: Range<usize>,
     pub(crate) message: String,
+    /// Set when the file must not reach the HCL parser (see [`mark_interpolations`]).
+    pub(crate) blocks_parse: bool,
 }
 
-/// Returns the marked text and the problems found (the text is still usable for parsing when
-/// there are problems: every problem is also reported, and the commit is rejected).
+/// Returns the marked text and the problems found. The text is still parsed when there are
+/// problems (every problem is reported, and the commit is rejected), unless one of them
+/// `blocks_parse`: an operator outside strings, or a `${…}` or `%{…}` template expression
+/// the pre-pass cannot mark. hcl-edit's expression parser backtracks exponentially on some
+/// invalid input built from those (a 633-byte file took 32 s to fail), and a manifest that
+/// holds one is rejected anyway, as manifest values are literals. Outside them, this pre-pass
+/// sees strings, comments and heredocs where HCL does, so every operator HCL would parse is
+/// one this pre-pass reports.
 pub(crate) fn mark_interpolations(text: &str) -> (String, Vec<LexError>) {
     let mut errors = Vec::new();
     if let Some(offset) = text.find(MARK) {
@@ -35,12 +44,16 @@ pub(crate) fn mark_interpolations(text: &str) -> (String, Vec<LexError>) {
             message:
                 "the file contains U+E000, a private-use character this agent reserves; remove it"
                     .to_owned(),
+            blocks_parse: false,
         });
     }
     let bytes = text.as_bytes();
     let mut out = String::with_capacity(text.len() + 16);
     let mut i = 0;
     let mut copied = 0;
+    // Whether the last token outside strings and comments ends an operand, so that an operator
+    // character after it is a binary operator (`a - 1`), not a sign (`= -1`).
+    let mut after_operand = false;
     let mark_at = |at: usize, out: &mut String, copied: &mut usize| {
         out.push_str(&text[*copied..at]);
         out.push(MARK);
@@ -60,7 +73,8 @@ pub(crate) fn mark_interpolations(text: &str) -> (String, Vec<LexError>) {
                 i += 1;
                 while i < bytes.len() {
                     match bytes[i] {
-                        b'\\' => i += 2,
+                        // A backslash before a newline escapes nothing: HCL ends the string there.
+                        b'\\' if bytes.get(i + 1) != Some(&b'\n') => i += 2,
                         b'"' | b'\n' => {
                             i += 1;
                             break;
@@ -71,11 +85,10 @@ pub(crate) fn mark_interpolations(text: &str) -> (String, Vec<LexError>) {
                         }
                         b'$' if bytes.get(i + 1) == Some(&b'{') => {
                             match interpolation_end(text, i, true) {
-                                Ok(Some(end)) => {
+                                Ok(end) => {
                                     mark_at(i, &mut out, &mut copied);
                                     i = end;
                                 }
-                                Ok(None) => i += 2,
                                 Err(error) => {
                                     // Marked anyway, so the parser does not report it again.
                                     mark_at(i, &mut out, &mut copied);
@@ -84,9 +97,37 @@ pub(crate) fn mark_interpolations(text: &str) -> (String, Vec<LexError>) {
                                 }
                             }
                         }
+                        b'%' if bytes.get(i + 1) == Some(&b'{') => {
+                            errors.push(directive_error(i));
+                            i += 2;
+                        }
                         _ => i += 1,
                     }
                 }
+                after_operand = true;
+            }
+            b'+' | b'-' | b'*' | b'/' | b'%' | b'<' | b'>' | b'&' | b'|' | b'!'
+                if after_operand =>
+            {
+                let len = match (bytes[i], bytes.get(i + 1)) {
+                    (b'<' | b'>' | b'!', Some(b'=')) | (b'&', Some(b'&')) | (b'|', Some(b'|')) => 2,
+                    _ => 1,
+                };
+                errors.push(operator_error(text, i..i + len));
+                i += len;
+                after_operand = false;
+            }
+            b'=' => {
+                match bytes.get(i + 1) {
+                    Some(b'=') if after_operand => {
+                        errors.push(operator_error(text, i..i + 2));
+                        i += 2;
+                    }
+                    // `=>` of a for expression.
+                    Some(b'>') => i += 2,
+                    _ => i += 1,
+                }
+                after_operand = false;
             }
             b'<' if bytes.get(i + 1) == Some(&b'<') => match heredoc_body(text, i) {
                 Some((body, end)) => {
@@ -96,11 +137,10 @@ pub(crate) fn mark_interpolations(text: &str) -> (String, Vec<LexError>) {
                             b'$' | b'%' if bytes.get(j + 1) == Some(&bytes[j]) => j += 2,
                             b'$' if bytes.get(j + 1) == Some(&b'{') => {
                                 match interpolation_end(&text[..body.end], j, false) {
-                                    Ok(Some(end)) => {
+                                    Ok(end) => {
                                         mark_at(j, &mut out, &mut copied);
                                         j = end;
                                     }
-                                    Ok(None) => j += 2,
                                     Err(error) => {
                                         mark_at(j, &mut out, &mut copied);
                                         j = error.span.end;
@@ -108,18 +148,96 @@ pub(crate) fn mark_interpolations(text: &str) -> (String, Vec<LexError>) {
                                     }
                                 }
                             }
+                            b'%' if bytes.get(j + 1) == Some(&b'{') => {
+                                errors.push(directive_error(j));
+                                j += 2;
+                            }
                             _ => j += 1,
                         }
                     }
                     i = end;
+                    after_operand = true;
                 }
                 None => i += 2,
             },
-            _ => i += 1,
+            // A splat (`[*]`, `.*`) stands for an operand.
+            b'*' => {
+                i += 1;
+                after_operand = true;
+            }
+            // Signs, `!`, and what HCL refuses where an operand must start.
+            b'+' | b'-' | b'/' | b'%' | b'<' | b'>' | b'&' | b'|' | b'!' => i += 1,
+            b'0'..=b'9' => {
+                i = number_end(bytes, i);
+                after_operand = true;
+            }
+            b')' | b']' | b'}' => {
+                i += 1;
+                after_operand = true;
+            }
+            b'(' | b'[' | b'{' | b',' | b':' | b'?' | b'.' => {
+                i += 1;
+                after_operand = false;
+            }
+            b' ' | b'\t' | b'\r' | b'\n' => i += 1,
+            _ => {
+                // An identifier may hold `-` after its first character (`X-Probe`). Anything
+                // else counts as an operand too, so that no operator after it goes unreported.
+                let rest = &text[i..];
+                let starts_identifier = rest
+                    .chars()
+                    .next()
+                    .is_some_and(|first| first.is_alphabetic() || first == '_');
+                i += if starts_identifier {
+                    rest.find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
+                        .unwrap_or(rest.len())
+                } else {
+                    rest.chars().next().map_or(1, char::len_utf8)
+                };
+                after_operand = true;
+            }
         }
     }
     out.push_str(&text[copied..]);
     (out, errors)
+}
+
+fn operator_error(text: &str, span: Range<usize>) -> LexError {
+    LexError {
+        message: format!(
+            "operator `{}` is not supported: manifest values are literals (strings, numbers, bools, lists and maps)",
+            &text[span.clone()]
+        ),
+        span,
+        blocks_parse: true,
+    }
+}
+
+fn directive_error(at: usize) -> LexError {
+    LexError {
+        span: at..at + 2,
+        message: "template directives (`%{…}`) are not supported: manifests interpolate only ${VAR}, ${VAR:-default}, ${asset.…} and ${ref.…} (write `%%{` for a literal `%{`)".to_owned(),
+        blocks_parse: true,
+    }
+}
+
+/// The offset just past the number starting at `start`: digits and dots, then an optional
+/// exponent whose sign is part of the number (`1e-5`), not an operator.
+fn number_end(bytes: &[u8], start: usize) -> usize {
+    let mut i = start;
+    while i < bytes.len() && (bytes[i].is_ascii_digit() || bytes[i] == b'.') {
+        i += 1;
+    }
+    if matches!(bytes.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(bytes.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        while i < bytes.len() && bytes[i].is_ascii_digit() {
+            i += 1;
+        }
+    }
+    i
 }
 
 fn skip_line(bytes: &[u8], from: usize) -> usize {
@@ -129,29 +247,47 @@ fn skip_line(bytes: &[u8], from: usize) -> usize {
         .map_or(bytes.len(), |newline| from + newline + 1)
 }
 
-/// The byte offset just past the `}` closing the interpolation that starts at `start`, or
-/// `Ok(None)` for an interpolation holding a quote (a function call or a nested string): that
-/// is left to the HCL parser, and the decoder reports the expression where it finds it.
-/// voodu's interpolations are names and dotted refs: the first `}` closes them.
-fn interpolation_end(text: &str, start: usize, quoted: bool) -> Result<Option<usize>, LexError> {
+const UNTERMINATED: &str = "unterminated `${`: close it with `}` (write `$${` for a literal `${`)";
+
+/// The byte offset just past the `}` closing the interpolation that starts at `start`.
+/// voodu's interpolations are names and dotted refs: the first `}` closes them. A quote first
+/// means an HCL expression (a function call, a nested string) the agent does not evaluate; it
+/// is reported here, so the HCL parser never sees it (template expressions can make hcl-edit
+/// 0.10 parse for exponential time).
+fn interpolation_end(text: &str, start: usize, quoted: bool) -> Result<usize, LexError> {
     let rest = &text[start + 2..];
     let mut len = 0;
     for (offset, ch) in rest.char_indices() {
         match ch {
-            '}' => return Ok(Some(start + 2 + offset + 1)),
-            '"' if quoted && rest[..offset].contains('(') => return Ok(None),
-            '"' | '\n' => break,
+            '}' => return Ok(start + 2 + offset + 1),
+            '"' if quoted => {
+                // `${lower("X")}`: an expression; `"x${SET"`: the string ends first.
+                let message = if rest[..offset].contains('(') {
+                    "`${…}` holding a string or a function call is not supported: manifests interpolate only ${VAR}, ${VAR:-default}, ${asset.…} and ${ref.…}"
+                } else {
+                    UNTERMINATED
+                };
+                return Err(LexError {
+                    span: start..start + 2 + offset,
+                    message: message.to_owned(),
+                    blocks_parse: true,
+                });
+            }
+            '\n' => break,
             _ => len = offset + ch.len_utf8(),
         }
     }
     Err(LexError {
         span: start..start + 2 + len,
-        message: "unterminated `${`: close it with `}` (write `$${` for a literal `${`)".to_owned(),
+        message: UNTERMINATED.to_owned(),
+        blocks_parse: true,
     })
 }
 
 /// For a heredoc starting at `start` (`<<EOT` or `<<-EOT` then a newline): the byte range of
-/// its body and the offset just past its closing delimiter line.
+/// its body and the offset just past its closing delimiter. As in HCL, the delimiter closes
+/// the heredoc on a line where only spaces and tabs precede it and no identifier character
+/// follows it (`  EOT`, `EOT]`); what follows it on that line is code again.
 fn heredoc_body(text: &str, start: usize) -> Option<(Range<usize>, usize)> {
     let after = &text[start + 2..];
     let after = after.strip_prefix('-').unwrap_or(after);
@@ -176,8 +312,16 @@ fn heredoc_body(text: &str, start: usize) -> Option<(Range<usize>, usize)> {
         let line_end = text[line_start..]
             .find('\n')
             .map_or(text.len(), |newline| line_start + newline);
-        if text[line_start..line_end].trim() == delimiter {
-            return Some((body_start..line_start, line_end));
+        let line = &text[line_start..line_end];
+        let indent = line.len() - line.trim_start_matches([' ', '\t']).len();
+        let closes = line[indent..].strip_prefix(delimiter).is_some_and(|after| {
+            !after.starts_with(|c: char| c.is_alphanumeric() || c == '_' || c == '-')
+        });
+        if closes {
+            return Some((
+                body_start..line_start,
+                line_start + indent + delimiter.len(),
+            ));
         }
         line_start = line_end + 1;
     }
@@ -223,15 +367,77 @@ mod tests {
         );
     }
 
+    /// The spans of the errors that keep `input` from the HCL parser.
+    fn blocking(input: &str) -> Vec<&str> {
+        let (_, errors) = mark_interpolations(input);
+        errors
+            .iter()
+            .filter(|error| error.blocks_parse)
+            .map(|error| &input[error.span.clone()])
+            .collect()
+    }
+
+    #[test]
+    fn operators_and_template_expressions_keep_the_file_from_the_parser() {
+        for (input, expected) in [
+            ("a = 1 + 2", &["+"][..]),
+            (
+                "a = x == y && b != c || d >= e",
+                &["==", "&&", "!=", "||", ">="],
+            ),
+            ("a = {\nm % 1 % {\n", &["%", "%"]),
+            ("a = \"x\" - [1]", &["-"]),
+            ("a = [1]\n-2", &["-"]),
+            ("a = (1)*2", &["*"]),
+            ("a = x <2", &["<"]),
+            ("a = <<EOT\nx\nEOT % 1\n", &["%"]),
+            ("a = \"%{ if x }y%{ endif }\"", &["%{", "%{"]),
+            ("a = <<EOT\n%{ for x in y }\nEOT\n", &["%{"]),
+            ("a = \"${f(\"x\")}\"", &["${f("]),
+            ("a = \"${x\n", &["${x"]),
+            // A backslash before a newline does not carry the string on to the next line.
+            ("a = \"x\\\nb = 1 + 2\n", &["+"]),
+        ] {
+            assert_eq!(blocking(input), expected, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn signs_identifiers_and_text_are_not_operators() {
+        for input in [
+            "a = -1\nb = [-1, !true, - 2]\nc = { n = -2.5e-3, m = 1E+3 }\n",
+            "h = { X-Probe = \"1\", a-b-c = \"x - y\" }\n",
+            "# a - b\n// a * b\n/* a % b */ a = \"a/b % c\"\n",
+            "a = <<EOT\nx - y ${A} $${B} %%{C}\n  EOT\nb = <<-EOT\n  1 + 2\n  EOT\n",
+            "a = [<<EOT\nx\nEOT\n, \"y\"]\nb = x.y[*].z\n",
+            "a = { for k, v in x : k => v }\n",
+            "deployment \"s\" \"n\" {\n  image = \"x:1.2-alpine\"\n}\n",
+        ] {
+            assert_eq!(blocking(input), Vec::<&str>::new(), "{input:?}");
+        }
+    }
+
+    #[test]
+    fn a_heredoc_ends_where_hcl_ends_it() {
+        // The closing delimiter may be indented and followed by a non-identifier character;
+        // `EOTX` and `x EOT` do not close it.
+        check(
+            "a = [<<EOT\n${A}\nEOTX\nx EOT\n  EOT, \"${B}\"]\n",
+            "a = [<<EOT\n§{A}\nEOTX\nx EOT\n  EOT, \"§{B}\"]\n",
+        );
+    }
+
     #[test]
     fn reports_what_it_cannot_handle() {
-        let (out, errors) = mark_interpolations(r#"a = "${lower("X")}""#);
-        assert_eq!(
-            errors,
-            [],
-            "an expression is left to the parser and the decoder"
+        // An expression (a function call) is reported here, never handed to the parser.
+        let (_, errors) = mark_interpolations(r#"a = "${lower("X")}""#);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].span, 5..13);
+        assert!(
+            errors[0]
+                .message
+                .contains("holding a string or a function call")
         );
-        assert!(!out.contains(MARK));
         let (_, errors) = mark_interpolations("a = \"${A\"\n");
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert_eq!(errors[0].span, 5..8);

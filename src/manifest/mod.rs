@@ -13,6 +13,9 @@
 mod decode;
 mod diagnostic;
 mod interpolate;
+#[cfg(any(test, fuzzing))]
+#[doc(hidden)]
+pub mod invariants;
 mod lex;
 mod macros;
 pub mod spec;
@@ -134,10 +137,19 @@ pub fn load(snapshot: &Snapshot, options: &LoadOptions<'_>) -> Result<Manifest, 
             }
         };
         let (marked, lex_errors) = lex::mark_interpolations(text);
-        let index = LineIndex::new(&marked);
+        // Pre-pass spans are byte offsets of the input: each mark before them is two bytes
+        // longer than the `$` it replaced, so they are located in the input, not in `marked`.
+        let input_index = LineIndex::new(text);
+        let blocks_parse = lex_errors.iter().any(|error| error.blocks_parse);
         for error in lex_errors {
-            errors.push(index.at(&file.path, Some(error.span), error.message));
+            errors.push(input_index.at(&file.path, Some(error.span), error.message));
         }
+        if blocks_parse {
+            // Such input can make the HCL parser backtrack for hours (see `lex`); the file is
+            // rejected on what the pre-pass reported.
+            continue;
+        }
+        let index = LineIndex::new(&marked);
         let body = match hcl::edit::parser::parse_body(&marked) {
             Ok(body) => body,
             Err(error) => {
@@ -220,5 +232,7 @@ pub fn parse_env_file(text: &str) -> Result<BTreeMap<String, String>, String> {
 
 #[cfg(test)]
 mod bad_input;
+#[cfg(test)]
+mod fuzz_regressions;
 #[cfg(test)]
 mod tests;

@@ -553,7 +553,16 @@ pub(crate) fn to_int(cx: &mut Cx<'_>, value: &Expression, field: &str) -> Option
                 .map(|f| f as i64)
         }),
         Expression::UnaryOp(op) if *op.operator.value() == UnaryOperator::Neg => {
-            return to_int(cx, &op.expr, field).map(|n| -n);
+            let n = to_int(cx, &op.expr, field)?;
+            // The negation of i64::MIN (written as `-"-9223372036854775808"`) does not fit.
+            let negated = n.checked_neg();
+            if negated.is_none() {
+                cx.error(
+                    value.span(),
+                    format!("`{field}` is out of range: -({n}) does not fit in 64 bits"),
+                );
+            }
+            return negated;
         }
         Expression::Parenthesis(inner) => return to_int(cx, inner.inner(), field),
         Expression::String(_) | Expression::StringTemplate(_) => {

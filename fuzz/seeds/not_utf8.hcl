@@ -1,0 +1,3 @@
+deployment "s" "n" {
+  image = "ÿþ"
+}
