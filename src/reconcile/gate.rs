@@ -9,7 +9,7 @@
 //! lower readiness); a rollout fails on its deadline or on a new replica that keeps crashing,
 //! never on a replica that is merely slow within the deadline.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -71,38 +71,53 @@ pub fn waiting(
         .collect()
 }
 
-/// The steps of `plan_replicas` that may run now: every removal, start and create; and one
-/// replacement, only when nothing is `waiting` (the previous slot is ready). Unready outdated
-/// replicas are replaced first: replacing them costs no readiness.
+/// The steps of `plan_replicas` that may run now: every removal, start and create, and at
+/// most one replacement. A replacement waits while replicas are being created in this pass or
+/// any replica of the target version is `waiting` (the previous slot is not ready), and a
+/// ready victim also waits until, after this pass's removals, `n_replicas` replicas are ready
+/// (so removing it leaves at least `n_replicas − 1`). Unready outdated replicas go first:
+/// replacing them costs no readiness. `ready`: the replicas (any version) running and ready.
 pub fn gate(
     steps: Vec<Step>,
     waiting: &[Waiting],
-    readiness: &BTreeMap<String, ReplicaReadiness>,
+    ready: &BTreeSet<String>,
+    n_replicas: usize,
 ) -> Vec<Step> {
-    let (replaces, mut now): (Vec<Step>, Vec<Step>) = steps
+    let (replaces, now): (Vec<Step>, Vec<Step>) = steps
         .into_iter()
         .partition(|step| matches!(step, Step::Replace { .. }));
-    if waiting.is_empty() {
-        let ready = |step: &Step| match step {
-            Step::Replace { name, .. } => readiness.get(name).is_some_and(|row| row.ready),
-            _ => true,
-        };
-        if let Some(first) = replaces
-            .into_iter()
-            .enumerate()
-            .min_by_key(|(index, step)| (ready(step), *index))
-            .map(|(_, step)| step)
-        {
-            now.push(first);
-        }
+    let creating = now.iter().any(|step| matches!(step, Step::Create));
+    if creating || !waiting.is_empty() {
+        return now;
+    }
+    let is_ready = |step: &Step| match step {
+        Step::Replace { name, .. } | Step::Remove { name, .. } => ready.contains(name),
+        _ => false,
+    };
+    let removed_ready = now
+        .iter()
+        .filter(|step| matches!(step, Step::Remove { .. }) && is_ready(step))
+        .count();
+    let ready_after = ready.len().saturating_sub(removed_ready);
+    let victim = replaces
+        .into_iter()
+        .enumerate()
+        .min_by_key(|(index, step)| (is_ready(step), *index))
+        .map(|(_, step)| step);
+    let mut now = now;
+    if let Some(victim) = victim
+        && (!is_ready(&victim) || ready_after >= n_replicas)
+    {
+        now.push(victim);
     }
     now
 }
 
-/// The ordered form of `gate`, for statefulset pods (`plan_statefulset` order): every
-/// removal and start; then the first create or replacement, only when nothing is `waiting`
-/// (pods come up one at a time, each ready before the next, as Kubernetes' `OrderedReady`).
-pub fn gate_ordered(steps: Vec<StatefulStep>, waiting: &[Waiting]) -> Vec<StatefulStep> {
+/// The ordered form of `gate`, for statefulset pods (`plan_statefulset` order): every removal
+/// and start, then the first create or replacement, and that only while every other pod
+/// below `replicas` is ready (`unready`: such pods, any version, not running and ready) —
+/// Kubernetes' `OrderedReady`, except that a pod replaced to fix it need not be ready itself.
+pub fn gate_ordered(steps: Vec<StatefulStep>, unready: &BTreeSet<String>) -> Vec<StatefulStep> {
     let mut now = Vec::new();
     let mut next = None;
     for step in steps {
@@ -115,7 +130,11 @@ pub fn gate_ordered(steps: Vec<StatefulStep>, waiting: &[Waiting]) -> Vec<Statef
             }
         }
     }
-    if waiting.is_empty() {
+    let clear = match &next {
+        Some(StatefulStep::Replace { name, .. }) => unready.iter().all(|pod| pod == name),
+        _ => unready.is_empty(),
+    };
+    if clear {
         now.extend(next);
     }
     now
@@ -125,6 +144,9 @@ pub fn gate_ordered(steps: Vec<StatefulStep>, waiting: &[Waiting]) -> Vec<Statef
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewReplica {
     pub name: String,
+    /// Created by the release being checked (only those can fail it: an older replica's
+    /// lifetime restarts say nothing about this release).
+    pub this_release: bool,
     /// Restarts seen: the engine's restart count, or the agent's own starts, whichever is more.
     pub restarts: u32,
     pub last_exit_code: Option<i64>,
@@ -141,7 +163,7 @@ pub fn rollout_failure(
 ) -> Option<String> {
     if let Some(crashing) = new_replicas
         .iter()
-        .find(|replica| replica.restarts >= CRASH_LOOP_RESTARTS)
+        .find(|replica| replica.this_release && replica.restarts >= CRASH_LOOP_RESTARTS)
     {
         let exit = crashing
             .last_exit_code
@@ -230,24 +252,22 @@ impl CrashLoops {
     }
 }
 
-/// When each in-flight rollout started, on the async clock (paused in tests), by release id.
-/// A release first seen after an agent restart is placed by its wall-clock start, so the
-/// deadline holds across restarts.
+/// When each in-flight rollout's deadline started, on the async clock (paused in tests), by
+/// release id: at the first pass that checks it, which comes after the release's hooks
+/// (`pre_command`, `command`), so their run time never counts. After an agent restart the
+/// deadline starts again: an agent that was down is no reason to fail a rollout.
 #[derive(Debug, Default)]
 pub struct RolloutClock {
     started: Mutex<HashMap<i64, Instant>>,
 }
 
 impl RolloutClock {
-    /// How long release `id` (started at Unix second `started_at`) has been rolling out.
-    pub fn elapsed(&self, id: i64, started_at: i64, now_unix: i64, now: Instant) -> Duration {
+    /// How long release `id`'s rollout has been under its deadline.
+    pub fn elapsed(&self, id: i64, now: Instant) -> Duration {
         let mut started = lock(&self.started);
         // Releases that ended without `finish` (superseded) are forgotten a day later.
         started.retain(|_, start| now.saturating_duration_since(*start) < FORGET_ROLLOUT);
-        let start = *started.entry(id).or_insert_with(|| {
-            let ago = Duration::from_secs(u64::try_from(now_unix - started_at).unwrap_or(0));
-            now.checked_sub(ago).unwrap_or(now)
-        });
+        let start = *started.entry(id).or_insert(now);
         now.saturating_duration_since(start)
     }
 
@@ -306,6 +326,13 @@ mod tests {
 
     use ContainerState::{Exited, Running};
 
+    fn ready_set(rows: &BTreeMap<String, ReplicaReadiness>) -> BTreeSet<String> {
+        rows.iter()
+            .filter(|(_, row)| row.ready)
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
     #[test]
     fn one_slot_at_a_time_and_only_after_the_new_replica_is_ready() {
         let hash = SpecHash::new("new");
@@ -315,43 +342,83 @@ mod tests {
             env_digest: None,
         };
         let steps = |actual: &[Container]| super::super::plan::plan_replicas(Some(&target), actual);
+        let gated = |actual: &[Container], rows: &BTreeMap<String, ReplicaReadiness>| {
+            let wait = waiting(actual, |c| target.is_current(c), rows);
+            names(&gate(steps(actual), &wait, &ready_set(rows), 3))
+        };
         // All old and ready: one replacement, not three.
         let actual = [
             replica("a", "old", Running),
             replica("b", "old", Running),
             replica("c", "old", Running),
         ];
-        let ready = readiness(&[("a", true), ("b", true), ("c", true)]);
-        let wait = waiting(&actual, |c| target.is_current(c), &ready);
-        assert!(wait.is_empty());
-        assert_eq!(names(&gate(steps(&actual), &wait, &ready)), ["replace a"]);
+        let rows = readiness(&[("a", true), ("b", true), ("c", true)]);
+        assert!(waiting(&actual, |c| target.is_current(c), &rows).is_empty());
+        assert_eq!(gated(&actual, &rows), ["replace a"]);
         // The new one is not ready yet: nothing is replaced.
         let actual = [
             replica("b", "old", Running),
             replica("c", "old", Running),
             replica("n1", "new", Running),
         ];
-        let ready = readiness(&[("b", true), ("c", true), ("n1", false)]);
-        let wait = waiting(&actual, |c| target.is_current(c), &ready);
+        let rows = readiness(&[("b", true), ("c", true), ("n1", false)]);
         assert_eq!(
-            wait,
+            waiting(&actual, |c| target.is_current(c), &rows),
             [Waiting {
                 name: "n1".to_owned(),
                 reason: "probe failing".to_owned()
             }]
         );
-        assert!(gate(steps(&actual), &wait, &ready).is_empty());
+        assert!(gated(&actual, &rows).is_empty());
         // Without any probe result it waits too.
-        let wait = waiting(
-            &actual,
-            |c| target.is_current(c),
-            &readiness(&[("b", true), ("c", true)]),
-        );
+        let rows = readiness(&[("b", true), ("c", true)]);
+        let wait = waiting(&actual, |c| target.is_current(c), &rows);
         assert_eq!(wait[0].reason, "no probe result yet");
-        // Ready: the next slot, the unready old replica first.
-        let ready = readiness(&[("b", true), ("c", false), ("n1", true)]);
-        let wait = waiting(&actual, |c| target.is_current(c), &ready);
-        assert_eq!(names(&gate(steps(&actual), &wait, &ready)), ["replace c"]);
+        // Ready: the next slot, the unready old replica first (it costs no readiness).
+        let rows = readiness(&[("b", true), ("c", false), ("n1", true)]);
+        assert_eq!(gated(&actual, &rows), ["replace c"]);
+    }
+
+    #[test]
+    fn a_replacement_never_takes_ready_replicas_below_replicas_minus_one() {
+        let hash = SpecHash::new("new");
+        let target = Target {
+            spec_hash: &hash,
+            n_replicas: 3,
+            env_digest: None,
+        };
+        let gated = |actual: &[Container], rows: &BTreeMap<String, ReplicaReadiness>| {
+            let steps = super::super::plan::plan_replicas(Some(&target), actual);
+            let wait = waiting(actual, |c| target.is_current(c), rows);
+            names(&gate(steps, &wait, &ready_set(rows), 3))
+        };
+        // The new replica of the first slot was removed (liveness): its successor is created,
+        // and no ready old replica goes in the same pass.
+        let actual = [replica("b", "old", Running), replica("c", "old", Running)];
+        let rows = readiness(&[("b", true), ("c", true)]);
+        assert_eq!(gated(&actual, &rows), ["create"]);
+        // One old replica is unready: the other ready one stays until a third is ready, but
+        // the unready one may go.
+        let actual = [
+            replica("a", "old", Running),
+            replica("b", "old", Running),
+            replica("n1", "new", Running),
+        ];
+        let rows = readiness(&[("a", true), ("b", false), ("n1", true)]);
+        assert_eq!(gated(&actual, &rows), ["replace b"]);
+        let rows = readiness(&[("a", true), ("b", true), ("n1", true)]);
+        assert_eq!(gated(&actual, &rows), ["replace a"]);
+        let actual = [
+            replica("a", "old", Running),
+            replica("n1", "new", Running),
+            replica("n2", "new", Exited),
+        ];
+        let rows = readiness(&[("a", true), ("n1", true)]);
+        assert_eq!(
+            gated(&actual, &rows),
+            ["start n2"],
+            "n2 is waiting: a stays"
+        );
     }
 
     #[test]
@@ -367,12 +434,12 @@ mod tests {
             replica("o1", "old", Running),
             replica("o2", "old", Running),
         ];
-        let ready = readiness(&[("o1", true), ("o2", true)]);
-        let wait = waiting(&actual, |c| target.is_current(c), &ready);
+        let rows = readiness(&[("o1", true), ("o2", true)]);
+        let wait = waiting(&actual, |c| target.is_current(c), &rows);
         assert_eq!(wait[0].reason, "exited");
         let steps = super::super::plan::plan_replicas(Some(&target), &actual);
         assert_eq!(
-            names(&gate(steps, &wait, &ready)),
+            names(&gate(steps, &wait, &ready_set(&rows), 2)),
             ["remove o2", "start n1"],
             "the replacement of o1 waits for n1; the extra o2 goes at once"
         );
@@ -382,7 +449,7 @@ mod tests {
         };
         let steps = super::super::plan::plan_replicas(Some(&target), &actual);
         assert_eq!(
-            names(&gate(steps, &wait, &ready)),
+            names(&gate(steps, &wait, &ready_set(&rows), 1)),
             ["remove o1", "remove o2", "start n1"]
         );
     }
@@ -415,17 +482,28 @@ mod tests {
                 })
                 .collect()
         };
+        let none = BTreeSet::new();
+        let unready = |names: &[&str]| -> BTreeSet<String> {
+            names.iter().map(|name| (*name).to_owned()).collect()
+        };
         assert_eq!(
-            kinds(&gate_ordered(steps.clone(), &[])),
+            kinds(&gate_ordered(steps.clone(), &none)),
             ["remove Some(3)", "create 1"]
         );
-        let busy = [Waiting {
-            name: "db.0".to_owned(),
-            reason: "starting".to_owned(),
-        }];
-        assert_eq!(kinds(&gate_ordered(steps, &busy)), ["remove Some(3)"]);
         assert_eq!(
-            kinds(&gate_ordered(vec![replace(2), replace(0)], &[])),
+            kinds(&gate_ordered(steps, &unready(&["db.0"]))),
+            ["remove Some(3)"]
+        );
+        let replaces = vec![replace(2), replace(0)];
+        assert_eq!(kinds(&gate_ordered(replaces.clone(), &none)), ["replace 2"]);
+        // An unready pod below replicas holds every other step (quorum), but a pod that is
+        // itself the one being replaced (to fix it) does not hold its own replacement.
+        assert_eq!(
+            kinds(&gate_ordered(replaces.clone(), &unready(&["db.1"]))),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            kinds(&gate_ordered(replaces, &unready(&["db.2"]))),
             ["replace 2"]
         );
     }
@@ -455,6 +533,7 @@ mod tests {
         );
         let crashing = [NewReplica {
             name: "web.ab12".to_owned(),
+            this_release: true,
             restarts: 3,
             last_exit_code: Some(1),
         }];
@@ -469,6 +548,15 @@ mod tests {
         assert_eq!(
             rollout_failure(Duration::ZERO, minute, false, &slow, &restarting_once),
             None
+        );
+        let older = [NewReplica {
+            this_release: false,
+            ..crashing[0].clone()
+        }];
+        assert_eq!(
+            rollout_failure(Duration::ZERO, minute, false, &slow, &older),
+            None,
+            "an older replica's restarts do not fail this release"
         );
     }
 
@@ -505,18 +593,19 @@ mod tests {
     }
 
     #[test]
-    fn the_rollout_clock_keeps_a_deadline_across_restarts() {
+    fn the_rollout_clock_starts_at_its_first_check() {
         let clock = RolloutClock::default();
-        let now = Instant::now() + Duration::from_secs(1000);
-        // First seen 30 wall seconds after the release started.
-        assert_eq!(clock.elapsed(7, 100, 130, now), Duration::from_secs(30));
+        let now = Instant::now();
+        assert_eq!(clock.elapsed(7, now), Duration::ZERO);
         assert_eq!(
-            clock.elapsed(7, 100, 999, now + Duration::from_secs(5)),
-            Duration::from_secs(35),
-            "afterwards the async clock counts"
+            clock.elapsed(7, now + Duration::from_secs(35)),
+            Duration::from_secs(35)
         );
         clock.finish(7);
-        assert_eq!(clock.elapsed(7, 100, 100, now), Duration::ZERO);
+        assert_eq!(
+            clock.elapsed(7, now + Duration::from_secs(40)),
+            Duration::ZERO
+        );
         assert_eq!(human(Duration::from_secs(90)), "1m30s");
         assert_eq!(human(Duration::from_secs(300)), "5m");
         assert_eq!(human(Duration::from_secs(15)), "15s");

@@ -160,7 +160,10 @@ pub struct Ctx<R: Runtime> {
 #[derive(Debug, Default)]
 pub struct Memory {
     pub rollouts: gate::RolloutClock,
+    /// Starts of crashed replicas by the agent, by container id.
     pub crash_loops: gate::CrashLoops,
+    /// Liveness replacements, by resource: they back off the same way.
+    pub liveness: gate::CrashLoops,
 }
 
 /// Runs a blocking store call off the async threads.

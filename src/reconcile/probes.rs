@@ -14,7 +14,7 @@
 //! agent stops; probe results are level signals recomputed each period, never stored history;
 //! nothing here creates containers (only the handlers do).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,13 +24,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::{Ctx, blocking};
-use crate::manifest::spec::{DEFAULT_NETWORK, Probe, Probes, Spec};
+use crate::manifest::spec::{DEFAULT_NETWORK, Probe, Probes};
 use crate::model::{Kind, ResourceKey, parse_go_duration};
 use crate::runtime::{Container, ContainerState, Runtime, labels};
 use crate::store::{Readiness, now_unix};
 
 /// How often the set of runners is checked against the host (events make it prompt).
-const RESYNC: Duration = Duration::from_secs(2);
+const RESYNC: Duration = Duration::from_secs(5);
 
 /// voodu's probe defaults (spec §2.10.7).
 const DEFAULT_PERIOD: Duration = Duration::from_secs(10);
@@ -51,8 +51,6 @@ enum Life {
 struct RunnerHandle {
     cancel: CancellationToken,
     life: watch::Sender<Life>,
-    /// The probes the runner was started with; a change restarts it.
-    probes: Option<Probes>,
     starts: u64,
 }
 
@@ -115,8 +113,8 @@ pub(crate) async fn run<R: Runtime>(
     }
 }
 
-/// Starts runners for new replicas, restarts those whose probes changed, stops those of
-/// vanished containers and forgets their readiness.
+/// Starts runners for new replicas, stops those of vanished containers, and drops the
+/// readiness rows of containers that are gone (also those removed while no runner watched).
 async fn sync_runners<R: Runtime>(
     ctx: &Arc<Ctx<R>>,
     tracker: &TaskTracker,
@@ -124,6 +122,13 @@ async fn sync_runners<R: Runtime>(
     runners: &mut HashMap<String, RunnerHandle>,
 ) -> super::Result<()> {
     let containers = super::owned_containers(ctx).await?;
+    let alive: BTreeSet<String> = containers
+        .iter()
+        .map(|container| container.id.clone())
+        .collect();
+    if blocking(&ctx.store, move |store| store.retain_readiness(&alive)).await? > 0 {
+        ctx.router.wake();
+    }
     let replicas: Vec<(ResourceKey, Container)> = containers
         .into_iter()
         .filter_map(|container| {
@@ -141,25 +146,6 @@ async fn sync_runners<R: Runtime>(
             Some((key, container))
         })
         .collect();
-    let desired = blocking(&ctx.store, |store| store.desired_all()).await?;
-    // A replica is probed as its own spec says (its `voodu.probes` label); one created before
-    // that label existed, as the desired spec says if it is current.
-    let probes_of = |key: &ResourceKey, container: &Container| -> Option<Probes> {
-        if let Some(json) = container.label(labels::PROBES) {
-            return serde_json::from_str(json).ok();
-        }
-        desired
-            .iter()
-            .find(|desired| {
-                &desired.key == key
-                    && container.label(labels::MANIFEST_HASH) == Some(desired.spec_hash.as_str())
-            })
-            .and_then(|desired| match &desired.spec {
-                Spec::Deployment(spec) => spec.probes.clone(),
-                Spec::Statefulset(spec) => spec.probes.clone(),
-                _ => None,
-            })
-    };
     let live: std::collections::HashSet<&str> = replicas
         .iter()
         .map(|(_, container)| container.id.as_str())
@@ -175,25 +161,25 @@ async fn sync_runners<R: Runtime>(
         }
     }
     for (key, container) in replicas {
-        let probes = probes_of(&key, &container);
         let running = container.state == ContainerState::Running;
         if let Some(runner) = runners.get_mut(&container.id) {
-            if runner.probes == probes {
-                let now = if running {
-                    Life::Running {
-                        starts: runner.starts,
-                    }
-                } else {
-                    Life::Stopped
-                };
-                if *runner.life.borrow() != now {
-                    runner.life.send_replace(now);
+            let now = if running {
+                Life::Running {
+                    starts: runner.starts,
                 }
-                continue;
+            } else {
+                Life::Stopped
+            };
+            if *runner.life.borrow() != now {
+                runner.life.send_replace(now);
             }
-            runner.cancel.cancel();
-            runners.remove(&container.id);
+            continue;
         }
+        // A replica is probed as its own spec declared (`voodu.probes`, set at creation); a
+        // container without the label has no probes.
+        let probes: Option<Probes> = container
+            .label(labels::PROBES)
+            .and_then(|json| serde_json::from_str(json).ok());
         let cancel = shutdown.child_token();
         let (life, watcher) = watch::channel(if running {
             Life::Running { starts: 0 }
@@ -205,7 +191,6 @@ async fn sync_runners<R: Runtime>(
             RunnerHandle {
                 cancel: cancel.clone(),
                 life,
-                probes: probes.clone(),
                 starts: 0,
             },
         );
@@ -218,8 +203,11 @@ async fn sync_runners<R: Runtime>(
             // The container is gone (or the agent stops): its readiness row goes with it,
             // unless the agent is only stopping.
             if !ctx.shutdown.is_cancelled() {
-                let name = vec![container.name.clone()];
-                let _ = blocking(&ctx.store, move |store| store.forget_readiness(&name)).await;
+                let (name, id) = (container.name.clone(), container.id.clone());
+                let _ = blocking(&ctx.store, move |store| {
+                    store.forget_readiness_of(&name, &id)
+                })
+                .await;
                 ctx.router.wake();
             }
         });
@@ -282,17 +270,25 @@ async fn run_replica<R: Runtime>(
     mut life: watch::Receiver<Life>,
 ) {
     let probes = probes.unwrap_or_default();
-    // What an earlier runner (before an agent restart) published: a replica that was ready
-    // stays ready until its probes say otherwise, so restarting the agent drops no route.
+    // What an earlier runner (before an agent restart) published about this very container
+    // instance: if it was ready and the container has not restarted since, it stays ready
+    // until its probes say otherwise, so restarting the agent drops no route.
     let prior = {
         let key = key.clone();
-        let name = container.name.clone();
+        let (name, id) = (container.name.clone(), container.id.clone());
         blocking(&ctx.store, move |store| store.readiness(&key))
             .await
             .ok()
-            .and_then(|rows| rows.into_iter().find(|row| row.container == name))
+            .and_then(|rows| {
+                rows.into_iter()
+                    .find(|row| row.container == name && row.container_id == id)
+            })
     };
-    let mut prior_ready = prior.as_ref().is_some_and(|row| row.ready);
+    let (_, running_for) = observe(ctx, container).await;
+    let started_at = now_unix() - i64::try_from(running_for.as_secs()).unwrap_or(0);
+    let mut prior_ready = prior
+        .as_ref()
+        .is_some_and(|row| row.ready && started_at <= row.updated_at);
     let mut published: Option<(bool, String, String)> =
         prior.map(|row| (row.ready, row.reason, row.address));
     loop {
@@ -343,6 +339,25 @@ async fn run_replica<R: Runtime>(
         };
         match outcome {
             LifeOutcome::Replace(reason) => {
+                // Replacements of one resource's replicas back off (at once, then 10s, 20s,
+                // … 5m), so a version that turns unhealthy does not churn every period.
+                let label = key.to_string();
+                if let Err(wait) = ctx
+                    .memory
+                    .liveness
+                    .try_start(&label, tokio::time::Instant::now())
+                {
+                    let held = format!(
+                        "{reason}; replaced in {} (liveness back-off)",
+                        super::gate::human(wait)
+                    );
+                    publish(ctx, key, container, false, &held, &address, &mut published).await;
+                    tokio::time::sleep(wait).await;
+                    let _ = ctx
+                        .memory
+                        .liveness
+                        .try_start(&label, tokio::time::Instant::now());
+                }
                 tracing::warn!(%key, container = %container.name, %reason, "liveness failed; replacing the replica");
                 publish(
                     ctx,
@@ -495,6 +510,7 @@ async fn publish<R: Runtime>(
     }
     let row = Readiness {
         container: container.name.clone(),
+        container_id: container.id.clone(),
         key: key.clone(),
         ready,
         reason: reason.to_owned(),

@@ -431,6 +431,26 @@ impl Store {
         })
     }
 
+    /// Another attempt at `failed` (a rollout that failed before touching replicas, now able
+    /// to go on): a new progressing release for `desired`, keeping what `failed` rolled back
+    /// from (a retried rollback is still a rollback).
+    pub fn retry_release(&self, failed: &Release, desired: &Desired) -> Result<Release> {
+        self.with(|connection| {
+            let tx = connection.transaction()?;
+            let release = insert_release(
+                &tx,
+                &desired.key,
+                &desired.commit,
+                &desired.spec_hash,
+                &desired.spec_json,
+                &format!("another attempt after release #{}", failed.id),
+                failed.rolled_back_from,
+            )?;
+            tx.commit()?;
+            Ok(release)
+        })
+    }
+
     /// Ends a progressing release with its final phase. `message` is appended to what the
     /// release already says. A release that is no longer progressing (an operator rolled
     /// back meanwhile) is left as it is.
@@ -653,9 +673,13 @@ impl Store {
                     ReleasePhase::Progressing | ReleasePhase::Succeeded
                 )
             {
+                // A release that never finished is not one that ran: it ends superseded,
+                // so no later rollback takes it for a good one.
                 let note = format!("rolled back to release #{} by the operator", target.id);
                 tx.execute(
-                    "UPDATE releases SET phase = 'rolled-back', finished_at = ?2,
+                    "UPDATE releases SET
+                       phase = CASE WHEN phase = 'progressing' THEN 'superseded' ELSE 'rolled-back' END,
+                       finished_at = ?2,
                        message = CASE WHEN message = '' THEN ?3 ELSE message || '; ' || ?3 END
                      WHERE id = ?1",
                     params![latest.id, now, note],

@@ -66,7 +66,11 @@ pub struct CronState {
 /// Whether one replica is ready, as the agent last saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Readiness {
+    /// The container's name.
     pub container: String,
+    /// The container instance the row is about; a row whose id is not the container's now
+    /// (it was re-created under the same name) says nothing about it.
+    pub container_id: String,
     pub key: ResourceKey,
     pub ready: bool,
     pub reason: String,
@@ -238,12 +242,15 @@ impl Store {
         let key = &readiness.key;
         self.with(|connection| {
             connection.execute(
-                "INSERT INTO readiness (container, kind, scope, name, ready, reason, address, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-                 ON CONFLICT (container) DO UPDATE SET ready = excluded.ready, reason = excluded.reason,
+                "INSERT INTO readiness (container, container_id, kind, scope, name, ready, reason, address, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                 ON CONFLICT (container) DO UPDATE SET container_id = excluded.container_id,
+                   kind = excluded.kind, scope = excluded.scope, name = excluded.name,
+                   ready = excluded.ready, reason = excluded.reason,
                    address = excluded.address, updated_at = excluded.updated_at",
                 params![
                     readiness.container,
+                    readiness.container_id,
                     key.kind.as_str(),
                     key.scope,
                     key.name,
@@ -261,21 +268,58 @@ impl Store {
     pub fn readiness(&self, key: &ResourceKey) -> Result<Vec<Readiness>> {
         self.with(|connection| {
             let mut statement = connection.prepare(
-                "SELECT container, ready, reason, address, updated_at FROM readiness
+                "SELECT container, container_id, ready, reason, address, updated_at FROM readiness
                  WHERE kind = ?1 AND scope = ?2 AND name = ?3 ORDER BY container",
             )?;
             let rows =
                 statement.query_map(params![key.kind.as_str(), key.scope, key.name], |row| {
                     Ok(Readiness {
                         container: row.get(0)?,
+                        container_id: row.get(1)?,
                         key: key.clone(),
-                        ready: row.get(1)?,
-                        reason: row.get(2)?,
-                        address: row.get(3)?,
-                        updated_at: row.get(4)?,
+                        ready: row.get(2)?,
+                        reason: row.get(3)?,
+                        address: row.get(4)?,
+                        updated_at: row.get(5)?,
                     })
                 })?;
             Ok(rows.collect::<rusqlite::Result<_>>()?)
+        })
+    }
+
+    /// Forgets the readiness row of one container instance (a row the name's next container
+    /// already rewrote is kept).
+    pub fn forget_readiness_of(&self, container: &str, container_id: &str) -> Result<()> {
+        self.with(|connection| {
+            connection.execute(
+                "DELETE FROM readiness WHERE container = ?1 AND container_id = ?2",
+                params![container, container_id],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Keeps only the rows of containers in `alive` (ids); returns how many went. Rows of
+    /// containers removed while no runner watched them (agent down, a failed delete) go here.
+    pub fn retain_readiness(&self, alive: &std::collections::BTreeSet<String>) -> Result<usize> {
+        self.with(|connection| {
+            let tx = connection.transaction()?;
+            let rows: Vec<(String, String)> = {
+                let mut statement = tx.prepare("SELECT container, container_id FROM readiness")?;
+                let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+                rows.collect::<rusqlite::Result<_>>()?
+            };
+            let mut gone = 0;
+            for (container, id) in rows {
+                if !alive.contains(&id) {
+                    gone += tx.execute(
+                        "DELETE FROM readiness WHERE container = ?1 AND container_id = ?2",
+                        params![container, id],
+                    )?;
+                }
+            }
+            tx.commit()?;
+            Ok(gone)
         })
     }
 

@@ -168,4 +168,9 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (kind, scope, name)
     );
     "#,
+    // 6: a readiness row belongs to one container instance (its id), not to a name that a
+    // re-created statefulset pod or a reused replica id takes over.
+    r#"
+    ALTER TABLE readiness ADD COLUMN container_id TEXT NOT NULL DEFAULT '';
+    "#,
 ];

@@ -29,14 +29,16 @@ impl fmt::Debug for Bucket {
 pub type Buckets = BTreeMap<(String, String), BTreeMap<String, String>>;
 
 impl Store {
-    /// Sets `pairs` in bucket `(scope, name)`. Returns the keys whose value changed.
+    /// Sets `pairs` in bucket `(scope, name)`. Returns the keys whose value changed. A change
+    /// queues the deployments and statefulsets for a reconcile in the same transaction
+    /// (journal rows), so those whose environment it changes roll at once.
     pub fn config_set(
         &self,
         scope: &str,
         name: &str,
         pairs: &BTreeMap<String, String>,
     ) -> Result<Vec<String>> {
-        self.with(|connection| {
+        let (changed, head) = self.with(|connection| {
             let tx = connection.transaction()?;
             let mut changed = Vec::new();
             for (key, value) in pairs {
@@ -56,17 +58,24 @@ impl Store {
                     changed.push(key.clone());
                 }
             }
-            if !changed.is_empty() {
-                bump_config_version(&tx)?;
-            }
+            let head = if changed.is_empty() {
+                None
+            } else {
+                Some(config_changed(&tx)?)
+            };
             tx.commit()?;
-            Ok(changed)
-        })
+            Ok((changed, head))
+        })?;
+        if let Some(head) = head {
+            self.journal_head.send_replace(head);
+        }
+        Ok(changed)
     }
 
-    /// Removes `keys` from bucket `(scope, name)`. Returns the keys that were there.
+    /// Removes `keys` from bucket `(scope, name)`. Returns the keys that were there. Queues the
+    /// workloads as `config_set` does.
     pub fn config_unset(&self, scope: &str, name: &str, keys: &[String]) -> Result<Vec<String>> {
-        self.with(|connection| {
+        let (removed, head) = self.with(|connection| {
             let tx = connection.transaction()?;
             let mut removed = Vec::new();
             for key in keys {
@@ -78,12 +87,18 @@ impl Store {
                     removed.push(key.clone());
                 }
             }
-            if !removed.is_empty() {
-                bump_config_version(&tx)?;
-            }
+            let head = if removed.is_empty() {
+                None
+            } else {
+                Some(config_changed(&tx)?)
+            };
             tx.commit()?;
-            Ok(removed)
-        })
+            Ok((removed, head))
+        })?;
+        if let Some(head) = head {
+            self.journal_head.send_replace(head);
+        }
+        Ok(removed)
     }
 
     /// One bucket's values.
@@ -179,6 +194,44 @@ impl Store {
                 .optional()?)
         })
     }
+}
+
+/// A bucket changed: bump the config version (the sync re-applies the commit, for `${VAR}`)
+/// and journal every deployment and statefulset with its current generation (their
+/// environment digests are recomputed; those that changed roll). Returns the journal head.
+fn config_changed(tx: &rusqlite::Transaction<'_>) -> Result<i64> {
+    bump_config_version(tx)?;
+    let workloads: Vec<(String, String, String, i64, String)> = {
+        let mut statement = tx.prepare(
+            "SELECT kind, scope, name, generation, commit_sha FROM desired
+             WHERE kind IN ('deployment', 'statefulset') ORDER BY kind, scope, name",
+        )?;
+        let rows = statement.query_map([], |row| {
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+            ))
+        })?;
+        rows.collect::<rusqlite::Result<_>>()?
+    };
+    for (kind, scope, name, generation, commit) in workloads {
+        let key = super::key_from_row(&kind, scope, name)?;
+        super::append_journal(
+            tx,
+            &key,
+            super::Op::Put,
+            generation,
+            &crate::model::CommitSha::new(commit),
+        )?;
+    }
+    Ok(
+        tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM journal", [], |row| {
+            row.get(0)
+        })?,
+    )
 }
 
 fn bump_config_version(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {

@@ -881,3 +881,173 @@ fn a_job_run_is_finished_once_and_trimming_keeps_the_newest_and_the_running() ->
     assert!(store.job_runs(&job)?.is_empty());
     Ok(())
 }
+
+#[test]
+fn a_new_release_supersedes_one_in_flight_and_an_operator_rollback_never_targets_it() -> TestResult
+{
+    let f = fixture()?;
+    let first = rollout(&f.store, 1, &web_v("1", "a"), ReleasePhase::Succeeded)?;
+    // Commit 2 starts a rollout that commit 3 supersedes before it finishes.
+    apply(&f.store, 2, &web_v("2", "a"))?;
+    let second = f
+        .store
+        .begin_release(&f.store.desired(&key("web"))?.ok_or("web")?)?;
+    apply(&f.store, 3, &web_v("3", "a"))?;
+    let third = f
+        .store
+        .begin_release(&f.store.desired(&key("web"))?.ok_or("web")?)?;
+    let second_now = &f.store.releases(&key("web"), 10)?[1];
+    assert_eq!(second_now.id, second.id);
+    assert_eq!(second_now.phase, ReleasePhase::Superseded);
+    assert!(
+        second_now
+            .message
+            .contains(&format!("superseded by commit {}", sha(3).short())),
+        "{}",
+        second_now.message
+    );
+    // The operator rolls back while 3 is still in flight: 3 never ran, so it ends superseded
+    // (not rolled-back), and a later default rollback cannot take it for a good release.
+    let outcome = f.store.rollback(&key("web"), None)?;
+    assert_eq!(outcome.target.id, first.id);
+    let third_now = f
+        .store
+        .releases(&key("web"), 10)?
+        .into_iter()
+        .find(|release| release.id == third.id)
+        .ok_or("third")?;
+    assert_eq!(third_now.phase, ReleasePhase::Superseded);
+    Ok(())
+}
+
+#[test]
+fn an_automatic_rollback_fails_halts_and_pins_in_one_step_and_respects_newer_commits() -> TestResult
+{
+    let f = fixture()?;
+    let good = rollout(&f.store, 1, &web_v("1", "a"), ReleasePhase::Succeeded)?;
+    apply(&f.store, 2, &web_v("2", "a"))?;
+    let bad = f
+        .store
+        .begin_release(&f.store.desired(&key("web"))?.ok_or("web")?)?;
+    let outcome = f
+        .store
+        .auto_rollback(&bad, "not ready within the rollout deadline of 5m")?;
+    let AutoRollback::Done(rollback) = outcome else {
+        return Err(format!("expected a rollback, got {outcome:?}").into());
+    };
+    assert_eq!(rollback.target.id, good.id);
+    let releases = f.store.releases(&key("web"), 10)?;
+    assert_eq!(releases[1].id, bad.id);
+    assert_eq!(releases[1].phase, ReleasePhase::Failed);
+    assert!(f.store.release_hooks(bad.id)?.contains_key(HALT_MARK));
+    assert!(
+        releases[0]
+            .message
+            .starts_with("automatic rollback to release"),
+        "{}",
+        releases[0].message
+    );
+    assert_eq!(releases[0].rolled_back_from, Some(bad.id));
+    assert_eq!(
+        f.store.desired(&key("web"))?.ok_or("web")?.spec_hash,
+        good.spec_hash
+    );
+    assert!(f.store.pin(&key("web"))?.is_some());
+
+    // A rollback that fails is halted, never rolled back further.
+    let again = f.store.auto_rollback(&releases[0], "crash loop")?;
+    assert_eq!(again, AutoRollback::Halted);
+    assert_eq!(
+        f.store.latest_release(&key("web"))?.ok_or("latest")?.phase,
+        ReleasePhase::Failed
+    );
+
+    // A failure noticed after a newer commit changed the resource changes nothing.
+    apply(&f.store, 3, &web_v("3", "a"))?;
+    let newer = f
+        .store
+        .begin_release(&f.store.desired(&key("web"))?.ok_or("web")?)?;
+    let stale = f.store.auto_rollback(&bad, "late")?;
+    assert_eq!(stale, AutoRollback::Superseded);
+    assert_eq!(
+        f.store.latest_release(&key("web"))?.ok_or("latest")?.id,
+        newer.id
+    );
+
+    // With nothing that ran before, the failed release is halted where it stands.
+    apply(
+        &f.store,
+        4,
+        "deployment \"s\" \"solo\" {\n  image = \"busybox\"\n}\n",
+    )?;
+    let solo = f
+        .store
+        .begin_release(&f.store.desired(&key("solo"))?.ok_or("solo")?)?;
+    assert_eq!(
+        f.store.auto_rollback(&solo, "never ready")?,
+        AutoRollback::Halted
+    );
+    assert!(f.store.release_hooks(solo.id)?.contains_key(HALT_MARK));
+    Ok(())
+}
+
+#[test]
+fn a_retried_rollback_is_still_a_rollback() -> TestResult {
+    let f = fixture()?;
+    rollout(&f.store, 1, &web_v("1", "a"), ReleasePhase::Succeeded)?;
+    rollout(&f.store, 2, &web_v("2", "a"), ReleasePhase::Succeeded)?;
+    let rollback = f.store.rollback(&key("web"), None)?.release;
+    f.store
+        .finish_release(rollback.id, ReleasePhase::Failed, "image gone")?;
+    let failed = f.store.latest_release(&key("web"))?.ok_or("latest")?;
+    let desired = f.store.desired(&key("web"))?.ok_or("web")?;
+    let retry = f.store.retry_release(&failed, &desired)?;
+    assert_eq!(retry.rolled_back_from, rollback.rolled_back_from);
+    assert_eq!(retry.phase, ReleasePhase::Progressing);
+    Ok(())
+}
+
+#[test]
+fn the_autoscalers_count_holds_within_bounds_and_goes_with_autoscale() -> TestResult {
+    let f = fixture()?;
+    let scaled = |max: u32| {
+        format!(
+            "deployment \"s\" \"web\" {{\n  image = \"busybox\"\n  autoscale {{\n    min = 2\n    max = {max}\n    cpu_target = 50\n  }}\n}}\n"
+        )
+    };
+    apply(&f.store, 1, &scaled(5))?;
+    assert_eq!(
+        f.store.desired(&key("web"))?.ok_or("web")?.n_replicas,
+        2,
+        "min seeds replicas"
+    );
+    f.store
+        .set_replicas_override(&key("web"), 4, "mean CPU 90%")?;
+    let desired = f.store.desired(&key("web"))?.ok_or("web")?;
+    assert_eq!(
+        (desired.n_replicas, desired.replicas_override),
+        (4, Some(4))
+    );
+    // A commit narrowing the bounds narrows the count.
+    apply(&f.store, 2, &scaled(3))?;
+    let desired = f.store.desired(&key("web"))?.ok_or("web")?;
+    assert_eq!(
+        (desired.n_replicas, desired.replicas_override),
+        (3, Some(3))
+    );
+    assert_eq!(
+        f.store.replicas_override(&key("web"))?.map(|(n, _, _)| n),
+        Some(4),
+        "kept as decided"
+    );
+    // Dropping `autoscale` drops the count.
+    apply(
+        &f.store,
+        3,
+        "deployment \"s\" \"web\" {\n  image = \"busybox\"\n  replicas = 1\n}\n",
+    )?;
+    let desired = f.store.desired(&key("web"))?.ok_or("web")?;
+    assert_eq!((desired.n_replicas, desired.replicas_override), (1, None));
+    assert_eq!(f.store.replicas_override(&key("web"))?, None);
+    Ok(())
+}

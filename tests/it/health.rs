@@ -450,3 +450,64 @@ async fn the_autoscaler_scales_up_and_down_within_cooldowns_without_touching_the
     assert_eq!(harness.store.replicas_override(&key())?, None);
     harness.stop().await
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_bucket_change_rolls_its_consumers_at_once() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.options.resync = Duration::from_secs(3600);
+    harness.start()?;
+    harness.push(&[("web.hcl", &web(2, "1", ""))])?;
+    let before = harness.converged(&key(), 2).await?;
+    // Let every timer of the first rollout run out: only the bucket change may act now.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    harness.store.config_set(
+        "shop",
+        "web",
+        &[("GREETING".to_owned(), "hello".to_owned())].into(),
+    )?;
+    let started = tokio::time::Instant::now();
+    // Converged again on two replicas that carry the new value, without a commit or resync.
+    let after = loop {
+        let containers = harness.converged(&key(), 2).await?;
+        let fresh = containers.iter().all(|container| {
+            harness
+                .fake
+                .spec_of(&container.id)
+                .is_some_and(|spec| spec.env.contains(&"GREETING=hello".to_owned()))
+        });
+        if fresh {
+            break containers;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            return Err(format!("the bucket change did not roll {}: {containers:?}", key()).into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        after
+            .iter()
+            .all(|container| before.iter().all(|old| old.id != container.id))
+    );
+    harness.stop().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_version_failing_liveness_never_takes_ready_replicas_below_replicas_minus_one()
+-> TestResult {
+    let mut harness = Harness::new()?;
+    harness.options.rollout_deadline = Duration::from_secs(120);
+    harness.start()?;
+    harness.push(&[("web.hcl", &web(3, "1", ""))])?;
+    harness.converged(&key(), 3).await?;
+    let dying = "  probes {\n    liveness {\n      exec { command = [\"false\"] }\n      period = \"1s\"\n      failure_threshold = 1\n    }\n  }\n";
+    harness.push(&[("web.hcl", &web(3, "2", dying))])?;
+    let lowest = sample_until(
+        &harness,
+        "the rollback of a version failing liveness",
+        |harness| Ok(phases(harness)?.len() == 3 && phases(harness)?.first() == Some(&"succeeded")),
+    )
+    .await?;
+    assert!(lowest >= 2, "ready replicas dropped to {lowest}");
+    harness.converged(&key(), 3).await?;
+    harness.stop().await
+}

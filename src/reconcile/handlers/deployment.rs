@@ -90,19 +90,25 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         release_id: Some(release.id),
         ..ResourceStatus::new("Progressing", "")
     };
-    if release.phase == ReleasePhase::Failed {
-        if rollout::halted(ctx, &release).await? {
-            // Halted until desired state changes: the replicas stay as they are.
-            status.phase = "Failed".to_owned();
-            status.message.clone_from(&release.message);
-            return put_status(ctx, key, with_detail(status, &observed, &target, &desired)).await;
-        }
-        if touches_replicas {
-            // Another attempt at a rollout that failed before touching replicas (a registry
-            // appeared, the agent restarted): a release of its own, so history shows both.
-            let retry = desired.clone();
-            release = blocking(&ctx.store, move |store| store.begin_release(&retry)).await?;
-            status.release_id = Some(release.id);
+    let halted = rollout::halted(ctx, &release, &desired).await?;
+    if release.phase == ReleasePhase::Failed && !halted && touches_replicas {
+        // It failed before touching replicas (its image): another attempt once the image can
+        // be had; until then the old replicas run on and nothing new is recorded.
+        match rollout::retry_failed(ctx, &release, &desired, &spec.container, &spec.inits).await {
+            Ok(retry) => {
+                release = retry;
+                status.release_id = Some(release.id);
+            }
+            Err(error) => {
+                status.phase = "Failed".to_owned();
+                status.message = error.to_string();
+                put_status(ctx, key, with_detail(status, &observed, &target, &desired)).await?;
+                return if error.is_transient() {
+                    Err(error)
+                } else {
+                    Ok(())
+                };
+            }
         }
     }
     let progressing = release.phase == ReleasePhase::Progressing;
@@ -137,15 +143,24 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
     }
 
     // A rollout that ran out of time, or whose new replica keeps crashing, is rolled back.
-    let new_replicas = inspect_waiting(ctx, &observed).await;
+    let new_replicas = inspect_waiting(ctx, &observed, &release).await;
     if let Some(reason) = rollout_failure(ctx, &release, steps.is_empty(), &observed, &new_replicas)
     {
         let status = with_detail(status, &observed, &target, &desired);
         return fail_rollout(ctx, &release, &reason, &report, status).await;
     }
 
-    // Act on what the health gate lets through.
-    let now_steps = gate::gate(steps, &observed.waiting, &observed.readiness);
+    // Act on what the health gate lets through; a halted resource is repaired (removals,
+    // starts, creates) but never rolled.
+    let mut now_steps = gate::gate(
+        steps,
+        &observed.waiting,
+        &observed.ready_names(),
+        desired.n_replicas,
+    );
+    if halted {
+        now_steps.retain(|step| !matches!(step, Step::Replace { .. }));
+    }
     let launch = Launch {
         env,
         env_digest: env_digest.clone(),
@@ -193,7 +208,20 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         return Err(error);
     }
     let converged = plan_replicas(Some(&target), &observed.actual).is_empty();
-    if converged && observed.waiting.is_empty() {
+    if halted {
+        // Halted until desired state changes: repaired (see above), and status says why.
+        not_done(
+            ctx,
+            key,
+            &mut status,
+            &observed,
+            &new_replicas,
+            &backing_off,
+            false,
+        );
+        status.phase = "Failed".to_owned();
+        status.message.clone_from(&release.message);
+    } else if converged && observed.waiting.is_empty() {
         status.phase = "Ready".to_owned();
         if release.rolled_back_from.is_some() {
             // Running a rollback (automatic or the operator's): status keeps saying why.

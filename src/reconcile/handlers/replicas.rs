@@ -6,7 +6,7 @@
 //! Invariant: nothing here decides which replica changes (`plan` and `gate` do); these are the
 //! observations and reports around those decisions, identical for both kinds.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::launch::start_error;
@@ -67,6 +67,15 @@ impl Observed {
                 .is_some_and(|row| row.ready)
     }
 
+    /// The replicas (any version) running and ready.
+    pub(super) fn ready_names(&self) -> BTreeSet<String> {
+        self.actual
+            .iter()
+            .filter(|container| self.is_ready(container))
+            .map(|container| container.name.clone())
+            .collect()
+    }
+
     /// The published reason a replica is not ready ("" when ready or unknown).
     pub(super) fn reason(&self, container: &Container) -> &str {
         self.readiness
@@ -86,8 +95,15 @@ pub(super) async fn observe<R: Runtime>(
         let key = key.clone();
         blocking(&ctx.store, move |store| store.readiness(&key)).await?
     };
+    // A row counts only for the container instance it was written about (a pod re-created
+    // under the same name starts without one).
+    let instances: BTreeSet<(&str, &str)> = actual
+        .iter()
+        .map(|container| (container.name.as_str(), container.id.as_str()))
+        .collect();
     let readiness: BTreeMap<String, ReplicaReadiness> = rows
         .into_iter()
+        .filter(|row| instances.contains(&(row.container.as_str(), row.container_id.as_str())))
         .map(|row| {
             (
                 row.container,
@@ -110,7 +126,9 @@ pub(super) async fn observe<R: Runtime>(
 pub(super) async fn inspect_waiting<R: Runtime>(
     ctx: &Ctx<R>,
     observed: &Observed,
+    release: &Release,
 ) -> Vec<NewReplica> {
+    let release_id = release.id.to_string();
     let now = tokio::time::Instant::now();
     let mut replicas = Vec::with_capacity(observed.waiting.len());
     for waiting in &observed.waiting {
@@ -130,6 +148,7 @@ pub(super) async fn inspect_waiting<R: Runtime>(
         };
         replicas.push(NewReplica {
             name: waiting.name.clone(),
+            this_release: container.label(labels::RELEASE_ID) == Some(release_id.as_str()),
             restarts: engine_restarts.max(ctx.memory.crash_loops.restarts(&container.id, now)),
             last_exit_code,
         });
@@ -149,12 +168,10 @@ pub(super) fn rollout_failure<R: Runtime>(
     if release.phase != ReleasePhase::Progressing {
         return None;
     }
-    let elapsed = ctx.memory.rollouts.elapsed(
-        release.id,
-        release.started_at,
-        now_unix(),
-        tokio::time::Instant::now(),
-    );
+    let elapsed = ctx
+        .memory
+        .rollouts
+        .elapsed(release.id, tokio::time::Instant::now());
     gate::rollout_failure(
         elapsed,
         ctx.options.rollout_deadline,

@@ -9,7 +9,7 @@
 //! resource until git changes the resource (the rollback pins it, as an operator rollback
 //! does); a rollback that itself fails is halted, never rolled back further.
 
-use crate::manifest::spec::OnDeploy;
+use crate::manifest::spec::{Container, Init, OnDeploy};
 use crate::model::ResourceKey;
 use crate::reconcile::notify::Outcome;
 use crate::reconcile::{Ctx, Result, blocking};
@@ -18,6 +18,7 @@ use crate::store::{AutoRollback, Desired, HALT_MARK, Release, ReleasePhase, now_
 
 use super::container::rfc3339_seconds;
 use super::hooks;
+use super::launch::{images_of, ready_to_create};
 
 /// The release this pass works under: the latest one when it has the desired spec hash, else
 /// a new progressing release keyed to the desired commit (which supersedes one in flight).
@@ -45,15 +46,44 @@ pub(super) async fn current_release<R: Runtime>(
     .await
 }
 
-/// Whether a failed release must be left alone until desired state changes: its
-/// `pre_command`/`command` failed, or its rollout failed after touching replicas.
-pub(super) async fn halted<R: Runtime>(ctx: &Ctx<R>, release: &Release) -> Result<bool> {
-    if release.phase != ReleasePhase::Failed {
+/// Whether the pass must not replace replicas: the release for the desired spec failed and is
+/// halted (its `pre_command`/`command` failed, or its rollout failed after touching replicas),
+/// and desired state has not changed since (a newer commit that changes the resource, even
+/// only its `replicas`, or a re-add after a delete, tries again).
+pub(super) async fn halted<R: Runtime>(
+    ctx: &Ctx<R>,
+    release: &Release,
+    desired: &Desired,
+) -> Result<bool> {
+    if release.phase != ReleasePhase::Failed || release.commit != desired.commit {
         return Ok(false);
     }
     let id = release.id;
     let recorded = blocking(&ctx.store, move |store| store.release_hooks(id)).await?;
     Ok(recorded.contains_key(HALT_MARK) || hooks::failed_before_rollout(&recorded))
+}
+
+/// For a release that failed before touching replicas (its image could not be had) and is
+/// not halted: when the image can be had now, another attempt as a release of its own
+/// (`Ok(Some)`); when it still cannot, `Err` with why, and nothing recorded (no new release,
+/// no `on_deploy`), so a resync or a registry change simply tries again later.
+pub(super) async fn retry_failed<R: Runtime>(
+    ctx: &Ctx<R>,
+    release: &Release,
+    desired: &Desired,
+    container: &Container,
+    inits: &[Init],
+) -> Result<Release> {
+    let key = &desired.key;
+    let images = images_of(key, container, inits, &ctx.assets_root);
+    ready_to_create(ctx, key, container, &images).await?;
+    let (failed, desired) = (release.clone(), desired.clone());
+    let retry = blocking(&ctx.store, move |store| {
+        store.retry_release(&failed, &desired)
+    })
+    .await?;
+    tracing::info!(%key, failed = release.id, release = retry.id, "rollout retried: its image can be had now");
+    Ok(retry)
 }
 
 /// What the end of a release reports to `on_deploy`.

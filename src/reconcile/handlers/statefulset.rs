@@ -25,7 +25,7 @@
 //!   deployment's is (`rollout`); statefulsets have no release hooks and no `on_deploy`
 //!   (voodu has none).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::json;
 
@@ -117,19 +117,26 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         release_id: Some(release.id),
         ..ResourceStatus::new("Progressing", "")
     };
-    if release.phase == ReleasePhase::Failed {
-        if rollout::halted(ctx, &release).await? {
-            status.phase = "Failed".to_owned();
-            status.message.clone_from(&release.message);
-            let status = with_detail(ctx, key, status, &observed, &target).await?;
-            return put_status(ctx, key, status).await;
-        }
-        if touches_pods {
-            // Another attempt at a rollout that failed before touching pods (an image
-            // appeared, the agent restarted): a release of its own, as for deployments.
-            let retry = desired.clone();
-            release = blocking(&ctx.store, move |store| store.begin_release(&retry)).await?;
-            status.release_id = Some(release.id);
+    let halted = rollout::halted(ctx, &release, &desired).await?;
+    if release.phase == ReleasePhase::Failed && !halted && touches_pods {
+        // It failed before touching pods (its image): another attempt once the image can be
+        // had; until then the pods run on and nothing new is recorded.
+        match rollout::retry_failed(ctx, &release, &desired, &spec.container, &spec.inits).await {
+            Ok(retry) => {
+                release = retry;
+                status.release_id = Some(release.id);
+            }
+            Err(error) => {
+                status.phase = "Failed".to_owned();
+                status.message = error.to_string();
+                let status = with_detail(ctx, key, status, &observed, &target).await?;
+                put_status(ctx, key, status).await?;
+                return if error.is_transient() {
+                    Err(error)
+                } else {
+                    Ok(())
+                };
+            }
         }
     }
     for pod in &mut pods {
@@ -152,14 +159,27 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
     }
 
     // A rollout that ran out of time, or whose new pod keeps crashing, is rolled back.
-    let new_pods = inspect_waiting(ctx, &observed).await;
+    let new_pods = inspect_waiting(ctx, &observed, &release).await;
     if let Some(reason) = rollout_failure(ctx, &release, steps.is_empty(), &observed, &new_pods) {
         let status = with_detail(ctx, key, status, &observed, &target).await?;
         return fail_rollout(ctx, &release, &reason, &report, status).await;
     }
 
     // Act on what the ordered gate lets through: one pod at a time, each ready first.
-    let now_steps = gate::gate_ordered(steps, &observed.waiting);
+    let unready: BTreeSet<String> = observed
+        .actual
+        .iter()
+        .filter(|pod| {
+            pod_ordinal(pod).is_some_and(|ordinal| ordinal < target.n_replicas)
+                && !observed.is_ready(pod)
+        })
+        .map(|pod| pod.name.clone())
+        .collect();
+    let mut now_steps = gate::gate_ordered(steps, &unready);
+    if halted {
+        // Repaired (removals, starts, creates) but never rolled while halted.
+        now_steps.retain(|step| !matches!(step, StatefulStep::Replace { .. }));
+    }
     let work = Work {
         desired: &desired,
         spec,
@@ -186,7 +206,19 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         return Err(error);
     }
     let converged = plan_statefulset(Some(&target), &observed.actual).is_empty();
-    if converged && observed.waiting.is_empty() {
+    if halted {
+        not_done(
+            ctx,
+            key,
+            &mut status,
+            &observed,
+            &new_pods,
+            &backing_off,
+            false,
+        );
+        status.phase = "Failed".to_owned();
+        status.message.clone_from(&release.message);
+    } else if converged && observed.waiting.is_empty() {
         status.phase = "Ready".to_owned();
         if release.rolled_back_from.is_some() {
             // Running a rollback (automatic or the operator's): status keeps saying why.

@@ -128,7 +128,14 @@ pub fn plan_statefulset(
     for ordinal in 0..n_replicas {
         match kept.get(&ordinal) {
             None => steps.push(StatefulStep::Create { ordinal }),
-            Some(pod) if is_current(ordinal, pod) && pod.state != ContainerState::Running => {
+            // A restarting pod is the engine's to bring back (its restart policy's back-off).
+            Some(pod)
+                if is_current(ordinal, pod)
+                    && !matches!(
+                        pod.state,
+                        ContainerState::Running | ContainerState::Restarting
+                    ) =>
+            {
                 steps.push(StatefulStep::Start {
                     ordinal,
                     id: pod.id.clone(),
