@@ -4,6 +4,11 @@
 //! replica (up to `max`, once `cooldown_up` has passed since the last scale-up), below 0.7×
 //! it removes one (down to `min`, once `cooldown_down` has passed since the last scale-down).
 //!
+//! The step is taken from the deployment's current desired count (its override, or the
+//! manifest's `replicas`), not from how many replicas answered: voodu counts the samples, so
+//! a replica crashed or mid-replacement makes it scale from too low a number. A tick where a
+//! running replica cannot be sampled is skipped rather than decided on part of the picture.
+//!
 //! Unlike voodu, the count is written as a replica override in the store, never into desired
 //! state or git: the spec hash is untouched (scaling never churns replicas), a commit that
 //! keeps `autoscale` keeps the count (clamped to new bounds), and removing `autoscale` clears
@@ -22,6 +27,7 @@ use super::{Ctx, blocking};
 use crate::manifest::spec::{Autoscale, Spec};
 use crate::model::{ResourceKey, parse_go_duration};
 use crate::runtime::{ContainerState, Runtime, labels};
+use crate::store::{self, Store};
 
 /// voodu's defaults.
 const DEFAULT_COOLDOWN_UP: Duration = Duration::from_secs(30);
@@ -59,15 +65,16 @@ pub(super) fn mean_cpu(samples: &[f64]) -> f64 {
     used.iter().sum::<f64>() / used.len() as f64
 }
 
-/// Decides from one CPU sample per running replica.
+/// Decides, for a deployment that wants `current` replicas, from one CPU sample per running
+/// replica.
 pub(super) fn decide(
+    current: usize,
     samples: &[f64],
     autoscale: &Autoscale,
     cooldowns: Cooldowns,
     now: Instant,
 ) -> Option<Decision> {
-    let current = samples.len();
-    if current == 0 {
+    if samples.is_empty() {
         return None;
     }
     let min = usize::try_from(autoscale.min.max(1)).unwrap_or(1);
@@ -82,7 +89,7 @@ pub(super) fn decide(
         parse_go_duration(&autoscale.cooldown_down).unwrap_or(DEFAULT_COOLDOWN_DOWN);
     if mean > target * UP_ABOVE && current < max && elapsed(cooldowns.last_up, cooldown_up) {
         return Some(Decision {
-            replicas: current + 1,
+            replicas: (current + 1).min(max),
             up: true,
             reason: format!(
                 "mean CPU {mean:.0}% above {:.0}% (target {target:.0}%)",
@@ -92,7 +99,7 @@ pub(super) fn decide(
     }
     if mean < target * DOWN_BELOW && current > min && elapsed(cooldowns.last_down, cooldown_down) {
         return Some(Decision {
-            replicas: current - 1,
+            replicas: current.saturating_sub(1).max(min),
             up: false,
             reason: format!(
                 "mean CPU {mean:.0}% below {:.0}% (target {target:.0}%)",
@@ -117,26 +124,22 @@ pub(crate) async fn run<R: Runtime>(
             _ = tick.tick() => {}
             () = shutdown.cancelled() => return,
         }
-        let desired = match blocking(&ctx.store, |store| store.desired_all()).await {
-            Ok(desired) => desired,
+        let scaled = match blocking(&ctx.store, autoscaled).await {
+            Ok(scaled) => scaled,
             Err(error) => {
                 tracing::warn!(%error, "autoscaler cannot read desired state; next tick");
                 continue;
             }
         };
-        let scaled: Vec<(ResourceKey, Autoscale)> = desired
-            .into_iter()
-            .filter_map(|desired| match desired.spec {
-                Spec::Deployment(spec) => spec.autoscale.map(|autoscale| (desired.key, autoscale)),
-                _ => None,
-            })
-            .collect();
-        cooldowns.retain(|key, _| scaled.iter().any(|(scaled, _)| scaled == key));
-        for (key, autoscale) in scaled {
-            let samples = sample(&ctx, &key).await;
+        cooldowns.retain(|key, _| scaled.iter().any(|(scaled, ..)| scaled == key));
+        for (key, autoscale, current) in scaled {
+            let Some(samples) = sample(&ctx, &key).await else {
+                tracing::debug!(%key, "a replica could not be sampled; autoscaling waits a tick");
+                continue;
+            };
             let entry = cooldowns.entry(key.clone()).or_default();
             let now = Instant::now();
-            let Some(decision) = decide(&samples, &autoscale, *entry, now) else {
+            let Some(decision) = decide(current, &samples, &autoscale, *entry, now) else {
                 continue;
             };
             if decision.up {
@@ -144,7 +147,7 @@ pub(crate) async fn run<R: Runtime>(
             } else {
                 entry.last_down = Some(now);
             }
-            tracing::info!(%key, from = samples.len(), to = decision.replicas, reason = %decision.reason, "autoscaling");
+            tracing::info!(%key, from = current, to = decision.replicas, reason = %decision.reason, "autoscaling");
             let (write_key, replicas, reason) =
                 (key.clone(), decision.replicas, decision.reason.clone());
             let written = blocking(&ctx.store, move |store| {
@@ -165,9 +168,25 @@ pub(crate) async fn run<R: Runtime>(
     }
 }
 
-/// One CPU sample per running replica of `key`, taken concurrently; replicas that cannot be
-/// sampled (gone meanwhile) are left out.
-async fn sample<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Vec<f64> {
+/// Every deployment with `autoscale`, its rules and the count it wants now.
+fn autoscaled(store: &Store) -> store::Result<Vec<(ResourceKey, Autoscale, usize)>> {
+    let mut scaled = Vec::new();
+    for desired in store.desired_all()? {
+        let Spec::Deployment(spec) = desired.spec else {
+            continue;
+        };
+        let Some(autoscale) = spec.autoscale.clone() else {
+            continue;
+        };
+        let current = store.replicas_override(&desired.key)?.map(|row| row.0);
+        scaled.push((desired.key, autoscale, spec.effective_replicas(current)));
+    }
+    Ok(scaled)
+}
+
+/// One CPU sample per running replica of `key`, taken concurrently; `None` when the replicas
+/// cannot be listed or one of them cannot be sampled (gone or replaced meanwhile).
+async fn sample<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Option<Vec<f64>> {
     let filter = [
         (labels::AGENT, ctx.agent_id.as_str()),
         (labels::KIND, key.kind.as_str()),
@@ -175,9 +194,7 @@ async fn sample<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Vec<f64> {
         (labels::NAME, key.name.as_str()),
         (labels::ROLE, key.kind.as_str()),
     ];
-    let Ok(replicas) = ctx.runtime.list(&filter).await else {
-        return Vec::new();
-    };
+    let replicas = ctx.runtime.list(&filter).await.ok()?;
     let samples: Vec<_> = replicas
         .iter()
         .filter(|replica| replica.state == ContainerState::Running)
@@ -185,9 +202,11 @@ async fn sample<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Vec<f64> {
         .collect();
     futures_util::stream::iter(samples)
         .buffer_unordered(8)
-        .filter_map(|sample| async move { sample.ok() })
-        .collect()
+        .collect::<Vec<_>>()
         .await
+        .into_iter()
+        .collect::<Result<Vec<f64>, _>>()
+        .ok()
 }
 
 #[cfg(test)]
@@ -216,28 +235,40 @@ mod tests {
         let rules = autoscale(1, 3, 50);
         let none = Cooldowns::default();
         let up =
-            decide(&[56.0], &rules, none, now).map(|decision| (decision.replicas, decision.up));
+            decide(1, &[56.0], &rules, none, now).map(|decision| (decision.replicas, decision.up));
         assert_eq!(up, Some((2, true)), "56% > 55%");
         assert_eq!(
-            decide(&[55.0], &rules, none, now),
+            decide(1, &[55.0], &rules, none, now),
             None,
             "55% is within the band"
         );
         assert_eq!(
-            decide(&[90.0, 90.0, 90.0], &rules, none, now),
+            decide(3, &[90.0, 90.0, 90.0], &rules, none, now),
             None,
             "at max"
         );
-        let down = decide(&[10.0, 20.0], &rules, none, now)
+        let down = decide(2, &[10.0, 20.0], &rules, none, now)
             .map(|decision| (decision.replicas, decision.up));
         assert_eq!(down, Some((1, false)), "15% < 35%");
         assert_eq!(
-            decide(&[35.0, 35.0], &rules, none, now),
+            decide(2, &[35.0, 35.0], &rules, none, now),
             None,
             "35% is within the band"
         );
-        assert_eq!(decide(&[1.0], &rules, none, now), None, "at min");
-        assert_eq!(decide(&[], &rules, none, now), None, "nothing to sample");
+        assert_eq!(decide(1, &[1.0], &rules, none, now), None, "at min");
+        assert_eq!(decide(0, &[], &rules, none, now), None, "nothing to sample");
+    }
+
+    #[test]
+    fn steps_from_the_desired_count_not_from_how_many_replicas_answered() {
+        let now = Instant::now();
+        let rules = autoscale(1, 5, 50);
+        let none = Cooldowns::default();
+        // Three wanted, one crashed: two samples, but the step is from three.
+        let up = decide(3, &[90.0, 90.0], &rules, none, now).map(|decision| decision.replicas);
+        assert_eq!(up, Some(4));
+        let down = decide(3, &[5.0, 5.0], &rules, none, now).map(|decision| decision.replicas);
+        assert_eq!(down, Some(2));
     }
 
     #[test]
@@ -254,6 +285,7 @@ mod tests {
         };
         assert_eq!(
             decide(
+                2,
                 &[90.0, 90.0],
                 &rules,
                 after_up,
@@ -263,6 +295,7 @@ mod tests {
         );
         assert!(
             decide(
+                2,
                 &[90.0, 90.0],
                 &rules,
                 after_up,
@@ -271,13 +304,14 @@ mod tests {
             .is_some()
         );
         // A scale-up does not hold back a scale-down, and the other way round.
-        assert!(decide(&[5.0, 5.0], &rules, after_up, t0).is_some());
+        assert!(decide(2, &[5.0, 5.0], &rules, after_up, t0).is_some());
         let after_down = Cooldowns {
             last_up: None,
             last_down: Some(t0),
         };
         assert_eq!(
             decide(
+                2,
                 &[5.0, 5.0],
                 &rules,
                 after_down,
@@ -287,6 +321,7 @@ mod tests {
         );
         assert!(
             decide(
+                2,
                 &[5.0, 5.0],
                 &rules,
                 after_down,
@@ -297,11 +332,18 @@ mod tests {
         // Defaults when the manifest leaves them out: 30s up, 5m down.
         let defaults = autoscale(1, 5, 50);
         assert_eq!(
-            decide(&[90.0], &defaults, after_up, t0 + Duration::from_secs(29)),
+            decide(
+                1,
+                &[90.0],
+                &defaults,
+                after_up,
+                t0 + Duration::from_secs(29)
+            ),
             None
         );
         assert_eq!(
             decide(
+                2,
                 &[5.0, 5.0],
                 &defaults,
                 after_down,

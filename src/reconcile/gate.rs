@@ -3,10 +3,11 @@
 //! starts it again. Pure: readiness, restart counts and time are passed in, so the rules are
 //! tested without a runtime; `CrashLoops` and `RolloutClock` only remember instants.
 //!
-//! Invariants: at most one outdated replica is replaced per gate, and only when every replica
-//! of the target version is ready, so with remove-then-create slots a rollout never takes
-//! ready replicas below `replicas − 1`; removals, starts and creates never wait (they never
-//! lower readiness); a rollout fails on its deadline or on a new replica that keeps crashing,
+//! Invariants: at most one outdated replica is replaced per gate, only when no create runs in
+//! the same pass and every replica of the target version is ready, and a ready one only when
+//! `replicas` stay ready after the pass's removals; so with remove-then-create slots a rollout
+//! never takes ready replicas below `replicas − 1`. Removals, starts and creates never wait
+//! (they never lower readiness below that); a rollout fails on its deadline or on a new replica that keeps crashing,
 //! never on a replica that is merely slow within the deadline.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -114,29 +115,37 @@ pub fn gate(
 }
 
 /// The ordered form of `gate`, for statefulset pods (`plan_statefulset` order): every removal
-/// and start, then the first create or replacement, and that only while every other pod
-/// below `replicas` is ready (`unready`: such pods, any version, not running and ready) —
-/// Kubernetes' `OrderedReady`, except that a pod replaced to fix it need not be ready itself.
-pub fn gate_ordered(steps: Vec<StatefulStep>, unready: &BTreeSet<String>) -> Vec<StatefulStep> {
+/// and start, then at most one create or replacement — the first in plan order that
+/// Kubernetes' `OrderedReady` allows. `unready`: the ordinals below `replicas` whose pod exists
+/// but is not running and ready (any version); `down`: those of them not running at all. A
+/// pod is created, or a down pod replaced (to fix it), only while every pod below it is ready;
+/// a running pod is replaced only while every pod is ready, so a rolling update never takes
+/// two pods down at once, and a pod that is merely not ready (yet) is waited for.
+pub fn gate_ordered(
+    steps: Vec<StatefulStep>,
+    unready: &BTreeSet<usize>,
+    down: &BTreeSet<usize>,
+) -> Vec<StatefulStep> {
+    let below_ready = |ordinal: usize| unready.range(..ordinal).next().is_none();
+    let allowed = |step: &StatefulStep| match step {
+        StatefulStep::Create { ordinal } => below_ready(*ordinal),
+        StatefulStep::Replace { ordinal, .. } if down.contains(ordinal) => below_ready(*ordinal),
+        StatefulStep::Replace { .. } => unready.is_empty(),
+        StatefulStep::Remove { .. } | StatefulStep::Start { .. } => true,
+    };
     let mut now = Vec::new();
     let mut next = None;
     for step in steps {
         match step {
             StatefulStep::Remove { .. } | StatefulStep::Start { .. } => now.push(step),
             StatefulStep::Create { .. } | StatefulStep::Replace { .. } => {
-                if next.is_none() {
+                if next.is_none() && allowed(&step) {
                     next = Some(step);
                 }
             }
         }
     }
-    let clear = match &next {
-        Some(StatefulStep::Replace { name, .. }) => unready.iter().all(|pod| pod == name),
-        _ => unready.is_empty(),
-    };
-    if clear {
-        now.extend(next);
-    }
+    now.extend(next);
     now
 }
 
@@ -483,28 +492,45 @@ mod tests {
                 .collect()
         };
         let none = BTreeSet::new();
-        let unready = |names: &[&str]| -> BTreeSet<String> {
-            names.iter().map(|name| (*name).to_owned()).collect()
-        };
+        let set = |ordinals: &[usize]| -> BTreeSet<usize> { ordinals.iter().copied().collect() };
         assert_eq!(
-            kinds(&gate_ordered(steps.clone(), &none)),
+            kinds(&gate_ordered(steps.clone(), &none, &none)),
             ["remove Some(3)", "create 1"]
         );
+        // Pod 0 not ready (yet) holds every create and replacement…
         assert_eq!(
-            kinds(&gate_ordered(steps, &unready(&["db.0"]))),
+            kinds(&gate_ordered(steps.clone(), &set(&[0]), &none)),
             ["remove Some(3)"]
         );
-        let replaces = vec![replace(2), replace(0)];
-        assert_eq!(kinds(&gate_ordered(replaces.clone(), &none)), ["replace 2"]);
-        // An unready pod below replicas holds every other step (quorum), but a pod that is
-        // itself the one being replaced (to fix it) does not hold its own replacement.
+        // …but pod 0 down (exited) is replaced to fix it, and the creates wait for it: a
+        // failed first rollout fixed by a commit.
         assert_eq!(
-            kinds(&gate_ordered(replaces.clone(), &unready(&["db.1"]))),
+            kinds(&gate_ordered(steps, &set(&[0]), &set(&[0]))),
+            ["remove Some(3)", "replace 0"]
+        );
+        let replaces = vec![replace(2), replace(0)];
+        assert_eq!(
+            kinds(&gate_ordered(replaces.clone(), &none, &none)),
+            ["replace 2"]
+        );
+        // A rolling update waits while any pod is not ready, itself included…
+        assert_eq!(
+            kinds(&gate_ordered(replaces.clone(), &set(&[1]), &none)),
             Vec::<String>::new()
         );
         assert_eq!(
-            kinds(&gate_ordered(replaces, &unready(&["db.2"]))),
+            kinds(&gate_ordered(replaces.clone(), &set(&[2]), &none)),
+            Vec::<String>::new()
+        );
+        // …a down pod is replaced once every pod below it is ready, and a pod not ready
+        // below it holds that.
+        assert_eq!(
+            kinds(&gate_ordered(replaces.clone(), &set(&[2]), &set(&[2]))),
             ["replace 2"]
+        );
+        assert_eq!(
+            kinds(&gate_ordered(replaces, &set(&[1, 2]), &set(&[2]))),
+            Vec::<String>::new()
         );
     }
 

@@ -239,30 +239,8 @@ pub async fn run<R: Runtime>(ctx: Arc<Ctx<R>>, shutdown: CancellationToken) -> R
     shared
         .tracker
         .spawn(cron::schedule(ctx.clone(), shutdown.clone()));
-    if let Some(mut requests) = ctx.requeue.take_receiver() {
-        let shared = shared.clone();
-        shared.tracker.clone().spawn(async move {
-            loop {
-                let (key, delay) = tokio::select! {
-                    request = requests.recv() => match request {
-                        Some(request) => request,
-                        None => return,
-                    },
-                    () = shared.shutdown.cancelled() => return,
-                };
-                if delay.is_zero() {
-                    shared.queue.push(key, None);
-                    continue;
-                }
-                let delayed = shared.clone();
-                shared.tracker.spawn(async move {
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => delayed.queue.push(key, None),
-                        () = delayed.shutdown.cancelled() => {}
-                    }
-                });
-            }
-        });
+    if let Some(requests) = ctx.requeue.take_receiver() {
+        shared.tracker.spawn(requeues(shared.clone(), requests));
     }
     loop {
         tail(&shared).await?;
@@ -279,6 +257,37 @@ pub async fn run<R: Runtime>(ctx: Arc<Ctx<R>>, shutdown: CancellationToken) -> R
     shared.tracker.wait().await;
     ctx.jobs.wait().await;
     Ok(())
+}
+
+/// Turns `Requeue` requests into queue pushes: at once, or when their delay runs out (one
+/// pending instant per key, `wake::Delays`), until shutdown.
+async fn requeues<R: Runtime>(
+    shared: Arc<Shared<R>>,
+    mut requests: tokio::sync::mpsc::UnboundedReceiver<(ResourceKey, Duration)>,
+) {
+    let mut delays = wake::Delays::default();
+    loop {
+        let next = delays.next();
+        let due = async {
+            match next {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            request = requests.recv() => match request {
+                Some((key, delay)) if delay.is_zero() => shared.queue.push(key, None),
+                Some((key, delay)) => delays.insert(key, tokio::time::Instant::now() + delay),
+                None => return,
+            },
+            () = due => {
+                for key in delays.take_due(tokio::time::Instant::now()) {
+                    shared.queue.push(key, None);
+                }
+            }
+            () = shared.shutdown.cancelled() => return,
+        }
+    }
 }
 
 /// Every container carrying this agent's `voodu.agent` label (and nothing else on the host).

@@ -3,13 +3,18 @@
 //! rebuilds its routes when replicas of a routed deployment change, and reports back what the
 //! proxy serves).
 //!
+//! Delayed requests are kept in `Delays`, one instant per key (the earliest asked for), so a
+//! key that asks again on every pass keeps one timer, not a growing number of them.
+//!
 //! Invariant: both only trigger; handlers stay level-triggered and read desired and actual
 //! state themselves, so a request that arrives twice, late or for a deleted key is harmless.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 
 use super::router::RouterReport;
 use crate::model::ResourceKey;
@@ -55,6 +60,42 @@ impl Requeue {
     }
 }
 
+/// Delayed requests not yet due: per key, the earliest instant asked for.
+#[derive(Debug, Default)]
+pub(crate) struct Delays {
+    due: HashMap<ResourceKey, Instant>,
+}
+
+impl Delays {
+    /// Adds a request; a key already waiting keeps the earlier of the two instants (the
+    /// reconcile it triggers asks again if it still needs a later one).
+    pub(crate) fn insert(&mut self, key: ResourceKey, at: Instant) {
+        self.due
+            .entry(key)
+            .and_modify(|due| *due = (*due).min(at))
+            .or_insert(at);
+    }
+
+    /// The next instant a request falls due.
+    pub(crate) fn next(&self) -> Option<Instant> {
+        self.due.values().min().copied()
+    }
+
+    /// Removes and returns the keys due at `now`.
+    pub(crate) fn take_due(&mut self, now: Instant) -> Vec<ResourceKey> {
+        let due: Vec<ResourceKey> = self
+            .due
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in &due {
+            self.due.remove(key);
+        }
+        due
+    }
+}
+
 /// Tells the ingress router that the replicas it routes to may have changed, and carries the
 /// router's report back (what the proxy serves now), which ingress statuses are built from.
 #[derive(Debug, Clone)]
@@ -96,5 +137,33 @@ impl RouterWake {
     /// Publishes the router's report (the router only).
     pub(crate) fn publish(&self, report: RouterReport) {
         self.report.send_replace(Arc::new(report));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Kind;
+
+    #[test]
+    fn a_key_asking_again_keeps_one_timer_at_the_earliest_instant() {
+        let t0 = Instant::now();
+        let web = ResourceKey::new(Kind::Deployment, "shop", "web");
+        let api = ResourceKey::new(Kind::Deployment, "shop", "api");
+        let mut delays = Delays::default();
+        for seconds in [5, 2, 9, 2] {
+            delays.insert(web.clone(), t0 + Duration::from_secs(seconds));
+        }
+        delays.insert(api.clone(), t0 + Duration::from_secs(3));
+        assert_eq!(delays.due.len(), 2);
+        assert_eq!(delays.next(), Some(t0 + Duration::from_secs(2)));
+        assert_eq!(
+            delays.take_due(t0 + Duration::from_secs(1)),
+            Vec::<ResourceKey>::new()
+        );
+        assert_eq!(delays.take_due(t0 + Duration::from_secs(2)), vec![web]);
+        assert_eq!(delays.next(), Some(t0 + Duration::from_secs(3)));
+        assert_eq!(delays.take_due(t0 + Duration::from_secs(60)), vec![api]);
+        assert_eq!(delays.next(), None);
     }
 }

@@ -166,16 +166,21 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
     }
 
     // Act on what the ordered gate lets through: one pod at a time, each ready first.
-    let unready: BTreeSet<String> = observed
+    let unready: BTreeSet<usize> = observed
         .actual
         .iter()
-        .filter(|pod| {
-            pod_ordinal(pod).is_some_and(|ordinal| ordinal < target.n_replicas)
-                && !observed.is_ready(pod)
-        })
-        .map(|pod| pod.name.clone())
+        .filter(|pod| !observed.is_ready(pod))
+        .filter_map(pod_ordinal)
+        .filter(|ordinal| *ordinal < target.n_replicas)
         .collect();
-    let mut now_steps = gate::gate_ordered(steps, &unready);
+    let down: BTreeSet<usize> = observed
+        .actual
+        .iter()
+        .filter(|pod| pod.state != ContainerState::Running)
+        .filter_map(pod_ordinal)
+        .filter(|ordinal| unready.contains(ordinal))
+        .collect();
+    let mut now_steps = gate::gate_ordered(steps, &unready, &down);
     if halted {
         // Repaired (removals, starts, creates) but never rolled while halted.
         now_steps.retain(|step| !matches!(step, StatefulStep::Replace { .. }));
