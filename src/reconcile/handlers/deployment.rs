@@ -208,20 +208,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         return Err(error);
     }
     let converged = plan_replicas(Some(&target), &observed.actual).is_empty();
-    if halted {
-        // Halted until desired state changes: repaired (see above), and status says why.
-        not_done(
-            ctx,
-            key,
-            &mut status,
-            &observed,
-            &new_replicas,
-            &backing_off,
-            false,
-        );
-        status.phase = "Failed".to_owned();
-        status.message.clone_from(&release.message);
-    } else if converged && observed.waiting.is_empty() {
+    if !halted && converged && observed.waiting.is_empty() {
         status.phase = "Ready".to_owned();
         if release.rolled_back_from.is_some() {
             // Running a rollback (automatic or the operator's): status keeps saying why.
@@ -240,8 +227,14 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
             &observed,
             &new_replicas,
             &backing_off,
-            progressing,
+            progressing && !halted,
         );
+        if halted {
+            // Halted until desired state changes: repaired (removals, starts, creates), never
+            // rolled, and status says why.
+            status.phase = "Failed".to_owned();
+            status.message.clone_from(&release.message);
+        }
     }
     put_status(ctx, key, with_detail(status, &observed, &target, &desired)).await
 }

@@ -211,19 +211,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         return Err(error);
     }
     let converged = plan_statefulset(Some(&target), &observed.actual).is_empty();
-    if halted {
-        not_done(
-            ctx,
-            key,
-            &mut status,
-            &observed,
-            &new_pods,
-            &backing_off,
-            false,
-        );
-        status.phase = "Failed".to_owned();
-        status.message.clone_from(&release.message);
-    } else if converged && observed.waiting.is_empty() {
+    if !halted && converged && observed.waiting.is_empty() {
         status.phase = "Ready".to_owned();
         if release.rolled_back_from.is_some() {
             // Running a rollback (automatic or the operator's): status keeps saying why.
@@ -240,8 +228,14 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
             &observed,
             &new_pods,
             &backing_off,
-            progressing,
+            progressing && !halted,
         );
+        if halted {
+            // Halted until desired state changes: repaired (removals, starts, creates), never
+            // rolled, and status says why.
+            status.phase = "Failed".to_owned();
+            status.message.clone_from(&release.message);
+        }
     }
     let status = with_detail(ctx, key, status, &observed, &target).await?;
     put_status(ctx, key, status).await
