@@ -268,6 +268,9 @@ impl CrashLoops {
 #[derive(Debug, Default)]
 pub struct RolloutClock {
     started: Mutex<HashMap<i64, Instant>>,
+    /// The last error a pass of each rollout met (an init container failing, say), so a
+    /// rollout failed on its deadline says what held it up.
+    last_error: Mutex<HashMap<i64, String>>,
 }
 
 impl RolloutClock {
@@ -276,13 +279,25 @@ impl RolloutClock {
         let mut started = lock(&self.started);
         // Releases that ended without `finish` (superseded) are forgotten a day later.
         started.retain(|_, start| now.saturating_duration_since(*start) < FORGET_ROLLOUT);
+        lock(&self.last_error).retain(|id, _| started.contains_key(id));
         let start = *started.entry(id).or_insert(now);
         now.saturating_duration_since(start)
+    }
+
+    /// Remembers the error a pass of release `id`'s rollout met.
+    pub fn note_error(&self, id: i64, error: String) {
+        lock(&self.last_error).insert(id, error);
+    }
+
+    /// The last error a pass of release `id`'s rollout met, if any.
+    pub fn last_error(&self, id: i64) -> Option<String> {
+        lock(&self.last_error).get(&id).cloned()
     }
 
     /// Forgets a release that is no longer in flight.
     pub fn finish(&self, id: i64) {
         lock(&self.started).remove(&id);
+        lock(&self.last_error).remove(&id);
     }
 }
 

@@ -141,6 +141,9 @@ fn a_version_that_never_becomes_ready_is_rolled_back_after_one_slot() -> TestRes
                 let releases = env.releases().ok()?;
                 (phases(&releases) == ["succeeded", "failed", "succeeded"]).then_some(releases)
             })?;
+        eprintln!(
+            "never-ready rollout: lowest ready replicas {lowest} of 3 over {samples} samples"
+        );
         assert!(samples >= 10, "only {samples} samples");
         assert!(
             lowest >= 2,

@@ -10,6 +10,7 @@ mod e2e_jobs;
 mod git;
 mod health;
 mod health_docker;
+mod hooks_docker;
 mod http;
 mod ingress;
 mod jobs;

@@ -187,6 +187,11 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
     ctx.router.wake();
     if let Err(error) = result {
         status.message = error.to_string();
+        if progressing {
+            ctx.memory
+                .rollouts
+                .note_error(release.id, status.message.clone());
+        }
         let status = with_detail(status, &observed, &target, &desired);
         if !error.is_transient() && progressing {
             return fail_rollout(ctx, &release, &error.to_string(), &report, status).await;

@@ -157,7 +157,8 @@ pub(super) async fn inspect_waiting<R: Runtime>(
 }
 
 /// Why the rollout of `release` has failed, if it is in flight and has: its deadline passed
-/// with work left (`converged`: no steps left), or a new replica keeps crashing.
+/// with work left (`converged`: no steps left), or a new replica keeps crashing; with the last
+/// error a pass of it met, if any.
 pub(super) fn rollout_failure<R: Runtime>(
     ctx: &Ctx<R>,
     release: &Release,
@@ -172,13 +173,17 @@ pub(super) fn rollout_failure<R: Runtime>(
         .memory
         .rollouts
         .elapsed(release.id, tokio::time::Instant::now());
-    gate::rollout_failure(
+    let reason = gate::rollout_failure(
         elapsed,
         ctx.options.rollout_deadline,
         converged,
         &observed.waiting,
         new_replicas,
-    )
+    )?;
+    Some(match ctx.memory.rollouts.last_error(release.id) {
+        Some(error) => format!("{reason}; last error: {error}"),
+        None => reason,
+    })
 }
 
 /// Crashed replicas whose back-off still runs: (name, starts so far, wait).

@@ -169,3 +169,86 @@ pub fn get_blocking(address: &str, path: &str) -> TestResult<(u16, String)> {
         .parse()?;
     Ok((status, body.to_owned()))
 }
+
+/// One request a `Capture` received.
+#[derive(Debug, Clone)]
+pub struct Captured {
+    pub method: String,
+    pub path: String,
+    /// Header names lower-cased.
+    pub headers: BTreeMap<String, String>,
+    pub body: String,
+}
+
+/// A plain HTTP/1.1 server on loopback that answers every request `200` and keeps it: the
+/// receiving end of `on_deploy` webhooks. Serves until the test process ends.
+pub struct Capture {
+    pub address: std::net::SocketAddr,
+    received: std::sync::Arc<std::sync::Mutex<Vec<Captured>>>,
+}
+
+impl Capture {
+    pub fn start() -> TestResult<Capture> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let address = listener.local_addr()?;
+        let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let keep = received.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                if let Ok(request) = read_request(stream) {
+                    keep.lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(request);
+                }
+            }
+        });
+        Ok(Capture { address, received })
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.address)
+    }
+
+    /// Every request received so far, in arrival order.
+    pub fn received(&self) -> Vec<Captured> {
+        self.received
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+fn read_request(mut stream: std::net::TcpStream) -> TestResult<Captured> {
+    use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    let mut parts = line.split_whitespace();
+    let method = parts.next().ok_or("no method")?.to_owned();
+    let path = parts.next().ok_or("no path")?.to_owned();
+    let mut headers = BTreeMap::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line)?;
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            headers.insert(name.trim().to_lowercase(), value.trim().to_owned());
+        }
+    }
+    let length: usize = headers
+        .get("content-length")
+        .map_or(Ok(0), |value| value.parse())?;
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body)?;
+    stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")?;
+    Ok(Captured {
+        method,
+        path,
+        headers,
+        body: String::from_utf8(body)?,
+    })
+}
