@@ -114,6 +114,9 @@ pub struct ReleaseRecordView {
     pub rolled_back_from: Option<i64>,
     /// The spec rolled out, as stored.
     pub snapshot: serde_json::Value,
+    /// Outcomes of its `release {}` hooks by stage (`pre_command`, `command`,
+    /// `post_command`): exit code, whether it timed out, the tail of its output, when.
+    pub hooks: serde_json::Map<String, serde_json::Value>,
 }
 
 fn commit_view(record: CommitRecord) -> CommitView {
@@ -189,8 +192,12 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
     })
 }
 
-fn release_record_view(release: Release) -> ReleaseRecordView {
+fn release_record_view(
+    release: Release,
+    hooks: serde_json::Map<String, serde_json::Value>,
+) -> ReleaseRecordView {
     ReleaseRecordView {
+        hooks,
         id: release.id,
         commit: release.commit.to_string(),
         spec_hash: release.spec_hash.to_string(),
@@ -213,8 +220,11 @@ pub fn build_releases(store: &Store, key: &ResourceKey) -> crate::store::Result<
     let releases = store
         .releases(key, crate::store::RELEASE_HISTORY_LIMIT)?
         .into_iter()
-        .map(release_record_view)
-        .collect();
+        .map(|release| {
+            let hooks = store.release_hooks(release.id)?;
+            Ok(release_record_view(release, hooks))
+        })
+        .collect::<crate::store::Result<_>>()?;
     Ok(ReleasesView {
         kind: key.kind.to_string(),
         scope: key.scope.clone(),

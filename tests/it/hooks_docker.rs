@@ -15,7 +15,6 @@ use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
-use voodu_agent::store::Store;
 
 use crate::e2e_docker::{Env, Events, Row};
 use crate::support::http::{Capture, Captured};
@@ -231,15 +230,20 @@ fn release_hooks_init_containers_on_deploy_and_a_bucket_change_on_docker() -> Te
             "release 3 to succeed with its post_command run",
             || {
                 let newest = releases(env).ok()?.into_iter().next()?;
-                let id = newest["id"].as_i64()?;
-                let store = Store::open_read_only(&env.data_dir().join("state.db")).ok()?;
-                let hooks = store.release_hooks(id).ok()?;
-                (newest["phase"] == "succeeded" && hooks.contains_key("post_command"))
-                    .then_some(hooks)
+                (newest["phase"] == "succeeded" && newest["hooks"].get("post_command").is_some())
+                    .then_some(newest)
             },
         )?;
-        assert_eq!(newest["post_command"]["exit_code"], 4, "{newest:?}");
-        assert_eq!(newest["pre_command"]["exit_code"], 0, "{newest:?}");
+        assert_eq!(newest["commit"], v3.as_str());
+        assert_eq!(newest["hooks"]["post_command"]["exit_code"], 4, "{newest}");
+        assert_eq!(newest["hooks"]["pre_command"]["exit_code"], 0, "{newest}");
+        assert_eq!(newest["hooks"]["command"]["exit_code"], 0, "{newest}");
+        assert!(
+            newest["message"]
+                .as_str()
+                .is_some_and(|message| message.contains("post_command failed: exit code 4")),
+            "{newest}"
+        );
 
         // 4. A bucket change rolls the replicas that read it, without a commit.
         let bucket = format!("{scope}/web");

@@ -221,8 +221,8 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         }
         if progressing {
             let hook_env = env_source.env(ctx, key, &spec.container, Vec::new())?.0;
-            hooks::after_rollout(ctx, key, spec, release.id, &hook_env).await?;
-            rollout::succeed(ctx, &release, &report).await?;
+            let note = hooks::after_rollout(ctx, key, spec, release.id, &hook_env).await?;
+            rollout::succeed(ctx, &release, &report, &note).await?;
         }
     } else {
         not_done(

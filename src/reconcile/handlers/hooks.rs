@@ -81,18 +81,22 @@ pub(crate) async fn before_rollout<R: Runtime>(
     Ok(())
 }
 
-/// Runs `post_command` after a converged rollout; a failure is logged and recorded only.
+/// Runs `post_command` after a converged rollout; a failure is logged and recorded only, and
+/// returned as a note for the release's message.
 pub(crate) async fn after_rollout<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
     spec: &DeploymentSpec,
     release_id: i64,
     env: &[String],
-) -> Result<()> {
-    if let Some(failure) = run_stage(ctx, key, spec, release_id, env, Stage::Post).await? {
-        tracing::warn!(%key, release = release_id, %failure, "post_command failed (recorded; the release stands)");
+) -> Result<String> {
+    match run_stage(ctx, key, spec, release_id, env, Stage::Post).await? {
+        Some(failure) => {
+            tracing::warn!(%key, release = release_id, %failure, "post_command failed (recorded; the release stands)");
+            Ok(format!("post_command failed: {failure}"))
+        }
+        None => Ok(String::new()),
     }
-    Ok(())
 }
 
 /// Whether a recorded `pre_command` or `command` of this release failed.

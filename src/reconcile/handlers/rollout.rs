@@ -93,15 +93,17 @@ pub(super) struct Report<'a> {
     pub image: String,
 }
 
-/// Ends a progressing release as succeeded and reports it.
+/// Ends a progressing release as succeeded (`note` appended to its message) and reports it.
 pub(super) async fn succeed<R: Runtime>(
     ctx: &Ctx<R>,
     release: &Release,
     report: &Report<'_>,
+    note: &str,
 ) -> Result<()> {
     let id = release.id;
+    let note = note.to_owned();
     blocking(&ctx.store, move |store| {
-        store.finish_release(id, ReleasePhase::Succeeded, "")
+        store.finish_release(id, ReleasePhase::Succeeded, &note)
     })
     .await?;
     ctx.memory.rollouts.finish(id);

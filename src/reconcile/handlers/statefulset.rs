@@ -223,7 +223,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
             status.message.clone_from(&release.message);
         }
         if progressing {
-            rollout::succeed(ctx, &release, &report).await?;
+            rollout::succeed(ctx, &release, &report, "").await?;
         }
     } else {
         not_done(
