@@ -610,9 +610,7 @@ impl Runtime for DockerRuntime {
                             message: what,
                         }
                     }
-                    Error::Unavailable { message }
-                        if message.contains("denied") || message.contains("unauthorized") =>
-                    {
+                    Error::Unavailable { message } if registry_refused(&message) => {
                         Error::ImageMissing {
                             image: image.to_owned(),
                             message,
@@ -688,5 +686,47 @@ impl Runtime for DockerRuntime {
             return Ok(0.0);
         }
         Ok(container_delta / system_delta * f64::from(cpus.max(1)) * 100.0)
+    }
+}
+
+/// Whether a failed pull is the registry's answer (no such image, or credentials missing or
+/// refused) rather than an engine or network fault: the engine reports both as HTTP 500, with
+/// the registry's words in the message (engine 20.10 says `no basic auth credentials` when a
+/// registry asks for credentials the pull did not bring).
+fn registry_refused(message: &str) -> bool {
+    const REFUSALS: [&str; 7] = [
+        "denied",
+        "unauthorized",
+        "authentication required",
+        "no basic auth credentials",
+        "manifest unknown",
+        "not found",
+        "does not exist",
+    ];
+    let message = message.to_lowercase();
+    REFUSALS.iter().any(|refusal| message.contains(refusal))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_refusals_are_told_from_engine_and_network_faults() {
+        for refused in [
+            "Head \"http://127.0.0.1:5000/v2/acme/web/manifests/1\": no basic auth credentials",
+            "unauthorized: authentication required",
+            "pull access denied for acme/web, repository does not exist or may require 'docker login'",
+            "manifest for ghcr.io/acme/web:9 not found: manifest unknown: manifest unknown",
+        ] {
+            assert!(registry_refused(refused), "{refused}");
+        }
+        for fault in [
+            "Get \"https://ghcr.io/v2/\": dial tcp: lookup ghcr.io: no such host",
+            "Get \"http://127.0.0.1:5000/v2/\": dial tcp 127.0.0.1:5000: connect: connection refused",
+            "context deadline exceeded",
+        ] {
+            assert!(!registry_refused(fault), "{fault}");
+        }
     }
 }

@@ -15,5 +15,6 @@ mod http;
 mod ingress;
 mod jobs;
 mod reconcile;
+mod registry_docker;
 mod statefulset;
 mod tidy;

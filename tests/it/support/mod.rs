@@ -7,6 +7,7 @@ pub mod agent;
 pub mod docker;
 pub mod harness;
 pub mod http;
+pub mod registry;
 pub mod repo;
 
 pub use agent::{TestAgent, TestAgentOptions};

@@ -1,0 +1,239 @@
+//! Private-registry pulls (spec §2.8, §6.5) accepted on a real engine with the real binary:
+//! a deployment whose image is missing on the host and lives in a private registry fails,
+//! with the hint to declare a `registry` for that host, while the registry refuses the
+//! engine's credential-less attempt; committing `registry "local" { url username token }`
+//! makes the agent pull the image with exactly those credentials (the registry sees an
+//! authorised manifest GET and blob GETs) and the replica runs. The token appears neither in
+//! `status --json` nor in the agent log.
+//!
+//! The registry is `support::registry`: a minimal v2 API server on loopback serving the test
+//! image (from `docker save`) plus a per-run nonce layer, so the engine must fetch blobs,
+//! behind HTTP Basic auth. Limits in `wait_until` are liveness
+//! bounds, not timing assertions.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::e2e_docker::{Env, Row};
+use crate::support::registry::{Auth, Image, Registry, Seen, base64, probe};
+use crate::support::{TestResult, docker_tests_enabled, test_image, wait_until};
+
+const LIMIT: Duration = Duration::from_secs(90);
+const USERNAME: &str = "deploy-bot";
+const REPOSITORY: &str = "acme/web";
+const TAG: &str = "1";
+
+/// Removes the image reference from the host when created and when dropped (also when the
+/// test fails, after `Env` removed the scope's containers). The pulled image has its own id
+/// (the nonce layer), so `docker rmi -f <reference>` removes it and leaves the test image.
+struct Untag(String);
+
+impl Untag {
+    fn new(reference: &str) -> Untag {
+        let untag = Untag(reference.to_owned());
+        untag.remove();
+        untag
+    }
+
+    fn remove(&self) {
+        let _ = Command::new("docker").args(["rmi", "-f", &self.0]).output();
+    }
+}
+
+impl Drop for Untag {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+fn image_present(reference: &str) -> TestResult<bool> {
+    Ok(Command::new("docker")
+        .args(["image", "inspect", "--format", "{{.Id}}", reference])
+        .output()?
+        .status
+        .success())
+}
+
+fn docker(args: &[&str]) -> TestResult<String> {
+    let output = Command::new("docker").args(args).output()?;
+    if !output.status.success() {
+        return Err(format!(
+            "docker {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        )
+        .into());
+    }
+    Ok(String::from_utf8(output.stdout)?.trim().to_owned())
+}
+
+fn deployment(scope: &str, image: &str) -> String {
+    format!(
+        "deployment \"{scope}\" \"web\" {{\n  image    = \"{image}\"\n  command  = [\"sleep\", \"3600\"]\n  replicas = 1\n}}\n"
+    )
+}
+
+fn registry_block(host: &str, token: &str) -> String {
+    format!(
+        "registry \"local\" {{\n  url      = \"{host}\"\n  username = \"{USERNAME}\"\n  token    = \"{token}\"\n}}\n"
+    )
+}
+
+/// The running `web` replicas of the scope.
+fn running(env: &Env) -> TestResult<Vec<Row>> {
+    let marker = format!("{}-web.", env.scope());
+    Ok(env
+        .containers()?
+        .into_iter()
+        .filter(|row| row.name.starts_with(&marker) && row.state == "running")
+        .collect())
+}
+
+fn served(seen: &[Seen], method: &str, path: &str) -> bool {
+    seen.iter().any(|request| {
+        request.method == method
+            && request.path == path
+            && request.auth == Auth::Valid
+            && request.status == 200
+    })
+}
+
+#[test]
+fn a_missing_image_is_pulled_from_a_private_registry_with_its_credentials() -> TestResult {
+    if !docker_tests_enabled(
+        "registry_docker::a_missing_image_is_pulled_from_a_private_registry_with_its_credentials",
+    ) {
+        return Ok(());
+    }
+    let nonce = voodu_agent::model::random_hex(8);
+    let image = Image::from_local(&test_image(), &nonce)?;
+    let token = format!("s3cret-{}", voodu_agent::model::random_hex(8));
+    let registry = Registry::start(REPOSITORY, TAG, image.clone(), USERNAME, &token)?;
+    let host = registry.host();
+    let reference = format!("{host}/{REPOSITORY}:{TAG}");
+    let _untag = Untag::new(&reference);
+    assert!(
+        !image_present(&reference)?,
+        "{reference} must be missing on the host before the test"
+    );
+
+    // The server itself: no or wrong credentials are refused with a Basic challenge.
+    let manifest_path = format!("/v2/{REPOSITORY}/manifests/{TAG}");
+    let wrong = format!("Basic {}", base64(format!("{USERNAME}:wrong").as_bytes()));
+    for authorization in [None, Some(wrong.as_str())] {
+        let (status, challenge) = probe(registry.address, &manifest_path, authorization)?;
+        assert_eq!(
+            (status, challenge.as_str()),
+            (401, r#"Basic realm="voodu-test""#),
+            "{authorization:?}"
+        );
+    }
+    let probes = registry.seen().len();
+
+    Env::new()?.run(|env| {
+        let scope = env.scope().to_owned();
+
+        // 1. No registry block: the pull is refused and the resource fails with the hint.
+        env.repo
+            .write("app/web.hcl", &deployment(&scope, &reference))?;
+        env.repo.commit("web from a private registry")?;
+        env.start_agent_with(&["--ready-settle", "1s"])?;
+        let hint = format!("declare a `registry` for {host}");
+        let failed = wait_until(LIMIT, "web to fail for want of a registry", || {
+            let resource = env.resource().ok()??;
+            let message = resource["message"].as_str()?.to_owned();
+            (resource["phase"] == "Failed" && message.contains(&hint)).then_some(message)
+        })?;
+        assert!(failed.contains(&reference), "{failed}");
+        let refused: Vec<Seen> = registry.seen().split_off(probes);
+        assert!(
+            !refused.is_empty()
+                && refused
+                    .iter()
+                    .all(|request| request.auth != Auth::Valid && request.status == 401),
+            "the engine's attempt without credentials is refused: {refused:?}"
+        );
+        assert!(!image_present(&reference)?);
+        eprintln!("without a registry: {failed}");
+
+        // 2. A registry block for the host: the pull succeeds with its credentials.
+        let before = registry.seen().len();
+        env.repo
+            .write("app/registry.hcl", &registry_block(&host, &token))?;
+        env.repo.commit("registry for the private image")?;
+        let committed = Instant::now();
+        let replica = wait_until(LIMIT, "one running replica of web, Ready", || {
+            let resource = env.resource().ok()??;
+            let mut rows = running(env).ok()?;
+            let ready = rows.len() == 1
+                && resource["phase"] == "Ready"
+                && resource["running_replicas"] == 1;
+            ready.then(|| rows.remove(0))
+        })?;
+        let ready_after = committed.elapsed();
+        let pull: Vec<Seen> = registry.seen().split_off(before);
+        let by_digest = format!("/v2/{REPOSITORY}/manifests/{}", image.manifest_digest);
+        assert!(
+            served(&pull, "GET", &manifest_path) || served(&pull, "GET", &by_digest),
+            "an authorised manifest GET: {pull:?}"
+        );
+        // The config and the nonce layer are new to the engine; the test image's layers it may
+        // know by digest from an earlier run, and then skips.
+        for digest in [image.config_digest.as_str(), image.own_layer().ok_or("layers")?] {
+            let path = format!("/v2/{REPOSITORY}/blobs/{digest}");
+            assert!(
+                served(&pull, "GET", &path),
+                "an authorised GET of {path}: {pull:?}"
+            );
+        }
+        assert!(
+            pull.iter()
+                .all(|request| request.auth == Auth::Valid || request.status == 401),
+            "nothing is served without the credentials: {pull:?}"
+        );
+        assert_eq!(
+            docker(&["image", "inspect", "--format", "{{.Id}}", &reference])?,
+            image.config_digest,
+            "{reference} is on the host now, the image the registry served"
+        );
+        assert_eq!(
+            docker(&["inspect", "--format", "{{.Image}}", &replica.id])?,
+            image.config_digest,
+            "the replica runs the pulled image"
+        );
+        assert_eq!(
+            docker(&["exec", &replica.id, "cat", "/voodu-registry-nonce"])?,
+            nonce,
+            "the replica's filesystem has the registry's own layer"
+        );
+
+        // 3. The token is nowhere an operator reads.
+        let status: Value = env.status()?;
+        assert!(
+            !status.to_string().contains(&token),
+            "the token is in status --json"
+        );
+        let log = std::fs::read_to_string(env.log())?;
+        assert!(!log.contains(&token), "the token is in the agent log");
+
+        let valid: Vec<&Seen> = pull
+            .iter()
+            .filter(|request| request.auth == Auth::Valid)
+            .collect();
+        let bytes: u64 = valid.iter().map(|request| request.bytes).sum();
+        let took = match (valid.first(), valid.last()) {
+            (Some(first), Some(last)) => last.at.duration_since(first.at),
+            _ => Duration::ZERO,
+        };
+        eprintln!(
+            "registry_docker: {} requests during the pull ({} authorised, {} refused), {bytes} bytes served, pull took {took:?} (first to last authorised request), Ready {ready_after:?} after the registry commit; {} requests refused before the registry block",
+            pull.len(),
+            valid.len(),
+            pull.len() - valid.len(),
+            refused.len(),
+        );
+        Ok(())
+    })
+}
