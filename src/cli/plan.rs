@@ -402,6 +402,15 @@ fn ordinals(plan: &ResourcePlan, wanted: fn(&StatefulStep) -> bool) -> String {
     ordinals.join(", ")
 }
 
+/// The fields a plan changes, in order; only those in the spec hash when `hashed_only`.
+fn changed_fields(plan: &ResourcePlan, hashed_only: bool) -> Vec<&str> {
+    plan.changes
+        .iter()
+        .filter(|change| change.hashed || !hashed_only)
+        .map(|change| change.field.as_str())
+        .collect()
+}
+
 /// One line for a resource: what happens and why.
 fn detail(plan: &ResourcePlan, next: Option<&Spec>) -> String {
     if plan.key.kind == Kind::Statefulset {
@@ -421,12 +430,7 @@ fn detail(plan: &ResourcePlan, next: Option<&Spec>) -> String {
             "removed from the host".to_owned()
         }),
         Action::Replace => {
-            let why: Vec<&str> = plan
-                .changes
-                .iter()
-                .filter(|change| change.hashed)
-                .map(|change| change.field.as_str())
-                .collect();
+            let why = changed_fields(plan, true);
             parts.push(if why.is_empty() {
                 "running containers have an outdated spec hash".to_owned()
             } else {
@@ -442,11 +446,7 @@ fn detail(plan: &ResourcePlan, next: Option<&Spec>) -> String {
             }
         }
         Action::Update => {
-            let fields: Vec<&str> = plan
-                .changes
-                .iter()
-                .map(|change| change.field.as_str())
-                .collect();
+            let fields = changed_fields(plan, false);
             if !fields.is_empty() {
                 parts.push(format!(
                     "{} changed (no container is replaced)",
@@ -505,12 +505,7 @@ fn statefulset_detail(plan: &ResourcePlan, next: Option<&Spec>) -> String {
             format!("pod(s) {removes} removed in that order; volumes kept")
         }),
         Action::Replace => {
-            let why: Vec<&str> = plan
-                .changes
-                .iter()
-                .filter(|change| change.hashed)
-                .map(|change| change.field.as_str())
-                .collect();
+            let why = changed_fields(plan, true);
             parts.push(if why.is_empty() {
                 "running pods have an outdated spec hash".to_owned()
             } else {
@@ -518,11 +513,7 @@ fn statefulset_detail(plan: &ResourcePlan, next: Option<&Spec>) -> String {
             });
         }
         Action::Update => {
-            let fields: Vec<&str> = plan
-                .changes
-                .iter()
-                .map(|change| change.field.as_str())
-                .collect();
+            let fields = changed_fields(plan, false);
             if !fields.is_empty() {
                 parts.push(format!(
                     "{} changed (no pod is replaced)",

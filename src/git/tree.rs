@@ -18,12 +18,8 @@ pub(super) fn read_snapshot(
         sha: sha.to_string(),
         message,
     };
-    let id = gix::ObjectId::from_hex(sha.as_str().as_bytes())
-        .map_err(|error| read_error(error.to_string()))?;
     let tree = repo
-        .find_commit(id)
-        .map_err(|error| read_error(error.to_string()))?
-        .tree()
+        .find_tree(tree_of(repo, sha)?)
         .map_err(|error| read_error(error.to_string()))?;
     let mut recorder = gix::traverse::tree::Recorder::default();
     tree.traverse()
@@ -38,10 +34,10 @@ pub(super) fn read_snapshot(
     // A watched path that matches nothing would read as "the repo declares nothing" and prune
     // every resource: refuse the commit instead.
     for prefix in &prefixes {
-        let exists = recorder.records.iter().any(|entry| {
-            let path = entry.filepath.to_str_lossy();
-            path == prefix.as_str() || path.starts_with(&format!("{prefix}/"))
-        });
+        let exists = recorder
+            .records
+            .iter()
+            .any(|entry| is_under(&entry.filepath.to_str_lossy(), prefix));
         if !exists {
             refused.push((
                 prefix.clone(),
@@ -53,10 +49,7 @@ pub(super) fn read_snapshot(
     let mut files = Vec::new();
     for entry in recorder.records {
         let path = entry.filepath.to_str_lossy().into_owned();
-        let watched = prefixes.is_empty()
-            || prefixes
-                .iter()
-                .any(|prefix| path == *prefix || path.starts_with(&format!("{prefix}/")));
+        let watched = prefixes.is_empty() || prefixes.iter().any(|prefix| is_under(&path, prefix));
         if !watched || !is_manifest_path(&path) {
             continue;
         }
@@ -86,6 +79,28 @@ pub(super) fn read_snapshot(
     })
 }
 
+/// The tree id of commit `sha`.
+fn tree_of(repo: &gix::Repository, sha: &CommitSha) -> Result<gix::ObjectId> {
+    let read_error = |error: &dyn std::fmt::Display| Error::Read {
+        sha: sha.to_string(),
+        message: error.to_string(),
+    };
+    let id =
+        gix::ObjectId::from_hex(sha.as_str().as_bytes()).map_err(|error| read_error(&error))?;
+    Ok(repo
+        .find_commit(id)
+        .map_err(|error| read_error(&error))?
+        .tree_id()
+        .map_err(|error| read_error(&error))?
+        .detach())
+}
+
+/// Whether repo path `path` is `prefix` or lies under it.
+fn is_under(path: &str, prefix: &str) -> bool {
+    path.strip_prefix(prefix)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
 /// `./deploy/`, `deploy` and `/deploy` all mean `deploy`; `.` and `./` mean the whole repo.
 pub(super) fn normalize_watched_path(path: &str) -> String {
     path.split('/')
@@ -102,18 +117,7 @@ pub struct CommitFiles {
 
 impl CommitFiles {
     pub(super) fn new(repo: gix::Repository, sha: &CommitSha) -> Result<CommitFiles> {
-        let read_error = |message: String| Error::Read {
-            sha: sha.to_string(),
-            message,
-        };
-        let id = gix::ObjectId::from_hex(sha.as_str().as_bytes())
-            .map_err(|error| read_error(error.to_string()))?;
-        let tree = repo
-            .find_commit(id)
-            .map_err(|error| read_error(error.to_string()))?
-            .tree_id()
-            .map_err(|error| read_error(error.to_string()))?
-            .detach();
+        let tree = tree_of(&repo, sha)?;
         Ok(CommitFiles { repo, tree })
     }
 }
@@ -146,7 +150,15 @@ impl crate::model::FileSource for CommitFiles {
 
 #[cfg(test)]
 mod tests {
-    use super::normalize_watched_path;
+    use super::{is_under, normalize_watched_path};
+
+    #[test]
+    fn a_path_is_under_its_prefix_or_equal_to_it_only() {
+        assert!(is_under("deploy", "deploy"));
+        assert!(is_under("deploy/web.hcl", "deploy"));
+        assert!(!is_under("deploy-old/web.hcl", "deploy"));
+        assert!(!is_under("other/deploy/web.hcl", "deploy"));
+    }
 
     #[test]
     fn watched_paths_normalise() {

@@ -305,6 +305,25 @@ pub(crate) fn is_false(value: &bool) -> bool {
     !*value
 }
 
+/// A replica count as voodu's controller reads it: omitted or below 1 means 1.
+pub(crate) fn replica_count(replicas: Option<i64>) -> usize {
+    replicas.map_or(1, |replicas| usize::try_from(replicas.max(1)).unwrap_or(1))
+}
+
+/// A restart policy, voodu's default when the manifest leaves it out.
+pub(crate) fn restart_or_default(restart: &str) -> &str {
+    if restart.is_empty() {
+        DEFAULT_RESTART
+    } else {
+        restart
+    }
+}
+
+/// Ports after voodu's loopback normalisation (`normalize_port` each).
+pub(crate) fn normalized_ports(ports: &[String]) -> Vec<String> {
+    ports.iter().map(|port| normalize_port(port)).collect()
+}
+
 /// voodu's `normalizePort`: `[…` unchanged; no `:` → `127.0.0.1::<p>`; one `:` →
 /// `127.0.0.1:<p>`; two or more → unchanged (spec §6.4).
 pub fn normalize_port(port: &str) -> String {

@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    Autoscale, Container, DEFAULT_RESTART, Init, Logs, OnDeploy, OnProbe, Probes, ReleaseHooks,
-    Resources, is_zero, normalize_port,
+    Autoscale, Container, Init, Logs, OnDeploy, OnProbe, Probes, ReleaseHooks, Resources, is_zero,
+    normalized_ports, replica_count, restart_or_default,
 };
 use super::hash::{go_json_sha256, non_empty, sorted};
 use crate::model::{ResourceKey, SpecHash};
@@ -60,8 +60,7 @@ pub struct DeploymentSpec {
 impl DeploymentSpec {
     /// Desired replica count: omitted or below 1 means 1, as voodu's controller does.
     pub fn n_replicas(&self) -> usize {
-        self.replicas
-            .map_or(1, |replicas| usize::try_from(replicas.max(1)).unwrap_or(1))
+        replica_count(self.replicas)
     }
 
     /// Replicas to run given the autoscaler's count (`scaled`): that count within the
@@ -78,16 +77,12 @@ impl DeploymentSpec {
     }
 
     pub fn effective_restart(&self) -> &str {
-        if self.restart.is_empty() {
-            DEFAULT_RESTART
-        } else {
-            &self.restart
-        }
+        restart_or_default(&self.restart)
     }
 
     /// Ports after voodu's loopback normalisation (spec §6.4); none in host/none mode.
     pub fn normalized_ports(&self) -> Vec<String> {
-        self.ports.iter().map(|port| normalize_port(port)).collect()
+        normalized_ports(&self.ports)
     }
 
     /// voodu's deployment spec hash.
@@ -168,7 +163,7 @@ struct HashedDeployment {
 mod tests {
     use super::*;
     use crate::manifest::spec::common::{
-        DEFAULT_NETWORK, HttpGet, Limits, OnDeploy, Probe, WebhookTarget,
+        DEFAULT_NETWORK, DEFAULT_RESTART, HttpGet, Limits, OnDeploy, Probe, WebhookTarget,
     };
     use crate::model::Kind;
 

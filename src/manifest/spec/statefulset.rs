@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    Container, DEFAULT_RESTART, Init, Logs, OnProbe, Probes, Resources, VolumeClaim, normalize_port,
+    Container, Init, Logs, OnProbe, Probes, Resources, VolumeClaim, normalized_ports,
+    replica_count, restart_or_default,
 };
 use super::deployment::asset_lines;
 use super::hash::{go_json_sha256, non_empty, sorted};
@@ -47,20 +48,15 @@ pub struct StatefulsetSpec {
 impl StatefulsetSpec {
     /// Desired pod count: omitted or below 1 means 1.
     pub fn n_replicas(&self) -> usize {
-        self.replicas
-            .map_or(1, |replicas| usize::try_from(replicas.max(1)).unwrap_or(1))
+        replica_count(self.replicas)
     }
 
     pub fn effective_restart(&self) -> &str {
-        if self.restart.is_empty() {
-            DEFAULT_RESTART
-        } else {
-            &self.restart
-        }
+        restart_or_default(&self.restart)
     }
 
     pub fn normalized_ports(&self) -> Vec<String> {
-        self.ports.iter().map(|port| normalize_port(port)).collect()
+        normalized_ports(&self.ports)
     }
 
     /// voodu's statefulset spec hash.

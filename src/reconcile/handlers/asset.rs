@@ -19,19 +19,13 @@ use crate::runtime::Runtime;
 use crate::store::ResourceStatus;
 
 pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
-    let desired = {
-        let key = key.clone();
-        blocking(&ctx.store, move |store| store.desired(&key)).await?
-    };
+    let desired = super::desired_of(ctx, key).await?;
     let Some(desired) = desired else {
         let key = key.clone();
         return blocking(&ctx.store, move |store| store.delete_status(&key)).await;
     };
     let Spec::Asset(asset) = &desired.spec else {
-        return Err(Error::Permanent {
-            key: key.clone(),
-            message: format!("stored spec is a {}, not an asset", desired.spec.kind()),
-        });
+        return Err(super::wrong_kind(key, &desired.spec));
     };
     let files: AssetFiles = asset
         .files

@@ -31,18 +31,12 @@ use crate::store::{CronState, Desired, JobRun, ResourceStatus, RunStatus, now_un
 const SKIPS_KEPT: usize = 10;
 
 pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) -> Result<()> {
-    let desired = {
-        let key = key.clone();
-        blocking(&ctx.store, move |store| store.desired(&key)).await?
-    };
+    let desired = super::desired_of(ctx, key).await?;
     let Some(desired) = desired else {
         return remove_all(ctx, key).await;
     };
     let Spec::Cronjob(spec) = &desired.spec else {
-        return Err(Error::Permanent {
-            key: key.clone(),
-            message: format!("stored spec is a {}, not a cronjob", desired.spec.kind()),
-        });
+        return Err(super::wrong_kind(key, &desired.spec));
     };
     let checked = Schedule::parse(&spec.schedule, &spec.timezone)
         .map_err(|problem| format!("schedule {:?}: {problem}", spec.schedule))

@@ -13,15 +13,12 @@
 use crate::model::ResourceKey;
 use crate::reconcile::router::{self, RouterReport};
 use crate::reconcile::routes::IngressView;
-use crate::reconcile::{Ctx, Error, Result, blocking};
+use crate::reconcile::{Ctx, Result, blocking};
 use crate::runtime::Runtime;
 use crate::store::{Desired, Release, ReleasePhase, ResourceStatus, now_unix};
 
 pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
-    let desired = {
-        let key = key.clone();
-        blocking(&ctx.store, move |store| store.desired(&key)).await?
-    };
+    let desired = super::desired_of(ctx, key).await?;
     let Some(desired) = desired else {
         let key = key.clone();
         blocking(&ctx.store, move |store| store.delete_status(&key)).await?;
@@ -39,10 +36,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
     }
     let table = router::current_table(ctx).await?;
     let Some(view) = table.view(key) else {
-        return Err(Error::Permanent {
-            key: key.clone(),
-            message: format!("stored spec is a {}, not an ingress", desired.spec.kind()),
-        });
+        return Err(super::wrong_kind(key, &desired.spec));
     };
     let report = ctx.router.report();
     let live = report.live.get(key) == Some(&router::fingerprint(view));

@@ -72,18 +72,12 @@ pub(super) fn plan_job(runs: &[JobRun], spec_hash: &str) -> JobStep {
 }
 
 pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) -> Result<()> {
-    let desired = {
-        let key = key.clone();
-        blocking(&ctx.store, move |store| store.desired(&key)).await?
-    };
+    let desired = super::desired_of(ctx, key).await?;
     let Some(desired) = desired else {
         return remove_all(ctx, key).await;
     };
     let Spec::Job(spec) = &desired.spec else {
-        return Err(Error::Permanent {
-            key: key.clone(),
-            message: format!("stored spec is a {}, not a job", desired.spec.kind()),
-        });
+        return Err(super::wrong_kind(key, &desired.spec));
     };
     let timeout = run_timeout(&spec.timeout);
     let actual = list_runs(ctx, key).await?;
@@ -286,21 +280,7 @@ pub(super) async fn start_run<R: Runtime>(
         container_id: id,
         container: name,
     };
-    if let Err(error) = ctx.runtime.start(&run.container_id).await {
-        tracing::warn!(%key, container = %run.container, %error, "run could not start");
-        let _ = ctx.runtime.remove(&run.container_id).await;
-        finish_record(
-            ctx,
-            &run,
-            Ended {
-                status: RunStatus::Failed,
-                exit_code: None,
-                error: format!("cannot start {}: {error}", run.container),
-                logs: String::new(),
-                at: now_unix(),
-            },
-        )
-        .await?;
+    if !start_container(ctx, key, &run).await? {
         return Ok(run_id);
     }
     tracing::info!(%key, container = %run.container, "run started");
@@ -324,6 +304,36 @@ struct Ended {
     error: String,
     logs: String,
     at: i64,
+}
+
+impl Ended {
+    /// A run that failed now, without an exit code or output.
+    fn failed(error: String) -> Ended {
+        Ended {
+            status: RunStatus::Failed,
+            exit_code: None,
+            error,
+            logs: String::new(),
+            at: now_unix(),
+        }
+    }
+}
+
+/// Starts a recorded run's container; when the engine refuses, removes it and records the run
+/// failed. Whether it started.
+async fn start_container<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    run: &RunRef,
+) -> Result<bool> {
+    let Err(error) = ctx.runtime.start(&run.container_id).await else {
+        return Ok(true);
+    };
+    tracing::warn!(%key, container = %run.container, %error, "run could not start");
+    let _ = ctx.runtime.remove(&run.container_id).await;
+    let error = format!("cannot start {}: {error}", run.container);
+    finish_record(ctx, run, Ended::failed(error)).await?;
+    Ok(false)
 }
 
 /// Runs the store says are running but that no waiter of this process watches (the agent
@@ -358,13 +368,9 @@ pub(super) async fn settle_runs<R: Runtime>(
             finish_record(
                 ctx,
                 &run_ref,
-                Ended {
-                    status: RunStatus::Failed,
-                    exit_code: None,
-                    error: "its container was gone when the agent looked again (removed while the agent was not running?)".to_owned(),
-                    logs: String::new(),
-                    at: now_unix(),
-                },
+                Ended::failed(
+                    "its container was gone when the agent looked again (removed while the agent was not running?)".to_owned(),
+                ),
             )
             .await?;
             continue;
@@ -374,24 +380,11 @@ pub(super) async fn settle_runs<R: Runtime>(
             container_id: container.id.clone(),
             container: run.container.clone(),
         };
-        if container.state == ContainerState::Created {
-            // The agent stopped between recording the run and starting it.
-            if let Err(error) = ctx.runtime.start(&container.id).await {
-                let _ = ctx.runtime.remove(&container.id).await;
-                finish_record(
-                    ctx,
-                    &run_ref,
-                    Ended {
-                        status: RunStatus::Failed,
-                        exit_code: None,
-                        error: format!("cannot start {}: {error}", run.container),
-                        logs: String::new(),
-                        at: now_unix(),
-                    },
-                )
-                .await?;
-                continue;
-            }
+        // The agent stopped between recording the run and starting it.
+        if container.state == ContainerState::Created
+            && !start_container(ctx, key, &run_ref).await?
+        {
+            continue;
         }
         // A run that already exited is recorded as it ended, even if its timeout passed
         // since; otherwise it has what is left of its timeout.

@@ -19,9 +19,11 @@ mod statefulset;
 
 use std::sync::Arc;
 
-use super::{Ctx, Result};
+use super::{Ctx, Error, Result, blocking};
+use crate::manifest::spec::Spec;
 use crate::model::{Kind, ResourceKey};
 use crate::runtime::Runtime;
+use crate::store::Desired;
 
 /// Reconciles one resource.
 pub(crate) async fn reconcile<R: Runtime>(ctx: Arc<Ctx<R>>, key: ResourceKey) -> Result<()> {
@@ -33,5 +35,23 @@ pub(crate) async fn reconcile<R: Runtime>(ctx: Arc<Ctx<R>>, key: ResourceKey) ->
         Kind::Job => job::reconcile(&ctx, &key).await,
         Kind::Registry => registry::reconcile(&ctx, &key).await,
         Kind::Statefulset => statefulset::reconcile(&ctx, &key).await,
+    }
+}
+
+/// The desired state of `key`, read off the async threads; `None` once it left the repo.
+async fn desired_of<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Option<Desired>> {
+    let key = key.clone();
+    blocking(&ctx.store, move |store| store.desired(&key)).await
+}
+
+/// A stored spec of another kind than its key's (a store bug): permanent, never retried.
+fn wrong_kind(key: &ResourceKey, spec: &Spec) -> Error {
+    Error::Permanent {
+        key: key.clone(),
+        message: format!(
+            "stored spec is of kind {}, but the key is a {}",
+            spec.kind(),
+            key.kind
+        ),
     }
 }

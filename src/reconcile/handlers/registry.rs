@@ -10,24 +10,18 @@ use serde_json::json;
 
 use crate::manifest::spec::Spec;
 use crate::model::ResourceKey;
-use crate::reconcile::{Ctx, Error, Result, blocking};
+use crate::reconcile::{Ctx, Result, blocking};
 use crate::runtime::Runtime;
 use crate::store::ResourceStatus;
 
 pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
-    let desired = {
-        let key = key.clone();
-        blocking(&ctx.store, move |store| store.desired(&key)).await?
-    };
+    let desired = super::desired_of(ctx, key).await?;
     let Some(desired) = desired else {
         let key = key.clone();
         return blocking(&ctx.store, move |store| store.delete_status(&key)).await;
     };
     let Spec::Registry(registry) = &desired.spec else {
-        return Err(Error::Permanent {
-            key: key.clone(),
-            message: format!("stored spec is a {}, not a registry", desired.spec.kind()),
-        });
+        return Err(super::wrong_kind(key, &desired.spec));
     };
     let mut status = ResourceStatus::new("Ready", "");
     status.spec_hash = desired.spec_hash.to_string();

@@ -63,21 +63,12 @@ struct Work<'a> {
 }
 
 pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
-    let desired = {
-        let key = key.clone();
-        blocking(&ctx.store, move |store| store.desired(&key)).await?
-    };
+    let desired = super::desired_of(ctx, key).await?;
     let Some(desired) = desired else {
         return remove_everything(ctx, key).await;
     };
     let Spec::Statefulset(spec) = &desired.spec else {
-        return Err(Error::Permanent {
-            key: key.clone(),
-            message: format!(
-                "stored spec is a {}, not a statefulset",
-                desired.spec.kind()
-            ),
-        });
+        return Err(super::wrong_kind(key, &desired.spec));
     };
     let env_source = EnvSource::load(ctx, &key.scope).await?;
     let mut pods = Vec::with_capacity(desired.n_replicas);

@@ -218,15 +218,24 @@ impl Capture {
     }
 }
 
-fn read_request(mut stream: std::net::TcpStream) -> TestResult<Captured> {
-    use std::io::{BufRead as _, BufReader, Read as _, Write as _};
-    stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
+/// The request line and headers of one HTTP/1.1 request (header names lower-cased).
+pub struct RequestHead {
+    pub method: String,
+    pub target: String,
+    pub headers: BTreeMap<String, String>,
+}
+
+/// Reads one request's line and headers; `None` when the client closed the connection.
+pub fn read_request_head(reader: &mut impl std::io::BufRead) -> TestResult<Option<RequestHead>> {
     let mut line = String::new();
-    reader.read_line(&mut line)?;
+    if reader.read_line(&mut line)? == 0 {
+        return Ok(None);
+    }
     let mut parts = line.split_whitespace();
-    let method = parts.next().ok_or("no method")?.to_owned();
-    let path = parts.next().ok_or("no path")?.to_owned();
+    let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
+        return Ok(None);
+    };
+    let (method, target) = (method.to_owned(), target.to_owned());
     let mut headers = BTreeMap::new();
     loop {
         let mut line = String::new();
@@ -239,16 +248,35 @@ fn read_request(mut stream: std::net::TcpStream) -> TestResult<Captured> {
             headers.insert(name.trim().to_lowercase(), value.trim().to_owned());
         }
     }
-    let length: usize = headers
+    Ok(Some(RequestHead {
+        method,
+        target,
+        headers,
+    }))
+}
+
+/// Reads the body `head`'s `Content-Length` announces.
+pub fn read_body(reader: &mut impl std::io::Read, head: &RequestHead) -> TestResult<Vec<u8>> {
+    let length: usize = head
+        .headers
         .get("content-length")
         .map_or(Ok(0), |value| value.parse())?;
     let mut body = vec![0; length];
     reader.read_exact(&mut body)?;
+    Ok(body)
+}
+
+fn read_request(mut stream: std::net::TcpStream) -> TestResult<Captured> {
+    use std::io::Write as _;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+    let mut reader = std::io::BufReader::new(stream.try_clone()?);
+    let head = read_request_head(&mut reader)?.ok_or("no request")?;
+    let body = read_body(&mut reader, &head)?;
     stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")?;
     Ok(Captured {
-        method,
-        path,
-        headers,
+        method: head.method,
+        path: head.target,
+        headers: head.headers,
         body: String::from_utf8(body)?,
     })
 }

@@ -6,7 +6,7 @@
 //! test can assert what the engine presented and what was refused.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead as _, BufReader, Write as _};
+use std::io::{BufReader, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::Command;
@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use voodu_agent::manifest::spec::sha256_hex;
 
 use super::TestResult;
+use super::http::{RequestHead, read_request_head};
 
 pub const MANIFEST_V2: &str = "application/vnd.docker.distribution.manifest.v2+json";
 const CONFIG: &str = "application/vnd.docker.container.image.v1+json";
@@ -261,27 +262,14 @@ fn serve_connection(stream: TcpStream, served: &Served, seen: &Mutex<Vec<Seen>>)
     let mut writer = stream.try_clone()?;
     let mut reader = BufReader::new(stream);
     loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line)? == 0 {
-            return Ok(());
-        }
-        let mut parts = line.split_whitespace();
-        let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
+        let Some(RequestHead {
+            method,
+            target,
+            headers,
+        }) = read_request_head(&mut reader)?
+        else {
             return Ok(());
         };
-        let (method, target) = (method.to_owned(), target.to_owned());
-        let mut headers = BTreeMap::new();
-        loop {
-            let mut line = String::new();
-            reader.read_line(&mut line)?;
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            if let Some((name, value)) = line.split_once(':') {
-                headers.insert(name.trim().to_lowercase(), value.trim().to_owned());
-            }
-        }
         let length: u64 = headers
             .get("content-length")
             .map_or(Ok(0), |value| value.parse())?;
