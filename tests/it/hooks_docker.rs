@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use crate::e2e_docker::{Env, Events, Row};
 use crate::support::http::{Capture, Captured};
-use crate::support::{TestResult, docker_tests_enabled, test_image, wait_until};
+use crate::support::{TestResult, test_image, wait_until};
 
 const LIMIT: Duration = Duration::from_secs(90);
 
@@ -126,12 +126,8 @@ fn env_of(id: &str) -> TestResult<Vec<String>> {
 }
 
 #[test]
+#[ignore = "needs a Docker engine: scripts/test runs it (cargo test -- --include-ignored)"]
 fn release_hooks_init_containers_on_deploy_and_a_bucket_change_on_docker() -> TestResult {
-    if !docker_tests_enabled(
-        "hooks_docker::release_hooks_init_containers_on_deploy_and_a_bucket_change_on_docker",
-    ) {
-        return Ok(());
-    }
     let capture = Capture::start()?;
     Env::new()?.run(|env| {
         let scope = env.scope().to_owned();

@@ -21,7 +21,7 @@ use voodu_agent::runtime::{DockerRuntime, FakeRuntime, Runtime, labels};
 use voodu_agent::store::{Readiness, ResourceStatus, Store, now_unix};
 
 use crate::support::harness::apply_files;
-use crate::support::{DockerGuard, TestResult, docker_tests_enabled, test_image, unique};
+use crate::support::{DockerGuard, TestResult, test_image, unique};
 
 /// The Caddy image the Docker test runs (scripts/docker-setup builds it).
 fn caddy_image() -> String {
@@ -394,10 +394,8 @@ fn docker(args: &[&str]) -> TestResult<String> {
 
 /// Issue 5 acceptance: ingress routing a request to a ready replica and not to an unready one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Docker engine: scripts/test runs it (cargo test -- --include-ignored)"]
 async fn docker_ingress_routes_follow_the_ready_replicas() -> TestResult {
-    if !docker_tests_enabled("ingress::docker_ingress_routes_follow_the_ready_replicas") {
-        return Ok(());
-    }
     let scope = unique("in");
     let _guard = DockerGuard::new(&scope);
     let dir = tempfile::tempdir()?;

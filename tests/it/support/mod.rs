@@ -11,7 +11,7 @@ pub mod registry;
 pub mod repo;
 
 pub use agent::{TestAgent, TestAgentOptions};
-pub use docker::{DockerGuard, docker_tests_enabled, test_image};
+pub use docker::{DockerGuard, test_image};
 pub use harness::Harness;
 pub use repo::TempRepo;
 
