@@ -41,6 +41,25 @@ pub struct DockerRuntime {
 }
 
 impl DockerRuntime {
+    /// Ids of the networks named exactly `name` (the engine's name filter also matches
+    /// substrings).
+    async fn network_ids(&self, name: &str) -> Result<Vec<String>> {
+        let filters = HashMap::from([("name".to_owned(), vec![name.to_owned()])]);
+        let options = bollard::query_parameters::ListNetworksOptionsBuilder::default()
+            .filters(&filters)
+            .build();
+        let networks = self
+            .docker
+            .list_networks(Some(options))
+            .await
+            .map_err(classify)?;
+        Ok(networks
+            .into_iter()
+            .filter(|network| network.name.as_deref() == Some(name))
+            .filter_map(|network| network.id)
+            .collect())
+    }
+
     /// Connects with the local defaults (`DOCKER_HOST` or `/var/run/docker.sock`) and
     /// negotiates the API version the engine speaks.
     pub async fn connect() -> Result<DockerRuntime> {
@@ -371,25 +390,30 @@ impl Runtime for DockerRuntime {
 
     async fn ensure_network(&self, name: &str) -> Result<()> {
         let _guard = self.network_lock.lock().await;
-        match self
-            .docker
-            .inspect_network(name, None)
-            .await
-            .map_err(classify)
-        {
-            Ok(_) => return Ok(()),
-            Err(Error::NotFound { .. }) => {}
-            Err(other) => return Err(other),
+        let mut ids = self.network_ids(name).await?;
+        if ids.is_empty() {
+            let request = NetworkCreateRequest {
+                name: name.to_owned(),
+                driver: Some("bridge".to_owned()),
+                ..NetworkCreateRequest::default()
+            };
+            match self.docker.create_network(request).await.map_err(classify) {
+                Ok(_) | Err(Error::Conflict { .. }) => {}
+                Err(other) => return Err(other),
+            }
+            ids = self.network_ids(name).await?;
         }
-        let request = NetworkCreateRequest {
-            name: name.to_owned(),
-            driver: Some("bridge".to_owned()),
-            ..NetworkCreateRequest::default()
-        };
-        match self.docker.create_network(request).await.map_err(classify) {
-            Ok(_) | Err(Error::Conflict { .. }) => Ok(()),
-            Err(other) => Err(other),
+        // The engine keys networks by id: two agents (processes) creating the same name at
+        // once both succeed, and every later use of the name is then "ambiguous". Every agent
+        // keeps the network with the smallest id and removes the others, so racing agents
+        // converge on the same one; removing one in use fails and is left for the next call.
+        ids.sort();
+        for extra in ids.iter().skip(1) {
+            if let Err(error) = self.docker.remove_network(extra).await {
+                tracing::debug!(network = name, id = %extra, %error, "duplicate network kept for now");
+            }
         }
+        Ok(())
     }
 
     async fn inspect(&self, id: &str) -> Result<Inspection> {

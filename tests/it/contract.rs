@@ -106,6 +106,56 @@ async fn docker_ensure_network_races_create_one_network() -> TestResult {
     Ok(())
 }
 
+/// Docker only: two agents (two processes, so no shared lock) that created the same network at
+/// once leave two networks by that name, and every use of the name is then "ambiguous";
+/// `ensure_network` removes the duplicates, keeping the same one whichever agent runs it.
+#[tokio::test]
+#[ignore = "needs a Docker engine: scripts/test runs it (cargo test -- --include-ignored)"]
+async fn docker_ensure_network_removes_a_duplicate_another_process_made() -> TestResult {
+    let scope = unique("t");
+    let network = network_name(&scope);
+    let _network = NetworkGuard(network.clone());
+    let docker = bollard::Docker::connect_with_local_defaults()?
+        .negotiate_version()
+        .await?;
+    for _ in 0..2 {
+        // The engine of Debian 12 accepts the same name twice (newer engines may refuse).
+        let request = bollard::models::NetworkCreateRequest {
+            name: network.clone(),
+            driver: Some("bridge".to_owned()),
+            ..Default::default()
+        };
+        let _ = docker.create_network(request).await;
+    }
+    let count = || -> TestResult<usize> {
+        let output = Command::new("docker")
+            .args([
+                "network",
+                "ls",
+                "-q",
+                "--filter",
+                &format!("name=^{network}$"),
+            ])
+            .output()?;
+        Ok(String::from_utf8(output.stdout)?.lines().count())
+    };
+    let made = count()?;
+    DockerRuntime::connect()
+        .await?
+        .ensure_network(&network)
+        .await?;
+    DockerRuntime::connect()
+        .await?
+        .ensure_network(&network)
+        .await?;
+    assert_eq!(
+        count()?,
+        1,
+        "{made} networks named {network} before ensure_network"
+    );
+    Ok(())
+}
+
 /// A `sleep 300` container on the test image, on `voodu0`, labelled with the scope.
 fn spec(scope: &str, name: &str) -> ContainerSpec {
     ContainerSpec {
