@@ -115,8 +115,9 @@ fn syntax_errors() {
     check(
         "deployment \"a\" \"b\" {\n  image = \"\u{E000}\"\n}\n",
         expect![[r#"
-        m/app.hcl:2:12: the file contains U+E000, a private-use character this agent reserves; remove it
-    "#]],
+            m/app.hcl:2:3: `image` "$" is not an image reference: "$" is not a name component (lowercase letters and digits, joined by `.`, `_`, `__` or `-`); write [registry[:port]/]name[:tag][@digest], e.g. "nginx:1.27" or "ghcr.io/org/app:v1"
+            m/app.hcl:2:12: the file contains U+E000, a private-use character this agent reserves; remove it
+        "#]],
     );
 }
 
@@ -374,9 +375,9 @@ fn rules_between_fields() {
     check(
         "deployment \"a\" \"b\" {\n  image = \"x\"\n  ports = [\"http\"]\n  restart = \"sometimes\"\n}\n",
         expect![[r#"
-        m/app.hcl:3:3: port "http" is not `[ip:][host_port:]container_port[/tcp|udp]`
-        m/app.hcl:4:3: `restart` "sometimes" is not a Docker restart policy: no, always, unless-stopped, on-failure[:N]
-    "#]],
+            m/app.hcl:3:12: port "http" is not `[ip:][host_port:]container_port[/tcp|udp]`
+            m/app.hcl:4:3: `restart` "sometimes" is not a Docker restart policy: no, always, unless-stopped, on-failure[:N]
+        "#]],
     );
     check(
         "deployment \"a\" \"b\" {\n  image = \"x\"\n  resources {\n    limits {\n      cpu = \"two\"\n      memory = \"1gb\"\n    }\n  }\n}\n",
