@@ -116,15 +116,17 @@ impl DockerOptions {
     /// Parses a `docker_options` list. The error names the offending item.
     pub fn parse(items: &[String]) -> Result<DockerOptions, String> {
         let mut options = DockerOptions::default();
-        let mut index = 0;
-        while index < items.len() {
-            let item = items[index].trim();
-            index += 1;
-            if let Some(problem) = control_character(item) {
+        for item in items {
+            if let Some(problem) = control_character(item.trim()) {
                 return Err(format!(
                     "{item:?} contains {problem}: Docker would refuse or misread it; write one flag or value per list item"
                 ));
             }
+        }
+        let mut index = 0;
+        while index < items.len() {
+            let item = items[index].trim();
+            index += 1;
             let (flag, inline) = match item.split_once('=') {
                 Some((flag, value)) if flag.starts_with('-') => (flag, Some(value.to_owned())),
                 _ => (item, None),
@@ -412,6 +414,14 @@ mod tests {
         assert_eq!(options.pids_limit, Some(4096));
         assert!(options.privileged);
         assert_eq!(options.env, ["A=1"]);
+        let hosts = parse(&[
+            "--add-host=db:10.0.0.1",
+            "--add-host",
+            "v6:::1",
+            "--add-host=gw=host-gateway",
+            "--add-host=b:[fe80::1]",
+        ])?;
+        assert_eq!(hosts.add_hosts.len(), 4);
         Ok(())
     }
 
@@ -428,6 +438,24 @@ mod tests {
             (&["--label=voodu.kind=x"][..], "the agent's own"),
             (&["-e", "HOME"][..], "must be KEY=VALUE"),
             (&["--privileged=maybe"][..], "takes no value"),
+            (&["--pids-limit=9999999"][..], "is -1 to 4194304"),
+            (&["--cpu-shares=300000"][..], "is 0 to 262144"),
+            (&["--oom-score-adj=-1001"][..], "is -1000 to 1000"),
+            (&["--stop-timeout", "-5"][..], "is 0 to 3600"),
+            (&["--shm-size=17t"][..], "is not a size"),
+            (&["--shm-size=20000g"][..], "above the limit"),
+            (&["--memory-swap=99999999g"][..], "above the limit"),
+            (&["--gpus=0"][..], "a count from 1 to 256"),
+            (&["--gpus", "1000"][..], "a count from 1 to 256"),
+            (&["-e", "=x"][..], "empty variable name"),
+            (&["--add-host=db"][..], "write \"host:ip\""),
+            (&["--add-host", "db:10.0.0.300"][..], "is not an IP address"),
+            (
+                &["--add-host", "db:1.2.3.4\nevil:5.6.7.8"][..],
+                "a line break",
+            ),
+            (&["--entrypoint", "sh\0"][..], "a NUL character"),
+            (&["--label=a=b\0c"][..], "a NUL character"),
         ] {
             let error = parse(items).expect_err("must be refused");
             assert!(error.contains(wanted), "{items:?}: {error}");
