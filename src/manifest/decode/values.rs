@@ -141,7 +141,8 @@ fn check_domain(domain: &str) -> Result<(), String> {
             && !label.starts_with('-')
             && !label.ends_with('-')
     };
-    if !(host.is_empty() && domain.starts_with('[')) && !host.split('.').all(label_ok) {
+    let bracketed = host.is_empty() && domain.starts_with('[');
+    if !(bracketed || host.split('.').all(label_ok)) {
         return bad();
     }
     if port.is_empty() || !port.chars().all(|c| c.is_ascii_digit()) {
