@@ -115,8 +115,9 @@ fn syntax_errors() {
     check(
         "deployment \"a\" \"b\" {\n  image = \"\u{E000}\"\n}\n",
         expect![[r#"
-        m/app.hcl:2:12: the file contains U+E000, a private-use character this agent reserves; remove it
-    "#]],
+            m/app.hcl:2:3: `image` "$" is not an image reference: "$" is not a name component (lowercase letters and digits, joined by `.`, `_`, `__` or `-`); write [registry[:port]/]name[:tag][@digest], e.g. "nginx:1.27" or "ghcr.io/org/app:v1"
+            m/app.hcl:2:12: the file contains U+E000, a private-use character this agent reserves; remove it
+        "#]],
     );
 }
 
@@ -374,9 +375,9 @@ fn rules_between_fields() {
     check(
         "deployment \"a\" \"b\" {\n  image = \"x\"\n  ports = [\"http\"]\n  restart = \"sometimes\"\n}\n",
         expect![[r#"
-        m/app.hcl:3:3: port "http" is not `[ip:][host_port:]container_port[/tcp|udp]`
-        m/app.hcl:4:3: `restart` "sometimes" is not a Docker restart policy: no, always, unless-stopped, on-failure[:N]
-    "#]],
+            m/app.hcl:3:12: port "http" is not `[ip:][host_port:]container_port[/tcp|udp]`
+            m/app.hcl:4:3: `restart` "sometimes" is not a Docker restart policy: no, always, unless-stopped, on-failure[:N]
+        "#]],
     );
     check(
         "deployment \"a\" \"b\" {\n  image = \"x\"\n  resources {\n    limits {\n      cpu = \"two\"\n      memory = \"1gb\"\n    }\n  }\n}\n",
@@ -565,4 +566,290 @@ fn illegal_names_and_labels() {
         m/app.hcl:2:3: nested blocks are not supported (asset bodies are flat key/source pairs)
     "#]],
     );
+}
+
+/// Issue 10, item 1: every number a manifest gives has an upper bound (`spec::bounds`),
+/// enforced where it is written, and the message names the bound and what to do.
+#[test]
+fn numbers_past_their_bounds() {
+    let rows = [
+        (
+            "deployment \"a\" \"b\" {\n  image = \"x\"\n  replicas = 1e12\n}\n",
+            expect![[r#"
+                m/app.hcl:3:3: `replicas` is 1000000000000, above the limit of 1000 replicas per resource on one host: lower it, or spread the load over more hosts
+            "#]],
+        ),
+        (
+            "statefulset \"a\" \"b\" {\n  image = \"x\"\n  replicas = 1001\n}\n",
+            expect![[r#"
+                m/app.hcl:3:3: `replicas` is 1001, above the limit of 1000 replicas per resource on one host: lower it, or spread the load over more hosts
+            "#]],
+        ),
+        (
+            "deployment \"a\" \"b\" {\n  image = \"x\"\n  autoscale {\n    min = 2000\n    max = 5000\n    cpu_target = 50\n  }\n}\n",
+            expect![[r#"
+                m/app.hcl:4:5: `autoscale.min` is 2000, above the limit of 1000 replicas per resource on one host: lower it, or spread the load over more hosts
+                m/app.hcl:5:5: `autoscale.max` is 5000, above the limit of 1000 replicas per resource on one host: lower it, or spread the load over more hosts
+            "#]],
+        ),
+        (
+            "deployment \"a\" \"b\" {\n  image = \"x\"\n  ports = [\"1-65535\"]\n}\n",
+            expect![[r#"
+                m/app.hcl:3:3: `ports` publish 65535 ports, above the limit of 10000: publish narrower ranges, or use network_mode = "host"
+            "#]],
+        ),
+        (
+            "deployment \"a\" \"b\" {\n  image = \"x\"\n  restart = \"on-failure:100000\"\n  keep_releases = 500\n}\n",
+            expect![[r#"
+                m/app.hcl:3:3: `restart` is 100000, above the limit of 1000 on-failure retries: lower the count, or use "always"
+                m/app.hcl:4:3: `keep_releases` is 500, above the limit of 100 releases kept per deployment: keep fewer
+            "#]],
+        ),
+        (
+            "job \"a\" \"b\" {\n  image = \"x\"\n  timeout = \"9999h\"\n  successful_history_limit = 1000\n  failed_history_limit = -1\n}\n",
+            expect![[r#"
+                m/app.hcl:3:13: `timeout` "9999h" is above the limit of 168h: write a shorter duration
+                m/app.hcl:4:3: `successful_history_limit` is 1000, above the limit of 100 runs kept per job: keep fewer
+                m/app.hcl:5:3: `failed_history_limit` must not be negative, got -1 (0 means the default)
+            "#]],
+        ),
+        (
+            "deployment \"a\" \"b\" {\n  image = \"x\"\n  release {\n    command = [\"m\"]\n    timeout = \"200h\"\n  }\n  autoscale {\n    min = 1\n    max = 2\n    cpu_target = 50\n    cooldown_up = \"1000h\"\n  }\n}\n",
+            expect![[r#"
+                m/app.hcl:5:15: `release.timeout` "200h" is above the limit of 168h: write a shorter duration
+                m/app.hcl:11:19: `autoscale.cooldown_up` "1000h" is above the limit of 168h: write a shorter duration
+            "#]],
+        ),
+        (
+            "deployment \"a\" \"b\" {\n  image = \"x\"\n  probes {\n    readiness {\n      tcp_socket { port = 80 }\n      period = \"2h\"\n      initial_delay = \"1000000h\"\n      failure_threshold = 100000\n    }\n  }\n}\n",
+            expect![[r#"
+                m/app.hcl:6:16: `probes.readiness.period` "2h" is above the limit of 1h: write a shorter duration
+                m/app.hcl:7:23: `probes.readiness.initial_delay` "1000000h" is above the limit of 1h: write a shorter duration
+                m/app.hcl:8:7: `probes.readiness.failure_threshold` is 100000, above the limit of 1000 probe results in a row: lower it, or lengthen `period`
+            "#]],
+        ),
+        (
+            "deployment \"a\" \"b\" {\n  image = \"x\"\n  init \"i\" {\n    command = [\"true\"]\n    timeout = \"200h\"\n    retries = 9\n  }\n}\n",
+            expect![[r#"
+                m/app.hcl:5:15: `init "i".timeout` "200h" is above the limit of 168h: write a shorter duration
+                m/app.hcl:6:5: init "i" retries must be in [0, 5] (got 9)
+            "#]],
+        ),
+        (
+            "deployment \"a\" \"b\" {\n  image = \"x\"\n  resources {\n    limits {\n      cpu = \"5000\"\n      memory = \"99999Ti\"\n    }\n  }\n  logs {\n    max_size = \"100g\"\n    max_files = 1000\n  }\n}\n",
+            expect![[r#"
+                m/app.hcl:5:7: `resources.limits.cpu` "5000" is above the limit of 1024 CPUs: write the cores this container may use
+                m/app.hcl:6:7: `resources.limits.memory` "99999Ti" is above the limit of 16Ti: write the memory this container may use
+                m/app.hcl:10:5: `logs.max_size` "100g" is above the limit of 1g per log file: write a smaller size (and raise `max_files` for more history)
+                m/app.hcl:11:5: `logs.max_files` is 1000, above the limit of 100 log files per container: keep fewer
+            "#]],
+        ),
+        (
+            "deployment \"a\" \"b\" {\n  image = \"x\"\n  resources {\n    limits {\n      cpu = \"1m\"\n      memory = \"1Ki\"\n    }\n  }\n  logs {\n    max_size = \"ten\"\n  }\n}\n",
+            expect![[r#"
+                m/app.hcl:5:7: `resources.limits.cpu` "1m" is below Docker's minimum of 0.01 CPUs ("10m")
+                m/app.hcl:6:7: `resources.limits.memory` "1Ki" is below Docker's minimum of 6Mi
+                m/app.hcl:10:5: `logs.max_size` "ten" is not a size: write a number with b, k, m or g, like "10m"
+            "#]],
+        ),
+        (
+            "deployment \"a\" \"b\" {\n  image = \"x\"\n  ulimits = {\n    nofile = \"9999999999999\"\n    bogus = \"1\"\n  }\n}\n",
+            expect![[r#"
+                m/app.hcl:4:5: `ulimits.nofile` "9999999999999" is above the limit of 1099511627776: write a smaller value, or -1 for unlimited
+                m/app.hcl:5:5: `ulimits.bogus` is not a ulimit Docker knows (core, cpu, data, fsize, locks, memlock, msgqueue, nice, nofile, nproc, rss, rtprio, rttime, sigpending, stack)
+            "#]],
+        ),
+        (
+            "statefulset \"a\" \"b\" {\n  image = \"x\"\n  volume_claim \"d\" {\n    mount_path = \"/d\"\n    size = \"9999Ti\"\n  }\n  volume_claim \"e\" {\n    mount_path = \"/e\"\n    size = \"lots\"\n  }\n}\n",
+            expect![[r#"
+                m/app.hcl:5:5: volume_claim "d": size "9999Ti" is above the limit of 1024Ti: write a smaller size
+                m/app.hcl:9:5: volume_claim "e": size "lots" is not a size: write a number with Ki Mi Gi Ti (1024-based) or K M G T (1000-based), like "20Gi"
+            "#]],
+        ),
+        (
+            "deployment \"a\" \"b\" {\n  image = \"x\"\n  docker_options = [\"--pids-limit=99999999\"]\n}\n",
+            expect![[r#"
+                m/app.hcl:3:3: `docker_options`: --pids-limit "99999999" is out of range: a process count (-1 for unlimited) is -1 to 4194304
+            "#]],
+        ),
+        (
+            "deployment \"a\" \"b\" {\n  image = \"x\"\n  docker_options = [\"--shm-size=99999g\"]\n}\n",
+            expect![[r#"
+                m/app.hcl:3:3: `docker_options`: --shm-size "99999g" is above the limit of 16t (17592186044416 bytes): write a smaller size
+            "#]],
+        ),
+        (
+            "deployment \"a\" \"b\" {\n  image = \"x\"\n  docker_options = [\"--oom-score-adj\", \"5000\"]\n}\n",
+            expect![[r#"
+                m/app.hcl:3:3: `docker_options`: --oom-score-adj "5000" is out of range: the kernel's OOM score adjustment is -1000 to 1000
+            "#]],
+        ),
+        (
+            "deployment \"a\" \"b\" {\n  image = \"x\"\n  docker_options = [\"--stop-timeout=86400\"]\n}\n",
+            expect![[r#"
+                m/app.hcl:3:3: `docker_options`: --stop-timeout "86400" is out of range: seconds to wait before SIGKILL is 0 to 3600
+            "#]],
+        ),
+        (
+            "ingress \"a\" \"b\" {\n  host = \"x.example\"\n  port = 70000\n  lb {\n    interval = \"2h\"\n  }\n}\n",
+            expect![[r#"
+                m/app.hcl:3:3: `port` must be 1–65535, got 70000
+                m/app.hcl:5:16: `lb.interval` "2h" is above the limit of 1h: write a shorter duration
+            "#]],
+        ),
+        (
+            "asset \"a\" \"b\" {\n  k = url(\"https://x.example/k\", { timeout = \"1h\" })\n}\n",
+            expect![[r#"
+                m/app.hcl:2:7: url() timeout "1h" is above the limit of 5m: a fetch holds up the whole commit; write a shorter timeout
+            "#]],
+        ),
+    ];
+    for (input, expected) in rows {
+        check(input, expected);
+    }
+}
+
+/// Issue 10, item 2: values Docker would refuse or misread are refused where they are
+/// written, for every kind that has them.
+#[test]
+fn values_docker_would_refuse_or_misread() {
+    let rows = [
+        (
+            "deployment \"a\" \"b\" {\n  image = \"\"\n}\n",
+            expect![[r#"
+                m/app.hcl:2:3: `image` is empty: name an image such as "nginx:1.27", or leave `image` out
+            "#]],
+        ),
+        (
+            "deployment \"a\" \"b\" {\n  image = \"nginx; rm -rf /\"\n}\n",
+            expect![[r#"
+                m/app.hcl:2:3: `image` "nginx; rm -rf /" is not an image reference: it contains whitespace; write [registry[:port]/]name[:tag][@digest], e.g. "nginx:1.27" or "ghcr.io/org/app:v1"
+            "#]],
+        ),
+        (
+            "statefulset \"a\" \"b\" {\n  image = \"Nginx:1\"\n}\n",
+            expect![[r#"
+                m/app.hcl:2:3: `image` "Nginx:1" is not an image reference: the repository name must be lowercase; write [registry[:port]/]name[:tag][@digest], e.g. "nginx:1.27" or "ghcr.io/org/app:v1"
+            "#]],
+        ),
+        (
+            "job \"a\" \"b\" {\n  image = \"nginx:-bad\"\n}\n",
+            expect![[r#"
+                m/app.hcl:2:3: `image` "nginx:-bad" is not an image reference: tag "-bad" is not a tag (letters, digits, `_`, `.` and `-`, at most 128, not starting with `.` or `-`); write [registry[:port]/]name[:tag][@digest], e.g. "nginx:1.27" or "ghcr.io/org/app:v1"
+            "#]],
+        ),
+        (
+            "cronjob \"a\" \"b\" {\n  schedule = \"@daily\"\n  image = \"nginx@sha256:abc\"\n}\n",
+            expect![[r#"
+                m/app.hcl:3:3: `image` "nginx@sha256:abc" is not an image reference: digest "sha256:abc" is not algorithm:hex (e.g. sha256: and 64 hex digits); write [registry[:port]/]name[:tag][@digest], e.g. "nginx:1.27" or "ghcr.io/org/app:v1"
+            "#]],
+        ),
+        (
+            "app \"a\" \"b\" {\n  image = \"ghcr.io:x/app\"\n  host = \"b.example\"\n}\n",
+            expect![[r#"
+                m/app.hcl:2:3: `image` "ghcr.io:x/app" is not an image reference: registry "ghcr.io:x" is not a host[:port] (letters, digits, `-` and `.`, or an [IPv6] address); write [registry[:port]/]name[:tag][@digest], e.g. "nginx:1.27" or "ghcr.io/org/app:v1"
+            "#]],
+        ),
+        (
+            "postgres \"a\" \"b\" {\n  image = \"postgres 16\"\n}\n",
+            expect![[r#"
+                m/app.hcl:2:3: `image` "postgres 16" is not an image reference: it contains whitespace; write [registry[:port]/]name[:tag][@digest], e.g. "nginx:1.27" or "ghcr.io/org/app:v1"
+            "#]],
+        ),
+        (
+            "deployment \"a\" \"b\" {\n  image = \"x\"\n  init \"i\" {\n    image = \"a..b\"\n    command = [\"sh\", \"-c\", \"a\\u0000b\"]\n  }\n}\n",
+            expect![[r#"
+                m/app.hcl:4:5: `init "i".image` "a..b" is not an image reference: "a..b" is not a name component (lowercase letters and digits, joined by `.`, `_`, `__` or `-`); write [registry[:port]/]name[:tag][@digest], e.g. "nginx:1.27" or "ghcr.io/org/app:v1"
+                m/app.hcl:5:28: `init "i".command[2]` "a\0b": it contains a NUL character, which no process can receive
+            "#]],
+        ),
+        (
+            "deployment \"A\" \"Web\" {\n  build { context = \".\" }\n}\n",
+            expect![[r#"
+                m/app.hcl:1:1: without `image` this deployment runs the build-mode image "A-Web:latest", which is not an image reference: the repository name must be lowercase; set `image`, or use a lowercase scope and name
+            "#]],
+        ),
+        (
+            "deployment \"a\" \"b\" {\n  image = \"x\"\n  env = {\n    \"A=B\" = \"1\"\n    \"C\\nD\" = \"2\"\n    E = \"x\\u0000y\"\n  }\n}\n",
+            expect![[r#"
+                m/app.hcl:4:5: `env` "A=B": the name contains `=`, where Docker would split it
+                m/app.hcl:5:5: `env` "C\nD": the name contains a line break
+                m/app.hcl:6:5: `env` "E": the value contains a NUL character, where the process would see it end
+            "#]],
+        ),
+        (
+            "job \"a\" \"b\" {\n  image = \"x\"\n  command = [\"echo\", \"a\\u0000b\"]\n}\n",
+            expect![[r#"
+                m/app.hcl:3:22: `command[1]` "a\0b": it contains a NUL character, which no process can receive
+            "#]],
+        ),
+        (
+            "deployment \"a\" \"b\" {\n  image = \"x\"\n  extra_hosts = [\"db:10.0.0.1\", \"evil:1.2.3.4\\n5.6.7.8 other\", \"nope\", \"h:999.1.1.1\"]\n}\n",
+            expect![[r#"
+                m/app.hcl:3:33: `extra_hosts[1]` "evil:1.2.3.4\n5.6.7.8 other": it contains a line break
+                m/app.hcl:3:64: `extra_hosts[2]` "nope": write "host:ip"
+                m/app.hcl:3:72: `extra_hosts[3]` "h:999.1.1.1": "999.1.1.1" is not an IP address (or host-gateway)
+            "#]],
+        ),
+        (
+            "deployment \"a\" \"b\" {\n  image = \"x\"\n  volumes = [\"/srv:/srv:ro\", \"./data:/data\", \"data/x:/x\", \"v:/v\", \"/a:rel\", \"/a:/b:rx\"]\n}\n",
+            expect![[r#"
+                m/app.hcl:3:30: `volumes[1]` "./data:/data": "./data" is a relative host path: a bind source must be absolute ("/srv/data"), a named volume a plain name ("data")
+                m/app.hcl:3:46: `volumes[2]` "data/x:/x": "data/x" is a relative host path: a bind source must be absolute ("/srv/data"), a named volume a plain name ("data")
+                m/app.hcl:3:59: `volumes[3]` "v:/v": "v" is not a volume name (letters, digits, `_`, `.` and `-`, starting with a letter or digit, at least two characters); a bind source is an absolute path
+                m/app.hcl:3:67: `volumes[4]` "/a:rel": the target "rel" must be an absolute path in the container
+                m/app.hcl:3:77: `volumes[5]` "/a:/b:rx": "rx" is not a mount option (ro, rw, z, Z, nocopy, shared, rshared, slave, rslave, private, rprivate, consistent, cached, delegated)
+            "#]],
+        ),
+        (
+            "cronjob \"a\" \"b\" {\n  schedule = \"@daily\"\n  image = \"x\"\n  volumes = [\"~/cache:/cache\"]\n  networks = [\"n\\nm\"]\n}\n",
+            expect![[r#"
+                m/app.hcl:4:14: `volumes[0]` "~/cache:/cache": "~/cache" is a relative host path: a bind source must be absolute ("/srv/data"), a named volume a plain name ("data")
+                m/app.hcl:5:15: `networks[0]` "n\nm": it contains a line break
+            "#]],
+        ),
+        (
+            "deployment \"a\" \"b\" {\n  image = \"x\"\n  docker_options = [\"--label=k=a\\u0000b\"]\n}\n",
+            expect![[r#"
+                m/app.hcl:3:3: `docker_options`: "--label=k=a\0b" contains a NUL character: Docker would refuse or misread it; write one flag or value per list item
+            "#]],
+        ),
+        (
+            "deployment \"a\" \"b\" {\n  image = \"x\"\n  docker_options = [\"--add-host\", \"h:1.2.3.4\\nx\"]\n}\n",
+            expect![[r#"
+                m/app.hcl:3:3: `docker_options`: "h:1.2.3.4\nx" contains a line break: Docker would refuse or misread it; write one flag or value per list item
+            "#]],
+        ),
+        (
+            "deployment \"a\" \"b\" {\n  image = \"x\"\n  docker_options = [\"--add-host=h:not-an-ip\"]\n}\n",
+            expect![[r#"
+                m/app.hcl:3:3: `docker_options`: --add-host "h:not-an-ip": "not-an-ip" is not an IP address (or host-gateway)
+            "#]],
+        ),
+        (
+            "deployment \"a\" \"b\" {\n  image = \"x\"\n  release {\n    command = [\"m\\u0000\"]\n  }\n  post_deploy = [\"x\\u0000\"]\n  probes {\n    readiness {\n      exec { command = [\"a\\u0000\"] }\n    }\n  }\n}\n",
+            expect![[r#"
+                m/app.hcl:4:16: `release.command[0]` "m\0": it contains a NUL character, which no process can receive
+                m/app.hcl:6:18: `post_deploy[0]` "x\0": it contains a NUL character, which no process can receive
+                m/app.hcl:9:25: `probes.readiness.exec.command[0]` "a\0": it contains a NUL character, which no process can receive
+            "#]],
+        ),
+        (
+            "ingress \"a\" \"b\" {\n  host = \"a.example\\nevil\"\n  location {\n    path = \"/a b\"\n  }\n}\n",
+            expect![[r#"
+                m/app.hcl:2:3: `host` "a.example\nevil" is not a host name: no whitespace, control characters or `/`
+                m/app.hcl:4:5: location.path "/a b" must not contain whitespace or control characters (percent-encode them)
+            "#]],
+        ),
+        (
+            "registry \"r\" {\n  url = \"ghcr.io\\nx\"\n  username = \"u\\u0000\"\n  token = \"t\"\n}\n",
+            expect![[r#"
+                m/app.hcl:2:3: registry `url` "ghcr.io\nx" must not contain whitespace or control characters
+                m/app.hcl:3:3: registry `username`: it contains a NUL character
+            "#]],
+        ),
+    ];
+    for (input, expected) in rows {
+        check(input, expected);
+    }
 }

@@ -100,9 +100,29 @@ const BOOL_FLAGS: &[&str] = &[
 ];
 
 impl DockerOptions {
+    /// Sizes (`--shm-size`, `--memory-swap`, `--memory-reservation`): 16 TiB.
+    pub const MAX_SIZE: i64 = 1 << 44;
+    /// `--pids-limit`: the kernel's largest `pid_max` (-1 or 0 mean unlimited).
+    pub const MAX_PIDS_LIMIT: i64 = 1 << 22;
+    /// `--cpu-shares`: the kernel's range for cgroup v1 shares (0 means Docker's default).
+    pub const MAX_CPU_SHARES: i64 = 262_144;
+    /// `--oom-score-adj`: the kernel's range, which Docker checks too.
+    pub const OOM_SCORE_ADJ: std::ops::RangeInclusive<i64> = -1000..=1000;
+    /// `--stop-timeout`, in seconds: an hour.
+    pub const MAX_STOP_TIMEOUT: i64 = 3600;
+    /// `--gpus N`.
+    pub const MAX_GPUS: i64 = 256;
+
     /// Parses a `docker_options` list. The error names the offending item.
     pub fn parse(items: &[String]) -> Result<DockerOptions, String> {
         let mut options = DockerOptions::default();
+        for item in items {
+            if let Some(problem) = control_character(item.trim()) {
+                return Err(format!(
+                    "{item:?} contains {problem}: Docker would refuse or misread it; write one flag or value per list item"
+                ));
+            }
+        }
         let mut index = 0;
         while index < items.len() {
             let item = items[index].trim();
@@ -154,13 +174,32 @@ impl DockerOptions {
 
     fn set(&mut self, flag: &str, value: String) -> Result<(), String> {
         let size = |value: &str| {
-            parse_docker_size(value)
-                .ok_or_else(|| format!("{flag} {value:?} is not a size like 64m or 2g"))
+            let bytes = parse_docker_size(value)
+                .ok_or_else(|| format!("{flag} {value:?} is not a size like 64m or 2g"))?;
+            if bytes > DockerOptions::MAX_SIZE {
+                return Err(format!(
+                    "{flag} {value:?} is above the limit of 16t ({} bytes): write a smaller size",
+                    DockerOptions::MAX_SIZE
+                ));
+            }
+            Ok(bytes)
         };
         let number = |value: &str| {
             value
                 .parse::<i64>()
                 .map_err(|_| format!("{flag} {value:?} is not a whole number"))
+        };
+        let within = |value: &str, range: std::ops::RangeInclusive<i64>, what: &str| {
+            let parsed = number(value)?;
+            if range.contains(&parsed) {
+                Ok(parsed)
+            } else {
+                Err(format!(
+                    "{flag} {value:?} is out of range: {what} is {} to {}",
+                    range.start(),
+                    range.end()
+                ))
+            }
         };
         let pair = |value: &str| {
             value
@@ -175,7 +214,13 @@ impl DockerOptions {
                 let (key, value) = pair(&value)?;
                 self.sysctls.insert(key, value);
             }
-            "--pids-limit" => self.pids_limit = Some(number(&value)?),
+            "--pids-limit" => {
+                self.pids_limit = Some(within(
+                    &value,
+                    -1..=DockerOptions::MAX_PIDS_LIMIT,
+                    "a process count (-1 for unlimited)",
+                )?);
+            }
             "--cap-add" => self.cap_add.push(value),
             "--cap-drop" => self.cap_drop.push(value),
             "--device" => self.devices.push(value),
@@ -198,10 +243,28 @@ impl DockerOptions {
             }
             "--memory-reservation" => self.memory_reservation = Some(size(&value)?),
             "--cpuset-cpus" => self.cpuset_cpus = Some(value),
-            "--cpu-shares" | "-c" => self.cpu_shares = Some(number(&value)?),
-            "--oom-score-adj" => self.oom_score_adj = Some(number(&value)?),
+            "--cpu-shares" | "-c" => {
+                self.cpu_shares = Some(within(
+                    &value,
+                    0..=DockerOptions::MAX_CPU_SHARES,
+                    "a relative weight",
+                )?);
+            }
+            "--oom-score-adj" => {
+                self.oom_score_adj = Some(within(
+                    &value,
+                    DockerOptions::OOM_SCORE_ADJ,
+                    "the kernel's OOM score adjustment",
+                )?);
+            }
             "--stop-signal" => self.stop_signal = Some(value),
-            "--stop-timeout" => self.stop_timeout = Some(number(&value)?),
+            "--stop-timeout" => {
+                self.stop_timeout = Some(within(
+                    &value,
+                    0..=DockerOptions::MAX_STOP_TIMEOUT,
+                    "seconds to wait before SIGKILL",
+                )?);
+            }
             "--label" | "-l" => {
                 let (key, value) = match value.split_once('=') {
                     Some((key, value)) => (key.to_owned(), value.to_owned()),
@@ -214,11 +277,18 @@ impl DockerOptions {
                 }
                 self.labels.insert(key, value);
             }
-            "--add-host" => self.add_hosts.push(value),
+            "--add-host" => {
+                DockerOptions::check_extra_host(&value)
+                    .map_err(|problem| format!("{flag} {value:?}: {problem}"))?;
+                self.add_hosts.push(value);
+            }
             "--dns" => self.dns.push(value),
             "--dns-search" => self.dns_search.push(value),
             "--dns-option" => self.dns_options.push(value),
             "--env" | "-e" => {
+                if value.starts_with('=') {
+                    return Err(format!("{flag} {value:?} has an empty variable name"));
+                }
                 if !value.contains('=') {
                     return Err(format!(
                         "{flag} {value:?} must be KEY=VALUE (the agent's own environment is not passed through)"
@@ -229,12 +299,19 @@ impl DockerOptions {
             "--group-add" => self.group_add.push(value),
             "--gpus" => {
                 self.gpus = Some(match value.as_str() {
-                    "all" => -1,
+                    "all" | "count=all" => -1,
                     other => other
                         .strip_prefix("count=")
                         .unwrap_or(other)
                         .parse()
-                        .map_err(|_| format!("--gpus {value:?}: write all or a count"))?,
+                        .ok()
+                        .filter(|count| (1..=DockerOptions::MAX_GPUS).contains(count))
+                        .ok_or_else(|| {
+                            format!(
+                                "--gpus {value:?}: write all or a count from 1 to {}",
+                                DockerOptions::MAX_GPUS
+                            )
+                        })?,
                 });
             }
             "--log-driver" => self.log_driver = Some(value),
@@ -250,6 +327,43 @@ impl DockerOptions {
     /// Whether the options ask for host namespaces (`--pid=host`, `--ipc=host`).
     pub fn uses_host_namespaces(&self) -> bool {
         self.pid.as_deref() == Some("host") || self.ipc.as_deref() == Some("host")
+    }
+
+    /// One `extra_hosts` / `--add-host` entry as Docker reads it: `host:ip` or `host=ip`, the
+    /// address an IPv4 or IPv6 address (optionally in brackets) or `host-gateway`. The error
+    /// says what is wrong with `entry`.
+    pub fn check_extra_host(entry: &str) -> Result<(), String> {
+        if let Some(problem) = control_character(entry) {
+            return Err(format!("it contains {problem}"));
+        }
+        let split = entry.split_once('=').or_else(|| entry.split_once(':'));
+        let Some((host, address)) = split else {
+            return Err("write \"host:ip\"".to_owned());
+        };
+        if host.is_empty() || host.contains(char::is_whitespace) {
+            return Err("the host name must be non-empty, without spaces".to_owned());
+        }
+        let address = address
+            .strip_prefix('[')
+            .and_then(|inner| inner.strip_suffix(']'))
+            .unwrap_or(address);
+        if address != "host-gateway" && address.parse::<std::net::IpAddr>().is_err() {
+            return Err(format!(
+                "{address:?} is not an IP address (or host-gateway)"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What makes `text` unusable as one argument or value: a NUL, or a line break.
+fn control_character(text: &str) -> Option<&'static str> {
+    if text.contains('\0') {
+        Some("a NUL character")
+    } else if text.contains(['\n', '\r']) {
+        Some("a line break")
+    } else {
+        None
     }
 }
 
@@ -300,6 +414,14 @@ mod tests {
         assert_eq!(options.pids_limit, Some(4096));
         assert!(options.privileged);
         assert_eq!(options.env, ["A=1"]);
+        let hosts = parse(&[
+            "--add-host=db:10.0.0.1",
+            "--add-host",
+            "v6:::1",
+            "--add-host=gw=host-gateway",
+            "--add-host=b:[fe80::1]",
+        ])?;
+        assert_eq!(hosts.add_hosts.len(), 4);
         Ok(())
     }
 
@@ -316,6 +438,24 @@ mod tests {
             (&["--label=voodu.kind=x"][..], "the agent's own"),
             (&["-e", "HOME"][..], "must be KEY=VALUE"),
             (&["--privileged=maybe"][..], "takes no value"),
+            (&["--pids-limit=9999999"][..], "is -1 to 4194304"),
+            (&["--cpu-shares=300000"][..], "is 0 to 262144"),
+            (&["--oom-score-adj=-1001"][..], "is -1000 to 1000"),
+            (&["--stop-timeout", "-5"][..], "is 0 to 3600"),
+            (&["--shm-size=17t"][..], "is not a size"),
+            (&["--shm-size=20000g"][..], "above the limit"),
+            (&["--memory-swap=99999999g"][..], "above the limit"),
+            (&["--gpus=0"][..], "a count from 1 to 256"),
+            (&["--gpus", "1000"][..], "a count from 1 to 256"),
+            (&["-e", "=x"][..], "empty variable name"),
+            (&["--add-host=db"][..], "write \"host:ip\""),
+            (&["--add-host", "db:10.0.0.300"][..], "is not an IP address"),
+            (
+                &["--add-host", "db:1.2.3.4\nevil:5.6.7.8"][..],
+                "a line break",
+            ),
+            (&["--entrypoint", "sh\0"][..], "a NUL character"),
+            (&["--label=a=b\0c"][..], "a NUL character"),
         ] {
             let error = parse(items).expect_err("must be refused");
             assert!(error.contains(wanted), "{items:?}: {error}");

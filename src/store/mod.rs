@@ -573,8 +573,12 @@ impl Store {
                     };
                     Ok(Desired {
                         key: key.clone(),
-                        n_replicas: replicas_override
-                            .unwrap_or_else(|| usize::try_from(replicas).unwrap_or(1)),
+                        // Clamped: an older agent may have stored any count unchecked.
+                        n_replicas: replicas_override.unwrap_or_else(|| {
+                            usize::try_from(replicas)
+                                .unwrap_or(1)
+                                .min(crate::manifest::spec::bounds::MAX_REPLICA_COUNT)
+                        }),
                         replicas_override,
                         spec,
                         spec_json,

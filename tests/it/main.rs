@@ -2,6 +2,7 @@
 
 mod support;
 
+mod bounds_docker;
 mod cli;
 mod contract;
 mod corpus;

@@ -15,8 +15,14 @@ use hcl::edit::structure::{Body, Structure};
 
 use super::reader::{Cx, Reader, describe, labels, to_map, to_string};
 use super::sources::Read;
+use super::values::{self, IMAGE_FORM};
 use crate::manifest::Mode;
 use crate::manifest::interpolate::{Reference, is_ref_segment};
+use crate::manifest::spec::bounds::{
+    MAX_CPUS, MAX_FETCH_TIMEOUT, MAX_HISTORY, MAX_LOG_FILES, MAX_LOG_SIZE, MAX_MEMORY,
+    MAX_PROBE_DURATION, MAX_PROBE_THRESHOLD, MAX_PUBLISHED_PORTS, MAX_REPLICAS,
+    MAX_RESTART_RETRIES, MAX_TIMEOUT, MAX_ULIMIT, MAX_VOLUME_SIZE, MIN_MEMORY, show_duration,
+};
 use crate::manifest::spec::schedule::check_schedule;
 use crate::manifest::spec::{
     AssetFile, AssetSpec, Autoscale, Build, Container, CronjobSpec, DependsOn, DeploymentSpec,
@@ -24,16 +30,24 @@ use crate::manifest::spec::{
     OnDeploy, OnProbe, Probe, Probes, RegistrySpec, ReleaseHooks, Resources, StatefulsetSpec,
     TcpSocket, Tls, VolumeClaim, WebhookTarget, normalize_port, sha256_hex,
 };
-use crate::model::parse_go_duration;
+use crate::model::{DockerOptions, parse_go_duration};
 
 /// The §2.0 container fields every container kind shares.
 pub(super) fn container(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Container {
+    let image = r.string(cx, "image");
+    if let Some(image) = &image {
+        check_image(cx, r, image);
+    }
     let mut container = Container {
-        image: r.string(cx, "image").unwrap_or_default(),
+        image: image.unwrap_or_default(),
         command: r.strings(cx, "command"),
         ..Container::default()
     };
+    if let Some(command) = &container.command {
+        check_items(cx, r, "command", command, values::argument);
+    }
     let env = r.map(cx, "env").unwrap_or_default();
+    check_env(cx, r, &env);
     container.env = env_files(cx, r);
     container.env.extend(env);
     container.env_from = r.strings(cx, "env_from").unwrap_or_default();
@@ -53,8 +67,16 @@ pub(super) fn container(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Container {
         }
     }
     container.volumes = r.strings(cx, "volumes").unwrap_or_default();
+    check_items(cx, r, "volumes", &container.volumes, values::volume);
     container.network = r.string(cx, "network").unwrap_or_default();
+    if let Err(problem) = values::one_line(&container.network) {
+        cx.error(
+            r.span_of("network"),
+            format!("`{}`: {problem}", r.field("network")),
+        );
+    }
     container.networks = r.strings(cx, "networks").unwrap_or_default();
+    check_items(cx, r, "networks", &container.networks, values::one_line);
     container.network_mode = r.string(cx, "network_mode").unwrap_or_default();
     match container.network_mode.as_str() {
         "" => {}
@@ -75,7 +97,14 @@ pub(super) fn container(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Container {
         ),
     }
     container.extra_hosts = r.strings(cx, "extra_hosts").unwrap_or_default();
+    check_items(cx, r, "extra_hosts", &container.extra_hosts, |entry| {
+        if entry.contains("${") && values::one_line(entry).is_ok() {
+            return Ok(());
+        }
+        DockerOptions::check_extra_host(entry)
+    });
     container.cap_add = r.strings(cx, "cap_add").unwrap_or_default();
+    check_items(cx, r, "cap_add", &container.cap_add, values::one_line);
     container.ulimits = r.map(cx, "ulimits").unwrap_or_default();
     check_ulimits(cx, r, &container.ulimits);
     container.docker_options = r.strings(cx, "docker_options").unwrap_or_default();
@@ -159,9 +188,29 @@ pub(super) fn container(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Container {
         let mut l = r.nested(block, "");
         let mut logs = Logs::default();
         if let Some(max_size) = l.string(cx, "max_size").filter(|s| !s.is_empty()) {
+            match crate::model::parse_docker_size(&max_size) {
+                None => cx.error(
+                    l.span_of("max_size"),
+                    format!("`{}` {max_size:?} is not a size: write a number with b, k, m or g, like \"10m\"", l.field("max_size")),
+                ),
+                Some(bytes) if bytes > MAX_LOG_SIZE => cx.error(
+                    l.span_of("max_size"),
+                    format!("`{}` {max_size:?} is above the limit of 1g per log file: write a smaller size (and raise `max_files` for more history)", l.field("max_size")),
+                ),
+                Some(_) => {}
+            }
             logs.max_size = max_size;
         }
         if let Some(max_files) = l.int(cx, "max_files").filter(|n| *n > 0) {
+            let span = l.span_of("max_files");
+            check_at_most(
+                cx,
+                span,
+                &l.field("max_files"),
+                max_files,
+                MAX_LOG_FILES,
+                "log files per container: keep fewer",
+            );
             logs.max_files = max_files;
         }
         l.finish(cx);
@@ -173,12 +222,129 @@ pub(super) fn container(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Container {
 /// `ulimits` values as `docker run --ulimit` takes them.
 fn check_ulimits(cx: &mut Cx<'_>, r: &Reader<'_>, ulimits: &BTreeMap<String, String>) {
     for (name, value) in ulimits {
-        if crate::model::parse_ulimit(value).is_none() {
+        let span = r.key_span("ulimits", name);
+        if !values::ULIMIT_NAMES.contains(&name.as_str()) {
             cx.error(
-                r.span_of("ulimits"),
-                format!("`{}.{name}` {value:?} is not a ulimit: write \"soft:hard\" or one number (-1 for unlimited)", r.field("ulimits")),
+                span.clone(),
+                format!(
+                    "`{}.{name}` is not a ulimit Docker knows ({})",
+                    r.field("ulimits"),
+                    values::ULIMIT_NAMES.join(", ")
+                ),
             );
         }
+        match crate::model::parse_ulimit(value) {
+            None => cx.error(
+                span,
+                format!("`{}.{name}` {value:?} is not a ulimit: write \"soft:hard\" or one number (-1 for unlimited)", r.field("ulimits")),
+            ),
+            Some((soft, hard)) if soft.max(hard) > MAX_ULIMIT => cx.error(
+                span,
+                format!("`{}.{name}` {value:?} is above the limit of {MAX_ULIMIT}: write a smaller value, or -1 for unlimited", r.field("ulimits")),
+            ),
+            Some(_) => {}
+        }
+    }
+}
+
+/// `image`: written empty, or not a reference Docker accepts. A value still holding an
+/// `${asset.…}` / `${ref.…}` reference is checked when it is resolved.
+fn check_image(cx: &mut Cx<'_>, r: &Reader<'_>, image: &str) {
+    let Some(span) = r.span_of("image") else {
+        return;
+    };
+    if image.contains("${") {
+        return;
+    }
+    if image.is_empty() {
+        cx.error(
+            Some(span),
+            format!(
+                "`{}` is empty: name an image such as \"nginx:1.27\", or leave `image` out",
+                r.field("image")
+            ),
+        );
+    } else if let Err(problem) = values::image_reference(image) {
+        cx.error(
+            Some(span),
+            format!(
+                "`{}` {image:?} is not an image reference: {problem}; {IMAGE_FORM}",
+                r.field("image")
+            ),
+        );
+    }
+}
+
+/// A build-mode resource runs `<scope>-<name>:latest`: that must be an image reference too
+/// (an upper-case scope or name is not).
+pub(super) fn check_build_image(
+    cx: &mut Cx<'_>,
+    block: &hcl::edit::structure::Block,
+    key: &crate::model::ResourceKey,
+    spec: &crate::manifest::spec::Spec,
+) {
+    let Some(container) = spec.container() else {
+        return;
+    };
+    if !container.image.is_empty() {
+        return;
+    }
+    let image = container.effective_image(key);
+    if let Err(problem) = values::image_reference(&image) {
+        cx.error(
+            block.ident.span(),
+            format!(
+                "without `image` this {} runs the build-mode image {image:?}, which is not an image reference: {problem}; set `image`, or use a lowercase scope and name",
+                key.kind
+            ),
+        );
+    }
+}
+
+/// `env` names and values as Docker reads `NAME=value`.
+fn check_env(cx: &mut Cx<'_>, r: &Reader<'_>, env: &BTreeMap<String, String>) {
+    for (name, value) in env {
+        if let Err(problem) = values::env_name(name).and_then(|()| values::env_value(value)) {
+            cx.error(
+                r.key_span("env", name),
+                format!("`{}` {name:?}: {problem}", r.field("env")),
+            );
+        }
+    }
+}
+
+/// Every item of list `name` through `check`, reported at the item.
+fn check_items(
+    cx: &mut Cx<'_>,
+    r: &Reader<'_>,
+    name: &str,
+    items: &[String],
+    check: impl Fn(&str) -> Result<(), String>,
+) {
+    for (index, item) in items.iter().enumerate() {
+        if let Err(problem) = check(item) {
+            cx.error(
+                r.item_span(name, index),
+                format!("`{}[{index}]` {item:?}: {problem}", r.field(name)),
+            );
+        }
+    }
+}
+
+/// Reports `value` above `max` at `span`; `what_to_do` follows the bound.
+fn check_at_most(
+    cx: &mut Cx<'_>,
+    span: Option<Range<usize>>,
+    field: &str,
+    value: i64,
+    max: i64,
+    what_to_do: &str,
+) {
+    if value > max {
+        cx.error(
+            span,
+            format!("`{field}` is {value}, above the limit of {max} {what_to_do}"),
+        );
     }
 }
 
@@ -203,7 +369,19 @@ fn env_files(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> BTreeMap<String, String> {
         match cx.env.read_file(cx.path, &path) {
             Read::Bytes(bytes) => {
                 match crate::manifest::parse_env_file(&String::from_utf8_lossy(&bytes)) {
-                    Ok(values) => merged.extend(values),
+                    Ok(read) => {
+                        for (name, value) in &read {
+                            if let Err(problem) =
+                                values::env_name(name).and_then(|()| values::env_value(value))
+                            {
+                                cx.error(
+                                    span.clone(),
+                                    format!("env_file {path:?}: {name:?}: {problem}"),
+                                );
+                            }
+                        }
+                        merged.extend(read);
+                    }
                     Err(problem) => cx.error(span.clone(), format!("env_file {path:?} {problem}")),
                 }
             }
@@ -227,18 +405,40 @@ fn resources(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Resources {
     if let Some(block) = r.block(cx, "limits") {
         let mut l = r.nested(block, "");
         let cpu = l.string(cx, "cpu").unwrap_or_default();
-        if !cpu.is_empty() && crate::model::parse_cpus(&cpu).is_none() {
-            cx.error(
-                l.span_of("cpu"),
-                format!("`{}` {cpu:?} is not a CPU amount: write a decimal like \"1.5\" or millicores like \"500m\"", l.field("cpu")),
-            );
+        if !cpu.is_empty() {
+            match crate::model::parse_cpus(&cpu) {
+                None => cx.error(
+                    l.span_of("cpu"),
+                    format!("`{}` {cpu:?} is not a CPU amount: write a decimal like \"1.5\" or millicores like \"500m\"", l.field("cpu")),
+                ),
+                Some(nanos) if nanos < 10_000_000 => cx.error(
+                    l.span_of("cpu"),
+                    format!("`{}` {cpu:?} is below Docker's minimum of 0.01 CPUs (\"10m\")", l.field("cpu")),
+                ),
+                Some(nanos) if nanos > MAX_CPUS * 1_000_000_000 => cx.error(
+                    l.span_of("cpu"),
+                    format!("`{}` {cpu:?} is above the limit of {MAX_CPUS} CPUs: write the cores this container may use", l.field("cpu")),
+                ),
+                Some(_) => {}
+            }
         }
         let memory = l.string(cx, "memory").unwrap_or_default();
-        if !memory.is_empty() && crate::model::parse_memory(&memory).is_none() {
-            cx.error(
-                l.span_of("memory"),
-                format!("`{}` {memory:?} is not a memory size: write bytes, or a number with Ki Mi Gi Ti (1024-based) or K M G T (1000-based)", l.field("memory")),
-            );
+        if !memory.is_empty() {
+            match crate::model::parse_memory(&memory) {
+                None => cx.error(
+                    l.span_of("memory"),
+                    format!("`{}` {memory:?} is not a memory size: write bytes, or a number with Ki Mi Gi Ti (1024-based) or K M G T (1000-based)", l.field("memory")),
+                ),
+                Some(bytes) if bytes < MIN_MEMORY => cx.error(
+                    l.span_of("memory"),
+                    format!("`{}` {memory:?} is below Docker's minimum of 6Mi", l.field("memory")),
+                ),
+                Some(bytes) if bytes > MAX_MEMORY => cx.error(
+                    l.span_of("memory"),
+                    format!("`{}` {memory:?} is above the limit of 16Ti: write the memory this container may use", l.field("memory")),
+                ),
+                Some(_) => {}
+            }
         }
         l.finish(cx);
         resources.limits = Some(Limits { cpu, memory });
@@ -258,7 +458,8 @@ struct Workload {
     on_probe: Option<OnProbe>,
 }
 
-fn workload(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Workload {
+/// `bridge`: the container publishes its ports (not in host or none network mode).
+fn workload(cx: &mut Cx<'_>, r: &mut Reader<'_>, bridge: bool) -> Workload {
     let replicas = r.int(cx, "replicas");
     if let Some(replicas) = replicas.filter(|n| *n < 0) {
         cx.error(
@@ -266,14 +467,32 @@ fn workload(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Workload {
             format!("`replicas` must not be negative, got {replicas}"),
         );
     }
+    if let Some(replicas) = replicas {
+        check_at_most(
+            cx,
+            r.span_of("replicas"),
+            "replicas",
+            replicas,
+            MAX_REPLICAS,
+            "replicas per resource on one host: lower it, or spread the load over more hosts",
+        );
+    }
     let ports = r.strings(cx, "ports").unwrap_or_default();
-    for port in &ports {
-        if crate::model::parse_ports(&normalize_port(port)).is_none() {
-            cx.error(
-                r.span_of("ports"),
+    let mut n_published = 0;
+    for (index, port) in ports.iter().enumerate() {
+        match crate::model::parse_ports(&normalize_port(port)) {
+            Some(mappings) => n_published += mappings.len(),
+            None => cx.error(
+                r.item_span("ports", index),
                 format!("port {port:?} is not `[ip:][host_port:]container_port[/tcp|udp]`"),
-            );
+            ),
         }
+    }
+    if bridge && n_published > MAX_PUBLISHED_PORTS {
+        cx.error(
+            r.span_of("ports"),
+            format!("`ports` publish {n_published} ports, above the limit of {MAX_PUBLISHED_PORTS}: publish narrower ranges, or use network_mode = \"host\""),
+        );
     }
     let restart = r.string(cx, "restart").unwrap_or_default();
     let restart_ok = matches!(restart.as_str(), "" | "no" | "always" | "unless-stopped")
@@ -281,6 +500,19 @@ fn workload(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Workload {
         || restart
             .strip_prefix("on-failure:")
             .is_some_and(|n| n.parse::<u32>().is_ok());
+    if let Some(retries) = restart
+        .strip_prefix("on-failure:")
+        .and_then(|n| n.parse::<u32>().ok())
+    {
+        check_at_most(
+            cx,
+            r.span_of("restart"),
+            "restart",
+            i64::from(retries),
+            MAX_RESTART_RETRIES,
+            "on-failure retries: lower the count, or use \"always\"",
+        );
+    }
     if !restart_ok {
         cx.error(
             r.span_of("restart"),
@@ -317,7 +549,7 @@ fn workload(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Workload {
 
 pub(super) fn deployment(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> DeploymentSpec {
     let container = container(cx, r);
-    let workload = workload(cx, r);
+    let workload = workload(cx, r, container.network_mode.is_empty());
     let mut spec = DeploymentSpec {
         container,
         replicas: workload.replicas,
@@ -334,14 +566,48 @@ pub(super) fn deployment(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> DeploymentSpec 
     if spec.health_check.is_empty() {
         spec.health_check = "/".to_owned();
     }
+    check_items(cx, r, "post_deploy", &spec.post_deploy, values::argument);
+    if spec.keep_releases < 0 {
+        cx.error(
+            r.span_of("keep_releases"),
+            format!(
+                "`keep_releases` must not be negative, got {}",
+                spec.keep_releases
+            ),
+        );
+    }
+    check_at_most(
+        cx,
+        r.span_of("keep_releases"),
+        "keep_releases",
+        spec.keep_releases,
+        MAX_HISTORY,
+        "releases kept per deployment: keep fewer",
+    );
     if let Some(block) = r.block(cx, "release") {
         let mut rel = r.nested(block, "");
-        spec.release = Some(ReleaseHooks {
+        let hooks = ReleaseHooks {
             command: rel.strings(cx, "command").unwrap_or_default(),
             pre_command: rel.strings(cx, "pre_command").unwrap_or_default(),
             post_command: rel.strings(cx, "post_command").unwrap_or_default(),
-            timeout: rel.duration(cx, "timeout").unwrap_or_default(),
-        });
+            timeout: rel.duration(cx, "timeout", MAX_TIMEOUT).unwrap_or_default(),
+        };
+        check_items(cx, &rel, "command", &hooks.command, values::argument);
+        check_items(
+            cx,
+            &rel,
+            "pre_command",
+            &hooks.pre_command,
+            values::argument,
+        );
+        check_items(
+            cx,
+            &rel,
+            "post_command",
+            &hooks.post_command,
+            values::argument,
+        );
+        spec.release = Some(hooks);
         rel.finish(cx);
     }
     if let Some(block) = r.block(cx, "autoscale") {
@@ -350,8 +616,12 @@ pub(super) fn deployment(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> DeploymentSpec 
             min: a.int(cx, "min").unwrap_or_default(),
             max: a.int(cx, "max").unwrap_or_default(),
             cpu_target: a.int(cx, "cpu_target").unwrap_or_default(),
-            cooldown_up: a.duration(cx, "cooldown_up").unwrap_or_default(),
-            cooldown_down: a.duration(cx, "cooldown_down").unwrap_or_default(),
+            cooldown_up: a
+                .duration(cx, "cooldown_up", MAX_TIMEOUT)
+                .unwrap_or_default(),
+            cooldown_down: a
+                .duration(cx, "cooldown_down", MAX_TIMEOUT)
+                .unwrap_or_default(),
         };
         let anchor = block.ident.span();
         if autoscale.min < 1 {
@@ -367,6 +637,16 @@ pub(super) fn deployment(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> DeploymentSpec 
                     "autoscale.max ({}) must be >= autoscale.min ({})",
                     autoscale.max, autoscale.min
                 ),
+            );
+        }
+        for (field, value) in [("min", autoscale.min), ("max", autoscale.max)] {
+            check_at_most(
+                cx,
+                a.span_of(field),
+                &a.field(field),
+                value,
+                MAX_REPLICAS,
+                "replicas per resource on one host: lower it, or spread the load over more hosts",
             );
         }
         if !(1..=100).contains(&autoscale.cpu_target) {
@@ -402,7 +682,7 @@ pub(super) fn deployment(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> DeploymentSpec 
 
 pub(super) fn statefulset(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> StatefulsetSpec {
     let container = container(cx, r);
-    let workload = workload(cx, r);
+    let workload = workload(cx, r, container.network_mode.is_empty());
     let mut claims: Vec<VolumeClaim> = Vec::new();
     for block in r.blocks("volume_claim") {
         let label = labels(cx, block);
@@ -431,6 +711,25 @@ pub(super) fn statefulset(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> StatefulsetSpe
             );
         }
         let size = v.string(cx, "size").unwrap_or_default();
+        if !size.is_empty() {
+            match crate::model::parse_memory(&size) {
+                None => cx.error(
+                    v.span_of("size"),
+                    format!("volume_claim {name:?}: size {size:?} is not a size: write a number with Ki Mi Gi Ti (1024-based) or K M G T (1000-based), like \"20Gi\""),
+                ),
+                Some(bytes) if bytes > MAX_VOLUME_SIZE => cx.error(
+                    v.span_of("size"),
+                    format!("volume_claim {name:?}: size {size:?} is above the limit of 1024Ti: write a smaller size"),
+                ),
+                Some(_) => {}
+            }
+        }
+        if let Err(problem) = values::one_line(&mount_path) {
+            cx.error(
+                v.span_of("mount_path"),
+                format!("volume_claim {name:?}: mount_path {problem}"),
+            );
+        }
         v.finish(cx);
         claims.push(VolumeClaim {
             name: name.clone(),
@@ -465,9 +764,9 @@ pub(super) fn statefulset(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> StatefulsetSpe
 /// The job fields (shared by `job` and, flat at its root, `cronjob`).
 fn job_fields(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> JobSpec {
     let container = container(cx, r);
-    let spec = JobSpec {
+    let mut spec = JobSpec {
         container,
-        timeout: r.duration(cx, "timeout").unwrap_or_default(),
+        timeout: r.duration(cx, "timeout", MAX_TIMEOUT).unwrap_or_default(),
         successful_history_limit: r.int(cx, "successful_history_limit").unwrap_or_default(),
         failed_history_limit: r.int(cx, "failed_history_limit").unwrap_or_default(),
         asset_digests: BTreeMap::new(),
@@ -488,6 +787,29 @@ fn job_fields(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> JobSpec {
         ],
         "jobs run to completion once; that field is for long-running workloads",
     );
+    for (field, slot) in [
+        (
+            "successful_history_limit",
+            &mut spec.successful_history_limit,
+        ),
+        ("failed_history_limit", &mut spec.failed_history_limit),
+    ] {
+        if *slot < 0 {
+            cx.error(
+                r.span_of(field),
+                format!("`{field}` must not be negative, got {slot} (0 means the default)"),
+            );
+            *slot = 0;
+        }
+        check_at_most(
+            cx,
+            r.span_of(field),
+            field,
+            *slot,
+            MAX_HISTORY,
+            "runs kept per job: keep fewer",
+        );
+    }
     spec
 }
 
@@ -542,6 +864,18 @@ pub(super) fn ingress(cx: &mut Cx<'_>, r: &mut Reader<'_>, app: bool) -> Ingress
         host: r.required_string(cx, "host").unwrap_or_default(),
         ..IngressSpec::default()
     };
+    if spec
+        .host
+        .contains(|c: char| c.is_whitespace() || c.is_control() || c == '/')
+    {
+        cx.error(
+            r.span_of("host"),
+            format!(
+                "`host` {:?} is not a host name: no whitespace, control characters or `/`",
+                spec.host
+            ),
+        );
+    }
     if app {
         r.refuse(
             &["service", "port"],
@@ -601,6 +935,11 @@ pub(super) fn ingress(cx: &mut Cx<'_>, r: &mut Reader<'_>, app: bool) -> Ingress
                 l.span_of("path"),
                 format!("location.path must start with '/', got {path:?}"),
             );
+        } else if path.contains(|c: char| c.is_whitespace() || c.is_control()) {
+            cx.error(
+                l.span_of("path"),
+                format!("location.path {path:?} must not contain whitespace or control characters (percent-encode them)"),
+            );
         }
         let strip = l.bool(cx, "strip").unwrap_or_default();
         l.finish(cx);
@@ -610,7 +949,9 @@ pub(super) fn ingress(cx: &mut Cx<'_>, r: &mut Reader<'_>, app: bool) -> Ingress
         let mut l = r.nested(block, "");
         let lb = LoadBalancing {
             policy: l.string(cx, "policy").unwrap_or_default(),
-            interval: l.duration(cx, "interval").unwrap_or_default(),
+            interval: l
+                .duration(cx, "interval", MAX_PROBE_DURATION)
+                .unwrap_or_default(),
         };
         if !matches!(
             lb.policy.as_str(),
@@ -642,6 +983,26 @@ pub(super) fn registry(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> RegistrySpec {
             anchor.clone(),
             "registry needs `url` (a host such as \"ghcr.io\")",
         );
+    }
+    if let Some(url) = &url
+        && url.contains(|c: char| c.is_whitespace() || c.is_control())
+    {
+        cx.error(
+            r.span_of("url"),
+            format!("registry `url` {url:?} must not contain whitespace or control characters"),
+        );
+    }
+    for (field, value) in [
+        ("username", &username),
+        ("token", &token),
+        ("password", &password),
+    ] {
+        if let Some(problem) = value
+            .as_deref()
+            .and_then(|text| values::one_line(text).err())
+        {
+            cx.error(r.span_of(field), format!("registry `{field}`: {problem}"));
+        }
     }
     let given = |value: &Option<String>| value.as_ref().is_some_and(|text| !text.is_empty());
     if !helper.is_empty() {
@@ -785,6 +1146,7 @@ fn asset_source(
                     for (option, text) in &options {
                         match option.as_str() {
                             "timeout" => match parse_go_duration(text) {
+                                Some(parsed) if parsed > MAX_FETCH_TIMEOUT => cx.error(span.clone(), format!("url() timeout {text:?} is above the limit of {}: a fetch holds up the whole commit; write a shorter timeout", show_duration(MAX_FETCH_TIMEOUT))),
                                 Some(parsed) if !parsed.is_zero() => timeout = parsed,
                                 _ => cx.error(span.clone(), format!("url() timeout {text:?} must be a duration like \"10s\"")),
                             },
@@ -866,11 +1228,15 @@ fn inits(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Vec<Init> {
             cx.error(span.clone(), format!("duplicate init name {name:?}"));
         }
         let mut i = r.nested(block, name);
+        let image = i.string(cx, "image");
+        if let Some(image) = &image {
+            check_image(cx, &i, image);
+        }
         let mut init = Init {
             name: name.clone(),
-            image: i.string(cx, "image").unwrap_or_default(),
+            image: image.unwrap_or_default(),
             command: Vec::new(),
-            timeout: i.duration(cx, "timeout").unwrap_or_default(),
+            timeout: i.duration(cx, "timeout", MAX_TIMEOUT).unwrap_or_default(),
             retries: i.int(cx, "retries").unwrap_or_default(),
             resources: None,
             ulimits: i.map(cx, "ulimits").unwrap_or_default(),
@@ -881,6 +1247,7 @@ fn inits(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Vec<Init> {
         let command = i.strings(cx, "command");
         let lacks_command = i.lacks("command", &command);
         init.command = command.unwrap_or_default();
+        check_items(cx, &i, "command", &init.command, values::argument);
         if lacks_command {
             cx.error(
                 block.ident.span(),
@@ -942,6 +1309,11 @@ fn probe(cx: &mut Cx<'_>, r: &mut Reader<'_>, name: &str, anchor: Option<Range<u
                 h.span_of("path"),
                 format!("probes.{name}.http_get.path must start with '/'"),
             );
+        } else if path.contains(|c: char| c.is_whitespace() || c.is_control()) {
+            cx.error(
+                h.span_of("path"),
+                format!("probes.{name}.http_get.path {path:?} must not contain whitespace or control characters (percent-encode them)"),
+            );
         }
         let port = h.int(cx, "port").unwrap_or_default();
         check_probe_port(
@@ -958,6 +1330,14 @@ fn probe(cx: &mut Cx<'_>, r: &mut Reader<'_>, name: &str, anchor: Option<Range<u
             );
         }
         let http_headers = h.map(cx, "http_headers").unwrap_or_default();
+        for (header, value) in &http_headers {
+            if let Err(problem) = values::one_line(header).and_then(|()| values::one_line(value)) {
+                cx.error(
+                    h.key_span("http_headers", header),
+                    format!("probes.{name}.http_get.http_headers {header:?}: {problem}"),
+                );
+            }
+        }
         h.finish(cx);
         probe.http_get = Some(HttpGet {
             path,
@@ -991,6 +1371,7 @@ fn probe(cx: &mut Cx<'_>, r: &mut Reader<'_>, name: &str, anchor: Option<Range<u
                 format!("probes.{name}.exec.command must be non-empty"),
             );
         }
+        check_items(cx, &e, "command", &command, values::argument);
         e.finish(cx);
         probe.exec = Some(ExecAction { command });
     }
@@ -1005,9 +1386,15 @@ fn probe(cx: &mut Cx<'_>, r: &mut Reader<'_>, name: &str, anchor: Option<Range<u
             format!("probes.{name}: only one of http_get / tcp_socket / exec may be declared"),
         ),
     }
-    probe.initial_delay = r.duration(cx, "initial_delay").unwrap_or_default();
-    probe.period = r.duration(cx, "period").unwrap_or_default();
-    probe.timeout = r.duration(cx, "timeout").unwrap_or_default();
+    probe.initial_delay = r
+        .duration(cx, "initial_delay", MAX_PROBE_DURATION)
+        .unwrap_or_default();
+    probe.period = r
+        .duration(cx, "period", MAX_PROBE_DURATION)
+        .unwrap_or_default();
+    probe.timeout = r
+        .duration(cx, "timeout", MAX_PROBE_DURATION)
+        .unwrap_or_default();
     for (field, slot) in [
         ("failure_threshold", &mut probe.failure_threshold),
         ("success_threshold", &mut probe.success_threshold),
@@ -1019,6 +1406,14 @@ fn probe(cx: &mut Cx<'_>, r: &mut Reader<'_>, name: &str, anchor: Option<Range<u
                 format!("probes.{name}.{field} must be at least 1, got {value}"),
             );
         }
+        check_at_most(
+            cx,
+            r.span_of(field),
+            &r.field(field),
+            value,
+            MAX_PROBE_THRESHOLD,
+            "probe results in a row: lower it, or lengthen `period`",
+        );
         *slot = value;
     }
     probe

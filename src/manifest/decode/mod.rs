@@ -11,6 +11,7 @@
 mod kinds;
 pub(crate) mod reader;
 mod sources;
+mod values;
 
 use std::ops::Range;
 
@@ -195,6 +196,9 @@ fn decode_block(cx: &mut Cx<'_>, block: &Block, out: &mut Vec<Decoded>) {
             );
             return;
         }
+    }
+    for (kind, scope, name, spec) in &specs {
+        kinds::check_build_image(cx, block, &ResourceKey::new(*kind, scope, name), spec);
     }
     let references = cx.take_references();
     if cx.diagnostics.len() != before {

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Range;
+use std::time::Duration;
 
 use hcl::edit::Span;
 use hcl::edit::expr::{Expression, ObjectKey, UnaryOperator};
@@ -20,6 +21,7 @@ use hcl::edit::template::Element;
 use super::super::diagnostic::{Diagnostic, LineIndex};
 use super::super::interpolate::{Interpolator, Reference, Resolved};
 use super::super::lex::MARK;
+use super::super::spec::bounds::show_duration;
 use super::sources::LoadEnv;
 use crate::model::parse_go_duration;
 
@@ -266,6 +268,42 @@ impl<'b> Reader<'b> {
         })
     }
 
+    /// The span of item `index` of list attribute `name`, else of the attribute.
+    pub(crate) fn item_span(&self, name: &str, index: usize) -> Option<Range<usize>> {
+        self.written(name)
+            .and_then(|attribute| match &attribute.value {
+                Expression::Array(items) => items.iter().nth(index).and_then(Span::span),
+                _ => None,
+            })
+            .or_else(|| self.span_of(name))
+    }
+
+    /// The span of key `key` (as written) of map attribute `name`, else of the attribute.
+    pub(crate) fn key_span(&self, name: &str, key: &str) -> Option<Range<usize>> {
+        self.written(name)
+            .and_then(|attribute| match &attribute.value {
+                Expression::Object(object) => {
+                    object.iter().find_map(|(object_key, _)| match object_key {
+                        ObjectKey::Ident(ident) if ident.as_str() == key => ident.span(),
+                        ObjectKey::Expression(Expression::String(text)) if text.as_str() == key => {
+                            object_key.span()
+                        }
+                        _ => None,
+                    })
+                }
+                _ => None,
+            })
+            .or_else(|| self.span_of(name))
+    }
+
+    /// The attribute `name` as written (does not register it).
+    fn written(&self, name: &str) -> Option<&'b Attribute> {
+        self.body.iter().find_map(|structure| match structure {
+            Structure::Attribute(attribute) if attribute.key.as_str() == name => Some(attribute),
+            _ => None,
+        })
+    }
+
     pub(crate) fn string(&mut self, cx: &mut Cx<'_>, name: &'static str) -> Option<String> {
         let attribute = self.attribute(name)?;
         to_string(cx, &attribute.value, &self.field(name))
@@ -318,21 +356,38 @@ impl<'b> Reader<'b> {
         }
     }
 
-    /// A Go duration (`"30s"`, `"1m30s"`), kept as written.
-    pub(crate) fn duration(&mut self, cx: &mut Cx<'_>, name: &'static str) -> Option<String> {
+    /// A Go duration (`"30s"`, `"1m30s"`) of at most `max`, kept as written.
+    pub(crate) fn duration(
+        &mut self,
+        cx: &mut Cx<'_>,
+        name: &'static str,
+        max: Duration,
+    ) -> Option<String> {
         let attribute = self.attribute(name)?;
         let field = self.field(name);
         let text = to_string(cx, &attribute.value, &field)?;
-        if parse_go_duration(&text).is_none() {
-            cx.error(
-                attribute.value.span(),
-                format!(
-                    "`{field}` must be a duration like \"30s\", \"5m\" or \"1h30m\", got {text:?}"
-                ),
-            );
-            return None;
+        match parse_go_duration(&text) {
+            None => {
+                cx.error(
+                    attribute.value.span(),
+                    format!(
+                        "`{field}` must be a duration like \"30s\", \"5m\" or \"1h30m\", got {text:?}"
+                    ),
+                );
+                None
+            }
+            Some(duration) if duration > max => {
+                cx.error(
+                    attribute.value.span(),
+                    format!(
+                        "`{field}` {text:?} is above the limit of {}: write a shorter duration",
+                        show_duration(max)
+                    ),
+                );
+                None
+            }
+            Some(_) => Some(text),
         }
-        Some(text)
     }
 
     pub(crate) fn strings(&mut self, cx: &mut Cx<'_>, name: &'static str) -> Option<Vec<String>> {

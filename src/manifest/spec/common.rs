@@ -305,9 +305,16 @@ pub(crate) fn is_false(value: &bool) -> bool {
     !*value
 }
 
-/// A replica count as voodu's controller reads it: omitted or below 1 means 1.
+/// A replica count as voodu's controller reads it: omitted or below 1 means 1. Clamped to
+/// `MAX_REPLICAS`: validation refuses more, but desired state an older agent stored may hold
+/// any number, and planning allocates per replica.
 pub(crate) fn replica_count(replicas: Option<i64>) -> usize {
-    replicas.map_or(1, |replicas| usize::try_from(replicas.max(1)).unwrap_or(1))
+    replicas.map_or(1, |replicas| clamp_replicas(replicas.max(1)))
+}
+
+/// `n` within `1..=MAX_REPLICAS`.
+pub(crate) fn clamp_replicas(n: i64) -> usize {
+    usize::try_from(n.clamp(1, super::bounds::MAX_REPLICAS)).unwrap_or(1)
 }
 
 /// A restart policy, voodu's default when the manifest leaves it out.

@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    Autoscale, Container, Init, Logs, OnDeploy, OnProbe, Probes, ReleaseHooks, Resources, is_zero,
-    normalized_ports, replica_count, restart_or_default,
+    Autoscale, Container, Init, Logs, OnDeploy, OnProbe, Probes, ReleaseHooks, Resources,
+    clamp_replicas, is_zero, normalized_ports, replica_count, restart_or_default,
 };
 use super::hash::{go_json_sha256, non_empty, sorted};
 use crate::model::{ResourceKey, SpecHash};
@@ -68,8 +68,8 @@ impl DeploymentSpec {
     pub fn effective_replicas(&self, scaled: Option<usize>) -> usize {
         match (&self.autoscale, scaled) {
             (Some(autoscale), Some(scaled)) => {
-                let low = usize::try_from(autoscale.min.max(1)).unwrap_or(1);
-                let high = usize::try_from(autoscale.max).unwrap_or(low).max(low);
+                let low = clamp_replicas(autoscale.min);
+                let high = clamp_replicas(autoscale.max).max(low);
                 scaled.clamp(low, high)
             }
             _ => self.n_replicas(),

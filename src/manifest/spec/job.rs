@@ -74,11 +74,13 @@ impl JobSpec {
     }
 }
 
+/// A history limit: 0 or less means `default`; clamped to `MAX_HISTORY` (desired state an
+/// older agent stored may hold any number).
 fn history_limit(value: i64, default: usize) -> usize {
     if value <= 0 {
         default
     } else {
-        usize::try_from(value).unwrap_or(default)
+        usize::try_from(value.min(super::bounds::MAX_HISTORY)).unwrap_or(default)
     }
 }
 

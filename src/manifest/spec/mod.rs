@@ -5,6 +5,7 @@
 //! as desired state, compares to decide what changed, and snapshots in releases.
 
 mod asset;
+pub mod bounds;
 mod common;
 mod deployment;
 pub(crate) mod hash;

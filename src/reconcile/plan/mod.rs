@@ -265,3 +265,68 @@ fn test_container(name: &str, hash: &str, state: crate::runtime::ContainerState)
         state,
     }
 }
+
+#[cfg(test)]
+mod bounds_tests {
+    use super::*;
+    use crate::manifest::spec::bounds::MAX_REPLICA_COUNT;
+    use crate::model::SpecHash;
+
+    /// Issue 10: desired state an older agent stored unchecked (`replicas = 1e12`) never makes
+    /// planning allocate in proportion: every count is clamped to `MAX_REPLICAS`, in the spec
+    /// (what the store records and reads) and again in the planners.
+    #[test]
+    fn a_stored_count_past_the_bound_plans_at_most_the_bound() -> Result<(), String> {
+        let hash = SpecHash::new("new");
+        for n_replicas in [1_000_000_000_000, usize::MAX] {
+            let target = Target {
+                spec_hash: &hash,
+                n_replicas,
+                env_digest: None,
+            };
+            assert_eq!(plan_replicas(Some(&target), &[]).len(), MAX_REPLICA_COUNT);
+            let pods = StatefulTarget {
+                spec_hash: &hash,
+                n_replicas,
+                env_digests: None,
+            };
+            assert_eq!(plan_statefulset(Some(&pods), &[]).len(), MAX_REPLICA_COUNT);
+        }
+        for (kind, json, scaled, expected) in [
+            (
+                Kind::Deployment,
+                r#"{"replicas":1000000000000}"#,
+                None,
+                1000,
+            ),
+            (
+                Kind::Statefulset,
+                r#"{"replicas":9223372036854775807}"#,
+                None,
+                1000,
+            ),
+            (
+                Kind::Deployment,
+                r#"{"autoscale":{"min":1,"max":1000000000000,"cpu_target":50}}"#,
+                Some(usize::MAX),
+                1000,
+            ),
+            (
+                Kind::Deployment,
+                r#"{"autoscale":{"min":1000000000000,"max":1000000000000,"cpu_target":50}}"#,
+                Some(1),
+                1000,
+            ),
+        ] {
+            let spec = Spec::from_json(kind, json).map_err(|error| error.to_string())?;
+            let n = match (&spec, scaled) {
+                (Spec::Deployment(deployment), Some(scaled)) => {
+                    deployment.effective_replicas(Some(scaled))
+                }
+                _ => spec.n_replicas(),
+            };
+            assert_eq!(n, expected, "{json}");
+        }
+        Ok(())
+    }
+}

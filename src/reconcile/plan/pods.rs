@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::replicas::Target;
+use crate::manifest::spec::bounds::MAX_REPLICA_COUNT;
 use crate::model::SpecHash;
 use crate::runtime::labels;
 use crate::runtime::{Container, ContainerState};
@@ -88,7 +89,8 @@ pub fn plan_statefulset(
     target: Option<&StatefulTarget<'_>>,
     actual: &[Container],
 ) -> Vec<StatefulStep> {
-    let n_replicas = target.map_or(0, |target| target.n_replicas);
+    // Clamped as in `plan_replicas`: a stored count past the bound never drives allocation.
+    let n_replicas = target.map_or(0, |target| target.n_replicas.min(MAX_REPLICA_COUNT));
     let is_current = |ordinal: usize, pod: &Container| {
         target.is_some_and(|target| target.is_current(ordinal, pod))
     };

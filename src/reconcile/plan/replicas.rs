@@ -1,6 +1,7 @@
 //! `plan_replicas`: a deployment's replicas (interchangeable, named by random ids) → the steps
 //! that converge them on a target count, spec hash and environment.
 
+use crate::manifest::spec::bounds::MAX_REPLICA_COUNT;
 use crate::model::SpecHash;
 use crate::runtime::labels;
 use crate::runtime::{Container, ContainerState};
@@ -56,7 +57,10 @@ pub fn plan_replicas(target: Option<&Target<'_>>, actual: &[Container]) -> Vec<S
     let (current, outdated): (Vec<&Container>, Vec<&Container>) = actual
         .into_iter()
         .partition(|container| target.is_current(container));
-    let keep = current.len().min(target.n_replicas);
+    // Desired state an older agent stored unchecked may ask for any number; never plan (and
+    // allocate) past the bound validation enforces.
+    let n_replicas = target.n_replicas.min(MAX_REPLICA_COUNT);
+    let keep = current.len().min(n_replicas);
     let mut removes: Vec<Step> = current[keep..].iter().map(remove).collect();
     // A restarting container is the engine's to bring back (its restart policy's back-off).
     let starts = current[..keep]
@@ -71,7 +75,7 @@ pub fn plan_replicas(target: Option<&Target<'_>>, actual: &[Container]) -> Vec<S
             id: container.id.clone(),
             name: container.name.clone(),
         });
-    let missing = target.n_replicas - keep;
+    let missing = n_replicas - keep;
     let n_replace = missing.min(outdated.len());
     removes.extend(outdated[n_replace..].iter().map(remove));
     let creates = std::iter::repeat_n(Step::Create, missing - n_replace);
