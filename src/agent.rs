@@ -2,8 +2,13 @@
 //! (poll ticks, the webhook, local ref changes), the reconciler, the ingress router and the
 //! HTTP side until shutdown.
 //!
-//! Invariant: every task is spawned on this module's `TaskTracker` and stops on its
-//! `CancellationToken`; `run` returns only after all of them finished.
+//! Invariants: every task is spawned on this module's `TaskTracker` and stops on its
+//! `CancellationToken`; `run` returns only after all of them finished. One agent per data dir
+//! (`lock`), held from before state.db is opened until `run` returns; the agent never starts
+//! with a new identity while an old one of its data dir remains (`identity`).
+
+mod identity;
+mod lock;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -44,6 +49,9 @@ pub struct AgentConfig {
     pub http: Option<HttpConfig>,
     /// Watch the refs of a local repository and sync as soon as they change.
     pub watch_local: bool,
+    /// `--adopt`: take over the identity this data dir's leftover containers (or identity
+    /// file) carry, when state.db was lost.
+    pub adopt: bool,
 }
 
 /// Where and how to serve HTTP.
@@ -67,7 +75,93 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> anyhow::Re
     let runtime = DockerRuntime::connect()
         .await
         .context("cannot reach the Docker engine (is dockerd running, and may this user use /var/run/docker.sock?)")?;
+    let marker = identity::marker(&config.data_dir)
+        .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
+    let runtime = runtime.with_labels(std::collections::BTreeMap::from([(
+        crate::runtime::labels::DATA_DIR.to_owned(),
+        marker,
+    )]));
     run_with_runtime(config, Arc::new(runtime), shutdown).await
+}
+
+/// Opens state.db under the data dir's lock, after checking that this data dir has not lost
+/// an identity (`identity::decide`), and adopts one when asked to. Returns the store.
+async fn open_state<R: Runtime>(config: &AgentConfig, runtime: &R) -> anyhow::Result<Arc<Store>> {
+    let db = config.state_db();
+    let existing = if db.exists() || wal_of(&db).exists() {
+        let db = db.clone();
+        Some(tokio::task::spawn_blocking(move || Store::open(&db)).await??)
+    } else {
+        None
+    };
+    let own = existing.as_ref().map(Store::agent_id).transpose()?;
+    let file = identity::read_file(&config.data_dir).with_context(|| {
+        format!(
+            "cannot read {}",
+            config.data_dir.join(identity::IDENTITY_FILE).display()
+        )
+    })?;
+    let marker = identity::marker(&config.data_dir)?;
+    let found = identity::scan(runtime, &marker)
+        .await
+        .context("cannot list this data dir's containers and volumes on the engine")?;
+    let decision = identity::decide(&identity::Situation {
+        data_dir: &config.data_dir,
+        own: own.as_deref(),
+        file: file.as_ref(),
+        found: &found,
+        adopt: config.adopt,
+    })
+    .map_err(anyhow::Error::msg)?;
+    if existing.is_none() {
+        let leftovers: Vec<String> = std::fs::read_dir(&config.data_dir)?
+            .filter_map(Result::ok)
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .filter(|name| name != lock::LOCK_FILE && !name.starts_with("state.db"))
+            .collect();
+        if !leftovers.is_empty() && decision == identity::Decision::Proceed {
+            tracing::warn!(
+                ?leftovers,
+                "no state.db in a used data dir, and no container of it on this engine: starting with a new identity (config buckets and release history start empty)"
+            );
+        }
+    }
+    let store = match existing {
+        Some(store) => store,
+        None => tokio::task::spawn_blocking(move || Store::open(&db)).await??,
+    };
+    if let identity::Decision::Adopt { agent_id, env_key } = &decision {
+        store.adopt_identity(agent_id, env_key.as_deref())?;
+        tracing::warn!(
+            agent_id,
+            digest_key = if env_key.is_some() {
+                "restored"
+            } else {
+                "new: replicas with environment are replaced one slot at a time"
+            },
+            "--adopt: this agent takes over the identity of this data dir's containers; config buckets and release history start empty"
+        );
+    }
+    identity::write_file(
+        &config.data_dir,
+        &identity::IdentityFile {
+            agent_id: store.agent_id()?,
+            env_key: Some(store.env_key()?),
+        },
+    )
+    .with_context(|| {
+        format!(
+            "cannot write {}",
+            config.data_dir.join(identity::IDENTITY_FILE).display()
+        )
+    })?;
+    Ok(Arc::new(store))
+}
+
+fn wal_of(db: &std::path::Path) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push("-wal");
+    PathBuf::from(name)
 }
 
 /// Runs the agent with any runtime (tests pass the fake).
@@ -78,8 +172,9 @@ pub async fn run_with_runtime<R: Runtime>(
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
-    let db = config.state_db();
-    let store = Arc::new(tokio::task::spawn_blocking(move || Store::open(&db)).await??);
+    // Held until `run_with_runtime` returns.
+    let _lock = lock::lock(&config.data_dir)?;
+    let store = open_state(&config, runtime.as_ref()).await?;
     let agent_id = store.agent_id()?;
     let source = Source::new(config.source.clone(), &config.data_dir);
     tracing::info!(
