@@ -84,9 +84,17 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> anyhow::Re
     run_with_runtime(config, Arc::new(runtime), shutdown).await
 }
 
+/// State.db, opened, and whether the reconciler must wait for a first applied commit.
+struct OpenState {
+    store: Arc<Store>,
+    /// Containers of this identity exist but no commit was ever applied (an adoption): the
+    /// reconciler's boot pass would take them for resources deleted from the repo.
+    await_first_commit: bool,
+}
+
 /// Opens state.db under the data dir's lock, after checking that this data dir has not lost
-/// an identity (`identity::decide`), and adopts one when asked to. Returns the store.
-async fn open_state<R: Runtime>(config: &AgentConfig, runtime: &R) -> anyhow::Result<Arc<Store>> {
+/// an identity (`identity::decide`), and adopts one when asked to.
+async fn open_state<R: Runtime>(config: &AgentConfig, runtime: &R) -> anyhow::Result<OpenState> {
     let db = config.state_db();
     let existing = if db.exists() || wal_of(&db).exists() {
         let db = db.clone();
@@ -142,10 +150,13 @@ async fn open_state<R: Runtime>(config: &AgentConfig, runtime: &R) -> anyhow::Re
             "--adopt: this agent takes over the identity of this data dir's containers; config buckets and release history start empty"
         );
     }
+    let agent_id = store.agent_id()?;
+    let await_first_commit =
+        found.contains_key(&agent_id) && store.commit_summary()?.last_applied.is_none();
     identity::write_file(
         &config.data_dir,
         &identity::IdentityFile {
-            agent_id: store.agent_id()?,
+            agent_id,
             env_key: Some(store.env_key()?),
         },
     )
@@ -155,7 +166,59 @@ async fn open_state<R: Runtime>(config: &AgentConfig, runtime: &R) -> anyhow::Re
             config.data_dir.join(identity::IDENTITY_FILE).display()
         )
     })?;
-    Ok(Arc::new(store))
+    Ok(OpenState {
+        store: Arc::new(store),
+        await_first_commit,
+    })
+}
+
+/// Syncs until a commit is applied (or shutdown), before the reconciler starts; see
+/// `OpenState::await_first_commit`. False when shutdown came first.
+async fn first_commit(
+    syncer: &Arc<Syncer>,
+    store: &Arc<Store>,
+    interval: Duration,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<bool> {
+    tracing::info!(
+        "this identity's containers exist but no commit was applied yet: reconciling starts once the repo's commit is applied (they are kept meanwhile)"
+    );
+    let interrupt = Arc::new(AtomicBool::new(false));
+    loop {
+        let syncer_for_task = syncer.clone();
+        let interrupt_for_task = interrupt.clone();
+        let outcome =
+            tokio::task::spawn_blocking(move || syncer_for_task.sync_once(&interrupt_for_task))
+                .await?;
+        match outcome {
+            Ok(SyncOutcome::Applied { commit, .. }) => {
+                tracing::info!(commit = commit.short(), "first commit applied");
+            }
+            Ok(SyncOutcome::Rejected {
+                commit,
+                diagnostics,
+            }) => tracing::error!(
+                commit = commit.short(),
+                "commit rejected; waiting for a good commit before reconciling:\n{diagnostics}"
+            ),
+            Ok(SyncOutcome::Unchanged(_)) => {}
+            Err(error) => {
+                tracing::warn!(%error, "sync failed; next try in {}", humantime::format_duration(interval))
+            }
+        }
+        let store_for_check = store.clone();
+        let applied = tokio::task::spawn_blocking(move || store_for_check.commit_summary())
+            .await??
+            .last_applied
+            .is_some();
+        if applied {
+            return Ok(true);
+        }
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            () = shutdown.cancelled() => return Ok(false),
+        }
+    }
 }
 
 fn wal_of(db: &std::path::Path) -> PathBuf {
@@ -174,7 +237,10 @@ pub async fn run_with_runtime<R: Runtime>(
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
     // Held until `run_with_runtime` returns.
     let _lock = lock::lock(&config.data_dir)?;
-    let store = open_state(&config, runtime.as_ref()).await?;
+    let OpenState {
+        store,
+        await_first_commit,
+    } = open_state(&config, runtime.as_ref()).await?;
     let agent_id = store.agent_id()?;
     let source = Source::new(config.source.clone(), &config.data_dir);
     tracing::info!(
@@ -186,6 +252,9 @@ pub async fn run_with_runtime<R: Runtime>(
     );
     let local_git_dir = trigger::local_git_dir(source.url()).filter(|_| config.watch_local);
     let syncer = Arc::new(Syncer::new(source, store.clone(), config.sync.clone())?);
+    if await_first_commit && !first_commit(&syncer, &store, config.interval, &shutdown).await? {
+        return Ok(());
+    }
     let metrics = Arc::new(Metrics::new());
     let (requests, receiver) = trigger::channel();
     // Bind before spawning anything, so a taken port or a refused address ends `run` at once.
