@@ -69,6 +69,46 @@ fn ids(env: &Env) -> TestResult<Vec<String>> {
     Ok(ids)
 }
 
+/// `docker ps -a` ids (or with `running`, running ones) labelled `voodu.scope=<scope>`.
+fn scope_ids(scope: &str, running: bool) -> TestResult<Vec<String>> {
+    let mut command = Command::new("docker");
+    command
+        .args(["ps", "-aq", "--no-trunc", "--filter"])
+        .arg(format!("label=voodu.scope={scope}"));
+    if running {
+        command.args(["--filter", "status=running"]);
+    }
+    let mut ids: Vec<String> = String::from_utf8(command.output()?.stdout)?
+        .split_whitespace()
+        .map(ToOwned::to_owned)
+        .collect();
+    ids.sort();
+    Ok(ids)
+}
+
+/// Whether `status --json` shows `scope/name` Ready.
+fn ready(env: &Env, scope: &str, name: &str) -> bool {
+    env.status().is_ok_and(|status| {
+        status["resources"].as_array().is_some_and(|resources| {
+            resources.iter().any(|resource| {
+                resource["scope"] == scope
+                    && resource["name"] == name
+                    && resource["phase"] == "Ready"
+            })
+        })
+    })
+}
+
+/// A one-pod statefulset with one claim, in `scope`.
+fn write_db(env: &Env, scope: &str) -> TestResult {
+    let manifest = format!(
+        "statefulset \"{scope}\" \"db\" {{\n  image    = \"{image}\"\n  command  = [\"sleep\", \"3600\"]\n  replicas = 1\n  env      = {{ V = \"1\" }}\n  volume_claim \"data\" {{\n    mount_path = \"/data\"\n  }}\n}}\n",
+        image = crate::support::test_image(),
+    );
+    env.repo.write("data/db.hcl", &manifest)?;
+    Ok(())
+}
+
 /// The `voodu.agent` labels on the scope's containers, deduplicated.
 fn agent_ids(env: &Env) -> TestResult<Vec<String>> {
     let output = Command::new("docker")
@@ -134,11 +174,20 @@ fn a_lost_state_db_is_refused_and_adopt_converges_without_duplicates() -> TestRe
         return Ok(());
     }
     Env::new()?.run(|env| {
+        // A statefulset in a second scope: its pod has a fixed name and a volume.
+        let db_scope = format!("{}s", env.scope());
+        let _db_guard = crate::support::DockerGuard::new(&db_scope);
         env.write_web(2, "1")?;
-        let sha = env.repo.commit("web: 2 replicas")?;
+        write_db(env, &db_scope)?;
+        let sha = env.repo.commit("web: 2 replicas, db: 1 pod")?;
         let mut agent = Running::start(env, &[], &env.log())?;
         env.converged(&sha, 2, None)?;
+        wait_until(LIMIT, "the db pod to be Ready", || {
+            ready(env, &db_scope, "db").then_some(())
+        })?;
         let old = ids(env)?;
+        let old_db = scope_ids(&db_scope, true)?;
+        assert_eq!(old_db.len(), 1, "one db pod");
         let data_dir = std::fs::canonicalize(env.data_dir())?;
         let labels = agent_ids(env)?;
         let [label] = labels.as_slice() else {
@@ -163,7 +212,7 @@ fn a_lost_state_db_is_refused_and_adopt_converges_without_duplicates() -> TestRe
         for fragment in [
             format!("data dir {} has lost its state", env.data_dir().display()),
             "state.db is missing".to_owned(),
-            format!("agent {old_agent}: 2 containers and 0 volumes on this engine"),
+            format!("agent {old_agent}: 3 containers and 1 volume on this engine"),
             "start again with --adopt".to_owned(),
             format!("docker rm -f $(docker ps -aq --filter label=voodu.agent={old_agent})"),
         ] {
@@ -174,11 +223,16 @@ fn a_lost_state_db_is_refused_and_adopt_converges_without_duplicates() -> TestRe
             "a refused start leaves the data dir as it found it"
         );
         assert_eq!(ids(env)?, old, "a refused start touches no container");
+        assert_eq!(scope_ids(&db_scope, false)?, old_db);
 
         // --adopt: the old identity and its digest key, the same two containers, no others.
         let mut adopted = Running::start(env, &["--adopt"], &env.log())?;
         env.converged(&sha, 2, None)?;
         assert_eq!(ids(env)?, old, "the old containers are kept, none added");
+        wait_until(LIMIT, "the adopted db pod to be Ready", || {
+            ready(env, &db_scope, "db").then_some(())
+        })?;
+        assert_eq!(scope_ids(&db_scope, false)?, old_db, "the db pod is kept");
         assert_eq!(agent_ids(env)?, labels.clone());
         let status = env.status()?;
         assert_eq!(status["last_applied"]["sha"], sha.as_str());
