@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::e2e_docker::{AGENT, Env};
-use crate::support::{TestResult, docker_tests_enabled, wait_until};
+use crate::support::{TestResult, wait_until};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -129,12 +129,8 @@ fn agent_ids(env: &Env) -> TestResult<Vec<String>> {
 }
 
 #[test]
+#[ignore = "needs a Docker engine: scripts/test runs it (cargo test -- --include-ignored)"]
 fn a_second_agent_on_one_data_dir_exits_naming_the_holders_pid() -> TestResult {
-    if !docker_tests_enabled(
-        "identity_docker::a_second_agent_on_one_data_dir_exits_naming_the_holders_pid",
-    ) {
-        return Ok(());
-    }
     Env::new()?.run(|env| {
         env.write_web(1, "1")?;
         let sha = env.repo.commit("web: 1 replica")?;
@@ -167,12 +163,8 @@ fn a_second_agent_on_one_data_dir_exits_naming_the_holders_pid() -> TestResult {
 }
 
 #[test]
+#[ignore = "needs a Docker engine: scripts/test runs it (cargo test -- --include-ignored)"]
 fn a_lost_state_db_is_refused_and_adopt_converges_without_duplicates() -> TestResult {
-    if !docker_tests_enabled(
-        "identity_docker::a_lost_state_db_is_refused_and_adopt_converges_without_duplicates",
-    ) {
-        return Ok(());
-    }
     Env::new()?.run(|env| {
         // A statefulset in a second scope: its pod has a fixed name and a volume.
         let db_scope = format!("{}s", env.scope());
