@@ -2,8 +2,13 @@
 //! (poll ticks, the webhook, local ref changes), the reconciler, the ingress router and the
 //! HTTP side until shutdown.
 //!
-//! Invariant: every task is spawned on this module's `TaskTracker` and stops on its
-//! `CancellationToken`; `run` returns only after all of them finished.
+//! Invariants: every task is spawned on this module's `TaskTracker` and stops on its
+//! `CancellationToken`; `run` returns only after all of them finished. One agent per data dir
+//! (`lock`), held from before state.db is opened until `run` returns; the agent never starts
+//! with a new identity while an old one of its data dir remains (`identity`).
+
+mod identity;
+mod lock;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -44,6 +49,9 @@ pub struct AgentConfig {
     pub http: Option<HttpConfig>,
     /// Watch the refs of a local repository and sync as soon as they change.
     pub watch_local: bool,
+    /// `--adopt`: take over the identity this data dir's leftover containers (or identity
+    /// file) carry, when state.db was lost.
+    pub adopt: bool,
 }
 
 /// Where and how to serve HTTP.
@@ -67,7 +75,156 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> anyhow::Re
     let runtime = DockerRuntime::connect()
         .await
         .context("cannot reach the Docker engine (is dockerd running, and may this user use /var/run/docker.sock?)")?;
+    let marker = identity::marker(&config.data_dir)
+        .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
+    let runtime = runtime.with_labels(std::collections::BTreeMap::from([(
+        crate::runtime::labels::DATA_DIR.to_owned(),
+        marker,
+    )]));
     run_with_runtime(config, Arc::new(runtime), shutdown).await
+}
+
+/// State.db, opened, and whether the reconciler must wait for a first applied commit.
+struct OpenState {
+    store: Arc<Store>,
+    /// Containers of this identity exist but no commit was ever applied (an adoption): the
+    /// reconciler's boot pass would take them for resources deleted from the repo.
+    await_first_commit: bool,
+}
+
+/// Opens state.db under the data dir's lock, after checking that this data dir has not lost
+/// an identity (`identity::decide`), and adopts one when asked to.
+async fn open_state<R: Runtime>(config: &AgentConfig, runtime: &R) -> anyhow::Result<OpenState> {
+    let db = config.state_db();
+    let existing = if db.exists() || wal_of(&db).exists() {
+        let db = db.clone();
+        Some(tokio::task::spawn_blocking(move || Store::open(&db)).await??)
+    } else {
+        None
+    };
+    let own = existing.as_ref().map(Store::agent_id).transpose()?;
+    let file = identity::read_file(&config.data_dir).with_context(|| {
+        format!(
+            "cannot read {}",
+            config.data_dir.join(identity::IDENTITY_FILE).display()
+        )
+    })?;
+    let marker = identity::marker(&config.data_dir)?;
+    let found = identity::scan(runtime, &marker)
+        .await
+        .context("cannot list this data dir's containers and volumes on the engine")?;
+    let decision = identity::decide(&identity::Situation {
+        data_dir: &config.data_dir,
+        own: own.as_deref(),
+        file: file.as_ref(),
+        found: &found,
+        adopt: config.adopt,
+    })
+    .map_err(anyhow::Error::msg)?;
+    if existing.is_none() {
+        let leftovers: Vec<String> = std::fs::read_dir(&config.data_dir)?
+            .filter_map(Result::ok)
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .filter(|name| name != lock::LOCK_FILE && !name.starts_with("state.db"))
+            .collect();
+        if !leftovers.is_empty() && decision == identity::Decision::Proceed {
+            tracing::warn!(
+                ?leftovers,
+                "no state.db in a used data dir, and no container of it on this engine: starting with a new identity (config buckets and release history start empty)"
+            );
+        }
+    }
+    let store = match existing {
+        Some(store) => store,
+        None => tokio::task::spawn_blocking(move || Store::open(&db)).await??,
+    };
+    if let identity::Decision::Adopt { agent_id, env_key } = &decision {
+        store.adopt_identity(agent_id, env_key.as_deref())?;
+        tracing::warn!(
+            agent_id,
+            digest_key = if env_key.is_some() {
+                "restored"
+            } else {
+                "new: replicas with environment are replaced one slot at a time"
+            },
+            "--adopt: this agent takes over the identity of this data dir's containers; config buckets and release history start empty"
+        );
+    }
+    let agent_id = store.agent_id()?;
+    let await_first_commit =
+        found.contains_key(&agent_id) && store.commit_summary()?.last_applied.is_none();
+    identity::write_file(
+        &config.data_dir,
+        &identity::IdentityFile {
+            agent_id,
+            env_key: Some(store.env_key()?),
+        },
+    )
+    .with_context(|| {
+        format!(
+            "cannot write {}",
+            config.data_dir.join(identity::IDENTITY_FILE).display()
+        )
+    })?;
+    Ok(OpenState {
+        store: Arc::new(store),
+        await_first_commit,
+    })
+}
+
+/// Syncs until a commit is applied (or shutdown), before the reconciler starts; see
+/// `OpenState::await_first_commit`. False when shutdown came first.
+async fn first_commit(
+    syncer: &Arc<Syncer>,
+    store: &Arc<Store>,
+    interval: Duration,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<bool> {
+    tracing::info!(
+        "this identity's containers exist but no commit was applied yet: reconciling starts once the repo's commit is applied (they are kept meanwhile)"
+    );
+    let interrupt = Arc::new(AtomicBool::new(false));
+    loop {
+        let syncer_for_task = syncer.clone();
+        let interrupt_for_task = interrupt.clone();
+        let outcome =
+            tokio::task::spawn_blocking(move || syncer_for_task.sync_once(&interrupt_for_task))
+                .await?;
+        match outcome {
+            Ok(SyncOutcome::Applied { commit, .. }) => {
+                tracing::info!(commit = commit.short(), "first commit applied");
+            }
+            Ok(SyncOutcome::Rejected {
+                commit,
+                diagnostics,
+            }) => tracing::error!(
+                commit = commit.short(),
+                "commit rejected; waiting for a good commit before reconciling:\n{diagnostics}"
+            ),
+            Ok(SyncOutcome::Unchanged(_)) => {}
+            Err(error) => {
+                tracing::warn!(%error, "sync failed; next try in {}", humantime::format_duration(interval))
+            }
+        }
+        let store_for_check = store.clone();
+        let applied = tokio::task::spawn_blocking(move || store_for_check.commit_summary())
+            .await??
+            .last_applied
+            .is_some();
+        if applied {
+            return Ok(true);
+        }
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            () = shutdown.cancelled() => return Ok(false),
+        }
+    }
+}
+
+fn wal_of(db: &std::path::Path) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push("-wal");
+    PathBuf::from(name)
 }
 
 /// Runs the agent with any runtime (tests pass the fake).
@@ -78,8 +235,12 @@ pub async fn run_with_runtime<R: Runtime>(
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
-    let db = config.state_db();
-    let store = Arc::new(tokio::task::spawn_blocking(move || Store::open(&db)).await??);
+    // Held until `run_with_runtime` returns.
+    let _lock = lock::lock(&config.data_dir)?;
+    let OpenState {
+        store,
+        await_first_commit,
+    } = open_state(&config, runtime.as_ref()).await?;
     let agent_id = store.agent_id()?;
     let source = Source::new(config.source.clone(), &config.data_dir);
     tracing::info!(
@@ -91,6 +252,9 @@ pub async fn run_with_runtime<R: Runtime>(
     );
     let local_git_dir = trigger::local_git_dir(source.url()).filter(|_| config.watch_local);
     let syncer = Arc::new(Syncer::new(source, store.clone(), config.sync.clone())?);
+    if await_first_commit && !first_commit(&syncer, &store, config.interval, &shutdown).await? {
+        return Ok(());
+    }
     let metrics = Arc::new(Metrics::new());
     let (requests, receiver) = trigger::channel();
     // Bind before spawning anything, so a taken port or a refused address ends `run` at once.

@@ -106,6 +106,11 @@ pub(super) struct RunArgs {
     /// and a proxy left from an earlier run is removed.
     #[arg(long)]
     no_ingress: bool,
+    /// When state.db was lost: take over the identity (agent id) of this data dir's
+    /// containers left on the engine, so they count as this agent's own and the repo is
+    /// converged without duplicates. Without it the agent refuses to start in that case.
+    #[arg(long)]
+    adopt: bool,
 }
 
 /// `--listen`: an address, or `off`.
@@ -200,6 +205,7 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
         },
         http,
         watch_local: !args.no_watch,
+        adopt: args.adopt,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -38,6 +38,8 @@ pub struct DockerRuntime {
     /// Serialises network creation: the engine accepts two networks with one name, so two
     /// concurrent "inspect, then create" would make the name ambiguous.
     network_lock: std::sync::Arc<tokio::sync::Mutex<()>>,
+    /// Labels every container and volume this runtime creates carries (`with_labels`).
+    stamp: BTreeMap<String, String>,
 }
 
 impl DockerRuntime {
@@ -68,7 +70,25 @@ impl DockerRuntime {
         Ok(DockerRuntime {
             docker,
             network_lock: std::sync::Arc::default(),
+            stamp: BTreeMap::new(),
         })
+    }
+
+    /// Adds `labels` to every container and volume created from now on (the agent's
+    /// `voodu.data_dir`); a label the spec sets itself wins.
+    pub fn with_labels(mut self, labels: BTreeMap<String, String>) -> DockerRuntime {
+        self.stamp.extend(labels);
+        self
+    }
+
+    fn stamped(&self, labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+        let mut stamped = self.stamp.clone();
+        stamped.extend(
+            labels
+                .iter()
+                .map(|(key, value)| (key.clone(), value.clone())),
+        );
+        stamped
     }
 }
 
@@ -325,7 +345,14 @@ impl Runtime for DockerRuntime {
     }
 
     async fn create(&self, spec: &ContainerSpec) -> Result<String> {
-        let body = create_body(spec);
+        let body = if self.stamp.is_empty() {
+            create_body(spec)
+        } else {
+            create_body(&ContainerSpec {
+                labels: self.stamped(&spec.labels),
+                ..spec.clone()
+            })
+        };
         let options = CreateContainerOptionsBuilder::default()
             .name(&spec.name)
             .build();
@@ -559,7 +586,7 @@ impl Runtime for DockerRuntime {
         self.docker
             .create_volume(VolumeCreateRequest {
                 name: Some(name.to_owned()),
-                labels: Some(labels.clone().into_iter().collect()),
+                labels: Some(self.stamped(labels).into_iter().collect()),
                 ..VolumeCreateRequest::default()
             })
             .await

@@ -1,5 +1,5 @@
 //! The `voodu.*` labels on every managed container: voodu's identity set (spec §6.2) plus
-//! `voodu.agent`, this agent's ownership marker.
+//! `voodu.agent`, this agent's ownership marker, and `voodu.data_dir`, its data dir's.
 //!
 //! Invariant: the agent lists, replaces and removes only containers that carry its own
 //! `voodu.agent` id; anything else on the engine is never touched.
@@ -28,3 +28,7 @@ pub const PROBES: &str = "voodu.probes";
 pub const SPEC_HASH: &str = "voodu.spec_hash";
 /// Which agent (data dir) owns the container.
 pub const AGENT: &str = "voodu.agent";
+/// The canonical path of the data dir of the agent that created the container or volume:
+/// how an agent whose state.db was lost recognises its old objects (they carry another
+/// `voodu.agent` id) on an engine shared with other agents.
+pub const DATA_DIR: &str = "voodu.data_dir";

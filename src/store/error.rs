@@ -19,6 +19,12 @@ pub enum Error {
         found: i64,
         known: i64,
     },
+    /// The file is there but holds no usable state: empty, not SQLite, another program's
+    /// database, or a voodu-agent database without its agent id. Never a fresh start.
+    #[error(
+        "state database {path} is unusable: {problem}; the agent's identity and state are in it, so it will not start afresh: restore the file from a backup, or move it aside and start the agent with --adopt to take over this data dir's containers (README: \"Identity and the data dir\")"
+    )]
+    Unusable { path: PathBuf, problem: String },
     #[error("state database: {0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("state database holds an unreadable row: {0}")]

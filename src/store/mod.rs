@@ -212,7 +212,12 @@ pub fn now_unix() -> i64 {
 }
 
 impl Store {
-    /// Opens (creating if needed) the database at `path` and runs pending migrations.
+    /// Opens the database at `path` and runs pending migrations; when no file is there, first
+    /// creates one whole (schema and agent id) under a temporary name and links it into place,
+    /// so a `state.db` on disk is always a complete database.
+    ///
+    /// A file that is there but unusable (empty, zeroed, garbage, another program's database,
+    /// no agent id) is `Error::Unusable`, never a fresh start: the agent's identity is in it.
     pub fn open(path: &Path) -> Result<Store> {
         let open_error = |source| Error::Open {
             path: path.to_owned(),
@@ -222,17 +227,35 @@ impl Store {
             // A missing parent shows up as an open error below, with the path in it.
             let _ = std::fs::create_dir_all(parent);
         }
-        let mut connection = Connection::open(path).map_err(open_error)?;
+        if !path.exists() {
+            create_whole(path)?;
+        }
+        check_not_empty(path)?;
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut connection = Connection::open_with_flags(path, flags).map_err(open_error)?;
         // The timeout first: another handle may hold the lock the pragmas need.
         connection.busy_timeout(std::time::Duration::from_secs(5))?;
+        // The version before the pragmas: switching another program's database to WAL would
+        // change its file.
+        let version: i64 = connection
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .map_err(|source| unusable_or(path, source))?;
+        if version == 0 {
+            return Err(no_schema(&connection, path));
+        }
         connection
             .execute_batch(
                 "PRAGMA journal_mode = WAL;
                  PRAGMA synchronous = NORMAL;
                  PRAGMA foreign_keys = ON;",
             )
-            .map_err(open_error)?;
-        migrate(&mut connection, path)?;
+            .map_err(|source| unusable_or(path, source))?;
+        migrate(&mut connection, path).map_err(|error| match error {
+            Error::Sqlite(source) => unusable_or(path, source),
+            other => other,
+        })?;
         let store = Store::from_connection(connection, path);
         store.agent_id()?;
         Ok(store)
@@ -240,15 +263,23 @@ impl Store {
 
     /// Opens an existing database without writing to it (for `status` while the agent runs).
     pub fn open_read_only(path: &Path) -> Result<Store> {
+        check_not_empty(path)?;
         let connection = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
             .map_err(|source| Error::Open {
                 path: path.to_owned(),
                 source,
             })?;
         connection.busy_timeout(std::time::Duration::from_secs(5))?;
-        let version: i64 = connection.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+        let version: i64 = connection
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .map_err(|source| unusable_or(path, source))?;
+        if version == 0 {
+            return Err(no_schema(&connection, path));
+        }
         check_version(version, path)?;
-        Ok(Store::from_connection(connection, path))
+        let store = Store::from_connection(connection, path);
+        store.agent_id()?;
+        Ok(store)
     }
 
     fn from_connection(connection: Connection, path: &Path) -> Store {
@@ -277,29 +308,42 @@ impl Store {
         f(&mut connection)
     }
 
-    /// This data dir's agent id, made once: the `voodu.agent` label on every container this
-    /// agent creates, so two agents (or a test and an agent) on one engine never touch each
-    /// other's containers.
+    /// This data dir's agent id, made with the database (`open`): the `voodu.agent` label on
+    /// every container this agent creates, so two agents (or a test and an agent) on one
+    /// engine never touch each other's containers. A database without one has lost its
+    /// identity: `Error::Unusable`, never a new id.
     pub fn agent_id(&self) -> Result<String> {
-        self.with(|connection| {
-            if let Some(id) = connection
+        let found = self.with(|connection| {
+            Ok(connection
                 .query_row("SELECT value FROM meta WHERE key = 'agent_id'", [], |row| {
                     row.get::<_, String>(0)
                 })
-                .optional()?
-            {
-                return Ok(id);
+                .optional())
+        })?;
+        match found {
+            Ok(Some(id)) if !id.is_empty() => Ok(id),
+            Ok(_) => Err(Error::Unusable {
+                path: self.path.clone(),
+                problem: "it holds no agent id".to_owned(),
+            }),
+            Err(source) => Err(unusable_or(&self.path, source)),
+        }
+    }
+
+    /// Takes over another identity (`voodu-agent --adopt`): the agent id, and the digest key
+    /// when it is known, so the adopted containers count as this agent's own and, with the
+    /// key, as current.
+    pub fn adopt_identity(&self, agent_id: &str, env_key: Option<&str>) -> Result<()> {
+        self.with(|connection| {
+            let tx = connection.transaction()?;
+            let upsert = "INSERT INTO meta (key, value) VALUES (?1, ?2)
+                          ON CONFLICT (key) DO UPDATE SET value = excluded.value";
+            tx.execute(upsert, params!["agent_id", agent_id])?;
+            if let Some(env_key) = env_key {
+                tx.execute(upsert, params!["env_key", env_key])?;
             }
-            // Another handle may make the id at the same moment: the first insert wins.
-            connection.execute(
-                "INSERT OR IGNORE INTO meta (key, value) VALUES ('agent_id', ?1)",
-                params![crate::model::random_hex(8)],
-            )?;
-            Ok(connection.query_row(
-                "SELECT value FROM meta WHERE key = 'agent_id'",
-                [],
-                |row| row.get(0),
-            )?)
+            tx.commit()?;
+            Ok(())
         })
     }
 
@@ -838,6 +882,105 @@ fn check_version(found: i64, path: &Path) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// Makes a new database whole under a temporary name (schema, agent id, digest key) and
+/// links it to `path` unless another handle got there first. A database is never visible
+/// half made, so an empty or id-less `state.db` always means lost state.
+fn create_whole(path: &Path) -> Result<()> {
+    let wal = sidecar(path, "-wal");
+    if std::fs::metadata(&wal).is_ok_and(|metadata| metadata.len() > 0) {
+        // SQLite would replay the old database's log into the new one.
+        return Err(Error::Unusable {
+            path: path.to_owned(),
+            problem: format!(
+                "the file is missing but its write-ahead log {} remains",
+                wal.display()
+            ),
+        });
+    }
+    let temporary = sidecar(path, &format!(".new-{}", crate::model::random_hex(6)));
+    let result = (|| {
+        let mut connection = Connection::open(&temporary).map_err(|source| Error::Open {
+            path: temporary.clone(),
+            source,
+        })?;
+        migrate(&mut connection, &temporary)?;
+        connection.execute(
+            "INSERT INTO meta (key, value) VALUES ('agent_id', ?1), ('env_key', ?2)",
+            params![crate::model::random_hex(8), crate::model::random_hex(32)],
+        )?;
+        drop(connection);
+        match std::fs::hard_link(&temporary, path) {
+            Ok(()) => Ok(()),
+            // Another handle created it meanwhile: theirs is as good as ours.
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            // A file system without hard links: rename (no longer atomic against a racer).
+            Err(_) => std::fs::rename(&temporary, path).map_err(|source| Error::Unusable {
+                path: path.to_owned(),
+                problem: format!("cannot create it: {source}"),
+            }),
+        }
+    })();
+    let _ = std::fs::remove_file(&temporary);
+    result
+}
+
+/// `state.db` + `suffix`, beside it.
+fn sidecar(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// A zero-length file: SQLite would take it for a new, empty database.
+fn check_not_empty(path: &Path) -> Result<()> {
+    match std::fs::metadata(path) {
+        Ok(metadata) if metadata.is_file() && metadata.len() == 0 => Err(Error::Unusable {
+            path: path.to_owned(),
+            problem: "the file is empty (0 bytes)".to_owned(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Version 0: no voodu-agent schema; says whether it is another program's database.
+fn no_schema(connection: &Connection, path: &Path) -> Error {
+    let n_tables: i64 = connection
+        .query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap_or(0);
+    Error::Unusable {
+        path: path.to_owned(),
+        problem: if n_tables > 0 {
+            format!("it is not a voodu-agent database ({n_tables} tables, no schema version)")
+        } else {
+            "it is an empty SQLite database (no schema, no agent id)".to_owned()
+        },
+    }
+}
+
+/// A damaged file (`file is not a database`, a malformed image, a missing table) is
+/// `Unusable`; anything else (a lock timeout, a full disk) stays an SQLite error.
+fn unusable_or(path: &Path, source: rusqlite::Error) -> Error {
+    use rusqlite::ErrorCode;
+    let damaged = source.to_string().contains("no such table")
+        || matches!(
+            &source,
+            rusqlite::Error::SqliteFailure(failure, _)
+                if matches!(failure.code, ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt)
+        );
+    if damaged {
+        Error::Unusable {
+            path: path.to_owned(),
+            problem: source.to_string(),
+        }
+    } else {
+        Error::Sqlite(source)
+    }
 }
 
 /// Runs pending migrations, each in a write transaction that reads the version first: two

@@ -754,6 +754,11 @@ fn a_version_one_database_migrates_and_keeps_its_releases() -> TestResult {
         let connection = Connection::open(&path)?;
         connection.execute_batch(schema::MIGRATIONS[0])?;
         connection.pragma_update(None, "user_version", 1)?;
+        // Every agent made its id on first open.
+        connection.execute(
+            "INSERT INTO meta (key, value) VALUES ('agent_id', 'a1')",
+            [],
+        )?;
         connection.execute(
             "INSERT INTO releases (kind, scope, name, commit_sha, spec_hash, snapshot, phase, started_at)
              VALUES ('deployment', 's', 'web', ?1, 'h', '{}', 'succeeded', 1)",
@@ -1049,5 +1054,151 @@ fn the_autoscalers_count_holds_within_bounds_and_goes_with_autoscale() -> TestRe
     let desired = f.store.desired(&key("web"))?.ok_or("web")?;
     assert_eq!((desired.n_replicas, desired.replicas_override), (1, None));
     assert_eq!(f.store.replicas_override(&key("web"))?, None);
+    Ok(())
+}
+
+// ---- lost or damaged state (issue 10 item 4) -----------------------------------------------
+
+/// How a test damages the data dir before opening `state.db` (the path is passed in).
+type Damage = fn(&Path) -> TestResult;
+
+/// Opening a damaged `state.db` is `Unusable`, naming the file and the problem, telling how
+/// to recover; the file is left as found (no fresh start over it).
+fn check_unusable(name: &str, damage: Damage, problem: &str) -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("state.db");
+    damage(&path)?;
+    let before = std::fs::read(&path).ok();
+    for (how, opened) in [
+        ("open", Store::open(&path).map(drop)),
+        ("open_read_only", Store::open_read_only(&path).map(drop)),
+    ] {
+        if how == "open_read_only" && before.is_none() {
+            continue; // nothing to read: the CLI says "no agent state" before opening
+        }
+        match opened {
+            Err(Error::Unusable {
+                path: named,
+                problem: found,
+            }) if named == path => {
+                assert!(
+                    found.contains(problem),
+                    "{name} ({how}): problem {found:?} lacks {problem:?}"
+                );
+            }
+            Err(other) => {
+                return Err(format!("{name} ({how}): expected Unusable, got {other}").into());
+            }
+            Ok(()) => return Err(format!("{name} ({how}): opened a damaged database").into()),
+        }
+    }
+    let message = Store::open(&path)
+        .err()
+        .map(|error| error.to_string())
+        .unwrap_or_default();
+    assert!(
+        message.contains(&path.display().to_string()) && message.contains("--adopt"),
+        "{name}: {message}"
+    );
+    assert!(
+        std::fs::read(&path).ok() == before,
+        "{name}: the file was changed"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_damaged_or_emptied_state_db_is_an_error_never_a_fresh_start() -> TestResult {
+    let cases: &[(&str, Damage, &str)] = &[
+        (
+            "zero-length file",
+            |path| Ok(std::fs::write(path, b"")?),
+            "the file is empty (0 bytes)",
+        ),
+        (
+            "zeroed file",
+            |path| Ok(std::fs::write(path, vec![0u8; 8192])?),
+            "file is not a database",
+        ),
+        (
+            "garbage bytes",
+            |path| {
+                Ok(std::fs::write(
+                    path,
+                    b"not sqlite at all, just some text ".repeat(200),
+                )?)
+            },
+            "file is not a database",
+        ),
+        (
+            "another program's database",
+            |path| Ok(Connection::open(path)?.execute_batch("CREATE TABLE t (x);")?),
+            "not a voodu-agent database (1 tables",
+        ),
+        (
+            "an empty SQLite database",
+            |path| Ok(Connection::open(path)?.execute_batch("PRAGMA application_id = 7;")?),
+            "empty SQLite database",
+        ),
+        (
+            "agent id deleted",
+            |path| {
+                drop(Store::open(path)?);
+                Connection::open(path)?.execute("DELETE FROM meta WHERE key = 'agent_id'", [])?;
+                Ok(())
+            },
+            "it holds no agent id",
+        ),
+        (
+            "meta table dropped",
+            |path| {
+                drop(Store::open(path)?);
+                Connection::open(path)?.execute_batch("DROP TABLE meta;")?;
+                Ok(())
+            },
+            "no such table: meta",
+        ),
+        (
+            "deleted, its write-ahead log left behind",
+            |path| {
+                let mut wal = path.as_os_str().to_owned();
+                wal.push("-wal");
+                std::fs::write(PathBuf::from(wal), b"an old log")?;
+                Ok(())
+            },
+            "write-ahead log",
+        ),
+    ];
+    for (name, damage, problem) in cases {
+        check_unusable(name, *damage, problem)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_new_database_is_made_whole_with_its_identity_and_adoption_replaces_it() -> TestResult {
+    let f = fixture()?;
+    let id = f.store.agent_id()?;
+    let key = f.store.env_key()?;
+    assert_eq!(key.len(), 64, "the digest key is made with the database");
+    let leftovers: Vec<String> = std::fs::read_dir(f.path.parent().ok_or("no parent")?)?
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.contains(".new-"))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+    f.store.adopt_identity("0123456789abcdef", Some("k"))?;
+    assert_eq!(f.store.agent_id()?, "0123456789abcdef");
+    assert_eq!(f.store.env_key()?, "k");
+    f.store.adopt_identity("fedcba9876543210", None)?;
+    drop(f.store);
+    let reopened = Store::open(&f.path)?;
+    assert_eq!(reopened.agent_id()?, "fedcba9876543210");
+    assert_eq!(
+        reopened.env_key()?,
+        "k",
+        "no key given: the current one stays"
+    );
+    assert_ne!(reopened.agent_id()?, id);
     Ok(())
 }

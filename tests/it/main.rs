@@ -13,6 +13,7 @@ mod health;
 mod health_docker;
 mod hooks_docker;
 mod http;
+mod identity_docker;
 mod ingress;
 mod jobs;
 mod reconcile;

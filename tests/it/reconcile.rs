@@ -352,6 +352,7 @@ async fn agent_applies_commits_and_keeps_the_last_good_one_on_bad_input() -> Tes
         },
         http: None,
         watch_local: false,
+        adopt: false,
     };
     let agent = tokio::spawn(voodu_agent::agent::run_with_runtime(
         config,

@@ -82,6 +82,7 @@ impl TestAgent {
                 },
             }),
             watch_local: options.watch_local,
+            adopt: false,
         };
         let state_db: PathBuf = config.state_db();
         let fake = Arc::new(FakeRuntime::new());
