@@ -106,6 +106,9 @@ pub(super) struct RunArgs {
     /// and a proxy left from an earlier run is removed.
     #[arg(long)]
     no_ingress: bool,
+    /// What commits may ask of the host (README "Host policy"); default-deny.
+    #[command(flatten)]
+    policy: super::validate::PolicyArgs,
 }
 
 /// `--listen`: an address, or `off`.
@@ -134,6 +137,8 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
     let mut sync = SyncOptions::new(data_dir.clone());
     sync.max_file_bytes = args.max_file_size;
     sync.max_url_bytes = args.max_url_size;
+    // Before anything else, so a bad policy is the error.
+    sync.policy = args.policy.to_policy_for(&data_dir)?;
     for name in &args.allow_env {
         match std::env::var(name) {
             Ok(value) => {
