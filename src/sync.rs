@@ -168,6 +168,15 @@ impl Syncer {
                     });
                 }
             };
+        let symlinked = bind_refusals_on_this_host(&manifest, &self.options.policy);
+        if !symlinked.is_empty() {
+            let diagnostics = Diagnostics(symlinked);
+            self.store.reject_commit(commit, &diagnostics)?;
+            return Ok(SyncOutcome::Rejected {
+                commit: commit.clone(),
+                diagnostics,
+            });
+        }
         for request in &manifest.secrets {
             let (scope, name) = &request.bucket;
             if self
@@ -202,5 +211,55 @@ impl Syncer {
             summary,
             warnings: manifest.warnings,
         })
+    }
+}
+
+/// Bind sources that the host policy allows as written but that resolve, through symlinks on
+/// this host, to a path it refuses (a container with an allowed bind can plant such a link).
+/// Located at the resource's block: the manifest stage has no host to look at.
+fn bind_refusals_on_this_host(manifest: &manifest::Manifest, policy: &Policy) -> Vec<Diagnostic> {
+    let mut refusals = Vec::new();
+    for resource in &manifest.resources {
+        let Some(container) = resource.spec.container() else {
+            continue;
+        };
+        for source in container
+            .volumes
+            .iter()
+            .filter_map(|volume| manifest::bind_source(volume))
+        {
+            let Some(resolved) = resolve_on_host(std::path::Path::new(&source)) else {
+                continue;
+            };
+            if resolved == source {
+                continue;
+            }
+            if let Some(refusal) = policy.bind_refusal(&resolved) {
+                refusals.push(Diagnostic {
+                    message: format!(
+                        "bind mount of {source} resolves to {resolved} on this host: {refusal}"
+                    ),
+                    ..resource.origin.clone()
+                });
+            }
+        }
+    }
+    refusals
+}
+
+/// `path` with the symlinks of its longest existing prefix resolved (Docker creates the rest).
+fn resolve_on_host(path: &std::path::Path) -> Option<String> {
+    let mut existing = path;
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = std::fs::canonicalize(existing) {
+            let mut resolved = real;
+            for part in rest.iter().rev() {
+                resolved.push(part);
+            }
+            return resolved.to_str().map(ToOwned::to_owned);
+        }
+        rest.push(existing.file_name()?);
+        existing = existing.parent()?;
     }
 }

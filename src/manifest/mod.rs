@@ -26,7 +26,7 @@ pub use decode::Resource;
 pub use diagnostic::{Diagnostic, Diagnostics};
 pub use interpolate::Vars;
 pub use macros::SecretRequest;
-pub use policy::Policy;
+pub use policy::{Policy, bind_source};
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -10,8 +10,8 @@
 //!
 //! Invariant: pure. `check` reads only the decoded spec, where its fields were written, and the
 //! policy; every refusal is located at the attribute that asks for it and names the setting
-//! that would allow it. Bind sources are compared lexically (`.`, `..` and `//` folded), so
-//! a bind root should not hold symlinks that others can write.
+//! that would allow it. Bind sources are compared lexically (`.`, `..` and `//` folded); the
+//! sync stage, which may look at the host, checks them again with their symlinks resolved.
 
 use std::collections::BTreeMap;
 
@@ -151,7 +151,7 @@ impl Policy {
     }
 
     /// Why a bind of `source` (absolute, normalised) is refused, or `None` when allowed.
-    fn bind_refusal(&self, source: &str) -> Option<String> {
+    pub fn bind_refusal(&self, source: &str) -> Option<String> {
         let mut sensitive: Vec<(String, &str)> = SENSITIVE
             .iter()
             .map(|(path, why)| ((*path).to_owned(), *why))
@@ -375,7 +375,7 @@ fn check_docker_options(policy: &Policy, items: &[String], refuse: &mut impl FnM
 
 /// The host path a `volumes` entry binds, normalised; `None` for a named volume or an asset
 /// file (`${asset.…}`, which the agent resolves under its own asset directory).
-fn bind_source(volume: &str) -> Option<String> {
+pub fn bind_source(volume: &str) -> Option<String> {
     let source = volume.split(':').next().unwrap_or_default();
     let is_asset = source.starts_with("${asset.")
         && source.ends_with('}')

@@ -138,3 +138,61 @@ async fn a_commit_beyond_the_policy_is_rejected_until_the_host_allows_it() -> Te
     agent.await??;
     Ok(())
 }
+
+/// A bind allowed as written but resolving, through a symlink on the host (one a container
+/// with an allowed bind could plant), to a refused path is rejected at sync.
+#[test]
+fn a_bind_through_a_symlink_to_a_refused_path_is_rejected() -> TestResult {
+    let host = tempfile::tempdir()?;
+    let root = std::fs::canonicalize(host.path())?;
+    std::os::unix::fs::symlink("/etc", root.join("link"))?;
+    std::fs::create_dir(root.join("data"))?;
+    let root_text = root.to_str().ok_or("utf-8 path")?;
+    let repo = TempRepo::new()?;
+    let data = tempfile::tempdir()?;
+    let store = Arc::new(Store::open(&data.path().join("state.db"))?);
+    let mut options = voodu_agent::sync::SyncOptions::new(data.path().to_owned());
+    options.policy.allow_bind_root = vec![root_text.to_owned()];
+    let syncer = voodu_agent::sync::Syncer::new(
+        voodu_agent::git::Source::new(
+            voodu_agent::git::SourceOptions {
+                url: repo.url(),
+                branch: "main".into(),
+                paths: Vec::new(),
+                token_file: None,
+            },
+            data.path(),
+        ),
+        Arc::clone(&store),
+        options,
+    )?;
+    let deployment = |source: &str| {
+        format!(
+            "deployment \"shop\" \"web\" {{\n  image = \"busybox\"\n  volumes = [\"{root_text}/{source}:/mnt\"]\n}}\n"
+        )
+    };
+    for (source, expected) in [
+        ("data/sub", Vec::new()),
+        (
+            "link/passwd",
+            vec![format!(
+                "web.hcl:1:1: bind mount of {root_text}/link/passwd resolves to /etc/passwd on this host: bind mount of /etc/passwd (under /etc: a system directory) is refused by the host policy; start the agent with --allow-bind-root /etc/passwd to allow it"
+            )],
+        ),
+    ] {
+        repo.write("web.hcl", &deployment(source))?;
+        let sha = repo.commit(source)?;
+        let got = match syncer.sync_once(&std::sync::atomic::AtomicBool::new(false))? {
+            voodu_agent::sync::SyncOutcome::Applied { commit, .. } if commit.as_str() == sha => {
+                Vec::new()
+            }
+            voodu_agent::sync::SyncOutcome::Rejected {
+                commit,
+                diagnostics,
+            } if commit.as_str() == sha => diagnostics.0.iter().map(ToString::to_string).collect(),
+            other => return Err(format!("{source}: unexpected {other:?}").into()),
+        };
+        assert_eq!(got, expected, "{source}");
+    }
+    Ok(())
+}
