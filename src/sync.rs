@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use crate::assets::{self, UrlCache};
 use crate::git::Source;
 use crate::manifest::spec::Spec;
-use crate::manifest::{self, Diagnostic, Diagnostics, LoadOptions, Mode, Vars};
+use crate::manifest::{self, Diagnostic, Diagnostics, LoadOptions, Mode, Policy, Vars};
 use crate::model::{CommitSha, random_hex};
 use crate::store::{ApplySummary, Store};
 
@@ -56,21 +56,35 @@ pub struct SyncOptions {
     pub allowed_env: BTreeMap<String, String>,
     pub max_file_bytes: u64,
     pub max_url_bytes: u64,
+    /// What commits may ask of the host; default-deny (README "Host policy").
+    pub policy: Policy,
 }
 
 impl SyncOptions {
     pub fn new(data_dir: PathBuf) -> SyncOptions {
         SyncOptions {
-            data_dir,
             allowed_env: BTreeMap::new(),
             max_file_bytes: manifest::DEFAULT_MAX_FILE_BYTES,
             max_url_bytes: assets::DEFAULT_MAX_URL_BYTES,
+            policy: Policy {
+                data_dir: Some(
+                    std::path::absolute(&data_dir)
+                        .unwrap_or_else(|_| data_dir.clone())
+                        .display()
+                        .to_string(),
+                ),
+                ..Policy::default()
+            },
+            data_dir,
         }
     }
 }
 
 /// The hint an undefined `${VAR}` shows in the agent.
 pub const MISSING_VAR_HINT: &str = "set it in a config bucket this file reads (`voodu-agent config set SCOPE[/NAME] {var}=…`) or let the agent read it from its environment (`--allow-env {var}`),";
+
+/// The `meta` key holding the host policy the agent last ran with (JSON), which `plan` applies.
+pub const META_HOST_POLICY: &str = "host_policy";
 
 /// What the last sync processed: the commit and the config version it was loaded with.
 type Seen = (CommitSha, i64);
@@ -85,12 +99,17 @@ pub struct Syncer {
 }
 
 impl Syncer {
-    /// Starts from the last commit the store recorded, so a restart does not re-read it.
+    /// Starts from the last commit the store recorded, so a restart does not re-read it,
+    /// unless the host policy changed since: then that commit is judged again.
     pub fn new(source: Source, store: Arc<Store>, options: SyncOptions) -> Result<Syncer, Error> {
+        let policy = serde_json::to_string(&options.policy)
+            .expect("a policy is booleans and lists of strings");
+        let same_policy = store.meta(META_HOST_POLICY)?.as_deref() == Some(policy.as_str());
         let last_seen = match store.commit_summary()?.last_seen {
-            Some(record) => Some((record.sha, store.config_version()?)),
-            None => None,
+            Some(record) if same_policy => Some((record.sha, store.config_version()?)),
+            _ => None,
         };
+        store.set_meta(META_HOST_POLICY, Some(&policy))?;
         let fetcher = UrlCache::new(&options.data_dir, options.max_url_bytes);
         Ok(Syncer {
             source,
@@ -138,16 +157,26 @@ impl Syncer {
             max_file_bytes: self.options.max_file_bytes,
             missing_var_hint: MISSING_VAR_HINT,
         };
-        let manifest = match manifest::load(&snapshot, &options) {
-            Ok(manifest) => manifest,
-            Err(diagnostics) => {
-                self.store.reject_commit(commit, &diagnostics)?;
-                return Ok(SyncOutcome::Rejected {
-                    commit: commit.clone(),
-                    diagnostics,
-                });
-            }
-        };
+        let manifest =
+            match manifest::load_with_policy(&snapshot, &options, Some(&self.options.policy)) {
+                Ok(manifest) => manifest,
+                Err(diagnostics) => {
+                    self.store.reject_commit(commit, &diagnostics)?;
+                    return Ok(SyncOutcome::Rejected {
+                        commit: commit.clone(),
+                        diagnostics,
+                    });
+                }
+            };
+        let symlinked = bind_refusals_on_this_host(&manifest, &self.options.policy);
+        if !symlinked.is_empty() {
+            let diagnostics = Diagnostics(symlinked);
+            self.store.reject_commit(commit, &diagnostics)?;
+            return Ok(SyncOutcome::Rejected {
+                commit: commit.clone(),
+                diagnostics,
+            });
+        }
         for request in &manifest.secrets {
             let (scope, name) = &request.bucket;
             if self
@@ -182,5 +211,55 @@ impl Syncer {
             summary,
             warnings: manifest.warnings,
         })
+    }
+}
+
+/// Bind sources that the host policy allows as written but that resolve, through symlinks on
+/// this host, to a path it refuses (a container with an allowed bind can plant such a link).
+/// Located at the resource's block: the manifest stage has no host to look at.
+fn bind_refusals_on_this_host(manifest: &manifest::Manifest, policy: &Policy) -> Vec<Diagnostic> {
+    let mut refusals = Vec::new();
+    for resource in &manifest.resources {
+        let Some(container) = resource.spec.container() else {
+            continue;
+        };
+        for source in container
+            .volumes
+            .iter()
+            .filter_map(|volume| manifest::bind_source(volume))
+        {
+            let Some(resolved) = resolve_on_host(std::path::Path::new(&source)) else {
+                continue;
+            };
+            if resolved == source {
+                continue;
+            }
+            if let Some(refusal) = policy.bind_refusal(&resolved) {
+                refusals.push(Diagnostic {
+                    message: format!(
+                        "bind mount of {source} resolves to {resolved} on this host: {refusal}"
+                    ),
+                    ..resource.origin.clone()
+                });
+            }
+        }
+    }
+    refusals
+}
+
+/// `path` with the symlinks of its longest existing prefix resolved (Docker creates the rest).
+fn resolve_on_host(path: &std::path::Path) -> Option<String> {
+    let mut existing = path;
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = std::fs::canonicalize(existing) {
+            let mut resolved = real;
+            for part in rest.iter().rev() {
+                resolved.push(part);
+            }
+            return resolved.to_str().map(ToOwned::to_owned);
+        }
+        rest.push(existing.file_name()?);
+        existing = existing.parent()?;
     }
 }

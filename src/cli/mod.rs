@@ -122,7 +122,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let data_dir = data_dir(cli.data_dir)?;
     match cli.command {
         Some(Command::Status(args)) => status::run(&data_dir, &args),
-        Some(Command::Validate(args)) => validate::run(&args),
+        Some(Command::Validate(args)) => validate::run(&args, &data_dir),
         Some(Command::Plan(args)) => plan::run(&args, &data_dir),
         Some(Command::Config(args)) => config::run(&args, &data_dir),
         Some(Command::Releases(args)) => releases::run(&data_dir, &args),

@@ -14,11 +14,11 @@ use anyhow::Context as _;
 use clap::Args;
 use serde::Serialize;
 
-use super::validate::{MISSING_VAR_HINT, VarArgs};
+use super::validate::{MISSING_VAR_HINT, PolicyArgs, VarArgs, absolute_text};
 use crate::assets::{DEFAULT_MAX_URL_BYTES, UrlCache};
 use crate::git::{Source, SourceOptions, WorkdirFiles, read_workdir};
 use crate::manifest::spec::Spec;
-use crate::manifest::{self, LoadOptions, Manifest, Mode};
+use crate::manifest::{self, LoadOptions, Manifest, Mode, Policy};
 use crate::model::{FileSource, Kind, ResourceKey, Snapshot};
 use crate::reconcile::plan::{Action, ResourcePlan, StatefulStep, Step, plan_all};
 use crate::runtime::{Container, DockerRuntime, Runtime, labels};
@@ -45,6 +45,10 @@ pub(super) struct PlanArgs {
     /// Print the plan as JSON.
     #[arg(long)]
     json: bool,
+    /// The host policy to plan under. Default: the one the agent last ran with (recorded in
+    /// its state.db), else the default-deny policy.
+    #[command(flatten)]
+    policy: PolicyArgs,
 }
 
 pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> {
@@ -59,6 +63,7 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
     if let Some(store) = &store {
         vars.buckets = store.buckets()?;
     }
+    let policy = host_policy(args, store.as_ref(), data_dir)?;
     let (snapshot, files) = read_source(args, scratch.path())?;
     let fetcher = UrlCache::new(scratch.path(), DEFAULT_MAX_URL_BYTES);
     let options = LoadOptions {
@@ -69,7 +74,7 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
         max_file_bytes: manifest::DEFAULT_MAX_FILE_BYTES,
         missing_var_hint: MISSING_VAR_HINT,
     };
-    let manifest = match manifest::load(&snapshot, &options) {
+    let manifest = match manifest::load_with_policy(&snapshot, &options, Some(&policy)) {
         Ok(manifest) => manifest,
         Err(diagnostics) => {
             eprintln!("{diagnostics}");
@@ -130,6 +135,24 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
 }
 
 /// The snapshot to plan and the files `file()` may read beside it.
+/// The policy flags or file when given, else the agent's recorded policy, else the default.
+fn host_policy(args: &PlanArgs, store: Option<&Store>, data_dir: &Path) -> anyhow::Result<Policy> {
+    if args.policy.given() {
+        return args.policy.to_policy_for(data_dir);
+    }
+    let recorded = match store {
+        Some(store) => store.meta(crate::sync::META_HOST_POLICY)?,
+        None => None,
+    };
+    let mut policy = match recorded {
+        Some(json) => serde_json::from_str(&json)
+            .context("the host policy recorded in state.db is not readable")?,
+        None => Policy::default(),
+    };
+    policy.data_dir = Some(absolute_text(data_dir));
+    Ok(policy)
+}
+
 fn read_source(args: &PlanArgs, scratch: &Path) -> anyhow::Result<(Snapshot, Box<dyn FileSource>)> {
     let dir = Path::new(&args.repo);
     if args.rev.is_none() && dir.is_dir() {

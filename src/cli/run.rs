@@ -111,6 +111,10 @@ pub(super) struct RunArgs {
     /// converged without duplicates. Without it the agent refuses to start in that case.
     #[arg(long)]
     adopt: bool,
+
+    /// What commits may ask of the host (README "Host policy"); default-deny.
+    #[command(flatten)]
+    policy: super::validate::PolicyArgs,
 }
 
 /// `--listen`: an address, or `off`.
@@ -139,6 +143,8 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
     let mut sync = SyncOptions::new(data_dir.clone());
     sync.max_file_bytes = args.max_file_size;
     sync.max_url_bytes = args.max_url_size;
+    // Before anything else, so a bad policy is the error.
+    sync.policy = args.policy.to_policy_for(&data_dir)?;
     for name in &args.allow_env {
         match std::env::var(name) {
             Ok(value) => {

@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use clap::Args;
 
 use crate::git::{WorkdirFiles, read_workdir};
-use crate::manifest::{self, Diagnostic, LoadOptions, Mode, Vars};
+use crate::manifest::{self, Diagnostic, LoadOptions, Mode, Policy, Vars};
 
 #[derive(Debug, Args)]
 pub(super) struct ValidateArgs {
@@ -25,6 +25,100 @@ pub(super) struct ValidateArgs {
     /// Only read manifests under this directory of DIR (repeatable), as the agent's --path.
     #[arg(long = "path", value_name = "DIR")]
     paths: Vec<String>,
+    /// Without any of these, only the format is checked; with one, also the host policy.
+    #[command(flatten)]
+    policy: PolicyArgs,
+}
+
+/// The host policy (see README "Host policy"): a policy file and/or flags, which add to it.
+/// Used by the agent, `plan` and `validate`.
+#[derive(Debug, Args, Default)]
+pub(super) struct PolicyArgs {
+    /// Host policy file (JSON, the flags' names as keys, e.g. {"allow-cap": ["NET_ADMIN"]}),
+    /// or `default` for the default-deny policy; the flags below add to it.
+    #[arg(long, value_name = "FILE|default")]
+    policy: Option<PathBuf>,
+    /// Allow `--privileged` containers.
+    #[arg(long)]
+    allow_privileged: bool,
+    /// Allow `network_mode = "host"` (and a network named `host`).
+    #[arg(long)]
+    allow_host_network: bool,
+    /// Allow `--pid=host` and `--pid=container:…`.
+    #[arg(long)]
+    allow_host_pid: bool,
+    /// Allow `--ipc=host` and `--ipc=container:…`.
+    #[arg(long)]
+    allow_host_ipc: bool,
+    /// Allow `--device` and `--gpus`.
+    #[arg(long)]
+    allow_devices: bool,
+    /// A capability `cap_add` may add beyond Docker's default set (repeatable; ALL for any).
+    #[arg(long = "allow-cap", value_name = "CAP")]
+    allow_cap: Vec<String>,
+    /// A host directory (or file) bind mounts may come from (repeatable). The Docker socket,
+    /// `/`, system directories and the data dir stay refused unless named themselves.
+    #[arg(long = "allow-bind-root", value_name = "DIR")]
+    allow_bind_root: Vec<String>,
+    /// A network beside voodu0 that containers may join (repeatable).
+    #[arg(long = "allow-network", value_name = "NAME")]
+    allow_network: Vec<String>,
+    /// A `--security-opt` value beside no-new-privileges (repeatable), e.g. seccomp=unconfined.
+    #[arg(long = "allow-security-opt", value_name = "OPT")]
+    allow_security_opt: Vec<String>,
+}
+
+impl PolicyArgs {
+    /// Whether a policy file or any policy flag was given.
+    pub(super) fn given(&self) -> bool {
+        self.policy.is_some()
+            || self.allow_privileged
+            || self.allow_host_network
+            || self.allow_host_pid
+            || self.allow_host_ipc
+            || self.allow_devices
+            || !self.allow_cap.is_empty()
+            || !self.allow_bind_root.is_empty()
+            || !self.allow_network.is_empty()
+            || !self.allow_security_opt.is_empty()
+    }
+
+    /// The policy file (if any) with the flags added; default-deny when neither is given.
+    pub(super) fn to_policy(&self) -> anyhow::Result<Policy> {
+        let mut policy = match &self.policy {
+            Some(file) if file.as_os_str() == "default" => Policy::default(),
+            Some(file) => {
+                let text = std::fs::read_to_string(file)
+                    .with_context(|| format!("cannot read --policy {}", file.display()))?;
+                serde_json::from_str(&text)
+                    .with_context(|| format!("--policy {} is not a host policy", file.display()))?
+            }
+            None => Policy::default(),
+        };
+        policy.merge(Policy {
+            allow_privileged: self.allow_privileged,
+            allow_host_network: self.allow_host_network,
+            allow_host_pid: self.allow_host_pid,
+            allow_host_ipc: self.allow_host_ipc,
+            allow_devices: self.allow_devices,
+            allow_cap: self.allow_cap.clone(),
+            allow_bind_root: self.allow_bind_root.clone(),
+            allow_network: self.allow_network.clone(),
+            allow_security_opt: self.allow_security_opt.clone(),
+            data_dir: None,
+        });
+        if let Some(problem) = policy.problems().into_iter().next() {
+            anyhow::bail!("{problem}");
+        }
+        Ok(policy)
+    }
+
+    /// `to_policy`, protecting the agent's data dir.
+    pub(super) fn to_policy_for(&self, data_dir: &Path) -> anyhow::Result<Policy> {
+        let mut policy = self.to_policy()?;
+        policy.data_dir = Some(absolute_text(data_dir));
+        Ok(policy)
+    }
 }
 
 /// `${VAR}` values given on the command line (also used by `plan`).
@@ -57,6 +151,14 @@ impl VarArgs {
     }
 }
 
+/// `path` made absolute (lexically), as text.
+pub(super) fn absolute_text(path: &Path) -> String {
+    std::path::absolute(path)
+        .unwrap_or_else(|_| path.to_owned())
+        .display()
+        .to_string()
+}
+
 fn parse_var(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
@@ -67,9 +169,14 @@ fn parse_var(text: &str) -> Result<(String, String), String> {
 /// The hint an undefined `${VAR}` shows in `validate` and `plan`.
 pub(super) const MISSING_VAR_HINT: &str = "pass `--var {var}=…` or `--var-file FILE` (the agent reads it from a config bucket or --allow-env),";
 
-pub(super) fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
+pub(super) fn run(args: &ValidateArgs, data_dir: &Path) -> anyhow::Result<ExitCode> {
     let vars = args.vars.to_vars()?;
-    let outcome = validate_dir(&args.dir, &args.paths, &vars)?;
+    let policy = args
+        .policy
+        .given()
+        .then(|| args.policy.to_policy_for(data_dir))
+        .transpose()?;
+    let outcome = validate_dir(&args.dir, &args.paths, &vars, policy.as_ref())?;
     print!("{}", outcome.report());
     Ok(if outcome.errors.is_empty() {
         ExitCode::SUCCESS
@@ -134,7 +241,12 @@ impl Outcome {
     }
 }
 
-pub(super) fn validate_dir(dir: &Path, paths: &[String], vars: &Vars) -> anyhow::Result<Outcome> {
+pub(super) fn validate_dir(
+    dir: &Path,
+    paths: &[String],
+    vars: &Vars,
+    policy: Option<&Policy>,
+) -> anyhow::Result<Outcome> {
     let snapshot =
         read_workdir(dir, paths).with_context(|| format!("cannot read {}", dir.display()))?;
     let files = WorkdirFiles::new(dir);
@@ -147,24 +259,26 @@ pub(super) fn validate_dir(dir: &Path, paths: &[String], vars: &Vars) -> anyhow:
         missing_var_hint: MISSING_VAR_HINT,
     };
     let n_files = snapshot.files.len();
-    Ok(match manifest::load(&snapshot, &options) {
-        Ok(manifest) => {
-            let mut kinds = BTreeMap::new();
-            for resource in &manifest.resources {
-                *kinds.entry(resource.key.kind.to_string()).or_insert(0) += 1;
+    Ok(
+        match manifest::load_with_policy(&snapshot, &options, policy) {
+            Ok(manifest) => {
+                let mut kinds = BTreeMap::new();
+                for resource in &manifest.resources {
+                    *kinds.entry(resource.key.kind.to_string()).or_insert(0) += 1;
+                }
+                Outcome {
+                    errors: Vec::new(),
+                    warnings: manifest.warnings,
+                    n_files,
+                    kinds,
+                }
             }
-            Outcome {
-                errors: Vec::new(),
-                warnings: manifest.warnings,
+            Err(diagnostics) => Outcome {
+                errors: diagnostics.0,
+                warnings: Vec::new(),
                 n_files,
-                kinds,
-            }
-        }
-        Err(diagnostics) => Outcome {
-            errors: diagnostics.0,
-            warnings: Vec::new(),
-            n_files,
-            kinds: BTreeMap::new(),
+                kinds: BTreeMap::new(),
+            },
         },
-    })
+    )
 }

@@ -18,6 +18,7 @@ mod interpolate;
 pub mod invariants;
 mod lex;
 mod macros;
+mod policy;
 pub mod spec;
 mod validate;
 
@@ -25,6 +26,7 @@ pub use decode::Resource;
 pub use diagnostic::{Diagnostic, Diagnostics};
 pub use interpolate::Vars;
 pub use macros::SecretRequest;
+pub use policy::{Policy, bind_source};
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -99,8 +101,18 @@ pub struct Manifest {
     pub warnings: Vec<Diagnostic>,
 }
 
-/// Parses and validates every file of the snapshot.
+/// Parses and validates every file of the snapshot: the format alone, no host policy.
 pub fn load(snapshot: &Snapshot, options: &LoadOptions<'_>) -> Result<Manifest, Diagnostics> {
+    load_with_policy(snapshot, options, None)
+}
+
+/// `load`, and with a policy, a commit that asks for more than it allows is rejected whole,
+/// each refusal at the field that asks for it.
+pub fn load_with_policy(
+    snapshot: &Snapshot,
+    options: &LoadOptions<'_>,
+    policy: Option<&Policy>,
+) -> Result<Manifest, Diagnostics> {
     let env = decode::LoadEnv {
         files: options.files,
         fetcher: options.fetcher,
@@ -177,6 +189,17 @@ pub fn load(snapshot: &Snapshot, options: &LoadOptions<'_>) -> Result<Manifest, 
         .flat_map(|item| item.secrets.iter().cloned())
         .collect();
     let failed: std::collections::BTreeSet<_> = failed.into_iter().collect();
+    if let Some(policy) = policy {
+        // Only the declaration that wins counts: a later file replaces an earlier one.
+        let mut winners = BTreeMap::new();
+        for (index, item) in decoded.iter().enumerate() {
+            winners.insert(&item.resource.key, index);
+        }
+        for index in winners.into_values() {
+            let item = &decoded[index];
+            errors.extend(policy::check(policy, &item.resource, &item.locations));
+        }
+    }
     let resources = validate::check(decoded, &failed, &mut errors, &mut warnings);
     let by_location =
         |a: &Diagnostic, b: &Diagnostic| (&a.path, a.line, a.col).cmp(&(&b.path, b.line, b.col));

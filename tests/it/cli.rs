@@ -240,3 +240,128 @@ fn sigterm_stops_the_agent_cleanly() -> TestResult {
     assert!(stderr.contains("shutting down"), "{stderr}");
     Ok(())
 }
+
+/// Issue 10 item 3: `validate` checks the format alone unless given a policy (a file or
+/// flags); `plan` applies the flags, else the policy the agent recorded in state.db, else the
+/// default-deny policy. Each refusal is `path:line:col: message` naming the setting.
+#[test]
+fn validate_and_plan_apply_the_host_policy() -> TestResult {
+    let repo = tempfile::tempdir()?;
+    std::fs::write(
+        repo.path().join("web.hcl"),
+        "deployment \"s\" \"web\" {\n  image = \"busybox\"\n  volumes = [\"/var/run/docker.sock:/var/run/docker.sock\"]\n  docker_options = [\"--privileged\"]\n}\n",
+    )?;
+    let allowing = repo.path().join("allowing.json");
+    std::fs::write(
+        &allowing,
+        r#"{"allow-privileged": true, "allow-bind-root": ["/var/run/docker.sock"]}"#,
+    )?;
+    let half = repo.path().join("half.json");
+    std::fs::write(&half, r#"{"allow-privileged": true}"#)?;
+    let unknown = repo.path().join("unknown.json");
+    std::fs::write(&unknown, r#"{"allow-everything": true}"#)?;
+    let no_state = tempfile::tempdir()?;
+    let recorded = tempfile::tempdir()?;
+    let store = Store::open(&recorded.path().join("state.db"))?;
+    store.set_meta(
+        voodu_agent::sync::META_HOST_POLICY,
+        Some(&std::fs::read_to_string(&allowing)?),
+    )?;
+    drop(store);
+    let dir = repo.path().to_str().ok_or("utf-8 path")?;
+    let bind = "web.hcl:3:3: bind mount of /var/run/docker.sock (under /var/run: runtime sockets, the Docker socket among them) is refused by the host policy; start the agent with --allow-bind-root /var/run/docker.sock to allow it";
+    let privileged = "web.hcl:4:3: privileged containers are refused by the host policy; start the agent with --allow-privileged to allow them";
+    let ok = "ok: 1 resource in 1 file (1 deployment)";
+    let half = half.to_str().ok_or("utf-8 path")?;
+    let allowing = allowing.to_str().ok_or("utf-8 path")?;
+    let unknown = unknown.to_str().ok_or("utf-8 path")?;
+    // (data dir, args, exit code, stdout lines (validate) or stderr lines (plan)).
+    let cases: &[(&std::path::Path, &[&str], i32, &[&str])] = &[
+        (no_state.path(), &["validate", dir], 0, &[ok]),
+        (
+            no_state.path(),
+            &["validate", dir, "--policy", "default"],
+            1,
+            &[
+                bind,
+                privileged,
+                "2 errors in 1 file; nothing would be applied",
+            ],
+        ),
+        (
+            no_state.path(),
+            &["validate", dir, "--policy", half],
+            1,
+            &[bind, "1 error in 1 file; nothing would be applied"],
+        ),
+        (
+            no_state.path(),
+            &[
+                "validate",
+                dir,
+                "--policy",
+                half,
+                "--allow-bind-root",
+                "/var/run/docker.sock",
+            ],
+            0,
+            &[ok],
+        ),
+        (
+            no_state.path(),
+            &["validate", dir, "--policy", allowing],
+            0,
+            &[ok],
+        ),
+        (
+            no_state.path(),
+            &["plan", "--repo", dir],
+            1,
+            &[
+                bind,
+                privileged,
+                "plan: 2 error(s) in working-tree; the agent would reject this commit and keep running the last good one",
+            ],
+        ),
+        (
+            no_state.path(),
+            &["plan", "--repo", dir, "--allow-privileged"],
+            1,
+            &[
+                bind,
+                "plan: 1 error(s) in working-tree; the agent would reject this commit and keep running the last good one",
+            ],
+        ),
+        (
+            no_state.path(),
+            &["plan", "--repo", dir, "--policy", allowing],
+            0,
+            &[],
+        ),
+        (recorded.path(), &["plan", "--repo", dir], 0, &[]),
+    ];
+    for (data_dir, args, code, expected) in cases {
+        let (got_code, stdout, stderr) = run_in(data_dir, args)?;
+        assert_eq!(got_code, Some(*code), "{args:?}: {stdout}{stderr}");
+        let shown = if args[0] == "validate" {
+            &stdout
+        } else {
+            &stderr
+        };
+        let lines: Vec<&str> = shown
+            .lines()
+            .filter(|line| !line.contains("Docker engine"))
+            .collect();
+        if args[0] == "validate" || *code != 0 {
+            assert_eq!(lines, *expected, "{args:?}");
+        }
+    }
+    let (code, _, stderr) = run_in(no_state.path(), &["validate", dir, "--policy", unknown])?;
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("is not a host policy")
+            && stderr.contains("unknown field `allow-everything`"),
+        "{stderr}"
+    );
+    Ok(())
+}

@@ -437,3 +437,51 @@ fn macros_and_app_expand_as_voodus_plugins_do() -> TestResult {
     );
     Ok(())
 }
+
+/// Issue 10: the corpus is checked for its FORMAT above (no policy). Under the host's
+/// default-deny policy, `build/custom-dockerfile.hcl` (host networking, `cap_add`) is refused
+/// with the settings that would allow it; with those settings the set is accepted.
+#[cfg_attr(
+    voodu_corpus_missing,
+    ignore = "needs ../shared/corpus beside the checkout: scripts/test runs it"
+)]
+#[test]
+fn host_policy_refuses_the_custom_dockerfile_example_until_allowed() -> TestResult {
+    let corpus = corpus()?;
+    let build = corpus.join("build");
+    let check = |policy: &[&str], code: i32, expected: &[&str]| -> TestResult {
+        let output = Command::new(env!("CARGO_BIN_EXE_voodu-agent"))
+            .arg("validate")
+            .arg(&build)
+            .args(policy)
+            .output()?;
+        let stdout = String::from_utf8(output.stdout)?;
+        assert_eq!(output.status.code(), Some(code), "{policy:?}: {stdout}");
+        assert_eq!(stdout.lines().collect::<Vec<_>>(), expected, "{policy:?}");
+        Ok(())
+    };
+    check(
+        &["--policy", "default"],
+        1,
+        &[
+            "custom-dockerfile.hcl:33:3: host networking (network_mode = \"host\") is refused by the host policy; start the agent with --allow-host-network to allow it",
+            "custom-dockerfile.hcl:35:3: capability SYS_NICE (cap_add) is refused by the host policy; start the agent with --allow-cap SYS_NICE to allow it",
+            "custom-dockerfile.hcl:35:3: capability NET_ADMIN (cap_add) is refused by the host policy; start the agent with --allow-cap NET_ADMIN to allow it",
+            "3 errors in 4 files; nothing would be applied",
+        ],
+    )?;
+    let accepted = &["ok: 8 resources in 4 files (5 deployment, 2 ingress, 1 statefulset)"];
+    check(
+        &[
+            "--allow-host-network",
+            "--allow-cap",
+            "SYS_NICE",
+            "--allow-cap",
+            "NET_ADMIN",
+        ],
+        0,
+        accepted,
+    )?;
+    // No policy: the format alone.
+    check(&[], 0, accepted)
+}

@@ -16,6 +16,7 @@ mod http;
 mod identity_docker;
 mod ingress;
 mod jobs;
+mod policy;
 mod reconcile;
 mod registry_docker;
 mod statefulset;

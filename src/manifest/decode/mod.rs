@@ -13,6 +13,7 @@ pub(crate) mod reader;
 mod sources;
 mod values;
 
+use std::collections::BTreeMap;
 use std::ops::Range;
 
 use hcl::edit::Span;
@@ -41,6 +42,8 @@ pub(crate) struct Decoded {
     pub(crate) references: Vec<(Reference, Diagnostic)>,
     /// `(bucket, key)` pairs a macro needs to exist (e.g. a generated postgres password).
     pub(crate) secrets: Vec<macros::SecretRequest>,
+    /// Where the fields the host policy reads are written (see `policy_locations`).
+    pub(crate) locations: BTreeMap<String, Diagnostic>,
 }
 
 /// Top-level block types, for "did you mean" on a misspelt one.
@@ -209,6 +212,7 @@ fn decode_block(cx: &mut Cx<'_>, block: &Block, out: &mut Vec<Decoded>) {
         );
         return;
     }
+    let locations = policy_locations(cx, &block.body);
     for (kind, scope, name, spec) in specs {
         out.push(Decoded {
             resource: Resource {
@@ -218,8 +222,53 @@ fn decode_block(cx: &mut Cx<'_>, block: &Block, out: &mut Vec<Decoded>) {
             },
             references: references.clone(),
             secrets: std::mem::take(&mut secrets),
+            locations: locations.clone(),
         });
     }
+}
+
+/// Fields the host policy reads, by name: the container fields at the block's root, and
+/// `init "name".docker_options` of its init blocks.
+fn policy_locations(cx: &Cx<'_>, body: &Body) -> BTreeMap<String, Diagnostic> {
+    const FIELDS: &[&str] = &[
+        "volumes",
+        "network",
+        "networks",
+        "network_mode",
+        "cap_add",
+        "docker_options",
+    ];
+    let mut locations = BTreeMap::new();
+    for structure in body.iter() {
+        match structure {
+            Structure::Attribute(attribute) if FIELDS.contains(&attribute.key.as_str()) => {
+                locations.insert(
+                    attribute.key.as_str().to_owned(),
+                    cx.location(attribute.span()),
+                );
+            }
+            Structure::Block(block) if block.ident.as_str() == "init" => {
+                let Some(name) = block.labels.first().map(|label| match label {
+                    hcl::edit::structure::BlockLabel::String(text) => text.as_str(),
+                    hcl::edit::structure::BlockLabel::Ident(ident) => ident.as_str(),
+                }) else {
+                    continue;
+                };
+                for inner in block.body.iter() {
+                    if let Structure::Attribute(attribute) = inner
+                        && attribute.key.as_str() == "docker_options"
+                    {
+                        locations.insert(
+                            format!("init {name:?}.docker_options"),
+                            cx.location(attribute.span()),
+                        );
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    locations
 }
 
 /// A macro's statefulset: the statefulset fields, without the build-mode default (a macro's

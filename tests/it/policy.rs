@@ -1,0 +1,199 @@
+//! Issue 10 item 3, in the running agent: a commit asking for more than the host policy
+//! allows is rejected whole (the last good commit keeps running), and an agent restarted with
+//! a policy that allows it judges that same commit again and applies it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+use voodu_agent::manifest::Policy;
+use voodu_agent::manifest::spec::Spec;
+use voodu_agent::model::{Kind, ResourceKey};
+use voodu_agent::reconcile::ReconcileOptions;
+use voodu_agent::runtime::FakeRuntime;
+use voodu_agent::store::Store;
+
+use crate::support::{TempRepo, TestResult};
+
+const GOOD: &str = "deployment \"shop\" \"web\" {\n  image = \"busybox\"\n}\n";
+const GREEDY: &str = "deployment \"shop\" \"web\" {\n  image = \"busybox\"\n  cap_add = [\"SYS_ADMIN\"]\n  docker_options = [\"--privileged\"]\n}\n";
+
+/// Starts the agent over `repo` on `data` with `policy`, polling every 100 ms.
+fn start(
+    repo: &TempRepo,
+    data: &std::path::Path,
+    policy: Policy,
+) -> (
+    CancellationToken,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    let mut sync = voodu_agent::sync::SyncOptions::new(data.to_owned());
+    sync.policy.merge(policy);
+    let config = voodu_agent::agent::AgentConfig {
+        source: voodu_agent::git::SourceOptions {
+            url: repo.url(),
+            branch: "main".into(),
+            paths: Vec::new(),
+            token_file: None,
+        },
+        data_dir: data.to_owned(),
+        interval: Duration::from_millis(100),
+        sync,
+        reconcile: ReconcileOptions {
+            ready_settle: Duration::ZERO,
+            ..ReconcileOptions::default()
+        },
+        http: None,
+        watch_local: false,
+        adopt: false,
+    };
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(voodu_agent::agent::run_with_runtime(
+        config,
+        Arc::new(FakeRuntime::new()),
+        shutdown.clone(),
+    ));
+    (shutdown, task)
+}
+
+async fn until(what: &str, mut check: impl FnMut() -> TestResult<bool>) -> TestResult {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !check()? {
+        if Instant::now() > deadline {
+            return Err(format!("timed out waiting for {what}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+fn web_docker_options(store: &Store) -> TestResult<Vec<String>> {
+    let key = ResourceKey::new(Kind::Deployment, "shop", "web");
+    let desired = store.desired_all()?;
+    let web = desired
+        .iter()
+        .find(|desired| desired.key == key)
+        .ok_or("web is desired")?;
+    match &web.spec {
+        Spec::Deployment(spec) => Ok(spec.container.docker_options.clone()),
+        other => Err(format!("web is a deployment, not {:?}", other.kind()).into()),
+    }
+}
+
+#[tokio::test]
+async fn a_commit_beyond_the_policy_is_rejected_until_the_host_allows_it() -> TestResult {
+    let repo = TempRepo::new()?;
+    repo.write("web.hcl", GOOD)?;
+    let good = repo.commit("web")?;
+    let data = tempfile::tempdir()?;
+    let (shutdown, agent) = start(&repo, data.path(), Policy::default());
+    let store = Store::open(&data.path().join("state.db"))?;
+    let applied = |sha: &str| -> TestResult<bool> {
+        Ok(store
+            .commit_summary()?
+            .last_applied
+            .is_some_and(|record| record.sha.as_str() == sha))
+    };
+    until("the good commit applied", || applied(&good)).await?;
+
+    repo.write("web.hcl", GREEDY)?;
+    let greedy = repo.commit("privileged web")?;
+    until("the greedy commit rejected", || {
+        Ok(store
+            .commit_summary()?
+            .last_rejected
+            .is_some_and(|record| record.sha.as_str() == greedy))
+    })
+    .await?;
+    let summary = store.commit_summary()?;
+    let rejected = summary.last_rejected.ok_or("rejected")?;
+    assert_eq!(
+        rejected
+            .errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        [
+            "web.hcl:3:3: capability SYS_ADMIN (cap_add) is refused by the host policy; start the agent with --allow-cap SYS_ADMIN to allow it",
+            "web.hcl:4:3: privileged containers are refused by the host policy; start the agent with --allow-privileged to allow them",
+        ]
+    );
+    assert_eq!(summary.last_applied.ok_or("applied")?.sha.as_str(), good);
+    assert!(
+        web_docker_options(&store)?.is_empty(),
+        "desired state is still the good commit's"
+    );
+    shutdown.cancel();
+    agent.await??;
+
+    // The operator allows it: the same commit is judged again at start and applied.
+    let allowing = Policy {
+        allow_privileged: true,
+        allow_cap: vec!["SYS_ADMIN".into()],
+        ..Policy::default()
+    };
+    let (shutdown, agent) = start(&repo, data.path(), allowing);
+    until("the greedy commit applied", || applied(&greedy)).await?;
+    assert_eq!(web_docker_options(&store)?, ["--privileged"]);
+    shutdown.cancel();
+    agent.await??;
+    Ok(())
+}
+
+/// A bind allowed as written but resolving, through a symlink on the host (one a container
+/// with an allowed bind could plant), to a refused path is rejected at sync.
+#[test]
+fn a_bind_through_a_symlink_to_a_refused_path_is_rejected() -> TestResult {
+    let host = tempfile::tempdir()?;
+    let root = std::fs::canonicalize(host.path())?;
+    std::os::unix::fs::symlink("/etc", root.join("link"))?;
+    std::fs::create_dir(root.join("data"))?;
+    let root_text = root.to_str().ok_or("utf-8 path")?;
+    let repo = TempRepo::new()?;
+    let data = tempfile::tempdir()?;
+    let store = Arc::new(Store::open(&data.path().join("state.db"))?);
+    let mut options = voodu_agent::sync::SyncOptions::new(data.path().to_owned());
+    options.policy.allow_bind_root = vec![root_text.to_owned()];
+    let syncer = voodu_agent::sync::Syncer::new(
+        voodu_agent::git::Source::new(
+            voodu_agent::git::SourceOptions {
+                url: repo.url(),
+                branch: "main".into(),
+                paths: Vec::new(),
+                token_file: None,
+            },
+            data.path(),
+        ),
+        Arc::clone(&store),
+        options,
+    )?;
+    let deployment = |source: &str| {
+        format!(
+            "deployment \"shop\" \"web\" {{\n  image = \"busybox\"\n  volumes = [\"{root_text}/{source}:/mnt\"]\n}}\n"
+        )
+    };
+    for (source, expected) in [
+        ("data/sub", Vec::new()),
+        (
+            "link/passwd",
+            vec![format!(
+                "web.hcl:1:1: bind mount of {root_text}/link/passwd resolves to /etc/passwd on this host: bind mount of /etc/passwd (under /etc: a system directory) is refused by the host policy; start the agent with --allow-bind-root /etc/passwd to allow it"
+            )],
+        ),
+    ] {
+        repo.write("web.hcl", &deployment(source))?;
+        let sha = repo.commit(source)?;
+        let got = match syncer.sync_once(&std::sync::atomic::AtomicBool::new(false))? {
+            voodu_agent::sync::SyncOutcome::Applied { commit, .. } if commit.as_str() == sha => {
+                Vec::new()
+            }
+            voodu_agent::sync::SyncOutcome::Rejected {
+                commit,
+                diagnostics,
+            } if commit.as_str() == sha => diagnostics.0.iter().map(ToString::to_string).collect(),
+            other => return Err(format!("{source}: unexpected {other:?}").into()),
+        };
+        assert_eq!(got, expected, "{source}");
+    }
+    Ok(())
+}
