@@ -135,17 +135,19 @@ impl Source {
             url: self.url.clone(),
             message,
         };
+        // gix errors nest deeply ("transport handshake failed" over an I/O error over a TLS
+        // error): keep the whole chain, so status shows the root cause.
         let remote = repo
             .remote_at(self.url.as_str())
-            .map_err(|error| fetch_error(error.to_string()))?
+            .map_err(|error| fetch_error(error_chain(&error)))?
             .with_refspecs(
                 refspecs.iter().map(String::as_str),
                 gix::remote::Direction::Fetch,
             )
-            .map_err(|error| fetch_error(error.to_string()))?;
+            .map_err(|error| fetch_error(error_chain(&error)))?;
         let connection = remote
             .connect(gix::remote::Direction::Fetch)
-            .map_err(|error| fetch_error(error.to_string()))?;
+            .map_err(|error| fetch_error(error_chain(&error)))?;
         let token = self.token()?;
         let connection = connection.with_credentials(move |action| match (&token, action) {
             (Some(token), gix::credentials::helper::Action::Get(context)) => {
@@ -162,7 +164,7 @@ impl Source {
         });
         let prepare = connection
             .prepare_fetch(gix::progress::Discard, Default::default())
-            .map_err(|error| fetch_error(error.to_string()))?;
+            .map_err(|error| fetch_error(error_chain(&error)))?;
         let (value, receive) = decide(&prepare.ref_map().remote_refs)?;
         if receive {
             prepare
@@ -171,7 +173,7 @@ impl Source {
                     if interrupt.load(Ordering::Relaxed) {
                         Error::Interrupted
                     } else {
-                        fetch_error(error.to_string())
+                        fetch_error(error_chain(&error))
                     }
                 })?;
         }
@@ -197,11 +199,11 @@ impl Source {
             message,
         };
         let repo = if self.mirror.join("HEAD").exists() {
-            gix::open(&self.mirror).map_err(|error| mirror_error(error.to_string()))?
+            gix::open(&self.mirror).map_err(|error| mirror_error(error_chain(&error)))?
         } else {
             std::fs::create_dir_all(&self.mirror)
-                .map_err(|error| mirror_error(error.to_string()))?;
-            gix::init_bare(&self.mirror).map_err(|error| mirror_error(error.to_string()))?
+                .map_err(|error| mirror_error(error_chain(&error)))?;
+            gix::init_bare(&self.mirror).map_err(|error| mirror_error(error_chain(&error)))?
         };
         Ok(repo)
     }
@@ -221,6 +223,22 @@ impl Source {
         })?;
         Ok(Some(text.trim().to_owned()))
     }
+}
+
+/// `error` and every source under it, joined with `: `, so the root cause is never lost. A
+/// source whose text its parent already quotes adds nothing and is skipped.
+pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !cause_text.is_empty() && !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// URLs pass through; a plain path that exists locally becomes an absolute path.
