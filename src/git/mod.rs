@@ -137,6 +137,9 @@ impl Source {
         };
         // gix errors nest deeply ("transport handshake failed" over an I/O error over a TLS
         // error): keep the whole chain, so status shows the root cause.
+        // The https transport (reqwest) needs a process-wide rustls provider; an error means
+        // one is installed already.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let remote = repo
             .remote_at(self.url.as_str())
             .map_err(|error| fetch_error(error_chain(&error)))?
@@ -159,6 +162,15 @@ impl Source {
                     },
                     next: context.into(),
                 }))
+            }
+            // Without a token there is nothing to answer the server's 401 with: say so, instead
+            // of gix's "no credentials were returned".
+            (None, gix::credentials::helper::Action::Get(_)) => {
+                use gix::error::ErrorExt as _;
+                Err(gix::error::message(
+                    "the server asks for credentials (HTTP 401) and no --git-token-file is set",
+                )
+                .raise())
             }
             _ => Ok(None),
         });
