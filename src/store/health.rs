@@ -97,8 +97,15 @@ mod tests {
     fn failing_since_is_the_start_of_the_current_streak() -> TestResult {
         let dir = tempfile::tempdir()?;
         let store = Store::open(&dir.path().join("state.db"))?;
-        let steps: &[(Result<(), &str>, i64, Option<i64>, Option<i64>, &str)] = &[
-            // (outcome, at, expected failing_since, expected last_success_at, expected error)
+        // (outcome, at, expected failing_since, expected last_success_at, expected error)
+        type Step = (
+            Result<(), &'static str>,
+            i64,
+            Option<i64>,
+            Option<i64>,
+            &'static str,
+        );
+        let steps: &[Step] = &[
             (Err("boom"), 10, Some(10), None, "boom"),
             (Err("bang"), 20, Some(10), None, "bang"),
             (Ok(()), 30, None, Some(30), ""),
