@@ -126,6 +126,20 @@ fn check(case: &str, url: &str, token: Option<&str>, expected: &[&str]) -> TestR
     }
     assert!(fetch["failing_since"].is_i64(), "{case}: {fetch:#}");
     assert!(fetch["last_success_at"].is_null(), "{case}: {fetch:#}");
+    // The table says the same on its `fetch` line.
+    let output = Command::new(env!("CARGO_BIN_EXE_voodu-agent"))
+        .args(["status", "--data-dir"])
+        .arg(watcher.data.path())
+        .output()?;
+    let table = String::from_utf8_lossy(&output.stdout);
+    let line = table
+        .lines()
+        .find(|line| line.starts_with("fetch "))
+        .ok_or_else(|| format!("{case}: no fetch line in {table}"))?;
+    assert!(
+        line.contains("FAILING since") && line.ends_with(error),
+        "{case}: {line}"
+    );
     Ok(())
 }
 
