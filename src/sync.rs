@@ -3,7 +3,8 @@
 //! write the outcome to the store.
 //!
 //! Invariants: an unchanged SHA with unchanged buckets ends the sync after the ref negotiation
-//! and one read of the config version (no tree walk, no store write); a commit is applied in
+//! and one read of the config version (no tree walk; the only store write is the one-row
+//! upsert recording the fetch's outcome for `status`); a commit is applied in
 //! one store transaction or recorded as rejected with all its diagnostics, never half-applied;
 //! a rejected commit writes nothing on the host (assets are written only once it is
 //! accepted). Blocking: run on a blocking thread.
