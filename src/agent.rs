@@ -27,7 +27,7 @@ use crate::metrics::Metrics;
 use crate::reconcile::notify::Notifier;
 use crate::reconcile::{self, Ctx, ReconcileOptions};
 use crate::runtime::{DockerRuntime, Runtime};
-use crate::store::Store;
+use crate::store::{HEALTH_ENGINE, Store};
 use crate::sync::{SyncOptions, SyncOutcome, Syncer};
 
 /// `meta` key under which the agent records the address its HTTP side listens on, so
@@ -72,9 +72,33 @@ impl AgentConfig {
 
 /// Runs the agent against the local Docker engine until `shutdown` fires.
 pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let runtime = DockerRuntime::connect()
-        .await
-        .context("cannot reach the Docker engine (is dockerd running, and may this user use /var/run/docker.sock?)")?;
+    // An engine that is not there yet (dockerd starting, a wrong DOCKER_HOST) is waited for,
+    // and recorded, so `status` says "engine unreachable" with the cause instead of nothing.
+    let runtime = loop {
+        match DockerRuntime::connect().await {
+            Ok(runtime) => break runtime,
+            Err(error) => {
+                let message =
+                    format!("{error} (is dockerd running, and may this user use its socket?)");
+                tracing::warn!(error = %message, "cannot reach the Docker engine; retrying in {}", humantime::format_duration(ENGINE_PROBE_INTERVAL));
+                // Recorded only in an existing state.db: making one here, before the data
+                // dir's lock and identity check, could hide a lost one.
+                let db = config.state_db();
+                if db.exists() {
+                    tokio::task::spawn_blocking(move || {
+                        Store::open(&db)?.record_health(HEALTH_ENGINE, Err(&message))?;
+                        anyhow::Ok(())
+                    })
+                    .await?
+                    .context("cannot record that the engine is unreachable")?;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(ENGINE_PROBE_INTERVAL) => {}
+                    () = shutdown.cancelled() => return Ok(()),
+                }
+            }
+        }
+    };
     let marker = identity::marker(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
     let runtime = runtime.with_labels(std::collections::BTreeMap::from([(
@@ -82,6 +106,41 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> anyhow::Re
         marker,
     )]));
     run_with_runtime(config, Arc::new(runtime), shutdown).await
+}
+
+/// How often the engine is probed while the agent runs (and how long `run` waits between
+/// attempts to connect to it).
+const ENGINE_PROBE_INTERVAL: Duration = Duration::from_secs(10);
+/// A label no container carries: listing by it is the cheapest round trip to the engine.
+const ENGINE_PROBE_FILTER: (&str, &str) = ("label", "voodu.engine-probe=none");
+
+/// Probes the engine every `ENGINE_PROBE_INTERVAL` and records whether it answered, so status
+/// tells "engine unreachable since T: cause" apart from a rollout waiting for replicas.
+async fn engine_probe<R: Runtime>(runtime: Arc<R>, store: Arc<Store>, shutdown: CancellationToken) {
+    loop {
+        let outcome = runtime
+            .list(&[ENGINE_PROBE_FILTER])
+            .await
+            .map_err(|error| error.to_string());
+        if let Err(error) = &outcome {
+            tracing::warn!(%error, "the Docker engine does not answer");
+        }
+        let store = store.clone();
+        let recorded = tokio::task::spawn_blocking(move || {
+            store.record_health(
+                HEALTH_ENGINE,
+                outcome.as_ref().map(|_| ()).map_err(String::as_str),
+            )
+        })
+        .await;
+        if let Ok(Err(error)) = recorded {
+            tracing::warn!(%error, "cannot record the engine probe");
+        }
+        tokio::select! {
+            () = tokio::time::sleep(ENGINE_PROBE_INTERVAL) => {}
+            () = shutdown.cancelled() => return,
+        }
+    }
 }
 
 /// State.db, opened, and whether the reconciler must wait for a first applied commit.
@@ -323,6 +382,11 @@ pub async fn run_with_runtime<R: Runtime>(
             });
         }
     }
+    tracker.spawn(engine_probe(
+        ctx.runtime.clone(),
+        store.clone(),
+        shutdown.clone(),
+    ));
     let reconciler = tracker.spawn(reconcile::run(ctx, shutdown.clone()));
     tracker.spawn(sync_loop(
         syncer,

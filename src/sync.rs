@@ -3,7 +3,8 @@
 //! write the outcome to the store.
 //!
 //! Invariants: an unchanged SHA with unchanged buckets ends the sync after the ref negotiation
-//! and one read of the config version (no tree walk, no store write); a commit is applied in
+//! and one read of the config version (no tree walk; the only store write is the one-row
+//! upsert recording the fetch's outcome for `status`); a commit is applied in
 //! one store transaction or recorded as rejected with all its diagnostics, never half-applied;
 //! a rejected commit writes nothing on the host (assets are written only once it is
 //! accepted). Blocking: run on a blocking thread.
@@ -18,7 +19,7 @@ use crate::git::Source;
 use crate::manifest::spec::Spec;
 use crate::manifest::{self, Diagnostic, Diagnostics, LoadOptions, Mode, Policy, Vars};
 use crate::model::{CommitSha, random_hex};
-use crate::store::{ApplySummary, Store};
+use crate::store::{ApplySummary, HEALTH_FETCH, Store};
 
 /// What one sync did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,7 +127,9 @@ impl Syncer {
 
     /// Runs one sync. Blocking.
     pub fn sync_once(&self, interrupt: &AtomicBool) -> Result<SyncOutcome, Error> {
-        let commit = self.source.fetch(interrupt)?;
+        let fetched = self.source.fetch(interrupt);
+        self.record_fetch(&fetched);
+        let commit = fetched?;
         let mut last_seen = self
             .last_seen
             .lock()
@@ -140,6 +143,23 @@ impl Syncer {
         // Generated secrets bump the config version: remember the version after them.
         *last_seen = Some((commit, self.store.config_version()?));
         Ok(outcome)
+    }
+
+    /// Records how the fetch ended for `status` (the whole error chain, and since when it
+    /// fails); an interrupted fetch says nothing about the remote.
+    fn record_fetch(&self, fetched: &Result<CommitSha, crate::git::Error>) {
+        let chain;
+        let outcome = match fetched {
+            Ok(_) => Ok(()),
+            Err(crate::git::Error::Interrupted) => return,
+            Err(error) => {
+                chain = crate::git::error_chain(error);
+                Err(chain.as_str())
+            }
+        };
+        if let Err(error) = self.store.record_health(HEALTH_FETCH, outcome) {
+            tracing::warn!(%error, "cannot record the fetch outcome");
+        }
     }
 
     fn load_and_apply(&self, commit: &CommitSha) -> Result<SyncOutcome, Error> {

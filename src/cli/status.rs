@@ -28,6 +28,13 @@ pub(super) fn run(data_dir: &Path, args: &StatusArgs) -> anyhow::Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
+/// A Unix time as RFC 3339 (UTC, seconds).
+fn time(unix: i64) -> String {
+    let at =
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(u64::try_from(unix).unwrap_or(0));
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
 fn print_table(view: &StatusView) {
     let line = |label: &str, commit: &Option<CommitView>| match commit {
         Some(commit) => println!(
@@ -40,6 +47,37 @@ fn print_table(view: &StatusView) {
     line("last seen", &view.last_seen);
     line("last applied", &view.last_applied);
     line("last rejected", &view.last_rejected);
+    match &view.fetch {
+        Some(fetch) => match (&fetch.error, fetch.failing_since) {
+            (Some(error), since) => println!(
+                "{:<14} FAILING since {}: {error}",
+                "fetch",
+                since.map_or_else(|| "?".to_owned(), time)
+            ),
+            (None, _) => println!("{:<14} ok at {}", "fetch", time(fetch.checked_at)),
+        },
+        None => println!("{:<14} -", "fetch"),
+    }
+    match &view.engine {
+        Some(engine) => match (&engine.error, engine.unreachable_since) {
+            (Some(error), since) => println!(
+                "{:<14} UNREACHABLE since {}: {error}\n{:<14} (resource phases below are as last seen, not live)",
+                "engine",
+                since.map_or_else(|| "?".to_owned(), time),
+                ""
+            ),
+            (None, _) => println!("{:<14} reachable at {}", "engine", time(engine.checked_at)),
+        },
+        None => println!("{:<14} -", "engine"),
+    }
+    if let Some(applied) = &view.last_applied
+        && !applied.warnings.is_empty()
+    {
+        println!("\nthe applied commit has warnings:");
+        for warning in &applied.warnings {
+            println!("  {warning}");
+        }
+    }
     if let Some(rejected) = &view.last_rejected {
         let is_latest = view
             .last_seen

@@ -133,19 +133,27 @@ impl Source {
     ) -> Result<T> {
         let fetch_error = |message: String| Error::Fetch {
             url: self.url.clone(),
-            message,
+            message: match ssh_diagnosis(&self.url) {
+                Some(diagnosis) => format!("{message}: ssh says: {diagnosis}"),
+                None => message,
+            },
         };
+        // gix errors nest deeply ("transport handshake failed" over an I/O error over a TLS
+        // error): keep the whole chain, so status shows the root cause.
+        // The https transport (reqwest) needs a process-wide rustls provider; an error means
+        // one is installed already.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let remote = repo
             .remote_at(self.url.as_str())
-            .map_err(|error| fetch_error(error.to_string()))?
+            .map_err(|error| fetch_error(error_chain(&error)))?
             .with_refspecs(
                 refspecs.iter().map(String::as_str),
                 gix::remote::Direction::Fetch,
             )
-            .map_err(|error| fetch_error(error.to_string()))?;
+            .map_err(|error| fetch_error(error_chain(&error)))?;
         let connection = remote
             .connect(gix::remote::Direction::Fetch)
-            .map_err(|error| fetch_error(error.to_string()))?;
+            .map_err(|error| fetch_error(error_chain(&error)))?;
         let token = self.token()?;
         let connection = connection.with_credentials(move |action| match (&token, action) {
             (Some(token), gix::credentials::helper::Action::Get(context)) => {
@@ -158,11 +166,20 @@ impl Source {
                     next: context.into(),
                 }))
             }
+            // Without a token there is nothing to answer the server's 401 with: say so, instead
+            // of gix's "no credentials were returned".
+            (None, gix::credentials::helper::Action::Get(_)) => {
+                use gix::error::ErrorExt as _;
+                Err(gix::error::message(
+                    "the server asks for credentials (HTTP 401) and no --git-token-file is set",
+                )
+                .raise())
+            }
             _ => Ok(None),
         });
         let prepare = connection
             .prepare_fetch(gix::progress::Discard, Default::default())
-            .map_err(|error| fetch_error(error.to_string()))?;
+            .map_err(|error| fetch_error(error_chain(&error)))?;
         let (value, receive) = decide(&prepare.ref_map().remote_refs)?;
         if receive {
             prepare
@@ -171,7 +188,7 @@ impl Source {
                     if interrupt.load(Ordering::Relaxed) {
                         Error::Interrupted
                     } else {
-                        fetch_error(error.to_string())
+                        fetch_error(error_chain(&error))
                     }
                 })?;
         }
@@ -197,11 +214,11 @@ impl Source {
             message,
         };
         let repo = if self.mirror.join("HEAD").exists() {
-            gix::open(&self.mirror).map_err(|error| mirror_error(error.to_string()))?
+            gix::open(&self.mirror).map_err(|error| mirror_error(error_chain(&error)))?
         } else {
             std::fs::create_dir_all(&self.mirror)
-                .map_err(|error| mirror_error(error.to_string()))?;
-            gix::init_bare(&self.mirror).map_err(|error| mirror_error(error.to_string()))?
+                .map_err(|error| mirror_error(error_chain(&error)))?;
+            gix::init_bare(&self.mirror).map_err(|error| mirror_error(error_chain(&error)))?
         };
         Ok(repo)
     }
@@ -223,6 +240,69 @@ impl Source {
     }
 }
 
+/// `error` and every source under it, joined with `: `, so the root cause is never lost. A
+/// source whose text its parent already quotes adds nothing and is skipped.
+pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !cause_text.is_empty() && !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// For an ssh remote, what `ssh` itself says when asked to reach it (host key verification
+/// failed, permission denied, …). gix's ssh transport prints that to the agent's stderr and
+/// reports only "failed to fill whole buffer", so after a failed fetch the agent asks once
+/// more, non-interactively and with nothing to send, and keeps ssh's words. `None` for other
+/// remotes, or when ssh says nothing.
+fn ssh_diagnosis(url: &str) -> Option<String> {
+    let parsed = gix::url::parse(gix::bstr::BStr::new(url)).ok()?;
+    if parsed.scheme != gix::url::Scheme::Ssh {
+        return None;
+    }
+    let host = parsed.host()?;
+    let path = parsed.path.to_string();
+    // Never let a URL smuggle an option to ssh or a quote into the remote command.
+    if host.starts_with('-')
+        || path.contains('\'')
+        || parsed.user().is_some_and(|user| user.starts_with('-'))
+    {
+        return None;
+    }
+    let target = match parsed.user() {
+        Some(user) => format!("{user}@{host}"),
+        None => host.to_owned(),
+    };
+    let mut command = std::process::Command::new("ssh");
+    command.args(["-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]);
+    if let Some(port) = parsed.port {
+        command.arg("-p").arg(port.to_string());
+    }
+    let output = command
+        .arg("--")
+        .arg(target)
+        .arg(format!("git-upload-pack '{path}'"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .ok()?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<&str> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .take(5)
+        .collect();
+    (!lines.is_empty()).then(|| lines.join("; "))
+}
+
 /// URLs pass through; a plain path that exists locally becomes an absolute path.
 fn normalize_url(url: &str) -> String {
     let looks_like_url = url.contains("://") || (url.contains('@') && url.contains(':'));
@@ -230,4 +310,58 @@ fn normalize_url(url: &str) -> String {
         return url.to_owned();
     }
     std::fs::canonicalize(url).map_or_else(|_| url.to_owned(), |path| path.display().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+
+    /// An error with a message and an optional source, like gix's nested errors.
+    #[derive(Debug)]
+    struct Layer(&'static str, Option<Box<Layer>>);
+
+    impl std::fmt::Display for Layer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1
+                .as_deref()
+                .map(|layer| layer as &(dyn std::error::Error + 'static))
+        }
+    }
+
+    fn chain(messages: &[&'static str]) -> Layer {
+        messages
+            .iter()
+            .rev()
+            .fold(None, |source, message| {
+                Some(Layer(message, source.map(Box::new)))
+            })
+            .expect("at least one message")
+    }
+
+    #[test]
+    fn error_chain_keeps_the_root_cause() {
+        let check = |messages: &[&'static str], expected: &str| {
+            assert_eq!(error_chain(&chain(messages)), expected, "{messages:?}");
+        };
+        check(&["alone"], "alone");
+        check(
+            &[
+                "Transport handshake failed",
+                "An IO error occurred when talking to the server",
+                "invalid peer certificate: UnknownIssuer",
+            ],
+            "Transport handshake failed: An IO error occurred when talking to the server: invalid peer certificate: UnknownIssuer",
+        );
+        // A parent that already quotes its source does not repeat it.
+        check(
+            &["cannot connect: refused", "refused", "os error 111"],
+            "cannot connect: refused: os error 111",
+        );
+    }
 }

@@ -1,6 +1,6 @@
 //! `GET /metrics`: Prometheus text exposition of the in-memory counters (`crate::metrics`)
 //! plus figures read from the store at scrape time: resources by phase, pinned resources and
-//! the time of the last applied commit (so they are right after a restart too).
+//! the time of the last applied commit and of the last successful fetch (so they are right after a restart too).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,6 +17,7 @@ struct StoreFigures {
     phases: BTreeMap<String, usize>,
     n_pinned: usize,
     last_applied_at: Option<i64>,
+    last_fetch_success_at: Option<i64>,
 }
 
 pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
@@ -32,6 +33,9 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
                 .commit_summary()?
                 .last_applied
                 .map(|record| record.seen_at),
+            last_fetch_success_at: store
+                .health(crate::store::HEALTH_FETCH)?
+                .and_then(|health| health.last_success_at),
         })
     })
     .await;
@@ -67,6 +71,15 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
             "Unix time at which the last applied commit reached desired state.",
             &[],
             &[(Vec::new(), seen_at as f64)],
+        );
+    }
+    if let Some(success_at) = figures.last_fetch_success_at {
+        render_gauge(
+            &mut out,
+            "voodu_last_successful_fetch_timestamp_seconds",
+            "Unix time of the last fetch of the remote that succeeded (a stale value: fetches fail).",
+            &[],
+            &[(Vec::new(), success_at as f64)],
         );
     }
     (

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::{AppState, blocking};
 use crate::model::{Kind, ResourceKey};
-use crate::store::{CommitRecord, Pin, Release, Store};
+use crate::store::{CommitRecord, HEALTH_ENGINE, HEALTH_FETCH, Pin, Release, Store};
 
 /// The JSON document `status --json` prints and `GET /status` returns.
 #[derive(Debug, Serialize)]
@@ -23,7 +23,36 @@ pub struct StatusView {
     pub last_seen: Option<CommitView>,
     pub last_applied: Option<CommitView>,
     pub last_rejected: Option<CommitView>,
+    /// The last fetch of the remote: its error with the whole cause chain while it fails.
+    pub fetch: Option<FetchView>,
+    /// Whether the container engine answered the agent's last probe.
+    pub engine: Option<EngineView>,
     pub resources: Vec<ResourceView>,
+}
+
+/// How the last fetch of the remote went.
+#[derive(Debug, Serialize)]
+pub struct FetchView {
+    /// `ok` or `failing`.
+    pub state: &'static str,
+    /// The last failure, every cause joined with `: ` (the root cause last); `None` when ok.
+    pub error: Option<String>,
+    /// Unix time of the first failure of the current streak; `None` when ok.
+    pub failing_since: Option<i64>,
+    pub checked_at: i64,
+    pub last_success_at: Option<i64>,
+}
+
+/// Whether the container engine answers.
+#[derive(Debug, Serialize)]
+pub struct EngineView {
+    /// `reachable` or `unreachable`.
+    pub state: &'static str,
+    /// Why the last probe failed; `None` when reachable.
+    pub error: Option<String>,
+    /// Unix time since which the engine does not answer; `None` when reachable.
+    pub unreachable_since: Option<i64>,
+    pub checked_at: i64,
 }
 
 #[derive(Debug, Serialize)]
@@ -34,6 +63,9 @@ pub struct CommitView {
     /// `path:line:col: message`, one per problem (rejected commits only).
     pub errors: Vec<String>,
     pub diagnostics: Vec<DiagnosticView>,
+    /// `path:line:col: warning: message`, one per warning the commit was applied with (a
+    /// resource declared in two files, …).
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -129,6 +161,16 @@ fn commit_view(record: CommitRecord) -> CommitView {
         },
         seen_at: record.seen_at,
         errors: record.errors.iter().map(ToString::to_string).collect(),
+        warnings: record
+            .warnings
+            .iter()
+            .map(|warning| {
+                format!(
+                    "{}:{}:{}: warning: {}",
+                    warning.path, warning.line, warning.col, warning.message
+                )
+            })
+            .collect(),
         diagnostics: record
             .errors
             .into_iter()
@@ -188,6 +230,23 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
         last_seen: commits.last_seen.map(commit_view),
         last_applied: commits.last_applied.map(commit_view),
         last_rejected: commits.last_rejected.map(commit_view),
+        fetch: store.health(HEALTH_FETCH)?.map(|health| FetchView {
+            state: if health.ok { "ok" } else { "failing" },
+            error: (!health.ok).then_some(health.error),
+            failing_since: health.failing_since,
+            checked_at: health.checked_at,
+            last_success_at: health.last_success_at,
+        }),
+        engine: store.health(HEALTH_ENGINE)?.map(|health| EngineView {
+            state: if health.ok {
+                "reachable"
+            } else {
+                "unreachable"
+            },
+            error: (!health.ok).then_some(health.error),
+            unreachable_since: health.failing_since,
+            checked_at: health.checked_at,
+        }),
         resources,
     })
 }

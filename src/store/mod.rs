@@ -17,6 +17,7 @@
 //! `Mutex` that is never held across an `.await`.
 
 mod error;
+mod health;
 mod releases;
 mod runs;
 mod schema;
@@ -24,6 +25,7 @@ mod secrets;
 mod status;
 
 pub use error::{Error, Result};
+pub use health::{HEALTH_ENGINE, HEALTH_FETCH, Health};
 pub use releases::{
     AutoRollback, HALT_MARK, Pin, RELEASE_HISTORY_LIMIT, RollbackOutcome, UnpinOutcome,
 };
@@ -110,6 +112,8 @@ pub struct CommitRecord {
     pub sha: CommitSha,
     pub applied: bool,
     pub errors: Vec<Diagnostic>,
+    /// The warnings an applied commit was accepted with (a resource declared twice, …).
+    pub warnings: Vec<Diagnostic>,
     pub seen_at: i64,
 }
 
@@ -462,9 +466,12 @@ impl Store {
                 tx.execute("INSERT OR IGNORE INTO live_blobs (digest) VALUES (?1)", params![digest])?;
             }
             tx.execute("DELETE FROM blobs WHERE digest NOT IN (SELECT digest FROM live_blobs)", [])?;
+            let warnings = (!manifest.warnings.is_empty()).then(|| {
+                serde_json::to_string(&manifest.warnings).expect("diagnostics are strings and numbers")
+            });
             tx.execute(
-                "INSERT INTO commits (sha, outcome, errors, seen_at) VALUES (?1, 'applied', NULL, ?2)",
-                params![sha.as_str(), now],
+                "INSERT INTO commits (sha, outcome, errors, seen_at, warnings) VALUES (?1, 'applied', NULL, ?2, ?3)",
+                params![sha.as_str(), now, warnings],
             )?;
             let head: i64 = tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM journal", [], |row| row.get(0))?;
             tx.commit()?;
@@ -497,7 +504,7 @@ impl Store {
         self.with(|connection| {
             let query = |filter: &str| -> Result<Option<CommitRecord>> {
                 let sql = format!(
-                    "SELECT seq, sha, outcome, errors, seen_at FROM commits {filter} ORDER BY seq DESC LIMIT 1"
+                    "SELECT seq, sha, outcome, errors, seen_at, warnings FROM commits {filter} ORDER BY seq DESC LIMIT 1"
                 );
                 connection
                     .query_row(&sql, [], commit_row)
@@ -518,7 +525,7 @@ impl Store {
         self.with(|connection| {
             connection
                 .query_row(
-                    "SELECT seq, sha, outcome, errors, seen_at FROM commits WHERE sha = ?1
+                    "SELECT seq, sha, outcome, errors, seen_at, warnings FROM commits WHERE sha = ?1
                      ORDER BY seq DESC LIMIT 1",
                     params![sha.as_str()],
                     commit_row,
@@ -782,7 +789,7 @@ impl Store {
     }
 }
 
-type CommitRow = (i64, String, String, Option<String>, i64);
+type CommitRow = (i64, String, String, Option<String>, i64, Option<String>);
 
 fn commit_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<CommitRow> {
     Ok((
@@ -791,20 +798,27 @@ fn commit_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<CommitRow> {
         row.get(2)?,
         row.get(3)?,
         row.get(4)?,
+        row.get(5)?,
     ))
 }
 
-fn commit_record((seq, sha, outcome, errors, seen_at): CommitRow) -> Result<CommitRecord> {
-    let errors = match errors {
+fn diagnostics_of(json: Option<String>, what: &str) -> Result<Vec<Diagnostic>> {
+    match json {
         Some(json) => serde_json::from_str(&json)
-            .map_err(|error| Error::Corrupt(format!("commit errors: {error}")))?,
-        None => Vec::new(),
-    };
+            .map_err(|error| Error::Corrupt(format!("commit {what}: {error}"))),
+        None => Ok(Vec::new()),
+    }
+}
+
+fn commit_record(
+    (seq, sha, outcome, errors, seen_at, warnings): CommitRow,
+) -> Result<CommitRecord> {
     Ok(CommitRecord {
         seq,
         sha: CommitSha::new(sha),
         applied: outcome == "applied",
-        errors,
+        errors: diagnostics_of(errors, "errors")?,
+        warnings: diagnostics_of(warnings, "warnings")?,
         seen_at,
     })
 }

@@ -173,4 +173,20 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE readiness ADD COLUMN container_id TEXT NOT NULL DEFAULT '';
     "#,
+    // 7: what goes wrong outside the repo's content: the last fetch of the remote and the last
+    // probe of the engine, and the warnings an applied commit was accepted with.
+    r#"
+    -- One row per watched subject ('fetch', 'engine'): the outcome of its last check. While
+    -- it fails, failing_since is when the current streak of failures began.
+    CREATE TABLE health (
+        subject          TEXT PRIMARY KEY,
+        ok               INTEGER NOT NULL,
+        error            TEXT NOT NULL DEFAULT '',
+        failing_since    INTEGER,
+        checked_at       INTEGER NOT NULL,
+        last_success_at  INTEGER
+    );
+    -- `path:line:col` warnings of an applied commit, as JSON diagnostics (NULL: none).
+    ALTER TABLE commits ADD COLUMN warnings TEXT;
+    "#,
 ];

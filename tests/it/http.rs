@@ -465,6 +465,9 @@ async fn status_json_and_http_status_are_the_same_document() -> TestResult {
     assert_eq!(from_http, from_cli);
     assert_eq!(from_http["resources"][0]["phase"], "Ready");
     assert_eq!(from_http["resources"][0]["pin"], serde_json::Value::Null);
+    assert_eq!(from_http["fetch"]["state"], "ok");
+    assert_eq!(from_http["fetch"]["error"], serde_json::Value::Null);
+    assert_eq!(from_http["engine"]["state"], "reachable");
 
     let (status, body) = get(&client()?, &agent.url("/releases/shop/web")).await?;
     assert_eq!(status, 200, "{body}");
@@ -572,6 +575,20 @@ async fn metrics_scrape_parses_and_counts_what_happened() -> TestResult {
     assert_eq!(
         metric(&samples, "voodu_last_applied_commit_timestamp_seconds", &[]),
         applied_at as f64
+    );
+    let fetched_at = agent
+        .store
+        .health(voodu_agent::store::HEALTH_FETCH)?
+        .and_then(|health| health.last_success_at)
+        .ok_or("a successful fetch")?;
+    assert!(
+        metric(
+            &samples,
+            "voodu_last_successful_fetch_timestamp_seconds",
+            &[]
+        ) >= applied_at as f64
+            && fetched_at >= applied_at,
+        "the last successful fetch is at or after the applied commit"
     );
     agent.stop().await
 }

@@ -8,6 +8,7 @@ mod contract;
 mod corpus;
 mod e2e_docker;
 mod e2e_jobs;
+mod fetch_errors;
 mod git;
 mod health;
 mod health_docker;

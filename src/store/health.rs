@@ -1,0 +1,134 @@
+//! Health of what the agent depends on outside the repo's content: the remote it fetches
+//! (`fetch`) and the container engine (`engine`). Each check records its outcome here, so
+//! `status` and `GET /status` say what goes wrong and since when.
+//!
+//! Invariant: one row per subject; `failing_since` is the time of the first failure of the
+//! current streak (kept while failures repeat, cleared by the next success), and
+//! `last_success_at` survives failures.
+
+use rusqlite::{OptionalExtension, params};
+
+use super::{Result, Store, now_unix};
+
+/// The subject of fetches of the watched remote.
+pub const HEALTH_FETCH: &str = "fetch";
+/// The subject of probes of the container engine.
+pub const HEALTH_ENGINE: &str = "engine";
+
+/// The last check of one subject.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    pub ok: bool,
+    /// The whole error chain of the last failure; empty when the last check succeeded.
+    pub error: String,
+    /// When the current streak of failures began; `None` while the subject is fine.
+    pub failing_since: Option<i64>,
+    pub checked_at: i64,
+    pub last_success_at: Option<i64>,
+}
+
+impl Store {
+    /// Records one check of `subject`: `Ok(())` or the error it failed with.
+    pub fn record_health(&self, subject: &str, outcome: Result<(), &str>) -> Result<()> {
+        self.record_health_at(subject, outcome, now_unix())
+    }
+
+    /// `record_health` at a given time (tests).
+    pub fn record_health_at(
+        &self,
+        subject: &str,
+        outcome: Result<(), &str>,
+        now: i64,
+    ) -> Result<()> {
+        self.with(|connection| {
+            match outcome {
+                Ok(()) => connection.execute(
+                    "INSERT INTO health (subject, ok, error, failing_since, checked_at, last_success_at)
+                     VALUES (?1, 1, '', NULL, ?2, ?2)
+                     ON CONFLICT (subject) DO UPDATE SET ok = 1, error = '', failing_since = NULL,
+                       checked_at = excluded.checked_at, last_success_at = excluded.last_success_at",
+                    params![subject, now],
+                )?,
+                Err(error) => connection.execute(
+                    "INSERT INTO health (subject, ok, error, failing_since, checked_at, last_success_at)
+                     VALUES (?1, 0, ?2, ?3, ?3, NULL)
+                     ON CONFLICT (subject) DO UPDATE SET ok = 0, error = excluded.error,
+                       failing_since = COALESCE(health.failing_since, excluded.failing_since),
+                       checked_at = excluded.checked_at",
+                    params![subject, error, now],
+                )?,
+            };
+            Ok(())
+        })
+    }
+
+    /// The last check of `subject`, if there was one.
+    pub fn health(&self, subject: &str) -> Result<Option<Health>> {
+        self.with(|connection| {
+            Ok(connection
+                .query_row(
+                    "SELECT ok, error, failing_since, checked_at, last_success_at FROM health
+                     WHERE subject = ?1",
+                    params![subject],
+                    |row| {
+                        Ok(Health {
+                            ok: row.get::<_, i64>(0)? != 0,
+                            error: row.get(1)?,
+                            failing_since: row.get(2)?,
+                            checked_at: row.get(3)?,
+                            last_success_at: row.get(4)?,
+                        })
+                    },
+                )
+                .optional()?)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
+
+    /// A streak of failures keeps its start; a success clears it and is remembered through
+    /// the next streak.
+    #[test]
+    fn failing_since_is_the_start_of_the_current_streak() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let store = Store::open(&dir.path().join("state.db"))?;
+        // (outcome, at, expected failing_since, expected last_success_at, expected error)
+        type Step = (
+            Result<(), &'static str>,
+            i64,
+            Option<i64>,
+            Option<i64>,
+            &'static str,
+        );
+        let steps: &[Step] = &[
+            (Err("boom"), 10, Some(10), None, "boom"),
+            (Err("bang"), 20, Some(10), None, "bang"),
+            (Ok(()), 30, None, Some(30), ""),
+            (Err("again"), 40, Some(40), Some(30), "again"),
+            (Ok(()), 50, None, Some(50), ""),
+        ];
+        assert_eq!(store.health(HEALTH_FETCH)?, None);
+        for (outcome, at, failing_since, last_success_at, error) in steps {
+            store.record_health_at(HEALTH_FETCH, *outcome, *at)?;
+            let health = store.health(HEALTH_FETCH)?.ok_or("no row")?;
+            assert_eq!(
+                health,
+                Health {
+                    ok: outcome.is_ok(),
+                    error: (*error).to_owned(),
+                    failing_since: *failing_since,
+                    checked_at: *at,
+                    last_success_at: *last_success_at,
+                },
+                "after {outcome:?} at {at}"
+            );
+        }
+        assert_eq!(store.health(HEALTH_ENGINE)?, None, "subjects are apart");
+        Ok(())
+    }
+}

@@ -1,0 +1,424 @@
+//! Status says what goes wrong (issue 10 item 7): every failing fetch shows its root cause in
+//! `status --json` (not "transport handshake failed"), an unreachable engine is told apart
+//! from a rollout waiting for replicas, and an applied commit's warnings are listed with their
+//! locations.
+//!
+//! The remotes are real: `git http-backend` behind a small Python server (plain http with a
+//! token it refuses, https with a certificate of a private CA the agent does not trust), `sshd`
+//! on loopback with a fresh host key, a missing `file://` repository and a closed port. A test
+//! that needs a tool (python3, openssl, git http-backend, sshd) is `#[ignore]`d, so plain
+//! `cargo test` reports it as ignored; scripts/test installs the tools (scripts/test-deps) and
+//! runs it with `--include-ignored`, and a missing tool then fails it.
+
+use std::io::BufRead as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use voodu_agent::git::{Source, SourceOptions};
+use voodu_agent::store::Store;
+use voodu_agent::sync::{SyncOptions, SyncOutcome, Syncer};
+
+use crate::support::{TempRepo, TestResult, wait_until};
+
+/// `voodu-agent status --json --data-dir <dir>`, parsed.
+fn status_json(data_dir: &Path) -> TestResult<serde_json::Value> {
+    let output = Command::new(env!("CARGO_BIN_EXE_voodu-agent"))
+        .args(["status", "--json", "--data-dir"])
+        .arg(data_dir)
+        .output()?;
+    if !output.status.success() {
+        return Err(format!("status failed: {}", String::from_utf8_lossy(&output.stderr)).into());
+    }
+    Ok(serde_json::from_slice(&output.stdout)?)
+}
+
+/// Fails, naming what is missing, unless `tools` are all present.
+fn require_tools(test: &str, tools: &[&str]) -> TestResult {
+    let missing: Vec<&str> = tools
+        .iter()
+        .copied()
+        .filter(|tool| {
+            let found = if tool.starts_with('/') {
+                Path::new(tool).exists()
+            } else {
+                Command::new("sh")
+                    .args(["-c", &format!("command -v {tool}")])
+                    .stdout(Stdio::null())
+                    .status()
+                    .is_ok_and(|status| status.success())
+            };
+            !found
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(format!("{test}: missing {missing:?} (scripts/test-deps installs them)").into())
+}
+
+/// A syncer on a fresh data dir watching `url`'s `main`, with an optional token.
+struct Watcher {
+    data: tempfile::TempDir,
+    syncer: Syncer,
+}
+
+impl Watcher {
+    fn new(url: &str, token: Option<&str>) -> TestResult<Watcher> {
+        let data = tempfile::tempdir()?;
+        let token_file = match token {
+            Some(token) => {
+                let path = data.path().join("token");
+                std::fs::write(&path, token)?;
+                Some(path)
+            }
+            None => None,
+        };
+        let store = Arc::new(Store::open(&data.path().join("state.db"))?);
+        let options = SourceOptions {
+            url: url.to_owned(),
+            branch: "main".to_owned(),
+            paths: Vec::new(),
+            token_file,
+        };
+        let syncer = Syncer::new(
+            Source::new(options, data.path()),
+            store,
+            SyncOptions::new(data.path().to_owned()),
+        )?;
+        Ok(Watcher { data, syncer })
+    }
+
+    fn sync(&self) -> Result<SyncOutcome, voodu_agent::sync::Error> {
+        self.syncer.sync_once(&AtomicBool::new(false))
+    }
+
+    fn status(&self) -> TestResult<serde_json::Value> {
+        status_json(self.data.path())
+    }
+}
+
+/// Fetches `url` once, expects it to fail, and checks `status --json` shows the failure with
+/// every `expected` part of its cause chain and since when it fails.
+fn check(case: &str, url: &str, token: Option<&str>, expected: &[&str]) -> TestResult {
+    let watcher = Watcher::new(url, token)?;
+    if let Ok(outcome) = watcher.sync() {
+        return Err(format!("{case}: fetching {url} succeeded: {outcome:?}").into());
+    }
+    let status = watcher.status()?;
+    let fetch = &status["fetch"];
+    assert_eq!(fetch["state"], "failing", "{case}: {status:#}");
+    let error = fetch["error"].as_str().ok_or("no fetch error")?;
+    println!("{case}: {error}");
+    for part in expected {
+        assert!(
+            error.to_lowercase().contains(&part.to_lowercase()),
+            "{case}: the fetch error lacks {part:?}: {error}"
+        );
+    }
+    assert!(fetch["failing_since"].is_i64(), "{case}: {fetch:#}");
+    assert!(fetch["last_success_at"].is_null(), "{case}: {fetch:#}");
+    // The table says the same on its `fetch` line.
+    let output = Command::new(env!("CARGO_BIN_EXE_voodu-agent"))
+        .args(["status", "--data-dir"])
+        .arg(watcher.data.path())
+        .output()?;
+    let table = String::from_utf8_lossy(&output.stdout);
+    let line = table
+        .lines()
+        .find(|line| line.starts_with("fetch "))
+        .ok_or_else(|| format!("{case}: no fetch line in {table}"))?;
+    assert!(
+        line.contains("FAILING since") && line.ends_with(error),
+        "{case}: {line}"
+    );
+    Ok(())
+}
+
+/// A repo with one valid commit on main.
+fn repo() -> TestResult<TempRepo> {
+    let repo = TempRepo::new()?;
+    repo.write("app.hcl", "deployment \"s\" \"web\" { image = \"x\" }\n")?;
+    repo.commit("first")?;
+    Ok(repo)
+}
+
+/// A child process killed (and reaped) when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts the Python `git http-backend` server for the repos next to `repo`'s bare remote;
+/// returns it and its port.
+fn git_http_server(
+    repo: &TempRepo,
+    token: &str,
+    tls: Option<(&Path, &Path)>,
+) -> TestResult<(Killed, u16)> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/git_http_server.py");
+    let root = repo
+        .remote_path()
+        .parent()
+        .ok_or("remote has a parent")?
+        .to_owned();
+    let mut command = Command::new("python3");
+    command.arg(script).arg(root).arg(token);
+    if let Some((cert, key)) = tls {
+        command.arg(cert).arg(key);
+    }
+    let mut child = Killed(command.stdout(Stdio::piped()).spawn()?);
+    let stdout = child.0.stdout.take().ok_or("piped stdout")?;
+    let mut line = String::new();
+    std::io::BufReader::new(stdout).read_line(&mut line)?;
+    let port = line.trim().parse()?;
+    Ok((child, port))
+}
+
+fn remote_name(repo: &TempRepo) -> TestResult<String> {
+    Ok(repo
+        .remote_path()
+        .file_name()
+        .ok_or("remote has a name")?
+        .to_string_lossy()
+        .into_owned())
+}
+
+fn run(command: &mut Command) -> TestResult {
+    let output = command.output()?;
+    if !output.status.success() {
+        return Err(format!("{command:?}: {}", String::from_utf8_lossy(&output.stderr)).into());
+    }
+    Ok(())
+}
+
+/// A private CA and a certificate it signed for 127.0.0.1: (cert, key).
+fn private_ca_cert(dir: &Path) -> TestResult<(PathBuf, PathBuf)> {
+    let path = |name: &str| dir.join(name);
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    run(Command::new("openssl")
+        .args(["req", "-x509", "-days", "1", "-subj", "/CN=voodu test CA"])
+        .args(ec)
+        .arg("-keyout")
+        .arg(path("ca.key"))
+        .arg("-out")
+        .arg(path("ca.pem")))?;
+    run(Command::new("openssl")
+        .args(["req", "-subj", "/CN=127.0.0.1"])
+        .args(ec)
+        .arg("-keyout")
+        .arg(path("server.key"))
+        .arg("-out")
+        .arg(path("server.csr")))?;
+    std::fs::write(path("ext"), "subjectAltName=IP:127.0.0.1\n")?;
+    run(Command::new("openssl")
+        .args(["x509", "-req", "-days", "1", "-CAcreateserial"])
+        .arg("-in")
+        .arg(path("server.csr"))
+        .arg("-CA")
+        .arg(path("ca.pem"))
+        .arg("-CAkey")
+        .arg(path("ca.key"))
+        .arg("-extfile")
+        .arg(path("ext"))
+        .arg("-out")
+        .arg(path("server.pem")))?;
+    Ok((path("server.pem"), path("server.key")))
+}
+
+/// Over plain http (the agent has no flag to trust a private CA, so https cannot reach the
+/// auth stage here): the server without auth fetches (it is a real `git http-backend`); with
+/// auth required, no token shows the 401, and a token shows gix's refusal to send it in clear
+/// text; a success clears the failure again.
+#[test]
+#[ignore = "needs tools scripts/test-deps installs: scripts/test runs it"]
+fn refused_credentials_show_their_cause_in_status() -> TestResult {
+    let test = "fetch_errors::refused_credentials_show_their_cause_in_status";
+    require_tools(test, &["python3", "/usr/lib/git-core/git-http-backend"])?;
+    let repo = repo()?;
+    let (_open_server, open_port) = git_http_server(&repo, "", None)?;
+    let open_url = format!("http://127.0.0.1:{open_port}/{}", remote_name(&repo)?);
+    let good = Watcher::new(&open_url, None)?;
+    let outcome = good.sync()?;
+    assert!(
+        matches!(outcome, SyncOutcome::Applied { .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(good.status()?["fetch"]["state"], "ok");
+    let (_server, port) = git_http_server(&repo, "right-token", None)?;
+    let url = format!("http://127.0.0.1:{port}/{}", remote_name(&repo)?);
+    let cases: &[(&str, Option<&str>, &[&str])] = &[
+        ("no token", None, &["401"]),
+        ("token over http", Some("wrong-token"), &["clear text"]),
+    ];
+    for (case, token, expected) in cases {
+        check(case, &url, *token, expected)?;
+    }
+    Ok(())
+}
+
+/// Over https with a certificate of a private CA the agent does not trust: the TLS failure
+/// (unknown issuer) is the root cause status shows. The agent has no CA flag, so the refused
+/// token is tested over plain http above.
+#[test]
+#[ignore = "needs tools scripts/test-deps installs: scripts/test runs it"]
+fn untrusted_certificate_shows_tls_cause_in_status() -> TestResult {
+    let test = "fetch_errors::untrusted_certificate_shows_tls_cause_in_status";
+    require_tools(
+        test,
+        &["python3", "openssl", "/usr/lib/git-core/git-http-backend"],
+    )?;
+    let repo = repo()?;
+    let certs = tempfile::tempdir()?;
+    let (cert, key) = private_ca_cert(certs.path())?;
+    let (_server, port) = git_http_server(&repo, "", Some((&cert, &key)))?;
+    let url = format!("https://127.0.0.1:{port}/{}", remote_name(&repo)?);
+    check(
+        "private CA",
+        &url,
+        None,
+        &["invalid peer certificate: UnknownIssuer"],
+    )
+}
+
+/// A repository that does not exist and a port nobody listens on.
+#[test]
+fn missing_repo_and_closed_port_show_their_cause() -> TestResult {
+    let missing = tempfile::tempdir()?;
+    let missing_url = format!("file://{}/no-such-repo.git", missing.path().display());
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let cases: &[(&str, String, &[&str])] = &[
+        (
+            "missing repository",
+            missing_url,
+            &["no-such-repo.git", "no such file or directory"],
+        ),
+        (
+            "closed port",
+            format!("http://127.0.0.1:{closed_port}/repo.git"),
+            &["tcp connect error: connection refused"],
+        ),
+    ];
+    for (case, url, expected) in cases {
+        check(case, url, None, expected)?;
+    }
+    Ok(())
+}
+
+/// `sshd` on loopback with a fresh host key nobody knows: status shows the host key
+/// verification failure.
+#[test]
+#[ignore = "needs tools scripts/test-deps installs: scripts/test runs it"]
+fn unknown_ssh_host_key_shows_in_status() -> TestResult {
+    let test = "fetch_errors::unknown_ssh_host_key_shows_in_status";
+    require_tools(test, &["/usr/sbin/sshd", "ssh", "ssh-keygen"])?;
+    let repo = repo()?;
+    let dir = tempfile::tempdir()?;
+    let host_key = dir.path().join("host_key");
+    run(Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&host_key))?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let config = dir.path().join("sshd_config");
+    std::fs::write(
+        &config,
+        format!(
+            "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nPidFile {}\nUsePAM no\nStrictModes no\n",
+            host_key.display(),
+            dir.path().join("sshd.pid").display()
+        ),
+    )?;
+    // sshd insists on its privilege separation directory.
+    std::fs::create_dir_all("/run/sshd").ok();
+    let _sshd = Killed(
+        Command::new("/usr/sbin/sshd")
+            .args(["-D", "-e", "-f"])
+            .arg(&config)
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
+    wait_until(Duration::from_secs(10), "sshd to listen", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+    })?;
+    let url = format!("ssh://git@127.0.0.1:{port}{}", repo.remote_path().display());
+    check(
+        "unknown host key",
+        &url,
+        None,
+        &["host key verification failed"],
+    )
+}
+
+/// An applied commit declaring one resource in two files: status lists the warning with its
+/// location.
+#[test]
+fn duplicate_resource_warning_listed_with_location() -> TestResult {
+    let repo = TempRepo::new()?;
+    repo.write("a.hcl", "deployment \"s\" \"n\" { image = \"x\" }\n")?;
+    repo.write("b.hcl", "\n\ndeployment \"s\" \"n\" { image = \"y\" }\n")?;
+    repo.commit("twice")?;
+    let watcher = Watcher::new(&repo.url(), None)?;
+    let outcome = watcher.sync()?;
+    assert!(
+        matches!(outcome, SyncOutcome::Applied { .. }),
+        "{outcome:?}"
+    );
+    let status = watcher.status()?;
+    assert_eq!(
+        status["last_applied"]["warnings"],
+        serde_json::json!([
+            "b.hcl:3:1: warning: deployment/s/n is also declared at a.hcl:1:1; this later file wins (as `voodu apply` on the directory does) and that declaration is ignored"
+        ])
+    );
+    assert_eq!(status["fetch"]["state"], "ok");
+    assert!(status["fetch"]["error"].is_null());
+    Ok(())
+}
+
+/// The agent pointed at a Docker socket that does not exist keeps running and status says
+/// the engine is unreachable, with the cause.
+#[test]
+fn unreachable_engine_shows_in_status() -> TestResult {
+    let repo = repo()?;
+    let dir = tempfile::tempdir()?;
+    let data_dir = dir.path().join("data");
+    let socket = dir.path().join("no-docker.sock");
+    let _agent = Killed(
+        Command::new(env!("CARGO_BIN_EXE_voodu-agent"))
+            .arg("--repo")
+            .arg(repo.url())
+            .args(["--listen", "off", "--data-dir"])
+            .arg(&data_dir)
+            .env("DOCKER_HOST", format!("unix://{}", socket.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
+    let engine = wait_until(Duration::from_secs(30), "status to show the engine", || {
+        let status = status_json(&data_dir).ok()?;
+        (status["engine"]["state"] == "unreachable").then(|| status["engine"].clone())
+    })?;
+    let error = engine["error"].as_str().ok_or("no engine error")?;
+    assert!(
+        error.contains(&socket.display().to_string()),
+        "the cause names the socket: {error}"
+    );
+    assert!(engine["unreachable_since"].is_i64(), "{engine:#}");
+    Ok(())
+}
