@@ -204,6 +204,7 @@ mod tests {
             replicas_override: None,
             generation: 1,
             commit: CommitSha::new("0".repeat(40)),
+            incarnation: 1,
         }
     }
 
