@@ -15,6 +15,7 @@ mod http;
 mod ingress;
 mod jobs;
 mod reconcile;
+mod refusal_docker;
 mod registry_docker;
 mod statefulset;
 mod tidy;

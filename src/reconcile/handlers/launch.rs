@@ -282,6 +282,8 @@ pub(crate) async fn create_and_start<R: Runtime>(
 ) -> Result<String> {
     let id = create(ctx, key, spec).await?;
     if let Err(error) = ctx.runtime.start(&id).await {
+        // Its destroy event is no drift: a pass it queued would create, fail and remove again.
+        ctx.memory.own_removals.note(&id);
         let _ = ctx.runtime.remove(&id).await;
         return Err(start_error(key, &spec.name, error));
     }
