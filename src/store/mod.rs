@@ -644,13 +644,18 @@ impl Store {
         })
     }
 
-    /// Every resource's desired state, ordered by key.
+    /// Every resource's desired state, ordered by key. A row this agent cannot read (a spec
+    /// written by another version, a damaged row) is left out rather than failing the whole
+    /// list: it must not stop every other resource (their env, routes, resync) with it. Its
+    /// own reconcile reads it with `desired` and reports the error.
     pub fn desired_all(&self) -> Result<Vec<Desired>> {
         let keys = self.desired_keys()?;
         let mut all = Vec::with_capacity(keys.len());
         for key in keys {
-            if let Some(desired) = self.desired(&key)? {
-                all.push(desired);
+            match self.desired(&key) {
+                Ok(Some(desired)) => all.push(desired),
+                Ok(None) | Err(Error::Corrupt(_)) => {}
+                Err(other) => return Err(other),
             }
         }
         Ok(all)
