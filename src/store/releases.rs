@@ -170,6 +170,15 @@ fn read_releases(
     rows.map(|row| release_from_row(key, row?)).collect()
 }
 
+/// Where a new release stands in its resource's history.
+#[derive(Debug, Clone, Copy)]
+struct Lineage {
+    /// For a rollback release: the release current when it was rolled back.
+    rolled_back_from: Option<i64>,
+    /// The incarnation of the resource it runs in.
+    incarnation: i64,
+}
+
 fn insert_release(
     tx: &Transaction<'_>,
     key: &ResourceKey,
@@ -177,9 +186,12 @@ fn insert_release(
     spec_hash: &SpecHash,
     snapshot: &str,
     message: &str,
-    rolled_back_from: Option<i64>,
-    incarnation: i64,
+    lineage: Lineage,
 ) -> Result<Release> {
+    let Lineage {
+        rolled_back_from,
+        incarnation,
+    } = lineage;
     let started_at = now_unix();
     tx.execute(
         "INSERT INTO releases (kind, scope, name, commit_sha, spec_hash, snapshot, phase, started_at, message, rolled_back_from, incarnation)
@@ -501,8 +513,10 @@ impl Store {
                 &desired.spec_hash,
                 &desired.spec_json,
                 &message,
-                None,
-                desired.incarnation,
+                Lineage {
+                    rolled_back_from: None,
+                    incarnation: desired.incarnation,
+                },
             )?;
             tx.commit()?;
             Ok(release)
@@ -557,8 +571,10 @@ impl Store {
                 &desired.spec_hash,
                 &desired.spec_json,
                 &format!("another attempt after release #{}", failed.id),
-                failed.rolled_back_from,
-                desired.incarnation,
+                Lineage {
+                    rolled_back_from: failed.rolled_back_from,
+                    incarnation: desired.incarnation,
+                },
             )?;
             tx.commit()?;
             Ok(release)
@@ -778,8 +794,10 @@ impl Store {
                 &target.spec_hash,
                 &target.snapshot,
                 &message,
-                Some(latest.id),
-                incarnation,
+                Lineage {
+                    rolled_back_from: Some(latest.id),
+                    incarnation,
+                },
             )?;
             tx.execute(
                 "INSERT INTO pins (kind, scope, name, release_id, commit_sha, spec_hash, git_spec, git_commit, pinned_at)
@@ -924,7 +942,13 @@ mod tests {
             release(1, 1, "a", Succeeded, 1),
         ];
         let (b, c) = (sha_text(2), sha_text(3));
-        let cases: &[(&[Release], Option<(&str, i64)>, Option<&str>, &str)] = &[
+        type Case<'a> = (
+            &'a [Release],
+            Option<(&'a str, i64)>,
+            Option<&'a str>,
+            &'a str,
+        );
+        let cases: &[Case<'_>] = &[
             // The resurrect case: the deleted incarnation's `b` is not gone back to.
             (&readded, Some(("c", 2)), None, OLDER_ONLY),
             // The operator may still name it.
