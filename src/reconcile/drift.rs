@@ -50,7 +50,8 @@ pub(crate) async fn run<R: Runtime>(
             }
             event = event => match event {
                 Some(Ok(event)) => {
-                    if let Some(key) = owner(&event.labels).filter(|_| is_drift(&event.action)) {
+                    let own = ctx.memory.own_removals.is_own(&event.id, &event.action);
+                    if let Some(key) = owner(&event.labels).filter(|_| is_drift(&event.action) && !own) {
                         tracing::debug!(%key, action = %event.action, container = %event.id, "container event");
                         ctx.metrics.record_drift(key.kind.as_str(), "event");
                         ctx.requeue.now(key);
@@ -204,6 +205,7 @@ mod tests {
             replicas_override: None,
             generation: 1,
             commit: CommitSha::new("0".repeat(40)),
+            incarnation: 1,
         }
     }
 

@@ -164,6 +164,8 @@ pub struct Memory {
     pub crash_loops: gate::CrashLoops,
     /// Liveness replacements, by resource: they back off the same way.
     pub liveness: gate::CrashLoops,
+    /// Containers the agent removed after a refused start: their events are not drift.
+    pub own_removals: wake::OwnRemovals,
 }
 
 /// Runs a blocking store call off the async threads.

@@ -6,10 +6,13 @@
 //! Delayed requests are kept in `Delays`, one instant per key (the earliest asked for), so a
 //! key that asks again on every pass keeps one timer, not a growing number of them.
 //!
+//! `OwnRemovals` keeps the other way round: containers the agent removed itself on purpose (a
+//! replica whose start the engine refused), whose events are no drift to repair.
+//!
 //! Invariant: both only trigger; handlers stay level-triggered and read desired and actual
 //! state themselves, so a request that arrives twice, late or for a deleted key is harmless.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -165,5 +168,40 @@ mod tests {
         assert_eq!(delays.next(), Some(t0 + Duration::from_secs(3)));
         assert_eq!(delays.take_due(t0 + Duration::from_secs(60)), vec![api]);
         assert_eq!(delays.next(), None);
+    }
+}
+
+/// Containers the agent removed itself right after the engine refused to start them: their
+/// `die`/`destroy` events are the agent's own doing, not drift. Without this, each refused
+/// start would queue another pass through its destroy event, which creates, fails and
+/// removes again: a retry storm outside the retry schedule.
+#[derive(Debug, Default)]
+pub struct OwnRemovals {
+    ids: Mutex<HashSet<String>>,
+}
+
+/// Ids remembered at most; an id whose `destroy` event never came (the agent missed it) is
+/// forgotten with the rest when the set is full.
+const OWN_REMOVALS_KEPT: usize = 1024;
+
+impl OwnRemovals {
+    /// Remembers that the agent is about to remove container `id` itself.
+    pub fn note(&self, id: &str) {
+        let mut ids = super::lock(&self.ids);
+        if ids.len() >= OWN_REMOVALS_KEPT {
+            ids.clear();
+        }
+        ids.insert(id.to_owned());
+    }
+
+    /// Whether an event `action` on container `id` comes from the agent's own removal; a
+    /// `destroy` is the last event of a container, so its id is forgotten then.
+    pub fn is_own(&self, id: &str, action: &str) -> bool {
+        let mut ids = super::lock(&self.ids);
+        if action == "destroy" {
+            ids.remove(id)
+        } else {
+            ids.contains(id)
+        }
     }
 }

@@ -92,6 +92,17 @@ impl DockerRuntime {
     }
 }
 
+/// Turns a bollard error into a runtime error, classified for the retry policy.
+///
+/// Transient (`Unavailable`, `Conflict`, `NotFound`): failures to reach the engine at all
+/// (socket missing, connection refused or reset, timeouts: every error that is not an engine
+/// answer), a 502/503/504, and a 500 whose message is about availability
+/// (`about_availability`: containerd unreachable, a deadline exceeded, the host out of
+/// space…); 404 and 409 keep their own meanings (gone meanwhile, a name still being
+/// released). Permanent (`Invalid`, with the engine's message): every other answer — a 4xx
+/// (400 invalid parameter, 401/403 refused, e.g. by an authorization plugin) and the 500s
+/// that report a bad spec (a device it cannot add, a user the image lacks, caps it may not
+/// apply, an OCI runtime refusal): retrying the same spec cannot help.
 fn classify(error: bollard::errors::Error) -> Error {
     use bollard::errors::Error as Bollard;
     match error {
@@ -104,7 +115,13 @@ fn classify(error: bollard::errors::Error) -> Error {
                 name: String::new(),
                 message,
             },
-            400 => Error::Invalid { message },
+            500 if about_availability(&message) => Error::Unavailable {
+                message: format!("HTTP {status_code}: {message}"),
+            },
+            502..=504 => Error::Unavailable {
+                message: format!("HTTP {status_code}: {message}"),
+            },
+            400..=599 => Error::Invalid { message },
             _ => Error::Unavailable {
                 message: format!("HTTP {status_code}: {message}"),
             },
@@ -113,6 +130,38 @@ fn classify(error: bollard::errors::Error) -> Error {
             message: other.to_string(),
         },
     }
+}
+
+/// Whether an engine's HTTP 500 is about the engine or the host being unable to serve right
+/// now (its containerd, the network to a registry, disk space, a lock), rather than about
+/// the request: the engine answers 500 for both.
+fn about_availability(message: &str) -> bool {
+    const AVAILABILITY: [&str; 22] = [
+        "connection refused",
+        "connection reset",
+        "broken pipe",
+        "timeout",
+        "timed out",
+        "deadline exceeded",
+        "context canceled",
+        "no such host",
+        "network is unreachable",
+        "temporary failure",
+        "temporarily unavailable",
+        "code = unavailable",
+        "service unavailable",
+        "transport is closing",
+        "error while dialing",
+        "ttrpc: closed",
+        "is shutting down",
+        "no space left on device",
+        "too many open files",
+        "toomanyrequests",
+        "too many requests",
+        "xtables lock",
+    ];
+    let message = message.to_lowercase();
+    AVAILABILITY.iter().any(|marker| message.contains(marker))
 }
 
 fn state_of(state: Option<bollard::models::ContainerSummaryStateEnum>) -> ContainerState {
@@ -761,6 +810,150 @@ fn registry_refused(message: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What `classify` makes of an engine answer: the variant and whether it is retried.
+    fn check(status_code: u16, message: &str, expected: &str) {
+        let error = classify(bollard::errors::Error::DockerResponseServerError {
+            status_code,
+            message: message.to_owned(),
+        });
+        let variant = match &error {
+            Error::ImageMissing { .. } => "image-missing",
+            Error::Conflict { .. } => "conflict",
+            Error::NotFound { .. } => "not-found",
+            Error::Invalid { .. } => "invalid",
+            Error::Unavailable { .. } => "unavailable",
+        };
+        let retried = if error.is_transient() {
+            "transient"
+        } else {
+            "permanent"
+        };
+        assert_eq!(
+            format!("{variant} {retried}"),
+            expected,
+            "HTTP {status_code}: {message}"
+        );
+        assert!(
+            error.to_string().contains(message),
+            "the engine's message is kept: {error}"
+        );
+    }
+
+    #[test]
+    fn engine_answers_about_a_bad_spec_are_permanent_and_outages_transient() {
+        // Messages as Docker 20.10 answers them (see tests/it/refusal_docker.rs).
+        let cases: &[(u16, &str, &str)] = &[
+            // A bad spec: 4xx, and the 500s that report one.
+            (
+                400,
+                "Minimum memory limit allowed is 6MB",
+                "invalid permanent",
+            ),
+            (
+                400,
+                "invalid CapAdd: unknown capability: \"CAP_NOT_A_CAP\"",
+                "invalid permanent",
+            ),
+            (
+                400,
+                "failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: exec: \"/nope\": stat /nope: no such file or directory: unknown",
+                "invalid permanent",
+            ),
+            (401, "unauthorized", "invalid permanent"),
+            (
+                403,
+                "authorization denied by plugin opa-docker-authz: privileged containers are not allowed",
+                "invalid permanent",
+            ),
+            (
+                500,
+                "error gathering device information while adding custom device \"/dev/nonexistent\": no such file or directory",
+                "invalid permanent",
+            ),
+            (
+                500,
+                "failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: unable to apply caps: operation not permitted: unknown",
+                "invalid permanent",
+            ),
+            (
+                500,
+                "unable to find user nosuchuser: no matching entries in passwd file",
+                "invalid permanent",
+            ),
+            (
+                500,
+                "failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: error during container init: error setting rlimits for ready process: error setting rlimit type 7: invalid argument: unknown",
+                "invalid permanent",
+            ),
+            (
+                500,
+                "driver failed programming external connectivity on endpoint x: Bind for 0.0.0.0:80 failed: port is already allocated",
+                "invalid permanent",
+            ),
+            (501, "not implemented", "invalid permanent"),
+            // Availability: the engine or the host cannot serve right now.
+            (
+                500,
+                "failed to create task for container: connection error: desc = \"transport: Error while dialing dial unix /run/containerd/containerd.sock: connect: connection refused\": unavailable",
+                "unavailable transient",
+            ),
+            (
+                500,
+                "rpc error: code = Unavailable desc = transport is closing",
+                "unavailable transient",
+            ),
+            (500, "context deadline exceeded", "unavailable transient"),
+            (
+                500,
+                "Get \"https://registry-1.docker.io/v2/\": net/http: request canceled while waiting for connection (Client.Timeout exceeded while awaiting headers)",
+                "unavailable transient",
+            ),
+            (
+                500,
+                "write /var/lib/docker/tmp/x: no space left on device",
+                "unavailable transient",
+            ),
+            (
+                500,
+                "toomanyrequests: You have reached your pull rate limit",
+                "unavailable transient",
+            ),
+            (502, "bad gateway", "unavailable transient"),
+            (503, "the engine is starting", "unavailable transient"),
+            (504, "gateway timeout", "unavailable transient"),
+            // Their own meanings, retried: gone meanwhile, a name still being released.
+            (404, "No such container: abc", "not-found transient"),
+            (
+                409,
+                "Conflict. The container name \"/x\" is already in use",
+                "conflict transient",
+            ),
+        ];
+        for (status_code, message, expected) in cases {
+            check(*status_code, message, expected);
+        }
+    }
+
+    #[test]
+    fn failures_to_reach_the_engine_are_transient() {
+        for error in [
+            bollard::errors::Error::SocketNotFoundError("/var/run/docker.sock".to_owned()),
+            bollard::errors::Error::RequestTimeoutError,
+            bollard::errors::Error::IOError {
+                err: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+            },
+            bollard::errors::Error::IOError {
+                err: std::io::Error::from(std::io::ErrorKind::ConnectionReset),
+            },
+        ] {
+            let classified = classify(error);
+            assert!(
+                matches!(classified, Error::Unavailable { .. }) && classified.is_transient(),
+                "{classified:?}"
+            );
+        }
+    }
 
     #[test]
     fn registry_refusals_are_told_from_engine_and_network_faults() {

@@ -176,14 +176,18 @@ pub enum Error {
     Conflict { name: String, message: String },
     #[error("{what} not found")]
     NotFound { what: String },
+    /// The engine answered that it will not do this (a 4xx, or a 500 that reports a bad
+    /// spec: a device it cannot add, a user the image lacks…): permanent, with its message.
     #[error("the engine refused the request: {message}")]
     Invalid { message: String },
+    /// The engine could not be reached, or answered that it cannot serve right now.
     #[error("container engine unavailable: {message}")]
     Unavailable { message: String },
 }
 
 impl Error {
     /// True when trying again later can help (engine down, a name still being released).
+    /// `docker::classify` decides which engine answers are which.
     pub fn is_transient(&self) -> bool {
         matches!(
             self,

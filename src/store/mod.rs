@@ -93,6 +93,9 @@ pub struct Desired {
     pub generation: i64,
     /// The commit that last changed this resource.
     pub commit: CommitSha,
+    /// Which life of the resource this is: a resource deleted from git and added again is a
+    /// new incarnation, whose rollbacks never go back to a release of the deleted one.
+    pub incarnation: i64,
 }
 
 /// What `apply_commit` changed.
@@ -174,6 +177,8 @@ pub struct Release {
     pub message: String,
     /// For a rollback release: the release that was current when the operator rolled back.
     pub rolled_back_from: Option<i64>,
+    /// The incarnation of the resource the release belongs to (`Desired::incarnation`).
+    pub incarnation: i64,
 }
 
 /// What the reconciler last observed and did for one resource.
@@ -590,7 +595,8 @@ impl Store {
         self.with(|connection| {
             let row = connection
                 .query_row(
-                    "SELECT d.spec, d.spec_hash, d.replicas, d.generation, d.commit_sha, o.replicas
+                    "SELECT d.spec, d.spec_hash, d.replicas, d.generation, d.commit_sha, o.replicas,
+                       d.incarnation
                      FROM desired d LEFT JOIN replica_overrides o
                        ON o.kind = d.kind AND o.scope = d.scope AND o.name = d.name
                      WHERE d.kind = ?1 AND d.scope = ?2 AND d.name = ?3",
@@ -603,12 +609,13 @@ impl Store {
                             row.get::<_, i64>(3)?,
                             row.get::<_, String>(4)?,
                             row.get::<_, Option<i64>>(5)?,
+                            row.get::<_, i64>(6)?,
                         ))
                     },
                 )
                 .optional()?;
             row.map(
-                |(spec_json, spec_hash, replicas, generation, commit, scaled)| {
+                |(spec_json, spec_hash, replicas, generation, commit, scaled, incarnation)| {
                     let spec = Spec::from_json(key.kind, &spec_json)
                         .map_err(|error| Error::Corrupt(format!("{key}: {error}")))?;
                     // The autoscaler's count applies only while the spec autoscales, within
@@ -636,6 +643,7 @@ impl Store {
                         spec_hash: SpecHash::new(spec_hash),
                         generation,
                         commit: CommitSha::new(commit),
+                        incarnation,
                     })
                 },
             )
@@ -691,13 +699,18 @@ impl Store {
         })
     }
 
-    /// Every resource's desired state, ordered by key.
+    /// Every resource's desired state, ordered by key. A row this agent cannot read (a spec
+    /// written by another version, a damaged row) is left out rather than failing the whole
+    /// list: it must not stop every other resource (their env, routes, resync) with it. Its
+    /// own reconcile reads it with `desired` and reports the error.
     pub fn desired_all(&self) -> Result<Vec<Desired>> {
         let keys = self.desired_keys()?;
         let mut all = Vec::with_capacity(keys.len());
         for key in keys {
-            if let Some(desired) = self.desired(&key)? {
-                all.push(desired);
+            match self.desired(&key) {
+                Ok(Some(desired)) => all.push(desired),
+                Ok(None) | Err(Error::Corrupt(_)) => {}
+                Err(other) => return Err(other),
             }
         }
         Ok(all)
@@ -823,8 +836,7 @@ fn commit_record(
     })
 }
 
-/// Writes `spec` as the desired state of `key` at `generation`, attributed to `commit`, and
-/// appends its journal PUT (inside the caller's transaction).
+/// Whether `spec` is a deployment with `autoscale {}`.
 fn has_autoscale(spec: &Spec) -> bool {
     matches!(spec, Spec::Deployment(deployment) if deployment.autoscale.is_some())
 }
@@ -838,6 +850,10 @@ fn delete_override(tx: &rusqlite::Transaction<'_>, key: &ResourceKey) -> Result<
     Ok(())
 }
 
+/// Writes `spec` as the desired state of `key` at `generation`, attributed to `commit`, and
+/// appends its journal PUT (inside the caller's transaction). Returns the row's incarnation: an
+/// existing row keeps its own; a new row (a first add, or a re-add after a delete) takes one
+/// more than any release of `key`, so no release of an earlier incarnation shares it.
 fn put_desired(
     tx: &rusqlite::Transaction<'_>,
     key: &ResourceKey,
@@ -845,10 +861,12 @@ fn put_desired(
     spec_json: &str,
     generation: i64,
     commit: &CommitSha,
-) -> Result<()> {
+) -> Result<i64> {
     tx.execute(
-        "INSERT INTO desired (kind, scope, name, spec, spec_hash, replicas, generation, commit_sha)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+        "INSERT INTO desired (kind, scope, name, spec, spec_hash, replicas, generation, commit_sha, incarnation)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, (
+           SELECT COALESCE(MAX(incarnation), 0) + 1 FROM releases
+           WHERE kind = ?1 AND scope = ?2 AND name = ?3))
          ON CONFLICT (kind, scope, name) DO UPDATE SET
            spec = excluded.spec, spec_hash = excluded.spec_hash,
            replicas = excluded.replicas, generation = excluded.generation,
@@ -864,7 +882,12 @@ fn put_desired(
             commit.as_str()
         ],
     )?;
-    append_journal(tx, key, Op::Put, generation, commit)
+    append_journal(tx, key, Op::Put, generation, commit)?;
+    Ok(tx.query_row(
+        "SELECT incarnation FROM desired WHERE kind = ?1 AND scope = ?2 AND name = ?3",
+        params![key.kind.as_str(), key.scope, key.name],
+        |row| row.get(0),
+    )?)
 }
 
 fn append_journal(

@@ -13,7 +13,11 @@
 //!   while git declares exactly that, and clears it (git wins) on the first commit that
 //!   changes the resource in git;
 //! - `finish_release` only closes a progressing release, so a reconcile that finishes after
-//!   an operator rolled back cannot turn a `rolled-back` release into `succeeded`.
+//!   an operator rolled back cannot turn a `rolled-back` release into `succeeded`;
+//! - every release carries the incarnation of its resource (a delete from git and a re-add
+//!   make a new one); a rollback without `--to`, automatic or the operator's, only goes back
+//!   to a release of the current incarnation, so a deleted resource's spec is never
+//!   resurrected by default.
 
 use std::collections::BTreeMap;
 
@@ -85,7 +89,7 @@ pub struct UnpinOutcome {
     pub changed: bool,
 }
 
-const RELEASE_COLUMNS: &str = "id, commit_sha, spec_hash, snapshot, phase, started_at, finished_at, message, rolled_back_from";
+const RELEASE_COLUMNS: &str = "id, commit_sha, spec_hash, snapshot, phase, started_at, finished_at, message, rolled_back_from, incarnation";
 
 type ReleaseRow = (
     i64,
@@ -97,6 +101,7 @@ type ReleaseRow = (
     Option<i64>,
     String,
     Option<i64>,
+    i64,
 );
 
 fn release_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ReleaseRow> {
@@ -110,6 +115,7 @@ fn release_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ReleaseRow> {
         row.get(6)?,
         row.get(7)?,
         row.get(8)?,
+        row.get(9)?,
     ))
 }
 
@@ -124,6 +130,7 @@ fn release_from_row(key: &ResourceKey, row: ReleaseRow) -> Result<Release> {
         finished_at,
         message,
         rolled_back_from,
+        incarnation,
     ) = row;
     Ok(Release {
         id,
@@ -136,6 +143,7 @@ fn release_from_row(key: &ResourceKey, row: ReleaseRow) -> Result<Release> {
         finished_at,
         message,
         rolled_back_from,
+        incarnation,
     })
 }
 
@@ -162,6 +170,15 @@ fn read_releases(
     rows.map(|row| release_from_row(key, row?)).collect()
 }
 
+/// Where a new release stands in its resource's history.
+#[derive(Debug, Clone, Copy)]
+struct Lineage {
+    /// For a rollback release: the release current when it was rolled back.
+    rolled_back_from: Option<i64>,
+    /// The incarnation of the resource it runs in.
+    incarnation: i64,
+}
+
 fn insert_release(
     tx: &Transaction<'_>,
     key: &ResourceKey,
@@ -169,12 +186,16 @@ fn insert_release(
     spec_hash: &SpecHash,
     snapshot: &str,
     message: &str,
-    rolled_back_from: Option<i64>,
+    lineage: Lineage,
 ) -> Result<Release> {
+    let Lineage {
+        rolled_back_from,
+        incarnation,
+    } = lineage;
     let started_at = now_unix();
     tx.execute(
-        "INSERT INTO releases (kind, scope, name, commit_sha, spec_hash, snapshot, phase, started_at, message, rolled_back_from)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'progressing', ?7, ?8, ?9)",
+        "INSERT INTO releases (kind, scope, name, commit_sha, spec_hash, snapshot, phase, started_at, message, rolled_back_from, incarnation)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'progressing', ?7, ?8, ?9, ?10)",
         params![
             key.kind.as_str(),
             key.scope,
@@ -184,7 +205,8 @@ fn insert_release(
             snapshot,
             started_at,
             message,
-            rolled_back_from
+            rolled_back_from,
+            incarnation
         ],
     )?;
     let id = tx.last_insert_rowid();
@@ -211,6 +233,7 @@ fn insert_release(
         finished_at: None,
         message: message.to_owned(),
         rolled_back_from,
+        incarnation,
     })
 }
 
@@ -220,12 +243,13 @@ struct DesiredRow {
     spec_hash: String,
     generation: i64,
     commit: String,
+    incarnation: i64,
 }
 
 fn desired_row(tx: &Transaction<'_>, key: &ResourceKey) -> Result<Option<DesiredRow>> {
     Ok(tx
         .query_row(
-            "SELECT spec, spec_hash, generation, commit_sha FROM desired
+            "SELECT spec, spec_hash, generation, commit_sha, incarnation FROM desired
              WHERE kind = ?1 AND scope = ?2 AND name = ?3",
             params![key.kind.as_str(), key.scope, key.name],
             |row| {
@@ -234,6 +258,7 @@ fn desired_row(tx: &Transaction<'_>, key: &ResourceKey) -> Result<Option<Desired
                     spec_hash: row.get(1)?,
                     generation: row.get(2)?,
                     commit: row.get(3)?,
+                    incarnation: row.get(4)?,
                 })
             },
         )
@@ -289,14 +314,14 @@ fn pinned_git_version(
 }
 
 /// Writes a stored spec JSON (a snapshot, or git's version kept by a pin) as desired state,
-/// with its journal PUT.
+/// with its journal PUT; returns the desired row's incarnation.
 fn put_desired(
     tx: &Transaction<'_>,
     key: &ResourceKey,
     spec_json: &str,
     generation: i64,
     commit: &CommitSha,
-) -> Result<()> {
+) -> Result<i64> {
     let spec = Spec::from_json(key.kind, spec_json)
         .map_err(|error| Error::Corrupt(format!("{key}: {error}")))?;
     super::put_desired(tx, key, &spec, spec_json, generation, commit)
@@ -328,6 +353,105 @@ pub(super) fn delete_pin(tx: &Transaction<'_>, key: &ResourceKey) -> Result<()> 
         params![key.kind.as_str(), key.scope, key.name],
     )?;
     Ok(())
+}
+
+/// The desired row as the choice of a rollback target sees it.
+#[derive(Debug, Clone, Copy)]
+struct Current<'a> {
+    spec_hash: &'a str,
+    incarnation: i64,
+}
+
+/// Why a rollback has no target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum NoTarget {
+    /// The default choice found nothing: an automatic rollback halts the failed release, the
+    /// operator is told why.
+    NothingToGoBackTo(String),
+    /// `--to` names no release that can be gone back to.
+    Refused(String),
+}
+
+/// The release a rollback re-applies, from `history` (newest first), for the resource whose
+/// desired row is `current` (`None`: git no longer declares it).
+///
+/// `to` (a commit SHA or a prefix of at least 4 hex digits) may name any kept release that ran
+/// (succeeded, or succeeded and was later rolled back), of any incarnation: the operator asks
+/// for it by name. Without `to`, the target is the newest release that ran with a spec other
+/// than the desired one, in the CURRENT incarnation only: a resource deleted from git and
+/// added again starts afresh, and its first rollout has nothing to go back to (a release of
+/// the deleted incarnation is never resurrected by default).
+fn rollback_target<'a>(
+    history: &'a [Release],
+    current: Option<Current<'_>>,
+    to: Option<&str>,
+) -> std::result::Result<&'a Release, NoTarget> {
+    let ran = |release: &Release| {
+        matches!(
+            release.phase,
+            ReleasePhase::Succeeded | ReleasePhase::RolledBack
+        )
+    };
+    let Some(prefix) = to else {
+        let Some(current) = current else {
+            return Err(NoTarget::NothingToGoBackTo(
+                "git does not declare it any more; pass --to SHA to bring back one of its releases"
+                    .to_owned(),
+            ));
+        };
+        let differs =
+            |release: &&Release| ran(release) && release.spec_hash.as_str() != current.spec_hash;
+        if let Some(release) = history
+            .iter()
+            .filter(differs)
+            .find(|release| release.incarnation == current.incarnation)
+        {
+            return Ok(release);
+        }
+        let message = if history.iter().any(|release| differs(&release)) {
+            "no release that ran since it was last added to git has a different spec (releases from before it was deleted are only gone back to with --to SHA)"
+        } else {
+            "no earlier release that ran has a different spec; pass --to SHA"
+        };
+        return Err(NoTarget::NothingToGoBackTo(message.to_owned()));
+    };
+    let prefix = prefix.trim().to_ascii_lowercase();
+    if prefix.len() < 4 {
+        return Err(NoTarget::Refused(format!(
+            "--to {prefix:?} is too short: give at least 4 hex digits of a commit SHA"
+        )));
+    }
+    let matching: Vec<&Release> = history
+        .iter()
+        .filter(|release| release.commit.as_str().starts_with(&prefix))
+        .collect();
+    let commits: std::collections::BTreeSet<&str> = matching
+        .iter()
+        .map(|release| release.commit.as_str())
+        .collect();
+    if commits.len() > 1 {
+        return Err(NoTarget::Refused(format!(
+            "--to {prefix} matches releases of {} commits; give more digits",
+            commits.len()
+        )));
+    }
+    let Some(newest) = matching.first() else {
+        return Err(NoTarget::Refused(format!(
+            "no kept release has commit {prefix} (see `voodu-agent releases`)"
+        )));
+    };
+    matching
+        .iter()
+        .find(|release| ran(release))
+        .copied()
+        .ok_or_else(|| {
+            NoTarget::Refused(format!(
+                "release #{} of commit {} is {}: only a release that ran can be rolled back to",
+                newest.id,
+                newest.commit.short(),
+                newest.phase.as_str()
+            ))
+        })
 }
 
 fn short(text: &str) -> &str {
@@ -389,7 +513,10 @@ impl Store {
                 &desired.spec_hash,
                 &desired.spec_json,
                 &message,
-                None,
+                Lineage {
+                    rolled_back_from: None,
+                    incarnation: desired.incarnation,
+                },
             )?;
             tx.commit()?;
             Ok(release)
@@ -444,7 +571,10 @@ impl Store {
                 &desired.spec_hash,
                 &desired.spec_json,
                 &format!("another attempt after release #{}", failed.id),
-                failed.rolled_back_from,
+                Lineage {
+                    rolled_back_from: failed.rolled_back_from,
+                    incarnation: desired.incarnation,
+                },
             )?;
             tx.commit()?;
             Ok(release)
@@ -532,10 +662,11 @@ impl Store {
     /// transaction.
     ///
     /// `to` selects the release by commit SHA (a prefix will do; the newest release of that
-    /// commit wins). Without it, the target is the newest release that ran (succeeded, or
-    /// succeeded and was later rolled back) with a spec other than the current desired one:
-    /// what an operator means by "go back". Failed and progressing releases never ran to
-    /// completion and are refused.
+    /// commit wins), of any incarnation. Without it, the target is the newest release that
+    /// ran (succeeded, or succeeded and was later rolled back) with a spec other than the
+    /// current desired one, in the current incarnation: what an operator means by "go back"
+    /// (`rollback_target`). Failed and progressing releases never ran to completion and are
+    /// refused.
     pub fn rollback(&self, key: &ResourceKey, to: Option<&str>) -> Result<RollbackOutcome> {
         match self.roll_back(key, to, Trigger::Operator)? {
             AutoRollback::Done(outcome) => Ok(*outcome),
@@ -549,9 +680,10 @@ impl Store {
     /// The automatic rollback of a rollout that failed (`failed`, still the desired spec), in
     /// one transaction: `failed` ends as failed with `reason` and a halt mark (its commit is
     /// not retried for this resource until git changes the resource again), then, as
-    /// `rollback` without `--to`, the newest release that ran with another spec is re-applied
-    /// and pinned. `Halted` when there is nothing to go back to (no earlier release ran, or
-    /// `failed` was itself a rollback); `Superseded`, with nothing changed, when desired state
+    /// `rollback` without `--to`, the newest release that ran with another spec in the current
+    /// incarnation is re-applied and pinned. `Halted` when there is nothing to go back to (no
+    /// earlier release of this incarnation ran — a first rollout, also the first after a
+    /// delete and re-add — or `failed` was itself a rollback); `Superseded`, with nothing changed, when desired state
     /// moved on meanwhile.
     pub fn auto_rollback(&self, failed: &Release, reason: &str) -> Result<AutoRollback> {
         self.roll_back(&failed.key, None, Trigger::Automatic { failed, reason })
@@ -591,69 +723,20 @@ impl Store {
                     return Ok((AutoRollback::Halted, None));
                 }
             }
-            let ran = |release: &Release| {
-                matches!(
-                    release.phase,
-                    ReleasePhase::Succeeded | ReleasePhase::RolledBack
-                )
-            };
-            let target = match to {
-                Some(prefix) => {
-                    let prefix = prefix.trim().to_ascii_lowercase();
-                    if prefix.len() < 4 {
-                        return Err(refuse(format!(
-                            "--to {prefix:?} is too short: give at least 4 hex digits of a commit SHA"
-                        )));
-                    }
-                    let matching: Vec<&Release> = history
-                        .iter()
-                        .filter(|release| release.commit.as_str().starts_with(&prefix))
-                        .collect();
-                    let commits: std::collections::BTreeSet<&str> =
-                        matching.iter().map(|release| release.commit.as_str()).collect();
-                    if commits.len() > 1 {
-                        return Err(refuse(format!(
-                            "--to {prefix} matches releases of {} commits; give more digits",
-                            commits.len()
-                        )));
-                    }
-                    let Some(newest) = matching.first() else {
-                        return Err(refuse(format!(
-                            "no kept release has commit {prefix} (see `voodu-agent releases`)"
-                        )));
-                    };
-                    match matching.iter().find(|release| ran(release)) {
-                        Some(release) => (*release).clone(),
-                        None => {
-                            return Err(refuse(format!(
-                                "release #{} of commit {} is {}: only a release that ran can be rolled back to",
-                                newest.id,
-                                newest.commit.short(),
-                                newest.phase.as_str()
-                            )));
-                        }
-                    }
+            let now_desired = current.as_ref().map(|row| Current {
+                spec_hash: &row.spec_hash,
+                incarnation: row.incarnation,
+            });
+            let target = match rollback_target(&history, now_desired, to) {
+                Ok(target) => target.clone(),
+                Err(NoTarget::NothingToGoBackTo(_))
+                    if matches!(trigger, Trigger::Automatic { .. }) =>
+                {
+                    tx.commit()?;
+                    return Ok((AutoRollback::Halted, None));
                 }
-                None => {
-                    let current_hash = current.as_ref().map(|row| row.spec_hash.as_str());
-                    match history
-                        .iter()
-                        .find(|release| {
-                            ran(release) && Some(release.spec_hash.as_str()) != current_hash
-                        })
-                    {
-                        Some(release) => release.clone(),
-                        None if matches!(trigger, Trigger::Automatic { .. }) => {
-                            tx.commit()?;
-                            return Ok((AutoRollback::Halted, None));
-                        }
-                        None => {
-                            return Err(refuse(
-                                "no earlier release that ran has a different spec; pass --to SHA"
-                                    .to_owned(),
-                            ));
-                        }
-                    }
+                Err(NoTarget::NothingToGoBackTo(message) | NoTarget::Refused(message)) => {
+                    return Err(refuse(message));
                 }
             };
             // Already pinned: desired holds a snapshot and the pin keeps git's version.
@@ -700,6 +783,10 @@ impl Store {
                     failed.commit.short()
                 ),
             };
+            // Desired first: a resource git no longer declares comes back as a new
+            // incarnation, and the rollback release belongs to it.
+            let generation = current.as_ref().map_or(1, |row| row.generation + 1);
+            let incarnation = put_desired(&tx, key, &target.snapshot, generation, &target.commit)?;
             let release = insert_release(
                 &tx,
                 key,
@@ -707,10 +794,11 @@ impl Store {
                 &target.spec_hash,
                 &target.snapshot,
                 &message,
-                Some(latest.id),
+                Lineage {
+                    rolled_back_from: Some(latest.id),
+                    incarnation,
+                },
             )?;
-            let generation = current.as_ref().map_or(1, |row| row.generation + 1);
-            put_desired(&tx, key, &target.snapshot, generation, &target.commit)?;
             tx.execute(
                 "INSERT INTO pins (kind, scope, name, release_id, commit_sha, spec_hash, git_spec, git_commit, pinned_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
@@ -802,5 +890,153 @@ impl Store {
         })?;
         self.journal_head.send_replace(head);
         Ok(outcome)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Kind;
+
+    /// A release of `deployment/s/web`: id, commit number, spec hash, phase, incarnation.
+    fn release(id: i64, commit: u32, hash: &str, phase: ReleasePhase, incarnation: i64) -> Release {
+        Release {
+            id,
+            key: ResourceKey::new(Kind::Deployment, "s", "web"),
+            commit: CommitSha::new(sha_text(commit)),
+            spec_hash: SpecHash::new(hash),
+            snapshot: String::new(),
+            phase,
+            started_at: 0,
+            finished_at: None,
+            message: String::new(),
+            rolled_back_from: None,
+            incarnation,
+        }
+    }
+
+    /// The target's id, or `nothing: …` / `refused: …` with the message.
+    fn check(history: &[Release], current: Option<(&str, i64)>, to: Option<&str>, expected: &str) {
+        let current = current.map(|(spec_hash, incarnation)| Current {
+            spec_hash,
+            incarnation,
+        });
+        let got = match rollback_target(history, current, to) {
+            Ok(release) => format!("#{}", release.id),
+            Err(NoTarget::NothingToGoBackTo(message)) => format!("nothing: {message}"),
+            Err(NoTarget::Refused(message)) => format!("refused: {message}"),
+        };
+        assert_eq!(got, expected, "current {current:?}, --to {to:?}");
+    }
+
+    #[test]
+    fn a_rollback_goes_back_within_the_current_incarnation_unless_told_a_commit() {
+        use ReleasePhase::{Failed, Progressing, RolledBack, Succeeded, Superseded};
+        const OLDER_ONLY: &str = "nothing: no release that ran since it was last added to git has a different spec (releases from before it was deleted are only gone back to with --to SHA)";
+        const NONE_RAN: &str =
+            "nothing: no earlier release that ran has a different spec; pass --to SHA";
+        // Deployed twice (incarnation 1), deleted from git, re-added with `c` (incarnation 2).
+        let readded = [
+            release(3, 3, "c", Progressing, 2),
+            release(2, 2, "b", Succeeded, 1),
+            release(1, 1, "a", Succeeded, 1),
+        ];
+        let (b, c) = (sha_text(2), sha_text(3));
+        type Case<'a> = (
+            &'a [Release],
+            Option<(&'a str, i64)>,
+            Option<&'a str>,
+            &'a str,
+        );
+        let cases: &[Case<'_>] = &[
+            // The resurrect case: the deleted incarnation's `b` is not gone back to.
+            (&readded, Some(("c", 2)), None, OLDER_ONLY),
+            // The operator may still name it.
+            (&readded, Some(("c", 2)), Some(b.as_str()), "#2"),
+            (&readded, Some(("c", 2)), Some(&b[..6]), "#2"),
+            // Within one incarnation: the newest that ran with another spec.
+            (&readded[1..], Some(("b", 1)), None, "#1"),
+            (
+                &[
+                    release(4, 4, "d", Failed, 1),
+                    release(3, 3, "c", Superseded, 1),
+                    release(2, 2, "b", RolledBack, 1),
+                    release(1, 1, "a", Succeeded, 1),
+                ],
+                Some(("d", 1)),
+                None,
+                "#2",
+            ),
+            // A first rollout: nothing ran before.
+            (
+                &[release(1, 1, "a", Progressing, 1)],
+                Some(("a", 1)),
+                None,
+                NONE_RAN,
+            ),
+            // Only the same spec ran.
+            (
+                &[release(1, 1, "a", Succeeded, 1)],
+                Some(("a", 1)),
+                None,
+                NONE_RAN,
+            ),
+            // Two deletes: incarnation 3 sees neither 1 nor 2.
+            (
+                &[
+                    release(3, 3, "c", Failed, 3),
+                    release(2, 2, "b", Succeeded, 2),
+                    release(1, 1, "a", Succeeded, 1),
+                ],
+                Some(("c", 3)),
+                None,
+                OLDER_ONLY,
+            ),
+            // Rows from before incarnations were recorded (0) keep going back among themselves.
+            (
+                &[
+                    release(2, 2, "b", Failed, 0),
+                    release(1, 1, "a", Succeeded, 0),
+                ],
+                Some(("b", 0)),
+                None,
+                "#1",
+            ),
+            // Not declared in git (deleted): only --to brings a release back.
+            (
+                &readded[1..],
+                None,
+                None,
+                "nothing: git does not declare it any more; pass --to SHA to bring back one of its releases",
+            ),
+            (&readded[1..], None, Some(b.as_str()), "#2"),
+            // --to refusals.
+            (
+                &readded,
+                Some(("c", 2)),
+                Some(c.as_str()),
+                "refused: release #3 of commit 300000000000 is progressing: only a release that ran can be rolled back to",
+            ),
+            (
+                &readded,
+                Some(("c", 2)),
+                Some("abc"),
+                "refused: --to \"abc\" is too short: give at least 4 hex digits of a commit SHA",
+            ),
+            (
+                &readded,
+                Some(("c", 2)),
+                Some("ffff"),
+                "refused: no kept release has commit ffff (see `voodu-agent releases`)",
+            ),
+        ];
+        for (history, current, to, expected) in cases {
+            check(history, *current, *to, expected);
+        }
+    }
+
+    /// A commit SHA starting with the hex digit `n` (< 16), so prefixes tell commits apart.
+    fn sha_text(n: u32) -> String {
+        format!("{n:x}{n:039x}")
     }
 }

@@ -189,4 +189,11 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     -- `path:line:col` warnings of an applied commit, as JSON diagnostics (NULL: none).
     ALTER TABLE commits ADD COLUMN warnings TEXT;
     "#,
+    // 8: incarnations. A resource deleted from git and added again is a new incarnation: its
+    // rollbacks never go back to a release of the deleted one. Rows from before count as
+    // incarnation 0; a desired row made afresh takes one more than any release of its key.
+    r#"
+    ALTER TABLE desired ADD COLUMN incarnation INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE releases ADD COLUMN incarnation INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];

@@ -1202,3 +1202,66 @@ fn a_new_database_is_made_whole_with_its_identity_and_adoption_replaces_it() -> 
     assert_ne!(reopened.agent_id()?, id);
     Ok(())
 }
+
+/// Issue 10 item 8: deploy `web`, delete it in git, re-add it with a version that fails. The
+/// automatic rollback must not resurrect the deleted incarnation's spec: the failed release is
+/// halted, nothing is pinned, desired stays git's. The operator's default rollback refuses
+/// too; `--to SHA` may still name the old release.
+#[test]
+fn i10_a_re_added_resource_is_never_rolled_back_to_its_deleted_incarnation() -> TestResult {
+    let f = fixture()?;
+    let api_only = "deployment \"s\" \"api\" {\n  image = \"busybox\"\n  env = { A = \"a\" }\n}\n";
+    let old = rollout(&f.store, 1, &web_v("1", "a"), ReleasePhase::Succeeded)?;
+    rollout(&f.store, 2, &web_v("2", "a"), ReleasePhase::Succeeded)?;
+    apply(&f.store, 3, api_only)?;
+    apply(&f.store, 4, &web_v("3", "a"))?;
+    let readded = f.store.desired(&key("web"))?.ok_or("web is desired")?;
+    assert_eq!(readded.incarnation, old.incarnation + 1);
+    let failing = f.store.begin_release(&readded)?;
+    assert_eq!(failing.incarnation, readded.incarnation);
+
+    assert_eq!(
+        f.store.auto_rollback(&failing, "never ready")?,
+        AutoRollback::Halted
+    );
+    let latest = f.store.latest_release(&key("web"))?.ok_or("latest")?;
+    assert_eq!(
+        (latest.id, latest.phase),
+        (failing.id, ReleasePhase::Failed)
+    );
+    assert!(f.store.release_hooks(failing.id)?.contains_key(HALT_MARK));
+    assert_eq!(f.store.pin(&key("web"))?, None);
+    assert_eq!(web_spec(&f.store)?, (readded.spec_json.clone(), sha(4)));
+
+    match f.store.rollback(&key("web"), None) {
+        Err(Error::Rollback { message, .. }) => assert_eq!(
+            message,
+            "no release that ran since it was last added to git has a different spec (releases from before it was deleted are only gone back to with --to SHA)"
+        ),
+        other => return Err(format!("expected a refusal, got {other:?}").into()),
+    }
+    let chosen = f.store.rollback(&key("web"), Some(sha(1).as_str()))?;
+    assert_eq!(chosen.target.id, old.id);
+    assert_eq!(
+        chosen.release.incarnation, readded.incarnation,
+        "a rollback release belongs to the incarnation it runs in"
+    );
+
+    // A second life that ran is gone back to as usual, and a third starts afresh again.
+    let second = rollout(&f.store, 5, &web_v("4", "a"), ReleasePhase::Succeeded)?;
+    apply(&f.store, 6, &web_v("5", "a"))?;
+    let bad = f
+        .store
+        .begin_release(&f.store.desired(&key("web"))?.ok_or("web")?)?;
+    let AutoRollback::Done(outcome) = f.store.auto_rollback(&bad, "never ready")? else {
+        return Err("expected a rollback within the incarnation".into());
+    };
+    assert_eq!(outcome.target.id, second.id);
+    apply(&f.store, 7, api_only)?;
+    apply(&f.store, 8, &web_v("1", "a"))?;
+    assert_eq!(
+        f.store.desired(&key("web"))?.ok_or("web")?.incarnation,
+        readded.incarnation + 1
+    );
+    Ok(())
+}

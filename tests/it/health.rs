@@ -230,6 +230,59 @@ async fn a_first_deploy_that_never_becomes_ready_fails_and_waits_for_a_new_commi
     harness.stop().await
 }
 
+/// Issue 10 item 8, the resurrect case: deploy `web`, delete it in git, re-add it with a
+/// version that never becomes ready. Its rollout is the first of a new incarnation: it fails
+/// and stays failed (nothing to go back to), and the deleted incarnation's spec never comes
+/// back, neither as desired state nor as containers, nor as a pin.
+#[tokio::test(start_paused = true)]
+async fn i10_a_re_added_resource_that_fails_is_not_rolled_back_to_its_deleted_self() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.options.rollout_deadline = Duration::from_secs(30);
+    harness.start()?;
+    let other = "deployment \"shop\" \"api\" {\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n}\n";
+    harness.push(&[("web.hcl", &web(2, "1", "")), ("api.hcl", other)])?;
+    let deleted = harness.converged(&key(), 2).await?;
+    let deleted_hash = deleted[0]
+        .label(labels::MANIFEST_HASH)
+        .unwrap_or_default()
+        .to_owned();
+    harness.push(&[("api.hcl", other)])?;
+    harness.converged(&key(), 0).await?;
+    let readded = harness.push(&[("web.hcl", &web(2, "2", NEVER_READY)), ("api.hcl", other)])?;
+    let status = harness
+        .status_where(&key(), |status| status.phase == "Failed")
+        .await?;
+    assert!(
+        status.message.contains(
+            "it was deleted from git and added again, and no release ran since, so there is nothing to roll back to"
+        ),
+        "{}",
+        status.message
+    );
+    assert_eq!(phases(&harness)?, ["failed", "succeeded"]);
+    assert_eq!(harness.metrics.rollbacks("deployment"), 0);
+    assert!(harness.store.pin(&key())?.is_none(), "nothing is pinned");
+    let desired = harness.store.desired(&key())?.ok_or("web is desired")?;
+    assert_eq!(desired.commit, readded, "desired stays what git declares");
+    assert_ne!(desired.spec_hash.as_str(), deleted_hash);
+
+    // Halted, not retried, and the deleted version never comes back.
+    let mark = harness.fake.calls().len();
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(created_since(&harness, mark), Vec::<String>::new());
+    let containers = harness.containers(&key()).await?;
+    assert!(
+        containers
+            .iter()
+            .all(|container| container.label(labels::MANIFEST_HASH) != Some(deleted_hash.as_str())),
+        "{containers:?}"
+    );
+    // A fixed commit rolls out as usual.
+    harness.push(&[("web.hcl", &web(2, "3", "")), ("api.hcl", other)])?;
+    harness.converged(&key(), 2).await?;
+    harness.stop().await
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_commit_during_a_slow_rollout_supersedes_it() -> TestResult {
     let mut harness = Harness::new()?;

@@ -19,6 +19,7 @@ mod ingress;
 mod jobs;
 mod policy;
 mod reconcile;
+mod refusal_docker;
 mod registry_docker;
 mod statefulset;
 mod tidy;

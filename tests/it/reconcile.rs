@@ -256,6 +256,36 @@ async fn a_panicking_handler_is_recorded_and_the_loop_goes_on() -> TestResult {
     harness.stop().await
 }
 
+/// Issue 10 item 1 ("a resource whose handler fails in any way must never take the agent down
+/// with it"): one resource whose stored spec this agent cannot read (written by another
+/// version, or damaged) fails alone; a replica of another resource that stops is still
+/// repaired (its reconcile reads every desired spec for its environment).
+#[tokio::test(start_paused = true)]
+async fn i10_an_unreadable_resource_does_not_stop_the_others() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.start()?;
+    let api = "deployment \"shop\" \"api\" {\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n}\n";
+    harness.push(&[("web.hcl", &web(1, "1")), ("api.hcl", api)])?;
+    let before = harness.converged(&web_key(), 1).await?;
+    let connection = rusqlite::Connection::open(harness._dir.path().join("state.db"))?;
+    connection.execute(
+        "UPDATE desired SET spec = '{\"from\": \"another version\"' WHERE name = 'api'",
+        [],
+    )?;
+    let mark = harness.fake.calls().len();
+    harness.fake.exit(&before[0].id);
+    harness.converged(&web_key(), 1).await?;
+    let repairs: Vec<String> = harness
+        .fake
+        .calls()
+        .into_iter()
+        .skip(mark)
+        .filter(|call| call.starts_with("start ") || call.starts_with("create "))
+        .collect();
+    assert!(!repairs.is_empty(), "the stopped replica was repaired");
+    harness.stop().await
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_restart_replays_desired_without_duplicates_and_prunes_what_left() -> TestResult {
     let mut harness = Harness::new()?;

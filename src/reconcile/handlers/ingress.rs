@@ -180,13 +180,18 @@ fn detail(view: &IngressView, report: &RouterReport, live: bool) -> serde_json::
     detail
 }
 
-/// The release this reconcile works under: the latest one when it has the desired spec hash,
-/// else a new progressing release keyed to the desired commit.
+/// The release this reconcile works under: the latest one when it has the desired spec hash
+/// and incarnation, else a new progressing release keyed to the desired commit.
 async fn current_release<R: Runtime>(ctx: &Ctx<R>, desired: &Desired) -> Result<Release> {
     let desired = desired.clone();
     blocking(&ctx.store, move |store| {
         match store.latest_release(&desired.key)? {
-            Some(latest) if latest.spec_hash == desired.spec_hash => Ok(latest),
+            Some(latest)
+                if latest.spec_hash == desired.spec_hash
+                    && latest.incarnation == desired.incarnation =>
+            {
+                Ok(latest)
+            }
             _ => store.begin_release(&desired),
         }
     })

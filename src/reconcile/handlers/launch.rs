@@ -282,6 +282,8 @@ pub(crate) async fn create_and_start<R: Runtime>(
 ) -> Result<String> {
     let id = create(ctx, key, spec).await?;
     if let Err(error) = ctx.runtime.start(&id).await {
+        // Its destroy event is no drift: a pass it queued would create, fail and remove again.
+        ctx.memory.own_removals.note(&id);
         let _ = ctx.runtime.remove(&id).await;
         return Err(start_error(key, &spec.name, error));
     }
@@ -320,15 +322,19 @@ pub(crate) async fn run_once<R: Runtime>(
 pub(crate) fn start_error(key: &ResourceKey, name: &str, error: crate::runtime::Error) -> Error {
     use crate::runtime::Error as Engine;
     match error {
+        Engine::Invalid { message } | Engine::Unavailable { message }
+            if message.contains("setting rlimit") =>
+        {
+            Error::Permanent {
+                key: key.clone(),
+                message: format!(
+                    "cannot start {name}: the engine may not grant its ulimits (voodu's defaults are nofile=65536:65536 and nproc=4096:4096; raise dockerd's LimitNOFILE / LimitNPROC, or set lower `ulimits` in the manifest): {message}"
+                ),
+            }
+        }
         Engine::Invalid { .. } | Engine::NotFound { .. } => Error::Permanent {
             key: key.clone(),
             message: format!("cannot start {name}: {error}"),
-        },
-        Engine::Unavailable { message } if message.contains("setting rlimit") => Error::Permanent {
-            key: key.clone(),
-            message: format!(
-                "cannot start {name}: the engine may not grant its ulimits (voodu's defaults are nofile=65536:65536 and nproc=4096:4096; raise dockerd's LimitNOFILE / LimitNPROC, or set lower `ulimits` in the manifest): {message}"
-            ),
         },
         other => Error::Runtime {
             key: key.clone(),

@@ -20,8 +20,10 @@ use super::container::rfc3339_seconds;
 use super::hooks;
 use super::launch::{images_of, ready_to_create};
 
-/// The release this pass works under: the latest one when it has the desired spec hash, else
-/// a new progressing release keyed to the desired commit (which supersedes one in flight).
+/// The release this pass works under: the latest one when it has the desired spec hash and
+/// incarnation, else a new progressing release keyed to the desired commit (which supersedes
+/// one in flight). A resource deleted from git and added again with the very spec it had is a
+/// new rollout, not the deleted incarnation's release.
 pub(super) async fn current_release<R: Runtime>(
     ctx: &Ctx<R>,
     desired: &Desired,
@@ -29,7 +31,12 @@ pub(super) async fn current_release<R: Runtime>(
     let desired = desired.clone();
     blocking(&ctx.store, move |store| {
         match store.latest_release(&desired.key)? {
-            Some(latest) if latest.spec_hash == desired.spec_hash => Ok(latest),
+            Some(latest)
+                if latest.spec_hash == desired.spec_hash
+                    && latest.incarnation == desired.incarnation =>
+            {
+                Ok(latest)
+            }
             _ => {
                 let release = store.begin_release(&desired)?;
                 tracing::info!(
@@ -150,8 +157,13 @@ pub(super) async fn fail<R: Runtime>(
         }
         AutoRollback::Halted => {
             tracing::error!(%key, release = release.id, %reason, "rollout failed; no earlier release to go back to");
+            // Only releases since the resource was (last) added to git count: a first
+            // rollout, also the first after a delete and re-add, stays failed. Incarnation 1
+            // is a resource's first; a later one had releases before it was deleted.
             let rollback = if release.rolled_back_from.is_some() {
                 "it was a rollback itself, so nothing further is rolled back"
+            } else if release.incarnation > 1 {
+                "it was deleted from git and added again, and no release ran since, so there is nothing to roll back to (`voodu-agent rollback --to SHA` can bring back a release from before the delete)"
             } else {
                 "no earlier release ran, so there is nothing to roll back to"
             };
