@@ -74,30 +74,36 @@ impl AgentConfig {
 pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
     // An engine that is not there yet (dockerd starting, a wrong DOCKER_HOST) is waited for,
     // and recorded, so `status` says "engine unreachable" with the cause instead of nothing.
-    let runtime = loop {
-        match DockerRuntime::connect().await {
-            Ok(runtime) => break runtime,
-            Err(error) => {
-                let message =
-                    format!("{error} (is dockerd running, and may this user use its socket?)");
-                tracing::warn!(error = %message, "cannot reach the Docker engine; retrying in {}", humantime::format_duration(ENGINE_PROBE_INTERVAL));
-                // Recorded only in an existing state.db: making one here, before the data
-                // dir's lock and identity check, could hide a lost one.
-                let db = config.state_db();
-                if db.exists() {
+    // The data dir's lock is held while waiting: one agent per data dir, waiting or not.
+    let runtime = {
+        std::fs::create_dir_all(&config.data_dir)
+            .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
+        let _lock = lock::lock(&config.data_dir)?;
+        loop {
+            match DockerRuntime::connect().await {
+                Ok(runtime) => break runtime,
+                Err(error) => {
+                    let message =
+                        format!("{error} (is dockerd running, and may this user use its socket?)");
+                    tracing::warn!(error = %message, "cannot reach the Docker engine; retrying in {}", humantime::format_duration(ENGINE_PROBE_INTERVAL));
+                    // Making state.db here hides no lost identity: once the engine answers,
+                    // `open_state` still finds this data dir's containers (or its identity
+                    // file) under another id and refuses.
+                    let db = config.state_db();
                     tokio::task::spawn_blocking(move || {
                         Store::open(&db)?.record_health(HEALTH_ENGINE, Err(&message))?;
                         anyhow::Ok(())
                     })
                     .await?
                     .context("cannot record that the engine is unreachable")?;
-                }
-                tokio::select! {
-                    () = tokio::time::sleep(ENGINE_PROBE_INTERVAL) => {}
-                    () = shutdown.cancelled() => return Ok(()),
+                    tokio::select! {
+                        () = tokio::time::sleep(ENGINE_PROBE_INTERVAL) => {}
+                        () = shutdown.cancelled() => return Ok(()),
+                    }
                 }
             }
         }
+        // The lock is released here and taken again by `run_with_runtime`.
     };
     let marker = identity::marker(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
