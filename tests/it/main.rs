@@ -16,5 +16,6 @@ mod ingress;
 mod jobs;
 mod reconcile;
 mod registry_docker;
+mod slow_clients;
 mod statefulset;
 mod tidy;
