@@ -663,7 +663,7 @@ pub(crate) async fn flood(
             match answer {
                 Ok((202, _)) => Ok(count + 1),
                 Ok((status, body)) => Err(format!("HTTP {status}: {body}")),
-                Err(error) => Err(error.to_string()),
+                Err(error) => Err(format!("{error:?}")),
             }
         })
         .await
