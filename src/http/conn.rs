@@ -156,7 +156,9 @@ async fn connection(
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
+        // hyper also runs this timer while a kept-alive connection is idle; the watchdog
+        // below applies `header_timeout` and `idle_timeout` each where it belongs.
+        .header_read_timeout(limits.header_timeout.max(limits.idle_timeout))
         .max_buf_size(limits.max_header_bytes)
         .keep_alive(true);
     let served = builder.serve_connection(TokioIo::new(stream), service);

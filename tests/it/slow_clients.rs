@@ -214,6 +214,36 @@ async fn idle_connections_are_closed_and_oversize_heads_refused() -> TestResult 
     Ok(())
 }
 
+#[tokio::test]
+async fn a_new_connection_evicts_the_longest_waiting_when_all_places_are_taken() -> TestResult {
+    let server = Server::start(
+        "127.0.0.1:0",
+        HttpOptions {
+            max_connections: 2,
+            max_waiting_connections: 2,
+            ..HttpOptions::default()
+        },
+    )
+    .await?;
+    // Four silent connections take every place (2 + 2), accepted in the order they
+    // connected (the kernel's accept queue is first in, first out).
+    let mut silent = Vec::new();
+    for _ in 0..4 {
+        silent.push(TcpStream::connect(server.address).await?);
+    }
+    // The probe takes the oldest one's place and is answered at once.
+    let health = exchange(
+        server.address,
+        "GET /healthz HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n",
+    )
+    .await?;
+    assert_eq!(status_line(&health), "HTTP/1.1 200 OK", "{health}");
+    // The first silent connection was closed for it (long before the 10 s header timeout).
+    let oldest = silent.first_mut().ok_or("no connection")?;
+    assert_eq!(closed_by_server(oldest, Duration::from_secs(5)).await?, "");
+    Ok(())
+}
+
 const SECRET: &str = "status-token-secret";
 
 /// `(listen address, path, Authorization value) → status code`.
