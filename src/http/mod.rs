@@ -9,10 +9,16 @@
 //!
 //! Invariants: everything shown is read from the store (on blocking threads); the only thing
 //! this module can make happen is a sync request; memory stays bounded under any request
-//! rate: at most `max_connections` connections are served at once (more wait in the kernel's
-//! accept queue), bodies are capped at `max_body_bytes` and read under a timeout, and at most
-//! `max_waiters` requests wait for an outcome.
+//! rate: at most `max_connections` requests are served at once and
+//! `max_waiting_connections` more connections wait for a request head, which must
+//! arrive within `header_timeout` and fit in `max_header_bytes`, an idle kept-alive
+//! connection is closed after `idle_timeout`, and slow clients are evicted for new ones
+//! (`conn.rs`), bodies are capped at `max_body_bytes` and read under a timeout, and at most
+//! `max_waiters` requests wait for an outcome. Off loopback, `/status`, `/releases` and
+//! `/metrics` need the webhook secret as a bearer token (`auth.rs`); `/healthz` is open.
 
+mod auth;
+mod conn;
 mod error;
 mod metrics;
 pub mod status;
@@ -22,16 +28,13 @@ pub use error::{Error, Result};
 pub use webhook::WebhookSecret;
 
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
 use axum::routing::{get, post};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::git::trigger::SyncRequests;
@@ -51,8 +54,18 @@ pub struct HttpOptions {
     pub body_timeout: Duration,
     /// `?wait=true` answers 504 after this long unless `?timeout=` asks for less.
     pub wait_timeout: Duration,
-    /// Connections served at once.
+    /// Requests served at once; more are answered 503.
     pub max_connections: usize,
+    /// Connections waiting for a request head (new or kept alive) beyond those; when all
+    /// places are taken, the one that has waited longest is closed for a new one
+    /// (`conn.rs`). Each costs a file descriptor: `RLIMIT_NOFILE` must leave room.
+    pub max_waiting_connections: usize,
+    /// How long a new connection may take to send its first request head.
+    pub header_timeout: Duration,
+    /// How long a kept-alive connection may sit idle before its next request.
+    pub idle_timeout: Duration,
+    /// Larger request heads are answered 431 (at least 8 KiB).
+    pub max_header_bytes: usize,
     /// Requests waiting for an outcome at once; more are answered 429.
     pub max_waiters: usize,
 }
@@ -66,6 +79,10 @@ impl Default for HttpOptions {
             body_timeout: Duration::from_secs(10),
             wait_timeout: Duration::from_secs(120),
             max_connections: 512,
+            max_waiting_connections: 2048,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_header_bytes: 16 * 1024,
             max_waiters: 256,
         }
     }
@@ -83,6 +100,8 @@ pub struct HttpCtx {
 /// honour.
 struct AppState {
     ctx: HttpCtx,
+    /// Off loopback, reads other than `/healthz` need the secret as a bearer token.
+    reads_need_token: bool,
     waiters: Arc<Semaphore>,
     shutdown: CancellationToken,
 }
@@ -110,28 +129,31 @@ pub async fn serve(
     ctx: HttpCtx,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let connections = Arc::new(Semaphore::new(ctx.options.max_connections.max(1)));
+    let reads_need_token = !listener.local_addr()?.ip().is_loopback();
+    let options = ctx.options.clone();
     let state = Arc::new(AppState {
         waiters: Arc::new(Semaphore::new(ctx.options.max_waiters.max(1))),
+        reads_need_token,
         ctx,
         shutdown: shutdown.clone(),
     });
-    let listener = LimitedListener {
-        inner: listener,
-        connections,
-    };
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
+    conn::serve(listener, router(state), &options, shutdown).await;
+    Ok(())
 }
 
 fn router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/hooks/git", post(webhook::hook))
-        .route("/healthz", get(status::healthz))
+    let reads = Router::new()
         .route("/status", get(status::status))
         .route("/releases/{scope}/{name}", get(status::releases))
         .route("/metrics", get(metrics::metrics))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_token,
+        ));
+    Router::new()
+        .route("/hooks/git", post(webhook::hook))
+        .route("/healthz", get(status::healthz))
+        .merge(reads)
         .with_state(state)
 }
 
@@ -144,96 +166,5 @@ async fn blocking<T: Send + 'static>(
     match tokio::task::spawn_blocking(move || f(&store)).await {
         Ok(result) => result.map_err(|error| error.to_string()),
         Err(join_error) => Err(format!("store task failed: {join_error}")),
-    }
-}
-
-/// A TCP listener that serves at most `connections` connections at once: `accept` waits
-/// for a free slot, and the slot is released when the connection closes.
-struct LimitedListener {
-    inner: TcpListener,
-    connections: Arc<Semaphore>,
-}
-
-impl axum::serve::Listener for LimitedListener {
-    type Io = LimitedStream;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        let permit = self
-            .connections
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the connection semaphore is never closed");
-        loop {
-            match self.inner.accept().await {
-                Ok((stream, address)) => {
-                    // Answers are small; do not let Nagle hold them back.
-                    let _ = stream.set_nodelay(true);
-                    return (
-                        LimitedStream {
-                            inner: stream,
-                            _permit: permit,
-                        },
-                        address,
-                    );
-                }
-                Err(error) => {
-                    // Out of file descriptors and the like: back off instead of spinning.
-                    tracing::warn!(%error, "accepting an HTTP connection failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.inner.local_addr()
-    }
-}
-
-/// A connection holding its slot of the connection limit.
-struct LimitedStream {
-    inner: TcpStream,
-    _permit: OwnedSemaphorePermit,
-}
-
-impl AsyncRead for LimitedStream {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for LimitedStream {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
     }
 }

@@ -101,7 +101,7 @@ impl WebhookSecret {
     }
 
     /// Constant-time comparison with a plain token; hashing both first also hides the length.
-    fn matches_token(&self, token: &[u8]) -> bool {
+    pub(super) fn matches_token(&self, token: &[u8]) -> bool {
         let expected = Sha256::digest(&self.0);
         let given = Sha256::digest(token);
         expected.as_slice().ct_eq(given.as_slice()).into()
@@ -491,6 +491,22 @@ async fn wait_for_outcome(
         blocking(&state.ctx.store, move |store| store.commit_record(&target)).await
     };
     match record {
+        // The branch has moved past the pushed commit: whatever happened to it once, it is
+        // not what the host converges to now.
+        Ok(record) if target != tip => {
+            pending.result = "superseded";
+            let earlier = match record {
+                Some(record) if record.applied => "; it was applied before and is no longer",
+                Some(_) => "; it was rejected before",
+                None => "",
+            };
+            pending.reason = Some(format!(
+                "the branch has moved on to {}; {} is not its tip{earlier}",
+                tip.short(),
+                target.short()
+            ));
+            (StatusCode::CONFLICT, pending)
+        }
         Ok(Some(record)) if record.applied => {
             pending.result = "applied";
             pending.reason =

@@ -433,6 +433,17 @@ async fn wait_true_answers_with_the_outcome_of_the_pushed_commit() -> TestResult
         "web.hcl:2:3: unknown attribute `imge` in deployment (did you mean `image`?)"
     );
 
+    // An older SHA that was applied once: the branch has moved past it (issue 10).
+    let body = push_body("main", &good);
+    let (status, answer) = post(&client, &hook, &signed(&agent, &body), body).await?;
+    assert_eq!(
+        (status, answer["result"].as_str()),
+        (409, Some("superseded")),
+        "{answer}"
+    );
+    assert_eq!(answer["commit"], good.as_str());
+    assert_eq!(answer["branch_tip"], bad.as_str());
+
     // A SHA the branch never had as its tip: the fetch sees another tip.
     let body = push_body("main", &"1".repeat(40));
     let (status, answer) = post(&client, &hook, &signed(&agent, &body), body).await?;
@@ -669,7 +680,7 @@ pub(crate) async fn flood(
             match answer {
                 Ok((202, _)) => Ok(count + 1),
                 Ok((status, body)) => Err(format!("HTTP {status}: {body}")),
-                Err(error) => Err(error.to_string()),
+                Err(error) => Err(format!("{error:?}")),
             }
         })
         .await

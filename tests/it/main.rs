@@ -21,5 +21,6 @@ mod policy;
 mod reconcile;
 mod refusal_docker;
 mod registry_docker;
+mod slow_clients;
 mod statefulset;
 mod tidy;
