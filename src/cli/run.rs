@@ -127,7 +127,7 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
             "no --repo given: run `voodu-agent --repo <URL|PATH>`, or see `voodu-agent --help`"
         );
     };
-    init_tracing(&args.log);
+    init_tracing(&args.log)?;
     // reqwest (https fetches) needs a process-wide rustls provider; an error means one is
     // already installed, which is fine.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -212,17 +212,16 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
         signals.abort();
         result
     })?;
+    super::log::flush();
     Ok(ExitCode::SUCCESS)
 }
 
-fn init_tracing(default_filter: &str) {
+/// Logs go through a non-blocking sink (`cli::log`): a closed or full stderr never stops a
+/// task.
+fn init_tracing(default_filter: &str) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+    super::log::install(filter).context("cannot start the log writer thread")
 }
 
 /// First SIGTERM/SIGINT: cancel `shutdown`. Second: exit now.
@@ -243,8 +242,9 @@ async fn stop_on_signals(shutdown: CancellationToken) {
             _ = tokio::signal::ctrl_c() => {}
         }
         if count == 0 {
-            tracing::info!("stop requested; a second signal exits at once");
+            // Cancel first: nothing (not even logging) may stand between a signal and the stop.
             shutdown.cancel();
+            tracing::info!("stop requested; a second signal exits at once");
         } else {
             tracing::warn!("second stop signal: exiting now");
             std::process::exit(130);
