@@ -271,7 +271,16 @@ mod tests {
             sink.send(line.as_bytes().to_vec());
         }
         drop(hold);
-        assert!(sink.flush(Duration::from_secs(60)), "writer never settled");
+        // A flush request needs room in the queue, which the released writer makes.
+        let mut settled = false;
+        for _ in 0..6000 {
+            settled = sink.flush(Duration::from_secs(10));
+            if settled {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(settled, "writer never settled");
         let written = fake.written.lock().map_err(|_| "poisoned")?.clone();
         assert_eq!(String::from_utf8(written)?, expected_text, "{behaviour:?}");
         if !matches!(behaviour, Stderr::Stuck) {

@@ -14,6 +14,7 @@ mod hooks_docker;
 mod http;
 mod ingress;
 mod jobs;
+mod process;
 mod reconcile;
 mod registry_docker;
 mod statefulset;
