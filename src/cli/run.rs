@@ -205,13 +205,17 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(async {
+    let result = runtime.block_on(async {
         let shutdown = CancellationToken::new();
         let signals = tokio::spawn(stop_on_signals(shutdown.clone()));
         let result = agent::run(config, shutdown.clone()).await;
         signals.abort();
         result
-    })?;
+    });
+    // A blocking task still running (a large commit being parsed) must not hold the exit:
+    // what it would have written is redone by the next agent, as after a crash.
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    result?;
     super::log::flush();
     Ok(ExitCode::SUCCESS)
 }
