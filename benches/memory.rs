@@ -108,7 +108,7 @@ fn main() -> Result {
         )?;
         let sha = commit_and_push(&work, &format!("broken {index}"))?;
         wait_for(&data, "last_rejected", &sha, &mut agent)?;
-        if (index + 1) % 25 == 0 {
+        if (index + 1) % (n_commits / 8).max(1) == 0 {
             println!(
                 "  {:>3} rejected after {:>5.0} s: VmRSS {} KiB",
                 index + 1,
