@@ -127,6 +127,7 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
             "no --repo given: run `voodu-agent --repo <URL|PATH>`, or see `voodu-agent --help`"
         );
     };
+    limit_heap_arenas();
     init_tracing(&args.log)?;
     // reqwest (https fetches) needs a process-wide rustls provider; an error means one is
     // already installed, which is fine.
@@ -218,6 +219,19 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
     result?;
     super::log::flush();
     Ok(ExitCode::SUCCESS)
+}
+
+/// At most two glibc malloc arenas. By default glibc gives each new thread its own arena (up
+/// to 8 per core), and tokio's blocking threads come and go: the memory a large commit took is
+/// then spread over arenas that keep it. Measured (benches/memory.rs, 16 rejected commits of
+/// 2 MB, debug build): idle RSS ×1.72 after them with the default, ×1.17 with two arenas.
+/// Before any thread is started.
+fn limit_heap_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt has no preconditions; it is called before this process starts threads.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
 }
 
 /// Logs go through a non-blocking sink (`cli::log`): a closed or full stderr never stops a
