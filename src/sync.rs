@@ -87,6 +87,48 @@ pub const MISSING_VAR_HINT: &str = "set it in a config bucket this file reads (`
 /// The `meta` key holding the host policy the agent last ran with (JSON), which `plan` applies.
 pub const META_HOST_POLICY: &str = "host_policy";
 
+/// At most this many diagnostics of one commit are kept (recorded, logged, answered to
+/// `?wait`); the last one kept says how many more there were. A commit with a million
+/// problems must not cost a million diagnostics of memory, nor a row of that size per commit.
+pub const MAX_DIAGNOSTICS: usize = 100;
+/// Longest diagnostic message kept, in bytes; the rest is cut.
+pub const MAX_DIAGNOSTIC_MESSAGE_BYTES: usize = 1024;
+
+/// Bounds `diagnostics` to [`MAX_DIAGNOSTICS`], each message to
+/// [`MAX_DIAGNOSTIC_MESSAGE_BYTES`], and gives the excess memory back.
+fn bounded(mut diagnostics: Vec<Diagnostic>) -> Vec<Diagnostic> {
+    if diagnostics.len() > MAX_DIAGNOSTICS {
+        let more = diagnostics.len() - (MAX_DIAGNOSTICS - 1);
+        diagnostics.truncate(MAX_DIAGNOSTICS);
+        let last = &mut diagnostics[MAX_DIAGNOSTICS - 1];
+        last.message = format!("… and {more} more problem(s) not shown (fix the ones above first)");
+    }
+    for diagnostic in &mut diagnostics {
+        if diagnostic.message.len() > MAX_DIAGNOSTIC_MESSAGE_BYTES {
+            let mut end = MAX_DIAGNOSTIC_MESSAGE_BYTES;
+            while !diagnostic.message.is_char_boundary(end) {
+                end -= 1;
+            }
+            diagnostic.message.truncate(end);
+            diagnostic.message.push_str(" [message cut]");
+        }
+        diagnostic.message.shrink_to_fit();
+    }
+    diagnostics.shrink_to_fit();
+    diagnostics
+}
+
+/// Returns freed heap memory to the system. glibc keeps what a large load freed in its
+/// arenas (one per thread that allocated, and blocking threads come and go), so without this
+/// the resident size only ever grows to the largest commit seen, per arena.
+fn give_memory_back() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim has no preconditions; it only releases free memory.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// What the last sync processed: the commit and the config version it was loaded with.
 type Seen = (CommitSha, i64);
 
@@ -139,7 +181,11 @@ impl Syncer {
         if last_seen.as_ref() == Some(&seen) {
             return Ok(SyncOutcome::Unchanged(commit));
         }
-        let outcome = self.load_and_apply(&commit)?;
+        let outcome = self.load_and_apply(&commit);
+        // Loading a commit allocates in proportion to its size (a 5 MB manifest parses into
+        // hundreds of MB of syntax tree), all freed by now: hand it back to the system.
+        give_memory_back();
+        let outcome = outcome?;
         // Generated secrets bump the config version: remember the version after them.
         *last_seen = Some((commit, self.store.config_version()?));
         Ok(outcome)
@@ -181,6 +227,7 @@ impl Syncer {
             match manifest::load_with_policy(&snapshot, &options, Some(&self.options.policy)) {
                 Ok(manifest) => manifest,
                 Err(diagnostics) => {
+                    let diagnostics = Diagnostics(bounded(diagnostics.0));
                     self.store.reject_commit(commit, &diagnostics)?;
                     return Ok(SyncOutcome::Rejected {
                         commit: commit.clone(),
@@ -229,7 +276,7 @@ impl Syncer {
         Ok(SyncOutcome::Applied {
             commit: commit.clone(),
             summary,
-            warnings: manifest.warnings,
+            warnings: bounded(manifest.warnings),
         })
     }
 }
@@ -281,5 +328,52 @@ fn resolve_on_host(path: &std::path::Path) -> Option<String> {
         }
         rest.push(existing.file_name()?);
         existing = existing.parent()?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn diagnostic(index: usize, message: &str) -> Diagnostic {
+        Diagnostic {
+            path: "big.hcl".to_owned(),
+            line: index + 1,
+            col: 3,
+            message: message.to_owned(),
+        }
+    }
+
+    /// Bounds `n` diagnostics with `message`: how many are kept, and the last one's text.
+    fn check(n: usize, message: &str, expected_len: usize, expected_last: &str) {
+        let kept = bounded((0..n).map(|index| diagnostic(index, message)).collect());
+        assert_eq!(kept.len(), expected_len, "{n} diagnostics");
+        let last = kept.last().map(ToString::to_string).unwrap_or_default();
+        assert_eq!(last, expected_last, "{n} diagnostics");
+    }
+
+    #[test]
+    fn a_rejected_commit_keeps_a_bounded_number_of_diagnostics_and_bytes() {
+        check(0, "x", 0, "");
+        check(
+            3,
+            "unknown attribute `imge`",
+            3,
+            "big.hcl:3:3: unknown attribute `imge`",
+        );
+        check(100, "x", 100, "big.hcl:100:3: x");
+        check(
+            100_000,
+            "x",
+            100,
+            "big.hcl:100:3: … and 99901 more problem(s) not shown (fix the ones above first)",
+        );
+        let long = "é".repeat(1000);
+        check(
+            1,
+            &long,
+            1,
+            &format!("big.hcl:1:3: {} [message cut]", "é".repeat(512)),
+        );
     }
 }

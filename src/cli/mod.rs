@@ -2,10 +2,55 @@
 //!
 //! `voodu-agent --repo URL` runs the agent in the foreground; subcommands inspect its state
 //! (`status`, `releases`) or steer it (`rollback`, `unpin`, `sync`) through state.db and the
-//! agent's HTTP side. Exit codes: 0 success, 1 error (2 is reserved for
-//! `plan --detailed-exitcode`).
+//! agent's HTTP side.
+//!
+//! Exit codes, for scripts and CI:
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | success (also `--help`, `--version`) |
+//! | 1 | error, including a usage error (unknown flag, missing argument) |
+//! | 2 | `plan --detailed-exitcode` only: the plan has changes |
+//! | 130 | the agent got a second SIGTERM/SIGINT and stopped at once |
+//! | 141 | stdout was closed before the output was written (`status \| head -1`); quiet |
+//!
+//! Invariant: 2 means pending changes and nothing else, so clap's own usage-error code (2)
+//! is mapped to 1. Output never panics: every `println!`, `print!` and `eprintln!` under
+//! `cli/` resolves to the macros below (a `macro_rules!` defined before the `mod` lines
+//! shadows std's in those modules), which end the process quietly when stdout is a closed
+//! pipe and ignore a closed stderr.
+
+/// Exit code when stdout is closed under us: what a shell reports for a program killed by
+/// SIGPIPE (128 + 13), without a message.
+const EXIT_BROKEN_PIPE: u8 = 141;
+
+/// Writes formatted text to stdout; a closed pipe ends the process quietly
+/// ([`EXIT_BROKEN_PIPE`]), any other write error ends it with exit 1 and the error.
+macro_rules! print {
+    ($($arg:tt)*) => {
+        $crate::cli::stdout_write(::std::format_args!($($arg)*))
+    };
+}
+
+/// [`print!`] with a newline.
+macro_rules! println {
+    () => {
+        $crate::cli::stdout_write(::std::format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::cli::stdout_write(::std::format_args!("{}\n", ::std::format_args!($($arg)*)))
+    };
+}
+
+/// Writes a line to stderr, ignoring failure (there is nowhere left to report it).
+macro_rules! eprintln {
+    ($($arg:tt)*) => {
+        $crate::cli::stderr_write(::std::format_args!("{}\n", ::std::format_args!($($arg)*)))
+    };
+}
 
 mod config;
+mod log;
 mod plan;
 mod releases;
 mod rollback;
@@ -108,14 +153,57 @@ fn data_dir(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 
 /// Parses the command line and runs it. `main` is only this.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return usage_exit(&error),
+    };
     match run(cli) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("voodu-agent: {error:#}");
+            log::stderr_line(&format!("voodu-agent: {error:#}"));
             ExitCode::from(1)
         }
     }
+}
+
+/// Prints clap's message (help and version to stdout, errors to stderr) and maps it to an
+/// exit code: 0 for help and version, 1 for a usage error, never 2.
+fn usage_exit(error: &clap::Error) -> ExitCode {
+    let printed = error.print();
+    if !error.use_stderr() {
+        return match printed {
+            Err(failure) if failure.kind() == std::io::ErrorKind::BrokenPipe => {
+                ExitCode::from(EXIT_BROKEN_PIPE)
+            }
+            _ => ExitCode::SUCCESS,
+        };
+    }
+    ExitCode::from(1)
+}
+
+/// Backs `print!`/`println!` in `cli/`: see the module docs.
+pub(crate) fn stdout_write(text: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout.write_fmt(text).and_then(|()| stdout.flush());
+    match written {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {
+            std::process::exit(EXIT_BROKEN_PIPE.into())
+        }
+        Err(error) => {
+            stderr_write(format_args!(
+                "voodu-agent: cannot write to stdout: {error}\n"
+            ));
+            std::process::exit(1)
+        }
+    }
+}
+
+/// Backs `eprintln!` in `cli/`: see the module docs.
+pub(crate) fn stderr_write(text: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let _ = std::io::stderr().lock().write_fmt(text);
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {

@@ -136,7 +136,8 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
             "no --repo given: run `voodu-agent --repo <URL|PATH>`, or see `voodu-agent --help`"
         );
     };
-    init_tracing(&args.log);
+    limit_heap_arenas();
+    init_tracing(&args.log)?;
     // reqwest (https fetches) needs a process-wide rustls provider; an error means one is
     // already installed, which is fine.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -217,24 +218,40 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(async {
+    let result = runtime.block_on(async {
         let shutdown = CancellationToken::new();
         let signals = tokio::spawn(stop_on_signals(shutdown.clone()));
         let result = agent::run(config, shutdown.clone()).await;
         signals.abort();
         result
-    })?;
+    });
+    // A blocking task still running (a large commit being parsed) must not hold the exit:
+    // what it would have written is redone by the next agent, as after a crash.
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    result?;
+    super::log::flush();
     Ok(ExitCode::SUCCESS)
 }
 
-fn init_tracing(default_filter: &str) {
+/// At most two glibc malloc arenas. By default glibc gives each new thread its own arena (up
+/// to 8 per core), and tokio's blocking threads come and go: the memory a large commit took is
+/// then spread over arenas that keep it. Measured (benches/memory.rs, 16 rejected commits of
+/// 2 MB, debug build): idle RSS ×1.72 after them with the default, ×1.17 with two arenas.
+/// Before any thread is started.
+fn limit_heap_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt has no preconditions; it is called before this process starts threads.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}
+
+/// Logs go through a non-blocking sink (`cli::log`): a closed or full stderr never stops a
+/// task.
+fn init_tracing(default_filter: &str) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+    super::log::install(filter).context("cannot start the log writer thread")
 }
 
 /// First SIGTERM/SIGINT: cancel `shutdown`. Second: exit now.
@@ -255,8 +272,9 @@ async fn stop_on_signals(shutdown: CancellationToken) {
             _ = tokio::signal::ctrl_c() => {}
         }
         if count == 0 {
-            tracing::info!("stop requested; a second signal exits at once");
+            // Cancel first: nothing (not even logging) may stand between a signal and the stop.
             shutdown.cancel();
+            tracing::info!("stop requested; a second signal exits at once");
         } else {
             tracing::warn!("second stop signal: exiting now");
             std::process::exit(130);

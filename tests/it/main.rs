@@ -18,6 +18,7 @@ mod identity_docker;
 mod ingress;
 mod jobs;
 mod policy;
+mod process;
 mod reconcile;
 mod refusal_docker;
 mod registry_docker;
