@@ -28,23 +28,44 @@ struct Server {
 }
 
 impl Server {
+    /// The server runs on a runtime and threads of its own, as the agent does in production:
+    /// the test's thousand client tasks must not be what starves it.
     async fn start(listen: &str, options: HttpOptions) -> TestResult<Server> {
         let dir = tempfile::tempdir()?;
         let store = Arc::new(Store::open(&dir.path().join("state.db"))?);
         let (requests, receiver) = trigger::channel();
-        let listener = http::bind(listen.parse()?, &options).await?;
-        let address = SocketAddr::from(([127, 0, 0, 1], listener.local_addr()?.port()));
+        let listen: SocketAddr = listen.parse()?;
         let shutdown = CancellationToken::new();
-        let ctx = HttpCtx {
-            store,
-            requests,
-            metrics: Arc::new(Metrics::new()),
-            options,
+        let (bound, port) = std::sync::mpsc::channel();
+        let server_shutdown = shutdown.clone();
+        let thread = std::thread::spawn(move || -> TestResult {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?;
+            runtime.block_on(async move {
+                let listener = http::bind(listen, &options).await?;
+                bound.send(listener.local_addr()?.port())?;
+                let ctx = HttpCtx {
+                    store,
+                    requests,
+                    metrics: Arc::new(Metrics::new()),
+                    options,
+                };
+                http::serve(listener, ctx, server_shutdown).await?;
+                TestResult::Ok(())
+            })
+        });
+        let port = match tokio::task::spawn_blocking(move || port.recv()).await? {
+            Ok(port) => port,
+            Err(_) => {
+                let outcome = thread.join().map_err(|_| "the server thread panicked")?;
+                return Err(format!("the server did not start: {outcome:?}").into());
+            }
         };
-        tokio::spawn(http::serve(listener, ctx, shutdown.clone()));
         Ok(Server {
             _dir: dir,
-            address,
+            address: SocketAddr::from(([127, 0, 0, 1], port)),
             _receiver: receiver,
             shutdown,
         })
