@@ -357,7 +357,7 @@ impl DockerOptions {
 }
 
 /// What makes `text` unusable as one argument or value: a NUL, or a line break.
-fn control_character(text: &str) -> Option<&'static str> {
+pub(crate) fn control_character(text: &str) -> Option<&'static str> {
     if text.contains('\0') {
         Some("a NUL character")
     } else if text.contains(['\n', '\r']) {

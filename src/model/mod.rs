@@ -12,6 +12,7 @@ mod units;
 
 pub use assets::{UNSCOPED_ASSETS, asset_dir, resolve_asset_refs};
 pub use docker_options::DockerOptions;
+pub(crate) use docker_options::control_character;
 pub use ports::{PortMapping, parse_ports};
 pub use snapshot::{
     FileRead, FileSource, MANIFEST_EXTENSIONS, MemoryFiles, Snapshot, SourceFile, is_manifest_path,

@@ -8,7 +8,9 @@ use voodu_agent::manifest::{self, Diagnostic, Diagnostics};
 use voodu_agent::model::{CommitSha, Snapshot, SourceFile};
 use voodu_agent::store::Store;
 
-use crate::support::{DockerGuard, TempRepo, TestResult, unique, wait_until};
+use crate::support::{
+    DockerGuard, TempRepo, TestResult, state_with_one_deployment, unique, wait_until,
+};
 
 fn agent() -> Command {
     Command::new(env!("CARGO_BIN_EXE_voodu-agent"))
@@ -142,21 +144,7 @@ fn run_in(dir: &std::path::Path, args: &[&str]) -> TestResult<(Option<i32>, Stri
 #[test]
 fn releases_rollback_and_unpin_explain_what_they_cannot_do() -> TestResult {
     let dir = tempfile::tempdir()?;
-    let store = Store::open(&dir.path().join("state.db"))?;
-    let commit = CommitSha::new("c".repeat(40));
-    let snapshot = Snapshot {
-        commit: commit.clone(),
-        files: vec![SourceFile {
-            path: "web.hcl".into(),
-            contents: b"deployment \"s\" \"web\" {\n  image = \"busybox\"\n}\n".to_vec(),
-        }],
-        refused: Vec::new(),
-    };
-    store.apply_commit(
-        &commit,
-        &manifest::load(&snapshot, &manifest::LoadOptions::standalone())?,
-    )?;
-    drop(store);
+    state_with_one_deployment(dir.path(), "c")?;
 
     let (code, _, stderr) = run_in(dir.path(), &["releases", "s/nope"])?;
     assert_eq!(code, Some(1));

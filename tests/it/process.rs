@@ -6,11 +6,10 @@ use std::io::Read as _;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use voodu_agent::manifest;
-use voodu_agent::model::{CommitSha, Snapshot, SourceFile};
-use voodu_agent::store::Store;
 
-use crate::support::{DockerGuard, TempRepo, TestResult, unique, wait_until};
+use crate::support::{
+    DockerGuard, TempRepo, TestResult, state_with_one_deployment, unique, wait_until,
+};
 
 fn agent() -> Command {
     Command::new(env!("CARGO_BIN_EXE_voodu-agent"))
@@ -151,21 +150,7 @@ fn check_closed_stdout(dir: &std::path::Path, args: &[&str]) -> TestResult {
 #[test]
 fn r10_every_command_exits_quietly_into_a_closed_pipe() -> TestResult {
     let dir = tempfile::tempdir()?;
-    let store = Store::open(&dir.path().join("state.db"))?;
-    let commit = CommitSha::new("a".repeat(40));
-    let snapshot = Snapshot {
-        commit: commit.clone(),
-        files: vec![SourceFile {
-            path: "web.hcl".into(),
-            contents: b"deployment \"s\" \"web\" {\n  image = \"busybox\"\n}\n".to_vec(),
-        }],
-        refused: Vec::new(),
-    };
-    store.apply_commit(
-        &commit,
-        &manifest::load(&snapshot, &manifest::LoadOptions::standalone())?,
-    )?;
-    drop(store);
+    state_with_one_deployment(dir.path(), "a")?;
     let data_dir = dir.path().to_str().ok_or("utf-8 temp dir")?;
     let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/repo");
     for args in [

@@ -7,6 +7,8 @@
 //! reconcile time, to an absolute data-dir path or an ingress field) is checked for what the
 //! reference cannot change: a bind source written as `${asset.…}` is absolute once resolved.
 
+use crate::model::control_character;
+
 /// The grammar, for messages.
 pub(super) const IMAGE_FORM: &str =
     "write [registry[:port]/]name[:tag][@digest], e.g. \"nginx:1.27\" or \"ghcr.io/org/app:v1\"";
@@ -321,16 +323,6 @@ pub(crate) const ULIMIT_NAMES: &[&str] = &[
     "sigpending",
     "stack",
 ];
-
-fn control_character(text: &str) -> Option<&'static str> {
-    if text.contains('\0') {
-        Some("a NUL character")
-    } else if text.contains(['\n', '\r']) {
-        Some("a line break")
-    } else {
-        None
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -43,3 +43,25 @@ pub fn wait_until<T>(
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}{}", voodu_agent::model::random_hex(4))
 }
+
+/// A state.db in `data_dir` whose applied commit (`sha_char` × 40) declares one deployment,
+/// `s/web`: what the CLI tests read without an agent.
+pub fn state_with_one_deployment(data_dir: &std::path::Path, sha_char: &str) -> TestResult {
+    use voodu_agent::manifest;
+    use voodu_agent::model::{CommitSha, Snapshot, SourceFile};
+    let store = voodu_agent::store::Store::open(&data_dir.join("state.db"))?;
+    let commit = CommitSha::new(sha_char.repeat(40));
+    let snapshot = Snapshot {
+        commit: commit.clone(),
+        files: vec![SourceFile {
+            path: "web.hcl".into(),
+            contents: b"deployment \"s\" \"web\" {\n  image = \"busybox\"\n}\n".to_vec(),
+        }],
+        refused: Vec::new(),
+    };
+    store.apply_commit(
+        &commit,
+        &manifest::load(&snapshot, &manifest::LoadOptions::standalone())?,
+    )?;
+    Ok(())
+}
