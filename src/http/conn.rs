@@ -2,9 +2,12 @@
 //! keep anyone else out (slowloris).
 //!
 //! A connection is *waiting* from the moment it is accepted until hyper has parsed a whole
-//! request head, and again from the moment its answer is ready until the next head: the
-//! first head must arrive within `header_timeout`, a kept-alive connection may sit idle for
-//! `idle_timeout`, and a waiting connection is closed when its time is up. A head larger than
+//! request head, and again from the moment its answer is ready until the next head. As in
+//! nginx (`keepalive_timeout`, `client_header_timeout`), a waiting connection that has sent
+//! nothing is idle and may stay `idle_timeout`; once the first byte of a head arrives, the
+//! whole head must follow within `header_timeout`. A waiting connection is closed when its
+//! time is up. (HTTP clients open spare connections they keep unused in their pools: closing
+//! those after the short header timeout would make the clients' next requests on them fail.) A head larger than
 //! `max_header_bytes` is answered 431 by hyper.
 //!
 //! Invariants: a waiting connection holds no serving slot: at most `max_connections`
@@ -18,6 +21,7 @@
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -147,7 +151,6 @@ async fn connection(
                     None => Ok(busy()),
                 };
                 drop(permit);
-                slot.answered();
                 waiting.enter(&slot);
                 response
             }
@@ -161,6 +164,10 @@ async fn connection(
         .header_read_timeout(limits.header_timeout.max(limits.idle_timeout))
         .max_buf_size(limits.max_header_bytes)
         .keep_alive(true);
+    let stream = Watched {
+        stream,
+        slot: slot.clone(),
+    };
     let served = builder.serve_connection(TokioIo::new(stream), service);
     tokio::pin!(served);
     let mut stopping = false;
@@ -216,14 +223,14 @@ struct Slot {
     /// Woken when the deadline changes.
     changed: Notify,
     evicted: CancellationToken,
+    /// Set while the connection waits and has sent nothing: its next byte starts a head.
+    idle: AtomicBool,
 }
 
 #[derive(Debug, Default)]
 struct SlotState {
     /// When waiting: its key in `Waiting` and the time it must be served by.
     waiting: Option<(u64, Instant)>,
-    /// Whether the connection has answered a request (then it waits `idle_timeout`).
-    answered: bool,
 }
 
 impl Slot {
@@ -233,6 +240,7 @@ impl Slot {
             state: Mutex::new(SlotState::default()),
             changed: Notify::new(),
             evicted: CancellationToken::new(),
+            idle: AtomicBool::new(false),
         }
     }
 
@@ -246,8 +254,76 @@ impl Slot {
         self.lock().waiting.map(|(_, deadline)| deadline)
     }
 
-    fn answered(&self) {
-        self.lock().answered = true;
+    /// The first bytes of a head arrived on an idle connection: the rest must follow within
+    /// `header_timeout` (or the idle deadline, if sooner).
+    fn head_started(&self) {
+        if !self.idle.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let mut state = self.lock();
+        if let Some((key, deadline)) = state.waiting {
+            let by = Instant::now() + self.limits.header_timeout;
+            state.waiting = Some((key, deadline.min(by)));
+        }
+        drop(state);
+        self.changed.notify_one();
+    }
+}
+
+/// The connection's stream, telling its slot when a head starts to arrive.
+struct Watched {
+    stream: TcpStream,
+    slot: Arc<Slot>,
+}
+
+impl tokio::io::AsyncRead for Watched {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.stream).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.slot.head_started();
+        }
+        polled
+    }
+}
+
+impl tokio::io::AsyncWrite for Watched {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write(cx, data)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        data: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write_vectored(cx, data)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
     }
 }
 
@@ -303,12 +379,9 @@ impl Waiting {
         if let Some((old_key, _)) = state.waiting.take() {
             inner.slots.remove(&old_key);
         }
-        let allowed = if state.answered {
-            slot.limits.idle_timeout
-        } else {
-            slot.limits.header_timeout
-        };
-        state.waiting = Some((key, Instant::now() + allowed));
+        // Idle until a byte of the next head arrives (`Slot::head_started`).
+        state.waiting = Some((key, Instant::now() + slot.limits.idle_timeout));
+        slot.idle.store(true, Ordering::Release);
         drop(state);
         inner.slots.insert(key, slot.clone());
         slot.changed.notify_one();
@@ -316,6 +389,7 @@ impl Waiting {
 
     /// `slot` is serving a request.
     fn leave(&self, slot: &Slot) {
+        slot.idle.store(false, Ordering::Release);
         let mut inner = self.lock();
         if let Some((key, _)) = slot.lock().waiting.take() {
             inner.slots.remove(&key);

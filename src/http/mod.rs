@@ -10,9 +10,9 @@
 //! Invariants: everything shown is read from the store (on blocking threads); the only thing
 //! this module can make happen is a sync request; memory stays bounded under any request
 //! rate: at most `max_connections` requests are served at once and
-//! `max_waiting_connections` more connections wait for a request head, which must
-//! arrive within `header_timeout` and fit in `max_header_bytes`, an idle kept-alive
-//! connection is closed after `idle_timeout`, and slow clients are evicted for new ones
+//! `max_waiting_connections` more connections wait for a request head, which must be
+//! whole within `header_timeout` of its first byte and fit in `max_header_bytes`, a
+//! connection that sends nothing is closed after `idle_timeout`, and slow clients are evicted for new ones
 //! (`conn.rs`), bodies are capped at `max_body_bytes` and read under a timeout, and at most
 //! `max_waiters` requests wait for an outcome. Off loopback, `/status`, `/releases` and
 //! `/metrics` need the webhook secret as a bearer token (`auth.rs`); `/healthz` is open.
@@ -60,9 +60,9 @@ pub struct HttpOptions {
     /// places are taken, the one that has waited longest is closed for a new one
     /// (`conn.rs`). Each costs a file descriptor: `RLIMIT_NOFILE` must leave room.
     pub max_waiting_connections: usize,
-    /// How long a new connection may take to send its first request head.
+    /// How long a request head may take to arrive whole, from its first byte.
     pub header_timeout: Duration,
-    /// How long a kept-alive connection may sit idle before its next request.
+    /// How long a connection may send nothing (new, or kept alive between requests).
     pub idle_timeout: Duration,
     /// Larger request heads are answered 431 (at least 8 KiB).
     pub max_header_bytes: usize,

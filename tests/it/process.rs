@@ -6,7 +6,6 @@ use std::io::Read as _;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-
 use crate::support::{
     DockerGuard, TempRepo, TestResult, state_with_one_deployment, unique, wait_until,
 };

@@ -235,6 +235,46 @@ async fn idle_connections_are_closed_and_oversize_heads_refused() -> TestResult 
     Ok(())
 }
 
+/// nginx's split: a connection that has sent nothing is idle (`idle_timeout`), as the spare
+/// connections HTTP clients keep in their pools are; once a head starts, it must be whole
+/// within `header_timeout`. (Closing pooled spares after the header timeout made a client's
+/// next request on one fail with "connection reset".)
+#[tokio::test]
+async fn a_silent_connection_is_idle_and_a_started_head_must_finish_in_time() -> TestResult {
+    let header_timeout = Duration::from_millis(300);
+    let idle_timeout = Duration::from_secs(20);
+    let server = Server::start(
+        "127.0.0.1:0",
+        HttpOptions {
+            header_timeout,
+            idle_timeout,
+            ..HttpOptions::default()
+        },
+    )
+    .await?;
+
+    // Silent for three header timeouts, then a whole request: answered.
+    let mut spare = TcpStream::connect(server.address).await?;
+    tokio::time::sleep(header_timeout * 3).await;
+    spare
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .await?;
+    let answer = closed_by_server(&mut spare, Duration::from_secs(5)).await?;
+    assert_eq!(status_line(&answer), "HTTP/1.1 200 OK", "{answer}");
+
+    // A head started and never finished: closed long before the idle timeout.
+    let mut partial = TcpStream::connect(server.address).await?;
+    partial.write_all(b"GET /healthz HTTP/1.1\r\n").await?;
+    let started = std::time::Instant::now();
+    closed_by_server(&mut partial, Duration::from_secs(5)).await?;
+    assert!(
+        started.elapsed() < idle_timeout / 2,
+        "a started head was kept {:?}",
+        started.elapsed()
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_new_connection_evicts_the_longest_waiting_when_all_places_are_taken() -> TestResult {
     let server = Server::start(
