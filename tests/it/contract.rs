@@ -92,6 +92,12 @@ async fn docker_ensure_network_races_create_one_network() -> TestResult {
     b?;
     c?;
     runtime.ensure_network(&network).await?;
+    assert_eq!(networks_named(&network)?, 1, "networks named {network}");
+    Ok(())
+}
+
+/// How many networks the engine has by exactly this name.
+fn networks_named(network: &str) -> TestResult<usize> {
     let output = Command::new("docker")
         .args([
             "network",
@@ -101,9 +107,7 @@ async fn docker_ensure_network_races_create_one_network() -> TestResult {
             &format!("name=^{network}$"),
         ])
         .output()?;
-    let ids = String::from_utf8(output.stdout)?;
-    assert_eq!(ids.lines().count(), 1, "networks named {network}: {ids:?}");
-    Ok(())
+    Ok(String::from_utf8(output.stdout)?.lines().count())
 }
 
 /// Docker only: two agents (two processes, so no shared lock) that created the same network at
@@ -127,19 +131,7 @@ async fn docker_ensure_network_removes_a_duplicate_another_process_made() -> Tes
         };
         let _ = docker.create_network(request).await;
     }
-    let count = || -> TestResult<usize> {
-        let output = Command::new("docker")
-            .args([
-                "network",
-                "ls",
-                "-q",
-                "--filter",
-                &format!("name=^{network}$"),
-            ])
-            .output()?;
-        Ok(String::from_utf8(output.stdout)?.lines().count())
-    };
-    let made = count()?;
+    let made = networks_named(&network)?;
     DockerRuntime::connect()
         .await?
         .ensure_network(&network)
@@ -149,7 +141,7 @@ async fn docker_ensure_network_removes_a_duplicate_another_process_made() -> Tes
         .ensure_network(&network)
         .await?;
     assert_eq!(
-        count()?,
+        networks_named(&network)?,
         1,
         "{made} networks named {network} before ensure_network"
     );
