@@ -436,17 +436,9 @@ fn normalize_security_opt(option: &str) -> String {
 mod tests {
     use super::*;
     use crate::manifest::{LoadOptions, load_with_policy};
-    use crate::model::{CommitSha, Snapshot, SourceFile};
 
     fn load(text: &str, policy: &Policy) -> Vec<String> {
-        let snapshot = Snapshot {
-            commit: CommitSha::new("0".repeat(40)),
-            files: vec![SourceFile {
-                path: "m/app.hcl".to_owned(),
-                contents: text.as_bytes().to_vec(),
-            }],
-            refused: Vec::new(),
-        };
+        let snapshot = crate::manifest::tests::snapshot(&[("m/app.hcl", text)]);
         match load_with_policy(&snapshot, &LoadOptions::standalone(), Some(policy)) {
             Ok(_) => Vec::new(),
             Err(diagnostics) => diagnostics.0.iter().map(ToString::to_string).collect(),

@@ -5,7 +5,8 @@ use super::*;
 use crate::model::{CommitSha, MemoryFiles, SourceFile};
 use spec::Spec;
 
-fn snapshot(files: &[(&str, &str)]) -> Snapshot {
+/// A commit of `files` (path, text); shared by the manifest stage's test modules.
+pub(super) fn snapshot(files: &[(&str, &str)]) -> Snapshot {
     Snapshot {
         commit: CommitSha::new("0".repeat(40)),
         files: files

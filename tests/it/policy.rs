@@ -9,7 +9,6 @@ use tokio_util::sync::CancellationToken;
 use voodu_agent::manifest::Policy;
 use voodu_agent::manifest::spec::Spec;
 use voodu_agent::model::{Kind, ResourceKey};
-use voodu_agent::reconcile::ReconcileOptions;
 use voodu_agent::runtime::FakeRuntime;
 use voodu_agent::store::Store;
 
@@ -27,26 +26,8 @@ fn start(
     CancellationToken,
     tokio::task::JoinHandle<anyhow::Result<()>>,
 ) {
-    let mut sync = voodu_agent::sync::SyncOptions::new(data.to_owned());
-    sync.policy.merge(policy);
-    let config = voodu_agent::agent::AgentConfig {
-        source: voodu_agent::git::SourceOptions {
-            url: repo.url(),
-            branch: "main".into(),
-            paths: Vec::new(),
-            token_file: None,
-        },
-        data_dir: data.to_owned(),
-        interval: Duration::from_millis(100),
-        sync,
-        reconcile: ReconcileOptions {
-            ready_settle: Duration::ZERO,
-            ..ReconcileOptions::default()
-        },
-        http: None,
-        watch_local: false,
-        adopt: false,
-    };
+    let mut config = crate::support::agent::fake_agent_config(repo, data);
+    config.sync.policy.merge(policy);
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(voodu_agent::agent::run_with_runtime(
         config,

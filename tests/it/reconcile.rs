@@ -366,24 +366,8 @@ async fn agent_applies_commits_and_keeps_the_last_good_one_on_bad_input() -> Tes
     let data = tempfile::tempdir()?;
     let fake = Arc::new(FakeRuntime::new());
     let shutdown = CancellationToken::new();
-    let config = voodu_agent::agent::AgentConfig {
-        source: voodu_agent::git::SourceOptions {
-            url: repo.url(),
-            branch: "main".into(),
-            paths: vec!["deploy".into()],
-            token_file: None,
-        },
-        data_dir: data.path().to_owned(),
-        interval: Duration::from_millis(100),
-        sync: voodu_agent::sync::SyncOptions::new(data.path().to_owned()),
-        reconcile: ReconcileOptions {
-            ready_settle: Duration::ZERO,
-            ..ReconcileOptions::default()
-        },
-        http: None,
-        watch_local: false,
-        adopt: false,
-    };
+    let mut config = crate::support::agent::fake_agent_config(&repo, data.path());
+    config.source.paths = vec!["deploy".into()];
     let agent = tokio::spawn(voodu_agent::agent::run_with_runtime(
         config,
         fake.clone(),

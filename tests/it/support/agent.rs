@@ -35,6 +35,29 @@ impl Default for TestAgentOptions {
     }
 }
 
+/// The agent's configuration over `repo` and `data_dir` as tests run it on the fake runtime:
+/// polls every 100 ms, replicas ready at once, no HTTP side; tests change what they need.
+pub fn fake_agent_config(repo: &TempRepo, data_dir: &std::path::Path) -> AgentConfig {
+    AgentConfig {
+        source: SourceOptions {
+            url: repo.url(),
+            branch: "main".into(),
+            paths: Vec::new(),
+            token_file: None,
+        },
+        data_dir: data_dir.to_owned(),
+        interval: Duration::from_millis(100),
+        sync: voodu_agent::sync::SyncOptions::new(data_dir.to_owned()),
+        reconcile: ReconcileOptions {
+            ready_settle: Duration::ZERO,
+            ..ReconcileOptions::default()
+        },
+        http: None,
+        watch_local: false,
+        adopt: false,
+    }
+}
+
 pub struct TestAgent {
     pub repo: TempRepo,
     pub data: tempfile::TempDir,
@@ -60,19 +83,7 @@ impl TestAgent {
         };
         let secret = options.secret.as_deref().map(WebhookSecret::new);
         let config = AgentConfig {
-            source: SourceOptions {
-                url: repo.url(),
-                branch: "main".into(),
-                paths: Vec::new(),
-                token_file: None,
-            },
-            data_dir: data.path().join("data"),
             interval: options.interval,
-            sync: voodu_agent::sync::SyncOptions::new(data.path().join("data")),
-            reconcile: ReconcileOptions {
-                ready_settle: Duration::ZERO,
-                ..ReconcileOptions::default()
-            },
             http: Some(HttpConfig {
                 listen: "127.0.0.1:0".parse()?,
                 secret_file,
@@ -82,7 +93,7 @@ impl TestAgent {
                 },
             }),
             watch_local: options.watch_local,
-            adopt: false,
+            ..fake_agent_config(&repo, &data.path().join("data"))
         };
         let state_db: PathBuf = config.state_db();
         let fake = Arc::new(FakeRuntime::new());
