@@ -24,8 +24,7 @@ use crate::git::trigger::{self, SyncRequestReceiver};
 use crate::git::{Source, SourceOptions};
 use crate::http::{self, HttpCtx, HttpOptions};
 use crate::metrics::Metrics;
-use crate::reconcile::notify::Notifier;
-use crate::reconcile::{self, Ctx, ReconcileOptions};
+use crate::reconcile::{self, ReconcileOptions};
 use crate::runtime::{DockerRuntime, Runtime};
 use crate::store::{HEALTH_ENGINE, Store};
 use crate::sync::{SyncOptions, SyncOutcome, Syncer};
@@ -342,58 +341,33 @@ pub async fn run_with_runtime<R: Runtime>(
         }
         None => None,
     };
-    let assets_root = crate::assets::assets_root(&config.data_dir);
-    let (notifier, deliveries) = Notifier::new(assets_root.clone(), shutdown.clone());
-    let ctx = Arc::new(Ctx {
-        store: store.clone(),
-        runtime,
-        agent_id,
-        assets_root,
-        options: config.reconcile.clone(),
-        metrics: metrics.clone(),
-        notifier,
-        requeue: crate::reconcile::wake::Requeue::default(),
-        router: crate::reconcile::wake::RouterWake::default(),
-        shutdown: shutdown.clone(),
-        memory: crate::reconcile::Memory::default(),
-        jobs: crate::reconcile::Jobs::default(),
-    });
-
     let tracker = TaskTracker::new();
-    tracker.spawn(deliveries);
-    match config.reconcile.ingress.clone() {
-        Some(ingress) => {
-            tracing::info!(
-                image = %ingress.image,
-                http = %ingress.http,
-                https = %ingress.https,
-                "ingress proxy on (Caddy, one container per agent while any ingress exists)"
-            );
-            tracker.spawn(reconcile::router::run(
-                ctx.clone(),
-                ingress,
-                shutdown.clone(),
-            ));
-        }
-        None => {
-            // Off: a proxy left from an earlier run with the ingress on would keep serving
-            // stale routes.
-            let ctx = ctx.clone();
-            tracker.spawn(async move {
-                if let Err(error) =
-                    reconcile::router::remove_proxy(ctx.runtime.as_ref(), &ctx.agent_id).await
-                {
-                    tracing::warn!(%error, "cannot remove the ingress proxy of an earlier run");
-                }
-            });
-        }
+    if let Some(ingress) = &config.reconcile.ingress {
+        tracing::info!(
+            image = %ingress.image,
+            http = %ingress.http,
+            https = %ingress.https,
+            "ingress proxy on (Caddy, one container per agent while any ingress exists)"
+        );
     }
     tracker.spawn(engine_probe(
-        ctx.runtime.clone(),
+        runtime.clone(),
         store.clone(),
         shutdown.clone(),
     ));
-    let reconciler = tracker.spawn(reconcile::run(ctx, shutdown.clone()));
+    let deps = reconcile::Deps {
+        store: store.clone(),
+        runtime,
+        metrics: metrics.clone(),
+        assets_root: crate::assets::assets_root(&config.data_dir),
+        tracker: tracker.clone(),
+        handles: reconcile::Handles::default(),
+    };
+    let reconciler = tracker.spawn(reconcile::run(
+        deps,
+        config.reconcile.clone(),
+        shutdown.clone(),
+    ));
     tracker.spawn(sync_loop(
         syncer,
         store.clone(),

@@ -32,6 +32,7 @@ pub struct Metrics {
     rollbacks: Counters,
     drift: Counters,
     scaling: Counters,
+    journal_errors: Counters,
 }
 
 impl Default for Metrics {
@@ -44,6 +45,7 @@ impl Default for Metrics {
             rollbacks: Counters::default(),
             drift: Counters::default(),
             scaling: Counters::default(),
+            journal_errors: Counters::default(),
         }
     }
 }
@@ -88,6 +90,20 @@ impl Metrics {
     /// The autoscaler changed a deployment's replicas (`up` or `down`).
     pub fn record_scaling(&self, direction: &str) {
         self.scaling.add(&[direction], 1);
+    }
+
+    /// The reconciler could not read the journal (`tail`) or its boot state (`boot`); it
+    /// tries again on the retry schedule.
+    pub fn record_journal_error(&self, stage: &str) {
+        self.journal_errors.add(&[stage], 1);
+    }
+
+    /// Journal read errors counted so far at `stage`.
+    pub fn journal_errors(&self, stage: &str) -> u64 {
+        lock(&self.journal_errors.values)
+            .get(&vec![stage.to_owned()])
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Automatic rollbacks counted so far for `kind`.
@@ -155,6 +171,12 @@ impl Metrics {
             "voodu_autoscale_changes_total",
             "Replica changes made by the autoscaler, by direction.",
             &["direction"],
+        );
+        self.journal_errors.render(
+            out,
+            "voodu_reconciler_store_errors_total",
+            "Times the reconciler could not read the journal (tail) or its boot state (boot); each is retried.",
+            &["stage"],
         );
     }
 }

@@ -18,14 +18,23 @@ use super::cron::CronTimes;
 use super::lock;
 
 /// Waiters of running job runs, and the cron scheduler's fire times.
-#[derive(Debug, Default)]
-pub struct Jobs {
+#[derive(Debug)]
+pub(crate) struct Jobs {
     attached: Mutex<BTreeSet<i64>>,
     tracker: TaskTracker,
     pub(crate) cron: CronTimes,
 }
 
 impl Jobs {
+    /// Waiters run on `tracker` (the reconciler's).
+    pub(crate) fn new(tracker: TaskTracker) -> Jobs {
+        Jobs {
+            attached: Mutex::default(),
+            tracker,
+            cron: CronTimes::default(),
+        }
+    }
+
     /// The run ids that have a waiter now.
     pub(crate) fn attached(&self) -> BTreeSet<i64> {
         lock(&self.attached).clone()
@@ -46,12 +55,5 @@ impl Jobs {
 
     pub(crate) fn detach(&self, run_id: i64) {
         lock(&self.attached).remove(&run_id);
-    }
-
-    /// Waits for every waiter to return (they return on shutdown, leaving their runs
-    /// `running` for the next start to pick up).
-    pub(crate) async fn wait(&self) {
-        self.tracker.close();
-        self.tracker.wait().await;
     }
 }

@@ -14,6 +14,7 @@
 //! - the cron scheduler (`cron::schedule`) and the job-run waiters (`jobs`) only requeue keys:
 //!   every change to the host still goes through a handler holding its key.
 
+mod action;
 mod autoscale;
 mod cron;
 mod drift;
@@ -32,9 +33,9 @@ pub mod router;
 mod routes;
 pub mod wake;
 
+pub use action::Action;
 pub use cron::{Clock, DEFAULT_CATCH_UP as DEFAULT_CRON_CATCH_UP};
 pub use error::{Error, Result};
-pub use jobs::Jobs;
 pub use retry::RetryPolicy;
 
 use std::collections::{BTreeSet, HashMap};
@@ -48,6 +49,7 @@ use crate::metrics::Metrics;
 use crate::model::{Kind, ResourceKey};
 use crate::runtime::{Runtime, labels};
 use crate::store::{ResourceStatus, Store, now_unix};
+use jobs::Jobs;
 use queue::KeyedQueue;
 
 /// The journal consumer name under which the cursor is persisted.
@@ -75,9 +77,10 @@ pub struct ReconcileOptions {
     pub container_events: bool,
     /// How often the autoscaler samples CPU (voodu: 15s).
     pub autoscale_interval: Duration,
-    /// Ulimits every container gets under its manifest's own: voodu's platform defaults,
-    /// clamped to what this host can grant (`host_default_ulimits`).
-    pub default_ulimits: Vec<(String, i64, i64)>,
+    /// Ulimits every container gets under its manifest's own; `None`: voodu's platform
+    /// defaults clamped to what this host can grant (`host_default_ulimits`, read when the
+    /// reconciler starts, never in `Default`).
+    pub default_ulimits: Option<Vec<(String, i64, i64)>>,
     /// How old the most recent cronjob tick missed while the agent was not running may be
     /// and still run once (`--cron-catch-up`); older ones are reported as missed.
     pub cron_catch_up: Duration,
@@ -99,7 +102,7 @@ impl Default for ReconcileOptions {
             resync: Duration::from_secs(300),
             container_events: true,
             autoscale_interval: Duration::from_secs(15),
-            default_ulimits: host_default_ulimits(),
+            default_ulimits: None,
             cron_catch_up: cron::DEFAULT_CATCH_UP,
             clock: Clock::System,
             ingress: None,
@@ -129,43 +132,102 @@ pub fn host_default_ulimits() -> Vec<(String, i64, i64)> {
     .collect()
 }
 
-/// What every handler needs.
-pub struct Ctx<R: Runtime> {
+/// What the reconciler is built from, apart from its options: the parts the agent shares
+/// with other stages, and the handles others keep to wake it or to watch the router.
+pub struct Deps<R: Runtime> {
     pub store: Arc<Store>,
     pub runtime: Arc<R>,
-    /// The `voodu.agent` label value of this agent's containers.
-    pub agent_id: String,
-    /// `<data-dir>/assets`: where `${asset.…}` references point on the host.
-    pub assets_root: std::path::PathBuf,
-    pub options: ReconcileOptions,
     /// Where reconciles are counted and timed.
     pub metrics: Arc<Metrics>,
-    /// Where release outcomes go for their `on_deploy` webhooks.
-    pub notifier: notify::Notifier,
+    /// `<data-dir>/assets`: where `${asset.…}` references point on the host.
+    pub assets_root: std::path::PathBuf,
+    /// Every task of the reconciler (workers, probes, drift, autoscaler, cron, router, job
+    /// waiters, webhook deliveries) runs on this tracker; the caller closes and waits for it
+    /// after `run` returns.
+    pub tracker: TaskTracker,
+    pub handles: Handles,
+}
+
+/// Ways into a running reconciler from outside it (cheap to clone; `Default` makes fresh
+/// ones).
+#[derive(Debug, Clone, Default)]
+pub struct Handles {
     /// Asks for keys to be reconciled from outside the journal (cron ticks, events).
     pub requeue: wake::Requeue,
-    /// Tells the ingress router to rebuild its routes.
+    /// Wakes the ingress router and carries its reports.
     pub router: wake::RouterWake,
+}
+
+/// What every handler needs; built once by `run` (`Ctx::new`), its fields private to the
+/// reconcile stage.
+pub(crate) struct Ctx<R: Runtime> {
+    store: Arc<Store>,
+    runtime: Arc<R>,
+    /// The `voodu.agent` label value of this agent's containers.
+    agent_id: String,
+    /// `<data-dir>/assets`: where `${asset.…}` references point on the host.
+    assets_root: std::path::PathBuf,
+    options: ReconcileOptions,
+    /// `options.default_ulimits`, resolved against this host.
+    default_ulimits: Vec<(String, i64, i64)>,
+    metrics: Arc<Metrics>,
+    /// Where release outcomes go for their `on_deploy` webhooks.
+    notifier: notify::Notifier,
+    requeue: wake::Requeue,
+    router: wake::RouterWake,
     /// Fires when the agent stops: long waits in handlers (init containers, jobs, hooks)
     /// give up on it.
-    pub shutdown: CancellationToken,
-    /// Waiters of running job runs and the cronjobs' next fire times (`Jobs::default()`).
-    pub jobs: Jobs,
+    shutdown: CancellationToken,
+    /// Waiters of running job runs and the cronjobs' next fire times.
+    jobs: Jobs,
     /// What handlers remember between passes (rollout clocks, crash-loop back-offs); lost on
     /// restart by design, rebuilt from the store and the host.
-    pub memory: Memory,
+    memory: Memory,
+}
+
+impl<R: Runtime> Ctx<R> {
+    /// The context of one reconciler run; spawns the webhook deliveries on `deps.tracker`.
+    fn new(
+        deps: Deps<R>,
+        agent_id: String,
+        options: ReconcileOptions,
+        shutdown: CancellationToken,
+    ) -> Ctx<R> {
+        let (notifier, deliveries) =
+            notify::Notifier::new(deps.assets_root.clone(), shutdown.clone());
+        deps.tracker.spawn(deliveries);
+        let default_ulimits = options
+            .default_ulimits
+            .clone()
+            .unwrap_or_else(host_default_ulimits);
+        Ctx {
+            store: deps.store,
+            runtime: deps.runtime,
+            agent_id,
+            assets_root: deps.assets_root,
+            options,
+            default_ulimits,
+            metrics: deps.metrics,
+            notifier,
+            requeue: deps.handles.requeue,
+            router: deps.handles.router,
+            shutdown,
+            jobs: Jobs::new(deps.tracker),
+            memory: Memory::default(),
+        }
+    }
 }
 
 /// In-memory handler state (see `Ctx::memory`).
 #[derive(Debug, Default)]
-pub struct Memory {
-    pub rollouts: gate::RolloutClock,
+pub(crate) struct Memory {
+    pub(crate) rollouts: gate::RolloutClock,
     /// Starts of crashed replicas by the agent, by container id.
-    pub crash_loops: gate::CrashLoops,
+    pub(crate) crash_loops: gate::CrashLoops,
     /// Liveness replacements, by resource: they back off the same way.
-    pub liveness: gate::CrashLoops,
+    pub(crate) liveness: gate::CrashLoops,
     /// Containers the agent removed after a refused start: their events are not drift.
-    pub own_removals: wake::OwnRemovals,
+    pub(crate) own_removals: wake::OwnRemovals,
 }
 
 /// Runs a blocking store call off the async threads.
@@ -195,69 +257,134 @@ struct Shared<R: Runtime> {
     shutdown: CancellationToken,
 }
 
-/// Runs the reconciler until `shutdown` fires; in-flight reconciles finish their current step
-/// sequence before it returns.
-pub async fn run<R: Runtime>(ctx: Arc<Ctx<R>>, shutdown: CancellationToken) -> Result<()> {
+/// Runs the reconciler until `shutdown` fires. Every task it starts runs on `deps.tracker`;
+/// in-flight reconciles finish their current step sequence once the caller waits for it.
+///
+/// Only a failure to read the agent id ends it early: a store error in the journal tail or
+/// the boot replay is logged and tried again on the retry schedule, like a worker's.
+pub async fn run<R: Runtime>(
+    deps: Deps<R>,
+    options: ReconcileOptions,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let agent_id = blocking(&deps.store, |store| store.agent_id()).await?;
+    let tracker = deps.tracker.clone();
+    let ctx = Arc::new(Ctx::new(deps, agent_id, options, shutdown.clone()));
     let mut journal = ctx.store.subscribe();
-    // The boot replay covers every journal row up to the current head, so the tail starts
-    // there; the replayed keys carry the head's seq, so the cursor only moves past it once the
-    // replay is done. Rows between the persisted cursor and the head need no second pass.
-    let head = *journal.borrow_and_update();
-    let cursor = blocking(&ctx.store, |store| store.cursor(CURSOR)).await?;
-    let start = cursor.max(head);
     let shared = Arc::new(Shared {
         ctx: ctx.clone(),
         queue: KeyedQueue::default(),
         failures: Mutex::new(HashMap::new()),
-        read_seq: Mutex::new(start),
-        tracker: TaskTracker::new(),
+        read_seq: Mutex::new(0),
+        tracker: tracker.clone(),
         shutdown: shutdown.clone(),
     });
-
-    let boot_seq = (start > cursor).then_some(start);
-    for key in boot_keys(&ctx).await? {
-        shared.queue.push(key, boot_seq);
+    // The boot replay covers every journal row up to the current head, so the tail starts
+    // there; the replayed keys carry the head's seq, so the cursor only moves past it once the
+    // replay is done. Rows between the persisted cursor and the head need no second pass.
+    let mut failures = 0;
+    loop {
+        match boot(&shared, &mut journal).await {
+            Ok(()) => break,
+            Err(error) => {
+                failures += 1;
+                let delay = ctx.options.retry.backoff(failures);
+                ctx.metrics.record_journal_error("boot");
+                tracing::warn!(%error, retry_in = ?delay, "boot replay failed; will retry");
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = shutdown.cancelled() => return Ok(()),
+                }
+            }
+        }
     }
     for _ in 0..ctx.options.concurrency.max(1) {
-        let shared = shared.clone();
-        shared.tracker.clone().spawn(worker(shared));
+        tracker.spawn(worker(shared.clone()));
     }
-    shared.tracker.spawn(probes::run(
-        ctx.clone(),
-        shared.tracker.clone(),
-        shutdown.clone(),
-    ));
-    shared.tracker.spawn(autoscale::run(
+    tracker.spawn(probes::run(ctx.clone(), tracker.clone(), shutdown.clone()));
+    tracker.spawn(autoscale::run(
         ctx.clone(),
         ctx.options.autoscale_interval,
         shutdown.clone(),
     ));
-    shared.tracker.spawn(drift::run(
+    tracker.spawn(drift::run(
         ctx.clone(),
         ctx.options.resync,
         ctx.options.container_events,
         shutdown.clone(),
     ));
-    shared
-        .tracker
-        .spawn(cron::schedule(ctx.clone(), shutdown.clone()));
+    tracker.spawn(cron::schedule(ctx.clone(), shutdown.clone()));
     if let Some(requests) = ctx.requeue.take_receiver() {
-        shared.tracker.spawn(requeues(shared.clone(), requests));
+        tracker.spawn(requeues(shared.clone(), requests));
     }
+    match ctx.options.ingress.clone() {
+        Some(ingress) if ingress.run_router => {
+            tracker.spawn(router::run(ctx.clone(), ingress, shutdown.clone()));
+        }
+        Some(_) => {}
+        None => {
+            // Off: a proxy left from an earlier run with the ingress on would keep serving
+            // stale routes.
+            let ctx = ctx.clone();
+            tracker.spawn(async move {
+                if let Err(error) = router::remove_proxy(ctx.runtime.as_ref(), &ctx.agent_id).await
+                {
+                    tracing::warn!(%error, "cannot remove the ingress proxy of an earlier run");
+                }
+            });
+        }
+    }
+    // A failed tail is read again after the retry schedule's delay (or at the next journal
+    // change): one store error, such as SQLITE_BUSY past the busy timeout, never stops the
+    // agent.
+    let mut failures = 0;
     loop {
-        tail(&shared).await?;
+        let retry = match tail(&shared).await {
+            Ok(()) => {
+                failures = 0;
+                None
+            }
+            Err(error) => {
+                failures += 1;
+                let delay = ctx.options.retry.backoff(failures);
+                ctx.metrics.record_journal_error("tail");
+                tracing::warn!(%error, retry_in = ?delay, "cannot read the journal; will retry");
+                Some(delay)
+            }
+        };
+        let retry_due = async {
+            match retry {
+                Some(delay) => tokio::time::sleep(delay).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             changed = journal.changed() => {
                 if changed.is_err() {
                     break;
                 }
             }
+            () = retry_due => {}
             () = shutdown.cancelled() => break,
         }
     }
-    shared.tracker.close();
-    shared.tracker.wait().await;
-    ctx.jobs.wait().await;
+    Ok(())
+}
+
+/// Queues every key of the boot replay and sets where the tail starts.
+async fn boot<R: Runtime>(
+    shared: &Arc<Shared<R>>,
+    journal: &mut tokio::sync::watch::Receiver<i64>,
+) -> Result<()> {
+    let ctx = &shared.ctx;
+    let head = *journal.borrow_and_update();
+    let cursor = blocking(&ctx.store, |store| store.cursor(CURSOR)).await?;
+    let start = cursor.max(head);
+    let boot_seq = (start > cursor).then_some(start);
+    for key in boot_keys(ctx).await? {
+        shared.queue.push(key, boot_seq);
+    }
+    *lock(&shared.read_seq) = start;
     Ok(())
 }
 
@@ -373,7 +500,7 @@ async fn worker<R: Runtime>(shared: Arc<Shared<R>>) {
             .spawn(handlers::reconcile(shared.ctx.clone(), key.clone()))
             .await;
         let result = match &outcome {
-            Ok(Ok(())) => "success",
+            Ok(Ok(_)) => "success",
             Ok(Err(_)) => "error",
             Err(_) => "panic",
         };
@@ -381,11 +508,12 @@ async fn worker<R: Runtime>(shared: Arc<Shared<R>>) {
             .ctx
             .metrics
             .record_reconcile(key.kind.as_str(), result, started.elapsed());
-        match outcome {
-            Ok(Ok(())) => {
+        let action = match outcome {
+            Ok(Ok(action)) => {
                 lock(&shared.failures).remove(&key);
+                action
             }
-            Ok(Err(error)) => on_error(&shared, &key, &error),
+            Ok(Err(error)) => error_policy(&shared, &key, &error).await,
             Err(join_error) => {
                 let message = match join_error.try_into_panic() {
                     Ok(payload) => panic_message(payload.as_ref()),
@@ -393,7 +521,11 @@ async fn worker<R: Runtime>(shared: Arc<Shared<R>>) {
                 };
                 tracing::error!(%key, %message, "handler panicked; recorded on the resource");
                 record_panic(&shared, &key, &message).await;
+                Action::AwaitChange
             }
+        };
+        if let Some(delay) = action.delay() {
+            shared.ctx.requeue.after(key.clone(), delay);
         }
         shared.queue.done(&key);
         if let Err(error) = persist_cursor(&shared).await {
@@ -402,30 +534,59 @@ async fn worker<R: Runtime>(shared: Arc<Shared<R>>) {
     }
 }
 
-fn on_error<R: Runtime>(shared: &Arc<Shared<R>>, key: &ResourceKey, error: &Error) {
+/// Maps a failed reconcile to its `Action` (`RetryPolicy::error_policy`) and records the
+/// error on the resource's status: a retry keeps the phase the handler wrote (or `Pending`),
+/// anything else is `Failed`.
+async fn error_policy<R: Runtime>(
+    shared: &Arc<Shared<R>>,
+    key: &ResourceKey,
+    error: &Error,
+) -> Action {
     let failures = {
         let mut failures = lock(&shared.failures);
         let count = failures.entry(key.clone()).or_insert(0);
         *count += 1;
         *count
     };
-    match shared.ctx.options.retry.next_delay(error, failures) {
-        Some(delay) => {
+    let action = shared.ctx.options.retry.error_policy(error, failures);
+    match action {
+        Action::RequeueAfter(delay) => {
             tracing::warn!(%key, %error, retry_in = ?delay, attempt = failures, "reconcile failed; will retry");
-            let shared_for_timer = shared.clone();
-            let key = key.clone();
-            shared.tracker.spawn(async move {
-                tokio::select! {
-                    () = tokio::time::sleep(delay) => shared_for_timer.queue.push(key, None),
-                    () = shared_for_timer.shutdown.cancelled() => {}
-                }
-            });
         }
-        None => {
+        Action::Done | Action::AwaitChange => {
             tracing::error!(%key, %error, "reconcile failed; waiting for the next change");
             lock(&shared.failures).remove(key);
         }
     }
+    let retrying = action.delay().is_some();
+    let (key_for_store, message) = (key.clone(), error.to_string());
+    let recorded = blocking(&shared.ctx.store, move |store| {
+        let Some(desired) = store.desired(&key_for_store)? else {
+            // Gone from desired state: no status to record it on.
+            return Ok(());
+        };
+        let previous = store.status(&key_for_store)?;
+        let phase = match &previous {
+            _ if !retrying => "Failed".to_owned(),
+            Some(status) => status.phase.clone(),
+            None => "Pending".to_owned(),
+        };
+        let status = ResourceStatus {
+            message,
+            updated_at: now_unix(),
+            ..previous.unwrap_or_else(|| ResourceStatus {
+                spec_hash: desired.spec_hash.to_string(),
+                ..ResourceStatus::new(&phase, "")
+            })
+        };
+        let status = ResourceStatus { phase, ..status };
+        store.put_status(&key_for_store, &status)
+    })
+    .await;
+    if let Err(error) = recorded {
+        tracing::warn!(%key, %error, "cannot record a reconcile error on the status");
+    }
+    action
 }
 
 async fn record_panic<R: Runtime>(shared: &Arc<Shared<R>>, key: &ResourceKey, message: &str) {

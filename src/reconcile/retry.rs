@@ -1,12 +1,15 @@
-//! Error policy: which reconcile errors are retried, and when.
+//! The error policy (kube-runtime's `error_policy`): the one place a reconcile error becomes an
+//! `Action`. Transient errors are retried after 1, 2, 4, 8, 16 and 30 s (six retries); each
+//! retry re-reads desired state, so a fix or a delete pushed meanwhile wins. Other errors, and
+//! transient ones past the schedule, wait for the next change. The worker records the outcome
+//! on the resource's status (`super::record_error`); no handler classifies errors itself.
 //!
-//! The one place errors are classified (kube's `error_policy`). Transient errors are retried
-//! after 1, 2, 4, 8, 16 and 30 s (six retries); each retry re-reads desired state, so a fix
-//! or a delete pushed meanwhile wins. Other errors wait for the next event.
+//! The ingress router, which is no resource, waits between failed passes on the same schedule
+//! (`RetryPolicy::backoff`), repeating its last step instead of giving up.
 
 use std::time::Duration;
 
-use super::Error;
+use super::{Action, Error};
 
 /// The retry schedule.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +37,22 @@ impl RetryPolicy {
         }
         self.delays.get(failures - 1).copied()
     }
+
+    /// What a key whose reconcile failed for the `failures`-th time in a row does next.
+    pub fn error_policy(&self, error: &Error, failures: usize) -> Action {
+        self.next_delay(error, failures)
+            .map_or(Action::AwaitChange, Action::RequeueAfter)
+    }
+
+    /// The wait after the `failures`-th failure in a row of a loop that never gives up (the
+    /// ingress router): the schedule, then its last step again and again.
+    pub fn backoff(&self, failures: usize) -> Duration {
+        let last = self.delays.len().saturating_sub(1);
+        self.delays
+            .get(failures.saturating_sub(1).min(last))
+            .copied()
+            .unwrap_or(Duration::from_secs(30))
+    }
 }
 
 #[cfg(test)]
@@ -60,5 +79,40 @@ mod tests {
             message: "bad port".into(),
         };
         assert_eq!(policy.next_delay(&permanent, 1), None);
+    }
+
+    #[test]
+    fn every_error_maps_to_one_action() {
+        let policy = RetryPolicy::default();
+        let key = ResourceKey::new(Kind::Deployment, "s", "n");
+        let transient = Error::Transient {
+            key: key.clone(),
+            message: "died at once".into(),
+        };
+        let permanent = Error::Permanent {
+            key,
+            message: "bad port".into(),
+        };
+        let s = Duration::from_secs;
+        let cases = [
+            (&transient, 1, Action::RequeueAfter(s(1))),
+            (&transient, 6, Action::RequeueAfter(s(30))),
+            (&transient, 7, Action::AwaitChange),
+            (&permanent, 1, Action::AwaitChange),
+        ];
+        for (error, failures, action) in cases {
+            assert_eq!(
+                policy.error_policy(error, failures),
+                action,
+                "{error} #{failures}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_router_backs_off_on_the_same_schedule_and_keeps_trying() {
+        let policy = RetryPolicy::default();
+        let waits: Vec<u64> = (1..=8).map(|n| policy.backoff(n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 30, 30, 30]);
     }
 }

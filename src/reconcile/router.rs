@@ -63,6 +63,10 @@ pub struct IngressOptions {
     pub state_dir: PathBuf,
     /// A full pass, including a check of Caddy's live config, at least this often.
     pub resync: Duration,
+    /// Run the router task (the default). Off, ingresses are planned and report that the
+    /// proxy has not loaded their routes yet: the handler alone, for tests on the fake
+    /// runtime, which has no proxy to talk to.
+    pub run_router: bool,
 }
 
 impl IngressOptions {
@@ -74,6 +78,7 @@ impl IngressOptions {
             https: SocketAddr::from(([0, 0, 0, 0], 443)),
             state_dir,
             resync: Duration::from_secs(30),
+            run_router: true,
         }
     }
 }
@@ -291,7 +296,7 @@ struct Router<R: Runtime> {
 }
 
 /// Runs the router until `shutdown` fires. The proxy keeps running after that.
-pub async fn run<R: Runtime>(
+pub(crate) async fn run<R: Runtime>(
     ctx: Arc<Ctx<R>>,
     options: IngressOptions,
     shutdown: CancellationToken,
@@ -314,7 +319,7 @@ pub async fn run<R: Runtime>(
         pushed: None,
         report: RouterReport::default(),
     };
-    let mut failures: u32 = 0;
+    let mut failures: usize = 0;
     loop {
         // After a failure the next pass follows the backoff, whatever wakes arrive meanwhile.
         let verify = if failures > 0 {
@@ -339,10 +344,8 @@ pub async fn run<R: Runtime>(
             Ok(()) => failures = 0,
             Err(error) => {
                 failures = failures.saturating_add(1);
-                // The reconciler's schedule: 1, 2, 4, 8, 16, then every 30 s.
-                let delay = Duration::from_secs(
-                    [1, 2, 4, 8, 16, 30][usize::try_from(failures - 1).unwrap_or(5).min(5)],
-                );
+                // The reconciler's schedule (`RetryPolicy`), repeating its last step.
+                let delay = router.ctx.options.retry.backoff(failures);
                 tracing::warn!(%error, retry_in = ?delay, "ingress router pass failed");
                 let message = error.to_string();
                 let mut report = router.report.clone();

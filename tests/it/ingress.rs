@@ -13,10 +13,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use voodu_agent::model::{Kind, ResourceKey};
 use voodu_agent::reconcile::router::{self, IngressOptions};
 use voodu_agent::reconcile::wake::{Requeue, RouterWake};
-use voodu_agent::reconcile::{self, Ctx, ReconcileOptions};
+use voodu_agent::reconcile::{self, Handles, ReconcileOptions};
 use voodu_agent::runtime::{DockerRuntime, FakeRuntime, Runtime, labels};
 use voodu_agent::store::{Readiness, ResourceStatus, Store, now_unix};
 
@@ -28,39 +29,49 @@ fn caddy_image() -> String {
     std::env::var("VOODU_CADDY_IMAGE").unwrap_or_else(|_| "voodu-caddy:latest".to_owned())
 }
 
-fn ctx<R: Runtime>(
+/// A reconciler (and, when `ingress` runs one, its router) over `store`.
+struct Running {
+    task: tokio::task::JoinHandle<reconcile::Result<()>>,
+    tracker: TaskTracker,
+}
+
+fn start<R: Runtime>(
     store: &Arc<Store>,
     runtime: Arc<R>,
     dir: &std::path::Path,
     ingress: Option<IngressOptions>,
-    router: RouterWake,
-    requeue: Requeue,
+    handles: Handles,
     shutdown: &CancellationToken,
-) -> TestResult<Arc<Ctx<R>>> {
-    Ok(Arc::new(Ctx {
+) -> Running {
+    let tracker = TaskTracker::new();
+    let deps = reconcile::Deps {
         store: store.clone(),
         runtime,
-        agent_id: store.agent_id()?,
-        assets_root: dir.join("assets"),
-        options: ReconcileOptions {
-            ingress,
-            ..ReconcileOptions::default()
-        },
         metrics: Arc::new(voodu_agent::metrics::Metrics::new()),
-        notifier: voodu_agent::reconcile::notify::Notifier::new(
-            dir.join("assets"),
-            shutdown.clone(),
-        )
-        .0,
-        requeue,
-        router,
-        shutdown: shutdown.clone(),
-        jobs: voodu_agent::reconcile::Jobs::default(),
-        memory: voodu_agent::reconcile::Memory::default(),
-    }))
+        assets_root: dir.join("assets"),
+        tracker: tracker.clone(),
+        handles,
+    };
+    let options = ReconcileOptions {
+        ingress,
+        ..ReconcileOptions::default()
+    };
+    Running {
+        task: tokio::spawn(reconcile::run(deps, options, shutdown.clone())),
+        tracker,
+    }
 }
 
-/// Waits (liveness bound) until the status of `key` satisfies `check`.
+impl Running {
+    /// Waits for the reconciler and every task it started (after `shutdown` fired).
+    async fn stop(self) -> TestResult {
+        self.task.await??;
+        self.tracker.close();
+        self.tracker.wait().await;
+        Ok(())
+    }
+}
+
 async fn status_until(
     store: &Store,
     key: &ResourceKey,
@@ -102,16 +113,14 @@ async fn an_ingress_on_an_agent_without_proxy_says_it_is_off() -> TestResult {
     apply_files(&store, 1, &[("shop.hcl", SHOP_WEB)])?;
     let shutdown = CancellationToken::new();
     let fake = Arc::new(FakeRuntime::new());
-    let ctx = ctx(
+    let running = start(
         &store,
         fake.clone(),
         dir.path(),
         None,
-        RouterWake::default(),
-        Requeue::default(),
+        Handles::default(),
         &shutdown,
-    )?;
-    let task = tokio::spawn(reconcile::run(ctx, shutdown.clone()));
+    );
     let key = ResourceKey::new(Kind::Ingress, "shop", "web");
     let status = status_until(&store, &key, "ingress status", |_| true).await?;
     assert_eq!(status.phase, "Disabled");
@@ -121,7 +130,7 @@ async fn an_ingress_on_an_agent_without_proxy_says_it_is_off() -> TestResult {
         status.message
     );
     shutdown.cancel();
-    task.await??;
+    running.stop().await?;
     assert!(
         fake.list(&[(labels::ROLE, router::ROLE)]).await?.is_empty(),
         "no proxy container without the ingress"
@@ -141,16 +150,20 @@ async fn an_ingress_waits_for_the_proxy_to_serve_its_routes() -> TestResult {
     let router_wake = RouterWake::default();
     let woken = router_wake.subscribe();
     let requeue = Requeue::default();
-    let ctx = ctx(
+    let running = start(
         &store,
         Arc::new(FakeRuntime::new()),
         dir.path(),
-        Some(IngressOptions::new(dir.path().join("ingress"))),
-        router_wake,
-        requeue.clone(),
+        Some(IngressOptions {
+            run_router: false,
+            ..IngressOptions::new(dir.path().join("ingress"))
+        }),
+        Handles {
+            requeue: requeue.clone(),
+            router: router_wake,
+        },
         &shutdown,
-    )?;
-    let task = tokio::spawn(reconcile::run(ctx, shutdown.clone()));
+    );
     let key = ResourceKey::new(Kind::Ingress, "shop", "web");
     let status = status_until(&store, &key, "ingress status", |_| true).await?;
     assert_eq!(status.phase, "Progressing");
@@ -186,7 +199,7 @@ async fn an_ingress_waits_for_the_proxy_to_serve_its_routes() -> TestResult {
         .collect();
     assert_eq!(upstreams, addresses);
     shutdown.cancel();
-    task.await??;
+    running.stop().await?;
     Ok(())
 }
 
@@ -211,7 +224,7 @@ struct Agent {
     shutdown: CancellationToken,
     router: RouterWake,
     requeue: Requeue,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    running: Option<Running>,
 }
 
 impl Agent {
@@ -224,39 +237,31 @@ impl Agent {
         let shutdown = CancellationToken::new();
         let router = RouterWake::default();
         let requeue = Requeue::default();
-        let ctx = ctx(
+        let running = start(
             store,
             runtime,
             dir,
             Some(options.clone()),
-            router.clone(),
-            requeue.clone(),
+            Handles {
+                requeue: requeue.clone(),
+                router: router.clone(),
+            },
             &shutdown,
-        )?;
-        let reconciler = {
-            let ctx = ctx.clone();
-            let shutdown = shutdown.clone();
-            tokio::spawn(async move {
-                if let Err(error) = reconcile::run(ctx, shutdown).await {
-                    panic!("reconciler stopped: {error}");
-                }
-            })
-        };
-        let routing = tokio::spawn(router::run(ctx, options.clone(), shutdown.clone()));
+        );
         Ok(Agent {
             shutdown,
             router,
             requeue,
-            tasks: vec![reconciler, routing],
+            running: Some(running),
         })
     }
 
     async fn stop(mut self) -> TestResult {
         self.shutdown.cancel();
-        for task in std::mem::take(&mut self.tasks) {
-            task.await?;
+        match self.running.take() {
+            Some(running) => running.stop().await,
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// The proxy's published HTTP address, once the router reports one with `n` pushes.

@@ -286,6 +286,40 @@ async fn i10_an_unreadable_resource_does_not_stop_the_others() -> TestResult {
     harness.stop().await
 }
 
+/// Issue 11, bug 3: one store error in the journal tail stopped the whole agent (the same
+/// error in a worker is a warning). A journal row the store cannot read fails the tail until
+/// it is gone; the reconciler keeps running and applies the next commit.
+#[tokio::test(start_paused = true)]
+async fn a_store_error_in_the_journal_tail_does_not_stop_the_agent() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.start()?;
+    harness.push(&[("web.hcl", &web(1, "1"))])?;
+    harness.converged(&web_key(), 1).await?;
+    let connection = rusqlite::Connection::open(harness._dir.path().join("state.db"))?;
+    connection.execute(
+        "INSERT INTO journal (kind, scope, name, op, generation, commit_sha)
+         VALUES ('gizmo', 'shop', 'web', 'PUT', 1, 'c0ffee')",
+        [],
+    )?;
+    harness.store.notice_external_writes()?;
+    let start = Instant::now();
+    while harness.metrics.journal_errors("tail") < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the tail never met the unreadable row"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        harness.reconciler_running(),
+        "a store error stopped the reconciler"
+    );
+    connection.execute("DELETE FROM journal WHERE kind = 'gizmo'", [])?;
+    harness.push(&[("web.hcl", &web(2, "1"))])?;
+    harness.converged(&web_key(), 2).await?;
+    harness.stop().await
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_restart_replays_desired_without_duplicates_and_prunes_what_left() -> TestResult {
     let mut harness = Harness::new()?;

@@ -14,15 +14,16 @@ use serde_json::json;
 use crate::assets::{AssetFiles, check_asset, write_asset};
 use crate::manifest::spec::Spec;
 use crate::model::ResourceKey;
-use crate::reconcile::{Ctx, Error, Result, blocking};
+use crate::reconcile::{Action, Ctx, Error, Result, blocking};
 use crate::runtime::Runtime;
 use crate::store::ResourceStatus;
 
-pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
+pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Action> {
     let desired = super::desired_of(ctx, key).await?;
     let Some(desired) = desired else {
         let key = key.clone();
-        return blocking(&ctx.store, move |store| store.delete_status(&key)).await;
+        blocking(&ctx.store, move |store| store.delete_status(&key)).await?;
+        return Ok(Action::Done);
     };
     let Spec::Asset(asset) = &desired.spec else {
         return Err(super::wrong_kind(key, &desired.spec));
@@ -81,5 +82,6 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         }
     };
     let key = key.clone();
-    blocking(&ctx.store, move |store| store.put_status(&key, &status)).await
+    blocking(&ctx.store, move |store| store.put_status(&key, &status)).await?;
+    Ok(Action::Done)
 }

@@ -247,14 +247,8 @@ fn cronjob_status(
         Some(at.with_timezone(&zone).to_rfc3339())
     });
     let (phase, message) = if let Some(error) = error {
-        (
-            if error.is_transient() {
-                "Pending"
-            } else {
-                "Failed"
-            },
-            error.to_string(),
-        )
+        // The error policy then makes it `Failed` unless it is retried.
+        ("Pending", error.to_string())
     } else if spec.suspend {
         ("Suspended", "suspended: no tick runs".to_owned())
     } else {

@@ -160,7 +160,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         env_digest: env_digest.clone(),
         ports: spec.ports.clone(),
         restart: spec.effective_restart().to_owned(),
-        default_ulimits: ctx.options.default_ulimits.clone(),
+        default_ulimits: ctx.default_ulimits.clone(),
         probes: spec.probes.clone(),
         ..Launch::default()
     };

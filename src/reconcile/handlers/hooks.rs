@@ -150,7 +150,7 @@ async fn run_stage<R: Runtime>(
         env: env.to_vec(),
         command: Some(command.to_vec()),
         tty: true,
-        default_ulimits: ctx.options.default_ulimits.clone(),
+        default_ulimits: ctx.default_ulimits.clone(),
         ..Launch::default()
     };
     let container_spec = build_spec(ctx, key, &identity, &spec.container, &launch)?;

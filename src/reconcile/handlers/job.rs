@@ -119,14 +119,8 @@ fn job_status(
         .iter()
         .find(|run| run.spec_hash == desired.spec_hash.as_str());
     let (phase, message) = match (error, current) {
-        (Some(error), _) => (
-            if error.is_transient() {
-                "Pending"
-            } else {
-                "Failed"
-            },
-            error.to_string(),
-        ),
+        // The error policy then makes it `Failed` unless it is retried.
+        (Some(error), _) => ("Pending", error.to_string()),
         (None, Some(run)) => run_phase(run),
         (None, None) if n_running > 0 => (
             "Running",
@@ -257,7 +251,7 @@ pub(super) async fn start_run<R: Runtime>(
         env,
         env_digest,
         restart: String::new(),
-        default_ulimits: ctx.options.default_ulimits.clone(),
+        default_ulimits: ctx.default_ulimits.clone(),
         ..Launch::default()
     };
     let mut container = build_spec(ctx, key, &identity, &job.container, &launch)?;

@@ -19,22 +19,26 @@ mod statefulset;
 
 use std::sync::Arc;
 
-use super::{Ctx, Error, Result, blocking};
+use super::{Action, Ctx, Error, Result, blocking};
 use crate::manifest::spec::Spec;
 use crate::model::{Kind, ResourceKey};
 use crate::runtime::Runtime;
 use crate::store::Desired;
 
-/// Reconciles one resource.
-pub(crate) async fn reconcile<R: Runtime>(ctx: Arc<Ctx<R>>, key: ResourceKey) -> Result<()> {
+/// Reconciles one resource; the `Action` says when to look again.
+pub(crate) async fn reconcile<R: Runtime>(ctx: Arc<Ctx<R>>, key: ResourceKey) -> Result<Action> {
     match key.kind {
         Kind::Asset => asset::reconcile(&ctx, &key).await,
-        Kind::Cronjob => cronjob::reconcile(&ctx, &key).await,
-        Kind::Deployment => deployment::reconcile(&ctx, &key).await,
-        Kind::Ingress => ingress::reconcile(&ctx, &key).await,
-        Kind::Job => job::reconcile(&ctx, &key).await,
+        Kind::Cronjob => cronjob::reconcile(&ctx, &key).await.map(|()| Action::Done),
+        Kind::Deployment => deployment::reconcile(&ctx, &key)
+            .await
+            .map(|()| Action::Done),
+        Kind::Ingress => ingress::reconcile(&ctx, &key).await.map(|()| Action::Done),
+        Kind::Job => job::reconcile(&ctx, &key).await.map(|()| Action::Done),
         Kind::Registry => registry::reconcile(&ctx, &key).await,
-        Kind::Statefulset => statefulset::reconcile(&ctx, &key).await,
+        Kind::Statefulset => statefulset::reconcile(&ctx, &key)
+            .await
+            .map(|()| Action::Done),
     }
 }
 

@@ -10,15 +10,16 @@ use serde_json::json;
 
 use crate::manifest::spec::Spec;
 use crate::model::ResourceKey;
-use crate::reconcile::{Ctx, Result, blocking};
+use crate::reconcile::{Action, Ctx, Result, blocking};
 use crate::runtime::Runtime;
 use crate::store::ResourceStatus;
 
-pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
+pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Action> {
     let desired = super::desired_of(ctx, key).await?;
     let Some(desired) = desired else {
         let key = key.clone();
-        return blocking(&ctx.store, move |store| store.delete_status(&key)).await;
+        blocking(&ctx.store, move |store| store.delete_status(&key)).await?;
+        return Ok(Action::Done);
     };
     let Spec::Registry(registry) = &desired.spec else {
         return Err(super::wrong_kind(key, &desired.spec));
@@ -48,5 +49,5 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         tracing::info!(%key, resource = %waiting_key, "a registry changed; retrying a failed pull");
         ctx.requeue.now(waiting_key);
     }
-    Ok(())
+    Ok(Action::Done)
 }

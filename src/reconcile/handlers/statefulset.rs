@@ -283,7 +283,7 @@ fn pod<R: Runtime>(
                 .iter()
                 .map(|(name, _, mount_path)| format!("{name}:{mount_path}"))
                 .collect(),
-            default_ulimits: ctx.options.default_ulimits.clone(),
+            default_ulimits: ctx.default_ulimits.clone(),
             probes: spec.probes.clone(),
             ..Launch::default()
         },

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use voodu_agent::manifest;
 use voodu_agent::model::{CommitSha, ResourceKey, Snapshot, SourceFile};
-use voodu_agent::reconcile::{self, Ctx, ReconcileOptions};
+use voodu_agent::reconcile::{self, ReconcileOptions};
 use voodu_agent::runtime::{Container, ContainerState, FakeRuntime, labels};
 use voodu_agent::store::Store;
 
@@ -21,6 +22,7 @@ pub struct Harness {
     pub options: ReconcileOptions,
     pub metrics: Arc<voodu_agent::metrics::Metrics>,
     shutdown: CancellationToken,
+    tracker: TaskTracker,
     task: Option<tokio::task::JoinHandle<reconcile::Result<()>>>,
     commits: usize,
 }
@@ -41,6 +43,7 @@ impl Harness {
             options: ReconcileOptions::default(),
             metrics: Arc::new(voodu_agent::metrics::Metrics::new()),
             shutdown: CancellationToken::new(),
+            tracker: TaskTracker::new(),
             task: None,
             commits: 0,
         })
@@ -48,25 +51,20 @@ impl Harness {
 
     pub fn start(&mut self) -> TestResult {
         self.shutdown = CancellationToken::new();
-        let ctx = Arc::new(Ctx {
+        self.tracker = TaskTracker::new();
+        let deps = reconcile::Deps {
             store: self.store.clone(),
             runtime: self.fake.clone(),
-            agent_id: self.store.agent_id()?,
-            assets_root: self._dir.path().join("assets"),
-            options: self.options.clone(),
             metrics: self.metrics.clone(),
-            notifier: voodu_agent::reconcile::notify::Notifier::new(
-                self._dir.path().join("assets"),
-                self.shutdown.clone(),
-            )
-            .0,
-            requeue: voodu_agent::reconcile::wake::Requeue::default(),
-            router: voodu_agent::reconcile::wake::RouterWake::default(),
-            shutdown: self.shutdown.clone(),
-            jobs: voodu_agent::reconcile::Jobs::default(),
-            memory: voodu_agent::reconcile::Memory::default(),
-        });
-        self.task = Some(tokio::spawn(reconcile::run(ctx, self.shutdown.clone())));
+            assets_root: self._dir.path().join("assets"),
+            tracker: self.tracker.clone(),
+            handles: reconcile::Handles::default(),
+        };
+        self.task = Some(tokio::spawn(reconcile::run(
+            deps,
+            self.options.clone(),
+            self.shutdown.clone(),
+        )));
         Ok(())
     }
 
@@ -75,7 +73,14 @@ impl Harness {
         if let Some(task) = self.task.take() {
             task.await??;
         }
+        self.tracker.close();
+        self.tracker.wait().await;
         Ok(())
+    }
+
+    /// Whether the reconciler task is still running (it only ends at shutdown).
+    pub fn reconciler_running(&self) -> bool {
+        self.task.as_ref().is_some_and(|task| !task.is_finished())
     }
 
     /// Applies a commit made of these files, as the sync stage would.
