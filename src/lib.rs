@@ -16,6 +16,10 @@
 //! - [`runtime`]: the container verbs handlers need; Docker through bollard, or a fake.
 //! - [`http`]: the webhook (→ a sync request), health, status, releases and metrics.
 //! - [`agent`], [`cli`]: the edge: wiring, signals, commands.
+//!
+//! `spec §N` in these docs cites a section of docs/voodu-format.md: voodu's format as its
+//! upstream code defines it at the commit the agent follows. Where the agent deliberately does
+//! otherwise is listed in docs/differences-from-voodu.md.
 
 pub mod metrics;
 pub mod model;

@@ -3,7 +3,8 @@
 //!
 //! Invariants: views are built from store reads only, and from one function each (`build`,
 //! `build_releases`), so the command line and HTTP cannot disagree; they are dedicated
-//! serialisable types, never internal ones (STYLE.md §3.13).
+//! serialisable types, never internal ones, so changing an internal type never changes the
+//! documents scripts read.
 
 use std::sync::Arc;
 

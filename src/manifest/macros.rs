@@ -6,7 +6,8 @@
 //! merge by container path); an operator `probes {}` replaces both default probes. Passwords
 //! are never in the manifest unless the operator writes one: the expansion asks for a
 //! generated one in the resource's own config bucket (`SecretRequest`), whose values every
-//! container of the resource gets in its environment (spec §4.3). Defaults the agent had to choose are listed in ARCHITECTURE.md.
+//! container of the resource gets in its environment (spec §4.3). Defaults the agent had to
+//! choose are listed in docs/differences-from-voodu.md.
 
 use std::collections::BTreeMap;
 

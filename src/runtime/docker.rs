@@ -2,7 +2,8 @@
 //! `DOCKER_HOST` honoured), with the API version negotiated at connect.
 //!
 //! Invariant: managed containers run with `init = true`, so a busybox `sleep` as the command
-//! still stops on SIGTERM instead of waiting out the grace period (CRATES.md).
+//! still stops on SIGTERM instead of waiting out the grace period (a PID 1 without a handler
+//! ignores SIGTERM).
 
 use std::collections::HashMap;
 

@@ -4,7 +4,7 @@
 //! spec snapshot it rolled out. History is capped at `RELEASE_HISTORY_LIMIT` records per
 //! resource, as voodu caps its release records; the oldest go first.
 //!
-//! Rollback is the emergency path (DESIGN.md): `rollback` re-applies a stored snapshot as
+//! Rollback is the emergency path (`git revert` is the GitOps one): `rollback` re-applies a stored snapshot as
 //! desired state and pins the resource, and `unpin` hands it back to git. Invariants:
 //! - a rollback or unpin is ONE transaction: the release records, the desired row, the
 //!   journal row and the pin change together or not at all;

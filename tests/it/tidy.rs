@@ -1,5 +1,5 @@
 //! Tidy checks over `src/`: every file starts with `//!`, and no module imports from a layer
-//! it may not use (STYLE.md §2).
+//! it may not use (the layering table in ARCHITECTURE.md).
 
 use std::path::Path;
 

@@ -1,7 +1,8 @@
 //! HCL source → per-kind specs, keeping `path:line:col` for every problem.
 //!
 //! Walks `hcl::edit` structures (not the serde view: there `file("x")` and an escaped `$${X}`
-//! lose their shape, see CRATES.md), so every attribute, block and value has a span. Top-level
+//! lose their shape, and nothing carries a location), so every attribute, block and value has
+//! a span. Top-level
 //! blocks dispatch by type (spec §1.4): the core kinds, `app` (deployment + ingress), and the
 //! `postgres` / `redis` macros (statefulsets, see `macros`).
 //!
