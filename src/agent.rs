@@ -94,7 +94,12 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let token = CancellationToken::new();
-    finish_after(shutdown, &token, run_on_docker(config, listener, token.clone())).await
+    finish_after(
+        shutdown,
+        &token,
+        run_on_docker(config, listener, token.clone()),
+    )
+    .await
 }
 
 /// Runs the agent with any runtime (tests pass the fake); see `run`.
@@ -105,7 +110,12 @@ pub async fn run_with_runtime<R: Runtime>(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let token = CancellationToken::new();
-    finish_after(shutdown, &token, run_until(config, runtime, listener, token.clone())).await
+    finish_after(
+        shutdown,
+        &token,
+        run_until(config, runtime, listener, token.clone()),
+    )
+    .await
 }
 
 /// Drives `work` to its end; when `shutdown` completes first, cancels `token` (which `work`
