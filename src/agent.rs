@@ -2,21 +2,28 @@
 //! (poll ticks, the webhook, local ref changes), the reconciler, the ingress router and the
 //! HTTP side until shutdown.
 //!
+//! The caller binds the HTTP listener and passes it with a shutdown future (mini-redis's
+//! `server::run(listener, shutdown)`): a taken port is its error, and whoever bound the
+//! listener knows the port.
+//!
 //! Invariants: every task is spawned on this module's `TaskTracker` and stops on its
-//! `CancellationToken`; `run` returns only after all of them finished. One agent per data dir
+//! `CancellationToken`, which the shutdown future cancels; `run` returns only after all of
+//! them finished, the sync in flight included (it is asked to stop at its next safe point,
+//! never dropped mid-flight). One agent per data dir
 //! (`lock`), held from before state.db is opened until `run` returns; the agent never starts
 //! with a new identity while an old one of its data dir remains (`identity`).
 
 mod identity;
 mod lock;
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -27,10 +34,10 @@ use crate::metrics::Metrics;
 use crate::reconcile::{self, ReconcileOptions};
 use crate::runtime::{DockerRuntime, Runtime};
 use crate::store::{HEALTH_ENGINE, Store};
-use crate::sync::{SyncOptions, SyncOutcome, Syncer};
+use crate::sync::{self as sync_stage, SyncOptions, SyncOutcome, Syncer};
 
 /// `meta` key under which the agent records the address its HTTP side listens on, so
-/// `voodu-agent sync`, `rollback` and `unpin` find it.
+/// `voodu-agent sync`, `rollback` and `unpin` find it (tests know it: they bound it).
 pub const META_HTTP_ADDR: &str = "http_addr";
 /// `meta` key of the webhook secret file's path (never the secret), for the same commands.
 pub const META_SECRET_FILE: &str = "webhook_secret_file";
@@ -44,8 +51,8 @@ pub struct AgentConfig {
     pub interval: Duration,
     pub sync: SyncOptions,
     pub reconcile: ReconcileOptions,
-    /// The HTTP side; `None` serves nothing.
-    pub http: Option<HttpConfig>,
+    /// How the HTTP side serves, when `run` is given a listener.
+    pub http: HttpConfig,
     /// Watch the refs of a local repository and sync as soon as they change.
     pub watch_local: bool,
     /// `--adopt`: take over the identity this data dir's leftover containers (or identity
@@ -53,11 +60,10 @@ pub struct AgentConfig {
     pub adopt: bool,
 }
 
-/// Where and how to serve HTTP.
-#[derive(Debug, Clone)]
+/// How to serve HTTP on the listener `run` is given (the bound address is recorded in the
+/// store).
+#[derive(Debug, Clone, Default)]
 pub struct HttpConfig {
-    /// Port 0 picks a free port; the bound address is recorded in the store.
-    pub listen: SocketAddr,
     /// Where the secret in `options` was read from, recorded for the local commands.
     pub secret_file: Option<PathBuf>,
     pub options: HttpOptions,
@@ -69,8 +75,69 @@ impl AgentConfig {
     }
 }
 
-/// Runs the agent against the local Docker engine until `shutdown` fires.
-pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+/// Fails as `run` would when another agent holds `data_dir`'s lock. The CLI asks before it
+/// binds the HTTP address, so a second agent on a data dir is told about the agent, not about
+/// the port they share. The lock is released again: `run` takes it.
+pub fn check_data_dir_free(data_dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create data dir {}", data_dir.display()))?;
+    lock::lock(data_dir)?;
+    Ok(())
+}
+
+/// Runs the agent against the local Docker engine, serving HTTP on `listener` (`None`: no
+/// HTTP side), until `shutdown` completes; returns once every task has finished.
+pub async fn run(
+    config: AgentConfig,
+    listener: Option<TcpListener>,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let token = CancellationToken::new();
+    finish_after(
+        shutdown,
+        &token,
+        run_on_docker(config, listener, token.clone()),
+    )
+    .await
+}
+
+/// Runs the agent with any runtime (tests pass the fake); see `run`.
+pub async fn run_with_runtime<R: Runtime>(
+    config: AgentConfig,
+    runtime: Arc<R>,
+    listener: Option<TcpListener>,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let token = CancellationToken::new();
+    finish_after(
+        shutdown,
+        &token,
+        run_until(config, runtime, listener, token.clone()),
+    )
+    .await
+}
+
+/// Drives `work` to its end; when `shutdown` completes first, cancels `token` (which `work`
+/// watches) and still drives `work` to its end.
+async fn finish_after<T>(
+    shutdown: impl Future<Output = ()>,
+    token: &CancellationToken,
+    work: impl Future<Output = T>,
+) -> T {
+    tokio::pin!(shutdown, work);
+    tokio::select! {
+        output = &mut work => return output,
+        () = &mut shutdown => token.cancel(),
+    }
+    work.await
+}
+
+/// Waits for the Docker engine, then runs the agent on it until `shutdown` is cancelled.
+async fn run_on_docker(
+    config: AgentConfig,
+    listener: Option<TcpListener>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     // An engine that is not there yet (dockerd starting, a wrong DOCKER_HOST) is waited for,
     // and recorded, so `status` says "engine unreachable" with the cause instead of nothing.
     // The data dir's lock is held while waiting: one agent per data dir, waiting or not.
@@ -102,7 +169,7 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> anyhow::Re
                 }
             }
         }
-        // The lock is released here and taken again by `run_with_runtime`.
+        // The lock is released here and taken again by `run_until`.
     };
     let marker = identity::marker(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
@@ -110,7 +177,7 @@ pub async fn run(config: AgentConfig, shutdown: CancellationToken) -> anyhow::Re
         crate::runtime::labels::DATA_DIR.to_owned(),
         marker,
     )]));
-    run_with_runtime(config, Arc::new(runtime), shutdown).await
+    run_until(config, Arc::new(runtime), listener, shutdown).await
 }
 
 /// How often the engine is probed while the agent runs (and how long `run` waits between
@@ -291,15 +358,22 @@ fn wal_of(db: &std::path::Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Runs the agent with any runtime (tests pass the fake).
-pub async fn run_with_runtime<R: Runtime>(
+/// The agent on `runtime` until `shutdown` is cancelled.
+async fn run_until<R: Runtime>(
     config: AgentConfig,
     runtime: Arc<R>,
+    listener: Option<TcpListener>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
-    // Held until `run_with_runtime` returns.
+    if let Some(listener) = &listener {
+        let address = listener.local_addr()?;
+        if config.http.options.secret.is_none() && !http::may_listen_without_secret(&address) {
+            return Err(http::Error::InsecureListen { address }.into());
+        }
+    }
+    // Held until `run_until` returns.
     let _lock = lock::lock(&config.data_dir)?;
     let OpenState {
         store,
@@ -321,26 +395,22 @@ pub async fn run_with_runtime<R: Runtime>(
     }
     let metrics = Arc::new(Metrics::new());
     let (requests, receiver) = trigger::channel();
-    // Bind before spawning anything, so a taken port or a refused address ends `run` at once.
-    let listener = match &config.http {
-        Some(http_config) => {
-            let listener = http::bind(http_config.listen, &http_config.options).await?;
-            let address = listener.local_addr()?;
-            let secret_file = http_config
-                .secret_file
-                .as_ref()
-                .map(|path| path.display().to_string());
-            let store_for_meta = store.clone();
-            tokio::task::spawn_blocking(move || {
-                store_for_meta.set_meta(META_HTTP_ADDR, Some(&address.to_string()))?;
-                store_for_meta.set_meta(META_SECRET_FILE, secret_file.as_deref())
-            })
-            .await??;
-            tracing::info!(%address, "http listening (POST /hooks/git, GET /status /releases /metrics /healthz)");
-            Some((listener, http_config.options.clone()))
-        }
-        None => None,
-    };
+    if let Some(listener) = &listener {
+        let address = listener.local_addr()?;
+        let secret_file = config
+            .http
+            .secret_file
+            .as_ref()
+            .map(|path| path.display().to_string());
+        let store_for_meta = store.clone();
+        tokio::task::spawn_blocking(move || {
+            store_for_meta.set_meta(META_HTTP_ADDR, Some(&address.to_string()))?;
+            store_for_meta.set_meta(META_SECRET_FILE, secret_file.as_deref())
+        })
+        .await??;
+        tracing::info!(%address, "http listening (POST /hooks/git, GET /status /releases /metrics /healthz)");
+    }
+    let serving_http = listener.is_some();
     let tracker = TaskTracker::new();
     if let Some(ingress) = &config.reconcile.ingress {
         tracing::info!(
@@ -368,9 +438,14 @@ pub async fn run_with_runtime<R: Runtime>(
         config.reconcile.clone(),
         shutdown.clone(),
     ));
+    let store_for_sync = store.clone();
     tracker.spawn(sync_loop(
-        syncer,
-        store.clone(),
+        move |interrupt: &AtomicBool| {
+            if let Err(error) = store_for_sync.notice_external_writes() {
+                tracing::warn!(%error, "cannot check the journal for rollbacks");
+            }
+            syncer.sync_once(interrupt)
+        },
         receiver,
         metrics.clone(),
         config.interval,
@@ -394,12 +469,12 @@ pub async fn run_with_runtime<R: Runtime>(
             }
         }
     });
-    if let Some((listener, options)) = listener {
+    if let Some(listener) = listener {
         let http_ctx = HttpCtx {
             store: store.clone(),
             requests,
             metrics,
-            options,
+            options: config.http.options.clone(),
         };
         let shutdown_for_http = shutdown.clone();
         tracker.spawn(async move {
@@ -419,7 +494,7 @@ pub async fn run_with_runtime<R: Runtime>(
     }
     tracing::info!("shutting down: letting in-flight work finish");
     tracker.wait().await;
-    if config.http.is_some() {
+    if serving_http {
         let store_for_meta = store.clone();
         let _ = tokio::task::spawn_blocking(move || store_for_meta.set_meta(META_HTTP_ADDR, None))
             .await;
@@ -427,17 +502,20 @@ pub async fn run_with_runtime<R: Runtime>(
     Ok(())
 }
 
-/// Runs one sync per request from the trigger channel until shutdown. Before each, the store
-/// checks for journal rows another process wrote (`voodu-agent rollback`), so the reconciler
-/// sees them within one sync.
-async fn sync_loop(
-    syncer: Arc<Syncer>,
-    store: Arc<Store>,
+/// Runs one `sync` per request from the trigger channel until shutdown. Each runs on a
+/// blocking thread with an interrupt flag. On shutdown the flag is set (the sync stops at its
+/// next safe point) and the sync in flight is still awaited and reported before the loop
+/// returns: dropping it mid-flight (issue 11 bug 4) let `run` return while it still wrote.
+async fn sync_loop<S>(
+    sync: S,
     mut receiver: SyncRequestReceiver,
     metrics: Arc<Metrics>,
     interval: Duration,
     shutdown: CancellationToken,
-) {
+) where
+    S: Fn(&AtomicBool) -> Result<SyncOutcome, sync_stage::Error> + Send + Sync + 'static,
+{
+    let sync = Arc::new(sync);
     let interrupt = Arc::new(AtomicBool::new(false));
     loop {
         let generation = tokio::select! {
@@ -445,20 +523,19 @@ async fn sync_loop(
             () = shutdown.cancelled() => return,
         };
         let started = Instant::now();
-        let syncer_for_task = syncer.clone();
-        let store_for_task = store.clone();
+        let sync_for_task = sync.clone();
         let interrupt_for_task = interrupt.clone();
-        let task = tokio::task::spawn_blocking(move || {
-            if let Err(error) = store_for_task.notice_external_writes() {
-                tracing::warn!(%error, "cannot check the journal for rollbacks");
-            }
-            syncer_for_task.sync_once(&interrupt_for_task)
-        });
-        let outcome = tokio::select! {
-            outcome = task => outcome,
-            () = shutdown.cancelled() => {
+        let mut task = tokio::task::spawn_blocking(move || sync_for_task(&interrupt_for_task));
+        let finished = tokio::select! {
+            outcome = &mut task => Some(outcome),
+            () = shutdown.cancelled() => None,
+        };
+        let outcome = match finished {
+            Some(outcome) => outcome,
+            None => {
                 interrupt.store(true, Ordering::Relaxed);
-                return;
+                tracing::info!("shutting down: waiting for the sync in flight");
+                task.await
             }
         };
         let (result, report) = match &outcome {
@@ -497,10 +574,97 @@ async fn sync_loop(
                 commit = commit.short(),
                 "commit rejected; the host keeps running the last good commit:\n{diagnostics}"
             ),
+            Ok(Err(sync_stage::Error::Git(crate::git::Error::Interrupted))) => {
+                tracing::info!("sync interrupted by shutdown")
+            }
             Ok(Err(error)) => {
                 tracing::warn!(%error, "sync failed; next try in {}", humantime::format_duration(interval))
             }
             Err(join_error) => tracing::error!(%join_error, "sync task failed"),
         }
+        if shutdown.is_cancelled() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Mutex, PoisonError, mpsc};
+
+    use futures_util::FutureExt as _;
+
+    use super::*;
+    use crate::git::trigger::{SyncReason, SyncRequest};
+    use crate::model::CommitSha;
+
+    /// Issue 11 bug 4: on shutdown the sync loop returned at once and dropped the sync in
+    /// flight, so `run` could return while that sync still fetched or wrote.
+    #[tokio::test]
+    async fn shutdown_waits_for_an_in_flight_sync() -> Result<(), Box<dyn std::error::Error>> {
+        let tip = CommitSha::new("0123456789abcdef".repeat(3)[..40].to_owned());
+        let (entered_sender, entered) = tokio::sync::oneshot::channel::<()>();
+        let (release, released) = mpsc::channel::<()>();
+        let entered_sender = Mutex::new(Some(entered_sender));
+        let released = Mutex::new(released);
+        let asked_to_stop = Arc::new(AtomicBool::new(false));
+        let sync = {
+            let asked_to_stop = asked_to_stop.clone();
+            let tip = tip.clone();
+            move |interrupt: &AtomicBool| {
+                if let Some(sender) = entered_sender
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take()
+                {
+                    let _ = sender.send(());
+                }
+                // In flight until the test releases it.
+                let _ = released
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .recv();
+                asked_to_stop.store(interrupt.load(Ordering::Relaxed), Ordering::Relaxed);
+                Ok(SyncOutcome::Unchanged(tip.clone()))
+            }
+        };
+        let (requests, receiver) = trigger::channel();
+        let metrics = Arc::new(Metrics::new());
+        let shutdown = CancellationToken::new();
+        let ticket = requests.request(SyncRequest {
+            reason: SyncReason::Poll,
+            commit: None,
+        });
+        let sync_loop = sync_loop(
+            sync,
+            receiver,
+            metrics.clone(),
+            Duration::from_secs(3600),
+            shutdown.clone(),
+        );
+        tokio::pin!(sync_loop);
+        tokio::select! {
+            () = &mut sync_loop => return Err("the loop ended before its sync started".into()),
+            started = entered => started?,
+        }
+
+        shutdown.cancel();
+        assert!(
+            (&mut sync_loop).now_or_never().is_none(),
+            "the sync loop returned while its sync was in flight"
+        );
+        release.send(())?;
+        sync_loop.await;
+        assert!(
+            asked_to_stop.load(Ordering::Relaxed),
+            "the sync was asked to stop at a safe point"
+        );
+        assert_eq!(metrics.syncs_total(), 1, "the sync was recorded");
+        let report = requests
+            .fetched(ticket)
+            .now_or_never()
+            .ok_or("the sync's end was not reported")?;
+        assert_eq!(report.result, Ok(tip));
+        Ok(())
     }
 }

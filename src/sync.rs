@@ -167,11 +167,16 @@ impl Syncer {
         &self.source
     }
 
-    /// Runs one sync. Blocking.
+    /// Runs one sync. Blocking; a set `interrupt` stops it during the fetch or before the
+    /// fetched commit is loaded, never halfway through applying it.
     pub fn sync_once(&self, interrupt: &AtomicBool) -> Result<SyncOutcome, Error> {
         let fetched = self.source.fetch(interrupt);
         self.record_fetch(&fetched);
         let commit = fetched?;
+        // A safe point: shutdown need not wait for a commit to load; the next agent syncs it.
+        if interrupt.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(crate::git::Error::Interrupted.into());
+        }
         let mut last_seen = self
             .last_seen
             .lock()

@@ -166,8 +166,7 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
         // Before anything else (the Docker connection included), so the refusal is the error.
         return Err(crate::http::Error::InsecureListen { address: listen }.into());
     }
-    let http = args.listen.0.map(|listen| HttpConfig {
-        listen,
+    let http = HttpConfig {
         secret_file: args
             .webhook_secret_file
             .as_ref()
@@ -178,7 +177,7 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
             max_body_bytes: args.webhook_max_body,
             ..HttpOptions::default()
         },
-    });
+    };
     // Bind mounts need an absolute path, whatever --data-dir was given as.
     let ingress = (!args.no_ingress).then(|| IngressOptions {
         image: args.ingress_image.clone(),
@@ -219,14 +218,23 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
         .build()
         .context("cannot start the async runtime")?;
     let result = runtime.block_on(async {
+        // Bound here, before anything is started, so a taken port or a refused address is the
+        // error; another agent on this data dir is the error before that.
+        let listener = match args.listen.0 {
+            Some(address) => {
+                agent::check_data_dir_free(&config.data_dir)?;
+                Some(crate::http::bind(address, &config.http.options).await?)
+            }
+            None => None,
+        };
         let shutdown = CancellationToken::new();
         let signals = tokio::spawn(stop_on_signals(shutdown.clone()));
-        let result = agent::run(config, shutdown.clone()).await;
+        let result = agent::run(config, listener, shutdown.clone().cancelled_owned()).await;
         signals.abort();
         result
     });
-    // A blocking task still running (a large commit being parsed) must not hold the exit:
-    // what it would have written is redone by the next agent, as after a crash.
+    // `run` waited for its tasks and the sync in flight; a blocking task still running (an
+    // engine call that does not answer) must not hold the exit.
     runtime.shutdown_timeout(Duration::from_secs(2));
     result?;
     super::log::flush();

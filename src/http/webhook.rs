@@ -244,10 +244,11 @@ fn parse_push(headers: &HeaderMap, body: &[u8]) -> Result<Push, String> {
     serde_json::from_slice(&json).map_err(|error| format!("body is not a push payload: {error}"))
 }
 
-/// A full hex SHA other than git's all-zero "branch deleted" id.
+/// A full hex commit id (40 digits for SHA-1, 64 for SHA-256) other than git's all-zero
+/// "branch deleted" id; anything else names no commit, and the push is a bare "fetch now".
 fn commit_of(after: Option<&str>) -> Option<CommitSha> {
     let after = after?.trim().to_ascii_lowercase();
-    let is_sha = after.len() >= 40 && after.chars().all(|c| c.is_ascii_hexdigit());
+    let is_sha = matches!(after.len(), 40 | 64) && after.chars().all(|c| c.is_ascii_hexdigit());
     (is_sha && after.chars().any(|c| c != '0')).then(|| CommitSha::new(after))
 }
 
@@ -724,6 +725,28 @@ mod tests {
         assert_eq!(commit_of(Some(&"0".repeat(40))), None, "branch deleted");
         assert_eq!(commit_of(Some("abc")), None);
         assert_eq!(commit_of(None), None);
+    }
+
+    /// Bug 5 (issue 11): any run of 40 or more hex digits was taken for a commit id.
+    #[test]
+    fn the_webhook_refuses_a_sha_that_is_not_40_or_64_hex() {
+        let hex = "0123456789abcdef".repeat(5);
+        let sha = |len: usize| hex[..len].to_owned();
+        let cases: [(&str, String, bool); 9] = [
+            ("39 hex", sha(39), false),
+            ("40 hex (SHA-1)", sha(40), true),
+            ("41 hex", sha(41), false),
+            ("63 hex", sha(63), false),
+            ("64 hex (SHA-256)", sha(64), true),
+            ("65 hex", sha(65), false),
+            ("40 with a non-hex digit", format!("{}g", sha(39)), false),
+            ("upper case 40", sha(40).to_ascii_uppercase(), true),
+            ("all-zero 64 (branch deleted)", "0".repeat(64), false),
+        ];
+        for (case, after, names_a_commit) in cases {
+            let expected = names_a_commit.then(|| CommitSha::new(after.to_ascii_lowercase()));
+            assert_eq!(commit_of(Some(&after)), expected, "{case}");
+        }
     }
 
     #[test]

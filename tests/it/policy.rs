@@ -32,7 +32,8 @@ fn start(
     let task = tokio::spawn(voodu_agent::agent::run_with_runtime(
         config,
         Arc::new(FakeRuntime::new()),
-        shutdown.clone(),
+        None,
+        shutdown.clone().cancelled_owned(),
     ));
     (shutdown, task)
 }

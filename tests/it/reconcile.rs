@@ -405,7 +405,8 @@ async fn agent_applies_commits_and_keeps_the_last_good_one_on_bad_input() -> Tes
     let agent = tokio::spawn(voodu_agent::agent::run_with_runtime(
         config,
         fake.clone(),
-        shutdown.clone(),
+        None,
+        shutdown.clone().cancelled_owned(),
     ));
     let store = Store::open(&data.path().join("state.db"))?;
     let running = |fake: &FakeRuntime| {

@@ -1,14 +1,15 @@
 //! `TestAgent`: the agent in process (`agent::run_with_runtime`) over a `TempRepo`, with a
-//! temp data dir, the fake runtime and its HTTP side on `127.0.0.1:0` (mini-redis
-//! `start_server`). Its own store handle reads what the agent wrote.
+//! temp data dir, the fake runtime and its HTTP side on a listener it bound on `127.0.0.1:0`
+//! (mini-redis `start_server`). Its own store handle reads what the agent wrote.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use voodu_agent::agent::{AgentConfig, HttpConfig, META_HTTP_ADDR};
+use voodu_agent::agent::{AgentConfig, HttpConfig};
 use voodu_agent::git::SourceOptions;
 use voodu_agent::http::{HttpOptions, WebhookSecret};
 use voodu_agent::reconcile::ReconcileOptions;
@@ -36,7 +37,8 @@ impl Default for TestAgentOptions {
 }
 
 /// The agent's configuration over `repo` and `data_dir` as tests run it on the fake runtime:
-/// polls every 100 ms, replicas ready at once, no HTTP side; tests change what they need.
+/// polls every 100 ms, replicas ready at once, default HTTP options (serving only when given a
+/// listener); tests change what they need.
 pub fn fake_agent_config(repo: &TempRepo, data_dir: &std::path::Path) -> AgentConfig {
     AgentConfig {
         source: SourceOptions {
@@ -52,7 +54,7 @@ pub fn fake_agent_config(repo: &TempRepo, data_dir: &std::path::Path) -> AgentCo
             ready_settle: Duration::ZERO,
             ..ReconcileOptions::default()
         },
-        http: None,
+        http: HttpConfig::default(),
         watch_local: false,
         adopt: false,
     }
@@ -70,7 +72,7 @@ pub struct TestAgent {
 }
 
 impl TestAgent {
-    /// Starts the agent and waits until its HTTP side listens (its address is in the store).
+    /// Starts the agent on a listener bound here and waits until its HTTP side answers.
     pub async fn start(repo: TempRepo, options: TestAgentOptions) -> TestResult<TestAgent> {
         let data = tempfile::tempdir()?;
         let secret_file = match &options.secret {
@@ -84,42 +86,55 @@ impl TestAgent {
         let secret = options.secret.as_deref().map(WebhookSecret::new);
         let config = AgentConfig {
             interval: options.interval,
-            http: Some(HttpConfig {
-                listen: "127.0.0.1:0".parse()?,
+            http: HttpConfig {
                 secret_file,
                 options: HttpOptions {
                     secret: secret.clone(),
                     ..HttpOptions::default()
                 },
-            }),
+            },
             watch_local: options.watch_local,
             ..fake_agent_config(&repo, &data.path().join("data"))
         };
         let state_db: PathBuf = config.state_db();
         let fake = Arc::new(FakeRuntime::new());
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(voodu_agent::agent::run_with_runtime(
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let address = listener.local_addr()?;
+        let mut task = tokio::spawn(voodu_agent::agent::run_with_runtime(
             config,
             fake.clone(),
-            shutdown.clone(),
+            Some(listener),
+            shutdown.clone().cancelled_owned(),
         ));
-        let start = Instant::now();
-        let (store, address) = loop {
-            if task.is_finished() {
-                task.await??;
-                return Err("the agent stopped during start-up".into());
-            }
-            if state_db.exists() {
-                let store = Store::open(&state_db)?;
-                if let Some(address) = store.meta(META_HTTP_ADDR)? {
-                    break (store, address.parse()?);
+        // The kernel queues the request until the agent serves, which it does once state.db
+        // is open; an agent that stops during start-up drops the listener.
+        let client = super::http::client()?;
+        let health_url = format!("http://{address}/healthz");
+        let health = super::http::get(&client, &health_url);
+        let up = tokio::time::timeout(Duration::from_secs(20), async {
+            let started: TestResult = tokio::select! {
+                biased;
+                finished = &mut task => {
+                    finished??;
+                    Err("the agent stopped during start-up".into())
                 }
-            }
-            if start.elapsed() > Duration::from_secs(20) {
-                return Err("the agent's HTTP side never came up".into());
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
+                answer = health => match answer {
+                    Ok(_) => Ok(()),
+                    // A stopping agent drops the connection: its own error says why.
+                    Err(error) => {
+                        (&mut task).await??;
+                        Err(format!("the agent stopped during start-up: {error}").into())
+                    }
+                },
+            };
+            started
+        });
+        match up.await {
+            Ok(result) => result?,
+            Err(_) => return Err("the agent's HTTP side never answered".into()),
+        }
+        let store = Store::open(&state_db)?;
         Ok(TestAgent {
             repo,
             data,
