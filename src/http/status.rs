@@ -81,7 +81,10 @@ pub struct ResourceView {
     pub kind: String,
     pub scope: String,
     pub name: String,
-    pub phase: String,
+    pub phase: &'static str,
+    /// Why it failed (`ImageMissing`, `RolloutDeadline`, …); absent unless something failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<&'static str>,
     pub message: String,
     pub desired_replicas: usize,
     pub running_replicas: usize,
@@ -215,7 +218,8 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
             kind: key.kind.to_string(),
             scope: key.scope,
             name: key.name,
-            phase: status.phase,
+            phase: status.phase.as_str(),
+            reason: status.reason.map(|reason| reason.as_str()),
             message: status.message,
             desired_replicas: status.desired_replicas,
             running_replicas: status.running_replicas,

@@ -80,12 +80,11 @@ pub(crate) async fn ensure_image<R: Runtime>(
     tracing::info!(%key, image, registry = registry.as_ref().map(|spec| spec.url.as_str()), "pulling a missing image");
     match ctx.runtime.pull(image, auth.as_ref()).await {
         Ok(()) => Ok(()),
-        Err(crate::runtime::Error::ImageMissing { message, .. }) => Err(Error::Permanent {
+        Err(source @ crate::runtime::Error::ImageMissing { .. }) => Err(Error::PullFailed {
             key: key.clone(),
-            message: format!(
-                "image {image} is not on this host and pulling it failed ({message}); load or build it on the host, or declare a `registry` for {}",
-                registry_host(image)
-            ),
+            image: image.to_owned(),
+            host: registry_host(image).to_owned(),
+            source,
         }),
         Err(other) => Err(runtime_error(other)),
     }
@@ -100,9 +99,11 @@ async fn credentials(key: &ResourceKey, spec: &RegistrySpec) -> Result<RegistryA
         });
     }
     let program = format!("docker-credential-{}", spec.helper);
-    let failed = |why: String| Error::Permanent {
+    let failed = |problem: String| Error::Credentials {
         key: key.clone(),
-        message: format!("credential helper {program} for {}: {why}", spec.url),
+        program: program.clone(),
+        url: spec.url.clone(),
+        problem,
     };
     let mut child = tokio::process::Command::new(&program)
         .arg("get")

@@ -31,6 +31,7 @@ pub use releases::{
 };
 pub use runs::{CronState, JobRun, Readiness, RunStatus};
 pub use secrets::{Bucket, Buckets};
+pub use status::{FailureReason, Phase};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -157,7 +158,12 @@ impl ReleasePhase {
             "failed" => ReleasePhase::Failed,
             "rolled-back" => ReleasePhase::RolledBack,
             "superseded" => ReleasePhase::Superseded,
-            other => return Err(Error::Corrupt(format!("release phase {other:?}"))),
+            other => {
+                return Err(Error::Unknown {
+                    column: "release phase",
+                    text: other.to_owned(),
+                });
+            }
         })
     }
 }
@@ -184,7 +190,9 @@ pub struct Release {
 /// What the reconciler last observed and did for one resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceStatus {
-    pub phase: String,
+    pub phase: Phase,
+    /// Why it failed; `None` unless something failed (a retry in flight may keep it).
+    pub reason: Option<FailureReason>,
     pub message: String,
     pub desired_replicas: usize,
     pub running_replicas: usize,
@@ -197,9 +205,10 @@ pub struct ResourceStatus {
 
 impl ResourceStatus {
     /// An empty status in `phase`, stamped now.
-    pub fn new(phase: &str, message: impl Into<String>) -> ResourceStatus {
+    pub fn new(phase: Phase, message: impl Into<String>) -> ResourceStatus {
         ResourceStatus {
-            phase: phase.to_owned(),
+            phase,
+            reason: None,
             message: message.into(),
             desired_replicas: 0,
             running_replicas: 0,
@@ -207,6 +216,14 @@ impl ResourceStatus {
             release_id: None,
             updated_at: now_unix(),
             detail: serde_json::Value::Null,
+        }
+    }
+
+    /// A `Failed` status for `reason`, stamped now.
+    pub fn failed(reason: FailureReason, message: impl Into<String>) -> ResourceStatus {
+        ResourceStatus {
+            reason: Some(reason),
+            ..ResourceStatus::new(Phase::Failed, message)
         }
     }
 }
@@ -617,7 +634,10 @@ impl Store {
             row.map(
                 |(spec_json, spec_hash, replicas, generation, commit, scaled, incarnation)| {
                     let spec = Spec::from_json(key.kind, &spec_json)
-                        .map_err(|error| Error::Corrupt(format!("{key}: {error}")))?;
+                        .map_err(|source| Error::Spec {
+                            key: key.clone(),
+                            source,
+                        })?;
                     // The autoscaler's count applies only while the spec autoscales, within
                     // its current bounds.
                     let replicas_override = match (&spec, scaled) {
@@ -709,7 +729,7 @@ impl Store {
         for key in keys {
             match self.desired(&key) {
                 Ok(Some(desired)) => all.push(desired),
-                Ok(None) | Err(Error::Corrupt(_)) => {}
+                Ok(None) | Err(Error::Corrupt(_) | Error::Unknown { .. } | Error::Spec { .. }) => {}
                 Err(other) => return Err(other),
             }
         }
@@ -762,7 +782,12 @@ impl Store {
                 let op = match op.as_str() {
                     "PUT" => Op::Put,
                     "DELETE" => Op::Delete,
-                    other => return Err(Error::Corrupt(format!("journal op {other:?}"))),
+                    other => {
+                        return Err(Error::Unknown {
+                            column: "journal op",
+                            text: other.to_owned(),
+                        });
+                    }
                 };
                 Ok(JournalEntry {
                     seq,
@@ -815,10 +840,10 @@ fn commit_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<CommitRow> {
     ))
 }
 
-fn diagnostics_of(json: Option<String>, what: &str) -> Result<Vec<Diagnostic>> {
+fn diagnostics_of(json: Option<String>, what: &'static str) -> Result<Vec<Diagnostic>> {
     match json {
         Some(json) => serde_json::from_str(&json)
-            .map_err(|error| Error::Corrupt(format!("commit {what}: {error}"))),
+            .map_err(|source| Error::Diagnostics { what, source }),
         None => Ok(Vec::new()),
     }
 }
@@ -905,7 +930,10 @@ fn append_journal(
 }
 
 pub(crate) fn key_from_row(kind: &str, scope: String, name: String) -> Result<ResourceKey> {
-    let kind = Kind::parse(kind).ok_or_else(|| Error::Corrupt(format!("kind {kind:?}")))?;
+    let kind = Kind::parse(kind).ok_or_else(|| Error::Unknown {
+        column: "kind",
+        text: kind.to_owned(),
+    })?;
     Ok(ResourceKey { kind, scope, name })
 }
 

@@ -323,7 +323,10 @@ fn put_desired(
     commit: &CommitSha,
 ) -> Result<i64> {
     let spec = Spec::from_json(key.kind, spec_json)
-        .map_err(|error| Error::Corrupt(format!("{key}: {error}")))?;
+        .map_err(|source| Error::Spec {
+                            key: key.clone(),
+                            source,
+                        })?;
     super::put_desired(tx, key, &spec, spec_json, generation, commit)
 }
 

@@ -16,7 +16,7 @@ use crate::manifest::spec::Spec;
 use crate::model::ResourceKey;
 use crate::reconcile::{Action, Ctx, Error, Result, blocking};
 use crate::runtime::Runtime;
-use crate::store::ResourceStatus;
+use crate::store::{FailureReason, Phase, ResourceStatus};
 
 pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Action> {
     let desired = super::desired_of(ctx, key).await?;
@@ -44,7 +44,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         (before, written)
     })
     .await
-    .map_err(|error| Error::Task(error.to_string()))?;
+    .map_err(Error::Task)?;
     let repaired: Vec<&String> = before
         .iter()
         .filter(|(name, found)| {
@@ -57,7 +57,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
             if count > 0 {
                 tracing::warn!(%key, files = ?repaired, "asset files differed from the commit on the host; rewritten");
             }
-            let mut status = ResourceStatus::new("Ready", "");
+            let mut status = ResourceStatus::new(Phase::Ready, "");
             status.spec_hash = desired.spec_hash.to_string();
             status.detail = json!({
                 "files": asset.files.iter().map(|(name, file)| (name.clone(), json!({"digest": file.digest, "size": file.size, "source": file.source}))).collect::<BTreeMap<_, _>>(),
@@ -66,19 +66,24 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
             });
             status
         }
-        Err(error) => {
-            let mut status =
-                ResourceStatus::new("Failed", format!("cannot write the asset's files: {error}"));
-            status.spec_hash = desired.spec_hash.to_string();
+        Err(source) => {
+            let status = ResourceStatus {
+                spec_hash: desired.spec_hash.to_string(),
+                ..ResourceStatus::failed(
+                    FailureReason::Files,
+                    format!("cannot write the asset's files: {source}"),
+                )
+            };
+            let error = Error::Files {
+                key: key.clone(),
+                source,
+            };
             let key_for_store = key.clone();
             blocking(&ctx.store, move |store| {
                 store.put_status(&key_for_store, &status)
             })
             .await?;
-            return Err(Error::Transient {
-                key: key.clone(),
-                message: format!("cannot write the asset's files: {error}"),
-            });
+            return Err(error);
         }
     };
     let key = key.clone();

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use super::container::rfc3339_seconds;
 use super::job::{
+    failure_reason,
     job_runs, keep_history, list_runs, remove_all, run_phase, run_timeout, run_view, settle_runs,
     start_run, taken_names,
 };
@@ -23,17 +24,24 @@ use crate::manifest::spec::schedule::{Schedule, parse_timezone};
 use crate::manifest::spec::{CronjobSpec, Spec};
 use crate::model::ResourceKey;
 use crate::reconcile::cron::{CronDecision, CronInputs, Skip, decide, schedule_key};
-use crate::reconcile::{Ctx, Error, Result, blocking};
+use crate::reconcile::{Action, Ctx, Error, Result, blocking};
 use crate::runtime::Runtime;
-use crate::store::{CronState, Desired, JobRun, ResourceStatus, RunStatus, now_unix};
+use crate::store::{
+    CronState, Desired, FailureReason, JobRun, Phase, ResourceStatus, RunStatus, now_unix,
+};
 
 /// Skipped or missed ticks kept in the status.
 const SKIPS_KEPT: usize = 10;
 
-pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) -> Result<()> {
+/// One pass; `Action::Done` between ticks too: the scheduler requeues the key at the next.
+pub(super) async fn reconcile<R: Runtime>(
+    ctx: &Arc<Ctx<R>>,
+    key: &ResourceKey,
+) -> Result<Action> {
     let desired = super::desired_of(ctx, key).await?;
     let Some(desired) = desired else {
-        return remove_all(ctx, key).await;
+        remove_all(ctx, key).await?;
+        return Ok(Action::Done);
     };
     let Spec::Cronjob(spec) = &desired.spec else {
         return Err(super::wrong_kind(key, &desired.spec));
@@ -58,11 +66,12 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) 
             ctx.jobs.cron.set(key, None);
             let error = Error::Permanent {
                 key: key.clone(),
+                reason: FailureReason::Schedule,
                 message,
             };
             let status = ResourceStatus {
                 spec_hash: desired.spec_hash.to_string(),
-                ..ResourceStatus::new("Failed", error.to_string())
+                ..ResourceStatus::failed(FailureReason::Schedule, error.to_string())
             };
             let key = key.clone();
             blocking(&ctx.store, move |store| store.put_status(&key, &status)).await?;
@@ -162,7 +171,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) 
         store.put_status(&key_for_store, &status)
     })
     .await?;
-    result
+    result.map(|()| Action::Done)
 }
 
 /// Status entries for the ticks `decision` skipped (suspended ticks are not listed: the
@@ -248,9 +257,9 @@ fn cronjob_status(
     });
     let (phase, message) = if let Some(error) = error {
         // The error policy then makes it `Failed` unless it is retried.
-        ("Pending", error.to_string())
+        (Phase::Pending, error.to_string())
     } else if spec.suspend {
-        ("Suspended", "suspended: no tick runs".to_owned())
+        (Phase::Suspended, "suspended: no tick runs".to_owned())
     } else {
         let next = match (&next_local, position.next_run) {
             (Some(local), _) => format!("next run {local} ({zone})"),
@@ -264,15 +273,16 @@ fn cronjob_status(
         };
         (
             if n_running > 0 {
-                "Running"
+                Phase::Running
             } else {
-                "Scheduled"
+                Phase::Scheduled
             },
             message,
         )
     };
     ResourceStatus {
-        phase: phase.to_owned(),
+        phase,
+        reason: failure_reason(phase, error),
         message,
         desired_replicas: desired.n_replicas,
         running_replicas: n_running,

@@ -8,31 +8,35 @@
 //! fingerprint for this ingress matches; the router asks for a reconcile of every ingress whose
 //! served routes change, so the status follows readiness without a journal event. A spec
 //! change opens a release keyed to its commit, which succeeds once the proxy serves it. An
-//! ingress that leaves the repo loses its status, and the router drops its routes.
+//! ingress that leaves the repo loses its status, and the router drops its routes. A pass
+//! returns `Action::Done` even while it waits for the proxy: the router wakes it.
 
 use crate::model::ResourceKey;
 use crate::reconcile::router::{self, RouterReport};
 use crate::reconcile::routes::IngressView;
-use crate::reconcile::{Ctx, Result, blocking};
+use crate::reconcile::{Action, Ctx, Result, blocking};
 use crate::runtime::Runtime;
-use crate::store::{Desired, Release, ReleasePhase, ResourceStatus, now_unix};
+use crate::store::{
+    Desired, FailureReason, Phase, Release, ReleasePhase, ResourceStatus, now_unix,
+};
 
-pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
+pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Action> {
     let desired = super::desired_of(ctx, key).await?;
     let Some(desired) = desired else {
         let key = key.clone();
         blocking(&ctx.store, move |store| store.delete_status(&key)).await?;
         ctx.router.wake();
-        return Ok(());
+        return Ok(Action::Done);
     };
     if ctx.options.ingress.is_none() {
         let mut status = ResourceStatus::new(
-            "Disabled",
+            Phase::Disabled,
             "the ingress proxy is off on this agent (--no-ingress): nothing routes this host",
         );
         status.spec_hash = desired.spec_hash.to_string();
         let key = key.clone();
-        return blocking(&ctx.store, move |store| store.put_status(&key, &status)).await;
+        blocking(&ctx.store, move |store| store.put_status(&key, &status)).await?;
+        return Ok(Action::Done);
     }
     let table = router::current_table(ctx).await?;
     let Some(view) = table.view(key) else {
@@ -46,7 +50,8 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         ctx.router.wake();
     }
     let status = ResourceStatus {
-        phase: phase.to_owned(),
+        phase,
+        reason: (phase == Phase::Failed).then_some(FailureReason::Proxy),
         message,
         desired_replicas: view.n_replicas,
         running_replicas: view.upstreams.len(),
@@ -63,13 +68,15 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         }
         store.put_status(&key, &status)
     })
-    .await
+    .await?;
+    // Waiting for the proxy or for replicas is no error: the router wakes this key.
+    Ok(Action::Done)
 }
 
 /// Phase and message. Waiting states are not errors: the router reconciles this ingress
 /// again when its routes change (the deployment appears, replicas become ready, the proxy
 /// loads the config), so nothing here burns the retry budget.
-fn assess(view: &IngressView, report: &RouterReport, live: bool) -> (&'static str, String) {
+fn assess(view: &IngressView, report: &RouterReport, live: bool) -> (Phase, String) {
     let deployment = format!("{}/{}", view.key.scope, view.service);
     let warnings = if view.warnings.is_empty() {
         String::new()
@@ -77,11 +84,11 @@ fn assess(view: &IngressView, report: &RouterReport, live: bool) -> (&'static st
         format!(" ({})", view.warnings.join("; "))
     };
     if let Some(error) = &report.error {
-        return ("Failed", format!("ingress proxy: {error}"));
+        return (Phase::Failed, format!("ingress proxy: {error}"));
     }
     if !live {
         return (
-            "Progressing",
+            Phase::Progressing,
             format!(
                 "waiting for the ingress proxy to load the routes of {}",
                 view.url
@@ -90,7 +97,7 @@ fn assess(view: &IngressView, report: &RouterReport, live: bool) -> (&'static st
     }
     if !view.deployment_found {
         return (
-            "Progressing",
+            Phase::Progressing,
             format!(
                 "waiting for deployment {deployment}: {} answers 503 until it exists{warnings}",
                 view.url
@@ -99,7 +106,7 @@ fn assess(view: &IngressView, report: &RouterReport, live: bool) -> (&'static st
     }
     if view.upstreams.is_empty() {
         return (
-            "Degraded",
+            Phase::Degraded,
             format!(
                 "no ready replica of deployment {deployment}: {} answers 503{warnings}",
                 view.url
@@ -108,12 +115,12 @@ fn assess(view: &IngressView, report: &RouterReport, live: bool) -> (&'static st
     }
     if view.routes.iter().all(|route| route.shadowed_by.is_some()) {
         return (
-            "Degraded",
+            Phase::Degraded,
             format!("every route is served by another ingress{warnings}"),
         );
     }
     (
-        "Ready",
+        Phase::Ready,
         format!(
             "{} → {} ready replica(s) of {deployment}{warnings}",
             view.url,

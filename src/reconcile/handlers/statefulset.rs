@@ -44,7 +44,7 @@ use crate::model::{Kind, ResourceKey};
 use crate::reconcile::plan::{StatefulStep, StatefulTarget, plan_statefulset, pod_ordinal};
 use crate::reconcile::{Ctx, Error, Result, blocking, gate};
 use crate::runtime::{Container, ContainerState, Runtime, Volume, labels};
-use crate::store::{Desired, ReleasePhase, ResourceStatus};
+use crate::store::{Desired, FailureReason, Phase, ReleasePhase, ResourceStatus};
 
 /// One pod's name, labels, environment and mounts.
 struct Pod {
@@ -106,7 +106,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         desired_replicas: desired.n_replicas,
         spec_hash: desired.spec_hash.to_string(),
         release_id: Some(release.id),
-        ..ResourceStatus::new("Progressing", "")
+        ..ResourceStatus::new(Phase::Progressing, "")
     };
     let halted = rollout::halted(ctx, &release, &desired).await?;
     if release.phase == ReleasePhase::Failed && !halted && touches_pods {
@@ -118,7 +118,8 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
                 status.release_id = Some(release.id);
             }
             Err(error) => {
-                status.phase = "Failed".to_owned();
+                status.phase = Phase::Failed;
+                status.reason = Some(error.reason());
                 status.message = error.to_string();
                 let status = with_detail(ctx, key, status, &observed, &target).await?;
                 put_status(ctx, key, status).await?;
@@ -144,16 +145,17 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
                 return Err(error);
             }
             rollout::fail_before_rollout(ctx, &release, &error.to_string(), &report).await?;
-            status.phase = "Failed".to_owned();
+            status.phase = Phase::Failed;
+            status.reason = Some(error.reason());
             return put_status(ctx, key, status).await;
         }
     }
 
     // A rollout that ran out of time, or whose new pod keeps crashing, is rolled back.
     let new_pods = inspect_waiting(ctx, &observed, &release).await;
-    if let Some(reason) = rollout_failure(ctx, &release, steps.is_empty(), &observed, &new_pods) {
+    if let Some((failure, reason)) = rollout_failure(ctx, &release, steps.is_empty(), &observed, &new_pods) {
         let status = with_detail(ctx, key, status, &observed, &target).await?;
-        return fail_rollout(ctx, &release, &reason, &report, status).await;
+        return fail_rollout(ctx, &release, (failure, &reason), &report, status).await;
     }
 
     // Act on what the ordered gate lets through: one pod at a time, each ready first.
@@ -195,20 +197,26 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         }
         let mut status = with_detail(ctx, key, status, &observed, &target).await?;
         if !error.is_transient() && progressing {
-            return fail_rollout(ctx, &release, &error.to_string(), &report, status).await;
+            return fail_rollout(
+                ctx,
+                &release,
+                (error.reason(), &error.to_string()),
+                &report,
+                status,
+            ).await;
         }
         status.phase = if error.is_transient() {
-            "Progressing"
+            Phase::Progressing
         } else {
-            "Failed"
-        }
-        .to_owned();
+            Phase::Failed
+        };
+        status.reason = Some(error.reason());
         put_status(ctx, key, status).await?;
         return Err(error);
     }
     let converged = plan_statefulset(Some(&target), &observed.actual).is_empty();
     if !halted && converged && observed.waiting.is_empty() {
-        status.phase = "Ready".to_owned();
+        status.phase = Phase::Ready;
         if release.rolled_back_from.is_some() {
             // Running a rollback (automatic or the operator's): status keeps saying why.
             status.message.clone_from(&release.message);
@@ -229,7 +237,8 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         if halted {
             // Halted until desired state changes: repaired (removals, starts, creates), never
             // rolled, and status says why.
-            status.phase = "Failed".to_owned();
+            status.phase = Phase::Failed;
+            status.reason = Some(FailureReason::Halted);
             status.message.clone_from(&release.message);
         }
     }
@@ -366,6 +375,7 @@ async fn create_pod<R: Runtime>(ctx: &Ctx<R>, work: &Work<'_>, ordinal: usize) -
     };
     let pod = work.pods.get(ordinal).ok_or_else(|| Error::Permanent {
         key: key.clone(),
+        reason: FailureReason::Spec,
         message: format!("no pod {ordinal} in the plan"),
     })?;
     for (name, volume_labels, _) in &pod.volumes {
