@@ -95,7 +95,10 @@ pub enum Error {
     Task(#[from] tokio::task::JoinError),
     /// The agent is shutting down while the handler waited.
     #[error("{key}: stopped while {waiting_for}")]
-    Stopped { key: ResourceKey, waiting_for: String },
+    Stopped {
+        key: ResourceKey,
+        waiting_for: String,
+    },
 }
 
 fn pull_message(source: &crate::runtime::Error) -> String {
@@ -107,7 +110,8 @@ fn pull_message(source: &crate::runtime::Error) -> String {
 
 fn start_message(source: &crate::runtime::Error) -> String {
     match source {
-        crate::runtime::Error::Invalid { message } | crate::runtime::Error::Unavailable { message }
+        crate::runtime::Error::Invalid { message }
+        | crate::runtime::Error::Unavailable { message }
             if refused_ulimits(source) =>
         {
             format!(
@@ -121,9 +125,8 @@ fn start_message(source: &crate::runtime::Error) -> String {
 /// True when the engine failed a start because it may not set the container's rlimits.
 pub(crate) fn refused_ulimits(source: &crate::runtime::Error) -> bool {
     match source {
-        crate::runtime::Error::Invalid { message } | crate::runtime::Error::Unavailable { message } => {
-            message.contains("setting rlimit")
-        }
+        crate::runtime::Error::Invalid { message }
+        | crate::runtime::Error::Unavailable { message } => message.contains("setting rlimit"),
         _ => false,
     }
 }
@@ -175,3 +178,113 @@ impl Error {
 
 /// The reconcile stage's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Kind;
+    use crate::runtime::Error as Engine;
+
+    /// Each typed variant prints what the `String` variants it replaced printed, and is
+    /// classified by its cause.
+    #[test]
+    fn typed_errors_keep_their_messages_and_classify_by_cause() {
+        let key = || ResourceKey::new(Kind::Deployment, "s", "web");
+        let missing = || Engine::ImageMissing {
+            image: "app:1".into(),
+            message: "no such image".into(),
+        };
+        let cases = [
+            (
+                Error::PullFailed {
+                    key: key(),
+                    image: "ghcr.io/a/app:1".into(),
+                    host: "ghcr.io".into(),
+                    source: missing(),
+                },
+                "deployment/s/web: image ghcr.io/a/app:1 is not on this host and pulling it failed (no such image); load or build it on the host, or declare a `registry` for ghcr.io",
+                false,
+                FailureReason::PullFailed,
+            ),
+            (
+                Error::ImageMissing {
+                    key: key(),
+                    source: missing(),
+                },
+                "deployment/s/web: image app:1 is not present on this host and cannot be pulled: no such image; build or load it on this host",
+                false,
+                FailureReason::ImageMissing,
+            ),
+            (
+                Error::Start {
+                    key: key(),
+                    name: "s-web.1".into(),
+                    source: Engine::Invalid {
+                        message: "setting rlimit: denied".into(),
+                    },
+                },
+                "deployment/s/web: cannot start s-web.1: the engine may not grant its ulimits (voodu's defaults are nofile=65536:65536 and nproc=4096:4096; raise dockerd's LimitNOFILE / LimitNPROC, or set lower `ulimits` in the manifest): setting rlimit: denied",
+                false,
+                FailureReason::EngineRefused,
+            ),
+            (
+                Error::Start {
+                    key: key(),
+                    name: "s-web.1".into(),
+                    source: Engine::NotFound {
+                        what: "network n".into(),
+                    },
+                },
+                "deployment/s/web: cannot start s-web.1: network n not found",
+                false,
+                FailureReason::EngineRefused,
+            ),
+            (
+                Error::Env {
+                    key: key(),
+                    source: EnvError::NoBuckets(vec!["s/db".into()]),
+                },
+                "deployment/s/web: env_from [s/db]: none of these config buckets exists; set them with `voodu-agent config set SCOPE/NAME KEY=VALUE`",
+                false,
+                FailureReason::Environment,
+            ),
+            (
+                Error::Env {
+                    key: key(),
+                    source: EnvError::Unresolved(vec!["${ref.x}".into()]),
+                },
+                "deployment/s/web: unresolved reference(s): ${ref.x} (the ingress has no status yet)",
+                true,
+                FailureReason::Environment,
+            ),
+            (
+                Error::Init {
+                    key: key(),
+                    init: "migrate".into(),
+                    attempts: 2,
+                    exit_code: None,
+                    timeout: Duration::from_secs(30),
+                },
+                "deployment/s/web: init container \"migrate\" failed after 2 attempt(s): timed out after 30s",
+                true,
+                FailureReason::Init,
+            ),
+            (
+                Error::Runtime {
+                    key: key(),
+                    source: Engine::Unavailable {
+                        message: "down".into(),
+                    },
+                },
+                "deployment/s/web: container engine unavailable: down",
+                true,
+                FailureReason::EngineUnavailable,
+            ),
+        ];
+        for (error, message, transient, reason) in cases {
+            assert_eq!(error.to_string(), message);
+            assert_eq!(error.is_transient(), transient, "{message}");
+            assert_eq!(error.reason(), reason, "{message}");
+        }
+    }
+}

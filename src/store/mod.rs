@@ -633,8 +633,8 @@ impl Store {
                 .optional()?;
             row.map(
                 |(spec_json, spec_hash, replicas, generation, commit, scaled, incarnation)| {
-                    let spec = Spec::from_json(key.kind, &spec_json)
-                        .map_err(|source| Error::Spec {
+                    let spec =
+                        Spec::from_json(key.kind, &spec_json).map_err(|source| Error::Spec {
                             key: key.clone(),
                             source,
                         })?;
@@ -842,8 +842,9 @@ fn commit_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<CommitRow> {
 
 fn diagnostics_of(json: Option<String>, what: &'static str) -> Result<Vec<Diagnostic>> {
     match json {
-        Some(json) => serde_json::from_str(&json)
-            .map_err(|source| Error::Diagnostics { what, source }),
+        Some(json) => {
+            serde_json::from_str(&json).map_err(|source| Error::Diagnostics { what, source })
+        }
         None => Ok(Vec::new()),
     }
 }

@@ -16,9 +16,8 @@ use serde_json::{Value, json};
 
 use super::container::rfc3339_seconds;
 use super::job::{
-    failure_reason,
-    job_runs, keep_history, list_runs, remove_all, run_phase, run_timeout, run_view, settle_runs,
-    start_run, taken_names,
+    failure_reason, job_runs, keep_history, list_runs, remove_all, run_phase, run_timeout,
+    run_view, settle_runs, start_run, taken_names,
 };
 use crate::manifest::spec::schedule::{Schedule, parse_timezone};
 use crate::manifest::spec::{CronjobSpec, Spec};
@@ -34,10 +33,7 @@ use crate::store::{
 const SKIPS_KEPT: usize = 10;
 
 /// One pass; `Action::Done` between ticks too: the scheduler requeues the key at the next.
-pub(super) async fn reconcile<R: Runtime>(
-    ctx: &Arc<Ctx<R>>,
-    key: &ResourceKey,
-) -> Result<Action> {
+pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) -> Result<Action> {
     let desired = super::desired_of(ctx, key).await?;
     let Some(desired) = desired else {
         remove_all(ctx, key).await?;

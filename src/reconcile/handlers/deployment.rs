@@ -140,7 +140,8 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
 
     // A rollout that ran out of time, or whose new replica keeps crashing, is rolled back.
     let new_replicas = inspect_waiting(ctx, &observed, &release).await;
-    if let Some((failure, reason)) = rollout_failure(ctx, &release, steps.is_empty(), &observed, &new_replicas)
+    if let Some((failure, reason)) =
+        rollout_failure(ctx, &release, steps.is_empty(), &observed, &new_replicas)
     {
         let status = with_detail(status, &observed, &target, &desired);
         return fail_rollout(ctx, &release, (failure, &reason), &report, status).await;
@@ -196,7 +197,8 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
                 (error.reason(), &error.to_string()),
                 &report,
                 status,
-            ).await;
+            )
+            .await;
         }
         let phase = if error.is_transient() {
             Phase::Progressing

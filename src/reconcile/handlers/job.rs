@@ -72,10 +72,7 @@ pub(super) fn plan_job(runs: &[JobRun], spec_hash: &str) -> JobStep {
 }
 
 /// One pass; a run in flight is `Action::Done` too: its waiter requeues the key when it ends.
-pub(super) async fn reconcile<R: Runtime>(
-    ctx: &Arc<Ctx<R>>,
-    key: &ResourceKey,
-) -> Result<Action> {
+pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) -> Result<Action> {
     let desired = super::desired_of(ctx, key).await?;
     let Some(desired) = desired else {
         remove_all(ctx, key).await?;

@@ -153,7 +153,9 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
 
     // A rollout that ran out of time, or whose new pod keeps crashing, is rolled back.
     let new_pods = inspect_waiting(ctx, &observed, &release).await;
-    if let Some((failure, reason)) = rollout_failure(ctx, &release, steps.is_empty(), &observed, &new_pods) {
+    if let Some((failure, reason)) =
+        rollout_failure(ctx, &release, steps.is_empty(), &observed, &new_pods)
+    {
         let status = with_detail(ctx, key, status, &observed, &target).await?;
         return fail_rollout(ctx, &release, (failure, &reason), &report, status).await;
     }
@@ -203,7 +205,8 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
                 (error.reason(), &error.to_string()),
                 &report,
                 status,
-            ).await;
+            )
+            .await;
         }
         status.phase = if error.is_transient() {
             Phase::Progressing
