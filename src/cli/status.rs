@@ -114,10 +114,11 @@ fn print_table(view: &StatusView) {
             },
         );
         // Replicated kinds publish readiness; an autoscaled count is marked `*`.
-        let ready = resource.detail["ready_replicas"]
-            .as_u64()
+        let ready = resource
+            .detail
+            .ready_replicas()
             .map_or_else(|| "-".to_owned(), |ready| ready.to_string());
-        let desired = if resource.detail["autoscaled_replicas"].is_u64() {
+        let desired = if resource.detail.autoscaled_replicas().is_some() {
             format!("{}*", resource.desired_replicas)
         } else {
             resource.desired_replicas.to_string()
@@ -134,7 +135,7 @@ fn print_table(view: &StatusView) {
     if view
         .resources
         .iter()
-        .any(|resource| resource.detail["autoscaled_replicas"].is_u64())
+        .any(|resource| resource.detail.autoscaled_replicas().is_some())
     {
         println!("\n* replicas set by the autoscaler (not in git)");
     }

@@ -3,7 +3,9 @@
 //!
 //! Invariants: views are built from store reads only, and from one function each (`build`,
 //! `build_releases`), so the command line and HTTP cannot disagree; they are dedicated
-//! serialisable types, never internal ones (STYLE.md §3.13).
+//! serialisable types, never internal ones (STYLE.md §3.13). The one exception is a
+//! resource's `detail`, whose per-kind types (`store::Detail`) are the stored JSON schema:
+//! handlers fill typed structs, and this edge alone turns them into the document.
 
 use std::sync::Arc;
 
@@ -15,7 +17,7 @@ use serde::Serialize;
 
 use super::{AppState, blocking};
 use crate::model::{Kind, ResourceKey};
-use crate::store::{CommitRecord, HEALTH_ENGINE, HEALTH_FETCH, Pin, Release, Store};
+use crate::store::{CommitRecord, Detail, HEALTH_ENGINE, HEALTH_FETCH, Pin, Release, Store};
 
 /// The JSON document `status --json` prints and `GET /status` returns.
 #[derive(Debug, Serialize)]
@@ -94,13 +96,10 @@ pub struct ResourceView {
     pub pin: Option<PinView>,
     pub updated_at: i64,
     /// Kind-specific state as the handler recorded it (a job's run history, a cronjob's
-    /// schedule and next run, …); absent when there is none.
-    #[serde(skip_serializing_if = "no_detail")]
-    pub detail: serde_json::Value,
-}
-
-fn no_detail(detail: &serde_json::Value) -> bool {
-    detail.is_null() || detail.as_object().is_some_and(serde_json::Map::is_empty)
+    /// schedule and next run, …); absent when there is none. Its types are the stored
+    /// schema (`store::Detail`), whose JSON is kept compatible as the rows'.
+    #[serde(skip_serializing_if = "Detail::is_none")]
+    pub detail: Detail,
 }
 
 #[derive(Debug, Serialize)]

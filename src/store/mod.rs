@@ -16,6 +16,7 @@
 //! Calls block: async callers run them on `spawn_blocking`. The connection sits behind a std
 //! `Mutex` that is never held across an `.await`.
 
+mod detail;
 mod error;
 mod health;
 mod releases;
@@ -24,6 +25,11 @@ mod schema;
 mod secrets;
 mod status;
 
+pub use detail::{
+    AssetDetail, AssetFileDetail, CronjobDetail, DeploymentDetail, Detail, HealthCheckDetail,
+    IngressDetail, JobDetail, PodDetail, ProxyDetail, RegistryDetail, ReplicaDetail, RouteDetail,
+    RunDetail, SkipDetail, StatefulsetDetail, TlsDetail, VolumeDetail,
+};
 pub use error::{Error, Result};
 pub use health::{HEALTH_ENGINE, HEALTH_FETCH, Health};
 pub use releases::{
@@ -199,8 +205,8 @@ pub struct ResourceStatus {
     pub spec_hash: String,
     pub release_id: Option<i64>,
     pub updated_at: i64,
-    /// Kind-specific status (init failures, routes, schedule, files, …); `Null` when none.
-    pub detail: serde_json::Value,
+    /// Kind-specific status (replicas, routes, schedule, files, …).
+    pub detail: Detail,
 }
 
 impl ResourceStatus {
@@ -215,7 +221,7 @@ impl ResourceStatus {
             spec_hash: String::new(),
             release_id: None,
             updated_at: now_unix(),
-            detail: serde_json::Value::Null,
+            detail: Detail::None,
         }
     }
 

@@ -2,7 +2,7 @@
 //! side and `plan`.
 //!
 //! Invariants: one row per resource; a handler replaces the whole row, and `detail` holds the
-//! kind-specific part as JSON. The phase and the failure reason are closed enums stored by
+//! kind-specific part as JSON (`detail::Detail`). The phase and the failure reason are closed enums stored by
 //! their text (`as_str`); a row holding a text this agent does not know is reported as
 //! `Error::Unknown`, never guessed at. The reason is set exactly when something failed (it
 //! may stay set while a retry is pending); readers ask for it (`statuses_failed_with`)
@@ -10,7 +10,7 @@
 
 use rusqlite::{OptionalExtension, params};
 
-use super::{Error, ResourceStatus, Result, Store, key_from_row};
+use super::{Detail, Error, ResourceStatus, Result, Store, key_from_row};
 use crate::model::ResourceKey;
 
 /// Where a resource stands after its last reconcile, as `status` shows it.
@@ -259,8 +259,10 @@ fn from_row(row: StatusRow) -> Result<(ResourceKey, ResourceStatus)> {
         detail,
         reason,
     ) = row;
+    let key = key_from_row(&kind, scope, name)?;
+    let detail = Detail::from_json(key.kind, &detail);
     Ok((
-        key_from_row(&kind, scope, name)?,
+        key,
         ResourceStatus {
             phase: Phase::parse(&phase)?,
             reason: reason.as_deref().map(FailureReason::parse).transpose()?,
@@ -270,18 +272,14 @@ fn from_row(row: StatusRow) -> Result<(ResourceKey, ResourceStatus)> {
             spec_hash,
             release_id,
             updated_at,
-            detail: serde_json::from_str(&detail).unwrap_or(serde_json::Value::Null),
+            detail,
         },
     ))
 }
 
 impl Store {
     pub fn put_status(&self, key: &ResourceKey, status: &ResourceStatus) -> Result<()> {
-        let detail = if status.detail.is_null() {
-            "{}".to_owned()
-        } else {
-            status.detail.to_string()
-        };
+        let detail = status.detail.to_json();
         self.with(|connection| {
             connection.execute(
                 "INSERT INTO status (kind, scope, name, phase, message, desired_replicas, running_replicas, spec_hash, release_id, updated_at, detail, reason)

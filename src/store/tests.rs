@@ -1273,7 +1273,6 @@ fn status_phases_and_reasons_round_trip_and_an_unknown_text_is_reported() -> Tes
         assert_eq!(Phase::parse(phase.as_str())?, phase);
         let status = ResourceStatus {
             reason: (phase == Phase::Failed).then_some(FailureReason::PullFailed),
-            detail: serde_json::json!({}),
             ..ResourceStatus::new(phase, "m")
         };
         f.store.put_status(&key("web"), &status)?;

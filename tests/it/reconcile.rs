@@ -499,9 +499,9 @@ async fn declaring_a_registry_retries_a_failed_private_pull() -> TestResult {
         ))?
         .ok_or("registry status")?;
     assert!(
-        !registry_status.detail.to_string().contains("s3cret"),
+        !registry_status.detail.json().to_string().contains("s3cret"),
         "no token in status: {}",
-        registry_status.detail
+        registry_status.detail.json()
     );
     harness.stop().await
 }
@@ -524,7 +524,7 @@ async fn asset_files_changed_on_the_host_are_repaired() -> TestResult {
     // This harness skips the sync stage, which writes asset files before the journal: the
     // handler wrote them itself, from the stored bytes.
     assert_eq!(
-        first.detail["repaired"],
+        first.detail.json()["repaired"],
         serde_json::json!(["conf", "motd"])
     );
     let dir = harness._dir.path().join("assets/shop/cfg");
@@ -537,13 +537,13 @@ async fn asset_files_changed_on_the_host_are_repaired() -> TestResult {
     harness.start()?;
     let status = harness
         .status_where(&key, |status| {
-            status.detail["repaired"]
+            status.detail.json()["repaired"]
                 .as_array()
                 .is_some_and(|keys| !keys.is_empty())
         })
         .await?;
     assert_eq!(
-        status.detail["repaired"],
+        status.detail.json()["repaired"],
         serde_json::json!(["conf", "motd"])
     );
     assert_eq!(std::fs::read_to_string(dir.join("conf"))?, "port = 8080\n");

@@ -7,16 +7,12 @@
 //! mounts); the status lists each key's digest and whether the file was repaired; the files
 //! of an asset that left the repo are removed by the sync stage, not here.
 
-use std::collections::BTreeMap;
-
-use serde_json::json;
-
 use crate::assets::{AssetFiles, check_asset, write_asset};
 use crate::manifest::spec::Spec;
 use crate::model::ResourceKey;
 use crate::reconcile::{Action, Ctx, Error, Result, blocking};
 use crate::runtime::Runtime;
-use crate::store::{FailureReason, Phase, ResourceStatus};
+use crate::store::{AssetDetail, AssetFileDetail, Detail, FailureReason, Phase, ResourceStatus};
 
 pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Action> {
     let desired = super::desired_of(ctx, key).await?;
@@ -59,10 +55,21 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
             }
             let mut status = ResourceStatus::new(Phase::Ready, "");
             status.spec_hash = desired.spec_hash.to_string();
-            status.detail = json!({
-                "files": asset.files.iter().map(|(name, file)| (name.clone(), json!({"digest": file.digest, "size": file.size, "source": file.source}))).collect::<BTreeMap<_, _>>(),
-                "path": crate::model::asset_dir(&ctx.assets_root, &key.scope, &key.name),
-                "repaired": repaired,
+            status.detail = Detail::Asset(AssetDetail {
+                files: asset
+                    .files
+                    .iter()
+                    .map(|(name, file)| {
+                        let file = AssetFileDetail {
+                            digest: file.digest.clone(),
+                            size: file.size,
+                            source: file.source.clone(),
+                        };
+                        (name.clone(), file)
+                    })
+                    .collect(),
+                path: crate::model::asset_dir(&ctx.assets_root, &key.scope, &key.name),
+                repaired: repaired.into_iter().cloned().collect(),
             });
             status
         }

@@ -12,8 +12,6 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
-
 use super::container::rfc3339_seconds;
 use super::job::{
     failure_reason, job_runs, keep_history, list_runs, remove_all, run_phase, run_timeout,
@@ -26,7 +24,8 @@ use crate::reconcile::cron::{CronDecision, CronInputs, Skip, decide, schedule_ke
 use crate::reconcile::{Action, Ctx, Error, Result, blocking};
 use crate::runtime::Runtime;
 use crate::store::{
-    CronState, Desired, FailureReason, JobRun, Phase, ResourceStatus, RunStatus, now_unix,
+    CronState, CronjobDetail, Desired, Detail, FailureReason, JobRun, Phase, ResourceStatus,
+    RunStatus, SkipDetail, now_unix,
 };
 
 /// Skipped or missed ticks kept in the status.
@@ -130,12 +129,15 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) 
                 Err(error) => {
                     skipped.insert(
                         0,
-                        json!({
-                            "reason": "error",
-                            "scheduled_at": rfc3339_seconds(scheduled_at),
-                            "recorded_at": rfc3339_seconds(now.timestamp()),
-                            "message": format!("the tick could not start: {error}"),
-                        }),
+                        SkipDetail {
+                            reason: "error".to_owned(),
+                            scheduled_at: Some(rfc3339_seconds(scheduled_at)),
+                            recorded_at: rfc3339_seconds(now.timestamp()),
+                            message: format!("the tick could not start: {error}"),
+                            first: None,
+                            last: None,
+                            n_times: None,
+                        },
                     );
                     Err(error)
                 }
@@ -145,12 +147,12 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) 
     };
     keep_history(ctx, key, spec.successful_history(), spec.failed_history()).await?;
     let runs = job_runs(ctx, key).await?;
-    if let Some(old) = previous
-        .as_ref()
-        .and_then(|status| status.detail.get("skipped"))
-        .and_then(Value::as_array)
+    if let Some(ResourceStatus {
+        detail: Detail::Cronjob(old),
+        ..
+    }) = previous
     {
-        skipped.extend(old.iter().cloned());
+        skipped.extend(old.skipped);
     }
     skipped.truncate(SKIPS_KEPT);
     let status = cronjob_status(
@@ -178,7 +180,7 @@ fn skip_events<R: Runtime>(
     decision: &CronDecision,
     runs: &[JobRun],
     now: i64,
-) -> Vec<Value> {
+) -> Vec<SkipDetail> {
     let mut events = Vec::new();
     for skip in &decision.skips {
         match skip {
@@ -194,14 +196,15 @@ fn skip_events<R: Runtime>(
                     humantime::format_duration(ctx.options.cron_catch_up)
                 );
                 tracing::warn!(%key, "{message}");
-                events.push(json!({
-                    "reason": "missed",
-                    "n_times": n_times,
-                    "first": rfc3339_seconds(*first),
-                    "last": rfc3339_seconds(*last),
-                    "recorded_at": rfc3339_seconds(now),
-                    "message": message,
-                }));
+                events.push(SkipDetail {
+                    reason: "missed".to_owned(),
+                    n_times: Some(*n_times),
+                    first: Some(rfc3339_seconds(*first)),
+                    last: Some(rfc3339_seconds(*last)),
+                    recorded_at: rfc3339_seconds(now),
+                    message,
+                    scheduled_at: None,
+                });
             }
             Skip::Forbidden { scheduled_at } => {
                 let running = runs
@@ -212,12 +215,15 @@ fn skip_events<R: Runtime>(
                     "skipped: the previous run{running} was still running (concurrency_policy = \"Forbid\")"
                 );
                 tracing::info!(%key, scheduled_at = %rfc3339_seconds(*scheduled_at), "{message}");
-                events.push(json!({
-                    "reason": "forbid",
-                    "scheduled_at": rfc3339_seconds(*scheduled_at),
-                    "recorded_at": rfc3339_seconds(now),
-                    "message": message,
-                }));
+                events.push(SkipDetail {
+                    reason: "forbid".to_owned(),
+                    scheduled_at: Some(rfc3339_seconds(*scheduled_at)),
+                    recorded_at: rfc3339_seconds(now),
+                    message,
+                    first: None,
+                    last: None,
+                    n_times: None,
+                });
             }
             Skip::Suspended { n_times, last } => {
                 tracing::debug!(%key, n_times, last = %rfc3339_seconds(*last), "suspended: tick skipped");
@@ -234,7 +240,7 @@ fn cronjob_status(
     spec: &CronjobSpec,
     position: &CronState,
     runs: &[JobRun],
-    skipped: Vec<Value>,
+    skipped: Vec<SkipDetail>,
     error: Option<&Error>,
 ) -> ResourceStatus {
     let n_running = runs
@@ -285,18 +291,23 @@ fn cronjob_status(
         spec_hash: desired.spec_hash.to_string(),
         release_id: None,
         updated_at: now_unix(),
-        detail: json!({
-            "schedule": spec.schedule,
-            "timezone": zone,
-            "suspend": spec.suspend,
-            "concurrency_policy": if spec.concurrency_policy.is_empty() { "Allow" } else { spec.concurrency_policy.as_str() },
-            "image": spec.job.container.effective_image(key),
-            "next_run": position.next_run.map(rfc3339_seconds),
-            "next_run_local": next_local,
-            "last_scheduled": position.last_scheduled.map(rfc3339_seconds),
-            "last_run": runs.first().map(run_view),
-            "history": runs.iter().map(run_view).collect::<Vec<Value>>(),
-            "skipped": skipped,
+        detail: Detail::Cronjob(CronjobDetail {
+            schedule: spec.schedule.clone(),
+            timezone: zone.to_owned(),
+            suspend: spec.suspend,
+            concurrency_policy: if spec.concurrency_policy.is_empty() {
+                "Allow"
+            } else {
+                spec.concurrency_policy.as_str()
+            }
+            .to_owned(),
+            image: spec.job.container.effective_image(key),
+            next_run: position.next_run.map(rfc3339_seconds),
+            next_run_local: next_local,
+            last_scheduled: position.last_scheduled.map(rfc3339_seconds),
+            last_run: runs.first().map(run_view),
+            history: runs.iter().map(run_view).collect(),
+            skipped,
         }),
     }
 }

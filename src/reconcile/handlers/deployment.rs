@@ -22,7 +22,6 @@
 use std::collections::BTreeSet;
 
 use futures_util::StreamExt as _;
-use serde_json::json;
 
 use super::container::{Identity, Launch, aliases};
 use super::hooks;
@@ -41,7 +40,10 @@ use crate::reconcile::gate;
 use crate::reconcile::plan::{Step, Target, plan_replicas};
 use crate::reconcile::{Ctx, Error, Result, blocking};
 use crate::runtime::{Container, ContainerState, Runtime, labels};
-use crate::store::{Desired, FailureReason, Phase, Release, ReleasePhase, ResourceStatus};
+use crate::store::{
+    DeploymentDetail, Desired, Detail, FailureReason, Phase, Release, ReleasePhase, ReplicaDetail,
+    ResourceStatus,
+};
 
 /// What one reconcile works with.
 struct Work<'a> {
@@ -265,17 +267,15 @@ fn with_detail(
             target.is_current(container) && container.state == ContainerState::Running
         })
         .count();
-    let replicas: Vec<serde_json::Value> = observed
+    let replicas: Vec<ReplicaDetail> = observed
         .actual
         .iter()
-        .map(|container| {
-            json!({
-                "name": container.name,
-                "current": target.is_current(container),
-                "state": format!("{:?}", container.state).to_lowercase(),
-                "ready": observed.is_ready(container),
-                "reason": observed.reason(container),
-            })
+        .map(|container| ReplicaDetail {
+            name: container.name.clone(),
+            current: target.is_current(container),
+            state: format!("{:?}", container.state).to_lowercase(),
+            ready: observed.is_ready(container),
+            reason: observed.reason(container).to_owned(),
         })
         .collect();
     let ready = observed
@@ -283,11 +283,11 @@ fn with_detail(
         .iter()
         .filter(|container| observed.is_ready(container))
         .count();
-    let mut detail = json!({ "ready_replicas": ready, "replicas": replicas });
-    if let Some(replicas) = desired.replicas_override {
-        detail["autoscaled_replicas"] = json!(replicas);
-    }
-    status.detail = detail;
+    status.detail = Detail::Deployment(DeploymentDetail {
+        autoscaled_replicas: desired.replicas_override,
+        ready_replicas: ready,
+        replicas,
+    });
     status
 }
 

@@ -17,7 +17,8 @@ use crate::reconcile::routes::IngressView;
 use crate::reconcile::{Action, Ctx, Result, blocking};
 use crate::runtime::Runtime;
 use crate::store::{
-    Desired, FailureReason, Phase, Release, ReleasePhase, ResourceStatus, now_unix,
+    Desired, Detail, FailureReason, HealthCheckDetail, IngressDetail, Phase, ProxyDetail, Release,
+    ReleasePhase, ResourceStatus, RouteDetail, TlsDetail, now_unix,
 };
 
 pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Action> {
@@ -58,7 +59,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         spec_hash: desired.spec_hash.to_string(),
         release_id: Some(release.id),
         updated_at: now_unix(),
-        detail: detail(view, &report, live),
+        detail: Detail::Ingress(detail(view, &report, live)),
     };
     let key = key.clone();
     let finish = live && release.phase == ReleasePhase::Progressing;
@@ -130,61 +131,42 @@ fn assess(view: &IngressView, report: &RouterReport, live: bool) -> (Phase, Stri
 }
 
 /// The status `detail`: what this ingress routes, to where, and where the proxy listens.
-fn detail(view: &IngressView, report: &RouterReport, live: bool) -> serde_json::Value {
-    let routes: Vec<serde_json::Value> = view
-        .routes
-        .iter()
-        .map(|route| {
-            let mut entry = serde_json::Map::new();
-            entry.insert(
-                "path".to_owned(),
-                serde_json::json!(route.path.as_deref().unwrap_or("/")),
-            );
-            if route.strip {
-                entry.insert("strip".to_owned(), serde_json::json!(true));
-            }
-            if let Some(owner) = &route.shadowed_by {
-                entry.insert("served_by".to_owned(), serde_json::json!(owner.to_string()));
-            }
-            serde_json::Value::Object(entry)
-        })
-        .collect();
-    let mut detail = serde_json::json!({
-        "host": view.host,
-        "service": view.service,
-        "port": view.port,
-        "url": view.url,
-        "routes": routes,
-        "upstreams": view.upstreams,
-        "policy": view.policy,
-        "live": live,
-    });
-    if let Some(check) = &view.health_check {
-        detail["health_check"] = serde_json::json!({
-            "path": check.path,
-            "port": check.port,
-            "interval": check.interval,
-        });
+fn detail(view: &IngressView, report: &RouterReport, live: bool) -> IngressDetail {
+    IngressDetail {
+        host: view.host.clone(),
+        service: view.service.clone(),
+        port: view.port,
+        url: view.url.clone(),
+        routes: view
+            .routes
+            .iter()
+            .map(|route| RouteDetail {
+                path: route.path.as_deref().unwrap_or("/").to_owned(),
+                strip: route.strip,
+                served_by: route.shadowed_by.as_ref().map(ToString::to_string),
+            })
+            .collect(),
+        upstreams: view.upstreams.clone(),
+        policy: view.policy.clone(),
+        live,
+        health_check: view.health_check.as_ref().map(|check| HealthCheckDetail {
+            path: check.path.clone(),
+            port: check.port,
+            interval: check.interval.clone(),
+        }),
+        tls: view.tls.as_ref().map(|tls| TlsDetail {
+            provider: tls.provider.clone(),
+            email: tls.email.clone(),
+            on_demand: tls.on_demand,
+            ask: tls.ask.clone(),
+        }),
+        warnings: view.warnings.clone(),
+        proxy: report.proxy.as_ref().map(|proxy| ProxyDetail {
+            container: proxy.container.clone(),
+            http: proxy.http.clone(),
+            https: proxy.https.clone(),
+        }),
     }
-    if let Some(tls) = &view.tls {
-        detail["tls"] = serde_json::json!({
-            "provider": tls.provider,
-            "email": tls.email,
-            "on_demand": tls.on_demand,
-            "ask": tls.ask,
-        });
-    }
-    if !view.warnings.is_empty() {
-        detail["warnings"] = serde_json::json!(view.warnings);
-    }
-    if let Some(proxy) = &report.proxy {
-        detail["proxy"] = serde_json::json!({
-            "container": proxy.container,
-            "http": proxy.http,
-            "https": proxy.https,
-        });
-    }
-    detail
 }
 
 /// The release this reconcile works under: the latest one when it has the desired spec hash

@@ -28,15 +28,16 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
-
 use super::container::{Identity, Launch, rfc3339_seconds};
 use super::launch::{EnvSource, build_spec, images_of, ready_to_create};
 use crate::manifest::spec::{JobSpec, Spec};
 use crate::model::{ResourceKey, parse_go_duration, random_hex};
 use crate::reconcile::{Action, Ctx, Error, Result, blocking};
 use crate::runtime::{Container, ContainerState, Runtime, labels};
-use crate::store::{Desired, FailureReason, JobRun, Phase, ResourceStatus, RunStatus, now_unix};
+use crate::store::{
+    Desired, Detail, FailureReason, JobDetail, JobRun, Phase, ResourceStatus, RunDetail, RunStatus,
+    now_unix,
+};
 
 /// Lines of a run's output kept with its history entry.
 pub(super) const LOG_LINES: usize = 50;
@@ -140,11 +141,11 @@ fn job_status(
         spec_hash: desired.spec_hash.to_string(),
         release_id: None,
         updated_at: now_unix(),
-        detail: json!({
-            "image": spec.container.effective_image(key),
-            "timeout": spec.timeout,
-            "last_run": runs.first().map(run_view),
-            "history": runs.iter().map(run_view).collect::<Vec<Value>>(),
+        detail: Detail::Job(JobDetail {
+            image: spec.container.effective_image(key),
+            timeout: spec.timeout.clone(),
+            last_run: runs.first().map(run_view),
+            history: runs.iter().map(run_view).collect(),
         }),
     }
 }
@@ -184,19 +185,19 @@ pub(super) fn run_phase(run: &JobRun) -> (Phase, String) {
 }
 
 /// One history entry of `status --json`.
-pub(super) fn run_view(run: &JobRun) -> Value {
-    json!({
-        "run_id": run.run_id,
-        "container": run.container,
-        "spec_hash": run.spec_hash,
-        "status": run.status.as_str(),
-        "exit_code": run.exit_code,
-        "started_at": rfc3339_seconds(run.started_at),
-        "ended_at": run.ended_at.map(rfc3339_seconds),
-        "duration_seconds": run.ended_at.map(|ended| ended - run.started_at),
-        "error": run.error,
-        "logs_tail": run.logs_tail,
-    })
+pub(super) fn run_view(run: &JobRun) -> RunDetail {
+    RunDetail {
+        run_id: run.run_id.clone(),
+        container: run.container.clone(),
+        spec_hash: run.spec_hash.clone(),
+        status: run.status.as_str().to_owned(),
+        exit_code: run.exit_code,
+        started_at: rfc3339_seconds(run.started_at),
+        ended_at: run.ended_at.map(rfc3339_seconds),
+        duration_seconds: run.ended_at.map(|ended| ended - run.started_at),
+        error: run.error.clone(),
+        logs_tail: run.logs_tail.clone(),
+    }
 }
 
 /// A job's `timeout` (`None`: no deadline).
@@ -722,10 +723,10 @@ mod tests {
             (Phase::Failed, "run 0003 failed: exit code 1".to_owned())
         );
         let view = run_view(&failed);
-        assert_eq!(view["exit_code"], 1);
-        assert_eq!(view["duration_seconds"], 7);
-        assert_eq!(view["started_at"], "1970-01-01T00:05:00Z");
-        assert_eq!(view["status"], "failed");
+        assert_eq!(view.exit_code, Some(1));
+        assert_eq!(view.duration_seconds, Some(7));
+        assert_eq!(view.started_at, "1970-01-01T00:05:00Z");
+        assert_eq!(view.status, "failed");
     }
 
     #[test]

@@ -6,13 +6,11 @@
 //!
 //! Invariant: the token is not in status, logs or errors.
 
-use serde_json::json;
-
 use crate::manifest::spec::Spec;
 use crate::model::ResourceKey;
 use crate::reconcile::{Action, Ctx, Result, blocking};
 use crate::runtime::Runtime;
-use crate::store::{FailureReason, Phase, ResourceStatus};
+use crate::store::{Detail, FailureReason, Phase, RegistryDetail, ResourceStatus};
 
 pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Action> {
     let desired = super::desired_of(ctx, key).await?;
@@ -26,11 +24,16 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
     };
     let mut status = ResourceStatus::new(Phase::Ready, "");
     status.spec_hash = desired.spec_hash.to_string();
-    status.detail = json!({
-        "url": registry.url,
-        "username": registry.username,
-        "helper": registry.helper,
-        "credentials": if registry.helper.is_empty() { "token" } else { "helper" },
+    status.detail = Detail::Registry(RegistryDetail {
+        url: registry.url.clone(),
+        username: registry.username.clone(),
+        helper: registry.helper.clone(),
+        credentials: if registry.helper.is_empty() {
+            "token"
+        } else {
+            "helper"
+        }
+        .to_owned(),
     });
     let key_for_store = key.clone();
     let waiting = blocking(&ctx.store, move |store| {

@@ -27,8 +27,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::json;
-
 use super::container::{Identity, Launch, aliases};
 use super::launch::{
     EnvSource, build_spec, create_and_start, identity_vars, images_of, ready_to_create,
@@ -44,7 +42,10 @@ use crate::model::{Kind, ResourceKey};
 use crate::reconcile::plan::{StatefulStep, StatefulTarget, plan_statefulset, pod_ordinal};
 use crate::reconcile::{Ctx, Error, Result, blocking, gate};
 use crate::runtime::{Container, ContainerState, Runtime, Volume, labels};
-use crate::store::{Desired, FailureReason, Phase, ReleasePhase, ResourceStatus};
+use crate::store::{
+    Desired, Detail, FailureReason, Phase, PodDetail, ReleasePhase, ResourceStatus,
+    StatefulsetDetail, VolumeDetail,
+};
 
 /// One pod's name, labels, environment and mounts.
 struct Pod {
@@ -495,38 +496,40 @@ async fn with_detail<R: Runtime>(
     let mut pods: Vec<(Option<usize>, &Container)> =
         actual.iter().map(|pod| (pod_ordinal(pod), pod)).collect();
     pods.sort_by_key(|(ordinal, pod)| (*ordinal, pod.name.clone()));
-    let pods: Vec<serde_json::Value> = pods
+    let pods: Vec<PodDetail> = pods
         .into_iter()
-        .map(|(ordinal, pod)| {
-            json!({
-                "ordinal": ordinal,
-                "name": pod.name,
-                "state": format!("{:?}", pod.state).to_lowercase(),
-                "current": ordinal.is_some_and(|ordinal| target.is_current(ordinal, pod)),
-                "ready": observed.is_ready(pod),
-                "reason": observed.reason(pod),
-                "volumes": volumes
-                    .iter()
-                    .filter(|volume| ordinal.is_some() && volume_ordinal(volume) == ordinal)
-                    .map(|volume| volume.name.clone())
-                    .collect::<Vec<_>>(),
-            })
+        .map(|(ordinal, pod)| PodDetail {
+            ordinal,
+            name: pod.name.clone(),
+            state: format!("{:?}", pod.state).to_lowercase(),
+            current: ordinal.is_some_and(|ordinal| target.is_current(ordinal, pod)),
+            ready: observed.is_ready(pod),
+            reason: observed.reason(pod).to_owned(),
+            volumes: volumes
+                .iter()
+                .filter(|volume| ordinal.is_some() && volume_ordinal(volume) == ordinal)
+                .map(|volume| volume.name.clone())
+                .collect(),
         })
         .collect();
-    let volumes: Vec<serde_json::Value> = volumes
+    let volumes: Vec<VolumeDetail> = volumes
         .iter()
         .map(|volume| {
             let ordinal = volume_ordinal(volume);
-            json!({
-                "name": volume.name,
-                "claim": volume.labels.get(labels::CLAIM),
-                "ordinal": ordinal,
-                "kept": ordinal.is_none_or(|ordinal| ordinal >= target.n_replicas),
-            })
+            VolumeDetail {
+                name: volume.name.clone(),
+                claim: volume.labels.get(labels::CLAIM).cloned(),
+                ordinal,
+                kept: ordinal.is_none_or(|ordinal| ordinal >= target.n_replicas),
+            }
         })
         .collect();
     let ready = actual.iter().filter(|pod| observed.is_ready(pod)).count();
-    status.detail = json!({ "ready_replicas": ready, "pods": pods, "volumes": volumes });
+    status.detail = Detail::Statefulset(StatefulsetDetail {
+        pods,
+        ready_replicas: ready,
+        volumes,
+    });
     Ok(status)
 }
 
