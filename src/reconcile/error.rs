@@ -48,7 +48,8 @@ pub enum Error {
         key: ResourceKey,
         program: String,
         url: String,
-        problem: String,
+        #[source]
+        problem: HelperError,
     },
     /// The engine refused to start a container (a spec it cannot run, ulimits it will not
     /// grant): permanent.
@@ -99,6 +100,23 @@ pub enum Error {
         key: ResourceKey,
         waiting_for: String,
     },
+}
+
+/// Why a registry's credential helper gave no credentials.
+#[derive(Debug, thiserror::Error)]
+pub enum HelperError {
+    #[error("cannot run it ({0}); install it on the host")]
+    NotRunnable(#[source] std::io::Error),
+    #[error("{0}")]
+    Io(#[source] std::io::Error),
+    #[error("no answer within {}s", .0.as_secs())]
+    Timeout(Duration),
+    #[error("exited with {0}")]
+    Exited(std::process::ExitStatus),
+    /// Its output is not the JSON credential helpers answer (the output itself is never kept:
+    /// it may hold the secret).
+    #[error("its answer is not {{\"Username\", \"Secret\"}} JSON")]
+    BadAnswer,
 }
 
 fn pull_message(source: &crate::runtime::Error) -> String {

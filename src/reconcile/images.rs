@@ -13,7 +13,7 @@ use crate::manifest::spec::{RegistrySpec, Spec};
 use crate::model::{Kind, ResourceKey};
 use crate::runtime::{RegistryAuth, Runtime};
 
-use super::{Ctx, Error, Result, blocking};
+use super::{Ctx, Error, HelperError, Result, blocking};
 
 /// How long a credential helper may take.
 const HELPER_TIMEOUT: Duration = Duration::from_secs(20);
@@ -99,7 +99,7 @@ async fn credentials(key: &ResourceKey, spec: &RegistrySpec) -> Result<RegistryA
         });
     }
     let program = format!("docker-credential-{}", spec.helper);
-    let failed = |problem: String| Error::Credentials {
+    let failed = |problem: HelperError| Error::Credentials {
         key: key.clone(),
         program: program.clone(),
         url: spec.url.clone(),
@@ -112,20 +112,20 @@ async fn credentials(key: &ResourceKey, spec: &RegistrySpec) -> Result<RegistryA
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|error| failed(format!("cannot run it ({error}); install it on the host")))?;
+        .map_err(|error| failed(HelperError::NotRunnable(error)))?;
     if let Some(mut stdin) = child.stdin.take() {
         use tokio::io::AsyncWriteExt as _;
         stdin
             .write_all(spec.url.as_bytes())
             .await
-            .map_err(|error| failed(error.to_string()))?;
+            .map_err(|error| failed(HelperError::Io(error)))?;
     }
     let output = tokio::time::timeout(HELPER_TIMEOUT, child.wait_with_output())
         .await
-        .map_err(|_| failed(format!("no answer within {}s", HELPER_TIMEOUT.as_secs())))?
-        .map_err(|error| failed(error.to_string()))?;
+        .map_err(|_| failed(HelperError::Timeout(HELPER_TIMEOUT)))?
+        .map_err(|error| failed(HelperError::Io(error)))?;
     if !output.status.success() {
-        return Err(failed(format!("exited with {}", output.status)));
+        return Err(failed(HelperError::Exited(output.status)));
     }
     #[derive(serde::Deserialize)]
     struct Answer {
@@ -134,8 +134,8 @@ async fn credentials(key: &ResourceKey, spec: &RegistrySpec) -> Result<RegistryA
         #[serde(rename = "Secret")]
         secret: String,
     }
-    let answer: Answer = serde_json::from_slice(&output.stdout)
-        .map_err(|_| failed("its answer is not {\"Username\", \"Secret\"} JSON".to_owned()))?;
+    let answer: Answer =
+        serde_json::from_slice(&output.stdout).map_err(|_| failed(HelperError::BadAnswer))?;
     Ok(RegistryAuth {
         server: spec.url.clone(),
         username: answer.username,

@@ -36,7 +36,7 @@ pub mod wake;
 pub use action::Action;
 pub use cron::{Clock, DEFAULT_CATCH_UP as DEFAULT_CRON_CATCH_UP};
 pub use env::EnvError;
-pub use error::{Error, Result};
+pub use error::{Error, HelperError, Result};
 pub use retry::RetryPolicy;
 
 use std::collections::{BTreeSet, HashMap};
