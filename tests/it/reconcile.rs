@@ -11,7 +11,7 @@ use voodu_agent::model::{Kind, ResourceKey};
 use voodu_agent::reconcile::{self, ReconcileOptions};
 use voodu_agent::runtime::fake::Fault;
 use voodu_agent::runtime::{Container, Error as RuntimeError, FakeRuntime, labels};
-use voodu_agent::store::{ReleasePhase, Store};
+use voodu_agent::store::{FailureReason, ReleasePhase, Store};
 
 use crate::support::{Harness, TempRepo, TestResult};
 
@@ -484,6 +484,8 @@ async fn declaring_a_registry_retries_a_failed_private_pull() -> TestResult {
         "{}",
         status.message
     );
+    // The registry handler finds it by this typed reason, not by the message.
+    assert_eq!(status.reason, Some(FailureReason::PullFailed));
     let registry = "registry \"ghcr\" {\n  url = \"ghcr.io\"\n  username = \"deploy-bot\"\n  token = \"s3cret\"\n}\n";
     harness.push(&[("web.hcl", app), ("registry.hcl", registry)])?;
     harness.converged(&web_key(), 1).await?;
