@@ -3,9 +3,8 @@
 //!
 //! Invariants: views are built from store reads only, and from one function each (`build`,
 //! `build_releases`), so the command line and HTTP cannot disagree; they are dedicated
-//! serialisable types, never internal ones (STYLE.md §3.13). The one exception is a
-//! resource's `detail`, whose per-kind types (`store::Detail`) are the stored JSON schema:
-//! handlers fill typed structs, and this edge alone turns them into the document.
+//! serialisable types, never internal ones (STYLE.md §3.13); a resource's kind-specific
+//! `detail` is shaped by `super::detail` from the typed detail its handler stored.
 
 use std::sync::Arc;
 
@@ -15,9 +14,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use super::detail::DetailView;
 use super::{AppState, blocking};
 use crate::model::{Kind, ResourceKey};
-use crate::store::{CommitRecord, Detail, HEALTH_ENGINE, HEALTH_FETCH, Pin, Release, Store};
+use crate::store::{CommitRecord, HEALTH_ENGINE, HEALTH_FETCH, Pin, Release, Store};
 
 /// The JSON document `status --json` prints and `GET /status` returns.
 #[derive(Debug, Serialize)]
@@ -96,10 +96,9 @@ pub struct ResourceView {
     pub pin: Option<PinView>,
     pub updated_at: i64,
     /// Kind-specific state as the handler recorded it (a job's run history, a cronjob's
-    /// schedule and next run, …); absent when there is none. Its types are the stored
-    /// schema (`store::Detail`), whose JSON is kept compatible as the rows'.
-    #[serde(skip_serializing_if = "Detail::is_none")]
-    pub detail: Detail,
+    /// schedule and next run, …); absent when there is none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<DetailView>,
 }
 
 #[derive(Debug, Serialize)]
@@ -226,7 +225,7 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
             release,
             pin,
             updated_at: status.updated_at,
-            detail: status.detail,
+            detail: DetailView::of(status.detail),
         });
     }
     Ok(StatusView {

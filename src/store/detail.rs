@@ -65,26 +65,10 @@ impl Detail {
         }
     }
 
-    /// The JSON `status --json` shows (`Null` for `None`).
+    /// The stored JSON as a value (`Null` for `None`), for tests and diagnostics; the
+    /// `status --json` document is shaped by `http::detail`.
     pub fn json(&self) -> serde_json::Value {
         serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
-    }
-
-    /// Replicas ready, for the kinds that publish readiness.
-    pub fn ready_replicas(&self) -> Option<usize> {
-        match self {
-            Detail::Deployment(detail) => Some(detail.ready_replicas),
-            Detail::Statefulset(detail) => Some(detail.ready_replicas),
-            _ => None,
-        }
-    }
-
-    /// The autoscaler's replica count, while it sets one.
-    pub fn autoscaled_replicas(&self) -> Option<usize> {
-        match self {
-            Detail::Deployment(detail) => detail.autoscaled_replicas,
-            _ => None,
-        }
     }
 }
 
