@@ -566,7 +566,7 @@ async fn error_policy<R: Runtime>(
             // Gone from desired state: no status to record it on.
             return Ok(());
         };
-        let previous = store.status(&key_for_store)?;
+        let previous = store.previous_status(&key_for_store)?;
         let phase = match &previous {
             _ if !retrying => Phase::Failed,
             Some(status) => status.phase,
@@ -598,7 +598,7 @@ async fn record_panic<R: Runtime>(shared: &Arc<Shared<R>>, key: &ResourceKey, me
     let key = key.clone();
     let message = format!("handler panicked: {message}");
     let result = blocking(&shared.ctx.store, move |store| {
-        let previous = store.status(&key)?;
+        let previous = store.previous_status(&key)?;
         let status = ResourceStatus {
             phase: Phase::Failed,
             reason: Some(FailureReason::Panic),

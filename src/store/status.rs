@@ -335,6 +335,16 @@ impl Store {
         })
     }
 
+    /// The status a handler is about to replace: like `status`, but a row this agent cannot
+    /// read (`Error::Unknown`: a newer agent's phase or reason) is `None`, since the write
+    /// that follows replaces it; every other error stays an error.
+    pub fn previous_status(&self, key: &ResourceKey) -> Result<Option<ResourceStatus>> {
+        match self.status(key) {
+            Err(Error::Unknown { .. }) => Ok(None),
+            other => other,
+        }
+    }
+
     /// Every resource's status, ordered by key.
     pub fn statuses(&self) -> Result<Vec<(ResourceKey, ResourceStatus)>> {
         self.with(|connection| {

@@ -1301,6 +1301,8 @@ fn status_phases_and_reasons_round_trip_and_an_unknown_text_is_reported() -> Tes
             error.to_string(),
             format!("state database holds an unreadable row: {expected}")
         );
+        // A handler about to replace the row starts afresh instead.
+        assert_eq!(f.store.previous_status(&key("web"))?, None);
     }
     Ok(())
 }

@@ -82,7 +82,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) 
         blocking(&ctx.store, move |store| {
             Ok((
                 store.cron_state(&key.scope, &key.name)?,
-                store.status(&key)?,
+                store.previous_status(&key)?,
             ))
         })
         .await?
