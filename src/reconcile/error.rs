@@ -29,16 +29,11 @@ pub enum Error {
         #[source]
         source: crate::runtime::Error,
     },
-    /// The image is missing and pulling it failed.
-    #[error(
-        "{key}: image {image} is not on this host and pulling it failed ({}); load or build it on the host, or declare a `registry` for {host}",
-        pull_message(.source)
-    )]
+    /// The image is missing and pulling it failed (`source`: the runtime's `ImageMissing`,
+    /// which names the image).
+    #[error("{key}: {}", pull_failure(.source))]
     PullFailed {
         key: ResourceKey,
-        image: String,
-        /// The registry host the image names.
-        host: String,
         #[source]
         source: crate::runtime::Error,
     },
@@ -49,7 +44,7 @@ pub enum Error {
         program: String,
         url: String,
         #[source]
-        problem: HelperError,
+        problem: Box<HelperError>,
     },
     /// The engine refused to start a container (a spec it cannot run, ulimits it will not
     /// grant): permanent.
@@ -58,7 +53,7 @@ pub enum Error {
         key: ResourceKey,
         name: String,
         #[source]
-        source: crate::runtime::Error,
+        source: Box<crate::runtime::Error>,
     },
     /// The containers' environment cannot be built.
     #[error("{key}: {source}")]
@@ -119,10 +114,13 @@ pub enum HelperError {
     BadAnswer,
 }
 
-fn pull_message(source: &crate::runtime::Error) -> String {
+fn pull_failure(source: &crate::runtime::Error) -> String {
     match source {
-        crate::runtime::Error::ImageMissing { message, .. } => message.clone(),
-        other => other.to_string(),
+        crate::runtime::Error::ImageMissing { image, message } => format!(
+            "image {image} is not on this host and pulling it failed ({message}); load or build it on the host, or declare a `registry` for {}",
+            super::images::registry_host(image)
+        ),
+        other => format!("pulling an image failed: {other}"),
     }
 }
 
@@ -216,9 +214,10 @@ mod tests {
             (
                 Error::PullFailed {
                     key: key(),
-                    image: "ghcr.io/a/app:1".into(),
-                    host: "ghcr.io".into(),
-                    source: missing(),
+                    source: Engine::ImageMissing {
+                        image: "ghcr.io/a/app:1".into(),
+                        message: "no such image".into(),
+                    },
                 },
                 "deployment/s/web: image ghcr.io/a/app:1 is not on this host and pulling it failed (no such image); load or build it on the host, or declare a `registry` for ghcr.io",
                 false,
@@ -237,9 +236,9 @@ mod tests {
                 Error::Start {
                     key: key(),
                     name: "s-web.1".into(),
-                    source: Engine::Invalid {
+                    source: Box::new(Engine::Invalid {
                         message: "setting rlimit: denied".into(),
-                    },
+                    }),
                 },
                 "deployment/s/web: cannot start s-web.1: the engine may not grant its ulimits (voodu's defaults are nofile=65536:65536 and nproc=4096:4096; raise dockerd's LimitNOFILE / LimitNPROC, or set lower `ulimits` in the manifest): setting rlimit: denied",
                 false,
@@ -249,9 +248,9 @@ mod tests {
                 Error::Start {
                     key: key(),
                     name: "s-web.1".into(),
-                    source: Engine::NotFound {
+                    source: Box::new(Engine::NotFound {
                         what: "network n".into(),
-                    },
+                    }),
                 },
                 "deployment/s/web: cannot start s-web.1: network n not found",
                 false,

@@ -82,8 +82,6 @@ pub(crate) async fn ensure_image<R: Runtime>(
         Ok(()) => Ok(()),
         Err(source @ crate::runtime::Error::ImageMissing { .. }) => Err(Error::PullFailed {
             key: key.clone(),
-            image: image.to_owned(),
-            host: registry_host(image).to_owned(),
             source,
         }),
         Err(other) => Err(runtime_error(other)),
@@ -103,7 +101,7 @@ async fn credentials(key: &ResourceKey, spec: &RegistrySpec) -> Result<RegistryA
         key: key.clone(),
         program: program.clone(),
         url: spec.url.clone(),
-        problem,
+        problem: Box::new(problem),
     };
     let mut child = tokio::process::Command::new(&program)
         .arg("get")

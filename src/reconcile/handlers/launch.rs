@@ -301,12 +301,12 @@ pub(crate) fn start_error(key: &ResourceKey, name: &str, error: crate::runtime::
         Engine::Invalid { .. } | Engine::NotFound { .. } => Error::Start {
             key: key.clone(),
             name: name.to_owned(),
-            source: error,
+            source: Box::new(error),
         },
         Engine::Unavailable { .. } if refused_ulimits(&error) => Error::Start {
             key: key.clone(),
             name: name.to_owned(),
-            source: error,
+            source: Box::new(error),
         },
         other => Error::Runtime {
             key: key.clone(),
