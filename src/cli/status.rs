@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Args;
 
+use crate::http::detail::DetailView;
 use crate::http::status::{CommitView, StatusView, build};
 
 #[derive(Debug, Args)]
@@ -114,10 +115,17 @@ fn print_table(view: &StatusView) {
             },
         );
         // Replicated kinds publish readiness; an autoscaled count is marked `*`.
-        let ready = resource.detail["ready_replicas"]
-            .as_u64()
+        let ready = resource
+            .detail
+            .as_ref()
+            .and_then(DetailView::ready_replicas)
             .map_or_else(|| "-".to_owned(), |ready| ready.to_string());
-        let desired = if resource.detail["autoscaled_replicas"].is_u64() {
+        let desired = if resource
+            .detail
+            .as_ref()
+            .and_then(DetailView::autoscaled_replicas)
+            .is_some()
+        {
             format!("{}*", resource.desired_replicas)
         } else {
             resource.desired_replicas.to_string()
@@ -131,11 +139,13 @@ fn print_table(view: &StatusView) {
             resource.message
         );
     }
-    if view
-        .resources
-        .iter()
-        .any(|resource| resource.detail["autoscaled_replicas"].is_u64())
-    {
+    if view.resources.iter().any(|resource| {
+        resource
+            .detail
+            .as_ref()
+            .and_then(DetailView::autoscaled_replicas)
+            .is_some()
+    }) {
         println!("\n* replicas set by the autoscaler (not in git)");
     }
     for resource in &view.resources {

@@ -24,7 +24,7 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let figures = blocking(&state.ctx.store, |store| {
         let mut phases = BTreeMap::new();
         for (_, status) in store.statuses()? {
-            *phases.entry(status.phase).or_insert(0) += 1;
+            *phases.entry(status.phase.as_str().to_owned()).or_insert(0) += 1;
         }
         Ok(StoreFigures {
             phases,

@@ -19,6 +19,7 @@
 
 mod auth;
 mod conn;
+pub mod detail;
 mod error;
 mod metrics;
 pub mod status;

@@ -4,7 +4,8 @@
 //! Invariants: views are built from store reads only, and from one function each (`build`,
 //! `build_releases`), so the command line and HTTP cannot disagree; they are dedicated
 //! serialisable types, never internal ones, so changing an internal type never changes the
-//! documents scripts read.
+//! documents scripts read; a resource's kind-specific `detail` is shaped by `super::detail`
+//! from the typed detail its handler stored.
 
 use std::sync::Arc;
 
@@ -14,6 +15,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use super::detail::DetailView;
 use super::{AppState, blocking};
 use crate::model::{Kind, ResourceKey};
 use crate::store::{CommitRecord, HEALTH_ENGINE, HEALTH_FETCH, Pin, Release, Store};
@@ -82,7 +84,10 @@ pub struct ResourceView {
     pub kind: String,
     pub scope: String,
     pub name: String,
-    pub phase: String,
+    pub phase: &'static str,
+    /// Why it failed (`ImageMissing`, `RolloutDeadline`, …); absent unless something failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<&'static str>,
     pub message: String,
     pub desired_replicas: usize,
     pub running_replicas: usize,
@@ -93,12 +98,8 @@ pub struct ResourceView {
     pub updated_at: i64,
     /// Kind-specific state as the handler recorded it (a job's run history, a cronjob's
     /// schedule and next run, …); absent when there is none.
-    #[serde(skip_serializing_if = "no_detail")]
-    pub detail: serde_json::Value,
-}
-
-fn no_detail(detail: &serde_json::Value) -> bool {
-    detail.is_null() || detail.as_object().is_some_and(serde_json::Map::is_empty)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<DetailView>,
 }
 
 #[derive(Debug, Serialize)]
@@ -216,7 +217,8 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
             kind: key.kind.to_string(),
             scope: key.scope,
             name: key.name,
-            phase: status.phase,
+            phase: status.phase.as_str(),
+            reason: status.reason.map(|reason| reason.as_str()),
             message: status.message,
             desired_replicas: status.desired_replicas,
             running_replicas: status.running_replicas,
@@ -224,7 +226,7 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
             release,
             pin,
             updated_at: status.updated_at,
-            detail: status.detail,
+            detail: DetailView::of(status.detail),
         });
     }
     Ok(StatusView {

@@ -19,7 +19,7 @@ use crate::store::{Buckets, Desired};
 
 /// Why an environment cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum EnvError {
+pub enum EnvError {
     /// Every `env_from` bucket is missing (voodu: a permanent error).
     NoBuckets(Vec<String>),
     /// A `${ref.…}` whose target has no value yet (voodu: transient, retried).
@@ -42,6 +42,8 @@ impl std::fmt::Display for EnvError {
         }
     }
 }
+
+impl std::error::Error for EnvError {}
 
 /// Everything the merge reads besides the spec.
 pub(crate) struct EnvInputs<'a> {

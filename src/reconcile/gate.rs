@@ -161,6 +161,14 @@ pub struct NewReplica {
     pub last_exit_code: Option<i64>,
 }
 
+/// The first new replica of this release that restarted `CRASH_LOOP_RESTARTS` times: the
+/// rollout fails for it (`rollout_failure`).
+pub fn crash_looping(new_replicas: &[NewReplica]) -> Option<&NewReplica> {
+    new_replicas
+        .iter()
+        .find(|replica| replica.this_release && replica.restarts >= CRASH_LOOP_RESTARTS)
+}
+
 /// Why a rollout has failed, if it has: a new replica crash-looping, or the deadline passed
 /// with replicas still waiting or steps still to do.
 pub fn rollout_failure(
@@ -170,10 +178,7 @@ pub fn rollout_failure(
     waiting: &[Waiting],
     new_replicas: &[NewReplica],
 ) -> Option<String> {
-    if let Some(crashing) = new_replicas
-        .iter()
-        .find(|replica| replica.this_release && replica.restarts >= CRASH_LOOP_RESTARTS)
-    {
+    if let Some(crashing) = crash_looping(new_replicas) {
         let exit = crashing
             .last_exit_code
             .map_or_else(String::new, |code| format!(", last exit code {code}"));

@@ -13,7 +13,7 @@ use crate::manifest::spec::{RegistrySpec, Spec};
 use crate::model::{Kind, ResourceKey};
 use crate::runtime::{RegistryAuth, Runtime};
 
-use super::{Ctx, Error, Result, blocking};
+use super::{Ctx, Error, HelperError, Result, blocking};
 
 /// How long a credential helper may take.
 const HELPER_TIMEOUT: Duration = Duration::from_secs(20);
@@ -80,12 +80,9 @@ pub(crate) async fn ensure_image<R: Runtime>(
     tracing::info!(%key, image, registry = registry.as_ref().map(|spec| spec.url.as_str()), "pulling a missing image");
     match ctx.runtime.pull(image, auth.as_ref()).await {
         Ok(()) => Ok(()),
-        Err(crate::runtime::Error::ImageMissing { message, .. }) => Err(Error::Permanent {
+        Err(source @ crate::runtime::Error::ImageMissing { .. }) => Err(Error::PullFailed {
             key: key.clone(),
-            message: format!(
-                "image {image} is not on this host and pulling it failed ({message}); load or build it on the host, or declare a `registry` for {}",
-                registry_host(image)
-            ),
+            source,
         }),
         Err(other) => Err(runtime_error(other)),
     }
@@ -100,9 +97,11 @@ async fn credentials(key: &ResourceKey, spec: &RegistrySpec) -> Result<RegistryA
         });
     }
     let program = format!("docker-credential-{}", spec.helper);
-    let failed = |why: String| Error::Permanent {
+    let failed = |problem: HelperError| Error::Credentials {
         key: key.clone(),
-        message: format!("credential helper {program} for {}: {why}", spec.url),
+        program: program.clone(),
+        url: spec.url.clone(),
+        problem: Box::new(problem),
     };
     let mut child = tokio::process::Command::new(&program)
         .arg("get")
@@ -111,20 +110,20 @@ async fn credentials(key: &ResourceKey, spec: &RegistrySpec) -> Result<RegistryA
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|error| failed(format!("cannot run it ({error}); install it on the host")))?;
+        .map_err(|error| failed(HelperError::NotRunnable(error)))?;
     if let Some(mut stdin) = child.stdin.take() {
         use tokio::io::AsyncWriteExt as _;
         stdin
             .write_all(spec.url.as_bytes())
             .await
-            .map_err(|error| failed(error.to_string()))?;
+            .map_err(|error| failed(HelperError::Io(error)))?;
     }
     let output = tokio::time::timeout(HELPER_TIMEOUT, child.wait_with_output())
         .await
-        .map_err(|_| failed(format!("no answer within {}s", HELPER_TIMEOUT.as_secs())))?
-        .map_err(|error| failed(error.to_string()))?;
+        .map_err(|_| failed(HelperError::Timeout(HELPER_TIMEOUT)))?
+        .map_err(|error| failed(HelperError::Io(error)))?;
     if !output.status.success() {
-        return Err(failed(format!("exited with {}", output.status)));
+        return Err(failed(HelperError::Exited(output.status)));
     }
     #[derive(serde::Deserialize)]
     struct Answer {
@@ -133,8 +132,8 @@ async fn credentials(key: &ResourceKey, spec: &RegistrySpec) -> Result<RegistryA
         #[serde(rename = "Secret")]
         secret: String,
     }
-    let answer: Answer = serde_json::from_slice(&output.stdout)
-        .map_err(|_| failed("its answer is not {\"Username\", \"Secret\"} JSON".to_owned()))?;
+    let answer: Answer =
+        serde_json::from_slice(&output.stdout).map_err(|_| failed(HelperError::BadAnswer))?;
     Ok(RegistryAuth {
         server: spec.url.clone(),
         username: answer.username,

@@ -35,7 +35,8 @@ pub mod wake;
 
 pub use action::Action;
 pub use cron::{Clock, DEFAULT_CATCH_UP as DEFAULT_CRON_CATCH_UP};
-pub use error::{Error, Result};
+pub use env::EnvError;
+pub use error::{Error, HelperError, Result};
 pub use retry::RetryPolicy;
 
 use std::collections::{BTreeSet, HashMap};
@@ -48,7 +49,7 @@ use tokio_util::task::TaskTracker;
 use crate::metrics::Metrics;
 use crate::model::{Kind, ResourceKey};
 use crate::runtime::{Runtime, labels};
-use crate::store::{ResourceStatus, Store, now_unix};
+use crate::store::{FailureReason, Phase, ResourceStatus, Store, now_unix};
 use jobs::Jobs;
 use queue::KeyedQueue;
 
@@ -241,7 +242,7 @@ pub(crate) async fn blocking<T: Send + 'static>(
         Err(join_error) if join_error.is_panic() => {
             std::panic::resume_unwind(join_error.into_panic())
         }
-        Err(join_error) => Err(Error::Task(join_error.to_string())),
+        Err(join_error) => Err(Error::Task(join_error)),
     }
 }
 
@@ -536,7 +537,7 @@ async fn worker<R: Runtime>(shared: Arc<Shared<R>>) {
 
 /// Maps a failed reconcile to its `Action` (`RetryPolicy::error_policy`) and records the
 /// error on the resource's status: a retry keeps the phase the handler wrote (or `Pending`),
-/// anything else is `Failed`.
+/// anything else is `Failed`; either way the status carries the error's typed reason.
 async fn error_policy<R: Runtime>(
     shared: &Arc<Shared<R>>,
     key: &ResourceKey,
@@ -559,27 +560,31 @@ async fn error_policy<R: Runtime>(
         }
     }
     let retrying = action.delay().is_some();
-    let (key_for_store, message) = (key.clone(), error.to_string());
+    let (key_for_store, message, reason) = (key.clone(), error.to_string(), error.reason());
     let recorded = blocking(&shared.ctx.store, move |store| {
         let Some(desired) = store.desired(&key_for_store)? else {
             // Gone from desired state: no status to record it on.
             return Ok(());
         };
-        let previous = store.status(&key_for_store)?;
+        let previous = store.previous_status(&key_for_store)?;
         let phase = match &previous {
-            _ if !retrying => "Failed".to_owned(),
-            Some(status) => status.phase.clone(),
-            None => "Pending".to_owned(),
+            _ if !retrying => Phase::Failed,
+            Some(status) => status.phase,
+            None => Phase::Pending,
         };
         let status = ResourceStatus {
             message,
             updated_at: now_unix(),
             ..previous.unwrap_or_else(|| ResourceStatus {
                 spec_hash: desired.spec_hash.to_string(),
-                ..ResourceStatus::new(&phase, "")
+                ..ResourceStatus::new(phase, "")
             })
         };
-        let status = ResourceStatus { phase, ..status };
+        let status = ResourceStatus {
+            phase,
+            reason: Some(reason),
+            ..status
+        };
         store.put_status(&key_for_store, &status)
     })
     .await;
@@ -593,12 +598,13 @@ async fn record_panic<R: Runtime>(shared: &Arc<Shared<R>>, key: &ResourceKey, me
     let key = key.clone();
     let message = format!("handler panicked: {message}");
     let result = blocking(&shared.ctx.store, move |store| {
-        let previous = store.status(&key)?;
+        let previous = store.previous_status(&key)?;
         let status = ResourceStatus {
-            phase: "Failed".to_owned(),
+            phase: Phase::Failed,
+            reason: Some(FailureReason::Panic),
             message,
             updated_at: now_unix(),
-            ..previous.unwrap_or_else(|| ResourceStatus::new("Failed", ""))
+            ..previous.unwrap_or_else(|| ResourceStatus::new(Phase::Failed, ""))
         };
         store.put_status(&key, &status)
     })

@@ -76,6 +76,7 @@ mod tests {
         assert_eq!(delays, [1, 2, 4, 8, 16, 30]);
         let permanent = Error::Permanent {
             key: ResourceKey::new(Kind::Deployment, "s", "n"),
+            reason: crate::store::FailureReason::Spec,
             message: "bad port".into(),
         };
         assert_eq!(policy.next_delay(&permanent, 1), None);
@@ -85,12 +86,16 @@ mod tests {
     fn every_error_maps_to_one_action() {
         let policy = RetryPolicy::default();
         let key = ResourceKey::new(Kind::Deployment, "s", "n");
-        let transient = Error::Transient {
+        let transient = Error::Init {
             key: key.clone(),
-            message: "died at once".into(),
+            init: "migrate".into(),
+            attempts: 1,
+            exit_code: Some(1),
+            timeout: Duration::from_secs(60),
         };
         let permanent = Error::Permanent {
             key,
+            reason: crate::store::FailureReason::Spec,
             message: "bad port".into(),
         };
         let s = Duration::from_secs;

@@ -29,6 +29,24 @@ pub enum Error {
     Sqlite(#[from] rusqlite::Error),
     #[error("state database holds an unreadable row: {0}")]
     Corrupt(String),
+    /// A closed set's column (a phase, a reason, a kind, a journal op) holds a text this
+    /// agent does not know: a newer agent's row, or damage.
+    #[error("state database holds an unreadable row: {column} {text:?}")]
+    Unknown { column: &'static str, text: String },
+    /// A stored spec no longer decodes (written by another version, or damaged).
+    #[error("state database holds an unreadable row: {key}: {source}")]
+    Spec {
+        key: crate::model::ResourceKey,
+        #[source]
+        source: crate::manifest::spec::SpecDecodeError,
+    },
+    /// A commit's stored diagnostics (`errors` or `warnings`) no longer decode.
+    #[error("state database holds an unreadable row: commit {what}: {source}")]
+    Diagnostics {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
     #[error("cannot roll back {key}: {message}")]
     Rollback {
         key: crate::model::ResourceKey,

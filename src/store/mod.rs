@@ -16,6 +16,7 @@
 //! Calls block: async callers run them on `spawn_blocking`. The connection sits behind a std
 //! `Mutex` that is never held across an `.await`.
 
+mod detail;
 mod error;
 mod health;
 mod releases;
@@ -24,6 +25,11 @@ mod schema;
 mod secrets;
 mod status;
 
+pub use detail::{
+    AssetDetail, AssetFileDetail, CronjobDetail, DeploymentDetail, Detail, HealthCheckDetail,
+    IngressDetail, JobDetail, PodDetail, ProxyDetail, RegistryDetail, ReplicaDetail, RouteDetail,
+    RunDetail, SkipDetail, StatefulsetDetail, TlsDetail, VolumeDetail,
+};
 pub use error::{Error, Result};
 pub use health::{HEALTH_ENGINE, HEALTH_FETCH, Health};
 pub use releases::{
@@ -31,6 +37,7 @@ pub use releases::{
 };
 pub use runs::{CronState, JobRun, Readiness, RunStatus};
 pub use secrets::{Bucket, Buckets};
+pub use status::{FailureReason, Phase};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -157,7 +164,12 @@ impl ReleasePhase {
             "failed" => ReleasePhase::Failed,
             "rolled-back" => ReleasePhase::RolledBack,
             "superseded" => ReleasePhase::Superseded,
-            other => return Err(Error::Corrupt(format!("release phase {other:?}"))),
+            other => {
+                return Err(Error::Unknown {
+                    column: "release phase",
+                    text: other.to_owned(),
+                });
+            }
         })
     }
 }
@@ -184,29 +196,40 @@ pub struct Release {
 /// What the reconciler last observed and did for one resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceStatus {
-    pub phase: String,
+    pub phase: Phase,
+    /// Why it failed; `None` unless something failed (a retry in flight may keep it).
+    pub reason: Option<FailureReason>,
     pub message: String,
     pub desired_replicas: usize,
     pub running_replicas: usize,
     pub spec_hash: String,
     pub release_id: Option<i64>,
     pub updated_at: i64,
-    /// Kind-specific status (init failures, routes, schedule, files, …); `Null` when none.
-    pub detail: serde_json::Value,
+    /// Kind-specific status (replicas, routes, schedule, files, …).
+    pub detail: Detail,
 }
 
 impl ResourceStatus {
     /// An empty status in `phase`, stamped now.
-    pub fn new(phase: &str, message: impl Into<String>) -> ResourceStatus {
+    pub fn new(phase: Phase, message: impl Into<String>) -> ResourceStatus {
         ResourceStatus {
-            phase: phase.to_owned(),
+            phase,
+            reason: None,
             message: message.into(),
             desired_replicas: 0,
             running_replicas: 0,
             spec_hash: String::new(),
             release_id: None,
             updated_at: now_unix(),
-            detail: serde_json::Value::Null,
+            detail: Detail::None,
+        }
+    }
+
+    /// A `Failed` status for `reason`, stamped now.
+    pub fn failed(reason: FailureReason, message: impl Into<String>) -> ResourceStatus {
+        ResourceStatus {
+            reason: Some(reason),
+            ..ResourceStatus::new(Phase::Failed, message)
         }
     }
 }
@@ -616,8 +639,11 @@ impl Store {
                 .optional()?;
             row.map(
                 |(spec_json, spec_hash, replicas, generation, commit, scaled, incarnation)| {
-                    let spec = Spec::from_json(key.kind, &spec_json)
-                        .map_err(|error| Error::Corrupt(format!("{key}: {error}")))?;
+                    let spec =
+                        Spec::from_json(key.kind, &spec_json).map_err(|source| Error::Spec {
+                            key: key.clone(),
+                            source,
+                        })?;
                     // The autoscaler's count applies only while the spec autoscales, within
                     // its current bounds.
                     let replicas_override = match (&spec, scaled) {
@@ -709,7 +735,7 @@ impl Store {
         for key in keys {
             match self.desired(&key) {
                 Ok(Some(desired)) => all.push(desired),
-                Ok(None) | Err(Error::Corrupt(_)) => {}
+                Ok(None) | Err(Error::Corrupt(_) | Error::Unknown { .. } | Error::Spec { .. }) => {}
                 Err(other) => return Err(other),
             }
         }
@@ -762,7 +788,12 @@ impl Store {
                 let op = match op.as_str() {
                     "PUT" => Op::Put,
                     "DELETE" => Op::Delete,
-                    other => return Err(Error::Corrupt(format!("journal op {other:?}"))),
+                    other => {
+                        return Err(Error::Unknown {
+                            column: "journal op",
+                            text: other.to_owned(),
+                        });
+                    }
                 };
                 Ok(JournalEntry {
                     seq,
@@ -815,10 +846,11 @@ fn commit_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<CommitRow> {
     ))
 }
 
-fn diagnostics_of(json: Option<String>, what: &str) -> Result<Vec<Diagnostic>> {
+fn diagnostics_of(json: Option<String>, what: &'static str) -> Result<Vec<Diagnostic>> {
     match json {
-        Some(json) => serde_json::from_str(&json)
-            .map_err(|error| Error::Corrupt(format!("commit {what}: {error}"))),
+        Some(json) => {
+            serde_json::from_str(&json).map_err(|source| Error::Diagnostics { what, source })
+        }
         None => Ok(Vec::new()),
     }
 }
@@ -905,7 +937,10 @@ fn append_journal(
 }
 
 pub(crate) fn key_from_row(kind: &str, scope: String, name: String) -> Result<ResourceKey> {
-    let kind = Kind::parse(kind).ok_or_else(|| Error::Corrupt(format!("kind {kind:?}")))?;
+    let kind = Kind::parse(kind).ok_or_else(|| Error::Unknown {
+        column: "kind",
+        text: kind.to_owned(),
+    })?;
     Ok(ResourceKey { kind, scope, name })
 }
 

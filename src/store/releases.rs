@@ -322,8 +322,10 @@ fn put_desired(
     generation: i64,
     commit: &CommitSha,
 ) -> Result<i64> {
-    let spec = Spec::from_json(key.kind, spec_json)
-        .map_err(|error| Error::Corrupt(format!("{key}: {error}")))?;
+    let spec = Spec::from_json(key.kind, spec_json).map_err(|source| Error::Spec {
+        key: key.clone(),
+        source,
+    })?;
     super::put_desired(tx, key, &spec, spec_json, generation, commit)
 }
 

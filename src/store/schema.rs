@@ -196,4 +196,9 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ALTER TABLE desired ADD COLUMN incarnation INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE releases ADD COLUMN incarnation INTEGER NOT NULL DEFAULT 0;
     "#,
+    // 9: typed failure reasons. A failed resource's status says why by cause
+    // (`status::FailureReason`), so readers never search the message; NULL when nothing failed.
+    r#"
+    ALTER TABLE status ADD COLUMN reason TEXT;
+    "#,
 ];

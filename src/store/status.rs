@@ -1,13 +1,214 @@
 //! Per-resource status: what the reconciler last observed and did, read by `status`, the HTTP
 //! side and `plan`.
 //!
-//! Invariant: one row per resource; a handler replaces the whole row, and `detail` holds the
-//! kind-specific part as JSON.
+//! Invariants: one row per resource; a handler replaces the whole row, and `detail` holds the
+//! kind-specific part as JSON (`detail::Detail`). The phase and the failure reason are closed enums stored by
+//! their text (`as_str`); a row holding a text this agent does not know is reported as
+//! `Error::Unknown`, never guessed at. The reason is set exactly when something failed (it
+//! may stay set while a retry is pending); readers ask for it (`statuses_failed_with`)
+//! instead of searching messages.
 
 use rusqlite::{OptionalExtension, params};
 
-use super::{ResourceStatus, Result, Store, key_from_row};
+use super::{Detail, Error, ResourceStatus, Result, Store, key_from_row};
 use crate::model::ResourceKey;
+
+/// Where a resource stands after its last reconcile, as `status` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Phase {
+    /// Converged: what git declares runs (and is ready).
+    Ready,
+    /// Working towards desired state (a rollout, a scale-up, replicas not ready yet).
+    Progressing,
+    /// Running, but below what is declared (a replica down, an upstream unhealthy).
+    Degraded,
+    /// Cannot converge until something changes (see the failure reason and message).
+    Failed,
+    /// Not started yet (a job waiting to run, a cronjob waiting on an error retry).
+    Pending,
+    /// A job or cronjob run is in progress.
+    Running,
+    /// A job's last run exited 0.
+    Succeeded,
+    /// A cronjob with `suspend = true`: no tick runs.
+    Suspended,
+    /// A cronjob waiting for its next tick.
+    Scheduled,
+    /// An ingress while the agent's proxy is off.
+    Disabled,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 10] = [
+        Phase::Ready,
+        Phase::Progressing,
+        Phase::Degraded,
+        Phase::Failed,
+        Phase::Pending,
+        Phase::Running,
+        Phase::Succeeded,
+        Phase::Suspended,
+        Phase::Scheduled,
+        Phase::Disabled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Ready => "Ready",
+            Phase::Progressing => "Progressing",
+            Phase::Degraded => "Degraded",
+            Phase::Failed => "Failed",
+            Phase::Pending => "Pending",
+            Phase::Running => "Running",
+            Phase::Succeeded => "Succeeded",
+            Phase::Suspended => "Suspended",
+            Phase::Scheduled => "Scheduled",
+            Phase::Disabled => "Disabled",
+        }
+    }
+
+    /// The phase stored as `text`; an unknown text is a row this agent cannot read.
+    pub fn parse(text: &str) -> Result<Phase> {
+        Phase::ALL
+            .into_iter()
+            .find(|phase| phase.as_str() == text)
+            .ok_or_else(|| Error::Unknown {
+                column: "status phase",
+                text: text.to_owned(),
+            })
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl PartialEq<str> for Phase {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Phase {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// Why a resource failed, by cause: what `status` filters and other handlers look up
+/// (the registry handler retries `ImageMissing` and `PullFailed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FailureReason {
+    /// The image is not on the host and nothing could pull it (creating the container said so).
+    ImageMissing,
+    /// Pulling the missing image failed (no registry declared for it, wrong credentials, …).
+    PullFailed,
+    /// A registry's credential helper could not give credentials.
+    Credentials,
+    /// The engine refused a request (a bad spec, a device or ulimit it will not grant).
+    EngineRefused,
+    /// The engine could not be reached or could not serve right now.
+    EngineUnavailable,
+    /// The containers' environment cannot be built (missing config buckets, unresolved refs).
+    Environment,
+    /// The spec cannot become a container, or is of another kind than its key.
+    Spec,
+    /// An init container failed or timed out.
+    Init,
+    /// A `release` hook failed.
+    Hook,
+    /// The rollout did not converge before its deadline.
+    RolloutDeadline,
+    /// A new replica kept crashing during the rollout.
+    CrashLoop,
+    /// A replica's health probe failed.
+    Probe,
+    /// The rollout failed and waits for desired state to change.
+    Halted,
+    /// A job run exited non-zero, timed out or could not start.
+    RunFailed,
+    /// A cronjob's schedule or policy cannot be used.
+    Schedule,
+    /// An asset's files cannot be written.
+    Files,
+    /// The ingress proxy cannot be configured.
+    Proxy,
+    /// The state database failed.
+    Store,
+    /// The handler panicked.
+    Panic,
+    /// Shutting down, or a background task that could not finish.
+    Interrupted,
+}
+
+impl FailureReason {
+    pub const ALL: [FailureReason; 20] = [
+        FailureReason::ImageMissing,
+        FailureReason::PullFailed,
+        FailureReason::Credentials,
+        FailureReason::EngineRefused,
+        FailureReason::EngineUnavailable,
+        FailureReason::Environment,
+        FailureReason::Spec,
+        FailureReason::Init,
+        FailureReason::Hook,
+        FailureReason::RolloutDeadline,
+        FailureReason::CrashLoop,
+        FailureReason::Probe,
+        FailureReason::Halted,
+        FailureReason::RunFailed,
+        FailureReason::Schedule,
+        FailureReason::Files,
+        FailureReason::Proxy,
+        FailureReason::Store,
+        FailureReason::Panic,
+        FailureReason::Interrupted,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureReason::ImageMissing => "ImageMissing",
+            FailureReason::PullFailed => "PullFailed",
+            FailureReason::Credentials => "Credentials",
+            FailureReason::EngineRefused => "EngineRefused",
+            FailureReason::EngineUnavailable => "EngineUnavailable",
+            FailureReason::Environment => "Environment",
+            FailureReason::Spec => "Spec",
+            FailureReason::Init => "Init",
+            FailureReason::Hook => "Hook",
+            FailureReason::RolloutDeadline => "RolloutDeadline",
+            FailureReason::CrashLoop => "CrashLoop",
+            FailureReason::Probe => "Probe",
+            FailureReason::Halted => "Halted",
+            FailureReason::RunFailed => "RunFailed",
+            FailureReason::Schedule => "Schedule",
+            FailureReason::Files => "Files",
+            FailureReason::Proxy => "Proxy",
+            FailureReason::Store => "Store",
+            FailureReason::Panic => "Panic",
+            FailureReason::Interrupted => "Interrupted",
+        }
+    }
+
+    /// The reason stored as `text`; an unknown text is a row this agent cannot read.
+    pub fn parse(text: &str) -> Result<FailureReason> {
+        FailureReason::ALL
+            .into_iter()
+            .find(|reason| reason.as_str() == text)
+            .ok_or_else(|| Error::Unknown {
+                column: "status reason",
+                text: text.to_owned(),
+            })
+    }
+}
+
+impl std::fmt::Display for FailureReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
 
 type StatusRow = (
     String,
@@ -21,9 +222,10 @@ type StatusRow = (
     Option<i64>,
     i64,
     String,
+    Option<String>,
 );
 
-const COLUMNS: &str = "kind, scope, name, phase, message, desired_replicas, running_replicas, spec_hash, release_id, updated_at, detail";
+const COLUMNS: &str = "kind, scope, name, phase, message, desired_replicas, running_replicas, spec_hash, release_id, updated_at, detail, reason";
 
 fn status_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StatusRow> {
     Ok((
@@ -38,6 +240,7 @@ fn status_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StatusRow> {
         row.get(8)?,
         row.get(9)?,
         row.get(10)?,
+        row.get(11)?,
     ))
 }
 
@@ -54,50 +257,52 @@ fn from_row(row: StatusRow) -> Result<(ResourceKey, ResourceStatus)> {
         release_id,
         updated_at,
         detail,
+        reason,
     ) = row;
+    let key = key_from_row(&kind, scope, name)?;
+    let detail = Detail::from_json(key.kind, &detail);
     Ok((
-        key_from_row(&kind, scope, name)?,
+        key,
         ResourceStatus {
-            phase,
+            phase: Phase::parse(&phase)?,
+            reason: reason.as_deref().map(FailureReason::parse).transpose()?,
             message,
             desired_replicas: usize::try_from(desired).unwrap_or(0),
             running_replicas: usize::try_from(running).unwrap_or(0),
             spec_hash,
             release_id,
             updated_at,
-            detail: serde_json::from_str(&detail).unwrap_or(serde_json::Value::Null),
+            detail,
         },
     ))
 }
 
 impl Store {
     pub fn put_status(&self, key: &ResourceKey, status: &ResourceStatus) -> Result<()> {
-        let detail = if status.detail.is_null() {
-            "{}".to_owned()
-        } else {
-            status.detail.to_string()
-        };
+        let detail = status.detail.to_json();
         self.with(|connection| {
             connection.execute(
-                "INSERT INTO status (kind, scope, name, phase, message, desired_replicas, running_replicas, spec_hash, release_id, updated_at, detail)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                "INSERT INTO status (kind, scope, name, phase, message, desired_replicas, running_replicas, spec_hash, release_id, updated_at, detail, reason)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
                  ON CONFLICT (kind, scope, name) DO UPDATE SET
                    phase = excluded.phase, message = excluded.message,
                    desired_replicas = excluded.desired_replicas, running_replicas = excluded.running_replicas,
                    spec_hash = excluded.spec_hash, release_id = excluded.release_id,
-                   updated_at = excluded.updated_at, detail = excluded.detail",
+                   updated_at = excluded.updated_at, detail = excluded.detail,
+                   reason = excluded.reason",
                 params![
                     key.kind.as_str(),
                     key.scope,
                     key.name,
-                    status.phase,
+                    status.phase.as_str(),
                     status.message,
                     i64::try_from(status.desired_replicas).unwrap_or(i64::MAX),
                     i64::try_from(status.running_replicas).unwrap_or(i64::MAX),
                     status.spec_hash,
                     status.release_id,
                     status.updated_at,
-                    detail
+                    detail,
+                    status.reason.map(FailureReason::as_str)
                 ],
             )?;
             Ok(())
@@ -130,6 +335,16 @@ impl Store {
         })
     }
 
+    /// The status a handler is about to replace: like `status`, but a row this agent cannot
+    /// read (`Error::Unknown`: a newer agent's phase or reason) is `None`, since the write
+    /// that follows replaces it; every other error stays an error.
+    pub fn previous_status(&self, key: &ResourceKey) -> Result<Option<ResourceStatus>> {
+        match self.status(key) {
+            Err(Error::Unknown { .. }) => Ok(None),
+            other => other,
+        }
+    }
+
     /// Every resource's status, ordered by key.
     pub fn statuses(&self) -> Result<Vec<(ResourceKey, ResourceStatus)>> {
         self.with(|connection| {
@@ -138,6 +353,33 @@ impl Store {
             ))?;
             let rows = statement.query_map([], status_row)?;
             rows.map(|row| from_row(row?)).collect()
+        })
+    }
+
+    /// The keys whose status is `Failed` for one of `reasons`, ordered by key.
+    pub fn statuses_failed_with(&self, reasons: &[FailureReason]) -> Result<Vec<ResourceKey>> {
+        let reasons: Vec<&str> = reasons.iter().map(|reason| reason.as_str()).collect();
+        self.with(|connection| {
+            let mut statement = connection.prepare(
+                "SELECT kind, scope, name, reason FROM status
+                 WHERE phase = ?1 AND reason IS NOT NULL ORDER BY kind, scope, name",
+            )?;
+            let rows = statement.query_map(params![Phase::Failed.as_str()], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, String>(3)?,
+                ))
+            })?;
+            let mut keys = Vec::new();
+            for row in rows {
+                let (kind, scope, name, reason) = row?;
+                if reasons.contains(&reason.as_str()) {
+                    keys.push(key_from_row(&kind, scope, name)?);
+                }
+            }
+            Ok(keys)
         })
     }
 }

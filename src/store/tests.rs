@@ -1265,3 +1265,82 @@ fn i10_a_re_added_resource_is_never_rolled_back_to_its_deleted_incarnation() -> 
     );
     Ok(())
 }
+
+#[test]
+fn status_phases_and_reasons_round_trip_and_an_unknown_text_is_reported() -> TestResult {
+    let f = fixture()?;
+    for phase in Phase::ALL {
+        assert_eq!(Phase::parse(phase.as_str())?, phase);
+        let status = ResourceStatus {
+            reason: (phase == Phase::Failed).then_some(FailureReason::PullFailed),
+            ..ResourceStatus::new(phase, "m")
+        };
+        f.store.put_status(&key("web"), &status)?;
+        assert_eq!(
+            f.store.status(&key("web"))?.as_ref(),
+            Some(&status),
+            "{phase}"
+        );
+    }
+    for reason in FailureReason::ALL {
+        assert_eq!(FailureReason::parse(reason.as_str())?, reason);
+    }
+    // A row from a newer agent (or damage): the reader says so, never guesses.
+    let cases = [
+        ("phase = 'Exploded'", "status phase \"Exploded\""),
+        (
+            "phase = 'Failed', reason = 'Gremlins'",
+            "status reason \"Gremlins\"",
+        ),
+    ];
+    for (set, expected) in cases {
+        Connection::open(&f.path)?.execute(&format!("UPDATE status SET {set}"), [])?;
+        let error = f.store.status(&key("web")).err().ok_or("an error")?;
+        assert!(matches!(error, Error::Unknown { .. }), "{error}");
+        assert_eq!(
+            error.to_string(),
+            format!("state database holds an unreadable row: {expected}")
+        );
+        // A handler about to replace the row starts afresh instead.
+        assert_eq!(f.store.previous_status(&key("web"))?, None);
+    }
+    Ok(())
+}
+
+#[test]
+fn statuses_failed_with_finds_keys_by_reason_only() -> TestResult {
+    let f = fixture()?;
+    let cases = [
+        (
+            "pull",
+            ResourceStatus::failed(FailureReason::PullFailed, "x"),
+        ),
+        (
+            "image",
+            ResourceStatus::failed(FailureReason::ImageMissing, "x"),
+        ),
+        (
+            "deadline",
+            ResourceStatus::failed(FailureReason::RolloutDeadline, "pulling it failed"),
+        ),
+        (
+            "retrying",
+            ResourceStatus {
+                reason: Some(FailureReason::PullFailed),
+                ..ResourceStatus::new(Phase::Progressing, "x")
+            },
+        ),
+        (
+            "ready",
+            ResourceStatus::new(Phase::Ready, "pulling it failed"),
+        ),
+    ];
+    for (name, status) in &cases {
+        f.store.put_status(&key(name), status)?;
+    }
+    let found = f
+        .store
+        .statuses_failed_with(&[FailureReason::ImageMissing, FailureReason::PullFailed])?;
+    assert_eq!(found, [key("image"), key("pull")]);
+    Ok(())
+}

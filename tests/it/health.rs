@@ -496,7 +496,7 @@ async fn the_autoscaler_scales_up_and_down_within_cooldowns_without_touching_the
         "second scale-down {second_down:?} within the 60s cooldown of the first ({first_down:?})"
     );
     let status = harness.store.status(&key())?.ok_or("status")?;
-    assert_eq!(status.detail["autoscaled_replicas"], 1);
+    assert_eq!(status.detail.json()["autoscaled_replicas"], 1);
     // Dropping `autoscale` clears the override: the manifest's count rules again.
     harness.push(&[("web.hcl", &web(2, "1", ""))])?;
     harness.converged(&key(), 2).await?;

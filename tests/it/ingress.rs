@@ -171,9 +171,9 @@ async fn an_ingress_waits_for_the_proxy_to_serve_its_routes() -> TestResult {
         status.message,
         "waiting for the ingress proxy to load the routes of http://shop.test"
     );
-    assert_eq!(status.detail["url"], "http://shop.test");
-    assert_eq!(status.detail["port"], 8080);
-    assert_eq!(status.detail["live"], false);
+    assert_eq!(status.detail.json()["url"], "http://shop.test");
+    assert_eq!(status.detail.json()["port"], 8080);
+    assert_eq!(status.detail.json()["live"], false);
     assert!(woken.has_changed()?, "the handler woke the router");
     // The web replicas become ready; asked again (the router would ask), the ingress shows
     // their addresses as upstreams, still waiting for the proxy.
@@ -186,7 +186,7 @@ async fn an_ingress_waits_for_the_proxy_to_serve_its_routes() -> TestResult {
     .await?;
     assert_eq!(status.phase, "Progressing");
     assert_eq!(status.desired_replicas, 2);
-    let upstreams: Vec<String> = status.detail["upstreams"]
+    let upstreams: Vec<String> = status.detail.json()["upstreams"]
         .as_array()
         .ok_or("upstreams")?
         .iter()
@@ -452,8 +452,8 @@ ingress "{scope}" "web" {{
         |status| status.phase == "Ready" && status.running_replicas == 2,
     )
     .await?;
-    assert_eq!(status.detail["url"], format!("http://{host}"));
-    assert_eq!(status.detail["health_check"]["path"], "/healthz");
+    assert_eq!(status.detail.json()["url"], format!("http://{host}"));
+    assert_eq!(status.detail.json()["health_check"]["path"], "/healthz");
     let proxy = agent.proxy_http().await?;
     assert_eq!(proxy.ip().to_string(), "127.0.0.1");
     let client = client_for(&host, proxy)?;

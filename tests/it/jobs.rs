@@ -197,8 +197,11 @@ async fn a_job_runs_to_completion_once_and_keeps_its_history() -> TestResult {
 
     let status = harness.status(&job_key())?.ok_or("status")?;
     assert_eq!(status.phase, "Succeeded");
-    assert_eq!(status.detail["history"][0]["exit_code"], 0);
-    assert_eq!(status.detail["last_run"]["logs_tail"], "migrating\ndone\n");
+    assert_eq!(status.detail.json()["history"][0]["exit_code"], 0);
+    assert_eq!(
+        status.detail.json()["last_run"]["logs_tail"],
+        "migrating\ndone\n"
+    );
 
     // A restart replays the job (paused time moves only once the replay is done): it does
     // not run again.
@@ -452,8 +455,8 @@ async fn a_cronjob_fires_on_schedule_from_the_next_minute_on() -> TestResult {
     assert!(harness.runs(&cron_key())?.is_empty());
     let status = harness.status(&cron_key())?.ok_or("status")?;
     assert_eq!(status.phase, "Scheduled");
-    assert_eq!(status.detail["next_run"], "2026-01-01T10:01:00Z");
-    assert_eq!(status.detail["timezone"], "UTC");
+    assert_eq!(status.detail.json()["next_run"], "2026-01-01T10:01:00Z");
+    assert_eq!(status.detail.json()["timezone"], "UTC");
 
     let runs = harness.finished_runs(&cron_key(), 1).await?;
     assert!(harness.clock.now() >= at("2026-01-01T10:01:00Z")?);
@@ -503,8 +506,8 @@ async fn forbid_skips_a_tick_while_the_previous_run_is_running() -> TestResult {
     let status = harness
         .until("the 10:02 tick skipped", |harness| {
             Ok(harness.status(&cron_key())?.filter(|status| {
-                status.detail["skipped"][0]["reason"] == "forbid"
-                    && status.detail["skipped"][0]["scheduled_at"] == "2026-01-01T10:02:00Z"
+                status.detail.json()["skipped"][0]["reason"] == "forbid"
+                    && status.detail.json()["skipped"][0]["scheduled_at"] == "2026-01-01T10:02:00Z"
             }))
         })
         .await?;
@@ -601,7 +604,7 @@ async fn after_downtime(restart_at: &str) -> TestResult<(Vec<JobRun>, CronState,
         .until("the missed ticks recorded", |harness| {
             Ok(harness
                 .status(&cron_key())?
-                .filter(|status| status.detail["skipped"][0]["reason"] == "missed")
+                .filter(|status| status.detail.json()["skipped"][0]["reason"] == "missed")
                 .filter(|status| status.running_replicas == 0))
         })
         .await?;
@@ -617,7 +620,7 @@ async fn missed_ticks_inside_the_catch_up_window_run_once() -> TestResult {
     assert_eq!(runs.len(), 1, "one run, not three");
     assert_eq!(state.last_scheduled, Some(ts("2026-01-01T13:00:00Z")?));
     assert_eq!(state.next_run, Some(ts("2026-01-01T14:00:00Z")?));
-    let missed = &status.detail["skipped"][0];
+    let missed = &status.detail.json()["skipped"][0];
     assert_eq!(missed["n_times"], 2);
     assert_eq!(missed["first"], "2026-01-01T11:00:00Z");
     assert_eq!(missed["last"], "2026-01-01T12:00:00Z");
@@ -630,8 +633,11 @@ async fn missed_ticks_outside_the_catch_up_window_are_only_reported() -> TestRes
     let (runs, state, status) = after_downtime("2026-01-01T13:20:00Z").await?;
     assert!(runs.is_empty());
     assert_eq!(state.next_run, Some(ts("2026-01-01T14:00:00Z")?));
-    assert_eq!(status.detail["skipped"][0]["n_times"], 3);
-    assert_eq!(status.detail["skipped"][0]["last"], "2026-01-01T13:00:00Z");
+    assert_eq!(status.detail.json()["skipped"][0]["n_times"], 3);
+    assert_eq!(
+        status.detail.json()["skipped"][0]["last"],
+        "2026-01-01T13:00:00Z"
+    );
     Ok(())
 }
 

@@ -11,7 +11,7 @@ use voodu_agent::model::{Kind, ResourceKey};
 use voodu_agent::reconcile::{self, ReconcileOptions};
 use voodu_agent::runtime::fake::Fault;
 use voodu_agent::runtime::{Container, Error as RuntimeError, FakeRuntime, labels};
-use voodu_agent::store::{ReleasePhase, Store};
+use voodu_agent::store::{FailureReason, ReleasePhase, Store};
 
 use crate::support::{Harness, TempRepo, TestResult};
 
@@ -485,6 +485,8 @@ async fn declaring_a_registry_retries_a_failed_private_pull() -> TestResult {
         "{}",
         status.message
     );
+    // The registry handler finds it by this typed reason, not by the message.
+    assert_eq!(status.reason, Some(FailureReason::PullFailed));
     let registry = "registry \"ghcr\" {\n  url = \"ghcr.io\"\n  username = \"deploy-bot\"\n  token = \"s3cret\"\n}\n";
     harness.push(&[("web.hcl", app), ("registry.hcl", registry)])?;
     harness.converged(&web_key(), 1).await?;
@@ -500,9 +502,9 @@ async fn declaring_a_registry_retries_a_failed_private_pull() -> TestResult {
         ))?
         .ok_or("registry status")?;
     assert!(
-        !registry_status.detail.to_string().contains("s3cret"),
+        !registry_status.detail.json().to_string().contains("s3cret"),
         "no token in status: {}",
-        registry_status.detail
+        registry_status.detail.json()
     );
     harness.stop().await
 }
@@ -525,7 +527,7 @@ async fn asset_files_changed_on_the_host_are_repaired() -> TestResult {
     // This harness skips the sync stage, which writes asset files before the journal: the
     // handler wrote them itself, from the stored bytes.
     assert_eq!(
-        first.detail["repaired"],
+        first.detail.json()["repaired"],
         serde_json::json!(["conf", "motd"])
     );
     let dir = harness._dir.path().join("assets/shop/cfg");
@@ -538,13 +540,13 @@ async fn asset_files_changed_on_the_host_are_repaired() -> TestResult {
     harness.start()?;
     let status = harness
         .status_where(&key, |status| {
-            status.detail["repaired"]
+            status.detail.json()["repaired"]
                 .as_array()
                 .is_some_and(|keys| !keys.is_empty())
         })
         .await?;
     assert_eq!(
-        status.detail["repaired"],
+        status.detail.json()["repaired"],
         serde_json::json!(["conf", "motd"])
     );
     assert_eq!(std::fs::read_to_string(dir.join("conf"))?, "port = 8080\n");

@@ -180,7 +180,8 @@ async fn pods_get_ordinal_names_labels_aliases_env_and_volumes() -> TestResult {
         ),
         ("Ready", 2, 2)
     );
-    let detail_pods = status.detail["pods"].as_array().ok_or("detail.pods")?;
+    let detail = status.detail.json();
+    let detail_pods = detail["pods"].as_array().ok_or("detail.pods")?;
     assert_eq!(detail_pods.len(), 2);
     assert_eq!(detail_pods[1]["name"], "data-db.1");
     assert_eq!(detail_pods[1]["volumes"][0], "voodu-data-db-data-1");
@@ -240,7 +241,8 @@ async fn scale_up_goes_bottom_up_and_scale_down_top_down_keeping_volumes() -> Te
         "scale-down keeps every volume"
     );
     let status = harness.store.status(&db_key())?.ok_or("status")?;
-    let kept: Vec<&str> = status.detail["volumes"]
+    let detail = status.detail.json();
+    let kept: Vec<&str> = detail["volumes"]
         .as_array()
         .ok_or("detail.volumes")?
         .iter()

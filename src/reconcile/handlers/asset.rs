@@ -7,16 +7,12 @@
 //! mounts); the status lists each key's digest and whether the file was repaired; the files
 //! of an asset that left the repo are removed by the sync stage, not here.
 
-use std::collections::BTreeMap;
-
-use serde_json::json;
-
 use crate::assets::{AssetFiles, check_asset, write_asset};
 use crate::manifest::spec::Spec;
 use crate::model::ResourceKey;
 use crate::reconcile::{Action, Ctx, Error, Result, blocking};
 use crate::runtime::Runtime;
-use crate::store::ResourceStatus;
+use crate::store::{AssetDetail, AssetFileDetail, Detail, FailureReason, Phase, ResourceStatus};
 
 pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Action> {
     let desired = super::desired_of(ctx, key).await?;
@@ -44,7 +40,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         (before, written)
     })
     .await
-    .map_err(|error| Error::Task(error.to_string()))?;
+    .map_err(Error::Task)?;
     let repaired: Vec<&String> = before
         .iter()
         .filter(|(name, found)| {
@@ -57,28 +53,44 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
             if count > 0 {
                 tracing::warn!(%key, files = ?repaired, "asset files differed from the commit on the host; rewritten");
             }
-            let mut status = ResourceStatus::new("Ready", "");
+            let mut status = ResourceStatus::new(Phase::Ready, "");
             status.spec_hash = desired.spec_hash.to_string();
-            status.detail = json!({
-                "files": asset.files.iter().map(|(name, file)| (name.clone(), json!({"digest": file.digest, "size": file.size, "source": file.source}))).collect::<BTreeMap<_, _>>(),
-                "path": crate::model::asset_dir(&ctx.assets_root, &key.scope, &key.name),
-                "repaired": repaired,
+            status.detail = Detail::Asset(AssetDetail {
+                files: asset
+                    .files
+                    .iter()
+                    .map(|(name, file)| {
+                        let file = AssetFileDetail {
+                            digest: file.digest.clone(),
+                            size: file.size,
+                            source: file.source.clone(),
+                        };
+                        (name.clone(), file)
+                    })
+                    .collect(),
+                path: crate::model::asset_dir(&ctx.assets_root, &key.scope, &key.name),
+                repaired: repaired.into_iter().cloned().collect(),
             });
             status
         }
-        Err(error) => {
-            let mut status =
-                ResourceStatus::new("Failed", format!("cannot write the asset's files: {error}"));
-            status.spec_hash = desired.spec_hash.to_string();
+        Err(source) => {
+            let status = ResourceStatus {
+                spec_hash: desired.spec_hash.to_string(),
+                ..ResourceStatus::failed(
+                    FailureReason::Files,
+                    format!("cannot write the asset's files: {source}"),
+                )
+            };
+            let error = Error::Files {
+                key: key.clone(),
+                source,
+            };
             let key_for_store = key.clone();
             blocking(&ctx.store, move |store| {
                 store.put_status(&key_for_store, &status)
             })
             .await?;
-            return Err(Error::Transient {
-                key: key.clone(),
-                message: format!("cannot write the asset's files: {error}"),
-            });
+            return Err(error);
         }
     };
     let key = key.clone();

@@ -12,28 +12,31 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
-
 use super::container::rfc3339_seconds;
 use super::job::{
-    job_runs, keep_history, list_runs, remove_all, run_phase, run_timeout, run_view, settle_runs,
-    start_run, taken_names,
+    failure_reason, job_runs, keep_history, list_runs, remove_all, run_phase, run_timeout,
+    run_view, settle_runs, start_run, taken_names,
 };
 use crate::manifest::spec::schedule::{Schedule, parse_timezone};
 use crate::manifest::spec::{CronjobSpec, Spec};
 use crate::model::ResourceKey;
 use crate::reconcile::cron::{CronDecision, CronInputs, Skip, decide, schedule_key};
-use crate::reconcile::{Ctx, Error, Result, blocking};
+use crate::reconcile::{Action, Ctx, Error, Result, blocking};
 use crate::runtime::Runtime;
-use crate::store::{CronState, Desired, JobRun, ResourceStatus, RunStatus, now_unix};
+use crate::store::{
+    CronState, CronjobDetail, Desired, Detail, FailureReason, JobRun, Phase, ResourceStatus,
+    RunStatus, SkipDetail, now_unix,
+};
 
 /// Skipped or missed ticks kept in the status.
 const SKIPS_KEPT: usize = 10;
 
-pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) -> Result<()> {
+/// One pass; `Action::Done` between ticks too: the scheduler requeues the key at the next.
+pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) -> Result<Action> {
     let desired = super::desired_of(ctx, key).await?;
     let Some(desired) = desired else {
-        return remove_all(ctx, key).await;
+        remove_all(ctx, key).await?;
+        return Ok(Action::Done);
     };
     let Spec::Cronjob(spec) = &desired.spec else {
         return Err(super::wrong_kind(key, &desired.spec));
@@ -58,11 +61,12 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) 
             ctx.jobs.cron.set(key, None);
             let error = Error::Permanent {
                 key: key.clone(),
+                reason: FailureReason::Schedule,
                 message,
             };
             let status = ResourceStatus {
                 spec_hash: desired.spec_hash.to_string(),
-                ..ResourceStatus::new("Failed", error.to_string())
+                ..ResourceStatus::failed(FailureReason::Schedule, error.to_string())
             };
             let key = key.clone();
             blocking(&ctx.store, move |store| store.put_status(&key, &status)).await?;
@@ -78,7 +82,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) 
         blocking(&ctx.store, move |store| {
             Ok((
                 store.cron_state(&key.scope, &key.name)?,
-                store.status(&key)?,
+                store.previous_status(&key)?,
             ))
         })
         .await?
@@ -125,12 +129,15 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) 
                 Err(error) => {
                     skipped.insert(
                         0,
-                        json!({
-                            "reason": "error",
-                            "scheduled_at": rfc3339_seconds(scheduled_at),
-                            "recorded_at": rfc3339_seconds(now.timestamp()),
-                            "message": format!("the tick could not start: {error}"),
-                        }),
+                        SkipDetail {
+                            reason: "error".to_owned(),
+                            scheduled_at: Some(rfc3339_seconds(scheduled_at)),
+                            recorded_at: rfc3339_seconds(now.timestamp()),
+                            message: format!("the tick could not start: {error}"),
+                            first: None,
+                            last: None,
+                            n_times: None,
+                        },
                     );
                     Err(error)
                 }
@@ -140,12 +147,12 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) 
     };
     keep_history(ctx, key, spec.successful_history(), spec.failed_history()).await?;
     let runs = job_runs(ctx, key).await?;
-    if let Some(old) = previous
-        .as_ref()
-        .and_then(|status| status.detail.get("skipped"))
-        .and_then(Value::as_array)
+    if let Some(ResourceStatus {
+        detail: Detail::Cronjob(old),
+        ..
+    }) = previous
     {
-        skipped.extend(old.iter().cloned());
+        skipped.extend(old.skipped);
     }
     skipped.truncate(SKIPS_KEPT);
     let status = cronjob_status(
@@ -162,7 +169,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) 
         store.put_status(&key_for_store, &status)
     })
     .await?;
-    result
+    result.map(|()| Action::Done)
 }
 
 /// Status entries for the ticks `decision` skipped (suspended ticks are not listed: the
@@ -173,7 +180,7 @@ fn skip_events<R: Runtime>(
     decision: &CronDecision,
     runs: &[JobRun],
     now: i64,
-) -> Vec<Value> {
+) -> Vec<SkipDetail> {
     let mut events = Vec::new();
     for skip in &decision.skips {
         match skip {
@@ -189,14 +196,15 @@ fn skip_events<R: Runtime>(
                     humantime::format_duration(ctx.options.cron_catch_up)
                 );
                 tracing::warn!(%key, "{message}");
-                events.push(json!({
-                    "reason": "missed",
-                    "n_times": n_times,
-                    "first": rfc3339_seconds(*first),
-                    "last": rfc3339_seconds(*last),
-                    "recorded_at": rfc3339_seconds(now),
-                    "message": message,
-                }));
+                events.push(SkipDetail {
+                    reason: "missed".to_owned(),
+                    n_times: Some(*n_times),
+                    first: Some(rfc3339_seconds(*first)),
+                    last: Some(rfc3339_seconds(*last)),
+                    recorded_at: rfc3339_seconds(now),
+                    message,
+                    scheduled_at: None,
+                });
             }
             Skip::Forbidden { scheduled_at } => {
                 let running = runs
@@ -207,12 +215,15 @@ fn skip_events<R: Runtime>(
                     "skipped: the previous run{running} was still running (concurrency_policy = \"Forbid\")"
                 );
                 tracing::info!(%key, scheduled_at = %rfc3339_seconds(*scheduled_at), "{message}");
-                events.push(json!({
-                    "reason": "forbid",
-                    "scheduled_at": rfc3339_seconds(*scheduled_at),
-                    "recorded_at": rfc3339_seconds(now),
-                    "message": message,
-                }));
+                events.push(SkipDetail {
+                    reason: "forbid".to_owned(),
+                    scheduled_at: Some(rfc3339_seconds(*scheduled_at)),
+                    recorded_at: rfc3339_seconds(now),
+                    message,
+                    first: None,
+                    last: None,
+                    n_times: None,
+                });
             }
             Skip::Suspended { n_times, last } => {
                 tracing::debug!(%key, n_times, last = %rfc3339_seconds(*last), "suspended: tick skipped");
@@ -229,7 +240,7 @@ fn cronjob_status(
     spec: &CronjobSpec,
     position: &CronState,
     runs: &[JobRun],
-    skipped: Vec<Value>,
+    skipped: Vec<SkipDetail>,
     error: Option<&Error>,
 ) -> ResourceStatus {
     let n_running = runs
@@ -248,9 +259,9 @@ fn cronjob_status(
     });
     let (phase, message) = if let Some(error) = error {
         // The error policy then makes it `Failed` unless it is retried.
-        ("Pending", error.to_string())
+        (Phase::Pending, error.to_string())
     } else if spec.suspend {
-        ("Suspended", "suspended: no tick runs".to_owned())
+        (Phase::Suspended, "suspended: no tick runs".to_owned())
     } else {
         let next = match (&next_local, position.next_run) {
             (Some(local), _) => format!("next run {local} ({zone})"),
@@ -264,33 +275,39 @@ fn cronjob_status(
         };
         (
             if n_running > 0 {
-                "Running"
+                Phase::Running
             } else {
-                "Scheduled"
+                Phase::Scheduled
             },
             message,
         )
     };
     ResourceStatus {
-        phase: phase.to_owned(),
+        phase,
+        reason: failure_reason(phase, error),
         message,
         desired_replicas: desired.n_replicas,
         running_replicas: n_running,
         spec_hash: desired.spec_hash.to_string(),
         release_id: None,
         updated_at: now_unix(),
-        detail: json!({
-            "schedule": spec.schedule,
-            "timezone": zone,
-            "suspend": spec.suspend,
-            "concurrency_policy": if spec.concurrency_policy.is_empty() { "Allow" } else { spec.concurrency_policy.as_str() },
-            "image": spec.job.container.effective_image(key),
-            "next_run": position.next_run.map(rfc3339_seconds),
-            "next_run_local": next_local,
-            "last_scheduled": position.last_scheduled.map(rfc3339_seconds),
-            "last_run": runs.first().map(run_view),
-            "history": runs.iter().map(run_view).collect::<Vec<Value>>(),
-            "skipped": skipped,
+        detail: Detail::Cronjob(CronjobDetail {
+            schedule: spec.schedule.clone(),
+            timezone: zone.to_owned(),
+            suspend: spec.suspend,
+            concurrency_policy: if spec.concurrency_policy.is_empty() {
+                "Allow"
+            } else {
+                spec.concurrency_policy.as_str()
+            }
+            .to_owned(),
+            image: spec.job.container.effective_image(key),
+            next_run: position.next_run.map(rfc3339_seconds),
+            next_run_local: next_local,
+            last_scheduled: position.last_scheduled.map(rfc3339_seconds),
+            last_run: runs.first().map(run_view),
+            history: runs.iter().map(run_view).collect(),
+            skipped,
         }),
     }
 }

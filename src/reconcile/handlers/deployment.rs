@@ -22,7 +22,6 @@
 use std::collections::BTreeSet;
 
 use futures_util::StreamExt as _;
-use serde_json::json;
 
 use super::container::{Identity, Launch, aliases};
 use super::hooks;
@@ -41,7 +40,10 @@ use crate::reconcile::gate;
 use crate::reconcile::plan::{Step, Target, plan_replicas};
 use crate::reconcile::{Ctx, Error, Result, blocking};
 use crate::runtime::{Container, ContainerState, Runtime, labels};
-use crate::store::{Desired, Release, ReleasePhase, ResourceStatus};
+use crate::store::{
+    DeploymentDetail, Desired, Detail, FailureReason, Phase, Release, ReleasePhase, ReplicaDetail,
+    ResourceStatus,
+};
 
 /// What one reconcile works with.
 struct Work<'a> {
@@ -82,7 +84,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         desired_replicas: desired.n_replicas,
         spec_hash: desired.spec_hash.to_string(),
         release_id: Some(release.id),
-        ..ResourceStatus::new("Progressing", "")
+        ..ResourceStatus::new(Phase::Progressing, "")
     };
     let halted = rollout::halted(ctx, &release, &desired).await?;
     if release.phase == ReleasePhase::Failed && !halted && touches_replicas {
@@ -94,7 +96,8 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
                 status.release_id = Some(release.id);
             }
             Err(error) => {
-                status.phase = "Failed".to_owned();
+                status.phase = Phase::Failed;
+                status.reason = Some(error.reason());
                 status.message = error.to_string();
                 put_status(ctx, key, with_detail(status, &observed, &target, &desired)).await?;
                 return if error.is_transient() {
@@ -128,7 +131,8 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
                 ctx,
                 key,
                 ResourceStatus {
-                    phase: "Failed".to_owned(),
+                    phase: Phase::Failed,
+                    reason: Some(error.reason()),
                     ..status
                 },
             )
@@ -138,10 +142,11 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
 
     // A rollout that ran out of time, or whose new replica keeps crashing, is rolled back.
     let new_replicas = inspect_waiting(ctx, &observed, &release).await;
-    if let Some(reason) = rollout_failure(ctx, &release, steps.is_empty(), &observed, &new_replicas)
+    if let Some((failure, reason)) =
+        rollout_failure(ctx, &release, steps.is_empty(), &observed, &new_replicas)
     {
         let status = with_detail(status, &observed, &target, &desired);
-        return fail_rollout(ctx, &release, &reason, &report, status).await;
+        return fail_rollout(ctx, &release, (failure, &reason), &report, status).await;
     }
 
     // Act on what the health gate lets through; a halted resource is repaired (removals,
@@ -188,18 +193,26 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         }
         let status = with_detail(status, &observed, &target, &desired);
         if !error.is_transient() && progressing {
-            return fail_rollout(ctx, &release, &error.to_string(), &report, status).await;
+            return fail_rollout(
+                ctx,
+                &release,
+                (error.reason(), &error.to_string()),
+                &report,
+                status,
+            )
+            .await;
         }
         let phase = if error.is_transient() {
-            "Progressing"
+            Phase::Progressing
         } else {
-            "Failed"
+            Phase::Failed
         };
         put_status(
             ctx,
             key,
             ResourceStatus {
-                phase: phase.to_owned(),
+                phase,
+                reason: Some(error.reason()),
                 ..status
             },
         )
@@ -208,7 +221,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
     }
     let converged = plan_replicas(Some(&target), &observed.actual).is_empty();
     if !halted && converged && observed.waiting.is_empty() {
-        status.phase = "Ready".to_owned();
+        status.phase = Phase::Ready;
         if release.rolled_back_from.is_some() {
             // Running a rollback (automatic or the operator's): status keeps saying why.
             status.message.clone_from(&release.message);
@@ -231,7 +244,8 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         if halted {
             // Halted until desired state changes: repaired (removals, starts, creates), never
             // rolled, and status says why.
-            status.phase = "Failed".to_owned();
+            status.phase = Phase::Failed;
+            status.reason = Some(FailureReason::Halted);
             status.message.clone_from(&release.message);
         }
     }
@@ -253,17 +267,15 @@ fn with_detail(
             target.is_current(container) && container.state == ContainerState::Running
         })
         .count();
-    let replicas: Vec<serde_json::Value> = observed
+    let replicas: Vec<ReplicaDetail> = observed
         .actual
         .iter()
-        .map(|container| {
-            json!({
-                "name": container.name,
-                "current": target.is_current(container),
-                "state": format!("{:?}", container.state).to_lowercase(),
-                "ready": observed.is_ready(container),
-                "reason": observed.reason(container),
-            })
+        .map(|container| ReplicaDetail {
+            name: container.name.clone(),
+            current: target.is_current(container),
+            state: format!("{:?}", container.state).to_lowercase(),
+            ready: observed.is_ready(container),
+            reason: observed.reason(container).to_owned(),
         })
         .collect();
     let ready = observed
@@ -271,11 +283,11 @@ fn with_detail(
         .iter()
         .filter(|container| observed.is_ready(container))
         .count();
-    let mut detail = json!({ "ready_replicas": ready, "replicas": replicas });
-    if let Some(replicas) = desired.replicas_override {
-        detail["autoscaled_replicas"] = json!(replicas);
-    }
-    status.detail = detail;
+    status.detail = Detail::Deployment(DeploymentDetail {
+        autoscaled_replicas: desired.replicas_override,
+        ready_replicas: ready,
+        replicas,
+    });
     status
 }
 

@@ -19,6 +19,7 @@ use crate::manifest::spec::{DeploymentSpec, ReleaseHooks};
 use crate::model::{Kind, ResourceKey, parse_go_duration};
 use crate::reconcile::{Ctx, Error, Result, blocking};
 use crate::runtime::Runtime;
+use crate::store::FailureReason;
 
 /// voodu's per-command default.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
@@ -71,6 +72,7 @@ pub(crate) async fn before_rollout<R: Runtime>(
         if let Some(failure) = run_stage(ctx, key, spec, release_id, env, stage).await? {
             return Err(Error::Permanent {
                 key: key.clone(),
+                reason: FailureReason::Hook,
                 message: format!(
                     "release #{release_id} failed in {}: {failure}; the previous replicas keep running",
                     stage.name()

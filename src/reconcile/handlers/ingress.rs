@@ -8,31 +8,36 @@
 //! fingerprint for this ingress matches; the router asks for a reconcile of every ingress whose
 //! served routes change, so the status follows readiness without a journal event. A spec
 //! change opens a release keyed to its commit, which succeeds once the proxy serves it. An
-//! ingress that leaves the repo loses its status, and the router drops its routes.
+//! ingress that leaves the repo loses its status, and the router drops its routes. A pass
+//! returns `Action::Done` even while it waits for the proxy: the router wakes it.
 
 use crate::model::ResourceKey;
 use crate::reconcile::router::{self, RouterReport};
 use crate::reconcile::routes::IngressView;
-use crate::reconcile::{Ctx, Result, blocking};
+use crate::reconcile::{Action, Ctx, Result, blocking};
 use crate::runtime::Runtime;
-use crate::store::{Desired, Release, ReleasePhase, ResourceStatus, now_unix};
+use crate::store::{
+    Desired, Detail, FailureReason, HealthCheckDetail, IngressDetail, Phase, ProxyDetail, Release,
+    ReleasePhase, ResourceStatus, RouteDetail, TlsDetail, now_unix,
+};
 
-pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
+pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Action> {
     let desired = super::desired_of(ctx, key).await?;
     let Some(desired) = desired else {
         let key = key.clone();
         blocking(&ctx.store, move |store| store.delete_status(&key)).await?;
         ctx.router.wake();
-        return Ok(());
+        return Ok(Action::Done);
     };
     if ctx.options.ingress.is_none() {
         let mut status = ResourceStatus::new(
-            "Disabled",
+            Phase::Disabled,
             "the ingress proxy is off on this agent (--no-ingress): nothing routes this host",
         );
         status.spec_hash = desired.spec_hash.to_string();
         let key = key.clone();
-        return blocking(&ctx.store, move |store| store.put_status(&key, &status)).await;
+        blocking(&ctx.store, move |store| store.put_status(&key, &status)).await?;
+        return Ok(Action::Done);
     }
     let table = router::current_table(ctx).await?;
     let Some(view) = table.view(key) else {
@@ -46,14 +51,15 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         ctx.router.wake();
     }
     let status = ResourceStatus {
-        phase: phase.to_owned(),
+        phase,
+        reason: (phase == Phase::Failed).then_some(FailureReason::Proxy),
         message,
         desired_replicas: view.n_replicas,
         running_replicas: view.upstreams.len(),
         spec_hash: desired.spec_hash.to_string(),
         release_id: Some(release.id),
         updated_at: now_unix(),
-        detail: detail(view, &report, live),
+        detail: Detail::Ingress(detail(view, &report, live)),
     };
     let key = key.clone();
     let finish = live && release.phase == ReleasePhase::Progressing;
@@ -63,13 +69,15 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         }
         store.put_status(&key, &status)
     })
-    .await
+    .await?;
+    // Waiting for the proxy or for replicas is no error: the router wakes this key.
+    Ok(Action::Done)
 }
 
 /// Phase and message. Waiting states are not errors: the router reconciles this ingress
 /// again when its routes change (the deployment appears, replicas become ready, the proxy
 /// loads the config), so nothing here burns the retry budget.
-fn assess(view: &IngressView, report: &RouterReport, live: bool) -> (&'static str, String) {
+fn assess(view: &IngressView, report: &RouterReport, live: bool) -> (Phase, String) {
     let deployment = format!("{}/{}", view.key.scope, view.service);
     let warnings = if view.warnings.is_empty() {
         String::new()
@@ -77,11 +85,11 @@ fn assess(view: &IngressView, report: &RouterReport, live: bool) -> (&'static st
         format!(" ({})", view.warnings.join("; "))
     };
     if let Some(error) = &report.error {
-        return ("Failed", format!("ingress proxy: {error}"));
+        return (Phase::Failed, format!("ingress proxy: {error}"));
     }
     if !live {
         return (
-            "Progressing",
+            Phase::Progressing,
             format!(
                 "waiting for the ingress proxy to load the routes of {}",
                 view.url
@@ -90,7 +98,7 @@ fn assess(view: &IngressView, report: &RouterReport, live: bool) -> (&'static st
     }
     if !view.deployment_found {
         return (
-            "Progressing",
+            Phase::Progressing,
             format!(
                 "waiting for deployment {deployment}: {} answers 503 until it exists{warnings}",
                 view.url
@@ -99,7 +107,7 @@ fn assess(view: &IngressView, report: &RouterReport, live: bool) -> (&'static st
     }
     if view.upstreams.is_empty() {
         return (
-            "Degraded",
+            Phase::Degraded,
             format!(
                 "no ready replica of deployment {deployment}: {} answers 503{warnings}",
                 view.url
@@ -108,12 +116,12 @@ fn assess(view: &IngressView, report: &RouterReport, live: bool) -> (&'static st
     }
     if view.routes.iter().all(|route| route.shadowed_by.is_some()) {
         return (
-            "Degraded",
+            Phase::Degraded,
             format!("every route is served by another ingress{warnings}"),
         );
     }
     (
-        "Ready",
+        Phase::Ready,
         format!(
             "{} → {} ready replica(s) of {deployment}{warnings}",
             view.url,
@@ -123,61 +131,42 @@ fn assess(view: &IngressView, report: &RouterReport, live: bool) -> (&'static st
 }
 
 /// The status `detail`: what this ingress routes, to where, and where the proxy listens.
-fn detail(view: &IngressView, report: &RouterReport, live: bool) -> serde_json::Value {
-    let routes: Vec<serde_json::Value> = view
-        .routes
-        .iter()
-        .map(|route| {
-            let mut entry = serde_json::Map::new();
-            entry.insert(
-                "path".to_owned(),
-                serde_json::json!(route.path.as_deref().unwrap_or("/")),
-            );
-            if route.strip {
-                entry.insert("strip".to_owned(), serde_json::json!(true));
-            }
-            if let Some(owner) = &route.shadowed_by {
-                entry.insert("served_by".to_owned(), serde_json::json!(owner.to_string()));
-            }
-            serde_json::Value::Object(entry)
-        })
-        .collect();
-    let mut detail = serde_json::json!({
-        "host": view.host,
-        "service": view.service,
-        "port": view.port,
-        "url": view.url,
-        "routes": routes,
-        "upstreams": view.upstreams,
-        "policy": view.policy,
-        "live": live,
-    });
-    if let Some(check) = &view.health_check {
-        detail["health_check"] = serde_json::json!({
-            "path": check.path,
-            "port": check.port,
-            "interval": check.interval,
-        });
+fn detail(view: &IngressView, report: &RouterReport, live: bool) -> IngressDetail {
+    IngressDetail {
+        host: view.host.clone(),
+        service: view.service.clone(),
+        port: view.port,
+        url: view.url.clone(),
+        routes: view
+            .routes
+            .iter()
+            .map(|route| RouteDetail {
+                path: route.path.as_deref().unwrap_or("/").to_owned(),
+                strip: route.strip,
+                served_by: route.shadowed_by.as_ref().map(ToString::to_string),
+            })
+            .collect(),
+        upstreams: view.upstreams.clone(),
+        policy: view.policy.clone(),
+        live,
+        health_check: view.health_check.as_ref().map(|check| HealthCheckDetail {
+            path: check.path.clone(),
+            port: check.port,
+            interval: check.interval.clone(),
+        }),
+        tls: view.tls.as_ref().map(|tls| TlsDetail {
+            provider: tls.provider.clone(),
+            email: tls.email.clone(),
+            on_demand: tls.on_demand,
+            ask: tls.ask.clone(),
+        }),
+        warnings: view.warnings.clone(),
+        proxy: report.proxy.as_ref().map(|proxy| ProxyDetail {
+            container: proxy.container.clone(),
+            http: proxy.http.clone(),
+            https: proxy.https.clone(),
+        }),
     }
-    if let Some(tls) = &view.tls {
-        detail["tls"] = serde_json::json!({
-            "provider": tls.provider,
-            "email": tls.email,
-            "on_demand": tls.on_demand,
-            "ask": tls.ask,
-        });
-    }
-    if !view.warnings.is_empty() {
-        detail["warnings"] = serde_json::json!(view.warnings);
-    }
-    if let Some(proxy) = &report.proxy {
-        detail["proxy"] = serde_json::json!({
-            "container": proxy.container,
-            "http": proxy.http,
-            "https": proxy.https,
-        });
-    }
-    detail
 }
 
 /// The release this reconcile works under: the latest one when it has the desired spec hash

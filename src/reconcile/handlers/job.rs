@@ -28,15 +28,16 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
-
 use super::container::{Identity, Launch, rfc3339_seconds};
 use super::launch::{EnvSource, build_spec, images_of, ready_to_create};
 use crate::manifest::spec::{JobSpec, Spec};
 use crate::model::{ResourceKey, parse_go_duration, random_hex};
-use crate::reconcile::{Ctx, Error, Result, blocking};
+use crate::reconcile::{Action, Ctx, Error, Result, blocking};
 use crate::runtime::{Container, ContainerState, Runtime, labels};
-use crate::store::{Desired, JobRun, ResourceStatus, RunStatus, now_unix};
+use crate::store::{
+    Desired, Detail, FailureReason, JobDetail, JobRun, Phase, ResourceStatus, RunDetail, RunStatus,
+    now_unix,
+};
 
 /// Lines of a run's output kept with its history entry.
 pub(super) const LOG_LINES: usize = 50;
@@ -71,10 +72,12 @@ pub(super) fn plan_job(runs: &[JobRun], spec_hash: &str) -> JobStep {
     }
 }
 
-pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) -> Result<()> {
+/// One pass; a run in flight is `Action::Done` too: its waiter requeues the key when it ends.
+pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) -> Result<Action> {
     let desired = super::desired_of(ctx, key).await?;
     let Some(desired) = desired else {
-        return remove_all(ctx, key).await;
+        remove_all(ctx, key).await?;
+        return Ok(Action::Done);
     };
     let Spec::Job(spec) = &desired.spec else {
         return Err(super::wrong_kind(key, &desired.spec));
@@ -100,7 +103,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) 
         store.put_status(&key_for_store, &status)
     })
     .await?;
-    result
+    result.map(|()| Action::Done)
 }
 
 /// The job's status: the newest run of its desired spec decides the phase.
@@ -120,37 +123,46 @@ fn job_status(
         .find(|run| run.spec_hash == desired.spec_hash.as_str());
     let (phase, message) = match (error, current) {
         // The error policy then makes it `Failed` unless it is retried.
-        (Some(error), _) => ("Pending", error.to_string()),
+        (Some(error), _) => (Phase::Pending, error.to_string()),
         (None, Some(run)) => run_phase(run),
         (None, None) if n_running > 0 => (
-            "Running",
+            Phase::Running,
             "a run of the previous spec is still running; the new spec runs once it ended"
                 .to_owned(),
         ),
-        (None, None) => ("Pending", String::new()),
+        (None, None) => (Phase::Pending, String::new()),
     };
     ResourceStatus {
-        phase: phase.to_owned(),
+        phase,
+        reason: failure_reason(phase, error),
         message,
         desired_replicas: desired.n_replicas,
         running_replicas: n_running,
         spec_hash: desired.spec_hash.to_string(),
         release_id: None,
         updated_at: now_unix(),
-        detail: json!({
-            "image": spec.container.effective_image(key),
-            "timeout": spec.timeout,
-            "last_run": runs.first().map(run_view),
-            "history": runs.iter().map(run_view).collect::<Vec<Value>>(),
+        detail: Detail::Job(JobDetail {
+            image: spec.container.effective_image(key),
+            timeout: spec.timeout.clone(),
+            last_run: runs.first().map(run_view),
+            history: runs.iter().map(run_view).collect(),
         }),
     }
 }
 
+/// Why a job or cronjob status is what it is: the pass's error, else a failed run.
+pub(super) fn failure_reason(phase: Phase, error: Option<&Error>) -> Option<FailureReason> {
+    match error {
+        Some(error) => Some(error.reason()),
+        None => (phase == Phase::Failed).then_some(FailureReason::RunFailed),
+    }
+}
+
 /// The phase and message a run gives its resource.
-pub(super) fn run_phase(run: &JobRun) -> (&'static str, String) {
+pub(super) fn run_phase(run: &JobRun) -> (Phase, String) {
     match run.status {
         RunStatus::Running => (
-            "Running",
+            Phase::Running,
             format!(
                 "run {} running since {}",
                 run.run_id,
@@ -158,7 +170,7 @@ pub(super) fn run_phase(run: &JobRun) -> (&'static str, String) {
             ),
         ),
         RunStatus::Succeeded => (
-            "Succeeded",
+            Phase::Succeeded,
             format!(
                 "run {} succeeded in {}s",
                 run.run_id,
@@ -166,26 +178,26 @@ pub(super) fn run_phase(run: &JobRun) -> (&'static str, String) {
             ),
         ),
         RunStatus::Failed => (
-            "Failed",
+            Phase::Failed,
             format!("run {} failed: {}", run.run_id, run.error),
         ),
     }
 }
 
 /// One history entry of `status --json`.
-pub(super) fn run_view(run: &JobRun) -> Value {
-    json!({
-        "run_id": run.run_id,
-        "container": run.container,
-        "spec_hash": run.spec_hash,
-        "status": run.status.as_str(),
-        "exit_code": run.exit_code,
-        "started_at": rfc3339_seconds(run.started_at),
-        "ended_at": run.ended_at.map(rfc3339_seconds),
-        "duration_seconds": run.ended_at.map(|ended| ended - run.started_at),
-        "error": run.error,
-        "logs_tail": run.logs_tail,
-    })
+pub(super) fn run_view(run: &JobRun) -> RunDetail {
+    RunDetail {
+        run_id: run.run_id.clone(),
+        container: run.container.clone(),
+        spec_hash: run.spec_hash.clone(),
+        status: run.status.as_str().to_owned(),
+        exit_code: run.exit_code,
+        started_at: rfc3339_seconds(run.started_at),
+        ended_at: run.ended_at.map(rfc3339_seconds),
+        duration_seconds: run.ended_at.map(|ended| ended - run.started_at),
+        error: run.error.clone(),
+        logs_tail: run.logs_tail.clone(),
+    }
 }
 
 /// A job's `timeout` (`None`: no deadline).
@@ -702,19 +714,19 @@ mod tests {
         let succeeded = run(2, "h1", RunStatus::Succeeded);
         assert_eq!(
             run_phase(&succeeded),
-            ("Succeeded", "run 0002 succeeded in 7s".to_owned())
+            (Phase::Succeeded, "run 0002 succeeded in 7s".to_owned())
         );
         let mut failed = run(3, "h1", RunStatus::Failed);
         failed.error = "exit code 1".into();
         assert_eq!(
             run_phase(&failed),
-            ("Failed", "run 0003 failed: exit code 1".to_owned())
+            (Phase::Failed, "run 0003 failed: exit code 1".to_owned())
         );
         let view = run_view(&failed);
-        assert_eq!(view["exit_code"], 1);
-        assert_eq!(view["duration_seconds"], 7);
-        assert_eq!(view["started_at"], "1970-01-01T00:05:00Z");
-        assert_eq!(view["status"], "failed");
+        assert_eq!(view.exit_code, Some(1));
+        assert_eq!(view.duration_seconds, Some(7));
+        assert_eq!(view.started_at, "1970-01-01T00:05:00Z");
+        assert_eq!(view.status, "failed");
     }
 
     #[test]

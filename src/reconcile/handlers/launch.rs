@@ -13,11 +13,12 @@ use std::time::Duration;
 use super::container::{Identity, Launch, build, rfc3339_seconds};
 use crate::manifest::spec::{Container, Init};
 use crate::model::{ResourceKey, parse_go_duration};
-use crate::reconcile::env::{EnvError, EnvInputs, container_env, digest, ingress_references};
+use crate::reconcile::env::{EnvInputs, container_env, digest, ingress_references};
+use crate::reconcile::error::refused_ulimits;
 use crate::reconcile::images::ensure_image;
 use crate::reconcile::{Ctx, Error, Result, blocking};
 use crate::runtime::{ContainerSpec, Runtime, labels};
-use crate::store::{Buckets, now_unix};
+use crate::store::{Buckets, FailureReason, now_unix};
 
 /// voodu's per-attempt init timeout when none is given.
 const DEFAULT_INIT_TIMEOUT: Duration = Duration::from_secs(600);
@@ -66,13 +67,9 @@ impl EnvSource {
                 let env_digest = digest(&self.key, &env);
                 Ok((env, env_digest))
             }
-            Err(error @ EnvError::NoBuckets(_)) => Err(Error::Permanent {
+            Err(source) => Err(Error::Env {
                 key: key.clone(),
-                message: error.to_string(),
-            }),
-            Err(error @ EnvError::Unresolved(_)) => Err(Error::Transient {
-                key: key.clone(),
-                message: error.to_string(),
+                source,
             }),
         }
     }
@@ -145,17 +142,9 @@ pub(crate) fn build_spec<R: Runtime>(
     )
     .map_err(|message| Error::Permanent {
         key: key.clone(),
+        reason: FailureReason::Spec,
         message,
     })
-}
-
-/// Why an init chain stopped a replica from starting.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct InitFailure {
-    pub(crate) init: String,
-    pub(crate) attempts: i64,
-    /// `None` when the last attempt timed out.
-    pub(crate) exit_code: Option<i64>,
 }
 
 /// Runs `inits` in order for one replica (the pod `identity` is about to create). Each init
@@ -222,32 +211,19 @@ pub(crate) async fn run_init_chain<R: Runtime>(
                     if attempt < attempts {
                         tokio::select! {
                             () = tokio::time::sleep(INIT_RETRY_PAUSE) => {}
-                            () = ctx.shutdown.cancelled() => return Err(Error::Transient { key: key.clone(), message: "stopped while running init containers".to_owned() }),
+                            () = ctx.shutdown.cancelled() => return Err(Error::Stopped { key: key.clone(), waiting_for: "running init containers".to_owned() }),
                         }
                     }
                 }
             }
         }
         if last_exit != Some(0) {
-            let failure = InitFailure {
+            return Err(Error::Init {
+                key: key.clone(),
                 init: init.name.clone(),
                 attempts,
                 exit_code: last_exit,
-            };
-            return Err(Error::Transient {
-                key: key.clone(),
-                message: match failure.exit_code {
-                    Some(code) => format!(
-                        "init container {:?} failed after {} attempt(s): exit code {code}",
-                        failure.init, failure.attempts
-                    ),
-                    None => format!(
-                        "init container {:?} failed after {} attempt(s): timed out after {}s",
-                        failure.init,
-                        failure.attempts,
-                        timeout.as_secs()
-                    ),
-                },
+                timeout,
             });
         }
     }
@@ -262,9 +238,9 @@ pub(crate) async fn create<R: Runtime>(
     spec: &ContainerSpec,
 ) -> Result<String> {
     ctx.runtime.create(spec).await.map_err(|error| match error {
-        crate::runtime::Error::ImageMissing { .. } => Error::Permanent {
+        crate::runtime::Error::ImageMissing { .. } => Error::ImageMissing {
             key: key.clone(),
-            message: format!("{error}; build or load it on this host"),
+            source: error,
         },
         other => Error::Runtime {
             key: key.clone(),
@@ -311,9 +287,9 @@ pub(crate) async fn run_once<R: Runtime>(
                 Ok(None)
             }
         },
-        () = ctx.shutdown.cancelled() => Err(Error::Transient {
+        () = ctx.shutdown.cancelled() => Err(Error::Stopped {
             key: key.clone(),
-            message: format!("stopped while waiting for {}", spec.name),
+            waiting_for: format!("waiting for {}", spec.name),
         }),
     }
 }
@@ -322,19 +298,15 @@ pub(crate) async fn run_once<R: Runtime>(
 pub(crate) fn start_error(key: &ResourceKey, name: &str, error: crate::runtime::Error) -> Error {
     use crate::runtime::Error as Engine;
     match error {
-        Engine::Invalid { message } | Engine::Unavailable { message }
-            if message.contains("setting rlimit") =>
-        {
-            Error::Permanent {
-                key: key.clone(),
-                message: format!(
-                    "cannot start {name}: the engine may not grant its ulimits (voodu's defaults are nofile=65536:65536 and nproc=4096:4096; raise dockerd's LimitNOFILE / LimitNPROC, or set lower `ulimits` in the manifest): {message}"
-                ),
-            }
-        }
-        Engine::Invalid { .. } | Engine::NotFound { .. } => Error::Permanent {
+        Engine::Invalid { .. } | Engine::NotFound { .. } => Error::Start {
             key: key.clone(),
-            message: format!("cannot start {name}: {error}"),
+            name: name.to_owned(),
+            source: Box::new(error),
+        },
+        Engine::Unavailable { .. } if refused_ulimits(&error) => Error::Start {
+            key: key.clone(),
+            name: name.to_owned(),
+            source: Box::new(error),
         },
         other => Error::Runtime {
             key: key.clone(),

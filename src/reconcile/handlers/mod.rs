@@ -29,12 +29,12 @@ use crate::store::Desired;
 pub(crate) async fn reconcile<R: Runtime>(ctx: Arc<Ctx<R>>, key: ResourceKey) -> Result<Action> {
     match key.kind {
         Kind::Asset => asset::reconcile(&ctx, &key).await,
-        Kind::Cronjob => cronjob::reconcile(&ctx, &key).await.map(|()| Action::Done),
+        Kind::Cronjob => cronjob::reconcile(&ctx, &key).await,
         Kind::Deployment => deployment::reconcile(&ctx, &key)
             .await
             .map(|()| Action::Done),
-        Kind::Ingress => ingress::reconcile(&ctx, &key).await.map(|()| Action::Done),
-        Kind::Job => job::reconcile(&ctx, &key).await.map(|()| Action::Done),
+        Kind::Ingress => ingress::reconcile(&ctx, &key).await,
+        Kind::Job => job::reconcile(&ctx, &key).await,
         Kind::Registry => registry::reconcile(&ctx, &key).await,
         Kind::Statefulset => statefulset::reconcile(&ctx, &key)
             .await
@@ -52,6 +52,7 @@ async fn desired_of<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Optio
 fn wrong_kind(key: &ResourceKey, spec: &Spec) -> Error {
     Error::Permanent {
         key: key.clone(),
+        reason: crate::store::FailureReason::Spec,
         message: format!(
             "stored spec is of kind {}, but the key is a {}",
             spec.kind(),

@@ -1,18 +1,16 @@
 //! Registry handler: `registry` resources hold credentials that image pulls use
 //! (`reconcile::images`), so there is nothing to create on the host. The handler records
-//! status (never the token) and, when a registry appears or changes, asks the resources whose
-//! last pull failed to try again: declaring the missing registry fixes them without another
-//! commit to them.
+//! status (never the token) and, when a registry appears or changes, asks the resources that
+//! failed for a missing image (`FailureReason::ImageMissing` or `PullFailed` on their status)
+//! to try again: declaring the missing registry fixes them without another commit to them.
 //!
 //! Invariant: the token is not in status, logs or errors.
-
-use serde_json::json;
 
 use crate::manifest::spec::Spec;
 use crate::model::ResourceKey;
 use crate::reconcile::{Action, Ctx, Result, blocking};
 use crate::runtime::Runtime;
-use crate::store::ResourceStatus;
+use crate::store::{Detail, FailureReason, Phase, RegistryDetail, ResourceStatus};
 
 pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Action> {
     let desired = super::desired_of(ctx, key).await?;
@@ -24,25 +22,23 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
     let Spec::Registry(registry) = &desired.spec else {
         return Err(super::wrong_kind(key, &desired.spec));
     };
-    let mut status = ResourceStatus::new("Ready", "");
+    let mut status = ResourceStatus::new(Phase::Ready, "");
     status.spec_hash = desired.spec_hash.to_string();
-    status.detail = json!({
-        "url": registry.url,
-        "username": registry.username,
-        "helper": registry.helper,
-        "credentials": if registry.helper.is_empty() { "token" } else { "helper" },
+    status.detail = Detail::Registry(RegistryDetail {
+        url: registry.url.clone(),
+        username: registry.username.clone(),
+        helper: registry.helper.clone(),
+        credentials: if registry.helper.is_empty() {
+            "token"
+        } else {
+            "helper"
+        }
+        .to_owned(),
     });
     let key_for_store = key.clone();
     let waiting = blocking(&ctx.store, move |store| {
         store.put_status(&key_for_store, &status)?;
-        Ok(store
-            .statuses()?
-            .into_iter()
-            .filter(|(_, status)| {
-                status.phase == "Failed" && status.message.contains("pulling it failed")
-            })
-            .map(|(key, _)| key)
-            .collect::<Vec<_>>())
+        store.statuses_failed_with(&[FailureReason::ImageMissing, FailureReason::PullFailed])
     })
     .await?;
     for waiting_key in waiting {

@@ -15,7 +15,7 @@ use crate::model::ResourceKey;
 use crate::reconcile::gate::{self, NewReplica, ReplicaReadiness, Waiting};
 use crate::reconcile::{Ctx, Error, Result, blocking};
 use crate::runtime::{Container, ContainerState, Runtime, labels};
-use crate::store::{Release, ReleasePhase, ResourceStatus, now_unix};
+use crate::store::{FailureReason, Phase, Release, ReleasePhase, ResourceStatus, now_unix};
 
 /// While a rollout waits, the pass after this long re-checks its deadline even if no replica
 /// changed (readiness changes and container events queue passes sooner).
@@ -165,7 +165,7 @@ pub(super) fn rollout_failure<R: Runtime>(
     converged: bool,
     observed: &Observed,
     new_replicas: &[NewReplica],
-) -> Option<String> {
+) -> Option<(FailureReason, String)> {
     if release.phase != ReleasePhase::Progressing {
         return None;
     }
@@ -180,10 +180,18 @@ pub(super) fn rollout_failure<R: Runtime>(
         &observed.waiting,
         new_replicas,
     )?;
-    Some(match ctx.memory.rollouts.last_error(release.id) {
-        Some(error) => format!("{reason}; last error: {error}"),
-        None => reason,
-    })
+    let failure = if gate::crash_looping(new_replicas).is_some() {
+        FailureReason::CrashLoop
+    } else {
+        FailureReason::RolloutDeadline
+    };
+    Some((
+        failure,
+        match ctx.memory.rollouts.last_error(release.id) {
+            Some(error) => format!("{reason}; last error: {error}"),
+            None => reason,
+        },
+    ))
 }
 
 /// Crashed replicas whose back-off still runs: (name, starts so far, wait).
@@ -227,11 +235,10 @@ pub(super) fn not_done<R: Runtime>(
     progressing: bool,
 ) {
     status.phase = if progressing {
-        "Progressing"
+        Phase::Progressing
     } else {
-        "Degraded"
-    }
-    .to_owned();
+        Phase::Degraded
+    };
     status.message = describe_wait(observed, new_replicas, backing_off, progressing);
     let recheck = backing_off
         .iter()
@@ -278,12 +285,13 @@ fn describe_wait(
 pub(super) async fn fail_rollout<R: Runtime>(
     ctx: &Ctx<R>,
     release: &Release,
-    reason: &str,
+    (failure, reason): (FailureReason, &str),
     report: &Report<'_>,
     mut status: ResourceStatus,
 ) -> Result<()> {
     if let Some(message) = rollout::fail(ctx, release, reason, report).await? {
-        status.phase = "Failed".to_owned();
+        status.phase = Phase::Failed;
+        status.reason = Some(failure);
         status.message = message;
         put_status(ctx, report.key, status).await?;
     }

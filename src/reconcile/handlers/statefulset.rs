@@ -27,8 +27,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::json;
-
 use super::container::{Identity, Launch, aliases};
 use super::launch::{
     EnvSource, build_spec, create_and_start, identity_vars, images_of, ready_to_create,
@@ -44,7 +42,10 @@ use crate::model::{Kind, ResourceKey};
 use crate::reconcile::plan::{StatefulStep, StatefulTarget, plan_statefulset, pod_ordinal};
 use crate::reconcile::{Ctx, Error, Result, blocking, gate};
 use crate::runtime::{Container, ContainerState, Runtime, Volume, labels};
-use crate::store::{Desired, ReleasePhase, ResourceStatus};
+use crate::store::{
+    Desired, Detail, FailureReason, Phase, PodDetail, ReleasePhase, ResourceStatus,
+    StatefulsetDetail, VolumeDetail,
+};
 
 /// One pod's name, labels, environment and mounts.
 struct Pod {
@@ -106,7 +107,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         desired_replicas: desired.n_replicas,
         spec_hash: desired.spec_hash.to_string(),
         release_id: Some(release.id),
-        ..ResourceStatus::new("Progressing", "")
+        ..ResourceStatus::new(Phase::Progressing, "")
     };
     let halted = rollout::halted(ctx, &release, &desired).await?;
     if release.phase == ReleasePhase::Failed && !halted && touches_pods {
@@ -118,7 +119,8 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
                 status.release_id = Some(release.id);
             }
             Err(error) => {
-                status.phase = "Failed".to_owned();
+                status.phase = Phase::Failed;
+                status.reason = Some(error.reason());
                 status.message = error.to_string();
                 let status = with_detail(ctx, key, status, &observed, &target).await?;
                 put_status(ctx, key, status).await?;
@@ -144,16 +146,19 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
                 return Err(error);
             }
             rollout::fail_before_rollout(ctx, &release, &error.to_string(), &report).await?;
-            status.phase = "Failed".to_owned();
+            status.phase = Phase::Failed;
+            status.reason = Some(error.reason());
             return put_status(ctx, key, status).await;
         }
     }
 
     // A rollout that ran out of time, or whose new pod keeps crashing, is rolled back.
     let new_pods = inspect_waiting(ctx, &observed, &release).await;
-    if let Some(reason) = rollout_failure(ctx, &release, steps.is_empty(), &observed, &new_pods) {
+    if let Some((failure, reason)) =
+        rollout_failure(ctx, &release, steps.is_empty(), &observed, &new_pods)
+    {
         let status = with_detail(ctx, key, status, &observed, &target).await?;
-        return fail_rollout(ctx, &release, &reason, &report, status).await;
+        return fail_rollout(ctx, &release, (failure, &reason), &report, status).await;
     }
 
     // Act on what the ordered gate lets through: one pod at a time, each ready first.
@@ -195,20 +200,27 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         }
         let mut status = with_detail(ctx, key, status, &observed, &target).await?;
         if !error.is_transient() && progressing {
-            return fail_rollout(ctx, &release, &error.to_string(), &report, status).await;
+            return fail_rollout(
+                ctx,
+                &release,
+                (error.reason(), &error.to_string()),
+                &report,
+                status,
+            )
+            .await;
         }
         status.phase = if error.is_transient() {
-            "Progressing"
+            Phase::Progressing
         } else {
-            "Failed"
-        }
-        .to_owned();
+            Phase::Failed
+        };
+        status.reason = Some(error.reason());
         put_status(ctx, key, status).await?;
         return Err(error);
     }
     let converged = plan_statefulset(Some(&target), &observed.actual).is_empty();
     if !halted && converged && observed.waiting.is_empty() {
-        status.phase = "Ready".to_owned();
+        status.phase = Phase::Ready;
         if release.rolled_back_from.is_some() {
             // Running a rollback (automatic or the operator's): status keeps saying why.
             status.message.clone_from(&release.message);
@@ -229,7 +241,8 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         if halted {
             // Halted until desired state changes: repaired (removals, starts, creates), never
             // rolled, and status says why.
-            status.phase = "Failed".to_owned();
+            status.phase = Phase::Failed;
+            status.reason = Some(FailureReason::Halted);
             status.message.clone_from(&release.message);
         }
     }
@@ -366,6 +379,7 @@ async fn create_pod<R: Runtime>(ctx: &Ctx<R>, work: &Work<'_>, ordinal: usize) -
     };
     let pod = work.pods.get(ordinal).ok_or_else(|| Error::Permanent {
         key: key.clone(),
+        reason: FailureReason::Spec,
         message: format!("no pod {ordinal} in the plan"),
     })?;
     for (name, volume_labels, _) in &pod.volumes {
@@ -482,38 +496,40 @@ async fn with_detail<R: Runtime>(
     let mut pods: Vec<(Option<usize>, &Container)> =
         actual.iter().map(|pod| (pod_ordinal(pod), pod)).collect();
     pods.sort_by_key(|(ordinal, pod)| (*ordinal, pod.name.clone()));
-    let pods: Vec<serde_json::Value> = pods
+    let pods: Vec<PodDetail> = pods
         .into_iter()
-        .map(|(ordinal, pod)| {
-            json!({
-                "ordinal": ordinal,
-                "name": pod.name,
-                "state": format!("{:?}", pod.state).to_lowercase(),
-                "current": ordinal.is_some_and(|ordinal| target.is_current(ordinal, pod)),
-                "ready": observed.is_ready(pod),
-                "reason": observed.reason(pod),
-                "volumes": volumes
-                    .iter()
-                    .filter(|volume| ordinal.is_some() && volume_ordinal(volume) == ordinal)
-                    .map(|volume| volume.name.clone())
-                    .collect::<Vec<_>>(),
-            })
+        .map(|(ordinal, pod)| PodDetail {
+            ordinal,
+            name: pod.name.clone(),
+            state: format!("{:?}", pod.state).to_lowercase(),
+            current: ordinal.is_some_and(|ordinal| target.is_current(ordinal, pod)),
+            ready: observed.is_ready(pod),
+            reason: observed.reason(pod).to_owned(),
+            volumes: volumes
+                .iter()
+                .filter(|volume| ordinal.is_some() && volume_ordinal(volume) == ordinal)
+                .map(|volume| volume.name.clone())
+                .collect(),
         })
         .collect();
-    let volumes: Vec<serde_json::Value> = volumes
+    let volumes: Vec<VolumeDetail> = volumes
         .iter()
         .map(|volume| {
             let ordinal = volume_ordinal(volume);
-            json!({
-                "name": volume.name,
-                "claim": volume.labels.get(labels::CLAIM),
-                "ordinal": ordinal,
-                "kept": ordinal.is_none_or(|ordinal| ordinal >= target.n_replicas),
-            })
+            VolumeDetail {
+                name: volume.name.clone(),
+                claim: volume.labels.get(labels::CLAIM).cloned(),
+                ordinal,
+                kept: ordinal.is_none_or(|ordinal| ordinal >= target.n_replicas),
+            }
         })
         .collect();
     let ready = actual.iter().filter(|pod| observed.is_ready(pod)).count();
-    status.detail = json!({ "ready_replicas": ready, "pods": pods, "volumes": volumes });
+    status.detail = Detail::Statefulset(StatefulsetDetail {
+        pods,
+        ready_replicas: ready,
+        volumes,
+    });
     Ok(status)
 }
 
