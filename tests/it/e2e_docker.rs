@@ -724,7 +724,7 @@ fn webhook_flood(env: &mut Env) -> TestResult {
             Ok(metric(&parse_metrics(&text)?, "voodu_syncs_total", &[]))
         };
         let before = syncs(get(&client, &metrics_url).await?.1)?;
-        let answered = crate::http::flood(
+        let answered = crate::support::http::flood(
             &client,
             &format!("http://{address}/hooks/git"),
             &WebhookSecret::new(SECRET),

@@ -1,5 +1,5 @@
-//! HTTP helpers: a client for the agent's routes and a parser of the Prometheus text format,
-//! so `/metrics` is read the way a scraper reads it.
+//! HTTP helpers: a client for the agent's routes, a parser of the Prometheus text format (so
+//! `/metrics` is read the way a scraper reads it), and `flood`, which sends signed webhooks.
 
 use std::collections::BTreeMap;
 
@@ -279,4 +279,43 @@ fn read_request(mut stream: std::net::TcpStream) -> TestResult<Captured> {
         headers: head.headers,
         body: String::from_utf8(body)?,
     })
+}
+
+/// Sends `count` GitHub-signed pushes (each padded to 16 KiB), naming `shas` in turn, 200 at
+/// a time; returns how many were answered 202, or the first other answer.
+pub async fn flood(
+    client: &reqwest::Client,
+    hook: &str,
+    secret: &voodu_agent::http::WebhookSecret,
+    shas: &[String],
+    count: usize,
+) -> TestResult<usize> {
+    let padding = "x".repeat(16 * 1024);
+    let padding = &padding;
+    use futures_util::StreamExt as _;
+    futures_util::stream::iter(0..count)
+        .map(|index| {
+            let sha = &shas[index % shas.len()];
+            async move {
+                let body =
+                    format!(r#"{{"ref":"refs/heads/main","after":"{sha}","padding":"{padding}"}}"#)
+                        .into_bytes();
+                let headers = vec![
+                    ("x-github-event", "push".to_owned()),
+                    ("x-hub-signature-256", secret.sign(&body)),
+                ];
+                post(client, hook, &headers, body).await
+            }
+        })
+        .buffer_unordered(200)
+        .fold(Ok::<_, String>(0usize), |count, answer| async move {
+            let count = count?;
+            match answer {
+                Ok((202, _)) => Ok(count + 1),
+                Ok((status, body)) => Err(format!("HTTP {status}: {body}")),
+                Err(error) => Err(format!("{error:?}")),
+            }
+        })
+        .await
+        .map_err(Into::into)
 }
