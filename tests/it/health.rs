@@ -46,7 +46,8 @@ async fn ready_now(harness: &Harness) -> TestResult<usize> {
         .count())
 }
 
-/// Polls (virtual time) until `done`, sampling the ready count; returns its minimum.
+/// Polls (virtual time) until `done`, sampling the ready count after every container change
+/// and every `POLL`; returns its minimum.
 async fn sample_until(
     harness: &Harness,
     what: &str,
@@ -55,6 +56,7 @@ async fn sample_until(
     let start = std::time::Instant::now();
     let mut lowest = usize::MAX;
     loop {
+        let changed = harness.fake.changed();
         lowest = lowest.min(ready_now(harness).await?);
         if done(harness)? {
             return Ok(lowest);
@@ -67,7 +69,7 @@ async fn sample_until(
             )
             .into());
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        Harness::next_look(changed).await;
     }
 }
 

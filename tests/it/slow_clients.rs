@@ -124,7 +124,9 @@ async fn slowloris(address: SocketAddr, connected: Arc<AtomicUsize>, stop: Cance
     }
 }
 
+/// Seconds of probing (three header timeouts) under a thousand clients: run by scripts/test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow: 1,000 slow clients for 6 s; scripts/test runs it (cargo test -- --include-ignored)"]
 async fn healthz_and_the_webhook_answer_within_1s_under_1000_slow_connections() -> TestResult {
     let server = Server::start(
         "127.0.0.1:0",
@@ -191,7 +193,7 @@ async fn closed_by_server(stream: &mut TcpStream, within: Duration) -> TestResul
 
 #[tokio::test]
 async fn idle_connections_are_closed_and_oversize_heads_refused() -> TestResult {
-    let timeout = Duration::from_millis(500);
+    let timeout = Duration::from_millis(150);
     let server = Server::start(
         "127.0.0.1:0",
         HttpOptions {
@@ -241,7 +243,7 @@ async fn idle_connections_are_closed_and_oversize_heads_refused() -> TestResult 
 /// next request on one fail with "connection reset".)
 #[tokio::test]
 async fn a_silent_connection_is_idle_and_a_started_head_must_finish_in_time() -> TestResult {
-    let header_timeout = Duration::from_millis(300);
+    let header_timeout = Duration::from_millis(100);
     let idle_timeout = Duration::from_secs(20);
     let server = Server::start(
         "127.0.0.1:0",
@@ -307,17 +309,24 @@ async fn a_new_connection_evicts_the_longest_waiting_when_all_places_are_taken()
 
 const SECRET: &str = "status-token-secret";
 
-/// `(listen address, path, Authorization value) → status code`.
+/// `(listen address, path, Authorization value) → status code`, one server per listen
+/// address.
 async fn check_auth(cases: &[(&str, &str, Option<&str>, &str)]) -> TestResult {
+    let mut servers = std::collections::BTreeMap::new();
     for (listen, path, authorization, expected) in cases {
-        let server = Server::start(
-            listen,
-            HttpOptions {
-                secret: Some(WebhookSecret::new(SECRET)),
-                ..HttpOptions::default()
-            },
-        )
-        .await?;
+        let server = match servers.entry(*listen) {
+            std::collections::btree_map::Entry::Occupied(entry) => entry.into_mut(),
+            std::collections::btree_map::Entry::Vacant(entry) => entry.insert(
+                Server::start(
+                    listen,
+                    HttpOptions {
+                        secret: Some(WebhookSecret::new(SECRET)),
+                        ..HttpOptions::default()
+                    },
+                )
+                .await?,
+            ),
+        };
         let authorization = authorization
             .map(|value| format!("Authorization: {value}\r\n"))
             .unwrap_or_default();

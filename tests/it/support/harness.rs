@@ -13,6 +13,11 @@ use voodu_agent::store::Store;
 
 use super::TestResult;
 
+/// How often waits re-read the store, in virtual time.
+/// Every poll costs real time (store reads) while paused time stands still, and the timers
+/// the tests measure are whole seconds: 100 ms keeps a minute of virtual time at 600 polls.
+pub const POLL: Duration = Duration::from_millis(100);
+
 /// A store in a temp dir, a fake runtime, and a reconciler task that can be restarted.
 pub struct Harness {
     pub _dir: tempfile::TempDir,
@@ -84,6 +89,18 @@ impl Harness {
         apply_files(&self.store, self.commits, files)
     }
 
+    /// Waits until a container changes state or `POLL` of virtual time passes, whichever is
+    /// first; `changed` must come from `self.fake.changed()` taken before the caller looked.
+    /// For sampling only: right after a change the handler that made it may not have written
+    /// its status yet, so waits for a converged state sleep `POLL` instead (by then every
+    /// task that could run has run).
+    pub async fn next_look(changed: tokio::sync::futures::Notified<'_>) {
+        tokio::select! {
+            () = changed => {}
+            () = tokio::time::sleep(POLL) => {}
+        }
+    }
+
     pub async fn containers(&self, key: &ResourceKey) -> TestResult<Vec<Container>> {
         use voodu_agent::runtime::Runtime;
         Ok(self
@@ -125,7 +142,7 @@ impl Harness {
                 )
                 .into());
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(POLL).await;
         }
     }
 
@@ -149,7 +166,7 @@ impl Harness {
                 )
                 .into());
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(POLL).await;
         }
     }
 
