@@ -161,7 +161,7 @@ async fn a_version_that_never_becomes_ready_stops_after_one_slot_and_is_rolled_b
 
     // Not retried on its own: minutes later, nothing new was created.
     let mark = harness.fake.calls().len();
-    tokio::time::sleep(Duration::from_secs(600)).await;
+    harness.idle_for(Duration::from_secs(600)).await;
     assert_eq!(created_since(&harness, mark), Vec::<String>::new());
     // A newer commit that changes the resource is rolled out again.
     harness.push(&[("web.hcl", &web(3, "3", ""))])?;
@@ -221,7 +221,7 @@ async fn a_first_deploy_that_never_becomes_ready_fails_and_waits_for_a_new_commi
     );
     assert_eq!(phases(&harness)?, ["failed"]);
     let mark = harness.fake.calls().len();
-    tokio::time::sleep(Duration::from_secs(600)).await;
+    harness.idle_for(Duration::from_secs(600)).await;
     assert_eq!(
         created_since(&harness, mark),
         Vec::<String>::new(),
@@ -270,7 +270,7 @@ async fn i10_a_re_added_resource_that_fails_is_not_rolled_back_to_its_deleted_se
 
     // Halted, not retried, and the deleted version never comes back.
     let mark = harness.fake.calls().len();
-    tokio::time::sleep(Duration::from_secs(600)).await;
+    harness.idle_for(Duration::from_secs(600)).await;
     assert_eq!(created_since(&harness, mark), Vec::<String>::new());
     let containers = harness.containers(&key()).await?;
     assert!(
@@ -514,7 +514,7 @@ async fn a_bucket_change_rolls_its_consumers_at_once() -> TestResult {
     harness.push(&[("web.hcl", &web(2, "1", ""))])?;
     let before = harness.converged(&key(), 2).await?;
     // Let every timer of the first rollout run out: only the bucket change may act now.
-    tokio::time::sleep(Duration::from_secs(30)).await;
+    harness.idle_for(Duration::from_secs(30)).await;
     harness.store.config_set(
         "shop",
         "web",

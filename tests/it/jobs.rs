@@ -205,7 +205,7 @@ async fn a_job_runs_to_completion_once_and_keeps_its_history() -> TestResult {
     harness.stop().await?;
     let mark = harness.fake.calls().len();
     harness.start()?;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    harness.idle_for(Duration::from_secs(5)).await;
     assert_eq!(
         harness.status(&job_key())?.ok_or("status")?.phase,
         "Succeeded"
@@ -659,7 +659,7 @@ async fn a_cronjob_leaving_the_repo_takes_its_runs_position_and_status() -> Test
         })
         .await?;
     // No tick fires afterwards.
-    tokio::time::sleep(Duration::from_secs(180)).await;
+    harness.idle_for(Duration::from_secs(180)).await;
     assert!(harness.runs(&cron_key())?.is_empty());
     harness.stop().await
 }

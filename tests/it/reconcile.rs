@@ -212,7 +212,7 @@ async fn a_permanent_error_is_recorded_and_not_retried() -> TestResult {
         "{}",
         status.message
     );
-    tokio::time::sleep(Duration::from_secs(120)).await;
+    harness.idle_for(Duration::from_secs(120)).await;
     let pulls = harness
         .fake
         .calls()
@@ -356,6 +356,14 @@ async fn a_half_done_rollout_resumes_after_a_crash() -> TestResult {
     harness.stop().await
 }
 
+/// The sequence number of the newest journal row (0 for none).
+fn journal_head(store: &Store) -> TestResult<i64> {
+    Ok(store
+        .journal_after(0, usize::MAX)?
+        .last()
+        .map_or(0, |entry| entry.seq))
+}
+
 /// In-process agent over a real git repo: commit → containers; a broken commit is rejected
 /// with its location and changes nothing.
 #[tokio::test]
@@ -389,6 +397,13 @@ async fn agent_applies_commits_and_keeps_the_last_good_one_on_bad_input() -> Tes
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(running(&fake), 2);
+    // The reconciler has handled every journal row there is (it acts on nothing else here:
+    // no drift, the resync minutes away), so from now on only a new row could touch the host.
+    let head = journal_head(&store)?;
+    while store.cursor(reconcile::CURSOR)? < head {
+        assert!(Instant::now() < deadline, "journal never handled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let calls_before = fake
         .calls()
         .iter()
@@ -415,7 +430,11 @@ async fn agent_applies_commits_and_keeps_the_last_good_one_on_bad_input() -> Tes
         ["deploy/web.hcl:3:3: unknown attribute `imge` in deployment (did you mean `image`?)"]
     );
     assert_eq!(summary.last_applied.ok_or("applied")?.sha.as_str(), good);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        journal_head(&store)?,
+        head,
+        "a rejected commit writes no journal row"
+    );
     let calls_after = fake
         .calls()
         .iter()

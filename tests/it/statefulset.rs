@@ -292,7 +292,7 @@ async fn a_pod_that_does_not_stay_up_holds_back_the_next_ordinals() -> TestResul
         "{}",
         status.message
     );
-    tokio::time::sleep(Duration::from_secs(60)).await;
+    harness.idle_for(Duration::from_secs(60)).await;
     let created: Vec<String> = pod_changes_since(&harness, 0)
         .into_iter()
         .filter(|change| change.starts_with("create"))

@@ -101,6 +101,14 @@ impl Harness {
         }
     }
 
+    /// Lets `span` of virtual time pass before an absence is checked ("not retried", "no tick
+    /// fires"). Not a hopeful sleep: paused time moves only when every task waits, so each
+    /// timer due within `span` (retries, resyncs, probes, cron ticks) fires, and the work it
+    /// starts runs, before this returns.
+    pub async fn idle_for(&self, span: Duration) {
+        tokio::time::sleep(span).await;
+    }
+
     pub async fn containers(&self, key: &ResourceKey) -> TestResult<Vec<Container>> {
         use voodu_agent::runtime::Runtime;
         Ok(self
