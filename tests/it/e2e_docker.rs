@@ -206,7 +206,7 @@ impl Env {
             ])
             .args([
                 "--format",
-                "{{.ID}} {{.Names}} {{.State}} {{.Label \"voodu.manifest_hash\"}}",
+                r#"{{.ID}} {{.Names}} {{.State}} {{.Label "voodu.manifest_hash"}}"#,
             ])
             .output()?;
         if !output.status.success() {
@@ -306,7 +306,13 @@ impl Env {
 
     pub(crate) fn write_web(&self, replicas: usize, v: &str) -> TestResult {
         let manifest = format!(
-            "deployment \"{scope}\" \"web\" {{\n  image    = \"{image}\"\n  command  = [\"sleep\", \"3600\"]\n  replicas = {replicas}\n  env      = {{ V = \"{v}\" }}\n}}\n",
+            r#"deployment "{scope}" "web" {{
+  image    = "{image}"
+  command  = ["sleep", "3600"]
+  replicas = {replicas}
+  env      = {{ V = "{v}" }}
+}}
+"#,
             scope = self.scope(),
             image = test_image(),
         );
@@ -438,7 +444,10 @@ fn walking_skeleton(env: &mut Env) -> TestResult {
     // d. a broken commit is rejected with path:line:col and changes nothing on the host.
     env.repo.write(
         "app/broken.hcl",
-        "deployment \"x\" \"y\" {\n  image = \n}\n",
+        r#"deployment "x" "y" {
+  image = 
+}
+"#,
     )?;
     let broken = env.repo.commit("broken manifest")?;
     let rejected = wait_until(LIMIT, "the broken commit to be rejected", || {

@@ -19,12 +19,24 @@ fn key() -> ResourceKey {
 /// A deployment of `replicas` at version `version`, with `extra` HCL inside the block.
 fn web(replicas: u32, version: &str, extra: &str) -> String {
     format!(
-        "deployment \"shop\" \"web\" {{\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n  replicas = {replicas}\n  env = {{ VERSION = \"{version}\" }}\n{extra}}}\n"
+        r#"deployment "shop" "web" {{
+  image = "busybox"
+  command = ["sleep", "3600"]
+  replicas = {replicas}
+  env = {{ VERSION = "{version}" }}
+{extra}}}
+"#
     )
 }
 
 /// A readiness probe that never passes.
-const NEVER_READY: &str = "  probes {\n    readiness {\n      exec { command = [\"false\"] }\n      period = \"1s\"\n    }\n  }\n";
+const NEVER_READY: &str = r#"  probes {
+    readiness {
+      exec { command = ["false"] }
+      period = "1s"
+    }
+  }
+"#;
 
 /// Replicas running and published ready right now.
 async fn ready_now(harness: &Harness) -> TestResult<usize> {
@@ -178,7 +190,7 @@ async fn a_crash_looping_new_version_is_rolled_back_before_its_deadline() -> Tes
     harness.push(&[("web.hcl", &web(2, "1", ""))])?;
     harness.converged(&key(), 2).await?;
     let started = tokio::time::Instant::now();
-    let crashing = web(2, "2", "").replace("[\"sleep\", \"3600\"]", "[\"sh\", \"-c\", \"exit 3\"]");
+    let crashing = web(2, "2", "").replace(r#"["sleep", "3600"]"#, r#"["sh", "-c", "exit 3"]"#);
     harness.push(&[("web.hcl", &crashing)])?;
     let lowest = sample_until(&harness, "the rollback of a crash loop", |harness| {
         Ok(phases(harness)?.len() == 3 && phases(harness)?.first() == Some(&"succeeded"))
@@ -241,7 +253,11 @@ async fn i10_a_re_added_resource_that_fails_is_not_rolled_back_to_its_deleted_se
     let mut harness = Harness::new()?;
     harness.options.rollout_deadline = Duration::from_secs(30);
     harness.start()?;
-    let other = "deployment \"shop\" \"api\" {\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n}\n";
+    let other = r#"deployment "shop" "api" {
+  image = "busybox"
+  command = ["sleep", "3600"]
+}
+"#;
     harness.push(&[("web.hcl", &web(2, "1", "")), ("api.hcl", other)])?;
     let deleted = harness.converged(&key(), 2).await?;
     let deleted_hash = deleted[0]
@@ -448,7 +464,18 @@ async fn the_autoscaler_scales_up_and_down_within_cooldowns_without_touching_the
     let mut harness = Harness::new()?;
     harness.options.autoscale_interval = Duration::from_secs(5);
     harness.start()?;
-    let autoscaled = "deployment \"shop\" \"web\" {\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n  autoscale {\n    min = 1\n    max = 3\n    cpu_target = 50\n    cooldown_up = \"30s\"\n    cooldown_down = \"60s\"\n  }\n}\n";
+    let autoscaled = r#"deployment "shop" "web" {
+  image = "busybox"
+  command = ["sleep", "3600"]
+  autoscale {
+    min = 1
+    max = 3
+    cpu_target = 50
+    cooldown_up = "30s"
+    cooldown_down = "60s"
+  }
+}
+"#;
     harness.push(&[("web.hcl", autoscaled)])?;
     let first = harness.converged(&key(), 1).await?.remove(0);
     let hash = harness.store.desired(&key())?.ok_or("desired")?.spec_hash;
@@ -554,7 +581,14 @@ async fn a_version_failing_liveness_never_takes_ready_replicas_below_replicas_mi
     harness.start()?;
     harness.push(&[("web.hcl", &web(3, "1", ""))])?;
     harness.converged(&key(), 3).await?;
-    let dying = "  probes {\n    liveness {\n      exec { command = [\"false\"] }\n      period = \"1s\"\n      failure_threshold = 1\n    }\n  }\n";
+    let dying = r#"  probes {
+    liveness {
+      exec { command = ["false"] }
+      period = "1s"
+      failure_threshold = 1
+    }
+  }
+"#;
     harness.push(&[("web.hcl", &web(3, "2", dying))])?;
     let lowest = sample_until(
         &harness,

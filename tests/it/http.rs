@@ -358,7 +358,13 @@ async fn a_burst_for_one_sha_asks_for_one_fetch() -> TestResult {
 
 fn web(replicas: u32, env: &str) -> String {
     format!(
-        "deployment \"shop\" \"web\" {{\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n  replicas = {replicas}\n  env = {{ V = \"{env}\" }}\n}}\n"
+        r#"deployment "shop" "web" {{
+  image = "busybox"
+  command = ["sleep", "3600"]
+  replicas = {replicas}
+  env = {{ V = "{env}" }}
+}}
+"#
     )
 }
 
@@ -421,7 +427,10 @@ async fn wait_true_answers_with_the_outcome_of_the_pushed_commit() -> TestResult
 
     agent.repo.write(
         "web.hcl",
-        "deployment \"shop\" \"web\" {\n  imge = \"x\"\n}\n",
+        r#"deployment "shop" "web" {
+  imge = "x"
+}
+"#,
     )?;
     let bad = agent.repo.commit("typo")?;
     let body = push_body("main", &bad);

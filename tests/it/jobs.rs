@@ -139,7 +139,13 @@ fn ts(text: &str) -> TestResult<i64> {
 }
 
 fn job(body: &str) -> String {
-    format!("job \"ops\" \"migrate\" {{\n  image = \"busybox\"\n{body}\n}}\n")
+    format!(
+        r#"job "ops" "migrate" {{
+  image = "busybox"
+{body}
+}}
+"#
+    )
 }
 
 fn job_key() -> ResourceKey {
@@ -147,7 +153,13 @@ fn job_key() -> ResourceKey {
 }
 
 fn cronjob(body: &str) -> String {
-    format!("cronjob \"ops\" \"tick\" {{\n  image = \"busybox\"\n{body}\n}}\n")
+    format!(
+        r#"cronjob "ops" "tick" {{
+  image = "busybox"
+{body}
+}}
+"#
+    )
 }
 
 fn cron_key() -> ResourceKey {
@@ -160,7 +172,8 @@ async fn a_job_runs_to_completion_once_and_keeps_its_history() -> TestResult {
     harness.start()?;
     harness.push(&[(
         "job.hcl",
-        &job("  command = [\"sh\", \"-c\", \"echo migrating; echo done\"]\n  env = { A = \"1\" }"),
+        &job(r#"  command = ["sh", "-c", "echo migrating; echo done"]
+  env = { A = "1" }"#),
     )])?;
     let runs = harness.finished_runs(&job_key(), 1).await?;
     let run = &runs[0];
@@ -226,7 +239,7 @@ async fn a_failed_run_keeps_its_exit_code_and_the_failed_limit_trims() -> TestRe
     harness.start()?;
     harness.push(&[(
         "job.hcl",
-        &job("  command = [\"sh\", \"-c\", \"echo first; exit 3\"]"),
+        &job(r#"  command = ["sh", "-c", "echo first; exit 3"]"#),
     )])?;
     let runs = harness.finished_runs(&job_key(), 1).await?;
     assert_eq!(
@@ -241,7 +254,7 @@ async fn a_failed_run_keeps_its_exit_code_and_the_failed_limit_trims() -> TestRe
     // A new spec runs again; the default failed_history_limit (1) keeps only the newest.
     harness.push(&[(
         "job.hcl",
-        &job("  command = [\"sh\", \"-c\", \"echo second; exit 4\"]"),
+        &job(r#"  command = ["sh", "-c", "echo second; exit 4"]"#),
     )])?;
     let runs = harness
         .until("the second run trimmed the first", |harness| {
@@ -272,7 +285,8 @@ async fn history_limits_keep_the_newest_runs_and_their_containers() -> TestResul
         harness.push(&[(
             "job.hcl",
             &job(&format!(
-                "  command = [\"echo\", \"{n}\"]\n  successful_history_limit = 2"
+                r#"  command = ["echo", "{n}"]
+  successful_history_limit = 2"#
             )),
         )])?;
         harness
@@ -312,7 +326,8 @@ async fn a_run_past_its_timeout_is_removed_and_fails() -> TestResult {
     harness.start()?;
     harness.push(&[(
         "job.hcl",
-        &job("  command = [\"sleep\", \"3600\"]\n  timeout = \"30s\""),
+        &job(r#"  command = ["sleep", "3600"]
+  timeout = "30s""#),
     )])?;
     let runs = harness.finished_runs(&job_key(), 1).await?;
     assert_eq!(runs[0].status, RunStatus::Failed);
@@ -331,7 +346,7 @@ async fn a_run_past_its_timeout_is_removed_and_fails() -> TestResult {
 async fn a_spec_change_mid_run_runs_once_the_running_run_ended() -> TestResult {
     let mut harness = Harness::new()?;
     harness.start()?;
-    harness.push(&[("job.hcl", &job("  command = [\"sleep\", \"3600\"]"))])?;
+    harness.push(&[("job.hcl", &job(r#"  command = ["sleep", "3600"]"#))])?;
     let first = harness
         .until("the first run running", |harness| {
             Ok(harness
@@ -340,7 +355,7 @@ async fn a_spec_change_mid_run_runs_once_the_running_run_ended() -> TestResult {
                 .find(|run| run.status == RunStatus::Running))
         })
         .await?;
-    harness.push(&[("job.hcl", &job("  command = [\"echo\", \"v2\"]"))])?;
+    harness.push(&[("job.hcl", &job(r#"  command = ["echo", "v2"]"#))])?;
     let status = harness
         .until("the job waiting for its running run", |harness| {
             Ok(harness
@@ -371,10 +386,14 @@ async fn a_restarted_reconciler_finishes_the_runs_that_were_running() -> TestRes
     let mut harness = Harness::new()?;
     harness.start()?;
     harness.push(&[
-        ("job.hcl", &job("  command = [\"sleep\", \"3600\"]")),
+        ("job.hcl", &job(r#"  command = ["sleep", "3600"]"#)),
         (
             "other.hcl",
-            "job \"ops\" \"backfill\" {\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n}\n",
+            r#"job "ops" "backfill" {
+  image = "busybox"
+  command = ["sleep", "3600"]
+}
+"#,
         ),
     ])?;
     let other = ResourceKey::new(Kind::Job, "ops", "backfill");
@@ -419,7 +438,7 @@ async fn a_restarted_reconciler_finishes_the_runs_that_were_running() -> TestRes
 async fn a_job_leaving_the_repo_takes_its_runs_and_status() -> TestResult {
     let mut harness = Harness::new()?;
     harness.start()?;
-    harness.push(&[("job.hcl", &job("  command = [\"echo\", \"hi\"]"))])?;
+    harness.push(&[("job.hcl", &job(r#"  command = ["echo", "hi"]"#))])?;
     harness.finished_runs(&job_key(), 1).await?;
     harness.push(&[])?;
     harness
@@ -439,7 +458,10 @@ async fn a_cronjob_fires_on_schedule_from_the_next_minute_on() -> TestResult {
     harness.start_at("2026-01-01T10:00:30Z")?;
     harness.push(&[(
         "cron.hcl",
-        &cronjob("  schedule = \"* * * * *\"\n  command = [\"echo\", \"tick\"]"),
+        &cronjob(
+            r#"  schedule = "* * * * *"
+  command = ["echo", "tick"]"#,
+        ),
     )])?;
     // First sighting: the next minute, nothing fired.
     let state = harness
@@ -489,7 +511,9 @@ async fn forbid_skips_a_tick_while_the_previous_run_is_running() -> TestResult {
     harness.push(&[(
         "cron.hcl",
         &cronjob(
-            "  schedule = \"* * * * *\"\n  concurrency_policy = \"Forbid\"\n  command = [\"sleep\", \"3600\"]",
+            r#"  schedule = "* * * * *"
+  concurrency_policy = "Forbid"
+  command = ["sleep", "3600"]"#,
         ),
     )])?;
     harness
@@ -536,7 +560,10 @@ async fn allow_lets_ticks_overlap() -> TestResult {
     harness.start_at("2026-01-01T10:00:30Z")?;
     harness.push(&[(
         "cron.hcl",
-        &cronjob("  schedule = \"* * * * *\"\n  command = [\"sleep\", \"3600\"]"),
+        &cronjob(
+            r#"  schedule = "* * * * *"
+  command = ["sleep", "3600"]"#,
+        ),
     )])?;
     harness
         .until("two ticks running at once", |harness| {
@@ -557,7 +584,11 @@ async fn a_suspended_cronjob_does_not_tick() -> TestResult {
     harness.start_at("2026-01-01T10:00:30Z")?;
     harness.push(&[(
         "cron.hcl",
-        &cronjob("  schedule = \"* * * * *\"\n  suspend = true\n  command = [\"echo\", \"tick\"]"),
+        &cronjob(
+            r#"  schedule = "* * * * *"
+  suspend = true
+  command = ["echo", "tick"]"#,
+        ),
     )])?;
     let state = harness
         .until("three scheduled minutes passed", |harness| {
@@ -581,7 +612,10 @@ async fn after_downtime(restart_at: &str) -> TestResult<(Vec<JobRun>, CronState,
     harness.start_at("2026-01-01T10:00:30Z")?;
     harness.push(&[(
         "cron.hcl",
-        &cronjob("  schedule = \"0 * * * *\"\n  command = [\"echo\", \"tick\"]"),
+        &cronjob(
+            r#"  schedule = "0 * * * *"
+  command = ["echo", "tick"]"#,
+        ),
     )])?;
     harness
         .until("the first position", |harness| {
@@ -641,7 +675,10 @@ async fn a_cronjob_leaving_the_repo_takes_its_runs_position_and_status() -> Test
     harness.start_at("2026-01-01T10:00:30Z")?;
     harness.push(&[(
         "cron.hcl",
-        &cronjob("  schedule = \"* * * * *\"\n  command = [\"sleep\", \"3600\"]"),
+        &cronjob(
+            r#"  schedule = "* * * * *"
+  command = ["sleep", "3600"]"#,
+        ),
     )])?;
     harness
         .until("a tick running", |harness| {

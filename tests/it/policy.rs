@@ -14,8 +14,16 @@ use voodu_agent::store::Store;
 
 use crate::support::{TempRepo, TestResult};
 
-const GOOD: &str = "deployment \"shop\" \"web\" {\n  image = \"busybox\"\n}\n";
-const GREEDY: &str = "deployment \"shop\" \"web\" {\n  image = \"busybox\"\n  cap_add = [\"SYS_ADMIN\"]\n  docker_options = [\"--privileged\"]\n}\n";
+const GOOD: &str = r#"deployment "shop" "web" {
+  image = "busybox"
+}
+"#;
+const GREEDY: &str = r#"deployment "shop" "web" {
+  image = "busybox"
+  cap_add = ["SYS_ADMIN"]
+  docker_options = ["--privileged"]
+}
+"#;
 
 /// Starts the agent over `repo` on `data` with `policy`, polling every 100 ms.
 fn start(
@@ -150,7 +158,11 @@ fn a_bind_through_a_symlink_to_a_refused_path_is_rejected() -> TestResult {
     )?;
     let deployment = |source: &str| {
         format!(
-            "deployment \"shop\" \"web\" {{\n  image = \"busybox\"\n  volumes = [\"{root_text}/{source}:/mnt\"]\n}}\n"
+            r#"deployment "shop" "web" {{
+  image = "busybox"
+  volumes = ["{root_text}/{source}:/mnt"]
+}}
+"#
         )
     };
     for (source, expected) in [

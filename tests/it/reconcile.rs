@@ -17,7 +17,13 @@ use crate::support::{Harness, TempRepo, TestResult};
 
 fn web(replicas: u32, env: &str) -> String {
     format!(
-        "deployment \"shop\" \"web\" {{\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n  replicas = {replicas}\n  env = {{ V = \"{env}\" }}\n}}\n"
+        r#"deployment "shop" "web" {{
+  image = "busybox"
+  command = ["sleep", "3600"]
+  replicas = {replicas}
+  env = {{ V = "{env}" }}
+}}
+"#
     )
 }
 
@@ -200,7 +206,10 @@ async fn a_permanent_error_is_recorded_and_not_retried() -> TestResult {
     harness.start()?;
     harness.push(&[(
         "web.hcl",
-        "deployment \"shop\" \"web\" {\n  image = \"nope:1\"\n}\n",
+        r#"deployment "shop" "web" {
+  image = "nope:1"
+}
+"#,
     )])?;
     let status = harness
         .status_where(&web_key(), |status| status.phase == "Failed")
@@ -228,7 +237,11 @@ async fn a_permanent_error_is_recorded_and_not_retried() -> TestResult {
     // The next commit gets a fresh chance.
     harness.push(&[(
         "web.hcl",
-        "deployment \"shop\" \"web\" {\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n}\n",
+        r#"deployment "shop" "web" {
+  image = "busybox"
+  command = ["sleep", "3600"]
+}
+"#,
     )])?;
     harness.converged(&web_key(), 1).await?;
     harness.stop().await
@@ -264,12 +277,16 @@ async fn a_panicking_handler_is_recorded_and_the_loop_goes_on() -> TestResult {
 async fn i10_an_unreadable_resource_does_not_stop_the_others() -> TestResult {
     let mut harness = Harness::new()?;
     harness.start()?;
-    let api = "deployment \"shop\" \"api\" {\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n}\n";
+    let api = r#"deployment "shop" "api" {
+  image = "busybox"
+  command = ["sleep", "3600"]
+}
+"#;
     harness.push(&[("web.hcl", &web(1, "1")), ("api.hcl", api)])?;
     let before = harness.converged(&web_key(), 1).await?;
     let connection = rusqlite::Connection::open(harness._dir.path().join("state.db"))?;
     connection.execute(
-        "UPDATE desired SET spec = '{\"from\": \"another version\"' WHERE name = 'api'",
+        r#"UPDATE desired SET spec = '{"from": "another version"' WHERE name = 'api'"#,
         [],
     )?;
     let mark = harness.fake.calls().len();
@@ -294,7 +311,11 @@ async fn a_restart_replays_desired_without_duplicates_and_prunes_what_left() -> 
         ("web.hcl", &web(2, "1")),
         (
             "api.hcl",
-            "deployment \"shop\" \"api\" {\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n}\n",
+            r#"deployment "shop" "api" {
+  image = "busybox"
+  command = ["sleep", "3600"]
+}
+"#,
         ),
     ])?;
     let before = ids(&harness.converged(&web_key(), 2).await?);
@@ -333,7 +354,7 @@ async fn a_half_done_rollout_resumes_after_a_crash() -> TestResult {
     // Simulate a crash mid-rollout: new desired (a new command, same environment, so the
     // copied env digest label stays right), one old replica gone, one new one created but
     // never started.
-    harness.push(&[("web.hcl", &web(3, "1").replace("\"3600\"", "\"3601\""))])?;
+    harness.push(&[("web.hcl", &web(3, "1").replace(r#""3600""#, r#""3601""#))])?;
     let desired = harness.store.desired(&web_key())?.ok_or("desired")?;
     let old = harness.containers(&web_key()).await?;
     {
@@ -411,7 +432,11 @@ async fn agent_applies_commits_and_keeps_the_last_good_one_on_bad_input() -> Tes
         .count();
     repo.write(
         "deploy/web.hcl",
-        "deployment \"shop\" \"web\" {\n  replicas = 3\n  imge = \"x\"\n}\n",
+        r#"deployment "shop" "web" {
+  replicas = 3
+  imge = "x"
+}
+"#,
     )?;
     let bad = repo.commit("typo")?;
     while store.commit_summary()?.last_rejected.is_none() {
@@ -459,7 +484,11 @@ async fn declaring_a_registry_retries_a_failed_private_pull() -> TestResult {
     fake.publish("ghcr.io/acme/api:1", "deploy-bot");
     let mut harness = Harness::with_fake(fake)?;
     harness.start()?;
-    let app = "deployment \"shop\" \"web\" {\n  image = \"ghcr.io/acme/api:1\"\n  command = [\"sleep\", \"3600\"]\n}\n";
+    let app = r#"deployment "shop" "web" {
+  image = "ghcr.io/acme/api:1"
+  command = ["sleep", "3600"]
+}
+"#;
     harness.push(&[("web.hcl", app)])?;
     let status = harness
         .status_where(&web_key(), |status| status.phase == "Failed")
@@ -469,7 +498,12 @@ async fn declaring_a_registry_retries_a_failed_private_pull() -> TestResult {
         "{}",
         status.message
     );
-    let registry = "registry \"ghcr\" {\n  url = \"ghcr.io\"\n  username = \"deploy-bot\"\n  token = \"s3cret\"\n}\n";
+    let registry = r#"registry "ghcr" {
+  url = "ghcr.io"
+  username = "deploy-bot"
+  token = "s3cret"
+}
+"#;
     harness.push(&[("web.hcl", app), ("registry.hcl", registry)])?;
     harness.converged(&web_key(), 1).await?;
     let releases = harness.store.releases(&web_key(), 10)?;

@@ -303,7 +303,7 @@ async fn a_pod_that_does_not_stay_up_holds_back_the_next_ordinals() -> TestResul
     harness.push(&[("db.hcl", &db(3, "1"))])?;
     let before = harness.converged(&db_key(), 3).await?;
     let from = mark(&harness);
-    harness.push(&[("db.hcl", &failing.replace("\"1\"", "\"2\""))])?;
+    harness.push(&[("db.hcl", &failing.replace(r#""1""#, r#""2""#))])?;
     harness
         .status_where(&db_key(), |status| {
             status.phase == "Ready"
@@ -512,13 +512,13 @@ async fn stopped_pods_are_started_again_in_ordinal_order() -> TestResult {
 async fn a_half_done_rollout_resumes_after_a_crash_without_duplicates() -> TestResult {
     let mut harness = Harness::new()?;
     harness.start()?;
-    let sleep = |seconds: &str| db(3, "1").replace("\"3600\"", seconds);
-    harness.push(&[("db.hcl", &sleep("\"3600\""))])?;
+    let sleep = |seconds: &str| db(3, "1").replace(r#""3600""#, seconds);
+    harness.push(&[("db.hcl", &sleep(r#""3600""#))])?;
     harness.converged(&db_key(), 3).await?;
     harness.stop().await?;
     // A crash mid-rollout: pod 2 already replaced (new spec hash; same environment, so its
     // copied digest label stays right), pod 1 removed but not created again, pod 0 old.
-    harness.push(&[("db.hcl", &sleep("\"3601\""))])?;
+    harness.push(&[("db.hcl", &sleep(r#""3601""#))])?;
     let desired = harness.store.desired(&db_key())?.ok_or("desired")?;
     let old = pods(&harness).await?;
     let replaced_2 = {
@@ -562,7 +562,11 @@ async fn the_redis_macro_runs_as_a_statefulset_with_its_data_volume() -> TestRes
     harness.start()?;
     harness.push(&[(
         "cache.hcl",
-        "redis \"data\" \"cache\" {\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n}\n",
+        r#"redis "data" "cache" {
+  image = "busybox"
+  command = ["sleep", "3600"]
+}
+"#,
     )])?;
     let key = ResourceKey::new(Kind::Statefulset, "data", "cache");
     // The macro's readiness probe runs `redis-cli`, which the busybox stand-in lacks: the pod
@@ -610,7 +614,16 @@ impl DockerDb {
 
     fn write(&self, replicas: usize, v: &str) -> TestResult {
         let manifest = format!(
-            "statefulset \"{scope}\" \"db\" {{\n  image    = \"{image}\"\n  command  = [\"sleep\", \"3600\"]\n  replicas = {replicas}\n  env      = {{ V = \"{v}\" }}\n  volume_claim \"data\" {{\n    mount_path = \"/data\"\n  }}\n}}\n",
+            r#"statefulset "{scope}" "db" {{
+  image    = "{image}"
+  command  = ["sleep", "3600"]
+  replicas = {replicas}
+  env      = {{ V = "{v}" }}
+  volume_claim "data" {{
+    mount_path = "/data"
+  }}
+}}
+"#,
             scope = self.scope(),
             image = test_image(),
         );
@@ -642,7 +655,7 @@ impl DockerDb {
             "--filter",
             "label=voodu.role=statefulset",
             "--format",
-            "{{.Names}} {{.State}} {{.Label \"voodu.manifest_hash\"}}",
+            r#"{{.Names}} {{.State}} {{.Label "voodu.manifest_hash"}}"#,
         ])?;
         let mut pods: Vec<(String, String, String)> = listed
             .lines()
@@ -945,7 +958,10 @@ async fn a_build_mode_statefulset_runs_the_built_image() -> TestResult {
     harness.start()?;
     harness.push(&[(
         "db.hcl",
-        "statefulset \"data\" \"db\" {\n  command = [\"sleep\", \"3600\"]\n}\n",
+        r#"statefulset "data" "db" {
+  command = ["sleep", "3600"]
+}
+"#,
     )])?;
     let pods = harness.converged(&db_key(), 1).await?;
     assert_eq!(pods[0].image, "data-db:latest");
