@@ -5,7 +5,7 @@
 //! skips an overlapping tick, `suspend` stops ticks, and runs missed while the agent was down
 //! are caught up once inside the window and only reported outside it.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use voodu_agent::model::{Kind, ResourceKey};
@@ -83,28 +83,21 @@ impl Harness {
         Ok(self.store.job_runs(key)?)
     }
 
-    /// Waits (a real-time liveness bound; virtual time moves in `STEP`s meanwhile) until
+    /// Waits (a real-time liveness bound; virtual time moves in `POLL`s meanwhile) until
     /// `check` gives a value.
     async fn until<T>(
         &self,
         what: &str,
         mut check: impl FnMut(&Harness) -> TestResult<Option<T>>,
     ) -> TestResult<T> {
-        const STEP: Duration = Duration::from_millis(100);
-        let start = Instant::now();
-        loop {
-            if let Some(value) = check(self)? {
-                return Ok(value);
-            }
-            if start.elapsed() > Duration::from_secs(20) {
-                return Err(format!(
-                    "timed out waiting for {what} (clock at {})",
-                    self.clock.now()
-                )
-                .into());
-            }
-            tokio::time::sleep(STEP).await;
-        }
+        support::until(
+            Duration::from_secs(20),
+            support::harness::POLL,
+            what,
+            || check(self),
+        )
+        .await
+        .map_err(|error| format!("{error} (clock at {})", self.clock.now()).into())
     }
 
     /// Waits until the resource has `n` runs, none running, and a status written after them.

@@ -3,7 +3,7 @@
 //! a policy that allows it judges that same commit again and applies it.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use voodu_agent::manifest::Policy;
@@ -46,14 +46,11 @@ fn start(
 }
 
 async fn until(what: &str, mut check: impl FnMut() -> TestResult<bool>) -> TestResult {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !check()? {
-        if Instant::now() > deadline {
-            return Err(format!("timed out waiting for {what}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Ok(())
+    let step = Duration::from_millis(20);
+    crate::support::until(Duration::from_secs(20), step, what, || {
+        Ok(check()?.then_some(()))
+    })
+    .await
 }
 
 fn web_docker_options(store: &Store) -> TestResult<Vec<String>> {

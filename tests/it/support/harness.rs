@@ -160,22 +160,7 @@ impl Harness {
         key: &ResourceKey,
         check: impl Fn(&voodu_agent::store::ResourceStatus) -> bool,
     ) -> TestResult<voodu_agent::store::ResourceStatus> {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.store.status(key)?
-                && check(&status)
-            {
-                return Ok(status);
-            }
-            if start.elapsed() > Duration::from_secs(20) {
-                return Err(format!(
-                    "status of {key} never matched: {:?}",
-                    self.store.status(key)?
-                )
-                .into());
-            }
-            tokio::time::sleep(POLL).await;
-        }
+        status_where(&self.store, key, "a matching status", check).await
     }
 
     /// `create`/`remove` calls (names resolved) made since call number `from`.
@@ -188,6 +173,26 @@ impl Harness {
             .map(|call| call.split(' ').next().unwrap_or_default().to_owned())
             .collect()
     }
+}
+
+/// Waits (every `POLL`, real-time bound) until the status of `key` in `store` satisfies
+/// `check` (`what` names it in the error); the harness's and the ingress tests' one way to
+/// wait for a status.
+pub async fn status_where(
+    store: &Store,
+    key: &ResourceKey,
+    what: &str,
+    check: impl Fn(&voodu_agent::store::ResourceStatus) -> bool,
+) -> TestResult<voodu_agent::store::ResourceStatus> {
+    let what = format!("{what} ({key})");
+    super::until(Duration::from_secs(60), POLL, &what, || {
+        Ok(store.status(key)?.filter(|status| check(status)))
+    })
+    .await
+    .map_err(|error| match store.status(key) {
+        Ok(status) => format!("{error}; status {status:?}").into(),
+        Err(_) => error,
+    })
 }
 
 /// Applies commit number `n` made of `files` to `store`, as the sync stage would.
