@@ -186,23 +186,32 @@ impl SyncRequestReceiver {
     /// Waits for a request, then marks a fetch as started and returns its generation. The
     /// caller runs the fetch and reports its end with `finish`.
     pub async fn next(&mut self) -> u64 {
+        let shared = self.shared.clone();
         loop {
-            let notified = self.shared.wake.notified();
-            {
-                let mut state = self.shared.lock();
-                if state.pending {
-                    state.pending = false;
-                    state.started += 1;
-                    let generation = state.started;
-                    let waiting: Vec<CommitSha> = state.waiting.drain().collect();
-                    for commit in waiting {
-                        state.cover(commit, generation);
-                    }
-                    return generation;
-                }
+            let notified = shared.wake.notified();
+            if let Some(generation) = self.try_next() {
+                return generation;
             }
             notified.await;
         }
+    }
+
+    /// `next` without waiting: starts the pending fetch if a request asked for one, else
+    /// `None`. (Requests are recorded before `request` returns, so a test that has seen the
+    /// answers of its requests knows at once whether any asked for a fetch.)
+    pub fn try_next(&mut self) -> Option<u64> {
+        let mut state = self.shared.lock();
+        if !state.pending {
+            return None;
+        }
+        state.pending = false;
+        state.started += 1;
+        let generation = state.started;
+        let waiting: Vec<CommitSha> = state.waiting.drain().collect();
+        for commit in waiting {
+            state.cover(commit, generation);
+        }
+        Some(generation)
     }
 
     /// Reports the end of fetch `generation`: the tip it saw, or the error.
