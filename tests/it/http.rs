@@ -4,92 +4,30 @@
 //! `/metrics` scrape, local ref changes, the `sync` command, and a handful of webhooks for one commit.
 
 use std::io::{Read as _, Write as _};
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
-use tokio_util::sync::CancellationToken;
-use voodu_agent::git::trigger::{self, SyncRequestReceiver, SyncRequests};
-use voodu_agent::http::{self, HttpCtx, HttpOptions, WebhookSecret};
-use voodu_agent::metrics::Metrics;
-use voodu_agent::store::Store;
+use voodu_agent::http::{self, HttpOptions, WebhookSecret};
 
-use crate::support::http::{client, flood, get, metric, parse_metrics, post, push_body};
+use crate::support::http::{
+    TestRouter, client, flood, get, metric, parse_metrics, post, push_body,
+};
 use crate::support::{TempRepo, TestAgent, TestAgentOptions, TestResult};
 
 const SECRET: &str = "webhook-test-secret";
 const SHA: &str = "89abcdef0123456789abcdef0123456789abcdef";
 
-/// The router alone: a temp store, a trigger channel whose receiver the test holds, and the
-/// server on an ephemeral port.
-struct Router {
-    _dir: tempfile::TempDir,
-    address: std::net::SocketAddr,
-    receiver: SyncRequestReceiver,
-    requests: SyncRequests,
-    metrics: Arc<Metrics>,
-    shutdown: CancellationToken,
-}
-
-impl Router {
-    async fn start(options: HttpOptions) -> TestResult<Router> {
-        let dir = tempfile::tempdir()?;
-        let store = Arc::new(Store::open(&dir.path().join("state.db"))?);
-        let (requests, receiver) = trigger::channel();
-        let metrics = Arc::new(Metrics::new());
-        let listener = http::bind("127.0.0.1:0".parse()?, &options).await?;
-        let address = listener.local_addr()?;
-        let shutdown = CancellationToken::new();
-        let ctx = HttpCtx {
-            store,
-            requests: requests.clone(),
-            metrics: metrics.clone(),
-            options,
-        };
-        tokio::spawn(http::serve(listener, ctx, shutdown.clone()));
-        Ok(Router {
-            _dir: dir,
-            address,
-            receiver,
-            requests,
-            metrics,
-            shutdown,
-        })
-    }
-
-    async fn with_secret() -> TestResult<Router> {
-        Router::start(HttpOptions {
+/// The router alone with the test secret and a 4 KiB body cap.
+async fn router_with_secret() -> TestResult<TestRouter> {
+    TestRouter::start(
+        "127.0.0.1:0",
+        HttpOptions {
             secret: Some(WebhookSecret::new(SECRET)),
             max_body_bytes: 4096,
             ..HttpOptions::default()
-        })
-        .await
-    }
-
-    fn hook(&self) -> String {
-        format!("http://{}/hooks/git", self.address)
-    }
-
-    /// True when a request asked for a fetch since the last call (the fetch is then marked
-    /// started and finished, so the next call sees only newer requests). Exact without
-    /// waiting: the webhook records its request before it answers, and the test has read
-    /// every answer by then.
-    fn fetch_requested(&mut self) -> bool {
-        match self.receiver.try_next() {
-            Some(generation) => {
-                self.receiver
-                    .finish(generation, Err("test: no real fetch".into()));
-                true
-            }
-            None => false,
-        }
-    }
-}
-
-impl Drop for Router {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-    }
+        },
+    )
+    .await
 }
 
 fn secret() -> WebhookSecret {
@@ -134,7 +72,7 @@ fn provider_headers(
 
 #[tokio::test]
 async fn every_provider_is_accepted_when_signed_right_and_refused_when_not() -> TestResult {
-    let mut router = Router::with_secret().await?;
+    let mut router = router_with_secret().await?;
     let client = client()?;
     let body = push_body("main", SHA);
     let wrong = WebhookSecret::new("not-the-secret");
@@ -196,7 +134,7 @@ async fn every_provider_is_accepted_when_signed_right_and_refused_when_not() -> 
 
 #[tokio::test]
 async fn without_a_secret_unsigned_pushes_are_accepted_on_loopback() -> TestResult {
-    let mut router = Router::start(HttpOptions::default()).await?;
+    let mut router = TestRouter::start("127.0.0.1:0", HttpOptions::default()).await?;
     let (status, answer) = post(&client()?, &router.hook(), &[], push_body("main", SHA)).await?;
     assert_eq!((status, answer["result"].as_str()), (202, Some("accepted")));
     assert!(router.fetch_requested());
@@ -210,7 +148,7 @@ async fn without_a_secret_unsigned_pushes_are_accepted_on_loopback() -> TestResu
 
 #[tokio::test]
 async fn oversize_bodies_are_refused_with_413() -> TestResult {
-    let mut router = Router::with_secret().await?;
+    let mut router = router_with_secret().await?;
     let big = vec![b' '; 4097];
     let headers = provider_headers("github", &secret(), &big);
     let (status, answer) = post(&client()?, &router.hook(), &headers, big.clone()).await?;
@@ -253,14 +191,14 @@ async fn oversize_bodies_are_refused_with_413() -> TestResult {
     Ok(())
 }
 
-async fn router_metric(router: &Router, name: &str, result: &str) -> TestResult<f64> {
+async fn router_metric(router: &TestRouter, name: &str, result: &str) -> TestResult<f64> {
     let (_, text) = get(&client()?, &format!("http://{}/metrics", router.address)).await?;
     Ok(metric(&parse_metrics(&text)?, name, &[("result", result)]))
 }
 
 #[tokio::test]
 async fn pushes_to_other_branches_and_other_events_are_answered_202_and_ignored() -> TestResult {
-    let mut router = Router::with_secret().await?;
+    let mut router = router_with_secret().await?;
     let client = client()?;
     let body = push_body("feature/x", SHA);
     let (status, answer) = post(
@@ -314,7 +252,7 @@ fn form_body(json: &[u8]) -> Vec<u8> {
 #[tokio::test]
 async fn wait_times_out_with_504_when_no_fetch_answers() -> TestResult {
     // The test holds the receiver and runs no sync loop, so the fetch never ends.
-    let router = Router::start(HttpOptions::default()).await?;
+    let router = TestRouter::start("127.0.0.1:0", HttpOptions::default()).await?;
     let url = format!("{}?wait=true&timeout=50ms", router.hook());
     let (status, answer) = post(&client()?, &url, &[], push_body("main", SHA)).await?;
     assert_eq!((status, answer["result"].as_str()), (504, Some("timeout")));
@@ -327,7 +265,7 @@ async fn wait_times_out_with_504_when_no_fetch_answers() -> TestResult {
 
 #[tokio::test]
 async fn a_burst_for_one_sha_asks_for_one_fetch() -> TestResult {
-    let mut router = Router::with_secret().await?;
+    let mut router = router_with_secret().await?;
     let client = client()?;
     let body = push_body("main", SHA);
     let headers = provider_headers("gitea", &secret(), &body);
