@@ -319,7 +319,7 @@ async fn a_commit_during_a_slow_rollout_supersedes_it() -> TestResult {
         {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(crate::support::harness::POLL).await;
     }
     harness.push(&[("web.hcl", &web(3, "3", ""))])?;
     let v3 = harness.store.desired(&key())?.ok_or("desired")?.spec_hash;
@@ -563,7 +563,7 @@ async fn a_bucket_change_rolls_its_consumers_at_once() -> TestResult {
         if started.elapsed() > Duration::from_secs(60) {
             return Err(format!("the bucket change did not roll {}: {containers:?}", key()).into());
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(crate::support::harness::POLL).await;
     };
     assert!(
         after

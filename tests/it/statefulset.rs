@@ -427,7 +427,7 @@ async fn a_config_bucket_change_rolls_every_pod_top_down() -> TestResult {
         if start.elapsed() > Duration::from_secs(20) {
             return Err("the pods never got the new bucket value".into());
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(crate::support::harness::POLL).await;
     };
     let removes: Vec<String> = pod_changes_since(&harness, from)
         .into_iter()
