@@ -186,23 +186,32 @@ impl SyncRequestReceiver {
     /// Waits for a request, then marks a fetch as started and returns its generation. The
     /// caller runs the fetch and reports its end with `finish`.
     pub async fn next(&mut self) -> u64 {
+        let shared = self.shared.clone();
         loop {
-            let notified = self.shared.wake.notified();
-            {
-                let mut state = self.shared.lock();
-                if state.pending {
-                    state.pending = false;
-                    state.started += 1;
-                    let generation = state.started;
-                    let waiting: Vec<CommitSha> = state.waiting.drain().collect();
-                    for commit in waiting {
-                        state.cover(commit, generation);
-                    }
-                    return generation;
-                }
+            let notified = shared.wake.notified();
+            if let Some(generation) = self.try_next() {
+                return generation;
             }
             notified.await;
         }
+    }
+
+    /// `next` without waiting: starts the pending fetch if a request asked for one, else
+    /// `None`. (Requests are recorded before `request` returns, so a test that has seen the
+    /// answers of its requests knows at once whether any asked for a fetch.)
+    pub fn try_next(&mut self) -> Option<u64> {
+        let mut state = self.shared.lock();
+        if !state.pending {
+            return None;
+        }
+        state.pending = false;
+        state.started += 1;
+        let generation = state.started;
+        let waiting: Vec<CommitSha> = state.waiting.drain().collect();
+        for commit in waiting {
+            state.cover(commit, generation);
+        }
+        Some(generation)
     }
 
     /// Reports the end of fetch `generation`: the tip it saw, or the error.
@@ -440,6 +449,116 @@ mod tests {
         assert!(state.covered.len() <= COVERED_LIMIT);
         assert_eq!(state.covered.len(), state.covered_order.len());
         assert!(state.waiting.is_empty());
+    }
+
+    /// The sync loop's side of the channel: takes each fetch, lets the senders run a little
+    /// (the fetch "takes time"), and reports the branch tip in `tip` as what it saw.
+    async fn sync_loop(mut receiver: SyncRequestReceiver, tip: Arc<Mutex<CommitSha>>) {
+        loop {
+            let generation = receiver.next().await;
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+            let seen = tip.lock().expect("tip lock").clone();
+            receiver.finish(generation, Ok(seen));
+        }
+    }
+
+    /// `senders` concurrent tasks send `count` webhooks naming `shas` in turn (as the HTTP
+    /// side does for each push it accepts); returns every ticket, and the most SHAs any
+    /// sender ever saw waiting on the pending fetch.
+    async fn flood(
+        requests: &SyncRequests,
+        shas: &[CommitSha],
+        count: usize,
+        senders: usize,
+    ) -> (Vec<Ticket>, usize) {
+        let tasks: Vec<_> = (0..senders)
+            .map(|sender| {
+                let requests = requests.clone();
+                let shas = shas.to_vec();
+                tokio::spawn(async move {
+                    let mut tickets = Vec::new();
+                    let mut most_waiting = 0;
+                    for index in (sender..count).step_by(senders) {
+                        tickets.push(requests.request(SyncRequest {
+                            reason: SyncReason::Webhook,
+                            commit: Some(shas[index % shas.len()].clone()),
+                        }));
+                        most_waiting = most_waiting.max(requests.shared.lock().waiting.len());
+                        tokio::task::yield_now().await;
+                    }
+                    (tickets, most_waiting)
+                })
+            })
+            .collect();
+        let mut tickets = Vec::new();
+        let mut most_waiting = 0;
+        for task in tasks {
+            let (sent, waiting) = task.await.expect("sender task");
+            tickets.extend(sent);
+            most_waiting = most_waiting.max(waiting);
+        }
+        (tickets, most_waiting)
+    }
+
+    /// Moved down from the HTTP suite's 12,000-request flood (the HTTP side maps each
+    /// webhook to one `request`; `http::a_handful_of_webhooks_for_a_new_commit_fetch_once`
+    /// keeps the path through the router): 10,000 webhooks for three new commits, from 200
+    /// concurrent senders while the sync loop fetches, are all answered and cost at most one
+    /// fetch per SHA, with at most three requests starting one; what waits on the pending
+    /// fetch stays bounded by the SHAs named, never a queue of requests; then 2,000 more for
+    /// one further commit cost exactly one fetch.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_flood_of_webhooks_fetches_once_per_sha() {
+        let (requests, receiver) = channel();
+        let shas: Vec<CommitSha> = (2..=4).map(sha).collect();
+        let tip = Arc::new(Mutex::new(sha(4)));
+        let sync = tokio::spawn(sync_loop(receiver, tip.clone()));
+
+        let (tickets, most_waiting) = flood(&requests, &shas, 10_000, 200).await;
+        assert_eq!(tickets.len(), 10_000);
+        let last = tickets
+            .iter()
+            .copied()
+            .max_by_key(|ticket| ticket.generation)
+            .expect("tickets");
+        let report = requests.fetched(last).await;
+        assert_eq!(report.result, Ok(sha(4)), "the tip is fetched");
+        let fetches = requests.fetches_started();
+        assert!(
+            (1..=3).contains(&fetches),
+            "{fetches} fetches for 3 new SHAs"
+        );
+        let accepted = tickets.iter().filter(|ticket| !ticket.coalesced).count();
+        assert!(accepted <= 3, "{accepted} requests started a fetch");
+        assert!(most_waiting <= shas.len(), "{most_waiting} SHAs waiting");
+        {
+            let state = requests.shared.lock();
+            assert!(!state.pending && state.waiting.is_empty());
+            assert!(state.covered.len() <= shas.len() && state.covered_order.len() <= shas.len());
+        }
+
+        *tip.lock().expect("tip lock") = sha(5);
+        let (tickets, _) = flood(&requests, &[sha(5)], 2_000, 200).await;
+        assert_eq!(tickets.len(), 2_000);
+        assert_eq!(
+            tickets.iter().filter(|ticket| !ticket.coalesced).count(),
+            1,
+            "one request starts the fetch"
+        );
+        assert!(
+            tickets
+                .iter()
+                .all(|ticket| ticket.generation == fetches + 1)
+        );
+        assert_eq!(requests.fetched(tickets[0]).await.result, Ok(sha(5)));
+        assert_eq!(
+            requests.fetches_started() - fetches,
+            1,
+            "one fetch for one SHA"
+        );
+        sync.abort();
     }
 
     #[test]

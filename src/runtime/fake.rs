@@ -244,6 +244,12 @@ impl FakeRuntime {
         }
     }
 
+    /// Resolves at the next change of a container's state (start, stop, exit, removal); it
+    /// counts from this call, not from the first poll, so tests take it before they look.
+    pub fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.changed.notified()
+    }
+
     fn not_found(id: &str) -> Error {
         Error::NotFound {
             what: format!("container {id}"),

@@ -28,7 +28,11 @@ fn a_commit_asking_for_1e12_replicas_is_rejected_and_the_agent_keeps_serving() -
         env.repo.write(
             "app/huge.hcl",
             &format!(
-                "deployment \"{}\" \"huge\" {{\n  image    = \"{}\"\n  replicas = 1e12\n}}\n",
+                r#"deployment "{}" "huge" {{
+  image    = "{}"
+  replicas = 1e12
+}}
+"#,
                 env.scope(),
                 test_image()
             ),

@@ -179,7 +179,11 @@ fn sigterm_stops_the_agent_cleanly() -> TestResult {
     repo.write(
         "web.hcl",
         &format!(
-            "deployment \"{scope}\" \"web\" {{\n  image = \"{}\"\n  command = [\"sleep\", \"600\"]\n}}\n",
+            r#"deployment "{scope}" "web" {{
+  image = "{}"
+  command = ["sleep", "600"]
+}}
+"#,
             crate::support::test_image()
         ),
     )?;
@@ -237,7 +241,12 @@ fn validate_and_plan_apply_the_host_policy() -> TestResult {
     let repo = tempfile::tempdir()?;
     std::fs::write(
         repo.path().join("web.hcl"),
-        "deployment \"s\" \"web\" {\n  image = \"busybox\"\n  volumes = [\"/var/run/docker.sock:/var/run/docker.sock\"]\n  docker_options = [\"--privileged\"]\n}\n",
+        r#"deployment "s" "web" {
+  image = "busybox"
+  volumes = ["/var/run/docker.sock:/var/run/docker.sock"]
+  docker_options = ["--privileged"]
+}
+"#,
     )?;
     let allowing = repo.path().join("allowing.json");
     std::fs::write(

@@ -169,7 +169,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
 /// `asset/basic.hcl` reads `./tls/ca-bundle.pem`, which the folder does not hold: voodu's CLI
 /// reads `file()` at parse time and fails on it too, so planning that set is an error, at the
 /// line that names the file. `validate` (a static check) warns instead.
-const ASSET_SET_ERROR: &str = "basic.hcl:56:9: file(): \"./tls/ca-bundle.pem\" does not exist in the repo (looked for \"tls/ca-bundle.pem\")";
+const ASSET_SET_ERROR: &str = r#"basic.hcl:56:9: file(): "./tls/ca-bundle.pem" does not exist in the repo (looked for "tls/ca-bundle.pem")"#;
 
 /// voodu's example sets. Without them (no `../shared` beside the checkout) build.rs sets
 /// `voodu_corpus_missing` and these tests are reported as ignored; run anyway
@@ -464,7 +464,7 @@ fn host_policy_refuses_the_custom_dockerfile_example_until_allowed() -> TestResu
         &["--policy", "default"],
         1,
         &[
-            "custom-dockerfile.hcl:33:3: host networking (network_mode = \"host\") is refused by the host policy; start the agent with --allow-host-network to allow it",
+            r#"custom-dockerfile.hcl:33:3: host networking (network_mode = "host") is refused by the host policy; start the agent with --allow-host-network to allow it"#,
             "custom-dockerfile.hcl:35:3: capability SYS_NICE (cap_add) is refused by the host policy; start the agent with --allow-cap SYS_NICE to allow it",
             "custom-dockerfile.hcl:35:3: capability NET_ADMIN (cap_add) is refused by the host policy; start the agent with --allow-cap NET_ADMIN to allow it",
             "3 errors in 4 files; nothing would be applied",

@@ -206,7 +206,7 @@ impl Env {
             ])
             .args([
                 "--format",
-                "{{.ID}} {{.Names}} {{.State}} {{.Label \"voodu.manifest_hash\"}}",
+                r#"{{.ID}} {{.Names}} {{.State}} {{.Label "voodu.manifest_hash"}}"#,
             ])
             .output()?;
         if !output.status.success() {
@@ -280,6 +280,21 @@ impl Env {
             .ok_or("the agent recorded no HTTP address")?)
     }
 
+    /// Waits until the running agent has counted `n` more syncs (polls) than now, on its
+    /// `/metrics`: a counter, where a sleep would only hope a poll happened.
+    pub(crate) fn polled(&self, n: u32) -> TestResult {
+        let address = self.http_address()?;
+        let syncs = || -> TestResult<f64> {
+            let (_, text) = crate::support::http::get_blocking(&address, "/metrics")?;
+            Ok(metric(&parse_metrics(&text)?, "voodu_syncs_total", &[]))
+        };
+        let target = syncs()? + f64::from(n);
+        wait_until(LIMIT, &format!("{n} more polls"), || {
+            syncs().ok().filter(|count| *count >= target)
+        })?;
+        Ok(())
+    }
+
     /// This scope's `web` resource in `status --json`, if listed.
     pub(crate) fn resource(&self) -> TestResult<Option<Value>> {
         let status = self.status()?;
@@ -291,7 +306,13 @@ impl Env {
 
     pub(crate) fn write_web(&self, replicas: usize, v: &str) -> TestResult {
         let manifest = format!(
-            "deployment \"{scope}\" \"web\" {{\n  image    = \"{image}\"\n  command  = [\"sleep\", \"3600\"]\n  replicas = {replicas}\n  env      = {{ V = \"{v}\" }}\n}}\n",
+            r#"deployment "{scope}" "web" {{
+  image    = "{image}"
+  command  = ["sleep", "3600"]
+  replicas = {replicas}
+  env      = {{ V = "{v}" }}
+}}
+"#,
             scope = self.scope(),
             image = test_image(),
         );
@@ -423,7 +444,10 @@ fn walking_skeleton(env: &mut Env) -> TestResult {
     // d. a broken commit is rejected with path:line:col and changes nothing on the host.
     env.repo.write(
         "app/broken.hcl",
-        "deployment \"x\" \"y\" {\n  image = \n}\n",
+        r#"deployment "x" "y" {
+  image = 
+}
+"#,
     )?;
     let broken = env.repo.commit("broken manifest")?;
     let rejected = wait_until(LIMIT, "the broken commit to be rejected", || {
@@ -457,8 +481,8 @@ fn walking_skeleton(env: &mut Env) -> TestResult {
         third.as_str(),
         "the host keeps the last good commit"
     );
-    // One more poll cycle: still nothing touched.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Two more polls (so one whole cycle after the rejection): still nothing touched.
+    env.polled(2)?;
     assert_eq!(
         env.containers()?,
         rows,
@@ -530,8 +554,8 @@ fn kill_9_during_rollout(env: &mut Env) -> TestResult {
 
     env.start_agent()?;
     let rows = env.converged(&second, 4, Some(&hash_1))?;
-    // No leftovers and nothing on its way: stable after another poll cycle.
-    std::thread::sleep(Duration::from_millis(1500));
+    // No leftovers and nothing on its way: stable after another whole poll cycle.
+    env.polled(2)?;
     assert_eq!(env.containers()?, rows, "stable after convergence");
     let names: BTreeSet<&str> = rows.iter().map(|row| row.name.as_str()).collect();
     assert_eq!(names.len(), 4, "distinct replica names: {rows:?}");
@@ -724,7 +748,7 @@ fn webhook_flood(env: &mut Env) -> TestResult {
             Ok(metric(&parse_metrics(&text)?, "voodu_syncs_total", &[]))
         };
         let before = syncs(get(&client, &metrics_url).await?.1)?;
-        let answered = crate::http::flood(
+        let answered = crate::support::http::flood(
             &client,
             &format!("http://{address}/hooks/git"),
             &WebhookSecret::new(SECRET),

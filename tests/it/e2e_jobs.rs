@@ -126,7 +126,7 @@ impl Env {
             .args(["--filter", &format!("label=voodu.kind={kind}")])
             .args([
                 "--format",
-                "{{.Names}} {{.State}} {{.Label \"voodu.role\"}} {{.Label \"voodu.replica_id\"}} {{.Label \"voodu.spec_hash\"}}",
+                r#"{{.Names}} {{.State}} {{.Label "voodu.role"}} {{.Label "voodu.replica_id"}} {{.Label "voodu.spec_hash"}}"#,
             ])
             .output()?;
         Ok(String::from_utf8(output.stdout)?
@@ -147,7 +147,11 @@ impl Drop for Env {
 
 fn job(scope: &str, name: &str, body: &str) -> String {
     format!(
-        "job \"{scope}\" \"{name}\" {{\n  image = \"{}\"\n{body}\n}}\n",
+        r#"job "{scope}" "{name}" {{
+  image = "{}"
+{body}
+}}
+"#,
         test_image()
     )
 }
@@ -165,7 +169,7 @@ fn jobs_on_docker(env: &mut Env) -> TestResult {
         &job(
             &scope,
             "ok",
-            "  command = [\"sh\", \"-c\", \"echo hello; echo world\"]",
+            r#"  command = ["sh", "-c", "echo hello; echo world"]"#,
         ),
     )?;
     env.repo.write(
@@ -173,7 +177,7 @@ fn jobs_on_docker(env: &mut Env) -> TestResult {
         &job(
             &scope,
             "bad",
-            "  command = [\"sh\", \"-c\", \"echo oops >&2; exit 7\"]",
+            r#"  command = ["sh", "-c", "echo oops >&2; exit 7"]"#,
         ),
     )?;
     env.repo.write(
@@ -181,7 +185,8 @@ fn jobs_on_docker(env: &mut Env) -> TestResult {
         &job(
             &scope,
             "slow",
-            "  command = [\"sleep\", \"300\"]\n  timeout = \"2s\"",
+            r#"  command = ["sleep", "300"]
+  timeout = "2s""#,
         ),
     )?;
     env.repo.commit("three jobs")?;
@@ -227,7 +232,7 @@ fn jobs_on_docker(env: &mut Env) -> TestResult {
     // A changed job runs again; both runs are kept (successful_history_limit 3).
     env.repo.write(
         "jobs/ok.hcl",
-        &job(&scope, "ok", "  command = [\"sh\", \"-c\", \"echo again\"]"),
+        &job(&scope, "ok", r#"  command = ["sh", "-c", "echo again"]"#),
     )?;
     env.repo.commit("ok: again")?;
     let ok = env.ended("job", "ok", 2)?;
@@ -264,7 +269,12 @@ fn cronjob_on_docker(env: &mut Env) -> TestResult {
     env.repo.write(
         "cron.hcl",
         &format!(
-            "cronjob \"{scope}\" \"tick\" {{\n  schedule = \"* * * * *\"\n  image = \"{}\"\n  command = [\"sh\", \"-c\", \"echo tick\"]\n}}\n",
+            r#"cronjob "{scope}" "tick" {{
+  schedule = "* * * * *"
+  image = "{}"
+  command = ["sh", "-c", "echo tick"]
+}}
+"#,
             test_image()
         ),
     )?;

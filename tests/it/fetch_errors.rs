@@ -140,7 +140,11 @@ fn check(case: &str, url: &str, token: Option<&str>, expected: &[&str]) -> TestR
 /// A repo with one valid commit on main.
 fn repo() -> TestResult<TempRepo> {
     let repo = TempRepo::new()?;
-    repo.write("app.hcl", "deployment \"s\" \"web\" { image = \"x\" }\n")?;
+    repo.write(
+        "app.hcl",
+        r#"deployment "s" "web" { image = "x" }
+"#,
+    )?;
     repo.commit("first")?;
     Ok(repo)
 }
@@ -370,8 +374,18 @@ fn unknown_ssh_host_key_shows_in_status() -> TestResult {
 #[test]
 fn duplicate_resource_warning_listed_with_location() -> TestResult {
     let repo = TempRepo::new()?;
-    repo.write("a.hcl", "deployment \"s\" \"n\" { image = \"x\" }\n")?;
-    repo.write("b.hcl", "\n\ndeployment \"s\" \"n\" { image = \"y\" }\n")?;
+    repo.write(
+        "a.hcl",
+        r#"deployment "s" "n" { image = "x" }
+"#,
+    )?;
+    repo.write(
+        "b.hcl",
+        r#"
+
+deployment "s" "n" { image = "y" }
+"#,
+    )?;
     repo.commit("twice")?;
     let watcher = Watcher::new(&repo.url(), None)?;
     let outcome = watcher.sync()?;

@@ -99,7 +99,12 @@ impl Agent {
 }
 
 fn deployment(name: &str) -> String {
-    format!("deployment \"s\" \"{name}\" {{\n  image = \"busybox\"\n}}\n")
+    format!(
+        r#"deployment "s" "{name}" {{
+  image = "busybox"
+}}
+"#
+    )
 }
 
 #[test]
@@ -232,7 +237,8 @@ fn a_force_push_to_unrelated_history_is_applied() -> TestResult {
 
 #[test]
 fn only_manifests_under_the_watched_paths_are_read() -> TestResult {
-    const BROKEN: &str = "deployment \"s\" \"broken\" {\n";
+    const BROKEN: &str = r#"deployment "s" "broken" {
+"#;
     // (path, contents, read?)
     let files: &[(&str, &str, bool)] = &[
         ("deploy/web.hcl", &deployment("web"), true),
@@ -300,7 +306,13 @@ fn a_broken_commit_leaves_the_store_as_the_good_one_left_it() -> TestResult {
     agent.sync_applied(&good)?;
     let (desired_before, journal_before) = (agent.desired()?, agent.journal()?);
 
-    repo.write("api.hcl", "deployment \"s\" \"api\" {\n  image = \n}\n")?;
+    repo.write(
+        "api.hcl",
+        r#"deployment "s" "api" {
+  image = 
+}
+"#,
+    )?;
     repo.remove("web.hcl")?;
     let broken = repo.commit("broken")?;
     let diagnostics = agent.sync_rejected(&broken)?;
@@ -384,7 +396,11 @@ fn variables_come_from_config_buckets_and_a_bucket_change_reapplies_the_commit()
     let repo = TempRepo::new()?;
     repo.write(
         "web.hcl",
-        "deployment \"prod\" \"web\" {\n  image = \"busybox:${TAG}\"\n  env_from = [\"shared\"]\n}\n",
+        r#"deployment "prod" "web" {
+  image = "busybox:${TAG}"
+  env_from = ["shared"]
+}
+"#,
     )?;
     let sha = repo.commit("web")?;
     let agent = Agent::new(&repo, &[])?;
@@ -436,7 +452,15 @@ fn assets_are_written_for_accepted_commits_only_and_cleaned_when_removed() -> Te
     repo.write("conf/app.conf", "v1\n")?;
     repo.write(
         "deploy/app.hcl",
-        "asset \"prod\" \"cfg\" {\n  conf = file(\"../conf/app.conf\")\n  motd = \"hello\"\n}\ndeployment \"prod\" \"web\" {\n  image = \"busybox\"\n  volumes = [\"${asset.prod.cfg.conf}:/etc/app.conf:ro\"]\n}\n",
+        r#"asset "prod" "cfg" {
+  conf = file("../conf/app.conf")
+  motd = "hello"
+}
+deployment "prod" "web" {
+  image = "busybox"
+  volumes = ["${asset.prod.cfg.conf}:/etc/app.conf:ro"]
+}
+"#,
     )?;
     let first = repo.commit("asset")?;
     let agent = Agent::new(&repo, &["deploy"])?;
@@ -452,7 +476,10 @@ fn assets_are_written_for_accepted_commits_only_and_cleaned_when_removed() -> Te
     repo.write("conf/app.conf", "v2\n")?;
     repo.write(
         "deploy/broken.hcl",
-        "deployment \"prod\" \"x\" {\n  imagee = \"y\"\n}\n",
+        r#"deployment "prod" "x" {
+  imagee = "y"
+}
+"#,
     )?;
     let broken = repo.commit("broken")?;
     agent.sync_rejected(&broken)?;
@@ -465,7 +492,10 @@ fn assets_are_written_for_accepted_commits_only_and_cleaned_when_removed() -> Te
 
     repo.write(
         "deploy/app.hcl",
-        "deployment \"prod\" \"web\" {\n  image = \"busybox\"\n}\n",
+        r#"deployment "prod" "web" {
+  image = "busybox"
+}
+"#,
     )?;
     let removed = repo.commit("no asset")?;
     agent.sync_applied(&removed)?;

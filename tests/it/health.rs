@@ -19,12 +19,24 @@ fn key() -> ResourceKey {
 /// A deployment of `replicas` at version `version`, with `extra` HCL inside the block.
 fn web(replicas: u32, version: &str, extra: &str) -> String {
     format!(
-        "deployment \"shop\" \"web\" {{\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n  replicas = {replicas}\n  env = {{ VERSION = \"{version}\" }}\n{extra}}}\n"
+        r#"deployment "shop" "web" {{
+  image = "busybox"
+  command = ["sleep", "3600"]
+  replicas = {replicas}
+  env = {{ VERSION = "{version}" }}
+{extra}}}
+"#
     )
 }
 
 /// A readiness probe that never passes.
-const NEVER_READY: &str = "  probes {\n    readiness {\n      exec { command = [\"false\"] }\n      period = \"1s\"\n    }\n  }\n";
+const NEVER_READY: &str = r#"  probes {
+    readiness {
+      exec { command = ["false"] }
+      period = "1s"
+    }
+  }
+"#;
 
 /// Replicas running and published ready right now.
 async fn ready_now(harness: &Harness) -> TestResult<usize> {
@@ -46,7 +58,8 @@ async fn ready_now(harness: &Harness) -> TestResult<usize> {
         .count())
 }
 
-/// Polls (virtual time) until `done`, sampling the ready count; returns its minimum.
+/// Polls (virtual time) until `done`, sampling the ready count after every container change
+/// and every `POLL`; returns its minimum.
 async fn sample_until(
     harness: &Harness,
     what: &str,
@@ -55,6 +68,7 @@ async fn sample_until(
     let start = std::time::Instant::now();
     let mut lowest = usize::MAX;
     loop {
+        let changed = harness.fake.changed();
         lowest = lowest.min(ready_now(harness).await?);
         if done(harness)? {
             return Ok(lowest);
@@ -67,7 +81,7 @@ async fn sample_until(
             )
             .into());
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        Harness::next_look(changed).await;
     }
 }
 
@@ -159,7 +173,7 @@ async fn a_version_that_never_becomes_ready_stops_after_one_slot_and_is_rolled_b
 
     // Not retried on its own: minutes later, nothing new was created.
     let mark = harness.fake.calls().len();
-    tokio::time::sleep(Duration::from_secs(600)).await;
+    harness.idle_for(Duration::from_secs(600)).await;
     assert_eq!(created_since(&harness, mark), Vec::<String>::new());
     // A newer commit that changes the resource is rolled out again.
     harness.push(&[("web.hcl", &web(3, "3", ""))])?;
@@ -176,7 +190,7 @@ async fn a_crash_looping_new_version_is_rolled_back_before_its_deadline() -> Tes
     harness.push(&[("web.hcl", &web(2, "1", ""))])?;
     harness.converged(&key(), 2).await?;
     let started = tokio::time::Instant::now();
-    let crashing = web(2, "2", "").replace("[\"sleep\", \"3600\"]", "[\"sh\", \"-c\", \"exit 3\"]");
+    let crashing = web(2, "2", "").replace(r#"["sleep", "3600"]"#, r#"["sh", "-c", "exit 3"]"#);
     harness.push(&[("web.hcl", &crashing)])?;
     let lowest = sample_until(&harness, "the rollback of a crash loop", |harness| {
         Ok(phases(harness)?.len() == 3 && phases(harness)?.first() == Some(&"succeeded"))
@@ -219,7 +233,7 @@ async fn a_first_deploy_that_never_becomes_ready_fails_and_waits_for_a_new_commi
     );
     assert_eq!(phases(&harness)?, ["failed"]);
     let mark = harness.fake.calls().len();
-    tokio::time::sleep(Duration::from_secs(600)).await;
+    harness.idle_for(Duration::from_secs(600)).await;
     assert_eq!(
         created_since(&harness, mark),
         Vec::<String>::new(),
@@ -239,7 +253,11 @@ async fn i10_a_re_added_resource_that_fails_is_not_rolled_back_to_its_deleted_se
     let mut harness = Harness::new()?;
     harness.options.rollout_deadline = Duration::from_secs(30);
     harness.start()?;
-    let other = "deployment \"shop\" \"api\" {\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n}\n";
+    let other = r#"deployment "shop" "api" {
+  image = "busybox"
+  command = ["sleep", "3600"]
+}
+"#;
     harness.push(&[("web.hcl", &web(2, "1", "")), ("api.hcl", other)])?;
     let deleted = harness.converged(&key(), 2).await?;
     let deleted_hash = deleted[0]
@@ -268,7 +286,7 @@ async fn i10_a_re_added_resource_that_fails_is_not_rolled_back_to_its_deleted_se
 
     // Halted, not retried, and the deleted version never comes back.
     let mark = harness.fake.calls().len();
-    tokio::time::sleep(Duration::from_secs(600)).await;
+    harness.idle_for(Duration::from_secs(600)).await;
     assert_eq!(created_since(&harness, mark), Vec::<String>::new());
     let containers = harness.containers(&key()).await?;
     assert!(
@@ -301,7 +319,7 @@ async fn a_commit_during_a_slow_rollout_supersedes_it() -> TestResult {
         {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(crate::support::harness::POLL).await;
     }
     harness.push(&[("web.hcl", &web(3, "3", ""))])?;
     let v3 = harness.store.desired(&key())?.ok_or("desired")?.spec_hash;
@@ -446,7 +464,18 @@ async fn the_autoscaler_scales_up_and_down_within_cooldowns_without_touching_the
     let mut harness = Harness::new()?;
     harness.options.autoscale_interval = Duration::from_secs(5);
     harness.start()?;
-    let autoscaled = "deployment \"shop\" \"web\" {\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n  autoscale {\n    min = 1\n    max = 3\n    cpu_target = 50\n    cooldown_up = \"30s\"\n    cooldown_down = \"60s\"\n  }\n}\n";
+    let autoscaled = r#"deployment "shop" "web" {
+  image = "busybox"
+  command = ["sleep", "3600"]
+  autoscale {
+    min = 1
+    max = 3
+    cpu_target = 50
+    cooldown_up = "30s"
+    cooldown_down = "60s"
+  }
+}
+"#;
     harness.push(&[("web.hcl", autoscaled)])?;
     let first = harness.converged(&key(), 1).await?.remove(0);
     let hash = harness.store.desired(&key())?.ok_or("desired")?.spec_hash;
@@ -512,7 +541,7 @@ async fn a_bucket_change_rolls_its_consumers_at_once() -> TestResult {
     harness.push(&[("web.hcl", &web(2, "1", ""))])?;
     let before = harness.converged(&key(), 2).await?;
     // Let every timer of the first rollout run out: only the bucket change may act now.
-    tokio::time::sleep(Duration::from_secs(30)).await;
+    harness.idle_for(Duration::from_secs(30)).await;
     harness.store.config_set(
         "shop",
         "web",
@@ -534,7 +563,7 @@ async fn a_bucket_change_rolls_its_consumers_at_once() -> TestResult {
         if started.elapsed() > Duration::from_secs(60) {
             return Err(format!("the bucket change did not roll {}: {containers:?}", key()).into());
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(crate::support::harness::POLL).await;
     };
     assert!(
         after
@@ -552,7 +581,14 @@ async fn a_version_failing_liveness_never_takes_ready_replicas_below_replicas_mi
     harness.start()?;
     harness.push(&[("web.hcl", &web(3, "1", ""))])?;
     harness.converged(&key(), 3).await?;
-    let dying = "  probes {\n    liveness {\n      exec { command = [\"false\"] }\n      period = \"1s\"\n      failure_threshold = 1\n    }\n  }\n";
+    let dying = r#"  probes {
+    liveness {
+      exec { command = ["false"] }
+      period = "1s"
+      failure_threshold = 1
+    }
+  }
+"#;
     harness.push(&[("web.hcl", &web(3, "2", dying))])?;
     let lowest = sample_until(
         &harness,

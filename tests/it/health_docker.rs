@@ -35,11 +35,23 @@ const FLAGS: &[&str] = &[
 ];
 
 /// A readiness probe that never passes.
-const NEVER_READY: &str = "  probes {\n    readiness {\n      exec { command = [\"false\"] }\n      period = \"1s\"\n    }\n  }\n";
+const NEVER_READY: &str = r#"  probes {
+    readiness {
+      exec { command = ["false"] }
+      period = "1s"
+    }
+  }
+"#;
 
 fn web(scope: &str, replicas: usize, version: &str, extra: &str) -> String {
     format!(
-        "deployment \"{scope}\" \"web\" {{\n  image    = \"{image}\"\n  command  = [\"sleep\", \"3600\"]\n  replicas = {replicas}\n  env      = {{ V = \"{version}\" }}\n{extra}}}\n",
+        r#"deployment "{scope}" "web" {{
+  image    = "{image}"
+  command  = ["sleep", "3600"]
+  replicas = {replicas}
+  env      = {{ V = "{version}" }}
+{extra}}}
+"#,
         image = test_image(),
     )
 }
@@ -208,7 +220,7 @@ fn drift_is_repaired_through_events_and_through_the_resync() -> TestResult {
         let agent = docker(&[
             "inspect",
             "-f",
-            "{{index .Config.Labels \"voodu.agent\"}}",
+            r#"{{index .Config.Labels "voodu.agent"}}"#,
             &rows[0].name,
         ])?;
         let orphan = format!("{}-gone.ab12", env.scope());
@@ -331,7 +343,18 @@ fn the_autoscaler_follows_cpu_up_and_down_within_its_cooldowns() -> TestResult {
     Env::new()?.run(|env| {
         // Each replica burns a core until /tmp/stop exists.
         let manifest = format!(
-            "deployment \"{scope}\" \"web\" {{\n  image   = \"{image}\"\n  command = [\"sh\", \"-c\", \"while [ ! -f /tmp/stop ]; do :; done; sleep 3600\"]\n  autoscale {{\n    min           = 1\n    max           = 3\n    cpu_target    = 20\n    cooldown_up   = \"8s\"\n    cooldown_down = \"12s\"\n  }}\n}}\n",
+            r#"deployment "{scope}" "web" {{
+  image   = "{image}"
+  command = ["sh", "-c", "while [ ! -f /tmp/stop ]; do :; done; sleep 3600"]
+  autoscale {{
+    min           = 1
+    max           = 3
+    cpu_target    = 20
+    cooldown_up   = "8s"
+    cooldown_down = "12s"
+  }}
+}}
+"#,
             scope = env.scope(),
             image = test_image(),
         );
@@ -354,7 +377,9 @@ fn the_autoscaler_follows_cpu_up_and_down_within_its_cooldowns() -> TestResult {
         for row in &rows {
             docker(&["exec", &row.name, "touch", "/tmp/stop"])?;
         }
-        wait_until(LIMIT, "back to one replica", || (watch(env)? == 1).then_some(()))?;
+        wait_until(LIMIT, "back to one replica", || {
+            (watch(env)? == 1).then_some(())
+        })?;
         let rows = env.converged(&v1, 1, None)?;
         assert_eq!(rows[0].hash, hash, "scaling never changes the spec hash");
         // The first sample may already show the first scale-up.
@@ -365,8 +390,16 @@ fn the_autoscaler_follows_cpu_up_and_down_within_its_cooldowns() -> TestResult {
         assert_eq!(counts, [2, 3, 2, 1], "{timeline:?}");
         let gap = |from: usize| timeline[from + 1].0 - timeline[from].0;
         // Observed by polling status, so allow a second of slack.
-        assert!(gap(0) >= 8.0 - 1.0, "second scale-up {:.1}s after the first (cooldown 8s): {timeline:?}", gap(0));
-        assert!(gap(2) >= 12.0 - 1.0, "second scale-down {:.1}s after the first (cooldown 12s): {timeline:?}", gap(2));
+        assert!(
+            gap(0) >= 8.0 - 1.0,
+            "second scale-up {:.1}s after the first (cooldown 8s): {timeline:?}",
+            gap(0)
+        );
+        assert!(
+            gap(2) >= 12.0 - 1.0,
+            "second scale-down {:.1}s after the first (cooldown 12s): {timeline:?}",
+            gap(2)
+        );
         eprintln!("autoscaler timeline (s, replicas): {timeline:?}");
         Ok(())
     })

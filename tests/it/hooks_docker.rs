@@ -277,7 +277,7 @@ fn release_hooks_init_containers_on_deploy_and_a_bucket_change_on_docker() -> Te
         assert!(
             failed.contains("rollout deadline")
                 && failed
-                    .contains("init container \"second\" failed after 1 attempt(s): exit code 5"),
+                    .contains(r#"init container "second" failed after 1 attempt(s): exit code 5"#),
             "{failed}"
         );
         eprintln!("init failure: release #{} {failed}", list[1]["id"]);

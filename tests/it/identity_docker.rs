@@ -102,7 +102,16 @@ fn ready(env: &Env, scope: &str, name: &str) -> bool {
 /// A one-pod statefulset with one claim, in `scope`.
 fn write_db(env: &Env, scope: &str) -> TestResult {
     let manifest = format!(
-        "statefulset \"{scope}\" \"db\" {{\n  image    = \"{image}\"\n  command  = [\"sleep\", \"3600\"]\n  replicas = 1\n  env      = {{ V = \"1\" }}\n  volume_claim \"data\" {{\n    mount_path = \"/data\"\n  }}\n}}\n",
+        r#"statefulset "{scope}" "db" {{
+  image    = "{image}"
+  command  = ["sleep", "3600"]
+  replicas = 1
+  env      = {{ V = "1" }}
+  volume_claim "data" {{
+    mount_path = "/data"
+  }}
+}}
+"#,
         image = crate::support::test_image(),
     );
     env.repo.write("data/db.hcl", &manifest)?;
@@ -116,7 +125,7 @@ fn agent_ids(env: &Env) -> TestResult<Vec<String>> {
         .arg(format!("label=voodu.scope={}", env.scope()))
         .args([
             "--format",
-            "{{.Label \"voodu.agent\"}} {{.Label \"voodu.data_dir\"}}",
+            r#"{{.Label "voodu.agent"}} {{.Label "voodu.data_dir"}}"#,
         ])
         .output()?;
     let mut ids: Vec<String> = String::from_utf8(output.stdout)?

@@ -19,9 +19,9 @@ use voodu_agent::reconcile::router::{self, IngressOptions};
 use voodu_agent::reconcile::wake::{Requeue, RouterWake};
 use voodu_agent::reconcile::{self, Handles, ReconcileOptions};
 use voodu_agent::runtime::{DockerRuntime, FakeRuntime, Runtime, labels};
-use voodu_agent::store::{Readiness, ResourceStatus, Store, now_unix};
+use voodu_agent::store::{Readiness, Store, now_unix};
 
-use crate::support::harness::apply_files;
+use crate::support::harness::{apply_files, status_where};
 use crate::support::{DockerGuard, TestResult, test_image, unique};
 
 /// The Caddy image the Docker test runs (scripts/docker-setup builds it).
@@ -72,27 +72,6 @@ impl Running {
     }
 }
 
-async fn status_until(
-    store: &Store,
-    key: &ResourceKey,
-    what: &str,
-    check: impl Fn(&ResourceStatus) -> bool,
-) -> TestResult<ResourceStatus> {
-    let start = Instant::now();
-    loop {
-        let status = store.status(key)?;
-        if let Some(status) = &status
-            && check(status)
-        {
-            return Ok(status.clone());
-        }
-        if start.elapsed() > Duration::from_secs(60) {
-            return Err(format!("timed out waiting for {what}; status {status:?}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 const SHOP_WEB: &str = r#"
 deployment "shop" "web" {
   image    = "voodu-busybox:latest"
@@ -122,7 +101,7 @@ async fn an_ingress_on_an_agent_without_proxy_says_it_is_off() -> TestResult {
         &shutdown,
     );
     let key = ResourceKey::new(Kind::Ingress, "shop", "web");
-    let status = status_until(&store, &key, "ingress status", |_| true).await?;
+    let status = status_where(&store, &key, "ingress status", |_| true).await?;
     assert_eq!(status.phase, "Disabled");
     assert!(
         status.message.contains("--no-ingress"),
@@ -165,7 +144,7 @@ async fn an_ingress_waits_for_the_proxy_to_serve_its_routes() -> TestResult {
         &shutdown,
     );
     let key = ResourceKey::new(Kind::Ingress, "shop", "web");
-    let status = status_until(&store, &key, "ingress status", |_| true).await?;
+    let status = status_where(&store, &key, "ingress status", |_| true).await?;
     assert_eq!(status.phase, "Progressing");
     assert_eq!(
         status.message,
@@ -178,9 +157,9 @@ async fn an_ingress_waits_for_the_proxy_to_serve_its_routes() -> TestResult {
     // The web replicas become ready; asked again (the router would ask), the ingress shows
     // their addresses as upstreams, still waiting for the proxy.
     let web = ResourceKey::new(Kind::Deployment, "shop", "web");
-    status_until(&store, &web, "web ready", |status| status.phase == "Ready").await?;
+    status_where(&store, &web, "web ready", |status| status.phase == "Ready").await?;
     requeue.now(key.clone());
-    let status = status_until(&store, &key, "two upstreams", |status| {
+    let status = status_where(&store, &key, "two upstreams", |status| {
         status.running_replicas == 2
     })
     .await?;
@@ -445,7 +424,7 @@ ingress "{scope}" "web" {{
     let agent = Agent::start(&store, runtime.clone(), dir.path(), &options)?;
     let ingress_key = ResourceKey::new(Kind::Ingress, scope.as_str(), "web");
     let web_key = ResourceKey::new(Kind::Deployment, scope.as_str(), "web");
-    let status = status_until(
+    let status = status_where(
         &store,
         &ingress_key,
         "the ingress Ready with 2 upstreams",
@@ -515,7 +494,7 @@ ingress "{scope}" "web" {{
             .all(|(status, body)| *status == 200 && only_second.contains(body)),
         "the unready replica gets no request: {held:?}"
     );
-    let status = status_until(&store, &ingress_key, "one upstream", |status| {
+    let status = status_where(&store, &ingress_key, "one upstream", |status| {
         status.running_replicas == 1
     })
     .await?;
@@ -542,7 +521,7 @@ ingress "{scope}" "web" {{
             .contains(&format!("no ready replica of deployment {scope}/web")),
         "{refused:?}"
     );
-    status_until(&store, &ingress_key, "Degraded", |status| {
+    status_where(&store, &ingress_key, "Degraded", |status| {
         status.phase == "Degraded"
     })
     .await?;

@@ -5,7 +5,7 @@
 //! skips an overlapping tick, `suspend` stops ticks, and runs missed while the agent was down
 //! are caught up once inside the window and only reported outside it.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use voodu_agent::model::{Kind, ResourceKey};
@@ -83,28 +83,21 @@ impl Harness {
         Ok(self.store.job_runs(key)?)
     }
 
-    /// Waits (a real-time liveness bound; virtual time moves in `STEP`s meanwhile) until
+    /// Waits (a real-time liveness bound; virtual time moves in `POLL`s meanwhile) until
     /// `check` gives a value.
     async fn until<T>(
         &self,
         what: &str,
         mut check: impl FnMut(&Harness) -> TestResult<Option<T>>,
     ) -> TestResult<T> {
-        const STEP: Duration = Duration::from_millis(100);
-        let start = Instant::now();
-        loop {
-            if let Some(value) = check(self)? {
-                return Ok(value);
-            }
-            if start.elapsed() > Duration::from_secs(20) {
-                return Err(format!(
-                    "timed out waiting for {what} (clock at {})",
-                    self.clock.now()
-                )
-                .into());
-            }
-            tokio::time::sleep(STEP).await;
-        }
+        support::until(
+            Duration::from_secs(20),
+            support::harness::POLL,
+            what,
+            || check(self),
+        )
+        .await
+        .map_err(|error| format!("{error} (clock at {})", self.clock.now()).into())
     }
 
     /// Waits until the resource has `n` runs, none running, and a status written after them.
@@ -139,7 +132,13 @@ fn ts(text: &str) -> TestResult<i64> {
 }
 
 fn job(body: &str) -> String {
-    format!("job \"ops\" \"migrate\" {{\n  image = \"busybox\"\n{body}\n}}\n")
+    format!(
+        r#"job "ops" "migrate" {{
+  image = "busybox"
+{body}
+}}
+"#
+    )
 }
 
 fn job_key() -> ResourceKey {
@@ -147,7 +146,13 @@ fn job_key() -> ResourceKey {
 }
 
 fn cronjob(body: &str) -> String {
-    format!("cronjob \"ops\" \"tick\" {{\n  image = \"busybox\"\n{body}\n}}\n")
+    format!(
+        r#"cronjob "ops" "tick" {{
+  image = "busybox"
+{body}
+}}
+"#
+    )
 }
 
 fn cron_key() -> ResourceKey {
@@ -160,7 +165,8 @@ async fn a_job_runs_to_completion_once_and_keeps_its_history() -> TestResult {
     harness.start()?;
     harness.push(&[(
         "job.hcl",
-        &job("  command = [\"sh\", \"-c\", \"echo migrating; echo done\"]\n  env = { A = \"1\" }"),
+        &job(r#"  command = ["sh", "-c", "echo migrating; echo done"]
+  env = { A = "1" }"#),
     )])?;
     let runs = harness.finished_runs(&job_key(), 1).await?;
     let run = &runs[0];
@@ -208,7 +214,7 @@ async fn a_job_runs_to_completion_once_and_keeps_its_history() -> TestResult {
     harness.stop().await?;
     let mark = harness.fake.calls().len();
     harness.start()?;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    harness.idle_for(Duration::from_secs(5)).await;
     assert_eq!(
         harness.status(&job_key())?.ok_or("status")?.phase,
         "Succeeded"
@@ -229,7 +235,7 @@ async fn a_failed_run_keeps_its_exit_code_and_the_failed_limit_trims() -> TestRe
     harness.start()?;
     harness.push(&[(
         "job.hcl",
-        &job("  command = [\"sh\", \"-c\", \"echo first; exit 3\"]"),
+        &job(r#"  command = ["sh", "-c", "echo first; exit 3"]"#),
     )])?;
     let runs = harness.finished_runs(&job_key(), 1).await?;
     assert_eq!(
@@ -244,7 +250,7 @@ async fn a_failed_run_keeps_its_exit_code_and_the_failed_limit_trims() -> TestRe
     // A new spec runs again; the default failed_history_limit (1) keeps only the newest.
     harness.push(&[(
         "job.hcl",
-        &job("  command = [\"sh\", \"-c\", \"echo second; exit 4\"]"),
+        &job(r#"  command = ["sh", "-c", "echo second; exit 4"]"#),
     )])?;
     let runs = harness
         .until("the second run trimmed the first", |harness| {
@@ -275,7 +281,8 @@ async fn history_limits_keep_the_newest_runs_and_their_containers() -> TestResul
         harness.push(&[(
             "job.hcl",
             &job(&format!(
-                "  command = [\"echo\", \"{n}\"]\n  successful_history_limit = 2"
+                r#"  command = ["echo", "{n}"]
+  successful_history_limit = 2"#
             )),
         )])?;
         harness
@@ -315,7 +322,8 @@ async fn a_run_past_its_timeout_is_removed_and_fails() -> TestResult {
     harness.start()?;
     harness.push(&[(
         "job.hcl",
-        &job("  command = [\"sleep\", \"3600\"]\n  timeout = \"30s\""),
+        &job(r#"  command = ["sleep", "3600"]
+  timeout = "30s""#),
     )])?;
     let runs = harness.finished_runs(&job_key(), 1).await?;
     assert_eq!(runs[0].status, RunStatus::Failed);
@@ -334,7 +342,7 @@ async fn a_run_past_its_timeout_is_removed_and_fails() -> TestResult {
 async fn a_spec_change_mid_run_runs_once_the_running_run_ended() -> TestResult {
     let mut harness = Harness::new()?;
     harness.start()?;
-    harness.push(&[("job.hcl", &job("  command = [\"sleep\", \"3600\"]"))])?;
+    harness.push(&[("job.hcl", &job(r#"  command = ["sleep", "3600"]"#))])?;
     let first = harness
         .until("the first run running", |harness| {
             Ok(harness
@@ -343,7 +351,7 @@ async fn a_spec_change_mid_run_runs_once_the_running_run_ended() -> TestResult {
                 .find(|run| run.status == RunStatus::Running))
         })
         .await?;
-    harness.push(&[("job.hcl", &job("  command = [\"echo\", \"v2\"]"))])?;
+    harness.push(&[("job.hcl", &job(r#"  command = ["echo", "v2"]"#))])?;
     let status = harness
         .until("the job waiting for its running run", |harness| {
             Ok(harness
@@ -374,10 +382,14 @@ async fn a_restarted_reconciler_finishes_the_runs_that_were_running() -> TestRes
     let mut harness = Harness::new()?;
     harness.start()?;
     harness.push(&[
-        ("job.hcl", &job("  command = [\"sleep\", \"3600\"]")),
+        ("job.hcl", &job(r#"  command = ["sleep", "3600"]"#)),
         (
             "other.hcl",
-            "job \"ops\" \"backfill\" {\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n}\n",
+            r#"job "ops" "backfill" {
+  image = "busybox"
+  command = ["sleep", "3600"]
+}
+"#,
         ),
     ])?;
     let other = ResourceKey::new(Kind::Job, "ops", "backfill");
@@ -422,7 +434,7 @@ async fn a_restarted_reconciler_finishes_the_runs_that_were_running() -> TestRes
 async fn a_job_leaving_the_repo_takes_its_runs_and_status() -> TestResult {
     let mut harness = Harness::new()?;
     harness.start()?;
-    harness.push(&[("job.hcl", &job("  command = [\"echo\", \"hi\"]"))])?;
+    harness.push(&[("job.hcl", &job(r#"  command = ["echo", "hi"]"#))])?;
     harness.finished_runs(&job_key(), 1).await?;
     harness.push(&[])?;
     harness
@@ -442,7 +454,10 @@ async fn a_cronjob_fires_on_schedule_from_the_next_minute_on() -> TestResult {
     harness.start_at("2026-01-01T10:00:30Z")?;
     harness.push(&[(
         "cron.hcl",
-        &cronjob("  schedule = \"* * * * *\"\n  command = [\"echo\", \"tick\"]"),
+        &cronjob(
+            r#"  schedule = "* * * * *"
+  command = ["echo", "tick"]"#,
+        ),
     )])?;
     // First sighting: the next minute, nothing fired.
     let state = harness
@@ -492,7 +507,9 @@ async fn forbid_skips_a_tick_while_the_previous_run_is_running() -> TestResult {
     harness.push(&[(
         "cron.hcl",
         &cronjob(
-            "  schedule = \"* * * * *\"\n  concurrency_policy = \"Forbid\"\n  command = [\"sleep\", \"3600\"]",
+            r#"  schedule = "* * * * *"
+  concurrency_policy = "Forbid"
+  command = ["sleep", "3600"]"#,
         ),
     )])?;
     harness
@@ -539,7 +556,10 @@ async fn allow_lets_ticks_overlap() -> TestResult {
     harness.start_at("2026-01-01T10:00:30Z")?;
     harness.push(&[(
         "cron.hcl",
-        &cronjob("  schedule = \"* * * * *\"\n  command = [\"sleep\", \"3600\"]"),
+        &cronjob(
+            r#"  schedule = "* * * * *"
+  command = ["sleep", "3600"]"#,
+        ),
     )])?;
     harness
         .until("two ticks running at once", |harness| {
@@ -560,7 +580,11 @@ async fn a_suspended_cronjob_does_not_tick() -> TestResult {
     harness.start_at("2026-01-01T10:00:30Z")?;
     harness.push(&[(
         "cron.hcl",
-        &cronjob("  schedule = \"* * * * *\"\n  suspend = true\n  command = [\"echo\", \"tick\"]"),
+        &cronjob(
+            r#"  schedule = "* * * * *"
+  suspend = true
+  command = ["echo", "tick"]"#,
+        ),
     )])?;
     let state = harness
         .until("three scheduled minutes passed", |harness| {
@@ -584,7 +608,10 @@ async fn after_downtime(restart_at: &str) -> TestResult<(Vec<JobRun>, CronState,
     harness.start_at("2026-01-01T10:00:30Z")?;
     harness.push(&[(
         "cron.hcl",
-        &cronjob("  schedule = \"0 * * * *\"\n  command = [\"echo\", \"tick\"]"),
+        &cronjob(
+            r#"  schedule = "0 * * * *"
+  command = ["echo", "tick"]"#,
+        ),
     )])?;
     harness
         .until("the first position", |harness| {
@@ -647,7 +674,10 @@ async fn a_cronjob_leaving_the_repo_takes_its_runs_position_and_status() -> Test
     harness.start_at("2026-01-01T10:00:30Z")?;
     harness.push(&[(
         "cron.hcl",
-        &cronjob("  schedule = \"* * * * *\"\n  command = [\"sleep\", \"3600\"]"),
+        &cronjob(
+            r#"  schedule = "* * * * *"
+  command = ["sleep", "3600"]"#,
+        ),
     )])?;
     harness
         .until("a tick running", |harness| {
@@ -665,7 +695,7 @@ async fn a_cronjob_leaving_the_repo_takes_its_runs_position_and_status() -> Test
         })
         .await?;
     // No tick fires afterwards.
-    tokio::time::sleep(Duration::from_secs(180)).await;
+    harness.idle_for(Duration::from_secs(180)).await;
     assert!(harness.runs(&cron_key())?.is_empty());
     harness.stop().await
 }

@@ -3,7 +3,7 @@
 //! a policy that allows it judges that same commit again and applies it.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use voodu_agent::manifest::Policy;
@@ -14,8 +14,16 @@ use voodu_agent::store::Store;
 
 use crate::support::{TempRepo, TestResult};
 
-const GOOD: &str = "deployment \"shop\" \"web\" {\n  image = \"busybox\"\n}\n";
-const GREEDY: &str = "deployment \"shop\" \"web\" {\n  image = \"busybox\"\n  cap_add = [\"SYS_ADMIN\"]\n  docker_options = [\"--privileged\"]\n}\n";
+const GOOD: &str = r#"deployment "shop" "web" {
+  image = "busybox"
+}
+"#;
+const GREEDY: &str = r#"deployment "shop" "web" {
+  image = "busybox"
+  cap_add = ["SYS_ADMIN"]
+  docker_options = ["--privileged"]
+}
+"#;
 
 /// Starts the agent over `repo` on `data` with `policy`, polling every 100 ms.
 fn start(
@@ -39,14 +47,11 @@ fn start(
 }
 
 async fn until(what: &str, mut check: impl FnMut() -> TestResult<bool>) -> TestResult {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !check()? {
-        if Instant::now() > deadline {
-            return Err(format!("timed out waiting for {what}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Ok(())
+    let step = Duration::from_millis(20);
+    crate::support::until(Duration::from_secs(20), step, what, || {
+        Ok(check()?.then_some(()))
+    })
+    .await
 }
 
 fn web_docker_options(store: &Store) -> TestResult<Vec<String>> {
@@ -151,7 +156,11 @@ fn a_bind_through_a_symlink_to_a_refused_path_is_rejected() -> TestResult {
     )?;
     let deployment = |source: &str| {
         format!(
-            "deployment \"shop\" \"web\" {{\n  image = \"busybox\"\n  volumes = [\"{root_text}/{source}:/mnt\"]\n}}\n"
+            r#"deployment "shop" "web" {{
+  image = "busybox"
+  volumes = ["{root_text}/{source}:/mnt"]
+}}
+"#
         )
     };
     for (source, expected) in [

@@ -35,7 +35,12 @@ impl Drop for Reap {
 
 fn deployment(scope: &str, version: &str) -> String {
     format!(
-        "deployment \"{scope}\" \"web\" {{\n  image = \"{}\"\n  command = [\"sleep\", \"600\"]\n  env = {{ VERSION = \"{version}\" }}\n}}\n",
+        r#"deployment "{scope}" "web" {{
+  image = "{}"
+  command = ["sleep", "600"]
+  env = {{ VERSION = "{version}" }}
+}}
+"#,
         crate::support::test_image()
     )
 }

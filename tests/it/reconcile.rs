@@ -17,7 +17,13 @@ use crate::support::{Harness, TempRepo, TestResult};
 
 fn web(replicas: u32, env: &str) -> String {
     format!(
-        "deployment \"shop\" \"web\" {{\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n  replicas = {replicas}\n  env = {{ V = \"{env}\" }}\n}}\n"
+        r#"deployment "shop" "web" {{
+  image = "busybox"
+  command = ["sleep", "3600"]
+  replicas = {replicas}
+  env = {{ V = "{env}" }}
+}}
+"#
     )
 }
 
@@ -200,7 +206,10 @@ async fn a_permanent_error_is_recorded_and_not_retried() -> TestResult {
     harness.start()?;
     harness.push(&[(
         "web.hcl",
-        "deployment \"shop\" \"web\" {\n  image = \"nope:1\"\n}\n",
+        r#"deployment "shop" "web" {
+  image = "nope:1"
+}
+"#,
     )])?;
     let status = harness
         .status_where(&web_key(), |status| status.phase == "Failed")
@@ -212,7 +221,7 @@ async fn a_permanent_error_is_recorded_and_not_retried() -> TestResult {
         "{}",
         status.message
     );
-    tokio::time::sleep(Duration::from_secs(120)).await;
+    harness.idle_for(Duration::from_secs(120)).await;
     let pulls = harness
         .fake
         .calls()
@@ -228,7 +237,11 @@ async fn a_permanent_error_is_recorded_and_not_retried() -> TestResult {
     // The next commit gets a fresh chance.
     harness.push(&[(
         "web.hcl",
-        "deployment \"shop\" \"web\" {\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n}\n",
+        r#"deployment "shop" "web" {
+  image = "busybox"
+  command = ["sleep", "3600"]
+}
+"#,
     )])?;
     harness.converged(&web_key(), 1).await?;
     harness.stop().await
@@ -264,12 +277,16 @@ async fn a_panicking_handler_is_recorded_and_the_loop_goes_on() -> TestResult {
 async fn i10_an_unreadable_resource_does_not_stop_the_others() -> TestResult {
     let mut harness = Harness::new()?;
     harness.start()?;
-    let api = "deployment \"shop\" \"api\" {\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n}\n";
+    let api = r#"deployment "shop" "api" {
+  image = "busybox"
+  command = ["sleep", "3600"]
+}
+"#;
     harness.push(&[("web.hcl", &web(1, "1")), ("api.hcl", api)])?;
     let before = harness.converged(&web_key(), 1).await?;
     let connection = rusqlite::Connection::open(harness._dir.path().join("state.db"))?;
     connection.execute(
-        "UPDATE desired SET spec = '{\"from\": \"another version\"' WHERE name = 'api'",
+        r#"UPDATE desired SET spec = '{"from": "another version"' WHERE name = 'api'"#,
         [],
     )?;
     let mark = harness.fake.calls().len();
@@ -328,7 +345,11 @@ async fn a_restart_replays_desired_without_duplicates_and_prunes_what_left() -> 
         ("web.hcl", &web(2, "1")),
         (
             "api.hcl",
-            "deployment \"shop\" \"api\" {\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n}\n",
+            r#"deployment "shop" "api" {
+  image = "busybox"
+  command = ["sleep", "3600"]
+}
+"#,
         ),
     ])?;
     let before = ids(&harness.converged(&web_key(), 2).await?);
@@ -367,7 +388,7 @@ async fn a_half_done_rollout_resumes_after_a_crash() -> TestResult {
     // Simulate a crash mid-rollout: new desired (a new command, same environment, so the
     // copied env digest label stays right), one old replica gone, one new one created but
     // never started.
-    harness.push(&[("web.hcl", &web(3, "1").replace("\"3600\"", "\"3601\""))])?;
+    harness.push(&[("web.hcl", &web(3, "1").replace(r#""3600""#, r#""3601""#))])?;
     let desired = harness.store.desired(&web_key())?.ok_or("desired")?;
     let old = harness.containers(&web_key()).await?;
     {
@@ -388,6 +409,14 @@ async fn a_half_done_rollout_resumes_after_a_crash() -> TestResult {
         "the created replica is started, not duplicated"
     );
     harness.stop().await
+}
+
+/// The sequence number of the newest journal row (0 for none).
+fn journal_head(store: &Store) -> TestResult<i64> {
+    Ok(store
+        .journal_after(0, usize::MAX)?
+        .last()
+        .map_or(0, |entry| entry.seq))
 }
 
 /// In-process agent over a real git repo: commit → containers; a broken commit is rejected
@@ -424,6 +453,13 @@ async fn agent_applies_commits_and_keeps_the_last_good_one_on_bad_input() -> Tes
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(running(&fake), 2);
+    // The reconciler has handled every journal row there is (it acts on nothing else here:
+    // no drift, the resync minutes away), so from now on only a new row could touch the host.
+    let head = journal_head(&store)?;
+    while store.cursor(reconcile::CURSOR)? < head {
+        assert!(Instant::now() < deadline, "journal never handled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let calls_before = fake
         .calls()
         .iter()
@@ -431,7 +467,11 @@ async fn agent_applies_commits_and_keeps_the_last_good_one_on_bad_input() -> Tes
         .count();
     repo.write(
         "deploy/web.hcl",
-        "deployment \"shop\" \"web\" {\n  replicas = 3\n  imge = \"x\"\n}\n",
+        r#"deployment "shop" "web" {
+  replicas = 3
+  imge = "x"
+}
+"#,
     )?;
     let bad = repo.commit("typo")?;
     while store.commit_summary()?.last_rejected.is_none() {
@@ -450,7 +490,11 @@ async fn agent_applies_commits_and_keeps_the_last_good_one_on_bad_input() -> Tes
         ["deploy/web.hcl:3:3: unknown attribute `imge` in deployment (did you mean `image`?)"]
     );
     assert_eq!(summary.last_applied.ok_or("applied")?.sha.as_str(), good);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        journal_head(&store)?,
+        head,
+        "a rejected commit writes no journal row"
+    );
     let calls_after = fake
         .calls()
         .iter()
@@ -475,7 +519,11 @@ async fn declaring_a_registry_retries_a_failed_private_pull() -> TestResult {
     fake.publish("ghcr.io/acme/api:1", "deploy-bot");
     let mut harness = Harness::with_fake(fake)?;
     harness.start()?;
-    let app = "deployment \"shop\" \"web\" {\n  image = \"ghcr.io/acme/api:1\"\n  command = [\"sleep\", \"3600\"]\n}\n";
+    let app = r#"deployment "shop" "web" {
+  image = "ghcr.io/acme/api:1"
+  command = ["sleep", "3600"]
+}
+"#;
     harness.push(&[("web.hcl", app)])?;
     let status = harness
         .status_where(&web_key(), |status| status.phase == "Failed")
@@ -487,7 +535,12 @@ async fn declaring_a_registry_retries_a_failed_private_pull() -> TestResult {
     );
     // The registry handler finds it by this typed reason, not by the message.
     assert_eq!(status.reason, Some(FailureReason::PullFailed));
-    let registry = "registry \"ghcr\" {\n  url = \"ghcr.io\"\n  username = \"deploy-bot\"\n  token = \"s3cret\"\n}\n";
+    let registry = r#"registry "ghcr" {
+  url = "ghcr.io"
+  username = "deploy-bot"
+  token = "s3cret"
+}
+"#;
     harness.push(&[("web.hcl", app), ("registry.hcl", registry)])?;
     harness.converged(&web_key(), 1).await?;
     let releases = harness.store.releases(&web_key(), 10)?;

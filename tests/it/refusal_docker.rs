@@ -18,7 +18,12 @@ const LIMIT: Duration = Duration::from_secs(60);
 
 fn deployment(scope: &str, name: &str, version: &str, extra: &str) -> String {
     format!(
-        "deployment \"{scope}\" \"{name}\" {{\n  image    = \"{image}\"\n  command  = [\"sleep\", \"3600\"]\n  env      = {{ V = \"{version}\" }}\n{extra}}}\n",
+        r#"deployment "{scope}" "{name}" {{
+  image    = "{image}"
+  command  = ["sleep", "3600"]
+  env      = {{ V = "{version}" }}
+{extra}}}
+"#,
         image = test_image(),
     )
 }
@@ -52,7 +57,8 @@ fn i10_a_spec_the_engine_refuses_is_failed_at_once_and_not_retried() -> TestResu
 fn refused_spec(env: &mut Env) -> TestResult {
     let scope = env.scope().to_owned();
     let events = Events::start(&scope, SystemTime::now(), env.dir.path().join("events.log"))?;
-    let refused = "  docker_options = [\"--user\", \"nosuchuser\"]\n";
+    let refused = r#"  docker_options = ["--user", "nosuchuser"]
+"#;
     env.repo
         .write("app/web.hcl", &deployment(&scope, "web", "1", ""))?
         .write("app/bad.hcl", &deployment(&scope, "bad", "1", refused))?;

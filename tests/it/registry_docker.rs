@@ -71,13 +71,23 @@ fn docker(args: &[&str]) -> TestResult<String> {
 
 fn deployment(scope: &str, image: &str) -> String {
     format!(
-        "deployment \"{scope}\" \"web\" {{\n  image    = \"{image}\"\n  command  = [\"sleep\", \"3600\"]\n  replicas = 1\n}}\n"
+        r#"deployment "{scope}" "web" {{
+  image    = "{image}"
+  command  = ["sleep", "3600"]
+  replicas = 1
+}}
+"#
     )
 }
 
 fn registry_block(host: &str, token: &str) -> String {
     format!(
-        "registry \"local\" {{\n  url      = \"{host}\"\n  username = \"{USERNAME}\"\n  token    = \"{token}\"\n}}\n"
+        r#"registry "local" {{
+  url      = "{host}"
+  username = "{USERNAME}"
+  token    = "{token}"
+}}
+"#
     )
 }
 

@@ -294,7 +294,7 @@ async fn a_pod_that_does_not_stay_up_holds_back_the_next_ordinals() -> TestResul
         "{}",
         status.message
     );
-    tokio::time::sleep(Duration::from_secs(60)).await;
+    harness.idle_for(Duration::from_secs(60)).await;
     let created: Vec<String> = pod_changes_since(&harness, 0)
         .into_iter()
         .filter(|change| change.starts_with("create"))
@@ -305,7 +305,7 @@ async fn a_pod_that_does_not_stay_up_holds_back_the_next_ordinals() -> TestResul
     harness.push(&[("db.hcl", &db(3, "1"))])?;
     let before = harness.converged(&db_key(), 3).await?;
     let from = mark(&harness);
-    harness.push(&[("db.hcl", &failing.replace("\"1\"", "\"2\""))])?;
+    harness.push(&[("db.hcl", &failing.replace(r#""1""#, r#""2""#))])?;
     harness
         .status_where(&db_key(), |status| {
             status.phase == "Ready"
@@ -429,7 +429,7 @@ async fn a_config_bucket_change_rolls_every_pod_top_down() -> TestResult {
         if start.elapsed() > Duration::from_secs(20) {
             return Err("the pods never got the new bucket value".into());
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(crate::support::harness::POLL).await;
     };
     let removes: Vec<String> = pod_changes_since(&harness, from)
         .into_iter()
@@ -514,13 +514,13 @@ async fn stopped_pods_are_started_again_in_ordinal_order() -> TestResult {
 async fn a_half_done_rollout_resumes_after_a_crash_without_duplicates() -> TestResult {
     let mut harness = Harness::new()?;
     harness.start()?;
-    let sleep = |seconds: &str| db(3, "1").replace("\"3600\"", seconds);
-    harness.push(&[("db.hcl", &sleep("\"3600\""))])?;
+    let sleep = |seconds: &str| db(3, "1").replace(r#""3600""#, seconds);
+    harness.push(&[("db.hcl", &sleep(r#""3600""#))])?;
     harness.converged(&db_key(), 3).await?;
     harness.stop().await?;
     // A crash mid-rollout: pod 2 already replaced (new spec hash; same environment, so its
     // copied digest label stays right), pod 1 removed but not created again, pod 0 old.
-    harness.push(&[("db.hcl", &sleep("\"3601\""))])?;
+    harness.push(&[("db.hcl", &sleep(r#""3601""#))])?;
     let desired = harness.store.desired(&db_key())?.ok_or("desired")?;
     let old = pods(&harness).await?;
     let replaced_2 = {
@@ -564,7 +564,11 @@ async fn the_redis_macro_runs_as_a_statefulset_with_its_data_volume() -> TestRes
     harness.start()?;
     harness.push(&[(
         "cache.hcl",
-        "redis \"data\" \"cache\" {\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n}\n",
+        r#"redis "data" "cache" {
+  image = "busybox"
+  command = ["sleep", "3600"]
+}
+"#,
     )])?;
     let key = ResourceKey::new(Kind::Statefulset, "data", "cache");
     // The macro's readiness probe runs `redis-cli`, which the busybox stand-in lacks: the pod
@@ -612,7 +616,16 @@ impl DockerDb {
 
     fn write(&self, replicas: usize, v: &str) -> TestResult {
         let manifest = format!(
-            "statefulset \"{scope}\" \"db\" {{\n  image    = \"{image}\"\n  command  = [\"sleep\", \"3600\"]\n  replicas = {replicas}\n  env      = {{ V = \"{v}\" }}\n  volume_claim \"data\" {{\n    mount_path = \"/data\"\n  }}\n}}\n",
+            r#"statefulset "{scope}" "db" {{
+  image    = "{image}"
+  command  = ["sleep", "3600"]
+  replicas = {replicas}
+  env      = {{ V = "{v}" }}
+  volume_claim "data" {{
+    mount_path = "/data"
+  }}
+}}
+"#,
             scope = self.scope(),
             image = test_image(),
         );
@@ -644,7 +657,7 @@ impl DockerDb {
             "--filter",
             "label=voodu.role=statefulset",
             "--format",
-            "{{.Names}} {{.State}} {{.Label \"voodu.manifest_hash\"}}",
+            r#"{{.Names}} {{.State}} {{.Label "voodu.manifest_hash"}}"#,
         ])?;
         let mut pods: Vec<(String, String, String)> = listed
             .lines()
@@ -947,7 +960,10 @@ async fn a_build_mode_statefulset_runs_the_built_image() -> TestResult {
     harness.start()?;
     harness.push(&[(
         "db.hcl",
-        "statefulset \"data\" \"db\" {\n  command = [\"sleep\", \"3600\"]\n}\n",
+        r#"statefulset "data" "db" {
+  command = ["sleep", "3600"]
+}
+"#,
     )])?;
     let pods = harness.converged(&db_key(), 1).await?;
     assert_eq!(pods[0].image, "data-db:latest");

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -161,16 +161,8 @@ impl TestAgent {
         what: &str,
         mut check: impl FnMut(&Store) -> TestResult<Option<T>>,
     ) -> TestResult<T> {
-        let start = Instant::now();
-        loop {
-            if let Some(value) = check(&self.store)? {
-                return Ok(value);
-            }
-            if start.elapsed() > Duration::from_secs(30) {
-                return Err(format!("timed out waiting for {what}").into());
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let step = Duration::from_millis(10);
+        super::until(Duration::from_secs(30), step, what, || check(&self.store)).await
     }
 
     /// Waits until `sha` is the last applied commit.

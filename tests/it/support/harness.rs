@@ -14,6 +14,11 @@ use voodu_agent::store::Store;
 
 use super::TestResult;
 
+/// How often waits re-read the store, in virtual time.
+/// Every poll costs real time (store reads) while paused time stands still, and the timers
+/// the tests measure are whole seconds: 100 ms keeps a minute of virtual time at 600 polls.
+pub const POLL: Duration = Duration::from_millis(100);
+
 /// A store in a temp dir, a fake runtime, and a reconciler task that can be restarted.
 pub struct Harness {
     pub _dir: tempfile::TempDir,
@@ -89,6 +94,26 @@ impl Harness {
         apply_files(&self.store, self.commits, files)
     }
 
+    /// Waits until a container changes state or `POLL` of virtual time passes, whichever is
+    /// first; `changed` must come from `self.fake.changed()` taken before the caller looked.
+    /// For sampling only: right after a change the handler that made it may not have written
+    /// its status yet, so waits for a converged state sleep `POLL` instead (by then every
+    /// task that could run has run).
+    pub async fn next_look(changed: tokio::sync::futures::Notified<'_>) {
+        tokio::select! {
+            () = changed => {}
+            () = tokio::time::sleep(POLL) => {}
+        }
+    }
+
+    /// Lets `span` of virtual time pass before an absence is checked ("not retried", "no tick
+    /// fires"). Not a hopeful sleep: paused time moves only when every task waits, so each
+    /// timer due within `span` (retries, resyncs, probes, cron ticks) fires, and the work it
+    /// starts runs, before this returns.
+    pub async fn idle_for(&self, span: Duration) {
+        tokio::time::sleep(span).await;
+    }
+
     pub async fn containers(&self, key: &ResourceKey) -> TestResult<Vec<Container>> {
         use voodu_agent::runtime::Runtime;
         Ok(self
@@ -130,7 +155,7 @@ impl Harness {
                 )
                 .into());
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(POLL).await;
         }
     }
 
@@ -140,22 +165,7 @@ impl Harness {
         key: &ResourceKey,
         check: impl Fn(&voodu_agent::store::ResourceStatus) -> bool,
     ) -> TestResult<voodu_agent::store::ResourceStatus> {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.store.status(key)?
-                && check(&status)
-            {
-                return Ok(status);
-            }
-            if start.elapsed() > Duration::from_secs(20) {
-                return Err(format!(
-                    "status of {key} never matched: {:?}",
-                    self.store.status(key)?
-                )
-                .into());
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        status_where(&self.store, key, "a matching status", check).await
     }
 
     /// `create`/`remove` calls (names resolved) made since call number `from`.
@@ -168,6 +178,26 @@ impl Harness {
             .map(|call| call.split(' ').next().unwrap_or_default().to_owned())
             .collect()
     }
+}
+
+/// Waits (every `POLL`, real-time bound) until the status of `key` in `store` satisfies
+/// `check` (`what` names it in the error); the harness's and the ingress tests' one way to
+/// wait for a status.
+pub async fn status_where(
+    store: &Store,
+    key: &ResourceKey,
+    what: &str,
+    check: impl Fn(&voodu_agent::store::ResourceStatus) -> bool,
+) -> TestResult<voodu_agent::store::ResourceStatus> {
+    let what = format!("{what} ({key})");
+    super::until(Duration::from_secs(60), POLL, &what, || {
+        Ok(store.status(key)?.filter(|status| check(status)))
+    })
+    .await
+    .map_err(|error| match store.status(key) {
+        Ok(status) => format!("{error}; status {status:?}").into(),
+        Err(_) => error,
+    })
 }
 
 /// Applies commit number `n` made of `files` to `store`, as the sync stage would.

@@ -1,9 +1,104 @@
-//! HTTP helpers: a client for the agent's routes and a parser of the Prometheus text format,
-//! so `/metrics` is read the way a scraper reads it.
+//! HTTP helpers: `TestRouter` (the HTTP side alone), a client for the agent's routes, a parser
+//! of the Prometheus text format (so `/metrics` is read the way a scraper reads it), and
+//! `flood`, which sends signed webhooks.
 
 use std::collections::BTreeMap;
 
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use voodu_agent::git::trigger::{self, SyncRequestReceiver, SyncRequests};
+use voodu_agent::http::{HttpCtx, HttpOptions};
+use voodu_agent::metrics::Metrics;
+use voodu_agent::store::Store;
+
 use super::TestResult;
+
+/// The router alone on `listen` (port 0), over a temp store, with a trigger channel whose
+/// receiver the test holds (no sync loop runs). It runs on a runtime and threads of its own,
+/// as in the agent, so the test's client tasks cannot starve it; it stops on drop.
+pub struct TestRouter {
+    _dir: tempfile::TempDir,
+    /// Where the test connects (loopback, also for a wildcard listener).
+    pub address: SocketAddr,
+    pub receiver: SyncRequestReceiver,
+    pub requests: SyncRequests,
+    pub metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+}
+
+impl TestRouter {
+    pub async fn start(listen: &str, options: HttpOptions) -> TestResult<TestRouter> {
+        let dir = tempfile::tempdir()?;
+        let store = Arc::new(Store::open(&dir.path().join("state.db"))?);
+        let (requests, receiver) = trigger::channel();
+        let metrics = Arc::new(Metrics::new());
+        let listen: SocketAddr = listen.parse()?;
+        let shutdown = CancellationToken::new();
+        let (bound, port) = std::sync::mpsc::channel();
+        let ctx = HttpCtx {
+            store,
+            requests: requests.clone(),
+            metrics: metrics.clone(),
+            options,
+        };
+        let server_shutdown = shutdown.clone();
+        let thread = std::thread::spawn(move || -> TestResult {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?;
+            runtime.block_on(async move {
+                let listener = voodu_agent::http::bind(listen, &ctx.options).await?;
+                bound.send(listener.local_addr()?.port())?;
+                voodu_agent::http::serve(listener, ctx, server_shutdown).await?;
+                TestResult::Ok(())
+            })
+        });
+        let port = match tokio::task::spawn_blocking(move || port.recv()).await? {
+            Ok(port) => port,
+            Err(_) => {
+                let outcome = thread.join().map_err(|_| "the server thread panicked")?;
+                return Err(format!("the server did not start: {outcome:?}").into());
+            }
+        };
+        Ok(TestRouter {
+            _dir: dir,
+            address: SocketAddr::from(([127, 0, 0, 1], port)),
+            receiver,
+            requests,
+            metrics,
+            shutdown,
+        })
+    }
+
+    /// The webhook's URL.
+    pub fn hook(&self) -> String {
+        format!("http://{}/hooks/git", self.address)
+    }
+
+    /// True when a request asked for a fetch since the last call (the fetch is then marked
+    /// started and finished, so the next call sees only newer requests). Exact without
+    /// waiting: the webhook records its request before it answers, and the test has read
+    /// every answer by then.
+    pub fn fetch_requested(&mut self) -> bool {
+        match self.receiver.try_next() {
+            Some(generation) => {
+                self.receiver
+                    .finish(generation, Err("test: no real fetch".into()));
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Drop for TestRouter {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
 
 /// A reqwest client; the rustls provider is installed first, as the agent does.
 pub fn client() -> TestResult<reqwest::Client> {
@@ -279,4 +374,43 @@ fn read_request(mut stream: std::net::TcpStream) -> TestResult<Captured> {
         headers: head.headers,
         body: String::from_utf8(body)?,
     })
+}
+
+/// Sends `count` GitHub-signed pushes (each padded to 16 KiB), naming `shas` in turn, 200 at
+/// a time; returns how many were answered 202, or the first other answer.
+pub async fn flood(
+    client: &reqwest::Client,
+    hook: &str,
+    secret: &voodu_agent::http::WebhookSecret,
+    shas: &[String],
+    count: usize,
+) -> TestResult<usize> {
+    let padding = "x".repeat(16 * 1024);
+    let padding = &padding;
+    use futures_util::StreamExt as _;
+    futures_util::stream::iter(0..count)
+        .map(|index| {
+            let sha = &shas[index % shas.len()];
+            async move {
+                let body =
+                    format!(r#"{{"ref":"refs/heads/main","after":"{sha}","padding":"{padding}"}}"#)
+                        .into_bytes();
+                let headers = vec![
+                    ("x-github-event", "push".to_owned()),
+                    ("x-hub-signature-256", secret.sign(&body)),
+                ];
+                post(client, hook, &headers, body).await
+            }
+        })
+        .buffer_unordered(200)
+        .fold(Ok::<_, String>(0usize), |count, answer| async move {
+            let count = count?;
+            match answer {
+                Ok((202, _)) => Ok(count + 1),
+                Ok((status, body)) => Err(format!("HTTP {status}: {body}")),
+                Err(error) => Err(format!("{error:?}")),
+            }
+        })
+        .await
+        .map_err(Into::into)
 }

@@ -39,6 +39,27 @@ pub fn wait_until<T>(
     }
 }
 
+/// The async `wait_until`: polls `check` every `step` of tokio time (virtual under paused
+/// time) until it returns `Some`, or fails after `limit` of wall-clock time with `what`. A
+/// liveness bound, not a performance assertion; callers add what they saw with `map_err`.
+pub async fn until<T>(
+    limit: Duration,
+    step: Duration,
+    what: &str,
+    mut check: impl FnMut() -> TestResult<Option<T>>,
+) -> TestResult<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check()? {
+            return Ok(value);
+        }
+        if start.elapsed() > limit {
+            return Err(format!("timed out after {limit:?} waiting for {what}").into());
+        }
+        tokio::time::sleep(step).await;
+    }
+}
+
 /// A unique, DNS- and container-name-safe token for scopes and names.
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}{}", voodu_agent::model::random_hex(4))
