@@ -41,8 +41,10 @@ impl RolloutPhase {
 /// Where in the pass an error arose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Stage {
-    /// Before any replica is touched: the environment, the image, the release hooks.
+    /// Before any replica is touched: the environment, the image.
     Prepare,
+    /// A release hook (`pre_command`, `command`) failed, before any replica is touched.
+    Hooks,
     /// While creating, replacing, starting or removing replicas.
     Replicas,
 }
@@ -67,6 +69,8 @@ pub(crate) enum Effect {
     ReturnError,
     /// End the release failed; nothing was touched, so nothing is rolled back.
     FailBeforeRollout,
+    /// End the release failed and halted; nothing was touched, so nothing is rolled back.
+    FailAndHalt,
     /// End the release failed, halt it and roll back to the newest release that ran.
     FailAndRollBack,
     /// End the release succeeded (post hook, `on_deploy`): the resource is `Ready`.
@@ -89,6 +93,7 @@ pub(crate) fn next(phase: RolloutPhase, seen: Seen) -> (RolloutPhase, Effect) {
         (Progressing, Some((ErrorClass::Permanent, Stage::Prepare))) => {
             (Failed, Effect::FailBeforeRollout)
         }
+        (Progressing, Some((ErrorClass::Permanent, Stage::Hooks))) => (Halted, Effect::FailAndHalt),
         (Progressing, Some((ErrorClass::Permanent, Stage::Replicas))) => {
             (RolledBack, Effect::FailAndRollBack)
         }
@@ -108,114 +113,73 @@ mod tests {
 
     #[test]
     fn each_phase_and_observation_has_one_next_step() {
+        use Effect::*;
         use ErrorClass::{Permanent, Transient};
         use RolloutPhase::*;
-        use Stage::{Prepare, Replicas};
         let seen = Seen::default();
         let error = |class, stage| Seen {
             error: Some((class, stage)),
             ..seen
         };
+        let (transient_prepare, transient_replicas, transient_hooks) = (
+            error(Transient, Stage::Prepare),
+            error(Transient, Stage::Replicas),
+            error(Transient, Stage::Hooks),
+        );
+        let (prepare, hooks, replicas) = (
+            error(Permanent, Stage::Prepare),
+            error(Permanent, Stage::Hooks),
+            error(Permanent, Stage::Replicas),
+        );
         let gave_up = Seen {
             gave_up: true,
             ..seen
+        };
+        let gave_up_and_prepare = Seen {
+            gave_up: true,
+            ..prepare
         };
         let done = Seen {
             converged: true,
             all_ready: true,
             ..seen
         };
-        let converged_unready = Seen {
+        let unready = Seen {
             converged: true,
             ..seen
         };
         let cases = [
             // A rollout in flight reacts to what it saw.
-            (Progressing, seen, Progressing, Effect::KeepWaiting),
-            (
-                Progressing,
-                converged_unready,
-                Progressing,
-                Effect::KeepWaiting,
-            ),
-            (Progressing, done, Succeeded, Effect::Succeed),
-            (Progressing, gave_up, RolledBack, Effect::FailAndRollBack),
-            (
-                Progressing,
-                error(Transient, Prepare),
-                Progressing,
-                Effect::ReturnError,
-            ),
-            (
-                Progressing,
-                error(Transient, Replicas),
-                Progressing,
-                Effect::ReturnError,
-            ),
-            (
-                Progressing,
-                error(Permanent, Prepare),
-                Failed,
-                Effect::FailBeforeRollout,
-            ),
-            (
-                Progressing,
-                error(Permanent, Replicas),
-                RolledBack,
-                Effect::FailAndRollBack,
-            ),
-            // Giving up needs no error; an error wins over giving up.
-            (
-                Progressing,
-                Seen {
-                    error: Some((Permanent, Prepare)),
-                    gave_up: true,
-                    ..seen
-                },
-                Failed,
-                Effect::FailBeforeRollout,
-            ),
-            // Halted: repaired, never rolled, never succeeded.
-            (Halted, seen, Halted, Effect::StayHalted),
-            (Halted, done, Halted, Effect::StayHalted),
-            (Halted, gave_up, Halted, Effect::StayHalted),
-            (
-                Halted,
-                error(Permanent, Replicas),
-                Halted,
-                Effect::ReturnError,
-            ),
+            (Progressing, seen, Progressing, KeepWaiting),
+            (Progressing, unready, Progressing, KeepWaiting),
+            (Progressing, done, Succeeded, Succeed),
+            (Progressing, gave_up, RolledBack, FailAndRollBack),
+            (Progressing, transient_prepare, Progressing, ReturnError),
+            (Progressing, transient_hooks, Progressing, ReturnError),
+            (Progressing, transient_replicas, Progressing, ReturnError),
+            (Progressing, prepare, Failed, FailBeforeRollout),
+            (Progressing, hooks, Halted, FailAndHalt),
+            (Progressing, replicas, RolledBack, FailAndRollBack),
+            // An error wins over giving up.
+            (Progressing, gave_up_and_prepare, Failed, FailBeforeRollout),
+            // Halted: repaired, never rolled, never succeeded; errors are the error policy's.
+            (Halted, seen, Halted, StayHalted),
+            (Halted, done, Halted, StayHalted),
+            (Halted, gave_up, Halted, StayHalted),
+            (Halted, replicas, Halted, ReturnError),
+            (Halted, hooks, Halted, ReturnError),
             // Not rolling: errors are the error policy's; the rest is Ready or a repair.
-            (Succeeded, done, Succeeded, Effect::Ready),
-            (Succeeded, seen, Succeeded, Effect::Repair),
-            (Succeeded, gave_up, Succeeded, Effect::Repair),
-            (
-                Succeeded,
-                error(Permanent, Prepare),
-                Succeeded,
-                Effect::ReturnError,
-            ),
-            (
-                Succeeded,
-                error(Transient, Replicas),
-                Succeeded,
-                Effect::ReturnError,
-            ),
-            (
-                Failed,
-                error(Permanent, Prepare),
-                Failed,
-                Effect::ReturnError,
-            ),
-            (Failed, done, Failed, Effect::Ready),
-            (RolledBack, done, RolledBack, Effect::Ready),
-            (
-                RolledBack,
-                error(Permanent, Replicas),
-                RolledBack,
-                Effect::ReturnError,
-            ),
-            (Superseded, seen, Superseded, Effect::Repair),
+            (Succeeded, done, Succeeded, Ready),
+            (Succeeded, seen, Succeeded, Repair),
+            (Succeeded, gave_up, Succeeded, Repair),
+            (Succeeded, prepare, Succeeded, ReturnError),
+            (Succeeded, transient_replicas, Succeeded, ReturnError),
+            (Failed, prepare, Failed, ReturnError),
+            (Failed, done, Failed, Ready),
+            (Failed, seen, Failed, Repair),
+            (RolledBack, done, RolledBack, Ready),
+            (RolledBack, replicas, RolledBack, ReturnError),
+            (Superseded, seen, Superseded, Repair),
         ];
         for (phase, seen, next_phase, effect) in cases {
             assert_eq!(

@@ -146,7 +146,7 @@ impl<R: Runtime> Replicated<R> for Deployment<'_> {
         &'a self,
         ctx: &'a Ctx<R>,
         release: &'a Release,
-    ) -> BoxFuture<'a, Result<()>> {
+    ) -> BoxFuture<'a, Result<Option<Error>>> {
         Box::pin(hooks::before_rollout(
             ctx,
             &self.desired.key,

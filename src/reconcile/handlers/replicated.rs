@@ -15,7 +15,7 @@
 
 use futures_util::future::BoxFuture;
 
-use super::launch::EnvSource;
+use super::launch::{EnvSource, images_of, ready_to_create};
 use super::replicas::{
     BackingOff, Observed, fail_rollout, inspect_waiting, not_done, observe, put_status,
     rollout_failure,
@@ -53,12 +53,12 @@ pub(super) trait Replicated<R: Runtime>: Send + Sync {
     /// The steps the health gate lets through now.
     fn gate(&self, steps: Vec<Self::Step>, observed: &Observed) -> Vec<Self::Step>;
     /// Runs before the first replica of a rollout is touched, after the images are there
-    /// (the release hooks).
+    /// (the release hooks): `Ok(Some(error))` when a hook failed.
     fn before_rollout<'a>(
         &'a self,
         ctx: &'a Ctx<R>,
         release: &'a Release,
-    ) -> BoxFuture<'a, Result<()>>;
+    ) -> BoxFuture<'a, Result<Option<Error>>>;
     /// Runs once the rollout converged with every replica ready; returns a note for the
     /// release's message.
     fn after_rollout<'a>(
@@ -134,16 +134,19 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
 
     // Before the first replica of a rollout is touched: the image, then the release hooks.
     if progressing && touches_replicas {
-        let prepared = async {
-            let (container, inits) = kind.images();
-            let images = super::launch::images_of(key, container, inits, &ctx.assets_root);
-            super::launch::ready_to_create(ctx, key, container, &images).await?;
-            kind.before_rollout(ctx, &release).await
-        }
-        .await;
-        if let Err(error) = prepared {
+        let (container, inits) = kind.images();
+        let images = images_of(key, container, inits, &ctx.assets_root);
+        let prepared = match ready_to_create(ctx, key, container, &images).await {
+            Ok(()) => match kind.before_rollout(ctx, &release).await {
+                Ok(None) => Ok(()),
+                Ok(Some(failed)) => Err((failed, Stage::Hooks)),
+                Err(error) => Err((error, Stage::Prepare)),
+            },
+            Err(error) => Err((error, Stage::Prepare)),
+        };
+        if let Err((error, stage)) = prepared {
             let status = kind.detail(ctx, status, &observed).await?;
-            return on_error(ctx, &kind, &release, phase, status, error, Stage::Prepare).await;
+            return on_error(ctx, &kind, &release, phase, status, error, stage).await;
         }
     }
 
@@ -245,8 +248,12 @@ async fn on_error<R: Runtime, K: Replicated<R>>(
     let report = kind.report();
     status.message = error.to_string();
     match rollout_state::next(phase, seen).1 {
-        Effect::FailBeforeRollout => {
-            rollout::fail_before_rollout(ctx, release, &status.message, &report).await?;
+        effect @ (Effect::FailBeforeRollout | Effect::FailAndHalt) => {
+            if effect == Effect::FailAndHalt {
+                rollout::halt_before_rollout(ctx, release, &status.message, &report).await?;
+            } else {
+                rollout::fail_before_rollout(ctx, release, &status.message, &report).await?;
+            }
             status.phase = "Failed".to_owned();
             put_status(ctx, report.key, status).await?;
             Ok(Action::AwaitChange)

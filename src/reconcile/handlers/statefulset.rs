@@ -169,8 +169,8 @@ impl<R: Runtime> Replicated<R> for Statefulset<'_> {
         &'a self,
         _ctx: &'a Ctx<R>,
         _release: &'a Release,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async { Ok(()) })
+    ) -> BoxFuture<'a, Result<Option<Error>>> {
+        Box::pin(async { Ok(None) })
     }
 
     fn after_rollout<'a>(
