@@ -29,6 +29,7 @@ pub mod plan;
 mod probes;
 mod queue;
 mod retry;
+mod rollout_state;
 pub mod router;
 mod routes;
 pub mod wake;

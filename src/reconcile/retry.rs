@@ -11,6 +11,25 @@ use std::time::Duration;
 
 use super::{Action, Error};
 
+/// How an error is handled: the one classification every error goes through (the error
+/// policy below, and the rollout state machine, `rollout_state::next`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ErrorClass {
+    /// Worth another try on the retry schedule.
+    Transient,
+    /// Retrying cannot help until desired state changes.
+    Permanent,
+}
+
+/// The class of `error`.
+pub(crate) fn class(error: &Error) -> ErrorClass {
+    if error.is_transient() {
+        ErrorClass::Transient
+    } else {
+        ErrorClass::Permanent
+    }
+}
+
 /// The retry schedule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryPolicy {
@@ -32,7 +51,7 @@ impl RetryPolicy {
     /// The delay before retry number `failures` (1-based), or `None` when the error is not
     /// transient or the retries are used up.
     pub fn next_delay(&self, error: &Error, failures: usize) -> Option<Duration> {
-        if !error.is_transient() || failures == 0 {
+        if class(error) == ErrorClass::Permanent || failures == 0 {
             return None;
         }
         self.delays.get(failures - 1).copied()

@@ -265,11 +265,11 @@ fn desired_row(tx: &Transaction<'_>, key: &ResourceKey) -> Result<Option<Desired
         .optional()?)
 }
 
-/// The key of a release's `hooks` record that halts it: a rollout failed after it touched
-/// replicas; the reconciler leaves the resource alone until desired state changes.
+/// The key of a release's `hooks` record that says why its rollout failed after it touched
+/// replicas (a record only: whether a release is halted is its `halted` column).
 pub const HALT_MARK: &str = "rollout";
 
-/// Ends a progressing release as failed with `reason`, and marks it halted.
+/// Ends a progressing release as failed with `reason`, halts it, and records why.
 fn halt_release(tx: &Transaction<'_>, id: i64, reason: &str) -> Result<()> {
     let text: String = tx.query_row(
         "SELECT hooks FROM releases WHERE id = ?1",
@@ -286,7 +286,7 @@ fn halt_release(tx: &Transaction<'_>, id: i64, reason: &str) -> Result<()> {
         serde_json::json!({ "failed": reason, "at": now }),
     );
     tx.execute(
-        "UPDATE releases SET hooks = ?2, phase = 'failed', finished_at = ?3,
+        "UPDATE releases SET hooks = ?2, phase = 'failed', halted = 1, finished_at = ?3,
            message = CASE WHEN message = '' THEN ?4 ELSE message || '; ' || ?4 END
          WHERE id = ?1 AND phase = 'progressing'",
         params![
@@ -522,6 +522,33 @@ impl Store {
             )?;
             tx.commit()?;
             Ok(release)
+        })
+    }
+
+    /// Ends a progressing release as failed and halted before it touched replicas (a
+    /// `pre_command` or `command` failed): the reconciler leaves it alone until desired state
+    /// changes. `message` is appended to what the release already says.
+    pub fn halt_release(&self, id: i64, message: &str) -> Result<()> {
+        self.with(|connection| {
+            connection.execute(
+                "UPDATE releases SET phase = 'failed', halted = 1, finished_at = ?2,
+                   message = CASE WHEN message = '' THEN ?3 ELSE message || '; ' || ?3 END
+                 WHERE id = ?1 AND phase = 'progressing'",
+                params![id, now_unix(), message],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Whether a release is halted: it failed, and the reconciler leaves the resource alone
+    /// until desired state changes.
+    pub fn release_halted(&self, id: i64) -> Result<bool> {
+        self.with(|connection| {
+            Ok(connection.query_row(
+                "SELECT halted FROM releases WHERE id = ?1",
+                params![id],
+                |row| row.get(0),
+            )?)
         })
     }
 

@@ -201,4 +201,17 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE status ADD COLUMN reason TEXT;
     "#,
+    // 10: a halted release (failed, left alone until desired state changes) is a state of its
+    // own, no longer read from its hooks record: a rollout that failed after touching
+    // replicas (the `rollout` record) or a failed `pre_command`/`command`.
+    r#"
+    ALTER TABLE releases ADD COLUMN halted INTEGER NOT NULL DEFAULT 0;
+    UPDATE releases SET halted = 1
+     WHERE phase = 'failed' AND json_valid(hooks) AND (
+           json_type(hooks, '$.rollout') IS NOT NULL
+        OR (json_type(hooks, '$.pre_command') IS NOT NULL
+            AND coalesce(json_extract(hooks, '$.pre_command.exit_code'), -1) <> 0)
+        OR (json_type(hooks, '$.command') IS NOT NULL
+            AND coalesce(json_extract(hooks, '$.command.exit_code'), -1) <> 0));
+    "#,
 ];

@@ -1344,3 +1344,51 @@ fn statuses_failed_with_finds_keys_by_reason_only() -> TestResult {
     assert_eq!(found, [key("image"), key("pull")]);
     Ok(())
 }
+
+/// Migration 10 moves "halted" out of the hooks record into the release's own `halted` state.
+#[test]
+fn migration_ten_moves_the_halt_out_of_the_hooks_record() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("state.db");
+    let cases = [
+        (
+            "failed",
+            r#"{"rollout":{"failed":"deadline","at":1}}"#,
+            true,
+        ),
+        ("failed", r#"{"pre_command":{"exit_code":1}}"#, true),
+        (
+            "failed",
+            r#"{"pre_command":{"exit_code":0},"command":{"exit_code":2}}"#,
+            true,
+        ),
+        ("failed", r#"{"command":{"error":"could not start"}}"#, true),
+        ("failed", r#"{"pre_command":{"exit_code":0}}"#, false),
+        ("failed", "{}", false),
+        ("succeeded", r#"{"post_command":{"exit_code":1}}"#, false),
+    ];
+    {
+        let connection = Connection::open(&path)?;
+        for migration in &schema::MIGRATIONS[..9] {
+            connection.execute_batch(migration)?;
+        }
+        connection.pragma_update(None, "user_version", 9)?;
+        connection.execute(
+            "INSERT INTO meta (key, value) VALUES ('agent_id', 'a1')",
+            [],
+        )?;
+        for (n, (phase, hooks, _)) in cases.iter().enumerate() {
+            connection.execute(
+                "INSERT INTO releases (id, kind, scope, name, commit_sha, spec_hash, snapshot, phase, started_at, hooks)
+                 VALUES (?1, 'deployment', 's', 'web', ?2, 'h', '{}', ?3, 1, ?4)",
+                params![i64::try_from(n)? + 1, sha(1).as_str(), phase, hooks],
+            )?;
+        }
+    }
+    let store = Store::open(&path)?;
+    for (n, (phase, hooks, halted)) in cases.iter().enumerate() {
+        let id = i64::try_from(n)? + 1;
+        assert_eq!(store.release_halted(id)?, *halted, "{phase} {hooks}");
+    }
+    Ok(())
+}

@@ -607,3 +607,52 @@ async fn asset_files_changed_on_the_host_are_repaired() -> TestResult {
     assert!(!dir.join("stray").exists(), "an undeclared file is removed");
     harness.stop().await
 }
+
+/// Bug 1 of issue 11: a rollout whose environment cannot be built (its only `env_from` bucket
+/// is missing) is a failed pass like any other, for both replicated kinds: status says so
+/// (never `Ready`), and the release in flight fails while the old replicas run on.
+#[tokio::test(start_paused = true)]
+async fn an_environment_that_cannot_be_built_is_not_ready() -> TestResult {
+    let body = |kind: &str, name: &str, env: &str| {
+        format!(
+            "{kind} \"shop\" \"{name}\" {{\n  image = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n  replicas = 2\n  {env}\n}}\n"
+        )
+    };
+    let cases = [
+        (Kind::Deployment, "deployment", "web"),
+        (Kind::Statefulset, "statefulset", "db"),
+    ];
+    for (kind, word, name) in cases {
+        let key = ResourceKey::new(kind, "shop", name);
+        let file = format!("{name}.hcl");
+        let mut harness = Harness::new()?;
+        harness.start()?;
+        let good = harness.push(&[(&file, &body(word, name, "env = { V = \"1\" }"))])?;
+        let before = ids(&harness.converged(&key, 2).await?);
+        let bad = harness.push(&[(&file, &body(word, name, "env_from = [\"missing\"]"))])?;
+        let status = harness
+            .status_where(&key, |status| status.phase == "Failed")
+            .await?;
+        assert!(
+            status.message.contains("missing"),
+            "{key}: {}",
+            status.message
+        );
+        let releases = harness.store.releases(&key, 10)?;
+        let phases: Vec<(&str, ReleasePhase)> = releases
+            .iter()
+            .map(|release| (release.commit.as_str(), release.phase))
+            .collect();
+        assert!(
+            phases.contains(&(bad.as_str(), ReleasePhase::Failed)),
+            "{key}: the bad commit's release failed: {phases:?}"
+        );
+        assert!(
+            phases.contains(&(good.as_str(), ReleasePhase::Succeeded)),
+            "{key}: {phases:?}"
+        );
+        assert_eq!(ids(&harness.containers(&key).await?), before, "{key}");
+        harness.stop().await?;
+    }
+    Ok(())
+}

@@ -4,8 +4,8 @@
 //! current when both its spec hash and its environment digest match, so a config bucket
 //! change rolls the replicas the way a spec change does.
 //!
-//! Each pass is level-triggered: observe (replicas, their readiness), decide (`plan` then
-//! `gate`), act, observe again, record. A rollout therefore spans passes: a pass replaces one
+//! Each pass is the one replicated pass (`replicated.rs`): observe (replicas, their readiness),
+//! decide (`plan` then `gate`), act, observe again, record. A rollout therefore spans passes: a pass replaces one
 //! slot and returns; the new replica's readiness (published by the probes) queues the next
 //! pass, which replaces the next slot. A newer commit simply makes the next pass work towards
 //! the newer spec (its release supersedes the one in flight).
@@ -22,234 +22,177 @@
 use std::collections::BTreeSet;
 
 use futures_util::StreamExt as _;
+use futures_util::future::BoxFuture;
 
 use super::container::{Identity, Launch, aliases};
 use super::hooks;
-use super::launch::{
-    EnvSource, build_spec, create_and_start, identity_vars, images_of, ready_to_create,
-    run_init_chain,
-};
-use super::replicas::{
-    BackingOff, Observed, fail_rollout, inspect_waiting, not_done, observe, put_status,
-    rollout_failure, start_again,
-};
-use super::rollout::{self, Report};
-use crate::manifest::spec::{DeploymentSpec, Spec};
+use super::launch::{EnvSource, build_spec, create_and_start, identity_vars, run_init_chain};
+use super::replicas::{BackingOff, Observed, start_again};
+use super::replicated::{self, Replicated};
+use super::rollout::Report;
+use crate::manifest::spec::{Container as ContainerSpec, DeploymentSpec, Init, Spec};
 use crate::model::{Kind, ResourceKey, random_hex};
 use crate::reconcile::gate;
 use crate::reconcile::plan::{Step, Target, plan_replicas};
-use crate::reconcile::{Ctx, Error, Result, blocking};
+use crate::reconcile::{Action, Ctx, Error, Result, blocking};
 use crate::runtime::{Container, ContainerState, Runtime, labels};
-use crate::store::{
-    DeploymentDetail, Desired, Detail, FailureReason, Phase, Release, ReleasePhase, ReplicaDetail,
-    ResourceStatus,
-};
+use crate::store::{DeploymentDetail, Desired, Detail, Release, ReplicaDetail, ResourceStatus};
 
-/// What one reconcile works with.
-struct Work<'a> {
-    desired: &'a Desired,
-    spec: &'a DeploymentSpec,
-    release: &'a Release,
-    launch: Launch,
-}
-
-pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
+pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Action> {
     let desired = super::desired_of(ctx, key).await?;
     let Some(desired) = desired else {
-        return remove_everything(ctx, key).await;
+        remove_everything(ctx, key).await?;
+        return Ok(Action::Done);
     };
     let Spec::Deployment(spec) = &desired.spec else {
         return Err(super::wrong_kind(key, &desired.spec));
     };
-    let env_source = EnvSource::load(ctx, &key.scope).await?;
-    let (env, env_digest) = env_source.env(ctx, key, &spec.container, identity_vars(key))?;
-    let target = Target {
-        spec_hash: &desired.spec_hash,
-        n_replicas: desired.n_replicas,
-        env_digest: Some(&env_digest),
-    };
-    let is_current = |container: &Container| target.is_current(container);
-    let report = Report {
-        key,
-        on_deploy: spec.on_deploy.as_ref(),
-        image: spec.container.effective_image(key),
-    };
-    let mut release = rollout::current_release(ctx, &desired).await?;
-    let observed = observe(ctx, key, is_current).await?;
-    let steps = plan_replicas(Some(&target), &observed.actual);
-    let touches_replicas = steps
-        .iter()
-        .any(|step| matches!(step, Step::Create | Step::Replace { .. }));
-    let mut status = ResourceStatus {
-        desired_replicas: desired.n_replicas,
-        spec_hash: desired.spec_hash.to_string(),
-        release_id: Some(release.id),
-        ..ResourceStatus::new(Phase::Progressing, "")
-    };
-    let halted = rollout::halted(ctx, &release, &desired).await?;
-    if release.phase == ReleasePhase::Failed && !halted && touches_replicas {
-        // It failed before touching replicas (its image): another attempt once the image can
-        // be had; until then the old replicas run on and nothing new is recorded.
-        match rollout::retry_failed(ctx, &release, &desired, &spec.container, &spec.inits).await {
-            Ok(retry) => {
-                release = retry;
-                status.release_id = Some(release.id);
-            }
-            Err(error) => {
-                status.phase = Phase::Failed;
-                status.reason = Some(error.reason());
-                status.message = error.to_string();
-                put_status(ctx, key, with_detail(status, &observed, &target, &desired)).await?;
-                return if error.is_transient() {
-                    Err(error)
-                } else {
-                    Ok(())
-                };
-            }
-        }
-    }
-    let progressing = release.phase == ReleasePhase::Progressing;
-
-    // Before the first replica of a rollout is touched: the image, then the release hooks.
-    if progressing && touches_replicas {
-        let prepared = async {
-            let images = images_of(key, &spec.container, &spec.inits, &ctx.assets_root);
-            ready_to_create(ctx, key, &spec.container, &images).await?;
-            let hook_env = env_source.env(ctx, key, &spec.container, Vec::new())?.0;
-            hooks::before_rollout(ctx, key, spec, release.id, &hook_env).await
-        }
-        .await;
-        if let Err(error) = prepared {
-            status.message = error.to_string();
-            let status = with_detail(status, &observed, &target, &desired);
-            if error.is_transient() {
-                put_status(ctx, key, status).await?;
-                return Err(error);
-            }
-            rollout::fail_before_rollout(ctx, &release, &error.to_string(), &report).await?;
-            return put_status(
-                ctx,
-                key,
-                ResourceStatus {
-                    phase: Phase::Failed,
-                    reason: Some(error.reason()),
-                    ..status
-                },
-            )
-            .await;
-        }
-    }
-
-    // A rollout that ran out of time, or whose new replica keeps crashing, is rolled back.
-    let new_replicas = inspect_waiting(ctx, &observed, &release).await;
-    if let Some((failure, reason)) =
-        rollout_failure(ctx, &release, steps.is_empty(), &observed, &new_replicas)
-    {
-        let status = with_detail(status, &observed, &target, &desired);
-        return fail_rollout(ctx, &release, (failure, &reason), &report, status).await;
-    }
-
-    // Act on what the health gate lets through; a halted resource is repaired (removals,
-    // starts, creates) but never rolled.
-    let mut now_steps = gate::gate(
-        steps,
-        &observed.waiting,
-        &observed.ready_names(),
-        desired.n_replicas,
-    );
-    if halted {
-        now_steps.retain(|step| !matches!(step, Step::Replace { .. }));
-    }
-    let launch = Launch {
-        env,
-        env_digest: env_digest.clone(),
-        ports: spec.ports.clone(),
-        restart: spec.effective_restart().to_owned(),
-        default_ulimits: ctx.default_ulimits.clone(),
-        probes: spec.probes.clone(),
-        ..Launch::default()
-    };
-    let work = Work {
+    let deployment = Deployment {
         desired: &desired,
         spec,
-        release: &release,
-        launch,
+        launch: Launch::default(),
+        hook_env: Vec::new(),
+        release_id: 0,
     };
-    let taken: BTreeSet<String> = observed
-        .actual
-        .iter()
-        .map(|container| container.name.clone())
-        .collect();
-    let mut backing_off = BackingOff::new();
-    let result = execute(ctx, &work, &now_steps, taken, &mut backing_off).await;
-    let observed = observe(ctx, key, is_current).await?;
-    ctx.router.wake();
-    if let Err(error) = result {
-        status.message = error.to_string();
-        if progressing {
-            ctx.memory
-                .rollouts
-                .note_error(release.id, status.message.clone());
+    replicated::pass(ctx, &desired, deployment).await
+}
+
+/// A deployment in one pass: interchangeable replicas, one environment for all of them.
+struct Deployment<'a> {
+    desired: &'a Desired,
+    spec: &'a DeploymentSpec,
+    /// Set by `build`.
+    launch: Launch,
+    /// The environment of the release hooks (no replica identity); set by `build`.
+    hook_env: Vec<String>,
+    /// Set by `set_release`.
+    release_id: i64,
+}
+
+impl Deployment<'_> {
+    fn target(&self) -> Target<'_> {
+        Target {
+            spec_hash: &self.desired.spec_hash,
+            n_replicas: self.desired.n_replicas,
+            env_digest: Some(&self.launch.env_digest),
         }
-        let status = with_detail(status, &observed, &target, &desired);
-        if !error.is_transient() && progressing {
-            return fail_rollout(
-                ctx,
-                &release,
-                (error.reason(), &error.to_string()),
-                &report,
-                status,
-            )
-            .await;
-        }
-        let phase = if error.is_transient() {
-            Phase::Progressing
-        } else {
-            Phase::Failed
+    }
+}
+
+impl<R: Runtime> Replicated<R> for Deployment<'_> {
+    type Step = Step;
+
+    fn build(&mut self, ctx: &Ctx<R>, env_source: &EnvSource) -> Result<()> {
+        let key = &self.desired.key;
+        let container = &self.spec.container;
+        let (env, env_digest) = env_source.env(ctx, key, container, identity_vars(key))?;
+        self.hook_env = env_source.env(ctx, key, container, Vec::new())?.0;
+        self.launch = Launch {
+            env,
+            env_digest,
+            ports: self.spec.ports.clone(),
+            restart: self.spec.effective_restart().to_owned(),
+            default_ulimits: ctx.default_ulimits.clone(),
+            probes: self.spec.probes.clone(),
+            ..Launch::default()
         };
-        put_status(
-            ctx,
+        Ok(())
+    }
+
+    fn set_release(&mut self, release: &Release) {
+        self.release_id = release.id;
+    }
+
+    fn report(&self) -> Report<'_> {
+        let key = &self.desired.key;
+        Report {
             key,
-            ResourceStatus {
-                phase,
-                reason: Some(error.reason()),
-                ..status
-            },
+            on_deploy: self.spec.on_deploy.as_ref(),
+            image: self.spec.container.effective_image(key),
+        }
+    }
+
+    fn images(&self) -> (&ContainerSpec, &[Init]) {
+        (&self.spec.container, &self.spec.inits)
+    }
+
+    fn is_current(&self, container: &Container) -> bool {
+        self.target().is_current(container)
+    }
+
+    fn plan(&self, actual: &[Container]) -> Vec<Step> {
+        plan_replicas(Some(&self.target()), actual)
+    }
+
+    fn touches(step: &Step) -> bool {
+        matches!(step, Step::Create | Step::Replace { .. })
+    }
+
+    fn is_replace(step: &Step) -> bool {
+        matches!(step, Step::Replace { .. })
+    }
+
+    fn gate(&self, steps: Vec<Step>, observed: &Observed) -> Vec<Step> {
+        gate::gate(
+            steps,
+            &observed.waiting,
+            &observed.ready_names(),
+            self.desired.n_replicas,
         )
-        .await?;
-        return Err(error);
     }
-    let converged = plan_replicas(Some(&target), &observed.actual).is_empty();
-    if !halted && converged && observed.waiting.is_empty() {
-        status.phase = Phase::Ready;
-        if release.rolled_back_from.is_some() {
-            // Running a rollback (automatic or the operator's): status keeps saying why.
-            status.message.clone_from(&release.message);
-        }
-        if progressing {
-            let hook_env = env_source.env(ctx, key, &spec.container, Vec::new())?.0;
-            let note = hooks::after_rollout(ctx, key, spec, release.id, &hook_env).await?;
-            rollout::succeed(ctx, &release, &report, &note).await?;
-        }
-    } else {
-        not_done(
+
+    fn before_rollout<'a>(
+        &'a self,
+        ctx: &'a Ctx<R>,
+        release: &'a Release,
+    ) -> BoxFuture<'a, Result<Option<Error>>> {
+        Box::pin(hooks::before_rollout(
             ctx,
-            key,
-            &mut status,
-            &observed,
-            &new_replicas,
-            &backing_off,
-            progressing && !halted,
-        );
-        if halted {
-            // Halted until desired state changes: repaired (removals, starts, creates), never
-            // rolled, and status says why.
-            status.phase = Phase::Failed;
-            status.reason = Some(FailureReason::Halted);
-            status.message.clone_from(&release.message);
-        }
+            &self.desired.key,
+            self.spec,
+            release.id,
+            &self.hook_env,
+        ))
     }
-    put_status(ctx, key, with_detail(status, &observed, &target, &desired)).await
+
+    fn after_rollout<'a>(
+        &'a self,
+        ctx: &'a Ctx<R>,
+        release: &'a Release,
+    ) -> BoxFuture<'a, Result<String>> {
+        Box::pin(hooks::after_rollout(
+            ctx,
+            &self.desired.key,
+            self.spec,
+            release.id,
+            &self.hook_env,
+        ))
+    }
+
+    fn execute<'a>(
+        &'a self,
+        ctx: &'a Ctx<R>,
+        steps: &'a [Step],
+        observed: &'a Observed,
+        backing_off: &'a mut BackingOff,
+    ) -> BoxFuture<'a, Result<()>> {
+        let taken: BTreeSet<String> = observed
+            .actual
+            .iter()
+            .map(|container| container.name.clone())
+            .collect();
+        Box::pin(execute(ctx, self, steps, taken, backing_off))
+    }
+
+    fn detail<'a>(
+        &'a self,
+        _ctx: &'a Ctx<R>,
+        status: ResourceStatus,
+        observed: &'a Observed,
+    ) -> BoxFuture<'a, Result<ResourceStatus>> {
+        let status = with_detail(status, observed, &self.target(), self.desired);
+        Box::pin(async move { Ok(status) })
+    }
 }
 
 /// `status` with the replica counts and readiness of `observed` (`running_replicas`: current
@@ -342,7 +285,7 @@ async fn remove_everything<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Resul
 /// listed in `backing_off`.
 async fn execute<R: Runtime>(
     ctx: &Ctx<R>,
-    work: &Work<'_>,
+    work: &Deployment<'_>,
     steps: &[Step],
     mut taken: BTreeSet<String>,
     backing_off: &mut BackingOff,
@@ -392,7 +335,7 @@ async fn execute<R: Runtime>(
 /// count next pass).
 async fn create_replicas<R: Runtime>(
     ctx: &Ctx<R>,
-    work: &Work<'_>,
+    work: &Deployment<'_>,
     n: usize,
     taken: &mut BTreeSet<String>,
 ) -> Result<Vec<String>> {
@@ -410,7 +353,7 @@ async fn create_replicas<R: Runtime>(
                 replica_id,
                 ordinal: None,
                 spec_hash: Some(work.desired.spec_hash.to_string()),
-                release_id: Some(work.release.id.to_string()),
+                release_id: Some(work.release_id.to_string()),
                 aliases: aliases(key, None),
             });
         }
@@ -445,7 +388,7 @@ async fn create_replicas<R: Runtime>(
 /// start is removed again.
 async fn create_replica<R: Runtime>(
     ctx: &Ctx<R>,
-    work: &Work<'_>,
+    work: &Deployment<'_>,
     identity: &Identity,
 ) -> Result<String> {
     let key = &work.desired.key;

@@ -60,27 +60,28 @@ impl Stage {
     }
 }
 
-/// Runs the stages before the rollout. `Err(Permanent)` when one fails: the release fails.
+/// Runs the stages before the rollout. `Ok(Some(Permanent))` when one fails: the release
+/// fails and is halted; `Err` when a stage could not be run.
 pub(crate) async fn before_rollout<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
     spec: &DeploymentSpec,
     release_id: i64,
     env: &[String],
-) -> Result<()> {
+) -> Result<Option<Error>> {
     for stage in [Stage::Pre, Stage::Command] {
         if let Some(failure) = run_stage(ctx, key, spec, release_id, env, stage).await? {
-            return Err(Error::Permanent {
+            return Ok(Some(Error::Permanent {
                 key: key.clone(),
                 reason: FailureReason::Hook,
                 message: format!(
                     "release #{release_id} failed in {}: {failure}; the previous replicas keep running",
                     stage.name()
                 ),
-            });
+            }));
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 /// Runs `post_command` after a converged rollout; a failure is logged and recorded only, and
@@ -99,15 +100,6 @@ pub(crate) async fn after_rollout<R: Runtime>(
         }
         None => Ok(String::new()),
     }
-}
-
-/// Whether a recorded `pre_command` or `command` of this release failed.
-pub(crate) fn failed_before_rollout(hooks: &serde_json::Map<String, serde_json::Value>) -> bool {
-    [Stage::Pre, Stage::Command].iter().any(|stage| {
-        hooks.get(stage.name()).is_some_and(|outcome| {
-            outcome.get("exit_code").and_then(serde_json::Value::as_i64) != Some(0)
-        })
-    })
 }
 
 /// Runs one stage unless it has no command or already succeeded for this release. Returns a

@@ -14,6 +14,7 @@ mod job;
 pub(crate) mod launch;
 mod registry;
 mod replicas;
+mod replicated;
 mod rollout;
 mod statefulset;
 
@@ -30,15 +31,11 @@ pub(crate) async fn reconcile<R: Runtime>(ctx: Arc<Ctx<R>>, key: ResourceKey) ->
     match key.kind {
         Kind::Asset => asset::reconcile(&ctx, &key).await,
         Kind::Cronjob => cronjob::reconcile(&ctx, &key).await,
-        Kind::Deployment => deployment::reconcile(&ctx, &key)
-            .await
-            .map(|()| Action::Done),
+        Kind::Deployment => deployment::reconcile(&ctx, &key).await,
         Kind::Ingress => ingress::reconcile(&ctx, &key).await,
         Kind::Job => job::reconcile(&ctx, &key).await,
         Kind::Registry => registry::reconcile(&ctx, &key).await,
-        Kind::Statefulset => statefulset::reconcile(&ctx, &key)
-            .await
-            .map(|()| Action::Done),
+        Kind::Statefulset => statefulset::reconcile(&ctx, &key).await,
     }
 }
 

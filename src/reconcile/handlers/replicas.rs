@@ -223,31 +223,26 @@ pub(super) async fn start_again<R: Runtime>(
     Ok(())
 }
 
-/// Phase and message of a pass that is not done, and asks for the next look: when a back-off
+/// Phase and message of a pass that is not done, and when to look again: when a back-off
 /// ends, and (during a rollout) to re-check the deadline.
-pub(super) fn not_done<R: Runtime>(
-    ctx: &Ctx<R>,
-    key: &ResourceKey,
+pub(super) fn not_done(
     status: &mut ResourceStatus,
     observed: &Observed,
     new_replicas: &[NewReplica],
     backing_off: &BackingOff,
     progressing: bool,
-) {
+) -> Option<Duration> {
     status.phase = if progressing {
         Phase::Progressing
     } else {
         Phase::Degraded
     };
     status.message = describe_wait(observed, new_replicas, backing_off, progressing);
-    let recheck = backing_off
+    backing_off
         .iter()
         .map(|(_, _, wait)| *wait)
         .chain(progressing.then_some(RECHECK))
-        .min();
-    if let Some(delay) = recheck {
-        ctx.requeue.after(key.clone(), delay);
-    }
+        .min()
 }
 
 /// The status message of a pass that is not done: the first replica awaited and why.
@@ -295,8 +290,6 @@ pub(super) async fn fail_rollout<R: Runtime>(
         status.message = message;
         put_status(ctx, report.key, status).await?;
     }
-    // Rolled back: the rollback's journal row queues the next pass. Superseded: so did the
-    // newer commit's.
     Ok(())
 }
 

@@ -14,10 +14,9 @@ use crate::model::ResourceKey;
 use crate::reconcile::notify::Outcome;
 use crate::reconcile::{Ctx, Result, blocking};
 use crate::runtime::Runtime;
-use crate::store::{AutoRollback, Desired, HALT_MARK, Release, ReleasePhase, now_unix};
+use crate::store::{AutoRollback, Desired, Release, ReleasePhase, now_unix};
 
 use super::container::rfc3339_seconds;
-use super::hooks;
 use super::launch::{images_of, ready_to_create};
 
 /// The release this pass works under: the latest one when it has the desired spec hash and
@@ -66,8 +65,7 @@ pub(super) async fn halted<R: Runtime>(
         return Ok(false);
     }
     let id = release.id;
-    let recorded = blocking(&ctx.store, move |store| store.release_hooks(id)).await?;
-    Ok(recorded.contains_key(HALT_MARK) || hooks::failed_before_rollout(&recorded))
+    blocking(&ctx.store, move |store| store.release_halted(id)).await
 }
 
 /// For a release that failed before touching replicas (its image could not be had) and is
@@ -194,6 +192,25 @@ pub(super) async fn fail_before_rollout<R: Runtime>(
         store.finish_release(id, ReleasePhase::Failed, &text)
     })
     .await?;
+    ctx.memory.rollouts.finish(id);
+    ctx.metrics
+        .record_release(report.key.kind.as_str(), ReleasePhase::Failed.as_str());
+    notify(ctx, release, report, false, message.to_owned());
+    Ok(())
+}
+
+/// Ends a progressing release as failed and halted before any replica was touched (a
+/// `pre_command` or `command` failed): the old replicas run on, and the release is not tried
+/// again until desired state changes.
+pub(super) async fn halt_before_rollout<R: Runtime>(
+    ctx: &Ctx<R>,
+    release: &Release,
+    message: &str,
+    report: &Report<'_>,
+) -> Result<()> {
+    let id = release.id;
+    let text = message.to_owned();
+    blocking(&ctx.store, move |store| store.halt_release(id, &text)).await?;
     ctx.memory.rollouts.finish(id);
     ctx.metrics
         .record_release(report.key.kind.as_str(), ReleasePhase::Failed.as_str());

@@ -11,7 +11,7 @@
 //! - each pod's environment carries `VOODU_REPLICA_ORDINAL` and `VOODU_REPLICA_ID`, so each
 //!   pod has its own environment digest, and a pod is current when its spec hash and its own
 //!   digest match;
-//! - each pass is level-triggered, as the deployment handler's: surplus pods are removed
+//! - each pass is the one replicated pass (`replicated.rs`), as the deployment's: surplus pods are removed
 //!   highest ordinal first, then one pod at a time is created (lowest missing ordinal first)
 //!   or replaced (highest outdated ordinal first, ordinal 0 last), and only once every current
 //!   pod is ready (`gate::gate_ordered`); the pod's readiness queues the next pass. A replaced
@@ -27,24 +27,21 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use futures_util::future::BoxFuture;
+
 use super::container::{Identity, Launch, aliases};
-use super::launch::{
-    EnvSource, build_spec, create_and_start, identity_vars, images_of, ready_to_create,
-    run_init_chain,
-};
-use super::replicas::{
-    BackingOff, Observed, fail_rollout, inspect_waiting, list_replicas, not_done, observe,
-    put_status, rollout_failure, start_again,
-};
-use super::rollout::{self, Report};
-use crate::manifest::spec::{Spec, StatefulsetSpec};
+use super::launch::{EnvSource, build_spec, create_and_start, identity_vars, run_init_chain};
+use super::replicas::{BackingOff, Observed, list_replicas, start_again};
+use super::replicated::{self, Replicated};
+use super::rollout::Report;
+use crate::manifest::spec::{Container as ContainerSpec, Init, Spec, StatefulsetSpec};
 use crate::model::{Kind, ResourceKey};
 use crate::reconcile::plan::{StatefulStep, StatefulTarget, plan_statefulset, pod_ordinal};
-use crate::reconcile::{Ctx, Error, Result, blocking, gate};
+use crate::reconcile::{Action, Ctx, Error, Result, blocking, gate};
 use crate::runtime::{Container, ContainerState, Runtime, Volume, labels};
 use crate::store::{
-    Desired, Detail, FailureReason, Phase, PodDetail, ReleasePhase, ResourceStatus,
-    StatefulsetDetail, VolumeDetail,
+    Desired, Detail, FailureReason, PodDetail, Release, ResourceStatus, StatefulsetDetail,
+    VolumeDetail,
 };
 
 /// One pod's name, labels, environment and mounts.
@@ -55,199 +52,157 @@ struct Pod {
     volumes: Vec<(String, BTreeMap<String, String>, String)>,
 }
 
-/// What one reconcile works with.
-struct Work<'a> {
-    desired: &'a Desired,
-    spec: &'a StatefulsetSpec,
-    /// Indexed by ordinal, `0..n_replicas`.
-    pods: Vec<Pod>,
-}
-
-pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
+pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Action> {
     let desired = super::desired_of(ctx, key).await?;
     let Some(desired) = desired else {
-        return remove_everything(ctx, key).await;
+        remove_everything(ctx, key).await?;
+        return Ok(Action::Done);
     };
     let Spec::Statefulset(spec) = &desired.spec else {
         return Err(super::wrong_kind(key, &desired.spec));
     };
-    let env_source = EnvSource::load(ctx, &key.scope).await?;
-    let mut pods = Vec::with_capacity(desired.n_replicas);
-    for ordinal in 0..desired.n_replicas {
-        pods.push(pod(ctx, &env_source, &desired, spec, ordinal)?);
-    }
-    let digests: Vec<String> = pods
-        .iter()
-        .map(|pod| pod.launch.env_digest.clone())
-        .collect();
-    let target = StatefulTarget {
-        spec_hash: &desired.spec_hash,
-        n_replicas: desired.n_replicas,
-        env_digests: Some(&digests),
+    let statefulset = Statefulset {
+        desired: &desired,
+        spec,
+        pods: Vec::new(),
+        digests: Vec::new(),
     };
-    let is_current = |pod: &Container| {
+    replicated::pass(ctx, &desired, statefulset).await
+}
+
+/// A statefulset in one pass: pods with an ordinal each, their own environment and volumes.
+struct Statefulset<'a> {
+    desired: &'a Desired,
+    spec: &'a StatefulsetSpec,
+    /// Indexed by ordinal, `0..n_replicas`; set by `build`.
+    pods: Vec<Pod>,
+    /// Each pod's environment digest, by ordinal; set by `build`.
+    digests: Vec<String>,
+}
+
+impl Statefulset<'_> {
+    fn target(&self) -> StatefulTarget<'_> {
+        StatefulTarget {
+            spec_hash: &self.desired.spec_hash,
+            n_replicas: self.desired.n_replicas,
+            env_digests: Some(&self.digests),
+        }
+    }
+}
+
+impl<R: Runtime> Replicated<R> for Statefulset<'_> {
+    type Step = StatefulStep;
+
+    fn build(&mut self, ctx: &Ctx<R>, env_source: &EnvSource) -> Result<()> {
+        let mut pods = Vec::with_capacity(self.desired.n_replicas);
+        for ordinal in 0..self.desired.n_replicas {
+            pods.push(pod(ctx, env_source, self.desired, self.spec, ordinal)?);
+        }
+        self.digests = pods
+            .iter()
+            .map(|pod| pod.launch.env_digest.clone())
+            .collect();
+        self.pods = pods;
+        Ok(())
+    }
+
+    fn set_release(&mut self, release: &Release) {
+        for pod in &mut self.pods {
+            pod.identity.release_id = Some(release.id.to_string());
+        }
+    }
+
+    fn report(&self) -> Report<'_> {
+        let key = &self.desired.key;
+        Report {
+            key,
+            on_deploy: None,
+            image: self.spec.container.effective_image(key),
+        }
+    }
+
+    fn images(&self) -> (&ContainerSpec, &[Init]) {
+        (&self.spec.container, &self.spec.inits)
+    }
+
+    fn is_current(&self, pod: &Container) -> bool {
+        let target = self.target();
         pod_ordinal(pod)
             .is_some_and(|ordinal| ordinal < target.n_replicas && target.is_current(ordinal, pod))
-    };
-    let report = Report {
-        key,
-        on_deploy: None,
-        image: spec.container.effective_image(key),
-    };
-    let mut release = rollout::current_release(ctx, &desired).await?;
-    let observed = observe(ctx, key, is_current).await?;
-    let steps = plan_statefulset(Some(&target), &observed.actual);
-    let touches_pods = steps.iter().any(|step| {
+    }
+
+    fn plan(&self, actual: &[Container]) -> Vec<StatefulStep> {
+        plan_statefulset(Some(&self.target()), actual)
+    }
+
+    fn touches(step: &StatefulStep) -> bool {
         matches!(
             step,
             StatefulStep::Create { .. } | StatefulStep::Replace { .. }
         )
-    });
-    let mut status = ResourceStatus {
-        desired_replicas: desired.n_replicas,
-        spec_hash: desired.spec_hash.to_string(),
-        release_id: Some(release.id),
-        ..ResourceStatus::new(Phase::Progressing, "")
-    };
-    let halted = rollout::halted(ctx, &release, &desired).await?;
-    if release.phase == ReleasePhase::Failed && !halted && touches_pods {
-        // It failed before touching pods (its image): another attempt once the image can be
-        // had; until then the pods run on and nothing new is recorded.
-        match rollout::retry_failed(ctx, &release, &desired, &spec.container, &spec.inits).await {
-            Ok(retry) => {
-                release = retry;
-                status.release_id = Some(release.id);
-            }
-            Err(error) => {
-                status.phase = Phase::Failed;
-                status.reason = Some(error.reason());
-                status.message = error.to_string();
-                let status = with_detail(ctx, key, status, &observed, &target).await?;
-                put_status(ctx, key, status).await?;
-                return if error.is_transient() {
-                    Err(error)
-                } else {
-                    Ok(())
-                };
-            }
-        }
-    }
-    for pod in &mut pods {
-        pod.identity.release_id = Some(release.id.to_string());
-    }
-    let progressing = release.phase == ReleasePhase::Progressing;
-    if progressing && touches_pods {
-        let images = images_of(key, &spec.container, &spec.inits, &ctx.assets_root);
-        if let Err(error) = ready_to_create(ctx, key, &spec.container, &images).await {
-            status.message = error.to_string();
-            let mut status = with_detail(ctx, key, status, &observed, &target).await?;
-            if error.is_transient() {
-                put_status(ctx, key, status).await?;
-                return Err(error);
-            }
-            rollout::fail_before_rollout(ctx, &release, &error.to_string(), &report).await?;
-            status.phase = Phase::Failed;
-            status.reason = Some(error.reason());
-            return put_status(ctx, key, status).await;
-        }
     }
 
-    // A rollout that ran out of time, or whose new pod keeps crashing, is rolled back.
-    let new_pods = inspect_waiting(ctx, &observed, &release).await;
-    if let Some((failure, reason)) =
-        rollout_failure(ctx, &release, steps.is_empty(), &observed, &new_pods)
-    {
-        let status = with_detail(ctx, key, status, &observed, &target).await?;
-        return fail_rollout(ctx, &release, (failure, &reason), &report, status).await;
+    fn is_replace(step: &StatefulStep) -> bool {
+        matches!(step, StatefulStep::Replace { .. })
     }
 
-    // Act on what the ordered gate lets through: one pod at a time, each ready first.
-    let unready: BTreeSet<usize> = observed
-        .actual
-        .iter()
-        .filter(|pod| !observed.is_ready(pod))
-        .filter_map(pod_ordinal)
-        .filter(|ordinal| *ordinal < target.n_replicas)
-        .collect();
-    let down: BTreeSet<usize> = observed
-        .actual
-        .iter()
-        .filter(|pod| pod.state != ContainerState::Running)
-        .filter_map(pod_ordinal)
-        .filter(|ordinal| unready.contains(ordinal))
-        .collect();
-    let mut now_steps = gate::gate_ordered(steps, &unready, &down);
-    if halted {
-        // Repaired (removals, starts, creates) but never rolled while halted.
-        now_steps.retain(|step| !matches!(step, StatefulStep::Replace { .. }));
+    /// The ordered gate: one pod at a time, each ready first.
+    fn gate(&self, steps: Vec<StatefulStep>, observed: &Observed) -> Vec<StatefulStep> {
+        let n_replicas = self.desired.n_replicas;
+        let unready: BTreeSet<usize> = observed
+            .actual
+            .iter()
+            .filter(|pod| !observed.is_ready(pod))
+            .filter_map(pod_ordinal)
+            .filter(|ordinal| *ordinal < n_replicas)
+            .collect();
+        let down: BTreeSet<usize> = observed
+            .actual
+            .iter()
+            .filter(|pod| pod.state != ContainerState::Running)
+            .filter_map(pod_ordinal)
+            .filter(|ordinal| unready.contains(ordinal))
+            .collect();
+        gate::gate_ordered(steps, &unready, &down)
     }
-    let work = Work {
-        desired: &desired,
-        spec,
-        pods,
-    };
-    let mut backing_off = BackingOff::new();
-    let result = execute(ctx, &work, &now_steps, &mut backing_off).await;
-    let observed = observe(ctx, key, is_current).await?;
-    // Readiness is the probe runners' (`reconcile::probes`); routes may have changed.
-    ctx.router.wake();
-    if let Err(error) = result {
-        status.message = error.to_string();
-        if progressing {
-            ctx.memory
-                .rollouts
-                .note_error(release.id, status.message.clone());
-        }
-        let mut status = with_detail(ctx, key, status, &observed, &target).await?;
-        if !error.is_transient() && progressing {
-            return fail_rollout(
-                ctx,
-                &release,
-                (error.reason(), &error.to_string()),
-                &report,
-                status,
-            )
-            .await;
-        }
-        status.phase = if error.is_transient() {
-            Phase::Progressing
-        } else {
-            Phase::Failed
-        };
-        status.reason = Some(error.reason());
-        put_status(ctx, key, status).await?;
-        return Err(error);
+
+    /// Statefulsets have no release hooks (voodu has none).
+    fn before_rollout<'a>(
+        &'a self,
+        _ctx: &'a Ctx<R>,
+        _release: &'a Release,
+    ) -> BoxFuture<'a, Result<Option<Error>>> {
+        Box::pin(async { Ok(None) })
     }
-    let converged = plan_statefulset(Some(&target), &observed.actual).is_empty();
-    if !halted && converged && observed.waiting.is_empty() {
-        status.phase = Phase::Ready;
-        if release.rolled_back_from.is_some() {
-            // Running a rollback (automatic or the operator's): status keeps saying why.
-            status.message.clone_from(&release.message);
-        }
-        if progressing {
-            rollout::succeed(ctx, &release, &report, "").await?;
-        }
-    } else {
-        not_done(
-            ctx,
-            key,
-            &mut status,
-            &observed,
-            &new_pods,
-            &backing_off,
-            progressing && !halted,
-        );
-        if halted {
-            // Halted until desired state changes: repaired (removals, starts, creates), never
-            // rolled, and status says why.
-            status.phase = Phase::Failed;
-            status.reason = Some(FailureReason::Halted);
-            status.message.clone_from(&release.message);
-        }
+
+    fn after_rollout<'a>(
+        &'a self,
+        _ctx: &'a Ctx<R>,
+        _release: &'a Release,
+    ) -> BoxFuture<'a, Result<String>> {
+        Box::pin(async { Ok(String::new()) })
     }
-    let status = with_detail(ctx, key, status, &observed, &target).await?;
-    put_status(ctx, key, status).await
+
+    fn execute<'a>(
+        &'a self,
+        ctx: &'a Ctx<R>,
+        steps: &'a [StatefulStep],
+        _observed: &'a Observed,
+        backing_off: &'a mut BackingOff,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(execute(ctx, self, steps, backing_off))
+    }
+
+    fn detail<'a>(
+        &'a self,
+        ctx: &'a Ctx<R>,
+        status: ResourceStatus,
+        observed: &'a Observed,
+    ) -> BoxFuture<'a, Result<ResourceStatus>> {
+        Box::pin(async move {
+            with_detail(ctx, &self.desired.key, status, observed, &self.target()).await
+        })
+    }
 }
 
 /// The pod of one ordinal: identity (its release id is set once the release is known),
@@ -337,7 +292,7 @@ fn volume_labels(
 /// `backing_off`.
 async fn execute<R: Runtime>(
     ctx: &Ctx<R>,
-    work: &Work<'_>,
+    work: &Statefulset<'_>,
     steps: &[StatefulStep],
     backing_off: &mut BackingOff,
 ) -> Result<()> {
@@ -371,7 +326,11 @@ async fn execute<R: Runtime>(
 
 /// Creates the pod of `ordinal`: its volumes, its init chain, then the container, started.
 /// A container that cannot start is removed again.
-async fn create_pod<R: Runtime>(ctx: &Ctx<R>, work: &Work<'_>, ordinal: usize) -> Result<String> {
+async fn create_pod<R: Runtime>(
+    ctx: &Ctx<R>,
+    work: &Statefulset<'_>,
+    ordinal: usize,
+) -> Result<String> {
     let key = &work.desired.key;
     let runtime_error = |source| Error::Runtime {
         key: key.clone(),

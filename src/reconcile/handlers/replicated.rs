@@ -1,0 +1,274 @@
+//! One replicated pass, written once for the replicated kinds (deployment, statefulset):
+//! observe → release → plan → gate → act → record. What differs between the kinds — their
+//! environment, target and plan, their gate, how a replica is created, replaced or removed,
+//! the status detail, the release hooks — is the `Replicated` trait each kind implements.
+//!
+//! A pass works under the release `rollout::current_release` gives it, builds the kind's
+//! environment (an environment that cannot be built is an error of the pass, bug 1 of issue
+//! 11), prepares a rollout before its first replica is touched (image, release hooks), gives
+//! up on a rollout past its deadline or with a crash-looping new replica, acts on the gated
+//! steps, observes again and records. Every decision about the release is the rollout state
+//! machine's (`rollout_state::next`), fed the error's class from `retry::class`; no pass
+//! inspects an error itself. It returns an `Action`: `RequeueAfter` while a rollout waits or a
+//! back-off runs, `AwaitChange` while halted or after a rollout failed before touching
+//! replicas, `Done` otherwise; errors go to the error policy.
+
+use futures_util::future::BoxFuture;
+
+use super::launch::{EnvSource, images_of, ready_to_create};
+use super::replicas::{
+    BackingOff, Observed, fail_rollout, inspect_waiting, not_done, observe, put_status,
+    rollout_failure,
+};
+use super::rollout::{self, Report};
+use crate::manifest::spec::{Container as ContainerSpec, Init};
+use crate::reconcile::retry;
+use crate::reconcile::rollout_state::{self, Effect, RolloutPhase, Seen, Stage};
+use crate::reconcile::{Action, Ctx, Error, Result};
+use crate::runtime::{Container, Runtime};
+use crate::store::{Desired, FailureReason, Phase, Release, ResourceStatus};
+
+/// What a replicated kind brings to the pass.
+pub(super) trait Replicated<R: Runtime>: Send + Sync {
+    /// One step of the kind's plan.
+    type Step: Send + Sync;
+
+    /// Builds the environment of every replica from `env_source`; nothing below is called
+    /// before it succeeded.
+    fn build(&mut self, ctx: &Ctx<R>, env_source: &EnvSource) -> Result<()>;
+    /// The release new replicas are labelled with.
+    fn set_release(&mut self, release: &Release);
+    /// What the end of a release reports.
+    fn report(&self) -> Report<'_>;
+    /// The main container and inits, whose images a rollout needs.
+    fn images(&self) -> (&ContainerSpec, &[Init]);
+    /// Whether a replica is of the target version.
+    fn is_current(&self, container: &Container) -> bool;
+    /// The steps from `actual` to the target.
+    fn plan(&self, actual: &[Container]) -> Vec<Self::Step>;
+    /// Whether a step creates or replaces a replica (a rollout's image must be there first).
+    fn touches(step: &Self::Step) -> bool;
+    /// Whether a step replaces a replica (never while halted).
+    fn is_replace(step: &Self::Step) -> bool;
+    /// The steps the health gate lets through now.
+    fn gate(&self, steps: Vec<Self::Step>, observed: &Observed) -> Vec<Self::Step>;
+    /// Runs before the first replica of a rollout is touched, after the images are there
+    /// (the release hooks): `Ok(Some(error))` when a hook failed.
+    fn before_rollout<'a>(
+        &'a self,
+        ctx: &'a Ctx<R>,
+        release: &'a Release,
+    ) -> BoxFuture<'a, Result<Option<Error>>>;
+    /// Runs once the rollout converged with every replica ready; returns a note for the
+    /// release's message.
+    fn after_rollout<'a>(
+        &'a self,
+        ctx: &'a Ctx<R>,
+        release: &'a Release,
+    ) -> BoxFuture<'a, Result<String>>;
+    /// Runs the gated steps; a crashed replica whose back-off still runs is listed in
+    /// `backing_off`.
+    fn execute<'a>(
+        &'a self,
+        ctx: &'a Ctx<R>,
+        steps: &'a [Self::Step],
+        observed: &'a Observed,
+        backing_off: &'a mut BackingOff,
+    ) -> BoxFuture<'a, Result<()>>;
+    /// `status` with the replica counts and the kind's `detail`.
+    fn detail<'a>(
+        &'a self,
+        ctx: &'a Ctx<R>,
+        status: ResourceStatus,
+        observed: &'a Observed,
+    ) -> BoxFuture<'a, Result<ResourceStatus>>;
+}
+
+/// One pass of a replicated resource towards `desired`.
+pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
+    ctx: &Ctx<R>,
+    desired: &Desired,
+    mut kind: K,
+) -> Result<Action> {
+    let key = &desired.key;
+    let mut release = rollout::current_release(ctx, desired).await?;
+    let halted = rollout::halted(ctx, &release, desired).await?;
+    let mut status = ResourceStatus {
+        desired_replicas: desired.n_replicas,
+        spec_hash: desired.spec_hash.to_string(),
+        release_id: Some(release.id),
+        ..ResourceStatus::new(Phase::Progressing, "")
+    };
+    let phase = RolloutPhase::of(&release, halted);
+    let env_source = EnvSource::load(ctx, &key.scope).await?;
+    if let Err(error) = kind.build(ctx, &env_source) {
+        // Bug 1: an environment that cannot be built fails the pass (and the rollout in
+        // flight) as any error does, instead of leaving the resource `Ready`.
+        if phase != RolloutPhase::Progressing {
+            status.phase = Phase::Degraded;
+        }
+        return on_error(ctx, &kind, &release, phase, status, error, Stage::Prepare).await;
+    }
+    let observed = observe(ctx, key, |container| kind.is_current(container)).await?;
+    let steps = kind.plan(&observed.actual);
+    let touches_replicas = steps.iter().any(K::touches);
+    if phase == RolloutPhase::Failed && touches_replicas {
+        // It failed before touching replicas (its image): another attempt once the image can
+        // be had; until then the old replicas run on and nothing new is recorded.
+        let (container, inits) = kind.images();
+        match rollout::retry_failed(ctx, &release, desired, container, inits).await {
+            Ok(retry) => {
+                release = retry;
+                status.release_id = Some(release.id);
+            }
+            Err(error) => {
+                status.phase = Phase::Failed;
+                status.reason = Some(error.reason());
+                let status = kind.detail(ctx, status, &observed).await?;
+                return on_error(ctx, &kind, &release, phase, status, error, Stage::Prepare).await;
+            }
+        }
+    }
+    kind.set_release(&release);
+    let phase = RolloutPhase::of(&release, halted);
+    let progressing = phase == RolloutPhase::Progressing;
+
+    // Before the first replica of a rollout is touched: the image, then the release hooks.
+    if progressing && touches_replicas {
+        let (container, inits) = kind.images();
+        let images = images_of(key, container, inits, &ctx.assets_root);
+        let prepared = match ready_to_create(ctx, key, container, &images).await {
+            Ok(()) => match kind.before_rollout(ctx, &release).await {
+                Ok(None) => Ok(()),
+                Ok(Some(failed)) => Err((failed, Stage::Hooks)),
+                Err(error) => Err((error, Stage::Prepare)),
+            },
+            Err(error) => Err((error, Stage::Prepare)),
+        };
+        if let Err((error, stage)) = prepared {
+            let status = kind.detail(ctx, status, &observed).await?;
+            return on_error(ctx, &kind, &release, phase, status, error, stage).await;
+        }
+    }
+
+    // A rollout that ran out of time, or whose new replica keeps crashing, is rolled back.
+    let new_replicas = inspect_waiting(ctx, &observed, &release).await;
+    let failure = rollout_failure(ctx, &release, steps.is_empty(), &observed, &new_replicas);
+    let seen = Seen {
+        gave_up: failure.is_some(),
+        ..Seen::default()
+    };
+    if let (_, Effect::FailAndRollBack) = rollout_state::next(phase, seen) {
+        let (failure, reason) = failure.unwrap_or((FailureReason::RolloutDeadline, String::new()));
+        let status = kind.detail(ctx, status, &observed).await?;
+        fail_rollout(ctx, &release, (failure, &reason), &kind.report(), status).await?;
+        // Rolled back: the rollback's journal row queues the next pass. Superseded: so did
+        // the newer commit's.
+        return Ok(Action::Done);
+    }
+
+    // Act on what the health gate lets through; a halted resource is repaired (removals,
+    // starts, creates) but never rolled.
+    let mut now_steps = kind.gate(steps, &observed);
+    if phase == RolloutPhase::Halted {
+        now_steps.retain(|step| !K::is_replace(step));
+    }
+    let mut backing_off = BackingOff::new();
+    let result = kind
+        .execute(ctx, &now_steps, &observed, &mut backing_off)
+        .await;
+    let observed = observe(ctx, key, |container| kind.is_current(container)).await?;
+    // Readiness is the probe runners' (`reconcile::probes`); routes may have changed.
+    ctx.router.wake();
+    if let Err(error) = result {
+        if progressing {
+            ctx.memory
+                .rollouts
+                .note_error(release.id, error.to_string());
+        }
+        let status = kind.detail(ctx, status, &observed).await?;
+        return on_error(ctx, &kind, &release, phase, status, error, Stage::Replicas).await;
+    }
+    let seen = Seen {
+        converged: kind.plan(&observed.actual).is_empty(),
+        all_ready: observed.waiting.is_empty(),
+        ..Seen::default()
+    };
+    let mut action = Action::Done;
+    match rollout_state::next(phase, seen).1 {
+        effect @ (Effect::Succeed | Effect::Ready) => {
+            status.phase = Phase::Ready;
+            if release.rolled_back_from.is_some() {
+                // Running a rollback (automatic or the operator's): status keeps saying why.
+                status.message.clone_from(&release.message);
+            }
+            if effect == Effect::Succeed {
+                let note = kind.after_rollout(ctx, &release).await?;
+                rollout::succeed(ctx, &release, &kind.report(), &note).await?;
+            }
+        }
+        effect => {
+            let recheck = not_done(
+                &mut status,
+                &observed,
+                &new_replicas,
+                &backing_off,
+                effect == Effect::KeepWaiting,
+            );
+            action = recheck.map_or(Action::Done, Action::RequeueAfter);
+            if effect == Effect::StayHalted {
+                // Halted until desired state changes: repaired (removals, starts, creates),
+                // never rolled, and status says why.
+                status.phase = Phase::Failed;
+                status.reason = Some(FailureReason::Halted);
+                status.message.clone_from(&release.message);
+                action = recheck.map_or(Action::AwaitChange, Action::RequeueAfter);
+            }
+        }
+    }
+    let status = kind.detail(ctx, status, &observed).await?;
+    put_status(ctx, key, status).await?;
+    Ok(action)
+}
+
+/// An error of the pass at `stage`, as the rollout state machine decides: the rollout in
+/// flight fails (before touching replicas, or rolled back), or `status` (its phase set by the
+/// caller) is written and the error goes to the error policy.
+async fn on_error<R: Runtime, K: Replicated<R>>(
+    ctx: &Ctx<R>,
+    kind: &K,
+    release: &Release,
+    phase: RolloutPhase,
+    mut status: ResourceStatus,
+    error: Error,
+    stage: Stage,
+) -> Result<Action> {
+    let seen = Seen {
+        error: Some((retry::class(&error), stage)),
+        ..Seen::default()
+    };
+    let report = kind.report();
+    status.message = error.to_string();
+    match rollout_state::next(phase, seen).1 {
+        effect @ (Effect::FailBeforeRollout | Effect::FailAndHalt) => {
+            if effect == Effect::FailAndHalt {
+                rollout::halt_before_rollout(ctx, release, &status.message, &report).await?;
+            } else {
+                rollout::fail_before_rollout(ctx, release, &status.message, &report).await?;
+            }
+            status.phase = Phase::Failed;
+            status.reason = Some(error.reason());
+            put_status(ctx, report.key, status).await?;
+            Ok(Action::AwaitChange)
+        }
+        Effect::FailAndRollBack => {
+            let reason = status.message.clone();
+            fail_rollout(ctx, release, (error.reason(), &reason), &report, status).await?;
+            Ok(Action::Done)
+        }
+        _ => {
+            put_status(ctx, report.key, status).await?;
+            Err(error)
+        }
+    }
+}
