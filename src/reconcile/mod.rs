@@ -230,6 +230,8 @@ pub(crate) struct Memory {
     pub(crate) liveness: gate::CrashLoops,
     /// Containers the agent removed after a refused start: their events are not drift.
     pub(crate) own_removals: wake::OwnRemovals,
+    /// Replicas whose liveness failed, to be replaced by their handler.
+    pub(crate) liveness_failed: wake::LivenessFailures,
 }
 
 /// Runs a blocking store call off the async threads.

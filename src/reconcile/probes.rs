@@ -7,12 +7,13 @@
 //! passed, and its readiness probe (if any) is healthy; without a readiness probe, when it has
 //! run for the settle time without restarting. Every change of readiness is written to the
 //! store (`readiness`), wakes the ingress router and requeues the owning resource (so a
-//! health-gated rollout waiting for it goes on). A liveness failure replaces the replica: it is
-//! removed and its resource requeued, so the handler creates a successor.
+//! health-gated rollout waiting for it goes on). A liveness failure marks the replica
+//! (`wake::LivenessFailures`, after the liveness back-off) and requeues its resource; the
+//! handler, holding the key, replaces it through the gated plan.
 //!
 //! Invariants: one runner per container id; runners stop when their container goes or the
 //! agent stops; probe results are level signals recomputed each period, never stored history;
-//! nothing here creates containers (only the handlers do).
+//! nothing here creates, removes, starts or stops a container (only the handlers do).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -160,6 +161,7 @@ async fn sync_runners<R: Runtime>(
             runner.cancel.cancel();
         }
     }
+    ctx.memory.liveness_failed.retain(|id| live.contains(id));
     for (key, container) in replicas {
         let running = container.state == ContainerState::Running;
         if let Some(runner) = runners.get_mut(&container.id) {
@@ -340,37 +342,34 @@ async fn run_replica<R: Runtime>(
         match outcome {
             LifeOutcome::Replace(reason) => {
                 // Replacements of one resource's replicas back off (at once, then 10s, 20s,
-                // … 5m), so a version that turns unhealthy does not churn every period.
+                // … 5m), so a version that turns unhealthy does not churn every period. The
+                // runner only marks the replica and asks for a pass at the instant it is due;
+                // the handler holding the key replaces it (one writer per key).
                 let label = key.to_string();
-                if let Err(wait) = ctx
-                    .memory
-                    .liveness
-                    .try_start(&label, tokio::time::Instant::now())
-                {
-                    let held = format!(
+                let now = tokio::time::Instant::now();
+                let due = match ctx.memory.liveness.try_start(&label, now) {
+                    Ok(_) => now,
+                    Err(wait) => {
+                        // Counted as a replacement at the instant it becomes due.
+                        let at = now + wait;
+                        let _ = ctx.memory.liveness.try_start(&label, at);
+                        at
+                    }
+                };
+                let held = if due > now {
+                    format!(
                         "{reason}; replaced in {} (liveness back-off)",
-                        super::gate::human(wait)
-                    );
-                    publish(ctx, key, container, false, &held, &address, &mut published).await;
-                    tokio::time::sleep(wait).await;
-                    let _ = ctx
-                        .memory
-                        .liveness
-                        .try_start(&label, tokio::time::Instant::now());
-                }
-                tracing::warn!(%key, container = %container.name, %reason, "liveness failed; replacing the replica");
-                publish(
-                    ctx,
-                    key,
-                    container,
-                    false,
-                    &reason,
-                    &address,
-                    &mut published,
-                )
-                .await;
-                let _ = ctx.runtime.remove(&container.id).await;
-                ctx.requeue.now(key.clone());
+                        super::gate::human(due - now)
+                    )
+                } else {
+                    format!("{reason}; to be replaced")
+                };
+                tracing::warn!(%key, container = %container.name, %reason, "liveness failed; asking for the replica's replacement");
+                publish(ctx, key, container, false, &held, &address, &mut published).await;
+                ctx.memory.liveness_failed.mark(&container.id, due);
+                ctx.requeue.after(key.clone(), due - now);
+                // Nothing more to probe: the replica goes once its handler replaces it.
+                let _ = life.changed().await;
                 return;
             }
         }

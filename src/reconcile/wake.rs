@@ -205,3 +205,34 @@ impl OwnRemovals {
         }
     }
 }
+
+/// Replicas whose liveness probe failed, by container id, with the instant from which they
+/// are to be replaced (the liveness back-off). The probe runner only marks and requeues; the
+/// handler holding the key observes a due replica as outdated (`handlers::replicas::observe`)
+/// and replaces it through its plan's gated Replace step, so one writer changes a key's
+/// containers and "ready never below replicas − 1" holds for liveness replacements too.
+#[derive(Debug, Default)]
+pub struct LivenessFailures {
+    due: Mutex<HashMap<String, Instant>>,
+}
+
+impl LivenessFailures {
+    /// Marks container `id` for replacement from `at` on.
+    pub fn mark(&self, id: &str, at: Instant) {
+        let mut due = super::lock(&self.due);
+        if due.len() >= OWN_REMOVALS_KEPT {
+            due.clear();
+        }
+        due.insert(id.to_owned(), at);
+    }
+
+    /// Whether container `id` is marked and its replacement is due at `now`.
+    pub fn is_due(&self, id: &str, now: Instant) -> bool {
+        super::lock(&self.due).get(id).is_some_and(|at| *at <= now)
+    }
+
+    /// Forgets containers that are gone.
+    pub fn retain(&self, alive: impl Fn(&str) -> bool) {
+        super::lock(&self.due).retain(|id, _| alive(id));
+    }
+}

@@ -115,3 +115,32 @@ fn modules_respect_the_layering_table() {
         violations.join("\n")
     );
 }
+
+/// One writer per key: in the reconcile stage only the handlers (`reconcile/handlers/`) create,
+/// start, stop or remove containers; the tasks beside them (probes, drift, autoscaler, cron,
+/// job bookkeeping, notify) report and requeue. The ingress router is the one exception: it
+/// owns the proxy container, which belongs to no key.
+#[test]
+fn only_handlers_change_containers() {
+    let verbs = ["create", "start", "stop", "remove", "kill"];
+    let offenders: Vec<String> = src_files()
+        .into_iter()
+        .filter(|(path, _)| {
+            path.starts_with("reconcile/")
+                && !path.starts_with("reconcile/handlers/")
+                && path != "reconcile/router.rs"
+        })
+        .flat_map(|(path, text)| {
+            let compact: String = text.split_whitespace().collect();
+            verbs
+                .iter()
+                .filter(|verb| compact.contains(&format!("runtime.{verb}(")))
+                .map(|verb| format!("{path}: runtime.{verb}"))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "containers changed outside a handler holding their key: {offenders:?}"
+    );
+}

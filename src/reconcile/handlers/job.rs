@@ -11,8 +11,9 @@
 //! Invariants:
 //! - a handler never waits for a run: it starts the container, records the run `running`
 //!   (after the create, before the start), hands it to a waiter on `ctx.jobs` and returns;
-//!   the waiter finishes the record (exit code, or "timed out after …" once `timeout` passed,
-//!   the container then removed) and requeues the key, whose handler trims the history;
+//!   the waiter finishes the record (exit code, or "timed out after …" once `timeout` passed)
+//!   and requeues the key, whose handler removes the container of a run that ended while it
+//!   still runs (a timeout) and trims the history: waiters never change containers;
 //! - a run the store says is running and no waiter of this process watches (the agent was
 //!   restarted) is picked up by the next reconcile of its key: finished at once when its
 //!   container is gone, started when it was only created, otherwise given a waiter with what
@@ -45,8 +46,6 @@ pub(super) const LOG_LINES: usize = 50;
 const LOG_BYTES: usize = 16 * 1024;
 /// Pause before asking an unavailable engine again about a run.
 const ENGINE_RETRY: Duration = Duration::from_secs(2);
-/// Attempts at removing the container of a run that timed out.
-const REMOVE_ATTEMPTS: usize = 3;
 
 /// What the job handler does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -357,6 +356,23 @@ pub(super) async fn settle_runs<R: Runtime>(
     // still `running` below and not attached here has no waiter.
     let attached = ctx.jobs.attached();
     let runs = job_runs(ctx, key).await?;
+    // A run its record says has ended (its waiter saw the timeout pass) whose container still
+    // runs: the handler, holding the key, stops and removes it; waiters only record and
+    // requeue.
+    for run in runs.iter().filter(|run| run.status != RunStatus::Running) {
+        if let Some(container) = actual.iter().find(|container| {
+            container.name == run.container && container.state == ContainerState::Running
+        }) {
+            tracing::info!(%key, container = %run.container, "removing the container of a run that ended (timed out)");
+            ctx.runtime
+                .remove(&container.id)
+                .await
+                .map_err(|source| Error::Runtime {
+                    key: key.clone(),
+                    source,
+                })?;
+        }
+    }
     for run in runs
         .iter()
         .filter(|run| run.status == RunStatus::Running && !attached.contains(&run.id))
@@ -500,8 +516,9 @@ async fn finish_watched<R: Runtime>(
                 .unwrap_or_else(now_unix),
         },
         End::TimedOut => {
+            // Recorded here; the container is removed by the next pass of the key (the
+            // waiter's requeue), which holds the key (`settle_runs`).
             let at = now_unix();
-            remove_timed_out(ctx, key, run).await;
             Ended {
                 status: RunStatus::Failed,
                 exit_code: None,
@@ -532,19 +549,6 @@ async fn finish_watched<R: Runtime>(
         }
     }
     Ok(())
-}
-
-/// Stops and removes the container of a run that timed out.
-async fn remove_timed_out<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey, run: &RunRef) {
-    for attempt in 1..=REMOVE_ATTEMPTS {
-        match ctx.runtime.remove(&run.container_id).await {
-            Ok(()) => return,
-            Err(error) => {
-                tracing::warn!(%key, container = %run.container, %error, attempt, "cannot remove a run that timed out");
-                tokio::time::sleep(ENGINE_RETRY).await;
-            }
-        }
-    }
 }
 
 /// Writes a run's end (only the first end of a run counts); true when this call wrote it.

@@ -85,12 +85,22 @@ impl Observed {
 }
 
 /// Lists the replicas and their published readiness; `is_current` tells the target version.
+/// A replica marked by its probe runner as failing liveness counts as outdated.
 pub(super) async fn observe<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
     is_current: impl Fn(&Container) -> bool,
 ) -> Result<Observed> {
-    let actual = list_replicas(ctx, key).await?;
+    let mut actual = list_replicas(ctx, key).await?;
+    // A replica whose liveness failed (and whose back-off ran out) is observed without its
+    // spec hash: every planner then sees it as outdated and replaces it through the gated
+    // Replace step, never below `replicas - 1` ready.
+    let now = tokio::time::Instant::now();
+    for container in &mut actual {
+        if ctx.memory.liveness_failed.is_due(&container.id, now) {
+            container.labels.remove(labels::MANIFEST_HASH);
+        }
+    }
     let rows = {
         let key = key.clone();
         blocking(&ctx.store, move |store| store.readiness(&key)).await?
