@@ -9,10 +9,16 @@
 //! - the cursor only moves past a journal row once its key's reconcile has finished;
 //! - one key is never reconciled by two workers at once (`queue`); different keys proceed in
 //!   parallel, up to `ReconcileOptions::concurrency`;
-//! - a panicking handler is recorded on its resource's status and the loop goes on;
-//! - transient errors are retried on the `retry` schedule; each try re-reads desired state;
-//! - the cron scheduler (`cron::schedule`) and the job-run waiters (`jobs`) only requeue keys:
-//!   every change to the host still goes through a handler holding its key.
+//! - every handler returns an `Action`; every error goes through one error policy
+//!   (`retry::RetryPolicy::error_policy`), which maps it to an `Action` and records it on the
+//!   resource's status; a panicking handler is recorded the same way and the loop goes on;
+//! - every delayed pass (a retry, a rollout re-check, a back-off) waits in one timer,
+//!   `wake::Delays`, one instant per key; each pass re-reads desired state;
+//! - only a handler holding a key creates, starts, stops or removes that key's containers:
+//!   probes, drift, the autoscaler, the cron scheduler, job waiters and the router report and
+//!   requeue (the router owns only the proxy container, which belongs to no key);
+//! - a store error in the boot replay or the journal tail is retried on the same schedule,
+//!   never fatal.
 
 mod action;
 mod autoscale;
