@@ -2,10 +2,10 @@
 //! runtime, one key at a time.
 //!
 //! Invariants:
-//! - on boot every desired resource, and every resource this agent still has containers for,
-//!   is reconciled once (a synthetic PUT), then the journal is tailed from the head it had at
-//!   boot (or the persisted cursor, if further); the store wakes the tail at once, nothing
-//!   polls SQLite;
+//! - on boot every desired resource, every resource the store still holds state for, and
+//!   every resource this agent still has containers for, is reconciled once (a synthetic
+//!   PUT), then the journal is tailed from the head it had at boot (or the persisted cursor,
+//!   if further); the store wakes the tail at once, nothing polls SQLite;
 //! - the cursor only moves past a journal row once its key's reconcile has finished;
 //! - one key is never reconciled by two workers at once (`queue`); different keys proceed in
 //!   parallel, up to `ReconcileOptions::concurrency`;
@@ -442,13 +442,18 @@ pub(crate) async fn owned_containers<R: Runtime>(
         })
 }
 
-/// Desired keys plus keys of containers this agent still owns (a resource deleted while the
-/// agent was down is found this way).
+/// Desired keys, keys the store still holds state for (status, job runs, cron position,
+/// readiness) and keys of containers this agent still owns: a resource deleted while the
+/// agent was down is found this way, and its handler removes what is left of it.
 async fn boot_keys<R: Runtime>(ctx: &Arc<Ctx<R>>) -> Result<BTreeSet<ResourceKey>> {
-    let mut keys: BTreeSet<ResourceKey> = blocking(&ctx.store, |store| store.desired_keys())
-        .await?
-        .into_iter()
-        .collect();
+    let mut keys: BTreeSet<ResourceKey> = blocking(&ctx.store, |store| {
+        let mut keys = store.desired_keys()?;
+        keys.extend(store.state_keys()?);
+        Ok(keys)
+    })
+    .await?
+    .into_iter()
+    .collect();
     for container in owned_containers(ctx).await? {
         let kind = container.label(labels::KIND).and_then(Kind::parse);
         if let (Some(kind), Some(scope), Some(name)) = (

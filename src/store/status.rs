@@ -356,6 +356,37 @@ impl Store {
         })
     }
 
+    /// Every key the store holds per-resource state for: a status row, job runs, a cron
+    /// position or readiness rows. The reconciler's boot replay visits them all, so a resource
+    /// deleted while it was not running leaves nothing behind. Rows of a kind this agent does
+    /// not know are skipped.
+    pub fn state_keys(&self) -> Result<Vec<ResourceKey>> {
+        self.with(|connection| {
+            let mut statement = connection.prepare(
+                "SELECT kind, scope, name FROM status
+                 UNION SELECT kind, scope, name FROM job_runs
+                 UNION SELECT 'cronjob', scope, name FROM cron_state
+                 UNION SELECT kind, scope, name FROM readiness
+                 ORDER BY 1, 2, 3",
+            )?;
+            let rows = statement.query_map([], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                ))
+            })?;
+            let mut keys = Vec::new();
+            for row in rows {
+                let (kind, scope, name) = row?;
+                if let Ok(key) = key_from_row(&kind, scope, name) {
+                    keys.push(key);
+                }
+            }
+            Ok(keys)
+        })
+    }
+
     /// The keys whose status is `Failed` for one of `reasons`, ordered by key.
     pub fn statuses_failed_with(&self, reasons: &[FailureReason]) -> Result<Vec<ResourceKey>> {
         let reasons: Vec<&str> = reasons.iter().map(|reason| reason.as_str()).collect();

@@ -699,3 +699,78 @@ async fn a_cronjob_leaving_the_repo_takes_its_runs_position_and_status() -> Test
     assert!(harness.runs(&cron_key())?.is_empty());
     harness.stop().await
 }
+
+/// Issue 11, bug 2: a registry, ingress, job or cronjob deleted by a commit that landed while
+/// the reconciler was not running kept its status row (and job history, cron position)
+/// forever, because boot replay covered only desired keys and keys with containers.
+#[tokio::test(start_paused = true)]
+async fn a_resource_deleted_while_the_agent_was_down_leaves_no_ghost_state() -> TestResult {
+    let web = r#"deployment "shop" "web" {
+  image   = "busybox"
+  command = ["sleep", "3600"]
+}
+"#;
+    let others = r#"registry "ghcr" {
+  url      = "ghcr.io"
+  username = "deploy-bot"
+  token    = "s3cret"
+}
+ingress "shop" "web" {
+  host = "shop.test"
+  port = 8080
+}
+"#;
+    let registry_key = ResourceKey::new(Kind::Registry, "", "ghcr");
+    let ingress_key = ResourceKey::new(Kind::Ingress, "shop", "web");
+    let mut harness = Harness::new()?;
+    harness.start()?;
+    harness.push(&[
+        ("web.hcl", web),
+        ("others.hcl", others),
+        ("job.hcl", &job(r#"  command = ["sh", "-c", "echo once"]"#)),
+        (
+            "cron.hcl",
+            &cronjob(
+                r#"  schedule = "* * * * *"
+  command = ["sh", "-c", "echo tick"]"#,
+            ),
+        ),
+    ])?;
+    harness.finished_runs(&job_key(), 1).await?;
+    harness.finished_runs(&cron_key(), 1).await?;
+    harness
+        .until("registry and ingress statuses", |harness| {
+            let both =
+                harness.status(&registry_key)?.is_some() && harness.status(&ingress_key)?.is_some();
+            Ok(both.then_some(()))
+        })
+        .await?;
+    assert!(harness.cron_state(&cron_key())?.is_some());
+    harness.stop().await?;
+    // While the agent is down, everything but the deployment leaves the repo.
+    harness.push(&[("web.hcl", web)])?;
+    harness.start()?;
+    harness
+        .until("no ghost of the deleted resources", |harness| {
+            let gone = [&registry_key, &ingress_key, &job_key(), &cron_key()]
+                .into_iter()
+                .map(|key| harness.status(key))
+                .collect::<TestResult<Vec<_>>>()?
+                .iter()
+                .all(Option::is_none)
+                && harness.runs(&job_key())?.is_empty()
+                && harness.runs(&cron_key())?.is_empty()
+                && harness.cron_state(&cron_key())?.is_none();
+            Ok(gone.then_some(()))
+        })
+        .await?;
+    let web_key = ResourceKey::new(Kind::Deployment, "shop", "web");
+    let keys: Vec<ResourceKey> = harness
+        .store
+        .statuses()?
+        .into_iter()
+        .map(|(key, _)| key)
+        .collect();
+    assert_eq!(keys, [web_key], "only the deployment's status is left");
+    harness.stop().await
+}
