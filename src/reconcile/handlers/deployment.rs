@@ -34,14 +34,14 @@ use crate::manifest::spec::{Container as ContainerSpec, DeploymentSpec, Init, Sp
 use crate::model::{Kind, ResourceKey, random_hex};
 use crate::reconcile::gate;
 use crate::reconcile::plan::{Step, Target, plan_replicas};
-use crate::reconcile::{Action, Ctx, Error, Result, blocking};
-use crate::runtime::{Container, ContainerState, Runtime, labels};
+use crate::reconcile::{Action, Ctx, Error, Result};
+use crate::runtime::{Container, ContainerState, Runtime};
 use crate::store::{DeploymentDetail, Desired, Detail, Release, ReplicaDetail, ResourceStatus};
 
 pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Action> {
     let desired = super::desired_of(ctx, key).await?;
     let Some(desired) = desired else {
-        remove_everything(ctx, key).await?;
+        replicated::remove_everything(ctx, key, Vec::new()).await?;
         return Ok(Action::Done);
     };
     let Spec::Deployment(spec) = &desired.spec else {
@@ -232,53 +232,6 @@ fn with_detail(
         replicas,
     });
     status
-}
-
-/// The resource left the repo: every container of it goes (replicas, init and release
-/// containers), then its status.
-async fn remove_everything<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
-    let runtime_error = |source| Error::Runtime {
-        key: key.clone(),
-        source,
-    };
-    let release_name = format!("{}-release", key.name);
-    let mut owned = ctx
-        .runtime
-        .list(&[
-            (labels::AGENT, ctx.agent_id.as_str()),
-            (labels::KIND, key.kind.as_str()),
-            (labels::SCOPE, key.scope.as_str()),
-            (labels::NAME, key.name.as_str()),
-        ])
-        .await
-        .map_err(runtime_error)?;
-    owned.extend(
-        ctx.runtime
-            .list(&[
-                (labels::AGENT, ctx.agent_id.as_str()),
-                (labels::SCOPE, key.scope.as_str()),
-                (labels::NAME, release_name.as_str()),
-                (labels::ROLE, "release"),
-            ])
-            .await
-            .map_err(runtime_error)?,
-    );
-    for container in &owned {
-        tracing::info!(%key, container = %container.name, "removing: resource left the repo");
-        ctx.runtime
-            .remove(&container.id)
-            .await
-            .map_err(runtime_error)?;
-    }
-    let key = key.clone();
-    let names: Vec<String> = owned.into_iter().map(|container| container.name).collect();
-    blocking(&ctx.store, move |store| {
-        store.forget_readiness(&names)?;
-        store.delete_status(&key)
-    })
-    .await?;
-    ctx.router.wake();
-    Ok(())
 }
 
 /// Runs the gated steps. Crashed replicas whose back-off is still running are skipped and

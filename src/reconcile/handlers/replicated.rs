@@ -22,10 +22,11 @@ use super::replicas::{
 };
 use super::rollout::{self, Report};
 use crate::manifest::spec::{Container as ContainerSpec, Init};
+use crate::model::ResourceKey;
 use crate::reconcile::retry;
 use crate::reconcile::rollout_state::{self, Effect, RolloutPhase, Seen, Stage};
-use crate::reconcile::{Action, Ctx, Error, Result};
-use crate::runtime::{Container, Runtime};
+use crate::reconcile::{Action, Ctx, Error, Result, blocking};
+use crate::runtime::{Container, Runtime, labels};
 use crate::store::{Desired, FailureReason, Phase, Release, ResourceStatus};
 
 /// What a replicated kind brings to the pass.
@@ -271,4 +272,59 @@ async fn on_error<R: Runtime, K: Replicated<R>>(
             Err(error)
         }
     }
+}
+
+/// The resource left the repo: its containers go — `first` (the kind's own order: a
+/// statefulset's pods from the highest ordinal down) before the rest of the key's containers
+/// and its release containers — then their readiness rows and its status.
+pub(super) async fn remove_everything<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    first: Vec<(String, String)>,
+) -> Result<()> {
+    let runtime_error = |source| Error::Runtime {
+        key: key.clone(),
+        source,
+    };
+    let release_name = format!("{}-release", key.name);
+    let mut owned = first;
+    let mut listed = ctx
+        .runtime
+        .list(&[
+            (labels::AGENT, ctx.agent_id.as_str()),
+            (labels::KIND, key.kind.as_str()),
+            (labels::SCOPE, key.scope.as_str()),
+            (labels::NAME, key.name.as_str()),
+        ])
+        .await
+        .map_err(runtime_error)?;
+    listed.extend(
+        ctx.runtime
+            .list(&[
+                (labels::AGENT, ctx.agent_id.as_str()),
+                (labels::SCOPE, key.scope.as_str()),
+                (labels::NAME, release_name.as_str()),
+                (labels::ROLE, "release"),
+            ])
+            .await
+            .map_err(runtime_error)?,
+    );
+    for container in listed {
+        if !owned.iter().any(|(id, _)| *id == container.id) {
+            owned.push((container.id, container.name));
+        }
+    }
+    for (id, name) in &owned {
+        tracing::info!(%key, container = %name, "removing: resource left the repo");
+        ctx.runtime.remove(id).await.map_err(runtime_error)?;
+    }
+    let key = key.clone();
+    let names: Vec<String> = owned.into_iter().map(|(_, name)| name).collect();
+    blocking(&ctx.store, move |store| {
+        store.forget_readiness(&names)?;
+        store.delete_status(&key)
+    })
+    .await?;
+    ctx.router.wake();
+    Ok(())
 }

@@ -37,7 +37,7 @@ use super::rollout::Report;
 use crate::manifest::spec::{Container as ContainerSpec, Init, Spec, StatefulsetSpec};
 use crate::model::{Kind, ResourceKey};
 use crate::reconcile::plan::{StatefulStep, StatefulTarget, plan_statefulset, pod_ordinal};
-use crate::reconcile::{Action, Ctx, Error, Result, blocking, gate};
+use crate::reconcile::{Action, Ctx, Error, Result, gate};
 use crate::runtime::{Container, ContainerState, Runtime, Volume, labels};
 use crate::store::{
     Desired, Detail, FailureReason, PodDetail, Release, ResourceStatus, StatefulsetDetail,
@@ -364,37 +364,15 @@ async fn create_pod<R: Runtime>(
 /// The resource left the repo: its pods go highest ordinal first, then any other container of
 /// it (init leftovers), then its status. Its volumes stay; the log says how to remove them.
 async fn remove_everything<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
-    let runtime_error = |source| Error::Runtime {
-        key: key.clone(),
-        source,
-    };
     let pods = list_replicas(ctx, key).await?;
-    let mut names = Vec::new();
-    for step in plan_statefulset(None, &pods) {
-        if let StatefulStep::Remove { ordinal, id, name } = step {
-            tracing::info!(%key, pod = %name, ordinal = ?ordinal, "removing: resource left the repo");
-            ctx.runtime.remove(&id).await.map_err(runtime_error)?;
-            names.push(name);
-        }
-    }
-    let others = ctx
-        .runtime
-        .list(&[
-            (labels::AGENT, ctx.agent_id.as_str()),
-            (labels::KIND, key.kind.as_str()),
-            (labels::SCOPE, key.scope.as_str()),
-            (labels::NAME, key.name.as_str()),
-        ])
-        .await
-        .map_err(runtime_error)?;
-    for container in others {
-        tracing::info!(%key, container = %container.name, "removing: resource left the repo");
-        ctx.runtime
-            .remove(&container.id)
-            .await
-            .map_err(runtime_error)?;
-        names.push(container.name);
-    }
+    let first: Vec<(String, String)> = plan_statefulset(None, &pods)
+        .into_iter()
+        .filter_map(|step| match step {
+            StatefulStep::Remove { id, name, .. } => Some((id, name)),
+            _ => None,
+        })
+        .collect();
+    replicated::remove_everything(ctx, key, first).await?;
     let volumes = list_volumes(ctx, key).await?;
     if !volumes.is_empty() {
         let volume_names: Vec<&str> = volumes.iter().map(|volume| volume.name.as_str()).collect();
@@ -405,15 +383,6 @@ async fn remove_everything<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Resul
             volume_names.join(" ")
         );
     }
-    {
-        let key = key.clone();
-        blocking(&ctx.store, move |store| {
-            store.forget_readiness(&names)?;
-            store.delete_status(&key)
-        })
-        .await?;
-    }
-    ctx.router.wake();
     Ok(())
 }
 
