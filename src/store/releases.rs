@@ -23,11 +23,68 @@ use std::collections::BTreeMap;
 
 use rusqlite::{OptionalExtension, Transaction, params};
 
-use super::{
-    Desired, Error, Release, ReleasePhase, Result, Store, append_journal, key_from_row, now_unix,
-};
+use super::desired::append_journal;
+use super::{Desired, Error, Result, Store, key_from_row, now_unix};
 use crate::manifest::spec::Spec;
 use crate::model::{CommitSha, ResourceKey, SpecHash};
+
+/// Lifecycle of a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleasePhase {
+    Progressing,
+    Succeeded,
+    Failed,
+    RolledBack,
+    /// A newer commit changed the resource before this rollout finished.
+    Superseded,
+}
+
+impl ReleasePhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReleasePhase::Progressing => "progressing",
+            ReleasePhase::Succeeded => "succeeded",
+            ReleasePhase::Failed => "failed",
+            ReleasePhase::RolledBack => "rolled-back",
+            ReleasePhase::Superseded => "superseded",
+        }
+    }
+
+    fn parse(text: &str) -> Result<ReleasePhase> {
+        Ok(match text {
+            "progressing" => ReleasePhase::Progressing,
+            "succeeded" => ReleasePhase::Succeeded,
+            "failed" => ReleasePhase::Failed,
+            "rolled-back" => ReleasePhase::RolledBack,
+            "superseded" => ReleasePhase::Superseded,
+            other => {
+                return Err(Error::Unknown {
+                    column: "release phase",
+                    text: other.to_owned(),
+                });
+            }
+        })
+    }
+}
+
+/// One rollout of one resource, keyed to the commit that asked for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Release {
+    pub id: i64,
+    pub key: ResourceKey,
+    pub commit: CommitSha,
+    pub spec_hash: SpecHash,
+    /// The desired spec JSON at the time of the rollout.
+    pub snapshot: String,
+    pub phase: ReleasePhase,
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+    pub message: String,
+    /// For a rollback release: the release that was current when the operator rolled back.
+    pub rolled_back_from: Option<i64>,
+    /// The incarnation of the resource the release belongs to (`Desired::incarnation`).
+    pub incarnation: i64,
+}
 
 /// Release records kept per resource (voodu keeps 10 and drops the oldest).
 pub const RELEASE_HISTORY_LIMIT: usize = 10;
@@ -326,7 +383,7 @@ fn put_desired(
         key: key.clone(),
         source,
     })?;
-    super::put_desired(tx, key, &spec, spec_json, generation, commit)
+    super::desired::put_desired(tx, key, &spec, spec_json, generation, commit)
 }
 
 /// `git_spec` of every pin, for `apply_commit`.

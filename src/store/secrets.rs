@@ -219,7 +219,7 @@ fn config_changed(tx: &rusqlite::Transaction<'_>) -> Result<i64> {
     };
     for (kind, scope, name, generation, commit) in workloads {
         let key = super::key_from_row(&kind, scope, name)?;
-        super::append_journal(
+        super::desired::append_journal(
             tx,
             &key,
             super::Op::Put,

@@ -10,8 +10,49 @@
 
 use rusqlite::{OptionalExtension, params};
 
-use super::{Detail, Error, ResourceStatus, Result, Store, key_from_row};
+use super::{Detail, Error, Result, Store, key_from_row, now_unix};
 use crate::model::ResourceKey;
+
+/// What the reconciler last observed and did for one resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceStatus {
+    pub phase: Phase,
+    /// Why it failed; `None` unless something failed (a retry in flight may keep it).
+    pub reason: Option<FailureReason>,
+    pub message: String,
+    pub desired_replicas: usize,
+    pub running_replicas: usize,
+    pub spec_hash: String,
+    pub release_id: Option<i64>,
+    pub updated_at: i64,
+    /// Kind-specific status (replicas, routes, schedule, files, …).
+    pub detail: Detail,
+}
+
+impl ResourceStatus {
+    /// An empty status in `phase`, stamped now.
+    pub fn new(phase: Phase, message: impl Into<String>) -> ResourceStatus {
+        ResourceStatus {
+            phase,
+            reason: None,
+            message: message.into(),
+            desired_replicas: 0,
+            running_replicas: 0,
+            spec_hash: String::new(),
+            release_id: None,
+            updated_at: now_unix(),
+            detail: Detail::None,
+        }
+    }
+
+    /// A `Failed` status for `reason`, stamped now.
+    pub fn failed(reason: FailureReason, message: impl Into<String>) -> ResourceStatus {
+        ResourceStatus {
+            reason: Some(reason),
+            ..ResourceStatus::new(Phase::Failed, message)
+        }
+    }
+}
 
 /// Where a resource stands after its last reconcile, as `status` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -3,7 +3,8 @@
 
 use super::*;
 use crate::manifest;
-use crate::model::{Snapshot, SourceFile};
+use crate::manifest::{Diagnostics, Manifest};
+use crate::model::{CommitSha, Kind, ResourceKey, Snapshot, SourceFile};
 
 type TestResult<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
 

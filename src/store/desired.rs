@@ -1,0 +1,386 @@
+//! Desired state and the journal: the `desired` rows the last applied commit declares (with
+//! the autoscaler's `replica_overrides`), the append-only `journal` the reconciler tails, and
+//! each consumer's `cursor` in it.
+//!
+//! Invariants: a journal row is appended in the same transaction that changes its desired row
+//! (`put_desired`, `apply_commit`, a rollback); every append by this process wakes
+//! subscribers (`subscribe`); a desired row this agent cannot read is left out of the lists
+//! (`desired_all`, `desired_in_scope`) and reported by its own `desired`. Each list is one
+//! statement, so it reads one snapshot.
+
+use rusqlite::{OptionalExtension, params};
+use tokio::sync::watch;
+
+use super::{Error, Result, Store, now_unix};
+use crate::manifest::spec::Spec;
+use crate::model::{CommitSha, Kind, ResourceKey, SpecHash};
+
+/// A journal operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Put,
+    Delete,
+}
+
+impl Op {
+    fn as_str(self) -> &'static str {
+        match self {
+            Op::Put => "PUT",
+            Op::Delete => "DELETE",
+        }
+    }
+}
+
+/// One journal row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalEntry {
+    pub seq: i64,
+    pub key: ResourceKey,
+    pub op: Op,
+    pub generation: i64,
+    pub commit: CommitSha,
+}
+
+/// One resource's desired state as the last applied commit declared it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Desired {
+    pub key: ResourceKey,
+    pub spec: Spec,
+    pub spec_json: String,
+    pub spec_hash: SpecHash,
+    /// Replicas to run: the autoscaler's override while the spec has `autoscale {}` (clamped
+    /// to its min and max), else the manifest's count.
+    pub n_replicas: usize,
+    /// The autoscaler's count, when it applies (`n_replicas` is then this value).
+    pub replicas_override: Option<usize>,
+    /// Bumped each time the spec JSON changes.
+    pub generation: i64,
+    /// The commit that last changed this resource.
+    pub commit: CommitSha,
+    /// Which life of the resource this is: a resource deleted from git and added again is a
+    /// new incarnation, whose rollbacks never go back to a release of the deleted one.
+    pub incarnation: i64,
+}
+
+impl Store {
+    /// Receives the journal's highest seq after every append.
+    pub fn subscribe(&self) -> watch::Receiver<i64> {
+        self.journal_head.subscribe()
+    }
+
+    /// Wakes subscribers when another process (the `rollback` or `unpin` command) appended
+    /// journal rows this handle has not announced. One indexed read; cheap enough to call
+    /// before every sync.
+    pub fn notice_external_writes(&self) -> Result<()> {
+        let head: i64 = self.with(|connection| {
+            Ok(
+                connection.query_row("SELECT COALESCE(MAX(seq), 0) FROM journal", [], |row| {
+                    row.get(0)
+                })?,
+            )
+        })?;
+        self.journal_head.send_if_modified(|current| {
+            let newer = head > *current;
+            if newer {
+                *current = head;
+            }
+            newer
+        });
+        Ok(())
+    }
+
+    /// The desired state of one resource, if the last applied commit declares it.
+    pub fn desired(&self, key: &ResourceKey) -> Result<Option<Desired>> {
+        self.with(|connection| {
+            let row = connection
+                .query_row(
+                    "SELECT d.spec, d.spec_hash, d.replicas, d.generation, d.commit_sha, o.replicas,
+                       d.incarnation
+                     FROM desired d LEFT JOIN replica_overrides o
+                       ON o.kind = d.kind AND o.scope = d.scope AND o.name = d.name
+                     WHERE d.kind = ?1 AND d.scope = ?2 AND d.name = ?3",
+                    params![key.kind.as_str(), key.scope, key.name],
+                    |row| {
+                        Ok((
+                            row.get::<_, String>(0)?,
+                            row.get::<_, String>(1)?,
+                            row.get::<_, i64>(2)?,
+                            row.get::<_, i64>(3)?,
+                            row.get::<_, String>(4)?,
+                            row.get::<_, Option<i64>>(5)?,
+                            row.get::<_, i64>(6)?,
+                        ))
+                    },
+                )
+                .optional()?;
+            row.map(
+                |(spec_json, spec_hash, replicas, generation, commit, scaled, incarnation)| {
+                    let spec =
+                        Spec::from_json(key.kind, &spec_json).map_err(|source| Error::Spec {
+                            key: key.clone(),
+                            source,
+                        })?;
+                    // The autoscaler's count applies only while the spec autoscales, within
+                    // its current bounds.
+                    let replicas_override = match (&spec, scaled) {
+                        (Spec::Deployment(deployment), Some(scaled))
+                            if deployment.autoscale.is_some() =>
+                        {
+                            let scaled = usize::try_from(scaled).unwrap_or(1);
+                            Some(deployment.effective_replicas(Some(scaled)))
+                        }
+                        _ => None,
+                    };
+                    Ok(Desired {
+                        key: key.clone(),
+                        // Clamped: an older agent may have stored any count unchecked.
+                        n_replicas: replicas_override.unwrap_or_else(|| {
+                            usize::try_from(replicas)
+                                .unwrap_or(1)
+                                .min(crate::manifest::spec::bounds::MAX_REPLICA_COUNT)
+                        }),
+                        replicas_override,
+                        spec,
+                        spec_json,
+                        spec_hash: SpecHash::new(spec_hash),
+                        generation,
+                        commit: CommitSha::new(commit),
+                        incarnation,
+                    })
+                },
+            )
+            .transpose()
+        })
+    }
+
+    /// Records the autoscaler's replica count for `key` (a deployment with `autoscale`).
+    pub fn set_replicas_override(
+        &self,
+        key: &ResourceKey,
+        replicas: usize,
+        reason: &str,
+    ) -> Result<()> {
+        self.with(|connection| {
+            connection.execute(
+                "INSERT INTO replica_overrides (kind, scope, name, replicas, reason, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (kind, scope, name) DO UPDATE SET replicas = excluded.replicas,
+                   reason = excluded.reason, updated_at = excluded.updated_at",
+                params![
+                    key.kind.as_str(),
+                    key.scope,
+                    key.name,
+                    i64::try_from(replicas).unwrap_or(i64::MAX),
+                    reason,
+                    now_unix()
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// The autoscaler's last decision for `key`: replicas, why, and when (Unix seconds).
+    pub fn replicas_override(&self, key: &ResourceKey) -> Result<Option<(usize, String, i64)>> {
+        self.with(|connection| {
+            let row = connection
+                .query_row(
+                    "SELECT replicas, reason, updated_at FROM replica_overrides
+                     WHERE kind = ?1 AND scope = ?2 AND name = ?3",
+                    params![key.kind.as_str(), key.scope, key.name],
+                    |row| {
+                        Ok((
+                            row.get::<_, i64>(0)?,
+                            row.get::<_, String>(1)?,
+                            row.get::<_, i64>(2)?,
+                        ))
+                    },
+                )
+                .optional()?;
+            Ok(row
+                .map(|(replicas, reason, at)| (usize::try_from(replicas).unwrap_or(1), reason, at)))
+        })
+    }
+
+    /// Every resource's desired state, ordered by key. A row this agent cannot read (a spec
+    /// written by another version, a damaged row) is left out rather than failing the whole
+    /// list: it must not stop every other resource (their env, routes, resync) with it. Its
+    /// own reconcile reads it with `desired` and reports the error.
+    pub fn desired_all(&self) -> Result<Vec<Desired>> {
+        let keys = self.desired_keys()?;
+        let mut all = Vec::with_capacity(keys.len());
+        for key in keys {
+            match self.desired(&key) {
+                Ok(Some(desired)) => all.push(desired),
+                Ok(None) | Err(Error::Corrupt(_) | Error::Unknown { .. } | Error::Spec { .. }) => {}
+                Err(other) => return Err(other),
+            }
+        }
+        Ok(all)
+    }
+
+    /// Every resource in desired, ordered by key.
+    pub fn desired_keys(&self) -> Result<Vec<ResourceKey>> {
+        self.with(|connection| {
+            let mut statement = connection
+                .prepare("SELECT kind, scope, name FROM desired ORDER BY kind, scope, name")?;
+            let rows = statement.query_map([], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                ))
+            })?;
+            rows.map(|row| {
+                let (kind, scope, name) = row?;
+                key_from_row(&kind, scope, name)
+            })
+            .collect()
+        })
+    }
+
+    /// Journal rows with `seq > after`, oldest first, at most `limit`.
+    pub fn journal_after(&self, after: i64, limit: usize) -> Result<Vec<JournalEntry>> {
+        self.with(|connection| {
+            let mut statement = connection.prepare(
+                "SELECT seq, kind, scope, name, op, generation, commit_sha FROM journal
+                 WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+            )?;
+            let rows = statement.query_map(
+                params![after, i64::try_from(limit).unwrap_or(i64::MAX)],
+                |row| {
+                    Ok((
+                        row.get::<_, i64>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, String>(2)?,
+                        row.get::<_, String>(3)?,
+                        row.get::<_, String>(4)?,
+                        row.get::<_, i64>(5)?,
+                        row.get::<_, String>(6)?,
+                    ))
+                },
+            )?;
+            rows.map(|row| {
+                let (seq, kind, scope, name, op, generation, commit) = row?;
+                let op = match op.as_str() {
+                    "PUT" => Op::Put,
+                    "DELETE" => Op::Delete,
+                    other => {
+                        return Err(Error::Unknown {
+                            column: "journal op",
+                            text: other.to_owned(),
+                        });
+                    }
+                };
+                Ok(JournalEntry {
+                    seq,
+                    key: key_from_row(&kind, scope, name)?,
+                    op,
+                    generation,
+                    commit: CommitSha::new(commit),
+                })
+            })
+            .collect()
+        })
+    }
+
+    /// The persisted position of a journal consumer (0 when it never committed one).
+    pub fn cursor(&self, consumer: &str) -> Result<i64> {
+        self.with(|connection| {
+            Ok(connection
+                .query_row(
+                    "SELECT seq FROM cursor WHERE consumer = ?1",
+                    params![consumer],
+                    |row| row.get(0),
+                )
+                .optional()?
+                .unwrap_or(0))
+        })
+    }
+
+    pub fn set_cursor(&self, consumer: &str, seq: i64) -> Result<()> {
+        self.with(|connection| {
+            connection.execute(
+                "INSERT INTO cursor (consumer, seq) VALUES (?1, ?2)
+                 ON CONFLICT (consumer) DO UPDATE SET seq = excluded.seq",
+                params![consumer, seq],
+            )?;
+            Ok(())
+        })
+    }
+}
+
+/// Whether `spec` is a deployment with `autoscale {}`.
+pub(super) fn has_autoscale(spec: &Spec) -> bool {
+    matches!(spec, Spec::Deployment(deployment) if deployment.autoscale.is_some())
+}
+
+/// Forgets the autoscaler's count for `key` (its deployment no longer autoscales, or left).
+pub(super) fn delete_override(tx: &rusqlite::Transaction<'_>, key: &ResourceKey) -> Result<()> {
+    tx.execute(
+        "DELETE FROM replica_overrides WHERE kind = ?1 AND scope = ?2 AND name = ?3",
+        params![key.kind.as_str(), key.scope, key.name],
+    )?;
+    Ok(())
+}
+
+/// Writes `spec` as the desired state of `key` at `generation`, attributed to `commit`, and
+/// appends its journal PUT (inside the caller's transaction). Returns the row's incarnation: an
+/// existing row keeps its own; a new row (a first add, or a re-add after a delete) takes one
+/// more than any release of `key`, so no release of an earlier incarnation shares it.
+pub(super) fn put_desired(
+    tx: &rusqlite::Transaction<'_>,
+    key: &ResourceKey,
+    spec: &Spec,
+    spec_json: &str,
+    generation: i64,
+    commit: &CommitSha,
+) -> Result<i64> {
+    tx.execute(
+        "INSERT INTO desired (kind, scope, name, spec, spec_hash, replicas, generation, commit_sha, incarnation)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, (
+           SELECT COALESCE(MAX(incarnation), 0) + 1 FROM releases
+           WHERE kind = ?1 AND scope = ?2 AND name = ?3))
+         ON CONFLICT (kind, scope, name) DO UPDATE SET
+           spec = excluded.spec, spec_hash = excluded.spec_hash,
+           replicas = excluded.replicas, generation = excluded.generation,
+           commit_sha = excluded.commit_sha",
+        params![
+            key.kind.as_str(),
+            key.scope,
+            key.name,
+            spec_json,
+            spec.spec_hash(key).as_str(),
+            i64::try_from(spec.n_replicas()).unwrap_or(i64::MAX),
+            generation,
+            commit.as_str()
+        ],
+    )?;
+    append_journal(tx, key, Op::Put, generation, commit)?;
+    Ok(tx.query_row(
+        "SELECT incarnation FROM desired WHERE kind = ?1 AND scope = ?2 AND name = ?3",
+        params![key.kind.as_str(), key.scope, key.name],
+        |row| row.get(0),
+    )?)
+}
+
+pub(super) fn append_journal(
+    tx: &rusqlite::Transaction<'_>,
+    key: &ResourceKey,
+    op: Op,
+    generation: i64,
+    sha: &CommitSha,
+) -> Result<()> {
+    tx.execute(
+        "INSERT INTO journal (kind, scope, name, op, generation, commit_sha) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![key.kind.as_str(), key.scope, key.name, op.as_str(), generation, sha.as_str()],
+    )?;
+    Ok(())
+}
+
+pub(crate) fn key_from_row(kind: &str, scope: String, name: String) -> Result<ResourceKey> {
+    let kind = Kind::parse(kind).ok_or_else(|| Error::Unknown {
+        column: "kind",
+        text: kind.to_owned(),
+    })?;
+    Ok(ResourceKey { kind, scope, name })
+}
