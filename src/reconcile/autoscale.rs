@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Ctx, blocking};
 use crate::manifest::spec::{Autoscale, Spec};
-use crate::model::{ResourceKey, parse_go_duration};
+use crate::model::{Kind, ResourceKey, parse_go_duration};
 use crate::runtime::{ContainerState, Runtime, labels};
 use crate::store::{self, Store};
 
@@ -168,18 +168,18 @@ pub(crate) async fn run<R: Runtime>(
     }
 }
 
-/// Every deployment with `autoscale`, its rules and the count it wants now.
+/// Every deployment with `autoscale`, its rules and the count it wants now (one read).
 fn autoscaled(store: &Store) -> store::Result<Vec<(ResourceKey, Autoscale, usize)>> {
     let mut scaled = Vec::new();
-    for desired in store.desired_all()? {
+    for desired in store.desired_of_kind(Kind::Deployment)? {
         let Spec::Deployment(spec) = desired.spec else {
             continue;
         };
         let Some(autoscale) = spec.autoscale.clone() else {
             continue;
         };
-        let current = store.replicas_override(&desired.key)?.map(|row| row.0);
-        scaled.push((desired.key, autoscale, spec.effective_replicas(current)));
+        let current = spec.effective_replicas(desired.replicas_override);
+        scaled.push((desired.key, autoscale, current));
     }
     Ok(scaled)
 }

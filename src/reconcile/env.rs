@@ -8,7 +8,7 @@
 //! secret, so the `voodu.env_digest` label tells whether a container's environment is current
 //! without letting anyone who can `docker inspect` guess the values behind it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
@@ -66,11 +66,7 @@ pub(crate) fn container_env(
     if !container.env_from.is_empty() {
         let mut found = false;
         for reference in &container.env_from {
-            let bucket = match reference.split_once('/') {
-                Some((scope, name)) => (scope.to_owned(), name.to_owned()),
-                None => (key.scope.clone(), reference.clone()),
-            };
-            if let Some(values) = inputs.buckets.get(&bucket) {
+            if let Some(values) = inputs.buckets.get(&env_from_bucket(key, reference)) {
                 found = true;
                 env.extend(values.clone());
             }
@@ -79,10 +75,7 @@ pub(crate) fn container_env(
             return Err(EnvError::NoBuckets(container.env_from.clone()));
         }
     }
-    for bucket in [
-        (key.scope.clone(), String::new()),
-        (key.scope.clone(), key.name.clone()),
-    ] {
+    for bucket in own_buckets(key) {
         if let Some(values) = inputs.buckets.get(&bucket) {
             env.extend(values.clone());
         }
@@ -100,6 +93,56 @@ pub(crate) fn container_env(
         return Err(EnvError::Unresolved(unresolved));
     }
     Ok(env.into_iter().map(|(k, v)| format!("{k}={v}")).collect())
+}
+
+/// The buckets `container_env` reads for `container` of `key`: its `env_from` buckets, then
+/// the resource's scope and app buckets (a pass reads these and no others).
+pub(crate) fn bucket_names(key: &ResourceKey, container: &Container) -> Vec<(String, String)> {
+    let mut names: Vec<(String, String)> = container
+        .env_from
+        .iter()
+        .map(|reference| env_from_bucket(key, reference))
+        .collect();
+    names.extend(own_buckets(key));
+    names
+}
+
+/// The ingresses of its own scope whose `${ref.ingress.<name>.…}` values `container`'s `env`
+/// uses (a pass reads these ingresses, and the deployments they route to, and no others).
+pub(crate) fn referenced_ingresses(container: &Container) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for value in container.env.values() {
+        let mut rest = value.as_str();
+        while let Some(start) = rest.find("${ref.") {
+            let after = &rest[start + "${ref.".len()..];
+            let Some(end) = after.find('}') else {
+                break;
+            };
+            let mut parts = after[..end].split('.');
+            if let (Some("ingress" | "ingresss"), Some(name)) = (parts.next(), parts.next()) {
+                names.insert(name.to_owned());
+            }
+            rest = &after[end + 1..];
+        }
+    }
+    names
+}
+
+/// The bucket an `env_from` entry names: `"a/b"` is bucket `b` of scope `a`, a bare `"x"`
+/// bucket `x` of the resource's own scope.
+fn env_from_bucket(key: &ResourceKey, reference: &str) -> (String, String) {
+    match reference.split_once('/') {
+        Some((scope, name)) => (scope.to_owned(), name.to_owned()),
+        None => (key.scope.clone(), reference.to_owned()),
+    }
+}
+
+/// The resource's scope bucket and its app bucket, in merge order.
+fn own_buckets(key: &ResourceKey) -> [(String, String); 2] {
+    [
+        (key.scope.clone(), String::new()),
+        (key.scope.clone(), key.name.clone()),
+    ]
 }
 
 /// The `${ref.ingress.<name>.<field>}` values of one scope, from the desired ingresses: `host`,
@@ -267,6 +310,42 @@ mod tests {
                 "VOODU_SCOPE=prod",
                 "Z=z",
             ]
+        );
+        // A pass reads only the buckets `bucket_names` lists; the merge over those alone is
+        // the merge over every bucket there is (here plus two it does not name).
+        let mut more = buckets.clone();
+        more.insert(("prod".into(), "api".into()), bucket(&[("X", "other app")]));
+        more.insert(
+            ("staging".into(), String::new()),
+            bucket(&[("X", "other scope")]),
+        );
+        let names = bucket_names(&key, &container);
+        let read: Buckets = more
+            .iter()
+            .filter(|(name, _)| names.contains(name))
+            .map(|(name, values)| (name.clone(), values.clone()))
+            .collect();
+        assert_eq!(read, buckets);
+        assert_eq!(
+            container_env(&inputs(&key, &read, &references), &container)?,
+            container_env(&inputs(&key, &more, &references), &container)?
+        );
+        // References are read only for the ingresses some value names.
+        assert_eq!(
+            referenced_ingresses(&container),
+            BTreeSet::from(["web".to_owned()])
+        );
+        let plain = Container {
+            env: bucket(&[
+                ("E", "manifest"),
+                ("A", "${ref.ingresss.api.url}${ref.ingress.web.port}"),
+                ("B", "${ref.job.x.y} ${ref.ingress.broken"),
+            ]),
+            ..container.clone()
+        };
+        assert_eq!(
+            referenced_ingresses(&plain),
+            BTreeSet::from(["api".to_owned(), "web".to_owned()])
         );
         Ok(())
     }

@@ -64,9 +64,8 @@ pub(crate) async fn ensure_image<R: Runtime>(
     let host = registry_host(image).to_owned();
     let registry = blocking(&ctx.store, move |store| {
         Ok(store
-            .desired_all()?
+            .desired_of_kind(Kind::Registry)?
             .into_iter()
-            .filter(|desired| desired.key.kind == Kind::Registry)
             .find_map(|desired| match desired.spec {
                 Spec::Registry(spec) if same_registry(&spec.url, &host) => Some(spec),
                 _ => None,

@@ -5,7 +5,7 @@
 //! Invariants: a journal row is appended in the same transaction that changes its desired row
 //! (`put_desired`, `apply_commit`, a rollback); every append by this process wakes
 //! subscribers (`subscribe`); a desired row this agent cannot read is left out of the lists
-//! (`desired_all`, `desired_in_scope`) and reported by its own `desired`. Each list is one
+//! (`desired_all`, `desired_of_kind`, `desired_of`) and reported by its own `desired`. Each list is one
 //! statement, so it reads one snapshot.
 
 use rusqlite::{OptionalExtension, params};
@@ -94,62 +94,12 @@ impl Store {
         self.with(|connection| {
             let row = connection
                 .query_row(
-                    "SELECT d.spec, d.spec_hash, d.replicas, d.generation, d.commit_sha, o.replicas,
-                       d.incarnation
-                     FROM desired d LEFT JOIN replica_overrides o
-                       ON o.kind = d.kind AND o.scope = d.scope AND o.name = d.name
-                     WHERE d.kind = ?1 AND d.scope = ?2 AND d.name = ?3",
+                    &format!("{DESIRED_SELECT} WHERE d.kind = ?1 AND d.scope = ?2 AND d.name = ?3"),
                     params![key.kind.as_str(), key.scope, key.name],
-                    |row| {
-                        Ok((
-                            row.get::<_, String>(0)?,
-                            row.get::<_, String>(1)?,
-                            row.get::<_, i64>(2)?,
-                            row.get::<_, i64>(3)?,
-                            row.get::<_, String>(4)?,
-                            row.get::<_, Option<i64>>(5)?,
-                            row.get::<_, i64>(6)?,
-                        ))
-                    },
+                    DesiredRow::read,
                 )
                 .optional()?;
-            row.map(
-                |(spec_json, spec_hash, replicas, generation, commit, scaled, incarnation)| {
-                    let spec =
-                        Spec::from_json(key.kind, &spec_json).map_err(|source| Error::Spec {
-                            key: key.clone(),
-                            source,
-                        })?;
-                    // The autoscaler's count applies only while the spec autoscales, within
-                    // its current bounds.
-                    let replicas_override = match (&spec, scaled) {
-                        (Spec::Deployment(deployment), Some(scaled))
-                            if deployment.autoscale.is_some() =>
-                        {
-                            let scaled = usize::try_from(scaled).unwrap_or(1);
-                            Some(deployment.effective_replicas(Some(scaled)))
-                        }
-                        _ => None,
-                    };
-                    Ok(Desired {
-                        key: key.clone(),
-                        // Clamped: an older agent may have stored any count unchecked.
-                        n_replicas: replicas_override.unwrap_or_else(|| {
-                            usize::try_from(replicas)
-                                .unwrap_or(1)
-                                .min(crate::manifest::spec::bounds::MAX_REPLICA_COUNT)
-                        }),
-                        replicas_override,
-                        spec,
-                        spec_json,
-                        spec_hash: SpecHash::new(spec_hash),
-                        generation,
-                        commit: CommitSha::new(commit),
-                        incarnation,
-                    })
-                },
-            )
-            .transpose()
+            row.map(DesiredRow::decode).transpose()
         })
     }
 
@@ -201,21 +151,75 @@ impl Store {
         })
     }
 
-    /// Every resource's desired state, ordered by key. A row this agent cannot read (a spec
-    /// written by another version, a damaged row) is left out rather than failing the whole
-    /// list: it must not stop every other resource (their env, routes, resync) with it. Its
-    /// own reconcile reads it with `desired` and reports the error.
+    /// Every resource's desired state, ordered by key, read by one statement (one snapshot,
+    /// no query per row). A row this agent cannot read (a spec written by another version, a
+    /// damaged row) is left out rather than failing the whole list: it must not stop every
+    /// other resource (their env, routes, resync) with it. Its own reconcile reads it with
+    /// `desired` and reports the error.
     pub fn desired_all(&self) -> Result<Vec<Desired>> {
-        let keys = self.desired_keys()?;
-        let mut all = Vec::with_capacity(keys.len());
-        for key in keys {
-            match self.desired(&key) {
-                Ok(Some(desired)) => all.push(desired),
-                Ok(None) | Err(Error::Corrupt(_) | Error::Unknown { .. } | Error::Spec { .. }) => {}
-                Err(other) => return Err(other),
+        self.desired_where(
+            &format!("{DESIRED_SELECT} ORDER BY d.kind, d.scope, d.name"),
+            [],
+        )
+    }
+
+    /// The desired state of every resource of `kind`, ordered by key (unreadable rows left
+    /// out as in `desired_all`).
+    pub fn desired_of_kind(&self, kind: Kind) -> Result<Vec<Desired>> {
+        self.desired_where(
+            &format!("{DESIRED_SELECT} WHERE d.kind = ?1 ORDER BY d.kind, d.scope, d.name"),
+            [kind.as_str()],
+        )
+    }
+
+    /// The desired state of those of `keys` that are declared and readable, in `keys`' order,
+    /// read in one transaction (one indexed lookup each): what one resource's environment
+    /// refers to (`${ref.ingress.…}`), without reading the rest.
+    pub fn desired_of(&self, keys: &[ResourceKey]) -> Result<Vec<Desired>> {
+        self.with(|connection| {
+            let tx = connection.transaction()?;
+            let mut found = Vec::with_capacity(keys.len());
+            {
+                let mut statement = tx.prepare_cached(&format!(
+                    "{DESIRED_SELECT} WHERE d.kind = ?1 AND d.scope = ?2 AND d.name = ?3"
+                ))?;
+                for key in keys {
+                    let row = statement
+                        .query_row(
+                            params![key.kind.as_str(), key.scope, key.name],
+                            DesiredRow::read,
+                        )
+                        .optional()?;
+                    match row.map(DesiredRow::decode) {
+                        Some(Ok(desired)) => found.push(desired),
+                        None
+                        | Some(Err(
+                            Error::Corrupt(_) | Error::Unknown { .. } | Error::Spec { .. },
+                        )) => {}
+                        Some(Err(other)) => return Err(other),
+                    }
+                }
             }
-        }
-        Ok(all)
+            tx.commit()?;
+            Ok(found)
+        })
+    }
+
+    /// The readable rows `sql` (a `DESIRED_SELECT`) selects with `params`.
+    fn desired_where<P: rusqlite::Params>(&self, sql: &str, params: P) -> Result<Vec<Desired>> {
+        self.with(|connection| {
+            let mut statement = connection.prepare_cached(sql)?;
+            let rows = statement.query_map(params, DesiredRow::read)?;
+            let mut all = Vec::new();
+            for row in rows {
+                match row?.decode() {
+                    Ok(desired) => all.push(desired),
+                    Err(Error::Corrupt(_) | Error::Unknown { .. } | Error::Spec { .. }) => {}
+                    Err(other) => return Err(other),
+                }
+            }
+            Ok(all)
+        })
     }
 
     /// Every resource in desired, ordered by key.
@@ -305,6 +309,76 @@ impl Store {
                 params![consumer, seq],
             )?;
             Ok(())
+        })
+    }
+}
+
+/// The columns every desired read selects (`DesiredRow::read` reads them in this order).
+const DESIRED_SELECT: &str = "SELECT d.kind, d.scope, d.name, d.spec, d.spec_hash, d.replicas,
+       d.generation, d.commit_sha, o.replicas, d.incarnation
+     FROM desired d LEFT JOIN replica_overrides o
+       ON o.kind = d.kind AND o.scope = d.scope AND o.name = d.name";
+
+/// One `DESIRED_SELECT` row before its spec is parsed.
+struct DesiredRow {
+    kind: String,
+    scope: String,
+    name: String,
+    spec_json: String,
+    spec_hash: String,
+    replicas: i64,
+    generation: i64,
+    commit: String,
+    scaled: Option<i64>,
+    incarnation: i64,
+}
+
+impl DesiredRow {
+    fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<DesiredRow> {
+        Ok(DesiredRow {
+            kind: row.get(0)?,
+            scope: row.get(1)?,
+            name: row.get(2)?,
+            spec_json: row.get(3)?,
+            spec_hash: row.get(4)?,
+            replicas: row.get(5)?,
+            generation: row.get(6)?,
+            commit: row.get(7)?,
+            scaled: row.get(8)?,
+            incarnation: row.get(9)?,
+        })
+    }
+
+    fn decode(self) -> Result<Desired> {
+        let key = key_from_row(&self.kind, self.scope, self.name)?;
+        let spec = Spec::from_json(key.kind, &self.spec_json).map_err(|source| Error::Spec {
+            key: key.clone(),
+            source,
+        })?;
+        // The autoscaler's count applies only while the spec autoscales, within its current
+        // bounds.
+        let replicas_override = match (&spec, self.scaled) {
+            (Spec::Deployment(deployment), Some(scaled)) if deployment.autoscale.is_some() => {
+                let scaled = usize::try_from(scaled).unwrap_or(1);
+                Some(deployment.effective_replicas(Some(scaled)))
+            }
+            _ => None,
+        };
+        Ok(Desired {
+            key,
+            // Clamped: an older agent may have stored any count unchecked.
+            n_replicas: replicas_override.unwrap_or_else(|| {
+                usize::try_from(self.replicas)
+                    .unwrap_or(1)
+                    .min(crate::manifest::spec::bounds::MAX_REPLICA_COUNT)
+            }),
+            replicas_override,
+            spec,
+            spec_json: self.spec_json,
+            spec_hash: SpecHash::new(self.spec_hash),
+            generation: self.generation,
+            commit: CommitSha::new(self.commit),
+            incarnation: self.incarnation,
         })
     }
 }

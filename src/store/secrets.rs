@@ -136,6 +136,32 @@ impl Store {
         })
     }
 
+    /// The buckets named in `names` that exist, read in one transaction (one indexed lookup
+    /// per name): what one resource's environment is made of, without reading the others.
+    pub fn buckets_of(&self, names: &[(String, String)]) -> Result<Buckets> {
+        self.with(|connection| {
+            let tx = connection.transaction()?;
+            let mut buckets = Buckets::new();
+            {
+                let mut statement = tx.prepare_cached(
+                    "SELECT key, value FROM config WHERE scope = ?1 AND name = ?2 ORDER BY key",
+                )?;
+                for (scope, name) in names {
+                    let values = statement
+                        .query_map(params![scope, name], |row| {
+                            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+                        })?
+                        .collect::<rusqlite::Result<BTreeMap<_, _>>>()?;
+                    if !values.is_empty() {
+                        buckets.insert((scope.clone(), name.clone()), values);
+                    }
+                }
+            }
+            tx.commit()?;
+            Ok(buckets)
+        })
+    }
+
     /// Bumped by every bucket change.
     pub fn config_version(&self) -> Result<i64> {
         self.with(|connection| {

@@ -2,6 +2,8 @@
 //! HCL through `manifest::load`, as the sync stage builds them.
 
 use super::*;
+use std::collections::BTreeMap;
+
 use crate::manifest;
 use crate::manifest::{Diagnostics, Manifest};
 use crate::model::{CommitSha, Kind, ResourceKey, Snapshot, SourceFile};
@@ -1391,5 +1393,104 @@ fn migration_ten_moves_the_halt_out_of_the_hooks_record() -> TestResult {
         let id = i64::try_from(n)? + 1;
         assert_eq!(store.release_halted(id)?, *halted, "{phase} {hooks}");
     }
+    Ok(())
+}
+
+#[test]
+fn desired_of_reads_the_named_resources_that_exist_and_skips_unreadable_rows() -> TestResult {
+    let f = fixture()?;
+    apply(
+        &f.store,
+        1,
+        r#"
+deployment "a" "web" {
+  image = "busybox"
+}
+deployment "a" "api" {
+  image = "busybox"
+}
+ingress "a" "web" {
+  host = "web.example.com"
+}
+deployment "b" "web" {
+  image = "busybox"
+}
+"#,
+    )?;
+    let names = |found: Vec<Desired>| -> Vec<String> {
+        found.into_iter().map(|d| d.key.to_string()).collect()
+    };
+    let asked = [
+        ResourceKey::new(Kind::Ingress, "a", "web"),
+        ResourceKey::new(Kind::Ingress, "a", "missing"),
+        ResourceKey::new(Kind::Deployment, "a", "api"),
+        ResourceKey::new(Kind::Deployment, "b", "web"),
+    ];
+    assert_eq!(
+        names(f.store.desired_of(&asked)?),
+        ["ingress/a/web", "deployment/a/api", "deployment/b/web"]
+    );
+    assert_eq!(names(f.store.desired_of(&[])?), Vec::<String>::new());
+    assert_eq!(
+        names(f.store.desired_of_kind(Kind::Ingress)?),
+        ["ingress/a/web"]
+    );
+    // One damaged row is left out of every list and reported by its own read.
+    Connection::open(&f.path)?.execute(
+        "UPDATE desired SET spec = 'not json' WHERE scope = 'a' AND name = 'api'",
+        [],
+    )?;
+    assert_eq!(
+        names(f.store.desired_of(&asked)?),
+        ["ingress/a/web", "deployment/b/web"]
+    );
+    assert_eq!(
+        names(f.store.desired_of_kind(Kind::Deployment)?),
+        ["deployment/a/web", "deployment/b/web"]
+    );
+    assert_eq!(f.store.desired_all()?.len(), 3);
+    assert!(matches!(
+        f.store.desired(&asked[2]),
+        Err(Error::Spec { .. })
+    ));
+    Ok(())
+}
+
+#[test]
+fn buckets_of_reads_the_named_buckets_that_exist() -> TestResult {
+    let f = fixture()?;
+    let pairs = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    };
+    f.store.config_set("a", "", &pairs(&[("SCOPE", "1")]))?;
+    f.store
+        .config_set("a", "web", &pairs(&[("APP", "2"), ("B", "3")]))?;
+    f.store
+        .config_set("shared", "db", &pairs(&[("URL", "x")]))?;
+    f.store.config_set("b", "web", &pairs(&[("OTHER", "4")]))?;
+    let name = |scope: &str, name: &str| (scope.to_owned(), name.to_owned());
+    let found = f.store.buckets_of(&[
+        name("shared", "db"),
+        name("shared", "missing"),
+        name("a", ""),
+        name("a", "web"),
+    ])?;
+    let expected: Buckets = [
+        (name("a", ""), pairs(&[("SCOPE", "1")])),
+        (name("a", "web"), pairs(&[("APP", "2"), ("B", "3")])),
+        (name("shared", "db"), pairs(&[("URL", "x")])),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(found, expected);
+    // The same buckets as the whole table holds for those names.
+    let all = f.store.buckets()?;
+    for (bucket, values) in &found {
+        assert_eq!(all.get(bucket), Some(values));
+    }
+    assert_eq!(all.len(), 4);
     Ok(())
 }

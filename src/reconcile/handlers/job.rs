@@ -235,7 +235,7 @@ pub(super) async fn start_run<R: Runtime>(
     timeout: Option<Duration>,
     taken: &BTreeSet<String>,
 ) -> Result<String> {
-    let env_source = EnvSource::load(ctx, &key.scope).await?;
+    let env_source = EnvSource::load(ctx, key, &job.container).await?;
     // voodu gives job containers no `-e`: no VOODU_SCOPE / VOODU_NAME.
     let (env, env_digest) = env_source.env(ctx, key, &job.container, Vec::new())?;
     let images = images_of(key, &job.container, &[], &ctx.assets_root);

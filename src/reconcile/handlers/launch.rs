@@ -11,9 +11,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::container::{Identity, Launch, build, rfc3339_seconds};
-use crate::manifest::spec::{Container, Init};
-use crate::model::{ResourceKey, parse_go_duration};
-use crate::reconcile::env::{EnvInputs, container_env, digest, ingress_references};
+use crate::manifest::spec::{Container, Init, Spec};
+use crate::model::{Kind, ResourceKey, parse_go_duration};
+use crate::reconcile::env::{
+    EnvInputs, bucket_names, container_env, digest, ingress_references, referenced_ingresses,
+};
 use crate::reconcile::error::refused_ulimits;
 use crate::reconcile::images::ensure_image;
 use crate::reconcile::{Ctx, Error, Result, blocking};
@@ -33,13 +35,37 @@ pub(crate) struct EnvSource {
 }
 
 impl EnvSource {
-    /// Reads the buckets, the scope's ingress references and the agent's digest key.
-    pub(crate) async fn load<R: Runtime>(ctx: &Ctx<R>, scope: &str) -> Result<EnvSource> {
-        let scope = scope.to_owned();
+    /// Reads what `container`'s environment is made of, and nothing else: the buckets it
+    /// names (`env::bucket_names`), the ingresses of its scope its `env` refers to and the
+    /// deployments they route to (`env::referenced_ingresses`), and the agent's digest key.
+    /// `env` must be called with the same container.
+    pub(crate) async fn load<R: Runtime>(
+        ctx: &Ctx<R>,
+        key: &ResourceKey,
+        container: &Container,
+    ) -> Result<EnvSource> {
+        let scope = key.scope.clone();
+        let names = bucket_names(key, container);
+        let ingresses: Vec<ResourceKey> = referenced_ingresses(container)
+            .into_iter()
+            .map(|name| ResourceKey::new(Kind::Ingress, &scope, name))
+            .collect();
         blocking(&ctx.store, move |store| {
-            let desired = store.desired_all()?;
+            let mut desired = store.desired_of(&ingresses)?;
+            let services: Vec<ResourceKey> = desired
+                .iter()
+                .filter_map(|resource| match &resource.spec {
+                    Spec::Ingress(ingress) => Some(ResourceKey::new(
+                        Kind::Deployment,
+                        &scope,
+                        ingress.effective_service(&resource.key.name),
+                    )),
+                    _ => None,
+                })
+                .collect();
+            desired.extend(store.desired_of(&services)?);
             Ok(EnvSource {
-                buckets: store.buckets()?,
+                buckets: store.buckets_of(&names)?,
                 references: ingress_references(&desired, &scope),
                 key: store.env_key()?.into_bytes(),
             })

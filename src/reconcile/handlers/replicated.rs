@@ -101,7 +101,7 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
         ..ResourceStatus::new(Phase::Progressing, "")
     };
     let phase = RolloutPhase::of(&release, halted);
-    let env_source = EnvSource::load(ctx, &key.scope).await?;
+    let env_source = EnvSource::load(ctx, key, kind.images().0).await?;
     if let Err(error) = kind.build(ctx, &env_source) {
         // Bug 1: an environment that cannot be built fails the pass (and the rollout in
         // flight) as any error does, instead of leaving the resource `Ready`.
