@@ -2,16 +2,9 @@
 //! releases and per-resource status. The only state shared between the agent's tasks, the HTTP
 //! side and the CLI.
 //!
-//! Invariants:
-//! - one SQLite transaction per commit: `apply_commit` updates `desired`, appends the PUT/DELETE
-//!   journal rows and records the commit together, or does nothing at all;
-//! - a rejected commit adds one `commits` row and touches nothing else;
-//! - a pinned resource (`releases.rs`: an operator rollback) keeps its desired row while git
-//!   declares what it declared at pin time; the first commit that changes the resource in git
-//!   clears the pin in the same transaction that applies the change;
-//! - every journal append by this process wakes subscribers at once (`subscribe`), so nobody
-//!   polls SQLite; appends by another process (the `rollback` command) are noticed by
-//!   `notice_external_writes`, which the sync loop calls before each sync.
+//! Invariants live with their tables (`commits.rs`, `desired.rs`, `releases.rs`, …); this
+//! file's own: `state.db` is created whole, and a damaged one is `Error::Unusable`, never a
+//! fresh start (`Store::open`).
 //!
 //! The tables come in families, one file each: `meta.rs` (identity), `commits.rs` (what each
 //! commit did), `desired.rs` (desired state, the journal, cursors), `releases.rs` (releases,
