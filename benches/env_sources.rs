@@ -100,8 +100,14 @@ fn bench(n: usize) -> (Duration, Duration) {
         all.push(start.elapsed());
         assert!(desired.len() == n && buckets.len() > n / 2);
         let start = Instant::now();
-        let mut desired = store.desired_of(std::slice::from_ref(&ingress)).expect("desired");
-        desired.extend(store.desired_of(std::slice::from_ref(&service)).expect("desired"));
+        let mut desired = store
+            .desired_of(std::slice::from_ref(&ingress))
+            .expect("desired");
+        desired.extend(
+            store
+                .desired_of(std::slice::from_ref(&service))
+                .expect("desired"),
+        );
         let buckets = store.buckets_of(&names).expect("buckets");
         own.push(start.elapsed());
         assert!(desired.len() == 2 && buckets.len() == 3);

@@ -13,7 +13,7 @@ use voodu_agent::runtime::fake::Fault;
 use voodu_agent::runtime::{Container, Error as RuntimeError, FakeRuntime, labels};
 use voodu_agent::store::{FailureReason, ReleasePhase, Store};
 
-use crate::support::{Harness, TempRepo, TestResult};
+use crate::support::{self, Harness, TempRepo, TestResult};
 
 fn web(replicas: u32, env: &str) -> String {
     format!(
@@ -655,4 +655,67 @@ async fn an_environment_that_cannot_be_built_is_not_ready() -> TestResult {
         harness.stop().await?;
     }
     Ok(())
+}
+
+/// `web` with a `release {}` that runs `command` before each rollout.
+fn web_with_hooks(env: &str) -> String {
+    format!(
+        r#"deployment "shop" "web" {{
+  image = "busybox"
+  command = ["sleep", "3600"]
+  replicas = 1
+  env = {{ V = "{env}" }}
+  release {{
+    command = ["true"]
+  }}
+}}
+"#
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_hooks_are_skipped_for_a_spec_that_already_rolled_out() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.start()?;
+    let hook_runs = |harness: &Harness| -> Vec<String> {
+        harness
+            .fake
+            .calls_by_name()
+            .into_iter()
+            .filter(|call| call.starts_with("create shop-web-release."))
+            .collect()
+    };
+    // v1, v2, then v1 again (a `git revert`): the third release rolls out a spec the first
+    // already rolled out with success, so its hooks do not run again.
+    for (n, version) in ["1", "2", "1"].into_iter().enumerate() {
+        let commit = harness.push(&[("web.hcl", &web_with_hooks(version))])?;
+        let release = support::until(
+            Duration::from_secs(60),
+            Duration::from_millis(100),
+            "the release succeeded",
+            || {
+                Ok(harness.store.latest_release(&web_key())?.filter(|release| {
+                    release.commit == commit && release.phase == ReleasePhase::Succeeded
+                }))
+            },
+        )
+        .await?;
+        assert_eq!(release.id, i64::try_from(n)? + 1);
+    }
+    assert_eq!(
+        hook_runs(&harness),
+        ["create shop-web-release.1", "create shop-web-release.2"]
+    );
+    let third = harness
+        .store
+        .latest_release(&web_key())?
+        .ok_or("a release")?;
+    assert!(
+        third
+            .message
+            .contains("release hooks skipped: release #1 already rolled out this spec"),
+        "{}",
+        third.message
+    );
+    harness.stop().await
 }

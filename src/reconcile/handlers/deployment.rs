@@ -150,7 +150,7 @@ impl<R: Runtime> Replicated<R> for Deployment<'_> {
             ctx,
             &self.desired.key,
             self.spec,
-            release.id,
+            release,
             &self.hook_env,
         ))
     }
@@ -164,7 +164,7 @@ impl<R: Runtime> Replicated<R> for Deployment<'_> {
             ctx,
             &self.desired.key,
             self.spec,
-            release.id,
+            release,
             &self.hook_env,
         ))
     }

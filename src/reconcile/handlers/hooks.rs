@@ -5,7 +5,10 @@
 //! and labelled as voodu labels release steps (`voodu.kind=job`, `voodu.name=<name>-release`).
 //!
 //! Invariants: a stage that succeeded is never run again for that release (outcomes are kept
-//! in the release's `hooks` record, so a restarted agent picks up where it stopped); a failed
+//! in the release's `hooks` record, so a restarted agent picks up where it stopped); no stage
+//! runs for a release whose spec hash an earlier release of the resource already rolled out
+//! with success (voodu's idempotent `release {}`: a `git revert` to a spec that ran its
+//! migrations does not run them again); a failed
 //! `pre_command` or `command` fails the release and the old replicas stay; a failed
 //! `post_command` is recorded only.
 
@@ -19,7 +22,7 @@ use crate::manifest::spec::{DeploymentSpec, ReleaseHooks};
 use crate::model::{Kind, ResourceKey, parse_go_duration};
 use crate::reconcile::{Ctx, Error, Result, blocking};
 use crate::runtime::Runtime;
-use crate::store::FailureReason;
+use crate::store::{FailureReason, RELEASE_HISTORY_LIMIT, Release, ReleasePhase};
 
 /// voodu's per-command default.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
@@ -66,9 +69,17 @@ pub(crate) async fn before_rollout<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
     spec: &DeploymentSpec,
-    release_id: i64,
+    release: &Release,
     env: &[String],
 ) -> Result<Option<Error>> {
+    if spec.release.is_none() {
+        return Ok(None);
+    }
+    if let Some(earlier) = succeeded_before(ctx, release).await? {
+        tracing::info!(%key, release = release.id, earlier, "release hooks skipped: this spec already rolled out with success");
+        return Ok(None);
+    }
+    let release_id = release.id;
     for stage in [Stage::Pre, Stage::Command] {
         if let Some(failure) = run_stage(ctx, key, spec, release_id, env, stage).await? {
             return Ok(Some(Error::Permanent {
@@ -85,14 +96,23 @@ pub(crate) async fn before_rollout<R: Runtime>(
 }
 
 /// Runs `post_command` after a converged rollout; a failure is logged and recorded only, and
-/// returned as a note for the release's message.
+/// returned as a note for the release's message (as is a skip).
 pub(crate) async fn after_rollout<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
     spec: &DeploymentSpec,
-    release_id: i64,
+    release: &Release,
     env: &[String],
 ) -> Result<String> {
+    if spec.release.is_none() {
+        return Ok(String::new());
+    }
+    if let Some(earlier) = succeeded_before(ctx, release).await? {
+        return Ok(format!(
+            "release hooks skipped: release #{earlier} already rolled out this spec"
+        ));
+    }
+    let release_id = release.id;
     match run_stage(ctx, key, spec, release_id, env, Stage::Post).await? {
         Some(failure) => {
             tracing::warn!(%key, release = release_id, %failure, "post_command failed (recorded; the release stands)");
@@ -187,6 +207,25 @@ async fn run_stage<R: Runtime>(
     })
     .await?;
     Ok(failure)
+}
+
+/// The newest other release of the same resource and incarnation that succeeded with
+/// `release`'s spec hash, if any (within the kept history).
+async fn succeeded_before<R: Runtime>(ctx: &Ctx<R>, release: &Release) -> Result<Option<i64>> {
+    let release = release.clone();
+    blocking(&ctx.store, move |store| {
+        Ok(store
+            .releases(&release.key, RELEASE_HISTORY_LIMIT)?
+            .into_iter()
+            .find(|other| {
+                other.id != release.id
+                    && other.phase == ReleasePhase::Succeeded
+                    && other.spec_hash == release.spec_hash
+                    && other.incarnation == release.incarnation
+            })
+            .map(|other| other.id))
+    })
+    .await
 }
 
 fn describe(outcome: &serde_json::Value) -> String {
