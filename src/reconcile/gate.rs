@@ -130,7 +130,6 @@ pub fn gate(
         .enumerate()
         .min_by_key(|(index, step)| (is_ready(step), *index))
         .map(|(_, step)| step);
-    let mut now = now;
     if let Some(victim) = victim
         && (surge || !is_ready(&victim) || ready_after >= n_replicas)
     {
