@@ -122,7 +122,7 @@ pub fn gate(
         }
     }
     let creating = now.iter().any(|step| matches!(step, Step::Create));
-    if creating || !waiting.is_empty() || held_back {
+    if creating || !waiting.is_empty() {
         return now;
     }
     let victim = replaces
@@ -130,10 +130,19 @@ pub fn gate(
         .enumerate()
         .min_by_key(|(index, step)| (is_ready(step), *index))
         .map(|(_, step)| step);
-    if let Some(victim) = victim
-        && (surge || !is_ready(&victim) || ready_after >= n_replicas)
-    {
-        now.push(victim);
+    match victim {
+        // An unready victim is replaced in place even when surging: it costs no readiness,
+        // and it is not worth a replica more (a superseded rollout's replica, a crashed one).
+        Some(Step::Replace { id, name, .. }) if !ready.contains(&name) => {
+            now.push(Step::Replace {
+                id,
+                name,
+                surge: false,
+            });
+        }
+        Some(victim) if surge && !held_back => now.push(victim),
+        Some(victim) if !surge && ready_after >= n_replicas => now.push(victim),
+        _ => {}
     }
     now
 }
@@ -462,6 +471,50 @@ mod tests {
             .filter(|(_, row)| row.ready)
             .map(|(name, _)| name.clone())
             .collect()
+    }
+
+    #[test]
+    fn a_surge_replaces_an_unready_outdated_replica_in_place_first() {
+        let hash = SpecHash::new("new");
+        let target = Target {
+            spec_hash: &hash,
+            n_replicas: 3,
+            env_digest: None,
+            surge: true,
+        };
+        let gated = |actual: &[Container], rows: &BTreeMap<String, ReplicaReadiness>| {
+            let wait = waiting(actual, |c| target.is_current(c), rows);
+            let steps = super::super::plan::plan_replicas(Some(&target), actual);
+            gate(steps, &wait, &ready_set(rows), 3, true)
+                .iter()
+                .map(|step| match step {
+                    Step::Replace {
+                        name, surge: false, ..
+                    } => format!("replace {name} in place"),
+                    other => names(std::slice::from_ref(other)).concat(),
+                })
+                .collect::<Vec<_>>()
+        };
+        // Three ready replicas of v1 and one unready of a superseded v2 (all outdated).
+        // Planned to be replaced, the unready one is replaced in place (no replica more, no
+        // readiness lost); the retire of a ready v1 replica waits (it would leave two ready).
+        let actual = [
+            replica("a", "v2", Running),
+            replica("b", "v1", Running),
+            replica("c", "v1", Running),
+            replica("d", "v1", Running),
+        ];
+        let rows = readiness(&[("a", false), ("b", true), ("c", true), ("d", true)]);
+        assert_eq!(gated(&actual, &rows), ["replace a in place"]);
+        // Planned to be retired, it goes at once, and a successor surges beside the rest.
+        let actual = [
+            replica("b", "v1", Running),
+            replica("c", "v1", Running),
+            replica("d", "v1", Running),
+            replica("x", "v2", Running),
+        ];
+        let rows = readiness(&[("b", true), ("c", true), ("d", true), ("x", false)]);
+        assert_eq!(gated(&actual, &rows), ["retire x", "replace b"]);
     }
 
     #[test]

@@ -265,7 +265,9 @@ async fn execute<R: Runtime>(
                 tracing::info!(%key, containers = ?names, "replicas created");
             }
             Step::Start { id, name } => start_again(ctx, key, id, name, backing_off).await?,
-            Step::Replace { name, .. } if work.spec.surges() => {
+            Step::Replace {
+                name, surge: true, ..
+            } => {
                 let new_name = create_replicas(ctx, work, 1, &mut taken)
                     .await?
                     .into_iter()
@@ -273,7 +275,7 @@ async fn execute<R: Runtime>(
                     .unwrap_or_default();
                 tracing::info!(%key, old = %name, new = %new_name, "successor started (surge); the old replica is retired once it is ready");
             }
-            Step::Replace { id, name } => {
+            Step::Replace { id, name, .. } => {
                 ctx.runtime.remove(id).await.map_err(runtime_error)?;
                 let new_name = create_replicas(ctx, work, 1, &mut taken)
                     .await?

@@ -39,9 +39,13 @@ pub enum Step {
     Create,
     /// Start a current replica that is not running (created, or stopped by hand).
     Start { id: String, name: String },
-    /// Replace an outdated replica: remove it, then create and start its successor; when the
-    /// target surges, only create and start the successor (the replica is retired later).
-    Replace { id: String, name: String },
+    /// Replace an outdated replica: remove it, then create and start its successor; with
+    /// `surge`, only create and start the successor (the replica is retired later).
+    Replace {
+        id: String,
+        name: String,
+        surge: bool,
+    },
     /// Remove an outdated replica whose successor runs (a surge's second half).
     Retire { id: String, name: String },
     /// Remove a replica that is no longer wanted.
@@ -101,6 +105,7 @@ pub fn plan_replicas(target: Option<&Target<'_>>, actual: &[Container]) -> Vec<S
     let replaces = outdated[..n_replace].iter().map(|container| Step::Replace {
         id: container.id.clone(),
         name: container.name.clone(),
+        surge: target.surge,
     });
     removes
         .into_iter()
@@ -275,7 +280,8 @@ mod tests {
             plan_replicas(Some(&target), std::slice::from_ref(&with_env)),
             [Step::Replace {
                 id: "id-a".into(),
-                name: "a".into()
+                name: "a".into(),
+                surge: false,
             }]
         );
         with_env
