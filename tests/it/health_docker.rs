@@ -405,3 +405,77 @@ fn the_autoscaler_follows_cpu_up_and_down_within_its_cooldowns() -> TestResult {
         Ok(())
     })
 }
+
+/// `(unix time in seconds, action, container name, signal)` of the scope's container events.
+fn timed_events(env: &Env, since: SystemTime) -> TestResult<Vec<(f64, String, String, String)>> {
+    let since = since.duration_since(std::time::UNIX_EPOCH)?.as_secs();
+    let until = SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs()
+        + 1;
+    let out = docker(&[
+        "events",
+        "--since",
+        &since.to_string(),
+        "--until",
+        &until.to_string(),
+        "--filter",
+        &format!("label=voodu.scope={}", env.scope()),
+        "--filter",
+        "type=container",
+        "--format",
+        "{{.TimeNano}} {{.Action}} {{.Actor.Attributes.name}} {{.Actor.Attributes.signal}}",
+    ])?;
+    Ok(out
+        .lines()
+        .filter_map(|line| {
+            let mut parts = line.split(' ');
+            let nanos: f64 = parts.next()?.parse().ok()?;
+            Some((
+                nanos / 1e9,
+                parts.next()?.to_owned(),
+                parts.next()?.to_owned(),
+                parts.next().unwrap_or_default().to_owned(),
+            ))
+        })
+        .collect())
+}
+
+#[test]
+#[ignore = "needs a Docker engine: scripts/test runs it (cargo test -- --include-ignored)"]
+fn a_pinned_host_port_rolls_the_old_replica_out_first() -> TestResult {
+    Env::new()?.run(|env| {
+        let scope = env.scope().to_owned();
+        let manifest = |version: &str| {
+            format!(
+                r#"deployment "{scope}" "web" {{
+  image    = "{image}"
+  command  = ["httpd", "-f", "-p", "8080"]
+  replicas = 1
+  env      = {{ V = "{version}" }}
+  ports    = ["127.0.0.1:39431:8080"]
+}}
+"#,
+                image = test_image(),
+            )
+        };
+        env.repo.write("app/web.hcl", &manifest("1"))?;
+        let v1 = env.repo.commit("web v1")?;
+        env.start_agent_with(FLAGS)?;
+        let old = env.converged(&v1, 1, None)?;
+        let since = SystemTime::now();
+        env.repo.write("app/web.hcl", &manifest("2"))?;
+        let v2 = env.repo.commit("web v2")?;
+        env.converged(&v2, 1, Some(&old[0].hash))?;
+        let order: Vec<String> = timed_events(env, since)?
+            .into_iter()
+            .filter(|(_, action, name, _)| {
+                name.contains("-web.") && (action == "create" || action == "destroy")
+            })
+            .map(|(_, action, _, _)| action)
+            .collect();
+        // Two replicas cannot bind the port at once: the old one goes first.
+        assert_eq!(order, ["destroy", "create"]);
+        Ok(())
+    })
+}
