@@ -389,6 +389,7 @@ fn step_text(step: &Step) -> String {
         Step::Start { name, .. } => format!("start {name}"),
         Step::Replace { name, .. } => format!("replace {name}"),
         Step::Remove { name, .. } => format!("remove {name}"),
+        Step::Retire { name, .. } => format!("retire {name} (its successor runs)"),
     }
 }
 
@@ -442,7 +443,7 @@ fn detail(plan: &ResourcePlan, next: Option<&Spec>) -> String {
     let count = |wanted: fn(&Step) -> bool| plan.steps.iter().filter(|step| wanted(step)).count();
     let creates = count(|step| matches!(step, Step::Create));
     let replaces = count(|step| matches!(step, Step::Replace { .. }));
-    let removes = count(|step| matches!(step, Step::Remove { .. }));
+    let removes = count(|step| matches!(step, Step::Remove { .. } | Step::Retire { .. }));
     let starts = count(|step| matches!(step, Step::Start { .. }));
     let mut parts = Vec::new();
     match plan.action {

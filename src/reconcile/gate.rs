@@ -74,42 +74,75 @@ pub fn waiting(
 
 /// The steps of `plan_replicas` that may run now: every removal, start and create, and at
 /// most one replacement. A replacement waits while replicas are being created in this pass or
-/// any replica of the target version is `waiting` (the previous slot is not ready), and a
-/// ready victim also waits until, after this pass's removals, `n_replicas` replicas are ready
-/// (so removing it leaves at least `n_replicas − 1`). Unready outdated replicas go first:
-/// replacing them costs no readiness. `ready`: the replicas (any version) running and ready.
+/// any replica of the target version is `waiting` (the previous slot is not ready).
+///
+/// Without surge (`surge == false`), a ready victim also waits until, after this pass's
+/// removals, `n_replicas` replicas are ready (so removing it leaves at least
+/// `n_replicas − 1`); unready outdated replicas go first: replacing them costs no readiness.
+///
+/// With surge, a replacement only adds the successor, so it needs no ready count; a `Retire`
+/// goes once removing it still leaves `n_replicas` ready (an unready one goes at once), and
+/// while one is held back no further successor is started. Ready replicas never drop below
+/// `n_replicas`. `ready`: the replicas (any version) running and ready.
 pub fn gate(
     steps: Vec<Step>,
     waiting: &[Waiting],
     ready: &BTreeSet<String>,
     n_replicas: usize,
+    surge: bool,
 ) -> Vec<Step> {
+    let is_ready = |step: &Step| match step {
+        Step::Replace { name, .. } | Step::Remove { name, .. } | Step::Retire { name, .. } => {
+            ready.contains(name)
+        }
+        _ => false,
+    };
     let (replaces, now): (Vec<Step>, Vec<Step>) = steps
         .into_iter()
         .partition(|step| matches!(step, Step::Replace { .. }));
-    let creating = now.iter().any(|step| matches!(step, Step::Create));
-    if creating || !waiting.is_empty() {
-        return now;
-    }
-    let is_ready = |step: &Step| match step {
-        Step::Replace { name, .. } | Step::Remove { name, .. } => ready.contains(name),
-        _ => false,
-    };
+    let (mut retires, mut now): (Vec<Step>, Vec<Step>) = now
+        .into_iter()
+        .partition(|step| matches!(step, Step::Retire { .. }));
     let removed_ready = now
         .iter()
         .filter(|step| matches!(step, Step::Remove { .. }) && is_ready(step))
         .count();
-    let ready_after = ready.len().saturating_sub(removed_ready);
+    let mut ready_after = ready.len().saturating_sub(removed_ready);
+    // Unready ones first: retiring them costs no readiness.
+    retires.sort_by_key(|step| is_ready(step));
+    let mut held_back = false;
+    for retire in retires {
+        if !is_ready(&retire) {
+            now.push(retire);
+        } else if ready_after > n_replicas {
+            ready_after -= 1;
+            now.push(retire);
+        } else {
+            held_back = true;
+        }
+    }
+    let creating = now.iter().any(|step| matches!(step, Step::Create));
+    if creating || !waiting.is_empty() {
+        return now;
+    }
     let victim = replaces
         .into_iter()
         .enumerate()
         .min_by_key(|(index, step)| (is_ready(step), *index))
         .map(|(_, step)| step);
-    let mut now = now;
-    if let Some(victim) = victim
-        && (!is_ready(&victim) || ready_after >= n_replicas)
-    {
-        now.push(victim);
+    match victim {
+        // An unready victim is replaced in place even when surging: it costs no readiness,
+        // and it is not worth a replica more (a superseded rollout's replica, a crashed one).
+        Some(Step::Replace { id, name, .. }) if !ready.contains(&name) => {
+            now.push(Step::Replace {
+                id,
+                name,
+                surge: false,
+            });
+        }
+        Some(victim) if surge && !held_back => now.push(victim),
+        Some(victim) if !surge && ready_after >= n_replicas => now.push(victim),
+        _ => {}
     }
     now
 }
@@ -349,11 +382,89 @@ mod tests {
                 Step::Start { name, .. } => format!("start {name}"),
                 Step::Replace { name, .. } => format!("replace {name}"),
                 Step::Remove { name, .. } => format!("remove {name}"),
+                Step::Retire { name, .. } => format!("retire {name}"),
             })
             .collect()
     }
 
     use ContainerState::{Exited, Running};
+
+    /// A surge roll of three, pass by pass: after every pass the gated steps are applied (a
+    /// replacement adds an unready successor, a retire or removal takes a replica away), then
+    /// every successor becomes ready on alternate passes. Ready replicas never drop below
+    /// three, and the roll ends with three new ones.
+    #[test]
+    fn a_surge_roll_never_drops_ready_replicas_below_replicas() {
+        let hash = SpecHash::new("new");
+        let target = Target {
+            spec_hash: &hash,
+            n_replicas: 3,
+            env_digest: None,
+            surge: true,
+        };
+        let mut actual = vec![
+            replica("a", "old", Running),
+            replica("b", "old", Running),
+            replica("c", "old", Running),
+        ];
+        let mut ready: BTreeSet<String> = ["a", "b", "c"].map(str::to_owned).into();
+        let mut passes = Vec::new();
+        for pass in 0..20 {
+            let rows: BTreeMap<String, ReplicaReadiness> = actual
+                .iter()
+                .map(|c| {
+                    let ready = ready.contains(&c.name);
+                    (
+                        c.name.clone(),
+                        ReplicaReadiness {
+                            ready,
+                            reason: String::new(),
+                        },
+                    )
+                })
+                .collect();
+            let wait = waiting(&actual, |c| target.is_current(c), &rows);
+            let steps = super::super::plan::plan_replicas(Some(&target), &actual);
+            let gated = gate(steps, &wait, &ready, 3, true);
+            passes.push(names(&gated));
+            for step in gated {
+                match step {
+                    Step::Replace { .. } => {
+                        actual.push(replica(&format!("n{pass}"), "new", Running));
+                    }
+                    Step::Retire { name, .. } | Step::Remove { name, .. } => {
+                        actual.retain(|c| c.name != name);
+                        ready.remove(&name);
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+                assert!(
+                    ready.len() >= 3,
+                    "ready dropped to {} after {passes:?}",
+                    ready.len()
+                );
+            }
+            if pass % 2 == 1 {
+                ready.extend(actual.iter().map(|c| c.name.clone()));
+            }
+        }
+        assert!(actual.iter().all(|c| target.is_current(c)), "{actual:?}");
+        assert_eq!((actual.len(), ready.len()), (3, 3));
+        // One successor at a time; each outdated replica retired once its successor is ready.
+        let steps: Vec<String> = passes.concat();
+        assert_eq!(
+            steps,
+            [
+                "replace a",
+                "retire c",
+                "replace a",
+                "retire b",
+                "replace a",
+                "retire a",
+            ],
+            "{passes:?}"
+        );
+    }
 
     fn ready_set(rows: &BTreeMap<String, ReplicaReadiness>) -> BTreeSet<String> {
         rows.iter()
@@ -363,17 +474,62 @@ mod tests {
     }
 
     #[test]
+    fn a_surge_replaces_an_unready_outdated_replica_in_place_first() {
+        let hash = SpecHash::new("new");
+        let target = Target {
+            spec_hash: &hash,
+            n_replicas: 3,
+            env_digest: None,
+            surge: true,
+        };
+        let gated = |actual: &[Container], rows: &BTreeMap<String, ReplicaReadiness>| {
+            let wait = waiting(actual, |c| target.is_current(c), rows);
+            let steps = super::super::plan::plan_replicas(Some(&target), actual);
+            gate(steps, &wait, &ready_set(rows), 3, true)
+                .iter()
+                .map(|step| match step {
+                    Step::Replace {
+                        name, surge: false, ..
+                    } => format!("replace {name} in place"),
+                    other => names(std::slice::from_ref(other)).concat(),
+                })
+                .collect::<Vec<_>>()
+        };
+        // Three ready replicas of v1 and one unready of a superseded v2 (all outdated).
+        // Planned to be replaced, the unready one is replaced in place (no replica more, no
+        // readiness lost); the retire of a ready v1 replica waits (it would leave two ready).
+        let actual = [
+            replica("a", "v2", Running),
+            replica("b", "v1", Running),
+            replica("c", "v1", Running),
+            replica("d", "v1", Running),
+        ];
+        let rows = readiness(&[("a", false), ("b", true), ("c", true), ("d", true)]);
+        assert_eq!(gated(&actual, &rows), ["replace a in place"]);
+        // Planned to be retired, it goes at once, and a successor surges beside the rest.
+        let actual = [
+            replica("b", "v1", Running),
+            replica("c", "v1", Running),
+            replica("d", "v1", Running),
+            replica("x", "v2", Running),
+        ];
+        let rows = readiness(&[("b", true), ("c", true), ("d", true), ("x", false)]);
+        assert_eq!(gated(&actual, &rows), ["retire x", "replace b"]);
+    }
+
+    #[test]
     fn one_slot_at_a_time_and_only_after_the_new_replica_is_ready() {
         let hash = SpecHash::new("new");
         let target = Target {
             spec_hash: &hash,
             n_replicas: 3,
             env_digest: None,
+            surge: false,
         };
         let steps = |actual: &[Container]| super::super::plan::plan_replicas(Some(&target), actual);
         let gated = |actual: &[Container], rows: &BTreeMap<String, ReplicaReadiness>| {
             let wait = waiting(actual, |c| target.is_current(c), rows);
-            names(&gate(steps(actual), &wait, &ready_set(rows), 3))
+            names(&gate(steps(actual), &wait, &ready_set(rows), 3, false))
         };
         // All old and ready: one replacement, not three.
         let actual = [
@@ -415,11 +571,12 @@ mod tests {
             spec_hash: &hash,
             n_replicas: 3,
             env_digest: None,
+            surge: false,
         };
         let gated = |actual: &[Container], rows: &BTreeMap<String, ReplicaReadiness>| {
             let steps = super::super::plan::plan_replicas(Some(&target), actual);
             let wait = waiting(actual, |c| target.is_current(c), rows);
-            names(&gate(steps, &wait, &ready_set(rows), 3))
+            names(&gate(steps, &wait, &ready_set(rows), 3, false))
         };
         // The new replica of the first slot was removed (liveness): its successor is created,
         // and no ready old replica goes in the same pass.
@@ -457,6 +614,7 @@ mod tests {
             spec_hash: &hash,
             n_replicas: 2,
             env_digest: None,
+            surge: false,
         };
         let actual = [
             replica("n1", "new", Exited),
@@ -468,7 +626,7 @@ mod tests {
         assert_eq!(wait[0].reason, "exited");
         let steps = super::super::plan::plan_replicas(Some(&target), &actual);
         assert_eq!(
-            names(&gate(steps, &wait, &ready_set(&rows), 2)),
+            names(&gate(steps, &wait, &ready_set(&rows), 2, false)),
             ["remove o2", "start n1"],
             "the replacement of o1 waits for n1; the extra o2 goes at once"
         );
@@ -478,7 +636,7 @@ mod tests {
         };
         let steps = super::super::plan::plan_replicas(Some(&target), &actual);
         assert_eq!(
-            names(&gate(steps, &wait, &ready_set(&rows), 1)),
+            names(&gate(steps, &wait, &ready_set(&rows), 1, false)),
             ["remove o1", "remove o2", "start n1"]
         );
     }

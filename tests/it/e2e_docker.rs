@@ -387,7 +387,8 @@ fn walking_skeleton(env: &mut Env) -> TestResult {
     })?;
     assert_eq!(release["commit"], first.as_str());
 
-    // b. edit env → rolled out one slot at a time: destroy, create, destroy, create.
+    // b. edit env → rolled out one slot at a time, each successor first (surge): create,
+    //    destroy, create, destroy.
     let events = Events::start(&scope, SystemTime::now(), env.dir.path().join("events.log"))?;
     env.write_web(2, "2")?;
     let second = env.repo.commit("web: V=2")?;
@@ -408,7 +409,7 @@ fn walking_skeleton(env: &mut Env) -> TestResult {
     let actions: Vec<&str> = rollout.iter().map(|(action, _)| action.as_str()).collect();
     assert_eq!(
         actions,
-        ["destroy", "create", "destroy", "create"],
+        ["create", "destroy", "create", "destroy"],
         "rollout events: {rollout:?}"
     );
     let created: BTreeSet<&str> = rollout

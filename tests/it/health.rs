@@ -107,12 +107,47 @@ fn phases(harness: &Harness) -> TestResult<Vec<&'static str>> {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_version_that_never_becomes_ready_under_surge_keeps_every_ready_replica() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.options.rollout_deadline = Duration::from_secs(60);
+    harness.start()?;
+    harness.push(&[("web.hcl", &web(3, "1", ""))])?;
+    let good = harness.converged(&key(), 3).await?;
+    let mark = harness.fake.calls().len();
+    harness.push(&[("web.hcl", &web(3, "2", NEVER_READY))])?;
+    let lowest = sample_until(&harness, "the automatic rollback", |harness| {
+        Ok(phases(harness)?.first() == Some(&"succeeded") && phases(harness)?.len() == 3)
+    })
+    .await?;
+    assert!(
+        lowest >= 3,
+        "ready replicas dropped to {lowest} (< replicas)"
+    );
+    // One successor of the bad version was tried and retired; the old replicas never left.
+    let created = created_since(&harness, mark);
+    assert_eq!(created.len(), 1, "one bad successor: {created:?}");
+    assert_eq!(phases(&harness)?, ["succeeded", "failed", "succeeded"]);
+    let after = harness.converged(&key(), 3).await?;
+    assert_eq!(ids(&after), ids(&good), "the same three old replicas");
+    harness.stop().await
+}
+
+fn ids(containers: &[voodu_agent::runtime::Container]) -> Vec<String> {
+    let mut ids: Vec<String> = containers.iter().map(|c| c.id.clone()).collect();
+    ids.sort();
+    ids
+}
+
+/// A pinned host port: a replacement removes the old replica first (no surge).
+const PINNED: &str = "  ports = [\"3000:8080\"]\n";
+
+#[tokio::test(start_paused = true)]
 async fn a_version_that_never_becomes_ready_stops_after_one_slot_and_is_rolled_back() -> TestResult
 {
     let mut harness = Harness::new()?;
     harness.options.rollout_deadline = Duration::from_secs(60);
     harness.start()?;
-    harness.push(&[("web.hcl", &web(3, "1", ""))])?;
+    harness.push(&[("web.hcl", &web(3, "1", PINNED))])?;
     let good = harness.converged(&key(), 3).await?;
     let good_hash = good[0]
         .label(labels::MANIFEST_HASH)
@@ -120,7 +155,7 @@ async fn a_version_that_never_becomes_ready_stops_after_one_slot_and_is_rolled_b
         .to_owned();
     let mark = harness.fake.calls().len();
     let started = tokio::time::Instant::now();
-    harness.push(&[("web.hcl", &web(3, "2", NEVER_READY))])?;
+    harness.push(&[("web.hcl", &web(3, "2", &format!("{PINNED}{NEVER_READY}")))])?;
     let lowest = sample_until(&harness, "the automatic rollback", |harness| {
         Ok(phases(harness)?.first() == Some(&"succeeded") && phases(harness)?.len() == 3)
     })

@@ -80,6 +80,18 @@ impl DeploymentSpec {
         restart_or_default(&self.restart)
     }
 
+    /// Whether a replacement starts the successor before the outdated replica goes (voodu
+    /// 2026 `drain.mdx`): yes, unless a host port is pinned (`"3000:8080"`: two replicas
+    /// cannot bind it at once) or the container shares the host's network (every port it
+    /// listens on is the host's).
+    pub fn surges(&self) -> bool {
+        self.container.network_mode != "host"
+            && !self
+                .normalized_ports()
+                .iter()
+                .any(|port| pins_host_port(port))
+    }
+
     /// Ports after voodu's loopback normalisation (spec §6.4); none in host/none mode.
     pub fn normalized_ports(&self) -> Vec<String> {
         normalized_ports(&self.ports)
@@ -112,6 +124,14 @@ impl DeploymentSpec {
             assets: asset_lines(&self.asset_digests),
         })
     }
+}
+
+/// Whether a normalised `ports` entry (`ip:host:container[/proto]`) names a host port.
+fn pins_host_port(port: &str) -> bool {
+    let address = port.split('/').next().unwrap_or(port);
+    let mut parts = address.rsplitn(3, ':');
+    let _container = parts.next();
+    parts.next().is_some_and(|host| !host.is_empty())
 }
 
 /// `["<ref>=<sha256>", …]` sorted, `None` when there are none (spec §5.2 #20).

@@ -75,6 +75,7 @@ impl Deployment<'_> {
             spec_hash: &self.desired.spec_hash,
             n_replicas: self.desired.n_replicas,
             env_digest: Some(&self.launch.env_digest),
+            surge: self.spec.surges(),
         }
     }
 }
@@ -129,7 +130,7 @@ impl<R: Runtime> Replicated<R> for Deployment<'_> {
     }
 
     fn is_replace(step: &Step) -> bool {
-        matches!(step, Step::Replace { .. })
+        matches!(step, Step::Replace { .. } | Step::Retire { .. })
     }
 
     fn gate(&self, steps: Vec<Step>, observed: &Observed) -> Vec<Step> {
@@ -138,6 +139,7 @@ impl<R: Runtime> Replicated<R> for Deployment<'_> {
             &observed.waiting,
             &observed.ready_names(),
             self.desired.n_replicas,
+            self.spec.surges(),
         )
     }
 
@@ -263,7 +265,17 @@ async fn execute<R: Runtime>(
                 tracing::info!(%key, containers = ?names, "replicas created");
             }
             Step::Start { id, name } => start_again(ctx, key, id, name, backing_off).await?,
-            Step::Replace { id, name } => {
+            Step::Replace {
+                name, surge: true, ..
+            } => {
+                let new_name = create_replicas(ctx, work, 1, &mut taken)
+                    .await?
+                    .into_iter()
+                    .next()
+                    .unwrap_or_default();
+                tracing::info!(%key, old = %name, new = %new_name, "successor started (surge); the old replica is retired once it is ready");
+            }
+            Step::Replace { id, name, .. } => {
                 ctx.runtime.remove(id).await.map_err(runtime_error)?;
                 let new_name = create_replicas(ctx, work, 1, &mut taken)
                     .await?
@@ -275,6 +287,10 @@ async fn execute<R: Runtime>(
             Step::Remove { id, name } => {
                 ctx.runtime.remove(id).await.map_err(runtime_error)?;
                 tracing::info!(%key, container = %name, "replica removed");
+            }
+            Step::Retire { id, name } => {
+                ctx.runtime.remove(id).await.map_err(runtime_error)?;
+                tracing::info!(%key, container = %name, "outdated replica retired (its successor is ready)");
             }
         }
     }

@@ -91,6 +91,7 @@ pub fn plan_resource(
                 spec_hash: &hash,
                 n_replicas: deployment.effective_replicas(scaled),
                 env_digest: None,
+                surge: deployment.surges(),
             };
             (plan_replicas(Some(&target), actual), Vec::new())
         }
@@ -283,6 +284,7 @@ mod bounds_tests {
                 spec_hash: &hash,
                 n_replicas,
                 env_digest: None,
+                surge: false,
             };
             assert_eq!(plan_replicas(Some(&target), &[]).len(), MAX_REPLICA_COUNT);
             let pods = StatefulTarget {

@@ -31,6 +31,8 @@ impl StatefulTarget<'_> {
                 .env_digests
                 .and_then(|digests| digests.get(ordinal))
                 .map(String::as_str),
+            // Pods never surge: one volume per ordinal.
+            surge: false,
         }
         .is_current(pod)
     }

@@ -1,5 +1,10 @@
 //! `plan_replicas`: a deployment's replicas (interchangeable, named by random ids) → the steps
 //! that converge them on a target count, spec hash and environment.
+//!
+//! A replacement surges (voodu 2026, `drain.mdx`) unless the target says it cannot (a pinned
+//! host port): the successor is created first and the outdated replica stays, so the next
+//! pass sees one replica more than wanted and plans `Retire` for an outdated one, which the
+//! gate lets through once removing it leaves `n_replicas` ready.
 
 use crate::manifest::spec::bounds::MAX_REPLICA_COUNT;
 use crate::model::SpecHash;
@@ -13,6 +18,8 @@ pub struct Target<'a> {
     pub spec_hash: &'a SpecHash,
     pub n_replicas: usize,
     pub env_digest: Option<&'a str>,
+    /// Whether a replacement starts the successor before the outdated replica goes.
+    pub surge: bool,
 }
 
 impl Target<'_> {
@@ -32,8 +39,15 @@ pub enum Step {
     Create,
     /// Start a current replica that is not running (created, or stopped by hand).
     Start { id: String, name: String },
-    /// Replace an outdated replica: remove it, then create and start its successor.
-    Replace { id: String, name: String },
+    /// Replace an outdated replica: remove it, then create and start its successor; with
+    /// `surge`, only create and start the successor (the replica is retired later).
+    Replace {
+        id: String,
+        name: String,
+        surge: bool,
+    },
+    /// Remove an outdated replica whose successor runs (a surge's second half).
+    Retire { id: String, name: String },
     /// Remove a replica that is no longer wanted.
     Remove { id: String, name: String },
 }
@@ -77,11 +91,21 @@ pub fn plan_replicas(target: Option<&Target<'_>>, actual: &[Container]) -> Vec<S
         });
     let missing = n_replicas - keep;
     let n_replace = missing.min(outdated.len());
-    removes.extend(outdated[n_replace..].iter().map(remove));
+    removes.extend(outdated[n_replace..].iter().map(|container| {
+        if target.surge {
+            Step::Retire {
+                id: container.id.clone(),
+                name: container.name.clone(),
+            }
+        } else {
+            remove(container)
+        }
+    }));
     let creates = std::iter::repeat_n(Step::Create, missing - n_replace);
     let replaces = outdated[..n_replace].iter().map(|container| Step::Replace {
         id: container.id.clone(),
         name: container.name.clone(),
+        surge: target.surge,
     });
     removes
         .into_iter()
@@ -99,11 +123,16 @@ mod tests {
     use crate::model::{Kind, ResourceKey};
 
     fn check(n_replicas: Option<usize>, actual: &[Container], expected: &[&str]) {
+        check_with(false, n_replicas, actual, expected);
+    }
+
+    fn check_with(surge: bool, n_replicas: Option<usize>, actual: &[Container], expected: &[&str]) {
         let hash = SpecHash::new("new");
         let target = n_replicas.map(|n_replicas| Target {
             spec_hash: &hash,
             n_replicas,
             env_digest: None,
+            surge,
         });
         let steps: Vec<String> = plan_replicas(target.as_ref(), actual)
             .into_iter()
@@ -112,9 +141,63 @@ mod tests {
                 Step::Start { name, .. } => format!("start {name}"),
                 Step::Replace { name, .. } => format!("replace {name}"),
                 Step::Remove { name, .. } => format!("remove {name}"),
+                Step::Retire { name, .. } => format!("retire {name}"),
             })
             .collect();
         assert_eq!(steps, expected);
+    }
+
+    #[test]
+    fn a_surge_creates_first_and_retires_once_the_successor_exists() {
+        // (replicas, actual, plan): a roll of two, pass by pass; the gate decides when.
+        let cases: &[(usize, &[Container], &[&str])] = &[
+            (
+                2,
+                &[
+                    container("a", "old", Running),
+                    container("b", "old", Running),
+                ],
+                &["replace a", "replace b"],
+            ),
+            (
+                2,
+                &[
+                    container("a", "old", Running),
+                    container("b", "old", Running),
+                    container("c", "new", Running),
+                ],
+                &["retire b", "replace a"],
+            ),
+            (
+                2,
+                &[
+                    container("a", "old", Running),
+                    container("c", "new", Running),
+                ],
+                &["replace a"],
+            ),
+            (
+                2,
+                &[
+                    container("a", "old", Running),
+                    container("c", "new", Running),
+                    container("d", "new", Running),
+                ],
+                &["retire a"],
+            ),
+            // A scale-down during a roll retires outdated replicas too.
+            (
+                1,
+                &[
+                    container("a", "old", Running),
+                    container("b", "old", Running),
+                ],
+                &["retire b", "replace a"],
+            ),
+        ];
+        for (n_replicas, actual, expected) in cases {
+            check_with(true, Some(*n_replicas), actual, expected);
+        }
     }
 
     use ContainerState::{Created, Exited, Running};
@@ -191,12 +274,14 @@ mod tests {
             spec_hash: &hash,
             n_replicas: 1,
             env_digest: Some("new-env"),
+            surge: false,
         };
         assert_eq!(
             plan_replicas(Some(&target), std::slice::from_ref(&with_env)),
             [Step::Replace {
                 id: "id-a".into(),
-                name: "a".into()
+                name: "a".into(),
+                surge: false,
             }]
         );
         with_env
