@@ -396,12 +396,7 @@ mod tests {
     #[test]
     fn a_surge_roll_never_drops_ready_replicas_below_replicas() {
         let hash = SpecHash::new("new");
-        let target = Target {
-            spec_hash: &hash,
-            n_replicas: 3,
-            env_digest: None,
-            surge: true,
-        };
+        let target = target(&hash, 3, true);
         let mut actual = vec![
             replica("a", "old", Running),
             replica("b", "old", Running),
@@ -473,19 +468,39 @@ mod tests {
             .collect()
     }
 
+    /// A deployment target of `n_replicas` with spec hash `new`.
+    fn target(hash: &SpecHash, n_replicas: usize, surge: bool) -> Target<'_> {
+        Target {
+            spec_hash: hash,
+            n_replicas,
+            env_digest: None,
+            surge,
+        }
+    }
+
+    /// What the gate lets through of the plan for `actual` with `rows` of readiness.
+    fn gated(
+        target: &Target<'_>,
+        actual: &[Container],
+        rows: &BTreeMap<String, ReplicaReadiness>,
+    ) -> Vec<Step> {
+        let wait = waiting(actual, |c| target.is_current(c), rows);
+        let steps = super::super::plan::plan_replicas(Some(target), actual);
+        gate(
+            steps,
+            &wait,
+            &ready_set(rows),
+            target.n_replicas,
+            target.surge,
+        )
+    }
+
     #[test]
     fn a_surge_replaces_an_unready_outdated_replica_in_place_first() {
         let hash = SpecHash::new("new");
-        let target = Target {
-            spec_hash: &hash,
-            n_replicas: 3,
-            env_digest: None,
-            surge: true,
-        };
+        let target = target(&hash, 3, true);
         let gated = |actual: &[Container], rows: &BTreeMap<String, ReplicaReadiness>| {
-            let wait = waiting(actual, |c| target.is_current(c), rows);
-            let steps = super::super::plan::plan_replicas(Some(&target), actual);
-            gate(steps, &wait, &ready_set(rows), 3, true)
+            gated(&target, actual, rows)
                 .iter()
                 .map(|step| match step {
                     Step::Replace {
@@ -520,16 +535,9 @@ mod tests {
     #[test]
     fn one_slot_at_a_time_and_only_after_the_new_replica_is_ready() {
         let hash = SpecHash::new("new");
-        let target = Target {
-            spec_hash: &hash,
-            n_replicas: 3,
-            env_digest: None,
-            surge: false,
-        };
-        let steps = |actual: &[Container]| super::super::plan::plan_replicas(Some(&target), actual);
+        let target = target(&hash, 3, false);
         let gated = |actual: &[Container], rows: &BTreeMap<String, ReplicaReadiness>| {
-            let wait = waiting(actual, |c| target.is_current(c), rows);
-            names(&gate(steps(actual), &wait, &ready_set(rows), 3, false))
+            names(&gated(&target, actual, rows))
         };
         // All old and ready: one replacement, not three.
         let actual = [
@@ -567,16 +575,9 @@ mod tests {
     #[test]
     fn a_replacement_never_takes_ready_replicas_below_replicas_minus_one() {
         let hash = SpecHash::new("new");
-        let target = Target {
-            spec_hash: &hash,
-            n_replicas: 3,
-            env_digest: None,
-            surge: false,
-        };
+        let target = target(&hash, 3, false);
         let gated = |actual: &[Container], rows: &BTreeMap<String, ReplicaReadiness>| {
-            let steps = super::super::plan::plan_replicas(Some(&target), actual);
-            let wait = waiting(actual, |c| target.is_current(c), rows);
-            names(&gate(steps, &wait, &ready_set(rows), 3, false))
+            names(&gated(&target, actual, rows))
         };
         // The new replica of the first slot was removed (liveness): its successor is created,
         // and no ready old replica goes in the same pass.

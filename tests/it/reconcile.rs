@@ -76,21 +76,30 @@ fn web_pinned(replicas: u32, env: &str) -> String {
     web(replicas, env).replace("  replicas =", "  ports = [\"3000:8080\"]\n  replicas =")
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_spec_change_replaces_every_replica_one_slot_at_a_time() -> TestResult {
-    let mut harness = Harness::new()?;
-    harness.start()?;
-    harness.push(&[("web.hcl", &web_pinned(3, "1"))])?;
+/// Deploys three replicas of `manifest(…, "1")`, rolls them to `"2"`, checks every replica
+/// was replaced, and returns the creates and removes of the roll in order.
+async fn roll_three(
+    harness: &mut Harness,
+    manifest: fn(u32, &str) -> String,
+) -> TestResult<Vec<String>> {
+    harness.push(&[("web.hcl", &manifest(3, "1"))])?;
     let before = harness.converged(&web_key(), 3).await?;
     let mark = harness.fake.calls().len();
-    harness.push(&[("web.hcl", &web_pinned(3, "2"))])?;
+    harness.push(&[("web.hcl", &manifest(3, "2"))])?;
     let after = harness.converged(&web_key(), 3).await?;
     assert!(
         ids(&before).iter().all(|id| !ids(&after).contains(id)),
         "every replica replaced"
     );
+    Ok(harness.churn_since(mark))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_spec_change_replaces_every_replica_one_slot_at_a_time() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.start()?;
     assert_eq!(
-        harness.churn_since(mark),
+        roll_three(&mut harness, web_pinned).await?,
         ["remove", "create", "remove", "create", "remove", "create"],
         "one slot at a time"
     );
@@ -102,17 +111,8 @@ async fn a_spec_change_replaces_every_replica_one_slot_at_a_time() -> TestResult
 async fn a_spec_change_surges_one_replica_at_a_time() -> TestResult {
     let mut harness = Harness::new()?;
     harness.start()?;
-    harness.push(&[("web.hcl", &web(3, "1"))])?;
-    let before = harness.converged(&web_key(), 3).await?;
-    let mark = harness.fake.calls().len();
-    harness.push(&[("web.hcl", &web(3, "2"))])?;
-    let after = harness.converged(&web_key(), 3).await?;
-    assert!(
-        ids(&before).iter().all(|id| !ids(&after).contains(id)),
-        "every replica replaced"
-    );
     assert_eq!(
-        harness.churn_since(mark),
+        roll_three(&mut harness, web).await?,
         ["create", "remove", "create", "remove", "create", "remove"],
         "the successor first, one at a time"
     );
