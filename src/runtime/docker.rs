@@ -18,9 +18,9 @@ use bollard::models::{
     PortBinding, ResourcesUlimits, RestartPolicy, RestartPolicyNameEnum, VolumeCreateRequest,
 };
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, ListContainersOptionsBuilder,
-    ListVolumesOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder,
-    RemoveVolumeOptions, StopContainerOptionsBuilder,
+    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, KillContainerOptionsBuilder,
+    ListContainersOptionsBuilder, ListVolumesOptionsBuilder, LogsOptionsBuilder,
+    RemoveContainerOptionsBuilder, RemoveVolumeOptions, StopContainerOptionsBuilder,
 };
 use futures_util::StreamExt as _;
 
@@ -461,6 +461,35 @@ impl Runtime for DockerRuntime {
             .map_err(classify)
         {
             Ok(()) | Err(Error::NotFound { .. }) => Ok(()),
+            Err(other) => Err(other),
+        }
+    }
+
+    async fn stop(&self, id: &str, grace: std::time::Duration) -> Result<()> {
+        // TERM, our own wait, then KILL (what `docker stop -t` does), so a long grace never
+        // holds one HTTP request open past the client's timeout.
+        let signal = |name: &str| KillContainerOptionsBuilder::default().signal(name).build();
+        match self
+            .docker
+            .kill_container(id, Some(signal("SIGTERM")))
+            .await
+            .map_err(classify)
+        {
+            Ok(()) => {}
+            // Gone (404) or not running (409): nothing to stop.
+            Err(Error::NotFound { .. } | Error::Conflict { .. }) => return Ok(()),
+            Err(other) => return Err(other),
+        }
+        if tokio::time::timeout(grace, self.wait(id)).await.is_ok() {
+            return Ok(());
+        }
+        match self
+            .docker
+            .kill_container(id, Some(signal("SIGKILL")))
+            .await
+            .map_err(classify)
+        {
+            Ok(()) | Err(Error::NotFound { .. } | Error::Conflict { .. }) => Ok(()),
             Err(other) => Err(other),
         }
     }

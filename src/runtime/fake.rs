@@ -416,6 +416,21 @@ impl Runtime for FakeRuntime {
         Ok(())
     }
 
+    /// Records `stop <id> <grace>` (a test reads the grace a handler used) and stops a
+    /// running container at once, as one that exits on SIGTERM would.
+    async fn stop(&self, id: &str, grace: std::time::Duration) -> Result<()> {
+        self.enter("stop", &format!("{id} {}s", grace.as_secs_f64()))?;
+        let running = self
+            .lock()
+            .containers
+            .get(id)
+            .is_some_and(|container| container.listed.state == ContainerState::Running);
+        if running {
+            self.exit_with(id, 0);
+        }
+        Ok(())
+    }
+
     async fn ensure_network(&self, name: &str) -> Result<()> {
         self.enter("ensure_network", name)?;
         self.lock().networks.insert(name.to_owned());

@@ -13,6 +13,7 @@ pub mod labels;
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::time::Duration;
 
 pub use crate::model::{DockerOptions, PortMapping, parse_ports};
 pub use docker::DockerRuntime;
@@ -209,6 +210,9 @@ pub trait Runtime: Send + Sync + 'static {
     /// Stops (SIGTERM, then SIGKILL after the grace period) and removes. Removing a container
     /// that is already gone succeeds.
     fn remove(&self, id: &str) -> impl Future<Output = Result<()>> + Send;
+    /// Stops a running container as `docker stop -t` does: SIGTERM, then SIGKILL once `grace`
+    /// has passed without it exiting. A container that is not running, or gone, is stopped.
+    fn stop(&self, id: &str, grace: Duration) -> impl Future<Output = Result<()>> + Send;
     /// Creates a bridge network when none by that name exists.
     fn ensure_network(&self, name: &str) -> impl Future<Output = Result<()>> + Send;
     /// A container's detailed state.

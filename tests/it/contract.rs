@@ -47,6 +47,7 @@ contract! {
     check_list_filters_by_labels => fake_list_filters_by_labels, docker_list_filters_by_labels;
     check_duplicate_name_conflicts => fake_duplicate_name_conflicts, docker_duplicate_name_conflicts;
     check_remove_is_idempotent => fake_remove_is_idempotent, docker_remove_is_idempotent;
+    check_stop_then_remove => fake_stop_then_remove, docker_stop_then_remove;
     check_missing_image => fake_missing_image, docker_missing_image;
     check_labels_round_trip => fake_labels_round_trip, docker_labels_round_trip;
     check_exit_code_output_and_wait => fake_exit_code_output_and_wait, docker_exit_code_output_and_wait;
@@ -336,6 +337,22 @@ async fn check_remove_is_idempotent<R: Runtime>(runtime: &R, scope: &str) -> Tes
     // The name is free again.
     let id = runtime.create(&running).await?;
     runtime.remove(&id).await?;
+    Ok(())
+}
+
+/// `stop` ends a running container (one that exits on SIGTERM: `sleep` under the init) and
+/// is a no-op on a stopped or gone one; `remove` then takes it away.
+async fn check_stop_then_remove<R: Runtime>(runtime: &R, scope: &str) -> TestResult {
+    runtime.ensure_network(NETWORK).await?;
+    let id = runtime.create(&spec(scope, "stopped")).await?;
+    runtime.start(&id).await?;
+    let grace = std::time::Duration::from_secs(5);
+    runtime.stop(&id, grace).await?;
+    assert!(!runtime.inspect(&id).await?.running, "stopped by SIGTERM");
+    runtime.stop(&id, grace).await?;
+    runtime.remove(&id).await?;
+    runtime.stop(&id, grace).await?;
+    assert_eq!(listed(runtime, &[(labels::SCOPE, scope)]).await?, vec![]);
     Ok(())
 }
 

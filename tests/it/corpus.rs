@@ -485,3 +485,64 @@ fn host_policy_refuses_the_custom_dockerfile_example_until_allowed() -> TestResu
     // No policy: the format alone.
     check(&[], 0, accepted)
 }
+
+/// voodu's newer examples (`../shared/corpus/voodu-examples-new`), read in place.
+fn new_corpus() -> TestResult<PathBuf> {
+    let dir = corpus()?.with_file_name("voodu-examples-new");
+    if dir.is_dir() {
+        Ok(dir)
+    } else {
+        Err(format!("{} not found", dir.display()).into())
+    }
+}
+
+#[cfg_attr(
+    voodu_corpus_missing,
+    ignore = "needs ../shared/corpus beside the checkout: scripts/test runs it"
+)]
+#[test]
+fn drain_blocks_load_and_a_bad_drain_duration_is_refused_as_voodu_refuses_it() -> TestResult {
+    let snippets = new_corpus()?.join("clowk-voodu/docs-snippets");
+    let manifest = load_set(&snippets.join("drain"))?
+        .map_err(|diagnostics| format!("the drain snippets must load:\n{diagnostics}"))?;
+    let drains: Vec<(String, String, String)> = manifest
+        .resources
+        .iter()
+        .filter_map(|resource| match &resource.spec {
+            Spec::Deployment(deployment) => {
+                let drain = deployment.drain.clone()?;
+                Some((resource.key.to_string(), drain.grace, drain.timeout))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        drains,
+        [
+            ("deployment/prod/api".into(), "60s".into(), "30m".into()),
+            (
+                "deployment/prod/worker".into(),
+                "120s".into(),
+                String::new()
+            ),
+        ]
+    );
+    let diagnostics = match load_set(&snippets.join("invalid-drain-timeout"))? {
+        Ok(_) => return Err("a drain timeout of \"30min\" must be refused".into()),
+        Err(diagnostics) => diagnostics,
+    };
+    let found: Vec<(usize, String)> = diagnostics
+        .0
+        .iter()
+        .map(|diagnostic| (diagnostic.line, diagnostic.message.clone()))
+        .collect();
+    assert_eq!(
+        found,
+        [(
+            9,
+            r#"deployment.drain.timeout: "30min" is not a duration (want e.g. "30s", "5m", "1h30m")"#
+                .to_owned()
+        )]
+    );
+    Ok(())
+}

@@ -406,6 +406,28 @@ fn the_autoscaler_follows_cpu_up_and_down_within_its_cooldowns() -> TestResult {
     })
 }
 
+/// `web` whose replicas trap SIGTERM: the trap writes `TERM <container id>` to the host's
+/// `out` directory, then sleeps far longer than `grace`, so only the SIGKILL after `grace`
+/// ends it. `extra` goes inside the block (ports, …).
+fn term_trapping_web(env: &Env, version: &str, out: &std::path::Path, extra: &str) -> String {
+    format!(
+        r#"deployment "{scope}" "web" {{
+  image    = "{image}"
+  command  = ["sh", "-c", "trap 'echo TERM $HOSTNAME >> /out/term.log; sleep 60' TERM; while true; do sleep 1; done"]
+  replicas = 3
+  env      = {{ V = "{version}" }}
+  volumes  = ["{out}:/out"]
+  drain {{
+    grace = "3s"
+  }}
+{extra}}}
+"#,
+        scope = env.scope(),
+        image = test_image(),
+        out = out.display(),
+    )
+}
+
 /// `(unix time in seconds, action, container name, signal)` of the scope's container events.
 fn timed_events(env: &Env, since: SystemTime) -> TestResult<Vec<(f64, String, String, String)>> {
     let since = since.duration_since(std::time::UNIX_EPOCH)?.as_secs();
@@ -439,6 +461,97 @@ fn timed_events(env: &Env, since: SystemTime) -> TestResult<Vec<(f64, String, St
             ))
         })
         .collect())
+}
+
+#[test]
+#[ignore = "needs a Docker engine: scripts/test runs it (cargo test -- --include-ignored)"]
+fn a_surge_roll_keeps_every_replica_ready_and_drains_each_old_one_for_its_grace() -> TestResult {
+    Env::new()?.run(|env| {
+        let out = env.dir.path().join("out");
+        std::fs::create_dir_all(&out)?;
+        env.repo
+            .write("app/web.hcl", &term_trapping_web(env, "1", &out, ""))?;
+        let v1 = env.repo.commit("web v1")?;
+        let out_root = out.display().to_string();
+        let mut flags = FLAGS.to_vec();
+        flags.extend(["--allow-bind-root", out_root.as_str()]);
+        env.start_agent_with(&flags)?;
+        let old = env.converged(&v1, 3, None)?;
+        let since = SystemTime::now();
+        env.repo
+            .write("app/web.hcl", &term_trapping_web(env, "2", &out, ""))?;
+        let v2 = env.repo.commit("web v2")?;
+        let old_hash = old[0].hash.clone();
+        let (_, lowest, samples) = sample_until(env, "the surge roll", |env| {
+            let rows = env.containers().ok()?;
+            (rows.len() == 3
+                && rows
+                    .iter()
+                    .all(|row| row.state == "running" && row.hash != old_hash))
+            .then_some(())
+        })?;
+        let rows = env.converged(&v2, 3, Some(&old_hash))?;
+        eprintln!("surge roll: lowest ready replicas {lowest} of 3 over {samples} samples");
+        assert!(samples >= 10, "only {samples} samples");
+        assert!(
+            lowest >= 3,
+            "ready replicas dropped to {lowest} (replicas = 3)"
+        );
+        assert!(
+            rows.iter()
+                .all(|row| old.iter().all(|o| o.name != row.name))
+        );
+        let events = timed_events(env, since)?;
+        // The successor first, each time: create before destroy, three times.
+        let order: Vec<&str> = events
+            .iter()
+            .filter(|(_, action, name, _)| {
+                name.contains("-web.") && (action == "create" || action == "destroy")
+            })
+            .map(|(_, action, _, _)| action.as_str())
+            .collect();
+        assert_eq!(
+            order,
+            [
+                "create", "destroy", "create", "destroy", "create", "destroy"
+            ],
+            "{events:?}"
+        );
+        // Each old replica got SIGTERM, trapped it, and was killed only after its grace.
+        let term_log = std::fs::read_to_string(out.join("term.log"))?;
+        for replica in &old {
+            let term = events
+                .iter()
+                .find(|(_, action, name, signal)| {
+                    action == "kill" && name == &replica.name && signal == "15"
+                })
+                .ok_or(format!("no SIGTERM for {}: {events:?}", replica.name))?;
+            let died = events
+                .iter()
+                .find(|(_, action, name, _)| action == "die" && name == &replica.name)
+                .ok_or(format!("{} never died: {events:?}", replica.name))?;
+            let waited = died.0 - term.0;
+            eprintln!(
+                "{} died {waited:.2}s after SIGTERM (grace 3s)",
+                replica.name
+            );
+            // The declared grace, not Docker's default of 10 s.
+            assert!(
+                (3.0 - 0.2..8.0).contains(&waited),
+                "{} died {waited:.2}s after SIGTERM (grace 3s)",
+                replica.name
+            );
+        }
+        assert_eq!(
+            term_log
+                .lines()
+                .filter(|line| line.starts_with("TERM "))
+                .count(),
+            3,
+            "{term_log}"
+        );
+        Ok(())
+    })
 }
 
 #[test]

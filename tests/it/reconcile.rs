@@ -746,3 +746,42 @@ async fn release_hooks_are_skipped_for_a_spec_that_already_rolled_out() -> TestR
     );
     harness.stop().await
 }
+
+#[tokio::test(start_paused = true)]
+async fn every_replica_stops_with_its_drain_grace() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.start()?;
+    let stops = |harness: &Harness| -> Vec<String> {
+        harness
+            .fake
+            .calls()
+            .into_iter()
+            .filter_map(|call| {
+                let rest = call.strip_prefix("stop ")?;
+                Some(rest.split_once(' ')?.1.to_owned())
+            })
+            .collect()
+    };
+    let with_grace = |replicas: u32, env: &str| {
+        web(replicas, env).replace(
+            "  replicas =",
+            "  drain {\n    grace = \"7s\"\n  }\n  replicas =",
+        )
+    };
+    // A roll of three, then a scale-down to one, then a prune: each replica that goes gets
+    // its grace (Docker's 10 s where none is declared).
+    harness.push(&[("web.hcl", &web(2, "1"))])?;
+    harness.converged(&web_key(), 2).await?;
+    harness.push(&[("web.hcl", &web(2, "2"))])?;
+    harness.converged(&web_key(), 2).await?;
+    assert_eq!(stops(&harness), ["10s", "10s"]);
+    harness.push(&[("web.hcl", &with_grace(3, "3"))])?;
+    harness.converged(&web_key(), 3).await?;
+    harness.push(&[("web.hcl", &with_grace(1, "3"))])?;
+    harness.converged(&web_key(), 1).await?;
+    assert_eq!(stops(&harness)[2..], ["7s", "7s", "7s", "7s"]);
+    harness.push(&[("other.hcl", "")])?;
+    harness.converged(&web_key(), 0).await?;
+    assert_eq!(stops(&harness)[6..], ["7s"]);
+    harness.stop().await
+}

@@ -21,13 +21,14 @@ use crate::manifest::interpolate::{Reference, is_ref_segment};
 use crate::manifest::spec::bounds::{
     MAX_CPUS, MAX_FETCH_TIMEOUT, MAX_HISTORY, MAX_LOG_FILES, MAX_LOG_SIZE, MAX_MEMORY,
     MAX_PROBE_DURATION, MAX_PROBE_THRESHOLD, MAX_PUBLISHED_PORTS, MAX_REPLICAS,
-    MAX_RESTART_RETRIES, MAX_TIMEOUT, MAX_ULIMIT, MAX_VOLUME_SIZE, MIN_MEMORY, show_duration,
+    MAX_RESTART_RETRIES, MAX_STOP_GRACE, MAX_TIMEOUT, MAX_ULIMIT, MAX_VOLUME_SIZE, MIN_MEMORY,
+    show_duration,
 };
 use crate::manifest::spec::schedule::check_schedule;
 use crate::manifest::spec::{
     AssetFile, AssetSpec, Autoscale, Build, Container, CronjobSpec, DependsOn, DeploymentSpec,
-    ExecAction, HttpGet, IngressSpec, Init, JobSpec, Lang, Limits, LoadBalancing, Location, Logs,
-    OnDeploy, OnProbe, Probe, Probes, RegistrySpec, ReleaseHooks, Resources, StatefulsetSpec,
+    Drain, ExecAction, HttpGet, IngressSpec, Init, JobSpec, Lang, Limits, LoadBalancing, Location,
+    Logs, OnDeploy, OnProbe, Probe, Probes, RegistrySpec, ReleaseHooks, Resources, StatefulsetSpec,
     TcpSocket, Tls, VolumeClaim, WebhookTarget, normalize_port, sha256_hex,
 };
 use crate::model::{DockerOptions, parse_go_duration};
@@ -456,10 +457,12 @@ struct Workload {
     inits: Vec<Init>,
     probes: Option<Probes>,
     on_probe: Option<OnProbe>,
+    drain: Option<Drain>,
 }
 
-/// `bridge`: the container publishes its ports (not in host or none network mode).
-fn workload(cx: &mut Cx<'_>, r: &mut Reader<'_>, bridge: bool) -> Workload {
+/// `bridge`: the container publishes its ports (not in host or none network mode). `kind`
+/// names the block in messages voodu words with it (`deployment.drain.timeout: …`).
+fn workload(cx: &mut Cx<'_>, r: &mut Reader<'_>, bridge: bool, kind: &str) -> Workload {
     let replicas = r.int(cx, "replicas");
     if let Some(replicas) = replicas.filter(|n| *n < 0) {
         cx.error(
@@ -536,6 +539,7 @@ fn workload(cx: &mut Cx<'_>, r: &mut Reader<'_>, bridge: bool) -> Workload {
         o.finish(cx);
         on_probe
     });
+    let drain = drain(cx, r, kind);
     Workload {
         replicas,
         ports,
@@ -544,12 +548,47 @@ fn workload(cx: &mut Cx<'_>, r: &mut Reader<'_>, bridge: bool) -> Workload {
         inits,
         probes,
         on_probe,
+        drain,
     }
+}
+
+/// `drain { grace, timeout }` (voodu 2026), its durations checked when the file is parsed,
+/// with voodu's message (`deployment.drain.timeout: "30min" is not a duration …`).
+fn drain(cx: &mut Cx<'_>, r: &mut Reader<'_>, kind: &str) -> Option<Drain> {
+    let block = r.block(cx, "drain")?;
+    let mut d = r.nested(block, "");
+    let mut drain = Drain::default();
+    for (field, max, slot) in [
+        ("grace", MAX_STOP_GRACE, &mut drain.grace),
+        ("timeout", MAX_TIMEOUT, &mut drain.timeout),
+    ] {
+        let Some(text) = d.string(cx, field) else {
+            continue;
+        };
+        match parse_go_duration(&text) {
+            Some(duration) if duration <= max => *slot = text,
+            Some(_) => cx.error(
+                d.span_of(field),
+                format!(
+                    "{kind}.drain.{field}: {text:?} is above the limit of {}: write a shorter duration",
+                    show_duration(max)
+                ),
+            ),
+            None => cx.error(
+                d.span_of(field),
+                format!(
+                    "{kind}.drain.{field}: {text:?} is not a duration (want e.g. \"30s\", \"5m\", \"1h30m\")"
+                ),
+            ),
+        }
+    }
+    d.finish(cx);
+    Some(drain)
 }
 
 pub(super) fn deployment(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> DeploymentSpec {
     let container = container(cx, r);
-    let workload = workload(cx, r, container.network_mode.is_empty());
+    let workload = workload(cx, r, container.network_mode.is_empty(), "deployment");
     let mut spec = DeploymentSpec {
         container,
         replicas: workload.replicas,
@@ -561,6 +600,7 @@ pub(super) fn deployment(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> DeploymentSpec 
         inits: workload.inits,
         probes: workload.probes,
         on_probe: workload.on_probe,
+        drain: workload.drain,
         ..DeploymentSpec::default()
     };
     if spec.health_check.is_empty() {
@@ -682,7 +722,7 @@ pub(super) fn deployment(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> DeploymentSpec 
 
 pub(super) fn statefulset(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> StatefulsetSpec {
     let container = container(cx, r);
-    let workload = workload(cx, r, container.network_mode.is_empty());
+    let workload = workload(cx, r, container.network_mode.is_empty(), "statefulset");
     let mut claims: Vec<VolumeClaim> = Vec::new();
     for block in r.blocks("volume_claim") {
         let label = labels(cx, block);
@@ -757,6 +797,7 @@ pub(super) fn statefulset(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> StatefulsetSpe
         inits: workload.inits,
         probes: workload.probes,
         on_probe: workload.on_probe,
+        drain: workload.drain,
         asset_digests: BTreeMap::new(),
     }
 }

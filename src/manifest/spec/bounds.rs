@@ -21,6 +21,9 @@ pub const MAX_PUBLISHED_PORTS: usize = 10_000;
 /// Timeouts and cool-downs (job, init and release timeouts, autoscale cool-downs): a week.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// `drain.grace`, the SIGTERM → SIGKILL gap of a replica being stopped: an hour.
+pub const MAX_STOP_GRACE: Duration = Duration::from_secs(3600);
+
 /// Probe timing (`initial_delay`, `period`, `timeout`) and `lb.interval`: an hour.
 pub const MAX_PROBE_DURATION: Duration = Duration::from_secs(3600);
 

@@ -254,6 +254,33 @@ pub struct ReleaseHooks {
     pub timeout: String,
 }
 
+/// `drain { grace, timeout }` on a deployment or statefulset (voodu 2026, `drain.mdx`): how
+/// a replica is stopped when it is replaced, scaled away or pruned. Not in the spec hash: it
+/// says how replicas stop, not what runs, so changing it replaces nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Drain {
+    /// The SIGTERM → SIGKILL gap (`docker stop -t`); empty = Docker's 10 s.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub grace: String,
+    /// How long to wait for the replica to go quiet once it stops receiving work; only
+    /// meaningful where something reports "quiet" (validated, carried, not acted on here).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub timeout: String,
+}
+
+/// Docker's own stop grace, used when `drain.grace` is unset or zero (never 0).
+pub const DEFAULT_STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl Drain {
+    /// The SIGTERM → SIGKILL gap of a replica of a resource with `drain` (or none).
+    pub fn grace_of(drain: Option<&Drain>) -> std::time::Duration {
+        drain
+            .and_then(|drain| crate::model::parse_go_duration(&drain.grace))
+            .filter(|grace| !grace.is_zero())
+            .unwrap_or(DEFAULT_STOP_GRACE)
+    }
+}
+
 /// `on_deploy {}`: webhook targets fired after a rollout (spec §2.10.9).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OnDeploy {

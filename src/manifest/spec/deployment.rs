@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    Autoscale, Container, Init, Logs, OnDeploy, OnProbe, Probes, ReleaseHooks, Resources,
+    Autoscale, Container, Drain, Init, Logs, OnDeploy, OnProbe, Probes, ReleaseHooks, Resources,
     clamp_replicas, is_zero, normalized_ports, replica_count, restart_or_default,
 };
 use super::hash::{go_json_sha256, non_empty, sorted};
@@ -48,6 +48,8 @@ pub struct DeploymentSpec {
     pub probes: Option<Probes>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inits: Vec<Init>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<Drain>,
     /// `ref → sha256` of every asset this spec refers to, stamped at sync time (spec §5.3).
     #[serde(
         rename = "_asset_digests",
@@ -298,6 +300,12 @@ mod tests {
             });
         }),
         ("on_probe", |s| s.on_probe = Some(OnProbe::default())),
+        ("drain", |s| {
+            s.drain = Some(Drain {
+                grace: "60s".into(),
+                timeout: "30m".into(),
+            });
+        }),
         ("depends_on", |s| {
             s.container.depends_on = Some(crate::manifest::spec::common::DependsOn {
                 assets: vec!["a.b".into()],

@@ -17,9 +17,9 @@ mod statefulset;
 
 pub use asset::{AssetFile, AssetSpec};
 pub use common::{
-    Autoscale, Build, Container, DEFAULT_NETWORK, DEFAULT_RESTART, DependsOn, ExecAction, HttpGet,
-    Init, Lang, Limits, Logs, OnDeploy, OnProbe, Probe, Probes, ReleaseHooks, Resources, TcpSocket,
-    VolumeClaim, WebhookTarget, container_port, normalize_port,
+    Autoscale, Build, Container, DEFAULT_NETWORK, DEFAULT_RESTART, DEFAULT_STOP_GRACE, DependsOn,
+    Drain, ExecAction, HttpGet, Init, Lang, Limits, Logs, OnDeploy, OnProbe, Probe, Probes,
+    ReleaseHooks, Resources, TcpSocket, VolumeClaim, WebhookTarget, container_port, normalize_port,
 };
 pub use deployment::DeploymentSpec;
 pub use hash::sha256_hex;

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    Container, Init, Logs, OnProbe, Probes, Resources, VolumeClaim, normalized_ports,
+    Container, Drain, Init, Logs, OnProbe, Probes, Resources, VolumeClaim, normalized_ports,
     replica_count, restart_or_default,
 };
 use super::deployment::asset_lines;
@@ -37,6 +37,8 @@ pub struct StatefulsetSpec {
     pub probes: Option<Probes>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_probe: Option<OnProbe>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<Drain>,
     #[serde(
         rename = "_asset_digests",
         default,
@@ -206,6 +208,12 @@ mod tests {
             s.container.env_from = vec!["data/shared".into()]
         }),
         ("on_probe", |s| s.on_probe = Some(OnProbe::default())),
+        ("drain", |s| {
+            s.drain = Some(Drain {
+                grace: "60s".into(),
+                timeout: String::new(),
+            });
+        }),
     ];
 
     #[test]

@@ -28,9 +28,9 @@ use super::container::{Identity, Launch, aliases};
 use super::hooks;
 use super::launch::{EnvSource, build_spec, create_and_start, identity_vars, run_init_chain};
 use super::replicas::{BackingOff, Observed, start_again};
-use super::replicated::{self, Replicated};
+use super::replicated::{self, Replicated, drain_and_remove};
 use super::rollout::Report;
-use crate::manifest::spec::{Container as ContainerSpec, DeploymentSpec, Init, Spec};
+use crate::manifest::spec::{Container as ContainerSpec, DeploymentSpec, Drain, Init, Spec};
 use crate::model::{Kind, ResourceKey, random_hex};
 use crate::reconcile::gate;
 use crate::reconcile::plan::{Step, Target, plan_replicas};
@@ -70,6 +70,11 @@ struct Deployment<'a> {
 }
 
 impl Deployment<'_> {
+    /// How long a replica of this deployment gets between SIGTERM and SIGKILL.
+    fn grace(&self) -> std::time::Duration {
+        Drain::grace_of(self.spec.drain.as_ref())
+    }
+
     fn target(&self) -> Target<'_> {
         Target {
             spec_hash: &self.desired.spec_hash,
@@ -246,10 +251,6 @@ async fn execute<R: Runtime>(
     backing_off: &mut BackingOff,
 ) -> Result<()> {
     let key = &work.desired.key;
-    let runtime_error = |source| Error::Runtime {
-        key: key.clone(),
-        source,
-    };
     let n_creates = steps
         .iter()
         .filter(|step| matches!(step, Step::Create))
@@ -276,7 +277,7 @@ async fn execute<R: Runtime>(
                 tracing::info!(%key, old = %name, new = %new_name, "successor started (surge); the old replica is retired once it is ready");
             }
             Step::Replace { id, name, .. } => {
-                ctx.runtime.remove(id).await.map_err(runtime_error)?;
+                drain_and_remove(ctx, key, id, work.grace()).await?;
                 let new_name = create_replicas(ctx, work, 1, &mut taken)
                     .await?
                     .into_iter()
@@ -285,11 +286,11 @@ async fn execute<R: Runtime>(
                 tracing::info!(%key, old = %name, new = %new_name, "replica replaced");
             }
             Step::Remove { id, name } => {
-                ctx.runtime.remove(id).await.map_err(runtime_error)?;
+                drain_and_remove(ctx, key, id, work.grace()).await?;
                 tracing::info!(%key, container = %name, "replica removed");
             }
             Step::Retire { id, name } => {
-                ctx.runtime.remove(id).await.map_err(runtime_error)?;
+                drain_and_remove(ctx, key, id, work.grace()).await?;
                 tracing::info!(%key, container = %name, "outdated replica retired (its successor is ready)");
             }
         }

@@ -13,6 +13,8 @@
 //! back-off runs, `AwaitChange` while halted or after a rollout failed before touching
 //! replicas, `Done` otherwise; errors go to the error policy.
 
+use std::time::Duration;
+
 use futures_util::future::BoxFuture;
 
 use super::launch::{EnvSource, images_of, ready_to_create};
@@ -21,7 +23,7 @@ use super::replicas::{
     rollout_failure,
 };
 use super::rollout::{self, Report};
-use crate::manifest::spec::{Container as ContainerSpec, Init};
+use crate::manifest::spec::{Container as ContainerSpec, Drain, Init, Spec};
 use crate::model::ResourceKey;
 use crate::reconcile::retry;
 use crate::reconcile::rollout_state::{self, Effect, RolloutPhase, Seen, Stage};
@@ -274,6 +276,44 @@ async fn on_error<R: Runtime, K: Replicated<R>>(
     }
 }
 
+/// Stops a replica with its resource's drain grace (SIGTERM, SIGKILL once `grace` has
+/// passed: voodu 2026's `drain.grace`), then removes it. A stop the engine refuses is cut
+/// short and logged, and the removal goes on: a drain never wedges a roll.
+pub(super) async fn drain_and_remove<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    id: &str,
+    grace: Duration,
+) -> Result<()> {
+    if let Err(error) = ctx.runtime.stop(id, grace).await {
+        tracing::warn!(%key, container = id, %error, "could not stop the replica gracefully; removing it now (forced cut)");
+    }
+    ctx.runtime
+        .remove(id)
+        .await
+        .map_err(|source| Error::Runtime {
+            key: key.clone(),
+            source,
+        })
+}
+
+/// The drain grace of a resource that left the repo: its last release's, else Docker's.
+async fn last_grace<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Duration {
+    let owner = key.clone();
+    let snapshot = blocking(&ctx.store, move |store| store.latest_release(&owner))
+        .await
+        .ok()
+        .flatten();
+    let drain = snapshot.and_then(
+        |release| match Spec::from_json(key.kind, &release.snapshot) {
+            Ok(Spec::Deployment(spec)) => spec.drain,
+            Ok(Spec::Statefulset(spec)) => spec.drain,
+            _ => None,
+        },
+    );
+    Drain::grace_of(drain.as_ref())
+}
+
 /// The resource left the repo: its containers go — `first` (the kind's own order: a
 /// statefulset's pods from the highest ordinal down) before the rest of the key's containers
 /// and its release containers — then their readiness rows and its status.
@@ -314,9 +354,10 @@ pub(super) async fn remove_everything<R: Runtime>(
             owned.push((container.id, container.name));
         }
     }
+    let grace = last_grace(ctx, key).await;
     for (id, name) in &owned {
         tracing::info!(%key, container = %name, "removing: resource left the repo");
-        ctx.runtime.remove(id).await.map_err(runtime_error)?;
+        drain_and_remove(ctx, key, id, grace).await?;
     }
     let key = key.clone();
     let names: Vec<String> = owned.into_iter().map(|(_, name)| name).collect();

@@ -32,9 +32,9 @@ use futures_util::future::BoxFuture;
 use super::container::{Identity, Launch, aliases};
 use super::launch::{EnvSource, build_spec, create_and_start, identity_vars, run_init_chain};
 use super::replicas::{BackingOff, Observed, list_replicas, start_again};
-use super::replicated::{self, Replicated};
+use super::replicated::{self, Replicated, drain_and_remove};
 use super::rollout::Report;
-use crate::manifest::spec::{Container as ContainerSpec, Init, Spec, StatefulsetSpec};
+use crate::manifest::spec::{Container as ContainerSpec, Drain, Init, Spec, StatefulsetSpec};
 use crate::model::{Kind, ResourceKey};
 use crate::reconcile::plan::{StatefulStep, StatefulTarget, plan_statefulset, pod_ordinal};
 use crate::reconcile::{Action, Ctx, Error, Result, gate};
@@ -297,10 +297,7 @@ async fn execute<R: Runtime>(
     backing_off: &mut BackingOff,
 ) -> Result<()> {
     let key = &work.desired.key;
-    let runtime_error = |source| Error::Runtime {
-        key: key.clone(),
-        source,
-    };
+    let grace = Drain::grace_of(work.spec.drain.as_ref());
     for step in steps {
         match step {
             StatefulStep::Create { ordinal } => {
@@ -311,12 +308,12 @@ async fn execute<R: Runtime>(
                 start_again(ctx, key, id, name, backing_off).await?;
             }
             StatefulStep::Replace { ordinal, id, name } => {
-                ctx.runtime.remove(id).await.map_err(runtime_error)?;
+                drain_and_remove(ctx, key, id, grace).await?;
                 create_pod(ctx, work, *ordinal).await?;
                 tracing::info!(%key, pod = %name, ordinal, "pod replaced");
             }
             StatefulStep::Remove { ordinal, id, name } => {
-                ctx.runtime.remove(id).await.map_err(runtime_error)?;
+                drain_and_remove(ctx, key, id, grace).await?;
                 tracing::info!(%key, pod = %name, ordinal = ?ordinal, "pod removed; its volumes are kept");
             }
         }
