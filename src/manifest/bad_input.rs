@@ -593,6 +593,13 @@ fn numbers_past_their_bounds() {
             "#]],
         ),
         (
+            "statefulset \"a\" \"b\" {\n  image = \"x\"\n  drain {\n    grace = \"2h\"\n    timeout = \"5x\"\n  }\n}\n",
+            expect![[r#"
+                m/app.hcl:4:5: statefulset.drain.grace: "2h" is above the limit of 1h: write a shorter duration
+                m/app.hcl:5:5: statefulset.drain.timeout: "5x" is not a duration (want e.g. "30s", "5m", "1h30m")
+            "#]],
+        ),
+        (
             "deployment \"a\" \"b\" {\n  image = \"x\"\n  ports = [\"1-65535\"]\n}\n",
             expect![[r#"
                 m/app.hcl:3:3: `ports` publish 65535 ports, above the limit of 10000: publish narrower ranges, or use network_mode = "host"
