@@ -13,20 +13,17 @@
 //! `--bench` argument) it runs 3 commits of 0.1 MB as a smoke test of the bench itself,
 //! when `VOODU_DOCKER_TESTS=1`.
 
+mod support;
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
-
-const AGENT: &str = env!("CARGO_BIN_EXE_voodu-agent");
+use support::{AGENT, Repo, Result, env_number, memory_kib, path_str};
 
 fn main() -> Result {
-    let measuring = std::env::args().any(|arg| arg == "--bench");
-    if !measuring && std::env::var("VOODU_DOCKER_TESTS").as_deref() != Ok("1") {
-        println!(
-            "SKIPPED memory smoke run: needs a Docker engine; set VOODU_DOCKER_TESTS=1 (scripts/test does)"
-        );
+    let measuring = support::measuring();
+    if !support::engine_allowed("memory") {
         return Ok(());
     }
     if !Command::new("docker")
@@ -48,27 +45,16 @@ fn main() -> Result {
         (3, 100 * 1024)
     };
     let root = tempfile::tempdir()?;
-    let remote = root.path().join("remote.git");
-    let work = root.path().join("work");
+    let repo = Repo::new(root.path())?;
+    let remote = &repo.remote;
     let data = root.path().join("data");
-    git(
-        root.path(),
-        &["init", "-q", "--bare", "-b", "main", path_str(&remote)?],
-    )?;
-    git(
-        root.path(),
-        &["clone", "-q", path_str(&remote)?, path_str(&work)?],
-    )?;
-    git(&work, &["config", "user.email", "bench@voodu.invalid"])?;
-    git(&work, &["config", "user.name", "bench"])?;
-    git(&work, &["checkout", "-q", "-b", "main"])?;
-    std::fs::write(work.join("README.md"), "no manifests yet\n")?;
-    let first = commit_and_push(&work, "start")?;
+    repo.write("README.md", "no manifests yet\n")?;
+    let first = repo.commit("start")?;
     let mut agent = Agent(
         Command::new(AGENT)
             .args([
                 "--repo",
-                path_str(&remote)?,
+                path_str(remote)?,
                 "--interval",
                 "1s",
                 "--listen",
@@ -102,11 +88,8 @@ fn main() -> Result {
     );
     let started = Instant::now();
     for index in 0..n_commits {
-        std::fs::write(
-            work.join("broken.hcl"),
-            broken_manifest(index, commit_bytes),
-        )?;
-        let sha = commit_and_push(&work, &format!("broken {index}"))?;
+        repo.write("broken.hcl", &broken_manifest(index, commit_bytes))?;
+        let sha = repo.commit(&format!("broken {index}"))?;
         wait_for(&data, "last_rejected", &sha, &mut agent)?;
         if (index + 1) % (n_commits / 8).max(1) == 0 {
             println!(
@@ -145,17 +128,6 @@ impl Drop for Agent {
     }
 }
 
-fn env_number(name: &str, default: f64) -> Result<f64> {
-    match std::env::var(name) {
-        Ok(text) => Ok(text.parse()?),
-        Err(_) => Ok(default),
-    }
-}
-
-fn path_str(path: &Path) -> Result<&str> {
-    Ok(path.to_str().ok_or("a non-UTF-8 temp path")?)
-}
-
 /// About `bytes` of well-formed HCL in which every block has an unknown attribute (one
 /// diagnostic each), different for every `index`.
 fn broken_manifest(index: usize, bytes: usize) -> String {
@@ -168,21 +140,6 @@ fn broken_manifest(index: usize, bytes: usize) -> String {
         block += 1;
     }
     text
-}
-
-fn git(dir: &Path, args: &[&str]) -> Result<String> {
-    let output = Command::new("git").args(args).current_dir(dir).output()?;
-    if !output.status.success() {
-        return Err(format!("git {args:?}: {}", String::from_utf8_lossy(&output.stderr)).into());
-    }
-    Ok(String::from_utf8(output.stdout)?.trim().to_owned())
-}
-
-fn commit_and_push(work: &Path, message: &str) -> Result<String> {
-    git(work, &["add", "-A"])?;
-    git(work, &["commit", "-q", "-m", message])?;
-    git(work, &["push", "-q", "origin", "main"])?;
-    git(work, &["rev-parse", "HEAD"])
 }
 
 /// Waits until `status --json` shows `sha` as `field` (`last_applied`, `last_rejected`).
@@ -205,13 +162,4 @@ fn wait_for(data: &Path, field: &str, sha: &str, agent: &mut Agent) -> Result {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-fn memory_kib(pid: u32, field: &str) -> Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let line = status
-        .lines()
-        .find(|line| line.starts_with(&format!("{field}:")))
-        .ok_or_else(|| format!("no {field} in /proc/{pid}/status"))?;
-    Ok(line.split_whitespace().nth(1).ok_or("no value")?.parse()?)
 }

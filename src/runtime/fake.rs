@@ -159,8 +159,16 @@ impl FakeRuntime {
             .calls
             .iter()
             .map(|call| {
+                // `verb id [rest]` (a stop also says its grace) → `verb name [rest]`.
                 call.split_once(' ')
-                    .and_then(|(verb, id)| Some(format!("{verb} {}", state.names.get(id)?)))
+                    .and_then(|(verb, subject)| {
+                        let (id, rest) = subject.split_once(' ').unwrap_or((subject, ""));
+                        let name = state.names.get(id)?;
+                        Some(format!(
+                            "{verb} {name}{}{rest}",
+                            if rest.is_empty() { "" } else { " " }
+                        ))
+                    })
                     .unwrap_or_else(|| call.clone())
             })
             .collect()
@@ -259,7 +267,14 @@ impl FakeRuntime {
 
 impl Runtime for FakeRuntime {
     async fn list(&self, filter: &[(&str, &str)]) -> Result<Vec<Container>> {
-        self.enter("list", "")?;
+        // The filter in the call log (`list voodu.scope=s,voodu.name=n`), so a count of calls
+        // can tell which resource a list was for.
+        let subject = filter
+            .iter()
+            .map(|(key, value)| format!("{key}={value}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        self.enter("list", &subject)?;
         Ok(self
             .lock()
             .containers
