@@ -119,6 +119,24 @@ impl InProcess {
         Ok(())
     }
 
+    /// Waits until the runtime has seen no call for 2 s; when the last call was seen.
+    async fn quiet(&self) -> Result<Instant> {
+        let mut seen = (self.fake.calls().len(), Instant::now());
+        let started = Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let n_calls = self.fake.calls().len();
+            if n_calls != seen.0 {
+                seen = (n_calls, Instant::now());
+            } else if seen.1.elapsed() >= Duration::from_secs(2) {
+                return Ok(seen.1);
+            }
+            if started.elapsed() > Duration::from_secs(600) {
+                return Err("the agent never went quiet".into());
+            }
+        }
+    }
+
     async fn stop(self) -> Result {
         self.shutdown.cancel();
         self.task.await??;
@@ -206,19 +224,30 @@ async fn bench() -> Result {
         first_calls.len() as f64 / n as f64
     );
 
+    // Readiness rows and the passes they requeue go on after status says Ready: wait until
+    // the runtime sees no call for 2 s, and say how long that took.
+    let quiet = agent.quiet().await?;
+    println!(
+        "… and quiet (no runtime call for 2 s) {:.0} ms after the start, {} runtime calls in all",
+        (quiet - started).as_secs_f64() * 1000.0,
+        agent.fake.calls().len()
+    );
     // Idle: a window with nothing to do and no resync in it.
     let window = Duration::from_secs(if support::measuring() { 10 } else { 2 });
-    tokio::time::sleep(Duration::from_secs(1)).await;
     let idle_before = cpu_time(pid)?;
     let calls_before = agent.fake.calls().len();
     tokio::time::sleep(window).await;
     let idle_cpu = cpu_time(pid)?.saturating_sub(idle_before);
     let idle_calls = agent.fake.calls()[calls_before..].to_vec();
     println!(
-        "idle {:.0} s: {:.0} ms CPU (bench's own polling included), runtime calls {:?}",
+        "idle {:.0} s: {:.0} ms CPU (bench's own polling included), runtime calls {:?}{}",
         window.as_secs_f64(),
         idle_cpu.as_secs_f64() * 1000.0,
-        by_verb(&idle_calls)
+        by_verb(&idle_calls),
+        idle_calls
+            .first()
+            .map(|call| format!(", the first: {call:?}"))
+            .unwrap_or_default()
     );
 
     // One change among n.
