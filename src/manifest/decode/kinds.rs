@@ -798,6 +798,7 @@ pub(super) fn statefulset(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> StatefulsetSpe
         probes: workload.probes,
         on_probe: workload.on_probe,
         drain: workload.drain,
+        plugin_blocks: Vec::new(),
         asset_digests: BTreeMap::new(),
     }
 }

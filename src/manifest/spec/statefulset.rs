@@ -15,6 +15,7 @@ use super::common::{
 };
 use super::deployment::asset_lines;
 use super::hash::{go_json_sha256, non_empty, sorted};
+use super::plugin::PluginBlock;
 use crate::model::{ResourceKey, SpecHash};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,6 +40,9 @@ pub struct StatefulsetSpec {
     pub on_probe: Option<OnProbe>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<Drain>,
+    /// Plugin-owned nested blocks, in order (voodu 2026); never hashed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plugin_blocks: Vec<PluginBlock>,
     #[serde(
         rename = "_asset_digests",
         default,
@@ -213,6 +217,12 @@ mod tests {
                 grace: "60s".into(),
                 timeout: String::new(),
             });
+        }),
+        ("plugin_blocks", |s| {
+            s.plugin_blocks = vec![crate::manifest::spec::PluginBlock {
+                block_type: "trafik".into(),
+                ..Default::default()
+            }];
         }),
     ];
 
