@@ -588,12 +588,16 @@ fn describe(spec: Option<&Spec>) -> String {
             spec.n_replicas(),
             image_text(&spec.container.image)
         ),
-        Some(Spec::Statefulset(spec)) => format!(
-            "{} pod(s) of {}, {} volume claim(s) each",
-            spec.n_replicas(),
-            image_text(&spec.container.image),
-            spec.volume_claims.len()
-        ),
+        Some(Spec::Statefulset(spec)) => {
+            let roles = spec.roles().map(|roles| format!("; {roles}"));
+            format!(
+                "{} pod(s) of {}, {} volume claim(s) each{}",
+                spec.n_replicas(),
+                image_text(&spec.container.image),
+                spec.volume_claims.len(),
+                roles.unwrap_or_default()
+            )
+        }
         Some(Spec::Ingress(spec)) => format!(
             "route {} to deployment {}",
             spec.host,

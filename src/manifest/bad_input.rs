@@ -202,6 +202,12 @@ fn unknown_fields_and_blocks() {
     "#]],
     );
     check(
+        "hep3 \"fsw\" \"api\" {\n  store = \"ndjson\"\n}\n",
+        expect![[r#"
+            m/app.hcl:1:1: hep3 "fsw" "api" is not supported by this agent: its image (voodu-hep3-api:<version>) is built by the voodu-hep3 plugin's install hook, and voodu-agent installs and runs no plugins; build that image on this host yourself and declare the reader as a `deployment` (a hep3 block is a deployment spec plus `store`, which becomes HEP_STORE)
+        "#]],
+    );
+    check(
         "mongodb \"a\" \"b\" {}\n",
         expect![[r#"
         m/app.hcl:1:1: unknown block type `mongodb` (voodu plugin macros other than `postgres` and `redis` are not supported by this agent)

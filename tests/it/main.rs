@@ -17,6 +17,7 @@ mod http;
 mod identity_docker;
 mod ingress;
 mod jobs;
+mod macro_scripts;
 mod plugin_blocks;
 mod policy;
 mod process;

@@ -198,6 +198,20 @@ fn decode_block(cx: &mut Cx<'_>, block: &Block, out: &mut Vec<Decoded>) {
                 specs.push((kind, scope.clone(), name.clone(), spec));
             }
         }
+        "hep3" => {
+            let labels = labels(cx, block)
+                .into_iter()
+                .map(|(label, _)| format!("{label:?}"))
+                .collect::<Vec<_>>()
+                .join(" ");
+            cx.error(
+                block.ident.span(),
+                format!(
+                    "hep3 {labels} is not supported by this agent: its image (voodu-hep3-api:<version>) is built by the voodu-hep3 plugin's install hook, and voodu-agent installs and runs no plugins; build that image on this host yourself and declare the reader as a `deployment` (a hep3 block is a deployment spec plus `store`, which becomes HEP_STORE)"
+                ),
+            );
+            return;
+        }
         other => {
             let hint = did_you_mean(other, BLOCK_TYPES);
             let hint = if hint.is_empty() {

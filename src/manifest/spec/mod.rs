@@ -28,7 +28,7 @@ pub use ingress::{IngressSpec, LoadBalancing, Location, Tls};
 pub use job::{CronjobSpec, JobSpec};
 pub use plugin::{PluginBlock, plugin_refusal};
 pub use registry::RegistrySpec;
-pub use statefulset::StatefulsetSpec;
+pub use statefulset::{Macro, StatefulsetSpec};
 
 use std::collections::BTreeMap;
 
