@@ -363,3 +363,18 @@ fn a_disabled_sentinel_block_leaves_a_data_redis() -> Result<(), Diagnostics> {
     assert_eq!(secrets(&manifest), ["s/r:REDIS_PASSWORD"]);
     Ok(())
 }
+
+#[test]
+fn a_sentinel_watching_an_undeclared_redis_is_warned_about() -> Result<(), Diagnostics> {
+    let manifest = load_text(
+        "redis \"s\" \"quorum\" {\n  sentinel { monitor = \"s/data\" }\n}\nstatefulset \"s\" \"data\" {\n  image = \"redis:8\"\n}\n",
+    )?;
+    assert_eq!(
+        messages(&manifest.warnings),
+        [
+            "m/db.hcl:1:1: sentinel watches redis \"data\" of scope \"s\", which this commit does not declare; its pods wait for that redis's config bucket"
+        ],
+        "a plain statefulset is no redis: it has no password bucket for the sentinels"
+    );
+    Ok(())
+}
