@@ -236,6 +236,9 @@ struct ResourceView {
     action: &'static str,
     /// One line: what happens and why.
     detail: String,
+    /// Why applying fails (action `fail`): the message the resource's status will carry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failure: Option<String>,
     changes: Vec<ChangeView>,
     steps: Vec<String>,
 }
@@ -268,6 +271,7 @@ impl PlanView {
             Action::Replace,
             Action::Delete,
             Action::Unchanged,
+            Action::Fail,
         ]
         .into_iter()
         .map(|action| (action.as_str(), 0))
@@ -282,6 +286,7 @@ impl PlanView {
                     name: plan.key.name.clone(),
                     action: plan.action.as_str(),
                     detail: detail(plan, next.get(&plan.key).copied()),
+                    failure: plan.failure.clone(),
                     changes: plan
                         .changes
                         .iter()
@@ -343,6 +348,7 @@ impl PlanView {
                 "replace" => "-/+",
                 "update" => "~",
                 "delete" => "-",
+                "fail" => "!",
                 _ => "=",
             };
             out.push_str(&format!(
@@ -363,8 +369,12 @@ impl PlanView {
             }
         }
         let count = |action: &str| self.summary.get(action).copied().unwrap_or(0);
+        let failing = match count("fail") {
+            0 => String::new(),
+            n => format!(", {n} failing when applied"),
+        };
         out.push_str(&format!(
-            "Plan: {} to create, {} to update, {} to replace, {} to delete, {} unchanged.\n",
+            "Plan: {} to create, {} to update, {} to replace, {} to delete, {} unchanged{failing}.\n",
             count("create"),
             count("update"),
             count("replace"),
@@ -437,6 +447,11 @@ fn changed_fields(plan: &ResourcePlan, hashed_only: bool) -> Vec<&str> {
 
 /// One line for a resource: what happens and why.
 fn detail(plan: &ResourcePlan, next: Option<&Spec>) -> String {
+    if let Some(failure) = &plan.failure {
+        return format!(
+            "fails when applied, before any container is touched (running ones are kept): {failure}"
+        );
+    }
     if plan.key.kind == Kind::Statefulset {
         return statefulset_detail(plan, next);
     }
@@ -479,6 +494,7 @@ fn detail(plan: &ResourcePlan, next: Option<&Spec>) -> String {
             }
         }
         Action::Unchanged => parts.push("no change".to_owned()),
+        Action::Fail => {}
     }
     if plan.action != Action::Create && plan.action != Action::Delete {
         if creates > 0 {
@@ -546,6 +562,7 @@ fn statefulset_detail(plan: &ResourcePlan, next: Option<&Spec>) -> String {
             }
         }
         Action::Unchanged => parts.push("no change".to_owned()),
+        Action::Fail => {}
     }
     if plan.action != Action::Create && plan.action != Action::Delete {
         if !removes.is_empty() {
@@ -571,12 +588,16 @@ fn describe(spec: Option<&Spec>) -> String {
             spec.n_replicas(),
             image_text(&spec.container.image)
         ),
-        Some(Spec::Statefulset(spec)) => format!(
-            "{} pod(s) of {}, {} volume claim(s) each",
-            spec.n_replicas(),
-            image_text(&spec.container.image),
-            spec.volume_claims.len()
-        ),
+        Some(Spec::Statefulset(spec)) => {
+            let roles = spec.roles().map(|roles| format!("; {roles}"));
+            format!(
+                "{} pod(s) of {}, {} volume claim(s) each{}",
+                spec.n_replicas(),
+                image_text(&spec.container.image),
+                spec.volume_claims.len(),
+                roles.unwrap_or_default()
+            )
+        }
         Some(Spec::Ingress(spec)) => format!(
             "route {} to deployment {}",
             spec.host,

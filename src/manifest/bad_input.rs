@@ -187,10 +187,12 @@ fn unknown_fields_and_blocks() {
         m/app.hcl:2:3: unknown attribute `imagee` in deployment (did you mean `image`?)
     "#]],
     );
+    // In a deployment or statefulset an unknown block belongs to a plugin (voodu 2026) and
+    // fails at apply (`tests.rs`); in an `app` it is still an error.
     check(
-        "deployment \"a\" \"b\" {\n  image = \"x\"\n  probe {}\n}\n",
+        "app \"a\" \"b\" {\n  host = \"a.b\"\n  probe {}\n}\n",
         expect![[r#"
-        m/app.hcl:3:3: unknown block `probe` in deployment (did you mean `probes`?)
+        m/app.hcl:3:3: unknown block `probe` in app (did you mean `probes`?)
     "#]],
     );
     check(
@@ -198,6 +200,12 @@ fn unknown_fields_and_blocks() {
         expect![[r#"
         m/app.hcl:1:1: unknown block type `deploymnet` (did you mean `deployment`?)
     "#]],
+    );
+    check(
+        "hep3 \"fsw\" \"api\" {\n  store = \"ndjson\"\n}\n",
+        expect![[r#"
+            m/app.hcl:1:1: hep3 "fsw" "api" is not supported by this agent: its image (voodu-hep3-api:<version>) is built by the voodu-hep3 plugin's install hook, and voodu-agent installs and runs no plugins; build that image on this host yourself and declare the reader as a `deployment` (a hep3 block is a deployment spec plus `store`, which becomes HEP_STORE)
+        "#]],
     );
     check(
         "mongodb \"a\" \"b\" {}\n",

@@ -161,3 +161,80 @@ fn manifest_extensions_follow_voodu() {
         assert!(!is_manifest_path(no), "{no}");
     }
 }
+
+/// Issue 12 (voodu 2026): an unknown block inside a deployment or statefulset belongs to a
+/// plugin: carried (type, labels, body, order, location), warned about, never an error.
+#[test]
+fn unknown_blocks_in_workloads_are_carried_as_plugin_blocks() -> Result<(), Diagnostics> {
+    let mut vars = Vars::default();
+    vars.globals.insert("PORT".into(), "8084".into());
+    let manifest = load_with(
+        &[(
+            "m/app.hcl",
+            r#"deployment "prod" "esl" {
+  image = "x"
+  trafik "sip" { port = 5060 }
+  probs {
+    readiness { period = "5s" }
+  }
+  trafik "http" {
+    port = "${PORT}"
+    listener { bind = "a" }
+    listener "b" { bind = "b" }
+  }
+}
+statefulset "data" "pg" {
+  image = "postgres:16"
+  trafik { port = 5432 }
+}
+"#,
+        )],
+        &vars,
+        &MemoryFiles::default(),
+    )?;
+    let Spec::Deployment(esl) = &manifest.resources[0].spec else {
+        panic!("a deployment");
+    };
+    let blocks: Vec<String> = esl
+        .plugin_blocks
+        .iter()
+        .map(|block| serde_json::to_string(block).expect("serialises"))
+        .collect();
+    assert_eq!(
+        blocks,
+        [
+            r#"{"type":"trafik","labels":["sip"],"spec":{"port":5060},"_at":"m/app.hcl:3:3"}"#,
+            r#"{"type":"probs","spec":{"readiness":{"period":"5s"}},"_at":"m/app.hcl:4:3","_near":"probes"}"#,
+            r#"{"type":"trafik","labels":["http"],"spec":{"listener":[{"bind":"a"},{"_labels":["b"],"bind":"b"}],"port":"8084"},"_at":"m/app.hcl:7:3"}"#,
+        ]
+    );
+    assert!(esl.probes.is_none(), "a typo configures nothing");
+    let Spec::Statefulset(pg) = &manifest.resources[1].spec else {
+        panic!("a statefulset");
+    };
+    assert_eq!(pg.plugin_blocks.len(), 1);
+    let warnings: Vec<String> = manifest.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        warnings,
+        [
+            "m/app.hcl:3:3: block `trafik` belongs to a plugin named \"trafik\"; voodu-agent installs no plugins, so this deployment fails when applied and its running containers are kept",
+            "m/app.hcl:4:3: block `probs` belongs to a plugin named \"probs\" (did you mean `probes`?); voodu-agent installs no plugins, so this deployment fails when applied and its running containers are kept",
+            "m/app.hcl:7:3: block `trafik` belongs to a plugin named \"trafik\"; voodu-agent installs no plugins, so this deployment fails when applied and its running containers are kept",
+            "m/app.hcl:15:3: block `trafik` belongs to a plugin named \"trafik\"; voodu-agent installs no plugins, so this statefulset fails when applied and its running containers are kept",
+        ]
+    );
+    Ok(())
+}
+
+/// Outside deployments and statefulsets (voodu's `plugin_nested.go` extracts only theirs), an
+/// unknown block is still an error, and so is an unknown attribute anywhere.
+#[test]
+fn unknown_blocks_elsewhere_and_unknown_attributes_stay_errors() {
+    check_err(
+        "job \"a\" \"b\" {\n  image = \"x\"\n  trafik {}\n}\ndeployment \"a\" \"c\" {\n  image = \"x\"\n  trafik = 1\n}\n",
+        &[
+            "m/app.hcl:3:3: unknown block `trafik` in job",
+            "m/app.hcl:7:3: unknown attribute `trafik` in deployment",
+        ],
+    );
+}

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::decode::{Decoded, Resource};
 use super::diagnostic::Diagnostic;
 use super::interpolate::Reference;
-use super::spec::Spec;
+use super::spec::{Macro, Spec};
 use crate::model::{Kind, ResourceKey};
 
 /// Names become parts of container names, DNS aliases and file paths: one charset for all.
@@ -113,6 +113,14 @@ pub(crate) fn check(
         .keys()
         .filter(|key| key.kind == Kind::Deployment)
         .cloned()
+        .collect();
+    // Data redises a sentinel quorum may watch.
+    let redises: BTreeSet<ResourceKey> = by_key
+        .iter()
+        .filter(|(_, item)| {
+            matches!(&item.resource.spec, Spec::Statefulset(spec) if spec.expanded_from == Some(Macro::Redis))
+        })
+        .map(|(key, _)| key.clone())
         .collect();
     let mut accepted = Vec::new();
     for (key, mut item) in by_key {
@@ -213,6 +221,25 @@ pub(crate) fn check(
                     message: format!(
                         "ingress routes to deployment {:?} of scope {:?}, which this commit does not declare; it stays unrouted until one exists",
                         service.name, service.scope
+                    ),
+                    ..item.resource.origin.clone()
+                });
+            }
+        }
+        if let Spec::Statefulset(spec) = &item.resource.spec
+            && spec.expanded_from == Some(Macro::RedisSentinel)
+        {
+            let env = |name: &str| spec.container.env.get(name).cloned().unwrap_or_default();
+            let watched = ResourceKey::new(
+                Kind::Statefulset,
+                env("VOODU_MONITOR_SCOPE"),
+                env("VOODU_MONITOR_NAME"),
+            );
+            if !redises.contains(&watched) {
+                warnings.push(Diagnostic {
+                    message: format!(
+                        "sentinel watches redis {:?} of scope {:?}, which this commit does not declare; its pods wait for that redis's config bucket",
+                        watched.name, watched.scope
                     ),
                     ..item.resource.origin.clone()
                 });

@@ -178,6 +178,8 @@ pub enum FailureReason {
     Proxy,
     /// The state database failed.
     Store,
+    /// A plugin-owned block names a plugin that is not installed (the agent installs none).
+    PluginNotInstalled,
     /// The handler panicked.
     Panic,
     /// Shutting down, or a background task that could not finish.
@@ -185,7 +187,7 @@ pub enum FailureReason {
 }
 
 impl FailureReason {
-    pub const ALL: [FailureReason; 20] = [
+    pub const ALL: [FailureReason; 21] = [
         FailureReason::ImageMissing,
         FailureReason::PullFailed,
         FailureReason::Credentials,
@@ -204,6 +206,7 @@ impl FailureReason {
         FailureReason::Files,
         FailureReason::Proxy,
         FailureReason::Store,
+        FailureReason::PluginNotInstalled,
         FailureReason::Panic,
         FailureReason::Interrupted,
     ];
@@ -228,6 +231,7 @@ impl FailureReason {
             FailureReason::Files => "Files",
             FailureReason::Proxy => "Proxy",
             FailureReason::Store => "Store",
+            FailureReason::PluginNotInstalled => "PluginNotInstalled",
             FailureReason::Panic => "Panic",
             FailureReason::Interrupted => "Interrupted",
         }

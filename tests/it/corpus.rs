@@ -2,7 +2,13 @@
 //! place: they are voodu's files, not the project's). Every set validates once its `${VAR}`s
 //! are supplied (each undefined one is first reported at the exact file:line:col that uses
 //! it), and planning a set yields the resources voodu would create from it: an `app` becomes
-//! a deployment plus an ingress, `postgres`/`redis` become statefulsets (redis also an asset).
+//! a deployment plus an ingress, `postgres`/`redis` become statefulsets plus an asset of
+//! their scripts.
+//!
+//! Issue 12: voodu's newer examples (`../shared/corpus/voodu-examples-new`) too: every set
+//! validates, except the negative drain case (voodu's duration message) and `hep3` (the agent
+//! cannot build its image, and says so); `plan` yields what voodu would create, a workload
+//! with a plugin block as a failure with voodu's message.
 //!
 //! Without the corpus folder (a user's own clone) the tests print a SKIPPED line.
 
@@ -24,6 +30,8 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "app",
         &[
             "asset/data/cache",
+            // postgres now expands to an asset (its scripts) and a statefulset (issue 12).
+            "asset/data/pg",
             "asset/prod/webhooks",
             "deployment/prod/api",
             "ingress/prod/api",
@@ -152,6 +160,8 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "stack",
         &[
             "asset/data/cache",
+            // postgres now expands to an asset (its scripts) and a statefulset (issue 12).
+            "asset/data/pg",
             "asset/data/pg-config",
             "asset/data/redis-config",
             "deployment/myapp/web",
@@ -543,6 +553,405 @@ fn drain_blocks_load_and_a_bad_drain_duration_is_refused_as_voodu_refuses_it() -
             r#"deployment.drain.timeout: "30min" is not a duration (want e.g. "30s", "5m", "1h30m")"#
                 .to_owned()
         )]
+    );
+    Ok(())
+}
+
+/// Where a set of the newer corpus keeps its manifests, and what comes of it.
+struct NewSet {
+    /// The set's folder under `voodu-examples-new` (README's "path").
+    dir: &'static str,
+    /// The manifests, when they live elsewhere: the registry set's `.envrc.example` names the
+    /// variables of `voodu-examples/registry/*.hcl`.
+    manifests_in_old_corpus: Option<&'static str>,
+    /// `validate`'s diagnostics when the set is refused (empty: it validates).
+    refused: &'static [&'static str],
+    /// What `plan` yields on an empty host, `<action> <kind/scope/name>`, failures with the
+    /// message the resource's status will carry.
+    plan: &'static [&'static str],
+}
+
+/// Every set of `../shared/corpus/voodu-examples-new` (README), checked by hand against the
+/// files, the plugins' code and voodu's docs (issue 12).
+const NEW_SETS: &[NewSet] = &[
+    NewSet {
+        dir: "clowk-voodu/docs-snippets/cross-vm-ingress",
+        manifests_in_old_corpus: None,
+        refused: &[],
+        plan: &["create ingress/clowk/api"],
+    },
+    NewSet {
+        dir: "clowk-voodu/docs-snippets/cross-vm-postgres",
+        manifests_in_old_corpus: None,
+        refused: &[],
+        plan: &[
+            "create asset/clowk/pg",
+            "create asset/hep3/pg",
+            "create asset/yourapp/pg",
+            "create statefulset/clowk/pg",
+            "create statefulset/hep3/pg",
+            "create statefulset/yourapp/pg",
+        ],
+    },
+    NewSet {
+        dir: "clowk-voodu/docs-snippets/drain",
+        manifests_in_old_corpus: None,
+        refused: &[],
+        plan: &[
+            "create deployment/prod/api",
+            "create deployment/prod/worker",
+        ],
+    },
+    NewSet {
+        dir: "clowk-voodu/docs-snippets/drain-plugin-block",
+        manifests_in_old_corpus: None,
+        refused: &[],
+        plan: &[
+            "fail deployment/prod/esl: deployment/prod/esl: block \"trafik\" belongs to a plugin named \"trafik\", which is not installed — run `vd plugins:install <source>` or remove the block (at esl.hcl:13:3; voodu-agent installs no plugins)",
+        ],
+    },
+    NewSet {
+        dir: "clowk-voodu/docs-snippets/invalid-drain-timeout",
+        manifests_in_old_corpus: None,
+        refused: &[
+            r#"bad.hcl:9:5: deployment.drain.timeout: "30min" is not a duration (want e.g. "30s", "5m", "1h30m")"#,
+        ],
+        plan: &[],
+    },
+    NewSet {
+        dir: "clowk-voodu/docs-snippets/plugin-blocks-labelled",
+        manifests_in_old_corpus: None,
+        refused: &[],
+        plan: &[
+            "fail deployment/prod/esl: deployment/prod/esl: block \"trafik\" belongs to a plugin named \"trafik\", which is not installed — run `vd plugins:install <source>` or remove the block (at esl.hcl:5:3; voodu-agent installs no plugins)",
+        ],
+    },
+    NewSet {
+        dir: "clowk-voodu/examples/registry",
+        manifests_in_old_corpus: Some("registry"),
+        refused: &[],
+        plan: &[
+            "create deployment/acme/api",
+            "create deployment/internal/backend",
+            "create deployment/public/marketing-site",
+            "create registry/ghcr",
+            "create registry/harbor",
+        ],
+    },
+    // voodu installs the hep3 plugin, whose install hook builds the image: the agent cannot,
+    // and says so where the block is (docs/differences-from-voodu.md).
+    NewSet {
+        dir: "voodu-hep3/examples",
+        manifests_in_old_corpus: None,
+        refused: &[
+            "hep3-api.voodu:22:1: hep3 \"fsw\" \"hep3-api\" is not supported by this agent: its image (voodu-hep3-api:<version>) is built by the voodu-hep3 plugin's install hook, and voodu-agent installs and runs no plugins; build that image on this host yourself and declare the reader as a `deployment` (a hep3 block is a deployment spec plus `store`, which becomes HEP_STORE)",
+        ],
+        plan: &[],
+    },
+    NewSet {
+        dir: "voodu-postgres/examples",
+        manifests_in_old_corpus: None,
+        refused: &[],
+        plan: &[
+            "create asset/clowk-lp/db",
+            "create cronjob/clowk-lp/wal-cleanup",
+            "create cronjob/clowk-lp/wal-sync-r2",
+            "create cronjob/clowk-lp/wal-sync-s3",
+            "create statefulset/clowk-lp/db",
+        ],
+    },
+    NewSet {
+        dir: "voodu-redis/examples/custom-acls",
+        manifests_in_old_corpus: None,
+        refused: &[],
+        plan: &[
+            "create asset/clowk-lp/redis",
+            "create asset/clowk-lp/redis-users",
+            "create statefulset/clowk-lp/redis",
+        ],
+    },
+    NewSet {
+        dir: "voodu-redis/examples/sentinel-ha",
+        manifests_in_old_corpus: None,
+        refused: &[],
+        plan: &[
+            "create asset/clowk-lp/redis",
+            "create asset/clowk-lp/redis-quorum",
+            "create statefulset/clowk-lp/redis",
+            "create statefulset/clowk-lp/redis-quorum",
+        ],
+    },
+];
+
+/// The registry set's variables, as `.envrc.example` writes them.
+const ENVRC: &str = "clowk-voodu/examples/registry/.envrc.example";
+
+/// The folders of the newer corpus that hold a set: manifests, or the registry's `.envrc`.
+fn new_set_dirs(root: &Path) -> TestResult<Vec<String>> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeSet<String>) -> std::io::Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            if path.is_dir() {
+                walk(root, &path, out)?;
+                continue;
+            }
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            if name.ends_with(".hcl") || name.ends_with(".voodu") || name == ".envrc.example" {
+                let parent = path.parent().unwrap_or(root);
+                let relative = parent.strip_prefix(root).unwrap_or(parent);
+                out.insert(relative.display().to_string());
+            }
+        }
+        Ok(())
+    }
+    let mut dirs = BTreeSet::new();
+    walk(root, root, &mut dirs)?;
+    Ok(dirs.into_iter().collect())
+}
+
+fn manifests_dir(set: &NewSet) -> TestResult<PathBuf> {
+    Ok(match set.manifests_in_old_corpus {
+        Some(old) => corpus()?.join(old),
+        None => new_corpus()?.join(set.dir),
+    })
+}
+
+#[cfg_attr(
+    voodu_corpus_missing,
+    ignore = "needs ../shared/corpus beside the checkout: scripts/test runs it"
+)]
+#[test]
+fn i12_every_newer_set_validates_or_is_refused_where_the_agent_cannot_run_it() -> TestResult {
+    let root = new_corpus()?;
+    let listed: Vec<&str> = NEW_SETS.iter().map(|set| set.dir).collect();
+    assert_eq!(
+        new_set_dirs(&root)?,
+        listed,
+        "a set was added or removed: update NEW_SETS"
+    );
+    for set in NEW_SETS {
+        let dir = manifests_dir(set)?;
+        let mut command = Command::new(env!("CARGO_BIN_EXE_voodu-agent"));
+        command.arg("validate").arg(&dir);
+        if set.manifests_in_old_corpus.is_some() {
+            // Without values, exactly the variables `.envrc.example` names are missing.
+            let (code, output) = validate(&dir, &BTreeSet::new())?;
+            assert_eq!(code, Some(1), "{}", set.dir);
+            let missing: BTreeSet<String> = undefined_variables(&output)
+                .into_iter()
+                .map(|(_, _, _, name)| name)
+                .collect();
+            let named: BTreeSet<String> =
+                manifest::parse_env_file(&std::fs::read_to_string(root.join(ENVRC))?)?
+                    .into_keys()
+                    .collect();
+            assert_eq!(missing, named, "{}", set.dir);
+            command.arg("--var-file").arg(root.join(ENVRC));
+        }
+        let output = command.output()?;
+        let stdout = String::from_utf8(output.stdout)?;
+        let lines: Vec<&str> = stdout.lines().collect();
+        if set.refused.is_empty() {
+            assert_eq!(output.status.code(), Some(0), "{}:\n{stdout}", set.dir);
+            assert!(
+                lines.last().is_some_and(|last| last.starts_with("ok: ")),
+                "{}:\n{stdout}",
+                set.dir
+            );
+        } else {
+            assert_eq!(output.status.code(), Some(1), "{}:\n{stdout}", set.dir);
+            assert_eq!(
+                lines[..lines.len() - 1],
+                *set.refused,
+                "{}: refused with exactly these diagnostics",
+                set.dir
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg_attr(
+    voodu_corpus_missing,
+    ignore = "needs ../shared/corpus beside the checkout: scripts/test runs it"
+)]
+#[test]
+fn i12_plan_yields_what_voodu_would_create_from_the_newer_sets() -> TestResult {
+    for set in NEW_SETS.iter().filter(|set| set.refused.is_empty()) {
+        let manifest = load_set(&manifests_dir(set)?)?
+            .map_err(|diagnostics| format!("{} must load:\n{diagnostics}", set.dir))?;
+        let plans = plan_all(
+            &manifest,
+            &Default::default(),
+            &Default::default(),
+            &Default::default(),
+        );
+        let lines: Vec<String> = plans
+            .iter()
+            .map(|plan| match &plan.failure {
+                Some(failure) => format!("{} {}: {failure}", plan.action.as_str(), plan.key),
+                None => format!("{} {}", plan.action.as_str(), plan.key),
+            })
+            .collect();
+        assert_eq!(lines, set.plan, "{}", set.dir);
+    }
+    Ok(())
+}
+
+/// The spec a loaded set holds for `key`.
+fn spec_of(manifest: &manifest::Manifest, key: &str) -> TestResult<Spec> {
+    manifest
+        .resources
+        .iter()
+        .find(|resource| resource.key.to_string() == key)
+        .map(|resource| resource.spec.clone())
+        .ok_or_else(|| format!("{key} missing").into())
+}
+
+/// What the plugins would set up, field by field, for the macro sets (voodu-postgres da3253d,
+/// voodu-redis 4dd3b77).
+#[cfg_attr(
+    voodu_corpus_missing,
+    ignore = "needs ../shared/corpus beside the checkout: scripts/test runs it"
+)]
+#[test]
+fn i12_the_newer_macro_sets_expand_as_the_plugins_set_them_up() -> TestResult {
+    let root = new_corpus()?;
+    let load = |dir: &str| -> TestResult<manifest::Manifest> {
+        Ok(load_set(&root.join(dir))?.map_err(|d| format!("{dir}: {d}"))?)
+    };
+
+    // postgres: 3 pods of the operator's image, 1 primary + 2 standbys, pg_config from the
+    // first boot, and the stale `wal_archive {}` dropped with a warning.
+    let pg_set = load("voodu-postgres/examples")?;
+    let Spec::Statefulset(db) = spec_of(&pg_set, "statefulset/clowk-lp/db")? else {
+        return Err("postgres expands to a statefulset".into());
+    };
+    assert_eq!(db.container.image, "postgres:16");
+    assert_eq!(db.replicas, Some(3));
+    assert_eq!(
+        db.roles().as_deref(),
+        Some("postgres: primary pod 0 and 2 streaming standbys (pods 1–2)")
+    );
+    assert_eq!(
+        db.container.command.as_deref().map(|command| command.join(" ")),
+        Some(
+            "sh /usr/local/bin/voodu-postgres-entrypoint -c max_connections=50 -c shared_buffers=256MB -c work_mem=16MB"
+                .to_owned()
+        )
+    );
+    assert_eq!(
+        db.container.env.get("POSTGRES_DB").map(String::as_str),
+        Some("clowk_development")
+    );
+    let secrets: Vec<&str> = pg_set
+        .secrets
+        .iter()
+        .map(|secret| secret.key.as_str())
+        .collect();
+    assert_eq!(
+        secrets,
+        ["POSTGRES_PASSWORD", "POSTGRES_REPLICATION_PASSWORD"]
+    );
+    let warnings: Vec<String> = pg_set.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        warnings,
+        [
+            "postgres.voodu:27:3: `wal_archive {}` is ignored: voodu-postgres no longer has a WAL archive and voodu drops the block; archive WAL yourself (`pg_config = { archive_mode = \"on\", archive_command = … }`)"
+        ]
+    );
+
+    // `version = "16"` picks the tag, in each of the three scopes.
+    let cross_vm = load("clowk-voodu/docs-snippets/cross-vm-postgres")?;
+    for scope in ["clowk", "hep3", "yourapp"] {
+        let Spec::Statefulset(pg) = spec_of(&cross_vm, &format!("statefulset/{scope}/pg"))? else {
+            return Err("postgres expands to a statefulset".into());
+        };
+        assert_eq!(pg.container.image, "postgres:16", "{scope}");
+        assert_eq!(
+            pg.container.env.get("PG_SCOPE_SUFFIX").map(String::as_str),
+            Some(format!(".{scope}.voodu").as_str()),
+            "standbys dial pg-0.{scope}.voodu"
+        );
+    }
+
+    // redis with sentinel: a 3-pod data redis (1 master, 2 replicas) and a 3-sentinel quorum
+    // watching it, reading its bucket.
+    let ha = load("voodu-redis/examples/sentinel-ha")?;
+    let Spec::Statefulset(data) = spec_of(&ha, "statefulset/clowk-lp/redis")? else {
+        return Err("redis expands to a statefulset".into());
+    };
+    assert_eq!(
+        data.roles().as_deref(),
+        Some("redis: master pod 0 and 2 replicas (pods 1–2)")
+    );
+    let Spec::Statefulset(quorum) = spec_of(&ha, "statefulset/clowk-lp/redis-quorum")? else {
+        return Err("a sentinel expands to a statefulset".into());
+    };
+    assert_eq!(
+        quorum.roles().as_deref(),
+        Some("redis sentinel: 3 sentinel(s), quorum 2, watching clowk-lp/redis")
+    );
+    assert_eq!(quorum.container.image, "redis:8");
+    assert_eq!(quorum.ports, ["26379"]);
+    assert_eq!(quorum.container.env_from, ["clowk-lp/redis"]);
+    assert_eq!(
+        quorum
+            .container
+            .env
+            .get("VOODU_CONTROLLER_URL")
+            .map(String::as_str),
+        Some("http://host.docker.internal:8080"),
+        "the operator's env passes through"
+    );
+
+    // custom ACLs: the url() asset is mounted where the redis config includes it, and its
+    // digest is stamped so new users roll the pods.
+    let acls = load("voodu-redis/examples/custom-acls")?;
+    let Spec::Statefulset(redis) = spec_of(&acls, "statefulset/clowk-lp/redis")? else {
+        return Err("redis expands to a statefulset".into());
+    };
+    assert_eq!(
+        redis.container.volumes[0],
+        "${asset.clowk-lp.redis-users.defs}:/etc/redis/conf.d/users.conf:ro"
+    );
+    assert!(
+        redis
+            .asset_digests
+            .contains_key("clowk-lp.redis-users.defs")
+    );
+    assert_eq!(redis.replicas, Some(2));
+
+    // Labelled plugin blocks keep their order and labels.
+    let labelled = load("clowk-voodu/docs-snippets/plugin-blocks-labelled")?;
+    let Spec::Deployment(esl) = spec_of(&labelled, "deployment/prod/esl")? else {
+        return Err("a deployment".into());
+    };
+    let blocks: Vec<(String, Vec<String>, String)> = esl
+        .plugin_blocks
+        .iter()
+        .map(|block| {
+            (
+                block.block_type.clone(),
+                block.labels.clone(),
+                block.spec.to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        blocks,
+        [
+            (
+                "trafik".into(),
+                vec!["sip".into()],
+                r#"{"port":5060}"#.into()
+            ),
+            (
+                "trafik".into(),
+                vec!["http".into()],
+                r#"{"port":8084}"#.into()
+            ),
+        ]
     );
     Ok(())
 }

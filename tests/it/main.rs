@@ -17,6 +17,8 @@ mod http;
 mod identity_docker;
 mod ingress;
 mod jobs;
+mod macro_scripts;
+mod plugin_blocks;
 mod policy;
 mod process;
 mod reconcile;

@@ -594,6 +594,62 @@ async fn the_redis_macro_runs_as_a_statefulset_with_its_data_volume() -> TestRes
     harness.stop().await
 }
 
+/// Issue 12: `postgres { replicas = 2 }` runs two pods of one spec, the role-aware entrypoint
+/// mounted in each; they differ by their ordinal (the entrypoint's primary/standby switch)
+/// and their own DNS name, the one a standby dials (`<name>-0<PG_SCOPE_SUFFIX>`). (The
+/// passwords come from the resource's bucket, which sync fills; this harness applies directly.)
+#[tokio::test(start_paused = true)]
+async fn i12_postgres_pods_share_one_spec_and_differ_by_ordinal() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.start()?;
+    harness.push(&[(
+        "pg.hcl",
+        r#"postgres "data" "pg" {
+  image    = "busybox"
+  replicas = 2
+  probes {}
+}
+"#,
+    )])?;
+    let key = ResourceKey::new(Kind::Statefulset, "data", "pg");
+    let pods = harness.converged(&key, 2).await?;
+    let mut pods = pods;
+    pods.sort_by(|a, b| a.name.cmp(&b.name));
+    for (ordinal, pod) in pods.iter().enumerate() {
+        let spec = harness.fake.spec_of(&pod.id).ok_or("spec")?;
+        assert_eq!(
+            spec.command,
+            Some(vec![
+                "sh".to_owned(),
+                "/usr/local/bin/voodu-postgres-entrypoint".to_owned()
+            ])
+        );
+        for variable in [
+            format!("VOODU_REPLICA_ORDINAL={ordinal}"),
+            "PG_NAME=pg".to_owned(),
+            "PG_SCOPE_SUFFIX=.data.voodu".to_owned(),
+            "PG_REPLICATION_USER=replicator".to_owned(),
+        ] {
+            assert!(spec.env.contains(&variable), "{variable} in {:?}", spec.env);
+        }
+        assert_eq!(spec.aliases[1], format!("pg-{ordinal}.data.voodu"));
+        let mounts: Vec<&str> = spec
+            .binds
+            .iter()
+            .filter_map(|bind| bind.split(':').nth(1))
+            .collect();
+        assert_eq!(
+            mounts,
+            [
+                "/usr/local/bin/voodu-postgres-entrypoint",
+                "/docker-entrypoint-initdb.d/00_create_replication.sh",
+                "/var/lib/postgresql/data",
+            ]
+        );
+    }
+    harness.stop().await
+}
+
 /// Docker: how long the agent may take to converge a step (a liveness bound).
 const LIMIT: Duration = Duration::from_secs(60);
 

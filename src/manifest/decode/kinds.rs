@@ -798,6 +798,8 @@ pub(super) fn statefulset(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> StatefulsetSpe
         probes: workload.probes,
         on_probe: workload.on_probe,
         drain: workload.drain,
+        plugin_blocks: Vec::new(),
+        expanded_from: None,
         asset_digests: BTreeMap::new(),
     }
 }

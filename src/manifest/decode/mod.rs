@@ -10,6 +10,7 @@
 //! problem is left out and every problem is reported.
 
 mod kinds;
+mod plugin_blocks;
 pub(crate) mod reader;
 mod sources;
 mod values;
@@ -87,20 +88,30 @@ fn decode_block(cx: &mut Cx<'_>, block: &Block, out: &mut Vec<Decoded>) {
     let mut secrets = Vec::new();
     let mut specs: Vec<(Kind, String, String, Spec)> = Vec::new();
     match block_type {
-        "deployment" | "statefulset" | "ingress" | "job" | "cronjob" => {
+        "deployment" => {
+            let Some((scope, name)) = scope_and_name(cx, block) else {
+                return;
+            };
+            let mut reader = Reader::new(block_type, "", &block.body, block.ident.span());
+            let mut spec = kinds::deployment(cx, &mut reader);
+            spec.plugin_blocks = plugin_blocks::carry(cx, reader);
+            specs.push((Kind::Deployment, scope, name, Spec::Deployment(spec)));
+        }
+        "statefulset" => {
+            let Some((scope, name)) = scope_and_name(cx, block) else {
+                return;
+            };
+            let mut reader = Reader::new(block_type, "", &block.body, block.ident.span());
+            let mut spec = kinds::statefulset(cx, &mut reader);
+            spec.plugin_blocks = plugin_blocks::carry(cx, reader);
+            specs.push((Kind::Statefulset, scope, name, Spec::Statefulset(spec)));
+        }
+        "ingress" | "job" | "cronjob" => {
             let Some((scope, name)) = scope_and_name(cx, block) else {
                 return;
             };
             let mut reader = Reader::new(block_type, "", &block.body, block.ident.span());
             let (kind, spec) = match block_type {
-                "deployment" => (
-                    Kind::Deployment,
-                    Spec::Deployment(kinds::deployment(cx, &mut reader)),
-                ),
-                "statefulset" => (
-                    Kind::Statefulset,
-                    Spec::Statefulset(kinds::statefulset(cx, &mut reader)),
-                ),
                 "ingress" => (
                     Kind::Ingress,
                     Spec::Ingress(kinds::ingress(cx, &mut reader, false)),
@@ -186,6 +197,20 @@ fn decode_block(cx: &mut Cx<'_>, block: &Block, out: &mut Vec<Decoded>) {
             for (kind, spec) in expansion.specs {
                 specs.push((kind, scope.clone(), name.clone(), spec));
             }
+        }
+        "hep3" => {
+            let labels = labels(cx, block)
+                .into_iter()
+                .map(|(label, _)| format!("{label:?}"))
+                .collect::<Vec<_>>()
+                .join(" ");
+            cx.error(
+                block.ident.span(),
+                format!(
+                    "hep3 {labels} is not supported by this agent: its image (voodu-hep3-api:<version>) is built by the voodu-hep3 plugin's install hook, and voodu-agent installs and runs no plugins; build that image on this host yourself and declare the reader as a `deployment` (a hep3 block is a deployment spec plus `store`, which becomes HEP_STORE)"
+                ),
+            );
+            return;
         }
         other => {
             let hint = did_you_mean(other, BLOCK_TYPES);

@@ -451,6 +451,25 @@ impl<'b> Reader<'b> {
 
     /// Reports every attribute and block nobody asked for, and attributes set twice.
     pub(crate) fn finish(self, cx: &mut Cx<'_>) {
+        let carried = self.finish_with(cx, false);
+        debug_assert!(carried.is_empty(), "nothing is carried unless asked");
+    }
+
+    /// As `finish`, but a block nobody asked for is no error: it is returned, in order, with
+    /// the known block name within two edits of it (or empty), for the caller to carry as a
+    /// plugin-owned block (voodu 2026). Unknown attributes are still errors.
+    pub(crate) fn finish_carrying_blocks(self, cx: &mut Cx<'_>) -> Vec<(&'b Block, String)> {
+        self.finish_with(cx, true)
+    }
+
+    fn finish_with(self, cx: &mut Cx<'_>, carry_blocks: bool) -> Vec<(&'b Block, String)> {
+        let mut carried = Vec::new();
+        let block_names: Vec<&str> = self
+            .known
+            .iter()
+            .filter(|known| known.refused.is_none() && known.shape == Shape::Block)
+            .map(|known| known.name)
+            .collect();
         let names: Vec<&str> = self
             .known
             .iter()
@@ -459,6 +478,17 @@ impl<'b> Reader<'b> {
             .collect();
         let mut seen: BTreeMap<&str, Option<Range<usize>>> = BTreeMap::new();
         for structure in self.body.iter() {
+            if let Structure::Block(block) = structure
+                && carry_blocks
+                && !self
+                    .known
+                    .iter()
+                    .any(|known| known.name == block.ident.as_str())
+            {
+                let near = closest(block.ident.as_str(), &block_names).unwrap_or_default();
+                carried.push((block, near.to_owned()));
+                continue;
+            }
             let (name, span, shape) = match structure {
                 Structure::Attribute(attribute) => (
                     attribute.key.as_str(),
@@ -508,6 +538,7 @@ impl<'b> Reader<'b> {
                 }
             }
         }
+        carried
     }
 }
 
@@ -790,13 +821,19 @@ pub(crate) fn describe(value: &Expression) -> &'static str {
 
 /// ` (did you mean `x`?)` when a known name is within two edits, else empty.
 pub(crate) fn did_you_mean(input: &str, known: &[&str]) -> String {
+    closest(input, known)
+        .map(|candidate| format!(" (did you mean `{candidate}`?)"))
+        .unwrap_or_default()
+}
+
+/// The known name within two edits of `input` (fewer for short names), the closest first.
+pub(crate) fn closest<'k>(input: &str, known: &[&'k str]) -> Option<&'k str> {
     known
         .iter()
         .map(|candidate| (edit_distance(input, candidate), *candidate))
         .filter(|(distance, candidate)| *distance <= 2.min(candidate.len() / 2).max(1))
         .min()
-        .map(|(_, candidate)| format!(" (did you mean `{candidate}`?)"))
-        .unwrap_or_default()
+        .map(|(_, candidate)| candidate)
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {

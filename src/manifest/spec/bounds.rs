@@ -63,6 +63,10 @@ pub const MAX_VOLUME_SIZE: i64 = 1 << 50;
 /// `memlock`; above it write -1.
 pub const MAX_ULIMIT: i64 = 1 << 40;
 
+/// Plugin-owned nested blocks of one deployment or statefulset: each is stored and shown
+/// with the resource.
+pub const MAX_PLUGIN_BLOCKS: usize = 64;
+
 /// A Go duration written `"1h30m"`, for messages.
 pub(crate) fn show_duration(duration: Duration) -> String {
     let seconds = duration.as_secs();

@@ -16,6 +16,7 @@ use super::common::{
     clamp_replicas, is_zero, normalized_ports, replica_count, restart_or_default,
 };
 use super::hash::{go_json_sha256, non_empty, sorted};
+use super::plugin::PluginBlock;
 use crate::model::{ResourceKey, SpecHash};
 
 /// A decoded deployment, as stored in desired state and in release snapshots.
@@ -50,6 +51,9 @@ pub struct DeploymentSpec {
     pub inits: Vec<Init>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<Drain>,
+    /// Plugin-owned nested blocks, in order (voodu 2026); never hashed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plugin_blocks: Vec<PluginBlock>,
     /// `ref → sha256` of every asset this spec refers to, stamped at sync time (spec §5.3).
     #[serde(
         rename = "_asset_digests",
@@ -305,6 +309,12 @@ mod tests {
                 grace: "60s".into(),
                 timeout: "30m".into(),
             });
+        }),
+        ("plugin_blocks", |s| {
+            s.plugin_blocks = vec![crate::manifest::spec::PluginBlock {
+                block_type: "trafik".into(),
+                ..Default::default()
+            }];
         }),
         ("depends_on", |s| {
             s.container.depends_on = Some(crate::manifest::spec::common::DependsOn {

@@ -11,6 +11,7 @@ mod deployment;
 pub(crate) mod hash;
 mod ingress;
 mod job;
+mod plugin;
 mod registry;
 pub mod schedule;
 mod statefulset;
@@ -25,8 +26,9 @@ pub use deployment::DeploymentSpec;
 pub use hash::sha256_hex;
 pub use ingress::{IngressSpec, LoadBalancing, Location, Tls};
 pub use job::{CronjobSpec, JobSpec};
+pub use plugin::{PluginBlock, plugin_refusal};
 pub use registry::RegistrySpec;
-pub use statefulset::StatefulsetSpec;
+pub use statefulset::{Macro, StatefulsetSpec};
 
 use std::collections::BTreeMap;
 

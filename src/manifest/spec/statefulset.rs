@@ -15,6 +15,7 @@ use super::common::{
 };
 use super::deployment::asset_lines;
 use super::hash::{go_json_sha256, non_empty, sorted};
+use super::plugin::PluginBlock;
 use crate::model::{ResourceKey, SpecHash};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,6 +40,13 @@ pub struct StatefulsetSpec {
     pub on_probe: Option<OnProbe>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<Drain>,
+    /// Plugin-owned nested blocks, in order (voodu 2026); never hashed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plugin_blocks: Vec<PluginBlock>,
+    /// The macro this statefulset was expanded from, which decides each pod's role when it
+    /// starts (`Macro`); the agent's own field, never hashed.
+    #[serde(rename = "_macro", default, skip_serializing_if = "Option::is_none")]
+    pub expanded_from: Option<Macro>,
     #[serde(
         rename = "_asset_digests",
         default,
@@ -47,7 +55,43 @@ pub struct StatefulsetSpec {
     pub asset_digests: BTreeMap<String, String>,
 }
 
+/// The plugin macros the agent expands itself into a statefulset with role-aware pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Macro {
+    /// `postgres {}`: one primary, the other pods streaming standbys.
+    Postgres,
+    /// `redis {}`: one master, the other pods replicas.
+    Redis,
+    /// `redis { sentinel {} }`: a quorum of sentinels watching another redis.
+    RedisSentinel,
+}
+
 impl StatefulsetSpec {
+    /// What each pod of a macro's statefulset is, for `plan` (`None` for a plain one). The
+    /// primary (master) is the ordinal the resource's config bucket names, 0 by default.
+    pub fn roles(&self) -> Option<String> {
+        let n = self.n_replicas();
+        let others = |what: &str| match n {
+            1 => String::new(),
+            2 => format!(" and 1 {what} (pod 1)"),
+            _ => format!(" and {} {what}s (pods 1–{})", n - 1, n - 1),
+        };
+        Some(match self.expanded_from? {
+            Macro::Postgres => format!("postgres: primary pod 0{}", others("streaming standby")),
+            Macro::Redis => format!("redis: master pod 0{}", others("replica")),
+            Macro::RedisSentinel => {
+                let env = |key: &str| self.container.env.get(key).map_or("", String::as_str);
+                format!(
+                    "redis sentinel: {n} sentinel(s), quorum {}, watching {}/{}",
+                    n / 2 + 1,
+                    env("VOODU_MONITOR_SCOPE"),
+                    env("VOODU_MONITOR_NAME")
+                )
+            }
+        })
+    }
+
     /// Desired pod count: omitted or below 1 means 1.
     pub fn n_replicas(&self) -> usize {
         replica_count(self.replicas)
@@ -204,6 +248,7 @@ mod tests {
     const NOT_HASHED: &[(&str, Edit)] = &[
         ("replicas", |s| s.replicas = Some(3)),
         ("health_check", |s| s.health_check = "/x".into()),
+        ("_macro", |s| s.expanded_from = Some(super::Macro::Postgres)),
         ("env_from", |s| {
             s.container.env_from = vec!["data/shared".into()]
         }),
@@ -213,6 +258,12 @@ mod tests {
                 grace: "60s".into(),
                 timeout: String::new(),
             });
+        }),
+        ("plugin_blocks", |s| {
+            s.plugin_blocks = vec![crate::manifest::spec::PluginBlock {
+                block_type: "trafik".into(),
+                ..Default::default()
+            }];
         }),
     ];
 

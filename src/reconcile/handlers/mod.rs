@@ -45,6 +45,25 @@ async fn desired_of<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Optio
     blocking(&ctx.store, move |store| store.desired(&key)).await
 }
 
+/// Refuses a workload that cannot be applied before any of its containers is touched (a
+/// plugin-owned block: the agent installs no plugins). Its containers from an earlier commit
+/// run on as they are; the status says why, with the block's location.
+fn refuse_unappliable(key: &ResourceKey, spec: &Spec) -> Result<()> {
+    match crate::reconcile::plan::apply_failure(key, spec) {
+        None => Ok(()),
+        Some(failure) => {
+            // The error prints as `<key>: <message>`: keep the key once.
+            let prefix = format!("{key}: ");
+            let message = failure.strip_prefix(&prefix).unwrap_or(&failure).to_owned();
+            Err(Error::Permanent {
+                key: key.clone(),
+                reason: crate::store::FailureReason::PluginNotInstalled,
+                message,
+            })
+        }
+    }
+}
+
 /// A stored spec of another kind than its key's (a store bug): permanent, never retried.
 fn wrong_kind(key: &ResourceKey, spec: &Spec) -> Error {
     Error::Permanent {

@@ -61,6 +61,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
     let Spec::Statefulset(spec) = &desired.spec else {
         return Err(super::wrong_kind(key, &desired.spec));
     };
+    super::refuse_unappliable(key, &desired.spec)?;
     let statefulset = Statefulset {
         desired: &desired,
         spec,

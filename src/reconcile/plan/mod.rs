@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use crate::manifest::Manifest;
-use crate::manifest::spec::Spec;
+use crate::manifest::spec::{Spec, plugin_refusal};
 use crate::model::{Kind, ResourceKey};
 use crate::runtime::Container;
 
@@ -36,6 +36,9 @@ pub enum Action {
     Update,
     Delete,
     Unchanged,
+    /// The resource fails when applied, before any of its containers is touched (a plugin
+    /// block whose plugin is not installed): its containers stay as they are.
+    Fail,
 }
 
 impl Action {
@@ -46,6 +49,7 @@ impl Action {
             Action::Update => "update",
             Action::Delete => "delete",
             Action::Unchanged => "unchanged",
+            Action::Fail => "fail",
         }
     }
 }
@@ -72,6 +76,19 @@ pub struct ResourcePlan {
     pub steps: Vec<Step>,
     /// Pod steps of a statefulset, with their ordinals, in execution order.
     pub pod_steps: Vec<StatefulStep>,
+    /// Why applying fails (`Action::Fail`): the message the resource's status will carry.
+    pub failure: Option<String>,
+}
+
+/// Why applying `spec` fails before any container of `key` is touched, as the handler
+/// records it: a plugin-owned block, since the agent installs no plugins.
+pub fn apply_failure(key: &ResourceKey, spec: &Spec) -> Option<String> {
+    let blocks = match spec {
+        Spec::Deployment(deployment) => &deployment.plugin_blocks,
+        Spec::Statefulset(statefulset) => &statefulset.plugin_blocks,
+        _ => return None,
+    };
+    plugin_refusal(&key.to_string(), blocks)
 }
 
 /// Plans one resource: `current` is what the agent's desired state holds now, `next` what the
@@ -84,6 +101,16 @@ pub fn plan_resource(
     scaled: Option<usize>,
 ) -> ResourcePlan {
     let changes = diff_specs(key.kind, current, next);
+    if let Some(failure) = next.and_then(|spec| apply_failure(key, spec)) {
+        return ResourcePlan {
+            key: key.clone(),
+            action: Action::Fail,
+            changes,
+            steps: Vec::new(),
+            pod_steps: Vec::new(),
+            failure: Some(failure),
+        };
+    }
     let (steps, pod_steps) = match next {
         Some(spec @ Spec::Deployment(deployment)) => {
             let hash = spec.spec_hash(key);
@@ -134,6 +161,7 @@ pub fn plan_resource(
         changes,
         steps,
         pod_steps,
+        failure: None,
     }
 }
 
@@ -329,6 +357,54 @@ mod bounds_tests {
             };
             assert_eq!(n, expected, "{json}");
         }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod failure_tests {
+    use super::*;
+    use crate::manifest::spec::{DeploymentSpec, PluginBlock};
+    use crate::runtime::ContainerState;
+
+    /// Issue 12: a workload with a plugin block plans as `Fail` with the message its status
+    /// will carry and no step at all, whatever its containers: they are kept as they are.
+    #[test]
+    fn a_plugin_block_plans_a_failure_and_no_step() -> Result<(), String> {
+        let key = ResourceKey::new(Kind::Deployment, "prod", "esl");
+        let mut old = DeploymentSpec::default();
+        old.container.image = "esl:1".into();
+        let mut new = old.clone();
+        new.container.image = "esl:2".into();
+        new.replicas = Some(3);
+        new.plugin_blocks = vec![PluginBlock {
+            block_type: "trafik".into(),
+            at: "esl.hcl:13:3".into(),
+            ..PluginBlock::default()
+        }];
+        let old_hash = Spec::Deployment(old.clone()).spec_hash(&key);
+        let running = [test_container(
+            "prod-esl.ab12",
+            old_hash.as_str(),
+            ContainerState::Running,
+        )];
+        let plan = plan_resource(
+            &key,
+            Some(&Spec::Deployment(old)),
+            Some(&Spec::Deployment(new)),
+            &running,
+            None,
+        );
+        assert_eq!(plan.action, Action::Fail);
+        assert!(plan.steps.is_empty() && plan.pod_steps.is_empty());
+        assert_eq!(
+            plan.failure.as_deref(),
+            Some(
+                "deployment/prod/esl: block \"trafik\" belongs to a plugin named \"trafik\", which is not installed — run `vd plugins:install <source>` or remove the block (at esl.hcl:13:3; voodu-agent installs no plugins)"
+            )
+        );
+        let fields: Vec<&str> = plan.changes.iter().map(|c| c.field.as_str()).collect();
+        assert_eq!(fields, ["image", "plugin_blocks", "replicas"]);
         Ok(())
     }
 }
