@@ -288,6 +288,25 @@ impl Syncer {
     ) -> Result<SyncOutcome, Error> {
         let mut files = Vec::new();
         let mut problems = Vec::new();
+        // Every active trigger's file must be there now, fired or not: a mistake in a trigger
+        // file is reported with the commit that makes it, not when the trigger next fires.
+        let here = self.source.files_at(commit)?;
+        for trigger in triggers {
+            let active = decision.outcomes.iter().any(|outcome| {
+                outcome.path == trigger.path && !matches!(outcome.verdict, Verdict::Inactive(_))
+            });
+            let read_below = decision
+                .files
+                .iter()
+                .any(|(file, at, _)| file == &trigger.apply_file && at == commit);
+            if active
+                && !read_below
+                && let Some(problem) =
+                    file_problem(&here.read(&trigger.apply_file), &trigger.apply_file, commit)
+            {
+                problems.push(trigger.at_apply_file(problem));
+            }
+        }
         for (file, at, trigger_path) in &decision.files {
             let located = |message: String| match triggers
                 .iter()
@@ -301,27 +320,17 @@ impl Syncer {
                     message,
                 },
             };
-            match self.source.files_at(at)?.read(file) {
-                FileRead::File(contents) => files.push(SourceFile {
-                    path: file.clone(),
-                    contents,
-                }),
-                FileRead::Missing => problems.push(located(format!(
-                    "apply.file {file} does not exist at commit {}",
-                    at.short()
-                ))),
-                FileRead::Symlink(_) => problems.push(located(format!(
-                    "apply.file {file} is a symlink at commit {}; name a regular manifest file",
-                    at.short()
-                ))),
-                FileRead::NotAFile => problems.push(located(format!(
-                    "apply.file {file} is not a file at commit {} (a directory?); it names one manifest file, as in voodu",
-                    at.short()
-                ))),
-                FileRead::Error(message) => problems.push(located(format!(
-                    "apply.file {file} cannot be read at commit {}: {message}",
-                    at.short()
-                ))),
+            let read = self.source.files_at(at)?.read(file);
+            match file_problem(&read, file, at) {
+                Some(problem) => problems.push(located(problem)),
+                None => {
+                    if let FileRead::File(contents) = read {
+                        files.push(SourceFile {
+                            path: file.clone(),
+                            contents,
+                        });
+                    }
+                }
             }
         }
         if !problems.is_empty() {
@@ -453,6 +462,29 @@ impl Syncer {
                 .map(|decision| decision.outcomes.clone())
                 .unwrap_or_default(),
         })
+    }
+}
+
+/// What is wrong with what `apply.file` `file` names at commit `at`, if anything.
+fn file_problem(read: &FileRead, file: &str, at: &CommitSha) -> Option<String> {
+    match read {
+        FileRead::File(_) => None,
+        FileRead::Missing => Some(format!(
+            "apply.file {file} does not exist at commit {}",
+            at.short()
+        )),
+        FileRead::Symlink(_) => Some(format!(
+            "apply.file {file} is a symlink at commit {}; name a regular manifest file",
+            at.short()
+        )),
+        FileRead::NotAFile => Some(format!(
+            "apply.file {file} is not a file at commit {} (a directory?); it names one manifest file, as in voodu",
+            at.short()
+        )),
+        FileRead::Error(message) => Some(format!(
+            "apply.file {file} cannot be read at commit {}: {message}",
+            at.short()
+        )),
     }
 }
 

@@ -122,6 +122,11 @@ impl Store {
             Error::Sqlite(source) => unusable_or(path, source),
             other => other,
         })?;
+        // Every transaction takes the write lock when it begins, waiting for it under the
+        // busy timeout: a deferred one that read first would fail at once with "database is
+        // locked" when another process (the agent, a command) wrote meanwhile, since WAL
+        // cannot upgrade a read that another write made stale.
+        connection.set_transaction_behavior(rusqlite::TransactionBehavior::Immediate);
         let store = Store::from_connection(connection, path);
         store.agent_id()?;
         Ok(store)

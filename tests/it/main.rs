@@ -25,3 +25,4 @@ mod registry_docker;
 mod slow_clients;
 mod statefulset;
 mod tidy;
+mod triggers;
