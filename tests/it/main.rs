@@ -26,3 +26,4 @@ mod slow_clients;
 mod statefulset;
 mod tidy;
 mod triggers;
+mod triggers_docker;
