@@ -41,6 +41,8 @@ use crate::sync::{self as sync_stage, SyncOptions, SyncOutcome, Syncer};
 pub const META_HTTP_ADDR: &str = "http_addr";
 /// `meta` key of the webhook secret file's path (never the secret), for the same commands.
 pub const META_SECRET_FILE: &str = "webhook_secret_file";
+/// `meta` key of the branch the agent tracks, for `plan` (which triggers would fire).
+pub const META_BRANCH: &str = "branch";
 
 /// Everything `run` needs, validated.
 #[derive(Debug, Clone)]
@@ -389,6 +391,7 @@ async fn run_until<R: Runtime>(
         "voodu-agent starting"
     );
     let local_git_dir = trigger::local_git_dir(source.url()).filter(|_| config.watch_local);
+    store.set_meta(META_BRANCH, Some(source.branch()))?;
     let syncer = Arc::new(Syncer::new(source, store.clone(), config.sync.clone())?);
     if await_first_commit && !first_commit(&syncer, &store, config.interval, &shutdown).await? {
         return Ok(());

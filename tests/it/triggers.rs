@@ -707,3 +707,93 @@ async fn i12_a_scripted_day_in_the_activity_log() -> TestResult {
     assert!(!body.contains(SECRET_VALUE));
     agent.stop().await
 }
+
+#[test]
+fn validate_and_plan_understand_trigger_files() -> TestResult {
+    let repo = TempRepo::new()?;
+    two_apps(&repo)?;
+    repo.write(
+        ".voodu/web.yml",
+        &trigger(&["apps/web/**"], "deploy/web.hcl", true),
+    )?;
+    let first = repo.commit("api and a manual web")?;
+    let agent = Agent::new(&repo, &[])?;
+    agent.applied(&first)?;
+    let data_dir = agent._data.path().to_owned();
+
+    // plan of a new revision: web's commit is held, api is skipped and keeps its commit.
+    repo.write("deploy/web.hcl", &deployment("web", "2"))?;
+    repo.write("apps/web/index.html", "<p>2</p>\n")?;
+    let second = repo.commit("web v2")?;
+    let output = Command::new(AGENT)
+        .args([
+            "plan",
+            "--repo",
+            &repo.url(),
+            "--rev",
+            "main",
+            "--json",
+            "--data-dir",
+        ])
+        .arg(&data_dir)
+        .output()?;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let plan: Value = serde_json::from_slice(&output.stdout)?;
+    let verdicts: Vec<(String, String)> = plan["triggers"]
+        .as_array()
+        .ok_or("triggers")?
+        .iter()
+        .map(|trigger| {
+            (
+                trigger["name"].as_str().unwrap_or_default().to_owned(),
+                trigger["verdict"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        verdicts,
+        [
+            ("api".to_owned(), "skipped".to_owned()),
+            ("web".to_owned(), "held".to_owned())
+        ]
+    );
+    assert_eq!(plan["triggers"][1]["held"], second.as_str());
+    assert_eq!(
+        plan["summary"]["create"], 0,
+        "a held web creates nothing: {plan}"
+    );
+    assert_eq!(plan["resources"].as_array().map(Vec::len), Some(1), "{plan}");
+    assert_eq!(plan["resources"][0]["name"], "api");
+
+    // validate: a broken trigger file is reported at its position, exit 1.
+    repo.write(
+        ".voodu/web.yml",
+        "on:\n  push:\n    branches: [main]\napply:\n  file: deploy/gone.hcl\n",
+    )?;
+    let output = Command::new(AGENT)
+        .args(["validate"])
+        .arg(repo.work())
+        .output()?;
+    assert_eq!(output.status.code(), Some(1));
+    let text = String::from_utf8(output.stdout)?;
+    assert!(
+        text.starts_with(".voodu/web.yml:5:9: apply.file deploy/gone.hcl does not exist\n"),
+        "{text}"
+    );
+    repo.write(
+        ".voodu/web.yml",
+        &trigger(&["apps/web/**"], "deploy/web.hcl", true),
+    )?;
+    let output = Command::new(AGENT)
+        .args(["validate"])
+        .arg(repo.work())
+        .output()?;
+    let text = String::from_utf8(output.stdout)?;
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("ok: 2 resources in 2 files"), "{text}");
+    Ok(())
+}
