@@ -766,7 +766,11 @@ fn validate_and_plan_understand_trigger_files() -> TestResult {
         plan["summary"]["create"], 0,
         "a held web creates nothing: {plan}"
     );
-    assert_eq!(plan["resources"].as_array().map(Vec::len), Some(1), "{plan}");
+    assert_eq!(
+        plan["resources"].as_array().map(Vec::len),
+        Some(1),
+        "{plan}"
+    );
     assert_eq!(plan["resources"][0]["name"], "api");
 
     // validate: a broken trigger file is reported at its position, exit 1.
