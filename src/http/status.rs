@@ -299,7 +299,7 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
     })
 }
 
-fn trigger_view(state: crate::manifest::triggers::TriggerState) -> TriggerView {
+fn trigger_view(state: crate::store::TriggerState) -> TriggerView {
     TriggerView {
         state: if !state.inactive.is_empty() {
             "inactive"

@@ -30,6 +30,8 @@ mod secrets;
 mod status;
 mod triggers;
 
+/// What the store remembers of a deploy trigger (the manifest stage's type).
+pub use crate::manifest::triggers::TriggerState;
 pub use activity::{
     Activity, MAX_ROWS as MAX_ACTIVITY_ROWS, Origin, RETENTION_SECS as ACTIVITY_RETENTION_SECS, Who,
 };
