@@ -2,9 +2,14 @@
 //! `${VAR}` reads them), read the commit, load its manifests, put its assets on the host and
 //! write the outcome to the store.
 //!
-//! Invariants: an unchanged SHA with unchanged buckets ends the sync after the ref negotiation
-//! and one read of the config version (no tree walk; the only store write is the one-row
-//! upsert recording the fetch's outcome for `status`); a commit is applied in
+//! With deploy trigger files (`.voodu/**/*.yml`) the commit is read as the triggers decide
+//! (`manifest::triggers`): each trigger's file at the commit it last fired, after a tree diff
+//! from the last applied commit says which fire now.
+//!
+//! Invariants: an unchanged SHA with unchanged buckets and no approved hold ends the sync after
+//! the ref negotiation, one read of the config version and one of the approvals (no tree walk;
+//! the only store write is the one-row upsert recording the fetch's outcome for `status`); a
+//! commit is applied in
 //! one store transaction or recorded as rejected with all its diagnostics, never half-applied;
 //! a rejected commit writes nothing on the host (assets are written only once it is
 //! accepted). Blocking: run on a blocking thread.
