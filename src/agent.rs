@@ -33,7 +33,7 @@ use crate::http::{self, HttpCtx, HttpOptions};
 use crate::metrics::Metrics;
 use crate::reconcile::{self, ReconcileOptions};
 use crate::runtime::{DockerRuntime, Runtime};
-use crate::store::{HEALTH_ENGINE, Store};
+use crate::store::{HEALTH_ENGINE, Origin, Store, Who};
 use crate::sync::{self as sync_stage, SyncOptions, SyncOutcome, Syncer};
 
 /// `meta` key under which the agent records the address its HTTP side listens on, so
@@ -41,6 +41,8 @@ use crate::sync::{self as sync_stage, SyncOptions, SyncOutcome, Syncer};
 pub const META_HTTP_ADDR: &str = "http_addr";
 /// `meta` key of the webhook secret file's path (never the secret), for the same commands.
 pub const META_SECRET_FILE: &str = "webhook_secret_file";
+/// `meta` key of the branch the agent tracks, for `plan` (which triggers would fire).
+pub const META_BRANCH: &str = "branch";
 
 /// Everything `run` needs, validated.
 #[derive(Debug, Clone)]
@@ -389,6 +391,7 @@ async fn run_until<R: Runtime>(
         "voodu-agent starting"
     );
     let local_git_dir = trigger::local_git_dir(source.url()).filter(|_| config.watch_local);
+    store.set_meta(META_BRANCH, Some(source.branch()))?;
     let syncer = Arc::new(Syncer::new(source, store.clone(), config.sync.clone())?);
     if await_first_commit && !first_commit(&syncer, &store, config.interval, &shutdown).await? {
         return Ok(());
@@ -440,11 +443,11 @@ async fn run_until<R: Runtime>(
     ));
     let store_for_sync = store.clone();
     tracker.spawn(sync_loop(
-        move |interrupt: &AtomicBool| {
+        move |interrupt: &AtomicBool, who: &Who| {
             if let Err(error) = store_for_sync.notice_external_writes() {
                 tracing::warn!(%error, "cannot check the journal for rollbacks");
             }
-            syncer.sync_once(interrupt)
+            syncer.sync_once_as(interrupt, who)
         },
         receiver,
         metrics.clone(),
@@ -513,7 +516,7 @@ async fn sync_loop<S>(
     interval: Duration,
     shutdown: CancellationToken,
 ) where
-    S: Fn(&AtomicBool) -> Result<SyncOutcome, sync_stage::Error> + Send + Sync + 'static,
+    S: Fn(&AtomicBool, &Who) -> Result<SyncOutcome, sync_stage::Error> + Send + Sync + 'static,
 {
     let sync = Arc::new(sync);
     let interrupt = Arc::new(AtomicBool::new(false));
@@ -523,9 +526,11 @@ async fn sync_loop<S>(
             () = shutdown.cancelled() => return,
         };
         let started = Instant::now();
+        let who = who_of(&receiver.started_origin());
         let sync_for_task = sync.clone();
         let interrupt_for_task = interrupt.clone();
-        let mut task = tokio::task::spawn_blocking(move || sync_for_task(&interrupt_for_task));
+        let mut task =
+            tokio::task::spawn_blocking(move || sync_for_task(&interrupt_for_task, &who));
         let finished = tokio::select! {
             outcome = &mut task => Some(outcome),
             () = shutdown.cancelled() => None,
@@ -555,10 +560,12 @@ async fn sync_loop<S>(
                 commit,
                 summary,
                 warnings,
+                triggers,
             })) => {
                 for warning in &warnings {
                     tracing::warn!(commit = commit.short(), "{warning}");
                 }
+                log_triggers(&commit, &triggers);
                 tracing::info!(
                     commit = commit.short(),
                     changed = summary.puts.len(),
@@ -588,6 +595,47 @@ async fn sync_loop<S>(
     }
 }
 
+/// Who a fetch runs for, as the activity log records it.
+fn who_of(origin: &trigger::RequestOrigin) -> Who {
+    let origin_of = match origin.reason {
+        trigger::SyncReason::Poll => Origin::Poll,
+        trigger::SyncReason::Webhook => Origin::Webhook,
+        trigger::SyncReason::LocalChange => Origin::RefWatch,
+        trigger::SyncReason::Cli => Origin::Cli,
+        trigger::SyncReason::Http => Origin::Http,
+    };
+    Who::new(origin_of, origin.actor.as_deref())
+}
+
+/// Logs what each deploy trigger did for an applied commit.
+fn log_triggers(commit: &crate::model::CommitSha, outcomes: &[crate::manifest::triggers::Outcome]) {
+    use crate::manifest::triggers::Verdict;
+    for outcome in outcomes {
+        match &outcome.verdict {
+            Verdict::Fired { first } => {
+                tracing::info!(commit = commit.short(), trigger = %outcome.name, first, "trigger fired")
+            }
+            Verdict::Held { replaced } => tracing::info!(
+                commit = commit.short(),
+                trigger = %outcome.name,
+                replaces = replaced.as_ref().map(|sha| sha.short().to_owned()),
+                "deploy: manual: commit held until `voodu-agent approve {}`",
+                commit.short()
+            ),
+            Verdict::Approved {
+                commit: approved,
+                by,
+            } => {
+                tracing::info!(commit = approved.short(), trigger = %outcome.name, by, "approved commit applied")
+            }
+            Verdict::Skipped => {
+                tracing::debug!(commit = commit.short(), trigger = %outcome.name, "trigger skipped: the commit touches none of its paths")
+            }
+            Verdict::Inactive(_) => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::{Mutex, PoisonError, mpsc};
@@ -611,7 +659,7 @@ mod tests {
         let sync = {
             let asked_to_stop = asked_to_stop.clone();
             let tip = tip.clone();
-            move |interrupt: &AtomicBool| {
+            move |interrupt: &AtomicBool, _: &Who| {
                 if let Some(sender) = entered_sender
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
@@ -634,6 +682,7 @@ mod tests {
         let ticket = requests.request(SyncRequest {
             reason: SyncReason::Poll,
             commit: None,
+            actor: None,
         });
         let sync_loop = sync_loop(
             sync,

@@ -2,9 +2,14 @@
 //! `${VAR}` reads them), read the commit, load its manifests, put its assets on the host and
 //! write the outcome to the store.
 //!
-//! Invariants: an unchanged SHA with unchanged buckets ends the sync after the ref negotiation
-//! and one read of the config version (no tree walk; the only store write is the one-row
-//! upsert recording the fetch's outcome for `status`); a commit is applied in
+//! With deploy trigger files (`.voodu/**/*.yml`) the commit is read as the triggers decide
+//! (`manifest::triggers`): each trigger's file at the commit it last fired, after a tree diff
+//! from the last applied commit says which fire now.
+//!
+//! Invariants: an unchanged SHA with unchanged buckets and no approved hold ends the sync after
+//! the ref negotiation, one read of the config version and one of the approvals (no tree walk;
+//! the only store write is the one-row upsert recording the fetch's outcome for `status`); a
+//! commit is applied in
 //! one store transaction or recorded as rejected with all its diagnostics, never half-applied;
 //! a rejected commit writes nothing on the host (assets are written only once it is
 //! accepted). Blocking: run on a blocking thread.
@@ -17,9 +22,10 @@ use std::sync::{Arc, Mutex};
 use crate::assets::{self, UrlCache};
 use crate::git::Source;
 use crate::manifest::spec::Spec;
+use crate::manifest::triggers::{self, Decision, Situation, Trigger, Verdict};
 use crate::manifest::{self, Diagnostic, Diagnostics, LoadOptions, Mode, Policy, Vars};
-use crate::model::{CommitSha, random_hex};
-use crate::store::{ApplySummary, HEALTH_FETCH, Store};
+use crate::model::{CommitSha, FileRead, FileSource, Snapshot, SourceFile, random_hex};
+use crate::store::{ApplySummary, CommitContext, HEALTH_FETCH, Store, Who};
 
 /// What one sync did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +36,8 @@ pub enum SyncOutcome {
         commit: CommitSha,
         summary: ApplySummary,
         warnings: Vec<Diagnostic>,
+        /// With deploy trigger files: what each trigger did for this commit.
+        triggers: Vec<triggers::Outcome>,
     },
     Rejected {
         commit: CommitSha,
@@ -167,9 +175,16 @@ impl Syncer {
         &self.source
     }
 
-    /// Runs one sync. Blocking; a set `interrupt` stops it during the fetch or before the
-    /// fetched commit is loaded, never halfway through applying it.
+    /// Runs one sync as a poll would; see `sync_once_as`.
     pub fn sync_once(&self, interrupt: &AtomicBool) -> Result<SyncOutcome, Error> {
+        self.sync_once_as(interrupt, &Who::new(crate::store::Origin::Poll, None))
+    }
+
+    /// Runs one sync asked for by `who` (recorded in the activity log with what it applied).
+    /// Blocking; a set `interrupt` stops it during the fetch or before the fetched commit is
+    /// loaded, never halfway through applying it. An unchanged branch with unchanged config
+    /// buckets ends after the ref negotiation unless a held commit was approved.
+    pub fn sync_once_as(&self, interrupt: &AtomicBool, who: &Who) -> Result<SyncOutcome, Error> {
         let fetched = self.source.fetch(interrupt);
         self.record_fetch(&fetched);
         let commit = fetched?;
@@ -183,10 +198,10 @@ impl Syncer {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let config_version = self.store.config_version()?;
         let seen = (commit.clone(), config_version);
-        if last_seen.as_ref() == Some(&seen) {
+        if last_seen.as_ref() == Some(&seen) && !self.store.approvals_pending()? {
             return Ok(SyncOutcome::Unchanged(commit));
         }
-        let outcome = self.load_and_apply(&commit);
+        let outcome = self.load_and_apply(&commit, who);
         // Loading a commit allocates in proportion to its size (a 5 MB manifest parses into
         // hundreds of MB of syntax tree), all freed by now: hand it back to the system.
         give_memory_back();
@@ -213,41 +228,200 @@ impl Syncer {
         }
     }
 
-    fn load_and_apply(&self, commit: &CommitSha) -> Result<SyncOutcome, Error> {
-        let snapshot = self.source.read_snapshot(commit)?;
-        let files = self.source.files_at(commit)?;
+    fn load_and_apply(&self, commit: &CommitSha, who: &Who) -> Result<SyncOutcome, Error> {
+        let (trigger_files, refused) = self.source.read_trigger_files(commit)?;
+        if trigger_files.is_empty() && refused.is_empty() {
+            let snapshot = self.source.read_snapshot(commit)?;
+            let files = self.source.files_at(commit)?;
+            return self.apply_snapshot(commit, who, &snapshot, &files, None);
+        }
+        let refusals: Vec<Diagnostic> = refused
+            .into_iter()
+            .map(|(path, message)| Diagnostic {
+                path,
+                line: 1,
+                col: 1,
+                message,
+            })
+            .collect();
+        let parsed = triggers::parse_all(&trigger_files);
+        let triggers = match parsed {
+            Ok(triggers) if refusals.is_empty() => triggers,
+            Ok(_) => return self.reject(commit, who, refusals, None),
+            Err(mut problems) => {
+                problems.extend(refusals);
+                return self.reject(commit, who, problems, None);
+            }
+        };
+        let previous = self.store.trigger_states()?;
+        let changed = match self.store.trigger_base()? {
+            Some(base) => self.source.changed_paths(&base, commit)?,
+            None => None,
+        };
+        let watched = self.source.watched_paths();
+        let situation = Situation {
+            branch: self.source.branch(),
+            commit,
+            changed: changed.as_deref(),
+            watched: &watched,
+            now: crate::store::now_unix(),
+        };
+        let decision = triggers::decide(&triggers, &previous, &situation);
+        let approving = decision
+            .outcomes
+            .iter()
+            .any(|outcome| matches!(outcome.verdict, Verdict::Approved { .. }));
+        let outcome = self.apply_decision(commit, who, &triggers, &previous, &decision)?;
+        if approving && matches!(outcome, SyncOutcome::Rejected { .. }) {
+            // The approvals are refused with that commit (and cleared): the commit itself
+            // still deserves its chance without them.
+            let previous = self.store.trigger_states()?;
+            let decision = triggers::decide(&triggers, &previous, &situation);
+            return self.apply_decision(commit, who, &triggers, &previous, &decision);
+        }
+        Ok(outcome)
+    }
+
+    /// Reads the files `decision` names, each at its commit, and applies them.
+    fn apply_decision(
+        &self,
+        commit: &CommitSha,
+        who: &Who,
+        triggers: &[Trigger],
+        previous: &[triggers::TriggerState],
+        decision: &Decision,
+    ) -> Result<SyncOutcome, Error> {
+        let mut files = Vec::new();
+        let mut problems = Vec::new();
+        // Every active trigger's file must be there now, fired or not: a mistake in a trigger
+        // file is reported with the commit that makes it, not when the trigger next fires.
+        let here = self.source.files_at(commit)?;
+        for trigger in triggers {
+            let active = decision.outcomes.iter().any(|outcome| {
+                outcome.path == trigger.path && !matches!(outcome.verdict, Verdict::Inactive(_))
+            });
+            let read_below = decision
+                .files
+                .iter()
+                .any(|(file, at, _)| file == &trigger.apply_file && at == commit);
+            if active
+                && !read_below
+                && let Some(problem) =
+                    file_problem(&here.read(&trigger.apply_file), &trigger.apply_file, commit)
+            {
+                problems.push(trigger.at_apply_file(problem));
+            }
+        }
+        for (file, at, trigger_path) in &decision.files {
+            let located = |message: String| match triggers
+                .iter()
+                .find(|trigger| &trigger.path == trigger_path)
+            {
+                Some(trigger) => trigger.at_apply_file(message),
+                None => Diagnostic {
+                    path: trigger_path.clone(),
+                    line: 1,
+                    col: 1,
+                    message,
+                },
+            };
+            let read = self.source.files_at(at)?.read(file);
+            match file_problem(&read, file, at) {
+                Some(problem) => problems.push(located(problem)),
+                None => {
+                    if let FileRead::File(contents) = read {
+                        files.push(SourceFile {
+                            path: file.clone(),
+                            contents,
+                        });
+                    }
+                }
+            }
+        }
+        if !problems.is_empty() {
+            return self.reject(commit, who, problems, Some(decision));
+        }
+        let snapshot = Snapshot {
+            commit: commit.clone(),
+            files,
+            refused: Vec::new(),
+        };
+        let manifests: Vec<(String, CommitSha)> = decision
+            .files
+            .iter()
+            .map(|(file, at, _)| (file.clone(), at.clone()))
+            .collect();
+        let files = self.source.triggered_files(commit, &manifests)?;
+        let outcome = self.apply_snapshot(commit, who, &snapshot, &files, Some(decision))?;
+        if matches!(outcome, SyncOutcome::Applied { .. }) {
+            for state in &decision.states {
+                let was = previous.iter().find(|before| before.path == state.path);
+                if !state.inactive.is_empty()
+                    && was.is_none_or(|was| was.inactive != state.inactive)
+                {
+                    tracing::warn!(trigger = %state.name, file = %state.path, "trigger never fires on this host: {}", state.inactive);
+                }
+            }
+            for state in &decision.removed {
+                tracing::info!(trigger = %state.name, file = %state.path, "trigger file removed: the resources of its manifest go unless another trigger declares them");
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Records `problems` as the rejection of `commit`.
+    fn reject(
+        &self,
+        commit: &CommitSha,
+        who: &Who,
+        problems: Vec<Diagnostic>,
+        decision: Option<&Decision>,
+    ) -> Result<SyncOutcome, Error> {
+        let diagnostics = Diagnostics(bounded(problems));
+        self.store.reject_commit_as(
+            commit,
+            &diagnostics,
+            CommitContext {
+                who,
+                triggers: decision,
+            },
+        )?;
+        Ok(SyncOutcome::Rejected {
+            commit: commit.clone(),
+            diagnostics,
+        })
+    }
+
+    /// Loads `snapshot` under the host policy and applies it (with `decision`, for a
+    /// repository with trigger files).
+    fn apply_snapshot(
+        &self,
+        commit: &CommitSha,
+        who: &Who,
+        snapshot: &Snapshot,
+        files: &dyn FileSource,
+        decision: Option<&Decision>,
+    ) -> Result<SyncOutcome, Error> {
         let vars = Vars {
             buckets: self.store.buckets()?,
             globals: self.options.allowed_env.clone(),
         };
         let options = LoadOptions {
             vars: &vars,
-            files: &files,
+            files,
             fetcher: Some(&self.fetcher),
             mode: Mode::Apply,
             max_file_bytes: self.options.max_file_bytes,
             missing_var_hint: MISSING_VAR_HINT,
         };
         let manifest =
-            match manifest::load_with_policy(&snapshot, &options, Some(&self.options.policy)) {
+            match manifest::load_with_policy(snapshot, &options, Some(&self.options.policy)) {
                 Ok(manifest) => manifest,
-                Err(diagnostics) => {
-                    let diagnostics = Diagnostics(bounded(diagnostics.0));
-                    self.store.reject_commit(commit, &diagnostics)?;
-                    return Ok(SyncOutcome::Rejected {
-                        commit: commit.clone(),
-                        diagnostics,
-                    });
-                }
+                Err(diagnostics) => return self.reject(commit, who, diagnostics.0, decision),
             };
         let symlinked = bind_refusals_on_this_host(&manifest, &self.options.policy);
         if !symlinked.is_empty() {
-            let diagnostics = Diagnostics(symlinked);
-            self.store.reject_commit(commit, &diagnostics)?;
-            return Ok(SyncOutcome::Rejected {
-                commit: commit.clone(),
-                diagnostics,
-            });
+            return self.reject(commit, who, symlinked, decision);
         }
         for request in &manifest.secrets {
             let (scope, name) = &request.bucket;
@@ -263,7 +437,14 @@ impl Syncer {
         if written > 0 {
             tracing::info!(commit = commit.short(), files = written, "assets written");
         }
-        let summary = self.store.apply_commit(commit, &manifest)?;
+        let summary = self.store.apply_commit_as(
+            commit,
+            &manifest,
+            CommitContext {
+                who,
+                triggers: decision,
+            },
+        )?;
         let live: BTreeSet<(String, String)> = manifest
             .resources
             .iter()
@@ -282,7 +463,33 @@ impl Syncer {
             commit: commit.clone(),
             summary,
             warnings: bounded(manifest.warnings),
+            triggers: decision
+                .map(|decision| decision.outcomes.clone())
+                .unwrap_or_default(),
         })
+    }
+}
+
+/// What is wrong with what `apply.file` `file` names at commit `at`, if anything.
+fn file_problem(read: &FileRead, file: &str, at: &CommitSha) -> Option<String> {
+    match read {
+        FileRead::File(_) => None,
+        FileRead::Missing => Some(format!(
+            "apply.file {file} does not exist at commit {}",
+            at.short()
+        )),
+        FileRead::Symlink(_) => Some(format!(
+            "apply.file {file} is a symlink at commit {}; name a regular manifest file",
+            at.short()
+        )),
+        FileRead::NotAFile => Some(format!(
+            "apply.file {file} is not a file at commit {} (a directory?); it names one manifest file, as in voodu",
+            at.short()
+        )),
+        FileRead::Error(message) => Some(format!(
+            "apply.file {file} cannot be read at commit {}: {message}",
+            at.short()
+        )),
     }
 }
 

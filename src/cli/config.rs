@@ -89,7 +89,7 @@ pub(super) fn run(args: &ConfigArgs, data_dir: &Path) -> anyhow::Result<ExitCode
             }
             std::fs::create_dir_all(data_dir)
                 .with_context(|| format!("cannot create {}", data_dir.display()))?;
-            let store = Store::open(&db)?;
+            let store = Store::open(&db)?.acting_as(super::cli_who());
             let changed = store.config_set(&scope, &name, &values)?;
             println!(
                 "{} changed in {bucket}: {}",
@@ -119,7 +119,7 @@ pub(super) fn run(args: &ConfigArgs, data_dir: &Path) -> anyhow::Result<ExitCode
         }
         ConfigAction::Unset { bucket, keys } => {
             let (scope, name) = parse_bucket(bucket)?;
-            let store = Store::open(&db)?;
+            let store = Store::open(&db)?.acting_as(super::cli_who());
             let removed = store.config_unset(&scope, &name, keys)?;
             println!(
                 "{} removed from {bucket}: {}",

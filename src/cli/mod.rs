@@ -1,8 +1,8 @@
 //! Command line: flags → validated config → the command, and its exit code.
 //!
 //! `voodu-agent --repo URL` runs the agent in the foreground; subcommands inspect its state
-//! (`status`, `releases`) or steer it (`rollback`, `unpin`, `sync`) through state.db and the
-//! agent's HTTP side.
+//! (`status`, `releases`, `activity`) or steer it (`rollback`, `unpin`, `approve`, `sync`)
+//! through state.db and the agent's HTTP side.
 //!
 //! Exit codes, for scripts and CI:
 //!
@@ -49,6 +49,8 @@ macro_rules! eprintln {
     };
 }
 
+mod activity;
+mod approve;
 mod config;
 mod log;
 mod plan;
@@ -65,7 +67,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::store::Store;
+use crate::store::{Origin, Store, Who};
 
 /// GitOps for a Docker host: watches a git repository of voodu HCL manifests and makes the
 /// local Docker engine match it.
@@ -109,6 +111,12 @@ enum Command {
     Unpin(unpin::UnpinArgs),
     /// Ask the running agent to fetch now (and, with --wait, say how the commit ended).
     Sync(sync::SyncArgs),
+    /// Apply a commit a `deploy: manual` trigger file holds (see `status`): exactly that
+    /// commit's manifest, for the trigger(s) holding it. Exit 1 when no trigger holds it.
+    Approve(approve::ApproveArgs),
+    /// Show the activity log: every change the agent made or was asked to make (commits,
+    /// holds and approvals, rollouts, rollbacks, pins, config changes), kept 30 days.
+    Activity(activity::ActivityArgs),
 }
 
 /// How a command opens state.db.
@@ -130,8 +138,22 @@ fn open_store(data_dir: &Path, access: Access) -> anyhow::Result<Store> {
     }
     Ok(match access {
         Access::ReadOnly => Store::open_read_only(&db)?,
-        Access::ReadWrite => Store::open(&db)?,
+        Access::ReadWrite => Store::open(&db)?.acting_as(cli_who()),
     })
+}
+
+/// Who a command's changes are recorded as made by in the activity log: `cli`, and the
+/// user running it (`SUDO_USER` when run through sudo, else `USER` or `LOGNAME`), as the
+/// user's environment says.
+pub(crate) fn cli_who() -> Who {
+    Who::new(Origin::Cli, cli_user().as_deref())
+}
+
+/// The user running this command, as its environment says.
+pub(crate) fn cli_user() -> Option<String> {
+    ["SUDO_USER", "USER", "LOGNAME"]
+        .iter()
+        .find_map(|name| std::env::var(name).ok().filter(|user| !user.is_empty()))
 }
 
 /// The data dir from the flag, the environment, or the documented default.
@@ -217,6 +239,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Rollback(args)) => rollback::run(&data_dir, &args),
         Some(Command::Unpin(args)) => unpin::run(&data_dir, &args),
         Some(Command::Sync(args)) => sync::run(&data_dir, &args),
+        Some(Command::Approve(args)) => approve::run(&data_dir, &args),
+        Some(Command::Activity(args)) => activity::run(&data_dir, &args),
         None => run::run(cli.run, data_dir),
     }
 }

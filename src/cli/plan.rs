@@ -16,10 +16,11 @@ use serde::Serialize;
 
 use super::validate::{MISSING_VAR_HINT, PolicyArgs, VarArgs, absolute_text};
 use crate::assets::{DEFAULT_MAX_URL_BYTES, UrlCache};
-use crate::git::{Source, SourceOptions, WorkdirFiles, read_workdir};
+use crate::git::{Source, SourceOptions, WorkdirFiles, read_workdir, read_workdir_triggers};
 use crate::manifest::spec::Spec;
+use crate::manifest::triggers;
 use crate::manifest::{self, LoadOptions, Manifest, Mode, Policy};
-use crate::model::{FileSource, Kind, ResourceKey, Snapshot};
+use crate::model::{CommitSha, FileRead, FileSource, Kind, ResourceKey, Snapshot, SourceFile};
 use crate::reconcile::plan::{Action, ResourcePlan, StatefulStep, Step, plan_all};
 use crate::runtime::{Container, DockerRuntime, Runtime, labels};
 use crate::store::Store;
@@ -37,6 +38,10 @@ pub(super) struct PlanArgs {
     /// Only read manifests under this directory (repeatable), as the agent's --path.
     #[arg(long = "path", value_name = "DIR")]
     paths: Vec<String>,
+    /// With trigger files (`.voodu/*.yml`): the branch the agent tracks, which decides which
+    /// triggers can fire. Default: the branch the agent recorded in state.db, else main.
+    #[arg(long, value_name = "BRANCH")]
+    branch: Option<String>,
     #[command(flatten)]
     vars: VarArgs,
     /// Exit 2 when the plan has changes (0 when none, 1 on error).
@@ -64,7 +69,20 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
         vars.buckets = store.buckets()?;
     }
     let policy = host_policy(args, store.as_ref(), data_dir)?;
-    let (snapshot, files) = read_source(args, scratch.path())?;
+    let read = read_source(args, scratch.path())?;
+    let (snapshot, files, triggers) = match with_triggers(args, read, store.as_ref(), data_dir)? {
+        Ok(planned) => planned,
+        Err(problems) => {
+            for problem in &problems {
+                eprintln!("{problem}");
+            }
+            eprintln!(
+                "plan: {} error(s) in the trigger files; the agent would reject this commit and keep running the last good one",
+                problems.len()
+            );
+            return Ok(ExitCode::from(1));
+        }
+    };
     let fetcher = UrlCache::new(scratch.path(), DEFAULT_MAX_URL_BYTES);
     let options = LoadOptions {
         vars: &vars,
@@ -113,7 +131,7 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
         ),
     };
     let plans = plan_all(&manifest, &current, &actual, &scaled);
-    let view = PlanView::new(
+    let mut view = PlanView::new(
         &snapshot,
         data_dir,
         store.is_some(),
@@ -121,6 +139,7 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
         &manifest,
         &plans,
     );
+    view.triggers = triggers;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&view)?);
     } else {
@@ -153,12 +172,27 @@ fn host_policy(args: &PlanArgs, store: Option<&Store>, data_dir: &Path) -> anyho
     Ok(policy)
 }
 
-fn read_source(args: &PlanArgs, scratch: &Path) -> anyhow::Result<(Snapshot, Box<dyn FileSource>)> {
+/// What `plan` reads: the snapshot of the planned source (its manifests under `--path`),
+/// its files, its trigger files and, for a git revision, the source and commit.
+struct Read {
+    snapshot: Snapshot,
+    files: Box<dyn FileSource>,
+    trigger_files: crate::git::TriggerFiles,
+    git: Option<(Source, CommitSha)>,
+}
+
+fn read_source(args: &PlanArgs, scratch: &Path) -> anyhow::Result<Read> {
     let dir = Path::new(&args.repo);
     if args.rev.is_none() && dir.is_dir() {
         let snapshot = read_workdir(dir, &args.paths)
             .with_context(|| format!("cannot read {}", dir.display()))?;
-        return Ok((snapshot, Box::new(WorkdirFiles::new(dir))));
+        let trigger_files = read_workdir_triggers(dir)?;
+        return Ok(Read {
+            snapshot,
+            files: Box::new(WorkdirFiles::new(dir)),
+            trigger_files,
+            git: None,
+        });
     }
     let rev = args.rev.clone().unwrap_or_else(|| "main".to_owned());
     let source = Source::new(
@@ -175,7 +209,242 @@ fn read_source(args: &PlanArgs, scratch: &Path) -> anyhow::Result<(Snapshot, Box
         .with_context(|| format!("cannot fetch {rev} from {}", args.repo))?;
     let snapshot = source.read_snapshot(&commit)?;
     let files = source.files_at(&commit)?;
-    Ok((snapshot, Box::new(files)))
+    let trigger_files = source.read_trigger_files(&commit)?;
+    Ok(Read {
+        snapshot,
+        files: Box::new(files),
+        trigger_files,
+        git: Some((source, commit)),
+    })
+}
+
+/// `file()` reads for manifests of several commits: each at its manifest's source.
+struct PlanFiles {
+    default: Box<dyn FileSource>,
+    by_manifest: BTreeMap<String, Box<dyn FileSource>>,
+}
+
+impl FileSource for PlanFiles {
+    fn read(&self, path: &str) -> FileRead {
+        self.default.read(path)
+    }
+
+    fn read_for(&self, manifest_path: &str, path: &str) -> FileRead {
+        self.by_manifest
+            .get(manifest_path)
+            .unwrap_or(&self.default)
+            .read(path)
+    }
+}
+
+type Planned = (Snapshot, Box<dyn FileSource>, Vec<TriggerPlanView>);
+
+/// Without trigger files, the read source as it is. With them, what the agent would do:
+/// the firing decision against the triggers it remembers, and desired state made of each
+/// trigger's file at the commit it would have fired at (older commits read from the agent's
+/// mirror). `Err` with the trigger files' problems.
+fn with_triggers(
+    args: &PlanArgs,
+    read: Read,
+    store: Option<&Store>,
+    data_dir: &Path,
+) -> anyhow::Result<Result<Planned, Vec<String>>> {
+    let (trigger_files, refused) = &read.trigger_files;
+    if trigger_files.is_empty() && refused.is_empty() {
+        return Ok(Ok((read.snapshot, read.files, Vec::new())));
+    }
+    let mut problems: Vec<String> = refused
+        .iter()
+        .map(|(path, why)| format!("{path}:1:1: {why}"))
+        .collect();
+    let parsed = match triggers::parse_all(trigger_files) {
+        Ok(parsed) => parsed,
+        Err(errors) => {
+            problems.extend(errors.iter().map(ToString::to_string));
+            return Ok(Err(problems));
+        }
+    };
+    if !problems.is_empty() {
+        return Ok(Err(problems));
+    }
+    let previous = match store {
+        Some(store) => store.trigger_states()?,
+        None => Vec::new(),
+    };
+    let recorded_branch = match store {
+        Some(store) => store.meta(crate::agent::META_BRANCH)?,
+        None => None,
+    };
+    let branch = args
+        .branch
+        .clone()
+        .or(recorded_branch)
+        .unwrap_or_else(|| "main".to_owned());
+    let commit = read.snapshot.commit.clone();
+    let base = match store {
+        Some(store) => store.trigger_base()?,
+        None => None,
+    };
+    let changed = match (&read.git, &base) {
+        (Some((source, at)), Some(base)) => source.changed_paths(base, at)?,
+        _ => None,
+    };
+    let watched: Vec<String> = args
+        .paths
+        .iter()
+        .map(|path| path.trim_matches('/').trim_start_matches("./").to_owned())
+        .filter(|path| !path.is_empty() && path != ".")
+        .collect();
+    let decision = triggers::decide(
+        &parsed,
+        &previous,
+        &triggers::Situation {
+            branch: &branch,
+            commit: &commit,
+            changed: changed.as_deref(),
+            watched: &watched,
+            now: crate::store::now_unix(),
+        },
+    );
+    let mirror = data_dir.join("repo.git");
+    let agent_mirror = mirror.join("HEAD").exists().then(|| {
+        Source::new(
+            SourceOptions {
+                url: mirror.display().to_string(),
+                branch: branch.clone(),
+                paths: Vec::new(),
+                token_file: None,
+            },
+            data_dir,
+        )
+    });
+    let mut files = Vec::new();
+    let mut by_manifest: BTreeMap<String, Box<dyn FileSource>> = BTreeMap::new();
+    for (file, at, trigger_path) in &decision.files {
+        let located =
+            |message: String| match parsed.iter().find(|trigger| &trigger.path == trigger_path) {
+                Some(trigger) => trigger.at_apply_file(message).to_string(),
+                None => format!("{trigger_path}:1:1: {message}"),
+            };
+        let (contents, source): (FileRead, Option<Box<dyn FileSource>>) = if *at == commit {
+            (read.files.read(file), None)
+        } else {
+            match &agent_mirror {
+                Some(mirror) => {
+                    let at_commit = mirror.files_at(at).with_context(|| {
+                        format!("cannot read commit {} from the agent's mirror", at.short())
+                    })?;
+                    (at_commit.read(file), Some(Box::new(at_commit)))
+                }
+                None => {
+                    problems.push(located(format!(
+                        "{file} is deployed at commit {} but the agent's mirror ({}) is not there to read it",
+                        at.short(),
+                        mirror.display()
+                    )));
+                    continue;
+                }
+            }
+        };
+        match contents {
+            FileRead::File(contents) => files.push(SourceFile {
+                path: file.clone(),
+                contents,
+            }),
+            FileRead::Missing => problems.push(located(format!(
+                "apply.file {file} does not exist at {}",
+                at.short()
+            ))),
+            _ => problems.push(located(format!(
+                "apply.file {file} is not a regular file at {}",
+                at.short()
+            ))),
+        }
+        if let Some(source) = source {
+            by_manifest.insert(file.clone(), source);
+        }
+    }
+    if !problems.is_empty() {
+        return Ok(Err(problems));
+    }
+    let views = decision
+        .outcomes
+        .iter()
+        .map(|outcome| trigger_plan_view(outcome, &decision, &commit))
+        .collect();
+    let snapshot = Snapshot {
+        commit: commit.clone(),
+        files,
+        refused: Vec::new(),
+    };
+    let files = PlanFiles {
+        default: read.files,
+        by_manifest,
+    };
+    Ok(Ok((snapshot, Box::new(files), views)))
+}
+
+/// One trigger's verdict as `plan` shows it.
+#[derive(Debug, Serialize)]
+struct TriggerPlanView {
+    name: String,
+    file: String,
+    /// `fires`, `held`, `approved`, `skipped` or `inactive`.
+    verdict: &'static str,
+    /// What it contributes to desired state, as `FILE@COMMIT`, if anything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    applies: Option<String>,
+    /// A held commit that still waits for `voodu-agent approve`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    held: Option<String>,
+    detail: String,
+}
+
+fn trigger_plan_view(
+    outcome: &triggers::Outcome,
+    decision: &triggers::Decision,
+    commit: &CommitSha,
+) -> TriggerPlanView {
+    use triggers::Verdict;
+    let applies = decision
+        .states
+        .iter()
+        .find(|state| state.path == outcome.path)
+        .and_then(|state| state.applied.as_ref())
+        .map(|applied| format!("{}@{}", applied.file, applied.commit.short()));
+    let (verdict, detail) = match &outcome.verdict {
+        Verdict::Fired { first: true } => (
+            "fires",
+            "fires: new to the agent, or the changed paths are unknown".to_owned(),
+        ),
+        Verdict::Fired { first: false } => {
+            ("fires", "fires: the commit touches its paths".to_owned())
+        }
+        Verdict::Held { .. } => (
+            "held",
+            format!(
+                "HELD (deploy: manual): nothing of it changes until `voodu-agent approve {}`",
+                commit.short()
+            ),
+        ),
+        Verdict::Approved { commit, .. } => (
+            "approved",
+            format!("an approved hold: applies its file at {}", commit.short()),
+        ),
+        Verdict::Skipped => (
+            "skipped",
+            "skipped: the commit touches none of its paths; it keeps what it applied".to_owned(),
+        ),
+        Verdict::Inactive(why) => ("inactive", format!("never fires here: {why}")),
+    };
+    TriggerPlanView {
+        name: outcome.name.clone(),
+        file: outcome.path.clone(),
+        verdict,
+        applies,
+        held: outcome.held.as_ref().map(ToString::to_string),
+        detail,
+    }
 }
 
 /// The agent's containers, by resource.
@@ -223,6 +492,9 @@ struct PlanView {
     agent_state: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     note: Option<String>,
+    /// With trigger files: what each trigger does for this commit.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    triggers: Vec<TriggerPlanView>,
     resources: Vec<ResourceView>,
     warnings: Vec<String>,
     summary: BTreeMap<&'static str, usize>,
@@ -315,6 +587,7 @@ impl PlanView {
             data_dir: data_dir.to_owned(),
             agent_state,
             note,
+            triggers: Vec::new(),
             resources,
             warnings: manifest.warnings.iter().map(ToString::to_string).collect(),
             summary,
@@ -334,6 +607,25 @@ impl PlanView {
         }
         if let Some(note) = &self.note {
             out.push_str(&format!("note: {note}\n"));
+        }
+        if !self.triggers.is_empty() {
+            out.push_str("Triggers (.voodu/*.yml):\n");
+            for trigger in &self.triggers {
+                let applies = trigger
+                    .applies
+                    .as_deref()
+                    .map_or_else(String::new, |applies| format!(" [applies {applies}]"));
+                let held = trigger.held.as_deref().map_or_else(String::new, |held| {
+                    format!(
+                        " [holds {}: `voodu-agent approve {held}`]",
+                        &held[..held.len().min(12)]
+                    )
+                });
+                out.push_str(&format!(
+                    "  {:<16} {}{applies}{held}\n",
+                    trigger.name, trigger.detail
+                ));
+            }
         }
         out.push_str(&format!("Plan for {}:\n", self.commit));
         let width = self

@@ -36,6 +36,46 @@ fn time(unix: i64) -> String {
     humantime::format_rfc3339_seconds(at).to_string()
 }
 
+/// The deploy triggers: what each applied, what it holds, why it never fires.
+fn print_triggers(view: &StatusView) {
+    if view.triggers.is_empty() {
+        return;
+    }
+    println!("\ntriggers (.voodu/*.yml)");
+    for trigger in &view.triggers {
+        let applied = trigger.applied.as_ref().map_or_else(
+            || "nothing applied yet".to_owned(),
+            |applied| {
+                format!(
+                    "applied {} @ {}",
+                    applied.apply_file,
+                    &applied.commit[..applied.commit.len().min(12)]
+                )
+            },
+        );
+        match (&trigger.inactive_reason, &trigger.held) {
+            (Some(reason), _) => println!(
+                "  {:<16} {:<28} NEVER FIRES here: {reason}",
+                trigger.name, trigger.file
+            ),
+            (None, Some(held)) => println!(
+                "  {:<16} {:<28} {applied}; HELD {} since {}{} (deploy: manual): `{}`",
+                trigger.name,
+                trigger.file,
+                &held.commit[..held.commit.len().min(12)],
+                time(held.since),
+                if held.approved {
+                    ", approved: applying at the next sync"
+                } else {
+                    ""
+                },
+                held.approve_with
+            ),
+            (None, None) => println!("  {:<16} {:<28} {applied}", trigger.name, trigger.file),
+        }
+    }
+}
+
 fn print_table(view: &StatusView) {
     let line = |label: &str, commit: &Option<CommitView>| match commit {
         Some(commit) => println!(
@@ -93,6 +133,7 @@ fn print_table(view: &StatusView) {
             }
         }
     }
+    print_triggers(view);
     println!();
     println!(
         "{:<36} {:>7} {:>7} {:>5}  {:<12} {:<12} {:<8} MESSAGE",

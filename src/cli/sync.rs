@@ -16,7 +16,7 @@ use clap::Args;
 
 use crate::agent::{META_HTTP_ADDR, META_SECRET_FILE};
 use crate::http::WebhookSecret;
-use crate::http::webhook::GENERIC_SIGNATURE_HEADER;
+use crate::http::webhook::{ACTOR_HEADER, GENERIC_SIGNATURE_HEADER, ORIGIN_HEADER};
 
 #[derive(Debug, Args)]
 pub(super) struct SyncArgs {
@@ -116,9 +116,15 @@ pub(super) fn nudge(
         target.push_str(&format!("?wait=true&timeout={}s", timeout.as_secs().max(1)));
     }
     let mut request = format!(
-        "POST {target} HTTP/1.0\r\nHost: {address}\r\nUser-Agent: voodu-agent-cli\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        "POST {target} HTTP/1.0\r\nHost: {address}\r\nUser-Agent: voodu-agent-cli\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{ORIGIN_HEADER}: cli\r\n",
         body.len()
     );
+    // Only printable ASCII goes into a header line; anything else names no one.
+    if let Some(user) = super::cli_user()
+        .filter(|user| user.len() <= 64 && user.chars().all(|c| c.is_ascii_graphic()))
+    {
+        request.push_str(&format!("{ACTOR_HEADER}: {user}\r\n"));
+    }
     if let Some(secret) = &secret {
         request.push_str(&format!(
             "{GENERIC_SIGNATURE_HEADER}: {}\r\n",

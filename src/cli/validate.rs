@@ -1,6 +1,9 @@
 //! `voodu-agent validate [DIR]`: check a working directory of manifests without git or an
 //! agent: every problem as `path:line:col: message`, exit 0 when the set would be accepted.
 //!
+//! With trigger files (`.voodu/**/*.yml`), they are checked too and the manifests they name
+//! are the ones validated (every trigger's, whatever branch it fires on).
+//!
 //! A static check: `url()` sources are checked for form but not fetched, and a `file()` or
 //! `env_file` that is missing is a warning (the agent would reject such a commit). `${VAR}`
 //! values come from `--var` / `--var-file`, standing in for the config buckets the agent reads.
@@ -12,8 +15,9 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Args;
 
-use crate::git::{WorkdirFiles, read_workdir};
+use crate::git::{WorkdirFiles, read_workdir, read_workdir_triggers};
 use crate::manifest::{self, Diagnostic, LoadOptions, Mode, Policy, Vars};
+use crate::model::{FileRead, FileSource as _};
 
 #[derive(Debug, Args)]
 pub(super) struct ValidateArgs {
@@ -247,9 +251,63 @@ pub(super) fn validate_dir(
     vars: &Vars,
     policy: Option<&Policy>,
 ) -> anyhow::Result<Outcome> {
-    let snapshot =
+    let mut snapshot =
         read_workdir(dir, paths).with_context(|| format!("cannot read {}", dir.display()))?;
     let files = WorkdirFiles::new(dir);
+    // With trigger files, what is deployed is their apply.files, each of them: every trigger
+    // file is checked, and the manifests they name (whatever branch each fires on) are
+    // validated together.
+    let (trigger_files, refused) = read_workdir_triggers(dir)?;
+    if !trigger_files.is_empty() || !refused.is_empty() {
+        let mut errors: Vec<Diagnostic> = refused
+            .into_iter()
+            .map(|(path, message)| Diagnostic {
+                path,
+                line: 1,
+                col: 1,
+                message,
+            })
+            .collect();
+        let mut named = Vec::new();
+        match manifest::triggers::parse_all(&trigger_files) {
+            Ok(triggers) => {
+                for trigger in &triggers {
+                    if named
+                        .iter()
+                        .any(|file: &crate::model::SourceFile| file.path == trigger.apply_file)
+                    {
+                        continue;
+                    }
+                    match files.read(&trigger.apply_file) {
+                        FileRead::File(contents) => named.push(crate::model::SourceFile {
+                            path: trigger.apply_file.clone(),
+                            contents,
+                        }),
+                        FileRead::Missing => errors.push(trigger.at_apply_file(format!(
+                            "apply.file {} does not exist",
+                            trigger.apply_file
+                        ))),
+                        _ => errors.push(trigger.at_apply_file(format!(
+                            "apply.file {} is not a regular file; it names one manifest file, as in voodu",
+                            trigger.apply_file
+                        ))),
+                    }
+                }
+            }
+            Err(problems) => errors.extend(problems),
+        }
+        if !errors.is_empty() {
+            return Ok(Outcome {
+                errors,
+                warnings: Vec::new(),
+                n_files: trigger_files.len(),
+                kinds: BTreeMap::new(),
+            });
+        }
+        named.sort_by(|a, b| a.path.cmp(&b.path));
+        snapshot.files = named;
+        snapshot.refused.clear();
+    }
     let options = LoadOptions {
         vars,
         files: &files,

@@ -13,8 +13,12 @@ pub mod trigger;
 mod workdir;
 
 pub use error::{Error, Result};
-pub use tree::CommitFiles;
-pub use workdir::{WORKDIR_COMMIT, WorkdirFiles, read_workdir};
+
+/// The trigger files of a commit or directory (`.voodu/**/*.yml`) in path order, and the
+/// refused ones (symlinks) with why.
+pub type TriggerFiles = (Vec<crate::model::SourceFile>, Vec<(String, String)>);
+pub use tree::{CommitFiles, TriggeredFiles};
+pub use workdir::{WORKDIR_COMMIT, WorkdirFiles, read_workdir, read_workdir_triggers};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -60,6 +64,17 @@ impl Source {
 
     pub fn branch(&self) -> &str {
         &self.options.branch
+    }
+
+    /// The watched `--path` prefixes, normalised (`./deploy/` is `deploy`); empty for the
+    /// whole repo.
+    pub fn watched_paths(&self) -> Vec<String> {
+        self.options
+            .paths
+            .iter()
+            .map(|path| tree::normalize_watched_path(path))
+            .filter(|path| !path.is_empty())
+            .collect()
     }
 
     /// How many times this source walked a commit's tree (tests prove unchanged polls do not).
@@ -206,6 +221,28 @@ impl Source {
     /// The files of commit `sha`, for `file()` and `env_file`. Blocking.
     pub fn files_at(&self, sha: &CommitSha) -> Result<CommitFiles> {
         CommitFiles::new(self.open_mirror()?, sha)
+    }
+
+    /// The trigger files of commit `sha` (`.voodu/**/*.yml`) and the refused ones
+    /// (symlinks). Blocking.
+    pub fn read_trigger_files(&self, sha: &CommitSha) -> Result<TriggerFiles> {
+        tree::read_trigger_files(&self.open_mirror()?, sha)
+    }
+
+    /// The paths that differ between `from` and `to`; `None` when `from` is not an ancestor
+    /// of `to` (or not in the mirror). Blocking.
+    pub fn changed_paths(&self, from: &CommitSha, to: &CommitSha) -> Result<Option<Vec<String>>> {
+        tree::changed_paths(&self.open_mirror()?, from, to)
+    }
+
+    /// The files of `manifests` (each at its own commit) for `file()`, other reads at
+    /// `default`. Blocking.
+    pub fn triggered_files(
+        &self,
+        default: &CommitSha,
+        manifests: &[(String, CommitSha)],
+    ) -> Result<TriggeredFiles> {
+        TriggeredFiles::new(&self.open_mirror()?, default, manifests)
     }
 
     fn open_mirror(&self) -> Result<gix::Repository> {

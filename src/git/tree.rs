@@ -79,6 +79,178 @@ pub(super) fn read_snapshot(
     })
 }
 
+/// The trigger files of commit `sha` (`.voodu/**/*.yml`), in path order, and the ones
+/// refused (symlinks), read from the `.voodu` subtree only.
+pub(super) fn read_trigger_files(
+    repo: &gix::Repository,
+    sha: &CommitSha,
+) -> Result<super::TriggerFiles> {
+    let read_error = |message: String| Error::Read {
+        sha: sha.to_string(),
+        message,
+    };
+    let root = repo
+        .find_tree(tree_of(repo, sha)?)
+        .map_err(|error| read_error(error.to_string()))?;
+    let Some(entry) = root
+        .lookup_entry([crate::model::TRIGGER_DIR.as_bytes()])
+        .map_err(|error| read_error(error.to_string()))?
+    else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    if !entry.mode().is_tree() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let subtree = repo
+        .find_tree(entry.object_id())
+        .map_err(|error| read_error(error.to_string()))?;
+    let mut recorder = gix::traverse::tree::Recorder::default();
+    subtree
+        .traverse()
+        .breadthfirst(&mut recorder)
+        .map_err(|error| read_error(error.to_string()))?;
+    let mut files = Vec::new();
+    let mut refused = Vec::new();
+    for entry in recorder.records {
+        let path = format!(
+            "{}/{}",
+            crate::model::TRIGGER_DIR,
+            entry.filepath.to_str_lossy()
+        );
+        if !crate::model::is_trigger_path(&path) {
+            continue;
+        }
+        if entry.mode.is_link() {
+            refused.push((
+                path,
+                "trigger file is a symlink; trigger files must be regular files in the repo"
+                    .to_owned(),
+            ));
+            continue;
+        }
+        if !entry.mode.is_blob() {
+            continue;
+        }
+        let blob = repo
+            .find_object(entry.oid)
+            .map_err(|error| read_error(format!("{path}: {error}")))?;
+        files.push(SourceFile {
+            path,
+            contents: blob.data.clone(),
+        });
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok((files, refused))
+}
+
+/// How far back `changed_paths` looks for the earlier commit among the later one's ancestors.
+const MAX_ANCESTRY_WALK: usize = 10_000;
+
+/// The paths (files, symlinks, submodules) that differ between commits `from` and `to`, or
+/// `None` when `from` is not an ancestor of `to` within [`MAX_ANCESTRY_WALK`] commits (a
+/// force-push, another branch's history) or is not in the mirror at all: the caller treats
+/// every path as changed. Unchanged subtrees are skipped by their ids, so the cost is in
+/// proportion to what changed.
+pub(super) fn changed_paths(
+    repo: &gix::Repository,
+    from: &CommitSha,
+    to: &CommitSha,
+) -> Result<Option<Vec<String>>> {
+    let read_error = |message: String| Error::Read {
+        sha: to.to_string(),
+        message,
+    };
+    let Ok(from_id) = gix::ObjectId::from_hex(from.as_str().as_bytes()) else {
+        return Ok(None);
+    };
+    if repo.find_commit(from_id).is_err() {
+        return Ok(None);
+    }
+    let to_id = gix::ObjectId::from_hex(to.as_str().as_bytes())
+        .map_err(|error| read_error(error.to_string()))?;
+    if !is_ancestor(repo, from_id, to_id) {
+        return Ok(None);
+    }
+    let mut changed = Vec::new();
+    let mut work: Vec<(String, Option<gix::ObjectId>, Option<gix::ObjectId>)> = vec![(
+        String::new(),
+        Some(tree_of(repo, from)?),
+        Some(tree_of(repo, to)?),
+    )];
+    while let Some((prefix, old, new)) = work.pop() {
+        let old_entries = tree_entries(repo, old).map_err(read_error)?;
+        let new_entries = tree_entries(repo, new).map_err(read_error)?;
+        let names: std::collections::BTreeSet<&String> =
+            old_entries.keys().chain(new_entries.keys()).collect();
+        for name in names {
+            let path = if prefix.is_empty() {
+                name.clone()
+            } else {
+                format!("{prefix}/{name}")
+            };
+            let old_entry = old_entries.get(name);
+            let new_entry = new_entries.get(name);
+            if old_entry == new_entry {
+                continue;
+            }
+            let subtree = |entry: Option<&(bool, gix::ObjectId)>| {
+                entry.and_then(|(is_tree, id)| is_tree.then_some(*id))
+            };
+            let is_file =
+                |entry: Option<&(bool, gix::ObjectId)>| entry.is_some_and(|(is_tree, _)| !is_tree);
+            if is_file(old_entry) || is_file(new_entry) {
+                changed.push(path.clone());
+            }
+            let (old_tree, new_tree) = (subtree(old_entry), subtree(new_entry));
+            if old_tree.is_some() || new_tree.is_some() {
+                work.push((path, old_tree, new_tree));
+            }
+        }
+    }
+    changed.sort();
+    Ok(Some(changed))
+}
+
+/// A tree's entries by name: whether each is a tree, and its object id (a mode change
+/// alone, such as the executable bit, is not a change of what the file says).
+fn tree_entries(
+    repo: &gix::Repository,
+    tree: Option<gix::ObjectId>,
+) -> std::result::Result<std::collections::BTreeMap<String, (bool, gix::ObjectId)>, String> {
+    let mut entries = std::collections::BTreeMap::new();
+    let Some(tree) = tree else {
+        return Ok(entries);
+    };
+    let tree = repo.find_tree(tree).map_err(|error| error.to_string())?;
+    let decoded = tree.decode().map_err(|error| error.to_string())?;
+    for entry in decoded.entries {
+        entries.insert(
+            entry.filename.to_str_lossy().into_owned(),
+            (entry.mode.is_tree(), entry.oid.to_owned()),
+        );
+    }
+    Ok(entries)
+}
+
+/// Whether `ancestor` is `descendant` or one of its ancestors, looking at most
+/// [`MAX_ANCESTRY_WALK`] commits back.
+fn is_ancestor(repo: &gix::Repository, ancestor: gix::ObjectId, descendant: gix::ObjectId) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    let mut queue = std::collections::VecDeque::from([descendant]);
+    while let Some(id) = queue.pop_front() {
+        if id == ancestor {
+            return true;
+        }
+        if seen.len() >= MAX_ANCESTRY_WALK || !seen.insert(id) {
+            continue;
+        }
+        if let Ok(commit) = repo.find_commit(id) {
+            queue.extend(commit.parent_ids().map(|parent| parent.detach()));
+        }
+    }
+    false
+}
+
 /// The tree id of commit `sha`.
 fn tree_of(repo: &gix::Repository, sha: &CommitSha) -> Result<gix::ObjectId> {
     let read_error = |error: &dyn std::fmt::Display| Error::Read {
@@ -107,6 +279,44 @@ pub(super) fn normalize_watched_path(path: &str) -> String {
         .filter(|part| !part.is_empty() && *part != ".")
         .collect::<Vec<_>>()
         .join("/")
+}
+
+/// The files manifests read (`file()`, `env_file`) when they come from several commits:
+/// deploy triggers keep each trigger's manifest at the commit it last fired, so a
+/// manifest's files are read at that manifest's commit; other reads at `default`.
+pub struct TriggeredFiles {
+    default: CommitFiles,
+    by_manifest: std::collections::BTreeMap<String, CommitFiles>,
+}
+
+impl TriggeredFiles {
+    pub(super) fn new(
+        repo: &gix::Repository,
+        default: &CommitSha,
+        manifests: &[(String, CommitSha)],
+    ) -> Result<TriggeredFiles> {
+        let mut by_manifest = std::collections::BTreeMap::new();
+        for (path, sha) in manifests {
+            by_manifest.insert(path.clone(), CommitFiles::new(repo.clone(), sha)?);
+        }
+        Ok(TriggeredFiles {
+            default: CommitFiles::new(repo.clone(), default)?,
+            by_manifest,
+        })
+    }
+}
+
+impl crate::model::FileSource for TriggeredFiles {
+    fn read(&self, path: &str) -> crate::model::FileRead {
+        self.default.read(path)
+    }
+
+    fn read_for(&self, manifest_path: &str, path: &str) -> crate::model::FileRead {
+        self.by_manifest
+            .get(manifest_path)
+            .unwrap_or(&self.default)
+            .read(path)
+    }
 }
 
 /// The files of one commit, read by path from the object database (`file()`, `env_file`).

@@ -26,15 +26,32 @@ use crate::model::CommitSha;
 /// How many fetched SHAs are remembered for coalescing (and waiting SHAs per pending fetch).
 const COVERED_LIMIT: usize = 1024;
 
-/// Why a sync was asked for (logs only: every reason gets the same fetch).
+/// Why a sync was asked for: every reason gets the same fetch; the fetch remembers the most
+/// specific reason among the requests it answers (a push over a poll tick), for the
+/// activity log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SyncReason {
     /// The poll interval elapsed.
     Poll,
-    /// A git host's webhook (or `voodu-agent sync`) reported a push.
+    /// A git host's webhook reported a push.
     Webhook,
     /// The refs of the local repository changed on disk.
     LocalChange,
+    /// A `voodu-agent` command on this host (`sync`, or the nudge of `rollback`, `approve`…).
+    Cli,
+    /// Another client of the webhook endpoint (a CI script's generic signed request).
+    Http,
+}
+
+impl SyncReason {
+    /// Which reason a fetch answering several keeps: the most specific.
+    fn rank(self) -> u8 {
+        match self {
+            SyncReason::Poll => 0,
+            SyncReason::LocalChange => 1,
+            SyncReason::Webhook | SyncReason::Cli | SyncReason::Http => 2,
+        }
+    }
 }
 
 /// A request to fetch now, optionally naming the commit the requester expects.
@@ -42,6 +59,16 @@ pub enum SyncReason {
 pub struct SyncRequest {
     pub reason: SyncReason,
     pub commit: Option<CommitSha>,
+    /// Who asked, where known (a webhook's pusher, the user of a command): untrusted text,
+    /// made safe where it is kept.
+    pub actor: Option<String>,
+}
+
+/// Why a fetch runs: the most specific reason among its requests, and that request's actor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestOrigin {
+    pub reason: SyncReason,
+    pub actor: Option<String>,
 }
 
 /// Which fetch answers a request.
@@ -72,6 +99,9 @@ struct State {
     /// SHA → generation of the fetch that covers it, oldest first in `covered_order`.
     covered: HashMap<CommitSha, u64>,
     covered_order: VecDeque<CommitSha>,
+    /// Why the pending fetch runs, and why the last started one did.
+    pending_origin: Option<RequestOrigin>,
+    started_origin: Option<RequestOrigin>,
 }
 
 impl State {
@@ -142,6 +172,16 @@ impl SyncRequests {
         }
         let coalesced = state.pending;
         state.pending = true;
+        let outranks = state
+            .pending_origin
+            .as_ref()
+            .is_none_or(|origin| request.reason.rank() >= origin.reason.rank());
+        if outranks {
+            state.pending_origin = Some(RequestOrigin {
+                reason: request.reason,
+                actor: request.actor.clone(),
+            });
+        }
         if let Some(commit) = request.commit
             && state.waiting.len() < COVERED_LIMIT
         {
@@ -206,12 +246,25 @@ impl SyncRequestReceiver {
         }
         state.pending = false;
         state.started += 1;
+        state.started_origin = state.pending_origin.take();
         let generation = state.started;
         let waiting: Vec<CommitSha> = state.waiting.drain().collect();
         for commit in waiting {
             state.cover(commit, generation);
         }
         Some(generation)
+    }
+
+    /// Why the last fetch `next` started runs (a poll when nothing said otherwise).
+    pub fn started_origin(&self) -> RequestOrigin {
+        self.shared
+            .lock()
+            .started_origin
+            .clone()
+            .unwrap_or(RequestOrigin {
+                reason: SyncReason::Poll,
+                actor: None,
+            })
     }
 
     /// Reports the end of fetch `generation`: the tip it saw, or the error.
@@ -250,6 +303,7 @@ pub async fn poll(requests: SyncRequests, interval: Duration, shutdown: Cancella
         requests.request(SyncRequest {
             reason: SyncReason::Poll,
             commit: None,
+            actor: None,
         });
     }
 }
@@ -308,6 +362,7 @@ pub fn watch_local_repo(git_dir: &Path, requests: SyncRequests) -> notify::Resul
                 requests.request(SyncRequest {
                     reason: SyncReason::LocalChange,
                     commit: None,
+                    actor: None,
                 });
             }
             Ok(_) => {}
@@ -351,6 +406,7 @@ mod tests {
         SyncRequest {
             reason: SyncReason::Webhook,
             commit: Some(sha(n)),
+            actor: None,
         }
     }
 
@@ -362,6 +418,7 @@ mod tests {
         let poll = requests.request(SyncRequest {
             reason: SyncReason::Poll,
             commit: None,
+            actor: None,
         });
         assert_eq!(
             (first.coalesced, second.coalesced, poll.coalesced),
@@ -398,6 +455,38 @@ mod tests {
         // The tip a fetch saw counts as covered too.
         assert!(requests.request(webhook(2)).coalesced);
         assert!(!requests.shared.lock().pending);
+    }
+
+    #[tokio::test]
+    async fn a_fetch_keeps_the_most_specific_reason_of_its_requests() {
+        let (requests, mut receiver) = channel();
+        let ask = |reason, actor: Option<&str>| {
+            requests.request(SyncRequest {
+                reason,
+                commit: None,
+                actor: actor.map(ToOwned::to_owned),
+            })
+        };
+        ask(SyncReason::Poll, None);
+        ask(SyncReason::Webhook, Some("octocat"));
+        ask(SyncReason::Poll, None);
+        ask(SyncReason::LocalChange, None);
+        receiver.next().await;
+        assert_eq!(
+            receiver.started_origin(),
+            RequestOrigin {
+                reason: SyncReason::Webhook,
+                actor: Some("octocat".into())
+            }
+        );
+        ask(SyncReason::Poll, None);
+        receiver.next().await;
+        assert_eq!(receiver.started_origin().reason, SyncReason::Poll);
+        // The latest of equally specific requests names the actor.
+        ask(SyncReason::Webhook, Some("a"));
+        ask(SyncReason::Cli, Some("root"));
+        receiver.next().await;
+        assert_eq!(receiver.started_origin().actor.as_deref(), Some("root"));
     }
 
     #[tokio::test]
@@ -484,6 +573,7 @@ mod tests {
                         tickets.push(requests.request(SyncRequest {
                             reason: SyncReason::Webhook,
                             commit: Some(shas[index % shas.len()].clone()),
+                            actor: None,
                         }));
                         most_waiting = most_waiting.max(requests.shared.lock().waiting.len());
                         tokio::task::yield_now().await;

@@ -73,6 +73,43 @@ pub fn read_workdir(root: &Path, paths: &[String]) -> Result<Snapshot> {
     })
 }
 
+/// The trigger files of `root` (`.voodu/**/*.yml`), in path order, and the refused ones
+/// (symlinks).
+pub fn read_workdir_triggers(root: &Path) -> Result<super::TriggerFiles> {
+    let read_error = |message: String| Error::Read {
+        sha: format!("{WORKDIR_COMMIT} {}", root.display()),
+        message,
+    };
+    let mut files = Vec::new();
+    let mut refused = Vec::new();
+    if !root.join(crate::model::TRIGGER_DIR).is_dir() {
+        return Ok((files, refused));
+    }
+    let mut all = Vec::new();
+    walk(root, crate::model::TRIGGER_DIR, &mut all)
+        .map_err(|error| read_error(error.to_string()))?;
+    for (path, kind) in all {
+        if !crate::model::is_trigger_path(&path) {
+            continue;
+        }
+        match kind {
+            Entry::Link => refused.push((
+                path,
+                "trigger file is a symlink; trigger files must be regular files in the repo"
+                    .to_owned(),
+            )),
+            Entry::File => {
+                let contents = fs::read(root.join(&path))
+                    .map_err(|error| read_error(format!("{path}: {error}")))?;
+                files.push(SourceFile { path, contents });
+            }
+            Entry::Dir => {}
+        }
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok((files, refused))
+}
+
 enum Entry {
     File,
     Link,

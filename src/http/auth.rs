@@ -1,4 +1,4 @@
-//! Who may read `/status`, `/releases` and `/metrics`.
+//! Who may read `/status`, `/releases`, `/activity` and `/metrics`.
 //!
 //! On a loopback listener everyone on the host may (as they may read `state.db`). Off
 //! loopback the status document names images, commits and errors an outsider should not

@@ -5,7 +5,8 @@
 //!   (`webhook.rs`) → a `SyncRequest`; `?wait=true` answers once the pushed commit was
 //!   applied or rejected;
 //! - `GET /healthz`, `GET /status` (the document `status --json` prints),
-//!   `GET /releases/{scope}/{name}` (`status.rs`), `GET /metrics` (`metrics.rs`).
+//!   `GET /releases/{scope}/{name}` (`status.rs`), `GET /activity?since=&limit=` (the
+//!   activity log, `activity.rs`), `GET /metrics` (`metrics.rs`).
 //!
 //! Invariants: everything shown is read from the store (on blocking threads); the only thing
 //! this module can make happen is a sync request; memory stays bounded under any request
@@ -14,9 +15,10 @@
 //! whole within `header_timeout` of its first byte and fit in `max_header_bytes`, a
 //! connection that sends nothing is closed after `idle_timeout`, and slow clients are evicted for new ones
 //! (`conn.rs`), bodies are capped at `max_body_bytes` and read under a timeout, and at most
-//! `max_waiters` requests wait for an outcome. Off loopback, `/status`, `/releases` and
-//! `/metrics` need the webhook secret as a bearer token (`auth.rs`); `/healthz` is open.
+//! `max_waiters` requests wait for an outcome. Off loopback, `/status`, `/releases`,
+//! `/activity` and `/metrics` need the webhook secret as a bearer token (`auth.rs`); `/healthz` is open.
 
+pub mod activity;
 mod auth;
 mod conn;
 pub mod detail;
@@ -145,6 +147,7 @@ pub async fn serve(
 fn router(state: Arc<AppState>) -> Router {
     let reads = Router::new()
         .route("/status", get(status::status))
+        .route("/activity", get(activity::activity))
         .route("/releases/{scope}/{name}", get(status::releases))
         .route("/metrics", get(metrics::metrics))
         .route_layer(axum::middleware::from_fn_with_state(

@@ -30,7 +30,47 @@ pub struct StatusView {
     pub fetch: Option<FetchView>,
     /// Whether the container engine answered the agent's last probe.
     pub engine: Option<EngineView>,
+    /// The repository's deploy trigger files (`.voodu/**/*.yml`) as of the last applied
+    /// commit; empty without trigger files.
+    pub triggers: Vec<TriggerView>,
     pub resources: Vec<ResourceView>,
+}
+
+/// One deploy trigger: what it applied, what it holds, whether it can fire on this host.
+#[derive(Debug, Serialize)]
+pub struct TriggerView {
+    pub name: String,
+    /// The trigger file.
+    pub file: String,
+    /// `active`, `held` (a commit waits for `voodu-agent approve`), or `inactive` (it never
+    /// fires on this host; `inactive_reason` says why).
+    pub state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inactive_reason: Option<String>,
+    /// The commit it last fired (or was approved) at and the manifest it applied then.
+    pub applied: Option<TriggerCommitView>,
+    /// The held commit, if any.
+    pub held: Option<HeldView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TriggerCommitView {
+    pub commit: String,
+    pub apply_file: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct HeldView {
+    pub commit: String,
+    pub apply_file: String,
+    /// Unix time it was held.
+    pub since: i64,
+    /// True once `voodu-agent approve` marked it; the agent applies it at its next sync.
+    pub approved: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<String>,
+    /// What to run to apply it.
+    pub approve_with: String,
 }
 
 /// How the last fetch of the remote went.
@@ -250,8 +290,43 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
             unreachable_since: health.failing_since,
             checked_at: health.checked_at,
         }),
+        triggers: store
+            .trigger_states()?
+            .into_iter()
+            .map(trigger_view)
+            .collect(),
         resources,
     })
+}
+
+fn trigger_view(state: crate::store::TriggerState) -> TriggerView {
+    TriggerView {
+        state: if !state.inactive.is_empty() {
+            "inactive"
+        } else if state.held.is_some() {
+            "held"
+        } else {
+            "active"
+        },
+        inactive_reason: (!state.inactive.is_empty()).then_some(state.inactive),
+        applied: state.applied.map(|applied| TriggerCommitView {
+            commit: applied.commit.to_string(),
+            apply_file: applied.file,
+        }),
+        held: state.held.map(|held| HeldView {
+            approve_with: format!("voodu-agent approve {}", held.commit),
+            commit: held.commit.to_string(),
+            apply_file: held.file,
+            since: held.since,
+            approved: held.approval.is_some(),
+            approved_by: held
+                .approval
+                .map(|approval| approval.by)
+                .filter(|by| !by.is_empty()),
+        }),
+        name: state.name,
+        file: state.path,
+    }
 }
 
 fn release_record_view(

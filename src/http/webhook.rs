@@ -217,12 +217,67 @@ fn event(provider: Provider, headers: &HeaderMap) -> Event {
     }
 }
 
-/// The fields of a push payload the agent reads (all providers use these names).
+/// The fields of a push payload the agent reads (all providers use these names), and the
+/// ones that may name who pushed (kept loose: a field of an unexpected shape names no one,
+/// it never fails the push).
 #[derive(Debug, Default, Deserialize, PartialEq, Eq)]
 struct Push {
     #[serde(rename = "ref")]
     git_ref: Option<String>,
     after: Option<String>,
+    /// GitHub `{name}`, Gitea and Forgejo `{login, username}`.
+    #[serde(default)]
+    pusher: serde_json::Value,
+    /// GitHub and Gitea `{login}`.
+    #[serde(default)]
+    sender: serde_json::Value,
+    /// GitLab.
+    #[serde(default)]
+    user_username: serde_json::Value,
+    /// The generic form: who runs the script.
+    #[serde(default)]
+    actor: serde_json::Value,
+}
+
+impl Push {
+    /// Who pushed, as the payload says (untrusted text; the store makes it safe).
+    fn actor(&self) -> Option<String> {
+        let text = |value: &serde_json::Value| value.as_str().map(ToOwned::to_owned);
+        text(&self.actor)
+            .or_else(|| text(&self.user_username))
+            .or_else(|| text(&self.pusher["login"]))
+            .or_else(|| text(&self.pusher["username"]))
+            .or_else(|| text(&self.pusher["name"]))
+            .or_else(|| text(&self.sender["login"]))
+    }
+}
+
+/// The header a `voodu-agent` command adds to its nudge: the request is the operator's, on
+/// this host (`cli` in the activity log) rather than another HTTP client's.
+pub const ORIGIN_HEADER: &str = "x-voodu-origin";
+/// The header naming the user of that command.
+pub const ACTOR_HEADER: &str = "x-voodu-actor";
+
+/// Why a push request asks for a sync, and who asks, for the activity log.
+fn request_origin(
+    provider: Provider,
+    headers: &HeaderMap,
+    push: &Push,
+) -> (SyncReason, Option<String>) {
+    match provider {
+        Provider::Generic => {
+            let reason = if header(headers, ORIGIN_HEADER) == Some("cli") {
+                SyncReason::Cli
+            } else {
+                SyncReason::Http
+            };
+            let actor = header(headers, ACTOR_HEADER)
+                .map(ToOwned::to_owned)
+                .or_else(|| push.actor());
+            (reason, actor)
+        }
+        _ => (SyncReason::Webhook, push.actor()),
+    }
 }
 
 /// Parses a push body: JSON, or GitHub's form encoding (`payload=<json>`); an empty body is
@@ -405,9 +460,11 @@ pub(super) async fn hook(
         );
     }
     let commit = commit_of(push.after.as_deref());
+    let (reason, actor) = request_origin(provider, &headers, &push);
     let ticket = state.ctx.requests.request(SyncRequest {
-        reason: SyncReason::Webhook,
+        reason,
         commit: commit.clone(),
+        actor,
     });
     let wait = query
         .wait
@@ -715,6 +772,60 @@ mod tests {
         assert_eq!(parse_push(&form_headers, form.as_bytes())?, push);
         assert_eq!(parse_push(&HeaderMap::new(), b"  \n")?, Push::default());
         assert!(parse_push(&HeaderMap::new(), b"{not json").is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn pushes_name_their_origin_and_pusher() -> Result<(), String> {
+        let none = HeaderMap::new();
+        let check = |provider, headers: &HeaderMap, body: &[u8], reason, actor: Option<&str>| {
+            let push = parse_push(&HeaderMap::new(), body)?;
+            assert_eq!(
+                request_origin(provider, headers, &push),
+                (reason, actor.map(ToOwned::to_owned)),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+            Ok::<(), String>(())
+        };
+        check(
+            Provider::GitHub,
+            &none,
+            br#"{"ref":"refs/heads/main","pusher":{"name":"octocat","email":"x"},"sender":{"login":"oc"}}"#,
+            SyncReason::Webhook,
+            Some("octocat"),
+        )?;
+        // A field of an unexpected shape names no one and does not fail the push.
+        check(
+            Provider::GitLab,
+            &none,
+            br#"{"user_username":"jdoe","pusher":"odd"}"#,
+            SyncReason::Webhook,
+            Some("jdoe"),
+        )?;
+        check(
+            Provider::Gitea,
+            &none,
+            br#"{"pusher":{"login":"gt","username":"gt2"}}"#,
+            SyncReason::Webhook,
+            Some("gt"),
+        )?;
+        check(Provider::GitHub, &none, b"{}", SyncReason::Webhook, None)?;
+        let cli = headers(&[(ORIGIN_HEADER, "cli"), (ACTOR_HEADER, "root")]);
+        check(
+            Provider::Generic,
+            &cli,
+            b"{}",
+            SyncReason::Cli,
+            Some("root"),
+        )?;
+        check(
+            Provider::Generic,
+            &none,
+            br#"{"actor":"ci-bot"}"#,
+            SyncReason::Http,
+            Some("ci-bot"),
+        )?;
         Ok(())
     }
 

@@ -20,6 +20,7 @@ mod lex;
 mod macros;
 mod policy;
 pub mod spec;
+pub mod triggers;
 mod validate;
 
 pub use decode::Resource;

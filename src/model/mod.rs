@@ -15,7 +15,8 @@ pub use docker_options::DockerOptions;
 pub(crate) use docker_options::control_character;
 pub use ports::{PortMapping, parse_ports};
 pub use snapshot::{
-    FileRead, FileSource, MANIFEST_EXTENSIONS, MemoryFiles, Snapshot, SourceFile, is_manifest_path,
+    FileRead, FileSource, MANIFEST_EXTENSIONS, MemoryFiles, Snapshot, SourceFile, TRIGGER_DIR,
+    is_manifest_path, is_trigger_path,
 };
 pub use units::{parse_cpus, parse_docker_size, parse_go_duration, parse_memory, parse_ulimit};
 

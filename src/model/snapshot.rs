@@ -18,6 +18,24 @@ pub fn is_manifest_path(path: &str) -> bool {
     })
 }
 
+/// The directory, at the repo root, that holds voodu's deploy trigger files.
+pub const TRIGGER_DIR: &str = ".voodu";
+
+/// True when `path` names a deploy trigger file: under `.voodu/` at the repo root (any
+/// depth), ending in `.yml` or `.yaml` (compared lower-cased). Manifests may live in
+/// `.voodu/` too; the extension tells them apart.
+pub fn is_trigger_path(path: &str) -> bool {
+    let Some(rest) = path.strip_prefix(".voodu/") else {
+        return false;
+    };
+    let Some((stem, extension)) = rest.rsplit_once('.') else {
+        return false;
+    };
+    !stem.is_empty()
+        && !stem.ends_with('/')
+        && matches!(extension.to_ascii_lowercase().as_str(), "yml" | "yaml")
+}
+
 /// One manifest file read from a commit: its repo-relative path and bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceFile {
@@ -53,6 +71,14 @@ pub enum FileRead {
 /// `file()` and `env_file`. Paths are repo-relative with `/` separators, already normalised.
 pub trait FileSource {
     fn read(&self, path: &str) -> FileRead;
+
+    /// Reads `path` on behalf of the manifest file `manifest_path`. A source whose manifests
+    /// come from several commits (deploy triggers keep each trigger's files at the commit it
+    /// last fired) reads at that manifest's commit; every other source reads `path`.
+    fn read_for(&self, manifest_path: &str, path: &str) -> FileRead {
+        let _ = manifest_path;
+        self.read(path)
+    }
 }
 
 /// An in-memory [`FileSource`], for tests and for sources that hold no other files.

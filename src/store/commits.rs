@@ -9,13 +9,27 @@ use std::collections::BTreeMap;
 
 use rusqlite::{OptionalExtension, params};
 
+use super::activity::{self, Entry, Who};
 use super::desired::{
     Op, append_journal, delete_override, has_autoscale, key_from_row, put_desired,
 };
-use super::{Error, Result, Store, now_unix, releases};
+use super::{Error, Result, Store, now_unix, releases, triggers};
 use crate::manifest::spec::Spec;
+use crate::manifest::triggers::{Decision, Verdict};
 use crate::manifest::{Diagnostic, Diagnostics, Manifest};
 use crate::model::{CommitSha, ResourceKey};
+
+/// Who asked for a commit, and for a repository with deploy trigger files, the firing
+/// decision it was loaded with.
+#[derive(Debug, Clone, Copy)]
+pub struct CommitContext<'a> {
+    pub who: &'a Who,
+    /// `None`: no trigger files (the `--path` mode); the remembered triggers are cleared.
+    pub triggers: Option<&'a Decision>,
+}
+
+/// Most resource keys one activity row lists.
+const MAX_KEYS_LISTED: usize = 50;
 
 /// What `apply_commit` changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -51,8 +65,45 @@ impl Store {
     /// Applies one accepted commit in ONE transaction: diff against desired, upsert changed
     /// resources, delete vanished ones, append the journal rows, record the commit.
     pub fn apply_commit(&self, sha: &CommitSha, manifest: &Manifest) -> Result<ApplySummary> {
+        self.apply_commit_as(
+            sha,
+            manifest,
+            CommitContext {
+                who: &self.who,
+                triggers: None,
+            },
+        )
+    }
+
+    /// `apply_commit`, recording who asked and, with deploy triggers, what they decided: in
+    /// the same transaction the triggers are remembered, each resource is keyed to the commit
+    /// its file was read at (a trigger that did not fire keeps its older commit), and the
+    /// activity log gets the commit, its holds, approvals and unpins.
+    pub fn apply_commit_as(
+        &self,
+        sha: &CommitSha,
+        manifest: &Manifest,
+        context: CommitContext<'_>,
+    ) -> Result<ApplySummary> {
+        let file_commits: BTreeMap<&str, &CommitSha> = context
+            .triggers
+            .map(|decision| {
+                decision
+                    .files
+                    .iter()
+                    .map(|(file, commit, _)| (file.as_str(), commit))
+                    .collect()
+            })
+            .unwrap_or_default();
         let (summary, head) = self.with(|connection| {
             let tx = connection.transaction()?;
+            let previous_applied: Option<String> = tx
+                .query_row(
+                    "SELECT sha FROM commits WHERE outcome = 'applied' ORDER BY seq DESC LIMIT 1",
+                    [],
+                    |row| row.get(0),
+                )
+                .optional()?;
             let mut current: BTreeMap<ResourceKey, (String, i64)> = BTreeMap::new();
             {
                 let mut statement = tx.prepare("SELECT kind, scope, name, spec, generation FROM desired")?;
@@ -90,7 +141,11 @@ impl Store {
                     Some((_, generation)) => generation + 1,
                     None => 1,
                 };
-                put_desired(&tx, key, &resource.spec, &spec_json, generation, sha)?;
+                let commit = file_commits
+                    .get(resource.origin.path.as_str())
+                    .copied()
+                    .unwrap_or(sha);
+                put_desired(&tx, key, &resource.spec, &spec_json, generation, commit)?;
                 if !has_autoscale(&resource.spec) {
                     delete_override(&tx, key)?;
                 }
@@ -136,6 +191,11 @@ impl Store {
                 "INSERT INTO commits (sha, outcome, errors, seen_at, warnings) VALUES (?1, 'applied', NULL, ?2, ?3)",
                 params![sha.as_str(), now, warnings],
             )?;
+            match context.triggers {
+                Some(decision) => triggers::save_states(&tx, &decision.states, Some(sha))?,
+                None => triggers::save_states(&tx, &[], None)?,
+            }
+            record_apply(&tx, sha, &summary, context, previous_applied.as_deref())?;
             let head: i64 = tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM journal", [], |row| row.get(0))?;
             tx.commit()?;
             Ok((summary, head))
@@ -151,13 +211,56 @@ impl Store {
 
     /// Records a rejected commit with its diagnostics; desired and the journal stay as they are.
     pub fn reject_commit(&self, sha: &CommitSha, diagnostics: &Diagnostics) -> Result<()> {
+        self.reject_commit_as(
+            sha,
+            diagnostics,
+            CommitContext {
+                who: &self.who,
+                triggers: None,
+            },
+        )
+    }
+
+    /// `reject_commit`, recording who asked. Approvals in `context.triggers` are refused
+    /// with it: cleared (the holds stay) and recorded as failed.
+    pub fn reject_commit_as(
+        &self,
+        sha: &CommitSha,
+        diagnostics: &Diagnostics,
+        context: CommitContext<'_>,
+    ) -> Result<()> {
         let errors =
             serde_json::to_string(&diagnostics.0).expect("diagnostics are strings and numbers");
+        let first = diagnostics
+            .0
+            .first()
+            .map(ToString::to_string)
+            .unwrap_or_default();
         self.with(|connection| {
-            connection.execute(
+            let tx = connection.transaction()?;
+            tx.execute(
                 "INSERT INTO commits (sha, outcome, errors, seen_at) VALUES (?1, 'rejected', ?2, ?3)",
                 params![sha.as_str(), errors, now_unix()],
             )?;
+            let mut entry = Entry::new("commit.reject", context.who, "failed");
+            entry.commit = Some(sha);
+            entry.message = &first;
+            entry.data = serde_json::json!({ "problems": diagnostics.0.len() });
+            activity::record(&tx, &entry)?;
+            for outcome in context.triggers.map(|decision| decision.outcomes.as_slice()).unwrap_or_default() {
+                if let Verdict::Approved { commit, by } = &outcome.verdict {
+                    triggers::clear_approvals(&tx, commit)?;
+                    let who = Who::new(context.who.origin, Some(by));
+                    let resource = format!("trigger/{}", outcome.name);
+                    let message = format!("refused: the commit with it is rejected: {first}");
+                    let mut entry = Entry::new("approve", &who, "failed");
+                    entry.commit = Some(commit);
+                    entry.resource = Some(&resource);
+                    entry.message = &message;
+                    activity::record(&tx, &entry)?;
+                }
+            }
+            tx.commit()?;
             Ok(())
         })
     }
@@ -198,6 +301,114 @@ impl Store {
                 .transpose()
         })
     }
+}
+
+/// The activity rows of an applied commit: the commit (when it is new, or changed anything),
+/// each hold, approval and unpin.
+fn record_apply(
+    tx: &rusqlite::Transaction<'_>,
+    sha: &CommitSha,
+    summary: &ApplySummary,
+    context: CommitContext<'_>,
+    previous_applied: Option<&str>,
+) -> rusqlite::Result<()> {
+    let names = |keys: &[ResourceKey]| -> Vec<String> {
+        keys.iter()
+            .take(MAX_KEYS_LISTED)
+            .map(ToString::to_string)
+            .collect()
+    };
+    let outcomes = context
+        .triggers
+        .map(|decision| decision.outcomes.as_slice())
+        .unwrap_or_default();
+    let verdict_names = |wanted: fn(&Verdict) -> bool| -> Vec<&str> {
+        outcomes
+            .iter()
+            .filter(|outcome| wanted(&outcome.verdict))
+            .map(|outcome| outcome.name.as_str())
+            .collect()
+    };
+    let holds = outcomes.iter().any(|outcome| {
+        matches!(
+            outcome.verdict,
+            Verdict::Held { .. } | Verdict::Approved { .. }
+        )
+    });
+    let changed =
+        !(summary.puts.is_empty() && summary.deletes.is_empty() && summary.unpinned.is_empty());
+    if changed || holds || previous_applied != Some(sha.as_str()) {
+        let message = format!(
+            "{} changed, {} deleted",
+            summary.puts.len(),
+            summary.deletes.len()
+        );
+        let mut data = serde_json::json!({
+            "changed": names(&summary.puts),
+            "deleted": names(&summary.deletes),
+        });
+        if context.triggers.is_some() {
+            data["triggers"] = serde_json::json!({
+                "fired": verdict_names(|verdict| matches!(verdict, Verdict::Fired { .. })),
+                "held": verdict_names(|verdict| matches!(verdict, Verdict::Held { .. })),
+                "approved": verdict_names(|verdict| matches!(verdict, Verdict::Approved { .. })),
+                "skipped": verdict_names(|verdict| matches!(verdict, Verdict::Skipped)),
+                "inactive": verdict_names(|verdict| matches!(verdict, Verdict::Inactive(_))),
+            });
+        }
+        let mut entry = Entry::new("commit.apply", context.who, "succeeded");
+        entry.commit = Some(sha);
+        entry.message = &message;
+        entry.data = data;
+        activity::record(tx, &entry)?;
+    }
+    for outcome in outcomes {
+        let resource = format!("trigger/{}", outcome.name);
+        match &outcome.verdict {
+            Verdict::Held { replaced } => {
+                let message = match replaced {
+                    Some(replaced) => format!(
+                        "deploy: manual: held until `voodu-agent approve {}`; replaces the held commit {}",
+                        sha.short(),
+                        replaced.short()
+                    ),
+                    None => format!(
+                        "deploy: manual: held until `voodu-agent approve {}`",
+                        sha.short()
+                    ),
+                };
+                let mut entry = Entry::new("trigger.hold", context.who, "held");
+                entry.commit = Some(sha);
+                entry.resource = Some(&resource);
+                entry.message = &message;
+                entry.data = serde_json::json!({ "trigger_file": outcome.path });
+                activity::record(tx, &entry)?;
+            }
+            Verdict::Approved { commit, by } => {
+                let who = Who::new(context.who.origin, Some(by));
+                let message = format!(
+                    "applied at its own commit while the branch is at {}",
+                    sha.short()
+                );
+                let mut entry = Entry::new("approve", &who, "succeeded");
+                entry.commit = Some(commit);
+                entry.resource = Some(&resource);
+                entry.message = &message;
+                entry.data = serde_json::json!({ "trigger_file": outcome.path });
+                activity::record(tx, &entry)?;
+            }
+            _ => {}
+        }
+    }
+    for key in &summary.unpinned {
+        let resource = key.to_string();
+        let mut entry = Entry::new("unpin", context.who, "succeeded");
+        entry.commit = Some(sha);
+        entry.resource = Some(&resource);
+        entry.message = "the commit changes it in git: the rollback pin is cleared";
+        activity::record(tx, &entry)?;
+    }
+    Ok(())
 }
 
 type CommitRow = (i64, String, String, Option<String>, i64, Option<String>);

@@ -54,6 +54,8 @@ pub enum Error {
     },
     #[error("{key} is not pinned: nothing to unpin")]
     NotPinned { key: crate::model::ResourceKey },
+    #[error("no trigger holds a commit {sha:?} ({held}); see `voodu-agent status`")]
+    NotHeld { sha: String, held: String },
 }
 
 /// The store's result type.

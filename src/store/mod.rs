@@ -10,11 +10,13 @@
 //! commit did), `desired.rs` (desired state, the journal, cursors), `releases.rs` (releases,
 //! rollback, pins), `status.rs` and `detail.rs` (per-resource status), `runs.rs` (job runs,
 //! cron state, readiness), `secrets.rs` (config buckets, blobs), `health.rs` (the agent's own
-//! health); this file opens the database and runs `schema.rs`'s migrations.
+//! health), `triggers.rs` (deploy triggers: firings, holds, approvals), `activity.rs` (the
+//! activity log, written in the transaction of the change it records); this file opens the database and runs `schema.rs`'s migrations.
 //!
 //! Calls block: async callers run them on `spawn_blocking`. The connection sits behind a std
 //! `Mutex` that is never held across an `.await`.
 
+mod activity;
 mod commits;
 mod desired;
 mod detail;
@@ -26,8 +28,14 @@ mod runs;
 mod schema;
 mod secrets;
 mod status;
+mod triggers;
 
-pub use commits::{ApplySummary, CommitRecord, CommitSummary};
+/// What the store remembers of a deploy trigger (the manifest stage's type).
+pub use crate::manifest::triggers::TriggerState;
+pub use activity::{
+    Activity, MAX_ROWS as MAX_ACTIVITY_ROWS, Origin, RETENTION_SECS as ACTIVITY_RETENTION_SECS, Who,
+};
+pub use commits::{ApplySummary, CommitContext, CommitRecord, CommitSummary};
 pub(crate) use desired::key_from_row;
 pub use desired::{Desired, JournalEntry, Op};
 pub use detail::{
@@ -44,6 +52,7 @@ pub use releases::{
 pub use runs::{CronState, JobRun, Readiness, RunStatus};
 pub use secrets::{Bucket, Buckets};
 pub use status::{FailureReason, Phase, ResourceStatus};
+pub use triggers::{ApprovedHold, META_TRIGGER_BASE};
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -57,6 +66,8 @@ pub struct Store {
     connection: Mutex<Connection>,
     path: PathBuf,
     journal_head: watch::Sender<i64>,
+    /// Who the changes this handle makes are recorded as made by (`acting_as`).
+    who: Who,
 }
 
 /// Seconds since the Unix epoch.
@@ -113,6 +124,11 @@ impl Store {
             Error::Sqlite(source) => unusable_or(path, source),
             other => other,
         })?;
+        // Every transaction takes the write lock when it begins, waiting for it under the
+        // busy timeout: a deferred one that read first would fail at once with "database is
+        // locked" when another process (the agent, a command) wrote meanwhile, since WAL
+        // cannot upgrade a read that another write made stale.
+        connection.set_transaction_behavior(rusqlite::TransactionBehavior::Immediate);
         let store = Store::from_connection(connection, path);
         store.agent_id()?;
         Ok(store)
@@ -150,6 +166,7 @@ impl Store {
             connection: Mutex::new(connection),
             path: path.to_owned(),
             journal_head,
+            who: Who::AGENT,
         }
     }
 

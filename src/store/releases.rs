@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 
 use rusqlite::{OptionalExtension, Transaction, params};
 
+use super::activity::{self, Entry, Who};
 use super::desired::append_journal;
 use super::{Desired, Error, Result, Store, key_from_row, now_unix};
 use crate::manifest::spec::Spec;
@@ -327,6 +328,44 @@ fn desired_row(tx: &Transaction<'_>, key: &ResourceKey) -> Result<Option<Desired
 pub const HALT_MARK: &str = "rollout";
 
 /// Ends a progressing release as failed with `reason`, halts it, and records why.
+/// The activity row of release `id`'s rollout (its key and commit read from the row).
+fn record_rollout(
+    tx: &Transaction<'_>,
+    who: &Who,
+    action: &str,
+    id: i64,
+    outcome: &str,
+    message: &str,
+) -> Result<()> {
+    let Some((kind, scope, name, commit)) = tx
+        .query_row(
+            "SELECT kind, scope, name, commit_sha FROM releases WHERE id = ?1",
+            params![id],
+            |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, String>(3)?,
+                ))
+            },
+        )
+        .optional()?
+    else {
+        return Ok(());
+    };
+    let key = key_from_row(&kind, scope, name)?;
+    let resource = key.to_string();
+    let commit = CommitSha::new(commit);
+    let mut entry = Entry::new(action, who, outcome);
+    entry.commit = Some(&commit);
+    entry.resource = Some(&resource);
+    entry.message = message;
+    entry.data = serde_json::json!({ "release": id });
+    activity::record(tx, &entry)?;
+    Ok(())
+}
+
 fn halt_release(tx: &Transaction<'_>, id: i64, reason: &str) -> Result<()> {
     let text: String = tx.query_row(
         "SELECT hooks FROM releases WHERE id = ?1",
@@ -577,6 +616,7 @@ impl Store {
                     incarnation: desired.incarnation,
                 },
             )?;
+            record_rollout(&tx, &Who::AGENT, "rollout", release.id, "started", &message)?;
             tx.commit()?;
             Ok(release)
         })
@@ -587,12 +627,17 @@ impl Store {
     /// changes. `message` is appended to what the release already says.
     pub fn halt_release(&self, id: i64, message: &str) -> Result<()> {
         self.with(|connection| {
-            connection.execute(
+            let tx = connection.transaction()?;
+            let ended = tx.execute(
                 "UPDATE releases SET phase = 'failed', halted = 1, finished_at = ?2,
                    message = CASE WHEN message = '' THEN ?3 ELSE message || '; ' || ?3 END
                  WHERE id = ?1 AND phase = 'progressing'",
                 params![id, now_unix(), message],
             )?;
+            if ended > 0 {
+                record_rollout(&tx, &Who::AGENT, "rollout", id, "halted", message)?;
+            }
+            tx.commit()?;
             Ok(())
         })
     }
@@ -672,7 +717,8 @@ impl Store {
     /// back meanwhile) is left as it is.
     pub fn finish_release(&self, id: i64, phase: ReleasePhase, message: &str) -> Result<()> {
         self.with(|connection| {
-            connection.execute(
+            let tx = connection.transaction()?;
+            let ended = tx.execute(
                 "UPDATE releases SET phase = ?2, finished_at = ?3,
                    message = CASE WHEN ?4 = '' THEN message
                                   WHEN message = '' THEN ?4
@@ -680,6 +726,10 @@ impl Store {
                  WHERE id = ?1 AND phase = 'progressing'",
                 params![id, phase.as_str(), now_unix(), message],
             )?;
+            if ended > 0 {
+                record_rollout(&tx, &Who::AGENT, "rollout", id, phase.as_str(), message)?;
+            }
+            tx.commit()?;
             Ok(())
         })
     }
@@ -785,6 +835,7 @@ impl Store {
             key: key.clone(),
             message,
         };
+        let who = self.who.clone();
         let (outcome, head) = self.with(|connection| {
             let tx = connection.transaction()?;
             let history = read_releases(&tx, key, usize::MAX)?;
@@ -804,6 +855,7 @@ impl Store {
                 // The failure and the halt mark go with the rollback, or alone when there is
                 // nothing to go back to: either way the commit is not retried on its own.
                 halt_release(&tx, failed.id, reason)?;
+                record_rollout(&tx, &Who::AGENT, "rollout", failed.id, "failed", reason)?;
                 if failed.rolled_back_from.is_some() {
                     tx.commit()?;
                     return Ok((AutoRollback::Halted, None));
@@ -903,6 +955,22 @@ impl Store {
                     now
                 ],
             )?;
+            match trigger {
+                Trigger::Operator => {
+                    record_rollout(&tx, &who, "rollback", release.id, "succeeded", &message)?;
+                    record_rollout(
+                        &tx,
+                        &who,
+                        "pin",
+                        release.id,
+                        "succeeded",
+                        "auto-sync paused for it until git changes it or `voodu-agent unpin`",
+                    )?;
+                }
+                Trigger::Automatic { .. } => {
+                    record_rollout(&tx, &Who::AGENT, "rollback.auto", release.id, "succeeded", &message)?;
+                }
+            }
             let head: i64 =
                 tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM journal", [], |row| row.get(0))?;
             tx.commit()?;
@@ -926,6 +994,7 @@ impl Store {
     /// git's version of the resource is written (or, if git does not declare it, the
     /// resource is deleted), with its journal row.
     pub fn unpin(&self, key: &ResourceKey) -> Result<UnpinOutcome> {
+        let who = self.who.clone();
         let (outcome, head) = self.with(|connection| {
             let tx = connection.transaction()?;
             let Some((git_spec, git_commit)) = pinned_git_version(&tx, key)? else {
@@ -961,6 +1030,16 @@ impl Store {
                 }
                 (None, None) => false,
             };
+            let resource = key.to_string();
+            let mut entry = Entry::new("unpin", &who, "succeeded");
+            entry.commit = git_commit.as_ref();
+            entry.resource = Some(&resource);
+            entry.message = if changed {
+                "the resource follows git again"
+            } else {
+                "the resource follows git again (git declares what runs)"
+            };
+            activity::record(&tx, &entry)?;
             let head: i64 =
                 tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM journal", [], |row| {
                     row.get(0)

@@ -214,4 +214,40 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         OR (json_type(hooks, '$.command') IS NOT NULL
             AND coalesce(json_extract(hooks, '$.command.exit_code'), -1) <> 0));
     "#,
+    // 11 (issue 12): deploy trigger files and the activity log. Self-contained: creates its
+    // own tables only.
+    r#"
+    -- One row per trigger file (`.voodu/**/*.yml`) of the last applied commit: the commit
+    -- it last fired (or was approved) at and the manifest it applied then; a held commit
+    -- (`deploy: manual`) and its approval; why it never fires on this host ('' while it can).
+    -- The meta row 'trigger_base' is the last applied commit changed paths are diffed from.
+    CREATE TABLE triggers (
+        path            TEXT PRIMARY KEY,
+        name            TEXT NOT NULL,
+        applied_commit  TEXT,
+        applied_file    TEXT,
+        applied_seq     INTEGER,
+        held_commit     TEXT,
+        held_file       TEXT,
+        held_since      INTEGER,
+        approved_by     TEXT,
+        approved_at     INTEGER,
+        inactive        TEXT NOT NULL DEFAULT ''
+    );
+    -- Every change the agent made or was asked to make, newest last; kept 30 days.
+    -- Config changes hold the key and a keyed digest of the value, never the value.
+    CREATE TABLE activity (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        at          INTEGER NOT NULL,
+        action      TEXT NOT NULL,
+        origin      TEXT NOT NULL,
+        actor       TEXT NOT NULL DEFAULT '',
+        commit_sha  TEXT NOT NULL DEFAULT '',
+        resource    TEXT NOT NULL DEFAULT '',
+        outcome     TEXT NOT NULL,
+        message     TEXT NOT NULL DEFAULT '',
+        data        TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE INDEX activity_by_time ON activity (at);
+    "#,
 ];

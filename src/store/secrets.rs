@@ -4,13 +4,15 @@
 //!
 //! Invariants: a bucket is `(scope, name)`, `name` empty for the scope-level bucket; every
 //! change bumps `config_version` in the same transaction, so the sync loop notices it with one
-//! read; `Bucket`'s `Debug` shows keys, never values.
+//! read; `Bucket`'s `Debug` shows keys, never values; each change is in the activity log with
+//! its keys and keyed digests of the values, never a value.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use rusqlite::{OptionalExtension, params};
 
+use super::activity::{self, Entry, Origin, Who};
 use super::{Result, Store};
 
 /// One bucket's values. `Debug` redacts them.
@@ -61,6 +63,15 @@ impl Store {
             let head = if changed.is_empty() {
                 None
             } else {
+                let mut keys = Vec::new();
+                for key in &changed {
+                    let value = pairs.get(key).map(String::as_str).unwrap_or_default();
+                    keys.push(serde_json::json!({
+                        "key": key,
+                        "digest": activity::config_digest(&tx, value)?,
+                    }));
+                }
+                record_config(&tx, &self.who, "config.set", scope, name, &changed, keys)?;
                 Some(config_changed(&tx)?)
             };
             tx.commit()?;
@@ -90,6 +101,11 @@ impl Store {
             let head = if removed.is_empty() {
                 None
             } else {
+                let keys = removed
+                    .iter()
+                    .map(|key| serde_json::json!({ "key": key }))
+                    .collect();
+                record_config(&tx, &self.who, "config.unset", scope, name, &removed, keys)?;
                 Some(config_changed(&tx)?)
             };
             tx.commit()?;
@@ -198,9 +214,23 @@ impl Store {
             if present.is_some() {
                 return Ok(false);
             }
+            let value = generate();
             tx.execute(
                 "INSERT INTO config (scope, name, key, value) VALUES (?1, ?2, ?3, ?4)",
-                params![scope, name, key, generate()],
+                params![scope, name, key, value],
+            )?;
+            let keys = vec![serde_json::json!({
+                "key": key,
+                "digest": activity::config_digest(&tx, &value)?,
+            })];
+            record_config(
+                &tx,
+                &Who::AGENT,
+                "config.set",
+                scope,
+                name,
+                &[key.to_owned()],
+                keys,
             )?;
             bump_config_version(&tx)?;
             tx.commit()?;
@@ -225,6 +255,34 @@ impl Store {
 /// A bucket changed: bump the config version (the sync re-applies the commit, for `${VAR}`)
 /// and journal every deployment and statefulset with its current generation (their
 /// environment digests are recomputed; those that changed roll). Returns the journal head.
+/// The activity row of a config change: the bucket, the keys and (for a set) their
+/// digests; never a value.
+fn record_config(
+    tx: &rusqlite::Transaction<'_>,
+    who: &Who,
+    action: &str,
+    scope: &str,
+    name: &str,
+    keys: &[String],
+    digests: Vec<serde_json::Value>,
+) -> rusqlite::Result<()> {
+    let resource = if name.is_empty() {
+        format!("config/{scope}")
+    } else {
+        format!("config/{scope}/{name}")
+    };
+    let message = if who.origin == Origin::Agent {
+        format!("generated {}", keys.join(" "))
+    } else {
+        keys.join(" ")
+    };
+    let mut entry = Entry::new(action, who, "succeeded");
+    entry.resource = Some(&resource);
+    entry.message = &message;
+    entry.data = serde_json::json!({ "keys": digests });
+    activity::record(tx, &entry)
+}
+
 fn config_changed(tx: &rusqlite::Transaction<'_>) -> Result<i64> {
     bump_config_version(tx)?;
     let workloads: Vec<(String, String, String, i64, String)> = {

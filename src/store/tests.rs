@@ -1494,3 +1494,128 @@ fn buckets_of_reads_the_named_buckets_that_exist() -> TestResult {
     assert_eq!(all.len(), 4);
     Ok(())
 }
+
+#[test]
+fn config_changes_are_logged_with_keyed_digests_never_values() -> TestResult {
+    let f = fixture()?;
+    let store = Store::open(&f.path)?.acting_as(Who::new(Origin::Cli, Some("ops")));
+    let set = |value: &str| -> TestResult<String> {
+        store.config_set(
+            "s",
+            "web",
+            &BTreeMap::from([("TOKEN".to_owned(), value.to_owned())]),
+        )?;
+        let (rows, _) = store.activity(0, 10)?;
+        let last = rows.last().ok_or("a row")?;
+        assert_eq!(
+            (last.action.as_str(), last.origin.as_str()),
+            ("config.set", "cli")
+        );
+        assert_eq!(last.resource.as_deref(), Some("config/s/web"));
+        assert!(!format!("{rows:?}").contains(value), "{rows:?}");
+        Ok(last.data["keys"][0]["digest"]
+            .as_str()
+            .ok_or("digest")?
+            .to_owned())
+    };
+    let first = set("alpha-secret")?;
+    let second = set("beta-secret")?;
+    store.config_unset("s", "web", &["TOKEN".to_owned()])?;
+    let third = set("alpha-secret")?;
+    assert_eq!(first.len(), 12);
+    assert_ne!(first, second, "a changed value changes the digest");
+    assert_eq!(first, third, "the same value gives the same digest");
+    // Keyed: not the plain SHA-256 prefix of the value voodu writes.
+    use sha2::Digest as _;
+    let plain: String = sha2::Sha256::digest(b"alpha-secret")[..6]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    assert_ne!(first, plain);
+    let (rows, _) = store.activity(0, 10)?;
+    assert_eq!(
+        rows.iter()
+            .map(|row| row.action.as_str())
+            .collect::<Vec<_>>(),
+        ["config.set", "config.set", "config.unset", "config.set"]
+    );
+    Ok(())
+}
+
+#[test]
+fn the_activity_log_keeps_30_days_and_pages_by_time() -> TestResult {
+    let f = fixture()?;
+    apply(&f.store, 1, WEB_API)?;
+    let old = now_unix() - ACTIVITY_RETENTION_SECS - 10;
+    rusqlite::Connection::open(&f.path)?.execute(
+        "INSERT INTO activity (at, action, origin, outcome) VALUES (?1, 'commit.apply', 'poll', 'succeeded')",
+        [old],
+    )?;
+    assert_eq!(f.store.activity(0, 100)?.0.len(), 2);
+    // The next write prunes what is past the retention.
+    apply(&f.store, 2, "")?;
+    let (rows, truncated) = f.store.activity(0, 100)?;
+    assert!(!truncated);
+    assert!(rows.iter().all(|row| row.at > old), "{rows:?}");
+    let (page, truncated) = f.store.activity(0, 1)?;
+    assert!(truncated);
+    assert_eq!(page.len(), 1);
+    assert_eq!(
+        page[0].commit,
+        Some(sha(2)),
+        "the newest rows of the window"
+    );
+    assert!(f.store.activity(now_unix() + 60, 100)?.0.is_empty());
+    Ok(())
+}
+
+#[test]
+fn approve_marks_only_held_commits_and_says_what_is_held() -> TestResult {
+    use crate::manifest::triggers::{Held, TriggerState};
+    let f = fixture()?;
+    let held = TriggerState {
+        path: ".voodu/web.yml".into(),
+        name: "web".into(),
+        applied: None,
+        held: Some(Held {
+            commit: sha(7),
+            file: "web.hcl".into(),
+            since: 1,
+            approval: None,
+        }),
+        inactive: String::new(),
+    };
+    f.store.with(|connection| {
+        let tx = connection.transaction()?;
+        triggers::save_states(&tx, &[held], Some(&sha(7)))?;
+        tx.commit()?;
+        Ok(())
+    })?;
+    assert_eq!(f.store.trigger_base()?, Some(sha(7)));
+    let refused = f
+        .store
+        .approve(&sha(8).to_string())
+        .err()
+        .map(|error| error.to_string());
+    assert_eq!(
+        refused.as_deref(),
+        Some(&*format!(
+            "no trigger holds a commit \"{}\" (held: {} (web)); see `voodu-agent status`",
+            sha(8),
+            sha(7).short()
+        ))
+    );
+    assert!(f.store.approve("00000").is_err(), "a prefix needs 7 digits");
+    assert!(!f.store.approvals_pending()?);
+    let approved = f.store.approve(&sha(7).as_str()[..10])?;
+    assert_eq!(approved[0].trigger, "web");
+    assert!(f.store.approvals_pending()?);
+    let states = f.store.trigger_states()?;
+    assert!(
+        states[0]
+            .held
+            .as_ref()
+            .is_some_and(|held| held.approval.is_some())
+    );
+    Ok(())
+}

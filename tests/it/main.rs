@@ -27,3 +27,5 @@ mod registry_docker;
 mod slow_clients;
 mod statefulset;
 mod tidy;
+mod triggers;
+mod triggers_docker;

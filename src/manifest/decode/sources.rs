@@ -42,7 +42,7 @@ impl LoadEnv<'_> {
             return Read::Refused(format!("{path:?} leads out of the repo"));
         };
         for _ in 0..=MAX_SYMLINKS {
-            match self.files.read(&resolved) {
+            match self.files.read_for(manifest_path, &resolved) {
                 FileRead::File(bytes) => {
                     let size = bytes.len() as u64;
                     if size > self.max_file_bytes {

@@ -1,0 +1,435 @@
+//! voodu's deploy trigger files, `.voodu/**/*.yml`: when a push deploys, and which manifest
+//! file it applies. Parsing (`parse_all`, every problem as `path:line:col: message`), glob
+//! matching (`glob.rs`) and the pure firing decision (`decide.rs`: which triggers fire for a
+//! commit, which are held for `approve`, and which files at which commits make up desired
+//! state).
+//!
+//! The keys are voodu's (`internal/triggerspec`): `name` (default: the file's base name),
+//! `on.push.branches` / `tags` / `paths`, `apply.file`, `deploy: manual`; any other key is an
+//! error at its position (`branch:` is not `branches:`).
+//!
+//! Invariants: no IO; a repository with a broken trigger file gets diagnostics, never a
+//! partial trigger set (the commit is rejected whole, like a broken manifest); input is
+//! bounded ([`MAX_TRIGGER_FILES`] files of at most [`MAX_TRIGGER_FILE_BYTES`] each, the YAML
+//! reader's own bounds, at most [`MAX_PATTERNS`] patterns per list).
+
+mod decide;
+mod glob;
+mod yaml;
+
+pub use decide::{
+    Applied, Approval, Decision, Held, Outcome, Situation, TriggerState, Verdict, decide,
+};
+
+use super::Diagnostic;
+use crate::model::SourceFile;
+use glob::Glob;
+use yaml::{Node, Value};
+
+/// voodu reads at most this many trigger files; the agent refuses a commit with more.
+pub const MAX_TRIGGER_FILES: usize = 20;
+/// Largest trigger file accepted, in bytes.
+pub const MAX_TRIGGER_FILE_BYTES: usize = 64 * 1024;
+/// Most patterns one `branches`, `tags` or `paths` list may hold.
+pub const MAX_PATTERNS: usize = 100;
+/// Longest trigger name, in bytes.
+const MAX_NAME_BYTES: usize = 128;
+
+/// One parsed trigger file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trigger {
+    /// The trigger file, repo-relative (`.voodu/deploy/api.yml`): its identity.
+    pub path: String,
+    pub name: String,
+    pub branches: Vec<String>,
+    pub tags: Vec<String>,
+    pub paths: Vec<String>,
+    /// The manifest file it applies, repo-relative, normalised (no `./`).
+    pub apply_file: String,
+    /// `deploy: manual`: a push that fires it is held until `voodu-agent approve`.
+    pub manual: bool,
+    /// Where `apply.file` is written, for problems with the file it names.
+    pub apply_file_line: usize,
+    pub apply_file_col: usize,
+    branch_globs: Vec<Glob>,
+    path_globs: Vec<Glob>,
+}
+
+impl Trigger {
+    /// Whether a push to `branch` fires it (by `on.push.branches`; a branch push never
+    /// matches `tags`, as in voodu, which compares full refs).
+    pub fn matches_branch(&self, branch: &str) -> bool {
+        self.branch_globs.iter().any(|glob| glob.matches(branch))
+    }
+
+    /// Whether a change of `changed` fires it: always without `paths`, else when any path
+    /// matches any pattern.
+    pub fn matches_paths(&self, changed: &[String]) -> bool {
+        self.path_globs.is_empty()
+            || changed
+                .iter()
+                .any(|path| self.path_globs.iter().any(|glob| glob.matches(path)))
+    }
+
+    /// A diagnostic at this trigger's `apply.file`.
+    pub fn at_apply_file(&self, message: impl Into<String>) -> Diagnostic {
+        Diagnostic {
+            path: self.path.clone(),
+            line: self.apply_file_line,
+            col: self.apply_file_col,
+            message: message.into(),
+        }
+    }
+}
+
+/// Parses every trigger file (`files` are the repo's `.voodu/**/*.yml`, in path order).
+/// All problems are reported; with any, no trigger is returned.
+pub fn parse_all(files: &[SourceFile]) -> Result<Vec<Trigger>, Vec<Diagnostic>> {
+    let mut errors = Vec::new();
+    let mut triggers = Vec::new();
+    if files.len() > MAX_TRIGGER_FILES {
+        errors.push(Diagnostic {
+            path: files[MAX_TRIGGER_FILES].path.clone(),
+            line: 1,
+            col: 1,
+            message: format!(
+                "more than {MAX_TRIGGER_FILES} trigger files under .voodu/ ({} found); voodu reads at most {MAX_TRIGGER_FILES}: merge or remove some",
+                files.len()
+            ),
+        });
+        return Err(errors);
+    }
+    for file in files {
+        match parse(&file.path, &file.contents) {
+            Ok(trigger) => triggers.push(trigger),
+            Err(problems) => errors.extend(problems),
+        }
+    }
+    if errors.is_empty() {
+        Ok(triggers)
+    } else {
+        Err(errors)
+    }
+}
+
+/// Parses one trigger file.
+pub fn parse(path: &str, contents: &[u8]) -> Result<Trigger, Vec<Diagnostic>> {
+    let at = |line: usize, col: usize, message: String| Diagnostic {
+        path: path.to_owned(),
+        line,
+        col,
+        message,
+    };
+    if contents.len() > MAX_TRIGGER_FILE_BYTES {
+        return Err(vec![at(
+            1,
+            1,
+            format!(
+                "trigger file is {} bytes; at most {MAX_TRIGGER_FILE_BYTES} are read",
+                contents.len()
+            ),
+        )]);
+    }
+    let text = std::str::from_utf8(contents)
+        .map_err(|_| vec![at(1, 1, "trigger file is not UTF-8 text".to_owned())])?;
+    let root = match yaml::parse(text) {
+        Ok(Some(root)) => root,
+        Ok(None) => {
+            return Err(vec![at(
+                1,
+                1,
+                "empty trigger file: it needs `on.push.branches` and `apply.file`".to_owned(),
+            )]);
+        }
+        Err(error) => return Err(vec![at(error.line, error.col, error.message)]),
+    };
+    if !matches!(root.value, Value::Map(_)) {
+        return Err(vec![at(
+            root.line,
+            root.col,
+            format!(
+                "a trigger file is a mapping (name, on, apply, deploy), not {}",
+                root.what()
+            ),
+        )]);
+    }
+    let mut reader = Reader {
+        path,
+        errors: Vec::new(),
+    };
+    let top = reader.map(
+        &root,
+        "the trigger file",
+        &["name", "on", "apply", "deploy"],
+    );
+    let name = match top.get("name") {
+        Some(node) => reader.string(node, "name"),
+        None => None,
+    };
+    let mut branches = Vec::new();
+    let mut tags = Vec::new();
+    let mut paths = Vec::new();
+    let mut on_at = top.key_at("on").unwrap_or((root.line, root.col));
+    if let Some(on) = top.get("on") {
+        let on_map = reader.map(on, "on", &["push"]);
+        if let Some(push) = on_map.get("push") {
+            on_at = on_map.key_at("push").unwrap_or(on_at);
+            let push_map = reader.map(push, "on.push", &["branches", "tags", "paths"]);
+            branches = reader.patterns(push_map.get("branches"), "on.push.branches");
+            tags = reader.patterns(push_map.get("tags"), "on.push.tags");
+            paths = reader.patterns(push_map.get("paths"), "on.push.paths");
+        }
+    }
+    let mut apply_file = None;
+    let mut apply_at = top.key_at("apply").unwrap_or((root.line, root.col));
+    if let Some(apply) = top.get("apply") {
+        let apply_map = reader.map(apply, "apply", &["file"]);
+        if let Some(file) = apply_map.get("file") {
+            apply_at = (file.line, file.col);
+            apply_file = reader.string(file, "apply.file");
+        }
+    }
+    let manual = match top.get("deploy") {
+        Some(node) => match reader.string(node, "deploy").as_deref() {
+            Some("manual") => true,
+            Some("auto") | None => false,
+            Some(other) => {
+                reader.error(
+                    node,
+                    format!("deploy must be \"manual\" (held until `voodu-agent approve`) or \"auto\", not {other:?}"),
+                );
+                false
+            }
+        },
+        None => false,
+    };
+    // voodu's checks, in voodu's order.
+    let apply_file = match apply_file.as_deref().map(str::trim) {
+        None | Some("") => {
+            reader.errors.push(at(
+                apply_at.0,
+                apply_at.1,
+                "apply.file is required: it names the manifest to apply".to_owned(),
+            ));
+            None
+        }
+        Some(target) => match repo_path(target) {
+            Ok(normalised) => Some(normalised),
+            Err(message) => {
+                reader.errors.push(at(apply_at.0, apply_at.1, message));
+                None
+            }
+        },
+    };
+    if branches.is_empty() && tags.is_empty() {
+        reader.errors.push(at(
+            on_at.0,
+            on_at.1,
+            "on.push needs branches or tags: a trigger that matches nothing never fires".to_owned(),
+        ));
+    }
+    let name = name
+        .filter(|name| !name.trim().is_empty())
+        .unwrap_or_else(|| default_name(path));
+    if name.len() > MAX_NAME_BYTES || name.chars().any(char::is_control) {
+        reader.errors.push(at(
+            1,
+            1,
+            format!("name must be printable text of at most {MAX_NAME_BYTES} bytes"),
+        ));
+    }
+    let compile = |patterns: &[(String, (usize, usize))], errors: &mut Vec<Diagnostic>| {
+        patterns
+            .iter()
+            .filter_map(|(pattern, (line, col))| match Glob::new(pattern) {
+                Ok(glob) => Some(glob),
+                Err(message) => {
+                    errors.push(at(*line, *col, message));
+                    None
+                }
+            })
+            .collect::<Vec<_>>()
+    };
+    let branch_globs = compile(&branches, &mut reader.errors);
+    compile(&tags, &mut reader.errors);
+    let path_globs = compile(&paths, &mut reader.errors);
+    match apply_file {
+        Some(apply_file) if reader.errors.is_empty() => Ok(Trigger {
+            path: path.to_owned(),
+            name,
+            branches: branches.into_iter().map(|(pattern, _)| pattern).collect(),
+            tags: tags.into_iter().map(|(pattern, _)| pattern).collect(),
+            paths: paths.into_iter().map(|(pattern, _)| pattern).collect(),
+            apply_file,
+            manual,
+            apply_file_line: apply_at.0,
+            apply_file_col: apply_at.1,
+            branch_globs,
+            path_globs,
+        }),
+        _ => Err(reader.errors),
+    }
+}
+
+/// `apply.file` made repo-relative and checked: relative, a plain path, inside the repo.
+fn repo_path(target: &str) -> Result<String, String> {
+    if target.starts_with('/') {
+        return Err(format!(
+            "apply.file {target:?} must be relative to the repository root"
+        ));
+    }
+    let plain = target.strip_prefix("./").unwrap_or(target);
+    let parts: Vec<&str> = plain.split('/').collect();
+    if parts.contains(&"..") {
+        return Err(format!("apply.file {target:?} escapes the repository"));
+    }
+    if parts.iter().any(|part| part.is_empty() || *part == ".") || target.contains('\\') {
+        return Err(format!("apply.file {target:?} must be a plain path"));
+    }
+    if plain.starts_with(".git/") {
+        return Err(format!("apply.file {target:?} is inside .git"));
+    }
+    if plain.to_ascii_lowercase().ends_with(".json") {
+        return Err(format!(
+            "apply.file {target:?}: JSON manifests are not supported by the agent; name an HCL manifest"
+        ));
+    }
+    Ok(plain.to_owned())
+}
+
+/// The file's base name without its extension: `.voodu/deploy/pwa.yml` is `pwa`.
+fn default_name(path: &str) -> String {
+    let base = path.rsplit('/').next().unwrap_or(path);
+    base.rsplit_once('.')
+        .map_or(base, |(stem, _)| stem)
+        .to_owned()
+}
+
+/// Walks the node tree, collecting every problem.
+struct Reader<'a> {
+    path: &'a str,
+    errors: Vec<Diagnostic>,
+}
+
+/// A mapping's known keys and their values.
+struct Fields<'n> {
+    /// Name, key node, value node.
+    entries: Vec<(&'static str, &'n Node, &'n Node)>,
+}
+
+impl<'n> Fields<'n> {
+    fn get(&self, key: &str) -> Option<&'n Node> {
+        self.entries
+            .iter()
+            .find(|(name, _, _)| *name == key)
+            .map(|(_, _, node)| *node)
+    }
+
+    /// Where `key` is written.
+    fn key_at(&self, key: &str) -> Option<(usize, usize)> {
+        self.entries
+            .iter()
+            .find(|(name, _, _)| *name == key)
+            .map(|(_, node, _)| (node.line, node.col))
+    }
+}
+
+impl Reader<'_> {
+    fn error(&mut self, node: &Node, message: String) {
+        self.errors.push(Diagnostic {
+            path: self.path.to_owned(),
+            line: node.line,
+            col: node.col,
+            message,
+        });
+    }
+
+    /// The entries of a mapping whose keys must be in `known`; an empty (`~`) node is an
+    /// empty mapping.
+    fn map<'n>(&mut self, node: &'n Node, what: &str, known: &[&'static str]) -> Fields<'n> {
+        let mut fields = Fields {
+            entries: Vec::new(),
+        };
+        match &node.value {
+            Value::Map(entries) => {
+                for (key, value) in entries {
+                    let text = key.key_text();
+                    match known.iter().find(|name| **name == text) {
+                        Some(name) => fields.entries.push((name, key, value)),
+                        None => self.error(
+                            key,
+                            format!(
+                                "unknown key {text:?} in {what} (known: {}){}",
+                                known.join(", "),
+                                crate::manifest::decode::reader::did_you_mean(text, known)
+                            ),
+                        ),
+                    }
+                }
+            }
+            Value::Scalar { null: true, .. } => {}
+            _ => self.error(
+                node,
+                format!("{what} must be a mapping, not {}", node.what()),
+            ),
+        }
+        fields
+    }
+
+    fn string(&mut self, node: &Node, what: &str) -> Option<String> {
+        match &node.value {
+            Value::Scalar { null: true, .. } => None,
+            Value::Scalar { text, .. } => Some(text.clone()),
+            _ => {
+                self.error(
+                    node,
+                    format!("{what} must be a single value, not {}", node.what()),
+                );
+                None
+            }
+        }
+    }
+
+    /// A list of patterns, each with its position; an empty node is an empty list.
+    fn patterns(&mut self, node: Option<&Node>, what: &str) -> Vec<(String, (usize, usize))> {
+        let Some(node) = node else {
+            return Vec::new();
+        };
+        match &node.value {
+            Value::Scalar { null: true, .. } => Vec::new(),
+            Value::List(items) => {
+                if items.len() > MAX_PATTERNS {
+                    self.error(
+                        node,
+                        format!(
+                            "{what} has {} patterns; at most {MAX_PATTERNS}",
+                            items.len()
+                        ),
+                    );
+                    return Vec::new();
+                }
+                items
+                    .iter()
+                    .filter_map(|item| {
+                        let text = self.string(item, what)?;
+                        Some((text, (item.line, item.col)))
+                    })
+                    .collect()
+            }
+            Value::Scalar { text, .. } => {
+                self.error(
+                    node,
+                    format!("{what} must be a list, as in GitHub Actions: write [{text}]"),
+                );
+                Vec::new()
+            }
+            Value::Map(_) => {
+                self.error(node, format!("{what} must be a list, not a mapping"));
+                Vec::new()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

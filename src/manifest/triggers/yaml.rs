@@ -1,0 +1,313 @@
+//! The little YAML a trigger file is: one document of mappings, lists and scalars, each node
+//! with its 1-based line and column, read from saphyr-parser's event stream.
+//!
+//! Invariants: the tree is built here, bounded, from events (no alias is ever expanded, so a
+//! few bytes can never become gigabytes): anchors, aliases and tags are refused, as are a
+//! second document, nesting deeper than [`MAX_DEPTH`], more than [`MAX_NODES`] nodes and a
+//! key given twice in one mapping. Errors carry the position they were found at.
+
+use saphyr_parser::{Event, Parser, ScalarStyle, Span};
+
+/// Deepest nesting a trigger file needs is 4 (`on.push.paths[i]`); a little slack.
+const MAX_DEPTH: usize = 8;
+/// Nodes in one file; a trigger file has a few dozen.
+const MAX_NODES: usize = 10_000;
+
+/// A node and where it starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Node {
+    pub(super) line: usize,
+    pub(super) col: usize,
+    pub(super) value: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Value {
+    /// A scalar as written; `null` for a plain empty, `~` or `null` scalar.
+    Scalar {
+        text: String,
+        null: bool,
+    },
+    List(Vec<Node>),
+    /// Keys in order; keys are scalars (their text), each with its own node for positions.
+    Map(Vec<(Node, Node)>),
+}
+
+/// A problem at a position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct YamlError {
+    pub(super) line: usize,
+    pub(super) col: usize,
+    pub(super) message: String,
+}
+
+impl Node {
+    /// The text of a key node (keys are always scalars here).
+    pub(super) fn key_text(&self) -> &str {
+        match &self.value {
+            Value::Scalar { text, .. } => text,
+            _ => "",
+        }
+    }
+
+    /// What a node is, for messages.
+    pub(super) fn what(&self) -> &'static str {
+        match &self.value {
+            Value::Scalar { null: true, .. } => "empty",
+            Value::Scalar { .. } => "a scalar",
+            Value::List(_) => "a list",
+            Value::Map(_) => "a mapping",
+        }
+    }
+}
+
+fn at(span: Span, message: impl Into<String>) -> YamlError {
+    YamlError {
+        line: span.start.line().max(1),
+        col: span.start.col() + 1,
+        message: message.into(),
+    }
+}
+
+/// One frame of the tree being built: a list or a mapping still open.
+enum Open {
+    List(Node, Vec<Node>),
+    Map(Node, Vec<(Node, Node)>, Option<Node>),
+}
+
+/// Parses one YAML document; `None` for a file with no document (empty, or comments only).
+pub(super) fn parse(text: &str) -> Result<Option<Node>, YamlError> {
+    let mut stack: Vec<Open> = Vec::new();
+    let mut root: Option<Node> = None;
+    let mut documents = 0usize;
+    let mut nodes = 0usize;
+    for event in Parser::new_from_str(text) {
+        let (event, span) = event.map_err(|error| YamlError {
+            line: error.marker().line().max(1),
+            col: error.marker().col() + 1,
+            message: format!("not valid YAML: {}", error.info()),
+        })?;
+        let node_start = |value| Node {
+            line: span.start.line().max(1),
+            col: span.start.col() + 1,
+            value,
+        };
+        let finished = match event {
+            Event::StreamStart | Event::StreamEnd | Event::DocumentEnd | Event::Nothing => None,
+            Event::DocumentStart(_) => {
+                documents += 1;
+                if documents > 1 {
+                    return Err(at(
+                        span,
+                        "a trigger file holds one YAML document; remove the second `---`",
+                    ));
+                }
+                None
+            }
+            Event::Alias(_) => {
+                return Err(at(
+                    span,
+                    "aliases (`*name`) are not supported in trigger files; write the value out",
+                ));
+            }
+            Event::Scalar(value, style, anchor, tag) => {
+                refuse_anchor_or_tag(span, anchor, tag.is_some())?;
+                let null = style == ScalarStyle::Plain
+                    && matches!(&*value, "" | "~" | "null" | "Null" | "NULL");
+                Some(node_start(Value::Scalar {
+                    text: value.into_owned(),
+                    null,
+                }))
+            }
+            Event::SequenceStart(anchor, tag) => {
+                refuse_anchor_or_tag(span, anchor, tag.is_some())?;
+                stack.push(Open::List(node_start(Value::List(Vec::new())), Vec::new()));
+                None
+            }
+            Event::MappingStart(anchor, tag) => {
+                refuse_anchor_or_tag(span, anchor, tag.is_some())?;
+                stack.push(Open::Map(
+                    node_start(Value::Map(Vec::new())),
+                    Vec::new(),
+                    None,
+                ));
+                None
+            }
+            Event::SequenceEnd => match stack.pop() {
+                Some(Open::List(mut node, items)) => {
+                    node.value = Value::List(items);
+                    Some(node)
+                }
+                _ => return Err(at(span, "not valid YAML: unbalanced sequence")),
+            },
+            Event::MappingEnd => match stack.pop() {
+                Some(Open::Map(mut node, entries, None)) => {
+                    node.value = Value::Map(entries);
+                    Some(node)
+                }
+                _ => return Err(at(span, "not valid YAML: unbalanced mapping")),
+            },
+        };
+        if stack.len() > MAX_DEPTH {
+            return Err(at(
+                span,
+                format!("nested deeper than {MAX_DEPTH} levels; a trigger file needs 4"),
+            ));
+        }
+        let Some(node) = finished else {
+            continue;
+        };
+        nodes += 1;
+        if nodes > MAX_NODES {
+            return Err(at(
+                span,
+                format!("more than {MAX_NODES} values in one trigger file"),
+            ));
+        }
+        match stack.last_mut() {
+            None => root = Some(node),
+            Some(Open::List(_, items)) => items.push(node),
+            Some(Open::Map(_, entries, pending)) => match pending.take() {
+                Some(key) => entries.push((key, node)),
+                None => {
+                    if !matches!(node.value, Value::Scalar { .. }) {
+                        return Err(YamlError {
+                            line: node.line,
+                            col: node.col,
+                            message: format!("a key must be a plain name, not {}", node.what()),
+                        });
+                    }
+                    if let Some((first, _)) = entries
+                        .iter()
+                        .find(|(existing, _)| existing.key_text() == node.key_text())
+                    {
+                        return Err(YamlError {
+                            line: node.line,
+                            col: node.col,
+                            message: format!(
+                                "key {:?} is given twice (first at line {})",
+                                node.key_text(),
+                                first.line
+                            ),
+                        });
+                    }
+                    *pending = Some(node);
+                }
+            },
+        }
+    }
+    Ok(root)
+}
+
+fn refuse_anchor_or_tag(span: Span, anchor: usize, tagged: bool) -> Result<(), YamlError> {
+    if anchor != 0 {
+        return Err(at(
+            span,
+            "anchors (`&name`) are not supported in trigger files; write the value out",
+        ));
+    }
+    if tagged {
+        return Err(at(
+            span,
+            "tags (`!name`) are not supported in trigger files",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(text: &str) -> String {
+        match parse(text) {
+            Ok(node) => format!("ok: {node:?}"),
+            Err(error) => format!("{}:{}: {}", error.line, error.col, error.message),
+        }
+    }
+
+    #[test]
+    fn nodes_carry_their_positions() -> Result<(), String> {
+        let root = parse("name: api\non:\n  push:\n    branches: [main, 'dev']\n")
+            .map_err(|error| error.message)?
+            .ok_or("a document")?;
+        let Value::Map(entries) = &root.value else {
+            return Err("a mapping".into());
+        };
+        assert_eq!(entries[0].0.key_text(), "name");
+        assert_eq!((entries[0].1.line, entries[0].1.col), (1, 7));
+        let Value::Map(on) = &entries[1].1.value else {
+            return Err("on is a mapping".into());
+        };
+        let Value::Map(push) = &on[0].1.value else {
+            return Err("push is a mapping".into());
+        };
+        assert_eq!((push[0].0.line, push[0].0.col), (4, 5));
+        let Value::List(branches) = &push[0].1.value else {
+            return Err("a list".into());
+        };
+        assert_eq!((branches[1].line, branches[1].col), (4, 22));
+        Ok(())
+    }
+
+    #[test]
+    fn hostile_and_unsupported_yaml_is_refused_with_its_position() {
+        for (text, expected) in [
+            (
+                "a: &x [1]\nb: *x\n",
+                "1:4: anchors (`&name`) are not supported in trigger files; write the value out",
+            ),
+            (
+                "a: !!str x\n",
+                "1:4: tags (`!name`) are not supported in trigger files",
+            ),
+            (
+                "a: 1\n---\nb: 2\n",
+                "2:1: a trigger file holds one YAML document; remove the second `---`",
+            ),
+            (
+                "name: a\nname: b\n",
+                "2:1: key \"name\" is given twice (first at line 1)",
+            ),
+            (
+                "? [a]\n: b\n",
+                "1:3: a key must be a plain name, not a list",
+            ),
+            (
+                "a: [[[[[[[[[[1]]]]]]]]]]\n",
+                "1:11: nested deeper than 8 levels; a trigger file needs 4",
+            ),
+        ] {
+            assert_eq!(error(text), expected, "{text}");
+        }
+        assert!(
+            error("a: [1\n").starts_with("2:1: not valid YAML:"),
+            "{}",
+            error("a: [1\n")
+        );
+        assert_eq!(error("# nothing\n"), "ok: None");
+    }
+
+    #[test]
+    fn a_billion_laughs_costs_nothing() {
+        // Exponential expansion needs aliases, which are refused at the first one.
+        let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for level in 1..30 {
+            let previous = level - 1;
+            text.push_str(&format!(
+                "a{level}: &a{level} [*a{previous}, *a{previous}, *a{previous}, *a{previous}]\n"
+            ));
+        }
+        assert!(error(&text).starts_with("1:5: anchors"));
+    }
+
+    #[test]
+    fn many_values_are_bounded() {
+        let text = format!("a: [{}]\n", vec!["1"; MAX_NODES + 10].join(", "));
+        assert!(
+            error(&text).contains("more than 10000 values"),
+            "{}",
+            &error(&text)[..80]
+        );
+    }
+}

@@ -1,0 +1,224 @@
+//! Deploy triggers as the agent remembers them between commits: per trigger file, the commit
+//! it last fired at and the file it applied, a held commit and its approval (`approve`), and
+//! why it never fires on this host; and the commit changed paths are diffed from.
+//!
+//! Invariants: the table is replaced whole, with the base commit, in the transaction that
+//! applies a commit (`commits.rs`), so the remembered firings always describe desired state;
+//! `approve` only marks held rows (the agent applies them at its next sync); an approval is
+//! consumed by the sync that applies or refuses it.
+
+use rusqlite::params;
+
+use super::activity::{self, Entry};
+use super::{Error, Result, Store, now_unix};
+use crate::manifest::triggers::{Applied, Approval, Held, TriggerState};
+use crate::model::CommitSha;
+
+/// The `meta` key of the commit the next commit's changed paths are diffed from.
+pub const META_TRIGGER_BASE: &str = "trigger_base";
+
+/// One hold an `approve` marked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovedHold {
+    pub trigger: String,
+    pub path: String,
+    pub commit: CommitSha,
+    pub file: String,
+}
+
+impl Store {
+    /// The remembered triggers, in path order.
+    pub fn trigger_states(&self) -> Result<Vec<TriggerState>> {
+        self.with(|connection| read_states(connection))
+    }
+
+    /// The last applied commit of a repository with trigger files.
+    pub fn trigger_base(&self) -> Result<Option<CommitSha>> {
+        Ok(self.meta(META_TRIGGER_BASE)?.map(CommitSha::new))
+    }
+
+    /// Whether an approval waits for the agent.
+    pub fn approvals_pending(&self) -> Result<bool> {
+        self.with(|connection| {
+            Ok(connection.query_row(
+                "SELECT EXISTS (SELECT 1 FROM triggers WHERE held_commit IS NOT NULL AND approved_at IS NOT NULL)",
+                [],
+                |row| row.get(0),
+            )?)
+        })
+    }
+
+    /// Approves the held commit `sha` (full, or a prefix of at least 7 hex digits) of every
+    /// trigger holding it, recording the request; the agent applies it at its next sync.
+    /// `Error::NotHeld` when no trigger holds such a commit.
+    pub fn approve(&self, sha: &str) -> Result<Vec<ApprovedHold>> {
+        let sha = sha.trim().to_ascii_lowercase();
+        let hex = sha.len() >= 7 && sha.len() <= 64 && sha.chars().all(|c| c.is_ascii_hexdigit());
+        let who = self.who.clone();
+        self.with(|connection| {
+            let tx = connection.transaction()?;
+            let held: Vec<ApprovedHold> = read_states(&tx)?
+                .into_iter()
+                .filter_map(|state| {
+                    let held = state.held?;
+                    (hex && held.commit.as_str().starts_with(&sha)).then_some(ApprovedHold {
+                        trigger: state.name,
+                        path: state.path,
+                        commit: held.commit,
+                        file: held.file,
+                    })
+                })
+                .collect();
+            if held.is_empty() {
+                let holds: Vec<String> = read_states(&tx)?
+                    .into_iter()
+                    .filter_map(|state| {
+                        let held = state.held?;
+                        Some(format!("{} ({})", held.commit.short(), state.name))
+                    })
+                    .collect();
+                return Err(Error::NotHeld {
+                    sha: sha.clone(),
+                    held: if holds.is_empty() {
+                        "no commit is held".to_owned()
+                    } else {
+                        format!("held: {}", holds.join(", "))
+                    },
+                });
+            }
+            let commits: std::collections::BTreeSet<&str> =
+                held.iter().map(|hold| hold.commit.as_str()).collect();
+            if commits.len() > 1 {
+                return Err(Error::NotHeld {
+                    sha: sha.clone(),
+                    held: format!(
+                        "the prefix names several held commits ({}); give more digits",
+                        commits.into_iter().collect::<Vec<_>>().join(", ")
+                    ),
+                });
+            }
+            let now = now_unix();
+            for hold in &held {
+                tx.execute(
+                    "UPDATE triggers SET approved_by = ?2, approved_at = ?3 WHERE path = ?1",
+                    params![hold.path, who.actor.as_deref().unwrap_or_default(), now],
+                )?;
+                let resource = format!("trigger/{}", hold.trigger);
+                let mut entry = Entry::new("approve", &who, "requested");
+                entry.commit = Some(&hold.commit);
+                entry.resource = Some(&resource);
+                entry.message = "approved; the agent applies it at its next sync";
+                entry.data = serde_json::json!({ "file": hold.file, "trigger_file": hold.path });
+                activity::record(&tx, &entry)?;
+            }
+            tx.commit()?;
+            Ok(held)
+        })
+    }
+}
+
+fn read_states(connection: &rusqlite::Connection) -> Result<Vec<TriggerState>> {
+    let mut statement = connection.prepare(
+        "SELECT path, name, applied_commit, applied_file, applied_seq, held_commit, held_file,
+                held_since, approved_by, approved_at, inactive
+         FROM triggers ORDER BY path",
+    )?;
+    let rows = statement.query_map([], |row| {
+        let applied = match (
+            row.get::<_, Option<String>>(2)?,
+            row.get::<_, Option<String>>(3)?,
+            row.get::<_, Option<i64>>(4)?,
+        ) {
+            (Some(commit), Some(file), Some(seq)) => Some(Applied {
+                commit: CommitSha::new(commit),
+                file,
+                seq,
+            }),
+            _ => None,
+        };
+        let held = match (
+            row.get::<_, Option<String>>(5)?,
+            row.get::<_, Option<String>>(6)?,
+        ) {
+            (Some(commit), Some(file)) => Some(Held {
+                commit: CommitSha::new(commit),
+                file,
+                since: row.get::<_, Option<i64>>(7)?.unwrap_or_default(),
+                approval: row.get::<_, Option<i64>>(9)?.map(|at| Approval {
+                    by: row
+                        .get::<_, Option<String>>(8)
+                        .ok()
+                        .flatten()
+                        .unwrap_or_default(),
+                    at,
+                }),
+            }),
+            _ => None,
+        };
+        Ok(TriggerState {
+            path: row.get(0)?,
+            name: row.get(1)?,
+            applied,
+            held,
+            inactive: row.get(10)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// Replaces the remembered triggers with `states` and the diff base with `base`.
+pub(super) fn save_states(
+    tx: &rusqlite::Transaction<'_>,
+    states: &[TriggerState],
+    base: Option<&CommitSha>,
+) -> rusqlite::Result<()> {
+    tx.execute("DELETE FROM triggers", [])?;
+    for state in states {
+        let applied = state.applied.as_ref();
+        let held = state.held.as_ref();
+        let approval = held.and_then(|held| held.approval.as_ref());
+        tx.execute(
+            "INSERT INTO triggers (path, name, applied_commit, applied_file, applied_seq,
+                held_commit, held_file, held_since, approved_by, approved_at, inactive)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            params![
+                state.path,
+                state.name,
+                applied.map(|applied| applied.commit.as_str()),
+                applied.map(|applied| applied.file.as_str()),
+                applied.map(|applied| applied.seq),
+                held.map(|held| held.commit.as_str()),
+                held.map(|held| held.file.as_str()),
+                held.map(|held| held.since),
+                approval.map(|approval| approval.by.as_str()),
+                approval.map(|approval| approval.at),
+                state.inactive
+            ],
+        )?;
+    }
+    match base {
+        Some(base) => tx.execute(
+            "INSERT INTO meta (key, value) VALUES (?1, ?2)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            params![META_TRIGGER_BASE, base.as_str()],
+        )?,
+        None => tx.execute(
+            "DELETE FROM meta WHERE key = ?1",
+            params![META_TRIGGER_BASE],
+        )?,
+    };
+    Ok(())
+}
+
+/// Clears the approvals of the holds of `commit` (an approval the agent refused): the holds
+/// stay, waiting for another approval or a newer push.
+pub(super) fn clear_approvals(
+    tx: &rusqlite::Transaction<'_>,
+    commit: &CommitSha,
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "UPDATE triggers SET approved_by = NULL, approved_at = NULL WHERE held_commit = ?1",
+        params![commit.as_str()],
+    )?;
+    Ok(())
+}
