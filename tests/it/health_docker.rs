@@ -300,6 +300,9 @@ fn a_commit_during_a_slow_rollout_supersedes_it() -> TestResult {
         let v1 = env.repo.commit("web v1")?;
         let mut flags = FLAGS.to_vec();
         flags[1] = "6s"; // --ready-settle: each slot takes 6s
+        // --rollout-deadline: three 6 s slots come close to the usual 20 s on a loaded
+        // machine, and a deadline missed is a rollback, not the supersede this test is about.
+        flags[3] = "80s";
         env.start_agent_with(&flags)?;
         let hash_1 = env.converged(&v1, 3, None)?[0].hash.clone();
         env.repo
