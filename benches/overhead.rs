@@ -63,6 +63,7 @@ impl InProcess {
                 paths: Vec::new(),
                 token_file: None,
             },
+            hosts: voodu_agent::model::HostSelection::every_host(),
             data_dir: data_dir.to_owned(),
             interval: Duration::from_secs(3600),
             sync: voodu_agent::sync::SyncOptions::new(data_dir.to_owned()),

@@ -31,6 +31,7 @@ use crate::git::trigger::{self, SyncRequestReceiver};
 use crate::git::{Source, SourceOptions};
 use crate::http::{self, HttpCtx, HttpOptions};
 use crate::metrics::Metrics;
+use crate::model::HostSelection;
 use crate::reconcile::{self, ReconcileOptions};
 use crate::runtime::{DockerRuntime, Runtime};
 use crate::store::{HEALTH_ENGINE, Origin, Store, Who};
@@ -48,6 +49,8 @@ pub const META_BRANCH: &str = "branch";
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
     pub source: SourceOptions,
+    /// Which host of a fleet this agent is: the manifests it applies (`model::hosts`).
+    pub hosts: HostSelection,
     pub data_dir: PathBuf,
     /// Time between polls of the remote.
     pub interval: Duration,
@@ -382,10 +385,12 @@ async fn run_until<R: Runtime>(
         await_first_commit,
     } = open_state(&config, runtime.as_ref()).await?;
     let agent_id = store.agent_id()?;
-    let source = Source::new(config.source.clone(), &config.data_dir);
+    let source =
+        Source::new(config.source.clone(), &config.data_dir).selecting(config.hosts.clone());
     tracing::info!(
         repo = source.url(),
         branch = source.branch(),
+        host = %config.hosts.describe(),
         data_dir = %config.data_dir.display(),
         agent_id,
         "voodu-agent starting"

@@ -20,7 +20,9 @@ use crate::git::{Source, SourceOptions, WorkdirFiles, read_workdir, read_workdir
 use crate::manifest::spec::Spec;
 use crate::manifest::triggers;
 use crate::manifest::{self, LoadOptions, Manifest, Mode, Policy};
-use crate::model::{CommitSha, FileRead, FileSource, Kind, ResourceKey, Snapshot, SourceFile};
+use crate::model::{
+    CommitSha, FileRead, FileSource, HostSelection, Kind, ResourceKey, Snapshot, SourceFile,
+};
 use crate::reconcile::plan::{Action, ResourcePlan, StatefulStep, Step, plan_all};
 use crate::runtime::{Container, DockerRuntime, Runtime, labels};
 use crate::store::Store;
@@ -54,6 +56,11 @@ pub(super) struct PlanArgs {
     /// its state.db), else the default-deny policy.
     #[command(flatten)]
     policy: PolicyArgs,
+    /// The fleet host to plan for: the shared manifests and its own `hosts/NAME/` (and
+    /// `labels/LABEL/`). Default: the host the agent recorded in state.db, else the
+    /// machine's host name.
+    #[command(flatten)]
+    hosts: super::fleet::HostArgs,
 }
 
 pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> {
@@ -69,8 +76,15 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
         vars.buckets = store.buckets()?;
     }
     let policy = host_policy(args, store.as_ref(), data_dir)?;
-    let read = read_source(args, scratch.path())?;
-    let (snapshot, files, triggers) = match with_triggers(args, read, store.as_ref(), data_dir)? {
+    let hosts = plan_hosts(args, store.as_ref())?;
+    let read = read_source(args, scratch.path(), &hosts)?;
+    let (snapshot, files, triggers) = match with_triggers(
+        args,
+        read,
+        store.as_ref(),
+        data_dir,
+        &hosts,
+    )? {
         Ok(planned) => planned,
         Err(problems) => {
             for problem in &problems {
@@ -140,6 +154,8 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
         &plans,
     );
     view.triggers = triggers;
+    view.host = hosts.host.clone();
+    view.host_labels = hosts.labels.clone();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&view)?);
     } else {
@@ -172,6 +188,17 @@ fn host_policy(args: &PlanArgs, store: Option<&Store>, data_dir: &Path) -> anyho
     Ok(policy)
 }
 
+/// `--host` when given, else the host the agent recorded, else the machine's.
+fn plan_hosts(args: &PlanArgs, store: Option<&Store>) -> anyhow::Result<HostSelection> {
+    if !args.hosts.given()
+        && let Some(store) = store
+        && let Some(recorded) = store.host_selection()?
+    {
+        return Ok(recorded);
+    }
+    args.hosts.to_selection(None)
+}
+
 /// What `plan` reads: the snapshot of the planned source (its manifests under `--path`),
 /// its files, its trigger files and, for a git revision, the source and commit.
 struct Read {
@@ -181,11 +208,12 @@ struct Read {
     git: Option<(Source, CommitSha)>,
 }
 
-fn read_source(args: &PlanArgs, scratch: &Path) -> anyhow::Result<Read> {
+fn read_source(args: &PlanArgs, scratch: &Path, hosts: &HostSelection) -> anyhow::Result<Read> {
     let dir = Path::new(&args.repo);
     if args.rev.is_none() && dir.is_dir() {
-        let snapshot = read_workdir(dir, &args.paths)
+        let mut snapshot = read_workdir(dir, &args.paths)
             .with_context(|| format!("cannot read {}", dir.display()))?;
+        snapshot.keep_for(hosts, &watched_paths(args));
         let trigger_files = read_workdir_triggers(dir)?;
         return Ok(Read {
             snapshot,
@@ -203,7 +231,8 @@ fn read_source(args: &PlanArgs, scratch: &Path) -> anyhow::Result<Read> {
             token_file: None,
         },
         scratch,
-    );
+    )
+    .selecting(hosts.clone());
     let commit = source
         .fetch_rev(&rev, &AtomicBool::new(false))
         .with_context(|| format!("cannot fetch {rev} from {}", args.repo))?;
@@ -248,6 +277,7 @@ fn with_triggers(
     read: Read,
     store: Option<&Store>,
     data_dir: &Path,
+    hosts: &HostSelection,
 ) -> anyhow::Result<Result<Planned, Vec<String>>> {
     let (trigger_files, refused) = &read.trigger_files;
     if trigger_files.is_empty() && refused.is_empty() {
@@ -289,12 +319,7 @@ fn with_triggers(
         (Some((source, at)), Some(base)) => source.changed_paths(base, at)?,
         _ => None,
     };
-    let watched: Vec<String> = args
-        .paths
-        .iter()
-        .map(|path| path.trim_matches('/').trim_start_matches("./").to_owned())
-        .filter(|path| !path.is_empty() && path != ".")
-        .collect();
+    let watched = watched_paths(args);
     let decision = triggers::decide(
         &parsed,
         &previous,
@@ -303,6 +328,7 @@ fn with_triggers(
             commit: &commit,
             changed: changed.as_deref(),
             watched: &watched,
+            hosts,
             now: crate::store::now_unix(),
         },
     );
@@ -382,6 +408,15 @@ fn with_triggers(
         by_manifest,
     };
     Ok(Ok((snapshot, Box::new(files), views)))
+}
+
+/// The `--path` prefixes, normalised as the agent does.
+fn watched_paths(args: &PlanArgs) -> Vec<String> {
+    args.paths
+        .iter()
+        .map(|path| path.trim_matches('/').trim_start_matches("./").to_owned())
+        .filter(|path| !path.is_empty() && path != ".")
+        .collect()
 }
 
 /// One trigger's verdict as `plan` shows it.
@@ -487,6 +522,9 @@ fn actual_containers(agent_id: &str) -> anyhow::Result<BTreeMap<ResourceKey, Vec
 #[derive(Debug, Serialize)]
 struct PlanView {
     commit: String,
+    /// The fleet host planned for (`--host`); `None`: every host's manifests.
+    host: Option<String>,
+    host_labels: Vec<String>,
     data_dir: PathBuf,
     /// False when the data dir holds no agent state: everything is new.
     agent_state: bool,
@@ -584,6 +622,8 @@ impl PlanView {
             .collect();
         PlanView {
             commit: snapshot.commit.to_string(),
+            host: None,
+            host_labels: Vec::new(),
             data_dir: data_dir.to_owned(),
             agent_state,
             note,
@@ -627,7 +667,17 @@ impl PlanView {
                 ));
             }
         }
-        out.push_str(&format!("Plan for {}:\n", self.commit));
+        match &self.host {
+            Some(host) if self.host_labels.is_empty() => {
+                out.push_str(&format!("Plan for {} on host {host}:\n", self.commit));
+            }
+            Some(host) => out.push_str(&format!(
+                "Plan for {} on host {host} (labels {}):\n",
+                self.commit,
+                self.host_labels.join(", ")
+            )),
+            None => out.push_str(&format!("Plan for {}:\n", self.commit)),
+        }
         let width = self
             .resources
             .iter()

@@ -115,6 +115,10 @@ pub(super) struct RunArgs {
     /// What commits may ask of the host (README "Host policy"); default-deny.
     #[command(flatten)]
     policy: super::validate::PolicyArgs,
+
+    /// Which host of a fleet this is (README "Fleet").
+    #[command(flatten)]
+    hosts: super::fleet::HostArgs,
 }
 
 /// `--listen`: an address, or `off`.
@@ -144,8 +148,9 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
     let mut sync = SyncOptions::new(data_dir.clone());
     sync.max_file_bytes = args.max_file_size;
     sync.max_url_bytes = args.max_url_size;
-    // Before anything else, so a bad policy is the error.
+    // Before anything else, so a bad policy (or host name) is the error.
     sync.policy = args.policy.to_policy_for(&data_dir)?;
+    let hosts = args.hosts.to_selection(None)?;
     for name in &args.allow_env {
         match std::env::var(name) {
             Ok(value) => {
@@ -195,6 +200,7 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
             paths: args.paths,
             token_file: args.git_token_file,
         },
+        hosts,
         data_dir,
         interval: args.interval,
         sync,

@@ -9,6 +9,7 @@ mod corpus;
 mod e2e_docker;
 mod e2e_jobs;
 mod fetch_errors;
+mod fleet;
 mod git;
 mod health;
 mod health_docker;
