@@ -5,6 +5,7 @@ mod support;
 mod bounds_docker;
 mod cli;
 mod contract;
+mod contract_swarm;
 mod corpus;
 mod e2e_docker;
 mod e2e_jobs;
