@@ -185,6 +185,25 @@ async fn run_on_docker(
     run_until(config, Arc::new(runtime), listener, shutdown).await
 }
 
+/// `--runtime swarm` needs a Swarm manager's engine: services are created on managers.
+async fn check_swarm_manager<R: Runtime>(runtime: &R) -> anyhow::Result<()> {
+    match runtime.swarm_node().await {
+        Ok(Some(node)) if node.manager => {
+            tracing::info!(node = %node.node_id, "running workloads as Docker Swarm services");
+            Ok(())
+        }
+        Ok(Some(_)) => anyhow::bail!(
+            "--runtime swarm: this engine is a Swarm worker; run the agent against a manager's engine (DOCKER_HOST)"
+        ),
+        Ok(None) => anyhow::bail!(
+            "--runtime swarm: this engine is in no swarm; run `docker swarm init` (or join a swarm as a manager) first"
+        ),
+        Err(error) => {
+            anyhow::bail!("--runtime swarm: cannot ask the engine about its swarm: {error}")
+        }
+    }
+}
+
 /// How often the engine is probed while the agent runs (and how long `run` waits between
 /// attempts to connect to it).
 const ENGINE_PROBE_INTERVAL: Duration = Duration::from_secs(10);
@@ -385,12 +404,22 @@ async fn run_until<R: Runtime>(
         await_first_commit,
     } = open_state(&config, runtime.as_ref()).await?;
     let agent_id = store.agent_id()?;
+    if config.reconcile.engine == reconcile::Engine::Swarm {
+        check_swarm_manager(runtime.as_ref()).await?;
+    }
+    store.set_meta(
+        crate::store::META_RUNTIME,
+        Some(match config.reconcile.engine {
+            reconcile::Engine::Containers => "docker",
+            reconcile::Engine::Swarm => "swarm",
+        }),
+    )?;
     let source =
         Source::new(config.source.clone(), &config.data_dir).selecting(config.hosts.clone());
     tracing::info!(
         repo = source.url(),
         branch = source.branch(),
-        host = %config.hosts.describe(),
+        host = config.hosts.host.as_deref().unwrap_or("(every host)"),
         data_dir = %config.data_dir.display(),
         agent_id,
         "voodu-agent starting"

@@ -119,6 +119,20 @@ pub(super) struct RunArgs {
     /// Which host of a fleet this is (README "Fleet").
     #[command(flatten)]
     hosts: super::fleet::HostArgs,
+
+    /// What runs the workloads: `docker` (containers on the local engine) or `swarm`
+    /// (Docker Swarm services, on a swarm manager's engine; README "Docker Swarm").
+    #[arg(long, value_name = "docker|swarm", default_value = "docker", value_parser = parse_runtime)]
+    runtime: crate::reconcile::Engine,
+}
+
+/// `--runtime`: `docker` or `swarm`.
+pub(super) fn parse_runtime(text: &str) -> Result<crate::reconcile::Engine, String> {
+    match text {
+        "docker" => Ok(crate::reconcile::Engine::Containers),
+        "swarm" => Ok(crate::reconcile::Engine::Swarm),
+        _ => Err(format!("{text:?} is not a runtime: `docker` or `swarm`")),
+    }
 }
 
 /// `--listen`: an address, or `off`.
@@ -183,8 +197,14 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
             ..HttpOptions::default()
         },
     };
+    if args.runtime == crate::reconcile::Engine::Swarm && !args.no_ingress {
+        tracing::warn!(
+            "--runtime swarm runs no ingress proxy yet (ingresses say so in status); as with --no-ingress"
+        );
+    }
     // Bind mounts need an absolute path, whatever --data-dir was given as.
-    let ingress = (!args.no_ingress).then(|| IngressOptions {
+    let no_ingress = args.no_ingress || args.runtime == crate::reconcile::Engine::Swarm;
+    let ingress = (!no_ingress).then(|| IngressOptions {
         image: args.ingress_image.clone(),
         http: args.ingress_http,
         https: args.ingress_https,
@@ -205,6 +225,7 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
         interval: args.interval,
         sync,
         reconcile: ReconcileOptions {
+            engine: args.runtime,
             concurrency: args.concurrency.max(1),
             rollout_deadline: args.rollout_deadline,
             ready_settle: args.ready_settle,

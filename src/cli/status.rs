@@ -94,6 +94,12 @@ fn print_table(view: &StatusView) {
         ),
         None => println!("{:<14} - (applies every host's manifests)", "host"),
     }
+    if view.runtime.as_deref() == Some("swarm") {
+        println!(
+            "{:<14} swarm (workloads are Docker Swarm services)",
+            "runtime"
+        );
+    }
     line("last seen", &view.last_seen);
     line("last applied", &view.last_applied);
     line("last rejected", &view.last_rejected);

@@ -28,6 +28,8 @@ pub struct StatusView {
     pub host: Option<String>,
     /// Its `--host-label`s (which `labels/<label>/` directories it applies).
     pub host_labels: Vec<String>,
+    /// What runs its workloads: `docker` (containers) or `swarm` (Docker Swarm services).
+    pub runtime: Option<String>,
     pub last_seen: Option<CommitView>,
     pub last_applied: Option<CommitView>,
     pub last_rejected: Option<CommitView>,
@@ -278,6 +280,7 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
     Ok(StatusView {
         host: hosts.host,
         host_labels: hosts.labels,
+        runtime: store.meta(crate::store::META_RUNTIME)?,
         last_seen: commits.last_seen.map(commit_view),
         last_applied: commits.last_applied.map(commit_view),
         last_rejected: commits.last_rejected.map(commit_view),

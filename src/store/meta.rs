@@ -12,6 +12,8 @@ use crate::model::HostSelection;
 /// `meta` key of the host selection the agent syncs with (JSON of `HostSelection`): which
 /// host of a fleet it is, for `status` and `plan`.
 pub const META_HOST_SELECTION: &str = "host_selection";
+/// `meta` key of what runs the agent's workloads (`docker` or `swarm`, `--runtime`).
+pub const META_RUNTIME: &str = "runtime";
 
 impl Store {
     /// This data dir's agent id, made with the database (`open`): the `voodu.agent` label on

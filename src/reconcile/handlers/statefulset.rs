@@ -132,8 +132,8 @@ impl<R: Runtime> Replicated<R> for Statefulset<'_> {
             .is_some_and(|ordinal| ordinal < target.n_replicas && target.is_current(ordinal, pod))
     }
 
-    fn plan(&self, actual: &[Container]) -> Vec<StatefulStep> {
-        plan_statefulset(Some(&self.target()), actual)
+    fn plan(&self, observed: &Observed) -> Vec<StatefulStep> {
+        plan_statefulset(Some(&self.target()), &observed.actual)
     }
 
     fn touches(step: &StatefulStep) -> bool {
