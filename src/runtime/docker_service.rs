@@ -13,8 +13,8 @@ use bollard::auth::DockerCredentials;
 use bollard::models::{
     ConfigSpec, EndpointPortConfig, EndpointPortConfigProtocolEnum,
     EndpointPortConfigPublishModeEnum, EndpointSpec, EndpointSpecModeEnum, HealthConfig, Limit,
-    Mount, MountType, NetworkAttachmentConfig, NetworkCreateRequest, ResourcesUlimits,
-    ServiceSpecMode, ServiceSpecModeReplicated, ServiceSpecModeReplicatedJob,
+    Mount, MountType, MountVolumeOptions, NetworkAttachmentConfig, NetworkCreateRequest,
+    ResourcesUlimits, ServiceSpecMode, ServiceSpecModeReplicated, ServiceSpecModeReplicatedJob,
     ServiceSpecRollbackConfig, ServiceSpecRollbackConfigFailureActionEnum,
     ServiceSpecRollbackConfigOrderEnum, ServiceSpecUpdateConfig,
     ServiceSpecUpdateConfigFailureActionEnum, ServiceSpecUpdateConfigOrderEnum, TaskSpec,
@@ -64,20 +64,26 @@ fn credentials(auth: Option<&RegistryAuth>) -> Option<DockerCredentials> {
     })
 }
 
-/// `src:dst[:opts]` → a mount: an absolute `src` is a bind, anything else a named volume.
-fn mount(bind: &str) -> Option<Mount> {
+/// `src:dst[:opts]` → a mount: an absolute `src` is a bind, anything else a named volume
+/// (created with `volume_labels` of its name where the task runs, when missing).
+fn mount(bind: &str, volume_labels: &BTreeMap<String, BTreeMap<String, String>>) -> Option<Mount> {
     let mut parts = bind.splitn(3, ':');
     let source = parts.next()?.to_owned();
     let target = parts.next()?.to_owned();
     let read_only = parts
         .next()
         .is_some_and(|options| options.split(',').any(|option| option == "ro"));
+    let labels = volume_labels.get(&source).map(|labels| MountVolumeOptions {
+        labels: Some(labels.clone().into_iter().collect()),
+        ..MountVolumeOptions::default()
+    });
     Some(Mount {
         typ: Some(if source.starts_with('/') {
             MountType::BIND
         } else {
             MountType::VOLUME
         }),
+        volume_options: labels,
         source: Some(source),
         target: Some(target),
         read_only: Some(read_only).filter(|on| *on),
@@ -135,7 +141,12 @@ pub(super) fn service_body(
         groups: non_empty(&options.group_add),
         tty: Some(task.tty).filter(|on| *on),
         read_only: Some(options.read_only).filter(|on| *on),
-        mounts: Some(task.binds.iter().filter_map(|bind| mount(bind)).collect()),
+        mounts: Some(
+            task.binds
+                .iter()
+                .filter_map(|bind| mount(bind, &spec.volume_labels))
+                .collect(),
+        ),
         stop_signal: options.stop_signal.clone(),
         stop_grace_period: Some(nanos(spec.stop_grace)),
         health_check: spec.health.as_ref().map(|health| HealthConfig {
@@ -667,7 +678,8 @@ mod tests {
 
     #[test]
     fn binds_become_bind_or_volume_mounts() {
-        let bind = mount("/srv/data:/data:ro").unwrap_or_default();
+        let none = BTreeMap::new();
+        let bind = mount("/srv/data:/data:ro", &none).unwrap_or_default();
         assert_eq!(
             (
                 bind.typ,
@@ -682,10 +694,22 @@ mod tests {
                 Some(true)
             )
         );
-        let volume = mount("voodu-s-db-data-0:/var/lib/db").unwrap_or_default();
+        let labelled = BTreeMap::from([(
+            "voodu-s-db-data-0".to_owned(),
+            BTreeMap::from([("voodu.claim".to_owned(), "data".to_owned())]),
+        )]);
+        let volume = mount("voodu-s-db-data-0:/var/lib/db", &labelled).unwrap_or_default();
         assert_eq!(volume.typ, Some(MountType::VOLUME));
         assert_eq!(volume.read_only, None);
-        assert!(mount("nothing").is_none());
+        assert_eq!(
+            volume
+                .volume_options
+                .and_then(|options| options.labels)
+                .and_then(|labels| labels.get("voodu.claim").cloned())
+                .as_deref(),
+            Some("data")
+        );
+        assert!(mount("nothing", &none).is_none());
         assert_eq!(
             hosts(&[
                 "db:10.0.0.5".into(),

@@ -238,6 +238,16 @@ impl FakeRuntime {
     }
 }
 
+/// The node a task of `spec` is placed on: the one a `node.id==…` constraint names, else
+/// this manager.
+fn placed(spec: &ServiceSpec) -> String {
+    spec.constraints
+        .iter()
+        .find_map(|constraint| constraint.strip_prefix("node.id=="))
+        .unwrap_or(NODE)
+        .to_owned()
+}
+
 /// A task of `spec` for `slot`, as `outcome` decides it.
 fn new_task(
     fake: &FakeRuntime,
@@ -258,7 +268,7 @@ fn new_task(
         id: format!("task{id}"),
         service_id: service_id.to_owned(),
         slot,
-        node_id: NODE.to_owned(),
+        node_id: placed(spec),
         desired: if matches!(spec.mode, ServiceMode::ReplicatedJob) {
             TaskState::Complete
         } else {
@@ -288,7 +298,7 @@ fn running_task(spec: &ServiceSpec, service_id: &str, slot: u64, id: u64) -> Tas
         id: format!("task{id}"),
         service_id: service_id.to_owned(),
         slot: Some(slot),
-        node_id: NODE.to_owned(),
+        node_id: placed(spec),
         desired: TaskState::Running,
         state: TaskState::Running,
         message: "started".to_owned(),

@@ -93,16 +93,25 @@ pub struct ServiceSpec {
     pub stop_grace: Duration,
     /// Restart failed tasks (a job's tasks are not restarted).
     pub restart_on_failure: bool,
+    /// Labels of the named volumes the task mounts, by volume name: a node creates a
+    /// missing volume with them.
+    pub volume_labels: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl ServiceSpec {
-    /// A digest of everything but the replica count and the labels in `volatile` (the
-    /// release a spec was applied for): equal digests need no update.
+    /// A digest of everything but the replica count, the placement (the agent's choice of
+    /// node, kept across updates), the configs' ids (their names carry their content) and
+    /// the labels in `volatile` (the release a spec was applied for): equal digests need no
+    /// update.
     pub fn digest(&self, volatile: &[&str]) -> String {
         use sha2::Digest as _;
         let mut stable = self.clone();
         if let ServiceMode::Replicated { replicas } = &mut stable.mode {
             *replicas = 0;
+        }
+        stable.constraints.clear();
+        for config in &mut stable.configs {
+            config.config_id.clear();
         }
         for label in volatile {
             stable.labels.remove(*label);
@@ -339,6 +348,7 @@ mod tests {
             health: None,
             stop_grace: Duration::from_secs(10),
             restart_on_failure: true,
+            volume_labels: BTreeMap::new(),
         }
     }
 

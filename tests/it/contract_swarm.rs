@@ -78,6 +78,7 @@ fn service(scope: &str, name: &str, version: &str, replicas: u64) -> ServiceSpec
         health: None,
         stop_grace: Duration::from_secs(2),
         restart_on_failure: true,
+        volume_labels: BTreeMap::new(),
     }
 }
 
@@ -194,7 +195,7 @@ async fn check_service_scale_and_roll<R: Runtime>(runtime: &R, scope: &str) -> T
         let listed = one_service(runtime, scope).await?;
         match listed.update.as_ref().map(|update| update.state) {
             Some(UpdateState::Completed) => break,
-            Some(UpdateState::Updating) if started.elapsed() < CONVERGE => {
+            None | Some(UpdateState::Updating) if started.elapsed() < CONVERGE => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             other => return Err(format!("update state {other:?}").into()),
@@ -236,6 +237,10 @@ async fn check_unhealthy_update_rolls_back<R: Runtime>(runtime: &R, scope: &str)
         let listed = one_service(runtime, scope).await?;
         match &listed.update {
             Some(update) if update.state == UpdateState::RollbackCompleted => break listed,
+            // Swarm sets the update status a moment after the update was accepted.
+            None if started.elapsed() < CONVERGE => {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
             Some(update)
                 if started.elapsed() < CONVERGE
                     && !matches!(

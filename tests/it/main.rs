@@ -28,6 +28,7 @@ mod refusal_docker;
 mod registry_docker;
 mod slow_clients;
 mod statefulset;
+mod swarm;
 mod swarm_docker;
 mod tidy;
 mod triggers;

@@ -266,3 +266,255 @@ async fn a_deployment_rolls_start_first_scales_without_churn_and_a_swarm_rollbac
     assert_eq!(hashes, good);
     Ok(())
 }
+
+fn statefulset(scope: &str, version: &str) -> String {
+    format!(
+        r#"statefulset "{scope}" "db" {{
+  image    = "{image}"
+  command  = ["sh", "-c", "test -f /data/marker || echo first-$VERSION-$VOODU_REPLICA_ORDINAL > /data/marker; exec sleep 3600"]
+  replicas = 2
+  env      = {{ VERSION = "{version}" }}
+  volume_claim "data" {{
+    mount_path = "/data"
+  }}
+}}
+"#,
+        image = test_image()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Docker engine (a single-node swarm is made on it): scripts/test runs it (cargo test -- --include-ignored)"]
+async fn a_statefulset_keeps_its_per_ordinal_volumes_across_a_roll() -> TestResult {
+    let scope = unique("sw");
+    let _containers = DockerGuard::new(&scope);
+    let _swarm = SwarmGuard::new(&scope)?;
+    let runtime = DockerRuntime::connect().await?;
+    let repo = TempRepo::new()?;
+    repo.write("db.hcl", &statefulset(&scope, "1"))?;
+    let first = repo.commit("two pods")?;
+    let dir = tempfile::tempdir()?;
+    let (data, log) = (dir.path().join("data"), dir.path().join("agent.log"));
+    let _agent = Agent::start(
+        &repo,
+        &data,
+        &log,
+        &["--runtime", "swarm", "--ready-settle", "1s"],
+    )?;
+    let key = ResourceKey::new(Kind::Statefulset, &scope, "db");
+    wait_status(&data, &key, "Ready", 2, &first, &log)?;
+    // One service per ordinal, pinned to this node, with its own volume.
+    for ordinal in 0..2 {
+        let service = format!("{scope}-db-{ordinal}");
+        let placement = docker(&[
+            "service",
+            "inspect",
+            &service,
+            "--format",
+            "{{json .Spec.TaskTemplate.Placement.Constraints}} {{.Spec.UpdateConfig.Order}}",
+        ])?;
+        assert!(
+            placement.starts_with("[\"node.id==") && placement.ends_with("stop-first"),
+            "{placement}"
+        );
+    }
+    let volumes = docker(&[
+        "volume",
+        "ls",
+        "-q",
+        "--filter",
+        &format!("label=voodu.scope={scope}"),
+    ])?;
+    let mut volumes: Vec<&str> = volumes.lines().collect();
+    volumes.sort();
+    assert_eq!(
+        volumes,
+        [
+            format!("voodu-{scope}-db-data-0"),
+            format!("voodu-{scope}-db-data-1")
+        ]
+    );
+    let markers = |runtime: &DockerRuntime| {
+        let runtime = runtime.clone();
+        let scope = scope.clone();
+        async move {
+            let mut markers = Vec::new();
+            for ordinal in 0..2 {
+                let service = format!("{scope}-db-{ordinal}");
+                let id = docker(&["service", "inspect", &service, "--format", "{{.ID}}"])?;
+                let tasks = runtime.list_tasks(&id).await?;
+                let task = running(&tasks)
+                    .into_iter()
+                    .next()
+                    .ok_or("no running task")?
+                    .clone();
+                let marker = docker(&["exec", &task.container_id, "cat", "/data/marker"])?;
+                markers.push((
+                    marker,
+                    task.since,
+                    task.labels.get(labels::MANIFEST_HASH).cloned(),
+                ));
+            }
+            TestResult::Ok(markers)
+        }
+    };
+    let before = markers(&runtime).await?;
+    assert_eq!(
+        before
+            .iter()
+            .map(|(marker, _, _)| marker.as_str())
+            .collect::<Vec<_>>(),
+        ["first-1-0", "first-1-1"]
+    );
+    // A roll: each pod gets its new task on its node, with its volume as it was.
+    repo.write("db.hcl", &statefulset(&scope, "2"))?;
+    let second = repo.commit("version 2")?;
+    wait_status(&data, &key, "Ready", 2, &second, &log)?;
+    let after = markers(&runtime).await?;
+    assert_eq!(
+        after
+            .iter()
+            .map(|(marker, _, _)| marker.as_str())
+            .collect::<Vec<_>>(),
+        ["first-1-0", "first-1-1"],
+        "the volumes outlived the roll"
+    );
+    assert!(
+        after.iter().all(|(_, _, hash)| hash != &before[0].2),
+        "every pod runs the new spec"
+    );
+    // Top-down: ordinal 1's new task started no later than ordinal 0's.
+    assert!(after[1].1 <= after[0].1, "{after:?}");
+    Ok(())
+}
+
+fn with_asset(scope: &str, motd: &str) -> String {
+    format!(
+        r#"asset "{scope}" "cfg" {{
+  motd = "{motd}"
+}}
+deployment "{scope}" "api" {{
+  image    = "{image}"
+  command  = ["sleep", "3600"]
+  replicas = 2
+  volumes  = ["${{asset.{scope}.cfg.motd}}:/etc/motd:ro"]
+}}
+job "{scope}" "migrate" {{
+  image   = "{image}"
+  command = ["sh", "-c", "echo migrated {motd}; exit 0"]
+}}
+"#,
+        image = test_image()
+    )
+}
+
+/// `docker exec` `cat /etc/motd` in each running task of `service`.
+async fn motds(runtime: &DockerRuntime, service: &str) -> TestResult<Vec<String>> {
+    let id = docker(&["service", "inspect", service, "--format", "{{.ID}}"])?;
+    let tasks = runtime.list_tasks(&id).await?;
+    running(&tasks)
+        .iter()
+        .map(|task| docker(&["exec", &task.container_id, "cat", "/etc/motd"]))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Docker engine (a single-node swarm is made on it): scripts/test runs it (cargo test -- --include-ignored)"]
+async fn a_job_runs_to_completion_and_an_asset_change_rotates_its_config_and_rolls_its_consumers()
+-> TestResult {
+    let scope = unique("sw");
+    let _containers = DockerGuard::new(&scope);
+    let _swarm = SwarmGuard::new(&scope)?;
+    let runtime = DockerRuntime::connect().await?;
+    let repo = TempRepo::new()?;
+    repo.write("app.hcl", &with_asset(&scope, "one"))?;
+    let first = repo.commit("an asset, its consumer and a job")?;
+    let dir = tempfile::tempdir()?;
+    let (data, log) = (dir.path().join("data"), dir.path().join("agent.log"));
+    let _agent = Agent::start(
+        &repo,
+        &data,
+        &log,
+        &["--runtime", "swarm", "--ready-settle", "1s"],
+    )?;
+    let api = ResourceKey::new(Kind::Deployment, &scope, "api");
+    let job = ResourceKey::new(Kind::Job, &scope, "migrate");
+    wait_status(&data, &api, "Ready", 2, &first, &log)?;
+
+    // The job ran to completion as a replicated-job service, its output recorded.
+    let run = wait_until(LIMIT, "the job's run succeeded", || {
+        let store = store(&data)?;
+        let status = store.status(&job).ok()??;
+        (status.phase == "Succeeded").then_some(())?;
+        store.job_runs(&job).ok()?.into_iter().next()
+    })
+    .map_err(|error| {
+        format!(
+            "{error}\nagent log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )
+    })?;
+    assert_eq!(run.exit_code, Some(0), "{run:?}");
+    assert!(
+        run.logs_tail.contains("migrated") && run.logs_tail.contains("one"),
+        "{run:?}"
+    );
+    let modes = docker(&[
+        "service",
+        "ls",
+        "--filter",
+        &format!("label=voodu.scope={scope}"),
+        "--filter",
+        "label=voodu.kind=job",
+        "--format",
+        "{{.Mode}}",
+    ])?;
+    assert_eq!(modes, "replicated job");
+
+    // The asset is a config named after its digest, mounted in every task.
+    let configs = |scope: &str| -> TestResult<Vec<String>> {
+        let listed = docker(&[
+            "config",
+            "ls",
+            "--filter",
+            &format!("label=voodu.scope={scope}"),
+            "--format",
+            "{{.Name}}",
+        ])?;
+        Ok(listed.lines().map(ToOwned::to_owned).collect())
+    };
+    let before = configs(&scope)?;
+    assert_eq!(before.len(), 1, "{before:?}");
+    assert!(
+        before[0].starts_with(&format!("{scope}-cfg-motd-")),
+        "{before:?}"
+    );
+    assert_eq!(
+        motds(&runtime, &format!("{scope}-api")).await?,
+        ["one", "one"]
+    );
+
+    // A change of the asset: a new config, the consumer rolled onto it, the old one gone.
+    repo.write("app.hcl", &with_asset(&scope, "two"))?;
+    let second = repo.commit("a new motd")?;
+    wait_status(&data, &api, "Ready", 2, &second, &log)?;
+    assert_eq!(
+        motds(&runtime, &format!("{scope}-api")).await?,
+        ["two", "two"]
+    );
+    let after = wait_until(LIMIT, "the old config removed", || {
+        let after = configs(&scope).ok()?;
+        (after.len() == 1 && after != before).then_some(after)
+    })?;
+    assert!(
+        after[0].starts_with(&format!("{scope}-cfg-motd-")),
+        "{after:?}"
+    );
+    // The job's spec changed: it ran again.
+    let rerun = wait_until(LIMIT, "the job ran again", || {
+        let runs = store(&data)?.job_runs(&job).ok()?;
+        (runs.len() == 2 && runs[0].exit_code == Some(0)).then(|| runs[0].clone())
+    })?;
+    assert!(rerun.logs_tail.contains("two"), "{rerun:?}");
+    Ok(())
+}

@@ -80,7 +80,8 @@ pub(super) trait Replicated<R: Runtime>: Send + Sync {
         Box::pin(inspect_waiting(ctx, observed, release))
     }
     /// When to look again while the engine converges on its own (Swarm starting or
-    /// replacing tasks), besides the rollout re-check and back-offs.
+    /// replacing tasks, or a node lost: no event tells the agent), besides the rollout
+    /// re-check and back-offs.
     fn look_again(&self, _observed: &Observed) -> Option<Duration> {
         None
     }
@@ -239,10 +240,14 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
         all_ready: observed.waiting.is_empty(),
         ..Seen::default()
     };
-    let mut action = Action::Done;
+    let mut action;
     match rollout_state::next(phase, seen).1 {
         effect @ (Effect::Succeed | Effect::Ready) => {
             status.phase = Phase::Ready;
+            // An engine that converges on its own (Swarm) is looked at again.
+            action = kind
+                .look_again(&observed)
+                .map_or(Action::Done, Action::RequeueAfter);
             if release.rolled_back_from.is_some() {
                 // Running a rollback (automatic or the operator's): status keeps saying why.
                 status.message.clone_from(&release.message);

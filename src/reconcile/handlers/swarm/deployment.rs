@@ -156,6 +156,7 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
                 constraints: Vec::new(),
                 asset_digests: &self.spec.asset_digests,
                 labels: std::collections::BTreeMap::new(),
+                volume_labels: std::collections::BTreeMap::new(),
             },
         )?);
         Ok(())
@@ -374,7 +375,9 @@ pub(super) fn new_replicas(
 }
 
 /// Whether Swarm gave up on an update made for `release`: rolled back (or paused) after the
-/// release began. The reason names Swarm's state and message and the failed task's error.
+/// release began, away from what the release runs (a rollback release that Swarm's own
+/// rollback already brought back is not failed by it). The reason names Swarm's state and
+/// message and the failed task's error.
 pub(super) fn swarm_gave_up(
     observed: &Observed,
     release: &Release,
@@ -383,8 +386,10 @@ pub(super) fn swarm_gave_up(
     let seen = observed.swarm.as_ref()?;
     let (service, update) = seen.services.iter().find_map(|service| {
         let update = service.update.as_ref()?;
-        (update.state.failed() && update.started_at >= release.started_at)
-            .then_some((service, update))
+        (update.state.failed()
+            && update.started_at >= release.started_at
+            && !is_current(&service.task_labels))
+        .then_some((service, update))
     })?;
     let failed = seen
         .tasks

@@ -13,6 +13,8 @@
 //! cannot run (`plan::swarm_gaps`) is refused before anything is touched.
 
 pub(super) mod deployment;
+pub(super) mod runs;
+pub(super) mod statefulset;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -99,8 +101,10 @@ pub(super) struct Shape<'a> {
     pub(super) stop_first: bool,
     pub(super) constraints: Vec<String>,
     pub(super) asset_digests: &'a BTreeMap<String, String>,
-    /// Extra service labels (a statefulset's ordinal and node).
+    /// Extra service labels (a statefulset's ordinal).
     pub(super) labels: BTreeMap<String, String>,
+    /// Labels of the named volumes the task mounts, by name.
+    pub(super) volume_labels: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// A service spec ready to send but for its configs' ids, the asset files it mounts, and
@@ -281,6 +285,7 @@ pub(super) fn build_service<R: Runtime>(
         health: health_check(shape.probes),
         stop_grace: Drain::grace_of(shape.drain),
         restart_on_failure: true,
+        volume_labels: shape.volume_labels,
     };
     let digest = spec.digest(&VOLATILE);
     spec.labels
@@ -418,28 +423,52 @@ pub(super) async fn remove_stale_configs<R: Runtime>(ctx: &Ctx<R>, assets: &[Ass
     let current: BTreeSet<&str> = assets.iter().map(|asset| asset.name.as_str()).collect();
     let keys: BTreeSet<&ResourceKey> = assets.iter().map(|asset| &asset.asset).collect();
     for asset in keys {
-        let listed = ctx
-            .runtime
-            .list_configs(&[
-                (labels::AGENT, ctx.agent_id.as_str()),
-                (labels::KIND, Kind::Asset.as_str()),
-                (labels::SCOPE, asset.scope.as_str()),
-                (labels::NAME, asset.name.as_str()),
-            ])
-            .await
-            .unwrap_or_default();
-        for config in listed {
-            if current.contains(config.name.as_str()) {
-                continue;
-            }
-            match ctx.runtime.remove_config(&config.id).await {
-                Ok(()) => tracing::info!(config = %config.name, "unused asset config removed"),
-                Err(error) => {
-                    tracing::debug!(config = %config.name, %error, "asset config still in use")
-                }
+        remove_stale_configs_of(ctx, asset, &current).await;
+    }
+}
+
+/// Removes the configs of `asset` not named in `current` that no service uses.
+async fn remove_stale_configs_of<R: Runtime>(
+    ctx: &Ctx<R>,
+    asset: &ResourceKey,
+    current: &BTreeSet<&str>,
+) {
+    let listed = ctx
+        .runtime
+        .list_configs(&[
+            (labels::AGENT, ctx.agent_id.as_str()),
+            (labels::KIND, Kind::Asset.as_str()),
+            (labels::SCOPE, asset.scope.as_str()),
+            (labels::NAME, asset.name.as_str()),
+        ])
+        .await
+        .unwrap_or_default();
+    for config in listed {
+        if current.contains(config.name.as_str()) {
+            continue;
+        }
+        match ctx.runtime.remove_config(&config.id).await {
+            Ok(()) => tracing::info!(config = %config.name, "unused asset config removed"),
+            Err(error) => {
+                tracing::debug!(config = %config.name, %error, "asset config still in use")
             }
         }
     }
+}
+
+/// An asset left the repo: its configs that no service uses go.
+pub(super) async fn remove_asset_configs<R: Runtime>(ctx: &Ctx<R>, asset: &ResourceKey) {
+    remove_stale_configs_of(ctx, asset, &BTreeSet::new()).await;
+}
+
+/// The asset's configs but `current` that no service uses go.
+pub(super) async fn remove_asset_configs_but<R: Runtime>(
+    ctx: &Ctx<R>,
+    asset: &ResourceKey,
+    current: &[String],
+) {
+    let current: BTreeSet<&str> = current.iter().map(String::as_str).collect();
+    remove_stale_configs_of(ctx, asset, &current).await;
 }
 
 /// An asset file's bytes, at most a config's size.
@@ -562,10 +591,17 @@ pub(super) fn observed(
 /// How soon a pass looks again while Swarm converges by itself: tasks it starts or replaces
 /// send no event the agent waits for.
 const CONVERGING: Duration = Duration::from_secs(2);
+/// How often a converged Swarm resource is looked at again: a node lost, a task
+/// rescheduled on another node, send the agent's engine no container event.
+const WATCH: Duration = Duration::from_secs(15);
 
-/// `CONVERGING` while the plan waits for Swarm or a replica is not ready yet.
+/// `CONVERGING` while the plan waits for Swarm or a replica is not ready yet, else `WATCH`.
 pub(super) fn look_again<S>(steps: &[S], observed: &Observed) -> Option<Duration> {
-    (!steps.is_empty() || !observed.waiting.is_empty()).then_some(CONVERGING)
+    Some(if !steps.is_empty() || !observed.waiting.is_empty() {
+        CONVERGING
+    } else {
+        WATCH
+    })
 }
 
 /// The nodes that are down and ran (or were to run) tasks of `seen`: `hostname (id)`.
