@@ -23,7 +23,10 @@ use crate::manifest::{self, LoadOptions, Manifest, Mode, Policy};
 use crate::model::{
     CommitSha, FileRead, FileSource, HostSelection, Kind, ResourceKey, Snapshot, SourceFile,
 };
-use crate::reconcile::plan::{Action, ResourcePlan, StatefulStep, Step, plan_all};
+use crate::reconcile::Engine;
+use crate::reconcile::plan::{
+    Action, ResourcePlan, StatefulStep, Step, plan_all, swarm_gaps, swarm_notes,
+};
 use crate::runtime::{Container, DockerRuntime, Runtime, labels};
 use crate::store::Store;
 
@@ -61,6 +64,11 @@ pub(super) struct PlanArgs {
     /// machine's host name.
     #[command(flatten)]
     hosts: super::fleet::HostArgs,
+    /// Plan for this runtime: `docker` (containers) or `swarm` (Docker Swarm services: which
+    /// resources map fully, which with notes, which cannot run and why). Default: the one
+    /// the agent recorded in state.db, else docker.
+    #[arg(long, value_name = "docker|swarm", value_parser = super::run::parse_runtime)]
+    runtime: Option<Engine>,
 }
 
 pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> {
@@ -131,7 +139,21 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
         .into_iter()
         .map(|desired| (desired.key, desired.spec))
         .collect();
+    let recorded = match &store {
+        Some(store) => store.meta(crate::store::META_RUNTIME)?,
+        None => None,
+    };
+    let swarm = args
+        .runtime
+        .unwrap_or(if recorded.as_deref() == Some("swarm") {
+            Engine::Swarm
+        } else {
+            Engine::Containers
+        })
+        == Engine::Swarm;
     let actual = match &store {
+        // Under Swarm the replicas are tasks of services, not containers of this engine.
+        _ if swarm => Ok(BTreeMap::new()),
         Some(store) => actual_containers(&store.agent_id_read_only()?),
         None => Ok(BTreeMap::new()),
     };
@@ -144,7 +166,14 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
             )),
         ),
     };
-    let plans = plan_all(&manifest, &current, &actual, &scaled);
+    let mut plans = plan_all(&manifest, &current, &actual, &scaled);
+    if swarm {
+        for plan in &mut plans {
+            // Container steps do not apply: Swarm replaces tasks itself.
+            plan.steps.clear();
+            plan.pod_steps.clear();
+        }
+    }
     let mut view = PlanView::new(
         &snapshot,
         data_dir,
@@ -156,6 +185,9 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
     view.triggers = triggers;
     view.host = hosts.host.clone();
     view.host_labels = hosts.labels.clone();
+    if swarm {
+        view.under_swarm(&manifest);
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&view)?);
     } else {
@@ -522,6 +554,11 @@ fn actual_containers(agent_id: &str) -> anyhow::Result<BTreeMap<ResourceKey, Vec
 #[derive(Debug, Serialize)]
 struct PlanView {
     commit: String,
+    /// `docker` or `swarm`.
+    runtime: &'static str,
+    /// Under Swarm: how many resources map fully, with notes, or not at all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    swarm: Option<SwarmSummary>,
     /// The fleet host planned for (`--host`); `None`: every host's manifests.
     host: Option<String>,
     host_labels: Vec<String>,
@@ -538,6 +575,14 @@ struct PlanView {
     summary: BTreeMap<&'static str, usize>,
 }
 
+/// How a commit's resources map to Docker Swarm.
+#[derive(Debug, Serialize)]
+struct SwarmSummary {
+    maps_fully: usize,
+    maps_with_notes: usize,
+    does_not_map: usize,
+}
+
 #[derive(Debug, Serialize)]
 struct ResourceView {
     kind: String,
@@ -551,6 +596,9 @@ struct ResourceView {
     failure: Option<String>,
     changes: Vec<ChangeView>,
     steps: Vec<String>,
+    /// Under Swarm: how it runs differently there.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    notes: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -607,6 +655,7 @@ impl PlanView {
                             after: change.after.clone(),
                         })
                         .collect(),
+                    notes: Vec::new(),
                     steps: plan
                         .steps
                         .iter()
@@ -622,6 +671,8 @@ impl PlanView {
             .collect();
         PlanView {
             commit: snapshot.commit.to_string(),
+            runtime: "docker",
+            swarm: None,
             host: None,
             host_labels: Vec::new(),
             data_dir: data_dir.to_owned(),
@@ -632,6 +683,48 @@ impl PlanView {
             warnings: manifest.warnings.iter().map(ToString::to_string).collect(),
             summary,
         }
+    }
+
+    /// Marks what Swarm cannot run as failing (the handlers refuse it with this reason) and
+    /// adds how the rest runs there.
+    fn under_swarm(&mut self, manifest: &Manifest) {
+        self.runtime = "swarm";
+        let mut summary = SwarmSummary {
+            maps_fully: 0,
+            maps_with_notes: 0,
+            does_not_map: 0,
+        };
+        for resource in &mut self.resources {
+            let Some(next) = manifest.resources.iter().find(|next| {
+                next.key.kind.as_str() == resource.kind
+                    && next.key.scope == resource.scope
+                    && next.key.name == resource.name
+            }) else {
+                continue;
+            };
+            let gaps = swarm_gaps(&next.spec);
+            resource.notes = swarm_notes(&next.spec);
+            if gaps.is_empty() {
+                if resource.notes.is_empty() {
+                    summary.maps_fully += 1;
+                } else {
+                    summary.maps_with_notes += 1;
+                }
+                continue;
+            }
+            summary.does_not_map += 1;
+            let failure = format!("cannot run under Docker Swarm: {}", gaps.join("; "));
+            if resource.action != "fail" {
+                *self.summary.entry(resource.action).or_default() -= 1;
+                *self.summary.entry("fail").or_default() += 1;
+                resource.action = "fail";
+            }
+            resource.detail = format!(
+                "fails when applied, before anything is touched (running ones are kept): {failure}"
+            );
+            resource.failure = Some(failure);
+        }
+        self.swarm = Some(summary);
     }
 
     fn text(&self) -> String {
@@ -667,17 +760,17 @@ impl PlanView {
                 ));
             }
         }
-        match &self.host {
-            Some(host) if self.host_labels.is_empty() => {
-                out.push_str(&format!("Plan for {} on host {host}:\n", self.commit));
-            }
-            Some(host) => out.push_str(&format!(
-                "Plan for {} on host {host} (labels {}):\n",
-                self.commit,
-                self.host_labels.join(", ")
-            )),
-            None => out.push_str(&format!("Plan for {}:\n", self.commit)),
-        }
+        let on = match &self.host {
+            Some(host) if self.host_labels.is_empty() => format!(" on host {host}"),
+            Some(host) => format!(" on host {host} (labels {})", self.host_labels.join(", ")),
+            None => String::new(),
+        };
+        let engine = if self.swarm.is_some() {
+            " (Docker Swarm)"
+        } else {
+            ""
+        };
+        out.push_str(&format!("Plan for {}{on}{engine}:\n", self.commit));
         let width = self
             .resources
             .iter()
@@ -709,6 +802,9 @@ impl PlanView {
                 let mark = if change.hashed { " [replaces]" } else { "" };
                 out.push_str(&format!("        {}: {arrow}{mark}\n", change.field));
             }
+            for note in &resource.notes {
+                out.push_str(&format!("        swarm: {note}\n"));
+            }
         }
         let count = |action: &str| self.summary.get(action).copied().unwrap_or(0);
         let failing = match count("fail") {
@@ -723,6 +819,12 @@ impl PlanView {
             count("delete"),
             count("unchanged")
         ));
+        if let Some(swarm) = &self.swarm {
+            out.push_str(&format!(
+                "Under Docker Swarm: {} map fully, {} map with notes, {} do not map.\n",
+                swarm.maps_fully, swarm.maps_with_notes, swarm.does_not_map
+            ));
+        }
         out
     }
 }

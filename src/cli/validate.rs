@@ -42,6 +42,11 @@ pub(super) struct ValidateArgs {
     /// directory in turn, with the shared manifests (or everything, when there are none).
     #[command(flatten)]
     hosts: super::fleet::HostArgs,
+    /// Also check that every resource can run under this runtime: `swarm` reports what
+    /// Docker Swarm cannot run as errors (with the reason) and how the rest runs there as
+    /// warnings. Default: docker (no such check).
+    #[arg(long, value_name = "docker|swarm", default_value = "docker", value_parser = super::run::parse_runtime)]
+    runtime: crate::reconcile::Engine,
 }
 
 /// Which manifests one validation reads.
@@ -261,8 +266,16 @@ pub(super) fn run(args: &ValidateArgs, data_dir: &Path) -> anyhow::Result<ExitCo
         )?;
         audiences(&every.paths, &normalized(&args.paths))
     };
+    let swarm = args.runtime == crate::reconcile::Engine::Swarm;
+    let validate = |audience: &Audience| -> anyhow::Result<Outcome> {
+        let mut outcome = validate_dir(&args.dir, &args.paths, &vars, policy.as_ref(), audience)?;
+        if swarm {
+            outcome.under_swarm();
+        }
+        Ok(outcome)
+    };
     if let [audience] = audiences.as_slice() {
-        let outcome = validate_dir(&args.dir, &args.paths, &vars, policy.as_ref(), audience)?;
+        let outcome = validate(audience)?;
         print!("{}", outcome.report());
         return Ok(if outcome.errors.is_empty() {
             ExitCode::SUCCESS
@@ -275,7 +288,7 @@ pub(super) fn run(args: &ValidateArgs, data_dir: &Path) -> anyhow::Result<ExitCo
     let mut summaries = Vec::new();
     let mut failed = false;
     for audience in &audiences {
-        let outcome = validate_dir(&args.dir, &args.paths, &vars, policy.as_ref(), audience)?;
+        let outcome = validate(audience)?;
         for line in outcome.lines() {
             if printed.insert(line.clone()) {
                 print!("{line}");
@@ -312,9 +325,31 @@ pub(super) struct Outcome {
     pub(super) kinds: BTreeMap<String, usize>,
     /// The manifest files read (before the audience kept its own).
     pub(super) paths: Vec<String>,
+    /// The accepted resources' specs with where each is declared (for `--runtime swarm`).
+    specs: Vec<(Diagnostic, crate::manifest::spec::Spec)>,
 }
 
 impl Outcome {
+    /// What Docker Swarm cannot run becomes an error at the resource's block, how the rest
+    /// runs there a warning.
+    fn under_swarm(&mut self) {
+        for (origin, spec) in &self.specs {
+            let gaps = crate::reconcile::plan::swarm_gaps(spec);
+            if !gaps.is_empty() {
+                self.errors.push(Diagnostic {
+                    message: format!("cannot run under Docker Swarm: {}", gaps.join("; ")),
+                    ..origin.clone()
+                });
+            }
+            for note in crate::reconcile::plan::swarm_notes(spec) {
+                self.warnings.push(Diagnostic {
+                    message: format!("under Docker Swarm: {note}"),
+                    ..origin.clone()
+                });
+            }
+        }
+    }
+
     /// The lines `validate` prints.
     pub(super) fn report(&self) -> String {
         let mut out: String = self.lines().concat();
@@ -434,6 +469,7 @@ pub(super) fn validate_dir(
                 n_files: trigger_files.len(),
                 kinds: BTreeMap::new(),
                 paths: Vec::new(),
+                specs: Vec::new(),
             });
         }
         named.sort_by(|a, b| a.path.cmp(&b.path));
@@ -474,6 +510,11 @@ pub(super) fn validate_dir(
                     n_files,
                     kinds,
                     paths: read,
+                    specs: manifest
+                        .resources
+                        .into_iter()
+                        .map(|resource| (resource.origin, resource.spec))
+                        .collect(),
                 }
             }
             Err(diagnostics) => Outcome {
@@ -482,6 +523,7 @@ pub(super) fn validate_dir(
                 n_files,
                 kinds: BTreeMap::new(),
                 paths: read,
+                specs: Vec::new(),
             },
         },
     )

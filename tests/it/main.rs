@@ -7,6 +7,7 @@ mod cli;
 mod contract;
 mod contract_swarm;
 mod corpus;
+mod corpus_swarm;
 mod e2e_docker;
 mod e2e_jobs;
 mod fetch_errors;

@@ -173,14 +173,14 @@ pub fn swarm_gaps(spec: &Spec) -> Vec<String> {
     gaps
 }
 
-/// How `spec` runs differently under Swarm (it maps, with these notes).
+/// How `spec` runs differently under Swarm than on one host (it maps, with these notes);
+/// empty when it runs the same.
 pub fn swarm_notes(spec: &Spec) -> Vec<String> {
     let mut notes = Vec::new();
     let container = match spec {
         Spec::Deployment(deployment) => {
-            notes.push("a replicated service; Swarm rolls it one task at a time (start-first, stop-first with a published port) and rolls a failed update back, which fails the release".to_owned());
             if deployment.probes.is_some() {
-                notes.push("probes run as the service's health check (http_get needs wget, tcp_socket nc in the image)".to_owned());
+                notes.push("probes run as the service's health check, in the task (http_get needs wget, tcp_socket nc in the image); on_probe is not delivered".to_owned());
             }
             if deployment.autoscale.is_some() {
                 notes.push(
@@ -194,42 +194,27 @@ pub fn swarm_notes(spec: &Spec) -> Vec<String> {
             {
                 notes.push("drain.timeout is not applied (Swarm stops a task after stop_grace_period = drain.grace)".to_owned());
             }
-            if deployment.on_probe.is_some() {
-                notes.push(
-                    "on_probe is not delivered (the agent does not probe Swarm's tasks)".to_owned(),
-                );
-            }
             if !deployment.ports.is_empty() {
                 notes.push("ports are published in host mode on the node each task runs on, on every interface".to_owned());
+            }
+            if !matches!(deployment.effective_restart(), "always" | "unless-stopped") {
+                notes.push(format!(
+                    "restart = {:?}: Swarm restarts a replica's task whatever its exit",
+                    deployment.effective_restart()
+                ));
             }
             Some(&deployment.container)
         }
         Spec::Statefulset(statefulset) => {
-            notes.push("one single-replica service per ordinal, pinned to the node it first ran on (its volumes are node-local); the agent rolls them top-down".to_owned());
+            notes.push("each pod is pinned to the node it first ran on (its volumes are node-local): a pod whose node is lost stays down until the node is back".to_owned());
             if statefulset.probes.is_some() {
-                notes.push("probes run as each pod's health check (http_get needs wget, tcp_socket nc in the image)".to_owned());
+                notes.push("probes run as each pod's health check, in the task (http_get needs wget, tcp_socket nc in the image)".to_owned());
             }
             Some(&statefulset.container)
         }
-        Spec::Job(job) => {
-            notes.push("each run is a replicated-job service".to_owned());
-            Some(&job.container)
-        }
-        Spec::Cronjob(cronjob) => {
-            notes.push(
-                "the agent's scheduler launches each tick as a replicated-job service".to_owned(),
-            );
-            Some(&cronjob.job.container)
-        }
-        Spec::Asset(_) => {
-            notes.push("a file mounted by a consumer's volume becomes a Swarm config named after its digest (at most 500 KB); other uses of its path name a file on the agent's node only".to_owned());
-            None
-        }
-        Spec::Registry(_) => {
-            notes.push("credentials are sent with each service (--with-registry-auth)".to_owned());
-            None
-        }
-        Spec::Ingress(_) => None,
+        Spec::Job(job) => Some(&job.container),
+        Spec::Cronjob(cronjob) => Some(&cronjob.job.container),
+        Spec::Asset(_) | Spec::Registry(_) | Spec::Ingress(_) => None,
     };
     if let Some(container) = container {
         let host_binds = container
@@ -239,6 +224,15 @@ pub fn swarm_notes(spec: &Spec) -> Vec<String> {
             .count();
         if host_binds > 0 {
             notes.push(format!("{host_binds} bind mount(s) of a host path mount that path on whichever node runs the task"));
+        }
+        let asset_path_used = container
+            .command
+            .iter()
+            .flatten()
+            .chain(container.env.values())
+            .any(|text| text.contains("${asset."));
+        if asset_path_used {
+            notes.push("`${asset.…}` in command or env names a file on the agent's node only (asset files become Swarm configs only where a volume mounts them)".to_owned());
         }
         if container
             .extra_hosts
