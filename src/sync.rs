@@ -15,7 +15,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use crate::assets::{self, UrlCache};
-use crate::git::Source;
+use crate::git::{Source, TrustedKeys, VerifyMode};
 use crate::manifest::spec::Spec;
 use crate::manifest::{self, Diagnostic, Diagnostics, LoadOptions, Mode, Policy, Vars};
 use crate::model::{CommitSha, random_hex};
@@ -59,6 +59,18 @@ pub struct SyncOptions {
     pub max_url_bytes: u64,
     /// What commits may ask of the host; default-deny (README "Host policy").
     pub policy: Policy,
+    /// Commit signatures to require (`--verify-commits`); `None`: none.
+    pub trust: Option<CommitTrust>,
+}
+
+/// `--verify-commits` and the keys it trusts.
+#[derive(Debug, Clone)]
+pub struct CommitTrust {
+    pub mode: VerifyMode,
+    pub keys: Arc<TrustedKeys>,
+    /// Names the configuration (mode and the key files' digests): a commit judged under
+    /// another one is judged again after a restart.
+    pub fingerprint: String,
 }
 
 impl SyncOptions {
@@ -77,6 +89,7 @@ impl SyncOptions {
                 ..Policy::default()
             },
             data_dir,
+            trust: None,
         }
     }
 }
@@ -86,6 +99,8 @@ pub const MISSING_VAR_HINT: &str = "set it in a config bucket this file reads (`
 
 /// The `meta` key holding the host policy the agent last ran with (JSON), which `plan` applies.
 pub const META_HOST_POLICY: &str = "host_policy";
+/// The `meta` key naming the commit-signature configuration the agent last ran with.
+const META_COMMIT_TRUST: &str = "commit_trust";
 
 /// At most this many diagnostics of one commit are kept (recorded, logged, answered to
 /// `?wait`); the last one kept says how many more there were. A commit with a million
@@ -147,12 +162,21 @@ impl Syncer {
     pub fn new(source: Source, store: Arc<Store>, options: SyncOptions) -> Result<Syncer, Error> {
         let policy = serde_json::to_string(&options.policy)
             .expect("a policy is booleans and lists of strings");
-        let same_policy = store.meta(META_HOST_POLICY)?.as_deref() == Some(policy.as_str());
+        let trust = options
+            .trust
+            .as_ref()
+            .map_or_else(|| "none".to_owned(), |trust| trust.fingerprint.clone());
+        let same_policy = store.meta(META_HOST_POLICY)?.as_deref() == Some(policy.as_str())
+            && store
+                .meta(META_COMMIT_TRUST)?
+                .unwrap_or_else(|| "none".to_owned())
+                == trust;
         let last_seen = match store.commit_summary()?.last_seen {
             Some(record) if same_policy => Some((record.sha, store.config_version()?)),
             _ => None,
         };
         store.set_meta(META_HOST_POLICY, Some(&policy))?;
+        store.set_meta(META_COMMIT_TRUST, Some(&trust))?;
         let fetcher = UrlCache::new(&options.data_dir, options.max_url_bytes);
         Ok(Syncer {
             source,
@@ -214,6 +238,14 @@ impl Syncer {
     }
 
     fn load_and_apply(&self, commit: &CommitSha) -> Result<SyncOutcome, Error> {
+        if let Some(untrusted) = self.untrusted(commit)? {
+            let diagnostics = Diagnostics(vec![untrusted]);
+            self.store.reject_commit(commit, &diagnostics)?;
+            return Ok(SyncOutcome::Rejected {
+                commit: commit.clone(),
+                diagnostics,
+            });
+        }
         let snapshot = self.source.read_snapshot(commit)?;
         let files = self.source.files_at(commit)?;
         let vars = Vars {
@@ -283,6 +315,64 @@ impl Syncer {
             summary,
             warnings: bounded(manifest.warnings),
         })
+    }
+}
+
+impl Syncer {
+    /// With `--verify-commits`, why `commit` may not be applied: the first commit of the
+    /// checked range without a trusted signature, as a diagnostic of the commit as a whole.
+    fn untrusted(&self, commit: &CommitSha) -> Result<Option<Diagnostic>, Error> {
+        let Some(trust) = &self.options.trust else {
+            return Ok(None);
+        };
+        let since = match trust.mode {
+            VerifyMode::Tip => None,
+            VerifyMode::All => self
+                .store
+                .commit_summary()?
+                .last_applied
+                .map(|record| record.sha),
+        };
+        match self
+            .source
+            .verify(&trust.keys, trust.mode, since.as_ref(), commit)?
+        {
+            Ok(verified) => {
+                tracing::info!(
+                    commit = commit.short(),
+                    signer = %verified.tip_signer,
+                    commits = verified.n_commits,
+                    "commit signature verified"
+                );
+                Ok(None)
+            }
+            Err(untrusted) => {
+                let mode = trust.mode.as_str();
+                let message = if untrusted.commit == *commit {
+                    format!(
+                        "not signed by a trusted key: {} (--verify-commits {mode}); nothing of this commit was applied",
+                        untrusted.refusal
+                    )
+                } else {
+                    format!(
+                        "not signed by a trusted key: {} (--verify-commits {mode}: every commit since the last applied one{} must be); nothing of {} was applied",
+                        untrusted.refusal,
+                        since
+                            .as_ref()
+                            .map(|since| format!(", {},", since.short()))
+                            .unwrap_or_default(),
+                        commit.short()
+                    )
+                };
+                tracing::warn!(commit = commit.short(), untrusted = untrusted.commit.short(), reason = %untrusted.refusal, "commit refused: signature");
+                Ok(Some(Diagnostic {
+                    path: format!("commit {}", untrusted.commit.short()),
+                    line: 0,
+                    col: 0,
+                    message,
+                }))
+            }
+        }
     }
 }
 

@@ -57,6 +57,7 @@ mod rollback;
 mod run;
 mod status;
 mod sync;
+mod trust;
 mod unpin;
 mod validate;
 

@@ -19,7 +19,7 @@ use crate::assets::{DEFAULT_MAX_URL_BYTES, UrlCache};
 use crate::git::{Source, SourceOptions, WorkdirFiles, read_workdir};
 use crate::manifest::spec::Spec;
 use crate::manifest::{self, LoadOptions, Manifest, Mode, Policy};
-use crate::model::{FileSource, Kind, ResourceKey, Snapshot};
+use crate::model::{CommitSha, FileSource, Kind, ResourceKey, Snapshot};
 use crate::reconcile::plan::{Action, ResourcePlan, StatefulStep, Step, plan_all};
 use crate::runtime::{Container, DockerRuntime, Runtime, labels};
 use crate::store::Store;
@@ -49,6 +49,9 @@ pub(super) struct PlanArgs {
     /// its state.db), else the default-deny policy.
     #[command(flatten)]
     policy: PolicyArgs,
+    /// The signatures to require of the planned commit, as the agent's flags.
+    #[command(flatten)]
+    trust: super::trust::TrustArgs,
 }
 
 pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> {
@@ -64,7 +67,35 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
         vars.buckets = store.buckets()?;
     }
     let policy = host_policy(args, store.as_ref(), data_dir)?;
-    let (snapshot, files) = read_source(args, scratch.path())?;
+    let trust = args.trust.to_commit_trust()?;
+    let (snapshot, files, source) = read_source(args, scratch.path())?;
+    if let Some(trust) = &trust {
+        let Some((source, commit)) = &source else {
+            anyhow::bail!(
+                "--verify-commits checks commits: plan a revision (`--rev REV`) or a repository URL, not a working directory"
+            );
+        };
+        let since = match (&store, trust.mode) {
+            (Some(store), crate::git::VerifyMode::All) => store
+                .commit_summary()?
+                .last_applied
+                .map(|record| record.sha),
+            _ => None,
+        };
+        if let Err(untrusted) = source.verify(&trust.keys, trust.mode, since.as_ref(), commit)? {
+            eprintln!(
+                "commit {}: not signed by a trusted key: {} (--verify-commits {})",
+                untrusted.commit.short(),
+                untrusted.refusal,
+                trust.mode.as_str()
+            );
+            eprintln!(
+                "plan: the agent would reject {} and keep running the last good commit",
+                commit.short()
+            );
+            return Ok(ExitCode::from(1));
+        }
+    }
     let fetcher = UrlCache::new(scratch.path(), DEFAULT_MAX_URL_BYTES);
     let options = LoadOptions {
         vars: &vars,
@@ -153,12 +184,15 @@ fn host_policy(args: &PlanArgs, store: Option<&Store>, data_dir: &Path) -> anyho
     Ok(policy)
 }
 
-fn read_source(args: &PlanArgs, scratch: &Path) -> anyhow::Result<(Snapshot, Box<dyn FileSource>)> {
+/// The planned snapshot, the files beside it, and for a revision the source and its commit.
+type PlanSource = (Snapshot, Box<dyn FileSource>, Option<(Source, CommitSha)>);
+
+fn read_source(args: &PlanArgs, scratch: &Path) -> anyhow::Result<PlanSource> {
     let dir = Path::new(&args.repo);
     if args.rev.is_none() && dir.is_dir() {
         let snapshot = read_workdir(dir, &args.paths)
             .with_context(|| format!("cannot read {}", dir.display()))?;
-        return Ok((snapshot, Box::new(WorkdirFiles::new(dir))));
+        return Ok((snapshot, Box::new(WorkdirFiles::new(dir)), None));
     }
     let rev = args.rev.clone().unwrap_or_else(|| "main".to_owned());
     let source = Source::new(
@@ -175,7 +209,7 @@ fn read_source(args: &PlanArgs, scratch: &Path) -> anyhow::Result<(Snapshot, Box
         .with_context(|| format!("cannot fetch {rev} from {}", args.repo))?;
     let snapshot = source.read_snapshot(&commit)?;
     let files = source.files_at(&commit)?;
-    Ok((snapshot, Box::new(files)))
+    Ok((snapshot, Box::new(files), Some((source, commit))))
 }
 
 /// The agent's containers, by resource.

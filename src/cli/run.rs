@@ -115,6 +115,10 @@ pub(super) struct RunArgs {
     /// What commits may ask of the host (README "Host policy"); default-deny.
     #[command(flatten)]
     policy: super::validate::PolicyArgs,
+
+    /// Which commit signatures the agent requires (README "Signed commits").
+    #[command(flatten)]
+    trust: super::trust::TrustArgs,
 }
 
 /// `--listen`: an address, or `off`.
@@ -146,6 +150,7 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
     sync.max_url_bytes = args.max_url_size;
     // Before anything else, so a bad policy is the error.
     sync.policy = args.policy.to_policy_for(&data_dir)?;
+    sync.trust = args.trust.to_commit_trust()?;
     for name in &args.allow_env {
         match std::env::var(name) {
             Ok(value) => {
