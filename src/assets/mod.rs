@@ -8,6 +8,7 @@
 //! the assets root are ever written or removed. Blocking: call from a blocking thread.
 
 mod fetch;
+pub mod sops;
 mod write;
 
 pub use fetch::{DEFAULT_MAX_URL_BYTES, UrlCache};

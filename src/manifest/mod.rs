@@ -19,6 +19,7 @@ pub mod invariants;
 mod lex;
 mod macros;
 mod policy;
+pub mod sops;
 pub mod spec;
 mod validate;
 

@@ -24,5 +24,6 @@ mod refusal_docker;
 mod registry_docker;
 mod signed;
 mod slow_clients;
+mod sops;
 mod statefulset;
 mod tidy;
