@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
+use crate::assets::sops::Keyring;
 use crate::assets::{self, UrlCache};
 use crate::git::{Source, TrustedKeys, VerifyMode};
 use crate::manifest::spec::Spec;
@@ -61,6 +62,8 @@ pub struct SyncOptions {
     pub policy: Policy,
     /// Commit signatures to require (`--verify-commits`); `None`: none.
     pub trust: Option<CommitTrust>,
+    /// The age identities SOPS files are opened with (`--age-identity`).
+    pub keyring: Arc<Keyring>,
 }
 
 /// `--verify-commits` and the keys it trusts.
@@ -90,6 +93,7 @@ impl SyncOptions {
             },
             data_dir,
             trust: None,
+            keyring: Arc::new(Keyring::default()),
         }
     }
 }
@@ -272,6 +276,15 @@ impl Syncer {
                     });
                 }
             };
+        let sealed = sealed_refusals(&manifest, &self.options.keyring);
+        if !sealed.is_empty() {
+            let diagnostics = Diagnostics(sealed);
+            self.store.reject_commit(commit, &diagnostics)?;
+            return Ok(SyncOutcome::Rejected {
+                commit: commit.clone(),
+                diagnostics,
+            });
+        }
         let symlinked = bind_refusals_on_this_host(&manifest, &self.options.policy);
         if !symlinked.is_empty() {
             let diagnostics = Diagnostics(symlinked);
@@ -374,6 +387,49 @@ impl Syncer {
             }
         }
     }
+}
+
+/// The SOPS env files of the commit that this host cannot open (no identity, no matching key,
+/// MAC mismatch, a value no environment variable can hold), each at the resource that reads
+/// it. Decrypted values are dropped here: they live in memory only while being checked.
+pub fn sealed_refusals(manifest: &manifest::Manifest, keyring: &Keyring) -> Vec<Diagnostic> {
+    let mut opened: BTreeMap<&str, Result<(), String>> = BTreeMap::new();
+    let mut refusals = Vec::new();
+    for resource in &manifest.resources {
+        let Some(container) = resource.spec.container() else {
+            continue;
+        };
+        for sealed in &container.env_sealed {
+            let outcome = opened.entry(sealed.digest.as_str()).or_insert_with(|| {
+                if keyring.is_empty() {
+                    return Err("is SOPS-encrypted and the agent holds no age identity; start it with --age-identity FILE".to_owned());
+                }
+                let bytes = manifest
+                    .blobs
+                    .get(&sealed.digest)
+                    .ok_or("is missing from the commit's files")?;
+                let file = manifest::sops::parse(bytes)
+                    .ok_or("is not a SOPS file")?
+                    .map_err(|why| format!("is not a readable SOPS file: {why}"))?;
+                let plain = keyring
+                    .open(&file)
+                    .map_err(|error| format!("cannot be decrypted: {error}"))?;
+                for (name, value) in plain.env().map_err(|error| format!("cannot be used as an env file: {error}"))? {
+                    if value.contains('\0') {
+                        return Err(format!("{name:?}: a value holds a NUL byte, which no environment variable can"));
+                    }
+                }
+                Ok(())
+            });
+            if let Err(why) = outcome {
+                refusals.push(Diagnostic {
+                    message: format!("env_file {:?} {why}", sealed.path),
+                    ..resource.origin.clone()
+                });
+            }
+        }
+    }
+    refusals
 }
 
 /// Bind sources that the host policy allows as written but that resolve, through symlinks on

@@ -117,6 +117,20 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
             return Ok(ExitCode::from(1));
         }
     };
+    // SOPS env files are opened as the agent would, when given its identities; the values
+    // are dropped at once (a plan shows a secret's change by its file's digest only).
+    let keyring = args.trust.to_keyring()?;
+    if !keyring.is_empty() {
+        let refusals = crate::sync::sealed_refusals(&manifest, &keyring);
+        if !refusals.is_empty() {
+            eprintln!("{}", manifest::Diagnostics(refusals));
+            eprintln!(
+                "plan: the agent would reject {} and keep running the last good one",
+                snapshot.commit
+            );
+            return Ok(ExitCode::from(1));
+        }
+    }
     let desired = match &store {
         Some(store) => store.desired_all()?,
         None => Vec::new(),

@@ -1,5 +1,6 @@
-//! The flags of what the agent trusts in a repository: which commit signatures it requires
-//! (`--verify-commits`, `--trusted-ssh-signers`, `--trusted-pgp-keys`). Shared by the agent and
+//! The flags of what the agent trusts in a repository and the keys it holds: which commit
+//! signatures it requires (`--verify-commits`, `--trusted-ssh-signers`, `--trusted-pgp-keys`)
+//! and the age identities it opens SOPS files with (`--age-identity`). Shared by the agent and
 //! `plan`, so a plan judges a commit as the agent would.
 //!
 //! Invariant: trust is configured on the host only; nothing in the repository can turn
@@ -12,6 +13,7 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use sha2::{Digest as _, Sha256};
 
+use crate::assets::sops::Keyring;
 use crate::git::{TrustedKeys, VerifyMode};
 use crate::sync::CommitTrust;
 
@@ -39,9 +41,20 @@ pub(super) struct TrustArgs {
     /// (`gpg --export --armor KEYID… > FILE`).
     #[arg(long, value_name = "FILE")]
     trusted_pgp_keys: Option<PathBuf>,
+    /// An age identity file (`age-keygen` output; repeatable) to decrypt the repository's
+    /// SOPS files with (README "Secrets in the repository"). Never read from the repository.
+    #[arg(long = "age-identity", value_name = "FILE")]
+    age_identities: Vec<PathBuf>,
 }
 
 impl TrustArgs {
+    /// The age identities of `--age-identity` (none: SOPS files are refused).
+    pub(super) fn to_keyring(&self) -> anyhow::Result<Arc<Keyring>> {
+        Ok(Arc::new(
+            Keyring::load(&self.age_identities).map_err(|message| anyhow::anyhow!(message))?,
+        ))
+    }
+
     /// The verification to run, or `None` when `--verify-commits` is not given; an error for
     /// flags that contradict each other or key files that cannot be used.
     pub(super) fn to_commit_trust(&self) -> anyhow::Result<Option<CommitTrust>> {

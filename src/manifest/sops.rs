@@ -110,7 +110,7 @@ pub fn parse(bytes: &[u8]) -> Option<Result<SopsFile, String>> {
     };
     let sops = map.get(&yaml_rust2::Yaml::String("sops".to_owned()))?;
     let yaml_rust2::Yaml::Hash(sops) = sops else {
-        return Some(Err("the `sops` entry is not a mapping".to_owned()));
+        return None;
     };
     if !sops.contains_key(&yaml_rust2::Yaml::String("mac".to_owned())) {
         return None;
@@ -242,12 +242,11 @@ fn metadata_of(sops: &Node) -> Result<Metadata, String> {
                     }
                 }
             }
-            "pgp" | "kms" | "gcp_kms" | "azure_kv" | "hc_vault" | "hckms" => {
+            "pgp" | "kms" | "gcp_kms" | "azure_kv" | "hc_vault" | "hckms"
                 if !matches!(value, Node::Null)
-                    && !matches!(value, Node::List(items) if items.is_empty())
-                {
-                    metadata.other_keys.push(key.clone());
-                }
+                    && !matches!(value, Node::List(items) if items.is_empty()) =>
+            {
+                metadata.other_keys.push(key.clone());
             }
             _ => {}
         }
