@@ -304,7 +304,7 @@ impl Syncer {
             }
         }
         let assets_root = assets::assets_root(&self.options.data_dir);
-        let written = assets::materialise(&manifest, &assets_root)?;
+        let written = assets::materialise(&manifest, &assets_root, &self.options.keyring)?;
         if written > 0 {
             tracing::info!(commit = commit.short(), files = written, "assets written");
         }
@@ -424,6 +424,28 @@ pub fn sealed_refusals(manifest: &manifest::Manifest, keyring: &Keyring) -> Vec<
             if let Err(why) = outcome {
                 refusals.push(Diagnostic {
                     message: format!("env_file {:?} {why}", sealed.path),
+                    ..resource.origin.clone()
+                });
+            }
+        }
+    }
+    // SOPS-encrypted asset sources: decrypted here to check, written by `materialise`.
+    for resource in &manifest.resources {
+        let Spec::Asset(asset) = &resource.spec else {
+            continue;
+        };
+        for (key, file) in asset.files.iter().filter(|(_, file)| file.sealed) {
+            let why = if keyring.is_empty() {
+                Some("is SOPS-encrypted and the agent holds no age identity; start it with --age-identity FILE".to_owned())
+            } else {
+                let one = std::collections::BTreeMap::from([(key.clone(), file.clone())]);
+                assets::prepare(&one, &|digest| manifest.blobs.get(digest).cloned(), keyring)
+                    .err()
+                    .map(|error| format!("cannot be decrypted: {error}"))
+            };
+            if let Some(why) = why {
+                refusals.push(Diagnostic {
+                    message: format!("asset key `{key}`: file({:?}) {why}", file.origin),
                     ..resource.origin.clone()
                 });
             }

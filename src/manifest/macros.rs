@@ -304,6 +304,7 @@ fn redis(cx: &mut Cx<'_>, r: &mut Reader<'_>, key: &ResourceKey) -> Expansion {
                 on_failure: String::new(),
                 digest,
                 size: content.len() as u64,
+                sealed: false,
             },
         );
     }

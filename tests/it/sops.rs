@@ -202,6 +202,23 @@ fn sops_env_file(env: &mut crate::e2e_docker::Env) -> TestResult {
         "app/web.hcl",
         &web_with_secrets(env.scope()).replace("\"secrets.sops.env\"", "\"../secrets.sops.env\""),
     )?;
+    // An asset whose source is a SOPS binary file: decrypted onto the host, mode 0600.
+    let private_key = format!(
+        "-----BEGIN KEY-----\n{}\n-----END KEY-----\n",
+        voodu_agent::model::random_hex(16)
+    );
+    key.encrypt_to(
+        &env.repo.work().join("tls.key.sops"),
+        private_key.as_bytes(),
+        "binary",
+    )?;
+    env.repo.write(
+        "app/certs.hcl",
+        &format!(
+            "asset \"{}\" \"certs\" {{\n  key = file(\"../tls.key.sops\")\n}}\n",
+            env.scope()
+        ),
+    )?;
     let first = env.repo.commit("web with a SOPS env file")?;
     env.start_agent_with(&["--age-identity", &identity, "--ready-settle", "1s"])?;
     let running = env.converged(&first, 1, None)?;
@@ -209,6 +226,20 @@ fn sops_env_file(env: &mut crate::e2e_docker::Env) -> TestResult {
     assert!(vars.contains(&format!("DB_PASSWORD={secret}")), "{vars:?}");
     // `env` wins over the file for V, as over a plain env_file.
     assert!(vars.contains(&"V=1".to_owned()), "{vars:?}");
+    let asset = env
+        .data_dir()
+        .join("assets")
+        .join(env.scope())
+        .join("certs")
+        .join("key");
+    assert_eq!(std::fs::read_to_string(&asset)?, private_key);
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        assert_eq!(
+            std::fs::metadata(&asset)?.permissions().mode() & 0o777,
+            0o600
+        );
+    }
 
     // A changed secret rolls the replica, as any env change.
     let rotated = format!("pw-{}", voodu_agent::model::random_hex(12));

@@ -1200,6 +1200,7 @@ fn asset_source(
         on_failure,
         digest: sha256_hex(bytes),
         size: bytes.len() as u64,
+        sealed: false,
     };
     match value {
         Expression::FuncCall(call) => {
@@ -1210,7 +1211,21 @@ fn asset_source(
                     let path = to_string(cx, path, &field)?;
                     match cx.env.read_file(cx.path, &path) {
                         Read::Bytes(bytes) => {
-                            let file = described("file", path, String::new(), &bytes);
+                            let mut file = described("file", path.clone(), String::new(), &bytes);
+                            // A SOPS-encrypted source is decrypted on the host, never here.
+                            match crate::manifest::sops::parse(&bytes) {
+                                Some(Ok(_)) => file.sealed = true,
+                                Some(Err(problem)) => {
+                                    cx.error(
+                                        span,
+                                        format!(
+                                            "file({path:?}) is not a readable SOPS file: {problem}"
+                                        ),
+                                    );
+                                    return None;
+                                }
+                                None => {}
+                            }
                             Some((file, Some(bytes)))
                         }
                         Read::Missing(message) if cx.env.mode == Mode::Validate => {
