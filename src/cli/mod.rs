@@ -59,6 +59,7 @@ mod rollback;
 mod run;
 mod status;
 mod sync;
+mod trust;
 mod unpin;
 mod validate;
 

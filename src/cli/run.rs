@@ -115,6 +115,10 @@ pub(super) struct RunArgs {
     /// What commits may ask of the host (README "Host policy"); default-deny.
     #[command(flatten)]
     policy: super::validate::PolicyArgs,
+
+    /// Which commit signatures the agent requires (README "Signed commits").
+    #[command(flatten)]
+    trust: super::trust::TrustArgs,
 }
 
 /// `--listen`: an address, or `off`.
@@ -146,6 +150,8 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
     sync.max_url_bytes = args.max_url_size;
     // Before anything else, so a bad policy is the error.
     sync.policy = args.policy.to_policy_for(&data_dir)?;
+    sync.trust = args.trust.to_commit_trust()?;
+    sync.keyring = args.trust.to_keyring()?;
     for name in &args.allow_env {
         match std::env::var(name) {
             Ok(value) => {
@@ -188,6 +194,7 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
                 .unwrap_or_else(|_| data_dir.join("ingress")),
         )
     });
+    let keyring = std::sync::Arc::clone(&sync.keyring);
     let config = AgentConfig {
         source: SourceOptions {
             url: repo,
@@ -206,6 +213,7 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
             autoscale_interval: args.autoscale_interval.max(Duration::from_secs(1)),
             container_events: !args.no_container_events,
             cron_catch_up: args.cron_catch_up,
+            keyring: std::sync::Arc::clone(&keyring),
             ingress,
             ..ReconcileOptions::default()
         },

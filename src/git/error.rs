@@ -21,6 +21,8 @@ pub enum Error {
     },
     #[error("cannot read commit {sha}: {message}")]
     Read { sha: String, message: String },
+    #[error("cannot use trusted keys {path}: {message}")]
+    TrustedKeys { path: PathBuf, message: String },
     #[error("fetch interrupted")]
     Interrupted,
 }

@@ -10,6 +10,7 @@
 mod error;
 mod tree;
 pub mod trigger;
+mod verify;
 mod workdir;
 
 pub use error::{Error, Result};
@@ -18,6 +19,7 @@ pub use error::{Error, Result};
 /// refused ones (symlinks) with why.
 pub type TriggerFiles = (Vec<crate::model::SourceFile>, Vec<(String, String)>);
 pub use tree::{CommitFiles, TriggeredFiles};
+pub use verify::{MAX_VERIFIED_COMMITS, Refusal, TrustedKeys, Untrusted, Verified, VerifyMode};
 pub use workdir::{WORKDIR_COMMIT, WorkdirFiles, read_workdir, read_workdir_triggers};
 
 use std::path::{Path, PathBuf};
@@ -216,6 +218,20 @@ impl Source {
         self.tree_reads.fetch_add(1, Ordering::Relaxed);
         let repo = self.open_mirror()?;
         tree::read_snapshot(&repo, sha, &self.options.paths)
+    }
+
+    /// Verifies the signatures `mode` asks for on the way to `tip`: the tip alone, or every
+    /// commit since `since` (the last applied commit). `Ok(Err(_))` names the first commit
+    /// that is not trusted and why. Blocking.
+    pub fn verify(
+        &self,
+        keys: &TrustedKeys,
+        mode: VerifyMode,
+        since: Option<&CommitSha>,
+        tip: &CommitSha,
+    ) -> Result<std::result::Result<Verified, Untrusted>> {
+        let repo = self.open_mirror()?;
+        verify::verify(&repo, keys, mode, since, tip)
     }
 
     /// The files of commit `sha`, for `file()` and `env_file`. Blocking.

@@ -19,6 +19,7 @@ pub mod invariants;
 mod lex;
 mod macros;
 mod policy;
+pub mod sops;
 pub mod spec;
 pub mod triggers;
 mod validate;
@@ -208,7 +209,7 @@ pub fn load_with_policy(
     warnings.sort_by(by_location);
     if errors.is_empty() {
         // Keep only blobs a resource uses (a rejected duplicate may have added some).
-        let used: std::collections::BTreeSet<&str> = resources
+        let mut used: std::collections::BTreeSet<&str> = resources
             .iter()
             .filter_map(|resource| match &resource.spec {
                 spec::Spec::Asset(asset) => {
@@ -218,6 +219,11 @@ pub fn load_with_policy(
             })
             .flatten()
             .collect();
+        used.extend(
+            resources
+                .iter()
+                .flat_map(|resource| resource.spec.sealed_digests()),
+        );
         blobs.retain(|digest, _| used.contains(digest.as_str()));
         Ok(Manifest {
             resources,

@@ -94,6 +94,8 @@ pub struct ReconcileOptions {
     pub cron_catch_up: Duration,
     /// Where cron's "now" comes from (the wall clock; tests pass a virtual one).
     pub clock: Clock,
+    /// The age identities SOPS env files are decrypted with when a container is created.
+    pub keyring: Arc<crate::assets::sops::Keyring>,
     /// The ingress proxy; `None` turns ingresses off (their status says so). The agent
     /// runs the router only when set.
     pub ingress: Option<router::IngressOptions>,
@@ -113,6 +115,7 @@ impl Default for ReconcileOptions {
             default_ulimits: None,
             cron_catch_up: cron::DEFAULT_CATCH_UP,
             clock: Clock::System,
+            keyring: Arc::default(),
             ingress: None,
         }
     }

@@ -177,10 +177,11 @@ impl Store {
             }
             tx.execute("CREATE TEMP TABLE IF NOT EXISTS live_blobs (digest TEXT PRIMARY KEY)", [])?;
             tx.execute("DELETE FROM live_blobs", [])?;
-            for digest in manifest.resources.iter().filter_map(|resource| match &resource.spec {
-                Spec::Asset(asset) => Some(asset.files.values().map(|file| file.digest.as_str())),
-                _ => None,
-            }).flatten() {
+            for digest in manifest.resources.iter().flat_map(|resource| match &resource.spec {
+                Spec::Asset(asset) => asset.files.values().map(|file| file.digest.as_str()).collect::<Vec<_>>(),
+                // SOPS env files: their encrypted bytes, decrypted only when a container is made.
+                spec => spec.sealed_digests(),
+            }) {
                 tx.execute("INSERT OR IGNORE INTO live_blobs (digest) VALUES (?1)", params![digest])?;
             }
             tx.execute("DELETE FROM blobs WHERE digest NOT IN (SELECT digest FROM live_blobs)", [])?;

@@ -20,7 +20,8 @@ pub use asset::{AssetFile, AssetSpec};
 pub use common::{
     Autoscale, Build, Container, DEFAULT_NETWORK, DEFAULT_RESTART, DEFAULT_STOP_GRACE, DependsOn,
     Drain, ExecAction, HttpGet, Init, Lang, Limits, Logs, OnDeploy, OnProbe, Probe, Probes,
-    ReleaseHooks, Resources, TcpSocket, VolumeClaim, WebhookTarget, container_port, normalize_port,
+    ReleaseHooks, Resources, SealedEnv, TcpSocket, VolumeClaim, WebhookTarget, container_port,
+    normalize_port,
 };
 pub use deployment::DeploymentSpec;
 pub use hash::sha256_hex;
@@ -215,6 +216,19 @@ impl Spec {
             Spec::Cronjob(spec) => Some(&spec.job.container),
             Spec::Asset(_) | Spec::Ingress(_) | Spec::Registry(_) => None,
         }
+    }
+
+    /// The digests of the SOPS env files the container reads (their blobs must be kept).
+    pub fn sealed_digests(&self) -> Vec<&str> {
+        self.container()
+            .map(|container| {
+                container
+                    .env_sealed
+                    .iter()
+                    .map(|sealed| sealed.digest.as_str())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// The `_asset_digests` of consumer kinds.
