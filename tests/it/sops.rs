@@ -314,8 +314,17 @@ fn sops_env_file(env: &mut crate::e2e_docker::Env) -> TestResult {
     assert_eq!(plan.status.code(), Some(0), "{plan_text}");
 
     // The values appear nowhere but in the container: not in the agent's log, status, plan,
-    // state.db (and its WAL) or any other file of the data dir.
+    // the activity log, state.db (and its WAL) or any other file of the data dir.
+    let activity = env.cli(&["activity", "--json"])?;
+    assert!(
+        activity.contains(&second[..12]),
+        "the activity log records the rotation's commit: {activity}"
+    );
     for value in [&secret, &rotated] {
+        assert!(
+            !activity.contains(value.as_str()),
+            "the activity log holds a secret"
+        );
         let log = std::fs::read_to_string(env.log())?;
         assert!(!log.contains(value.as_str()), "the log holds a secret");
         let status = serde_json::to_string(&env.status()?)?;
