@@ -167,6 +167,7 @@ fn read_source(args: &PlanArgs, scratch: &Path) -> anyhow::Result<(Snapshot, Box
             branch: rev.clone(),
             paths: args.paths.clone(),
             token_file: None,
+            ..Default::default()
         },
         scratch,
     );

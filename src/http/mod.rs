@@ -22,6 +22,7 @@ mod conn;
 pub mod detail;
 mod error;
 mod metrics;
+mod process;
 pub mod status;
 pub mod webhook;
 

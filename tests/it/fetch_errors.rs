@@ -82,6 +82,7 @@ impl Watcher {
             branch: "main".to_owned(),
             paths: Vec::new(),
             token_file,
+            ..Default::default()
         };
         let syncer = Syncer::new(
             Source::new(options, data.path()),

@@ -22,6 +22,7 @@ mod process;
 mod reconcile;
 mod refusal_docker;
 mod registry_docker;
+mod service;
 mod slow_clients;
 mod statefulset;
 mod tidy;
