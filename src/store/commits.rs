@@ -146,6 +146,7 @@ impl Store {
             *current = head;
             moved
         });
+        self.mark_changed();
         Ok(summary)
     }
 
@@ -153,13 +154,15 @@ impl Store {
     pub fn reject_commit(&self, sha: &CommitSha, diagnostics: &Diagnostics) -> Result<()> {
         let errors =
             serde_json::to_string(&diagnostics.0).expect("diagnostics are strings and numbers");
-        self.with(|connection| {
+        let result = self.with(|connection| {
             connection.execute(
                 "INSERT INTO commits (sha, outcome, errors, seen_at) VALUES (?1, 'rejected', ?2, ?3)",
                 params![sha.as_str(), errors, now_unix()],
             )?;
             Ok(())
-        })
+        });
+        self.mark_changed();
+        result
     }
 
     /// The last seen, applied and rejected commits.

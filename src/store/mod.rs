@@ -57,6 +57,9 @@ pub struct Store {
     connection: Mutex<Connection>,
     path: PathBuf,
     journal_head: watch::Sender<i64>,
+    /// Bumped after each write a reader may show (status, commits, releases, health), so
+    /// live views wait for a change instead of polling.
+    changes: watch::Sender<u64>,
 }
 
 /// Seconds since the Unix epoch.
@@ -150,7 +153,20 @@ impl Store {
             connection: Mutex::new(connection),
             path: path.to_owned(),
             journal_head,
+            changes: watch::channel(0).0,
         }
+    }
+
+    /// Receives a new value after each write a status view shows: a resource's status, a
+    /// commit's outcome, a release's start or end, a health check (writes of this handle
+    /// only; another process's are not seen).
+    pub fn subscribe_changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn mark_changed(&self) {
+        self.changes
+            .send_modify(|count| *count = count.wrapping_add(1));
     }
 
     pub fn path(&self) -> &Path {

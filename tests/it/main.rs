@@ -6,6 +6,7 @@ mod bounds_docker;
 mod cli;
 mod contract;
 mod corpus;
+mod dashboard;
 mod e2e_docker;
 mod e2e_jobs;
 mod fetch_errors;
