@@ -7,6 +7,7 @@ mod cli;
 mod contract;
 mod corpus;
 mod dashboard;
+mod dashboard_browser;
 mod e2e_docker;
 mod e2e_jobs;
 mod fetch_errors;

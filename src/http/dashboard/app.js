@@ -49,6 +49,24 @@
     });
     var rows = document.querySelectorAll("tr[data-key]");
     show("changed", known !== doc.rows.length || rows.length !== doc.rows.length);
+    setText(document.getElementById("n-resources"), String(doc.rows.length));
+    var counts = document.getElementById("phase-counts");
+    if (counts) {
+      var spans = doc.phases.map(function (count) {
+        var span = document.createElement("span");
+        span.className = "count";
+        var badge = document.createElement("span");
+        badge.className = "badge " + (classes.indexOf(count.class) >= 0 ? count.class : "none");
+        badge.textContent = count.phase;
+        span.appendChild(badge);
+        span.appendChild(document.createTextNode(" " + count.count + " "));
+        return span;
+      });
+      var text = spans.map(function (span) { return span.textContent; }).join("");
+      if (counts.textContent.replace(/\s+/g, "") !== text.replace(/\s+/g, "")) {
+        counts.replaceChildren.apply(counts, spans);
+      }
+    }
     setText(document.getElementById("applied"), doc.applied);
     var fetch = document.getElementById("fetch");
     setText(fetch, doc.fetch); stateClass(fetch, doc.fetch_class);

@@ -124,10 +124,19 @@ fn rejected(view: &StatusView) -> Option<Rejected> {
     })
 }
 
+/// How many resources are in one phase.
+#[derive(Debug, Serialize)]
+pub(super) struct PhaseCount {
+    pub(super) phase: String,
+    pub(super) class: &'static str,
+    pub(super) count: usize,
+}
+
 /// The overview's live document.
 #[derive(Debug, Serialize)]
 pub(super) struct OverviewLive {
     pub(super) rows: Vec<Row>,
+    pub(super) phases: Vec<PhaseCount>,
     pub(super) rejected: Option<Rejected>,
     pub(super) applied: String,
     pub(super) fetch: String,
@@ -151,8 +160,20 @@ pub(super) fn overview_live(view: &StatusView) -> OverviewLive {
             None => ("reachable".to_owned(), "good"),
         },
     };
+    let mut by_phase: std::collections::BTreeMap<&str, usize> = Default::default();
+    for resource in &view.resources {
+        *by_phase.entry(resource.phase).or_default() += 1;
+    }
     OverviewLive {
         rows: view.resources.iter().map(row).collect(),
+        phases: by_phase
+            .into_iter()
+            .map(|(phase, count)| PhaseCount {
+                phase: phase.to_owned(),
+                class: phase_class(phase),
+                count,
+            })
+            .collect(),
         rejected: rejected(view),
         applied: commit_line(view.last_applied.as_ref()),
         fetch,
@@ -184,17 +205,18 @@ pub(super) fn overview_html(view: &StatusView, activity: &str) -> String {
         &live.engine,
         live.engine_class,
     );
-    let mut by_phase: std::collections::BTreeMap<&str, usize> = Default::default();
-    for resource in &view.resources {
-        *by_phase.entry(resource.phase).or_default() += 1;
-    }
     let _ = write!(
         out,
-        "<div class=\"card\"><h3>Resources</h3><p class=\"big\">{}</p><p>",
+        "<div class=\"card\"><h3>Resources</h3><p class=\"big\" id=\"n-resources\">{}</p><p id=\"phase-counts\">",
         view.resources.len()
     );
-    for (phase, count) in &by_phase {
-        let _ = write!(out, "{} {count} ", badge(phase));
+    for count in &live.phases {
+        let _ = write!(
+            out,
+            "<span class=\"count\">{} {}</span> ",
+            badge(&count.phase),
+            count.count
+        );
     }
     out.push_str("</p></div></section>\n");
     rejected_html(&mut out, live.rejected.as_ref());
