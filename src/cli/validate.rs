@@ -28,6 +28,10 @@ pub(super) struct ValidateArgs {
     /// Without any of these, only the format is checked; with one, also the host policy.
     #[command(flatten)]
     policy: PolicyArgs,
+    /// Print `{"ok", "files", "resources": {KIND: N}, "errors": [...], "warnings": [...]}`,
+    /// each problem with its `path`, `line`, `col` and `message`.
+    #[arg(long)]
+    json: bool,
 }
 
 /// The host policy (see README "Host policy"): a policy file and/or flags, which add to it.
@@ -198,7 +202,26 @@ pub(super) fn run(args: &ValidateArgs, data_dir: &Path) -> anyhow::Result<ExitCo
         .then(|| args.policy.to_policy_for(data_dir))
         .transpose()?;
     let outcome = validate_dir(&args.dir, &args.paths, &vars, policy.as_ref())?;
-    print!("{}", outcome.report());
+    if args.json {
+        let problem = |diagnostic: &Diagnostic| {
+            serde_json::json!({
+                "path": diagnostic.path,
+                "line": diagnostic.line,
+                "col": diagnostic.col,
+                "message": diagnostic.message,
+            })
+        };
+        let view = serde_json::json!({
+            "ok": outcome.errors.is_empty(),
+            "files": outcome.n_files,
+            "resources": outcome.kinds,
+            "errors": outcome.errors.iter().map(problem).collect::<Vec<_>>(),
+            "warnings": outcome.warnings.iter().map(problem).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&view)?);
+    } else {
+        print!("{}", outcome.report());
+    }
     Ok(if outcome.errors.is_empty() {
         ExitCode::SUCCESS
     } else {
