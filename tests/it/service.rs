@@ -276,7 +276,7 @@ fn debian_package_installs_binary_and_unit_and_starts_nothing() -> TestResult {
     let contents = run(Command::new("dpkg-deb").arg("-c").arg(&deb))?;
     for path in [
         "./usr/bin/voodu-agent",
-        "./lib/systemd/system/voodu-agent.service",
+        "./usr/lib/systemd/system/voodu-agent.service",
         "./etc/voodu-agent/voodu-agent.env",
     ] {
         assert!(
@@ -284,7 +284,8 @@ fn debian_package_installs_binary_and_unit_and_starts_nothing() -> TestResult {
             "{path} not in:\n{contents}"
         );
     }
-    // The maintainer scripts reload systemd but neither enable nor start the unit.
+    // The maintainer scripts neither enable nor start the unit: they only keep an admin's
+    // enablement across upgrades (`was-enabled`) and restart a running agent on upgrade.
     let scripts = tempfile::tempdir()?;
     run(Command::new("dpkg-deb")
         .arg("-e")
@@ -292,8 +293,24 @@ fn debian_package_installs_binary_and_unit_and_starts_nothing() -> TestResult {
         .arg(scripts.path()))?;
     let postinst = std::fs::read_to_string(scripts.path().join("postinst")).unwrap_or_default();
     println!("postinst:\n{postinst}");
-    for forbidden in ["deb-systemd-invoke start", "deb-systemd-helper enable"] {
-        assert!(!postinst.contains(forbidden), "postinst runs {forbidden}");
+    let lines: Vec<&str> = postinst.lines().map(str::trim).collect();
+    for (index, line) in lines.iter().enumerate() {
+        if line.starts_with("deb-systemd-helper enable") {
+            assert!(
+                index > 0 && lines[index - 1].contains("was-enabled"),
+                "postinst enables the unit: {line}"
+            );
+        }
+        if line.starts_with("deb-systemd-invoke") {
+            assert!(
+                line.contains("try-restart"),
+                "postinst starts the unit: {line}"
+            );
+        }
+        assert!(
+            !line.contains("systemctl start") && !line.contains("systemctl enable"),
+            "{line}"
+        );
     }
     let conffiles = std::fs::read_to_string(scripts.path().join("conffiles"))?;
     assert!(
@@ -317,7 +334,9 @@ fn debian_package_installs_binary_and_unit_and_starts_nothing() -> TestResult {
         .arg("-i")
         .arg(&deb))?;
     let binary = root.path().join("usr/bin/voodu-agent");
-    let unit = root.path().join("lib/systemd/system/voodu-agent.service");
+    let unit = root
+        .path()
+        .join("usr/lib/systemd/system/voodu-agent.service");
     let env_file = root.path().join("etc/voodu-agent/voodu-agent.env");
     for path in [&binary, &unit, &env_file] {
         assert!(path.exists(), "{} not installed", path.display());
