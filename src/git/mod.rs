@@ -409,7 +409,79 @@ fn normalize_url(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::error_chain;
+    use super::{Source, SourceOptions, error_chain, token_user};
+
+    #[test]
+    fn tokens_go_as_the_urls_user() {
+        let cases = [
+            (
+                "https://gitlab+deploy-token-7@gitlab.example.com/ops/deploy.git",
+                "gitlab+deploy-token-7",
+            ),
+            (
+                "https://x-token-auth@bitbucket.org/team/repo.git",
+                "x-token-auth",
+            ),
+            ("https://github.com/org/repo.git", "x-access-token"),
+            ("not a url", "x-access-token"),
+        ];
+        for (url, user) in cases {
+            assert_eq!(token_user(url), user, "{url}");
+        }
+    }
+
+    #[test]
+    fn a_token_over_plain_http_and_a_bad_ca_file_are_refused()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let options = |url: &str| SourceOptions {
+            url: url.to_owned(),
+            token_file: Some(dir.path().join("token")),
+            ..SourceOptions::default()
+        };
+        let error = options("HTTP://git.example.org/r.git")
+            .check()
+            .expect_err("refused");
+        assert!(error.to_string().contains("in clear text"), "{error}");
+        assert!(options("https://git.example.org/r.git").check().is_ok());
+        let not_pem = dir.path().join("ca.pem");
+        std::fs::write(&not_pem, "not a certificate\n")?;
+        let error = SourceOptions {
+            ca_file: Some(not_pem),
+            ..options("https://git.example.org/r.git")
+        }
+        .check()
+        .expect_err("refused");
+        assert!(error.to_string().contains("no PEM certificate"), "{error}");
+        Ok(())
+    }
+
+    /// `--git-ssh-accept-new-host-keys` reaches gix as the ssh command it runs, in memory.
+    #[test]
+    fn accepting_new_host_keys_sets_the_ssh_command() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        for (accept, expected) in [(true, Some(super::SSH_ACCEPT_NEW)), (false, None)] {
+            let source = Source::new(
+                SourceOptions {
+                    url: "ssh://git@example.org/r.git".to_owned(),
+                    ssh_accept_new_host_keys: accept,
+                    ..SourceOptions::default()
+                },
+                dir.path(),
+            );
+            let repo = source.open_mirror()?;
+            let command = repo.ssh_connect_options()?.command;
+            assert_eq!(
+                command.as_deref().and_then(|command| command.to_str()),
+                expected,
+                "{accept}"
+            );
+        }
+        // The mirror's config file is not changed.
+        let config = std::fs::read_to_string(dir.path().join("repo.git/config"))?;
+        assert!(!config.contains("accept-new"), "{config}");
+        Ok(())
+    }
 
     /// An error with a message and an optional source, like gix's nested errors.
     #[derive(Debug)]

@@ -334,7 +334,11 @@ fn private_ca_with_url_user_and_token() -> TestResult {
     );
     let status = good.status()?;
     assert_eq!(status["fetch"]["state"], "ok", "{status:#}");
-    assert_eq!(status["resources"][0]["name"], "web", "{status:#}");
+    assert_eq!(
+        status["last_applied"]["sha"],
+        repo.head()?.as_str(),
+        "{status:#}"
+    );
     let without_user = format!("https://127.0.0.1:{port}/{name}");
     let cases: &[(&str, &str, &str)] = &[
         ("wrong token", &with_user, "wrong-token"),
