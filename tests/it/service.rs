@@ -296,8 +296,13 @@ fn debian_package_installs_binary_and_unit_and_starts_nothing() -> TestResult {
     let lines: Vec<&str> = postinst.lines().map(str::trim).collect();
     for (index, line) in lines.iter().enumerate() {
         if line.starts_with("deb-systemd-helper enable") {
+            // Only inside `if deb-systemd-helper --quiet was-enabled …`.
+            let condition = lines[..index]
+                .iter()
+                .rev()
+                .find(|line| line.starts_with("if "));
             assert!(
-                index > 0 && lines[index - 1].contains("was-enabled"),
+                condition.is_some_and(|condition| condition.contains("was-enabled")),
                 "postinst enables the unit: {line}"
             );
         }
