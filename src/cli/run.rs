@@ -369,3 +369,29 @@ async fn stop_on_signals(shutdown: CancellationToken) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    #[test]
+    fn boolean_flags_default_to_false_and_set_to_true() {
+        let cli =
+            super::super::Cli::try_parse_from(["voodu-agent", "--repo", "r"]).expect("parses");
+        let args = cli.run;
+        assert!(
+            !args.no_container_events && !args.no_watch && !args.no_ingress && !args.adopt,
+            "{args:?}"
+        );
+        assert!(!args.git_ssh_accept_new_host_keys && !args.policy.given());
+        let cli = super::super::Cli::try_parse_from([
+            "voodu-agent",
+            "--repo",
+            "r",
+            "--no-watch",
+            "--adopt",
+        ])
+        .expect("parses");
+        assert!(cli.run.no_watch && cli.run.adopt && !cli.run.no_ingress);
+    }
+}
