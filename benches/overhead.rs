@@ -62,6 +62,7 @@ impl InProcess {
                 branch: "main".into(),
                 paths: Vec::new(),
                 token_file: None,
+                ..Default::default()
             },
             data_dir: data_dir.to_owned(),
             interval: Duration::from_secs(3600),
@@ -74,6 +75,7 @@ impl InProcess {
             http: HttpConfig::default(),
             watch_local: false,
             adopt: false,
+            service: Default::default(),
         };
         let state_db = config.state_db();
         let shutdown = CancellationToken::new();

@@ -125,6 +125,7 @@ fn bench(n: usize) -> Figures {
             branch: "main".into(),
             paths: vec!["deploy".into()],
             token_file: None,
+            ..Default::default()
         },
         &dir.path().join("data"),
     );

@@ -70,6 +70,7 @@ fn bench(dir: &Path, keys: &TrustedKeys, first: &CommitSha, tip: &CommitSha, n: 
             branch: "main".to_owned(),
             paths: Vec::new(),
             token_file: None,
+            ..Default::default()
         },
         &dir.join("data"),
     );

@@ -246,6 +246,7 @@ fn read_source(args: &PlanArgs, scratch: &Path) -> anyhow::Result<Read> {
             branch: rev.clone(),
             paths: args.paths.clone(),
             token_file: None,
+            ..Default::default()
         },
         scratch,
     );
@@ -359,6 +360,7 @@ fn with_triggers(
                 branch: branch.clone(),
                 paths: Vec::new(),
                 token_file: None,
+                ..Default::default()
             },
             data_dir,
         )

@@ -207,6 +207,7 @@ impl Store {
             *current = head;
             moved
         });
+        self.mark_changed();
         Ok(summary)
     }
 
@@ -237,7 +238,7 @@ impl Store {
             .first()
             .map(ToString::to_string)
             .unwrap_or_default();
-        self.with(|connection| {
+        let result = self.with(|connection| {
             let tx = connection.transaction()?;
             tx.execute(
                 "INSERT INTO commits (sha, outcome, errors, seen_at) VALUES (?1, 'rejected', ?2, ?3)",
@@ -263,7 +264,9 @@ impl Store {
             }
             tx.commit()?;
             Ok(())
-        })
+        });
+        self.mark_changed();
+        result
     }
 
     /// The last seen, applied and rejected commits.

@@ -68,6 +68,9 @@ pub struct Store {
     journal_head: watch::Sender<i64>,
     /// Who the changes this handle makes are recorded as made by (`acting_as`).
     who: Who,
+    /// Bumped after each write a reader may show (status, commits, releases, health), so
+    /// live views wait for a change instead of polling.
+    changes: watch::Sender<u64>,
 }
 
 /// Seconds since the Unix epoch.
@@ -167,7 +170,20 @@ impl Store {
             path: path.to_owned(),
             journal_head,
             who: Who::AGENT,
+            changes: watch::channel(0).0,
         }
+    }
+
+    /// Receives a new value after each write a status view shows: a resource's status, a
+    /// commit's outcome, a release's start or end, a health check (writes of this handle
+    /// only; another process's are not seen).
+    pub fn subscribe_changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn mark_changed(&self) {
+        self.changes
+            .send_modify(|count| *count = count.wrapping_add(1));
     }
 
     pub fn path(&self) -> &Path {

@@ -571,7 +571,7 @@ impl Store {
     /// When an earlier release that ran (succeeded or later rolled back) had the same spec
     /// hash, as after a `git revert`, the message says so.
     pub fn begin_release(&self, desired: &Desired) -> Result<Release> {
-        self.with(|connection| {
+        let result = self.with(|connection| {
             let tx = connection.transaction()?;
             let earlier = tx
                 .query_row(
@@ -619,7 +619,9 @@ impl Store {
             record_rollout(&tx, &Who::AGENT, "rollout", release.id, "started", &message)?;
             tx.commit()?;
             Ok(release)
-        })
+        });
+        self.mark_changed();
+        result
     }
 
     /// Ends a progressing release as failed and halted before it touched replicas (a
@@ -716,7 +718,7 @@ impl Store {
     /// release already says. A release that is no longer progressing (an operator rolled
     /// back meanwhile) is left as it is.
     pub fn finish_release(&self, id: i64, phase: ReleasePhase, message: &str) -> Result<()> {
-        self.with(|connection| {
+        let result = self.with(|connection| {
             let tx = connection.transaction()?;
             let ended = tx.execute(
                 "UPDATE releases SET phase = ?2, finished_at = ?3,
@@ -731,7 +733,9 @@ impl Store {
             }
             tx.commit()?;
             Ok(())
-        })
+        });
+        self.mark_changed();
+        result
     }
 
     /// The pin of a resource, if the operator rolled it back.

@@ -325,7 +325,7 @@ fn from_row(row: StatusRow) -> Result<(ResourceKey, ResourceStatus)> {
 impl Store {
     pub fn put_status(&self, key: &ResourceKey, status: &ResourceStatus) -> Result<()> {
         let detail = status.detail.to_json();
-        self.with(|connection| {
+        let result = self.with(|connection| {
             connection.execute(
                 "INSERT INTO status (kind, scope, name, phase, message, desired_replicas, running_replicas, spec_hash, release_id, updated_at, detail, reason)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
@@ -351,17 +351,21 @@ impl Store {
                 ],
             )?;
             Ok(())
-        })
+        });
+        self.mark_changed();
+        result
     }
 
     pub fn delete_status(&self, key: &ResourceKey) -> Result<()> {
-        self.with(|connection| {
+        let result = self.with(|connection| {
             connection.execute(
                 "DELETE FROM status WHERE kind = ?1 AND scope = ?2 AND name = ?3",
                 params![key.kind.as_str(), key.scope, key.name],
             )?;
             Ok(())
-        })
+        });
+        self.mark_changed();
+        result
     }
 
     pub fn status(&self, key: &ResourceKey) -> Result<Option<ResourceStatus>> {

@@ -769,6 +769,19 @@ async fn the_sync_command_finds_the_agent_and_waits_for_the_commit() -> TestResu
         stdout.starts_with(&format!("commit {} applied", &next[..12])),
         "{stdout}"
     );
+    // `--json`: the agent's answer, through the same client.
+    let data_dir = agent.data_dir();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_voodu-agent"))
+            .args(["sync", "--wait", "--json", "--data-dir"])
+            .arg(data_dir)
+            .output()
+    })
+    .await??;
+    assert!(output.status.success());
+    let answer: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+    assert_eq!(answer["result"], "applied", "{answer:#}");
+    assert_eq!(answer["commit"], next.as_str(), "{answer:#}");
     agent.stop().await
 }
 

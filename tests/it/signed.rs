@@ -42,6 +42,7 @@ impl Agent {
                 branch: "main".into(),
                 paths: Vec::new(),
                 token_file: None,
+                ..Default::default()
             },
             data.path(),
         );

@@ -61,6 +61,7 @@ impl Agent {
                 branch: "main".to_owned(),
                 paths: paths.iter().map(|path| (*path).to_owned()).collect(),
                 token_file: None,
+                ..Default::default()
             },
             data.path(),
         );

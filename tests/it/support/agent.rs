@@ -46,6 +46,7 @@ pub fn fake_agent_config(repo: &TempRepo, data_dir: &std::path::Path) -> AgentCo
             branch: "main".into(),
             paths: Vec::new(),
             token_file: None,
+            ..Default::default()
         },
         data_dir: data_dir.to_owned(),
         interval: Duration::from_millis(100),
@@ -57,6 +58,7 @@ pub fn fake_agent_config(repo: &TempRepo, data_dir: &std::path::Path) -> AgentCo
         http: HttpConfig::default(),
         watch_local: false,
         adopt: false,
+        service: Default::default(),
     }
 }
 
