@@ -27,6 +27,10 @@ use voodu_agent::reconcile::ReconcileOptions;
 use voodu_agent::runtime::FakeRuntime;
 use voodu_agent::store::Store;
 
+/// The agent binary's allocator (`src/main.rs`), so the figures are the agent's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> Result {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -175,6 +179,25 @@ fn by_verb(calls: &[String]) -> BTreeMap<String, usize> {
     verbs
 }
 
+/// `list` calls by the label keys they filter on (`agent` alone is a list of everything the
+/// agent owns; `agent,kind,scope,name,role` one resource's replicas).
+fn lists_by_filter(calls: &[String]) -> BTreeMap<String, usize> {
+    let mut shapes = BTreeMap::new();
+    for call in calls {
+        let Some(filter) = call.strip_prefix("list ") else {
+            continue;
+        };
+        let shape = filter
+            .split(',')
+            .filter_map(|pair| pair.split_once('=').map(|(key, _)| key))
+            .map(|key| key.strip_prefix("voodu.").unwrap_or(key))
+            .collect::<Vec<_>>()
+            .join(",");
+        *shapes.entry(shape).or_insert(0) += 1;
+    }
+    shapes
+}
+
 async fn bench() -> Result {
     let n: usize = if support::measuring() {
         support::env_number("VOODU_BENCH_RESOURCES", 1000.0)? as usize
@@ -222,6 +245,10 @@ async fn bench() -> Result {
         first_cpu.as_secs_f64() * 1000.0,
         by_verb(&first_calls),
         first_calls.len() as f64 / n as f64
+    );
+    println!(
+        "… of which lists by filter {:?}",
+        lists_by_filter(&first_calls)
     );
 
     // Readiness rows and the passes they requeue go on after status says Ready: wait until
