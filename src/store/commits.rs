@@ -55,7 +55,7 @@ impl Store {
             let tx = connection.transaction()?;
             let mut current: BTreeMap<ResourceKey, (String, i64)> = BTreeMap::new();
             {
-                let mut statement = tx.prepare("SELECT kind, scope, name, spec, generation FROM desired")?;
+                let mut statement = tx.prepare_cached("SELECT kind, scope, name, spec, generation FROM desired")?;
                 let rows = statement.query_map([], |row| {
                     Ok((
                         row.get::<_, String>(0)?,

@@ -93,8 +93,10 @@ impl Store {
     pub fn desired(&self, key: &ResourceKey) -> Result<Option<Desired>> {
         self.with(|connection| {
             let row = connection
+                .prepare_cached(&format!(
+                    "{DESIRED_SELECT} WHERE d.kind = ?1 AND d.scope = ?2 AND d.name = ?3"
+                ))?
                 .query_row(
-                    &format!("{DESIRED_SELECT} WHERE d.kind = ?1 AND d.scope = ?2 AND d.name = ?3"),
                     params![key.kind.as_str(), key.scope, key.name],
                     DesiredRow::read,
                 )
@@ -172,6 +174,19 @@ impl Store {
         )
     }
 
+    /// The deployments whose spec JSON names `autoscale` (a superset of those that autoscale:
+    /// the caller checks each decoded spec), ordered by key: the autoscaler's tick decodes
+    /// only these, not every deployment.
+    pub fn desired_autoscaling(&self) -> Result<Vec<Desired>> {
+        self.desired_where(
+            &format!(
+                "{DESIRED_SELECT} WHERE d.kind = ?1 AND instr(d.spec, '\"autoscale\"') > 0
+                 ORDER BY d.kind, d.scope, d.name"
+            ),
+            [Kind::Deployment.as_str()],
+        )
+    }
+
     /// The desired state of those of `keys` that are declared and readable, in `keys`' order,
     /// read in one transaction (one indexed lookup each): what one resource's environment
     /// refers to (`${ref.ingress.…}`), without reading the rest.
@@ -245,7 +260,7 @@ impl Store {
     /// Journal rows with `seq > after`, oldest first, at most `limit`.
     pub fn journal_after(&self, after: i64, limit: usize) -> Result<Vec<JournalEntry>> {
         self.with(|connection| {
-            let mut statement = connection.prepare(
+            let mut statement = connection.prepare_cached(
                 "SELECT seq, kind, scope, name, op, generation, commit_sha FROM journal
                  WHERE seq > ?1 ORDER BY seq LIMIT ?2",
             )?;
@@ -291,11 +306,8 @@ impl Store {
     pub fn cursor(&self, consumer: &str) -> Result<i64> {
         self.with(|connection| {
             Ok(connection
-                .query_row(
-                    "SELECT seq FROM cursor WHERE consumer = ?1",
-                    params![consumer],
-                    |row| row.get(0),
-                )
+                .prepare_cached("SELECT seq FROM cursor WHERE consumer = ?1")?
+                .query_row(params![consumer], |row| row.get(0))
                 .optional()?
                 .unwrap_or(0))
         })
