@@ -7,7 +7,8 @@
 //! only containers carrying this agent's `voodu.agent` label are ever considered, so anything
 //! else on the host is left alone; the resync costs one container list plus a store read,
 //! and queues only resources that differ (plus the kinds whose state is not in containers:
-//! asset files and ingress routes).
+//! asset files and ingress routes); the probe manager keeps its runners in step from the
+//! same list (`probes::Listed`), so a resync is one list in all.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -29,6 +30,7 @@ pub(crate) async fn run<R: Runtime>(
     ctx: Arc<Ctx<R>>,
     every: Duration,
     events: bool,
+    listed: tokio::sync::watch::Sender<super::probes::Listed>,
     shutdown: CancellationToken,
 ) {
     let filter = [(labels::AGENT, ctx.agent_id.as_str())];
@@ -44,7 +46,7 @@ pub(crate) async fn run<R: Runtime>(
         };
         tokio::select! {
             _ = resync.tick() => {
-                if let Err(error) = resync_once(&ctx).await {
+                if let Err(error) = resync_once(&ctx, &listed).await {
                     tracing::warn!(%error, "resync failed; next one in {every:?}");
                 }
             }
@@ -96,8 +98,12 @@ fn owner(container_labels: &BTreeMap<String, String>) -> Option<ResourceKey> {
     ))
 }
 
-/// One comparison of the host with desired state; queues what differs.
-async fn resync_once<R: Runtime>(ctx: &Arc<Ctx<R>>) -> super::Result<()> {
+/// One comparison of the host with desired state; queues what differs, and hands the list to
+/// the probe manager (`listed`).
+async fn resync_once<R: Runtime>(
+    ctx: &Arc<Ctx<R>>,
+    listed: &tokio::sync::watch::Sender<super::probes::Listed>,
+) -> super::Result<()> {
     let containers = super::owned_containers(ctx).await?;
     let alive: BTreeSet<&str> = containers
         .iter()
@@ -121,6 +127,7 @@ async fn resync_once<R: Runtime>(ctx: &Arc<Ctx<R>>) -> super::Result<()> {
             ctx.requeue.now(desired.key);
         }
     }
+    listed.send_replace(Arc::new(containers));
     Ok(())
 }
 
