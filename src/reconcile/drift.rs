@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Ctx, blocking};
 use crate::model::{Kind, ResourceKey};
 use crate::runtime::{Container, ContainerState, Runtime, labels};
-use crate::store::Desired;
+use crate::store::DesiredSummary;
 
 /// Container event actions that may mean drift.
 const DRIFT_ACTIONS: &[&str] = &["die", "destroy", "stop", "oom"];
@@ -110,7 +110,7 @@ async fn resync_once<R: Runtime>(
         .map(|container| container.id.as_str())
         .collect();
     ctx.memory.crash_loops.retain(|id| alive.contains(id));
-    let desired = blocking(&ctx.store, |store| store.desired_all()).await?;
+    let desired = blocking(&ctx.store, |store| store.desired_summaries()).await?;
     let keys = drifted(&desired, &containers);
     for key in &keys {
         ctx.metrics.record_drift(key.kind.as_str(), "resync");
@@ -134,7 +134,10 @@ async fn resync_once<R: Runtime>(
 /// Resources whose containers differ from desired state: replicated kinds with missing,
 /// extra, stopped or hand-edited (spec-hash label mismatch) replicas, and any resource that
 /// still has labelled containers but is no longer desired.
-pub(super) fn drifted(desired: &[Desired], containers: &[Container]) -> BTreeSet<ResourceKey> {
+pub(super) fn drifted(
+    desired: &[DesiredSummary],
+    containers: &[Container],
+) -> BTreeSet<ResourceKey> {
     let mut replicas: BTreeMap<ResourceKey, Vec<&Container>> = BTreeMap::new();
     let mut owned: BTreeSet<ResourceKey> = BTreeSet::new();
     for container in containers {
@@ -195,24 +198,13 @@ fn is_release_step(key: &ResourceKey, wanted: &BTreeSet<&ResourceKey>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::spec::Spec;
-    use crate::model::{CommitSha, SpecHash};
+    use crate::model::SpecHash;
 
-    fn desired(kind: Kind, name: &str, hash: &str, n: usize) -> Desired {
-        let spec = match kind {
-            Kind::Deployment => Spec::Deployment(Default::default()),
-            _ => Spec::Job(Default::default()),
-        };
-        Desired {
+    fn desired(kind: Kind, name: &str, hash: &str, n: usize) -> DesiredSummary {
+        DesiredSummary {
             key: ResourceKey::new(kind, "shop", name),
-            spec,
-            spec_json: String::new(),
             spec_hash: SpecHash::new(hash),
             n_replicas: n,
-            replicas_override: None,
-            generation: 1,
-            commit: CommitSha::new("0".repeat(40)),
-            incarnation: 1,
         }
     }
 

@@ -183,13 +183,14 @@ async fn sync_runners<R: Runtime>(
         Ok(_) => ctx.router.wake(),
         Err(error) => tracing::debug!(%error, "stale readiness rows kept until the next resync"),
     }
-    let replicas: Vec<(ResourceKey, Container)> = containers
+    // By reference: a container is copied only when a runner starts for it.
+    let replicas: Vec<&Container> = containers
         .iter()
-        .filter_map(|container| Some((replica_key(container)?, container.clone())))
+        .filter(|container| is_replica(container))
         .collect();
     let live: std::collections::HashSet<&str> = replicas
         .iter()
-        .map(|(_, container)| container.id.as_str())
+        .map(|container| container.id.as_str())
         .collect();
     let gone: Vec<String> = runners
         .keys()
@@ -202,7 +203,7 @@ async fn sync_runners<R: Runtime>(
         }
     }
     ctx.memory.liveness_failed.retain(|id| live.contains(id));
-    for (key, container) in replicas {
+    for container in replicas {
         let running = container.state == ContainerState::Running;
         if let Some(runner) = runners.get_mut(&container.id) {
             let now = if running {
@@ -217,8 +218,31 @@ async fn sync_runners<R: Runtime>(
             }
             continue;
         }
-        start_runner(ctx, tracker, shutdown, client, runners, key, container);
+        if let Some(key) = replica_key(container) {
+            start_runner(
+                ctx,
+                tracker,
+                shutdown,
+                client,
+                runners,
+                key,
+                container.clone(),
+            );
+        }
     }
+}
+
+/// Whether `replica_key` names this container's resource (without building the key).
+fn is_replica(container: &Container) -> bool {
+    container
+        .label(labels::KIND)
+        .and_then(Kind::parse)
+        .is_some_and(|kind| {
+            matches!(kind, Kind::Deployment | Kind::Statefulset)
+                && container.label(labels::ROLE) == Some(kind.as_str())
+                && container.label(labels::SCOPE).is_some()
+                && container.label(labels::NAME).is_some()
+        })
 }
 
 /// The replica a container of this agent is (deployment and statefulset replicas only: init,

@@ -29,7 +29,7 @@ mod status;
 
 pub use commits::{ApplySummary, CommitRecord, CommitSummary};
 pub(crate) use desired::key_from_row;
-pub use desired::{Desired, JournalEntry, Op};
+pub use desired::{Desired, DesiredSummary, JournalEntry, Op};
 pub use detail::{
     AssetDetail, AssetFileDetail, CronjobDetail, DeploymentDetail, Detail, HealthCheckDetail,
     IngressDetail, JobDetail, PodDetail, ProxyDetail, RegistryDetail, ReplicaDetail, RouteDetail,
