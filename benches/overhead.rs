@@ -44,6 +44,9 @@ fn deployment(name: &str, env: &str) -> String {
     )
 }
 
+/// Longer than a rollout's re-check (5 s after its first pass): no call for this long is quiet.
+const QUIET: Duration = Duration::from_secs(6);
+
 /// The agent in process on `repo` with the fake runtime; `resync` as `--resync`.
 struct InProcess {
     fake: Arc<FakeRuntime>,
@@ -123,7 +126,7 @@ impl InProcess {
         Ok(())
     }
 
-    /// Waits until the runtime has seen no call for 2 s; when the last call was seen.
+    /// Waits until the runtime has seen no call for `QUIET`; when the last call was seen.
     async fn quiet(&self) -> Result<Instant> {
         let mut seen = (self.fake.calls().len(), Instant::now());
         let started = Instant::now();
@@ -132,7 +135,7 @@ impl InProcess {
             let n_calls = self.fake.calls().len();
             if n_calls != seen.0 {
                 seen = (n_calls, Instant::now());
-            } else if seen.1.elapsed() >= Duration::from_secs(2) {
+            } else if seen.1.elapsed() >= QUIET {
                 return Ok(seen.1);
             }
             if started.elapsed() > Duration::from_secs(600) {
@@ -251,13 +254,17 @@ async fn bench() -> Result {
         lists_by_filter(&first_calls)
     );
 
-    // Readiness rows and the passes they requeue go on after status says Ready: wait until
-    // the runtime sees no call for 2 s, and say how long that took.
+    // Readiness rows and the passes they requeue go on after status says Ready, and a rollout's
+    // last re-check comes 5 s after its first pass: wait until the runtime sees no call for
+    // `QUIET`, and say how long that took.
     let quiet = agent.quiet().await?;
     println!(
-        "… and quiet (no runtime call for 2 s) {:.0} ms after the start, {} runtime calls in all",
+        "… and quiet (no runtime call for {} s) {:.0} ms after the start, {} runtime calls in all {:?} ({:.1} per deployment)",
+        QUIET.as_secs(),
         (quiet - started).as_secs_f64() * 1000.0,
-        agent.fake.calls().len()
+        agent.fake.calls().len(),
+        by_verb(&agent.fake.calls()),
+        agent.fake.calls().len() as f64 / n as f64
     );
     // Idle: a window with nothing to do and no resync in it.
     let window = Duration::from_secs(if support::measuring() { 10 } else { 2 });
