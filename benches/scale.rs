@@ -261,6 +261,10 @@ async fn agent_run(
         .ok_or("the agent does not say where it listens")?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rss_idle = memory_kib(agent.pid(), "VmRSS")?;
+    println!(
+        "agent idle, before the commit: {}",
+        support::memory_line(agent.pid())?
+    );
 
     let mut keys = Vec::new();
     for deployment in 0..shape.deployments {
@@ -299,6 +303,11 @@ async fn agent_run(
     // Idle with everything converged: let the last passes and probes settle first.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let rss_loaded = memory_kib(agent.pid(), "VmRSS")?;
+    println!(
+        "agent idle with {} containers: {}",
+        shape.containers(),
+        support::memory_line(agent.pid())?
+    );
     let before = cpu_time(agent.pid())?;
     tokio::time::sleep(shape.idle_window).await;
     let idle_cpu = cpu_time(agent.pid())?.saturating_sub(before);

@@ -265,6 +265,21 @@ pub fn memory_kib(pid: u32, field: &str) -> Result<u64> {
     Ok(line.split_whitespace().nth(1).ok_or("no value")?.parse()?)
 }
 
+/// `VmRSS` split into heap and stacks (`RssAnon`) and mapped files (`RssFile`: the binary's
+/// and libraries' pages in use), with the thread count: where a process's memory is.
+pub fn memory_line(pid: u32) -> Result<String> {
+    let threads = std::fs::read_to_string(format!("/proc/{pid}/status"))?
+        .lines()
+        .find_map(|line| line.strip_prefix("Threads:").map(|n| n.trim().to_owned()))
+        .unwrap_or_default();
+    Ok(format!(
+        "VmRSS {:.1} MiB (RssAnon {:.1} MiB, RssFile {:.1} MiB), {threads} threads",
+        memory_kib(pid, "VmRSS")? as f64 / 1024.0,
+        memory_kib(pid, "RssAnon")? as f64 / 1024.0,
+        memory_kib(pid, "RssFile")? as f64 / 1024.0,
+    ))
+}
+
 /// CPU time (user + system) `pid` has used so far, from `/proc/PID/stat`.
 pub fn cpu_time(pid: u32) -> Result<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;

@@ -314,7 +314,14 @@ pub async fn run<R: Runtime>(
     for _ in 0..ctx.options.concurrency.max(1) {
         tracker.spawn(worker(shared.clone()));
     }
-    tracker.spawn(probes::run(ctx.clone(), tracker.clone(), shutdown.clone()));
+    // Each drift resync's list of every container is the probe manager's too.
+    let (listed, listed_by_probes) = tokio::sync::watch::channel(probes::Listed::default());
+    tracker.spawn(probes::run(
+        ctx.clone(),
+        tracker.clone(),
+        listed_by_probes,
+        shutdown.clone(),
+    ));
     tracker.spawn(autoscale::run(
         ctx.clone(),
         ctx.options.autoscale_interval,
@@ -324,6 +331,7 @@ pub async fn run<R: Runtime>(
         ctx.clone(),
         ctx.options.resync,
         ctx.options.container_events,
+        listed,
         shutdown.clone(),
     ));
     tracker.spawn(cron::schedule(ctx.clone(), shutdown.clone()));

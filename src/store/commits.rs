@@ -106,7 +106,7 @@ impl Store {
                 .optional()?;
             let mut current: BTreeMap<ResourceKey, (String, i64)> = BTreeMap::new();
             {
-                let mut statement = tx.prepare("SELECT kind, scope, name, spec, generation FROM desired")?;
+                let mut statement = tx.prepare_cached("SELECT kind, scope, name, spec, generation FROM desired")?;
                 let rows = statement.query_map([], |row| {
                     Ok((
                         row.get::<_, String>(0)?,

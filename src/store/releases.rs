@@ -212,7 +212,7 @@ fn read_releases(
     key: &ResourceKey,
     limit: usize,
 ) -> Result<Vec<Release>> {
-    let mut statement = connection.prepare(&format!(
+    let mut statement = connection.prepare_cached(&format!(
         "SELECT {RELEASE_COLUMNS} FROM releases WHERE kind = ?1 AND scope = ?2 AND name = ?3
          ORDER BY id DESC LIMIT ?4"
     ))?;
@@ -429,7 +429,7 @@ fn put_desired(
 pub(super) fn git_specs_of_pins(
     tx: &Transaction<'_>,
 ) -> Result<BTreeMap<ResourceKey, Option<String>>> {
-    let mut statement = tx.prepare("SELECT kind, scope, name, git_spec FROM pins")?;
+    let mut statement = tx.prepare_cached("SELECT kind, scope, name, git_spec FROM pins")?;
     let rows = statement.query_map([], |row| {
         Ok((
             row.get::<_, String>(0)?,
@@ -746,7 +746,7 @@ impl Store {
     /// Every pin, ordered by key.
     pub fn pins(&self) -> Result<Vec<Pin>> {
         self.with(|connection| {
-            let mut statement = connection.prepare(
+            let mut statement = connection.prepare_cached(
                 "SELECT kind, scope, name, release_id, commit_sha, spec_hash, git_spec, git_commit, pinned_at
                  FROM pins ORDER BY kind, scope, name",
             )?;
@@ -786,7 +786,7 @@ impl Store {
     /// with releases, or pinned. Used to resolve `SCOPE/NAME` on the command line.
     pub fn keys_named(&self, scope: &str, name: &str) -> Result<Vec<ResourceKey>> {
         self.with(|connection| {
-            let mut statement = connection.prepare(
+            let mut statement = connection.prepare_cached(
                 "SELECT kind FROM desired WHERE scope = ?1 AND name = ?2
                  UNION SELECT kind FROM releases WHERE scope = ?1 AND name = ?2
                  UNION SELECT kind FROM pins WHERE scope = ?1 AND name = ?2

@@ -88,6 +88,20 @@ impl Spec {
         result.expect("spec types hold only strings, numbers and maps with string keys")
     }
 
+    /// `to_json` as a JSON value, without the text in between.
+    pub fn to_json_value(&self) -> serde_json::Value {
+        let result = match self {
+            Spec::Asset(spec) => serde_json::to_value(spec),
+            Spec::Cronjob(spec) => serde_json::to_value(spec),
+            Spec::Deployment(spec) => serde_json::to_value(spec),
+            Spec::Ingress(spec) => serde_json::to_value(spec),
+            Spec::Job(spec) => serde_json::to_value(spec),
+            Spec::Registry(spec) => serde_json::to_value(spec),
+            Spec::Statefulset(spec) => serde_json::to_value(spec),
+        };
+        result.expect("spec types hold only strings, numbers and maps with string keys")
+    }
+
     pub fn from_json(kind: Kind, json: &str) -> Result<Spec, SpecDecodeError> {
         let wrap = |source| SpecDecodeError { kind, source };
         match kind {
