@@ -14,7 +14,8 @@
 //!   once and compares them with desired state).
 //!
 //! `cargo bench --bench scale` (N=`VOODU_BENCH_DEPLOYMENTS` 100, M=`VOODU_BENCH_REPLICAS` 5,
-//! `VOODU_BENCH_CONCURRENCY` 4). Figures are printed, never asserted; everything it created
+//! `VOODU_BENCH_CONCURRENCY` 4; `VOODU_AGENT_BIN` runs another build of the agent, to compare
+//! two versions with the same bench). Figures are printed, never asserted; everything it created
 //! is removed at the end. Under `cargo test --all-targets` it runs 3 × 2 with a 2 s window as
 //! a smoke test of the bench itself (with `VOODU_DOCKER_TESTS=1`). The engine-free half of
 //! issue 15's table (the agent's own overhead on the fake runtime, engine calls per pass,

@@ -21,8 +21,13 @@ use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOpt
 
 pub type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
-/// The binary under test, built by cargo with the bench's profile (release under `cargo bench`).
-pub const AGENT: &str = env!("CARGO_BIN_EXE_voodu-agent");
+/// The binary under test: `VOODU_AGENT_BIN` when set (another build, to compare two versions
+/// with the same bench), else the one cargo built with the bench's profile (release under
+/// `cargo bench`).
+pub fn agent() -> String {
+    std::env::var("VOODU_AGENT_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_voodu-agent").to_owned())
+}
 
 /// The engine's network every managed container joins.
 pub const NETWORK: &str = "voodu0";
@@ -152,7 +157,7 @@ pub struct AgentProcess {
 impl AgentProcess {
     /// Starts `voodu-agent --repo <repo> --data-dir <data_dir>` with `args`, its stderr to `log`.
     pub fn start(repo: &Repo, data_dir: &Path, log: &Path, args: &[&str]) -> Result<AgentProcess> {
-        let child = Command::new(AGENT)
+        let child = Command::new(agent())
             .args(["--repo", &repo.url()])
             .args(args)
             .arg("--data-dir")
