@@ -1,9 +1,12 @@
 //! Build script: tells the tests whether voodu's example corpus (`../shared/corpus`, beside
 //! the checkout for developers and CI) is there, so the corpus tests are reported as ignored,
-//! never as passed, when it is not; and whether `busybox` is on PATH (the macro script tests
-//! run the scripts under its shell too).
+//! never as passed, when it is not; whether `busybox` is on PATH (the macro script tests run
+//! the scripts under its shell too); and stamps the git commit the binary is built from
+//! (`VOODU_AGENT_COMMIT`, for `--version` and the `voodu_agent_build_info` metric): the
+//! checkout's HEAD when git and a repository are there, else `unknown` (a source tarball).
 
 use std::path::Path;
+use std::process::Command;
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(voodu_corpus_missing)");
@@ -21,4 +24,43 @@ fn main() {
     } else {
         println!("cargo::rustc-cfg=voodu_corpus_missing");
     }
+    stamp_commit();
+}
+
+/// Sets `VOODU_AGENT_COMMIT` and asks for a rerun when HEAD moves (HEAD itself for a branch
+/// switch, the branch's ref file and packed-refs for a new commit).
+fn stamp_commit() {
+    let git = |args: &[&str]| -> Option<String> {
+        let output = Command::new("git").args(args).output().ok()?;
+        output
+            .status
+            .success()
+            .then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+            .filter(|text| !text.is_empty())
+    };
+    let commit = git(&["rev-parse", "--short=12", "HEAD"]);
+    if commit.is_some() {
+        for (args, name) in [
+            (&["rev-parse", "--git-path", "HEAD"][..], None),
+            (&["rev-parse", "--git-path", "packed-refs"][..], None),
+            (&["symbolic-ref", "-q", "HEAD"][..], Some(())),
+        ] {
+            let Some(path) = git(args) else { continue };
+            let path = match name {
+                // The branch's loose ref file.
+                Some(()) => match git(&["rev-parse", "--git-path", &path]) {
+                    Some(path) => path,
+                    None => continue,
+                },
+                None => path,
+            };
+            if Path::new(&path).exists() {
+                println!("cargo::rerun-if-changed={path}");
+            }
+        }
+    }
+    println!(
+        "cargo::rustc-env=VOODU_AGENT_COMMIT={}",
+        commit.as_deref().unwrap_or("unknown")
+    );
 }

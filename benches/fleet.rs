@@ -239,7 +239,7 @@ impl Fleet {
 /// `voodu-agent fleet status` over `file`: the table and the JSON document.
 fn fleet_status(file: &Path) -> Result<(String, serde_json::Value)> {
     let run = |json: bool| -> Result<String> {
-        let mut command = std::process::Command::new(support::AGENT);
+        let mut command = std::process::Command::new(support::agent());
         command.args(["fleet", "status", "--agents"]).arg(file);
         if json {
             command.arg("--json");

@@ -19,7 +19,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{AGENT, Repo, Result, env_number, memory_kib, path_str};
+use support::{Repo, Result, env_number, memory_kib, path_str};
 
 fn main() -> Result {
     let measuring = support::measuring();
@@ -51,7 +51,7 @@ fn main() -> Result {
     repo.write("README.md", "no manifests yet\n")?;
     let first = repo.commit("start")?;
     let mut agent = Agent(
-        Command::new(AGENT)
+        Command::new(support::agent())
             .args([
                 "--repo",
                 path_str(remote)?,
@@ -146,7 +146,7 @@ fn broken_manifest(index: usize, bytes: usize) -> String {
 fn wait_for(data: &Path, field: &str, sha: &str, agent: &mut Agent) -> Result {
     let started = Instant::now();
     loop {
-        let output = Command::new(AGENT)
+        let output = Command::new(support::agent())
             .args(["status", "--json", "--data-dir", path_str(data)?])
             .output()?;
         if let Ok(json) = serde_json::from_slice::<serde_json::Value>(&output.stdout)

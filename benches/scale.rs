@@ -14,7 +14,8 @@
 //!   once and compares them with desired state).
 //!
 //! `cargo bench --bench scale` (N=`VOODU_BENCH_DEPLOYMENTS` 100, M=`VOODU_BENCH_REPLICAS` 5,
-//! `VOODU_BENCH_CONCURRENCY` 4). Figures are printed, never asserted; everything it created
+//! `VOODU_BENCH_CONCURRENCY` 4; `VOODU_AGENT_BIN` runs another build of the agent, to compare
+//! two versions with the same bench). Figures are printed, never asserted; everything it created
 //! is removed at the end. Under `cargo test --all-targets` it runs 3 × 2 with a 2 s window as
 //! a smoke test of the bench itself (with `VOODU_DOCKER_TESTS=1`). The engine-free half of
 //! issue 15's table (the agent's own overhead on the fake runtime, engine calls per pass,
@@ -261,6 +262,10 @@ async fn agent_run(
         .ok_or("the agent does not say where it listens")?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rss_idle = memory_kib(agent.pid(), "VmRSS")?;
+    println!(
+        "agent idle, before the commit: {}",
+        support::memory_line(agent.pid())?
+    );
 
     let mut keys = Vec::new();
     for deployment in 0..shape.deployments {
@@ -299,6 +304,11 @@ async fn agent_run(
     // Idle with everything converged: let the last passes and probes settle first.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let rss_loaded = memory_kib(agent.pid(), "VmRSS")?;
+    println!(
+        "agent idle with {} containers: {}",
+        shape.containers(),
+        support::memory_line(agent.pid())?
+    );
     let before = cpu_time(agent.pid())?;
     tokio::time::sleep(shape.idle_window).await;
     let idle_cpu = cpu_time(agent.pid())?.saturating_sub(before);

@@ -15,6 +15,9 @@
 
 mod identity;
 mod lock;
+pub mod notify;
+
+pub use notify::ServiceNotify;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -63,6 +66,9 @@ pub struct AgentConfig {
     /// `--adopt`: take over the identity this data dir's leftover containers (or identity
     /// file) carry, when state.db was lost.
     pub adopt: bool,
+    /// The service manager to tell when the agent is ready and when it stops (systemd's
+    /// `NOTIFY_SOCKET`; the default tells nobody).
+    pub service: ServiceNotify,
 }
 
 /// How to serve HTTP on the listener `run` is given (the bound address is recorded in the
@@ -156,6 +162,9 @@ async fn run_on_docker(
                 Err(error) => {
                     let message =
                         format!("{error} (is dockerd running, and may this user use its socket?)");
+                    config
+                        .service
+                        .status(&format!("waiting for the Docker engine: {message}"));
                     tracing::warn!(error = %message, "cannot reach the Docker engine; retrying in {}", humantime::format_duration(ENGINE_PROBE_INTERVAL));
                     // Making state.db here hides no lost identity: once the engine answers,
                     // `open_state` still finds this data dir's containers (or its identity
@@ -521,6 +530,12 @@ async fn run_until<R: Runtime>(
         });
     }
     tracker.close();
+    config.service.ready(&format!(
+        "watching {} ({}){}",
+        config.source.url,
+        config.source.branch,
+        if serving_http { "; serving HTTP" } else { "" }
+    ));
     tokio::select! {
         () = shutdown.cancelled() => {}
         finished = reconciler => {
@@ -530,6 +545,7 @@ async fn run_until<R: Runtime>(
         }
     }
     tracing::info!("shutting down: letting in-flight work finish");
+    config.service.stopping();
     tracker.wait().await;
     if serving_http {
         let store_for_meta = store.clone();

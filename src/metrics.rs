@@ -11,6 +11,12 @@ use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::time::Duration;
 
+/// The crate's version, as `--version` and `voodu_agent_build_info` show it.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The git commit the binary was built from (12 hex digits), or `unknown` when it was built
+/// outside a git checkout (`build.rs`).
+pub const COMMIT: &str = env!("VOODU_AGENT_COMMIT");
+
 /// Bucket bounds (seconds) of the sync duration histogram: a fetch of an unchanged repo is
 /// milliseconds, a large commit seconds.
 const SYNC_BUCKETS: &[f64] = &[

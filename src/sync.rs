@@ -19,8 +19,9 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
+use crate::assets::sops::Keyring;
 use crate::assets::{self, UrlCache};
-use crate::git::Source;
+use crate::git::{Source, TrustedKeys, VerifyMode};
 use crate::manifest::spec::Spec;
 use crate::manifest::triggers::{self, Decision, Situation, Trigger, Verdict};
 use crate::manifest::{self, Diagnostic, Diagnostics, LoadOptions, Mode, Policy, Vars};
@@ -67,6 +68,20 @@ pub struct SyncOptions {
     pub max_url_bytes: u64,
     /// What commits may ask of the host; default-deny (README "Host policy").
     pub policy: Policy,
+    /// Commit signatures to require (`--verify-commits`); `None`: none.
+    pub trust: Option<CommitTrust>,
+    /// The age identities SOPS files are opened with (`--age-identity`).
+    pub keyring: Arc<Keyring>,
+}
+
+/// `--verify-commits` and the keys it trusts.
+#[derive(Debug, Clone)]
+pub struct CommitTrust {
+    pub mode: VerifyMode,
+    pub keys: Arc<TrustedKeys>,
+    /// Names the configuration (mode and the key files' digests): a commit judged under
+    /// another one is judged again after a restart.
+    pub fingerprint: String,
 }
 
 impl SyncOptions {
@@ -85,6 +100,8 @@ impl SyncOptions {
                 ..Policy::default()
             },
             data_dir,
+            trust: None,
+            keyring: Arc::new(Keyring::default()),
         }
     }
 }
@@ -94,6 +111,8 @@ pub const MISSING_VAR_HINT: &str = "set it in a config bucket this file reads (`
 
 /// The `meta` key holding the host policy the agent last ran with (JSON), which `plan` applies.
 pub const META_HOST_POLICY: &str = "host_policy";
+/// The `meta` key naming the commit-signature configuration the agent last ran with.
+const META_COMMIT_TRUST: &str = "commit_trust";
 
 /// At most this many diagnostics of one commit are kept (recorded, logged, answered to
 /// `?wait`); the last one kept says how many more there were. A commit with a million
@@ -157,14 +176,23 @@ impl Syncer {
         let policy = serde_json::to_string(&options.policy)
             .expect("a policy is booleans and lists of strings");
         let hosts = serde_json::to_string(source.hosts()).expect("a host selection is strings");
+        let trust = options
+            .trust
+            .as_ref()
+            .map_or_else(|| "none".to_owned(), |trust| trust.fingerprint.clone());
         let same_policy = store.meta(META_HOST_POLICY)?.as_deref() == Some(policy.as_str())
-            && store.meta(META_HOST_SELECTION)?.as_deref() == Some(hosts.as_str());
+            && store.meta(META_HOST_SELECTION)?.as_deref() == Some(hosts.as_str())
+            && store
+                .meta(META_COMMIT_TRUST)?
+                .unwrap_or_else(|| "none".to_owned())
+                == trust;
         let last_seen = match store.commit_summary()?.last_seen {
             Some(record) if same_policy => Some((record.sha, store.config_version()?)),
             _ => None,
         };
         store.set_meta(META_HOST_POLICY, Some(&policy))?;
         store.set_meta(META_HOST_SELECTION, Some(&hosts))?;
+        store.set_meta(META_COMMIT_TRUST, Some(&trust))?;
         let fetcher = UrlCache::new(&options.data_dir, options.max_url_bytes);
         Ok(Syncer {
             source,
@@ -233,6 +261,9 @@ impl Syncer {
     }
 
     fn load_and_apply(&self, commit: &CommitSha, who: &Who) -> Result<SyncOutcome, Error> {
+        if let Some(untrusted) = self.untrusted(commit)? {
+            return self.reject(commit, who, vec![untrusted], None);
+        }
         let (trigger_files, refused) = self.source.read_trigger_files(commit)?;
         if trigger_files.is_empty() && refused.is_empty() {
             let snapshot = self.source.read_snapshot(commit)?;
@@ -424,6 +455,10 @@ impl Syncer {
                 Ok(manifest) => manifest,
                 Err(diagnostics) => return self.reject(commit, who, diagnostics.0, decision),
             };
+        let sealed = sealed_refusals(&manifest, &self.options.keyring);
+        if !sealed.is_empty() {
+            return self.reject(commit, who, sealed, decision);
+        }
         let symlinked = bind_refusals_on_this_host(&manifest, &self.options.policy);
         if !symlinked.is_empty() {
             return self.reject(commit, who, symlinked, decision);
@@ -438,7 +473,7 @@ impl Syncer {
             }
         }
         let assets_root = assets::assets_root(&self.options.data_dir);
-        let written = assets::materialise(&manifest, &assets_root)?;
+        let written = assets::materialise(&manifest, &assets_root, &self.options.keyring)?;
         if written > 0 {
             tracing::info!(commit = commit.short(), files = written, "assets written");
         }
@@ -496,6 +531,129 @@ fn file_problem(read: &FileRead, file: &str, at: &CommitSha) -> Option<String> {
             at.short()
         )),
     }
+}
+
+impl Syncer {
+    /// With `--verify-commits`, why `commit` may not be applied: the first commit of the
+    /// checked range without a trusted signature, as a diagnostic of the commit as a whole.
+    fn untrusted(&self, commit: &CommitSha) -> Result<Option<Diagnostic>, Error> {
+        let Some(trust) = &self.options.trust else {
+            return Ok(None);
+        };
+        let since = match trust.mode {
+            VerifyMode::Tip => None,
+            VerifyMode::All => self
+                .store
+                .commit_summary()?
+                .last_applied
+                .map(|record| record.sha),
+        };
+        match self
+            .source
+            .verify(&trust.keys, trust.mode, since.as_ref(), commit)?
+        {
+            Ok(verified) => {
+                tracing::info!(
+                    commit = commit.short(),
+                    signer = %verified.tip_signer,
+                    commits = verified.n_commits,
+                    "commit signature verified"
+                );
+                Ok(None)
+            }
+            Err(untrusted) => {
+                let mode = trust.mode.as_str();
+                let message = if untrusted.commit == *commit {
+                    format!(
+                        "not signed by a trusted key: {} (--verify-commits {mode}); nothing of this commit was applied",
+                        untrusted.refusal
+                    )
+                } else {
+                    format!(
+                        "not signed by a trusted key: {} (--verify-commits {mode}: every commit since the last applied one{} must be); nothing of {} was applied",
+                        untrusted.refusal,
+                        since
+                            .as_ref()
+                            .map(|since| format!(", {},", since.short()))
+                            .unwrap_or_default(),
+                        commit.short()
+                    )
+                };
+                tracing::warn!(commit = commit.short(), untrusted = untrusted.commit.short(), reason = %untrusted.refusal, "commit refused: signature");
+                Ok(Some(Diagnostic {
+                    path: format!("commit {}", untrusted.commit.short()),
+                    line: 0,
+                    col: 0,
+                    message,
+                }))
+            }
+        }
+    }
+}
+
+/// The SOPS env files of the commit that this host cannot open (no identity, no matching key,
+/// MAC mismatch, a value no environment variable can hold), each at the resource that reads
+/// it. Decrypted values are dropped here: they live in memory only while being checked.
+pub fn sealed_refusals(manifest: &manifest::Manifest, keyring: &Keyring) -> Vec<Diagnostic> {
+    let mut opened: BTreeMap<&str, Result<(), String>> = BTreeMap::new();
+    let mut refusals = Vec::new();
+    for resource in &manifest.resources {
+        let Some(container) = resource.spec.container() else {
+            continue;
+        };
+        for sealed in &container.env_sealed {
+            let outcome = opened.entry(sealed.digest.as_str()).or_insert_with(|| {
+                if keyring.is_empty() {
+                    return Err("is SOPS-encrypted and the agent holds no age identity; start it with --age-identity FILE".to_owned());
+                }
+                let bytes = manifest
+                    .blobs
+                    .get(&sealed.digest)
+                    .ok_or("is missing from the commit's files")?;
+                let file = manifest::sops::parse(bytes)
+                    .ok_or("is not a SOPS file")?
+                    .map_err(|why| format!("is not a readable SOPS file: {why}"))?;
+                let plain = keyring
+                    .open(&file)
+                    .map_err(|error| format!("cannot be decrypted: {error}"))?;
+                for (name, value) in plain.env().map_err(|error| format!("cannot be used as an env file: {error}"))? {
+                    if value.contains('\0') {
+                        return Err(format!("{name:?}: a value holds a NUL byte, which no environment variable can"));
+                    }
+                }
+                Ok(())
+            });
+            if let Err(why) = outcome {
+                refusals.push(Diagnostic {
+                    message: format!("env_file {:?} {why}", sealed.path),
+                    ..resource.origin.clone()
+                });
+            }
+        }
+    }
+    // SOPS-encrypted asset sources: decrypted here to check, written by `materialise`.
+    for resource in &manifest.resources {
+        let Spec::Asset(asset) = &resource.spec else {
+            continue;
+        };
+        for (key, file) in asset.files.iter().filter(|(_, file)| file.sealed) {
+            let why = if keyring.is_empty() {
+                Some("is SOPS-encrypted and the agent holds no age identity; start it with --age-identity FILE".to_owned())
+            } else {
+                let one = std::collections::BTreeMap::from([(key.clone(), file.clone())]);
+                assets::prepare(&one, &|digest| manifest.blobs.get(digest).cloned(), keyring)
+                    .err()
+                    .map(|error| format!("cannot be decrypted: {error}"))
+            };
+            if let Some(why) = why {
+                refusals.push(Diagnostic {
+                    message: format!("asset key `{key}`: file({:?}) {why}", file.origin),
+                    ..resource.origin.clone()
+                });
+            }
+        }
+    }
+    refusals
 }
 
 /// Bind sources that the host policy allows as written but that resolve, through symlinks on

@@ -21,8 +21,13 @@ use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOpt
 
 pub type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
-/// The binary under test, built by cargo with the bench's profile (release under `cargo bench`).
-pub const AGENT: &str = env!("CARGO_BIN_EXE_voodu-agent");
+/// The binary under test: `VOODU_AGENT_BIN` when set (another build, to compare two versions
+/// with the same bench), else the one cargo built with the bench's profile (release under
+/// `cargo bench`).
+pub fn agent() -> String {
+    std::env::var("VOODU_AGENT_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_voodu-agent").to_owned())
+}
 
 /// The engine's network every managed container joins.
 pub const NETWORK: &str = "voodu0";
@@ -152,7 +157,7 @@ pub struct AgentProcess {
 impl AgentProcess {
     /// Starts `voodu-agent --repo <repo> --data-dir <data_dir>` with `args`, its stderr to `log`.
     pub fn start(repo: &Repo, data_dir: &Path, log: &Path, args: &[&str]) -> Result<AgentProcess> {
-        let child = Command::new(AGENT)
+        let child = Command::new(agent())
             .args(["--repo", &repo.url()])
             .args(args)
             .arg("--data-dir")
@@ -263,6 +268,21 @@ pub fn memory_kib(pid: u32, field: &str) -> Result<u64> {
         .find(|line| line.starts_with(&format!("{field}:")))
         .ok_or_else(|| format!("no {field} in /proc/{pid}/status"))?;
     Ok(line.split_whitespace().nth(1).ok_or("no value")?.parse()?)
+}
+
+/// `VmRSS` split into heap and stacks (`RssAnon`) and mapped files (`RssFile`: the binary's
+/// and libraries' pages in use), with the thread count: where a process's memory is.
+pub fn memory_line(pid: u32) -> Result<String> {
+    let threads = std::fs::read_to_string(format!("/proc/{pid}/status"))?
+        .lines()
+        .find_map(|line| line.strip_prefix("Threads:").map(|n| n.trim().to_owned()))
+        .unwrap_or_default();
+    Ok(format!(
+        "VmRSS {:.1} MiB (RssAnon {:.1} MiB, RssFile {:.1} MiB), {threads} threads",
+        memory_kib(pid, "VmRSS")? as f64 / 1024.0,
+        memory_kib(pid, "RssAnon")? as f64 / 1024.0,
+        memory_kib(pid, "RssFile")? as f64 / 1024.0,
+    ))
 }
 
 /// CPU time (user + system) `pid` has used so far, from `/proc/PID/stat`.

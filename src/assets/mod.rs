@@ -8,6 +8,7 @@
 //! the assets root are ever written or removed. Blocking: call from a blocking thread.
 
 mod fetch;
+pub mod sops;
 mod write;
 
 pub use fetch::{DEFAULT_MAX_URL_BYTES, UrlCache};
@@ -32,6 +33,62 @@ pub enum Error {
     Confinement { path: PathBuf, root: PathBuf },
     #[error("asset bytes for digest {digest} are missing from the commit")]
     MissingBlob { digest: String },
+    #[error("asset key `{key}` (a SOPS file): {message}")]
+    Sealed { key: String, message: String },
+}
+
+/// One asset's files as they must be on disk: key → digest of the bytes to write, the clear
+/// bytes of its SOPS-encrypted keys (in memory only), and which keys those are (written 0600).
+pub struct Prepared {
+    pub files: AssetFiles,
+    plain: BTreeMap<String, Vec<u8>>,
+    private: BTreeSet<String>,
+}
+
+impl Prepared {
+    /// The bytes for `digest`: a decrypted key's, else `blob`'s.
+    fn bytes(&self, digest: &str, blob: &dyn Fn(&str) -> Option<Vec<u8>>) -> Option<Vec<u8>> {
+        self.plain.get(digest).cloned().or_else(|| blob(digest))
+    }
+}
+
+/// Decrypts the SOPS-encrypted keys of an asset with `keyring`: their on-disk digest is the
+/// clear bytes' (computed here, never stored: a digest of a short secret could be guessed).
+pub fn prepare(
+    files: &BTreeMap<String, crate::manifest::spec::AssetFile>,
+    blob: &dyn Fn(&str) -> Option<Vec<u8>>,
+    keyring: &sops::Keyring,
+) -> Result<Prepared, Error> {
+    let mut prepared = Prepared {
+        files: AssetFiles::new(),
+        plain: BTreeMap::new(),
+        private: BTreeSet::new(),
+    };
+    for (key, file) in files {
+        if !file.sealed {
+            prepared.files.insert(key.clone(), file.digest.clone());
+            continue;
+        }
+        let sealed = |message: String| Error::Sealed {
+            key: key.clone(),
+            message,
+        };
+        let bytes = blob(&file.digest).ok_or_else(|| Error::MissingBlob {
+            digest: file.digest.clone(),
+        })?;
+        let parsed = crate::manifest::sops::parse(&bytes)
+            .ok_or_else(|| sealed("is not a SOPS file".to_owned()))?
+            .map_err(sealed)?;
+        let clear = keyring
+            .open(&parsed)
+            .and_then(|plain| plain.file_bytes())
+            .map_err(|error| sealed(error.to_string()))?;
+        let digest = sha256_hex(&clear);
+        prepared.files.insert(key.clone(), digest.clone());
+        prepared.plain.insert(digest, clear);
+        prepared.private.insert(key.clone());
+    }
+    Ok(prepared)
 }
 
 /// `<data-dir>/assets`.
@@ -44,26 +101,45 @@ pub type AssetFiles = BTreeMap<String, String>;
 
 /// Writes every asset of `manifest` under `assets_root`, removing files of keys an asset no
 /// longer declares. Returns how many files were (re)written.
-pub fn materialise(manifest: &Manifest, assets_root: &Path) -> Result<usize, Error> {
+pub fn materialise(
+    manifest: &Manifest,
+    assets_root: &Path,
+    keyring: &sops::Keyring,
+) -> Result<usize, Error> {
     let mut written = 0;
     for resource in &manifest.resources {
         let Spec::Asset(asset) = &resource.spec else {
             continue;
         };
-        let files: AssetFiles = asset
-            .files
-            .iter()
-            .map(|(key, file)| (key.clone(), file.digest.clone()))
-            .collect();
-        written += write_asset(
+        let blob = |digest: &str| manifest.blobs.get(digest).cloned();
+        let prepared = prepare(&asset.files, &blob, keyring)?;
+        written += write_prepared(
             assets_root,
             &resource.key.scope,
             &resource.key.name,
-            &files,
-            &|digest| manifest.blobs.get(digest).cloned(),
+            &prepared,
+            &blob,
         )?;
     }
     Ok(written)
+}
+
+/// `write_asset` for prepared files: decrypted keys are written with mode 0600.
+pub fn write_prepared(
+    assets_root: &Path,
+    scope: &str,
+    name: &str,
+    prepared: &Prepared,
+    blob: &dyn Fn(&str) -> Option<Vec<u8>>,
+) -> Result<usize, Error> {
+    write_files(
+        assets_root,
+        scope,
+        name,
+        &prepared.files,
+        &|digest| prepared.bytes(digest, blob),
+        &prepared.private,
+    )
 }
 
 /// Makes one asset's directory hold exactly `files`, reading bytes through `blob`. Returns how
@@ -75,6 +151,17 @@ pub fn write_asset(
     files: &AssetFiles,
     blob: &dyn Fn(&str) -> Option<Vec<u8>>,
 ) -> Result<usize, Error> {
+    write_files(assets_root, scope, name, files, blob, &BTreeSet::new())
+}
+
+fn write_files(
+    assets_root: &Path,
+    scope: &str,
+    name: &str,
+    files: &AssetFiles,
+    blob: &dyn Fn(&str) -> Option<Vec<u8>>,
+    private: &BTreeSet<String>,
+) -> Result<usize, Error> {
     let dir = asset_dir(assets_root, scope, name);
     let mut written = 0;
     for (key, digest) in files {
@@ -85,7 +172,8 @@ pub fn write_asset(
         let bytes = blob(digest).ok_or_else(|| Error::MissingBlob {
             digest: digest.clone(),
         })?;
-        write::write_atomic(assets_root, &path, &bytes)?;
+        let mode = private.contains(key).then_some(0o600);
+        write::write_atomic_mode(assets_root, &path, &bytes, mode)?;
         written += 1;
     }
     if let Ok(entries) = std::fs::read_dir(&dir) {

@@ -12,6 +12,17 @@ use super::Error;
 
 /// Writes `bytes` to `path` atomically. `root` must be an ancestor of `path`.
 pub(crate) fn write_atomic(root: &Path, path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    write_atomic_mode(root, path, bytes, None)
+}
+
+/// `write_atomic`, the file created with `mode` (e.g. 0o600 for a decrypted secret: the temp
+/// file has it before a byte is written, so the clear bytes are never readable by others).
+pub(crate) fn write_atomic_mode(
+    root: &Path,
+    path: &Path,
+    bytes: &[u8],
+    mode: Option<u32>,
+) -> Result<(), Error> {
     let io_error = |source| Error::Io {
         path: path.to_owned(),
         source,
@@ -24,7 +35,16 @@ pub(crate) fn write_atomic(root: &Path, path: &Path, bytes: &[u8]) -> Result<(),
     }
     let temp = temp_path(path);
     let result = (|| {
-        let mut file = File::create(&temp)?;
+        let mut options = fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        if let Some(mode) = mode {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            options.mode(mode);
+        }
+        #[cfg(not(unix))]
+        let _ = mode;
+        let mut file = options.open(&temp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
         fs::rename(&temp, path)?;

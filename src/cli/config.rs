@@ -31,7 +31,13 @@ enum ConfigAction {
         pairs: Vec<String>,
     },
     /// Print a bucket's values (all, or the given keys).
-    Get { bucket: String, keys: Vec<String> },
+    Get {
+        bucket: String,
+        keys: Vec<String>,
+        /// Print `{"bucket", "values": {KEY: VALUE}, "missing": [KEY]}`.
+        #[arg(long)]
+        json: bool,
+    },
     /// Remove keys from a bucket.
     Unset {
         bucket: String,
@@ -42,6 +48,9 @@ enum ConfigAction {
     List {
         /// Only this bucket.
         bucket: Option<String>,
+        /// Print `[{"bucket", "keys": [KEY]}]`.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -97,20 +106,37 @@ pub(super) fn run(args: &ConfigArgs, data_dir: &Path) -> anyhow::Result<ExitCode
                 changed.join(" ")
             );
         }
-        ConfigAction::Get { bucket, keys } => {
+        ConfigAction::Get { bucket, keys, json } => {
             let (scope, name) = parse_bucket(bucket)?;
             let store = open_existing(&db)?;
             let values = store.config_get(&scope, &name)?;
             let mut missing = Vec::new();
+            let mut shown = BTreeMap::new();
             for (key, value) in &values.0 {
                 if keys.is_empty() || keys.contains(key) {
-                    println!("{key}={value}");
+                    shown.insert(key.as_str(), value.as_str());
                 }
             }
             for key in keys {
                 if !values.0.contains_key(key) {
                     missing.push(key.as_str());
                 }
+            }
+            if *json {
+                let view = serde_json::json!({
+                    "bucket": bucket,
+                    "values": shown,
+                    "missing": missing,
+                });
+                println!("{}", serde_json::to_string_pretty(&view)?);
+                return Ok(if missing.is_empty() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(1)
+                });
+            }
+            for (key, value) in &shown {
+                println!("{key}={value}");
             }
             if !missing.is_empty() {
                 eprintln!("not set in {bucket}: {}", missing.join(" "));
@@ -127,9 +153,10 @@ pub(super) fn run(args: &ConfigArgs, data_dir: &Path) -> anyhow::Result<ExitCode
                 removed.join(" ")
             );
         }
-        ConfigAction::List { bucket } => {
+        ConfigAction::List { bucket, json } => {
             let filter = bucket.as_deref().map(parse_bucket).transpose()?;
             let store = open_existing(&db)?;
+            let mut listed = Vec::new();
             for ((scope, name), values) in store.buckets()? {
                 if filter
                     .as_ref()
@@ -142,8 +169,14 @@ pub(super) fn run(args: &ConfigArgs, data_dir: &Path) -> anyhow::Result<ExitCode
                 } else {
                     format!("{scope}/{name}")
                 };
-                let keys: Vec<&str> = values.keys().map(String::as_str).collect();
-                println!("{shown}: {}", keys.join(" "));
+                let keys: Vec<String> = values.keys().cloned().collect();
+                if !*json {
+                    println!("{shown}: {}", keys.join(" "));
+                }
+                listed.push(serde_json::json!({ "bucket": shown, "keys": keys }));
+            }
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&listed)?);
             }
         }
     }

@@ -29,11 +29,16 @@ pub(super) struct HostArgs {
     /// This host's name in a fleet: besides the shared manifests, it applies those under
     /// `hosts/NAME/` (and no other host's). A DNS label. Default: the machine's host name
     /// (lowercased, up to the first dot).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, env = "VOODU_HOST", value_name = "NAME")]
     host: Option<String>,
     /// A label of this host (repeatable): it also applies the manifests under
     /// `labels/LABEL/`.
-    #[arg(long = "host-label", value_name = "LABEL")]
+    #[arg(
+        long = "host-label",
+        env = "VOODU_HOST_LABEL",
+        value_name = "LABEL",
+        value_delimiter = ','
+    )]
     host_labels: Vec<String>,
 }
 

@@ -28,11 +28,23 @@ pub(super) const FLUSH_LIMIT: Duration = Duration::from_secs(1);
 /// The process-wide sink once `install` ran (the `run` command only).
 static SINK: OnceLock<LogSink> = OnceLock::new();
 
+/// `--log-format`: how each line is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum LogFormat {
+    /// For people: time, level, message and fields on one line.
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `message`, the event's fields, `target`.
+    Json,
+}
+
 /// The producer side: cheap to clone, never blocks.
 #[derive(Debug, Clone)]
 pub(super) struct LogSink {
     sender: SyncSender<Message>,
     dropped: Arc<AtomicU64>,
+    /// Prefix each line with its syslog priority (`<3>` for errors, …), as journald reads
+    /// it when stderr is the journal (`SyslogLevelPrefix=`, on by default).
+    priority_prefix: bool,
 }
 
 #[derive(Debug)]
@@ -50,7 +62,11 @@ impl LogSink {
         std::thread::Builder::new()
             .name("voodu-log".to_owned())
             .spawn(move || write_lines(out, &receiver, &counter))?;
-        Ok(LogSink { sender, dropped })
+        Ok(LogSink {
+            sender,
+            dropped,
+            priority_prefix: false,
+        })
     }
 
     /// Queues one line (cut at [`MAX_LINE_BYTES`]); drops and counts it when the queue is
@@ -122,6 +138,43 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogSink {
             line: Vec::new(),
         }
     }
+
+    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> LineWriter<'a> {
+        let mut line = Vec::new();
+        if self.priority_prefix {
+            line.extend_from_slice(syslog_priority(*meta.level()).as_bytes());
+        }
+        LineWriter { sink: self, line }
+    }
+}
+
+/// The syslog priority prefix journald strips from a line and records as `PRIORITY`.
+fn syslog_priority(level: tracing::Level) -> &'static str {
+    match level {
+        tracing::Level::ERROR => "<3>",
+        tracing::Level::WARN => "<4>",
+        tracing::Level::INFO => "<6>",
+        tracing::Level::DEBUG | tracing::Level::TRACE => "<7>",
+    }
+}
+
+/// True when stderr is the journal's stream: systemd sets `JOURNAL_STREAM` to its
+/// `device:inode`, which a redirected stderr no longer matches.
+fn stderr_is_journal() -> bool {
+    let Some(stream) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    let Some((device, inode)) = stream.to_str().and_then(|text| text.split_once(':')) else {
+        return false;
+    };
+    // SAFETY: an all-zero `stat` is a valid value of the plain C struct fstat fills.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fd 2 is only inspected, and `stat` is a valid, writable struct.
+    if unsafe { libc::fstat(2, &mut stat) } != 0 {
+        return false;
+    }
+    device.parse::<u64>().ok() == Some(stat.st_dev)
+        && inode.parse::<u64>().ok() == Some(stat.st_ino)
 }
 
 /// The writer thread: writes lines in order, first saying how many were dropped since the
@@ -162,19 +215,50 @@ fn write_lines(mut out: impl Write, receiver: &Receiver<Message>, dropped: &Atom
 
 /// Installs the sink over stderr as the global tracing subscriber and routes panic messages
 /// through it (the default hook writes to stderr and would block on a full pipe).
-pub(super) fn install(filter: tracing_subscriber::EnvFilter) -> io::Result<()> {
-    let sink = LogSink::start(io::stderr(), QUEUE_LINES)?;
+pub(super) fn install(filter: tracing_subscriber::EnvFilter, format: LogFormat) -> io::Result<()> {
+    let mut sink = LogSink::start(io::stderr(), QUEUE_LINES)?;
+    sink.priority_prefix = stderr_is_journal();
     let ansi = io::IsTerminal::is_terminal(&io::stderr());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(sink.clone())
-        .with_ansi(ansi)
-        .try_init();
+    // `try_init` (not `set_global_default`) also routes the `log` crate's records here.
+    let _ = tracing_subscriber::util::SubscriberInitExt::try_init(subscriber(
+        filter,
+        format,
+        ansi,
+        sink.clone(),
+    ));
     let _ = SINK.set(sink);
     std::panic::set_hook(Box::new(|info| {
         tracing::error!("{info}");
     }));
     Ok(())
+}
+
+/// The subscriber writing `format` lines through `sink`.
+fn subscriber(
+    filter: tracing_subscriber::EnvFilter,
+    format: LogFormat,
+    ansi: bool,
+    sink: LogSink,
+) -> Box<dyn tracing::Subscriber + Send + Sync> {
+    match format {
+        LogFormat::Text => Box::new(
+            tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_writer(sink)
+                .with_ansi(ansi)
+                .finish(),
+        ),
+        LogFormat::Json => Box::new(
+            tracing_subscriber::fmt()
+                .json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .with_span_list(false)
+                .with_env_filter(filter)
+                .with_writer(sink)
+                .finish(),
+        ),
+    }
 }
 
 /// Writes `message` to stderr as one line: through the sink when it is installed (then waits
@@ -298,6 +382,47 @@ mod tests {
         check(Stderr::Reads, 8, &["a\n", "b\n"], "a\nb\n", 0)?;
         check(Stderr::Closed, 8, &["a\n", "b\n", "c\n"], "", 3)?;
         check(Stderr::Stuck, 2, &["a\n", "b\n", "c\n"], "", 3)?;
+        Ok(())
+    }
+
+    /// `--log-format json` writes one object per line with the event's fields at the top;
+    /// under journald each line starts with its syslog priority, which journald strips.
+    #[test]
+    fn json_lines_carry_fields_and_journal_priorities() -> Result<(), Box<dyn std::error::Error>> {
+        let fake = Fake {
+            behaviour: Stderr::Reads,
+            written: Arc::default(),
+            release: Arc::default(),
+        };
+        let mut sink = LogSink::start(fake.clone(), 8)?;
+        sink.priority_prefix = true;
+        let filter = tracing_subscriber::EnvFilter::new("info");
+        let subscriber = subscriber(filter, LogFormat::Json, false, sink.clone());
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(commit = "abc123", "commit rejected");
+            tracing::info!(n_resources = 3, "applied");
+            tracing::debug!("filtered out");
+        });
+        assert!(sink.flush(Duration::from_secs(60)));
+        let written = String::from_utf8(fake.written.lock().map_err(|_| "poisoned")?.clone())?;
+        let lines: Vec<&str> = written.lines().collect();
+        assert_eq!(lines.len(), 2, "{written}");
+        let (warn, info) = (lines[0], lines[1]);
+        assert!(
+            warn.starts_with("<4>{") && info.starts_with("<6>{"),
+            "{written}"
+        );
+        let warn: serde_json::Value = serde_json::from_str(&warn[3..])?;
+        assert_eq!(
+            (&warn["level"], &warn["message"], &warn["commit"]),
+            (
+                &serde_json::json!("WARN"),
+                &serde_json::json!("commit rejected"),
+                &serde_json::json!("abc123")
+            )
+        );
+        let info: serde_json::Value = serde_json::from_str(&info[3..])?;
+        assert_eq!(info["n_resources"], 3);
         Ok(())
     }
 

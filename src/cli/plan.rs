@@ -69,6 +69,9 @@ pub(super) struct PlanArgs {
     /// the agent recorded in state.db, else docker.
     #[arg(long, value_name = "docker|swarm", value_parser = super::run::parse_runtime)]
     runtime: Option<Engine>,
+    /// The signatures to require of the planned commit, as the agent's flags.
+    #[command(flatten)]
+    trust: super::trust::TrustArgs,
 }
 
 pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> {
@@ -84,8 +87,36 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
         vars.buckets = store.buckets()?;
     }
     let policy = host_policy(args, store.as_ref(), data_dir)?;
+    let trust = args.trust.to_commit_trust()?;
     let hosts = plan_hosts(args, store.as_ref())?;
     let read = read_source(args, scratch.path(), &hosts)?;
+    if let Some(trust) = &trust {
+        let Some((source, commit)) = &read.git else {
+            anyhow::bail!(
+                "--verify-commits checks commits: plan a revision (`--rev REV`) or a repository URL, not a working directory"
+            );
+        };
+        let since = match (&store, trust.mode) {
+            (Some(store), crate::git::VerifyMode::All) => store
+                .commit_summary()?
+                .last_applied
+                .map(|record| record.sha),
+            _ => None,
+        };
+        if let Err(untrusted) = source.verify(&trust.keys, trust.mode, since.as_ref(), commit)? {
+            eprintln!(
+                "commit {}: not signed by a trusted key: {} (--verify-commits {})",
+                untrusted.commit.short(),
+                untrusted.refusal,
+                trust.mode.as_str()
+            );
+            eprintln!(
+                "plan: the agent would reject {} and keep running the last good commit",
+                commit.short()
+            );
+            return Ok(ExitCode::from(1));
+        }
+    }
     let (snapshot, files, triggers) = match with_triggers(
         args,
         read,
@@ -126,6 +157,20 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
             return Ok(ExitCode::from(1));
         }
     };
+    // SOPS env files are opened as the agent would, when given its identities; the values
+    // are dropped at once (a plan shows a secret's change by its file's digest only).
+    let keyring = args.trust.to_keyring()?;
+    if !keyring.is_empty() {
+        let refusals = crate::sync::sealed_refusals(&manifest, &keyring);
+        if !refusals.is_empty() {
+            eprintln!("{}", manifest::Diagnostics(refusals));
+            eprintln!(
+                "plan: the agent would reject {} and keep running the last good one",
+                snapshot.commit
+            );
+            return Ok(ExitCode::from(1));
+        }
+    }
     let desired = match &store {
         Some(store) => store.desired_all()?,
         None => Vec::new(),
@@ -261,6 +306,7 @@ fn read_source(args: &PlanArgs, scratch: &Path, hosts: &HostSelection) -> anyhow
             branch: rev.clone(),
             paths: args.paths.clone(),
             token_file: None,
+            ..Default::default()
         },
         scratch,
     )
@@ -372,6 +418,7 @@ fn with_triggers(
                 branch: branch.clone(),
                 paths: Vec::new(),
                 token_file: None,
+                ..Default::default()
             },
             data_dir,
         )

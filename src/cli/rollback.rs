@@ -20,8 +20,27 @@ pub(super) struct RollbackArgs {
     /// Default: the newest release that ran with a spec other than the current one.
     #[arg(long, value_name = "SHA")]
     to: Option<String>,
+    /// Print what was done as JSON.
+    #[arg(long)]
+    json: bool,
     #[command(flatten)]
     agent: AgentArgs,
+}
+
+/// `rollback --json`.
+#[derive(Debug, serde::Serialize)]
+struct RollbackView {
+    resource: String,
+    /// The release re-applied, and its commit.
+    target_release: i64,
+    target_commit: String,
+    /// The rollback's own release.
+    release: i64,
+    /// Always true: auto-sync is paused for the resource until git changes it or `unpin`.
+    pinned: bool,
+    /// True when git declares something else than what now runs.
+    git_differs: bool,
+    nudge: super::unpin::NudgeView,
 }
 
 pub(super) fn run(data_dir: &Path, args: &RollbackArgs) -> anyhow::Result<ExitCode> {
@@ -29,6 +48,19 @@ pub(super) fn run(data_dir: &Path, args: &RollbackArgs) -> anyhow::Result<ExitCo
     let key = resolve(&store, &args.resource)?;
     let outcome = store.rollback(&key, args.to.as_deref())?;
     drop(store);
+    if args.json {
+        let view = RollbackView {
+            resource: key.to_string(),
+            target_release: outcome.target.id,
+            target_commit: outcome.target.commit.to_string(),
+            release: outcome.release.id,
+            pinned: true,
+            git_differs: outcome.git_differs,
+            nudge: super::unpin::NudgeView::of(nudge(data_dir, &args.agent, None)),
+        };
+        println!("{}", serde_json::to_string_pretty(&view)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     println!(
         "{key}: rolling back to release #{} (commit {}) as release #{}",
         outcome.target.id,

@@ -22,94 +22,130 @@ use crate::sync::SyncOptions;
 #[derive(Debug, Args)]
 pub(super) struct RunArgs {
     /// Repository to watch: a local path, file://, https:// or ssh:// URL.
-    #[arg(long, value_name = "URL|PATH")]
+    #[arg(long, env = "VOODU_REPO", value_name = "URL|PATH")]
     repo: Option<String>,
     /// Branch to deploy.
-    #[arg(long, default_value = "main")]
+    #[arg(long, env = "VOODU_BRANCH", default_value = "main")]
     branch: String,
-    /// Directory (repeatable) inside the repo to read *.hcl/*.voodu/*.vdu/*.vd manifests from.
-    /// Default: the whole repo.
-    #[arg(long = "path", value_name = "DIR")]
+    /// Directory (repeatable, or comma-separated) inside the repo to read
+    /// *.hcl/*.voodu/*.vdu/*.vd manifests from. Default: the whole repo.
+    #[arg(
+        long = "path",
+        env = "VOODU_PATH",
+        value_name = "DIR",
+        value_delimiter = ','
+    )]
     paths: Vec<String>,
     /// How often to poll the remote, e.g. 30s, 5m.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "VOODU_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
     interval: Duration,
-    /// For https remotes: file holding an access token (sent as user `x-access-token`).
-    #[arg(long, value_name = "FILE")]
+    /// For https remotes: file holding an access token, sent as the password of the URL's
+    /// user (`https://USER@host/…`: a GitLab deploy token's name, Bitbucket's
+    /// `x-token-auth`), else of `x-access-token` (GitHub, Gitea, Forgejo). Refused over
+    /// plain http.
+    #[arg(long, env = "VOODU_GIT_TOKEN_FILE", value_name = "FILE")]
     git_token_file: Option<PathBuf>,
+    /// For https remotes: PEM file of CA certificates trusted beside the system's (a private
+    /// CA). The system's own store can be replaced with SSL_CERT_FILE / SSL_CERT_DIR.
+    #[arg(long, env = "VOODU_GIT_CA_FILE", value_name = "FILE")]
+    git_ca_file: Option<PathBuf>,
+    /// For ssh remotes: accept and remember the key of a host that is not in known_hosts yet
+    /// (ssh's StrictHostKeyChecking=accept-new); a changed key is still refused. Without it,
+    /// an unknown host is refused: add its key to ~/.ssh/known_hosts first.
+    #[arg(long, env = "VOODU_GIT_SSH_ACCEPT_NEW_HOST_KEYS", value_parser = super::boolish())]
+    git_ssh_accept_new_host_keys: bool,
     /// Resources reconciled in parallel (one key is never reconciled twice at once).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, env = "VOODU_CONCURRENCY", default_value_t = 4)]
     concurrency: usize,
     /// How long a rollout may take before it is failed and rolled back automatically to the
     /// last release that ran.
-    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "VOODU_ROLLOUT_DEADLINE", default_value = "5m", value_parser = humantime::parse_duration)]
     rollout_deadline: Duration,
     /// Without a readiness probe, a replica counts as ready once it has run this long
     /// without restarting (the health gate between rollout slots).
-    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "VOODU_READY_SETTLE", default_value = "3s", value_parser = humantime::parse_duration)]
     ready_settle: Duration,
     /// How often every managed resource is compared with the host and repaired (container
     /// events trigger repairs at once; this catches anything they missed).
-    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "VOODU_RESYNC", default_value = "5m", value_parser = humantime::parse_duration)]
     resync: Duration,
     /// How often the autoscaler samples CPU of deployments with `autoscale {}`.
-    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "VOODU_AUTOSCALE_INTERVAL", default_value = "15s", value_parser = humantime::parse_duration)]
     autoscale_interval: Duration,
     /// Do not subscribe to container events: drift is then repaired at the resync only
     /// (for testing the resync).
-    #[arg(long, hide = true)]
+    #[arg(long, env = "VOODU_NO_CONTAINER_EVENTS", hide = true, value_parser = super::boolish())]
     no_container_events: bool,
     /// Agent environment variable (repeatable) that manifests may read as `${NAME}`. Nothing
     /// else of the agent's environment is visible to them.
-    #[arg(long = "allow-env", value_name = "NAME", value_delimiter = ',')]
+    #[arg(
+        long = "allow-env",
+        env = "VOODU_ALLOW_ENV",
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
     allow_env: Vec<String>,
     /// Largest file `file()` or `env_file` may read, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = crate::manifest::DEFAULT_MAX_FILE_BYTES)]
+    #[arg(long, env = "VOODU_MAX_FILE_SIZE", value_name = "BYTES", default_value_t = crate::manifest::DEFAULT_MAX_FILE_BYTES)]
     max_file_size: u64,
     /// Largest body a `url()` asset may fetch, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = crate::assets::DEFAULT_MAX_URL_BYTES)]
+    #[arg(long, env = "VOODU_MAX_URL_SIZE", value_name = "BYTES", default_value_t = crate::assets::DEFAULT_MAX_URL_BYTES)]
     max_url_size: u64,
     /// Log filter (tracing env-filter syntax); RUST_LOG wins when set.
-    #[arg(long, default_value = "info")]
+    #[arg(long, env = "VOODU_LOG", default_value = "info")]
     log: String,
+    /// Log line format: `text`, or `json` (one object per line with the event's fields, for
+    /// journald and log shippers). Under systemd each line also carries its syslog priority.
+    #[arg(long, env = "VOODU_LOG_FORMAT", value_enum, default_value_t = super::log::LogFormat::Text)]
+    log_format: super::log::LogFormat,
     /// Address of the HTTP side (webhook, status, releases, metrics, healthz), or `off`.
     /// Port 0 picks a free port. Off loopback it needs --webhook-secret-file.
-    #[arg(long, value_name = "ADDR|off", default_value = "127.0.0.1:8687", value_parser = parse_listen)]
+    #[arg(long, env = "VOODU_LISTEN", value_name = "ADDR|off", default_value = "127.0.0.1:8687", value_parser = parse_listen)]
     listen: Listen,
     /// File holding the webhook secret: the HMAC key of GitHub, Gitea/Forgejo and generic
     /// signatures, or GitLab's token. With it, unsigned or wrongly signed requests get 401.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "VOODU_WEBHOOK_SECRET_FILE", value_name = "FILE")]
     webhook_secret_file: Option<PathBuf>,
     /// Largest webhook body accepted, in bytes (larger ones get 413).
-    #[arg(long, value_name = "BYTES", default_value_t = 1024 * 1024)]
+    #[arg(long, env = "VOODU_WEBHOOK_MAX_BODY", value_name = "BYTES", default_value_t = 1024 * 1024)]
     webhook_max_body: usize,
     /// Do not watch a local repository's refs (by default a local --repo syncs as soon as a
     /// branch moves, without waiting for the next poll).
-    #[arg(long)]
+    #[arg(long, env = "VOODU_NO_WATCH", value_parser = super::boolish())]
     no_watch: bool,
     /// A cronjob tick missed while the agent was not running still runs once when its
     /// scheduled time is at most this old (only the most recent one; older ones are reported
     /// as missed). 0 runs only ticks that are at most a minute late.
-    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "VOODU_CRON_CATCH_UP", value_name = "DURATION", default_value = "15m", value_parser = humantime::parse_duration)]
     cron_catch_up: Duration,
     /// Host address where the ingress proxy (Caddy) serves HTTP. Port 0 lets the engine pick.
-    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:80")]
+    #[arg(
+        long,
+        env = "VOODU_INGRESS_HTTP",
+        value_name = "ADDR",
+        default_value = "0.0.0.0:80"
+    )]
     ingress_http: SocketAddr,
     /// Host address where the ingress proxy serves HTTPS (hosts with a `tls {}` block).
-    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:443")]
+    #[arg(
+        long,
+        env = "VOODU_INGRESS_HTTPS",
+        value_name = "ADDR",
+        default_value = "0.0.0.0:443"
+    )]
     ingress_https: SocketAddr,
     /// The ingress proxy's image: Caddy 2 (`scripts/docker-setup` builds `voodu-caddy:latest`
     /// from Debian's package for hosts without a registry).
-    #[arg(long, value_name = "IMAGE", default_value = crate::reconcile::router::DEFAULT_IMAGE)]
+    #[arg(long, env = "VOODU_INGRESS_IMAGE", value_name = "IMAGE", default_value = crate::reconcile::router::DEFAULT_IMAGE)]
     ingress_image: String,
     /// Run no ingress proxy: ingresses are accepted but route nothing (their status says so),
     /// and a proxy left from an earlier run is removed.
-    #[arg(long)]
+    #[arg(long, env = "VOODU_NO_INGRESS", value_parser = super::boolish())]
     no_ingress: bool,
     /// When state.db was lost: take over the identity (agent id) of this data dir's
     /// containers left on the engine, so they count as this agent's own and the repo is
     /// converged without duplicates. Without it the agent refuses to start in that case.
-    #[arg(long)]
+    #[arg(long, env = "VOODU_ADOPT", value_parser = super::boolish())]
     adopt: bool,
 
     /// What commits may ask of the host (README "Host policy"); default-deny.
@@ -122,8 +158,18 @@ pub(super) struct RunArgs {
 
     /// What runs the workloads: `docker` (containers on the local engine) or `swarm`
     /// (Docker Swarm services, on a swarm manager's engine; README "Docker Swarm").
-    #[arg(long, value_name = "docker|swarm", default_value = "docker", value_parser = parse_runtime)]
+    #[arg(
+        long,
+        env = "VOODU_RUNTIME",
+        value_name = "docker|swarm",
+        default_value = "docker",
+        value_parser = parse_runtime
+    )]
     runtime: crate::reconcile::Engine,
+
+    /// Which commit signatures the agent requires (README "Signed commits").
+    #[command(flatten)]
+    trust: super::trust::TrustArgs,
 }
 
 /// `--runtime`: `docker` or `swarm`.
@@ -149,13 +195,12 @@ fn parse_listen(text: &str) -> Result<Listen, String> {
 }
 
 pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> {
-    let Some(repo) = args.repo else {
-        anyhow::bail!(
-            "no --repo given: run `voodu-agent --repo <URL|PATH>`, or see `voodu-agent --help`"
-        );
-    };
+    // Before anything starts: no --repo, a token that would go in clear text, an unreadable
+    // CA file, a bad policy, a listener off loopback without a secret.
+    check(&args)?;
+    let source = source_options(&args)?;
     limit_heap_arenas();
-    init_tracing(&args.log)?;
+    init_tracing(&args.log, args.log_format)?;
     // reqwest (https fetches) needs a process-wide rustls provider; an error means one is
     // already installed, which is fine.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -165,6 +210,8 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
     // Before anything else, so a bad policy (or host name) is the error.
     sync.policy = args.policy.to_policy_for(&data_dir)?;
     let hosts = args.hosts.to_selection(None)?;
+    sync.trust = args.trust.to_commit_trust()?;
+    sync.keyring = args.trust.to_keyring()?;
     for name in &args.allow_env {
         match std::env::var(name) {
             Ok(value) => {
@@ -178,13 +225,6 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
         .as_deref()
         .map(WebhookSecret::from_file)
         .transpose()?;
-    if let Some(listen) = args.listen.0
-        && secret.is_none()
-        && !crate::http::may_listen_without_secret(&listen)
-    {
-        // Before anything else (the Docker connection included), so the refusal is the error.
-        return Err(crate::http::Error::InsecureListen { address: listen }.into());
-    }
     let http = HttpConfig {
         secret_file: args
             .webhook_secret_file
@@ -213,13 +253,9 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
                 .unwrap_or_else(|_| data_dir.join("ingress")),
         )
     });
+    let keyring = std::sync::Arc::clone(&sync.keyring);
     let config = AgentConfig {
-        source: SourceOptions {
-            url: repo,
-            branch: args.branch,
-            paths: args.paths,
-            token_file: args.git_token_file,
-        },
+        source,
         hosts,
         data_dir,
         interval: args.interval,
@@ -233,12 +269,14 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
             autoscale_interval: args.autoscale_interval.max(Duration::from_secs(1)),
             container_events: !args.no_container_events,
             cron_catch_up: args.cron_catch_up,
+            keyring: std::sync::Arc::clone(&keyring),
             ingress,
             ..ReconcileOptions::default()
         },
         http,
         watch_local: !args.no_watch,
         adopt: args.adopt,
+        service: agent::ServiceNotify::from_env(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -256,8 +294,13 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
         };
         let shutdown = CancellationToken::new();
         let signals = tokio::spawn(stop_on_signals(shutdown.clone()));
+        let watchdog = agent::notify::watchdog_interval()
+            .map(|interval| tokio::spawn(keep_watchdog(config.service.clone(), interval)));
         let result = agent::run(config, listener, shutdown.clone().cancelled_owned()).await;
         signals.abort();
+        if let Some(watchdog) = watchdog {
+            watchdog.abort();
+        }
         result
     });
     // `run` waited for its tasks and the sync in flight; a blocking task still running (an
@@ -266,6 +309,40 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
     result?;
     super::log::flush();
     Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses what `run` would refuse before starting anything (also `install`'s check).
+pub(super) fn check(args: &RunArgs) -> anyhow::Result<()> {
+    source_options(args)?.check()?;
+    args.policy.to_policy()?;
+    let secret = args
+        .webhook_secret_file
+        .as_deref()
+        .map(WebhookSecret::from_file)
+        .transpose()?;
+    if let Some(listen) = args.listen.0
+        && secret.is_none()
+        && !crate::http::may_listen_without_secret(&listen)
+    {
+        return Err(crate::http::Error::InsecureListen { address: listen }.into());
+    }
+    Ok(())
+}
+
+fn source_options(args: &RunArgs) -> anyhow::Result<SourceOptions> {
+    let Some(repo) = &args.repo else {
+        anyhow::bail!(
+            "no --repo given: run `voodu-agent --repo <URL|PATH>`, or see `voodu-agent --help`"
+        );
+    };
+    Ok(SourceOptions {
+        url: repo.clone(),
+        branch: args.branch.clone(),
+        paths: args.paths.clone(),
+        token_file: args.git_token_file.clone(),
+        ca_file: args.git_ca_file.clone(),
+        ssh_accept_new_host_keys: args.git_ssh_accept_new_host_keys,
+    })
 }
 
 /// At most two glibc malloc arenas. By default glibc gives each new thread its own arena (up
@@ -283,10 +360,28 @@ fn limit_heap_arenas() {
 
 /// Logs go through a non-blocking sink (`cli::log`): a closed or full stderr never stops a
 /// task.
-fn init_tracing(default_filter: &str) -> anyhow::Result<()> {
+fn init_tracing(default_filter: &str, format: super::log::LogFormat) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
-    super::log::install(filter).context("cannot start the log writer thread")
+    super::log::install(filter, format).context("cannot start the log writer thread")
+}
+
+/// Tells systemd's watchdog the agent is alive every `interval` (half of `WatchdogSec=`), as
+/// long as the async threads run this task and the blocking pool (where every store read and
+/// fetch runs) takes a task within `interval`: a wedged runtime misses its keep-alive and
+/// systemd restarts the agent. Runs from before the engine answers until the process ends.
+async fn keep_watchdog(service: agent::ServiceNotify, interval: Duration) {
+    loop {
+        let blocking_pool = tokio::time::timeout(interval, tokio::task::spawn_blocking(|| ()));
+        if matches!(blocking_pool.await, Ok(Ok(()))) {
+            service.watchdog();
+        } else {
+            tracing::warn!(
+                "the blocking thread pool did not answer in time; skipping a watchdog keep-alive"
+            );
+        }
+        tokio::time::sleep(interval).await;
+    }
 }
 
 /// First SIGTERM/SIGINT: cancel `shutdown`. Second: exit now.
@@ -314,5 +409,31 @@ async fn stop_on_signals(shutdown: CancellationToken) {
             tracing::warn!("second stop signal: exiting now");
             std::process::exit(130);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    #[test]
+    fn boolean_flags_default_to_false_and_set_to_true() {
+        let cli =
+            super::super::Cli::try_parse_from(["voodu-agent", "--repo", "r"]).expect("parses");
+        let args = cli.run;
+        assert!(
+            !args.no_container_events && !args.no_watch && !args.no_ingress && !args.adopt,
+            "{args:?}"
+        );
+        assert!(!args.git_ssh_accept_new_host_keys && !args.policy.given());
+        let cli = super::super::Cli::try_parse_from([
+            "voodu-agent",
+            "--repo",
+            "r",
+            "--no-watch",
+            "--adopt",
+        ])
+        .expect("parses");
+        assert!(cli.run.no_watch && cli.run.adopt && !cli.run.no_ingress);
     }
 }

@@ -1,12 +1,11 @@
 //! `voodu-agent sync`: ask the running agent to fetch now, through its webhook endpoint in
-//! the generic HMAC form; `--wait` prints how the fetched commit ended.
+//! the generic HMAC form (an HTTP request made with reqwest); `--wait` prints how the fetched
+//! commit ended, `--json` the agent's answer as it is.
 //!
 //! Also the nudge `rollback` and `unpin` send, so the agent acts on their state.db change at
 //! once instead of at its next poll. The agent's address and secret file come from the
 //! flags, else from what the agent recorded in state.db, else `127.0.0.1:8687` unsigned.
 
-use std::io::{Read as _, Write as _};
-use std::net::{TcpStream, ToSocketAddrs as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -27,6 +26,9 @@ pub(super) struct SyncArgs {
     /// With --wait: give up after this long (the sync itself goes on).
     #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
     timeout: Duration,
+    /// Print the agent's answer as JSON (`result`, `commit`, `reason`, `errors`).
+    #[arg(long)]
+    json: bool,
     #[command(flatten)]
     agent: AgentArgs,
 }
@@ -59,6 +61,13 @@ impl Answer {
 pub(super) fn run(data_dir: &Path, args: &SyncArgs) -> anyhow::Result<ExitCode> {
     let answer = nudge(data_dir, &args.agent, args.wait.then_some(args.timeout))?;
     let result = answer.field("result");
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&answer.body)?);
+        return Ok(match result {
+            "accepted" | "coalesced" | "applied" => ExitCode::SUCCESS,
+            _ => ExitCode::from(1),
+        });
+    }
     let commit = answer.field("commit");
     let short = &commit[..commit.len().min(12)];
     match result {
@@ -86,6 +95,7 @@ pub(super) fn run(data_dir: &Path, args: &SyncArgs) -> anyhow::Result<ExitCode> 
 }
 
 /// Asks the agent to fetch now; with `wait`, the answer says how the fetched commit ended.
+/// Through the project's HTTP client (reqwest), like every other request the agent makes.
 pub(super) fn nudge(
     data_dir: &Path,
     agent: &AgentArgs,
@@ -110,70 +120,43 @@ pub(super) fn nudge(
         None => recorded(META_SECRET_FILE)
             .and_then(|path| WebhookSecret::from_file(Path::new(&path)).ok()),
     };
-    let body = b"{}";
-    let mut target = "/hooks/git".to_owned();
+    let body: &'static [u8] = b"{}";
+    let mut url = format!("http://{address}/hooks/git");
     if let Some(timeout) = wait {
-        target.push_str(&format!("?wait=true&timeout={}s", timeout.as_secs().max(1)));
+        url.push_str(&format!("?wait=true&timeout={}s", timeout.as_secs().max(1)));
     }
-    let mut request = format!(
-        "POST {target} HTTP/1.0\r\nHost: {address}\r\nUser-Agent: voodu-agent-cli\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{ORIGIN_HEADER}: cli\r\n",
-        body.len()
-    );
+    let url = reqwest::Url::parse(&url)
+        .with_context(|| format!("agent address {address:?} is not HOST:PORT"))?;
+    // reqwest is built without a default crypto provider; plain http needs none, but the
+    // client builder asks for one.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::blocking::Client::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(wait.unwrap_or_default() + Duration::from_secs(15))
+        .user_agent("voodu-agent-cli")
+        .build()
+        .context("cannot build the HTTP client")?;
+    let mut request = client
+        .post(url)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .header(ORIGIN_HEADER, "cli")
+        .body(body);
     // Only printable ASCII goes into a header line; anything else names no one.
     if let Some(user) = super::cli_user()
         .filter(|user| user.len() <= 64 && user.chars().all(|c| c.is_ascii_graphic()))
     {
-        request.push_str(&format!("{ACTOR_HEADER}: {user}\r\n"));
+        request = request.header(ACTOR_HEADER, user);
     }
     if let Some(secret) = &secret {
-        request.push_str(&format!(
-            "{GENERIC_SIGNATURE_HEADER}: {}\r\n",
-            secret.sign(body)
-        ));
+        request = request.header(GENERIC_SIGNATURE_HEADER, secret.sign(body));
     }
-    request.push_str("\r\n");
-    let socket_address = address
-        .to_socket_addrs()
-        .with_context(|| format!("agent address {address:?} is not HOST:PORT"))?
-        .next()
-        .with_context(|| format!("agent address {address:?} resolves to nothing"))?;
-    let mut stream = TcpStream::connect_timeout(&socket_address, Duration::from_secs(5))
+    let response = request
+        .send()
         .with_context(|| format!("cannot reach the agent at {address} (is it running?)"))?;
-    let read_timeout = wait.unwrap_or_default() + Duration::from_secs(15);
-    stream.set_read_timeout(Some(read_timeout))?;
-    stream.write_all(request.as_bytes())?;
-    stream.write_all(body)?;
-    let mut response = Vec::new();
-    stream
-        .read_to_end(&mut response)
+    let status = response.status().as_u16();
+    let text = response
+        .text()
         .with_context(|| format!("no answer from the agent at {address}"))?;
-    parse_response(&response).with_context(|| format!("unreadable answer from {address}"))
-}
-
-/// Status code and JSON body of an HTTP/1.0 response (close-delimited or with a length).
-fn parse_response(response: &[u8]) -> anyhow::Result<Answer> {
-    let text = String::from_utf8_lossy(response);
-    let (head, body) = text.split_once("\r\n\r\n").context("no end of headers")?;
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .context("no status code")?;
-    let body = serde_json::from_str(body).unwrap_or(serde_json::Value::String(body.to_owned()));
+    let body = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
     Ok(Answer { status, body })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn responses_parse_into_status_and_json() -> anyhow::Result<()> {
-        let answer = parse_response(
-            b"HTTP/1.0 202 Accepted\r\ncontent-type: application/json\r\n\r\n{\"result\":\"accepted\"}",
-        )?;
-        assert_eq!((answer.status, answer.field("result")), (202, "accepted"));
-        assert!(parse_response(b"garbage").is_err());
-        Ok(())
-    }
 }

@@ -14,8 +14,58 @@ pub(super) struct UnpinArgs {
     /// The resource: SCOPE/NAME, or KIND/SCOPE/NAME when several kinds share the name.
     #[arg(value_name = "SCOPE/NAME")]
     resource: String,
+    /// Print what was done as JSON.
+    #[arg(long)]
+    json: bool,
     #[command(flatten)]
     agent: AgentArgs,
+}
+
+/// `unpin --json`.
+#[derive(Debug, serde::Serialize)]
+struct UnpinView {
+    resource: String,
+    /// The commit whose version of the resource git declares (`None`: git does not, so it
+    /// is removed).
+    git_commit: Option<String>,
+    /// Whether the host changes (git declares something other than what ran).
+    changed: bool,
+    /// How the running agent was told (`None` when nothing changed).
+    nudge: Option<NudgeView>,
+}
+
+/// Whether the running agent was told of a change.
+#[derive(Debug, serde::Serialize)]
+pub(super) struct NudgeView {
+    /// True when the agent took the request; otherwise it applies the change at its next
+    /// poll.
+    pub(super) told: bool,
+    pub(super) message: String,
+}
+
+impl NudgeView {
+    pub(super) fn of(answer: anyhow::Result<Answer>) -> NudgeView {
+        match answer {
+            Ok(answer) if answer.status < 300 => NudgeView {
+                told: true,
+                message: "the agent is applying it now".to_owned(),
+            },
+            Ok(answer) => NudgeView {
+                told: false,
+                message: format!(
+                    "the agent answered HTTP {} ({}); it applies the change at its next poll",
+                    answer.status,
+                    answer.body["reason"].as_str().unwrap_or_default()
+                ),
+            },
+            Err(error) => NudgeView {
+                told: false,
+                message: format!(
+                    "{error:#}; the agent applies the change at its next poll, or when it starts"
+                ),
+            },
+        }
+    }
 }
 
 pub(super) fn run(data_dir: &Path, args: &UnpinArgs) -> anyhow::Result<ExitCode> {
@@ -23,6 +73,19 @@ pub(super) fn run(data_dir: &Path, args: &UnpinArgs) -> anyhow::Result<ExitCode>
     let key = resolve(&store, &args.resource)?;
     let outcome = store.unpin(&key)?;
     drop(store);
+    if args.json {
+        let nudge = outcome
+            .changed
+            .then(|| NudgeView::of(nudge(data_dir, &args.agent, None)));
+        let view = UnpinView {
+            resource: key.to_string(),
+            git_commit: outcome.git_commit.as_ref().map(ToString::to_string),
+            changed: outcome.changed,
+            nudge,
+        };
+        println!("{}", serde_json::to_string_pretty(&view)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     match (&outcome.git_commit, outcome.changed) {
         (Some(commit), true) => println!(
             "{key}: unpinned; back to git's version (commit {})",
@@ -40,15 +103,10 @@ pub(super) fn run(data_dir: &Path, args: &UnpinArgs) -> anyhow::Result<ExitCode>
 /// Says whether the running agent was told; a failed nudge is not an error, since the state
 /// change is already stored.
 pub(super) fn report_nudge(answer: anyhow::Result<Answer>) {
-    match answer {
-        Ok(answer) if answer.status < 300 => println!("the agent is applying it now"),
-        Ok(answer) => eprintln!(
-            "warning: the agent answered HTTP {} ({}); it applies the change at its next poll",
-            answer.status,
-            answer.body["reason"].as_str().unwrap_or_default()
-        ),
-        Err(error) => eprintln!(
-            "warning: {error:#}; the agent applies the change at its next poll, or when it starts"
-        ),
+    let nudge = NudgeView::of(answer);
+    if nudge.told {
+        println!("{}", nudge.message);
+    } else {
+        eprintln!("warning: {}", nudge.message);
     }
 }

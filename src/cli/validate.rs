@@ -47,6 +47,11 @@ pub(super) struct ValidateArgs {
     /// warnings. Default: docker (no such check).
     #[arg(long, value_name = "docker|swarm", default_value = "docker", value_parser = super::run::parse_runtime)]
     runtime: crate::reconcile::Engine,
+    /// Print `{"ok", "files", "resources": {KIND: N}, "errors": [...], "warnings": [...]}`,
+    /// each problem with its `path`, `line`, `col` and `message`; with several fleet hosts,
+    /// `{"ok", "audiences": [{"audience", ...that document}]}`.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Which manifests one validation reads.
@@ -108,41 +113,81 @@ fn audiences(paths: &[String], watched: &[String]) -> Vec<Audience> {
         .collect()
 }
 
+/// The `--json` document of one validation.
+fn outcome_json(outcome: &Outcome) -> serde_json::Value {
+    let problem = |diagnostic: &Diagnostic| {
+        serde_json::json!({
+            "path": diagnostic.path,
+            "line": diagnostic.line,
+            "col": diagnostic.col,
+            "message": diagnostic.message,
+        })
+    };
+    serde_json::json!({
+        "ok": outcome.errors.is_empty(),
+        "files": outcome.n_files,
+        "resources": outcome.kinds,
+        "errors": outcome.errors.iter().map(problem).collect::<Vec<_>>(),
+        "warnings": outcome.warnings.iter().map(problem).collect::<Vec<_>>(),
+    })
+}
+
 /// The host policy (see README "Host policy"): a policy file and/or flags, which add to it.
 /// Used by the agent, `plan` and `validate`.
 #[derive(Debug, Args, Default)]
 pub(super) struct PolicyArgs {
     /// Host policy file (JSON, the flags' names as keys, e.g. {"allow-cap": ["NET_ADMIN"]}),
     /// or `default` for the default-deny policy; the flags below add to it.
-    #[arg(long, value_name = "FILE|default")]
+    #[arg(long, env = "VOODU_POLICY", value_name = "FILE|default")]
     policy: Option<PathBuf>,
     /// Allow `--privileged` containers.
-    #[arg(long)]
+    #[arg(long, env = "VOODU_ALLOW_PRIVILEGED", value_parser = super::boolish())]
     allow_privileged: bool,
     /// Allow `network_mode = "host"` (and a network named `host`).
-    #[arg(long)]
+    #[arg(long, env = "VOODU_ALLOW_HOST_NETWORK", value_parser = super::boolish())]
     allow_host_network: bool,
     /// Allow `--pid=host` and `--pid=container:…`.
-    #[arg(long)]
+    #[arg(long, env = "VOODU_ALLOW_HOST_PID", value_parser = super::boolish())]
     allow_host_pid: bool,
     /// Allow `--ipc=host` and `--ipc=container:…`.
-    #[arg(long)]
+    #[arg(long, env = "VOODU_ALLOW_HOST_IPC", value_parser = super::boolish())]
     allow_host_ipc: bool,
     /// Allow `--device` and `--gpus`.
-    #[arg(long)]
+    #[arg(long, env = "VOODU_ALLOW_DEVICES", value_parser = super::boolish())]
     allow_devices: bool,
-    /// A capability `cap_add` may add beyond Docker's default set (repeatable; ALL for any).
-    #[arg(long = "allow-cap", value_name = "CAP")]
+    /// A capability `cap_add` may add beyond Docker's default set (repeatable or comma-separated; ALL for any).
+    #[arg(
+        long = "allow-cap",
+        env = "VOODU_ALLOW_CAP",
+        value_name = "CAP",
+        value_delimiter = ','
+    )]
     allow_cap: Vec<String>,
-    /// A host directory (or file) bind mounts may come from (repeatable). The Docker socket,
+    /// A host directory (or file) bind mounts may come from (repeatable or
+    /// comma-separated). The Docker socket,
     /// `/`, system directories and the data dir stay refused unless named themselves.
-    #[arg(long = "allow-bind-root", value_name = "DIR")]
+    #[arg(
+        long = "allow-bind-root",
+        env = "VOODU_ALLOW_BIND_ROOT",
+        value_name = "DIR",
+        value_delimiter = ','
+    )]
     allow_bind_root: Vec<String>,
-    /// A network beside voodu0 that containers may join (repeatable).
-    #[arg(long = "allow-network", value_name = "NAME")]
+    /// A network beside voodu0 that containers may join (repeatable or comma-separated).
+    #[arg(
+        long = "allow-network",
+        env = "VOODU_ALLOW_NETWORK",
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
     allow_network: Vec<String>,
-    /// A `--security-opt` value beside no-new-privileges (repeatable), e.g. seccomp=unconfined.
-    #[arg(long = "allow-security-opt", value_name = "OPT")]
+    /// A `--security-opt` value beside no-new-privileges (repeatable or comma-separated), e.g. seccomp=unconfined.
+    #[arg(
+        long = "allow-security-opt",
+        env = "VOODU_ALLOW_SECURITY_OPT",
+        value_name = "OPT",
+        value_delimiter = ','
+    )]
     allow_security_opt: Vec<String>,
 }
 
@@ -276,8 +321,30 @@ pub(super) fn run(args: &ValidateArgs, data_dir: &Path) -> anyhow::Result<ExitCo
     };
     if let [audience] = audiences.as_slice() {
         let outcome = validate(audience)?;
-        print!("{}", outcome.report());
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&outcome_json(&outcome))?);
+        } else {
+            print!("{}", outcome.report());
+        }
         return Ok(if outcome.errors.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        });
+    }
+    if args.json {
+        let mut ok = true;
+        let mut views = Vec::new();
+        for audience in &audiences {
+            let outcome = validate(audience)?;
+            ok &= outcome.errors.is_empty();
+            let mut view = outcome_json(&outcome);
+            view["audience"] = serde_json::Value::String(audience.describe());
+            views.push(view);
+        }
+        let view = serde_json::json!({ "ok": ok, "audiences": views });
+        println!("{}", serde_json::to_string_pretty(&view)?);
+        return Ok(if ok {
             ExitCode::SUCCESS
         } else {
             ExitCode::from(1)

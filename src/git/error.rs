@@ -19,8 +19,16 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "a token would go to {url} in clear text: use an https:// URL, or drop --git-token-file"
+    )]
+    TokenOverHttp { url: String },
+    #[error("--git-ca-file {path}: {message}")]
+    CaFile { path: PathBuf, message: String },
     #[error("cannot read commit {sha}: {message}")]
     Read { sha: String, message: String },
+    #[error("cannot use trusted keys {path}: {message}")]
+    TrustedKeys { path: PathBuf, message: String },
     #[error("fetch interrupted")]
     Interrupted,
 }

@@ -10,6 +10,7 @@
 mod error;
 mod tree;
 pub mod trigger;
+mod verify;
 mod workdir;
 
 pub use error::{Error, Result};
@@ -18,6 +19,7 @@ pub use error::{Error, Result};
 /// refused ones (symlinks) with why.
 pub type TriggerFiles = (Vec<crate::model::SourceFile>, Vec<(String, String)>);
 pub use tree::{CommitFiles, TriggeredFiles};
+pub use verify::{MAX_VERIFIED_COMMITS, Refusal, TrustedKeys, Untrusted, Verified, VerifyMode};
 pub use workdir::{WORKDIR_COMMIT, WorkdirFiles, read_workdir, read_workdir_triggers};
 
 use std::path::{Path, PathBuf};
@@ -26,15 +28,58 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::model::{CommitSha, HostSelection, Snapshot};
 
 /// Where to fetch from and what to read.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct SourceOptions {
     /// `file://`, `https://`, `ssh://` / scp-like URL, or a plain local path.
     pub url: String,
     pub branch: String,
     /// Repo-relative directories (or files) to read manifests from; empty = the whole tree.
     pub paths: Vec<String>,
-    /// For https: a file holding a token, sent as the password of user `x-access-token`.
+    /// For https: a file holding a token, sent as the password of the URL's user (a GitLab
+    /// deploy token's name, Bitbucket's `x-token-auth`), else of [`DEFAULT_TOKEN_USER`].
     pub token_file: Option<PathBuf>,
+    /// For https: a PEM file of CA certificates trusted beside the system's.
+    pub ca_file: Option<PathBuf>,
+    /// For ssh: accept the key of a host not in known_hosts yet and remember it
+    /// (`StrictHostKeyChecking=accept-new`); otherwise an unknown host is refused.
+    pub ssh_accept_new_host_keys: bool,
+}
+
+/// The user a token is sent as when the URL names none: what GitHub, Gitea and Forgejo take.
+pub const DEFAULT_TOKEN_USER: &str = "x-access-token";
+
+/// The ssh command with `SourceOptions::ssh_accept_new_host_keys`.
+const SSH_ACCEPT_NEW: &str = "ssh -o StrictHostKeyChecking=accept-new";
+
+impl SourceOptions {
+    /// Checks what can be checked before the first fetch: a token is never sent in clear
+    /// text (an `http://` URL with a token file is refused rather than fetched without it),
+    /// and the CA file holds certificates.
+    pub fn check(&self) -> Result<()> {
+        let url = normalize_url(&self.url);
+        if self.token_file.is_some() && url.to_ascii_lowercase().starts_with("http://") {
+            return Err(Error::TokenOverHttp { url });
+        }
+        if let Some(path) = &self.ca_file {
+            ca_certificates(path)?;
+        }
+        Ok(())
+    }
+}
+
+/// The certificates of a PEM file; at least one.
+fn ca_certificates(path: &Path) -> Result<Vec<reqwest::Certificate>> {
+    let problem = |message: String| Error::CaFile {
+        path: path.to_owned(),
+        message,
+    };
+    let pem = std::fs::read(path).map_err(|error| problem(error.to_string()))?;
+    let certificates = reqwest::Certificate::from_pem_bundle(&pem)
+        .map_err(|error| problem(error_chain(&error)))?;
+    if certificates.is_empty() {
+        return Err(problem("no PEM certificate in it".to_owned()));
+    }
+    Ok(certificates)
 }
 
 /// A watched repository and its bare mirror under the data dir.
@@ -162,7 +207,7 @@ impl Source {
     ) -> Result<T> {
         let fetch_error = |message: String| Error::Fetch {
             url: self.url.clone(),
-            message: match ssh_diagnosis(&self.url) {
+            message: match ssh_diagnosis(&self.url, self.options.ssh_accept_new_host_keys) {
                 Some(diagnosis) => format!("{message}: ssh says: {diagnosis}"),
                 None => message,
             },
@@ -180,15 +225,22 @@ impl Source {
                 gix::remote::Direction::Fetch,
             )
             .map_err(|error| fetch_error(error_chain(&error)))?;
-        let connection = remote
+        let mut connection = remote
             .connect(gix::remote::Direction::Fetch)
             .map_err(|error| fetch_error(error_chain(&error)))?;
+        if let Some(path) = &self.options.ca_file {
+            let certificates = ca_certificates(path)?;
+            let options = http_options_trusting(repo, &self.url, certificates)
+                .map_err(|error| fetch_error(error_chain(&*error)))?;
+            connection = connection.with_transport_options(options);
+        }
         let token = self.token()?;
+        let token_user = token_user(&self.url);
         let connection = connection.with_credentials(move |action| match (&token, action) {
             (Some(token), gix::credentials::helper::Action::Get(context)) => {
                 Ok(Some(gix::credentials::protocol::Outcome {
                     identity: gix::sec::identity::Account {
-                        username: "x-access-token".to_owned(),
+                        username: token_user.clone(),
                         password: token.clone(),
                         oauth_refresh_token: None,
                     },
@@ -232,6 +284,20 @@ impl Source {
         tree::read_snapshot(&repo, sha, &self.options.paths, &self.hosts)
     }
 
+    /// Verifies the signatures `mode` asks for on the way to `tip`: the tip alone, or every
+    /// commit since `since` (the last applied commit). `Ok(Err(_))` names the first commit
+    /// that is not trusted and why. Blocking.
+    pub fn verify(
+        &self,
+        keys: &TrustedKeys,
+        mode: VerifyMode,
+        since: Option<&CommitSha>,
+        tip: &CommitSha,
+    ) -> Result<std::result::Result<Verified, Untrusted>> {
+        let repo = self.open_mirror()?;
+        verify::verify(&repo, keys, mode, since, tip)
+    }
+
     /// The files of commit `sha`, for `file()` and `env_file`. Blocking.
     pub fn files_at(&self, sha: &CommitSha) -> Result<CommitFiles> {
         CommitFiles::new(self.open_mirror()?, sha)
@@ -264,13 +330,21 @@ impl Source {
             path: self.mirror.clone(),
             message,
         };
-        let repo = if self.mirror.join("HEAD").exists() {
+        let mut repo = if self.mirror.join("HEAD").exists() {
             gix::open(&self.mirror).map_err(|error| mirror_error(error_chain(&error)))?
         } else {
             std::fs::create_dir_all(&self.mirror)
                 .map_err(|error| mirror_error(error_chain(&error)))?;
             gix::init_bare(&self.mirror).map_err(|error| mirror_error(error_chain(&error)))?
         };
+        if self.options.ssh_accept_new_host_keys {
+            // In memory only: the mirror's config file is not changed.
+            let mut config = repo.config_snapshot_mut();
+            config
+                .set_value(&gix::config::tree::Core::SSH_COMMAND, SSH_ACCEPT_NEW)
+                .and_then(|_| config.set_value(&gix::config::tree::Ssh::VARIANT, "ssh"))
+                .map_err(|error| mirror_error(error_chain(&error)))?;
+        }
         Ok(repo)
     }
 
@@ -289,6 +363,40 @@ impl Source {
         })?;
         Ok(Some(text.trim().to_owned()))
     }
+}
+
+/// The user a token is sent as: the URL's (`https://USER@host/…`), else
+/// [`DEFAULT_TOKEN_USER`].
+fn token_user(url: &str) -> String {
+    gix::url::parse(gix::bstr::BStr::new(url))
+        .ok()
+        .and_then(|parsed| parsed.user().map(ToOwned::to_owned))
+        .filter(|user| !user.is_empty())
+        .unwrap_or_else(|| DEFAULT_TOKEN_USER.to_owned())
+}
+
+/// The repository's http transport options for `url`, with its reqwest client trusting
+/// `certificates` beside the system's roots. gix's reqwest backend ignores
+/// `http.sslCAInfo`, so the roots go in through the client builder.
+fn http_options_trusting(
+    repo: &gix::Repository,
+    url: &str,
+    certificates: Vec<reqwest::Certificate>,
+) -> std::result::Result<Box<dyn std::any::Any>, Box<dyn std::error::Error + Send + Sync>> {
+    use gix::protocol::transport::client::blocking_io::http;
+    let mut options = repo
+        .transport_options(url, None)?
+        .and_then(|options| options.downcast::<http::Options>().ok())
+        .map(|options| *options)
+        .unwrap_or_default();
+    let backend = http::reqwest::Options {
+        configure_client: Some(Box::new(move |builder| {
+            Ok(builder.tls_certs_merge(certificates.clone()))
+        })),
+        configure_request: None,
+    };
+    options.backend = Some(std::sync::Arc::new(std::sync::Mutex::new(backend)));
+    Ok(Box::new(options))
 }
 
 /// `error` and every source under it, joined with `: `, so the root cause is never lost. A
@@ -312,7 +420,7 @@ pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
 /// reports only "failed to fill whole buffer", so after a failed fetch the agent asks once
 /// more, non-interactively and with nothing to send, and keeps ssh's words. `None` for other
 /// remotes, or when ssh says nothing.
-fn ssh_diagnosis(url: &str) -> Option<String> {
+fn ssh_diagnosis(url: &str, accept_new_host_keys: bool) -> Option<String> {
     let parsed = gix::url::parse(gix::bstr::BStr::new(url)).ok()?;
     if parsed.scheme != gix::url::Scheme::Ssh {
         return None;
@@ -332,6 +440,9 @@ fn ssh_diagnosis(url: &str) -> Option<String> {
     };
     let mut command = std::process::Command::new("ssh");
     command.args(["-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]);
+    if accept_new_host_keys {
+        command.args(["-o", "StrictHostKeyChecking=accept-new"]);
+    }
     if let Some(port) = parsed.port {
         command.arg("-p").arg(port.to_string());
     }
@@ -365,7 +476,79 @@ fn normalize_url(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::error_chain;
+    use super::{Source, SourceOptions, error_chain, token_user};
+
+    #[test]
+    fn tokens_go_as_the_urls_user() {
+        let cases = [
+            (
+                "https://gitlab+deploy-token-7@gitlab.example.com/ops/deploy.git",
+                "gitlab+deploy-token-7",
+            ),
+            (
+                "https://x-token-auth@bitbucket.org/team/repo.git",
+                "x-token-auth",
+            ),
+            ("https://github.com/org/repo.git", "x-access-token"),
+            ("not a url", "x-access-token"),
+        ];
+        for (url, user) in cases {
+            assert_eq!(token_user(url), user, "{url}");
+        }
+    }
+
+    #[test]
+    fn a_token_over_plain_http_and_a_bad_ca_file_are_refused()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let options = |url: &str| SourceOptions {
+            url: url.to_owned(),
+            token_file: Some(dir.path().join("token")),
+            ..SourceOptions::default()
+        };
+        let error = options("HTTP://git.example.org/r.git")
+            .check()
+            .expect_err("refused");
+        assert!(error.to_string().contains("in clear text"), "{error}");
+        assert!(options("https://git.example.org/r.git").check().is_ok());
+        let not_pem = dir.path().join("ca.pem");
+        std::fs::write(&not_pem, "not a certificate\n")?;
+        let error = SourceOptions {
+            ca_file: Some(not_pem),
+            ..options("https://git.example.org/r.git")
+        }
+        .check()
+        .expect_err("refused");
+        assert!(error.to_string().contains("no PEM certificate"), "{error}");
+        Ok(())
+    }
+
+    /// `--git-ssh-accept-new-host-keys` reaches gix as the ssh command it runs, in memory.
+    #[test]
+    fn accepting_new_host_keys_sets_the_ssh_command() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        for (accept, expected) in [(true, Some(super::SSH_ACCEPT_NEW)), (false, None)] {
+            let source = Source::new(
+                SourceOptions {
+                    url: "ssh://git@example.org/r.git".to_owned(),
+                    ssh_accept_new_host_keys: accept,
+                    ..SourceOptions::default()
+                },
+                dir.path(),
+            );
+            let repo = source.open_mirror()?;
+            let command = repo.ssh_connect_options()?.command;
+            assert_eq!(
+                command.as_deref().and_then(|command| command.to_str()),
+                expected,
+                "{accept}"
+            );
+        }
+        // The mirror's config file is not changed.
+        let config = std::fs::read_to_string(dir.path().join("repo.git/config"))?;
+        assert!(!config.contains("accept-new"), "{config}");
+        Ok(())
+    }
 
     /// An error with a message and an optional source, like gix's nested errors.
     #[derive(Debug)]

@@ -1,9 +1,11 @@
-//! Who may read `/status`, `/releases`, `/activity` and `/metrics`.
+//! Who may read `/status`, `/releases`, `/activity`, `/metrics` and the dashboard (`/ui`).
 //!
 //! On a loopback listener everyone on the host may (as they may read `state.db`). Off
 //! loopback the status document names images, commits and errors an outsider should not
 //! see, so these routes need `Authorization: Bearer <webhook secret>`: binding off loopback
 //! already requires that secret, and Prometheus sends it with `authorization.credentials_file`.
+//! A browser cannot send a bearer token, so the secret is also taken as the password of
+//! Basic auth (any user name), and the dashboard's 401 asks the browser for it.
 //! `/healthz` says only "ok" and stays open, for load balancers and container health checks.
 //!
 //! Invariant: the token is compared in constant time (`WebhookSecret::matches_token`); with
@@ -28,6 +30,20 @@ pub(super) async fn require_token(
     if !state.reads_need_token || authorized(&state, &request) {
         return next.run(request).await;
     }
+    if request.uri().path().starts_with("/ui") {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [
+                (
+                    header::WWW_AUTHENTICATE,
+                    "Basic realm=\"voodu-agent\", charset=\"UTF-8\"",
+                ),
+                (header::CONTENT_SECURITY_POLICY, super::dashboard::CSP),
+            ],
+            "this listener is not loopback: log in with the webhook secret as the password\n",
+        )
+            .into_response();
+    }
     (
         StatusCode::UNAUTHORIZED,
         [(header::WWW_AUTHENTICATE, "Bearer")],
@@ -40,11 +56,58 @@ fn authorized(state: &AppState, request: &Request) -> bool {
     let Some(secret) = &state.ctx.options.secret else {
         return false;
     };
-    request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|value| bearer(value.as_bytes()))
-        .is_some_and(|token| secret.matches_token(token))
+    let Some(value) = request.headers().get(header::AUTHORIZATION) else {
+        return false;
+    };
+    let value = value.as_bytes();
+    if let Some(token) = bearer(value) {
+        return secret.matches_token(token);
+    }
+    basic_password(value).is_some_and(|password| secret.matches_token(&password))
+}
+
+/// The password of an `Authorization: Basic base64(user:password)` value.
+fn basic_password(value: &[u8]) -> Option<Vec<u8>> {
+    let (scheme, encoded) = value.split_at_checked(6)?;
+    if !scheme.eq_ignore_ascii_case(b"basic ") {
+        return None;
+    }
+    let decoded = base64_decode(encoded.trim_ascii())?;
+    let colon = decoded.iter().position(|&byte| byte == b':')?;
+    Some(decoded[colon + 1..].to_vec()).filter(|password| !password.is_empty())
+}
+
+/// Standard base64 with padding (RFC 4648 §4), as Basic auth sends it; `None` when malformed.
+fn base64_decode(text: &[u8]) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(4) || text.len() > 4096 {
+        return None;
+    }
+    let value = |byte: u8| -> Option<u32> {
+        Some(match byte {
+            b'A'..=b'Z' => byte - b'A',
+            b'a'..=b'z' => byte - b'a' + 26,
+            b'0'..=b'9' => byte - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let mut out = Vec::with_capacity(text.len() / 4 * 3);
+    for (index, chunk) in text.chunks(4).enumerate() {
+        let last = index == text.len() / 4 - 1;
+        let padding = chunk.iter().rev().take_while(|&&byte| byte == b'=').count();
+        if padding > 2 || (padding > 0 && !last) {
+            return None;
+        }
+        let mut bits = 0u32;
+        for &byte in &chunk[..4 - padding] {
+            bits = (bits << 6) | value(byte)?;
+        }
+        bits <<= 6 * padding as u32;
+        let bytes = bits.to_be_bytes();
+        out.extend_from_slice(&bytes[1..4 - padding]);
+    }
+    Some(out)
 }
 
 /// The token of an `Authorization: Bearer <token>` value (the scheme is case-insensitive).
@@ -59,6 +122,26 @@ fn bearer(value: &[u8]) -> Option<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn basic_passwords_are_taken_from_the_header_value() {
+        // base64("admin:s3cret"), base64("x:a:b"), base64(":")
+        assert_eq!(
+            basic_password(b"Basic YWRtaW46czNjcmV0").as_deref(),
+            Some(&b"s3cret"[..])
+        );
+        assert_eq!(
+            basic_password(b"basic eDphOmI=").as_deref(),
+            Some(&b"a:b"[..])
+        );
+        assert_eq!(basic_password(b"Basic Og=="), None);
+        assert_eq!(basic_password(b"Basic !!!!"), None);
+        assert_eq!(basic_password(b"Basic YWRtaW4"), None);
+        assert_eq!(basic_password(b"Bearer YWRtaW46czNjcmV0"), None);
+        assert_eq!(base64_decode(b"YQ==").as_deref(), Some(&b"a"[..]));
+        assert_eq!(base64_decode(b"YWI=").as_deref(), Some(&b"ab"[..]));
+        assert_eq!(base64_decode(b"YQ==YQ=="), None);
+    }
 
     #[test]
     fn bearer_tokens_are_taken_from_the_header_value() {

@@ -45,6 +45,7 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     };
     let mut out = String::new();
     state.ctx.metrics.render(&mut out);
+    super::process::render(&mut out);
     let phases: Vec<(Vec<String>, f64)> = figures
         .phases
         .into_iter()

@@ -6,7 +6,10 @@
 //!   applied or rejected;
 //! - `GET /healthz`, `GET /status` (the document `status --json` prints),
 //!   `GET /releases/{scope}/{name}` (`status.rs`), `GET /activity?since=&limit=` (the
-//!   activity log, `activity.rs`), `GET /metrics` (`metrics.rs`).
+//!   activity log, `activity.rs`), `GET /metrics` (`metrics.rs`, with the process figures of
+//!   `process.rs`);
+//! - `GET /ui…`: the dashboard (`dashboard/`), read-only, live through server-sent events;
+//!   `GET /` redirects there.
 //!
 //! Invariants: everything shown is read from the store (on blocking threads); the only thing
 //! this module can make happen is a sync request; memory stays bounded under any request
@@ -15,15 +18,19 @@
 //! whole within `header_timeout` of its first byte and fit in `max_header_bytes`, a
 //! connection that sends nothing is closed after `idle_timeout`, and slow clients are evicted for new ones
 //! (`conn.rs`), bodies are capped at `max_body_bytes` and read under a timeout, and at most
-//! `max_waiters` requests wait for an outcome. Off loopback, `/status`, `/releases`,
-//! `/activity` and `/metrics` need the webhook secret as a bearer token (`auth.rs`); `/healthz` is open.
+//! `max_waiters` requests wait for an outcome, and at most `dashboard::live::MAX_STREAMS`
+//! live streams run. Off loopback, `/status`, `/releases`, `/activity`, `/metrics` and `/ui`
+//! need the webhook secret (`auth.rs`: a bearer token, or a browser's Basic password);
+//! `/healthz` is open.
 
 pub mod activity;
 mod auth;
 mod conn;
+mod dashboard;
 pub mod detail;
 mod error;
 mod metrics;
+mod process;
 pub mod status;
 pub mod webhook;
 
@@ -107,6 +114,10 @@ struct AppState {
     reads_need_token: bool,
     waiters: Arc<Semaphore>,
     shutdown: CancellationToken,
+    /// The dashboard's live streams running at once.
+    streams: Arc<Semaphore>,
+    /// Ready replicas of each resource's current rollout, for the dashboard's plot.
+    samples: Arc<dashboard::live::RolloutSamples>,
 }
 
 /// True when serving `address` without a webhook secret is allowed: only loopback, where
@@ -134,13 +145,20 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let reads_need_token = !listener.local_addr()?.ip().is_loopback();
     let options = ctx.options.clone();
+    let samples = Arc::new(dashboard::live::RolloutSamples::default());
+    let sampler = dashboard::live::sample(ctx.store.clone(), samples.clone(), shutdown.clone());
     let state = Arc::new(AppState {
         waiters: Arc::new(Semaphore::new(ctx.options.max_waiters.max(1))),
         reads_need_token,
         ctx,
         shutdown: shutdown.clone(),
+        streams: Arc::new(Semaphore::new(dashboard::live::MAX_STREAMS)),
+        samples,
     });
-    conn::serve(listener, router(state), &options, shutdown).await;
+    tokio::join!(
+        conn::serve(listener, router(state), &options, shutdown),
+        sampler
+    );
     Ok(())
 }
 
@@ -150,6 +168,7 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/activity", get(activity::activity))
         .route("/releases/{scope}/{name}", get(status::releases))
         .route("/metrics", get(metrics::metrics))
+        .merge(dashboard::routes())
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,
@@ -157,6 +176,7 @@ fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/hooks/git", post(webhook::hook))
         .route("/healthz", get(status::healthz))
+        .route("/", get(dashboard::root))
         .merge(reads)
         .with_state(state)
 }

@@ -251,30 +251,11 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
     let mut pins = store.pins()?;
     let mut resources = Vec::new();
     for (key, status) in store.statuses()? {
-        let release = store.latest_release(&key)?.map(|release| ReleaseView {
-            id: release.id,
-            commit: release.commit.to_string(),
-            phase: release.phase.as_str(),
-        });
         let pin = match pins.iter().position(|pin| pin.key == key) {
             Some(index) => Some(pin_view(store, pins.swap_remove(index))?),
             None => None,
         };
-        resources.push(ResourceView {
-            kind: key.kind.to_string(),
-            scope: key.scope,
-            name: key.name,
-            phase: status.phase.as_str(),
-            reason: status.reason.map(|reason| reason.as_str()),
-            message: status.message,
-            desired_replicas: status.desired_replicas,
-            running_replicas: status.running_replicas,
-            spec_hash: status.spec_hash,
-            release,
-            pin,
-            updated_at: status.updated_at,
-            detail: DetailView::of(status.detail),
-        });
+        resources.push(resource_view(store, key, status, pin)?);
     }
     let hosts = store.host_selection()?.unwrap_or_default();
     Ok(StatusView {
@@ -338,6 +319,49 @@ fn trigger_view(state: crate::store::TriggerState) -> TriggerView {
         name: state.name,
         file: state.path,
     }
+}
+
+/// One resource's entry of the status document; `None` when it has no status row.
+pub fn build_resource(
+    store: &Store,
+    key: &ResourceKey,
+) -> crate::store::Result<Option<ResourceView>> {
+    let Some(status) = store.status(key)? else {
+        return Ok(None);
+    };
+    let pin = match store.pin(key)? {
+        Some(pin) => Some(pin_view(store, pin)?),
+        None => None,
+    };
+    resource_view(store, key.clone(), status, pin).map(Some)
+}
+
+fn resource_view(
+    store: &Store,
+    key: ResourceKey,
+    status: crate::store::ResourceStatus,
+    pin: Option<PinView>,
+) -> crate::store::Result<ResourceView> {
+    let release = store.latest_release(&key)?.map(|release| ReleaseView {
+        id: release.id,
+        commit: release.commit.to_string(),
+        phase: release.phase.as_str(),
+    });
+    Ok(ResourceView {
+        kind: key.kind.to_string(),
+        scope: key.scope,
+        name: key.name,
+        phase: status.phase.as_str(),
+        reason: status.reason.map(|reason| reason.as_str()),
+        message: status.message,
+        desired_replicas: status.desired_replicas,
+        running_replicas: status.running_replicas,
+        spec_hash: status.spec_hash,
+        release,
+        pin,
+        updated_at: status.updated_at,
+        detail: DetailView::of(status.detail),
+    })
 }
 
 fn release_record_view(

@@ -3,16 +3,25 @@
 //!
 //! Providers, recognised by their headers (first match wins):
 //! - GitLab: `X-Gitlab-Token` must equal the secret;
-//! - Forgejo: `X-Forgejo-Signature`, Gitea: `X-Gitea-Signature`: hex HMAC-SHA256 of the body;
+//! - Forgejo: `X-Forgejo-Signature`, Gitea: `X-Gitea-Signature`, Gogs: `X-Gogs-Signature`: hex
+//!   HMAC-SHA256 of the body (Gitea also sends Gogs's and GitHub's headers, so it is checked
+//!   before them);
 //! - GitHub: `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>`;
+//! - Bitbucket Cloud (`X-Hook-UUID` / `X-Request-UUID` beside `X-Event-Key`) and Bitbucket
+//!   Server / Data Center (`X-Event-Key` alone): `X-Hub-Signature: sha256=<hex>`;
+//! - Azure DevOps (`X-VSS-ActivityId`): the service hook's basic authentication, whose
+//!   password must equal the secret (any user name);
 //! - generic (CI scripts, `voodu-agent sync`): `X-Voodu-Signature: sha256=<hex>`, and a JSON
 //!   body with optional `ref` and `after` (an empty body means "fetch now").
+//!
+//! A refusal names the header the detected provider was expected to send.
 //!
 //! Invariants: with a secret, nothing is parsed or acted on before the signature or token
 //! checks out, and every comparison is constant-time (`Mac::verify_slice`, `subtle`); without
 //! a secret (allowed on loopback only) requests are accepted unsigned. The body is read only
 //! up to the size cap. A request never queues work of its own: it sets the trigger's
-//! coalescing flag (`git::trigger`), so a flood costs one fetch per new SHA.
+//! coalescing flag (`git::trigger`), so a flood costs one fetch per new SHA. The SHA a push
+//! names is a hint only: the agent deploys what the branch points to after its own fetch.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -115,6 +124,10 @@ pub enum Provider {
     GitLab,
     Gitea,
     Forgejo,
+    Gogs,
+    BitbucketCloud,
+    BitbucketServer,
+    AzureDevOps,
     Generic,
 }
 
@@ -125,7 +138,47 @@ impl Provider {
             Provider::GitLab => "gitlab",
             Provider::Gitea => "gitea",
             Provider::Forgejo => "forgejo",
+            Provider::Gogs => "gogs",
+            Provider::BitbucketCloud => "bitbucket-cloud",
+            Provider::BitbucketServer => "bitbucket-server",
+            Provider::AzureDevOps => "azure-devops",
             Provider::Generic => "generic",
+        }
+    }
+
+    /// The header this provider authenticates with and what its value must be: the words a
+    /// refusal uses, so the operator knows what to configure on the sending side.
+    fn expects(self) -> (&'static str, &'static str) {
+        match self {
+            Provider::GitLab => ("X-Gitlab-Token", "the webhook secret"),
+            Provider::Forgejo => (
+                "X-Forgejo-Signature",
+                "hex HMAC-SHA256 of the body, keyed with the webhook secret",
+            ),
+            Provider::Gitea => (
+                "X-Gitea-Signature",
+                "hex HMAC-SHA256 of the body, keyed with the webhook secret",
+            ),
+            Provider::Gogs => (
+                "X-Gogs-Signature",
+                "hex HMAC-SHA256 of the body, keyed with the webhook secret",
+            ),
+            Provider::GitHub => (
+                "X-Hub-Signature-256",
+                "sha256=<hex HMAC-SHA256 of the body>, keyed with the webhook secret",
+            ),
+            Provider::BitbucketCloud | Provider::BitbucketServer => (
+                "X-Hub-Signature",
+                "sha256=<hex HMAC-SHA256 of the body>, keyed with the webhook secret",
+            ),
+            Provider::AzureDevOps => (
+                "Authorization",
+                "Basic <base64 of user:password>, the service hook's basic authentication with the webhook secret as its password",
+            ),
+            Provider::Generic => (
+                "X-Voodu-Signature",
+                "sha256=<hex HMAC-SHA256 of the body>, keyed with the webhook secret (no git host was recognised from the headers)",
+            ),
         }
     }
 }
@@ -134,8 +187,8 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|value| value.to_str().ok())
 }
 
-/// Recognises the provider; Forgejo also sends Gitea's headers and Gitea GitHub's, so the
-/// most specific comes first.
+/// Recognises the provider; Forgejo also sends Gitea's headers, Gitea Gogs's and GitHub's,
+/// and GitHub Bitbucket's `X-Hub-Signature`, so the most specific comes first.
 pub fn detect(headers: &HeaderMap) -> Provider {
     let has = |name: &str| headers.contains_key(name);
     if has("x-gitlab-token") || has("x-gitlab-event") {
@@ -144,53 +197,117 @@ pub fn detect(headers: &HeaderMap) -> Provider {
         Provider::Forgejo
     } else if has("x-gitea-signature") || has("x-gitea-event") {
         Provider::Gitea
+    } else if has("x-gogs-signature") || has("x-gogs-event") {
+        Provider::Gogs
     } else if has("x-hub-signature-256") || has("x-github-event") {
         Provider::GitHub
+    } else if has("x-event-key") && (has("x-hook-uuid") || has("x-request-uuid")) {
+        Provider::BitbucketCloud
+    } else if has("x-event-key") {
+        Provider::BitbucketServer
+    } else if has("x-vss-activityid") {
+        Provider::AzureDevOps
     } else {
         Provider::Generic
     }
 }
 
-/// Checks the provider's signature or token against `secret`; the error says what was wrong
-/// (never anything about the secret).
+/// Checks the provider's signature or token against `secret`; the error names the header the
+/// provider was expected to send and what was wrong (never anything about the secret).
 pub fn verify(
     provider: Provider,
     headers: &HeaderMap,
     body: &[u8],
     secret: &WebhookSecret,
-) -> Result<(), &'static str> {
-    let prefixed = |name: &str| -> Result<(), &'static str> {
-        let value = header(headers, name).ok_or("missing signature header")?;
-        let hex = value
-            .strip_prefix("sha256=")
-            .ok_or("signature is not `sha256=<hex>`")?;
-        secret
-            .verify_hex(body, hex)
-            .then_some(())
-            .ok_or("signature does not match")
+) -> Result<(), String> {
+    let (name, form) = provider.expects();
+    let missing = || {
+        format!(
+            "missing {name} header ({} sends {name}: {form})",
+            provider.as_str()
+        )
     };
-    let bare = |name: &str| -> Result<(), &'static str> {
-        let value = header(headers, name).ok_or("missing signature header")?;
-        secret
-            .verify_hex(body, value)
-            .then_some(())
-            .ok_or("signature does not match")
-    };
+    let mismatch = || format!("{name} does not match the body and the webhook secret");
+    let value = || header(headers, &name.to_ascii_lowercase()).ok_or_else(missing);
     match provider {
         Provider::GitLab => {
-            let token = headers
-                .get("x-gitlab-token")
-                .ok_or("missing X-Gitlab-Token")?;
+            let token = value()?;
             secret
                 .matches_token(token.as_bytes())
                 .then_some(())
-                .ok_or("token does not match")
+                .ok_or_else(|| format!("{name} does not match the webhook secret"))
         }
-        Provider::Forgejo => bare("x-forgejo-signature"),
-        Provider::Gitea => bare("x-gitea-signature"),
-        Provider::GitHub => prefixed("x-hub-signature-256"),
-        Provider::Generic => prefixed(GENERIC_SIGNATURE_HEADER),
+        Provider::Forgejo | Provider::Gitea | Provider::Gogs => secret
+            .verify_hex(body, value()?)
+            .then_some(())
+            .ok_or_else(mismatch),
+        Provider::GitHub
+        | Provider::BitbucketCloud
+        | Provider::BitbucketServer
+        | Provider::Generic => {
+            let hex = value()?
+                .strip_prefix("sha256=")
+                .ok_or_else(|| format!("{name} is not `sha256=<hex>`"))?;
+            secret
+                .verify_hex(body, hex)
+                .then_some(())
+                .ok_or_else(mismatch)
+        }
+        Provider::AzureDevOps => {
+            let password = value()?
+                .strip_prefix("Basic ")
+                .and_then(basic_password)
+                .ok_or_else(|| format!("{name} is not `Basic <base64 of user:password>`"))?;
+            secret
+                .matches_token(&password)
+                .then_some(())
+                .ok_or_else(|| format!("{name}: the password does not match the webhook secret"))
+        }
     }
+}
+
+/// The password of a basic-authentication credential (`base64(user:password)`).
+fn basic_password(encoded: &str) -> Option<Vec<u8>> {
+    let decoded = from_base64(encoded.trim())?;
+    let colon = decoded.iter().position(|byte| *byte == b':')?;
+    Some(decoded[colon + 1..].to_vec())
+}
+
+/// Standard base64 (RFC 4648, with padding); `None` for anything else.
+fn from_base64(text: &str) -> Option<Vec<u8>> {
+    let value = |byte: u8| -> Option<u32> {
+        Some(match byte {
+            b'A'..=b'Z' => u32::from(byte - b'A'),
+            b'a'..=b'z' => u32::from(byte - b'a') + 26,
+            b'0'..=b'9' => u32::from(byte - b'0') + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        })
+    };
+    let bytes = text.as_bytes();
+    if !bytes.len().is_multiple_of(4) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
+    for chunk in bytes.chunks(4) {
+        let padding = chunk.iter().rev().take_while(|byte| **byte == b'=').count();
+        if padding > 2 {
+            return None;
+        }
+        let mut group = 0u32;
+        for (index, byte) in chunk.iter().enumerate() {
+            let bits = if index >= 4 - padding {
+                0
+            } else {
+                value(*byte)?
+            };
+            group = (group << 6) | bits;
+        }
+        let group = group.to_be_bytes();
+        out.extend_from_slice(&group[1..4 - padding]);
+    }
+    Some(out)
 }
 
 /// What kind of notification a request is.
@@ -201,12 +318,31 @@ enum Event {
     Other(String),
 }
 
-fn event(provider: Provider, headers: &HeaderMap) -> Event {
+fn event(provider: Provider, headers: &HeaderMap, body: &[u8]) -> Event {
     let (name, push, ping) = match provider {
         Provider::GitHub => ("x-github-event", "push", Some("ping")),
         Provider::GitLab => ("x-gitlab-event", "Push Hook", None),
         Provider::Gitea => ("x-gitea-event", "push", None),
         Provider::Forgejo => ("x-forgejo-event", "push", None),
+        Provider::Gogs => ("x-gogs-event", "push", None),
+        Provider::BitbucketCloud => ("x-event-key", "repo:push", None),
+        Provider::BitbucketServer => ("x-event-key", "repo:refs_changed", Some("diagnostics:ping")),
+        // Azure DevOps names the event in the body only.
+        Provider::AzureDevOps => {
+            #[derive(Deserialize)]
+            struct Envelope {
+                #[serde(rename = "eventType")]
+                event_type: Option<String>,
+            }
+            return match serde_json::from_slice::<Envelope>(body)
+                .ok()
+                .and_then(|envelope| envelope.event_type)
+            {
+                Some(event_type) if event_type == "git.push" => Event::Push,
+                Some(event_type) => Event::Other(event_type),
+                None => Event::Other("a body without `eventType`".to_owned()),
+            };
+        }
         Provider::Generic => return Event::Push,
     };
     match header(headers, name) {
@@ -217,15 +353,29 @@ fn event(provider: Provider, headers: &HeaderMap) -> Event {
     }
 }
 
-/// The fields of a push payload the agent reads (all providers use these names), and the
-/// ones that may name who pushed (kept loose: a field of an unexpected shape names no one,
-/// it never fails the push).
-#[derive(Debug, Default, Deserialize, PartialEq, Eq)]
+/// The ref a push moved, the commit it names, and who pushed as the payload says (untrusted
+/// text; the store makes it safe): the fields the agent reads.
+#[derive(Debug, Default, PartialEq, Eq)]
 struct Push {
+    git_ref: Option<String>,
+    after: Option<String>,
+    actor: Option<String>,
+}
+
+/// The text at `value`, when it is text: a field of an unexpected shape names no one, it
+/// never fails the push.
+fn text(value: &serde_json::Value) -> Option<String> {
+    value.as_str().map(ToOwned::to_owned)
+}
+
+/// GitHub, GitLab, Gitea, Forgejo, Gogs and the generic form: top-level `ref` and `after`,
+/// and the fields that may name who pushed.
+#[derive(Deserialize)]
+struct FlatPush {
     #[serde(rename = "ref")]
     git_ref: Option<String>,
     after: Option<String>,
-    /// GitHub `{name}`, Gitea and Forgejo `{login, username}`.
+    /// GitHub `{name}`, Gitea, Forgejo and Gogs `{login, username}`.
     #[serde(default)]
     pusher: serde_json::Value,
     /// GitHub and Gitea `{login}`.
@@ -239,10 +389,8 @@ struct Push {
     actor: serde_json::Value,
 }
 
-impl Push {
-    /// Who pushed, as the payload says (untrusted text; the store makes it safe).
+impl FlatPush {
     fn actor(&self) -> Option<String> {
-        let text = |value: &serde_json::Value| value.as_str().map(ToOwned::to_owned);
         text(&self.actor)
             .or_else(|| text(&self.user_username))
             .or_else(|| text(&self.pusher["login"]))
@@ -273,16 +421,99 @@ fn request_origin(
             };
             let actor = header(headers, ACTOR_HEADER)
                 .map(ToOwned::to_owned)
-                .or_else(|| push.actor());
+                .or_else(|| push.actor.clone());
             (reason, actor)
         }
-        _ => (SyncReason::Webhook, push.actor()),
+        _ => (SyncReason::Webhook, push.actor.clone()),
     }
 }
 
+/// Bitbucket Cloud `repo:push`: `push.changes[].new` is the branch after the push (`null`
+/// when it was deleted).
+#[derive(Deserialize)]
+struct BitbucketCloudPush {
+    push: BitbucketCloudChanges,
+    /// `{display_name, nickname}`.
+    #[serde(default)]
+    actor: serde_json::Value,
+}
+
+#[derive(Deserialize)]
+struct BitbucketCloudChanges {
+    #[serde(default)]
+    changes: Vec<BitbucketCloudChange>,
+}
+
+#[derive(Deserialize)]
+struct BitbucketCloudChange {
+    new: Option<BitbucketCloudRef>,
+}
+
+#[derive(Deserialize)]
+struct BitbucketCloudRef {
+    #[serde(rename = "type")]
+    kind: String,
+    name: String,
+    target: Option<BitbucketCloudTarget>,
+}
+
+#[derive(Deserialize)]
+struct BitbucketCloudTarget {
+    hash: Option<String>,
+}
+
+/// Bitbucket Server / Data Center `repo:refs_changed`: `changes[]` with `refId` and `toHash`.
+#[derive(Deserialize)]
+struct BitbucketServerPush {
+    #[serde(default)]
+    changes: Vec<BitbucketServerChange>,
+    /// `{name, displayName}`.
+    #[serde(default)]
+    actor: serde_json::Value,
+}
+
+#[derive(Deserialize)]
+struct BitbucketServerChange {
+    #[serde(rename = "refId")]
+    ref_id: Option<String>,
+    #[serde(rename = "toHash")]
+    to_hash: Option<String>,
+}
+
+/// Azure DevOps `git.push`: `resource.refUpdates[]` with `name` and `newObjectId`.
+#[derive(Deserialize)]
+struct AzurePush {
+    resource: AzureResource,
+}
+
+#[derive(Deserialize)]
+struct AzureResource {
+    #[serde(rename = "refUpdates", default)]
+    ref_updates: Vec<AzureRefUpdate>,
+    /// `{displayName, uniqueName}`.
+    #[serde(rename = "pushedBy", default)]
+    pushed_by: serde_json::Value,
+}
+
+#[derive(Deserialize)]
+struct AzureRefUpdate {
+    name: Option<String>,
+    #[serde(rename = "newObjectId")]
+    new_object_id: Option<String>,
+}
+
+/// One ref a push moved, and the commit it moved to.
+type RefUpdate = (Option<String>, Option<String>);
+
 /// Parses a push body: JSON, or GitHub's form encoding (`payload=<json>`); an empty body is
-/// a bare "fetch now".
-fn parse_push(headers: &HeaderMap, body: &[u8]) -> Result<Push, String> {
+/// a bare "fetch now". A push that moves several refs (Bitbucket, Azure DevOps) gives the
+/// update of `wanted_ref` when it has one, else its first.
+fn parse_push(
+    provider: Provider,
+    headers: &HeaderMap,
+    body: &[u8],
+    wanted_ref: &str,
+) -> Result<Push, String> {
     let is_form = header(headers, "content-type")
         .is_some_and(|value| value.starts_with("application/x-www-form-urlencoded"));
     let json = if is_form {
@@ -296,7 +527,76 @@ fn parse_push(headers: &HeaderMap, body: &[u8]) -> Result<Push, String> {
     if json.iter().all(u8::is_ascii_whitespace) {
         return Ok(Push::default());
     }
-    serde_json::from_slice(&json).map_err(|error| format!("body is not a push payload: {error}"))
+    let not_a_push = |error: serde_json::Error| format!("body is not a push payload: {error}");
+    let (updates, actor): (Vec<RefUpdate>, Option<String>) = match provider {
+        Provider::BitbucketCloud => {
+            let push = serde_json::from_slice::<BitbucketCloudPush>(&json).map_err(not_a_push)?;
+            let actor = text(&push.actor["nickname"]).or_else(|| text(&push.actor["display_name"]));
+            let updates = push
+                .push
+                .changes
+                .into_iter()
+                .filter_map(|change| change.new)
+                .map(|new| {
+                    let git_ref = match new.kind.as_str() {
+                        "tag" => format!("refs/tags/{}", new.name),
+                        _ => format!("refs/heads/{}", new.name),
+                    };
+                    (Some(git_ref), new.target.and_then(|target| target.hash))
+                })
+                .collect();
+            (updates, actor)
+        }
+        Provider::BitbucketServer => {
+            let push = serde_json::from_slice::<BitbucketServerPush>(&json).map_err(not_a_push)?;
+            let actor = text(&push.actor["name"]).or_else(|| text(&push.actor["displayName"]));
+            let updates = push
+                .changes
+                .into_iter()
+                .map(|change| (change.ref_id, change.to_hash))
+                .collect();
+            (updates, actor)
+        }
+        Provider::AzureDevOps => {
+            let push = serde_json::from_slice::<AzurePush>(&json).map_err(not_a_push)?;
+            let pushed_by = &push.resource.pushed_by;
+            let actor = text(&pushed_by["uniqueName"]).or_else(|| text(&pushed_by["displayName"]));
+            let updates = push
+                .resource
+                .ref_updates
+                .into_iter()
+                .map(|update| (update.name, update.new_object_id))
+                .collect();
+            (updates, actor)
+        }
+        _ => {
+            let flat = serde_json::from_slice::<FlatPush>(&json).map_err(not_a_push)?;
+            let actor = flat.actor();
+            return Ok(Push {
+                git_ref: flat.git_ref,
+                after: flat.after,
+                actor,
+            });
+        }
+    };
+    let first = updates.first().map(|(git_ref, _)| git_ref.clone());
+    match updates
+        .into_iter()
+        .find(|(git_ref, _)| git_ref.as_deref() == Some(wanted_ref))
+    {
+        Some((git_ref, after)) => Ok(Push {
+            git_ref,
+            after,
+            actor,
+        }),
+        // A push that moved only other refs is ignored by its ref; one that names none
+        // (a deleted branch) is a bare "fetch now".
+        None => Ok(Push {
+            git_ref: first.flatten(),
+            after: None,
+            actor,
+        }),
+    }
 }
 
 /// A full hex commit id (40 digits for SHA-1, 64 for SHA-256) other than git's all-zero
@@ -410,14 +710,21 @@ pub(super) async fn hook(
     if let Some(secret) = &state.ctx.options.secret
         && let Err(why) = verify(provider, &headers, &body, secret)
     {
-        tracing::warn!(provider = provider.as_str(), why, "webhook refused");
-        return answer(
+        tracing::warn!(provider = provider.as_str(), %why, "webhook refused");
+        let mut response = answer(
             &state,
             StatusCode::UNAUTHORIZED,
             with_provider(HookAnswer::new("unauthorized").reason(why)),
         );
+        if provider == Provider::AzureDevOps {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Basic realm=\"voodu-agent webhook\""),
+            );
+        }
+        return response;
     }
-    match event(provider, &headers) {
+    match event(provider, &headers, &body) {
         Event::Push => {}
         Event::Ping => {
             return answer(
@@ -437,7 +744,8 @@ pub(super) async fn hook(
             );
         }
     }
-    let push = match parse_push(&headers, &body) {
+    let wanted_ref = format!("refs/heads/{}", state.ctx.options.branch);
+    let push = match parse_push(provider, &headers, &body, &wanted_ref) {
         Ok(push) => push,
         Err(why) => {
             return answer(
@@ -447,7 +755,6 @@ pub(super) async fn hook(
             );
         }
     };
-    let wanted_ref = format!("refs/heads/{}", state.ctx.options.branch);
     if let Some(git_ref) = &push.git_ref
         && *git_ref != wanted_ref
     {
@@ -553,16 +860,21 @@ async fn wait_for_outcome(
         // not what the host converges to now.
         Ok(record) if target != tip => {
             pending.result = "superseded";
-            let earlier = match record {
-                Some(record) if record.applied => "; it was applied before and is no longer",
-                Some(_) => "; it was rejected before",
-                None => "",
-            };
-            pending.reason = Some(format!(
-                "the branch has moved on to {}; {} is not its tip{earlier}",
-                tip.short(),
-                target.short()
-            ));
+            pending.reason = Some(match record {
+                Some(record) => format!(
+                    "the branch has moved on to {}; {} is not its tip; {}",
+                    tip.short(),
+                    target.short(),
+                    if record.applied {
+                        "it was applied before and is no longer"
+                    } else {
+                        "it was rejected before"
+                    }
+                ),
+                // Never seen as the tip: a commit of another branch, an intermediate commit
+                // of a push, or no commit at all. Nothing of it is deployed.
+                None => not_the_tip(&state.ctx.options.branch, &target, &tip),
+            });
             (StatusCode::CONFLICT, pending)
         }
         Ok(Some(record)) if record.applied => {
@@ -578,13 +890,12 @@ async fn wait_for_outcome(
             (StatusCode::UNPROCESSABLE_ENTITY, pending)
         }
         Ok(None) => {
-            pending.result = "superseded";
+            pending.result = "error";
             pending.reason = Some(format!(
-                "the branch is at {} now; {} was never its tip when fetched",
-                tip.short(),
+                "{} was fetched as the branch tip but no outcome is recorded for it (the sync failed after the fetch; see `status`)",
                 target.short()
             ));
-            (StatusCode::CONFLICT, pending)
+            (StatusCode::BAD_GATEWAY, pending)
         }
         Err(message) => {
             pending.result = "error";
@@ -592,6 +903,15 @@ async fn wait_for_outcome(
             (StatusCode::INTERNAL_SERVER_ERROR, pending)
         }
     }
+}
+
+/// Why a pushed SHA the branch never had as its tip is not what the agent deploys.
+fn not_the_tip(branch: &str, target: &CommitSha, tip: &CommitSha) -> String {
+    format!(
+        "{} is not the tip of branch {branch:?} after the agent's own fetch (the tip is {}); a push's `after` is only a hint: the agent deploys what the branch points to",
+        target.short(),
+        tip.short()
+    )
 }
 
 fn to_hex(bytes: &[u8]) -> String {
@@ -637,10 +957,15 @@ mod tests {
     }
 
     /// `(provider detected, verification result)` for one request.
-    fn check(pairs: &[(&'static str, &str)], body: &[u8]) -> (Provider, Result<(), &'static str>) {
+    fn check(pairs: &[(&'static str, &str)], body: &[u8]) -> (Provider, Result<(), String>) {
         let map = headers(pairs);
         let provider = detect(&map);
         (provider, verify(provider, &map, body, &secret()))
+    }
+
+    /// The refusal of one request (empty when it was accepted).
+    fn refusal(pairs: &[(&'static str, &str)], body: &[u8]) -> String {
+        check(pairs, body).1.err().unwrap_or_default()
     }
 
     #[test]
@@ -665,21 +990,24 @@ mod tests {
         );
         let wrong = WebhookSecret::new("other").sign(BODY);
         assert_eq!(
-            check(&[("x-hub-signature-256", &wrong)], BODY).1,
-            Err("signature does not match")
+            refusal(&[("x-hub-signature-256", &wrong)], BODY),
+            "X-Hub-Signature-256 does not match the body and the webhook secret"
         );
         assert_eq!(
-            check(&[("x-hub-signature-256", &good)], b"tampered").1,
-            Err("signature does not match")
+            refusal(&[("x-hub-signature-256", &good)], b"tampered"),
+            "X-Hub-Signature-256 does not match the body and the webhook secret"
         );
         let unprefixed = good.trim_start_matches("sha256=").to_owned();
         assert_eq!(
-            check(&[("x-hub-signature-256", &unprefixed)], BODY).1,
-            Err("signature is not `sha256=<hex>`")
+            refusal(&[("x-hub-signature-256", &unprefixed)], BODY),
+            "X-Hub-Signature-256 is not `sha256=<hex>`"
         );
         assert_eq!(
             check(&[("x-github-event", "push")], BODY),
-            (Provider::GitHub, Err("missing signature header"))
+            (
+                Provider::GitHub,
+                Err("missing X-Hub-Signature-256 header (github sends X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>, keyed with the webhook secret)".to_owned())
+            )
         );
     }
 
@@ -693,12 +1021,12 @@ mod tests {
             (Provider::GitLab, Ok(()))
         );
         assert_eq!(
-            check(&[("x-gitlab-token", "It's a Secret to Everybod")], BODY).1,
-            Err("token does not match")
+            refusal(&[("x-gitlab-token", "It's a Secret to Everybod")], BODY),
+            "X-Gitlab-Token does not match the webhook secret"
         );
         assert_eq!(
-            check(&[("x-gitlab-event", "Push Hook")], BODY).1,
-            Err("missing X-Gitlab-Token")
+            refusal(&[("x-gitlab-event", "Push Hook")], BODY),
+            "missing X-Gitlab-Token header (gitlab sends X-Gitlab-Token: the webhook secret)"
         );
     }
 
@@ -722,12 +1050,24 @@ mod tests {
             (Provider::Forgejo, Ok(()))
         );
         assert_eq!(
-            check(&[("x-forgejo-signature", &wrong)], BODY).1,
-            Err("signature does not match")
+            refusal(&[("x-forgejo-signature", &wrong)], BODY),
+            "X-Forgejo-Signature does not match the body and the webhook secret"
         );
         assert_eq!(
-            check(&[("x-gitea-signature", "not hex")], BODY).1,
-            Err("signature does not match")
+            refusal(&[("x-gitea-signature", "not hex")], BODY),
+            "X-Gitea-Signature does not match the body and the webhook secret"
+        );
+        // Gitea also sends Gogs's and GitHub's headers: Gitea's decide.
+        assert_eq!(
+            check(
+                &[
+                    ("x-gitea-signature", &hex),
+                    ("x-gogs-signature", &wrong),
+                    ("x-github-event", "push")
+                ],
+                BODY
+            ),
+            (Provider::Gitea, Ok(()))
         );
     }
 
@@ -738,29 +1078,308 @@ mod tests {
             check(&[(GENERIC_SIGNATURE_HEADER, &good)], BODY),
             (Provider::Generic, Ok(()))
         );
-        assert_eq!(check(&[], BODY).1, Err("missing signature header"));
+        let missing = refusal(&[], BODY);
+        assert!(
+            missing.starts_with("missing X-Voodu-Signature header")
+                && missing.contains("no git host was recognised"),
+            "{missing}"
+        );
         assert_eq!(
-            check(&[(GENERIC_SIGNATURE_HEADER, &good)], b"{}").1,
-            Err("signature does not match")
+            refusal(&[(GENERIC_SIGNATURE_HEADER, &good)], b"{}"),
+            "X-Voodu-Signature does not match the body and the webhook secret"
+        );
+    }
+
+    /// Gogs's documented push example (gogs.io/advancing/webhooks, "Example payload"),
+    /// abridged to the fields that matter here; its headers are `X-Gogs-Event: push` and
+    /// `X-Gogs-Signature: <hex HMAC-SHA256>`.
+    const GOGS_PUSH: &str = include_str!("../../tests/fixtures/webhooks/gogs-push.json");
+
+    /// Bitbucket Cloud `repo:push` (support.atlassian.com/bitbucket-cloud/docs/event-payloads,
+    /// "Push"): `push.changes[]` with `new` and `old` branch states (`type`, `name`,
+    /// `target.hash`) and `created`/`forced`/`closed`; abridged, hashes illustrative.
+    const BITBUCKET_CLOUD_PUSH: &str =
+        include_str!("../../tests/fixtures/webhooks/bitbucket-cloud-push.json");
+
+    /// Bitbucket Data Center `repo:refs_changed` (confluence.atlassian.com/bitbucketserver,
+    /// "Event payload", Push), abridged: `changes[]` with `ref`, `refId`, `fromHash`,
+    /// `toHash` and `type`.
+    const BITBUCKET_SERVER_PUSH: &str =
+        include_str!("../../tests/fixtures/webhooks/bitbucket-server-push.json");
+
+    /// Azure DevOps service hook "Code pushed" (`git.push`, learn.microsoft.com
+    /// azure/devops/service-hooks/events, "Code pushed"), abridged to the envelope and
+    /// `resource.refUpdates`.
+    const AZURE_DEVOPS_PUSH: &str =
+        include_str!("../../tests/fixtures/webhooks/azure-devops-push.json");
+
+    /// One provider's documented push: detected from its headers, accepted when signed with
+    /// the secret, refused naming `expected_header` when signed with another, read as a push
+    /// of `after` to main.
+    fn check_provider(
+        provider: Provider,
+        body: &str,
+        signed: &dyn Fn(&WebhookSecret) -> Vec<(&'static str, String)>,
+        expected_header: &str,
+        after: &str,
+    ) -> Result<(), String> {
+        let body = body.as_bytes();
+        let as_headers = |pairs: Vec<(&'static str, String)>| {
+            let pairs: Vec<(&'static str, &str)> = pairs
+                .iter()
+                .map(|(name, value)| (*name, value.as_str()))
+                .collect();
+            headers(&pairs)
+        };
+        let good = as_headers(signed(&secret()));
+        assert_eq!(detect(&good), provider);
+        assert_eq!(
+            verify(provider, &good, body, &secret()),
+            Ok(()),
+            "{provider:?}"
+        );
+        let wrong = as_headers(signed(&WebhookSecret::new("not the secret")));
+        let refusal = verify(provider, &wrong, body, &secret())
+            .err()
+            .unwrap_or_default();
+        assert!(
+            refusal.starts_with(expected_header),
+            "{provider:?}: {refusal}"
+        );
+        let tampered = verify(provider, &good, &body[1..], &secret());
+        if provider != Provider::AzureDevOps {
+            assert!(
+                tampered.is_err(),
+                "{provider:?}: a changed body must not verify"
+            );
+        }
+        assert_eq!(event(provider, &good, body), Event::Push, "{provider:?}");
+        let push = parse_push(provider, &good, body, "refs/heads/main")?;
+        assert_eq!(push.git_ref.as_deref(), Some("refs/heads/main"));
+        assert_eq!(
+            commit_of(push.after.as_deref()),
+            Some(CommitSha::new(after))
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn gogs_bitbucket_and_azure_devops_pushes_from_their_documented_payloads() -> Result<(), String>
+    {
+        check_provider(
+            Provider::Gogs,
+            GOGS_PUSH,
+            &|secret| {
+                vec![
+                    (
+                        "x-gogs-delivery",
+                        "f6266f16-1bf3-46a5-9ea4-602e06ead473".into(),
+                    ),
+                    ("x-gogs-event", "push".into()),
+                    ("x-gogs-signature", secret.hmac_hex(GOGS_PUSH.as_bytes())),
+                ]
+            },
+            "X-Gogs-Signature",
+            "bffeb74224043ba2feb48d137756c8a9331c449a",
+        )?;
+        check_provider(
+            Provider::BitbucketCloud,
+            BITBUCKET_CLOUD_PUSH,
+            &|secret| {
+                vec![
+                    ("x-event-key", "repo:push".into()),
+                    ("x-hook-uuid", "cb4f6d6e-4b43-4a5b-9c5b-1a1b2c3d4e5f".into()),
+                    (
+                        "x-request-uuid",
+                        "afe5b0e6-9a6c-4c7f-8d2b-0123456789ab".into(),
+                    ),
+                    ("x-attempt-number", "1".into()),
+                    (
+                        "x-hub-signature",
+                        secret.sign(BITBUCKET_CLOUD_PUSH.as_bytes()),
+                    ),
+                ]
+            },
+            "X-Hub-Signature",
+            "709d658dc5b6d6afcd46049c2f332ee3f515a67d",
+        )?;
+        check_provider(
+            Provider::BitbucketServer,
+            BITBUCKET_SERVER_PUSH,
+            &|secret| {
+                vec![
+                    ("x-event-key", "repo:refs_changed".into()),
+                    (
+                        "x-request-id",
+                        "d5a5b5f8-2f6a-4a6e-9a5e-3b7f1c2d4e6a".into(),
+                    ),
+                    (
+                        "x-hub-signature",
+                        secret.sign(BITBUCKET_SERVER_PUSH.as_bytes()),
+                    ),
+                ]
+            },
+            "X-Hub-Signature",
+            "178864a7d521b6f5e720b386b2c2b0ef8563e0dc",
+        )?;
+        check_provider(
+            Provider::AzureDevOps,
+            AZURE_DEVOPS_PUSH,
+            &|secret| {
+                let credentials = format!("voodu:{}", String::from_utf8_lossy(&secret.0));
+                vec![
+                    (
+                        "x-vss-activityid",
+                        "4d3c2b1a-0000-0000-0000-000000000000".into(),
+                    ),
+                    (
+                        "x-vss-subscriptionid",
+                        "00000000-0000-0000-0000-000000000000".into(),
+                    ),
+                    (
+                        "authorization",
+                        format!("Basic {}", to_base64(credentials.as_bytes())),
+                    ),
+                ]
+            },
+            "Authorization",
+            "33b55f7cb7e7e245323987634f960cf4a6e6bc74",
+        )
+    }
+
+    #[test]
+    fn a_refusal_names_the_header_the_detected_provider_sends() {
+        let cases: [(&[(&'static str, &str)], &str); 5] = [
+            (
+                &[("x-gogs-event", "push")],
+                "missing X-Gogs-Signature header (gogs sends",
+            ),
+            (
+                &[("x-event-key", "repo:push"), ("x-hook-uuid", "x")],
+                "missing X-Hub-Signature header (bitbucket-cloud sends",
+            ),
+            (
+                &[("x-event-key", "repo:refs_changed")],
+                "missing X-Hub-Signature header (bitbucket-server sends",
+            ),
+            (
+                &[("x-vss-activityid", "x")],
+                "missing Authorization header (azure-devops sends Authorization: Basic",
+            ),
+            (
+                &[("x-vss-activityid", "x"), ("authorization", "Bearer abc")],
+                "Authorization is not `Basic <base64 of user:password>`",
+            ),
+        ];
+        for (pairs, expected) in cases {
+            let refusal = refusal(pairs, BODY);
+            assert!(refusal.starts_with(expected), "{pairs:?}: {refusal}");
+        }
+    }
+
+    #[test]
+    fn pushes_that_move_other_refs_are_read_as_such() -> Result<(), String> {
+        // A Bitbucket Server push that moved only another branch is ignored by its ref.
+        let other = BITBUCKET_SERVER_PUSH.replace("refs/heads/main", "refs/heads/dev");
+        let push = parse_push(
+            Provider::BitbucketServer,
+            &HeaderMap::new(),
+            other.as_bytes(),
+            "refs/heads/main",
+        )?;
+        assert_eq!(push.git_ref.as_deref(), Some("refs/heads/dev"));
+        // A deleted branch on Bitbucket Cloud (`new: null`) names no commit.
+        let deleted =
+            r#"{"push":{"changes":[{"new":null,"old":{"type":"branch","name":"main"}}]}}"#;
+        let push = parse_push(
+            Provider::BitbucketCloud,
+            &HeaderMap::new(),
+            deleted.as_bytes(),
+            "refs/heads/main",
+        )?;
+        assert_eq!(push, Push::default());
+        // Azure DevOps names the event in the body: other service-hook events are ignored.
+        let map = headers(&[("x-vss-activityid", "x")]);
+        let merged = AZURE_DEVOPS_PUSH.replace("git.push", "git.pullrequest.merged");
+        assert_eq!(
+            event(Provider::AzureDevOps, &map, merged.as_bytes()),
+            Event::Other("git.pullrequest.merged".into())
+        );
+        let map = headers(&[("x-event-key", "diagnostics:ping")]);
+        assert_eq!(event(detect(&map), &map, b""), Event::Ping);
+        Ok(())
+    }
+
+    /// Standard base64, for building test credentials.
+    fn to_base64(bytes: &[u8]) -> String {
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut out = String::new();
+        for chunk in bytes.chunks(3) {
+            let group = [
+                chunk[0],
+                *chunk.get(1).unwrap_or(&0),
+                *chunk.get(2).unwrap_or(&0),
+            ];
+            let bits = u32::from_be_bytes([0, group[0], group[1], group[2]]);
+            for index in 0..4 {
+                if index <= chunk.len() {
+                    out.push(char::from(
+                        ALPHABET[(bits >> (18 - 6 * index)) as usize & 63],
+                    ));
+                } else {
+                    out.push('=');
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn base64_decodes_as_rfc_4648_says() {
+        for text in [
+            "",
+            "f",
+            "fo",
+            "foo",
+            "foob",
+            "fooba",
+            "foobar",
+            "user:p@ss:word",
+        ] {
+            assert_eq!(
+                from_base64(&to_base64(text.as_bytes())).as_deref(),
+                Some(text.as_bytes())
+            );
+        }
+        // RFC 4648 section 10 test vector.
+        assert_eq!(from_base64("Zm9vYmFy").as_deref(), Some(&b"foobar"[..]));
+        assert_eq!(from_base64("Zm9v!mFy"), None);
+        assert_eq!(from_base64("Zm9"), None);
+        assert_eq!(
+            basic_password("dTpzZWNyZXQ=").as_deref(),
+            Some(&b"secret"[..])
         );
     }
 
     #[test]
     fn events_other_than_push_are_recognised() {
         let map = headers(&[("x-github-event", "ping")]);
-        assert_eq!(event(detect(&map), &map), Event::Ping);
+        assert_eq!(event(detect(&map), &map, b""), Event::Ping);
         let map = headers(&[("x-gitlab-event", "Merge Request Hook")]);
         assert_eq!(
-            event(detect(&map), &map),
+            event(detect(&map), &map, b""),
             Event::Other("Merge Request Hook".into())
         );
         let map = headers(&[("x-gitea-event", "push")]);
-        assert_eq!(event(detect(&map), &map), Event::Push);
+        assert_eq!(event(detect(&map), &map, b""), Event::Push);
     }
 
     #[test]
     fn push_payloads_parse_from_json_form_and_empty_bodies() -> Result<(), String> {
-        let push = parse_push(&HeaderMap::new(), BODY)?;
+        let parse = |headers: &HeaderMap, body: &[u8]| {
+            parse_push(Provider::Generic, headers, body, "refs/heads/main")
+        };
+        let push = parse(&HeaderMap::new(), BODY)?;
         assert_eq!(push.git_ref.as_deref(), Some("refs/heads/main"));
         let form: String = form_urlencoded::Serializer::new(String::new())
             .append_pair(
@@ -769,9 +1388,9 @@ mod tests {
             )
             .finish();
         let form_headers = headers(&[("content-type", "application/x-www-form-urlencoded")]);
-        assert_eq!(parse_push(&form_headers, form.as_bytes())?, push);
-        assert_eq!(parse_push(&HeaderMap::new(), b"  \n")?, Push::default());
-        assert!(parse_push(&HeaderMap::new(), b"{not json").is_err());
+        assert_eq!(parse(&form_headers, form.as_bytes())?, push);
+        assert_eq!(parse(&HeaderMap::new(), b"  \n")?, Push::default());
+        assert!(parse(&HeaderMap::new(), b"{not json").is_err());
         Ok(())
     }
 
@@ -779,7 +1398,7 @@ mod tests {
     fn pushes_name_their_origin_and_pusher() -> Result<(), String> {
         let none = HeaderMap::new();
         let check = |provider, headers: &HeaderMap, body: &[u8], reason, actor: Option<&str>| {
-            let push = parse_push(&HeaderMap::new(), body)?;
+            let push = parse_push(provider, &HeaderMap::new(), body, "refs/heads/main")?;
             assert_eq!(
                 request_origin(provider, headers, &push),
                 (reason, actor.map(ToOwned::to_owned)),

@@ -18,6 +18,10 @@ pub struct Diagnostic {
 
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Line 0: a problem of the commit as a whole (its signature), not of a place in a file.
+        if self.line == 0 {
+            return write!(f, "{}: {}", self.path, self.message);
+        }
         write!(
             f,
             "{}:{}:{}: {}",

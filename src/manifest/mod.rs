@@ -19,6 +19,7 @@ pub mod invariants;
 mod lex;
 mod macros;
 mod policy;
+pub mod sops;
 pub mod spec;
 pub mod triggers;
 mod validate;
@@ -152,21 +153,22 @@ pub fn load_with_policy(
         let (marked, lex_errors) = lex::mark_interpolations(text);
         // Pre-pass spans are byte offsets of the input: each mark before them is two bytes
         // longer than the `$` it replaced, so they are located in the input, not in `marked`.
-        let input_index = LineIndex::new(text);
         let blocks_parse = lex_errors.iter().any(|error| error.blocks_parse);
-        for error in lex_errors {
-            errors.push(input_index.at(&file.path, Some(error.span), error.message));
+        if !lex_errors.is_empty() {
+            let input_index = LineIndex::new(text);
+            for error in lex_errors {
+                errors.push(input_index.at(&file.path, Some(error.span), error.message));
+            }
         }
         if blocks_parse {
             // Such input can make the HCL parser backtrack for hours (see `lex`); the file is
             // rejected on what the pre-pass reported.
             continue;
         }
-        let index = LineIndex::new(&marked);
         let body = match hcl::edit::parser::parse_body(&marked) {
             Ok(body) => body,
             Err(error) => {
-                let (line, col) = index.line_col(error.location().offset());
+                let (line, col) = LineIndex::new(&marked).line_col(error.location().offset());
                 errors.push(Diagnostic {
                     path: file.path.clone(),
                     line,
@@ -208,7 +210,7 @@ pub fn load_with_policy(
     warnings.sort_by(by_location);
     if errors.is_empty() {
         // Keep only blobs a resource uses (a rejected duplicate may have added some).
-        let used: std::collections::BTreeSet<&str> = resources
+        let mut used: std::collections::BTreeSet<&str> = resources
             .iter()
             .filter_map(|resource| match &resource.spec {
                 spec::Spec::Asset(asset) => {
@@ -218,6 +220,11 @@ pub fn load_with_policy(
             })
             .flatten()
             .collect();
+        used.extend(
+            resources
+                .iter()
+                .flat_map(|resource| resource.spec.sealed_digests()),
+        );
         blobs.retain(|digest, _| used.contains(digest.as_str()));
         Ok(Manifest {
             resources,

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Ctx, blocking};
 use crate::manifest::spec::{Autoscale, Spec};
-use crate::model::{Kind, ResourceKey, parse_go_duration};
+use crate::model::{ResourceKey, parse_go_duration};
 use crate::runtime::{ContainerState, Runtime, labels};
 use crate::store::{self, Store};
 
@@ -171,7 +171,7 @@ pub(crate) async fn run<R: Runtime>(
 /// Every deployment with `autoscale`, its rules and the count it wants now (one read).
 fn autoscaled(store: &Store) -> store::Result<Vec<(ResourceKey, Autoscale, usize)>> {
     let mut scaled = Vec::new();
-    for desired in store.desired_of_kind(Kind::Deployment)? {
+    for desired in store.desired_autoscaling()? {
         let Spec::Deployment(spec) = desired.spec else {
             continue;
         };

@@ -7,7 +7,8 @@
 //! only containers carrying this agent's `voodu.agent` label are ever considered, so anything
 //! else on the host is left alone; the resync costs one container list plus a store read,
 //! and queues only resources that differ (plus the kinds whose state is not in containers:
-//! asset files and ingress routes).
+//! asset files and ingress routes); the probe manager keeps its runners in step from the
+//! same list (`probes::Listed`), so a resync is one list in all.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Ctx, blocking};
 use crate::model::{Kind, ResourceKey};
 use crate::runtime::{Container, ContainerState, Runtime, labels};
-use crate::store::Desired;
+use crate::store::DesiredSummary;
 
 /// Container event actions that may mean drift.
 const DRIFT_ACTIONS: &[&str] = &["die", "destroy", "stop", "oom"];
@@ -29,6 +30,7 @@ pub(crate) async fn run<R: Runtime>(
     ctx: Arc<Ctx<R>>,
     every: Duration,
     events: bool,
+    listed: tokio::sync::watch::Sender<super::probes::Listed>,
     shutdown: CancellationToken,
 ) {
     let filter = [(labels::AGENT, ctx.agent_id.as_str())];
@@ -44,7 +46,7 @@ pub(crate) async fn run<R: Runtime>(
         };
         tokio::select! {
             _ = resync.tick() => {
-                if let Err(error) = resync_once(&ctx).await {
+                if let Err(error) = resync_once(&ctx, &listed).await {
                     tracing::warn!(%error, "resync failed; next one in {every:?}");
                 }
             }
@@ -96,15 +98,19 @@ fn owner(container_labels: &BTreeMap<String, String>) -> Option<ResourceKey> {
     ))
 }
 
-/// One comparison of the host with desired state; queues what differs.
-async fn resync_once<R: Runtime>(ctx: &Arc<Ctx<R>>) -> super::Result<()> {
+/// One comparison of the host with desired state; queues what differs, and hands the list to
+/// the probe manager (`listed`).
+async fn resync_once<R: Runtime>(
+    ctx: &Arc<Ctx<R>>,
+    listed: &tokio::sync::watch::Sender<super::probes::Listed>,
+) -> super::Result<()> {
     let containers = super::owned_containers(ctx).await?;
     let alive: BTreeSet<&str> = containers
         .iter()
         .map(|container| container.id.as_str())
         .collect();
     ctx.memory.crash_loops.retain(|id| alive.contains(id));
-    let desired = blocking(&ctx.store, |store| store.desired_all()).await?;
+    let desired = blocking(&ctx.store, |store| store.desired_summaries()).await?;
     let keys = drifted(&desired, &containers);
     for key in &keys {
         ctx.metrics.record_drift(key.kind.as_str(), "resync");
@@ -121,13 +127,17 @@ async fn resync_once<R: Runtime>(ctx: &Arc<Ctx<R>>) -> super::Result<()> {
             ctx.requeue.now(desired.key);
         }
     }
+    listed.send_replace(Arc::new(containers));
     Ok(())
 }
 
 /// Resources whose containers differ from desired state: replicated kinds with missing,
 /// extra, stopped or hand-edited (spec-hash label mismatch) replicas, and any resource that
 /// still has labelled containers but is no longer desired.
-pub(super) fn drifted(desired: &[Desired], containers: &[Container]) -> BTreeSet<ResourceKey> {
+pub(super) fn drifted(
+    desired: &[DesiredSummary],
+    containers: &[Container],
+) -> BTreeSet<ResourceKey> {
     let mut replicas: BTreeMap<ResourceKey, Vec<&Container>> = BTreeMap::new();
     let mut owned: BTreeSet<ResourceKey> = BTreeSet::new();
     for container in containers {
@@ -188,24 +198,13 @@ fn is_release_step(key: &ResourceKey, wanted: &BTreeSet<&ResourceKey>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::spec::Spec;
-    use crate::model::{CommitSha, SpecHash};
+    use crate::model::SpecHash;
 
-    fn desired(kind: Kind, name: &str, hash: &str, n: usize) -> Desired {
-        let spec = match kind {
-            Kind::Deployment => Spec::Deployment(Default::default()),
-            _ => Spec::Job(Default::default()),
-        };
-        Desired {
+    fn desired(kind: Kind, name: &str, hash: &str, n: usize) -> DesiredSummary {
+        DesiredSummary {
             key: ResourceKey::new(kind, "shop", name),
-            spec,
-            spec_json: String::new(),
             spec_hash: SpecHash::new(hash),
             n_replicas: n,
-            replicas_override: None,
-            generation: 1,
-            commit: CommitSha::new("0".repeat(40)),
-            incarnation: 1,
         }
     }
 

@@ -2,7 +2,8 @@
 //! the `env_from` buckets in declared order (`"a/b"` is app bucket `b` of scope `a`, a bare
 //! `"x"` app bucket `x` of the resource's own scope), the resource's scope bucket, its app
 //! bucket, the identity variables (`VOODU_SCOPE`, `VOODU_NAME`, …), then the manifest's `env`
-//! with `${asset.…}` and `${ref.…}` resolved.
+//! with `${asset.…}` and `${ref.…}` resolved, beside the variables of its SOPS env files (the
+//! manifest made their keys disjoint from `env`'s; values decrypted by the caller).
 //!
 //! Invariants: pure; values never appear in errors; `digest` is keyed with the agent's own
 //! secret, so the `voodu.env_digest` label tells whether a container's environment is current
@@ -24,6 +25,9 @@ pub enum EnvError {
     NoBuckets(Vec<String>),
     /// A `${ref.…}` whose target has no value yet (voodu: transient, retried).
     Unresolved(Vec<String>),
+    /// A SOPS env file this host cannot open now (its identity was removed, its blob is
+    /// gone); the message names the file, never a value.
+    Sealed(String),
 }
 
 impl std::fmt::Display for EnvError {
@@ -34,6 +38,7 @@ impl std::fmt::Display for EnvError {
                 "env_from [{}]: none of these config buckets exists; set them with `voodu-agent config set SCOPE/NAME KEY=VALUE`",
                 references.join(", ")
             ),
+            EnvError::Sealed(why) => f.write_str(why),
             EnvError::Unresolved(references) => write!(
                 f,
                 "unresolved reference(s): {} (the ingress has no status yet)",
@@ -54,6 +59,9 @@ pub(crate) struct EnvInputs<'a> {
     pub(crate) assets_root: &'a std::path::Path,
     /// `${ref.<kind>.<name>.<field>}` values that exist now, keyed `kind.name.field`.
     pub(crate) references: &'a BTreeMap<String, String>,
+    /// The variables of the container's SOPS env files (`env_sealed`), decrypted; their keys
+    /// are disjoint from `env`'s.
+    pub(crate) sealed: &'a [(String, String)],
 }
 
 /// The merged environment as `KEY=VALUE` entries, sorted by key.
@@ -89,6 +97,7 @@ pub(crate) fn container_env(
             resolve_refs(&value, inputs.references, &mut unresolved),
         );
     }
+    env.extend(inputs.sealed.iter().cloned());
     if !unresolved.is_empty() {
         return Err(EnvError::Unresolved(unresolved));
     }
@@ -259,6 +268,7 @@ mod tests {
             ],
             assets_root: std::path::Path::new("/data/assets"),
             references,
+            sealed: &[],
         }
     }
 

@@ -106,6 +106,8 @@ pub struct ReconcileOptions {
     pub cron_catch_up: Duration,
     /// Where cron's "now" comes from (the wall clock; tests pass a virtual one).
     pub clock: Clock,
+    /// The age identities SOPS env files are decrypted with when a container is created.
+    pub keyring: Arc<crate::assets::sops::Keyring>,
     /// The ingress proxy; `None` turns ingresses off (their status says so). The agent
     /// runs the router only when set.
     pub ingress: Option<router::IngressOptions>,
@@ -126,6 +128,7 @@ impl Default for ReconcileOptions {
             default_ulimits: None,
             cron_catch_up: cron::DEFAULT_CATCH_UP,
             clock: Clock::System,
+            keyring: Arc::default(),
             ingress: None,
         }
     }
@@ -324,9 +327,16 @@ pub async fn run<R: Runtime>(
     for _ in 0..ctx.options.concurrency.max(1) {
         tracker.spawn(worker(shared.clone()));
     }
-    // Swarm runs the health checks of its tasks itself (probes become health checks).
+    // Each drift resync's list of every container is the probe manager's too. Swarm runs the
+    // health checks of its tasks itself (probes become health checks): no probe manager.
+    let (listed, listed_by_probes) = tokio::sync::watch::channel(probes::Listed::default());
     if ctx.options.engine == Engine::Containers {
-        tracker.spawn(probes::run(ctx.clone(), tracker.clone(), shutdown.clone()));
+        tracker.spawn(probes::run(
+            ctx.clone(),
+            tracker.clone(),
+            listed_by_probes,
+            shutdown.clone(),
+        ));
     }
     tracker.spawn(autoscale::run(
         ctx.clone(),
@@ -337,6 +347,7 @@ pub async fn run<R: Runtime>(
         ctx.clone(),
         ctx.options.resync,
         ctx.options.container_events,
+        listed,
         shutdown.clone(),
     ));
     tracker.spawn(cron::schedule(ctx.clone(), shutdown.clone()));

@@ -11,6 +11,11 @@
 //! (`wake::LivenessFailures`, after the liveness back-off) and requeues its resource; the
 //! handler, holding the key, replaces it through the gated plan.
 //!
+//! The set of runners follows container events: a replica's `start` starts its runner from
+//! what the event says (no list), `destroy` ends it. A list of every container of this agent
+//! catches what events missed: its own at start and after the event stream was interrupted,
+//! else the one each drift resync makes (`Listed`); nothing here wakes on a timer.
+//!
 //! Invariants: one runner per container id; runners stop when their container goes or the
 //! agent stops; probe results are level signals recomputed each period, never stored history;
 //! nothing here creates, removes, starts or stops a container (only the handlers do).
@@ -29,9 +34,6 @@ use crate::manifest::spec::{DEFAULT_NETWORK, Probe, Probes};
 use crate::model::{Kind, ResourceKey, parse_go_duration};
 use crate::runtime::{Container, ContainerState, Runtime, labels};
 use crate::store::{Readiness, now_unix};
-
-/// How often the set of runners is checked against the host (events make it prompt).
-const RESYNC: Duration = Duration::from_secs(5);
 
 /// voodu's probe defaults (spec §2.10.7).
 const DEFAULT_PERIOD: Duration = Duration::from_secs(10);
@@ -55,22 +57,61 @@ struct RunnerHandle {
     starts: u64,
 }
 
+/// Every container of this agent, as the last drift resync listed them (shared with the probe
+/// manager, so a resync costs one list).
+pub(crate) type Listed = Arc<Vec<Container>>;
+
 /// Runs until `shutdown`: keeps one probe runner per managed replica.
 pub(crate) async fn run<R: Runtime>(
     ctx: Arc<Ctx<R>>,
     tracker: TaskTracker,
+    mut listed: watch::Receiver<Listed>,
     shutdown: CancellationToken,
 ) {
     let filter = [(labels::AGENT, ctx.agent_id.as_str())];
     let mut events = ctx.runtime.events(&filter);
     let mut runners: HashMap<String, RunnerHandle> = HashMap::new();
-    let mut resync = tokio::time::interval(RESYNC);
-    resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // One HTTP client (one connection pool, one TLS config) for every runner's `http_get`.
+    let client = http_client();
+    // Events keep the runners in step (a start starts one, a destroy ends it); a list of every
+    // container catches what they missed: one of its own at start and after the event stream
+    // was interrupted, else the list each drift resync makes (`listed`), never more often.
+    let mut list_now = true;
+    let mut drift_runs = true;
     loop {
+        if std::mem::take(&mut list_now) {
+            match super::owned_containers(&ctx).await {
+                Ok(containers) => {
+                    sync_runners(
+                        &ctx,
+                        &tracker,
+                        &shutdown,
+                        &client,
+                        &mut runners,
+                        &containers,
+                    )
+                    .await;
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "probe runners not synced; the next resync tries again");
+                }
+            }
+        }
+        let resynced = async {
+            if drift_runs {
+                listed.changed().await.is_ok()
+            } else {
+                std::future::pending().await
+            }
+        };
         tokio::select! {
-            _ = resync.tick() => {
-                if let Err(error) = sync_runners(&ctx, &tracker, &shutdown, &mut runners).await {
-                    tracing::debug!(%error, "probe runners not synced; next try soon");
+            fresh = resynced => {
+                if fresh {
+                    let containers = listed.borrow_and_update().clone();
+                    sync_runners(&ctx, &tracker, &shutdown, &client, &mut runners, &containers).await;
+                } else {
+                    // The drift task has ended (the agent stops).
+                    drift_runs = false;
                 }
             }
             event = events.next() => match event {
@@ -92,18 +133,27 @@ pub(crate) async fn run<R: Runtime>(
                             _ => {}
                         }
                     } else if event.action == "start" {
-                        // A new replica: pick it up now instead of at the next resync.
-                        resync.reset_immediately();
+                        // A new replica: its runner starts now, from what the event says; an
+                        // event without a name is looked up in a list at once instead.
+                        match started_replica(&event) {
+                            Some((key, container)) => start_runner(
+                                &ctx, &tracker, &shutdown, &client, &mut runners, key, container,
+                            ),
+                            None if event.name.is_empty() => list_now = true,
+                            None => {}
+                        }
                     }
                 }
                 Some(Err(error)) => {
                     tracing::debug!(%error, "container events interrupted; resubscribing");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     events = ctx.runtime.events(&filter);
+                    list_now = true;
                 }
                 None => {
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     events = ctx.runtime.events(&filter);
+                    list_now = true;
                 }
             },
             () = shutdown.cancelled() => break,
@@ -120,36 +170,27 @@ async fn sync_runners<R: Runtime>(
     ctx: &Arc<Ctx<R>>,
     tracker: &TaskTracker,
     shutdown: &CancellationToken,
+    client: &reqwest::Client,
     runners: &mut HashMap<String, RunnerHandle>,
-) -> super::Result<()> {
-    let containers = super::owned_containers(ctx).await?;
+    containers: &[Container],
+) {
     let alive: BTreeSet<String> = containers
         .iter()
         .map(|container| container.id.clone())
         .collect();
-    if blocking(&ctx.store, move |store| store.retain_readiness(&alive)).await? > 0 {
-        ctx.router.wake();
+    match blocking(&ctx.store, move |store| store.retain_readiness(&alive)).await {
+        Ok(0) => {}
+        Ok(_) => ctx.router.wake(),
+        Err(error) => tracing::debug!(%error, "stale readiness rows kept until the next resync"),
     }
-    let replicas: Vec<(ResourceKey, Container)> = containers
-        .into_iter()
-        .filter_map(|container| {
-            let kind = container.label(labels::KIND).and_then(Kind::parse)?;
-            if !matches!(kind, Kind::Deployment | Kind::Statefulset)
-                || container.label(labels::ROLE) != Some(kind.as_str())
-            {
-                return None;
-            }
-            let key = ResourceKey::new(
-                kind,
-                container.label(labels::SCOPE)?,
-                container.label(labels::NAME)?,
-            );
-            Some((key, container))
-        })
+    // By reference: a container is copied only when a runner starts for it.
+    let replicas: Vec<&Container> = containers
+        .iter()
+        .filter(|container| is_replica(container))
         .collect();
     let live: std::collections::HashSet<&str> = replicas
         .iter()
-        .map(|(_, container)| container.id.as_str())
+        .map(|container| container.id.as_str())
         .collect();
     let gone: Vec<String> = runners
         .keys()
@@ -162,7 +203,7 @@ async fn sync_runners<R: Runtime>(
         }
     }
     ctx.memory.liveness_failed.retain(|id| live.contains(id));
-    for (key, container) in replicas {
+    for container in replicas {
         let running = container.state == ContainerState::Running;
         if let Some(runner) = runners.get_mut(&container.id) {
             let now = if running {
@@ -177,44 +218,113 @@ async fn sync_runners<R: Runtime>(
             }
             continue;
         }
-        // A replica is probed as its own spec declared (`voodu.probes`, set at creation); a
-        // container without the label has no probes.
-        let probes: Option<Probes> = container
-            .label(labels::PROBES)
-            .and_then(|json| serde_json::from_str(json).ok());
-        let cancel = shutdown.child_token();
-        let (life, watcher) = watch::channel(if running {
-            Life::Running { starts: 0 }
-        } else {
-            Life::Stopped
-        });
-        runners.insert(
-            container.id.clone(),
-            RunnerHandle {
-                cancel: cancel.clone(),
-                life,
-                starts: 0,
-            },
-        );
-        let ctx = ctx.clone();
-        tracker.spawn(async move {
-            tokio::select! {
-                () = run_replica(&ctx, &key, &container, probes, watcher) => {}
-                () = cancel.cancelled() => {}
-            }
-            // The container is gone (or the agent stops): its readiness row goes with it,
-            // unless the agent is only stopping.
-            if !ctx.shutdown.is_cancelled() {
-                let (name, id) = (container.name.clone(), container.id.clone());
-                let _ = blocking(&ctx.store, move |store| {
-                    store.forget_readiness_of(&name, &id)
-                })
-                .await;
-                ctx.router.wake();
-            }
-        });
+        if let Some(key) = replica_key(container) {
+            start_runner(
+                ctx,
+                tracker,
+                shutdown,
+                client,
+                runners,
+                key,
+                container.clone(),
+            );
+        }
     }
-    Ok(())
+}
+
+/// Whether `replica_key` names this container's resource (without building the key).
+fn is_replica(container: &Container) -> bool {
+    container
+        .label(labels::KIND)
+        .and_then(Kind::parse)
+        .is_some_and(|kind| {
+            matches!(kind, Kind::Deployment | Kind::Statefulset)
+                && container.label(labels::ROLE) == Some(kind.as_str())
+                && container.label(labels::SCOPE).is_some()
+                && container.label(labels::NAME).is_some()
+        })
+}
+
+/// The replica a container of this agent is (deployment and statefulset replicas only: init,
+/// release and job containers are not probed).
+fn replica_key(container: &Container) -> Option<ResourceKey> {
+    let kind = container.label(labels::KIND).and_then(Kind::parse)?;
+    if !matches!(kind, Kind::Deployment | Kind::Statefulset)
+        || container.label(labels::ROLE) != Some(kind.as_str())
+    {
+        return None;
+    }
+    Some(ResourceKey::new(
+        kind,
+        container.label(labels::SCOPE)?,
+        container.label(labels::NAME)?,
+    ))
+}
+
+/// The replica a `start` event is about, as the event describes it (its labels and name),
+/// so a new replica's runner starts without a list of every container.
+fn started_replica(event: &crate::runtime::Event) -> Option<(ResourceKey, Container)> {
+    if event.name.is_empty() {
+        return None;
+    }
+    let container = Container {
+        id: event.id.clone(),
+        name: event.name.clone(),
+        image: event.labels.get("image").cloned().unwrap_or_default(),
+        labels: event.labels.clone(),
+        state: ContainerState::Running,
+    };
+    Some((replica_key(&container)?, container))
+}
+
+/// Starts the probe runner of one replica (none runs for its id yet).
+fn start_runner<R: Runtime>(
+    ctx: &Arc<Ctx<R>>,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+    client: &reqwest::Client,
+    runners: &mut HashMap<String, RunnerHandle>,
+    key: ResourceKey,
+    container: Container,
+) {
+    let running = container.state == ContainerState::Running;
+    // A replica is probed as its own spec declared (`voodu.probes`, set at creation); a
+    // container without the label has no probes.
+    let probes: Option<Probes> = container
+        .label(labels::PROBES)
+        .and_then(|json| serde_json::from_str(json).ok());
+    let cancel = shutdown.child_token();
+    let (life, watcher) = watch::channel(if running {
+        Life::Running { starts: 0 }
+    } else {
+        Life::Stopped
+    });
+    runners.insert(
+        container.id.clone(),
+        RunnerHandle {
+            cancel: cancel.clone(),
+            life,
+            starts: 0,
+        },
+    );
+    let ctx = ctx.clone();
+    let client = client.clone();
+    tracker.spawn(async move {
+        tokio::select! {
+            () = run_replica(&ctx, &key, &container, probes, &client, watcher) => {}
+            () = cancel.cancelled() => {}
+        }
+        // The container is gone (or the agent stops): its readiness row goes with it,
+        // unless the agent is only stopping.
+        if !ctx.shutdown.is_cancelled() {
+            let (name, id) = (container.name.clone(), container.id.clone());
+            let _ = blocking(&ctx.store, move |store| {
+                store.forget_readiness_of(&name, &id)
+            })
+            .await;
+            ctx.router.wake();
+        }
+    });
 }
 
 /// The state of one probe: consecutive results and whether it is healthy.
@@ -269,6 +379,7 @@ async fn run_replica<R: Runtime>(
     key: &ResourceKey,
     container: &Container,
     probes: Option<Probes>,
+    client: &reqwest::Client,
     mut life: watch::Receiver<Life>,
 ) {
     let probes = probes.unwrap_or_default();
@@ -286,7 +397,11 @@ async fn run_replica<R: Runtime>(
                     .find(|row| row.container == name && row.container_id == id)
             })
     };
-    let (_, running_for) = observe(ctx, container).await;
+    // This inspection also serves the first life's start (no second call for it).
+    let mut seen = Some(observe(ctx, container).await);
+    let running_for = seen
+        .as_ref()
+        .map_or(Duration::ZERO, |(_, running_for)| *running_for);
     let started_at = now_unix() - i64::try_from(running_for.as_secs()).unwrap_or(0);
     let mut prior_ready = prior
         .as_ref()
@@ -297,6 +412,7 @@ async fn run_replica<R: Runtime>(
         let current = *life.borrow_and_update();
         let Life::Running { .. } = current else {
             prior_ready = false;
+            seen = None;
             publish(
                 ctx,
                 key,
@@ -312,7 +428,10 @@ async fn run_replica<R: Runtime>(
             }
             continue;
         };
-        let (address, running_for) = observe(ctx, container).await;
+        let (address, running_for) = match seen.take() {
+            Some(seen) => seen,
+            None => observe(ctx, container).await,
+        };
         if !prior_ready {
             publish(
                 ctx,
@@ -330,7 +449,7 @@ async fn run_replica<R: Runtime>(
             .unwrap_or_else(tokio::time::Instant::now);
         // One life of the container: probes until it stops or restarts.
         let outcome = tokio::select! {
-            outcome = probe_life(ctx, key, container, &probes, &address, life_start, prior_ready, &mut published) => outcome,
+            outcome = probe_life(ctx, key, container, &probes, client, &address, life_start, prior_ready, &mut published) => outcome,
             changed = life.changed() => {
                 if changed.is_err() {
                     return;
@@ -391,12 +510,12 @@ async fn probe_life<R: Runtime>(
     key: &ResourceKey,
     container: &Container,
     probes: &Probes,
+    client: &reqwest::Client,
     address: &str,
     life_start: tokio::time::Instant,
     prior_ready: bool,
     published: &mut Option<(bool, String, String)>,
 ) -> LifeOutcome {
-    let client = http_client();
     // Startup first: until it passes, the replica is not ready and readiness is not probed
     // (liveness runs alongside, as voodu does: liveness is not gated by startup).
     let initial = if prior_ready {
@@ -412,7 +531,7 @@ async fn probe_life<R: Runtime>(
         tokio::time::sleep(parse_go_duration(&probe.initial_delay).unwrap_or_default()).await;
         let mut verdict = Verdict::default();
         loop {
-            let (passed, detail) = probe_once(ctx, container, probe, address, &client).await;
+            let (passed, detail) = probe_once(ctx, container, probe, address, client).await;
             if verdict.record(passed, probe) == Some(false) {
                 return LifeOutcome::Replace(format!(
                     "liveness probe failed {} times: {detail}",
@@ -427,7 +546,7 @@ async fn probe_life<R: Runtime>(
             tokio::time::sleep(parse_go_duration(&probe.initial_delay).unwrap_or_default()).await;
             let mut verdict = Verdict::default();
             loop {
-                let (passed, detail) = probe_once(ctx, container, probe, address, &client).await;
+                let (passed, detail) = probe_once(ctx, container, probe, address, client).await;
                 if verdict.record(passed, probe) == Some(true) {
                     break;
                 }
@@ -447,8 +566,7 @@ async fn probe_life<R: Runtime>(
                     ..Verdict::default()
                 };
                 loop {
-                    let (passed, detail) =
-                        probe_once(ctx, container, probe, address, &client).await;
+                    let (passed, detail) = probe_once(ctx, container, probe, address, client).await;
                     let ready = verdict.record(passed, probe) == Some(true);
                     let reason = if ready {
                         String::new()

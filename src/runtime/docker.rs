@@ -1,9 +1,13 @@
 //! `DockerRuntime`: the `Runtime` verbs on a real engine through bollard (unix socket,
 //! `DOCKER_HOST` honoured), with the API version negotiated at connect.
 //!
-//! Invariant: managed containers run with `init = true`, so a busybox `sleep` as the command
+//! Invariants: managed containers run with `init = true`, so a busybox `sleep` as the command
 //! still stops on SIGTERM instead of waiting out the grace period (a PID 1 without a handler
-//! ignores SIGTERM).
+//! ignores SIGTERM). A network `ensure_network` made sure of is remembered as existing
+//! (`known_networks`), so the next call costs no engine request; the memory is dropped
+//! whenever the engine answers that a network is missing or ambiguous (a create, connect or
+//! start naming one removed by hand, or made twice by another process), and the next
+//! `ensure_network` asks the engine again (and removes the duplicate).
 
 use std::collections::HashMap;
 
@@ -39,6 +43,8 @@ pub struct DockerRuntime {
     /// Serialises network creation: the engine accepts two networks with one name, so two
     /// concurrent "inspect, then create" would make the name ambiguous.
     pub(super) network_lock: std::sync::Arc<tokio::sync::Mutex<()>>,
+    /// Networks `ensure_network` made sure of, until the engine says one is missing.
+    pub(super) known_networks: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
     /// Labels every container, volume, service and config this runtime creates carries
     /// (`with_labels`).
     pub(super) stamp: BTreeMap<String, String>,
@@ -72,6 +78,7 @@ impl DockerRuntime {
         Ok(DockerRuntime {
             docker,
             network_lock: std::sync::Arc::default(),
+            known_networks: std::sync::Arc::default(),
             stamp: BTreeMap::new(),
         })
     }
@@ -81,6 +88,29 @@ impl DockerRuntime {
     pub fn with_labels(mut self, labels: BTreeMap<String, String>) -> DockerRuntime {
         self.stamp.extend(labels);
         self
+    }
+
+    fn networks(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<String>> {
+        self.known_networks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `result`, forgetting every network known to exist when it says a network is missing or
+    /// ambiguous.
+    fn noting_networks<T>(&self, result: Result<T>) -> Result<T> {
+        if let Err(error) = &result {
+            let text = error.to_string();
+            // Missing (removed by hand), or ambiguous (another process made a second one).
+            if text.contains("network")
+                && ["not found", "No such", "ambiguous"]
+                    .iter()
+                    .any(|what| text.contains(what))
+            {
+                self.networks().clear();
+            }
+        }
+        result
     }
 
     fn stamped(&self, labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
@@ -407,26 +437,29 @@ impl Runtime for DockerRuntime {
         let options = CreateContainerOptionsBuilder::default()
             .name(&spec.name)
             .build();
-        let created = self
-            .docker
-            .create_container(Some(options), body)
-            .await
-            .map_err(|error| match classify(error) {
-                // Newer engines also answer 404 for a missing network at create (20.10 waits
-                // for start): that is not a missing image.
-                Error::NotFound { what } if what.contains("network") && !what.contains("image") => {
+        let created = self.noting_networks(
+            self.docker
+                .create_container(Some(options), body)
+                .await
+                .map_err(|error| match classify(error) {
+                    // Newer engines also answer 404 for a missing network at create (20.10 waits
+                    // for start): that is not a missing image.
                     Error::NotFound { what }
-                }
-                Error::NotFound { what } => Error::ImageMissing {
-                    image: spec.image.clone(),
-                    message: what,
-                },
-                Error::Conflict { message, .. } => Error::Conflict {
-                    name: spec.name.clone(),
-                    message,
-                },
-                other => other,
-            })?;
+                        if what.contains("network") && !what.contains("image") =>
+                    {
+                        Error::NotFound { what }
+                    }
+                    Error::NotFound { what } => Error::ImageMissing {
+                        image: spec.image.clone(),
+                        message: what,
+                    },
+                    Error::Conflict { message, .. } => Error::Conflict {
+                        name: spec.name.clone(),
+                        message,
+                    },
+                    other => other,
+                }),
+        )?;
         for network in spec.networks.iter().skip(1) {
             let request = NetworkConnectRequest {
                 container: created.id.clone(),
@@ -435,17 +468,19 @@ impl Runtime for DockerRuntime {
             if let Err(error) = self.docker.connect_network(network, request).await {
                 // A container half-attached would differ from its spec: take it away again.
                 let _ = self.remove(&created.id).await;
-                return Err(classify(error));
+                return self.noting_networks(Err(classify(error)));
             }
         }
         Ok(created.id)
     }
 
     async fn start(&self, id: &str) -> Result<()> {
-        self.docker
-            .start_container(id, None)
-            .await
-            .map_err(classify)
+        self.noting_networks(
+            self.docker
+                .start_container(id, None)
+                .await
+                .map_err(classify),
+        )
     }
 
     async fn remove(&self, id: &str) -> Result<()> {
@@ -496,6 +531,9 @@ impl Runtime for DockerRuntime {
     }
 
     async fn ensure_network(&self, name: &str) -> Result<()> {
+        if self.networks().contains(name) {
+            return Ok(());
+        }
         let _guard = self.network_lock.lock().await;
         let mut ids = self.network_ids(name).await?;
         if ids.is_empty() {
@@ -520,6 +558,7 @@ impl Runtime for DockerRuntime {
                 tracing::debug!(network = name, id = %extra, %error, "duplicate network kept for now");
             }
         }
+        self.networks().insert(name.to_owned());
         Ok(())
     }
 
@@ -776,10 +815,14 @@ impl Runtime for DockerRuntime {
         let stream = self.docker.events(Some(options)).map(|message| {
             let message = message.map_err(classify)?;
             let actor = message.actor.unwrap_or_default();
+            let labels: BTreeMap<String, String> =
+                actor.attributes.unwrap_or_default().into_iter().collect();
             Ok(super::Event {
                 id: actor.id.unwrap_or_default(),
+                // The engine puts the name beside the labels in the event's attributes.
+                name: labels.get("name").cloned().unwrap_or_default(),
                 action: message.action.unwrap_or_default(),
-                labels: actor.attributes.unwrap_or_default().into_iter().collect(),
+                labels,
             })
         });
         Box::pin(stream)

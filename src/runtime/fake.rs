@@ -238,19 +238,25 @@ impl FakeRuntime {
 
     /// Sends `action` about container `id` to `events` subscribers.
     fn emit(&self, id: &str, action: &str) {
-        let labels = self
+        let (name, labels) = self
             .lock()
             .containers
             .get(id)
-            .map(|container| container.listed.labels.clone())
+            .map(|container| {
+                (
+                    container.listed.name.clone(),
+                    container.listed.labels.clone(),
+                )
+            })
             .unwrap_or_default();
-        self.emit_with(id, action, labels);
+        self.emit_with(id, &name, action, labels);
     }
 
-    fn emit_with(&self, id: &str, action: &str, labels: BTreeMap<String, String>) {
+    fn emit_with(&self, id: &str, name: &str, action: &str, labels: BTreeMap<String, String>) {
         // No subscriber is fine: nobody is listening.
         let _ = self.events.send(super::Event {
             id: id.to_owned(),
+            name: name.to_owned(),
             action: action.to_owned(),
             labels,
         });
@@ -437,7 +443,12 @@ impl Runtime for FakeRuntime {
         let removed = self.lock().containers.remove(id);
         self.changed.notify_waiters();
         if let Some(container) = removed {
-            self.emit_with(id, "destroy", container.listed.labels);
+            self.emit_with(
+                id,
+                &container.listed.name,
+                "destroy",
+                container.listed.labels,
+            );
         }
         Ok(())
     }

@@ -150,6 +150,8 @@ pub struct Volume {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
     pub id: String,
+    /// The container's name (no leading `/`); empty when the engine did not say.
+    pub name: String,
     pub action: String,
     /// The container's labels, as the event carries them.
     pub labels: BTreeMap<String, String>,

@@ -106,7 +106,7 @@ impl Store {
                 .optional()?;
             let mut current: BTreeMap<ResourceKey, (String, i64)> = BTreeMap::new();
             {
-                let mut statement = tx.prepare("SELECT kind, scope, name, spec, generation FROM desired")?;
+                let mut statement = tx.prepare_cached("SELECT kind, scope, name, spec, generation FROM desired")?;
                 let rows = statement.query_map([], |row| {
                     Ok((
                         row.get::<_, String>(0)?,
@@ -177,10 +177,11 @@ impl Store {
             }
             tx.execute("CREATE TEMP TABLE IF NOT EXISTS live_blobs (digest TEXT PRIMARY KEY)", [])?;
             tx.execute("DELETE FROM live_blobs", [])?;
-            for digest in manifest.resources.iter().filter_map(|resource| match &resource.spec {
-                Spec::Asset(asset) => Some(asset.files.values().map(|file| file.digest.as_str())),
-                _ => None,
-            }).flatten() {
+            for digest in manifest.resources.iter().flat_map(|resource| match &resource.spec {
+                Spec::Asset(asset) => asset.files.values().map(|file| file.digest.as_str()).collect::<Vec<_>>(),
+                // SOPS env files: their encrypted bytes, decrypted only when a container is made.
+                spec => spec.sealed_digests(),
+            }) {
                 tx.execute("INSERT OR IGNORE INTO live_blobs (digest) VALUES (?1)", params![digest])?;
             }
             tx.execute("DELETE FROM blobs WHERE digest NOT IN (SELECT digest FROM live_blobs)", [])?;
@@ -206,6 +207,7 @@ impl Store {
             *current = head;
             moved
         });
+        self.mark_changed();
         Ok(summary)
     }
 
@@ -236,7 +238,7 @@ impl Store {
             .first()
             .map(ToString::to_string)
             .unwrap_or_default();
-        self.with(|connection| {
+        let result = self.with(|connection| {
             let tx = connection.transaction()?;
             tx.execute(
                 "INSERT INTO commits (sha, outcome, errors, seen_at) VALUES (?1, 'rejected', ?2, ?3)",
@@ -262,7 +264,9 @@ impl Store {
             }
             tx.commit()?;
             Ok(())
-        })
+        });
+        self.mark_changed();
+        result
     }
 
     /// The last seen, applied and rejected commits.

@@ -5,7 +5,9 @@
 //! Invariants: a journal row is appended in the same transaction that changes its desired row
 //! (`put_desired`, `apply_commit`, a rollback); every append by this process wakes
 //! subscribers (`subscribe`); a desired row this agent cannot read is left out of the lists
-//! (`desired_all`, `desired_of_kind`, `desired_of`) and reported by its own `desired`. Each list is one
+//! (`desired_all`, `desired_of_kind`, `desired_of`; `desired_summaries` parses no spec it
+//! need not, so only an unreadable key leaves a row out there) and reported by its own
+//! `desired`. Each list is one
 //! statement, so it reads one snapshot.
 
 use rusqlite::{OptionalExtension, params};
@@ -39,6 +41,15 @@ pub struct JournalEntry {
     pub op: Op,
     pub generation: i64,
     pub commit: CommitSha,
+}
+
+/// What a resync compares with the host: a resource's key, spec hash and replica count
+/// (`Desired::n_replicas`), without its parsed spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesiredSummary {
+    pub key: ResourceKey,
+    pub spec_hash: SpecHash,
+    pub n_replicas: usize,
 }
 
 /// One resource's desired state as the last applied commit declared it.
@@ -93,8 +104,10 @@ impl Store {
     pub fn desired(&self, key: &ResourceKey) -> Result<Option<Desired>> {
         self.with(|connection| {
             let row = connection
+                .prepare_cached(&format!(
+                    "{DESIRED_SELECT} WHERE d.kind = ?1 AND d.scope = ?2 AND d.name = ?3"
+                ))?
                 .query_row(
-                    &format!("{DESIRED_SELECT} WHERE d.kind = ?1 AND d.scope = ?2 AND d.name = ?3"),
                     params![key.kind.as_str(), key.scope, key.name],
                     DesiredRow::read,
                 )
@@ -172,6 +185,55 @@ impl Store {
         )
     }
 
+    /// Every resource's `DesiredSummary`, ordered by key, in one statement. A spec is parsed
+    /// only where the autoscaler's count may apply (its bounds are in the spec), so a resync
+    /// over thousands of resources parses almost no JSON; a row whose key is unreadable is
+    /// left out, one whose spec is unreadable is not (its handler's own read reports it).
+    pub fn desired_summaries(&self) -> Result<Vec<DesiredSummary>> {
+        self.with(|connection| {
+            let mut statement = connection.prepare_cached(&format!(
+                "{DESIRED_SELECT} ORDER BY d.kind, d.scope, d.name"
+            ))?;
+            let rows = statement.query_map([], DesiredRow::read)?;
+            let mut all = Vec::new();
+            for row in rows {
+                let row = row?;
+                let summary = if row.scaled.is_some() {
+                    row.decode().map(|desired| DesiredSummary {
+                        key: desired.key,
+                        spec_hash: desired.spec_hash,
+                        n_replicas: desired.n_replicas,
+                    })
+                } else {
+                    key_from_row(&row.kind, row.scope, row.name).map(|key| DesiredSummary {
+                        key,
+                        spec_hash: SpecHash::new(row.spec_hash),
+                        n_replicas: stored_replicas(row.replicas),
+                    })
+                };
+                match summary {
+                    Ok(summary) => all.push(summary),
+                    Err(Error::Corrupt(_) | Error::Unknown { .. } | Error::Spec { .. }) => {}
+                    Err(other) => return Err(other),
+                }
+            }
+            Ok(all)
+        })
+    }
+
+    /// The deployments whose spec JSON names `autoscale` (a superset of those that autoscale:
+    /// the caller checks each decoded spec), ordered by key: the autoscaler's tick decodes
+    /// only these, not every deployment.
+    pub fn desired_autoscaling(&self) -> Result<Vec<Desired>> {
+        self.desired_where(
+            &format!(
+                "{DESIRED_SELECT} WHERE d.kind = ?1 AND instr(d.spec, '\"autoscale\"') > 0
+                 ORDER BY d.kind, d.scope, d.name"
+            ),
+            [Kind::Deployment.as_str()],
+        )
+    }
+
     /// The desired state of those of `keys` that are declared and readable, in `keys`' order,
     /// read in one transaction (one indexed lookup each): what one resource's environment
     /// refers to (`${ref.ingress.…}`), without reading the rest.
@@ -245,7 +307,7 @@ impl Store {
     /// Journal rows with `seq > after`, oldest first, at most `limit`.
     pub fn journal_after(&self, after: i64, limit: usize) -> Result<Vec<JournalEntry>> {
         self.with(|connection| {
-            let mut statement = connection.prepare(
+            let mut statement = connection.prepare_cached(
                 "SELECT seq, kind, scope, name, op, generation, commit_sha FROM journal
                  WHERE seq > ?1 ORDER BY seq LIMIT ?2",
             )?;
@@ -291,11 +353,8 @@ impl Store {
     pub fn cursor(&self, consumer: &str) -> Result<i64> {
         self.with(|connection| {
             Ok(connection
-                .query_row(
-                    "SELECT seq FROM cursor WHERE consumer = ?1",
-                    params![consumer],
-                    |row| row.get(0),
-                )
+                .prepare_cached("SELECT seq FROM cursor WHERE consumer = ?1")?
+                .query_row(params![consumer], |row| row.get(0))
                 .optional()?
                 .unwrap_or(0))
         })
@@ -367,11 +426,7 @@ impl DesiredRow {
         Ok(Desired {
             key,
             // Clamped: an older agent may have stored any count unchecked.
-            n_replicas: replicas_override.unwrap_or_else(|| {
-                usize::try_from(self.replicas)
-                    .unwrap_or(1)
-                    .min(crate::manifest::spec::bounds::MAX_REPLICA_COUNT)
-            }),
+            n_replicas: replicas_override.unwrap_or_else(|| stored_replicas(self.replicas)),
             replicas_override,
             spec,
             spec_json: self.spec_json,
@@ -381,6 +436,13 @@ impl DesiredRow {
             incarnation: self.incarnation,
         })
     }
+}
+
+/// A stored replica count, clamped: an older agent may have stored any count unchecked.
+fn stored_replicas(replicas: i64) -> usize {
+    usize::try_from(replicas)
+        .unwrap_or(1)
+        .min(crate::manifest::spec::bounds::MAX_REPLICA_COUNT)
 }
 
 /// Whether `spec` is a deployment with `autoscale {}`.

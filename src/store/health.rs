@@ -40,7 +40,7 @@ impl Store {
         outcome: Result<(), &str>,
         now: i64,
     ) -> Result<()> {
-        self.with(|connection| {
+        let result = self.with(|connection| {
             match outcome {
                 Ok(()) => connection.execute(
                     "INSERT INTO health (subject, ok, error, failing_since, checked_at, last_success_at)
@@ -59,7 +59,9 @@ impl Store {
                 )?,
             };
             Ok(())
-        })
+        });
+        self.mark_changed();
+        result
     }
 
     /// The last check of `subject`, if there was one.

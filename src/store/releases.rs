@@ -212,7 +212,7 @@ fn read_releases(
     key: &ResourceKey,
     limit: usize,
 ) -> Result<Vec<Release>> {
-    let mut statement = connection.prepare(&format!(
+    let mut statement = connection.prepare_cached(&format!(
         "SELECT {RELEASE_COLUMNS} FROM releases WHERE kind = ?1 AND scope = ?2 AND name = ?3
          ORDER BY id DESC LIMIT ?4"
     ))?;
@@ -429,7 +429,7 @@ fn put_desired(
 pub(super) fn git_specs_of_pins(
     tx: &Transaction<'_>,
 ) -> Result<BTreeMap<ResourceKey, Option<String>>> {
-    let mut statement = tx.prepare("SELECT kind, scope, name, git_spec FROM pins")?;
+    let mut statement = tx.prepare_cached("SELECT kind, scope, name, git_spec FROM pins")?;
     let rows = statement.query_map([], |row| {
         Ok((
             row.get::<_, String>(0)?,
@@ -571,7 +571,7 @@ impl Store {
     /// When an earlier release that ran (succeeded or later rolled back) had the same spec
     /// hash, as after a `git revert`, the message says so.
     pub fn begin_release(&self, desired: &Desired) -> Result<Release> {
-        self.with(|connection| {
+        let result = self.with(|connection| {
             let tx = connection.transaction()?;
             let earlier = tx
                 .query_row(
@@ -619,7 +619,9 @@ impl Store {
             record_rollout(&tx, &Who::AGENT, "rollout", release.id, "started", &message)?;
             tx.commit()?;
             Ok(release)
-        })
+        });
+        self.mark_changed();
+        result
     }
 
     /// Ends a progressing release as failed and halted before it touched replicas (a
@@ -716,7 +718,7 @@ impl Store {
     /// release already says. A release that is no longer progressing (an operator rolled
     /// back meanwhile) is left as it is.
     pub fn finish_release(&self, id: i64, phase: ReleasePhase, message: &str) -> Result<()> {
-        self.with(|connection| {
+        let result = self.with(|connection| {
             let tx = connection.transaction()?;
             let ended = tx.execute(
                 "UPDATE releases SET phase = ?2, finished_at = ?3,
@@ -731,7 +733,9 @@ impl Store {
             }
             tx.commit()?;
             Ok(())
-        })
+        });
+        self.mark_changed();
+        result
     }
 
     /// The pin of a resource, if the operator rolled it back.
@@ -742,7 +746,7 @@ impl Store {
     /// Every pin, ordered by key.
     pub fn pins(&self) -> Result<Vec<Pin>> {
         self.with(|connection| {
-            let mut statement = connection.prepare(
+            let mut statement = connection.prepare_cached(
                 "SELECT kind, scope, name, release_id, commit_sha, spec_hash, git_spec, git_commit, pinned_at
                  FROM pins ORDER BY kind, scope, name",
             )?;
@@ -782,7 +786,7 @@ impl Store {
     /// with releases, or pinned. Used to resolve `SCOPE/NAME` on the command line.
     pub fn keys_named(&self, scope: &str, name: &str) -> Result<Vec<ResourceKey>> {
         self.with(|connection| {
-            let mut statement = connection.prepare(
+            let mut statement = connection.prepare_cached(
                 "SELECT kind FROM desired WHERE scope = ?1 AND name = ?2
                  UNION SELECT kind FROM releases WHERE scope = ?1 AND name = ?2
                  UNION SELECT kind FROM pins WHERE scope = ?1 AND name = ?2

@@ -126,7 +126,7 @@ impl Store {
     /// A resource's runs, newest first.
     pub fn job_runs(&self, key: &ResourceKey) -> Result<Vec<JobRun>> {
         self.with(|connection| {
-            let mut statement = connection.prepare(&format!(
+            let mut statement = connection.prepare_cached(&format!(
                 "SELECT {RUN_COLUMNS} FROM job_runs WHERE kind = ?1 AND scope = ?2 AND name = ?3 ORDER BY id DESC"
             ))?;
             let rows = statement.query_map(params![key.kind.as_str(), key.scope, key.name], |row| {
@@ -241,13 +241,14 @@ impl Store {
     pub fn put_readiness(&self, readiness: &Readiness) -> Result<()> {
         let key = &readiness.key;
         self.with(|connection| {
-            connection.execute(
+            connection.prepare_cached(
                 "INSERT INTO readiness (container, container_id, kind, scope, name, ready, reason, address, updated_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
                  ON CONFLICT (container) DO UPDATE SET container_id = excluded.container_id,
                    kind = excluded.kind, scope = excluded.scope, name = excluded.name,
                    ready = excluded.ready, reason = excluded.reason,
                    address = excluded.address, updated_at = excluded.updated_at",
+            )?.execute(
                 params![
                     readiness.container,
                     readiness.container_id,
@@ -267,7 +268,7 @@ impl Store {
     /// Readiness of a resource's replicas.
     pub fn readiness(&self, key: &ResourceKey) -> Result<Vec<Readiness>> {
         self.with(|connection| {
-            let mut statement = connection.prepare(
+            let mut statement = connection.prepare_cached(
                 "SELECT container, container_id, ready, reason, address, updated_at FROM readiness
                  WHERE kind = ?1 AND scope = ?2 AND name = ?3 ORDER BY container",
             )?;
@@ -305,7 +306,8 @@ impl Store {
         self.with(|connection| {
             let tx = connection.transaction()?;
             let rows: Vec<(String, String)> = {
-                let mut statement = tx.prepare("SELECT container, container_id FROM readiness")?;
+                let mut statement =
+                    tx.prepare_cached("SELECT container, container_id FROM readiness")?;
                 let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
                 rows.collect::<rusqlite::Result<_>>()?
             };

@@ -120,7 +120,7 @@ impl Store {
     /// One bucket's values.
     pub fn config_get(&self, scope: &str, name: &str) -> Result<Bucket> {
         self.with(|connection| {
-            let mut statement = connection.prepare(
+            let mut statement = connection.prepare_cached(
                 "SELECT key, value FROM config WHERE scope = ?1 AND name = ?2 ORDER BY key",
             )?;
             let rows = statement.query_map(params![scope, name], |row| {
@@ -286,7 +286,7 @@ fn record_config(
 fn config_changed(tx: &rusqlite::Transaction<'_>) -> Result<i64> {
     bump_config_version(tx)?;
     let workloads: Vec<(String, String, String, i64, String)> = {
-        let mut statement = tx.prepare(
+        let mut statement = tx.prepare_cached(
             "SELECT kind, scope, name, generation, commit_sha FROM desired
              WHERE kind IN ('deployment', 'statefulset') ORDER BY kind, scope, name",
         )?;

@@ -333,8 +333,8 @@ fn from_row(row: StatusRow) -> Result<(ResourceKey, ResourceStatus)> {
 impl Store {
     pub fn put_status(&self, key: &ResourceKey, status: &ResourceStatus) -> Result<()> {
         let detail = status.detail.to_json();
-        self.with(|connection| {
-            connection.execute(
+        let result = self.with(|connection| {
+            connection.prepare_cached(
                 "INSERT INTO status (kind, scope, name, phase, message, desired_replicas, running_replicas, spec_hash, release_id, updated_at, detail, reason)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
                  ON CONFLICT (kind, scope, name) DO UPDATE SET
@@ -343,6 +343,7 @@ impl Store {
                    spec_hash = excluded.spec_hash, release_id = excluded.release_id,
                    updated_at = excluded.updated_at, detail = excluded.detail,
                    reason = excluded.reason",
+            )?.execute(
                 params![
                     key.kind.as_str(),
                     key.scope,
@@ -359,29 +360,30 @@ impl Store {
                 ],
             )?;
             Ok(())
-        })
+        });
+        self.mark_changed();
+        result
     }
 
     pub fn delete_status(&self, key: &ResourceKey) -> Result<()> {
-        self.with(|connection| {
+        let result = self.with(|connection| {
             connection.execute(
                 "DELETE FROM status WHERE kind = ?1 AND scope = ?2 AND name = ?3",
                 params![key.kind.as_str(), key.scope, key.name],
             )?;
             Ok(())
-        })
+        });
+        self.mark_changed();
+        result
     }
 
     pub fn status(&self, key: &ResourceKey) -> Result<Option<ResourceStatus>> {
         self.with(|connection| {
             let row = connection
-                .query_row(
-                    &format!(
-                        "SELECT {COLUMNS} FROM status WHERE kind = ?1 AND scope = ?2 AND name = ?3"
-                    ),
-                    params![key.kind.as_str(), key.scope, key.name],
-                    status_row,
-                )
+                .prepare_cached(&format!(
+                    "SELECT {COLUMNS} FROM status WHERE kind = ?1 AND scope = ?2 AND name = ?3"
+                ))?
+                .query_row(params![key.kind.as_str(), key.scope, key.name], status_row)
                 .optional()?;
             row.map(|row| from_row(row).map(|(_, status)| status))
                 .transpose()
@@ -401,7 +403,7 @@ impl Store {
     /// Every resource's status, ordered by key.
     pub fn statuses(&self) -> Result<Vec<(ResourceKey, ResourceStatus)>> {
         self.with(|connection| {
-            let mut statement = connection.prepare(&format!(
+            let mut statement = connection.prepare_cached(&format!(
                 "SELECT {COLUMNS} FROM status ORDER BY kind, scope, name"
             ))?;
             let rows = statement.query_map([], status_row)?;
@@ -415,7 +417,7 @@ impl Store {
     /// not know are skipped.
     pub fn state_keys(&self) -> Result<Vec<ResourceKey>> {
         self.with(|connection| {
-            let mut statement = connection.prepare(
+            let mut statement = connection.prepare_cached(
                 "SELECT kind, scope, name FROM status
                  UNION SELECT kind, scope, name FROM job_runs
                  UNION SELECT 'cronjob', scope, name FROM cron_state
@@ -444,7 +446,7 @@ impl Store {
     pub fn statuses_failed_with(&self, reasons: &[FailureReason]) -> Result<Vec<ResourceKey>> {
         let reasons: Vec<&str> = reasons.iter().map(|reason| reason.as_str()).collect();
         self.with(|connection| {
-            let mut statement = connection.prepare(
+            let mut statement = connection.prepare_cached(
                 "SELECT kind, scope, name, reason FROM status
                  WHERE phase = ?1 AND reason IS NOT NULL ORDER BY kind, scope, name",
             )?;

@@ -1619,3 +1619,58 @@ fn approve_marks_only_held_commits_and_says_what_is_held() -> TestResult {
     );
     Ok(())
 }
+
+/// What a resync reads (`desired_summaries`, no spec parsed where no autoscaler count
+/// applies) agrees with the full read, also while the autoscaler's count is narrowed by a
+/// commit; `desired_autoscaling` finds the autoscaled deployment and nothing else.
+#[test]
+fn summaries_and_the_autoscalers_read_agree_with_the_full_read() -> TestResult {
+    let f = fixture()?;
+    let agree = |store: &Store| -> TestResult {
+        let full: Vec<(ResourceKey, String, usize)> = store
+            .desired_all()?
+            .into_iter()
+            .map(|desired| {
+                (
+                    desired.key,
+                    desired.spec_hash.to_string(),
+                    desired.n_replicas,
+                )
+            })
+            .collect();
+        let summaries: Vec<(ResourceKey, String, usize)> = store
+            .desired_summaries()?
+            .into_iter()
+            .map(|summary| {
+                (
+                    summary.key,
+                    summary.spec_hash.to_string(),
+                    summary.n_replicas,
+                )
+            })
+            .collect();
+        assert_eq!(summaries, full);
+        Ok(())
+    };
+    let manifest = |max: u32| {
+        format!(
+            "deployment \"s\" \"web\" {{\n  image = \"busybox\"\n  autoscale {{\n    min = 2\n    max = {max}\n    cpu_target = 50\n  }}\n}}\ndeployment \"s\" \"api\" {{\n  image = \"busybox\"\n  replicas = 3\n  env = {{ NOTE = \"autoscale\" }}\n}}\n"
+        )
+    };
+    apply(&f.store, 1, &manifest(5))?;
+    agree(&f.store)?;
+    f.store
+        .set_replicas_override(&key("web"), 4, "mean CPU 90%")?;
+    agree(&f.store)?;
+    apply(&f.store, 2, &manifest(3))?;
+    agree(&f.store)?;
+    let autoscaled: Vec<ResourceKey> = f
+        .store
+        .desired_autoscaling()?
+        .into_iter()
+        .filter(|desired| super::desired::has_autoscale(&desired.spec))
+        .map(|desired| desired.key)
+        .collect();
+    assert_eq!(autoscaled, [key("web")]);
+    Ok(())
+}

@@ -362,3 +362,109 @@ fn validate_and_plan_apply_the_host_policy() -> TestResult {
     );
     Ok(())
 }
+
+/// Issue 14 item 2: the flags of `run` come from `VOODU_*` variables too, and are checked
+/// as flags are: a token file with a plain-http repo, both from the environment, is refused
+/// before anything starts, with what to do.
+#[test]
+fn run_settings_come_from_voodu_variables_and_a_token_over_http_is_refused() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let token = dir.path().join("token");
+    std::fs::write(&token, "t0ken\n")?;
+    let output = agent()
+        .env("VOODU_REPO", "http://git.example.org/ops/deploy.git")
+        .env("VOODU_GIT_TOKEN_FILE", &token)
+        .env("VOODU_AGENT_DATA_DIR", dir.path().join("data"))
+        .output()?;
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8(output.stderr)?;
+    assert!(
+        stderr.contains("a token would go to http://git.example.org/ops/deploy.git in clear text: use an https:// URL, or drop --git-token-file"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("data").exists(), "nothing was started");
+    // A value the flag would refuse is refused from the variable, naming both.
+    let output = agent()
+        .env("VOODU_REPO", "/nonexistent")
+        .env("VOODU_INTERVAL", "soon")
+        .output()?;
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8(output.stderr)?;
+    assert!(
+        stderr.contains("invalid value 'soon' for '--interval"),
+        "{stderr}"
+    );
+    // --help lists the variables.
+    let help = String::from_utf8(agent().arg("--help").output()?.stdout)?;
+    for variable in [
+        "[env: VOODU_REPO=",
+        "[env: VOODU_GIT_CA_FILE=",
+        "[env: VOODU_LOG_FORMAT=",
+    ] {
+        assert!(help.contains(variable), "{variable} not in --help");
+    }
+    // --version names the commit it was built from.
+    let version = String::from_utf8(agent().arg("--version").output()?.stdout)?;
+    assert!(
+        version.starts_with("voodu-agent 0.") && version.contains(" (commit "),
+        "{version}"
+    );
+    Ok(())
+}
+
+/// Issue 14 item 2: `--json` on `validate` and `config get/list`, parseable and complete.
+#[test]
+fn validate_and_config_speak_json() -> TestResult {
+    let repo = tempfile::tempdir()?;
+    std::fs::write(
+        repo.path().join("web.hcl"),
+        "deployment \"s\" \"web\" {\n  image = \"busybox\"\n}\n",
+    )?;
+    let output = agent()
+        .args(["validate", "--json"])
+        .arg(repo.path())
+        .output()?;
+    assert_eq!(output.status.code(), Some(0));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+    assert_eq!(json["ok"], true, "{json:#}");
+    assert_eq!(json["resources"]["deployment"], 1, "{json:#}");
+    std::fs::write(
+        repo.path().join("bad.hcl"),
+        "deployment \"s\" \"x\" {\n  image = \n}\n",
+    )?;
+    let output = agent()
+        .args(["validate", "--json"])
+        .arg(repo.path())
+        .output()?;
+    assert_eq!(output.status.code(), Some(1));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+    assert_eq!(json["ok"], false);
+    assert_eq!(json["errors"][0]["path"], "bad.hcl", "{json:#}");
+    assert_eq!(json["errors"][0]["line"], 2, "{json:#}");
+    assert!(json["errors"][0]["col"].is_u64() && json["errors"][0]["message"].is_string());
+
+    let data = tempfile::tempdir()?;
+    let (code, _, stderr) = run_in(
+        data.path(),
+        &["config", "set", "shop/web", "A=1", "B=two words"],
+    )?;
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, stdout, _) = run_in(
+        data.path(),
+        &["config", "get", "shop/web", "--json", "A", "C"],
+    )?;
+    assert_eq!(code, Some(1), "C is missing");
+    let json: serde_json::Value = serde_json::from_str(&stdout)?;
+    assert_eq!(
+        json,
+        serde_json::json!({"bucket": "shop/web", "values": {"A": "1"}, "missing": ["C"]})
+    );
+    let (code, stdout, _) = run_in(data.path(), &["config", "list", "--json"])?;
+    assert_eq!(code, Some(0));
+    let json: serde_json::Value = serde_json::from_str(&stdout)?;
+    assert_eq!(
+        json,
+        serde_json::json!([{"bucket": "shop/web", "keys": ["A", "B"]}])
+    );
+    Ok(())
+}

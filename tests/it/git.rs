@@ -18,6 +18,7 @@ fn options(url: String, paths: &[&str]) -> SourceOptions {
         branch: "main".to_owned(),
         paths: paths.iter().map(|path| (*path).to_owned()).collect(),
         token_file: None,
+        ..Default::default()
     }
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt as _;
 use voodu_agent::http::{self, HttpOptions, WebhookSecret};
+use voodu_agent::model::CommitSha;
 
 use crate::support::http::{
     TestRouter, client, flood, get, metric, parse_metrics, post, push_body,
@@ -120,9 +121,12 @@ async fn every_provider_is_accepted_when_signed_right_and_refused_when_not() -> 
     assert!(router.fetch_requested(), "good requests asked for a fetch");
     // Unsigned, with a secret configured.
     let (status, answer) = post(&client, &router.hook(), &[], body.clone()).await?;
-    assert_eq!(
-        (status, answer["reason"].as_str()),
-        (401, Some("missing signature header"))
+    assert_eq!(status, 401);
+    assert!(
+        answer["reason"]
+            .as_str()
+            .is_some_and(|reason| reason.starts_with("missing X-Voodu-Signature header")),
+        "{answer}"
     );
     assert!(
         !router.fetch_requested(),
@@ -130,6 +134,151 @@ async fn every_provider_is_accepted_when_signed_right_and_refused_when_not() -> 
     );
     assert_eq!(router.metrics.syncs_total(), 0);
     Ok(())
+}
+
+/// Issue 13: Gogs, Bitbucket Cloud, Bitbucket Server and Azure DevOps, each with the push
+/// sample its documentation gives (`tests/fixtures/webhooks/README.md` names the sources):
+/// 202 and a fetch when signed right, 401 naming the expected header when signed wrong.
+#[tokio::test]
+async fn documented_pushes_of_gogs_bitbucket_and_azure_devops_are_checked() -> TestResult {
+    let mut router = router_with_secret().await?;
+    let client = client()?;
+    fn basic(key: &WebhookSecret) -> String {
+        let password = if *key == secret() { SECRET } else { "wrong" };
+        format!("Basic {}", base64(format!("azure:{password}").as_bytes()))
+    }
+    type Sign = dyn Fn(&WebhookSecret, &[u8]) -> Vec<(&'static str, String)>;
+    let cases: [(&str, &str, &str, &str, &Sign); 4] = [
+        (
+            "gogs",
+            include_str!("../fixtures/webhooks/gogs-push.json"),
+            "bffeb74224043ba2feb48d137756c8a9331c449a",
+            "X-Gogs-Signature",
+            &|key, body| {
+                vec![
+                    ("x-gogs-event", "push".into()),
+                    (
+                        "x-gogs-delivery",
+                        "f6266f16-1bf3-46a5-9ea4-602e06ead473".into(),
+                    ),
+                    ("x-gogs-signature", key.hmac_hex(body)),
+                ]
+            },
+        ),
+        (
+            "bitbucket-cloud",
+            include_str!("../fixtures/webhooks/bitbucket-cloud-push.json"),
+            "709d658dc5b6d6afcd46049c2f332ee3f515a67d",
+            "X-Hub-Signature",
+            &|key, body| {
+                vec![
+                    ("x-event-key", "repo:push".into()),
+                    ("x-hook-uuid", "0d4e2c5a-7a51-4c1e-9a1b-2f6f3c0d9e11".into()),
+                    (
+                        "x-request-uuid",
+                        "5b2b0c3e-1f7d-4b8e-a2c4-7e9d1f0a6b33".into(),
+                    ),
+                    ("x-hub-signature", key.sign(body)),
+                ]
+            },
+        ),
+        (
+            "bitbucket-server",
+            include_str!("../fixtures/webhooks/bitbucket-server-push.json"),
+            "178864a7d521b6f5e720b386b2c2b0ef8563e0dc",
+            "X-Hub-Signature",
+            &|key, body| {
+                vec![
+                    ("x-event-key", "repo:refs_changed".into()),
+                    (
+                        "x-request-id",
+                        "c2b6a1f0-3d4e-4f5a-8b9c-0d1e2f3a4b5c".into(),
+                    ),
+                    ("x-hub-signature", key.sign(body)),
+                ]
+            },
+        ),
+        (
+            "azure-devops",
+            include_str!("../fixtures/webhooks/azure-devops-push.json"),
+            "33b55f7cb7e7e245323987634f960cf4a6e6bc74",
+            "Authorization",
+            &|key, _| {
+                vec![
+                    (
+                        "x-vss-activityid",
+                        "7f3e2d1c-0b9a-4867-9564-3a2b1c0d9e8f".into(),
+                    ),
+                    ("authorization", basic(key)),
+                ]
+            },
+        ),
+    ];
+    let wrong = WebhookSecret::new("not-the-secret");
+    for (provider, body, after, header, sign) in cases {
+        let body = body.as_bytes().to_vec();
+        let (status, answer) = post(
+            &client,
+            &router.hook(),
+            &sign(&secret(), &body),
+            body.clone(),
+        )
+        .await?;
+        assert_eq!(status, 202, "{provider}: {answer}");
+        assert_eq!(answer["provider"], provider);
+        assert_eq!(answer["commit"], after, "{provider}");
+        assert!(router.fetch_requested(), "{provider}");
+
+        let (status, answer) =
+            post(&client, &router.hook(), &sign(&wrong, &body), body.clone()).await?;
+        assert_eq!(status, 401, "{provider} wrongly signed: {answer}");
+        assert_eq!(answer["provider"], provider);
+        let reason = answer["reason"].as_str().unwrap_or_default();
+        assert!(reason.starts_with(header), "{provider}: {reason}");
+
+        let unsigned: Vec<(&'static str, String)> = sign(&secret(), &body)
+            .into_iter()
+            .filter(|(name, _)| !name.eq_ignore_ascii_case(header))
+            .collect();
+        let (status, answer) = post(&client, &router.hook(), &unsigned, body.clone()).await?;
+        assert_eq!(status, 401, "{provider} unsigned: {answer}");
+        let reason = answer["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.starts_with(&format!(
+                "missing {header} header ({provider} sends {header}:"
+            )),
+            "{provider}: {reason}"
+        );
+        assert!(
+            !router.fetch_requested(),
+            "{provider}: refusals ask for nothing"
+        );
+    }
+    Ok(())
+}
+
+/// Standard base64 (RFC 4648), for a basic-authentication header.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let group = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let bits = u32::from_be_bytes([0, group[0], group[1], group[2]]);
+        for index in 0..4 {
+            if index <= chunk.len() {
+                out.push(char::from(
+                    ALPHABET[(bits >> (18 - 6 * index)) as usize & 63],
+                ));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 #[tokio::test]
@@ -399,6 +548,34 @@ async fn wait_true_answers_with_the_outcome_of_the_pushed_commit() -> TestResult
     );
     assert_eq!(answer["branch_tip"], bad.as_str());
 
+    // Issue 13: a real commit that is not on the branch (pushed to another one) is only a
+    // hint: the agent deploys what main points to after its own fetch, and says so.
+    agent.repo.git(&["checkout", "-q", "-b", "elsewhere"])?;
+    agent.repo.write("web.hcl", &web(3, "evil"))?;
+    agent.repo.git(&["add", "-A"])?;
+    agent.repo.git(&["commit", "-q", "-m", "not on main"])?;
+    let elsewhere = agent.repo.head()?;
+    agent.repo.git(&["checkout", "-q", "main"])?;
+    let body = push_body("main", &elsewhere);
+    let (status, answer) = post(&client, &hook, &signed(&agent, &body), body).await?;
+    assert_eq!(
+        (status, answer["result"].as_str()),
+        (409, Some("superseded")),
+        "{answer}"
+    );
+    let reason = answer["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("is not the tip of branch \"main\"") && reason.contains("only a hint"),
+        "{reason}"
+    );
+    assert_eq!(answer["branch_tip"], bad.as_str());
+    assert!(
+        agent
+            .store
+            .commit_record(&CommitSha::new(&elsewhere))?
+            .is_none()
+    );
+
     agent.stop().await
 }
 
@@ -592,6 +769,19 @@ async fn the_sync_command_finds_the_agent_and_waits_for_the_commit() -> TestResu
         stdout.starts_with(&format!("commit {} applied", &next[..12])),
         "{stdout}"
     );
+    // `--json`: the agent's answer, through the same client.
+    let data_dir = agent.data_dir();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_voodu-agent"))
+            .args(["sync", "--wait", "--json", "--data-dir"])
+            .arg(data_dir)
+            .output()
+    })
+    .await??;
+    assert!(output.status.success());
+    let answer: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+    assert_eq!(answer["result"], "applied", "{answer:#}");
+    assert_eq!(answer["commit"], next.as_str(), "{answer:#}");
     agent.stop().await
 }
 

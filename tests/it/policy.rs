@@ -148,6 +148,7 @@ fn a_bind_through_a_symlink_to_a_refused_path_is_rejected() -> TestResult {
                 branch: "main".into(),
                 paths: Vec::new(),
                 token_file: None,
+                ..Default::default()
             },
             data.path(),
         ),

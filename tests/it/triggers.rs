@@ -61,6 +61,7 @@ impl Agent {
                 branch: "main".to_owned(),
                 paths: paths.iter().map(|path| (*path).to_owned()).collect(),
                 token_file: None,
+                ..Default::default()
             },
             data.path(),
         );
@@ -624,6 +625,16 @@ async fn i12_a_scripted_day_in_the_activity_log() -> TestResult {
             Ok(store
                 .desired(&ResourceKey::new(Kind::Deployment, "shop", "web"))?
                 .filter(|desired| desired.commit.as_str() == first))
+        })
+        .await?;
+    // The day ends with web's rollout: once it has succeeded nothing more is written, so the
+    // CLI's and the HTTP side's reads below see the same log.
+    let web = ResourceKey::new(Kind::Deployment, "shop", "web");
+    agent
+        .until("web's rollout after the approval", |store| {
+            Ok(store.latest_release(&web)?.filter(|release| {
+                release.commit.as_str() == first && release.phase.as_str() == "succeeded"
+            }))
         })
         .await?;
 

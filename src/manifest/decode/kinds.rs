@@ -28,8 +28,8 @@ use crate::manifest::spec::schedule::check_schedule;
 use crate::manifest::spec::{
     AssetFile, AssetSpec, Autoscale, Build, Container, CronjobSpec, DependsOn, DeploymentSpec,
     Drain, ExecAction, HttpGet, IngressSpec, Init, JobSpec, Lang, Limits, LoadBalancing, Location,
-    Logs, OnDeploy, OnProbe, Probe, Probes, RegistrySpec, ReleaseHooks, Resources, StatefulsetSpec,
-    TcpSocket, Tls, VolumeClaim, WebhookTarget, normalize_port, sha256_hex,
+    Logs, OnDeploy, OnProbe, Probe, Probes, RegistrySpec, ReleaseHooks, Resources, SealedEnv,
+    StatefulsetSpec, TcpSocket, Tls, VolumeClaim, WebhookTarget, normalize_port, sha256_hex,
 };
 use crate::model::{DockerOptions, parse_go_duration};
 
@@ -49,8 +49,15 @@ pub(super) fn container(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Container {
     }
     let env = r.map(cx, "env").unwrap_or_default();
     check_env(cx, r, &env);
-    container.env = env_files(cx, r);
+    let (file_env, mut sealed) = env_files(cx, r);
+    container.env = file_env;
+    for key in env.keys() {
+        for file in &mut sealed {
+            file.keys.retain(|sealed_key| sealed_key != key);
+        }
+    }
     container.env.extend(env);
+    container.env_sealed = sealed;
     container.env_from = r.strings(cx, "env_from").unwrap_or_default();
     if !container.env_from.is_empty() {
         let span = r.span_of("env_from");
@@ -359,16 +366,61 @@ fn check_docker_options(cx: &mut Cx<'_>, r: &Reader<'_>, options: &[String]) {
     }
 }
 
-/// `env_file = [...]`: read from the repo and merged in order (later wins), under `env`.
-fn env_files(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> BTreeMap<String, String> {
+/// `env_file = [...]`: read from the repo and merged in order (later wins), under `env`. A
+/// file carrying SOPS metadata (`manifest::sops`) is not read for values: its variables are
+/// named (they are in clear in the file) and its encrypted bytes kept by digest, to be
+/// decrypted on the host; a later file or `env` still wins over the variables it names.
+fn env_files(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> (BTreeMap<String, String>, Vec<SealedEnv>) {
     let mut merged = BTreeMap::new();
+    let mut sealed: Vec<SealedEnv> = Vec::new();
     let Some(paths) = r.strings(cx, "env_file") else {
-        return merged;
+        return (merged, sealed);
     };
     let span = r.span_of("env_file");
     for path in paths {
         match cx.env.read_file(cx.path, &path) {
             Read::Bytes(bytes) => {
+                if let Some(parsed) = crate::manifest::sops::parse(&bytes) {
+                    match parsed {
+                        Ok(file) if file.format == crate::manifest::sops::SopsFormat::Binary => {
+                            cx.error(
+                                span.clone(),
+                                format!("env_file {path:?} is a binary SOPS file; encrypt an env file as dotenv, YAML or JSON (sops --input-type dotenv) so its variables are named"),
+                            );
+                        }
+                        Ok(file) => {
+                            let keys: Vec<String> = file
+                                .top_level_keys()
+                                .into_iter()
+                                .map(ToOwned::to_owned)
+                                .collect();
+                            for name in &keys {
+                                if let Err(problem) = values::env_name(name) {
+                                    cx.error(
+                                        span.clone(),
+                                        format!("env_file {path:?}: {name:?}: {problem}"),
+                                    );
+                                }
+                                merged.remove(name);
+                                for earlier in &mut sealed {
+                                    earlier.keys.retain(|key| key != name);
+                                }
+                            }
+                            let digest = sha256_hex(&bytes);
+                            cx.blobs.insert(digest.clone(), bytes);
+                            sealed.push(SealedEnv {
+                                path: path.clone(),
+                                digest,
+                                keys,
+                            });
+                        }
+                        Err(problem) => cx.error(
+                            span.clone(),
+                            format!("env_file {path:?} is not a readable SOPS file: {problem}"),
+                        ),
+                    }
+                    continue;
+                }
                 match crate::manifest::parse_env_file(&String::from_utf8_lossy(&bytes)) {
                     Ok(read) => {
                         for (name, value) in &read {
@@ -379,6 +431,9 @@ fn env_files(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> BTreeMap<String, String> {
                                     span.clone(),
                                     format!("env_file {path:?}: {name:?}: {problem}"),
                                 );
+                            }
+                            for earlier in &mut sealed {
+                                earlier.keys.retain(|key| key != name);
                             }
                         }
                         merged.extend(read);
@@ -397,7 +452,8 @@ fn env_files(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> BTreeMap<String, String> {
             }
         }
     }
-    merged
+    sealed.retain(|file| !file.keys.is_empty());
+    (merged, sealed)
 }
 
 /// `resources { limits { cpu, memory } }`, checked as voodu's reconciler would check it.
@@ -1146,6 +1202,7 @@ fn asset_source(
         on_failure,
         digest: sha256_hex(bytes),
         size: bytes.len() as u64,
+        sealed: false,
     };
     match value {
         Expression::FuncCall(call) => {
@@ -1156,7 +1213,21 @@ fn asset_source(
                     let path = to_string(cx, path, &field)?;
                     match cx.env.read_file(cx.path, &path) {
                         Read::Bytes(bytes) => {
-                            let file = described("file", path, String::new(), &bytes);
+                            let mut file = described("file", path.clone(), String::new(), &bytes);
+                            // A SOPS-encrypted source is decrypted on the host, never here.
+                            match crate::manifest::sops::parse(&bytes) {
+                                Some(Ok(_)) => file.sealed = true,
+                                Some(Err(problem)) => {
+                                    cx.error(
+                                        span,
+                                        format!(
+                                            "file({path:?}) is not a readable SOPS file: {problem}"
+                                        ),
+                                    );
+                                    return None;
+                                }
+                                None => {}
+                            }
                             Some((file, Some(bytes)))
                         }
                         Read::Missing(message) if cx.env.mode == Mode::Validate => {

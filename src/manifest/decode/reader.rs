@@ -470,12 +470,6 @@ impl<'b> Reader<'b> {
             .filter(|known| known.refused.is_none() && known.shape == Shape::Block)
             .map(|known| known.name)
             .collect();
-        let names: Vec<&str> = self
-            .known
-            .iter()
-            .filter(|known| known.refused.is_none())
-            .map(|known| known.name)
-            .collect();
         let mut seen: BTreeMap<&str, Option<Range<usize>>> = BTreeMap::new();
         for structure in self.body.iter() {
             if let Structure::Block(block) = structure
@@ -497,19 +491,22 @@ impl<'b> Reader<'b> {
                 ),
                 Structure::Block(block) => (block.ident.as_str(), block.ident.span(), Shape::Block),
             };
-            let field = self.field(name);
+            // Named in messages only: formatted on the error paths alone.
+            let field = || self.field(name);
             match self.known.iter().find(|known| known.name == name) {
                 Some(Known {
                     refused: Some(why), ..
                 }) => cx.error(
                     span,
-                    format!("`{field}` is not allowed in {}: {why}", self.what),
+                    format!("`{}` is not allowed in {}: {why}", field(), self.what),
                 ),
                 Some(known) if known.shape != shape => {
                     let hint = match known.shape {
-                        Shape::Block => format!("`{field}` is a block: write `{name} {{ … }}`"),
+                        Shape::Block => {
+                            format!("`{}` is a block: write `{name} {{ … }}`", field())
+                        }
                         Shape::Attribute => {
-                            format!("`{field}` is an attribute: write `{name} = …`")
+                            format!("`{}` is an attribute: write `{name} = …`", field())
                         }
                     };
                     cx.error(span, hint);
@@ -520,7 +517,10 @@ impl<'b> Reader<'b> {
                             first.map_or((0, 0), |first| cx.index.line_col(first.start));
                         cx.error(
                             span,
-                            format!("`{field}` is set twice (first on line {line}); keep one"),
+                            format!(
+                                "`{}` is set twice (first on line {line}); keep one",
+                                field()
+                            ),
                         );
                     }
                 }
@@ -530,10 +530,16 @@ impl<'b> Reader<'b> {
                         Shape::Attribute => "attribute",
                         Shape::Block => "block",
                     };
+                    let names: Vec<&str> = self
+                        .known
+                        .iter()
+                        .filter(|known| known.refused.is_none())
+                        .map(|known| known.name)
+                        .collect();
                     let hint = did_you_mean(name, &names);
                     cx.error(
                         span,
-                        format!("unknown {kind} `{field}` in {}{hint}", self.what),
+                        format!("unknown {kind} `{}` in {}{hint}", field(), self.what),
                     );
                 }
             }

@@ -98,6 +98,7 @@ impl Files {
                 on_failure: String::new(),
                 digest,
                 size: content.len() as u64,
+                sealed: false,
             },
         );
         self.mounts.push((key, path));

@@ -43,4 +43,9 @@ pub struct AssetFile {
     /// Lowercase hex sha256 of the bytes.
     pub digest: String,
     pub size: u64,
+    /// `file` only: the source is SOPS-encrypted. The digest and size are the encrypted
+    /// file's; the host decrypts it with its age identities and writes the clear bytes with
+    /// mode 0600 (agent extension).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sealed: bool,
 }

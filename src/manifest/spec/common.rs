@@ -16,6 +16,15 @@ pub const DEFAULT_NETWORK: &str = "voodu0";
 /// voodu's controller default restart policy.
 pub const DEFAULT_RESTART: &str = "unless-stopped";
 
+/// An `env_file` encrypted with SOPS: its repo path, the sha256 of its (encrypted) bytes, and
+/// the variables it supplies.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SealedEnv {
+    pub path: String,
+    pub digest: String,
+    pub keys: Vec<String>,
+}
+
 /// voodu's §2.0 container fields, common to every container kind.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Container {
@@ -27,6 +36,13 @@ pub struct Container {
     /// The manifest's `env`, with `env_file` contents merged under it (spec §4.1).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// `env_file`s encrypted with SOPS, and the variables each supplies after the merge (a
+    /// key `env` or a later file sets is not listed). Their values are never in the spec:
+    /// the encrypted file travels by digest (`Manifest::blobs`) and is decrypted when a
+    /// container is created (agent extension; out of voodu's spec hash, covered by the
+    /// keyed `voodu.env_digest` as config buckets are).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_sealed: Vec<SealedEnv>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env_from: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -20,7 +20,8 @@ pub use asset::{AssetFile, AssetSpec};
 pub use common::{
     Autoscale, Build, Container, DEFAULT_NETWORK, DEFAULT_RESTART, DEFAULT_STOP_GRACE, DependsOn,
     Drain, ExecAction, HttpGet, Init, Lang, Limits, Logs, OnDeploy, OnProbe, Probe, Probes,
-    ReleaseHooks, Resources, TcpSocket, VolumeClaim, WebhookTarget, container_port, normalize_port,
+    ReleaseHooks, Resources, SealedEnv, TcpSocket, VolumeClaim, WebhookTarget, container_port,
+    normalize_port,
 };
 pub use deployment::DeploymentSpec;
 pub use hash::sha256_hex;
@@ -83,6 +84,20 @@ impl Spec {
             Spec::Job(spec) => serde_json::to_string(spec),
             Spec::Registry(spec) => serde_json::to_string(spec),
             Spec::Statefulset(spec) => serde_json::to_string(spec),
+        };
+        result.expect("spec types hold only strings, numbers and maps with string keys")
+    }
+
+    /// `to_json` as a JSON value, without the text in between.
+    pub fn to_json_value(&self) -> serde_json::Value {
+        let result = match self {
+            Spec::Asset(spec) => serde_json::to_value(spec),
+            Spec::Cronjob(spec) => serde_json::to_value(spec),
+            Spec::Deployment(spec) => serde_json::to_value(spec),
+            Spec::Ingress(spec) => serde_json::to_value(spec),
+            Spec::Job(spec) => serde_json::to_value(spec),
+            Spec::Registry(spec) => serde_json::to_value(spec),
+            Spec::Statefulset(spec) => serde_json::to_value(spec),
         };
         result.expect("spec types hold only strings, numbers and maps with string keys")
     }
@@ -215,6 +230,19 @@ impl Spec {
             Spec::Cronjob(spec) => Some(&spec.job.container),
             Spec::Asset(_) | Spec::Ingress(_) | Spec::Registry(_) => None,
         }
+    }
+
+    /// The digests of the SOPS env files the container reads (their blobs must be kept).
+    pub fn sealed_digests(&self) -> Vec<&str> {
+        self.container()
+            .map(|container| {
+                container
+                    .env_sealed
+                    .iter()
+                    .map(|sealed| sealed.digest.as_str())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// The `_asset_digests` of consumer kinds.

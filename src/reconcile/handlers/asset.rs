@@ -7,7 +7,7 @@
 //! mounts); the status lists each key's digest and whether the file was repaired; the files
 //! of an asset that left the repo are removed by the sync stage, not here.
 
-use crate::assets::{AssetFiles, check_asset, write_asset};
+use crate::assets::{AssetFiles, check_asset, prepare, write_prepared};
 use crate::manifest::spec::Spec;
 use crate::model::ResourceKey;
 use crate::reconcile::{Action, Ctx, Error, Result, blocking};
@@ -38,28 +38,27 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
             .collect();
         super::swarm::remove_asset_configs_but(ctx, key, &current).await;
     }
-    let files: AssetFiles = asset
-        .files
-        .iter()
-        .map(|(name, file)| (name.clone(), file.digest.clone()))
-        .collect();
+    let spec_files = asset.files.clone();
     let root = ctx.assets_root.clone();
     let store = ctx.store.clone();
+    let keyring = std::sync::Arc::clone(&ctx.options.keyring);
     let (scope, name) = (key.scope.clone(), key.name.clone());
-    let (before, written) = tokio::task::spawn_blocking(move || {
-        let before = check_asset(&root, &scope, &name, &files);
-        let written = write_asset(&root, &scope, &name, &files, &|digest| {
-            store.blob(digest).ok().flatten()
-        });
-        (before, written)
+    let (before, expected, written) = tokio::task::spawn_blocking(move || {
+        let blob = |digest: &str| store.blob(digest).ok().flatten();
+        // SOPS-encrypted keys are decrypted in memory to know the bytes the disk must hold.
+        let prepared = match prepare(&spec_files, &blob, &keyring) {
+            Ok(prepared) => prepared,
+            Err(error) => return (Default::default(), AssetFiles::new(), Err(error)),
+        };
+        let before = check_asset(&root, &scope, &name, &prepared.files);
+        let written = write_prepared(&root, &scope, &name, &prepared, &blob);
+        (before, prepared.files, written)
     })
     .await
     .map_err(Error::Task)?;
     let repaired: Vec<&String> = before
         .iter()
-        .filter(|(name, found)| {
-            found.as_deref() != asset.files.get(*name).map(|file| file.digest.as_str())
-        })
+        .filter(|(name, found)| found.as_ref() != expected.get(*name))
         .map(|(name, _)| name)
         .collect();
     let status = match written {

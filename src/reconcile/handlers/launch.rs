@@ -32,6 +32,8 @@ pub(crate) struct EnvSource {
     buckets: Buckets,
     references: BTreeMap<String, String>,
     key: Vec<u8>,
+    /// The encrypted bytes of the container's SOPS env files, by digest (`None`: gone).
+    sealed: BTreeMap<String, Option<Vec<u8>>>,
 }
 
 impl EnvSource {
@@ -46,6 +48,11 @@ impl EnvSource {
     ) -> Result<EnvSource> {
         let scope = key.scope.clone();
         let names = bucket_names(key, container);
+        let sealed_digests: Vec<String> = container
+            .env_sealed
+            .iter()
+            .map(|sealed| sealed.digest.clone())
+            .collect();
         let ingresses: Vec<ResourceKey> = referenced_ingresses(container)
             .into_iter()
             .map(|name| ResourceKey::new(Kind::Ingress, &scope, name))
@@ -64,10 +71,16 @@ impl EnvSource {
                 })
                 .collect();
             desired.extend(store.desired_of(&services)?);
+            let mut sealed = BTreeMap::new();
+            for digest in sealed_digests {
+                let bytes = store.blob(&digest)?;
+                sealed.insert(digest, bytes);
+            }
             Ok(EnvSource {
                 buckets: store.buckets_of(&names)?,
                 references: ingress_references(&desired, &scope),
                 key: store.env_key()?.into_bytes(),
+                sealed,
             })
         })
         .await
@@ -81,12 +94,19 @@ impl EnvSource {
         container: &Container,
         identity: Vec<(String, String)>,
     ) -> Result<(Vec<String>, String)> {
+        let sealed = self
+            .sealed_values(ctx, container)
+            .map_err(|source| Error::Env {
+                key: key.clone(),
+                source,
+            })?;
         let inputs = EnvInputs {
             key,
             buckets: &self.buckets,
             identity,
             assets_root: &ctx.assets_root,
             references: &self.references,
+            sealed: &sealed,
         };
         match container_env(&inputs, container) {
             Ok(env) => {
@@ -98,6 +118,47 @@ impl EnvSource {
                 source,
             }),
         }
+    }
+}
+
+impl EnvSource {
+    /// The variables `container`'s SOPS env files supply, decrypted with the agent's age
+    /// identities. They live in this pass's memory only: the spec holds digests, state.db the
+    /// encrypted bytes.
+    fn sealed_values<R: Runtime>(
+        &self,
+        ctx: &Ctx<R>,
+        container: &Container,
+    ) -> std::result::Result<Vec<(String, String)>, crate::reconcile::env::EnvError> {
+        use crate::reconcile::env::EnvError;
+        let mut values = Vec::new();
+        for sealed in &container.env_sealed {
+            let refused =
+                |why: String| EnvError::Sealed(format!("env_file {:?}: {why}", sealed.path));
+            let bytes = self
+                .sealed
+                .get(&sealed.digest)
+                .and_then(Option::as_ref)
+                .ok_or_else(|| {
+                    refused(
+                        "its encrypted bytes are not in state.db; push the commit again".to_owned(),
+                    )
+                })?;
+            let file = crate::manifest::sops::parse(bytes)
+                .ok_or_else(|| refused("is not a SOPS file".to_owned()))?
+                .map_err(refused)?;
+            let plain = ctx
+                .options
+                .keyring
+                .open(&file)
+                .map_err(|error| refused(error.to_string()))?;
+            let env = plain.env().map_err(|error| refused(error.to_string()))?;
+            values.extend(
+                env.into_iter()
+                    .filter(|(name, _)| sealed.keys.contains(name)),
+            );
+        }
+        Ok(values)
     }
 }
 

@@ -223,7 +223,13 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
     let result = kind
         .execute(ctx, &now_steps, &observed, &mut backing_off)
         .await;
-    let observed = kind.observe(ctx, key).await?;
+    // A pass that acted looks again; one that did nothing records what it saw (a change of
+    // the host since then is an event or a readiness change, each of which queues a pass).
+    let observed = if now_steps.is_empty() {
+        observed
+    } else {
+        kind.observe(ctx, key).await?
+    };
     // Readiness is the probe runners' (`reconcile::probes`); routes may have changed.
     ctx.router.wake();
     if let Err(error) = result {

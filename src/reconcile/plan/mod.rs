@@ -205,9 +205,13 @@ fn diff_specs(kind: Kind, current: Option<&Spec>, next: Option<&Spec>) -> Vec<Fi
     let (Some(current), Some(next)) = (current, next) else {
         return Vec::new();
     };
+    if current == next {
+        // Equal specs serialise equally: no field differs (most of a commit, most of the time).
+        return Vec::new();
+    }
     let as_object = |spec: &Spec| -> serde_json::Map<String, Value> {
-        match serde_json::from_str(&spec.to_json()) {
-            Ok(Value::Object(map)) => map,
+        match spec.to_json_value() {
+            Value::Object(map) => map,
             _ => serde_json::Map::new(),
         }
     };

@@ -46,6 +46,7 @@ pub fn fake_agent_config(repo: &TempRepo, data_dir: &std::path::Path) -> AgentCo
             branch: "main".into(),
             paths: Vec::new(),
             token_file: None,
+            ..Default::default()
         },
         hosts: voodu_agent::model::HostSelection::every_host(),
         data_dir: data_dir.to_owned(),
@@ -58,6 +59,7 @@ pub fn fake_agent_config(repo: &TempRepo, data_dir: &std::path::Path) -> AgentCo
         http: HttpConfig::default(),
         watch_local: false,
         adopt: false,
+        service: Default::default(),
     }
 }
 

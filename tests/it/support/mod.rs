@@ -9,6 +9,8 @@ pub mod harness;
 pub mod http;
 pub mod registry;
 pub mod repo;
+pub mod signing;
+pub mod sops;
 pub mod swarm;
 
 pub use agent::{TestAgent, TestAgentOptions};

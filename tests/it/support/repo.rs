@@ -73,6 +73,32 @@ impl TempRepo {
         self.push()
     }
 
+    /// Commits everything signed (`git -c … commit -S`, the `-c` settings choosing the format
+    /// and key) and pushes; returns the SHA.
+    pub fn commit_signed(&self, config: &[String], message: &str) -> TestResult<String> {
+        git(&self.work(), &["add", "-A"])?;
+        let mut args: Vec<&str> = config.iter().map(String::as_str).collect();
+        args.extend(["commit", "-q", "--allow-empty", "-S", "-m", message]);
+        git(&self.work(), &args)?;
+        self.push()
+    }
+
+    /// Rewrites the HEAD commit's message in place, keeping its signature header (so the
+    /// signature no longer covers the payload), and pushes the result; returns its SHA.
+    pub fn tamper_head(&self, new_message: &str) -> TestResult<String> {
+        let object = git(&self.work(), &["cat-file", "commit", "HEAD"])?;
+        let (headers, _) = object
+            .split_once("\n\n")
+            .ok_or("a commit object has a blank line before its message")?;
+        let forged = self.root().join("forged-commit");
+        std::fs::write(&forged, format!("{headers}\n\n{new_message}\n"))?;
+        let path = forged.display().to_string();
+        let sha = git(&self.work(), &["hash-object", "-t", "commit", "-w", &path])?;
+        git(&self.work(), &["update-ref", "refs/heads/main", &sha])?;
+        git(&self.work(), &["reset", "-q", "--hard", &sha])?;
+        self.push()
+    }
+
     /// `git revert --no-edit <sha>` and push; returns the revert commit's SHA.
     pub fn revert(&self, sha: &str) -> TestResult<String> {
         git(&self.work(), &["revert", "--no-edit", sha])?;

@@ -547,19 +547,34 @@ pub(super) fn observed(
 ) -> Observed {
     let now = now_unix();
     let settle = i64::try_from(settle.as_secs()).unwrap_or(i64::MAX);
+    // A task's state is what its node last reported: on a node that is down it is unknown.
+    let down: BTreeSet<&str> = seen
+        .nodes
+        .iter()
+        .filter(|node| node.state != crate::runtime::NodeState::Ready)
+        .map(|node| node.id.as_str())
+        .collect();
     let mut actual = Vec::new();
     let mut readiness = BTreeMap::new();
     for task in &seen.tasks {
-        let live = (task.desired == TaskState::Running && !task.state.ended())
-            || task.state == TaskState::Running;
+        let lost = !task.node_id.is_empty() && down.contains(task.node_id.as_str());
+        // Swarm replaced it (or stops it): not a replica any more, whatever it last said.
+        if lost && task.desired != TaskState::Running {
+            continue;
+        }
+        let state = if lost { TaskState::Other } else { task.state };
+        let live =
+            (task.desired == TaskState::Running && !state.ended()) || state == TaskState::Running;
         if !live {
             continue;
         }
         let name = name_of(task);
-        let ready = task.state == TaskState::Running && now - task.since >= settle;
+        let ready = state == TaskState::Running && now - task.since >= settle;
         let reason = if ready {
             String::new()
-        } else if task.state == TaskState::Running {
+        } else if lost {
+            format!("its node {} is down", task.node_id)
+        } else if state == TaskState::Running {
             "running, settling".to_owned()
         } else {
             let why = if task.error.is_empty() {
@@ -575,7 +590,7 @@ pub(super) fn observed(
             name,
             image: task.image.clone(),
             labels: task.labels.clone(),
-            state: container_state(task.state),
+            state: container_state(state),
         });
     }
     actual.sort_by(|a, b| a.name.cmp(&b.name));
@@ -623,6 +638,56 @@ pub(super) fn lost_nodes(seen: &SwarmSeen) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A node that is down reports nothing: its replaced task is no replica any more, and a
+    /// task Swarm still wants there (a pinned pod) is down, not running as last reported.
+    #[test]
+    fn tasks_of_a_node_that_is_down_are_not_counted_running() {
+        let task = |id: &str, node: &str, desired: TaskState| Task {
+            id: id.to_owned(),
+            service_id: "svc".to_owned(),
+            slot: Some(1),
+            node_id: node.to_owned(),
+            desired,
+            state: TaskState::Running,
+            message: "started".to_owned(),
+            error: String::new(),
+            since: 0,
+            labels: BTreeMap::new(),
+            image: "busybox".to_owned(),
+            container_id: String::new(),
+            exit_code: None,
+        };
+        let node = |id: &str, state: crate::runtime::NodeState| crate::runtime::Node {
+            id: id.to_owned(),
+            hostname: id.to_owned(),
+            state,
+            availability: "active".to_owned(),
+            manager: false,
+        };
+        let seen = SwarmSeen {
+            services: Vec::new(),
+            tasks: vec![
+                task("a", "n1", TaskState::Running),
+                task("replaced", "n3", TaskState::Shutdown),
+                task("pinned", "n3", TaskState::Running),
+            ],
+            nodes: vec![
+                node("n1", crate::runtime::NodeState::Ready),
+                node("n3", crate::runtime::NodeState::Down),
+            ],
+        };
+        let observed = observed(seen, Duration::ZERO, |task| task.id.clone(), |_| true);
+        let names: Vec<&str> = observed.actual.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["a", "pinned"]);
+        assert_eq!(
+            observed.actual[1].state,
+            crate::runtime::ContainerState::Other
+        );
+        assert!(observed.readiness["a"].ready);
+        assert!(!observed.readiness["pinned"].ready);
+        assert_eq!(observed.readiness["pinned"].reason, "its node n3 is down");
+    }
 
     #[test]
     fn asset_binds_become_configs_named_after_their_digest() {

@@ -1,0 +1,402 @@
+//! Issue 14 acceptance 2: a real browser on the dashboard of a running agent. Debian's
+//! headless Chromium, driven through chromedriver's WebDriver protocol (plain HTTP + JSON),
+//! loads `/ui` of the agent binary running two deployments on Docker, and the DOM shows a
+//! rollout's ready count change without a reload, then a rejected commit's `path:line:col`;
+//! screenshots of the overview and of a resource page are written under
+//! `target/dashboard-screenshots/` (paths printed, kept by CI as artefacts).
+//!
+//! Needs a Docker engine, `chromium` and `chromium-driver` (scripts/test-deps installs them);
+//! nothing is downloaded at test time.
+
+use std::io::BufRead as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::{DockerGuard, TempRepo, TestResult, test_image, unique};
+
+/// Kills the process when dropped.
+struct Reap(Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A WebDriver session on chromedriver.
+struct Browser {
+    http: reqwest::blocking::Client,
+    base: String,
+    session: String,
+    _driver: Reap,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    fn start() -> TestResult<Browser> {
+        let port = free_port()?;
+        let driver = Reap(
+            Command::new("chromedriver")
+                .arg(format!("--port={port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()?,
+        );
+        // reqwest is built without a crypto provider; the agent installs this one.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(120))
+            .build()?;
+        let base = format!("http://127.0.0.1:{port}");
+        let started = Instant::now();
+        while http.get(format!("{base}/status")).send().is_err() {
+            if started.elapsed() > Duration::from_secs(30) {
+                return Err("chromedriver did not answer".into());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let profile = tempfile::tempdir()?;
+        let args = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--window-size=1280,1100",
+            &format!("--user-data-dir={}", profile.path().display()),
+        ];
+        let capabilities = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {"binary": "/usr/bin/chromium", "args": args}
+        }}});
+        let answer = post(&http, &format!("{base}/session"), &capabilities)?;
+        let session = answer["sessionId"]
+            .as_str()
+            .ok_or_else(|| format!("no session: {answer}"))?
+            .to_owned();
+        Ok(Browser {
+            http,
+            base,
+            session,
+            _driver: driver,
+            _profile: profile,
+        })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/session/{}{path}", self.base, self.session)
+    }
+
+    fn open(&self, url: &str) -> TestResult {
+        post(&self.http, &self.url("/url"), &json!({ "url": url }))?;
+        Ok(())
+    }
+
+    /// Runs `script` (a function body) in the page and returns its value.
+    fn run(&self, script: &str) -> TestResult<Value> {
+        post(
+            &self.http,
+            &self.url("/execute/sync"),
+            &json!({"script": script, "args": []}),
+        )
+    }
+
+    /// Waits (liveness bound) until `script` returns something other than null or false.
+    fn until(&self, what: &str, script: &str, limit: Duration) -> TestResult<Value> {
+        let started = Instant::now();
+        loop {
+            let value = self.run(script)?;
+            if !value.is_null() && value != Value::Bool(false) {
+                return Ok(value);
+            }
+            if started.elapsed() > limit {
+                return Err(format!("timed out after {limit:?} waiting for {what}").into());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn screenshot(&self, path: &Path) -> TestResult {
+        let answer = self
+            .http
+            .get(self.url("/screenshot"))
+            .send()?
+            .error_for_status()?;
+        let value: Value = serde_json::from_slice(&answer.bytes()?)?;
+        let encoded = value["value"].as_str().ok_or("no screenshot")?;
+        std::fs::write(path, base64_decode(encoded)?)?;
+        println!("screenshot: {}", path.display());
+        Ok(())
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.http.delete(self.url("")).send();
+    }
+}
+
+fn post(http: &reqwest::blocking::Client, url: &str, body: &Value) -> TestResult<Value> {
+    let response = http
+        .post(url)
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(body)?)
+        .send()?;
+    let status = response.status();
+    let value: Value = serde_json::from_slice(&response.bytes()?)?;
+    if !status.is_success() {
+        return Err(format!("webdriver {url}: {status}: {value}").into());
+    }
+    Ok(value["value"].clone())
+}
+
+fn free_port() -> TestResult<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn base64_decode(text: &str) -> TestResult<Vec<u8>> {
+    let value = |byte: u8| -> TestResult<u32> {
+        Ok(u32::from(match byte {
+            b'A'..=b'Z' => byte - b'A',
+            b'a'..=b'z' => byte - b'a' + 26,
+            b'0'..=b'9' => byte - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return Err(format!("not base64: {byte}").into()),
+        }))
+    };
+    let bytes: Vec<u8> = text
+        .bytes()
+        .filter(|byte| !byte.is_ascii_whitespace())
+        .collect();
+    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
+    for chunk in bytes.chunks(4) {
+        let data: Vec<u8> = chunk.iter().copied().filter(|&byte| byte != b'=').collect();
+        let mut bits = 0u32;
+        for &byte in &data {
+            bits = (bits << 6) | value(byte)?;
+        }
+        bits <<= 6 * (4 - data.len()) as u32;
+        out.extend_from_slice(&bits.to_be_bytes()[1..data.len()]);
+    }
+    Ok(out)
+}
+
+fn require(tool: &str) -> TestResult {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if found {
+        Ok(())
+    } else {
+        Err(format!("{tool} is missing (scripts/test-deps installs it)").into())
+    }
+}
+
+fn deployment(scope: &str, name: &str, replicas: u32) -> String {
+    format!(
+        r#"deployment "{scope}" "{name}" {{
+  image = "{}"
+  command = ["sleep", "3600"]
+  replicas = {replicas}
+}}
+"#,
+        test_image()
+    )
+}
+
+/// The `status --json` document of `data_dir`.
+fn status(data_dir: &Path) -> Option<Value> {
+    let output = Command::new(env!("CARGO_BIN_EXE_voodu-agent"))
+        .args(["status", "--json", "--data-dir"])
+        .arg(data_dir)
+        .output()
+        .ok()?;
+    serde_json::from_slice(&output.stdout).ok()
+}
+
+fn screenshots_dir() -> TestResult<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/dashboard-screenshots");
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+#[test]
+#[ignore = "needs a Docker engine and chromium + chromium-driver (scripts/test-deps installs them): scripts/test runs it"]
+fn a_browser_sees_a_rollout_progress_live_and_a_rejected_commits_locations() -> TestResult {
+    require("chromium")?;
+    require("chromedriver")?;
+    let scope = unique("dash");
+    let _guard = DockerGuard::new(&scope);
+    let repo = TempRepo::new()?;
+    repo.write("README.md", "deployments arrive in the next commit\n")?;
+    repo.commit("empty")?;
+    let data = tempfile::tempdir()?;
+    // The browser first: the rollout below must not finish while it starts.
+    let browser = Browser::start()?;
+    let mut agent = Reap(
+        Command::new(env!("CARGO_BIN_EXE_voodu-agent"))
+            .args(["--repo", &repo.url(), "--interval", "1s", "--no-ingress"])
+            .args(["--listen", "127.0.0.1:0", "--ready-settle", "8s"])
+            .arg("--data-dir")
+            .arg(data.path())
+            .stderr(Stdio::piped())
+            .spawn()?,
+    );
+    // The agent's address, from its log line.
+    let stderr = agent.0.stderr.take().ok_or("piped stderr")?;
+    let (address_sender, address) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if !line.contains("http listening") {
+                continue;
+            }
+            if let Some(rest) = line.split("address=").nth(1) {
+                let _ =
+                    address_sender.send(rest.split_whitespace().next().unwrap_or("").to_owned());
+            }
+        }
+    });
+    let address = address.recv_timeout(Duration::from_secs(60))?;
+    let dashboard = format!("http://{address}/ui");
+    browser.open(&dashboard)?;
+    // A marker that only survives if the page is never reloaded.
+    browser.run("window.__voodu_marker = 'kept'; return true;")?;
+    repo.write("web.hcl", &deployment(&scope, "web", 2))?;
+    repo.write("api.hcl", &deployment(&scope, "api", 3))?;
+    repo.commit("web and api")?;
+    // The new rows need a reload (the page says so); the live part is what comes after.
+    let started = Instant::now();
+    let progressing = loop {
+        if let Some(status) = status(data.path()) {
+            let api = status["resources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|resource| resource["name"] == "api")
+                .cloned();
+            if let Some(api) = api
+                && api["detail"]["ready_replicas"].as_u64().unwrap_or(0) < 3
+                && api["desired_replicas"] == 3
+            {
+                break api;
+            }
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            return Err("api never showed up progressing".into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    println!("api progressing: {}", progressing["message"]);
+    browser.open(&dashboard)?;
+    browser.run("window.__voodu_marker = 'kept'; return true;")?;
+    let ready_cell = format!(
+        "var cell = document.querySelector('tr[data-key=\"deployment/{scope}/api\"] [data-field=ready]'); if (!cell) return null;"
+    );
+    let before = browser.run(&format!("{ready_cell} return cell.textContent;"))?;
+    println!("api ready count when loaded: {before}");
+    let before_text = before.as_str().ok_or("no api row")?.to_owned();
+    assert_ne!(before_text, "3/3", "loaded after the rollout ended");
+    let changed = browser.until(
+        "api's ready count to reach 3/3 live",
+        &format!("{ready_cell} return cell.textContent === '3/3' ? cell.textContent : null;"),
+        Duration::from_secs(90),
+    )?;
+    println!("api ready count now: {changed}");
+    assert_eq!(
+        browser.run("return window.__voodu_marker || null;")?,
+        json!("kept"),
+        "the page was reloaded"
+    );
+    assert_eq!(
+        browser.run("return document.getElementById('live').hidden;")?,
+        json!(false)
+    );
+    // A rejected commit shows up, with its locations, still without a reload.
+    repo.write("broken.hcl", "deployment \"s\" \"x\" {\n  image = \n}\n")?;
+    repo.write(
+        "api.hcl",
+        &deployment(&scope, "api", 3).replace("replicas = 3", "replicas = \"three\""),
+    )?;
+    let broken = repo.commit("broken")?;
+    let locations = browser.until(
+        "the rejected commit's locations",
+        &format!(
+            "var section = document.getElementById('rejected'); if (!section || section.hidden) return null; if (document.getElementById('rejected-sha').textContent !== '{}') return null; return Array.prototype.map.call(document.querySelectorAll('#rejected-problems .loc'), function (e) {{ return e.textContent; }});",
+            &broken[..12]
+        ),
+        Duration::from_secs(60),
+    )?;
+    println!("rejected locations in the page: {locations}");
+    let expected: Vec<String> = status(data.path())
+        .and_then(|status| status["last_rejected"]["diagnostics"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .map(|d| {
+            format!(
+                "{}:{}:{}",
+                d["path"].as_str().unwrap_or(""),
+                d["line"],
+                d["col"]
+            )
+        })
+        .collect();
+    assert!(!expected.is_empty());
+    assert_eq!(locations, json!(expected));
+    assert!(
+        expected
+            .iter()
+            .any(|location| location.starts_with("broken.hcl:"))
+            && expected
+                .iter()
+                .any(|location| location.starts_with("api.hcl:")),
+        "{expected:?}"
+    );
+    assert_eq!(
+        browser.run("return window.__voodu_marker || null;")?,
+        json!("kept"),
+        "the page was reloaded"
+    );
+    assert_eq!(
+        browser.run("return document.getElementById('phase-counts').textContent.trim();")?,
+        json!("Ready 2"),
+        "the phase counts follow live"
+    );
+    let dir = screenshots_dir()?;
+    // After the changed cells' highlight faded.
+    browser.until(
+        "the highlights to fade",
+        "return document.getAnimations().length === 0;",
+        Duration::from_secs(10),
+    )?;
+    browser.screenshot(&dir.join("overview.png"))?;
+    browser.open(&format!(
+        "http://{address}/ui/resource/deployment/{scope}/api"
+    ))?;
+    browser.until(
+        "the plot",
+        "return document.getElementById('ready-line') ? true : null;",
+        Duration::from_secs(20),
+    )?;
+    browser.screenshot(&dir.join("resource.png"))?;
+    // SIGTERM: the agent stops cleanly.
+    // SAFETY: kill(2) on the child's pid, which is alive (not reaped) here.
+    unsafe { libc::kill(agent.0.id() as i32, libc::SIGTERM) };
+    let exit = agent.0.wait()?;
+    assert!(exit.success(), "{exit}");
+    Ok(())
+}
