@@ -71,6 +71,7 @@ impl InProcess {
                 token_file: None,
                 ..Default::default()
             },
+            hosts: voodu_agent::model::HostSelection::every_host(),
             data_dir: data_dir.to_owned(),
             interval: Duration::from_secs(3600),
             sync: voodu_agent::sync::SyncOptions::new(data_dir.to_owned()),

@@ -34,6 +34,7 @@ use crate::git::trigger::{self, SyncRequestReceiver};
 use crate::git::{Source, SourceOptions};
 use crate::http::{self, HttpCtx, HttpOptions};
 use crate::metrics::Metrics;
+use crate::model::HostSelection;
 use crate::reconcile::{self, ReconcileOptions};
 use crate::runtime::{DockerRuntime, Runtime};
 use crate::store::{HEALTH_ENGINE, Origin, Store, Who};
@@ -51,6 +52,8 @@ pub const META_BRANCH: &str = "branch";
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
     pub source: SourceOptions,
+    /// Which host of a fleet this agent is: the manifests it applies (`model::hosts`).
+    pub hosts: HostSelection,
     pub data_dir: PathBuf,
     /// Time between polls of the remote.
     pub interval: Duration,
@@ -189,6 +192,25 @@ async fn run_on_docker(
         marker,
     )]));
     run_until(config, Arc::new(runtime), listener, shutdown).await
+}
+
+/// `--runtime swarm` needs a Swarm manager's engine: services are created on managers.
+async fn check_swarm_manager<R: Runtime>(runtime: &R) -> anyhow::Result<()> {
+    match runtime.swarm_node().await {
+        Ok(Some(node)) if node.manager => {
+            tracing::info!(node = %node.node_id, "running workloads as Docker Swarm services");
+            Ok(())
+        }
+        Ok(Some(_)) => anyhow::bail!(
+            "--runtime swarm: this engine is a Swarm worker; run the agent against a manager's engine (DOCKER_HOST)"
+        ),
+        Ok(None) => anyhow::bail!(
+            "--runtime swarm: this engine is in no swarm; run `docker swarm init` (or join a swarm as a manager) first"
+        ),
+        Err(error) => {
+            anyhow::bail!("--runtime swarm: cannot ask the engine about its swarm: {error}")
+        }
+    }
 }
 
 /// How often the engine is probed while the agent runs (and how long `run` waits between
@@ -391,10 +413,22 @@ async fn run_until<R: Runtime>(
         await_first_commit,
     } = open_state(&config, runtime.as_ref()).await?;
     let agent_id = store.agent_id()?;
-    let source = Source::new(config.source.clone(), &config.data_dir);
+    if config.reconcile.engine == reconcile::Engine::Swarm {
+        check_swarm_manager(runtime.as_ref()).await?;
+    }
+    store.set_meta(
+        crate::store::META_RUNTIME,
+        Some(match config.reconcile.engine {
+            reconcile::Engine::Containers => "docker",
+            reconcile::Engine::Swarm => "swarm",
+        }),
+    )?;
+    let source =
+        Source::new(config.source.clone(), &config.data_dir).selecting(config.hosts.clone());
     tracing::info!(
         repo = source.url(),
         branch = source.branch(),
+        host = config.hosts.host.as_deref().unwrap_or("(every host)"),
         data_dir = %config.data_dir.display(),
         agent_id,
         "voodu-agent starting"

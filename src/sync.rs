@@ -26,7 +26,7 @@ use crate::manifest::spec::Spec;
 use crate::manifest::triggers::{self, Decision, Situation, Trigger, Verdict};
 use crate::manifest::{self, Diagnostic, Diagnostics, LoadOptions, Mode, Policy, Vars};
 use crate::model::{CommitSha, FileRead, FileSource, Snapshot, SourceFile, random_hex};
-use crate::store::{ApplySummary, CommitContext, HEALTH_FETCH, Store, Who};
+use crate::store::{ApplySummary, CommitContext, HEALTH_FETCH, META_HOST_SELECTION, Store, Who};
 
 /// What one sync did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,15 +170,18 @@ pub struct Syncer {
 
 impl Syncer {
     /// Starts from the last commit the store recorded, so a restart does not re-read it,
-    /// unless the host policy changed since: then that commit is judged again.
+    /// unless the host policy or the host selection (`--host`, `--host-label`) changed
+    /// since: then that commit is judged again.
     pub fn new(source: Source, store: Arc<Store>, options: SyncOptions) -> Result<Syncer, Error> {
         let policy = serde_json::to_string(&options.policy)
             .expect("a policy is booleans and lists of strings");
+        let hosts = serde_json::to_string(source.hosts()).expect("a host selection is strings");
         let trust = options
             .trust
             .as_ref()
             .map_or_else(|| "none".to_owned(), |trust| trust.fingerprint.clone());
         let same_policy = store.meta(META_HOST_POLICY)?.as_deref() == Some(policy.as_str())
+            && store.meta(META_HOST_SELECTION)?.as_deref() == Some(hosts.as_str())
             && store
                 .meta(META_COMMIT_TRUST)?
                 .unwrap_or_else(|| "none".to_owned())
@@ -188,6 +191,7 @@ impl Syncer {
             _ => None,
         };
         store.set_meta(META_HOST_POLICY, Some(&policy))?;
+        store.set_meta(META_HOST_SELECTION, Some(&hosts))?;
         store.set_meta(META_COMMIT_TRUST, Some(&trust))?;
         let fetcher = UrlCache::new(&options.data_dir, options.max_url_bytes);
         Ok(Syncer {
@@ -295,6 +299,7 @@ impl Syncer {
             commit,
             changed: changed.as_deref(),
             watched: &watched,
+            hosts: self.source.hosts(),
             now: crate::store::now_unix(),
         };
         let decision = triggers::decide(&triggers, &previous, &situation);

@@ -2,7 +2,7 @@
 //!
 //! `voodu-agent --repo URL` runs the agent in the foreground; subcommands inspect its state
 //! (`status`, `releases`, `activity`) or steer it (`rollback`, `unpin`, `approve`, `sync`)
-//! through state.db and the agent's HTTP side.
+//! through state.db and the agent's HTTP side; `fleet status` reads many agents over HTTP.
 //!
 //! Exit codes, for scripts and CI:
 //!
@@ -52,6 +52,7 @@ macro_rules! eprintln {
 mod activity;
 mod approve;
 mod config;
+mod fleet;
 mod install;
 mod log;
 mod plan;
@@ -138,6 +139,9 @@ enum Command {
     /// Show the activity log: every change the agent made or was asked to make (commits,
     /// holds and approvals, rollouts, rollbacks, pins, config changes), kept 30 days.
     Activity(activity::ActivityArgs),
+    /// Many agents on one repository (`fleet status --agents FILE`): one table of which host
+    /// runs which commit, which is degraded, rejected, behind or unreachable.
+    Fleet(fleet::FleetArgs),
     /// Install the agent as a systemd service: `voodu-agent install --repo URL [FLAGS…]`
     /// writes the unit and /etc/voodu-agent/voodu-agent.env (the flags as VOODU_*
     /// variables), then enables and starts it (ready once it answers).
@@ -280,6 +284,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Sync(args)) => sync::run(&data_dir, &args),
         Some(Command::Approve(args)) => approve::run(&data_dir, &args),
         Some(Command::Activity(args)) => activity::run(&data_dir, &args),
+        Some(Command::Fleet(args)) => fleet::run(&args),
         Some(Command::Install(args)) => install::run(&args),
         None => run::run(cli.run, data_dir),
     }

@@ -20,8 +20,13 @@ use crate::git::{Source, SourceOptions, WorkdirFiles, read_workdir, read_workdir
 use crate::manifest::spec::Spec;
 use crate::manifest::triggers;
 use crate::manifest::{self, LoadOptions, Manifest, Mode, Policy};
-use crate::model::{CommitSha, FileRead, FileSource, Kind, ResourceKey, Snapshot, SourceFile};
-use crate::reconcile::plan::{Action, ResourcePlan, StatefulStep, Step, plan_all};
+use crate::model::{
+    CommitSha, FileRead, FileSource, HostSelection, Kind, ResourceKey, Snapshot, SourceFile,
+};
+use crate::reconcile::Engine;
+use crate::reconcile::plan::{
+    Action, ResourcePlan, StatefulStep, Step, plan_all, swarm_gaps, swarm_notes,
+};
 use crate::runtime::{Container, DockerRuntime, Runtime, labels};
 use crate::store::Store;
 
@@ -54,6 +59,16 @@ pub(super) struct PlanArgs {
     /// its state.db), else the default-deny policy.
     #[command(flatten)]
     policy: PolicyArgs,
+    /// The fleet host to plan for: the shared manifests and its own `hosts/NAME/` (and
+    /// `labels/LABEL/`). Default: the host the agent recorded in state.db, else the
+    /// machine's host name.
+    #[command(flatten)]
+    hosts: super::fleet::HostArgs,
+    /// Plan for this runtime: `docker` (containers) or `swarm` (Docker Swarm services: which
+    /// resources map fully, which with notes, which cannot run and why). Default: the one
+    /// the agent recorded in state.db, else docker.
+    #[arg(long, value_name = "docker|swarm", value_parser = super::run::parse_runtime)]
+    runtime: Option<Engine>,
     /// The signatures to require of the planned commit, as the agent's flags.
     #[command(flatten)]
     trust: super::trust::TrustArgs,
@@ -73,7 +88,8 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
     }
     let policy = host_policy(args, store.as_ref(), data_dir)?;
     let trust = args.trust.to_commit_trust()?;
-    let read = read_source(args, scratch.path())?;
+    let hosts = plan_hosts(args, store.as_ref())?;
+    let read = read_source(args, scratch.path(), &hosts)?;
     if let Some(trust) = &trust {
         let Some((source, commit)) = &read.git else {
             anyhow::bail!(
@@ -101,7 +117,13 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
             return Ok(ExitCode::from(1));
         }
     }
-    let (snapshot, files, triggers) = match with_triggers(args, read, store.as_ref(), data_dir)? {
+    let (snapshot, files, triggers) = match with_triggers(
+        args,
+        read,
+        store.as_ref(),
+        data_dir,
+        &hosts,
+    )? {
         Ok(planned) => planned,
         Err(problems) => {
             for problem in &problems {
@@ -162,7 +184,21 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
         .into_iter()
         .map(|desired| (desired.key, desired.spec))
         .collect();
+    let recorded = match &store {
+        Some(store) => store.meta(crate::store::META_RUNTIME)?,
+        None => None,
+    };
+    let swarm = args
+        .runtime
+        .unwrap_or(if recorded.as_deref() == Some("swarm") {
+            Engine::Swarm
+        } else {
+            Engine::Containers
+        })
+        == Engine::Swarm;
     let actual = match &store {
+        // Under Swarm the replicas are tasks of services, not containers of this engine.
+        _ if swarm => Ok(BTreeMap::new()),
         Some(store) => actual_containers(&store.agent_id_read_only()?),
         None => Ok(BTreeMap::new()),
     };
@@ -175,7 +211,14 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
             )),
         ),
     };
-    let plans = plan_all(&manifest, &current, &actual, &scaled);
+    let mut plans = plan_all(&manifest, &current, &actual, &scaled);
+    if swarm {
+        for plan in &mut plans {
+            // Container steps do not apply: Swarm replaces tasks itself.
+            plan.steps.clear();
+            plan.pod_steps.clear();
+        }
+    }
     let mut view = PlanView::new(
         &snapshot,
         data_dir,
@@ -185,6 +228,11 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
         &plans,
     );
     view.triggers = triggers;
+    view.host = hosts.host.clone();
+    view.host_labels = hosts.labels.clone();
+    if swarm {
+        view.under_swarm(&manifest);
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&view)?);
     } else {
@@ -217,6 +265,17 @@ fn host_policy(args: &PlanArgs, store: Option<&Store>, data_dir: &Path) -> anyho
     Ok(policy)
 }
 
+/// `--host` when given, else the host the agent recorded, else the machine's.
+fn plan_hosts(args: &PlanArgs, store: Option<&Store>) -> anyhow::Result<HostSelection> {
+    if !args.hosts.given()
+        && let Some(store) = store
+        && let Some(recorded) = store.host_selection()?
+    {
+        return Ok(recorded);
+    }
+    args.hosts.to_selection(None)
+}
+
 /// What `plan` reads: the snapshot of the planned source (its manifests under `--path`),
 /// its files, its trigger files and, for a git revision, the source and commit.
 struct Read {
@@ -226,11 +285,12 @@ struct Read {
     git: Option<(Source, CommitSha)>,
 }
 
-fn read_source(args: &PlanArgs, scratch: &Path) -> anyhow::Result<Read> {
+fn read_source(args: &PlanArgs, scratch: &Path, hosts: &HostSelection) -> anyhow::Result<Read> {
     let dir = Path::new(&args.repo);
     if args.rev.is_none() && dir.is_dir() {
-        let snapshot = read_workdir(dir, &args.paths)
+        let mut snapshot = read_workdir(dir, &args.paths)
             .with_context(|| format!("cannot read {}", dir.display()))?;
+        snapshot.keep_for(hosts, &watched_paths(args));
         let trigger_files = read_workdir_triggers(dir)?;
         return Ok(Read {
             snapshot,
@@ -249,7 +309,8 @@ fn read_source(args: &PlanArgs, scratch: &Path) -> anyhow::Result<Read> {
             ..Default::default()
         },
         scratch,
-    );
+    )
+    .selecting(hosts.clone());
     let commit = source
         .fetch_rev(&rev, &AtomicBool::new(false))
         .with_context(|| format!("cannot fetch {rev} from {}", args.repo))?;
@@ -294,6 +355,7 @@ fn with_triggers(
     read: Read,
     store: Option<&Store>,
     data_dir: &Path,
+    hosts: &HostSelection,
 ) -> anyhow::Result<Result<Planned, Vec<String>>> {
     let (trigger_files, refused) = &read.trigger_files;
     if trigger_files.is_empty() && refused.is_empty() {
@@ -335,12 +397,7 @@ fn with_triggers(
         (Some((source, at)), Some(base)) => source.changed_paths(base, at)?,
         _ => None,
     };
-    let watched: Vec<String> = args
-        .paths
-        .iter()
-        .map(|path| path.trim_matches('/').trim_start_matches("./").to_owned())
-        .filter(|path| !path.is_empty() && path != ".")
-        .collect();
+    let watched = watched_paths(args);
     let decision = triggers::decide(
         &parsed,
         &previous,
@@ -349,6 +406,7 @@ fn with_triggers(
             commit: &commit,
             changed: changed.as_deref(),
             watched: &watched,
+            hosts,
             now: crate::store::now_unix(),
         },
     );
@@ -429,6 +487,15 @@ fn with_triggers(
         by_manifest,
     };
     Ok(Ok((snapshot, Box::new(files), views)))
+}
+
+/// The `--path` prefixes, normalised as the agent does.
+fn watched_paths(args: &PlanArgs) -> Vec<String> {
+    args.paths
+        .iter()
+        .map(|path| path.trim_matches('/').trim_start_matches("./").to_owned())
+        .filter(|path| !path.is_empty() && path != ".")
+        .collect()
 }
 
 /// One trigger's verdict as `plan` shows it.
@@ -534,6 +601,14 @@ fn actual_containers(agent_id: &str) -> anyhow::Result<BTreeMap<ResourceKey, Vec
 #[derive(Debug, Serialize)]
 struct PlanView {
     commit: String,
+    /// `docker` or `swarm`.
+    runtime: &'static str,
+    /// Under Swarm: how many resources map fully, with notes, or not at all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    swarm: Option<SwarmSummary>,
+    /// The fleet host planned for (`--host`); `None`: every host's manifests.
+    host: Option<String>,
+    host_labels: Vec<String>,
     data_dir: PathBuf,
     /// False when the data dir holds no agent state: everything is new.
     agent_state: bool,
@@ -545,6 +620,14 @@ struct PlanView {
     resources: Vec<ResourceView>,
     warnings: Vec<String>,
     summary: BTreeMap<&'static str, usize>,
+}
+
+/// How a commit's resources map to Docker Swarm.
+#[derive(Debug, Serialize)]
+struct SwarmSummary {
+    maps_fully: usize,
+    maps_with_notes: usize,
+    does_not_map: usize,
 }
 
 #[derive(Debug, Serialize)]
@@ -560,6 +643,9 @@ struct ResourceView {
     failure: Option<String>,
     changes: Vec<ChangeView>,
     steps: Vec<String>,
+    /// Under Swarm: how it runs differently there.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    notes: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -616,6 +702,7 @@ impl PlanView {
                             after: change.after.clone(),
                         })
                         .collect(),
+                    notes: Vec::new(),
                     steps: plan
                         .steps
                         .iter()
@@ -631,6 +718,10 @@ impl PlanView {
             .collect();
         PlanView {
             commit: snapshot.commit.to_string(),
+            runtime: "docker",
+            swarm: None,
+            host: None,
+            host_labels: Vec::new(),
             data_dir: data_dir.to_owned(),
             agent_state,
             note,
@@ -639,6 +730,48 @@ impl PlanView {
             warnings: manifest.warnings.iter().map(ToString::to_string).collect(),
             summary,
         }
+    }
+
+    /// Marks what Swarm cannot run as failing (the handlers refuse it with this reason) and
+    /// adds how the rest runs there.
+    fn under_swarm(&mut self, manifest: &Manifest) {
+        self.runtime = "swarm";
+        let mut summary = SwarmSummary {
+            maps_fully: 0,
+            maps_with_notes: 0,
+            does_not_map: 0,
+        };
+        for resource in &mut self.resources {
+            let Some(next) = manifest.resources.iter().find(|next| {
+                next.key.kind.as_str() == resource.kind
+                    && next.key.scope == resource.scope
+                    && next.key.name == resource.name
+            }) else {
+                continue;
+            };
+            let gaps = swarm_gaps(&next.spec);
+            resource.notes = swarm_notes(&next.spec);
+            if gaps.is_empty() {
+                if resource.notes.is_empty() {
+                    summary.maps_fully += 1;
+                } else {
+                    summary.maps_with_notes += 1;
+                }
+                continue;
+            }
+            summary.does_not_map += 1;
+            let failure = format!("cannot run under Docker Swarm: {}", gaps.join("; "));
+            if resource.action != "fail" {
+                *self.summary.entry(resource.action).or_default() -= 1;
+                *self.summary.entry("fail").or_default() += 1;
+                resource.action = "fail";
+            }
+            resource.detail = format!(
+                "fails when applied, before anything is touched (running ones are kept): {failure}"
+            );
+            resource.failure = Some(failure);
+        }
+        self.swarm = Some(summary);
     }
 
     fn text(&self) -> String {
@@ -674,7 +807,17 @@ impl PlanView {
                 ));
             }
         }
-        out.push_str(&format!("Plan for {}:\n", self.commit));
+        let on = match &self.host {
+            Some(host) if self.host_labels.is_empty() => format!(" on host {host}"),
+            Some(host) => format!(" on host {host} (labels {})", self.host_labels.join(", ")),
+            None => String::new(),
+        };
+        let engine = if self.swarm.is_some() {
+            " (Docker Swarm)"
+        } else {
+            ""
+        };
+        out.push_str(&format!("Plan for {}{on}{engine}:\n", self.commit));
         let width = self
             .resources
             .iter()
@@ -706,6 +849,9 @@ impl PlanView {
                 let mark = if change.hashed { " [replaces]" } else { "" };
                 out.push_str(&format!("        {}: {arrow}{mark}\n", change.field));
             }
+            for note in &resource.notes {
+                out.push_str(&format!("        swarm: {note}\n"));
+            }
         }
         let count = |action: &str| self.summary.get(action).copied().unwrap_or(0);
         let failing = match count("fail") {
@@ -720,6 +866,12 @@ impl PlanView {
             count("delete"),
             count("unchanged")
         ));
+        if let Some(swarm) = &self.swarm {
+            out.push_str(&format!(
+                "Under Docker Swarm: {} map fully, {} map with notes, {} do not map.\n",
+                swarm.maps_fully, swarm.maps_with_notes, swarm.does_not_map
+            ));
+        }
         out
     }
 }

@@ -152,9 +152,33 @@ pub(super) struct RunArgs {
     #[command(flatten)]
     policy: super::validate::PolicyArgs,
 
+    /// Which host of a fleet this is (README "Fleet").
+    #[command(flatten)]
+    hosts: super::fleet::HostArgs,
+
+    /// What runs the workloads: `docker` (containers on the local engine) or `swarm`
+    /// (Docker Swarm services, on a swarm manager's engine; README "Docker Swarm").
+    #[arg(
+        long,
+        env = "VOODU_RUNTIME",
+        value_name = "docker|swarm",
+        default_value = "docker",
+        value_parser = parse_runtime
+    )]
+    runtime: crate::reconcile::Engine,
+
     /// Which commit signatures the agent requires (README "Signed commits").
     #[command(flatten)]
     trust: super::trust::TrustArgs,
+}
+
+/// `--runtime`: `docker` or `swarm`.
+pub(super) fn parse_runtime(text: &str) -> Result<crate::reconcile::Engine, String> {
+    match text {
+        "docker" => Ok(crate::reconcile::Engine::Containers),
+        "swarm" => Ok(crate::reconcile::Engine::Swarm),
+        _ => Err(format!("{text:?} is not a runtime: `docker` or `swarm`")),
+    }
 }
 
 /// `--listen`: an address, or `off`.
@@ -183,7 +207,9 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
     let mut sync = SyncOptions::new(data_dir.clone());
     sync.max_file_bytes = args.max_file_size;
     sync.max_url_bytes = args.max_url_size;
+    // Before anything else, so a bad policy (or host name) is the error.
     sync.policy = args.policy.to_policy_for(&data_dir)?;
+    let hosts = args.hosts.to_selection(None)?;
     sync.trust = args.trust.to_commit_trust()?;
     sync.keyring = args.trust.to_keyring()?;
     for name in &args.allow_env {
@@ -211,8 +237,14 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
             ..HttpOptions::default()
         },
     };
+    if args.runtime == crate::reconcile::Engine::Swarm && !args.no_ingress {
+        tracing::warn!(
+            "--runtime swarm runs no ingress proxy yet (ingresses say so in status); as with --no-ingress"
+        );
+    }
     // Bind mounts need an absolute path, whatever --data-dir was given as.
-    let ingress = (!args.no_ingress).then(|| IngressOptions {
+    let no_ingress = args.no_ingress || args.runtime == crate::reconcile::Engine::Swarm;
+    let ingress = (!no_ingress).then(|| IngressOptions {
         image: args.ingress_image.clone(),
         http: args.ingress_http,
         https: args.ingress_https,
@@ -224,10 +256,12 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
     let keyring = std::sync::Arc::clone(&sync.keyring);
     let config = AgentConfig {
         source,
+        hosts,
         data_dir,
         interval: args.interval,
         sync,
         reconcile: ReconcileOptions {
+            engine: args.runtime,
             concurrency: args.concurrency.max(1),
             rollout_deadline: args.rollout_deadline,
             ready_settle: args.ready_settle,

@@ -85,6 +85,21 @@ fn print_table(view: &StatusView) {
         ),
         None => println!("{label:<14} -"),
     };
+    match &view.host {
+        Some(host) if view.host_labels.is_empty() => println!("{:<14} {host}", "host"),
+        Some(host) => println!(
+            "{:<14} {host} (labels {})",
+            "host",
+            view.host_labels.join(", ")
+        ),
+        None => println!("{:<14} - (applies every host's manifests)", "host"),
+    }
+    if view.runtime.as_deref() == Some("swarm") {
+        println!(
+            "{:<14} swarm (workloads are Docker Swarm services)",
+            "runtime"
+        );
+    }
     line("last seen", &view.last_seen);
     line("last applied", &view.last_applied);
     line("last rejected", &view.last_rejected);

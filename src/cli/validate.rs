@@ -4,6 +4,10 @@
 //! With trigger files (`.voodu/**/*.yml`), they are checked too and the manifests they name
 //! are the ones validated (every trigger's, whatever branch it fires on).
 //!
+//! In a fleet repository (`hosts/<name>/`, `labels/<label>/`), each host directory and each
+//! label directory is validated with the shared manifests in turn (one resource may be
+//! declared for several hosts), or the one host `--host` names.
+//!
 //! A static check: `url()` sources are checked for form but not fetched, and a `file()` or
 //! `env_file` that is missing is a warning (the agent would reject such a commit). `${VAR}`
 //! values come from `--var` / `--var-file`, standing in for the config buckets the agent reads.
@@ -17,7 +21,8 @@ use clap::Args;
 
 use crate::git::{WorkdirFiles, read_workdir, read_workdir_triggers};
 use crate::manifest::{self, Diagnostic, LoadOptions, Mode, Policy, Vars};
-use crate::model::{FileRead, FileSource as _};
+use crate::model::hosts::{self, Addressed};
+use crate::model::{FileRead, FileSource as _, HostSelection};
 
 #[derive(Debug, Args)]
 pub(super) struct ValidateArgs {
@@ -32,10 +37,99 @@ pub(super) struct ValidateArgs {
     /// Without any of these, only the format is checked; with one, also the host policy.
     #[command(flatten)]
     policy: PolicyArgs,
+    /// Validate what this fleet host applies: the shared manifests and its own
+    /// `hosts/NAME/` (and `labels/LABEL/`). Default: each host directory and each label
+    /// directory in turn, with the shared manifests (or everything, when there are none).
+    #[command(flatten)]
+    hosts: super::fleet::HostArgs,
+    /// Also check that every resource can run under this runtime: `swarm` reports what
+    /// Docker Swarm cannot run as errors (with the reason) and how the rest runs there as
+    /// warnings. Default: docker (no such check).
+    #[arg(long, value_name = "docker|swarm", default_value = "docker", value_parser = super::run::parse_runtime)]
+    runtime: crate::reconcile::Engine,
     /// Print `{"ok", "files", "resources": {KIND: N}, "errors": [...], "warnings": [...]}`,
-    /// each problem with its `path`, `line`, `col` and `message`.
+    /// each problem with its `path`, `line`, `col` and `message`; with several fleet hosts,
+    /// `{"ok", "audiences": [{"audience", ...that document}]}`.
     #[arg(long)]
     json: bool,
+}
+
+/// Which manifests one validation reads.
+#[derive(Debug, Clone)]
+pub(super) enum Audience {
+    /// Every manifest (a repository without `hosts/` or `labels/` directories).
+    All,
+    /// What one host applies (`--host`, `--host-label`).
+    Selection(HostSelection),
+    /// The shared manifests and one `hosts/<name>/` or `labels/<name>/` directory.
+    Only { dir: &'static str, name: String },
+}
+
+impl Audience {
+    fn keeps(&self, path: &str, watched: &[String]) -> bool {
+        match self {
+            Audience::All => true,
+            Audience::Selection(selection) => selection.selects(path, watched),
+            Audience::Only { dir, name } => match hosts::addressed(path, watched) {
+                Addressed::Shared => true,
+                Addressed::Host(host) => *dir == hosts::HOSTS_DIR && host == name,
+                Addressed::Label(label) => *dir == hosts::LABELS_DIR && label == name,
+            },
+        }
+    }
+
+    /// How the report names it, when there are several.
+    fn describe(&self) -> String {
+        match self {
+            Audience::All => "every manifest".to_owned(),
+            Audience::Selection(selection) => selection.describe(),
+            Audience::Only { dir, name } => format!("{dir}/{name}/ with the shared manifests"),
+        }
+    }
+}
+
+/// The audiences a repository without `--host` is validated for: one per `hosts/<name>/`
+/// and `labels/<name>/` directory among `paths` (the trigger files' `apply.file`s included),
+/// else everything at once.
+fn audiences(paths: &[String], watched: &[String]) -> Vec<Audience> {
+    let mut found = std::collections::BTreeSet::new();
+    for path in paths {
+        match hosts::addressed(path, watched) {
+            Addressed::Shared => {}
+            Addressed::Host(name) => {
+                found.insert((hosts::HOSTS_DIR, name.to_owned()));
+            }
+            Addressed::Label(name) => {
+                found.insert((hosts::LABELS_DIR, name.to_owned()));
+            }
+        }
+    }
+    if found.is_empty() {
+        return vec![Audience::All];
+    }
+    found
+        .into_iter()
+        .map(|(dir, name)| Audience::Only { dir, name })
+        .collect()
+}
+
+/// The `--json` document of one validation.
+fn outcome_json(outcome: &Outcome) -> serde_json::Value {
+    let problem = |diagnostic: &Diagnostic| {
+        serde_json::json!({
+            "path": diagnostic.path,
+            "line": diagnostic.line,
+            "col": diagnostic.col,
+            "message": diagnostic.message,
+        })
+    };
+    serde_json::json!({
+        "ok": outcome.errors.is_empty(),
+        "files": outcome.n_files,
+        "resources": outcome.kinds,
+        "errors": outcome.errors.iter().map(problem).collect::<Vec<_>>(),
+        "warnings": outcome.warnings.iter().map(problem).collect::<Vec<_>>(),
+    })
 }
 
 /// The host policy (see README "Host policy"): a policy file and/or flags, which add to it.
@@ -205,32 +299,88 @@ pub(super) fn run(args: &ValidateArgs, data_dir: &Path) -> anyhow::Result<ExitCo
         .given()
         .then(|| args.policy.to_policy_for(data_dir))
         .transpose()?;
-    let outcome = validate_dir(&args.dir, &args.paths, &vars, policy.as_ref())?;
-    if args.json {
-        let problem = |diagnostic: &Diagnostic| {
-            serde_json::json!({
-                "path": diagnostic.path,
-                "line": diagnostic.line,
-                "col": diagnostic.col,
-                "message": diagnostic.message,
-            })
-        };
-        let view = serde_json::json!({
-            "ok": outcome.errors.is_empty(),
-            "files": outcome.n_files,
-            "resources": outcome.kinds,
-            "errors": outcome.errors.iter().map(problem).collect::<Vec<_>>(),
-            "warnings": outcome.warnings.iter().map(problem).collect::<Vec<_>>(),
+    let audiences = if args.hosts.given() {
+        vec![Audience::Selection(args.hosts.to_selection(None)?)]
+    } else {
+        let every = validate_dir(
+            &args.dir,
+            &args.paths,
+            &vars,
+            policy.as_ref(),
+            &Audience::All,
+        )?;
+        audiences(&every.paths, &normalized(&args.paths))
+    };
+    let swarm = args.runtime == crate::reconcile::Engine::Swarm;
+    let validate = |audience: &Audience| -> anyhow::Result<Outcome> {
+        let mut outcome = validate_dir(&args.dir, &args.paths, &vars, policy.as_ref(), audience)?;
+        if swarm {
+            outcome.under_swarm();
+        }
+        Ok(outcome)
+    };
+    if let [audience] = audiences.as_slice() {
+        let outcome = validate(audience)?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&outcome_json(&outcome))?);
+        } else {
+            print!("{}", outcome.report());
+        }
+        return Ok(if outcome.errors.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
         });
-        println!("{}", serde_json::to_string_pretty(&view)?);
-    } else {
-        print!("{}", outcome.report());
     }
-    Ok(if outcome.errors.is_empty() {
-        ExitCode::SUCCESS
-    } else {
+    if args.json {
+        let mut ok = true;
+        let mut views = Vec::new();
+        for audience in &audiences {
+            let outcome = validate(audience)?;
+            ok &= outcome.errors.is_empty();
+            let mut view = outcome_json(&outcome);
+            view["audience"] = serde_json::Value::String(audience.describe());
+            views.push(view);
+        }
+        let view = serde_json::json!({ "ok": ok, "audiences": views });
+        println!("{}", serde_json::to_string_pretty(&view)?);
+        return Ok(if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        });
+    }
+    // Several hosts: each problem once, then one summary line per host.
+    let mut printed = std::collections::BTreeSet::new();
+    let mut summaries = Vec::new();
+    let mut failed = false;
+    for audience in &audiences {
+        let outcome = validate(audience)?;
+        for line in outcome.lines() {
+            if printed.insert(line.clone()) {
+                print!("{line}");
+            }
+        }
+        failed |= !outcome.errors.is_empty();
+        summaries.push(format!("{}: {}", audience.describe(), outcome.summary()));
+    }
+    for summary in summaries {
+        print!("{summary}");
+    }
+    Ok(if failed {
         ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
     })
+}
+
+/// `--path` prefixes, normalised as the agent does.
+fn normalized(paths: &[String]) -> Vec<String> {
+    paths
+        .iter()
+        .map(|path| path.trim_matches('/').trim_start_matches("./").to_owned())
+        .filter(|path| !path.is_empty() && path != ".")
+        .collect()
 }
 
 /// What `validate` found in one directory.
@@ -240,21 +390,59 @@ pub(super) struct Outcome {
     pub(super) n_files: usize,
     /// Resources by kind, when accepted.
     pub(super) kinds: BTreeMap<String, usize>,
+    /// The manifest files read (before the audience kept its own).
+    pub(super) paths: Vec<String>,
+    /// The accepted resources' specs with where each is declared (for `--runtime swarm`).
+    specs: Vec<(Diagnostic, crate::manifest::spec::Spec)>,
 }
 
 impl Outcome {
+    /// What Docker Swarm cannot run becomes an error at the resource's block, how the rest
+    /// runs there a warning.
+    fn under_swarm(&mut self) {
+        for (origin, spec) in &self.specs {
+            let gaps = crate::reconcile::plan::swarm_gaps(spec);
+            if !gaps.is_empty() {
+                self.errors.push(Diagnostic {
+                    message: format!("cannot run under Docker Swarm: {}", gaps.join("; ")),
+                    ..origin.clone()
+                });
+            }
+            for note in crate::reconcile::plan::swarm_notes(spec) {
+                self.warnings.push(Diagnostic {
+                    message: format!("under Docker Swarm: {note}"),
+                    ..origin.clone()
+                });
+            }
+        }
+    }
+
     /// The lines `validate` prints.
     pub(super) fn report(&self) -> String {
-        let mut out = String::new();
-        for error in &self.errors {
-            out.push_str(&format!("{error}\n"));
-        }
+        let mut out: String = self.lines().concat();
+        out.push_str(&self.summary());
+        out
+    }
+
+    /// One line per error, then per warning.
+    fn lines(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .errors
+            .iter()
+            .map(|error| format!("{error}\n"))
+            .collect();
         for warning in &self.warnings {
-            out.push_str(&format!(
+            lines.push(format!(
                 "{}:{}:{}: warning: {}\n",
                 warning.path, warning.line, warning.col, warning.message
             ));
         }
+        lines
+    }
+
+    /// The last line: `ok: …` or how many errors.
+    fn summary(&self) -> String {
+        let mut out = String::new();
         let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
         if self.errors.is_empty() {
             let n_resources: usize = self.kinds.values().sum();
@@ -294,6 +482,7 @@ pub(super) fn validate_dir(
     paths: &[String],
     vars: &Vars,
     policy: Option<&Policy>,
+    audience: &Audience,
 ) -> anyhow::Result<Outcome> {
     let mut snapshot =
         read_workdir(dir, paths).with_context(|| format!("cannot read {}", dir.display()))?;
@@ -346,12 +535,26 @@ pub(super) fn validate_dir(
                 warnings: Vec::new(),
                 n_files: trigger_files.len(),
                 kinds: BTreeMap::new(),
+                paths: Vec::new(),
+                specs: Vec::new(),
             });
         }
         named.sort_by(|a, b| a.path.cmp(&b.path));
         snapshot.files = named;
         snapshot.refused.clear();
     }
+    let read: Vec<String> = snapshot
+        .files
+        .iter()
+        .map(|file| file.path.clone())
+        .collect();
+    let watched = normalized(paths);
+    snapshot
+        .files
+        .retain(|file| audience.keeps(&file.path, &watched));
+    snapshot
+        .refused
+        .retain(|(path, _)| audience.keeps(path, &watched));
     let options = LoadOptions {
         vars,
         files: &files,
@@ -373,6 +576,12 @@ pub(super) fn validate_dir(
                     warnings: manifest.warnings,
                     n_files,
                     kinds,
+                    paths: read,
+                    specs: manifest
+                        .resources
+                        .into_iter()
+                        .map(|resource| (resource.origin, resource.spec))
+                        .collect(),
                 }
             }
             Err(diagnostics) => Outcome {
@@ -380,6 +589,8 @@ pub(super) fn validate_dir(
                 warnings: Vec::new(),
                 n_files,
                 kinds: BTreeMap::new(),
+                paths: read,
+                specs: Vec::new(),
             },
         },
     )

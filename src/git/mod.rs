@@ -25,7 +25,7 @@ pub use workdir::{WORKDIR_COMMIT, WorkdirFiles, read_workdir, read_workdir_trigg
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use crate::model::{CommitSha, Snapshot};
+use crate::model::{CommitSha, HostSelection, Snapshot};
 
 /// Where to fetch from and what to read.
 #[derive(Debug, Clone, Default)]
@@ -88,6 +88,8 @@ pub struct Source {
     url: String,
     mirror: PathBuf,
     tree_reads: AtomicU64,
+    /// Which manifests this host applies (`model::hosts`); every one unless `selecting`.
+    hosts: HostSelection,
 }
 
 impl Source {
@@ -100,7 +102,19 @@ impl Source {
             url,
             mirror: data_dir.join("repo.git"),
             tree_reads: AtomicU64::new(0),
+            hosts: HostSelection::every_host(),
         }
+    }
+
+    /// This source reading only the manifests `hosts` applies (a fleet's host selection).
+    pub fn selecting(mut self, hosts: HostSelection) -> Source {
+        self.hosts = hosts;
+        self
+    }
+
+    /// The host selection `read_snapshot` applies.
+    pub fn hosts(&self) -> &HostSelection {
+        &self.hosts
     }
 
     pub fn url(&self) -> &str {
@@ -262,12 +276,12 @@ impl Source {
         Ok(value)
     }
 
-    /// Reads every manifest file under the configured paths at `sha`, from the mirror's object
-    /// database (no worktree). Blocking.
+    /// Reads every manifest file under the configured paths at `sha` that this host applies,
+    /// from the mirror's object database (no worktree). Blocking.
     pub fn read_snapshot(&self, sha: &CommitSha) -> Result<Snapshot> {
         self.tree_reads.fetch_add(1, Ordering::Relaxed);
         let repo = self.open_mirror()?;
-        tree::read_snapshot(&repo, sha, &self.options.paths)
+        tree::read_snapshot(&repo, sha, &self.options.paths, &self.hosts)
     }
 
     /// Verifies the signatures `mode` asks for on the way to `tip`: the tip alone, or every

@@ -1,18 +1,19 @@
 //! Reads manifest blobs at one commit straight from the object database.
 //!
-//! Invariant: only blobs under the configured paths whose extension is a manifest extension
-//! are read; symlinks and submodules are never followed (a symlinked manifest is refused: it is
+//! Invariant: only blobs under the configured paths whose extension is a manifest extension,
+//! and that the host selection applies (`model::hosts`), are read; symlinks and submodules are never followed (a symlinked manifest is refused: it is
 //! listed in the snapshot, so the commit is rejected with a diagnostic naming it), and paths stay repo-relative with `/` separators.
 
 use gix::bstr::ByteSlice;
 
 use super::{Error, Result};
-use crate::model::{CommitSha, Snapshot, SourceFile, is_manifest_path};
+use crate::model::{CommitSha, HostSelection, Snapshot, SourceFile, is_manifest_path};
 
 pub(super) fn read_snapshot(
     repo: &gix::Repository,
     sha: &CommitSha,
     paths: &[String],
+    hosts: &HostSelection,
 ) -> Result<Snapshot> {
     let read_error = |message: String| Error::Read {
         sha: sha.to_string(),
@@ -50,7 +51,8 @@ pub(super) fn read_snapshot(
     for entry in recorder.records {
         let path = entry.filepath.to_str_lossy().into_owned();
         let watched = prefixes.is_empty() || prefixes.iter().any(|prefix| is_under(&path, prefix));
-        if !watched || !is_manifest_path(&path) {
+        // Another host's manifests are not read at all: a mistake there is that host's.
+        if !watched || !is_manifest_path(&path) || !hosts.selects(&path, &prefixes) {
             continue;
         }
         if entry.mode.is_link() {

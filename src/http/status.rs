@@ -23,6 +23,13 @@ use crate::store::{CommitRecord, HEALTH_ENGINE, HEALTH_FETCH, Pin, Release, Stor
 /// The JSON document `status --json` prints and `GET /status` returns.
 #[derive(Debug, Serialize)]
 pub struct StatusView {
+    /// Which host of a fleet the agent is (`--host`); `None` before its first start, or
+    /// when it applies every host's manifests.
+    pub host: Option<String>,
+    /// Its `--host-label`s (which `labels/<label>/` directories it applies).
+    pub host_labels: Vec<String>,
+    /// What runs its workloads: `docker` (containers) or `swarm` (Docker Swarm services).
+    pub runtime: Option<String>,
     pub last_seen: Option<CommitView>,
     pub last_applied: Option<CommitView>,
     pub last_rejected: Option<CommitView>,
@@ -250,7 +257,11 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
         };
         resources.push(resource_view(store, key, status, pin)?);
     }
+    let hosts = store.host_selection()?.unwrap_or_default();
     Ok(StatusView {
+        host: hosts.host,
+        host_labels: hosts.labels,
+        runtime: store.meta(crate::store::META_RUNTIME)?,
         last_seen: commits.last_seen.map(commit_view),
         last_applied: commits.last_applied.map(commit_view),
         last_rejected: commits.last_rejected.map(commit_view),

@@ -6,6 +6,7 @@
 
 mod assets;
 mod docker_options;
+pub mod hosts;
 mod ports;
 mod snapshot;
 mod units;
@@ -13,6 +14,7 @@ mod units;
 pub use assets::{UNSCOPED_ASSETS, asset_dir, resolve_asset_refs};
 pub use docker_options::DockerOptions;
 pub(crate) use docker_options::control_character;
+pub use hosts::HostSelection;
 pub use ports::{PortMapping, parse_ports};
 pub use snapshot::{
     FileRead, FileSource, MANIFEST_EXTENSIONS, MemoryFiles, Snapshot, SourceFile, TRIGGER_DIR,

@@ -55,6 +55,16 @@ pub struct Snapshot {
     pub refused: Vec<(String, String)>,
 }
 
+impl Snapshot {
+    /// Keeps only the manifests (and refusals) `hosts` applies, given the watched `--path`
+    /// prefixes (`super::hosts`).
+    pub fn keep_for(&mut self, hosts: &super::HostSelection, watched: &[String]) {
+        self.files.retain(|file| hosts.selects(&file.path, watched));
+        self.refused
+            .retain(|(path, _)| hosts.selects(path, watched));
+    }
+}
+
 /// What a [`FileSource`] finds at a repo path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FileRead {

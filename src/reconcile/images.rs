@@ -61,6 +61,24 @@ pub(crate) async fn ensure_image<R: Runtime>(
     {
         return Ok(());
     }
+    let (registry, auth) = registry_of(ctx, key, image).await?;
+    tracing::info!(%key, image, registry = registry.as_ref().map(|spec| spec.url.as_str()), "pulling a missing image");
+    match ctx.runtime.pull(image, auth.as_ref()).await {
+        Ok(()) => Ok(()),
+        Err(source @ crate::runtime::Error::ImageMissing { .. }) => Err(Error::PullFailed {
+            key: key.clone(),
+            source,
+        }),
+        Err(other) => Err(runtime_error(other)),
+    }
+}
+
+/// The `registry` whose `url` is `image`'s registry host, and its credentials.
+async fn registry_of<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    image: &str,
+) -> Result<(Option<RegistrySpec>, Option<RegistryAuth>)> {
     let host = registry_host(image).to_owned();
     let registry = blocking(&ctx.store, move |store| {
         Ok(store
@@ -76,15 +94,17 @@ pub(crate) async fn ensure_image<R: Runtime>(
         Some(spec) => Some(credentials(key, spec).await?),
         None => None,
     };
-    tracing::info!(%key, image, registry = registry.as_ref().map(|spec| spec.url.as_str()), "pulling a missing image");
-    match ctx.runtime.pull(image, auth.as_ref()).await {
-        Ok(()) => Ok(()),
-        Err(source @ crate::runtime::Error::ImageMissing { .. }) => Err(Error::PullFailed {
-            key: key.clone(),
-            source,
-        }),
-        Err(other) => Err(runtime_error(other)),
-    }
+    Ok((registry, auth))
+}
+
+/// The credentials of the `registry` for `image`'s registry host, if one is declared: what
+/// a Swarm service is created with, so every node can pull its image.
+pub(crate) async fn auth_for<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    image: &str,
+) -> Result<Option<RegistryAuth>> {
+    Ok(registry_of(ctx, key, image).await?.1)
 }
 
 async fn credentials(key: &ResourceKey, spec: &RegistrySpec) -> Result<RegistryAuth> {

@@ -63,9 +63,21 @@ use queue::KeyedQueue;
 /// The journal consumer name under which the cursor is persisted.
 pub const CURSOR: &str = "reconciler";
 
+/// Which engine runs the workloads (`--runtime`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Engine {
+    /// Containers on the local engine (the default).
+    #[default]
+    Containers,
+    /// Docker Swarm services on a manager's engine (`handlers/swarm`).
+    Swarm,
+}
+
 /// Tunables of the reconcile loop.
 #[derive(Debug, Clone)]
 pub struct ReconcileOptions {
+    /// Which engine runs the workloads.
+    pub engine: Engine,
     /// Resources reconciled in parallel (each key still one at a time).
     pub concurrency: usize,
     pub retry: RetryPolicy,
@@ -104,6 +116,7 @@ pub struct ReconcileOptions {
 impl Default for ReconcileOptions {
     fn default() -> Self {
         ReconcileOptions {
+            engine: Engine::Containers,
             concurrency: 4,
             retry: RetryPolicy::default(),
             create_concurrency: 16,
@@ -314,14 +327,17 @@ pub async fn run<R: Runtime>(
     for _ in 0..ctx.options.concurrency.max(1) {
         tracker.spawn(worker(shared.clone()));
     }
-    // Each drift resync's list of every container is the probe manager's too.
+    // Each drift resync's list of every container is the probe manager's too. Swarm runs the
+    // health checks of its tasks itself (probes become health checks): no probe manager.
     let (listed, listed_by_probes) = tokio::sync::watch::channel(probes::Listed::default());
-    tracker.spawn(probes::run(
-        ctx.clone(),
-        tracker.clone(),
-        listed_by_probes,
-        shutdown.clone(),
-    ));
+    if ctx.options.engine == Engine::Containers {
+        tracker.spawn(probes::run(
+            ctx.clone(),
+            tracker.clone(),
+            listed_by_probes,
+            shutdown.clone(),
+        ));
+    }
     tracker.spawn(autoscale::run(
         ctx.clone(),
         ctx.options.autoscale_interval,

@@ -39,20 +39,21 @@ const STOP_GRACE_SECONDS: i32 = 10;
 /// A connected Docker engine.
 #[derive(Clone)]
 pub struct DockerRuntime {
-    docker: Docker,
+    pub(super) docker: Docker,
     /// Serialises network creation: the engine accepts two networks with one name, so two
     /// concurrent "inspect, then create" would make the name ambiguous.
-    network_lock: std::sync::Arc<tokio::sync::Mutex<()>>,
+    pub(super) network_lock: std::sync::Arc<tokio::sync::Mutex<()>>,
     /// Networks `ensure_network` made sure of, until the engine says one is missing.
-    known_networks: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
-    /// Labels every container and volume this runtime creates carries (`with_labels`).
-    stamp: BTreeMap<String, String>,
+    pub(super) known_networks: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    /// Labels every container, volume, service and config this runtime creates carries
+    /// (`with_labels`).
+    pub(super) stamp: BTreeMap<String, String>,
 }
 
 impl DockerRuntime {
     /// Ids of the networks named exactly `name` (the engine's name filter also matches
     /// substrings).
-    async fn network_ids(&self, name: &str) -> Result<Vec<String>> {
+    pub(super) async fn network_ids(&self, name: &str) -> Result<Vec<String>> {
         let filters = HashMap::from([("name".to_owned(), vec![name.to_owned()])]);
         let options = bollard::query_parameters::ListNetworksOptionsBuilder::default()
             .filters(&filters)
@@ -134,7 +135,7 @@ impl DockerRuntime {
 /// (400 invalid parameter, 401/403 refused, e.g. by an authorization plugin) and the 500s
 /// that report a bad spec (a device it cannot add, a user the image lacks, caps it may not
 /// apply, an OCI runtime refusal): retrying the same spec cannot help.
-fn classify(error: bollard::errors::Error) -> Error {
+pub(super) fn classify(error: bollard::errors::Error) -> Error {
     use bollard::errors::Error as Bollard;
     match error {
         Bollard::DockerResponseServerError {
@@ -859,6 +860,69 @@ impl Runtime for DockerRuntime {
             return Ok(0.0);
         }
         Ok(container_delta / system_delta * f64::from(cpus.max(1)) * 100.0)
+    }
+
+    async fn swarm_node(&self) -> Result<Option<super::SwarmNode>> {
+        self.swarm_node_impl().await
+    }
+
+    async fn list_nodes(&self) -> Result<Vec<super::Node>> {
+        self.list_nodes_impl().await
+    }
+
+    async fn ensure_overlay(&self, name: &str) -> Result<()> {
+        self.ensure_overlay_impl(name).await
+    }
+
+    async fn list_services(&self, filter: &[(&str, &str)]) -> Result<Vec<super::Service>> {
+        self.list_services_impl(filter).await
+    }
+
+    async fn create_service(
+        &self,
+        spec: &super::ServiceSpec,
+        auth: Option<&RegistryAuth>,
+    ) -> Result<String> {
+        self.create_service_impl(spec, auth).await
+    }
+
+    async fn update_service(
+        &self,
+        id: &str,
+        version: u64,
+        spec: &super::ServiceSpec,
+        auth: Option<&RegistryAuth>,
+    ) -> Result<()> {
+        self.update_service_impl(id, version, spec, auth).await
+    }
+
+    async fn remove_service(&self, id: &str) -> Result<()> {
+        self.remove_service_impl(id).await
+    }
+
+    async fn list_tasks(&self, service_id: &str) -> Result<Vec<super::Task>> {
+        self.list_tasks_impl(service_id).await
+    }
+
+    async fn task_logs(&self, task_id: &str, tail: usize) -> Result<String> {
+        self.task_logs_impl(task_id, tail).await
+    }
+
+    async fn create_config(
+        &self,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+        data: &[u8],
+    ) -> Result<String> {
+        self.create_config_impl(name, labels, data).await
+    }
+
+    async fn list_configs(&self, filter: &[(&str, &str)]) -> Result<Vec<super::SwarmConfig>> {
+        self.list_configs_impl(filter).await
+    }
+
+    async fn remove_config(&self, id: &str) -> Result<()> {
+        self.remove_config_impl(id).await
     }
 }
 

@@ -30,11 +30,14 @@ pub struct FakeRuntime {
     changed: Notify,
     /// What `events` subscribers receive.
     events: broadcast::Sender<super::Event>,
+    /// Services, tasks, configs and nodes (`fake_service`).
+    pub(super) swarm: Mutex<super::fake_service::FakeSwarm>,
 }
 
 impl Default for FakeRuntime {
     fn default() -> FakeRuntime {
         FakeRuntime {
+            swarm: Mutex::default(),
             state: Mutex::default(),
             changed: Notify::new(),
             events: broadcast::channel(1024).0,
@@ -80,7 +83,7 @@ pub enum Fault {
 }
 
 /// What the interpreter made of a command.
-enum Run {
+pub(super) enum Run {
     /// Ended with this status and output.
     Exited(i64, String),
     /// Still running, with the output written so far.
@@ -88,7 +91,7 @@ enum Run {
 }
 
 /// Runs `script` (`sh -c` text, or a plain command line) as far as the fake can.
-fn interpret(command: Option<&[String]>) -> Run {
+pub(super) fn interpret(command: Option<&[String]>) -> Run {
     let Some(command) = command.filter(|command| !command.is_empty()) else {
         return Run::Exited(0, String::new());
     };
@@ -209,7 +212,15 @@ impl FakeRuntime {
         self.lock().volumes.keys().cloned().collect()
     }
 
-    fn enter(&self, verb: &str, subject: &str) -> Result<()> {
+    /// Whether `image` exists (every image does unless the fake was made `with_images`).
+    pub(super) fn knows_image(&self, image: &str) -> bool {
+        self.lock()
+            .images
+            .as_ref()
+            .is_none_or(|images| images.contains(image))
+    }
+
+    pub(super) fn enter(&self, verb: &str, subject: &str) -> Result<()> {
         let fault = {
             let mut state = self.lock();
             state.calls.push(format!("{verb} {subject}"));
@@ -661,5 +672,70 @@ impl Runtime for FakeRuntime {
         } else {
             0.0
         })
+    }
+
+    async fn swarm_node(&self) -> Result<Option<super::SwarmNode>> {
+        self.swarm_node_impl().await
+    }
+
+    async fn list_nodes(&self) -> Result<Vec<super::Node>> {
+        self.list_nodes_impl().await
+    }
+
+    async fn ensure_overlay(&self, name: &str) -> Result<()> {
+        self.enter("ensure_overlay", name)?;
+        self.lock().networks.insert(name.to_owned());
+        Ok(())
+    }
+
+    async fn list_services(&self, filter: &[(&str, &str)]) -> Result<Vec<super::Service>> {
+        self.list_services_impl(filter).await
+    }
+
+    async fn create_service(
+        &self,
+        spec: &super::ServiceSpec,
+        auth: Option<&RegistryAuth>,
+    ) -> Result<String> {
+        self.create_service_impl(spec, auth).await
+    }
+
+    async fn update_service(
+        &self,
+        id: &str,
+        version: u64,
+        spec: &super::ServiceSpec,
+        auth: Option<&RegistryAuth>,
+    ) -> Result<()> {
+        self.update_service_impl(id, version, spec, auth).await
+    }
+
+    async fn remove_service(&self, id: &str) -> Result<()> {
+        self.remove_service_impl(id).await
+    }
+
+    async fn list_tasks(&self, service_id: &str) -> Result<Vec<super::Task>> {
+        self.list_tasks_impl(service_id).await
+    }
+
+    async fn task_logs(&self, task_id: &str, tail: usize) -> Result<String> {
+        self.task_logs_impl(task_id, tail).await
+    }
+
+    async fn create_config(
+        &self,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+        data: &[u8],
+    ) -> Result<String> {
+        self.create_config_impl(name, labels, data).await
+    }
+
+    async fn list_configs(&self, filter: &[(&str, &str)]) -> Result<Vec<super::SwarmConfig>> {
+        self.list_configs_impl(filter).await
+    }
+
+    async fn remove_config(&self, id: &str) -> Result<()> {
+        self.remove_config_impl(id).await
     }
 }

@@ -1,5 +1,6 @@
-//! Runtime: the container verbs the handlers need, in the crate's own types, so no bollard
-//! type leaks past this module. `docker` drives a real engine, `fake` keeps containers in
+//! Runtime: the container verbs the handlers need — and, for Docker Swarm, the service,
+//! task, node and config verbs (`service`) — in the crate's own types, so no bollard type
+//! leaks past this module. `docker` drives a real engine, `fake` keeps containers in
 //! memory for fast tests; the contract suite (tests/it/contract.rs) runs the same checks on
 //! both.
 //!
@@ -7,9 +8,12 @@
 //! `list` filters by labels on the engine side and returns stopped containers too.
 
 pub mod docker;
+mod docker_service;
 #[doc(hidden)]
 pub mod fake;
+mod fake_service;
 pub mod labels;
+pub mod service;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -18,6 +22,10 @@ use std::time::Duration;
 pub use crate::model::{DockerOptions, PortMapping, parse_ports};
 pub use docker::DockerRuntime;
 pub use fake::FakeRuntime;
+pub use service::{
+    ConfigMount, HealthCheck, HostPort, Node, NodeState, Service, ServiceMode, ServiceSpec,
+    SwarmConfig, SwarmNode, Task, TaskState, UpdateOrder, UpdatePolicy, UpdateState, UpdateStatus,
+};
 
 /// What a container is doing, reduced to what reconcile decisions need.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -255,4 +263,55 @@ pub trait Runtime: Send + Sync + 'static {
     /// The container's CPU use over a short sample, as `docker stats` shows it (100 = one
     /// core).
     fn cpu_percent(&self, id: &str) -> impl Future<Output = Result<f64>> + Send;
+
+    // Docker Swarm (`service`): the units of `--runtime swarm`.
+
+    /// This engine's place in a swarm; `None` when it is in none.
+    fn swarm_node(&self) -> impl Future<Output = Result<Option<SwarmNode>>> + Send;
+    /// The swarm's nodes (a manager only).
+    fn list_nodes(&self) -> impl Future<Output = Result<Vec<Node>>> + Send;
+    /// Creates an attachable overlay network when none by that name exists.
+    fn ensure_overlay(&self, name: &str) -> impl Future<Output = Result<()>> + Send;
+    /// Services whose labels include every `(key, value)` in `filter`.
+    fn list_services(
+        &self,
+        filter: &[(&str, &str)],
+    ) -> impl Future<Output = Result<Vec<Service>>> + Send;
+    /// Creates a service (with registry credentials for its image); returns its id. A name
+    /// taken is `Conflict`.
+    fn create_service(
+        &self,
+        spec: &ServiceSpec,
+        auth: Option<&RegistryAuth>,
+    ) -> impl Future<Output = Result<String>> + Send;
+    /// Updates service `id`, last read at `version`, to `spec`: a changed task template is a
+    /// rolling update by `spec.update`; a changed replica count alone only adds or removes
+    /// tasks. A version that is not the service's current one is `Conflict`.
+    fn update_service(
+        &self,
+        id: &str,
+        version: u64,
+        spec: &ServiceSpec,
+        auth: Option<&RegistryAuth>,
+    ) -> impl Future<Output = Result<()>> + Send;
+    /// Removes a service (its tasks stop with its grace period); a missing one is removed.
+    fn remove_service(&self, id: &str) -> impl Future<Output = Result<()>> + Send;
+    /// The tasks of service `id`, every state (Swarm keeps a few ended ones per slot).
+    fn list_tasks(&self, service_id: &str) -> impl Future<Output = Result<Vec<Task>>> + Send;
+    /// The last `tail` lines of a task's output.
+    fn task_logs(&self, task_id: &str, tail: usize) -> impl Future<Output = Result<String>> + Send;
+    /// Creates a config (at most `service::MAX_CONFIG_BYTES`); a name taken is `Conflict`.
+    fn create_config(
+        &self,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+        data: &[u8],
+    ) -> impl Future<Output = Result<String>> + Send;
+    /// Configs whose labels include every `(key, value)` in `filter`.
+    fn list_configs(
+        &self,
+        filter: &[(&str, &str)],
+    ) -> impl Future<Output = Result<Vec<SwarmConfig>>> + Send;
+    /// Removes a config; a missing one is removed, one a service uses is `Invalid`.
+    fn remove_config(&self, id: &str) -> impl Future<Output = Result<()>> + Send;
 }

@@ -7,6 +7,13 @@
 use rusqlite::{OptionalExtension, params};
 
 use super::{Error, Result, Store, unusable_or};
+use crate::model::HostSelection;
+
+/// `meta` key of the host selection the agent syncs with (JSON of `HostSelection`): which
+/// host of a fleet it is, for `status` and `plan`.
+pub const META_HOST_SELECTION: &str = "host_selection";
+/// `meta` key of what runs the agent's workloads (`docker` or `swarm`, `--runtime`).
+pub const META_RUNTIME: &str = "runtime";
 
 impl Store {
     /// This data dir's agent id, made with the database (`open`): the `voodu.agent` label on
@@ -103,5 +110,13 @@ impl Store {
             };
             Ok(())
         })
+    }
+
+    /// The host selection the agent last synced with; `None` before its first start (or
+    /// from an older agent). An unreadable value is `None` too: it is only ever shown.
+    pub fn host_selection(&self) -> Result<Option<HostSelection>> {
+        Ok(self
+            .meta(META_HOST_SELECTION)?
+            .and_then(|json| serde_json::from_str(&json).ok()))
     }
 }

@@ -45,6 +45,7 @@ pub use detail::{
 };
 pub use error::{Error, Result};
 pub use health::{HEALTH_ENGINE, HEALTH_FETCH, Health};
+pub use meta::{META_HOST_SELECTION, META_RUNTIME};
 pub use releases::{
     AutoRollback, HALT_MARK, Pin, RELEASE_HISTORY_LIMIT, Release, ReleasePhase, RollbackOutcome,
     UnpinOutcome,

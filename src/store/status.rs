@@ -180,6 +180,10 @@ pub enum FailureReason {
     Store,
     /// A plugin-owned block names a plugin that is not installed (the agent installs none).
     PluginNotInstalled,
+    /// Docker Swarm rolled the rollout's service update back (its new tasks failed).
+    SwarmRollback,
+    /// The resource uses something Docker Swarm cannot run (`--runtime swarm`).
+    SwarmUnsupported,
     /// The handler panicked.
     Panic,
     /// Shutting down, or a background task that could not finish.
@@ -187,7 +191,7 @@ pub enum FailureReason {
 }
 
 impl FailureReason {
-    pub const ALL: [FailureReason; 21] = [
+    pub const ALL: [FailureReason; 23] = [
         FailureReason::ImageMissing,
         FailureReason::PullFailed,
         FailureReason::Credentials,
@@ -207,6 +211,8 @@ impl FailureReason {
         FailureReason::Proxy,
         FailureReason::Store,
         FailureReason::PluginNotInstalled,
+        FailureReason::SwarmRollback,
+        FailureReason::SwarmUnsupported,
         FailureReason::Panic,
         FailureReason::Interrupted,
     ];
@@ -232,6 +238,8 @@ impl FailureReason {
             FailureReason::Proxy => "Proxy",
             FailureReason::Store => "Store",
             FailureReason::PluginNotInstalled => "PluginNotInstalled",
+            FailureReason::SwarmRollback => "SwarmRollback",
+            FailureReason::SwarmUnsupported => "SwarmUnsupported",
             FailureReason::Panic => "Panic",
             FailureReason::Interrupted => "Interrupted",
         }

@@ -295,7 +295,9 @@ impl UrlFetcher for StubFetcher {
 }
 
 /// Loads a set the way `plan` does (apply mode), supplying a value for every `${VAR}`.
-fn load_set(dir: &Path) -> TestResult<Result<manifest::Manifest, manifest::Diagnostics>> {
+pub(crate) fn load_set(
+    dir: &Path,
+) -> TestResult<Result<manifest::Manifest, manifest::Diagnostics>> {
     let snapshot = read_workdir(dir, &[])?;
     let files = WorkdirFiles::new(dir);
     let mut vars = Vars::default();

@@ -21,7 +21,7 @@
 use std::collections::BTreeMap;
 
 use super::Trigger;
-use crate::model::CommitSha;
+use crate::model::{CommitSha, HostSelection};
 
 /// What the agent remembers of one trigger between commits (a row of the store's
 /// `triggers` table).
@@ -74,6 +74,9 @@ pub struct Situation<'a> {
     pub changed: Option<&'a [String]>,
     /// `--path` prefixes (normalised, no trailing `/`); empty means the whole repo.
     pub watched: &'a [String],
+    /// Which manifests this host applies (a fleet's `hosts/<name>/`, `labels/<label>/`): a
+    /// trigger whose `apply.file` is another host's never fires here.
+    pub hosts: &'a HostSelection,
     pub now: i64,
 }
 
@@ -286,11 +289,15 @@ fn inactive_reason(trigger: &Trigger, situation: &Situation<'_>) -> Option<Strin
                 .strip_prefix(prefix.as_str())
                 .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
         });
-    (!watched).then(|| {
-        format!(
+    if !watched {
+        return Some(format!(
             "apply.file {} is outside --path {}",
             trigger.apply_file,
             situation.watched.join(", ")
-        )
-    })
+        ));
+    }
+    situation
+        .hosts
+        .refusal(&trigger.apply_file, situation.watched)
+        .map(|refusal| format!("apply.file {refusal}"))
 }

@@ -1,7 +1,7 @@
 //! Trigger files: parsing with exact diagnostics, and the firing decision, from tables.
 
 use super::*;
-use crate::model::CommitSha;
+use crate::model::{CommitSha, HostSelection};
 
 fn sha(n: u32) -> CommitSha {
     CommitSha::new(format!("{n:040x}"))
@@ -229,6 +229,7 @@ fn at(
             commit: &sha(n),
             changed: changed.as_deref(),
             watched: &[],
+            hosts: &HostSelection::every_host(),
             now: 1000 + i64::from(n),
         },
     )
@@ -393,7 +394,7 @@ fn re_deciding_an_applied_commit_changes_nothing() {
 }
 
 #[test]
-fn inactive_triggers_contribute_nothing_and_say_why() {
+fn inactive_triggers_contribute_nothing_and_say_why() -> Result<(), String> {
     let release = trigger(".voodu/rel.yml", &["release-*"], &[], "rel.hcl", false);
     let tags_only = parse(
         ".voodu/prod.yml",
@@ -420,6 +421,7 @@ fn inactive_triggers_contribute_nothing_and_say_why() {
             commit: &sha(1),
             changed: None,
             watched: &watched,
+            hosts: &HostSelection::every_host(),
             now: 0,
         },
     );
@@ -427,6 +429,43 @@ fn inactive_triggers_contribute_nothing_and_say_why() {
         outside.outcomes[0].verdict,
         Verdict::Inactive("apply.file apps/web/voodu.hcl is outside --path hosts/web-1".into())
     );
+    // Another host's file (a fleet): inactive here, with both names.
+    let mut other = web();
+    other.apply_file = "hosts/web-2/voodu.hcl".to_owned();
+    let web1 = HostSelection::for_host("web-1", &[])?;
+    let elsewhere = decide(
+        &[other.clone()],
+        &[],
+        &Situation {
+            branch: "main",
+            commit: &sha(1),
+            changed: None,
+            watched: &[],
+            hosts: &web1,
+            now: 0,
+        },
+    );
+    assert_eq!(
+        elsewhere.outcomes[0].verdict,
+        Verdict::Inactive("apply.file hosts/web-2/voodu.hcl is addressed to host web-2 (hosts/web-2/); this agent is host web-1".into())
+    );
+    assert!(elsewhere.files.is_empty());
+    // Its own host applies it.
+    let web2 = HostSelection::for_host("web-2", &[])?;
+    let mine = decide(
+        &[other],
+        &[],
+        &Situation {
+            branch: "main",
+            commit: &sha(1),
+            changed: None,
+            watched: &[],
+            hosts: &web2,
+            now: 0,
+        },
+    );
+    assert_eq!(files(&mine), ["hosts/web-2/voodu.hcl@1"]);
+    Ok(())
 }
 
 #[test]

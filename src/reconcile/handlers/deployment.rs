@@ -39,6 +39,9 @@ use crate::runtime::{Container, ContainerState, Runtime};
 use crate::store::{DeploymentDetail, Desired, Detail, Release, ReplicaDetail, ResourceStatus};
 
 pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Action> {
+    if ctx.options.engine == crate::reconcile::Engine::Swarm {
+        return super::swarm::deployment::reconcile(ctx, key).await;
+    }
     let desired = super::desired_of(ctx, key).await?;
     let Some(desired) = desired else {
         replicated::remove_everything(ctx, key, Vec::new()).await?;
@@ -127,8 +130,8 @@ impl<R: Runtime> Replicated<R> for Deployment<'_> {
         self.target().is_current(container)
     }
 
-    fn plan(&self, actual: &[Container]) -> Vec<Step> {
-        plan_replicas(Some(&self.target()), actual)
+    fn plan(&self, observed: &Observed) -> Vec<Step> {
+        plan_replicas(Some(&self.target()), &observed.actual)
     }
 
     fn touches(step: &Step) -> bool {
@@ -205,7 +208,7 @@ impl<R: Runtime> Replicated<R> for Deployment<'_> {
 
 /// `status` with the replica counts and readiness of `observed` (`running_replicas`: current
 /// ones running) and, while autoscaled, the autoscaler's count.
-fn with_detail(
+pub(super) fn with_detail(
     mut status: ResourceStatus,
     observed: &Observed,
     target: &Target<'_>,

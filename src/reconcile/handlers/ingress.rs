@@ -29,6 +29,10 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         ctx.router.wake();
         return Ok(Action::Done);
     };
+    if ctx.options.engine == crate::reconcile::Engine::Swarm {
+        // Says so with the reason (`plan::swarm_gaps`), before anything else.
+        super::swarm::refuse_gaps(key, &desired.spec)?;
+    }
     if ctx.options.ingress.is_none() {
         let mut status = ResourceStatus::new(
             Phase::Disabled,

@@ -1,7 +1,8 @@
 //! Job handler (spec §2.5, §7.9): a job runs to completion once per spec hash; and the run
 //! procedure cronjob ticks share (`start_run`, `settle_runs`, `keep_history`, `remove_all`).
 //!
-//! A run is a container `<scope>-<name>.<runid>` (runid 4 hex), labelled as voodu labels job
+//! A run is a container `<scope>-<name>.<runid>` (runid 4 hex; under Docker Swarm a
+//! `replicated-job` service, `swarm/runs.rs`, with the same record and waiter), labelled as voodu labels job
 //! runs (`voodu.kind=job` or `cronjob`, `voodu.replica_id=<runid>`, no DNS alias, no restart
 //! policy) plus `voodu.spec_hash`, on the job's networks (`voodu0` appended in bridge mode),
 //! with the merged environment without identity variables (voodu gives job containers no
@@ -33,7 +34,7 @@ use super::container::{Identity, Launch, rfc3339_seconds};
 use super::launch::{EnvSource, build_spec, images_of, ready_to_create};
 use crate::manifest::spec::{JobSpec, Spec};
 use crate::model::{ResourceKey, parse_go_duration, random_hex};
-use crate::reconcile::{Action, Ctx, Error, Result, blocking};
+use crate::reconcile::{Action, Ctx, Engine, Error, Result, blocking};
 use crate::runtime::{Container, ContainerState, Runtime, labels};
 use crate::store::{
     Desired, Detail, FailureReason, JobDetail, JobRun, Phase, ResourceStatus, RunDetail, RunStatus,
@@ -81,6 +82,9 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) 
     let Spec::Job(spec) = &desired.spec else {
         return Err(super::wrong_kind(key, &desired.spec));
     };
+    if ctx.options.engine == Engine::Swarm {
+        super::swarm::refuse_gaps(key, &desired.spec)?;
+    }
     let timeout = run_timeout(&spec.timeout);
     let actual = list_runs(ctx, key).await?;
     settle_runs(ctx, key, &actual, timeout).await?;
@@ -205,8 +209,24 @@ pub(super) fn run_timeout(timeout: &str) -> Option<Duration> {
 }
 
 /// This agent's run containers of the resource (labelled with the resource's kind as role,
-/// as replicas are).
-pub(super) use super::replicas::list_replicas as list_runs;
+/// as replicas are); under Swarm, its runs' services.
+pub(super) async fn list_runs<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+) -> Result<Vec<Container>> {
+    match ctx.options.engine {
+        Engine::Containers => super::replicas::list_replicas(ctx, key).await,
+        Engine::Swarm => super::swarm::runs::list(ctx, key).await,
+    }
+}
+
+/// Removes a run (its container, or under Swarm its service).
+async fn remove_run<R: Runtime>(ctx: &Ctx<R>, id: &str) -> crate::runtime::Result<()> {
+    match ctx.options.engine {
+        Engine::Containers => ctx.runtime.remove(id).await,
+        Engine::Swarm => ctx.runtime.remove_service(id).await,
+    }
+}
 
 /// The resource's runs, newest first.
 pub(super) async fn job_runs<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Vec<JobRun>> {
@@ -238,8 +258,13 @@ pub(super) async fn start_run<R: Runtime>(
     let env_source = EnvSource::load(ctx, key, &job.container).await?;
     // voodu gives job containers no `-e`: no VOODU_SCOPE / VOODU_NAME.
     let (env, env_digest) = env_source.env(ctx, key, &job.container, Vec::new())?;
-    let images = images_of(key, &job.container, &[], &ctx.assets_root);
-    ready_to_create(ctx, key, &job.container, &images).await?;
+    match ctx.options.engine {
+        Engine::Containers => {
+            let images = images_of(key, &job.container, &[], &ctx.assets_root);
+            ready_to_create(ctx, key, &job.container, &images).await?;
+        }
+        Engine::Swarm => super::swarm::runs::prepare(ctx, key, &job.container).await?,
+    }
     let (run_id, name) = loop {
         let run_id = random_hex(2);
         let name = format!("{}.{run_id}", key.app_id());
@@ -265,11 +290,27 @@ pub(super) async fn start_run<R: Runtime>(
         default_ulimits: ctx.default_ulimits.clone(),
         ..Launch::default()
     };
-    let mut container = build_spec(ctx, key, &identity, &job.container, &launch)?;
-    container
-        .labels
-        .insert(labels::SPEC_HASH.to_owned(), spec_hash.to_owned());
-    let id = super::launch::create(ctx, key, &container).await?;
+    let id = match ctx.options.engine {
+        Engine::Containers => {
+            let mut container = build_spec(ctx, key, &identity, &job.container, &launch)?;
+            container
+                .labels
+                .insert(labels::SPEC_HASH.to_owned(), spec_hash.to_owned());
+            super::launch::create(ctx, key, &container).await?
+        }
+        Engine::Swarm => {
+            super::swarm::runs::create(
+                ctx,
+                key,
+                &identity,
+                &job.container,
+                &launch,
+                spec_hash,
+                &job.asset_digests,
+            )
+            .await?
+        }
+    };
     let row = {
         let key = key.clone();
         let run_id = run_id.clone();
@@ -331,11 +372,15 @@ async fn start_container<R: Runtime>(
     key: &ResourceKey,
     run: &RunRef,
 ) -> Result<bool> {
+    // A Swarm run's service starts its task as it is created.
+    if ctx.options.engine == Engine::Swarm {
+        return Ok(true);
+    }
     let Err(error) = ctx.runtime.start(&run.container_id).await else {
         return Ok(true);
     };
     tracing::warn!(%key, container = %run.container, %error, "run could not start");
-    let _ = ctx.runtime.remove(&run.container_id).await;
+    let _ = remove_run(ctx, &run.container_id).await;
     let error = format!("cannot start {}: {error}", run.container);
     finish_record(ctx, run, Ended::failed(error)).await?;
     Ok(false)
@@ -364,8 +409,7 @@ pub(super) async fn settle_runs<R: Runtime>(
             container.name == run.container && container.state == ContainerState::Running
         }) {
             tracing::info!(%key, container = %run.container, "removing the container of a run that ended (timed out)");
-            ctx.runtime
-                .remove(&container.id)
+            remove_run(ctx, &container.id)
                 .await
                 .map_err(|source| Error::Runtime {
                     key: key.clone(),
@@ -479,7 +523,11 @@ async fn wait_for_run<R: Runtime>(
 /// `Runtime::wait`, asking again while the engine is unavailable.
 async fn wait_exit<R: Runtime>(ctx: &Ctx<R>, id: &str) -> crate::runtime::Result<i64> {
     loop {
-        match ctx.runtime.wait(id).await {
+        let waited = match ctx.options.engine {
+            Engine::Containers => ctx.runtime.wait(id).await,
+            Engine::Swarm => super::swarm::runs::wait(ctx, id).await,
+        };
+        match waited {
             Err(crate::runtime::Error::Unavailable { message }) => {
                 tracing::debug!(container = id, %message, "engine unavailable while waiting for a run");
                 tokio::time::sleep(ENGINE_RETRY).await;
@@ -570,7 +618,11 @@ async fn finish_record<R: Runtime>(ctx: &Ctx<R>, run: &RunRef, ended: Ended) -> 
 /// The last `LOG_LINES` lines of a container's output, at most `LOG_BYTES` (their end);
 /// empty when the engine cannot say.
 async fn logs_tail<R: Runtime>(ctx: &Ctx<R>, id: &str) -> String {
-    let text = ctx.runtime.logs(id, LOG_LINES).await.unwrap_or_default();
+    let text = match ctx.options.engine {
+        Engine::Containers => ctx.runtime.logs(id, LOG_LINES).await,
+        Engine::Swarm => super::swarm::runs::logs(ctx, id, LOG_LINES).await,
+    }
+    .unwrap_or_default();
     if text.len() <= LOG_BYTES {
         return text;
     }
@@ -583,6 +635,9 @@ async fn logs_tail<R: Runtime>(ctx: &Ctx<R>, id: &str) -> String {
 
 /// When the engine says the container finished (Unix seconds).
 async fn finished_at<R: Runtime>(ctx: &Ctx<R>, id: &str) -> Option<i64> {
+    if ctx.options.engine == Engine::Swarm {
+        return super::swarm::runs::finished_at(ctx, id).await;
+    }
     let inspection = ctx.runtime.inspect(id).await.ok()?;
     let finished = chrono::DateTime::parse_from_rfc3339(&inspection.finished_at).ok()?;
     // An engine reports the zero time (year 1) for a container that never finished.
@@ -615,8 +670,7 @@ pub(super) async fn keep_history<R: Runtime>(
             continue;
         }
         tracing::info!(%key, container = %container.name, "removing a run container no longer in the history");
-        ctx.runtime
-            .remove(&container.id)
+        remove_run(ctx, &container.id)
             .await
             .map_err(|source| Error::Runtime {
                 key: key.clone(),
@@ -631,8 +685,7 @@ pub(super) async fn keep_history<R: Runtime>(
 pub(super) async fn remove_all<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
     for container in list_runs(ctx, key).await? {
         tracing::info!(%key, container = %container.name, "removing: resource left the repo");
-        ctx.runtime
-            .remove(&container.id)
+        remove_run(ctx, &container.id)
             .await
             .map_err(|source| Error::Runtime {
                 key: key.clone(),

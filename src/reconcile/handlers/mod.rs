@@ -17,6 +17,7 @@ mod replicas;
 mod replicated;
 mod rollout;
 mod statefulset;
+mod swarm;
 
 use std::sync::Arc;
 

@@ -55,6 +55,8 @@ pub(super) struct Observed {
     pub(super) readiness: BTreeMap<String, ReplicaReadiness>,
     /// Replicas of the target version that are not ready.
     pub(super) waiting: Vec<Waiting>,
+    /// Under Docker Swarm: the services, tasks and nodes the replicas were read from.
+    pub(super) swarm: Option<super::swarm::SwarmSeen>,
 }
 
 impl Observed {
@@ -129,6 +131,7 @@ pub(super) async fn observe<R: Runtime>(
         actual,
         readiness,
         waiting,
+        swarm: None,
     })
 }
 

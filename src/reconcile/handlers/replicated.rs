@@ -1,7 +1,9 @@
-//! One replicated pass, written once for the replicated kinds (deployment, statefulset):
-//! observe → release → plan → gate → act → record. What differs between the kinds — their
+//! One replicated pass, written once for the replicated kinds (deployment, statefulset) on
+//! both engines (containers, and Docker Swarm's services in `handlers/swarm`): observe →
+//! release → plan → gate → act → record. What differs between the kinds — their
 //! environment, target and plan, their gate, how a replica is created, replaced or removed,
-//! the status detail, the release hooks — is the `Replicated` trait each kind implements.
+//! the status detail, the release hooks, and on Swarm what a replica is (a task) and when
+//! Swarm itself gave up — is the `Replicated` trait each kind implements.
 //!
 //! A pass works under the release `rollout::current_release` gives it, builds the kind's
 //! environment (an environment that cannot be built is an error of the pass, bug 1 of issue
@@ -25,11 +27,12 @@ use super::replicas::{
 use super::rollout::{self, Report};
 use crate::manifest::spec::{Container as ContainerSpec, Drain, Init, Spec};
 use crate::model::ResourceKey;
+use crate::reconcile::gate::NewReplica;
 use crate::reconcile::retry;
 use crate::reconcile::rollout_state::{self, Effect, RolloutPhase, Seen, Stage};
 use crate::reconcile::{Action, Ctx, Error, Result, blocking};
 use crate::runtime::{Container, Runtime, labels};
-use crate::store::{Desired, FailureReason, Phase, Release, ResourceStatus};
+use crate::store::{Desired, FailureReason, Phase, Release, ReleasePhase, ResourceStatus};
 
 /// What a replicated kind brings to the pass.
 pub(super) trait Replicated<R: Runtime>: Send + Sync {
@@ -47,8 +50,46 @@ pub(super) trait Replicated<R: Runtime>: Send + Sync {
     fn images(&self) -> (&ContainerSpec, &[Init]);
     /// Whether a replica is of the target version.
     fn is_current(&self, container: &Container) -> bool;
-    /// The steps from `actual` to the target.
-    fn plan(&self, actual: &[Container]) -> Vec<Self::Step>;
+    /// The replicas and their readiness: the key's containers and the readiness the probe
+    /// runners published (the Swarm kinds observe tasks).
+    fn observe<'a>(
+        &'a self,
+        ctx: &'a Ctx<R>,
+        key: &'a ResourceKey,
+    ) -> BoxFuture<'a, Result<Observed>> {
+        Box::pin(observe(ctx, key, |container| self.is_current(container)))
+    }
+    /// Before the first replica of a rollout is touched: the networks exist and the images
+    /// are present (pulled when missing).
+    fn prepare<'a>(&'a self, ctx: &'a Ctx<R>, key: &'a ResourceKey) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let (container, inits) = self.images();
+            let images = images_of(key, container, inits, &ctx.assets_root);
+            ready_to_create(ctx, key, container, &images).await
+        })
+    }
+    /// The steps from what `observed` saw to the target.
+    fn plan(&self, observed: &Observed) -> Vec<Self::Step>;
+    /// The new replicas still waiting, with their restarts (crash-loop detection).
+    fn new_replicas<'a>(
+        &'a self,
+        ctx: &'a Ctx<R>,
+        observed: &'a Observed,
+        release: &'a Release,
+    ) -> BoxFuture<'a, Vec<NewReplica>> {
+        Box::pin(inspect_waiting(ctx, observed, release))
+    }
+    /// When to look again while the engine converges on its own (Swarm starting or
+    /// replacing tasks, or a node lost: no event tells the agent), besides the rollout
+    /// re-check and back-offs.
+    fn look_again(&self, _observed: &Observed) -> Option<Duration> {
+        None
+    }
+    /// Why the engine itself gave up on the rollout of `release`, if it did (Swarm rolled
+    /// its update back): the release fails with this reason, as on its deadline.
+    fn gave_up(&self, _observed: &Observed, _release: &Release) -> Option<(FailureReason, String)> {
+        None
+    }
     /// Whether a step creates or replaces a replica (a rollout's image must be there first).
     fn touches(step: &Self::Step) -> bool;
     /// Whether a step replaces a replica (never while halted).
@@ -112,8 +153,8 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
         }
         return on_error(ctx, &kind, &release, phase, status, error, Stage::Prepare).await;
     }
-    let observed = observe(ctx, key, |container| kind.is_current(container)).await?;
-    let steps = kind.plan(&observed.actual);
+    let observed = kind.observe(ctx, key).await?;
+    let steps = kind.plan(&observed);
     let touches_replicas = steps.iter().any(K::touches);
     if phase == RolloutPhase::Failed && touches_replicas {
         // It failed before touching replicas (its image): another attempt once the image can
@@ -138,9 +179,7 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
 
     // Before the first replica of a rollout is touched: the image, then the release hooks.
     if progressing && touches_replicas {
-        let (container, inits) = kind.images();
-        let images = images_of(key, container, inits, &ctx.assets_root);
-        let prepared = match ready_to_create(ctx, key, container, &images).await {
+        let prepared = match kind.prepare(ctx, key).await {
             Ok(()) => match kind.before_rollout(ctx, &release).await {
                 Ok(None) => Ok(()),
                 Ok(Some(failed)) => Err((failed, Stage::Hooks)),
@@ -155,8 +194,12 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
     }
 
     // A rollout that ran out of time, or whose new replica keeps crashing, is rolled back.
-    let new_replicas = inspect_waiting(ctx, &observed, &release).await;
-    let failure = rollout_failure(ctx, &release, steps.is_empty(), &observed, &new_replicas);
+    let new_replicas = kind.new_replicas(ctx, &observed, &release).await;
+    let failure = match release.phase {
+        ReleasePhase::Progressing => kind.gave_up(&observed, &release),
+        _ => None,
+    }
+    .or_else(|| rollout_failure(ctx, &release, steps.is_empty(), &observed, &new_replicas));
     let seen = Seen {
         gave_up: failure.is_some(),
         ..Seen::default()
@@ -185,7 +228,7 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
     let observed = if now_steps.is_empty() {
         observed
     } else {
-        observe(ctx, key, |container| kind.is_current(container)).await?
+        kind.observe(ctx, key).await?
     };
     // Readiness is the probe runners' (`reconcile::probes`); routes may have changed.
     ctx.router.wake();
@@ -199,14 +242,18 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
         return on_error(ctx, &kind, &release, phase, status, error, Stage::Replicas).await;
     }
     let seen = Seen {
-        converged: kind.plan(&observed.actual).is_empty(),
+        converged: kind.plan(&observed).is_empty(),
         all_ready: observed.waiting.is_empty(),
         ..Seen::default()
     };
-    let mut action = Action::Done;
+    let mut action;
     match rollout_state::next(phase, seen).1 {
         effect @ (Effect::Succeed | Effect::Ready) => {
             status.phase = Phase::Ready;
+            // An engine that converges on its own (Swarm) is looked at again.
+            action = kind
+                .look_again(&observed)
+                .map_or(Action::Done, Action::RequeueAfter);
             if release.rolled_back_from.is_some() {
                 // Running a rollback (automatic or the operator's): status keeps saying why.
                 status.message.clone_from(&release.message);
@@ -223,7 +270,10 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
                 &new_replicas,
                 &backing_off,
                 effect == Effect::KeepWaiting,
-            );
+            )
+            .into_iter()
+            .chain(kind.look_again(&observed))
+            .min();
             action = recheck.map_or(Action::Done, Action::RequeueAfter);
             if effect == Effect::StayHalted {
                 // Halted until desired state changes: repaired (removals, starts, creates),

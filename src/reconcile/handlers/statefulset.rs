@@ -45,14 +45,17 @@ use crate::store::{
 };
 
 /// One pod's name, labels, environment and mounts.
-struct Pod {
-    identity: Identity,
-    launch: Launch,
+pub(super) struct Pod {
+    pub(super) identity: Identity,
+    pub(super) launch: Launch,
     /// `(volume name, labels, mount path)` per claim, in declaration order.
-    volumes: Vec<(String, BTreeMap<String, String>, String)>,
+    pub(super) volumes: Vec<(String, BTreeMap<String, String>, String)>,
 }
 
 pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Action> {
+    if ctx.options.engine == crate::reconcile::Engine::Swarm {
+        return super::swarm::statefulset::reconcile(ctx, key).await;
+    }
     let desired = super::desired_of(ctx, key).await?;
     let Some(desired) = desired else {
         remove_everything(ctx, key).await?;
@@ -72,17 +75,17 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
 }
 
 /// A statefulset in one pass: pods with an ordinal each, their own environment and volumes.
-struct Statefulset<'a> {
-    desired: &'a Desired,
-    spec: &'a StatefulsetSpec,
+pub(super) struct Statefulset<'a> {
+    pub(super) desired: &'a Desired,
+    pub(super) spec: &'a StatefulsetSpec,
     /// Indexed by ordinal, `0..n_replicas`; set by `build`.
-    pods: Vec<Pod>,
+    pub(super) pods: Vec<Pod>,
     /// Each pod's environment digest, by ordinal; set by `build`.
-    digests: Vec<String>,
+    pub(super) digests: Vec<String>,
 }
 
 impl Statefulset<'_> {
-    fn target(&self) -> StatefulTarget<'_> {
+    pub(super) fn target(&self) -> StatefulTarget<'_> {
         StatefulTarget {
             spec_hash: &self.desired.spec_hash,
             n_replicas: self.desired.n_replicas,
@@ -132,8 +135,8 @@ impl<R: Runtime> Replicated<R> for Statefulset<'_> {
             .is_some_and(|ordinal| ordinal < target.n_replicas && target.is_current(ordinal, pod))
     }
 
-    fn plan(&self, actual: &[Container]) -> Vec<StatefulStep> {
-        plan_statefulset(Some(&self.target()), actual)
+    fn plan(&self, observed: &Observed) -> Vec<StatefulStep> {
+        plan_statefulset(Some(&self.target()), &observed.actual)
     }
 
     fn touches(step: &StatefulStep) -> bool {
@@ -406,7 +409,7 @@ async fn list_volumes<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Vec
 /// `status` with `running_replicas` (current pods running) and its `detail`: each pod with
 /// its state, readiness and volumes, and every volume of the statefulset, those of ordinals
 /// past `replicas` marked as kept.
-async fn with_detail<R: Runtime>(
+pub(super) async fn with_detail<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
     mut status: ResourceStatus,

@@ -12,9 +12,13 @@
 
 mod pods;
 mod replicas;
+mod service;
 
 pub use pods::{StatefulStep, StatefulTarget, plan_statefulset, pod_ordinal};
 pub use replicas::{Step, Target, plan_replicas};
+pub use service::{
+    SERVICE_DIGEST, ServiceStep, ServiceTarget, plan_service, swarm_gaps, swarm_notes,
+};
 
 use std::collections::{BTreeMap, BTreeSet};
 

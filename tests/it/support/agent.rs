@@ -48,6 +48,7 @@ pub fn fake_agent_config(repo: &TempRepo, data_dir: &std::path::Path) -> AgentCo
             token_file: None,
             ..Default::default()
         },
+        hosts: voodu_agent::model::HostSelection::every_host(),
         data_dir: data_dir.to_owned(),
         interval: Duration::from_millis(100),
         sync: voodu_agent::sync::SyncOptions::new(data_dir.to_owned()),

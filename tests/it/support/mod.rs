@@ -11,6 +11,7 @@ pub mod registry;
 pub mod repo;
 pub mod signing;
 pub mod sops;
+pub mod swarm;
 
 pub use agent::{TestAgent, TestAgentOptions};
 pub use docker::{DockerGuard, test_image};

@@ -1,0 +1,488 @@
+//! A deployment under Docker Swarm: one replicated service `<scope>-<name>`, driven by the
+//! one replicated pass (`replicated.rs`) through the `Replicated` trait, as the container
+//! deployment is.
+//!
+//! Plan (`plan::plan_service`): create; update when the spec changed (Swarm's rolling update
+//! replaces one task at a time: start-first, stop-first with a pinned host port, each new
+//! task monitored for the readiness window, a failed one rolled back by Swarm); scale when
+//! only `replicas` differs (no task replaced); wait while Swarm converges. The service's
+//! live tasks are the replicas (current: their spec hash and env digest match), ready once
+//! running for the settle time. When Swarm rolls the update of this release back, the pass
+//! gives up: the release fails with Swarm's reason and the failed task's error, and the
+//! automatic rollback to the last succeeded release runs as on containers.
+//!
+//! Invariants: one service per deployment, found by its labels; the release id is a service
+//! label, never in the task template, so a new release with the same spec replaces no task;
+//! `on_deploy`, releases and pins are the pass's, unchanged.
+
+use futures_util::future::BoxFuture;
+
+use super::super::container::{Identity, Launch, aliases};
+use super::super::deployment::with_detail;
+use super::super::launch::{EnvSource, identity_vars};
+use super::super::replicas::{BackingOff, Observed};
+use super::super::replicated::{self, Replicated};
+use super::super::rollout::Report;
+use super::{Built, Shape, build_service, observe_services, observed, with_configs};
+use crate::manifest::spec::{Container as ContainerSpec, DeploymentSpec, Init, Spec};
+use crate::model::{Kind, ResourceKey};
+use crate::reconcile::gate::NewReplica;
+use crate::reconcile::plan::{ServiceStep, ServiceTarget, Target, plan_service};
+use crate::reconcile::{Action, Ctx, Error, Result};
+use crate::runtime::{Container, Runtime, ServiceMode, TaskState, labels};
+use crate::store::{Desired, FailureReason, Release, ResourceStatus};
+
+pub(in crate::reconcile::handlers) async fn reconcile<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+) -> Result<Action> {
+    let desired = super::super::desired_of(ctx, key).await?;
+    let Some(desired) = desired else {
+        remove(ctx, key).await?;
+        return Ok(Action::Done);
+    };
+    let Spec::Deployment(spec) = &desired.spec else {
+        return Err(super::super::wrong_kind(key, &desired.spec));
+    };
+    super::super::refuse_unappliable(key, &desired.spec)?;
+    super::refuse_gaps(key, &desired.spec)?;
+    let deployment = SwarmDeployment {
+        desired: &desired,
+        spec,
+        launch: Launch::default(),
+        built: None,
+    };
+    replicated::pass(ctx, &desired, deployment).await
+}
+
+/// The deployment left the repo: its service goes (Swarm stops the tasks with their grace),
+/// then its status.
+async fn remove<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
+    let services = ctx
+        .runtime
+        .list_services(&super::service_filter(&ctx.agent_id, key))
+        .await
+        .map_err(|source| Error::Runtime {
+            key: key.clone(),
+            source,
+        })?;
+    for service in services {
+        tracing::info!(%key, service = %service.name, "removing the service: resource left the repo");
+        ctx.runtime
+            .remove_service(&service.id)
+            .await
+            .map_err(|source| Error::Runtime {
+                key: key.clone(),
+                source,
+            })?;
+    }
+    let key = key.clone();
+    crate::reconcile::blocking(&ctx.store, move |store| store.delete_status(&key)).await
+}
+
+struct SwarmDeployment<'a> {
+    desired: &'a Desired,
+    spec: &'a DeploymentSpec,
+    /// Set by `build`.
+    launch: Launch,
+    built: Option<Built>,
+}
+
+impl SwarmDeployment<'_> {
+    fn built(&self) -> Option<&Built> {
+        self.built.as_ref()
+    }
+
+    fn service_target(&self) -> Option<ServiceTarget<'_>> {
+        let built = self.built()?;
+        Some(ServiceTarget {
+            digest: &built.digest,
+            replicas: u64::try_from(self.desired.n_replicas).unwrap_or(0),
+            spec_hash: self.desired.spec_hash.as_str(),
+            env_digest: &self.launch.env_digest,
+        })
+    }
+
+    /// The container deployment's target, for the status detail.
+    fn target(&self) -> Target<'_> {
+        Target {
+            spec_hash: &self.desired.spec_hash,
+            n_replicas: self.desired.n_replicas,
+            env_digest: Some(&self.launch.env_digest),
+            surge: self.spec.surges(),
+        }
+    }
+}
+
+impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
+    type Step = ServiceStep;
+
+    fn build(&mut self, ctx: &Ctx<R>, env_source: &EnvSource) -> Result<()> {
+        let key = &self.desired.key;
+        let container = &self.spec.container;
+        let (env, env_digest) = env_source.env(ctx, key, container, identity_vars(key))?;
+        self.launch = Launch {
+            env,
+            env_digest,
+            ports: self.spec.ports.clone(),
+            restart: String::new(),
+            default_ulimits: ctx.default_ulimits.clone(),
+            probes: self.spec.probes.clone(),
+            ..Launch::default()
+        };
+        let identity = Identity {
+            name: key.app_id(),
+            kind: Kind::Deployment,
+            role: Kind::Deployment.as_str().to_owned(),
+            name_label: key.name.clone(),
+            replica_id: "swarm".to_owned(),
+            ordinal: None,
+            spec_hash: Some(self.desired.spec_hash.to_string()),
+            release_id: None,
+            aliases: aliases(key, None),
+        };
+        let replicas = u64::try_from(self.desired.n_replicas).unwrap_or(0);
+        self.built = Some(build_service(
+            ctx,
+            key,
+            &identity,
+            container,
+            &self.launch,
+            Shape {
+                mode: ServiceMode::Replicated { replicas },
+                probes: self.spec.probes.as_ref(),
+                drain: self.spec.drain.as_ref(),
+                stop_first: false,
+                constraints: Vec::new(),
+                asset_digests: &self.spec.asset_digests,
+                labels: std::collections::BTreeMap::new(),
+                volume_labels: std::collections::BTreeMap::new(),
+            },
+        )?);
+        Ok(())
+    }
+
+    fn set_release(&mut self, release: &Release) {
+        if let Some(built) = &mut self.built {
+            built
+                .spec
+                .labels
+                .insert(labels::RELEASE_ID.to_owned(), release.id.to_string());
+        }
+    }
+
+    fn report(&self) -> Report<'_> {
+        let key = &self.desired.key;
+        Report {
+            key,
+            on_deploy: self.spec.on_deploy.as_ref(),
+            image: self.spec.container.effective_image(key),
+        }
+    }
+
+    fn images(&self) -> (&ContainerSpec, &[Init]) {
+        (&self.spec.container, &self.spec.inits)
+    }
+
+    fn is_current(&self, container: &Container) -> bool {
+        self.service_target()
+            .is_some_and(|target| target.is_current(&container.labels))
+    }
+
+    fn observe<'a>(
+        &'a self,
+        ctx: &'a Ctx<R>,
+        key: &'a ResourceKey,
+    ) -> BoxFuture<'a, Result<Observed>> {
+        Box::pin(async move {
+            let seen = observe_services(ctx, key).await?;
+            let app = key.app_id();
+            Ok(observed(
+                seen,
+                ctx.options.ready_settle,
+                |task| {
+                    format!(
+                        "{app}.{}.{}",
+                        task.slot.unwrap_or(0),
+                        &task.id[..task.id.len().min(8)]
+                    )
+                },
+                |container| <Self as Replicated<R>>::is_current(self, container),
+            ))
+        })
+    }
+
+    fn prepare<'a>(&'a self, ctx: &'a Ctx<R>, key: &'a ResourceKey) -> BoxFuture<'a, Result<()>> {
+        Box::pin(prepare(ctx, key, &self.spec.container))
+    }
+
+    fn plan(&self, observed: &Observed) -> Vec<ServiceStep> {
+        let Some(target) = self.service_target() else {
+            return Vec::new();
+        };
+        let seen = observed.swarm.as_ref();
+        plan_service(
+            &target,
+            seen.and_then(|seen| seen.services.first()),
+            seen.map_or(&[][..], |seen| &seen.tasks),
+        )
+    }
+
+    fn touches(step: &ServiceStep) -> bool {
+        matches!(step, ServiceStep::Create | ServiceStep::Update)
+    }
+
+    fn is_replace(step: &ServiceStep) -> bool {
+        matches!(step, ServiceStep::Update)
+    }
+
+    fn gate(&self, steps: Vec<ServiceStep>, _observed: &Observed) -> Vec<ServiceStep> {
+        // Swarm gates its own rolling update (parallelism 1, the monitor window).
+        steps
+    }
+
+    fn new_replicas<'a>(
+        &'a self,
+        _ctx: &'a Ctx<R>,
+        observed: &'a Observed,
+        release: &'a Release,
+    ) -> BoxFuture<'a, Vec<NewReplica>> {
+        Box::pin(async move {
+            new_replicas(observed, release, |labels| {
+                self.service_target()
+                    .is_some_and(|target| target.is_current(labels))
+            })
+        })
+    }
+
+    fn look_again(&self, observed: &Observed) -> Option<std::time::Duration> {
+        super::look_again(&<Self as Replicated<R>>::plan(self, observed), observed)
+    }
+
+    fn gave_up(&self, observed: &Observed, release: &Release) -> Option<(FailureReason, String)> {
+        swarm_gave_up(observed, release, |labels| {
+            self.service_target()
+                .is_some_and(|target| target.is_current(labels))
+        })
+    }
+
+    fn before_rollout<'a>(
+        &'a self,
+        _ctx: &'a Ctx<R>,
+        _release: &'a Release,
+    ) -> BoxFuture<'a, Result<Option<Error>>> {
+        // Release hooks are refused under Swarm (`plan::swarm_gaps`).
+        Box::pin(async { Ok(None) })
+    }
+
+    fn after_rollout<'a>(
+        &'a self,
+        _ctx: &'a Ctx<R>,
+        _release: &'a Release,
+    ) -> BoxFuture<'a, Result<String>> {
+        Box::pin(async { Ok(String::new()) })
+    }
+
+    fn execute<'a>(
+        &'a self,
+        ctx: &'a Ctx<R>,
+        steps: &'a [ServiceStep],
+        observed: &'a Observed,
+        _backing_off: &'a mut BackingOff,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(execute(ctx, self, steps, observed))
+    }
+
+    fn detail<'a>(
+        &'a self,
+        _ctx: &'a Ctx<R>,
+        status: ResourceStatus,
+        observed: &'a Observed,
+    ) -> BoxFuture<'a, Result<ResourceStatus>> {
+        let mut status = with_detail(status, observed, &self.target(), self.desired);
+        if let Some(seen) = &observed.swarm {
+            let lost = super::lost_nodes(seen);
+            if !lost.is_empty() && status.message.is_empty() {
+                status.message = format!(
+                    "node(s) down: {}; Swarm reschedules their tasks",
+                    lost.join(", ")
+                );
+            }
+        }
+        Box::pin(async move { Ok(status) })
+    }
+}
+
+/// Before a rollout: the overlay networks exist and the image is on this node (pulled with
+/// the registry's credentials when missing; other nodes pull it with the credentials sent
+/// with the service).
+pub(super) async fn prepare<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    container: &ContainerSpec,
+) -> Result<()> {
+    for network in container.effective_networks() {
+        ctx.runtime
+            .ensure_overlay(&super::overlay(&network))
+            .await
+            .map_err(|source| Error::Runtime {
+                key: key.clone(),
+                source,
+            })?;
+    }
+    let image = crate::model::resolve_asset_refs(&container.effective_image(key), &ctx.assets_root);
+    crate::reconcile::images::ensure_image(ctx, key, &image).await
+}
+
+/// The current tasks still waiting, each with the failed tasks of its slot of this
+/// release's version as restarts.
+pub(super) fn new_replicas(
+    observed: &Observed,
+    release: &Release,
+    is_current: impl Fn(&std::collections::BTreeMap<String, String>) -> bool,
+) -> Vec<NewReplica> {
+    let Some(seen) = &observed.swarm else {
+        return Vec::new();
+    };
+    observed
+        .waiting
+        .iter()
+        .filter_map(|waiting| {
+            let container = observed
+                .actual
+                .iter()
+                .find(|container| container.name == waiting.name)?;
+            let task = seen.tasks.iter().find(|task| task.id == container.id)?;
+            let restarts = seen
+                .tasks
+                .iter()
+                .filter(|other| {
+                    other.service_id == task.service_id
+                        && other.slot == task.slot
+                        && other.state == TaskState::Failed
+                        && is_current(&other.labels)
+                        && other.since >= release.started_at
+                })
+                .count();
+            Some(NewReplica {
+                name: waiting.name.clone(),
+                this_release: task.since >= release.started_at,
+                restarts: u32::try_from(restarts).unwrap_or(u32::MAX),
+                last_exit_code: None,
+            })
+        })
+        .collect()
+}
+
+/// Whether Swarm gave up on an update made for `release`: rolled back (or paused) after the
+/// release began, away from what the release runs (a rollback release that Swarm's own
+/// rollback already brought back is not failed by it). The reason names Swarm's state and
+/// message and the failed task's error.
+pub(super) fn swarm_gave_up(
+    observed: &Observed,
+    release: &Release,
+    is_current: impl Fn(&std::collections::BTreeMap<String, String>) -> bool,
+) -> Option<(FailureReason, String)> {
+    let seen = observed.swarm.as_ref()?;
+    let (service, update) = seen.services.iter().find_map(|service| {
+        let update = service.update.as_ref()?;
+        (update.state.failed()
+            && update.started_at >= release.started_at
+            && !is_current(&service.task_labels))
+        .then_some((service, update))
+    })?;
+    let failed = seen
+        .tasks
+        .iter()
+        .filter(|task| {
+            task.service_id == service.id
+                && matches!(task.state, TaskState::Failed | TaskState::Rejected)
+                && is_current(&task.labels)
+        })
+        .max_by_key(|task| task.since);
+    let task = failed.map_or_else(String::new, |task| {
+        format!(
+            "; task {} {}: {}",
+            task.slot
+                .map_or_else(String::new, |slot| format!("slot {slot}")),
+            task.state.as_str(),
+            if task.error.is_empty() {
+                &task.message
+            } else {
+                &task.error
+            }
+        )
+    });
+    Some((
+        FailureReason::SwarmRollback,
+        format!(
+            "Docker Swarm gave up on the update of service {} ({}: {}){task}",
+            service.name,
+            update.state.as_str(),
+            update.message
+        ),
+    ))
+}
+
+async fn execute<R: Runtime>(
+    ctx: &Ctx<R>,
+    work: &SwarmDeployment<'_>,
+    steps: &[ServiceStep],
+    observed: &Observed,
+) -> Result<()> {
+    let key = &work.desired.key;
+    let Some(built) = work.built() else {
+        return Ok(());
+    };
+    let runtime_error = |source| Error::Runtime {
+        key: key.clone(),
+        source,
+    };
+    let service = observed
+        .swarm
+        .as_ref()
+        .and_then(|seen| seen.services.first());
+    for step in steps {
+        match (step, service) {
+            (ServiceStep::Wait(_), _) => {}
+            (ServiceStep::Create, _) => {
+                let spec = with_configs(ctx, key, built).await?;
+                let auth = registry_auth(ctx, key, &spec.task.image).await?;
+                ctx.runtime
+                    .create_service(&spec, auth.as_ref())
+                    .await
+                    .map_err(runtime_error)?;
+                tracing::info!(%key, service = %spec.name, "service created");
+            }
+            (ServiceStep::Update | ServiceStep::Scale { .. }, Some(service)) => {
+                let spec = with_configs(ctx, key, built).await?;
+                let auth = registry_auth(ctx, key, &spec.task.image).await?;
+                ctx.runtime
+                    .update_service(&service.id, service.version, &spec, auth.as_ref())
+                    .await
+                    .map_err(runtime_error)?;
+                match step {
+                    ServiceStep::Scale { from, to } => {
+                        tracing::info!(%key, service = %spec.name, from, to, "service scaled");
+                    }
+                    _ => {
+                        tracing::info!(%key, service = %spec.name, "service updated: Swarm rolls its tasks")
+                    }
+                }
+                super::remove_stale_configs(ctx, &built.assets).await;
+            }
+            (ServiceStep::Update | ServiceStep::Scale { .. }, None) => {}
+        }
+    }
+    Ok(())
+}
+
+/// The credentials of the `registry` for `image`'s registry host, sent with the service so
+/// every node can pull it.
+pub(super) async fn registry_auth<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    image: &str,
+) -> Result<Option<crate::runtime::RegistryAuth>> {
+    crate::reconcile::images::auth_for(ctx, key, image).await
+}

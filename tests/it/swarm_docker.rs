@@ -1,0 +1,520 @@
+//! `--runtime swarm` on a single-node swarm (issue 16, acceptance 2): the real binary,
+//! a real repository, the shared engine made a swarm manager by `SwarmGuard`.
+//!
+//! State is read as an operator reads it: the agent's state.db (what `status --json` and
+//! `releases` print) and the engine's services and tasks. Limits are liveness bounds.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use voodu_agent::model::{Kind, ResourceKey};
+use voodu_agent::runtime::{DockerRuntime, Runtime, Task, TaskState, labels};
+use voodu_agent::store::{ReleasePhase, Store};
+
+use crate::e2e_docker::Agent;
+use crate::support::swarm::{SwarmGuard, docker};
+use crate::support::{DockerGuard, TempRepo, TestResult, test_image, unique, wait_until};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn deployment(scope: &str, replicas: u32, version: &str, extra: &str) -> String {
+    format!(
+        r#"deployment "{scope}" "web" {{
+  image    = "{image}"
+  command  = ["sleep", "3600"]
+  replicas = {replicas}
+  env      = {{ VERSION = "{version}" }}
+{extra}}}
+"#,
+        image = test_image()
+    )
+}
+
+/// A readiness probe that never passes: under Swarm, a health check that fails.
+const NEVER_HEALTHY: &str = r#"  probes {
+    readiness {
+      exec { command = ["false"] }
+      period = "1s"
+      failure_threshold = 1
+    }
+  }
+"#;
+
+fn store(data: &Path) -> Option<Store> {
+    Store::open_read_only(&data.join("state.db")).ok()
+}
+
+/// Waits until the resource's status is `phase` with `running` replicas and its latest
+/// release is `release` (a phase) at `commit`.
+fn wait_status(
+    data: &Path,
+    key: &ResourceKey,
+    phase: &str,
+    running: usize,
+    commit: &str,
+    log: &Path,
+) -> TestResult {
+    wait_until(
+        LIMIT,
+        &format!("{key} {phase} with {running} running at {commit}"),
+        || {
+            let store = store(data)?;
+            let status = store.status(key).ok()??;
+            let release = store.latest_release(key).ok()??;
+            (status.phase == phase
+                && status.running_replicas == running
+                && release.commit.as_str() == commit
+                && release.phase == ReleasePhase::Succeeded)
+                .then_some(())
+        },
+    )
+    .map_err(|error| {
+        let status = store(data).and_then(|store| store.status(key).ok().flatten());
+        format!(
+            "{error}; status {status:?}\nagent log:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        )
+        .into()
+    })
+}
+
+/// The service's tasks Swarm wants running and that run (a task being stopped is not
+/// counted, though it may still serve).
+fn running(tasks: &[Task]) -> Vec<&Task> {
+    tasks
+        .iter()
+        .filter(|task| task.state == TaskState::Running && task.desired == TaskState::Running)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Docker engine (a single-node swarm is made on it): scripts/test runs it (cargo test -- --include-ignored)"]
+async fn a_deployment_rolls_start_first_scales_without_churn_and_a_swarm_rollback_fails_its_release()
+-> TestResult {
+    let scope = unique("sw");
+    let _containers = DockerGuard::new(&scope);
+    let _swarm = SwarmGuard::new(&scope)?;
+    let runtime = DockerRuntime::connect().await?;
+    let repo = TempRepo::new()?;
+    repo.write("app.hcl", &deployment(&scope, 3, "1", ""))?;
+    let first = repo.commit("three replicas")?;
+    let dir = tempfile::tempdir()?;
+    let (data, log) = (dir.path().join("data"), dir.path().join("agent.log"));
+    let _agent = Agent::start(
+        &repo,
+        &data,
+        &log,
+        &[
+            "--runtime",
+            "swarm",
+            "--ready-settle",
+            "2s",
+            "--rollout-deadline",
+            "3m",
+        ],
+    )?;
+    let key = ResourceKey::new(Kind::Deployment, &scope, "web");
+    wait_status(&data, &key, "Ready", 3, &first, &log)?;
+    let service = format!("{scope}-web");
+    assert_eq!(
+        docker(&[
+            "service",
+            "inspect",
+            &service,
+            "--format",
+            "{{.Spec.UpdateConfig.Order}} {{.Spec.UpdateConfig.FailureAction}} {{.Spec.UpdateConfig.Parallelism}} {{.Spec.UpdateConfig.Monitor}}"
+        ])?,
+        "start-first rollback 1 2s"
+    );
+    let service_id = docker(&["service", "inspect", &service, "--format", "{{.ID}}"])?;
+
+    // 1. A new version rolls start-first: running tasks never below 3 while it does.
+    let sampling = Arc::new(AtomicBool::new(true));
+    let minimum = Arc::new(AtomicUsize::new(usize::MAX));
+    let sampler = {
+        let (sampling, minimum, id) = (sampling.clone(), minimum.clone(), service_id.clone());
+        let runtime = runtime.clone();
+        tokio::spawn(async move {
+            let mut samples = 0;
+            while sampling.load(Ordering::Relaxed) {
+                if let Ok(tasks) = runtime.list_tasks(&id).await {
+                    minimum.fetch_min(running(&tasks).len(), Ordering::Relaxed);
+                    samples += 1;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            samples
+        })
+    };
+    repo.write("app.hcl", &deployment(&scope, 3, "2", ""))?;
+    let second = repo.commit("version 2")?;
+    wait_status(&data, &key, "Ready", 3, &second, &log)?;
+    sampling.store(false, Ordering::Relaxed);
+    let samples = sampler.await?;
+    assert!(samples > 10, "only {samples} samples of the roll");
+    println!(
+        "roll of 3 replicas: {samples} samples of the service's tasks, running (and wanted) never below {}",
+        minimum.load(Ordering::Relaxed)
+    );
+    assert!(
+        minimum.load(Ordering::Relaxed) >= 3,
+        "running tasks fell to {} during the roll",
+        minimum.load(Ordering::Relaxed)
+    );
+    let tasks = runtime.list_tasks(&service_id).await?;
+    let hashes: BTreeSet<String> = running(&tasks)
+        .iter()
+        .filter_map(|task| task.labels.get(labels::MANIFEST_HASH).cloned())
+        .collect();
+    assert_eq!(
+        hashes.len(),
+        1,
+        "one version runs: {hashes:?}\n{tasks:#?}\n{}",
+        docker(&[
+            "service",
+            "inspect",
+            &service,
+            "--format",
+            "{{json .UpdateStatus}}"
+        ])?
+    );
+    let good = hashes;
+
+    // 2. Scale to 5: the 3 tasks stay, 2 are added.
+    let before: BTreeSet<String> = running(&tasks).iter().map(|task| task.id.clone()).collect();
+    repo.write("app.hcl", &deployment(&scope, 5, "2", ""))?;
+    let third = repo.commit("five replicas")?;
+    wait_until(LIMIT, "5 running tasks", || {
+        let store = store(&data)?;
+        let status = store.status(&key).ok()??;
+        (status.phase == "Ready" && status.running_replicas == 5).then_some(())
+    })
+    .map_err(|error| {
+        let status = store(&data).and_then(|store| store.status(&key).ok().flatten());
+        format!(
+            "{error}; status {status:?}\nagent log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )
+    })?;
+    let tasks = runtime.list_tasks(&service_id).await?;
+    let after: BTreeSet<String> = running(&tasks).iter().map(|task| task.id.clone()).collect();
+    assert!(
+        before.is_subset(&after),
+        "scaling replaced tasks: {before:?} → {after:?}"
+    );
+    assert_eq!(after.len(), 5);
+    let latest = store(&data).and_then(|store| store.latest_release(&key).ok().flatten());
+    assert_eq!(
+        latest.map(|release| release.commit.to_string()),
+        Some(second.clone()),
+        "a replica count is not a new release: the release of {second} stays current (commit {third} changed only replicas)"
+    );
+
+    // 3. A version that never becomes healthy: Swarm rolls its update back, the release
+    // fails with the reason, and the agent's own rollback pins the last good release.
+    repo.write("app.hcl", &deployment(&scope, 5, "3", NEVER_HEALTHY))?;
+    let bad = repo.commit("version 3, never healthy")?;
+    let failed =
+        wait_until(Duration::from_secs(180), "the bad release failed", || {
+            let store = store(&data)?;
+            store.releases(&key, 10).ok()?.into_iter().find(|release| {
+                release.commit.as_str() == bad && release.phase == ReleasePhase::Failed
+            })
+        })
+        .map_err(|error| {
+            format!(
+                "{error}\nagent log:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            )
+        })?;
+    assert!(
+        failed
+            .message
+            .contains("Docker Swarm gave up on the update")
+            && failed.message.contains("rollback"),
+        "{}",
+        failed.message
+    );
+    assert!(failed.message.contains("unhealthy"), "{}", failed.message);
+    wait_until(LIMIT, "the rollback running and pinned", || {
+        let store = store(&data)?;
+        let status = store.status(&key).ok()??;
+        let pinned = store.pins().ok()?.iter().any(|pin| pin.key == key);
+        (status.phase == "Ready" && status.running_replicas == 5 && pinned).then_some(status)
+    })
+    .map(|status| {
+        assert!(
+            status.message.contains("automatic rollback to release"),
+            "{}",
+            status.message
+        );
+        assert!(
+            status.message.contains("Docker Swarm gave up"),
+            "{}",
+            status.message
+        );
+    })?;
+    // Version 2 runs, as before the bad commit.
+    let tasks = runtime.list_tasks(&service_id).await?;
+    let hashes: BTreeSet<String> = running(&tasks)
+        .iter()
+        .filter_map(|task| task.labels.get(labels::MANIFEST_HASH).cloned())
+        .collect();
+    assert_eq!(hashes, good);
+    Ok(())
+}
+
+fn statefulset(scope: &str, version: &str) -> String {
+    format!(
+        r#"statefulset "{scope}" "db" {{
+  image    = "{image}"
+  command  = ["sh", "-c", "test -f /data/marker || echo first-$VERSION-$VOODU_REPLICA_ORDINAL > /data/marker; exec sleep 3600"]
+  replicas = 2
+  env      = {{ VERSION = "{version}" }}
+  volume_claim "data" {{
+    mount_path = "/data"
+  }}
+}}
+"#,
+        image = test_image()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Docker engine (a single-node swarm is made on it): scripts/test runs it (cargo test -- --include-ignored)"]
+async fn a_statefulset_keeps_its_per_ordinal_volumes_across_a_roll() -> TestResult {
+    let scope = unique("sw");
+    let _containers = DockerGuard::new(&scope);
+    let _swarm = SwarmGuard::new(&scope)?;
+    let runtime = DockerRuntime::connect().await?;
+    let repo = TempRepo::new()?;
+    repo.write("db.hcl", &statefulset(&scope, "1"))?;
+    let first = repo.commit("two pods")?;
+    let dir = tempfile::tempdir()?;
+    let (data, log) = (dir.path().join("data"), dir.path().join("agent.log"));
+    let _agent = Agent::start(
+        &repo,
+        &data,
+        &log,
+        &["--runtime", "swarm", "--ready-settle", "1s"],
+    )?;
+    let key = ResourceKey::new(Kind::Statefulset, &scope, "db");
+    wait_status(&data, &key, "Ready", 2, &first, &log)?;
+    // One service per ordinal, pinned to this node, with its own volume.
+    for ordinal in 0..2 {
+        let service = format!("{scope}-db-{ordinal}");
+        let placement = docker(&[
+            "service",
+            "inspect",
+            &service,
+            "--format",
+            "{{json .Spec.TaskTemplate.Placement.Constraints}} {{.Spec.UpdateConfig.Order}}",
+        ])?;
+        assert!(
+            placement.starts_with("[\"node.id==") && placement.ends_with("stop-first"),
+            "{placement}"
+        );
+    }
+    let volumes = docker(&[
+        "volume",
+        "ls",
+        "-q",
+        "--filter",
+        &format!("label=voodu.scope={scope}"),
+    ])?;
+    let mut volumes: Vec<&str> = volumes.lines().collect();
+    volumes.sort();
+    assert_eq!(
+        volumes,
+        [
+            format!("voodu-{scope}-db-data-0"),
+            format!("voodu-{scope}-db-data-1")
+        ]
+    );
+    let markers = |runtime: &DockerRuntime| {
+        let runtime = runtime.clone();
+        let scope = scope.clone();
+        async move {
+            let mut markers = Vec::new();
+            for ordinal in 0..2 {
+                let service = format!("{scope}-db-{ordinal}");
+                let id = docker(&["service", "inspect", &service, "--format", "{{.ID}}"])?;
+                let tasks = runtime.list_tasks(&id).await?;
+                let task = running(&tasks)
+                    .into_iter()
+                    .next()
+                    .ok_or("no running task")?
+                    .clone();
+                let marker = docker(&["exec", &task.container_id, "cat", "/data/marker"])?;
+                markers.push((
+                    marker,
+                    task.since,
+                    task.labels.get(labels::MANIFEST_HASH).cloned(),
+                ));
+            }
+            TestResult::Ok(markers)
+        }
+    };
+    let before = markers(&runtime).await?;
+    assert_eq!(
+        before
+            .iter()
+            .map(|(marker, _, _)| marker.as_str())
+            .collect::<Vec<_>>(),
+        ["first-1-0", "first-1-1"]
+    );
+    // A roll: each pod gets its new task on its node, with its volume as it was.
+    repo.write("db.hcl", &statefulset(&scope, "2"))?;
+    let second = repo.commit("version 2")?;
+    wait_status(&data, &key, "Ready", 2, &second, &log)?;
+    let after = markers(&runtime).await?;
+    assert_eq!(
+        after
+            .iter()
+            .map(|(marker, _, _)| marker.as_str())
+            .collect::<Vec<_>>(),
+        ["first-1-0", "first-1-1"],
+        "the volumes outlived the roll"
+    );
+    assert!(
+        after.iter().all(|(_, _, hash)| hash != &before[0].2),
+        "every pod runs the new spec"
+    );
+    // Top-down: ordinal 1's new task started no later than ordinal 0's.
+    assert!(after[1].1 <= after[0].1, "{after:?}");
+    Ok(())
+}
+
+fn with_asset(scope: &str, motd: &str) -> String {
+    format!(
+        r#"asset "{scope}" "cfg" {{
+  motd = "{motd}"
+}}
+deployment "{scope}" "api" {{
+  image    = "{image}"
+  command  = ["sleep", "3600"]
+  replicas = 2
+  volumes  = ["${{asset.{scope}.cfg.motd}}:/etc/motd:ro"]
+}}
+job "{scope}" "migrate" {{
+  image   = "{image}"
+  command = ["sh", "-c", "echo migrated {motd}; exit 0"]
+}}
+"#,
+        image = test_image()
+    )
+}
+
+/// `docker exec` `cat /etc/motd` in each running task of `service`.
+async fn motds(runtime: &DockerRuntime, service: &str) -> TestResult<Vec<String>> {
+    let id = docker(&["service", "inspect", service, "--format", "{{.ID}}"])?;
+    let tasks = runtime.list_tasks(&id).await?;
+    running(&tasks)
+        .iter()
+        .map(|task| docker(&["exec", &task.container_id, "cat", "/etc/motd"]))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Docker engine (a single-node swarm is made on it): scripts/test runs it (cargo test -- --include-ignored)"]
+async fn a_job_runs_to_completion_and_an_asset_change_rotates_its_config_and_rolls_its_consumers()
+-> TestResult {
+    let scope = unique("sw");
+    let _containers = DockerGuard::new(&scope);
+    let _swarm = SwarmGuard::new(&scope)?;
+    let runtime = DockerRuntime::connect().await?;
+    let repo = TempRepo::new()?;
+    repo.write("app.hcl", &with_asset(&scope, "one"))?;
+    let first = repo.commit("an asset, its consumer and a job")?;
+    let dir = tempfile::tempdir()?;
+    let (data, log) = (dir.path().join("data"), dir.path().join("agent.log"));
+    let _agent = Agent::start(
+        &repo,
+        &data,
+        &log,
+        &["--runtime", "swarm", "--ready-settle", "1s"],
+    )?;
+    let api = ResourceKey::new(Kind::Deployment, &scope, "api");
+    let job = ResourceKey::new(Kind::Job, &scope, "migrate");
+    wait_status(&data, &api, "Ready", 2, &first, &log)?;
+
+    // The job ran to completion as a replicated-job service, its output recorded.
+    let run = wait_until(LIMIT, "the job's run succeeded", || {
+        let store = store(&data)?;
+        let status = store.status(&job).ok()??;
+        (status.phase == "Succeeded").then_some(())?;
+        store.job_runs(&job).ok()?.into_iter().next()
+    })
+    .map_err(|error| {
+        format!(
+            "{error}\nagent log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )
+    })?;
+    assert_eq!(run.exit_code, Some(0), "{run:?}");
+    assert!(
+        run.logs_tail.contains("migrated") && run.logs_tail.contains("one"),
+        "{run:?}"
+    );
+    let modes = docker(&[
+        "service",
+        "ls",
+        "--filter",
+        &format!("label=voodu.scope={scope}"),
+        "--filter",
+        "label=voodu.kind=job",
+        "--format",
+        "{{.Mode}}",
+    ])?;
+    assert_eq!(modes, "replicated job");
+
+    // The asset is a config named after its digest, mounted in every task.
+    let configs = |scope: &str| -> TestResult<Vec<String>> {
+        let listed = docker(&[
+            "config",
+            "ls",
+            "--filter",
+            &format!("label=voodu.scope={scope}"),
+            "--format",
+            "{{.Name}}",
+        ])?;
+        Ok(listed.lines().map(ToOwned::to_owned).collect())
+    };
+    let before = configs(&scope)?;
+    assert_eq!(before.len(), 1, "{before:?}");
+    assert!(
+        before[0].starts_with(&format!("{scope}-cfg-motd-")),
+        "{before:?}"
+    );
+    assert_eq!(
+        motds(&runtime, &format!("{scope}-api")).await?,
+        ["one", "one"]
+    );
+
+    // A change of the asset: a new config, the consumer rolled onto it, the old one gone.
+    repo.write("app.hcl", &with_asset(&scope, "two"))?;
+    let second = repo.commit("a new motd")?;
+    wait_status(&data, &api, "Ready", 2, &second, &log)?;
+    assert_eq!(
+        motds(&runtime, &format!("{scope}-api")).await?,
+        ["two", "two"]
+    );
+    let after = wait_until(LIMIT, "the old config removed", || {
+        let after = configs(&scope).ok()?;
+        (after.len() == 1 && after != before).then_some(after)
+    })?;
+    assert!(
+        after[0].starts_with(&format!("{scope}-cfg-motd-")),
+        "{after:?}"
+    );
+    // The job's spec changed: it ran again.
+    let rerun = wait_until(LIMIT, "the job ran again", || {
+        let runs = store(&data)?.job_runs(&job).ok()?;
+        (runs.len() == 2 && runs[0].exit_code == Some(0)).then(|| runs[0].clone())
+    })?;
+    assert!(rerun.logs_tail.contains("two"), "{rerun:?}");
+    Ok(())
+}
