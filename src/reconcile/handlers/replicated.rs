@@ -97,19 +97,24 @@ pub(super) trait Replicated<R: Runtime>: Send + Sync {
     /// The steps the health gate lets through now.
     fn gate(&self, steps: Vec<Self::Step>, observed: &Observed) -> Vec<Self::Step>;
     /// Runs before the first replica of a rollout is touched, after the images are there
-    /// (the release hooks): `Ok(Some(error))` when a hook failed.
+    /// (the release hooks): `Ok(Some(error))` when a hook failed. None by default
+    /// (statefulsets have no hooks in voodu; Swarm refuses them, `plan::swarm_gaps`).
     fn before_rollout<'a>(
         &'a self,
-        ctx: &'a Ctx<R>,
-        release: &'a Release,
-    ) -> BoxFuture<'a, Result<Option<Error>>>;
+        _ctx: &'a Ctx<R>,
+        _release: &'a Release,
+    ) -> BoxFuture<'a, Result<Option<Error>>> {
+        Box::pin(async { Ok(None) })
+    }
     /// Runs once the rollout converged with every replica ready; returns a note for the
-    /// release's message.
+    /// release's message. Nothing by default.
     fn after_rollout<'a>(
         &'a self,
-        ctx: &'a Ctx<R>,
-        release: &'a Release,
-    ) -> BoxFuture<'a, Result<String>>;
+        _ctx: &'a Ctx<R>,
+        _release: &'a Release,
+    ) -> BoxFuture<'a, Result<String>> {
+        Box::pin(async { Ok(String::new()) })
+    }
     /// Runs the gated steps; a crashed replica whose back-off still runs is listed in
     /// `backing_off`.
     fn execute<'a>(

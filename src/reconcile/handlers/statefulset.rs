@@ -170,23 +170,6 @@ impl<R: Runtime> Replicated<R> for Statefulset<'_> {
         gate::gate_ordered(steps, &unready, &down)
     }
 
-    /// Statefulsets have no release hooks (voodu has none).
-    fn before_rollout<'a>(
-        &'a self,
-        _ctx: &'a Ctx<R>,
-        _release: &'a Release,
-    ) -> BoxFuture<'a, Result<Option<Error>>> {
-        Box::pin(async { Ok(None) })
-    }
-
-    fn after_rollout<'a>(
-        &'a self,
-        _ctx: &'a Ctx<R>,
-        _release: &'a Release,
-    ) -> BoxFuture<'a, Result<String>> {
-        Box::pin(async { Ok(String::new()) })
-    }
-
     fn execute<'a>(
         &'a self,
         ctx: &'a Ctx<R>,

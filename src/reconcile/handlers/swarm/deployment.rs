@@ -266,23 +266,6 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
         })
     }
 
-    fn before_rollout<'a>(
-        &'a self,
-        _ctx: &'a Ctx<R>,
-        _release: &'a Release,
-    ) -> BoxFuture<'a, Result<Option<Error>>> {
-        // Release hooks are refused under Swarm (`plan::swarm_gaps`).
-        Box::pin(async { Ok(None) })
-    }
-
-    fn after_rollout<'a>(
-        &'a self,
-        _ctx: &'a Ctx<R>,
-        _release: &'a Release,
-    ) -> BoxFuture<'a, Result<String>> {
-        Box::pin(async { Ok(String::new()) })
-    }
-
     fn execute<'a>(
         &'a self,
         ctx: &'a Ctx<R>,
