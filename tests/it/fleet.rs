@@ -83,6 +83,9 @@ impl Host {
             Duration::from_millis(10),
             &format!("commit {sha} seen"),
             || {
+                if self.task.is_finished() {
+                    return Err("the agent stopped before seeing the commit".into());
+                }
                 let summary = self.store.commit_summary()?;
                 Ok(summary
                     .last_seen
@@ -201,6 +204,14 @@ async fn each_host_applies_its_own_set_and_a_broken_host_manifest_is_rejected_th
             silent.local_addr()?
         ),
     )?;
+    // The table is read at the same time (each waits out the silent agent's 2 s).
+    let table_run = Command::new(env!("CARGO_BIN_EXE_voodu-agent"))
+        .args(["fleet", "status", "--agents"])
+        .arg(&file)
+        .args(["--timeout", "2s"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
     let (ok, stdout, stderr) = fleet_status(&file, &["--json", "--timeout", "2s"])?;
     assert!(ok, "{stderr}");
     let view: serde_json::Value = serde_json::from_str(&stdout)?;
@@ -242,8 +253,13 @@ async fn each_host_applies_its_own_set_and_a_broken_host_manifest_is_rejected_th
     assert_eq!(silent_row["error"], "no answer within 2s", "{stdout}");
 
     // The table: one row per agent and the tally.
-    let (ok, table, _) = fleet_status(&file, &["--timeout", "2s"])?;
-    assert!(ok);
+    let output = table_run.wait_with_output()?;
+    let table = String::from_utf8(output.stdout)?;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert!(
         table.contains("5 agents: ") && table.contains("1 rejected, 2 unreachable"),
         "{table}"

@@ -120,7 +120,12 @@ async fn a_commit_beyond_the_policy_is_rejected_until_the_host_allows_it() -> Te
         ..Policy::default()
     };
     let (shutdown, agent) = start(&repo, data.path(), allowing);
-    until("the greedy commit applied", || applied(&greedy)).await?;
+    if let Err(error) = until("the greedy commit applied", || applied(&greedy)).await {
+        if agent.is_finished() {
+            return Err(format!("{error}; the agent ended: {:?}", agent.await).into());
+        }
+        return Err(error);
+    }
     assert_eq!(web_docker_options(&store)?, ["--privileged"]);
     shutdown.cancel();
     agent.await??;
