@@ -801,7 +801,9 @@ async fn a_handful_of_webhooks_for_a_new_commit_fetch_once() -> TestResult {
     agent.repo.write("web.hcl", &web(2, "2"))?;
     let second = agent.repo.commit("web: V=2")?;
     let client = client()?;
-    let before = syncs(&client, &agent).await?;
+    // The sync counter moves just after the store records a commit: wait for the start-up
+    // sync's count before taking the base, and for the flood's before comparing.
+    let before = syncs_at_least(&client, &agent, 1.0).await?;
     assert_eq!(
         flood(
             &client,
@@ -815,7 +817,7 @@ async fn a_handful_of_webhooks_for_a_new_commit_fetch_once() -> TestResult {
     );
     agent.applied(&second).await?;
     assert_eq!(
-        syncs(&client, &agent).await? - before,
+        syncs_at_least(&client, &agent, before + 1.0).await? - before,
         1.0,
         "one fetch for one SHA"
     );
@@ -831,6 +833,23 @@ async fn a_handful_of_webhooks_for_a_new_commit_fetch_once() -> TestResult {
     assert_eq!(result("accepted"), 1.0, "one request started the fetch");
     assert_eq!(result("coalesced"), 19.0);
     agent.stop().await
+}
+
+/// `voodu_syncs_total` once it is at least `least` (it is counted just after the store
+/// records the sync's outcome); what it is then.
+async fn syncs_at_least(
+    client: &reqwest::Client,
+    agent: &TestAgent,
+    least: f64,
+) -> TestResult<f64> {
+    let started = std::time::Instant::now();
+    loop {
+        let now = syncs(client, agent).await?;
+        if now >= least || started.elapsed() > Duration::from_secs(30) {
+            return Ok(now);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 async fn syncs(client: &reqwest::Client, agent: &TestAgent) -> TestResult<f64> {
