@@ -275,39 +275,8 @@ fn basic_password(encoded: &str) -> Option<Vec<u8>> {
 
 /// Standard base64 (RFC 4648, with padding); `None` for anything else.
 fn from_base64(text: &str) -> Option<Vec<u8>> {
-    let value = |byte: u8| -> Option<u32> {
-        Some(match byte {
-            b'A'..=b'Z' => u32::from(byte - b'A'),
-            b'a'..=b'z' => u32::from(byte - b'a') + 26,
-            b'0'..=b'9' => u32::from(byte - b'0') + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        })
-    };
-    let bytes = text.as_bytes();
-    if !bytes.len().is_multiple_of(4) {
-        return None;
-    }
-    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
-    for chunk in bytes.chunks(4) {
-        let padding = chunk.iter().rev().take_while(|byte| **byte == b'=').count();
-        if padding > 2 {
-            return None;
-        }
-        let mut group = 0u32;
-        for (index, byte) in chunk.iter().enumerate() {
-            let bits = if index >= 4 - padding {
-                0
-            } else {
-                value(*byte)?
-            };
-            group = (group << 6) | bits;
-        }
-        let group = group.to_be_bytes();
-        out.extend_from_slice(&group[1..4 - padding]);
-    }
-    Some(out)
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.decode(text).ok()
 }
 
 /// What kind of notification a request is.
