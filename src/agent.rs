@@ -459,11 +459,19 @@ async fn run_until<R: Runtime>(
     let serving_http = listener.is_some();
     let tracker = TaskTracker::new();
     if let Some(ingress) = &config.reconcile.ingress {
+        let proxy = match config.reconcile.engine {
+            crate::reconcile::Engine::Containers => {
+                "ingress proxy on (Caddy, one container per agent while any ingress exists)"
+            }
+            crate::reconcile::Engine::Swarm => {
+                "ingress proxy on (Caddy, a global Swarm service publishing host ports on every node while any ingress exists)"
+            }
+        };
         tracing::info!(
             image = %ingress.image,
             http = %ingress.http,
             https = %ingress.https,
-            "ingress proxy on (Caddy, one container per agent while any ingress exists)"
+            "{proxy}"
         );
     }
     tracker.spawn(engine_probe(

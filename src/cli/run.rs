@@ -119,6 +119,7 @@ pub(super) struct RunArgs {
     #[arg(long, env = "VOODU_CRON_CATCH_UP", value_name = "DURATION", default_value = "15m", value_parser = humantime::parse_duration)]
     cron_catch_up: Duration,
     /// Host address where the ingress proxy (Caddy) serves HTTP. Port 0 lets the engine pick.
+    /// Under `--runtime swarm`: 0.0.0.0 and a port, published on every node running the proxy.
     #[arg(
         long,
         env = "VOODU_INGRESS_HTTP",
@@ -237,14 +238,8 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
             ..HttpOptions::default()
         },
     };
-    if args.runtime == crate::reconcile::Engine::Swarm && !args.no_ingress {
-        tracing::warn!(
-            "--runtime swarm runs no ingress proxy yet (ingresses say so in status); as with --no-ingress"
-        );
-    }
     // Bind mounts need an absolute path, whatever --data-dir was given as.
-    let no_ingress = args.no_ingress || args.runtime == crate::reconcile::Engine::Swarm;
-    let ingress = (!no_ingress).then(|| IngressOptions {
+    let ingress = (!args.no_ingress).then(|| IngressOptions {
         image: args.ingress_image.clone(),
         http: args.ingress_http,
         https: args.ingress_https,
@@ -325,6 +320,10 @@ pub(super) fn check(args: &RunArgs) -> anyhow::Result<()> {
         && !crate::http::may_listen_without_secret(&listen)
     {
         return Err(crate::http::Error::InsecureListen { address: listen }.into());
+    }
+    if args.runtime == crate::reconcile::Engine::Swarm && !args.no_ingress {
+        crate::reconcile::router::check_swarm_listen(&args.ingress_http, &args.ingress_https)
+            .map_err(anyhow::Error::msg)?;
     }
     Ok(())
 }

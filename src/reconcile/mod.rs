@@ -364,7 +364,9 @@ pub async fn run<R: Runtime>(
             // stale routes.
             let ctx = ctx.clone();
             tracker.spawn(async move {
-                if let Err(error) = router::remove_proxy(ctx.runtime.as_ref(), &ctx.agent_id).await
+                if let Err(error) =
+                    router::remove_proxy(ctx.runtime.as_ref(), &ctx.agent_id, ctx.options.engine)
+                        .await
                 {
                     tracing::warn!(%error, "cannot remove the ingress proxy of an earlier run");
                 }

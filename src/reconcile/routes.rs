@@ -38,12 +38,17 @@ const DEFAULT_PROBE_PERIOD: &str = "10s";
 const DIAL_TIMEOUT: &str = "1s";
 const TRY_DURATION: &str = "3s";
 const FAIL_DURATION: &str = "5s";
+/// How often the proxy resolves a Swarm service's tasks again.
+const TASKS_REFRESH: &str = "2s";
 
 /// One deployment an ingress routes to, as the router sees it.
 pub(crate) struct Backend<'a> {
     pub(crate) spec: &'a DeploymentSpec,
     /// Addresses on the shared network of its ready replicas, in container-name order.
     pub(crate) ready: Vec<String>,
+    /// Under Swarm: the DNS name whose A records are the service's running tasks
+    /// (`tasks.<service>`), which the proxy resolves itself; `ready` is then unused.
+    pub(crate) tasks: Option<String>,
 }
 
 /// What one ingress asks of the proxy, resolved against the host. Its status shows it.
@@ -60,8 +65,10 @@ pub(crate) struct IngressView {
     /// Replicas of that deployment (0 when it does not exist).
     pub(crate) n_replicas: usize,
     pub(crate) routes: Vec<RouteView>,
-    /// `address:port` of every ready replica.
+    /// `address:port` of every ready replica (under Swarm, `tasks.<service>:port`).
     pub(crate) upstreams: Vec<String>,
+    /// Under Swarm: the name the proxy resolves to the tasks it balances over.
+    pub(crate) tasks: Option<String>,
     /// Caddy's selection policy name (voodu's names are Caddy's).
     pub(crate) policy: String,
     pub(crate) health_check: Option<HealthCheck>,
@@ -190,7 +197,12 @@ pub(crate) fn route_table(
             });
         }
         let mut upstreams: Vec<String> = Vec::new();
+        let tasks = backend.and_then(|backend| backend.tasks.clone());
+        if let Some(name) = &tasks {
+            upstreams.push(format!("{name}:{port}"));
+        }
         for address in backend
+            .filter(|_| tasks.is_none())
             .map(|backend| backend.ready.as_slice())
             .unwrap_or(&[])
         {
@@ -236,6 +248,7 @@ pub(crate) fn route_table(
             n_replicas: deployment.map_or(0, DeploymentSpec::n_replicas),
             routes,
             upstreams,
+            tasks,
             policy: ingress
                 .lb
                 .as_ref()
@@ -425,15 +438,27 @@ fn caddy_route(view: &IngressView, route: &RouteView) -> Value {
     } else {
         let mut proxy = serde_json::Map::new();
         proxy.insert("handler".to_owned(), json!("reverse_proxy"));
-        proxy.insert(
-            "upstreams".to_owned(),
-            Value::Array(
-                view.upstreams
-                    .iter()
-                    .map(|dial| json!({ "dial": dial }))
-                    .collect(),
+        match &view.tasks {
+            // Swarm: the tasks' addresses, resolved again every `refresh`.
+            Some(name) => proxy.insert(
+                "dynamic_upstreams".to_owned(),
+                json!({
+                    "source": "a",
+                    "name": name,
+                    "port": view.port.to_string(),
+                    "refresh": TASKS_REFRESH,
+                }),
             ),
-        );
+            None => proxy.insert(
+                "upstreams".to_owned(),
+                Value::Array(
+                    view.upstreams
+                        .iter()
+                        .map(|dial| json!({ "dial": dial }))
+                        .collect(),
+                ),
+            ),
+        };
         proxy.insert(
             "transport".to_owned(),
             json!({ "protocol": "http", "dial_timeout": DIAL_TIMEOUT }),
@@ -535,6 +560,7 @@ mod tests {
                     Backend {
                         spec,
                         ready: ready.iter().map(|address| (*address).to_owned()).collect(),
+                        tasks: None,
                     },
                 )
             })

@@ -274,6 +274,10 @@ pub(super) fn service_body(
                 }),
                 ..ServiceSpecMode::default()
             },
+            ServiceMode::Global => ServiceSpecMode {
+                global: Some(HashMap::new()),
+                ..ServiceSpecMode::default()
+            },
             ServiceMode::ReplicatedJob => ServiceSpecMode {
                 replicated_job: Some(ServiceSpecModeReplicatedJob {
                     max_concurrent: Some(1),

@@ -49,6 +49,7 @@ struct FakeService {
 struct FakeConfig {
     name: String,
     labels: BTreeMap<String, String>,
+    data: Vec<u8>,
 }
 
 /// The node the fake runs on.
@@ -123,6 +124,24 @@ impl FakeRuntime {
         self.swarm
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The spec service `name` was last created or updated with.
+    pub fn service_spec(&self, name: &str) -> Option<ServiceSpec> {
+        self.swarm_lock()
+            .services
+            .values()
+            .find(|service| service.spec.name == name)
+            .map(|service| service.spec.clone())
+    }
+
+    /// The content of config `name`.
+    pub fn config_data(&self, name: &str) -> Option<Vec<u8>> {
+        self.swarm_lock()
+            .configs
+            .values()
+            .find(|config| config.name == name)
+            .map(|config| config.data.clone())
     }
 
     /// Replaces the fake swarm's nodes (the first is this manager).
@@ -288,7 +307,8 @@ fn new_task(
 fn replicas(spec: &ServiceSpec) -> u64 {
     match spec.mode {
         ServiceMode::Replicated { replicas } => replicas,
-        ServiceMode::ReplicatedJob => 1,
+        // The fake swarm runs a global service's one task on its manager.
+        ServiceMode::ReplicatedJob | ServiceMode::Global => 1,
     }
 }
 
@@ -398,7 +418,7 @@ impl FakeRuntime {
                 image: service.spec.task.image.clone(),
                 replicas: match service.spec.mode {
                     ServiceMode::Replicated { replicas } => Some(replicas),
-                    ServiceMode::ReplicatedJob => None,
+                    ServiceMode::ReplicatedJob | ServiceMode::Global => None,
                 },
                 update: service.update.clone(),
                 constraints: service.spec.constraints.clone(),
@@ -433,6 +453,8 @@ impl FakeRuntime {
         let slots: Vec<Option<u64>> = match spec.mode {
             ServiceMode::Replicated { replicas } => (1..=replicas).map(Some).collect(),
             ServiceMode::ReplicatedJob => vec![None],
+            // One node in the fake swarm: one task, in slot 1 as a replica's.
+            ServiceMode::Global => vec![Some(1)],
         };
         for slot in slots {
             swarm.next_id += 1;
@@ -610,6 +632,7 @@ impl FakeRuntime {
             FakeConfig {
                 name: name.to_owned(),
                 labels: labels.clone(),
+                data: data.to_vec(),
             },
         );
         Ok(id)

@@ -18,6 +18,8 @@ pub enum ServiceMode {
     Replicated { replicas: u64 },
     /// Runs to completion once (`replicated-job`, one task at a time).
     ReplicatedJob,
+    /// One task on every node the placement allows, kept running (the ingress proxy).
+    Global,
 }
 
 /// Which task of a slot goes first in a rolling update.

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use voodu_agent::model::{Kind, ResourceKey};
 use voodu_agent::reconcile::Engine;
-use voodu_agent::runtime::{FakeRuntime, Node, NodeState, Runtime, TaskState, labels};
+use voodu_agent::reconcile::router::IngressOptions;
+use voodu_agent::runtime::{FakeRuntime, Node, NodeState, Runtime, ServiceMode, TaskState, labels};
 use voodu_agent::store::{FailureReason, ReleasePhase};
 
 use crate::support::{Harness, TestResult};
@@ -131,7 +132,7 @@ async fn a_deployment_is_one_service_scaled_without_churn_and_a_swarm_rollback_f
 async fn what_swarm_cannot_run_is_refused_with_the_reason_and_nothing_is_sent() -> TestResult {
     let mut harness = swarm_harness()?;
     harness.start()?;
-    let manifest = "deployment \"shop\" \"web\" {\n  image = \"busybox\"\n  init \"seed\" {\n    command = [\"true\"]\n  }\n}\ningress \"shop\" \"web\" {\n  host = \"shop.example\"\n  service = \"web\"\n  port = 8080\n}\n";
+    let manifest = "deployment \"shop\" \"web\" {\n  image = \"busybox\"\n  init \"seed\" {\n    command = [\"true\"]\n  }\n}\n";
     harness.push(&[("web.hcl", manifest)])?;
     let status = harness
         .status_where(&web_key(), |status| status.phase == "Failed")
@@ -143,18 +144,6 @@ async fn what_swarm_cannot_run_is_refused_with_the_reason_and_nothing_is_sent() 
             .contains("cannot run under Docker Swarm: init containers"),
         "{}",
         status.message
-    );
-    let ingress = harness
-        .status_where(&ResourceKey::new(Kind::Ingress, "shop", "web"), |status| {
-            status.phase == "Failed"
-        })
-        .await?;
-    assert!(
-        ingress
-            .message
-            .contains("the ingress proxy is not run under Swarm yet"),
-        "{}",
-        ingress.message
     );
     assert!(harness.fake.list_services(&[]).await?.is_empty());
     harness.stop().await
@@ -251,5 +240,134 @@ async fn a_job_run_is_a_replicated_job_service_recorded_as_a_run() -> TestResult
     assert_eq!(services.len(), 1);
     assert_eq!(services[0].replicas, None, "a replicated job");
     assert_eq!(services[0].name, format!("ops-migrate-{}", runs[0].run_id));
+    harness.stop().await
+}
+
+/// Waits (in the test's paused time) until `check` holds on the fake engine.
+async fn until_fake<F, Fut>(what: &str, check: F) -> TestResult
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = TestResult<bool>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !check().await? {
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("timed out waiting for {what}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// The Caddy config the proxy service `name` runs.
+fn proxy_config(harness: &Harness, name: &str) -> TestResult<serde_json::Value> {
+    let spec = harness.fake.service_spec(name).ok_or("no proxy service")?;
+    let config = spec.configs.first().ok_or("the proxy mounts no config")?;
+    let data = harness
+        .fake
+        .config_data(&config.config_name)
+        .ok_or("its config is gone")?;
+    Ok(serde_json::from_slice(&data)?)
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_ingress_is_served_by_a_global_caddy_service_whose_config_rolls_with_the_routes()
+-> TestResult {
+    let mut harness =
+        Harness::with_fake(FakeRuntime::with_images(&["busybox", "voodu-caddy:latest"]))?;
+    harness.options.engine = Engine::Swarm;
+    harness.options.ready_settle = Duration::ZERO;
+    let state = tempfile::tempdir()?;
+    harness.options.ingress = Some(IngressOptions {
+        image: "voodu-caddy:latest".to_owned(),
+        ..IngressOptions::new(state.path().join("ingress"))
+    });
+    harness.start()?;
+    let ingress = |host: &str| {
+        format!("ingress \"shop\" \"web\" {{\n  host = \"{host}\"\n  port = 8080\n}}\n")
+    };
+    harness.push(&[
+        ("web.hcl", &web(2, "1", "")),
+        ("ingress.hcl", &ingress("shop.example")),
+    ])?;
+    let key = ResourceKey::new(Kind::Ingress, "shop", "web");
+    let status = harness
+        .status_where(&key, |status| status.phase == "Ready")
+        .await?;
+    assert_eq!(
+        status.message,
+        "http://shop.example → the running tasks of deployment shop/web (tasks.shop-web:8080, resolved by the proxy)"
+    );
+    let name = format!("voodu-caddy-{}", harness.store.agent_id()?);
+    let spec = harness.fake.service_spec(&name).ok_or("no proxy service")?;
+    assert_eq!(spec.mode, ServiceMode::Global);
+    assert_eq!(spec.task.networks, ["voodu0-swarm"]);
+    let published: Vec<(u16, u16)> = spec
+        .published
+        .iter()
+        .map(|port| (port.published, port.target))
+        .collect();
+    assert_eq!(published, [(80, 80), (443, 443)]);
+    let config = proxy_config(&harness, &name)?;
+    let routes = config["apps"]["http"]["servers"]
+        .as_object()
+        .ok_or("no servers")?
+        .values()
+        .flat_map(|server| server["routes"].as_array().cloned().unwrap_or_default())
+        .collect::<Vec<_>>();
+    let text = serde_json::to_string(&routes)?;
+    assert!(
+        text.contains(
+            r#""dynamic_upstreams":{"name":"tasks.shop-web","port":"8080","refresh":"2s","source":"a"}"#
+        ) && text.contains("shop.example"),
+        "{text}"
+    );
+    assert_eq!(config["admin"], serde_json::json!({"disabled": true}));
+    let owned = [(labels::ROLE, "ingress")];
+
+    // A new host: a new config, the service rolled to it. The config before stays while
+    // Swarm's previous spec (its rollback) uses it; the one before that goes.
+    let mut configs = vec![spec.configs[0].config_name.clone()];
+    for host in ["shop2.example", "shop3.example"] {
+        harness.push(&[
+            ("web.hcl", &web(2, "1", "")),
+            ("ingress.hcl", &ingress(host)),
+        ])?;
+        harness
+            .status_where(&key, |status| {
+                status.phase == "Ready" && status.message.starts_with(&format!("http://{host} "))
+            })
+            .await?;
+        let spec = harness.fake.service_spec(&name).ok_or("no proxy service")?;
+        assert!(!configs.contains(&spec.configs[0].config_name));
+        configs.push(spec.configs[0].config_name.clone());
+    }
+    let kept: Vec<String> = configs[1..].to_vec();
+    until_fake(
+        "only the current and the previous proxy config kept",
+        || async {
+            let mut listed: Vec<String> = harness
+                .fake
+                .list_configs(&owned)
+                .await?
+                .into_iter()
+                .map(|config| config.name)
+                .collect();
+            listed.sort();
+            let mut kept = kept.clone();
+            kept.sort();
+            Ok(listed == kept)
+        },
+    )
+    .await?;
+
+    // No ingress left: the service and its configs go.
+    harness.push(&[("web.hcl", &web(2, "1", ""))])?;
+    until_fake("the proxy service and its configs removed", || async {
+        let services = harness.fake.list_services(&owned).await?;
+        let configs = harness.fake.list_configs(&owned).await?;
+        Ok(services.is_empty() && configs.is_empty())
+    })
+    .await?;
     harness.stop().await
 }

@@ -518,3 +518,232 @@ async fn a_job_runs_to_completion_and_an_asset_change_rotates_its_config_and_rol
     assert!(rerun.logs_tail.contains("two"), "{rerun:?}");
     Ok(())
 }
+
+/// Removes the agent's ingress proxy service, its configs and data volume when dropped
+/// (they carry the agent's label, not the test's scope). Declared after the `SwarmGuard`,
+/// so it runs before the swarm is left.
+struct ProxyServiceGuard(String);
+
+impl Drop for ProxyServiceGuard {
+    fn drop(&mut self) {
+        let agent = &self.0;
+        let name = format!("voodu-caddy-{agent}");
+        let _ = docker(&["service", "rm", &name]);
+        let filter = format!("label=voodu.agent={agent}");
+        let configs = docker(&["config", "ls", "-q", "--filter", &filter]).unwrap_or_default();
+        for id in configs.split_whitespace() {
+            let _ = docker(&["config", "rm", id]);
+        }
+        // The volume is in use until the task's container is gone.
+        for _ in 0..20 {
+            if docker(&["volume", "rm", "-f", &format!("{name}-data")]).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+}
+
+fn free_port() -> TestResult<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// `GET /` for `host` through the proxy's published port: status and body, or the error.
+async fn get_through(port: u16, host: &str) -> String {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = match reqwest::Client::builder()
+        .no_proxy()
+        .resolve(host, std::net::SocketAddr::from(([127, 0, 0, 1], port)))
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(5))
+        .build()
+    {
+        Ok(client) => client,
+        Err(error) => return format!("client: {error}"),
+    };
+    match client.get(format!("http://{host}:{port}/")).send().await {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            let body = response.text().await.unwrap_or_default();
+            format!("{status} {}", body.trim())
+        }
+        Err(error) => format!("error: {error}"),
+    }
+}
+
+/// The ingress proxy services' tasks, for a failure's message.
+fn proxy_tasks() -> String {
+    let services = docker(&[
+        "service",
+        "ls",
+        "-q",
+        "--filter",
+        "label=voodu.role=ingress",
+    ])
+    .unwrap_or_default();
+    services
+        .split_whitespace()
+        .map(|id| {
+            docker(&[
+                "service",
+                "ps",
+                "--no-trunc",
+                "--format",
+                "{{.Name}} {{.CurrentState}} {{.Error}}",
+                id,
+            ])
+            .unwrap_or_else(|error| error.to_string())
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Waits until `GET /` for `host` answers `expected` (`status body`).
+async fn until_served(port: u16, host: &str, expected: &str, log: &Path) -> TestResult {
+    let deadline = std::time::Instant::now() + LIMIT;
+    let mut last = String::new();
+    while std::time::Instant::now() < deadline {
+        last = get_through(port, host).await;
+        if last == expected {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let tail: Vec<&str> = text
+        .lines()
+        .filter(|line| !line.contains("sync requested") && !line.contains("repo unchanged"))
+        .collect();
+    Err(format!(
+        "{host} never answered {expected:?}; last {last:?}\nagent log (without polls):\n{}\nproxy tasks:\n{}",
+        tail[tail.len().saturating_sub(40)..].join("\n"),
+        proxy_tasks()
+    )
+    .into())
+}
+
+fn web_behind_ingress(scope: &str, version: &str, host: &str) -> String {
+    format!(
+        r#"deployment "{scope}" "web" {{
+  image    = "{image}"
+  command  = ["sh", "-c", "mkdir -p /www && echo {version} > /www/index.html && exec httpd -f -p 8080 -h /www"]
+  replicas = 2
+}}
+ingress "{scope}" "web" {{
+  host = "{host}"
+  port = 8080
+}}
+"#,
+        image = test_image()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Docker engine (a single-node swarm is made on it): scripts/test runs it (cargo test -- --include-ignored)"]
+async fn an_ingress_is_served_by_a_caddy_service_that_follows_the_routes() -> TestResult {
+    let scope = unique("swi");
+    let _containers = DockerGuard::new(&scope);
+    let _swarm = SwarmGuard::new(&scope)?;
+    let host = format!("web.{scope}.test");
+    let repo = TempRepo::new()?;
+    repo.write("app.hcl", &web_behind_ingress(&scope, "v1", &host))?;
+    let first = repo.commit("web behind an ingress")?;
+    let dir = tempfile::tempdir()?;
+    let (data, log) = (dir.path().join("data"), dir.path().join("agent.log"));
+    let (http, https) = (free_port()?, free_port()?);
+    let caddy =
+        std::env::var("VOODU_CADDY_IMAGE").unwrap_or_else(|_| "voodu-caddy:latest".to_owned());
+    let _agent = Agent::start(
+        &repo,
+        &data,
+        &log,
+        &[
+            "--runtime",
+            "swarm",
+            "--ready-settle",
+            "1s",
+            "--ingress-image",
+            &caddy,
+            "--ingress-http",
+            &format!("0.0.0.0:{http}"),
+            "--ingress-https",
+            &format!("0.0.0.0:{https}"),
+        ],
+    )?;
+    let web = ResourceKey::new(Kind::Deployment, &scope, "web");
+    wait_status(&data, &web, "Ready", 2, &first, &log)?;
+    let agent = wait_until(LIMIT, "the agent's id", || {
+        store(&data).and_then(|store| store.agent_id_read_only().ok())
+    })?;
+    let _proxy = ProxyServiceGuard(agent.clone());
+    let ingress = ResourceKey::new(Kind::Ingress, &scope, "web");
+    wait_status(&data, &ingress, "Ready", 1, &first, &log)?;
+    let proxy = format!("voodu-caddy-{agent}");
+    assert_eq!(
+        docker(&[
+            "service",
+            "inspect",
+            &proxy,
+            "--format",
+            "{{if .Spec.Mode.Global}}global{{end}} {{range .Spec.EndpointSpec.Ports}}{{.PublishMode}}:{{.PublishedPort}}->{{.TargetPort}} {{end}}{{.Spec.UpdateConfig.Order}} {{.Spec.UpdateConfig.FailureAction}}"
+        ])?,
+        format!("global host:{http}->80 host:{https}->443 stop-first rollback")
+    );
+    // 1. The routes reach the deployment's tasks through its service's virtual IP.
+    until_served(http, &host, "200 v1", &log).await?;
+
+    // 2. A new version of the deployment: served without a new proxy config.
+    let configs_before = docker(&[
+        "config",
+        "ls",
+        "--filter",
+        &format!("label=voodu.agent={agent}"),
+        "--format",
+        "{{.Name}}",
+    ])?;
+    repo.write("app.hcl", &web_behind_ingress(&scope, "v2", &host))?;
+    let second = repo.commit("v2")?;
+    wait_status(&data, &web, "Ready", 2, &second, &log)?;
+    until_served(http, &host, "200 v2", &log).await?;
+    assert_eq!(
+        docker(&[
+            "config",
+            "ls",
+            "--filter",
+            &format!("label=voodu.agent={agent}"),
+            "--format",
+            "{{.Name}}"
+        ])?,
+        configs_before,
+        "a new version of a deployment changes no route"
+    );
+
+    // 3. A new host: a new config rolled out to the proxy; the old host is not routed.
+    let moved = format!("www.{scope}.test");
+    repo.write("app.hcl", &web_behind_ingress(&scope, "v2", &moved))?;
+    let third = repo.commit("a new host")?;
+    wait_status(&data, &ingress, "Ready", 1, &third, &log)?;
+    until_served(http, &moved, "200 v2", &log).await?;
+    let old = get_through(http, &host).await;
+    assert!(
+        old.starts_with("404 voodu: no ingress routes this host"),
+        "the old host is not served: {old}"
+    );
+
+    // 4. The ingress leaves the repo: the proxy service goes.
+    repo.write(
+        "app.hcl",
+        web_behind_ingress(&scope, "v2", &moved)
+            .split("ingress \"")
+            .next()
+            .ok_or("no deployment")?,
+    )?;
+    repo.commit("no ingress")?;
+    wait_until(LIMIT, "the proxy service removed", || {
+        let listed = docker(&["service", "ls", "--filter", &format!("name={proxy}"), "-q"]).ok()?;
+        listed.is_empty().then_some(())
+    })?;
+    Ok(())
+}

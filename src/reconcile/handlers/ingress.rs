@@ -50,7 +50,8 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
     let report = ctx.router.report();
     let live = report.live.get(key) == Some(&router::fingerprint(view));
     let release = current_release(ctx, &desired).await?;
-    let (phase, message) = assess(view, &report, live);
+    let swarm = ctx.options.engine == crate::reconcile::Engine::Swarm;
+    let (phase, message) = assess(view, &report, live, swarm);
     if !live {
         ctx.router.wake();
     }
@@ -81,7 +82,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
 /// Phase and message. Waiting states are not errors: the router reconciles this ingress
 /// again when its routes change (the deployment appears, replicas become ready, the proxy
 /// loads the config), so nothing here burns the retry budget.
-fn assess(view: &IngressView, report: &RouterReport, live: bool) -> (Phase, String) {
+fn assess(view: &IngressView, report: &RouterReport, live: bool, swarm: bool) -> (Phase, String) {
     let deployment = format!("{}/{}", view.key.scope, view.service);
     let warnings = if view.warnings.is_empty() {
         String::new()
@@ -122,6 +123,17 @@ fn assess(view: &IngressView, report: &RouterReport, live: bool) -> (Phase, Stri
         return (
             Phase::Degraded,
             format!("every route is served by another ingress{warnings}"),
+        );
+    }
+    if swarm {
+        // The proxy resolves the service's running tasks itself (`tasks.<service>`).
+        return (
+            Phase::Ready,
+            format!(
+                "{} → the running tasks of deployment {deployment} ({}, resolved by the proxy){warnings}",
+                view.url,
+                view.upstreams.join(", ")
+            ),
         );
     }
     (
@@ -213,6 +225,7 @@ mod tests {
                 shadowed_by: None,
             }],
             upstreams: vec!["10.0.0.2:8080".to_owned(), "10.0.0.3:8080".to_owned()],
+            tasks: None,
             policy: "round_robin".to_owned(),
             health_check: None,
             tls: None,
@@ -224,12 +237,21 @@ mod tests {
     fn phases_say_what_the_ingress_waits_for() {
         let ok = RouterReport::default();
         let check = |view: &IngressView, report: &RouterReport, live: bool| {
-            let (phase, message) = assess(view, report, live);
+            let (phase, message) = assess(view, report, live, false);
             format!("{phase}: {message}")
         };
         assert_eq!(
             check(&view(), &ok, true),
             "Ready: http://shop.test → 2 ready replica(s) of shop/web"
+        );
+        let mut vip = view();
+        vip.upstreams = vec!["tasks.shop-web:8080".to_owned()];
+        assert_eq!(
+            {
+                let (phase, message) = assess(&vip, &ok, true, true);
+                format!("{phase}: {message}")
+            },
+            "Ready: http://shop.test → the running tasks of deployment shop/web (tasks.shop-web:8080, resolved by the proxy)"
         );
         assert_eq!(
             check(&view(), &ok, false),

@@ -19,6 +19,8 @@ mod rollout;
 mod statefulset;
 mod swarm;
 
+pub(super) use swarm::overlay;
+
 use std::sync::Arc;
 
 use super::{Action, Ctx, Error, Result, blocking};

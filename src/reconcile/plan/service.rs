@@ -164,11 +164,7 @@ pub fn swarm_gaps(spec: &Spec) -> Vec<String> {
         }
         Spec::Job(job) => gaps.extend(container_gaps(&job.container)),
         Spec::Cronjob(cronjob) => gaps.extend(container_gaps(&cronjob.job.container)),
-        Spec::Ingress(_) => gaps.push(
-            "the ingress proxy is not run under Swarm yet: run Caddy (or another proxy) as a service on the overlay network"
-                .to_owned(),
-        ),
-        Spec::Asset(_) | Spec::Registry(_) => {}
+        Spec::Ingress(_) | Spec::Asset(_) | Spec::Registry(_) => {}
     }
     gaps
 }
@@ -214,7 +210,17 @@ pub fn swarm_notes(spec: &Spec) -> Vec<String> {
         }
         Spec::Job(job) => Some(&job.container),
         Spec::Cronjob(cronjob) => Some(&cronjob.job.container),
-        Spec::Asset(_) | Spec::Registry(_) | Spec::Ingress(_) => None,
+        Spec::Ingress(ingress) => {
+            notes.push("served by the proxy service, Caddy on every node (host-mode ports), which balances over the deployment's running tasks (`tasks.<service>` on the overlay network)".to_owned());
+            if ingress.tls.as_ref().is_some_and(|tls| tls.enabled) {
+                notes.push(
+                    "each node's Caddy gets its own certificates (its data is a node-local volume)"
+                        .to_owned(),
+                );
+            }
+            None
+        }
+        Spec::Asset(_) | Spec::Registry(_) => None,
     };
     if let Some(container) = container {
         let host_binds = container

@@ -45,7 +45,7 @@ pub(crate) struct SwarmSeen {
 
 /// The overlay network a manifest's network `name` is under Swarm (a bridge network of the
 /// same name may exist on the engine for containers).
-pub(super) fn overlay(name: &str) -> String {
+pub(in crate::reconcile) fn overlay(name: &str) -> String {
     format!("{name}-swarm")
 }
 

@@ -1,169 +1,35 @@
-//! Ingress router: keeps one Caddy 2 container per agent (`voodu-caddy-<agent id>`) and its
-//! whole config in step with the desired ingresses and the readiness of their deployments'
-//! replicas. It rebuilds the route table (`routes`) whenever `RouterWake` is woken (a
-//! deployment's readiness changed, an ingress was reconciled), and every `resync` as a safety
-//! net, and pushes the config with `POST /load` only when it differs from what Caddy runs.
+//! The ingress proxy as a container (`--runtime docker`): Caddy with a boot config and
+//! `--resume`, its admin API on a loopback port, its config pushed with `POST /load`.
 //!
 //! Invariants:
-//! - the proxy exists exactly while at least one ingress is desired; it is created from
-//!   `proxy_spec` (labelled `voodu.agent`, `voodu.role=ingress`, `createdby=voodu`, and the
-//!   spec's digest in `voodu.manifest_hash`), and one that differs from it, or is not running,
-//!   is replaced; removing it never removes its state dir (certificates survive);
-//! - the data plane does not depend on the agent: Caddy keeps serving the last pushed config
-//!   while the agent is stopped, restarted or killed, and `--resume` reloads it when Caddy
-//!   itself restarts;
+//! - the container is created from `proxy_spec` (its digest in `voodu.manifest_hash`); one
+//!   that differs from it, or is not running, is replaced; its state dir (certificates,
+//!   config) is bind-mounted and survives it;
+//! - `--resume` reloads the last pushed config when Caddy itself restarts;
 //! - a config is pushed when it differs from the last one pushed to this container instance
-//!   (id and start time), and on each resync when Caddy's live config differs from it; Caddy
-//!   applies a `/load` atomically, so a rejected config leaves the previous routes serving;
+//!   (id and start time), and on each resync when Caddy's live config differs from it;
 //! - the admin API is reached only through its published loopback port and with the agent's
-//!   origin token; the router publishes a `RouterReport` after every pass and asks for a
-//!   reconcile of each ingress whose served routes changed, so statuses follow.
+//!   origin token.
 
-use std::collections::{BTreeMap, BTreeSet, hash_map::DefaultHasher};
-use std::hash::{Hash as _, Hasher as _};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
-use super::routes::{
-    self, ADMIN_PORT, Backend, HTTP_PORT, HTTPS_PORT, IngressView, RouteTable, caddy_config,
-};
-use super::{Ctx, Result, blocking};
-use crate::manifest::spec::{DEFAULT_NETWORK, DeploymentSpec, IngressSpec, Spec, sha256_hex};
-use crate::model::{Kind, ResourceKey};
+use super::{IngressOptions, PassError, ProxyInfo, ROLE, Served, container_name};
+use crate::manifest::spec::{DEFAULT_NETWORK, sha256_hex};
+use crate::reconcile::Ctx;
+use crate::reconcile::routes::{self, ADMIN_PORT, HTTP_PORT, HTTPS_PORT, RouteTable, caddy_config};
 use crate::runtime::{ContainerSpec, Inspection, PortMapping, Runtime, labels};
 
-/// The proxy image when none is given: Caddy 2, the proxy voodu drives.
-pub const DEFAULT_IMAGE: &str = "caddy:2";
-/// `voodu.role` of the proxy container.
-pub const ROLE: &str = "ingress";
 /// The boot config inside the container (in the bind-mounted config dir).
 const BOOT_CONFIG: &str = "/config/voodu-boot.json";
 /// How long one admin request may take.
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a fresh Caddy gets to open its admin endpoint.
 const ADMIN_STARTUP: Duration = Duration::from_secs(15);
-
-/// How the ingress proxy runs on this host.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IngressOptions {
-    /// The Caddy 2 image (`caddy:2`; `scripts/docker-setup` builds `voodu-caddy:latest` from
-    /// Debian's package, for hosts without a registry).
-    pub image: String,
-    /// Host address publishing Caddy's HTTP listener (port 0: the engine picks one).
-    pub http: SocketAddr,
-    /// Host address publishing Caddy's HTTPS listener (port 0: the engine picks one).
-    pub https: SocketAddr,
-    /// `<data-dir>/ingress`, absolute: Caddy's data (certificates, ACME account) and config,
-    /// bind-mounted into the container.
-    pub state_dir: PathBuf,
-    /// A full pass, including a check of Caddy's live config, at least this often.
-    pub resync: Duration,
-    /// Run the router task (the default). Off, ingresses are planned and report that the
-    /// proxy has not loaded their routes yet: the handler alone, for tests on the fake
-    /// runtime, which has no proxy to talk to.
-    pub run_router: bool,
-}
-
-impl IngressOptions {
-    /// voodu's defaults: `caddy:2` on every interface's ports 80 and 443.
-    pub fn new(state_dir: PathBuf) -> IngressOptions {
-        IngressOptions {
-            image: DEFAULT_IMAGE.to_owned(),
-            http: SocketAddr::from(([0, 0, 0, 0], 80)),
-            https: SocketAddr::from(([0, 0, 0, 0], 443)),
-            state_dir,
-            resync: Duration::from_secs(30),
-            run_router: true,
-        }
-    }
-}
-
-/// What the router last did, for ingress statuses (and tests).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RouterReport {
-    /// Passes finished, successful or not.
-    pub passes: u64,
-    /// Configs Caddy accepted through `POST /load`.
-    pub pushes: u64,
-    /// Per ingress, a fingerprint of the routes Caddy serves for it now (see `fingerprint`).
-    pub live: BTreeMap<ResourceKey, u64>,
-    /// Why the last pass failed; `None` after a successful one.
-    pub error: Option<String>,
-    /// The proxy while it runs.
-    pub proxy: Option<ProxyInfo>,
-}
-
-/// The proxy container and where it is published.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProxyInfo {
-    pub container: String,
-    /// `ip:port` on the host of Caddy's HTTP listener.
-    pub http: Option<String>,
-    /// `ip:port` on the host of Caddy's HTTPS listener.
-    pub https: Option<String>,
-}
-
-/// The proxy container's name for this agent.
-pub fn container_name(agent_id: &str) -> String {
-    format!("voodu-caddy-{agent_id}")
-}
-
-/// A fingerprint of what one ingress asks of the proxy: the handler compares it with the
-/// report's to tell whether its routes are live.
-pub(crate) fn fingerprint(view: &IngressView) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    view.hash(&mut hasher);
-    hasher.finish()
-}
-
-/// Reads desired ingresses, their deployments and those deployments' ready replicas, and
-/// resolves them into the route table (the router and the ingress handler both use it).
-pub(crate) async fn current_table<R: Runtime>(ctx: &Ctx<R>) -> Result<RouteTable> {
-    blocking(&ctx.store, |store| {
-        let desired = store.desired_all()?;
-        let mut ingresses: Vec<(ResourceKey, IngressSpec)> = Vec::new();
-        let mut deployments: BTreeMap<ResourceKey, &DeploymentSpec> = BTreeMap::new();
-        for resource in &desired {
-            match &resource.spec {
-                Spec::Ingress(ingress) => ingresses.push((resource.key.clone(), ingress.clone())),
-                Spec::Deployment(deployment) => {
-                    deployments.insert(resource.key.clone(), deployment);
-                }
-                _ => {}
-            }
-        }
-        let targets: BTreeSet<ResourceKey> = ingresses
-            .iter()
-            .map(|(key, ingress)| {
-                ResourceKey::new(
-                    Kind::Deployment,
-                    key.scope.clone(),
-                    ingress.effective_service(&key.name),
-                )
-            })
-            .collect();
-        let mut backends = BTreeMap::new();
-        for target in targets {
-            let Some(spec) = deployments.get(&target) else {
-                continue;
-            };
-            let ready = store
-                .readiness(&target)?
-                .into_iter()
-                .filter(|row| row.ready && !row.address.is_empty())
-                .map(|row| row.address)
-                .collect();
-            backends.insert(target, Backend { spec, ready });
-        }
-        Ok(routes::route_table(&ingresses, &backends))
-    })
-    .await
-}
 
 /// The proxy container this agent runs: Caddy with the boot config, `--resume` (the last
 /// pushed config survives a Caddy restart), on the shared network, HTTP and HTTPS published
@@ -255,29 +121,6 @@ pub(crate) fn proxy_spec(
     spec
 }
 
-/// Why a router pass failed; reported on every ingress's status.
-#[derive(Debug, thiserror::Error)]
-enum PassError {
-    #[error(transparent)]
-    Reconcile(#[from] super::Error),
-    #[error("proxy container {name}: {source}")]
-    Runtime {
-        name: String,
-        #[source]
-        source: crate::runtime::Error,
-    },
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("proxy container {name}: {message}")]
-    Proxy { name: String, message: String },
-    #[error("caddy admin API: {0}")]
-    Admin(String),
-}
-
 /// The config pushed to one container instance.
 struct Pushed {
     container_id: String,
@@ -285,84 +128,24 @@ struct Pushed {
     config: Value,
 }
 
-struct Router<R: Runtime> {
-    ctx: Arc<Ctx<R>>,
+/// The admin `Origin` host for this agent: secret, stable across restarts (derived from the
+/// agent's key), and never a resolvable name.
+fn admin_origin(key: &str) -> String {
+    let digest = crate::reconcile::env::digest(key.as_bytes(), &["voodu-ingress-admin".to_owned()]);
+    format!("voodu-{}.invalid", &digest[..24])
+}
+
+/// The container proxy's state between passes.
+pub(super) struct ContainerProxy {
     options: IngressOptions,
     /// The `Origin` the admin API accepts (derived from the agent's key).
     origin: String,
     client: Option<reqwest::Client>,
     pushed: Option<Pushed>,
-    report: RouterReport,
 }
 
-/// Runs the router until `shutdown` fires. The proxy keeps running after that.
-pub(crate) async fn run<R: Runtime>(
-    ctx: Arc<Ctx<R>>,
-    options: IngressOptions,
-    shutdown: CancellationToken,
-) {
-    let origin = match blocking(&ctx.store, |store| store.env_key()).await {
-        Ok(key) => admin_origin(&key),
-        Err(error) => {
-            tracing::error!(%error, "ingress router cannot read the agent key; not routing");
-            return;
-        }
-    };
-    let mut wake = ctx.router.subscribe();
-    let mut resync = tokio::time::interval(options.resync);
-    resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut router = Router {
-        ctx,
-        options,
-        origin,
-        client: None,
-        pushed: None,
-        report: RouterReport::default(),
-    };
-    let mut failures: usize = 0;
-    loop {
-        // After a failure the next pass follows the backoff, whatever wakes arrive meanwhile.
-        let verify = if failures > 0 {
-            true
-        } else {
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                changed = wake.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                    false
-                }
-                _ = resync.tick() => true,
-            }
-        };
-        let outcome = tokio::select! {
-            () = shutdown.cancelled() => return,
-            outcome = router.pass(verify) => outcome,
-        };
-        match outcome {
-            Ok(()) => failures = 0,
-            Err(error) => {
-                failures = failures.saturating_add(1);
-                // The reconciler's schedule (`RetryPolicy`), repeating its last step.
-                let delay = router.ctx.options.retry.backoff(failures);
-                tracing::warn!(%error, retry_in = ?delay, "ingress router pass failed");
-                let message = error.to_string();
-                let mut report = router.report.clone();
-                report.passes += 1;
-                report.error = Some(message);
-                router.publish(report);
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    () = tokio::time::sleep(delay) => {}
-                }
-            }
-        }
-    }
-}
-
-/// Removes this agent's proxy container, if any (the ingress is off, or no ingress is left).
-pub async fn remove_proxy<R: Runtime>(runtime: &R, agent_id: &str) -> crate::runtime::Result<()> {
+/// Removes this agent's proxy containers.
+pub(super) async fn remove<R: Runtime>(runtime: &R, agent_id: &str) -> crate::runtime::Result<()> {
     for container in runtime
         .list(&[(labels::AGENT, agent_id), (labels::ROLE, ROLE)])
         .await?
@@ -373,60 +156,44 @@ pub async fn remove_proxy<R: Runtime>(runtime: &R, agent_id: &str) -> crate::run
     Ok(())
 }
 
-/// The admin `Origin` host for this agent: secret, stable across restarts (derived from the
-/// agent's key), and never a resolvable name.
-fn admin_origin(key: &str) -> String {
-    let digest = super::env::digest(key.as_bytes(), &["voodu-ingress-admin".to_owned()]);
-    format!("voodu-{}.invalid", &digest[..24])
+fn runtime_error(agent_id: &str, source: crate::runtime::Error) -> PassError {
+    PassError::Runtime {
+        name: container_name(agent_id),
+        source,
+    }
 }
 
-impl<R: Runtime> Router<R> {
-    fn publish(&mut self, report: RouterReport) {
-        // Ingresses whose served routes changed, or all of them when the error changed,
-        // reconcile again so their statuses follow.
-        let mut keys: BTreeSet<&ResourceKey> = BTreeSet::new();
-        for (key, fingerprint) in &report.live {
-            if self.report.live.get(key) != Some(fingerprint) {
-                keys.insert(key);
-            }
+impl ContainerProxy {
+    pub(super) fn new(options: IngressOptions, agent_key: &str) -> ContainerProxy {
+        ContainerProxy {
+            options,
+            origin: admin_origin(agent_key),
+            client: None,
+            pushed: None,
         }
-        for key in self.report.live.keys() {
-            if !report.live.contains_key(key) {
-                keys.insert(key);
-            }
-        }
-        let everyone = report.error != self.report.error || report.proxy != self.report.proxy;
-        if everyone {
-            keys.extend(report.live.keys());
-            keys.extend(self.report.live.keys());
-        }
-        for key in keys {
-            self.ctx.requeue.now(key.clone());
-        }
-        self.report = report.clone();
-        self.ctx.router.publish(report);
     }
 
-    async fn pass(&mut self, verify: bool) -> std::result::Result<(), PassError> {
-        let table = current_table(&self.ctx).await?;
-        let mut report = RouterReport {
-            passes: self.report.passes + 1,
-            pushes: self.report.pushes,
-            ..RouterReport::default()
-        };
-        if table.ingresses.is_empty() {
-            remove_proxy(self.ctx.runtime.as_ref(), &self.ctx.agent_id)
-                .await
-                .map_err(|source| self.runtime_error(source))?;
-            self.pushed = None;
-            // Ingresses that were live need a status pass (they are gone or unrouted).
-            if !self.report.live.is_empty() || self.report.proxy.is_some() {
-                tracing::info!("no ingress left: the proxy is gone");
-            }
-            self.publish(report);
-            return Ok(());
-        }
-        let proxy = self.ensure_proxy().await?;
+    /// No ingress left: the container goes.
+    pub(super) async fn remove_all<R: Runtime>(
+        &mut self,
+        ctx: &Ctx<R>,
+    ) -> std::result::Result<(), PassError> {
+        remove(ctx.runtime.as_ref(), &ctx.agent_id)
+            .await
+            .map_err(|source| runtime_error(&ctx.agent_id, source))?;
+        self.pushed = None;
+        Ok(())
+    }
+
+    /// Makes the container run and serve `table`; with `verify`, Caddy's live config is
+    /// compared with it too.
+    pub(super) async fn serve<R: Runtime>(
+        &mut self,
+        ctx: &Ctx<R>,
+        table: &RouteTable,
+        verify: bool,
+    ) -> std::result::Result<Served, PassError> {
+        let proxy = self.ensure_proxy(ctx).await?;
         let admin = proxy
             .published_tcp_port(ADMIN_PORT)
             .map(|port| format!("http://127.0.0.1:{}", port.host_port))
@@ -434,7 +201,7 @@ impl<R: Runtime> Router<R> {
                 name: proxy.name.clone(),
                 message: format!("its admin port {ADMIN_PORT} is not published"),
             })?;
-        let config = caddy_config(&table, &self.origin);
+        let config = caddy_config(table, &self.origin);
         let same_instance = self.pushed.as_ref().is_some_and(|pushed| {
             pushed.container_id == proxy.id && pushed.started_at == proxy.started_at
         });
@@ -451,7 +218,6 @@ impl<R: Runtime> Router<R> {
         }
         if push {
             self.load(&admin, &config).await?;
-            report.pushes += 1;
             tracing::info!(
                 container = %proxy.name,
                 ingresses = table.ingresses.len(),
@@ -463,35 +229,29 @@ impl<R: Runtime> Router<R> {
                 config,
             });
         }
-        report.live = table
-            .ingresses
-            .iter()
-            .map(|view| (view.key.clone(), fingerprint(view)))
-            .collect();
         let address = |port: u16| {
             proxy
                 .published_tcp_port(port)
                 .map(|port| format!("{}:{}", port.host_ip, port.host_port))
         };
-        report.proxy = Some(ProxyInfo {
-            container: proxy.name.clone(),
-            http: address(HTTP_PORT),
-            https: address(HTTPS_PORT),
-        });
-        self.publish(report);
-        Ok(())
-    }
-
-    fn runtime_error(&self, source: crate::runtime::Error) -> PassError {
-        PassError::Runtime {
-            name: container_name(&self.ctx.agent_id),
-            source,
-        }
+        Ok(Served {
+            proxy: ProxyInfo {
+                container: proxy.name.clone(),
+                http: address(HTTP_PORT),
+                https: address(HTTPS_PORT),
+            },
+            pushed: push,
+            live: true,
+        })
     }
 
     /// Makes the proxy container run as `proxy_spec` says; its inspection.
-    async fn ensure_proxy(&mut self) -> std::result::Result<Inspection, PassError> {
-        let runtime = self.ctx.runtime.clone();
+    async fn ensure_proxy<R: Runtime>(
+        &mut self,
+        ctx: &Ctx<R>,
+    ) -> std::result::Result<Inspection, PassError> {
+        let runtime = ctx.runtime.clone();
+        let runtime_error = |source| runtime_error(&ctx.agent_id, source);
         let state_dir = self.options.state_dir.clone();
         let owner = {
             let state_dir = state_dir.clone();
@@ -499,14 +259,11 @@ impl<R: Runtime> Router<R> {
                 .await
                 .map_err(|error| PassError::Admin(format!("state dir task: {error}")))??
         };
-        let spec = proxy_spec(&self.options, &self.ctx.agent_id, Some(owner));
+        let spec = proxy_spec(&self.options, &ctx.agent_id, Some(owner));
         let existing = runtime
-            .list(&[
-                (labels::AGENT, self.ctx.agent_id.as_str()),
-                (labels::ROLE, ROLE),
-            ])
+            .list(&[(labels::AGENT, ctx.agent_id.as_str()), (labels::ROLE, ROLE)])
             .await
-            .map_err(|source| self.runtime_error(source))?;
+            .map_err(runtime_error)?;
         let mut current = None;
         for container in existing {
             let wanted = current.is_none()
@@ -518,20 +275,14 @@ impl<R: Runtime> Router<R> {
                 current = Some(container.id);
             } else {
                 tracing::info!(container = %container.name, state = ?container.state, "replacing the ingress proxy (not running, or created from other options)");
-                runtime
-                    .remove(&container.id)
-                    .await
-                    .map_err(|source| self.runtime_error(source))?;
+                runtime.remove(&container.id).await.map_err(runtime_error)?;
             }
         }
         let id = match current {
             Some(id) => id,
-            None => self.create_proxy(&spec).await?,
+            None => self.create_proxy(ctx, &spec).await?,
         };
-        let inspection = runtime
-            .inspect(&id)
-            .await
-            .map_err(|source| self.runtime_error(source))?;
+        let inspection = runtime.inspect(&id).await.map_err(runtime_error)?;
         if !inspection.running {
             return Err(PassError::Proxy {
                 name: spec.name.clone(),
@@ -544,11 +295,13 @@ impl<R: Runtime> Router<R> {
         Ok(inspection)
     }
 
-    async fn create_proxy(
+    async fn create_proxy<R: Runtime>(
         &mut self,
+        ctx: &Ctx<R>,
         spec: &ContainerSpec,
     ) -> std::result::Result<String, PassError> {
-        let runtime = self.ctx.runtime.clone();
+        let runtime = ctx.runtime.clone();
+        let runtime_error = |source| runtime_error(&ctx.agent_id, source);
         {
             let state_dir = self.options.state_dir.clone();
             let boot = serde_json::to_vec_pretty(&routes::boot_config(&self.origin))
@@ -560,25 +313,22 @@ impl<R: Runtime> Router<R> {
         runtime
             .ensure_network(DEFAULT_NETWORK)
             .await
-            .map_err(|source| self.runtime_error(source))?;
+            .map_err(runtime_error)?;
         let present = runtime
             .image_present(&spec.image)
             .await
-            .map_err(|source| self.runtime_error(source))?;
+            .map_err(runtime_error)?;
         if !present {
             tracing::info!(image = %spec.image, "pulling the ingress proxy image");
             runtime
                 .pull(&spec.image, None)
                 .await
-                .map_err(|source| self.runtime_error(source))?;
+                .map_err(runtime_error)?;
         }
-        let id = runtime
-            .create(spec)
-            .await
-            .map_err(|source| self.runtime_error(source))?;
+        let id = runtime.create(spec).await.map_err(runtime_error)?;
         if let Err(source) = runtime.start(&id).await {
             let _ = runtime.remove(&id).await;
-            return Err(self.runtime_error(source));
+            return Err(runtime_error(source));
         }
         tracing::info!(container = %spec.name, image = %spec.image, "ingress proxy started");
         self.pushed = None;
@@ -695,6 +445,8 @@ fn prepare_state_dir(state_dir: &Path, boot: &[u8]) -> std::result::Result<(), P
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
 
     #[test]
