@@ -164,31 +164,9 @@ fn free_port() -> TestResult<u16> {
 }
 
 fn base64_decode(text: &str) -> TestResult<Vec<u8>> {
-    let value = |byte: u8| -> TestResult<u32> {
-        Ok(u32::from(match byte {
-            b'A'..=b'Z' => byte - b'A',
-            b'a'..=b'z' => byte - b'a' + 26,
-            b'0'..=b'9' => byte - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return Err(format!("not base64: {byte}").into()),
-        }))
-    };
-    let bytes: Vec<u8> = text
-        .bytes()
-        .filter(|byte| !byte.is_ascii_whitespace())
-        .collect();
-    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
-    for chunk in bytes.chunks(4) {
-        let data: Vec<u8> = chunk.iter().copied().filter(|&byte| byte != b'=').collect();
-        let mut bits = 0u32;
-        for &byte in &data {
-            bits = (bits << 6) | value(byte)?;
-        }
-        bits <<= 6 * (4 - data.len()) as u32;
-        out.extend_from_slice(&bits.to_be_bytes()[1..data.len()]);
-    }
-    Ok(out)
+    use base64::Engine as _;
+    let compact: String = text.split_whitespace().collect();
+    Ok(base64::engine::general_purpose::STANDARD.decode(compact)?)
 }
 
 fn require(tool: &str) -> TestResult {
