@@ -243,6 +243,344 @@ async fn a_job_run_is_a_replicated_job_service_recorded_as_a_run() -> TestResult
     harness.stop().await
 }
 
+/// `web` with release hooks; `command` runs `command`.
+fn web_with_hooks(version: &str, command: &str) -> String {
+    web(
+        2,
+        version,
+        &format!(
+            "  release {{\n    pre_command = [\"sh\", \"-c\", \"echo pre {version}\"]\n    command = {command}\n    post_command = [\"sh\", \"-c\", \"echo post {version}\"]\n  }}\n"
+        ),
+    )
+}
+
+/// The service verbs that create or update `shop-web…` services, in order.
+fn service_writes(harness: &Harness) -> Vec<String> {
+    harness
+        .fake
+        .calls()
+        .into_iter()
+        .filter(|call| {
+            call.starts_with("create_service shop-web")
+                || call.starts_with("update_service shop-web")
+        })
+        .collect()
+}
+
+/// Waits for the release of `commit` to reach `phase`.
+async fn release_of(
+    harness: &Harness,
+    commit: &voodu_agent::model::CommitSha,
+    phase: ReleasePhase,
+) -> TestResult<voodu_agent::store::Release> {
+    crate::support::until(
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        &format!("the release of {commit} {phase:?}"),
+        || {
+            Ok(harness
+                .store
+                .releases(&web_key(), 10)?
+                .into_iter()
+                .find(|release| release.commit == *commit && release.phase == phase))
+        },
+    )
+    .await
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_hooks_run_as_replicated_job_services_around_the_update_and_a_failed_command_keeps_the_old_spec()
+-> TestResult {
+    let mut harness = swarm_harness()?;
+    harness.start()?;
+    let ok = r#"["sh", "-c", "echo migrated"]"#;
+
+    // v1: pre and command before the service is created, post once it converged.
+    let v1 = harness.push(&[("web.hcl", &web_with_hooks("1", ok))])?;
+    let first = release_of(&harness, &v1, ReleasePhase::Succeeded).await?;
+    let id = first.id;
+    // post_command runs after the release converged; its outcome is recorded just after.
+    crate::support::until(
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        "post_command recorded",
+        || {
+            Ok(harness
+                .store
+                .release_hooks(id)?
+                .get("post_command")
+                .cloned())
+        },
+    )
+    .await?;
+    assert_eq!(
+        service_writes(&harness),
+        [
+            format!("create_service shop-web-release-{id}-pre"),
+            format!("create_service shop-web-release-{id}"),
+            "create_service shop-web".to_owned(),
+            format!("create_service shop-web-release-{id}-post"),
+        ]
+    );
+    let hooks = harness.store.release_hooks(id)?;
+    for (stage, output) in [
+        ("pre_command", "pre 1"),
+        ("command", "migrated"),
+        ("post_command", "post 1"),
+    ] {
+        let outcome = hooks.get(stage).ok_or(stage)?;
+        assert_eq!(outcome["exit_code"], 0, "{stage}: {outcome}");
+        assert_eq!(outcome["timed_out"], false, "{stage}: {outcome}");
+        assert!(
+            outcome["logs"]
+                .as_str()
+                .is_some_and(|logs| logs.contains(output)),
+            "{stage}: {outcome}"
+        );
+    }
+    // The hook services are gone; the deployment's service is the only one, a replica
+    // count of 2 (no hook task counted).
+    let services = harness
+        .fake
+        .list_services(&[(labels::SCOPE, "shop")])
+        .await?;
+    let names: Vec<&str> = services
+        .iter()
+        .map(|service| service.name.as_str())
+        .collect();
+    assert_eq!(names, ["shop-web"]);
+    let status = harness
+        .status_where(&web_key(), |status| status.phase == "Ready")
+        .await?;
+    assert_eq!(status.running_replicas, 2);
+
+    // v2: the same order around an update.
+    let v2 = harness.push(&[("web.hcl", &web_with_hooks("2", ok))])?;
+    let second = release_of(&harness, &v2, ReleasePhase::Succeeded).await?;
+    let id2 = second.id;
+    crate::support::until(
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        "post_command of v2 recorded",
+        || {
+            Ok(harness
+                .store
+                .release_hooks(id2)?
+                .get("post_command")
+                .cloned())
+        },
+    )
+    .await?;
+    assert_eq!(
+        service_writes(&harness)[4..],
+        [
+            format!("create_service shop-web-release-{id2}-pre"),
+            format!("create_service shop-web-release-{id2}"),
+            "update_service shop-web".to_owned(),
+            format!("create_service shop-web-release-{id2}-post"),
+        ]
+    );
+    let running_spec = |services: &[voodu_agent::runtime::Service]| {
+        services
+            .iter()
+            .find(|service| service.name == "shop-web")
+            .and_then(|service| service.task_labels.get(labels::MANIFEST_HASH).cloned())
+    };
+    let v2_spec = running_spec(&harness.fake.list_services(&[]).await?);
+    assert_eq!(v2_spec.as_deref(), Some(second.spec_hash.as_str()));
+
+    // v3: `command` exits 3: the release fails with reason hook, no update is sent, the
+    // service keeps v2's spec, and post_command does not run.
+    let v3 = harness.push(&[(
+        "web.hcl",
+        &web_with_hooks("3", r#"["sh", "-c", "echo boom; exit 3"]"#),
+    )])?;
+    let failed = release_of(&harness, &v3, ReleasePhase::Failed).await?;
+    assert!(
+        failed.message.contains(&format!(
+            "release #{} failed in command: exit code 3",
+            failed.id
+        )),
+        "{}",
+        failed.message
+    );
+    let status = harness
+        .status_where(&web_key(), |status| status.phase == "Failed")
+        .await?;
+    assert_eq!(status.reason, Some(FailureReason::Hook), "{status:?}");
+    let hooks = harness.store.release_hooks(failed.id)?;
+    assert_eq!(hooks["pre_command"]["exit_code"], 0);
+    assert_eq!(hooks["command"]["exit_code"], 3);
+    assert!(
+        hooks["command"]["logs"]
+            .as_str()
+            .is_some_and(|logs| logs.contains("boom")),
+        "{hooks:?}"
+    );
+    assert!(!hooks.contains_key("post_command"), "{hooks:?}");
+    assert_eq!(
+        service_writes(&harness)[8..],
+        [
+            format!("create_service shop-web-release-{}-pre", failed.id),
+            format!("create_service shop-web-release-{}", failed.id),
+        ]
+    );
+    assert_eq!(
+        running_spec(&harness.fake.list_services(&[]).await?),
+        v2_spec
+    );
+
+    // Back to v1 (a revert): that spec already rolled out with success, so no hook runs.
+    let revert = harness.push(&[("web.hcl", &web_with_hooks("1", ok))])?;
+    let reverted = release_of(&harness, &revert, ReleasePhase::Succeeded).await?;
+    assert!(
+        reverted.message.contains(&format!(
+            "release hooks skipped: release #{id} already rolled out this spec"
+        )),
+        "{}",
+        reverted.message
+    );
+    assert_eq!(service_writes(&harness)[10..], ["update_service shop-web"]);
+    assert!(harness.store.release_hooks(reverted.id)?.is_empty());
+    let services = harness
+        .fake
+        .list_services(&[(labels::SCOPE, "shop")])
+        .await?;
+    assert_eq!(services.len(), 1, "no hook service left: {services:?}");
+    harness.stop().await
+}
+
+/// This agent's services of scope `shop`: (name, kind label, role label, id).
+async fn shop_services(harness: &Harness) -> TestResult<Vec<(String, String, String, String)>> {
+    let services = harness
+        .fake
+        .list_services(&[(labels::SCOPE, "shop")])
+        .await?;
+    Ok(services
+        .into_iter()
+        .map(|service| {
+            (
+                service.name.clone(),
+                service.label(labels::KIND).unwrap_or_default().to_owned(),
+                service.label(labels::ROLE).unwrap_or_default().to_owned(),
+                service.id,
+            )
+        })
+        .collect())
+}
+
+/// Waits for a hook service `name` other than `not_id`; returns its id.
+async fn hook_service(harness: &Harness, name: &str, not_id: &str) -> TestResult<String> {
+    for _ in 0..100 {
+        if let Some((.., id)) = shop_services(harness)
+            .await?
+            .into_iter()
+            .find(|(listed, _, role, id)| listed == name && role == "release" && id != not_id)
+        {
+            return Ok(id);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!(
+        "no hook service {name}: {:?}",
+        shop_services(harness).await?
+    )
+    .into())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hook_service_left_by_a_shutdown_is_removed_on_restart_and_never_taken_for_the_deployment_and_a_hook_that_times_out_fails_its_release()
+-> TestResult {
+    let mut harness = swarm_harness()?;
+    harness.start()?;
+    let hung = |version: &str| {
+        web(
+            1,
+            version,
+            "  release {\n    command = [\"sleep\", \"3600\"]\n    timeout = \"30s\"\n  }\n",
+        )
+    };
+    let v1 = harness.push(&[("web.hcl", &hung("1"))])?;
+    // The hook runs (its task does not end by itself): shutdown interrupts the wait and
+    // leaves the service, owned by the deployment in role `release`.
+    let leftover = hook_service(&harness, "shop-web-release-1", "").await?;
+    harness.stop().await?;
+    let services = shop_services(&harness).await?;
+    assert_eq!(
+        services,
+        [(
+            "shop-web-release-1".to_owned(),
+            "deployment".to_owned(),
+            "release".to_owned(),
+            leftover.clone()
+        )]
+    );
+
+    // Restarted: the pass's look at the deployment does not take the leftover for its
+    // service (else it would update it); the leftover is removed and the hook runs again.
+    harness.start()?;
+    let again = hook_service(&harness, "shop-web-release-1", &leftover).await?;
+    assert!(
+        harness
+            .fake
+            .calls()
+            .contains(&format!("remove_service {leftover}")),
+        "{:?}",
+        harness.fake.calls()
+    );
+    let task = harness
+        .fake
+        .list_tasks(&again)
+        .await?
+        .into_iter()
+        .next()
+        .ok_or("the hook's task")?;
+    harness.fake.finish_task(&task.id, 0);
+    release_of(&harness, &v1, ReleasePhase::Succeeded).await?;
+    let writes = service_writes(&harness);
+    assert_eq!(
+        writes,
+        [
+            "create_service shop-web-release-1",
+            "create_service shop-web-release-1",
+            "create_service shop-web"
+        ]
+    );
+    let names: Vec<String> = shop_services(&harness)
+        .await?
+        .into_iter()
+        .map(|(name, ..)| name)
+        .collect();
+    assert_eq!(names, ["shop-web"]);
+
+    // v2's hook outlives its 30s timeout: its service is removed, the release fails with
+    // reason hook, and the service keeps v1's spec.
+    let v2 = harness.push(&[("web.hcl", &hung("2"))])?;
+    let failed = release_of(&harness, &v2, ReleasePhase::Failed).await?;
+    assert!(
+        failed.message.contains(&format!(
+            "release #{} failed in command: timed out after 30s",
+            failed.id
+        )),
+        "{}",
+        failed.message
+    );
+    let hooks = harness.store.release_hooks(failed.id)?;
+    assert_eq!(hooks["command"]["timed_out"], true, "{hooks:?}");
+    assert_eq!(hooks["command"]["timeout_seconds"], 30, "{hooks:?}");
+    assert_eq!(
+        service_writes(&harness)[3..],
+        [format!("create_service shop-web-release-{}", failed.id)]
+    );
+    let names: Vec<String> = shop_services(&harness)
+        .await?
+        .into_iter()
+        .map(|(name, ..)| name)
+        .collect();
+    assert_eq!(names, ["shop-web"]);
+    harness.stop().await
+}
+
 /// Waits (in the test's paused time) until `check` holds on the fake engine.
 async fn until_fake<F, Fut>(what: &str, check: F) -> TestResult
 where

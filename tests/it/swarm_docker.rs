@@ -519,6 +519,186 @@ async fn a_job_runs_to_completion_and_an_asset_change_rotates_its_config_and_rol
     Ok(())
 }
 
+/// `web` with release hooks that echo (with the service's `VERSION`); `command` as given.
+fn with_hooks(scope: &str, version: &str, command: &str) -> String {
+    deployment(
+        scope,
+        2,
+        version,
+        &format!(
+            r#"  release {{
+    pre_command  = ["sh", "-c", "echo pre $VERSION"]
+    command      = {command}
+    post_command = ["sh", "-c", "echo post $VERSION"]
+    timeout      = "60s"
+  }}
+"#
+        ),
+    )
+}
+
+/// The names of the scope's services.
+fn service_names(scope: &str) -> TestResult<Vec<String>> {
+    let names = docker(&[
+        "service",
+        "ls",
+        "--filter",
+        &format!("label=voodu.scope={scope}"),
+        "--format",
+        "{{.Name}}",
+    ])?;
+    let mut names: Vec<String> = names.lines().map(ToOwned::to_owned).collect();
+    names.sort();
+    Ok(names)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Docker engine (a single-node swarm is made on it): scripts/test runs it (cargo test -- --include-ignored)"]
+async fn release_hooks_run_as_replicated_job_services_and_a_failed_command_keeps_the_previous_spec()
+-> TestResult {
+    let scope = unique("sw");
+    let _containers = DockerGuard::new(&scope);
+    let _swarm = SwarmGuard::new(&scope)?;
+    let runtime = DockerRuntime::connect().await?;
+    let repo = TempRepo::new()?;
+    repo.write(
+        "app.hcl",
+        &with_hooks(&scope, "1", r#"["sh", "-c", "echo command $VERSION"]"#),
+    )?;
+    let first = repo.commit("web with release hooks")?;
+    let dir = tempfile::tempdir()?;
+    let (data, log) = (dir.path().join("data"), dir.path().join("agent.log"));
+    let _agent = Agent::start(
+        &repo,
+        &data,
+        &log,
+        &["--runtime", "swarm", "--ready-settle", "1s"],
+    )?;
+    let key = ResourceKey::new(Kind::Deployment, &scope, "web");
+    let agent_log = || std::fs::read_to_string(&log).unwrap_or_default();
+
+    // 1. The hooks ran (pre, command before the service, post after it converged), each
+    //    recorded with exit code 0 and its output; no hook service is left.
+    wait_status(&data, &key, "Ready", 2, &first, &log)?;
+    let release = store(&data)
+        .and_then(|store| store.latest_release(&key).ok().flatten())
+        .ok_or("the first release")?;
+    let hooks = wait_until(LIMIT, "post_command recorded", || {
+        let hooks = store(&data)?.release_hooks(release.id).ok()?;
+        hooks.contains_key("post_command").then_some(hooks)
+    })
+    .map_err(|error| format!("{error}\nagent log:\n{}", agent_log()))?;
+    println!(
+        "hooks of release #{}: {}",
+        release.id,
+        serde_json::Value::Object(hooks.clone())
+    );
+    for (stage, output) in [
+        ("pre_command", "pre 1"),
+        ("command", "command 1"),
+        ("post_command", "post 1"),
+    ] {
+        let outcome = &hooks[stage];
+        assert_eq!(outcome["exit_code"], 0, "{stage}: {outcome}");
+        assert_eq!(outcome["timed_out"], false, "{stage}: {outcome}");
+        assert_eq!(outcome["timeout_seconds"], 60, "{stage}: {outcome}");
+        assert!(
+            outcome["logs"]
+                .as_str()
+                .is_some_and(|logs| logs.contains(output)),
+            "{stage}: {outcome}"
+        );
+    }
+    let at = |stage: &str| hooks[stage]["at"].as_i64().unwrap_or(i64::MAX);
+    assert!(
+        at("pre_command") <= at("command") && at("command") <= at("post_command"),
+        "{hooks:?}"
+    );
+    let service = format!("{scope}-web");
+    assert_eq!(service_names(&scope)?, [service.as_str()]);
+    let agent_id = store(&data).ok_or("the store")?.agent_id()?;
+    let hook_services = || {
+        docker(&[
+            "service",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=voodu.agent={agent_id}"),
+            "--filter",
+            "label=voodu.role=release",
+        ])
+    };
+    assert_eq!(hook_services()?, "");
+    let service_id = docker(&["service", "inspect", &service, "--format", "{{.ID}}"])?;
+    let good: BTreeSet<String> = running(&runtime.list_tasks(&service_id).await?)
+        .iter()
+        .filter_map(|task| task.labels.get(labels::MANIFEST_HASH).cloned())
+        .collect();
+    assert_eq!(good, BTreeSet::from([release.spec_hash.to_string()]));
+
+    // 2. `command` exits 3: the release fails (reason hook) before the service is updated;
+    //    the service still runs the previous spec; no hook service is left.
+    repo.write(
+        "app.hcl",
+        &with_hooks(&scope, "2", r#"["sh", "-c", "echo failing; exit 3"]"#),
+    )?;
+    let bad = repo.commit("command exits 3")?;
+    let failed = wait_until(LIMIT, "the release of the failing command failed", || {
+        store(&data)?
+            .releases(&key, 10)
+            .ok()?
+            .into_iter()
+            .find(|release| release.commit.as_str() == bad && release.phase == ReleasePhase::Failed)
+    })
+    .map_err(|error| format!("{error}\nagent log:\n{}", agent_log()))?;
+    println!("failed release: {}", failed.message);
+    assert!(
+        failed.message.contains("failed in command: exit code 3"),
+        "{}",
+        failed.message
+    );
+    let status = store(&data)
+        .and_then(|store| store.status(&key).ok().flatten())
+        .ok_or("a status")?;
+    assert_eq!(
+        status.reason,
+        Some(voodu_agent::store::FailureReason::Hook),
+        "{status:?}"
+    );
+    let hooks = store(&data).ok_or("the store")?.release_hooks(failed.id)?;
+    assert_eq!(hooks["pre_command"]["exit_code"], 0, "{hooks:?}");
+    assert_eq!(hooks["command"]["exit_code"], 3, "{hooks:?}");
+    assert!(
+        hooks["command"]["logs"]
+            .as_str()
+            .is_some_and(|logs| logs.contains("failing")),
+        "{hooks:?}"
+    );
+    assert!(!hooks.contains_key("post_command"), "{hooks:?}");
+    assert_eq!(service_names(&scope)?, [service.as_str()]);
+    assert_eq!(hook_services()?, "");
+    let tasks = runtime.list_tasks(&service_id).await?;
+    let now: BTreeSet<String> = running(&tasks)
+        .iter()
+        .filter_map(|task| task.labels.get(labels::MANIFEST_HASH).cloned())
+        .collect();
+    assert_eq!(now, good, "{tasks:#?}");
+    assert_eq!(running(&tasks).len(), 2);
+    assert_eq!(
+        docker(&[
+            "service",
+            "inspect",
+            &service,
+            "--format",
+            "{{range .Spec.TaskTemplate.ContainerSpec.Env}}{{println .}}{{end}}"
+        ])?
+        .lines()
+        .find(|line| line.starts_with("VERSION=")),
+        Some("VERSION=1")
+    );
+    Ok(())
+}
+
 /// Removes the agent's ingress proxy service, its configs and data volume when dropped
 /// (they carry the agent's label, not the test's scope). Declared after the `SwarmGuard`,
 /// so it runs before the swarm is left.

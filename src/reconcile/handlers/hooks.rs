@@ -1,8 +1,13 @@
 //! A deployment's `release {}` hooks (spec §2.10.2, §7.12), once per release: `pre_command`
 //! then `command` before any replica of the new spec is created, `post_command` once the
-//! rollout has converged. Each runs in a fresh one-shot container from the new spec's image,
-//! with its environment, volumes and networks, named `<scope>-<name>-release.<id>[-pre|-post]`
-//! and labelled as voodu labels release steps (`voodu.kind=job`, `voodu.name=<name>-release`).
+//! rollout has converged. Each runs once from the new spec's image, with its environment
+//! (no replica identity), volumes and networks, labelled as voodu labels release steps
+//! (`voodu.kind=job`, `voodu.name=<name>-release`, `voodu.role=release`): on containers a
+//! one-shot container `<scope>-<name>-release.<id>[-pre|-post]`; under Docker Swarm a
+//! `replicated-job` service `<scope>-<name>-release-<id>[-pre|-post]` (`swarm/runs.rs`: a
+//! service name has no dot), owned by the deployment (its service labels name it, role
+//! `release`), on whichever node Swarm picks. Only that run (`OneShot` → `Ran`) differs by
+//! engine; everything else here is shared.
 //!
 //! Invariants: a stage that succeeded is never run again for that release (outcomes are kept
 //! in the release's `hooks` record, so a restarted agent picks up where it stopped); no stage
@@ -10,17 +15,20 @@
 //! with success (voodu's idempotent `release {}`: a `git revert` to a spec that ran its
 //! migrations does not run them again); a failed
 //! `pre_command` or `command` fails the release and the old replicas stay; a failed
-//! `post_command` is recorded only.
+//! `post_command` is recorded only; a run's container or service is removed once its
+//! outcome is read (a leftover of the same name, from an interrupted pass, is removed
+//! before it starts); shutdown interrupts the wait.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::json;
 
 use super::container::{Identity, Launch};
 use super::launch::{build_spec, remove_by_name, run_once};
-use crate::manifest::spec::{DeploymentSpec, ReleaseHooks};
+use crate::manifest::spec::{Container as ContainerSpec, DeploymentSpec, ReleaseHooks};
 use crate::model::{Kind, ResourceKey, parse_go_duration};
-use crate::reconcile::{Ctx, Error, Result, blocking};
+use crate::reconcile::{Ctx, Engine, Error, Result, blocking};
 use crate::runtime::Runtime;
 use crate::store::{FailureReason, RELEASE_HISTORY_LIMIT, Release, ReleasePhase};
 
@@ -28,6 +36,28 @@ use crate::store::{FailureReason, RELEASE_HISTORY_LIMIT, Release, ReleasePhase};
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 /// Lines of output kept with a hook's outcome.
 const LOG_LINES: usize = 20;
+
+/// One hook's run: what runs, and for how long at most.
+pub(super) struct OneShot<'a> {
+    /// Its container name, labels and role (`release`).
+    pub(super) identity: Identity,
+    pub(super) container: &'a ContainerSpec,
+    /// Its environment and command.
+    pub(super) launch: Launch,
+    /// The release's spec hash (a Swarm service's `voodu.spec_hash`).
+    pub(super) spec_hash: &'a str,
+    /// The spec's asset digests (asset files a Swarm task mounts become configs).
+    pub(super) asset_digests: &'a BTreeMap<String, String>,
+    pub(super) timeout: Duration,
+}
+
+/// What a hook's run came to.
+pub(super) struct Ran {
+    /// `None`: it was still running after its timeout (and was removed).
+    pub(super) exit_code: Option<i64>,
+    /// The last `LOG_LINES` lines of its output (none after a timeout).
+    pub(super) logs: String,
+}
 
 /// One hook stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,7 +111,7 @@ pub(crate) async fn before_rollout<R: Runtime>(
     }
     let release_id = release.id;
     for stage in [Stage::Pre, Stage::Command] {
-        if let Some(failure) = run_stage(ctx, key, spec, release_id, env, stage).await? {
+        if let Some(failure) = run_stage(ctx, key, spec, release, env, stage).await? {
             return Ok(Some(Error::Permanent {
                 key: key.clone(),
                 reason: FailureReason::Hook,
@@ -113,7 +143,7 @@ pub(crate) async fn after_rollout<R: Runtime>(
         ));
     }
     let release_id = release.id;
-    match run_stage(ctx, key, spec, release_id, env, Stage::Post).await? {
+    match run_stage(ctx, key, spec, release, env, Stage::Post).await? {
         Some(failure) => {
             tracing::warn!(%key, release = release_id, %failure, "post_command failed (recorded; the release stands)");
             Ok(format!("post_command failed: {failure}"))
@@ -128,7 +158,7 @@ async fn run_stage<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
     spec: &DeploymentSpec,
-    release_id: i64,
+    release: &Release,
     env: &[String],
     stage: Stage,
 ) -> Result<Option<String>> {
@@ -139,6 +169,7 @@ async fn run_stage<R: Runtime>(
     if command.is_empty() {
         return Ok(None);
     }
+    let release_id = release.id;
     let recorded = blocking(&ctx.store, move |store| store.release_hooks(release_id)).await?;
     if let Some(outcome) = recorded.get(stage.name()) {
         if outcome.get("exit_code").and_then(serde_json::Value::as_i64) == Some(0) {
@@ -148,39 +179,71 @@ async fn run_stage<R: Runtime>(
             return Ok(Some(describe(outcome)));
         }
     }
-    let name = format!("{}-release.{release_id}{}", key.app_id(), stage.suffix());
-    let identity = Identity {
-        name: name.clone(),
-        kind: Kind::Job,
-        role: "release".to_owned(),
-        name_label: format!("{}-release", key.name),
-        replica_id: format!("{release_id}{}", stage.suffix()),
-        ordinal: None,
-        spec_hash: Some("release".to_owned()),
-        release_id: Some(release_id.to_string()),
-        aliases: Vec::new(),
+    let run = OneShot {
+        identity: Identity {
+            name: format!("{}-release.{release_id}{}", key.app_id(), stage.suffix()),
+            kind: Kind::Job,
+            role: "release".to_owned(),
+            name_label: format!("{}-release", key.name),
+            replica_id: format!("{release_id}{}", stage.suffix()),
+            ordinal: None,
+            spec_hash: Some("release".to_owned()),
+            release_id: Some(release_id.to_string()),
+            aliases: Vec::new(),
+        },
+        container: &spec.container,
+        launch: Launch {
+            env: env.to_vec(),
+            command: Some(command.to_vec()),
+            tty: true,
+            default_ulimits: ctx.default_ulimits.clone(),
+            ..Launch::default()
+        },
+        spec_hash: release.spec_hash.as_str(),
+        asset_digests: &spec.asset_digests,
+        timeout: parse_go_duration(&hooks.timeout)
+            .filter(|timeout| !timeout.is_zero())
+            .unwrap_or(DEFAULT_TIMEOUT),
     };
-    let launch = Launch {
-        env: env.to_vec(),
-        command: Some(command.to_vec()),
-        tty: true,
-        default_ulimits: ctx.default_ulimits.clone(),
-        ..Launch::default()
-    };
-    let container_spec = build_spec(ctx, key, &identity, &spec.container, &launch)?;
-    let timeout = parse_go_duration(&hooks.timeout)
-        .filter(|timeout| !timeout.is_zero())
-        .unwrap_or(DEFAULT_TIMEOUT);
     tracing::info!(%key, release = release_id, stage = stage.name(), "running release hook");
-    remove_by_name(ctx, key, &name).await?;
-    let exit_code = run_once(ctx, key, &container_spec, timeout).await?;
+    let ran = match ctx.options.engine {
+        Engine::Containers => in_container(ctx, key, &run).await?,
+        Engine::Swarm => super::swarm::runs::run_hook(ctx, key, &run, LOG_LINES).await?,
+    };
+    let outcome = json!({
+        "exit_code": ran.exit_code,
+        "timed_out": ran.exit_code.is_none(),
+        "timeout_seconds": run.timeout.as_secs(),
+        "logs": ran.logs,
+        "at": crate::store::now_unix(),
+    });
+    let failure = (ran.exit_code != Some(0)).then(|| describe(&outcome));
+    let stage_name = stage.name();
+    blocking(&ctx.store, move |store| {
+        store.record_release_hook(release_id, stage_name, outcome)
+    })
+    .await?;
+    Ok(failure)
+}
+
+/// A hook's run on containers: a one-shot container (a leftover of the same name removed
+/// first), waited for at most its timeout, its output read, then removed.
+async fn in_container<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    run: &OneShot<'_>,
+) -> Result<Ran> {
+    let name = &run.identity.name;
+    let container_spec = build_spec(ctx, key, &run.identity, run.container, &run.launch)?;
+    remove_by_name(ctx, key, name).await?;
+    let exit_code = run_once(ctx, key, &container_spec, run.timeout).await?;
     let logs = match exit_code {
         Some(_) => match ctx
             .runtime
             .list(&[(crate::runtime::labels::AGENT, ctx.agent_id.as_str())])
             .await
         {
-            Ok(containers) => match containers.iter().find(|container| container.name == name) {
+            Ok(containers) => match containers.iter().find(|container| &container.name == name) {
                 Some(container) => ctx
                     .runtime
                     .logs(&container.id, LOG_LINES)
@@ -192,21 +255,8 @@ async fn run_stage<R: Runtime>(
         },
         None => String::new(),
     };
-    remove_by_name(ctx, key, &name).await?;
-    let outcome = json!({
-        "exit_code": exit_code,
-        "timed_out": exit_code.is_none(),
-        "timeout_seconds": timeout.as_secs(),
-        "logs": logs,
-        "at": crate::store::now_unix(),
-    });
-    let failure = (exit_code != Some(0)).then(|| describe(&outcome));
-    let stage_name = stage.name();
-    blocking(&ctx.store, move |store| {
-        store.record_release_hook(release_id, stage_name, outcome)
-    })
-    .await?;
-    Ok(failure)
+    remove_by_name(ctx, key, name).await?;
+    Ok(Ran { exit_code, logs })
 }
 
 /// The newest other release of the same resource and incarnation that succeeded with

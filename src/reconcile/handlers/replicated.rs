@@ -98,7 +98,7 @@ pub(super) trait Replicated<R: Runtime>: Send + Sync {
     fn gate(&self, steps: Vec<Self::Step>, observed: &Observed) -> Vec<Self::Step>;
     /// Runs before the first replica of a rollout is touched, after the images are there
     /// (the release hooks): `Ok(Some(error))` when a hook failed. None by default
-    /// (statefulsets have no hooks in voodu; Swarm refuses them, `plan::swarm_gaps`).
+    /// (statefulsets have no hooks in voodu).
     fn before_rollout<'a>(
         &'a self,
         _ctx: &'a Ctx<R>,

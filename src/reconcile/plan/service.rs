@@ -152,9 +152,6 @@ pub fn swarm_gaps(spec: &Spec) -> Vec<String> {
             if !deployment.inits.is_empty() {
                 gaps.push("init containers: a Swarm task runs one container; run the setup in the image's entrypoint, or as a job".to_owned());
             }
-            if deployment.release.is_some() {
-                gaps.push("release hooks (pre_command, command, post_command) are not run under Swarm yet".to_owned());
-            }
         }
         Spec::Statefulset(statefulset) => {
             gaps.extend(container_gaps(&statefulset.container));
@@ -177,6 +174,9 @@ pub fn swarm_notes(spec: &Spec) -> Vec<String> {
         Spec::Deployment(deployment) => {
             if deployment.probes.is_some() {
                 notes.push("probes run as the service's health check, in the task (http_get needs wget, tcp_socket nc in the image); on_probe is not delivered".to_owned());
+            }
+            if deployment.release.is_some() {
+                notes.push("release hooks run as replicated-job services, on whichever node Swarm picks (a named volume they write is that node's)".to_owned());
             }
             if deployment.autoscale.is_some() {
                 notes.push(
@@ -380,5 +380,43 @@ mod tests {
                 "{what}"
             );
         }
+    }
+
+    fn deployment(json: serde_json::Value) -> Spec {
+        Spec::Deployment(serde_json::from_value(json).expect("a deployment spec"))
+    }
+
+    /// Release hooks run under Swarm (with a note); init containers are still refused.
+    #[test]
+    fn release_hooks_map_with_a_note_and_init_containers_are_a_gap() {
+        let hooks = serde_json::json!({"pre_command": ["true"], "command": ["true"]});
+        let with_hooks = deployment(serde_json::json!({"image": "busybox", "release": hooks}));
+        assert!(
+            swarm_gaps(&with_hooks).is_empty(),
+            "{:?}",
+            swarm_gaps(&with_hooks)
+        );
+        let notes = swarm_notes(&with_hooks);
+        assert!(
+            notes.iter().any(|note| note.starts_with(
+                "release hooks run as replicated-job services, on whichever node Swarm picks"
+            )),
+            "{notes:?}"
+        );
+        let with_inits = deployment(serde_json::json!({
+            "image": "busybox",
+            "release": hooks,
+            "inits": [{"name": "seed", "command": ["true"]}],
+        }));
+        let gaps = swarm_gaps(&with_inits);
+        assert_eq!(gaps.len(), 1, "{gaps:?}");
+        assert!(gaps[0].starts_with("init containers: "), "{gaps:?}");
+        let plain = deployment(serde_json::json!({"image": "busybox"}));
+        assert!(swarm_gaps(&plain).is_empty());
+        assert!(
+            !swarm_notes(&plain)
+                .iter()
+                .any(|note| note.contains("release hooks")),
+        );
     }
 }

@@ -11,14 +11,20 @@
 //! gives up: the release fails with Swarm's reason and the failed task's error, and the
 //! automatic rollback to the last succeeded release runs as on containers.
 //!
-//! Invariants: one service per deployment, found by its labels; the release id is a service
-//! label, never in the task template, so a new release with the same spec replaces no task;
-//! `on_deploy`, releases and pins are the pass's, unchanged.
+//! Release hooks run as on containers (`hooks.rs`), each as a `replicated-job` service of
+//! the deployment in role `release` (`runs::run_hook`): `pre_command` and `command` before
+//! the service is created or updated, `post_command` once the update converged.
+//!
+//! Invariants: one service per deployment, found by its labels and role (a hook service is
+//! never a replica); the release id is a service label, never in the task template, so a
+//! new release with the same spec replaces no task; `on_deploy`, releases and pins are the
+//! pass's, unchanged.
 
 use futures_util::future::BoxFuture;
 
 use super::super::container::{Identity, Launch, aliases};
 use super::super::deployment::with_detail;
+use super::super::hooks;
 use super::super::launch::{EnvSource, identity_vars};
 use super::super::replicas::{BackingOff, Observed};
 use super::super::replicated::{self, Replicated};
@@ -50,17 +56,18 @@ pub(in crate::reconcile::handlers) async fn reconcile<R: Runtime>(
         desired: &desired,
         spec,
         launch: Launch::default(),
+        hook_env: Vec::new(),
         built: None,
     };
     replicated::pass(ctx, &desired, deployment).await
 }
 
 /// The deployment left the repo: its service goes (Swarm stops the tasks with their grace),
-/// then its status.
+/// with any release hook service left behind, then its status.
 async fn remove<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
     let services = ctx
         .runtime
-        .list_services(&super::service_filter(&ctx.agent_id, key))
+        .list_services(&super::owned_filter(&ctx.agent_id, key))
         .await
         .map_err(|source| Error::Runtime {
             key: key.clone(),
@@ -85,6 +92,8 @@ struct SwarmDeployment<'a> {
     spec: &'a DeploymentSpec,
     /// Set by `build`.
     launch: Launch,
+    /// The environment of the release hooks (no replica identity); set by `build`.
+    hook_env: Vec<String>,
     built: Option<Built>,
 }
 
@@ -121,6 +130,7 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
         let key = &self.desired.key;
         let container = &self.spec.container;
         let (env, env_digest) = env_source.env(ctx, key, container, identity_vars(key))?;
+        self.hook_env = env_source.env(ctx, key, container, Vec::new())?.0;
         self.launch = Launch {
             env,
             env_digest,
@@ -239,6 +249,34 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
     fn gate(&self, steps: Vec<ServiceStep>, _observed: &Observed) -> Vec<ServiceStep> {
         // Swarm gates its own rolling update (parallelism 1, the monitor window).
         steps
+    }
+
+    fn before_rollout<'a>(
+        &'a self,
+        ctx: &'a Ctx<R>,
+        release: &'a Release,
+    ) -> BoxFuture<'a, Result<Option<Error>>> {
+        Box::pin(hooks::before_rollout(
+            ctx,
+            &self.desired.key,
+            self.spec,
+            release,
+            &self.hook_env,
+        ))
+    }
+
+    fn after_rollout<'a>(
+        &'a self,
+        ctx: &'a Ctx<R>,
+        release: &'a Release,
+    ) -> BoxFuture<'a, Result<String>> {
+        Box::pin(hooks::after_rollout(
+            ctx,
+            &self.desired.key,
+            self.spec,
+            release,
+            &self.hook_env,
+        ))
     }
 
     fn new_replicas<'a>(

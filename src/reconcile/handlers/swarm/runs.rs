@@ -3,16 +3,22 @@
 //! a service name has no dot). The job handler keeps its runs, waiters, timeouts and
 //! history as on containers (`job.rs`); this module is the run's lifecycle on Swarm, which
 //! `job.rs` calls through `Runs`: list, create (started at once), wait for its task to end,
-//! its output, when it ended, remove.
+//! its output, when it ended, remove. A deployment's release hook runs the same way
+//! (`run_hook`: create, wait under its timeout, output, remove), as a service of the
+//! deployment in role `release`.
 //!
-//! Invariant: a run's service carries the run's container name (`voodu.container`), so the
-//! run records, which name containers, find it.
+//! Invariants: a run's service carries the run's container name (`voodu.container`), so the
+//! run records, which name containers, find it; a job lists only services in its own role,
+//! so a release hook service (of a deployment `<name>`, role `release`) is never taken for
+//! a run, even of a job called `<name>-release`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::super::container::{Identity, Launch};
-use super::{Shape, build_service, service_filter, with_configs};
+use super::super::hooks::{OneShot, Ran};
+use super::super::launch::start_error;
+use super::{Shape, build_service, owned_filter, service_filter, with_configs};
 use crate::manifest::spec::Container as ContainerSpec;
 use crate::model::ResourceKey;
 use crate::reconcile::{Ctx, Error, Result};
@@ -28,6 +34,11 @@ fn runtime_error(key: &ResourceKey) -> impl Fn(crate::runtime::Error) -> Error +
         key: key.clone(),
         source,
     }
+}
+
+/// The service of the run whose container name is `container_name`.
+fn service_name(container_name: &str) -> String {
+    container_name.replace('.', "-")
 }
 
 /// The run's task: the newest one (a job has one).
@@ -82,7 +93,7 @@ pub(in crate::reconcile::handlers) async fn create<R: Runtime>(
     asset_digests: &BTreeMap<String, String>,
 ) -> Result<String> {
     let mut service_identity = identity.clone();
-    service_identity.name = identity.name.replace('.', "-");
+    service_identity.name = service_name(&identity.name);
     let mut built = build_service(
         ctx,
         key,
@@ -186,4 +197,73 @@ pub(in crate::reconcile::handlers) async fn finished_at<R: Runtime>(
         .filter(|task| task.state.ended())
         .map(|task| task.since)
         .filter(|since| *since > 0)
+}
+
+/// A deployment's release hook under Swarm: a `replicated-job` service of the deployment
+/// (a leftover of the same name, from an interrupted pass, removed first), waited for at
+/// most the hook's timeout (then removed, its outcome a timeout), its last `tail` lines of
+/// output read, then removed. Shutdown interrupts the wait (the service is left for the
+/// next pass to remove); a task Swarm could not run fails as a container that cannot start.
+pub(in crate::reconcile::handlers) async fn run_hook<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    run: &OneShot<'_>,
+    tail: usize,
+) -> Result<Ran> {
+    let name = service_name(&run.identity.name);
+    remove_named(ctx, key, &name).await?;
+    let id = create(
+        ctx,
+        key,
+        &run.identity,
+        run.container,
+        &run.launch,
+        run.spec_hash,
+        run.asset_digests,
+    )
+    .await?;
+    let exit_code = tokio::select! {
+        waited = tokio::time::timeout(run.timeout, wait(ctx, &id)) => match waited {
+            Ok(Ok(code)) => Some(code),
+            Ok(Err(error)) => {
+                if let Err(removal) = ctx.runtime.remove_service(&id).await {
+                    tracing::debug!(%key, service = %name, %removal, "hook service not removed; the next run removes it");
+                }
+                return Err(start_error(key, &name, error));
+            }
+            Err(_) => None,
+        },
+        () = ctx.shutdown.cancelled() => {
+            return Err(Error::Stopped {
+                key: key.clone(),
+                waiting_for: format!("waiting for service {name}"),
+            });
+        }
+    };
+    let logs = match exit_code {
+        Some(_) => logs(ctx, &id, tail).await.unwrap_or_default(),
+        None => String::new(),
+    };
+    ctx.runtime
+        .remove_service(&id)
+        .await
+        .map_err(runtime_error(key))?;
+    Ok(Ran { exit_code, logs })
+}
+
+/// Removes this agent's service of `key` called `name`, if any.
+async fn remove_named<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey, name: &str) -> Result<()> {
+    let services = ctx
+        .runtime
+        .list_services(&owned_filter(&ctx.agent_id, key))
+        .await
+        .map_err(runtime_error(key))?;
+    for service in services.iter().filter(|service| service.name == name) {
+        tracing::info!(%key, service = %name, "removing a hook service left by an interrupted pass");
+        ctx.runtime
+            .remove_service(&service.id)
+            .await
+            .map_err(runtime_error(key))?;
+    }
+    Ok(())
 }
