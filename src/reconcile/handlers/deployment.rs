@@ -25,7 +25,7 @@ use futures_util::StreamExt as _;
 use futures_util::future::BoxFuture;
 
 use super::container::{Identity, Launch, aliases};
-use super::hooks;
+use super::hooks::HookSet;
 use super::launch::{EnvSource, build_spec, create_and_start, identity_vars, run_init_chain};
 use super::replicas::{BackingOff, Observed, start_again};
 use super::replicated::{self, Replicated, drain_and_remove};
@@ -34,7 +34,7 @@ use crate::manifest::spec::{Container as ContainerSpec, DeploymentSpec, Drain, I
 use crate::model::{Kind, ResourceKey, random_hex};
 use crate::reconcile::gate;
 use crate::reconcile::plan::{Step, Target, plan_replicas};
-use crate::reconcile::{Action, Ctx, Error, Result};
+use crate::reconcile::{Action, Ctx, Result};
 use crate::runtime::{Container, ContainerState, Runtime};
 use crate::store::{DeploymentDetail, Desired, Detail, Release, ReplicaDetail, ResourceStatus};
 
@@ -152,32 +152,12 @@ impl<R: Runtime> Replicated<R> for Deployment<'_> {
         )
     }
 
-    fn before_rollout<'a>(
-        &'a self,
-        ctx: &'a Ctx<R>,
-        release: &'a Release,
-    ) -> BoxFuture<'a, Result<Option<Error>>> {
-        Box::pin(hooks::before_rollout(
-            ctx,
-            &self.desired.key,
-            self.spec,
-            release,
-            &self.hook_env,
-        ))
-    }
-
-    fn after_rollout<'a>(
-        &'a self,
-        ctx: &'a Ctx<R>,
-        release: &'a Release,
-    ) -> BoxFuture<'a, Result<String>> {
-        Box::pin(hooks::after_rollout(
-            ctx,
-            &self.desired.key,
-            self.spec,
-            release,
-            &self.hook_env,
-        ))
+    fn release_hooks(&self) -> Option<HookSet<'_>> {
+        Some(HookSet {
+            key: &self.desired.key,
+            spec: self.spec,
+            env: &self.hook_env,
+        })
     }
 
     fn execute<'a>(

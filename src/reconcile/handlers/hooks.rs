@@ -59,6 +59,16 @@ pub(super) struct Ran {
     pub(super) logs: String,
 }
 
+/// A deployment's release hooks and the environment they run with (the merged environment
+/// without `VOODU_SCOPE`/`VOODU_NAME`, as voodu's release steps): what a `Replicated` kind
+/// with hooks hands the replicated pass.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HookSet<'a> {
+    pub(crate) key: &'a ResourceKey,
+    pub(crate) spec: &'a DeploymentSpec,
+    pub(crate) env: &'a [String],
+}
+
 /// One hook stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Stage {
@@ -97,14 +107,13 @@ impl Stage {
 /// fails and is halted; `Err` when a stage could not be run.
 pub(crate) async fn before_rollout<R: Runtime>(
     ctx: &Ctx<R>,
-    key: &ResourceKey,
-    spec: &DeploymentSpec,
+    hooks: Option<HookSet<'_>>,
     release: &Release,
-    env: &[String],
 ) -> Result<Option<Error>> {
-    if spec.release.is_none() {
+    let Some(HookSet { key, spec, env }) = hooks.filter(|hooks| hooks.spec.release.is_some())
+    else {
         return Ok(None);
-    }
+    };
     if let Some(earlier) = succeeded_before(ctx, release).await? {
         tracing::info!(%key, release = release.id, earlier, "release hooks skipped: this spec already rolled out with success");
         return Ok(None);
@@ -129,14 +138,13 @@ pub(crate) async fn before_rollout<R: Runtime>(
 /// returned as a note for the release's message (as is a skip).
 pub(crate) async fn after_rollout<R: Runtime>(
     ctx: &Ctx<R>,
-    key: &ResourceKey,
-    spec: &DeploymentSpec,
+    hooks: Option<HookSet<'_>>,
     release: &Release,
-    env: &[String],
 ) -> Result<String> {
-    if spec.release.is_none() {
+    let Some(HookSet { key, spec, env }) = hooks.filter(|hooks| hooks.spec.release.is_some())
+    else {
         return Ok(String::new());
-    }
+    };
     if let Some(earlier) = succeeded_before(ctx, release).await? {
         return Ok(format!(
             "release hooks skipped: release #{earlier} already rolled out this spec"

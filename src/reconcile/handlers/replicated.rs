@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 
+use super::hooks::{self, HookSet};
 use super::launch::{EnvSource, images_of, ready_to_create};
 use super::replicas::{
     BackingOff, Observed, fail_rollout, inspect_waiting, not_done, observe, put_status,
@@ -96,24 +97,11 @@ pub(super) trait Replicated<R: Runtime>: Send + Sync {
     fn is_replace(step: &Self::Step) -> bool;
     /// The steps the health gate lets through now.
     fn gate(&self, steps: Vec<Self::Step>, observed: &Observed) -> Vec<Self::Step>;
-    /// Runs before the first replica of a rollout is touched, after the images are there
-    /// (the release hooks): `Ok(Some(error))` when a hook failed. None by default
-    /// (statefulsets have no hooks in voodu).
-    fn before_rollout<'a>(
-        &'a self,
-        _ctx: &'a Ctx<R>,
-        _release: &'a Release,
-    ) -> BoxFuture<'a, Result<Option<Error>>> {
-        Box::pin(async { Ok(None) })
-    }
-    /// Runs once the rollout converged with every replica ready; returns a note for the
-    /// release's message. Nothing by default.
-    fn after_rollout<'a>(
-        &'a self,
-        _ctx: &'a Ctx<R>,
-        _release: &'a Release,
-    ) -> BoxFuture<'a, Result<String>> {
-        Box::pin(async { Ok(String::new()) })
+    /// The release hooks run before the first replica of a rollout is touched (after the
+    /// images are there) and once it converged (`hooks.rs`). None by default (statefulsets
+    /// have no hooks in voodu).
+    fn release_hooks(&self) -> Option<HookSet<'_>> {
+        None
     }
     /// Runs the gated steps; a crashed replica whose back-off still runs is listed in
     /// `backing_off`.
@@ -185,7 +173,7 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
     // Before the first replica of a rollout is touched: the image, then the release hooks.
     if progressing && touches_replicas {
         let prepared = match kind.prepare(ctx, key).await {
-            Ok(()) => match kind.before_rollout(ctx, &release).await {
+            Ok(()) => match hooks::before_rollout(ctx, kind.release_hooks(), &release).await {
                 Ok(None) => Ok(()),
                 Ok(Some(failed)) => Err((failed, Stage::Hooks)),
                 Err(error) => Err((error, Stage::Prepare)),
@@ -264,7 +252,7 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
                 status.message.clone_from(&release.message);
             }
             if effect == Effect::Succeed {
-                let note = kind.after_rollout(ctx, &release).await?;
+                let note = hooks::after_rollout(ctx, kind.release_hooks(), &release).await?;
                 rollout::succeed(ctx, &release, &kind.report(), &note).await?;
             }
         }

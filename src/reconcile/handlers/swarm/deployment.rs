@@ -24,7 +24,7 @@ use futures_util::future::BoxFuture;
 
 use super::super::container::{Identity, Launch, aliases};
 use super::super::deployment::with_detail;
-use super::super::hooks;
+use super::super::hooks::HookSet;
 use super::super::launch::{EnvSource, identity_vars};
 use super::super::replicas::{BackingOff, Observed};
 use super::super::replicated::{self, Replicated};
@@ -251,32 +251,12 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
         steps
     }
 
-    fn before_rollout<'a>(
-        &'a self,
-        ctx: &'a Ctx<R>,
-        release: &'a Release,
-    ) -> BoxFuture<'a, Result<Option<Error>>> {
-        Box::pin(hooks::before_rollout(
-            ctx,
-            &self.desired.key,
-            self.spec,
-            release,
-            &self.hook_env,
-        ))
-    }
-
-    fn after_rollout<'a>(
-        &'a self,
-        ctx: &'a Ctx<R>,
-        release: &'a Release,
-    ) -> BoxFuture<'a, Result<String>> {
-        Box::pin(hooks::after_rollout(
-            ctx,
-            &self.desired.key,
-            self.spec,
-            release,
-            &self.hook_env,
-        ))
+    fn release_hooks(&self) -> Option<HookSet<'_>> {
+        Some(HookSet {
+            key: &self.desired.key,
+            spec: self.spec,
+            env: &self.hook_env,
+        })
     }
 
     fn new_replicas<'a>(
