@@ -22,8 +22,9 @@ use crate::store::{FailureReason, Phase, Release, ReleasePhase, ResourceStatus, 
 const RECHECK: Duration = Duration::from_secs(5);
 
 /// Labels that select this agent's replicas of one resource (not its init or release
-/// containers, which carry the same kind, scope and name).
-pub(super) fn container_filter<'a>(
+/// containers, which carry the same kind, scope and name); under Swarm, its services in
+/// its own role.
+pub(super) fn replica_filter<'a>(
     agent_id: &'a str,
     key: &'a ResourceKey,
 ) -> [(&'a str, &'a str); 5] {
@@ -41,7 +42,7 @@ pub(super) async fn list_replicas<R: Runtime>(
     key: &ResourceKey,
 ) -> Result<Vec<Container>> {
     ctx.runtime
-        .list(&container_filter(&ctx.agent_id, key))
+        .list(&replica_filter(&ctx.agent_id, key))
         .await
         .map_err(|source| Error::Runtime {
             key: key.clone(),

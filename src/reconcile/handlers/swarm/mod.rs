@@ -64,19 +64,8 @@ pub(super) fn refuse_gaps(key: &ResourceKey, spec: &Spec) -> Result<()> {
 
 /// Labels that select this agent's services of one resource in its own role: a
 /// deployment's or statefulset's replicas, a job's runs (never a deployment's release hook
-/// services, whose role is `release`).
-pub(super) fn service_filter<'a>(
-    agent_id: &'a str,
-    key: &'a ResourceKey,
-) -> [(&'a str, &'a str); 5] {
-    [
-        (labels::AGENT, agent_id),
-        (labels::KIND, key.kind.as_str()),
-        (labels::SCOPE, key.scope.as_str()),
-        (labels::NAME, key.name.as_str()),
-        (labels::ROLE, key.kind.as_str()),
-    ]
-}
+/// services, whose role is `release`): the containers' filter.
+pub(super) use super::replicas::replica_filter as service_filter;
 
 /// Labels that select every service this agent made for one resource, whatever its role
 /// (with a deployment's, a release hook service an interrupted pass left behind).
