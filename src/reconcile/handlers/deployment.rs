@@ -51,35 +51,39 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         return Err(super::wrong_kind(key, &desired.spec));
     };
     super::refuse_unappliable(key, &desired.spec)?;
-    let deployment = Deployment {
-        desired: &desired,
-        spec,
-        launch: Launch::default(),
-        hook_env: Vec::new(),
-        release_id: 0,
-    };
-    replicated::pass(ctx, &desired, deployment).await
+    replicated::pass(ctx, &desired, Deployment::new(&desired, spec)).await
 }
 
 /// A deployment in one pass: interchangeable replicas, one environment for all of them.
-struct Deployment<'a> {
-    desired: &'a Desired,
-    spec: &'a DeploymentSpec,
+/// Under Swarm, `swarm::deployment` wraps it (environment, target, report, hooks).
+pub(super) struct Deployment<'a> {
+    pub(super) desired: &'a Desired,
+    pub(super) spec: &'a DeploymentSpec,
     /// Set by `build`.
-    launch: Launch,
+    pub(super) launch: Launch,
     /// The environment of the release hooks (no replica identity); set by `build`.
     hook_env: Vec<String>,
     /// Set by `set_release`.
     release_id: i64,
 }
 
-impl Deployment<'_> {
+impl<'a> Deployment<'a> {
+    pub(super) fn new(desired: &'a Desired, spec: &'a DeploymentSpec) -> Deployment<'a> {
+        Deployment {
+            desired,
+            spec,
+            launch: Launch::default(),
+            hook_env: Vec::new(),
+            release_id: 0,
+        }
+    }
+
     /// How long a replica of this deployment gets between SIGTERM and SIGKILL.
     fn grace(&self) -> std::time::Duration {
         Drain::grace_of(self.spec.drain.as_ref())
     }
 
-    fn target(&self) -> Target<'_> {
+    pub(super) fn target(&self) -> Target<'_> {
         Target {
             spec_hash: &self.desired.spec_hash,
             n_replicas: self.desired.n_replicas,

@@ -15,7 +15,8 @@
 //!   the router then reports the rollback and does not send that config again;
 //! - the routes are live once Swarm has finished the update and a task runs; until then
 //!   the previous ones serve, and the router looks again every `CONVERGING`;
-//! - configs of the proxy that no service uses are removed once the update is done;
+//! - once an update is done, the proxy's configs that neither the service nor its previous
+//!   spec use (Swarm's rollback needs that one) are removed, once per config;
 //! - Caddy's data (certificates) is the node-local volume `voodu-caddy-<agent id>-data`,
 //!   which removing the service keeps; its admin API is off (the config is the only input);
 //! - a listen address the service cannot honour (port 0, or an interface: host-mode ports
@@ -49,6 +50,8 @@ pub(super) struct ServiceProxy {
     /// The digest of the service spec last sent: when Swarm rolls it back, it is not sent
     /// again until the routes change.
     sent: Option<String>,
+    /// The config whose rollout last cleared the older configs (once per config).
+    cleaned_for: Option<String>,
 }
 
 /// The Swarm config holding a Caddy config whose digest is `digest`.
@@ -174,6 +177,7 @@ impl ServiceProxy {
         ServiceProxy {
             options,
             sent: None,
+            cleaned_for: None,
         }
     }
 
@@ -320,8 +324,9 @@ impl ServiceProxy {
                 ),
             });
         }
-        if running {
+        if running && self.cleaned_for.as_deref() != Some(config_name.as_str()) {
             self.remove_stale_configs(ctx, &config_name).await;
+            self.cleaned_for = Some(config_name);
         }
         Ok(Served {
             proxy: info,

@@ -22,21 +22,21 @@
 
 use futures_util::future::BoxFuture;
 
-use super::super::container::{Identity, Launch, aliases};
-use super::super::deployment::with_detail;
+use super::super::container::{Identity, aliases};
+use super::super::deployment::{Deployment, with_detail};
 use super::super::hooks::HookSet;
-use super::super::launch::{EnvSource, identity_vars};
+use super::super::launch::EnvSource;
 use super::super::replicas::{BackingOff, Observed};
 use super::super::replicated::{self, Replicated};
 use super::super::rollout::Report;
 use super::{Built, Shape, build_service, observe_services, observed, with_configs};
-use crate::manifest::spec::{Container as ContainerSpec, DeploymentSpec, Init, Spec};
+use crate::manifest::spec::{Container as ContainerSpec, Init, Spec};
 use crate::model::{Kind, ResourceKey};
 use crate::reconcile::gate::NewReplica;
-use crate::reconcile::plan::{ServiceStep, ServiceTarget, Target, plan_service};
+use crate::reconcile::plan::{ServiceStep, ServiceTarget, plan_service};
 use crate::reconcile::{Action, Ctx, Error, Result};
 use crate::runtime::{Container, Runtime, ServiceMode, TaskState, labels};
-use crate::store::{Desired, FailureReason, Release, ResourceStatus};
+use crate::store::{FailureReason, Release, ResourceStatus};
 
 pub(in crate::reconcile::handlers) async fn reconcile<R: Runtime>(
     ctx: &Ctx<R>,
@@ -53,10 +53,7 @@ pub(in crate::reconcile::handlers) async fn reconcile<R: Runtime>(
     super::super::refuse_unappliable(key, &desired.spec)?;
     super::refuse_gaps(key, &desired.spec)?;
     let deployment = SwarmDeployment {
-        desired: &desired,
-        spec,
-        launch: Launch::default(),
-        hook_env: Vec::new(),
+        inner: Deployment::new(&desired, spec),
         built: None,
     };
     replicated::pass(ctx, &desired, deployment).await
@@ -87,13 +84,11 @@ async fn remove<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
     crate::reconcile::blocking(&ctx.store, move |store| store.delete_status(&key)).await
 }
 
+/// The container deployment (environment, target, report, hooks) and the service it
+/// becomes.
 struct SwarmDeployment<'a> {
-    desired: &'a Desired,
-    spec: &'a DeploymentSpec,
+    inner: Deployment<'a>,
     /// Set by `build`.
-    launch: Launch,
-    /// The environment of the release hooks (no replica identity); set by `build`.
-    hook_env: Vec<String>,
     built: Option<Built>,
 }
 
@@ -106,20 +101,10 @@ impl SwarmDeployment<'_> {
         let built = self.built()?;
         Some(ServiceTarget {
             digest: &built.digest,
-            replicas: u64::try_from(self.desired.n_replicas).unwrap_or(0),
-            spec_hash: self.desired.spec_hash.as_str(),
-            env_digest: &self.launch.env_digest,
+            replicas: u64::try_from(self.inner.desired.n_replicas).unwrap_or(0),
+            spec_hash: self.inner.desired.spec_hash.as_str(),
+            env_digest: &self.inner.launch.env_digest,
         })
-    }
-
-    /// The container deployment's target, for the status detail.
-    fn target(&self) -> Target<'_> {
-        Target {
-            spec_hash: &self.desired.spec_hash,
-            n_replicas: self.desired.n_replicas,
-            env_digest: Some(&self.launch.env_digest),
-            surge: self.spec.surges(),
-        }
     }
 }
 
@@ -127,19 +112,12 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
     type Step = ServiceStep;
 
     fn build(&mut self, ctx: &Ctx<R>, env_source: &EnvSource) -> Result<()> {
-        let key = &self.desired.key;
-        let container = &self.spec.container;
-        let (env, env_digest) = env_source.env(ctx, key, container, identity_vars(key))?;
-        self.hook_env = env_source.env(ctx, key, container, Vec::new())?.0;
-        self.launch = Launch {
-            env,
-            env_digest,
-            ports: self.spec.ports.clone(),
-            restart: String::new(),
-            default_ulimits: ctx.default_ulimits.clone(),
-            probes: self.spec.probes.clone(),
-            ..Launch::default()
-        };
+        <Deployment<'_> as Replicated<R>>::build(&mut self.inner, ctx, env_source)?;
+        // Swarm restarts a replica's task whatever its exit (`restart` is not sent).
+        self.inner.launch.restart.clear();
+        let (desired, spec) = (self.inner.desired, self.inner.spec);
+        let key = &desired.key;
+        let container = &spec.container;
         let identity = Identity {
             name: key.app_id(),
             kind: Kind::Deployment,
@@ -147,24 +125,24 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
             name_label: key.name.clone(),
             replica_id: "swarm".to_owned(),
             ordinal: None,
-            spec_hash: Some(self.desired.spec_hash.to_string()),
+            spec_hash: Some(desired.spec_hash.to_string()),
             release_id: None,
             aliases: aliases(key, None),
         };
-        let replicas = u64::try_from(self.desired.n_replicas).unwrap_or(0);
+        let replicas = u64::try_from(desired.n_replicas).unwrap_or(0);
         self.built = Some(build_service(
             ctx,
             key,
             &identity,
             container,
-            &self.launch,
+            &self.inner.launch,
             Shape {
                 mode: ServiceMode::Replicated { replicas },
-                probes: self.spec.probes.as_ref(),
-                drain: self.spec.drain.as_ref(),
+                probes: spec.probes.as_ref(),
+                drain: spec.drain.as_ref(),
                 stop_first: false,
                 constraints: Vec::new(),
-                asset_digests: &self.spec.asset_digests,
+                asset_digests: &spec.asset_digests,
                 labels: std::collections::BTreeMap::new(),
                 volume_labels: std::collections::BTreeMap::new(),
             },
@@ -182,16 +160,11 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
     }
 
     fn report(&self) -> Report<'_> {
-        let key = &self.desired.key;
-        Report {
-            key,
-            on_deploy: self.spec.on_deploy.as_ref(),
-            image: self.spec.container.effective_image(key),
-        }
+        <Deployment<'_> as Replicated<R>>::report(&self.inner)
     }
 
     fn images(&self) -> (&ContainerSpec, &[Init]) {
-        (&self.spec.container, &self.spec.inits)
+        <Deployment<'_> as Replicated<R>>::images(&self.inner)
     }
 
     fn is_current(&self, container: &Container) -> bool {
@@ -223,7 +196,7 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
     }
 
     fn prepare<'a>(&'a self, ctx: &'a Ctx<R>, key: &'a ResourceKey) -> BoxFuture<'a, Result<()>> {
-        Box::pin(prepare(ctx, key, &self.spec.container))
+        Box::pin(prepare(ctx, key, &self.inner.spec.container))
     }
 
     fn plan(&self, observed: &Observed) -> Vec<ServiceStep> {
@@ -252,11 +225,7 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
     }
 
     fn release_hooks(&self) -> Option<HookSet<'_>> {
-        Some(HookSet {
-            key: &self.desired.key,
-            spec: self.spec,
-            env: &self.hook_env,
-        })
+        <Deployment<'_> as Replicated<R>>::release_hooks(&self.inner)
     }
 
     fn new_replicas<'a>(
@@ -300,16 +269,8 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
         status: ResourceStatus,
         observed: &'a Observed,
     ) -> BoxFuture<'a, Result<ResourceStatus>> {
-        let mut status = with_detail(status, observed, &self.target(), self.desired);
-        if let Some(seen) = &observed.swarm {
-            let lost = super::lost_nodes(seen);
-            if !lost.is_empty() && status.message.is_empty() {
-                status.message = format!(
-                    "node(s) down: {}; Swarm reschedules their tasks",
-                    lost.join(", ")
-                );
-            }
-        }
+        let mut status = with_detail(status, observed, &self.inner.target(), self.inner.desired);
+        super::say_lost_nodes(&mut status, observed, "Swarm reschedules their tasks");
         Box::pin(async move { Ok(status) })
     }
 }
@@ -431,7 +392,7 @@ async fn execute<R: Runtime>(
     steps: &[ServiceStep],
     observed: &Observed,
 ) -> Result<()> {
-    let key = &work.desired.key;
+    let key = &work.inner.desired.key;
     let Some(built) = work.built() else {
         return Ok(());
     };

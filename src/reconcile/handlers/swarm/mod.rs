@@ -31,7 +31,7 @@ use crate::runtime::{
     ConfigMount, ContainerState, HealthCheck, HostPort, Node, Runtime, Service, ServiceMode,
     ServiceSpec, Task, TaskState, UpdateOrder, UpdatePolicy, labels,
 };
-use crate::store::{FailureReason, now_unix};
+use crate::store::{FailureReason, ResourceStatus, now_unix};
 
 /// What a pass of a Swarm kind saw besides its replicas.
 #[derive(Debug, Clone, Default)]
@@ -622,8 +622,20 @@ pub(super) fn look_again<S>(steps: &[S], observed: &Observed) -> Option<Duration
     })
 }
 
+/// A status with no message of its own says which nodes are down and `then`, what that
+/// means for the kind's tasks.
+pub(super) fn say_lost_nodes(status: &mut ResourceStatus, observed: &Observed, then: &str) {
+    let Some(seen) = &observed.swarm else {
+        return;
+    };
+    let lost = lost_nodes(seen);
+    if !lost.is_empty() && status.message.is_empty() {
+        status.message = format!("node(s) down: {}; {then}", lost.join(", "));
+    }
+}
+
 /// The nodes that are down and ran (or were to run) tasks of `seen`: `hostname (id)`.
-pub(super) fn lost_nodes(seen: &SwarmSeen) -> Vec<String> {
+fn lost_nodes(seen: &SwarmSeen) -> Vec<String> {
     let used: BTreeSet<&str> = seen
         .tasks
         .iter()

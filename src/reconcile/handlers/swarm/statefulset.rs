@@ -309,15 +309,11 @@ impl<R: Runtime> Replicated<R> for SwarmStatefulset<'_> {
         Box::pin(async move {
             let mut status =
                 with_detail(ctx, self.key(), status, observed, &self.inner.target()).await?;
-            if let Some(seen) = &observed.swarm {
-                let lost = super::lost_nodes(seen);
-                if !lost.is_empty() && status.message.is_empty() {
-                    status.message = format!(
-                        "node(s) down: {}; pods pinned there are down and wait for it",
-                        lost.join(", ")
-                    );
-                }
-            }
+            super::say_lost_nodes(
+                &mut status,
+                observed,
+                "pods pinned there are down and wait for it",
+            );
             Ok(status)
         })
     }
