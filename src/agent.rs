@@ -35,8 +35,9 @@ use crate::git::{Source, SourceOptions};
 use crate::http::{self, HttpCtx, HttpOptions};
 use crate::metrics::Metrics;
 use crate::model::HostSelection;
+use crate::model::policy::{OwnedPaths, normalize_path};
 use crate::reconcile::{self, ReconcileOptions};
-use crate::runtime::{DockerRuntime, Runtime};
+use crate::runtime::{DockerRuntime, Gate, Runtime, Sealed};
 use crate::store::{HEALTH_ENGINE, Origin, Store, Who};
 use crate::sync::{self as sync_stage, SyncOptions, SyncOutcome, Syncer};
 
@@ -392,6 +393,31 @@ fn wal_of(db: &std::path::Path) -> PathBuf {
 }
 
 /// The agent on `runtime` until `shutdown` is cancelled.
+/// The gate every request of this agent passes: its host policy, with its data dir
+/// protected, and the paths the agent itself mounts (asset files, the ingress's directories).
+fn sink_gate(config: &AgentConfig) -> Gate {
+    let absolute = |path: &std::path::Path| {
+        std::path::absolute(path)
+            .unwrap_or_else(|_| path.to_owned())
+            .display()
+            .to_string()
+    };
+    let data_dir = absolute(&config.data_dir);
+    let mut policy = config.sync.policy.clone();
+    if policy.data_dir.is_none() {
+        policy.data_dir = Some(data_dir.clone());
+    }
+    let mut owned = OwnedPaths::for_data_dir(&data_dir);
+    if let Some(ingress) = &config.reconcile.ingress {
+        owned.exact.extend(
+            ["data", "config"]
+                .iter()
+                .filter_map(|dir| normalize_path(&absolute(&ingress.state_dir.join(dir)))),
+        );
+    }
+    Gate::new(policy, owned)
+}
+
 async fn run_until<R: Runtime>(
     config: AgentConfig,
     runtime: Arc<R>,
@@ -408,6 +434,8 @@ async fn run_until<R: Runtime>(
     }
     // Held until `run_until` returns.
     let _lock = lock::lock(&config.data_dir)?;
+    // From here on every engine request passes the host policy's gate at the sink.
+    let runtime = Arc::new(Sealed::new(runtime, sink_gate(&config)));
     let OpenState {
         store,
         await_first_commit,

@@ -25,6 +25,7 @@ use crate::git::{Source, TrustedKeys, VerifyMode};
 use crate::manifest::spec::Spec;
 use crate::manifest::triggers::{self, Decision, Situation, Trigger, Verdict};
 use crate::manifest::{self, Diagnostic, Diagnostics, LoadOptions, Mode, Policy, Vars};
+use crate::model::policy::{OwnedPaths, resolve_on_host};
 use crate::model::{CommitSha, FileRead, FileSource, Snapshot, SourceFile, random_hex};
 use crate::store::{ApplySummary, CommitContext, HEALTH_FETCH, META_HOST_SELECTION, Store, Who};
 
@@ -459,7 +460,8 @@ impl Syncer {
         if !sealed.is_empty() {
             return self.reject(commit, who, sealed, decision);
         }
-        let symlinked = bind_refusals_on_this_host(&manifest, &self.options.policy);
+        let symlinked =
+            bind_refusals_on_this_host(&manifest, &self.options.policy, &self.options.data_dir);
         if !symlinked.is_empty() {
             return self.reject(commit, who, symlinked, decision);
         }
@@ -658,8 +660,18 @@ pub fn sealed_refusals(manifest: &manifest::Manifest, keyring: &Keyring) -> Vec<
 
 /// Bind sources that the host policy allows as written but that resolve, through symlinks on
 /// this host, to a path it refuses (a container with an allowed bind can plant such a link).
-/// Located at the resource's block: the manifest stage has no host to look at.
-fn bind_refusals_on_this_host(manifest: &manifest::Manifest, policy: &Policy) -> Vec<Diagnostic> {
+/// Located at the resource's block: the manifest stage has no host to look at. The gate at the
+/// sink judges the same once more when the container is created.
+fn bind_refusals_on_this_host(
+    manifest: &manifest::Manifest,
+    policy: &Policy,
+    data_dir: &std::path::Path,
+) -> Vec<Diagnostic> {
+    let data_dir = std::path::absolute(data_dir)
+        .unwrap_or_else(|_| data_dir.to_owned())
+        .display()
+        .to_string();
+    let owned = OwnedPaths::for_data_dir(&data_dir);
     let mut refusals = Vec::new();
     for resource in &manifest.resources {
         let Some(container) = resource.spec.container() else {
@@ -668,42 +680,26 @@ fn bind_refusals_on_this_host(manifest: &manifest::Manifest, policy: &Policy) ->
         for source in container
             .volumes
             .iter()
-            .filter_map(|volume| manifest::bind_source(volume))
+            .filter_map(|volume| manifest::bind_source(volume, &data_dir))
         {
-            let Some(resolved) = resolve_on_host(std::path::Path::new(&source)) else {
-                continue;
+            let refusal = match resolve_on_host(std::path::Path::new(&source)) {
+                Ok(resolved) if resolved == source => continue,
+                Ok(resolved) => policy.host_bind_refusal(&resolved, &owned).map(|refusal| {
+                    format!("bind mount of {source} resolves to {resolved} on this host: {refusal}")
+                }),
+                Err(why) => Some(format!(
+                    "bind mount of {source} is refused by the host policy: {why}"
+                )),
             };
-            if resolved == source {
-                continue;
-            }
-            if let Some(refusal) = policy.bind_refusal(&resolved) {
+            if let Some(message) = refusal {
                 refusals.push(Diagnostic {
-                    message: format!(
-                        "bind mount of {source} resolves to {resolved} on this host: {refusal}"
-                    ),
+                    message,
                     ..resource.origin.clone()
                 });
             }
         }
     }
     refusals
-}
-
-/// `path` with the symlinks of its longest existing prefix resolved (Docker creates the rest).
-fn resolve_on_host(path: &std::path::Path) -> Option<String> {
-    let mut existing = path;
-    let mut rest = Vec::new();
-    loop {
-        if let Ok(real) = std::fs::canonicalize(existing) {
-            let mut resolved = real;
-            for part in rest.iter().rev() {
-                resolved.push(part);
-            }
-            return resolved.to_str().map(ToOwned::to_owned);
-        }
-        rest.push(existing.file_name()?);
-        existing = existing.parent()?;
-    }
 }
 
 #[cfg(test)]

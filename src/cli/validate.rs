@@ -189,6 +189,24 @@ pub(super) struct PolicyArgs {
         value_delimiter = ','
     )]
     allow_security_opt: Vec<String>,
+    /// A `--log-driver` beside json-file, local, journald and none (repeatable or
+    /// comma-separated; `*` for any): the others send output to an address, e.g. syslog.
+    #[arg(
+        long = "allow-log-driver",
+        env = "VOODU_ALLOW_LOG_DRIVER",
+        value_name = "DRIVER",
+        value_delimiter = ','
+    )]
+    allow_log_driver: Vec<String>,
+    /// An existing volume the agent did not create that a statefulset may still mount as a
+    /// claim, taking its data over (repeatable or comma-separated).
+    #[arg(
+        long = "adopt-volume",
+        env = "VOODU_ADOPT_VOLUME",
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
+    adopt_volume: Vec<String>,
 }
 
 impl PolicyArgs {
@@ -204,6 +222,8 @@ impl PolicyArgs {
             || !self.allow_bind_root.is_empty()
             || !self.allow_network.is_empty()
             || !self.allow_security_opt.is_empty()
+            || !self.allow_log_driver.is_empty()
+            || !self.adopt_volume.is_empty()
     }
 
     /// The policy file (if any) with the flags added; default-deny when neither is given.
@@ -228,6 +248,8 @@ impl PolicyArgs {
             allow_bind_root: self.allow_bind_root.clone(),
             allow_network: self.allow_network.clone(),
             allow_security_opt: self.allow_security_opt.clone(),
+            allow_log_driver: self.allow_log_driver.clone(),
+            adopt_volume: self.adopt_volume.clone(),
             data_dir: None,
         });
         if let Some(problem) = policy.problems().into_iter().next() {

@@ -1,219 +1,25 @@
-//! Host policy: what a commit may ask of the host, set by whoever runs the agent (flags or a
-//! policy file), never by the repository.
+//! Host policy in the manifest stage: every value a commit writes judged by the rules of
+//! `model::policy`, on its final form (asset references resolved under the agent's asset
+//! directory, paths normalised), and each refusal located at the attribute that asks for it.
 //!
-//! Anyone who can push can run containers, so by default nothing that gives the host away is
-//! allowed: bind mounts (none outside `--allow-bind-root` roots, and the Docker socket, `/`,
-//! system directories, the engine's and the agent's own data even under a root unless named
-//! exactly), privileged containers, the host's network, pid and ipc namespaces, devices and
-//! GPUs, capabilities beyond Docker's default set, security options other than
-//! `no-new-privileges`, and networks other than voodu's own `voodu0`.
-//!
-//! Invariant: pure. `check` reads only the decoded spec, where its fields were written, and the
-//! policy; every refusal is located at the attribute that asks for it and names the setting
-//! that would allow it. Bind sources are compared lexically (`.`, `..` and `//` folded); the
-//! sync stage, which may look at the host, checks them again with their symlinks resolved.
+//! Invariant: pure. This check gives `path:line:col`; the guarantee is the gate at the sink
+//! (`runtime::gate`), which judges the request sent to the engine with the same rules, and the
+//! sync stage, which may look at the host, checks bind sources again with their symlinks
+//! resolved.
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
 use super::decode::Resource;
 use super::diagnostic::Diagnostic;
-use super::spec::{Container, DEFAULT_NETWORK, Spec};
-use crate::model::DockerOptions;
+use super::spec::{Container, Spec};
+use crate::model::policy::{OwnedPaths, bind_source_text, normalize_path};
+use crate::model::{DockerOptions, resolve_asset_refs};
 
-/// What the host allows beyond its default-deny baseline. The policy file (JSON) uses the
-/// flags' names as keys: `{"allow-host-network": true, "allow-cap": ["NET_ADMIN"]}`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
-pub struct Policy {
-    /// `--privileged`.
-    pub allow_privileged: bool,
-    /// `network_mode = "host"`, or a network named `host`.
-    pub allow_host_network: bool,
-    /// `--pid=host` or `--pid=container:…`.
-    pub allow_host_pid: bool,
-    /// `--ipc=host` or `--ipc=container:…`.
-    pub allow_host_ipc: bool,
-    /// `--device` and `--gpus`.
-    pub allow_devices: bool,
-    /// Capabilities `cap_add`/`--cap-add` may add beyond Docker's default set (`ALL` allows
-    /// every one).
-    pub allow_cap: Vec<String>,
-    /// Host directories (or files) bind mounts may come from.
-    pub allow_bind_root: Vec<String>,
-    /// Networks beside `voodu0` a container may join.
-    pub allow_network: Vec<String>,
-    /// `--security-opt` values beside `no-new-privileges`.
-    pub allow_security_opt: Vec<String>,
-    /// The agent's data dir (state.db, secrets, assets): protected like a system directory.
-    /// Set by the agent, not by the policy file.
-    #[serde(skip)]
-    pub data_dir: Option<String>,
-}
+pub use crate::model::policy::Policy;
 
-/// Capabilities Docker grants every container: adding one changes nothing.
-const DEFAULT_CAPS: &[&str] = &[
-    "AUDIT_WRITE",
-    "CHOWN",
-    "DAC_OVERRIDE",
-    "FOWNER",
-    "FSETID",
-    "KILL",
-    "MKNOD",
-    "NET_BIND_SERVICE",
-    "NET_RAW",
-    "SETFCAP",
-    "SETGID",
-    "SETPCAP",
-    "SETUID",
-    "SYS_CHROOT",
-];
-
-/// Security options that only restrict the container.
-const SAFE_SECURITY_OPTS: &[&str] = &[
-    "no-new-privileges",
-    "no-new-privileges=true",
-    "no-new-privileges=false",
-];
-
-/// Host paths that give the host away, and why.
-const SENSITIVE: &[(&str, &str)] = &[
-    ("/", "the host's root filesystem"),
-    ("/etc", "a system directory"),
-    ("/proc", "a system directory"),
-    ("/sys", "a system directory"),
-    ("/dev", "the host's devices"),
-    ("/boot", "a system directory"),
-    ("/root", "root's home directory"),
-    ("/usr", "a system directory"),
-    ("/bin", "a system directory"),
-    ("/sbin", "a system directory"),
-    ("/lib", "a system directory"),
-    ("/lib32", "a system directory"),
-    ("/lib64", "a system directory"),
-    ("/libx32", "a system directory"),
-    ("/run", "runtime sockets, the Docker socket among them"),
-    ("/var/run", "runtime sockets, the Docker socket among them"),
-    ("/var/lib/docker", "the Docker engine's data"),
-    ("/var/lib/containerd", "the container runtime's data"),
-];
-
-impl Policy {
-    /// Adds `other`'s allowances to this policy (flags on top of a policy file).
-    pub fn merge(&mut self, other: Policy) {
-        self.allow_privileged |= other.allow_privileged;
-        self.allow_host_network |= other.allow_host_network;
-        self.allow_host_pid |= other.allow_host_pid;
-        self.allow_host_ipc |= other.allow_host_ipc;
-        self.allow_devices |= other.allow_devices;
-        self.allow_cap.extend(other.allow_cap);
-        self.allow_bind_root.extend(other.allow_bind_root);
-        self.allow_network.extend(other.allow_network);
-        self.allow_security_opt.extend(other.allow_security_opt);
-        if other.data_dir.is_some() {
-            self.data_dir = other.data_dir;
-        }
-    }
-
-    /// Why the policy itself is unusable (a relative bind root), if it is.
-    pub fn problems(&self) -> Vec<String> {
-        self.allow_bind_root
-            .iter()
-            .filter(|root| !root.starts_with('/'))
-            .map(|root| format!("--allow-bind-root {root:?} must be an absolute path"))
-            .collect()
-    }
-
-    fn cap_allowed(&self, cap: &str) -> bool {
-        DEFAULT_CAPS.contains(&cap)
-            || self
-                .allow_cap
-                .iter()
-                .map(|allowed| normalize_cap(allowed))
-                .any(|allowed| allowed == "ALL" || allowed == cap)
-    }
-
-    fn security_opt_allowed(&self, option: &str) -> bool {
-        SAFE_SECURITY_OPTS.contains(&option)
-            || self
-                .allow_security_opt
-                .iter()
-                .any(|allowed| allowed == "*" || normalize_security_opt(allowed) == option)
-    }
-
-    fn network_allowed(&self, network: &str) -> bool {
-        network == DEFAULT_NETWORK
-            || self
-                .allow_network
-                .iter()
-                .any(|allowed| allowed == "*" || allowed == network)
-    }
-
-    /// Why a bind of `source` (absolute, normalised) is refused, or `None` when allowed.
-    pub fn bind_refusal(&self, source: &str) -> Option<String> {
-        let mut sensitive: Vec<(String, &str)> = SENSITIVE
-            .iter()
-            .map(|(path, why)| ((*path).to_owned(), *why))
-            .collect();
-        if let Some(data_dir) = self.data_dir.as_deref().and_then(normalize_path) {
-            sensitive.push((data_dir, "the agent's own data dir (state.db, secrets)"));
-        }
-        let roots: Vec<String> = self
-            .allow_bind_root
-            .iter()
-            .filter_map(|root| normalize_path(root))
-            .collect();
-        // A sensitive path the source lies in needs a root at or below it; a sensitive path
-        // inside the source needs the source itself named as a root.
-        let allowed_by = |root: &str| {
-            is_within(source, root)
-                && sensitive.iter().all(|(path, _)| {
-                    if is_within(source, path) {
-                        is_within(root, path)
-                    } else if is_within(path, source) {
-                        root == source
-                    } else {
-                        true
-                    }
-                })
-        };
-        if roots.iter().any(|root| allowed_by(root)) {
-            return None;
-        }
-        // The path itself, else the innermost sensitive path holding it, else the first one
-        // it holds.
-        let touched = sensitive
-            .iter()
-            .find(|(path, _)| path == source)
-            .or_else(|| {
-                sensitive
-                    .iter()
-                    .filter(|(path, _)| path != "/" && is_within(source, path))
-                    .max_by_key(|(path, _)| path.len())
-            })
-            .or_else(|| sensitive.iter().find(|(path, _)| is_within(path, source)));
-        let fix = format!("start the agent with --allow-bind-root {source} to allow it");
-        Some(match touched {
-            Some((path, why)) if path == source => {
-                format!("bind mount of {source} ({why}) is refused by the host policy; {fix}")
-            }
-            Some((path, why)) if is_within(source, path) => format!(
-                "bind mount of {source} (under {path}: {why}) is refused by the host policy; {fix}"
-            ),
-            Some((path, why)) => format!(
-                "bind mount of {source} (it holds {path}: {why}) is refused by the host policy; {fix}"
-            ),
-            None if roots.is_empty() => format!(
-                "bind mount of {source} is refused by the host policy (no bind roots are allowed); {fix}"
-            ),
-            None => format!(
-                "bind mount of {source} is outside the host policy's bind roots ({}); {fix}",
-                roots.join(", ")
-            ),
-        })
-    }
-}
+/// The data dir `validate` and tests judge asset paths under when the policy names none (the
+/// agent's default).
+const DEFAULT_DATA_DIR: &str = "/var/lib/voodu-agent";
 
 /// Every refusal of `resource` under `policy`. `locations` maps a field (`volumes`,
 /// `init "name".docker_options`) to where it is written; the block's origin stands in for a
@@ -250,60 +56,42 @@ pub(crate) fn check(
 }
 
 fn check_container(policy: &Policy, container: &Container, refuse: &mut impl FnMut(&str, String)) {
+    let owned = owned_paths(policy);
     for volume in &container.volumes {
-        if let Some(source) = bind_source(volume)
-            && let Some(refusal) = policy.bind_refusal(&source)
+        if let Some(source) = final_bind_source(volume, &owned)
+            && let Some(refusal) = policy.host_bind_refusal(&source, &owned)
         {
             refuse("volumes", refusal);
         }
     }
-    if container.network_mode == "host" && !policy.allow_host_network {
-        refuse(
-            "network_mode",
-            "host networking (network_mode = \"host\") is refused by the host policy; start the agent with --allow-host-network to allow it".to_owned(),
-        );
-    }
+    refuse_all(
+        "network_mode",
+        policy.network_mode_refusal(&container.network_mode),
+        refuse,
+    );
     let named = (!container.network.is_empty()).then_some(("network", &container.network));
     let listed = container
         .networks
         .iter()
         .map(|network| ("networks", network));
     for (field, network) in named.into_iter().chain(listed) {
-        if network == "host" {
-            if !policy.allow_host_network {
-                refuse(
-                    field,
-                    "network \"host\" is the host's network stack: refused by the host policy; start the agent with --allow-host-network to allow it".to_owned(),
-                );
-            }
-        } else if !policy.network_allowed(network) {
-            let mut allowed = vec![DEFAULT_NETWORK.to_owned()];
-            allowed.extend(policy.allow_network.iter().cloned());
-            refuse(
-                field,
-                format!(
-                    "network {network:?} is refused by the host policy (allowed: {}); start the agent with --allow-network {network} to allow it",
-                    allowed.join(", ")
-                ),
-            );
-        }
+        refuse_all(field, policy.network_refusal(network), refuse);
     }
     for cap in &container.cap_add {
-        check_cap(policy, cap, "cap_add", &mut |message| {
-            refuse("cap_add", message)
-        });
+        refuse_all("cap_add", policy.cap_refusal(cap, "cap_add"), refuse);
     }
     check_docker_options(policy, &container.docker_options, &mut |message| {
         refuse("docker_options", message)
     });
 }
 
-fn check_cap(policy: &Policy, cap: &str, via: &str, refuse: &mut impl FnMut(String)) {
-    let cap = normalize_cap(cap);
-    if !policy.cap_allowed(&cap) {
-        refuse(format!(
-            "capability {cap} ({via}) is refused by the host policy; start the agent with --allow-cap {cap} to allow it"
-        ));
+fn refuse_all(
+    field: &str,
+    refusals: impl IntoIterator<Item = String>,
+    refuse: &mut impl FnMut(&str, String),
+) {
+    for refusal in refusals {
+        refuse(field, refusal);
     }
 }
 
@@ -312,124 +100,29 @@ fn check_docker_options(policy: &Policy, items: &[String], refuse: &mut impl FnM
     let Ok(options) = DockerOptions::parse(items) else {
         return;
     };
-    if options.privileged && !policy.allow_privileged {
-        refuse("privileged containers are refused by the host policy; start the agent with --allow-privileged to allow them".to_owned());
-    }
-    for (flag, value, allowed, setting) in [
-        (
-            "--pid",
-            &options.pid,
-            policy.allow_host_pid,
-            "--allow-host-pid",
-        ),
-        (
-            "--ipc",
-            &options.ipc,
-            policy.allow_host_ipc,
-            "--allow-host-ipc",
-        ),
-    ] {
-        let namespace = &flag[2..];
-        let what = match value.as_deref() {
-            Some("host") => format!("the host's {namespace} namespace ({flag}=host)"),
-            Some(other) if other.starts_with("container:") => {
-                format!("another container's {namespace} namespace ({flag}={other})")
-            }
-            _ => continue,
-        };
-        if !allowed {
-            refuse(format!(
-                "{what} is refused by the host policy; start the agent with {setting} to allow it"
-            ));
-        }
-    }
-    if !policy.allow_devices {
-        for device in &options.devices {
-            refuse(format!(
-                "host devices (--device {device}) are refused by the host policy; start the agent with --allow-devices to allow them"
-            ));
-        }
-        if let Some(count) = options.gpus {
-            let shown = if count < 0 {
-                "all".to_owned()
-            } else {
-                count.to_string()
-            };
-            refuse(format!(
-                "GPUs (--gpus {shown}) are refused by the host policy; start the agent with --allow-devices to allow them"
-            ));
-        }
-    }
-    for cap in &options.cap_add {
-        check_cap(policy, cap, "--cap-add", refuse);
-    }
-    for option in &options.security_opt {
-        let option = normalize_security_opt(option);
-        if !policy.security_opt_allowed(&option) {
-            refuse(format!(
-                "security option {option:?} is refused by the host policy; start the agent with --allow-security-opt {option} to allow it"
-            ));
-        }
+    for refusal in policy.options_refusals(&options) {
+        refuse(refusal);
     }
 }
 
-/// The host path a `volumes` entry binds, normalised; `None` for a named volume or an asset
-/// file (`${asset.…}`, which the agent resolves under its own asset directory).
-pub fn bind_source(volume: &str) -> Option<String> {
-    let source = volume.split(':').next().unwrap_or_default();
-    let is_asset = source.starts_with("${asset.")
-        && source.ends_with('}')
-        && source.matches('}').count() == 1
-        && !source.contains('/');
-    if is_asset || !source.starts_with('/') {
-        return None;
-    }
-    normalize_path(source)
+/// The agent's own paths under the data dir the policy protects (or the default one).
+fn owned_paths(policy: &Policy) -> OwnedPaths {
+    OwnedPaths::for_data_dir(policy.data_dir.as_deref().unwrap_or(DEFAULT_DATA_DIR))
 }
 
-/// `/a//b/./c/../d/` → `/a/b/d`; `None` for a relative path.
-fn normalize_path(path: &str) -> Option<String> {
-    if !path.starts_with('/') {
-        return None;
-    }
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            other => parts.push(other),
-        }
-    }
-    Some(format!("/{}", parts.join("/")))
+/// The host path a `volumes` entry binds in its final form: `${asset.…}` references resolved
+/// under the agent's asset directory, then normalised (`.`, `..`, `//` folded); `None` for a
+/// named volume (a source that is not an absolute path once resolved).
+fn final_bind_source(volume: &str, owned: &OwnedPaths) -> Option<String> {
+    let root = owned.assets_root.as_deref().unwrap_or(DEFAULT_DATA_DIR);
+    let resolved = resolve_asset_refs(volume, std::path::Path::new(root));
+    normalize_path(bind_source_text(&resolved))
 }
 
-/// Whether `path` is `dir` or lies under it (both normalised).
-fn is_within(path: &str, dir: &str) -> bool {
-    dir == "/"
-        || path == dir
-        || path
-            .strip_prefix(dir)
-            .is_some_and(|rest| rest.starts_with('/'))
-}
-
-/// `cap_sys_admin` → `SYS_ADMIN`, as Docker reads it.
-fn normalize_cap(cap: &str) -> String {
-    let upper = cap.trim().to_ascii_uppercase();
-    upper
-        .strip_prefix("CAP_")
-        .map_or_else(|| upper.clone(), ToOwned::to_owned)
-}
-
-/// `seccomp:unconfined` → `seccomp=unconfined`, as Docker accepts both.
-fn normalize_security_opt(option: &str) -> String {
-    let option = option.trim();
-    if option.contains('=') {
-        option.to_owned()
-    } else {
-        option.replacen(':', "=", 1)
-    }
+/// The host path a `volumes` entry binds, in its final form for the agent whose data dir is
+/// `data_dir` (see `final_bind_source`); `None` for a named volume.
+pub fn bind_source(volume: &str, data_dir: &str) -> Option<String> {
+    final_bind_source(volume, &OwnedPaths::for_data_dir(data_dir))
 }
 
 #[cfg(test)]
@@ -685,6 +378,72 @@ statefulset "s" "db" {
                 "m/app.hcl:12:3: host networking (network_mode = \"host\") is refused by the host policy; start the agent with --allow-host-network to allow it",
                 "m/app.hcl:16:3: capability NET_ADMIN (cap_add) is refused by the host policy; start the agent with --allow-cap NET_ADMIN to allow it",
             ]
+        );
+    }
+
+    #[test]
+    fn bind_sources_are_judged_in_their_final_form() {
+        let deny = with(|_| {});
+        let text = |volume: &str| {
+            format!(
+                "asset \"s\" \"a\" {{\n  k = \"x\"\n}}\ndeployment \"s\" \"web\" {{\n  image   = \"busybox\"\n  volumes = [\"{volume}\"]\n}}\n"
+            )
+        };
+        let rows: &[(&str, &[&str])] = &[
+            // The asset file itself: the agent's own file, allowed.
+            ("${asset.s.a.k}:/etc/app.conf:ro", &[]),
+            // Walked out of the asset directory into the host's /etc.
+            (
+                "${asset.s.a.k}/../../../../../../../../etc:/x",
+                &[
+                    "m/app.hcl:6:3: bind mount of /etc (a system directory) is refused by the host policy; start the agent with --allow-bind-root /etc to allow it",
+                ],
+            ),
+            // Into the agent's own data dir (state.db, secrets).
+            (
+                "${asset.s.a.k}/../../../../state.db:/db",
+                &[
+                    "m/app.hcl:6:3: bind mount of /srv/voodu/state.db (under /srv/voodu: the agent's own data dir (state.db, secrets)) is refused by the host policy; start the agent with --allow-bind-root /srv/voodu/state.db to allow it",
+                ],
+            ),
+            // A directory of asset files is not a file the agent mounts.
+            (
+                "${asset.s.a.k}/..:/assets",
+                &[
+                    "m/app.hcl:6:3: bind mount of /srv/voodu/assets/s/a (under /srv/voodu: the agent's own data dir (state.db, secrets)) is refused by the host policy; start the agent with --allow-bind-root /srv/voodu/assets/s/a to allow it",
+                ],
+            ),
+            // The Docker socket through the same walk.
+            (
+                "${asset.s.a.k}/../../../../../../var/run/docker.sock:/var/run/docker.sock",
+                &[
+                    "m/app.hcl:6:3: bind mount of /var/run/docker.sock (under /var/run: runtime sockets, the Docker socket among them) is refused by the host policy; start the agent with --allow-bind-root /var/run/docker.sock to allow it",
+                ],
+            ),
+        ];
+        for (volume, expected) in rows {
+            assert_eq!(load(&text(volume), &deny), *expected, "{volume}");
+        }
+    }
+
+    #[test]
+    fn log_drivers_that_ship_output_off_the_host_are_refused() {
+        check(
+            r#"  docker_options = ["--log-driver=syslog", "--log-opt=syslog-address=tcp://127.0.0.1:5140"]"#,
+            &with(|_| {}),
+            &[
+                "m/app.hcl:3:3: log driver \"syslog\" sends the container's output off this host's log files (to an address its --log-opt names, the host's own services among them) and is refused by the host policy (allowed: json-file, local, journald, none); start the agent with --allow-log-driver syslog to allow it",
+            ],
+        );
+        check(
+            r#"  docker_options = ["--log-driver", "local", "--log-opt", "max-size=10m"]"#,
+            &with(|_| {}),
+            &[],
+        );
+        check(
+            r#"  docker_options = ["--log-driver=gelf"]"#,
+            &with(|p| p.allow_log_driver = vec!["gelf".into()]),
+            &[],
         );
     }
 

@@ -7,6 +7,7 @@
 mod assets;
 mod docker_options;
 pub mod hosts;
+pub mod policy;
 mod ports;
 mod snapshot;
 mod units;
@@ -15,6 +16,7 @@ pub use assets::{UNSCOPED_ASSETS, asset_dir, resolve_asset_refs};
 pub use docker_options::DockerOptions;
 pub(crate) use docker_options::control_character;
 pub use hosts::HostSelection;
+pub use policy::Policy;
 pub use ports::{PortMapping, parse_ports};
 pub use snapshot::{
     FileRead, FileSource, MANIFEST_EXTENSIONS, MemoryFiles, Snapshot, SourceFile, TRIGGER_DIR,

@@ -700,17 +700,22 @@ impl Runtime for DockerRuntime {
         })
     }
 
-    async fn ensure_volume(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<()> {
-        // Creating an existing volume is a no-op on the engine (its labels are kept).
-        self.docker
+    async fn ensure_volume(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<Volume> {
+        // Creating an existing volume is a no-op on the engine: it answers with the volume
+        // as it is, its own labels kept.
+        let volume = self
+            .docker
             .create_volume(VolumeCreateRequest {
                 name: Some(name.to_owned()),
                 labels: Some(self.stamped(labels).into_iter().collect()),
                 ..VolumeCreateRequest::default()
             })
             .await
-            .map(|_| ())
-            .map_err(classify)
+            .map_err(classify)?;
+        Ok(Volume {
+            name: volume.name,
+            labels: volume.labels.into_iter().collect(),
+        })
     }
 
     async fn list_volumes(&self, filter: &[(&str, &str)]) -> Result<Vec<Volume>> {
@@ -959,6 +964,7 @@ mod tests {
             Error::Conflict { .. } => "conflict",
             Error::NotFound { .. } => "not-found",
             Error::Invalid { .. } => "invalid",
+            Error::Refused { .. } => "refused",
             Error::Unavailable { .. } => "unavailable",
         };
         let retried = if error.is_transient() {

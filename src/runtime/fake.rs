@@ -555,13 +555,18 @@ impl Runtime for FakeRuntime {
         })
     }
 
-    async fn ensure_volume(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<()> {
+    async fn ensure_volume(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<Volume> {
         self.enter("ensure_volume", name)?;
-        self.lock()
+        let labels = self
+            .lock()
             .volumes
             .entry(name.to_owned())
-            .or_insert_with(|| labels.clone());
-        Ok(())
+            .or_insert_with(|| labels.clone())
+            .clone();
+        Ok(Volume {
+            name: name.to_owned(),
+            labels,
+        })
     }
 
     async fn list_volumes(&self, filter: &[(&str, &str)]) -> Result<Vec<Volume>> {

@@ -12,6 +12,7 @@ mod docker_service;
 #[doc(hidden)]
 pub mod fake;
 mod fake_service;
+pub mod gate;
 pub mod labels;
 pub mod service;
 
@@ -22,6 +23,7 @@ use std::time::Duration;
 pub use crate::model::{DockerOptions, PortMapping, parse_ports};
 pub use docker::DockerRuntime;
 pub use fake::FakeRuntime;
+pub use gate::{Gate, Sealed};
 pub use service::{
     ConfigMount, HealthCheck, HostPort, Node, NodeState, Service, ServiceMode, ServiceSpec,
     SwarmConfig, SwarmNode, Task, TaskState, UpdateOrder, UpdatePolicy, UpdateState, UpdateStatus,
@@ -191,6 +193,9 @@ pub enum Error {
     /// spec: a device it cannot add, a user the image lacks…): permanent, with its message.
     #[error("the engine refused the request: {message}")]
     Invalid { message: String },
+    /// The host policy refuses the request (`gate`): it was never sent. Permanent.
+    #[error("{message}")]
+    Refused { message: String },
     /// The engine could not be reached, or answered that it cannot serve right now.
     #[error("container engine unavailable: {message}")]
     Unavailable { message: String },
@@ -237,12 +242,13 @@ pub trait Runtime: Send + Sync + 'static {
         id: &str,
         command: &[String],
     ) -> impl Future<Output = Result<ExecOutcome>> + Send;
-    /// Creates a named volume when none by that name exists.
+    /// Creates a named volume when none by that name exists; the volume as the engine has it
+    /// then (an existing one keeps its own labels).
     fn ensure_volume(
         &self,
         name: &str,
         labels: &BTreeMap<String, String>,
-    ) -> impl Future<Output = Result<()>> + Send;
+    ) -> impl Future<Output = Result<Volume>> + Send;
     /// Volumes whose labels include every `(key, value)` in `filter`.
     fn list_volumes(
         &self,

@@ -11,6 +11,10 @@ use std::time::Duration;
 
 use super::ContainerSpec;
 
+/// What the overlay network standing for a container network is named after: `voodu0` is
+/// `voodu0-swarm` under Swarm.
+pub const OVERLAY_SUFFIX: &str = "-swarm";
+
 /// How a service runs its tasks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ServiceMode {

@@ -11,8 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::ResourceKey;
 
-/// The bridge network voodu attaches every container to.
-pub const DEFAULT_NETWORK: &str = "voodu0";
+pub use crate::model::policy::DEFAULT_NETWORK;
 /// voodu's controller default restart policy.
 pub const DEFAULT_RESTART: &str = "unless-stopped";
 

@@ -46,7 +46,7 @@ pub(crate) struct SwarmSeen {
 /// The overlay network a manifest's network `name` is under Swarm (a bridge network of the
 /// same name may exist on the engine for containers).
 pub(in crate::reconcile) fn overlay(name: &str) -> String {
-    format!("{name}-swarm")
+    format!("{name}{}", crate::runtime::service::OVERLAY_SUFFIX)
 }
 
 /// Refuses a resource Swarm cannot run, with every reason.

@@ -1,0 +1,552 @@
+//! Host policy: what a commit may ask of the host, set by whoever runs the agent (flags or a
+//! policy file), never by the repository, and the rules that judge one value against it.
+//!
+//! Anyone who can push can run containers, so by default nothing that gives the host away is
+//! allowed: bind mounts (none outside `--allow-bind-root` roots, and the Docker socket, `/`,
+//! system directories, the engine's and the agent's own data even under a root unless named
+//! exactly), privileged containers, the host's network, pid and ipc namespaces, devices and
+//! GPUs, capabilities beyond Docker's default set, security options other than
+//! `no-new-privileges`, log drivers that ship output off the container's files, networks other
+//! than voodu's own `voodu0`, and mounting a volume the agent did not create.
+//!
+//! The rules live here, in the vocabulary layer, because two places apply them: the manifest
+//! stage (`manifest::policy`, on the values as written, for `path:line:col`) and the sink
+//! (`runtime::gate`, on the final request sent to the engine: interpolated, normalised,
+//! symlinks resolved), which is the guarantee.
+//!
+//! Invariant: pure. Every refusal names the setting that would allow it.
+
+use serde::{Deserialize, Serialize};
+
+use super::DockerOptions;
+
+/// The bridge network voodu attaches every container to.
+pub const DEFAULT_NETWORK: &str = "voodu0";
+
+/// What the host allows beyond its default-deny baseline. The policy file (JSON) uses the
+/// flags' names as keys: `{"allow-host-network": true, "allow-cap": ["NET_ADMIN"]}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Policy {
+    /// `--privileged`.
+    pub allow_privileged: bool,
+    /// `network_mode = "host"`, or a network named `host`.
+    pub allow_host_network: bool,
+    /// `--pid=host` or `--pid=container:…`.
+    pub allow_host_pid: bool,
+    /// `--ipc=host` or `--ipc=container:…`.
+    pub allow_host_ipc: bool,
+    /// `--device` and `--gpus`.
+    pub allow_devices: bool,
+    /// Capabilities `cap_add`/`--cap-add` may add beyond Docker's default set (`ALL` allows
+    /// every one).
+    pub allow_cap: Vec<String>,
+    /// Host directories (or files) bind mounts may come from.
+    pub allow_bind_root: Vec<String>,
+    /// Networks beside `voodu0` a container may join.
+    pub allow_network: Vec<String>,
+    /// `--security-opt` values beside `no-new-privileges`.
+    pub allow_security_opt: Vec<String>,
+    /// `--log-driver` values beside the ones that keep output on this host's disk
+    /// (`json-file`, `local`, `journald`, `none`); `*` for any.
+    pub allow_log_driver: Vec<String>,
+    /// Volumes the agent did not create (no `createdby=voodu` label) that may still be
+    /// mounted as a statefulset's claim: their data is taken over deliberately.
+    pub adopt_volume: Vec<String>,
+    /// The agent's data dir (state.db, secrets, assets): protected like a system directory.
+    /// Set by the agent, not by the policy file.
+    #[serde(skip)]
+    pub data_dir: Option<String>,
+}
+
+/// Capabilities Docker grants every container: adding one changes nothing.
+const DEFAULT_CAPS: &[&str] = &[
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "NET_RAW",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+];
+
+/// Security options that only restrict the container.
+const SAFE_SECURITY_OPTS: &[&str] = &[
+    "no-new-privileges",
+    "no-new-privileges=true",
+    "no-new-privileges=false",
+];
+
+/// Log drivers that keep a container's output on this host (its files or its journal):
+/// every other one ships it to an address the driver's options name (syslog, gelf, fluentd,
+/// splunk, awslogs…), the host's loopback services among them.
+const LOCAL_LOG_DRIVERS: &[&str] = &["json-file", "local", "journald", "none"];
+
+/// The directory under the data dir that holds asset files (`<data-dir>/assets`).
+pub const ASSETS_DIR: &str = "assets";
+
+/// Host paths the agent itself makes and mounts, which a bind may name although they lie in
+/// its data dir: asset files (`<assets_root>/<scope>/<name>/<key>`, exactly that deep: a file,
+/// never a directory of them) and the ingress proxy's own directories.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwnedPaths {
+    /// `<data-dir>/assets`, absolute and normalised.
+    pub assets_root: Option<String>,
+    /// Paths mounted as they are (the ingress's `data` and `config`), absolute, normalised.
+    pub exact: Vec<String>,
+}
+
+impl OwnedPaths {
+    /// The asset files of the agent whose data dir is `data_dir` (absolute).
+    pub fn for_data_dir(data_dir: &str) -> OwnedPaths {
+        OwnedPaths {
+            assets_root: normalize_path(&format!("{data_dir}/{ASSETS_DIR}")),
+            exact: Vec::new(),
+        }
+    }
+
+    /// Whether `source` (absolute, normalised) is one of these paths.
+    pub fn holds(&self, source: &str) -> bool {
+        let asset_file = self.assets_root.as_deref().is_some_and(|root| {
+            is_within(source, root)
+                && source.strip_prefix(root).is_some_and(|rest| {
+                    rest.split('/').filter(|part| !part.is_empty()).count() == 3
+                })
+        });
+        asset_file || self.exact.iter().any(|path| path == source)
+    }
+}
+
+/// Host paths that give the host away, and why.
+const SENSITIVE: &[(&str, &str)] = &[
+    ("/", "the host's root filesystem"),
+    ("/etc", "a system directory"),
+    ("/proc", "a system directory"),
+    ("/sys", "a system directory"),
+    ("/dev", "the host's devices"),
+    ("/boot", "a system directory"),
+    ("/root", "root's home directory"),
+    ("/usr", "a system directory"),
+    ("/bin", "a system directory"),
+    ("/sbin", "a system directory"),
+    ("/lib", "a system directory"),
+    ("/lib32", "a system directory"),
+    ("/lib64", "a system directory"),
+    ("/libx32", "a system directory"),
+    ("/run", "runtime sockets, the Docker socket among them"),
+    ("/var/run", "runtime sockets, the Docker socket among them"),
+    ("/var/lib/docker", "the Docker engine's data"),
+    ("/var/lib/containerd", "the container runtime's data"),
+];
+
+impl Policy {
+    /// Adds `other`'s allowances to this policy (flags on top of a policy file).
+    pub fn merge(&mut self, other: Policy) {
+        self.allow_privileged |= other.allow_privileged;
+        self.allow_host_network |= other.allow_host_network;
+        self.allow_host_pid |= other.allow_host_pid;
+        self.allow_host_ipc |= other.allow_host_ipc;
+        self.allow_devices |= other.allow_devices;
+        self.allow_cap.extend(other.allow_cap);
+        self.allow_bind_root.extend(other.allow_bind_root);
+        self.allow_network.extend(other.allow_network);
+        self.allow_security_opt.extend(other.allow_security_opt);
+        self.allow_log_driver.extend(other.allow_log_driver);
+        self.adopt_volume.extend(other.adopt_volume);
+        if other.data_dir.is_some() {
+            self.data_dir = other.data_dir;
+        }
+    }
+
+    /// Why the policy itself is unusable (a relative bind root), if it is.
+    pub fn problems(&self) -> Vec<String> {
+        self.allow_bind_root
+            .iter()
+            .filter(|root| !root.starts_with('/'))
+            .map(|root| format!("--allow-bind-root {root:?} must be an absolute path"))
+            .collect()
+    }
+
+    fn cap_allowed(&self, cap: &str) -> bool {
+        DEFAULT_CAPS.contains(&cap)
+            || self
+                .allow_cap
+                .iter()
+                .map(|allowed| normalize_cap(allowed))
+                .any(|allowed| allowed == "ALL" || allowed == cap)
+    }
+
+    fn security_opt_allowed(&self, option: &str) -> bool {
+        SAFE_SECURITY_OPTS.contains(&option)
+            || self
+                .allow_security_opt
+                .iter()
+                .any(|allowed| allowed == "*" || normalize_security_opt(allowed) == option)
+    }
+
+    fn network_allowed(&self, network: &str) -> bool {
+        network == DEFAULT_NETWORK
+            || self
+                .allow_network
+                .iter()
+                .any(|allowed| allowed == "*" || allowed == network)
+    }
+
+    /// Why a bind of `source` (absolute, normalised) is refused, or `None` when allowed.
+    pub fn bind_refusal(&self, source: &str) -> Option<String> {
+        let mut sensitive: Vec<(String, &str)> = SENSITIVE
+            .iter()
+            .map(|(path, why)| ((*path).to_owned(), *why))
+            .collect();
+        if let Some(data_dir) = self.data_dir.as_deref().and_then(normalize_path) {
+            sensitive.push((data_dir, "the agent's own data dir (state.db, secrets)"));
+        }
+        let roots: Vec<String> = self
+            .allow_bind_root
+            .iter()
+            .filter_map(|root| normalize_path(root))
+            .collect();
+        // A sensitive path the source lies in needs a root at or below it; a sensitive path
+        // inside the source needs the source itself named as a root.
+        let allowed_by = |root: &str| {
+            is_within(source, root)
+                && sensitive.iter().all(|(path, _)| {
+                    if is_within(source, path) {
+                        is_within(root, path)
+                    } else if is_within(path, source) {
+                        root == source
+                    } else {
+                        true
+                    }
+                })
+        };
+        if roots.iter().any(|root| allowed_by(root)) {
+            return None;
+        }
+        // The path itself, else the innermost sensitive path holding it, else the first one
+        // it holds.
+        let touched = sensitive
+            .iter()
+            .find(|(path, _)| path == source)
+            .or_else(|| {
+                sensitive
+                    .iter()
+                    .filter(|(path, _)| path != "/" && is_within(source, path))
+                    .max_by_key(|(path, _)| path.len())
+            })
+            .or_else(|| sensitive.iter().find(|(path, _)| is_within(path, source)));
+        let fix = format!("start the agent with --allow-bind-root {source} to allow it");
+        Some(match touched {
+            Some((path, why)) if path == source => {
+                format!("bind mount of {source} ({why}) is refused by the host policy; {fix}")
+            }
+            Some((path, why)) if is_within(source, path) => format!(
+                "bind mount of {source} (under {path}: {why}) is refused by the host policy; {fix}"
+            ),
+            Some((path, why)) => format!(
+                "bind mount of {source} (it holds {path}: {why}) is refused by the host policy; {fix}"
+            ),
+            None if roots.is_empty() => format!(
+                "bind mount of {source} is refused by the host policy (no bind roots are allowed); {fix}"
+            ),
+            None => format!(
+                "bind mount of {source} is outside the host policy's bind roots ({}); {fix}",
+                roots.join(", ")
+            ),
+        })
+    }
+
+    /// Why a bind of `source`, in its final form (asset references resolved, absolute,
+    /// normalised, and at the sink with its symlinks resolved), is refused, or `None`: the
+    /// agent's own files in `owned` are allowed, everything else is judged by `bind_refusal`.
+    pub fn host_bind_refusal(&self, source: &str, owned: &OwnedPaths) -> Option<String> {
+        if owned.holds(source) {
+            return None;
+        }
+        self.bind_refusal(source)
+    }
+
+    /// Why `network_mode = mode` is refused (`host`, `container:…`), or `None`.
+    pub fn network_mode_refusal(&self, mode: &str) -> Option<String> {
+        match mode {
+            "" | "none" | "bridge" | "default" => None,
+            "host" if self.allow_host_network => None,
+            "host" => Some("host networking (network_mode = \"host\") is refused by the host policy; start the agent with --allow-host-network to allow it".to_owned()),
+            other => self.network_refusal(other),
+        }
+    }
+
+    /// Why joining `network` is refused, or `None`.
+    pub fn network_refusal(&self, network: &str) -> Option<String> {
+        if network == "host" {
+            return (!self.allow_host_network).then(|| {
+                "network \"host\" is the host's network stack: refused by the host policy; start the agent with --allow-host-network to allow it".to_owned()
+            });
+        }
+        if self.network_allowed(network) {
+            return None;
+        }
+        let mut allowed = vec![DEFAULT_NETWORK.to_owned()];
+        allowed.extend(self.allow_network.iter().cloned());
+        Some(format!(
+            "network {network:?} is refused by the host policy (allowed: {}); start the agent with --allow-network {network} to allow it",
+            allowed.join(", ")
+        ))
+    }
+
+    /// Why adding capability `cap` (written through `via`) is refused, or `None`.
+    pub fn cap_refusal(&self, cap: &str, via: &str) -> Option<String> {
+        let cap = normalize_cap(cap);
+        (!self.cap_allowed(&cap)).then(|| format!(
+            "capability {cap} ({via}) is refused by the host policy; start the agent with --allow-cap {cap} to allow it"
+        ))
+    }
+
+    /// Why a `--log-driver` is refused, or `None`.
+    pub fn log_driver_refusal(&self, driver: &str) -> Option<String> {
+        let driver = driver.trim();
+        let allowed = LOCAL_LOG_DRIVERS.contains(&driver)
+            || self
+                .allow_log_driver
+                .iter()
+                .any(|allowed| allowed == "*" || allowed == driver);
+        (!allowed).then(|| format!(
+            "log driver {driver:?} sends the container's output off this host's log files (to an address its --log-opt names, the host's own services among them) and is refused by the host policy (allowed: {}); start the agent with --allow-log-driver {driver} to allow it",
+            LOCAL_LOG_DRIVERS.join(", ")
+        ))
+    }
+
+    /// Why mounting the existing volume `name`, which the agent did not create, is refused,
+    /// or `None` when the host adopts it.
+    pub fn foreign_volume_refusal(&self, name: &str) -> Option<String> {
+        (!self.adopt_volume.iter().any(|adopted| adopted == name)).then(|| format!(
+            "volume {name} already exists and was not created by voodu (no createdby=voodu label): the agent does not mount data it did not make; remove it (docker volume rm {name}) for a fresh one, or start the agent with --adopt-volume {name} to take its data over"
+        ))
+    }
+
+    /// Every refusal of a parsed `docker_options` list, in the order written.
+    pub fn options_refusals(&self, options: &DockerOptions) -> Vec<String> {
+        let mut refusals = Vec::new();
+        if options.privileged && !self.allow_privileged {
+            refusals.push("privileged containers are refused by the host policy; start the agent with --allow-privileged to allow them".to_owned());
+        }
+        for (flag, value, allowed, setting) in [
+            (
+                "--pid",
+                &options.pid,
+                self.allow_host_pid,
+                "--allow-host-pid",
+            ),
+            (
+                "--ipc",
+                &options.ipc,
+                self.allow_host_ipc,
+                "--allow-host-ipc",
+            ),
+        ] {
+            let namespace = &flag[2..];
+            let what = match value.as_deref() {
+                Some("host") => format!("the host's {namespace} namespace ({flag}=host)"),
+                Some(other) if other.starts_with("container:") => {
+                    format!("another container's {namespace} namespace ({flag}={other})")
+                }
+                _ => continue,
+            };
+            if !allowed {
+                refusals.push(format!(
+                    "{what} is refused by the host policy; start the agent with {setting} to allow it"
+                ));
+            }
+        }
+        if !self.allow_devices {
+            for device in &options.devices {
+                refusals.push(format!(
+                    "host devices (--device {device}) are refused by the host policy; start the agent with --allow-devices to allow them"
+                ));
+            }
+            if let Some(count) = options.gpus {
+                let shown = if count < 0 {
+                    "all".to_owned()
+                } else {
+                    count.to_string()
+                };
+                refusals.push(format!(
+                    "GPUs (--gpus {shown}) are refused by the host policy; start the agent with --allow-devices to allow them"
+                ));
+            }
+        }
+        refusals.extend(
+            options
+                .cap_add
+                .iter()
+                .filter_map(|cap| self.cap_refusal(cap, "--cap-add")),
+        );
+        for option in &options.security_opt {
+            let option = normalize_security_opt(option);
+            if !self.security_opt_allowed(&option) {
+                refusals.push(format!(
+                    "security option {option:?} is refused by the host policy; start the agent with --allow-security-opt {option} to allow it"
+                ));
+            }
+        }
+        if let Some(driver) = &options.log_driver {
+            refusals.extend(self.log_driver_refusal(driver));
+        }
+        refusals
+    }
+}
+
+/// The source of a `docker -v` entry (`src:dst[:opts]`): everything before the first `:`.
+pub fn bind_source_text(volume: &str) -> &str {
+    volume.split(':').next().unwrap_or_default()
+}
+
+/// `/a//b/./c/../d/` → `/a/b/d`; `None` for a relative path.
+pub fn normalize_path(path: &str) -> Option<String> {
+    if !path.starts_with('/') {
+        return None;
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            other => parts.push(other),
+        }
+    }
+    Some(format!("/{}", parts.join("/")))
+}
+
+/// Whether `path` is `dir` or lies under it (both normalised).
+pub fn is_within(path: &str, dir: &str) -> bool {
+    dir == "/"
+        || path == dir
+        || path
+            .strip_prefix(dir)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// `path` (absolute, folded) with the symlinks of its longest existing prefix resolved, as the
+/// kernel will follow them when Docker mounts it (Docker creates the missing rest as
+/// directories). A dangling link on the way cannot be judged: it is an error. Blocking: it reads the
+/// file system, so the sink and the sync stage call it, never the manifest stage.
+pub fn resolve_on_host(path: &std::path::Path) -> std::result::Result<String, String> {
+    let mut existing = path;
+    let mut rest = Vec::new();
+    loop {
+        match std::fs::canonicalize(existing) {
+            Ok(real) => {
+                let mut resolved = real;
+                for part in rest.iter().rev() {
+                    resolved.push(part);
+                }
+                return resolved
+                    .to_str()
+                    .map(ToOwned::to_owned)
+                    .ok_or_else(|| format!("{} is not UTF-8 once resolved", path.display()));
+            }
+            Err(_) if std::fs::symlink_metadata(existing).is_ok() => {
+                return Err(format!(
+                    "{} is a link that leads nowhere on this host, so where it would lead cannot be judged",
+                    existing.display()
+                ));
+            }
+            Err(_) => {}
+        }
+        let (Some(name), Some(parent)) = (existing.file_name(), existing.parent()) else {
+            return Err(format!(
+                "{} cannot be resolved on this host",
+                path.display()
+            ));
+        };
+        rest.push(name);
+        existing = parent;
+    }
+}
+
+/// `cap_sys_admin` → `SYS_ADMIN`, as Docker reads it.
+fn normalize_cap(cap: &str) -> String {
+    let upper = cap.trim().to_ascii_uppercase();
+    upper
+        .strip_prefix("CAP_")
+        .map_or_else(|| upper.clone(), ToOwned::to_owned)
+}
+
+/// `seccomp:unconfined` → `seccomp=unconfined`, as Docker accepts both.
+fn normalize_security_opt(option: &str) -> String {
+    let option = option.trim();
+    if option.contains('=') {
+        option.to_owned()
+    } else {
+        option.replacen(':', "=", 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_drivers_that_ship_output_elsewhere_are_refused_unless_named() {
+        let deny = Policy::default();
+        for local in ["json-file", "local", "journald", "none"] {
+            assert_eq!(deny.log_driver_refusal(local), None, "{local}");
+        }
+        for remote in ["syslog", "gelf", "fluentd", "splunk", "awslogs", "gcplogs"] {
+            let refusal = deny.log_driver_refusal(remote);
+            assert!(
+                refusal.as_deref().is_some_and(|text| text
+                    .contains(&format!("start the agent with --allow-log-driver {remote}"))),
+                "{remote}: {refusal:?}"
+            );
+        }
+        let allowing = Policy {
+            allow_log_driver: vec!["syslog".to_owned()],
+            ..Policy::default()
+        };
+        assert_eq!(allowing.log_driver_refusal("syslog"), None);
+        assert!(allowing.log_driver_refusal("gelf").is_some());
+    }
+
+    #[test]
+    fn network_modes_other_than_bridge_and_none_are_judged_as_networks() {
+        let deny = Policy::default();
+        assert_eq!(deny.network_mode_refusal(""), None);
+        assert_eq!(deny.network_mode_refusal("none"), None);
+        assert!(deny.network_mode_refusal("host").is_some());
+        assert!(
+            deny.network_mode_refusal("container:db")
+                .is_some_and(|text| text.contains("--allow-network container:db"))
+        );
+    }
+
+    #[test]
+    fn a_foreign_volume_is_refused_unless_adopted_by_name() {
+        let deny = Policy::default();
+        let refusal = deny.foreign_volume_refusal("voodu-shop-db-data-0");
+        assert!(
+            refusal
+                .as_deref()
+                .is_some_and(|text| text.contains("--adopt-volume voodu-shop-db-data-0")
+                    && text.contains("docker volume rm voodu-shop-db-data-0")),
+            "{refusal:?}"
+        );
+        let adopting = Policy {
+            adopt_volume: vec!["voodu-shop-db-data-0".to_owned()],
+            ..Policy::default()
+        };
+        assert_eq!(
+            adopting.foreign_volume_refusal("voodu-shop-db-data-0"),
+            None
+        );
+    }
+}

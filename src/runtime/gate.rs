@@ -1,0 +1,523 @@
+//! The host policy at the sink: `Sealed` wraps the runtime the agent drives, and every request
+//! that could give the host away is judged here, on the values the engine would receive, before
+//! it is sent: a container's create (bind sources folded as Docker folds them and their
+//! symlinks resolved on this host, networks, capabilities, `docker_options` with the log
+//! driver), a service's create and update (its task template the same way), the networks and
+//! overlays the agent makes, and the volumes it mounts as claims (one the agent did not create
+//! is refused unless adopted).
+//!
+//! The manifest stage judges the same values with the same rules (`model::policy`) for
+//! `path:line:col`; this gate is the guarantee: whatever path a value takes (interpolation,
+//! asset references, a stored spec of an older agent, a macro), a request that violates the
+//! policy never reaches the engine. A refusal is `Error::Refused`, permanent.
+//!
+//! Invariant: the agent only ever drives a `Sealed` runtime (`agent::run_until` wraps the one
+//! it is given), so no handler can reach the engine around it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::service::OVERLAY_SUFFIX;
+use super::{
+    Container, ContainerSpec, Error, Events, ExecOutcome, Inspection, Node, RegistryAuth, Result,
+    Runtime, Service, ServiceSpec, SwarmConfig, SwarmNode, Task, Volume, labels,
+};
+use crate::model::Policy;
+use crate::model::policy::{OwnedPaths, bind_source_text, normalize_path, resolve_on_host};
+
+/// The policy and the agent's own paths, judging requests.
+#[derive(Debug, Clone)]
+pub struct Gate {
+    policy: Policy,
+    owned: OwnedPaths,
+}
+
+impl Gate {
+    /// A gate for `policy`; `owned` are the host paths the agent itself mounts.
+    pub fn new(policy: Policy, owned: OwnedPaths) -> Gate {
+        Gate { policy, owned }
+    }
+
+    /// Every refusal of creating `spec`, with bind sources resolved by `resolve` (the host's
+    /// symlinks at the sink, the identity for a plan); `overlay`: the networks are Swarm
+    /// overlays named `<network>-swarm`, judged as the network they stand for.
+    pub fn refusals(
+        &self,
+        spec: &ContainerSpec,
+        overlay: bool,
+        resolve: &dyn Fn(&str) -> std::result::Result<String, String>,
+    ) -> Vec<String> {
+        let mut refusals = Vec::new();
+        for bind in &spec.binds {
+            // Docker takes a source that is not an absolute path as a volume's name.
+            let Some(folded) = normalize_path(bind_source_text(bind)) else {
+                continue;
+            };
+            match resolve(&folded) {
+                Ok(resolved) => {
+                    if let Some(refusal) = self.policy.host_bind_refusal(&resolved, &self.owned) {
+                        refusals.push(if resolved == folded {
+                            refusal
+                        } else {
+                            format!("bind mount of {folded} resolves to {resolved} on this host: {refusal}")
+                        });
+                    }
+                }
+                Err(why) => refusals.push(format!(
+                    "bind mount of {folded} is refused by the host policy: {why}"
+                )),
+            }
+        }
+        refusals.extend(self.policy.network_mode_refusal(&spec.network_mode));
+        for network in &spec.networks {
+            refusals.extend(self.network_refusal(network, overlay));
+        }
+        refusals.extend(
+            spec.cap_add
+                .iter()
+                .filter_map(|cap| self.policy.cap_refusal(cap, "cap_add")),
+        );
+        refusals.extend(self.policy.options_refusals(&spec.options));
+        refusals
+    }
+
+    fn network_refusal(&self, network: &str, overlay: bool) -> Option<String> {
+        let base = if overlay {
+            network.strip_suffix(OVERLAY_SUFFIX).unwrap_or(network)
+        } else {
+            network
+        };
+        self.policy.network_refusal(base)
+    }
+
+    /// `refusals` with bind sources resolved on this host (blocking: file system reads).
+    fn refusals_on_host(&self, spec: &ContainerSpec, overlay: bool) -> Vec<String> {
+        self.refusals(spec, overlay, &|path| resolve_on_host(Path::new(path)))
+    }
+}
+
+/// A runtime whose every request passes the gate first (see the module docs).
+pub struct Sealed<R> {
+    inner: Arc<R>,
+    gate: Arc<Gate>,
+}
+
+impl<R: Runtime> Sealed<R> {
+    pub fn new(inner: Arc<R>, gate: Gate) -> Sealed<R> {
+        Sealed {
+            inner,
+            gate: Arc::new(gate),
+        }
+    }
+
+    /// The runtime behind the gate (tests read the fake's record through it).
+    pub fn inner(&self) -> &Arc<R> {
+        &self.inner
+    }
+
+    async fn judge(&self, spec: &ContainerSpec, overlay: bool) -> Result<()> {
+        let gate = Arc::clone(&self.gate);
+        let spec = spec.clone();
+        let refusals = tokio::task::spawn_blocking(move || gate.refusals_on_host(&spec, overlay))
+            .await
+            .map_err(|error| Error::Unavailable {
+                message: format!("the policy check did not finish: {error}"),
+            })?;
+        refuse(refusals)
+    }
+}
+
+fn refuse(refusals: Vec<String>) -> Result<()> {
+    if refusals.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Refused {
+            message: refusals.join("; "),
+        })
+    }
+}
+
+impl<R: Runtime> Runtime for Sealed<R> {
+    async fn list(&self, filter: &[(&str, &str)]) -> Result<Vec<Container>> {
+        self.inner.list(filter).await
+    }
+
+    async fn create(&self, spec: &ContainerSpec) -> Result<String> {
+        self.judge(spec, false).await?;
+        self.inner.create(spec).await
+    }
+
+    async fn start(&self, id: &str) -> Result<()> {
+        self.inner.start(id).await
+    }
+
+    async fn remove(&self, id: &str) -> Result<()> {
+        self.inner.remove(id).await
+    }
+
+    async fn stop(&self, id: &str, grace: Duration) -> Result<()> {
+        self.inner.stop(id, grace).await
+    }
+
+    async fn ensure_network(&self, name: &str) -> Result<()> {
+        refuse(self.gate.network_refusal(name, false).into_iter().collect())?;
+        self.inner.ensure_network(name).await
+    }
+
+    async fn inspect(&self, id: &str) -> Result<Inspection> {
+        self.inner.inspect(id).await
+    }
+
+    async fn wait(&self, id: &str) -> Result<i64> {
+        self.inner.wait(id).await
+    }
+
+    async fn logs(&self, id: &str, tail: usize) -> Result<String> {
+        self.inner.logs(id, tail).await
+    }
+
+    async fn exec(&self, id: &str, command: &[String]) -> Result<ExecOutcome> {
+        self.inner.exec(id, command).await
+    }
+
+    async fn ensure_volume(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<Volume> {
+        let volume = self.inner.ensure_volume(name, labels).await?;
+        let ours = volume.labels.get(labels::CREATED_BY).map(String::as_str)
+            == Some(labels::CREATED_BY_VALUE);
+        if !ours {
+            refuse(
+                self.gate
+                    .policy
+                    .foreign_volume_refusal(name)
+                    .into_iter()
+                    .collect(),
+            )?;
+        }
+        Ok(volume)
+    }
+
+    async fn list_volumes(&self, filter: &[(&str, &str)]) -> Result<Vec<Volume>> {
+        self.inner.list_volumes(filter).await
+    }
+
+    async fn remove_volume(&self, name: &str) -> Result<()> {
+        self.inner.remove_volume(name).await
+    }
+
+    async fn image_present(&self, image: &str) -> Result<bool> {
+        self.inner.image_present(image).await
+    }
+
+    async fn pull(&self, image: &str, auth: Option<&RegistryAuth>) -> Result<()> {
+        self.inner.pull(image, auth).await
+    }
+
+    fn events(&self, filter: &[(&str, &str)]) -> Events {
+        self.inner.events(filter)
+    }
+
+    async fn cpu_percent(&self, id: &str) -> Result<f64> {
+        self.inner.cpu_percent(id).await
+    }
+
+    async fn swarm_node(&self) -> Result<Option<SwarmNode>> {
+        self.inner.swarm_node().await
+    }
+
+    async fn list_nodes(&self) -> Result<Vec<Node>> {
+        self.inner.list_nodes().await
+    }
+
+    async fn ensure_overlay(&self, name: &str) -> Result<()> {
+        refuse(self.gate.network_refusal(name, true).into_iter().collect())?;
+        self.inner.ensure_overlay(name).await
+    }
+
+    async fn list_services(&self, filter: &[(&str, &str)]) -> Result<Vec<Service>> {
+        self.inner.list_services(filter).await
+    }
+
+    async fn create_service(
+        &self,
+        spec: &ServiceSpec,
+        auth: Option<&RegistryAuth>,
+    ) -> Result<String> {
+        self.judge(&spec.task, true).await?;
+        self.inner.create_service(spec, auth).await
+    }
+
+    async fn update_service(
+        &self,
+        id: &str,
+        version: u64,
+        spec: &ServiceSpec,
+        auth: Option<&RegistryAuth>,
+    ) -> Result<()> {
+        self.judge(&spec.task, true).await?;
+        self.inner.update_service(id, version, spec, auth).await
+    }
+
+    async fn remove_service(&self, id: &str) -> Result<()> {
+        self.inner.remove_service(id).await
+    }
+
+    async fn list_tasks(&self, service_id: &str) -> Result<Vec<Task>> {
+        self.inner.list_tasks(service_id).await
+    }
+
+    async fn task_logs(&self, task_id: &str, tail: usize) -> Result<String> {
+        self.inner.task_logs(task_id, tail).await
+    }
+
+    async fn create_config(
+        &self,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+        data: &[u8],
+    ) -> Result<String> {
+        self.inner.create_config(name, labels, data).await
+    }
+
+    async fn list_configs(&self, filter: &[(&str, &str)]) -> Result<Vec<SwarmConfig>> {
+        self.inner.list_configs(filter).await
+    }
+
+    async fn remove_config(&self, id: &str) -> Result<()> {
+        self.inner.remove_config(id).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::FakeRuntime;
+    use crate::runtime::service::{ServiceMode, UpdateOrder, UpdatePolicy};
+
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
+
+    const DATA: &str = "/srv/voodu";
+
+    fn sealed(edit: impl FnOnce(&mut Policy)) -> (Arc<FakeRuntime>, Sealed<FakeRuntime>) {
+        let mut policy = Policy {
+            data_dir: Some(DATA.to_owned()),
+            ..Policy::default()
+        };
+        edit(&mut policy);
+        let mut owned = OwnedPaths::for_data_dir(DATA);
+        owned.exact.push(format!("{DATA}/ingress/data"));
+        let fake = Arc::new(FakeRuntime::new());
+        (
+            Arc::clone(&fake),
+            Sealed::new(fake, Gate::new(policy, owned)),
+        )
+    }
+
+    fn spec(binds: &[&str]) -> ContainerSpec {
+        ContainerSpec {
+            name: "s-web.1".to_owned(),
+            image: "busybox".to_owned(),
+            binds: binds.iter().map(|bind| (*bind).to_owned()).collect(),
+            networks: vec!["voodu0".to_owned()],
+            ..ContainerSpec::default()
+        }
+    }
+
+    fn refused(result: Result<String>) -> String {
+        match result {
+            Err(Error::Refused { message }) => message,
+            other => format!("not refused: {other:?}"),
+        }
+    }
+
+    fn creates(fake: &FakeRuntime) -> usize {
+        fake.calls()
+            .iter()
+            .filter(|call| call.starts_with("create"))
+            .count()
+    }
+
+    #[tokio::test]
+    async fn an_interpolated_walk_out_of_the_asset_directory_never_reaches_the_engine() -> TestResult
+    {
+        let (fake, runtime) = sealed(|_| {});
+        runtime.ensure_network("voodu0").await?;
+        let walk = format!("{DATA}/assets/s/a/k/../../../../../../../../etc:/x");
+        assert_eq!(
+            refused(runtime.create(&spec(&[&walk])).await),
+            "bind mount of /etc (a system directory) is refused by the host policy; start the agent with --allow-bind-root /etc to allow it"
+        );
+        let socket = format!("{DATA}/assets/s/a/k/../../../../../../var/run/docker.sock:/s");
+        // (`/var/run` is often a link to `/run`: either way the socket is refused.)
+        let message = refused(runtime.create(&spec(&[&socket])).await);
+        assert!(
+            message.contains("docker.sock (under /")
+                && message.contains("runtime sockets, the Docker socket among them"),
+            "{message}"
+        );
+        assert_eq!(creates(&fake), 0, "{:?}", fake.calls());
+        // The asset file itself, the ingress's own directory and named volumes pass.
+        let file = format!("{DATA}/assets/s/a/k:/etc/app.conf:ro");
+        let ingress = format!("{DATA}/ingress/data:/data");
+        runtime
+            .create(&spec(&[&file, &ingress, "pgdata:/var/lib/pg"]))
+            .await?;
+        assert_eq!(creates(&fake), 1);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_symlink_under_an_allowed_root_is_judged_where_it_leads() -> TestResult {
+        let root = tempfile::tempdir()?;
+        let root_path = std::fs::canonicalize(root.path())?;
+        let root_text = root_path.display().to_string();
+        std::os::unix::fs::symlink("/etc", root_path.join("etc-link"))?;
+        std::os::unix::fs::symlink(root_path.join("missing"), root_path.join("dangling"))?;
+        std::fs::create_dir(root_path.join("data"))?;
+        let (fake, runtime) = sealed(|policy| policy.allow_bind_root = vec![root_text.clone()]);
+        runtime.ensure_network("voodu0").await?;
+        assert_eq!(
+            refused(
+                runtime
+                    .create(&spec(&[&format!("{root_text}/etc-link/ssl:/x")]))
+                    .await
+            ),
+            format!(
+                "bind mount of {root_text}/etc-link/ssl resolves to /etc/ssl on this host: bind mount of /etc/ssl (under /etc: a system directory) is refused by the host policy; start the agent with --allow-bind-root /etc/ssl to allow it"
+            )
+        );
+        assert!(
+            refused(
+                runtime
+                    .create(&spec(&[&format!("{root_text}/dangling/x:/x")]))
+                    .await
+            )
+            .contains("is a link that leads nowhere on this host")
+        );
+        assert_eq!(creates(&fake), 0);
+        runtime
+            .create(&spec(&[&format!("{root_text}/data/new:/x")]))
+            .await?;
+        assert_eq!(creates(&fake), 1);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn options_networks_and_capabilities_are_judged_on_the_request() -> TestResult {
+        let (fake, runtime) = sealed(|_| {});
+        let mut logging = spec(&[]);
+        logging.options = crate::model::DockerOptions::parse(&[
+            "--log-driver=syslog".to_owned(),
+            "--log-opt=syslog-address=tcp://127.0.0.1:5140".to_owned(),
+        ])?;
+        assert!(refused(runtime.create(&logging).await).starts_with("log driver \"syslog\""));
+        let mut privileged = spec(&[]);
+        privileged.options.privileged = true;
+        privileged.cap_add = vec!["SYS_ADMIN".to_owned()];
+        privileged.network_mode = "host".to_owned();
+        privileged.networks.clear();
+        let message = refused(runtime.create(&privileged).await);
+        for part in [
+            "host networking",
+            "capability SYS_ADMIN",
+            "privileged containers",
+        ] {
+            assert!(message.contains(part), "{part}: {message}");
+        }
+        let mut other_network = spec(&[]);
+        other_network.networks.push("db-backend".to_owned());
+        assert!(
+            refused(runtime.create(&other_network).await).contains("--allow-network db-backend")
+        );
+        assert!(matches!(
+            runtime.ensure_network("bridge").await,
+            Err(Error::Refused { .. })
+        ));
+        assert_eq!(creates(&fake), 0);
+        assert!(
+            !fake
+                .calls()
+                .iter()
+                .any(|call| call.starts_with("ensure_network"))
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_service_template_is_judged_with_its_overlays() -> TestResult {
+        let (fake, runtime) = sealed(|_| {});
+        let mut task = spec(&[]);
+        task.networks = vec!["voodu0-swarm".to_owned()];
+        let mut service = ServiceSpec {
+            name: "s-web".to_owned(),
+            labels: BTreeMap::new(),
+            task,
+            mode: ServiceMode::Replicated { replicas: 1 },
+            update: UpdatePolicy {
+                order: UpdateOrder::StartFirst,
+                monitor: Duration::from_secs(1),
+                rollback_on_failure: true,
+            },
+            constraints: Vec::new(),
+            configs: Vec::new(),
+            published: Vec::new(),
+            health: None,
+            stop_grace: Duration::from_secs(10),
+            restart_on_failure: true,
+            volume_labels: BTreeMap::new(),
+        };
+        runtime.ensure_overlay("voodu0-swarm").await?;
+        let id = runtime.create_service(&service, None).await?;
+        service.task.binds = vec!["/etc:/host-etc".to_owned()];
+        assert!(matches!(
+            runtime.update_service(&id, 1, &service, None).await,
+            Err(Error::Refused { .. })
+        ));
+        service.task.binds.clear();
+        service.task.networks.push("backend-swarm".to_owned());
+        assert!(matches!(
+            runtime.create_service(&service, None).await,
+            Err(Error::Refused { .. })
+        ));
+        assert!(matches!(
+            runtime.ensure_overlay("backend-swarm").await,
+            Err(Error::Refused { .. })
+        ));
+        let sent: Vec<String> = fake
+            .calls()
+            .into_iter()
+            .filter(|call| call.contains("service") || call.starts_with("ensure_overlay"))
+            .collect();
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_volume_the_agent_did_not_create_is_not_mounted_unless_adopted() -> TestResult {
+        let name = "voodu-shop-db-data-0";
+        let ours = BTreeMap::from([(
+            labels::CREATED_BY.to_owned(),
+            labels::CREATED_BY_VALUE.to_owned(),
+        )]);
+        let (fake, runtime) = sealed(|_| {});
+        // Made by hand (`docker volume create`), with foreign data in it.
+        fake.ensure_volume(name, &BTreeMap::new()).await?;
+        match runtime.ensure_volume(name, &ours).await {
+            Err(Error::Refused { message }) => assert_eq!(
+                message,
+                format!(
+                    "volume {name} already exists and was not created by voodu (no createdby=voodu label): the agent does not mount data it did not make; remove it (docker volume rm {name}) for a fresh one, or start the agent with --adopt-volume {name} to take its data over"
+                )
+            ),
+            other => return Err(format!("not refused: {other:?}").into()),
+        }
+        // A volume the agent makes, or made before, is its own.
+        runtime.ensure_volume("voodu-shop-db-data-1", &ours).await?;
+        runtime.ensure_volume("voodu-shop-db-data-1", &ours).await?;
+        let (fake, adopting) = sealed(|policy| policy.adopt_volume = vec![name.to_owned()]);
+        fake.ensure_volume(name, &BTreeMap::new()).await?;
+        adopting.ensure_volume(name, &ours).await?;
+        Ok(())
+    }
+}
