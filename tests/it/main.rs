@@ -25,6 +25,7 @@ mod jobs;
 mod macro_scripts;
 mod plugin_blocks;
 mod policy;
+mod policy_docker;
 mod process;
 mod reconcile;
 mod refusal_docker;
