@@ -157,6 +157,16 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
             return Ok(ExitCode::from(1));
         }
     };
+    // The gate the agent runs at the sink, on the requests it would send.
+    let refused = crate::reconcile::requests::sink_refusals_under(&manifest, &policy);
+    if !refused.is_empty() {
+        eprintln!("{}", manifest::Diagnostics(refused));
+        eprintln!(
+            "plan: the host policy refuses what {} would send to the engine; the agent would not create it",
+            snapshot.commit
+        );
+        return Ok(ExitCode::from(1));
+    }
     // SOPS env files are opened as the agent would, when given its identities; the values
     // are dropped at once (a plan shows a secret's change by its file's digest only).
     let keyring = args.trust.to_keyring()?;

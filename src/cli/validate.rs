@@ -587,7 +587,17 @@ pub(super) fn validate_dir(
     };
     let n_files = snapshot.files.len();
     Ok(
-        match manifest::load_with_policy(&snapshot, &options, policy) {
+        match manifest::load_with_policy(&snapshot, &options, policy).and_then(|manifest| {
+            // With a policy, the gate the agent runs at the sink judges the requests too.
+            let refused = policy.map_or_else(Vec::new, |policy| {
+                crate::reconcile::requests::sink_refusals_under(&manifest, policy)
+            });
+            if refused.is_empty() {
+                Ok(manifest)
+            } else {
+                Err(manifest::Diagnostics(refused))
+            }
+        }) {
             Ok(manifest) => {
                 let mut kinds = BTreeMap::new();
                 for resource in &manifest.resources {

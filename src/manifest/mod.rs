@@ -28,7 +28,7 @@ pub use decode::Resource;
 pub use diagnostic::{Diagnostic, Diagnostics};
 pub use interpolate::Vars;
 pub use macros::SecretRequest;
-pub use policy::{Policy, bind_source};
+pub use policy::{DEFAULT_DATA_DIR, Policy, bind_source};
 
 use std::collections::BTreeMap;
 use std::time::Duration;

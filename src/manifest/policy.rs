@@ -19,7 +19,7 @@ pub use crate::model::policy::Policy;
 
 /// The data dir `validate` and tests judge asset paths under when the policy names none (the
 /// agent's default).
-const DEFAULT_DATA_DIR: &str = "/var/lib/voodu-agent";
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/voodu-agent";
 
 /// Every refusal of `resource` under `policy`. `locations` maps a field (`volumes`,
 /// `init "name".docker_options`) to where it is written; the block's origin stands in for a

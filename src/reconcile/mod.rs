@@ -34,6 +34,7 @@ pub mod notify;
 pub mod plan;
 mod probes;
 mod queue;
+pub mod requests;
 mod retry;
 mod rollout_state;
 pub mod router;

@@ -26,6 +26,7 @@ mod macro_scripts;
 mod plugin_blocks;
 mod policy;
 mod policy_docker;
+mod policy_property;
 mod process;
 mod reconcile;
 mod refusal_docker;
