@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use voodu_agent::manifest::Policy;
 use voodu_agent::manifest::spec::Spec;
 use voodu_agent::model::{Kind, ResourceKey};
-use voodu_agent::runtime::FakeRuntime;
+use voodu_agent::runtime::{FakeRuntime, Runtime};
 use voodu_agent::store::Store;
 
 use crate::support::{TempRepo, TestResult};
@@ -34,12 +34,25 @@ fn start(
     CancellationToken,
     tokio::task::JoinHandle<anyhow::Result<()>>,
 ) {
+    start_on(repo, data, policy, Arc::new(FakeRuntime::new()))
+}
+
+/// `start` on a prepared fake engine.
+fn start_on(
+    repo: &TempRepo,
+    data: &std::path::Path,
+    policy: Policy,
+    fake: Arc<FakeRuntime>,
+) -> (
+    CancellationToken,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
     let mut config = crate::support::agent::fake_agent_config(repo, data);
     config.sync.policy.merge(policy);
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(voodu_agent::agent::run_with_runtime(
         config,
-        Arc::new(FakeRuntime::new()),
+        fake,
         None,
         shutdown.clone().cancelled_owned(),
     ));
@@ -129,6 +142,70 @@ async fn a_commit_beyond_the_policy_is_rejected_until_the_host_allows_it() -> Te
     assert_eq!(web_docker_options(&store)?, ["--privileged"]);
     shutdown.cancel();
     agent.await??;
+    Ok(())
+}
+
+/// Issue 23 item 9: a volume named like a statefulset's claim that the agent did not create
+/// (no `createdby=voodu` label: made by hand, holding foreign data) is never mounted: the
+/// statefulset fails with the reason and the setting that adopts it, no pod is created; an
+/// agent started with `--adopt-volume NAME` mounts it.
+#[tokio::test]
+async fn a_foreign_volume_is_not_mounted_as_a_claim_until_adopted() -> TestResult {
+    const DB: &str = r#"statefulset "data" "db" {
+  image = "busybox"
+  volume_claim "pg" {
+    mount_path = "/var/lib/pg"
+  }
+}
+"#;
+    let claim = "voodu-data-db-pg-0";
+    let key = ResourceKey::new(Kind::Statefulset, "data", "db");
+    let repo = TempRepo::new()?;
+    repo.write("db.hcl", DB)?;
+    let first = repo.commit("db")?;
+    let data = tempfile::tempdir()?;
+    let fake = Arc::new(FakeRuntime::new());
+    // `docker volume create voodu-data-db-pg-0` by someone else.
+    fake.ensure_volume(claim, &std::collections::BTreeMap::new())
+        .await?;
+    let (shutdown, agent) = start_on(&repo, data.path(), Policy::default(), Arc::clone(&fake));
+    let store = Store::open(&data.path().join("state.db"))?;
+    until("db to fail on the foreign volume", || {
+        Ok(store
+            .status(&key)?
+            .is_some_and(|status| status.message.contains("--adopt-volume")))
+    })
+    .await?;
+    let status = store.status(&key)?.ok_or("status")?;
+    assert_eq!(
+        status.message,
+        format!("release #1 (commit {}) failed: statefulset/data/db: volume {claim} already exists and was not created by voodu (no createdby=voodu label): the agent does not mount data it did not make; remove it (docker volume rm {claim}) for a fresh one, or start the agent with --adopt-volume {claim} to take its data over; no earlier release ran, so there is nothing to roll back to; a new commit retries", &first[..12]),
+    );
+    assert!(
+        !fake.calls().iter().any(|call| call.starts_with("create ")),
+        "no pod was created: {:?}",
+        fake.calls()
+    );
+    shutdown.cancel();
+    agent.await??;
+
+    let adopting = Policy {
+        adopt_volume: vec![claim.to_owned()],
+        ..Policy::default()
+    };
+    let (shutdown, agent) = start_on(&repo, data.path(), adopting, Arc::clone(&fake));
+    until("the pod to mount the adopted volume", || {
+        Ok(fake.calls().iter().any(|call| call.starts_with("create ")))
+    })
+    .await?;
+    shutdown.cancel();
+    agent.await??;
+    let pods = fake.list(&[("voodu.scope", "data")]).await?;
+    let pod = pods.first().ok_or("a pod")?;
+    assert_eq!(
+        fake.spec_of(&pod.id).ok_or("spec")?.binds,
+        [format!("{claim}:/var/lib/pg")]
+    );
     Ok(())
 }
 
