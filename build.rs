@@ -1,6 +1,6 @@
-//! Build script: tells the tests whether voodu's example corpus (`../shared/corpus`, beside
-//! the checkout for developers and CI) is there, so the corpus tests are reported as ignored,
-//! never as passed, when it is not; whether `busybox` is on PATH (the macro script tests run
+//! Build script: tells the tests where voodu's example corpus is (`VOODU_CORPUS_DIR`, else
+//! `../shared/corpus`, beside the checkout for developers and CI), so the corpus tests are
+//! reported as ignored, never as passed, when it is not there; whether `busybox` is on PATH (the macro script tests run
 //! the scripts under its shell too); and stamps the git commit the binary is built from
 //! (`VOODU_AGENT_COMMIT`, for `--version` and the `voodu_agent_build_info` metric): the
 //! checkout's HEAD when git and a repository are there, else `unknown` (a source tarball).
@@ -18,9 +18,16 @@ fn main() {
         println!("cargo::rustc-cfg=voodu_busybox_missing");
     }
     println!("cargo::rerun-if-changed=build.rs");
-    let corpus = Path::new("../shared/corpus/voodu-examples");
-    if corpus.is_dir() {
-        println!("cargo::rerun-if-changed=../shared/corpus/voodu-examples");
+    // The corpus: `VOODU_CORPUS_DIR` (a copy anywhere, same layout), else `../shared/corpus`.
+    println!("cargo::rerun-if-env-changed=VOODU_CORPUS_DIR");
+    let corpus = std::env::var_os("VOODU_CORPUS_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new("../shared/corpus").to_owned());
+    let examples = corpus.join("voodu-examples");
+    if examples.is_dir() {
+        println!("cargo::rerun-if-changed={}", examples.display());
+        let absolute = std::fs::canonicalize(&corpus).unwrap_or(corpus);
+        println!("cargo::rustc-env=VOODU_CORPUS_DIR={}", absolute.display());
     } else {
         println!("cargo::rustc-cfg=voodu_corpus_missing");
     }

@@ -185,7 +185,7 @@ const ASSET_SET_ERROR: &str = r#"basic.hcl:56:9: file(): "./tls/ca-bundle.pem" d
 /// `voodu_corpus_missing` and these tests are reported as ignored; run anyway
 /// (`--include-ignored`, as scripts/test does), they fail here.
 fn corpus() -> TestResult<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/voodu-examples");
+    let dir = crate::support::corpus_root().join("voodu-examples");
     if dir.is_dir() {
         Ok(dir)
     } else {
@@ -240,7 +240,7 @@ fn validate(dir: &Path, vars: &BTreeSet<String>) -> TestResult<(Option<i32>, Str
 
 #[cfg_attr(
     voodu_corpus_missing,
-    ignore = "needs ../shared/corpus beside the checkout: scripts/test runs it"
+    ignore = "needs voodu's corpus (../shared/corpus beside the checkout, or VOODU_CORPUS_DIR): scripts/test says how"
 )]
 #[test]
 fn every_set_validates_once_its_variables_are_supplied() -> TestResult {
@@ -331,7 +331,7 @@ pub(crate) fn load_set(
 
 #[cfg_attr(
     voodu_corpus_missing,
-    ignore = "needs ../shared/corpus beside the checkout: scripts/test runs it"
+    ignore = "needs voodu's corpus (../shared/corpus beside the checkout, or VOODU_CORPUS_DIR): scripts/test says how"
 )]
 #[test]
 fn plan_yields_the_resources_voodu_would_create() -> TestResult {
@@ -366,7 +366,7 @@ fn plan_yields_the_resources_voodu_would_create() -> TestResult {
 
 #[cfg_attr(
     voodu_corpus_missing,
-    ignore = "needs ../shared/corpus beside the checkout: scripts/test runs it"
+    ignore = "needs voodu's corpus (../shared/corpus beside the checkout, or VOODU_CORPUS_DIR): scripts/test says how"
 )]
 #[test]
 fn macros_and_app_expand_as_voodus_plugins_do() -> TestResult {
@@ -455,7 +455,7 @@ fn macros_and_app_expand_as_voodus_plugins_do() -> TestResult {
 /// with the settings that would allow it; with those settings the set is accepted.
 #[cfg_attr(
     voodu_corpus_missing,
-    ignore = "needs ../shared/corpus beside the checkout: scripts/test runs it"
+    ignore = "needs voodu's corpus (../shared/corpus beside the checkout, or VOODU_CORPUS_DIR): scripts/test says how"
 )]
 #[test]
 fn host_policy_refuses_the_custom_dockerfile_example_until_allowed() -> TestResult {
@@ -510,7 +510,7 @@ fn new_corpus() -> TestResult<PathBuf> {
 
 #[cfg_attr(
     voodu_corpus_missing,
-    ignore = "needs ../shared/corpus beside the checkout: scripts/test runs it"
+    ignore = "needs voodu's corpus (../shared/corpus beside the checkout, or VOODU_CORPUS_DIR): scripts/test says how"
 )]
 #[test]
 fn drain_blocks_load_and_a_bad_drain_duration_is_refused_as_voodu_refuses_it() -> TestResult {
@@ -720,7 +720,7 @@ fn manifests_dir(set: &NewSet) -> TestResult<PathBuf> {
 
 #[cfg_attr(
     voodu_corpus_missing,
-    ignore = "needs ../shared/corpus beside the checkout: scripts/test runs it"
+    ignore = "needs voodu's corpus (../shared/corpus beside the checkout, or VOODU_CORPUS_DIR): scripts/test says how"
 )]
 #[test]
 fn i12_every_newer_set_validates_or_is_refused_where_the_agent_cannot_run_it() -> TestResult {
@@ -775,7 +775,7 @@ fn i12_every_newer_set_validates_or_is_refused_where_the_agent_cannot_run_it() -
 
 #[cfg_attr(
     voodu_corpus_missing,
-    ignore = "needs ../shared/corpus beside the checkout: scripts/test runs it"
+    ignore = "needs voodu's corpus (../shared/corpus beside the checkout, or VOODU_CORPUS_DIR): scripts/test says how"
 )]
 #[test]
 fn i12_plan_yields_what_voodu_would_create_from_the_newer_sets() -> TestResult {
@@ -814,7 +814,7 @@ fn spec_of(manifest: &manifest::Manifest, key: &str) -> TestResult<Spec> {
 /// voodu-redis 4dd3b77).
 #[cfg_attr(
     voodu_corpus_missing,
-    ignore = "needs ../shared/corpus beside the checkout: scripts/test runs it"
+    ignore = "needs voodu's corpus (../shared/corpus beside the checkout, or VOODU_CORPUS_DIR): scripts/test says how"
 )]
 #[test]
 fn i12_the_newer_macro_sets_expand_as_the_plugins_set_them_up() -> TestResult {

@@ -16,7 +16,7 @@ use voodu_agent::reconcile::plan::{plan_all, swarm_gaps, swarm_notes};
 use crate::support::TestResult;
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus")
+    crate::support::corpus_root()
 }
 
 /// Every directory of both corpora that holds manifest files, relative to the corpus root.
@@ -115,7 +115,7 @@ fn plan_set(dir: &Path) -> TestResult<Vec<String>> {
 
 #[cfg_attr(
     voodu_corpus_missing,
-    ignore = "needs ../shared/corpus beside the checkout: scripts/test runs it"
+    ignore = "needs voodu's corpus (../shared/corpus beside the checkout, or VOODU_CORPUS_DIR): scripts/test says how"
 )]
 #[test]
 fn plan_runtime_swarm_says_what_of_the_corpus_maps() -> TestResult {

@@ -63,6 +63,15 @@ pub async fn until<T>(
     }
 }
 
+/// Where voodu's example corpus is: `VOODU_CORPUS_DIR` as the build saw it (build.rs), else
+/// `../shared/corpus` beside the checkout.
+pub fn corpus_root() -> std::path::PathBuf {
+    option_env!("VOODU_CORPUS_DIR").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus"),
+        std::path::PathBuf::from,
+    )
+}
+
 /// A unique, DNS- and container-name-safe token for scopes and names.
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}{}", voodu_agent::model::random_hex(4))
