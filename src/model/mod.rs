@@ -7,6 +7,7 @@
 mod assets;
 mod docker_options;
 pub mod hosts;
+pub mod names;
 mod ports;
 mod snapshot;
 mod units;
