@@ -38,7 +38,6 @@ pub(super) async fn require_token(
                     header::WWW_AUTHENTICATE,
                     "Basic realm=\"voodu-agent\", charset=\"UTF-8\"",
                 ),
-                (header::CONTENT_SECURITY_POLICY, super::dashboard::CSP),
             ],
             "this listener is not loopback: log in with the webhook secret as the password\n",
         )
