@@ -10,6 +10,7 @@ pub mod hosts;
 pub mod names;
 mod ports;
 mod snapshot;
+pub mod text;
 mod units;
 
 pub use assets::{UNSCOPED_ASSETS, asset_dir, resolve_asset_refs};

@@ -69,7 +69,10 @@ mod tests {
 
     #[test]
     fn a_name_at_the_limit_passes_and_one_more_byte_does_not() {
-        assert_eq!(too_long(&"k".repeat(MAX_ASSET_KEY), MAX_ASSET_KEY, "a file"), None);
+        assert_eq!(
+            too_long(&"k".repeat(MAX_ASSET_KEY), MAX_ASSET_KEY, "a file"),
+            None
+        );
         let refusal = too_long(&"k".repeat(MAX_ASSET_KEY + 1), MAX_ASSET_KEY, "a file");
         assert_eq!(
             refusal.as_deref(),

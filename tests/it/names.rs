@@ -35,7 +35,11 @@ fn asset_with_key(key: &str) -> String {
 }
 
 /// Commits `text` as `conf.hcl` and syncs it: `Ok(None)` when applied, else the diagnostics.
-fn commit_and_sync(repo: &TempRepo, syncer: &Syncer, text: &str) -> TestResult<Option<Vec<String>>> {
+fn commit_and_sync(
+    repo: &TempRepo,
+    syncer: &Syncer,
+    text: &str,
+) -> TestResult<Option<Vec<String>>> {
     repo.write("conf.hcl", text)?;
     let sha = repo.commit("conf")?;
     match syncer.sync_once(&AtomicBool::new(false))? {
@@ -65,7 +69,10 @@ fn a_long_asset_key_is_refused_at_its_line_and_one_at_the_limit_is_written() -> 
         )])
     );
     let at_limit = "k".repeat(MAX_ASSET_KEY);
-    assert_eq!(commit_and_sync(&repo, &syncer, &asset_with_key(&at_limit))?, None);
+    assert_eq!(
+        commit_and_sync(&repo, &syncer, &asset_with_key(&at_limit))?,
+        None
+    );
     let file = data.path().join("assets/shop/conf").join(&at_limit);
     assert_eq!(std::fs::read(&file)?, b"x");
     Ok(())
@@ -95,7 +102,11 @@ fn a_file_the_host_cannot_write_rejects_its_commit_and_the_next_one_applies() ->
         "{got:?}"
     );
     assert_eq!(
-        commit_and_sync(&repo, &syncer, "asset \"shop\" \"conf\" {\n  k = \"x\"\n}\n")?,
+        commit_and_sync(
+            &repo,
+            &syncer,
+            "asset \"shop\" \"conf\" {\n  k = \"x\"\n}\n"
+        )?,
         None,
         "the next commit applies"
     );

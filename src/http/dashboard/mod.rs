@@ -273,7 +273,10 @@ async fn events(State(state): State<Arc<AppState>>, Query(query): Query<EventsQu
                 [kind, scope, name] => key_of(kind, scope, name),
                 _ => None,
             }) else {
-                return IntoResponse::into_response((StatusCode::BAD_REQUEST, "resource is KIND/SCOPE/NAME\n"));
+                return IntoResponse::into_response((
+                    StatusCode::BAD_REQUEST,
+                    "resource is KIND/SCOPE/NAME\n",
+                ));
             };
             let state_for_view = state.clone();
             IntoResponse::into_response(live::stream(

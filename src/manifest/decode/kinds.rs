@@ -800,7 +800,10 @@ pub(super) fn statefulset(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> StatefulsetSpe
             crate::model::names::MAX_CLAIM,
             "part of the Docker volume `voodu-<scope>-<name>-<claim>-<n>`",
         ) {
-            cx.error(span.clone(), format!("volume_claim {:?}… {problem}", truncated(name)));
+            cx.error(
+                span.clone(),
+                format!("volume_claim {:?}… {problem}", truncated(name)),
+            );
         }
         if claims.iter().any(|claim| &claim.name == name) {
             cx.error(span.clone(), format!("duplicate volume_claim {name:?}"));
