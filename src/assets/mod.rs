@@ -37,7 +37,8 @@ pub enum Error {
     Sealed { key: String, message: String },
     #[error("asset {asset}: {source}")]
     Asset {
-        asset: ResourceKey,
+        /// Boxed, as the source is: the error stays small inside other stages' errors.
+        asset: Box<ResourceKey>,
         #[source]
         source: Box<Error>,
     },
@@ -69,7 +70,7 @@ impl Error {
             other if other.is_permanent() => other.to_string(),
             _ => return None,
         };
-        Some((asset, why))
+        Some((asset.as_ref(), why))
     }
 
     fn is_permanent(&self) -> bool {
@@ -162,7 +163,7 @@ pub fn materialise(
         };
         let blob = |digest: &str| manifest.blobs.get(digest).cloned();
         let of_asset = |source| Error::Asset {
-            asset: resource.key.clone(),
+            asset: Box::new(resource.key.clone()),
             source: Box::new(source),
         };
         let prepared = prepare(&asset.files, &blob, keyring).map_err(of_asset)?;

@@ -619,7 +619,7 @@ fn table(view: &FleetView) -> String {
             "{:<20} {:<20} {:<12} {:<12} {:<12} {:>9} {:>8}  {}\n",
             Esc(&agent.name),
             Esc(agent.host.as_deref().unwrap_or("-")),
-            Esc(&agent.state),
+            Esc(agent.state),
             Esc(&short(agent.applied.as_ref())),
             Esc(&short(agent.seen.as_ref())),
             agent.resources,

@@ -78,7 +78,7 @@ fn print_table(view: &ReleasesView) {
             release.id,
             Esc(short(&release.commit)),
             Esc(short(&release.spec_hash)),
-            Esc(&release.phase),
+            Esc(release.phase),
             time(release.started_at),
             took,
             Esc(&release.message)

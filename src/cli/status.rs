@@ -88,7 +88,7 @@ fn print_table(view: &StatusView) {
         Some(commit) => println!(
             "{label:<14} {} ({})",
             Esc(&commit.sha[..commit.sha.len().min(12)]),
-            Esc(&commit.outcome)
+            Esc(commit.outcome)
         ),
         None => println!("{label:<14} -"),
     };

@@ -70,14 +70,14 @@ pub(super) fn run(data_dir: &Path, args: &SyncArgs) -> anyhow::Result<ExitCode> 
         });
     }
     let commit = answer.field("commit");
-    let short = Esc(commit.get(..12).unwrap_or(&commit));
+    let short = Esc(commit.get(..12).unwrap_or(commit));
     match result {
         "accepted" | "coalesced" => {
-            println!("sync requested ({})", Esc(&answer.field("reason")));
+            println!("sync requested ({})", Esc(answer.field("reason")));
             Ok(ExitCode::SUCCESS)
         }
         "applied" => {
-            println!("commit {short} applied: {}", Esc(&answer.field("reason")));
+            println!("commit {short} applied: {}", Esc(answer.field("reason")));
             Ok(ExitCode::SUCCESS)
         }
         "rejected" => {
