@@ -475,7 +475,34 @@ impl Syncer {
             }
         }
         let assets_root = assets::assets_root(&self.options.data_dir);
-        let written = assets::materialise(&manifest, &assets_root, &self.options.keyring)?;
+        let written = match assets::materialise(&manifest, &assets_root, &self.options.keyring) {
+            Ok(written) => written,
+            Err(error) => {
+                let Some((asset, why)) = error.refused_asset() else {
+                    return Err(error.into());
+                };
+                // Trying again cannot help: the commit is rejected at the asset's block (files
+                // of other assets written before it are put back by the asset handler).
+                let at = manifest
+                    .resources
+                    .iter()
+                    .find(|resource| &resource.key == asset)
+                    .map(|resource| resource.origin.clone())
+                    .unwrap_or_else(|| Diagnostic {
+                        path: asset.to_string(),
+                        line: 0,
+                        col: 0,
+                        message: String::new(),
+                    });
+                let refusal = Diagnostic {
+                    message: format!(
+                        "this host cannot write the files of {asset}: {why}; rename or shorten the key"
+                    ),
+                    ..at
+                };
+                return self.reject(commit, who, vec![refusal], decision);
+            }
+        };
         if written > 0 {
             tracing::info!(commit = commit.short(), files = written, "assets written");
         }

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use crate::manifest::Manifest;
 use crate::manifest::spec::{Spec, sha256_hex};
-use crate::model::{UNSCOPED_ASSETS, asset_dir};
+use crate::model::{ResourceKey, UNSCOPED_ASSETS, asset_dir};
 
 /// An asset file could not be written or removed.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +35,55 @@ pub enum Error {
     MissingBlob { digest: String },
     #[error("asset key `{key}` (a SOPS file): {message}")]
     Sealed { key: String, message: String },
+    #[error("asset {asset}: {source}")]
+    Asset {
+        /// Boxed, as the source is: the error stays small inside other stages' errors.
+        asset: Box<ResourceKey>,
+        #[source]
+        source: Box<Error>,
+    },
+}
+
+impl Error {
+    /// The asset whose files this host can never write as the commit gives them (a name
+    /// the file system refuses, a path outside the assets directory): its commit is rejected
+    /// rather than tried again. `None` for what may pass on a later try (a full disk).
+    /// With the asset, why, in a line short enough to show (a path the host refuses may be
+    /// thousands of bytes long: only the end of its file name is shown).
+    pub fn refused_asset(&self) -> Option<(&ResourceKey, String)> {
+        let Error::Asset { asset, source } = self else {
+            return None;
+        };
+        let why = match source.as_ref() {
+            Error::Io { path, source } if self.is_permanent() => {
+                let name = path
+                    .file_name()
+                    .map(|name| name.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let shown = if name.chars().count() > 40 {
+                    format!("{}…", name.chars().take(40).collect::<String>())
+                } else {
+                    name
+                };
+                format!("writing {shown:?} under the assets directory: {source}")
+            }
+            other if other.is_permanent() => other.to_string(),
+            _ => return None,
+        };
+        Some((asset.as_ref(), why))
+    }
+
+    fn is_permanent(&self) -> bool {
+        match self {
+            Error::Confinement { .. } => true,
+            Error::Io { source, .. } => matches!(
+                source.kind(),
+                std::io::ErrorKind::InvalidFilename | std::io::ErrorKind::InvalidInput
+            ),
+            Error::Asset { source, .. } => source.is_permanent(),
+            Error::MissingBlob { .. } | Error::Sealed { .. } => false,
+        }
+    }
 }
 
 /// One asset's files as they must be on disk: key → digest of the bytes to write, the clear
@@ -100,7 +149,8 @@ pub fn assets_root(data_dir: &Path) -> PathBuf {
 pub type AssetFiles = BTreeMap<String, String>;
 
 /// Writes every asset of `manifest` under `assets_root`, removing files of keys an asset no
-/// longer declares. Returns how many files were (re)written.
+/// longer declares. Returns how many files were (re)written; an error names the asset
+/// (`Error::Asset`).
 pub fn materialise(
     manifest: &Manifest,
     assets_root: &Path,
@@ -112,14 +162,19 @@ pub fn materialise(
             continue;
         };
         let blob = |digest: &str| manifest.blobs.get(digest).cloned();
-        let prepared = prepare(&asset.files, &blob, keyring)?;
+        let of_asset = |source| Error::Asset {
+            asset: Box::new(resource.key.clone()),
+            source: Box::new(source),
+        };
+        let prepared = prepare(&asset.files, &blob, keyring).map_err(of_asset)?;
         written += write_prepared(
             assets_root,
             &resource.key.scope,
             &resource.key.name,
             &prepared,
             &blob,
-        )?;
+        )
+        .map_err(of_asset)?;
     }
     Ok(written)
 }

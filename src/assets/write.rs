@@ -61,7 +61,13 @@ fn temp_path(path: &Path) -> PathBuf {
         .file_name()
         .map(|name| name.to_string_lossy().into_owned())
         .unwrap_or_default();
-    path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+    path.with_file_name(temp_name(&name, std::process::id()))
+}
+
+/// The temp file's name beside file `name`: the longest name written (an asset key's bound,
+/// `model::names::MAX_ASSET_KEY`, leaves room for it).
+fn temp_name(name: &str, pid: u32) -> String {
+    format!(".{name}.tmp-{pid}")
 }
 
 fn confined_parent(root: &Path, path: &Path) -> Result<PathBuf, Error> {
@@ -102,5 +108,12 @@ mod tests {
         assert!(write_atomic(&root, &root.join("../x"), b"no").is_err());
         assert!(write_atomic(&root, &dir.path().join("elsewhere"), b"no").is_err());
         Ok(())
+    }
+
+    #[test]
+    fn the_temp_file_of_the_longest_asset_key_fits_a_file_name() {
+        use crate::model::names::{MAX_ASSET_KEY, NAME_MAX};
+        let longest = temp_name(&"k".repeat(MAX_ASSET_KEY), u32::MAX);
+        assert!(longest.len() <= NAME_MAX, "{} bytes", longest.len());
     }
 }

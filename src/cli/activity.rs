@@ -40,6 +40,7 @@ pub(super) fn run(data_dir: &Path, args: &ActivityArgs) -> anyhow::Result<ExitCo
 }
 
 fn print_lines(view: &ActivityView) {
+    use crate::model::text::Esc;
     if view.truncated {
         println!(
             "(older entries since {} left out; raise --limit)",
@@ -61,14 +62,17 @@ fn print_lines(view: &ActivityView) {
             .resource
             .as_deref()
             .map_or_else(String::new, |resource| format!(" {resource}"));
+        // Every field but the time is data an actor, the repo or the engine wrote.
         println!(
-            "{} {:<14} {:<10} {:<16}{resource}{commit}{}{}",
+            "{} {:<14} {:<10} {:<16}{}{}{}{}",
             entry.at,
-            entry.action,
-            entry.outcome,
-            who,
+            Esc(&entry.action),
+            Esc(&entry.outcome),
+            Esc(&who),
+            Esc(&resource),
+            Esc(&commit),
             if entry.message.is_empty() { "" } else { ": " },
-            entry.message
+            Esc(&entry.message)
         );
     }
 }

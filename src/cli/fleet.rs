@@ -593,8 +593,9 @@ fn short(sha: Option<&String>) -> String {
     sha.map_or_else(|| "-".to_owned(), |sha| sha.chars().take(12).collect())
 }
 
-/// The table `fleet status` prints.
+/// The table `fleet status` prints; what the agents answered is escaped (`model::text`).
 fn table(view: &FleetView) -> String {
+    use crate::model::text::Esc;
     let mut out = format!(
         "{:<20} {:<20} {:<12} {:<12} {:<12} {:>9} {:>8}  NOTE\n",
         "AGENT", "HOST", "STATE", "APPLIED", "SEEN", "RESOURCES", "DEGRADED"
@@ -615,14 +616,15 @@ fn table(view: &FleetView) -> String {
             _ => note,
         };
         out.push_str(&format!(
-            "{:<20} {:<20} {:<12} {:<12} {:<12} {:>9} {:>8}  {note}\n",
-            agent.name,
-            agent.host.as_deref().unwrap_or("-"),
-            agent.state,
-            short(agent.applied.as_ref()),
-            short(agent.seen.as_ref()),
+            "{:<20} {:<20} {:<12} {:<12} {:<12} {:>9} {:>8}  {}\n",
+            Esc(&agent.name),
+            Esc(agent.host.as_deref().unwrap_or("-")),
+            Esc(agent.state),
+            Esc(&short(agent.applied.as_ref())),
+            Esc(&short(agent.seen.as_ref())),
             agent.resources,
             agent.n_degraded,
+            Esc(&note),
         ));
     }
     let count = |state: &str| {
@@ -640,7 +642,7 @@ fn table(view: &FleetView) -> String {
         count("behind"),
         count("rejected"),
         count("unreachable"),
-        short(view.newest.as_ref()),
+        Esc(&short(view.newest.as_ref())),
     ));
     out
 }

@@ -264,6 +264,13 @@ fn subscriber(
 /// Writes `message` to stderr as one line: through the sink when it is installed (then waits
 /// for it at most [`FLUSH_LIMIT`]), else directly, ignoring a closed stderr.
 pub(super) fn stderr_line(message: &str) {
+    // An error may quote a file name or an engine's message: no control character of
+    // theirs reaches the terminal (the error's own line breaks stay).
+    let message: Vec<_> = message
+        .split('\n')
+        .map(crate::model::text::escape)
+        .collect();
+    let message = message.join("\n");
     match SINK.get() {
         Some(sink) => {
             sink.send(format!("{message}\n").into_bytes());

@@ -20,6 +20,7 @@ use crate::git::{Source, SourceOptions, WorkdirFiles, read_workdir, read_workdir
 use crate::manifest::spec::Spec;
 use crate::manifest::triggers;
 use crate::manifest::{self, LoadOptions, Manifest, Mode, Policy};
+use crate::model::text::{Esc, escape};
 use crate::model::{
     CommitSha, FileRead, FileSource, HostSelection, Kind, ResourceKey, Snapshot, SourceFile,
 };
@@ -107,7 +108,7 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
             eprintln!(
                 "commit {}: not signed by a trusted key: {} (--verify-commits {})",
                 untrusted.commit.short(),
-                untrusted.refusal,
+                Esc(&untrusted.refusal.to_string()),
                 trust.mode.as_str()
             );
             eprintln!(
@@ -127,7 +128,7 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
         Ok(planned) => planned,
         Err(problems) => {
             for problem in &problems {
-                eprintln!("{problem}");
+                eprintln!("{}", escape(&problem.to_string()));
             }
             eprintln!(
                 "plan: {} error(s) in the trigger files; the agent would reject this commit and keep running the last good one",
@@ -148,7 +149,9 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
     let manifest = match manifest::load_with_policy(&snapshot, &options, Some(&policy)) {
         Ok(manifest) => manifest,
         Err(diagnostics) => {
-            eprintln!("{diagnostics}");
+            for diagnostic in &diagnostics.0 {
+                eprintln!("{}", escape(&diagnostic.to_string()));
+            }
             eprintln!(
                 "plan: {} error(s) in {}; the agent would reject this commit and keep running the last good one",
                 diagnostics.0.len(),
@@ -173,7 +176,9 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
     if !keyring.is_empty() {
         let refusals = crate::sync::sealed_refusals(&manifest, &keyring);
         if !refusals.is_empty() {
-            eprintln!("{}", manifest::Diagnostics(refusals));
+            for refusal in &refusals {
+                eprintln!("{}", escape(&refusal.to_string()));
+            }
             eprintln!(
                 "plan: the agent would reject {} and keep running the last good one",
                 snapshot.commit
@@ -787,7 +792,7 @@ impl PlanView {
     fn text(&self) -> String {
         let mut out = String::new();
         for warning in &self.warnings {
-            out.push_str(&format!("warning: {warning}\n"));
+            out.push_str(&format!("warning: {}\n", escape(&warning.to_string())));
         }
         if !self.agent_state {
             out.push_str(&format!(
@@ -796,7 +801,7 @@ impl PlanView {
             ));
         }
         if let Some(note) = &self.note {
-            out.push_str(&format!("note: {note}\n"));
+            out.push_str(&format!("note: {}\n", Esc(note)));
         }
         if !self.triggers.is_empty() {
             out.push_str("Triggers (.voodu/*.yml):\n");
@@ -804,22 +809,30 @@ impl PlanView {
                 let applies = trigger
                     .applies
                     .as_deref()
-                    .map_or_else(String::new, |applies| format!(" [applies {applies}]"));
+                    .map_or_else(String::new, |applies| {
+                        format!(" [applies {}]", Esc(applies))
+                    });
                 let held = trigger.held.as_deref().map_or_else(String::new, |held| {
                     format!(
-                        " [holds {}: `voodu-agent approve {held}`]",
-                        &held[..held.len().min(12)]
+                        " [holds {}: `voodu-agent approve {}`]",
+                        Esc(&held[..held.len().min(12)]),
+                        Esc(held)
                     )
                 });
                 out.push_str(&format!(
                     "  {:<16} {}{applies}{held}\n",
-                    trigger.name, trigger.detail
+                    Esc(&trigger.name),
+                    Esc(&trigger.detail)
                 ));
             }
         }
         let on = match &self.host {
-            Some(host) if self.host_labels.is_empty() => format!(" on host {host}"),
-            Some(host) => format!(" on host {host} (labels {})", self.host_labels.join(", ")),
+            Some(host) if self.host_labels.is_empty() => format!(" on host {}", Esc(host)),
+            Some(host) => format!(
+                " on host {} (labels {})",
+                Esc(host),
+                Esc(&self.host_labels.join(", "))
+            ),
             None => String::new(),
         };
         let engine = if self.swarm.is_some() {
@@ -827,11 +840,11 @@ impl PlanView {
         } else {
             ""
         };
-        out.push_str(&format!("Plan for {}{on}{engine}:\n", self.commit));
+        out.push_str(&format!("Plan for {}{on}{engine}:\n", Esc(&self.commit)));
         let width = self
             .resources
             .iter()
-            .map(|resource| key_text(resource).len())
+            .map(|resource| escape(&key_text(resource)).chars().count())
             .max()
             .unwrap_or(0);
         for resource in &self.resources {
@@ -845,9 +858,9 @@ impl PlanView {
             };
             out.push_str(&format!(
                 "  {sign:>3} {:width$}  {}: {}\n",
-                key_text(resource),
+                Esc(&key_text(resource)),
                 resource.action,
-                resource.detail
+                Esc(&resource.detail)
             ));
             for change in &resource.changes {
                 let arrow = match (&change.before, &change.after) {
@@ -857,10 +870,14 @@ impl PlanView {
                     (None, None) => String::new(),
                 };
                 let mark = if change.hashed { " [replaces]" } else { "" };
-                out.push_str(&format!("        {}: {arrow}{mark}\n", change.field));
+                out.push_str(&format!(
+                    "        {}: {}{mark}\n",
+                    Esc(&change.field),
+                    Esc(&arrow)
+                ));
             }
             for note in &resource.notes {
-                out.push_str(&format!("        swarm: {note}\n"));
+                out.push_str(&format!("        swarm: {}\n", Esc(note)));
             }
         }
         let count = |action: &str| self.summary.get(action).copied().unwrap_or(0);

@@ -43,11 +43,12 @@ fn short(text: &str) -> &str {
 }
 
 fn print_table(view: &ReleasesView) {
-    println!("{}/{}/{}", view.kind, view.scope, view.name);
+    use crate::model::text::Esc;
+    println!("{}/{}/{}", view.kind, Esc(&view.scope), Esc(&view.name));
     if let Some(pin) = &view.pin {
         println!(
             "PINNED to commit {} (release #{}) since {}: auto-sync paused{}",
-            short(&pin.commit),
+            Esc(short(&pin.commit)),
             pin.release_id,
             time(pin.pinned_at),
             if pin.git_differs {
@@ -75,12 +76,12 @@ fn print_table(view: &ReleasesView) {
         println!(
             "{:>5}  {:<12}  {:<12}  {:<11}  {:<20}  {:>8}  {}",
             release.id,
-            short(&release.commit),
-            short(&release.spec_hash),
-            release.phase,
+            Esc(short(&release.commit)),
+            Esc(short(&release.spec_hash)),
+            Esc(release.phase),
             time(release.started_at),
             took,
-            release.message
+            Esc(&release.message)
         );
     }
     if view.releases.is_empty() {

@@ -10,6 +10,7 @@ use clap::Args;
 
 use crate::http::detail::DetailView;
 use crate::http::status::{CommitView, StatusView, build};
+use crate::model::text::{Esc, escape};
 
 #[derive(Debug, Args)]
 pub(super) struct StatusArgs {
@@ -48,30 +49,36 @@ fn print_triggers(view: &StatusView) {
             |applied| {
                 format!(
                     "applied {} @ {}",
-                    applied.apply_file,
+                    Esc(&applied.apply_file),
                     &applied.commit[..applied.commit.len().min(12)]
                 )
             },
         );
         match (&trigger.inactive_reason, &trigger.held) {
             (Some(reason), _) => println!(
-                "  {:<16} {:<28} NEVER FIRES here: {reason}",
-                trigger.name, trigger.file
+                "  {:<16} {:<28} NEVER FIRES here: {}",
+                Esc(&trigger.name),
+                Esc(&trigger.file),
+                Esc(reason)
             ),
             (None, Some(held)) => println!(
                 "  {:<16} {:<28} {applied}; HELD {} since {}{} (deploy: manual): `{}`",
-                trigger.name,
-                trigger.file,
-                &held.commit[..held.commit.len().min(12)],
+                Esc(&trigger.name),
+                Esc(&trigger.file),
+                Esc(&held.commit[..held.commit.len().min(12)]),
                 time(held.since),
                 if held.approved {
                     ", approved: applying at the next sync"
                 } else {
                     ""
                 },
-                held.approve_with
+                Esc(&held.approve_with)
             ),
-            (None, None) => println!("  {:<16} {:<28} {applied}", trigger.name, trigger.file),
+            (None, None) => println!(
+                "  {:<16} {:<28} {applied}",
+                Esc(&trigger.name),
+                Esc(&trigger.file)
+            ),
         }
     }
 }
@@ -80,17 +87,18 @@ fn print_table(view: &StatusView) {
     let line = |label: &str, commit: &Option<CommitView>| match commit {
         Some(commit) => println!(
             "{label:<14} {} ({})",
-            &commit.sha[..commit.sha.len().min(12)],
-            commit.outcome
+            Esc(&commit.sha[..commit.sha.len().min(12)]),
+            Esc(commit.outcome)
         ),
         None => println!("{label:<14} -"),
     };
     match &view.host {
-        Some(host) if view.host_labels.is_empty() => println!("{:<14} {host}", "host"),
+        Some(host) if view.host_labels.is_empty() => println!("{:<14} {}", "host", Esc(host)),
         Some(host) => println!(
-            "{:<14} {host} (labels {})",
+            "{:<14} {} (labels {})",
             "host",
-            view.host_labels.join(", ")
+            Esc(host),
+            Esc(&view.host_labels.join(", "))
         ),
         None => println!("{:<14} - (applies every host's manifests)", "host"),
     }
@@ -106,9 +114,10 @@ fn print_table(view: &StatusView) {
     match &view.fetch {
         Some(fetch) => match (&fetch.error, fetch.failing_since) {
             (Some(error), since) => println!(
-                "{:<14} FAILING since {}: {error}",
+                "{:<14} FAILING since {}: {}",
                 "fetch",
-                since.map_or_else(|| "?".to_owned(), time)
+                since.map_or_else(|| "?".to_owned(), time),
+                Esc(error)
             ),
             (None, _) => println!("{:<14} ok at {}", "fetch", time(fetch.checked_at)),
         },
@@ -117,9 +126,10 @@ fn print_table(view: &StatusView) {
     match &view.engine {
         Some(engine) => match (&engine.error, engine.unreachable_since) {
             (Some(error), since) => println!(
-                "{:<14} UNREACHABLE since {}: {error}\n{:<14} (resource phases below are as last seen, not live)",
+                "{:<14} UNREACHABLE since {}: {}\n{:<14} (resource phases below are as last seen, not live)",
                 "engine",
                 since.map_or_else(|| "?".to_owned(), time),
+                Esc(error),
                 ""
             ),
             (None, _) => println!("{:<14} reachable at {}", "engine", time(engine.checked_at)),
@@ -131,7 +141,7 @@ fn print_table(view: &StatusView) {
     {
         println!("\nthe applied commit has warnings:");
         for warning in &applied.warnings {
-            println!("  {warning}");
+            println!("  {}", escape(&warning.to_string()));
         }
     }
     if let Some(rejected) = &view.last_rejected {
@@ -144,7 +154,7 @@ fn print_table(view: &StatusView) {
                 "\nthe latest commit was rejected; the host keeps running the last applied one:"
             );
             for error in &rejected.errors {
-                println!("  {error}");
+                println!("  {}", escape(&error.to_string()));
             }
         }
     }
@@ -160,6 +170,7 @@ fn print_table(view: &StatusView) {
         } else {
             format!("{}/{}/{}", resource.kind, resource.scope, resource.name)
         };
+        let key = escape(&key);
         let release = resource.release.as_ref().map_or_else(
             || "-".to_owned(),
             |release| {
@@ -190,9 +201,9 @@ fn print_table(view: &StatusView) {
             "{key:<36} {desired:>7} {:>7} {ready:>5}  {:<12} {:<12} {:<8} {}",
             resource.running_replicas,
             resource.phase,
-            &resource.spec_hash[..resource.spec_hash.len().min(12)],
-            release,
-            resource.message
+            Esc(&resource.spec_hash[..resource.spec_hash.len().min(12)]),
+            Esc(&release),
+            Esc(&resource.message)
         );
     }
     if view.resources.iter().any(|resource| {
@@ -217,14 +228,15 @@ fn print_table(view: &StatusView) {
             (_, false) => "git declares the same spec".to_owned(),
         };
         println!(
-            "\n{}/{}/{} is PINNED to commit {} (release #{}): auto-sync is paused for it; {git}.\n  `voodu-agent unpin {}/{}` hands it back to git; so does the next commit that changes it.",
+            "\n{}/{}/{} is PINNED to commit {} (release #{}): auto-sync is paused for it; {}.\n  `voodu-agent unpin {}/{}` hands it back to git; so does the next commit that changes it.",
             resource.kind,
-            resource.scope,
-            resource.name,
-            &pin.commit[..pin.commit.len().min(12)],
+            Esc(&resource.scope),
+            Esc(&resource.name),
+            Esc(&pin.commit[..pin.commit.len().min(12)]),
             pin.release_id,
-            resource.scope,
-            resource.name
+            Esc(&git),
+            Esc(&resource.scope),
+            Esc(&resource.name)
         );
     }
 }

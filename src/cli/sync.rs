@@ -6,6 +6,7 @@
 //! once instead of at its next poll. The agent's address and secret file come from the
 //! flags, else from what the agent recorded in state.db, else `127.0.0.1:8687` unsigned.
 
+use crate::model::text::Esc;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -69,20 +70,20 @@ pub(super) fn run(data_dir: &Path, args: &SyncArgs) -> anyhow::Result<ExitCode> 
         });
     }
     let commit = answer.field("commit");
-    let short = &commit[..commit.len().min(12)];
+    let short = Esc(commit.get(..12).unwrap_or(commit));
     match result {
         "accepted" | "coalesced" => {
-            println!("sync requested ({})", answer.field("reason"));
+            println!("sync requested ({})", Esc(answer.field("reason")));
             Ok(ExitCode::SUCCESS)
         }
         "applied" => {
-            println!("commit {short} applied: {}", answer.field("reason"));
+            println!("commit {short} applied: {}", Esc(answer.field("reason")));
             Ok(ExitCode::SUCCESS)
         }
         "rejected" => {
             println!("commit {short} rejected; the host keeps running the last applied commit:");
             for error in answer.body["errors"].as_array().into_iter().flatten() {
-                println!("  {}", error.as_str().unwrap_or_default());
+                println!("  {}", Esc(error.as_str().unwrap_or_default()));
             }
             Ok(ExitCode::from(1))
         }

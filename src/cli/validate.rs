@@ -22,6 +22,7 @@ use clap::Args;
 use crate::git::{WorkdirFiles, read_workdir, read_workdir_triggers};
 use crate::manifest::{self, Diagnostic, LoadOptions, Mode, Policy, Vars};
 use crate::model::hosts::{self, Addressed};
+use crate::model::text::escape;
 use crate::model::{FileRead, FileSource as _, HostSelection};
 
 #[derive(Debug, Args)]
@@ -384,7 +385,11 @@ pub(super) fn run(args: &ValidateArgs, data_dir: &Path) -> anyhow::Result<ExitCo
             }
         }
         failed |= !outcome.errors.is_empty();
-        summaries.push(format!("{}: {}", audience.describe(), outcome.summary()));
+        summaries.push(format!(
+            "{}: {}",
+            escape(&audience.describe()),
+            outcome.summary()
+        ));
     }
     for summary in summaries {
         print!("{summary}");
@@ -451,12 +456,15 @@ impl Outcome {
         let mut lines: Vec<String> = self
             .errors
             .iter()
-            .map(|error| format!("{error}\n"))
+            .map(|error| format!("{}\n", escape(&error.to_string())))
             .collect();
         for warning in &self.warnings {
             lines.push(format!(
                 "{}:{}:{}: warning: {}\n",
-                warning.path, warning.line, warning.col, warning.message
+                escape(&warning.path),
+                warning.line,
+                warning.col,
+                escape(&warning.message)
             ));
         }
         lines

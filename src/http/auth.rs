@@ -33,13 +33,10 @@ pub(super) async fn require_token(
     if request.uri().path().starts_with("/ui") {
         return (
             StatusCode::UNAUTHORIZED,
-            [
-                (
-                    header::WWW_AUTHENTICATE,
-                    "Basic realm=\"voodu-agent\", charset=\"UTF-8\"",
-                ),
-                (header::CONTENT_SECURITY_POLICY, super::dashboard::CSP),
-            ],
+            [(
+                header::WWW_AUTHENTICATE,
+                "Basic realm=\"voodu-agent\", charset=\"UTF-8\"",
+            )],
             "this listener is not loopback: log in with the webhook secret as the password\n",
         )
             .into_response();

@@ -146,10 +146,13 @@ async fn connection(
             let slot = slot.clone();
             let waiting = waiting.clone();
             async move {
-                let response: Result<_, Infallible> = match answer {
+                let mut response: Result<_, Infallible> = match answer {
                     Some(answer) => answer.await,
                     None => Ok(busy()),
                 };
+                if let Ok(response) = &mut response {
+                    super::secure_headers(response.headers_mut());
+                }
                 drop(permit);
                 waiting.enter(&slot);
                 response

@@ -181,6 +181,32 @@ fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
+/// Puts the headers every answer carries, of the dashboard and the API alike, on one
+/// answer: a strict Content-Security-Policy (no inline script or style, nothing from another
+/// origin), `nosniff`, no framing, no referrer, and `no-store` unless the handler chose a
+/// cache policy. `conn` calls it on every answer a connection sends (a route's, an
+/// extractor's rejection, the 404 fallback, the 503 of a full server), so no handler can
+/// forget it.
+pub(crate) fn secure_headers(headers: &mut axum::http::HeaderMap) {
+    use axum::http::{HeaderValue, header};
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(dashboard::CSP),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers
+        .entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+}
+
 /// Runs a blocking store read off the async threads.
 async fn blocking<T: Send + 'static>(
     store: &Arc<Store>,

@@ -526,6 +526,23 @@ fn illegal_names_and_labels() {
         m/app.hcl:1:16: deployment name ".." must not contain `..`, `/` or NUL
     "#]],
     );
+    // Names whose derived names would not fit (issue 23 item 5); one byte less passes.
+    check(
+        &format!(
+            "statefulset \"a\" \"{}\" {{\n  image = \"x\"\n}}\nstatefulset \"a\" \"{}\" {{\n  image = \"x\"\n  volume_claim \"{}\" {{\n    mount_path = \"/d\"\n  }}\n  volume_claim \"{}\" {{\n    mount_path = \"/e\"\n  }}\n}}\nasset \"a\" {{\n  {} = \"x\"\n  {} = \"y\"\n}}\n",
+            "s".repeat(60),
+            "s".repeat(59),
+            "c".repeat(64),
+            "c".repeat(63),
+            "k".repeat(129),
+            "k".repeat(128),
+        ),
+        expect![[r#"
+        m/app.hcl:1:17: statefulset name "ssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss" is 60 bytes long, above the limit of 59: it becomes part of each pod's DNS name `<name>-<n>.<scope>`, one 63-byte label with the ordinal; shorten it
+        m/app.hcl:6:16: volume_claim "cccccccccccccccccccccccccccccccc"… is 64 bytes long, above the limit of 63: it becomes part of the Docker volume `voodu-<scope>-<name>-<claim>-<n>`; shorten it
+        m/app.hcl:14:3: asset key "kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk"… is 129 bytes long, above the limit of 128: it becomes the file name of `<data-dir>/assets/<scope>/<name>/<key>`; shorten it
+    "#]],
+    );
     check(
         "deployment \"-a\" \"b\" {}\n",
         expect![[r#"
@@ -535,7 +552,7 @@ fn illegal_names_and_labels() {
     check(
         &format!("deployment \"a\" \"{}\" {{}}\n", "n".repeat(64)),
         expect![[r#"
-        m/app.hcl:1:16: deployment name "nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn" is longer than 63 characters
+        m/app.hcl:1:16: deployment name "nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn" is longer than 63 characters (it becomes a DNS label and a directory name)
     "#]],
     );
     check(

@@ -27,8 +27,8 @@ pub(crate) fn check_name(name: &str) -> Result<(), &'static str> {
     if name.is_empty() {
         return Err("must not be empty");
     }
-    if name.len() > 63 {
-        return Err("is longer than 63 characters");
+    if name.len() > crate::model::names::MAX_NAME {
+        return Err("is longer than 63 characters (it becomes a DNS label and a directory name)");
     }
     if name.contains("..") || name.contains('/') || name.contains('\0') {
         return Err("must not contain `..`, `/` or NUL");

@@ -7,9 +7,11 @@
 mod assets;
 mod docker_options;
 pub mod hosts;
+pub mod names;
 pub mod policy;
 mod ports;
 mod snapshot;
+pub mod text;
 mod units;
 
 pub use assets::{UNSCOPED_ASSETS, asset_dir, resolve_asset_refs};

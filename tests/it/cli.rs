@@ -468,3 +468,82 @@ fn validate_and_config_speak_json() -> TestResult {
     );
     Ok(())
 }
+
+/// Issue 23 item 7: data holding terminal escapes (a file name, a message quoting the repo or
+/// the engine) reaches every human-readable output escaped: no raw ESC or BEL byte, and the
+/// escaped form shown.
+#[test]
+fn human_outputs_escape_terminal_control_characters() -> TestResult {
+    const NASTY: &str = "\x1b[2J\x07";
+    const SHOWN: &str = "\\x1b[2J\\x07";
+    let data = tempfile::tempdir()?;
+    let store = Store::open(&data.path().join("state.db"))?;
+    let good = CommitSha::new("a".repeat(40));
+    let snapshot = Snapshot {
+        commit: good.clone(),
+        files: vec![SourceFile {
+            path: "web.hcl".into(),
+            contents: b"deployment \"s\" \"web\" {\n  image = \"busybox\"\n}\n".to_vec(),
+        }],
+        refused: Vec::new(),
+    };
+    store.apply_commit(
+        &good,
+        &manifest::load(&snapshot, &manifest::LoadOptions::standalone())?,
+    )?;
+    let key =
+        voodu_agent::model::ResourceKey::new(voodu_agent::model::Kind::Deployment, "s", "web");
+    let desired = store.desired(&key)?.ok_or("web is desired")?;
+    let release = store.begin_release(&desired)?;
+    store.finish_release(
+        release.id,
+        voodu_agent::store::ReleasePhase::Failed,
+        &format!("probe `sh -c {NASTY}` failed"),
+    )?;
+    store.put_status(
+        &key,
+        &voodu_agent::store::ResourceStatus::new(
+            voodu_agent::store::Phase::Degraded,
+            format!("engine says {NASTY}\nforged line"),
+        ),
+    )?;
+    store.reject_commit(
+        &CommitSha::new("b".repeat(40)),
+        &Diagnostics(vec![Diagnostic {
+            path: format!("we{NASTY}b.hcl"),
+            line: 2,
+            col: 3,
+            message: format!("unknown attribute `{NASTY}`"),
+        }]),
+    )?;
+    drop(store);
+    let repo = tempfile::tempdir()?;
+    std::fs::write(
+        repo.path().join(format!("x{NASTY}.hcl")),
+        "deployment \"s\" \"x\" {\n  imge = \"busybox\"\n}\n",
+    )?;
+    let repo_dir = repo.path().to_str().ok_or("utf-8 path")?;
+    let no_state = tempfile::tempdir()?;
+    let cases: &[(&std::path::Path, &[&str])] = &[
+        (data.path(), &["status"]),
+        (data.path(), &["activity"]),
+        (data.path(), &["releases", "s/web"]),
+        (no_state.path(), &["validate", repo_dir]),
+        (no_state.path(), &["plan", "--repo", repo_dir]),
+    ];
+    for (data_dir, args) in cases {
+        let output = agent()
+            .args(*args)
+            .arg("--data-dir")
+            .arg(data_dir)
+            .output()?;
+        let all = [output.stdout.as_slice(), output.stderr.as_slice()].concat();
+        let text = String::from_utf8_lossy(&all);
+        assert!(
+            !all.iter().any(|byte| matches!(byte, 0x1b | 0x07)),
+            "{args:?} printed a raw ESC or BEL: {text}"
+        );
+        assert!(text.contains(SHOWN), "{args:?}: {text}");
+    }
+    Ok(())
+}

@@ -271,3 +271,72 @@ async fn off_loopback_the_dashboard_asks_a_browser_for_the_secret() -> TestResul
     );
     Ok(())
 }
+
+/// Issue 23 item 8: every answer of the dashboard, the API and the webhook carries the
+/// security headers, errors included (a 400 of a bad diff query and a 404 under `/ui` had
+/// none): they are put on in one place every answer goes through.
+#[tokio::test]
+async fn every_answer_carries_the_security_headers() -> TestResult {
+    let secret = voodu_agent::http::WebhookSecret::new("headers-secret");
+    let options = HttpOptions {
+        secret: Some(secret.clone()),
+        ..HttpOptions::default()
+    };
+    let router = TestRouter::start("127.0.0.1:0", options).await?;
+    let client = client()?;
+    let url = |path: &str| format!("http://{}{path}", router.address);
+    let body = crate::support::http::push_body("main", "89abcdef0123456789abcdef0123456789abcdef");
+    let signed = [
+        ("x-github-event", "push".to_owned()),
+        ("x-hub-signature-256", secret.sign(&body)),
+    ];
+    let cases: Vec<(&str, reqwest::RequestBuilder, u16)> = vec![
+        ("status", client.get(url("/status")), 200),
+        ("healthz", client.get(url("/healthz")), 200),
+        ("metrics", client.get(url("/metrics")), 200),
+        ("overview", client.get(url("/ui")), 200),
+        ("stylesheet", client.get(url("/ui/static/app.css")), 200),
+        (
+            "bad diff query",
+            client.get(url("/ui/resource/deployment/shop/web/diff?from=x&to=y")),
+            400,
+        ),
+        ("unknown page under /ui", client.get(url("/ui/nope")), 404),
+        ("unknown API path", client.get(url("/nope")), 404),
+        ("no such release list", client.get(url("/releases/a")), 404),
+        (
+            "webhook accepted",
+            signed
+                .iter()
+                .fold(client.post(url("/hooks/git")), |request, (name, value)| {
+                    request.header(*name, value)
+                })
+                .body(body.clone()),
+            202,
+        ),
+        (
+            "webhook with a bad signature",
+            client
+                .post(url("/hooks/git"))
+                .header("x-github-event", "push")
+                .header("x-hub-signature-256", "sha256=00")
+                .body(body.clone()),
+            401,
+        ),
+        ("webhook by GET", client.get(url("/hooks/git")), 405),
+    ];
+    for (what, request, expected) in cases {
+        let response = request.send().await?;
+        assert_eq!(response.status().as_u16(), expected, "{what}");
+        assert_secured(response.headers(), what);
+        assert_eq!(
+            response
+                .headers()
+                .get("x-frame-options")
+                .and_then(|v| v.to_str().ok()),
+            Some("DENY"),
+            "{what}"
+        );
+    }
+    Ok(())
+}

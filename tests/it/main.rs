@@ -23,6 +23,7 @@ mod identity_docker;
 mod ingress;
 mod jobs;
 mod macro_scripts;
+mod names;
 mod plugin_blocks;
 mod policy;
 mod policy_docker;

@@ -17,7 +17,8 @@
 //! never writes or asks for anything; the same auth as `/status` (`super::auth`, plus the
 //! secret as a Basic password so a browser can log in); every store text is escaped
 //! (`html.rs`); every answer carries a strict Content-Security-Policy (no inline script or
-//! style, nothing from another origin) and `nosniff`, and is never cached.
+//! style, nothing from another origin) and `nosniff`, and is never cached: put on by
+//! `super::secure_headers`, on every answer of the port, not here.
 
 mod activity;
 mod diff;
@@ -30,7 +31,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use serde::Deserialize;
@@ -45,7 +46,7 @@ use views::Samples;
 const CSS: &str = include_str!("app.css");
 const JS: &str = include_str!("app.js");
 
-/// The Content-Security-Policy of every dashboard answer.
+/// The Content-Security-Policy of every answer (`http::secure_headers`).
 pub(crate) const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
 
 /// The dashboard's routes (the caller adds the auth layer).
@@ -72,7 +73,7 @@ pub(super) async fn root() -> Redirect {
 }
 
 fn asset(body: &'static str, content_type: &'static str) -> Response {
-    secured((
+    IntoResponse::into_response((
         [
             (header::CONTENT_TYPE, content_type),
             (header::CACHE_CONTROL, "no-cache"),
@@ -81,31 +82,8 @@ fn asset(body: &'static str, content_type: &'static str) -> Response {
     ))
 }
 
-/// Adds the security headers to an answer.
-fn secured(answer: impl IntoResponse) -> Response {
-    let mut response = answer.into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CSP),
-    );
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    headers.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
-    headers
-        .entry(header::CACHE_CONTROL)
-        .or_insert(HeaderValue::from_static("no-store"));
-    response
-}
-
 fn html_page(status: StatusCode, layout: &Layout<'_>, body: &str) -> Response {
-    secured((
+    IntoResponse::into_response((
         status,
         [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
         html::page(layout, body),
@@ -269,7 +247,7 @@ struct EventsQuery {
 
 async fn events(State(state): State<Arc<AppState>>, Query(query): Query<EventsQuery>) -> Response {
     let Ok(permit) = state.streams.clone().try_acquire_owned() else {
-        return secured((
+        return IntoResponse::into_response((
             StatusCode::SERVICE_UNAVAILABLE,
             "too many live pages open; try again\n",
         ));
@@ -279,7 +257,7 @@ async fn events(State(state): State<Arc<AppState>>, Query(query): Query<EventsQu
     // Under the connection's idle timeout, which also runs while a body streams.
     let lifetime = state.ctx.options.idle_timeout.mul_f64(0.8);
     match query.resource {
-        None => secured(live::stream(
+        None => IntoResponse::into_response(live::stream(
             store,
             move |store| {
                 let view = build(store).ok()?;
@@ -295,10 +273,13 @@ async fn events(State(state): State<Arc<AppState>>, Query(query): Query<EventsQu
                 [kind, scope, name] => key_of(kind, scope, name),
                 _ => None,
             }) else {
-                return secured((StatusCode::BAD_REQUEST, "resource is KIND/SCOPE/NAME\n"));
+                return IntoResponse::into_response((
+                    StatusCode::BAD_REQUEST,
+                    "resource is KIND/SCOPE/NAME\n",
+                ));
             };
             let state_for_view = state.clone();
-            secured(live::stream(
+            IntoResponse::into_response(live::stream(
                 store,
                 move |store| {
                     let resource = build_resource(store, &key).ok()??;

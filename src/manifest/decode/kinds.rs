@@ -795,6 +795,16 @@ pub(super) fn statefulset(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> StatefulsetSpe
                 format!("volume_claim {name:?}: a claim name uses letters, digits, `_` and `-`"),
             );
         }
+        if let Some(problem) = crate::model::names::too_long(
+            name,
+            crate::model::names::MAX_CLAIM,
+            "part of the Docker volume `voodu-<scope>-<name>-<claim>-<n>`",
+        ) {
+            cx.error(
+                span.clone(),
+                format!("volume_claim {:?}… {problem}", truncated(name)),
+            );
+        }
         if claims.iter().any(|claim| &claim.name == name) {
             cx.error(span.clone(), format!("duplicate volume_claim {name:?}"));
         }
@@ -1143,6 +1153,11 @@ pub(super) fn registry(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> RegistrySpec {
     }
 }
 
+/// The first 32 characters of a name too long to quote whole.
+fn truncated(name: &str) -> String {
+    name.chars().take(32).collect()
+}
+
 /// `asset ["scope"] "name" { key = "inline" | file("path") | url("href", {…}) }`.
 pub(super) fn asset(cx: &mut Cx<'_>, body: &Body, anchor: Option<Range<usize>>) -> AssetSpec {
     let mut spec = AssetSpec::default();
@@ -1165,6 +1180,17 @@ pub(super) fn asset(cx: &mut Cx<'_>, body: &Body, anchor: Option<Range<usize>>) 
             cx.error(
                 attribute.key.span(),
                 format!("asset key {key:?}: invalid key: must be alphanumeric + underscore + hyphen (no dots, no whitespace)"),
+            );
+            continue;
+        }
+        if let Some(problem) = crate::model::names::too_long(
+            &key,
+            crate::model::names::MAX_ASSET_KEY,
+            "the file name of `<data-dir>/assets/<scope>/<name>/<key>`",
+        ) {
+            cx.error(
+                attribute.key.span(),
+                format!("asset key {:?}… {problem}", truncated(&key)),
             );
             continue;
         }

@@ -327,7 +327,21 @@ fn scope_and_name(cx: &mut Cx<'_>, block: &Block) -> Option<(String, String)> {
         return None;
     }
     let scope_ok = check_label(cx, block_type, "scope", &labels[0].0, labels[0].1.clone());
-    let name_ok = check_label(cx, block_type, "name", &labels[1].0, labels[1].1.clone());
+    let mut name_ok = check_label(cx, block_type, "name", &labels[1].0, labels[1].1.clone());
+    if name_ok && matches!(block_type, "statefulset" | "postgres" | "redis") {
+        let max = crate::model::names::MAX_STATEFULSET_NAME;
+        if let Some(problem) = crate::model::names::too_long(
+            &labels[1].0,
+            max,
+            "part of each pod's DNS name `<name>-<n>.<scope>`, one 63-byte label with the ordinal",
+        ) {
+            cx.error(
+                labels[1].1.clone(),
+                format!("{block_type} name {:?} {problem}", labels[1].0),
+            );
+            name_ok = false;
+        }
+    }
     (scope_ok && name_ok).then(|| (labels[0].0.clone(), labels[1].0.clone()))
 }
 

@@ -248,7 +248,7 @@ fn pod<R: Runtime>(
 
 /// voodu's volume name of one claim of one pod (spec §6.1).
 fn volume_name(key: &ResourceKey, claim: &str, ordinal: usize) -> String {
-    format!("voodu-{}-{claim}-{ordinal}", key.app_id())
+    crate::model::names::claim_volume(key, claim, ordinal)
 }
 
 /// voodu's volume labels (spec §6.2) plus this agent's ownership marker.
