@@ -1,29 +1,54 @@
 //! `url()` asset sources: fetched over HTTP(S) with a timeout and a size cap, cached by URL in
 //! `<data-dir>/cache/` with voodu's ETag / Last-Modified revalidation (spec §7.15).
 //!
+//! The agent loads a commit's `url()` sources together (`load_fetching_urls`): a first pass
+//! of the manifest stage notes them, they are fetched at most `MAX_PARALLEL_FETCHES` at a time
+//! within one per-commit budget (`--url-budget`), and a second pass decodes with the results,
+//! so the manifest stage never waits on the network and N slow keys cost one budget, not N
+//! timeouts.
+//!
 //! Invariants: a body larger than the cap is refused, never truncated; a cached copy stands in
 //! for a failed fetch only when the manifest allows stale content (`on_failure` other than
-//! `error`); HTTP errors (status ≥ 400) never fall back to the cache. Blocking: call from a
-//! blocking thread (the sync task), never from async code.
+//! `error`); HTTP errors (status ≥ 400), refused destinations (`url_guard`) and a spent budget
+//! never fall back to the cache. A key's timeout covers the whole request, body included, and
+//! is cut to what is left of the budget. Blocking: call from a blocking thread (the sync task),
+//! never from async code.
 
+use std::collections::BTreeMap;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::url_guard::{Guard, GuardedResolver, Refused, redirect_policy, refusal_in};
 use super::write::write_atomic;
-use crate::manifest::UrlFetcher;
 use crate::manifest::spec::sha256_hex;
+use crate::manifest::{
+    Diagnostics, LoadOptions, Manifest, Mode, Policy, UrlFetcher, UrlHosts, UrlRecorder,
+    UrlRequest,
+};
+use crate::model::Snapshot;
 
 /// Default cap on one `url()` body.
 pub const DEFAULT_MAX_URL_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Default time all `url()` fetches of one commit may take together (`--url-budget`).
+pub const DEFAULT_URL_BUDGET: Duration = Duration::from_secs(30);
+
+/// The largest `--url-budget`: twice a single key's longest timeout.
+pub const MAX_URL_BUDGET: Duration = Duration::from_secs(600);
+
+/// Fetches of one commit that run at the same time.
+pub const MAX_PARALLEL_FETCHES: usize = 4;
 
 /// The `url()` fetcher with its on-disk cache.
 pub struct UrlCache {
     dir: PathBuf,
     max_bytes: u64,
+    guard: Arc<Guard>,
     client: OnceLock<Result<reqwest::blocking::Client, String>>,
 }
 
@@ -41,7 +66,18 @@ impl UrlCache {
         UrlCache {
             dir: data_dir.join("cache"),
             max_bytes,
+            guard: Arc::new(Guard::default()),
             client: OnceLock::new(),
+        }
+    }
+
+    /// This cache, fetching also from the internal hosts `hosts` allows (`--allow-url-host`)
+    /// and never from `own_address`, the agent's HTTP side (`--listen`).
+    pub fn guarded(self, hosts: UrlHosts, own_address: Option<std::net::SocketAddr>) -> UrlCache {
+        UrlCache {
+            guard: Arc::new(Guard { hosts, own_address }),
+            client: OnceLock::new(),
+            ..self
         }
     }
 
@@ -53,6 +89,8 @@ impl UrlCache {
                 let _ = rustls::crypto::ring::default_provider().install_default();
                 reqwest::blocking::Client::builder()
                     .user_agent(concat!("voodu-agent/", env!("CARGO_PKG_VERSION")))
+                    .dns_resolver(Arc::new(GuardedResolver(Arc::clone(&self.guard))))
+                    .redirect(redirect_policy(Arc::clone(&self.guard)))
                     .build()
                     .map_err(|error| format!("cannot build an HTTP client: {error}"))
             })
@@ -84,8 +122,16 @@ impl UrlCache {
         timeout: Duration,
         cached: Option<&Meta>,
     ) -> Result<Fresh, Failure> {
+        let parsed = reqwest::Url::parse(url)
+            .map_err(|error| Failure::Http(format!("not a valid URL: {error}")))?;
+        // An address host never reaches the resolver: it is judged here, before connecting.
+        self.guard
+            .check_url(&parsed)
+            .map_err(|Refused(why)| Failure::Refused(why))?;
         let client = self.client().map_err(Failure::Network)?;
-        let mut request = client.get(url).timeout(timeout);
+        // `timeout` is reqwest's total timeout: it runs from the connect to the body's last
+        // byte, so a server trickling bytes is cut at it (test `a_trickle_is_cut_at_the_timeout`).
+        let mut request = client.get(parsed).timeout(timeout);
         if let Some(meta) = cached {
             if !meta.etag.is_empty() {
                 request = request.header(reqwest::header::IF_NONE_MATCH, &meta.etag);
@@ -94,9 +140,10 @@ impl UrlCache {
                 request = request.header(reqwest::header::IF_MODIFIED_SINCE, &meta.last_modified);
             }
         }
-        let response = request
-            .send()
-            .map_err(|error| Failure::Network(format!("fetch failed: {error}")))?;
+        let response = request.send().map_err(|error| match refusal_in(&error) {
+            Some(Refused(why)) => Failure::Refused(why),
+            None => Failure::Network(format!("fetch failed: {error}")),
+        })?;
         let status = response.status();
         if status == reqwest::StatusCode::NOT_MODIFIED {
             return Ok(Fresh::NotModified);
@@ -155,12 +202,22 @@ enum Failure {
     Network(String),
     /// The server said no (status ≥ 400), or the body is too big: no fallback.
     Http(String),
+    /// The host policy refuses the destination: no fallback (a refusal is not a failure).
+    Refused(String),
 }
 
-impl UrlFetcher for UrlCache {
-    fn fetch(&self, url: &str, timeout: Duration, stale_ok: bool) -> Result<Vec<u8>, String> {
+impl UrlCache {
+    /// Fetches `url` within `timeout` and settles the outcome with the cache.
+    fn fetch_now(
+        &self,
+        url: &str,
+        timeout: Duration,
+        stale_ok: bool,
+        cut: Option<&Budget>,
+    ) -> Result<Vec<u8>, String> {
         let cached = self.cached(url);
-        match self.fetch_fresh(url, timeout, cached.as_ref().map(|(_, meta)| meta)) {
+        let fresh = self.fetch_fresh(url, timeout, cached.as_ref().map(|(_, meta)| meta));
+        match fresh {
             Ok(Fresh::Body(bytes, meta)) => {
                 self.store(url, &bytes, &meta);
                 Ok(bytes)
@@ -171,6 +228,10 @@ impl UrlFetcher for UrlCache {
                     Err("the server answered 304 Not Modified but nothing is cached".to_owned())
                 }
             },
+            // The budget ran out under this fetch: the commit waits for no cached copy either.
+            Err(Failure::Network(_)) if cut.is_some_and(Budget::spent) => {
+                Err(cut.map(Budget::message).unwrap_or_default())
+            }
             Err(Failure::Network(message)) => match cached {
                 Some((bytes, _)) if stale_ok => {
                     tracing::warn!(url, %message, "url() fetch failed; using the cached copy (on_failure = \"stale\")");
@@ -179,6 +240,139 @@ impl UrlFetcher for UrlCache {
                 _ => Err(message),
             },
             Err(Failure::Http(message)) => Err(message),
+            Err(Failure::Refused(message)) => Err(format!("refused: {message}")),
         }
     }
+
+    /// Fetches every request, at most `MAX_PARALLEL_FETCHES` at a time, all within `budget`:
+    /// each keeps its own timeout cut to what is left of the budget, and a request not
+    /// finished when it is spent fails with a message naming the budget and its flag.
+    pub fn prefetch(&self, requests: Vec<UrlRequest>, budget: Duration) -> Prefetched {
+        let budget = Budget {
+            limit: budget,
+            deadline: Instant::now() + budget,
+        };
+        let next = AtomicUsize::new(0);
+        let results = Mutex::new(BTreeMap::new());
+        let work = || {
+            loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                let Some(request) = requests.get(index) else {
+                    return;
+                };
+                let left = budget.deadline.saturating_duration_since(Instant::now());
+                let result = if left.is_zero() {
+                    Err(budget.message())
+                } else {
+                    let cut = (left < request.timeout).then_some(&budget);
+                    self.fetch_now(
+                        &request.url,
+                        request.timeout.min(left),
+                        request.stale_ok,
+                        cut,
+                    )
+                };
+                results
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(request.clone(), result);
+            }
+        };
+        std::thread::scope(|scope| {
+            let helpers = MAX_PARALLEL_FETCHES.min(requests.len()).saturating_sub(1);
+            for _ in 0..helpers {
+                // A thread that cannot start leaves its share to the others.
+                let _ = std::thread::Builder::new()
+                    .name("url-fetch".to_owned())
+                    .spawn_scoped(scope, work);
+            }
+            work();
+        });
+        Prefetched {
+            results: results.into_inner().unwrap_or_else(PoisonError::into_inner),
+        }
+    }
+}
+
+/// What is left of one commit's `url()` budget.
+struct Budget {
+    limit: Duration,
+    deadline: Instant,
+}
+
+impl Budget {
+    /// Whether the budget is (about) spent: a fetch cut to it failed at its end.
+    fn spent(&self) -> bool {
+        Instant::now() + Duration::from_millis(50) >= self.deadline
+    }
+
+    fn message(&self) -> String {
+        format!(
+            "not fetched within the url() budget of {} (--url-budget), which all url() fetches of a commit share; make the server answer sooner, give this key a shorter timeout, or raise --url-budget",
+            humantime::format_duration(self.limit)
+        )
+    }
+}
+
+impl UrlFetcher for UrlCache {
+    fn fetch(&self, url: &str, timeout: Duration, stale_ok: bool) -> Result<Vec<u8>, String> {
+        self.fetch_now(url, timeout, stale_ok, None)
+    }
+}
+
+/// The outcomes of `UrlCache::prefetch`, handed to the second pass of a load.
+pub struct Prefetched {
+    results: BTreeMap<UrlRequest, Result<Vec<u8>, String>>,
+}
+
+impl UrlFetcher for Prefetched {
+    fn fetch(&self, url: &str, timeout: Duration, stale_ok: bool) -> Result<Vec<u8>, String> {
+        let request = UrlRequest {
+            url: url.to_owned(),
+            timeout,
+            stale_ok,
+        };
+        self.results.get(&request).cloned().unwrap_or_else(|| {
+            Err("not fetched: the first pass of the load did not ask for it".to_owned())
+        })
+    }
+}
+
+/// `manifest::load_with_policy` with the `url()` sources fetched together: a first pass notes
+/// them (and is the load when there are none), `cache` fetches them within `budget`, and a
+/// second pass decodes with the results. `options.fetcher` is not used; validate mode fetches
+/// nothing.
+pub fn load_fetching_urls(
+    cache: &UrlCache,
+    budget: Duration,
+    snapshot: &Snapshot,
+    options: &LoadOptions<'_>,
+    policy: Option<&Policy>,
+) -> Result<Manifest, Diagnostics> {
+    if options.mode == Mode::Validate {
+        return crate::manifest::load_with_policy(snapshot, options, policy);
+    }
+    let recorder = UrlRecorder::default();
+    let first = crate::manifest::load_with_policy(
+        snapshot,
+        &LoadOptions {
+            fetcher: Some(&recorder),
+            ..*options
+        },
+        policy,
+    );
+    let requests = recorder.into_requests();
+    if requests.is_empty() {
+        return first;
+    }
+    drop(first);
+    let fetched = cache.prefetch(requests, budget);
+    crate::manifest::load_with_policy(
+        snapshot,
+        &LoadOptions {
+            fetcher: Some(&fetched),
+            ..*options
+        },
+        policy,
+    )
 }

@@ -46,6 +46,9 @@ pub struct Policy {
     pub allow_network: Vec<String>,
     /// `--security-opt` values beside `no-new-privileges`.
     pub allow_security_opt: Vec<String>,
+    /// Hosts `url()` may fetch from although they are internal (loopback, link-local,
+    /// private…): host names, IP addresses or CIDRs (`url_hosts`).
+    pub allow_url_host: Vec<String>,
     /// The agent's data dir (state.db, secrets, assets): protected like a system directory.
     /// Set by the agent, not by the policy file.
     #[serde(skip)]
@@ -111,18 +114,22 @@ impl Policy {
         self.allow_bind_root.extend(other.allow_bind_root);
         self.allow_network.extend(other.allow_network);
         self.allow_security_opt.extend(other.allow_security_opt);
+        self.allow_url_host.extend(other.allow_url_host);
         if other.data_dir.is_some() {
             self.data_dir = other.data_dir;
         }
     }
 
-    /// Why the policy itself is unusable (a relative bind root), if it is.
+    /// Why the policy itself is unusable (a relative bind root, a malformed url host), if it is.
     pub fn problems(&self) -> Vec<String> {
-        self.allow_bind_root
+        let mut problems: Vec<String> = self
+            .allow_bind_root
             .iter()
             .filter(|root| !root.starts_with('/'))
             .map(|root| format!("--allow-bind-root {root:?} must be an absolute path"))
-            .collect()
+            .collect();
+        problems.extend(super::UrlHosts::parse(&self.allow_url_host).err());
+        problems
     }
 
     fn cap_allowed(&self, cap: &str) -> bool {
