@@ -376,3 +376,203 @@ pub fn load_fetching_urls(
         policy,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    use std::net::{SocketAddr, TcpListener};
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    /// What the test server answers.
+    #[derive(Clone)]
+    enum Answer {
+        Body(&'static str),
+        Redirect(String),
+        /// One byte every 100 ms, `n` of them, after headers announcing `n` bytes.
+        Trickle(usize),
+    }
+
+    /// A loopback HTTP server counting the connections it accepts.
+    struct Server {
+        address: SocketAddr,
+        accepts: Arc<AtomicUsize>,
+    }
+
+    impl Server {
+        fn start(ip: &str, answer: Answer) -> Result<Server, std::io::Error> {
+            let listener = TcpListener::bind((ip, 0))?;
+            let address = listener.local_addr()?;
+            let accepts = Arc::new(AtomicUsize::new(0));
+            let counter = Arc::clone(&accepts);
+            std::thread::spawn(move || {
+                for stream in listener.incoming() {
+                    let Ok(mut stream) = stream else { return };
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let answer = answer.clone();
+                    std::thread::spawn(move || {
+                        let mut reader = BufReader::new(stream.try_clone().expect("a socket"));
+                        let mut line = String::new();
+                        while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                            line.clear();
+                        }
+                        let _ = match answer {
+                            Answer::Body(body) => write!(
+                                stream,
+                                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                                body.len()
+                            ),
+                            Answer::Redirect(location) => write!(
+                                stream,
+                                "HTTP/1.1 302 Found\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                            ),
+                            Answer::Trickle(n) => (|| {
+                                write!(stream, "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n")?;
+                                for _ in 0..n {
+                                    stream.write_all(b"x")?;
+                                    stream.flush()?;
+                                    std::thread::sleep(Duration::from_millis(100));
+                                }
+                                Ok::<(), std::io::Error>(())
+                            })(),
+                        };
+                    });
+                }
+            });
+            Ok(Server { address, accepts })
+        }
+
+        fn url(&self, path: &str) -> String {
+            format!("http://{}{path}", self.address)
+        }
+
+        fn accepts(&self) -> usize {
+            self.accepts.load(Ordering::SeqCst)
+        }
+    }
+
+    fn cache(dir: &Path, allowed: &[&str]) -> Result<UrlCache, String> {
+        let allowed: Vec<String> = allowed.iter().map(|host| (*host).to_owned()).collect();
+        Ok(UrlCache::new(dir, DEFAULT_MAX_URL_BYTES).guarded(UrlHosts::parse(&allowed)?, None))
+    }
+
+    fn fetch(cache: &UrlCache, url: &str) -> Result<String, String> {
+        cache
+            .fetch(url, Duration::from_secs(10), true)
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    #[test]
+    fn loopback_is_refused_without_connecting_unless_allowed() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let server = Server::start("127.0.0.1", Answer::Body("hello"))?;
+        let refused = fetch(&cache(dir.path(), &[])?, &server.url("/x"));
+        assert_eq!(
+            refused,
+            Err("refused: 127.0.0.1 is a loopback address; start the agent with --allow-url-host 127.0.0.1 to allow it".to_owned())
+        );
+        let by_name = fetch(
+            &cache(dir.path(), &[])?,
+            &format!("http://localhost:{}/x", server.address.port()),
+        );
+        let by_name = by_name.err().unwrap_or_default();
+        assert!(
+            by_name.starts_with("refused: localhost resolves to ")
+                && by_name.ends_with("a loopback address; start the agent with --allow-url-host localhost to allow it"),
+            "{by_name}"
+        );
+        assert_eq!(server.accepts(), 0, "a refused fetch connected");
+        assert_eq!(
+            fetch(&cache(dir.path(), &["127.0.0.1"])?, &server.url("/x")),
+            Ok("hello".to_owned())
+        );
+        assert_eq!(server.accepts(), 1);
+        Ok(())
+    }
+
+    #[test]
+    fn a_refusal_never_serves_the_cached_copy() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let server = Server::start("127.0.0.1", Answer::Body("cached"))?;
+        let url = server.url("/c");
+        assert_eq!(fetch(&cache(dir.path(), &["127.0.0.1"])?, &url), Ok("cached".to_owned()));
+        // The same data dir, the host no longer allowed, stale content allowed: still refused.
+        let refused = fetch(&cache(dir.path(), &[])?, &url);
+        assert!(refused.as_ref().is_err_and(|why| why.starts_with("refused: ")), "{refused:?}");
+        assert_eq!(server.accepts(), 1);
+        Ok(())
+    }
+
+    #[test]
+    fn a_redirect_to_a_refused_address_is_refused() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        // All of 127/8 is this host's loopback; only 127.0.0.1 is allowed.
+        let target = Server::start("127.0.0.2", Answer::Body("secret"))?;
+        let redirect = Server::start("127.0.0.1", Answer::Redirect(target.url("/s")))?;
+        let got = fetch(&cache(dir.path(), &["127.0.0.1"])?, &redirect.url("/r"));
+        let why = got.err().unwrap_or_default();
+        assert!(
+            why.contains("127.0.0.2 is a loopback address; start the agent with --allow-url-host 127.0.0.2 to allow it"),
+            "{why}"
+        );
+        assert_eq!(redirect.accepts(), 1);
+        assert_eq!(target.accepts(), 0, "the refused hop connected");
+        // Allowed, the hop is followed.
+        assert_eq!(
+            fetch(&cache(dir.path(), &["127.0.0.0/8"])?, &redirect.url("/r")),
+            Ok("secret".to_owned())
+        );
+        Ok(())
+    }
+
+    /// reqwest's `timeout` is a deadline for the whole request, body included, not an idle
+    /// timeout per read: a server sending a byte every 100 ms for 3 s is cut at 1 s.
+    #[test]
+    fn a_trickle_is_cut_at_the_timeout() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let server = Server::start("127.0.0.1", Answer::Trickle(30))?;
+        let cache = cache(dir.path(), &["127.0.0.1"])?;
+        let got = cache.fetch(&server.url("/t"), Duration::from_secs(1), false);
+        let why = got.err().ok_or("the trickle was read to its end")?;
+        assert!(why.contains("reading the body failed"), "{why}");
+        Ok(())
+    }
+
+    #[test]
+    fn fetches_that_outlast_the_budget_fail_naming_it() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let slow = Server::start("127.0.0.1", Answer::Trickle(100))?;
+        let fast = Server::start("127.0.0.1", Answer::Body("quick"))?;
+        let cache = cache(dir.path(), &["127.0.0.1"])?;
+        // The quick one first: the four fetchers take it and three slow ones, then a fourth
+        // slow one; the last two never start.
+        let mut requests = vec![UrlRequest {
+            url: fast.url("/"),
+            timeout: Duration::from_secs(10),
+            stale_ok: false,
+        }];
+        requests.extend((0..6).map(|n| UrlRequest {
+            url: slow.url(&format!("/{n}")),
+            timeout: Duration::from_secs(10),
+            stale_ok: true,
+        }));
+        let fetched = cache.prefetch(requests.clone(), Duration::from_secs(1));
+        let first = &requests[0];
+        assert_eq!(
+            fetched.fetch(&first.url, first.timeout, first.stale_ok),
+            Ok(b"quick".to_vec())
+        );
+        for request in &requests[1..] {
+            let got = fetched.fetch(&request.url, request.timeout, request.stale_ok);
+            let why = got.err().ok_or("a slow key finished")?;
+            assert!(
+                why.starts_with("not fetched within the url() budget of 1s (--url-budget)"),
+                "{why}"
+            );
+        }
+        Ok(())
+    }
+}
