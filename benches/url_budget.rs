@@ -140,7 +140,10 @@ fn fix_latency(server: SocketAddr, timeout: Duration) -> Result<Duration> {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        repo.write("conf.hcl", "asset \"shop\" \"conf\" {\n  k0 = \"fixed\"\n}\n")?;
+        repo.write(
+            "conf.hcl",
+            "asset \"shop\" \"conf\" {\n  k0 = \"fixed\"\n}\n",
+        )?;
         let fix = repo.commit("the fix")?;
         let pushed = Instant::now();
         match slow.join() {

@@ -202,8 +202,8 @@ impl Syncer {
         store.set_meta(META_HOST_POLICY, Some(&policy))?;
         store.set_meta(META_HOST_SELECTION, Some(&hosts))?;
         store.set_meta(META_COMMIT_TRUST, Some(&trust))?;
-        let url_hosts = manifest::UrlHosts::parse(&options.policy.allow_url_host)
-            .map_err(Error::Policy)?;
+        let url_hosts =
+            manifest::UrlHosts::parse(&options.policy.allow_url_host).map_err(Error::Policy)?;
         let fetcher = UrlCache::new(&options.data_dir, options.max_url_bytes)
             .guarded(url_hosts, options.own_address);
         Ok(Syncer {

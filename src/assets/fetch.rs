@@ -27,8 +27,7 @@ use super::url_guard::{Guard, GuardedResolver, Refused, redirect_policy, refusal
 use super::write::write_atomic;
 use crate::manifest::spec::sha256_hex;
 use crate::manifest::{
-    Diagnostics, LoadOptions, Manifest, Mode, Policy, UrlFetcher, UrlHosts, UrlRecorder,
-    UrlRequest,
+    Diagnostics, LoadOptions, Manifest, Mode, Policy, UrlFetcher, UrlHosts, UrlRecorder, UrlRequest,
 };
 use crate::model::Snapshot;
 
@@ -430,7 +429,10 @@ mod tests {
                                 "HTTP/1.1 302 Found\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
                             ),
                             Answer::Trickle(n) => (|| {
-                                write!(stream, "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n")?;
+                                write!(
+                                    stream,
+                                    "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n"
+                                )?;
                                 for _ in 0..n {
                                     stream.write_all(b"x")?;
                                     stream.flush()?;
@@ -498,10 +500,18 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let server = Server::start("127.0.0.1", Answer::Body("cached"))?;
         let url = server.url("/c");
-        assert_eq!(fetch(&cache(dir.path(), &["127.0.0.1"])?, &url), Ok("cached".to_owned()));
+        assert_eq!(
+            fetch(&cache(dir.path(), &["127.0.0.1"])?, &url),
+            Ok("cached".to_owned())
+        );
         // The same data dir, the host no longer allowed, stale content allowed: still refused.
         let refused = fetch(&cache(dir.path(), &[])?, &url);
-        assert!(refused.as_ref().is_err_and(|why| why.starts_with("refused: ")), "{refused:?}");
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|why| why.starts_with("refused: ")),
+            "{refused:?}"
+        );
         assert_eq!(server.accepts(), 1);
         Ok(())
     }

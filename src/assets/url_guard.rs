@@ -83,7 +83,11 @@ impl Guard {
     }
 
     /// Judges the addresses the name `host` resolved to: all must be allowed.
-    pub(super) fn check_resolved(&self, host: &str, addresses: &[SocketAddr]) -> Result<(), Refused> {
+    pub(super) fn check_resolved(
+        &self,
+        host: &str,
+        addresses: &[SocketAddr],
+    ) -> Result<(), Refused> {
         for address in addresses {
             if let Some(refusal) = self.hosts.refusal(host, address.ip()) {
                 return Err(Refused(refusal.to_string()));
@@ -135,7 +139,9 @@ impl reqwest::dns::Resolve for GuardedResolver {
         Box::pin(async move {
             let lookup = host.clone();
             let addresses: Vec<SocketAddr> = tokio::task::spawn_blocking(move || {
-                (lookup.as_str(), 0).to_socket_addrs().map(Iterator::collect)
+                (lookup.as_str(), 0)
+                    .to_socket_addrs()
+                    .map(Iterator::collect)
             })
             .await??;
             guard.check_resolved(&host, &addresses)?;
@@ -260,7 +266,10 @@ mod tests {
             deny.check_resolved("rebind.example", &addresses),
             Err(Refused("rebind.example resolves to 127.0.0.1, a loopback address; start the agent with --allow-url-host rebind.example to allow it".to_owned()))
         );
-        assert_eq!(deny.check_resolved("public.example", &addresses[..1]), Ok(()));
+        assert_eq!(
+            deny.check_resolved("public.example", &addresses[..1]),
+            Ok(())
+        );
         let by_name = guard(&["rebind.example"], None)?;
         assert_eq!(by_name.check_resolved("rebind.example", &addresses), Ok(()));
         Ok(())

@@ -454,4 +454,32 @@ mod tests {
         .expect("parses");
         assert!(cli.run.no_watch && cli.run.adopt && !cli.run.no_ingress);
     }
+
+    #[test]
+    fn the_url_budget_is_bounded_and_url_hosts_are_checked_at_start() -> Result<(), String> {
+        use std::time::Duration;
+        assert_eq!(super::parse_url_budget("2s"), Ok(Duration::from_secs(2)));
+        for bad in ["0s", "500ms", "11m", "soon"] {
+            assert!(super::parse_url_budget(bad).is_err(), "{bad}");
+        }
+        let cli = super::super::Cli::try_parse_from([
+            "voodu-agent",
+            "--repo",
+            "r",
+            "--allow-url-host",
+            "127.0.0.1,http://x",
+        ])
+        .map_err(|error| error.to_string())?;
+        let error = cli
+            .run
+            .policy
+            .to_policy()
+            .err()
+            .ok_or("a bad url host passed")?;
+        assert_eq!(
+            error.to_string(),
+            "--allow-url-host \"http://x\" is not a host name, an IP address or a CIDR (10.0.0.0/8)"
+        );
+        Ok(())
+    }
 }

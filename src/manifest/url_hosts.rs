@@ -154,7 +154,11 @@ fn parse_entry(entry: &str) -> Result<Allowed, String> {
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
         });
-    if valid { Ok(Allowed::Name(name)) } else { Err(bad()) }
+    if valid {
+        Ok(Allowed::Name(name))
+    } else {
+        Err(bad())
+    }
 }
 
 /// Whether `address` lies in `base/prefix` (both canonical).
@@ -205,7 +209,8 @@ fn classify_v6(address: Ipv6Addr) -> Option<&'static str> {
     }
     let segments = address.segments();
     let octets = address.octets();
-    let embedded = |at: usize| Ipv4Addr::new(octets[at], octets[at + 1], octets[at + 2], octets[at + 3]);
+    let embedded =
+        |at: usize| Ipv4Addr::new(octets[at], octets[at + 1], octets[at + 2], octets[at + 3]);
     // IPv4-mapped (::ffff:a.b.c.d) and -compatible (::a.b.c.d) forms reach the IPv4 address.
     if let Some(v4) = address.to_ipv4() {
         return classify_v4(v4);
@@ -264,10 +269,16 @@ mod tests {
             ("255.255.255.255", "the broadcast address"),
             ("240.0.0.1", "a reserved address"),
             ("::ffff:127.0.0.1", "a loopback address"),
-            ("::ffff:169.254.169.254", "a link-local address (where cloud metadata services answer)"),
+            (
+                "::ffff:169.254.169.254",
+                "a link-local address (where cloud metadata services answer)",
+            ),
             ("::10.0.0.1", "a private address"),
             ("64:ff9b::7f00:1", "a loopback address"),
-            ("2002:a9fe:a9fe::1", "a link-local address (where cloud metadata services answer)"),
+            (
+                "2002:a9fe:a9fe::1",
+                "a link-local address (where cloud metadata services answer)",
+            ),
         ] {
             let parsed = address.parse::<IpAddr>().map_err(|_| address)?;
             let canonical = parsed.to_canonical();
@@ -278,7 +289,13 @@ mod tests {
                 ),
             );
         }
-        for public in ["93.184.216.34", "172.32.0.1", "100.128.0.1", "2606:4700::1111", "8.8.8.8"] {
+        for public in [
+            "93.184.216.34",
+            "172.32.0.1",
+            "100.128.0.1",
+            "2606:4700::1111",
+            "8.8.8.8",
+        ] {
             assert_eq!(refusal(&[], public, public)?, "allowed", "{public}");
         }
         Ok(())
@@ -299,18 +316,33 @@ mod tests {
 
     #[test]
     fn the_allow_setting_names_hosts_addresses_and_networks() -> Result<(), String> {
-        assert_eq!(refusal(&["LocalHost."], "localhost", "127.0.0.1")?, "allowed");
-        assert_eq!(refusal(&["127.0.0.1"], "127.0.0.1", "127.0.0.1")?, "allowed");
+        assert_eq!(
+            refusal(&["LocalHost."], "localhost", "127.0.0.1")?,
+            "allowed"
+        );
+        assert_eq!(
+            refusal(&["127.0.0.1"], "127.0.0.1", "127.0.0.1")?,
+            "allowed"
+        );
         assert_eq!(refusal(&["127.0.0.1"], "x", "::ffff:127.0.0.1")?, "allowed");
         assert_eq!(refusal(&["[::1]"], "::1", "::1")?, "allowed");
         assert_eq!(refusal(&["10.0.0.0/8"], "h", "10.9.8.7")?, "allowed");
-        assert_eq!(refusal(&["::ffff:10.0.0.0/104"], "h", "10.9.8.7")?, "allowed");
+        assert_eq!(
+            refusal(&["::ffff:10.0.0.0/104"], "h", "10.9.8.7")?,
+            "allowed"
+        );
         assert_eq!(refusal(&["fd00::/8"], "h", "fd12::1")?, "allowed");
         // Allowing one thing allows nothing else.
-        assert_ne!(refusal(&["127.0.0.1"], "127.0.0.2", "127.0.0.2")?, "allowed");
+        assert_ne!(
+            refusal(&["127.0.0.1"], "127.0.0.2", "127.0.0.2")?,
+            "allowed"
+        );
         assert_ne!(refusal(&["10.0.0.0/16"], "h", "10.1.0.1")?, "allowed");
         assert_ne!(refusal(&["localhost"], "other", "127.0.0.1")?, "allowed");
-        assert_ne!(refusal(&["example.org"], "h", "169.254.169.254")?, "allowed");
+        assert_ne!(
+            refusal(&["example.org"], "h", "169.254.169.254")?,
+            "allowed"
+        );
         for bad in ["", "http://x", "10.0.0.0/33", "a b", "host:80", "1.2.3.4/x"] {
             let error = UrlHosts::parse(&[bad.to_owned()]).err().ok_or(bad)?;
             assert!(error.contains("is not a host name"), "{bad}: {error}");

@@ -111,7 +111,9 @@ fn sync(syncer: &Syncer, sha: &str) -> TestResult<Vec<String>> {
 fn asset(urls: &[String]) -> String {
     let mut text = "asset \"shop\" \"conf\" {\n".to_owned();
     for (n, url) in urls.iter().enumerate() {
-        text.push_str(&format!("  k{n} = url(\"{url}\", {{ timeout = \"10s\" }})\n"));
+        text.push_str(&format!(
+            "  k{n} = url(\"{url}\", {{ timeout = \"10s\" }})\n"
+        ));
     }
     text + "}\n"
 }
@@ -154,7 +156,10 @@ fn urls_to_metadata_private_mapped_and_local_names_are_refused_before_connecting
     repo.write("conf.hcl", &asset(&urls))?;
     let sha = repo.commit("internal url()s")?;
     let data = tempfile::tempdir()?;
-    let got = sync(&syncer(&repo, data.path(), &[], Duration::from_secs(30))?, &sha)?;
+    let got = sync(
+        &syncer(&repo, data.path(), &[], Duration::from_secs(30))?,
+        &sha,
+    )?;
     let expected = [
         "conf.hcl:2:8: url(\"http://169.254.169.254/latest/meta-data/\"): refused: 169.254.169.254 is a link-local address (where cloud metadata services answer); start the agent with --allow-url-host 169.254.169.254 to allow it".to_owned(),
         "conf.hcl:3:8: url(\"http://10.255.255.1/\"): refused: 10.255.255.1 is a private address; start the agent with --allow-url-host 10.255.255.1 to allow it".to_owned(),
@@ -202,7 +207,10 @@ fn slow_url_keys_share_one_budget_and_the_fix_is_applied() -> TestResult {
     assert_eq!(sync(&syncer, &slow)?, expected);
     // Four were fetched at a time; the last two never started.
     assert_eq!(server.accepts(), 4);
-    repo.write("conf.hcl", "asset \"shop\" \"conf\" {\n  k0 = \"inline\"\n}\n")?;
+    repo.write(
+        "conf.hcl",
+        "asset \"shop\" \"conf\" {\n  k0 = \"inline\"\n}\n",
+    )?;
     let fix = repo.commit("the fix")?;
     assert_eq!(sync(&syncer, &fix)?, Vec::<String>::new());
     Ok(())
