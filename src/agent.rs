@@ -463,7 +463,12 @@ async fn run_until<R: Runtime>(
     );
     let local_git_dir = trigger::local_git_dir(source.url()).filter(|_| config.watch_local);
     store.set_meta(META_BRANCH, Some(source.branch()))?;
-    let syncer = Arc::new(Syncer::new(source, store.clone(), config.sync.clone())?);
+    let mut sync_options = config.sync.clone();
+    if let Some(listener) = &listener {
+        // `url()` may not fetch from the agent's own HTTP side.
+        sync_options.own_address = Some(listener.local_addr()?);
+    }
+    let syncer = Arc::new(Syncer::new(source, store.clone(), sync_options)?);
     if await_first_commit && !first_commit(&syncer, &store, config.interval, &shutdown).await? {
         return Ok(());
     }

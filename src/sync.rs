@@ -56,6 +56,9 @@ pub enum Error {
     Store(#[from] crate::store::Error),
     #[error("writing assets: {0}")]
     Assets(#[from] crate::assets::Error),
+    /// The host policy given to the syncer is unusable.
+    #[error("{0}")]
+    Policy(String),
 }
 
 /// How commits are loaded.
@@ -67,6 +70,10 @@ pub struct SyncOptions {
     pub allowed_env: BTreeMap<String, String>,
     pub max_file_bytes: u64,
     pub max_url_bytes: u64,
+    /// The time all `url()` fetches of one commit may take together (`--url-budget`).
+    pub url_budget: std::time::Duration,
+    /// Where the agent's HTTP side listens: `url()` never fetches from it.
+    pub own_address: Option<std::net::SocketAddr>,
     /// What commits may ask of the host; default-deny (README "Host policy").
     pub policy: Policy,
     /// Commit signatures to require (`--verify-commits`); `None`: none.
@@ -91,6 +98,8 @@ impl SyncOptions {
             allowed_env: BTreeMap::new(),
             max_file_bytes: manifest::DEFAULT_MAX_FILE_BYTES,
             max_url_bytes: assets::DEFAULT_MAX_URL_BYTES,
+            url_budget: assets::DEFAULT_URL_BUDGET,
+            own_address: None,
             policy: Policy {
                 data_dir: Some(
                     std::path::absolute(&data_dir)
@@ -194,7 +203,10 @@ impl Syncer {
         store.set_meta(META_HOST_POLICY, Some(&policy))?;
         store.set_meta(META_HOST_SELECTION, Some(&hosts))?;
         store.set_meta(META_COMMIT_TRUST, Some(&trust))?;
-        let fetcher = UrlCache::new(&options.data_dir, options.max_url_bytes);
+        let url_hosts =
+            manifest::UrlHosts::parse(&options.policy.allow_url_host).map_err(Error::Policy)?;
+        let fetcher = UrlCache::new(&options.data_dir, options.max_url_bytes)
+            .guarded(url_hosts, options.own_address);
         Ok(Syncer {
             source,
             store,
@@ -446,16 +458,21 @@ impl Syncer {
         let options = LoadOptions {
             vars: &vars,
             files,
-            fetcher: Some(&self.fetcher),
+            fetcher: None,
             mode: Mode::Apply,
             max_file_bytes: self.options.max_file_bytes,
             missing_var_hint: MISSING_VAR_HINT,
         };
-        let manifest =
-            match manifest::load_with_policy(snapshot, &options, Some(&self.options.policy)) {
-                Ok(manifest) => manifest,
-                Err(diagnostics) => return self.reject(commit, who, diagnostics.0, decision),
-            };
+        let manifest = match assets::load_fetching_urls(
+            &self.fetcher,
+            self.options.url_budget,
+            snapshot,
+            &options,
+            Some(&self.options.policy),
+        ) {
+            Ok(manifest) => manifest,
+            Err(diagnostics) => return self.reject(commit, who, diagnostics.0, decision),
+        };
         let sealed = sealed_refusals(&manifest, &self.options.keyring);
         if !sealed.is_empty() {
             return self.reject(commit, who, sealed, decision);

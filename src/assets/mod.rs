@@ -9,9 +9,13 @@
 
 mod fetch;
 pub mod sops;
+mod url_guard;
 mod write;
 
-pub use fetch::{DEFAULT_MAX_URL_BYTES, UrlCache};
+pub use fetch::{
+    DEFAULT_MAX_URL_BYTES, DEFAULT_URL_BUDGET, MAX_PARALLEL_FETCHES, MAX_URL_BUDGET, Prefetched,
+    UrlCache, load_fetching_urls,
+};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -137,16 +137,26 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
             return Ok(ExitCode::from(1));
         }
     };
-    let fetcher = UrlCache::new(scratch.path(), DEFAULT_MAX_URL_BYTES);
+    // Fetched as the agent fetches: the same host rules, the default budget.
+    let fetcher = UrlCache::new(scratch.path(), DEFAULT_MAX_URL_BYTES).guarded(
+        manifest::UrlHosts::parse(&policy.allow_url_host).map_err(anyhow::Error::msg)?,
+        None,
+    );
     let options = LoadOptions {
         vars: &vars,
         files: files.as_ref(),
-        fetcher: Some(&fetcher),
+        fetcher: None,
         mode: Mode::Apply,
         max_file_bytes: manifest::DEFAULT_MAX_FILE_BYTES,
         missing_var_hint: MISSING_VAR_HINT,
     };
-    let manifest = match manifest::load_with_policy(&snapshot, &options, Some(&policy)) {
+    let manifest = match crate::assets::load_fetching_urls(
+        &fetcher,
+        crate::assets::DEFAULT_URL_BUDGET,
+        &snapshot,
+        &options,
+        Some(&policy),
+    ) {
         Ok(manifest) => manifest,
         Err(diagnostics) => {
             for diagnostic in &diagnostics.0 {

@@ -91,6 +91,11 @@ pub(super) struct RunArgs {
     /// Largest body a `url()` asset may fetch, in bytes.
     #[arg(long, env = "VOODU_MAX_URL_SIZE", value_name = "BYTES", default_value_t = crate::assets::DEFAULT_MAX_URL_BYTES)]
     max_url_size: u64,
+    /// The time all `url()` fetches of one commit may take together (they run 4 at a time;
+    /// each key's own timeout is cut to what is left). A commit whose fetches do not finish
+    /// in it is rejected, naming each unfinished key. At most 10m.
+    #[arg(long, env = "VOODU_URL_BUDGET", value_name = "DURATION", default_value = "30s", value_parser = parse_url_budget)]
+    url_budget: Duration,
     /// Log filter (tracing env-filter syntax); RUST_LOG wins when set.
     #[arg(long, env = "VOODU_LOG", default_value = "info")]
     log: String,
@@ -182,6 +187,19 @@ pub(super) fn parse_runtime(text: &str) -> Result<crate::reconcile::Engine, Stri
     }
 }
 
+/// `--url-budget`: a duration from 1s to `MAX_URL_BUDGET`.
+fn parse_url_budget(text: &str) -> Result<Duration, String> {
+    let budget = humantime::parse_duration(text).map_err(|error| error.to_string())?;
+    let max = crate::assets::MAX_URL_BUDGET;
+    if budget < Duration::from_secs(1) || budget > max {
+        return Err(format!(
+            "{text:?} is outside 1s..={}",
+            humantime::format_duration(max)
+        ));
+    }
+    Ok(budget)
+}
+
 /// `--listen`: an address, or `off`.
 #[derive(Debug, Clone)]
 pub(super) struct Listen(Option<SocketAddr>);
@@ -208,6 +226,7 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
     let mut sync = SyncOptions::new(data_dir.clone());
     sync.max_file_bytes = args.max_file_size;
     sync.max_url_bytes = args.max_url_size;
+    sync.url_budget = args.url_budget;
     // Before anything else, so a bad policy (or host name) is the error.
     sync.policy = args.policy.to_policy_for(&data_dir)?;
     let hosts = args.hosts.to_selection(None)?;
@@ -434,5 +453,33 @@ mod tests {
         ])
         .expect("parses");
         assert!(cli.run.no_watch && cli.run.adopt && !cli.run.no_ingress);
+    }
+
+    #[test]
+    fn the_url_budget_is_bounded_and_url_hosts_are_checked_at_start() -> Result<(), String> {
+        use std::time::Duration;
+        assert_eq!(super::parse_url_budget("2s"), Ok(Duration::from_secs(2)));
+        for bad in ["0s", "500ms", "11m", "soon"] {
+            assert!(super::parse_url_budget(bad).is_err(), "{bad}");
+        }
+        let cli = super::super::Cli::try_parse_from([
+            "voodu-agent",
+            "--repo",
+            "r",
+            "--allow-url-host",
+            "127.0.0.1,http://x",
+        ])
+        .map_err(|error| error.to_string())?;
+        let error = cli
+            .run
+            .policy
+            .to_policy()
+            .err()
+            .ok_or("a bad url host passed")?;
+        assert_eq!(
+            error.to_string(),
+            "--allow-url-host \"http://x\" is not a host name, an IP address or a CIDR (10.0.0.0/8)"
+        );
+        Ok(())
     }
 }

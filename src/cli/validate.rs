@@ -208,6 +208,17 @@ pub(super) struct PolicyArgs {
         value_delimiter = ','
     )]
     adopt_volume: Vec<String>,
+    /// A host `url()` may fetch from although it is internal (repeatable or comma-separated):
+    /// a host name, an IP address or a CIDR, e.g. 127.0.0.1, config.internal, 10.0.0.0/8.
+    /// Loopback, link-local (cloud metadata), private, CGNAT, multicast and unspecified
+    /// addresses are refused otherwise; the agent's own --listen address always is.
+    #[arg(
+        long = "allow-url-host",
+        env = "VOODU_ALLOW_URL_HOST",
+        value_name = "HOST|IP|CIDR",
+        value_delimiter = ','
+    )]
+    allow_url_host: Vec<String>,
 }
 
 impl PolicyArgs {
@@ -225,6 +236,7 @@ impl PolicyArgs {
             || !self.allow_security_opt.is_empty()
             || !self.allow_log_driver.is_empty()
             || !self.adopt_volume.is_empty()
+            || !self.allow_url_host.is_empty()
     }
 
     /// The policy file (if any) with the flags added; default-deny when neither is given.
@@ -251,6 +263,7 @@ impl PolicyArgs {
             allow_security_opt: self.allow_security_opt.clone(),
             allow_log_driver: self.allow_log_driver.clone(),
             adopt_volume: self.adopt_volume.clone(),
+            allow_url_host: self.allow_url_host.clone(),
             data_dir: None,
         });
         if let Some(problem) = policy.problems().into_iter().next() {

@@ -24,6 +24,7 @@ pub mod spec;
 pub mod triggers;
 mod validate;
 
+pub use crate::model::url_hosts::{UrlHosts, UrlRefusal};
 pub use decode::Resource;
 pub use diagnostic::{Diagnostic, Diagnostics};
 pub use interpolate::Vars;
@@ -52,6 +53,48 @@ pub trait UrlFetcher {
     /// The body of `url`, or why not. `stale_ok`: a cached copy may stand in when the fetch
     /// fails (voodu's `on_failure = "stale"`).
     fn fetch(&self, url: &str, timeout: Duration, stale_ok: bool) -> Result<Vec<u8>, String>;
+}
+
+/// One `url()` fetch a load asks for.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct UrlRequest {
+    pub url: String,
+    pub timeout: Duration,
+    /// A cached copy may stand in when the fetch fails (`on_failure` other than `error`).
+    pub stale_ok: bool,
+}
+
+/// A fetcher that fetches nothing and notes what was asked: the first pass of a load whose
+/// `url()` sources are then fetched together (`assets::load_fetching_urls`), so that decoding
+/// never waits on the network. Its loads fail where a `url()` is; only the requests count.
+#[derive(Debug, Default)]
+pub struct UrlRecorder {
+    requests: std::sync::Mutex<std::collections::BTreeSet<UrlRequest>>,
+}
+
+impl UrlRecorder {
+    /// What the loads through this recorder asked for, each once, in order.
+    pub fn into_requests(self) -> Vec<UrlRequest> {
+        self.requests
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .into_iter()
+            .collect()
+    }
+}
+
+impl UrlFetcher for UrlRecorder {
+    fn fetch(&self, url: &str, timeout: Duration, stale_ok: bool) -> Result<Vec<u8>, String> {
+        self.requests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(UrlRequest {
+                url: url.to_owned(),
+                timeout,
+                stale_ok,
+            });
+        Err("not fetched yet".to_owned())
+    }
 }
 
 /// Default cap on one `file()` / `env_file` read (voodu's whole `/apply` body cap).

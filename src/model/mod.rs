@@ -13,6 +13,7 @@ mod ports;
 mod snapshot;
 pub mod text;
 mod units;
+pub mod url_hosts;
 
 pub use assets::{UNSCOPED_ASSETS, asset_dir, resolve_asset_refs};
 pub use docker_options::DockerOptions;

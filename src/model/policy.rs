@@ -53,6 +53,9 @@ pub struct Policy {
     /// Volumes the agent did not create (no `createdby=voodu` label) that may still be
     /// mounted as a statefulset's claim: their data is taken over deliberately.
     pub adopt_volume: Vec<String>,
+    /// Hosts `url()` may fetch from although they are internal (loopback, link-local,
+    /// private…): host names, IP addresses or CIDRs (`url_hosts`).
+    pub allow_url_host: Vec<String>,
     /// The agent's data dir (state.db, secrets, assets): protected like a system directory.
     /// Set by the agent, not by the policy file.
     #[serde(skip)]
@@ -160,18 +163,22 @@ impl Policy {
         self.allow_security_opt.extend(other.allow_security_opt);
         self.allow_log_driver.extend(other.allow_log_driver);
         self.adopt_volume.extend(other.adopt_volume);
+        self.allow_url_host.extend(other.allow_url_host);
         if other.data_dir.is_some() {
             self.data_dir = other.data_dir;
         }
     }
 
-    /// Why the policy itself is unusable (a relative bind root), if it is.
+    /// Why the policy itself is unusable (a relative bind root, a malformed url host), if it is.
     pub fn problems(&self) -> Vec<String> {
-        self.allow_bind_root
+        let mut problems: Vec<String> = self
+            .allow_bind_root
             .iter()
             .filter(|root| !root.starts_with('/'))
             .map(|root| format!("--allow-bind-root {root:?} must be an absolute path"))
-            .collect()
+            .collect();
+        problems.extend(super::url_hosts::UrlHosts::parse(&self.allow_url_host).err());
+        problems
     }
 
     fn cap_allowed(&self, cap: &str) -> bool {

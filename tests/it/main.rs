@@ -42,3 +42,4 @@ mod swarm_docker;
 mod tidy;
 mod triggers;
 mod triggers_docker;
+mod url_fetch;

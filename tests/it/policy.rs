@@ -179,7 +179,10 @@ async fn a_foreign_volume_is_not_mounted_as_a_claim_until_adopted() -> TestResul
     let status = store.status(&key)?.ok_or("status")?;
     assert_eq!(
         status.message,
-        format!("release #1 (commit {}) failed: statefulset/data/db: volume {claim} already exists and was not created by voodu (no createdby=voodu label): the agent does not mount data it did not make; remove it (docker volume rm {claim}) for a fresh one, or start the agent with --adopt-volume {claim} to take its data over; no earlier release ran, so there is nothing to roll back to; a new commit retries", &first[..12]),
+        format!(
+            "release #1 (commit {}) failed: statefulset/data/db: volume {claim} already exists and was not created by voodu (no createdby=voodu label): the agent does not mount data it did not make; remove it (docker volume rm {claim}) for a fresh one, or start the agent with --adopt-volume {claim} to take its data over; no earlier release ran, so there is nothing to roll back to; a new commit retries",
+            &first[..12]
+        ),
     );
     assert!(
         !fake.calls().iter().any(|call| call.starts_with("create ")),
