@@ -12,12 +12,14 @@ pub enum Error {
         source: rusqlite::Error,
     },
     #[error(
-        "state database {path} has schema version {found}, newer than this agent knows ({known}); upgrade voodu-agent"
+        "state database {path} has schema version {found}, newer than this agent knows ({known}){back}"
     )]
     SchemaTooNew {
         path: PathBuf,
         found: i64,
         known: i64,
+        /// How to go back: the copy kept before the upgrade, or "upgrade voodu-agent".
+        back: String,
     },
     /// The file is there but holds no usable state: empty, not SQLite, another program's
     /// database, or a voodu-agent database without its agent id. Never a fresh start.

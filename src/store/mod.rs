@@ -130,6 +130,7 @@ impl Store {
                  PRAGMA foreign_keys = ON;",
             )
             .map_err(|source| unusable_or(path, source))?;
+        backup_before_migrating(&connection, path, version)?;
         migrate(&mut connection, path).map_err(|error| match error {
             Error::Sqlite(source) => unusable_or(path, source),
             other => other,
@@ -212,13 +213,64 @@ impl Store {
 fn check_version(found: i64, path: &Path) -> Result<()> {
     let known = i64::try_from(schema::MIGRATIONS.len()).unwrap_or(i64::MAX);
     if found > known {
+        let backup = schema_backup(path, known);
         return Err(Error::SchemaTooNew {
             path: path.to_owned(),
             found,
             known,
+            back: if backup.is_file() {
+                format!(
+                    "; a newer voodu-agent migrated it and kept it as it was at schema {known} in {backup}: to go back to this version, stop the agent and run `rm -f {path}-wal {path}-shm && cp {backup} {path}` (the agent id is the same, so its containers stay its own; what was recorded since the upgrade is lost), or upgrade voodu-agent",
+                    backup = backup.display(),
+                    path = path.display(),
+                )
+            } else {
+                "; upgrade voodu-agent".to_owned()
+            },
         });
     }
     Ok(())
+}
+
+/// Where the copy of `path` at schema `version`, kept before migrating it, lives:
+/// `state.db.schema-<version>.bak` beside it.
+pub fn schema_backup(path: &Path, version: i64) -> PathBuf {
+    sidecar(path, &format!(".schema-{version}.bak"))
+}
+
+/// Before migrating an existing database from `version`, keeps a whole, consistent copy of it
+/// (`VACUUM INTO`, the write-ahead log included) named after that version, so a downgrade can
+/// go back to it; a copy already there (an earlier upgrade from the same version) is kept.
+fn backup_before_migrating(connection: &Connection, path: &Path, version: i64) -> Result<()> {
+    let known = i64::try_from(schema::MIGRATIONS.len()).unwrap_or(i64::MAX);
+    if version >= known {
+        return Ok(());
+    }
+    let backup = schema_backup(path, version);
+    if backup.exists() {
+        return Ok(());
+    }
+    let target = backup.to_str().ok_or_else(|| Error::Unusable {
+        path: path.to_owned(),
+        problem: format!(
+            "cannot keep a copy before migrating: {} is not UTF-8",
+            backup.display()
+        ),
+    })?;
+    match connection.execute("VACUUM INTO ?1", [target]) {
+        Ok(_) => {
+            tracing::info!(
+                from = version,
+                to = known,
+                backup = %backup.display(),
+                "migrating the state database; kept a copy of it as it was"
+            );
+            Ok(())
+        }
+        // Another handle opening the same database made it meanwhile.
+        Err(_) if backup.exists() => Ok(()),
+        Err(source) => Err(Error::Sqlite(source)),
+    }
 }
 
 /// Makes a new database whole under a temporary name (schema, agent id, digest key) and

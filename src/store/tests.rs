@@ -384,6 +384,55 @@ fn a_schema_newer_than_known_is_refused() -> TestResult {
 }
 
 #[test]
+fn a_migration_keeps_a_copy_of_the_previous_schema_and_a_newer_schema_names_it() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("state.db");
+    let known = schema::MIGRATIONS.len();
+    let older = known - 1;
+    {
+        let connection = Connection::open(&path)?;
+        for migration in &schema::MIGRATIONS[..older] {
+            connection.execute_batch(migration)?;
+        }
+        connection.pragma_update(None, "user_version", i64::try_from(older)?)?;
+        connection.execute("INSERT INTO meta (key, value) VALUES ('agent_id', 'a1')", [])?;
+    }
+    let store = Store::open(&path)?;
+    assert_eq!(store.agent_id()?, "a1");
+    let backup = schema_backup(&path, i64::try_from(older)?);
+    let kept = Connection::open(&backup)?;
+    let (version, agent): (i64, String) = kept.query_row(
+        "SELECT (SELECT user_version FROM pragma_user_version), value FROM meta WHERE key = 'agent_id'",
+        [],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )?;
+    assert_eq!((version, agent.as_str()), (i64::try_from(older)?, "a1"));
+    drop(kept);
+    // A database at the current schema migrates nothing and keeps no copy.
+    drop(store);
+    Store::open(&path)?;
+    assert!(!schema_backup(&path, i64::try_from(known)?).exists());
+
+    // A newer agent migrated this one's database (it kept the copy at this schema), then the
+    // operator went back to this binary: the refusal names the copy and how to restore it.
+    std::fs::copy(&path, schema_backup(&path, i64::try_from(known)?))?;
+    Connection::open(&path)?.pragma_update(None, "user_version", i64::try_from(known + 1)?)?;
+    let message = match Store::open(&path) {
+        Err(error) => error.to_string(),
+        Ok(_) => return Err("a newer schema must be refused".into()),
+    };
+    let shown = path.display();
+    assert_eq!(
+        message,
+        format!(
+            "state database {shown} has schema version {}, newer than this agent knows ({known}); a newer voodu-agent migrated it and kept it as it was at schema {known} in {shown}.schema-{known}.bak: to go back to this version, stop the agent and run `rm -f {shown}-wal {shown}-shm && cp {shown}.schema-{known}.bak {shown}` (the agent id is the same, so its containers stay its own; what was recorded since the upgrade is lost), or upgrade voodu-agent",
+            known + 1
+        )
+    );
+    Ok(())
+}
+
+#[test]
 fn a_read_only_store_sees_the_writes_of_the_open_store() -> TestResult {
     let f = fixture()?;
     let reader = Store::open_read_only(&f.path)?;
