@@ -395,7 +395,10 @@ fn a_migration_keeps_a_copy_of_the_previous_schema_and_a_newer_schema_names_it()
             connection.execute_batch(migration)?;
         }
         connection.pragma_update(None, "user_version", i64::try_from(older)?)?;
-        connection.execute("INSERT INTO meta (key, value) VALUES ('agent_id', 'a1')", [])?;
+        connection.execute(
+            "INSERT INTO meta (key, value) VALUES ('agent_id', 'a1')",
+            [],
+        )?;
     }
     let store = Store::open(&path)?;
     assert_eq!(store.agent_id()?, "a1");

@@ -143,15 +143,35 @@ fn unchanged_poll_neither_walks_the_tree_nor_writes_the_store() -> TestResult {
     let sha = repo.commit("web")?;
     let agent = Agent::new(&repo, &[])?;
     agent.sync_applied(&sha)?;
-    // A second connection: its `data_version` changes whenever ANOTHER connection commits.
+    // A second connection reads every row of every table but `health`, whose fetch check
+    // records its time at each poll (a poll in another second than the last writes it).
     let probe = rusqlite::Connection::open(agent.db())?;
-    let data_version = || probe.query_row("PRAGMA data_version", [], |row| row.get::<_, i64>(0));
+    let store_rows = || -> rusqlite::Result<String> {
+        let tables: Vec<String> = probe
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name != 'health' ORDER BY name")?
+            .query_map([], |row| row.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        let mut dump = String::new();
+        for table in tables {
+            let mut statement = probe.prepare(&format!("SELECT * FROM \"{table}\""))?;
+            let columns = statement.column_count();
+            let mut rows = statement.query([])?;
+            while let Some(row) = rows.next()? {
+                dump.push_str(&table);
+                for index in 0..columns {
+                    dump.push_str(&format!(" {:?}", row.get_ref(index)?));
+                }
+                dump.push('\n');
+            }
+        }
+        Ok(dump)
+    };
     let commit_rows = || {
         probe.query_row("SELECT COUNT(*) FROM commits", [], |row| {
             row.get::<_, i64>(0)
         })
     };
-    let (version_before, commits_before) = (data_version()?, commit_rows()?);
+    let (version_before, commits_before) = (store_rows()?, commit_rows()?);
     let tree_reads_before = agent.syncer.source().tree_reads();
 
     let outcome = agent.sync()?;
@@ -165,7 +185,7 @@ fn unchanged_poll_neither_walks_the_tree_nor_writes_the_store() -> TestResult {
         tree_reads_before,
         "no tree walk"
     );
-    assert_eq!(data_version()?, version_before, "no store write");
+    assert_eq!(store_rows()?, version_before, "no store write");
     assert_eq!(commit_rows()?, commits_before, "no commit recorded");
 
     // Control: the same probe does see the store's writes, so the checks above can fail.
@@ -174,7 +194,7 @@ fn unchanged_poll_neither_walks_the_tree_nor_writes_the_store() -> TestResult {
     agent.sync_applied(&next)?;
     assert_eq!(agent.syncer.source().tree_reads(), tree_reads_before + 1);
     assert_ne!(
-        data_version()?,
+        store_rows()?,
         version_before,
         "the probe sees a store write"
     );
