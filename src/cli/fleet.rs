@@ -245,6 +245,9 @@ struct Remote {
 #[derive(Debug, Clone, Deserialize)]
 struct RemoteCommit {
     sha: String,
+    /// `applied` or `rejected`.
+    #[serde(default)]
+    outcome: String,
     #[serde(default)]
     seen_at: i64,
     #[serde(default)]
@@ -525,8 +528,10 @@ fn row(member: &Member, answer: Result<Remote, String>, newest: Option<&str>) ->
         (None, _) => false,
     };
     // The latest commit it saw was rejected: it runs an older one.
+    // (The same SHA applied since, under a looser policy say, is not rejected.)
     if let (Some(rejected), Some(seen)) = (&remote.last_rejected, &remote.last_seen)
         && rejected.sha == seen.sha
+        && seen.outcome != "applied"
     {
         row.rejected = Some(RejectedView {
             sha: clean(&rejected.sha, 64),
@@ -707,6 +712,7 @@ mod tests {
     fn remote(seen: (&str, i64), applied: &str, rejected: bool, phases: &[&str]) -> Remote {
         let commit = |sha: &str, at: i64| RemoteCommit {
             sha: sha.to_owned(),
+            outcome: if rejected { "rejected" } else { "applied" }.to_owned(),
             seen_at: at,
             errors: vec!["hosts/x/bad.hcl:1:1: unknown block \x1b[31m".to_owned()],
         };
@@ -727,6 +733,27 @@ mod tests {
                 .collect(),
             ..Remote::default()
         }
+    }
+
+    #[test]
+    fn a_rejected_commit_applied_since_is_not_rejected() {
+        let member = Member {
+            name: "h".into(),
+            url: "http://x:1".into(),
+            token_file: None,
+        };
+        // Rejected under the default policy, then applied once the host allowed it: the last
+        // seen record is the applied one, for the same SHA.
+        let mut answer = remote(("new", 20), "new", false, &["Ready"]);
+        answer.last_rejected = Some(RemoteCommit {
+            sha: "new".into(),
+            outcome: "rejected".into(),
+            seen_at: 10,
+            errors: vec!["web.hcl:4:3: privileged containers are refused".into()],
+        });
+        let view = fleet_view(&[member], vec![Ok(answer)]);
+        assert_eq!(view.agents[0].state, "ok");
+        assert!(view.agents[0].rejected.is_none());
     }
 
     #[test]

@@ -148,7 +148,8 @@ fn print_table(view: &StatusView) {
         let is_latest = view
             .last_seen
             .as_ref()
-            .is_some_and(|seen| seen.sha == rejected.sha);
+            // The same SHA applied since (under a looser policy, say) is not rejected.
+            .is_some_and(|seen| seen.sha == rejected.sha && seen.outcome == "rejected");
         if is_latest {
             println!(
                 "\nthe latest commit was rejected; the host keeps running the last applied one:"

@@ -140,6 +140,14 @@ async fn a_commit_beyond_the_policy_is_rejected_until_the_host_allows_it() -> Te
         return Err(error);
     }
     assert_eq!(web_docker_options(&store)?, ["--privileged"]);
+    // The same SHA, rejected before and applied now: `status` no longer says it was rejected.
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_voodu-agent"))
+        .args(["status", "--data-dir"])
+        .arg(data.path())
+        .output()?;
+    let text = String::from_utf8(status.stdout)?;
+    assert!(text.contains(&greedy[..12]), "{text}");
+    assert!(!text.contains("the latest commit was rejected"), "{text}");
     shutdown.cancel();
     agent.await??;
     Ok(())
