@@ -254,15 +254,16 @@ async fn execute<R: Runtime>(
                 tracing::info!(%key, containers = ?names, "replicas created");
             }
             Step::Start { id, name } => start_again(ctx, key, id, name, backing_off).await?,
-            Step::Replace {
-                name, surge: true, ..
-            } => {
+            Step::Replace { surge: true, .. } => {
                 let new_name = create_replicas(ctx, work, 1, &mut taken)
                     .await?
                     .into_iter()
                     .next()
                     .unwrap_or_default();
-                tracing::info!(%key, old = %name, new = %new_name, "successor started (surge); the old replica is retired once it is ready");
+                // Which outdated replica goes is decided when the successor is ready (the
+                // `retired` line names it): the planned name is only the slot's place in the
+                // roll, the same at every slot, so it is not logged as the old replica.
+                tracing::info!(%key, new = %new_name, "successor started (surge); an outdated replica is retired once it is ready");
             }
             Step::Replace { id, name, .. } => {
                 drain_and_remove(ctx, key, id, work.grace()).await?;
