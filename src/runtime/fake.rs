@@ -212,6 +212,14 @@ impl FakeRuntime {
         self.lock().volumes.keys().cloned().collect()
     }
 
+    /// Removes `image` from the host (`docker rmi`, a prune, a rebuilt host); a fake made
+    /// without `with_images` starts tracking images from here.
+    pub fn remove_image(&self, image: &str) {
+        let mut state = self.lock();
+        let images = state.images.get_or_insert_with(BTreeSet::new);
+        images.remove(image);
+    }
+
     /// Whether `image` exists (every image does unless the fake was made `with_images`).
     pub(super) fn knows_image(&self, image: &str) -> bool {
         self.lock()

@@ -589,6 +589,61 @@ async fn declaring_a_registry_retries_a_failed_private_pull() -> TestResult {
     harness.stop().await
 }
 
+/// Issue 24 item 2: a missing image is pulled on every path that creates a container, not
+/// only by a rollout. After the host loses the image (`docker rmi`, a prune, a rebuilt host):
+/// a scale-up, the re-creation of a replica removed by hand, and an agent restart each pull it
+/// with the `registry`'s credentials and converge, instead of failing `ImageMissing` forever.
+#[tokio::test(start_paused = true)]
+async fn a_missing_image_is_pulled_by_every_path_that_creates_a_replica() -> TestResult {
+    const IMAGE: &str = "ghcr.io/acme/api:1";
+    let fake = FakeRuntime::with_images(&["busybox"]);
+    fake.publish(IMAGE, "deploy-bot");
+    let mut harness = Harness::with_fake(fake)?;
+    harness.start()?;
+    let app = |replicas: u32| {
+        format!(
+            "deployment \"shop\" \"web\" {{\n  image = \"{IMAGE}\"\n  command = [\"sleep\", \"3600\"]\n  replicas = {replicas}\n}}\n"
+        )
+    };
+    let registry = "registry \"ghcr\" {\n  url = \"ghcr.io\"\n  username = \"deploy-bot\"\n  token = \"s3cret\"\n}\n";
+    let pulls = |harness: &Harness| {
+        harness
+            .fake
+            .calls()
+            .iter()
+            .filter(|call| *call == &format!("pull {IMAGE}"))
+            .count()
+    };
+    harness.push(&[("web.hcl", &app(1)), ("registry.hcl", registry)])?;
+    harness.converged(&web_key(), 1).await?;
+    assert_eq!(pulls(&harness), 1, "the rollout pulled it");
+
+    // 1. Scale-up after the image was removed from the host.
+    harness.fake.remove_image(IMAGE);
+    harness.push(&[("web.hcl", &app(2)), ("registry.hcl", registry)])?;
+    harness.converged(&web_key(), 2).await?;
+    assert_eq!(pulls(&harness), 2, "the scale-up pulled it");
+
+    // 2. A replica removed by hand (`docker rm -f`) after the image was removed again.
+    harness.fake.remove_image(IMAGE);
+    let replicas = harness.containers(&web_key()).await?;
+    let first = replicas.first().ok_or("a replica")?;
+    voodu_agent::runtime::Runtime::remove(harness.fake.as_ref(), &first.id).await?;
+    harness.converged(&web_key(), 2).await?;
+    assert_eq!(pulls(&harness), 3, "the drift repair pulled it");
+
+    // 3. An agent restarted on a host whose images were pruned, a replica gone meanwhile.
+    harness.stop().await?;
+    harness.fake.remove_image(IMAGE);
+    let replicas = harness.containers(&web_key()).await?;
+    let first = replicas.first().ok_or("a replica")?;
+    voodu_agent::runtime::Runtime::remove(harness.fake.as_ref(), &first.id).await?;
+    harness.start()?;
+    harness.converged(&web_key(), 2).await?;
+    assert_eq!(pulls(&harness), 4, "the restart's repair pulled it");
+    harness.stop().await
+}
+
 /// The asset handler keeps an asset's files as the commit declared them: a file edited or
 /// deleted on the host is rewritten from the bytes the store kept (on the next reconcile of
 /// the asset: here the boot replay), and status says which keys were repaired.

@@ -70,14 +70,44 @@ fn docker(args: &[&str]) -> TestResult<String> {
 }
 
 fn deployment(scope: &str, image: &str) -> String {
+    deployment_of(scope, image, 1)
+}
+
+fn deployment_of(scope: &str, image: &str, replicas: u32) -> String {
     format!(
         r#"deployment "{scope}" "web" {{
   image    = "{image}"
   command  = ["sleep", "3600"]
-  replicas = 1
+  replicas = {replicas}
 }}
 "#
     )
+}
+
+/// Waits for `n` running replicas of web, Ready, that all run the registry's image.
+fn converged_on(env: &Env, n: usize, what: &str) -> TestResult<Vec<Row>> {
+    wait_until(LIMIT, what, || {
+        let resource = env.resource().ok()??;
+        let rows = running(env).ok()?;
+        (rows.len() == n && resource["phase"] == "Ready" && resource["running_replicas"] == n)
+            .then_some(rows)
+    })
+}
+
+/// Authorised manifest requests the registry served since request number `from`.
+fn manifest_pulls(registry: &Registry, from: usize) -> usize {
+    registry
+        .seen()
+        .split_off(from)
+        .iter()
+        .filter(|request| {
+            // (An engine that still holds the layers may only HEAD the manifest and re-tag.)
+            (request.method == "GET" || request.method == "HEAD")
+                && request.path.contains("/manifests/")
+                && request.auth == Auth::Valid
+                && request.status == 200
+        })
+        .count()
 }
 
 fn registry_block(host: &str, token: &str) -> String {
@@ -223,6 +253,34 @@ fn a_missing_image_is_pulled_from_a_private_registry_with_its_credentials() -> T
         );
         let log = std::fs::read_to_string(env.log())?;
         assert!(!log.contains(&token), "the token is in the agent log");
+
+        // 4. Issue 24 item 2: the host loses the image (`docker rmi`, a prune, a rebuilt
+        // host). Every path that creates a replica pulls it again with the registry's
+        // credentials: a scale-up, a replica removed by hand, an agent restart.
+        let after_first_pull = registry.seen().len();
+        docker(&["rmi", "-f", &reference])?;
+        env.repo.write(
+            "app/web.hcl",
+            &deployment_of(&scope, &reference, 2),
+        )?;
+        env.repo.commit("two replicas")?;
+        converged_on(env, 2, "the scale-up to pull and run two replicas")?;
+        assert!(manifest_pulls(&registry, after_first_pull) >= 1, "the scale-up pulled");
+        let after_scale = registry.seen().len();
+        docker(&["rmi", "-f", &reference])?;
+        let rows = running(env)?;
+        docker(&["rm", "-f", &rows[0].id])?;
+        converged_on(env, 2, "the removed replica to be re-created from a pulled image")?;
+        assert!(manifest_pulls(&registry, after_scale) >= 1, "the drift repair pulled");
+        let after_repair = registry.seen().len();
+        env.agent = None;
+        docker(&["rmi", "-f", &reference])?;
+        let rows = running(env)?;
+        docker(&["rm", "-f", &rows[0].id])?;
+        env.start_agent_with(&["--ready-settle", "1s"])?;
+        converged_on(env, 2, "the restarted agent to pull and re-create the replica")?;
+        assert!(manifest_pulls(&registry, after_repair) >= 1, "the restart pulled");
+        assert!(image_present(&reference)?);
 
         let valid: Vec<&Seen> = pull
             .iter()

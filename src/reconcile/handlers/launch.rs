@@ -317,14 +317,17 @@ pub(crate) async fn run_init_chain<R: Runtime>(
     Ok(())
 }
 
-/// Creates a container; an image the host lacks (and could not pull) is permanent, with what
-/// to do. Returns its id.
+/// Creates a container: the one path every container of a resource takes (first deploy,
+/// rollout, scale-up, drift re-creation, restart repair, statefulset pod, init, job run,
+/// release step). An image the host lacks (pruned since the rollout pulled it, a rebuilt host)
+/// is pulled with the matching `registry`'s credentials and the create tried once more; one
+/// that cannot be pulled is permanent, with what to do. Returns its id.
 pub(crate) async fn create<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
     spec: &ContainerSpec,
 ) -> Result<String> {
-    ctx.runtime.create(spec).await.map_err(|error| match error {
+    let classify = |error| match error {
         crate::runtime::Error::ImageMissing { .. } => Error::ImageMissing {
             key: key.clone(),
             source: error,
@@ -333,7 +336,14 @@ pub(crate) async fn create<R: Runtime>(
             key: key.clone(),
             source: other,
         },
-    })
+    };
+    match ctx.runtime.create(spec).await {
+        Err(crate::runtime::Error::ImageMissing { .. }) => {
+            ensure_image(ctx, key, &spec.image).await?;
+            ctx.runtime.create(spec).await.map_err(classify)
+        }
+        created => created.map_err(classify),
+    }
 }
 
 /// Creates and starts a container; one that cannot start is removed again (a created but
