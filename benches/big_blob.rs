@@ -100,8 +100,7 @@ fn main() -> Result {
         values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
     };
     let [idle, unreferenced, referenced] = &mut columns;
-    let (idle, unreferenced, referenced) =
-        (median(idle), median(unreferenced), median(referenced));
+    let (idle, unreferenced, referenced) = (median(idle), median(unreferenced), median(referenced));
     println!(
         "median of {runs}: idle VmRSS {idle:.1} MiB | unreferenced blob: peak {:.1} MiB = idle + {:.1} MiB | file() refused: peak {:.1} MiB = idle + {:.1} MiB (goal: idle + 16 MiB)",
         unreferenced,
