@@ -191,15 +191,37 @@ fn fetch_only(url: String) -> Result {
         data.path(),
     );
     let idle = memory_kib(pid, "VmRSS")?;
+    // Which kind of page the peak is made of: heap (RssAnon) or mapped files (RssFile, the
+    // pack gix maps to index it), sampled every 2 ms.
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = std::thread::spawn({
+        let done = Arc::clone(&done);
+        move || {
+            let mut most = (0, 0);
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let anon = memory_kib(pid, "RssAnon").unwrap_or(0);
+                let file = memory_kib(pid, "RssFile").unwrap_or(0);
+                if anon + file > most.0 + most.1 {
+                    most = (anon, file);
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            most
+        }
+    });
     reset_peak()?;
     source.fetch(&std::sync::atomic::AtomicBool::new(false))?;
     let peak = memory_kib(pid, "VmHWM")?;
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (anon, file) = sampler.join().map_err(|_| "the sampler panicked")?;
     let mib = |kib: u64| kib as f64 / 1024.0;
     println!(
-        "gix fetch alone (fresh process and mirror): before {:.1} MiB, peak {:.1} MiB (+{:.1}); after: RssAnon {:.1} MiB, RssFile {:.1} MiB",
+        "gix fetch alone (fresh process and mirror): before {:.1} MiB, peak {:.1} MiB (+{:.1}; the largest sample: RssAnon {:.1} + RssFile {:.1} MiB); after: RssAnon {:.1} MiB, RssFile {:.1} MiB",
         mib(idle),
         mib(peak),
         mib(peak.saturating_sub(idle)),
+        mib(anon),
+        mib(file),
         mib(memory_kib(pid, "RssAnon")?),
         mib(memory_kib(pid, "RssFile")?),
     );
