@@ -26,7 +26,9 @@ use crate::manifest::spec::Spec;
 use crate::manifest::triggers::{self, Decision, Situation, Trigger, Verdict};
 use crate::manifest::{self, Diagnostic, Diagnostics, LoadOptions, Mode, Policy, Vars};
 use crate::model::policy::{OwnedPaths, resolve_on_host};
-use crate::model::{CommitSha, FileRead, FileSource, Snapshot, SourceFile, random_hex};
+use crate::model::{
+    CommitSha, FileRead, FileSource, MAX_MANIFEST_BYTES, Snapshot, SourceFile, random_hex,
+};
 use crate::store::{ApplySummary, CommitContext, HEALTH_FETCH, META_HOST_SELECTION, Store, Who};
 
 /// What one sync did.
@@ -355,8 +357,11 @@ impl Syncer {
                 .any(|(file, at, _)| file == &trigger.apply_file && at == commit);
             if active
                 && !read_below
-                && let Some(problem) =
-                    file_problem(&here.read(&trigger.apply_file), &trigger.apply_file, commit)
+                && let Some(problem) = file_problem(
+                    &here.read(&trigger.apply_file, MAX_MANIFEST_BYTES),
+                    &trigger.apply_file,
+                    commit,
+                )
             {
                 problems.push(trigger.at_apply_file(problem));
             }
@@ -374,7 +379,7 @@ impl Syncer {
                     message,
                 },
             };
-            let read = self.source.files_at(at)?.read(file);
+            let read = self.source.files_at(at)?.read(file, MAX_MANIFEST_BYTES);
             match file_problem(&read, file, at) {
                 Some(problem) => problems.push(located(problem)),
                 None => {
@@ -560,6 +565,10 @@ impl Syncer {
 fn file_problem(read: &FileRead, file: &str, at: &CommitSha) -> Option<String> {
     match read {
         FileRead::File(_) => None,
+        FileRead::TooLarge(size) => Some(format!(
+            "apply.file {file} is {size} bytes at commit {}; at most {MAX_MANIFEST_BYTES} bytes of a manifest are read",
+            at.short()
+        )),
         FileRead::Missing => Some(format!(
             "apply.file {file} does not exist at commit {}",
             at.short()

@@ -357,15 +357,15 @@ struct PlanFiles {
 }
 
 impl FileSource for PlanFiles {
-    fn read(&self, path: &str) -> FileRead {
-        self.default.read(path)
+    fn read(&self, path: &str, max_bytes: u64) -> FileRead {
+        self.default.read(path, max_bytes)
     }
 
-    fn read_for(&self, manifest_path: &str, path: &str) -> FileRead {
+    fn read_for(&self, manifest_path: &str, path: &str, max_bytes: u64) -> FileRead {
         self.by_manifest
             .get(manifest_path)
             .unwrap_or(&self.default)
-            .read(path)
+            .read(path, max_bytes)
     }
 }
 
@@ -457,14 +457,20 @@ fn with_triggers(
                 None => format!("{trigger_path}:1:1: {message}"),
             };
         let (contents, source): (FileRead, Option<Box<dyn FileSource>>) = if *at == commit {
-            (read.files.read(file), None)
+            (
+                read.files.read(file, crate::model::MAX_MANIFEST_BYTES),
+                None,
+            )
         } else {
             match &agent_mirror {
                 Some(mirror) => {
                     let at_commit = mirror.files_at(at).with_context(|| {
                         format!("cannot read commit {} from the agent's mirror", at.short())
                     })?;
-                    (at_commit.read(file), Some(Box::new(at_commit)))
+                    (
+                        at_commit.read(file, crate::model::MAX_MANIFEST_BYTES),
+                        Some(Box::new(at_commit)),
+                    )
                 }
                 None => {
                     problems.push(located(format!(
@@ -484,6 +490,11 @@ fn with_triggers(
             FileRead::Missing => problems.push(located(format!(
                 "apply.file {file} does not exist at {}",
                 at.short()
+            ))),
+            FileRead::TooLarge(size) => problems.push(located(format!(
+                "apply.file {file} is {size} bytes at {}; at most {} bytes of a manifest are read",
+                at.short(),
+                crate::model::MAX_MANIFEST_BYTES
             ))),
             _ => problems.push(located(format!(
                 "apply.file {file} is not a regular file at {}",

@@ -554,7 +554,7 @@ pub(super) fn validate_dir(
                     {
                         continue;
                     }
-                    match files.read(&trigger.apply_file) {
+                    match files.read(&trigger.apply_file, crate::model::MAX_MANIFEST_BYTES) {
                         FileRead::File(contents) => named.push(crate::model::SourceFile {
                             path: trigger.apply_file.clone(),
                             contents,
@@ -562,6 +562,11 @@ pub(super) fn validate_dir(
                         FileRead::Missing => errors.push(trigger.at_apply_file(format!(
                             "apply.file {} does not exist",
                             trigger.apply_file
+                        ))),
+                        FileRead::TooLarge(size) => errors.push(trigger.at_apply_file(format!(
+                            "apply.file {} is {size} bytes; at most {} bytes of a manifest are read",
+                            trigger.apply_file,
+                            crate::model::MAX_MANIFEST_BYTES
                         ))),
                         _ => errors.push(trigger.at_apply_file(format!(
                             "apply.file {} is not a regular file; it names one manifest file, as in voodu",

@@ -8,6 +8,7 @@
 //! `fetch` on a blocking thread and pass an interrupt flag tied to shutdown.
 
 mod error;
+mod memory;
 mod tree;
 pub mod trigger;
 mod verify;
@@ -263,6 +264,7 @@ impl Source {
             .map_err(|error| fetch_error(error_chain(&error)))?;
         let (value, receive) = decide(&prepare.ref_map().remote_refs)?;
         if receive {
+            let _purge = memory::PromptPurge::start();
             prepare
                 .receive(gix::progress::Discard, interrupt)
                 .map_err(|error| {

@@ -3,6 +3,9 @@
 //! Invariant: only blobs under the configured paths whose extension is a manifest extension,
 //! and that the host selection applies (`model::hosts`), are read; symlinks and submodules are never followed (a symlinked manifest is refused: it is
 //! listed in the snapshot, so the commit is rejected with a diagnostic naming it), and paths stay repo-relative with `/` separators.
+//! Every blob's size is read from its object header first ([`read_blob`]): one over its
+//! limit (a manifest's, a trigger file's, `--max-file-size` for `file()`) is refused unread,
+//! and no other blob (an unreferenced one) is ever opened.
 
 use gix::bstr::ByteSlice;
 
@@ -65,13 +68,18 @@ pub(super) fn read_snapshot(
         if !entry.mode.is_blob() {
             continue;
         }
-        let blob = repo
-            .find_object(entry.oid)
-            .map_err(|error| read_error(format!("{path}: {error}")))?;
-        files.push(SourceFile {
-            path,
-            contents: blob.data.clone(),
-        });
+        match read_blob(repo, entry.oid, crate::model::MAX_MANIFEST_BYTES)
+            .map_err(|error| read_error(format!("{path}: {error}")))?
+        {
+            Blob::Bytes(contents) => files.push(SourceFile { path, contents }),
+            Blob::TooLarge(size) => refused.push((
+                path,
+                format!(
+                    "manifest is {size} bytes; at most {} bytes are read (split it into several files)",
+                    crate::model::MAX_MANIFEST_BYTES
+                ),
+            )),
+        }
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(Snapshot {
@@ -133,16 +141,46 @@ pub(super) fn read_trigger_files(
         if !entry.mode.is_blob() {
             continue;
         }
-        let blob = repo
-            .find_object(entry.oid)
-            .map_err(|error| read_error(format!("{path}: {error}")))?;
-        files.push(SourceFile {
-            path,
-            contents: blob.data.clone(),
-        });
+        match read_blob(repo, entry.oid, crate::model::MAX_TRIGGER_FILE_BYTES)
+            .map_err(|error| read_error(format!("{path}: {error}")))?
+        {
+            Blob::Bytes(contents) => files.push(SourceFile { path, contents }),
+            Blob::TooLarge(size) => refused.push((
+                path,
+                format!(
+                    "trigger file is {size} bytes; at most {} are read",
+                    crate::model::MAX_TRIGGER_FILE_BYTES
+                ),
+            )),
+        }
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok((files, refused))
+}
+
+/// What [`read_blob`] found: the blob's bytes, or its size when that is over the limit.
+enum Blob {
+    Bytes(Vec<u8>),
+    /// From the object header: none of the content was decompressed.
+    TooLarge(u64),
+}
+
+/// Reads blob `id` whole only when its object header says it is at most `max_bytes` long;
+/// otherwise its size alone. The one place this module reads blob content.
+fn read_blob(
+    repo: &gix::Repository,
+    id: gix::ObjectId,
+    max_bytes: u64,
+) -> std::result::Result<Blob, String> {
+    let size = repo
+        .find_header(id)
+        .map_err(|error| error.to_string())?
+        .size();
+    if size > max_bytes {
+        return Ok(Blob::TooLarge(size));
+    }
+    let object = repo.find_object(id).map_err(|error| error.to_string())?;
+    Ok(Blob::Bytes(object.detach().data))
 }
 
 /// How far back `changed_paths` looks for the earlier commit among the later one's ancestors.
@@ -309,17 +347,20 @@ impl TriggeredFiles {
 }
 
 impl crate::model::FileSource for TriggeredFiles {
-    fn read(&self, path: &str) -> crate::model::FileRead {
-        self.default.read(path)
+    fn read(&self, path: &str, max_bytes: u64) -> crate::model::FileRead {
+        self.default.read(path, max_bytes)
     }
 
-    fn read_for(&self, manifest_path: &str, path: &str) -> crate::model::FileRead {
+    fn read_for(&self, manifest_path: &str, path: &str, max_bytes: u64) -> crate::model::FileRead {
         self.by_manifest
             .get(manifest_path)
             .unwrap_or(&self.default)
-            .read(path)
+            .read(path, max_bytes)
     }
 }
+
+/// The longest symlink target read (Linux's `PATH_MAX`).
+const MAX_LINK_TARGET_BYTES: u64 = 4096;
 
 /// The files of one commit, read by path from the object database (`file()`, `env_file`).
 pub struct CommitFiles {
@@ -335,7 +376,7 @@ impl CommitFiles {
 }
 
 impl crate::model::FileSource for CommitFiles {
-    fn read(&self, path: &str) -> crate::model::FileRead {
+    fn read(&self, path: &str, max_bytes: u64) -> crate::model::FileRead {
         use crate::model::FileRead;
         let tree = match self.repo.find_tree(self.tree) {
             Ok(tree) => tree,
@@ -350,12 +391,22 @@ impl crate::model::FileSource for CommitFiles {
         if !(mode.is_blob() || mode.is_link()) {
             return FileRead::NotAFile;
         }
-        match entry.object() {
-            Ok(object) if mode.is_link() => {
-                FileRead::Symlink(String::from_utf8_lossy(&object.data).into_owned())
+        // A symlink's blob is its target path: bounded by what a path can be.
+        let max_bytes = if mode.is_link() {
+            MAX_LINK_TARGET_BYTES
+        } else {
+            max_bytes
+        };
+        match read_blob(&self.repo, entry.object_id(), max_bytes) {
+            Ok(Blob::Bytes(bytes)) if mode.is_link() => {
+                FileRead::Symlink(String::from_utf8_lossy(&bytes).into_owned())
             }
-            Ok(object) => FileRead::File(object.data.clone()),
-            Err(error) => FileRead::Error(error.to_string()),
+            Ok(Blob::Bytes(bytes)) => FileRead::File(bytes),
+            Ok(Blob::TooLarge(size)) if mode.is_link() => FileRead::Error(format!(
+                "a symlink whose target is {size} bytes long; at most {MAX_LINK_TARGET_BYTES} are read"
+            )),
+            Ok(Blob::TooLarge(size)) => FileRead::TooLarge(size),
+            Err(error) => FileRead::Error(error),
         }
     }
 }

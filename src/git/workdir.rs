@@ -58,9 +58,19 @@ pub fn read_workdir(root: &Path, paths: &[String]) -> Result<Snapshot> {
                 "manifest is a symlink; manifests must be regular files in the repo".to_owned(),
             )),
             Entry::File => {
-                let contents = fs::read(root.join(&path))
-                    .map_err(|error| read_error(format!("{path}: {error}")))?;
-                files.push(SourceFile { path, contents });
+                match read_bounded(&root.join(&path), crate::model::MAX_MANIFEST_BYTES)
+                    .map_err(|error| read_error(format!("{path}: {error}")))?
+                {
+                    FileRead::TooLarge(size) => refused.push((
+                        path,
+                        format!(
+                            "manifest is {size} bytes; at most {} bytes are read (split it into several files)",
+                            crate::model::MAX_MANIFEST_BYTES
+                        ),
+                    )),
+                    FileRead::File(contents) => files.push(SourceFile { path, contents }),
+                    _ => {}
+                }
             }
             Entry::Dir => {}
         }
@@ -99,15 +109,44 @@ pub fn read_workdir_triggers(root: &Path) -> Result<super::TriggerFiles> {
                     .to_owned(),
             )),
             Entry::File => {
-                let contents = fs::read(root.join(&path))
-                    .map_err(|error| read_error(format!("{path}: {error}")))?;
-                files.push(SourceFile { path, contents });
+                match read_bounded(&root.join(&path), crate::model::MAX_TRIGGER_FILE_BYTES)
+                    .map_err(|error| read_error(format!("{path}: {error}")))?
+                {
+                    FileRead::TooLarge(size) => refused.push((
+                        path,
+                        format!(
+                            "trigger file is {size} bytes; at most {} are read",
+                            crate::model::MAX_TRIGGER_FILE_BYTES
+                        ),
+                    )),
+                    FileRead::File(contents) => files.push(SourceFile { path, contents }),
+                    _ => {}
+                }
             }
             Entry::Dir => {}
         }
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok((files, refused))
+}
+
+/// The file at `path` when it is at most `max_bytes` long (`File`), else its size
+/// (`TooLarge`): the size is taken from the file system first, and no more than `max_bytes`
+/// + 1 bytes are read even if the file grows meanwhile.
+fn read_bounded(path: &Path, max_bytes: u64) -> std::io::Result<FileRead> {
+    use std::io::Read as _;
+    let file = fs::File::open(path)?;
+    let size = file.metadata()?.len();
+    if size > max_bytes {
+        return Ok(FileRead::TooLarge(size));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    file.take(max_bytes.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max_bytes {
+        return Ok(FileRead::TooLarge(bytes.len() as u64));
+    }
+    Ok(FileRead::File(bytes))
 }
 
 enum Entry {
@@ -161,7 +200,7 @@ impl WorkdirFiles {
 }
 
 impl FileSource for WorkdirFiles {
-    fn read(&self, path: &str) -> FileRead {
+    fn read(&self, path: &str, max_bytes: u64) -> FileRead {
         // The manifest stage hands over normalised repo-relative paths; refuse anything else.
         if path.split('/').any(|part| part == ".." || part.is_empty()) || path.starts_with('/') {
             return FileRead::Error(format!("{path:?} is not a normalised repo path"));
@@ -181,10 +220,10 @@ impl FileSource for WorkdirFiles {
         if !metadata.is_file() {
             return FileRead::NotAFile;
         }
-        match fs::read(&full) {
-            Ok(bytes) => FileRead::File(bytes),
-            Err(error) => FileRead::Error(error.to_string()),
+        if metadata.len() > max_bytes {
+            return FileRead::TooLarge(metadata.len());
         }
+        read_bounded(&full, max_bytes).unwrap_or_else(|error| FileRead::Error(error.to_string()))
     }
 }
 
@@ -213,14 +252,23 @@ mod tests {
         assert_eq!(snapshot.refused.len(), 1);
         assert_eq!(snapshot.refused[0].0, "deploy/evil.hcl");
         let files = WorkdirFiles::new(dir.path());
-        assert_eq!(files.read("deploy/a.hcl"), FileRead::File(b"x".to_vec()));
         assert_eq!(
-            files.read("deploy/evil.hcl"),
+            files.read("deploy/a.hcl", 64),
+            FileRead::File(b"x".to_vec())
+        );
+        assert_eq!(
+            files.read("deploy/evil.hcl", 64),
             FileRead::Symlink("/etc/hostname".into())
         );
-        assert_eq!(files.read("nope"), FileRead::Missing);
-        assert_eq!(files.read("deploy"), FileRead::NotAFile);
-        assert!(matches!(files.read("../x"), FileRead::Error(_)));
+        assert_eq!(files.read("nope", 64), FileRead::Missing);
+        fs::write(dir.path().join("deploy/big.txt"), [b'x'; 65])?;
+        assert_eq!(files.read("deploy/big.txt", 64), FileRead::TooLarge(65));
+        assert_eq!(
+            files.read("deploy/big.txt", 65),
+            FileRead::File(vec![b'x'; 65])
+        );
+        assert_eq!(files.read("deploy", 64), FileRead::NotAFile);
+        assert!(matches!(files.read("../x", 64), FileRead::Error(_)));
         let missing = read_workdir(dir.path(), &["nowhere".into()])?;
         assert_eq!(missing.refused[0].0, "nowhere");
         Ok(())

@@ -22,8 +22,8 @@ pub use hosts::HostSelection;
 pub use policy::Policy;
 pub use ports::{PortMapping, parse_ports};
 pub use snapshot::{
-    FileRead, FileSource, MANIFEST_EXTENSIONS, MemoryFiles, Snapshot, SourceFile, TRIGGER_DIR,
-    is_manifest_path, is_trigger_path,
+    FileRead, FileSource, MANIFEST_EXTENSIONS, MAX_MANIFEST_BYTES, MAX_TRIGGER_FILE_BYTES,
+    MemoryFiles, Snapshot, SourceFile, TRIGGER_DIR, is_manifest_path, is_trigger_path,
 };
 pub use units::{parse_cpus, parse_docker_size, parse_go_duration, parse_memory, parse_ulimit};
 

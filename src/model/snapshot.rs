@@ -6,6 +6,14 @@
 
 use super::CommitSha;
 
+/// The largest manifest file read, in bytes. A larger one is refused from its size in the
+/// object header (or the file system), before any of it is read.
+pub const MAX_MANIFEST_BYTES: u64 = 8 * 1024 * 1024;
+
+/// The largest trigger file (`.voodu/**/*.yml`) read, in bytes; a larger one is refused
+/// unread, as a larger manifest is.
+pub const MAX_TRIGGER_FILE_BYTES: u64 = 64 * 1024;
+
 /// File extensions voodu reads as HCL manifests (compared lower-cased).
 pub const MANIFEST_EXTENSIONS: &[&str] = &["hcl", "voodu", "vdu", "vd"];
 
@@ -69,6 +77,9 @@ impl Snapshot {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FileRead {
     File(Vec<u8>),
+    /// A file larger than the reader was asked to read: its size in bytes, from the object
+    /// header or the file system. None of its content was read.
+    TooLarge(u64),
     /// A symlink and its target as written (relative or absolute).
     Symlink(String),
     Missing,
@@ -79,15 +90,18 @@ pub enum FileRead {
 
 /// Read access to the files of one repo state (a commit's tree, or a working directory), for
 /// `file()` and `env_file`. Paths are repo-relative with `/` separators, already normalised.
+///
+/// Every read is bounded: a file larger than `max_bytes` is [`FileRead::TooLarge`], told
+/// from its size before any content is read.
 pub trait FileSource {
-    fn read(&self, path: &str) -> FileRead;
+    fn read(&self, path: &str, max_bytes: u64) -> FileRead;
 
     /// Reads `path` on behalf of the manifest file `manifest_path`. A source whose manifests
     /// come from several commits (deploy triggers keep each trigger's files at the commit it
     /// last fired) reads at that manifest's commit; every other source reads `path`.
-    fn read_for(&self, manifest_path: &str, path: &str) -> FileRead {
+    fn read_for(&self, manifest_path: &str, path: &str, max_bytes: u64) -> FileRead {
         let _ = manifest_path;
-        self.read(path)
+        self.read(path, max_bytes)
     }
 }
 
@@ -118,7 +132,13 @@ impl MemoryFiles {
 }
 
 impl FileSource for MemoryFiles {
-    fn read(&self, path: &str) -> FileRead {
-        self.entries.get(path).cloned().unwrap_or(FileRead::Missing)
+    fn read(&self, path: &str, max_bytes: u64) -> FileRead {
+        match self.entries.get(path) {
+            Some(FileRead::File(bytes)) if bytes.len() as u64 > max_bytes => {
+                FileRead::TooLarge(bytes.len() as u64)
+            }
+            Some(read) => read.clone(),
+            None => FileRead::Missing,
+        }
     }
 }

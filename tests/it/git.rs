@@ -526,3 +526,147 @@ deployment "prod" "web" {
     );
     Ok(())
 }
+
+/// Truncates the loose object of `rev` in the bare repository `git_dir` to its first 64 bytes:
+/// its header (type and size) still reads, its content no longer does.
+fn cut_loose_object(git_dir: &std::path::Path, rev: &str) -> TestResult<String> {
+    let id = crate::support::repo::git(git_dir, &["rev-parse", rev])?;
+    let path = git_dir.join("objects").join(&id[..2]).join(&id[2..]);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)?
+        .set_len(64)?;
+    Ok(id)
+}
+
+/// Issue 23, item 6: a blob's size comes from its object header, before any content. The
+/// oversized blobs here are cut short in the mirror (`cut_loose_object`): reading their
+/// content fails, so a refusal that names their full size proves it was told from the header
+/// alone, and nothing read them.
+#[test]
+fn oversized_blobs_are_refused_from_their_header_without_reading_them() -> TestResult {
+    use voodu_agent::manifest::{self, LoadOptions};
+    use voodu_agent::model::{FileRead, FileSource, MAX_MANIFEST_BYTES, MAX_TRIGGER_FILE_BYTES};
+
+    let repo = TempRepo::new()?;
+    repo.write(
+        "app.hcl",
+        "asset \"s\" \"big\" {\n  k = file(\"big.bin\")\n}\n",
+    )?;
+    repo.write("big.bin", &"x".repeat(5_000_000))?;
+    repo.write(
+        "huge.hcl",
+        &"#\n".repeat(MAX_MANIFEST_BYTES as usize / 2 + 1),
+    )?;
+    repo.write(
+        ".voodu/deploy.yml",
+        &"#\n".repeat(MAX_TRIGGER_FILE_BYTES as usize / 2 + 1),
+    )?;
+    let sha = repo.commit("three oversized blobs")?;
+    let data = tempfile::tempdir()?;
+    let mirror = data.path().join("repo.git");
+    crate::support::repo::git(
+        repo.root(),
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            "--local",
+            &repo.work().display().to_string(),
+            &mirror.display().to_string(),
+        ],
+    )?;
+    for rev in ["HEAD:big.bin", "HEAD:huge.hcl", "HEAD:.voodu/deploy.yml"] {
+        let id = cut_loose_object(&mirror, rev)?;
+        // The header reads, the content does not: a read of it would fail.
+        assert!(crate::support::repo::git(&mirror, &["cat-file", "-s", &id]).is_ok());
+        assert!(
+            crate::support::repo::git(&mirror, &["cat-file", "blob", &id]).is_err(),
+            "{rev} must be unreadable"
+        );
+    }
+    // The mirror is there already: nothing is fetched.
+    let source = Source::new(options(repo.url(), &[]), data.path());
+    let sha = voodu_agent::model::CommitSha::new(sha);
+
+    let snapshot = source.read_snapshot(&sha)?;
+    let read: Vec<&str> = snapshot
+        .files
+        .iter()
+        .map(|file| file.path.as_str())
+        .collect();
+    assert_eq!(read, ["app.hcl"]);
+    assert_eq!(
+        snapshot.refused,
+        [(
+            "huge.hcl".to_owned(),
+            "manifest is 8388610 bytes; at most 8388608 bytes are read (split it into several files)"
+                .to_owned()
+        )]
+    );
+    let (triggers, refused) = source.read_trigger_files(&sha)?;
+    assert!(triggers.is_empty());
+    assert_eq!(
+        refused,
+        [(
+            ".voodu/deploy.yml".to_owned(),
+            "trigger file is 65538 bytes; at most 65536 are read".to_owned()
+        )]
+    );
+
+    let files = source.files_at(&sha)?;
+    assert_eq!(
+        files.read("big.bin", 1024 * 1024),
+        FileRead::TooLarge(5_000_000)
+    );
+    // Allowed to read it, the reader finds the content cut: the refusal above never got there.
+    assert!(
+        matches!(files.read("big.bin", 5_000_000), FileRead::Error(_)),
+        "{:?}",
+        files.read("big.bin", 5_000_000)
+    );
+
+    let load = LoadOptions {
+        files: &files,
+        ..LoadOptions::standalone()
+    };
+    let snapshot = voodu_agent::model::Snapshot {
+        refused: Vec::new(),
+        ..snapshot
+    };
+    let diagnostics = manifest::load(&snapshot, &load).expect_err("file() over the limit");
+    assert_eq!(
+        diagnostics.to_string(),
+        "app.hcl:2:7: file(): \"big.bin\" is 5000000 bytes; the limit is 1048576 bytes (--max-file-size)"
+    );
+    Ok(())
+}
+
+/// The same refusals through a real fetch and sync: the commit is rejected with each path.
+#[test]
+fn a_file_over_the_limit_and_an_oversized_manifest_reject_the_commit() -> TestResult {
+    let repo = TempRepo::new()?;
+    repo.write(
+        "app.hcl",
+        "asset \"s\" \"big\" {\n  k = file(\"big.bin\")\n}\n",
+    )?;
+    repo.write("big.bin", &"x".repeat(1024 * 1024 + 1))?;
+    repo.write(
+        "huge.hcl",
+        &"#\n".repeat(voodu_agent::model::MAX_MANIFEST_BYTES as usize / 2 + 1),
+    )?;
+    let sha = repo.commit("oversized")?;
+    let agent = Agent::new(&repo, &[])?;
+
+    let diagnostics = agent.sync_rejected(&sha)?;
+
+    assert_eq!(
+        diagnostics,
+        [
+            "app.hcl:2:7: file(): \"big.bin\" is 1048577 bytes; the limit is 1048576 bytes (--max-file-size)",
+            "huge.hcl:1:1: manifest is 8388610 bytes; at most 8388608 bytes are read (split it into several files)",
+        ]
+    );
+    assert!(agent.desired()?.is_empty());
+    Ok(())
+}

@@ -42,7 +42,17 @@ impl LoadEnv<'_> {
             return Read::Refused(format!("{path:?} leads out of the repo"));
         };
         for _ in 0..=MAX_SYMLINKS {
-            match self.files.read_for(manifest_path, &resolved) {
+            match self
+                .files
+                .read_for(manifest_path, &resolved, self.max_file_bytes)
+            {
+                // Told from the object header: none of it was read.
+                FileRead::TooLarge(size) => {
+                    return Read::Refused(format!(
+                        "{path:?} is {size} bytes; the limit is {} bytes (--max-file-size)",
+                        self.max_file_bytes
+                    ));
+                }
                 FileRead::File(bytes) => {
                     let size = bytes.len() as u64;
                     if size > self.max_file_bytes {

@@ -29,7 +29,7 @@ use yaml::{Node, Value};
 /// voodu reads at most this many trigger files; the agent refuses a commit with more.
 pub const MAX_TRIGGER_FILES: usize = 20;
 /// Largest trigger file accepted, in bytes.
-pub const MAX_TRIGGER_FILE_BYTES: usize = 64 * 1024;
+pub const MAX_TRIGGER_FILE_BYTES: usize = crate::model::MAX_TRIGGER_FILE_BYTES as usize;
 /// Most patterns one `branches`, `tags` or `paths` list may hold.
 pub const MAX_PATTERNS: usize = 100;
 /// Longest trigger name, in bytes.
