@@ -516,7 +516,12 @@ async fn run_until<R: Runtime>(
         store: store.clone(),
         runtime,
         metrics: metrics.clone(),
-        assets_root: crate::assets::assets_root(&config.data_dir),
+        // Absolute: asset files are bind sources, and Docker takes a relative source for a
+        // volume's name (the gate's own paths are absolute too).
+        assets_root: {
+            let root = crate::assets::assets_root(&config.data_dir);
+            std::path::absolute(&root).unwrap_or(root)
+        },
         tracker: tracker.clone(),
         handles: reconcile::Handles::default(),
     };
