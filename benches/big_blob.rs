@@ -296,18 +296,7 @@ impl InProcess {
             Some(listener),
             shutdown.clone().cancelled_owned(),
         ));
-        let started = Instant::now();
-        let store = loop {
-            if let Ok(store) = Store::open_read_only(&state_db)
-                && store.commit_summary().is_ok()
-            {
-                break store;
-            }
-            if started.elapsed() > Duration::from_secs(60) {
-                return Err("the agent never opened its store".into());
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        };
+        let store = support::store_once_opened(&state_db).await?;
         Ok(InProcess {
             store,
             address,

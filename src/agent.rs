@@ -392,7 +392,6 @@ fn wal_of(db: &std::path::Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// The agent on `runtime` until `shutdown` is cancelled.
 /// The gate every request of this agent passes: its host policy, with its data dir
 /// protected, and the paths the agent itself mounts (asset files, the ingress's directories).
 fn sink_gate(config: &AgentConfig) -> Gate {
@@ -418,6 +417,7 @@ fn sink_gate(config: &AgentConfig) -> Gate {
     Gate::new(policy, owned)
 }
 
+/// The agent on `runtime` until `shutdown` is cancelled.
 async fn run_until<R: Runtime>(
     config: AgentConfig,
     runtime: Arc<R>,

@@ -735,15 +735,10 @@ fn bind_refusals_on_this_host(
             .iter()
             .filter_map(|volume| manifest::bind_source(volume, &data_dir))
         {
-            let refusal = match resolve_on_host(std::path::Path::new(&source)) {
-                Ok(resolved) if resolved == source => continue,
-                Ok(resolved) => policy.host_bind_refusal(&resolved, &owned).map(|refusal| {
-                    format!("bind mount of {source} resolves to {resolved} on this host: {refusal}")
-                }),
-                Err(why) => Some(format!(
-                    "bind mount of {source} is refused by the host policy: {why}"
-                )),
-            };
+            // The manifest stage judged `source` as written: what is left is where it leads.
+            let refusal = policy.resolved_bind_refusal(&source, &owned, |path| {
+                resolve_on_host(std::path::Path::new(path))
+            });
             if let Some(message) = refusal {
                 refusals.push(Diagnostic {
                     message,

@@ -469,3 +469,19 @@ pub async fn remove_scope(docker: &Docker, scope: &str) -> Result {
     }
     Ok(())
 }
+
+/// The store of an agent started in process, once the agent has opened (and made) it.
+pub async fn store_once_opened(state_db: &Path) -> Result<voodu_agent::store::Store> {
+    let started = Instant::now();
+    loop {
+        if let Ok(store) = voodu_agent::store::Store::open_read_only(state_db)
+            && store.commit_summary().is_ok()
+        {
+            return Ok(store);
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            return Err("the agent never opened its store".into());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

@@ -108,7 +108,7 @@ fn boolish() -> clap::builder::BoolishValueParser {
 }
 
 /// The data dir of the packaged service (`StateDirectory=voodu-agent`).
-const SERVICE_DATA_DIR: &str = "/var/lib/voodu-agent";
+const SERVICE_DATA_DIR: &str = crate::manifest::DEFAULT_DATA_DIR;
 
 #[derive(Debug, Subcommand)]
 enum Command {

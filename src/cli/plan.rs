@@ -127,9 +127,7 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
     )? {
         Ok(planned) => planned,
         Err(problems) => {
-            for problem in &problems {
-                eprintln!("{}", escape(&problem.to_string()));
-            }
+            eprint_escaped(&problems);
             eprintln!(
                 "plan: {} error(s) in the trigger files; the agent would reject this commit and keep running the last good one",
                 problems.len()
@@ -159,9 +157,7 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
     ) {
         Ok(manifest) => manifest,
         Err(diagnostics) => {
-            for diagnostic in &diagnostics.0 {
-                eprintln!("{}", escape(&diagnostic.to_string()));
-            }
+            eprint_escaped(&diagnostics.0);
             eprintln!(
                 "plan: {} error(s) in {}; the agent would reject this commit and keep running the last good one",
                 diagnostics.0.len(),
@@ -173,7 +169,7 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
     // The gate the agent runs at the sink, on the requests it would send.
     let refused = crate::reconcile::requests::sink_refusals_under(&manifest, &policy);
     if !refused.is_empty() {
-        eprintln!("{}", manifest::Diagnostics(refused));
+        eprint_escaped(&refused);
         eprintln!(
             "plan: the host policy refuses what {} would send to the engine; the agent would not create it",
             snapshot.commit
@@ -186,9 +182,7 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
     if !keyring.is_empty() {
         let refusals = crate::sync::sealed_refusals(&manifest, &keyring);
         if !refusals.is_empty() {
-            for refusal in &refusals {
-                eprintln!("{}", escape(&refusal.to_string()));
-            }
+            eprint_escaped(&refusals);
             eprintln!(
                 "plan: the agent would reject {} and keep running the last good one",
                 snapshot.commit
@@ -273,6 +267,13 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
 
 /// The snapshot to plan and the files `file()` may read beside it.
 /// The policy flags or file when given, else the agent's recorded policy, else the default.
+/// Prints each problem on its own line of stderr, data from the repo escaped.
+fn eprint_escaped(problems: &[impl std::fmt::Display]) {
+    for problem in problems {
+        eprintln!("{}", escape(&problem.to_string()));
+    }
+}
+
 fn host_policy(args: &PlanArgs, store: Option<&Store>, data_dir: &Path) -> anyhow::Result<Policy> {
     if args.policy.given() {
         return args.policy.to_policy_for(data_dir);

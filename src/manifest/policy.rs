@@ -17,8 +17,8 @@ use crate::model::{DockerOptions, resolve_asset_refs};
 
 pub use crate::model::policy::Policy;
 
-/// The data dir `validate` and tests judge asset paths under when the policy names none (the
-/// agent's default).
+/// The service's data dir (`StateDirectory=voodu-agent`), also the one `validate` and tests
+/// judge asset paths under when the policy names none.
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/voodu-agent";
 
 /// Every refusal of `resource` under `policy`. `locations` maps a field (`volumes`,

@@ -280,6 +280,29 @@ impl Policy {
         self.bind_refusal(source)
     }
 
+    /// Why a bind of `folded` (absolute, folded as Docker folds it) is refused once `resolve`
+    /// has followed its symlinks on the host, or `None`; a path `resolve` cannot follow is
+    /// refused. The sink's gate and the sync stage judge host binds with this one rule.
+    pub fn resolved_bind_refusal(
+        &self,
+        folded: &str,
+        owned: &OwnedPaths,
+        resolve: impl FnOnce(&str) -> Result<String, String>,
+    ) -> Option<String> {
+        match resolve(folded) {
+            Ok(resolved) => self.host_bind_refusal(&resolved, owned).map(|refusal| {
+                if resolved == folded {
+                    refusal
+                } else {
+                    format!("bind mount of {folded} resolves to {resolved} on this host: {refusal}")
+                }
+            }),
+            Err(why) => Some(format!(
+                "bind mount of {folded} is refused by the host policy: {why}"
+            )),
+        }
+    }
+
     /// Why `network_mode = mode` is refused (`host`, `container:…`), or `None`.
     pub fn network_mode_refusal(&self, mode: &str) -> Option<String> {
         match mode {

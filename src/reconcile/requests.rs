@@ -71,7 +71,7 @@ pub fn container_requests(
 /// What the sink would refuse of `manifest`'s requests, located at each resource's block. A
 /// manifest the manifest stage accepted under the same policy has none: a refusal here is a
 /// value that walked around that check, and the sink would stop it.
-pub fn sink_refusals(manifest: &Manifest, gate: &Gate, assets_root: &Path) -> Vec<Diagnostic> {
+fn sink_refusals(manifest: &Manifest, gate: &Gate, assets_root: &Path) -> Vec<Diagnostic> {
     let mut refusals = Vec::new();
     for resource in &manifest.resources {
         for request in container_requests(resource, assets_root) {

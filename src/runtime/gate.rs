@@ -55,20 +55,10 @@ impl Gate {
             let Some(folded) = normalize_path(bind_source_text(bind)) else {
                 continue;
             };
-            match resolve(&folded) {
-                Ok(resolved) => {
-                    if let Some(refusal) = self.policy.host_bind_refusal(&resolved, &self.owned) {
-                        refusals.push(if resolved == folded {
-                            refusal
-                        } else {
-                            format!("bind mount of {folded} resolves to {resolved} on this host: {refusal}")
-                        });
-                    }
-                }
-                Err(why) => refusals.push(format!(
-                    "bind mount of {folded} is refused by the host policy: {why}"
-                )),
-            }
+            refusals.extend(
+                self.policy
+                    .resolved_bind_refusal(&folded, &self.owned, resolve),
+            );
         }
         refusals.extend(self.policy.network_mode_refusal(&spec.network_mode));
         for network in &spec.networks {

@@ -477,20 +477,8 @@ fn human_outputs_escape_terminal_control_characters() -> TestResult {
     const NASTY: &str = "\x1b[2J\x07";
     const SHOWN: &str = "\\x1b[2J\\x07";
     let data = tempfile::tempdir()?;
+    crate::support::state_with_one_deployment(data.path(), "a")?;
     let store = Store::open(&data.path().join("state.db"))?;
-    let good = CommitSha::new("a".repeat(40));
-    let snapshot = Snapshot {
-        commit: good.clone(),
-        files: vec![SourceFile {
-            path: "web.hcl".into(),
-            contents: b"deployment \"s\" \"web\" {\n  image = \"busybox\"\n}\n".to_vec(),
-        }],
-        refused: Vec::new(),
-    };
-    store.apply_commit(
-        &good,
-        &manifest::load(&snapshot, &manifest::LoadOptions::standalone())?,
-    )?;
     let key =
         voodu_agent::model::ResourceKey::new(voodu_agent::model::Kind::Deployment, "s", "web");
     let desired = store.desired(&key)?.ok_or("web is desired")?;
