@@ -252,7 +252,7 @@ impl CronTimes {
 /// handler moves it on; it is requeued once per fire time, and again every `MAX_SLEEP`
 /// while its handler keeps failing before it decides.
 pub(crate) async fn schedule<R: Runtime>(ctx: Arc<Ctx<R>>, shutdown: CancellationToken) {
-    let times = &ctx.jobs.cron;
+    let times = ctx.runs.cron();
     let mut requeued: BTreeMap<ResourceKey, (i64, tokio::time::Instant)> = BTreeMap::new();
     loop {
         let changed = times.changed.notified();

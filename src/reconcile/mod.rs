@@ -29,7 +29,6 @@ mod error;
 pub mod gate;
 mod handlers;
 mod images;
-mod jobs;
 pub mod notify;
 pub mod plan;
 mod probes;
@@ -39,6 +38,7 @@ mod retry;
 mod rollout_state;
 pub mod router;
 mod routes;
+mod runs;
 pub mod wake;
 
 pub use action::Action;
@@ -58,8 +58,8 @@ use crate::metrics::Metrics;
 use crate::model::{Kind, ResourceKey};
 use crate::runtime::{Runtime, labels};
 use crate::store::{FailureReason, Phase, ResourceStatus, Store, now_unix};
-use jobs::Jobs;
 use queue::KeyedQueue;
+use runs::Runs;
 
 /// The journal consumer name under which the cursor is persisted.
 pub const CURSOR: &str = "reconciler";
@@ -200,11 +200,12 @@ pub(crate) struct Ctx<R: Runtime> {
     notifier: notify::Notifier,
     requeue: wake::Requeue,
     router: wake::RouterWake,
-    /// Fires when the agent stops: long waits in handlers (init containers, jobs, hooks)
-    /// give up on it.
+    /// Fires when the agent stops: the waiters of one-shot runs give up on it (their units
+    /// go on, for the next start to pick up).
     shutdown: CancellationToken,
-    /// Waiters of running job runs and the cronjobs' next fire times.
-    jobs: Jobs,
+    /// Waiters of running one-shot units (inits, hooks, job runs), and the cronjobs' next
+    /// fire times.
+    runs: Runs,
     /// What handlers remember between passes (rollout clocks, crash-loop back-offs); lost on
     /// restart by design, rebuilt from the store and the host.
     memory: Memory,
@@ -237,7 +238,7 @@ impl<R: Runtime> Ctx<R> {
             requeue: deps.handles.requeue,
             router: deps.handles.router,
             shutdown,
-            jobs: Jobs::new(deps.tracker),
+            runs: Runs::new(deps.tracker),
             memory: Memory::default(),
         }
     }

@@ -26,6 +26,8 @@ pub const PROBES: &str = "voodu.probes";
 /// Job runs and cronjob ticks: the agent's spec hash of the job they ran (voodu puts no
 /// `voodu.manifest_hash` on them).
 pub const SPEC_HASH: &str = "voodu.spec_hash";
+/// Init containers: which attempt of the init this container is (1 for the first).
+pub const ATTEMPT: &str = "voodu.attempt";
 /// Which agent (data dir) owns the container.
 pub const AGENT: &str = "voodu.agent";
 /// The canonical path of the data dir of the agent that created the container or volume:

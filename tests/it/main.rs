@@ -32,6 +32,7 @@ mod process;
 mod reconcile;
 mod refusal_docker;
 mod registry_docker;
+mod runs;
 mod service;
 mod signed;
 mod slow_clients;

@@ -153,19 +153,22 @@ async fn pods_get_ordinal_names_labels_aliases_env_and_volumes() -> TestResult {
         .collect();
         assert_eq!(volume.labels, expected);
     }
-    // Volumes, then the init chain, then the pod; pod 0 before pod 1.
+    // Volumes, then the init chain, then the pod; pod 0 before pod 1. The init's end queues
+    // the pass that creates the pod (which ensures the volumes again).
     assert_eq!(
         changes_since(&harness, 0),
         [
             "ensure_volume voodu-data-db-data-0",
             "create data-db-init-seed-0",
             "start data-db-init-seed-0",
+            "ensure_volume voodu-data-db-data-0",
             "remove data-db-init-seed-0",
             "create data-db.0",
             "start data-db.0",
             "ensure_volume voodu-data-db-data-1",
             "create data-db-init-seed-1",
             "start data-db-init-seed-1",
+            "ensure_volume voodu-data-db-data-1",
             "remove data-db-init-seed-1",
             "create data-db.1",
             "start data-db.1",
@@ -367,6 +370,8 @@ async fn a_spec_change_replaces_pods_top_down_with_names_volumes_and_init_kept()
             format!("remove data-db.{ordinal}"),
             format!("ensure_volume voodu-data-db-data-{ordinal}"),
             format!("create data-db-init-seed-{ordinal}"),
+            // The init's end queues the pass that creates the pod.
+            format!("ensure_volume voodu-data-db-data-{ordinal}"),
             format!("remove data-db-init-seed-{ordinal}"),
             format!("create data-db.{ordinal}"),
             format!("start data-db.{ordinal}"),

@@ -61,7 +61,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) 
     let (schedule, forbid) = match checked {
         Ok(checked) => checked,
         Err(message) => {
-            ctx.jobs.cron.set(key, None);
+            ctx.runs.cron().set(key, None);
             let error = Error::Permanent {
                 key: key.clone(),
                 reason: FailureReason::Schedule,
@@ -110,7 +110,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) 
         })
         .await?;
     }
-    ctx.jobs.cron.set(key, decision.state.next_run);
+    ctx.runs.cron().set(key, decision.state.next_run);
     let mut skipped = skip_events(ctx, key, &decision, &runs, now.timestamp());
     let result = match decision.fire {
         Some(scheduled_at) => {

@@ -19,15 +19,18 @@
 //! or a permanent error, and is then rolled back automatically (`rollout`); a crashed replica
 //! is started again with a back-off (`gate::CrashLoops`), and status says so.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use futures_util::StreamExt as _;
 use futures_util::future::BoxFuture;
 
 use super::container::{Identity, Launch, aliases};
 use super::hooks::HookSet;
-use super::launch::{EnvSource, build_spec, create_and_start, identity_vars, run_init_chain};
-use super::replicas::{BackingOff, Observed, start_again};
+use super::launch::{
+    EnvSource, Inits, advance_inits, build_spec, create_and_start, drop_inits, identity_vars,
+    inits_in_flight,
+};
+use super::replicas::{Observed, Waits, start_again};
 use super::replicated::{self, Replicated, drain_and_remove};
 use super::rollout::Report;
 use crate::manifest::spec::{Container as ContainerSpec, DeploymentSpec, Drain, Init, Spec};
@@ -169,14 +172,14 @@ impl<R: Runtime> Replicated<R> for Deployment<'_> {
         ctx: &'a Ctx<R>,
         steps: &'a [Step],
         observed: &'a Observed,
-        backing_off: &'a mut BackingOff,
+        waits: &'a mut Waits,
     ) -> BoxFuture<'a, Result<()>> {
         let taken: BTreeSet<String> = observed
             .actual
             .iter()
             .map(|container| container.name.clone())
             .collect();
-        Box::pin(execute(ctx, self, steps, taken, backing_off))
+        Box::pin(execute(ctx, self, steps, taken, waits))
     }
 
     fn detail<'a>(
@@ -230,49 +233,63 @@ pub(super) fn with_detail(
 }
 
 /// Runs the gated steps. Crashed replicas whose back-off is still running are skipped and
-/// listed in `backing_off`.
+/// listed in `waits`, as are new replicas whose init containers run.
 async fn execute<R: Runtime>(
     ctx: &Ctx<R>,
     work: &Deployment<'_>,
     steps: &[Step],
     mut taken: BTreeSet<String>,
-    backing_off: &mut BackingOff,
+    waits: &mut Waits,
 ) -> Result<()> {
     let key = &work.desired.key;
+    let creates = steps
+        .iter()
+        .any(|step| matches!(step, Step::Create | Step::Replace { .. }));
+    // Replicas whose init containers are in flight are the first this pass creates; those
+    // no create takes up any more (scaled down meanwhile) go at the end.
+    let mut in_flight = if creates || !work.spec.inits.is_empty() {
+        let app = key.app_id();
+        inits_in_flight(ctx, key, work.desired.spec_hash.as_str(), |replica| {
+            taken.contains(&format!("{app}.{replica}"))
+        })
+        .await?
+    } else {
+        BTreeMap::new()
+    };
     let n_creates = steps
         .iter()
         .filter(|step| matches!(step, Step::Create))
         .count();
     let mut creates_done = false;
+    let mut slots = Slots {
+        taken: &mut taken,
+        in_flight: &mut in_flight,
+        waits,
+    };
     for step in steps {
         match step {
             // The plan lists creates together; they run as one batch at the first of them.
             Step::Create if creates_done => {}
             Step::Create => {
                 creates_done = true;
-                let names = create_replicas(ctx, work, n_creates, &mut taken).await?;
-                tracing::info!(%key, containers = ?names, "replicas created");
+                let names = create_replicas(ctx, work, n_creates, &mut slots).await?;
+                if !names.is_empty() {
+                    tracing::info!(%key, containers = ?names, "replicas created");
+                }
             }
-            Step::Start { id, name } => start_again(ctx, key, id, name, backing_off).await?,
+            Step::Start { id, name } => start_again(ctx, key, id, name, slots.waits).await?,
             Step::Replace { surge: true, .. } => {
-                let new_name = create_replicas(ctx, work, 1, &mut taken)
-                    .await?
-                    .into_iter()
-                    .next()
-                    .unwrap_or_default();
                 // Which outdated replica goes is decided when the successor is ready (the
                 // `retired` line names it): the planned name is only the slot's place in the
                 // roll, the same at every slot, so it is not logged as the old replica.
-                tracing::info!(%key, new = %new_name, "successor started (surge); an outdated replica is retired once it is ready");
+                if let Some(new_name) = create_replicas(ctx, work, 1, &mut slots).await?.pop() {
+                    tracing::info!(%key, new = %new_name, "successor started (surge); an outdated replica is retired once it is ready");
+                }
             }
             Step::Replace { id, name, .. } => {
                 drain_and_remove(ctx, key, id, work.grace()).await?;
-                let new_name = create_replicas(ctx, work, 1, &mut taken)
-                    .await?
-                    .into_iter()
-                    .next()
-                    .unwrap_or_default();
-                tracing::info!(%key, old = %name, new = %new_name, "replica replaced");
+                let new_name = create_replicas(ctx, work, 1, &mut slots).await?.pop();
+                tracing::info!(%key, old = %name, new = ?new_name, "replica replaced");
             }
             Step::Remove { id, name } => {
                 drain_and_remove(ctx, key, id, work.grace()).await?;
@@ -284,37 +301,59 @@ async fn execute<R: Runtime>(
             }
         }
     }
+    for (replica, ids) in in_flight {
+        drop_inits(ctx, key, &replica, &ids).await?;
+    }
     Ok(())
 }
 
+/// What the creates of one pass draw on: the names taken, the replicas whose init containers
+/// are in flight (taken up first), and what is left waiting.
+struct Slots<'s> {
+    taken: &'s mut BTreeSet<String>,
+    in_flight: &'s mut BTreeMap<String, Vec<String>>,
+    waits: &'s mut Waits,
+}
+
 /// Creates and starts `n` new replicas concurrently (at most `create_concurrency` at once),
-/// each after its init containers; their readiness is the gate's business. Replica ids are
-/// unique among `taken` names, which grows by the new ones. Returns the new names; on
+/// each once its init containers succeeded: a replica whose inits still run is listed in
+/// `slots.waits` and created by a later pass (the inits' end queues it). Replicas whose inits
+/// are in flight come first; the others get ids unique among the names taken, which grow by
+/// the new ones. Their readiness is the gate's business. Returns the names created; on
 /// failure, the first error after every create has ended (replicas that did start stay and
 /// count next pass).
 async fn create_replicas<R: Runtime>(
     ctx: &Ctx<R>,
     work: &Deployment<'_>,
     n: usize,
-    taken: &mut BTreeSet<String>,
+    slots: &mut Slots<'_>,
 ) -> Result<Vec<String>> {
     let key = &work.desired.key;
+    let identity = |replica_id: String| Identity {
+        name: format!("{}.{replica_id}", key.app_id()),
+        kind: Kind::Deployment,
+        role: Kind::Deployment.as_str().to_owned(),
+        name_label: key.name.clone(),
+        replica_id,
+        ordinal: None,
+        spec_hash: Some(work.desired.spec_hash.to_string()),
+        release_id: Some(work.release_id.to_string()),
+        aliases: aliases(key, None),
+    };
     let mut identities = Vec::with_capacity(n);
     while identities.len() < n {
-        let replica_id = random_hex(2);
-        let name = format!("{}.{replica_id}", key.app_id());
-        if taken.insert(name.clone()) {
-            identities.push(Identity {
-                name,
-                kind: Kind::Deployment,
-                role: Kind::Deployment.as_str().to_owned(),
-                name_label: key.name.clone(),
-                replica_id,
-                ordinal: None,
-                spec_hash: Some(work.desired.spec_hash.to_string()),
-                release_id: Some(work.release_id.to_string()),
-                aliases: aliases(key, None),
-            });
+        let Some(replica_id) = slots.in_flight.keys().next().cloned() else {
+            break;
+        };
+        slots.in_flight.remove(&replica_id);
+        let pod = identity(replica_id);
+        slots.taken.insert(pod.name.clone());
+        identities.push(pod);
+    }
+    while identities.len() < n {
+        let pod = identity(random_hex(2));
+        if slots.taken.insert(pod.name.clone()) {
+            identities.push(pod);
         }
     }
     // Collected first: a lazy `map` closure inside the stream makes the handler future's
@@ -323,7 +362,7 @@ async fn create_replicas<R: Runtime>(
         .iter()
         .map(|identity| create_replica(ctx, work, identity))
         .collect();
-    let results: Vec<Result<String>> = futures_util::stream::iter(creates)
+    let results: Vec<Result<Created>> = futures_util::stream::iter(creates)
         .buffer_unordered(ctx.options.create_concurrency.max(1))
         .collect()
         .await;
@@ -331,7 +370,8 @@ async fn create_replicas<R: Runtime>(
     let mut first_error = None;
     for result in results {
         match result {
-            Ok(name) => names.push(name),
+            Ok(Created::Started(name)) => names.push(name),
+            Ok(Created::Waiting(what, wait)) => slots.waits.inits.push((what, wait)),
             Err(error) => {
                 first_error.get_or_insert(error);
             }
@@ -343,24 +383,35 @@ async fn create_replicas<R: Runtime>(
     Ok(names)
 }
 
-/// Runs one replica's init containers, then creates and starts it; a container that cannot
-/// start is removed again.
+/// What one create came to.
+enum Created {
+    Started(String),
+    /// Its init containers run (`Inits::Waiting`).
+    Waiting(String, Option<std::time::Duration>),
+}
+
+/// Moves one replica's init containers on and, once they all succeeded, creates and starts
+/// it; a container that cannot start is removed again.
 async fn create_replica<R: Runtime>(
     ctx: &Ctx<R>,
     work: &Deployment<'_>,
     identity: &Identity,
-) -> Result<String> {
+) -> Result<Created> {
     let key = &work.desired.key;
-    run_init_chain(
+    let inits = &work.spec.inits;
+    if let Inits::Waiting(what, wait) = advance_inits(
         ctx,
         key,
         identity,
         &work.spec.container,
         &work.launch,
-        &work.spec.inits,
+        inits,
     )
-    .await?;
+    .await?
+    {
+        return Ok(Created::Waiting(what, wait));
+    }
     let container = build_spec(ctx, key, identity, &work.spec.container, &work.launch)?;
     create_and_start(ctx, key, &container).await?;
-    Ok(container.name)
+    Ok(Created::Started(container.name))
 }

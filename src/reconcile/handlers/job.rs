@@ -11,7 +11,7 @@
 //!
 //! Invariants:
 //! - a handler never waits for a run: it starts the container, records the run `running`
-//!   (after the create, before the start), hands it to a waiter on `ctx.jobs` and returns;
+//!   (after the create, before the start), hands it to a waiter on `ctx.runs` and returns;
 //!   the waiter finishes the record (exit code, or "timed out after …" once `timeout` passed)
 //!   and requeues the key, whose handler removes the container of a run that ended while it
 //!   still runs (a timeout) and trims the history: waiters never change containers;
@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use super::container::{Identity, Launch, rfc3339_seconds};
 use super::launch::{EnvSource, build_spec, images_of, ready_to_create};
+use super::oneshot::{self, End};
 use crate::manifest::spec::{JobSpec, Spec};
 use crate::model::{ResourceKey, parse_go_duration, random_hex};
 use crate::reconcile::{Action, Ctx, Engine, Error, Result, blocking};
@@ -45,8 +46,6 @@ use crate::store::{
 pub(super) const LOG_LINES: usize = 50;
 /// At most this many bytes of those lines (their end) are kept.
 const LOG_BYTES: usize = 16 * 1024;
-/// Pause before asking an unavailable engine again about a run.
-const ENGINE_RETRY: Duration = Duration::from_secs(2);
 
 /// What the job handler does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -220,14 +219,6 @@ pub(super) async fn list_runs<R: Runtime>(
     }
 }
 
-/// Removes a run (its container, or under Swarm its service).
-async fn remove_run<R: Runtime>(ctx: &Ctx<R>, id: &str) -> crate::runtime::Result<()> {
-    match ctx.options.engine {
-        Engine::Containers => ctx.runtime.remove(id).await,
-        Engine::Swarm => ctx.runtime.remove_service(id).await,
-    }
-}
-
 /// The resource's runs, newest first.
 pub(super) async fn job_runs<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Vec<JobRun>> {
     let key = key.clone();
@@ -380,7 +371,7 @@ async fn start_container<R: Runtime>(
         return Ok(true);
     };
     tracing::warn!(%key, container = %run.container, %error, "run could not start");
-    let _ = remove_run(ctx, &run.container_id).await;
+    let _ = oneshot::remove(ctx, key, &run.container_id).await;
     let error = format!("cannot start {}: {error}", run.container);
     finish_record(ctx, run, Ended::failed(error)).await?;
     Ok(false)
@@ -398,8 +389,8 @@ pub(super) async fn settle_runs<R: Runtime>(
     timeout: Option<Duration>,
 ) -> Result<()> {
     // Read before the store: a waiter detaches only after finishing its record, so a run
-    // still `running` below and not attached here has no waiter.
-    let attached = ctx.jobs.attached();
+    // still `running` below whose unit is not attached here has no waiter.
+    let attached = ctx.runs.attached();
     let runs = job_runs(ctx, key).await?;
     // A run its record says has ended (its waiter saw the timeout pass) whose container still
     // runs: the handler, holding the key, stops and removes it; waiters only record and
@@ -409,22 +400,16 @@ pub(super) async fn settle_runs<R: Runtime>(
             container.name == run.container && container.state == ContainerState::Running
         }) {
             tracing::info!(%key, container = %run.container, "removing the container of a run that ended (timed out)");
-            remove_run(ctx, &container.id)
-                .await
-                .map_err(|source| Error::Runtime {
-                    key: key.clone(),
-                    source,
-                })?;
+            oneshot::remove(ctx, key, &container.id).await?;
         }
     }
-    for run in runs
-        .iter()
-        .filter(|run| run.status == RunStatus::Running && !attached.contains(&run.id))
-    {
+    for run in runs.iter().filter(|run| run.status == RunStatus::Running) {
         let Some(container) = actual
             .iter()
             .find(|container| container.name == run.container)
         else {
+            // Only the first end of a run counts: a waiter that saw its unit go records
+            // nothing more.
             tracing::warn!(%key, container = %run.container, "a running run's container is gone; recording it as failed");
             let run_ref = RunRef {
                 row: run.id,
@@ -441,6 +426,9 @@ pub(super) async fn settle_runs<R: Runtime>(
             .await?;
             continue;
         };
+        if attached.contains(&container.id) {
+            continue;
+        }
         let run_ref = RunRef {
             row: run.id,
             container_id: container.id.clone(),
@@ -464,7 +452,7 @@ pub(super) async fn settle_runs<R: Runtime>(
     Ok(())
 }
 
-/// Hands `run` to a waiter on `ctx.jobs` (unless one has it already).
+/// Hands `run` to a waiter on `ctx.runs` (unless one has it already).
 fn watch<R: Runtime>(
     ctx: &Arc<Ctx<R>>,
     key: &ResourceKey,
@@ -472,21 +460,14 @@ fn watch<R: Runtime>(
     remaining: Option<Duration>,
     timeout: Option<Duration>,
 ) {
-    let row = run.row;
+    let id = run.container_id.clone();
     let waiter = wait_for_run(ctx.clone(), key.clone(), run, remaining, timeout);
-    ctx.jobs.attach(row, waiter);
+    ctx.runs.attach(&id, waiter);
 }
 
-/// How a watched run ended.
-enum End {
-    Exited(i64),
-    TimedOut,
-    Vanished(crate::runtime::Error),
-}
-
-/// The waiter: until the run's container exits or its deadline passes, then finishes the
-/// record, detaches, and requeues the key. At shutdown it leaves the run `running` (the
-/// container goes on) for the next start of the agent to pick up.
+/// The waiter: the one wait of every run (`oneshot::wait_end`), then it finishes the record,
+/// detaches, and requeues the key. At shutdown it leaves the run `running` (the container
+/// goes on) for the next start of the agent to pick up.
 async fn wait_for_run<R: Runtime>(
     ctx: Arc<Ctx<R>>,
     key: ResourceKey,
@@ -494,47 +475,23 @@ async fn wait_for_run<R: Runtime>(
     remaining: Option<Duration>,
     timeout: Option<Duration>,
 ) {
-    let deadline = async {
-        match remaining {
-            Some(remaining) => tokio::time::sleep(remaining).await,
-            None => std::future::pending().await,
-        }
-    };
-    let end = tokio::select! {
-        // An exit seen together with the deadline counts as the exit.
-        biased;
-        exited = wait_exit(&ctx, &run.container_id) => match exited {
-            Ok(code) => End::Exited(code),
-            Err(error) => End::Vanished(error),
-        },
-        () = ctx.shutdown.cancelled() => {
-            ctx.jobs.detach(run.row);
-            return;
-        }
-        () = deadline => End::TimedOut,
+    let ended = oneshot::wait_end(
+        ctx.runtime.as_ref(),
+        ctx.options.engine,
+        &run.container_id,
+        remaining,
+        &ctx.shutdown,
+    )
+    .await;
+    let Some(end) = ended else {
+        ctx.runs.detach(&run.container_id);
+        return;
     };
     if let Err(error) = finish_watched(&ctx, &key, &run, end, timeout).await {
         tracing::warn!(%key, container = %run.container, %error, "cannot record how a run ended; the next reconcile looks again");
     }
-    ctx.jobs.detach(run.row);
+    ctx.runs.detach(&run.container_id);
     ctx.requeue.now(key);
-}
-
-/// `Runtime::wait`, asking again while the engine is unavailable.
-async fn wait_exit<R: Runtime>(ctx: &Ctx<R>, id: &str) -> crate::runtime::Result<i64> {
-    loop {
-        let waited = match ctx.options.engine {
-            Engine::Containers => ctx.runtime.wait(id).await,
-            Engine::Swarm => super::swarm::runs::wait(ctx, id).await,
-        };
-        match waited {
-            Err(crate::runtime::Error::Unavailable { message }) => {
-                tracing::debug!(container = id, %message, "engine unavailable while waiting for a run");
-                tokio::time::sleep(ENGINE_RETRY).await;
-            }
-            other => return other,
-        }
-    }
 }
 
 async fn finish_watched<R: Runtime>(
@@ -559,7 +516,7 @@ async fn finish_watched<R: Runtime>(
                 format!("exit code {code}")
             },
             logs,
-            at: finished_at(ctx, &run.container_id)
+            at: oneshot::finished_at(ctx, &run.container_id)
                 .await
                 .unwrap_or_else(now_unix),
         },
@@ -618,11 +575,7 @@ async fn finish_record<R: Runtime>(ctx: &Ctx<R>, run: &RunRef, ended: Ended) -> 
 /// The last `LOG_LINES` lines of a container's output, at most `LOG_BYTES` (their end);
 /// empty when the engine cannot say.
 async fn logs_tail<R: Runtime>(ctx: &Ctx<R>, id: &str) -> String {
-    let text = match ctx.options.engine {
-        Engine::Containers => ctx.runtime.logs(id, LOG_LINES).await,
-        Engine::Swarm => super::swarm::runs::logs(ctx, id, LOG_LINES).await,
-    }
-    .unwrap_or_default();
+    let text = oneshot::logs(ctx, id, LOG_LINES).await;
     if text.len() <= LOG_BYTES {
         return text;
     }
@@ -631,17 +584,6 @@ async fn logs_tail<R: Runtime>(ctx: &Ctx<R>, id: &str) -> String {
         start += 1;
     }
     text[start..].to_owned()
-}
-
-/// When the engine says the container finished (Unix seconds).
-async fn finished_at<R: Runtime>(ctx: &Ctx<R>, id: &str) -> Option<i64> {
-    if ctx.options.engine == Engine::Swarm {
-        return super::swarm::runs::finished_at(ctx, id).await;
-    }
-    let inspection = ctx.runtime.inspect(id).await.ok()?;
-    let finished = chrono::DateTime::parse_from_rfc3339(&inspection.finished_at).ok()?;
-    // An engine reports the zero time (year 1) for a container that never finished.
-    Some(finished.timestamp()).filter(|unix| *unix > 0)
 }
 
 /// Trims the history to the limits and removes every run container of the resource that
@@ -670,12 +612,7 @@ pub(super) async fn keep_history<R: Runtime>(
             continue;
         }
         tracing::info!(%key, container = %container.name, "removing a run container no longer in the history");
-        remove_run(ctx, &container.id)
-            .await
-            .map_err(|source| Error::Runtime {
-                key: key.clone(),
-                source,
-            })?;
+        oneshot::remove(ctx, key, &container.id).await?;
     }
     Ok(())
 }
@@ -685,12 +622,7 @@ pub(super) async fn keep_history<R: Runtime>(
 pub(super) async fn remove_all<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
     for container in list_runs(ctx, key).await? {
         tracing::info!(%key, container = %container.name, "removing: resource left the repo");
-        remove_run(ctx, &container.id)
-            .await
-            .map_err(|source| Error::Runtime {
-                key: key.clone(),
-                source,
-            })?;
+        oneshot::remove(ctx, key, &container.id).await?;
     }
     let key_for_store = key.clone();
     blocking(&ctx.store, move |store| {
@@ -702,7 +634,7 @@ pub(super) async fn remove_all<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> R
     })
     .await?;
     if key.kind == crate::model::Kind::Cronjob {
-        ctx.jobs.cron.set(key, None);
+        ctx.runs.cron().set(key, None);
     }
     Ok(())
 }

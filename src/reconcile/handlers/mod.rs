@@ -12,6 +12,7 @@ mod hooks;
 mod ingress;
 mod job;
 pub(crate) mod launch;
+mod oneshot;
 mod registry;
 mod replicas;
 mod replicated;

@@ -208,17 +208,24 @@ pub(super) fn rollout_failure<R: Runtime>(
     ))
 }
 
-/// Crashed replicas whose back-off still runs: (name, starts so far, wait).
-pub(super) type BackingOff = Vec<(String, u32, Duration)>;
+/// What a pass's steps left waiting, besides readiness.
+#[derive(Debug, Default)]
+pub(super) struct Waits {
+    /// Crashed replicas whose back-off still runs: (name, starts so far, wait).
+    pub(super) crash: Vec<(String, u32, Duration)>,
+    /// Replicas whose init containers run (or pause between attempts): what they wait for,
+    /// and when to look again (`None`: the run's end queues the pass).
+    pub(super) inits: Vec<(String, Option<Duration>)>,
+}
 
 /// Starts a stopped replica again, unless its crash-loop back-off still runs (then it is
-/// listed in `backing_off`).
+/// listed in `waits`).
 pub(super) async fn start_again<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
     id: &str,
     name: &str,
-    backing_off: &mut BackingOff,
+    waits: &mut Waits,
 ) -> Result<()> {
     let now = tokio::time::Instant::now();
     match ctx.memory.crash_loops.try_start(id, now) {
@@ -231,19 +238,19 @@ pub(super) async fn start_again<R: Runtime>(
         }
         Err(wait) => {
             let starts = ctx.memory.crash_loops.restarts(id, now);
-            backing_off.push((name.to_owned(), starts, wait));
+            waits.crash.push((name.to_owned(), starts, wait));
         }
     }
     Ok(())
 }
 
 /// Phase and message of a pass that is not done, and when to look again: when a back-off
-/// ends, and (during a rollout) to re-check the deadline.
+/// or a pause between init attempts ends, and (during a rollout) to re-check the deadline.
 pub(super) fn not_done(
     status: &mut ResourceStatus,
     observed: &Observed,
     new_replicas: &[NewReplica],
-    backing_off: &BackingOff,
+    waits: &Waits,
     progressing: bool,
 ) -> Option<Duration> {
     status.phase = if progressing {
@@ -251,10 +258,12 @@ pub(super) fn not_done(
     } else {
         Phase::Degraded
     };
-    status.message = describe_wait(observed, new_replicas, backing_off, progressing);
-    backing_off
+    status.message = describe_wait(observed, new_replicas, waits, progressing);
+    waits
+        .crash
         .iter()
         .map(|(_, _, wait)| *wait)
+        .chain(waits.inits.iter().filter_map(|(_, wait)| *wait))
         .chain(progressing.then_some(RECHECK))
         .min()
 }
@@ -263,14 +272,17 @@ pub(super) fn not_done(
 fn describe_wait(
     observed: &Observed,
     new_replicas: &[NewReplica],
-    backing_off: &BackingOff,
+    waits: &Waits,
     progressing: bool,
 ) -> String {
-    if let Some((name, restarts, wait)) = backing_off.first() {
+    if let Some((name, restarts, wait)) = waits.crash.first() {
         return format!(
             "replica {name} is crash-looping (started again {restarts} times); next start in {}",
             gate::human(*wait)
         );
+    }
+    if let Some((what, _)) = waits.inits.first() {
+        return what.clone();
     }
     if let Some(crashing) = new_replicas.iter().find(|replica| replica.restarts > 0) {
         return format!(

@@ -22,8 +22,7 @@ use futures_util::future::BoxFuture;
 use super::hooks::{self, HookSet};
 use super::launch::{EnvSource, images_of, ready_to_create};
 use super::replicas::{
-    BackingOff, Observed, fail_rollout, inspect_waiting, not_done, observe, put_status,
-    rollout_failure,
+    Observed, Waits, fail_rollout, inspect_waiting, not_done, observe, put_status, rollout_failure,
 };
 use super::rollout::{self, Report};
 use crate::manifest::spec::{Container as ContainerSpec, Drain, Init, Spec};
@@ -104,13 +103,13 @@ pub(super) trait Replicated<R: Runtime>: Send + Sync {
         None
     }
     /// Runs the gated steps; a crashed replica whose back-off still runs is listed in
-    /// `backing_off`.
+    /// `waits`.
     fn execute<'a>(
         &'a self,
         ctx: &'a Ctx<R>,
         steps: &'a [Self::Step],
         observed: &'a Observed,
-        backing_off: &'a mut BackingOff,
+        waits: &'a mut Waits,
     ) -> BoxFuture<'a, Result<()>>;
     /// `status` with the replica counts and the kind's `detail`.
     fn detail<'a>(
@@ -169,13 +168,26 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
     kind.set_release(&release);
     let phase = RolloutPhase::of(&release, halted);
     let progressing = phase == RolloutPhase::Progressing;
+    // A hook of an older release still running was superseded by this one.
+    hooks::supersede(ctx, kind.release_hooks(), &release).await?;
 
-    // Before the first replica of a rollout is touched: the image, then the release hooks.
+    // Before the first replica of a rollout is touched: the image, then the release hooks
+    // (started here; a pass never waits for one: its end queues the next pass).
     if progressing && touches_replicas {
         let prepared = match kind.prepare(ctx, key).await {
             Ok(()) => match hooks::before_rollout(ctx, kind.release_hooks(), &release).await {
-                Ok(None) => Ok(()),
-                Ok(Some(failed)) => Err((failed, Stage::Hooks)),
+                Ok(hooks::Before::Done) => Ok(()),
+                Ok(hooks::Before::Running(stage)) => {
+                    status.message = format!(
+                        "release #{}: running its {} hook; replicas are replaced once it succeeded",
+                        release.id,
+                        stage.name()
+                    );
+                    let status = kind.detail(ctx, status, &observed).await?;
+                    put_status(ctx, key, status).await?;
+                    return Ok(Action::Done);
+                }
+                Ok(hooks::Before::Failed(failed)) => Err((failed, Stage::Hooks)),
                 Err(error) => Err((error, Stage::Prepare)),
             },
             Err(error) => Err((error, Stage::Prepare)),
@@ -212,10 +224,8 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
     if phase == RolloutPhase::Halted {
         now_steps.retain(|step| !K::is_replace(step));
     }
-    let mut backing_off = BackingOff::new();
-    let result = kind
-        .execute(ctx, &now_steps, &observed, &mut backing_off)
-        .await;
+    let mut waits = Waits::default();
+    let result = kind.execute(ctx, &now_steps, &observed, &mut waits).await;
     // A pass that acted looks again; one that did nothing records what it saw (a change of
     // the host since then is an event or a readiness change, each of which queues a pass).
     let observed = if now_steps.is_empty() {
@@ -252,8 +262,18 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
                 status.message.clone_from(&release.message);
             }
             if effect == Effect::Succeed {
-                let note = hooks::after_rollout(ctx, kind.release_hooks(), &release).await?;
-                rollout::succeed(ctx, &release, &kind.report(), &note).await?;
+                match hooks::after_rollout(ctx, kind.release_hooks(), &release).await? {
+                    hooks::After::Done(note) => {
+                        rollout::succeed(ctx, &release, &kind.report(), &note).await?;
+                    }
+                    // The release succeeds once it ended (its end queues the next pass).
+                    hooks::After::Running => {
+                        status.message = format!(
+                            "release #{}: rolled out; running its post_command hook",
+                            release.id
+                        );
+                    }
+                }
             }
         }
         effect => {
@@ -261,7 +281,7 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
                 &mut status,
                 &observed,
                 &new_replicas,
-                &backing_off,
+                &waits,
                 effect == Effect::KeepWaiting,
             )
             .into_iter()

@@ -30,8 +30,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use futures_util::future::BoxFuture;
 
 use super::container::{Identity, Launch, aliases};
-use super::launch::{EnvSource, build_spec, create_and_start, identity_vars, run_init_chain};
-use super::replicas::{BackingOff, Observed, list_replicas, start_again};
+use super::launch::{
+    EnvSource, Inits, advance_inits, build_spec, create_and_start, identity_vars, inits_in_flight,
+};
+use super::replicas::{Observed, Waits, list_replicas, start_again};
 use super::replicated::{self, Replicated, drain_and_remove};
 use super::rollout::Report;
 use crate::manifest::spec::{Container as ContainerSpec, Drain, Init, Spec, StatefulsetSpec};
@@ -174,10 +176,10 @@ impl<R: Runtime> Replicated<R> for Statefulset<'_> {
         &'a self,
         ctx: &'a Ctx<R>,
         steps: &'a [StatefulStep],
-        _observed: &'a Observed,
-        backing_off: &'a mut BackingOff,
+        observed: &'a Observed,
+        waits: &'a mut Waits,
     ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(execute(ctx, self, steps, backing_off))
+        Box::pin(execute(ctx, self, steps, observed, waits))
     }
 
     fn detail<'a>(
@@ -276,27 +278,48 @@ fn volume_labels(
 }
 
 /// Runs the gated steps; a crashed pod whose back-off still runs is skipped and listed in
-/// `backing_off`.
+/// `waits`, as is a pod whose init containers run.
 async fn execute<R: Runtime>(
     ctx: &Ctx<R>,
     work: &Statefulset<'_>,
     steps: &[StatefulStep],
-    backing_off: &mut BackingOff,
+    observed: &Observed,
+    waits: &mut Waits,
 ) -> Result<()> {
     let key = &work.desired.key;
     let grace = Drain::grace_of(work.spec.drain.as_ref());
+    let creates = steps.iter().any(|step| {
+        matches!(
+            step,
+            StatefulStep::Create { .. } | StatefulStep::Replace { .. }
+        )
+    });
+    // Init units of a superseded spec, or of a pod that exists, go; a pod's own chain goes
+    // on under its ordinal.
+    if creates || !work.spec.inits.is_empty() {
+        let pods: BTreeSet<&str> = observed
+            .actual
+            .iter()
+            .filter_map(|pod| pod.label(labels::REPLICA_ID))
+            .collect();
+        inits_in_flight(ctx, key, work.desired.spec_hash.as_str(), |replica| {
+            pods.contains(replica)
+        })
+        .await?;
+    }
     for step in steps {
         match step {
             StatefulStep::Create { ordinal } => {
-                let name = create_pod(ctx, work, *ordinal).await?;
-                tracing::info!(%key, pod = %name, ordinal, "pod created");
+                if let Some(name) = create_pod(ctx, work, *ordinal, waits).await? {
+                    tracing::info!(%key, pod = %name, ordinal, "pod created");
+                }
             }
             StatefulStep::Start { id, name, .. } => {
-                start_again(ctx, key, id, name, backing_off).await?;
+                start_again(ctx, key, id, name, waits).await?;
             }
             StatefulStep::Replace { ordinal, id, name } => {
                 drain_and_remove(ctx, key, id, grace).await?;
-                create_pod(ctx, work, *ordinal).await?;
+                create_pod(ctx, work, *ordinal, waits).await?;
                 tracing::info!(%key, pod = %name, ordinal, "pod replaced");
             }
             StatefulStep::Remove { ordinal, id, name } => {
@@ -308,13 +331,15 @@ async fn execute<R: Runtime>(
     Ok(())
 }
 
-/// Creates the pod of `ordinal`: its volumes, its init chain, then the container, started.
-/// A container that cannot start is removed again.
+/// Creates the pod of `ordinal`: its volumes, its init chain, then the container, started
+/// (`None` while its init containers run: listed in `waits`, created by a later pass). A
+/// container that cannot start is removed again.
 async fn create_pod<R: Runtime>(
     ctx: &Ctx<R>,
     work: &Statefulset<'_>,
     ordinal: usize,
-) -> Result<String> {
+    waits: &mut Waits,
+) -> Result<Option<String>> {
     let key = &work.desired.key;
     let runtime_error = |source| Error::Runtime {
         key: key.clone(),
@@ -331,18 +356,23 @@ async fn create_pod<R: Runtime>(
             .await
             .map_err(runtime_error)?;
     }
-    run_init_chain(
+    let inits = &work.spec.inits;
+    if let Inits::Waiting(what, wait) = advance_inits(
         ctx,
         key,
         &pod.identity,
         &work.spec.container,
         &pod.launch,
-        &work.spec.inits,
+        inits,
     )
-    .await?;
+    .await?
+    {
+        waits.inits.push((what, wait));
+        return Ok(None);
+    }
     let container = build_spec(ctx, key, &pod.identity, &work.spec.container, &pod.launch)?;
     create_and_start(ctx, key, &container).await?;
-    Ok(container.name)
+    Ok(Some(container.name))
 }
 
 /// The resource left the repo: its pods go highest ordinal first, then any other container of

@@ -26,7 +26,7 @@ use super::super::container::{Identity, aliases};
 use super::super::deployment::{Deployment, with_detail};
 use super::super::hooks::HookSet;
 use super::super::launch::EnvSource;
-use super::super::replicas::{BackingOff, Observed};
+use super::super::replicas::{Observed, Waits};
 use super::super::replicated::{self, Replicated};
 use super::super::rollout::Report;
 use super::{Built, Shape, build_service, observe_services, observed, with_configs};
@@ -258,7 +258,7 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
         ctx: &'a Ctx<R>,
         steps: &'a [ServiceStep],
         observed: &'a Observed,
-        _backing_off: &'a mut BackingOff,
+        _waits: &'a mut Waits,
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(execute(ctx, self, steps, observed))
     }

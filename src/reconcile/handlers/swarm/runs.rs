@@ -1,11 +1,10 @@
-//! Job and cronjob runs under Docker Swarm: each run is a `replicated-job` service (one
-//! task, not restarted), named after the run's container name (`<scope>-<name>-<runid>`:
-//! a service name has no dot). The job handler keeps its runs, waiters, timeouts and
-//! history as on containers (`job.rs`); this module is the run's lifecycle on Swarm, which
-//! `job.rs` calls through `Runs`: list, create (started at once), wait for its task to end,
-//! its output, when it ended, remove. A deployment's release hook runs the same way
-//! (`run_hook`: create, wait under its timeout, output, remove), as a service of the
-//! deployment in role `release`.
+//! One-shot runs under Docker Swarm: each run (a job or cronjob run, a deployment's release
+//! hook) is a `replicated-job` service (one task, not restarted), named after the run's
+//! container name (`<scope>-<name>-<runid>`: a service name has no dot). The one run
+//! mechanism (`oneshot.rs`) and the job handler keep runs, waiters, timeouts and history as
+//! on containers; this module is the unit's lifecycle on Swarm: list, find, create (started
+//! at once), where its task stands (`outcome`; `wait` asks again every `POLL`, in a waiter,
+//! never in a pass), its output, when it ended.
 //!
 //! Invariants: a run's service carries the run's container name (`voodu.container`), so the
 //! run records, which name containers, find it; a job lists only services in its own role,
@@ -16,9 +15,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::super::container::{Identity, Launch};
-use super::super::hooks::{OneShot, Ran};
-use super::super::launch::start_error;
-use super::{Shape, build_service, owned_filter, service_filter, with_configs};
+use super::{Shape, build_service, service_filter, with_configs};
 use crate::manifest::spec::Container as ContainerSpec;
 use crate::model::ResourceKey;
 use crate::reconcile::{Ctx, Error, Result};
@@ -81,6 +78,34 @@ pub(in crate::reconcile::handlers) async fn list<R: Runtime>(
     Ok(runs)
 }
 
+/// This agent's services of `key` in `role`, as containers named as their runs (the
+/// `voodu.container` label), without their tasks' state.
+pub(in crate::reconcile::handlers) async fn in_role<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    role: &str,
+) -> Result<Vec<Container>> {
+    let mut filter = super::owned_filter(&ctx.agent_id, key).to_vec();
+    filter.push((labels::ROLE, role));
+    let services = ctx
+        .runtime
+        .list_services(&filter)
+        .await
+        .map_err(runtime_error(key))?;
+    Ok(services
+        .into_iter()
+        .map(|service| Container {
+            name: service
+                .label(CONTAINER)
+                .map_or_else(|| service.name.clone(), ToOwned::to_owned),
+            id: service.id,
+            image: service.image,
+            labels: service.labels,
+            state: ContainerState::Running,
+        })
+        .collect())
+}
+
 /// Creates the run's service (its task starts at once); returns its id.
 #[allow(clippy::too_many_arguments)]
 pub(in crate::reconcile::handlers) async fn create<R: Runtime>(
@@ -132,46 +157,96 @@ pub(in crate::reconcile::handlers) async fn prepare<R: Runtime>(
     super::deployment::prepare(ctx, key, container).await
 }
 
-/// Waits until the run's task ended: its exit code, or an error saying why it has none
-/// (rejected: an image no node has, …).
+/// Where the run's task stands, at one look: `Some(exit code)` once it ended, `None` while it
+/// runs, an error saying why it has no exit code (rejected: an image no node has, …; or the
+/// service is gone).
+pub(in crate::reconcile::handlers) async fn outcome<R: Runtime>(
+    runtime: &R,
+    id: &str,
+) -> crate::runtime::Result<Option<i64>> {
+    let tasks = runtime.list_tasks(id).await?;
+    if let Some(task) = task_of(&tasks)
+        && task.state.ended()
+    {
+        return match (task.exit_code, task.state) {
+            (Some(code), _) => Ok(Some(code)),
+            (None, TaskState::Complete) => Ok(Some(0)),
+            (None, state) => Err(crate::runtime::Error::Invalid {
+                message: format!(
+                    "its task {}: {}",
+                    state.as_str(),
+                    if task.error.is_empty() {
+                        &task.message
+                    } else {
+                        &task.error
+                    }
+                ),
+            }),
+        };
+    }
+    if tasks.is_empty()
+        && runtime
+            .list_services(&[])
+            .await
+            .is_ok_and(|services| !services.iter().any(|service| service.id == id))
+    {
+        return Err(crate::runtime::Error::NotFound {
+            what: format!("service {id}"),
+        });
+    }
+    Ok(None)
+}
+
+/// Waits until the run's task ended: its exit code, or an error saying why it has none.
+/// Swarm has no wait for a service: a waiter (never a pass) asks every `POLL`.
 pub(in crate::reconcile::handlers) async fn wait<R: Runtime>(
-    ctx: &Ctx<R>,
+    runtime: &R,
     id: &str,
 ) -> crate::runtime::Result<i64> {
     loop {
-        let tasks = ctx.runtime.list_tasks(id).await?;
-        if let Some(task) = task_of(&tasks)
-            && task.state.ended()
-        {
-            return match (task.exit_code, task.state) {
-                (Some(code), _) => Ok(code),
-                (None, TaskState::Complete) => Ok(0),
-                (None, state) => Err(crate::runtime::Error::Invalid {
-                    message: format!(
-                        "its task {}: {}",
-                        state.as_str(),
-                        if task.error.is_empty() {
-                            &task.message
-                        } else {
-                            &task.error
-                        }
-                    ),
-                }),
-            };
-        }
-        if tasks.is_empty()
-            && ctx
-                .runtime
-                .list_services(&[])
-                .await
-                .is_ok_and(|services| !services.iter().any(|service| service.id == id))
-        {
-            return Err(crate::runtime::Error::NotFound {
-                what: format!("service {id}"),
-            });
+        if let Some(code) = outcome(runtime, id).await? {
+            return Ok(code);
         }
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// The run service called after the run's container `name`, among this agent's services that
+/// carry every label of `filter`, as a container named as the run.
+pub(in crate::reconcile::handlers) async fn find<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    filter: &[(&str, &str)],
+    name: &str,
+) -> Result<Option<Container>> {
+    let service_name = service_name(name);
+    let services = ctx
+        .runtime
+        .list_services(filter)
+        .await
+        .map_err(runtime_error(key))?;
+    let Some(service) = services
+        .into_iter()
+        .find(|service| service.name == service_name)
+    else {
+        return Ok(None);
+    };
+    let tasks = ctx
+        .runtime
+        .list_tasks(&service.id)
+        .await
+        .map_err(runtime_error(key))?;
+    let state = match task_of(&tasks) {
+        Some(task) if task.state.ended() => ContainerState::Exited,
+        _ => ContainerState::Running,
+    };
+    Ok(Some(Container {
+        id: service.id,
+        name: name.to_owned(),
+        image: service.image,
+        labels: service.labels,
+        state,
+    }))
 }
 
 /// The last `tail` lines of the run's output.
@@ -197,73 +272,4 @@ pub(in crate::reconcile::handlers) async fn finished_at<R: Runtime>(
         .filter(|task| task.state.ended())
         .map(|task| task.since)
         .filter(|since| *since > 0)
-}
-
-/// A deployment's release hook under Swarm: a `replicated-job` service of the deployment
-/// (a leftover of the same name, from an interrupted pass, removed first), waited for at
-/// most the hook's timeout (then removed, its outcome a timeout), its last `tail` lines of
-/// output read, then removed. Shutdown interrupts the wait (the service is left for the
-/// next pass to remove); a task Swarm could not run fails as a container that cannot start.
-pub(in crate::reconcile::handlers) async fn run_hook<R: Runtime>(
-    ctx: &Ctx<R>,
-    key: &ResourceKey,
-    run: &OneShot<'_>,
-    tail: usize,
-) -> Result<Ran> {
-    let name = service_name(&run.identity.name);
-    remove_named(ctx, key, &name).await?;
-    let id = create(
-        ctx,
-        key,
-        &run.identity,
-        run.container,
-        &run.launch,
-        run.spec_hash,
-        run.asset_digests,
-    )
-    .await?;
-    let exit_code = tokio::select! {
-        waited = tokio::time::timeout(run.timeout, wait(ctx, &id)) => match waited {
-            Ok(Ok(code)) => Some(code),
-            Ok(Err(error)) => {
-                if let Err(removal) = ctx.runtime.remove_service(&id).await {
-                    tracing::debug!(%key, service = %name, %removal, "hook service not removed; the next run removes it");
-                }
-                return Err(start_error(key, &name, error));
-            }
-            Err(_) => None,
-        },
-        () = ctx.shutdown.cancelled() => {
-            return Err(Error::Stopped {
-                key: key.clone(),
-                waiting_for: format!("waiting for service {name}"),
-            });
-        }
-    };
-    let logs = match exit_code {
-        Some(_) => logs(ctx, &id, tail).await.unwrap_or_default(),
-        None => String::new(),
-    };
-    ctx.runtime
-        .remove_service(&id)
-        .await
-        .map_err(runtime_error(key))?;
-    Ok(Ran { exit_code, logs })
-}
-
-/// Removes this agent's service of `key` called `name`, if any.
-async fn remove_named<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey, name: &str) -> Result<()> {
-    let services = ctx
-        .runtime
-        .list_services(&owned_filter(&ctx.agent_id, key))
-        .await
-        .map_err(runtime_error(key))?;
-    for service in services.iter().filter(|service| service.name == name) {
-        tracing::info!(%key, service = %name, "removing a hook service left by an interrupted pass");
-        ctx.runtime
-            .remove_service(&service.id)
-            .await
-            .map_err(runtime_error(key))?;
-    }
-    Ok(())
 }

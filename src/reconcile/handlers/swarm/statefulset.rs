@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use futures_util::future::BoxFuture;
 
 use super::super::launch::EnvSource;
-use super::super::replicas::{BackingOff, Observed};
+use super::super::replicas::{Observed, Waits};
 use super::super::replicated::{self, Replicated};
 use super::super::rollout::Report;
 use super::super::statefulset::{Statefulset, with_detail};
@@ -295,7 +295,7 @@ impl<R: Runtime> Replicated<R> for SwarmStatefulset<'_> {
         ctx: &'a Ctx<R>,
         steps: &'a [StatefulStep],
         observed: &'a Observed,
-        _backing_off: &'a mut BackingOff,
+        _waits: &'a mut Waits,
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(execute(ctx, self, steps, observed))
     }
