@@ -15,6 +15,12 @@ use super::ContainerSpec;
 /// `voodu0-swarm` under Swarm.
 pub const OVERLAY_SUFFIX: &str = "-swarm";
 
+/// The overlay network a manifest's network `name` is under Swarm (a bridge network of the
+/// same name may exist on the engine for containers).
+pub fn overlay(name: &str) -> String {
+    format!("{name}{OVERLAY_SUFFIX}")
+}
+
 /// How a service runs its tasks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ServiceMode {

@@ -17,10 +17,8 @@ use crate::store::{AssetDetail, AssetFileDetail, Detail, FailureReason, Phase, R
 pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Action> {
     let desired = super::desired_of(ctx, key).await?;
     let Some(desired) = desired else {
-        if ctx.options.engine == crate::reconcile::Engine::Swarm {
-            // Its configs go once no service uses them (those in use stay; Swarm refuses).
-            super::swarm::remove_asset_configs(ctx, key).await;
-        }
+        // Its configs go once no service uses them (those in use stay; Swarm refuses).
+        super::engine::tidy_asset_configs(ctx, key, None).await;
         let key = key.clone();
         blocking(&ctx.store, move |store| store.delete_status(&key)).await?;
         return Ok(Action::Done);
@@ -28,16 +26,14 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
     let Spec::Asset(asset) = &desired.spec else {
         return Err(super::wrong_kind(key, &desired.spec));
     };
-    if ctx.options.engine == crate::reconcile::Engine::Swarm {
-        // Configs of earlier versions of its files that no service uses any more (a
-        // consumer's update tries at once; this catches those a job run kept in use).
-        let current: Vec<String> = asset
-            .files
-            .iter()
-            .map(|(file, content)| super::swarm::config_name(key, file, &content.digest))
-            .collect();
-        super::swarm::remove_asset_configs_but(ctx, key, &current).await;
-    }
+    // Configs of earlier versions of its files that no service uses any more (a consumer's
+    // update tries at once; this catches those a job run kept in use).
+    let current: Vec<(String, String)> = asset
+        .files
+        .iter()
+        .map(|(file, content)| (file.clone(), content.digest.clone()))
+        .collect();
+    super::engine::tidy_asset_configs(ctx, key, Some(current)).await;
     let spec_files = asset.files.clone();
     let root = ctx.assets_root.clone();
     let store = ctx.store.clone();

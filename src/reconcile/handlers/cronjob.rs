@@ -41,9 +41,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) 
     let Spec::Cronjob(spec) = &desired.spec else {
         return Err(super::wrong_kind(key, &desired.spec));
     };
-    if ctx.options.engine == crate::reconcile::Engine::Swarm {
-        super::swarm::refuse_gaps(key, &desired.spec)?;
-    }
+    super::engine::refuse_gaps(ctx, key, &desired.spec)?;
     let checked = Schedule::parse(&spec.schedule, &spec.timezone)
         .map_err(|problem| format!("schedule {:?}: {problem}", spec.schedule))
         .and_then(|schedule| {

@@ -26,10 +26,8 @@ use futures_util::future::BoxFuture;
 
 use super::container::{Identity, Launch, aliases};
 use super::hooks::HookSet;
-use super::launch::{
-    EnvSource, Inits, advance_inits, build_spec, create_and_start, drop_inits, identity_vars,
-    inits_in_flight,
-};
+use super::inits::{Inits, advance_inits, drop_inits, inits_in_flight};
+use super::launch::{EnvSource, build_spec, create_and_start, identity_vars};
 use super::replicas::{Observed, Waits, start_again};
 use super::replicated::{self, Replicated, drain_and_remove};
 use super::rollout::Report;
@@ -41,10 +39,8 @@ use crate::reconcile::{Action, Ctx, Result};
 use crate::runtime::{Container, ContainerState, Runtime};
 use crate::store::{DeploymentDetail, Desired, Detail, Release, ReplicaDetail, ResourceStatus};
 
+/// One pass of a deployment on containers (`engine::deployment` chooses it).
 pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Action> {
-    if ctx.options.engine == crate::reconcile::Engine::Swarm {
-        return super::swarm::deployment::reconcile(ctx, key).await;
-    }
     let desired = super::desired_of(ctx, key).await?;
     let Some(desired) = desired else {
         replicated::remove_everything(ctx, key, Vec::new()).await?;

@@ -29,10 +29,8 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         ctx.router.wake();
         return Ok(Action::Done);
     };
-    if ctx.options.engine == crate::reconcile::Engine::Swarm {
-        // Says so with the reason (`plan::swarm_gaps`), before anything else.
-        super::swarm::refuse_gaps(key, &desired.spec)?;
-    }
+    // Says so with the reason (`plan::swarm_gaps`), before anything else.
+    super::engine::refuse_gaps(ctx, key, &desired.spec)?;
     if ctx.options.ingress.is_none() {
         let mut status = ResourceStatus::new(
             Phase::Disabled,
@@ -50,7 +48,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
     let report = ctx.router.report();
     let live = report.live.get(key) == Some(&router::fingerprint(view));
     let release = current_release(ctx, &desired).await?;
-    let swarm = ctx.options.engine == crate::reconcile::Engine::Swarm;
+    let swarm = super::engine::routes_to_services(ctx);
     let (phase, message) = assess(view, &report, live, swarm);
     if !live {
         ctx.router.wake();

@@ -26,16 +26,16 @@
 //!   `failed_history_limit` failed runs (running ones always); containers of the runs kept
 //!   stay (`docker logs` works), every other run container of the resource is removed.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::container::{Identity, Launch, rfc3339_seconds};
-use super::launch::{EnvSource, build_spec, images_of, ready_to_create};
-use super::oneshot::{self, End};
+use super::launch::EnvSource;
+use super::oneshot::{self, End, OneShot};
 use crate::manifest::spec::{JobSpec, Spec};
 use crate::model::{ResourceKey, parse_go_duration, random_hex};
-use crate::reconcile::{Action, Ctx, Engine, Error, Result, blocking};
+use crate::reconcile::{Action, Ctx, Error, Result, blocking};
 use crate::runtime::{Container, ContainerState, Runtime, labels};
 use crate::store::{
     Desired, Detail, FailureReason, JobDetail, JobRun, Phase, ResourceStatus, RunDetail, RunStatus,
@@ -81,9 +81,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) 
     let Spec::Job(spec) = &desired.spec else {
         return Err(super::wrong_kind(key, &desired.spec));
     };
-    if ctx.options.engine == Engine::Swarm {
-        super::swarm::refuse_gaps(key, &desired.spec)?;
-    }
+    super::engine::refuse_gaps(ctx, key, &desired.spec)?;
     let timeout = run_timeout(&spec.timeout);
     let actual = list_runs(ctx, key).await?;
     settle_runs(ctx, key, &actual, timeout).await?;
@@ -213,10 +211,7 @@ pub(super) async fn list_runs<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
 ) -> Result<Vec<Container>> {
-    match ctx.options.engine {
-        Engine::Containers => super::replicas::list_replicas(ctx, key).await,
-        Engine::Swarm => super::swarm::runs::list(ctx, key).await,
-    }
+    super::engine::units::list_runs(ctx, key).await
 }
 
 /// The resource's runs, newest first.
@@ -249,13 +244,7 @@ pub(super) async fn start_run<R: Runtime>(
     let env_source = EnvSource::load(ctx, key, &job.container).await?;
     // voodu gives job containers no `-e`: no VOODU_SCOPE / VOODU_NAME.
     let (env, env_digest) = env_source.env(ctx, key, &job.container, Vec::new())?;
-    match ctx.options.engine {
-        Engine::Containers => {
-            let images = images_of(key, &job.container, &[], &ctx.assets_root);
-            ready_to_create(ctx, key, &job.container, &images).await?;
-        }
-        Engine::Swarm => super::swarm::runs::prepare(ctx, key, &job.container).await?,
-    }
+    super::engine::units::prepare_run(ctx, key, &job.container).await?;
     let (run_id, name) = loop {
         let run_id = random_hex(2);
         let name = format!("{}.{run_id}", key.app_id());
@@ -281,27 +270,18 @@ pub(super) async fn start_run<R: Runtime>(
         default_ulimits: ctx.default_ulimits.clone(),
         ..Launch::default()
     };
-    let id = match ctx.options.engine {
-        Engine::Containers => {
-            let mut container = build_spec(ctx, key, &identity, &job.container, &launch)?;
-            container
-                .labels
-                .insert(labels::SPEC_HASH.to_owned(), spec_hash.to_owned());
-            super::launch::create(ctx, key, &container).await?
-        }
-        Engine::Swarm => {
-            super::swarm::runs::create(
-                ctx,
-                key,
-                &identity,
-                &job.container,
-                &launch,
-                spec_hash,
-                &job.asset_digests,
-            )
-            .await?
-        }
+    // Created, recorded, then started: a run whose unit exists is always in the record.
+    let run = OneShot {
+        identity,
+        container: &job.container,
+        launch,
+        spec_hash,
+        asset_digests: &job.asset_digests,
+        labels: BTreeMap::from([(labels::SPEC_HASH.to_owned(), spec_hash.to_owned())]),
+        // The waiter below holds the job's own timeout (`None`: no deadline).
+        timeout: Duration::ZERO,
     };
+    let id = super::engine::units::create_unit(ctx, key, &run).await?;
     let row = {
         let key = key.clone();
         let run_id = run_id.clone();
@@ -363,11 +343,7 @@ async fn start_container<R: Runtime>(
     key: &ResourceKey,
     run: &RunRef,
 ) -> Result<bool> {
-    // A Swarm run's service starts its task as it is created.
-    if ctx.options.engine == Engine::Swarm {
-        return Ok(true);
-    }
-    let Err(error) = ctx.runtime.start(&run.container_id).await else {
+    let Err(error) = super::engine::units::start_unit(ctx, &run.container_id).await else {
         return Ok(true);
     };
     tracing::warn!(%key, container = %run.container, %error, "run could not start");

@@ -8,8 +8,10 @@ mod asset;
 pub(crate) mod container;
 mod cronjob;
 mod deployment;
+mod engine;
 mod hooks;
 mod ingress;
+mod inits;
 mod job;
 pub(crate) mod launch;
 mod oneshot;
@@ -19,8 +21,6 @@ mod replicated;
 mod rollout;
 mod statefulset;
 mod swarm;
-
-pub(super) use swarm::overlay;
 
 use std::sync::Arc;
 
@@ -35,11 +35,11 @@ pub(crate) async fn reconcile<R: Runtime>(ctx: Arc<Ctx<R>>, key: ResourceKey) ->
     match key.kind {
         Kind::Asset => asset::reconcile(&ctx, &key).await,
         Kind::Cronjob => cronjob::reconcile(&ctx, &key).await,
-        Kind::Deployment => deployment::reconcile(&ctx, &key).await,
+        Kind::Deployment => engine::deployment(&ctx, &key).await,
         Kind::Ingress => ingress::reconcile(&ctx, &key).await,
         Kind::Job => job::reconcile(&ctx, &key).await,
         Kind::Registry => registry::reconcile(&ctx, &key).await,
-        Kind::Statefulset => statefulset::reconcile(&ctx, &key).await,
+        Kind::Statefulset => engine::statefulset(&ctx, &key).await,
     }
 }
 

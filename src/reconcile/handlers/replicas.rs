@@ -50,6 +50,16 @@ pub(super) async fn list_replicas<R: Runtime>(
         })
 }
 
+/// What a pass of a Swarm kind saw besides its replicas.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SwarmSeen {
+    /// The kind's services (one for a deployment, one per ordinal for a statefulset).
+    pub(crate) services: Vec<crate::runtime::Service>,
+    /// Their tasks, every state.
+    pub(crate) tasks: Vec<crate::runtime::Task>,
+    pub(crate) nodes: Vec<crate::runtime::Node>,
+}
+
 /// The replicas as one observation sees them.
 pub(super) struct Observed {
     pub(super) actual: Vec<Container>,
@@ -57,7 +67,7 @@ pub(super) struct Observed {
     /// Replicas of the target version that are not ready.
     pub(super) waiting: Vec<Waiting>,
     /// Under Docker Swarm: the services, tasks and nodes the replicas were read from.
-    pub(super) swarm: Option<super::swarm::SwarmSeen>,
+    pub(super) swarm: Option<SwarmSeen>,
 }
 
 impl Observed {

@@ -30,9 +30,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use futures_util::future::BoxFuture;
 
 use super::container::{Identity, Launch, aliases};
-use super::launch::{
-    EnvSource, Inits, advance_inits, build_spec, create_and_start, identity_vars, inits_in_flight,
-};
+use super::inits::{Inits, advance_inits, inits_in_flight};
+use super::launch::{EnvSource, build_spec, create_and_start, identity_vars};
 use super::replicas::{Observed, Waits, list_replicas, start_again};
 use super::replicated::{self, Replicated, drain_and_remove};
 use super::rollout::Report;
@@ -54,10 +53,8 @@ pub(super) struct Pod {
     pub(super) volumes: Vec<(String, BTreeMap<String, String>, String)>,
 }
 
+/// One pass of a statefulset on containers (`engine::statefulset` chooses it).
 pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Action> {
-    if ctx.options.engine == crate::reconcile::Engine::Swarm {
-        return super::swarm::statefulset::reconcile(ctx, key).await;
-    }
     let desired = super::desired_of(ctx, key).await?;
     let Some(desired) = desired else {
         remove_everything(ctx, key).await?;

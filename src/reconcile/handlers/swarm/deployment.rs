@@ -196,7 +196,7 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
     }
 
     fn prepare<'a>(&'a self, ctx: &'a Ctx<R>, key: &'a ResourceKey) -> BoxFuture<'a, Result<()>> {
-        Box::pin(prepare(ctx, key, &self.inner.spec.container))
+        Box::pin(super::prepare(ctx, key, &self.inner.spec.container))
     }
 
     fn plan(&self, observed: &Observed) -> Vec<ServiceStep> {
@@ -273,27 +273,6 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
         super::say_lost_nodes(&mut status, observed, "Swarm reschedules their tasks");
         Box::pin(async move { Ok(status) })
     }
-}
-
-/// Before a rollout: the overlay networks exist and the image is on this node (pulled with
-/// the registry's credentials when missing; other nodes pull it with the credentials sent
-/// with the service).
-pub(super) async fn prepare<R: Runtime>(
-    ctx: &Ctx<R>,
-    key: &ResourceKey,
-    container: &ContainerSpec,
-) -> Result<()> {
-    for network in container.effective_networks() {
-        ctx.runtime
-            .ensure_overlay(&super::overlay(&network))
-            .await
-            .map_err(|source| Error::Runtime {
-                key: key.clone(),
-                source,
-            })?;
-    }
-    let image = crate::model::resolve_asset_refs(&container.effective_image(key), &ctx.assets_root);
-    crate::reconcile::images::ensure_image(ctx, key, &image).await
 }
 
 /// The current tasks still waiting, each with the failed tasks of its slot of this
@@ -409,7 +388,7 @@ async fn execute<R: Runtime>(
             (ServiceStep::Wait(_), _) => {}
             (ServiceStep::Create, _) => {
                 let spec = with_configs(ctx, key, built).await?;
-                let auth = registry_auth(ctx, key, &spec.task.image).await?;
+                let auth = super::registry_auth(ctx, key, &spec.task.image).await?;
                 ctx.runtime
                     .create_service(&spec, auth.as_ref())
                     .await
@@ -418,7 +397,7 @@ async fn execute<R: Runtime>(
             }
             (ServiceStep::Update | ServiceStep::Scale { .. }, Some(service)) => {
                 let spec = with_configs(ctx, key, built).await?;
-                let auth = registry_auth(ctx, key, &spec.task.image).await?;
+                let auth = super::registry_auth(ctx, key, &spec.task.image).await?;
                 ctx.runtime
                     .update_service(&service.id, service.version, &spec, auth.as_ref())
                     .await
@@ -437,14 +416,4 @@ async fn execute<R: Runtime>(
         }
     }
     Ok(())
-}
-
-/// The credentials of the `registry` for `image`'s registry host, sent with the service so
-/// every node can pull it.
-pub(super) async fn registry_auth<R: Runtime>(
-    ctx: &Ctx<R>,
-    key: &ResourceKey,
-    image: &str,
-) -> Result<Option<crate::runtime::RegistryAuth>> {
-    crate::reconcile::images::auth_for(ctx, key, image).await
 }

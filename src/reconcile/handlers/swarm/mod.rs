@@ -28,25 +28,44 @@ use crate::reconcile::gate::{self, ReplicaReadiness};
 use crate::reconcile::plan::{SERVICE_DIGEST, swarm_gaps};
 use crate::reconcile::{Ctx, Error, Result};
 use crate::runtime::{
-    ConfigMount, ContainerState, HealthCheck, HostPort, Node, Runtime, Service, ServiceMode,
-    ServiceSpec, Task, TaskState, UpdateOrder, UpdatePolicy, labels,
+    ConfigMount, ContainerState, HealthCheck, HostPort, Runtime, ServiceMode, ServiceSpec, Task,
+    TaskState, UpdateOrder, UpdatePolicy, labels,
 };
 use crate::store::{FailureReason, ResourceStatus, now_unix};
 
-/// What a pass of a Swarm kind saw besides its replicas.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct SwarmSeen {
-    /// The kind's services (one for a deployment, one per ordinal for a statefulset).
-    pub(crate) services: Vec<Service>,
-    /// Their tasks, every state.
-    pub(crate) tasks: Vec<Task>,
-    pub(crate) nodes: Vec<Node>,
+pub(crate) use super::replicas::SwarmSeen;
+
+use crate::runtime::service::overlay;
+
+/// Before a rollout: the overlay networks exist and the image is on this node (pulled with
+/// the registry's credentials when missing; other nodes pull it with the credentials sent
+/// with the service).
+pub(super) async fn prepare<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    container: &Container,
+) -> Result<()> {
+    for network in container.effective_networks() {
+        ctx.runtime
+            .ensure_overlay(&overlay(&network))
+            .await
+            .map_err(|source| Error::Runtime {
+                key: key.clone(),
+                source,
+            })?;
+    }
+    let image = crate::model::resolve_asset_refs(&container.effective_image(key), &ctx.assets_root);
+    crate::reconcile::images::ensure_image(ctx, key, &image).await
 }
 
-/// The overlay network a manifest's network `name` is under Swarm (a bridge network of the
-/// same name may exist on the engine for containers).
-pub(in crate::reconcile) fn overlay(name: &str) -> String {
-    format!("{name}{}", crate::runtime::service::OVERLAY_SUFFIX)
+/// The credentials of the `registry` for `image`'s registry host, sent with the service so
+/// every node can pull it.
+pub(super) async fn registry_auth<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    image: &str,
+) -> Result<Option<crate::runtime::RegistryAuth>> {
+    crate::reconcile::images::auth_for(ctx, key, image).await
 }
 
 /// Refuses a resource Swarm cannot run, with every reason.

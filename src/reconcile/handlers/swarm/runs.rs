@@ -141,7 +141,7 @@ pub(in crate::reconcile::handlers) async fn create<R: Runtime>(
     )?;
     built.spec.restart_on_failure = false;
     let spec = with_configs(ctx, key, &built).await?;
-    let auth = super::deployment::registry_auth(ctx, key, &spec.task.image).await?;
+    let auth = super::registry_auth(ctx, key, &spec.task.image).await?;
     ctx.runtime
         .create_service(&spec, auth.as_ref())
         .await
@@ -154,7 +154,7 @@ pub(in crate::reconcile::handlers) async fn prepare<R: Runtime>(
     key: &ResourceKey,
     container: &ContainerSpec,
 ) -> Result<()> {
-    super::deployment::prepare(ctx, key, container).await
+    super::prepare(ctx, key, container).await
 }
 
 /// Where the run's task stands, at one look: `Some(exit code)` once it ended, `None` while it

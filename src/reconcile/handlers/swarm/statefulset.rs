@@ -242,11 +242,7 @@ impl<R: Runtime> Replicated<R> for SwarmStatefulset<'_> {
     }
 
     fn prepare<'a>(&'a self, ctx: &'a Ctx<R>, key: &'a ResourceKey) -> BoxFuture<'a, Result<()>> {
-        Box::pin(super::deployment::prepare(
-            ctx,
-            key,
-            &self.inner.spec.container,
-        ))
+        Box::pin(super::prepare(ctx, key, &self.inner.spec.container))
     }
 
     fn plan(&self, observed: &Observed) -> Vec<StatefulStep> {
@@ -368,7 +364,7 @@ async fn execute<R: Runtime>(
                 })?;
                 let built = work.service(ctx, *ordinal, &node)?;
                 let spec = with_configs(ctx, key, &built).await?;
-                let auth = super::deployment::registry_auth(ctx, key, &spec.task.image).await?;
+                let auth = super::registry_auth(ctx, key, &spec.task.image).await?;
                 ctx.runtime
                     .create_service(&spec, auth.as_ref())
                     .await
@@ -388,7 +384,7 @@ async fn execute<R: Runtime>(
                     .unwrap_or_default();
                 let built = work.service(ctx, *ordinal, &node)?;
                 let spec = with_configs(ctx, key, &built).await?;
-                let auth = super::deployment::registry_auth(ctx, key, &spec.task.image).await?;
+                let auth = super::registry_auth(ctx, key, &spec.task.image).await?;
                 ctx.runtime
                     .update_service(&service.id, service.version, &spec, auth.as_ref())
                     .await
