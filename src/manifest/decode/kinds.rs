@@ -321,13 +321,14 @@ fn check_env(cx: &mut Cx<'_>, r: &Reader<'_>, env: &BTreeMap<String, String>) {
     }
 }
 
-/// Every item of list `name` through `check`, reported at the item.
-fn check_items(
+/// Every item of list `name` through `check`, reported at the item: `check`'s error says
+/// what is wrong, the diagnostic adds where (the field, its index, `path:line:col`).
+fn check_items<E: std::fmt::Display>(
     cx: &mut Cx<'_>,
     r: &Reader<'_>,
     name: &str,
     items: &[String],
-    check: impl Fn(&str) -> Result<(), String>,
+    check: impl Fn(&str) -> Result<(), E>,
 ) {
     for (index, item) in items.iter().enumerate() {
         if let Err(problem) = check(item) {
