@@ -60,6 +60,27 @@ pub(crate) enum Resolved {
     Reference(Reference, String),
 }
 
+/// Why a `${…}` does not resolve. Display is the reason alone; `Cx::interpolate` reports it
+/// at the `${…}`'s `path:line:col`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum InterpolateError {
+    /// `how` is the load's hint for supplying the variable, with its name filled in.
+    #[error("undefined variable `{name}`: {how} or write `${{{name}:-default}}`")]
+    UndefinedVariable { name: String, how: String },
+    #[error(
+        "malformed asset reference `{0}`: write ${{asset.<scope>.<name>.<key>}} or ${{asset.<name>.<key>}} (letters, digits, `_`, `-`)"
+    )]
+    MalformedAsset(String),
+    #[error(
+        "malformed resource reference `{0}`: write ${{ref.<kind>.<name>.<field>}}, e.g. ${{ref.ingress.web.host}}"
+    )]
+    MalformedResource(String),
+    #[error(
+        "unsupported interpolation `{0}`: manifests interpolate ${{VAR}}, ${{VAR:-default}}, ${{asset.…}} and ${{ref.…}} (write `$${{` for a literal `${{`)"
+    )]
+    Unsupported(String),
+}
+
 /// Resolves `${…}` contents against one file's variables.
 pub(crate) struct Interpolator<'a> {
     vars: BTreeMap<&'a str, &'a str>,
@@ -118,15 +139,15 @@ impl<'a> Interpolator<'a> {
     }
 
     /// Resolves the text between `${` and `}`.
-    pub(crate) fn resolve(&self, content: &str) -> Result<Resolved, String> {
+    pub(crate) fn resolve(&self, content: &str) -> Result<Resolved, InterpolateError> {
         if let Some((name, default)) = parse_var(content) {
             return match (self.vars.get(name), default) {
                 (Some(value), _) => Ok(Resolved::Text((*value).to_owned())),
                 (None, Some(default)) => Ok(Resolved::Text(default.to_owned())),
-                (None, None) => Err(format!(
-                    "undefined variable `{name}`: {} or write `${{{name}:-default}}`",
-                    self.missing_hint.replace("{var}", name)
-                )),
+                (None, None) => Err(InterpolateError::UndefinedVariable {
+                    name: name.to_owned(),
+                    how: self.missing_hint.replace("{var}", name),
+                }),
             };
         }
         let literal = format!("${{{content}}}");
@@ -150,9 +171,7 @@ impl<'a> Interpolator<'a> {
                     },
                     literal,
                 )),
-                _ => Err(format!(
-                    "malformed asset reference `{literal}`: write ${{asset.<scope>.<name>.<key>}} or ${{asset.<name>.<key>}} (letters, digits, `_`, `-`)"
-                )),
+                _ => Err(InterpolateError::MalformedAsset(literal)),
             };
         }
         if let Some(rest) = content.strip_prefix("ref.") {
@@ -176,13 +195,9 @@ impl<'a> Interpolator<'a> {
                     ));
                 }
             }
-            return Err(format!(
-                "malformed resource reference `{literal}`: write ${{ref.<kind>.<name>.<field>}}, e.g. ${{ref.ingress.web.host}}"
-            ));
+            return Err(InterpolateError::MalformedResource(literal));
         }
-        Err(format!(
-            "unsupported interpolation `{literal}`: manifests interpolate ${{VAR}}, ${{VAR:-default}}, ${{asset.…}} and ${{ref.…}} (write `$${{` for a literal `${{`)"
-        ))
+        Err(InterpolateError::Unsupported(literal))
     }
 }
 
@@ -224,10 +239,12 @@ mod tests {
         Interpolator::for_file(vars, &body, "set {var}")
     }
 
-    fn text(resolved: Result<Resolved, String>) -> Result<String, String> {
-        resolved.map(|resolved| match resolved {
-            Resolved::Text(text) | Resolved::Reference(_, text) => text,
-        })
+    fn text(resolved: Result<Resolved, InterpolateError>) -> Result<String, String> {
+        resolved
+            .map(|resolved| match resolved {
+                Resolved::Text(text) | Resolved::Reference(_, text) => text,
+            })
+            .map_err(|error| error.to_string())
     }
 
     #[test]
@@ -291,15 +308,24 @@ mod tests {
                 _
             ))
         ));
-        for bad in [
-            "asset.a.b.c.d",
-            "asset.a",
-            "ref.pod.x.y",
-            "var.x",
-            "a b",
-            "1X",
+        for (bad, why) in [
+            (
+                "asset.a.b.c.d",
+                "malformed asset reference `${asset.a.b.c.d}`",
+            ),
+            ("asset.a", "malformed asset reference"),
+            (
+                "ref.pod.x.y",
+                "malformed resource reference `${ref.pod.x.y}`",
+            ),
+            ("var.x", "unsupported interpolation `${var.x}`"),
+            ("a b", "unsupported interpolation"),
+            ("1X", "unsupported interpolation"),
         ] {
-            assert!(interpolator.resolve(bad).is_err(), "{bad} must be refused");
+            match interpolator.resolve(bad) {
+                Err(error) => assert!(error.to_string().starts_with(why), "{bad}: {error}"),
+                Ok(_) => panic!("{bad} must be refused"),
+            }
         }
     }
 }

@@ -280,10 +280,18 @@ pub fn load_with_policy(
     }
 }
 
+/// Why env-file text does not parse: the 1-based line and what it holds. The caller adds which
+/// file (and, for an `env_file`, the manifest's `path:line:col` that names it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvFileError {
+    #[error("line {line}: missing '=' (line: {text:?})")]
+    MissingEquals { line: usize, text: String },
+}
+
 /// Parses env-file text (voodu's `env_file` format, spec §4.1): `KEY=VALUE` lines, blank and
 /// `#` lines skipped, an optional `export ` prefix, one pair of surrounding quotes removed, no
 /// escapes. Later lines win. The error names the line.
-pub fn parse_env_file(text: &str) -> Result<BTreeMap<String, String>, String> {
+pub fn parse_env_file(text: &str) -> Result<BTreeMap<String, String>, EnvFileError> {
     let mut values = BTreeMap::new();
     for (number, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -292,7 +300,10 @@ pub fn parse_env_file(text: &str) -> Result<BTreeMap<String, String>, String> {
         }
         let line = line.strip_prefix("export ").unwrap_or(line);
         let Some((key, value)) = line.split_once('=') else {
-            return Err(format!("line {}: missing '=' (line: {line:?})", number + 1));
+            return Err(EnvFileError::MissingEquals {
+                line: number + 1,
+                text: line.to_owned(),
+            });
         };
         let value = value.trim();
         let value = ['"', '\'']

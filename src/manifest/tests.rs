@@ -238,3 +238,23 @@ fn unknown_blocks_elsewhere_and_unknown_attributes_stay_errors() {
         ],
     );
 }
+
+#[test]
+fn env_files_parse_voodus_format_and_name_the_bad_line() -> Result<(), EnvFileError> {
+    let values = parse_env_file("# c\n\nexport A=1\nB = \"two\"\nC='3'\nA=4\n")?;
+    let pairs: Vec<(&str, &str)> = values
+        .iter()
+        .map(|(key, value)| (key.as_str(), value.as_str()))
+        .collect();
+    assert_eq!(pairs, [("A", "4"), ("B", "two"), ("C", "3")]);
+    let error = parse_env_file("A=1\n\n  NOPE  \n").expect_err("line 3 has no '='");
+    assert_eq!(
+        error,
+        EnvFileError::MissingEquals {
+            line: 3,
+            text: "NOPE".to_owned()
+        }
+    );
+    assert_eq!(error.to_string(), "line 3: missing '=' (line: \"NOPE\")");
+    Ok(())
+}

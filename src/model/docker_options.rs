@@ -99,6 +99,80 @@ const BOOL_FLAGS: &[&str] = &[
     "--init",
 ];
 
+/// Why a `docker_options` list is refused; each variant names the flag or item at fault.
+/// Display is the reason; the manifest stage reports it at the field's `path:line:col`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DockerOptionsError {
+    #[error(
+        "{item:?} contains {problem}: Docker would refuse or misread it; write one flag or value per list item"
+    )]
+    ControlCharacter { item: String, problem: &'static str },
+    #[error("{flag} takes no value (got {value:?})")]
+    TakesNoValue { flag: String, value: String },
+    #[error(
+        "{0:?} is not supported by this agent (it drives Docker's API, not the CLI); supported: {list}",
+        list = supported()
+    )]
+    Unsupported(String),
+    #[error(
+        "{0:?} is not a flag: docker_options holds `docker run` flags such as \"--shm-size=1g\""
+    )]
+    NotAFlag(String),
+    #[error("{0} needs a value")]
+    NeedsValue(String),
+    #[error("{flag} {value:?} is not a size like 64m or 2g")]
+    NotASize { flag: String, value: String },
+    #[error(
+        "{flag} {value:?} is above the limit of 16t ({max} bytes): write a smaller size",
+        max = DockerOptions::MAX_SIZE
+    )]
+    SizeAboveLimit { flag: String, value: String },
+    #[error("{flag} {value:?} is not a whole number")]
+    NotANumber { flag: String, value: String },
+    #[error("{flag} {value:?} is out of range: {what} is {low} to {high}")]
+    OutOfRange {
+        flag: String,
+        value: String,
+        what: &'static str,
+        low: i64,
+        high: i64,
+    },
+    #[error("{flag} {value:?} is not KEY=VALUE")]
+    NotKeyValue { flag: String, value: String },
+    #[error("{flag} {key:?}: `voodu.*` and `createdby` labels are the agent's own")]
+    ReservedLabel { flag: String, key: String },
+    #[error("{flag} {value:?}: {problem}")]
+    AddHost {
+        flag: String,
+        value: String,
+        problem: ExtraHostError,
+    },
+    #[error("{flag} {value:?} has an empty variable name")]
+    EmptyEnvName { flag: String, value: String },
+    #[error(
+        "{flag} {value:?} must be KEY=VALUE (the agent's own environment is not passed through)"
+    )]
+    EnvWithoutValue { flag: String, value: String },
+    #[error("--gpus {0:?}: write all or a count from 1 to {max}", max = DockerOptions::MAX_GPUS)]
+    Gpus(String),
+    /// A flag listed as taking a value that `set` does not handle (a gap in this file).
+    #[error("{0} is not supported")]
+    Unhandled(String),
+}
+
+/// Why an `extra_hosts` / `--add-host` entry is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExtraHostError {
+    #[error("it contains {0}")]
+    ControlCharacter(&'static str),
+    #[error("write \"host:ip\"")]
+    NoSeparator,
+    #[error("the host name must be non-empty, without spaces")]
+    BadHost,
+    #[error("{0:?} is not an IP address (or host-gateway)")]
+    BadAddress(String),
+}
+
 impl DockerOptions {
     /// Sizes (`--shm-size`, `--memory-swap`, `--memory-reservation`): 16 TiB.
     pub const MAX_SIZE: i64 = 1 << 44;
@@ -114,13 +188,14 @@ impl DockerOptions {
     pub const MAX_GPUS: i64 = 256;
 
     /// Parses a `docker_options` list. The error names the offending item.
-    pub fn parse(items: &[String]) -> Result<DockerOptions, String> {
+    pub fn parse(items: &[String]) -> Result<DockerOptions, DockerOptionsError> {
         let mut options = DockerOptions::default();
         for item in items {
             if let Some(problem) = control_character(item.trim()) {
-                return Err(format!(
-                    "{item:?} contains {problem}: Docker would refuse or misread it; write one flag or value per list item"
-                ));
+                return Err(DockerOptionsError::ControlCharacter {
+                    item: item.clone(),
+                    problem,
+                });
             }
         }
         let mut index = 0;
@@ -135,7 +210,12 @@ impl DockerOptions {
                 let on = match inline.as_deref() {
                     None | Some("true") => true,
                     Some("false") => false,
-                    Some(other) => return Err(format!("{flag} takes no value (got {other:?})")),
+                    Some(other) => {
+                        return Err(DockerOptionsError::TakesNoValue {
+                            flag: flag.to_owned(),
+                            value: other.to_owned(),
+                        });
+                    }
                 };
                 match flag {
                     "--privileged" => options.privileged = on,
@@ -147,21 +227,16 @@ impl DockerOptions {
             }
             if !VALUE_FLAGS.contains(&flag) {
                 return Err(if flag.starts_with('-') {
-                    format!(
-                        "{flag:?} is not supported by this agent (it drives Docker's API, not the CLI); supported: {}",
-                        supported()
-                    )
+                    DockerOptionsError::Unsupported(flag.to_owned())
                 } else {
-                    format!(
-                        "{item:?} is not a flag: docker_options holds `docker run` flags such as \"--shm-size=1g\""
-                    )
+                    DockerOptionsError::NotAFlag(item.to_owned())
                 });
             }
             let value = match inline {
                 Some(value) => value,
                 None => {
                     let Some(next) = items.get(index) else {
-                        return Err(format!("{flag} needs a value"));
+                        return Err(DockerOptionsError::NeedsValue(flag.to_owned()));
                     };
                     index += 1;
                     next.trim().to_owned()
@@ -172,33 +247,40 @@ impl DockerOptions {
         Ok(options)
     }
 
-    fn set(&mut self, flag: &str, value: String) -> Result<(), String> {
+    fn set(&mut self, flag: &str, value: String) -> Result<(), DockerOptionsError> {
         let size = |value: &str| {
-            let bytes = parse_docker_size(value)
-                .ok_or_else(|| format!("{flag} {value:?} is not a size like 64m or 2g"))?;
+            let bytes = parse_docker_size(value).ok_or_else(|| DockerOptionsError::NotASize {
+                flag: flag.to_owned(),
+                value: value.to_owned(),
+            })?;
             if bytes > DockerOptions::MAX_SIZE {
-                return Err(format!(
-                    "{flag} {value:?} is above the limit of 16t ({} bytes): write a smaller size",
-                    DockerOptions::MAX_SIZE
-                ));
+                return Err(DockerOptionsError::SizeAboveLimit {
+                    flag: flag.to_owned(),
+                    value: value.to_owned(),
+                });
             }
             Ok(bytes)
         };
         let number = |value: &str| {
             value
                 .parse::<i64>()
-                .map_err(|_| format!("{flag} {value:?} is not a whole number"))
+                .map_err(|_| DockerOptionsError::NotANumber {
+                    flag: flag.to_owned(),
+                    value: value.to_owned(),
+                })
         };
-        let within = |value: &str, range: std::ops::RangeInclusive<i64>, what: &str| {
+        let within = |value: &str, range: std::ops::RangeInclusive<i64>, what: &'static str| {
             let parsed = number(value)?;
             if range.contains(&parsed) {
                 Ok(parsed)
             } else {
-                Err(format!(
-                    "{flag} {value:?} is out of range: {what} is {} to {}",
-                    range.start(),
-                    range.end()
-                ))
+                Err(DockerOptionsError::OutOfRange {
+                    flag: flag.to_owned(),
+                    value: value.to_owned(),
+                    what,
+                    low: *range.start(),
+                    high: *range.end(),
+                })
             }
         };
         let pair = |value: &str| {
@@ -206,7 +288,10 @@ impl DockerOptions {
                 .split_once('=')
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .filter(|(k, _)| !k.is_empty())
-                .ok_or_else(|| format!("{flag} {value:?} is not KEY=VALUE"))
+                .ok_or_else(|| DockerOptionsError::NotKeyValue {
+                    flag: flag.to_owned(),
+                    value: value.to_owned(),
+                })
         };
         match flag {
             "--shm-size" => self.shm_size = Some(size(&value)?),
@@ -271,15 +356,21 @@ impl DockerOptions {
                     None => (value, String::new()),
                 };
                 if key.starts_with("voodu.") || key == "createdby" {
-                    return Err(format!(
-                        "{flag} {key:?}: `voodu.*` and `createdby` labels are the agent's own"
-                    ));
+                    return Err(DockerOptionsError::ReservedLabel {
+                        flag: flag.to_owned(),
+                        key,
+                    });
                 }
                 self.labels.insert(key, value);
             }
             "--add-host" => {
-                DockerOptions::check_extra_host(&value)
-                    .map_err(|problem| format!("{flag} {value:?}: {problem}"))?;
+                DockerOptions::check_extra_host(&value).map_err(|problem| {
+                    DockerOptionsError::AddHost {
+                        flag: flag.to_owned(),
+                        value: value.clone(),
+                        problem,
+                    }
+                })?;
                 self.add_hosts.push(value);
             }
             "--dns" => self.dns.push(value),
@@ -287,12 +378,16 @@ impl DockerOptions {
             "--dns-option" => self.dns_options.push(value),
             "--env" | "-e" => {
                 if value.starts_with('=') {
-                    return Err(format!("{flag} {value:?} has an empty variable name"));
+                    return Err(DockerOptionsError::EmptyEnvName {
+                        flag: flag.to_owned(),
+                        value,
+                    });
                 }
                 if !value.contains('=') {
-                    return Err(format!(
-                        "{flag} {value:?} must be KEY=VALUE (the agent's own environment is not passed through)"
-                    ));
+                    return Err(DockerOptionsError::EnvWithoutValue {
+                        flag: flag.to_owned(),
+                        value,
+                    });
                 }
                 self.env.push(value);
             }
@@ -306,12 +401,7 @@ impl DockerOptions {
                         .parse()
                         .ok()
                         .filter(|count| (1..=DockerOptions::MAX_GPUS).contains(count))
-                        .ok_or_else(|| {
-                            format!(
-                                "--gpus {value:?}: write all or a count from 1 to {}",
-                                DockerOptions::MAX_GPUS
-                            )
-                        })?,
+                        .ok_or_else(|| DockerOptionsError::Gpus(value.clone()))?,
                 });
             }
             "--log-driver" => self.log_driver = Some(value),
@@ -319,7 +409,7 @@ impl DockerOptions {
                 let (key, value) = pair(&value)?;
                 self.log_opts.insert(key, value);
             }
-            other => return Err(format!("{other} is not supported")),
+            other => return Err(DockerOptionsError::Unhandled(other.to_owned())),
         }
         Ok(())
     }
@@ -332,25 +422,23 @@ impl DockerOptions {
     /// One `extra_hosts` / `--add-host` entry as Docker reads it: `host:ip` or `host=ip`, the
     /// address an IPv4 or IPv6 address (optionally in brackets) or `host-gateway`. The error
     /// says what is wrong with `entry`.
-    pub fn check_extra_host(entry: &str) -> Result<(), String> {
+    pub fn check_extra_host(entry: &str) -> Result<(), ExtraHostError> {
         if let Some(problem) = control_character(entry) {
-            return Err(format!("it contains {problem}"));
+            return Err(ExtraHostError::ControlCharacter(problem));
         }
         let split = entry.split_once('=').or_else(|| entry.split_once(':'));
         let Some((host, address)) = split else {
-            return Err("write \"host:ip\"".to_owned());
+            return Err(ExtraHostError::NoSeparator);
         };
         if host.is_empty() || host.contains(char::is_whitespace) {
-            return Err("the host name must be non-empty, without spaces".to_owned());
+            return Err(ExtraHostError::BadHost);
         }
         let address = address
             .strip_prefix('[')
             .and_then(|inner| inner.strip_suffix(']'))
             .unwrap_or(address);
         if address != "host-gateway" && address.parse::<std::net::IpAddr>().is_err() {
-            return Err(format!(
-                "{address:?} is not an IP address (or host-gateway)"
-            ));
+            return Err(ExtraHostError::BadAddress(address.to_owned()));
         }
         Ok(())
     }
@@ -382,7 +470,7 @@ fn supported() -> String {
 mod tests {
     use super::*;
 
-    fn parse(items: &[&str]) -> Result<DockerOptions, String> {
+    fn parse(items: &[&str]) -> Result<DockerOptions, DockerOptionsError> {
         DockerOptions::parse(
             &items
                 .iter()
@@ -392,7 +480,7 @@ mod tests {
     }
 
     #[test]
-    fn voodus_examples_parse() -> Result<(), String> {
+    fn voodus_examples_parse() -> Result<(), DockerOptionsError> {
         let options = parse(&[
             "--shm-size=2g",
             "--sysctl=net.core.somaxconn=4096",
@@ -457,7 +545,7 @@ mod tests {
             (&["--entrypoint", "sh\0"][..], "a NUL character"),
             (&["--label=a=b\0c"][..], "a NUL character"),
         ] {
-            let error = parse(items).expect_err("must be refused");
+            let error = parse(items).expect_err("must be refused").to_string();
             assert!(error.contains(wanted), "{items:?}: {error}");
         }
     }

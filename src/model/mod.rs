@@ -16,8 +16,8 @@ mod units;
 pub mod url_hosts;
 
 pub use assets::{UNSCOPED_ASSETS, asset_dir, resolve_asset_refs};
-pub use docker_options::DockerOptions;
 pub(crate) use docker_options::control_character;
+pub use docker_options::{DockerOptions, DockerOptionsError, ExtraHostError};
 pub use hosts::HostSelection;
 pub use policy::Policy;
 pub use ports::{PortMapping, parse_ports};

@@ -321,13 +321,14 @@ fn check_env(cx: &mut Cx<'_>, r: &Reader<'_>, env: &BTreeMap<String, String>) {
     }
 }
 
-/// Every item of list `name` through `check`, reported at the item.
-fn check_items(
+/// Every item of list `name` through `check`, reported at the item: `check`'s error says
+/// what is wrong, the diagnostic adds where (the field, its index, `path:line:col`).
+fn check_items<E: std::fmt::Display>(
     cx: &mut Cx<'_>,
     r: &Reader<'_>,
     name: &str,
     items: &[String],
-    check: impl Fn(&str) -> Result<(), String>,
+    check: impl Fn(&str) -> Result<(), E>,
 ) {
     for (index, item) in items.iter().enumerate() {
         if let Err(problem) = check(item) {
@@ -441,13 +442,13 @@ fn env_files(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> (BTreeMap<String, String>, 
                     Err(problem) => cx.error(span.clone(), format!("env_file {path:?} {problem}")),
                 }
             }
-            Read::Missing(message) if cx.env.mode == Mode::Validate => {
+            Read::Failed(message) if message.is_missing() && cx.env.mode == Mode::Validate => {
                 cx.warn(
                     span.clone(),
                     format!("env_file {message}; the agent rejects a commit without it"),
                 );
             }
-            Read::Missing(message) | Read::Refused(message) => {
+            Read::Failed(message) => {
                 cx.error(span.clone(), format!("env_file {message}"));
             }
         }
@@ -1256,11 +1257,13 @@ fn asset_source(
                             }
                             Some((file, Some(bytes)))
                         }
-                        Read::Missing(message) if cx.env.mode == Mode::Validate => {
+                        Read::Failed(message)
+                            if message.is_missing() && cx.env.mode == Mode::Validate =>
+                        {
                             cx.warn(span, format!("file({path:?}): {message}; the agent rejects a commit without it"));
                             Some((described("file", path, String::new(), b""), None))
                         }
-                        Read::Missing(message) | Read::Refused(message) => {
+                        Read::Failed(message) => {
                             cx.error(span, format!("file(): {message}"));
                             None
                         }

@@ -76,13 +76,15 @@ impl<'a> Cx<'a> {
         self.references.push((reference, location));
     }
 
-    pub(crate) fn error(&mut self, span: Option<Range<usize>>, message: impl Into<String>) {
-        let diagnostic = self.index.at(self.path, span, message.into());
+    /// Records a problem at `span`: the diagnostic carries this file and the span's line and
+    /// column; `message` (a typed error, or text) says what is wrong there.
+    pub(crate) fn error(&mut self, span: Option<Range<usize>>, message: impl std::fmt::Display) {
+        let diagnostic = self.index.at(self.path, span, message.to_string());
         self.diagnostics.push(diagnostic);
     }
 
-    pub(crate) fn warn(&mut self, span: Option<Range<usize>>, message: impl Into<String>) {
-        let diagnostic = self.index.at(self.path, span, message.into());
+    pub(crate) fn warn(&mut self, span: Option<Range<usize>>, message: impl std::fmt::Display) {
+        let diagnostic = self.index.at(self.path, span, message.to_string());
         self.warnings.push(diagnostic);
     }
 
@@ -124,8 +126,8 @@ impl<'a> Cx<'a> {
                     let location = self.location(mark_span);
                     self.references.push((reference, location));
                 }
-                Err(message) => {
-                    self.error(mark_span, message);
+                Err(error) => {
+                    self.error(mark_span, error);
                     ok = false;
                 }
             }

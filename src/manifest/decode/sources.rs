@@ -24,22 +24,55 @@ pub(crate) struct LoadEnv<'a> {
 /// A file read for `file()` or `env_file`.
 pub(crate) enum Read {
     Bytes(Vec<u8>),
-    /// Not there; the message says so (validate treats this as a warning).
-    Missing(String),
-    Refused(String),
+    Failed(ReadError),
+}
+
+/// Why a `file()` / `env_file` path gives no bytes; each variant holds the path as written.
+/// Display is the reason; `kinds` reports it at the call's `path:line:col`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ReadError {
+    #[error(
+        "{path:?} is absolute: manifests read files of the repo only, relative to the manifest's directory"
+    )]
+    Absolute { path: String },
+    #[error("{path:?} leads out of the repo")]
+    OutOfRepo { path: String },
+    #[error("{path:?} is {size} bytes; the limit is {limit} bytes (--max-file-size)")]
+    TooLarge { path: String, size: u64, limit: u64 },
+    #[error(
+        "{path:?} is a symlink to an absolute path ({target:?}): only links inside the repo are followed"
+    )]
+    AbsoluteSymlink { path: String, target: String },
+    #[error("{path:?} is a symlink leading out of the repo ({target:?})")]
+    SymlinkOutOfRepo { path: String, target: String },
+    /// Not in the commit: `validate` reports this as a warning, the agent as an error.
+    #[error("{path:?} does not exist in the repo (looked for {resolved:?})")]
+    Missing { path: String, resolved: String },
+    #[error("{path:?} is not a regular file")]
+    NotAFile { path: String },
+    #[error("{path:?} cannot be read: {message}")]
+    Unreadable { path: String, message: String },
+    #[error("{path:?}: too many symlinks (a loop?)")]
+    SymlinkLoop { path: String },
+}
+
+impl ReadError {
+    /// The path is not in the commit (rather than refused).
+    pub(crate) fn is_missing(&self) -> bool {
+        matches!(self, ReadError::Missing { .. })
+    }
 }
 
 impl LoadEnv<'_> {
     /// Reads `path`, written in the manifest at `manifest_path`, from the repo.
     pub(crate) fn read_file(&self, manifest_path: &str, path: &str) -> Read {
+        let path_owned = || path.to_owned();
         if path.starts_with('/') || path.starts_with('\\') {
-            return Read::Refused(format!(
-                "{path:?} is absolute: manifests read files of the repo only, relative to the manifest's directory"
-            ));
+            return Read::Failed(ReadError::Absolute { path: path_owned() });
         }
         let dir = manifest_path.rsplit_once('/').map_or("", |(dir, _)| dir);
         let Some(mut resolved) = join_confined(dir, path) else {
-            return Read::Refused(format!("{path:?} leads out of the repo"));
+            return Read::Failed(ReadError::OutOfRepo { path: path_owned() });
         };
         for _ in 0..=MAX_SYMLINKS {
             match self
@@ -48,51 +81,59 @@ impl LoadEnv<'_> {
             {
                 // Told from the object header: none of it was read.
                 FileRead::TooLarge(size) => {
-                    return Read::Refused(format!(
-                        "{path:?} is {size} bytes; the limit is {} bytes (--max-file-size)",
-                        self.max_file_bytes
-                    ));
+                    return Read::Failed(ReadError::TooLarge {
+                        path: path_owned(),
+                        size,
+                        limit: self.max_file_bytes,
+                    });
                 }
                 FileRead::File(bytes) => {
                     let size = bytes.len() as u64;
                     if size > self.max_file_bytes {
-                        return Read::Refused(format!(
-                            "{path:?} is {size} bytes; the limit is {} bytes (--max-file-size)",
-                            self.max_file_bytes
-                        ));
+                        return Read::Failed(ReadError::TooLarge {
+                            path: path_owned(),
+                            size,
+                            limit: self.max_file_bytes,
+                        });
                     }
                     return Read::Bytes(bytes);
                 }
                 FileRead::Symlink(target) => {
                     if target.starts_with('/') {
-                        return Read::Refused(format!(
-                            "{path:?} is a symlink to an absolute path ({target:?}): only links inside the repo are followed"
-                        ));
+                        return Read::Failed(ReadError::AbsoluteSymlink {
+                            path: path_owned(),
+                            target,
+                        });
                     }
                     let link_dir = resolved.rsplit_once('/').map_or("", |(dir, _)| dir);
                     match join_confined(link_dir, &target) {
                         Some(next) => resolved = next,
                         None => {
-                            return Read::Refused(format!(
-                                "{path:?} is a symlink leading out of the repo ({target:?})"
-                            ));
+                            return Read::Failed(ReadError::SymlinkOutOfRepo {
+                                path: path_owned(),
+                                target,
+                            });
                         }
                     }
                 }
                 FileRead::Missing => {
-                    return Read::Missing(format!(
-                        "{path:?} does not exist in the repo (looked for {resolved:?})"
-                    ));
+                    return Read::Failed(ReadError::Missing {
+                        path: path_owned(),
+                        resolved,
+                    });
                 }
                 FileRead::NotAFile => {
-                    return Read::Refused(format!("{path:?} is not a regular file"));
+                    return Read::Failed(ReadError::NotAFile { path: path_owned() });
                 }
                 FileRead::Error(message) => {
-                    return Read::Refused(format!("{path:?} cannot be read: {message}"));
+                    return Read::Failed(ReadError::Unreadable {
+                        path: path_owned(),
+                        message,
+                    });
                 }
             }
         }
-        Read::Refused(format!("{path:?}: too many symlinks (a loop?)"))
+        Read::Failed(ReadError::SymlinkLoop { path: path_owned() })
     }
 
     /// Fetches `url`; `None` in validate mode, where URLs are checked but not fetched.
@@ -139,8 +180,8 @@ mod tests {
     fn outcome(read: Read) -> String {
         match read {
             Read::Bytes(bytes) => format!("ok {}", String::from_utf8_lossy(&bytes)),
-            Read::Missing(message) => format!("missing {message}"),
-            Read::Refused(message) => format!("refused {message}"),
+            Read::Failed(error) if error.is_missing() => format!("missing {error}"),
+            Read::Failed(error) => format!("refused {error}"),
         }
     }
 

@@ -1,13 +1,72 @@
 //! Values that reach Docker as written, checked as Docker would read them: image references
 //! (Docker's reference grammar), `volumes` entries, environment variables, command arguments,
-//! `extra_hosts`, ulimit names. Each check is pure and says what is wrong; `kinds` reports it
-//! at the value's `path:line:col`.
+//! `extra_hosts`, ulimit names. Each check is pure and returns a [`ValueError`] saying what is
+//! wrong; `kinds` reports it at the value's `path:line:col`.
 //!
 //! Invariant: a value still holding a `${asset.…}` or `${ref.…}` reference (resolved only at
 //! reconcile time, to an absolute data-dir path or an ingress field) is checked for what the
 //! reference cannot change: a bind source written as `${asset.…}` is absolute once resolved.
 
 use crate::model::control_character;
+
+/// What is wrong with one value Docker would read as written. Display is the reason alone
+/// (`it is empty`); `kinds` prefixes the field and the value and reports it at their
+/// `path:line:col`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ValueError {
+    #[error("it is empty")]
+    Empty,
+    #[error("it contains {0}")]
+    ControlCharacter(&'static str),
+    #[error("it contains whitespace")]
+    Whitespace,
+    #[error(
+        "tag {0:?} is not a tag (letters, digits, `_`, `.` and `-`, at most 128, not starting with `.` or `-`)"
+    )]
+    Tag(String),
+    #[error("the name is empty")]
+    EmptyName,
+    #[error("the name is longer than 255 characters")]
+    LongName,
+    #[error(
+        "registry {0:?} is not a host[:port] (letters, digits, `-` and `.`, or an [IPv6] address)"
+    )]
+    Registry(String),
+    #[error("digest {0:?} is not algorithm:hex (e.g. sha256: and 64 hex digits)")]
+    Digest(String),
+    #[error("the repository name must be lowercase")]
+    UppercaseRepository,
+    #[error(
+        "{0:?} is not a name component (lowercase letters and digits, joined by `.`, `_`, `__` or `-`)"
+    )]
+    NameComponent(String),
+    #[error("it has more than three `:`-separated parts; write source:target[:options]")]
+    VolumeParts,
+    #[error("the source is empty; write source:target[:options]")]
+    EmptySource,
+    #[error(
+        "{0:?} is a relative host path: a bind source must be absolute (\"/srv/data\"), a named volume a plain name (\"data\")"
+    )]
+    RelativeSource(String),
+    #[error(
+        "{0:?} is not a volume name (letters, digits, `_`, `.` and `-`, starting with a letter or digit, at least two characters); a bind source is an absolute path"
+    )]
+    VolumeName(String),
+    #[error("the target {0:?} must be an absolute path in the container")]
+    RelativeTarget(String),
+    #[error("the target must not be the container's root `/`")]
+    RootTarget,
+    #[error("{0:?} is not a mount option ({list})", list = MOUNT_OPTIONS.join(", "))]
+    MountOption(String),
+    #[error("the name contains `=`, where Docker would split it")]
+    NameWithEquals,
+    #[error("the name contains {0}")]
+    NameControlCharacter(&'static str),
+    #[error("the value contains a NUL character, where the process would see it end")]
+    ValueWithNul,
+    #[error("it contains a NUL character, which no process can receive")]
+    ArgumentWithNul,
+}
 
 /// The grammar, for messages.
 pub(super) const IMAGE_FORM: &str =
@@ -16,15 +75,15 @@ pub(super) const IMAGE_FORM: &str =
 /// Docker's reference grammar (distribution/reference): `name[:tag][@digest]`, the name
 /// `[domain/]path`, path components `[a-z0-9]+` joined by `.`, `_`, `__` or `-`+, the
 /// domain `host[:port]`, the tag `[\w][\w.-]{0,127}`, the digest `algorithm:hex`.
-pub(crate) fn image_reference(reference: &str) -> Result<(), String> {
+pub(crate) fn image_reference(reference: &str) -> Result<(), ValueError> {
     if reference.is_empty() {
-        return Err("it is empty".to_owned());
+        return Err(ValueError::Empty);
     }
     if let Some(problem) = control_character(reference) {
-        return Err(format!("it contains {problem}"));
+        return Err(ValueError::ControlCharacter(problem));
     }
     if reference.contains(char::is_whitespace) {
-        return Err("it contains whitespace".to_owned());
+        return Err(ValueError::Whitespace);
     }
     let (rest, digest) = match reference.split_once('@') {
         Some((rest, digest)) => (rest, Some(digest)),
@@ -44,16 +103,14 @@ pub(crate) fn image_reference(reference: &str) -> Result<(), String> {
             && chars.all(|c| word(c) || c == '.' || c == '-')
             && tag.len() <= 128;
         if !valid {
-            return Err(format!(
-                "tag {tag:?} is not a tag (letters, digits, `_`, `.` and `-`, at most 128, not starting with `.` or `-`)"
-            ));
+            return Err(ValueError::Tag(tag.to_owned()));
         }
     }
     if name.is_empty() {
-        return Err("the name is empty".to_owned());
+        return Err(ValueError::EmptyName);
     }
     if name.len() > 255 {
-        return Err("the name is longer than 255 characters".to_owned());
+        return Err(ValueError::LongName);
     }
     let (domain, path) = match name.split_once('/') {
         Some((first, path))
@@ -69,13 +126,11 @@ pub(crate) fn image_reference(reference: &str) -> Result<(), String> {
         check_domain(domain)?;
     }
     if path.chars().any(|c| c.is_ascii_uppercase()) {
-        return Err("the repository name must be lowercase".to_owned());
+        return Err(ValueError::UppercaseRepository);
     }
     for component in path.split('/') {
         if !is_path_component(component) {
-            return Err(format!(
-                "{component:?} is not a name component (lowercase letters and digits, joined by `.`, `_`, `__` or `-`)"
-            ));
+            return Err(ValueError::NameComponent(component.to_owned()));
         }
     }
     Ok(())
@@ -114,12 +169,8 @@ fn is_path_component(component: &str) -> bool {
     }
 }
 
-fn check_domain(domain: &str) -> Result<(), String> {
-    let bad = || {
-        Err(format!(
-            "registry {domain:?} is not a host[:port] (letters, digits, `-` and `.`, or an [IPv6] address)"
-        ))
-    };
+fn check_domain(domain: &str) -> Result<(), ValueError> {
+    let bad = || Err(ValueError::Registry(domain.to_owned()));
     let (host, port) = if let Some(bracketed) = domain.strip_prefix('[') {
         let Some((address, tail)) = bracketed.split_once(']') else {
             return bad();
@@ -153,12 +204,8 @@ fn check_domain(domain: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn check_digest(digest: &str) -> Result<(), String> {
-    let bad = || {
-        Err(format!(
-            "digest {digest:?} is not algorithm:hex (e.g. sha256: and 64 hex digits)"
-        ))
-    };
+fn check_digest(digest: &str) -> Result<(), ValueError> {
+    let bad = || Err(ValueError::Digest(digest.to_owned()));
     let Some((algorithm, hex)) = digest.split_once(':') else {
         return bad();
     };
@@ -206,9 +253,9 @@ const MOUNT_OPTIONS: &[&str] = &[
 /// One `volumes` entry as Docker's bind parser reads it: `source:target[:options]` or a bare
 /// `target` (an anonymous volume). A source is an absolute host path (a bind mount), a
 /// `${asset.…}` reference (an absolute path once resolved) or a volume name.
-pub(crate) fn volume(entry: &str) -> Result<(), String> {
+pub(crate) fn volume(entry: &str) -> Result<(), ValueError> {
     if let Some(problem) = control_character(entry) {
-        return Err(format!("it contains {problem}"));
+        return Err(ValueError::ControlCharacter(problem));
     }
     let parts: Vec<&str> = entry.split(':').collect();
     let (source, target, options) = match parts.as_slice() {
@@ -216,10 +263,7 @@ pub(crate) fn volume(entry: &str) -> Result<(), String> {
         [source, target] => (Some(*source), *target, None),
         [source, target, options] => (Some(*source), *target, Some(*options)),
         _ => {
-            return Err(
-                "it has more than three `:`-separated parts; write source:target[:options]"
-                    .to_owned(),
-            );
+            return Err(ValueError::VolumeParts);
         }
     };
     if let Some(source) = source
@@ -227,38 +271,29 @@ pub(crate) fn volume(entry: &str) -> Result<(), String> {
         && !source.starts_with("${")
     {
         if source.is_empty() {
-            return Err("the source is empty; write source:target[:options]".to_owned());
+            return Err(ValueError::EmptySource);
         }
         if source.starts_with('.') || source.starts_with('~') || source.contains('/') {
-            return Err(format!(
-                "{source:?} is a relative host path: a bind source must be absolute (\"/srv/data\"), a named volume a plain name (\"data\")"
-            ));
+            return Err(ValueError::RelativeSource(source.to_owned()));
         }
         let mut chars = source.chars();
         let valid = chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
             && source.len() >= 2
             && chars.all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
         if !valid {
-            return Err(format!(
-                "{source:?} is not a volume name (letters, digits, `_`, `.` and `-`, starting with a letter or digit, at least two characters); a bind source is an absolute path"
-            ));
+            return Err(ValueError::VolumeName(source.to_owned()));
         }
     }
     if !target.starts_with('/') {
-        return Err(format!(
-            "the target {target:?} must be an absolute path in the container"
-        ));
+        return Err(ValueError::RelativeTarget(target.to_owned()));
     }
     if target == "/" {
-        return Err("the target must not be the container's root `/`".to_owned());
+        return Err(ValueError::RootTarget);
     }
     if let Some(options) = options {
         for option in options.split(',') {
             if !MOUNT_OPTIONS.contains(&option) {
-                return Err(format!(
-                    "{option:?} is not a mount option ({})",
-                    MOUNT_OPTIONS.join(", ")
-                ));
+                return Err(ValueError::MountOption(option.to_owned()));
             }
         }
     }
@@ -266,41 +301,39 @@ pub(crate) fn volume(entry: &str) -> Result<(), String> {
 }
 
 /// An environment variable name: Docker splits `NAME=value` at the first `=`.
-pub(crate) fn env_name(name: &str) -> Result<(), String> {
+pub(crate) fn env_name(name: &str) -> Result<(), ValueError> {
     if name.is_empty() {
-        return Err("the name is empty".to_owned());
+        return Err(ValueError::EmptyName);
     }
     if name.contains('=') {
-        return Err("the name contains `=`, where Docker would split it".to_owned());
+        return Err(ValueError::NameWithEquals);
     }
     if let Some(problem) = control_character(name) {
-        return Err(format!("the name contains {problem}"));
+        return Err(ValueError::NameControlCharacter(problem));
     }
     Ok(())
 }
 
 /// An environment variable value: anything but NUL (a C string ends there).
-pub(crate) fn env_value(value: &str) -> Result<(), String> {
+pub(crate) fn env_value(value: &str) -> Result<(), ValueError> {
     if value.contains('\0') {
-        return Err(
-            "the value contains a NUL character, where the process would see it end".to_owned(),
-        );
+        return Err(ValueError::ValueWithNul);
     }
     Ok(())
 }
 
 /// One argument of a command: anything but NUL (`exec` cannot pass it).
-pub(crate) fn argument(argument: &str) -> Result<(), String> {
+pub(crate) fn argument(argument: &str) -> Result<(), ValueError> {
     if argument.contains('\0') {
-        return Err("it contains a NUL character, which no process can receive".to_owned());
+        return Err(ValueError::ArgumentWithNul);
     }
     Ok(())
 }
 
 /// A one-line value (a network, capability or bucket name…): no NUL, no line break.
-pub(crate) fn one_line(value: &str) -> Result<(), String> {
+pub(crate) fn one_line(value: &str) -> Result<(), ValueError> {
     match control_character(value) {
-        Some(problem) => Err(format!("it contains {problem}")),
+        Some(problem) => Err(ValueError::ControlCharacter(problem)),
         None => Ok(()),
     }
 }
@@ -369,7 +402,7 @@ mod tests {
             ("a\0b", "NUL"),
             ("a\nb", "line break"),
         ] {
-            let error = image_reference(bad).expect_err(bad);
+            let error = image_reference(bad).expect_err(bad).to_string();
             assert!(error.contains(why), "{bad:?}: {error}");
         }
         assert!(image_reference(&format!("{}:1", "a".repeat(256))).is_err());
@@ -403,7 +436,7 @@ mod tests {
             ("/a:/b:ro:z", "more than three"),
             ("/a\n:/b", "line break"),
         ] {
-            let error = volume(bad).expect_err(bad);
+            let error = volume(bad).expect_err(bad).to_string();
             assert!(error.contains(why), "{bad:?}: {error}");
         }
     }

@@ -24,32 +24,74 @@ pub const MACROS: &[(&str, &str)] = &[
 
 const DAY_NAMES: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
 
+/// Why a `schedule` or `timezone` is refused. Display is the reason alone; the manifest stage
+/// reports it at the field's `path:line:col`.
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    #[error("unknown macro; voodu accepts {}", macro_names())]
+    UnknownMacro,
+    #[error("needs 5 fields (minute hour day-of-month month day-of-week), got {0}")]
+    FieldCount(usize),
+    #[error("{what} field {field:?}: {problem}")]
+    Field {
+        what: &'static str,
+        field: String,
+        problem: FieldProblem,
+    },
+    /// The normal form is one croner cannot read (a gap between voodu's grammar and its).
+    #[error("cannot evaluate {normalized:?}: {error}")]
+    Evaluate {
+        normalized: String,
+        error: croner::errors::CronError,
+    },
+    #[error(
+        "{0:?} is not an IANA time zone name such as \"Europe/Lisbon\" or \"America/New_York\""
+    )]
+    TimeZone(String),
+}
+
+/// What is wrong with one of the five fields.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FieldProblem {
+    #[error("step {0:?} must be a positive number")]
+    Step(String),
+    #[error("{0:?} is not a number")]
+    NotANumber(String),
+    #[error("{value} is outside {low}-{high}")]
+    OutOfRange { value: u32, low: u32, high: u32 },
+    #[error("range {start}-{end} runs backwards")]
+    Backwards { start: u32, end: u32 },
+}
+
+/// For callers whose own errors are still text (the reconciler's cron handler and tests).
+impl From<ScheduleError> for String {
+    fn from(error: ScheduleError) -> String {
+        error.to_string()
+    }
+}
+
+fn macro_names() -> String {
+    MACROS
+        .iter()
+        .map(|(name, _)| *name)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// The five-field form of `expression` (macros expanded, day names turned into numbers), or
 /// why voodu would refuse it.
-pub fn normalize_schedule(expression: &str) -> Result<String, String> {
+pub fn normalize_schedule(expression: &str) -> Result<String, ScheduleError> {
     let expression = expression.trim();
     if expression.starts_with('@') {
         return MACROS
             .iter()
             .find(|(name, _)| name.eq_ignore_ascii_case(expression))
             .map(|(_, fields)| (*fields).to_owned())
-            .ok_or_else(|| {
-                format!(
-                    "unknown macro; voodu accepts {}",
-                    MACROS
-                        .iter()
-                        .map(|(name, _)| *name)
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                )
-            });
+            .ok_or(ScheduleError::UnknownMacro);
     }
     let fields: Vec<&str> = expression.split_whitespace().collect();
     if fields.len() != 5 {
-        return Err(format!(
-            "needs 5 fields (minute hour day-of-month month day-of-week), got {}",
-            fields.len()
-        ));
+        return Err(ScheduleError::FieldCount(fields.len()));
     }
     let mut dow = fields[4].to_ascii_lowercase();
     for (number, name) in DAY_NAMES.iter().enumerate() {
@@ -65,8 +107,11 @@ pub fn normalize_schedule(expression: &str) -> Result<String, String> {
     let mut normalized = Vec::with_capacity(5);
     for (index, ((what, low, high), field)) in limits.iter().zip(fields.iter()).enumerate() {
         let field = if index == 4 { dow.as_str() } else { field };
-        check_field(field, *low, *high)
-            .map_err(|problem| format!("{what} field {field:?}: {problem}"))?;
+        check_field(field, *low, *high).map_err(|problem| ScheduleError::Field {
+            what,
+            field: field.to_owned(),
+            problem,
+        })?;
         // voodu: a single number with a step means only that number.
         let items: Vec<&str> = field
             .split(',')
@@ -89,13 +134,16 @@ pub struct Schedule {
 
 impl Schedule {
     /// Parses voodu's `schedule` and `timezone` (IANA name; empty means UTC).
-    pub fn parse(expression: &str, timezone: &str) -> Result<Schedule, String> {
+    pub fn parse(expression: &str, timezone: &str) -> Result<Schedule, ScheduleError> {
         let normalized = normalize_schedule(expression)?;
         let cron = croner::parser::CronParser::builder()
             .seconds(croner::parser::Seconds::Disallowed)
             .build()
             .parse(&normalized)
-            .map_err(|error| format!("cannot evaluate {normalized:?}: {error}"))?;
+            .map_err(|error| ScheduleError::Evaluate {
+                normalized: normalized.clone(),
+                error,
+            })?;
         Ok(Schedule {
             cron,
             zone: parse_timezone(timezone)?,
@@ -128,21 +176,21 @@ impl Schedule {
 }
 
 /// An IANA time zone name (`Europe/Lisbon`); empty means UTC.
-pub fn parse_timezone(timezone: &str) -> Result<chrono_tz::Tz, String> {
+pub fn parse_timezone(timezone: &str) -> Result<chrono_tz::Tz, ScheduleError> {
     if timezone.is_empty() {
         return Ok(chrono_tz::Tz::UTC);
     }
     timezone
         .parse::<chrono_tz::Tz>()
-        .map_err(|_| format!("{timezone:?} is not an IANA time zone name such as \"Europe/Lisbon\" or \"America/New_York\""))
+        .map_err(|_| ScheduleError::TimeZone(timezone.to_owned()))
 }
 
 /// Checks a schedule without keeping its normal form.
-pub fn check_schedule(expression: &str) -> Result<(), String> {
+pub fn check_schedule(expression: &str) -> Result<(), ScheduleError> {
     normalize_schedule(expression).map(|_| ())
 }
 
-fn check_field(field: &str, low: u32, high: u32) -> Result<(), String> {
+fn check_field(field: &str, low: u32, high: u32) -> Result<(), FieldProblem> {
     for item in field.split(',') {
         let (range, step) = match item.split_once('/') {
             Some((range, step)) => (range, Some(step)),
@@ -151,7 +199,7 @@ fn check_field(field: &str, low: u32, high: u32) -> Result<(), String> {
         if let Some(step) = step {
             match step.parse::<u32>() {
                 Ok(step) if step > 0 => {}
-                _ => return Err(format!("step {step:?} must be a positive number")),
+                _ => return Err(FieldProblem::Step(step.to_owned())),
             }
         }
         if range == "*" {
@@ -161,12 +209,12 @@ fn check_field(field: &str, low: u32, high: u32) -> Result<(), String> {
             Some((start, end)) => (start, Some(end)),
             None => (range, None),
         };
-        let parse = |text: &str| -> Result<u32, String> {
+        let parse = |text: &str| -> Result<u32, FieldProblem> {
             let value = text
                 .parse::<u32>()
-                .map_err(|_| format!("{text:?} is not a number"))?;
+                .map_err(|_| FieldProblem::NotANumber(text.to_owned()))?;
             if value < low || value > high {
-                return Err(format!("{value} is outside {low}-{high}"));
+                return Err(FieldProblem::OutOfRange { value, low, high });
             }
             Ok(value)
         };
@@ -174,7 +222,7 @@ fn check_field(field: &str, low: u32, high: u32) -> Result<(), String> {
         if let Some(end) = end {
             let end = parse(end)?;
             if end < start {
-                return Err(format!("range {start}-{end} runs backwards"));
+                return Err(FieldProblem::Backwards { start, end });
             }
         }
     }
@@ -193,7 +241,7 @@ mod tests {
     }
 
     #[test]
-    fn next_and_previous_fire_times_follow_the_zone() -> Result<(), String> {
+    fn next_and_previous_fire_times_follow_the_zone() -> Result<(), ScheduleError> {
         let every_5 = Schedule::parse("*/5 * * * *", "")?;
         assert_eq!(
             every_5.next_after(at("2026-01-01T10:02:30Z")),
@@ -244,7 +292,7 @@ mod tests {
     }
 
     #[test]
-    fn accepts_voodus_grammar() {
+    fn accepts_voodus_grammar() -> Result<(), ScheduleError> {
         for (input, expected) in [
             ("*/5 * * * *", "*/5 * * * *"),
             ("0 9-17 * * mon-fri", "0 9-17 * * 1-5"),
@@ -253,30 +301,96 @@ mod tests {
             ("*/15,3/2 1-5/2 * * *", "*/15,3 1-5/2 * * *"),
             ("@Daily", "0 0 * * *"),
         ] {
-            assert_eq!(
-                normalize_schedule(input).as_deref(),
-                Ok(expected),
-                "{input}"
-            );
+            assert_eq!(normalize_schedule(input)?, expected, "{input}");
         }
+        Ok(())
     }
 
     #[test]
-    fn refuses_what_voodu_refuses() {
-        for bad in [
-            "* * * *",
-            "0 * * * * *",
-            "60 * * * *",
-            "* 24 * * *",
-            "* * 0 * *",
-            "* * * jan *",
-            "* * * * 8",
-            "*/0 * * * *",
-            "5-1 * * * *",
-            "@every 5m",
-            "@reboot",
+    fn refuses_what_voodu_refuses_and_says_which_field() {
+        use FieldProblem::{Backwards, NotANumber, OutOfRange, Step};
+        let field = |what: &'static str, problem: FieldProblem| Some((what, problem));
+        for (bad, expected) in [
+            ("* * * *", None),
+            ("0 * * * * *", None),
+            (
+                "60 * * * *",
+                field(
+                    "minute",
+                    OutOfRange {
+                        value: 60,
+                        low: 0,
+                        high: 59,
+                    },
+                ),
+            ),
+            (
+                "* 24 * * *",
+                field(
+                    "hour",
+                    OutOfRange {
+                        value: 24,
+                        low: 0,
+                        high: 23,
+                    },
+                ),
+            ),
+            (
+                "* * 0 * *",
+                field(
+                    "day-of-month",
+                    OutOfRange {
+                        value: 0,
+                        low: 1,
+                        high: 31,
+                    },
+                ),
+            ),
+            ("* * * jan *", field("month", NotANumber("jan".to_owned()))),
+            (
+                "* * * * 8",
+                field(
+                    "day-of-week",
+                    OutOfRange {
+                        value: 8,
+                        low: 0,
+                        high: 7,
+                    },
+                ),
+            ),
+            ("*/0 * * * *", field("minute", Step("0".to_owned()))),
+            (
+                "5-1 * * * *",
+                field("minute", Backwards { start: 5, end: 1 }),
+            ),
+            ("@every 5m", None),
+            ("@reboot", None),
         ] {
-            assert!(normalize_schedule(bad).is_err(), "{bad:?} must be refused");
+            let error = normalize_schedule(bad).expect_err(bad);
+            match (&error, expected) {
+                (ScheduleError::Field { what, problem, .. }, Some(expected)) => {
+                    assert_eq!((*what, problem.clone()), expected, "{bad:?}");
+                }
+                (ScheduleError::FieldCount(_) | ScheduleError::UnknownMacro, None) => {}
+                _ => panic!("{bad:?}: unexpected {error:?}"),
+            }
+        }
+        for (bad, message) in [
+            (
+                "* * * *",
+                "needs 5 fields (minute hour day-of-month month day-of-week), got 4",
+            ),
+            (
+                "* * * jan *",
+                "month field \"jan\": \"jan\" is not a number",
+            ),
+            (
+                "@reboot",
+                "unknown macro; voodu accepts @yearly @annually @monthly @weekly @daily @midnight @hourly",
+            ),
+        ] {
+            let error = normalize_schedule(bad).expect_err(bad);
+            assert_eq!(error.to_string(), message, "{bad:?}");
         }
     }
 }

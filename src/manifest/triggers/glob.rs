@@ -26,6 +26,24 @@ enum Token {
     },
 }
 
+/// Why a pattern does not compile. Display is the reason; the trigger parser reports it at
+/// the pattern's `path:line:col`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum GlobError {
+    #[error("an empty pattern matches nothing")]
+    Empty,
+    #[error("a pattern is at most {MAX_PATTERN_BYTES} bytes")]
+    TooLong,
+    #[error(
+        "{0:?}: negated patterns (`!…`) are not supported (voodu would match the `!` literally, so it would never match)"
+    )]
+    Negated(String),
+    #[error("{0:?} ends with a lone `\\`")]
+    LoneBackslash(String),
+    #[error("{0:?} has a `[` without its `]`")]
+    UnclosedClass(String),
+}
+
 /// A compiled pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Glob {
@@ -34,17 +52,15 @@ pub(super) struct Glob {
 
 impl Glob {
     /// Compiles `pattern`, or says what is wrong with it.
-    pub(super) fn new(pattern: &str) -> Result<Glob, String> {
+    pub(super) fn new(pattern: &str) -> Result<Glob, GlobError> {
         if pattern.is_empty() {
-            return Err("an empty pattern matches nothing".to_owned());
+            return Err(GlobError::Empty);
         }
         if pattern.len() > MAX_PATTERN_BYTES {
-            return Err(format!("a pattern is at most {MAX_PATTERN_BYTES} bytes"));
+            return Err(GlobError::TooLong);
         }
         if pattern.starts_with('!') {
-            return Err(format!(
-                "{pattern:?}: negated patterns (`!…`) are not supported (voodu would match the `!` literally, so it would never match)"
-            ));
+            return Err(GlobError::Negated(pattern.to_owned()));
         }
         let chars: Vec<char> = pattern.chars().collect();
         let mut tokens = Vec::new();
@@ -75,13 +91,13 @@ impl Glob {
                 '\\' => {
                     let escaped = chars
                         .get(index + 1)
-                        .ok_or_else(|| format!("{pattern:?} ends with a lone `\\`"))?;
+                        .ok_or_else(|| GlobError::LoneBackslash(pattern.to_owned()))?;
                     tokens.push(Token::Literal(*escaped));
                     index += 2;
                 }
                 '[' => {
                     let (token, next) = class(&chars, index)
-                        .ok_or_else(|| format!("{pattern:?} has a `[` without its `]`"))?;
+                        .ok_or_else(|| GlobError::UnclosedClass(pattern.to_owned()))?;
                     tokens.push(token);
                     index = next;
                 }
@@ -241,12 +257,18 @@ mod tests {
             ("x\\", "\"x\\\\\" ends with a lone `\\`"),
         ] {
             assert_eq!(
-                Glob::new(pattern).err().as_deref(),
+                Glob::new(pattern)
+                    .err()
+                    .map(|error| error.to_string())
+                    .as_deref(),
                 Some(expected),
                 "{pattern}"
             );
         }
-        assert!(Glob::new(&"a".repeat(MAX_PATTERN_BYTES + 1)).is_err());
+        assert_eq!(
+            Glob::new(&"a".repeat(MAX_PATTERN_BYTES + 1)),
+            Err(GlobError::TooLong)
+        );
     }
 
     #[test]

@@ -215,8 +215,10 @@ pub fn parse(path: &str, contents: &[u8]) -> Result<Trigger, Vec<Diagnostic>> {
         }
         Some(target) => match repo_path(target) {
             Ok(normalised) => Some(normalised),
-            Err(message) => {
-                reader.errors.push(at(apply_at.0, apply_at.1, message));
+            Err(error) => {
+                reader
+                    .errors
+                    .push(at(apply_at.0, apply_at.1, error.to_string()));
                 None
             }
         },
@@ -243,8 +245,8 @@ pub fn parse(path: &str, contents: &[u8]) -> Result<Trigger, Vec<Diagnostic>> {
             .iter()
             .filter_map(|(pattern, (line, col))| match Glob::new(pattern) {
                 Ok(glob) => Some(glob),
-                Err(message) => {
-                    errors.push(at(*line, *col, message));
+                Err(error) => {
+                    errors.push(at(*line, *col, error.to_string()));
                     None
                 }
             })
@@ -271,28 +273,42 @@ pub fn parse(path: &str, contents: &[u8]) -> Result<Trigger, Vec<Diagnostic>> {
     }
 }
 
+/// Why an `apply.file` is refused; each variant holds the path as written. Display is the
+/// reason; the parser reports it at `apply.file`'s `path:line:col`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum ApplyFileError {
+    #[error("apply.file {0:?} must be relative to the repository root")]
+    Absolute(String),
+    #[error("apply.file {0:?} escapes the repository")]
+    Escapes(String),
+    #[error("apply.file {0:?} must be a plain path")]
+    NotPlain(String),
+    #[error("apply.file {0:?} is inside .git")]
+    InsideGit(String),
+    #[error(
+        "apply.file {0:?}: JSON manifests are not supported by the agent; name an HCL manifest"
+    )]
+    Json(String),
+}
+
 /// `apply.file` made repo-relative and checked: relative, a plain path, inside the repo.
-fn repo_path(target: &str) -> Result<String, String> {
+fn repo_path(target: &str) -> Result<String, ApplyFileError> {
     if target.starts_with('/') {
-        return Err(format!(
-            "apply.file {target:?} must be relative to the repository root"
-        ));
+        return Err(ApplyFileError::Absolute(target.to_owned()));
     }
     let plain = target.strip_prefix("./").unwrap_or(target);
     let parts: Vec<&str> = plain.split('/').collect();
     if parts.contains(&"..") {
-        return Err(format!("apply.file {target:?} escapes the repository"));
+        return Err(ApplyFileError::Escapes(target.to_owned()));
     }
     if parts.iter().any(|part| part.is_empty() || *part == ".") || target.contains('\\') {
-        return Err(format!("apply.file {target:?} must be a plain path"));
+        return Err(ApplyFileError::NotPlain(target.to_owned()));
     }
     if plain.starts_with(".git/") {
-        return Err(format!("apply.file {target:?} is inside .git"));
+        return Err(ApplyFileError::InsideGit(target.to_owned()));
     }
     if plain.to_ascii_lowercase().ends_with(".json") {
-        return Err(format!(
-            "apply.file {target:?}: JSON manifests are not supported by the agent; name an HCL manifest"
-        ));
+        return Err(ApplyFileError::Json(target.to_owned()));
     }
     Ok(plain.to_owned())
 }
