@@ -422,6 +422,27 @@ fn walking_skeleton(env: &mut Env) -> TestResult {
         created, now,
         "the created containers are the ones now running"
     );
+    // Issue 24 item 5: a surge line names no old replica (which one goes is decided when the
+    // successor is ready); each retired line names the replica it removed, each once.
+    let log = std::fs::read_to_string(env.log())?;
+    let surges: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("successor started (surge)"))
+        .collect();
+    assert_eq!(surges.len(), 2, "{surges:?}");
+    assert!(
+        surges.iter().all(|line| !line.contains("old=")),
+        "{surges:?}"
+    );
+    for (_, destroyed) in rollout.iter().filter(|(action, _)| action == "destroy") {
+        let retired = log
+            .lines()
+            .filter(|line| {
+                line.contains("outdated replica retired") && line.contains(destroyed.as_str())
+            })
+            .count();
+        assert_eq!(retired, 1, "{destroyed} retired once in the log:\n{log}");
+    }
     let release = env.resource()?.ok_or("web is in status")?["release"].clone();
     assert_eq!(
         (release["commit"].as_str(), release["phase"].as_str()),

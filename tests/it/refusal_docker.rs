@@ -16,7 +16,7 @@ use crate::support::{TestResult, test_image, wait_until};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
-fn deployment(scope: &str, name: &str, version: &str, extra: &str) -> String {
+pub(crate) fn deployment(scope: &str, name: &str, version: &str, extra: &str) -> String {
     format!(
         r#"deployment "{scope}" "{name}" {{
   image    = "{image}"

@@ -356,15 +356,7 @@ fn docker_deployment(scope: &str, name: &str, v: &str, init: Option<&str>) -> St
     let init = init.map_or_else(String::new, |command| {
         format!("  init \"migrate\" {{\n    command = {command}\n    timeout = \"10m\"\n  }}\n")
     });
-    format!(
-        r#"deployment "{scope}" "{name}" {{
-  image   = "{image}"
-  command = ["sleep", "3600"]
-  env     = {{ V = "{v}" }}
-{init}}}
-"#,
-        image = crate::support::test_image(),
-    )
+    crate::refusal_docker::deployment(scope, name, v, &init)
 }
 
 #[test]

@@ -212,13 +212,7 @@ pub(crate) async fn inits_in_flight<R: Runtime>(
 ) -> Result<BTreeMap<String, Vec<String>>> {
     let units = ctx
         .runtime
-        .list(&[
-            (labels::AGENT, ctx.agent_id.as_str()),
-            (labels::KIND, key.kind.as_str()),
-            (labels::SCOPE, key.scope.as_str()),
-            (labels::NAME, key.name.as_str()),
-            (labels::ROLE, "init"),
-        ])
+        .list(&super::replicas::role_filter(&ctx.agent_id, key, "init"))
         .await
         .map_err(|source| Error::Runtime {
             key: key.clone(),

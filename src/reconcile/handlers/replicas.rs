@@ -21,19 +21,35 @@ use crate::store::{FailureReason, Phase, Release, ReleasePhase, ResourceStatus, 
 /// changed (readiness changes and container events queue passes sooner).
 const RECHECK: Duration = Duration::from_secs(5);
 
+/// Labels that select this agent's replicas of one resource in `role` (its own kind for
+/// the replicas, `init` for its init containers, which carry the same kind, scope and
+/// name); under Swarm, its services in that role.
+pub(super) fn role_filter<'a>(
+    agent_id: &'a str,
+    key: &'a ResourceKey,
+    role: &'a str,
+) -> [(&'a str, &'a str); 5] {
+    let [agent, kind, scope, name] = owned_filter(agent_id, key);
+    [agent, kind, scope, name, (labels::ROLE, role)]
+}
+
 /// Labels that select this agent's replicas of one resource (not its init or release
-/// containers, which carry the same kind, scope and name); under Swarm, its services in
-/// its own role.
+/// containers); under Swarm, its services in its own role.
 pub(super) fn replica_filter<'a>(
     agent_id: &'a str,
     key: &'a ResourceKey,
 ) -> [(&'a str, &'a str); 5] {
+    role_filter(agent_id, key, key.kind.as_str())
+}
+
+/// Labels that select every container (under Swarm, service) this agent made for one
+/// resource, whatever its role.
+pub(super) fn owned_filter<'a>(agent_id: &'a str, key: &'a ResourceKey) -> [(&'a str, &'a str); 4] {
     [
         (labels::AGENT, agent_id),
         (labels::KIND, key.kind.as_str()),
         (labels::SCOPE, key.scope.as_str()),
         (labels::NAME, key.name.as_str()),
-        (labels::ROLE, key.kind.as_str()),
     ]
 }
 

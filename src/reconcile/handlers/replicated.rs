@@ -31,7 +31,7 @@ use crate::reconcile::gate::NewReplica;
 use crate::reconcile::retry;
 use crate::reconcile::rollout_state::{self, Effect, RolloutPhase, Seen, Stage};
 use crate::reconcile::{Action, Ctx, Error, Result, blocking};
-use crate::runtime::{Container, Runtime, labels};
+use crate::runtime::{Container, Runtime};
 use crate::store::{Desired, FailureReason, Phase, Release, ReleasePhase, ResourceStatus};
 
 /// What a replicated kind brings to the pass.
@@ -395,32 +395,19 @@ pub(super) async fn remove_everything<R: Runtime>(
         key: key.clone(),
         source,
     };
-    let release_name = format!("{}-release", key.name);
     let mut owned = first;
-    let mut listed = ctx
+    let mut listed: Vec<(String, String)> = ctx
         .runtime
-        .list(&[
-            (labels::AGENT, ctx.agent_id.as_str()),
-            (labels::KIND, key.kind.as_str()),
-            (labels::SCOPE, key.scope.as_str()),
-            (labels::NAME, key.name.as_str()),
-        ])
+        .list(&super::replicas::owned_filter(&ctx.agent_id, key))
         .await
-        .map_err(runtime_error)?;
-    listed.extend(
-        ctx.runtime
-            .list(&[
-                (labels::AGENT, ctx.agent_id.as_str()),
-                (labels::SCOPE, key.scope.as_str()),
-                (labels::NAME, release_name.as_str()),
-                (labels::ROLE, "release"),
-            ])
-            .await
-            .map_err(runtime_error)?,
-    );
-    for container in listed {
-        if !owned.iter().any(|(id, _)| *id == container.id) {
-            owned.push((container.id, container.name));
+        .map_err(runtime_error)?
+        .into_iter()
+        .map(|container| (container.id, container.name))
+        .collect();
+    listed.extend(super::oneshot::release_units(ctx, key).await?);
+    for (id, name) in listed {
+        if !owned.iter().any(|(owned_id, _)| *owned_id == id) {
+            owned.push((id, name));
         }
     }
     let grace = last_grace(ctx, key).await;

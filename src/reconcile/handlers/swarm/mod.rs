@@ -88,14 +88,7 @@ pub(super) use super::replicas::replica_filter as service_filter;
 
 /// Labels that select every service this agent made for one resource, whatever its role
 /// (with a deployment's, a release hook service an interrupted pass left behind).
-pub(super) fn owned_filter<'a>(agent_id: &'a str, key: &'a ResourceKey) -> [(&'a str, &'a str); 4] {
-    [
-        (labels::AGENT, agent_id),
-        (labels::KIND, key.kind.as_str()),
-        (labels::SCOPE, key.scope.as_str()),
-        (labels::NAME, key.name.as_str()),
-    ]
-}
+pub(super) use super::replicas::owned_filter;
 
 fn runtime_error(key: &ResourceKey) -> impl Fn(crate::runtime::Error) -> Error + '_ {
     move |source| Error::Runtime {

@@ -56,26 +56,38 @@ pub(in crate::reconcile::handlers) async fn list<R: Runtime>(
         .map_err(runtime_error(key))?;
     let mut runs = Vec::with_capacity(services.len());
     for service in services {
-        let tasks = ctx
-            .runtime
-            .list_tasks(&service.id)
-            .await
-            .map_err(runtime_error(key))?;
-        let state = match task_of(&tasks) {
-            Some(task) if task.state.ended() => ContainerState::Exited,
-            _ => ContainerState::Running,
-        };
-        runs.push(Container {
-            id: service.id.clone(),
-            name: service
-                .label(CONTAINER)
-                .map_or_else(|| service.name.clone(), ToOwned::to_owned),
-            image: service.image.clone(),
-            labels: service.labels.clone(),
-            state,
-        });
+        let name = service
+            .label(CONTAINER)
+            .map_or_else(|| service.name.clone(), ToOwned::to_owned);
+        runs.push(as_run(ctx, key, service, name).await?);
     }
     Ok(runs)
+}
+
+/// A run's service as a container named `name`: its id, labels, and the state of its task
+/// (running until it ended).
+async fn as_run<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    service: crate::runtime::Service,
+    name: String,
+) -> Result<Container> {
+    let tasks = ctx
+        .runtime
+        .list_tasks(&service.id)
+        .await
+        .map_err(runtime_error(key))?;
+    let state = match task_of(&tasks) {
+        Some(task) if task.state.ended() => ContainerState::Exited,
+        _ => ContainerState::Running,
+    };
+    Ok(Container {
+        id: service.id,
+        name,
+        image: service.image,
+        labels: service.labels,
+        state,
+    })
 }
 
 /// This agent's services of `key` in `role`, as containers named as their runs (the
@@ -231,22 +243,7 @@ pub(in crate::reconcile::handlers) async fn find<R: Runtime>(
     else {
         return Ok(None);
     };
-    let tasks = ctx
-        .runtime
-        .list_tasks(&service.id)
-        .await
-        .map_err(runtime_error(key))?;
-    let state = match task_of(&tasks) {
-        Some(task) if task.state.ended() => ContainerState::Exited,
-        _ => ContainerState::Running,
-    };
-    Ok(Some(Container {
-        id: service.id,
-        name: name.to_owned(),
-        image: service.image,
-        labels: service.labels,
-        state,
-    }))
+    as_run(ctx, key, service, name.to_owned()).await.map(Some)
 }
 
 /// The last `tail` lines of the run's output.
