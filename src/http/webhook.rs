@@ -43,7 +43,7 @@ use crate::git::trigger::{SyncReason, SyncRequest, Ticket};
 use crate::model::CommitSha;
 
 /// The header of the generic HMAC form.
-pub const GENERIC_SIGNATURE_HEADER: &str = "x-voodu-signature";
+pub(crate) const GENERIC_SIGNATURE_HEADER: &str = "x-voodu-signature";
 
 /// Longest wait `?timeout=` may ask for.
 const MAX_WAIT: Duration = Duration::from_secs(600);
@@ -64,7 +64,7 @@ impl WebhookSecret {
     }
 
     /// Reads a secret file; one trailing newline (as editors and `echo` write) is dropped.
-    pub fn from_file(path: &Path) -> super::Result<WebhookSecret> {
+    pub(crate) fn from_file(path: &Path) -> super::Result<WebhookSecret> {
         let mut bytes = std::fs::read(path).map_err(|source| Error::SecretFile {
             path: path.to_owned(),
             source,
@@ -119,7 +119,7 @@ impl WebhookSecret {
 
 /// Who sent a webhook, recognised by its headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Provider {
+pub(crate) enum Provider {
     GitHub,
     GitLab,
     Gitea,
@@ -132,7 +132,7 @@ pub enum Provider {
 }
 
 impl Provider {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Provider::GitHub => "github",
             Provider::GitLab => "gitlab",
@@ -189,7 +189,7 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 
 /// Recognises the provider; Forgejo also sends Gitea's headers, Gitea Gogs's and GitHub's,
 /// and GitHub Bitbucket's `X-Hub-Signature`, so the most specific comes first.
-pub fn detect(headers: &HeaderMap) -> Provider {
+pub(crate) fn detect(headers: &HeaderMap) -> Provider {
     let has = |name: &str| headers.contains_key(name);
     if has("x-gitlab-token") || has("x-gitlab-event") {
         Provider::GitLab
@@ -214,7 +214,7 @@ pub fn detect(headers: &HeaderMap) -> Provider {
 
 /// Checks the provider's signature or token against `secret`; the error names the header the
 /// provider was expected to send and what was wrong (never anything about the secret).
-pub fn verify(
+pub(crate) fn verify(
     provider: Provider,
     headers: &HeaderMap,
     body: &[u8],
@@ -371,9 +371,9 @@ impl FlatPush {
 
 /// The header a `voodu-agent` command adds to its nudge: the request is the operator's, on
 /// this host (`cli` in the activity log) rather than another HTTP client's.
-pub const ORIGIN_HEADER: &str = "x-voodu-origin";
+pub(crate) const ORIGIN_HEADER: &str = "x-voodu-origin";
 /// The header naming the user of that command.
-pub const ACTOR_HEADER: &str = "x-voodu-actor";
+pub(crate) const ACTOR_HEADER: &str = "x-voodu-actor";
 
 /// Why a push request asks for a sync, and who asks, for the activity log.
 fn request_origin(
@@ -587,20 +587,20 @@ pub(super) struct HookQuery {
 
 /// The JSON answer of `POST /hooks/git`. `result` is also the metrics label.
 #[derive(Debug, Serialize)]
-pub struct HookAnswer {
-    pub result: &'static str,
+pub(crate) struct HookAnswer {
+    pub(crate) result: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub provider: Option<&'static str>,
+    pub(crate) provider: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub commit: Option<String>,
+    pub(crate) commit: Option<String>,
     /// For `?wait=true`: the branch tip the answering fetch saw.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub branch_tip: Option<String>,
+    pub(crate) branch_tip: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub(crate) reason: Option<String>,
     /// For a rejected commit: every problem as `path:line:col: message`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub errors: Vec<String>,
+    pub(crate) errors: Vec<String>,
 }
 
 impl HookAnswer {

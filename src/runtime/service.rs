@@ -13,7 +13,7 @@ use super::ContainerSpec;
 
 /// What the overlay network standing for a container network is named after: `voodu0` is
 /// `voodu0-swarm` under Swarm.
-pub const OVERLAY_SUFFIX: &str = "-swarm";
+pub(crate) const OVERLAY_SUFFIX: &str = "-swarm";
 
 /// How a service runs its tasks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +73,7 @@ pub struct ConfigMount {
 pub struct HostPort {
     pub published: u16,
     pub target: u16,
-    pub protocol: String,
+    pub(crate) protocol: String,
 }
 
 /// Everything needed to create or update one service.
@@ -109,7 +109,7 @@ impl ServiceSpec {
     /// node, kept across updates), the configs' ids (their names carry their content) and
     /// the labels in `volatile` (the release a spec was applied for): equal digests need no
     /// update.
-    pub fn digest(&self, volatile: &[&str]) -> String {
+    pub(crate) fn digest(&self, volatile: &[&str]) -> String {
         use sha2::Digest as _;
         let mut stable = self.clone();
         if let ServiceMode::Replicated { replicas } = &mut stable.mode {
@@ -144,7 +144,7 @@ pub enum UpdateState {
 }
 
 impl UpdateState {
-    pub fn parse(text: &str) -> Option<UpdateState> {
+    pub(crate) fn parse(text: &str) -> Option<UpdateState> {
         Some(match text {
             "updating" => UpdateState::Updating,
             "paused" => UpdateState::Paused,
@@ -156,7 +156,7 @@ impl UpdateState {
         })
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             UpdateState::Updating => "updating",
             UpdateState::Paused => "paused",
@@ -168,7 +168,7 @@ impl UpdateState {
     }
 
     /// Swarm gave up on the update (rolled it back, or paused it).
-    pub fn failed(self) -> bool {
+    pub(crate) fn failed(self) -> bool {
         matches!(
             self,
             UpdateState::Paused
@@ -179,7 +179,7 @@ impl UpdateState {
     }
 
     /// Tasks are still being replaced.
-    pub fn in_progress(self) -> bool {
+    pub(crate) fn in_progress(self) -> bool {
         matches!(self, UpdateState::Updating | UpdateState::RollbackStarted)
     }
 }
@@ -192,10 +192,10 @@ pub struct Service {
     /// The version an update must name (optimistic concurrency).
     pub version: u64,
     /// The current spec's service labels.
-    pub labels: BTreeMap<String, String>,
+    pub(crate) labels: BTreeMap<String, String>,
     /// The current spec's task container labels and image.
     pub task_labels: BTreeMap<String, String>,
-    pub image: String,
+    pub(crate) image: String,
     /// `None` for a job.
     pub replicas: Option<u64>,
     /// The last rolling update (`UpdateStatus`); `None` before any.
@@ -210,7 +210,7 @@ pub struct UpdateStatus {
     pub message: String,
     /// When it started (Unix seconds): an update started before a release began is not
     /// that release's.
-    pub started_at: i64,
+    pub(crate) started_at: i64,
 }
 
 impl Service {
@@ -234,7 +234,7 @@ pub enum TaskState {
 }
 
 impl TaskState {
-    pub fn parse(text: &str) -> TaskState {
+    pub(crate) fn parse(text: &str) -> TaskState {
         match text {
             "new" | "allocated" | "pending" | "assigned" | "accepted" | "ready" | "preparing"
             | "starting" => TaskState::Starting,
@@ -247,7 +247,7 @@ impl TaskState {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             TaskState::Starting => "starting",
             TaskState::Running => "running",
@@ -272,22 +272,22 @@ impl TaskState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Task {
     pub id: String,
-    pub service_id: String,
+    pub(crate) service_id: String,
     /// A replicated service's slot (1-based); `None` for a job's task.
     pub slot: Option<u64>,
     /// Where it was scheduled; empty while pending.
-    pub node_id: String,
+    pub(crate) node_id: String,
     /// What Swarm wants of it: `Running` for current tasks, `Shutdown` for ones going away.
     pub desired: TaskState,
     pub state: TaskState,
     /// The state's message, and the error of a failed or rejected task.
-    pub message: String,
+    pub(crate) message: String,
     pub error: String,
     /// When it entered its state (Unix seconds).
     pub since: i64,
     /// The labels of the spec it runs (its container labels).
     pub labels: BTreeMap<String, String>,
-    pub image: String,
+    pub(crate) image: String,
     pub container_id: String,
     pub exit_code: Option<i64>,
 }
@@ -322,13 +322,13 @@ pub struct SwarmNode {
 /// A config as listed (its data is never read back).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SwarmConfig {
-    pub id: String,
+    pub(crate) id: String,
     pub name: String,
-    pub labels: BTreeMap<String, String>,
+    pub(crate) labels: BTreeMap<String, String>,
 }
 
 /// The largest config Swarm stores, in bytes.
-pub const MAX_CONFIG_BYTES: usize = 500 * 1024;
+pub(crate) const MAX_CONFIG_BYTES: usize = 500 * 1024;
 
 #[cfg(test)]
 mod tests {

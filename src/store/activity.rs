@@ -16,7 +16,7 @@
 //! bounded whatever the rate.
 
 use hmac::{Hmac, KeyInit, Mac};
-use rusqlite::{OptionalExtension, params};
+use rusqlite::params;
 use sha2::Sha256;
 
 use super::{Result, Store, now_unix};
@@ -51,7 +51,7 @@ pub enum Origin {
 }
 
 impl Origin {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Origin::Poll => "poll",
             Origin::Webhook => "webhook",
@@ -66,13 +66,13 @@ impl Origin {
 /// Who asks for the changes a store call records: the origin and, where known, the actor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Who {
-    pub origin: Origin,
-    pub actor: Option<String>,
+    pub(crate) origin: Origin,
+    pub(crate) actor: Option<String>,
 }
 
 impl Who {
     /// The agent acting on its own.
-    pub const AGENT: Who = Who {
+    pub(crate) const AGENT: Who = Who {
         origin: Origin::Agent,
         actor: None,
     };
@@ -98,9 +98,9 @@ impl Who {
 /// One row of the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Activity {
-    pub id: i64,
+    pub(crate) id: i64,
     /// Unix seconds.
-    pub at: i64,
+    pub(crate) at: i64,
     /// `commit.apply`, `commit.reject`, `trigger.hold`, `approve`, `rollout`, `rollback`,
     /// `rollback.auto`, `pin`, `unpin`, `config.set`, `config.unset`.
     pub action: String,
@@ -111,7 +111,7 @@ pub struct Activity {
     pub resource: Option<String>,
     /// `succeeded`, `failed`, `held`, `requested`, `started`, `superseded`, `halted`.
     pub outcome: String,
-    pub message: String,
+    pub(crate) message: String,
     /// Structured detail (changed resources, config keys and digests, trigger verdicts).
     pub data: serde_json::Value,
 }
@@ -252,16 +252,6 @@ impl Store {
             entries.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
             entries.reverse();
             Ok((entries, truncated))
-        })
-    }
-
-    /// The newest row, if any (tests and `status` use it to see the log moved).
-    pub fn last_activity(&self) -> Result<Option<i64>> {
-        self.with(|connection| {
-            Ok(connection
-                .query_row("SELECT MAX(id) FROM activity", [], |row| row.get(0))
-                .optional()?
-                .flatten())
         })
     }
 }

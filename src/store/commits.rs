@@ -23,9 +23,9 @@ use crate::model::{CommitSha, ResourceKey};
 /// decision it was loaded with.
 #[derive(Debug, Clone, Copy)]
 pub struct CommitContext<'a> {
-    pub who: &'a Who,
+    pub(crate) who: &'a Who,
     /// `None`: no trigger files (the `--path` mode); the remembered triggers are cleared.
-    pub triggers: Option<&'a Decision>,
+    pub(crate) triggers: Option<&'a Decision>,
 }
 
 /// Most resource keys one activity row lists.
@@ -35,21 +35,21 @@ const MAX_KEYS_LISTED: usize = 50;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ApplySummary {
     pub puts: Vec<ResourceKey>,
-    pub deletes: Vec<ResourceKey>,
+    pub(crate) deletes: Vec<ResourceKey>,
     /// Pinned resources whose pin this commit cleared, because git changed them.
-    pub unpinned: Vec<ResourceKey>,
+    pub(crate) unpinned: Vec<ResourceKey>,
 }
 
 /// A commit the agent processed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitRecord {
     /// Position in the `commits` table: later records have larger numbers.
-    pub seq: i64,
+    pub(crate) seq: i64,
     pub sha: CommitSha,
     pub applied: bool,
     pub errors: Vec<Diagnostic>,
     /// The warnings an applied commit was accepted with (a resource declared twice, …).
-    pub warnings: Vec<Diagnostic>,
+    pub(crate) warnings: Vec<Diagnostic>,
     pub seen_at: i64,
 }
 
@@ -79,7 +79,7 @@ impl Store {
     /// the same transaction the triggers are remembered, each resource is keyed to the commit
     /// its file was read at (a trigger that did not fire keeps its older commit), and the
     /// activity log gets the commit, its holds, approvals and unpins.
-    pub fn apply_commit_as(
+    pub(crate) fn apply_commit_as(
         &self,
         sha: &CommitSha,
         manifest: &Manifest,
@@ -225,7 +225,7 @@ impl Store {
 
     /// `reject_commit`, recording who asked. Approvals in `context.triggers` are refused
     /// with it: cleared (the holds stay) and recorded as failed.
-    pub fn reject_commit_as(
+    pub(crate) fn reject_commit_as(
         &self,
         sha: &CommitSha,
         diagnostics: &Diagnostics,

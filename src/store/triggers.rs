@@ -15,15 +15,15 @@ use crate::manifest::triggers::{Applied, Approval, Held, TriggerState};
 use crate::model::CommitSha;
 
 /// The `meta` key of the commit the next commit's changed paths are diffed from.
-pub const META_TRIGGER_BASE: &str = "trigger_base";
+pub(crate) const META_TRIGGER_BASE: &str = "trigger_base";
 
 /// One hold an `approve` marked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApprovedHold {
-    pub trigger: String,
-    pub path: String,
-    pub commit: CommitSha,
-    pub file: String,
+    pub(crate) trigger: String,
+    pub(crate) path: String,
+    pub(crate) commit: CommitSha,
+    pub(crate) file: String,
 }
 
 impl Store {
@@ -33,7 +33,7 @@ impl Store {
     }
 
     /// The last applied commit of a repository with trigger files.
-    pub fn trigger_base(&self) -> Result<Option<CommitSha>> {
+    pub(crate) fn trigger_base(&self) -> Result<Option<CommitSha>> {
         Ok(self.meta(META_TRIGGER_BASE)?.map(CommitSha::new))
     }
 

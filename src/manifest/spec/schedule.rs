@@ -12,7 +12,7 @@
 //! just `n`.
 
 /// The macros voodu accepts and the five-field expressions they stand for.
-pub const MACROS: &[(&str, &str)] = &[
+pub(crate) const MACROS: &[(&str, &str)] = &[
     ("@yearly", "0 0 1 1 *"),
     ("@annually", "0 0 1 1 *"),
     ("@monthly", "0 0 1 * *"),
@@ -26,7 +26,7 @@ const DAY_NAMES: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
 
 /// The five-field form of `expression` (macros expanded, day names turned into numbers), or
 /// why voodu would refuse it.
-pub fn normalize_schedule(expression: &str) -> Result<String, String> {
+pub(crate) fn normalize_schedule(expression: &str) -> Result<String, String> {
     let expression = expression.trim();
     if expression.starts_with('@') {
         return MACROS
@@ -82,14 +82,14 @@ pub fn normalize_schedule(expression: &str) -> Result<String, String> {
 
 /// A checked schedule in a time zone.
 #[derive(Debug, Clone)]
-pub struct Schedule {
+pub(crate) struct Schedule {
     cron: croner::Cron,
     zone: chrono_tz::Tz,
 }
 
 impl Schedule {
     /// Parses voodu's `schedule` and `timezone` (IANA name; empty means UTC).
-    pub fn parse(expression: &str, timezone: &str) -> Result<Schedule, String> {
+    pub(crate) fn parse(expression: &str, timezone: &str) -> Result<Schedule, String> {
         let normalized = normalize_schedule(expression)?;
         let cron = croner::parser::CronParser::builder()
             .seconds(croner::parser::Seconds::Disallowed)
@@ -103,7 +103,7 @@ impl Schedule {
     }
 
     /// The first scheduled minute strictly after `after`.
-    pub fn next_after(
+    pub(crate) fn next_after(
         &self,
         after: chrono::DateTime<chrono::Utc>,
     ) -> Option<chrono::DateTime<chrono::Utc>> {
@@ -115,7 +115,7 @@ impl Schedule {
     }
 
     /// The last scheduled minute at or before `at`.
-    pub fn last_at_or_before(
+    pub(crate) fn last_at_or_before(
         &self,
         at: chrono::DateTime<chrono::Utc>,
     ) -> Option<chrono::DateTime<chrono::Utc>> {
@@ -128,7 +128,7 @@ impl Schedule {
 }
 
 /// An IANA time zone name (`Europe/Lisbon`); empty means UTC.
-pub fn parse_timezone(timezone: &str) -> Result<chrono_tz::Tz, String> {
+pub(crate) fn parse_timezone(timezone: &str) -> Result<chrono_tz::Tz, String> {
     if timezone.is_empty() {
         return Ok(chrono_tz::Tz::UTC);
     }
@@ -138,7 +138,7 @@ pub fn parse_timezone(timezone: &str) -> Result<chrono_tz::Tz, String> {
 }
 
 /// Checks a schedule without keeping its normal form.
-pub fn check_schedule(expression: &str) -> Result<(), String> {
+pub(crate) fn check_schedule(expression: &str) -> Result<(), String> {
     normalize_schedule(expression).map(|_| ())
 }
 
