@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
-use crate::store::{Activity, Store, now_unix};
+use crate::store::{Activity, ActivityOutcome, Store, now_unix};
 
 /// The window `since` defaults to.
 pub(crate) const DEFAULT_SINCE: &str = "24h";
@@ -49,7 +49,7 @@ pub(crate) struct ActivityEntryView {
     pub(crate) commit: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) resource: Option<String>,
-    pub(crate) outcome: String,
+    pub(crate) outcome: ActivityOutcome,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub(crate) message: String,
     /// Detail by action: changed resources and trigger verdicts of a commit, config keys

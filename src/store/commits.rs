@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use rusqlite::{OptionalExtension, params};
 
-use super::activity::{self, Entry, Who};
+use super::activity::{self, ActivityOutcome, Entry, Who};
 use super::desired::{
     Op, append_journal, delete_override, has_autoscale, key_from_row, put_desired,
 };
@@ -244,7 +244,7 @@ impl Store {
                 "INSERT INTO commits (sha, outcome, errors, seen_at) VALUES (?1, 'rejected', ?2, ?3)",
                 params![sha.as_str(), errors, now_unix()],
             )?;
-            let mut entry = Entry::new("commit.reject", context.who, "failed");
+            let mut entry = Entry::new("commit.reject", context.who, ActivityOutcome::Failed);
             entry.commit = Some(sha);
             entry.message = &first;
             entry.data = serde_json::json!({ "problems": diagnostics.0.len() });
@@ -255,7 +255,7 @@ impl Store {
                     let who = Who::new(context.who.origin, Some(by));
                     let resource = format!("trigger/{}", outcome.name);
                     let message = format!("refused: the commit with it is rejected: {first}");
-                    let mut entry = Entry::new("approve", &who, "failed");
+                    let mut entry = Entry::new("approve", &who, ActivityOutcome::Failed);
                     entry.commit = Some(commit);
                     entry.resource = Some(&resource);
                     entry.message = &message;
@@ -360,7 +360,7 @@ fn record_apply(
                 "inactive": verdict_names(|verdict| matches!(verdict, Verdict::Inactive(_))),
             });
         }
-        let mut entry = Entry::new("commit.apply", context.who, "succeeded");
+        let mut entry = Entry::new("commit.apply", context.who, ActivityOutcome::Succeeded);
         entry.commit = Some(sha);
         entry.message = &message;
         entry.data = data;
@@ -381,7 +381,7 @@ fn record_apply(
                         sha.short()
                     ),
                 };
-                let mut entry = Entry::new("trigger.hold", context.who, "held");
+                let mut entry = Entry::new("trigger.hold", context.who, ActivityOutcome::Held);
                 entry.commit = Some(sha);
                 entry.resource = Some(&resource);
                 entry.message = &message;
@@ -394,7 +394,7 @@ fn record_apply(
                     "applied at its own commit while the branch is at {}",
                     sha.short()
                 );
-                let mut entry = Entry::new("approve", &who, "succeeded");
+                let mut entry = Entry::new("approve", &who, ActivityOutcome::Succeeded);
                 entry.commit = Some(commit);
                 entry.resource = Some(&resource);
                 entry.message = &message;
@@ -406,7 +406,7 @@ fn record_apply(
     }
     for key in &summary.unpinned {
         let resource = key.to_string();
-        let mut entry = Entry::new("unpin", context.who, "succeeded");
+        let mut entry = Entry::new("unpin", context.who, ActivityOutcome::Succeeded);
         entry.commit = Some(sha);
         entry.resource = Some(&resource);
         entry.message = "the commit changes it in git: the rollback pin is cleared";

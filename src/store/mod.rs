@@ -33,7 +33,8 @@ mod triggers;
 /// What the store remembers of a deploy trigger (the manifest stage's type).
 pub(crate) use crate::manifest::triggers::TriggerState;
 pub use activity::{
-    Activity, MAX_ROWS as MAX_ACTIVITY_ROWS, Origin, RETENTION_SECS as ACTIVITY_RETENTION_SECS, Who,
+    Activity, ActivityOutcome, MAX_ROWS as MAX_ACTIVITY_ROWS, Origin,
+    RETENTION_SECS as ACTIVITY_RETENTION_SECS, Who,
 };
 pub use commits::{ApplySummary, CommitContext, CommitRecord, CommitSummary};
 pub(crate) use desired::key_from_row;

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 
 use rusqlite::{OptionalExtension, Transaction, params};
 
-use super::activity::{self, Entry, Who};
+use super::activity::{self, ActivityOutcome, Entry, Who};
 use super::desired::append_journal;
 use super::{Desired, Error, Result, Store, key_from_row, now_unix};
 use crate::manifest::spec::Spec;
@@ -334,7 +334,7 @@ fn record_rollout(
     who: &Who,
     action: &str,
     id: i64,
-    outcome: &str,
+    outcome: ActivityOutcome,
     message: &str,
 ) -> Result<()> {
     let Some((kind, scope, name, commit)) = tx
@@ -616,7 +616,14 @@ impl Store {
                     incarnation: desired.incarnation,
                 },
             )?;
-            record_rollout(&tx, &Who::AGENT, "rollout", release.id, "started", &message)?;
+            record_rollout(
+                &tx,
+                &Who::AGENT,
+                "rollout",
+                release.id,
+                ActivityOutcome::Started,
+                &message,
+            )?;
             tx.commit()?;
             Ok(release)
         });
@@ -637,7 +644,14 @@ impl Store {
                 params![id, now_unix(), message],
             )?;
             if ended > 0 {
-                record_rollout(&tx, &Who::AGENT, "rollout", id, "halted", message)?;
+                record_rollout(
+                    &tx,
+                    &Who::AGENT,
+                    "rollout",
+                    id,
+                    ActivityOutcome::Halted,
+                    message,
+                )?;
             }
             tx.commit()?;
             Ok(())
@@ -729,7 +743,7 @@ impl Store {
                 params![id, phase.as_str(), now_unix(), message],
             )?;
             if ended > 0 {
-                record_rollout(&tx, &Who::AGENT, "rollout", id, phase.as_str(), message)?;
+                record_rollout(&tx, &Who::AGENT, "rollout", id, phase.into(), message)?;
             }
             tx.commit()?;
             Ok(())
@@ -859,7 +873,7 @@ impl Store {
                 // The failure and the halt mark go with the rollback, or alone when there is
                 // nothing to go back to: either way the commit is not retried on its own.
                 halt_release(&tx, failed.id, reason)?;
-                record_rollout(&tx, &Who::AGENT, "rollout", failed.id, "failed", reason)?;
+                record_rollout(&tx, &Who::AGENT, "rollout", failed.id, ActivityOutcome::Failed, reason)?;
                 if failed.rolled_back_from.is_some() {
                     tx.commit()?;
                     return Ok((AutoRollback::Halted, None));
@@ -961,18 +975,18 @@ impl Store {
             )?;
             match trigger {
                 Trigger::Operator => {
-                    record_rollout(&tx, &who, "rollback", release.id, "succeeded", &message)?;
+                    record_rollout(&tx, &who, "rollback", release.id, ActivityOutcome::Succeeded, &message)?;
                     record_rollout(
                         &tx,
                         &who,
                         "pin",
                         release.id,
-                        "succeeded",
+                        ActivityOutcome::Succeeded,
                         "auto-sync paused for it until git changes it or `voodu-agent unpin`",
                     )?;
                 }
                 Trigger::Automatic { .. } => {
-                    record_rollout(&tx, &Who::AGENT, "rollback.auto", release.id, "succeeded", &message)?;
+                    record_rollout(&tx, &Who::AGENT, "rollback.auto", release.id, ActivityOutcome::Succeeded, &message)?;
                 }
             }
             let head: i64 =
@@ -1035,7 +1049,7 @@ impl Store {
                 (None, None) => false,
             };
             let resource = key.to_string();
-            let mut entry = Entry::new("unpin", &who, "succeeded");
+            let mut entry = Entry::new("unpin", &who, ActivityOutcome::Succeeded);
             entry.commit = git_commit.as_ref();
             entry.resource = Some(&resource);
             entry.message = if changed {

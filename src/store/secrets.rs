@@ -12,7 +12,7 @@ use std::fmt;
 
 use rusqlite::{OptionalExtension, params};
 
-use super::activity::{self, Entry, Origin, Who};
+use super::activity::{self, ActivityOutcome, Entry, Origin, Who};
 use super::{Result, Store};
 
 /// One bucket's values. `Debug` redacts them.
@@ -281,7 +281,7 @@ fn record_config(
     } else {
         keys.join(" ")
     };
-    let mut entry = Entry::new(action, who, "succeeded");
+    let mut entry = Entry::new(action, who, ActivityOutcome::Succeeded);
     entry.resource = Some(&resource);
     entry.message = &message;
     entry.data = serde_json::json!({ "keys": digests });

@@ -9,7 +9,7 @@
 
 use rusqlite::params;
 
-use super::activity::{self, Entry};
+use super::activity::{self, ActivityOutcome, Entry};
 use super::{Error, Result, Store, now_unix};
 use crate::manifest::triggers::{Applied, Approval, Held, TriggerState};
 use crate::model::CommitSha;
@@ -104,7 +104,7 @@ impl Store {
                     params![hold.path, who.actor.as_deref().unwrap_or_default(), now],
                 )?;
                 let resource = format!("trigger/{}", hold.trigger);
-                let mut entry = Entry::new("approve", &who, "requested");
+                let mut entry = Entry::new("approve", &who, ActivityOutcome::Requested);
                 entry.commit = Some(&hold.commit);
                 entry.resource = Some(&resource);
                 entry.message = "approved; the agent applies it at its next sync";
