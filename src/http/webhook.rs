@@ -585,10 +585,89 @@ pub(super) struct HookQuery {
     timeout: Option<String>,
 }
 
-/// The JSON answer of `POST /hooks/git`. `result` is also the metrics label.
+/// What became of one `POST /hooks/git`: the answer's `result`, and the `result` label of
+/// `voodu_webhook_requests_total`. `voodu-agent sync` reads it back ([`HookResult::parse`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum HookResult {
+    /// A fetch was queued.
+    Accepted,
+    /// A fetch that covers the push is already pending or done.
+    Coalesced,
+    /// (`?wait=true`) The commit is in desired state.
+    Applied,
+    /// (`?wait=true`) The commit was rejected; the host keeps the last applied one.
+    Rejected,
+    /// (`?wait=true`) The branch has moved past the pushed commit.
+    Superseded,
+    /// A provider's ping.
+    Pong,
+    /// Not a push, or a push to another branch.
+    Ignored,
+    /// The signature or token does not verify.
+    Unauthorized,
+    BadRequest,
+    TooLarge,
+    /// (`?wait=true`) Neither applied nor rejected in time.
+    Timeout,
+    /// (`?wait=true`) Too many requests are waiting.
+    Busy,
+    ShuttingDown,
+    /// (`?wait=true`) The sync failed, or its outcome cannot be read.
+    Error,
+}
+
+impl HookResult {
+    const ALL: [HookResult; 14] = [
+        HookResult::Accepted,
+        HookResult::Coalesced,
+        HookResult::Applied,
+        HookResult::Rejected,
+        HookResult::Superseded,
+        HookResult::Pong,
+        HookResult::Ignored,
+        HookResult::Unauthorized,
+        HookResult::BadRequest,
+        HookResult::TooLarge,
+        HookResult::Timeout,
+        HookResult::Busy,
+        HookResult::ShuttingDown,
+        HookResult::Error,
+    ];
+
+    /// The answer's and the metric's text.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            HookResult::Accepted => "accepted",
+            HookResult::Coalesced => "coalesced",
+            HookResult::Applied => "applied",
+            HookResult::Rejected => "rejected",
+            HookResult::Superseded => "superseded",
+            HookResult::Pong => "pong",
+            HookResult::Ignored => "ignored",
+            HookResult::Unauthorized => "unauthorized",
+            HookResult::BadRequest => "bad_request",
+            HookResult::TooLarge => "too_large",
+            HookResult::Timeout => "timeout",
+            HookResult::Busy => "busy",
+            HookResult::ShuttingDown => "shutting_down",
+            HookResult::Error => "error",
+        }
+    }
+
+    /// The result an answer's `text` names; `None` for a text this build does not know (an
+    /// agent of another version).
+    pub(crate) fn parse(text: &str) -> Option<HookResult> {
+        HookResult::ALL
+            .into_iter()
+            .find(|result| result.as_str() == text)
+    }
+}
+
+/// The JSON answer of `POST /hooks/git`.
 #[derive(Debug, Serialize)]
 pub(crate) struct HookAnswer {
-    pub(crate) result: &'static str,
+    pub(crate) result: HookResult,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) provider: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -604,7 +683,7 @@ pub(crate) struct HookAnswer {
 }
 
 impl HookAnswer {
-    fn new(result: &'static str) -> HookAnswer {
+    fn new(result: HookResult) -> HookAnswer {
         HookAnswer {
             result,
             provider: None,
@@ -622,7 +701,7 @@ impl HookAnswer {
 }
 
 fn answer(state: &AppState, code: StatusCode, answer: HookAnswer) -> Response {
-    state.ctx.metrics.record_webhook(answer.result);
+    state.ctx.metrics.record_webhook(answer.result.as_str());
     (code, Json(answer)).into_response()
 }
 
@@ -637,7 +716,7 @@ async fn read_body(
         answer(
             state,
             StatusCode::PAYLOAD_TOO_LARGE,
-            HookAnswer::new("too_large").reason(format!("body larger than {max} bytes")),
+            HookAnswer::new(HookResult::TooLarge).reason(format!("body larger than {max} bytes")),
         )
     };
     let declared = header(headers, "content-length").and_then(|value| value.parse::<u64>().ok());
@@ -651,12 +730,12 @@ async fn read_body(
         Ok(Err(error)) => Err(answer(
             state,
             StatusCode::BAD_REQUEST,
-            HookAnswer::new("bad_request").reason(format!("cannot read body: {error}")),
+            HookAnswer::new(HookResult::BadRequest).reason(format!("cannot read body: {error}")),
         )),
         Err(_) => Err(answer(
             state,
             StatusCode::REQUEST_TIMEOUT,
-            HookAnswer::new("bad_request").reason("body not received in time"),
+            HookAnswer::new(HookResult::BadRequest).reason("body not received in time"),
         )),
     }
 }
@@ -683,7 +762,7 @@ pub(super) async fn hook(
         let mut response = answer(
             &state,
             StatusCode::UNAUTHORIZED,
-            with_provider(HookAnswer::new("unauthorized").reason(why)),
+            with_provider(HookAnswer::new(HookResult::Unauthorized).reason(why)),
         );
         if provider == Provider::AzureDevOps {
             response.headers_mut().insert(
@@ -699,7 +778,7 @@ pub(super) async fn hook(
             return answer(
                 &state,
                 StatusCode::OK,
-                with_provider(HookAnswer::new("pong")),
+                with_provider(HookAnswer::new(HookResult::Pong)),
             );
         }
         Event::Other(name) => {
@@ -707,7 +786,7 @@ pub(super) async fn hook(
                 &state,
                 StatusCode::ACCEPTED,
                 with_provider(
-                    HookAnswer::new("ignored")
+                    HookAnswer::new(HookResult::Ignored)
                         .reason(format!("event {name:?} is not a push; only pushes sync")),
                 ),
             );
@@ -720,7 +799,7 @@ pub(super) async fn hook(
             return answer(
                 &state,
                 StatusCode::BAD_REQUEST,
-                with_provider(HookAnswer::new("bad_request").reason(why)),
+                with_provider(HookAnswer::new(HookResult::BadRequest).reason(why)),
             );
         }
     };
@@ -730,7 +809,7 @@ pub(super) async fn hook(
         return answer(
             &state,
             StatusCode::ACCEPTED,
-            with_provider(HookAnswer::new("ignored").reason(format!(
+            with_provider(HookAnswer::new(HookResult::Ignored).reason(format!(
                 "push to {git_ref}; this agent deploys {wanted_ref}"
             ))),
         );
@@ -748,9 +827,9 @@ pub(super) async fn hook(
         .is_some_and(|wait| matches!(wait, "" | "1" | "true" | "yes"));
     if !wait {
         let mut hook_answer = HookAnswer::new(if ticket.coalesced {
-            "coalesced"
+            HookResult::Coalesced
         } else {
-            "accepted"
+            HookResult::Accepted
         });
         hook_answer.commit = commit.map(|commit| commit.to_string());
         hook_answer.reason = Some(
@@ -770,7 +849,9 @@ pub(super) async fn hook(
             return answer(
                 &state,
                 StatusCode::BAD_REQUEST,
-                with_provider(HookAnswer::new("bad_request").reason(format!("timeout: {error}"))),
+                with_provider(
+                    HookAnswer::new(HookResult::BadRequest).reason(format!("timeout: {error}")),
+                ),
             );
         }
     };
@@ -786,10 +867,10 @@ async fn wait_for_outcome(
     commit: Option<CommitSha>,
     timeout: Duration,
 ) -> (StatusCode, HookAnswer) {
-    let mut pending = HookAnswer::new("timeout");
+    let mut pending = HookAnswer::new(HookResult::Timeout);
     pending.commit = commit.as_ref().map(ToString::to_string);
     let Ok(_permit) = state.waiters.clone().try_acquire_owned() else {
-        pending.result = "busy";
+        pending.result = HookResult::Busy;
         pending.reason =
             Some("too many requests are waiting; the sync was requested anyway".to_owned());
         return (StatusCode::TOO_MANY_REQUESTS, pending);
@@ -804,7 +885,7 @@ async fn wait_for_outcome(
             return (StatusCode::GATEWAY_TIMEOUT, pending);
         }
         () = state.shutdown.cancelled() => {
-            pending.result = "shutting_down";
+            pending.result = HookResult::ShuttingDown;
             pending.reason = Some("the agent is stopping".to_owned());
             return (StatusCode::SERVICE_UNAVAILABLE, pending);
         }
@@ -812,7 +893,7 @@ async fn wait_for_outcome(
     let tip = match report.result {
         Ok(tip) => tip,
         Err(message) => {
-            pending.result = "error";
+            pending.result = HookResult::Error;
             pending.reason = Some(format!("sync failed: {message}"));
             return (StatusCode::BAD_GATEWAY, pending);
         }
@@ -828,7 +909,7 @@ async fn wait_for_outcome(
         // The branch has moved past the pushed commit: whatever happened to it once, it is
         // not what the host converges to now.
         Ok(record) if target != tip => {
-            pending.result = "superseded";
+            pending.result = HookResult::Superseded;
             pending.reason = Some(match record {
                 Some(record) => format!(
                     "the branch has moved on to {}; {} is not its tip; {}",
@@ -847,19 +928,19 @@ async fn wait_for_outcome(
             (StatusCode::CONFLICT, pending)
         }
         Ok(Some(record)) if record.applied => {
-            pending.result = "applied";
+            pending.result = HookResult::Applied;
             pending.reason =
                 Some("in desired state; the reconciler converges containers from here".to_owned());
             (StatusCode::OK, pending)
         }
         Ok(Some(record)) => {
-            pending.result = "rejected";
+            pending.result = HookResult::Rejected;
             pending.reason = Some("the host keeps running the last applied commit".to_owned());
             pending.errors = record.errors.iter().map(ToString::to_string).collect();
             (StatusCode::UNPROCESSABLE_ENTITY, pending)
         }
         Ok(None) => {
-            pending.result = "error";
+            pending.result = HookResult::Error;
             pending.reason = Some(format!(
                 "{} was fetched as the branch tip but no outcome is recorded for it (the sync failed after the fetch; see `status`)",
                 target.short()
@@ -867,7 +948,7 @@ async fn wait_for_outcome(
             (StatusCode::BAD_GATEWAY, pending)
         }
         Err(message) => {
-            pending.result = "error";
+            pending.result = HookResult::Error;
             pending.reason = Some(message);
             (StatusCode::INTERNAL_SERVER_ERROR, pending)
         }
@@ -909,6 +990,40 @@ mod tests {
     const SECRET: &str = "It's a Secret to Everybody";
     const BODY: &[u8] =
         br#"{"ref":"refs/heads/main","after":"0123456789abcdef0123456789abcdef01234567"}"#;
+
+    #[test]
+    fn a_hook_result_is_the_text_answers_and_metrics_have_always_carried() -> serde_json::Result<()>
+    {
+        // The texts the answer and the metric label carried when they were string literals.
+        let texts = [
+            "accepted",
+            "coalesced",
+            "applied",
+            "rejected",
+            "superseded",
+            "pong",
+            "ignored",
+            "unauthorized",
+            "bad_request",
+            "too_large",
+            "timeout",
+            "busy",
+            "shutting_down",
+            "error",
+        ];
+        assert_eq!(HookResult::ALL.map(HookResult::as_str), texts);
+        for (result, text) in HookResult::ALL.into_iter().zip(texts) {
+            assert_eq!(serde_json::to_value(result)?, text, "the JSON is the label");
+            assert_eq!(HookResult::parse(text), Some(result), "{text}");
+        }
+        assert_eq!(
+            HookResult::parse("deferred"),
+            None,
+            "a newer agent's result is not taken for one this build knows"
+        );
+        assert_eq!(HookResult::parse(""), None);
+        Ok(())
+    }
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
