@@ -105,10 +105,38 @@ pub(crate) struct EngineView {
     pub(crate) checked_at: i64,
 }
 
+/// How a commit the agent saw ended: a commit's `outcome` in `GET /status`, which `status`
+/// prints and `fleet status` reads from other agents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum CommitOutcome {
+    /// In desired state.
+    Applied,
+    /// Refused; the host keeps running the last applied commit.
+    Rejected,
+}
+
+impl CommitOutcome {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            CommitOutcome::Applied => "applied",
+            CommitOutcome::Rejected => "rejected",
+        }
+    }
+
+    /// The outcome `text` names; `None` for a text this build does not know (an agent of
+    /// another version).
+    pub(crate) fn parse(text: &str) -> Option<CommitOutcome> {
+        [CommitOutcome::Applied, CommitOutcome::Rejected]
+            .into_iter()
+            .find(|outcome| outcome.as_str() == text)
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct CommitView {
     pub(crate) sha: String,
-    pub(crate) outcome: &'static str,
+    pub(crate) outcome: CommitOutcome,
     pub(crate) seen_at: i64,
     /// `path:line:col: message`, one per problem (rejected commits only).
     pub errors: Vec<String>,
@@ -204,9 +232,9 @@ fn commit_view(record: CommitRecord) -> CommitView {
     CommitView {
         sha: record.sha.to_string(),
         outcome: if record.applied {
-            "applied"
+            CommitOutcome::Applied
         } else {
-            "rejected"
+            CommitOutcome::Rejected
         },
         seen_at: record.seen_at,
         errors: record.errors.iter().map(ToString::to_string).collect(),
