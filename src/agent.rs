@@ -15,9 +15,9 @@
 
 mod identity;
 mod lock;
-pub mod notify;
+pub(crate) mod notify;
 
-pub use notify::ServiceNotify;
+pub(crate) use notify::ServiceNotify;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -45,9 +45,9 @@ use crate::sync::{self as sync_stage, SyncOptions, SyncOutcome, Syncer};
 /// `voodu-agent sync`, `rollback` and `unpin` find it (tests know it: they bound it).
 pub const META_HTTP_ADDR: &str = "http_addr";
 /// `meta` key of the webhook secret file's path (never the secret), for the same commands.
-pub const META_SECRET_FILE: &str = "webhook_secret_file";
+pub(crate) const META_SECRET_FILE: &str = "webhook_secret_file";
 /// `meta` key of the branch the agent tracks, for `plan` (which triggers would fire).
-pub const META_BRANCH: &str = "branch";
+pub(crate) const META_BRANCH: &str = "branch";
 
 /// Everything `run` needs, validated.
 #[derive(Debug, Clone)]
@@ -90,7 +90,7 @@ impl AgentConfig {
 /// Fails as `run` would when another agent holds `data_dir`'s lock. The CLI asks before it
 /// binds the HTTP address, so a second agent on a data dir is told about the agent, not about
 /// the port they share. The lock is released again: `run` takes it.
-pub fn check_data_dir_free(data_dir: &Path) -> anyhow::Result<()> {
+pub(crate) fn check_data_dir_free(data_dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("cannot create data dir {}", data_dir.display()))?;
     lock::lock(data_dir)?;
@@ -99,7 +99,7 @@ pub fn check_data_dir_free(data_dir: &Path) -> anyhow::Result<()> {
 
 /// Runs the agent against the local Docker engine, serving HTTP on `listener` (`None`: no
 /// HTTP side), until `shutdown` completes; returns once every task has finished.
-pub async fn run(
+pub(crate) async fn run(
     config: AgentConfig,
     listener: Option<TcpListener>,
     shutdown: impl Future<Output = ()>,

@@ -21,6 +21,8 @@
 //! upstream code defines it at the commit the agent follows. Where the agent deliberately does
 //! otherwise is listed in docs/differences-from-voodu.md.
 
+#![warn(unreachable_pub)]
+
 pub mod metrics;
 pub mod model;
 

@@ -12,10 +12,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// The crate's version, as `--version` and `voodu_agent_build_info` show it.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The git commit the binary was built from (12 hex digits), or `unknown` when it was built
 /// outside a git checkout (`build.rs`).
-pub const COMMIT: &str = env!("VOODU_AGENT_COMMIT");
+pub(crate) const COMMIT: &str = env!("VOODU_AGENT_COMMIT");
 
 /// Bucket bounds (seconds) of the sync duration histogram: a fetch of an unchanged repo is
 /// milliseconds, a large commit seconds.
@@ -63,44 +63,44 @@ impl Metrics {
 
     /// One sync (fetch, and apply or reject when the branch moved) ended with `result`
     /// (`applied`, `rejected`, `unchanged` or `error`).
-    pub fn record_sync(&self, result: &str, elapsed: Duration) {
+    pub(crate) fn record_sync(&self, result: &str, elapsed: Duration) {
         self.syncs.observe(&[result], elapsed);
     }
 
     /// One reconcile of a resource of `kind` ended with `result` (`success`, `error`, `panic`).
-    pub fn record_reconcile(&self, kind: &str, result: &str, elapsed: Duration) {
+    pub(crate) fn record_reconcile(&self, kind: &str, result: &str, elapsed: Duration) {
         self.reconciles.observe(&[kind, result], elapsed);
     }
 
     /// One webhook request was answered with `result` (`accepted`, `ignored`, `unauthorized`, …).
-    pub fn record_webhook(&self, result: &str) {
+    pub(crate) fn record_webhook(&self, result: &str) {
         self.webhook_requests.add(&[result], 1);
     }
 
     /// A release of a resource of `kind` ended in `phase` (`succeeded`, `failed`).
-    pub fn record_release(&self, kind: &str, phase: &str) {
+    pub(crate) fn record_release(&self, kind: &str, phase: &str) {
         self.releases.add(&[kind, phase], 1);
     }
 
     /// A failed rollout of a resource of `kind` was rolled back automatically.
-    pub fn record_rollback(&self, kind: &str) {
+    pub(crate) fn record_rollback(&self, kind: &str) {
         self.rollbacks.add(&[kind], 1);
     }
 
     /// A drift signal (`event`: a container event; `resync`: the periodic comparison) asked
     /// for a resource of `kind` to be repaired.
-    pub fn record_drift(&self, kind: &str, source: &str) {
+    pub(crate) fn record_drift(&self, kind: &str, source: &str) {
         self.drift.add(&[kind, source], 1);
     }
 
     /// The autoscaler changed a deployment's replicas (`up` or `down`).
-    pub fn record_scaling(&self, direction: &str) {
+    pub(crate) fn record_scaling(&self, direction: &str) {
         self.scaling.add(&[direction], 1);
     }
 
     /// The reconciler could not read the journal (`tail`) or its boot state (`boot`); it
     /// tries again on the retry schedule.
-    pub fn record_journal_error(&self, stage: &str) {
+    pub(crate) fn record_journal_error(&self, stage: &str) {
         self.journal_errors.add(&[stage], 1);
     }
 
@@ -120,8 +120,9 @@ impl Metrics {
             .unwrap_or(0)
     }
 
+    #[cfg(test)]
     /// Syncs counted so far with `result` (tests and the flood check use it).
-    pub fn syncs(&self, result: &str) -> u64 {
+    pub(crate) fn syncs(&self, result: &str) -> u64 {
         self.syncs.count(&[result])
     }
 
@@ -131,7 +132,7 @@ impl Metrics {
     }
 
     /// Appends the in-memory families in text exposition format.
-    pub fn render(&self, out: &mut String) {
+    pub(crate) fn render(&self, out: &mut String) {
         self.syncs.render(
             out,
             "voodu_syncs",
@@ -188,7 +189,7 @@ impl Metrics {
 }
 
 /// Writes one gauge family: `samples` are `(label values, value)` for `label_names`.
-pub fn render_gauge(
+pub(crate) fn render_gauge(
     out: &mut String,
     name: &str,
     help: &str,
@@ -275,6 +276,7 @@ impl Histograms {
         entry.count += 1;
     }
 
+    #[cfg(test)]
     fn count(&self, label_values: &[&str]) -> u64 {
         let key: Vec<String> = label_values
             .iter()

@@ -67,21 +67,21 @@ pub enum Error {
 #[derive(Debug, Clone)]
 pub struct SyncOptions {
     /// `<data-dir>`: assets and the `url()` cache live under it.
-    pub data_dir: PathBuf,
+    pub(crate) data_dir: PathBuf,
     /// The agent environment variables `${VAR}` may read (`--allow-env`), with their values.
-    pub allowed_env: BTreeMap<String, String>,
-    pub max_file_bytes: u64,
-    pub max_url_bytes: u64,
+    pub(crate) allowed_env: BTreeMap<String, String>,
+    pub(crate) max_file_bytes: u64,
+    pub(crate) max_url_bytes: u64,
     /// The time all `url()` fetches of one commit may take together (`--url-budget`).
     pub url_budget: std::time::Duration,
     /// Where the agent's HTTP side listens: `url()` never fetches from it.
-    pub own_address: Option<std::net::SocketAddr>,
+    pub(crate) own_address: Option<std::net::SocketAddr>,
     /// What commits may ask of the host; default-deny (README "Host policy").
     pub policy: Policy,
     /// Commit signatures to require (`--verify-commits`); `None`: none.
     pub trust: Option<CommitTrust>,
     /// The age identities SOPS files are opened with (`--age-identity`).
-    pub keyring: Arc<Keyring>,
+    pub(crate) keyring: Arc<Keyring>,
 }
 
 /// `--verify-commits` and the keys it trusts.
@@ -119,7 +119,7 @@ impl SyncOptions {
 }
 
 /// The hint an undefined `${VAR}` shows in the agent.
-pub const MISSING_VAR_HINT: &str = "set it in a config bucket this file reads (`voodu-agent config set SCOPE[/NAME] {var}=…`) or let the agent read it from its environment (`--allow-env {var}`),";
+pub(crate) const MISSING_VAR_HINT: &str = "set it in a config bucket this file reads (`voodu-agent config set SCOPE[/NAME] {var}=…`) or let the agent read it from its environment (`--allow-env {var}`),";
 
 /// The `meta` key holding the host policy the agent last ran with (JSON), which `plan` applies.
 pub const META_HOST_POLICY: &str = "host_policy";
@@ -129,9 +129,9 @@ const META_COMMIT_TRUST: &str = "commit_trust";
 /// At most this many diagnostics of one commit are kept (recorded, logged, answered to
 /// `?wait`); the last one kept says how many more there were. A commit with a million
 /// problems must not cost a million diagnostics of memory, nor a row of that size per commit.
-pub const MAX_DIAGNOSTICS: usize = 100;
+pub(crate) const MAX_DIAGNOSTICS: usize = 100;
 /// Longest diagnostic message kept, in bytes; the rest is cut.
-pub const MAX_DIAGNOSTIC_MESSAGE_BYTES: usize = 1024;
+pub(crate) const MAX_DIAGNOSTIC_MESSAGE_BYTES: usize = 1024;
 
 /// Bounds `diagnostics` to [`MAX_DIAGNOSTICS`], each message to
 /// [`MAX_DIAGNOSTIC_MESSAGE_BYTES`], and gives the excess memory back.
@@ -649,7 +649,7 @@ impl Syncer {
 /// The SOPS env files of the commit that this host cannot open (no identity, no matching key,
 /// MAC mismatch, a value no environment variable can hold), each at the resource that reads
 /// it. Decrypted values are dropped here: they live in memory only while being checked.
-pub fn sealed_refusals(manifest: &manifest::Manifest, keyring: &Keyring) -> Vec<Diagnostic> {
+pub(crate) fn sealed_refusals(manifest: &manifest::Manifest, keyring: &Keyring) -> Vec<Diagnostic> {
     let mut opened: BTreeMap<&str, Result<(), String>> = BTreeMap::new();
     let mut refusals = Vec::new();
     for resource in &manifest.resources {

@@ -29,25 +29,27 @@ enum NotifySocket {
 
 impl ServiceNotify {
     /// The socket systemd gave this process in `NOTIFY_SOCKET`, if any.
-    pub fn from_env() -> ServiceNotify {
+    pub(crate) fn from_env() -> ServiceNotify {
         let socket = std::env::var_os("NOTIFY_SOCKET").and_then(|value| parse_socket(&value));
         ServiceNotify { socket }
     }
 
+    #[cfg(test)]
     /// Notifications to the datagram socket bound at `path` (tests).
-    pub fn to_path(path: impl Into<PathBuf>) -> ServiceNotify {
+    pub(crate) fn to_path(path: impl Into<PathBuf>) -> ServiceNotify {
         ServiceNotify {
             socket: Some(NotifySocket::Path(path.into())),
         }
     }
 
+    #[cfg(test)]
     /// True when there is a service manager to tell.
-    pub fn is_active(&self) -> bool {
+    pub(crate) fn is_active(&self) -> bool {
         self.socket.is_some()
     }
 
     /// Sends one notification (`KEY=VALUE` lines). Nothing without a socket.
-    pub fn send(&self, state: &str) -> io::Result<()> {
+    pub(crate) fn send(&self, state: &str) -> io::Result<()> {
         let Some(socket) = &self.socket else {
             return Ok(());
         };
@@ -69,22 +71,22 @@ impl ServiceNotify {
     }
 
     /// The agent serves and syncs: `READY=1` with a status line.
-    pub fn ready(&self, status: &str) {
+    pub(crate) fn ready(&self, status: &str) {
         self.report(&format!("READY=1\nSTATUS={}", one_line(status)));
     }
 
     /// What the agent is doing, for `systemctl status`.
-    pub fn status(&self, status: &str) {
+    pub(crate) fn status(&self, status: &str) {
         self.report(&format!("STATUS={}", one_line(status)));
     }
 
     /// The agent is alive (the watchdog's keep-alive).
-    pub fn watchdog(&self) {
+    pub(crate) fn watchdog(&self) {
         self.report("WATCHDOG=1");
     }
 
     /// A stop was asked for: in-flight work is finishing.
-    pub fn stopping(&self) {
+    pub(crate) fn stopping(&self) {
         self.report("STOPPING=1\nSTATUS=stopping: letting in-flight work finish");
     }
 
@@ -97,7 +99,7 @@ impl ServiceNotify {
 
 /// How often to send `WATCHDOG=1`: half of the `WATCHDOG_USEC` systemd set for this process
 /// (`WATCHDOG_PID`, when set, must be this process); `None` without a watchdog.
-pub fn watchdog_interval() -> Option<Duration> {
+pub(crate) fn watchdog_interval() -> Option<Duration> {
     let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
     if let Ok(pid) = std::env::var("WATCHDOG_PID")
         && pid.parse::<u32>().ok() != Some(std::process::id())

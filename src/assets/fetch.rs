@@ -32,19 +32,19 @@ use crate::manifest::{
 use crate::model::Snapshot;
 
 /// Default cap on one `url()` body.
-pub const DEFAULT_MAX_URL_BYTES: u64 = 8 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_URL_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Default time all `url()` fetches of one commit may take together (`--url-budget`).
-pub const DEFAULT_URL_BUDGET: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_URL_BUDGET: Duration = Duration::from_secs(30);
 
 /// The largest `--url-budget`: twice a single key's longest timeout.
-pub const MAX_URL_BUDGET: Duration = Duration::from_secs(600);
+pub(crate) const MAX_URL_BUDGET: Duration = Duration::from_secs(600);
 
 /// Fetches of one commit that run at the same time.
-pub const MAX_PARALLEL_FETCHES: usize = 4;
+pub(crate) const MAX_PARALLEL_FETCHES: usize = 4;
 
 /// The `url()` fetcher with its on-disk cache.
-pub struct UrlCache {
+pub(crate) struct UrlCache {
     dir: PathBuf,
     max_bytes: u64,
     guard: Arc<Guard>,
@@ -61,7 +61,7 @@ struct Meta {
 
 impl UrlCache {
     /// A cache in `<data_dir>/cache`.
-    pub fn new(data_dir: &Path, max_bytes: u64) -> UrlCache {
+    pub(crate) fn new(data_dir: &Path, max_bytes: u64) -> UrlCache {
         UrlCache {
             dir: data_dir.join("cache"),
             max_bytes,
@@ -72,7 +72,11 @@ impl UrlCache {
 
     /// This cache, fetching also from the internal hosts `hosts` allows (`--allow-url-host`)
     /// and never from `own_address`, the agent's HTTP side (`--listen`).
-    pub fn guarded(self, hosts: UrlHosts, own_address: Option<std::net::SocketAddr>) -> UrlCache {
+    pub(crate) fn guarded(
+        self,
+        hosts: UrlHosts,
+        own_address: Option<std::net::SocketAddr>,
+    ) -> UrlCache {
         UrlCache {
             guard: Arc::new(Guard { hosts, own_address }),
             client: OnceLock::new(),
@@ -246,7 +250,7 @@ impl UrlCache {
     /// Fetches every request, at most `MAX_PARALLEL_FETCHES` at a time, all within `budget`:
     /// each keeps its own timeout cut to what is left of the budget, and a request not
     /// finished when it is spent fails with a message naming the budget and its flag.
-    pub fn prefetch(&self, requests: Vec<UrlRequest>, budget: Duration) -> Prefetched {
+    pub(crate) fn prefetch(&self, requests: Vec<UrlRequest>, budget: Duration) -> Prefetched {
         let budget = Budget {
             limit: budget,
             deadline: Instant::now() + budget,
@@ -320,7 +324,7 @@ impl UrlFetcher for UrlCache {
 }
 
 /// The outcomes of `UrlCache::prefetch`, handed to the second pass of a load.
-pub struct Prefetched {
+pub(crate) struct Prefetched {
     results: BTreeMap<UrlRequest, Result<Vec<u8>, String>>,
 }
 
@@ -341,7 +345,7 @@ impl UrlFetcher for Prefetched {
 /// them (and is the load when there are none), `cache` fetches them within `budget`, and a
 /// second pass decodes with the results. `options.fetcher` is not used; validate mode fetches
 /// nothing.
-pub fn load_fetching_urls(
+pub(crate) fn load_fetching_urls(
     cache: &UrlCache,
     budget: Duration,
     snapshot: &Snapshot,

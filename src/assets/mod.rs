@@ -12,9 +12,8 @@ pub mod sops;
 mod url_guard;
 mod write;
 
-pub use fetch::{
-    DEFAULT_MAX_URL_BYTES, DEFAULT_URL_BUDGET, MAX_PARALLEL_FETCHES, MAX_URL_BUDGET, Prefetched,
-    UrlCache, load_fetching_urls,
+pub(crate) use fetch::{
+    DEFAULT_MAX_URL_BYTES, DEFAULT_URL_BUDGET, MAX_URL_BUDGET, UrlCache, load_fetching_urls,
 };
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -54,7 +53,7 @@ impl Error {
     /// rather than tried again. `None` for what may pass on a later try (a full disk).
     /// With the asset, why, in a line short enough to show (a path the host refuses may be
     /// thousands of bytes long: only the end of its file name is shown).
-    pub fn refused_asset(&self) -> Option<(&ResourceKey, String)> {
+    pub(crate) fn refused_asset(&self) -> Option<(&ResourceKey, String)> {
         let Error::Asset { asset, source } = self else {
             return None;
         };
@@ -92,8 +91,8 @@ impl Error {
 
 /// One asset's files as they must be on disk: key → digest of the bytes to write, the clear
 /// bytes of its SOPS-encrypted keys (in memory only), and which keys those are (written 0600).
-pub struct Prepared {
-    pub files: AssetFiles,
+pub(crate) struct Prepared {
+    pub(crate) files: AssetFiles,
     plain: BTreeMap<String, Vec<u8>>,
     private: BTreeSet<String>,
 }
@@ -107,7 +106,7 @@ impl Prepared {
 
 /// Decrypts the SOPS-encrypted keys of an asset with `keyring`: their on-disk digest is the
 /// clear bytes' (computed here, never stored: a digest of a short secret could be guessed).
-pub fn prepare(
+pub(crate) fn prepare(
     files: &BTreeMap<String, crate::manifest::spec::AssetFile>,
     blob: &dyn Fn(&str) -> Option<Vec<u8>>,
     keyring: &sops::Keyring,
@@ -145,17 +144,17 @@ pub fn prepare(
 }
 
 /// `<data-dir>/assets`.
-pub fn assets_root(data_dir: &Path) -> PathBuf {
+pub(crate) fn assets_root(data_dir: &Path) -> PathBuf {
     data_dir.join("assets")
 }
 
 /// One asset's files: key → digest.
-pub type AssetFiles = BTreeMap<String, String>;
+pub(crate) type AssetFiles = BTreeMap<String, String>;
 
 /// Writes every asset of `manifest` under `assets_root`, removing files of keys an asset no
 /// longer declares. Returns how many files were (re)written; an error names the asset
 /// (`Error::Asset`).
-pub fn materialise(
+pub(crate) fn materialise(
     manifest: &Manifest,
     assets_root: &Path,
     keyring: &sops::Keyring,
@@ -184,7 +183,7 @@ pub fn materialise(
 }
 
 /// `write_asset` for prepared files: decrypted keys are written with mode 0600.
-pub fn write_prepared(
+pub(crate) fn write_prepared(
     assets_root: &Path,
     scope: &str,
     name: &str,
@@ -201,9 +200,10 @@ pub fn write_prepared(
     )
 }
 
+#[cfg(test)]
 /// Makes one asset's directory hold exactly `files`, reading bytes through `blob`. Returns how
 /// many files were (re)written. Used by `materialise` and to repair drift on the host.
-pub fn write_asset(
+pub(crate) fn write_asset(
     assets_root: &Path,
     scope: &str,
     name: &str,
@@ -253,7 +253,7 @@ fn write_files(
 }
 
 /// The digest of each file of one asset as found on disk (`None` for a missing key).
-pub fn check_asset(
+pub(crate) fn check_asset(
     assets_root: &Path,
     scope: &str,
     name: &str,
@@ -272,7 +272,7 @@ fn file_digest(path: &Path) -> Option<String> {
 
 /// Removes the directories of assets that are not in `live` (`(scope, name)`; scope empty for
 /// unscoped), and scope directories left empty.
-pub fn remove_unused(
+pub(crate) fn remove_unused(
     assets_root: &Path,
     live: &BTreeSet<(String, String)>,
 ) -> Result<usize, Error> {

@@ -80,12 +80,12 @@ impl Keyring {
         Ok(Keyring { identities })
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.identities.is_empty()
     }
 
     /// The public recipients (`age1…`) of the identities held.
-    pub fn recipients(&self) -> Vec<String> {
+    pub(crate) fn recipients(&self) -> Vec<String> {
         self.identities
             .iter()
             .map(|identity| identity.to_public().to_string())

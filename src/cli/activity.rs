@@ -67,7 +67,7 @@ fn print_lines(view: &ActivityView) {
             "{} {:<14} {:<10} {:<16}{}{}{}{}",
             entry.at,
             Esc(&entry.action),
-            Esc(&entry.outcome),
+            Esc(entry.outcome.as_str()),
             Esc(&who),
             Esc(&resource),
             Esc(&commit),

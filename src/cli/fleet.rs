@@ -20,6 +20,7 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use serde::{Deserialize, Serialize};
 
+use crate::http::status::CommitOutcome;
 use crate::model::HostSelection;
 use crate::model::hosts::{check_name, host_name_of_machine};
 
@@ -245,9 +246,9 @@ struct Remote {
 #[derive(Debug, Clone, Deserialize)]
 struct RemoteCommit {
     sha: String,
-    /// `applied` or `rejected`.
-    #[serde(default)]
-    outcome: String,
+    /// `None` when absent, or a text this build does not know (an agent of another version).
+    #[serde(default, deserialize_with = "known_outcome")]
+    outcome: Option<CommitOutcome>,
     #[serde(default)]
     seen_at: i64,
     #[serde(default)]
@@ -268,14 +269,46 @@ struct RemoteResource {
     phase: String,
 }
 
+/// A commit's `outcome` as [`CommitOutcome::parse`] reads it: an unknown text is no outcome,
+/// not an unreadable agent.
+fn known_outcome<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<CommitOutcome>, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    Ok(CommitOutcome::parse(&text))
+}
+
+/// What `fleet status` makes of an agent: the first that applies, from the last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum AgentState {
+    Ok,
+    Progressing,
+    Degraded,
+    Behind,
+    Rejected,
+    Unreachable,
+}
+
+impl AgentState {
+    fn as_str(self) -> &'static str {
+        match self {
+            AgentState::Ok => "ok",
+            AgentState::Progressing => "progressing",
+            AgentState::Degraded => "degraded",
+            AgentState::Behind => "behind",
+            AgentState::Rejected => "rejected",
+            AgentState::Unreachable => "unreachable",
+        }
+    }
+}
+
 /// One row of `fleet status`, and the JSON of one agent.
 #[derive(Debug, Serialize)]
 struct AgentRow {
     name: String,
     url: String,
-    /// `ok`, `progressing`, `degraded`, `behind`, `rejected` or `unreachable` (the first
-    /// that applies, from the last).
-    state: &'static str,
+    state: AgentState,
     /// The host the agent says it is (`--host`), and its labels.
     host: Option<String>,
     host_labels: Vec<String>,
@@ -485,7 +518,7 @@ fn row(member: &Member, answer: Result<Remote, String>, newest: Option<&str>) ->
     let mut row = AgentRow {
         name: member.name.clone(),
         url: member.url.clone(),
-        state: "unreachable",
+        state: AgentState::Unreachable,
         host: None,
         host_labels: Vec::new(),
         applied: None,
@@ -531,7 +564,7 @@ fn row(member: &Member, answer: Result<Remote, String>, newest: Option<&str>) ->
     // (The same SHA applied since, under a looser policy say, is not rejected.)
     if let (Some(rejected), Some(seen)) = (&remote.last_rejected, &remote.last_seen)
         && rejected.sha == seen.sha
-        && seen.outcome != "applied"
+        && seen.outcome != Some(CommitOutcome::Applied)
     {
         row.rejected = Some(RejectedView {
             sha: clean(&rejected.sha, 64),
@@ -581,15 +614,15 @@ fn row(member: &Member, answer: Result<Remote, String>, newest: Option<&str>) ->
     }
     row.error = (!problems.is_empty()).then(|| problems.join("; "));
     row.state = if row.rejected.is_some() {
-        "rejected"
+        AgentState::Rejected
     } else if row.behind {
-        "behind"
+        AgentState::Behind
     } else if row.n_degraded > 0 {
-        "degraded"
+        AgentState::Degraded
     } else if row.n_progressing > 0 {
-        "progressing"
+        AgentState::Progressing
     } else {
-        "ok"
+        AgentState::Ok
     };
     row
 }
@@ -624,7 +657,7 @@ fn table(view: &FleetView) -> String {
             "{:<20} {:<20} {:<12} {:<12} {:<12} {:>9} {:>8}  {}\n",
             Esc(&agent.name),
             Esc(agent.host.as_deref().unwrap_or("-")),
-            Esc(agent.state),
+            Esc(agent.state.as_str()),
             Esc(&short(agent.applied.as_ref())),
             Esc(&short(agent.seen.as_ref())),
             agent.resources,
@@ -632,7 +665,7 @@ fn table(view: &FleetView) -> String {
             Esc(&note),
         ));
     }
-    let count = |state: &str| {
+    let count = |state: AgentState| {
         view.agents
             .iter()
             .filter(|agent| agent.state == state)
@@ -641,12 +674,12 @@ fn table(view: &FleetView) -> String {
     out.push_str(&format!(
         "\n{} agents: {} ok, {} progressing, {} degraded, {} behind, {} rejected, {} unreachable; newest commit seen: {}\n",
         view.agents.len(),
-        count("ok"),
-        count("progressing"),
-        count("degraded"),
-        count("behind"),
-        count("rejected"),
-        count("unreachable"),
+        count(AgentState::Ok),
+        count(AgentState::Progressing),
+        count(AgentState::Degraded),
+        count(AgentState::Behind),
+        count(AgentState::Rejected),
+        count(AgentState::Unreachable),
         Esc(&short(view.newest.as_ref())),
     ));
     out
@@ -712,7 +745,11 @@ mod tests {
     fn remote(seen: (&str, i64), applied: &str, rejected: bool, phases: &[&str]) -> Remote {
         let commit = |sha: &str, at: i64| RemoteCommit {
             sha: sha.to_owned(),
-            outcome: if rejected { "rejected" } else { "applied" }.to_owned(),
+            outcome: Some(if rejected {
+                CommitOutcome::Rejected
+            } else {
+                CommitOutcome::Applied
+            }),
             seen_at: at,
             errors: vec!["hosts/x/bad.hcl:1:1: unknown block \x1b[31m".to_owned()],
         };
@@ -747,13 +784,66 @@ mod tests {
         let mut answer = remote(("new", 20), "new", false, &["Ready"]);
         answer.last_rejected = Some(RemoteCommit {
             sha: "new".into(),
-            outcome: "rejected".into(),
+            outcome: Some(CommitOutcome::Rejected),
             seen_at: 10,
             errors: vec!["web.hcl:4:3: privileged containers are refused".into()],
         });
         let view = fleet_view(&[member], vec![Ok(answer)]);
-        assert_eq!(view.agents[0].state, "ok");
+        assert_eq!(view.agents[0].state, AgentState::Ok);
         assert!(view.agents[0].rejected.is_none());
+    }
+
+    #[test]
+    fn a_commit_outcome_reads_as_the_status_writes_it_and_an_unknown_one_is_no_outcome()
+    -> anyhow::Result<()> {
+        for outcome in [CommitOutcome::Applied, CommitOutcome::Rejected] {
+            // What `GET /status` of this build writes…
+            let written = serde_json::to_value(outcome)?;
+            assert_eq!(written, outcome.as_str());
+            // …is what `fleet status` reads back.
+            let read: RemoteCommit = serde_json::from_value(serde_json::json!({
+                "sha": "abc", "outcome": written,
+            }))?;
+            assert_eq!(read.outcome, Some(outcome));
+        }
+        assert_eq!(serde_json::to_value(CommitOutcome::Applied)?, "applied");
+        assert_eq!(serde_json::to_value(CommitOutcome::Rejected)?, "rejected");
+        // An agent of another version: an outcome this build does not know, or none, is no
+        // outcome; the agent's row is still read.
+        for body in [
+            r#"{"sha": "abc", "outcome": "quarantined"}"#,
+            r#"{"sha": "abc", "outcome": ""}"#,
+            r#"{"sha": "abc"}"#,
+        ] {
+            let read: RemoteCommit = serde_json::from_str(body)?;
+            assert_eq!(read.outcome, None, "{body}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn the_json_of_a_row_names_its_state_as_before() -> anyhow::Result<()> {
+        let states = [
+            AgentState::Ok,
+            AgentState::Progressing,
+            AgentState::Degraded,
+            AgentState::Behind,
+            AgentState::Rejected,
+            AgentState::Unreachable,
+        ];
+        let texts = [
+            "ok",
+            "progressing",
+            "degraded",
+            "behind",
+            "rejected",
+            "unreachable",
+        ];
+        for (state, text) in states.into_iter().zip(texts) {
+            assert_eq!(state.as_str(), text);
+            assert_eq!(serde_json::to_value(state)?, text);
+        }
+        Ok(())
     }
 
     #[test]
@@ -782,7 +872,11 @@ mod tests {
         ];
         let view = fleet_view(&members, answers);
         assert_eq!(view.newest.as_deref(), Some("new"));
-        let states: Vec<&str> = view.agents.iter().map(|agent| agent.state).collect();
+        let states: Vec<&str> = view
+            .agents
+            .iter()
+            .map(|agent| agent.state.as_str())
+            .collect();
         assert_eq!(
             states,
             [

@@ -80,7 +80,7 @@ use crate::store::{Origin, Store, Who};
 /// emergency, `voodu-agent rollback SCOPE/NAME` re-applies an earlier release and pins it.
 #[derive(Debug, Parser)]
 #[command(name = "voodu-agent", version = VERSION_TEXT, args_conflicts_with_subcommands = true)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
     #[command(flatten)]

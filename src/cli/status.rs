@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use clap::Args;
 
 use crate::http::detail::DetailView;
-use crate::http::status::{CommitView, StatusView, build};
+use crate::http::status::{CommitOutcome, CommitView, StatusView, build};
 use crate::model::text::{Esc, escape};
 
 #[derive(Debug, Args)]
@@ -88,7 +88,7 @@ fn print_table(view: &StatusView) {
         Some(commit) => println!(
             "{label:<14} {} ({})",
             Esc(&commit.sha[..commit.sha.len().min(12)]),
-            Esc(commit.outcome)
+            Esc(commit.outcome.as_str())
         ),
         None => println!("{label:<14} -"),
     };
@@ -149,7 +149,9 @@ fn print_table(view: &StatusView) {
             .last_seen
             .as_ref()
             // The same SHA applied since (under a looser policy, say) is not rejected.
-            .is_some_and(|seen| seen.sha == rejected.sha && seen.outcome == "rejected");
+            .is_some_and(|seen| {
+                seen.sha == rejected.sha && seen.outcome == CommitOutcome::Rejected
+            });
         if is_latest {
             println!(
                 "\nthe latest commit was rejected; the host keeps running the last applied one:"

@@ -16,7 +16,7 @@ use clap::Args;
 
 use crate::agent::{META_HTTP_ADDR, META_SECRET_FILE};
 use crate::http::WebhookSecret;
-use crate::http::webhook::{ACTOR_HEADER, GENERIC_SIGNATURE_HEADER, ORIGIN_HEADER};
+use crate::http::webhook::{ACTOR_HEADER, GENERIC_SIGNATURE_HEADER, HookResult, ORIGIN_HEADER};
 
 #[derive(Debug, Args)]
 pub(super) struct SyncArgs {
@@ -62,25 +62,29 @@ impl Answer {
 pub(super) fn run(data_dir: &Path, args: &SyncArgs) -> anyhow::Result<ExitCode> {
     let answer = nudge(data_dir, &args.agent, args.wait.then_some(args.timeout))?;
     let result = answer.field("result");
+    // A result this build does not know (an agent of another version) is a failure.
+    let known = HookResult::parse(result);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&answer.body)?);
-        return Ok(match result {
-            "accepted" | "coalesced" | "applied" => ExitCode::SUCCESS,
+        return Ok(match known {
+            Some(HookResult::Accepted | HookResult::Coalesced | HookResult::Applied) => {
+                ExitCode::SUCCESS
+            }
             _ => ExitCode::from(1),
         });
     }
     let commit = answer.field("commit");
     let short = Esc(commit.get(..12).unwrap_or(commit));
-    match result {
-        "accepted" | "coalesced" => {
+    match known {
+        Some(HookResult::Accepted | HookResult::Coalesced) => {
             println!("sync requested ({})", Esc(answer.field("reason")));
             Ok(ExitCode::SUCCESS)
         }
-        "applied" => {
+        Some(HookResult::Applied) => {
             println!("commit {short} applied: {}", Esc(answer.field("reason")));
             Ok(ExitCode::SUCCESS)
         }
-        "rejected" => {
+        Some(HookResult::Rejected) => {
             println!("commit {short} rejected; the host keeps running the last applied commit:");
             for error in answer.body["errors"].as_array().into_iter().flatten() {
                 println!("  {}", Esc(error.as_str().unwrap_or_default()));

@@ -18,8 +18,8 @@ pub use error::{Error, Result};
 
 /// The trigger files of a commit or directory (`.voodu/**/*.yml`) in path order, and the
 /// refused ones (symlinks) with why.
-pub type TriggerFiles = (Vec<crate::model::SourceFile>, Vec<(String, String)>);
-pub use tree::{CommitFiles, TriggeredFiles};
+pub(crate) type TriggerFiles = (Vec<crate::model::SourceFile>, Vec<(String, String)>);
+pub(crate) use tree::{CommitFiles, TriggeredFiles};
 pub use verify::{MAX_VERIFIED_COMMITS, Refusal, TrustedKeys, Untrusted, Verified, VerifyMode};
 pub use workdir::{WORKDIR_COMMIT, WorkdirFiles, read_workdir, read_workdir_triggers};
 
@@ -47,7 +47,7 @@ pub struct SourceOptions {
 }
 
 /// The user a token is sent as when the URL names none: what GitHub, Gitea and Forgejo take.
-pub const DEFAULT_TOKEN_USER: &str = "x-access-token";
+pub(crate) const DEFAULT_TOKEN_USER: &str = "x-access-token";
 
 /// The ssh command with `SourceOptions::ssh_accept_new_host_keys`.
 const SSH_ACCEPT_NEW: &str = "ssh -o StrictHostKeyChecking=accept-new";
@@ -56,7 +56,7 @@ impl SourceOptions {
     /// Checks what can be checked before the first fetch: a token is never sent in clear
     /// text (an `http://` URL with a token file is refused rather than fetched without it),
     /// and the CA file holds certificates.
-    pub fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         let url = normalize_url(&self.url);
         if self.token_file.is_some() && url.to_ascii_lowercase().starts_with("http://") {
             return Err(Error::TokenOverHttp { url });
@@ -108,27 +108,27 @@ impl Source {
     }
 
     /// This source reading only the manifests `hosts` applies (a fleet's host selection).
-    pub fn selecting(mut self, hosts: HostSelection) -> Source {
+    pub(crate) fn selecting(mut self, hosts: HostSelection) -> Source {
         self.hosts = hosts;
         self
     }
 
     /// The host selection `read_snapshot` applies.
-    pub fn hosts(&self) -> &HostSelection {
+    pub(crate) fn hosts(&self) -> &HostSelection {
         &self.hosts
     }
 
-    pub fn url(&self) -> &str {
+    pub(crate) fn url(&self) -> &str {
         &self.url
     }
 
-    pub fn branch(&self) -> &str {
+    pub(crate) fn branch(&self) -> &str {
         &self.options.branch
     }
 
     /// The watched `--path` prefixes, normalised (`./deploy/` is `deploy`); empty for the
     /// whole repo.
-    pub fn watched_paths(&self) -> Vec<String> {
+    pub(crate) fn watched_paths(&self) -> Vec<String> {
         self.options
             .paths
             .iter()
@@ -169,7 +169,7 @@ impl Source {
 
     /// Fetches every branch and tag, then resolves `rev` (a full commit SHA, a branch or a
     /// tag name) to a commit. For `plan --rev`. Blocking.
-    pub fn fetch_rev(&self, rev: &str, interrupt: &AtomicBool) -> Result<CommitSha> {
+    pub(crate) fn fetch_rev(&self, rev: &str, interrupt: &AtomicBool) -> Result<CommitSha> {
         let repo = self.open_mirror()?;
         let refspecs = [
             "+refs/heads/*:refs/heads/*".to_owned(),
@@ -313,13 +313,17 @@ impl Source {
 
     /// The paths that differ between `from` and `to`; `None` when `from` is not an ancestor
     /// of `to` (or not in the mirror). Blocking.
-    pub fn changed_paths(&self, from: &CommitSha, to: &CommitSha) -> Result<Option<Vec<String>>> {
+    pub(crate) fn changed_paths(
+        &self,
+        from: &CommitSha,
+        to: &CommitSha,
+    ) -> Result<Option<Vec<String>>> {
         tree::changed_paths(&self.open_mirror()?, from, to)
     }
 
     /// The files of `manifests` (each at its own commit) for `file()`, other reads at
     /// `default`. Blocking.
-    pub fn triggered_files(
+    pub(crate) fn triggered_files(
         &self,
         default: &CommitSha,
         manifests: &[(String, CommitSha)],

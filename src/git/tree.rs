@@ -324,7 +324,7 @@ pub(super) fn normalize_watched_path(path: &str) -> String {
 /// The files manifests read (`file()`, `env_file`) when they come from several commits:
 /// deploy triggers keep each trigger's manifest at the commit it last fired, so a
 /// manifest's files are read at that manifest's commit; other reads at `default`.
-pub struct TriggeredFiles {
+pub(crate) struct TriggeredFiles {
     default: CommitFiles,
     by_manifest: std::collections::BTreeMap<String, CommitFiles>,
 }

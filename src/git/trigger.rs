@@ -30,7 +30,7 @@ const COVERED_LIMIT: usize = 1024;
 /// specific reason among the requests it answers (a push over a poll tick), for the
 /// activity log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SyncReason {
+pub(crate) enum SyncReason {
     /// The poll interval elapsed.
     Poll,
     /// A git host's webhook reported a push.
@@ -56,36 +56,36 @@ impl SyncReason {
 
 /// A request to fetch now, optionally naming the commit the requester expects.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SyncRequest {
-    pub reason: SyncReason,
-    pub commit: Option<CommitSha>,
+pub(crate) struct SyncRequest {
+    pub(crate) reason: SyncReason,
+    pub(crate) commit: Option<CommitSha>,
     /// Who asked, where known (a webhook's pusher, the user of a command): untrusted text,
     /// made safe where it is kept.
-    pub actor: Option<String>,
+    pub(crate) actor: Option<String>,
 }
 
 /// Why a fetch runs: the most specific reason among its requests, and that request's actor.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestOrigin {
-    pub reason: SyncReason,
-    pub actor: Option<String>,
+pub(crate) struct RequestOrigin {
+    pub(crate) reason: SyncReason,
+    pub(crate) actor: Option<String>,
 }
 
 /// Which fetch answers a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ticket {
+pub(crate) struct Ticket {
     /// The generation (1-based count of fetches started) of the answering fetch.
-    pub generation: u64,
+    pub(crate) generation: u64,
     /// True when the request started no fetch of its own: an earlier request's fetch
     /// (pending, in flight or done) covers it.
-    pub coalesced: bool,
+    pub(crate) coalesced: bool,
 }
 
 /// The end of one fetch: the branch tip it saw, or why it failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FetchReport {
-    pub generation: u64,
-    pub result: Result<CommitSha, String>,
+pub(crate) struct FetchReport {
+    pub(crate) generation: u64,
+    pub(crate) result: Result<CommitSha, String>,
 }
 
 #[derive(Default)]
@@ -160,7 +160,7 @@ pub fn channel() -> (SyncRequests, SyncRequestReceiver) {
 
 impl SyncRequests {
     /// Asks for a fetch; returns at once with the ticket of the fetch that will answer.
-    pub fn request(&self, request: SyncRequest) -> Ticket {
+    pub(crate) fn request(&self, request: SyncRequest) -> Ticket {
         let mut state = self.shared.lock();
         if let Some(commit) = &request.commit
             && let Some(generation) = state.covered.get(commit)
@@ -201,7 +201,7 @@ impl SyncRequests {
 
     /// Waits until the fetch of `ticket` (or a later one, which covers it too) has ended,
     /// and returns how the latest one ended.
-    pub async fn fetched(&self, ticket: Ticket) -> FetchReport {
+    pub(crate) async fn fetched(&self, ticket: Ticket) -> FetchReport {
         let mut done = self.shared.done.subscribe();
         loop {
             if let Some(report) = done.borrow_and_update().as_ref()
@@ -225,7 +225,7 @@ impl SyncRequests {
 impl SyncRequestReceiver {
     /// Waits for a request, then marks a fetch as started and returns its generation. The
     /// caller runs the fetch and reports its end with `finish`.
-    pub async fn next(&mut self) -> u64 {
+    pub(crate) async fn next(&mut self) -> u64 {
         let shared = self.shared.clone();
         loop {
             let notified = shared.wake.notified();
@@ -256,7 +256,7 @@ impl SyncRequestReceiver {
     }
 
     /// Why the last fetch `next` started runs (a poll when nothing said otherwise).
-    pub fn started_origin(&self) -> RequestOrigin {
+    pub(crate) fn started_origin(&self) -> RequestOrigin {
         self.shared
             .lock()
             .started_origin
@@ -292,7 +292,7 @@ impl SyncRequestReceiver {
 }
 
 /// Asks for a sync at once and then every `interval`, until shutdown.
-pub async fn poll(requests: SyncRequests, interval: Duration, shutdown: CancellationToken) {
+pub(crate) async fn poll(requests: SyncRequests, interval: Duration, shutdown: CancellationToken) {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -309,14 +309,14 @@ pub async fn poll(requests: SyncRequests, interval: Duration, shutdown: Cancella
 }
 
 /// Watches the refs of a local repository; dropping it stops the watch.
-pub struct LocalWatch {
+pub(crate) struct LocalWatch {
     _watcher: notify::RecommendedWatcher,
     git_dir: PathBuf,
 }
 
 impl LocalWatch {
     /// The git directory watched (`.git` of a working repository, or a bare repository).
-    pub fn git_dir(&self) -> &Path {
+    pub(crate) fn git_dir(&self) -> &Path {
         &self.git_dir
     }
 }
@@ -325,7 +325,7 @@ impl LocalWatch {
 /// machine: a plain path or a `file://` URL, pointing at a working repository (`.git/`), a
 /// linked worktree (a `.git` file; its branches live in the main repository's directory) or
 /// a bare repository.
-pub fn local_git_dir(url: &str) -> Option<PathBuf> {
+pub(crate) fn local_git_dir(url: &str) -> Option<PathBuf> {
     let path = match url.strip_prefix("file://") {
         Some(path) => PathBuf::from(path),
         None if url.contains("://") => return None,
@@ -352,7 +352,10 @@ pub fn local_git_dir(url: &str) -> Option<PathBuf> {
 /// Starts watching the refs of the local repository at `git_dir`: any change of a branch,
 /// `packed-refs` or `HEAD` asks for a sync at once. Git writes a ref through `<ref>.lock` and
 /// a rename, so lock files themselves are ignored.
-pub fn watch_local_repo(git_dir: &Path, requests: SyncRequests) -> notify::Result<LocalWatch> {
+pub(crate) fn watch_local_repo(
+    git_dir: &Path,
+    requests: SyncRequests,
+) -> notify::Result<LocalWatch> {
     use notify::Watcher as _;
     let refs = git_dir.join("refs");
     let git_dir_for_events = git_dir.to_owned();

@@ -30,7 +30,7 @@ pub enum VerifyMode {
 }
 
 impl VerifyMode {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             VerifyMode::Tip => "tip",
             VerifyMode::All => "all",
@@ -100,17 +100,17 @@ impl TrustedKeys {
     }
 
     /// How many keys there are.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.ssh.len() + self.pgp.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Checks one signature over `payload`. `committed_at` (unix seconds) is the time
     /// `valid-after`/`valid-before` are compared with, as git does.
-    pub fn check(
+    pub(crate) fn check(
         &self,
         signature: &[u8],
         payload: &[u8],
@@ -272,8 +272,8 @@ impl std::fmt::Display for Refusal {
 /// A commit that failed verification: which one, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Untrusted {
-    pub commit: CommitSha,
-    pub refusal: Refusal,
+    pub(crate) commit: CommitSha,
+    pub(crate) refusal: Refusal,
 }
 
 /// What a verification checked.
@@ -282,7 +282,7 @@ pub struct Verified {
     /// How many commits were checked.
     pub n_commits: usize,
     /// Who signed the tip.
-    pub tip_signer: String,
+    pub(crate) tip_signer: String,
 }
 
 /// Verifies the commits `mode` asks for: `tip`, or every commit reachable from `tip` and not

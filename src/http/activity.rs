@@ -15,47 +15,47 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
-use crate::store::{Activity, Store, now_unix};
+use crate::store::{Activity, ActivityOutcome, Store, now_unix};
 
 /// The window `since` defaults to.
-pub const DEFAULT_SINCE: &str = "24h";
+pub(crate) const DEFAULT_SINCE: &str = "24h";
 /// Rows one HTTP page holds by default, and at most.
-pub const DEFAULT_LIMIT: usize = 200;
-pub const MAX_LIMIT: usize = 1000;
+pub(crate) const DEFAULT_LIMIT: usize = 200;
+pub(crate) const MAX_LIMIT: usize = 1000;
 
 /// The JSON document of `GET /activity` and `activity --json`.
 #[derive(Debug, Serialize)]
-pub struct ActivityView {
+pub(crate) struct ActivityView {
     /// The start of the window, RFC 3339 (UTC).
-    pub since: String,
+    pub(crate) since: String,
     /// Oldest first.
-    pub entries: Vec<ActivityEntryView>,
+    pub(crate) entries: Vec<ActivityEntryView>,
     /// True when older rows of the window were left out (raise the limit, or narrow since).
-    pub truncated: bool,
+    pub(crate) truncated: bool,
 }
 
 #[derive(Debug, Serialize)]
-pub struct ActivityEntryView {
-    pub id: i64,
+pub(crate) struct ActivityEntryView {
+    pub(crate) id: i64,
     /// RFC 3339 (UTC, seconds).
-    pub at: String,
-    pub at_unix: i64,
-    pub action: String,
+    pub(crate) at: String,
+    pub(crate) at_unix: i64,
+    pub(crate) action: String,
     /// `poll`, `webhook`, `ref-watch`, `cli`, `http` or `agent`.
-    pub origin: String,
+    pub(crate) origin: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub actor: Option<String>,
+    pub(crate) actor: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub commit: Option<String>,
+    pub(crate) commit: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub resource: Option<String>,
-    pub outcome: String,
+    pub(crate) resource: Option<String>,
+    pub(crate) outcome: ActivityOutcome,
     #[serde(skip_serializing_if = "String::is_empty")]
-    pub message: String,
+    pub(crate) message: String,
     /// Detail by action: changed resources and trigger verdicts of a commit, config keys
     /// with their digests, a release id.
     #[serde(skip_serializing_if = "is_empty")]
-    pub data: serde_json::Value,
+    pub(crate) data: serde_json::Value,
 }
 
 fn is_empty(value: &serde_json::Value) -> bool {
@@ -63,7 +63,7 @@ fn is_empty(value: &serde_json::Value) -> bool {
 }
 
 /// A Unix time as RFC 3339 (UTC, seconds).
-pub fn rfc3339(unix: i64) -> String {
+pub(crate) fn rfc3339(unix: i64) -> String {
     let at =
         std::time::UNIX_EPOCH + std::time::Duration::from_secs(u64::try_from(unix).unwrap_or(0));
     humantime::format_rfc3339_seconds(at).to_string()
@@ -71,7 +71,7 @@ pub fn rfc3339(unix: i64) -> String {
 
 /// `since` as Unix seconds: a duration back from `now` (`24h`, `30m`, `7d`) or an RFC 3339
 /// time.
-pub fn parse_since(text: &str, now: i64) -> Result<i64, String> {
+pub(crate) fn parse_since(text: &str, now: i64) -> Result<i64, String> {
     let text = text.trim();
     if let Ok(duration) = humantime::parse_duration(text) {
         let back = i64::try_from(duration.as_secs()).unwrap_or(i64::MAX);
@@ -104,7 +104,7 @@ fn entry_view(activity: Activity) -> ActivityEntryView {
 }
 
 /// Builds the document: rows at or after `since`, the newest `limit`, oldest first.
-pub fn build(store: &Store, since: i64, limit: usize) -> crate::store::Result<ActivityView> {
+pub(crate) fn build(store: &Store, since: i64, limit: usize) -> crate::store::Result<ActivityView> {
     let (entries, truncated) = store.activity(since, limit)?;
     Ok(ActivityView {
         since: rfc3339(since),

@@ -15,7 +15,7 @@ use crate::store::{self, Detail};
 /// A resource's kind-specific state.
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
-pub enum DetailView {
+pub(crate) enum DetailView {
     Deployment(DeploymentView),
     Statefulset(StatefulsetView),
     Asset(AssetView),
@@ -27,7 +27,7 @@ pub enum DetailView {
 
 impl DetailView {
     /// The view of a stored detail; `None` when the row has none.
-    pub fn of(detail: Detail) -> Option<DetailView> {
+    pub(crate) fn of(detail: Detail) -> Option<DetailView> {
         Some(match detail {
             Detail::None => return None,
             Detail::Deployment(detail) => DetailView::Deployment(DeploymentView {
@@ -74,7 +74,7 @@ impl DetailView {
     }
 
     /// Replicas ready, for the kinds that publish readiness.
-    pub fn ready_replicas(&self) -> Option<usize> {
+    pub(crate) fn ready_replicas(&self) -> Option<usize> {
         match self {
             DetailView::Deployment(view) => Some(view.ready_replicas),
             DetailView::Statefulset(view) => Some(view.ready_replicas),
@@ -83,7 +83,7 @@ impl DetailView {
     }
 
     /// The autoscaler's replica count, while it sets one.
-    pub fn autoscaled_replicas(&self) -> Option<usize> {
+    pub(crate) fn autoscaled_replicas(&self) -> Option<usize> {
         match self {
             DetailView::Deployment(view) => view.autoscaled_replicas,
             _ => None,
@@ -92,20 +92,20 @@ impl DetailView {
 }
 
 #[derive(Debug, Serialize)]
-pub struct DeploymentView {
+pub(crate) struct DeploymentView {
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub autoscaled_replicas: Option<usize>,
-    pub ready_replicas: usize,
-    pub replicas: Vec<ReplicaView>,
+    pub(crate) autoscaled_replicas: Option<usize>,
+    pub(crate) ready_replicas: usize,
+    pub(crate) replicas: Vec<ReplicaView>,
 }
 
 #[derive(Debug, Serialize)]
-pub struct ReplicaView {
-    pub current: bool,
-    pub name: String,
-    pub ready: bool,
-    pub reason: String,
-    pub state: String,
+pub(crate) struct ReplicaView {
+    pub(crate) current: bool,
+    pub(crate) name: String,
+    pub(crate) ready: bool,
+    pub(crate) reason: String,
+    pub(crate) state: String,
 }
 
 fn replica_view(replica: store::ReplicaDetail) -> ReplicaView {
@@ -119,21 +119,21 @@ fn replica_view(replica: store::ReplicaDetail) -> ReplicaView {
 }
 
 #[derive(Debug, Serialize)]
-pub struct StatefulsetView {
-    pub pods: Vec<PodView>,
-    pub ready_replicas: usize,
-    pub volumes: Vec<VolumeView>,
+pub(crate) struct StatefulsetView {
+    pub(crate) pods: Vec<PodView>,
+    pub(crate) ready_replicas: usize,
+    pub(crate) volumes: Vec<VolumeView>,
 }
 
 #[derive(Debug, Serialize)]
-pub struct PodView {
-    pub current: bool,
-    pub name: String,
-    pub ordinal: Option<usize>,
-    pub ready: bool,
-    pub reason: String,
-    pub state: String,
-    pub volumes: Vec<String>,
+pub(crate) struct PodView {
+    pub(crate) current: bool,
+    pub(crate) name: String,
+    pub(crate) ordinal: Option<usize>,
+    pub(crate) ready: bool,
+    pub(crate) reason: String,
+    pub(crate) state: String,
+    pub(crate) volumes: Vec<String>,
 }
 
 fn pod_view(pod: store::PodDetail) -> PodView {
@@ -149,11 +149,11 @@ fn pod_view(pod: store::PodDetail) -> PodView {
 }
 
 #[derive(Debug, Serialize)]
-pub struct VolumeView {
-    pub claim: Option<String>,
-    pub kept: bool,
-    pub name: String,
-    pub ordinal: Option<usize>,
+pub(crate) struct VolumeView {
+    pub(crate) claim: Option<String>,
+    pub(crate) kept: bool,
+    pub(crate) name: String,
+    pub(crate) ordinal: Option<usize>,
 }
 
 fn volume_view(volume: store::VolumeDetail) -> VolumeView {
@@ -166,76 +166,76 @@ fn volume_view(volume: store::VolumeDetail) -> VolumeView {
 }
 
 #[derive(Debug, Serialize)]
-pub struct AssetView {
-    pub files: BTreeMap<String, AssetFileView>,
-    pub path: String,
-    pub repaired: Vec<String>,
+pub(crate) struct AssetView {
+    pub(crate) files: BTreeMap<String, AssetFileView>,
+    pub(crate) path: String,
+    pub(crate) repaired: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
-pub struct AssetFileView {
-    pub digest: String,
-    pub size: u64,
-    pub source: String,
+pub(crate) struct AssetFileView {
+    pub(crate) digest: String,
+    pub(crate) size: u64,
+    pub(crate) source: String,
 }
 
 #[derive(Debug, Serialize)]
-pub struct RegistryView {
-    pub credentials: String,
-    pub helper: String,
-    pub url: String,
-    pub username: String,
+pub(crate) struct RegistryView {
+    pub(crate) credentials: String,
+    pub(crate) helper: String,
+    pub(crate) url: String,
+    pub(crate) username: String,
 }
 
 #[derive(Debug, Serialize)]
-pub struct IngressView {
+pub(crate) struct IngressView {
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub health_check: Option<HealthCheckView>,
-    pub host: String,
-    pub live: bool,
-    pub policy: String,
-    pub port: u16,
+    pub(crate) health_check: Option<HealthCheckView>,
+    pub(crate) host: String,
+    pub(crate) live: bool,
+    pub(crate) policy: String,
+    pub(crate) port: u16,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub proxy: Option<ProxyView>,
-    pub routes: Vec<RouteView>,
-    pub service: String,
+    pub(crate) proxy: Option<ProxyView>,
+    pub(crate) routes: Vec<RouteView>,
+    pub(crate) service: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub tls: Option<TlsView>,
-    pub upstreams: Vec<String>,
-    pub url: String,
+    pub(crate) tls: Option<TlsView>,
+    pub(crate) upstreams: Vec<String>,
+    pub(crate) url: String,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
-pub struct HealthCheckView {
-    pub interval: String,
-    pub path: String,
-    pub port: Option<u16>,
+pub(crate) struct HealthCheckView {
+    pub(crate) interval: String,
+    pub(crate) path: String,
+    pub(crate) port: Option<u16>,
 }
 
 #[derive(Debug, Serialize)]
-pub struct ProxyView {
-    pub container: String,
-    pub http: Option<String>,
-    pub https: Option<String>,
+pub(crate) struct ProxyView {
+    pub(crate) container: String,
+    pub(crate) http: Option<String>,
+    pub(crate) https: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
-pub struct RouteView {
-    pub path: String,
+pub(crate) struct RouteView {
+    pub(crate) path: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub served_by: Option<String>,
+    pub(crate) served_by: Option<String>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub strip: bool,
+    pub(crate) strip: bool,
 }
 
 #[derive(Debug, Serialize)]
-pub struct TlsView {
-    pub ask: String,
-    pub email: String,
-    pub on_demand: bool,
-    pub provider: String,
+pub(crate) struct TlsView {
+    pub(crate) ask: String,
+    pub(crate) email: String,
+    pub(crate) on_demand: bool,
+    pub(crate) provider: String,
 }
 
 fn ingress_view(detail: store::IngressDetail) -> IngressView {
@@ -277,26 +277,26 @@ fn ingress_view(detail: store::IngressDetail) -> IngressView {
 }
 
 #[derive(Debug, Serialize)]
-pub struct JobView {
-    pub history: Vec<RunView>,
-    pub image: String,
-    pub last_run: Option<RunView>,
-    pub timeout: String,
+pub(crate) struct JobView {
+    pub(crate) history: Vec<RunView>,
+    pub(crate) image: String,
+    pub(crate) last_run: Option<RunView>,
+    pub(crate) timeout: String,
 }
 
 /// One run of a job or cronjob; times are RFC 3339.
 #[derive(Debug, Serialize)]
-pub struct RunView {
-    pub container: String,
-    pub duration_seconds: Option<i64>,
-    pub ended_at: Option<String>,
-    pub error: String,
-    pub exit_code: Option<i64>,
-    pub logs_tail: String,
-    pub run_id: String,
-    pub spec_hash: String,
-    pub started_at: String,
-    pub status: String,
+pub(crate) struct RunView {
+    pub(crate) container: String,
+    pub(crate) duration_seconds: Option<i64>,
+    pub(crate) ended_at: Option<String>,
+    pub(crate) error: String,
+    pub(crate) exit_code: Option<i64>,
+    pub(crate) logs_tail: String,
+    pub(crate) run_id: String,
+    pub(crate) spec_hash: String,
+    pub(crate) started_at: String,
+    pub(crate) status: String,
 }
 
 fn run_view(run: store::RunDetail) -> RunView {
@@ -315,33 +315,33 @@ fn run_view(run: store::RunDetail) -> RunView {
 }
 
 #[derive(Debug, Serialize)]
-pub struct CronjobView {
-    pub concurrency_policy: String,
-    pub history: Vec<RunView>,
-    pub image: String,
-    pub last_run: Option<RunView>,
-    pub last_scheduled: Option<String>,
-    pub next_run: Option<String>,
-    pub next_run_local: Option<String>,
-    pub schedule: String,
-    pub skipped: Vec<SkipView>,
-    pub suspend: bool,
-    pub timezone: String,
+pub(crate) struct CronjobView {
+    pub(crate) concurrency_policy: String,
+    pub(crate) history: Vec<RunView>,
+    pub(crate) image: String,
+    pub(crate) last_run: Option<RunView>,
+    pub(crate) last_scheduled: Option<String>,
+    pub(crate) next_run: Option<String>,
+    pub(crate) next_run_local: Option<String>,
+    pub(crate) schedule: String,
+    pub(crate) skipped: Vec<SkipView>,
+    pub(crate) suspend: bool,
+    pub(crate) timezone: String,
 }
 
 #[derive(Debug, Serialize)]
-pub struct SkipView {
+pub(crate) struct SkipView {
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub first: Option<String>,
+    pub(crate) first: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub last: Option<String>,
-    pub message: String,
+    pub(crate) last: Option<String>,
+    pub(crate) message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub n_times: Option<u64>,
-    pub reason: String,
-    pub recorded_at: String,
+    pub(crate) n_times: Option<u64>,
+    pub(crate) reason: String,
+    pub(crate) recorded_at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub scheduled_at: Option<String>,
+    pub(crate) scheduled_at: Option<String>,
 }
 
 fn cronjob_view(detail: store::CronjobDetail) -> CronjobView {

@@ -23,16 +23,16 @@
 //! need the webhook secret (`auth.rs`: a bearer token, or a browser's Basic password);
 //! `/healthz` is open.
 
-pub mod activity;
+pub(crate) mod activity;
 mod auth;
 mod conn;
 mod dashboard;
-pub mod detail;
+pub(crate) mod detail;
 mod error;
 mod metrics;
 mod process;
 pub mod status;
-pub mod webhook;
+pub(crate) mod webhook;
 
 pub use error::{Error, Result};
 pub use webhook::WebhookSecret;
@@ -122,7 +122,7 @@ struct AppState {
 
 /// True when serving `address` without a webhook secret is allowed: only loopback, where
 /// nobody off the host can ask for a sync.
-pub fn may_listen_without_secret(address: &SocketAddr) -> bool {
+pub(crate) fn may_listen_without_secret(address: &SocketAddr) -> bool {
     address.ip().is_loopback()
 }
 

@@ -25,22 +25,22 @@ use crate::store::{CommitRecord, HEALTH_ENGINE, HEALTH_FETCH, Pin, Release, Stor
 pub struct StatusView {
     /// Which host of a fleet the agent is (`--host`); `None` before its first start, or
     /// when it applies every host's manifests.
-    pub host: Option<String>,
+    pub(crate) host: Option<String>,
     /// Its `--host-label`s (which `labels/<label>/` directories it applies).
-    pub host_labels: Vec<String>,
+    pub(crate) host_labels: Vec<String>,
     /// What runs its workloads: `docker` (containers) or `swarm` (Docker Swarm services).
-    pub runtime: Option<String>,
-    pub last_seen: Option<CommitView>,
-    pub last_applied: Option<CommitView>,
+    pub(crate) runtime: Option<String>,
+    pub(crate) last_seen: Option<CommitView>,
+    pub(crate) last_applied: Option<CommitView>,
     pub last_rejected: Option<CommitView>,
     /// The last fetch of the remote: its error with the whole cause chain while it fails.
-    pub fetch: Option<FetchView>,
+    pub(crate) fetch: Option<FetchView>,
     /// Whether the container engine answered the agent's last probe.
-    pub engine: Option<EngineView>,
+    pub(crate) engine: Option<EngineView>,
     /// The repository's deploy trigger files (`.voodu/**/*.yml`) as of the last applied
     /// commit; empty without trigger files.
     pub triggers: Vec<TriggerView>,
-    pub resources: Vec<ResourceView>,
+    pub(crate) resources: Vec<ResourceView>,
 }
 
 /// One deploy trigger: what it applied, what it holds, whether it can fire on this host.
@@ -48,165 +48,193 @@ pub struct StatusView {
 pub struct TriggerView {
     pub name: String,
     /// The trigger file.
-    pub file: String,
+    pub(crate) file: String,
     /// `active`, `held` (a commit waits for `voodu-agent approve`), or `inactive` (it never
     /// fires on this host; `inactive_reason` says why).
     pub state: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub inactive_reason: Option<String>,
+    pub(crate) inactive_reason: Option<String>,
     /// The commit it last fired (or was approved) at and the manifest it applied then.
-    pub applied: Option<TriggerCommitView>,
+    pub(crate) applied: Option<TriggerCommitView>,
     /// The held commit, if any.
-    pub held: Option<HeldView>,
+    pub(crate) held: Option<HeldView>,
 }
 
 #[derive(Debug, Serialize)]
-pub struct TriggerCommitView {
-    pub commit: String,
-    pub apply_file: String,
+pub(crate) struct TriggerCommitView {
+    pub(crate) commit: String,
+    pub(crate) apply_file: String,
 }
 
 #[derive(Debug, Serialize)]
-pub struct HeldView {
-    pub commit: String,
-    pub apply_file: String,
+pub(crate) struct HeldView {
+    pub(crate) commit: String,
+    pub(crate) apply_file: String,
     /// Unix time it was held.
-    pub since: i64,
+    pub(crate) since: i64,
     /// True once `voodu-agent approve` marked it; the agent applies it at its next sync.
-    pub approved: bool,
+    pub(crate) approved: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub approved_by: Option<String>,
+    pub(crate) approved_by: Option<String>,
     /// What to run to apply it.
-    pub approve_with: String,
+    pub(crate) approve_with: String,
 }
 
 /// How the last fetch of the remote went.
 #[derive(Debug, Serialize)]
-pub struct FetchView {
+pub(crate) struct FetchView {
     /// `ok` or `failing`.
-    pub state: &'static str,
+    pub(crate) state: &'static str,
     /// The last failure, every cause joined with `: ` (the root cause last); `None` when ok.
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     /// Unix time of the first failure of the current streak; `None` when ok.
-    pub failing_since: Option<i64>,
-    pub checked_at: i64,
-    pub last_success_at: Option<i64>,
+    pub(crate) failing_since: Option<i64>,
+    pub(crate) checked_at: i64,
+    pub(crate) last_success_at: Option<i64>,
 }
 
 /// Whether the container engine answers.
 #[derive(Debug, Serialize)]
-pub struct EngineView {
+pub(crate) struct EngineView {
     /// `reachable` or `unreachable`.
-    pub state: &'static str,
+    pub(crate) state: &'static str,
     /// Why the last probe failed; `None` when reachable.
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     /// Unix time since which the engine does not answer; `None` when reachable.
-    pub unreachable_since: Option<i64>,
-    pub checked_at: i64,
+    pub(crate) unreachable_since: Option<i64>,
+    pub(crate) checked_at: i64,
+}
+
+/// How a commit the agent saw ended: a commit's `outcome` in `GET /status`, which `status`
+/// prints and `fleet status` reads from other agents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum CommitOutcome {
+    /// In desired state.
+    Applied,
+    /// Refused; the host keeps running the last applied commit.
+    Rejected,
+}
+
+impl CommitOutcome {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            CommitOutcome::Applied => "applied",
+            CommitOutcome::Rejected => "rejected",
+        }
+    }
+
+    /// The outcome `text` names; `None` for a text this build does not know (an agent of
+    /// another version).
+    pub(crate) fn parse(text: &str) -> Option<CommitOutcome> {
+        [CommitOutcome::Applied, CommitOutcome::Rejected]
+            .into_iter()
+            .find(|outcome| outcome.as_str() == text)
+    }
 }
 
 #[derive(Debug, Serialize)]
 pub struct CommitView {
-    pub sha: String,
-    pub outcome: &'static str,
-    pub seen_at: i64,
+    pub(crate) sha: String,
+    pub(crate) outcome: CommitOutcome,
+    pub(crate) seen_at: i64,
     /// `path:line:col: message`, one per problem (rejected commits only).
     pub errors: Vec<String>,
-    pub diagnostics: Vec<DiagnosticView>,
+    pub(crate) diagnostics: Vec<DiagnosticView>,
     /// `path:line:col: warning: message`, one per warning the commit was applied with (a
     /// resource declared in two files, …).
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
-pub struct DiagnosticView {
-    pub path: String,
-    pub line: usize,
-    pub col: usize,
-    pub message: String,
+pub(crate) struct DiagnosticView {
+    pub(crate) path: String,
+    pub(crate) line: usize,
+    pub(crate) col: usize,
+    pub(crate) message: String,
 }
 
 #[derive(Debug, Serialize)]
-pub struct ResourceView {
-    pub kind: String,
-    pub scope: String,
-    pub name: String,
-    pub phase: &'static str,
+pub(crate) struct ResourceView {
+    pub(crate) kind: String,
+    pub(crate) scope: String,
+    pub(crate) name: String,
+    pub(crate) phase: &'static str,
     /// Why it failed (`ImageMissing`, `RolloutDeadline`, …); absent unless something failed.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<&'static str>,
-    pub message: String,
-    pub desired_replicas: usize,
-    pub running_replicas: usize,
-    pub spec_hash: String,
-    pub release: Option<ReleaseView>,
+    pub(crate) reason: Option<&'static str>,
+    pub(crate) message: String,
+    pub(crate) desired_replicas: usize,
+    pub(crate) running_replicas: usize,
+    pub(crate) spec_hash: String,
+    pub(crate) release: Option<ReleaseView>,
     /// Set while an operator rollback pins the resource (auto-sync paused for it).
-    pub pin: Option<PinView>,
-    pub updated_at: i64,
+    pub(crate) pin: Option<PinView>,
+    pub(crate) updated_at: i64,
     /// Kind-specific state as the handler recorded it (a job's run history, a cronjob's
     /// schedule and next run, …); absent when there is none.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub detail: Option<DetailView>,
+    pub(crate) detail: Option<DetailView>,
 }
 
 #[derive(Debug, Serialize)]
-pub struct ReleaseView {
-    pub id: i64,
-    pub commit: String,
-    pub phase: &'static str,
+pub(crate) struct ReleaseView {
+    pub(crate) id: i64,
+    pub(crate) commit: String,
+    pub(crate) phase: &'static str,
 }
 
 #[derive(Debug, Serialize)]
-pub struct PinView {
+pub(crate) struct PinView {
     /// The rollback release that made the pin.
-    pub release_id: i64,
+    pub(crate) release_id: i64,
     /// The commit of the release rolled back to.
-    pub commit: String,
-    pub spec_hash: String,
-    pub pinned_at: i64,
+    pub(crate) commit: String,
+    pub(crate) spec_hash: String,
+    pub(crate) pinned_at: i64,
     /// The commit whose version of the resource git declares (`None`: git does not).
-    pub git_commit: Option<String>,
+    pub(crate) git_commit: Option<String>,
     /// True when git declares something other than what runs: unpinning changes the host.
-    pub git_differs: bool,
+    pub(crate) git_differs: bool,
 }
 
 /// The JSON document `releases --json` prints and `GET /releases/{scope}/{name}` returns.
 #[derive(Debug, Serialize)]
-pub struct ReleasesView {
-    pub kind: String,
-    pub scope: String,
-    pub name: String,
-    pub pin: Option<PinView>,
+pub(crate) struct ReleasesView {
+    pub(crate) kind: String,
+    pub(crate) scope: String,
+    pub(crate) name: String,
+    pub(crate) pin: Option<PinView>,
     /// Newest first; at most `store::RELEASE_HISTORY_LIMIT`.
-    pub releases: Vec<ReleaseRecordView>,
+    pub(crate) releases: Vec<ReleaseRecordView>,
 }
 
 #[derive(Debug, Serialize)]
-pub struct ReleaseRecordView {
-    pub id: i64,
-    pub commit: String,
-    pub spec_hash: String,
+pub(crate) struct ReleaseRecordView {
+    pub(crate) id: i64,
+    pub(crate) commit: String,
+    pub(crate) spec_hash: String,
     /// `progressing`, `succeeded`, `failed` or `rolled-back`.
-    pub phase: &'static str,
-    pub started_at: i64,
-    pub finished_at: Option<i64>,
-    pub message: String,
+    pub(crate) phase: &'static str,
+    pub(crate) started_at: i64,
+    pub(crate) finished_at: Option<i64>,
+    pub(crate) message: String,
     /// For a rollback release: the release that was current when it was made.
-    pub rolled_back_from: Option<i64>,
+    pub(crate) rolled_back_from: Option<i64>,
     /// The spec rolled out, as stored.
-    pub snapshot: serde_json::Value,
+    pub(crate) snapshot: serde_json::Value,
     /// Outcomes of its `release {}` hooks by stage (`pre_command`, `command`,
     /// `post_command`): exit code, whether it timed out, the tail of its output, when.
-    pub hooks: serde_json::Map<String, serde_json::Value>,
+    pub(crate) hooks: serde_json::Map<String, serde_json::Value>,
 }
 
 fn commit_view(record: CommitRecord) -> CommitView {
     CommitView {
         sha: record.sha.to_string(),
         outcome: if record.applied {
-            "applied"
+            CommitOutcome::Applied
         } else {
-            "rejected"
+            CommitOutcome::Rejected
         },
         seen_at: record.seen_at,
         errors: record.errors.iter().map(ToString::to_string).collect(),
@@ -322,7 +350,7 @@ fn trigger_view(state: crate::store::TriggerState) -> TriggerView {
 }
 
 /// One resource's entry of the status document; `None` when it has no status row.
-pub fn build_resource(
+pub(crate) fn build_resource(
     store: &Store,
     key: &ResourceKey,
 ) -> crate::store::Result<Option<ResourceView>> {
@@ -384,7 +412,10 @@ fn release_record_view(
 }
 
 /// Builds the release history of one resource from the store.
-pub fn build_releases(store: &Store, key: &ResourceKey) -> crate::store::Result<ReleasesView> {
+pub(crate) fn build_releases(
+    store: &Store,
+    key: &ResourceKey,
+) -> crate::store::Result<ReleasesView> {
     let pin = match store.pin(key)? {
         Some(pin) => Some(pin_view(store, pin)?),
         None => None,
@@ -408,7 +439,7 @@ pub fn build_releases(store: &Store, key: &ResourceKey) -> crate::store::Result<
 
 /// Why a `SCOPE/NAME` reference names no single resource.
 #[derive(Debug, thiserror::Error)]
-pub enum LookupError {
+pub(crate) enum LookupError {
     #[error("no resource {0} is known to this agent (not in desired state, no releases)")]
     NotFound(String),
     #[error("{reference} names several resources ({kinds}); write KIND/SCOPE/NAME")]
@@ -421,7 +452,7 @@ pub enum LookupError {
 
 /// Resolves `SCOPE/NAME` (any kind the store knows by that name, which must be one) or
 /// `KIND/SCOPE/NAME`.
-pub fn resolve(store: &Store, reference: &str) -> Result<ResourceKey, LookupError> {
+pub(crate) fn resolve(store: &Store, reference: &str) -> Result<ResourceKey, LookupError> {
     let parts: Vec<&str> = reference.split('/').collect();
     match parts.as_slice() {
         [kind, scope, name] => {

@@ -43,7 +43,7 @@ use crate::git::trigger::{SyncReason, SyncRequest, Ticket};
 use crate::model::CommitSha;
 
 /// The header of the generic HMAC form.
-pub const GENERIC_SIGNATURE_HEADER: &str = "x-voodu-signature";
+pub(crate) const GENERIC_SIGNATURE_HEADER: &str = "x-voodu-signature";
 
 /// Longest wait `?timeout=` may ask for.
 const MAX_WAIT: Duration = Duration::from_secs(600);
@@ -64,7 +64,7 @@ impl WebhookSecret {
     }
 
     /// Reads a secret file; one trailing newline (as editors and `echo` write) is dropped.
-    pub fn from_file(path: &Path) -> super::Result<WebhookSecret> {
+    pub(crate) fn from_file(path: &Path) -> super::Result<WebhookSecret> {
         let mut bytes = std::fs::read(path).map_err(|source| Error::SecretFile {
             path: path.to_owned(),
             source,
@@ -119,7 +119,7 @@ impl WebhookSecret {
 
 /// Who sent a webhook, recognised by its headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Provider {
+pub(crate) enum Provider {
     GitHub,
     GitLab,
     Gitea,
@@ -132,7 +132,7 @@ pub enum Provider {
 }
 
 impl Provider {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Provider::GitHub => "github",
             Provider::GitLab => "gitlab",
@@ -189,7 +189,7 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 
 /// Recognises the provider; Forgejo also sends Gitea's headers, Gitea Gogs's and GitHub's,
 /// and GitHub Bitbucket's `X-Hub-Signature`, so the most specific comes first.
-pub fn detect(headers: &HeaderMap) -> Provider {
+pub(crate) fn detect(headers: &HeaderMap) -> Provider {
     let has = |name: &str| headers.contains_key(name);
     if has("x-gitlab-token") || has("x-gitlab-event") {
         Provider::GitLab
@@ -214,7 +214,7 @@ pub fn detect(headers: &HeaderMap) -> Provider {
 
 /// Checks the provider's signature or token against `secret`; the error names the header the
 /// provider was expected to send and what was wrong (never anything about the secret).
-pub fn verify(
+pub(crate) fn verify(
     provider: Provider,
     headers: &HeaderMap,
     body: &[u8],
@@ -371,9 +371,9 @@ impl FlatPush {
 
 /// The header a `voodu-agent` command adds to its nudge: the request is the operator's, on
 /// this host (`cli` in the activity log) rather than another HTTP client's.
-pub const ORIGIN_HEADER: &str = "x-voodu-origin";
+pub(crate) const ORIGIN_HEADER: &str = "x-voodu-origin";
 /// The header naming the user of that command.
-pub const ACTOR_HEADER: &str = "x-voodu-actor";
+pub(crate) const ACTOR_HEADER: &str = "x-voodu-actor";
 
 /// Why a push request asks for a sync, and who asks, for the activity log.
 fn request_origin(
@@ -585,26 +585,105 @@ pub(super) struct HookQuery {
     timeout: Option<String>,
 }
 
-/// The JSON answer of `POST /hooks/git`. `result` is also the metrics label.
+/// What became of one `POST /hooks/git`: the answer's `result`, and the `result` label of
+/// `voodu_webhook_requests_total`. `voodu-agent sync` reads it back ([`HookResult::parse`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum HookResult {
+    /// A fetch was queued.
+    Accepted,
+    /// A fetch that covers the push is already pending or done.
+    Coalesced,
+    /// (`?wait=true`) The commit is in desired state.
+    Applied,
+    /// (`?wait=true`) The commit was rejected; the host keeps the last applied one.
+    Rejected,
+    /// (`?wait=true`) The branch has moved past the pushed commit.
+    Superseded,
+    /// A provider's ping.
+    Pong,
+    /// Not a push, or a push to another branch.
+    Ignored,
+    /// The signature or token does not verify.
+    Unauthorized,
+    BadRequest,
+    TooLarge,
+    /// (`?wait=true`) Neither applied nor rejected in time.
+    Timeout,
+    /// (`?wait=true`) Too many requests are waiting.
+    Busy,
+    ShuttingDown,
+    /// (`?wait=true`) The sync failed, or its outcome cannot be read.
+    Error,
+}
+
+impl HookResult {
+    const ALL: [HookResult; 14] = [
+        HookResult::Accepted,
+        HookResult::Coalesced,
+        HookResult::Applied,
+        HookResult::Rejected,
+        HookResult::Superseded,
+        HookResult::Pong,
+        HookResult::Ignored,
+        HookResult::Unauthorized,
+        HookResult::BadRequest,
+        HookResult::TooLarge,
+        HookResult::Timeout,
+        HookResult::Busy,
+        HookResult::ShuttingDown,
+        HookResult::Error,
+    ];
+
+    /// The answer's and the metric's text.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            HookResult::Accepted => "accepted",
+            HookResult::Coalesced => "coalesced",
+            HookResult::Applied => "applied",
+            HookResult::Rejected => "rejected",
+            HookResult::Superseded => "superseded",
+            HookResult::Pong => "pong",
+            HookResult::Ignored => "ignored",
+            HookResult::Unauthorized => "unauthorized",
+            HookResult::BadRequest => "bad_request",
+            HookResult::TooLarge => "too_large",
+            HookResult::Timeout => "timeout",
+            HookResult::Busy => "busy",
+            HookResult::ShuttingDown => "shutting_down",
+            HookResult::Error => "error",
+        }
+    }
+
+    /// The result an answer's `text` names; `None` for a text this build does not know (an
+    /// agent of another version).
+    pub(crate) fn parse(text: &str) -> Option<HookResult> {
+        HookResult::ALL
+            .into_iter()
+            .find(|result| result.as_str() == text)
+    }
+}
+
+/// The JSON answer of `POST /hooks/git`.
 #[derive(Debug, Serialize)]
-pub struct HookAnswer {
-    pub result: &'static str,
+pub(crate) struct HookAnswer {
+    pub(crate) result: HookResult,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub provider: Option<&'static str>,
+    pub(crate) provider: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub commit: Option<String>,
+    pub(crate) commit: Option<String>,
     /// For `?wait=true`: the branch tip the answering fetch saw.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub branch_tip: Option<String>,
+    pub(crate) branch_tip: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub(crate) reason: Option<String>,
     /// For a rejected commit: every problem as `path:line:col: message`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub errors: Vec<String>,
+    pub(crate) errors: Vec<String>,
 }
 
 impl HookAnswer {
-    fn new(result: &'static str) -> HookAnswer {
+    fn new(result: HookResult) -> HookAnswer {
         HookAnswer {
             result,
             provider: None,
@@ -622,7 +701,7 @@ impl HookAnswer {
 }
 
 fn answer(state: &AppState, code: StatusCode, answer: HookAnswer) -> Response {
-    state.ctx.metrics.record_webhook(answer.result);
+    state.ctx.metrics.record_webhook(answer.result.as_str());
     (code, Json(answer)).into_response()
 }
 
@@ -637,7 +716,7 @@ async fn read_body(
         answer(
             state,
             StatusCode::PAYLOAD_TOO_LARGE,
-            HookAnswer::new("too_large").reason(format!("body larger than {max} bytes")),
+            HookAnswer::new(HookResult::TooLarge).reason(format!("body larger than {max} bytes")),
         )
     };
     let declared = header(headers, "content-length").and_then(|value| value.parse::<u64>().ok());
@@ -651,12 +730,12 @@ async fn read_body(
         Ok(Err(error)) => Err(answer(
             state,
             StatusCode::BAD_REQUEST,
-            HookAnswer::new("bad_request").reason(format!("cannot read body: {error}")),
+            HookAnswer::new(HookResult::BadRequest).reason(format!("cannot read body: {error}")),
         )),
         Err(_) => Err(answer(
             state,
             StatusCode::REQUEST_TIMEOUT,
-            HookAnswer::new("bad_request").reason("body not received in time"),
+            HookAnswer::new(HookResult::BadRequest).reason("body not received in time"),
         )),
     }
 }
@@ -683,7 +762,7 @@ pub(super) async fn hook(
         let mut response = answer(
             &state,
             StatusCode::UNAUTHORIZED,
-            with_provider(HookAnswer::new("unauthorized").reason(why)),
+            with_provider(HookAnswer::new(HookResult::Unauthorized).reason(why)),
         );
         if provider == Provider::AzureDevOps {
             response.headers_mut().insert(
@@ -699,7 +778,7 @@ pub(super) async fn hook(
             return answer(
                 &state,
                 StatusCode::OK,
-                with_provider(HookAnswer::new("pong")),
+                with_provider(HookAnswer::new(HookResult::Pong)),
             );
         }
         Event::Other(name) => {
@@ -707,7 +786,7 @@ pub(super) async fn hook(
                 &state,
                 StatusCode::ACCEPTED,
                 with_provider(
-                    HookAnswer::new("ignored")
+                    HookAnswer::new(HookResult::Ignored)
                         .reason(format!("event {name:?} is not a push; only pushes sync")),
                 ),
             );
@@ -720,7 +799,7 @@ pub(super) async fn hook(
             return answer(
                 &state,
                 StatusCode::BAD_REQUEST,
-                with_provider(HookAnswer::new("bad_request").reason(why)),
+                with_provider(HookAnswer::new(HookResult::BadRequest).reason(why)),
             );
         }
     };
@@ -730,7 +809,7 @@ pub(super) async fn hook(
         return answer(
             &state,
             StatusCode::ACCEPTED,
-            with_provider(HookAnswer::new("ignored").reason(format!(
+            with_provider(HookAnswer::new(HookResult::Ignored).reason(format!(
                 "push to {git_ref}; this agent deploys {wanted_ref}"
             ))),
         );
@@ -748,9 +827,9 @@ pub(super) async fn hook(
         .is_some_and(|wait| matches!(wait, "" | "1" | "true" | "yes"));
     if !wait {
         let mut hook_answer = HookAnswer::new(if ticket.coalesced {
-            "coalesced"
+            HookResult::Coalesced
         } else {
-            "accepted"
+            HookResult::Accepted
         });
         hook_answer.commit = commit.map(|commit| commit.to_string());
         hook_answer.reason = Some(
@@ -770,7 +849,9 @@ pub(super) async fn hook(
             return answer(
                 &state,
                 StatusCode::BAD_REQUEST,
-                with_provider(HookAnswer::new("bad_request").reason(format!("timeout: {error}"))),
+                with_provider(
+                    HookAnswer::new(HookResult::BadRequest).reason(format!("timeout: {error}")),
+                ),
             );
         }
     };
@@ -786,10 +867,10 @@ async fn wait_for_outcome(
     commit: Option<CommitSha>,
     timeout: Duration,
 ) -> (StatusCode, HookAnswer) {
-    let mut pending = HookAnswer::new("timeout");
+    let mut pending = HookAnswer::new(HookResult::Timeout);
     pending.commit = commit.as_ref().map(ToString::to_string);
     let Ok(_permit) = state.waiters.clone().try_acquire_owned() else {
-        pending.result = "busy";
+        pending.result = HookResult::Busy;
         pending.reason =
             Some("too many requests are waiting; the sync was requested anyway".to_owned());
         return (StatusCode::TOO_MANY_REQUESTS, pending);
@@ -804,7 +885,7 @@ async fn wait_for_outcome(
             return (StatusCode::GATEWAY_TIMEOUT, pending);
         }
         () = state.shutdown.cancelled() => {
-            pending.result = "shutting_down";
+            pending.result = HookResult::ShuttingDown;
             pending.reason = Some("the agent is stopping".to_owned());
             return (StatusCode::SERVICE_UNAVAILABLE, pending);
         }
@@ -812,7 +893,7 @@ async fn wait_for_outcome(
     let tip = match report.result {
         Ok(tip) => tip,
         Err(message) => {
-            pending.result = "error";
+            pending.result = HookResult::Error;
             pending.reason = Some(format!("sync failed: {message}"));
             return (StatusCode::BAD_GATEWAY, pending);
         }
@@ -828,7 +909,7 @@ async fn wait_for_outcome(
         // The branch has moved past the pushed commit: whatever happened to it once, it is
         // not what the host converges to now.
         Ok(record) if target != tip => {
-            pending.result = "superseded";
+            pending.result = HookResult::Superseded;
             pending.reason = Some(match record {
                 Some(record) => format!(
                     "the branch has moved on to {}; {} is not its tip; {}",
@@ -847,19 +928,19 @@ async fn wait_for_outcome(
             (StatusCode::CONFLICT, pending)
         }
         Ok(Some(record)) if record.applied => {
-            pending.result = "applied";
+            pending.result = HookResult::Applied;
             pending.reason =
                 Some("in desired state; the reconciler converges containers from here".to_owned());
             (StatusCode::OK, pending)
         }
         Ok(Some(record)) => {
-            pending.result = "rejected";
+            pending.result = HookResult::Rejected;
             pending.reason = Some("the host keeps running the last applied commit".to_owned());
             pending.errors = record.errors.iter().map(ToString::to_string).collect();
             (StatusCode::UNPROCESSABLE_ENTITY, pending)
         }
         Ok(None) => {
-            pending.result = "error";
+            pending.result = HookResult::Error;
             pending.reason = Some(format!(
                 "{} was fetched as the branch tip but no outcome is recorded for it (the sync failed after the fetch; see `status`)",
                 target.short()
@@ -867,7 +948,7 @@ async fn wait_for_outcome(
             (StatusCode::BAD_GATEWAY, pending)
         }
         Err(message) => {
-            pending.result = "error";
+            pending.result = HookResult::Error;
             pending.reason = Some(message);
             (StatusCode::INTERNAL_SERVER_ERROR, pending)
         }
@@ -909,6 +990,40 @@ mod tests {
     const SECRET: &str = "It's a Secret to Everybody";
     const BODY: &[u8] =
         br#"{"ref":"refs/heads/main","after":"0123456789abcdef0123456789abcdef01234567"}"#;
+
+    #[test]
+    fn a_hook_result_is_the_text_answers_and_metrics_have_always_carried() -> serde_json::Result<()>
+    {
+        // The texts the answer and the metric label carried when they were string literals.
+        let texts = [
+            "accepted",
+            "coalesced",
+            "applied",
+            "rejected",
+            "superseded",
+            "pong",
+            "ignored",
+            "unauthorized",
+            "bad_request",
+            "too_large",
+            "timeout",
+            "busy",
+            "shutting_down",
+            "error",
+        ];
+        assert_eq!(HookResult::ALL.map(HookResult::as_str), texts);
+        for (result, text) in HookResult::ALL.into_iter().zip(texts) {
+            assert_eq!(serde_json::to_value(result)?, text, "the JSON is the label");
+            assert_eq!(HookResult::parse(text), Some(result), "{text}");
+        }
+        assert_eq!(
+            HookResult::parse("deferred"),
+            None,
+            "a newer agent's result is not taken for one this build knows"
+        );
+        assert_eq!(HookResult::parse(""), None);
+        Ok(())
+    }
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();

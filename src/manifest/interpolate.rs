@@ -21,7 +21,7 @@ use crate::model::Kind;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Vars {
     /// Config buckets by `(scope, name)`; `name` is empty for a scope-level bucket.
-    pub buckets: BTreeMap<(String, String), BTreeMap<String, String>>,
+    pub(crate) buckets: BTreeMap<(String, String), BTreeMap<String, String>>,
     /// Values that win over buckets: the agent's allow-listed environment, or `--var`.
     pub globals: BTreeMap<String, String>,
 }

@@ -27,23 +27,23 @@ use crate::model::{CommitSha, Kind, MemoryFiles, Snapshot, SourceFile};
 
 /// In the two-file variant, the input splits into two files at the first occurrence of this
 /// line (an HCL comment, so it changes nothing where it is left in).
-pub const FILE_SEPARATOR: &[u8] = b"\n#----\n";
+pub(crate) const FILE_SEPARATOR: &[u8] = b"\n#----\n";
 
 /// The path the single-file variant loads the input as.
-pub const SINGLE_PATH: &str = "m/app.hcl";
+pub(crate) const SINGLE_PATH: &str = "m/app.hcl";
 
 /// The paths of the two-file variant, in snapshot (lexical) order.
-pub const PAIR_PATHS: [&str; 2] = ["apps/a.hcl", "apps/b/b.voodu"];
+pub(crate) const PAIR_PATHS: [&str; 2] = ["apps/a.hcl", "apps/b/b.voodu"];
 
 /// The `max_file_bytes` of the two-file variant: small, so `apps/big.txt` exceeds it.
-pub const PAIR_MAX_FILE_BYTES: u64 = 128;
+pub(crate) const PAIR_MAX_FILE_BYTES: u64 = 128;
 
 /// Runs every check on `data`: as one file with no vars and no other repo files, then split
 /// in two files (at [`FILE_SEPARATOR`]; without one, both files hold the whole input) with
 /// the vars of [`pair_vars`], the repo files of [`pair_files`] and a fetcher that answers
 /// from the URL alone; each in both modes. Returns how many of those four loads accepted the
 /// input; the error describes the first broken property.
-pub fn check_input(data: &[u8]) -> Result<usize, String> {
+pub(crate) fn check_input(data: &[u8]) -> Result<usize, String> {
     let mut n_accepted = 0;
     let single = snapshot(&[(SINGLE_PATH, data)]);
     for mode in [Mode::Apply, Mode::Validate] {
@@ -78,7 +78,7 @@ pub fn check_input(data: &[u8]) -> Result<usize, String> {
 
 /// Loads `snapshot` twice with `options` and checks every property of the result. Returns
 /// whether the load accepted the snapshot.
-pub fn check_load(snapshot: &Snapshot, options: &LoadOptions<'_>) -> Result<bool, String> {
+pub(crate) fn check_load(snapshot: &Snapshot, options: &LoadOptions<'_>) -> Result<bool, String> {
     let result = load(snapshot, options);
     let again = load(snapshot, options);
     if result != again {
@@ -201,7 +201,7 @@ fn check_locations(snapshot: &Snapshot, what: &str, located: &[Diagnostic]) -> R
 }
 
 /// `data` split at the first [`FILE_SEPARATOR`], or twice the whole of it.
-pub fn split(data: &[u8]) -> (&[u8], &[u8]) {
+pub(crate) fn split(data: &[u8]) -> (&[u8], &[u8]) {
     match data
         .windows(FILE_SEPARATOR.len())
         .position(|window| window == FILE_SEPARATOR)
@@ -227,7 +227,7 @@ fn snapshot(files: &[(&str, &[u8])]) -> Snapshot {
 
 /// The `${VAR}` values of the two-file variant: scope and app buckets, and globals, some of
 /// them awkward (empty, a path climbing up, text that looks like an interpolation).
-pub fn pair_vars() -> Vars {
+pub(crate) fn pair_vars() -> Vars {
     let values = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
         pairs
             .iter()
@@ -263,7 +263,7 @@ pub fn pair_vars() -> Vars {
 /// The other repo files of the two-file variant (manifests at `apps/a.hcl` and
 /// `apps/b/b.voodu`): env files good and bad, a file over the size limit, non-UTF-8 bytes,
 /// and symlinks inside the repo, out of it, absolute and looping.
-pub fn pair_files() -> MemoryFiles {
+pub(crate) fn pair_files() -> MemoryFiles {
     let mut files = MemoryFiles::new();
     files
         .file(

@@ -15,7 +15,7 @@ mod diagnostic;
 mod interpolate;
 #[cfg(any(test, fuzzing))]
 #[doc(hidden)]
-pub mod invariants;
+pub(crate) mod invariants;
 mod lex;
 mod macros;
 mod policy;
@@ -24,18 +24,17 @@ pub mod spec;
 pub mod triggers;
 mod validate;
 
-pub use crate::model::url_hosts::{UrlHosts, UrlRefusal};
-pub use decode::Resource;
+pub(crate) use crate::model::url_hosts::UrlHosts;
+pub(crate) use decode::Resource;
 pub use diagnostic::{Diagnostic, Diagnostics};
 pub use interpolate::Vars;
-pub use macros::SecretRequest;
+pub(crate) use macros::SecretRequest;
 pub use policy::{DEFAULT_DATA_DIR, Policy, bind_source};
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::model::{FileSource, Snapshot};
-pub use crate::model::{MANIFEST_EXTENSIONS, is_manifest_path};
 use diagnostic::LineIndex;
 
 /// Whether a load feeds the agent, or only checks (`validate`).
@@ -57,24 +56,24 @@ pub trait UrlFetcher {
 
 /// One `url()` fetch a load asks for.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct UrlRequest {
-    pub url: String,
-    pub timeout: Duration,
+pub(crate) struct UrlRequest {
+    pub(crate) url: String,
+    pub(crate) timeout: Duration,
     /// A cached copy may stand in when the fetch fails (`on_failure` other than `error`).
-    pub stale_ok: bool,
+    pub(crate) stale_ok: bool,
 }
 
 /// A fetcher that fetches nothing and notes what was asked: the first pass of a load whose
 /// `url()` sources are then fetched together (`assets::load_fetching_urls`), so that decoding
 /// never waits on the network. Its loads fail where a `url()` is; only the requests count.
 #[derive(Debug, Default)]
-pub struct UrlRecorder {
+pub(crate) struct UrlRecorder {
     requests: std::sync::Mutex<std::collections::BTreeSet<UrlRequest>>,
 }
 
 impl UrlRecorder {
     /// What the loads through this recorder asked for, each once, in order.
-    pub fn into_requests(self) -> Vec<UrlRequest> {
+    pub(crate) fn into_requests(self) -> Vec<UrlRequest> {
         self.requests
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -18,20 +18,9 @@ pub enum SopsFormat {
     Binary,
 }
 
-impl SopsFormat {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SopsFormat::Yaml => "yaml",
-            SopsFormat::Json => "json",
-            SopsFormat::Dotenv => "dotenv",
-            SopsFormat::Binary => "binary",
-        }
-    }
-}
-
 /// One value of the tree, as the file holds it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Node {
+pub(crate) enum Node {
     Map(Vec<(String, Node)>),
     List(Vec<Node>),
     Str(String),
@@ -46,38 +35,38 @@ pub enum Node {
 
 /// A data key wrapped for one age recipient: an armored age file holding the 32-byte key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AgeStanza {
-    pub recipient: String,
-    pub enc: String,
+pub(crate) struct AgeStanza {
+    pub(crate) recipient: String,
+    pub(crate) enc: String,
 }
 
 /// The `sops` block: what the values are encrypted with and the MAC over them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Metadata {
+pub(crate) struct Metadata {
     /// The data key for each age recipient (top level and single key group alike).
-    pub age: Vec<AgeStanza>,
+    pub(crate) age: Vec<AgeStanza>,
     /// Key sources the agent cannot use (`pgp`, `kms`, …), by name, for messages.
-    pub other_keys: Vec<String>,
+    pub(crate) other_keys: Vec<String>,
     /// `ENC[…]` of the MAC; its additional data is `lastmodified`.
-    pub mac: String,
-    pub lastmodified: String,
+    pub(crate) mac: String,
+    pub(crate) lastmodified: String,
     /// `mac_only_encrypted`: the MAC covers only the encrypted values.
-    pub mac_only_encrypted: bool,
+    pub(crate) mac_only_encrypted: bool,
     /// More than one key group (Shamir's secret sharing): unsupported.
-    pub key_groups: usize,
+    pub(crate) key_groups: usize,
 }
 
 /// A SOPS file, parsed: its tree (one branch per YAML document) and metadata.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SopsFile {
     pub format: SopsFormat,
-    pub branches: Vec<Vec<(String, Node)>>,
-    pub metadata: Metadata,
+    pub(crate) branches: Vec<Vec<(String, Node)>>,
+    pub(crate) metadata: Metadata,
 }
 
 impl SopsFile {
     /// The top-level keys of the first branch: what an `env_file` of this file sets.
-    pub fn top_level_keys(&self) -> Vec<&str> {
+    pub(crate) fn top_level_keys(&self) -> Vec<&str> {
         self.branches
             .first()
             .map(|branch| branch.iter().map(|(key, _)| key.as_str()).collect())

@@ -2,7 +2,7 @@
 //! `check_err` asserts the exact `path:line:col: message` of every problem.
 
 use super::*;
-use crate::model::{CommitSha, MemoryFiles, SourceFile};
+use crate::model::{CommitSha, MemoryFiles, SourceFile, is_manifest_path};
 use spec::Spec;
 
 /// A commit of `files` (path, text); shared by the manifest stage's test modules.

@@ -5,11 +5,15 @@
 
 /// The directory under `<data-dir>/assets` holding unscoped assets. A scope cannot be named
 /// this (scopes start with a letter or digit), so the two layouts never collide.
-pub const UNSCOPED_ASSETS: &str = "_unscoped";
+pub(crate) const UNSCOPED_ASSETS: &str = "_unscoped";
 
 /// Where asset `scope`/`name` keeps its files: `<assets_root>/<scope>/<name>`, or
 /// `<assets_root>/_unscoped/<name>` for an unscoped asset.
-pub fn asset_dir(assets_root: &std::path::Path, scope: &str, name: &str) -> std::path::PathBuf {
+pub(crate) fn asset_dir(
+    assets_root: &std::path::Path,
+    scope: &str,
+    name: &str,
+) -> std::path::PathBuf {
     let scope = if scope.is_empty() {
         UNSCOPED_ASSETS
     } else {
@@ -20,7 +24,7 @@ pub fn asset_dir(assets_root: &std::path::Path, scope: &str, name: &str) -> std:
 
 /// Replaces every `${asset.<scope>.<name>.<key>}` / `${asset.<name>.<key>}` in `text` by the
 /// host path of that file under `assets_root`; anything else is left as it is.
-pub fn resolve_asset_refs(text: &str, assets_root: &std::path::Path) -> String {
+pub(crate) fn resolve_asset_refs(text: &str, assets_root: &std::path::Path) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find("${asset.") {

@@ -13,43 +13,43 @@ use super::units::parse_docker_size;
 /// The `docker run` flags the agent maps onto the API.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DockerOptions {
-    pub shm_size: Option<i64>,
-    pub sysctls: BTreeMap<String, String>,
-    pub pids_limit: Option<i64>,
+    pub(crate) shm_size: Option<i64>,
+    pub(crate) sysctls: BTreeMap<String, String>,
+    pub(crate) pids_limit: Option<i64>,
     pub privileged: bool,
     pub cap_add: Vec<String>,
-    pub cap_drop: Vec<String>,
+    pub(crate) cap_drop: Vec<String>,
     pub devices: Vec<String>,
     pub security_opt: Vec<String>,
-    pub user: Option<String>,
-    pub workdir: Option<String>,
-    pub hostname: Option<String>,
+    pub(crate) user: Option<String>,
+    pub(crate) workdir: Option<String>,
+    pub(crate) hostname: Option<String>,
     /// `--entrypoint`; an empty string resets the image's entrypoint.
-    pub entrypoint: Option<String>,
-    pub read_only: bool,
+    pub(crate) entrypoint: Option<String>,
+    pub(crate) read_only: bool,
     /// `--tmpfs PATH[:OPTIONS]`.
-    pub tmpfs: BTreeMap<String, String>,
+    pub(crate) tmpfs: BTreeMap<String, String>,
     pub ipc: Option<String>,
     pub pid: Option<String>,
-    pub memory_swap: Option<i64>,
-    pub memory_reservation: Option<i64>,
-    pub cpuset_cpus: Option<String>,
-    pub cpu_shares: Option<i64>,
-    pub oom_score_adj: Option<i64>,
-    pub oom_kill_disable: bool,
-    pub stop_signal: Option<String>,
-    pub stop_timeout: Option<i64>,
-    pub labels: BTreeMap<String, String>,
-    pub add_hosts: Vec<String>,
-    pub dns: Vec<String>,
-    pub dns_search: Vec<String>,
-    pub dns_options: Vec<String>,
-    pub env: Vec<String>,
-    pub group_add: Vec<String>,
+    pub(crate) memory_swap: Option<i64>,
+    pub(crate) memory_reservation: Option<i64>,
+    pub(crate) cpuset_cpus: Option<String>,
+    pub(crate) cpu_shares: Option<i64>,
+    pub(crate) oom_score_adj: Option<i64>,
+    pub(crate) oom_kill_disable: bool,
+    pub(crate) stop_signal: Option<String>,
+    pub(crate) stop_timeout: Option<i64>,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) add_hosts: Vec<String>,
+    pub(crate) dns: Vec<String>,
+    pub(crate) dns_search: Vec<String>,
+    pub(crate) dns_options: Vec<String>,
+    pub(crate) env: Vec<String>,
+    pub(crate) group_add: Vec<String>,
     /// `--gpus all` or `--gpus N`: `Some(-1)` for all.
-    pub gpus: Option<i64>,
+    pub(crate) gpus: Option<i64>,
     pub log_driver: Option<String>,
-    pub log_opts: BTreeMap<String, String>,
+    pub(crate) log_opts: BTreeMap<String, String>,
 }
 
 /// Flags that take a value, and flags that do not.
@@ -175,17 +175,17 @@ pub enum ExtraHostError {
 
 impl DockerOptions {
     /// Sizes (`--shm-size`, `--memory-swap`, `--memory-reservation`): 16 TiB.
-    pub const MAX_SIZE: i64 = 1 << 44;
+    pub(crate) const MAX_SIZE: i64 = 1 << 44;
     /// `--pids-limit`: the kernel's largest `pid_max` (-1 or 0 mean unlimited).
-    pub const MAX_PIDS_LIMIT: i64 = 1 << 22;
+    pub(crate) const MAX_PIDS_LIMIT: i64 = 1 << 22;
     /// `--cpu-shares`: the kernel's range for cgroup v1 shares (0 means Docker's default).
-    pub const MAX_CPU_SHARES: i64 = 262_144;
+    pub(crate) const MAX_CPU_SHARES: i64 = 262_144;
     /// `--oom-score-adj`: the kernel's range, which Docker checks too.
-    pub const OOM_SCORE_ADJ: std::ops::RangeInclusive<i64> = -1000..=1000;
+    pub(crate) const OOM_SCORE_ADJ: std::ops::RangeInclusive<i64> = -1000..=1000;
     /// `--stop-timeout`, in seconds: an hour.
-    pub const MAX_STOP_TIMEOUT: i64 = 3600;
+    pub(crate) const MAX_STOP_TIMEOUT: i64 = 3600;
     /// `--gpus N`.
-    pub const MAX_GPUS: i64 = 256;
+    pub(crate) const MAX_GPUS: i64 = 256;
 
     /// Parses a `docker_options` list. The error names the offending item.
     pub fn parse(items: &[String]) -> Result<DockerOptions, DockerOptionsError> {
@@ -414,15 +414,10 @@ impl DockerOptions {
         Ok(())
     }
 
-    /// Whether the options ask for host namespaces (`--pid=host`, `--ipc=host`).
-    pub fn uses_host_namespaces(&self) -> bool {
-        self.pid.as_deref() == Some("host") || self.ipc.as_deref() == Some("host")
-    }
-
     /// One `extra_hosts` / `--add-host` entry as Docker reads it: `host:ip` or `host=ip`, the
     /// address an IPv4 or IPv6 address (optionally in brackets) or `host-gateway`. The error
     /// says what is wrong with `entry`.
-    pub fn check_extra_host(entry: &str) -> Result<(), ExtraHostError> {
+    pub(crate) fn check_extra_host(entry: &str) -> Result<(), ExtraHostError> {
         if let Some(problem) = control_character(entry) {
             return Err(ExtraHostError::ControlCharacter(problem));
         }

@@ -17,15 +17,15 @@
 use serde::{Deserialize, Serialize};
 
 /// The directory whose subdirectories are named after hosts.
-pub const HOSTS_DIR: &str = "hosts";
+pub(crate) const HOSTS_DIR: &str = "hosts";
 /// The directory whose subdirectories are named after host labels.
-pub const LABELS_DIR: &str = "labels";
+pub(crate) const LABELS_DIR: &str = "labels";
 /// At most this many `--host-label`s.
-pub const MAX_HOST_LABELS: usize = 32;
+pub(crate) const MAX_HOST_LABELS: usize = 32;
 
 /// To whom a manifest path is addressed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Addressed<'a> {
+pub(crate) enum Addressed<'a> {
     /// Every host applies it.
     Shared,
     /// Only the host of this name (`hosts/<name>/…`).
@@ -36,7 +36,7 @@ pub enum Addressed<'a> {
 
 /// To whom `path` (repo-relative, `/`-separated) is addressed, given the watched `--path`
 /// prefixes (normalised, empty for the whole repo).
-pub fn addressed<'a>(path: &'a str, watched: &[String]) -> Addressed<'a> {
+pub(crate) fn addressed<'a>(path: &'a str, watched: &[String]) -> Addressed<'a> {
     let base = watched
         .iter()
         .filter(|prefix| {
@@ -67,7 +67,7 @@ pub fn addressed<'a>(path: &'a str, watched: &[String]) -> Addressed<'a> {
 pub struct HostSelection {
     /// `None`: every file, whatever host or label it is addressed to.
     pub host: Option<String>,
-    pub labels: Vec<String>,
+    pub(crate) labels: Vec<String>,
 }
 
 impl HostSelection {
@@ -100,12 +100,12 @@ impl HostSelection {
     }
 
     /// Whether this host applies `path` (see `addressed`).
-    pub fn selects(&self, path: &str, watched: &[String]) -> bool {
+    pub(crate) fn selects(&self, path: &str, watched: &[String]) -> bool {
         self.refusal(path, watched).is_none()
     }
 
     /// Why this host does not apply `path`, if it does not.
-    pub fn refusal(&self, path: &str, watched: &[String]) -> Option<String> {
+    pub(crate) fn refusal(&self, path: &str, watched: &[String]) -> Option<String> {
         let host = self.host.as_deref()?;
         match addressed(path, watched) {
             Addressed::Shared => None,
@@ -126,7 +126,7 @@ impl HostSelection {
     }
 
     /// One line for logs and `plan`: `host web-1 (labels edge, eu)`, or `every host`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match &self.host {
             None => "every host".to_owned(),
             Some(host) if self.labels.is_empty() => format!("host {host}"),
@@ -137,7 +137,7 @@ impl HostSelection {
 
 /// Checks a host name or label: a DNS label (RFC 1123: 1–63 of `a-z`, `0-9`, `-`, not
 /// starting or ending with `-`), as it names a directory in the repository.
-pub fn check_name(what: &str, name: &str) -> Result<(), String> {
+pub(crate) fn check_name(what: &str, name: &str) -> Result<(), String> {
     let valid = !name.is_empty()
         && name.len() <= 63
         && name
@@ -161,7 +161,7 @@ pub fn check_name(what: &str, name: &str) -> Result<(), String> {
 
 /// The host name a machine reports (`gethostname`), made a host name: lowercased, cut at the
 /// first dot (an FQDN's first label). `None` when it is not a DNS label then.
-pub fn host_name_of_machine(reported: &str) -> Option<String> {
+pub(crate) fn host_name_of_machine(reported: &str) -> Option<String> {
     let first = reported.trim().split('.').next()?.to_ascii_lowercase();
     check_name("host name", &first).ok().map(|()| first)
 }

@@ -6,16 +6,16 @@
 
 mod assets;
 mod docker_options;
-pub mod hosts;
+pub(crate) mod hosts;
 pub mod names;
 pub mod policy;
 mod ports;
 mod snapshot;
-pub mod text;
+pub(crate) mod text;
 mod units;
-pub mod url_hosts;
+pub(crate) mod url_hosts;
 
-pub use assets::{UNSCOPED_ASSETS, asset_dir, resolve_asset_refs};
+pub(crate) use assets::{UNSCOPED_ASSETS, asset_dir, resolve_asset_refs};
 pub(crate) use docker_options::control_character;
 pub use docker_options::{DockerOptions, DockerOptionsError, ExtraHostError};
 pub use hosts::HostSelection;
@@ -25,7 +25,9 @@ pub use snapshot::{
     FileRead, FileSource, MANIFEST_EXTENSIONS, MAX_MANIFEST_BYTES, MAX_TRIGGER_FILE_BYTES,
     MemoryFiles, Snapshot, SourceFile, TRIGGER_DIR, is_manifest_path, is_trigger_path,
 };
-pub use units::{parse_cpus, parse_docker_size, parse_go_duration, parse_memory, parse_ulimit};
+pub(crate) use units::{
+    parse_cpus, parse_docker_size, parse_go_duration, parse_memory, parse_ulimit,
+};
 
 use std::fmt;
 
@@ -46,7 +48,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in the order voodu replays them on boot (alphabetical).
-    pub const ALL: [Kind; 7] = [
+    pub(crate) const ALL: [Kind; 7] = [
         Kind::Asset,
         Kind::Cronjob,
         Kind::Deployment,
@@ -70,7 +72,7 @@ impl Kind {
     }
 
     /// Parses the lowercase name produced by [`Kind::as_str`].
-    pub fn parse(text: &str) -> Option<Kind> {
+    pub(crate) fn parse(text: &str) -> Option<Kind> {
         Kind::ALL.into_iter().find(|kind| kind.as_str() == text)
     }
 }
@@ -100,7 +102,7 @@ impl ResourceKey {
 
     /// voodu's AppID: `<scope>-<name>`, or `<name>` when the scope is empty. It prefixes
     /// container names.
-    pub fn app_id(&self) -> String {
+    pub(crate) fn app_id(&self) -> String {
         if self.scope.is_empty() {
             self.name.clone()
         } else {
@@ -133,7 +135,7 @@ impl CommitSha {
     }
 
     /// The first 12 hex digits, for logs and tables.
-    pub fn short(&self) -> &str {
+    pub(crate) fn short(&self) -> &str {
         self.0.get(..12).unwrap_or(&self.0)
     }
 }
@@ -149,7 +151,7 @@ impl fmt::Display for CommitSha {
 pub struct SpecHash(String);
 
 impl SpecHash {
-    pub fn new(hex: impl Into<String>) -> SpecHash {
+    pub(crate) fn new(hex: impl Into<String>) -> SpecHash {
         SpecHash(hex.into())
     }
 
@@ -158,7 +160,7 @@ impl SpecHash {
     }
 
     /// The first 12 hex digits, for tables.
-    pub fn short(&self) -> &str {
+    pub(crate) fn short(&self) -> &str {
         self.0.get(..12).unwrap_or(&self.0)
     }
 }

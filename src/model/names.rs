@@ -11,19 +11,20 @@
 
 use super::ResourceKey;
 
+#[cfg(test)]
 /// Longest file name (one path component) on Linux, in bytes.
-pub const NAME_MAX: usize = 255;
+pub(crate) const NAME_MAX: usize = 255;
 
 /// Longest label of a DNS name, in bytes (RFC 1035); resolvers refuse longer ones.
-pub const DNS_LABEL_MAX: usize = 63;
+pub(crate) const DNS_LABEL_MAX: usize = 63;
 
 /// Longest scope or resource name: each is a directory under `<data-dir>/assets` and a DNS
 /// label of the resource's aliases (`<name>.<scope>`).
-pub const MAX_NAME: usize = DNS_LABEL_MAX;
+pub(crate) const MAX_NAME: usize = DNS_LABEL_MAX;
 
 /// Longest statefulset name: a pod's DNS alias `<name>-<ordinal>.<scope>` puts the name and
 /// the ordinal (`-` and up to 3 digits, replicas being at most 1000) in one DNS label.
-pub const MAX_STATEFULSET_NAME: usize = DNS_LABEL_MAX - 4;
+pub(crate) const MAX_STATEFULSET_NAME: usize = DNS_LABEL_MAX - 4;
 
 /// Longest asset key: the key is the file name of `<data-dir>/assets/<scope>/<name>/<key>`,
 /// and the file is first written as `.<key>.tmp-<pid>` beside it (16 more bytes at most);
@@ -32,15 +33,15 @@ pub const MAX_ASSET_KEY: usize = 128;
 
 /// Longest `volume_claim` name: part of the Docker volume `voodu-<scope>-<name>-<claim>-<n>`,
 /// which the local driver keeps in a directory of that name (`NAME_MAX`).
-pub const MAX_CLAIM: usize = DNS_LABEL_MAX;
+pub(crate) const MAX_CLAIM: usize = DNS_LABEL_MAX;
 
 /// voodu's Docker volume of claim `claim` of statefulset pod `ordinal` (spec §6.1).
-pub fn claim_volume(key: &ResourceKey, claim: &str, ordinal: usize) -> String {
+pub(crate) fn claim_volume(key: &ResourceKey, claim: &str, ordinal: usize) -> String {
     format!("voodu-{}-{claim}-{ordinal}", key.app_id())
 }
 
 /// The problem with `text` as a name of at most `max` bytes, naming what it becomes.
-pub fn too_long(text: &str, max: usize, becomes: &str) -> Option<String> {
+pub(crate) fn too_long(text: &str, max: usize, becomes: &str) -> Option<String> {
     (text.len() > max).then(|| {
         format!(
             "is {} bytes long, above the limit of {max}: it becomes {becomes}; shorten it",

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use super::DockerOptions;
 
 /// The bridge network voodu attaches every container to.
-pub const DEFAULT_NETWORK: &str = "voodu0";
+pub(crate) const DEFAULT_NETWORK: &str = "voodu0";
 
 /// What the host allows beyond its default-deny baseline. The policy file (JSON) uses the
 /// flags' names as keys: `{"allow-host-network": true, "allow-cap": ["NET_ADMIN"]}`.
@@ -101,9 +101,9 @@ pub const ASSETS_DIR: &str = "assets";
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OwnedPaths {
     /// `<data-dir>/assets`, absolute and normalised.
-    pub assets_root: Option<String>,
+    pub(crate) assets_root: Option<String>,
     /// Paths mounted as they are (the ingress's `data` and `config`), absolute, normalised.
-    pub exact: Vec<String>,
+    pub(crate) exact: Vec<String>,
 }
 
 impl OwnedPaths {
@@ -116,7 +116,7 @@ impl OwnedPaths {
     }
 
     /// Whether `source` (absolute, normalised) is one of these paths.
-    pub fn holds(&self, source: &str) -> bool {
+    pub(crate) fn holds(&self, source: &str) -> bool {
         let asset_file = self.assets_root.as_deref().is_some_and(|root| {
             is_within(source, root)
                 && source.strip_prefix(root).is_some_and(|rest| {
@@ -170,7 +170,7 @@ impl Policy {
     }
 
     /// Why the policy itself is unusable (a relative bind root, a malformed url host), if it is.
-    pub fn problems(&self) -> Vec<String> {
+    pub(crate) fn problems(&self) -> Vec<String> {
         let mut problems: Vec<String> = self
             .allow_bind_root
             .iter()
@@ -207,7 +207,7 @@ impl Policy {
     }
 
     /// Why a bind of `source` (absolute, normalised) is refused, or `None` when allowed.
-    pub fn bind_refusal(&self, source: &str) -> Option<String> {
+    pub(crate) fn bind_refusal(&self, source: &str) -> Option<String> {
         let mut sensitive: Vec<(String, &str)> = SENSITIVE
             .iter()
             .map(|(path, why)| ((*path).to_owned(), *why))
@@ -273,7 +273,7 @@ impl Policy {
     /// Why a bind of `source`, in its final form (asset references resolved, absolute,
     /// normalised, and at the sink with its symlinks resolved), is refused, or `None`: the
     /// agent's own files in `owned` are allowed, everything else is judged by `bind_refusal`.
-    pub fn host_bind_refusal(&self, source: &str, owned: &OwnedPaths) -> Option<String> {
+    pub(crate) fn host_bind_refusal(&self, source: &str, owned: &OwnedPaths) -> Option<String> {
         if owned.holds(source) {
             return None;
         }
@@ -283,7 +283,7 @@ impl Policy {
     /// Why a bind of `folded` (absolute, folded as Docker folds it) is refused once `resolve`
     /// has followed its symlinks on the host, or `None`; a path `resolve` cannot follow is
     /// refused. The sink's gate and the sync stage judge host binds with this one rule.
-    pub fn resolved_bind_refusal(
+    pub(crate) fn resolved_bind_refusal(
         &self,
         folded: &str,
         owned: &OwnedPaths,
@@ -304,7 +304,7 @@ impl Policy {
     }
 
     /// Why `network_mode = mode` is refused (`host`, `container:…`), or `None`.
-    pub fn network_mode_refusal(&self, mode: &str) -> Option<String> {
+    pub(crate) fn network_mode_refusal(&self, mode: &str) -> Option<String> {
         match mode {
             "" | "none" | "bridge" | "default" => None,
             "host" if self.allow_host_network => None,
@@ -314,7 +314,7 @@ impl Policy {
     }
 
     /// Why joining `network` is refused, or `None`.
-    pub fn network_refusal(&self, network: &str) -> Option<String> {
+    pub(crate) fn network_refusal(&self, network: &str) -> Option<String> {
         if network == "host" {
             return (!self.allow_host_network).then(|| {
                 "network \"host\" is the host's network stack: refused by the host policy; start the agent with --allow-host-network to allow it".to_owned()
@@ -332,7 +332,7 @@ impl Policy {
     }
 
     /// Why adding capability `cap` (written through `via`) is refused, or `None`.
-    pub fn cap_refusal(&self, cap: &str, via: &str) -> Option<String> {
+    pub(crate) fn cap_refusal(&self, cap: &str, via: &str) -> Option<String> {
         let cap = normalize_cap(cap);
         (!self.cap_allowed(&cap)).then(|| format!(
             "capability {cap} ({via}) is refused by the host policy; start the agent with --allow-cap {cap} to allow it"
@@ -340,7 +340,7 @@ impl Policy {
     }
 
     /// Why a `--log-driver` is refused, or `None`.
-    pub fn log_driver_refusal(&self, driver: &str) -> Option<String> {
+    pub(crate) fn log_driver_refusal(&self, driver: &str) -> Option<String> {
         let driver = driver.trim();
         let allowed = LOCAL_LOG_DRIVERS.contains(&driver)
             || self
@@ -355,14 +355,14 @@ impl Policy {
 
     /// Why mounting the existing volume `name`, which the agent did not create, is refused,
     /// or `None` when the host adopts it.
-    pub fn foreign_volume_refusal(&self, name: &str) -> Option<String> {
+    pub(crate) fn foreign_volume_refusal(&self, name: &str) -> Option<String> {
         (!self.adopt_volume.iter().any(|adopted| adopted == name)).then(|| format!(
             "volume {name} already exists and was not created by voodu (no createdby=voodu label): the agent does not mount data it did not make; remove it (docker volume rm {name}) for a fresh one, or start the agent with --adopt-volume {name} to take its data over"
         ))
     }
 
     /// Every refusal of a parsed `docker_options` list, in the order written.
-    pub fn options_refusals(&self, options: &DockerOptions) -> Vec<String> {
+    pub(crate) fn options_refusals(&self, options: &DockerOptions) -> Vec<String> {
         let mut refusals = Vec::new();
         if options.privileged && !self.allow_privileged {
             refusals.push("privileged containers are refused by the host policy; start the agent with --allow-privileged to allow them".to_owned());
@@ -434,12 +434,12 @@ impl Policy {
 }
 
 /// The source of a `docker -v` entry (`src:dst[:opts]`): everything before the first `:`.
-pub fn bind_source_text(volume: &str) -> &str {
+pub(crate) fn bind_source_text(volume: &str) -> &str {
     volume.split(':').next().unwrap_or_default()
 }
 
 /// `/a//b/./c/../d/` → `/a/b/d`; `None` for a relative path.
-pub fn normalize_path(path: &str) -> Option<String> {
+pub(crate) fn normalize_path(path: &str) -> Option<String> {
     if !path.starts_with('/') {
         return None;
     }
@@ -457,7 +457,7 @@ pub fn normalize_path(path: &str) -> Option<String> {
 }
 
 /// Whether `path` is `dir` or lies under it (both normalised).
-pub fn is_within(path: &str, dir: &str) -> bool {
+pub(crate) fn is_within(path: &str, dir: &str) -> bool {
     dir == "/"
         || path == dir
         || path
@@ -469,7 +469,7 @@ pub fn is_within(path: &str, dir: &str) -> bool {
 /// kernel will follow them when Docker mounts it (Docker creates the missing rest as
 /// directories). A dangling link on the way cannot be judged: it is an error. Blocking: it reads the
 /// file system, so the sink and the sync stage call it, never the manifest stage.
-pub fn resolve_on_host(path: &std::path::Path) -> std::result::Result<String, String> {
+pub(crate) fn resolve_on_host(path: &std::path::Path) -> std::result::Result<String, String> {
     let mut existing = path;
     let mut rest = Vec::new();
     loop {

@@ -66,7 +66,7 @@ pub struct Snapshot {
 impl Snapshot {
     /// Keeps only the manifests (and refusals) `hosts` applies, given the watched `--path`
     /// prefixes (`super::hosts`).
-    pub fn keep_for(&mut self, hosts: &super::HostSelection, watched: &[String]) {
+    pub(crate) fn keep_for(&mut self, hosts: &super::HostSelection, watched: &[String]) {
         self.files.retain(|file| hosts.selects(&file.path, watched));
         self.refused
             .retain(|(path, _)| hosts.selects(path, watched));
@@ -112,19 +112,21 @@ pub struct MemoryFiles {
 }
 
 impl MemoryFiles {
-    pub const fn new() -> MemoryFiles {
+    pub(crate) const fn new() -> MemoryFiles {
         MemoryFiles {
             entries: std::collections::BTreeMap::new(),
         }
     }
 
-    pub fn file(&mut self, path: &str, contents: &[u8]) -> &mut MemoryFiles {
+    #[cfg(test)]
+    pub(crate) fn file(&mut self, path: &str, contents: &[u8]) -> &mut MemoryFiles {
         self.entries
             .insert(path.to_owned(), FileRead::File(contents.to_vec()));
         self
     }
 
-    pub fn link(&mut self, path: &str, target: &str) -> &mut MemoryFiles {
+    #[cfg(test)]
+    pub(crate) fn link(&mut self, path: &str, target: &str) -> &mut MemoryFiles {
         self.entries
             .insert(path.to_owned(), FileRead::Symlink(target.to_owned()));
         self

@@ -12,7 +12,7 @@ use std::fmt;
 /// `text` with every C0 control (tab and line feed included), DEL, C1 control (U+0080 to
 /// U+009F) and Unicode bidi override or isolate (U+202A to U+202E, U+2066 to U+2069)
 /// written as an escape: `\n`, `\t`, `\r`, `\x1b`, `\u{202e}`; a backslash stays as it is.
-pub fn escape(text: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn escape(text: &str) -> std::borrow::Cow<'_, str> {
     if !text.chars().any(needs_escape) {
         return std::borrow::Cow::Borrowed(text);
     }
@@ -39,7 +39,7 @@ fn needs_escape(c: char) -> bool {
 /// Prints `text` escaped (`escape`), keeping the width and alignment of the format
 /// (`{:<16}`): `println!("{:<16} {}", Esc(&name), Esc(&message))`.
 #[derive(Debug, Clone, Copy)]
-pub struct Esc<'a>(pub &'a str);
+pub(crate) struct Esc<'a>(pub(crate) &'a str);
 
 impl fmt::Display for Esc<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -3,7 +3,7 @@
 
 /// Parses a Go duration (`"300ms"`, `"1.5h"`, `"2h45m"`, `"0"`), as voodu's manifests write
 /// them. Negative durations are refused.
-pub fn parse_go_duration(text: &str) -> Option<std::time::Duration> {
+pub(crate) fn parse_go_duration(text: &str) -> Option<std::time::Duration> {
     let text = text.strip_prefix('+').unwrap_or(text);
     if text == "0" {
         return Some(std::time::Duration::ZERO);
@@ -43,7 +43,7 @@ pub fn parse_go_duration(text: &str) -> Option<std::time::Duration> {
 
 /// A CPU limit as voodu writes it: a decimal number of cores (`"1.5"`) or millicores
 /// (`"500m"`), in nano-CPUs (Docker's unit: 10⁹ per core).
-pub fn parse_cpus(text: &str) -> Option<i64> {
+pub(crate) fn parse_cpus(text: &str) -> Option<i64> {
     if let Some(milli) = text.strip_suffix('m') {
         if milli.is_empty() || !milli.chars().all(|c| c.is_ascii_digit()) {
             return None;
@@ -73,7 +73,7 @@ pub fn parse_cpus(text: &str) -> Option<i64> {
 
 /// A memory size as voodu writes it: plain bytes, `Ki Mi Gi Ti` (1024-based) or `K M G T`
 /// (1000-based); lower-case `m`/`g` are refused, as in voodu.
-pub fn parse_memory(text: &str) -> Option<i64> {
+pub(crate) fn parse_memory(text: &str) -> Option<i64> {
     let digits = text
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(text.len());
@@ -98,7 +98,7 @@ pub fn parse_memory(text: &str) -> Option<i64> {
 
 /// A Docker CLI size (`--shm-size=2g`): a number with an optional `b`, `k`, `m` or `g`
 /// (1024-based, any case).
-pub fn parse_docker_size(text: &str) -> Option<i64> {
+pub(crate) fn parse_docker_size(text: &str) -> Option<i64> {
     let lower = text.to_ascii_lowercase();
     let digits = lower
         .find(|c: char| !c.is_ascii_digit())
@@ -119,7 +119,7 @@ pub fn parse_docker_size(text: &str) -> Option<i64> {
 
 /// A ulimit value as `docker run --ulimit name=VALUE` takes it: `soft:hard` or one number
 /// for both; `-1` (or `unlimited`) means unlimited. Returns `(soft, hard)`.
-pub fn parse_ulimit(text: &str) -> Option<(i64, i64)> {
+pub(crate) fn parse_ulimit(text: &str) -> Option<(i64, i64)> {
     let number = |part: &str| -> Option<i64> {
         match part.trim() {
             "unlimited" | "-1" => Some(-1),

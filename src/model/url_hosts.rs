@@ -14,7 +14,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// The parsed `--allow-url-host` entries.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct UrlHosts {
+pub(crate) struct UrlHosts {
     allowed: Vec<Allowed>,
 }
 
@@ -28,12 +28,12 @@ enum Allowed {
 
 /// A destination `url()` may not connect to, and what would allow it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UrlRefusal {
+pub(crate) struct UrlRefusal {
     /// The URL's host as written (a name or an address).
-    pub host: String,
-    pub address: IpAddr,
+    pub(crate) host: String,
+    pub(crate) address: IpAddr,
     /// What the address is: "a loopback address", …
-    pub reason: &'static str,
+    pub(crate) reason: &'static str,
 }
 
 impl fmt::Display for UrlRefusal {
@@ -72,7 +72,7 @@ fn show_host(host: &str) -> &str {
 impl UrlHosts {
     /// Parses `--allow-url-host` entries: `example.org`, `10.1.2.3`, `::1`, `[::1]`,
     /// `10.0.0.0/8`, `fd00::/8`.
-    pub fn parse(entries: &[String]) -> Result<UrlHosts, String> {
+    pub(crate) fn parse(entries: &[String]) -> Result<UrlHosts, String> {
         let allowed = entries
             .iter()
             .map(|entry| parse_entry(entry))
@@ -81,7 +81,7 @@ impl UrlHosts {
     }
 
     /// Whether `host` (a URL's host name) is allowed by name.
-    pub fn allows_name(&self, host: &str) -> bool {
+    pub(crate) fn allows_name(&self, host: &str) -> bool {
         let host = normalise_name(host);
         self.allowed
             .iter()
@@ -89,7 +89,7 @@ impl UrlHosts {
     }
 
     /// Why `url()` may not connect to `address` for the URL host `host`, if it may not.
-    pub fn refusal(&self, host: &str, address: IpAddr) -> Option<UrlRefusal> {
+    pub(crate) fn refusal(&self, host: &str, address: IpAddr) -> Option<UrlRefusal> {
         if self.allows_name(host) {
             return None;
         }

@@ -38,17 +38,17 @@ const DOWN_BELOW: f64 = 0.7;
 /// One scaling decision.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Decision {
-    pub replicas: usize,
-    pub up: bool,
+    pub(crate) replicas: usize,
+    pub(crate) up: bool,
     /// Why, for status and logs.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 /// When each deployment last scaled up and down.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Cooldowns {
-    pub last_up: Option<Instant>,
-    pub last_down: Option<Instant>,
+    pub(crate) last_up: Option<Instant>,
+    pub(crate) last_down: Option<Instant>,
 }
 
 /// The mean CPU% voodu uses: zero samples are left out when any sample is non-zero.

@@ -156,7 +156,7 @@ fn init_outcome(exit_code: Option<i64>, timeout: Duration) -> String {
 
 impl Error {
     /// True when the retry schedule applies.
-    pub fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         match self {
             Error::Store(_) | Error::Task(_) | Error::Init { .. } | Error::Stopped { .. } => true,
             Error::Files { .. } => true,
@@ -171,7 +171,7 @@ impl Error {
     }
 
     /// Why the resource failed, by cause: what its status records.
-    pub fn reason(&self) -> FailureReason {
+    pub(crate) fn reason(&self) -> FailureReason {
         match self {
             Error::Store(_) => FailureReason::Store,
             Error::Runtime { source, .. } => match source {

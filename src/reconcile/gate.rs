@@ -21,7 +21,7 @@ use super::plan::{StatefulStep, Step};
 use crate::runtime::{Container, ContainerState};
 
 /// Restarts of a new replica after which the rollout fails without waiting for its deadline.
-pub const CRASH_LOOP_RESTARTS: u32 = 3;
+pub(crate) const CRASH_LOOP_RESTARTS: u32 = 3;
 /// Back-off before the agent starts a crashed replica again: doubling from this…
 const BACKOFF_BASE: Duration = Duration::from_secs(10);
 /// …up to this.
@@ -33,20 +33,20 @@ const BACKOFF_RESET: Duration = Duration::from_secs(600);
 
 /// A replica's readiness as the probes last published it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReplicaReadiness {
-    pub ready: bool,
-    pub reason: String,
+pub(crate) struct ReplicaReadiness {
+    pub(crate) ready: bool,
+    pub(crate) reason: String,
 }
 
 /// A replica of the target version that is not ready (yet).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Waiting {
-    pub name: String,
-    pub reason: String,
+pub(crate) struct Waiting {
+    pub(crate) name: String,
+    pub(crate) reason: String,
 }
 
 /// The replicas of the target version (`is_current`) that are not ready, with why.
-pub fn waiting(
+pub(crate) fn waiting(
     actual: &[Container],
     is_current: impl Fn(&Container) -> bool,
     readiness: &BTreeMap<String, ReplicaReadiness>,
@@ -84,7 +84,7 @@ pub fn waiting(
 /// goes once removing it still leaves `n_replicas` ready (an unready one goes at once), and
 /// while one is held back no further successor is started. Ready replicas never drop below
 /// `n_replicas`. `ready`: the replicas (any version) running and ready.
-pub fn gate(
+pub(crate) fn gate(
     steps: Vec<Step>,
     waiting: &[Waiting],
     ready: &BTreeSet<String>,
@@ -154,7 +154,7 @@ pub fn gate(
 /// pod is created, or a down pod replaced (to fix it), only while every pod below it is ready;
 /// a running pod is replaced only while every pod is ready, so a rolling update never takes
 /// two pods down at once, and a pod that is merely not ready (yet) is waited for.
-pub fn gate_ordered(
+pub(crate) fn gate_ordered(
     steps: Vec<StatefulStep>,
     unready: &BTreeSet<usize>,
     down: &BTreeSet<usize>,
@@ -184,19 +184,19 @@ pub fn gate_ordered(
 
 /// What a new replica has been through, for `rollout_failure`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewReplica {
-    pub name: String,
+pub(crate) struct NewReplica {
+    pub(crate) name: String,
     /// Created by the release being checked (only those can fail it: an older replica's
     /// lifetime restarts say nothing about this release).
-    pub this_release: bool,
+    pub(crate) this_release: bool,
     /// Restarts seen: the engine's restart count, or the agent's own starts, whichever is more.
-    pub restarts: u32,
-    pub last_exit_code: Option<i64>,
+    pub(crate) restarts: u32,
+    pub(crate) last_exit_code: Option<i64>,
 }
 
 /// The first new replica of this release that restarted `CRASH_LOOP_RESTARTS` times: the
 /// rollout fails for it (`rollout_failure`).
-pub fn crash_looping(new_replicas: &[NewReplica]) -> Option<&NewReplica> {
+pub(crate) fn crash_looping(new_replicas: &[NewReplica]) -> Option<&NewReplica> {
     new_replicas
         .iter()
         .find(|replica| replica.this_release && replica.restarts >= CRASH_LOOP_RESTARTS)
@@ -204,7 +204,7 @@ pub fn crash_looping(new_replicas: &[NewReplica]) -> Option<&NewReplica> {
 
 /// Why a rollout has failed, if it has: a new replica crash-looping, or the deadline passed
 /// with replicas still waiting or steps still to do.
-pub fn rollout_failure(
+pub(crate) fn rollout_failure(
     elapsed: Duration,
     deadline: Duration,
     converged: bool,
@@ -240,7 +240,7 @@ pub fn rollout_failure(
 }
 
 /// `90s` → `1m30s`, as Go prints durations (the flags take the same form).
-pub fn human(duration: Duration) -> String {
+pub(crate) fn human(duration: Duration) -> String {
     let seconds = duration.as_secs();
     match (seconds / 60, seconds % 60) {
         (0, s) => format!("{s}s"),
@@ -252,7 +252,7 @@ pub fn human(duration: Duration) -> String {
 /// Back-off before the `restarts`-th start by the agent of a crashed replica: the first is
 /// at once (a container stopped by hand comes back without delay), then 10s, 20s, 40s, …
 /// up to 5m.
-pub fn backoff(restarts: u32) -> Duration {
+pub(crate) fn backoff(restarts: u32) -> Duration {
     if restarts == 0 {
         return Duration::ZERO;
     }
@@ -265,14 +265,14 @@ pub fn backoff(restarts: u32) -> Duration {
 /// The agent's starts of crashed replicas, by container id (a re-created statefulset pod
 /// keeps its name but starts with a clean record), for the crash-loop back-off.
 #[derive(Debug, Default)]
-pub struct CrashLoops {
+pub(crate) struct CrashLoops {
     starts: Mutex<HashMap<String, (u32, Instant)>>,
 }
 
 impl CrashLoops {
     /// Asks to start container `id` again at `now`: `Ok(restarts so far, this one included)`, or
     /// `Err(wait)` while its back-off runs.
-    pub fn try_start(&self, id: &str, now: Instant) -> Result<u32, Duration> {
+    pub(crate) fn try_start(&self, id: &str, now: Instant) -> Result<u32, Duration> {
         let mut starts = lock(&self.starts);
         let (restarts, last) = starts.get(id).copied().unwrap_or((0, now));
         let since = now.saturating_duration_since(last);
@@ -286,7 +286,7 @@ impl CrashLoops {
     }
 
     /// Starts of container `id` by the agent within the reset window.
-    pub fn restarts(&self, id: &str, now: Instant) -> u32 {
+    pub(crate) fn restarts(&self, id: &str, now: Instant) -> u32 {
         lock(&self.starts)
             .get(id)
             .filter(|(_, last)| now.saturating_duration_since(*last) < BACKOFF_RESET)
@@ -294,7 +294,7 @@ impl CrashLoops {
     }
 
     /// Forgets containers that are gone.
-    pub fn retain(&self, alive: impl Fn(&str) -> bool) {
+    pub(crate) fn retain(&self, alive: impl Fn(&str) -> bool) {
         lock(&self.starts).retain(|id, _| alive(id));
     }
 }
@@ -304,7 +304,7 @@ impl CrashLoops {
 /// (`pre_command`, `command`), so their run time never counts. After an agent restart the
 /// deadline starts again: an agent that was down is no reason to fail a rollout.
 #[derive(Debug, Default)]
-pub struct RolloutClock {
+pub(crate) struct RolloutClock {
     started: Mutex<HashMap<i64, Instant>>,
     /// The last error a pass of each rollout met (an init container failing, say), so a
     /// rollout failed on its deadline says what held it up.
@@ -313,7 +313,7 @@ pub struct RolloutClock {
 
 impl RolloutClock {
     /// How long release `id`'s rollout has been under its deadline.
-    pub fn elapsed(&self, id: i64, now: Instant) -> Duration {
+    pub(crate) fn elapsed(&self, id: i64, now: Instant) -> Duration {
         let mut started = lock(&self.started);
         // Releases that ended without `finish` (superseded) are forgotten a day later.
         started.retain(|_, start| now.saturating_duration_since(*start) < FORGET_ROLLOUT);
@@ -323,17 +323,17 @@ impl RolloutClock {
     }
 
     /// Remembers the error a pass of release `id`'s rollout met.
-    pub fn note_error(&self, id: i64, error: String) {
+    pub(crate) fn note_error(&self, id: i64, error: String) {
         lock(&self.last_error).insert(id, error);
     }
 
     /// The last error a pass of release `id`'s rollout met, if any.
-    pub fn last_error(&self, id: i64) -> Option<String> {
+    pub(crate) fn last_error(&self, id: i64) -> Option<String> {
         lock(&self.last_error).get(&id).cloned()
     }
 
     /// Forgets a release that is no longer in flight.
-    pub fn finish(&self, id: i64) {
+    pub(crate) fn finish(&self, id: i64) {
         lock(&self.started).remove(&id);
         lock(&self.last_error).remove(&id);
     }

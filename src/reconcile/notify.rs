@@ -26,19 +26,19 @@ const USER_AGENT: &str = "voodu-deploy-webhook";
 
 /// How a release ended, for its webhooks.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
-    pub key: ResourceKey,
-    pub success: bool,
-    pub release_id: String,
-    pub image: String,
-    pub started_at: String,
-    pub completed_at: String,
-    pub error: String,
+pub(crate) struct Outcome {
+    pub(crate) key: ResourceKey,
+    pub(crate) success: bool,
+    pub(crate) release_id: String,
+    pub(crate) image: String,
+    pub(crate) started_at: String,
+    pub(crate) completed_at: String,
+    pub(crate) error: String,
 }
 
 impl Outcome {
     /// voodu's default payload, in its field order (empty fields omitted).
-    pub fn payload(&self) -> String {
+    pub(crate) fn payload(&self) -> String {
         #[derive(serde::Serialize)]
         struct Payload<'a> {
             kind: &'a str,
@@ -89,7 +89,7 @@ impl Outcome {
     }
 
     /// Fills `{{token}}`s in every string value of `template` (keys untouched).
-    pub fn fill(&self, template: &Value) -> Value {
+    pub(crate) fn fill(&self, template: &Value) -> Value {
         match template {
             Value::String(text) => {
                 let mut text = text.clone();
@@ -118,14 +118,14 @@ struct Delivery {
 
 /// Where handlers hand release outcomes over for delivery.
 #[derive(Debug, Clone)]
-pub struct Notifier {
+pub(crate) struct Notifier {
     sender: mpsc::UnboundedSender<Delivery>,
 }
 
 impl Notifier {
     /// A notifier and the task that delivers what it is given (run it on the agent's
     /// tracker; it ends at `shutdown` after the delivery in progress).
-    pub fn new(
+    pub(crate) fn new(
         assets_root: PathBuf,
         shutdown: CancellationToken,
     ) -> (Notifier, impl std::future::Future<Output = ()> + Send) {
@@ -137,7 +137,7 @@ impl Notifier {
     }
 
     /// Queues `outcome` for `targets` (nothing when there are none).
-    pub fn notify(&self, outcome: Outcome, targets: Vec<WebhookTarget>) {
+    pub(crate) fn notify(&self, outcome: Outcome, targets: Vec<WebhookTarget>) {
         if targets.is_empty() {
             return;
         }

@@ -92,7 +92,10 @@ fn sink_refusals(manifest: &Manifest, gate: &Gate, assets_root: &Path) -> Vec<Di
 
 /// `sink_refusals` under `policy`, for the agent whose data dir the policy protects (its
 /// asset files are the agent's own).
-pub fn sink_refusals_under(manifest: &Manifest, policy: &crate::model::Policy) -> Vec<Diagnostic> {
+pub(crate) fn sink_refusals_under(
+    manifest: &Manifest,
+    policy: &crate::model::Policy,
+) -> Vec<Diagnostic> {
     let data_dir = policy
         .data_dir
         .clone()

@@ -33,7 +33,7 @@ pub(crate) fn class(error: &Error) -> ErrorClass {
 /// The retry schedule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryPolicy {
-    pub delays: Vec<Duration>,
+    pub(crate) delays: Vec<Duration>,
 }
 
 impl Default for RetryPolicy {
@@ -50,7 +50,7 @@ impl Default for RetryPolicy {
 impl RetryPolicy {
     /// The delay before retry number `failures` (1-based), or `None` when the error is not
     /// transient or the retries are used up.
-    pub fn next_delay(&self, error: &Error, failures: usize) -> Option<Duration> {
+    pub(crate) fn next_delay(&self, error: &Error, failures: usize) -> Option<Duration> {
         if class(error) == ErrorClass::Permanent || failures == 0 {
             return None;
         }
@@ -58,14 +58,14 @@ impl RetryPolicy {
     }
 
     /// What a key whose reconcile failed for the `failures`-th time in a row does next.
-    pub fn error_policy(&self, error: &Error, failures: usize) -> Action {
+    pub(crate) fn error_policy(&self, error: &Error, failures: usize) -> Action {
         self.next_delay(error, failures)
             .map_or(Action::AwaitChange, Action::RequeueAfter)
     }
 
     /// The wait after the `failures`-th failure in a row of a loop that never gives up (the
     /// ingress router): the schedule, then its last step again and again.
-    pub fn backoff(&self, failures: usize) -> Duration {
+    pub(crate) fn backoff(&self, failures: usize) -> Duration {
         let last = self.delays.len().saturating_sub(1);
         self.delays
             .get(failures.saturating_sub(1).min(last))

@@ -95,7 +95,7 @@ pub(crate) struct HealthCheck {
     /// upstream port; `None` checks the upstream port.
     pub(crate) port: Option<u16>,
     /// A Go duration (Caddy reads the same syntax).
-    pub(crate) interval: String,
+    pub interval: String,
 }
 
 /// How a TLS host gets its certificate.

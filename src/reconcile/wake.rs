@@ -49,7 +49,7 @@ impl Requeue {
     }
 
     /// Reconcile `key` once `delay` has passed.
-    pub fn after(&self, key: ResourceKey, delay: Duration) {
+    pub(crate) fn after(&self, key: ResourceKey, delay: Duration) {
         // The reconciler gone (shutdown) means nobody needs the request.
         let _ = self.sender.send((key, delay));
     }
@@ -132,11 +132,6 @@ impl RouterWake {
         self.report.borrow().clone()
     }
 
-    /// A receiver that sees every later report.
-    pub fn subscribe_report(&self) -> watch::Receiver<Arc<RouterReport>> {
-        self.report.subscribe()
-    }
-
     /// Publishes the router's report (the router only).
     pub(crate) fn publish(&self, report: RouterReport) {
         self.report.send_replace(Arc::new(report));
@@ -176,7 +171,7 @@ mod tests {
 /// start would queue another pass through its destroy event, which creates, fails and
 /// removes again: a retry storm outside the retry schedule.
 #[derive(Debug, Default)]
-pub struct OwnRemovals {
+pub(crate) struct OwnRemovals {
     ids: Mutex<HashSet<String>>,
 }
 
@@ -186,7 +181,7 @@ const OWN_REMOVALS_KEPT: usize = 1024;
 
 impl OwnRemovals {
     /// Remembers that the agent is about to remove container `id` itself.
-    pub fn note(&self, id: &str) {
+    pub(crate) fn note(&self, id: &str) {
         let mut ids = super::lock(&self.ids);
         if ids.len() >= OWN_REMOVALS_KEPT {
             ids.clear();
@@ -196,7 +191,7 @@ impl OwnRemovals {
 
     /// Whether an event `action` on container `id` comes from the agent's own removal; a
     /// `destroy` is the last event of a container, so its id is forgotten then.
-    pub fn is_own(&self, id: &str, action: &str) -> bool {
+    pub(crate) fn is_own(&self, id: &str, action: &str) -> bool {
         let mut ids = super::lock(&self.ids);
         if action == "destroy" {
             ids.remove(id)
@@ -212,13 +207,13 @@ impl OwnRemovals {
 /// and replaces it through its plan's gated Replace step, so one writer changes a key's
 /// containers and "ready never below replicas − 1" holds for liveness replacements too.
 #[derive(Debug, Default)]
-pub struct LivenessFailures {
+pub(crate) struct LivenessFailures {
     due: Mutex<HashMap<String, Instant>>,
 }
 
 impl LivenessFailures {
     /// Marks container `id` for replacement from `at` on.
-    pub fn mark(&self, id: &str, at: Instant) {
+    pub(crate) fn mark(&self, id: &str, at: Instant) {
         let mut due = super::lock(&self.due);
         if due.len() >= OWN_REMOVALS_KEPT {
             due.clear();
@@ -227,12 +222,12 @@ impl LivenessFailures {
     }
 
     /// Whether container `id` is marked and its replacement is due at `now`.
-    pub fn is_due(&self, id: &str, now: Instant) -> bool {
+    pub(crate) fn is_due(&self, id: &str, now: Instant) -> bool {
         super::lock(&self.due).get(id).is_some_and(|at| *at <= now)
     }
 
     /// Forgets containers that are gone.
-    pub fn retain(&self, alive: impl Fn(&str) -> bool) {
+    pub(crate) fn retain(&self, alive: impl Fn(&str) -> bool) {
         super::lock(&self.due).retain(|id, _| alive(id));
     }
 }

@@ -85,7 +85,7 @@ impl DockerRuntime {
 
     /// Adds `labels` to every container and volume created from now on (the agent's
     /// `voodu.data_dir`); a label the spec sets itself wins.
-    pub fn with_labels(mut self, labels: BTreeMap<String, String>) -> DockerRuntime {
+    pub(crate) fn with_labels(mut self, labels: BTreeMap<String, String>) -> DockerRuntime {
         self.stamp.extend(labels);
         self
     }

@@ -7,8 +7,7 @@
 //! command does, or runs until `finish_task`). A rolling update replaces every slot's task
 //! at once and completes, or — when a new task fails and the spec asks for a rollback —
 //! ends in `rollback_completed` with the previous spec back and the old tasks still running
-//! (Swarm keeps one previous spec). `hold_updates` leaves updates `updating` (or
-//! `rollback_started`) until `release_updates`, for tests of a pass that looks mid-update.
+//! (Swarm keeps one previous spec).
 //!
 //! Invariant: every verb the contract suite checks behaves as the engine does (names are
 //! unique, a stale version conflicts, a config in use cannot be removed, removing what is
@@ -31,8 +30,6 @@ pub(super) struct FakeSwarm {
     /// `None`: the default single node, this manager.
     nodes: Option<Vec<Node>>,
     next_id: u64,
-    /// Updates stay in progress until `release_updates`.
-    hold: bool,
 }
 
 struct FakeService {
@@ -42,8 +39,6 @@ struct FakeService {
     version: u64,
     update: Option<UpdateStatus>,
     tasks: Vec<Task>,
-    /// A held update: the spec it goes to, and whether it will fail.
-    pending: Option<(ServiceSpec, Option<String>)>,
 }
 
 struct FakeConfig {
@@ -147,36 +142,6 @@ impl FakeRuntime {
     /// Replaces the fake swarm's nodes (the first is this manager).
     pub fn set_nodes(&self, nodes: Vec<Node>) {
         self.swarm_lock().nodes = Some(nodes);
-    }
-
-    /// Updates stay in progress (`updating`, or `rollback_started` for one that fails) until
-    /// `release_updates`.
-    pub fn hold_updates(&self) {
-        self.swarm_lock().hold = true;
-    }
-
-    /// Completes every held update (or its rollback) and stops holding.
-    pub fn release_updates(&self) {
-        let held: Vec<(String, ServiceSpec, Option<String>)> = {
-            let mut swarm = self.swarm_lock();
-            swarm.hold = false;
-            swarm
-                .services
-                .values_mut()
-                .filter_map(|service| {
-                    let (spec, failure) = service.pending.take()?;
-                    Some((service.id.clone(), spec, failure))
-                })
-                .collect()
-        };
-        for (id, spec, failure) in held {
-            let mut swarm = self.swarm_lock();
-            let next = swarm.next_id;
-            if let Some(service) = swarm.services.get_mut(&id) {
-                let used = finish_update(service, spec, failure, next);
-                swarm.next_id += used;
-            }
-        }
     }
 
     /// Ends a running task as its container would, with `code` (a job's run).
@@ -469,7 +434,6 @@ impl FakeRuntime {
                 version: 1,
                 update: None,
                 tasks,
-                pending: None,
             },
         );
         Ok(id)
@@ -487,7 +451,6 @@ impl FakeRuntime {
         // Decided before the swarm is locked: `outcome` reads the fake's images.
         let probe = new_task(self, id, spec, Some(1), 0);
         let mut swarm = self.swarm_lock();
-        let hold = swarm.hold;
         let mut next = swarm.next_id;
         let service = swarm.services.get_mut(id).ok_or_else(|| Error::NotFound {
             what: format!("service {id}"),
@@ -534,26 +497,11 @@ impl FakeRuntime {
             failed.desired = TaskState::Shutdown;
             service.tasks.push(failed);
         }
-        service.update = Some(match &failure {
-            Some(task_id) if hold => UpdateStatus {
-                state: UpdateState::RollbackStarted,
-                message: format!(
-                    "update rolled back due to failure or early termination of task {task_id}"
-                ),
-                started_at: now(),
-            },
-            _ => UpdateStatus {
-                state: UpdateState::Updating,
-                message: "update in progress".to_owned(),
-                started_at: now(),
-            },
+        service.update = Some(UpdateStatus {
+            state: UpdateState::Updating,
+            message: "update in progress".to_owned(),
+            started_at: now(),
         });
-        if hold {
-            service.pending = Some((spec.clone(), failure));
-            service.version += 1;
-            swarm.next_id = next;
-            return Ok(());
-        }
         let used = finish_update(service, spec.clone(), failure, next);
         swarm.next_id = next + used;
         Ok(())

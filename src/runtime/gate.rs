@@ -43,7 +43,7 @@ impl Gate {
     /// Every refusal of creating `spec`, with bind sources resolved by `resolve` (the host's
     /// symlinks at the sink, the identity for a plan); `overlay`: the networks are Swarm
     /// overlays named `<network>-swarm`, judged as the network they stand for.
-    pub fn refusals(
+    pub(crate) fn refusals(
         &self,
         spec: &ContainerSpec,
         overlay: bool,
@@ -100,11 +100,6 @@ impl<R: Runtime> Sealed<R> {
             inner,
             gate: Arc::new(gate),
         }
-    }
-
-    /// The runtime behind the gate (tests read the fake's record through it).
-    pub fn inner(&self) -> &Arc<R> {
-        &self.inner
     }
 
     async fn judge(&self, spec: &ContainerSpec, overlay: bool) -> Result<()> {

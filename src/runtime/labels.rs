@@ -12,17 +12,17 @@ pub const NAME: &str = "voodu.name";
 pub const REPLICA_ID: &str = "voodu.replica_id";
 pub const MANIFEST_HASH: &str = "voodu.manifest_hash";
 pub const CREATED_AT: &str = "voodu.created_at";
-pub const RELEASE_ID: &str = "voodu.release_id";
+pub(crate) const RELEASE_ID: &str = "voodu.release_id";
 pub const ROLE: &str = "voodu.role";
 /// Statefulset pods (and their init containers): the pod's ordinal.
 pub const REPLICA_ORDINAL: &str = "voodu.replica_ordinal";
 /// Statefulset volumes: the claim name.
-pub const CLAIM: &str = "voodu.claim";
+pub(crate) const CLAIM: &str = "voodu.claim";
 /// The agent's keyed digest of the container's environment: a bucket change makes it
 /// outdated like a spec change does.
 pub const ENV_DIGEST: &str = "voodu.env_digest";
 /// A replica's probes as JSON, as its spec declared them (the agent's, not voodu's).
-pub const PROBES: &str = "voodu.probes";
+pub(crate) const PROBES: &str = "voodu.probes";
 /// Job runs and cronjob ticks: the agent's spec hash of the job they ran (voodu puts no
 /// `voodu.manifest_hash` on them).
 pub const SPEC_HASH: &str = "voodu.spec_hash";
@@ -33,4 +33,4 @@ pub const AGENT: &str = "voodu.agent";
 /// The canonical path of the data dir of the agent that created the container or volume:
 /// how an agent whose state.db was lost recognises its old objects (they carry another
 /// `voodu.agent` id) on an engine shared with other agents.
-pub const DATA_DIR: &str = "voodu.data_dir";
+pub(crate) const DATA_DIR: &str = "voodu.data_dir";

@@ -7,14 +7,14 @@
 //! Invariant: every container created through a `Runtime` carries its labels from birth;
 //! `list` filters by labels on the engine side and returns stopped containers too.
 
-pub mod docker;
+pub(crate) mod docker;
 mod docker_service;
 #[doc(hidden)]
 pub mod fake;
 mod fake_service;
-pub mod gate;
+pub(crate) mod gate;
 pub mod labels;
-pub mod service;
+pub(crate) mod service;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -96,18 +96,18 @@ pub struct ContainerSpec {
 /// A container's detailed state, as `docker inspect` shows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Inspection {
-    pub id: String,
+    pub(crate) id: String,
     pub name: String,
     pub running: bool,
     pub exit_code: Option<i64>,
-    pub oom_killed: bool,
-    pub restart_count: i64,
+    pub(crate) oom_killed: bool,
+    pub(crate) restart_count: i64,
     /// RFC 3339, as the engine reports them.
-    pub started_at: String,
-    pub finished_at: String,
+    pub(crate) started_at: String,
+    pub(crate) finished_at: String,
     /// Address on each network the container joined.
     pub ip_addresses: BTreeMap<String, String>,
-    pub labels: BTreeMap<String, String>,
+    pub(crate) labels: BTreeMap<String, String>,
     /// Ports published on the host while the container runs (a port asked for as `0` or
     /// left empty shows the one the engine picked), sorted; empty when it is not running.
     pub published_ports: Vec<PublishedPort>,
@@ -153,21 +153,21 @@ pub struct Volume {
 pub struct Event {
     pub id: String,
     /// The container's name (no leading `/`); empty when the engine did not say.
-    pub name: String,
+    pub(crate) name: String,
     pub action: String,
     /// The container's labels, as the event carries them.
     pub labels: BTreeMap<String, String>,
 }
 
 /// A stream of events, for as long as the engine keeps it open.
-pub type Events = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<Event>> + Send>>;
+pub(crate) type Events = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<Event>> + Send>>;
 
 /// Credentials for pulling from a private registry.
 #[derive(Clone, PartialEq, Eq)]
 pub struct RegistryAuth {
-    pub server: String,
-    pub username: String,
-    pub password: String,
+    pub(crate) server: String,
+    pub(crate) username: String,
+    pub(crate) password: String,
 }
 
 impl std::fmt::Debug for RegistryAuth {
@@ -204,7 +204,7 @@ pub enum Error {
 impl Error {
     /// True when trying again later can help (engine down, a name still being released).
     /// `docker::classify` decides which engine answers are which.
-    pub fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         matches!(
             self,
             Error::Unavailable { .. } | Error::Conflict { .. } | Error::NotFound { .. }
@@ -213,7 +213,7 @@ impl Error {
 }
 
 /// The runtime's result type.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The verbs handlers use. Futures are `Send` so handlers can run on any worker.
 pub trait Runtime: Send + Sync + 'static {

@@ -13,11 +13,11 @@ use super::ContainerSpec;
 
 /// What the overlay network standing for a container network is named after: `voodu0` is
 /// `voodu0-swarm` under Swarm.
-pub const OVERLAY_SUFFIX: &str = "-swarm";
+pub(crate) const OVERLAY_SUFFIX: &str = "-swarm";
 
 /// The overlay network a manifest's network `name` is under Swarm (a bridge network of the
 /// same name may exist on the engine for containers).
-pub fn overlay(name: &str) -> String {
+pub(crate) fn overlay(name: &str) -> String {
     format!("{name}{OVERLAY_SUFFIX}")
 }
 
@@ -79,7 +79,7 @@ pub struct ConfigMount {
 pub struct HostPort {
     pub published: u16,
     pub target: u16,
-    pub protocol: String,
+    pub(crate) protocol: String,
 }
 
 /// Everything needed to create or update one service.
@@ -115,7 +115,7 @@ impl ServiceSpec {
     /// node, kept across updates), the configs' ids (their names carry their content) and
     /// the labels in `volatile` (the release a spec was applied for): equal digests need no
     /// update.
-    pub fn digest(&self, volatile: &[&str]) -> String {
+    pub(crate) fn digest(&self, volatile: &[&str]) -> String {
         use sha2::Digest as _;
         let mut stable = self.clone();
         if let ServiceMode::Replicated { replicas } = &mut stable.mode {
@@ -150,7 +150,7 @@ pub enum UpdateState {
 }
 
 impl UpdateState {
-    pub fn parse(text: &str) -> Option<UpdateState> {
+    pub(crate) fn parse(text: &str) -> Option<UpdateState> {
         Some(match text {
             "updating" => UpdateState::Updating,
             "paused" => UpdateState::Paused,
@@ -162,7 +162,7 @@ impl UpdateState {
         })
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             UpdateState::Updating => "updating",
             UpdateState::Paused => "paused",
@@ -174,7 +174,7 @@ impl UpdateState {
     }
 
     /// Swarm gave up on the update (rolled it back, or paused it).
-    pub fn failed(self) -> bool {
+    pub(crate) fn failed(self) -> bool {
         matches!(
             self,
             UpdateState::Paused
@@ -185,7 +185,7 @@ impl UpdateState {
     }
 
     /// Tasks are still being replaced.
-    pub fn in_progress(self) -> bool {
+    pub(crate) fn in_progress(self) -> bool {
         matches!(self, UpdateState::Updating | UpdateState::RollbackStarted)
     }
 }
@@ -198,10 +198,10 @@ pub struct Service {
     /// The version an update must name (optimistic concurrency).
     pub version: u64,
     /// The current spec's service labels.
-    pub labels: BTreeMap<String, String>,
+    pub(crate) labels: BTreeMap<String, String>,
     /// The current spec's task container labels and image.
     pub task_labels: BTreeMap<String, String>,
-    pub image: String,
+    pub(crate) image: String,
     /// `None` for a job.
     pub replicas: Option<u64>,
     /// The last rolling update (`UpdateStatus`); `None` before any.
@@ -216,7 +216,7 @@ pub struct UpdateStatus {
     pub message: String,
     /// When it started (Unix seconds): an update started before a release began is not
     /// that release's.
-    pub started_at: i64,
+    pub(crate) started_at: i64,
 }
 
 impl Service {
@@ -240,7 +240,7 @@ pub enum TaskState {
 }
 
 impl TaskState {
-    pub fn parse(text: &str) -> TaskState {
+    pub(crate) fn parse(text: &str) -> TaskState {
         match text {
             "new" | "allocated" | "pending" | "assigned" | "accepted" | "ready" | "preparing"
             | "starting" => TaskState::Starting,
@@ -253,7 +253,7 @@ impl TaskState {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             TaskState::Starting => "starting",
             TaskState::Running => "running",
@@ -278,22 +278,22 @@ impl TaskState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Task {
     pub id: String,
-    pub service_id: String,
+    pub(crate) service_id: String,
     /// A replicated service's slot (1-based); `None` for a job's task.
     pub slot: Option<u64>,
     /// Where it was scheduled; empty while pending.
-    pub node_id: String,
+    pub(crate) node_id: String,
     /// What Swarm wants of it: `Running` for current tasks, `Shutdown` for ones going away.
     pub desired: TaskState,
     pub state: TaskState,
     /// The state's message, and the error of a failed or rejected task.
-    pub message: String,
+    pub(crate) message: String,
     pub error: String,
     /// When it entered its state (Unix seconds).
     pub since: i64,
     /// The labels of the spec it runs (its container labels).
     pub labels: BTreeMap<String, String>,
-    pub image: String,
+    pub(crate) image: String,
     pub container_id: String,
     pub exit_code: Option<i64>,
 }
@@ -328,13 +328,13 @@ pub struct SwarmNode {
 /// A config as listed (its data is never read back).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SwarmConfig {
-    pub id: String,
+    pub(crate) id: String,
     pub name: String,
-    pub labels: BTreeMap<String, String>,
+    pub(crate) labels: BTreeMap<String, String>,
 }
 
 /// The largest config Swarm stores, in bytes.
-pub const MAX_CONFIG_BYTES: usize = 500 * 1024;
+pub(crate) const MAX_CONFIG_BYTES: usize = 500 * 1024;
 
 #[cfg(test)]
 mod tests {

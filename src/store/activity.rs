@@ -15,11 +15,14 @@
 //! beyond [`MAX_ROWS`] are pruned by the insert that passes the bound, so the table stays
 //! bounded whatever the rate.
 
+use std::fmt;
+
 use hmac::{Hmac, KeyInit, Mac};
-use rusqlite::{OptionalExtension, params};
+use rusqlite::params;
+use serde::Serialize;
 use sha2::Sha256;
 
-use super::{Result, Store, now_unix};
+use super::{ReleasePhase, Result, Store, now_unix};
 use crate::model::CommitSha;
 
 /// How long rows are kept: 30 days, as voodu's log.
@@ -51,7 +54,7 @@ pub enum Origin {
 }
 
 impl Origin {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Origin::Poll => "poll",
             Origin::Webhook => "webhook",
@@ -63,16 +66,102 @@ impl Origin {
     }
 }
 
+/// How a logged change ended, stored in the `outcome` column and shown as [`Self::as_str`]
+/// (`activity`, `GET /activity`, the dashboard). The texts are the ones rows have always been
+/// written with, so rows of an older state.db read back as the same variant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ActivityOutcome {
+    Succeeded,
+    Failed,
+    /// A trigger held a commit.
+    Held,
+    /// An approval was asked for.
+    Requested,
+    /// A rollout started.
+    Started,
+    Superseded,
+    /// A rollout that touched replicas failed and its release was halted.
+    Halted,
+    /// A release phase ([`ReleasePhase::Progressing`]) recorded as a rollout's end.
+    Progressing,
+    /// A release phase ([`ReleasePhase::RolledBack`]) recorded as a rollout's end.
+    RolledBack,
+    /// A text this build does not write (a row of another version of the agent): kept as read
+    /// and shown as it is.
+    Unknown(String),
+}
+
+impl ActivityOutcome {
+    /// The stored and shown text.
+    pub fn as_str(&self) -> &str {
+        match self {
+            ActivityOutcome::Succeeded => "succeeded",
+            ActivityOutcome::Failed => "failed",
+            ActivityOutcome::Held => "held",
+            ActivityOutcome::Requested => "requested",
+            ActivityOutcome::Started => "started",
+            ActivityOutcome::Superseded => "superseded",
+            ActivityOutcome::Halted => "halted",
+            ActivityOutcome::Progressing => "progressing",
+            ActivityOutcome::RolledBack => "rolled-back",
+            ActivityOutcome::Unknown(text) => text,
+        }
+    }
+
+    /// The outcome `text` stands for; a text no variant writes is [`ActivityOutcome::Unknown`].
+    pub(crate) fn parse(text: &str) -> ActivityOutcome {
+        match text {
+            "succeeded" => ActivityOutcome::Succeeded,
+            "failed" => ActivityOutcome::Failed,
+            "held" => ActivityOutcome::Held,
+            "requested" => ActivityOutcome::Requested,
+            "started" => ActivityOutcome::Started,
+            "superseded" => ActivityOutcome::Superseded,
+            "halted" => ActivityOutcome::Halted,
+            "progressing" => ActivityOutcome::Progressing,
+            "rolled-back" => ActivityOutcome::RolledBack,
+            other => ActivityOutcome::Unknown(other.to_owned()),
+        }
+    }
+}
+
+impl From<ReleasePhase> for ActivityOutcome {
+    fn from(phase: ReleasePhase) -> ActivityOutcome {
+        match phase {
+            ReleasePhase::Progressing => ActivityOutcome::Progressing,
+            ReleasePhase::Succeeded => ActivityOutcome::Succeeded,
+            ReleasePhase::Failed => ActivityOutcome::Failed,
+            ReleasePhase::RolledBack => ActivityOutcome::RolledBack,
+            ReleasePhase::Superseded => ActivityOutcome::Superseded,
+        }
+    }
+}
+
+impl fmt::Display for ActivityOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ActivityOutcome {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
 /// Who asks for the changes a store call records: the origin and, where known, the actor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Who {
-    pub origin: Origin,
-    pub actor: Option<String>,
+    pub(crate) origin: Origin,
+    pub(crate) actor: Option<String>,
 }
 
 impl Who {
     /// The agent acting on its own.
-    pub const AGENT: Who = Who {
+    pub(crate) const AGENT: Who = Who {
         origin: Origin::Agent,
         actor: None,
     };
@@ -98,9 +187,9 @@ impl Who {
 /// One row of the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Activity {
-    pub id: i64,
+    pub(crate) id: i64,
     /// Unix seconds.
-    pub at: i64,
+    pub(crate) at: i64,
     /// `commit.apply`, `commit.reject`, `trigger.hold`, `approve`, `rollout`, `rollback`,
     /// `rollback.auto`, `pin`, `unpin`, `config.set`, `config.unset`.
     pub action: String,
@@ -109,9 +198,8 @@ pub struct Activity {
     pub commit: Option<CommitSha>,
     /// `kind/scope/name`, `config/scope[/name]` or `trigger/NAME`.
     pub resource: Option<String>,
-    /// `succeeded`, `failed`, `held`, `requested`, `started`, `superseded`, `halted`.
-    pub outcome: String,
-    pub message: String,
+    pub outcome: ActivityOutcome,
+    pub(crate) message: String,
     /// Structured detail (changed resources, config keys and digests, trigger verdicts).
     pub data: serde_json::Value,
 }
@@ -122,13 +210,13 @@ pub(super) struct Entry<'a> {
     pub(super) who: &'a Who,
     pub(super) commit: Option<&'a CommitSha>,
     pub(super) resource: Option<&'a str>,
-    pub(super) outcome: &'a str,
+    pub(super) outcome: ActivityOutcome,
     pub(super) message: &'a str,
     pub(super) data: serde_json::Value,
 }
 
 impl<'a> Entry<'a> {
-    pub(super) fn new(action: &'a str, who: &'a Who, outcome: &'a str) -> Entry<'a> {
+    pub(super) fn new(action: &'a str, who: &'a Who, outcome: ActivityOutcome) -> Entry<'a> {
         Entry {
             action,
             who,
@@ -162,7 +250,7 @@ pub(super) fn record(tx: &rusqlite::Transaction<'_>, entry: &Entry<'_>) -> rusql
             entry.who.actor.as_deref().unwrap_or_default(),
             entry.commit.map(CommitSha::as_str).unwrap_or_default(),
             entry.resource.unwrap_or_default(),
-            entry.outcome,
+            entry.outcome.as_str(),
             cut(entry.message, MAX_MESSAGE_BYTES),
             data
         ],
@@ -241,7 +329,7 @@ impl Store {
                         .filter(|text| !text.is_empty())
                         .map(CommitSha::new),
                     resource: Some(row.get::<_, String>(6)?).filter(|text| !text.is_empty()),
-                    outcome: row.get(7)?,
+                    outcome: ActivityOutcome::parse(&row.get::<_, String>(7)?),
                     message: row.get(8)?,
                     data: serde_json::from_str(&row.get::<_, String>(9)?)
                         .unwrap_or(serde_json::Value::Null),
@@ -252,16 +340,6 @@ impl Store {
             entries.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
             entries.reverse();
             Ok((entries, truncated))
-        })
-    }
-
-    /// The newest row, if any (tests and `status` use it to see the log moved).
-    pub fn last_activity(&self) -> Result<Option<i64>> {
-        self.with(|connection| {
-            Ok(connection
-                .query_row("SELECT MAX(id) FROM activity", [], |row| row.get(0))
-                .optional()?
-                .flatten())
         })
     }
 }
@@ -289,6 +367,40 @@ mod tests {
                 .actor
                 .map(|actor| actor.len()),
             Some(MAX_ACTOR_CHARS)
+        );
+    }
+
+    #[test]
+    fn every_outcome_parses_back_from_its_text_and_a_release_phase_keeps_its_text() {
+        let outcomes = [
+            ActivityOutcome::Succeeded,
+            ActivityOutcome::Failed,
+            ActivityOutcome::Held,
+            ActivityOutcome::Requested,
+            ActivityOutcome::Started,
+            ActivityOutcome::Superseded,
+            ActivityOutcome::Halted,
+            ActivityOutcome::Progressing,
+            ActivityOutcome::RolledBack,
+        ];
+        for outcome in outcomes {
+            assert_eq!(ActivityOutcome::parse(outcome.as_str()), outcome);
+            assert_eq!(outcome.to_string(), outcome.as_str());
+        }
+        // A rollout's end was recorded as the phase's text: it still is.
+        for phase in [
+            ReleasePhase::Progressing,
+            ReleasePhase::Succeeded,
+            ReleasePhase::Failed,
+            ReleasePhase::RolledBack,
+            ReleasePhase::Superseded,
+        ] {
+            assert_eq!(ActivityOutcome::from(phase).as_str(), phase.as_str());
+        }
+        assert_eq!(
+            ActivityOutcome::parse("").as_str(),
+            "",
+            "an empty text stays empty"
         );
     }
 

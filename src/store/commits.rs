@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use rusqlite::{OptionalExtension, params};
 
-use super::activity::{self, Entry, Who};
+use super::activity::{self, ActivityOutcome, Entry, Who};
 use super::desired::{
     Op, append_journal, delete_override, has_autoscale, key_from_row, put_desired,
 };
@@ -23,9 +23,9 @@ use crate::model::{CommitSha, ResourceKey};
 /// decision it was loaded with.
 #[derive(Debug, Clone, Copy)]
 pub struct CommitContext<'a> {
-    pub who: &'a Who,
+    pub(crate) who: &'a Who,
     /// `None`: no trigger files (the `--path` mode); the remembered triggers are cleared.
-    pub triggers: Option<&'a Decision>,
+    pub(crate) triggers: Option<&'a Decision>,
 }
 
 /// Most resource keys one activity row lists.
@@ -35,21 +35,21 @@ const MAX_KEYS_LISTED: usize = 50;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ApplySummary {
     pub puts: Vec<ResourceKey>,
-    pub deletes: Vec<ResourceKey>,
+    pub(crate) deletes: Vec<ResourceKey>,
     /// Pinned resources whose pin this commit cleared, because git changed them.
-    pub unpinned: Vec<ResourceKey>,
+    pub(crate) unpinned: Vec<ResourceKey>,
 }
 
 /// A commit the agent processed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitRecord {
     /// Position in the `commits` table: later records have larger numbers.
-    pub seq: i64,
+    pub(crate) seq: i64,
     pub sha: CommitSha,
     pub applied: bool,
     pub errors: Vec<Diagnostic>,
     /// The warnings an applied commit was accepted with (a resource declared twice, …).
-    pub warnings: Vec<Diagnostic>,
+    pub(crate) warnings: Vec<Diagnostic>,
     pub seen_at: i64,
 }
 
@@ -79,7 +79,7 @@ impl Store {
     /// the same transaction the triggers are remembered, each resource is keyed to the commit
     /// its file was read at (a trigger that did not fire keeps its older commit), and the
     /// activity log gets the commit, its holds, approvals and unpins.
-    pub fn apply_commit_as(
+    pub(crate) fn apply_commit_as(
         &self,
         sha: &CommitSha,
         manifest: &Manifest,
@@ -225,7 +225,7 @@ impl Store {
 
     /// `reject_commit`, recording who asked. Approvals in `context.triggers` are refused
     /// with it: cleared (the holds stay) and recorded as failed.
-    pub fn reject_commit_as(
+    pub(crate) fn reject_commit_as(
         &self,
         sha: &CommitSha,
         diagnostics: &Diagnostics,
@@ -244,7 +244,7 @@ impl Store {
                 "INSERT INTO commits (sha, outcome, errors, seen_at) VALUES (?1, 'rejected', ?2, ?3)",
                 params![sha.as_str(), errors, now_unix()],
             )?;
-            let mut entry = Entry::new("commit.reject", context.who, "failed");
+            let mut entry = Entry::new("commit.reject", context.who, ActivityOutcome::Failed);
             entry.commit = Some(sha);
             entry.message = &first;
             entry.data = serde_json::json!({ "problems": diagnostics.0.len() });
@@ -255,7 +255,7 @@ impl Store {
                     let who = Who::new(context.who.origin, Some(by));
                     let resource = format!("trigger/{}", outcome.name);
                     let message = format!("refused: the commit with it is rejected: {first}");
-                    let mut entry = Entry::new("approve", &who, "failed");
+                    let mut entry = Entry::new("approve", &who, ActivityOutcome::Failed);
                     entry.commit = Some(commit);
                     entry.resource = Some(&resource);
                     entry.message = &message;
@@ -360,7 +360,7 @@ fn record_apply(
                 "inactive": verdict_names(|verdict| matches!(verdict, Verdict::Inactive(_))),
             });
         }
-        let mut entry = Entry::new("commit.apply", context.who, "succeeded");
+        let mut entry = Entry::new("commit.apply", context.who, ActivityOutcome::Succeeded);
         entry.commit = Some(sha);
         entry.message = &message;
         entry.data = data;
@@ -381,7 +381,7 @@ fn record_apply(
                         sha.short()
                     ),
                 };
-                let mut entry = Entry::new("trigger.hold", context.who, "held");
+                let mut entry = Entry::new("trigger.hold", context.who, ActivityOutcome::Held);
                 entry.commit = Some(sha);
                 entry.resource = Some(&resource);
                 entry.message = &message;
@@ -394,7 +394,7 @@ fn record_apply(
                     "applied at its own commit while the branch is at {}",
                     sha.short()
                 );
-                let mut entry = Entry::new("approve", &who, "succeeded");
+                let mut entry = Entry::new("approve", &who, ActivityOutcome::Succeeded);
                 entry.commit = Some(commit);
                 entry.resource = Some(&resource);
                 entry.message = &message;
@@ -406,7 +406,7 @@ fn record_apply(
     }
     for key in &summary.unpinned {
         let resource = key.to_string();
-        let mut entry = Entry::new("unpin", context.who, "succeeded");
+        let mut entry = Entry::new("unpin", context.who, ActivityOutcome::Succeeded);
         entry.commit = Some(sha);
         entry.resource = Some(&resource);
         entry.message = "the commit changes it in git: the rollback pin is cleared";

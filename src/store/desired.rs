@@ -40,16 +40,16 @@ pub struct JournalEntry {
     pub key: ResourceKey,
     pub op: Op,
     pub generation: i64,
-    pub commit: CommitSha,
+    pub(crate) commit: CommitSha,
 }
 
 /// What a resync compares with the host: a resource's key, spec hash and replica count
 /// (`Desired::n_replicas`), without its parsed spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DesiredSummary {
-    pub key: ResourceKey,
-    pub spec_hash: SpecHash,
-    pub n_replicas: usize,
+pub(crate) struct DesiredSummary {
+    pub(crate) key: ResourceKey,
+    pub(crate) spec_hash: SpecHash,
+    pub(crate) n_replicas: usize,
 }
 
 /// One resource's desired state as the last applied commit declared it.
@@ -61,21 +61,21 @@ pub struct Desired {
     pub spec_hash: SpecHash,
     /// Replicas to run: the autoscaler's override while the spec has `autoscale {}` (clamped
     /// to its min and max), else the manifest's count.
-    pub n_replicas: usize,
+    pub(crate) n_replicas: usize,
     /// The autoscaler's count, when it applies (`n_replicas` is then this value).
     pub replicas_override: Option<usize>,
     /// Bumped each time the spec JSON changes.
-    pub generation: i64,
+    pub(crate) generation: i64,
     /// The commit that last changed this resource.
     pub commit: CommitSha,
     /// Which life of the resource this is: a resource deleted from git and added again is a
     /// new incarnation, whose rollbacks never go back to a release of the deleted one.
-    pub incarnation: i64,
+    pub(crate) incarnation: i64,
 }
 
 impl Store {
     /// Receives the journal's highest seq after every append.
-    pub fn subscribe(&self) -> watch::Receiver<i64> {
+    pub(crate) fn subscribe(&self) -> watch::Receiver<i64> {
         self.journal_head.subscribe()
     }
 
@@ -117,7 +117,7 @@ impl Store {
     }
 
     /// Records the autoscaler's replica count for `key` (a deployment with `autoscale`).
-    pub fn set_replicas_override(
+    pub(crate) fn set_replicas_override(
         &self,
         key: &ResourceKey,
         replicas: usize,
@@ -178,7 +178,7 @@ impl Store {
 
     /// The desired state of every resource of `kind`, ordered by key (unreadable rows left
     /// out as in `desired_all`).
-    pub fn desired_of_kind(&self, kind: Kind) -> Result<Vec<Desired>> {
+    pub(crate) fn desired_of_kind(&self, kind: Kind) -> Result<Vec<Desired>> {
         self.desired_where(
             &format!("{DESIRED_SELECT} WHERE d.kind = ?1 ORDER BY d.kind, d.scope, d.name"),
             [kind.as_str()],
@@ -189,7 +189,7 @@ impl Store {
     /// only where the autoscaler's count may apply (its bounds are in the spec), so a resync
     /// over thousands of resources parses almost no JSON; a row whose key is unreadable is
     /// left out, one whose spec is unreadable is not (its handler's own read reports it).
-    pub fn desired_summaries(&self) -> Result<Vec<DesiredSummary>> {
+    pub(crate) fn desired_summaries(&self) -> Result<Vec<DesiredSummary>> {
         self.with(|connection| {
             let mut statement = connection.prepare_cached(&format!(
                 "{DESIRED_SELECT} ORDER BY d.kind, d.scope, d.name"
@@ -224,7 +224,7 @@ impl Store {
     /// The deployments whose spec JSON names `autoscale` (a superset of those that autoscale:
     /// the caller checks each decoded spec), ordered by key: the autoscaler's tick decodes
     /// only these, not every deployment.
-    pub fn desired_autoscaling(&self) -> Result<Vec<Desired>> {
+    pub(crate) fn desired_autoscaling(&self) -> Result<Vec<Desired>> {
         self.desired_where(
             &format!(
                 "{DESIRED_SELECT} WHERE d.kind = ?1 AND instr(d.spec, '\"autoscale\"') > 0
@@ -360,7 +360,7 @@ impl Store {
         })
     }
 
-    pub fn set_cursor(&self, consumer: &str, seq: i64) -> Result<()> {
+    pub(crate) fn set_cursor(&self, consumer: &str, seq: i64) -> Result<()> {
         self.with(|connection| {
             connection.execute(
                 "INSERT INTO cursor (consumer, seq) VALUES (?1, ?2)

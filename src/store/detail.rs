@@ -31,7 +31,8 @@ pub enum Detail {
 }
 
 impl Detail {
-    pub fn is_none(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_none(&self) -> bool {
         matches!(self, Detail::None)
     }
 
@@ -98,151 +99,151 @@ pub struct ReplicaDetail {
 /// A statefulset's pods and volumes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatefulsetDetail {
-    pub pods: Vec<PodDetail>,
-    pub ready_replicas: usize,
-    pub volumes: Vec<VolumeDetail>,
+    pub(crate) pods: Vec<PodDetail>,
+    pub(crate) ready_replicas: usize,
+    pub(crate) volumes: Vec<VolumeDetail>,
 }
 
 /// One pod of a statefulset.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodDetail {
-    pub current: bool,
-    pub name: String,
-    pub ordinal: Option<usize>,
-    pub ready: bool,
-    pub reason: String,
-    pub state: String,
-    pub volumes: Vec<String>,
+    pub(crate) current: bool,
+    pub(crate) name: String,
+    pub(crate) ordinal: Option<usize>,
+    pub(crate) ready: bool,
+    pub(crate) reason: String,
+    pub(crate) state: String,
+    pub(crate) volumes: Vec<String>,
 }
 
 /// One volume of a statefulset; `kept` past the replica count (a scale-down keeps data).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VolumeDetail {
-    pub claim: Option<String>,
-    pub kept: bool,
-    pub name: String,
-    pub ordinal: Option<usize>,
+    pub(crate) claim: Option<String>,
+    pub(crate) kept: bool,
+    pub(crate) name: String,
+    pub(crate) ordinal: Option<usize>,
 }
 
 /// An asset's files on the host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AssetDetail {
-    pub files: BTreeMap<String, AssetFileDetail>,
-    pub path: PathBuf,
+    pub(crate) files: BTreeMap<String, AssetFileDetail>,
+    pub(crate) path: PathBuf,
     /// Keys whose file differed on the host and was rewritten by this pass.
-    pub repaired: Vec<String>,
+    pub(crate) repaired: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AssetFileDetail {
-    pub digest: String,
-    pub size: u64,
-    pub source: String,
+    pub(crate) digest: String,
+    pub(crate) size: u64,
+    pub(crate) source: String,
 }
 
 /// A registry, never its token.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RegistryDetail {
     /// `token` or `helper`.
-    pub credentials: String,
-    pub helper: String,
-    pub url: String,
-    pub username: String,
+    pub(crate) credentials: String,
+    pub(crate) helper: String,
+    pub(crate) url: String,
+    pub(crate) username: String,
 }
 
 /// What an ingress routes, to where, and where the proxy listens.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IngressDetail {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub health_check: Option<HealthCheckDetail>,
-    pub host: String,
+    pub(crate) health_check: Option<HealthCheckDetail>,
+    pub(crate) host: String,
     /// The proxy serves this ingress's routes as they are now.
-    pub live: bool,
-    pub policy: String,
-    pub port: u16,
+    pub(crate) live: bool,
+    pub(crate) policy: String,
+    pub(crate) port: u16,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub proxy: Option<ProxyDetail>,
-    pub routes: Vec<RouteDetail>,
-    pub service: String,
+    pub(crate) proxy: Option<ProxyDetail>,
+    pub(crate) routes: Vec<RouteDetail>,
+    pub(crate) service: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls: Option<TlsDetail>,
-    pub upstreams: Vec<String>,
-    pub url: String,
+    pub(crate) tls: Option<TlsDetail>,
+    pub(crate) upstreams: Vec<String>,
+    pub(crate) url: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HealthCheckDetail {
-    pub interval: String,
-    pub path: String,
-    pub port: Option<u16>,
+    pub(crate) interval: String,
+    pub(crate) path: String,
+    pub(crate) port: Option<u16>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProxyDetail {
-    pub container: String,
-    pub http: Option<String>,
-    pub https: Option<String>,
+    pub(crate) container: String,
+    pub(crate) http: Option<String>,
+    pub(crate) https: Option<String>,
 }
 
 /// One route; `served_by` names the ingress that routes this host + path first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RouteDetail {
-    pub path: String,
+    pub(crate) path: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub served_by: Option<String>,
+    pub(crate) served_by: Option<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub strip: bool,
+    pub(crate) strip: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TlsDetail {
-    pub ask: String,
-    pub email: String,
-    pub on_demand: bool,
-    pub provider: String,
+    pub(crate) ask: String,
+    pub(crate) email: String,
+    pub(crate) on_demand: bool,
+    pub(crate) provider: String,
 }
 
 /// A job's image, timeout and run history (newest first).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobDetail {
-    pub history: Vec<RunDetail>,
-    pub image: String,
-    pub last_run: Option<RunDetail>,
-    pub timeout: String,
+    pub(crate) history: Vec<RunDetail>,
+    pub(crate) image: String,
+    pub(crate) last_run: Option<RunDetail>,
+    pub(crate) timeout: String,
 }
 
 /// One run of a job or cronjob; times are RFC 3339.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunDetail {
-    pub container: String,
-    pub duration_seconds: Option<i64>,
-    pub ended_at: Option<String>,
-    pub error: String,
-    pub exit_code: Option<i64>,
-    pub logs_tail: String,
-    pub run_id: String,
-    pub spec_hash: String,
-    pub started_at: String,
+    pub(crate) container: String,
+    pub(crate) duration_seconds: Option<i64>,
+    pub(crate) ended_at: Option<String>,
+    pub(crate) error: String,
+    pub(crate) exit_code: Option<i64>,
+    pub(crate) logs_tail: String,
+    pub(crate) run_id: String,
+    pub(crate) spec_hash: String,
+    pub(crate) started_at: String,
     /// `running`, `succeeded` or `failed`.
-    pub status: String,
+    pub(crate) status: String,
 }
 
 /// A cronjob's schedule, position, run history and skipped ticks (newest first).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CronjobDetail {
-    pub concurrency_policy: String,
-    pub history: Vec<RunDetail>,
-    pub image: String,
-    pub last_run: Option<RunDetail>,
-    pub last_scheduled: Option<String>,
-    pub next_run: Option<String>,
-    pub next_run_local: Option<String>,
-    pub schedule: String,
-    pub skipped: Vec<SkipDetail>,
-    pub suspend: bool,
-    pub timezone: String,
+    pub(crate) concurrency_policy: String,
+    pub(crate) history: Vec<RunDetail>,
+    pub(crate) image: String,
+    pub(crate) last_run: Option<RunDetail>,
+    pub(crate) last_scheduled: Option<String>,
+    pub(crate) next_run: Option<String>,
+    pub(crate) next_run_local: Option<String>,
+    pub(crate) schedule: String,
+    pub(crate) skipped: Vec<SkipDetail>,
+    pub(crate) suspend: bool,
+    pub(crate) timezone: String,
 }
 
 /// A tick that did not run: `missed` (`n_times` from `first` to `last`), `forbid` or
@@ -250,16 +251,16 @@ pub struct CronjobDetail {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SkipDetail {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub first: Option<String>,
+    pub(crate) first: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last: Option<String>,
-    pub message: String,
+    pub(crate) last: Option<String>,
+    pub(crate) message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub n_times: Option<u64>,
-    pub reason: String,
-    pub recorded_at: String,
+    pub(crate) n_times: Option<u64>,
+    pub(crate) reason: String,
+    pub(crate) recorded_at: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scheduled_at: Option<String>,
+    pub(crate) scheduled_at: Option<String>,
 }
 
 #[cfg(test)]

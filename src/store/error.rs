@@ -61,4 +61,4 @@ pub enum Error {
 }
 
 /// The store's result type.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;

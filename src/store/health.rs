@@ -18,23 +18,23 @@ pub const HEALTH_ENGINE: &str = "engine";
 /// The last check of one subject.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Health {
-    pub ok: bool,
+    pub(crate) ok: bool,
     /// The whole error chain of the last failure; empty when the last check succeeded.
-    pub error: String,
+    pub(crate) error: String,
     /// When the current streak of failures began; `None` while the subject is fine.
-    pub failing_since: Option<i64>,
-    pub checked_at: i64,
+    pub(crate) failing_since: Option<i64>,
+    pub(crate) checked_at: i64,
     pub last_success_at: Option<i64>,
 }
 
 impl Store {
     /// Records one check of `subject`: `Ok(())` or the error it failed with.
-    pub fn record_health(&self, subject: &str, outcome: Result<(), &str>) -> Result<()> {
+    pub(crate) fn record_health(&self, subject: &str, outcome: Result<(), &str>) -> Result<()> {
         self.record_health_at(subject, outcome, now_unix())
     }
 
     /// `record_health` at a given time (tests).
-    pub fn record_health_at(
+    pub(crate) fn record_health_at(
         &self,
         subject: &str,
         outcome: Result<(), &str>,

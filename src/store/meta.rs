@@ -11,9 +11,9 @@ use crate::model::HostSelection;
 
 /// `meta` key of the host selection the agent syncs with (JSON of `HostSelection`): which
 /// host of a fleet it is, for `status` and `plan`.
-pub const META_HOST_SELECTION: &str = "host_selection";
+pub(crate) const META_HOST_SELECTION: &str = "host_selection";
 /// `meta` key of what runs the agent's workloads (`docker` or `swarm`, `--runtime`).
-pub const META_RUNTIME: &str = "runtime";
+pub(crate) const META_RUNTIME: &str = "runtime";
 
 impl Store {
     /// This data dir's agent id, made with the database (`open`): the `voodu.agent` label on
@@ -41,7 +41,7 @@ impl Store {
     /// Takes over another identity (`voodu-agent --adopt`): the agent id, and the digest key
     /// when it is known, so the adopted containers count as this agent's own and, with the
     /// key, as current.
-    pub fn adopt_identity(&self, agent_id: &str, env_key: Option<&str>) -> Result<()> {
+    pub(crate) fn adopt_identity(&self, agent_id: &str, env_key: Option<&str>) -> Result<()> {
         self.with(|connection| {
             let tx = connection.transaction()?;
             let upsert = "INSERT INTO meta (key, value) VALUES (?1, ?2)
@@ -56,7 +56,7 @@ impl Store {
     }
 
     /// The key of this agent's keyed digests (`voodu.env_digest`), made once per data dir.
-    pub fn env_key(&self) -> Result<String> {
+    pub(crate) fn env_key(&self) -> Result<String> {
         self.with(|connection| {
             connection.execute(
                 "INSERT OR IGNORE INTO meta (key, value) VALUES ('env_key', ?1)",

@@ -31,29 +31,29 @@ mod status;
 mod triggers;
 
 /// What the store remembers of a deploy trigger (the manifest stage's type).
-pub use crate::manifest::triggers::TriggerState;
+pub(crate) use crate::manifest::triggers::TriggerState;
 pub use activity::{
-    Activity, MAX_ROWS as MAX_ACTIVITY_ROWS, Origin, RETENTION_SECS as ACTIVITY_RETENTION_SECS, Who,
+    Activity, ActivityOutcome, MAX_ROWS as MAX_ACTIVITY_ROWS, Origin,
+    RETENTION_SECS as ACTIVITY_RETENTION_SECS, Who,
 };
 pub use commits::{ApplySummary, CommitContext, CommitRecord, CommitSummary};
 pub(crate) use desired::key_from_row;
-pub use desired::{Desired, DesiredSummary, JournalEntry, Op};
+pub(crate) use desired::{Desired, DesiredSummary, Op};
 pub use detail::{
     AssetDetail, AssetFileDetail, CronjobDetail, DeploymentDetail, Detail, HealthCheckDetail,
     IngressDetail, JobDetail, PodDetail, ProxyDetail, RegistryDetail, ReplicaDetail, RouteDetail,
     RunDetail, SkipDetail, StatefulsetDetail, TlsDetail, VolumeDetail,
 };
-pub use error::{Error, Result};
+pub(crate) use error::{Error, Result};
 pub use health::{HEALTH_ENGINE, HEALTH_FETCH, Health};
-pub use meta::{META_HOST_SELECTION, META_RUNTIME};
+pub(crate) use meta::{META_HOST_SELECTION, META_RUNTIME};
 pub use releases::{
     AutoRollback, HALT_MARK, Pin, RELEASE_HISTORY_LIMIT, Release, ReleasePhase, RollbackOutcome,
     UnpinOutcome,
 };
 pub use runs::{CronState, JobRun, Readiness, RunStatus};
-pub use secrets::{Bucket, Buckets};
+pub(crate) use secrets::Buckets;
 pub use status::{FailureReason, Phase, ResourceStatus};
-pub use triggers::{ApprovedHold, META_TRIGGER_BASE};
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -188,7 +188,7 @@ impl Store {
     /// Receives a new value after each write a status view shows: a resource's status, a
     /// commit's outcome, a release's start or end, a health check (writes of this handle
     /// only; another process's are not seen).
-    pub fn subscribe_changes(&self) -> watch::Receiver<u64> {
+    pub(crate) fn subscribe_changes(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
     }
 
@@ -234,7 +234,7 @@ fn check_version(found: i64, path: &Path) -> Result<()> {
 
 /// Where the copy of `path` at schema `version`, kept before migrating it, lives:
 /// `state.db.schema-<version>.bak` beside it.
-pub fn schema_backup(path: &Path, version: i64) -> PathBuf {
+pub(crate) fn schema_backup(path: &Path, version: i64) -> PathBuf {
     sidecar(path, &format!(".schema-{version}.bak"))
 }
 

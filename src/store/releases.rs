@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 
 use rusqlite::{OptionalExtension, Transaction, params};
 
-use super::activity::{self, Entry, Who};
+use super::activity::{self, ActivityOutcome, Entry, Who};
 use super::desired::append_journal;
 use super::{Desired, Error, Result, Store, key_from_row, now_unix};
 use crate::manifest::spec::Spec;
@@ -72,19 +72,19 @@ impl ReleasePhase {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Release {
     pub id: i64,
-    pub key: ResourceKey,
+    pub(crate) key: ResourceKey,
     pub commit: CommitSha,
     pub spec_hash: SpecHash,
     /// The desired spec JSON at the time of the rollout.
-    pub snapshot: String,
+    pub(crate) snapshot: String,
     pub phase: ReleasePhase,
-    pub started_at: i64,
-    pub finished_at: Option<i64>,
+    pub(crate) started_at: i64,
+    pub(crate) finished_at: Option<i64>,
     pub message: String,
     /// For a rollback release: the release that was current when the operator rolled back.
     pub rolled_back_from: Option<i64>,
     /// The incarnation of the resource the release belongs to (`Desired::incarnation`).
-    pub incarnation: i64,
+    pub(crate) incarnation: i64,
 }
 
 /// Release records kept per resource (voodu keeps 10 and drops the oldest).
@@ -95,26 +95,26 @@ pub const RELEASE_HISTORY_LIMIT: usize = 10;
 pub struct Pin {
     pub key: ResourceKey,
     /// The rollback release that made the pin.
-    pub release_id: i64,
+    pub(crate) release_id: i64,
     /// The commit of the release rolled back to.
-    pub commit: CommitSha,
-    pub spec_hash: SpecHash,
+    pub(crate) commit: CommitSha,
+    pub(crate) spec_hash: SpecHash,
     /// The spec JSON git declared for the resource when it was pinned (`None`: not declared).
-    pub git_spec: Option<String>,
+    pub(crate) git_spec: Option<String>,
     /// The commit that last set `git_spec`.
-    pub git_commit: Option<CommitSha>,
-    pub pinned_at: i64,
+    pub(crate) git_commit: Option<CommitSha>,
+    pub(crate) pinned_at: i64,
 }
 
 /// What `rollback` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RollbackOutcome {
     /// The new, progressing release that re-applies the target's snapshot.
-    pub release: Release,
+    pub(crate) release: Release,
     /// The release whose snapshot is re-applied.
-    pub target: Release,
+    pub(crate) target: Release,
     /// True when git declares something else for the resource than the snapshot.
-    pub git_differs: bool,
+    pub(crate) git_differs: bool,
 }
 
 /// What `auto_rollback` did.
@@ -142,9 +142,9 @@ enum Trigger<'a> {
 pub struct UnpinOutcome {
     /// The commit git's version comes from (`None`: git does not declare the resource, so
     /// it is deleted).
-    pub git_commit: Option<CommitSha>,
+    pub(crate) git_commit: Option<CommitSha>,
     /// True when desired state changed (a journal row was appended).
-    pub changed: bool,
+    pub(crate) changed: bool,
 }
 
 const RELEASE_COLUMNS: &str = "id, commit_sha, spec_hash, snapshot, phase, started_at, finished_at, message, rolled_back_from, incarnation";
@@ -334,7 +334,7 @@ fn record_rollout(
     who: &Who,
     action: &str,
     id: i64,
-    outcome: &str,
+    outcome: ActivityOutcome,
     message: &str,
 ) -> Result<()> {
     let Some((kind, scope, name, commit)) = tx
@@ -616,7 +616,14 @@ impl Store {
                     incarnation: desired.incarnation,
                 },
             )?;
-            record_rollout(&tx, &Who::AGENT, "rollout", release.id, "started", &message)?;
+            record_rollout(
+                &tx,
+                &Who::AGENT,
+                "rollout",
+                release.id,
+                ActivityOutcome::Started,
+                &message,
+            )?;
             tx.commit()?;
             Ok(release)
         });
@@ -627,7 +634,7 @@ impl Store {
     /// Ends a progressing release as failed and halted before it touched replicas (a
     /// `pre_command` or `command` failed): the reconciler leaves it alone until desired state
     /// changes. `message` is appended to what the release already says.
-    pub fn halt_release(&self, id: i64, message: &str) -> Result<()> {
+    pub(crate) fn halt_release(&self, id: i64, message: &str) -> Result<()> {
         self.with(|connection| {
             let tx = connection.transaction()?;
             let ended = tx.execute(
@@ -637,7 +644,14 @@ impl Store {
                 params![id, now_unix(), message],
             )?;
             if ended > 0 {
-                record_rollout(&tx, &Who::AGENT, "rollout", id, "halted", message)?;
+                record_rollout(
+                    &tx,
+                    &Who::AGENT,
+                    "rollout",
+                    id,
+                    ActivityOutcome::Halted,
+                    message,
+                )?;
             }
             tx.commit()?;
             Ok(())
@@ -646,7 +660,7 @@ impl Store {
 
     /// Whether a release is halted: it failed, and the reconciler leaves the resource alone
     /// until desired state changes.
-    pub fn release_halted(&self, id: i64) -> Result<bool> {
+    pub(crate) fn release_halted(&self, id: i64) -> Result<bool> {
         self.with(|connection| {
             Ok(connection.query_row(
                 "SELECT halted FROM releases WHERE id = ?1",
@@ -673,7 +687,7 @@ impl Store {
     }
 
     /// Records the outcome of one hook stage of a release.
-    pub fn record_release_hook(
+    pub(crate) fn record_release_hook(
         &self,
         id: i64,
         stage: &str,
@@ -694,7 +708,7 @@ impl Store {
     /// Another attempt at `failed` (a rollout that failed before touching replicas, now able
     /// to go on): a new progressing release for `desired`, keeping what `failed` rolled back
     /// from (a retried rollback is still a rollback).
-    pub fn retry_release(&self, failed: &Release, desired: &Desired) -> Result<Release> {
+    pub(crate) fn retry_release(&self, failed: &Release, desired: &Desired) -> Result<Release> {
         self.with(|connection| {
             let tx = connection.transaction()?;
             let release = insert_release(
@@ -729,7 +743,7 @@ impl Store {
                 params![id, phase.as_str(), now_unix(), message],
             )?;
             if ended > 0 {
-                record_rollout(&tx, &Who::AGENT, "rollout", id, phase.as_str(), message)?;
+                record_rollout(&tx, &Who::AGENT, "rollout", id, phase.into(), message)?;
             }
             tx.commit()?;
             Ok(())
@@ -784,7 +798,7 @@ impl Store {
 
     /// Every resource the store knows by `scope` and `name`, of any kind: in desired state,
     /// with releases, or pinned. Used to resolve `SCOPE/NAME` on the command line.
-    pub fn keys_named(&self, scope: &str, name: &str) -> Result<Vec<ResourceKey>> {
+    pub(crate) fn keys_named(&self, scope: &str, name: &str) -> Result<Vec<ResourceKey>> {
         self.with(|connection| {
             let mut statement = connection.prepare_cached(
                 "SELECT kind FROM desired WHERE scope = ?1 AND name = ?2
@@ -807,7 +821,7 @@ impl Store {
     /// current desired one, in the current incarnation: what an operator means by "go back"
     /// (`rollback_target`). Failed and progressing releases never ran to completion and are
     /// refused.
-    pub fn rollback(&self, key: &ResourceKey, to: Option<&str>) -> Result<RollbackOutcome> {
+    pub(crate) fn rollback(&self, key: &ResourceKey, to: Option<&str>) -> Result<RollbackOutcome> {
         match self.roll_back(key, to, Trigger::Operator)? {
             AutoRollback::Done(outcome) => Ok(*outcome),
             AutoRollback::Halted | AutoRollback::Superseded => Err(Error::Rollback {
@@ -825,7 +839,7 @@ impl Store {
     /// earlier release of this incarnation ran — a first rollout, also the first after a
     /// delete and re-add — or `failed` was itself a rollback); `Superseded`, with nothing changed, when desired state
     /// moved on meanwhile.
-    pub fn auto_rollback(&self, failed: &Release, reason: &str) -> Result<AutoRollback> {
+    pub(crate) fn auto_rollback(&self, failed: &Release, reason: &str) -> Result<AutoRollback> {
         self.roll_back(&failed.key, None, Trigger::Automatic { failed, reason })
     }
 
@@ -859,7 +873,7 @@ impl Store {
                 // The failure and the halt mark go with the rollback, or alone when there is
                 // nothing to go back to: either way the commit is not retried on its own.
                 halt_release(&tx, failed.id, reason)?;
-                record_rollout(&tx, &Who::AGENT, "rollout", failed.id, "failed", reason)?;
+                record_rollout(&tx, &Who::AGENT, "rollout", failed.id, ActivityOutcome::Failed, reason)?;
                 if failed.rolled_back_from.is_some() {
                     tx.commit()?;
                     return Ok((AutoRollback::Halted, None));
@@ -961,18 +975,18 @@ impl Store {
             )?;
             match trigger {
                 Trigger::Operator => {
-                    record_rollout(&tx, &who, "rollback", release.id, "succeeded", &message)?;
+                    record_rollout(&tx, &who, "rollback", release.id, ActivityOutcome::Succeeded, &message)?;
                     record_rollout(
                         &tx,
                         &who,
                         "pin",
                         release.id,
-                        "succeeded",
+                        ActivityOutcome::Succeeded,
                         "auto-sync paused for it until git changes it or `voodu-agent unpin`",
                     )?;
                 }
                 Trigger::Automatic { .. } => {
-                    record_rollout(&tx, &Who::AGENT, "rollback.auto", release.id, "succeeded", &message)?;
+                    record_rollout(&tx, &Who::AGENT, "rollback.auto", release.id, ActivityOutcome::Succeeded, &message)?;
                 }
             }
             let head: i64 =
@@ -997,7 +1011,7 @@ impl Store {
     /// Clears the pin of `key` and gives desired state back to git, in one transaction:
     /// git's version of the resource is written (or, if git does not declare it, the
     /// resource is deleted), with its journal row.
-    pub fn unpin(&self, key: &ResourceKey) -> Result<UnpinOutcome> {
+    pub(crate) fn unpin(&self, key: &ResourceKey) -> Result<UnpinOutcome> {
         let who = self.who.clone();
         let (outcome, head) = self.with(|connection| {
             let tx = connection.transaction()?;
@@ -1035,7 +1049,7 @@ impl Store {
                 (None, None) => false,
             };
             let resource = key.to_string();
-            let mut entry = Entry::new("unpin", &who, "succeeded");
+            let mut entry = Entry::new("unpin", &who, ActivityOutcome::Succeeded);
             entry.commit = git_commit.as_ref();
             entry.resource = Some(&resource);
             entry.message = if changed {

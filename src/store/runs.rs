@@ -20,7 +20,7 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             RunStatus::Running => "running",
             RunStatus::Succeeded => "succeeded",
@@ -40,8 +40,8 @@ impl RunStatus {
 /// One run of a job or cronjob.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobRun {
-    pub id: i64,
-    pub key: ResourceKey,
+    pub(crate) id: i64,
+    pub(crate) key: ResourceKey,
     pub run_id: String,
     pub spec_hash: String,
     pub container: String,
@@ -57,7 +57,7 @@ pub struct JobRun {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CronState {
     /// The schedule (and time zone) the position belongs to; a change starts afresh.
-    pub schedule: String,
+    pub(crate) schedule: String,
     /// The last scheduled time handled (fired, skipped or missed), Unix seconds.
     pub last_scheduled: Option<i64>,
     pub next_run: Option<i64>,
@@ -84,7 +84,7 @@ const RUN_COLUMNS: &str =
 
 impl Store {
     /// Records a run that is starting; returns its row id.
-    pub fn begin_job_run(
+    pub(crate) fn begin_job_run(
         &self,
         key: &ResourceKey,
         run_id: &str,
@@ -104,7 +104,7 @@ impl Store {
     /// Finishes a run that ended at `ended_at` (Unix seconds; the engine's own end time when
     /// it has one). Once: a finished run is left as it is, and the answer says whether this
     /// call finished it.
-    pub fn finish_job_run(
+    pub(crate) fn finish_job_run(
         &self,
         id: i64,
         status: RunStatus,
@@ -150,7 +150,7 @@ impl Store {
 
     /// Keeps the newest `succeeded` and `failed` runs up to the limits (running runs stay);
     /// returns the container names of the runs dropped.
-    pub fn trim_job_runs(
+    pub(crate) fn trim_job_runs(
         &self,
         key: &ResourceKey,
         keep_succeeded: usize,
@@ -187,7 +187,7 @@ impl Store {
     }
 
     /// Removes every run record of a resource.
-    pub fn delete_job_runs(&self, key: &ResourceKey) -> Result<()> {
+    pub(crate) fn delete_job_runs(&self, key: &ResourceKey) -> Result<()> {
         self.with(|connection| {
             connection.execute(
                 "DELETE FROM job_runs WHERE kind = ?1 AND scope = ?2 AND name = ?3",
@@ -215,7 +215,7 @@ impl Store {
         })
     }
 
-    pub fn put_cron_state(&self, scope: &str, name: &str, state: &CronState) -> Result<()> {
+    pub(crate) fn put_cron_state(&self, scope: &str, name: &str, state: &CronState) -> Result<()> {
         self.with(|connection| {
             connection.execute(
                 "INSERT INTO cron_state (scope, name, schedule, last_scheduled, next_run) VALUES (?1, ?2, ?3, ?4, ?5)
@@ -227,7 +227,7 @@ impl Store {
         })
     }
 
-    pub fn delete_cron_state(&self, scope: &str, name: &str) -> Result<()> {
+    pub(crate) fn delete_cron_state(&self, scope: &str, name: &str) -> Result<()> {
         self.with(|connection| {
             connection.execute(
                 "DELETE FROM cron_state WHERE scope = ?1 AND name = ?2",
@@ -290,7 +290,7 @@ impl Store {
 
     /// Forgets the readiness row of one container instance (a row the name's next container
     /// already rewrote is kept).
-    pub fn forget_readiness_of(&self, container: &str, container_id: &str) -> Result<()> {
+    pub(crate) fn forget_readiness_of(&self, container: &str, container_id: &str) -> Result<()> {
         self.with(|connection| {
             connection.execute(
                 "DELETE FROM readiness WHERE container = ?1 AND container_id = ?2",
@@ -302,7 +302,10 @@ impl Store {
 
     /// Keeps only the rows of containers in `alive` (ids); returns how many went. Rows of
     /// containers removed while no runner watched them (agent down, a failed delete) go here.
-    pub fn retain_readiness(&self, alive: &std::collections::BTreeSet<String>) -> Result<usize> {
+    pub(crate) fn retain_readiness(
+        &self,
+        alive: &std::collections::BTreeSet<String>,
+    ) -> Result<usize> {
         self.with(|connection| {
             let tx = connection.transaction()?;
             let rows: Vec<(String, String)> = {
@@ -326,7 +329,7 @@ impl Store {
     }
 
     /// Forgets the readiness of containers that no longer exist.
-    pub fn forget_readiness(&self, containers: &[String]) -> Result<()> {
+    pub(crate) fn forget_readiness(&self, containers: &[String]) -> Result<()> {
         self.with(|connection| {
             for container in containers {
                 connection.execute(

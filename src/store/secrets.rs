@@ -12,12 +12,12 @@ use std::fmt;
 
 use rusqlite::{OptionalExtension, params};
 
-use super::activity::{self, Entry, Origin, Who};
+use super::activity::{self, ActivityOutcome, Entry, Origin, Who};
 use super::{Result, Store};
 
 /// One bucket's values. `Debug` redacts them.
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct Bucket(pub BTreeMap<String, String>);
+pub(crate) struct Bucket(pub(crate) BTreeMap<String, String>);
 
 impl fmt::Debug for Bucket {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -28,7 +28,7 @@ impl fmt::Debug for Bucket {
 }
 
 /// All buckets by `(scope, name)`.
-pub type Buckets = BTreeMap<(String, String), BTreeMap<String, String>>;
+pub(crate) type Buckets = BTreeMap<(String, String), BTreeMap<String, String>>;
 
 impl Store {
     /// Sets `pairs` in bucket `(scope, name)`. Returns the keys whose value changed. A change
@@ -85,7 +85,12 @@ impl Store {
 
     /// Removes `keys` from bucket `(scope, name)`. Returns the keys that were there. Queues the
     /// workloads as `config_set` does.
-    pub fn config_unset(&self, scope: &str, name: &str, keys: &[String]) -> Result<Vec<String>> {
+    pub(crate) fn config_unset(
+        &self,
+        scope: &str,
+        name: &str,
+        keys: &[String],
+    ) -> Result<Vec<String>> {
         let (removed, head) = self.with(|connection| {
             let tx = connection.transaction()?;
             let mut removed = Vec::new();
@@ -118,7 +123,7 @@ impl Store {
     }
 
     /// One bucket's values.
-    pub fn config_get(&self, scope: &str, name: &str) -> Result<Bucket> {
+    pub(crate) fn config_get(&self, scope: &str, name: &str) -> Result<Bucket> {
         self.with(|connection| {
             let mut statement = connection.prepare_cached(
                 "SELECT key, value FROM config WHERE scope = ?1 AND name = ?2 ORDER BY key",
@@ -179,7 +184,7 @@ impl Store {
     }
 
     /// Bumped by every bucket change.
-    pub fn config_version(&self) -> Result<i64> {
+    pub(crate) fn config_version(&self) -> Result<i64> {
         self.with(|connection| {
             Ok(connection
                 .query_row(
@@ -195,7 +200,7 @@ impl Store {
 
     /// Makes sure bucket `(scope, name)` has `key`, setting it to `generate()` if missing.
     /// Returns true when it generated one.
-    pub fn ensure_config(
+    pub(crate) fn ensure_config(
         &self,
         scope: &str,
         name: &str,
@@ -239,7 +244,7 @@ impl Store {
     }
 
     /// Asset bytes by digest.
-    pub fn blob(&self, digest: &str) -> Result<Option<Vec<u8>>> {
+    pub(crate) fn blob(&self, digest: &str) -> Result<Option<Vec<u8>>> {
         self.with(|connection| {
             Ok(connection
                 .query_row(
@@ -276,7 +281,7 @@ fn record_config(
     } else {
         keys.join(" ")
     };
-    let mut entry = Entry::new(action, who, "succeeded");
+    let mut entry = Entry::new(action, who, ActivityOutcome::Succeeded);
     entry.resource = Some(&resource);
     entry.message = &message;
     entry.data = serde_json::json!({ "keys": digests });

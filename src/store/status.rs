@@ -46,7 +46,7 @@ impl ResourceStatus {
     }
 
     /// A `Failed` status for `reason`, stamped now.
-    pub fn failed(reason: FailureReason, message: impl Into<String>) -> ResourceStatus {
+    pub(crate) fn failed(reason: FailureReason, message: impl Into<String>) -> ResourceStatus {
         ResourceStatus {
             reason: Some(reason),
             ..ResourceStatus::new(Phase::Failed, message)
@@ -80,7 +80,7 @@ pub enum Phase {
 }
 
 impl Phase {
-    pub const ALL: [Phase; 10] = [
+    pub(crate) const ALL: [Phase; 10] = [
         Phase::Ready,
         Phase::Progressing,
         Phase::Degraded,
@@ -109,7 +109,7 @@ impl Phase {
     }
 
     /// The phase stored as `text`; an unknown text is a row this agent cannot read.
-    pub fn parse(text: &str) -> Result<Phase> {
+    pub(crate) fn parse(text: &str) -> Result<Phase> {
         Phase::ALL
             .into_iter()
             .find(|phase| phase.as_str() == text)
@@ -191,7 +191,7 @@ pub enum FailureReason {
 }
 
 impl FailureReason {
-    pub const ALL: [FailureReason; 23] = [
+    pub(crate) const ALL: [FailureReason; 23] = [
         FailureReason::ImageMissing,
         FailureReason::PullFailed,
         FailureReason::Credentials,
@@ -217,7 +217,7 @@ impl FailureReason {
         FailureReason::Interrupted,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             FailureReason::ImageMissing => "ImageMissing",
             FailureReason::PullFailed => "PullFailed",
@@ -246,7 +246,7 @@ impl FailureReason {
     }
 
     /// The reason stored as `text`; an unknown text is a row this agent cannot read.
-    pub fn parse(text: &str) -> Result<FailureReason> {
+    pub(crate) fn parse(text: &str) -> Result<FailureReason> {
         FailureReason::ALL
             .into_iter()
             .find(|reason| reason.as_str() == text)
@@ -393,7 +393,7 @@ impl Store {
     /// The status a handler is about to replace: like `status`, but a row this agent cannot
     /// read (`Error::Unknown`: a newer agent's phase or reason) is `None`, since the write
     /// that follows replaces it; every other error stays an error.
-    pub fn previous_status(&self, key: &ResourceKey) -> Result<Option<ResourceStatus>> {
+    pub(crate) fn previous_status(&self, key: &ResourceKey) -> Result<Option<ResourceStatus>> {
         match self.status(key) {
             Err(Error::Unknown { .. }) => Ok(None),
             other => other,
@@ -415,7 +415,7 @@ impl Store {
     /// position or readiness rows. The reconciler's boot replay visits them all, so a resource
     /// deleted while it was not running leaves nothing behind. Rows of a kind this agent does
     /// not know are skipped.
-    pub fn state_keys(&self) -> Result<Vec<ResourceKey>> {
+    pub(crate) fn state_keys(&self) -> Result<Vec<ResourceKey>> {
         self.with(|connection| {
             let mut statement = connection.prepare_cached(
                 "SELECT kind, scope, name FROM status
@@ -443,7 +443,10 @@ impl Store {
     }
 
     /// The keys whose status is `Failed` for one of `reasons`, ordered by key.
-    pub fn statuses_failed_with(&self, reasons: &[FailureReason]) -> Result<Vec<ResourceKey>> {
+    pub(crate) fn statuses_failed_with(
+        &self,
+        reasons: &[FailureReason],
+    ) -> Result<Vec<ResourceKey>> {
         let reasons: Vec<&str> = reasons.iter().map(|reason| reason.as_str()).collect();
         self.with(|connection| {
             let mut statement = connection.prepare_cached(

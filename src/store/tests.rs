@@ -1622,6 +1622,48 @@ fn the_activity_log_keeps_30_days_and_pages_by_time() -> TestResult {
 }
 
 #[test]
+fn activity_outcomes_of_an_existing_state_db_read_back_as_written_and_an_unknown_one_is_kept()
+-> TestResult {
+    let f = fixture()?;
+    // Every text rows were written with before the outcome was an enum, then one only a
+    // newer agent would write.
+    let texts = [
+        "succeeded",
+        "failed",
+        "held",
+        "requested",
+        "started",
+        "superseded",
+        "halted",
+        "progressing",
+        "rolled-back",
+        "paused-by-a-newer-agent",
+    ];
+    let connection = rusqlite::Connection::open(&f.path)?;
+    for text in texts {
+        connection.execute(
+            "INSERT INTO activity (at, action, origin, outcome) VALUES (?1, 'rollout', 'agent', ?2)",
+            rusqlite::params![now_unix(), text],
+        )?;
+    }
+    let (rows, _) = f.store.activity(0, 100)?;
+    let read: Vec<&str> = rows.iter().map(|row| row.outcome.as_str()).collect();
+    assert_eq!(read, texts);
+    assert_eq!(rows[0].outcome, ActivityOutcome::Succeeded);
+    assert_eq!(rows[8].outcome, ActivityOutcome::RolledBack);
+    assert_eq!(
+        rows[9].outcome,
+        ActivityOutcome::Unknown("paused-by-a-newer-agent".to_owned())
+    );
+    assert_eq!(
+        serde_json::to_string(&rows.iter().map(|row| &row.outcome).collect::<Vec<_>>())?,
+        serde_json::to_string(&texts)?,
+        "the JSON is the stored text"
+    );
+    Ok(())
+}
+
+#[test]
 fn approve_marks_only_held_commits_and_says_what_is_held() -> TestResult {
     use crate::manifest::triggers::{Held, TriggerState};
     let f = fixture()?;

@@ -9,21 +9,21 @@
 
 use rusqlite::params;
 
-use super::activity::{self, Entry};
+use super::activity::{self, ActivityOutcome, Entry};
 use super::{Error, Result, Store, now_unix};
 use crate::manifest::triggers::{Applied, Approval, Held, TriggerState};
 use crate::model::CommitSha;
 
 /// The `meta` key of the commit the next commit's changed paths are diffed from.
-pub const META_TRIGGER_BASE: &str = "trigger_base";
+pub(crate) const META_TRIGGER_BASE: &str = "trigger_base";
 
 /// One hold an `approve` marked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApprovedHold {
-    pub trigger: String,
-    pub path: String,
-    pub commit: CommitSha,
-    pub file: String,
+    pub(crate) trigger: String,
+    pub(crate) path: String,
+    pub(crate) commit: CommitSha,
+    pub(crate) file: String,
 }
 
 impl Store {
@@ -33,7 +33,7 @@ impl Store {
     }
 
     /// The last applied commit of a repository with trigger files.
-    pub fn trigger_base(&self) -> Result<Option<CommitSha>> {
+    pub(crate) fn trigger_base(&self) -> Result<Option<CommitSha>> {
         Ok(self.meta(META_TRIGGER_BASE)?.map(CommitSha::new))
     }
 
@@ -104,7 +104,7 @@ impl Store {
                     params![hold.path, who.actor.as_deref().unwrap_or_default(), now],
                 )?;
                 let resource = format!("trigger/{}", hold.trigger);
-                let mut entry = Entry::new("approve", &who, "requested");
+                let mut entry = Entry::new("approve", &who, ActivityOutcome::Requested);
                 entry.commit = Some(&hold.commit);
                 entry.resource = Some(&resource);
                 entry.message = "approved; the agent applies it at its next sync";

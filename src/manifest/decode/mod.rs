@@ -35,7 +35,7 @@ pub(crate) use sources::LoadEnv;
 pub struct Resource {
     pub key: ResourceKey,
     pub spec: Spec,
-    pub origin: Diagnostic,
+    pub(crate) origin: Diagnostic,
 }
 
 /// A resource with the references its spec makes, for the cross-resource checks.

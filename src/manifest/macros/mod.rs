@@ -37,7 +37,7 @@ use crate::model::{Kind, ResourceKey};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SecretRequest {
     /// The app bucket `(scope, name)`.
-    pub bucket: (String, String),
+    pub(crate) bucket: (String, String),
     pub key: String,
 }
 

@@ -19,7 +19,7 @@ pub struct AssetSpec {
 
 impl AssetSpec {
     /// Changes exactly when some key's bytes (or the key set) change.
-    pub fn spec_hash(&self) -> SpecHash {
+    pub(crate) fn spec_hash(&self) -> SpecHash {
         let digests: BTreeMap<&str, &str> = self
             .files
             .iter()
@@ -33,19 +33,19 @@ impl AssetSpec {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AssetFile {
     /// `inline`, `file` or `url`.
-    pub source: String,
+    pub(crate) source: String,
     /// `file`: the repo path read; `url`: the URL fetched.
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub origin: String,
+    pub(crate) origin: String,
     /// `url` only: `error` or `stale` (default; `skip` behaves as `stale`, as in voodu).
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub on_failure: String,
+    pub(crate) on_failure: String,
     /// Lowercase hex sha256 of the bytes.
     pub digest: String,
-    pub size: u64,
+    pub(crate) size: u64,
     /// `file` only: the source is SOPS-encrypted. The digest and size are the encrypted
     /// file's; the host decrypts it with its age identities and writes the clear bytes with
     /// mode 0600 (agent extension).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub sealed: bool,
+    pub(crate) sealed: bool,
 }

@@ -11,17 +11,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::ResourceKey;
 
-pub use crate::model::policy::DEFAULT_NETWORK;
+pub(crate) use crate::model::policy::DEFAULT_NETWORK;
 /// voodu's controller default restart policy.
-pub const DEFAULT_RESTART: &str = "unless-stopped";
+pub(crate) const DEFAULT_RESTART: &str = "unless-stopped";
 
 /// An `env_file` encrypted with SOPS: its repo path, the sha256 of its (encrypted) bytes, and
 /// the variables it supplies.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SealedEnv {
-    pub path: String,
-    pub digest: String,
-    pub keys: Vec<String>,
+pub(crate) struct SealedEnv {
+    pub(crate) path: String,
+    pub(crate) digest: String,
+    pub(crate) keys: Vec<String>,
 }
 
 /// voodu's §2.0 container fields, common to every container kind.
@@ -41,40 +41,40 @@ pub struct Container {
     /// container is created (agent extension; out of voodu's spec hash, covered by the
     /// keyed `voodu.env_digest` as config buckets are).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub env_sealed: Vec<SealedEnv>,
+    pub(crate) env_sealed: Vec<SealedEnv>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env_from: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<String>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub network: String,
+    pub(crate) network: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub networks: Vec<String>,
+    pub(crate) networks: Vec<String>,
     /// `""`, `host` or `none`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub network_mode: String,
+    pub(crate) network_mode: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub extra_hosts: Vec<String>,
+    pub(crate) extra_hosts: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub cap_add: Vec<String>,
+    pub(crate) cap_add: Vec<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub ulimits: BTreeMap<String, String>,
+    pub(crate) ulimits: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub docker_options: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub build: Option<Build>,
+    pub(crate) build: Option<Build>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub depends_on: Option<DependsOn>,
+    pub(crate) depends_on: Option<DependsOn>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<Resources>,
+    pub(crate) resources: Option<Resources>,
     /// Always present after the parser default (`max_size = "10m"`, `max_files = 3`).
     #[serde(default)]
-    pub logs: Logs,
+    pub(crate) logs: Logs,
 }
 
 impl Container {
     /// The image to run: the manifest's, or voodu's build-mode default `<AppID>:latest`.
-    pub fn effective_image(&self, key: &ResourceKey) -> String {
+    pub(crate) fn effective_image(&self, key: &ResourceKey) -> String {
         if self.image.is_empty() {
             format!("{}:latest", key.app_id())
         } else {
@@ -84,7 +84,7 @@ impl Container {
 
     /// Bridge mode: `networks` (or the legacy `network`) with `voodu0` appended when absent;
     /// the first entry is the primary network. Host or none mode: no networks.
-    pub fn effective_networks(&self) -> Vec<String> {
+    pub(crate) fn effective_networks(&self) -> Vec<String> {
         if !self.network_mode.is_empty() {
             return Vec::new();
         }
@@ -106,57 +106,57 @@ impl Container {
 /// `build {}` (spec §2.10.1). The agent does not build images: a build-mode resource runs
 /// `<AppID>:latest`, which must already exist on the host.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Build {
+pub(crate) struct Build {
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub context: String,
+    pub(crate) context: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub dockerfile: String,
+    pub(crate) dockerfile: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub path: String,
+    pub(crate) path: String,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub args: BTreeMap<String, String>,
+    pub(crate) args: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lang: Option<Lang>,
+    pub(crate) lang: Option<Lang>,
 }
 
 /// `build { lang {} }`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Lang {
+pub(crate) struct Lang {
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub name: String,
+    pub(crate) name: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub version: String,
+    pub(crate) version: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub entrypoint: String,
+    pub(crate) entrypoint: String,
 }
 
 /// `depends_on { assets = [...] }` (spec §2.10.3): `name.key` or `scope.name.key`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DependsOn {
+pub(crate) struct DependsOn {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub assets: Vec<String>,
+    pub(crate) assets: Vec<String>,
 }
 
 /// `resources { limits { cpu, memory } }` (spec §2.10.4).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Resources {
+pub(crate) struct Resources {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limits: Option<Limits>,
+    pub(crate) limits: Option<Limits>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Limits {
+pub(crate) struct Limits {
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub cpu: String,
+    pub(crate) cpu: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub memory: String,
+    pub(crate) memory: String,
 }
 
 /// `logs {}` (spec §2.10.6) after parser defaults.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Logs {
-    pub max_size: String,
-    pub max_files: i64,
+pub(crate) struct Logs {
+    pub(crate) max_size: String,
+    pub(crate) max_files: i64,
 }
 
 impl Default for Logs {
@@ -172,11 +172,11 @@ impl Default for Logs {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Probes {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub liveness: Option<Probe>,
+    pub(crate) liveness: Option<Probe>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readiness: Option<Probe>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub startup: Option<Probe>,
+    pub(crate) startup: Option<Probe>,
 }
 
 /// One probe: exactly one action plus timing. Durations are kept as written (Go syntax);
@@ -184,36 +184,36 @@ pub struct Probes {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Probe {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub http_get: Option<HttpGet>,
+    pub(crate) http_get: Option<HttpGet>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tcp_socket: Option<TcpSocket>,
+    pub(crate) tcp_socket: Option<TcpSocket>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exec: Option<ExecAction>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub initial_delay: String,
+    pub(crate) initial_delay: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub period: String,
+    pub(crate) period: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub timeout: String,
+    pub(crate) timeout: String,
     #[serde(default, skip_serializing_if = "is_zero")]
-    pub failure_threshold: i64,
+    pub(crate) failure_threshold: i64,
     #[serde(default, skip_serializing_if = "is_zero")]
-    pub success_threshold: i64,
+    pub(crate) success_threshold: i64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HttpGet {
-    pub path: String,
-    pub port: i64,
+pub(crate) struct HttpGet {
+    pub(crate) path: String,
+    pub(crate) port: i64,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub scheme: String,
+    pub(crate) scheme: String,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub http_headers: BTreeMap<String, String>,
+    pub(crate) http_headers: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TcpSocket {
-    pub port: i64,
+pub(crate) struct TcpSocket {
+    pub(crate) port: i64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -223,50 +223,50 @@ pub struct ExecAction {
 
 /// `init "name" {}` (spec §2.10.8), in declaration order.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Init {
-    pub name: String,
+pub(crate) struct Init {
+    pub(crate) name: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub image: String,
+    pub(crate) image: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub command: Vec<String>,
+    pub(crate) command: Vec<String>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub timeout: String,
+    pub(crate) timeout: String,
     #[serde(default, skip_serializing_if = "is_zero")]
-    pub retries: i64,
+    pub(crate) retries: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<Resources>,
+    pub(crate) resources: Option<Resources>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub ulimits: BTreeMap<String, String>,
+    pub(crate) ulimits: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub docker_options: Vec<String>,
+    pub(crate) docker_options: Vec<String>,
 }
 
 /// `autoscale {}` (spec §2.10.5).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Autoscale {
+pub(crate) struct Autoscale {
     #[serde(default, skip_serializing_if = "is_zero")]
-    pub min: i64,
+    pub(crate) min: i64,
     #[serde(default, skip_serializing_if = "is_zero")]
-    pub max: i64,
+    pub(crate) max: i64,
     #[serde(default, skip_serializing_if = "is_zero")]
-    pub cpu_target: i64,
+    pub(crate) cpu_target: i64,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub cooldown_up: String,
+    pub(crate) cooldown_up: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub cooldown_down: String,
+    pub(crate) cooldown_down: String,
 }
 
 /// `release {}` (spec §2.10.2).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReleaseHooks {
+pub(crate) struct ReleaseHooks {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub command: Vec<String>,
+    pub(crate) command: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub pre_command: Vec<String>,
+    pub(crate) pre_command: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub post_command: Vec<String>,
+    pub(crate) post_command: Vec<String>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub timeout: String,
+    pub(crate) timeout: String,
 }
 
 /// `drain { grace, timeout }` on a deployment or statefulset (voodu 2026, `drain.mdx`): how
@@ -284,11 +284,11 @@ pub struct Drain {
 }
 
 /// Docker's own stop grace, used when `drain.grace` is unset or zero (never 0).
-pub const DEFAULT_STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+pub(crate) const DEFAULT_STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Drain {
     /// The SIGTERM → SIGKILL gap of a replica of a resource with `drain` (or none).
-    pub fn grace_of(drain: Option<&Drain>) -> std::time::Duration {
+    pub(crate) fn grace_of(drain: Option<&Drain>) -> std::time::Duration {
         drain
             .and_then(|drain| crate::model::parse_go_duration(&drain.grace))
             .filter(|grace| !grace.is_zero())
@@ -298,45 +298,45 @@ impl Drain {
 
 /// `on_deploy {}`: webhook targets fired after a rollout (spec §2.10.9).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OnDeploy {
+pub(crate) struct OnDeploy {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub success: Vec<WebhookTarget>,
+    pub(crate) success: Vec<WebhookTarget>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub failure: Vec<WebhookTarget>,
+    pub(crate) failure: Vec<WebhookTarget>,
 }
 
 /// `on_probe {}`: webhook targets fired on probe transitions (spec §2.10.9).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OnProbe {
+pub(crate) struct OnProbe {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub failure: Vec<WebhookTarget>,
+    pub(crate) failure: Vec<WebhookTarget>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub recovery: Vec<WebhookTarget>,
+    pub(crate) recovery: Vec<WebhookTarget>,
 }
 
 /// One webhook target.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WebhookTarget {
-    pub url: String,
+pub(crate) struct WebhookTarget {
+    pub(crate) url: String,
     /// Upper-cased; empty means POST.
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub method: String,
+    pub(crate) method: String,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub headers: BTreeMap<String, String>,
+    pub(crate) headers: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body: Option<serde_json::Value>,
+    pub(crate) body: Option<serde_json::Value>,
     /// An `${asset.…}` reference to a JSON template.
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub file: String,
+    pub(crate) file: String,
 }
 
 /// `volume_claim "name" {}` (spec §2.3).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VolumeClaim {
-    pub name: String,
+    pub(crate) name: String,
     pub mount_path: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub size: String,
+    pub(crate) size: String,
 }
 
 pub(crate) fn is_zero(value: &i64) -> bool {
@@ -375,7 +375,7 @@ pub(crate) fn normalized_ports(ports: &[String]) -> Vec<String> {
 
 /// voodu's `normalizePort`: `[…` unchanged; no `:` → `127.0.0.1::<p>`; one `:` →
 /// `127.0.0.1:<p>`; two or more → unchanged (spec §6.4).
-pub fn normalize_port(port: &str) -> String {
+pub(crate) fn normalize_port(port: &str) -> String {
     if port.starts_with('[') {
         return port.to_owned();
     }
@@ -388,7 +388,7 @@ pub fn normalize_port(port: &str) -> String {
 
 /// The container port of a raw `ports` entry (after `/proto`, the part after the last `:`),
 /// as voodu's ingress resolves it (spec §7.14).
-pub fn container_port(port: &str) -> Option<u16> {
+pub(crate) fn container_port(port: &str) -> Option<u16> {
     let address = port.split('/').next().unwrap_or(port);
     address.rsplit(':').next()?.parse().ok()
 }

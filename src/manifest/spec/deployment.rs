@@ -27,28 +27,28 @@ pub struct DeploymentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ports: Vec<String>,
+    pub(crate) ports: Vec<String>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub restart: String,
+    pub(crate) restart: String,
     /// voodu's parser default is `"/"`; only ingress health checks read it.
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub health_check: String,
+    pub(crate) health_check: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub post_deploy: Vec<String>,
+    pub(crate) post_deploy: Vec<String>,
     #[serde(default, skip_serializing_if = "is_zero")]
-    pub keep_releases: i64,
+    pub(crate) keep_releases: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub release: Option<ReleaseHooks>,
+    pub(crate) release: Option<ReleaseHooks>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub autoscale: Option<Autoscale>,
+    pub(crate) autoscale: Option<Autoscale>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub on_deploy: Option<OnDeploy>,
+    pub(crate) on_deploy: Option<OnDeploy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub on_probe: Option<OnProbe>,
+    pub(crate) on_probe: Option<OnProbe>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub probes: Option<Probes>,
+    pub(crate) probes: Option<Probes>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub inits: Vec<Init>,
+    pub(crate) inits: Vec<Init>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<Drain>,
     /// Plugin-owned nested blocks, in order (voodu 2026); never hashed.
@@ -65,13 +65,13 @@ pub struct DeploymentSpec {
 
 impl DeploymentSpec {
     /// Desired replica count: omitted or below 1 means 1, as voodu's controller does.
-    pub fn n_replicas(&self) -> usize {
+    pub(crate) fn n_replicas(&self) -> usize {
         replica_count(self.replicas)
     }
 
     /// Replicas to run given the autoscaler's count (`scaled`): that count within the
     /// current `autoscale` bounds while `autoscale` is set, else `n_replicas`.
-    pub fn effective_replicas(&self, scaled: Option<usize>) -> usize {
+    pub(crate) fn effective_replicas(&self, scaled: Option<usize>) -> usize {
         match (&self.autoscale, scaled) {
             (Some(autoscale), Some(scaled)) => {
                 let low = clamp_replicas(autoscale.min);
@@ -82,7 +82,7 @@ impl DeploymentSpec {
         }
     }
 
-    pub fn effective_restart(&self) -> &str {
+    pub(crate) fn effective_restart(&self) -> &str {
         restart_or_default(&self.restart)
     }
 
@@ -90,7 +90,7 @@ impl DeploymentSpec {
     /// 2026 `drain.mdx`): yes, unless a host port is pinned (`"3000:8080"`: two replicas
     /// cannot bind it at once) or the container shares the host's network (every port it
     /// listens on is the host's).
-    pub fn surges(&self) -> bool {
+    pub(crate) fn surges(&self) -> bool {
         self.container.network_mode != "host"
             && !self
                 .normalized_ports()
@@ -99,12 +99,12 @@ impl DeploymentSpec {
     }
 
     /// Ports after voodu's loopback normalisation (spec §6.4); none in host/none mode.
-    pub fn normalized_ports(&self) -> Vec<String> {
+    pub(crate) fn normalized_ports(&self) -> Vec<String> {
         normalized_ports(&self.ports)
     }
 
     /// voodu's deployment spec hash.
-    pub fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
+    pub(crate) fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
         let container = &self.container;
         let mut networks = container.effective_networks();
         networks.sort();

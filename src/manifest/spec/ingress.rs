@@ -20,16 +20,16 @@ pub struct IngressSpec {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub port: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls: Option<Tls>,
+    pub(crate) tls: Option<Tls>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub locations: Vec<Location>,
+    pub(crate) locations: Vec<Location>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lb: Option<LoadBalancing>,
+    pub(crate) lb: Option<LoadBalancing>,
 }
 
 impl IngressSpec {
     /// The deployment this ingress routes to.
-    pub fn effective_service<'a>(&'a self, name: &'a str) -> &'a str {
+    pub(crate) fn effective_service<'a>(&'a self, name: &'a str) -> &'a str {
         if self.service.is_empty() {
             name
         } else {
@@ -37,41 +37,41 @@ impl IngressSpec {
         }
     }
 
-    pub fn spec_hash(&self) -> SpecHash {
+    pub(crate) fn spec_hash(&self) -> SpecHash {
         go_json_sha256(self)
     }
 }
 
 /// `tls {}`: `enabled` defaults to true when the block is present.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Tls {
-    pub enabled: bool,
+pub(crate) struct Tls {
+    pub(crate) enabled: bool,
     /// `letsencrypt` (default) or `internal`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub provider: String,
+    pub(crate) provider: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub email: String,
+    pub(crate) email: String,
     #[serde(default, skip_serializing_if = "is_false")]
-    pub on_demand: bool,
+    pub(crate) on_demand: bool,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub ask: String,
+    pub(crate) ask: String,
 }
 
 /// `location {}`: a path prefix, optionally stripped before proxying.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Location {
-    pub path: String,
+pub(crate) struct Location {
+    pub(crate) path: String,
     #[serde(default, skip_serializing_if = "is_false")]
-    pub strip: bool,
+    pub(crate) strip: bool,
 }
 
 /// `lb {}`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LoadBalancing {
+pub(crate) struct LoadBalancing {
     /// `round_robin` (default), `random`, `least_conn`, `ip_hash`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub policy: String,
+    pub(crate) policy: String,
     /// Active health-check interval (Go duration); empty means none.
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub interval: String,
+    pub(crate) interval: String,
 }

@@ -18,35 +18,35 @@ use crate::model::{ResourceKey, SpecHash};
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobSpec {
     #[serde(flatten)]
-    pub container: Container,
+    pub(crate) container: Container,
     /// Go duration; empty means no deadline.
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub timeout: String,
+    pub(crate) timeout: String,
     /// Default 3 (spec §2.5: 0 → 3).
     #[serde(default, skip_serializing_if = "is_zero")]
-    pub successful_history_limit: i64,
+    pub(crate) successful_history_limit: i64,
     /// Default 1 (spec §2.5: 0 → 1).
     #[serde(default, skip_serializing_if = "is_zero")]
-    pub failed_history_limit: i64,
+    pub(crate) failed_history_limit: i64,
     #[serde(
         rename = "_asset_digests",
         default,
         skip_serializing_if = "BTreeMap::is_empty"
     )]
-    pub asset_digests: BTreeMap<String, String>,
+    pub(crate) asset_digests: BTreeMap<String, String>,
 }
 
 impl JobSpec {
-    pub fn successful_history(&self) -> usize {
+    pub(crate) fn successful_history(&self) -> usize {
         history_limit(self.successful_history_limit, 3)
     }
 
-    pub fn failed_history(&self) -> usize {
+    pub(crate) fn failed_history(&self) -> usize {
         history_limit(self.failed_history_limit, 1)
     }
 
     /// The agent's job hash: a job runs once per value of it.
-    pub fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
+    pub(crate) fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
         go_json_sha256(&self.hashed(key))
     }
 
@@ -87,33 +87,33 @@ fn history_limit(value: i64, default: usize) -> usize {
 /// A scheduled job. The job fields sit flat at the HCL root and under `job` in JSON.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CronjobSpec {
-    pub schedule: String,
-    pub job: JobSpec,
+    pub(crate) schedule: String,
+    pub(crate) job: JobSpec,
     /// `""` (= Allow), `Allow` or `Forbid`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub concurrency_policy: String,
+    pub(crate) concurrency_policy: String,
     /// IANA name; empty means UTC.
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub timezone: String,
+    pub(crate) timezone: String,
     #[serde(default, skip_serializing_if = "is_false")]
-    pub suspend: bool,
+    pub(crate) suspend: bool,
     #[serde(default, skip_serializing_if = "is_zero")]
-    pub successful_history_limit: i64,
+    pub(crate) successful_history_limit: i64,
     #[serde(default, skip_serializing_if = "is_zero")]
-    pub failed_history_limit: i64,
+    pub(crate) failed_history_limit: i64,
 }
 
 impl CronjobSpec {
-    pub fn successful_history(&self) -> usize {
+    pub(crate) fn successful_history(&self) -> usize {
         history_limit(self.successful_history_limit, 3)
     }
 
-    pub fn failed_history(&self) -> usize {
+    pub(crate) fn failed_history(&self) -> usize {
         history_limit(self.failed_history_limit, 1)
     }
 
     /// The agent's cronjob hash: the job's hash plus the schedule fields.
-    pub fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
+    pub(crate) fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
         go_json_sha256(&HashedCronjob {
             schedule: &self.schedule,
             timezone: &self.timezone,

@@ -5,7 +5,7 @@
 //! as desired state, compares to decide what changed, and snapshots in releases.
 
 mod asset;
-pub mod bounds;
+pub(crate) mod bounds;
 mod common;
 mod deployment;
 pub(crate) mod hash;
@@ -13,23 +13,22 @@ mod ingress;
 mod job;
 mod plugin;
 mod registry;
-pub mod schedule;
+pub(crate) mod schedule;
 mod statefulset;
 
-pub use asset::{AssetFile, AssetSpec};
-pub use common::{
-    Autoscale, Build, Container, DEFAULT_NETWORK, DEFAULT_RESTART, DEFAULT_STOP_GRACE, DependsOn,
-    Drain, ExecAction, HttpGet, Init, Lang, Limits, Logs, OnDeploy, OnProbe, Probe, Probes,
-    ReleaseHooks, Resources, SealedEnv, TcpSocket, VolumeClaim, WebhookTarget, container_port,
-    normalize_port,
+pub(crate) use asset::{AssetFile, AssetSpec};
+pub(crate) use common::{
+    Autoscale, Build, Container, DEFAULT_NETWORK, DependsOn, Drain, ExecAction, HttpGet, Init,
+    Lang, Limits, Logs, OnDeploy, OnProbe, Probe, Probes, ReleaseHooks, Resources, SealedEnv,
+    TcpSocket, VolumeClaim, WebhookTarget, container_port, normalize_port,
 };
-pub use deployment::DeploymentSpec;
+pub(crate) use deployment::DeploymentSpec;
 pub use hash::sha256_hex;
-pub use ingress::{IngressSpec, LoadBalancing, Location, Tls};
+pub(crate) use ingress::{IngressSpec, LoadBalancing, Location, Tls};
 pub use job::{CronjobSpec, JobSpec};
-pub use plugin::{PluginBlock, plugin_refusal};
+pub(crate) use plugin::{PluginBlock, plugin_refusal};
 pub use registry::RegistrySpec;
-pub use statefulset::{Macro, StatefulsetSpec};
+pub(crate) use statefulset::{Macro, StatefulsetSpec};
 
 use std::collections::BTreeMap;
 
@@ -56,9 +55,9 @@ pub enum Spec {
 #[derive(Debug, thiserror::Error)]
 #[error("stored {kind} spec is not readable: {source}")]
 pub struct SpecDecodeError {
-    pub kind: Kind,
+    pub(crate) kind: Kind,
     #[source]
-    pub source: serde_json::Error,
+    pub(crate) source: serde_json::Error,
 }
 
 impl Spec {
@@ -75,7 +74,7 @@ impl Spec {
     }
 
     /// Canonical JSON: the store compares these strings to decide what changed.
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         let result = match self {
             Spec::Asset(spec) => serde_json::to_string(spec),
             Spec::Cronjob(spec) => serde_json::to_string(spec),
@@ -89,7 +88,7 @@ impl Spec {
     }
 
     /// `to_json` as a JSON value, without the text in between.
-    pub fn to_json_value(&self) -> serde_json::Value {
+    pub(crate) fn to_json_value(&self) -> serde_json::Value {
         let result = match self {
             Spec::Asset(spec) => serde_json::to_value(spec),
             Spec::Cronjob(spec) => serde_json::to_value(spec),
@@ -102,7 +101,7 @@ impl Spec {
         result.expect("spec types hold only strings, numbers and maps with string keys")
     }
 
-    pub fn from_json(kind: Kind, json: &str) -> Result<Spec, SpecDecodeError> {
+    pub(crate) fn from_json(kind: Kind, json: &str) -> Result<Spec, SpecDecodeError> {
         let wrap = |source| SpecDecodeError { kind, source };
         match kind {
             Kind::Asset => serde_json::from_str(json).map(Spec::Asset),
@@ -117,7 +116,7 @@ impl Spec {
     }
 
     /// The hash that decides whether a resource's containers (or run) must be replaced.
-    pub fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
+    pub(crate) fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
         match self {
             Spec::Asset(spec) => spec.spec_hash(),
             Spec::Cronjob(spec) => spec.spec_hash(key),
@@ -132,7 +131,7 @@ impl Spec {
     /// The top-level JSON fields of this kind that feed its spec hash: a change to one of them
     /// replaces containers (or re-runs a job); a change to any other field does not. Kept
     /// beside the hash functions; the unit tests of each kind prove the same split.
-    pub fn hashed_fields(kind: Kind) -> &'static [&'static str] {
+    pub(crate) fn hashed_fields(kind: Kind) -> &'static [&'static str] {
         match kind {
             Kind::Deployment => &[
                 "image",
@@ -209,7 +208,7 @@ impl Spec {
     }
 
     /// Replicas the spec asks for (1 for kinds without replicas).
-    pub fn n_replicas(&self) -> usize {
+    pub(crate) fn n_replicas(&self) -> usize {
         match self {
             Spec::Deployment(spec) => spec.n_replicas(),
             Spec::Statefulset(spec) => spec.n_replicas(),
@@ -233,7 +232,7 @@ impl Spec {
     }
 
     /// The digests of the SOPS env files the container reads (their blobs must be kept).
-    pub fn sealed_digests(&self) -> Vec<&str> {
+    pub(crate) fn sealed_digests(&self) -> Vec<&str> {
         self.container()
             .map(|container| {
                 container
@@ -246,7 +245,7 @@ impl Spec {
     }
 
     /// The `_asset_digests` of consumer kinds.
-    pub fn asset_digests_mut(&mut self) -> Option<&mut BTreeMap<String, String>> {
+    pub(crate) fn asset_digests_mut(&mut self) -> Option<&mut BTreeMap<String, String>> {
         match self {
             Spec::Deployment(spec) => Some(&mut spec.asset_digests),
             Spec::Statefulset(spec) => Some(&mut spec.asset_digests),

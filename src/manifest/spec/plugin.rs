@@ -26,11 +26,11 @@ pub struct PluginBlock {
     pub spec: serde_json::Value,
     /// Where the block is written, `path:line:col` (the agent's own field).
     #[serde(rename = "_at", default, skip_serializing_if = "String::is_empty")]
-    pub at: String,
+    pub(crate) at: String,
     /// A block name of the same workload within two edits of this one (a likely typo), or
     /// empty (the agent's own field).
     #[serde(rename = "_near", default, skip_serializing_if = "String::is_empty")]
-    pub near: String,
+    pub(crate) near: String,
 }
 
 impl PluginBlock {
@@ -40,7 +40,7 @@ impl PluginBlock {
     ///
     /// The text after `resource` is voodu's (`internal/controller/plugin_nested.go`);
     /// `resource` is `kind/scope/name`.
-    pub fn not_installed(&self, resource: &str) -> String {
+    pub(crate) fn not_installed(&self, resource: &str) -> String {
         let block = &self.block_type;
         let mut message = format!(
             "{resource}: block {block:?} belongs to a plugin named {block:?}, which is not installed — run `vd plugins:install <source>` or remove the block"
@@ -61,7 +61,7 @@ impl PluginBlock {
 
 /// The refusal of the first plugin block of a workload (voodu stops at the first one too),
 /// or `None` when it has none.
-pub fn plugin_refusal(resource: &str, blocks: &[PluginBlock]) -> Option<String> {
+pub(crate) fn plugin_refusal(resource: &str, blocks: &[PluginBlock]) -> Option<String> {
     blocks.first().map(|block| block.not_installed(resource))
 }
 

@@ -13,19 +13,19 @@ use crate::model::SpecHash;
 #[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RegistrySpec {
     /// A bare host[:port], e.g. `ghcr.io`.
-    pub url: String,
+    pub(crate) url: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub username: String,
+    pub(crate) username: String,
     /// The token or password (`token` wins when both are given).
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub token: String,
+    pub(crate) token: String,
     /// A docker credential helper name (`ecr-login`, `gcr`, …) instead of a token.
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub helper: String,
+    pub(crate) helper: String,
 }
 
 impl RegistrySpec {
-    pub fn spec_hash(&self) -> SpecHash {
+    pub(crate) fn spec_hash(&self) -> SpecHash {
         go_json_sha256(self)
     }
 }

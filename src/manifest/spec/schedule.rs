@@ -12,7 +12,7 @@
 //! just `n`.
 
 /// The macros voodu accepts and the five-field expressions they stand for.
-pub const MACROS: &[(&str, &str)] = &[
+pub(crate) const MACROS: &[(&str, &str)] = &[
     ("@yearly", "0 0 1 1 *"),
     ("@annually", "0 0 1 1 *"),
     ("@monthly", "0 0 1 * *"),
@@ -80,7 +80,7 @@ fn macro_names() -> String {
 
 /// The five-field form of `expression` (macros expanded, day names turned into numbers), or
 /// why voodu would refuse it.
-pub fn normalize_schedule(expression: &str) -> Result<String, ScheduleError> {
+pub(crate) fn normalize_schedule(expression: &str) -> Result<String, ScheduleError> {
     let expression = expression.trim();
     if expression.starts_with('@') {
         return MACROS
@@ -127,14 +127,14 @@ pub fn normalize_schedule(expression: &str) -> Result<String, ScheduleError> {
 
 /// A checked schedule in a time zone.
 #[derive(Debug, Clone)]
-pub struct Schedule {
+pub(crate) struct Schedule {
     cron: croner::Cron,
     zone: chrono_tz::Tz,
 }
 
 impl Schedule {
     /// Parses voodu's `schedule` and `timezone` (IANA name; empty means UTC).
-    pub fn parse(expression: &str, timezone: &str) -> Result<Schedule, ScheduleError> {
+    pub(crate) fn parse(expression: &str, timezone: &str) -> Result<Schedule, ScheduleError> {
         let normalized = normalize_schedule(expression)?;
         let cron = croner::parser::CronParser::builder()
             .seconds(croner::parser::Seconds::Disallowed)
@@ -151,7 +151,7 @@ impl Schedule {
     }
 
     /// The first scheduled minute strictly after `after`.
-    pub fn next_after(
+    pub(crate) fn next_after(
         &self,
         after: chrono::DateTime<chrono::Utc>,
     ) -> Option<chrono::DateTime<chrono::Utc>> {
@@ -163,7 +163,7 @@ impl Schedule {
     }
 
     /// The last scheduled minute at or before `at`.
-    pub fn last_at_or_before(
+    pub(crate) fn last_at_or_before(
         &self,
         at: chrono::DateTime<chrono::Utc>,
     ) -> Option<chrono::DateTime<chrono::Utc>> {
@@ -176,7 +176,7 @@ impl Schedule {
 }
 
 /// An IANA time zone name (`Europe/Lisbon`); empty means UTC.
-pub fn parse_timezone(timezone: &str) -> Result<chrono_tz::Tz, ScheduleError> {
+pub(crate) fn parse_timezone(timezone: &str) -> Result<chrono_tz::Tz, ScheduleError> {
     if timezone.is_empty() {
         return Ok(chrono_tz::Tz::UTC);
     }
@@ -186,7 +186,7 @@ pub fn parse_timezone(timezone: &str) -> Result<chrono_tz::Tz, ScheduleError> {
 }
 
 /// Checks a schedule without keeping its normal form.
-pub fn check_schedule(expression: &str) -> Result<(), ScheduleError> {
+pub(crate) fn check_schedule(expression: &str) -> Result<(), ScheduleError> {
     normalize_schedule(expression).map(|_| ())
 }
 

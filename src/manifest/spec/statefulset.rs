@@ -27,26 +27,26 @@ pub struct StatefulsetSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<String>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub restart: String,
+    pub(crate) restart: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub health_check: String,
+    pub(crate) health_check: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volume_claims: Vec<VolumeClaim>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub inits: Vec<Init>,
+    pub(crate) inits: Vec<Init>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probes: Option<Probes>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub on_probe: Option<OnProbe>,
+    pub(crate) on_probe: Option<OnProbe>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub drain: Option<Drain>,
+    pub(crate) drain: Option<Drain>,
     /// Plugin-owned nested blocks, in order (voodu 2026); never hashed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub plugin_blocks: Vec<PluginBlock>,
+    pub(crate) plugin_blocks: Vec<PluginBlock>,
     /// The macro this statefulset was expanded from, which decides each pod's role when it
     /// starts (`Macro`); the agent's own field, never hashed.
     #[serde(rename = "_macro", default, skip_serializing_if = "Option::is_none")]
-    pub expanded_from: Option<Macro>,
+    pub(crate) expanded_from: Option<Macro>,
     #[serde(
         rename = "_asset_digests",
         default,
@@ -58,7 +58,7 @@ pub struct StatefulsetSpec {
 /// The plugin macros the agent expands itself into a statefulset with role-aware pods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Macro {
+pub(crate) enum Macro {
     /// `postgres {}`: one primary, the other pods streaming standbys.
     Postgres,
     /// `redis {}`: one master, the other pods replicas.
@@ -93,20 +93,20 @@ impl StatefulsetSpec {
     }
 
     /// Desired pod count: omitted or below 1 means 1.
-    pub fn n_replicas(&self) -> usize {
+    pub(crate) fn n_replicas(&self) -> usize {
         replica_count(self.replicas)
     }
 
-    pub fn effective_restart(&self) -> &str {
+    pub(crate) fn effective_restart(&self) -> &str {
         restart_or_default(&self.restart)
     }
 
-    pub fn normalized_ports(&self) -> Vec<String> {
+    pub(crate) fn normalized_ports(&self) -> Vec<String> {
         normalized_ports(&self.ports)
     }
 
     /// voodu's statefulset spec hash.
-    pub fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
+    pub(crate) fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
         let container = &self.container;
         let mut networks = container.effective_networks();
         networks.sort();

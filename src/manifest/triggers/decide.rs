@@ -28,56 +28,56 @@ use crate::model::{CommitSha, HostSelection};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TriggerState {
     /// The trigger file: its identity.
-    pub path: String,
-    pub name: String,
+    pub(crate) path: String,
+    pub(crate) name: String,
     /// The commit it last fired (or was approved) at, and the file it applied then.
-    pub applied: Option<Applied>,
+    pub(crate) applied: Option<Applied>,
     /// A `deploy: manual` firing waiting for `voodu-agent approve`.
     pub held: Option<Held>,
     /// Why it never fires on this host; empty while it can.
-    pub inactive: String,
+    pub(crate) inactive: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Applied {
-    pub commit: CommitSha,
-    pub file: String,
+    pub(crate) commit: CommitSha,
+    pub(crate) file: String,
     /// Order of firings: of two triggers naming one file, the later firing's commit is read.
-    pub seq: i64,
+    pub(crate) seq: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Held {
     pub commit: CommitSha,
-    pub file: String,
+    pub(crate) file: String,
     /// Unix time it was held.
-    pub since: i64,
+    pub(crate) since: i64,
     /// Set by `voodu-agent approve`; the next decision applies the hold.
-    pub approval: Option<Approval>,
+    pub(crate) approval: Option<Approval>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Approval {
     /// Who approved (as the approving command saw its user); may be empty.
-    pub by: String,
-    pub at: i64,
+    pub(crate) by: String,
+    pub(crate) at: i64,
 }
 
 /// The commit being decided and where it stands.
 #[derive(Debug, Clone)]
 pub struct Situation<'a> {
     /// The branch the agent tracks.
-    pub branch: &'a str,
-    pub commit: &'a CommitSha,
+    pub(crate) branch: &'a str,
+    pub(crate) commit: &'a CommitSha,
     /// Paths changed since the last applied commit; `None` when unknown (no applied commit,
     /// or the history is unrelated, as after a force-push): every active trigger fires.
-    pub changed: Option<&'a [String]>,
+    pub(crate) changed: Option<&'a [String]>,
     /// `--path` prefixes (normalised, no trailing `/`); empty means the whole repo.
-    pub watched: &'a [String],
+    pub(crate) watched: &'a [String],
     /// Which manifests this host applies (a fleet's `hosts/<name>/`, `labels/<label>/`): a
     /// trigger whose `apply.file` is another host's never fires here.
-    pub hosts: &'a HostSelection,
-    pub now: i64,
+    pub(crate) hosts: &'a HostSelection,
+    pub(crate) now: i64,
 }
 
 /// What one trigger does for this commit.
@@ -100,26 +100,26 @@ pub enum Verdict {
 /// One trigger's verdict.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
-    pub path: String,
+    pub(crate) path: String,
     pub name: String,
-    pub manual: bool,
+    pub(crate) manual: bool,
     pub verdict: Verdict,
     /// The hold it still has after this decision (a skipped manual trigger keeps its hold).
-    pub held: Option<CommitSha>,
+    pub(crate) held: Option<CommitSha>,
 }
 
 /// The decision for one commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
     /// One per trigger file of the commit, in path order.
-    pub outcomes: Vec<Outcome>,
+    pub(crate) outcomes: Vec<Outcome>,
     /// What to remember of each trigger afterwards (replaces the whole table).
-    pub states: Vec<TriggerState>,
+    pub(crate) states: Vec<TriggerState>,
     /// Desired state: each manifest file with the commit it is read at and the trigger whose
     /// firing put it there (its `path`), in file order.
-    pub files: Vec<(String, CommitSha, String)>,
+    pub(crate) files: Vec<(String, CommitSha, String)>,
     /// Remembered triggers whose file is gone from the repo (their resources are pruned).
-    pub removed: Vec<TriggerState>,
+    pub(crate) removed: Vec<TriggerState>,
 }
 
 /// Decides commit `situation.commit` for `triggers` (its trigger files) given `previous`

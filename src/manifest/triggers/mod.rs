@@ -27,11 +27,11 @@ use glob::Glob;
 use yaml::{Node, Value};
 
 /// voodu reads at most this many trigger files; the agent refuses a commit with more.
-pub const MAX_TRIGGER_FILES: usize = 20;
+pub(crate) const MAX_TRIGGER_FILES: usize = 20;
 /// Largest trigger file accepted, in bytes.
-pub const MAX_TRIGGER_FILE_BYTES: usize = crate::model::MAX_TRIGGER_FILE_BYTES as usize;
+pub(crate) const MAX_TRIGGER_FILE_BYTES: usize = crate::model::MAX_TRIGGER_FILE_BYTES as usize;
 /// Most patterns one `branches`, `tags` or `paths` list may hold.
-pub const MAX_PATTERNS: usize = 100;
+pub(crate) const MAX_PATTERNS: usize = 100;
 /// Longest trigger name, in bytes.
 const MAX_NAME_BYTES: usize = 128;
 
@@ -39,18 +39,18 @@ const MAX_NAME_BYTES: usize = 128;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Trigger {
     /// The trigger file, repo-relative (`.voodu/deploy/api.yml`): its identity.
-    pub path: String,
-    pub name: String,
-    pub branches: Vec<String>,
-    pub tags: Vec<String>,
-    pub paths: Vec<String>,
+    pub(crate) path: String,
+    pub(crate) name: String,
+    pub(crate) branches: Vec<String>,
+    pub(crate) tags: Vec<String>,
+    pub(crate) paths: Vec<String>,
     /// The manifest file it applies, repo-relative, normalised (no `./`).
-    pub apply_file: String,
+    pub(crate) apply_file: String,
     /// `deploy: manual`: a push that fires it is held until `voodu-agent approve`.
-    pub manual: bool,
+    pub(crate) manual: bool,
     /// Where `apply.file` is written, for problems with the file it names.
-    pub apply_file_line: usize,
-    pub apply_file_col: usize,
+    pub(crate) apply_file_line: usize,
+    pub(crate) apply_file_col: usize,
     branch_globs: Vec<Glob>,
     path_globs: Vec<Glob>,
 }
@@ -58,13 +58,13 @@ pub struct Trigger {
 impl Trigger {
     /// Whether a push to `branch` fires it (by `on.push.branches`; a branch push never
     /// matches `tags`, as in voodu, which compares full refs).
-    pub fn matches_branch(&self, branch: &str) -> bool {
+    pub(crate) fn matches_branch(&self, branch: &str) -> bool {
         self.branch_globs.iter().any(|glob| glob.matches(branch))
     }
 
     /// Whether a change of `changed` fires it: always without `paths`, else when any path
     /// matches any pattern.
-    pub fn matches_paths(&self, changed: &[String]) -> bool {
+    pub(crate) fn matches_paths(&self, changed: &[String]) -> bool {
         self.path_globs.is_empty()
             || changed
                 .iter()
@@ -72,7 +72,7 @@ impl Trigger {
     }
 
     /// A diagnostic at this trigger's `apply.file`.
-    pub fn at_apply_file(&self, message: impl Into<String>) -> Diagnostic {
+    pub(crate) fn at_apply_file(&self, message: impl Into<String>) -> Diagnostic {
         Diagnostic {
             path: self.path.clone(),
             line: self.apply_file_line,
@@ -84,7 +84,7 @@ impl Trigger {
 
 /// Parses every trigger file (`files` are the repo's `.voodu/**/*.yml`, in path order).
 /// All problems are reported; with any, no trigger is returned.
-pub fn parse_all(files: &[SourceFile]) -> Result<Vec<Trigger>, Vec<Diagnostic>> {
+pub(crate) fn parse_all(files: &[SourceFile]) -> Result<Vec<Trigger>, Vec<Diagnostic>> {
     let mut errors = Vec::new();
     let mut triggers = Vec::new();
     if files.len() > MAX_TRIGGER_FILES {
@@ -113,7 +113,7 @@ pub fn parse_all(files: &[SourceFile]) -> Result<Vec<Trigger>, Vec<Diagnostic>> 
 }
 
 /// Parses one trigger file.
-pub fn parse(path: &str, contents: &[u8]) -> Result<Trigger, Vec<Diagnostic>> {
+pub(crate) fn parse(path: &str, contents: &[u8]) -> Result<Trigger, Vec<Diagnostic>> {
     let at = |line: usize, col: usize, message: String| Diagnostic {
         path: path.to_owned(),
         line,

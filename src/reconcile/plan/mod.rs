@@ -14,8 +14,8 @@ mod pods;
 mod replicas;
 mod service;
 
-pub use pods::{StatefulStep, StatefulTarget, plan_statefulset, pod_ordinal};
-pub use replicas::{Step, Target, plan_replicas};
+pub(crate) use pods::{StatefulStep, StatefulTarget, plan_statefulset, pod_ordinal};
+pub(crate) use replicas::{Step, Target, plan_replicas};
 pub use service::{
     SERVICE_DIGEST, ServiceStep, ServiceTarget, plan_service, swarm_gaps, swarm_notes,
 };
@@ -60,14 +60,14 @@ impl Action {
 
 /// One changed top-level field of a spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldChange {
-    pub field: String,
+pub(crate) struct FieldChange {
+    pub(crate) field: String,
     /// In the spec hash: changing it replaces containers.
-    pub hashed: bool,
+    pub(crate) hashed: bool,
     /// Short renderings of the old and new value (`None`: absent). Secret-bearing fields
     /// (`env`, `token`) show which keys changed, never values.
-    pub before: Option<String>,
-    pub after: Option<String>,
+    pub(crate) before: Option<String>,
+    pub(crate) after: Option<String>,
 }
 
 /// What a commit would do to one resource.
@@ -75,18 +75,18 @@ pub struct FieldChange {
 pub struct ResourcePlan {
     pub key: ResourceKey,
     pub action: Action,
-    pub changes: Vec<FieldChange>,
+    pub(crate) changes: Vec<FieldChange>,
     /// Container steps of a deployment (or of any resource leaving the repo).
-    pub steps: Vec<Step>,
+    pub(crate) steps: Vec<Step>,
     /// Pod steps of a statefulset, with their ordinals, in execution order.
-    pub pod_steps: Vec<StatefulStep>,
+    pub(crate) pod_steps: Vec<StatefulStep>,
     /// Why applying fails (`Action::Fail`): the message the resource's status will carry.
     pub failure: Option<String>,
 }
 
 /// Why applying `spec` fails before any container of `key` is touched, as the handler
 /// records it: a plugin-owned block, since the agent installs no plugins.
-pub fn apply_failure(key: &ResourceKey, spec: &Spec) -> Option<String> {
+pub(crate) fn apply_failure(key: &ResourceKey, spec: &Spec) -> Option<String> {
     let blocks = match spec {
         Spec::Deployment(deployment) => &deployment.plugin_blocks,
         Spec::Statefulset(statefulset) => &statefulset.plugin_blocks,
@@ -97,7 +97,7 @@ pub fn apply_failure(key: &ResourceKey, spec: &Spec) -> Option<String> {
 
 /// Plans one resource: `current` is what the agent's desired state holds now, `next` what the
 /// commit declares, `actual` the resource's containers (empty when unknown or none).
-pub fn plan_resource(
+pub(crate) fn plan_resource(
     key: &ResourceKey,
     current: Option<&Spec>,
     next: Option<&Spec>,

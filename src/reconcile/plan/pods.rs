@@ -14,16 +14,16 @@ use crate::runtime::{Container, ContainerState};
 /// known, with its own environment digest (`env_digests[ordinal]`: the identity variables
 /// differ per pod, so each pod's digest does).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StatefulTarget<'a> {
-    pub spec_hash: &'a SpecHash,
-    pub n_replicas: usize,
+pub(crate) struct StatefulTarget<'a> {
+    pub(crate) spec_hash: &'a SpecHash,
+    pub(crate) n_replicas: usize,
     /// Indexed by ordinal; `None` when the environment is unknown (the `plan` command).
-    pub env_digests: Option<&'a [String]>,
+    pub(crate) env_digests: Option<&'a [String]>,
 }
 
 impl StatefulTarget<'_> {
     /// Whether `pod` runs what its ordinal wants (spec hash and environment digest).
-    pub fn is_current(&self, ordinal: usize, pod: &Container) -> bool {
+    pub(crate) fn is_current(&self, ordinal: usize, pod: &Container) -> bool {
         Target {
             spec_hash: self.spec_hash,
             n_replicas: 1,
@@ -40,7 +40,7 @@ impl StatefulTarget<'_> {
 
 /// One action on a statefulset's pods.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StatefulStep {
+pub(crate) enum StatefulStep {
     /// Create and start the pod of this ordinal (its volumes and init containers first).
     Create { ordinal: usize },
     /// Start a current pod that is not running (created, or stopped by hand).
@@ -67,7 +67,7 @@ pub enum StatefulStep {
 
 impl StatefulStep {
     /// The pod's ordinal (`None` for a container that carries none).
-    pub fn ordinal(&self) -> Option<usize> {
+    pub(crate) fn ordinal(&self) -> Option<usize> {
         match self {
             StatefulStep::Create { ordinal }
             | StatefulStep::Start { ordinal, .. }
@@ -78,7 +78,7 @@ impl StatefulStep {
 }
 
 /// The ordinal a statefulset pod carries in its `voodu.replica_ordinal` label.
-pub fn pod_ordinal(pod: &Container) -> Option<usize> {
+pub(crate) fn pod_ordinal(pod: &Container) -> Option<usize> {
     pod.label(labels::REPLICA_ORDINAL)?.parse().ok()
 }
 
@@ -87,7 +87,7 @@ pub fn pod_ordinal(pod: &Container) -> Option<usize> {
 /// then, lowest ordinal first, missing pods created and stopped current pods started
 /// (scale-up bottom-up); then outdated pods replaced highest ordinal first (rolling
 /// replacement top-down, ordinal 0 last).
-pub fn plan_statefulset(
+pub(crate) fn plan_statefulset(
     target: Option<&StatefulTarget<'_>>,
     actual: &[Container],
 ) -> Vec<StatefulStep> {

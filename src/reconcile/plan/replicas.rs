@@ -14,17 +14,17 @@ use crate::runtime::{Container, ContainerState};
 /// What a workload resource wants: `n_replicas` containers labelled with `spec_hash` (and,
 /// when given, with `env_digest`: a replica whose environment changed is outdated too).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target<'a> {
-    pub spec_hash: &'a SpecHash,
-    pub n_replicas: usize,
-    pub env_digest: Option<&'a str>,
+pub(crate) struct Target<'a> {
+    pub(crate) spec_hash: &'a SpecHash,
+    pub(crate) n_replicas: usize,
+    pub(crate) env_digest: Option<&'a str>,
     /// Whether a replacement starts the successor before the outdated replica goes.
-    pub surge: bool,
+    pub(crate) surge: bool,
 }
 
 impl Target<'_> {
     /// Whether `container` runs what the target wants.
-    pub fn is_current(&self, container: &Container) -> bool {
+    pub(crate) fn is_current(&self, container: &Container) -> bool {
         container.label(labels::MANIFEST_HASH) == Some(self.spec_hash.as_str())
             && self
                 .env_digest
@@ -34,7 +34,7 @@ impl Target<'_> {
 
 /// One action on the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// Create and start a new replica.
     Create,
     /// Start a current replica that is not running (created, or stopped by hand).
@@ -53,7 +53,7 @@ pub enum Step {
 }
 
 /// Steps for a replicated workload. `target == None` means the resource left the repo.
-pub fn plan_replicas(target: Option<&Target<'_>>, actual: &[Container]) -> Vec<Step> {
+pub(crate) fn plan_replicas(target: Option<&Target<'_>>, actual: &[Container]) -> Vec<Step> {
     let mut actual: Vec<&Container> = actual.iter().collect();
     // Running replicas first, then by name: scale-down keeps running ones, and the order is
     // stable across calls.

@@ -33,15 +33,15 @@ pub enum ServiceStep {
 /// What the deployment's service should be.
 #[derive(Debug, Clone, Copy)]
 pub struct ServiceTarget<'a> {
-    pub digest: &'a str,
-    pub replicas: u64,
-    pub spec_hash: &'a str,
-    pub env_digest: &'a str,
+    pub(crate) digest: &'a str,
+    pub(crate) replicas: u64,
+    pub(crate) spec_hash: &'a str,
+    pub(crate) env_digest: &'a str,
 }
 
 impl ServiceTarget<'_> {
     /// Whether a task (or a template) with these labels runs the target version.
-    pub fn is_current(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+    pub(crate) fn is_current(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
         labels.get(labels::MANIFEST_HASH).map(String::as_str) == Some(self.spec_hash)
             && labels.get(labels::ENV_DIGEST).map(String::as_str) == Some(self.env_digest)
     }

@@ -40,7 +40,7 @@ use crate::runtime::Runtime;
 /// Whether the proxy service can publish these listen addresses under Swarm (`0.0.0.0` and
 /// a fixed port: host-mode ports are published on every interface of the node); else what
 /// to give instead.
-pub fn check_swarm_listen(
+pub(crate) fn check_swarm_listen(
     http: &SocketAddr,
     https: &SocketAddr,
 ) -> std::result::Result<(), String> {
@@ -50,7 +50,7 @@ pub fn check_swarm_listen(
 }
 
 /// The proxy image when none is given: Caddy 2, the proxy voodu drives.
-pub const DEFAULT_IMAGE: &str = "caddy:2";
+pub(crate) const DEFAULT_IMAGE: &str = "caddy:2";
 /// `voodu.role` of the proxy container or service.
 pub const ROLE: &str = "ingress";
 
@@ -97,7 +97,7 @@ pub struct RouterReport {
     /// Configs Caddy accepted through `POST /load` (under Swarm: proxy service updates).
     pub pushes: u64,
     /// Per ingress, a fingerprint of the routes Caddy serves for it now (see `fingerprint`).
-    pub live: BTreeMap<ResourceKey, u64>,
+    pub(crate) live: BTreeMap<ResourceKey, u64>,
     /// Why the last pass failed; `None` after a successful one.
     pub error: Option<String>,
     /// The proxy while it runs.
@@ -107,12 +107,12 @@ pub struct RouterReport {
 /// The proxy (its container, or under Swarm its service) and where it is published.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxyInfo {
-    pub container: String,
+    pub(crate) container: String,
     /// `ip:port` on the host of Caddy's HTTP listener (under Swarm, on every node running
     /// a task of the proxy service).
     pub http: Option<String>,
     /// `ip:port` on the host of Caddy's HTTPS listener.
-    pub https: Option<String>,
+    pub(crate) https: Option<String>,
 }
 
 /// The proxy container's (or service's) name for this agent.
@@ -311,7 +311,7 @@ pub(crate) async fn run<R: Runtime>(
 
 /// Removes this agent's proxy, if any (the ingress is off, or no ingress is left): its
 /// container, or under Swarm its service and the configs it ran.
-pub async fn remove_proxy<R: Runtime>(
+pub(crate) async fn remove_proxy<R: Runtime>(
     runtime: &R,
     agent_id: &str,
     engine: Engine,
