@@ -26,10 +26,10 @@ mod cron;
 mod drift;
 mod env;
 mod error;
-pub mod gate;
+pub(crate) mod gate;
 mod handlers;
 mod images;
-pub mod notify;
+pub(crate) mod notify;
 pub mod plan;
 mod probes;
 mod queue;
@@ -43,7 +43,6 @@ pub mod wake;
 
 pub use action::Action;
 pub use cron::{Clock, DEFAULT_CATCH_UP as DEFAULT_CRON_CATCH_UP};
-pub use env::EnvError;
 pub use error::{Error, HelperError, Result};
 pub use retry::RetryPolicy;
 
@@ -138,7 +137,7 @@ impl Default for ReconcileOptions {
 /// voodu's platform ulimits (`nofile=65536:65536`, `nproc=4096:4096`), each clamped to this
 /// process's own hard limit: an engine started in the same environment cannot grant more, and
 /// asking for more makes every container fail to start.
-pub fn host_default_ulimits() -> Vec<(String, i64, i64)> {
+pub(crate) fn host_default_ulimits() -> Vec<(String, i64, i64)> {
     let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
     let hard = |label: &str| -> Option<i64> {
         let line = limits.lines().find(|line| line.starts_with(label))?;
