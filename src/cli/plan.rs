@@ -68,7 +68,7 @@ pub(super) struct PlanArgs {
     /// Plan for this runtime: `docker` (containers) or `swarm` (Docker Swarm services: which
     /// resources map fully, which with notes, which cannot run and why). Default: the one
     /// the agent recorded in state.db, else docker.
-    #[arg(long, value_name = "docker|swarm", value_parser = super::run::parse_runtime)]
+    #[arg(long, value_name = "docker|swarm", value_parser = super::validate::parse_runtime)]
     runtime: Option<Engine>,
     /// The signatures to require of the planned commit, as the agent's flags.
     #[command(flatten)]

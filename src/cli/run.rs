@@ -169,22 +169,13 @@ pub(super) struct RunArgs {
         env = "VOODU_RUNTIME",
         value_name = "docker|swarm",
         default_value = "docker",
-        value_parser = parse_runtime
+        value_parser = super::validate::parse_runtime
     )]
     runtime: crate::reconcile::Engine,
 
     /// Which commit signatures the agent requires (README "Signed commits").
     #[command(flatten)]
     trust: super::trust::TrustArgs,
-}
-
-/// `--runtime`: `docker` or `swarm`.
-pub(super) fn parse_runtime(text: &str) -> Result<crate::reconcile::Engine, String> {
-    match text {
-        "docker" => Ok(crate::reconcile::Engine::Containers),
-        "swarm" => Ok(crate::reconcile::Engine::Swarm),
-        _ => Err(format!("{text:?} is not a runtime: `docker` or `swarm`")),
-    }
 }
 
 /// `--url-budget`: a duration from 1s to `MAX_URL_BUDGET`.

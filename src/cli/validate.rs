@@ -46,7 +46,7 @@ pub(super) struct ValidateArgs {
     /// Also check that every resource can run under this runtime: `swarm` reports what
     /// Docker Swarm cannot run as errors (with the reason) and how the rest runs there as
     /// warnings. Default: docker (no such check).
-    #[arg(long, value_name = "docker|swarm", default_value = "docker", value_parser = super::run::parse_runtime)]
+    #[arg(long, value_name = "docker|swarm", default_value = "docker", value_parser = parse_runtime)]
     runtime: crate::reconcile::Engine,
     /// Print `{"ok", "files", "resources": {KIND: N}, "errors": [...], "warnings": [...]}`,
     /// each problem with its `path`, `line`, `col` and `message`; with several fleet hosts,
@@ -131,6 +131,15 @@ fn outcome_json(outcome: &Outcome) -> serde_json::Value {
         "errors": outcome.errors.iter().map(problem).collect::<Vec<_>>(),
         "warnings": outcome.warnings.iter().map(problem).collect::<Vec<_>>(),
     })
+}
+
+/// `--runtime`: `docker` or `swarm` (`validate`, `plan` and `run` share it).
+pub(super) fn parse_runtime(text: &str) -> Result<crate::reconcile::Engine, String> {
+    match text {
+        "docker" => Ok(crate::reconcile::Engine::Containers),
+        "swarm" => Ok(crate::reconcile::Engine::Swarm),
+        _ => Err(format!("{text:?} is not a runtime: `docker` or `swarm`")),
+    }
 }
 
 /// The host policy (see README "Host policy"): a policy file and/or flags, which add to it.
