@@ -290,11 +290,13 @@ impl Capture {
         let keep = received.clone();
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                if let Ok(request) = read_request(stream) {
+                // Kept before it is answered: a client that got its answer finds its request
+                // in `received`.
+                let _ = read_request(stream, |request| {
                     keep.lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
                         .push(request);
-                }
+                });
             }
         });
         Ok(Capture { address, received })
@@ -361,19 +363,21 @@ pub fn read_body(reader: &mut impl std::io::Read, head: &RequestHead) -> TestRes
     Ok(body)
 }
 
-fn read_request(mut stream: std::net::TcpStream) -> TestResult<Captured> {
+/// Reads one request, hands it to `keep`, then answers it `200`.
+fn read_request(mut stream: std::net::TcpStream, keep: impl FnOnce(Captured)) -> TestResult {
     use std::io::Write as _;
     stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
     let mut reader = std::io::BufReader::new(stream.try_clone()?);
     let head = read_request_head(&mut reader)?.ok_or("no request")?;
     let body = read_body(&mut reader, &head)?;
-    stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")?;
-    Ok(Captured {
+    keep(Captured {
         method: head.method,
         path: head.target,
         headers: head.headers,
         body: String::from_utf8(body)?,
-    })
+    });
+    stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")?;
+    Ok(())
 }
 
 /// Sends `count` GitHub-signed pushes (each padded to 16 KiB), naming `shas` in turn, 200 at
