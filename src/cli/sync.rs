@@ -92,9 +92,10 @@ pub(super) fn run(data_dir: &Path, args: &SyncArgs) -> anyhow::Result<ExitCode> 
             Ok(ExitCode::from(1))
         }
         _ => anyhow::bail!(
-            "the agent answered HTTP {} {result}: {}",
+            "the agent answered HTTP {} {}: {}",
             answer.status,
-            answer.field("reason")
+            Esc(result),
+            Esc(answer.field("reason"))
         ),
     }
 }
