@@ -130,7 +130,7 @@ pub(crate) fn prepare(
         })?;
         let parsed = crate::manifest::sops::parse(&bytes)
             .ok_or_else(|| sealed("is not a SOPS file".to_owned()))?
-            .map_err(sealed)?;
+            .map_err(|error| sealed(error.to_string()))?;
         let clear = keyring
             .open(&parsed)
             .and_then(|plain| plain.file_bytes())

@@ -74,9 +74,31 @@ impl SopsFile {
     }
 }
 
+/// Why a file that carries SOPS metadata cannot be read as one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SopsError {
+    #[error("a document is not a mapping")]
+    NotAMapping,
+    /// A mapping key that is not a string or a number (as YAML shows it).
+    #[error("unsupported mapping key {0}")]
+    MappingKey(String),
+    #[error("YAML aliases are not supported")]
+    Alias,
+    #[error("the `sops` entry is not a mapping")]
+    MetadataNotAMapping,
+    #[error("the `sops` block has no `mac`")]
+    NoMac,
+    /// A dotenv SOPS file's line (1-based) that is not `KEY=VALUE`.
+    #[error("line {0}: not KEY=VALUE")]
+    DotenvLine(usize),
+    /// A flattened `sops_<key>` whose list index does not parse.
+    #[error("sops_{0}: bad list index")]
+    ListIndex(String),
+}
+
 /// `Some` when `bytes` are a SOPS file (the metadata block with a MAC is there), with the
 /// parse or its problem; `None` for any other file.
-pub fn parse(bytes: &[u8]) -> Option<Result<SopsFile, String>> {
+pub fn parse(bytes: &[u8]) -> Option<Result<SopsFile, SopsError>> {
     let text = std::str::from_utf8(bytes).ok()?;
     let trimmed = text.trim_start();
     if text
@@ -125,12 +147,12 @@ fn structured(
     format: SopsFormat,
     documents: &[yaml_rust2::Yaml],
     sops: &yaml_rust2::yaml::Hash,
-) -> Result<SopsFile, String> {
+) -> Result<SopsFile, SopsError> {
     let metadata = metadata_of(&node(&yaml_rust2::Yaml::Hash(sops.clone()))?)?;
     let mut branches = Vec::new();
     for document in documents {
         let Node::Map(entries) = node(document)? else {
-            return Err("a document is not a mapping".to_owned());
+            return Err(SopsError::NotAMapping);
         };
         branches.push(
             entries
@@ -146,7 +168,7 @@ fn structured(
     })
 }
 
-fn node(yaml: &yaml_rust2::Yaml) -> Result<Node, String> {
+fn node(yaml: &yaml_rust2::Yaml) -> Result<Node, SopsError> {
     use yaml_rust2::Yaml;
     Ok(match yaml {
         Yaml::Hash(map) => {
@@ -157,7 +179,7 @@ fn node(yaml: &yaml_rust2::Yaml) -> Result<Node, String> {
                     Yaml::Integer(key) => key.to_string(),
                     Yaml::Boolean(key) => key.to_string(),
                     Yaml::Real(key) => key.clone(),
-                    other => return Err(format!("unsupported mapping key {other:?}")),
+                    other => return Err(SopsError::MappingKey(format!("{other:?}"))),
                 };
                 entries.push((key, node(value)?));
             }
@@ -169,14 +191,14 @@ fn node(yaml: &yaml_rust2::Yaml) -> Result<Node, String> {
         Yaml::Real(text) => Node::Float(text.clone()),
         Yaml::Boolean(value) => Node::Bool(*value),
         Yaml::Null => Node::Null,
-        Yaml::Alias(_) | Yaml::BadValue => return Err("YAML aliases are not supported".to_owned()),
+        Yaml::Alias(_) | Yaml::BadValue => return Err(SopsError::Alias),
     })
 }
 
 /// Reads the `sops` block (already a tree).
-fn metadata_of(sops: &Node) -> Result<Metadata, String> {
+fn metadata_of(sops: &Node) -> Result<Metadata, SopsError> {
     let Node::Map(entries) = sops else {
-        return Err("the `sops` entry is not a mapping".to_owned());
+        return Err(SopsError::MetadataNotAMapping);
     };
     let mut metadata = Metadata::default();
     let text = |node: &Node| match node {
@@ -241,14 +263,14 @@ fn metadata_of(sops: &Node) -> Result<Metadata, String> {
         }
     }
     if metadata.mac.is_empty() {
-        return Err("the `sops` block has no `mac`".to_owned());
+        return Err(SopsError::NoMac);
     }
     Ok(metadata)
 }
 
 /// Dotenv: `KEY=VALUE` lines (`\n` in a value is a newline), `#` lines are (encrypted)
 /// comments, and the metadata is flattened into `sops_…` keys (`sops_age__list_0__map_enc`).
-fn parse_dotenv(text: &str) -> Result<SopsFile, String> {
+fn parse_dotenv(text: &str) -> Result<SopsFile, SopsError> {
     let mut entries = Vec::new();
     let mut flat = Vec::new();
     for (index, line) in text.split('\n').enumerate() {
@@ -256,7 +278,7 @@ fn parse_dotenv(text: &str) -> Result<SopsFile, String> {
             continue;
         }
         let Some((key, value)) = line.split_once('=') else {
-            return Err(format!("line {}: not KEY=VALUE", index + 1));
+            return Err(SopsError::DotenvLine(index + 1));
         };
         let value = value.replace("\\n", "\n");
         match key.strip_prefix("sops_") {
@@ -273,7 +295,7 @@ fn parse_dotenv(text: &str) -> Result<SopsFile, String> {
 }
 
 /// Rebuilds the metadata tree from flattened keys: `a__map_b` is `a.b`, `a__list_0` is `a[0]`.
-fn unflatten(flat: &[(String, String)]) -> Result<Node, String> {
+fn unflatten(flat: &[(String, String)]) -> Result<Node, SopsError> {
     #[derive(Default)]
     struct Tree {
         value: Option<String>,
@@ -339,7 +361,7 @@ fn unflatten(flat: &[(String, String)]) -> Result<Node, String> {
                 Segment::Index(index) => {
                     *index = rest[..end]
                         .parse()
-                        .map_err(|_| format!("sops_{key}: bad list index"))?;
+                        .map_err(|_| SopsError::ListIndex(key.to_owned()))?;
                 }
             }
             let Some(at) = next else {
@@ -362,6 +384,18 @@ fn unflatten(flat: &[(String, String)]) -> Result<Node, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_broken_sops_file_says_what_is_wrong_in_a_type() {
+        let dotenv = b"A=1\nnot a pair\nsops_mac=ENC[x]\nsops_version=3.8.1\n";
+        assert_eq!(parse(dotenv), Some(Err(SopsError::DotenvLine(2))));
+        assert_eq!(
+            SopsError::DotenvLine(2).to_string(),
+            "line 2: not KEY=VALUE"
+        );
+        let no_mac = b"a: 1\nsops:\n  version: 3.8.1\n";
+        assert_eq!(parse(no_mac), None, "no MAC: not a SOPS file at all");
+    }
 
     #[test]
     fn files_without_sops_metadata_are_not_sops() {

@@ -138,7 +138,7 @@ impl EnvSource {
                 })?;
             let file = crate::manifest::sops::parse(bytes)
                 .ok_or_else(|| refused("is not a SOPS file".to_owned()))?
-                .map_err(refused)?;
+                .map_err(|error| refused(error.to_string()))?;
             let plain = ctx
                 .options
                 .keyring
