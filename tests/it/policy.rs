@@ -178,10 +178,12 @@ async fn a_foreign_volume_is_not_mounted_as_a_claim_until_adopted() -> TestResul
         .await?;
     let (shutdown, agent) = start_on(&repo, data.path(), Policy::default(), Arc::clone(&fake));
     let store = Store::open(&data.path().join("state.db"))?;
-    until("db to fail on the foreign volume", || {
-        Ok(store
-            .status(&key)?
-            .is_some_and(|status| status.message.contains("--adopt-volume")))
+    // The pass that meets the volume writes its error first; the release's failure (what
+    // the status keeps) follows.
+    until("db's release to fail on the foreign volume", || {
+        Ok(store.status(&key)?.is_some_and(|status| {
+            status.message.starts_with("release #1") && status.message.contains("--adopt-volume")
+        }))
     })
     .await?;
     let status = store.status(&key)?.ok_or("status")?;

@@ -619,14 +619,34 @@ async fn i12_a_scripted_day_in_the_activity_log() -> TestResult {
             &format!("DB_PASSWORD={SECRET_VALUE}"),
         ],
     )?;
-    cli(&data_dir, &["approve", &first])?;
+    // Off the runtime's workers (the agent serves the CLI's nudge on them), and what the CLI
+    // said about its nudge goes into the failure message.
+    let approve = {
+        let (data_dir, first) = (data_dir.clone(), first.clone());
+        tokio::task::spawn_blocking(move || {
+            Command::new(AGENT)
+                .args(["approve", &first, "--data-dir"])
+                .arg(&data_dir)
+                .env("USER", "alice")
+                .env_remove("SUDO_USER")
+                .output()
+        })
+        .await??
+    };
+    assert!(approve.status.success(), "{approve:?}");
+    let said = format!(
+        "approve said: {}{}",
+        String::from_utf8_lossy(&approve.stdout),
+        String::from_utf8_lossy(&approve.stderr)
+    );
     agent
         .until("web applied by the approval", |store| {
             Ok(store
                 .desired(&ResourceKey::new(Kind::Deployment, "shop", "web"))?
                 .filter(|desired| desired.commit.as_str() == first))
         })
-        .await?;
+        .await
+        .map_err(|error| format!("{error}; {said}"))?;
     // The day ends with web's rollout: once it has succeeded nothing more is written, so the
     // CLI's and the HTTP side's reads below see the same log.
     let web = ResourceKey::new(Kind::Deployment, "shop", "web");

@@ -144,9 +144,15 @@ pub(in crate::reconcile::handlers) async fn create<R: Runtime>(
             stop_first: false,
             constraints: Vec::new(),
             asset_digests,
+            // When it was created: a restarted agent gives a run what is left of its
+            // timeout (`oneshot::stand`), as the label on a container does.
             labels: BTreeMap::from([
                 (CONTAINER.to_owned(), identity.name.clone()),
                 (labels::SPEC_HASH.to_owned(), spec_hash.to_owned()),
+                (
+                    labels::CREATED_AT.to_owned(),
+                    super::super::container::rfc3339_seconds(crate::store::now_unix()),
+                ),
             ]),
             volume_labels: BTreeMap::new(),
         },
