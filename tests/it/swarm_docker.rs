@@ -724,10 +724,22 @@ impl Drop for ProxyServiceGuard {
     }
 }
 
+/// A port free on every address now, below the kernel's ephemeral range (32768 and up): a
+/// port the kernel handed out (`bind(0)`) could be handed out again to another test's
+/// connection before Swarm publishes it, and a host-mode task whose port is taken stays
+/// pending without failing.
 fn free_port() -> TestResult<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .subsec_nanos();
+    for attempt in 0..1000u32 {
+        let offset = (seed.wrapping_add(attempt.wrapping_mul(7919)) % 12_000) as u16;
+        let port = 20_000 + offset;
+        if std::net::TcpListener::bind(("0.0.0.0", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err("no free port in 20000..32000".into())
 }
 
 /// `GET /` for `host` through the proxy's published port: status and body, or the error.
