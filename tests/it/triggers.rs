@@ -639,12 +639,18 @@ async fn i12_a_scripted_day_in_the_activity_log() -> TestResult {
         String::from_utf8_lossy(&approve.stdout),
         String::from_utf8_lossy(&approve.stderr)
     );
+    // A liveness bound of two minutes: under a loaded suite the approval waits behind the
+    // syncs the rollback and the config change asked for.
     agent
-        .until("web applied by the approval", |store| {
-            Ok(store
-                .desired(&ResourceKey::new(Kind::Deployment, "shop", "web"))?
-                .filter(|desired| desired.commit.as_str() == first))
-        })
+        .until_within(
+            std::time::Duration::from_secs(120),
+            "web applied by the approval",
+            |store| {
+                Ok(store
+                    .desired(&ResourceKey::new(Kind::Deployment, "shop", "web"))?
+                    .filter(|desired| desired.commit.as_str() == first))
+            },
+        )
         .await
         .map_err(|error| format!("{error}; {said}"))?;
     // The day ends with web's rollout: once it has succeeded nothing more is written, so the

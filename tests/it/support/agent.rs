@@ -162,10 +162,21 @@ impl TestAgent {
     pub async fn until<T>(
         &self,
         what: &str,
+        check: impl FnMut(&Store) -> TestResult<Option<T>>,
+    ) -> TestResult<T> {
+        self.until_within(Duration::from_secs(30), what, check)
+            .await
+    }
+
+    /// `until` with another liveness bound (a step several syncs long on a loaded machine).
+    pub async fn until_within<T>(
+        &self,
+        limit: Duration,
+        what: &str,
         mut check: impl FnMut(&Store) -> TestResult<Option<T>>,
     ) -> TestResult<T> {
         let step = Duration::from_millis(10);
-        super::until(Duration::from_secs(30), step, what, || check(&self.store)).await
+        super::until(limit, step, what, || check(&self.store)).await
     }
 
     /// Waits until `sha` is the last applied commit.
