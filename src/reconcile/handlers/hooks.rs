@@ -262,7 +262,7 @@ async fn run_stage<R: Runtime>(
     };
     let logs = match exit {
         Exit::TimedOut => String::new(),
-        Exit::Code(_) | Exit::Failed(_) => oneshot::logs(ctx, &id, LOG_LINES).await,
+        Exit::Code(_) | Exit::Failed(_) => super::engine::units::logs(ctx, &id, LOG_LINES).await,
     };
     let outcome = json!({
         "exit_code": exit.code(),

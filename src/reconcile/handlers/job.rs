@@ -492,7 +492,7 @@ async fn finish_watched<R: Runtime>(
                 format!("exit code {code}")
             },
             logs,
-            at: oneshot::finished_at(ctx, &run.container_id)
+            at: super::engine::units::finished_at(ctx, &run.container_id)
                 .await
                 .unwrap_or_else(now_unix),
         },
@@ -551,7 +551,7 @@ async fn finish_record<R: Runtime>(ctx: &Ctx<R>, run: &RunRef, ended: Ended) -> 
 /// The last `LOG_LINES` lines of a container's output, at most `LOG_BYTES` (their end);
 /// empty when the engine cannot say.
 async fn logs_tail<R: Runtime>(ctx: &Ctx<R>, id: &str) -> String {
-    let text = oneshot::logs(ctx, id, LOG_LINES).await;
+    let text = super::engine::units::logs(ctx, id, LOG_LINES).await;
     if text.len() <= LOG_BYTES {
         return text;
     }

@@ -112,16 +112,6 @@ pub(super) async fn stand<R: Runtime>(
     Ok(Some(Stand::Running))
 }
 
-/// The last `lines` lines of a unit's output; empty when the engine cannot say.
-pub(super) async fn logs<R: Runtime>(ctx: &Ctx<R>, id: &str, lines: usize) -> String {
-    engine::logs(ctx, id, lines).await
-}
-
-/// When the engine says a unit finished (Unix seconds), if it did.
-pub(super) async fn finished_at<R: Runtime>(ctx: &Ctx<R>, id: &str) -> Option<i64> {
-    engine::finished_at(ctx, id).await
-}
-
 /// Removes a unit (its container, or its service), and what this process kept about it; a
 /// missing one is removed.
 pub(super) async fn remove<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey, id: &str) -> Result<()> {
