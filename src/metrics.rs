@@ -39,6 +39,8 @@ pub struct Metrics {
     drift: Counters,
     scaling: Counters,
     journal_errors: Counters,
+    /// Entries the reconciler's one timer holds, by what they wait for (a gauge).
+    timer_waits: Mutex<BTreeMap<&'static str, usize>>,
 }
 
 impl Default for Metrics {
@@ -52,6 +54,7 @@ impl Default for Metrics {
             drift: Counters::default(),
             scaling: Counters::default(),
             journal_errors: Counters::default(),
+            timer_waits: Mutex::new(BTreeMap::new()),
         }
     }
 }
@@ -131,6 +134,14 @@ impl Metrics {
         self.syncs.total()
     }
 
+    /// Replaces the timer's pending entries by what they wait for.
+    pub(crate) fn set_timer_waits(&self, counts: &[(&'static str, usize)]) {
+        let mut waits = lock(&self.timer_waits);
+        for (what, n) in counts {
+            waits.insert(what, *n);
+        }
+    }
+
     /// Appends the in-memory families in text exposition format.
     pub(crate) fn render(&self, out: &mut String) {
         self.syncs.render(
@@ -184,6 +195,17 @@ impl Metrics {
             "voodu_reconciler_store_errors_total",
             "Times the reconciler could not read the journal (tail) or its boot state (boot); each is retried.",
             &["stage"],
+        );
+        let waits: Vec<(Vec<String>, f64)> = lock(&self.timer_waits)
+            .iter()
+            .map(|(what, n)| (vec![(*what).to_owned()], *n as f64))
+            .collect();
+        render_gauge(
+            out,
+            "voodu_timer_waits",
+            "Waits the reconciler's one timer holds, by what they wait for (pass: a key's delayed pass; resync, autoscale, router, probe, cron: periodic work; unit: run deadlines; notify, store: retry pauses).",
+            &["what"],
+            &waits,
         );
     }
 }

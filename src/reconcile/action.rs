@@ -1,6 +1,6 @@
 //! What a reconcile asks for next: kube-runtime's `Action`. Every handler returns one, and the
 //! error policy (`retry.rs`) maps every error to one, so the worker applies a single kind of
-//! answer through a single timer (`wake::Requeue::after`, one pending instant per key).
+//! answer through a single timer (`timer::Timer::requeue_after`, one pending instant per key).
 
 use std::time::Duration;
 

@@ -23,6 +23,7 @@ use futures_util::StreamExt as _;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::timer::What;
 use super::{Ctx, blocking};
 use crate::manifest::spec::{Autoscale, Spec};
 use crate::model::{ResourceKey, parse_go_duration};
@@ -117,8 +118,7 @@ pub(crate) async fn run<R: Runtime>(
     shutdown: CancellationToken,
 ) {
     let mut cooldowns: HashMap<ResourceKey, Cooldowns> = HashMap::new();
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tick = ctx.timer.every(What::Autoscale, Duration::ZERO, every);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -158,7 +158,7 @@ pub(crate) async fn run<R: Runtime>(
                 Ok(()) => {
                     ctx.metrics
                         .record_scaling(if decision.up { "up" } else { "down" });
-                    ctx.requeue.now(key);
+                    ctx.timer.requeue(key);
                 }
                 Err(error) => {
                     tracing::warn!(%key, %error, "cannot record the autoscaler's decision")

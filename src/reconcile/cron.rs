@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Ctx;
 use super::lock;
+use super::timer::What;
 use crate::manifest::spec::schedule::Schedule;
 use crate::model::ResourceKey;
 use crate::runtime::Runtime;
@@ -269,7 +270,7 @@ pub(crate) async fn schedule<R: Runtime>(ctx: Arc<Ctx<R>>, shutdown: Cancellatio
                         .is_none_or(|(time, when)| *time != next || when.elapsed() >= MAX_SLEEP);
                     if fresh {
                         tracing::debug!(%key, "cronjob due");
-                        ctx.requeue.now(key.clone());
+                        ctx.timer.requeue(key.clone());
                         requeued.insert(key, (next, tokio::time::Instant::now()));
                     }
                     MAX_SLEEP
@@ -282,7 +283,7 @@ pub(crate) async fn schedule<R: Runtime>(ctx: Arc<Ctx<R>>, shutdown: Cancellatio
             () = changed => {}
             () = async {
                 match sleep {
-                    Some(sleep) => tokio::time::sleep(sleep).await,
+                    Some(sleep) => ctx.timer.sleep(What::Cron, sleep).await,
                     None => std::future::pending().await,
                 }
             } => {}

@@ -17,10 +17,14 @@ use std::time::Duration;
 use futures_util::StreamExt as _;
 use tokio_util::sync::CancellationToken;
 
+use super::timer::What;
 use super::{Ctx, blocking};
 use crate::model::{Kind, ResourceKey};
 use crate::runtime::{Container, ContainerState, Runtime, labels};
 use crate::store::DesiredSummary;
+
+/// The pause before subscribing again to a container event stream that broke or ended.
+const RESUBSCRIBE: Duration = Duration::from_secs(1);
 
 /// Container event actions that may mean drift.
 const DRIFT_ACTIONS: &[&str] = &["die", "destroy", "stop", "oom"];
@@ -35,8 +39,7 @@ pub(crate) async fn run<R: Runtime>(
 ) {
     let filter = [(labels::AGENT, ctx.agent_id.as_str())];
     let mut stream = events.then(|| ctx.runtime.events(&filter));
-    let mut resync = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-    resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut resync = ctx.timer.every(What::Resync, every, every);
     loop {
         let event = async {
             match stream.as_mut() {
@@ -56,18 +59,18 @@ pub(crate) async fn run<R: Runtime>(
                     if let Some(key) = owner(&event.labels).filter(|_| is_drift(&event.action) && !own) {
                         tracing::debug!(%key, action = %event.action, container = %event.id, "container event");
                         ctx.metrics.record_drift(key.kind.as_str(), "event");
-                        ctx.requeue.now(key);
+                        ctx.timer.requeue(key);
                     }
                 }
                 Some(Err(error)) => {
                     tracing::debug!(%error, "container events interrupted; resubscribing");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    ctx.timer.sleep(What::Resync, RESUBSCRIBE).await;
                     stream = Some(ctx.runtime.events(&filter));
                     // Whatever happened meanwhile is found by comparing.
                     resync.reset_immediately();
                 }
                 None => {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    ctx.timer.sleep(What::Resync, RESUBSCRIBE).await;
                     stream = Some(ctx.runtime.events(&filter));
                     resync.reset_immediately();
                 }
@@ -119,12 +122,12 @@ async fn resync_once<R: Runtime>(
         tracing::info!(resources = keys.len(), "resync found drift; repairing");
     }
     for key in keys {
-        ctx.requeue.now(key);
+        ctx.timer.requeue(key);
     }
     // Files and routes are not containers: their handlers check them cheaply each resync.
     for desired in desired {
         if matches!(desired.key.kind, Kind::Asset | Kind::Ingress) {
-            ctx.requeue.now(desired.key);
+            ctx.timer.requeue(desired.key);
         }
     }
     listed.send_replace(Arc::new(containers));

@@ -12,8 +12,9 @@
 //! - every handler returns an `Action`; every error goes through one error policy
 //!   (`retry::RetryPolicy::error_policy`), which maps it to an `Action` and records it on the
 //!   resource's status; a panicking handler is recorded the same way and the loop goes on;
-//! - every delayed pass (a retry, a rollout re-check, a back-off) waits in one timer,
-//!   `wake::Delays`, one instant per key; each pass re-reads desired state;
+//! - every delayed pass (a retry, a rollout re-check, a back-off) and every periodic or
+//!   paused task of the stage waits in one timer (`timer`), one instant per key; each pass
+//!   re-reads desired state;
 //! - only a handler holding a key creates, starts, stops or removes that key's containers:
 //!   probes, drift, the autoscaler, the cron scheduler, job waiters and the router report and
 //!   requeue (the router owns only the proxy container, which belongs to no key);
@@ -39,6 +40,7 @@ mod rollout_state;
 pub mod router;
 mod routes;
 mod runs;
+pub mod timer;
 pub mod wake;
 
 pub use action::Action;
@@ -176,8 +178,9 @@ pub struct Deps<R: Runtime> {
 /// ones).
 #[derive(Debug, Clone, Default)]
 pub struct Handles {
-    /// Asks for keys to be reconciled from outside the journal (cron ticks, events).
-    pub requeue: wake::Requeue,
+    /// The one timer: asks for keys to be reconciled from outside the journal (cron ticks,
+    /// events), now or later, and wakes the stage's periodic tasks.
+    pub timer: timer::Timer,
     /// Wakes the ingress router and carries its reports.
     pub router: wake::RouterWake,
 }
@@ -197,7 +200,7 @@ pub(crate) struct Ctx<R: Runtime> {
     metrics: Arc<Metrics>,
     /// Where release outcomes go for their `on_deploy` webhooks.
     notifier: notify::Notifier,
-    requeue: wake::Requeue,
+    timer: timer::Timer,
     router: wake::RouterWake,
     /// Fires when the agent stops: the waiters of one-shot runs give up on it (their units
     /// go on, for the next start to pick up).
@@ -218,8 +221,11 @@ impl<R: Runtime> Ctx<R> {
         options: ReconcileOptions,
         shutdown: CancellationToken,
     ) -> Ctx<R> {
-        let (notifier, deliveries) =
-            notify::Notifier::new(deps.assets_root.clone(), shutdown.clone());
+        let (notifier, deliveries) = notify::Notifier::new(
+            deps.assets_root.clone(),
+            deps.handles.timer.clone(),
+            shutdown.clone(),
+        );
         deps.tracker.spawn(deliveries);
         let default_ulimits = options
             .default_ulimits
@@ -234,7 +240,7 @@ impl<R: Runtime> Ctx<R> {
             default_ulimits,
             metrics: deps.metrics,
             notifier,
-            requeue: deps.handles.requeue,
+            timer: deps.handles.timer,
             router: deps.handles.router,
             shutdown,
             runs: Runs::new(deps.tracker),
@@ -306,6 +312,15 @@ pub async fn run<R: Runtime>(
         tracker: tracker.clone(),
         shutdown: shutdown.clone(),
     });
+    // The one timer, first: the boot replay's back-off waits in it too.
+    let pushes = shared.clone();
+    if let Some(timer) = ctx.timer.serve(
+        move |key| pushes.queue.push(key, None),
+        ctx.metrics.clone(),
+        shutdown.clone(),
+    ) {
+        tracker.spawn(timer);
+    }
     // The boot replay covers every journal row up to the current head, so the tail starts
     // there; the replayed keys carry the head's seq, so the cursor only moves past it once the
     // replay is done. Rows between the persisted cursor and the head need no second pass.
@@ -319,7 +334,7 @@ pub async fn run<R: Runtime>(
                 ctx.metrics.record_journal_error("boot");
                 tracing::warn!(%error, retry_in = ?delay, "boot replay failed; will retry");
                 tokio::select! {
-                    () = tokio::time::sleep(delay) => {}
+                    () = ctx.timer.sleep(timer::What::Store, delay) => {}
                     () = shutdown.cancelled() => return Ok(()),
                 }
             }
@@ -352,9 +367,6 @@ pub async fn run<R: Runtime>(
         shutdown.clone(),
     ));
     tracker.spawn(cron::schedule(ctx.clone(), shutdown.clone()));
-    if let Some(requests) = ctx.requeue.take_receiver() {
-        tracker.spawn(requeues(shared.clone(), requests));
-    }
     match ctx.options.ingress.clone() {
         Some(ingress) if ingress.run_router => {
             tracker.spawn(router::run(ctx.clone(), ingress, shutdown.clone()));
@@ -394,7 +406,7 @@ pub async fn run<R: Runtime>(
         };
         let retry_due = async {
             match retry {
-                Some(delay) => tokio::time::sleep(delay).await,
+                Some(delay) => ctx.timer.sleep(timer::What::Store, delay).await,
                 None => std::future::pending().await,
             }
         };
@@ -426,37 +438,6 @@ async fn boot<R: Runtime>(
     }
     *lock(&shared.read_seq) = start;
     Ok(())
-}
-
-/// Turns `Requeue` requests into queue pushes: at once, or when their delay runs out (one
-/// pending instant per key, `wake::Delays`), until shutdown.
-async fn requeues<R: Runtime>(
-    shared: Arc<Shared<R>>,
-    mut requests: tokio::sync::mpsc::UnboundedReceiver<(ResourceKey, Duration)>,
-) {
-    let mut delays = wake::Delays::default();
-    loop {
-        let next = delays.next();
-        let due = async {
-            match next {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            request = requests.recv() => match request {
-                Some((key, delay)) if delay.is_zero() => shared.queue.push(key, None),
-                Some((key, delay)) => delays.insert(key, tokio::time::Instant::now() + delay),
-                None => return,
-            },
-            () = due => {
-                for key in delays.take_due(tokio::time::Instant::now()) {
-                    shared.queue.push(key, None);
-                }
-            }
-            () = shared.shutdown.cancelled() => return,
-        }
-    }
 }
 
 /// Every container carrying this agent's `voodu.agent` label (and nothing else on the host).
@@ -570,7 +551,7 @@ async fn worker<R: Runtime>(shared: Arc<Shared<R>>) {
             }
         };
         if let Some(delay) = action.delay() {
-            shared.ctx.requeue.after(key.clone(), delay);
+            shared.ctx.timer.requeue_after(key.clone(), delay);
         }
         shared.queue.done(&key);
         if let Err(error) = persist_cursor(&shared).await {

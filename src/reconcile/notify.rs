@@ -15,6 +15,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::timer::{Timer, What};
 use crate::manifest::spec::WebhookTarget;
 use crate::model::{ResourceKey, resolve_asset_refs};
 
@@ -127,12 +128,13 @@ impl Notifier {
     /// tracker; it ends at `shutdown` after the delivery in progress).
     pub(crate) fn new(
         assets_root: PathBuf,
+        timer: Timer,
         shutdown: CancellationToken,
     ) -> (Notifier, impl std::future::Future<Output = ()> + Send) {
         let (sender, receiver) = mpsc::unbounded_channel();
         (
             Notifier { sender },
-            deliver_all(receiver, assets_root, shutdown),
+            deliver_all(receiver, assets_root, timer, shutdown),
         )
     }
 
@@ -150,6 +152,7 @@ impl Notifier {
 async fn deliver_all(
     mut receiver: mpsc::UnboundedReceiver<Delivery>,
     assets_root: PathBuf,
+    timer: Timer,
     shutdown: CancellationToken,
 ) {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -172,7 +175,7 @@ async fn deliver_all(
         let sends = delivery
             .targets
             .iter()
-            .map(|target| deliver(&client, &assets_root, &delivery.outcome, target));
+            .map(|target| deliver(&client, &assets_root, &timer, &delivery.outcome, target));
         futures_util::future::join_all(sends).await;
     }
 }
@@ -181,6 +184,7 @@ async fn deliver_all(
 async fn deliver(
     client: &reqwest::Client,
     assets_root: &Path,
+    timer: &Timer,
     outcome: &Outcome,
     target: &WebhookTarget,
 ) {
@@ -226,7 +230,7 @@ async fn deliver(
         if started.elapsed() + *pause > BUDGET {
             break;
         }
-        tokio::time::sleep(*pause).await;
+        timer.sleep(What::Notify, *pause).await;
     }
     tracing::error!(key = %outcome.key, url = %target.url, "on_deploy webhook given up");
 }

@@ -29,6 +29,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::timer::What;
 use super::{Ctx, blocking};
 use crate::manifest::spec::{DEFAULT_NETWORK, Probe, Probes};
 use crate::model::{Kind, ResourceKey, parse_go_duration};
@@ -36,6 +37,8 @@ use crate::runtime::{Container, ContainerState, Runtime, labels};
 use crate::store::{Readiness, now_unix};
 
 /// voodu's probe defaults (spec §2.10.7).
+/// The pause before subscribing again to a container event stream that broke or ended.
+const RESUBSCRIBE: Duration = Duration::from_secs(1);
 const DEFAULT_PERIOD: Duration = Duration::from_secs(10);
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
 const DEFAULT_FAILURE_THRESHOLD: u32 = 3;
@@ -146,12 +149,12 @@ pub(crate) async fn run<R: Runtime>(
                 }
                 Some(Err(error)) => {
                     tracing::debug!(%error, "container events interrupted; resubscribing");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    ctx.timer.sleep(What::Probe, RESUBSCRIBE).await;
                     events = ctx.runtime.events(&filter);
                     list_now = true;
                 }
                 None => {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    ctx.timer.sleep(What::Probe, RESUBSCRIBE).await;
                     events = ctx.runtime.events(&filter);
                     list_now = true;
                 }
@@ -486,7 +489,7 @@ async fn run_replica<R: Runtime>(
                 tracing::warn!(%key, container = %container.name, %reason, "liveness failed; asking for the replica's replacement");
                 publish(ctx, key, container, false, &held, &address, &mut published).await;
                 ctx.memory.liveness_failed.mark(&container.id, due);
-                ctx.requeue.after(key.clone(), due - now);
+                ctx.timer.requeue_after(key.clone(), due - now);
                 // Nothing more to probe: the replica goes once its handler replaces it.
                 let _ = life.changed().await;
                 return;
@@ -528,7 +531,12 @@ async fn probe_life<R: Runtime>(
         let Some(probe) = &probes.liveness else {
             return std::future::pending::<LifeOutcome>().await;
         };
-        tokio::time::sleep(parse_go_duration(&probe.initial_delay).unwrap_or_default()).await;
+        ctx.timer
+            .sleep(
+                What::Probe,
+                parse_go_duration(&probe.initial_delay).unwrap_or_default(),
+            )
+            .await;
         let mut verdict = Verdict::default();
         loop {
             let (passed, detail) = probe_once(ctx, container, probe, address, client).await;
@@ -538,12 +546,19 @@ async fn probe_life<R: Runtime>(
                     verdict.failures
                 ));
             }
-            tokio::time::sleep(duration(&probe.period, DEFAULT_PERIOD)).await;
+            ctx.timer
+                .sleep(What::Probe, duration(&probe.period, DEFAULT_PERIOD))
+                .await;
         }
     };
     let readiness = async {
         if let Some(probe) = probes.startup.as_ref().filter(|_| !prior_ready) {
-            tokio::time::sleep(parse_go_duration(&probe.initial_delay).unwrap_or_default()).await;
+            ctx.timer
+                .sleep(
+                    What::Probe,
+                    parse_go_duration(&probe.initial_delay).unwrap_or_default(),
+                )
+                .await;
             let mut verdict = Verdict::default();
             loop {
                 let (passed, detail) = probe_once(ctx, container, probe, address, client).await;
@@ -552,13 +567,19 @@ async fn probe_life<R: Runtime>(
                 }
                 let _ =
                     readiness_tx.send((false, format!("startup probe not passed yet: {detail}")));
-                tokio::time::sleep(duration(&probe.period, DEFAULT_PERIOD)).await;
+                ctx.timer
+                    .sleep(What::Probe, duration(&probe.period, DEFAULT_PERIOD))
+                    .await;
             }
         }
         match &probes.readiness {
             Some(probe) => {
                 if !prior_ready {
-                    tokio::time::sleep(parse_go_duration(&probe.initial_delay).unwrap_or_default())
+                    ctx.timer
+                        .sleep(
+                            What::Probe,
+                            parse_go_duration(&probe.initial_delay).unwrap_or_default(),
+                        )
                         .await;
                 }
                 let mut verdict = Verdict {
@@ -574,7 +595,9 @@ async fn probe_life<R: Runtime>(
                         format!("readiness probe: {detail}")
                     };
                     let _ = readiness_tx.send((ready, reason));
-                    tokio::time::sleep(duration(&probe.period, DEFAULT_PERIOD)).await;
+                    ctx.timer
+                        .sleep(What::Probe, duration(&probe.period, DEFAULT_PERIOD))
+                        .await;
                 }
             }
             None => {
@@ -587,7 +610,7 @@ async fn probe_life<R: Runtime>(
                         false,
                         format!("running for less than {}s", settle.as_secs()),
                     ));
-                    tokio::time::sleep(settle - waited).await;
+                    ctx.timer.sleep(What::Probe, settle - waited).await;
                 }
                 let _ = readiness_tx.send((true, String::new()));
                 std::future::pending::<()>().await;
@@ -642,7 +665,7 @@ async fn publish<R: Runtime>(
         *published = Some(now);
         ctx.router.wake();
         if flipped {
-            ctx.requeue.now(key.clone());
+            ctx.timer.requeue(key.clone());
         }
     }
 }

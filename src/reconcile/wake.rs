@@ -1,10 +1,6 @@
-//! Ways for work outside the journal to ask for reconciles: `Requeue` (a key, now or after a
-//! delay: cron ticks, readiness changes, runtime events) and `RouterWake` (the ingress router
-//! rebuilds its routes when replicas of a routed deployment change, and reports back what the
-//! proxy serves).
-//!
-//! Delayed requests are kept in `Delays`, one instant per key (the earliest asked for), so a
-//! key that asks again on every pass keeps one timer, not a growing number of them.
+//! Ways for work outside the journal to ask for reconciles besides the timer's requeues
+//! (`timer::Timer`): `RouterWake` (the ingress router rebuilds its routes when replicas of a
+//! routed deployment change, and reports back what the proxy serves).
 //!
 //! `OwnRemovals` keeps the other way round: containers the agent removed itself on purpose (a
 //! replica whose start the engine refused), whose events are no drift to repair.
@@ -14,90 +10,11 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::router::RouterReport;
-use crate::model::ResourceKey;
-
-/// A request: reconcile this key once this delay has passed.
-type Request = (ResourceKey, Duration);
-
-/// Asks the reconciler to reconcile a key (deduplicated by its queue like any other request).
-#[derive(Debug, Clone)]
-pub struct Requeue {
-    sender: mpsc::UnboundedSender<Request>,
-    receiver: Arc<Mutex<Option<mpsc::UnboundedReceiver<Request>>>>,
-}
-
-impl Default for Requeue {
-    fn default() -> Requeue {
-        let (sender, receiver) = mpsc::unbounded_channel();
-        Requeue {
-            sender,
-            receiver: Arc::new(Mutex::new(Some(receiver))),
-        }
-    }
-}
-
-impl Requeue {
-    /// Reconcile `key` soon.
-    pub fn now(&self, key: ResourceKey) {
-        self.after(key, Duration::ZERO);
-    }
-
-    /// Reconcile `key` once `delay` has passed.
-    pub(crate) fn after(&self, key: ResourceKey, delay: Duration) {
-        // The reconciler gone (shutdown) means nobody needs the request.
-        let _ = self.sender.send((key, delay));
-    }
-
-    /// The receiving end, for the reconciler's run loop (taken once).
-    pub(crate) fn take_receiver(&self) -> Option<mpsc::UnboundedReceiver<Request>> {
-        self.receiver
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
-    }
-}
-
-/// Delayed requests not yet due: per key, the earliest instant asked for.
-#[derive(Debug, Default)]
-pub(crate) struct Delays {
-    due: HashMap<ResourceKey, Instant>,
-}
-
-impl Delays {
-    /// Adds a request; a key already waiting keeps the earlier of the two instants (the
-    /// reconcile it triggers asks again if it still needs a later one).
-    pub(crate) fn insert(&mut self, key: ResourceKey, at: Instant) {
-        self.due
-            .entry(key)
-            .and_modify(|due| *due = (*due).min(at))
-            .or_insert(at);
-    }
-
-    /// The next instant a request falls due.
-    pub(crate) fn next(&self) -> Option<Instant> {
-        self.due.values().min().copied()
-    }
-
-    /// Removes and returns the keys due at `now`.
-    pub(crate) fn take_due(&mut self, now: Instant) -> Vec<ResourceKey> {
-        let due: Vec<ResourceKey> = self
-            .due
-            .iter()
-            .filter(|(_, at)| **at <= now)
-            .map(|(key, _)| key.clone())
-            .collect();
-        for key in &due {
-            self.due.remove(key);
-        }
-        due
-    }
-}
 
 /// Tells the ingress router that the replicas it routes to may have changed, and carries the
 /// router's report back (what the proxy serves now), which ingress statuses are built from.
@@ -135,34 +52,6 @@ impl RouterWake {
     /// Publishes the router's report (the router only).
     pub(crate) fn publish(&self, report: RouterReport) {
         self.report.send_replace(Arc::new(report));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::Kind;
-
-    #[test]
-    fn a_key_asking_again_keeps_one_timer_at_the_earliest_instant() {
-        let t0 = Instant::now();
-        let web = ResourceKey::new(Kind::Deployment, "shop", "web");
-        let api = ResourceKey::new(Kind::Deployment, "shop", "api");
-        let mut delays = Delays::default();
-        for seconds in [5, 2, 9, 2] {
-            delays.insert(web.clone(), t0 + Duration::from_secs(seconds));
-        }
-        delays.insert(api.clone(), t0 + Duration::from_secs(3));
-        assert_eq!(delays.due.len(), 2);
-        assert_eq!(delays.next(), Some(t0 + Duration::from_secs(2)));
-        assert_eq!(
-            delays.take_due(t0 + Duration::from_secs(1)),
-            Vec::<ResourceKey>::new()
-        );
-        assert_eq!(delays.take_due(t0 + Duration::from_secs(2)), vec![web]);
-        assert_eq!(delays.next(), Some(t0 + Duration::from_secs(3)));
-        assert_eq!(delays.take_due(t0 + Duration::from_secs(60)), vec![api]);
-        assert_eq!(delays.next(), None);
     }
 }
 

@@ -655,6 +655,27 @@ async fn metrics_scrape_parses_and_counts_what_happened() -> TestResult {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // Periodic work waits in the one timer: the drift resync and the autoscaler each hold
+    // one pending wake there (what `/metrics` lists as `voodu_timer_waits`).
+    let mut waits = Vec::new();
+    for _ in 0..500 {
+        let (_, text) = get(&client, &agent.url("/metrics")).await?;
+        waits = parse_metrics(&text)?;
+        if metric(&waits, "voodu_timer_waits", &[("what", "resync")]) == 1.0
+            && metric(&waits, "voodu_timer_waits", &[("what", "autoscale")]) == 1.0
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        metric(&waits, "voodu_timer_waits", &[("what", "resync")]),
+        1.0
+    );
+    assert_eq!(
+        metric(&waits, "voodu_timer_waits", &[("what", "autoscale")]),
+        1.0
+    );
     assert_eq!(
         metric(&samples, "voodu_syncs_total", &[("result", "applied")]),
         1.0

@@ -16,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use voodu_agent::model::{Kind, ResourceKey};
 use voodu_agent::reconcile::router::{self, IngressOptions};
-use voodu_agent::reconcile::wake::{Requeue, RouterWake};
+use voodu_agent::reconcile::timer::Timer;
+use voodu_agent::reconcile::wake::RouterWake;
 use voodu_agent::reconcile::{self, Handles, ReconcileOptions};
 use voodu_agent::runtime::{DockerRuntime, FakeRuntime, Runtime, labels};
 use voodu_agent::store::{Readiness, Store, now_unix};
@@ -128,7 +129,7 @@ async fn an_ingress_waits_for_the_proxy_to_serve_its_routes() -> TestResult {
     let shutdown = CancellationToken::new();
     let router_wake = RouterWake::default();
     let woken = router_wake.subscribe();
-    let requeue = Requeue::default();
+    let requeue = Timer::default();
     let running = start(
         &store,
         Arc::new(FakeRuntime::new()),
@@ -138,7 +139,7 @@ async fn an_ingress_waits_for_the_proxy_to_serve_its_routes() -> TestResult {
             ..IngressOptions::new(dir.path().join("ingress"))
         }),
         Handles {
-            requeue: requeue.clone(),
+            timer: requeue.clone(),
             router: router_wake,
         },
         &shutdown,
@@ -158,7 +159,7 @@ async fn an_ingress_waits_for_the_proxy_to_serve_its_routes() -> TestResult {
     // their addresses as upstreams, still waiting for the proxy.
     let web = ResourceKey::new(Kind::Deployment, "shop", "web");
     status_where(&store, &web, "web ready", |status| status.phase == "Ready").await?;
-    requeue.now(key.clone());
+    requeue.requeue(key.clone());
     let status = status_where(&store, &key, "two upstreams", |status| {
         status.running_replicas == 2
     })
@@ -202,7 +203,7 @@ impl Drop for ProxyGuard {
 struct Agent {
     shutdown: CancellationToken,
     router: RouterWake,
-    requeue: Requeue,
+    requeue: Timer,
     running: Option<Running>,
 }
 
@@ -215,14 +216,14 @@ impl Agent {
     ) -> TestResult<Agent> {
         let shutdown = CancellationToken::new();
         let router = RouterWake::default();
-        let requeue = Requeue::default();
+        let requeue = Timer::default();
         let running = start(
             store,
             runtime,
             dir,
             Some(options.clone()),
             Handles {
-                requeue: requeue.clone(),
+                timer: requeue.clone(),
                 router: router.clone(),
             },
             &shutdown,
@@ -541,7 +542,7 @@ ingress "{scope}" "web" {{
             .all(|(status, body)| *status == 200 && only_second.contains(body)),
         "requests to a stopped replica are retried on the ready one: {during:?}"
     );
-    agent.requeue.now(web_key.clone());
+    agent.requeue.requeue(web_key.clone());
     until_served_by(&client, proxy, &host, &both).await?;
 
     // Unchanged routes are not pushed again, whatever wakes the router.

@@ -153,3 +153,35 @@ fn only_handlers_change_containers() {
         "containers changed outside a handler holding their key: {offenders:?}"
     );
 }
+
+/// Time in one place: in the reconcile stage only the one timer (`reconcile/timer.rs`) sleeps
+/// on tokio's clock; every periodic task, back-off, probe period and run deadline waits in it
+/// (`Timer::sleep`, `Timer::every`), so `voodu_timer_waits` lists everything the stage waits
+/// for. A timeout that bounds an I/O call (`tokio::time::timeout`) is not a wait and is allowed.
+#[test]
+fn only_the_one_timer_sleeps_in_the_reconcile_stage() {
+    let waits = [
+        "time::sleep(",
+        "time::sleep_until(",
+        "time::interval(",
+        "time::interval_at(",
+    ];
+    let offenders: Vec<String> = src_files()
+        .into_iter()
+        .filter(|(path, _)| path.starts_with("reconcile/") && path != "reconcile/timer.rs")
+        .flat_map(|(path, text)| {
+            // A file's own unit tests may drive paused time as they like.
+            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+            let compact: String = code.split_whitespace().collect();
+            waits
+                .iter()
+                .filter(|wait| compact.contains(*wait))
+                .map(|wait| format!("{path}: tokio::{wait}…)"))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "the reconcile stage waits outside its one timer: {offenders:?}"
+    );
+}

@@ -454,6 +454,7 @@ async fn wait_for_run<R: Runtime>(
     let ended = oneshot::wait_end(
         ctx.runtime.as_ref(),
         ctx.options.engine,
+        &ctx.timer,
         &run.container_id,
         remaining,
         &ctx.shutdown,
@@ -467,7 +468,7 @@ async fn wait_for_run<R: Runtime>(
         tracing::warn!(%key, container = %run.container, %error, "cannot record how a run ended; the next reconcile looks again");
     }
     ctx.runs.detach(&run.container_id);
-    ctx.requeue.now(key);
+    ctx.timer.requeue(key);
 }
 
 async fn finish_watched<R: Runtime>(

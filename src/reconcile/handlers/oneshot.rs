@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::engine::units as engine;
 pub(super) use super::engine::units::{Exit, OneShot};
 use crate::model::ResourceKey;
+use crate::reconcile::timer::{Timer, What};
 use crate::reconcile::{Ctx, Engine, Error, Result};
 use crate::runtime::{ContainerState, Runtime, labels};
 use crate::store::now_unix;
@@ -155,11 +156,20 @@ pub(super) fn watch<R: Runtime>(
     let runtime = ctx.runtime.clone();
     let engine = ctx.options.engine;
     let shutdown = ctx.shutdown.clone();
-    let requeue = ctx.requeue.clone();
+    let timer = ctx.timer.clone();
     let key = key.clone();
     let unit = id.to_owned();
     ctx.runs.attach(id, async move {
-        match wait_end(runtime.as_ref(), engine, &unit, remaining, &shutdown).await {
+        match wait_end(
+            runtime.as_ref(),
+            engine,
+            &timer,
+            &unit,
+            remaining,
+            &shutdown,
+        )
+        .await
+        {
             // The unit goes on; the next start of the agent watches it again.
             None => {
                 runs.detach(&unit);
@@ -169,7 +179,7 @@ pub(super) fn watch<R: Runtime>(
             Some(End::Exited(_) | End::Vanished(_)) => {}
         }
         runs.detach(&unit);
-        requeue.now(key);
+        timer.requeue(key);
     });
 }
 
@@ -185,19 +195,20 @@ pub(super) enum End {
 pub(super) async fn wait_end<R: Runtime>(
     runtime: &R,
     engine: Engine,
+    timer: &Timer,
     id: &str,
     remaining: Option<Duration>,
     shutdown: &CancellationToken,
 ) -> Option<End> {
     let deadline = async {
         match remaining {
-            Some(remaining) => tokio::time::sleep(remaining).await,
+            Some(remaining) => timer.sleep(What::Unit, remaining).await,
             None => std::future::pending().await,
         }
     };
     tokio::select! {
         biased;
-        exited = wait_exit(runtime, engine, id) => Some(match exited {
+        exited = wait_exit(runtime, engine, timer, id) => Some(match exited {
             Ok(code) => End::Exited(code),
             Err(error) => End::Vanished(error),
         }),
@@ -210,13 +221,14 @@ pub(super) async fn wait_end<R: Runtime>(
 async fn wait_exit<R: Runtime>(
     runtime: &R,
     engine: Engine,
+    timer: &Timer,
     id: &str,
 ) -> crate::runtime::Result<i64> {
     loop {
-        match engine::wait_unit(runtime, engine, id).await {
+        match engine::wait_unit(runtime, engine, timer, id).await {
             Err(crate::runtime::Error::Unavailable { message }) => {
                 tracing::debug!(unit = id, %message, "engine unavailable while waiting for a run");
-                tokio::time::sleep(ENGINE_RETRY).await;
+                timer.sleep(What::Unit, ENGINE_RETRY).await;
             }
             other => return other,
         }

@@ -43,7 +43,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
     .await?;
     for waiting_key in waiting {
         tracing::info!(%key, resource = %waiting_key, "a registry changed; retrying a failed pull");
-        ctx.requeue.now(waiting_key);
+        ctx.timer.requeue(waiting_key);
     }
     Ok(Action::Done)
 }

@@ -22,6 +22,7 @@ use super::{IngressOptions, PassError, ProxyInfo, ROLE, Served, container_name};
 use crate::manifest::spec::{DEFAULT_NETWORK, sha256_hex};
 use crate::reconcile::Ctx;
 use crate::reconcile::routes::{self, ADMIN_PORT, HTTP_PORT, HTTPS_PORT, RouteTable, caddy_config};
+use crate::reconcile::timer::{Timer, What};
 use crate::runtime::{ContainerSpec, Inspection, PortMapping, Runtime, labels};
 
 /// The boot config inside the container (in the bind-mounted config dir).
@@ -30,6 +31,8 @@ const BOOT_CONFIG: &str = "/config/voodu-boot.json";
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a fresh Caddy gets to open its admin endpoint.
 const ADMIN_STARTUP: Duration = Duration::from_secs(15);
+/// How soon `POST /load` is tried again while a fresh Caddy opens its admin endpoint.
+const ADMIN_RETRY: Duration = Duration::from_millis(200);
 
 /// The proxy container this agent runs: Caddy with the boot config, `--resume` (the last
 /// pushed config survives a Caddy restart), on the shared network, HTTP and HTTPS published
@@ -217,7 +220,7 @@ impl ContainerProxy {
             }
         }
         if push {
-            self.load(&admin, &config).await?;
+            self.load(&ctx.timer, &admin, &config).await?;
             tracing::info!(
                 container = %proxy.name,
                 ingresses = table.ingresses.len(),
@@ -352,7 +355,12 @@ impl ContainerProxy {
     }
 
     /// `POST /load`, retried while a fresh Caddy is still opening its admin endpoint.
-    async fn load(&mut self, admin: &str, config: &Value) -> std::result::Result<(), PassError> {
+    async fn load(
+        &mut self,
+        timer: &Timer,
+        admin: &str,
+        config: &Value,
+    ) -> std::result::Result<(), PassError> {
         let client = self.client()?;
         let body = serde_json::to_vec(config).expect("a JSON value serialises");
         let origin = format!("http://{}", self.origin);
@@ -377,7 +385,7 @@ impl ContainerProxy {
                 }
                 Err(error) if started.elapsed() < ADMIN_STARTUP => {
                     tracing::debug!(%error, "caddy admin not answering yet");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    timer.sleep(What::Router, ADMIN_RETRY).await;
                 }
                 Err(error) => {
                     return Err(PassError::Admin(format!("POST /load: {error}")));

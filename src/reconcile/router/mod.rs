@@ -32,6 +32,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::routes::{self, Backend, IngressView, RouteTable};
+use super::timer::What;
 use super::{Ctx, Engine, Result, blocking};
 use crate::manifest::spec::{DeploymentSpec, IngressSpec, Spec};
 use crate::model::{Kind, ResourceKey};
@@ -244,8 +245,9 @@ pub(crate) async fn run<R: Runtime>(
     options: IngressOptions,
     shutdown: CancellationToken,
 ) {
-    let mut resync = tokio::time::interval(options.resync);
-    resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut resync = ctx
+        .timer
+        .every(What::Router, Duration::ZERO, options.resync);
     let proxy = match ctx.options.engine {
         Engine::Containers => match blocking(&ctx.store, |store| store.env_key()).await {
             Ok(key) => Proxy::Container(container::ContainerProxy::new(options, &key)),
@@ -278,7 +280,7 @@ pub(crate) async fn run<R: Runtime>(
                     false
                 }
                 _ = resync.tick() => true,
-                () = tokio::time::sleep(CONVERGING), if converging => false,
+                () = async { router.ctx.timer.sleep(What::Router, CONVERGING).await }, if converging => false,
             }
         };
         let outcome = tokio::select! {
@@ -302,7 +304,7 @@ pub(crate) async fn run<R: Runtime>(
                 router.publish(report);
                 tokio::select! {
                     () = shutdown.cancelled() => return,
-                    () = tokio::time::sleep(delay) => {}
+                    () = router.ctx.timer.sleep(What::Router, delay) => {}
                 }
             }
         }
@@ -343,7 +345,7 @@ impl<R: Runtime> Router<R> {
             keys.extend(self.report.live.keys());
         }
         for key in keys {
-            self.ctx.requeue.now(key.clone());
+            self.ctx.timer.requeue(key.clone());
         }
         self.report = report.clone();
         self.ctx.router.publish(report);

@@ -250,11 +250,12 @@ pub(in crate::reconcile::handlers) async fn remove_unit<R: Runtime>(
 pub(in crate::reconcile::handlers) async fn wait_unit<R: Runtime>(
     runtime: &R,
     engine: Engine,
+    timer: &crate::reconcile::timer::Timer,
     id: &str,
 ) -> crate::runtime::Result<i64> {
     match engine {
         Engine::Containers => runtime.wait(id).await,
-        Engine::Swarm => super::super::swarm::runs::wait(runtime, id).await,
+        Engine::Swarm => super::super::swarm::runs::wait(runtime, timer, id).await,
     }
 }
 

@@ -219,13 +219,14 @@ pub(in crate::reconcile::handlers) async fn outcome<R: Runtime>(
 /// Swarm has no wait for a service: a waiter (never a pass) asks every `POLL`.
 pub(in crate::reconcile::handlers) async fn wait<R: Runtime>(
     runtime: &R,
+    timer: &crate::reconcile::timer::Timer,
     id: &str,
 ) -> crate::runtime::Result<i64> {
     loop {
         if let Some(code) = outcome(runtime, id).await? {
             return Ok(code);
         }
-        tokio::time::sleep(POLL).await;
+        timer.sleep(crate::reconcile::timer::What::Unit, POLL).await;
     }
 }
 
