@@ -84,6 +84,7 @@ impl InProcess {
             watch_local: false,
             adopt: false,
             service: Default::default(),
+            notify: None,
         };
         let state_db = config.state_db();
         let shutdown = CancellationToken::new();

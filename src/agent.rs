@@ -70,6 +70,9 @@ pub struct AgentConfig {
     /// The service manager to tell when the agent is ready and when it stops (systemd's
     /// `NOTIFY_SOCKET`; the default tells nobody).
     pub service: ServiceNotify,
+    /// `--notify FILE`: where events go (chat, webhooks, commit statuses); `None`: nowhere
+    /// (they are still kept in the outbox).
+    pub notify: Option<crate::notify::NotifyConfig>,
 }
 
 /// How to serve HTTP on the listener `run` is given (the bound address is recorded in the
@@ -506,6 +509,18 @@ async fn run_until<R: Runtime>(
             https = %ingress.https,
             "{proxy}"
         );
+    }
+    if let Some(notify) = config.notify.clone() {
+        // A sink configured for the first time starts with the events of this run: read
+        // before anything of this run can write one.
+        let start = store.outbox_head()?;
+        tracing::info!(sinks = notify.sinks.len(), "notifications on");
+        tracker.spawn(crate::notify::run(
+            store.clone(),
+            notify,
+            start,
+            shutdown.clone(),
+        ));
     }
     tracker.spawn(engine_probe(
         runtime.clone(),

@@ -37,6 +37,7 @@ pub mod reconcile;
 pub mod sync;
 
 pub mod http;
+pub mod notify;
 
 pub mod agent;
 pub mod cli;

@@ -55,6 +55,7 @@ mod config;
 mod fleet;
 mod install;
 mod log;
+mod notify;
 mod plan;
 mod releases;
 mod rollback;
@@ -146,6 +147,9 @@ enum Command {
     /// writes the unit and /etc/voodu-agent/voodu-agent.env (the flags as VOODU_*
     /// variables), then enables and starts it (ready once it answers).
     Install(install::InstallArgs),
+    /// Notifications: `notify test NAME --notify FILE` sends a test message to one sink of the
+    /// file and says whether it was delivered.
+    Notify(notify::NotifyArgs),
 }
 
 /// How a command opens state.db.
@@ -286,6 +290,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Activity(args)) => activity::run(&data_dir, &args),
         Some(Command::Fleet(args)) => fleet::run(&args),
         Some(Command::Install(args)) => install::run(&args),
+        Some(Command::Notify(args)) => notify::run(&args),
         None => run::run(cli.run, data_dir),
     }
 }

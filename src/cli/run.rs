@@ -111,6 +111,12 @@ pub(super) struct RunArgs {
     /// signatures, or GitLab's token. With it, unsigned or wrongly signed requests get 401.
     #[arg(long, env = "VOODU_WEBHOOK_SECRET_FILE", value_name = "FILE")]
     webhook_secret_file: Option<PathBuf>,
+    /// Where to tell people what happened: an HCL file of `notify` blocks (slack, discord,
+    /// teams, ntfy, gotify, alertmanager, generic signed webhooks) and `commit_status` blocks
+    /// (github, gitlab, gitea, forgejo, bitbucket). Secrets stay in the files it names. See
+    /// README "Notifications"; `voodu-agent notify test NAME` sends a test message.
+    #[arg(long, env = "VOODU_NOTIFY_FILE", value_name = "FILE")]
+    notify: Option<PathBuf>,
     /// Largest webhook body accepted, in bytes (larger ones get 413).
     #[arg(long, env = "VOODU_WEBHOOK_MAX_BODY", value_name = "BYTES", default_value_t = 1024 * 1024)]
     webhook_max_body: usize,
@@ -259,6 +265,12 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
         )
     });
     let keyring = std::sync::Arc::clone(&sync.keyring);
+    let notify = args
+        .notify
+        .as_deref()
+        .map(crate::notify::NotifyConfig::load)
+        .transpose()
+        .context("--notify")?;
     let config = AgentConfig {
         source,
         hosts,
@@ -282,6 +294,7 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
         watch_local: !args.no_watch,
         adopt: args.adopt,
         service: agent::ServiceNotify::from_env(),
+        notify,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -92,7 +92,7 @@ impl WebhookSecret {
     pub fn hmac_hex(&self, body: &[u8]) -> String {
         let mut mac = self.mac();
         mac.update(body);
-        to_hex(&mac.finalize().into_bytes())
+        crate::model::text::hex(&mac.finalize().into_bytes())
     }
 
     fn mac(&self) -> Hmac<Sha256> {
@@ -962,14 +962,6 @@ fn not_the_tip(branch: &str, target: &CommitSha, tip: &CommitSha) -> String {
         target.short(),
         tip.short()
     )
-}
-
-fn to_hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes.iter().fold(String::new(), |mut out, byte| {
-        let _ = write!(out, "{byte:02x}");
-        out
-    })
 }
 
 fn from_hex(text: &str) -> Option<Vec<u8>> {

@@ -47,6 +47,17 @@ impl fmt::Display for Esc<'_> {
     }
 }
 
+/// `bytes` as lower-case hex, two digits a byte.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut out, byte| {
+            let _ = write!(out, "{byte:02x}");
+            out
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

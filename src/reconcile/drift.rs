@@ -59,6 +59,7 @@ pub(crate) async fn run<R: Runtime>(
                     if let Some(key) = owner(&event.labels).filter(|_| is_drift(&event.action) && !own) {
                         tracing::debug!(%key, action = %event.action, container = %event.id, "container event");
                         ctx.metrics.record_drift(key.kind.as_str(), "event");
+                        ctx.memory.drifted.mark(&key, "event");
                         ctx.timer.requeue(key);
                     }
                 }
@@ -117,6 +118,7 @@ async fn resync_once<R: Runtime>(
     let keys = drifted(&desired, &containers);
     for key in &keys {
         ctx.metrics.record_drift(key.kind.as_str(), "resync");
+        ctx.memory.drifted.mark(key, "resync");
     }
     if !keys.is_empty() {
         tracing::info!(resources = keys.len(), "resync found drift; repairing");

@@ -261,6 +261,8 @@ pub(crate) struct Memory {
     pub(crate) own_removals: wake::OwnRemovals,
     /// Replicas whose liveness failed, to be replaced by their handler.
     pub(crate) liveness_failed: wake::LivenessFailures,
+    /// Resources queued because the host drifted, until a pass of theirs converges.
+    pub(crate) drifted: wake::Drifted,
 }
 
 /// Runs a blocking store call off the async threads.
@@ -537,6 +539,9 @@ async fn worker<R: Runtime>(shared: Arc<Shared<R>>) {
         let action = match outcome {
             Ok(Ok(action)) => {
                 lock(&shared.failures).remove(&key);
+                if action.delay().is_none() {
+                    tell_repaired(&shared.ctx, &key).await;
+                }
                 action
             }
             Ok(Err(error)) => error_policy(&shared, &key, &error).await,
@@ -557,6 +562,27 @@ async fn worker<R: Runtime>(shared: Arc<Shared<R>>) {
         if let Err(error) = persist_cursor(&shared).await {
             tracing::warn!(%error, "cannot persist the journal cursor; it will be retried");
         }
+    }
+}
+
+/// After a converged pass of a key that had drifted: the `drift.repaired` event.
+async fn tell_repaired<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) {
+    let Some(source) = ctx.memory.drifted.repaired(key) else {
+        return;
+    };
+    let resource = key.to_string();
+    let message = format!("the host drifted (seen by {source}) and was brought back to git");
+    let recorded = blocking(&ctx.store, move |store| {
+        store.record_event(
+            "drift.repaired",
+            &resource,
+            &message,
+            serde_json::json!({ "source": source }),
+        )
+    })
+    .await;
+    if let Err(error) = recorded {
+        tracing::warn!(%key, %error, "cannot record a drift repair event");
     }
 }
 

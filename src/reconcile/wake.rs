@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::router::RouterReport;
+use crate::model::ResourceKey;
 
 /// Tells the ingress router that the replicas it routes to may have changed, and carries the
 /// router's report back (what the proxy serves now), which ingress statuses are built from.
@@ -118,5 +119,29 @@ impl LivenessFailures {
     /// Forgets containers that are gone.
     pub(crate) fn retain(&self, alive: impl Fn(&str) -> bool) {
         super::lock(&self.due).retain(|id, _| alive(id));
+    }
+}
+
+/// Resources queued because the host drifted (an event or a resync), until a pass of theirs
+/// converges: that pass is the repair people are told of (`drift.repaired`). Bounded like
+/// `OwnRemovals`.
+#[derive(Debug, Default)]
+pub(crate) struct Drifted {
+    keys: Mutex<HashMap<ResourceKey, &'static str>>,
+}
+
+impl Drifted {
+    /// `key` drifted; `source` is how it was seen (`event`, `resync`).
+    pub(crate) fn mark(&self, key: &ResourceKey, source: &'static str) {
+        let mut keys = super::lock(&self.keys);
+        if keys.len() >= OWN_REMOVALS_KEPT {
+            keys.clear();
+        }
+        keys.entry(key.clone()).or_insert(source);
+    }
+
+    /// How `key` was seen drifting, if it was and is now repaired (the mark is cleared).
+    pub(crate) fn repaired(&self, key: &ResourceKey) -> Option<&'static str> {
+        super::lock(&self.keys).remove(key)
     }
 }

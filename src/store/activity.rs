@@ -256,6 +256,18 @@ pub(super) fn record(tx: &rusqlite::Transaction<'_>, entry: &Entry<'_>) -> rusql
         ],
     )?;
     let id = tx.last_insert_rowid();
+    if let Some(event) = event_of(entry.action, &entry.outcome) {
+        super::outbox::put(
+            tx,
+            &super::outbox::NewEvent {
+                event,
+                resource: entry.resource.unwrap_or_default(),
+                commit: entry.commit,
+                message: entry.message,
+                data: entry.data.clone(),
+            },
+        )?;
+    }
     tx.execute(
         "DELETE FROM activity WHERE at < ?1 OR id <= ?2",
         params![now - RETENTION_SECS, id - MAX_ROWS],
@@ -263,8 +275,22 @@ pub(super) fn record(tx: &rusqlite::Transaction<'_>, entry: &Entry<'_>) -> rusql
     Ok(())
 }
 
+/// The outbox event a logged change is told as (`outbox::EVENTS`), if people are told of it.
+fn event_of(action: &str, outcome: &ActivityOutcome) -> Option<&'static str> {
+    Some(match (action, outcome) {
+        ("commit.apply", ActivityOutcome::Succeeded) => "commit.applied",
+        ("commit.reject", _) => "commit.rejected",
+        ("trigger.hold", _) => "commit.held",
+        ("rollout", ActivityOutcome::Started) => "rollout.started",
+        ("rollout", ActivityOutcome::Succeeded) => "rollout.succeeded",
+        ("rollout", ActivityOutcome::Failed | ActivityOutcome::Halted) => "rollout.failed",
+        ("rollback.auto", _) => "rollout.rolled_back",
+        _ => return None,
+    })
+}
+
 /// `text` cut to at most `max` bytes at a character boundary.
-fn cut(text: &str, max: usize) -> &str {
+pub(super) fn cut(text: &str, max: usize) -> &str {
     if text.len() <= max {
         return text;
     }

@@ -247,7 +247,10 @@ impl Store {
             let mut entry = Entry::new("commit.reject", context.who, ActivityOutcome::Failed);
             entry.commit = Some(sha);
             entry.message = &first;
-            entry.data = serde_json::json!({ "problems": diagnostics.0.len() });
+            entry.data = serde_json::json!({
+                "problems": diagnostics.0.len(),
+                "errors": diagnostics.0.iter().take(MAX_KEYS_LISTED).map(ToString::to_string).collect::<Vec<_>>(),
+            });
             activity::record(&tx, &entry)?;
             for outcome in context.triggers.map(|decision| decision.outcomes.as_slice()).unwrap_or_default() {
                 if let Verdict::Approved { commit, by } = &outcome.verdict {

@@ -8,7 +8,78 @@
 
 use rusqlite::{OptionalExtension, params};
 
+use super::outbox::{NewEvent, put};
 use super::{Result, Store, now_unix};
+
+/// How long a subject fails before people are told: a fetch may fail for a while (a git
+/// host's blip), an engine that does not answer is an outage at once.
+fn threshold(subject: &str) -> i64 {
+    if subject == HEALTH_ENGINE { 60 } else { 300 }
+}
+
+/// The events of `subject` failing past its threshold and coming back.
+fn events(subject: &str) -> (&'static str, &'static str) {
+    if subject == HEALTH_ENGINE {
+        ("engine.unreachable", "engine.back")
+    } else {
+        ("fetch.failing", "fetch.recovered")
+    }
+}
+
+/// Tells of a failing streak once it passed the subject's threshold, and of its end once
+/// it was told, in the transaction of the check.
+fn announce(
+    tx: &rusqlite::Transaction<'_>,
+    subject: &str,
+    outcome: Result<(), &str>,
+    announced: bool,
+    now: i64,
+) -> rusqlite::Result<()> {
+    let (failing, back) = events(subject);
+    match outcome {
+        Ok(()) if announced => {
+            tx.execute(
+                "UPDATE health SET announced = 0 WHERE subject = ?1",
+                params![subject],
+            )?;
+            put(
+                tx,
+                &NewEvent {
+                    event: back,
+                    resource: "",
+                    commit: None,
+                    message: &format!("{subject}: working again"),
+                    data: serde_json::json!({ "subject": subject }),
+                },
+            )
+        }
+        Err(error) if !announced => {
+            let since: Option<i64> = tx.query_row(
+                "SELECT failing_since FROM health WHERE subject = ?1",
+                params![subject],
+                |row| row.get(0),
+            )?;
+            let Some(since) = since.filter(|since| now - since >= threshold(subject)) else {
+                return Ok(());
+            };
+            tx.execute(
+                "UPDATE health SET announced = 1 WHERE subject = ?1",
+                params![subject],
+            )?;
+            put(
+                tx,
+                &NewEvent {
+                    event: failing,
+                    resource: "",
+                    commit: None,
+                    message: &format!("{subject}: failing for {}s: {error}", now - since),
+                    data: serde_json::json!({ "subject": subject, "failing_since": since }),
+                },
+            )
+        }
+        _ => Ok(()),
+    }
+}
 
 /// The subject of fetches of the watched remote.
 pub const HEALTH_FETCH: &str = "fetch";
@@ -41,6 +112,16 @@ impl Store {
         now: i64,
     ) -> Result<()> {
         let result = self.with(|connection| {
+            let tx = connection.transaction()?;
+            let announced: bool = tx
+                .query_row(
+                    "SELECT announced FROM health WHERE subject = ?1",
+                    params![subject],
+                    |row| row.get::<_, i64>(0),
+                )
+                .optional()?
+                .is_some_and(|announced| announced != 0);
+            let connection = &tx;
             match outcome {
                 Ok(()) => connection.execute(
                     "INSERT INTO health (subject, ok, error, failing_since, checked_at, last_success_at)
@@ -58,6 +139,8 @@ impl Store {
                     params![subject, error, now],
                 )?,
             };
+            announce(&tx, subject, outcome, announced, now)?;
+            tx.commit()?;
             Ok(())
         });
         self.mark_changed();

@@ -23,6 +23,7 @@ mod detail;
 mod error;
 mod health;
 mod meta;
+mod outbox;
 mod releases;
 mod runs;
 mod schema;
@@ -47,6 +48,7 @@ pub use detail::{
 pub(crate) use error::{Error, Result};
 pub use health::{HEALTH_ENGINE, HEALTH_FETCH, Health};
 pub(crate) use meta::{META_HOST_SELECTION, META_RUNTIME};
+pub use outbox::{EVENTS, Event, SinkState};
 pub use releases::{
     AutoRollback, HALT_MARK, Pin, RELEASE_HISTORY_LIMIT, Release, ReleasePhase, RollbackOutcome,
     UnpinOutcome,

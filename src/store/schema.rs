@@ -250,4 +250,32 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX activity_by_time ON activity (at);
     "#,
+    // 12 (issue 28): notifications. The outbox holds the events people are told about, each
+    // written in the transaction of the change it reports; each sink keeps how far it got.
+    r#"
+    CREATE TABLE outbox (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        at          INTEGER NOT NULL,
+        event       TEXT NOT NULL,
+        scope       TEXT NOT NULL DEFAULT '',
+        resource    TEXT NOT NULL DEFAULT '',
+        commit_sha  TEXT NOT NULL DEFAULT '',
+        message     TEXT NOT NULL DEFAULT '',
+        data        TEXT NOT NULL DEFAULT '{}'
+    );
+    -- One row per configured sink: the last event id it is done with (delivered, filtered
+    -- out or expired), its last success and error, and how many events it dropped.
+    CREATE TABLE sinks (
+        name          TEXT PRIMARY KEY,
+        done_id       INTEGER NOT NULL,
+        last_success  INTEGER,
+        last_error    TEXT NOT NULL DEFAULT '',
+        last_error_at INTEGER,
+        delivered     INTEGER NOT NULL DEFAULT 0,
+        dropped       INTEGER NOT NULL DEFAULT 0
+    );
+    -- Whether the current failing streak of a subject was announced (fetch.failing,
+    -- engine.unreachable), so its end is announced too.
+    ALTER TABLE health ADD COLUMN announced INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];

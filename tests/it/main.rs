@@ -24,6 +24,7 @@ mod ingress;
 mod jobs;
 mod macro_scripts;
 mod names;
+mod notify;
 mod plugin_blocks;
 mod policy;
 mod policy_docker;

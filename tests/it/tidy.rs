@@ -56,6 +56,8 @@ fn allowed(module: &str) -> Option<&'static [&'static str]> {
         // `assets` too: the asset handler repairs files on the host from the stored bytes.
         "reconcile" => &["model", "manifest", "assets", "store", "runtime", "metrics"],
         "http" => &["model", "store", "git", "metrics"],
+        // Notifications read the outbox and speak HTTP to the sinks; nothing else.
+        "notify" => &["model", "store", "metrics"],
         _ => return None,
     })
 }

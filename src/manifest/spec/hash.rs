@@ -15,7 +15,7 @@ pub(crate) fn go_json_sha256(value: &impl Serialize) -> SpecHash {
 
 /// Lowercase hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
+    crate::model::text::hex(&Sha256::digest(bytes))
 }
 
 /// Go's `encoding/json` escapes `<`, `>`, `&`, U+2028 and U+2029 inside strings; serde_json
@@ -26,16 +26,6 @@ pub(crate) fn go_json_escape(json: &str) -> String {
         .replace('&', "\\u0026")
         .replace('\u{2028}', "\\u2028")
         .replace('\u{2029}', "\\u2029")
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut out, byte| {
-            let _ = write!(out, "{byte:02x}");
-            out
-        })
 }
 
 /// `None` for an empty list (Go's nil slice marshals as `null`, or is omitted).

@@ -23,6 +23,8 @@ pub struct TestAgentOptions {
     pub interval: Duration,
     pub secret: Option<String>,
     pub watch_local: bool,
+    /// `--notify`: where events go.
+    pub notify: Option<voodu_agent::notify::NotifyConfig>,
 }
 
 impl Default for TestAgentOptions {
@@ -32,6 +34,7 @@ impl Default for TestAgentOptions {
             interval: Duration::from_secs(3600),
             secret: None,
             watch_local: false,
+            notify: None,
         }
     }
 }
@@ -60,6 +63,7 @@ pub fn fake_agent_config(repo: &TempRepo, data_dir: &std::path::Path) -> AgentCo
         watch_local: false,
         adopt: false,
         service: Default::default(),
+        notify: None,
     }
 }
 
@@ -97,6 +101,7 @@ impl TestAgent {
                 },
             },
             watch_local: options.watch_local,
+            notify: options.notify.clone(),
             ..fake_agent_config(&repo, &data.path().join("data"))
         };
         let state_db: PathBuf = config.state_db();

@@ -280,6 +280,9 @@ pub struct Captured {
 pub struct Capture {
     pub address: std::net::SocketAddr,
     received: std::sync::Arc<std::sync::Mutex<Vec<Captured>>>,
+    /// The status every request is answered with (200 unless a test sets it).
+    answer: std::sync::Arc<std::sync::atomic::AtomicU16>,
+    refused: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Capture {
@@ -287,19 +290,43 @@ impl Capture {
         let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         let address = listener.local_addr()?;
         let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let keep = received.clone();
+        let answer = std::sync::Arc::new(std::sync::atomic::AtomicU16::new(200));
+        let refused = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (keep, answer_with, count_refused) =
+            (received.clone(), answer.clone(), refused.clone());
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
+                let status = answer_with.load(std::sync::atomic::Ordering::SeqCst);
                 // Kept before it is answered: a client that got its answer finds its request
-                // in `received`.
-                let _ = read_request(stream, |request| {
-                    keep.lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .push(request);
+                // in `received`. A refused one is only counted.
+                let _ = read_request_answering(stream, status, |request| {
+                    if status < 300 {
+                        keep.lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .push(request);
+                    } else {
+                        count_refused.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
                 });
             }
         });
-        Ok(Capture { address, received })
+        Ok(Capture {
+            address,
+            received,
+            answer,
+            refused,
+        })
+    }
+
+    /// Answers every later request with `status` (a receiver that is down: 503).
+    pub fn answer_with(&self, status: u16) {
+        self.answer
+            .store(status, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Requests answered with a status of 300 or more.
+    pub fn refused(&self) -> usize {
+        self.refused.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -364,7 +391,11 @@ pub fn read_body(reader: &mut impl std::io::Read, head: &RequestHead) -> TestRes
 }
 
 /// Reads one request, hands it to `keep`, then answers it `200`.
-fn read_request(mut stream: std::net::TcpStream, keep: impl FnOnce(Captured)) -> TestResult {
+fn read_request_answering(
+    mut stream: std::net::TcpStream,
+    status: u16,
+    keep: impl FnOnce(Captured),
+) -> TestResult {
     use std::io::Write as _;
     stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
     let mut reader = std::io::BufReader::new(stream.try_clone()?);
@@ -376,7 +407,9 @@ fn read_request(mut stream: std::net::TcpStream, keep: impl FnOnce(Captured)) ->
         headers: head.headers,
         body: String::from_utf8(body)?,
     });
-    stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")?;
+    stream.write_all(
+        format!("HTTP/1.1 {status} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").as_bytes(),
+    )?;
     Ok(())
 }
 

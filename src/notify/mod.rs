@@ -1,0 +1,460 @@
+//! Telling people: the outbox's events sent to the sinks of `--notify FILE` (chat and
+//! webhook messages, commit statuses on the git host).
+//!
+//! One task per sink reads the outbox from where that sink got to (`sinks.done_id` in the
+//! store), keeps the events it wants, and sends them; the reconciler never waits for it.
+//!
+//! Invariants:
+//! - at least once: a sink's position moves only after its request succeeded (a 2xx), so
+//!   a receiver that was down gets what it missed, in order, when it is back;
+//! - a storm is a few messages: a sink sends at most [`BURST`] messages at once, then one
+//!   per its `interval` (20 s unless the file says otherwise); events that arrive meanwhile go out together in the next message (a
+//!   commit status sink keeps the latest state per commit);
+//! - nothing waits forever: an event older than [`EXPIRY`] when its turn comes is dropped
+//!   and counted; a failed send is retried on a back-off up to [`MAX_BACKOFF`]; one request
+//!   is bounded by [`REQUEST_TIMEOUT`];
+//! - secrets (a chat webhook's URL, a token, an HMAC key) are read from their files for each
+//!   send and never logged or recorded: an error is recorded without its URL.
+
+pub mod config;
+pub(crate) mod sinks;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+pub use config::{NotifyConfig, Sink, Target};
+use sinks::{Request, State};
+
+use crate::store::{Event, Store, now_unix};
+
+/// Messages a sink may send at once after a quiet spell; then one per its `interval`.
+pub const BURST: u32 = 3;
+/// An event not sent within this is dropped (and counted).
+pub const EXPIRY: Duration = Duration::from_secs(24 * 3600);
+/// The longest pause between attempts at a failing sink.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// One request's bound.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most events read (and sent together) at once.
+const BATCH: usize = 200;
+/// Longest secret file read.
+const MAX_SECRET_BYTES: u64 = 16 * 1024;
+
+/// Why a send failed; never holds a secret.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read {what} file {path}: {message}")]
+    Secret {
+        what: &'static str,
+        path: String,
+        message: String,
+    },
+    #[error("request failed: {0}")]
+    Request(String),
+    #[error("answered {status}: {body}")]
+    Refused { status: u16, body: String },
+    #[error(transparent)]
+    Store(#[from] crate::store::Error),
+}
+
+/// Runs one delivery task per sink until `shutdown`. A sink the store has not seen before
+/// starts after event `start` (the outbox's head when the agent started): it is told of
+/// this run, not of the history before it was configured.
+pub async fn run(store: Arc<Store>, config: NotifyConfig, start: i64, shutdown: CancellationToken) {
+    let config = Arc::new(config);
+    let client = match client() {
+        Ok(client) => client,
+        Err(error) => {
+            tracing::error!(%error, "cannot build the notification HTTP client; notifications are off");
+            return;
+        }
+    };
+    let tasks: Vec<_> = config
+        .sinks
+        .iter()
+        .map(|sink| {
+            deliver(
+                store.clone(),
+                config.clone(),
+                sink.clone(),
+                client.clone(),
+                start,
+                shutdown.clone(),
+            )
+        })
+        .collect();
+    futures_util::future::join_all(tasks).await;
+}
+
+/// Sends one `notify.test` event to sink `name` now, outside the outbox (`notify test`).
+pub async fn send_test(config: &NotifyConfig, name: &str) -> Result<String, String> {
+    let sink = config.sink(name).ok_or_else(|| {
+        let names: Vec<&str> = config.sinks.iter().map(|sink| sink.name.as_str()).collect();
+        format!(
+            "no sink called {name:?} (the file has: {})",
+            names.join(", ")
+        )
+    })?;
+    let client = client().map_err(|error| error.to_string())?;
+    let event = Event {
+        id: 0,
+        at: now_unix(),
+        event: "notify.test".into(),
+        scope: String::new(),
+        resource: String::new(),
+        commit: String::new(),
+        message: "a test message from voodu-agent".into(),
+        data: serde_json::Value::Null,
+    };
+    let request = match &sink.target {
+        Target::Message { .. } => message_request(config, sink, std::slice::from_ref(&event))
+            .map_err(|error| error.to_string())?,
+        Target::CommitStatus { .. } => {
+            return Err(format!(
+                "{name} is a commit_status sink: it sets statuses of applied commits and has no test message"
+            ));
+        }
+    };
+    send(&client, request)
+        .await
+        .map(|()| format!("{name}: delivered"))
+        .map_err(|error| format!("{name}: {error}"))
+}
+
+fn client() -> Result<reqwest::Client, reqwest::Error> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .timeout(REQUEST_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+}
+
+/// The token bucket of one sink: [`BURST`] at most, one more each `refill`.
+struct Bucket {
+    tokens: f64,
+    at: tokio::time::Instant,
+    refill: Duration,
+}
+
+impl Bucket {
+    fn new(refill: Duration) -> Bucket {
+        Bucket {
+            tokens: f64::from(BURST),
+            at: tokio::time::Instant::now(),
+            refill,
+        }
+    }
+
+    /// How long until a message may go (zero: now, and the token is taken).
+    fn take(&mut self) -> Duration {
+        let now = tokio::time::Instant::now();
+        let earned = (now - self.at).as_secs_f64() / self.refill.as_secs_f64();
+        self.tokens = (self.tokens + earned).min(f64::from(BURST));
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Duration::ZERO
+        } else {
+            self.refill.mul_f64(1.0 - self.tokens)
+        }
+    }
+}
+
+async fn deliver(
+    store: Arc<Store>,
+    config: Arc<NotifyConfig>,
+    sink: Sink,
+    client: reqwest::Client,
+    start: i64,
+    shutdown: CancellationToken,
+) {
+    let mut changes = store.subscribe_changes();
+    let mut bucket = Bucket::new(sink.interval);
+    let mut failures: u32 = 0;
+    loop {
+        let pause = match deliver_once(&store, &config, &sink, &client, start, &mut bucket).await {
+            Ok(Progress::Idle) => {
+                failures = 0;
+                None
+            }
+            Ok(Progress::Sent) => {
+                failures = 0;
+                Some(Duration::ZERO)
+            }
+            Ok(Progress::Limited(wait)) => Some(wait),
+            Err(error) => {
+                failures = failures.saturating_add(1);
+                let wait = Duration::from_secs(1u64 << failures.min(9)).min(MAX_BACKOFF);
+                tracing::warn!(sink = %sink.name, %error, retry_in = ?wait, "notification not delivered; will retry");
+                if let Err(error) = store.sink_failed(&sink.name, &error.to_string(), now_unix()) {
+                    tracing::warn!(sink = %sink.name, %error, "cannot record a notification failure");
+                }
+                Some(wait)
+            }
+        };
+        match pause {
+            Some(Duration::ZERO) => {
+                if shutdown.is_cancelled() {
+                    return;
+                }
+            }
+            Some(wait) => tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = shutdown.cancelled() => return,
+            },
+            None => tokio::select! {
+                changed = changes.changed() => if changed.is_err() { return },
+                () = shutdown.cancelled() => return,
+            },
+        }
+    }
+}
+
+enum Progress {
+    /// Nothing left to send.
+    Idle,
+    /// A message went out (or events were skipped); look again at once.
+    Sent,
+    /// Events wait for the rate limit.
+    Limited(Duration),
+}
+
+async fn deliver_once(
+    store: &Arc<Store>,
+    config: &NotifyConfig,
+    sink: &Sink,
+    client: &reqwest::Client,
+    start: i64,
+    bucket: &mut Bucket,
+) -> Result<Progress, Error> {
+    let name = sink.name.clone();
+    let state = blocking(store, move |store| store.sink_state(&name, start)).await?;
+    let after = state.done_id;
+    let events = blocking(store, move |store| store.events_after(after, BATCH)).await?;
+    let (Some(first), Some(last)) = (
+        events.first().map(|event| event.id),
+        events.last().map(|event| event.id),
+    ) else {
+        return Ok(Progress::Idle);
+    };
+    // Events pruned before this sink read them (the outbox's bounds) are dropped too.
+    let pruned = (first - after - 1).max(0);
+    let now = now_unix();
+    let expiry = i64::try_from(EXPIRY.as_secs()).unwrap_or(i64::MAX);
+    let (fresh, expired): (Vec<Event>, Vec<Event>) = events
+        .into_iter()
+        .filter(|event| event.event != "notify.test" && sink.wants(&event.event, &event.scope))
+        .partition(|event| now - event.at <= expiry);
+    let dropped = i64::try_from(expired.len()).unwrap_or(i64::MAX) + pruned;
+    let work = match &sink.target {
+        Target::Message { .. } => {
+            if fresh.is_empty() {
+                None
+            } else {
+                Some(message_request(config, sink, &fresh)?)
+            }
+        }
+        Target::CommitStatus { .. } => status_request(store, config, sink, &fresh).await?,
+    };
+    let Some(request) = work else {
+        let name = sink.name.clone();
+        blocking(store, move |store| {
+            store.sink_done(&name, last, 0, dropped, now)
+        })
+        .await?;
+        return Ok(Progress::Sent);
+    };
+    let wait = bucket.take();
+    if !wait.is_zero() {
+        return Ok(Progress::Limited(wait));
+    }
+    send(client, request).await?;
+    let delivered = i64::try_from(fresh.len()).unwrap_or(i64::MAX);
+    tracing::info!(sink = %sink.name, events = delivered, "notification delivered");
+    let name = sink.name.clone();
+    blocking(store, move |store| {
+        store.sink_done(&name, last, delivered, dropped, now_unix())
+    })
+    .await?;
+    Ok(Progress::Sent)
+}
+
+/// A message sink's request for `events`, its secrets read now.
+fn message_request(config: &NotifyConfig, sink: &Sink, events: &[Event]) -> Result<Request, Error> {
+    let Target::Message {
+        kind,
+        url_file,
+        secret_file,
+    } = &sink.target
+    else {
+        return Err(Error::Request(format!(
+            "{} is not a message sink",
+            sink.name
+        )));
+    };
+    let url = read_secret("url", url_file)?;
+    let secret = secret_file
+        .as_ref()
+        .map(|file| read_secret("secret", file))
+        .transpose()?;
+    Ok(sinks::message(
+        *kind,
+        &url,
+        secret.as_deref().map(str::as_bytes),
+        events,
+        config.dashboard_url.as_deref(),
+    ))
+}
+
+/// A commit status sink's request for `events`: the latest status of the newest commit
+/// they decide one for (older commits' statuses are superseded on the git host's page by
+/// the branch moving on; a failure is never overwritten by a later pending of the same
+/// commit because a commit's states only move forward).
+async fn status_request(
+    store: &Arc<Store>,
+    config: &NotifyConfig,
+    sink: &Sink,
+    events: &[Event],
+) -> Result<Option<Request>, Error> {
+    let Target::CommitStatus {
+        provider,
+        api_url,
+        repository,
+        token_file,
+    } = &sink.target
+    else {
+        return Ok(None);
+    };
+    let mut decided: Option<(String, State, String)> = None;
+    for event in events.iter().filter(|event| !event.commit.is_empty()) {
+        if let Some((state, description)) = decide(store, event).await? {
+            decided = Some((event.commit.clone(), state, description));
+        }
+    }
+    let Some((sha, state, description)) = decided else {
+        return Ok(None);
+    };
+    let token = read_secret("token", token_file)?;
+    Ok(Some(sinks::commit_status(
+        *provider,
+        api_url,
+        repository,
+        &token,
+        &sha,
+        state,
+        &description,
+        "voodu-agent",
+        config.dashboard_url.as_deref(),
+    )))
+}
+
+/// The status an event sets on its commit: pending once applied or held, failure when
+/// rejected or a rollout of it fails, success once every release it opened succeeded (at
+/// once when it changed no workload).
+async fn decide(store: &Arc<Store>, event: &Event) -> Result<Option<(State, String)>, Error> {
+    let workloads = |data: &serde_json::Value| -> usize {
+        data["changed"]
+            .as_array()
+            .map(|changed| {
+                changed
+                    .iter()
+                    .filter_map(serde_json::Value::as_str)
+                    .filter(|key| key.starts_with("deployment/") || key.starts_with("statefulset/"))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    Ok(match event.event.as_str() {
+        "commit.applied" => Some(match workloads(&event.data) {
+            0 => (State::Success, "applied".to_owned()),
+            n => (
+                State::Pending,
+                format!("applied; rolling out {n} workload(s)"),
+            ),
+        }),
+        "commit.held" => Some((State::Pending, "held: waiting for approval".to_owned())),
+        "commit.rejected" => Some((State::Failure, format!("rejected: {}", event.message))),
+        "rollout.failed" | "rollout.rolled_back" => Some((
+            State::Failure,
+            format!("{} {}: {}", event.event, event.resource, event.message),
+        )),
+        "rollout.succeeded" => {
+            let sha = event.commit.clone();
+            let phases = blocking(store, move |store| store.release_phases_of_commit(&sha)).await?;
+            let sha = event.commit.clone();
+            let applied = blocking(store, move |store| store.applied_event(&sha)).await?;
+            let expected = applied.map_or(0, |applied| workloads(&applied.data));
+            let succeeded = phases
+                .iter()
+                .filter(|(_, phase)| phase == "succeeded")
+                .count();
+            (succeeded >= expected.max(1) && succeeded == phases.len()).then(|| {
+                (
+                    State::Success,
+                    format!("{succeeded} workload(s) rolled out and ready"),
+                )
+            })
+        }
+        _ => None,
+    })
+}
+
+fn read_secret(what: &'static str, path: &std::path::Path) -> Result<String, Error> {
+    let error = |message: String| Error::Secret {
+        what,
+        path: path.display().to_string(),
+        message,
+    };
+    let size = std::fs::metadata(path)
+        .map_err(|e| error(e.to_string()))?
+        .len();
+    if size > MAX_SECRET_BYTES {
+        return Err(error(format!("{size} bytes; at most {MAX_SECRET_BYTES}")));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(error("it is empty".into()));
+    }
+    Ok(text.to_owned())
+}
+
+async fn send(client: &reqwest::Client, request: Request) -> Result<(), Error> {
+    let mut builder = client.post(&request.url);
+    for (name, value) in &request.headers {
+        builder = builder.header(*name, value);
+    }
+    builder = builder.header(
+        reqwest::header::USER_AGENT,
+        concat!("voodu-agent/", env!("CARGO_PKG_VERSION")),
+    );
+    let response = builder
+        .body(request.body)
+        .send()
+        .await
+        // The URL may be the secret (a chat webhook): never in the error.
+        .map_err(|error| Error::Request(error.without_url().to_string()))?;
+    let status = response.status();
+    if status.is_success() {
+        return Ok(());
+    }
+    let body = response.text().await.unwrap_or_default();
+    Err(Error::Refused {
+        status: status.as_u16(),
+        body: crate::model::text::escape(body.chars().take(200).collect::<String>().trim())
+            .into_owned(),
+    })
+}
+
+async fn blocking<T: Send + 'static>(
+    store: &Arc<Store>,
+    f: impl FnOnce(&Store) -> crate::store::Result<T> + Send + 'static,
+) -> Result<T, Error> {
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || f(&store))
+        .await
+        .map_err(|error| Error::Request(format!("store task failed: {error}")))?
+        .map_err(Error::from)
+}

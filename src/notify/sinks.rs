@@ -1,0 +1,394 @@
+//! Pure: the HTTP request each sink type sends for a batch of events, and each git host's
+//! commit status request. No IO here, so every payload shape is tested against the
+//! provider's documented format.
+//!
+//! Invariants: text that came from outside (commit messages, diagnostics, resource names) is
+//! escaped for the medium (terminal controls written out; Slack's `<`, `>`, `&`; Discord
+//! mentions off); a secret appears only in the request (a header or the URL it came in) and
+//! never in `Request`'s `Debug`.
+
+use hmac::{Hmac, KeyInit, Mac};
+use serde_json::{Value, json};
+use sha2::Sha256;
+
+use super::config::{Provider, SinkType};
+use crate::model::text::escape;
+use crate::store::Event;
+
+/// One HTTP request to send.
+pub(crate) struct Request {
+    pub(crate) url: String,
+    pub(crate) headers: Vec<(&'static str, String)>,
+    pub(crate) body: Vec<u8>,
+}
+
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL of a chat webhook is its secret; headers hold tokens.
+        f.debug_struct("Request")
+            .field("body_bytes", &self.body.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// How bad an event is, for sinks that rank messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Severity {
+    Info,
+    Warning,
+    Critical,
+}
+
+pub(crate) fn severity(event: &str) -> Severity {
+    match event {
+        "commit.rejected" | "rollout.failed" | "rollout.rolled_back" | "engine.unreachable" => {
+            Severity::Critical
+        }
+        "fetch.failing" | "commit.held" | "drift.repaired" => Severity::Warning,
+        _ => Severity::Info,
+    }
+}
+
+/// One line about one event: `rollout.failed shop/web at abc1234: why`.
+pub(crate) fn line(event: &Event) -> String {
+    let mut text = event.event.clone();
+    if !event.resource.is_empty() {
+        text.push(' ');
+        text.push_str(&escape(&event.resource));
+    }
+    if !event.commit.is_empty() {
+        text.push_str(" at ");
+        text.push_str(&escape(event.commit.get(..7).unwrap_or(&event.commit)));
+    }
+    if !event.message.is_empty() {
+        text.push_str(": ");
+        text.push_str(&escape(&event.message));
+    }
+    text
+}
+
+/// Most events listed one by one in a coalesced message.
+const LISTED: usize = 10;
+
+/// The title and text of a batch: one event as itself; several as a count by event name and
+/// the first [`LISTED`] lines.
+pub(crate) fn summary(events: &[Event]) -> (String, String) {
+    if let [event] = events {
+        return (format!("voodu-agent: {}", event.event), line(event));
+    }
+    let mut counts: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for event in events {
+        *counts.entry(event.event.as_str()).or_default() += 1;
+    }
+    let counted: Vec<String> = counts
+        .iter()
+        .map(|(name, n)| format!("{n} {name}"))
+        .collect();
+    let mut text = format!("{} events: {}", events.len(), counted.join(", "));
+    for event in events.iter().take(LISTED) {
+        text.push_str("\n- ");
+        text.push_str(&line(event));
+    }
+    if events.len() > LISTED {
+        text.push_str(&format!("\n… and {} more", events.len() - LISTED));
+    }
+    (format!("voodu-agent: {} events", events.len()), text)
+}
+
+/// The request a message sink sends for `events` (at least one).
+pub(crate) fn message(
+    kind: SinkType,
+    url: &str,
+    secret: Option<&[u8]>,
+    events: &[Event],
+    dashboard: Option<&str>,
+) -> Request {
+    let (title, mut text) = summary(events);
+    if let Some(dashboard) = dashboard {
+        text.push_str(&format!("\n{dashboard}"));
+    }
+    let worst = events
+        .iter()
+        .map(|event| severity(&event.event))
+        .max()
+        .unwrap_or(Severity::Info);
+    let json_request = |body: Value| Request {
+        url: url.to_owned(),
+        headers: vec![("content-type", "application/json".to_owned())],
+        body: body.to_string().into_bytes(),
+    };
+    match kind {
+        SinkType::Generic => {
+            let body = json!({ "agent": "voodu-agent", "events": events }).to_string();
+            let mut request = Request {
+                url: url.to_owned(),
+                headers: vec![
+                    ("content-type", "application/json".to_owned()),
+                    (
+                        "x-voodu-event",
+                        match events {
+                            [event] => event.event.clone(),
+                            _ => "batch".to_owned(),
+                        },
+                    ),
+                ],
+                body: body.into_bytes(),
+            };
+            if let Some(secret) = secret {
+                request
+                    .headers
+                    .push(("x-voodu-signature", sign(secret, &request.body)));
+            }
+            request
+        }
+        // Incoming webhooks: `text`, in mrkdwn, where `<`, `>` and `&` are control characters.
+        SinkType::Slack => json_request(json!({ "text": slack_escape(&text) })),
+        // Execute Webhook: `content` (at most 2000 characters), mentions parsed from nothing.
+        SinkType::Discord => json_request(json!({
+            "content": cut_chars(&text, 2000),
+            "allowed_mentions": { "parse": [] },
+        })),
+        // A Workflows webhook: a message with one Adaptive Card attachment.
+        SinkType::Teams => json_request(json!({
+            "type": "message",
+            "attachments": [{
+                "contentType": "application/vnd.microsoft.card.adaptive",
+                "contentUrl": null,
+                "content": {
+                    "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
+                    "type": "AdaptiveCard",
+                    "version": "1.4",
+                    "body": [
+                        { "type": "TextBlock", "text": title, "weight": "Bolder", "wrap": true },
+                        { "type": "TextBlock", "text": text, "wrap": true },
+                    ],
+                },
+            }],
+        })),
+        // Publish by POST to the topic URL: the body is the message, the rest are headers.
+        SinkType::Ntfy => Request {
+            url: url.to_owned(),
+            headers: vec![
+                ("title", title),
+                (
+                    "priority",
+                    match worst {
+                        Severity::Critical => "urgent",
+                        Severity::Warning => "high",
+                        Severity::Info => "default",
+                    }
+                    .to_owned(),
+                ),
+                (
+                    "tags",
+                    match worst {
+                        Severity::Critical => "rotating_light",
+                        Severity::Warning => "warning",
+                        Severity::Info => "white_check_mark",
+                    }
+                    .to_owned(),
+                ),
+            ],
+            body: text.into_bytes(),
+        },
+        // `POST /message` (the token in the URL's `token` parameter): title, message, priority.
+        SinkType::Gotify => json_request(json!({
+            "title": title,
+            "message": text,
+            "priority": match worst {
+                Severity::Critical => 8,
+                Severity::Warning => 5,
+                Severity::Info => 2,
+            },
+        })),
+        // `POST /api/v2/alerts`: one alert per event; an event that ends a condition resolves
+        // the alert that condition raised (same labels, `endsAt` now).
+        SinkType::Alertmanager => Request {
+            url: format!("{}/api/v2/alerts", url.trim_end_matches('/')),
+            headers: vec![("content-type", "application/json".to_owned())],
+            body: Value::Array(events.iter().map(|event| alert(event, dashboard)).collect())
+                .to_string()
+                .into_bytes(),
+        },
+    }
+}
+
+/// The Alertmanager alert of `event`.
+fn alert(event: &Event, dashboard: Option<&str>) -> Value {
+    // The condition an event raises, or the one it ends.
+    let (raises, resolves) = match event.event.as_str() {
+        "fetch.recovered" => ("fetch.failing", true),
+        "engine.back" => ("engine.unreachable", true),
+        "rollout.succeeded" => ("rollout.failed", true),
+        other => (other, false),
+    };
+    let at = chrono::DateTime::from_timestamp(event.at, 0)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let mut labels = json!({
+        "alertname": alert_name(raises),
+        "severity": match severity(raises) {
+            Severity::Critical => "critical",
+            Severity::Warning => "warning",
+            Severity::Info => "info",
+        },
+        "source": "voodu-agent",
+    });
+    for (label, value) in [("scope", &event.scope), ("resource", &event.resource)] {
+        if !value.is_empty() {
+            labels[label] = json!(value);
+        }
+    }
+    let mut alert = json!({
+        "labels": labels,
+        "annotations": {
+            "summary": line(event),
+            "description": escape(&event.message),
+            "commit": event.commit,
+        },
+        "startsAt": at,
+    });
+    if resolves {
+        alert["endsAt"] = json!(at);
+    }
+    if let Some(dashboard) = dashboard {
+        alert["generatorURL"] = json!(dashboard);
+    }
+    alert
+}
+
+/// `rollout.failed` → `VooduRolloutFailed`.
+fn alert_name(event: &str) -> String {
+    let mut name = String::from("Voodu");
+    for part in event.split(['.', '_']) {
+        let mut chars = part.chars();
+        if let Some(first) = chars.next() {
+            name.extend(first.to_uppercase());
+            name.push_str(chars.as_str());
+        }
+    }
+    name
+}
+
+/// A commit status to set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    Pending,
+    Success,
+    Failure,
+}
+
+/// The request that sets `sha`'s status on `provider` (each provider's documented API; the
+/// description cut to the 140 characters GitHub takes).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn commit_status(
+    provider: Provider,
+    api_url: &str,
+    repository: &str,
+    token: &str,
+    sha: &str,
+    state: State,
+    description: &str,
+    context: &str,
+    dashboard: Option<&str>,
+) -> Request {
+    let description = cut_chars(&escape(description), 140);
+    let json_body = |body: Value| body.to_string().into_bytes();
+    let content = ("content-type", "application/json".to_owned());
+    match provider {
+        // POST /repos/{owner}/{repo}/statuses/{sha}: pending | success | failure | error.
+        Provider::Github => Request {
+            url: format!("{api_url}/repos/{repository}/statuses/{sha}"),
+            headers: vec![
+                content,
+                ("accept", "application/vnd.github+json".to_owned()),
+                ("authorization", format!("Bearer {token}")),
+                ("x-github-api-version", "2022-11-28".to_owned()),
+            ],
+            body: json_body(json!({
+                "state": match state {
+                    State::Pending => "pending",
+                    State::Success => "success",
+                    State::Failure => "failure",
+                },
+                "target_url": dashboard,
+                "description": description,
+                "context": context,
+            })),
+        },
+        // POST /projects/:id/statuses/:sha (id: the URL-encoded path): pending | running |
+        // success | failed | canceled.
+        Provider::Gitlab => Request {
+            url: format!(
+                "{api_url}/projects/{}/statuses/{sha}",
+                form_urlencoded::byte_serialize(repository.as_bytes()).collect::<String>()
+            ),
+            headers: vec![content, ("private-token", token.to_owned())],
+            body: json_body(json!({
+                "state": match state {
+                    State::Pending => "running",
+                    State::Success => "success",
+                    State::Failure => "failed",
+                },
+                "name": context,
+                "target_url": dashboard,
+                "description": description,
+            })),
+        },
+        // POST /repos/{owner}/{repo}/statuses/{sha}: pending | success | error | failure |
+        // warning (Gitea and Forgejo share the API).
+        Provider::Gitea | Provider::Forgejo => Request {
+            url: format!("{api_url}/repos/{repository}/statuses/{sha}"),
+            headers: vec![content, ("authorization", format!("token {token}"))],
+            body: json_body(json!({
+                "state": match state {
+                    State::Pending => "pending",
+                    State::Success => "success",
+                    State::Failure => "failure",
+                },
+                "target_url": dashboard,
+                "description": description,
+                "context": context,
+            })),
+        },
+        // POST /repositories/{workspace}/{repo_slug}/commit/{commit}/statuses/build:
+        // INPROGRESS | SUCCESSFUL | FAILED | STOPPED; `key` and `url` are required.
+        Provider::Bitbucket => Request {
+            url: format!("{api_url}/repositories/{repository}/commit/{sha}/statuses/build"),
+            headers: vec![content, ("authorization", format!("Bearer {token}"))],
+            body: json_body(json!({
+                "state": match state {
+                    State::Pending => "INPROGRESS",
+                    State::Success => "SUCCESSFUL",
+                    State::Failure => "FAILED",
+                },
+                "key": context,
+                "name": context,
+                "url": dashboard.unwrap_or(api_url),
+                "description": description,
+            })),
+        },
+    }
+}
+
+/// `sha256=<hex HMAC-SHA256 of body>`: what the agent's own webhook receiver checks in
+/// `X-Voodu-Signature`.
+pub(crate) fn sign(secret: &[u8], body: &[u8]) -> String {
+    let mut mac =
+        <Hmac<Sha256> as KeyInit>::new_from_slice(secret).expect("HMAC takes a key of any length");
+    mac.update(body);
+    format!(
+        "sha256={}",
+        crate::model::text::hex(&mac.finalize().into_bytes())
+    )
+}
+
+fn slack_escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+fn cut_chars(text: &str, max: usize) -> String {
+    text.chars().take(max).collect()
+}

@@ -1,0 +1,291 @@
+//! The outbox: events people are told about (`--notify`), and how far each sink got.
+//!
+//! An event is written in the transaction of the change it reports (`put`, called by
+//! `activity::record` for commits, holds and rollouts, and by `record_health` for a fetch or
+//! an engine failing past its threshold and coming back), so a crash keeps both or neither
+//! and a sink that was down reads what it missed. Drift repairs are recorded on their own
+//! (`record_event`): the repair is engine work, not a store change.
+//!
+//! Invariants: event names are [`EVENTS`]; messages and data are bounded like the activity
+//! log's; the table keeps at most [`MAX_EVENTS`] rows and [`RETENTION_SECS`] of them (an
+//! event pruned before a sink read it is counted as dropped for that sink when it sees the
+//! gap); a sink's `done_id` only moves forward.
+
+use rusqlite::{OptionalExtension, Transaction, params};
+use serde::Serialize;
+
+use super::{Result, Store, now_unix};
+use crate::model::CommitSha;
+
+/// Every event the agent emits, with its stable name.
+pub const EVENTS: &[&str] = &[
+    "commit.applied",
+    "commit.rejected",
+    "commit.held",
+    "rollout.started",
+    "rollout.succeeded",
+    "rollout.failed",
+    "rollout.rolled_back",
+    "drift.repaired",
+    "fetch.failing",
+    "fetch.recovered",
+    "engine.unreachable",
+    "engine.back",
+    "notify.test",
+];
+
+/// Most events kept.
+pub(super) const MAX_EVENTS: i64 = 10_000;
+/// How long events are kept: a week.
+pub(super) const RETENTION_SECS: i64 = 7 * 24 * 3600;
+/// Longest message kept, in bytes.
+const MAX_MESSAGE_BYTES: usize = 2048;
+/// Most bytes of data kept per event.
+const MAX_DATA_BYTES: usize = 16 * 1024;
+
+/// One event.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Event {
+    pub id: i64,
+    /// Unix seconds.
+    pub at: i64,
+    pub event: String,
+    /// The scope of the resource, when the event is about one.
+    pub scope: String,
+    /// `kind/scope/name`, when the event is about one resource.
+    pub resource: String,
+    pub commit: String,
+    pub message: String,
+    pub data: serde_json::Value,
+}
+
+/// What a sink has done so far.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SinkState {
+    pub name: String,
+    /// The last event id it is done with.
+    pub done_id: i64,
+    pub last_success: Option<i64>,
+    pub last_error: String,
+    pub last_error_at: Option<i64>,
+    pub delivered: i64,
+    pub dropped: i64,
+}
+
+/// An event to append.
+pub(super) struct NewEvent<'a> {
+    pub(super) event: &'a str,
+    pub(super) resource: &'a str,
+    pub(super) commit: Option<&'a CommitSha>,
+    pub(super) message: &'a str,
+    pub(super) data: serde_json::Value,
+}
+
+/// Appends `event` in `tx` and prunes past the bounds.
+pub(super) fn put(tx: &Transaction<'_>, event: &NewEvent<'_>) -> rusqlite::Result<()> {
+    let now = now_unix();
+    let mut data = if event.data.is_null() {
+        "{}".to_owned()
+    } else {
+        event.data.to_string()
+    };
+    if data.len() > MAX_DATA_BYTES {
+        data = serde_json::json!({ "truncated": true, "bytes": data.len() }).to_string();
+    }
+    // `kind/scope/name`: the scope is the middle part.
+    let scope = event.resource.split('/').nth(1).unwrap_or_default();
+    tx.execute(
+        "INSERT INTO outbox (at, event, scope, resource, commit_sha, message, data)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![
+            now,
+            event.event,
+            scope,
+            event.resource,
+            event.commit.map(CommitSha::as_str).unwrap_or_default(),
+            super::activity::cut(event.message, MAX_MESSAGE_BYTES),
+            data
+        ],
+    )?;
+    let id = tx.last_insert_rowid();
+    tx.execute(
+        "DELETE FROM outbox WHERE at < ?1 OR id <= ?2",
+        params![now - RETENTION_SECS, id - MAX_EVENTS],
+    )?;
+    Ok(())
+}
+
+impl Store {
+    /// Appends an event that reports no store change of its own (a drift repair, a test).
+    pub(crate) fn record_event(
+        &self,
+        event: &str,
+        resource: &str,
+        message: &str,
+        data: serde_json::Value,
+    ) -> Result<()> {
+        let result = self.with(|connection| {
+            let tx = connection.transaction()?;
+            put(
+                &tx,
+                &NewEvent {
+                    event,
+                    resource,
+                    commit: None,
+                    message,
+                    data,
+                },
+            )?;
+            tx.commit()?;
+            Ok(())
+        });
+        self.mark_changed();
+        result
+    }
+
+    /// Up to `limit` events after id `after`, oldest first.
+    pub(crate) fn events_after(&self, after: i64, limit: usize) -> Result<Vec<Event>> {
+        self.with(|connection| {
+            let mut statement = connection.prepare_cached(
+                "SELECT id, at, event, scope, resource, commit_sha, message, data FROM outbox
+                 WHERE id > ?1 ORDER BY id LIMIT ?2",
+            )?;
+            let rows = statement.query_map(
+                params![after, i64::try_from(limit).unwrap_or(i64::MAX)],
+                |row| {
+                    let data: String = row.get(7)?;
+                    Ok(Event {
+                        id: row.get(0)?,
+                        at: row.get(1)?,
+                        event: row.get(2)?,
+                        scope: row.get(3)?,
+                        resource: row.get(4)?,
+                        commit: row.get(5)?,
+                        message: row.get(6)?,
+                        data: serde_json::from_str(&data).unwrap_or(serde_json::Value::Null),
+                    })
+                },
+            )?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    /// The newest event id (0 when there is none).
+    pub(crate) fn outbox_head(&self) -> Result<i64> {
+        self.with(|connection| {
+            Ok(
+                connection.query_row("SELECT coalesce(max(id), 0) FROM outbox", [], |row| {
+                    row.get(0)
+                })?,
+            )
+        })
+    }
+
+    /// The sink `name`'s state; a sink seen for the first time starts at `start` (events
+    /// from before it existed are not sent).
+    pub(crate) fn sink_state(&self, name: &str, start: i64) -> Result<SinkState> {
+        self.with(|connection| {
+            connection.execute(
+                "INSERT INTO sinks (name, done_id) VALUES (?1, ?2) ON CONFLICT (name) DO NOTHING",
+                params![name, start],
+            )?;
+            Ok(connection.query_row(
+                "SELECT name, done_id, last_success, last_error, last_error_at, delivered, dropped
+                 FROM sinks WHERE name = ?1",
+                params![name],
+                sink_row,
+            )?)
+        })
+    }
+
+    /// Every sink's state, by name.
+    pub fn sink_states(&self) -> Result<Vec<SinkState>> {
+        self.with(|connection| {
+            let mut statement = connection.prepare_cached(
+                "SELECT name, done_id, last_success, last_error, last_error_at, delivered, dropped
+                 FROM sinks ORDER BY name",
+            )?;
+            let rows = statement.query_map([], sink_row)?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    /// Sink `name` is done with every event up to `done_id`: `delivered` of them were sent
+    /// (now, `at`), `dropped` expired unsent.
+    pub(crate) fn sink_done(
+        &self,
+        name: &str,
+        done_id: i64,
+        delivered: i64,
+        dropped: i64,
+        at: i64,
+    ) -> Result<()> {
+        let result = self.with(|connection| {
+            connection.execute(
+                "UPDATE sinks SET done_id = max(done_id, ?2), delivered = delivered + ?3,
+                   dropped = dropped + ?4,
+                   last_success = CASE WHEN ?3 > 0 THEN ?5 ELSE last_success END
+                 WHERE name = ?1",
+                params![name, done_id, delivered, dropped, at],
+            )?;
+            Ok(())
+        });
+        self.mark_changed();
+        result
+    }
+
+    /// Sink `name` failed to deliver (now, `at`); `error` never carries a secret.
+    pub(crate) fn sink_failed(&self, name: &str, error: &str, at: i64) -> Result<()> {
+        let result = self.with(|connection| {
+            connection.execute(
+                "UPDATE sinks SET last_error = ?2, last_error_at = ?3 WHERE name = ?1",
+                params![name, super::activity::cut(error, MAX_MESSAGE_BYTES), at],
+            )?;
+            Ok(())
+        });
+        self.mark_changed();
+        result
+    }
+
+    /// The phases of the releases commit `sha` opened, by resource.
+    pub(crate) fn release_phases_of_commit(&self, sha: &str) -> Result<Vec<(String, String)>> {
+        self.with(|connection| {
+            let mut statement = connection.prepare_cached(
+                "SELECT kind || '/' || scope || '/' || name, phase FROM releases
+                 WHERE commit_sha = ?1 AND rolled_back_from IS NULL ORDER BY id",
+            )?;
+            let rows = statement.query_map(params![sha], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    /// The data of the `commit.applied` event of `sha`, if there is one still kept.
+    pub(crate) fn applied_event(&self, sha: &str) -> Result<Option<Event>> {
+        let id: Option<i64> = self.with(|connection| {
+            Ok(connection
+                .query_row(
+                    "SELECT id FROM outbox WHERE event = 'commit.applied' AND commit_sha = ?1
+                     ORDER BY id DESC LIMIT 1",
+                    params![sha],
+                    |row| row.get(0),
+                )
+                .optional()?)
+        })?;
+        match id {
+            Some(id) => Ok(self.events_after(id - 1, 1)?.into_iter().next()),
+            None => Ok(None),
+        }
+    }
+}
+
+fn sink_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<SinkState> {
+    Ok(SinkState {
+        name: row.get(0)?,
+        done_id: row.get(1)?,
+        last_success: row.get(2)?,
+        last_error: row.get(3)?,
+        last_error_at: row.get(4)?,
+        delivered: row.get(5)?,
+        dropped: row.get(6)?,
+    })
+}

@@ -1,0 +1,277 @@
+//! Notifications (`--notify`), on the fake runtime with local receivers: what each sink is
+//! sent for a commit that deploys, a commit that is rejected and a rollout, that a receiver
+//! that was down gets what it missed (the outbox), and `notify test`.
+
+use std::time::Duration;
+
+use crate::support::http::{Capture, Captured};
+use crate::support::{TempRepo, TestAgent, TestAgentOptions, TestResult};
+use voodu_agent::http::WebhookSecret;
+use voodu_agent::notify::NotifyConfig;
+
+fn web(env: &str) -> String {
+    format!(
+        r#"deployment "shop" "web" {{
+  image = "busybox"
+  command = ["sleep", "3600"]
+  replicas = 2
+  env = {{ V = "{env}" }}
+}}
+"#
+    )
+}
+
+/// Every event named in the JSON bodies a generic sink received, in order.
+fn generic_events(received: &[Captured]) -> TestResult<Vec<serde_json::Value>> {
+    let mut events = Vec::new();
+    for request in received {
+        let body: serde_json::Value = serde_json::from_str(&request.body)?;
+        events.extend(body["events"].as_array().cloned().unwrap_or_default());
+    }
+    Ok(events)
+}
+
+async fn until(what: &str, mut check: impl FnMut() -> bool) -> TestResult {
+    for _ in 0..600 {
+        if check() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!("timed out waiting for {what}").into())
+}
+
+/// The generic, Slack and GitHub sinks each hear of a deploy; a commit rejected while the
+/// generic receiver is down reaches it once it is back (the outbox), with every
+/// `path:line:col`, signed as the agent's own webhook receiver expects; the commit status
+/// goes pending → success for the good commit and failure for the rejected one; secrets never
+/// show in the sinks' recorded errors.
+#[tokio::test]
+async fn sinks_hear_of_deploys_and_rejections_and_a_receiver_that_was_down_gets_them_later()
+-> TestResult {
+    let generic = Capture::start()?;
+    let slack = Capture::start()?;
+    let github = Capture::start()?;
+    let secrets = tempfile::tempdir()?;
+    let file = |name: &str, text: &str| -> TestResult<String> {
+        let path = secrets.path().join(name);
+        std::fs::write(&path, text)?;
+        Ok(path.display().to_string())
+    };
+    let generic_url = file("generic-url", &generic.url("/hook?token=s3cret-in-url"))?;
+    let hmac = file("hmac", "hmac-key\n")?;
+    let slack_url = file("slack-url", &slack.url("/services/T0/B0/s3cret"))?;
+    let token = file("gh-token", "ghp_s3cret\n")?;
+    let config = NotifyConfig::parse(&format!(
+        r#"
+        dashboard_url = "https://deploy.example.com"
+        notify "ci" {{
+          type = "generic"
+          url_file = "{generic_url}"
+          secret_file = "{hmac}"
+          interval = "1s"
+        }}
+        notify "chat" {{
+          type = "slack"
+          url_file = "{slack_url}"
+          events = ["commit.rejected", "rollout.failed"]
+          interval = "1s"
+        }}
+        commit_status "origin" {{
+          provider = "github"
+          api_url = "{api}"
+          repository = "acme/deploy"
+          token_file = "{token}"
+          interval = "1s"
+        }}
+        "#,
+        api = github.url("/api/v3"),
+    ))?;
+    let repo = TempRepo::new()?;
+    repo.write("web.hcl", &web("1"))?;
+    let good = repo.commit("web")?;
+    let agent = TestAgent::start(
+        repo,
+        TestAgentOptions {
+            interval: Duration::from_millis(100),
+            notify: Some(config),
+            ..TestAgentOptions::default()
+        },
+    )
+    .await?;
+    agent.applied(&good).await?;
+
+    // The deploy: applied, the rollout started and succeeded, in order.
+    until("the generic sink to hear of the rollout's success", || {
+        generic_events(&generic.received()).is_ok_and(|events| {
+            events
+                .iter()
+                .any(|event| event["event"] == "rollout.succeeded")
+        })
+    })
+    .await?;
+    let events = generic_events(&generic.received())?;
+    let names: Vec<&str> = events
+        .iter()
+        .filter_map(|event| event["event"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["commit.applied", "rollout.started", "rollout.succeeded"],
+        "{events:#?}"
+    );
+    assert_eq!(events[0]["commit"], good.as_str());
+    assert_eq!(events[1]["resource"], "deployment/shop/web");
+    assert_eq!(events[1]["scope"], "shop");
+    let secret = WebhookSecret::new("hmac-key");
+    for request in generic.received() {
+        assert_eq!(request.path, "/hook?token=s3cret-in-url");
+        assert_eq!(
+            request.headers.get("x-voodu-signature"),
+            Some(&secret.sign(request.body.as_bytes())),
+            "signed as the agent's own receiver checks it"
+        );
+    }
+    assert!(
+        slack.received().is_empty(),
+        "the chat sink wants failures only"
+    );
+    until("the good commit's success status", || {
+        github
+            .received()
+            .iter()
+            .any(|request| request.body.contains(r#""state":"success""#))
+    })
+    .await?;
+    let statuses = github.received();
+    let path = format!("/api/v3/repos/acme/deploy/statuses/{good}");
+    for request in &statuses {
+        assert_eq!(
+            (request.method.as_str(), request.path.as_str()),
+            ("POST", path.as_str())
+        );
+        assert_eq!(
+            request.headers.get("authorization").map(String::as_str),
+            Some("Bearer ghp_s3cret")
+        );
+        let body: serde_json::Value = serde_json::from_str(&request.body)?;
+        assert_eq!(body["context"], "voodu-agent");
+        assert_eq!(body["target_url"], "https://deploy.example.com");
+    }
+    let states: Vec<String> = statuses
+        .iter()
+        .map(|request| {
+            serde_json::from_str::<serde_json::Value>(&request.body)
+                .map(|body| body["state"].as_str().unwrap_or_default().to_owned())
+        })
+        .collect::<Result<_, _>>()?;
+    assert_eq!(states.first().map(String::as_str), Some("pending"));
+    assert_eq!(states.last().map(String::as_str), Some("success"));
+
+    // The generic receiver goes down; a bad commit is rejected meanwhile.
+    generic.answer_with(503);
+    agent
+        .repo
+        .write("web.hcl", "deployment \"shop\" \"web\" {\n  image = \n}\n")?;
+    let bad = agent.repo.commit("broken")?;
+    until("the chat sink to hear of the rejection", || {
+        slack
+            .received()
+            .iter()
+            .any(|request| request.body.contains("commit.rejected"))
+    })
+    .await?;
+    let chat = &slack.received()[0];
+    let text: serde_json::Value = serde_json::from_str(&chat.body)?;
+    let text = text["text"].as_str().unwrap_or_default();
+    assert!(text.contains("web.hcl:2:"), "the location: {text}");
+    until("the generic sink to be refused", || generic.refused() > 0).await?;
+    let states = agent.store.sink_states()?;
+    let ci = states
+        .iter()
+        .find(|state| state.name == "ci")
+        .ok_or("no ci state")?;
+    assert!(ci.last_error.contains("503"), "{ci:?}");
+    for state in &states {
+        assert!(
+            !state.last_error.contains("s3cret"),
+            "a recorded error shows a secret: {state:?}"
+        );
+    }
+    until("the rejected commit's failure status", || {
+        github.received().iter().any(|request| {
+            request.path.ends_with(&bad) && request.body.contains(r#""state":"failure""#)
+        })
+    })
+    .await?;
+
+    // Back up: the rejection arrives, once, with its location.
+    generic.answer_with(200);
+    until("the generic sink to get the rejection it missed", || {
+        generic_events(&generic.received()).is_ok_and(|events| {
+            events
+                .iter()
+                .any(|event| event["event"] == "commit.rejected")
+        })
+    })
+    .await?;
+    let events = generic_events(&generic.received())?;
+    let rejected: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|event| event["event"] == "commit.rejected")
+        .collect();
+    assert_eq!(rejected.len(), 1, "{events:#?}");
+    assert_eq!(rejected[0]["commit"], bad.as_str());
+    assert!(
+        rejected[0]["data"]["errors"][0]
+            .as_str()
+            .is_some_and(|error| error.starts_with("web.hcl:2:")),
+        "{:#}",
+        rejected[0]
+    );
+    agent.stop().await
+}
+
+/// `notify test NAME` sends one test message and says so; an unknown name lists the sinks.
+#[tokio::test]
+async fn notify_test_sends_one_message_to_the_named_sink() -> TestResult {
+    let receiver = Capture::start()?;
+    let dir = tempfile::tempdir()?;
+    let url = dir.path().join("url");
+    std::fs::write(&url, receiver.url("/topic"))?;
+    let file = dir.path().join("notify.hcl");
+    std::fs::write(
+        &file,
+        format!(
+            "notify \"phone\" {{\n  type = \"ntfy\"\n  url_file = \"{}\"\n}}\n",
+            url.display()
+        ),
+    )?;
+    let bin = env!("CARGO_BIN_EXE_voodu-agent");
+    let file = file.display().to_string();
+    let output = tokio::process::Command::new(bin)
+        .args(["notify", "test", "phone", "--notify", &file])
+        .output()
+        .await?;
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(String::from_utf8(output.stdout)?, "phone: delivered\n");
+    let received = receiver.received();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].path, "/topic");
+    assert_eq!(
+        received[0].headers.get("title").map(String::as_str),
+        Some("voodu-agent: notify.test")
+    );
+    assert!(received[0].body.contains("a test message from voodu-agent"));
+    let output = tokio::process::Command::new(bin)
+        .args(["notify", "test", "pager", "--notify", &file])
+        .output()
+        .await?;
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8(output.stderr)?;
+    assert!(
+        stderr.contains("no sink called \"pager\"") && stderr.contains("phone"),
+        "{stderr}"
+    );
+    Ok(())
+}
