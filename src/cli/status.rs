@@ -136,6 +136,26 @@ fn print_table(view: &StatusView) {
         },
         None => println!("{:<14} -", "engine"),
     }
+    for sink in &view.notify {
+        let error = if sink.last_error.is_empty() || sink.last_error_at < sink.last_success {
+            String::new()
+        } else {
+            format!(
+                ", FAILING since {}: {}",
+                sink.last_error_at.map_or_else(|| "?".to_owned(), time),
+                Esc(&sink.last_error)
+            )
+        };
+        println!(
+            "{:<14} {}: {} delivered, {} waiting, {} dropped, last success {}{error}",
+            "notify",
+            Esc(&sink.name),
+            sink.delivered,
+            sink.backlog,
+            sink.dropped,
+            sink.last_success.map_or_else(|| "never".to_owned(), time),
+        );
+    }
     if let Some(applied) = &view.last_applied
         && !applied.warnings.is_empty()
     {

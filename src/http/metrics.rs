@@ -18,6 +18,7 @@ struct StoreFigures {
     n_pinned: usize,
     last_applied_at: Option<i64>,
     last_fetch_success_at: Option<i64>,
+    sinks: Vec<crate::store::SinkState>,
 }
 
 pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
@@ -36,6 +37,7 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
             last_fetch_success_at: store
                 .health(crate::store::HEALTH_FETCH)?
                 .and_then(|health| health.last_success_at),
+            sinks: store.sink_states()?,
         })
     })
     .await;
@@ -82,6 +84,45 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
             &[],
             &[(Vec::new(), success_at as f64)],
         );
+    }
+    let per_sink = |value: fn(&crate::store::SinkState) -> Option<f64>| -> Vec<(Vec<String>, f64)> {
+        figures
+            .sinks
+            .iter()
+            .filter_map(|sink| value(sink).map(|value| (vec![sink.name.clone()], value)))
+            .collect()
+    };
+    for (name, help, value) in [
+        (
+            "voodu_notify_backlog",
+            "Events not yet handled by each notification sink.",
+            (|sink| Some(sink.backlog as f64)) as fn(&crate::store::SinkState) -> Option<f64>,
+        ),
+        (
+            "voodu_notify_delivered",
+            "Events each notification sink delivered (kept across restarts).",
+            |sink| Some(sink.delivered as f64),
+        ),
+        (
+            "voodu_notify_dropped",
+            "Events each notification sink dropped unsent (expired, or pruned before it read them).",
+            |sink| Some(sink.dropped as f64),
+        ),
+        (
+            "voodu_notify_last_success_timestamp_seconds",
+            "Unix time of each notification sink's last delivery.",
+            |sink| sink.last_success.map(|at| at as f64),
+        ),
+        (
+            "voodu_notify_last_error_timestamp_seconds",
+            "Unix time of each notification sink's last failed delivery.",
+            |sink| sink.last_error_at.map(|at| at as f64),
+        ),
+    ] {
+        let samples = per_sink(value);
+        if !samples.is_empty() {
+            render_gauge(&mut out, name, help, &["sink"], &samples);
+        }
     }
     (
         [(

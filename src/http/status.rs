@@ -40,6 +40,9 @@ pub struct StatusView {
     /// The repository's deploy trigger files (`.voodu/**/*.yml`) as of the last applied
     /// commit; empty without trigger files.
     pub triggers: Vec<TriggerView>,
+    /// The notification sinks (`--notify`) the agent has run: each one's last success and
+    /// error, and how many events wait for it.
+    pub notify: Vec<crate::store::SinkState>,
     pub(crate) resources: Vec<ResourceView>,
 }
 
@@ -310,6 +313,7 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
             unreachable_since: health.failing_since,
             checked_at: health.checked_at,
         }),
+        notify: store.sink_states()?,
         triggers: store
             .trigger_states()?
             .into_iter()

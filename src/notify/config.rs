@@ -536,6 +536,11 @@ mod tests {
             ),
             ("notify \"a\" {", "not valid HCL"),
         ] {
+            // One attribute a line, as HCL wants (the cases are written on one line).
+            let text = &text
+                .replace("{ ", "{\n")
+                .replace(" }", "\n}")
+                .replace("  ", "\n");
             let error = NotifyConfig::parse(text).expect_err(text);
             assert!(
                 error.contains(wanted),

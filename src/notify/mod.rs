@@ -458,3 +458,102 @@ async fn blocking<T: Send + 'static>(
         .map_err(|error| Error::Request(format!("store task failed: {error}")))?
         .map_err(Error::from)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead as _, Read as _, Write as _};
+    use std::sync::Mutex;
+
+    /// A loopback receiver answering 200; keeps each request's body.
+    fn receiver() -> (String, Arc<Mutex<Vec<String>>>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        let address = listener.local_addr().expect("bound");
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let keep = bodies.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let mut reader = std::io::BufReader::new(&stream);
+                let mut length = 0;
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                    if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = value.trim().parse().unwrap_or(0);
+                    }
+                    line.clear();
+                }
+                let mut body = vec![0; length];
+                if reader.read_exact(&mut body).is_ok() {
+                    keep.lock()
+                        .expect("not poisoned")
+                        .push(String::from_utf8_lossy(&body).into_owned());
+                }
+                let _ = (&stream).write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+            }
+        });
+        (format!("http://{address}/storm"), bodies)
+    }
+
+    /// A storm of 200 drift repairs within two seconds reaches a sink whose interval is 1 s
+    /// as a handful of messages (the burst of 3, then one a second), and every event is in
+    /// one of them.
+    #[tokio::test]
+    async fn a_storm_of_drift_repairs_is_a_handful_of_messages()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store = Arc::new(Store::open(&dir.path().join("state.db"))?);
+        let (url, bodies) = receiver();
+        let url_file = dir.path().join("url");
+        std::fs::write(&url_file, &url)?;
+        let config = NotifyConfig::parse(&format!(
+            "notify \"ops\" {{\n  type = \"generic\"\n  url_file = \"{}\"\n  interval = \"1s\"\n}}\n",
+            url_file.display()
+        ))?;
+        let shutdown = CancellationToken::new();
+        let start = store.outbox_head()?;
+        let task = tokio::spawn(run(store.clone(), config, start, shutdown.clone()));
+        let began = std::time::Instant::now();
+        for n in 0..200 {
+            let resource = format!("deployment/shop/web-{}", n % 20);
+            let writer = store.clone();
+            tokio::task::spawn_blocking(move || {
+                writer.record_event("drift.repaired", &resource, "back", serde_json::Value::Null)
+            })
+            .await??;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut delivered = 0;
+        for _ in 0..100 {
+            delivered = bodies
+                .lock()
+                .expect("not poisoned")
+                .iter()
+                .map(|body| {
+                    serde_json::from_str::<serde_json::Value>(body)
+                        .map(|body| body["events"].as_array().map_or(0, Vec::len))
+                        .unwrap_or(0)
+                })
+                .sum::<usize>();
+            if delivered == 200 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let messages = bodies.lock().expect("not poisoned").len();
+        let seconds = began.elapsed().as_secs_f64();
+        shutdown.cancel();
+        task.await?;
+        assert_eq!(delivered, 200, "every event, once");
+        // The burst, then at most one a second while the storm and its tail lasted.
+        let bound = f64::from(BURST) + seconds.ceil();
+        assert!(
+            (messages as f64) <= bound,
+            "{messages} messages for a storm of 200 in {seconds:.1}s (at most {bound})"
+        );
+        let state = store.sink_states()?;
+        assert_eq!((state[0].delivered, state[0].dropped), (200, 0));
+        Ok(())
+    }
+}

@@ -392,3 +392,245 @@ fn slack_escape(text: &str) -> String {
 fn cut_chars(text: &str, max: usize) -> String {
     text.chars().take(max).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(name: &str, message: &str) -> Event {
+        Event {
+            id: 7,
+            at: 1_790_000_000,
+            event: name.into(),
+            scope: "shop".into(),
+            resource: "deployment/shop/web".into(),
+            commit: "0123456789abcdef0123456789abcdef01234567".into(),
+            message: message.into(),
+            data: serde_json::json!({ "release": 3 }),
+        }
+    }
+
+    fn body(request: &Request) -> Value {
+        serde_json::from_slice(&request.body).expect("a JSON body")
+    }
+
+    fn header<'a>(request: &'a Request, name: &str) -> Option<&'a str> {
+        request
+            .headers
+            .iter()
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| value.as_str())
+    }
+
+    /// Each message format as its provider documents it; outside text escaped for the medium.
+    #[test]
+    fn message_sinks_send_their_documented_shapes() {
+        let failed = [event("rollout.failed", "probe <@here> & \u{1b}[31mred")];
+        let url = "https://receiver.example/x";
+
+        let slack = message(SinkType::Slack, url, None, &failed, None);
+        let text = body(&slack)["text"].as_str().expect("text").to_owned();
+        assert!(text.starts_with("rollout.failed deployment/shop/web at 0123456: probe &lt;@here&gt; &amp; \\x1b[31mred"), "{text}");
+        assert_eq!(header(&slack, "content-type"), Some("application/json"));
+
+        let discord = body(&message(SinkType::Discord, url, None, &failed, None));
+        assert_eq!(
+            discord["allowed_mentions"],
+            serde_json::json!({ "parse": [] })
+        );
+        assert!(
+            discord["content"]
+                .as_str()
+                .is_some_and(|content| content.chars().count() <= 2000)
+        );
+
+        let teams = body(&message(
+            SinkType::Teams,
+            url,
+            None,
+            &failed,
+            Some("https://d.example"),
+        ));
+        assert_eq!(teams["type"], "message");
+        let card = &teams["attachments"][0];
+        assert_eq!(
+            card["contentType"],
+            "application/vnd.microsoft.card.adaptive"
+        );
+        assert_eq!(card["content"]["type"], "AdaptiveCard");
+        assert_eq!(
+            card["content"]["body"][0]["text"],
+            "voodu-agent: rollout.failed"
+        );
+        assert!(
+            card["content"]["body"][1]["text"]
+                .as_str()
+                .is_some_and(|text| text.ends_with("\nhttps://d.example"))
+        );
+
+        let ntfy = message(SinkType::Ntfy, url, None, &failed, None);
+        assert_eq!(header(&ntfy, "title"), Some("voodu-agent: rollout.failed"));
+        assert_eq!(header(&ntfy, "priority"), Some("urgent"));
+        assert!(
+            String::from_utf8_lossy(&ntfy.body).starts_with("rollout.failed deployment/shop/web")
+        );
+
+        let gotify = body(&message(SinkType::Gotify, url, None, &failed, None));
+        assert_eq!(gotify["title"], "voodu-agent: rollout.failed");
+        assert_eq!(gotify["priority"], 8);
+
+        let generic = message(SinkType::Generic, url, Some(b"key"), &failed, None);
+        assert_eq!(header(&generic, "x-voodu-event"), Some("rollout.failed"));
+        assert_eq!(
+            header(&generic, "x-voodu-signature").map(str::to_owned),
+            Some(sign(b"key", &generic.body))
+        );
+        let payload = body(&generic);
+        assert_eq!(payload["events"][0]["event"], "rollout.failed");
+        assert_eq!(payload["events"][0]["data"]["release"], 3);
+        assert!(
+            !format!("{generic:?}").contains("receiver.example"),
+            "Debug hides the URL"
+        );
+    }
+
+    /// Alertmanager's v2 API: an array of alerts; the event that ends a condition resolves
+    /// the alert it raised (same labels, `endsAt`).
+    #[test]
+    fn alertmanager_alerts_raise_and_resolve_by_labels() {
+        let events = [
+            event("rollout.failed", "boom"),
+            event("rollout.succeeded", "ok"),
+        ];
+        let request = message(
+            SinkType::Alertmanager,
+            "http://am:9093/",
+            None,
+            &events,
+            Some("https://d"),
+        );
+        assert_eq!(request.url, "http://am:9093/api/v2/alerts");
+        let alerts = body(&request);
+        let (raised, resolved) = (&alerts[0], &alerts[1]);
+        assert_eq!(raised["labels"]["alertname"], "VooduRolloutFailed");
+        assert_eq!(raised["labels"]["severity"], "critical");
+        assert_eq!(raised["labels"]["resource"], "deployment/shop/web");
+        assert_eq!(raised["startsAt"], "2026-09-21T14:13:20Z");
+        assert!(raised.get("endsAt").is_none());
+        assert_eq!(raised["generatorURL"], "https://d");
+        assert_eq!(resolved["labels"], raised["labels"], "the same alert");
+        assert_eq!(resolved["endsAt"], "2026-09-21T14:13:20Z");
+    }
+
+    /// Each git host's commit status API: path, auth header and state names.
+    #[test]
+    fn commit_statuses_follow_each_providers_api() {
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        let cases = [
+            (
+                Provider::Github,
+                "https://api.github.com",
+                "acme/deploy",
+                format!("https://api.github.com/repos/acme/deploy/statuses/{sha}"),
+                ("authorization", "Bearer T"),
+                ["pending", "success", "failure"],
+                "state",
+            ),
+            (
+                Provider::Gitlab,
+                "https://gitlab.com/api/v4",
+                "group/sub/deploy",
+                format!("https://gitlab.com/api/v4/projects/group%2Fsub%2Fdeploy/statuses/{sha}"),
+                ("private-token", "T"),
+                ["running", "success", "failed"],
+                "state",
+            ),
+            (
+                Provider::Gitea,
+                "https://gitea.example/api/v1",
+                "acme/deploy",
+                format!("https://gitea.example/api/v1/repos/acme/deploy/statuses/{sha}"),
+                ("authorization", "token T"),
+                ["pending", "success", "failure"],
+                "state",
+            ),
+            (
+                Provider::Forgejo,
+                "https://codeberg.org/api/v1",
+                "acme/deploy",
+                format!("https://codeberg.org/api/v1/repos/acme/deploy/statuses/{sha}"),
+                ("authorization", "token T"),
+                ["pending", "success", "failure"],
+                "state",
+            ),
+            (
+                Provider::Bitbucket,
+                "https://api.bitbucket.org/2.0",
+                "acme/deploy",
+                format!(
+                    "https://api.bitbucket.org/2.0/repositories/acme/deploy/commit/{sha}/statuses/build"
+                ),
+                ("authorization", "Bearer T"),
+                ["INPROGRESS", "SUCCESSFUL", "FAILED"],
+                "state",
+            ),
+        ];
+        for (provider, api, repository, url, (auth, value), states, field) in cases {
+            for (state, wanted) in [State::Pending, State::Success, State::Failure]
+                .into_iter()
+                .zip(states)
+            {
+                let request = commit_status(
+                    provider,
+                    api,
+                    repository,
+                    "T",
+                    sha,
+                    state,
+                    &"x".repeat(300),
+                    "voodu-agent",
+                    Some("https://d"),
+                );
+                assert_eq!(request.url, url, "{provider:?}");
+                assert_eq!(header(&request, auth), Some(value), "{provider:?}");
+                let payload = body(&request);
+                assert_eq!(payload[field], wanted, "{provider:?}");
+                assert_eq!(
+                    payload["description"]
+                        .as_str()
+                        .map(|text| text.chars().count()),
+                    Some(140)
+                );
+            }
+        }
+        let bitbucket = body(&commit_status(
+            Provider::Bitbucket,
+            "https://api.bitbucket.org/2.0",
+            "a/b",
+            "T",
+            sha,
+            State::Success,
+            "",
+            "voodu-agent",
+            None,
+        ));
+        assert_eq!(
+            (bitbucket["key"].as_str(), bitbucket["url"].as_str()),
+            (Some("voodu-agent"), Some("https://api.bitbucket.org/2.0")),
+            "key and url are required"
+        );
+    }
+
+    /// A storm is one message: counts by name, the first lines, and how many more.
+    #[test]
+    fn a_batch_is_summarised() {
+        let events: Vec<Event> = (0..25).map(|_| event("drift.repaired", "back")).collect();
+        let (title, text) = summary(&events);
+        assert_eq!(title, "voodu-agent: 25 events");
+        assert!(
+            text.starts_with("25 events: 25 drift.repaired\n- drift.repaired"),
+            "{text}"
+        );
+        assert!(text.ends_with("… and 15 more"), "{text}");
+    }
+}

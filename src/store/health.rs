@@ -216,4 +216,40 @@ mod tests {
         assert_eq!(store.health(HEALTH_ENGINE)?, None, "subjects are apart");
         Ok(())
     }
+
+    /// A failing streak is announced once it passed its threshold (5 min for fetches, 1 min
+    /// for the engine), once, and its end only after it was announced.
+    #[test]
+    fn a_long_failure_and_its_end_are_told_once() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let store = Store::open(&dir.path().join("state.db"))?;
+        let events =
+            |store: &Store| -> std::result::Result<Vec<String>, Box<dyn std::error::Error>> {
+                Ok(store
+                    .events_after(0, 100)?
+                    .into_iter()
+                    .map(|event| event.event)
+                    .collect())
+            };
+        store.record_health_at(HEALTH_FETCH, Err("blip"), 1000)?;
+        store.record_health_at(HEALTH_FETCH, Ok(()), 1100)?;
+        assert!(
+            events(&store)?.is_empty(),
+            "a short blip is not told, nor its end"
+        );
+        for at in [2000, 2200, 2300, 2400] {
+            store.record_health_at(HEALTH_FETCH, Err("refused"), at)?;
+        }
+        store.record_health_at(HEALTH_ENGINE, Err("no socket"), 2300)?;
+        store.record_health_at(HEALTH_ENGINE, Err("no socket"), 2360)?;
+        store.record_health_at(HEALTH_FETCH, Ok(()), 2500)?;
+        store.record_health_at(HEALTH_FETCH, Ok(()), 2600)?;
+        assert_eq!(
+            events(&store)?,
+            ["fetch.failing", "engine.unreachable", "fetch.recovered"]
+        );
+        let failing = &store.events_after(0, 1)?[0];
+        assert_eq!(failing.message, "fetch: failing for 300s: refused");
+        Ok(())
+    }
 }

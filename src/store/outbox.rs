@@ -70,6 +70,8 @@ pub struct SinkState {
     pub last_error_at: Option<i64>,
     pub delivered: i64,
     pub dropped: i64,
+    /// Events after `done_id` (some may not be for this sink: it has not looked yet).
+    pub backlog: i64,
 }
 
 /// An event to append.
@@ -144,7 +146,7 @@ impl Store {
     }
 
     /// Up to `limit` events after id `after`, oldest first.
-    pub(crate) fn events_after(&self, after: i64, limit: usize) -> Result<Vec<Event>> {
+    pub fn events_after(&self, after: i64, limit: usize) -> Result<Vec<Event>> {
         self.with(|connection| {
             let mut statement = connection.prepare_cached(
                 "SELECT id, at, event, scope, resource, commit_sha, message, data FROM outbox
@@ -190,7 +192,8 @@ impl Store {
                 params![name, start],
             )?;
             Ok(connection.query_row(
-                "SELECT name, done_id, last_success, last_error, last_error_at, delivered, dropped
+                "SELECT name, done_id, last_success, last_error, last_error_at, delivered, dropped,
+                   (SELECT count(*) FROM outbox WHERE id > sinks.done_id)
                  FROM sinks WHERE name = ?1",
                 params![name],
                 sink_row,
@@ -202,7 +205,8 @@ impl Store {
     pub fn sink_states(&self) -> Result<Vec<SinkState>> {
         self.with(|connection| {
             let mut statement = connection.prepare_cached(
-                "SELECT name, done_id, last_success, last_error, last_error_at, delivered, dropped
+                "SELECT name, done_id, last_success, last_error, last_error_at, delivered, dropped,
+                   (SELECT count(*) FROM outbox WHERE id > sinks.done_id)
                  FROM sinks ORDER BY name",
             )?;
             let rows = statement.query_map([], sink_row)?;
@@ -287,5 +291,6 @@ fn sink_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<SinkState> {
         last_error_at: row.get(4)?,
         delivered: row.get(5)?,
         dropped: row.get(6)?,
+        backlog: row.get(7)?,
     })
 }

@@ -400,6 +400,25 @@ async fn stopped_and_removed_replicas_are_repaired_at_once_through_events() -> T
         "took {:?}, the resync is an hour",
         started.elapsed()
     );
+    // People are told of the repair once the pass converged (`drift.repaired`).
+    let mut repaired = Vec::new();
+    for _ in 0..600 {
+        repaired = harness
+            .store
+            .events_after(0, 1000)?
+            .into_iter()
+            .filter(|event| event.event == "drift.repaired")
+            .collect();
+        if !repaired.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!repaired.is_empty(), "no drift.repaired event");
+    for event in &repaired {
+        assert_eq!(event.resource, "deployment/shop/web");
+        assert_eq!(event.data["source"], "event");
+    }
     harness.stop().await
 }
 
