@@ -24,7 +24,7 @@ enum NotifyCommand {
         /// The sink: a `notify "NAME"` block of the file.
         name: String,
         /// The notify file (as `--notify` of the agent).
-        #[arg(long, env = "VOODU_NOTIFY_FILE", value_name = "FILE")]
+        #[arg(long, env = "VOODU_NOTIFY", value_name = "FILE")]
         notify: PathBuf,
     },
 }

@@ -115,7 +115,7 @@ pub(super) struct RunArgs {
     /// teams, ntfy, gotify, alertmanager, generic signed webhooks) and `commit_status` blocks
     /// (github, gitlab, gitea, forgejo, bitbucket). Secrets stay in the files it names. See
     /// README "Notifications"; `voodu-agent notify test NAME` sends a test message.
-    #[arg(long, env = "VOODU_NOTIFY_FILE", value_name = "FILE")]
+    #[arg(long, env = "VOODU_NOTIFY", value_name = "FILE")]
     notify: Option<PathBuf>,
     /// Largest webhook body accepted, in bytes (larger ones get 413).
     #[arg(long, env = "VOODU_WEBHOOK_MAX_BODY", value_name = "BYTES", default_value_t = 1024 * 1024)]
