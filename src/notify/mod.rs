@@ -248,17 +248,12 @@ async fn deliver_once(
         .filter(|event| event.event != "notify.test" && sink.wants(&event.event, &event.scope))
         .partition(|event| now - event.at <= expiry);
     let dropped = i64::try_from(expired.len()).unwrap_or(i64::MAX) + pruned;
-    let work = match &sink.target {
-        Target::Message { .. } => {
-            if fresh.is_empty() {
-                None
-            } else {
-                Some(message_request(config, sink, &fresh)?)
-            }
-        }
-        Target::CommitStatus { .. } => status_request(store, config, sink, &fresh).await?,
+    let requests = match &sink.target {
+        Target::Message { .. } if fresh.is_empty() => Vec::new(),
+        Target::Message { .. } => vec![message_request(config, sink, &fresh)?],
+        Target::CommitStatus { .. } => status_requests(store, config, sink, &fresh).await?,
     };
-    let Some(request) = work else {
+    if requests.is_empty() {
         let name = sink.name.clone();
         blocking(store, move |store| {
             store.sink_done(&name, last, 0, dropped, now)
@@ -270,7 +265,11 @@ async fn deliver_once(
     if !wait.is_zero() {
         return Ok(Progress::Limited(wait));
     }
-    send(client, request).await?;
+    // All or nothing: after a failure the batch is sent again (a status set twice is the
+    // same status).
+    for request in requests {
+        send(client, request).await?;
+    }
     let delivered = i64::try_from(fresh.len()).unwrap_or(i64::MAX);
     tracing::info!(sink = %sink.name, events = delivered, "notification delivered");
     let name = sink.name.clone();
@@ -308,16 +307,15 @@ fn message_request(config: &NotifyConfig, sink: &Sink, events: &[Event]) -> Resu
     ))
 }
 
-/// A commit status sink's request for `events`: the latest status of the newest commit
-/// they decide one for (older commits' statuses are superseded on the git host's page by
-/// the branch moving on; a failure is never overwritten by a later pending of the same
-/// commit because a commit's states only move forward).
-async fn status_request(
+/// A commit status sink's requests for `events`: for each commit they decide a status for,
+/// the latest one (a failure stays: nothing later in the batch turns it back), in the order
+/// of their last events.
+async fn status_requests(
     store: &Arc<Store>,
     config: &NotifyConfig,
     sink: &Sink,
     events: &[Event],
-) -> Result<Option<Request>, Error> {
+) -> Result<Vec<Request>, Error> {
     let Target::CommitStatus {
         provider,
         api_url,
@@ -325,29 +323,42 @@ async fn status_request(
         token_file,
     } = &sink.target
     else {
-        return Ok(None);
+        return Ok(Vec::new());
     };
-    let mut decided: Option<(String, State, String)> = None;
+    let mut decided: Vec<(String, State, String)> = Vec::new();
     for event in events.iter().filter(|event| !event.commit.is_empty()) {
-        if let Some((state, description)) = decide(store, event).await? {
-            decided = Some((event.commit.clone(), state, description));
+        let Some((state, description)) = decide(store, event).await? else {
+            continue;
+        };
+        let earlier = decided.iter().position(|(sha, ..)| *sha == event.commit);
+        if let Some(index) = earlier {
+            if decided[index].1 == State::Failure {
+                continue;
+            }
+            decided.remove(index);
         }
+        decided.push((event.commit.clone(), state, description));
     }
-    let Some((sha, state, description)) = decided else {
-        return Ok(None);
-    };
+    if decided.is_empty() {
+        return Ok(Vec::new());
+    }
     let token = read_secret("token", token_file)?;
-    Ok(Some(sinks::commit_status(
-        *provider,
-        api_url,
-        repository,
-        &token,
-        &sha,
-        state,
-        &description,
-        "voodu-agent",
-        config.dashboard_url.as_deref(),
-    )))
+    Ok(decided
+        .into_iter()
+        .map(|(sha, state, description)| {
+            sinks::commit_status(
+                *provider,
+                api_url,
+                repository,
+                &token,
+                &sha,
+                state,
+                &description,
+                "voodu-agent",
+                config.dashboard_url.as_deref(),
+            )
+        })
+        .collect())
 }
 
 /// The status an event sets on its commit: pending once applied or held, failure when
@@ -376,7 +387,9 @@ async fn decide(store: &Arc<Store>, event: &Event) -> Result<Option<(State, Stri
         }),
         "commit.held" => Some((State::Pending, "held: waiting for approval".to_owned())),
         "commit.rejected" => Some((State::Failure, format!("rejected: {}", event.message))),
-        "rollout.failed" | "rollout.rolled_back" => Some((
+        // A rollback's own event names the commit rolled back to: the failed commit's
+        // status was set by its `rollout.failed`.
+        "rollout.failed" => Some((
             State::Failure,
             format!("{} {}: {}", event.event, event.resource, event.message),
         )),

@@ -25,6 +25,7 @@ mod jobs;
 mod macro_scripts;
 mod names;
 mod notify;
+mod notify_docker;
 mod plugin_blocks;
 mod policy;
 mod policy_docker;
