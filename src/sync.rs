@@ -277,7 +277,7 @@ impl Syncer {
 
     fn load_and_apply(&self, commit: &CommitSha, who: &Who) -> Result<SyncOutcome, Error> {
         if let Some(untrusted) = self.untrusted(commit)? {
-            return self.reject(commit, who, vec![untrusted], None);
+            return self.reject_unsigned(commit, who, untrusted);
         }
         let (trigger_files, refused) = self.source.read_trigger_files(commit)?;
         if trigger_files.is_empty() && refused.is_empty() {
@@ -431,6 +431,28 @@ impl Syncer {
         problems: Vec<Diagnostic>,
         decision: Option<&Decision>,
     ) -> Result<SyncOutcome, Error> {
+        self.record_rejection(commit, who, problems, decision, false)
+    }
+
+    /// Records the rejection of a commit not signed by a trusted key (`untrusted` says why):
+    /// told as `signature.refused` too.
+    fn reject_unsigned(
+        &self,
+        commit: &CommitSha,
+        who: &Who,
+        untrusted: Diagnostic,
+    ) -> Result<SyncOutcome, Error> {
+        self.record_rejection(commit, who, vec![untrusted], None, true)
+    }
+
+    fn record_rejection(
+        &self,
+        commit: &CommitSha,
+        who: &Who,
+        problems: Vec<Diagnostic>,
+        decision: Option<&Decision>,
+        unsigned: bool,
+    ) -> Result<SyncOutcome, Error> {
         let diagnostics = Diagnostics(bounded(problems));
         self.store.reject_commit_as(
             commit,
@@ -438,6 +460,7 @@ impl Syncer {
             CommitContext {
                 who,
                 triggers: decision,
+                unsigned,
             },
         )?;
         Ok(SyncOutcome::Rejected {
@@ -534,6 +557,7 @@ impl Syncer {
             CommitContext {
                 who,
                 triggers: decision,
+                unsigned: false,
             },
         )?;
         let live: BTreeSet<(String, String)> = manifest

@@ -478,35 +478,115 @@ mod tests {
     use std::io::{BufRead as _, Read as _, Write as _};
     use std::sync::Mutex;
 
-    /// A loopback receiver answering 200; keeps each request's body.
-    fn receiver() -> (String, Arc<Mutex<Vec<String>>>) {
+    /// Requests a receiver got: (head, body).
+    type Received = Arc<Mutex<Vec<(String, String)>>>;
+
+    /// A loopback receiver answering 200; keeps each request's head (the request line, then
+    /// the headers with lower-cased names) and body.
+    fn receiver() -> (String, Received) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
         let address = listener.local_addr().expect("bound");
-        let bodies = Arc::new(Mutex::new(Vec::new()));
-        let keep = bodies.clone();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let keep = requests.clone();
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
                 let mut reader = std::io::BufReader::new(&stream);
                 let mut length = 0;
+                let mut head = String::new();
                 let mut line = String::new();
                 while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
-                    if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    let lower = line.to_ascii_lowercase();
+                    if let Some(value) = lower.strip_prefix("content-length:") {
                         length = value.trim().parse().unwrap_or(0);
                     }
+                    head.push_str(if head.is_empty() { &line } else { &lower });
                     line.clear();
                 }
                 let mut body = vec![0; length];
                 if reader.read_exact(&mut body).is_ok() {
                     keep.lock()
                         .expect("not poisoned")
-                        .push(String::from_utf8_lossy(&body).into_owned());
+                        .push((head, String::from_utf8_lossy(&body).into_owned()));
                 }
                 let _ = (&stream).write_all(
                     b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
                 );
             }
         });
-        (format!("http://{address}/storm"), bodies)
+        (format!("http://{address}"), requests)
+    }
+
+    /// Each git host's status request, sent through the real client to a local receiver:
+    /// method, path, the auth header and the state as the provider documents them.
+    #[tokio::test]
+    async fn commit_statuses_reach_each_provider_as_documented()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let (base, requests) = receiver();
+        let client = client()?;
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        let cases = [
+            (
+                config::Provider::Github,
+                "acme/deploy",
+                format!("POST /repos/acme/deploy/statuses/{sha} "),
+                "authorization: bearer t0k",
+                r#""state":"failure""#,
+            ),
+            (
+                config::Provider::Gitlab,
+                "grp/deploy",
+                format!("POST /projects/grp%2Fdeploy/statuses/{sha} "),
+                "private-token: t0k",
+                r#""state":"failed""#,
+            ),
+            (
+                config::Provider::Gitea,
+                "acme/deploy",
+                format!("POST /repos/acme/deploy/statuses/{sha} "),
+                "authorization: token t0k",
+                r#""state":"failure""#,
+            ),
+            (
+                config::Provider::Forgejo,
+                "acme/deploy",
+                format!("POST /repos/acme/deploy/statuses/{sha} "),
+                "authorization: token t0k",
+                r#""state":"failure""#,
+            ),
+            (
+                config::Provider::Bitbucket,
+                "acme/deploy",
+                format!("POST /repositories/acme/deploy/commit/{sha}/statuses/build "),
+                "authorization: bearer t0k",
+                r#""state":"FAILED""#,
+            ),
+        ];
+        for (provider, repository, line, auth, state) in &cases {
+            let request = sinks::commit_status(
+                *provider,
+                &base,
+                repository,
+                "t0k",
+                sha,
+                State::Failure,
+                "rollout failed",
+                "voodu-agent",
+                None,
+            );
+            send(&client, request).await?;
+            let (head, body) = requests
+                .lock()
+                .expect("not poisoned")
+                .pop()
+                .ok_or("nothing received")?;
+            assert!(head.starts_with(line.as_str()), "{provider:?}: {head}");
+            assert!(
+                head.lines().any(|header| header.trim() == *auth),
+                "{provider:?}: {head}"
+            );
+            assert!(body.contains(state), "{provider:?}: {body}");
+        }
+        Ok(())
     }
 
     /// A storm of 200 drift repairs within two seconds reaches a sink whose interval is 1 s
@@ -519,7 +599,7 @@ mod tests {
         let store = Arc::new(Store::open(&dir.path().join("state.db"))?);
         let (url, bodies) = receiver();
         let url_file = dir.path().join("url");
-        std::fs::write(&url_file, &url)?;
+        std::fs::write(&url_file, format!("{url}/storm"))?;
         let config = NotifyConfig::parse(&format!(
             "notify \"ops\" {{\n  type = \"generic\"\n  url_file = \"{}\"\n  interval = \"1s\"\n}}\n",
             url_file.display()
@@ -543,7 +623,7 @@ mod tests {
                 .lock()
                 .expect("not poisoned")
                 .iter()
-                .map(|body| {
+                .map(|(_, body)| {
                     serde_json::from_str::<serde_json::Value>(body)
                         .map(|body| body["events"].as_array().map_or(0, Vec::len))
                         .unwrap_or(0)

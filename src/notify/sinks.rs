@@ -41,9 +41,11 @@ pub(crate) enum Severity {
 
 pub(crate) fn severity(event: &str) -> Severity {
     match event {
-        "commit.rejected" | "rollout.failed" | "rollout.rolled_back" | "engine.unreachable" => {
-            Severity::Critical
-        }
+        "commit.rejected"
+        | "rollout.failed"
+        | "rollout.rolled_back"
+        | "engine.unreachable"
+        | "signature.refused" => Severity::Critical,
         "fetch.failing" | "commit.held" | "drift.repaired" => Severity::Warning,
         _ => Severity::Info,
     }

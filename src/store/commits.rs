@@ -26,6 +26,9 @@ pub struct CommitContext<'a> {
     pub(crate) who: &'a Who,
     /// `None`: no trigger files (the `--path` mode); the remembered triggers are cleared.
     pub(crate) triggers: Option<&'a Decision>,
+    /// A rejection because the commit is not signed by a trusted key (`--verify-commits`):
+    /// told as `signature.refused` too.
+    pub(crate) unsigned: bool,
 }
 
 /// Most resource keys one activity row lists.
@@ -71,6 +74,7 @@ impl Store {
             CommitContext {
                 who: &self.who,
                 triggers: None,
+                unsigned: false,
             },
         )
     }
@@ -219,6 +223,7 @@ impl Store {
             CommitContext {
                 who: &self.who,
                 triggers: None,
+                unsigned: false,
             },
         )
     }
@@ -252,6 +257,18 @@ impl Store {
                 "errors": diagnostics.0.iter().take(MAX_KEYS_LISTED).map(ToString::to_string).collect::<Vec<_>>(),
             });
             activity::record(&tx, &entry)?;
+            if context.unsigned {
+                super::outbox::put(
+                    &tx,
+                    &super::outbox::NewEvent {
+                        event: "signature.refused",
+                        resource: "",
+                        commit: Some(sha),
+                        message: &first,
+                        data: serde_json::Value::Null,
+                    },
+                )?;
+            }
             for outcome in context.triggers.map(|decision| decision.outcomes.as_slice()).unwrap_or_default() {
                 if let Verdict::Approved { commit, by } = &outcome.verdict {
                     triggers::clear_approvals(&tx, commit)?;

@@ -31,6 +31,7 @@ pub const EVENTS: &[&str] = &[
     "fetch.recovered",
     "engine.unreachable",
     "engine.back",
+    "signature.refused",
     "notify.test",
 ];
 

@@ -25,6 +25,7 @@ const AGENT: &str = env!("CARGO_BIN_EXE_voodu-agent");
 struct Agent {
     data: tempfile::TempDir,
     syncer: Syncer,
+    store: Arc<Store>,
 }
 
 impl Agent {
@@ -52,8 +53,12 @@ impl Agent {
             keys: Arc::new(TrustedKeys::load(ssh, pgp)?),
             fingerprint: "test".into(),
         });
-        let syncer = Syncer::new(source, store, options)?;
-        Ok(Agent { data, syncer })
+        let syncer = Syncer::new(source, store.clone(), options)?;
+        Ok(Agent {
+            data,
+            syncer,
+            store,
+        })
     }
 
     fn sync(&self) -> TestResult<SyncOutcome> {
@@ -123,6 +128,20 @@ fn ssh_signed_tips_apply_and_unsigned_unknown_or_tampered_ones_are_rejected() ->
             "commit {}: not signed by a trusted key: unsigned (--verify-commits tip); nothing of this commit was applied",
             short(&unsigned)
         )
+    );
+    // Told as a refused signature, in the rejection's transaction, besides the rejection.
+    let told: Vec<(String, String)> = agent
+        .store
+        .events_after(0, 100)?
+        .into_iter()
+        .filter(|event| event.commit == unsigned)
+        .map(|event| (event.event, event.message))
+        .collect();
+    let names: Vec<&str> = told.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names, ["commit.rejected", "signature.refused"]);
+    assert!(
+        told[1].1.contains("not signed by a trusted key"),
+        "{told:?}"
     );
 
     repo.write("web.hcl", &manifest("3"))?;
