@@ -263,6 +263,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         message     TEXT NOT NULL DEFAULT '',
         data        TEXT NOT NULL DEFAULT '{}'
     );
+    CREATE INDEX outbox_by_time ON outbox (at);
     -- One row per configured sink: the last event id it is done with (delivered, filtered
     -- out or expired), its last success and error, and how many events it dropped.
     CREATE TABLE sinks (
