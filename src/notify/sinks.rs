@@ -298,15 +298,21 @@ pub(crate) fn commit_status(
     let json_body = |body: Value| body.to_string().into_bytes();
     let content = ("content-type", "application/json".to_owned());
     match provider {
-        // POST /repos/{owner}/{repo}/statuses/{sha}: pending | success | failure | error.
-        Provider::Github => Request {
+        // POST /repos/{owner}/{repo}/statuses/{sha}: pending | success | failure | error (Gitea
+        // and Forgejo copy GitHub's API: pending | success | error | failure | warning, but
+        // authenticate with `token …`).
+        Provider::Github | Provider::Gitea | Provider::Forgejo => Request {
             url: format!("{api_url}/repos/{repository}/statuses/{sha}"),
-            headers: vec![
-                content,
-                ("accept", "application/vnd.github+json".to_owned()),
-                ("authorization", format!("Bearer {token}")),
-                ("x-github-api-version", "2022-11-28".to_owned()),
-            ],
+            headers: if provider == Provider::Github {
+                vec![
+                    content,
+                    ("accept", "application/vnd.github+json".to_owned()),
+                    ("authorization", format!("Bearer {token}")),
+                    ("x-github-api-version", "2022-11-28".to_owned()),
+                ]
+            } else {
+                vec![content, ("authorization", format!("token {token}"))]
+            },
             body: json_body(json!({
                 "state": match state {
                     State::Pending => "pending",
@@ -335,22 +341,6 @@ pub(crate) fn commit_status(
                 "name": context,
                 "target_url": dashboard,
                 "description": description,
-            })),
-        },
-        // POST /repos/{owner}/{repo}/statuses/{sha}: pending | success | error | failure |
-        // warning (Gitea and Forgejo share the API).
-        Provider::Gitea | Provider::Forgejo => Request {
-            url: format!("{api_url}/repos/{repository}/statuses/{sha}"),
-            headers: vec![content, ("authorization", format!("token {token}"))],
-            body: json_body(json!({
-                "state": match state {
-                    State::Pending => "pending",
-                    State::Success => "success",
-                    State::Failure => "failure",
-                },
-                "target_url": dashboard,
-                "description": description,
-                "context": context,
             })),
         },
         // POST /repositories/{workspace}/{repo_slug}/commit/{commit}/statuses/build:

@@ -314,12 +314,15 @@ impl Wakes {
         }
     }
 
-    /// Pending wakes somebody still waits for, by what they wait for.
-    fn count(&self, what: What) -> usize {
-        self.entries
-            .values()
-            .filter(|(of, wake)| *of == what && !wake.is_closed())
-            .count()
+    /// Pending wakes somebody still waits for, by what they wait for (one pass).
+    fn counts(&self) -> HashMap<What, usize> {
+        let mut counts = HashMap::new();
+        for (what, wake) in self.entries.values() {
+            if !wake.is_closed() {
+                *counts.entry(*what).or_default() += 1;
+            }
+        }
+        counts
     }
 }
 
@@ -358,12 +361,13 @@ async fn serve(
             }
             () = shutdown.cancelled() => return,
         }
+        let waiting = wakes.counts();
         let counts: Vec<(&'static str, usize)> = What::ALL
             .iter()
             .map(|what| {
                 let n = match what {
                     What::Pass => passes.len(),
-                    other => wakes.count(*other),
+                    other => waiting.get(other).copied().unwrap_or(0),
                 };
                 (what.as_str(), n)
             })
