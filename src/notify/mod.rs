@@ -39,6 +39,8 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most events read (and sent together) at once.
 const BATCH: usize = 200;
+/// Most bytes of a refusal's body read (its start is recorded as the sink's error).
+const ERROR_BODY_BYTES: usize = 1024;
 /// Longest secret file read.
 const MAX_SECRET_BYTES: u64 = 16 * 1024;
 
@@ -453,7 +455,17 @@ async fn send(client: &reqwest::Client, request: Request) -> Result<(), Error> {
     if status.is_success() {
         return Ok(());
     }
-    let body = response.text().await.unwrap_or_default();
+    // The start of the answer says why; a receiver that sends more is not read further.
+    let mut response = response;
+    let mut body = Vec::new();
+    while body.len() < ERROR_BODY_BYTES {
+        match response.chunk().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            _ => break,
+        }
+    }
+    body.truncate(ERROR_BODY_BYTES);
+    let body = String::from_utf8_lossy(&body);
     Err(Error::Refused {
         status: status.as_u16(),
         body: crate::model::text::escape(body.chars().take(200).collect::<String>().trim())
