@@ -601,6 +601,67 @@ mod tests {
         Ok(())
     }
 
+    /// An event older than the expiry when its turn comes is dropped and counted, not sent;
+    /// a fresh one behind it is sent.
+    #[tokio::test]
+    async fn expired_events_are_dropped_and_counted() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let db = dir.path().join("state.db");
+        let store = Arc::new(Store::open(&db)?);
+        for n in 0..3 {
+            store.record_event(
+                "drift.repaired",
+                &format!("deployment/shop/old-{n}"),
+                "back",
+                serde_json::Value::Null,
+            )?;
+        }
+        let expiry = i64::try_from(EXPIRY.as_secs())?;
+        rusqlite::Connection::open(&db)?
+            .execute("UPDATE outbox SET at = at - ?1 - 60", [expiry])?;
+        store.record_event(
+            "drift.repaired",
+            "deployment/shop/new",
+            "back",
+            serde_json::Value::Null,
+        )?;
+        let (url, requests) = receiver();
+        let url_file = dir.path().join("url");
+        std::fs::write(&url_file, format!("{url}/hook"))?;
+        let config = NotifyConfig::parse(&format!(
+            "notify \"ops\" {{\n  type = \"generic\"\n  url_file = \"{}\"\n}}\n",
+            url_file.display()
+        ))?;
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(run(store.clone(), config, 0, shutdown.clone()));
+        for _ in 0..100 {
+            if store
+                .sink_states()?
+                .first()
+                .is_some_and(|state| state.backlog == 0)
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        shutdown.cancel();
+        task.await?;
+        let state = &store.sink_states()?[0];
+        assert_eq!((state.delivered, state.dropped, state.backlog), (1, 3, 0));
+        let bodies: Vec<String> = requests
+            .lock()
+            .expect("not poisoned")
+            .iter()
+            .map(|(_, body)| body.clone())
+            .collect();
+        assert_eq!(bodies.len(), 1);
+        assert!(
+            bodies[0].contains("deployment/shop/new") && !bodies[0].contains("old-"),
+            "{bodies:?}"
+        );
+        Ok(())
+    }
+
     /// A storm of 200 drift repairs within two seconds reaches a sink whose interval is 1 s
     /// as a handful of messages (the burst of 3, then one a second), and every event is in
     /// one of them.
