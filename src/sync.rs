@@ -144,10 +144,8 @@ fn bounded(mut diagnostics: Vec<Diagnostic>) -> Vec<Diagnostic> {
     }
     for diagnostic in &mut diagnostics {
         if diagnostic.message.len() > MAX_DIAGNOSTIC_MESSAGE_BYTES {
-            let mut end = MAX_DIAGNOSTIC_MESSAGE_BYTES;
-            while !diagnostic.message.is_char_boundary(end) {
-                end -= 1;
-            }
+            let end =
+                crate::model::text::cut(&diagnostic.message, MAX_DIAGNOSTIC_MESSAGE_BYTES).len();
             diagnostic.message.truncate(end);
             diagnostic.message.push_str(" [message cut]");
         }

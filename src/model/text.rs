@@ -47,6 +47,18 @@ impl fmt::Display for Esc<'_> {
     }
 }
 
+/// `text` cut to at most `max` bytes at a character boundary.
+pub(crate) fn cut(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// `bytes` as lower-case hex, two digits a byte.
 pub(crate) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;

@@ -24,6 +24,7 @@ use sha2::Sha256;
 
 use super::{ReleasePhase, Result, Store, now_unix};
 use crate::model::CommitSha;
+use crate::model::text::cut;
 
 /// How long rows are kept: 30 days, as voodu's log.
 pub const RETENTION_SECS: i64 = 30 * 24 * 3600;
@@ -287,18 +288,6 @@ fn event_of(action: &str, outcome: &ActivityOutcome) -> Option<&'static str> {
         ("rollback.auto", _) => "rollout.rolled_back",
         _ => return None,
     })
-}
-
-/// `text` cut to at most `max` bytes at a character boundary.
-pub(super) fn cut(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 /// The short keyed digest a config change records instead of the value: the first 6 bytes

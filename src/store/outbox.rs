@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use super::{Result, Store, now_unix};
 use crate::model::CommitSha;
+use crate::model::text::cut;
 
 /// Every event the agent emits, with its stable name.
 pub const EVENTS: &[&str] = &[
@@ -106,7 +107,7 @@ pub(super) fn put(tx: &Transaction<'_>, event: &NewEvent<'_>) -> rusqlite::Resul
             scope,
             event.resource,
             event.commit.map(CommitSha::as_str).unwrap_or_default(),
-            super::activity::cut(event.message, MAX_MESSAGE_BYTES),
+            cut(event.message, MAX_MESSAGE_BYTES),
             data
         ],
     )?;
@@ -244,7 +245,7 @@ impl Store {
         let result = self.with(|connection| {
             connection.execute(
                 "UPDATE sinks SET last_error = ?2, last_error_at = ?3 WHERE name = ?1",
-                params![name, super::activity::cut(error, MAX_MESSAGE_BYTES), at],
+                params![name, cut(error, MAX_MESSAGE_BYTES), at],
             )?;
             Ok(())
         });
