@@ -317,6 +317,101 @@ async fn a_failed_init_attempt_is_retried_after_a_pause_then_fails_the_pass() ->
     harness.stop().await
 }
 
+/// A statefulset of `replicas` pods whose init runs until it is ended.
+fn slow_stateful(replicas: u32) -> String {
+    format!(
+        r#"statefulset "shop" "db" {{
+  image    = "busybox"
+  command  = ["sleep", "3600"]
+  replicas = {replicas}
+  init "migrate" {{
+    command = ["sleep", "300"]
+    timeout = "24h"
+  }}
+}}
+"#
+    )
+}
+
+/// The init units of statefulset `db`, with their ordinal.
+fn stateful_inits(containers: &[Container]) -> Vec<(String, &Container)> {
+    containers
+        .iter()
+        .filter(|container| {
+            container.label(labels::NAME) == Some("db")
+                && container.label(labels::ROLE) == Some("init")
+        })
+        .map(|container| {
+            (
+                container
+                    .label(labels::REPLICA_ID)
+                    .unwrap_or_default()
+                    .to_owned(),
+                container,
+            )
+        })
+        .collect()
+}
+
+/// A statefulset scaled down while the init of the pod it no longer wants runs: that init
+/// container is removed (it used to run on), and the pods kept are untouched.
+#[tokio::test(start_paused = true)]
+async fn a_statefulset_scaled_down_during_an_init_removes_that_init() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.start()?;
+    harness.push(&[("db.hcl", &slow_stateful(2))])?;
+    // Pod 0's init ends; pod 0 runs; pod 1's init starts.
+    let first = until_shop(&harness, "pod 0's init running", |containers| {
+        Ok(stateful_inits(containers)
+            .into_iter()
+            .find(|(ordinal, init)| ordinal == "0" && init.state == ContainerState::Running)
+            .map(|(_, init)| init.id.clone()))
+    })
+    .await?;
+    harness.fake.exit_with(&first, 0);
+    let second = until_shop(
+        &harness,
+        "pod 1's init running beside pod 0",
+        |containers| {
+            let pod0 = containers.iter().any(|container| {
+                container.label(labels::ROLE) == Some("statefulset")
+                    && container.label(labels::REPLICA_ID) == Some("0")
+                    && container.state == ContainerState::Running
+            });
+            Ok(stateful_inits(containers)
+                .into_iter()
+                .find(|(ordinal, init)| ordinal == "1" && init.state == ContainerState::Running)
+                .filter(|_| pod0)
+                .map(|(_, init)| init.id.clone()))
+        },
+    )
+    .await?;
+    harness.push(&[("db.hcl", &slow_stateful(1))])?;
+    until_shop(&harness, "pod 1's init removed", |containers| {
+        Ok(containers
+            .iter()
+            .all(|container| container.id != second)
+            .then_some(()))
+    })
+    .await?;
+    let containers = shop(&harness).await?;
+    let pods: Vec<&str> = containers
+        .iter()
+        .filter(|container| container.label(labels::ROLE) == Some("statefulset"))
+        .map(|container| container.label(labels::REPLICA_ID).unwrap_or_default())
+        .collect();
+    assert_eq!(pods, ["0"], "pod 0 kept, no pod 1");
+    assert!(
+        stateful_inits(&containers).is_empty(),
+        "no init left: {:?}",
+        stateful_inits(&containers)
+            .iter()
+            .map(|(ordinal, init)| (ordinal.clone(), init.name.clone()))
+            .collect::<Vec<_>>()
+    );
+    harness.stop().await
+}
+
 /// Polls the scope's containers every 100 ms of (virtual) time until `check` returns `Some`;
 /// a liveness bound of 60 s of wall-clock time, not a timing assertion.
 async fn until_shop<T>(

@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use futures_util::future::BoxFuture;
 
 use super::container::{Identity, Launch, aliases};
-use super::inits::{Inits, advance_inits, inits_in_flight};
+use super::inits::{Inits, advance_inits, drop_inits, inits_in_flight};
 use super::launch::{EnvSource, build_spec, create_and_start, identity_vars};
 use super::replicas::{Observed, Waits, list_replicas, start_again};
 use super::replicated::{self, Replicated, drain_and_remove};
@@ -291,18 +291,27 @@ async fn execute<R: Runtime>(
             StatefulStep::Create { .. } | StatefulStep::Replace { .. }
         )
     });
-    // Init units of a superseded spec, or of a pod that exists, go; a pod's own chain goes
-    // on under its ordinal.
+    // Init units of a superseded spec, or of a pod that exists, go, and so do those of an
+    // ordinal no longer wanted (scaled down while its inits ran); a pod's own chain goes on
+    // under its ordinal.
     if creates || !work.spec.inits.is_empty() {
         let pods: BTreeSet<&str> = observed
             .actual
             .iter()
             .filter_map(|pod| pod.label(labels::REPLICA_ID))
             .collect();
-        inits_in_flight(ctx, key, work.desired.spec_hash.as_str(), |replica| {
+        let in_flight = inits_in_flight(ctx, key, work.desired.spec_hash.as_str(), |replica| {
             pods.contains(replica)
         })
         .await?;
+        for (ordinal, ids) in in_flight {
+            let wanted = ordinal
+                .parse::<usize>()
+                .is_ok_and(|ordinal| ordinal < work.desired.n_replicas);
+            if !wanted {
+                drop_inits(ctx, key, &ordinal, &ids).await?;
+            }
+        }
     }
     for step in steps {
         match step {
