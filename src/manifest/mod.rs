@@ -190,7 +190,6 @@ fn load_inner(
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
     let mut blobs = BTreeMap::new();
-    let mut decoded = Vec::new();
     let mut failed = Vec::new();
     for (path, why) in &snapshot.refused {
         errors.push(Diagnostic {
@@ -210,15 +209,22 @@ fn load_inner(
                 .collect()
         }
     };
-    for result in results {
-        // Moved when the load holds the only copy; cloned out of the cache otherwise.
-        let result = std::sync::Arc::unwrap_or_clone(result);
-        decoded.extend(result.decoded);
-        errors.extend(result.errors);
-        warnings.extend(result.warnings);
-        blobs.extend(result.blobs);
-        failed.extend(result.failed);
+    for result in &results {
+        errors.extend(result.errors.iter().cloned());
+        warnings.extend(result.warnings.iter().cloned());
+        blobs.extend(
+            result
+                .blobs
+                .iter()
+                .map(|(digest, bytes)| (digest.clone(), bytes.clone())),
+        );
+        failed.extend(result.failed.iter().cloned());
     }
+    // Read in place: a cached file's decode is shared, and `validate` copies what it accepts.
+    let decoded: Vec<&decode::Decoded> = results
+        .iter()
+        .flat_map(|result| result.decoded.iter())
+        .collect();
     let secrets = decoded
         .iter()
         .flat_map(|item| item.secrets.iter().cloned())
