@@ -62,6 +62,13 @@ impl BlobId {
     }
 }
 
+/// Lowercase hex, as git shows it.
+impl std::fmt::Display for BlobId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.iter().try_for_each(|byte| write!(f, "{byte:02x}"))
+    }
+}
+
 /// Everything the manifest stage may read for one commit. The manifest stage does no IO of
 /// its own: what is not in the snapshot does not exist for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
