@@ -410,7 +410,7 @@ fn main() {
     }
     println!();
     println!(
-        "{} files; commit → plan, median of {} runs (read = gix tree read, load = parse + interpolate + validate, plan = diff against desired; CPU = the thread's CPU time for all three)",
+        "{} files; commit → plan, median of {} runs (read = gix tree read, load = parse + interpolate + validate, plan = diff against desired; CPU = the calling thread's CPU time for all three: files are parsed on other threads too, so it no longer counts all the work)",
         n_files(),
         n_runs()
     );
