@@ -9,6 +9,13 @@
 //! inflates far less) and the 10k/1k ratio against issue 15's goals. Run: `cargo bench --bench
 //! plan`; `VOODU_BENCH_RUNS` (9) changes the runs, `VOODU_BENCH_ONLY=N` measures N resources
 //! alone (for a profiler: `valgrind --tool=callgrind target/release/deps/plan-… --bench`).
+//!
+//! First it prints issue 29's two goal figures, before and after in one run (`goal_figures`):
+//! commit → plan for 10,000 resources in 1,000 files when one file changed (goal ≤ 10 ms) and
+//! when everything is new (goal ≤ 200 ms, files parsed on every core). Run: `cargo bench
+//! --bench plan` (medians of `VOODU_BENCH_RUNS`, at least 3 meaningful); `VOODU_BENCH_ONLY=goal`
+//! prints these alone, `VOODU_BENCH_PROFILE_CACHED=1` runs the cached side alone (a profiler's
+//! view of a load that parses nothing).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -19,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use voodu_agent::git::{Source, SourceOptions};
 use voodu_agent::manifest::spec::Spec;
-use voodu_agent::manifest::{self, LoadOptions, Manifest};
+use voodu_agent::manifest::{self, DecodeCache, LoadOptions, Manifest};
 use voodu_agent::model::ResourceKey;
 use voodu_agent::reconcile::plan::{Action, plan_all};
 
@@ -76,10 +83,20 @@ fn git(dir: &Path, args: &[&str]) {
 /// The manifests of `n` resources, spread over `FILES` files; `variant` changes every tenth
 /// deployment's image, so planning one variant against the other finds 10% to replace.
 fn manifests(n: usize, variant: u32) -> BTreeMap<String, String> {
+    manifests_in(n, n_files(), |_| variant)
+}
+
+/// The manifests of `n` resources in `n_files` files, file `f` at variant `variant(f)`.
+fn manifests_in(
+    n: usize,
+    n_files: usize,
+    variant_of: impl Fn(usize) -> u32,
+) -> BTreeMap<String, String> {
     let mut files = BTreeMap::new();
-    let per_file = n.div_ceil(n_files());
+    let per_file = n.div_ceil(n_files);
     let mut made = 0;
-    for file in 0..n_files() {
+    for file in 0..n_files {
+        let variant = variant_of(file);
         let mut text = String::new();
         for i in 0..per_file {
             if made == n {
@@ -220,6 +237,130 @@ fn bench(n: usize) -> Figures {
     }
 }
 
+/// Resources and files of the goal figures (issue 29): 10,000 resources in 1,000 files.
+const GOAL_RESOURCES: usize = 10_000;
+const GOAL_FILES: usize = 1_000;
+
+/// One side of a goal figure: read + load + plan, medians.
+#[derive(Default)]
+struct Side {
+    read: Vec<Duration>,
+    load: Vec<Duration>,
+    plan: Vec<Duration>,
+    total: Vec<Duration>,
+}
+
+impl Side {
+    fn show(self) -> String {
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        format!(
+            "{:.1} ms (read {:.1}, load {:.1}, plan {:.1})",
+            ms(median(self.total)),
+            ms(median(self.read)),
+            ms(median(self.load)),
+            ms(median(self.plan)),
+        )
+    }
+}
+
+/// Reads `head` through `source`, loads it through `cache` and plans it against `current`.
+fn measure(
+    source: &Source,
+    cache: &DecodeCache,
+    head: &voodu_agent::model::CommitSha,
+    current: &BTreeMap<ResourceKey, Spec>,
+    side: &mut Side,
+) {
+    let options = LoadOptions::standalone();
+    let start = Instant::now();
+    let (snapshot, ids) = source.read_snapshot_with_ids(head).expect("read");
+    let read_done = Instant::now();
+    let manifest = manifest::load_cached(&snapshot, &ids, &options, None, cache).expect("loads");
+    let load_done = Instant::now();
+    let plans = plan_all(&manifest, current, &BTreeMap::new(), &BTreeMap::new());
+    let plan_done = Instant::now();
+    assert_eq!(manifest.resources.len(), GOAL_RESOURCES);
+    assert_eq!(plans.len(), GOAL_RESOURCES);
+    side.read.push(read_done - start);
+    side.load.push(load_done - read_done);
+    side.plan.push(plan_done - load_done);
+    side.total.push(plan_done - start);
+}
+
+/// The two goal figures, each side alternated within every run: "before" decodes every file
+/// on one thread with no cache and reads every blob (a fresh `Source`), as the agent did;
+/// "after" is the agent's path now (`Syncer`: one `Source`, one `DecodeCache`, every core).
+/// One file changed: each run commits a new version of one file of the 1,000, and "after"
+/// loads it with the other 999 cached from earlier runs. Everything new: "after" starts from
+/// an empty cache and a fresh `Source` too.
+fn goal_figures() -> [(Side, Side); 2] {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let repo = dir.path().join("repo");
+    std::fs::create_dir_all(&repo).expect("mkdir");
+    git(&repo, &["init", "-q", "-b", "main"]);
+    write_commit(
+        &repo,
+        &manifests_in(GOAL_RESOURCES, GOAL_FILES, |_| 0),
+        "base",
+    );
+    let data = dir.path().join("data");
+    let source_options = SourceOptions {
+        url: repo.display().to_string(),
+        branch: "main".into(),
+        paths: vec!["deploy".into()],
+        token_file: None,
+        ..Default::default()
+    };
+    let source = Source::new(source_options.clone(), &data);
+    let base = source.fetch(&AtomicBool::new(false)).expect("fetch");
+    let cache = DecodeCache::default();
+    // The desired state the host holds: the base commit (loaded once, which warms the cache).
+    let current: BTreeMap<ResourceKey, Spec> = {
+        let (snapshot, ids) = source.read_snapshot_with_ids(&base).expect("read");
+        manifest::load_cached(&snapshot, &ids, &LoadOptions::standalone(), None, &cache)
+            .expect("base loads")
+            .resources
+            .into_iter()
+            .map(|resource| (resource.key, resource.spec))
+            .collect()
+    };
+    if std::env::var_os("VOODU_BENCH_PROFILE_CACHED").is_some() {
+        // For a profiler: the cached side alone, every file a hit.
+        let mut side = Side::default();
+        for _ in 0..200 {
+            measure(&source, &cache, &base, &current, &mut side);
+        }
+        println!("cached: {}", side.show());
+        std::process::exit(0);
+    }
+    let before = || DecodeCache::new(0).with_threads(1);
+    let (mut changed_off, mut changed_on) = (Side::default(), Side::default());
+    let (mut new_off, mut new_on) = (Side::default(), Side::default());
+    for run in 0..n_runs() {
+        let variant = u32::try_from(run).expect("few runs") + 2;
+        let one = manifests_in(GOAL_RESOURCES, GOAL_FILES, |file| {
+            if file == GOAL_FILES / 2 { variant } else { 0 }
+        });
+        let path = format!("deploy/f{:03}.hcl", GOAL_FILES / 2);
+        let changed: BTreeMap<String, String> =
+            one.into_iter().filter(|(name, _)| *name == path).collect();
+        write_commit(&repo, &changed, "one file");
+        let head = source.fetch(&AtomicBool::new(false)).expect("fetch");
+        let fresh = || Source::new(source_options.clone(), &data);
+        measure(&fresh(), &before(), &head, &current, &mut changed_off);
+        measure(&source, &cache, &head, &current, &mut changed_on);
+        measure(&fresh(), &before(), &head, &current, &mut new_off);
+        measure(
+            &fresh(),
+            &DecodeCache::default(),
+            &head,
+            &current,
+            &mut new_on,
+        );
+    }
+    [(changed_off, changed_on), (new_off, new_on)]
+}
+
 fn main() {
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     // `cargo bench` passes `--bench`; under `cargo test` (a debug build) run a small smoke
@@ -245,8 +386,31 @@ fn main() {
         );
         return;
     }
+    let goal_only = std::env::var("VOODU_BENCH_ONLY").is_ok_and(|only| only == "goal");
+    let [changed, new] = goal_figures();
     println!(
-        "{} files; commit → plan, median of {} runs (read = gix tree read, load = parse + interpolate + validate, plan = diff against desired; CPU = the thread's CPU time for all three)",
+        "commit → plan, {GOAL_RESOURCES} resources in {GOAL_FILES} files, median of {} runs, the sides alternated (read = gix tree read, load = parse + interpolate + validate, plan = diff against desired); before = one thread, no decode cache, every blob read; after = the agent now",
+        n_runs()
+    );
+    println!();
+    println!("| figure | before | after | goal |");
+    println!("|---|---|---|---|");
+    for (name, (off, on), goal) in [
+        ("one file of 1,000 changed", changed, 10.0),
+        ("everything new", new, 200.0),
+    ] {
+        println!(
+            "| commit → plan, 10k resources, {name} | {} | {} | ≤ {goal} ms |",
+            off.show(),
+            on.show()
+        );
+    }
+    if goal_only {
+        return;
+    }
+    println!();
+    println!(
+        "{} files; commit → plan, median of {} runs (read = gix tree read, load = parse + interpolate + validate, plan = diff against desired; CPU = the calling thread's CPU time for all three: files are parsed on other threads too, so it no longer counts all the work)",
         n_files(),
         n_runs()
     );

@@ -27,7 +27,7 @@ use crate::manifest::triggers::{self, Decision, Situation, Trigger, Verdict};
 use crate::manifest::{self, Diagnostic, Diagnostics, LoadOptions, Mode, Policy, Vars};
 use crate::model::policy::{OwnedPaths, resolve_on_host};
 use crate::model::{
-    CommitSha, FileRead, FileSource, MAX_MANIFEST_BYTES, Snapshot, SourceFile, random_hex,
+    BlobId, CommitSha, FileRead, FileSource, MAX_MANIFEST_BYTES, Snapshot, SourceFile, random_hex,
 };
 use crate::store::{ApplySummary, CommitContext, HEALTH_FETCH, META_HOST_SELECTION, Store, Who};
 
@@ -176,6 +176,8 @@ pub struct Syncer {
     options: SyncOptions,
     fetcher: UrlCache,
     last_seen: Mutex<Option<Seen>>,
+    /// Decoded manifest files by blob id, so a commit parses only the files it changed.
+    decoded: manifest::DecodeCache,
 }
 
 impl Syncer {
@@ -213,6 +215,7 @@ impl Syncer {
             options,
             fetcher,
             last_seen: Mutex::new(last_seen),
+            decoded: manifest::DecodeCache::default(),
         })
     }
 
@@ -279,9 +282,9 @@ impl Syncer {
         }
         let (trigger_files, refused) = self.source.read_trigger_files(commit)?;
         if trigger_files.is_empty() && refused.is_empty() {
-            let snapshot = self.source.read_snapshot(commit)?;
+            let (snapshot, ids) = self.source.read_snapshot_with_ids(commit)?;
             let files = self.source.files_at(commit)?;
-            return self.apply_snapshot(commit, who, &snapshot, &files, None);
+            return self.apply_snapshot(commit, who, (&snapshot, &ids), &files, None);
         }
         let refusals: Vec<Diagnostic> = refused
             .into_iter()
@@ -404,7 +407,8 @@ impl Syncer {
             .map(|(file, at, _)| (file.clone(), at.clone()))
             .collect();
         let files = self.source.triggered_files(commit, &manifests)?;
-        let outcome = self.apply_snapshot(commit, who, &snapshot, &files, Some(decision))?;
+        // Trigger-selected files come from several commits and carry no blob ids: not cached.
+        let outcome = self.apply_snapshot(commit, who, (&snapshot, &[]), &files, Some(decision))?;
         if matches!(outcome, SyncOutcome::Applied { .. }) {
             for state in &decision.states {
                 let was = previous.iter().find(|before| before.path == state.path);
@@ -467,13 +471,13 @@ impl Syncer {
         })
     }
 
-    /// Loads `snapshot` under the host policy and applies it (with `decision`, for a
-    /// repository with trigger files).
+    /// Loads `snapshot` under the host policy (through the decode cache, for files with blob
+    /// ids) and applies it (with `decision`, for a repository with trigger files).
     fn apply_snapshot(
         &self,
         commit: &CommitSha,
         who: &Who,
-        snapshot: &Snapshot,
+        (snapshot, ids): (&Snapshot, &[Option<BlobId>]),
         files: &dyn FileSource,
         decision: Option<&Decision>,
     ) -> Result<SyncOutcome, Error> {
@@ -492,7 +496,7 @@ impl Syncer {
         let manifest = match assets::load_fetching_urls(
             &self.fetcher,
             self.options.url_budget,
-            snapshot,
+            (snapshot, ids, &self.decoded),
             &options,
             Some(&self.options.policy),
         ) {

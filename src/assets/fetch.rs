@@ -27,9 +27,10 @@ use super::url_guard::{Guard, GuardedResolver, Refused, redirect_policy, refusal
 use super::write::write_atomic;
 use crate::manifest::spec::sha256_hex;
 use crate::manifest::{
-    Diagnostics, LoadOptions, Manifest, Mode, Policy, UrlFetcher, UrlHosts, UrlRecorder, UrlRequest,
+    DecodeCache, Diagnostics, LoadOptions, Manifest, Mode, Policy, UrlFetcher, UrlHosts,
+    UrlRecorder, UrlRequest,
 };
-use crate::model::Snapshot;
+use crate::model::{BlobId, Snapshot};
 
 /// Default cap on one `url()` body.
 pub(crate) const DEFAULT_MAX_URL_BYTES: u64 = 8 * 1024 * 1024;
@@ -344,25 +345,28 @@ impl UrlFetcher for Prefetched {
 /// `manifest::load_with_policy` with the `url()` sources fetched together: a first pass notes
 /// them (and is the load when there are none), `cache` fetches them within `budget`, and a
 /// second pass decodes with the results. `options.fetcher` is not used; validate mode fetches
-/// nothing.
+/// nothing. Files with blob ids (`ids[i]` for `snapshot.files[i]`) go through `decoded`
+/// (`manifest::load_cached`); a file with a `url()` is never cached, so it sees the fetches.
 pub(crate) fn load_fetching_urls(
     cache: &UrlCache,
     budget: Duration,
-    snapshot: &Snapshot,
+    (snapshot, ids, decoded): (&Snapshot, &[Option<BlobId>], &DecodeCache),
     options: &LoadOptions<'_>,
     policy: Option<&Policy>,
 ) -> Result<Manifest, Diagnostics> {
     if options.mode == Mode::Validate {
-        return crate::manifest::load_with_policy(snapshot, options, policy);
+        return crate::manifest::load_cached(snapshot, ids, options, policy, decoded);
     }
     let recorder = UrlRecorder::default();
-    let first = crate::manifest::load_with_policy(
+    let first = crate::manifest::load_cached(
         snapshot,
+        ids,
         &LoadOptions {
             fetcher: Some(&recorder),
             ..*options
         },
         policy,
+        decoded,
     );
     let requests = recorder.into_requests();
     if requests.is_empty() {
@@ -370,13 +374,15 @@ pub(crate) fn load_fetching_urls(
     }
     drop(first);
     let fetched = cache.prefetch(requests, budget);
-    crate::manifest::load_with_policy(
+    crate::manifest::load_cached(
         snapshot,
+        ids,
         &LoadOptions {
             fetcher: Some(&fetched),
             ..*options
         },
         policy,
+        decoded,
     )
 }
 

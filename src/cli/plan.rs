@@ -151,7 +151,7 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
     let manifest = match crate::assets::load_fetching_urls(
         &fetcher,
         crate::assets::DEFAULT_URL_BUDGET,
-        &snapshot,
+        (&snapshot, &[], &manifest::DecodeCache::new(0)),
         &options,
         Some(&policy),
     ) {

@@ -89,6 +89,8 @@ pub struct Source {
     url: String,
     mirror: PathBuf,
     tree_reads: AtomicU64,
+    /// The manifest blobs of the last snapshot read (`tree::BlobMemo`).
+    blob_memo: std::sync::Mutex<tree::BlobMemo>,
     /// Which manifests this host applies (`model::hosts`); every one unless `selecting`.
     hosts: HostSelection,
 }
@@ -103,6 +105,7 @@ impl Source {
             url,
             mirror: data_dir.join("repo.git"),
             tree_reads: AtomicU64::new(0),
+            blob_memo: std::sync::Mutex::default(),
             hosts: HostSelection::every_host(),
         }
     }
@@ -281,9 +284,23 @@ impl Source {
     /// Reads every manifest file under the configured paths at `sha` that this host applies,
     /// from the mirror's object database (no worktree). Blocking.
     pub fn read_snapshot(&self, sha: &CommitSha) -> Result<Snapshot> {
+        Ok(self.read_snapshot_with_ids(sha)?.0)
+    }
+
+    /// `read_snapshot`, with each file's blob id (`ids[i]` for `files[i]`), for
+    /// `manifest::load_cached`. Blobs the previous read read are not decompressed again.
+    /// Blocking.
+    pub fn read_snapshot_with_ids(
+        &self,
+        sha: &CommitSha,
+    ) -> Result<(Snapshot, Vec<Option<crate::model::BlobId>>)> {
         self.tree_reads.fetch_add(1, Ordering::Relaxed);
         let repo = self.open_mirror()?;
-        tree::read_snapshot(&repo, sha, &self.options.paths, &self.hosts)
+        let mut memo = self
+            .blob_memo
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        tree::read_snapshot(&repo, sha, &self.options.paths, &self.hosts, &mut memo)
     }
 
     /// Verifies the signatures `mode` asks for on the way to `tip`: the tip alone, or every

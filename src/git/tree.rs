@@ -10,14 +10,30 @@
 use gix::bstr::ByteSlice;
 
 use super::{Error, Result};
-use crate::model::{CommitSha, HostSelection, Snapshot, SourceFile, is_manifest_path};
+use crate::model::{BlobId, CommitSha, HostSelection, Snapshot, SourceFile, is_manifest_path};
 
+/// The manifest blobs the last [`read_snapshot`] read, by id, so the next read of a commit
+/// that changed few files decompresses those alone. Holds one read's blobs, at most
+/// [`BlobMemo::MAX_BYTES`] of them and none over [`BlobMemo::MAX_BLOB_BYTES`].
+#[derive(Default)]
+pub(super) struct BlobMemo {
+    blobs: std::collections::HashMap<gix::ObjectId, Vec<u8>>,
+}
+
+impl BlobMemo {
+    const MAX_BYTES: usize = 8 * 1024 * 1024;
+    const MAX_BLOB_BYTES: usize = 256 * 1024;
+}
+
+/// Reads the manifests at `sha` with their blob ids (`ids[i]` for `files[i]`), taking the
+/// bytes of blobs `memo` holds from it, and leaving in `memo` the blobs of this read.
 pub(super) fn read_snapshot(
     repo: &gix::Repository,
     sha: &CommitSha,
     paths: &[String],
     hosts: &HostSelection,
-) -> Result<Snapshot> {
+    memo: &mut BlobMemo,
+) -> Result<(Snapshot, Vec<Option<BlobId>>)> {
     let read_error = |message: String| Error::Read {
         sha: sha.to_string(),
         message,
@@ -68,10 +84,20 @@ pub(super) fn read_snapshot(
         if !entry.mode.is_blob() {
             continue;
         }
+        if let Some(contents) = memo.blobs.get(&entry.oid) {
+            files.push((
+                SourceFile {
+                    path,
+                    contents: contents.clone(),
+                },
+                entry.oid,
+            ));
+            continue;
+        }
         match read_blob(repo, entry.oid, crate::model::MAX_MANIFEST_BYTES)
             .map_err(|error| read_error(format!("{path}: {error}")))?
         {
-            Blob::Bytes(contents) => files.push(SourceFile { path, contents }),
+            Blob::Bytes(contents) => files.push((SourceFile { path, contents }, entry.oid)),
             Blob::TooLarge(size) => refused.push((
                 path,
                 format!(
@@ -81,12 +107,29 @@ pub(super) fn read_snapshot(
             )),
         }
     }
-    files.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(Snapshot {
+    files.sort_by(|a, b| a.0.path.cmp(&b.0.path));
+    memo.blobs.clear();
+    let mut kept = 0;
+    for (file, id) in &files {
+        if file.contents.len() > BlobMemo::MAX_BLOB_BYTES {
+            continue;
+        }
+        kept += file.contents.len();
+        if kept > BlobMemo::MAX_BYTES {
+            break;
+        }
+        memo.blobs.insert(*id, file.contents.clone());
+    }
+    let ids = files
+        .iter()
+        .map(|(_, id)| Some(BlobId::new(id.as_bytes())))
+        .collect();
+    let snapshot = Snapshot {
         commit: sha.clone(),
-        files,
+        files: files.into_iter().map(|(file, _)| file).collect(),
         refused,
-    })
+    };
+    Ok((snapshot, ids))
 }
 
 /// The trigger files of commit `sha` (`.voodu/**/*.yml`), in path order, and the ones

@@ -4,12 +4,14 @@
 //! Per file: the pre-pass marks interpolations (`lex`), hcl-edit parses, `decode` turns blocks
 //! into per-kind specs (resolving `${VAR}`, reading `file()`/`env_file` through the given
 //! `FileSource` and `url()` through the given `UrlFetcher`); then `validate` checks across
-//! files and stamps asset digests into their consumers.
+//! files and stamps asset digests into their consumers. Files are decoded on every core when
+//! there are several, and `load_cached` reuses a file's decode by its blob id (`cache`).
 //!
 //! Invariants: this stage does no IO of its own; it reads only the snapshot and the sources it
 //! is handed. A commit is accepted whole or rejected whole: `load` returns every diagnostic of
 //! every file, never a partial manifest.
 
+mod cache;
 mod decode;
 mod diagnostic;
 mod interpolate;
@@ -25,6 +27,7 @@ pub mod triggers;
 mod validate;
 
 pub(crate) use crate::model::url_hosts::UrlHosts;
+pub use cache::{CacheStats, DecodeCache};
 pub(crate) use decode::Resource;
 pub use diagnostic::{Diagnostic, Diagnostics};
 pub use interpolate::Vars;
@@ -34,8 +37,7 @@ pub use policy::{DEFAULT_DATA_DIR, Policy, bind_source};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::model::{FileSource, Snapshot};
-use diagnostic::LineIndex;
+use crate::model::{BlobId, FileSource, Snapshot};
 
 /// Whether a load feeds the agent, or only checks (`validate`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,6 +159,28 @@ pub fn load_with_policy(
     options: &LoadOptions<'_>,
     policy: Option<&Policy>,
 ) -> Result<Manifest, Diagnostics> {
+    load_inner(snapshot, options, policy, None)
+}
+
+/// `load_with_policy` through `cache`: a file whose path and blob id (`ids[i]` for
+/// `snapshot.files[i]`; `None`, or a short `ids`: not cacheable) it holds, decoded under the
+/// same inputs, is not parsed again. Returns what `load_with_policy` returns.
+pub fn load_cached(
+    snapshot: &Snapshot,
+    ids: &[Option<BlobId>],
+    options: &LoadOptions<'_>,
+    policy: Option<&Policy>,
+    cache: &DecodeCache,
+) -> Result<Manifest, Diagnostics> {
+    load_inner(snapshot, options, policy, Some((cache, ids)))
+}
+
+fn load_inner(
+    snapshot: &Snapshot,
+    options: &LoadOptions<'_>,
+    policy: Option<&Policy>,
+    cache: Option<(&DecodeCache, &[Option<BlobId>])>,
+) -> Result<Manifest, Diagnostics> {
     let env = decode::LoadEnv {
         files: options.files,
         fetcher: options.fetcher,
@@ -166,7 +190,6 @@ pub fn load_with_policy(
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
     let mut blobs = BTreeMap::new();
-    let mut decoded = Vec::new();
     let mut failed = Vec::new();
     for (path, why) in &snapshot.refused {
         errors.push(Diagnostic {
@@ -176,59 +199,32 @@ pub fn load_with_policy(
             message: why.clone(),
         });
     }
-    for file in &snapshot.files {
-        let text = match std::str::from_utf8(&file.contents) {
-            Ok(text) => text,
-            Err(error) => {
-                let valid = &file.contents[..error.valid_up_to()];
-                let valid = std::str::from_utf8(valid).unwrap_or_default();
-                let (line, col) = LineIndex::new(valid).line_col(valid.len());
-                errors.push(Diagnostic {
-                    path: file.path.clone(),
-                    line,
-                    col,
-                    message: "invalid UTF-8 here; manifests must be UTF-8 text".to_owned(),
-                });
-                continue;
-            }
-        };
-        let (marked, lex_errors) = lex::mark_interpolations(text);
-        // Pre-pass spans are byte offsets of the input: each mark before them is two bytes
-        // longer than the `$` it replaced, so they are located in the input, not in `marked`.
-        let blocks_parse = lex_errors.iter().any(|error| error.blocks_parse);
-        if !lex_errors.is_empty() {
-            let input_index = LineIndex::new(text);
-            for error in lex_errors {
-                errors.push(input_index.at(&file.path, Some(error.span), error.message));
-            }
+    let results: Vec<std::sync::Arc<cache::FileResult>> = match cache {
+        Some((cache, ids)) => cache.decode(&snapshot.files, ids, options, &env),
+        None => {
+            let files: Vec<&crate::model::SourceFile> = snapshot.files.iter().collect();
+            cache::decode_all(&files, options, &env, cache::default_threads())
+                .into_iter()
+                .map(std::sync::Arc::new)
+                .collect()
         }
-        if blocks_parse {
-            // Such input can make the HCL parser backtrack for hours (see `lex`); the file is
-            // rejected on what the pre-pass reported.
-            continue;
-        }
-        let body = match hcl::edit::parser::parse_body(&marked) {
-            Ok(body) => body,
-            Err(error) => {
-                let (line, col) = LineIndex::new(&marked).line_col(error.location().offset());
-                errors.push(Diagnostic {
-                    path: file.path.clone(),
-                    line,
-                    col,
-                    message: format!("HCL syntax error: {}", error.message()),
-                });
-                continue;
-            }
-        };
-        let interpolator =
-            interpolate::Interpolator::for_file(options.vars, &body, options.missing_var_hint);
-        let mut cx = decode::Cx::new(&file.path, &marked, interpolator, &env);
-        decoded.extend(decode::decode_file(&mut cx, &body));
-        errors.append(&mut cx.diagnostics);
-        warnings.append(&mut cx.warnings);
-        blobs.append(&mut cx.blobs);
-        failed.append(&mut cx.failed);
+    };
+    for result in &results {
+        errors.extend(result.errors.iter().cloned());
+        warnings.extend(result.warnings.iter().cloned());
+        blobs.extend(
+            result
+                .blobs
+                .iter()
+                .map(|(digest, bytes)| (digest.clone(), bytes.clone())),
+        );
+        failed.extend(result.failed.iter().cloned());
     }
+    // Read in place: a cached file's decode is shared, and `validate` copies what it accepts.
+    let decoded: Vec<&decode::Decoded> = results
+        .iter()
+        .flat_map(|result| result.decoded.iter())
+        .collect();
     let secrets = decoded
         .iter()
         .flat_map(|item| item.secrets.iter().cloned())

@@ -52,16 +52,19 @@ pub(crate) fn check_name(name: &str) -> Result<(), &'static str> {
 /// Drops duplicates (reporting each), resolves references and stamps asset digests.
 /// Returns the accepted resources; every problem is pushed to `errors`. References to
 /// `failed` resources (declared, but with errors already reported) are not reported again.
+///
+/// It reads the decoded files in place (a cached file's decode is shared) and copies only the
+/// resources it accepts.
 pub(crate) fn check(
-    decoded: Vec<Decoded>,
+    decoded: Vec<&Decoded>,
     failed: &BTreeSet<ResourceKey>,
     errors: &mut Vec<Diagnostic>,
     warnings: &mut Vec<Diagnostic>,
 ) -> Vec<Resource> {
-    let mut by_key: BTreeMap<ResourceKey, Decoded> = BTreeMap::new();
+    let mut by_key: BTreeMap<&ResourceKey, &Decoded> = BTreeMap::new();
     for item in decoded {
-        let key = item.resource.key.clone();
-        if let Some(first) = by_key.get(&key) {
+        let key = &item.resource.key;
+        if let Some(first) = by_key.get(key) {
             let at = first.resource.origin.clone();
             if at.path == item.resource.origin.path {
                 errors.push(Diagnostic {
@@ -96,7 +99,7 @@ pub(crate) fn check(
         .iter()
         .filter_map(|(key, item)| match &item.resource.spec {
             Spec::Asset(asset) => Some((
-                key.clone(),
+                (*key).clone(),
                 asset
                     .files
                     .iter()
@@ -112,7 +115,7 @@ pub(crate) fn check(
     let deployments: BTreeSet<ResourceKey> = by_key
         .keys()
         .filter(|key| key.kind == Kind::Deployment)
-        .cloned()
+        .map(|key| (*key).clone())
         .collect();
     // Data redises a sentinel quorum may watch.
     let redises: BTreeSet<ResourceKey> = by_key
@@ -120,10 +123,12 @@ pub(crate) fn check(
         .filter(|(_, item)| {
             matches!(&item.resource.spec, Spec::Statefulset(spec) if spec.expanded_from == Some(Macro::Redis))
         })
-        .map(|(key, _)| key.clone())
+        .map(|(key, _)| (*key).clone())
         .collect();
-    let mut accepted = Vec::new();
-    for (key, mut item) in by_key {
+    // Resources are large (a spec is inline): sized once, and filtered below in place.
+    let mut accepted: Vec<Resource> = Vec::with_capacity(by_key.len());
+    let mut accepted_items: Vec<&Decoded> = Vec::with_capacity(by_key.len());
+    for (key, item) in by_key {
         let mut ok = true;
         let mut digests = BTreeMap::new();
         for (reference, at) in &item.references {
@@ -183,8 +188,13 @@ pub(crate) fn check(
                 }
             }
         }
-        if let Some(stamp) = item.resource.spec.asset_digests_mut() {
-            *stamp = digests;
+        let mut resource = None;
+        if ok {
+            let mut accepted = item.resource.clone();
+            if let Some(stamp) = accepted.spec.asset_digests_mut() {
+                *stamp = digests;
+            }
+            resource = Some(accepted);
         }
         if let Spec::Ingress(ingress) = &item.resource.spec {
             let paths: Vec<&str> = if ingress.locations.is_empty() {
@@ -245,25 +255,23 @@ pub(crate) fn check(
                 });
             }
         }
-        if ok {
-            accepted.push(item);
+        if let Some(resource) = resource {
+            accepted.push(resource);
+            accepted_items.push(item);
         }
     }
     // Resource references need the full set of keys, known only now.
-    let keys: BTreeSet<ResourceKey> = accepted
+    let keys: BTreeSet<&ResourceKey> = accepted.iter().map(|resource| &resource.key).collect();
+    let resolves: Vec<bool> = accepted_items
         .iter()
-        .map(|item| item.resource.key.clone())
-        .collect();
-    accepted
-        .into_iter()
-        .filter_map(|item| {
+        .map(|item| {
             let mut ok = true;
             for (reference, at) in &item.references {
                 if let Reference::Resource { kind: Kind::Ingress, name, field } = reference {
                     let target = ResourceKey::new(Kind::Ingress, item.resource.key.scope.clone(), name);
                     if failed.contains(&target) {
                         ok = false;
-                    } else if !keys.contains(&target) {
+                    } else if !keys.contains(&&target) {
                         errors.push(at_location(at, format!(
                             "unresolved reference ingress.{name}.{field}: no ingress {name:?} in scope {:?} in this commit",
                             item.resource.key.scope
@@ -272,9 +280,12 @@ pub(crate) fn check(
                     }
                 }
             }
-            ok.then_some(item.resource)
+            ok
         })
-        .collect()
+        .collect();
+    let mut resolves = resolves.into_iter();
+    accepted.retain(|_| resolves.next().unwrap_or(true));
+    accepted
 }
 
 fn display_asset(key: &ResourceKey) -> String {

@@ -22,7 +22,7 @@ pub use hosts::HostSelection;
 pub use policy::Policy;
 pub use ports::{PortMapping, parse_ports};
 pub use snapshot::{
-    FileRead, FileSource, MANIFEST_EXTENSIONS, MAX_MANIFEST_BYTES, MAX_TRIGGER_FILE_BYTES,
+    BlobId, FileRead, FileSource, MANIFEST_EXTENSIONS, MAX_MANIFEST_BYTES, MAX_TRIGGER_FILE_BYTES,
     MemoryFiles, Snapshot, SourceFile, TRIGGER_DIR, is_manifest_path, is_trigger_path,
 };
 pub(crate) use units::{

@@ -51,6 +51,24 @@ pub struct SourceFile {
     pub contents: Vec<u8>,
 }
 
+/// The content id of a manifest file: its git blob id. Equal ids, equal bytes: a loader may
+/// reuse what it decoded from a file with the same path and id (`manifest::DecodeCache`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlobId(Box<[u8]>);
+
+impl BlobId {
+    pub fn new(bytes: &[u8]) -> BlobId {
+        BlobId(bytes.into())
+    }
+}
+
+/// Lowercase hex, as git shows it.
+impl std::fmt::Display for BlobId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.iter().try_for_each(|byte| write!(f, "{byte:02x}"))
+    }
+}
+
 /// Everything the manifest stage may read for one commit. The manifest stage does no IO of
 /// its own: what is not in the snapshot does not exist for it.
 #[derive(Debug, Clone, PartialEq, Eq)]

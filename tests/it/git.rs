@@ -136,6 +136,41 @@ fn first_fetch_mirrors_the_repo_and_resolves_the_branch() -> TestResult {
     Ok(())
 }
 
+/// Issue 29: each file of a snapshot comes with its git blob id, and a read that reuses the
+/// previous read's blobs gives what a fresh source reads.
+#[test]
+fn snapshots_carry_blob_ids_and_a_reused_read_equals_a_fresh_one() -> TestResult {
+    let repo = TempRepo::new()?;
+    repo.write("a.hcl", &deployment("a"))?;
+    repo.write("b.hcl", &deployment("b"))?;
+    repo.commit("one")?;
+    let data = tempfile::tempdir()?;
+    let source = Source::new(options(repo.url(), &[]), data.path());
+    let first = source.fetch(&AtomicBool::new(false))?;
+    source.read_snapshot_with_ids(&first)?;
+    repo.write("b.hcl", &deployment("b2"))?;
+    let sha = repo.commit("two")?;
+    let second = source.fetch(&AtomicBool::new(false))?;
+    let (snapshot, ids) = source.read_snapshot_with_ids(&second)?;
+    let fresh = Source::new(options(repo.url(), &[]), data.path()).read_snapshot(&second)?;
+    assert_eq!(snapshot, fresh);
+    assert_eq!(
+        String::from_utf8_lossy(&snapshot.files[1].contents),
+        deployment("b2")
+    );
+    for (file, id) in snapshot.files.iter().zip(&ids) {
+        let output = std::process::Command::new("git")
+            .arg("-C")
+            .arg(repo.work())
+            .args(["rev-parse", &format!("{sha}:{}", file.path)])
+            .output()?;
+        let expected = String::from_utf8(output.stdout)?;
+        let id = id.as_ref().map(ToString::to_string);
+        assert_eq!(id.as_deref(), Some(expected.trim()), "{}", file.path);
+    }
+    Ok(())
+}
+
 #[test]
 fn unchanged_poll_neither_walks_the_tree_nor_writes_the_store() -> TestResult {
     let repo = TempRepo::new()?;

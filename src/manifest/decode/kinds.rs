@@ -379,7 +379,7 @@ fn env_files(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> (BTreeMap<String, String>, 
     };
     let span = r.span_of("env_file");
     for path in paths {
-        match cx.env.read_file(cx.path, &path) {
+        match cx.read_file(&path) {
             Read::Bytes(bytes) => {
                 if let Some(parsed) = crate::manifest::sops::parse(&bytes) {
                     match parsed {
@@ -1238,7 +1238,7 @@ fn asset_source(
             match (function, args.as_slice()) {
                 ("file", [path]) => {
                     let path = to_string(cx, path, &field)?;
-                    match cx.env.read_file(cx.path, &path) {
+                    match cx.read_file(&path) {
                         Read::Bytes(bytes) => {
                             let mut file = described("file", path.clone(), String::new(), &bytes);
                             // A SOPS-encrypted source is decrypted on the host, never here.
@@ -1300,7 +1300,7 @@ fn asset_source(
                             other => cx.error(span.clone(), format!("unknown url() option `{other}` (timeout, on_failure)")),
                         }
                     }
-                    match cx.env.fetch(&href, timeout, on_failure != "error") {
+                    match cx.fetch(&href, timeout, on_failure != "error") {
                         None => Some((described("url", href, on_failure, b""), None)),
                         Some(Ok(bytes)) => {
                             let file = described("url", href, on_failure, &bytes);

@@ -39,6 +39,7 @@ pub struct Resource {
 }
 
 /// A resource with the references its spec makes, for the cross-resource checks.
+#[derive(Clone)]
 pub(crate) struct Decoded {
     pub(crate) resource: Resource,
     pub(crate) references: Vec<(Reference, Diagnostic)>,

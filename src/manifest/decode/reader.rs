@@ -42,6 +42,10 @@ pub(crate) struct Cx<'a> {
     /// Resources declared in this file that failed to decode (their errors are reported), so
     /// references to them are not reported a second time.
     pub(crate) failed: Vec<crate::model::ResourceKey>,
+    /// Set once the decode read anything besides the file and the variables (`file()`,
+    /// `env_file`, `url()`): what it decoded then depends on more than the file's blob, and
+    /// is not cached (`manifest::cache`).
+    pub(crate) read_beside: bool,
 }
 
 impl<'a> Cx<'a> {
@@ -62,7 +66,25 @@ impl<'a> Cx<'a> {
             blobs: BTreeMap::new(),
             references: Vec::new(),
             failed: Vec::new(),
+            read_beside: false,
         }
+    }
+
+    /// Reads `path` (of a `file()` or `env_file`) through the load's sources.
+    pub(crate) fn read_file(&mut self, path: &str) -> super::sources::Read {
+        self.read_beside = true;
+        self.env.read_file(self.path, path)
+    }
+
+    /// Fetches a `url()` through the load's fetcher (`None` in validate mode).
+    pub(crate) fn fetch(
+        &mut self,
+        url: &str,
+        timeout: Duration,
+        stale_ok: bool,
+    ) -> Option<Result<Vec<u8>, String>> {
+        self.read_beside = true;
+        self.env.fetch(url, timeout, stale_ok)
     }
 
     /// The references recorded since the last call (one resource's worth).

@@ -10,7 +10,12 @@ use crate::model::SpecHash;
 /// SHA-256 of the Go-JSON encoding of `value`, as lowercase hex.
 pub(crate) fn go_json_sha256(value: &impl Serialize) -> SpecHash {
     let json = serde_json::to_string(value).expect("hash structs hold strings, numbers and maps");
-    SpecHash::new(sha256_hex(go_json_escape(&json).as_bytes()))
+    let json = if json.contains(ESCAPED) {
+        go_json_escape(&json)
+    } else {
+        json
+    };
+    SpecHash::new(sha256_hex(json.as_bytes()))
 }
 
 /// Lowercase hex SHA-256 of `bytes`.
@@ -18,14 +23,25 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     crate::model::text::hex(&Sha256::digest(bytes))
 }
 
+/// What Go's `encoding/json` escapes that serde_json does not.
+const ESCAPED: [char; 5] = ['<', '>', '&', '\u{2028}', '\u{2029}'];
+
 /// Go's `encoding/json` escapes `<`, `>`, `&`, U+2028 and U+2029 inside strings; serde_json
 /// does not. Those characters can only occur inside JSON strings, so a plain replace is exact.
+/// One pass (a spec hash per resource per plan).
 pub(crate) fn go_json_escape(json: &str) -> String {
-    json.replace('<', "\\u003c")
-        .replace('>', "\\u003e")
-        .replace('&', "\\u0026")
-        .replace('\u{2028}', "\\u2028")
-        .replace('\u{2029}', "\\u2029")
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        match c {
+            '<' => out.push_str("\\u003c"),
+            '>' => out.push_str("\\u003e"),
+            '&' => out.push_str("\\u0026"),
+            '\u{2028}' => out.push_str("\\u2028"),
+            '\u{2029}' => out.push_str("\\u2029"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// `None` for an empty list (Go's nil slice marshals as `null`, or is omitted).
@@ -50,6 +66,7 @@ mod tests {
             go_json_escape(r#"{"a":"<&>"}"#),
             r#"{"a":"\u003c\u0026\u003e"}"#
         );
+        assert_eq!(go_json_escape("é\u{2028}x\u{2029}ü"), "é\\u2028x\\u2029ü");
     }
 
     #[test]
