@@ -521,6 +521,9 @@ async fn run_until<R: Runtime>(
             start,
             shutdown.clone(),
         ));
+    } else {
+        // No sinks any more: `status` shows none (the outbox keeps its events).
+        store.keep_sinks(&[])?;
     }
     tracker.spawn(engine_probe(
         runtime.clone(),

@@ -65,6 +65,10 @@ pub enum Error {
 /// starts after event `start` (the outbox's head when the agent started): it is told of
 /// this run, not of the history before it was configured.
 pub async fn run(store: Arc<Store>, config: NotifyConfig, start: i64, shutdown: CancellationToken) {
+    let names: Vec<String> = config.sinks.iter().map(|sink| sink.name.clone()).collect();
+    if let Err(error) = blocking(&store, move |store| store.keep_sinks(&names)).await {
+        tracing::warn!(%error, "cannot forget the sinks no longer configured");
+    }
     let config = Arc::new(config);
     let client = match client() {
         Ok(client) => client,

@@ -203,6 +203,24 @@ impl Store {
         })
     }
 
+    /// Forgets the sinks not named in `names` (removed from the notify file): `status` shows
+    /// the sinks the agent runs.
+    pub(crate) fn keep_sinks(&self, names: &[String]) -> Result<()> {
+        self.with(|connection| {
+            let tx = connection.transaction()?;
+            let known: Vec<String> = {
+                let mut statement = tx.prepare("SELECT name FROM sinks")?;
+                let rows = statement.query_map([], |row| row.get(0))?;
+                rows.collect::<rusqlite::Result<Vec<String>>>()?
+            };
+            for name in known.iter().filter(|name| !names.contains(name)) {
+                tx.execute("DELETE FROM sinks WHERE name = ?1", params![name])?;
+            }
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
     /// Every sink's state, by name.
     pub fn sink_states(&self) -> Result<Vec<SinkState>> {
         self.with(|connection| {
@@ -295,4 +313,49 @@ fn sink_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<SinkState> {
         dropped: row.get(6)?,
         backlog: row.get(7)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sinks start where they are told to, move only forward, and those no longer
+    /// configured are forgotten.
+    #[test]
+    fn sinks_keep_their_position_and_removed_ones_are_forgotten()
+    -> std::result::Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store = Store::open(&dir.path().join("state.db"))?;
+        for n in 0..3 {
+            store.record_event(
+                "drift.repaired",
+                &format!("deployment/shop/w{n}"),
+                "",
+                serde_json::Value::Null,
+            )?;
+        }
+        let head = store.outbox_head()?;
+        assert_eq!(
+            store.sink_state("chat", head)?.backlog,
+            0,
+            "a new sink starts at the head"
+        );
+        assert_eq!(store.sink_state("ci", 0)?.backlog, 3);
+        store.sink_done("ci", 2, 2, 0, 100)?;
+        store.sink_done("ci", 1, 0, 0, 101)?;
+        let ci = store.sink_state("ci", 0)?;
+        assert_eq!(
+            (ci.done_id, ci.delivered, ci.backlog, ci.last_success),
+            (2, 2, 1, Some(100))
+        );
+        assert_eq!(store.events_after(2, 10)?[0].scope, "shop");
+        store.keep_sinks(&["ci".to_owned()])?;
+        let names: Vec<String> = store
+            .sink_states()?
+            .into_iter()
+            .map(|sink| sink.name)
+            .collect();
+        assert_eq!(names, ["ci"]);
+        Ok(())
+    }
 }
