@@ -10,7 +10,7 @@ use voodu_agent::manifest::Policy;
 use voodu_agent::manifest::spec::Spec;
 use voodu_agent::model::{Kind, ResourceKey};
 use voodu_agent::runtime::{FakeRuntime, Runtime};
-use voodu_agent::store::Store;
+use voodu_agent::store::{Phase, ReleasePhase, Store};
 
 use crate::support::{TempRepo, TestResult};
 
@@ -180,20 +180,35 @@ async fn a_foreign_volume_is_not_mounted_as_a_claim_until_adopted() -> TestResul
     let store = Store::open(&data.path().join("state.db"))?;
     // The pass that meets the volume writes its error first; the release's failure (what
     // the status keeps) follows.
-    until("db's release to fail on the foreign volume", || {
-        Ok(store.status(&key)?.is_some_and(|status| {
-            status.message.starts_with("release #1") && status.message.contains("--adopt-volume")
-        }))
-    })
-    .await?;
-    let status = store.status(&key)?.ok_or("status")?;
-    assert_eq!(
-        status.message,
-        format!(
-            "release #1 (commit {}) failed: statefulset/data/db: volume {claim} already exists and was not created by voodu (no createdby=voodu label): the agent does not mount data it did not make; remove it (docker volume rm {claim}) for a fresh one, or start the agent with --adopt-volume {claim} to take its data over; no earlier release ran, so there is nothing to roll back to; a new commit retries",
-            &first[..12]
-        ),
+    let refusal = format!(
+        "statefulset/data/db: volume {claim} already exists and was not created by voodu (no createdby=voodu label): the agent does not mount data it did not make; remove it (docker volume rm {claim}) for a fresh one, or start the agent with --adopt-volume {claim} to take its data over"
     );
+    let release_failed = format!(
+        "release #1 (commit {}) failed: {refusal}; no earlier release ran, so there is nothing to roll back to; a new commit retries",
+        &first[..12]
+    );
+    // The release's failure is recorded once. The status follows in either order with the
+    // pass's own error (a retried pass may write it after the release's words), so wait for
+    // both rather than for one wording a poll can miss.
+    let (mut release, mut status) = (None, None);
+    let failed = until("db's release to fail on the foreign volume", || {
+        release = store.latest_release(&key)?;
+        status = store.status(&key)?;
+        Ok(release
+            .as_ref()
+            .is_some_and(|release| release.phase == ReleasePhase::Failed)
+            && status.as_ref().is_some_and(|status| {
+                status.phase == Phase::Failed
+                    && (status.message == release_failed || status.message == refusal)
+            }))
+    })
+    .await;
+    if let Err(error) = failed {
+        return Err(format!("{error}; the release: {release:?}; the status: {status:?}").into());
+    }
+    let release = release.ok_or("the release")?;
+    assert_eq!((release.id, release.commit.as_str()), (1, first.as_str()));
+    assert!(release.message.contains(&refusal), "{}", release.message);
     assert!(
         !fake.calls().iter().any(|call| call.starts_with("create ")),
         "no pod was created: {:?}",
