@@ -30,10 +30,10 @@ fn start(
     repo: &TempRepo,
     data: &std::path::Path,
     policy: Policy,
-) -> (
+) -> TestResult<(
     CancellationToken,
     tokio::task::JoinHandle<anyhow::Result<()>>,
-) {
+)> {
     start_on(repo, data, policy, Arc::new(FakeRuntime::new()))
 }
 
@@ -43,10 +43,12 @@ fn start_on(
     data: &std::path::Path,
     policy: Policy,
     fake: Arc<FakeRuntime>,
-) -> (
+) -> TestResult<(
     CancellationToken,
     tokio::task::JoinHandle<anyhow::Result<()>>,
-) {
+)> {
+    // A restart on the same data dir: the previous agent's lock must be gone first.
+    crate::support::agent::wait_data_dir_unlocked(data)?;
     let mut config = crate::support::agent::fake_agent_config(repo, data);
     config.sync.policy.merge(policy);
     let shutdown = CancellationToken::new();
@@ -56,7 +58,7 @@ fn start_on(
         None,
         shutdown.clone().cancelled_owned(),
     ));
-    (shutdown, task)
+    Ok((shutdown, task))
 }
 
 async fn until(what: &str, mut check: impl FnMut() -> TestResult<bool>) -> TestResult {
@@ -86,7 +88,7 @@ async fn a_commit_beyond_the_policy_is_rejected_until_the_host_allows_it() -> Te
     repo.write("web.hcl", GOOD)?;
     let good = repo.commit("web")?;
     let data = tempfile::tempdir()?;
-    let (shutdown, agent) = start(&repo, data.path(), Policy::default());
+    let (shutdown, agent) = start(&repo, data.path(), Policy::default())?;
     let store = Store::open(&data.path().join("state.db"))?;
     let applied = |sha: &str| -> TestResult<bool> {
         Ok(store
@@ -132,7 +134,7 @@ async fn a_commit_beyond_the_policy_is_rejected_until_the_host_allows_it() -> Te
         allow_cap: vec!["SYS_ADMIN".into()],
         ..Policy::default()
     };
-    let (shutdown, agent) = start(&repo, data.path(), allowing);
+    let (shutdown, agent) = start(&repo, data.path(), allowing)?;
     if let Err(error) = until("the greedy commit applied", || applied(&greedy)).await {
         if agent.is_finished() {
             return Err(format!("{error}; the agent ended: {:?}", agent.await).into());
@@ -176,7 +178,7 @@ async fn a_foreign_volume_is_not_mounted_as_a_claim_until_adopted() -> TestResul
     // `docker volume create voodu-data-db-pg-0` by someone else.
     fake.ensure_volume(claim, &std::collections::BTreeMap::new())
         .await?;
-    let (shutdown, agent) = start_on(&repo, data.path(), Policy::default(), Arc::clone(&fake));
+    let (shutdown, agent) = start_on(&repo, data.path(), Policy::default(), Arc::clone(&fake))?;
     let store = Store::open(&data.path().join("state.db"))?;
     // The pass that meets the volume writes its error first; the release's failure (what
     // the status keeps) follows.
@@ -221,7 +223,7 @@ async fn a_foreign_volume_is_not_mounted_as_a_claim_until_adopted() -> TestResul
         adopt_volume: vec![claim.to_owned()],
         ..Policy::default()
     };
-    let (shutdown, agent) = start_on(&repo, data.path(), adopting, Arc::clone(&fake));
+    let (shutdown, agent) = start_on(&repo, data.path(), adopting, Arc::clone(&fake))?;
     until("the pod to mount the adopted volume", || {
         Ok(fake.calls().iter().any(|call| call.starts_with("create ")))
     })
