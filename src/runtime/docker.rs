@@ -124,6 +124,13 @@ impl DockerRuntime {
     }
 }
 
+/// A container on a network that does not exist, as an engine in a swarm says it (a 500,
+/// where a standalone engine answers 404): the same missing network, so the same `NotFound`
+/// (the agent creates the network and tries again) rather than a permanent refusal.
+fn swarm_network_missing(message: &str) -> bool {
+    message.starts_with("Could not attach to network") && message.contains("not found")
+}
+
 /// Turns a bollard error into a runtime error, classified for the retry policy.
 ///
 /// Transient (`Unavailable`, `Conflict`, `NotFound`): failures to reach the engine at all
@@ -143,6 +150,7 @@ pub(super) fn classify(error: bollard::errors::Error) -> Error {
             message,
         } => match status_code {
             404 => Error::NotFound { what: message },
+            400..=599 if swarm_network_missing(&message) => Error::NotFound { what: message },
             409 => Error::Conflict {
                 name: String::new(),
                 message,
@@ -1067,6 +1075,12 @@ mod tests {
             (504, "gateway timeout", "unavailable transient"),
             // Their own meanings, retried: gone meanwhile, a name still being released.
             (404, "No such container: abc", "not-found transient"),
+            // A missing network, as an engine in a swarm answers it.
+            (
+                500,
+                "Could not attach to network t1-net: rpc error: code = NotFound desc = network t1-net not found",
+                "not-found transient",
+            ),
             (
                 409,
                 "Conflict. The container name \"/x\" is already in use",

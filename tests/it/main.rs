@@ -7,6 +7,7 @@ mod cli;
 mod contract;
 mod contract_swarm;
 mod corpus;
+mod corpus_fetch;
 mod corpus_swarm;
 mod dashboard;
 mod dashboard_browser;

@@ -10,7 +10,7 @@ use voodu_agent::manifest::Policy;
 use voodu_agent::manifest::spec::Spec;
 use voodu_agent::model::{Kind, ResourceKey};
 use voodu_agent::runtime::{FakeRuntime, Runtime};
-use voodu_agent::store::Store;
+use voodu_agent::store::{Phase, ReleasePhase, Store};
 
 use crate::support::{TempRepo, TestResult};
 
@@ -30,10 +30,10 @@ fn start(
     repo: &TempRepo,
     data: &std::path::Path,
     policy: Policy,
-) -> (
+) -> TestResult<(
     CancellationToken,
     tokio::task::JoinHandle<anyhow::Result<()>>,
-) {
+)> {
     start_on(repo, data, policy, Arc::new(FakeRuntime::new()))
 }
 
@@ -43,10 +43,12 @@ fn start_on(
     data: &std::path::Path,
     policy: Policy,
     fake: Arc<FakeRuntime>,
-) -> (
+) -> TestResult<(
     CancellationToken,
     tokio::task::JoinHandle<anyhow::Result<()>>,
-) {
+)> {
+    // A restart on the same data dir: the previous agent's lock must be gone first.
+    crate::support::agent::wait_data_dir_unlocked(data)?;
     let mut config = crate::support::agent::fake_agent_config(repo, data);
     config.sync.policy.merge(policy);
     let shutdown = CancellationToken::new();
@@ -56,7 +58,7 @@ fn start_on(
         None,
         shutdown.clone().cancelled_owned(),
     ));
-    (shutdown, task)
+    Ok((shutdown, task))
 }
 
 async fn until(what: &str, mut check: impl FnMut() -> TestResult<bool>) -> TestResult {
@@ -86,7 +88,7 @@ async fn a_commit_beyond_the_policy_is_rejected_until_the_host_allows_it() -> Te
     repo.write("web.hcl", GOOD)?;
     let good = repo.commit("web")?;
     let data = tempfile::tempdir()?;
-    let (shutdown, agent) = start(&repo, data.path(), Policy::default());
+    let (shutdown, agent) = start(&repo, data.path(), Policy::default())?;
     let store = Store::open(&data.path().join("state.db"))?;
     let applied = |sha: &str| -> TestResult<bool> {
         Ok(store
@@ -132,7 +134,7 @@ async fn a_commit_beyond_the_policy_is_rejected_until_the_host_allows_it() -> Te
         allow_cap: vec!["SYS_ADMIN".into()],
         ..Policy::default()
     };
-    let (shutdown, agent) = start(&repo, data.path(), allowing);
+    let (shutdown, agent) = start(&repo, data.path(), allowing)?;
     if let Err(error) = until("the greedy commit applied", || applied(&greedy)).await {
         if agent.is_finished() {
             return Err(format!("{error}; the agent ended: {:?}", agent.await).into());
@@ -176,24 +178,39 @@ async fn a_foreign_volume_is_not_mounted_as_a_claim_until_adopted() -> TestResul
     // `docker volume create voodu-data-db-pg-0` by someone else.
     fake.ensure_volume(claim, &std::collections::BTreeMap::new())
         .await?;
-    let (shutdown, agent) = start_on(&repo, data.path(), Policy::default(), Arc::clone(&fake));
+    let (shutdown, agent) = start_on(&repo, data.path(), Policy::default(), Arc::clone(&fake))?;
     let store = Store::open(&data.path().join("state.db"))?;
     // The pass that meets the volume writes its error first; the release's failure (what
     // the status keeps) follows.
-    until("db's release to fail on the foreign volume", || {
-        Ok(store.status(&key)?.is_some_and(|status| {
-            status.message.starts_with("release #1") && status.message.contains("--adopt-volume")
-        }))
-    })
-    .await?;
-    let status = store.status(&key)?.ok_or("status")?;
-    assert_eq!(
-        status.message,
-        format!(
-            "release #1 (commit {}) failed: statefulset/data/db: volume {claim} already exists and was not created by voodu (no createdby=voodu label): the agent does not mount data it did not make; remove it (docker volume rm {claim}) for a fresh one, or start the agent with --adopt-volume {claim} to take its data over; no earlier release ran, so there is nothing to roll back to; a new commit retries",
-            &first[..12]
-        ),
+    let refusal = format!(
+        "statefulset/data/db: volume {claim} already exists and was not created by voodu (no createdby=voodu label): the agent does not mount data it did not make; remove it (docker volume rm {claim}) for a fresh one, or start the agent with --adopt-volume {claim} to take its data over"
     );
+    let release_failed = format!(
+        "release #1 (commit {}) failed: {refusal}; no earlier release ran, so there is nothing to roll back to; a new commit retries",
+        &first[..12]
+    );
+    // The release's failure is recorded once. The status follows in either order with the
+    // pass's own error (a retried pass may write it after the release's words), so wait for
+    // both rather than for one wording a poll can miss.
+    let (mut release, mut status) = (None, None);
+    let failed = until("db's release to fail on the foreign volume", || {
+        release = store.latest_release(&key)?;
+        status = store.status(&key)?;
+        Ok(release
+            .as_ref()
+            .is_some_and(|release| release.phase == ReleasePhase::Failed)
+            && status.as_ref().is_some_and(|status| {
+                status.phase == Phase::Failed
+                    && (status.message == release_failed || status.message == refusal)
+            }))
+    })
+    .await;
+    if let Err(error) = failed {
+        return Err(format!("{error}; the release: {release:?}; the status: {status:?}").into());
+    }
+    let release = release.ok_or("the release")?;
+    assert_eq!((release.id, release.commit.as_str()), (1, first.as_str()));
+    assert!(release.message.contains(&refusal), "{}", release.message);
     assert!(
         !fake.calls().iter().any(|call| call.starts_with("create ")),
         "no pod was created: {:?}",
@@ -206,7 +223,7 @@ async fn a_foreign_volume_is_not_mounted_as_a_claim_until_adopted() -> TestResul
         adopt_volume: vec![claim.to_owned()],
         ..Policy::default()
     };
-    let (shutdown, agent) = start_on(&repo, data.path(), adopting, Arc::clone(&fake));
+    let (shutdown, agent) = start_on(&repo, data.path(), adopting, Arc::clone(&fake))?;
     until("the pod to mount the adopted volume", || {
         Ok(fake.calls().iter().any(|call| call.starts_with("create ")))
     })

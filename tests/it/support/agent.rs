@@ -211,3 +211,25 @@ impl Drop for TestAgent {
         self.shutdown.cancel();
     }
 }
+
+/// Waits until no one holds `data_dir`'s lock, for an agent restarted in this process right
+/// after the previous one returned: the previous agent closed the lock file, but a child
+/// another test thread was spawning at that moment holds a copy of the descriptor (and so the
+/// `flock`) until its exec, and the new agent would refuse the data dir as in use.
+pub fn wait_data_dir_unlocked(data_dir: &std::path::Path) -> TestResult {
+    let path = data_dir.join("lock");
+    if !path.exists() {
+        return Ok(());
+    }
+    let file = std::fs::File::options().read(true).open(&path)?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file.unlock()?),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(error) => return Err(format!("{}: still locked: {error}", path.display()).into()),
+        }
+    }
+}
