@@ -510,6 +510,14 @@ async fn run_until<R: Runtime>(
             "{proxy}"
         );
     }
+    // Sinks no longer in the notify file (or with no file) are forgotten: `status` shows the
+    // sinks this run has.
+    let sinks: Vec<String> = config
+        .notify
+        .iter()
+        .flat_map(|notify| notify.sinks.iter().map(|sink| sink.name.clone()))
+        .collect();
+    store.keep_sinks(&sinks)?;
     if let Some(notify) = config.notify.clone() {
         // A sink configured for the first time starts with the events of this run: read
         // before anything of this run can write one.
@@ -521,9 +529,6 @@ async fn run_until<R: Runtime>(
             start,
             shutdown.clone(),
         ));
-    } else {
-        // No sinks any more: `status` shows none (the outbox keeps its events).
-        store.keep_sinks(&[])?;
     }
     tracker.spawn(engine_probe(
         runtime.clone(),

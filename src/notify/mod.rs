@@ -65,10 +65,6 @@ pub enum Error {
 /// starts after event `start` (the outbox's head when the agent started): it is told of
 /// this run, not of the history before it was configured.
 pub async fn run(store: Arc<Store>, config: NotifyConfig, start: i64, shutdown: CancellationToken) {
-    let names: Vec<String> = config.sinks.iter().map(|sink| sink.name.clone()).collect();
-    if let Err(error) = blocking(&store, move |store| store.keep_sinks(&names)).await {
-        tracing::warn!(%error, "cannot forget the sinks no longer configured");
-    }
     let config = Arc::new(config);
     let client = match client() {
         Ok(client) => client,
@@ -179,8 +175,20 @@ async fn deliver(
     let mut changes = store.subscribe_changes();
     let mut bucket = Bucket::new(sink.interval);
     let mut failures: u32 = 0;
+    // The last event this sink is done with: read from the store once, then kept here.
+    let mut done: Option<i64> = None;
     loop {
-        let pause = match deliver_once(&store, &config, &sink, &client, start, &mut bucket).await {
+        let pause = match deliver_once(
+            &store,
+            &config,
+            &sink,
+            &client,
+            start,
+            &mut done,
+            &mut bucket,
+        )
+        .await
+        {
             Ok(Progress::Idle) => {
                 failures = 0;
                 None
@@ -233,11 +241,19 @@ async fn deliver_once(
     sink: &Sink,
     client: &reqwest::Client,
     start: i64,
+    done: &mut Option<i64>,
     bucket: &mut Bucket,
 ) -> Result<Progress, Error> {
-    let name = sink.name.clone();
-    let state = blocking(store, move |store| store.sink_state(&name, start)).await?;
-    let after = state.done_id;
+    let after = match *done {
+        Some(after) => after,
+        None => {
+            let name = sink.name.clone();
+            blocking(store, move |store| store.sink_state(&name, start))
+                .await?
+                .done_id
+        }
+    };
+    *done = Some(after);
     let events = blocking(store, move |store| store.events_after(after, BATCH)).await?;
     let (Some(first), Some(last)) = (
         events.first().map(|event| event.id),
@@ -251,7 +267,7 @@ async fn deliver_once(
     let expiry = i64::try_from(EXPIRY.as_secs()).unwrap_or(i64::MAX);
     let (fresh, expired): (Vec<Event>, Vec<Event>) = events
         .into_iter()
-        .filter(|event| event.event != "notify.test" && sink.wants(&event.event, &event.scope))
+        .filter(|event| sink.wants(&event.event, &event.scope))
         .partition(|event| now - event.at <= expiry);
     let dropped = i64::try_from(expired.len()).unwrap_or(i64::MAX) + pruned;
     let requests = match &sink.target {
@@ -265,6 +281,7 @@ async fn deliver_once(
             store.sink_done(&name, last, 0, dropped, now)
         })
         .await?;
+        *done = Some(last);
         return Ok(Progress::Sent);
     };
     let wait = bucket.take();
@@ -283,6 +300,7 @@ async fn deliver_once(
         store.sink_done(&name, last, delivered, dropped, now_unix())
     })
     .await?;
+    *done = Some(last);
     Ok(Progress::Sent)
 }
 
@@ -401,10 +419,14 @@ async fn decide(store: &Arc<Store>, event: &Event) -> Result<Option<(State, Stri
         )),
         "rollout.succeeded" => {
             let sha = event.commit.clone();
-            let phases = blocking(store, move |store| store.release_phases_of_commit(&sha)).await?;
-            let sha = event.commit.clone();
-            let applied = blocking(store, move |store| store.applied_event(&sha)).await?;
-            let expected = applied.map_or(0, |applied| workloads(&applied.data));
+            let (phases, applied) = blocking(store, move |store| {
+                Ok((
+                    store.release_phases_of_commit(&sha)?,
+                    store.applied_data(&sha)?,
+                ))
+            })
+            .await?;
+            let expected = applied.map_or(0, |data| workloads(&data));
             let succeeded = phases
                 .iter()
                 .filter(|(_, phase)| phase == "succeeded")

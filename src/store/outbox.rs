@@ -283,22 +283,19 @@ impl Store {
         })
     }
 
-    /// The data of the `commit.applied` event of `sha`, if there is one still kept.
-    pub(crate) fn applied_event(&self, sha: &str) -> Result<Option<Event>> {
-        let id: Option<i64> = self.with(|connection| {
-            Ok(connection
+    /// The data of the `commit.applied` event of `sha`, if one is still kept.
+    pub(crate) fn applied_data(&self, sha: &str) -> Result<Option<serde_json::Value>> {
+        self.with(|connection| {
+            let data: Option<String> = connection
                 .query_row(
-                    "SELECT id FROM outbox WHERE event = 'commit.applied' AND commit_sha = ?1
+                    "SELECT data FROM outbox WHERE event = 'commit.applied' AND commit_sha = ?1
                      ORDER BY id DESC LIMIT 1",
                     params![sha],
                     |row| row.get(0),
                 )
-                .optional()?)
-        })?;
-        match id {
-            Some(id) => Ok(self.events_after(id - 1, 1)?.into_iter().next()),
-            None => Ok(None),
-        }
+                .optional()?;
+            Ok(data.and_then(|data| serde_json::from_str(&data).ok()))
+        })
     }
 }
 
