@@ -16,6 +16,7 @@
 mod identity;
 mod lock;
 pub(crate) mod notify;
+pub mod sources;
 
 pub(crate) use notify::ServiceNotify;
 

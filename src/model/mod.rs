@@ -10,6 +10,7 @@ pub(crate) mod hosts;
 pub mod names;
 pub mod policy;
 mod ports;
+pub mod scopes;
 mod snapshot;
 pub(crate) mod text;
 mod units;
