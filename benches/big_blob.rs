@@ -286,6 +286,7 @@ impl InProcess {
             adopt: false,
             service: Default::default(),
             notify: None,
+            sources: Vec::new(),
         };
         let state_db = config.state_db();
         let shutdown = CancellationToken::new();

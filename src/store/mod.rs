@@ -28,6 +28,7 @@ mod releases;
 mod runs;
 mod schema;
 mod secrets;
+mod sources;
 mod status;
 mod triggers;
 
