@@ -39,7 +39,7 @@ use crate::model::HostSelection;
 use crate::model::policy::{OwnedPaths, normalize_path};
 use crate::reconcile::{self, ReconcileOptions};
 use crate::runtime::{DockerRuntime, Gate, Runtime, Sealed};
-use crate::store::{HEALTH_ENGINE, Origin, Store, Who};
+use crate::store::{HEALTH_ENGINE, META_REPO_URL, META_SOURCES, Origin, Store, Who};
 use crate::sync::{self as sync_stage, SyncOptions, SyncOutcome, Syncer};
 
 pub use sources::SourceConfig;
@@ -422,9 +422,6 @@ async fn first_commit(
     }
 }
 
-/// `meta` key of the sources the agent follows (JSON: name, url, branch), for `status`.
-pub(crate) const META_SOURCES: &str = "sources";
-
 /// The sources as `status` lists them.
 fn sources_meta(sources: &[SourceConfig]) -> String {
     let list: Vec<serde_json::Value> = sources
@@ -487,9 +484,6 @@ fn adopt_single_source(
     tracing::info!(source = %heir.name, "the single repository's history of this data dir is now this source's (nothing is redeployed)");
     Ok(())
 }
-
-/// `meta` key of the URL the single `--repo` source follows (what `--sources` adopts).
-pub(crate) const META_REPO_URL: &str = "repo_url";
 
 fn wal_of(db: &std::path::Path) -> PathBuf {
     let mut name = db.as_os_str().to_owned();

@@ -56,6 +56,7 @@ pub use releases::{
 };
 pub use runs::{CronState, JobRun, Readiness, RunStatus};
 pub(crate) use secrets::Buckets;
+pub(crate) use sources::{META_REPO_URL, META_SOURCES};
 pub use status::{FailureReason, Phase, ResourceStatus};
 
 use std::path::{Path, PathBuf};

@@ -10,6 +10,12 @@ use rusqlite::params;
 
 use super::{Result, Store, source_key};
 
+/// `meta` key of the sources the agent follows (JSON: name, url, branch, scopes), for
+/// `status`.
+pub(crate) const META_SOURCES: &str = "sources";
+/// `meta` key of the URL the single `--repo` source follows (what `--sources` adopts).
+pub(crate) const META_REPO_URL: &str = "repo_url";
+
 /// The `meta` keys and health subjects that carry a source's name (`Store::source_key`).
 const PER_SOURCE_META: &[&str] = &[
     "trigger_base",
@@ -21,6 +27,21 @@ const PER_SOURCE_META: &[&str] = &[
 ];
 
 impl Store {
+    /// The names of the sources of `--sources` the agent last ran with; empty for the single
+    /// `--repo` source.
+    pub(crate) fn source_names(&self) -> Result<Vec<String>> {
+        let Some(json) = self.meta(META_SOURCES)? else {
+            return Ok(Vec::new());
+        };
+        let listed: Vec<serde_json::Value> = serde_json::from_str(&json).unwrap_or_default();
+        Ok(listed
+            .iter()
+            .filter_map(|source| source.get("name")?.as_str())
+            .filter(|name| !name.is_empty())
+            .map(ToOwned::to_owned)
+            .collect())
+    }
+
     /// Whether any source applied a commit.
     pub(crate) fn any_commit_applied(&self) -> Result<bool> {
         self.with(|connection| {
