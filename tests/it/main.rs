@@ -40,6 +40,7 @@ mod service;
 mod signed;
 mod slow_clients;
 mod sops;
+mod sources;
 mod statefulset;
 mod swarm;
 mod swarm_docker;
