@@ -841,16 +841,20 @@ pub(super) async fn hook(
         verified
     } else {
         let named = pushed_repositories(&headers, &body);
-        let following: Vec<&HookSource> = verified
-            .into_iter()
-            .filter(|source| follows(source, &named))
-            .collect();
-        if following.is_empty() && unverified.iter().any(|source| follows(source, &named)) {
-            // The repository is a source's whose secret this request does not have.
-            return unauthorized(refusal.unwrap_or_default());
-        }
-        if following.is_empty() {
-            return answer(
+        if named.is_empty() && provider == Provider::Generic {
+            // A bare "fetch now" (`voodu-agent sync`, a script): every source it may sync.
+            verified
+        } else {
+            let following: Vec<&HookSource> = verified
+                .into_iter()
+                .filter(|source| follows(source, &named))
+                .collect();
+            if following.is_empty() && unverified.iter().any(|source| follows(source, &named)) {
+                // The repository is a source's whose secret this request does not have.
+                return unauthorized(refusal.unwrap_or_default());
+            }
+            if following.is_empty() {
+                return answer(
                 &state,
                 StatusCode::ACCEPTED,
                 with_provider(HookAnswer::new(HookResult::Ignored).reason(match named.first() {
@@ -860,8 +864,9 @@ pub(super) async fn hook(
                     None => "the push names no repository; add ?source=NAME to the webhook URL".to_owned(),
                 })),
             );
+            }
+            following
         }
-        following
     };
     let mut ignored = None;
     let mut chosen: Option<(&HookSource, Push)> = None;

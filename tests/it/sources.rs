@@ -423,3 +423,89 @@ async fn a_data_dir_made_with_repo_is_adopted_by_the_source_of_that_repository()
     );
     agent.stop().await
 }
+
+/// `validate` and `plan` as one source of several: a resource in a scope the source does not
+/// own is an error at its block, naming the owner, as the agent would reject it.
+#[test]
+fn validate_and_plan_check_a_sources_scopes() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let repo = dir.path().join("blog");
+    std::fs::create_dir_all(&repo)?;
+    std::fs::write(
+        repo.join("blog.hcl"),
+        format!(
+            "{}{}",
+            deployment("blog", "web", "blog:1"),
+            deployment("shop", "evil", "evil:1")
+        ),
+    )?;
+    let sources = dir.path().join("sources.hcl");
+    std::fs::write(
+        &sources,
+        "source \"shop\" {\n  url = \"/srv/shop\"\n  scopes = [\"shop\"]\n}\nsource \"blog\" {\n  url = \"/srv/blog\"\n  scopes = [\"blog\"]\n}\n",
+    )?;
+    let agent = env!("CARGO_BIN_EXE_voodu-agent");
+    let data_dir = dir.path().join("data");
+    let run = |args: &[&str]| -> TestResult<(Option<i32>, String)> {
+        let output = std::process::Command::new(agent)
+            .args(args)
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .output()?;
+        Ok((
+            output.status.code(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ),
+        ))
+    };
+    let sources_arg = sources.display().to_string();
+    let repo_arg = repo.display().to_string();
+    let (code, out) = run(&[
+        "validate",
+        &repo_arg,
+        "--sources",
+        &sources_arg,
+        "--source",
+        "blog",
+    ])?;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("blog.hcl:5:1: deployment/shop/evil may not be deployed by source `blog`")
+            && out.contains("belongs to source `shop`"),
+        "{out}"
+    );
+    let (code, out) = run(&["validate", &repo_arg, "--sources", &sources_arg])?;
+    assert_ne!(code, Some(0), "{out}");
+    assert!(
+        out.contains("name the one these manifests are with --source NAME"),
+        "{out}"
+    );
+    let (code, out) = run(&[
+        "plan",
+        "--repo",
+        &repo_arg,
+        "--sources",
+        &sources_arg,
+        "--source",
+        "blog",
+    ])?;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("blog.hcl:5:1:") && out.contains("may not deploy these scopes"),
+        "{out}"
+    );
+    std::fs::write(repo.join("blog.hcl"), deployment("blog", "web", "blog:1"))?;
+    let (code, out) = run(&[
+        "validate",
+        &repo_arg,
+        "--sources",
+        &sources_arg,
+        "--source",
+        "blog",
+    ])?;
+    assert_eq!(code, Some(0), "{out}");
+    Ok(())
+}
