@@ -41,6 +41,7 @@ mod signed;
 mod slow_clients;
 mod sops;
 mod sources;
+mod sources_docker;
 mod statefulset;
 mod swarm;
 mod swarm_docker;
