@@ -228,6 +228,26 @@ source "gone" {{
         .unwrap_or_default();
     assert_eq!(web["source"], "blog", "{status:#}");
 
+    // The dashboard: a line per source, a source column, and a filter by source.
+    let (code, page) = get(&http, &format!("http://{}/ui?source=shop", agent.address)).await?;
+    assert_eq!(code, 200);
+    assert!(
+        page.contains("<h2>Sources</h2>") && page.contains("<th>Source</th>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("failing: ") && page.contains("nonexistent"),
+        "the unreachable source's fetch: {page}"
+    );
+    assert!(
+        page.contains("<tr data-key=\"deployment/blog/web\" hidden>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<tr data-key=\"deployment/shop/web\">"),
+        "{page}"
+    );
+
     // Blog declares a resource in shop's scope: rejected whole, at the block, naming the
     // owner; blog's own change in the same commit is not applied either.
     let shop_ids = containers(&fake, "shop", "web").await?;
