@@ -241,6 +241,22 @@ struct Remote {
     engine: Option<RemoteHealth>,
     #[serde(default)]
     resources: Vec<RemoteResource>,
+    /// An agent following several repositories (`--sources`): each one's commits and fetch.
+    #[serde(default)]
+    sources: Vec<RemoteSource>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RemoteSource {
+    name: String,
+    #[serde(default)]
+    last_seen: Option<RemoteCommit>,
+    #[serde(default)]
+    last_applied: Option<RemoteCommit>,
+    #[serde(default)]
+    last_rejected: Option<RemoteCommit>,
+    #[serde(default)]
+    fetch: Option<RemoteHealth>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -267,6 +283,66 @@ struct RemoteResource {
     scope: String,
     name: String,
     phase: String,
+    #[serde(default)]
+    source: Option<String>,
+}
+
+/// At most this many sources of one agent get a row each.
+const MAX_SOURCES_PER_AGENT: usize = 64;
+
+/// An agent following several repositories is one row per source (`AGENT/SOURCE`), each with
+/// that source's commits, fetch and resources, compared with the rows of the same source
+/// name (the third list: each row's source, `""` for an agent of one repository).
+fn per_source(
+    members: &[Member],
+    answers: Vec<Result<Remote, String>>,
+) -> (Vec<Member>, Vec<Result<Remote, String>>, Vec<String>) {
+    let (mut rows, mut remotes, mut groups) = (Vec::new(), Vec::new(), Vec::new());
+    for (member, answer) in members.iter().zip(answers) {
+        let mut remote = match answer {
+            Ok(remote) if !remote.sources.is_empty() => remote,
+            other => {
+                rows.push(member.clone());
+                remotes.push(other);
+                groups.push(String::new());
+                continue;
+            }
+        };
+        let sources = std::mem::take(&mut remote.sources);
+        let resources = std::mem::take(&mut remote.resources);
+        for source in sources.into_iter().take(MAX_SOURCES_PER_AGENT) {
+            let name = clean(&source.name, 32);
+            rows.push(Member {
+                name: format!("{}/{name}", member.name),
+                ..member.clone()
+            });
+            remotes.push(Ok(Remote {
+                host: remote.host.clone(),
+                host_labels: remote.host_labels.clone(),
+                last_seen: source.last_seen,
+                last_applied: source.last_applied,
+                last_rejected: source.last_rejected,
+                fetch: source.fetch,
+                engine: remote.engine.as_ref().map(|engine| RemoteHealth {
+                    error: engine.error.clone(),
+                }),
+                resources: resources
+                    .iter()
+                    .filter(|resource| resource.source.as_deref() == Some(source.name.as_str()))
+                    .map(|resource| RemoteResource {
+                        kind: resource.kind.clone(),
+                        scope: resource.scope.clone(),
+                        name: resource.name.clone(),
+                        phase: resource.phase.clone(),
+                        source: resource.source.clone(),
+                    })
+                    .collect(),
+                sources: Vec::new(),
+            }));
+            groups.push(source.name);
+        }
+    }
+    (rows, remotes, groups)
 }
 
 /// A commit's `outcome` as [`CommitOutcome::parse`] reads it: an unknown text is no outcome,
@@ -352,7 +428,8 @@ fn run_status(args: &FleetStatusArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the async runtime")?;
     let answers = runtime.block_on(fetch_all(&members, args.timeout))?;
-    let view = fleet_view(&members, answers);
+    let (members, answers, groups) = per_source(&members, answers);
+    let view = fleet_view(&members, answers, &groups);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&view)?);
     } else {
@@ -483,33 +560,42 @@ fn clean(text: &str, max: usize) -> String {
     cleaned
 }
 
-fn fleet_view(members: &[Member], answers: Vec<Result<Remote, String>>) -> FleetView {
-    // The newest commit any agent saw: the latest `seen_at` (clocks of a fleet are assumed
-    // roughly in step; a tie goes to the SHA more agents saw).
-    let newest = answers
-        .iter()
-        .filter_map(|answer| answer.as_ref().ok()?.last_seen.as_ref())
-        .max_by_key(|seen| {
-            let count = answers
+/// The rows of `members`; `groups[i]` is the source of row `i` (`""`: an agent of one
+/// repository): a row is behind when it has not seen the newest commit of its group.
+fn fleet_view(
+    members: &[Member],
+    answers: Vec<Result<Remote, String>>,
+    groups: &[String],
+) -> FleetView {
+    // The newest commit any agent saw of a group: the latest `seen_at` (clocks of a fleet are
+    // assumed roughly in step; a tie goes to the SHA more agents saw).
+    let newest_of = |group: &str| {
+        let seen_in_group = || {
+            answers
                 .iter()
-                .filter(|other| {
-                    other
-                        .as_ref()
-                        .ok()
-                        .and_then(|remote| remote.last_seen.as_ref())
-                        .is_some_and(|other| other.sha == seen.sha)
-                })
-                .count();
-            (seen.seen_at, count)
-        })
-        .map(|seen| seen.sha.clone());
+                .zip(groups)
+                .filter(move |(_, other)| other.as_str() == group)
+                .filter_map(|(answer, _)| answer.as_ref().ok()?.last_seen.as_ref())
+        };
+        seen_in_group()
+            .max_by_key(|seen| {
+                let count = seen_in_group()
+                    .filter(|other| other.sha == seen.sha)
+                    .count();
+                (seen.seen_at, count)
+            })
+            .map(|seen| seen.sha.clone())
+    };
+    let newest: Vec<Option<String>> = groups.iter().map(|group| newest_of(group)).collect();
+    let overall = newest_of("");
     let agents = members
         .iter()
         .zip(answers)
-        .map(|(member, answer)| row(member, answer, newest.as_deref()))
+        .zip(&newest)
+        .map(|((member, answer), newest)| row(member, answer, newest.as_deref()))
         .collect();
     FleetView {
-        newest: newest.map(|sha| clean(&sha, 64)),
+        newest: overall.map(|sha| clean(&sha, 64)),
         agents,
     }
 }
@@ -766,6 +852,7 @@ mod tests {
                     scope: "s".into(),
                     name: format!("r{index}"),
                     phase: (*phase).to_owned(),
+                    source: None,
                 })
                 .collect(),
             ..Remote::default()
@@ -788,7 +875,7 @@ mod tests {
             seen_at: 10,
             errors: vec!["web.hcl:4:3: privileged containers are refused".into()],
         });
-        let view = fleet_view(&[member], vec![Ok(answer)]);
+        let view = fleet_view(&[member], vec![Ok(answer)], &[String::new()]);
         assert_eq!(view.agents[0].state, AgentState::Ok);
         assert!(view.agents[0].rejected.is_none());
     }
@@ -870,7 +957,8 @@ mod tests {
             Err("cannot connect: Connection refused".to_owned()),
             Ok(remote(("new", 20), "new", false, &["Progressing"])),
         ];
-        let view = fleet_view(&members, answers);
+        let groups = vec![String::new(); members.len()];
+        let view = fleet_view(&members, answers, &groups);
         assert_eq!(view.newest.as_deref(), Some("new"));
         let states: Vec<&str> = view
             .agents
@@ -902,5 +990,59 @@ mod tests {
         assert_eq!(view.agents[0].error.as_deref(), Some("reports host h"));
         let text = table(&view);
         assert!(text.contains("6 agents: 1 ok, 1 progressing, 1 degraded, 1 behind, 1 rejected, 1 unreachable; newest commit seen: new"), "{text}");
+    }
+
+    /// An agent following several repositories is a row per source, each judged against the
+    /// same source on the other agents.
+    #[test]
+    fn an_agent_with_several_sources_is_a_row_per_source() -> anyhow::Result<()> {
+        let member = |name: &str| Member {
+            name: name.to_owned(),
+            url: format!("http://{name}"),
+            token_file: None,
+        };
+        let document = |shop_seen: &str, shop_seen_at: i64| -> anyhow::Result<Remote> {
+            Ok(serde_json::from_value(serde_json::json!({
+                "host": null,
+                "sources": [
+                    { "name": "shop", "last_seen": { "sha": shop_seen, "outcome": "applied", "seen_at": shop_seen_at },
+                      "last_applied": { "sha": shop_seen, "outcome": "applied", "seen_at": shop_seen_at } },
+                    { "name": "blog", "last_seen": { "sha": "b1", "outcome": "rejected", "seen_at": 5 },
+                      "last_applied": { "sha": "b0", "outcome": "applied", "seen_at": 1 },
+                      "last_rejected": { "sha": "b1", "outcome": "rejected", "seen_at": 5, "errors": ["blog.hcl:1:1: no"] },
+                      "fetch": { "error": "unreachable" } }
+                ],
+                "resources": [
+                    { "kind": "deployment", "scope": "shop", "name": "web", "phase": "Ready", "source": "shop" },
+                    { "kind": "deployment", "scope": "blog", "name": "web", "phase": "Failed", "source": "blog" }
+                ]
+            }))?)
+        };
+        let members = [member("one"), member("two")];
+        let answers = vec![Ok(document("s2", 10)?), Ok(document("s1", 3)?)];
+        let (rows, answers, groups) = per_source(&members, answers);
+        let view = fleet_view(&rows, answers, &groups);
+        let states: Vec<(&str, &str)> = view
+            .agents
+            .iter()
+            .map(|agent| (agent.name.as_str(), agent.state.as_str()))
+            .collect();
+        assert_eq!(
+            states,
+            vec![
+                ("one/shop", "ok"),
+                ("one/blog", "rejected"),
+                ("two/shop", "behind"),
+                ("two/blog", "rejected"),
+            ]
+        );
+        assert_eq!(view.agents[0].resources, 1);
+        assert!(
+            view.agents[1]
+                .error
+                .as_deref()
+                .is_some_and(|error| error.contains("fetch failing: unreachable"))
+        );
+        Ok(())
     }
 }
