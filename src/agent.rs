@@ -352,7 +352,7 @@ async fn open_state<R: Runtime>(config: &AgentConfig, runtime: &R) -> anyhow::Re
     }
     let agent_id = store.agent_id()?;
     let await_first_commit =
-        found.contains_key(&agent_id) && store.commit_summary()?.last_applied.is_none();
+        found.contains_key(&agent_id) && !store.any_commit_applied()?;
     identity::write_file(
         &config.data_dir,
         &identity::IdentityFile {
@@ -556,6 +556,15 @@ async fn run_until<R: Runtime>(
         adopt_single_source(&store, &config.data_dir, &sources)?;
     }
     store.set_meta(META_SOURCES, Some(&sources_meta(&sources)))?;
+    for (orphan, count) in store.resources_by_source()? {
+        if !sources.iter().any(|source| source.name == orphan) {
+            tracing::warn!(
+                source = %orphan,
+                resources = count,
+                "a source no longer followed applied these resources: they keep running, unmanaged by any commit, until its name is back in the sources (or they are removed by hand)"
+            );
+        }
+    }
     if config.sources.is_empty() {
         store.set_meta(META_REPO_URL, Some(&config.source.url))?;
     }

@@ -42,6 +42,16 @@ impl Store {
             .collect())
     }
 
+    /// How many desired resources each source applied.
+    pub(crate) fn resources_by_source(&self) -> Result<Vec<(String, i64)>> {
+        self.with(|connection| {
+            let mut statement =
+                connection.prepare("SELECT source, COUNT(*) FROM desired GROUP BY source")?;
+            let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            Ok(rows.collect::<rusqlite::Result<Vec<(String, i64)>>>()?)
+        })
+    }
+
     /// Whether any source applied a commit.
     pub(crate) fn any_commit_applied(&self) -> Result<bool> {
         self.with(|connection| {
