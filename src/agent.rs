@@ -351,8 +351,7 @@ async fn open_state<R: Runtime>(config: &AgentConfig, runtime: &R) -> anyhow::Re
         );
     }
     let agent_id = store.agent_id()?;
-    let await_first_commit =
-        found.contains_key(&agent_id) && !store.any_commit_applied()?;
+    let await_first_commit = found.contains_key(&agent_id) && !store.any_commit_applied()?;
     identity::write_file(
         &config.data_dir,
         &identity::IdentityFile {

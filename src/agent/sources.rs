@@ -10,6 +10,7 @@
 //!   poll   = "1m"                        # default: --interval
 //!   token_file          = "/etc/voodu-agent/platform-token"   # https credentials
 //!   ca_file             = "/etc/voodu-agent/ca.pem"
+//!   ssh_key_file        = "/etc/voodu-agent/platform-deploy-key"   # ssh credentials
 //!   ssh_accept_new_host_keys = false
 //!   webhook_secret_file = "/etc/voodu-agent/platform-hook"    # default: --webhook-secret-file
 //!   verify_commits      = "tip"          # tip | all; default: --verify-commits
@@ -67,6 +68,7 @@ const KNOWN: &[&str] = &[
     "token_file",
     "ca_file",
     "ssh_accept_new_host_keys",
+    "ssh_key_file",
     "webhook_secret_file",
     "verify_commits",
     "trusted_ssh_signers",
@@ -306,6 +308,8 @@ fn read_source(
     let token_file = file(cx, "token_file", token_file);
     let ca_file = text(cx, "ca_file");
     let ca_file = file(cx, "ca_file", ca_file);
+    let ssh_key_file = text(cx, "ssh_key_file");
+    let ssh_key_file = file(cx, "ssh_key_file", ssh_key_file);
     let secret_file = text(cx, "webhook_secret_file");
     let secret_file = file(cx, "webhook_secret_file", secret_file);
     let ssh_signers = text(cx, "trusted_ssh_signers");
@@ -384,6 +388,7 @@ fn read_source(
         token_file,
         ca_file,
         ssh_accept_new_host_keys: accept_new,
+        ssh_key_file,
     };
     if let Err(error) = options.check() {
         cx.error(at.clone(), format!("source {name:?}: {error}"));

@@ -27,7 +27,7 @@ pub(super) struct RunArgs {
     /// Several repositories, each owning its scopes: an HCL file of `source "NAME" { url,
     /// branch, paths, scopes, poll, token_file, webhook_secret_file, verify_commits, … }`
     /// blocks (README "Several repositories"). Instead of --repo.
-    #[arg(long, env = "VOODU_SOURCES", value_name = "FILE", conflicts_with_all = ["repo", "paths", "git_token_file", "git_ca_file"])]
+    #[arg(long, env = "VOODU_SOURCES", value_name = "FILE", conflicts_with_all = ["repo", "paths", "git_token_file", "git_ca_file", "git_ssh_key_file"])]
     sources: Option<PathBuf>,
     /// Branch to deploy.
     #[arg(long, env = "VOODU_BRANCH", default_value = "main")]
@@ -59,6 +59,10 @@ pub(super) struct RunArgs {
     /// an unknown host is refused: add its key to ~/.ssh/known_hosts first.
     #[arg(long, env = "VOODU_GIT_SSH_ACCEPT_NEW_HOST_KEYS", value_parser = super::boolish())]
     git_ssh_accept_new_host_keys: bool,
+    /// For ssh remotes: the private key to authenticate with (a deploy key), instead of the
+    /// user's own ssh keys and agent.
+    #[arg(long, env = "VOODU_GIT_SSH_KEY_FILE", value_name = "FILE")]
+    git_ssh_key_file: Option<PathBuf>,
     /// Resources reconciled in parallel (one key is never reconciled twice at once).
     #[arg(long, env = "VOODU_CONCURRENCY", default_value_t = 4)]
     concurrency: usize,
@@ -387,6 +391,10 @@ fn source_options(args: &RunArgs) -> anyhow::Result<SourceOptions> {
         token_file: args.git_token_file.clone(),
         ca_file: args.git_ca_file.clone(),
         ssh_accept_new_host_keys: args.git_ssh_accept_new_host_keys,
+        ssh_key_file: args
+            .git_ssh_key_file
+            .as_ref()
+            .map(|path| std::path::absolute(path).unwrap_or_else(|_| path.clone())),
     })
 }
 

@@ -25,6 +25,8 @@ pub enum Error {
     TokenOverHttp { url: String },
     #[error("--git-ca-file {path}: {message}")]
     CaFile { path: PathBuf, message: String },
+    #[error("ssh key file {path}: {message}")]
+    SshKeyFile { path: PathBuf, message: String },
     #[error("cannot read commit {sha}: {message}")]
     Read { sha: String, message: String },
     #[error("cannot use trusted keys {path}: {message}")]

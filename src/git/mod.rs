@@ -44,6 +44,9 @@ pub struct SourceOptions {
     /// For ssh: accept the key of a host not in known_hosts yet and remember it
     /// (`StrictHostKeyChecking=accept-new`); otherwise an unknown host is refused.
     pub ssh_accept_new_host_keys: bool,
+    /// For ssh: the private key to authenticate with (`ssh -i FILE -o IdentitiesOnly=yes`);
+    /// otherwise ssh's own (the agent's user's `~/.ssh`, an ssh-agent).
+    pub ssh_key_file: Option<PathBuf>,
 }
 
 /// The user a token is sent as when the URL names none: what GitHub, Gitea and Forgejo take.
@@ -51,6 +54,23 @@ pub(crate) const DEFAULT_TOKEN_USER: &str = "x-access-token";
 
 /// The ssh command with `SourceOptions::ssh_accept_new_host_keys`.
 const SSH_ACCEPT_NEW: &str = "ssh -o StrictHostKeyChecking=accept-new";
+
+impl SourceOptions {
+    /// The ssh command fetches run (git's `core.sshCommand`, a shell command line), when the
+    /// options ask for more than plain `ssh`.
+    fn ssh_command(&self) -> Option<String> {
+        let mut command = match &self.ssh_key_file {
+            // Checked by `check`: no `'` in it, so single quotes keep it one word.
+            Some(key) => format!("ssh -i '{}' -o IdentitiesOnly=yes", key.display()),
+            None if self.ssh_accept_new_host_keys => return Some(SSH_ACCEPT_NEW.to_owned()),
+            None => return None,
+        };
+        if self.ssh_accept_new_host_keys {
+            command.push_str(" -o StrictHostKeyChecking=accept-new");
+        }
+        Some(command)
+    }
+}
 
 impl SourceOptions {
     /// Checks what can be checked before the first fetch: a token is never sent in clear
@@ -63,6 +83,20 @@ impl SourceOptions {
         }
         if let Some(path) = &self.ca_file {
             ca_certificates(path)?;
+        }
+        if let Some(key) = &self.ssh_key_file {
+            let problem = |message: &str| Error::SshKeyFile {
+                path: key.clone(),
+                message: message.to_owned(),
+            };
+            if !key.is_absolute() || key.to_string_lossy().contains(['\'', '\n', '\0']) {
+                return Err(problem(
+                    "give an absolute path without `'` or line breaks in it",
+                ));
+            }
+            if let Err(error) = std::fs::metadata(key) {
+                return Err(problem(&error.to_string()));
+            }
         }
         Ok(())
     }
@@ -360,11 +394,11 @@ impl Source {
                 .map_err(|error| mirror_error(error_chain(&error)))?;
             gix::init_bare(&self.mirror).map_err(|error| mirror_error(error_chain(&error)))?
         };
-        if self.options.ssh_accept_new_host_keys {
+        if let Some(command) = self.options.ssh_command() {
             // In memory only: the mirror's config file is not changed.
             let mut config = repo.config_snapshot_mut();
             config
-                .set_value(&gix::config::tree::Core::SSH_COMMAND, SSH_ACCEPT_NEW)
+                .set_value(&gix::config::tree::Core::SSH_COMMAND, command.as_str())
                 .and_then(|_| config.set_value(&gix::config::tree::Ssh::VARIANT, "ssh"))
                 .map_err(|error| mirror_error(error_chain(&error)))?;
         }
@@ -594,6 +628,34 @@ mod tests {
         // The mirror's config file is not changed.
         let config = std::fs::read_to_string(dir.path().join("repo.git/config"))?;
         assert!(!config.contains("accept-new"), "{config}");
+        let key = dir.path().join("deploy_key");
+        std::fs::write(&key, "not checked here")?;
+        let options = SourceOptions {
+            url: "ssh://git@example.org/r.git".to_owned(),
+            ssh_key_file: Some(key.clone()),
+            ssh_accept_new_host_keys: true,
+            ..SourceOptions::default()
+        };
+        options.check()?;
+        let source = Source::new(options, &dir.path().join("keyed"));
+        let command = source.open_mirror()?.ssh_connect_options()?.command;
+        assert_eq!(
+            command.as_deref().and_then(|command| command.to_str()),
+            Some(
+                format!(
+                    "ssh -i '{}' -o IdentitiesOnly=yes -o StrictHostKeyChecking=accept-new",
+                    key.display()
+                )
+                .as_str()
+            )
+        );
+        for bad in ["relative/key", "/tmp/it's"] {
+            let options = SourceOptions {
+                ssh_key_file: Some(bad.into()),
+                ..SourceOptions::default()
+            };
+            assert!(options.check().is_err(), "{bad} accepted");
+        }
         Ok(())
     }
 
