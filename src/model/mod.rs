@@ -6,6 +6,7 @@
 
 mod assets;
 mod docker_options;
+pub mod image_policy;
 pub(crate) mod hosts;
 pub mod names;
 pub mod policy;
@@ -19,6 +20,7 @@ pub(crate) use assets::{UNSCOPED_ASSETS, asset_dir, resolve_asset_refs};
 pub(crate) use docker_options::control_character;
 pub use docker_options::{DockerOptions, DockerOptionsError, ExtraHostError};
 pub use hosts::HostSelection;
+pub use image_policy::{ImagePolicy, PolicyError};
 pub use policy::Policy;
 pub use ports::{PortMapping, parse_ports};
 pub use snapshot::{
