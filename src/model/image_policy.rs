@@ -226,6 +226,24 @@ impl ImagePolicy {
     }
 }
 
+/// An image reference's repository and tag: `ghcr.io/acme/web:1.4.2` → (`ghcr.io/acme/web`,
+/// `1.4.2`), `localhost:5000/app:2` → (`localhost:5000/app`, `2`). `None` without a tag (or
+/// with a digest).
+pub fn split_image(image: &str) -> Option<(&str, &str)> {
+    if image.contains('@') {
+        return None;
+    }
+    let last_slash = image.rfind('/').map_or(0, |at| at + 1);
+    let colon = image[last_slash..].rfind(':')? + last_slash;
+    let (repository, tag) = (&image[..colon], &image[colon + 1..]);
+    (!repository.is_empty() && !tag.is_empty()).then_some((repository, tag))
+}
+
+/// The tag of an image reference (see `split_image`).
+pub fn image_tag(image: &str) -> Option<&str> {
+    split_image(image).map(|(_, tag)| tag)
+}
+
 fn compare(a: &Value, b: &Value) -> Ordering {
     match (a, b) {
         (Value::Version(a), Value::Version(b)) => a.cmp(b),
@@ -331,6 +349,22 @@ mod tests {
             );
         }
         Ok(())
+    }
+
+    #[test]
+    fn images_split_into_repository_and_tag() {
+        let cases: &[(&str, Option<(&str, &str)>)] = &[
+            ("app:1.4.2", Some(("app", "1.4.2"))),
+            ("ghcr.io/acme/web:1.4.2", Some(("ghcr.io/acme/web", "1.4.2"))),
+            ("localhost:5000/app:2", Some(("localhost:5000/app", "2"))),
+            ("localhost:5000/app", None),
+            ("nginx", None),
+            ("nginx@sha256:abc", None),
+            ("nginx:", None),
+        ];
+        for (image, want) in cases {
+            assert_eq!(split_image(image), *want, "{image}");
+        }
     }
 
     #[test]
