@@ -22,6 +22,7 @@ mod desired;
 mod detail;
 mod error;
 mod health;
+mod images;
 mod meta;
 mod outbox;
 mod releases;
@@ -46,6 +47,7 @@ pub use detail::{
     RunDetail, SkipDetail, StatefulsetDetail, TlsDetail, VolumeDetail,
 };
 pub(crate) use error::{Error, Result};
+pub use images::{ImageScan, ImageUpdateRow, next_scan};
 pub use health::{HEALTH_ENGINE, HEALTH_FETCH, Health};
 pub(crate) use meta::{META_HOST_SELECTION, META_RUNTIME};
 pub use outbox::{EVENTS, Event, SinkState};
