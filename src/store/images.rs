@@ -10,7 +10,7 @@
 use rusqlite::params;
 
 use super::activity::{self, ActivityOutcome, Entry, Who};
-use super::{Result, Store, now_unix};
+use super::{Result, Store};
 use crate::model::text::cut;
 use crate::model::{CommitSha, Kind, ResourceKey};
 
@@ -244,11 +244,6 @@ impl Store {
             tx.commit()?;
             Ok(())
         })
-    }
-
-    /// The unix time now (for callers that record with the store's clock).
-    pub(crate) fn image_clock(&self) -> i64 {
-        now_unix()
     }
 }
 
