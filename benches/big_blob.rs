@@ -286,6 +286,7 @@ impl InProcess {
             adopt: false,
             service: Default::default(),
             notify: None,
+            image_signing_key: None,
         };
         let state_db = config.state_db();
         let shutdown = CancellationToken::new();

@@ -14,6 +14,7 @@
 //! with a new identity while an old one of its data dir remains (`identity`).
 
 mod identity;
+pub mod image_commit;
 mod lock;
 pub(crate) mod notify;
 
@@ -73,6 +74,9 @@ pub struct AgentConfig {
     /// `--notify FILE`: where events go (chat, webhooks, commit statuses); `None`: nowhere
     /// (they are still kept in the outbox).
     pub notify: Option<crate::notify::NotifyConfig>,
+    /// `--image-signing-key FILE`: an SSH private key image automation signs its commits with
+    /// (add its public key to the trusted signers for `--verify-commits`); `None`: unsigned.
+    pub image_signing_key: Option<PathBuf>,
 }
 
 /// How to serve HTTP on the listener `run` is given (the bound address is recorded in the
@@ -546,7 +550,12 @@ async fn run_until<R: Runtime>(
             std::path::absolute(&root).unwrap_or(root)
         },
         tracker: tracker.clone(),
-        handles: reconcile::Handles::default(),
+        handles: reconcile::Handles {
+            image_committer: reconcile::ImageCommitterHandle(Some(std::sync::Arc::new(
+                image_commit::GitCommitter::new(&config, requests.clone()),
+            ))),
+            ..reconcile::Handles::default()
+        },
     };
     let reconciler = tracker.spawn(reconcile::run(
         deps,

@@ -9,6 +9,7 @@
 
 mod error;
 mod memory;
+pub mod push;
 mod tree;
 pub mod trigger;
 mod verify;

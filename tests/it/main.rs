@@ -21,6 +21,7 @@ mod health_docker;
 mod hooks_docker;
 mod http;
 mod identity_docker;
+mod image_push;
 mod ingress;
 mod jobs;
 mod macro_scripts;
