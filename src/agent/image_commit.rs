@@ -69,7 +69,9 @@ impl ImageCommitter for GitCommitter {
             let busy = Arc::clone(&self.busy);
             let to_branch = options.push_branch.is_empty();
             let result = tokio::task::spawn_blocking(move || {
-                let _held = busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let _held = busy
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 bump_in_git(&options, &bumps)
             })
             .await
@@ -105,10 +107,14 @@ pub fn bump_in_git(options: &PushOptions, bumps: &[Bump]) -> CommitResult {
                 Ok(Some(edit)) => {
                     current = edit.text;
                     changed = true;
-                    found.lock().unwrap_or_else(std::sync::PoisonError::into_inner)[index] = true;
+                    found
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)[index] = true;
                 }
                 Ok(None) => {
-                    found.lock().unwrap_or_else(std::sync::PoisonError::into_inner)[index] = true;
+                    found
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)[index] = true;
                 }
                 Err(EditError::NotFound { .. } | EditError::Unparsable) => {}
                 Err(error) => return Err(format!("{path}: {error}")),
@@ -117,7 +123,9 @@ pub fn bump_in_git(options: &PushOptions, bumps: &[Bump]) -> CommitResult {
         Ok(changed.then_some(current))
     };
     let mut finish = || {
-        let mut found = found.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut found = found
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let missing: Vec<String> = bumps
             .iter()
             .zip(found.iter())

@@ -303,7 +303,10 @@ async fn authorize(
     if !response.status().is_success() {
         return Err(RegistryError::Protocol {
             host: host.to_owned(),
-            message: format!("its token service answered HTTP {}", response.status().as_u16()),
+            message: format!(
+                "its token service answered HTTP {}",
+                response.status().as_u16()
+            ),
         });
     }
     let body = read_body(host, response).await?;
@@ -323,22 +326,19 @@ async fn authorize(
     } else {
         token.token
     };
-    let mut header = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
-        RegistryError::Protocol {
+    let mut header =
+        HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| RegistryError::Protocol {
             host: host.to_owned(),
             message: "its token is not a header value".to_owned(),
-        }
-    })?;
+        })?;
     header.set_sensitive(true);
     Ok(header)
 }
 
 fn basic(credentials: &Credentials) -> Option<HeaderValue> {
     use base64::Engine as _;
-    let encoded = base64::engine::general_purpose::STANDARD.encode(format!(
-        "{}:{}",
-        credentials.username, credentials.secret
-    ));
+    let encoded = base64::engine::general_purpose::STANDARD
+        .encode(format!("{}:{}", credentials.username, credentials.secret));
     let mut header = HeaderValue::from_str(&format!("Basic {encoded}")).ok()?;
     header.set_sensitive(true);
     Some(header)
@@ -455,14 +455,20 @@ mod tests {
             ("ghcr.io", "https"),
             ("10.0.0.1:5000", "https"),
         ] {
-            assert_eq!(base_url(host).map(|url| url.scheme().to_owned()), Ok(scheme.to_owned()), "{host}");
+            assert_eq!(
+                base_url(host).map(|url| url.scheme().to_owned()),
+                Ok(scheme.to_owned()),
+                "{host}"
+            );
         }
     }
 
     #[test]
     fn headers_are_read() {
         assert_eq!(
-            challenge_parameters(r#"realm="https://auth.example/token",service="registry.example",scope="repository:app:pull""#),
+            challenge_parameters(
+                r#"realm="https://auth.example/token",service="registry.example",scope="repository:app:pull""#
+            ),
             vec![
                 ("realm".to_owned(), "https://auth.example/token".to_owned()),
                 ("service".to_owned(), "registry.example".to_owned()),
@@ -474,7 +480,10 @@ mod tests {
             Some("/v2/app/tags/list?last=1.4.3&n=2")
         );
         assert_eq!(next_link(r#"</x>; rel="prev""#), None);
-        assert_eq!(retry_after(Some(&HeaderValue::from_static("7"))), Duration::from_secs(7));
+        assert_eq!(
+            retry_after(Some(&HeaderValue::from_static("7"))),
+            Duration::from_secs(7)
+        );
         assert_eq!(retry_after(None), Duration::from_secs(60));
         assert_eq!(
             retry_after(Some(&HeaderValue::from_static("999999"))),

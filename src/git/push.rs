@@ -112,7 +112,11 @@ pub fn commit_and_push(
                 format!("user.signingkey={}", key.display()),
             ]);
         }
-        commit.extend(["commit".to_owned(), "-q".to_owned(), "--no-verify".to_owned()]);
+        commit.extend([
+            "commit".to_owned(),
+            "-q".to_owned(),
+            "--no-verify".to_owned(),
+        ]);
         if options.signing_key.is_some() {
             commit.push("-S".to_owned());
         }
@@ -122,7 +126,10 @@ pub fn commit_and_push(
         let head = git(options, &["rev-parse", "HEAD"], "read the commit")?;
         let head = String::from_utf8_lossy(&head.stdout).trim().to_owned();
         let refspec = format!("HEAD:refs/heads/{target}");
-        let pushed = run(options, &["push", "--porcelain", "--", &options.url, &refspec])?;
+        let pushed = run(
+            options,
+            &["push", "--porcelain", "--", &options.url, &refspec],
+        )?;
         if pushed.status.success() {
             return Ok(CommitSha::new(head));
         }
@@ -131,16 +138,24 @@ pub fn commit_and_push(
             String::from_utf8_lossy(&pushed.stdout),
             String::from_utf8_lossy(&pushed.stderr)
         );
-        let raced = ["non-fast-forward", "fetch first", "[rejected]", "stale info"]
-            .iter()
-            .any(|sign| said.contains(sign));
+        let raced = [
+            "non-fast-forward",
+            "fetch first",
+            "[rejected]",
+            "stale info",
+        ]
+        .iter()
+        .any(|sign| said.contains(sign));
         if !raced {
             return Err(PushError::Git {
                 what: format!("push to {target}"),
                 message: last_lines(&said),
             });
         }
-        tracing::info!(branch = target, "the branch moved during an image bump; redoing it on the new tip");
+        tracing::info!(
+            branch = target,
+            "the branch moved during an image bump; redoing it on the new tip"
+        );
     }
     Err(PushError::Raced {
         branch: target.to_owned(),
@@ -181,8 +196,16 @@ fn prepare(options: &PushOptions, target: &str) -> Result<(), PushError> {
             });
         }
     }
-    git(options, &["checkout", "-q", "-f", "--detach", "refs/voodu/base"], "check out the tip")?;
-    git(options, &["clean", "-q", "-f", "-d", "-x"], "clean the working clone")?;
+    git(
+        options,
+        &["checkout", "-q", "-f", "--detach", "refs/voodu/base"],
+        "check out the tip",
+    )?;
+    git(
+        options,
+        &["clean", "-q", "-f", "-d", "-x"],
+        "clean the working clone",
+    )?;
     Ok(())
 }
 
@@ -266,6 +289,9 @@ fn git(options: &PushOptions, args: &[&str], what: &str) -> Result<Output, PushE
 }
 
 fn last_lines(text: &str) -> String {
-    let lines: Vec<&str> = text.lines().filter(|line| !line.trim().is_empty()).collect();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .collect();
     lines[lines.len().saturating_sub(3)..].join("; ")
 }

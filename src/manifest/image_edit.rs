@@ -21,7 +21,9 @@ use crate::model::{Kind, split_image};
 pub enum EditError {
     #[error("the file does not parse as a manifest; fix it first")]
     Unparsable,
-    #[error("the file has no {kind} \"{scope}\" \"{name}\" with an `image`; it moved or was removed")]
+    #[error(
+        "the file has no {kind} \"{scope}\" \"{name}\" with an `image`; it moved or was removed"
+    )]
     NotFound {
         kind: &'static str,
         scope: String,
@@ -165,8 +167,14 @@ job "shop" "migrate" {
     fn only_the_tag_changes() -> Result<(), EditError> {
         let edit = set_image_tag(FILE, Kind::Deployment, "shop", "web", "app", "1.4.3")?
             .expect("a change");
-        assert_eq!(edit.text, FILE.replacen("app:1.4.2\"   #", "app:1.4.3\"   #", 1));
-        assert_eq!((edit.before.as_str(), edit.after.as_str()), ("app:1.4.2", "app:1.4.3"));
+        assert_eq!(
+            edit.text,
+            FILE.replacen("app:1.4.2\"   #", "app:1.4.3\"   #", 1)
+        );
+        assert_eq!(
+            (edit.before.as_str(), edit.after.as_str()),
+            ("app:1.4.2", "app:1.4.3")
+        );
         let edit = set_image_tag(
             FILE,
             Kind::Deployment,
@@ -180,8 +188,8 @@ job "shop" "migrate" {
             edit.text,
             FILE.replace("127.0.0.1:5000/app:1.4.2", "127.0.0.1:5000/app:10.0.0-rc.1")
         );
-        let edit = set_image_tag(FILE, Kind::Job, "shop", "migrate", "app", "2")?
-            .expect("a change");
+        let edit =
+            set_image_tag(FILE, Kind::Job, "shop", "migrate", "app", "2")?.expect("a change");
         let want = FILE.replacen("app:1.4.2\"\n  command", "app:2\"\n  command", 1);
         assert_eq!(edit.text, want);
         Ok(())
@@ -191,11 +199,41 @@ job "shop" "migrate" {
     fn refusals() {
         let cases: &[(&str, Kind, &str, &str, &str)] = &[
             (FILE, Kind::Statefulset, "web", "app", "no statefulset"),
-            (FILE, Kind::Deployment, "gone", "app", "no deployment \"shop\" \"gone\""),
-            (FILE, Kind::Deployment, "web", "other", "now \"app:1.4.2\", not a tag of other"),
-            ("deployment \"shop\" \"web\" {\n  image = \"app:\\u0031\"\n}\n", Kind::Deployment, "web", "app", "not a plain string literal"),
-            ("deployment \"shop\" \"web\" {\n  image = \"${IMG}\"\n}\n", Kind::Deployment, "web", "app", "not a plain string literal"),
-            ("deployment \"shop\" \"web\" {\n  image = 1 + 2\n}\n", Kind::Deployment, "web", "app", "does not parse"),
+            (
+                FILE,
+                Kind::Deployment,
+                "gone",
+                "app",
+                "no deployment \"shop\" \"gone\"",
+            ),
+            (
+                FILE,
+                Kind::Deployment,
+                "web",
+                "other",
+                "now \"app:1.4.2\", not a tag of other",
+            ),
+            (
+                "deployment \"shop\" \"web\" {\n  image = \"app:\\u0031\"\n}\n",
+                Kind::Deployment,
+                "web",
+                "app",
+                "not a plain string literal",
+            ),
+            (
+                "deployment \"shop\" \"web\" {\n  image = \"${IMG}\"\n}\n",
+                Kind::Deployment,
+                "web",
+                "app",
+                "not a plain string literal",
+            ),
+            (
+                "deployment \"shop\" \"web\" {\n  image = 1 + 2\n}\n",
+                Kind::Deployment,
+                "web",
+                "app",
+                "does not parse",
+            ),
         ];
         for (text, kind, name, repository, part) in cases {
             match set_image_tag(text, *kind, "shop", name, repository, "9") {

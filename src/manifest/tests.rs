@@ -302,7 +302,11 @@ cronjob "shop" "nightly" {
     let mut without = web.clone();
     without.container.image_update = None;
     let key = &web_resource.key;
-    assert_eq!(web.spec_hash(key), without.spec_hash(key), "out of the hash");
+    assert_eq!(
+        web.spec_hash(key),
+        without.spec_hash(key),
+        "out of the hash"
+    );
     let Spec::Cronjob(nightly) = &find(crate::model::Kind::Cronjob).spec else {
         panic!("a cronjob");
     };

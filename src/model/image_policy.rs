@@ -310,30 +310,130 @@ mod tests {
     }
 
     /// `(policy, range, filter, extract, tags, latest)`.
+    type Case = (
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        Option<&'static str>,
+    );
+
     #[test]
     fn latest_by_policy() -> Result<(), PolicyError> {
-        let cases: &[(&str, &str, &str, &str, &str, Option<&str>)] = &[
+        let cases: &[Case] = &[
             // semver: ranges, pre-releases only when the range names one.
-            ("semver", "~1.4", "", "", "1.4.2 1.4.3 1.5.0 2.0.0", Some("1.4.3")),
-            ("semver", "^1", "", "", "1.4.2 1.4.3 1.5.0 2.0.0", Some("1.5.0")),
-            ("semver", "", "", "", "1.4.2 2.0.0 latest 2.1.0-rc.1", Some("2.0.0")),
+            (
+                "semver",
+                "~1.4",
+                "",
+                "",
+                "1.4.2 1.4.3 1.5.0 2.0.0",
+                Some("1.4.3"),
+            ),
+            (
+                "semver",
+                "^1",
+                "",
+                "",
+                "1.4.2 1.4.3 1.5.0 2.0.0",
+                Some("1.5.0"),
+            ),
+            (
+                "semver",
+                "",
+                "",
+                "",
+                "1.4.2 2.0.0 latest 2.1.0-rc.1",
+                Some("2.0.0"),
+            ),
             ("semver", "~1.4", "", "", "1.4.2 1.4.4-rc.1", Some("1.4.2")),
-            ("semver", ">=1.4.4-rc.1", "", "", "1.4.2 1.4.4-rc.1 1.4.4-rc.2", Some("1.4.4-rc.2")),
-            ("semver", ">=1.4.4-rc.1", "", "", "1.4.4-rc.2 1.4.4", Some("1.4.4")),
-            ("semver", ">=2.0.0-alpha", "", "", "2.0.0-alpha 2.0.0-beta.2 2.0.0-beta.11", Some("2.0.0-beta.11")),
+            (
+                "semver",
+                ">=1.4.4-rc.1",
+                "",
+                "",
+                "1.4.2 1.4.4-rc.1 1.4.4-rc.2",
+                Some("1.4.4-rc.2"),
+            ),
+            (
+                "semver",
+                ">=1.4.4-rc.1",
+                "",
+                "",
+                "1.4.4-rc.2 1.4.4",
+                Some("1.4.4"),
+            ),
+            (
+                "semver",
+                ">=2.0.0-alpha",
+                "",
+                "",
+                "2.0.0-alpha 2.0.0-beta.2 2.0.0-beta.11",
+                Some("2.0.0-beta.11"),
+            ),
             ("semver", "~1.4", "", "", "v1.4.2 1.4.2", Some("v1.4.2")),
             ("semver", "~3", "", "", "1.4.2 2.0.0", None),
             ("semver", "", "", "", "latest stable 1.4", None),
-            ("semver", "", "^app-(.*)$", "$1", "app-1.2.0 app-1.10.0 other-9.0.0", Some("app-1.10.0")),
+            (
+                "semver",
+                "",
+                "^app-(.*)$",
+                "$1",
+                "app-1.2.0 app-1.10.0 other-9.0.0",
+                Some("app-1.10.0"),
+            ),
             // numerical with a filter and extract.
             ("numerical", "", "", "", "3 20 100 latest", Some("100")),
-            ("numerical", "", "^main-([0-9]+)$", "$1", "main-9 main-10 main-2 dev-99 main-x", Some("main-10")),
-            ("numerical", "", "^main-(?P<n>[0-9]+)-[a-f0-9]+$", "$n", "main-7-abc main-12-def main-3-fff", Some("main-12-def")),
-            ("numerical", "", "^build-(.*)$", "${1}", "build-1.5 build-1.25", Some("build-1.5")),
+            (
+                "numerical",
+                "",
+                "^main-([0-9]+)$",
+                "$1",
+                "main-9 main-10 main-2 dev-99 main-x",
+                Some("main-10"),
+            ),
+            (
+                "numerical",
+                "",
+                "^main-(?P<n>[0-9]+)-[a-f0-9]+$",
+                "$n",
+                "main-7-abc main-12-def main-3-fff",
+                Some("main-12-def"),
+            ),
+            (
+                "numerical",
+                "",
+                "^build-(.*)$",
+                "${1}",
+                "build-1.5 build-1.25",
+                Some("build-1.5"),
+            ),
             // alphabetical.
-            ("alphabetical", "", "", "", "2026-01-02 2026-01-10 2025-12-31", Some("2026-01-10")),
-            ("alphabetical", "", "^main-", "", "main-a main-b zz", Some("main-b")),
-            ("alphabetical", "", "^rel-(.*)$", "$1", "rel-b zzz rel-c", Some("rel-c")),
+            (
+                "alphabetical",
+                "",
+                "",
+                "",
+                "2026-01-02 2026-01-10 2025-12-31",
+                Some("2026-01-10"),
+            ),
+            (
+                "alphabetical",
+                "",
+                "^main-",
+                "",
+                "main-a main-b zz",
+                Some("main-b"),
+            ),
+            (
+                "alphabetical",
+                "",
+                "^rel-(.*)$",
+                "$1",
+                "rel-b zzz rel-c",
+                Some("rel-c"),
+            ),
             // a filter that matches nothing.
             ("numerical", "", "^nightly-[0-9]+$", "", "1 2 3", None),
             ("semver", "", "^release/", "", "1.0.0 2.0.0", None),
@@ -355,7 +455,10 @@ mod tests {
     fn images_split_into_repository_and_tag() {
         let cases: &[(&str, Option<(&str, &str)>)] = &[
             ("app:1.4.2", Some(("app", "1.4.2"))),
-            ("ghcr.io/acme/web:1.4.2", Some(("ghcr.io/acme/web", "1.4.2"))),
+            (
+                "ghcr.io/acme/web:1.4.2",
+                Some(("ghcr.io/acme/web", "1.4.2")),
+            ),
             ("localhost:5000/app:2", Some(("localhost:5000/app", "2"))),
             ("localhost:5000/app", None),
             ("nginx", None),
@@ -382,7 +485,13 @@ mod tests {
     #[test]
     fn updates_never_downgrade() -> Result<(), PolicyError> {
         let cases: &[(&str, &str, &str, &str, Option<&str>)] = &[
-            ("semver", "~1.4", "1.4.2", "1.4.2 1.4.3 1.5.0", Some("1.4.3")),
+            (
+                "semver",
+                "~1.4",
+                "1.4.2",
+                "1.4.2 1.4.3 1.5.0",
+                Some("1.4.3"),
+            ),
             ("semver", "~1.4", "1.4.3", "1.4.2 1.4.3 1.5.0", None),
             ("semver", "~1.4", "1.5.0", "1.4.2 1.4.3", None),
             ("semver", "~1.4", "latest", "1.4.2 1.4.3", Some("1.4.3")),
@@ -408,11 +517,39 @@ mod tests {
         let cases: &[(&str, &str, &str, &str, &str, &str)] = &[
             ("newest", "", "", "", "policy", "is not a policy"),
             ("semver", "~x.4", "", "", "range", "is not a semver range"),
-            ("numerical", "~1", "", "", "range", "for policy \"semver\" only"),
-            ("semver", "", "^(main", "", "filter", "is not a regular expression"),
+            (
+                "numerical",
+                "~1",
+                "",
+                "",
+                "range",
+                "for policy \"semver\" only",
+            ),
+            (
+                "semver",
+                "",
+                "^(main",
+                "",
+                "filter",
+                "is not a regular expression",
+            ),
             ("numerical", "", "", "$1", "extract", "needs a `filter`"),
-            ("numerical", "", "^main-[0-9]+$", "$1", "extract", "group `1`"),
-            ("numerical", "", "^(?P<n>[0-9]+)$", "$m", "extract", "group `m`"),
+            (
+                "numerical",
+                "",
+                "^main-[0-9]+$",
+                "$1",
+                "extract",
+                "group `1`",
+            ),
+            (
+                "numerical",
+                "",
+                "^(?P<n>[0-9]+)$",
+                "$m",
+                "extract",
+                "group `m`",
+            ),
             ("numerical", "", "^([0-9]+)$", "${1", "extract", "unclosed"),
         ];
         for (policy, range, filter, extract, field, part) in cases {

@@ -6,8 +6,8 @@
 
 mod assets;
 mod docker_options;
-pub mod image_policy;
 pub(crate) mod hosts;
+pub mod image_policy;
 pub mod names;
 pub mod policy;
 mod ports;

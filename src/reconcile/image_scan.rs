@@ -113,34 +113,35 @@ async fn pass<R: Runtime>(
         }
         let credentials = credentials_for(ctx, &following[0].key, &following[0].image).await;
         let outcome = match credentials {
-            Ok(credentials) => {
-                registry::list_tags(client, repository, credentials.as_ref())
-                    .await
-                    .map_err(|error| {
-                        let wait = error.retry_after().map_or(0, |wait| {
-                            i64::try_from(wait.as_secs()).unwrap_or(i64::MAX)
-                        });
-                        (error.to_string(), wait)
-                    })
-            }
+            Ok(credentials) => registry::list_tags(client, repository, credentials.as_ref())
+                .await
+                .map_err(|error| {
+                    let wait = error
+                        .retry_after()
+                        .map_or(0, |wait| i64::try_from(wait.as_secs()).unwrap_or(i64::MAX));
+                    (error.to_string(), wait)
+                }),
             Err(error) => Err((error.to_string(), 0)),
         };
         let repository_owned = repository.clone();
         let at = crate::store::now_unix();
         match &outcome {
             Ok(tags) => {
-                tracing::debug!(repository, n_tags = tags.len(), "scanned an image repository");
+                tracing::debug!(
+                    repository,
+                    n_tags = tags.len(),
+                    "scanned an image repository"
+                );
             }
-            Err((error, _)) => tracing::warn!(repository, %error, "cannot scan an image repository"),
+            Err((error, _)) => {
+                tracing::warn!(repository, %error, "cannot scan an image repository")
+            }
         }
         blocking(&ctx.store, move |store| match outcome {
             Ok(tags) => store.record_image_scan(&repository_owned, Ok(&tags), 0, at),
-            Err((error, wait)) => store.record_image_scan(
-                &repository_owned,
-                Err(&error),
-                at.saturating_add(wait),
-                at,
-            ),
+            Err((error, wait)) => {
+                store.record_image_scan(&repository_owned, Err(&error), at.saturating_add(wait), at)
+            }
         })
         .await?;
         scanned_now.push(repository.clone());
@@ -182,7 +183,10 @@ async fn pass<R: Runtime>(
     };
     let mut by_branch: BTreeMap<String, Vec<Bump>> = BTreeMap::new();
     for bump in bumps {
-        by_branch.entry(bump.push_branch.clone()).or_default().push(bump);
+        by_branch
+            .entry(bump.push_branch.clone())
+            .or_default()
+            .push(bump);
     }
     for (_, bumps) in by_branch {
         let keys: Vec<ResourceKey> = bumps.iter().map(|bump| bump.key.clone()).collect();
@@ -204,10 +208,7 @@ async fn pass<R: Runtime>(
 /// (`shop/web: app:1.4.2 → app:1.4.3`).
 pub fn commit_message(bumps: &[Bump]) -> String {
     let mut message = if bumps.len() == 1 {
-        format!(
-            "Update {} to {}",
-            bumps[0].repository, bumps[0].to_tag
-        )
+        format!("Update {} to {}", bumps[0].repository, bumps[0].to_tag)
     } else {
         format!("Update {} images", bumps.len())
     };
@@ -215,7 +216,12 @@ pub fn commit_message(bumps: &[Bump]) -> String {
     for bump in bumps {
         message.push_str(&format!(
             "{}/{}: {}:{} → {}:{}\n",
-            bump.key.scope, bump.key.name, bump.repository, bump.from_tag, bump.repository, bump.to_tag
+            bump.key.scope,
+            bump.key.name,
+            bump.repository,
+            bump.from_tag,
+            bump.repository,
+            bump.to_tag
         ));
     }
     message
@@ -225,7 +231,9 @@ pub fn commit_message(bumps: &[Bump]) -> String {
 fn decide(follower: &Follower, scans: &[ImageScan], now: i64) -> ImageUpdateRow {
     let latest = match (
         follower.update.policy(),
-        scans.iter().find(|scan| scan.repository == follower.repository),
+        scans
+            .iter()
+            .find(|scan| scan.repository == follower.repository),
     ) {
         (Ok(policy), Some(scan)) => policy
             .update(&follower.tag, &scan.tags)

@@ -194,7 +194,11 @@ pub struct ImageCommitterHandle(pub Option<Arc<dyn image_scan::ImageCommitter>>)
 
 impl std::fmt::Debug for ImageCommitterHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "ImageCommitter" } else { "None" })
+        f.write_str(if self.0.is_some() {
+            "ImageCommitter"
+        } else {
+            "None"
+        })
     }
 }
 

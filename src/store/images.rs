@@ -257,7 +257,11 @@ fn read_updates(connection: &rusqlite::Connection) -> Result<Vec<ImageUpdateRow>
         Ok((
             kind,
             ImageUpdateRow {
-                key: ResourceKey::new(Kind::Deployment, row.get::<_, String>(1)?, row.get::<_, String>(2)?),
+                key: ResourceKey::new(
+                    Kind::Deployment,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                ),
                 image: row.get(3)?,
                 repository: row.get(4)?,
                 policy: row.get(5)?,
@@ -329,7 +333,11 @@ mod tests {
         store.record_image_updates(&[row("web", "1.4.3")])?;
         let updates = store.image_updates()?;
         assert_eq!(updates.len(), 1, "api's row went with its block");
-        assert_eq!(updates[0].commit_sha, sha.as_str(), "kept while the tag stays");
+        assert_eq!(
+            updates[0].commit_sha,
+            sha.as_str(),
+            "kept while the tag stays"
+        );
         let actions: Vec<String> = store
             .activity(0, 100)?
             .0
@@ -337,11 +345,17 @@ mod tests {
             .map(|activity| format!("{} {}", activity.action, activity.outcome))
             .collect();
         assert_eq!(
-            actions.iter().filter(|a| a.starts_with("image.available")).count(),
+            actions
+                .iter()
+                .filter(|a| a.starts_with("image.available"))
+                .count(),
             1,
             "{actions:?}"
         );
-        assert!(actions.contains(&"image.commit succeeded".to_owned()), "{actions:?}");
+        assert!(
+            actions.contains(&"image.commit succeeded".to_owned()),
+            "{actions:?}"
+        );
         store.retain_image_scans(&[])?;
         assert!(store.image_scans()?.is_empty());
         Ok(())

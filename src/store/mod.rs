@@ -47,8 +47,8 @@ pub use detail::{
     RunDetail, SkipDetail, StatefulsetDetail, TlsDetail, VolumeDetail,
 };
 pub(crate) use error::{Error, Result};
-pub use images::{ImageScan, ImageUpdateRow, next_scan};
 pub use health::{HEALTH_ENGINE, HEALTH_FETCH, Health};
+pub use images::{ImageScan, ImageUpdateRow, next_scan};
 pub(crate) use meta::{META_HOST_SELECTION, META_RUNTIME};
 pub use outbox::{EVENTS, Event, SinkState};
 pub use releases::{

@@ -19,7 +19,14 @@ fn git(dir: &Path, args: &[&str]) -> Result<String, Box<dyn std::error::Error>> 
     let output = Command::new("git")
         .arg("-C")
         .arg(dir)
-        .args(["-c", "user.name=human", "-c", "user.email=human@example.invalid", "-c", "commit.gpgsign=false"])
+        .args([
+            "-c",
+            "user.name=human",
+            "-c",
+            "user.email=human@example.invalid",
+            "-c",
+            "commit.gpgsign=false",
+        ])
         .args(args)
         .output()?;
     if !output.status.success() {
@@ -33,13 +40,26 @@ fn remote(root: &Path) -> Result<(String, std::path::PathBuf), Box<dyn std::erro
     let bare = root.join("remote.git");
     let human = root.join("human");
     std::fs::create_dir_all(&human)?;
-    git(root, &["init", "-q", "--bare", "-b", "main", bare.to_str().ok_or("path")?])?;
+    git(
+        root,
+        &[
+            "init",
+            "-q",
+            "--bare",
+            "-b",
+            "main",
+            bare.to_str().ok_or("path")?,
+        ],
+    )?;
     git(&human, &["init", "-q", "-b", "main"])?;
     std::fs::create_dir_all(human.join("m"))?;
     std::fs::write(human.join("m/shop.hcl"), MANIFEST)?;
     git(&human, &["add", "."])?;
     git(&human, &["commit", "-q", "-m", "initial"])?;
-    git(&human, &["push", "-q", bare.to_str().ok_or("path")?, "main"])?;
+    git(
+        &human,
+        &["push", "-q", bare.to_str().ok_or("path")?, "main"],
+    )?;
     Ok((bare.display().to_string(), human))
 }
 
@@ -77,11 +97,18 @@ fn a_bump_changes_only_the_tag_and_lists_the_change() -> TestResult {
     let diff = git(&human, &["diff", "-U0", "HEAD~1", "HEAD"])?;
     let changed: Vec<&str> = diff
         .lines()
-        .filter(|line| (line.starts_with('+') || line.starts_with('-')) && !line.starts_with("+++") && !line.starts_with("---"))
+        .filter(|line| {
+            (line.starts_with('+') || line.starts_with('-'))
+                && !line.starts_with("+++")
+                && !line.starts_with("---")
+        })
         .collect();
     assert_eq!(
         changed,
-        ["-  image = \"app:1.4.2\"  # followed", "+  image = \"app:1.4.3\"  # followed"]
+        [
+            "-  image = \"app:1.4.2\"  # followed",
+            "+  image = \"app:1.4.3\"  # followed"
+        ]
     );
     assert_eq!(
         git(&human, &["log", "-1", "--format=%B"])?,
@@ -102,7 +129,8 @@ fn a_human_commit_between_fetch_and_push_is_kept_and_the_bump_redone_on_it() -> 
         attempts += 1;
         if attempts == 1 {
             // The human pushes after the agent fetched: the agent's push must be refused.
-            let mut human_text = std::fs::read_to_string(human.join(path)).map_err(|e| e.to_string())?;
+            let mut human_text =
+                std::fs::read_to_string(human.join(path)).map_err(|e| e.to_string())?;
             human_text.push_str("# reviewed by a human\n");
             std::fs::write(human.join(path), human_text).map_err(|e| e.to_string())?;
             git(&human, &["commit", "-q", "-am", "human edit"]).map_err(|e| e.to_string())?;
@@ -121,7 +149,10 @@ fn a_human_commit_between_fetch_and_push_is_kept_and_the_bump_redone_on_it() -> 
     assert_eq!(attempts, 2, "the refused push was redone once");
     git(&human, &["pull", "-q", "--ff-only", &url, "main"])?;
     assert_eq!(git(&human, &["rev-parse", "HEAD"])?, sha.as_str());
-    assert_eq!(git(&human, &["log", "-1", "--format=%s", "HEAD~1"])?, "human edit");
+    assert_eq!(
+        git(&human, &["log", "-1", "--format=%s", "HEAD~1"])?,
+        "human edit"
+    );
     let text = std::fs::read_to_string(human.join("m/shop.hcl"))?;
     assert_eq!(
         text,
@@ -134,13 +165,19 @@ fn a_human_commit_between_fetch_and_push_is_kept_and_the_bump_redone_on_it() -> 
 fn an_image_moved_to_another_repository_is_a_conflict_and_nothing_is_pushed() -> TestResult {
     let dir = tempfile::tempdir()?;
     let (url, human) = remote(dir.path())?;
-    std::fs::write(human.join("m/shop.hcl"), MANIFEST.replace("app:1.4.2", "other:9"))?;
+    std::fs::write(
+        human.join("m/shop.hcl"),
+        MANIFEST.replace("app:1.4.2", "other:9"),
+    )?;
     git(&human, &["commit", "-q", "-am", "switch image"])?;
     git(&human, &["push", "-q", &url, "main"])?;
     let tip = git(&human, &["rev-parse", "HEAD"])?;
-    let error = bump_in_git(&options(&url, &dir.path().join("work")), &[bump()])
-        .expect_err("a conflict");
+    let error =
+        bump_in_git(&options(&url, &dir.path().join("work")), &[bump()]).expect_err("a conflict");
     assert!(error.contains("not a tag of app"), "{error}");
-    assert_eq!(git(dir.path(), &["--git-dir", &url, "rev-parse", "main"])?, tip);
+    assert_eq!(
+        git(dir.path(), &["--git-dir", &url, "rev-parse", "main"])?,
+        tip
+    );
     Ok(())
 }

@@ -19,17 +19,18 @@ use super::values::{self, IMAGE_FORM};
 use crate::manifest::Mode;
 use crate::manifest::interpolate::{Reference, is_ref_segment};
 use crate::manifest::spec::bounds::{
-    MAX_CPUS, MAX_FETCH_TIMEOUT, MAX_HISTORY, MAX_IMAGE_SCAN_INTERVAL, MAX_LOG_FILES, MAX_LOG_SIZE, MAX_MEMORY,
-    MAX_PROBE_DURATION, MAX_PROBE_THRESHOLD, MAX_PUBLISHED_PORTS, MAX_REPLICAS,
+    MAX_CPUS, MAX_FETCH_TIMEOUT, MAX_HISTORY, MAX_IMAGE_SCAN_INTERVAL, MAX_LOG_FILES, MAX_LOG_SIZE,
+    MAX_MEMORY, MAX_PROBE_DURATION, MAX_PROBE_THRESHOLD, MAX_PUBLISHED_PORTS, MAX_REPLICAS,
     MAX_RESTART_RETRIES, MAX_STOP_GRACE, MAX_TIMEOUT, MAX_ULIMIT, MAX_VOLUME_SIZE, MIN_MEMORY,
     show_duration,
 };
 use crate::manifest::spec::schedule::check_schedule;
 use crate::manifest::spec::{
-    AssetFile, AssetSpec, Autoscale, ImageUpdate, MIN_IMAGE_SCAN_INTERVAL, Build, Container, CronjobSpec, DependsOn, DeploymentSpec,
-    Drain, ExecAction, HttpGet, IngressSpec, Init, JobSpec, Lang, Limits, LoadBalancing, Location,
-    Logs, OnDeploy, OnProbe, Probe, Probes, RegistrySpec, ReleaseHooks, Resources, SealedEnv,
-    StatefulsetSpec, TcpSocket, Tls, VolumeClaim, WebhookTarget, normalize_port, sha256_hex,
+    AssetFile, AssetSpec, Autoscale, Build, Container, CronjobSpec, DependsOn, DeploymentSpec,
+    Drain, ExecAction, HttpGet, ImageUpdate, IngressSpec, Init, JobSpec, Lang, Limits,
+    LoadBalancing, Location, Logs, MIN_IMAGE_SCAN_INTERVAL, OnDeploy, OnProbe, Probe, Probes,
+    RegistrySpec, ReleaseHooks, Resources, SealedEnv, StatefulsetSpec, TcpSocket, Tls, VolumeClaim,
+    WebhookTarget, normalize_port, sha256_hex,
 };
 use crate::model::{DockerOptions, parse_go_duration};
 
