@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use voodu_agent::git::trigger;
-use voodu_agent::http::{HttpCtx, HttpOptions};
+use voodu_agent::http::{HookSource, HttpCtx, HttpOptions};
 use voodu_agent::manifest::{self, Diagnostic, Diagnostics, LoadOptions};
 use voodu_agent::metrics::Metrics;
 use voodu_agent::model::{CommitSha, Kind, ResourceKey, Snapshot, SourceFile};
@@ -147,7 +147,7 @@ fn main() {
         let shutdown = tokio_util::sync::CancellationToken::new();
         let ctx = HttpCtx {
             store: store.clone(),
-            requests,
+            sources: vec![HookSource::single(store.clone(), requests, "main")],
             metrics: Arc::new(Metrics::new()),
             options: HttpOptions::default(),
         };

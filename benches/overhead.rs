@@ -86,6 +86,7 @@ impl InProcess {
             service: Default::default(),
             notify: None,
             image_signing_key: None,
+            sources: Vec::new(),
         };
         let state_db = config.state_db();
         let shutdown = CancellationToken::new();

@@ -17,6 +17,7 @@ mod identity;
 pub mod image_commit;
 mod lock;
 pub(crate) mod notify;
+pub mod sources;
 
 pub(crate) use notify::ServiceNotify;
 
@@ -39,8 +40,10 @@ use crate::model::HostSelection;
 use crate::model::policy::{OwnedPaths, normalize_path};
 use crate::reconcile::{self, ReconcileOptions};
 use crate::runtime::{DockerRuntime, Gate, Runtime, Sealed};
-use crate::store::{HEALTH_ENGINE, Origin, Store, Who};
+use crate::store::{HEALTH_ENGINE, META_REPO_URL, META_SOURCES, Origin, Store, Who};
 use crate::sync::{self as sync_stage, SyncOptions, SyncOutcome, Syncer};
+
+pub use sources::SourceConfig;
 
 /// `meta` key under which the agent records the address its HTTP side listens on, so
 /// `voodu-agent sync`, `rollback` and `unpin` find it (tests know it: they bound it).
@@ -77,6 +80,9 @@ pub struct AgentConfig {
     /// `--image-signing-key FILE`: an SSH private key image automation signs its commits with
     /// (add its public key to the trusted signers for `--verify-commits`); `None`: unsigned.
     pub image_signing_key: Option<PathBuf>,
+    /// `--sources FILE`: the repositories followed, each owning its scopes; empty: the one
+    /// repository of `source`, owning every scope.
+    pub sources: Vec<SourceConfig>,
 }
 
 /// How to serve HTTP on the listener `run` is given (the bound address is recorded in the
@@ -91,6 +97,32 @@ pub struct HttpConfig {
 impl AgentConfig {
     pub fn state_db(&self) -> PathBuf {
         self.data_dir.join("state.db")
+    }
+
+    /// The sources this agent follows: those of `--sources`, or the single `--repo` source
+    /// (`""`, owning every scope, polled every `interval`).
+    pub fn source_configs(&self) -> Vec<SourceConfig> {
+        if !self.sources.is_empty() {
+            return self.sources.clone();
+        }
+        vec![SourceConfig {
+            name: String::new(),
+            options: self.source.clone(),
+            interval: self.interval,
+            scopes: vec![crate::model::scopes::ScopePattern::Any],
+            secret: None,
+            trust: None,
+        }]
+    }
+}
+
+/// Where source `name`'s mirror lives: `<data-dir>/repo.git` for the single `--repo` source,
+/// `<data-dir>/sources/NAME/repo.git` for a named one.
+pub(crate) fn source_dir(data_dir: &Path, name: &str) -> PathBuf {
+    if name.is_empty() {
+        data_dir.to_owned()
+    } else {
+        data_dir.join("sources").join(name)
     }
 }
 
@@ -344,10 +376,10 @@ async fn open_state<R: Runtime>(config: &AgentConfig, runtime: &R) -> anyhow::Re
     })
 }
 
-/// Syncs until a commit is applied (or shutdown), before the reconciler starts; see
-/// `OpenState::await_first_commit`. False when shutdown came first.
+/// Syncs every source until a commit is applied (or shutdown), before the reconciler
+/// starts; see `OpenState::await_first_commit`. False when shutdown came first.
 async fn first_commit(
-    syncer: &Arc<Syncer>,
+    syncers: &[(&SourceConfig, Arc<Syncer>)],
     store: &Arc<Store>,
     interval: Duration,
     shutdown: &CancellationToken,
@@ -357,32 +389,33 @@ async fn first_commit(
     );
     let interrupt = Arc::new(AtomicBool::new(false));
     loop {
-        let syncer_for_task = syncer.clone();
-        let interrupt_for_task = interrupt.clone();
-        let outcome =
-            tokio::task::spawn_blocking(move || syncer_for_task.sync_once(&interrupt_for_task))
-                .await?;
-        match outcome {
-            Ok(SyncOutcome::Applied { commit, .. }) => {
-                tracing::info!(commit = commit.short(), "first commit applied");
-            }
-            Ok(SyncOutcome::Rejected {
-                commit,
-                diagnostics,
-            }) => tracing::error!(
-                commit = commit.short(),
-                "commit rejected; waiting for a good commit before reconciling:\n{diagnostics}"
-            ),
-            Ok(SyncOutcome::Unchanged(_)) => {}
-            Err(error) => {
-                tracing::warn!(%error, "sync failed; next try in {}", humantime::format_duration(interval))
+        for (source, syncer) in syncers {
+            let syncer_for_task = syncer.clone();
+            let interrupt_for_task = interrupt.clone();
+            let outcome =
+                tokio::task::spawn_blocking(move || syncer_for_task.sync_once(&interrupt_for_task))
+                    .await?;
+            match outcome {
+                Ok(SyncOutcome::Applied { commit, .. }) => {
+                    tracing::info!(source = %source.name, commit = commit.short(), "first commit applied");
+                }
+                Ok(SyncOutcome::Rejected {
+                    commit,
+                    diagnostics,
+                }) => tracing::error!(
+                    source = %source.name,
+                    commit = commit.short(),
+                    "commit rejected; waiting for a good commit before reconciling:\n{diagnostics}"
+                ),
+                Ok(SyncOutcome::Unchanged(_)) => {}
+                Err(error) => {
+                    tracing::warn!(source = %source.name, %error, "sync failed; next try in {}", humantime::format_duration(interval))
+                }
             }
         }
         let store_for_check = store.clone();
-        let applied = tokio::task::spawn_blocking(move || store_for_check.commit_summary())
-            .await??
-            .last_applied
-            .is_some();
+        let applied =
+            tokio::task::spawn_blocking(move || store_for_check.any_commit_applied()).await??;
         if applied {
             return Ok(true);
         }
@@ -391,6 +424,69 @@ async fn first_commit(
             () = shutdown.cancelled() => return Ok(false),
         }
     }
+}
+
+/// The sources as `status` lists them.
+fn sources_meta(sources: &[SourceConfig]) -> String {
+    let list: Vec<serde_json::Value> = sources
+        .iter()
+        .map(|source| {
+            serde_json::json!({
+                "name": source.name,
+                "url": source.options.url,
+                "branch": source.options.branch,
+                "scopes": source.scopes.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    serde_json::Value::Array(list).to_string()
+}
+
+/// A data dir made with `--repo` started with `--sources`: the single source's history
+/// (commits, resources, triggers, fetch state, mirror) becomes the source whose URL is the
+/// one `--repo` followed, or else the one source that owns every scope of its resources.
+/// Nothing is redeployed: desired rows keep their specs, only their source changes.
+fn adopt_single_source(
+    store: &Store,
+    data_dir: &Path,
+    sources: &[SourceConfig],
+) -> anyhow::Result<()> {
+    if !store.has_source_history("")? {
+        return Ok(());
+    }
+    let recorded = store.meta(META_REPO_URL)?;
+    let by_url = recorded.as_deref().and_then(|url| {
+        let url = crate::git::repo_identity(url);
+        sources
+            .iter()
+            .find(|source| crate::git::repo_identity(&source.options.url) == url)
+    });
+    let by_scopes = || {
+        let ownership = sources::ownership(sources).ok()?;
+        let scopes = store.scopes_of_source("").ok()?;
+        let mut owners = scopes.iter().map(|scope| ownership.owner_of(scope));
+        let first = owners.next()??;
+        owners
+            .all(|owner| owner == Some(first))
+            .then(|| sources.iter().find(|source| source.name == first))
+            .flatten()
+    };
+    let Some(heir) = by_url.or_else(by_scopes) else {
+        tracing::warn!(
+            repo = recorded.as_deref().unwrap_or("(not recorded)"),
+            "this data dir was run with --repo, and no source of --sources follows that repository: its resources stay until a source declares them"
+        );
+        return Ok(());
+    };
+    store.adopt_source_history("", &heir.name)?;
+    let mirror = data_dir.join("repo.git");
+    let target = source_dir(data_dir, &heir.name);
+    if mirror.exists() && !target.join("repo.git").exists() {
+        std::fs::create_dir_all(&target)?;
+        std::fs::rename(&mirror, target.join("repo.git"))?;
+    }
+    tracing::info!(source = %heir.name, "the single repository's history of this data dir is now this source's (nothing is redeployed)");
+    Ok(())
 }
 
 fn wal_of(db: &std::path::Path) -> PathBuf {
@@ -458,29 +554,51 @@ async fn run_until<R: Runtime>(
             reconcile::Engine::Swarm => "swarm",
         }),
     )?;
-    let source =
-        Source::new(config.source.clone(), &config.data_dir).selecting(config.hosts.clone());
-    tracing::info!(
-        repo = source.url(),
-        branch = source.branch(),
-        host = config.hosts.host.as_deref().unwrap_or("(every host)"),
-        data_dir = %config.data_dir.display(),
-        agent_id,
-        "voodu-agent starting"
-    );
-    let local_git_dir = trigger::local_git_dir(source.url()).filter(|_| config.watch_local);
-    store.set_meta(META_BRANCH, Some(source.branch()))?;
-    let mut sync_options = config.sync.clone();
-    if let Some(listener) = &listener {
-        // `url()` may not fetch from the agent's own HTTP side.
-        sync_options.own_address = Some(listener.local_addr()?);
+    let sources = config.source_configs();
+    let ownership = Arc::new(sources::ownership(&sources).map_err(anyhow::Error::msg)?);
+    if !config.sources.is_empty() {
+        adopt_single_source(&store, &config.data_dir, &sources)?;
     }
-    let syncer = Arc::new(Syncer::new(source, store.clone(), sync_options)?);
-    if await_first_commit && !first_commit(&syncer, &store, config.interval, &shutdown).await? {
+    store.set_meta(META_SOURCES, Some(&sources_meta(&sources)))?;
+    if config.sources.is_empty() {
+        store.set_meta(META_REPO_URL, Some(&config.source.url))?;
+    }
+    let mut syncers = Vec::new();
+    for source_config in &sources {
+        let source = Source::new(
+            source_config.options.clone(),
+            &source_dir(&config.data_dir, &source_config.name),
+        )
+        .selecting(config.hosts.clone());
+        tracing::info!(
+            source = %source_config.name,
+            repo = source.url(),
+            branch = source.branch(),
+            host = config.hosts.host.as_deref().unwrap_or("(every host)"),
+            data_dir = %config.data_dir.display(),
+            agent_id,
+            "voodu-agent starting"
+        );
+        let source_store = Arc::new(store.for_source(&source_config.name));
+        source_store.set_meta(&source_store.source_key(META_BRANCH), Some(source.branch()))?;
+        let mut sync_options = config.sync.clone();
+        sync_options.ownership = ownership.clone();
+        if let Some(trust) = &source_config.trust {
+            sync_options.trust = Some(trust.clone());
+        }
+        if let Some(listener) = &listener {
+            // `url()` may not fetch from the agent's own HTTP side.
+            sync_options.own_address = Some(listener.local_addr()?);
+        }
+        syncers.push((
+            source_config,
+            Arc::new(Syncer::new(source, source_store, sync_options)?),
+        ));
+    }
+    if await_first_commit && !first_commit(&syncers, &store, config.interval, &shutdown).await? {
         return Ok(());
     }
     let metrics = Arc::new(Metrics::new());
-    let (requests, receiver) = trigger::channel();
     if let Some(listener) = &listener {
         let address = listener.local_addr()?;
         let secret_file = config
@@ -539,6 +657,15 @@ async fn run_until<R: Runtime>(
         store.clone(),
         shutdown.clone(),
     ));
+    // Each source's sync channel, made before the reconciler so image automation's commits can
+    // ask the source they pushed to for a fetch.
+    let mut channels = Vec::new();
+    let mut sync_requests = std::collections::BTreeMap::new();
+    for (source_config, _) in &syncers {
+        let (requests, receiver) = trigger::channel();
+        sync_requests.insert(source_config.name.clone(), requests.clone());
+        channels.push((requests, receiver));
+    }
     let deps = reconcile::Deps {
         store: store.clone(),
         runtime,
@@ -552,7 +679,7 @@ async fn run_until<R: Runtime>(
         tracker: tracker.clone(),
         handles: reconcile::Handles {
             image_committer: reconcile::ImageCommitterHandle(Some(std::sync::Arc::new(
-                image_commit::GitCommitter::new(&config, requests.clone()),
+                image_commit::GitCommitter::new(&config, &sources, &sync_requests),
             ))),
             ..reconcile::Handles::default()
         },
@@ -562,41 +689,55 @@ async fn run_until<R: Runtime>(
         config.reconcile.clone(),
         shutdown.clone(),
     ));
-    let store_for_sync = store.clone();
-    tracker.spawn(sync_loop(
-        move |interrupt: &AtomicBool, who: &Who| {
-            if let Err(error) = store_for_sync.notice_external_writes() {
-                tracing::warn!(%error, "cannot check the journal for rollbacks");
-            }
-            syncer.sync_once_as(interrupt, who)
-        },
-        receiver,
-        metrics.clone(),
-        config.interval,
-        shutdown.clone(),
-    ));
-    tracker.spawn(trigger::poll(
-        requests.clone(),
-        config.interval,
-        shutdown.clone(),
-    ));
-    // Kept until `run` returns: dropping it stops the watch.
-    let _local_watch = local_git_dir.and_then(|git_dir| {
-        match trigger::watch_local_repo(&git_dir, requests.clone()) {
-            Ok(watch) => {
-                tracing::info!(git_dir = %watch.git_dir().display(), "watching the local repository's refs");
-                Some(watch)
-            }
-            Err(error) => {
-                tracing::warn!(%error, git_dir = %git_dir.display(), "cannot watch the local repository; polling only");
-                None
+    let mut hook_sources = Vec::new();
+    // Kept until `run` returns: dropping one stops its watch.
+    let mut local_watches = Vec::new();
+    for ((source_config, syncer), (requests, receiver)) in syncers.into_iter().zip(channels) {
+        let source_store = Arc::new(store.for_source(&source_config.name));
+        let store_for_sync = source_store.clone();
+        let local_git_dir =
+            trigger::local_git_dir(syncer.source().url()).filter(|_| config.watch_local);
+        hook_sources.push(http::HookSource {
+            name: source_config.name.clone(),
+            url: crate::git::repo_identity(syncer.source().url()),
+            branch: syncer.source().branch().to_owned(),
+            requests: requests.clone(),
+            store: source_store,
+            secret: source_config.secret.clone(),
+        });
+        tracker.spawn(sync_loop(
+            move |interrupt: &AtomicBool, who: &Who| {
+                if let Err(error) = store_for_sync.notice_external_writes() {
+                    tracing::warn!(%error, "cannot check the journal for rollbacks");
+                }
+                syncer.sync_once_as(interrupt, who)
+            },
+            receiver,
+            metrics.clone(),
+            source_config.interval,
+            shutdown.clone(),
+        ));
+        tracker.spawn(trigger::poll(
+            requests.clone(),
+            source_config.interval,
+            shutdown.clone(),
+        ));
+        if let Some(git_dir) = local_git_dir {
+            match trigger::watch_local_repo(&git_dir, requests.clone()) {
+                Ok(watch) => {
+                    tracing::info!(source = %source_config.name, git_dir = %watch.git_dir().display(), "watching the local repository's refs");
+                    local_watches.push(watch);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, git_dir = %git_dir.display(), "cannot watch the local repository; polling only");
+                }
             }
         }
-    });
+    }
     if let Some(listener) = listener {
         let http_ctx = HttpCtx {
             store: store.clone(),
-            requests,
+            sources: hook_sources,
             metrics,
             options: config.http.options.clone(),
         };
@@ -608,10 +749,13 @@ async fn run_until<R: Runtime>(
         });
     }
     tracker.close();
+    let watching: Vec<String> = sources
+        .iter()
+        .map(|source| format!("{} ({})", source.options.url, source.options.branch))
+        .collect();
     config.service.ready(&format!(
-        "watching {} ({}){}",
-        config.source.url,
-        config.source.branch,
+        "watching {}{}",
+        watching.join(", "),
         if serving_http { "; serving HTTP" } else { "" }
     ));
     tokio::select! {

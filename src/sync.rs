@@ -26,6 +26,7 @@ use crate::manifest::spec::Spec;
 use crate::manifest::triggers::{self, Decision, Situation, Trigger, Verdict};
 use crate::manifest::{self, Diagnostic, Diagnostics, LoadOptions, Mode, Policy, Vars};
 use crate::model::policy::{OwnedPaths, resolve_on_host};
+use crate::model::scopes::Ownership;
 use crate::model::{
     BlobId, CommitSha, FileRead, FileSource, MAX_MANIFEST_BYTES, Snapshot, SourceFile, random_hex,
 };
@@ -82,6 +83,9 @@ pub struct SyncOptions {
     pub trust: Option<CommitTrust>,
     /// The age identities SOPS files are opened with (`--age-identity`).
     pub(crate) keyring: Arc<Keyring>,
+    /// Which source may deploy which scope (`--sources`); the single `--repo` source owns
+    /// every scope.
+    pub ownership: Arc<Ownership>,
 }
 
 /// `--verify-commits` and the keys it trusts.
@@ -92,6 +96,35 @@ pub struct CommitTrust {
     /// Names the configuration (mode and the key files' digests): a commit judged under
     /// another one is judged again after a restart.
     pub fingerprint: String,
+}
+
+impl CommitTrust {
+    /// Verification in `mode` against the keys of the given files (git's allowed_signers
+    /// format, an OpenPGP keyring); an error names a file that cannot be used.
+    pub fn load(
+        mode: VerifyMode,
+        ssh_signers: Option<&std::path::Path>,
+        pgp_keys: Option<&std::path::Path>,
+    ) -> anyhow::Result<CommitTrust> {
+        use anyhow::Context as _;
+        use sha2::{Digest as _, Sha256};
+        let keys = TrustedKeys::load(ssh_signers, pgp_keys)?;
+        if keys.is_empty() {
+            anyhow::bail!("the trusted key files list no key");
+        }
+        let mut fingerprint = Sha256::new();
+        fingerprint.update(mode.as_str());
+        for path in [ssh_signers, pgp_keys].into_iter().flatten() {
+            let bytes =
+                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            fingerprint.update(Sha256::digest(&bytes));
+        }
+        Ok(CommitTrust {
+            mode,
+            keys: Arc::new(keys),
+            fingerprint: crate::model::text::hex(&fingerprint.finalize()),
+        })
+    }
 }
 
 impl SyncOptions {
@@ -114,6 +147,7 @@ impl SyncOptions {
             data_dir,
             trust: None,
             keyring: Arc::new(Keyring::default()),
+            ownership: Arc::new(Ownership::single()),
         }
     }
 }
@@ -125,6 +159,8 @@ pub(crate) const MISSING_VAR_HINT: &str = "set it in a config bucket this file r
 pub const META_HOST_POLICY: &str = "host_policy";
 /// The `meta` key naming the commit-signature configuration the agent last ran with.
 const META_COMMIT_TRUST: &str = "commit_trust";
+/// The `meta` key of the scopes a source last ran with (`--sources`).
+const META_SCOPES: &str = "scopes";
 
 /// At most this many diagnostics of one commit are kept (recorded, logged, answered to
 /// `?wait`); the last one kept says how many more there were. A commit with a million
@@ -192,19 +228,27 @@ impl Syncer {
             .trust
             .as_ref()
             .map_or_else(|| "none".to_owned(), |trust| trust.fingerprint.clone());
-        let same_policy = store.meta(META_HOST_POLICY)?.as_deref() == Some(policy.as_str())
-            && store.meta(META_HOST_SELECTION)?.as_deref() == Some(hosts.as_str())
-            && store
-                .meta(META_COMMIT_TRUST)?
-                .unwrap_or_else(|| "none".to_owned())
-                == trust;
+        let scopes = options.ownership.patterns_of(store.source());
+        // Each source remembers what it was judged under: one source's start must not make
+        // another's look unchanged.
+        let keys = [
+            store.source_key(META_HOST_POLICY),
+            store.source_key(META_HOST_SELECTION),
+            store.source_key(META_COMMIT_TRUST),
+            store.source_key(META_SCOPES),
+        ];
+        let same_policy = store.meta(&keys[0])?.as_deref() == Some(policy.as_str())
+            && store.meta(&keys[1])?.as_deref() == Some(hosts.as_str())
+            && store.meta(&keys[2])?.unwrap_or_else(|| "none".to_owned()) == trust
+            && store.meta(&keys[3])?.unwrap_or_default() == scopes;
         let last_seen = match store.commit_summary()?.last_seen {
             Some(record) if same_policy => Some((record.sha, store.config_version()?)),
             _ => None,
         };
-        store.set_meta(META_HOST_POLICY, Some(&policy))?;
-        store.set_meta(META_HOST_SELECTION, Some(&hosts))?;
-        store.set_meta(META_COMMIT_TRUST, Some(&trust))?;
+        store.set_meta(&keys[0], Some(&policy))?;
+        store.set_meta(&keys[1], Some(&hosts))?;
+        store.set_meta(&keys[2], Some(&trust))?;
+        store.set_meta(&keys[3], Some(&scopes))?;
         let url_hosts =
             manifest::UrlHosts::parse(&options.policy.allow_url_host).map_err(Error::Policy)?;
         let fetcher = UrlCache::new(&options.data_dir, options.max_url_bytes)
@@ -271,7 +315,10 @@ impl Syncer {
                 Err(chain.as_str())
             }
         };
-        if let Err(error) = self.store.record_health(HEALTH_FETCH, outcome) {
+        if let Err(error) = self
+            .store
+            .record_health(&self.store.source_key(HEALTH_FETCH), outcome)
+        {
             tracing::warn!(%error, "cannot record the fetch outcome");
         }
     }
@@ -503,6 +550,10 @@ impl Syncer {
             Ok(manifest) => manifest,
             Err(diagnostics) => return self.reject(commit, who, diagnostics.0, decision),
         };
+        let foreign = foreign_scopes(&manifest, self.store.source(), &self.options.ownership);
+        if !foreign.is_empty() {
+            return self.reject(commit, who, foreign, decision);
+        }
         let sealed = sealed_refusals(&manifest, &self.options.keyring);
         if !sealed.is_empty() {
             return self.reject(commit, who, sealed, decision);
@@ -562,11 +613,18 @@ impl Syncer {
                 unsigned: false,
             },
         )?;
+        // The files of other sources' assets stay: they are not this commit's to remove.
         let live: BTreeSet<(String, String)> = manifest
             .resources
             .iter()
             .filter(|resource| matches!(resource.spec, Spec::Asset(_)))
             .map(|resource| (resource.key.scope.clone(), resource.key.name.clone()))
+            .chain(
+                self.store
+                    .keys_of_other_sources(crate::model::Kind::Asset)?
+                    .into_iter()
+                    .map(|key| (key.scope, key.name)),
+            )
             .collect();
         let removed = assets::remove_unused(&assets_root, &live)?;
         if removed > 0 {
@@ -585,6 +643,40 @@ impl Syncer {
                 .unwrap_or_default(),
         })
     }
+}
+
+/// The resources of the commit in scopes its source may not deploy, each at its block,
+/// naming the scope and the source that owns it (`--sources`).
+pub(crate) fn foreign_scopes(
+    manifest: &manifest::Manifest,
+    source: &str,
+    ownership: &Ownership,
+) -> Vec<Diagnostic> {
+    manifest
+        .resources
+        .iter()
+        .filter(|resource| !ownership.allows(source, &resource.key.scope))
+        .map(|resource| {
+            let scope = &resource.key.scope;
+            let shown = if scope.is_empty() {
+                "the unscoped resources (\"\")".to_owned()
+            } else {
+                format!("scope `{scope}`")
+            };
+            let owner = match ownership.owner_of(scope) {
+                Some(owner) => format!("{shown} belongs to source `{owner}`"),
+                None => format!("no source of --sources may deploy {shown}"),
+            };
+            Diagnostic {
+                message: format!(
+                    "{} may not be deployed by source `{source}` (its scopes: {}): {owner}; declare it in that source's repository, or give the scope to this source in the --sources file",
+                    resource.key,
+                    ownership.patterns_of(source)
+                ),
+                ..resource.origin.clone()
+            }
+        })
+        .collect()
 }
 
 /// What is wrong with what `apply.file` `file` names at commit `at`, if anything.

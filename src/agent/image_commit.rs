@@ -6,6 +6,7 @@
 //! from the branch tip on every attempt, so a bump never overwrites a human commit (a resource
 //! whose image was changed to another repository is a conflict, reported).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -15,29 +16,52 @@ use crate::git::trigger::{SyncReason, SyncRequest, SyncRequests};
 use crate::manifest::image_edit::{EditError, set_image_tag};
 use crate::reconcile::image_scan::{Bump, CommitResult, ImageCommitter, commit_message};
 
-/// Commits bumps to the watched repository with `git`.
+/// Commits bumps to the repository of the source that declares the resources, with `git`.
 pub(crate) struct GitCommitter {
-    options: PushOptions,
-    requests: SyncRequests,
-    /// One git operation at a time in the working clone.
+    /// Per source name: where its bumps go and how its syncer is asked to fetch them.
+    targets: BTreeMap<String, Target>,
+    /// One git operation at a time (every working clone).
     busy: Arc<Mutex<()>>,
 }
 
+struct Target {
+    options: PushOptions,
+    requests: SyncRequests,
+}
+
 impl GitCommitter {
-    pub(crate) fn new(config: &super::AgentConfig, requests: SyncRequests) -> GitCommitter {
+    /// A committer for `sources`, each with the channel of its syncer (`requests`, by name).
+    pub(crate) fn new(
+        config: &super::AgentConfig,
+        sources: &[super::SourceConfig],
+        requests: &BTreeMap<String, SyncRequests>,
+    ) -> GitCommitter {
+        let mut targets = BTreeMap::new();
+        for source in sources {
+            let Some(requests) = requests.get(&source.name) else {
+                continue;
+            };
+            targets.insert(
+                source.name.clone(),
+                Target {
+                    options: PushOptions {
+                        url: git_url(&source.options.url),
+                        branch: source.options.branch.clone(),
+                        push_branch: String::new(),
+                        paths: source.options.paths.clone(),
+                        work_dir: super::source_dir(&config.data_dir, &source.name)
+                            .join("image-updates"),
+                        signing_key: config.image_signing_key.clone(),
+                        author_name: "voodu-agent".to_owned(),
+                        author_email: "voodu-agent@localhost".to_owned(),
+                        ssh_accept_new_host_keys: source.options.ssh_accept_new_host_keys,
+                    },
+                    requests: requests.clone(),
+                },
+            );
+        }
         GitCommitter {
-            options: PushOptions {
-                url: git_url(&config.source.url),
-                branch: config.source.branch.clone(),
-                push_branch: String::new(),
-                paths: config.source.paths.clone(),
-                work_dir: config.data_dir.join("image-updates"),
-                signing_key: config.image_signing_key.clone(),
-                author_name: "voodu-agent".to_owned(),
-                author_email: "voodu-agent@localhost".to_owned(),
-                ssh_accept_new_host_keys: config.source.ssh_accept_new_host_keys,
-            },
-            requests,
+            targets,
             busy: Arc::new(Mutex::new(())),
         }
     }
@@ -61,11 +85,17 @@ impl ImageCommitter for GitCommitter {
         bumps: Vec<Bump>,
     ) -> Pin<Box<dyn std::future::Future<Output = CommitResult> + Send + '_>> {
         Box::pin(async move {
-            let mut options = self.options.clone();
-            options.push_branch = bumps
-                .first()
-                .map(|bump| bump.push_branch.clone())
-                .unwrap_or_default();
+            let Some(first) = bumps.first() else {
+                return Err("nothing to commit".to_owned());
+            };
+            let Some(target) = self.targets.get(&first.source) else {
+                return Err(format!(
+                    "no source named {:?} to commit {} to",
+                    first.source, first.key
+                ));
+            };
+            let mut options = target.options.clone();
+            options.push_branch = first.push_branch.clone();
             let busy = Arc::clone(&self.busy);
             let to_branch = options.push_branch.is_empty();
             let result = tokio::task::spawn_blocking(move || {
@@ -77,7 +107,7 @@ impl ImageCommitter for GitCommitter {
             .await
             .map_err(|error| format!("the git task failed: {error}"))?;
             if result.is_ok() && to_branch {
-                let _ticket = self.requests.request(SyncRequest {
+                let _ticket = target.requests.request(SyncRequest {
                     reason: SyncReason::Poll,
                     commit: None,
                     actor: Some("voodu-agent image_update".to_owned()),

@@ -62,6 +62,11 @@ fn print_lines(view: &ActivityView) {
             .resource
             .as_deref()
             .map_or_else(String::new, |resource| format!(" {resource}"));
+        let resource = if entry.source.is_empty() {
+            resource
+        } else {
+            format!(" [{}]{resource}", entry.source)
+        };
         // Every field but the time is data an actor, the repo or the engine wrote.
         println!(
             "{} {:<14} {:<10} {:<16}{}{}{}{}",

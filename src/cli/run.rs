@@ -24,6 +24,11 @@ pub(super) struct RunArgs {
     /// Repository to watch: a local path, file://, https:// or ssh:// URL.
     #[arg(long, env = "VOODU_REPO", value_name = "URL|PATH")]
     repo: Option<String>,
+    /// Several repositories, each owning its scopes: an HCL file of `source "NAME" { url,
+    /// branch, paths, scopes, poll, token_file, webhook_secret_file, verify_commits, … }`
+    /// blocks (README "Several repositories"). Instead of --repo.
+    #[arg(long, env = "VOODU_SOURCES", value_name = "FILE", conflicts_with_all = ["repo", "paths", "git_token_file", "git_ca_file"])]
+    sources: Option<PathBuf>,
     /// Branch to deploy.
     #[arg(long, env = "VOODU_BRANCH", default_value = "main")]
     branch: String,
@@ -219,6 +224,7 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
     // CA file, a bad policy, a listener off loopback without a secret.
     check(&args)?;
     let source = source_options(&args)?;
+    let sources = load_sources(&args)?;
     limit_heap_arenas();
     init_tracing(&args.log, args.log_format)?;
     // reqwest (https fetches) needs a process-wide rustls provider; an error means one is
@@ -252,7 +258,6 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
             .as_ref()
             .map(|path| std::path::absolute(path).unwrap_or_else(|_| path.clone())),
         options: HttpOptions {
-            branch: args.branch.clone(),
             secret,
             max_body_bytes: args.webhook_max_body,
             ..HttpOptions::default()
@@ -300,6 +305,7 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
         service: agent::ServiceNotify::from_env(),
         notify,
         image_signing_key: args.image_signing_key.clone(),
+        sources,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -336,7 +342,11 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
 
 /// Refuses what `run` would refuse before starting anything (also `install`'s check).
 pub(super) fn check(args: &RunArgs) -> anyhow::Result<()> {
-    source_options(args)?.check()?;
+    if args.sources.is_some() {
+        load_sources(args)?;
+    } else {
+        source_options(args)?.check()?;
+    }
     args.policy.to_policy()?;
     let secret = args
         .webhook_secret_file
@@ -356,10 +366,23 @@ pub(super) fn check(args: &RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The sources of `--sources FILE`; none without it.
+fn load_sources(args: &RunArgs) -> anyhow::Result<Vec<agent::SourceConfig>> {
+    let Some(path) = &args.sources else {
+        return Ok(Vec::new());
+    };
+    agent::sources::load(path, args.interval)
+        .map_err(|diagnostics| anyhow::anyhow!("--sources:\n{diagnostics}"))
+}
+
 fn source_options(args: &RunArgs) -> anyhow::Result<SourceOptions> {
+    if args.sources.is_some() {
+        // The sources file names every repository.
+        return Ok(SourceOptions::default());
+    }
     let Some(repo) = &args.repo else {
         anyhow::bail!(
-            "no --repo given: run `voodu-agent --repo <URL|PATH>`, or see `voodu-agent --help`"
+            "no --repo given: run `voodu-agent --repo <URL|PATH>` (or `--sources FILE` for several repositories), or see `voodu-agent --help`"
         );
     };
     Ok(SourceOptions {

@@ -83,6 +83,69 @@ fn print_triggers(view: &StatusView) {
     }
 }
 
+/// With `--sources`: a line per source (its last applied and seen commits, its fetch), then
+/// each source's rejected latest commit with its problems.
+fn print_sources(view: &StatusView) {
+    if view.sources.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "{:<16} {:<10} {:<22} {:<22} {:<14} FETCH",
+        "SOURCE", "BRANCH", "LAST APPLIED", "LAST SEEN", "SCOPES"
+    );
+    let short = |commit: &Option<CommitView>| {
+        commit.as_ref().map_or_else(
+            || "-".to_owned(),
+            |commit| {
+                format!(
+                    "{} ({})",
+                    &commit.sha[..commit.sha.len().min(12)],
+                    commit.outcome.as_str()
+                )
+            },
+        )
+    };
+    for source in &view.sources {
+        let fetch = match &source.fetch {
+            Some(fetch) => match (&fetch.error, fetch.failing_since) {
+                (Some(error), since) => format!(
+                    "FAILING since {}: {}",
+                    since.map_or_else(|| "?".to_owned(), time),
+                    escape(error)
+                ),
+                (None, _) => format!("ok at {}", time(fetch.checked_at)),
+            },
+            None => "-".to_owned(),
+        };
+        println!(
+            "{:<16} {:<10} {:<22} {:<22} {:<14} {fetch}",
+            escape(&source.name),
+            escape(&source.branch),
+            escape(&short(&source.last_applied)),
+            escape(&short(&source.last_seen)),
+            escape(&source.scopes.join(",")),
+        );
+    }
+    for source in &view.sources {
+        let Some(rejected) = &source.last_rejected else {
+            continue;
+        };
+        let is_latest = source.last_seen.as_ref().is_some_and(|seen| {
+            seen.sha == rejected.sha && seen.outcome == CommitOutcome::Rejected
+        });
+        if is_latest {
+            println!(
+                "\nsource {}: the latest commit was rejected; the host keeps running what it applied last:",
+                escape(&source.name)
+            );
+            for error in &rejected.errors {
+                println!("  {}", escape(&error.to_string()));
+            }
+        }
+    }
+}
+
 fn print_table(view: &StatusView) {
     let line = |label: &str, commit: &Option<CommitView>| match commit {
         Some(commit) => println!(
@@ -182,11 +245,20 @@ fn print_table(view: &StatusView) {
         }
     }
     print_triggers(view);
+    print_sources(view);
     println!();
-    println!(
-        "{:<36} {:>7} {:>7} {:>5}  {:<12} {:<12} {:<8} MESSAGE",
-        "RESOURCE", "DESIRED", "RUNNING", "READY", "PHASE", "HASH", "RELEASE"
-    );
+    let several = !view.sources.is_empty();
+    if several {
+        println!(
+            "{:<36} {:<12} {:>7} {:>7} {:>5}  {:<12} {:<12} {:<8} MESSAGE",
+            "RESOURCE", "SOURCE", "DESIRED", "RUNNING", "READY", "PHASE", "HASH", "RELEASE"
+        );
+    } else {
+        println!(
+            "{:<36} {:>7} {:>7} {:>5}  {:<12} {:<12} {:<8} MESSAGE",
+            "RESOURCE", "DESIRED", "RUNNING", "READY", "PHASE", "HASH", "RELEASE"
+        );
+    }
     for resource in &view.resources {
         let key = if resource.scope.is_empty() {
             format!("{}/{}", resource.kind, resource.name)
@@ -220,8 +292,13 @@ fn print_table(view: &StatusView) {
         } else {
             resource.desired_replicas.to_string()
         };
+        let source = if several {
+            format!("{:<12} ", escape(resource.source.as_deref().unwrap_or("-")))
+        } else {
+            String::new()
+        };
         println!(
-            "{key:<36} {desired:>7} {:>7} {ready:>5}  {:<12} {:<12} {:<8} {}",
+            "{key:<36} {source}{desired:>7} {:>7} {ready:>5}  {:<12} {:<12} {:<8} {}",
             resource.running_replicas,
             resource.phase,
             Esc(&resource.spec_hash[..resource.spec_hash.len().min(12)]),

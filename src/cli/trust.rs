@@ -9,12 +9,10 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::Context as _;
 use clap::{Args, ValueEnum};
-use sha2::{Digest as _, Sha256};
 
 use crate::assets::sops::Keyring;
-use crate::git::{TrustedKeys, VerifyMode};
+use crate::git::VerifyMode;
 use crate::sync::CommitTrust;
 
 /// `--verify-commits` values.
@@ -76,36 +74,14 @@ impl TrustArgs {
                 "--verify-commits needs the keys to trust: --trusted-ssh-signers FILE and/or --trusted-pgp-keys FILE"
             );
         }
-        let keys = TrustedKeys::load(
-            self.trusted_ssh_signers.as_deref(),
-            self.trusted_pgp_keys.as_deref(),
-        )?;
-        if keys.is_empty() {
-            anyhow::bail!("--verify-commits: the trusted key files list no key");
-        }
         let mode = match mode {
             VerifyArg::Tip => VerifyMode::Tip,
             VerifyArg::All => VerifyMode::All,
         };
-        let mut fingerprint = Sha256::new();
-        fingerprint.update(mode.as_str());
-        for path in [&self.trusted_ssh_signers, &self.trusted_pgp_keys]
-            .into_iter()
-            .flatten()
-        {
-            let bytes =
-                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-            fingerprint.update(Sha256::digest(&bytes));
-        }
-        let fingerprint: String = fingerprint
-            .finalize()
-            .iter()
-            .map(|byte| format!("{byte:02x}"))
-            .collect();
-        Ok(Some(CommitTrust {
+        Ok(Some(CommitTrust::load(
             mode,
-            keys: Arc::new(keys),
-            fingerprint,
-        }))
+            self.trusted_ssh_signers.as_deref(),
+            self.trusted_pgp_keys.as_deref(),
+        )?))
     }
 }

@@ -498,9 +498,33 @@ fn normalize_url(url: &str) -> String {
     std::fs::canonicalize(url).map_or_else(|_| url.to_owned(), |path| path.display().to_string())
 }
 
+/// What names the repository at `url` (`model::repo_identity`), a local path made absolute.
+pub(crate) fn repo_identity(url: &str) -> String {
+    crate::model::repo_identity(&normalize_url(url.trim()))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{Source, SourceOptions, error_chain, token_user};
+    use super::{Source, SourceOptions, error_chain, repo_identity, token_user};
+
+    #[test]
+    fn one_repository_has_one_identity_whatever_its_url() {
+        for url in [
+            "https://github.com/Acme/Shop.git",
+            "https://user@github.com/acme/shop",
+            "ssh://git@github.com:22/acme/shop.git",
+            "git@github.com:acme/shop.git",
+            "https://github.com/acme/shop/",
+        ] {
+            assert_eq!(repo_identity(url), "github.com/acme/shop", "{url}");
+        }
+        assert_eq!(repo_identity("file:///srv/git/shop"), "/srv/git/shop");
+        assert_eq!(repo_identity("/srv/git/nowhere/"), "/srv/git/nowhere");
+        assert_ne!(
+            repo_identity("https://github.com/acme/shop"),
+            repo_identity("https://github.com/acme/blog")
+        );
+    }
 
     #[test]
     fn tokens_go_as_the_urls_user() {

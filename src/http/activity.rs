@@ -49,6 +49,10 @@ pub(crate) struct ActivityEntryView {
     pub(crate) commit: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) resource: Option<String>,
+    /// The source (`--sources`) whose commit or resource it is; absent for the single
+    /// `--repo` source and host-wide rows.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub(crate) source: String,
     pub(crate) outcome: ActivityOutcome,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub(crate) message: String,
@@ -97,6 +101,7 @@ fn entry_view(activity: Activity) -> ActivityEntryView {
         actor: activity.actor,
         commit: activity.commit.map(|commit| commit.to_string()),
         resource: activity.resource,
+        source: activity.source,
         outcome: activity.outcome,
         message: activity.message,
         data: activity.data,

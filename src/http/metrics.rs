@@ -19,6 +19,9 @@ struct StoreFigures {
     last_applied_at: Option<i64>,
     last_fetch_success_at: Option<i64>,
     sinks: Vec<crate::store::SinkState>,
+    /// With `--sources`: per source, its last applied commit's time, its last successful
+    /// fetch and whether its fetches fail now.
+    sources: Vec<(String, Option<i64>, Option<i64>, bool)>,
 }
 
 pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
@@ -38,6 +41,24 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
                 .health(crate::store::HEALTH_FETCH)?
                 .and_then(|health| health.last_success_at),
             sinks: store.sink_states()?,
+            sources: store
+                .source_names()?
+                .into_iter()
+                .map(|name| {
+                    let source = store.for_source(&name);
+                    let applied = source
+                        .commit_summary()?
+                        .last_applied
+                        .map(|record| record.seen_at);
+                    let fetch = source.health(&source.source_key(crate::store::HEALTH_FETCH))?;
+                    Ok((
+                        name,
+                        applied,
+                        fetch.as_ref().and_then(|health| health.last_success_at),
+                        fetch.is_some_and(|health| !health.ok),
+                    ))
+                })
+                .collect::<crate::store::Result<Vec<_>>>()?,
         })
     })
     .await;
@@ -83,6 +104,36 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
             "Unix time of the last fetch of the remote that succeeded (a stale value: fetches fail).",
             &[],
             &[(Vec::new(), success_at as f64)],
+        );
+    }
+    if !figures.sources.is_empty() {
+        let per_source = |value: fn(&(String, Option<i64>, Option<i64>, bool)) -> Option<f64>| {
+            figures
+                .sources
+                .iter()
+                .filter_map(|source| value(source).map(|value| (vec![source.0.clone()], value)))
+                .collect::<Vec<_>>()
+        };
+        render_gauge(
+            &mut out,
+            "voodu_source_last_applied_commit_timestamp_seconds",
+            "Unix time at which each source's last applied commit reached desired state.",
+            &["source"],
+            &per_source(|source| source.1.map(|at| at as f64)),
+        );
+        render_gauge(
+            &mut out,
+            "voodu_source_last_successful_fetch_timestamp_seconds",
+            "Unix time of each source's last fetch that succeeded.",
+            &["source"],
+            &per_source(|source| source.2.map(|at| at as f64)),
+        );
+        render_gauge(
+            &mut out,
+            "voodu_source_fetch_failing",
+            "1 while a source's fetches fail, else 0.",
+            &["source"],
+            &per_source(|source| Some(if source.3 { 1.0 } else { 0.0 })),
         );
     }
     let per_sink = |value: fn(&crate::store::SinkState) -> Option<f64>| -> Vec<(Vec<String>, f64)> {

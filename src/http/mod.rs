@@ -54,8 +54,6 @@ use crate::store::Store;
 /// Tunables of the HTTP side.
 #[derive(Debug, Clone)]
 pub struct HttpOptions {
-    /// The branch the agent deploys: pushes to others are answered 202 and ignored.
-    pub branch: String,
     /// Webhook secret; without one, requests are not authenticated (loopback only).
     pub secret: Option<WebhookSecret>,
     /// Larger webhook bodies are refused with 413.
@@ -83,7 +81,6 @@ pub struct HttpOptions {
 impl Default for HttpOptions {
     fn default() -> Self {
         HttpOptions {
-            branch: "main".to_owned(),
             secret: None,
             max_body_bytes: 1024 * 1024,
             body_timeout: Duration::from_secs(10),
@@ -98,10 +95,42 @@ impl Default for HttpOptions {
     }
 }
 
+/// One source (repository) a webhook can sync.
+#[derive(Clone)]
+pub struct HookSource {
+    /// `""`: the single `--repo` source.
+    pub name: String,
+    /// The identity of the repository it follows (`model::repo_identity`): pushes are
+    /// routed by the repository they name.
+    pub url: String,
+    /// The branch it deploys: pushes to others are answered 202 and ignored.
+    pub branch: String,
+    pub requests: SyncRequests,
+    /// The store handle of this source (its commits).
+    pub store: Arc<Store>,
+    /// Its webhook secret; `None`: `HttpOptions::secret`.
+    pub secret: Option<WebhookSecret>,
+}
+
+impl HookSource {
+    /// The single `--repo` source deploying `branch`.
+    pub fn single(store: Arc<Store>, requests: SyncRequests, branch: &str) -> HookSource {
+        HookSource {
+            name: String::new(),
+            url: String::new(),
+            branch: branch.to_owned(),
+            requests,
+            store,
+            secret: None,
+        }
+    }
+}
+
 /// What the handlers share.
 pub struct HttpCtx {
     pub store: Arc<Store>,
-    pub requests: SyncRequests,
+    /// The sources a webhook can sync (at least one).
+    pub sources: Vec<HookSource>,
     pub metrics: Arc<Metrics>,
     pub options: HttpOptions,
 }

@@ -43,7 +43,36 @@ pub struct StatusView {
     /// The notification sinks (`--notify`) the agent has run: each one's last success and
     /// error, and how many events wait for it.
     pub notify: Vec<crate::store::SinkState>,
+    /// With `--sources`: each source (repository) with its commits, fetch and triggers (the
+    /// fields above are then empty); empty for the single `--repo` source.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<SourceView>,
     pub(crate) resources: Vec<ResourceView>,
+}
+
+/// One source of `--sources`: what it follows, may deploy, and did last.
+#[derive(Debug, Serialize)]
+pub struct SourceView {
+    pub name: String,
+    pub(crate) url: String,
+    pub(crate) branch: String,
+    /// The scopes it may deploy, as written (`shop-*`, `""` for unscoped resources).
+    pub(crate) scopes: Vec<String>,
+    pub(crate) last_seen: Option<CommitView>,
+    pub(crate) last_applied: Option<CommitView>,
+    pub last_rejected: Option<CommitView>,
+    pub(crate) fetch: Option<FetchView>,
+    pub triggers: Vec<TriggerView>,
+}
+
+/// What `META_SOURCES` records of a source.
+#[derive(Debug, serde::Deserialize)]
+struct SourceMeta {
+    name: String,
+    url: String,
+    branch: String,
+    #[serde(default)]
+    scopes: Vec<String>,
 }
 
 /// One deploy trigger: what it applied, what it holds, whether it can fire on this host.
@@ -178,6 +207,9 @@ pub(crate) struct ResourceView {
     /// schedule and next run, …); absent when there is none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) detail: Option<DetailView>,
+    /// The source that applied it (`--sources`); absent for the single `--repo` source.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) source: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -281,12 +313,21 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
     let commits = store.commit_summary()?;
     let mut pins = store.pins()?;
     let mut resources = Vec::new();
+    let sources = source_views(store)?;
+    let mut owners = if sources.is_empty() {
+        std::collections::BTreeMap::new()
+    } else {
+        store.sources_of_desired()?
+    };
     for (key, status) in store.statuses()? {
         let pin = match pins.iter().position(|pin| pin.key == key) {
             Some(index) => Some(pin_view(store, pins.swap_remove(index))?),
             None => None,
         };
-        resources.push(resource_view(store, key, status, pin)?);
+        let source = owners.remove(&key).filter(|source| !source.is_empty());
+        let mut view = resource_view(store, key, status, pin)?;
+        view.source = source;
+        resources.push(view);
     }
     let hosts = store.host_selection()?.unwrap_or_default();
     Ok(StatusView {
@@ -296,13 +337,7 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
         last_seen: commits.last_seen.map(commit_view),
         last_applied: commits.last_applied.map(commit_view),
         last_rejected: commits.last_rejected.map(commit_view),
-        fetch: store.health(HEALTH_FETCH)?.map(|health| FetchView {
-            state: if health.ok { "ok" } else { "failing" },
-            error: (!health.ok).then_some(health.error),
-            failing_since: health.failing_since,
-            checked_at: health.checked_at,
-            last_success_at: health.last_success_at,
-        }),
+        fetch: store.health(HEALTH_FETCH)?.map(fetch_view),
         engine: store.health(HEALTH_ENGINE)?.map(|health| EngineView {
             state: if health.ok {
                 "reachable"
@@ -314,6 +349,7 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
             checked_at: health.checked_at,
         }),
         notify: store.sink_states()?,
+        sources,
         triggers: store
             .trigger_states()?
             .into_iter()
@@ -321,6 +357,48 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
             .collect(),
         resources,
     })
+}
+
+/// The named sources the agent last ran with, each read through its own store handle;
+/// empty for the single `--repo` source.
+fn source_views(store: &Store) -> crate::store::Result<Vec<SourceView>> {
+    let Some(json) = store.meta(crate::store::META_SOURCES)? else {
+        return Ok(Vec::new());
+    };
+    let listed: Vec<SourceMeta> = serde_json::from_str(&json).unwrap_or_default();
+    let mut views = Vec::new();
+    for meta in listed.into_iter().filter(|meta| !meta.name.is_empty()) {
+        let source = store.for_source(&meta.name);
+        let commits = source.commit_summary()?;
+        views.push(SourceView {
+            last_seen: commits.last_seen.map(commit_view),
+            last_applied: commits.last_applied.map(commit_view),
+            last_rejected: commits.last_rejected.map(commit_view),
+            fetch: source
+                .health(&source.source_key(HEALTH_FETCH))?
+                .map(fetch_view),
+            triggers: source
+                .trigger_states()?
+                .into_iter()
+                .map(trigger_view)
+                .collect(),
+            name: meta.name,
+            url: meta.url,
+            branch: meta.branch,
+            scopes: meta.scopes,
+        });
+    }
+    Ok(views)
+}
+
+fn fetch_view(health: crate::store::Health) -> FetchView {
+    FetchView {
+        state: if health.ok { "ok" } else { "failing" },
+        error: (!health.ok).then_some(health.error),
+        failing_since: health.failing_since,
+        checked_at: health.checked_at,
+        last_success_at: health.last_success_at,
+    }
 }
 
 fn trigger_view(state: crate::store::TriggerState) -> TriggerView {
@@ -393,6 +471,7 @@ fn resource_view(
         pin,
         updated_at: status.updated_at,
         detail: DetailView::of(status.detail),
+        source: None,
     })
 }
 

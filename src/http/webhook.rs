@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq as _;
 
-use super::{AppState, Error, blocking};
+use super::{AppState, Error, HookSource, blocking};
 use crate::git::trigger::{SyncReason, SyncRequest, Ticket};
 use crate::model::CommitSha;
 
@@ -583,6 +583,8 @@ pub(super) struct HookQuery {
     wait: Option<String>,
     /// How long to wait (`30s`, `2m`); default `HttpOptions::wait_timeout`, at most 10 min.
     timeout: Option<String>,
+    /// The source to sync (`--sources`), for senders whose payload names no repository.
+    source: Option<String>,
 }
 
 /// What became of one `POST /hooks/git`: the answer's `result`, and the `result` label of
@@ -670,6 +672,9 @@ pub(crate) struct HookAnswer {
     pub(crate) result: HookResult,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) provider: Option<&'static str>,
+    /// The source the push synced (`--sources`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) source: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) commit: Option<String>,
     /// For `?wait=true`: the branch tip the answering fetch saw.
@@ -687,6 +692,7 @@ impl HookAnswer {
         HookAnswer {
             result,
             provider: None,
+            source: None,
             commit: None,
             branch_tip: None,
             reason: None,
@@ -755,9 +761,46 @@ pub(super) async fn hook(
         hook_answer.provider = Some(provider.as_str());
         hook_answer
     };
-    if let Some(secret) = &state.ctx.options.secret
-        && let Err(why) = verify(provider, &headers, &body, secret)
-    {
+    let sources = &state.ctx.sources;
+    let candidates: Vec<&HookSource> = match query.source.as_deref() {
+        Some(name) => sources
+            .iter()
+            .filter(|source| source.name == name)
+            .collect(),
+        None => sources.iter().collect(),
+    };
+    if candidates.is_empty() {
+        let names: Vec<&str> = sources.iter().map(|source| source.name.as_str()).collect();
+        return answer(
+            &state,
+            StatusCode::NOT_FOUND,
+            with_provider(HookAnswer::new(HookResult::BadRequest).reason(format!(
+                "no source is called {:?}; this agent follows: {}",
+                query.source.as_deref().unwrap_or_default(),
+                names.join(", ")
+            ))),
+        );
+    }
+    // Before anything is parsed: the request must verify with the secret of a source it
+    // may be for (each source's own, else the agent's).
+    let mut refusal = None;
+    let verified: Vec<&HookSource> = candidates
+        .into_iter()
+        .filter(|source| {
+            let Some(secret) = source.secret.as_ref().or(state.ctx.options.secret.as_ref()) else {
+                return true;
+            };
+            match verify(provider, &headers, &body, secret) {
+                Ok(()) => true,
+                Err(why) => {
+                    refusal.get_or_insert(why);
+                    false
+                }
+            }
+        })
+        .collect();
+    if verified.is_empty() {
+        let why = refusal.unwrap_or_default();
         tracing::warn!(provider = provider.as_str(), %why, "webhook refused");
         let mut response = answer(
             &state,
@@ -792,31 +835,81 @@ pub(super) async fn hook(
             );
         }
     }
-    let wanted_ref = format!("refs/heads/{}", state.ctx.options.branch);
-    let push = match parse_push(provider, &headers, &body, &wanted_ref) {
-        Ok(push) => push,
-        Err(why) => {
+    // With several sources, a push syncs the sources that follow the repository it names
+    // (or the one `?source=` names).
+    let routed: Vec<&HookSource> = if sources.len() == 1 || query.source.is_some() {
+        verified
+    } else {
+        let named = pushed_repositories(&headers, &body);
+        let following: Vec<&HookSource> = verified
+            .into_iter()
+            .filter(|source| follows(source, &named))
+            .collect();
+        if following.is_empty() {
             return answer(
                 &state,
-                StatusCode::BAD_REQUEST,
-                with_provider(HookAnswer::new(HookResult::BadRequest).reason(why)),
+                StatusCode::ACCEPTED,
+                with_provider(HookAnswer::new(HookResult::Ignored).reason(match named.first() {
+                    Some(repository) => format!(
+                        "the push names repository {repository}; no source of this agent follows it (or add ?source=NAME to the webhook URL)"
+                    ),
+                    None => "the push names no repository; add ?source=NAME to the webhook URL".to_owned(),
+                })),
             );
         }
+        following
     };
-    if let Some(git_ref) = &push.git_ref
-        && *git_ref != wanted_ref
-    {
+    let mut ignored = None;
+    let mut chosen: Option<(&HookSource, Push)> = None;
+    for source in routed {
+        let wanted_ref = format!("refs/heads/{}", source.branch);
+        let push = match parse_push(provider, &headers, &body, &wanted_ref) {
+            Ok(push) => push,
+            Err(why) => {
+                return answer(
+                    &state,
+                    StatusCode::BAD_REQUEST,
+                    with_provider(HookAnswer::new(HookResult::BadRequest).reason(why)),
+                );
+            }
+        };
+        if let Some(git_ref) = &push.git_ref
+            && *git_ref != wanted_ref
+        {
+            ignored.get_or_insert(format!(
+                "push to {git_ref}; this agent deploys {wanted_ref}"
+            ));
+            continue;
+        }
+        match &chosen {
+            // Another source on the same repository and branch (other paths): a fetch too.
+            Some(_) => {
+                let (reason, actor) = request_origin(provider, &headers, &push);
+                source.requests.request(SyncRequest {
+                    reason,
+                    commit: commit_of(push.after.as_deref()),
+                    actor,
+                });
+            }
+            None => chosen = Some((source, push)),
+        }
+    }
+    let Some((source, push)) = chosen else {
         return answer(
             &state,
             StatusCode::ACCEPTED,
-            with_provider(HookAnswer::new(HookResult::Ignored).reason(format!(
-                "push to {git_ref}; this agent deploys {wanted_ref}"
-            ))),
+            with_provider(HookAnswer::new(HookResult::Ignored).reason(ignored.unwrap_or_default())),
         );
-    }
+    };
+    let with_source = |mut hook_answer: HookAnswer| {
+        if !source.name.is_empty() {
+            hook_answer.source = Some(source.name.clone());
+        }
+        with_provider(hook_answer)
+    };
     let commit = commit_of(push.after.as_deref());
     let (reason, actor) = request_origin(provider, &headers, &push);
-    let ticket = state.ctx.requests.request(SyncRequest {
+    let ticket = source.requests.request(SyncRequest {
         reason,
         commit: commit.clone(),
         actor,
@@ -840,7 +933,7 @@ pub(super) async fn hook(
             }
             .to_owned(),
         );
-        return answer(&state, StatusCode::ACCEPTED, with_provider(hook_answer));
+        return answer(&state, StatusCode::ACCEPTED, with_source(hook_answer));
     }
     let timeout = match query.timeout.as_deref().map(humantime::parse_duration) {
         None => state.ctx.options.wait_timeout,
@@ -849,20 +942,105 @@ pub(super) async fn hook(
             return answer(
                 &state,
                 StatusCode::BAD_REQUEST,
-                with_provider(
+                with_source(
                     HookAnswer::new(HookResult::BadRequest).reason(format!("timeout: {error}")),
                 ),
             );
         }
     };
-    let (code, hook_answer) = wait_for_outcome(&state, ticket, commit, timeout).await;
-    answer(&state, code, with_provider(hook_answer))
+    let (code, hook_answer) = wait_for_outcome(&state, source, ticket, commit, timeout).await;
+    answer(&state, code, with_source(hook_answer))
+}
+
+/// Whether `source` follows one of the repositories a push names (`pushed_repositories`):
+/// the same repository identity, or its `owner/name` at the end of the source's URL.
+fn follows(source: &HookSource, named: &[String]) -> bool {
+    let own = &source.url;
+    named.iter().any(|repository| {
+        let repository = repository.trim().trim_end_matches('/').to_ascii_lowercase();
+        let full_name = repository.strip_suffix(".git").unwrap_or(&repository);
+        crate::model::repo_identity(&repository) == *own
+            || (full_name.contains('/')
+                && !full_name.contains(':')
+                && own.ends_with(&format!("/{}", full_name.trim_start_matches('/'))))
+    })
+}
+
+/// The repository a push payload names, as URLs and `owner/name`s, in the fields of each
+/// provider (GitHub, Gitea/Forgejo/Gogs `repository.*_url` and `full_name`; GitLab
+/// `project.*`; Bitbucket `repository.full_name`, `links`; Azure DevOps
+/// `resource.repository.remoteUrl`; the generic form's `repository`). Untrusted text, read
+/// only to choose among this agent's own sources; at most 16 names of at most 512 bytes.
+fn pushed_repositories(headers: &HeaderMap, body: &[u8]) -> Vec<String> {
+    let is_form = header(headers, "content-type")
+        .is_some_and(|value| value.starts_with("application/x-www-form-urlencoded"));
+    let json = if is_form {
+        form_urlencoded::parse(body)
+            .find(|(name, _)| name == "payload")
+            .map(|(_, value)| value.into_owned().into_bytes())
+            .unwrap_or_default()
+    } else {
+        body.to_vec()
+    };
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(&json) else {
+        return Vec::new();
+    };
+    let pointers = [
+        "/repository/clone_url",
+        "/repository/ssh_url",
+        "/repository/html_url",
+        "/repository/git_url",
+        "/repository/url",
+        "/repository/git_http_url",
+        "/repository/git_ssh_url",
+        "/repository/full_name",
+        "/repository/links/html/href",
+        "/repository",
+        "/project/git_http_url",
+        "/project/git_ssh_url",
+        "/project/web_url",
+        "/project/path_with_namespace",
+        "/resource/repository/remoteUrl",
+        "/resource/repository/sshUrl",
+    ];
+    let mut named: Vec<String> = pointers
+        .iter()
+        .filter_map(|pointer| value.pointer(pointer)?.as_str())
+        .filter(|text| !text.is_empty() && text.len() <= 512)
+        .map(ToOwned::to_owned)
+        .collect();
+    // Bitbucket Server: the project key and the repository slug, and its clone links.
+    if let (Some(project), Some(slug)) = (
+        value
+            .pointer("/repository/project/key")
+            .and_then(|key| key.as_str()),
+        value
+            .pointer("/repository/slug")
+            .and_then(|slug| slug.as_str()),
+    ) {
+        named.push(format!("{project}/{slug}"));
+    }
+    if let Some(links) = value
+        .pointer("/repository/links/clone")
+        .and_then(|links| links.as_array())
+    {
+        named.extend(
+            links
+                .iter()
+                .filter_map(|link| link.get("href")?.as_str())
+                .filter(|href| href.len() <= 512)
+                .map(ToOwned::to_owned),
+        );
+    }
+    named.truncate(16);
+    named
 }
 
 /// Waits until the fetch of `ticket` has ended, then reads the outcome of `commit` (or of
 /// the branch tip it saw, for a push without a SHA) from the store.
 async fn wait_for_outcome(
     state: &AppState,
+    source: &HookSource,
     ticket: Ticket,
     commit: Option<CommitSha>,
     timeout: Duration,
@@ -876,7 +1054,7 @@ async fn wait_for_outcome(
         return (StatusCode::TOO_MANY_REQUESTS, pending);
     };
     let report = tokio::select! {
-        report = state.ctx.requests.fetched(ticket) => report,
+        report = source.requests.fetched(ticket) => report,
         () = tokio::time::sleep(timeout) => {
             pending.reason = Some(format!(
                 "not applied or rejected within {}; the sync goes on in the background",
@@ -903,7 +1081,7 @@ async fn wait_for_outcome(
     pending.commit = Some(target.to_string());
     let record = {
         let target = target.clone();
-        blocking(&state.ctx.store, move |store| store.commit_record(&target)).await
+        blocking(&source.store, move |store| store.commit_record(&target)).await
     };
     match record {
         // The branch has moved past the pushed commit: whatever happened to it once, it is
@@ -923,7 +1101,7 @@ async fn wait_for_outcome(
                 ),
                 // Never seen as the tip: a commit of another branch, an intermediate commit
                 // of a push, or no commit at all. Nothing of it is deployed.
-                None => not_the_tip(&state.ctx.options.branch, &target, &tip),
+                None => not_the_tip(&source.branch, &target, &tip),
             });
             (StatusCode::CONFLICT, pending)
         }

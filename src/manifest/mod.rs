@@ -30,6 +30,7 @@ mod validate;
 pub(crate) use crate::model::url_hosts::UrlHosts;
 pub use cache::{CacheStats, DecodeCache};
 pub(crate) use decode::Resource;
+pub(crate) use diagnostic::LineIndex;
 pub use diagnostic::{Diagnostic, Diagnostics};
 pub use interpolate::Vars;
 pub(crate) use macros::SecretRequest;

@@ -11,6 +11,7 @@ pub mod image_policy;
 pub mod names;
 pub mod policy;
 mod ports;
+pub mod scopes;
 mod snapshot;
 pub(crate) mod text;
 mod units;
@@ -32,6 +33,39 @@ pub(crate) use units::{
 };
 
 use std::fmt;
+
+/// What names one repository whatever the URL's form: `host/owner/name` in lower case for
+/// https, ssh and scp-like URLs (no user, port, `.git` or trailing `/`), the absolute path
+/// for a local one
+/// (as given: `git::repo_identity` makes it absolute first). Two URLs of one repository (its https and ssh URLs) give the same.
+pub fn repo_identity(url: &str) -> String {
+    let url = url.trim();
+    let (host, path) = if let Some((_, rest)) = url.split_once("://") {
+        match rest.split_once('/') {
+            Some((authority, path)) => (authority, path),
+            None => (rest, ""),
+        }
+    } else if let Some((authority, path)) = url
+        .split_once(':')
+        .filter(|(authority, _)| authority.contains('@') && !authority.contains('/'))
+    {
+        (authority, path)
+    } else {
+        return url.trim_end_matches('/').to_owned();
+    };
+    if url.starts_with("file://") {
+        return format!("/{}", path.trim_end_matches('/'));
+    }
+    let host = host.rsplit('@').next().unwrap_or(host);
+    let host = host.split(':').next().unwrap_or(host);
+    let path = path.trim_matches('/');
+    let path = path.strip_suffix(".git").unwrap_or(path);
+    format!(
+        "{}/{}",
+        host.to_ascii_lowercase(),
+        path.to_ascii_lowercase()
+    )
+}
 
 /// The closed set of resource kinds the store and the reconciler know.
 ///

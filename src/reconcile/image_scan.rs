@@ -29,6 +29,8 @@ use crate::store::{ImageScan, ImageUpdateRow, Store, next_scan};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bump {
     pub key: ResourceKey,
+    /// The source (repository) whose manifest declares the resource (`""`: the `--repo` one).
+    pub source: String,
     /// The image without its tag, as the manifest writes it (`127.0.0.1:5000/app`).
     pub repository: String,
     pub from_tag: String,
@@ -40,7 +42,8 @@ pub struct Bump {
 /// The result of one commit of bumps.
 pub type CommitResult = Result<CommitSha, String>;
 
-/// Writes bumps to git (the agent implements it with `git`); one call per target branch.
+/// Writes bumps to git (the agent implements it with `git`); one call per source and target
+/// branch (every bump of a call has the same `source` and `push_branch`).
 pub trait ImageCommitter: Send + Sync {
     fn commit(&self, bumps: Vec<Bump>) -> Pin<Box<dyn Future<Output = CommitResult> + Send + '_>>;
 }
@@ -49,6 +52,7 @@ pub trait ImageCommitter: Send + Sync {
 #[derive(Debug, Clone)]
 struct Follower {
     key: ResourceKey,
+    source: String,
     image: String,
     repository: String,
     tag: String,
@@ -171,6 +175,7 @@ async fn pass<R: Runtime>(
         })
         .map(|(follower, row)| Bump {
             key: follower.key.clone(),
+            source: follower.source.clone(),
             repository: follower.repository.clone(),
             from_tag: follower.tag.clone(),
             to_tag: row.latest.clone(),
@@ -181,10 +186,10 @@ async fn pass<R: Runtime>(
     let Some(committer) = committer else {
         return Ok(());
     };
-    let mut by_branch: BTreeMap<String, Vec<Bump>> = BTreeMap::new();
+    let mut by_branch: BTreeMap<(String, String), Vec<Bump>> = BTreeMap::new();
     for bump in bumps {
         by_branch
-            .entry(bump.push_branch.clone())
+            .entry((bump.source.clone(), bump.push_branch.clone()))
             .or_default()
             .push(bump);
     }
@@ -282,6 +287,7 @@ fn describe(update: &ImageUpdate) -> String {
 /// Every resource with `image_update` whose image names a tag.
 fn followers(store: &Store) -> crate::store::Result<Vec<Follower>> {
     let mut out = Vec::new();
+    let sources = store.sources_of_desired()?;
     for desired in store.desired_all()? {
         let container = match &desired.spec {
             Spec::Deployment(spec) => &spec.container,
@@ -297,6 +303,7 @@ fn followers(store: &Store) -> crate::store::Result<Vec<Follower>> {
             continue;
         };
         out.push(Follower {
+            source: sources.get(&desired.key).cloned().unwrap_or_default(),
             key: desired.key.clone(),
             image: container.image.clone(),
             repository: repository.to_owned(),
@@ -331,6 +338,7 @@ mod tests {
     fn commit_messages_list_every_change() {
         let bump = |name: &str, from: &str, to: &str| Bump {
             key: ResourceKey::new(Kind::Deployment, "shop", name),
+            source: String::new(),
             repository: "app".into(),
             from_tag: from.into(),
             to_tag: to.into(),

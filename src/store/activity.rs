@@ -203,6 +203,9 @@ pub struct Activity {
     pub(crate) message: String,
     /// Structured detail (changed resources, config keys and digests, trigger verdicts).
     pub data: serde_json::Value,
+    /// The source (repository) the row is about: the one whose commit it is, or the one that
+    /// applied its resource; `""` for the single `--repo` source and for host-wide rows.
+    pub source: String,
 }
 
 /// A row to append.
@@ -214,6 +217,8 @@ pub(super) struct Entry<'a> {
     pub(super) outcome: ActivityOutcome,
     pub(super) message: &'a str,
     pub(super) data: serde_json::Value,
+    /// `""`: the source that applied `resource`, if any.
+    pub(super) source: &'a str,
 }
 
 impl<'a> Entry<'a> {
@@ -226,6 +231,7 @@ impl<'a> Entry<'a> {
             outcome,
             message: "",
             data: serde_json::Value::Null,
+            source: "",
         }
     }
 }
@@ -242,8 +248,9 @@ pub(super) fn record(tx: &rusqlite::Transaction<'_>, entry: &Entry<'_>) -> rusql
         data = serde_json::json!({ "truncated": true, "bytes": data.len() }).to_string();
     }
     tx.execute(
-        "INSERT INTO activity (at, action, origin, actor, commit_sha, resource, outcome, message, data)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        "INSERT INTO activity (at, action, origin, actor, commit_sha, resource, outcome, message, data, source)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, COALESCE(NULLIF(?10, ''),
+           (SELECT source FROM desired WHERE ?6 <> '' AND kind || '/' || scope || '/' || name = ?6), ''))",
         params![
             now,
             entry.action,
@@ -253,7 +260,8 @@ pub(super) fn record(tx: &rusqlite::Transaction<'_>, entry: &Entry<'_>) -> rusql
             entry.resource.unwrap_or_default(),
             entry.outcome.as_str(),
             cut(entry.message, MAX_MESSAGE_BYTES),
-            data
+            data,
+            entry.source
         ],
     )?;
     let id = tx.last_insert_rowid();
@@ -330,7 +338,7 @@ impl Store {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.with(|connection| {
             let mut statement = connection.prepare(
-                "SELECT id, at, action, origin, actor, commit_sha, resource, outcome, message, data
+                "SELECT id, at, action, origin, actor, commit_sha, resource, outcome, message, data, source
                  FROM activity WHERE at >= ?1 ORDER BY id DESC LIMIT ?2",
             )?;
             let rows = statement.query_map(params![since, limit.saturating_add(1)], |row| {
@@ -348,6 +356,7 @@ impl Store {
                     message: row.get(8)?,
                     data: serde_json::from_str(&row.get::<_, String>(9)?)
                         .unwrap_or(serde_json::Value::Null),
+                    source: row.get(10)?,
                 })
             })?;
             let mut entries = rows.collect::<rusqlite::Result<Vec<_>>>()?;

@@ -103,15 +103,15 @@ impl Store {
             let tx = connection.transaction()?;
             let previous_applied: Option<String> = tx
                 .query_row(
-                    "SELECT sha FROM commits WHERE outcome = 'applied' ORDER BY seq DESC LIMIT 1",
-                    [],
+                    "SELECT sha FROM commits WHERE outcome = 'applied' AND source = ?1 ORDER BY seq DESC LIMIT 1",
+                    params![self.source],
                     |row| row.get(0),
                 )
                 .optional()?;
             let mut current: BTreeMap<ResourceKey, (String, i64)> = BTreeMap::new();
             {
-                let mut statement = tx.prepare_cached("SELECT kind, scope, name, spec, generation FROM desired")?;
-                let rows = statement.query_map([], |row| {
+                let mut statement = tx.prepare_cached("SELECT kind, scope, name, spec, generation FROM desired WHERE source = ?1")?;
+                let rows = statement.query_map(params![self.source], |row| {
                     Ok((
                         row.get::<_, String>(0)?,
                         row.get::<_, String>(1)?,
@@ -149,7 +149,7 @@ impl Store {
                     .get(resource.origin.path.as_str())
                     .copied()
                     .unwrap_or(sha);
-                put_desired(&tx, key, &resource.spec, &spec_json, generation, commit)?;
+                put_desired(&tx, key, &resource.spec, &spec_json, generation, commit, &self.source)?;
                 if !has_autoscale(&resource.spec) {
                     delete_override(&tx, key)?;
                 }
@@ -175,8 +175,8 @@ impl Store {
             // Asset bytes travel with the commit; bytes no desired asset uses any more go.
             for (digest, bytes) in &manifest.blobs {
                 tx.execute(
-                    "INSERT OR IGNORE INTO blobs (digest, bytes) VALUES (?1, ?2)",
-                    params![digest, bytes],
+                    "INSERT OR IGNORE INTO blobs (source, digest, bytes) VALUES (?1, ?2, ?3)",
+                    params![self.source, digest, bytes],
                 )?;
             }
             tx.execute("CREATE TEMP TABLE IF NOT EXISTS live_blobs (digest TEXT PRIMARY KEY)", [])?;
@@ -188,25 +188,25 @@ impl Store {
             }) {
                 tx.execute("INSERT OR IGNORE INTO live_blobs (digest) VALUES (?1)", params![digest])?;
             }
-            tx.execute("DELETE FROM blobs WHERE digest NOT IN (SELECT digest FROM live_blobs)", [])?;
+            tx.execute("DELETE FROM blobs WHERE source = ?1 AND digest NOT IN (SELECT digest FROM live_blobs)", params![self.source])?;
             let warnings = (!manifest.warnings.is_empty()).then(|| {
                 serde_json::to_string(&manifest.warnings).expect("diagnostics are strings and numbers")
             });
             tx.execute(
-                "INSERT INTO commits (sha, outcome, errors, seen_at, warnings) VALUES (?1, 'applied', NULL, ?2, ?3)",
-                params![sha.as_str(), now, warnings],
+                "INSERT INTO commits (sha, outcome, errors, seen_at, warnings, source) VALUES (?1, 'applied', NULL, ?2, ?3, ?4)",
+                params![sha.as_str(), now, warnings, self.source],
             )?;
             match context.triggers {
-                Some(decision) => triggers::save_states(&tx, &decision.states, Some(sha))?,
-                None => triggers::save_states(&tx, &[], None)?,
+                Some(decision) => triggers::save_states(&tx, &self.source, &decision.states, Some(sha))?,
+                None => triggers::save_states(&tx, &self.source, &[], None)?,
             }
-            record_apply(&tx, sha, &summary, context, previous_applied.as_deref())?;
+            record_apply(&tx, &self.source, sha, &summary, context, previous_applied.as_deref())?;
             let head: i64 = tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM journal", [], |row| row.get(0))?;
             tx.commit()?;
             Ok((summary, head))
         })?;
         // Wake the reconciler only when rows were appended.
-        self.journal_head.send_if_modified(|current| {
+        self.shared.journal_head.send_if_modified(|current| {
             let moved = *current != head;
             *current = head;
             moved
@@ -246,11 +246,12 @@ impl Store {
         let result = self.with(|connection| {
             let tx = connection.transaction()?;
             tx.execute(
-                "INSERT INTO commits (sha, outcome, errors, seen_at) VALUES (?1, 'rejected', ?2, ?3)",
-                params![sha.as_str(), errors, now_unix()],
+                "INSERT INTO commits (sha, outcome, errors, seen_at, source) VALUES (?1, 'rejected', ?2, ?3, ?4)",
+                params![sha.as_str(), errors, now_unix(), self.source],
             )?;
             let mut entry = Entry::new("commit.reject", context.who, ActivityOutcome::Failed);
             entry.commit = Some(sha);
+            entry.source = &self.source;
             entry.message = &first;
             entry.data = serde_json::json!({
                 "problems": diagnostics.0.len(),
@@ -271,12 +272,13 @@ impl Store {
             }
             for outcome in context.triggers.map(|decision| decision.outcomes.as_slice()).unwrap_or_default() {
                 if let Verdict::Approved { commit, by } = &outcome.verdict {
-                    triggers::clear_approvals(&tx, commit)?;
+                    triggers::clear_approvals(&tx, &self.source, commit)?;
                     let who = Who::new(context.who.origin, Some(by));
                     let resource = format!("trigger/{}", outcome.name);
                     let message = format!("refused: the commit with it is rejected: {first}");
                     let mut entry = Entry::new("approve", &who, ActivityOutcome::Failed);
                     entry.commit = Some(commit);
+                    entry.source = &self.source;
                     entry.resource = Some(&resource);
                     entry.message = &message;
                     activity::record(&tx, &entry)?;
@@ -294,18 +296,18 @@ impl Store {
         self.with(|connection| {
             let query = |filter: &str| -> Result<Option<CommitRecord>> {
                 let sql = format!(
-                    "SELECT seq, sha, outcome, errors, seen_at, warnings FROM commits {filter} ORDER BY seq DESC LIMIT 1"
+                    "SELECT seq, sha, outcome, errors, seen_at, warnings FROM commits WHERE source = ?1 {filter} ORDER BY seq DESC LIMIT 1"
                 );
                 connection
-                    .query_row(&sql, [], commit_row)
+                    .query_row(&sql, params![self.source], commit_row)
                     .optional()?
                     .map(commit_record)
                     .transpose()
             };
             Ok(CommitSummary {
                 last_seen: query("")?,
-                last_applied: query("WHERE outcome = 'applied'")?,
-                last_rejected: query("WHERE outcome = 'rejected'")?,
+                last_applied: query("AND outcome = 'applied'")?,
+                last_rejected: query("AND outcome = 'rejected'")?,
             })
         })
     }
@@ -315,9 +317,9 @@ impl Store {
         self.with(|connection| {
             connection
                 .query_row(
-                    "SELECT seq, sha, outcome, errors, seen_at, warnings FROM commits WHERE sha = ?1
+                    "SELECT seq, sha, outcome, errors, seen_at, warnings FROM commits WHERE sha = ?1 AND source = ?2
                      ORDER BY seq DESC LIMIT 1",
-                    params![sha.as_str()],
+                    params![sha.as_str(), self.source],
                     commit_row,
                 )
                 .optional()?
@@ -331,6 +333,7 @@ impl Store {
 /// each hold, approval and unpin.
 fn record_apply(
     tx: &rusqlite::Transaction<'_>,
+    source: &str,
     sha: &CommitSha,
     summary: &ApplySummary,
     context: CommitContext<'_>,
@@ -382,6 +385,7 @@ fn record_apply(
         }
         let mut entry = Entry::new("commit.apply", context.who, ActivityOutcome::Succeeded);
         entry.commit = Some(sha);
+        entry.source = source;
         entry.message = &message;
         entry.data = data;
         activity::record(tx, &entry)?;
@@ -403,6 +407,7 @@ fn record_apply(
                 };
                 let mut entry = Entry::new("trigger.hold", context.who, ActivityOutcome::Held);
                 entry.commit = Some(sha);
+                entry.source = source;
                 entry.resource = Some(&resource);
                 entry.message = &message;
                 entry.data = serde_json::json!({ "trigger_file": outcome.path });
@@ -416,6 +421,7 @@ fn record_apply(
                 );
                 let mut entry = Entry::new("approve", &who, ActivityOutcome::Succeeded);
                 entry.commit = Some(commit);
+                entry.source = source;
                 entry.resource = Some(&resource);
                 entry.message = &message;
                 entry.data = serde_json::json!({ "trigger_file": outcome.path });

@@ -76,7 +76,7 @@ pub struct Desired {
 impl Store {
     /// Receives the journal's highest seq after every append.
     pub(crate) fn subscribe(&self) -> watch::Receiver<i64> {
-        self.journal_head.subscribe()
+        self.shared.journal_head.subscribe()
     }
 
     /// Wakes subscribers when another process (the `rollback` or `unpin` command) appended
@@ -90,7 +90,7 @@ impl Store {
                 })?,
             )
         })?;
-        self.journal_head.send_if_modified(|current| {
+        self.shared.journal_head.send_if_modified(|current| {
             let newer = head > *current;
             if newer {
                 *current = head;
@@ -304,6 +304,44 @@ impl Store {
         })
     }
 
+    /// The desired `kind` resources applied by sources other than this handle's.
+    pub(crate) fn keys_of_other_sources(&self, kind: Kind) -> Result<Vec<ResourceKey>> {
+        self.with(|connection| {
+            let mut statement = connection.prepare_cached(
+                "SELECT scope, name FROM desired WHERE kind = ?1 AND source <> ?2",
+            )?;
+            let rows = statement.query_map(params![kind.as_str(), self.source], |row| {
+                Ok(ResourceKey::new(
+                    kind,
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                ))
+            })?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    /// The source that applied each desired resource (`""`: the single `--repo` source).
+    pub fn sources_of_desired(&self) -> Result<std::collections::BTreeMap<ResourceKey, String>> {
+        self.with(|connection| {
+            let mut statement =
+                connection.prepare_cached("SELECT kind, scope, name, source FROM desired")?;
+            let rows = statement.query_map([], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, String>(3)?,
+                ))
+            })?;
+            rows.map(|row| {
+                let (kind, scope, name, source) = row?;
+                Ok((key_from_row(&kind, scope, name)?, source))
+            })
+            .collect()
+        })
+    }
+
     /// Journal rows with `seq > after`, oldest first, at most `limit`.
     pub fn journal_after(&self, after: i64, limit: usize) -> Result<Vec<JournalEntry>> {
         self.with(|connection| {
@@ -470,16 +508,17 @@ pub(super) fn put_desired(
     spec_json: &str,
     generation: i64,
     commit: &CommitSha,
+    source: &str,
 ) -> Result<i64> {
     tx.execute(
-        "INSERT INTO desired (kind, scope, name, spec, spec_hash, replicas, generation, commit_sha, incarnation)
+        "INSERT INTO desired (kind, scope, name, spec, spec_hash, replicas, generation, commit_sha, incarnation, source)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, (
            SELECT COALESCE(MAX(incarnation), 0) + 1 FROM releases
-           WHERE kind = ?1 AND scope = ?2 AND name = ?3))
+           WHERE kind = ?1 AND scope = ?2 AND name = ?3), ?9)
          ON CONFLICT (kind, scope, name) DO UPDATE SET
            spec = excluded.spec, spec_hash = excluded.spec_hash,
            replicas = excluded.replicas, generation = excluded.generation,
-           commit_sha = excluded.commit_sha",
+           commit_sha = excluded.commit_sha, source = excluded.source",
         params![
             key.kind.as_str(),
             key.scope,
@@ -488,7 +527,8 @@ pub(super) fn put_desired(
             spec.spec_hash(key).as_str(),
             i64::try_from(spec.n_replicas()).unwrap_or(i64::MAX),
             generation,
-            commit.as_str()
+            commit.as_str(),
+            source
         ],
     )?;
     append_journal(tx, key, Op::Put, generation, commit)?;

@@ -31,10 +31,10 @@ impl Store {
         match found {
             Ok(Some(id)) if !id.is_empty() => Ok(id),
             Ok(_) => Err(Error::Unusable {
-                path: self.path.clone(),
+                path: self.shared.path.clone(),
                 problem: "it holds no agent id".to_owned(),
             }),
-            Err(source) => Err(unusable_or(&self.path, source)),
+            Err(source) => Err(unusable_or(&self.shared.path, source)),
         }
     }
 

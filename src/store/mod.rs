@@ -29,6 +29,7 @@ mod releases;
 mod runs;
 mod schema;
 mod secrets;
+mod sources;
 mod status;
 mod triggers;
 
@@ -57,10 +58,11 @@ pub use releases::{
 };
 pub use runs::{CronState, JobRun, Readiness, RunStatus};
 pub(crate) use secrets::Buckets;
+pub(crate) use sources::{META_REPO_URL, META_SOURCES};
 pub use status::{FailureReason, Phase, ResourceStatus};
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OpenFlags, params};
@@ -69,13 +71,22 @@ use tokio::sync::watch;
 /// Prepared statements kept per connection: more than the distinct statements of a pass.
 const STATEMENT_CACHE: usize = 64;
 
-/// Handle on the state database. Cheap to share behind an `Arc`.
+/// Handle on the state database. Cheap to share behind an `Arc`; `for_source` makes another
+/// handle on the same connection that records and reads one source's commits.
 pub struct Store {
+    shared: Arc<Shared>,
+    /// Who the changes this handle makes are recorded as made by (`acting_as`).
+    who: Who,
+    /// The source (repository) whose commits, triggers and fetches this handle reads and
+    /// writes (`for_source`); `""` is the single `--repo` source.
+    source: String,
+}
+
+/// What every handle on one database shares.
+struct Shared {
     connection: Mutex<Connection>,
     path: PathBuf,
     journal_head: watch::Sender<i64>,
-    /// Who the changes this handle makes are recorded as made by (`acting_as`).
-    who: Who,
     /// Bumped after each write a reader may show (status, commits, releases, health), so
     /// live views wait for a change instead of polling.
     changes: watch::Sender<u64>,
@@ -181,36 +192,72 @@ impl Store {
             .unwrap_or(0);
         let (journal_head, _) = watch::channel(head);
         Store {
-            connection: Mutex::new(connection),
-            path: path.to_owned(),
-            journal_head,
+            shared: Arc::new(Shared {
+                connection: Mutex::new(connection),
+                path: path.to_owned(),
+                journal_head,
+                changes: watch::channel(0).0,
+            }),
             who: Who::AGENT,
-            changes: watch::channel(0).0,
+            source: String::new(),
         }
+    }
+
+    /// A handle on the same database for source `name`: its commits, triggers, approvals
+    /// and fetches are this source's, the resources it applies are recorded as its own, and
+    /// only those are pruned by its commits (README "Several repositories").
+    pub fn for_source(&self, name: &str) -> Store {
+        Store {
+            shared: self.shared.clone(),
+            who: self.who.clone(),
+            source: name.to_owned(),
+        }
+    }
+
+    /// The source this handle acts for; `""` is the single `--repo` source.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The `meta` key or health subject `base` of this handle's source: `base` itself for
+    /// the single `--repo` source, `base:NAME` for a named one.
+    pub(crate) fn source_key(&self, base: &str) -> String {
+        source_key(base, &self.source)
     }
 
     /// Receives a new value after each write a status view shows: a resource's status, a
     /// commit's outcome, a release's start or end, a health check (writes of this handle
     /// only; another process's are not seen).
     pub(crate) fn subscribe_changes(&self) -> watch::Receiver<u64> {
-        self.changes.subscribe()
+        self.shared.changes.subscribe()
     }
 
     fn mark_changed(&self) {
-        self.changes
+        self.shared
+            .changes
             .send_modify(|count| *count = count.wrapping_add(1));
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.shared.path
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
         let mut connection = self
+            .shared
             .connection
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         f(&mut connection)
+    }
+}
+
+/// The `meta` key or health subject `base` of source `source` (`Store::source_key`).
+pub(crate) fn source_key(base: &str, source: &str) -> String {
+    if source.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}:{source}")
     }
 }
 

@@ -422,7 +422,16 @@ fn put_desired(
         key: key.clone(),
         source,
     })?;
-    super::desired::put_desired(tx, key, &spec, spec_json, generation, commit)
+    // The resource stays its source's: the one that applied it, else the one whose commit
+    // the snapshot is from.
+    let source: String = tx.query_row(
+        "SELECT COALESCE(
+           (SELECT source FROM desired WHERE kind = ?1 AND scope = ?2 AND name = ?3),
+           (SELECT source FROM commits WHERE sha = ?4 ORDER BY seq DESC LIMIT 1), '')",
+        params![key.kind.as_str(), key.scope, key.name, commit.as_str()],
+        |row| row.get(0),
+    )?;
+    super::desired::put_desired(tx, key, &spec, spec_json, generation, commit, &source)
 }
 
 /// `git_spec` of every pin, for `apply_commit`.
@@ -1003,7 +1012,7 @@ impl Store {
             ))
         })?;
         if let Some(head) = head {
-            self.journal_head.send_replace(head);
+            self.shared.journal_head.send_replace(head);
         }
         Ok(outcome)
     }
@@ -1071,7 +1080,7 @@ impl Store {
                 head,
             ))
         })?;
-        self.journal_head.send_replace(head);
+        self.shared.journal_head.send_replace(head);
         Ok(outcome)
     }
 }

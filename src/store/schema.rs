@@ -279,8 +279,49 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     -- engine.unreachable), so its end is announced too.
     ALTER TABLE health ADD COLUMN announced INTEGER NOT NULL DEFAULT 0;
     "#,
+    // 13 (issue 26): several repositories. Each commit, desired row, deploy trigger, asset
+    // blob and activity row belongs to the source (repository) that brought it; '' is the
+    // single `--repo` source, and every row from before is its.
+    r#"
+    ALTER TABLE commits ADD COLUMN source TEXT NOT NULL DEFAULT '';
+    CREATE INDEX commits_by_source ON commits (source, seq);
+    ALTER TABLE desired ADD COLUMN source TEXT NOT NULL DEFAULT '';
+    ALTER TABLE activity ADD COLUMN source TEXT NOT NULL DEFAULT '';
+    CREATE TABLE triggers_by_source (
+        source          TEXT NOT NULL DEFAULT '',
+        path            TEXT NOT NULL,
+        name            TEXT NOT NULL,
+        applied_commit  TEXT,
+        applied_file    TEXT,
+        applied_seq     INTEGER,
+        held_commit     TEXT,
+        held_file       TEXT,
+        held_since      INTEGER,
+        approved_by     TEXT,
+        approved_at     INTEGER,
+        inactive        TEXT NOT NULL DEFAULT '',
+        PRIMARY KEY (source, path)
+    );
+    INSERT INTO triggers_by_source (path, name, applied_commit, applied_file, applied_seq,
+        held_commit, held_file, held_since, approved_by, approved_at, inactive)
+      SELECT path, name, applied_commit, applied_file, applied_seq, held_commit, held_file,
+        held_since, approved_by, approved_at, inactive FROM triggers;
+    DROP TABLE triggers;
+    ALTER TABLE triggers_by_source RENAME TO triggers;
+    -- Asset bytes per source: a commit of one source keeps only its own live blobs.
+    CREATE TABLE blobs_by_source (
+        source  TEXT NOT NULL DEFAULT '',
+        digest  TEXT NOT NULL,
+        bytes   BLOB NOT NULL,
+        PRIMARY KEY (source, digest)
+    );
+    INSERT INTO blobs_by_source (digest, bytes) SELECT digest, bytes FROM blobs;
+    DROP TABLE blobs;
+    ALTER TABLE blobs_by_source RENAME TO blobs;
+    CREATE INDEX blobs_by_digest ON blobs (digest);
+    "#,
     // ---- issue 27: image automation (its own entry, kept last so a merge only renumbers) ----
-    // 13: the tags of each followed image repository, scanned once per interval whatever the
+    // 14: the tags of each followed image repository, scanned once per interval whatever the
     // number of resources following it, with the last scan's error and the registry's
     // Retry-After; and per resource with `image_update`, the tag its policy chose and what
     // committing it did.

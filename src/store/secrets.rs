@@ -78,7 +78,7 @@ impl Store {
             Ok((changed, head))
         })?;
         if let Some(head) = head {
-            self.journal_head.send_replace(head);
+            self.shared.journal_head.send_replace(head);
         }
         Ok(changed)
     }
@@ -117,7 +117,7 @@ impl Store {
             Ok((removed, head))
         })?;
         if let Some(head) = head {
-            self.journal_head.send_replace(head);
+            self.shared.journal_head.send_replace(head);
         }
         Ok(removed)
     }
@@ -248,7 +248,7 @@ impl Store {
         self.with(|connection| {
             Ok(connection
                 .query_row(
-                    "SELECT bytes FROM blobs WHERE digest = ?1",
+                    "SELECT bytes FROM blobs WHERE digest = ?1 LIMIT 1",
                     params![digest],
                     |row| row.get(0),
                 )

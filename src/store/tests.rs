@@ -1681,7 +1681,7 @@ fn approve_marks_only_held_commits_and_says_what_is_held() -> TestResult {
     };
     f.store.with(|connection| {
         let tx = connection.transaction()?;
-        triggers::save_states(&tx, &[held], Some(&sha(7)))?;
+        triggers::save_states(&tx, "", &[held], Some(&sha(7)))?;
         tx.commit()?;
         Ok(())
     })?;

@@ -20,6 +20,8 @@ pub(crate) const META_TRIGGER_BASE: &str = "trigger_base";
 /// One hold an `approve` marked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApprovedHold {
+    /// The source whose trigger holds it (`""`: the single `--repo` source).
+    pub(crate) source: String,
     pub(crate) trigger: String,
     pub(crate) path: String,
     pub(crate) commit: CommitSha,
@@ -29,27 +31,31 @@ pub struct ApprovedHold {
 impl Store {
     /// The remembered triggers, in path order.
     pub fn trigger_states(&self) -> Result<Vec<TriggerState>> {
-        self.with(|connection| read_states(connection))
+        let states = self.with(|connection| read_states(connection, Some(&self.source)))?;
+        Ok(states.into_iter().map(|(_, state)| state).collect())
     }
 
     /// The last applied commit of a repository with trigger files.
     pub(crate) fn trigger_base(&self) -> Result<Option<CommitSha>> {
-        Ok(self.meta(META_TRIGGER_BASE)?.map(CommitSha::new))
+        Ok(self
+            .meta(&self.source_key(META_TRIGGER_BASE))?
+            .map(CommitSha::new))
     }
 
     /// Whether an approval waits for the agent.
     pub fn approvals_pending(&self) -> Result<bool> {
         self.with(|connection| {
             Ok(connection.query_row(
-                "SELECT EXISTS (SELECT 1 FROM triggers WHERE held_commit IS NOT NULL AND approved_at IS NOT NULL)",
-                [],
+                "SELECT EXISTS (SELECT 1 FROM triggers WHERE source = ?1 AND held_commit IS NOT NULL AND approved_at IS NOT NULL)",
+                params![self.source],
                 |row| row.get(0),
             )?)
         })
     }
 
     /// Approves the held commit `sha` (full, or a prefix of at least 7 hex digits) of every
-    /// trigger holding it, recording the request; the agent applies it at its next sync.
+    /// trigger holding it, of any source, recording the request; the agent applies it at its
+    /// next sync of that source.
     /// `Error::NotHeld` when no trigger holds such a commit.
     pub fn approve(&self, sha: &str) -> Result<Vec<ApprovedHold>> {
         let sha = sha.trim().to_ascii_lowercase();
@@ -57,11 +63,12 @@ impl Store {
         let who = self.who.clone();
         self.with(|connection| {
             let tx = connection.transaction()?;
-            let held: Vec<ApprovedHold> = read_states(&tx)?
+            let held: Vec<ApprovedHold> = read_states(&tx, None)?
                 .into_iter()
-                .filter_map(|state| {
+                .filter_map(|(source, state)| {
                     let held = state.held?;
                     (hex && held.commit.as_str().starts_with(&sha)).then_some(ApprovedHold {
+                        source,
                         trigger: state.name,
                         path: state.path,
                         commit: held.commit,
@@ -70,9 +77,9 @@ impl Store {
                 })
                 .collect();
             if held.is_empty() {
-                let holds: Vec<String> = read_states(&tx)?
+                let holds: Vec<String> = read_states(&tx, None)?
                     .into_iter()
-                    .filter_map(|state| {
+                    .filter_map(|(_, state)| {
                         let held = state.held?;
                         Some(format!("{} ({})", held.commit.short(), state.name))
                     })
@@ -100,12 +107,13 @@ impl Store {
             let now = now_unix();
             for hold in &held {
                 tx.execute(
-                    "UPDATE triggers SET approved_by = ?2, approved_at = ?3 WHERE path = ?1",
-                    params![hold.path, who.actor.as_deref().unwrap_or_default(), now],
+                    "UPDATE triggers SET approved_by = ?2, approved_at = ?3 WHERE path = ?1 AND source = ?4",
+                    params![hold.path, who.actor.as_deref().unwrap_or_default(), now, hold.source],
                 )?;
                 let resource = format!("trigger/{}", hold.trigger);
                 let mut entry = Entry::new("approve", &who, ActivityOutcome::Requested);
                 entry.commit = Some(&hold.commit);
+                entry.source = &hold.source;
                 entry.resource = Some(&resource);
                 entry.message = "approved; the agent applies it at its next sync";
                 entry.data = serde_json::json!({ "file": hold.file, "trigger_file": hold.path });
@@ -117,13 +125,17 @@ impl Store {
     }
 }
 
-fn read_states(connection: &rusqlite::Connection) -> Result<Vec<TriggerState>> {
+/// The triggers of `source` (`None`: of every source, each with its source's name).
+fn read_states(
+    connection: &rusqlite::Connection,
+    source: Option<&str>,
+) -> Result<Vec<(String, TriggerState)>> {
     let mut statement = connection.prepare(
         "SELECT path, name, applied_commit, applied_file, applied_seq, held_commit, held_file,
-                held_since, approved_by, approved_at, inactive
-         FROM triggers ORDER BY path",
+                held_since, approved_by, approved_at, inactive, source
+         FROM triggers WHERE ?1 IS NULL OR source = ?1 ORDER BY source, path",
     )?;
-    let rows = statement.query_map([], |row| {
+    let rows = statement.query_map(params![source], |row| {
         let applied = match (
             row.get::<_, Option<String>>(2)?,
             row.get::<_, Option<String>>(3)?,
@@ -155,13 +167,16 @@ fn read_states(connection: &rusqlite::Connection) -> Result<Vec<TriggerState>> {
             }),
             _ => None,
         };
-        Ok(TriggerState {
-            path: row.get(0)?,
-            name: row.get(1)?,
-            applied,
-            held,
-            inactive: row.get(10)?,
-        })
+        Ok((
+            row.get(11)?,
+            TriggerState {
+                path: row.get(0)?,
+                name: row.get(1)?,
+                applied,
+                held,
+                inactive: row.get(10)?,
+            },
+        ))
     })?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }
@@ -169,18 +184,19 @@ fn read_states(connection: &rusqlite::Connection) -> Result<Vec<TriggerState>> {
 /// Replaces the remembered triggers with `states` and the diff base with `base`.
 pub(super) fn save_states(
     tx: &rusqlite::Transaction<'_>,
+    source: &str,
     states: &[TriggerState],
     base: Option<&CommitSha>,
 ) -> rusqlite::Result<()> {
-    tx.execute("DELETE FROM triggers", [])?;
+    tx.execute("DELETE FROM triggers WHERE source = ?1", params![source])?;
     for state in states {
         let applied = state.applied.as_ref();
         let held = state.held.as_ref();
         let approval = held.and_then(|held| held.approval.as_ref());
         tx.execute(
             "INSERT INTO triggers (path, name, applied_commit, applied_file, applied_seq,
-                held_commit, held_file, held_since, approved_by, approved_at, inactive)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                held_commit, held_file, held_since, approved_by, approved_at, inactive, source)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             params![
                 state.path,
                 state.name,
@@ -192,33 +208,33 @@ pub(super) fn save_states(
                 held.map(|held| held.since),
                 approval.map(|approval| approval.by.as_str()),
                 approval.map(|approval| approval.at),
-                state.inactive
+                state.inactive,
+                source
             ],
         )?;
     }
+    let base_key = super::source_key(META_TRIGGER_BASE, source);
     match base {
         Some(base) => tx.execute(
             "INSERT INTO meta (key, value) VALUES (?1, ?2)
              ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            params![META_TRIGGER_BASE, base.as_str()],
+            params![base_key, base.as_str()],
         )?,
-        None => tx.execute(
-            "DELETE FROM meta WHERE key = ?1",
-            params![META_TRIGGER_BASE],
-        )?,
+        None => tx.execute("DELETE FROM meta WHERE key = ?1", params![base_key])?,
     };
     Ok(())
 }
 
-/// Clears the approvals of the holds of `commit` (an approval the agent refused): the holds
-/// stay, waiting for another approval or a newer push.
+/// Clears the approvals of `source`'s holds of `commit` (an approval the agent refused):
+/// the holds stay, waiting for another approval or a newer push.
 pub(super) fn clear_approvals(
     tx: &rusqlite::Transaction<'_>,
+    source: &str,
     commit: &CommitSha,
 ) -> rusqlite::Result<()> {
     tx.execute(
-        "UPDATE triggers SET approved_by = NULL, approved_at = NULL WHERE held_commit = ?1",
-        params![commit.as_str()],
+        "UPDATE triggers SET approved_by = NULL, approved_at = NULL WHERE held_commit = ?1 AND source = ?2",
+        params![commit.as_str(), source],
     )?;
     Ok(())
 }

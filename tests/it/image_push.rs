@@ -80,6 +80,7 @@ fn options(url: &str, work_dir: &Path) -> PushOptions {
 fn bump() -> Bump {
     Bump {
         key: ResourceKey::new(Kind::Deployment, "shop", "web"),
+        source: String::new(),
         repository: "app".to_owned(),
         from_tag: "1.4.2".to_owned(),
         to_tag: "1.4.3".to_owned(),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 use voodu_agent::git::trigger::{self, SyncRequestReceiver, SyncRequests};
-use voodu_agent::http::{HttpCtx, HttpOptions};
+use voodu_agent::http::{HookSource, HttpCtx, HttpOptions};
 use voodu_agent::metrics::Metrics;
 use voodu_agent::store::Store;
 
@@ -38,8 +38,8 @@ impl TestRouter {
         let shutdown = CancellationToken::new();
         let (bound, port) = std::sync::mpsc::channel();
         let ctx = HttpCtx {
-            store,
-            requests: requests.clone(),
+            store: store.clone(),
+            sources: vec![HookSource::single(store.clone(), requests.clone(), "main")],
             metrics: metrics.clone(),
             options,
         };

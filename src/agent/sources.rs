@@ -1,0 +1,599 @@
+//! `--sources FILE`: the repositories one agent follows, each with the scopes it may deploy,
+//! in HCL like the manifests. `--repo` alone is the single source `""` owning every scope.
+//!
+//! ```hcl
+//! source "platform" {
+//!   url    = "https://git.example.com/ops/platform.git"
+//!   branch = "main"                      # default: main
+//!   paths  = ["deploy"]                  # default: the whole repository
+//!   scopes = ["ingress", ""]             # names, prefixes (`shop-*`), `*`; "" = unscoped
+//!   poll   = "1m"                        # default: --interval
+//!   token_file          = "/etc/voodu-agent/platform-token"   # https credentials
+//!   ca_file             = "/etc/voodu-agent/ca.pem"
+//!   ssh_accept_new_host_keys = false
+//!   webhook_secret_file = "/etc/voodu-agent/platform-hook"    # default: --webhook-secret-file
+//!   verify_commits      = "tip"          # tip | all; default: --verify-commits
+//!   trusted_ssh_signers = "/etc/voodu-agent/allowed_signers"
+//!   trusted_pgp_keys    = "/etc/voodu-agent/keys.asc"
+//! }
+//! ```
+//!
+//! Invariants: every mistake names `file:line:col` and what to write; names are unique, and
+//! no scope is allowed to two sources (`Ownership::new`); secrets stay in the files named
+//! here (read at start, never logged).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hcl::edit::Span as _;
+use hcl::edit::expr::Expression;
+use hcl::edit::structure::{Attribute, Body};
+
+use crate::git::{SourceOptions, VerifyMode};
+use crate::http::WebhookSecret;
+use crate::manifest::{Diagnostic, Diagnostics, LineIndex};
+use crate::model::scopes::{Ownership, ScopePattern};
+use crate::sync::CommitTrust;
+
+/// One followed repository.
+#[derive(Debug, Clone)]
+pub struct SourceConfig {
+    /// Unique among the sources; `""` for the single `--repo` source.
+    pub name: String,
+    pub options: SourceOptions,
+    /// Time between polls of its remote.
+    pub interval: Duration,
+    pub scopes: Vec<ScopePattern>,
+    /// Its webhook secret; `None`: the agent's (`--webhook-secret-file`).
+    pub secret: Option<WebhookSecret>,
+    /// Its commit signature rule; `None`: the agent's (`--verify-commits`).
+    pub trust: Option<CommitTrust>,
+}
+
+/// Most sources one agent follows.
+pub const MAX_SOURCES: usize = 64;
+/// Longest sources file read.
+const MAX_FILE_BYTES: u64 = 256 * 1024;
+/// Shortest and longest poll interval.
+const MIN_POLL: Duration = Duration::from_secs(1);
+const MAX_POLL: Duration = Duration::from_secs(24 * 3600);
+
+const KNOWN: &[&str] = &[
+    "url",
+    "branch",
+    "paths",
+    "scopes",
+    "poll",
+    "token_file",
+    "ca_file",
+    "ssh_accept_new_host_keys",
+    "webhook_secret_file",
+    "verify_commits",
+    "trusted_ssh_signers",
+    "trusted_pgp_keys",
+];
+
+/// Reads and checks a sources file; `default_interval` is `--interval`.
+pub fn load(path: &Path, default_interval: Duration) -> Result<Vec<SourceConfig>, Diagnostics> {
+    let shown = path.display().to_string();
+    let whole = |message: String| {
+        Diagnostics(vec![Diagnostic {
+            path: shown.clone(),
+            line: 1,
+            col: 1,
+            message,
+        }])
+    };
+    let size = std::fs::metadata(path)
+        .map_err(|error| whole(format!("cannot read the sources file: {error}")))?
+        .len();
+    if size > MAX_FILE_BYTES {
+        return Err(whole(format!(
+            "{size} bytes; a sources file holds at most {MAX_FILE_BYTES}"
+        )));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| whole(format!("cannot read the sources file: {error}")))?;
+    parse(&shown, &text, default_interval)
+}
+
+/// Checks the text of a sources file named `path` (for the diagnostics).
+pub fn parse(
+    path: &str,
+    text: &str,
+    default_interval: Duration,
+) -> Result<Vec<SourceConfig>, Diagnostics> {
+    let index = LineIndex::new(text);
+    let body = hcl::edit::parser::parse_body(text).map_err(|error| {
+        let (line, col) = index.line_col(error.location().offset());
+        Diagnostics(vec![Diagnostic {
+            path: path.to_owned(),
+            line,
+            col,
+            message: format!("HCL syntax error: {}", error.message()),
+        }])
+    })?;
+    let mut cx = Cx {
+        path,
+        index: &index,
+        problems: Vec::new(),
+    };
+    let sources = read_body(&mut cx, &body, default_interval);
+    if cx.problems.is_empty() {
+        let ownership = Ownership::new(
+            sources
+                .iter()
+                .map(|(source, _)| (source.name.clone(), source.scopes.clone()))
+                .collect(),
+        );
+        if let Err(message) = ownership {
+            let at = sources.last().and_then(|(_, at)| at.clone());
+            cx.error(at, message);
+        }
+    }
+    if cx.problems.is_empty() {
+        Ok(sources.into_iter().map(|(source, _)| source).collect())
+    } else {
+        Err(Diagnostics(cx.problems))
+    }
+}
+
+/// The ownership of `sources` (checked at parse: it cannot overlap).
+pub fn ownership(sources: &[SourceConfig]) -> Result<Ownership, String> {
+    Ownership::new(
+        sources
+            .iter()
+            .map(|source| (source.name.clone(), source.scopes.clone()))
+            .collect(),
+    )
+}
+
+struct Cx<'a> {
+    path: &'a str,
+    index: &'a LineIndex<'a>,
+    problems: Vec<Diagnostic>,
+}
+
+impl Cx<'_> {
+    fn error(&mut self, span: Option<std::ops::Range<usize>>, message: String) {
+        self.problems.push(self.index.at(self.path, span, message));
+    }
+}
+
+fn read_body(
+    cx: &mut Cx<'_>,
+    body: &Body,
+    default_interval: Duration,
+) -> Vec<(SourceConfig, Option<std::ops::Range<usize>>)> {
+    let mut sources: Vec<(SourceConfig, Option<std::ops::Range<usize>>)> = Vec::new();
+    for attribute in body.attributes() {
+        cx.error(
+            attribute.span(),
+            format!(
+                "unexpected attribute `{}`: a sources file holds `source \"NAME\" {{ … }}` blocks",
+                attribute.key.as_str()
+            ),
+        );
+    }
+    for block in body.blocks() {
+        let at = block.ident.span();
+        if block.ident.as_str() != "source" {
+            cx.error(
+                at,
+                format!(
+                    "unknown block `{}`: write `source \"NAME\" {{ url = …, scopes = […] }}`",
+                    block.ident.as_str()
+                ),
+            );
+            continue;
+        }
+        let labels: Vec<&str> = block
+            .labels
+            .iter()
+            .map(|label| match label {
+                hcl::edit::structure::BlockLabel::String(text) => text.as_str(),
+                hcl::edit::structure::BlockLabel::Ident(ident) => ident.as_str(),
+            })
+            .collect();
+        let [name] = labels.as_slice() else {
+            cx.error(
+                at,
+                format!(
+                    "a source block takes one label, its name, got {}: write `source \"shop\" {{ … }}`",
+                    labels.len()
+                ),
+            );
+            continue;
+        };
+        let name = (*name).to_owned();
+        if name.is_empty()
+            || name.len() > 32
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            cx.error(
+                at,
+                format!("source name {name:?}: 1 to 32 letters, digits, `-` or `_`"),
+            );
+            continue;
+        }
+        if sources.iter().any(|(source, _)| source.name == name) {
+            cx.error(at, format!("source {name:?} is declared twice"));
+            continue;
+        }
+        if let Some(source) = read_source(cx, &name, &block.body, at.clone(), default_interval) {
+            sources.push((source, at));
+        }
+    }
+    if sources.is_empty() && cx.problems.is_empty() {
+        cx.error(
+            None,
+            "no source: write at least one `source \"NAME\" { url = …, scopes = […] }` block"
+                .to_owned(),
+        );
+    }
+    if sources.len() > MAX_SOURCES {
+        cx.error(
+            None,
+            format!("{} sources; at most {MAX_SOURCES}", sources.len()),
+        );
+    }
+    sources
+}
+
+fn read_source(
+    cx: &mut Cx<'_>,
+    name: &str,
+    body: &Body,
+    at: Option<std::ops::Range<usize>>,
+    default_interval: Duration,
+) -> Option<SourceConfig> {
+    let before = cx.problems.len();
+    for attribute in body.attributes() {
+        if !KNOWN.contains(&attribute.key.as_str()) {
+            cx.error(
+                attribute.key.span(),
+                format!(
+                    "source {name:?}: unknown attribute `{}` (known: {})",
+                    attribute.key.as_str(),
+                    KNOWN.join(", ")
+                ),
+            );
+        }
+    }
+    if let Some(block) = body.blocks().next() {
+        cx.error(
+            block.ident.span(),
+            format!(
+                "source {name:?}: unexpected block `{}`",
+                block.ident.as_str()
+            ),
+        );
+    }
+    let get = |key: &str| {
+        body.attributes()
+            .find(|attribute| attribute.key.as_str() == key)
+    };
+    let text = |cx: &mut Cx<'_>, key: &str| -> Option<String> {
+        let attribute = get(key)?;
+        match &attribute.value {
+            Expression::String(value) => Some(value.as_str().to_owned()),
+            _ => {
+                cx.error(
+                    attribute.value.span(),
+                    format!("source {name:?}: `{key}` wants a string"),
+                );
+                None
+            }
+        }
+    };
+    let url = text(cx, "url");
+    let branch = text(cx, "branch").unwrap_or_else(|| "main".to_owned());
+    let poll = text(cx, "poll");
+    let file = |cx: &mut Cx<'_>, key: &str, value: Option<String>| -> Option<PathBuf> {
+        let value = value?;
+        let path = PathBuf::from(&value);
+        if !path.is_absolute() {
+            cx.error(
+                get(key).and_then(|attribute| attribute.value.span()),
+                format!("source {name:?}: `{key}` wants an absolute path, got {value:?}"),
+            );
+        }
+        Some(path)
+    };
+    let token_file = text(cx, "token_file");
+    let token_file = file(cx, "token_file", token_file);
+    let ca_file = text(cx, "ca_file");
+    let ca_file = file(cx, "ca_file", ca_file);
+    let secret_file = text(cx, "webhook_secret_file");
+    let secret_file = file(cx, "webhook_secret_file", secret_file);
+    let ssh_signers = text(cx, "trusted_ssh_signers");
+    let ssh_signers = file(cx, "trusted_ssh_signers", ssh_signers);
+    let pgp_keys = text(cx, "trusted_pgp_keys");
+    let pgp_keys = file(cx, "trusted_pgp_keys", pgp_keys);
+    let verify = text(cx, "verify_commits");
+    let accept_new = match get("ssh_accept_new_host_keys") {
+        None => false,
+        Some(attribute) => match &attribute.value {
+            Expression::Bool(value) => *value.value(),
+            other => {
+                cx.error(
+                    other.span(),
+                    format!("source {name:?}: `ssh_accept_new_host_keys` wants true or false"),
+                );
+                false
+            }
+        },
+    };
+    let paths = strings(cx, name, get("paths")).unwrap_or_default();
+    let scopes_attribute = get("scopes");
+    let scopes = match strings(cx, name, scopes_attribute) {
+        None if scopes_attribute.is_none() => {
+            cx.error(
+                at.clone(),
+                format!(
+                    "source {name:?}: `scopes` is required: the scopes it may deploy, e.g. `scopes = [\"{name}\"]` (`shop-*` for a prefix, \"\" for registries and unscoped assets)"
+                ),
+            );
+            Vec::new()
+        }
+        None => Vec::new(),
+        Some(texts) => {
+            let span = scopes_attribute.and_then(|attribute| attribute.value.span());
+            let mut patterns = Vec::new();
+            for text in texts {
+                match ScopePattern::parse(&text) {
+                    Ok(pattern) => patterns.push(pattern),
+                    Err(message) => cx.error(span.clone(), format!("source {name:?}: {message}")),
+                }
+            }
+            if patterns.is_empty() {
+                cx.error(
+                    span,
+                    format!("source {name:?}: `scopes` is empty: it could deploy nothing"),
+                );
+            }
+            patterns
+        }
+    };
+    let Some(url) = url.filter(|url| !url.is_empty()) else {
+        cx.error(
+            at,
+            format!("source {name:?}: `url` is required, e.g. `url = \"https://git.example.com/team/deploy.git\"`"),
+        );
+        return None;
+    };
+    let interval = match poll {
+        None => default_interval,
+        Some(poll) => match humantime::parse_duration(&poll) {
+            Ok(interval) if (MIN_POLL..=MAX_POLL).contains(&interval) => interval,
+            _ => {
+                cx.error(
+                    get("poll").and_then(|attribute| attribute.value.span()),
+                    format!("source {name:?}: poll {poll:?} is not a duration from 1s to 24h (e.g. \"1m\")"),
+                );
+                default_interval
+            }
+        },
+    };
+    let options = SourceOptions {
+        url,
+        branch,
+        paths,
+        token_file,
+        ca_file,
+        ssh_accept_new_host_keys: accept_new,
+    };
+    if let Err(error) = options.check() {
+        cx.error(at.clone(), format!("source {name:?}: {error}"));
+    }
+    let secret = secret_file.and_then(|path| match WebhookSecret::from_file(&path) {
+        Ok(secret) => Some(secret),
+        Err(error) => {
+            cx.error(
+                get("webhook_secret_file").and_then(|attribute| attribute.value.span()),
+                format!("source {name:?}: {error}"),
+            );
+            None
+        }
+    });
+    let trust = match verify.as_deref() {
+        None => {
+            if ssh_signers.is_some() || pgp_keys.is_some() {
+                cx.error(
+                    at.clone(),
+                    format!("source {name:?}: trusted keys without `verify_commits = \"tip\"` or \"all\" have no effect"),
+                );
+            }
+            None
+        }
+        Some(mode) => {
+            let span = get("verify_commits").and_then(|attribute| attribute.value.span());
+            let mode = match mode {
+                "tip" => Some(VerifyMode::Tip),
+                "all" => Some(VerifyMode::All),
+                other => {
+                    cx.error(
+                        span.clone(),
+                        format!(
+                            "source {name:?}: verify_commits {other:?}: write \"tip\" or \"all\""
+                        ),
+                    );
+                    None
+                }
+            };
+            match mode {
+                Some(_) if ssh_signers.is_none() && pgp_keys.is_none() => {
+                    cx.error(
+                        span,
+                        format!("source {name:?}: verify_commits needs the keys to trust: `trusted_ssh_signers` and/or `trusted_pgp_keys`"),
+                    );
+                    None
+                }
+                Some(mode) => {
+                    match CommitTrust::load(mode, ssh_signers.as_deref(), pgp_keys.as_deref()) {
+                        Ok(trust) => Some(trust),
+                        Err(error) => {
+                            cx.error(span, format!("source {name:?}: {error:#}"));
+                            None
+                        }
+                    }
+                }
+                None => None,
+            }
+        }
+    };
+    (cx.problems.len() == before).then(|| SourceConfig {
+        name: name.to_owned(),
+        options,
+        interval,
+        scopes,
+        secret,
+        trust,
+    })
+}
+
+/// A list of strings, or `None` (reported) when it is something else.
+fn strings(cx: &mut Cx<'_>, name: &str, attribute: Option<&Attribute>) -> Option<Vec<String>> {
+    let attribute = attribute?;
+    let wrong = |cx: &mut Cx<'_>| {
+        cx.error(
+            attribute.value.span(),
+            format!(
+                "source {name:?}: `{}` wants a list of strings",
+                attribute.key.as_str()
+            ),
+        );
+    };
+    let Expression::Array(items) = &attribute.value else {
+        wrong(cx);
+        return None;
+    };
+    let mut texts = Vec::new();
+    for item in items.iter() {
+        match item {
+            Expression::String(text) => texts.push(text.as_str().to_owned()),
+            _ => {
+                wrong(cx);
+                return None;
+            }
+        }
+    }
+    Some(texts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINUTE: Duration = Duration::from_secs(60);
+
+    fn problems(text: &str) -> String {
+        match parse("sources.hcl", text, MINUTE) {
+            Ok(_) => "accepted".to_owned(),
+            Err(diagnostics) => diagnostics.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_sources_file_names_each_repository_and_its_scopes() -> Result<(), Diagnostics> {
+        let sources = parse(
+            "sources.hcl",
+            r#"
+source "platform" {
+  url    = "https://git.example.com/ops/platform.git"
+  scopes = ["ingress", ""]
+  poll   = "2m"
+}
+source "shop" {
+  url    = "/srv/git/shop"
+  branch = "release"
+  paths  = ["deploy"]
+  scopes = ["shop-*"]
+  ssh_accept_new_host_keys = true
+}
+"#,
+            MINUTE,
+        )?;
+        assert_eq!(sources.len(), 2);
+        assert_eq!(sources[0].name, "platform");
+        assert_eq!(sources[0].interval, Duration::from_secs(120));
+        assert_eq!(sources[0].options.branch, "main");
+        assert_eq!(sources[1].interval, MINUTE);
+        assert_eq!(sources[1].options.branch, "release");
+        assert_eq!(sources[1].options.paths, vec!["deploy".to_owned()]);
+        assert!(sources[1].options.ssh_accept_new_host_keys);
+        let ownership = ownership(&sources).map_err(|message| {
+            Diagnostics(vec![Diagnostic {
+                path: String::new(),
+                line: 0,
+                col: 0,
+                message,
+            }])
+        })?;
+        assert_eq!(ownership.owner_of("shop-web"), Some("shop"));
+        assert_eq!(ownership.owner_of(""), Some("platform"));
+        Ok(())
+    }
+
+    #[test]
+    fn each_mistake_names_its_line_and_column_and_what_to_write() {
+        let cases: &[(&str, &str)] = &[
+            (
+                "source \"a\" {\n  scopes = [\"a\"]\n}\n",
+                "sources.hcl:1:1: source \"a\": `url` is required",
+            ),
+            (
+                "source \"a\" {\n  url = \"/r\"\n}\n",
+                "sources.hcl:1:1: source \"a\": `scopes` is required",
+            ),
+            (
+                "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\"]\n  colour = \"red\"\n}\n",
+                "sources.hcl:4:3: source \"a\": unknown attribute `colour`",
+            ),
+            (
+                "source \"a\" {\n  url = \"/r\"\n  scopes = [\"sh*p\"]\n}\n",
+                "sources.hcl:3:12: source \"a\": scope pattern \"sh*p\"",
+            ),
+            (
+                "source \"a\" {\n  url = \"/r\"\n  scopes = \"a\"\n}\n",
+                "sources.hcl:3:12: source \"a\": `scopes` wants a list of strings",
+            ),
+            (
+                "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\"]\n  poll = \"soon\"\n}\n",
+                "sources.hcl:4:10: source \"a\": poll \"soon\"",
+            ),
+            (
+                "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\"]\n  token_file = \"rel\"\n}\n",
+                "sources.hcl:4:16: source \"a\": `token_file` wants an absolute path",
+            ),
+            (
+                "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\"]\n}\nsource \"a\" {\n  url = \"/s\"\n  scopes = [\"b\"]\n}\n",
+                "sources.hcl:5:1: source \"a\" is declared twice",
+            ),
+            (
+                "source \"a\" {\n  url = \"/r\"\n  scopes = [\"shop-*\"]\n}\nsource \"b\" {\n  url = \"/s\"\n  scopes = [\"shop-web\"]\n}\n",
+                "sources \"a\" and \"b\" may both deploy scope shop-* / shop-web",
+            ),
+            (
+                "source \"a\" {\n  url = \"http://h/r\"\n  scopes = [\"a\"]\n  token_file = \"/t\"\n}\n",
+                "sources.hcl:1:1: source \"a\":",
+            ),
+            (
+                "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\"]\n  verify_commits = \"tip\"\n}\n",
+                "sources.hcl:4:20: source \"a\": verify_commits needs the keys",
+            ),
+            ("repo \"a\" {}\n", "sources.hcl:1:1: unknown block `repo`"),
+            ("", "sources.hcl:1:1: no source"),
+            ("source \"a\" {\n  url = \n}\n", "sources.hcl:2:"),
+        ];
+        for (text, expected) in cases {
+            let got = problems(text);
+            assert!(
+                got.contains(expected),
+                "for {text:?}\n  got: {got}\n want: {expected}"
+            );
+        }
+    }
+}
