@@ -684,11 +684,15 @@ async fn run_until<R: Runtime>(
             ..reconcile::Handles::default()
         },
     };
-    let reconciler = tracker.spawn(reconcile::run(
-        deps,
-        config.reconcile.clone(),
-        shutdown.clone(),
-    ));
+    let mut reconcile_options = config.reconcile.clone();
+    // Registry scans connect where `url()` may (`--allow-url-host`), never to the agent's own
+    // HTTP side.
+    reconcile_options.registry_access = crate::assets::registry::RegistryAccess::new(
+        &config.sync.policy.allow_url_host,
+        listener.as_ref().map(TcpListener::local_addr).transpose()?,
+    )
+    .map_err(anyhow::Error::msg)?;
+    let reconciler = tracker.spawn(reconcile::run(deps, reconcile_options, shutdown.clone()));
     let mut hook_sources = Vec::new();
     // Kept until `run` returns: dropping one stops its watch.
     let mut local_watches = Vec::new();

@@ -6,16 +6,32 @@
 //! A loopback registry (`localhost`, `127.0.0.0/8`, `::1`) is spoken to over plain HTTP, as the
 //! Docker engine does by default; every other one over HTTPS.
 //!
-//! Invariants: every request has a deadline (`REQUEST_TIMEOUT`, body included) and every body
-//! a size cap (`MAX_BODY`); pages and tags are bounded (`MAX_PAGES`, `MAX_TAGS`); a next page is
+//! Where a scan may connect is the `url()` rule (`url_guard`, `--allow-url-host`): the image
+//! names its registry, and the manifest is hostile while the agent runs as root, so loopback,
+//! private and other internal addresses are refused unless the host policy allows them, a
+//! link-local address (169.254.0.0/16, fe80::/10: cloud metadata) always, and the agent's own
+//! HTTP address always. A token realm is judged the same way.
+//!
+//! Invariants: nothing connects to a refused address (address hosts are judged before the
+//! request, names inside the resolver, on every address they resolve to; no redirect is
+//! followed); every request has a deadline (`REQUEST_TIMEOUT`, body included), a whole scan
+//! another (`SCAN_DEADLINE`), and every body a size cap (`MAX_BODY`); pages and tags are
+//! bounded (`MAX_PAGES`, `MAX_TAGS`), and only valid tags are kept (`model::is_valid_tag`:
+//! a tag ends up in a manifest); a next page is
 //! only followed on the registry's own origin; a `429` or `503` is returned with its
 //! `Retry-After` for the caller's schedule, never waited for here; credentials are never in an
 //! error or a log line.
 
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::header::{AUTHORIZATION, HeaderValue, LINK, RETRY_AFTER, WWW_AUTHENTICATE};
 use reqwest::{Client, StatusCode, Url};
+
+use super::url_guard::{Guard, GuardedResolver, refusal_in};
+use crate::model::is_valid_tag;
+use crate::model::url_hosts::UrlHosts;
 
 /// Deadline of one request, connect to last byte.
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -27,6 +43,51 @@ pub(crate) const MAX_PAGES: usize = 50;
 pub(crate) const MAX_TAGS: usize = 20_000;
 /// Tags asked for per page.
 const PAGE_SIZE: usize = 1000;
+/// Deadline of a whole scan (every page and the token).
+pub(crate) const SCAN_DEADLINE: Duration = Duration::from_secs(120);
+
+/// Where scans may connect: the host policy's `--allow-url-host` (as for `url()`), never a
+/// link-local address, never the agent's own HTTP address. The default allows no internal
+/// address.
+#[derive(Debug, Clone)]
+pub struct RegistryAccess {
+    guard: Arc<Guard>,
+}
+
+impl Default for RegistryAccess {
+    fn default() -> Self {
+        RegistryAccess {
+            guard: Arc::new(Guard {
+                never_link_local: true,
+                ..Guard::default()
+            }),
+        }
+    }
+}
+
+impl RegistryAccess {
+    /// Scans may reach what `allow_url_host` (`--allow-url-host` entries) allows, never
+    /// `own_address` (`--listen`).
+    pub fn new(
+        allow_url_host: &[String],
+        own_address: Option<SocketAddr>,
+    ) -> Result<RegistryAccess, String> {
+        Ok(RegistryAccess {
+            guard: Arc::new(Guard {
+                hosts: UrlHosts::parse(allow_url_host)?,
+                own_address,
+                never_link_local: true,
+            }),
+        })
+    }
+}
+
+/// The HTTP client of the scans and the rule it connects by (one per scanner).
+#[derive(Clone)]
+pub(crate) struct Scanner {
+    client: Client,
+    guard: Arc<Guard>,
+}
 
 /// Basic credentials (a `registry` block's username and token, or a helper's answer).
 #[derive(Clone)]
@@ -63,6 +124,8 @@ pub(crate) enum RegistryError {
     },
     #[error("registry {host} answered unexpectedly: {message}")]
     Protocol { host: String, message: String },
+    #[error("registry {host} is not contacted: {message}")]
+    Refused { host: String, message: String },
 }
 
 impl RegistryError {
@@ -75,19 +138,24 @@ impl RegistryError {
     }
 }
 
-/// A client for the scans (one per scanner; cheap to clone).
-pub(crate) fn client() -> Result<Client, String> {
+/// A client for the scans, connecting only where `access` allows (cheap to clone).
+pub(crate) fn client(access: &RegistryAccess) -> Result<Scanner, String> {
     // reqwest is built without a default crypto provider; the binary installs ring at start,
     // and this covers library users and tests.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    Client::builder()
+    let client = Client::builder()
         .user_agent(concat!("voodu-agent/", env!("CARGO_PKG_VERSION")))
         .timeout(REQUEST_TIMEOUT)
         .connect_timeout(Duration::from_secs(10))
+        .dns_resolver(Arc::new(GuardedResolver(Arc::clone(&access.guard))))
         // A redirect would carry the Authorization header's purpose elsewhere: none followed.
         .redirect(reqwest::redirect::Policy::none())
         .build()
-        .map_err(|error| format!("cannot build an HTTP client: {error}"))
+        .map_err(|error| format!("cannot build an HTTP client: {error}"))?;
+    Ok(Scanner {
+        client,
+        guard: Arc::clone(&access.guard),
+    })
 }
 
 /// The API host and repository path of `repository` (an image without its tag):
@@ -130,9 +198,29 @@ fn base_url(host: &str) -> Result<Url, RegistryError> {
     })
 }
 
-/// Lists the tags of `repository` (an image without its tag), every page.
+/// Lists the tags of `repository` (an image without its tag), every page, within
+/// `SCAN_DEADLINE`; tags that are not valid tags are left out.
 pub(crate) async fn list_tags(
-    client: &Client,
+    client: &Scanner,
+    repository: &str,
+    credentials: Option<&Credentials>,
+) -> Result<Vec<String>, RegistryError> {
+    let (host, _) = api_location(repository);
+    tokio::time::timeout(SCAN_DEADLINE, list_pages(client, repository, credentials))
+        .await
+        .unwrap_or_else(|_| {
+            Err(RegistryError::Unreachable {
+                host,
+                message: format!(
+                    "the scan did not finish within {}s",
+                    SCAN_DEADLINE.as_secs()
+                ),
+            })
+        })
+}
+
+async fn list_pages(
+    client: &Scanner,
     repository: &str,
     credentials: Option<&Credentials>,
 ) -> Result<Vec<String>, RegistryError> {
@@ -195,7 +283,12 @@ pub(crate) async fn list_tags(
         }
         let page: Page = serde_json::from_slice(&body)
             .map_err(|error| protocol(format!("the tag list is not JSON: {error}")))?;
-        tags.extend(page.tags.unwrap_or_default());
+        tags.extend(
+            page.tags
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|tag| is_valid_tag(tag)),
+        );
         if tags.len() >= MAX_TAGS {
             tags.truncate(MAX_TAGS);
             break;
@@ -217,27 +310,49 @@ pub(crate) async fn list_tags(
 }
 
 async fn get(
-    client: &Client,
+    client: &Scanner,
     host: &str,
     url: &Url,
     authorization: Option<&HeaderValue>,
 ) -> Result<reqwest::Response, RegistryError> {
-    let mut request = client.get(url.clone());
+    send(client, host, url, authorization, "").await
+}
+
+/// Sends a GET to `url` once the guard allows it (an address host is judged here, a name by
+/// the resolver); `what` prefixes a failure's message.
+async fn send(
+    client: &Scanner,
+    host: &str,
+    url: &Url,
+    authorization: Option<&HeaderValue>,
+    what: &str,
+) -> Result<reqwest::Response, RegistryError> {
+    let refused = |message: String| RegistryError::Refused {
+        host: host.to_owned(),
+        message: format!("{what}{message}"),
+    };
+    client
+        .guard
+        .check_url(url)
+        .map_err(|refusal| refused(refusal.to_string()))?;
+    let mut request = client.client.get(url.clone());
     if let Some(authorization) = authorization {
         request = request.header(AUTHORIZATION, authorization.clone());
     }
-    request
-        .send()
-        .await
-        .map_err(|error| RegistryError::Unreachable {
+    request.send().await.map_err(|error| {
+        if let Some(refusal) = refusal_in(&error) {
+            return refused(refusal.to_string());
+        }
+        RegistryError::Unreachable {
             host: host.to_owned(),
-            message: without_url(&error),
-        })
+            message: format!("{what}{}", without_url(&error)),
+        }
+    })
 }
 
 /// The Authorization header the challenge asks for.
 async fn authorize(
-    client: &Client,
+    client: &Scanner,
     host: &str,
     challenge: &str,
     credentials: Option<&Credentials>,
@@ -283,17 +398,8 @@ async fn authorize(
             }
         }
     }
-    let mut request = client.get(realm);
-    if let Some(header) = credentials.and_then(basic) {
-        request = request.header(AUTHORIZATION, header);
-    }
-    let response = request
-        .send()
-        .await
-        .map_err(|error| RegistryError::Unreachable {
-            host: host.to_owned(),
-            message: format!("its token service: {}", without_url(&error)),
-        })?;
+    let header = credentials.and_then(basic);
+    let response = send(client, host, &realm, header.as_ref(), "its token service: ").await?;
     if matches!(
         response.status(),
         StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN
@@ -432,7 +538,196 @@ fn without_url(error: &reqwest::Error) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    use std::net::TcpListener;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use super::*;
+
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    /// A listener that only counts the connections made to it (none is ever answered).
+    struct Counting {
+        listener: TcpListener,
+    }
+
+    impl Counting {
+        fn on(ip: &str) -> std::io::Result<Counting> {
+            let listener = TcpListener::bind((ip, 0))?;
+            listener.set_nonblocking(true)?;
+            Ok(Counting { listener })
+        }
+
+        fn port(&self) -> std::io::Result<u16> {
+            Ok(self.listener.local_addr()?.port())
+        }
+
+        /// Connections made so far (the kernel queues them whether or not they are accepted).
+        fn accepted(&self) -> usize {
+            let mut n = 0;
+            while self.listener.accept().is_ok() {
+                n += 1;
+            }
+            n
+        }
+    }
+
+    /// A registry on loopback answering each request path (without its query) from `routes`
+    /// (status line, headers, body), in a thread, `requests` times at most; counts requests.
+    fn serve(
+        routes: Vec<(&'static str, String, String)>,
+    ) -> std::io::Result<(u16, Arc<AtomicUsize>)> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let port = listener.local_addr()?.port();
+        let count = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&count);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut reader = BufReader::new(stream.try_clone().expect("a clone"));
+                let mut line = String::new();
+                if reader.read_line(&mut line).is_err() {
+                    continue;
+                }
+                loop {
+                    let mut header = String::new();
+                    if reader.read_line(&mut header).unwrap_or(0) <= 2 {
+                        break;
+                    }
+                }
+                seen.fetch_add(1, Ordering::SeqCst);
+                let target = line.split(' ').nth(1).unwrap_or_default().to_owned();
+                let path = target.split('?').next().unwrap_or_default().to_owned();
+                let query = target.split_once('?').map(|(_, query)| query).unwrap_or("");
+                let (status, headers, body) = routes
+                    .iter()
+                    .find(|(route, ..)| {
+                        route
+                            .split_once('?')
+                            .map_or(*route == path, |(p, q)| p == path && query.contains(q))
+                    })
+                    .map(|(_, head, body)| {
+                        let (status, headers) = head.split_once('\n').unwrap_or((head, ""));
+                        (status.to_owned(), headers.to_owned(), body.clone())
+                    })
+                    .unwrap_or(("404 Not Found".to_owned(), String::new(), String::new()));
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status}\r\n{headers}content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        Ok((port, count))
+    }
+
+    async fn scan(access: &RegistryAccess, repository: &str) -> Result<Vec<String>, RegistryError> {
+        let scanner = client(access).map_err(|message| RegistryError::Protocol {
+            host: String::new(),
+            message,
+        })?;
+        list_tags(&scanner, repository, None).await
+    }
+
+    fn refused(result: &Result<Vec<String>, RegistryError>) -> bool {
+        matches!(result, Err(RegistryError::Refused { .. }))
+    }
+
+    /// The manifest names the registry: internal addresses are refused unless allowed, before
+    /// any connection (by address, or by what a name resolves to); link-local and the agent's
+    /// own address whatever is allowed.
+    #[tokio::test]
+    async fn refused_registries_are_never_connected_to() -> TestResult {
+        let target = Counting::on("127.0.0.1")?;
+        let port = target.port()?;
+        let deny = RegistryAccess::default();
+        for repository in [
+            format!("127.0.0.1:{port}/app"),
+            format!("localhost:{port}/app"),
+            format!("[::ffff:127.0.0.1]:{port}/app"),
+        ] {
+            let result = scan(&deny, &repository).await;
+            assert!(refused(&result), "{repository}: {result:?}");
+        }
+        let everything = RegistryAccess::new(
+            &[
+                "127.0.0.0/8".to_owned(),
+                "169.254.0.0/16".to_owned(),
+                "fe80::/10".to_owned(),
+                "metadata.invalid".to_owned(),
+            ],
+            Some(target.listener.local_addr()?),
+        )?;
+        for repository in [
+            "169.254.169.254/app".to_owned(),
+            "169.254.169.254:80/app".to_owned(),
+            "[fe80::1]:5000/app".to_owned(),
+            "[::ffff:169.254.169.254]/app".to_owned(),
+            // The agent's own HTTP address.
+            format!("127.0.0.1:{port}/app"),
+        ] {
+            let result = scan(&everything, &repository).await;
+            assert!(refused(&result), "{repository}: {result:?}");
+            let message = result
+                .err()
+                .map(|error| error.to_string())
+                .unwrap_or_default();
+            assert!(
+                message.contains("link-local") || message.contains("own HTTP address"),
+                "{message}"
+            );
+        }
+        assert_eq!(target.accepted(), 0, "no connection was made");
+        Ok(())
+    }
+
+    /// A token realm is where a registry sends the credentials: judged like the registry.
+    #[tokio::test]
+    async fn a_token_realm_is_judged_like_the_registry() -> TestResult {
+        let realm = Counting::on("127.0.0.2")?;
+        let realm_port = realm.port()?;
+        for realm_url in [
+            format!("http://127.0.0.2:{realm_port}/token"),
+            "http://169.254.169.254/latest/meta-data".to_owned(),
+        ] {
+            let (port, requests) = serve(vec![(
+                "/v2/app/tags/list",
+                format!(
+                    "401 Unauthorized\nwww-authenticate: Bearer realm=\"{realm_url}\",service=\"r\"\r\n"
+                ),
+                String::new(),
+            )])?;
+            let access = RegistryAccess::new(&["127.0.0.1".to_owned()], None)?;
+            let result = scan(&access, &format!("127.0.0.1:{port}/app")).await;
+            assert!(refused(&result), "{realm_url}: {result:?}");
+            assert_eq!(requests.load(Ordering::SeqCst), 1, "the registry was asked");
+        }
+        assert_eq!(realm.accepted(), 0, "the realm was never contacted");
+        Ok(())
+    }
+
+    /// Pages are followed; a tag that is not a tag (a hostile registry's HCL) is left out.
+    #[tokio::test]
+    async fn pages_are_followed_and_invalid_tags_dropped() -> TestResult {
+        let (port, requests) = serve(vec![
+            (
+                "/v2/app/tags/list?last=1.4.3",
+                "200 OK\n".to_owned(),
+                r#"{"name":"app","tags":["1.5.0","2.0.0"]}"#.to_owned(),
+            ),
+            (
+                "/v2/app/tags/list",
+                "200 OK\nlink: </v2/app/tags/list?last=1.4.3&n=2>; rel=\"next\"\r\n".to_owned(),
+                r#"{"name":"app","tags":["1.4.2","1.4.3\"\n command = \"sh","${X}","1.4.3"]}"#
+                    .to_owned(),
+            ),
+        ])?;
+        let access = RegistryAccess::new(&["127.0.0.1".to_owned()], None)?;
+        let tags = scan(&access, &format!("127.0.0.1:{port}/app")).await?;
+        assert_eq!(tags, ["1.4.2", "1.4.3", "1.5.0", "2.0.0"]);
+        assert_eq!(requests.load(Ordering::SeqCst), 2);
+        Ok(())
+    }
 
     #[test]
     fn repositories_map_to_their_api() {

@@ -14,7 +14,7 @@ use hcl::edit::expr::Expression;
 use hcl::edit::structure::{Block, Structure};
 
 use super::lex::{MARK, mark_interpolations};
-use crate::model::{Kind, split_image};
+use crate::model::{Kind, is_valid_tag, split_image};
 
 /// Why a tag could not be set; each message says what to do.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -33,6 +33,8 @@ pub enum EditError {
         "`image` of {resource} is not a plain string literal; write it as \"repository:tag\" without escapes or `${{…}}`"
     )]
     NotLiteral { resource: String },
+    #[error("{tag:?} is not an image tag ([A-Za-z0-9_][A-Za-z0-9._-]{{0,127}}); not written")]
+    InvalidTag { tag: String },
     #[error(
         "`image` of {resource} is now {found:?}, not a tag of {repository}; the image was changed in git, so no tag is written"
     )]
@@ -64,6 +66,11 @@ pub fn set_image_tag(
     repository: &str,
     tag: &str,
 ) -> Result<Option<TagEdit>, EditError> {
+    if !is_valid_tag(tag) {
+        return Err(EditError::InvalidTag {
+            tag: tag.to_owned(),
+        });
+    }
     let (marked, errors) = mark_interpolations(text);
     if errors.iter().any(|error| error.blocks_parse) {
         return Err(EditError::Unparsable);
@@ -241,6 +248,37 @@ job "shop" "migrate" {
                 Err(error) => assert!(error.to_string().contains(part), "{error}"),
             }
         }
+    }
+
+    /// A registry's tags are hostile: a quote, `${`, a newline or an over-long tag would write
+    /// HCL into the repository.
+    #[test]
+    fn only_valid_tags_are_written() {
+        for tag in [
+            "1.4.3\"\n  command = \"sh",
+            "${X}",
+            "a b",
+            ".hidden",
+            "-x",
+            "",
+            &"a".repeat(129),
+        ] {
+            match set_image_tag(FILE, Kind::Deployment, "shop", "web", "app", tag) {
+                Err(EditError::InvalidTag { .. }) => {}
+                other => panic!("{tag:?}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            set_image_tag(
+                FILE,
+                Kind::Deployment,
+                "shop",
+                "web",
+                "app",
+                &"a".repeat(128)
+            ),
+            Ok(Some(_))
+        ));
     }
 
     #[test]

@@ -239,6 +239,18 @@ pub fn split_image(image: &str) -> Option<(&str, &str)> {
     (!repository.is_empty() && !tag.is_empty()).then_some((repository, tag))
 }
 
+/// Whether `tag` is a tag as the OCI distribution spec writes them
+/// (`[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`): only such a tag is ever chosen, or written into a
+/// manifest (a registry's answer is hostile: a quote or a `${` would be HCL).
+pub fn is_valid_tag(tag: &str) -> bool {
+    let mut chars = tag.chars();
+    tag.len() <= 128
+        && chars
+            .next()
+            .is_some_and(|first| first.is_ascii_alphanumeric() || first == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
 /// The tag of an image reference (see `split_image`).
 pub fn image_tag(image: &str) -> Option<&str> {
     split_image(image).map(|(_, tag)| tag)

@@ -66,7 +66,7 @@ pub(crate) async fn run<R: Runtime>(
     committer: Option<Arc<dyn ImageCommitter>>,
     shutdown: CancellationToken,
 ) {
-    let client = match registry::client() {
+    let client = match registry::client(&ctx.options.registry_access) {
         Ok(client) => client,
         Err(error) => {
             tracing::error!(%error, "image automation is off: no HTTP client");
@@ -90,7 +90,7 @@ pub(crate) async fn run<R: Runtime>(
 /// One look: scan what is due, decide, hand commit-mode bumps over.
 async fn pass<R: Runtime>(
     ctx: &Ctx<R>,
-    client: &reqwest::Client,
+    client: &registry::Scanner,
     committer: Option<&dyn ImageCommitter>,
 ) -> super::Result<()> {
     let followers = blocking(&ctx.store, followers).await?;

@@ -114,6 +114,9 @@ pub struct ReconcileOptions {
     /// The ingress proxy; `None` turns ingresses off (their status says so). The agent
     /// runs the router only when set.
     pub ingress: Option<router::IngressOptions>,
+    /// Where image automation's registry scans may connect (`--allow-url-host`, as `url()`;
+    /// never link-local, never the agent's own HTTP address).
+    pub registry_access: crate::assets::registry::RegistryAccess,
 }
 
 impl Default for ReconcileOptions {
@@ -133,6 +136,7 @@ impl Default for ReconcileOptions {
             clock: Clock::System,
             keyring: Arc::default(),
             ingress: None,
+            registry_access: crate::assets::registry::RegistryAccess::default(),
         }
     }
 }
