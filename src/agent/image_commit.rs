@@ -55,6 +55,8 @@ impl GitCommitter {
                         author_name: "voodu-agent".to_owned(),
                         author_email: "voodu-agent@localhost".to_owned(),
                         ssh_accept_new_host_keys: source.options.ssh_accept_new_host_keys,
+                        token_file: source.options.token_file.clone(),
+                        ca_file: source.options.ca_file.clone(),
                     },
                     requests: requests.clone(),
                 },

@@ -74,6 +74,8 @@ fn options(url: &str, work_dir: &Path) -> PushOptions {
         author_name: "voodu-agent".to_owned(),
         author_email: "voodu-agent@localhost".to_owned(),
         ssh_accept_new_host_keys: false,
+        token_file: None,
+        ca_file: None,
     }
 }
 
