@@ -718,7 +718,7 @@ async fn run_until<R: Runtime>(
             },
             receiver,
             metrics.clone(),
-            source_config.interval,
+            (source_config.name.clone(), source_config.interval),
             shutdown.clone(),
         ));
         tracker.spawn(trigger::poll(
@@ -789,7 +789,7 @@ async fn sync_loop<S>(
     sync: S,
     mut receiver: SyncRequestReceiver,
     metrics: Arc<Metrics>,
-    interval: Duration,
+    (source, interval): (String, Duration),
     shutdown: CancellationToken,
 ) where
     S: Fn(&AtomicBool, &Who) -> Result<SyncOutcome, sync_stage::Error> + Send + Sync + 'static,
@@ -830,7 +830,7 @@ async fn sync_loop<S>(
         receiver.finish(generation, report);
         match outcome {
             Ok(Ok(SyncOutcome::Unchanged(commit))) => {
-                tracing::debug!(commit = commit.short(), "repo unchanged")
+                tracing::debug!(%source, commit = commit.short(), "repo unchanged")
             }
             Ok(Ok(SyncOutcome::Applied {
                 commit,
@@ -839,10 +839,11 @@ async fn sync_loop<S>(
                 triggers,
             })) => {
                 for warning in &warnings {
-                    tracing::warn!(commit = commit.short(), "{warning}");
+                    tracing::warn!(%source, commit = commit.short(), "{warning}");
                 }
                 log_triggers(&commit, &triggers);
                 tracing::info!(
+                    %source,
                     commit = commit.short(),
                     changed = summary.puts.len(),
                     deleted = summary.deletes.len(),
@@ -854,6 +855,7 @@ async fn sync_loop<S>(
                 commit,
                 diagnostics,
             })) => tracing::error!(
+                %source,
                 commit = commit.short(),
                 "commit rejected; the host keeps running the last good commit:\n{diagnostics}"
             ),
@@ -861,7 +863,7 @@ async fn sync_loop<S>(
                 tracing::info!("sync interrupted by shutdown")
             }
             Ok(Err(error)) => {
-                tracing::warn!(%error, "sync failed; next try in {}", humantime::format_duration(interval))
+                tracing::warn!(%source, %error, "sync failed; next try in {}", humantime::format_duration(interval))
             }
             Err(join_error) => tracing::error!(%join_error, "sync task failed"),
         }
@@ -964,7 +966,7 @@ mod tests {
             sync,
             receiver,
             metrics.clone(),
-            Duration::from_secs(3600),
+            (String::new(), Duration::from_secs(3600)),
             shutdown.clone(),
         );
         tokio::pin!(sync_loop);

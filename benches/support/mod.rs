@@ -303,6 +303,18 @@ pub fn cpu_time(pid: u32) -> Result<Duration> {
     Ok(Duration::from_secs_f64(ticks as f64 / per_second as f64))
 }
 
+/// `GET path` over a plain socket → status and body.
+pub fn get(address: &str, path: &str) -> Result<(u16, String)> {
+    let mut stream = std::net::TcpStream::connect(address)?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").as_bytes())?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response.split_once("\r\n\r\n").ok_or("no end of headers")?;
+    let status = head.split_whitespace().nth(1).ok_or("no status")?.parse()?;
+    Ok((status, body.to_owned()))
+}
+
 /// `POST path` with `body` over a plain socket → status, body and when the answer arrived.
 pub fn post(address: &str, path: &str, body: &str) -> Result<(u16, String, Instant)> {
     let mut stream = std::net::TcpStream::connect(address)?;

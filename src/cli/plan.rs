@@ -73,15 +73,29 @@ pub(super) struct PlanArgs {
     /// The signatures to require of the planned commit, as the agent's flags.
     #[command(flatten)]
     trust: super::trust::TrustArgs,
+    /// Plan as one source of an agent following several repositories: against what that
+    /// source applied, in the scopes it owns (README "Several repositories").
+    #[command(flatten)]
+    source: super::validate::SourceArgs,
 }
 
 pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> {
     let scratch = tempfile::tempdir().context("cannot create a scratch directory")?;
     let db = data_dir.join("state.db");
+    let owned_by = args.source.owned_by()?;
     let store = if db.exists() {
         Some(Store::open_read_only(&db).with_context(|| format!("cannot read {}", db.display()))?)
     } else {
         None
+    };
+    // As one source of several: its commits, triggers and resources only.
+    let store = match (store, &owned_by) {
+        (Some(store), Some(owned_by)) => Some(store.for_source(&owned_by.name)),
+        (Some(store), None) if !store.source_names()?.is_empty() => anyhow::bail!(
+            "this agent follows several repositories ({}): plan one of them with --sources FILE --source NAME",
+            store.source_names()?.join(", ")
+        ),
+        (store, _) => store,
     };
     let mut vars = args.vars.to_vars()?;
     if let Some(store) = &store {
@@ -176,6 +190,17 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
         );
         return Ok(ExitCode::from(1));
     }
+    if let Some(owned_by) = &owned_by {
+        let foreign = crate::sync::foreign_scopes(&manifest, &owned_by.name, &owned_by.ownership);
+        if !foreign.is_empty() {
+            eprint_escaped(&foreign);
+            eprintln!(
+                "plan: the agent would reject {}: source {:?} may not deploy these scopes",
+                snapshot.commit, owned_by.name
+            );
+            return Ok(ExitCode::from(1));
+        }
+    }
     // SOPS env files are opened as the agent would, when given its identities; the values
     // are dropped at once (a plan shows a secret's change by its file's digest only).
     let keyring = args.trust.to_keyring()?;
@@ -191,6 +216,16 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
         }
     }
     let desired = match &store {
+        Some(store) if owned_by.is_some() => {
+            let owners = store.sources_of_desired()?;
+            store
+                .desired_all()?
+                .into_iter()
+                .filter(|desired| {
+                    owners.get(&desired.key).map(String::as_str) == Some(store.source())
+                })
+                .collect()
+        }
         Some(store) => store.desired_all()?,
         None => Vec::new(),
     };
@@ -406,7 +441,7 @@ fn with_triggers(
         None => Vec::new(),
     };
     let recorded_branch = match store {
-        Some(store) => store.meta(crate::agent::META_BRANCH)?,
+        Some(store) => store.meta(&store.source_key(crate::agent::META_BRANCH))?,
         None => None,
     };
     let branch = args

@@ -45,6 +45,9 @@ pub(super) struct AgentArgs {
     /// started with, as recorded in state.db.
     #[arg(long = "webhook-secret-file", value_name = "FILE")]
     secret_file: Option<PathBuf>,
+    /// With several repositories (`--sources`): sync only this source. Default: every one.
+    #[arg(long = "source", value_name = "NAME")]
+    source: Option<String>,
 }
 
 /// The agent's answer to a nudge.
@@ -131,8 +134,11 @@ pub(super) fn nudge(
     if let Some(timeout) = wait {
         url.push_str(&format!("?wait=true&timeout={}s", timeout.as_secs().max(1)));
     }
-    let url = reqwest::Url::parse(&url)
+    let mut url = reqwest::Url::parse(&url)
         .with_context(|| format!("agent address {address:?} is not HOST:PORT"))?;
+    if let Some(source) = &agent.source {
+        url.query_pairs_mut().append_pair("source", source);
+    }
     // reqwest is built without a default crypto provider; plain http needs none, but the
     // client builder asks for one.
     let _ = rustls::crypto::ring::default_provider().install_default();

@@ -48,6 +48,10 @@ pub(super) struct ValidateArgs {
     /// warnings. Default: docker (no such check).
     #[arg(long, value_name = "docker|swarm", default_value = "docker", value_parser = parse_runtime)]
     runtime: crate::reconcile::Engine,
+    /// Validate as one source of an agent following several repositories: its resources
+    /// must be in the scopes it owns (README "Several repositories").
+    #[command(flatten)]
+    source: SourceArgs,
     /// Print `{"ok", "files", "resources": {KIND: N}, "errors": [...], "warnings": [...]}`,
     /// each problem with its `path`, `line`, `col` and `message`; with several fleet hosts,
     /// `{"ok", "audiences": [{"audience", ...that document}]}`.
@@ -338,7 +342,53 @@ fn parse_var(text: &str) -> Result<(String, String), String> {
 /// The hint an undefined `${VAR}` shows in `validate` and `plan`.
 pub(super) const MISSING_VAR_HINT: &str = "pass `--var {var}=…` or `--var-file FILE` (the agent reads it from a config bucket or --allow-env),";
 
+/// `--sources FILE --source NAME`: check (or plan) the manifests as that source's.
+#[derive(Debug, Args, Default)]
+pub(super) struct SourceArgs {
+    /// The agent's sources file (`--sources` of the agent).
+    #[arg(long, value_name = "FILE")]
+    sources: Option<PathBuf>,
+    /// Which source of the file the manifests are (default: the only one).
+    #[arg(long, value_name = "NAME", requires = "sources")]
+    source: Option<String>,
+}
+
+/// A source's name and which scopes each source owns.
+pub(super) struct OwnedBy {
+    pub(super) name: String,
+    pub(super) ownership: crate::model::scopes::Ownership,
+}
+
+impl SourceArgs {
+    /// The source the manifests are checked as; `None` without `--sources`.
+    pub(super) fn owned_by(&self) -> anyhow::Result<Option<OwnedBy>> {
+        let Some(path) = &self.sources else {
+            return Ok(None);
+        };
+        let sources = crate::agent::sources::load(path, std::time::Duration::from_secs(60))
+            .map_err(|diagnostics| anyhow::anyhow!("--sources:\n{diagnostics}"))?;
+        let names: Vec<&str> = sources.iter().map(|source| source.name.as_str()).collect();
+        let name = match (&self.source, names.as_slice()) {
+            (Some(name), _) if names.contains(&name.as_str()) => name.clone(),
+            (Some(name), _) => anyhow::bail!(
+                "--source {name:?}: {} has no such source (it has: {})",
+                path.display(),
+                names.join(", ")
+            ),
+            (None, [only]) => (*only).to_owned(),
+            (None, _) => anyhow::bail!(
+                "{} has several sources ({}): name the one these manifests are with --source NAME",
+                path.display(),
+                names.join(", ")
+            ),
+        };
+        let ownership = crate::agent::sources::ownership(&sources).map_err(anyhow::Error::msg)?;
+        Ok(Some(OwnedBy { name, ownership }))
+    }
+}
+
 pub(super) fn run(args: &ValidateArgs, data_dir: &Path) -> anyhow::Result<ExitCode> {
+    let owned_by = args.source.owned_by()?;
     let vars = args.vars.to_vars()?;
     let policy = args
         .policy
@@ -352,14 +402,20 @@ pub(super) fn run(args: &ValidateArgs, data_dir: &Path) -> anyhow::Result<ExitCo
             &args.dir,
             &args.paths,
             &vars,
-            policy.as_ref(),
+            (policy.as_ref(), owned_by.as_ref()),
             &Audience::All,
         )?;
         audiences(&every.paths, &normalized(&args.paths))
     };
     let swarm = args.runtime == crate::reconcile::Engine::Swarm;
     let validate = |audience: &Audience| -> anyhow::Result<Outcome> {
-        let mut outcome = validate_dir(&args.dir, &args.paths, &vars, policy.as_ref(), audience)?;
+        let mut outcome = validate_dir(
+            &args.dir,
+            &args.paths,
+            &vars,
+            (policy.as_ref(), owned_by.as_ref()),
+            audience,
+        )?;
         if swarm {
             outcome.under_swarm();
         }
@@ -534,7 +590,7 @@ pub(super) fn validate_dir(
     dir: &Path,
     paths: &[String],
     vars: &Vars,
-    policy: Option<&Policy>,
+    (policy, owned_by): (Option<&Policy>, Option<&OwnedBy>),
     audience: &Audience,
 ) -> anyhow::Result<Outcome> {
     let mut snapshot =
@@ -628,10 +684,17 @@ pub(super) fn validate_dir(
             let refused = policy.map_or_else(Vec::new, |policy| {
                 crate::reconcile::requests::sink_refusals_under(&manifest, policy)
             });
-            if refused.is_empty() {
+            if !refused.is_empty() {
+                return Err(manifest::Diagnostics(refused));
+            }
+            // As one source of several, only in the scopes it owns.
+            let foreign = owned_by.map_or_else(Vec::new, |owned_by| {
+                crate::sync::foreign_scopes(&manifest, &owned_by.name, &owned_by.ownership)
+            });
+            if foreign.is_empty() {
                 Ok(manifest)
             } else {
-                Err(manifest::Diagnostics(refused))
+                Err(manifest::Diagnostics(foreign))
             }
         }) {
             Ok(manifest) => {

@@ -21,11 +21,14 @@ struct StoreFigures {
     sinks: Vec<crate::store::SinkState>,
     /// With `--sources`: per source, its last applied commit's time, its last successful
     /// fetch and whether its fetches fail now.
-    sources: Vec<(String, Option<i64>, Option<i64>, bool)>,
+    sources: Vec<SourceFigures>,
     /// Image automation: per followed image (resource, image), whether a newer tag is
     /// available.
     images: Vec<(String, String, bool)>,
 }
+
+/// A source's name, last applied commit time, last successful fetch, and fetch failing.
+type SourceFigures = (String, Option<i64>, Option<i64>, bool);
 
 pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let figures = blocking(&state.ctx.store, |store| {
@@ -114,7 +117,7 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         );
     }
     if !figures.sources.is_empty() {
-        let per_source = |value: fn(&(String, Option<i64>, Option<i64>, bool)) -> Option<f64>| {
+        let per_source = |value: fn(&SourceFigures) -> Option<f64>| {
             figures
                 .sources
                 .iter()

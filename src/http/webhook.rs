@@ -784,9 +784,8 @@ pub(super) async fn hook(
     // Before anything is parsed: the request must verify with the secret of a source it
     // may be for (each source's own, else the agent's).
     let mut refusal = None;
-    let verified: Vec<&HookSource> = candidates
-        .into_iter()
-        .filter(|source| {
+    let (verified, unverified): (Vec<&HookSource>, Vec<&HookSource>) =
+        candidates.into_iter().partition(|source| {
             let Some(secret) = source.secret.as_ref().or(state.ctx.options.secret.as_ref()) else {
                 return true;
             };
@@ -797,10 +796,8 @@ pub(super) async fn hook(
                     false
                 }
             }
-        })
-        .collect();
-    if verified.is_empty() {
-        let why = refusal.unwrap_or_default();
+        });
+    let unauthorized = |why: String| {
         tracing::warn!(provider = provider.as_str(), %why, "webhook refused");
         let mut response = answer(
             &state,
@@ -813,7 +810,10 @@ pub(super) async fn hook(
                 axum::http::HeaderValue::from_static("Basic realm=\"voodu-agent webhook\""),
             );
         }
-        return response;
+        response
+    };
+    if verified.is_empty() {
+        return unauthorized(refusal.unwrap_or_default());
     }
     match event(provider, &headers, &body) {
         Event::Push => {}
@@ -841,12 +841,20 @@ pub(super) async fn hook(
         verified
     } else {
         let named = pushed_repositories(&headers, &body);
-        let following: Vec<&HookSource> = verified
-            .into_iter()
-            .filter(|source| follows(source, &named))
-            .collect();
-        if following.is_empty() {
-            return answer(
+        if named.is_empty() && provider == Provider::Generic {
+            // A bare "fetch now" (`voodu-agent sync`, a script): every source it may sync.
+            verified
+        } else {
+            let following: Vec<&HookSource> = verified
+                .into_iter()
+                .filter(|source| follows(source, &named))
+                .collect();
+            if following.is_empty() && unverified.iter().any(|source| follows(source, &named)) {
+                // The repository is a source's whose secret this request does not have.
+                return unauthorized(refusal.unwrap_or_default());
+            }
+            if following.is_empty() {
+                return answer(
                 &state,
                 StatusCode::ACCEPTED,
                 with_provider(HookAnswer::new(HookResult::Ignored).reason(match named.first() {
@@ -856,8 +864,9 @@ pub(super) async fn hook(
                     None => "the push names no repository; add ?source=NAME to the webhook URL".to_owned(),
                 })),
             );
+            }
+            following
         }
-        following
     };
     let mut ignored = None;
     let mut chosen: Option<(&HookSource, Push)> = None;
@@ -957,12 +966,19 @@ pub(super) async fn hook(
 fn follows(source: &HookSource, named: &[String]) -> bool {
     let own = &source.url;
     named.iter().any(|repository| {
-        let repository = repository.trim().trim_end_matches('/').to_ascii_lowercase();
-        let full_name = repository.strip_suffix(".git").unwrap_or(&repository);
-        crate::model::repo_identity(&repository) == *own
-            || (full_name.contains('/')
-                && !full_name.contains(':')
-                && own.ends_with(&format!("/{}", full_name.trim_start_matches('/'))))
+        let repository = repository.trim().trim_end_matches('/');
+        if crate::model::repo_identity(repository) == *own {
+            return true;
+        }
+        // `owner/name` (GitHub's `full_name`, GitLab's `path_with_namespace`): the end of a
+        // network URL's path, compared as the host compares it (case-insensitively).
+        let full_name = repository.to_ascii_lowercase();
+        let full_name = full_name.strip_suffix(".git").unwrap_or(&full_name);
+        !own.starts_with('/')
+            && full_name.contains('/')
+            && !full_name.contains(':')
+            && !full_name.starts_with('/')
+            && own.ends_with(&format!("/{full_name}"))
     })
 }
 

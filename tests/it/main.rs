@@ -42,6 +42,8 @@ mod service;
 mod signed;
 mod slow_clients;
 mod sops;
+mod sources;
+mod sources_docker;
 mod statefulset;
 mod swarm;
 mod swarm_docker;

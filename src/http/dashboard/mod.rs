@@ -117,11 +117,25 @@ async fn read<T: Send + 'static>(
         .map_err(|error| format!("store task failed: {error}"))?
 }
 
-async fn overview(State(state): State<Arc<AppState>>) -> Response {
-    let page = read(&state, |store| {
+/// Query of `GET /ui`.
+#[derive(Debug, Default, serde::Deserialize)]
+struct OverviewQuery {
+    /// With `--sources`: show only this source's resources.
+    source: Option<String>,
+}
+
+async fn overview(
+    State(state): State<Arc<AppState>>,
+    Query(query): Query<OverviewQuery>,
+) -> Response {
+    let page = read(&state, move |store| {
         let view = build(store).map_err(|error| error.to_string())?;
         let activity = activity::section(store, crate::store::now_unix());
-        Ok(views::overview_html(&view, &activity))
+        Ok(views::overview_html(
+            &view,
+            &activity,
+            query.source.as_deref(),
+        ))
     })
     .await;
     match page {

@@ -192,7 +192,9 @@ fn commit_line(commit: Option<&CommitView>) -> String {
 
 /// The overview page: the agent's state, the last rejected commit, every resource, and the
 /// activity of the last day.
-pub(super) fn overview_html(view: &StatusView, activity: &str) -> String {
+/// With `--sources`, `source` shows only that source's resources (the others stay in the
+/// page, hidden, so the live view still knows every row).
+pub(super) fn overview_html(view: &StatusView, activity: &str, source: Option<&str>) -> String {
     let live = overview_live(view);
     let mut out = String::new();
     out.push_str("<section class=\"cards\">");
@@ -220,16 +222,34 @@ pub(super) fn overview_html(view: &StatusView, activity: &str) -> String {
     }
     out.push_str("</p></div></section>\n");
     rejected_html(&mut out, live.rejected.as_ref());
+    sources_html(&mut out, view, source);
     out.push_str("<section><h2>Resources</h2>\n<p class=\"notice\" id=\"changed\" hidden>Resources were added or removed: <a href=\"/ui\">reload</a></p>\n");
     if view.resources.is_empty() {
         out.push_str("<p class=\"muted\">No resource yet: the agent has not applied a commit that declares one.</p>");
     } else {
-        out.push_str("<table class=\"resources\"><thead><tr><th>Resource</th><th>Phase</th><th>Ready</th><th>Release</th><th>Pin</th><th>Message</th></tr></thead><tbody>\n");
+        let several = !view.sources.is_empty();
+        out.push_str("<table class=\"resources\"><thead><tr><th>Resource</th>");
+        if several {
+            out.push_str("<th>Source</th>");
+        }
+        out.push_str("<th>Phase</th><th>Ready</th><th>Release</th><th>Pin</th><th>Message</th></tr></thead><tbody>\n");
         for (resource, row) in view.resources.iter().zip(&live.rows) {
+            let owner = resource.source.as_deref().unwrap_or("");
+            let hidden = source.is_some_and(|wanted| wanted != owner);
+            let source_cell = if several {
+                format!(
+                    "<td><a href=\"/ui?source={}\">{}</a></td>",
+                    UrlPart(owner),
+                    Esc(if owner.is_empty() { "-" } else { owner })
+                )
+            } else {
+                String::new()
+            };
             let _ = write!(
                 out,
-                "<tr data-key=\"{}\"><td><span class=\"kind\">{}</span> <a href=\"{}\">{}/{}</a></td><td data-field=\"phase\">{}</td><td class=\"num\" data-field=\"ready\">{}</td><td data-field=\"release\">{}</td><td data-field=\"pin\">{}</td><td class=\"message\" data-field=\"message\">{}</td></tr>",
+                "<tr data-key=\"{}\"{}><td><span class=\"kind\">{}</span> <a href=\"{}\">{}/{}</a></td>{source_cell}<td data-field=\"phase\">{}</td><td class=\"num\" data-field=\"ready\">{}</td><td data-field=\"release\">{}</td><td data-field=\"pin\">{}</td><td class=\"message\" data-field=\"message\">{}</td></tr>",
                 Esc(&row.key),
+                if hidden { " hidden" } else { "" },
                 Esc(&resource.kind),
                 Esc(&resource_href(resource)),
                 Esc(&resource.scope),
@@ -274,6 +294,45 @@ fn images_html(out: &mut String, view: &StatusView) {
         );
     }
     out.push_str("</tbody></table></section>\n");
+}
+
+/// With `--sources`: one row per source (its branch, applied commit, fetch and scopes), each
+/// name a filter of the resources below.
+fn sources_html(out: &mut String, view: &StatusView, selected: Option<&str>) {
+    if view.sources.is_empty() {
+        return;
+    }
+    out.push_str("<section><h2>Sources</h2><table class=\"sources\"><thead><tr><th>Source</th><th>Branch</th><th>Applied commit</th><th>Fetch</th><th>Scopes</th></tr></thead><tbody>\n");
+    for source in &view.sources {
+        let (fetch, class) = match &source.fetch {
+            None => ("not yet".to_owned(), "none"),
+            Some(fetch) => match &fetch.error {
+                Some(error) => (format!("failing: {error}"), "bad"),
+                None => ("ok".to_owned(), "good"),
+            },
+        };
+        let _ = write!(
+            out,
+            "<tr{}><td><a href=\"/ui?source={}\">{}</a></td><td>{}</td><td>{}</td><td class=\"state {}\">{}</td><td>{}</td></tr>",
+            if selected == Some(source.name.as_str()) {
+                " class=\"selected\""
+            } else {
+                ""
+            },
+            UrlPart(&source.name),
+            Esc(&source.name),
+            Esc(&source.branch),
+            Esc(&commit_line(source.last_applied.as_ref())),
+            Esc(class),
+            Esc(&fetch),
+            Esc(&source.scopes.join(", "))
+        );
+    }
+    out.push_str("</tbody></table>");
+    if selected.is_some() {
+        out.push_str("<p><a href=\"/ui\">show every source's resources</a></p>");
+    }
+    out.push_str("</section>\n");
 }
 
 fn card(out: &mut String, title: &str, id: &str, text: &str, class: &str) {
