@@ -85,6 +85,7 @@ impl InProcess {
             adopt: false,
             service: Default::default(),
             notify: None,
+            image_signing_key: None,
             sources: Vec::new(),
         };
         let state_db = config.state_db();

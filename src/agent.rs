@@ -14,6 +14,7 @@
 //! with a new identity while an old one of its data dir remains (`identity`).
 
 mod identity;
+pub mod image_commit;
 mod lock;
 pub(crate) mod notify;
 pub mod sources;
@@ -76,6 +77,9 @@ pub struct AgentConfig {
     /// `--notify FILE`: where events go (chat, webhooks, commit statuses); `None`: nowhere
     /// (they are still kept in the outbox).
     pub notify: Option<crate::notify::NotifyConfig>,
+    /// `--image-signing-key FILE`: an SSH private key image automation signs its commits with
+    /// (add its public key to the trusted signers for `--verify-commits`); `None`: unsigned.
+    pub image_signing_key: Option<PathBuf>,
     /// `--sources FILE`: the repositories followed, each owning its scopes; empty: the one
     /// repository of `source`, owning every scope.
     pub sources: Vec<SourceConfig>,
@@ -661,6 +665,15 @@ async fn run_until<R: Runtime>(
         store.clone(),
         shutdown.clone(),
     ));
+    // Each source's sync channel, made before the reconciler so image automation's commits can
+    // ask the source they pushed to for a fetch.
+    let mut channels = Vec::new();
+    let mut sync_requests = std::collections::BTreeMap::new();
+    for (source_config, _) in &syncers {
+        let (requests, receiver) = trigger::channel();
+        sync_requests.insert(source_config.name.clone(), requests.clone());
+        channels.push((requests, receiver));
+    }
     let deps = reconcile::Deps {
         store: store.clone(),
         runtime,
@@ -672,18 +685,26 @@ async fn run_until<R: Runtime>(
             std::path::absolute(&root).unwrap_or(root)
         },
         tracker: tracker.clone(),
-        handles: reconcile::Handles::default(),
+        handles: reconcile::Handles {
+            image_committer: reconcile::ImageCommitterHandle(Some(std::sync::Arc::new(
+                image_commit::GitCommitter::new(&config, &sources, &sync_requests),
+            ))),
+            ..reconcile::Handles::default()
+        },
     };
-    let reconciler = tracker.spawn(reconcile::run(
-        deps,
-        config.reconcile.clone(),
-        shutdown.clone(),
-    ));
+    let mut reconcile_options = config.reconcile.clone();
+    // Registry scans connect where `url()` may (`--allow-url-host`), never to the agent's own
+    // HTTP side.
+    reconcile_options.registry_access = crate::assets::registry::RegistryAccess::new(
+        &config.sync.policy.allow_url_host,
+        listener.as_ref().map(TcpListener::local_addr).transpose()?,
+    )
+    .map_err(anyhow::Error::msg)?;
+    let reconciler = tracker.spawn(reconcile::run(deps, reconcile_options, shutdown.clone()));
     let mut hook_sources = Vec::new();
     // Kept until `run` returns: dropping one stops its watch.
     let mut local_watches = Vec::new();
-    for (source_config, syncer) in syncers {
-        let (requests, receiver) = trigger::channel();
+    for ((source_config, syncer), (requests, receiver)) in syncers.into_iter().zip(channels) {
         let source_store = Arc::new(store.for_source(&source_config.name));
         let store_for_sync = source_store.clone();
         let local_git_dir =

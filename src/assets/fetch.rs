@@ -79,7 +79,11 @@ impl UrlCache {
         own_address: Option<std::net::SocketAddr>,
     ) -> UrlCache {
         UrlCache {
-            guard: Arc::new(Guard { hosts, own_address }),
+            guard: Arc::new(Guard {
+                hosts,
+                own_address,
+                never_link_local: false,
+            }),
             client: OnceLock::new(),
             ..self
         }

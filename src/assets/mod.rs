@@ -8,6 +8,7 @@
 //! the assets root are ever written or removed. Blocking: call from a blocking thread.
 
 mod fetch;
+pub mod registry;
 pub mod sops;
 mod url_guard;
 mod write;

@@ -25,6 +25,9 @@ pub(super) struct Guard {
     pub(super) hosts: UrlHosts,
     /// Where the agent's HTTP side listens (`--listen`), when it does.
     pub(super) own_address: Option<SocketAddr>,
+    /// Refuse link-local addresses even when `hosts` allows them (image registry scans: no
+    /// registry answers where cloud metadata services do).
+    pub(super) never_link_local: bool,
 }
 
 /// Why a destination is refused: a policy refusal, never a network failure (so never stands
@@ -76,6 +79,7 @@ impl Guard {
             }
         };
         self.check_own(host_text, SocketAddr::new(address, port))?;
+        self.check_link_local(host_text, address)?;
         match self.hosts.refusal(host_text, address) {
             Some(refusal) => Err(Refused(refusal.to_string())),
             None => Ok(()),
@@ -89,9 +93,20 @@ impl Guard {
         addresses: &[SocketAddr],
     ) -> Result<(), Refused> {
         for address in addresses {
+            self.check_link_local(host, address.ip())?;
             if let Some(refusal) = self.hosts.refusal(host, address.ip()) {
                 return Err(Refused(refusal.to_string()));
             }
+        }
+        Ok(())
+    }
+
+    /// With `never_link_local`, refuses a link-local address whatever `hosts` allows.
+    fn check_link_local(&self, host: &str, address: IpAddr) -> Result<(), Refused> {
+        if self.never_link_local && crate::model::url_hosts::is_link_local(address) {
+            return Err(Refused(format!(
+                "{host} ({address}) is a link-local address (where cloud metadata services answer): never contacted as an image registry"
+            )));
         }
         Ok(())
     }
@@ -186,6 +201,7 @@ mod tests {
             own_address: own
                 .map(|own| own.parse().map_err(|_| format!("{own}?")))
                 .transpose()?,
+            never_link_local: false,
         })
     }
 

@@ -53,6 +53,7 @@ mod activity;
 mod approve;
 mod config;
 mod fleet;
+mod images;
 mod install;
 mod log;
 mod notify;
@@ -125,6 +126,9 @@ enum Command {
     /// Check a directory of manifests (no git, no agent needed): every problem as
     /// `path:line:col: message`. Exit 0 when the set would be accepted, 1 otherwise.
     Validate(validate::ValidateArgs),
+    /// Image automation: each resource's `image_update` policy, the tag it runs, the newer
+    /// tag its policy found, the mode, and its repository's last scan (time and error).
+    Images(images::ImagesArgs),
     /// List a resource's releases (one per rollout, keyed to its commit), newest first.
     Releases(releases::ReleasesArgs),
     /// Re-apply an earlier release of a resource and pin it: auto-sync is paused for it until
@@ -283,6 +287,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Plan(args)) => plan::run(&args, &data_dir),
         Some(Command::Config(args)) => config::run(&args, &data_dir),
         Some(Command::Releases(args)) => releases::run(&data_dir, &args),
+        Some(Command::Images(args)) => images::run(&data_dir, &args),
         Some(Command::Rollback(args)) => rollback::run(&data_dir, &args),
         Some(Command::Unpin(args)) => unpin::run(&data_dir, &args),
         Some(Command::Sync(args)) => sync::run(&data_dir, &args),

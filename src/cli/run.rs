@@ -126,6 +126,10 @@ pub(super) struct RunArgs {
     /// README "Notifications"; `voodu-agent notify test NAME` sends a test message.
     #[arg(long, env = "VOODU_NOTIFY", value_name = "FILE")]
     notify: Option<PathBuf>,
+    /// An SSH private key that signs the commits `image_update` (commit mode) pushes; add its
+    /// public key to the trusted signers when running with --verify-commits.
+    #[arg(long, env = "VOODU_IMAGE_SIGNING_KEY", value_name = "FILE")]
+    image_signing_key: Option<PathBuf>,
     /// Largest webhook body accepted, in bytes (larger ones get 413).
     #[arg(long, env = "VOODU_WEBHOOK_MAX_BODY", value_name = "BYTES", default_value_t = 1024 * 1024)]
     webhook_max_body: usize,
@@ -304,6 +308,7 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
         adopt: args.adopt,
         service: agent::ServiceNotify::from_env(),
         notify,
+        image_signing_key: args.image_signing_key.clone(),
         sources,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

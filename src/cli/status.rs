@@ -83,6 +83,48 @@ fn print_triggers(view: &StatusView) {
     }
 }
 
+/// Image automation: a line per followed image with a newer tag, a failing scan or a failed
+/// commit (`voodu-agent images` lists them all).
+fn print_images(view: &StatusView) {
+    let notable: Vec<_> = view
+        .images
+        .iter()
+        .filter(|image| {
+            image.update_available || image.scan_error.is_some() || image.commit_error.is_some()
+        })
+        .collect();
+    if view.images.is_empty() {
+        return;
+    }
+    println!(
+        "
+images: {} followed, {} with a newer tag (`voodu-agent images` lists them)",
+        view.images.len(),
+        view.images
+            .iter()
+            .filter(|image| image.update_available)
+            .count()
+    );
+    for image in notable {
+        let newer = image.latest_tag.as_deref().map_or_else(
+            || "current".to_owned(),
+            |tag| format!("NEWER {} available ({})", escape(tag), escape(&image.mode)),
+        );
+        let commit = super::images::commit_text(image);
+        println!(
+            "  {:<32} {} {newer}; scan {}{}",
+            escape(&image.resource),
+            escape(&image.image),
+            super::images::scan_text(image),
+            if commit.is_empty() {
+                String::new()
+            } else {
+                format!("; {commit}")
+            }
+        );
+    }
+}
+
 /// With `--sources`: a line per source (its last applied and seen commits, its fetch), then
 /// each source's rejected latest commit with its problems.
 fn print_sources(view: &StatusView) {
@@ -246,6 +288,7 @@ fn print_table(view: &StatusView) {
     }
     print_triggers(view);
     print_sources(view);
+    print_images(view);
     println!();
     let several = !view.sources.is_empty();
     if several {

@@ -221,10 +221,11 @@ pub(super) struct PolicyArgs {
         value_delimiter = ','
     )]
     adopt_volume: Vec<String>,
-    /// A host `url()` may fetch from although it is internal (repeatable or comma-separated):
-    /// a host name, an IP address or a CIDR, e.g. 127.0.0.1, config.internal, 10.0.0.0/8.
-    /// Loopback, link-local (cloud metadata), private, CGNAT, multicast and unspecified
-    /// addresses are refused otherwise; the agent's own --listen address always is.
+    /// A host `url()` may fetch from, and `image_update` may scan as a registry, although it is
+    /// internal (repeatable or comma-separated): a host name, an IP address or a CIDR, e.g.
+    /// 127.0.0.1, config.internal, 10.0.0.0/8. Loopback, link-local (cloud metadata), private,
+    /// CGNAT, multicast and unspecified addresses are refused otherwise; the agent's own
+    /// --listen address always is, and registry scans never reach link-local.
     #[arg(
         long = "allow-url-host",
         env = "VOODU_ALLOW_URL_HOST",

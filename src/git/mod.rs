@@ -9,6 +9,7 @@
 
 mod error;
 mod memory;
+pub mod push;
 mod tree;
 pub mod trigger;
 mod verify;
@@ -424,7 +425,7 @@ impl Source {
 
 /// The user a token is sent as: the URL's (`https://USER@host/…`), else
 /// [`DEFAULT_TOKEN_USER`].
-fn token_user(url: &str) -> String {
+pub(crate) fn token_user(url: &str) -> String {
     gix::url::parse(gix::bstr::BStr::new(url))
         .ok()
         .and_then(|parsed| parsed.user().map(ToOwned::to_owned))

@@ -22,6 +22,9 @@ struct StoreFigures {
     /// With `--sources`: per source, its last applied commit's time, its last successful
     /// fetch and whether its fetches fail now.
     sources: Vec<SourceFigures>,
+    /// Image automation: per followed image (resource, image), whether a newer tag is
+    /// available.
+    images: Vec<(String, String, bool)>,
 }
 
 /// A source's name, last applied commit time, last successful fetch, and fetch failing.
@@ -62,6 +65,10 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
                     ))
                 })
                 .collect::<crate::store::Result<Vec<_>>>()?,
+            images: super::images::build(store)?
+                .into_iter()
+                .map(|view| (view.resource, view.image, view.update_available))
+                .collect(),
         })
     })
     .await;
@@ -137,6 +144,25 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
             "1 while a source's fetches fail, else 0.",
             &["source"],
             &per_source(|source| Some(if source.3 { 1.0 } else { 0.0 })),
+        );
+    }
+    if !figures.images.is_empty() {
+        let samples: Vec<(Vec<String>, f64)> = figures
+            .images
+            .iter()
+            .map(|(resource, image, available)| {
+                (
+                    vec![resource.clone(), image.clone()],
+                    if *available { 1.0 } else { 0.0 },
+                )
+            })
+            .collect();
+        render_gauge(
+            &mut out,
+            "voodu_image_update_available",
+            "1 when the image_update policy of a resource found a newer tag than the one it runs.",
+            &["resource", "image"],
+            &samples,
         );
     }
     let per_sink = |value: fn(&crate::store::SinkState) -> Option<f64>| -> Vec<(Vec<String>, f64)> {

@@ -29,6 +29,7 @@ mod conn;
 mod dashboard;
 pub(crate) mod detail;
 mod error;
+pub mod images;
 mod metrics;
 mod process;
 pub mod status;

@@ -47,6 +47,10 @@ pub struct StatusView {
     /// fields above are then empty); empty for the single `--repo` source.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<SourceView>,
+    /// Image automation (`image_update`): each followed image, its current and newer tag, its
+    /// last scan (`super::images`); absent when no resource follows its image.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<super::images::ImageView>,
     pub(crate) resources: Vec<ResourceView>,
 }
 
@@ -355,6 +359,7 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
             .into_iter()
             .map(trigger_view)
             .collect(),
+        images: super::images::build(store)?,
         resources,
     })
 }

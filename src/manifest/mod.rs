@@ -14,6 +14,7 @@
 mod cache;
 mod decode;
 mod diagnostic;
+pub mod image_edit;
 mod interpolate;
 #[cfg(any(test, fuzzing))]
 #[doc(hidden)]

@@ -258,3 +258,103 @@ fn env_files_parse_voodus_format_and_name_the_bad_line() -> Result<(), EnvFileEr
     assert_eq!(error.to_string(), "line 3: missing '=' (line: \"NOPE\")");
     Ok(())
 }
+
+/// Issue 27: `image_update` is decoded into the container, out of the spec hash, and every bad
+/// field is a located error.
+#[test]
+fn image_update_blocks_are_decoded_and_checked() -> Result<(), Diagnostics> {
+    let manifest = load_one(
+        r#"deployment "shop" "web" {
+  image = "registry.example/app:1.4.2"
+  image_update {
+    range    = "~1.4"
+    interval = "1m"
+  }
+}
+cronjob "shop" "nightly" {
+  schedule = "0 3 * * *"
+  image    = "tool:main-7"
+  image_update {
+    policy  = "numerical"
+    filter  = "^main-([0-9]+)$"
+    extract = "$1"
+    mode    = "report"
+  }
+}
+"#,
+    )?;
+    let find = |kind: crate::model::Kind| {
+        manifest
+            .resources
+            .iter()
+            .find(|resource| resource.key.kind == kind)
+            .expect("decoded")
+    };
+    let web_resource = find(crate::model::Kind::Deployment);
+    let Spec::Deployment(web) = &web_resource.spec else {
+        panic!("a deployment");
+    };
+    let update = web.container.image_update.clone().expect("decoded");
+    assert_eq!(
+        (update.range.as_str(), update.interval(), update.commits()),
+        ("~1.4", std::time::Duration::from_secs(60), true)
+    );
+    let mut without = web.clone();
+    without.container.image_update = None;
+    let key = &web_resource.key;
+    assert_eq!(
+        web.spec_hash(key),
+        without.spec_hash(key),
+        "out of the hash"
+    );
+    let Spec::Cronjob(nightly) = &find(crate::model::Kind::Cronjob).spec else {
+        panic!("a cronjob");
+    };
+    let update = nightly.job.container.image_update.clone().expect("decoded");
+    assert!(!update.commits());
+    check_err(
+        r#"deployment "shop" "web" {
+  image = "app:1.4.2"
+  image_update {
+    policy   = "newest"
+    interval = "1s"
+    mode     = "push"
+  }
+}
+statefulset "shop" "db" {
+  image = "pg:16"
+  image_update {
+    range = "~x"
+  }
+}
+job "shop" "j" {
+  image = "tool:1"
+  image_update {
+    policy  = "numerical"
+    filter  = "^(main"
+    surprise = 1
+  }
+}
+job "shop" "k" {
+  image = "tool"
+  image_update {
+    policy  = "alphabetical"
+    extract = "$1"
+    push_branch = "-x"
+  }
+}
+"#,
+        &[
+            "m/app.hcl:4:5: `image_update.policy` \"newest\" is not a policy: use \"semver\", \"numerical\" or \"alphabetical\"",
+            "m/app.hcl:5:5: image_update.interval \"1s\" is below the minimum of 10s: a registry is a shared service, scan it less often",
+            "m/app.hcl:6:5: image_update.mode \"push\" is not a mode: use \"commit\" (write the new tag to git) or \"report\" (only show it)",
+            "m/app.hcl:12:5: `image_update.range` \"~x\" is not a semver range (unexpected character 'x' while parsing major version number): write e.g. \"~1.4\", \"^2\" or \">=1.2, <2\"",
+            "m/app.hcl:19:5: `image_update.filter` \"^(main\" is not a regular expression: regex parse error: ^(main ^ error: unclosed group",
+            "m/app.hcl:20:5: unknown attribute `image_update.surprise` in image_update",
+            "m/app.hcl:24:3: image_update needs a tag in `image` to start from: write \"tool\" with its current tag, like \"tool:1.0.0\"",
+            "m/app.hcl:27:5: `image_update.extract` needs a `filter` whose groups it names (e.g. filter = \"^main-([0-9]+)$\", extract = \"$1\")",
+            "m/app.hcl:28:5: image_update.push_branch \"-x\" is not a branch name: letters, digits and `/._-`, not starting with `-` or `/`, no `..`",
+        ],
+    );
+    Ok(())
+}

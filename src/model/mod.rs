@@ -7,6 +7,7 @@
 mod assets;
 mod docker_options;
 pub(crate) mod hosts;
+pub mod image_policy;
 pub mod names;
 pub mod policy;
 mod ports;
@@ -20,6 +21,7 @@ pub(crate) use assets::{UNSCOPED_ASSETS, asset_dir, resolve_asset_refs};
 pub(crate) use docker_options::control_character;
 pub use docker_options::{DockerOptions, DockerOptionsError, ExtraHostError};
 pub use hosts::HostSelection;
+pub use image_policy::{ImagePolicy, PolicyError, image_tag, is_valid_tag, split_image};
 pub use policy::Policy;
 pub use ports::{PortMapping, parse_ports};
 pub use snapshot::{

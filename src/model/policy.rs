@@ -53,8 +53,9 @@ pub struct Policy {
     /// Volumes the agent did not create (no `createdby=voodu` label) that may still be
     /// mounted as a statefulset's claim: their data is taken over deliberately.
     pub adopt_volume: Vec<String>,
-    /// Hosts `url()` may fetch from although they are internal (loopback, link-local,
-    /// private…): host names, IP addresses or CIDRs (`url_hosts`).
+    /// Hosts `url()` may fetch from, and image registry scans reach (never link-local for
+    /// those), although they are internal (loopback, link-local, private…): host names, IP
+    /// addresses or CIDRs (`url_hosts`).
     pub allow_url_host: Vec<String>,
     /// The agent's data dir (state.db, secrets, assets): protected like a system directory.
     /// Set by the agent, not by the policy file.

@@ -176,6 +176,15 @@ fn contains(base: IpAddr, prefix: u8, address: IpAddr) -> bool {
     }
 }
 
+/// Whether `address` is link-local (169.254.0.0/16 where cloud metadata services answer,
+/// fe80::/10), in any IPv6 form of it: what image registry scans never reach, allowed or not.
+pub(crate) fn is_link_local(address: IpAddr) -> bool {
+    matches!(classify(address), Some(LINK_LOCAL_V4 | LINK_LOCAL_V6))
+}
+
+const LINK_LOCAL_V4: &str = "a link-local address (where cloud metadata services answer)";
+const LINK_LOCAL_V6: &str = "a link-local address";
+
 /// What `address` is when `url()` may not reach it by default; `None` for a public address.
 fn classify(address: IpAddr) -> Option<&'static str> {
     match address {
@@ -189,7 +198,7 @@ fn classify_v4(address: Ipv4Addr) -> Option<&'static str> {
     Some(match (a, b) {
         (127, _) => "a loopback address",
         (0, _) => "an unspecified address (0.0.0.0/8)",
-        (169, 254) => "a link-local address (where cloud metadata services answer)",
+        (169, 254) => LINK_LOCAL_V4,
         (10, _) | (192, 168) => "a private address",
         (172, 16..=31) => "a private address",
         (100, 64..=127) => "a shared (CGNAT, 100.64.0.0/10) address",
@@ -223,7 +232,7 @@ fn classify_v6(address: Ipv6Addr) -> Option<&'static str> {
         return classify_v4(embedded(2));
     }
     Some(match segments[0] {
-        0xfe80..=0xfebf => "a link-local address",
+        0xfe80..=0xfebf => LINK_LOCAL_V6,
         0xfec0..=0xfeff => "a site-local address",
         0xfc00..=0xfdff => "a private (unique-local) address",
         0xff00..=0xffff => "a multicast address",

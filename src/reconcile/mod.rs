@@ -29,6 +29,7 @@ mod env;
 mod error;
 pub(crate) mod gate;
 mod handlers;
+pub mod image_scan;
 mod images;
 pub(crate) mod notify;
 pub mod plan;
@@ -113,6 +114,9 @@ pub struct ReconcileOptions {
     /// The ingress proxy; `None` turns ingresses off (their status says so). The agent
     /// runs the router only when set.
     pub ingress: Option<router::IngressOptions>,
+    /// Where image automation's registry scans may connect (`--allow-url-host`, as `url()`;
+    /// never link-local, never the agent's own HTTP address).
+    pub registry_access: crate::assets::registry::RegistryAccess,
 }
 
 impl Default for ReconcileOptions {
@@ -132,6 +136,7 @@ impl Default for ReconcileOptions {
             clock: Clock::System,
             keyring: Arc::default(),
             ingress: None,
+            registry_access: crate::assets::registry::RegistryAccess::default(),
         }
     }
 }
@@ -183,6 +188,22 @@ pub struct Handles {
     pub timer: timer::Timer,
     /// Wakes the ingress router and carries its reports.
     pub router: wake::RouterWake,
+    /// Where `image_update` commit-mode bumps go (the agent's git writer); none: report only.
+    pub image_committer: ImageCommitterHandle,
+}
+
+/// The optional `image_scan::ImageCommitter` (a handle so `Handles` stays `Debug + Default`).
+#[derive(Clone, Default)]
+pub struct ImageCommitterHandle(pub Option<Arc<dyn image_scan::ImageCommitter>>);
+
+impl std::fmt::Debug for ImageCommitterHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "ImageCommitter"
+        } else {
+            "None"
+        })
+    }
 }
 
 /// What every handler needs; built once by `run` (`Ctx::new`), its fields private to the
@@ -304,6 +325,7 @@ pub async fn run<R: Runtime>(
 ) -> Result<()> {
     let agent_id = blocking(&deps.store, |store| store.agent_id()).await?;
     let tracker = deps.tracker.clone();
+    let image_committer = deps.handles.image_committer.0.clone();
     let ctx = Arc::new(Ctx::new(deps, agent_id, options, shutdown.clone()));
     let mut journal = ctx.store.subscribe();
     let shared = Arc::new(Shared {
@@ -369,6 +391,11 @@ pub async fn run<R: Runtime>(
         shutdown.clone(),
     ));
     tracker.spawn(cron::schedule(ctx.clone(), shutdown.clone()));
+    tracker.spawn(image_scan::run(
+        ctx.clone(),
+        image_committer,
+        shutdown.clone(),
+    ));
     match ctx.options.ingress.clone() {
         Some(ingress) if ingress.run_router => {
             tracker.spawn(router::run(ctx.clone(), ingress, shutdown.clone()));

@@ -60,10 +60,12 @@ pub(crate) enum What {
     Notify,
     /// The back-off after a store error in the boot replay or the journal tail.
     Store,
+    /// Image automation's next look at the followed repositories.
+    Image,
 }
 
 impl What {
-    const ALL: [What; 9] = [
+    const ALL: [What; 10] = [
         What::Pass,
         What::Resync,
         What::Autoscale,
@@ -73,6 +75,7 @@ impl What {
         What::Unit,
         What::Notify,
         What::Store,
+        What::Image,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -86,6 +89,7 @@ impl What {
             What::Unit => "unit",
             What::Notify => "notify",
             What::Store => "store",
+            What::Image => "image",
         }
     }
 }

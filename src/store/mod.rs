@@ -22,6 +22,7 @@ mod desired;
 mod detail;
 mod error;
 mod health;
+mod images;
 mod meta;
 mod outbox;
 mod releases;
@@ -48,6 +49,7 @@ pub use detail::{
 };
 pub(crate) use error::{Error, Result};
 pub use health::{HEALTH_ENGINE, HEALTH_FETCH, Health};
+pub use images::{ImageScan, ImageUpdateRow, next_scan};
 pub(crate) use meta::{META_HOST_SELECTION, META_RUNTIME};
 pub use outbox::{EVENTS, Event, SinkState};
 pub use releases::{

@@ -320,4 +320,34 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ALTER TABLE blobs_by_source RENAME TO blobs;
     CREATE INDEX blobs_by_digest ON blobs (digest);
     "#,
+    // ---- issue 27: image automation (its own entry, kept last so a merge only renumbers) ----
+    // 14: the tags of each followed image repository, scanned once per interval whatever the
+    // number of resources following it, with the last scan's error and the registry's
+    // Retry-After; and per resource with `image_update`, the tag its policy chose and what
+    // committing it did.
+    r#"
+    CREATE TABLE image_scans (
+        repository  TEXT PRIMARY KEY,
+        scanned_at  INTEGER NOT NULL,
+        tags        TEXT NOT NULL DEFAULT '[]',
+        tags_at     INTEGER,
+        error       TEXT NOT NULL DEFAULT '',
+        not_before  INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE image_updates (
+        kind          TEXT NOT NULL,
+        scope         TEXT NOT NULL,
+        name          TEXT NOT NULL,
+        image         TEXT NOT NULL,
+        repository    TEXT NOT NULL,
+        policy        TEXT NOT NULL,
+        mode          TEXT NOT NULL,
+        latest        TEXT NOT NULL DEFAULT '',
+        checked_at    INTEGER NOT NULL,
+        commit_sha    TEXT NOT NULL DEFAULT '',
+        commit_error  TEXT NOT NULL DEFAULT '',
+        PRIMARY KEY (kind, scope, name)
+    );
+    "#,
+    // ---- end of issue 27 ----
 ];

@@ -141,6 +141,7 @@ async fn an_ingress_waits_for_the_proxy_to_serve_its_routes() -> TestResult {
         Handles {
             timer: requeue.clone(),
             router: router_wake,
+            ..Handles::default()
         },
         &shutdown,
     );
@@ -225,6 +226,7 @@ impl Agent {
             Handles {
                 timer: requeue.clone(),
                 router: router.clone(),
+                ..Handles::default()
             },
             &shutdown,
         );

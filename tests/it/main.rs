@@ -21,6 +21,8 @@ mod health_docker;
 mod hooks_docker;
 mod http;
 mod identity_docker;
+mod image_push;
+mod images_docker;
 mod ingress;
 mod jobs;
 mod macro_scripts;

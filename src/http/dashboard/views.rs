@@ -264,8 +264,36 @@ pub(super) fn overview_html(view: &StatusView, activity: &str, source: Option<&s
         out.push_str("</tbody></table>");
     }
     out.push_str("</section>\n");
+    images_html(&mut out, view);
     out.push_str(activity);
     out
+}
+
+/// Image automation (`image_update`): each followed image, its newer tag and last scan, as of
+/// the page load.
+fn images_html(out: &mut String, view: &StatusView) {
+    if view.images.is_empty() {
+        return;
+    }
+    out.push_str("<section><h2>Images</h2>\n<table class=\"images\"><thead><tr><th>Resource</th><th>Image</th><th>Policy</th><th>Newer tag</th><th>Mode</th><th>Last scan</th></tr></thead><tbody>\n");
+    for image in &view.images {
+        let scan = match (&image.scan_error, image.scanned_at) {
+            (Some(error), Some(at)) => format!("failing at {}: {error}", time(at)),
+            (None, Some(at)) => format!("ok at {}", time(at)),
+            _ => "not yet".to_owned(),
+        };
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"message\">{}</td></tr>",
+            Esc(&image.resource),
+            Esc(&image.image),
+            Esc(&image.policy),
+            Esc(image.latest_tag.as_deref().unwrap_or("-")),
+            Esc(&image.mode),
+            Esc(&scan)
+        );
+    }
+    out.push_str("</tbody></table></section>\n");
 }
 
 /// With `--sources`: one row per source (its branch, applied commit, fetch and scopes), each

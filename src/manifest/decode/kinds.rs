@@ -19,17 +19,18 @@ use super::values::{self, IMAGE_FORM};
 use crate::manifest::Mode;
 use crate::manifest::interpolate::{Reference, is_ref_segment};
 use crate::manifest::spec::bounds::{
-    MAX_CPUS, MAX_FETCH_TIMEOUT, MAX_HISTORY, MAX_LOG_FILES, MAX_LOG_SIZE, MAX_MEMORY,
-    MAX_PROBE_DURATION, MAX_PROBE_THRESHOLD, MAX_PUBLISHED_PORTS, MAX_REPLICAS,
+    MAX_CPUS, MAX_FETCH_TIMEOUT, MAX_HISTORY, MAX_IMAGE_SCAN_INTERVAL, MAX_LOG_FILES, MAX_LOG_SIZE,
+    MAX_MEMORY, MAX_PROBE_DURATION, MAX_PROBE_THRESHOLD, MAX_PUBLISHED_PORTS, MAX_REPLICAS,
     MAX_RESTART_RETRIES, MAX_STOP_GRACE, MAX_TIMEOUT, MAX_ULIMIT, MAX_VOLUME_SIZE, MIN_MEMORY,
     show_duration,
 };
 use crate::manifest::spec::schedule::check_schedule;
 use crate::manifest::spec::{
     AssetFile, AssetSpec, Autoscale, Build, Container, CronjobSpec, DependsOn, DeploymentSpec,
-    Drain, ExecAction, HttpGet, IngressSpec, Init, JobSpec, Lang, Limits, LoadBalancing, Location,
-    Logs, OnDeploy, OnProbe, Probe, Probes, RegistrySpec, ReleaseHooks, Resources, SealedEnv,
-    StatefulsetSpec, TcpSocket, Tls, VolumeClaim, WebhookTarget, normalize_port, sha256_hex,
+    Drain, ExecAction, HttpGet, ImageUpdate, IngressSpec, Init, JobSpec, Lang, Limits,
+    LoadBalancing, Location, Logs, MIN_IMAGE_SCAN_INTERVAL, OnDeploy, OnProbe, Probe, Probes,
+    RegistrySpec, ReleaseHooks, Resources, SealedEnv, StatefulsetSpec, TcpSocket, Tls, VolumeClaim,
+    WebhookTarget, normalize_port, sha256_hex,
 };
 use crate::model::{DockerOptions, parse_go_duration};
 
@@ -39,7 +40,9 @@ pub(super) fn container(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Container {
     if let Some(image) = &image {
         check_image(cx, r, image);
     }
+    let image_update = image_update(cx, r, image.as_deref());
     let mut container = Container {
+        image_update,
         image: image.unwrap_or_default(),
         command: r.strings(cx, "command"),
         ..Container::default()
@@ -281,6 +284,97 @@ fn check_image(cx: &mut Cx<'_>, r: &Reader<'_>, image: &str) {
             ),
         );
     }
+}
+
+/// `image_update { policy range filter extract interval mode push_branch }` (agent
+/// extension): every field checked here, at its line, so a scan never meets a bad policy.
+fn image_update(cx: &mut Cx<'_>, r: &mut Reader<'_>, image: Option<&str>) -> Option<ImageUpdate> {
+    let block = r.block(cx, "image_update")?;
+    let mut u = r.nested(block, "");
+    let anchor = block.ident.span();
+    let mut update = ImageUpdate {
+        policy: u.string(cx, "policy").unwrap_or_default(),
+        range: u.string(cx, "range").unwrap_or_default(),
+        filter: u.string(cx, "filter").unwrap_or_default(),
+        extract: u.string(cx, "extract").unwrap_or_default(),
+        interval: u
+            .duration(cx, "interval", MAX_IMAGE_SCAN_INTERVAL)
+            .unwrap_or_default(),
+        mode: u.string(cx, "mode").unwrap_or_default(),
+        push_branch: u.string(cx, "push_branch").unwrap_or_default(),
+    };
+    if let Err(error) = update.policy() {
+        cx.error(
+            u.span_of(error.field).or(anchor.clone()),
+            format!("`image_update.{}` {}", error.field, error.message),
+        );
+    }
+    if let Some(interval) = parse_go_duration(&update.interval)
+        && interval < MIN_IMAGE_SCAN_INTERVAL
+    {
+        cx.error(
+            u.span_of("interval"),
+            format!(
+                "image_update.interval {:?} is below the minimum of {}: a registry is a shared service, scan it less often",
+                update.interval,
+                show_duration(MIN_IMAGE_SCAN_INTERVAL)
+            ),
+        );
+    }
+    if !matches!(update.mode.as_str(), "" | "commit" | "report") {
+        cx.error(
+            u.span_of("mode"),
+            format!(
+                "image_update.mode {:?} is not a mode: use \"commit\" (write the new tag to git) or \"report\" (only show it)",
+                update.mode
+            ),
+        );
+    }
+    if !update.push_branch.is_empty() && !is_branch_name(&update.push_branch) {
+        cx.error(
+            u.span_of("push_branch"),
+            format!(
+                "image_update.push_branch {:?} is not a branch name: letters, digits and `/._-`, not starting with `-` or `/`, no `..`",
+                update.push_branch
+            ),
+        );
+        update.push_branch.clear();
+    }
+    u.finish(cx);
+    match image {
+        None => cx.error(
+            anchor,
+            "image_update needs `image` with a tag to follow, like `image = \"ghcr.io/acme/web:1.4.2\"`",
+        ),
+        Some(image) if image.contains("${") => cx.error(
+            r.span_of("image"),
+            "image_update follows a literal `image`: write the image without `${…}` so the new tag can be committed in its place",
+        ),
+        Some(image) if image.contains('@') => cx.error(
+            r.span_of("image"),
+            format!("image_update follows tags, and {image:?} is pinned by digest: write a tag instead"),
+        ),
+        Some(image) if crate::model::image_tag(image).is_none() => cx.error(
+            r.span_of("image"),
+            format!("image_update needs a tag in `image` to start from: write {image:?} with its current tag, like \"{image}:1.0.0\""),
+        ),
+        Some(_) => {}
+    }
+    Some(update)
+}
+
+/// A git branch name the agent may push to.
+fn is_branch_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 200
+        && !name.starts_with(['-', '/'])
+        && !name.ends_with(['/', '.'])
+        && !name.contains("..")
+        && !name.contains("//")
+        && !name.ends_with(".lock")
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '.' | '_' | '-'))
 }
 
 /// A build-mode resource runs `<scope>-<name>:latest`: that must be an image reference too

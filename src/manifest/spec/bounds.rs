@@ -20,6 +20,8 @@ pub(crate) const MAX_PUBLISHED_PORTS: usize = 10_000;
 
 /// Timeouts and cool-downs (job, init and release timeouts, autoscale cool-downs): a week.
 pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The longest `image_update.interval`.
+pub(crate) const MAX_IMAGE_SCAN_INTERVAL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// `drain.grace`, the SIGTERM → SIGKILL gap of a replica being stopped: an hour.
 pub(crate) const MAX_STOP_GRACE: Duration = Duration::from_secs(3600);

@@ -70,6 +70,9 @@ pub struct Container {
     /// Always present after the parser default (`max_size = "10m"`, `max_files = 3`).
     #[serde(default)]
     pub(crate) logs: Logs,
+    /// `image_update { … }` (agent extension): follow the image's tags; out of the spec hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_update: Option<super::ImageUpdate>,
 }
 
 impl Container {

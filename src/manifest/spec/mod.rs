@@ -9,6 +9,7 @@ pub(crate) mod bounds;
 mod common;
 mod deployment;
 pub(crate) mod hash;
+mod image_update;
 mod ingress;
 mod job;
 mod plugin;
@@ -24,6 +25,10 @@ pub(crate) use common::{
 };
 pub(crate) use deployment::DeploymentSpec;
 pub use hash::sha256_hex;
+pub use image_update::{
+    DEFAULT_INTERVAL as DEFAULT_IMAGE_SCAN_INTERVAL, ImageUpdate,
+    MIN_INTERVAL as MIN_IMAGE_SCAN_INTERVAL,
+};
 pub(crate) use ingress::{IngressSpec, LoadBalancing, Location, Tls};
 pub use job::{CronjobSpec, JobSpec};
 pub(crate) use plugin::{PluginBlock, plugin_refusal};

@@ -64,6 +64,7 @@ pub fn fake_agent_config(repo: &TempRepo, data_dir: &std::path::Path) -> AgentCo
         adopt: false,
         service: Default::default(),
         notify: None,
+        image_signing_key: None,
         sources: Vec::new(),
     }
 }

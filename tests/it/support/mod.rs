@@ -4,6 +4,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod agent;
+pub mod distribution;
 pub mod docker;
 pub mod harness;
 pub mod http;

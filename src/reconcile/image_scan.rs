@@ -1,0 +1,356 @@
+//! Image automation's scanner (issue 27): every resource with `image_update` follows its
+//! image's repository; each repository is scanned (registry API v2, `assets::registry`) once
+//! per interval, the shortest its followers ask for, however many follow it; each follower's
+//! policy then picks its newer tag, stored for `status`, `images` and `/metrics`; in `commit`
+//! mode the bumps go to the `ImageCommitter` the agent wires in (git is not this stage's).
+//!
+//! Invariants: the task waits only in the one timer (`What::Image`); a registry's Retry-After
+//! (a 429 or 503) is honoured by the schedule (stored as the scan's `not_before`); a scan's
+//! failure keeps the last good tags; a bump is handed over once per chosen tag (a failed or
+//! conflicting commit is tried again after the repository's next scan, never forced).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::timer::What;
+use super::{Ctx, blocking, images};
+use crate::assets::registry::{self, Credentials};
+use crate::manifest::spec::{ImageUpdate, MIN_IMAGE_SCAN_INTERVAL, Spec};
+use crate::model::{CommitSha, ResourceKey, split_image};
+use crate::runtime::Runtime;
+use crate::store::{ImageScan, ImageUpdateRow, Store, next_scan};
+
+/// One tag change commit mode asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bump {
+    pub key: ResourceKey,
+    /// The source (repository) whose manifest declares the resource (`""`: the `--repo` one).
+    pub source: String,
+    /// The image without its tag, as the manifest writes it (`127.0.0.1:5000/app`).
+    pub repository: String,
+    pub from_tag: String,
+    pub to_tag: String,
+    /// `image_update.push_branch`, empty for the watched branch.
+    pub push_branch: String,
+}
+
+/// The result of one commit of bumps.
+pub type CommitResult = Result<CommitSha, String>;
+
+/// Writes bumps to git (the agent implements it with `git`); one call per source and target
+/// branch (every bump of a call has the same `source` and `push_branch`).
+pub trait ImageCommitter: Send + Sync {
+    fn commit(&self, bumps: Vec<Bump>) -> Pin<Box<dyn Future<Output = CommitResult> + Send + '_>>;
+}
+
+/// A resource following its image.
+#[derive(Debug, Clone)]
+struct Follower {
+    key: ResourceKey,
+    source: String,
+    image: String,
+    repository: String,
+    tag: String,
+    update: ImageUpdate,
+}
+
+/// Runs until `shutdown`: a look every `MIN_IMAGE_SCAN_INTERVAL`, the first at once; each look
+/// scans the repositories that are due.
+pub(crate) async fn run<R: Runtime>(
+    ctx: Arc<Ctx<R>>,
+    committer: Option<Arc<dyn ImageCommitter>>,
+    shutdown: CancellationToken,
+) {
+    let client = match registry::client(&ctx.options.registry_access) {
+        Ok(client) => client,
+        Err(error) => {
+            tracing::error!(%error, "image automation is off: no HTTP client");
+            return;
+        }
+    };
+    let mut tick = ctx
+        .timer
+        .every(What::Image, Duration::ZERO, MIN_IMAGE_SCAN_INTERVAL);
+    loop {
+        tokio::select! {
+            () = tick.tick() => {}
+            () = shutdown.cancelled() => return,
+        }
+        if let Err(error) = pass(&ctx, &client, committer.as_deref()).await {
+            tracing::warn!(%error, "image automation pass failed; next look");
+        }
+    }
+}
+
+/// One look: scan what is due, decide, hand commit-mode bumps over.
+async fn pass<R: Runtime>(
+    ctx: &Ctx<R>,
+    client: &registry::Scanner,
+    committer: Option<&dyn ImageCommitter>,
+) -> super::Result<()> {
+    let followers = blocking(&ctx.store, followers).await?;
+    let scans = blocking(&ctx.store, Store::image_scans).await?;
+    let mut by_repository: BTreeMap<String, Vec<&Follower>> = BTreeMap::new();
+    for follower in &followers {
+        by_repository
+            .entry(follower.repository.clone())
+            .or_default()
+            .push(follower);
+    }
+    let now = crate::store::now_unix();
+    let mut scanned_now = Vec::new();
+    for (repository, following) in &by_repository {
+        let interval = following
+            .iter()
+            .map(|follower| follower.update.interval())
+            .min()
+            .unwrap_or(MIN_IMAGE_SCAN_INTERVAL);
+        let interval = i64::try_from(interval.as_secs()).unwrap_or(i64::MAX);
+        let last = scans.iter().find(|scan| &scan.repository == repository);
+        if next_scan(last, interval).is_some_and(|due| due > now) {
+            continue;
+        }
+        let credentials = credentials_for(ctx, &following[0].key, &following[0].image).await;
+        let outcome = match credentials {
+            Ok(credentials) => registry::list_tags(client, repository, credentials.as_ref())
+                .await
+                .map_err(|error| {
+                    let wait = error
+                        .retry_after()
+                        .map_or(0, |wait| i64::try_from(wait.as_secs()).unwrap_or(i64::MAX));
+                    (error.to_string(), wait)
+                }),
+            Err(error) => Err((error.to_string(), 0)),
+        };
+        let repository_owned = repository.clone();
+        let at = crate::store::now_unix();
+        match &outcome {
+            Ok(tags) => {
+                tracing::debug!(
+                    repository,
+                    n_tags = tags.len(),
+                    "scanned an image repository"
+                );
+            }
+            Err((error, _)) => {
+                tracing::warn!(repository, %error, "cannot scan an image repository")
+            }
+        }
+        blocking(&ctx.store, move |store| match outcome {
+            Ok(tags) => store.record_image_scan(&repository_owned, Ok(&tags), 0, at),
+            Err((error, wait)) => {
+                store.record_image_scan(&repository_owned, Err(&error), at.saturating_add(wait), at)
+            }
+        })
+        .await?;
+        scanned_now.push(repository.clone());
+    }
+    let followed: Vec<String> = by_repository.keys().cloned().collect();
+    let (scans, previous) = blocking(&ctx.store, move |store| {
+        store.retain_image_scans(&followed)?;
+        Ok((store.image_scans()?, store.image_updates()?))
+    })
+    .await?;
+    let rows: Vec<ImageUpdateRow> = followers
+        .iter()
+        .map(|follower| decide(follower, &scans, now))
+        .collect();
+    let bumps: Vec<Bump> = followers
+        .iter()
+        .zip(&rows)
+        .filter(|(follower, row)| {
+            let previous = previous.iter().find(|previous| previous.key == row.key);
+            let handed_over = previous.is_some_and(|previous| {
+                previous.latest == row.latest
+                    && (!previous.commit_sha.is_empty()
+                        || (!previous.commit_error.is_empty()
+                            && !scanned_now.contains(&follower.repository)))
+            });
+            follower.update.commits() && !row.latest.is_empty() && !handed_over
+        })
+        .map(|(follower, row)| Bump {
+            key: follower.key.clone(),
+            source: follower.source.clone(),
+            repository: follower.repository.clone(),
+            from_tag: follower.tag.clone(),
+            to_tag: row.latest.clone(),
+            push_branch: follower.update.push_branch.clone(),
+        })
+        .collect();
+    blocking(&ctx.store, move |store| store.record_image_updates(&rows)).await?;
+    let Some(committer) = committer else {
+        return Ok(());
+    };
+    let mut by_branch: BTreeMap<(String, String), Vec<Bump>> = BTreeMap::new();
+    for bump in bumps {
+        by_branch
+            .entry((bump.source.clone(), bump.push_branch.clone()))
+            .or_default()
+            .push(bump);
+    }
+    for (_, bumps) in by_branch {
+        let keys: Vec<ResourceKey> = bumps.iter().map(|bump| bump.key.clone()).collect();
+        let message = commit_message(&bumps);
+        let outcome = committer.commit(bumps).await;
+        match &outcome {
+            Ok(sha) => tracing::info!(commit = %sha, %message, "committed image updates"),
+            Err(error) => tracing::warn!(%error, %message, "cannot commit image updates"),
+        }
+        blocking(&ctx.store, move |store| {
+            store.record_image_commit(&keys, outcome.as_ref().map_err(String::as_str), &message)
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// The commit message for `bumps`: a subject, then one line per change
+/// (`shop/web: app:1.4.2 → app:1.4.3`).
+pub fn commit_message(bumps: &[Bump]) -> String {
+    let mut message = if bumps.len() == 1 {
+        format!("Update {} to {}", bumps[0].repository, bumps[0].to_tag)
+    } else {
+        format!("Update {} images", bumps.len())
+    };
+    message.push_str("\n\n");
+    for bump in bumps {
+        message.push_str(&format!(
+            "{}/{}: {}:{} → {}:{}\n",
+            bump.key.scope,
+            bump.key.name,
+            bump.repository,
+            bump.from_tag,
+            bump.repository,
+            bump.to_tag
+        ));
+    }
+    message
+}
+
+/// The decision of one follower over the stored scans.
+fn decide(follower: &Follower, scans: &[ImageScan], now: i64) -> ImageUpdateRow {
+    let latest = match (
+        follower.update.policy(),
+        scans
+            .iter()
+            .find(|scan| scan.repository == follower.repository),
+    ) {
+        (Ok(policy), Some(scan)) => policy
+            .update(&follower.tag, &scan.tags)
+            .unwrap_or_default()
+            .to_owned(),
+        _ => String::new(),
+    };
+    ImageUpdateRow {
+        key: follower.key.clone(),
+        image: follower.image.clone(),
+        repository: follower.repository.clone(),
+        policy: describe(&follower.update),
+        mode: if follower.update.commits() {
+            "commit"
+        } else {
+            "report"
+        }
+        .to_owned(),
+        latest,
+        checked_at: now,
+        commit_sha: String::new(),
+        commit_error: String::new(),
+    }
+}
+
+/// `semver ~1.4`, `numerical /^main-([0-9]+)$/ → $1`, …
+fn describe(update: &ImageUpdate) -> String {
+    let mut text = if update.policy.is_empty() {
+        "semver".to_owned()
+    } else {
+        update.policy.clone()
+    };
+    if !update.range.is_empty() {
+        text.push(' ');
+        text.push_str(&update.range);
+    }
+    if !update.filter.is_empty() {
+        text.push_str(&format!(" /{}/", update.filter));
+    }
+    if !update.extract.is_empty() {
+        text.push_str(&format!(" → {}", update.extract));
+    }
+    text
+}
+
+/// Every resource with `image_update` whose image names a tag.
+fn followers(store: &Store) -> crate::store::Result<Vec<Follower>> {
+    let mut out = Vec::new();
+    let sources = store.sources_of_desired()?;
+    for desired in store.desired_all()? {
+        let container = match &desired.spec {
+            Spec::Deployment(spec) => &spec.container,
+            Spec::Statefulset(spec) => &spec.container,
+            Spec::Job(spec) => &spec.container,
+            Spec::Cronjob(spec) => &spec.job.container,
+            _ => continue,
+        };
+        let Some(update) = &container.image_update else {
+            continue;
+        };
+        let Some((repository, tag)) = split_image(&container.image) else {
+            continue;
+        };
+        out.push(Follower {
+            source: sources.get(&desired.key).cloned().unwrap_or_default(),
+            key: desired.key.clone(),
+            image: container.image.clone(),
+            repository: repository.to_owned(),
+            tag: tag.to_owned(),
+            update: update.clone(),
+        });
+    }
+    Ok(out)
+}
+
+/// The basic credentials of the `registry` block for `image`'s host (a token, or a helper's).
+async fn credentials_for<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    image: &str,
+) -> super::Result<Option<Credentials>> {
+    Ok(images::auth_for(ctx, key, image)
+        .await?
+        .filter(|auth| !auth.password.is_empty() || !auth.username.is_empty())
+        .map(|auth| Credentials {
+            username: auth.username,
+            secret: auth.password,
+        }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Kind;
+
+    #[test]
+    fn commit_messages_list_every_change() {
+        let bump = |name: &str, from: &str, to: &str| Bump {
+            key: ResourceKey::new(Kind::Deployment, "shop", name),
+            source: String::new(),
+            repository: "app".into(),
+            from_tag: from.into(),
+            to_tag: to.into(),
+            push_branch: String::new(),
+        };
+        assert_eq!(
+            commit_message(&[bump("web", "1.4.2", "1.4.3")]),
+            "Update app to 1.4.3\n\nshop/web: app:1.4.2 → app:1.4.3\n"
+        );
+        assert_eq!(
+            commit_message(&[bump("web", "1.4.2", "1.4.3"), bump("api", "1", "2")]),
+            "Update 2 images\n\nshop/web: app:1.4.2 → app:1.4.3\nshop/api: app:1 → app:2\n"
+        );
+    }
+}
