@@ -964,10 +964,14 @@ pub(super) async fn hook(
 /// Whether `source` follows one of the repositories a push names (`pushed_repositories`):
 /// the same repository identity, or its `owner/name` at the end of the source's URL.
 fn follows(source: &HookSource, named: &[String]) -> bool {
-    let own = &source.url;
+    names_repository(&source.url, named)
+}
+
+/// Whether one of `named` is the repository whose identity is `own`.
+fn names_repository(own: &str, named: &[String]) -> bool {
     named.iter().any(|repository| {
         let repository = repository.trim().trim_end_matches('/');
-        if crate::model::repo_identity(repository) == *own {
+        if crate::model::repo_identity(repository) == own {
             return true;
         }
         // `owner/name` (GitHub's `full_name`, GitLab's `path_with_namespace`): the end of a
@@ -1363,6 +1367,76 @@ mod tests {
     /// Gogs's documented push example (gogs.io/advancing/webhooks, "Example payload"),
     /// abridged to the fields that matter here; its headers are `X-Gogs-Event: push` and
     /// `X-Gogs-Signature: <hex HMAC-SHA256>`.
+    /// Each git host's push names its repository in its own fields; a source follows the
+    /// push when one of them is its repository, whatever the URL's form (https, ssh, scp).
+    #[test]
+    fn each_providers_push_is_routed_by_the_repository_it_names() {
+        let cases: &[(&str, &str, &[&str])] = &[
+            (
+                "github",
+                r#"{"repository":{"clone_url":"https://github.com/acme/shop.git","ssh_url":"git@github.com:acme/shop.git","full_name":"acme/shop"}}"#,
+                &[
+                    "https://github.com/acme/shop.git",
+                    "git@github.com:acme/shop.git",
+                    "ssh://git@github.com/Acme/Shop",
+                ],
+            ),
+            (
+                "gitlab",
+                r#"{"project":{"git_http_url":"https://gitlab.example.com/ops/shop.git","git_ssh_url":"git@gitlab.example.com:ops/shop.git","path_with_namespace":"ops/shop"}}"#,
+                &[
+                    "https://gitlab.example.com/ops/shop.git",
+                    "git@gitlab.example.com:ops/shop.git",
+                ],
+            ),
+            (
+                "gogs",
+                GOGS_PUSH,
+                &["https://try.gogs.io/alice/moonlanding.git"],
+            ),
+            (
+                "bitbucket cloud",
+                BITBUCKET_CLOUD_PUSH,
+                &["git@bitbucket.org:team_name/repo_name.git"],
+            ),
+            (
+                "bitbucket server",
+                BITBUCKET_SERVER_PUSH,
+                &["https://bitbucket.example.com/scm/proj/repository.git"],
+            ),
+            (
+                "azure devops",
+                r#"{"resource":{"repository":{"remoteUrl":"https://dev.azure.com/fabrikam/proj/_git/shop"}}}"#,
+                &["https://dev.azure.com/fabrikam/proj/_git/shop"],
+            ),
+            (
+                "generic",
+                r#"{"ref":"refs/heads/main","repository":"https://git.example.com/acme/shop.git"}"#,
+                &["https://git.example.com/acme/shop"],
+            ),
+        ];
+        for (provider, body, followers) in cases {
+            let named = pushed_repositories(&HeaderMap::new(), body.as_bytes());
+            for url in *followers {
+                assert!(
+                    names_repository(&crate::model::repo_identity(url), &named),
+                    "{provider}: {url} should follow {named:?}"
+                );
+            }
+            for other in [
+                "https://github.com/acme/blog.git",
+                "https://elsewhere.example/x/y.git",
+            ] {
+                assert!(
+                    !names_repository(&crate::model::repo_identity(other), &named),
+                    "{provider}: {other} follows {named:?}"
+                );
+            }
+        }
+        assert!(pushed_repositories(&HeaderMap::new(), b"{}").is_empty());
+        assert!(pushed_repositories(&HeaderMap::new(), b"not json").is_empty());
+    }
+
     const GOGS_PUSH: &str = include_str!("../../tests/fixtures/webhooks/gogs-push.json");
 
     /// Bitbucket Cloud `repo:push` (support.atlassian.com/bitbucket-cloud/docs/event-payloads,
