@@ -293,8 +293,8 @@ fn read_source(
     let url = text(cx, "url");
     let branch = text(cx, "branch").unwrap_or_else(|| "main".to_owned());
     let poll = text(cx, "poll");
-    let file = |cx: &mut Cx<'_>, key: &str, value: Option<String>| -> Option<PathBuf> {
-        let value = value?;
+    let file = |cx: &mut Cx<'_>, key: &str| -> Option<PathBuf> {
+        let value = text(cx, key)?;
         let path = PathBuf::from(&value);
         if !path.is_absolute() {
             cx.error(
@@ -304,18 +304,12 @@ fn read_source(
         }
         Some(path)
     };
-    let token_file = text(cx, "token_file");
-    let token_file = file(cx, "token_file", token_file);
-    let ca_file = text(cx, "ca_file");
-    let ca_file = file(cx, "ca_file", ca_file);
-    let ssh_key_file = text(cx, "ssh_key_file");
-    let ssh_key_file = file(cx, "ssh_key_file", ssh_key_file);
-    let secret_file = text(cx, "webhook_secret_file");
-    let secret_file = file(cx, "webhook_secret_file", secret_file);
-    let ssh_signers = text(cx, "trusted_ssh_signers");
-    let ssh_signers = file(cx, "trusted_ssh_signers", ssh_signers);
-    let pgp_keys = text(cx, "trusted_pgp_keys");
-    let pgp_keys = file(cx, "trusted_pgp_keys", pgp_keys);
+    let token_file = file(cx, "token_file");
+    let ca_file = file(cx, "ca_file");
+    let ssh_key_file = file(cx, "ssh_key_file");
+    let secret_file = file(cx, "webhook_secret_file");
+    let ssh_signers = file(cx, "trusted_ssh_signers");
+    let pgp_keys = file(cx, "trusted_pgp_keys");
     let verify = text(cx, "verify_commits");
     let accept_new = match get("ssh_accept_new_host_keys") {
         None => false,

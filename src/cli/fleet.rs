@@ -229,14 +229,9 @@ struct Remote {
     host: Option<String>,
     #[serde(default)]
     host_labels: Vec<String>,
-    #[serde(default)]
-    last_seen: Option<RemoteCommit>,
-    #[serde(default)]
-    last_applied: Option<RemoteCommit>,
-    #[serde(default)]
-    last_rejected: Option<RemoteCommit>,
-    #[serde(default)]
-    fetch: Option<RemoteHealth>,
+    /// The agent's commits and fetch (of its one repository).
+    #[serde(flatten)]
+    commits: RemoteCommits,
     #[serde(default)]
     engine: Option<RemoteHealth>,
     #[serde(default)]
@@ -249,6 +244,13 @@ struct Remote {
 #[derive(Debug, Default, Deserialize)]
 struct RemoteSource {
     name: String,
+    #[serde(flatten)]
+    commits: RemoteCommits,
+}
+
+/// What an agent (or one of its sources) last saw, applied and rejected, and its fetch.
+#[derive(Debug, Default, Deserialize)]
+struct RemoteCommits {
     #[serde(default)]
     last_seen: Option<RemoteCommit>,
     #[serde(default)]
@@ -319,10 +321,7 @@ fn per_source(
             remotes.push(Ok(Remote {
                 host: remote.host.clone(),
                 host_labels: remote.host_labels.clone(),
-                last_seen: source.last_seen,
-                last_applied: source.last_applied,
-                last_rejected: source.last_rejected,
-                fetch: source.fetch,
+                commits: source.commits,
                 engine: remote.engine.as_ref().map(|engine| RemoteHealth {
                     error: engine.error.clone(),
                 }),
@@ -575,7 +574,7 @@ fn fleet_view(
                 .iter()
                 .zip(groups)
                 .filter(move |(_, other)| other.as_str() == group)
-                .filter_map(|(answer, _)| answer.as_ref().ok()?.last_seen.as_ref())
+                .filter_map(|(answer, _)| answer.as_ref().ok()?.commits.last_seen.as_ref())
         };
         seen_in_group()
             .max_by_key(|seen| {
@@ -633,22 +632,28 @@ fn row(member: &Member, answer: Result<Remote, String>, newest: Option<&str>) ->
         .map(|label| clean(label, 63))
         .collect();
     row.applied = remote
+        .commits
         .last_applied
         .as_ref()
         .map(|commit| clean(&commit.sha, 64));
     row.seen = remote
+        .commits
         .last_seen
         .as_ref()
         .map(|commit| clean(&commit.sha, 64));
-    row.seen_at = remote.last_seen.as_ref().map(|commit| commit.seen_at);
-    row.behind = match (newest, &remote.last_seen) {
+    row.seen_at = remote
+        .commits
+        .last_seen
+        .as_ref()
+        .map(|commit| commit.seen_at);
+    row.behind = match (newest, &remote.commits.last_seen) {
         (Some(newest), Some(seen)) => seen.sha != newest,
         (Some(_), None) => true,
         (None, _) => false,
     };
     // The latest commit it saw was rejected: it runs an older one.
     // (The same SHA applied since, under a looser policy say, is not rejected.)
-    if let (Some(rejected), Some(seen)) = (&remote.last_rejected, &remote.last_seen)
+    if let (Some(rejected), Some(seen)) = (&remote.commits.last_rejected, &remote.commits.last_seen)
         && rejected.sha == seen.sha
         && seen.outcome != Some(CommitOutcome::Applied)
     {
@@ -680,6 +685,7 @@ fn row(member: &Member, answer: Result<Remote, String>, newest: Option<&str>) ->
     }
     let mut problems = Vec::new();
     if let Some(error) = remote
+        .commits
         .fetch
         .as_ref()
         .and_then(|fetch| fetch.error.as_deref())
@@ -841,9 +847,12 @@ mod tests {
         };
         Remote {
             host: Some("h".into()),
-            last_seen: Some(commit(seen.0, seen.1)),
-            last_applied: Some(commit(applied, 0)),
-            last_rejected: rejected.then(|| commit(seen.0, seen.1)),
+            commits: RemoteCommits {
+                last_seen: Some(commit(seen.0, seen.1)),
+                last_applied: Some(commit(applied, 0)),
+                last_rejected: rejected.then(|| commit(seen.0, seen.1)),
+                fetch: None,
+            },
             resources: phases
                 .iter()
                 .enumerate()
@@ -869,7 +878,7 @@ mod tests {
         // Rejected under the default policy, then applied once the host allowed it: the last
         // seen record is the applied one, for the same SHA.
         let mut answer = remote(("new", 20), "new", false, &["Ready"]);
-        answer.last_rejected = Some(RemoteCommit {
+        answer.commits.last_rejected = Some(RemoteCommit {
             sha: "new".into(),
             outcome: Some(CommitOutcome::Rejected),
             seen_at: 10,

@@ -477,22 +477,27 @@ type RefUpdate = (Option<String>, Option<String>);
 /// Parses a push body: JSON, or GitHub's form encoding (`payload=<json>`); an empty body is
 /// a bare "fetch now". A push that moves several refs (Bitbucket, Azure DevOps) gives the
 /// update of `wanted_ref` when it has one, else its first.
+/// The JSON of a push: the body, or the `payload` field of a form body (`None`: a form body
+/// without one).
+fn payload(headers: &HeaderMap, body: &[u8]) -> Option<Vec<u8>> {
+    let is_form = header(headers, "content-type")
+        .is_some_and(|value| value.starts_with("application/x-www-form-urlencoded"));
+    if is_form {
+        form_urlencoded::parse(body)
+            .find(|(name, _)| name == "payload")
+            .map(|(_, value)| value.into_owned().into_bytes())
+    } else {
+        Some(body.to_vec())
+    }
+}
+
 fn parse_push(
     provider: Provider,
     headers: &HeaderMap,
     body: &[u8],
     wanted_ref: &str,
 ) -> Result<Push, String> {
-    let is_form = header(headers, "content-type")
-        .is_some_and(|value| value.starts_with("application/x-www-form-urlencoded"));
-    let json = if is_form {
-        form_urlencoded::parse(body)
-            .find(|(name, _)| name == "payload")
-            .map(|(_, value)| value.into_owned().into_bytes())
-            .ok_or("form body without a `payload` field")?
-    } else {
-        body.to_vec()
-    };
+    let json = payload(headers, body).ok_or("form body without a `payload` field")?;
     if json.iter().all(u8::is_ascii_whitespace) {
         return Ok(Push::default());
     }
@@ -992,16 +997,7 @@ fn names_repository(own: &str, named: &[String]) -> bool {
 /// `resource.repository.remoteUrl`; the generic form's `repository`). Untrusted text, read
 /// only to choose among this agent's own sources; at most 16 names of at most 512 bytes.
 fn pushed_repositories(headers: &HeaderMap, body: &[u8]) -> Vec<String> {
-    let is_form = header(headers, "content-type")
-        .is_some_and(|value| value.starts_with("application/x-www-form-urlencoded"));
-    let json = if is_form {
-        form_urlencoded::parse(body)
-            .find(|(name, _)| name == "payload")
-            .map(|(_, value)| value.into_owned().into_bytes())
-            .unwrap_or_default()
-    } else {
-        body.to_vec()
-    };
+    let json = payload(headers, body).unwrap_or_default();
     let Ok(value) = serde_json::from_slice::<serde_json::Value>(&json) else {
         return Vec::new();
     };
