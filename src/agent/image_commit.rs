@@ -54,7 +54,7 @@ impl GitCommitter {
                         signing_key: config.image_signing_key.clone(),
                         author_name: "voodu-agent".to_owned(),
                         author_email: "voodu-agent@localhost".to_owned(),
-                        ssh_accept_new_host_keys: source.options.ssh_accept_new_host_keys,
+                        ssh_command: source.options.ssh_command(),
                         token_file: source.options.token_file.clone(),
                         ca_file: source.options.ca_file.clone(),
                     },

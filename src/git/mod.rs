@@ -59,7 +59,7 @@ const SSH_ACCEPT_NEW: &str = "ssh -o StrictHostKeyChecking=accept-new";
 impl SourceOptions {
     /// The ssh command fetches run (git's `core.sshCommand`, a shell command line), when the
     /// options ask for more than plain `ssh`.
-    fn ssh_command(&self) -> Option<String> {
+    pub(crate) fn ssh_command(&self) -> Option<String> {
         let mut command = match &self.ssh_key_file {
             // Checked by `check`: no `'` in it, so single quotes keep it one word.
             Some(key) => format!("ssh -i '{}' -o IdentitiesOnly=yes", key.display()),

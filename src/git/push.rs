@@ -42,8 +42,9 @@ pub struct PushOptions {
     /// The commit author and committer.
     pub author_name: String,
     pub author_email: String,
-    /// For ssh remotes: accept an unknown host key (`StrictHostKeyChecking=accept-new`).
-    pub ssh_accept_new_host_keys: bool,
+    /// For ssh remotes: the ssh command the source fetches with (its deploy key, accepting
+    /// an unknown host key), as `SourceOptions::ssh_command` makes it.
+    pub ssh_command: Option<String>,
     /// For https remotes: a file holding the token sent as the password (of the URL's user,
     /// else `x-access-token`), as the source fetches with.
     pub token_file: Option<PathBuf>,
@@ -379,15 +380,74 @@ fn run(options: &PushOptions, args: &[&str]) -> Result<Output, PushError> {
         .env_remove("GIT_DIR")
         .env_remove("GIT_WORK_TREE")
         .stdin(std::process::Stdio::null());
-    if options.ssh_accept_new_host_keys {
-        command.env("GIT_SSH_COMMAND", "ssh -o StrictHostKeyChecking=accept-new");
+    if let Some(ssh_command) = &options.ssh_command {
+        command.env("GIT_SSH_COMMAND", ssh_command);
     }
     if let Some(askpass) = &askpass {
         command.envs(askpass.env.iter().map(|(name, value)| (name, value)));
     }
-    command.output().map_err(|error| PushError::Git {
-        what: args.first().copied().unwrap_or("git").to_owned(),
-        message: format!("{error} (is `git` installed?)"),
+    let what = args.first().copied().unwrap_or("git");
+    output_within(&mut command, GIT_DEADLINE).map_err(|message| PushError::Git {
+        what: what.to_owned(),
+        message,
+    })
+}
+
+/// How long one `git` command may take (a clone, a fetch or a push of a deploy repository):
+/// a remote that stops answering fails the bump instead of holding its thread.
+const GIT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Runs `command` to its end, or kills it once `limit` has passed; its output either way.
+/// The pipes are drained while it runs, so a chatty command cannot block on a full pipe.
+fn output_within(command: &mut Command, limit: std::time::Duration) -> Result<Output, String> {
+    use std::io::Read as _;
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|error| format!("{error} (is `git` installed?)"))?;
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                // At most 1 MiB kept: the last lines of stderr are all that is shown.
+                let _ = pipe.by_ref().take(1 << 20).read_to_end(&mut bytes);
+                let _ = std::io::copy(&mut pipe, &mut std::io::sink());
+            }
+            bytes
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|pipe| Box::new(pipe) as Box<dyn std::io::Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|pipe| Box::new(pipe) as Box<dyn std::io::Read + Send>),
+    );
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("no answer within {}s; stopped", limit.as_secs()));
+            }
+            Err(error) => return Err(error.to_string()),
+        }
+    };
+    Ok(Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
     })
 }
 
@@ -414,6 +474,27 @@ fn last_lines(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A git that does not finish is stopped at the deadline; its output is kept otherwise.
+    #[test]
+    fn a_command_past_its_deadline_is_stopped() -> Result<(), Box<dyn std::error::Error>> {
+        let mut hanging = Command::new("sleep");
+        hanging.arg("30");
+        let error = output_within(&mut hanging, std::time::Duration::from_millis(100))
+            .err()
+            .ok_or("a 30 s sleep finished within 100 ms")?;
+        assert!(error.contains("no answer within"), "{error}");
+        let mut chatty = Command::new("sh");
+        chatty.args(["-c", "head -c 300000 /dev/zero; echo done >&2"]);
+        let output = output_within(&mut chatty, std::time::Duration::from_secs(60))?;
+        assert_eq!(
+            output.stdout.len(),
+            300_000,
+            "the pipe was drained while it ran"
+        );
+        assert_eq!(String::from_utf8(output.stderr)?, "done\n");
+        Ok(())
+    }
 
     /// git takes the token from the helper (asked through `git credential fill`, which is
     /// what a push does; no network), with no configured helper, and the helper's directory is
@@ -482,7 +563,7 @@ mod tests {
             signing_key: None,
             author_name: "a".to_owned(),
             author_email: "a@b".to_owned(),
-            ssh_accept_new_host_keys: false,
+            ssh_command: None,
             token_file: token.then(|| PathBuf::from("token")),
             ca_file: None,
         };

@@ -73,7 +73,7 @@ fn options(url: &str, work_dir: &Path) -> PushOptions {
         signing_key: None,
         author_name: "voodu-agent".to_owned(),
         author_email: "voodu-agent@localhost".to_owned(),
-        ssh_accept_new_host_keys: false,
+        ssh_command: None,
         token_file: None,
         ca_file: None,
     }
