@@ -124,7 +124,7 @@ async fn run(bytes: u64) -> Result {
     let data_dir = dir.path().join("data");
     let agent = InProcess::start(&repo, &data_dir).await?;
     agent.until_seen(&first).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(support::figure_wait(Duration::from_secs(2))).await;
     let idle = memory_kib(pid, "VmRSS")?;
 
     write_random(&repo.work.join("big.bin"), bytes)?;
@@ -137,7 +137,7 @@ async fn run(bytes: u64) -> Result {
     let unreferenced = memory_kib(pid, "VmHWM")?;
     let unreferenced_outcome = agent.outcome(&second)?;
 
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::time::sleep(support::figure_wait(Duration::from_secs(1))).await;
     let idle_between = memory_kib(pid, "VmRSS")?;
     let idle_between_file = memory_kib(pid, "RssFile")?;
     repo.write(

@@ -313,7 +313,7 @@ async fn run(dir: &Path, image: &str, scope: &str, n: usize) -> Result {
 
     // 1. Webhook fan-out.
     let fleet = Fleet::start(dir, &repo, n, &["--interval", "1h"], &initial).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(support::figure_wait(Duration::from_secs(2))).await;
     let rss_idle = fleet.rss_kib()?;
     repo.write("common/web.hcl", &deployment(scope, "web", image))?;
     for index in 1..=n {
@@ -349,7 +349,7 @@ async fn run(dir: &Path, image: &str, scope: &str, n: usize) -> Result {
     };
     let webhook_times = fleet.converged(keys_first, started).await?;
     let webhook_cpu = fleet.cpu()?.saturating_sub(cpu_before);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(support::figure_wait(Duration::from_secs(3))).await;
     let rss_converged = fleet.rss_kib()?;
     let before = fleet.cpu()?;
     let idle_window = Duration::from_secs(if support::measuring() { 30 } else { 2 });

@@ -73,7 +73,7 @@ fn main() -> Result {
     );
     let pid = agent.0.id();
     wait_for(&data, "last_applied", &first, &mut agent)?;
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(support::figure_wait(Duration::from_secs(3)));
     let idle = memory_kib(pid, "VmRSS")?;
     let idle_anon = memory_kib(pid, "RssAnon")?;
     println!(
@@ -100,7 +100,7 @@ fn main() -> Result {
             );
         }
     }
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(support::figure_wait(Duration::from_secs(5)));
     let after = memory_kib(pid, "VmRSS")?;
     let peak = memory_kib(pid, "VmHWM")?;
     println!(

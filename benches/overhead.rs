@@ -44,7 +44,8 @@ fn deployment(name: &str, env: &str) -> String {
     )
 }
 
-/// Longer than a rollout's re-check (5 s after its first pass): no call for this long is quiet.
+/// Longer than a rollout's re-check (5 s after its first pass): no call for this long is quiet
+/// (a fifth of it in a smoke run: `support::figure_wait`).
 const QUIET: Duration = Duration::from_secs(6);
 
 /// The agent in process on `repo` with the fake runtime; `resync` as `--resync`.
@@ -130,7 +131,7 @@ impl InProcess {
             let n_calls = self.fake.calls().len();
             if n_calls != seen.0 {
                 seen = (n_calls, Instant::now());
-            } else if seen.1.elapsed() >= QUIET {
+            } else if seen.1.elapsed() >= support::figure_wait(QUIET) {
                 return Ok(seen.1);
             }
             if started.elapsed() > Duration::from_secs(600) {
@@ -254,15 +255,15 @@ async fn bench() -> Result {
     // `QUIET`, and say how long that took.
     let quiet = agent.quiet().await?;
     println!(
-        "… and quiet (no runtime call for {} s) {:.0} ms after the start, {} runtime calls in all {:?} ({:.1} per deployment)",
-        QUIET.as_secs(),
+        "… and quiet (no runtime call for {:.1} s) {:.0} ms after the start, {} runtime calls in all {:?} ({:.1} per deployment)",
+        support::figure_wait(QUIET).as_secs_f64(),
         (quiet - started).as_secs_f64() * 1000.0,
         agent.fake.calls().len(),
         by_verb(&agent.fake.calls()),
         agent.fake.calls().len() as f64 / n as f64
     );
     // Idle: a window with nothing to do and no resync in it.
-    let window = Duration::from_secs(if support::measuring() { 10 } else { 2 });
+    let window = support::figure_wait(Duration::from_secs(10));
     let idle_before = cpu_time(pid)?;
     let calls_before = agent.fake.calls().len();
     tokio::time::sleep(window).await;
@@ -333,7 +334,7 @@ async fn bench() -> Result {
             agent.fake.calls().len() >= replayed + n
         })
         .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(support::figure_wait(Duration::from_secs(2))).await;
     let before = cpu_time(pid)?;
     let calls_before = agent.fake.calls().len();
     tokio::time::sleep(window).await;

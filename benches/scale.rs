@@ -260,7 +260,7 @@ async fn agent_run(
         .synced(&initial)
         .await?
         .ok_or("the agent does not say where it listens")?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(support::figure_wait(Duration::from_secs(3))).await;
     let rss_idle = memory_kib(agent.pid(), "VmRSS")?;
     println!(
         "agent idle, before the commit: {}",
@@ -302,7 +302,7 @@ async fn agent_run(
         .await?;
 
     // Idle with everything converged: let the last passes and probes settle first.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    tokio::time::sleep(support::figure_wait(Duration::from_secs(5))).await;
     let rss_loaded = memory_kib(agent.pid(), "VmRSS")?;
     println!(
         "agent idle with {} containers: {}",
@@ -322,7 +322,7 @@ async fn agent_run(
         .ready(&keys, Instant::now(), Duration::from_secs(600))
         .await?;
     // Boot replay visits every key once: wait it out so the window holds resyncs only.
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    tokio::time::sleep(support::figure_wait(Duration::from_secs(10))).await;
     let before = cpu_time(agent.pid())?;
     tokio::time::sleep(shape.idle_window).await;
     let resync_window = cpu_time(agent.pid())?.saturating_sub(before);

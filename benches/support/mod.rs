@@ -38,6 +38,13 @@ pub fn measuring() -> bool {
     std::env::args().any(|arg| arg == "--bench")
 }
 
+/// A wait that only the figures need (memory settling, an idle or quiet window): `full` when
+/// measuring, a fifth of it in a smoke run, which runs the same code but whose figures are
+/// not a measurement (issue 25: the smoke runs are part of every `scripts/test`).
+pub fn figure_wait(full: Duration) -> Duration {
+    if measuring() { full } else { full / 5 }
+}
+
 /// Whether a bench that needs the engine may run: always when measuring, and under `cargo
 /// test` only with `VOODU_DOCKER_TESTS=1` (scripts/test sets it). Prints SKIPPED otherwise.
 pub fn engine_allowed(bench: &str) -> bool {

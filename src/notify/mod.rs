@@ -688,9 +688,11 @@ mod tests {
         Ok(())
     }
 
-    /// A storm of 200 drift repairs within two seconds reaches a sink whose interval is 1 s
-    /// as a handful of messages (the burst of 3, then one a second), and every event is in
-    /// one of them.
+    /// A storm of 200 drift repairs over several intervals reaches a sink as a handful of
+    /// messages (the burst of 3, then one an interval), and every event is in one of them.
+    /// The file says 1 s (the shortest it may); the sink then runs at a quarter of that, so
+    /// the storm spans as many intervals in a quarter of the time (the bucket is the same at
+    /// any scale).
     #[tokio::test]
     async fn a_storm_of_drift_repairs_is_a_handful_of_messages()
     -> Result<(), Box<dyn std::error::Error>> {
@@ -699,10 +701,13 @@ mod tests {
         let (url, bodies) = receiver();
         let url_file = dir.path().join("url");
         std::fs::write(&url_file, format!("{url}/storm"))?;
-        let config = NotifyConfig::parse(&format!(
+        let mut config = NotifyConfig::parse(&format!(
             "notify \"ops\" {{\n  type = \"generic\"\n  url_file = \"{}\"\n  interval = \"1s\"\n}}\n",
             url_file.display()
         ))?;
+        assert_eq!(config.sinks[0].interval, Duration::from_secs(1));
+        let interval = Duration::from_millis(250);
+        config.sinks[0].interval = interval;
         let shutdown = CancellationToken::new();
         let start = store.outbox_head()?;
         let task = tokio::spawn(run(store.clone(), config, start, shutdown.clone()));
@@ -714,10 +719,10 @@ mod tests {
                 writer.record_event("drift.repaired", &resource, "back", serde_json::Value::Null)
             })
             .await??;
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(Duration::from_micros(2500)).await;
         }
         let mut delivered = 0;
-        for _ in 0..100 {
+        for _ in 0..400 {
             delivered = bodies
                 .lock()
                 .expect("not poisoned")
@@ -731,15 +736,15 @@ mod tests {
             if delivered == 200 {
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(25)).await;
         }
         let messages = bodies.lock().expect("not poisoned").len();
         let seconds = began.elapsed().as_secs_f64();
         shutdown.cancel();
         task.await?;
         assert_eq!(delivered, 200, "every event, once");
-        // The burst, then at most one a second while the storm and its tail lasted.
-        let bound = f64::from(BURST) + seconds.ceil();
+        // The burst, then at most one an interval while the storm and its tail lasted.
+        let bound = f64::from(BURST) + (seconds / interval.as_secs_f64()).ceil();
         assert!(
             (messages as f64) <= bound,
             "{messages} messages for a storm of 200 in {seconds:.1}s (at most {bound})"

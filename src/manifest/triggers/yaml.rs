@@ -1,12 +1,14 @@
 //! The little YAML a trigger file is: one document of mappings, lists and scalars, each node
-//! with its 1-based line and column, read from saphyr-parser's event stream.
+//! with its 1-based line and column, read from yaml-rust2's event stream (the crate SOPS files
+//! are read with: one YAML parser in the binary).
 //!
 //! Invariants: the tree is built here, bounded, from events (no alias is ever expanded, so a
 //! few bytes can never become gigabytes): anchors, aliases and tags are refused, as are a
 //! second document, nesting deeper than [`MAX_DEPTH`], more than [`MAX_NODES`] nodes and a
 //! key given twice in one mapping. Errors carry the position they were found at.
 
-use saphyr_parser::{Event, Parser, ScalarStyle, Span};
+use yaml_rust2::parser::{Event, Parser};
+use yaml_rust2::scanner::{Marker, TScalarStyle};
 
 /// Deepest nesting a trigger file needs is 4 (`on.push.paths[i]`); a little slack.
 const MAX_DEPTH: usize = 8;
@@ -61,10 +63,19 @@ impl Node {
     }
 }
 
-fn at(span: Span, message: impl Into<String>) -> YamlError {
+fn at(mark: Marker, message: impl Into<String>) -> YamlError {
     YamlError {
-        line: span.start.line().max(1),
-        col: span.start.col() + 1,
+        line: mark.line().max(1),
+        col: mark.col() + 1,
+        message: message.into(),
+    }
+}
+
+/// A problem at a 1-based line and 0-based column.
+fn at_col((line, col): (usize, usize), message: impl Into<String>) -> YamlError {
+    YamlError {
+        line: line.max(1),
+        col: col + 1,
         message: message.into(),
     }
 }
@@ -81,24 +92,26 @@ pub(super) fn parse(text: &str) -> Result<Option<Node>, YamlError> {
     let mut root: Option<Node> = None;
     let mut documents = 0usize;
     let mut nodes = 0usize;
-    for event in Parser::new_from_str(text) {
-        let (event, span) = event.map_err(|error| YamlError {
+    let mut parser = Parser::new_from_str(text);
+    loop {
+        let (event, mark) = parser.next_token().map_err(|error| YamlError {
             line: error.marker().line().max(1),
             col: error.marker().col() + 1,
             message: format!("not valid YAML: {}", error.info()),
         })?;
         let node_start = |value| Node {
-            line: span.start.line().max(1),
-            col: span.start.col() + 1,
+            line: mark.line().max(1),
+            col: mark.col() + 1,
             value,
         };
         let finished = match event {
-            Event::StreamStart | Event::StreamEnd | Event::DocumentEnd | Event::Nothing => None,
-            Event::DocumentStart(_) => {
+            Event::StreamEnd => break,
+            Event::StreamStart | Event::DocumentEnd | Event::Nothing => None,
+            Event::DocumentStart => {
                 documents += 1;
                 if documents > 1 {
                     return Err(at(
-                        span,
+                        mark,
                         "a trigger file holds one YAML document; remove the second `---`",
                     ));
                 }
@@ -106,26 +119,23 @@ pub(super) fn parse(text: &str) -> Result<Option<Node>, YamlError> {
             }
             Event::Alias(_) => {
                 return Err(at(
-                    span,
+                    mark,
                     "aliases (`*name`) are not supported in trigger files; write the value out",
                 ));
             }
             Event::Scalar(value, style, anchor, tag) => {
-                refuse_anchor_or_tag(span, anchor, tag.is_some())?;
-                let null = style == ScalarStyle::Plain
+                refuse_anchor_or_tag(text, mark, anchor, tag.is_some())?;
+                let null = style == TScalarStyle::Plain
                     && matches!(&*value, "" | "~" | "null" | "Null" | "NULL");
-                Some(node_start(Value::Scalar {
-                    text: value.into_owned(),
-                    null,
-                }))
+                Some(node_start(Value::Scalar { text: value, null }))
             }
             Event::SequenceStart(anchor, tag) => {
-                refuse_anchor_or_tag(span, anchor, tag.is_some())?;
+                refuse_anchor_or_tag(text, mark, anchor, tag.is_some())?;
                 stack.push(Open::List(node_start(Value::List(Vec::new())), Vec::new()));
                 None
             }
             Event::MappingStart(anchor, tag) => {
-                refuse_anchor_or_tag(span, anchor, tag.is_some())?;
+                refuse_anchor_or_tag(text, mark, anchor, tag.is_some())?;
                 stack.push(Open::Map(
                     node_start(Value::Map(Vec::new())),
                     Vec::new(),
@@ -138,19 +148,19 @@ pub(super) fn parse(text: &str) -> Result<Option<Node>, YamlError> {
                     node.value = Value::List(items);
                     Some(node)
                 }
-                _ => return Err(at(span, "not valid YAML: unbalanced sequence")),
+                _ => return Err(at(mark, "not valid YAML: unbalanced sequence")),
             },
             Event::MappingEnd => match stack.pop() {
                 Some(Open::Map(mut node, entries, None)) => {
                     node.value = Value::Map(entries);
                     Some(node)
                 }
-                _ => return Err(at(span, "not valid YAML: unbalanced mapping")),
+                _ => return Err(at(mark, "not valid YAML: unbalanced mapping")),
             },
         };
         if stack.len() > MAX_DEPTH {
             return Err(at(
-                span,
+                mark,
                 format!("nested deeper than {MAX_DEPTH} levels; a trigger file needs 4"),
             ));
         }
@@ -160,16 +170,21 @@ pub(super) fn parse(text: &str) -> Result<Option<Node>, YamlError> {
         nodes += 1;
         if nodes > MAX_NODES {
             return Err(at(
-                span,
+                mark,
                 format!("more than {MAX_NODES} values in one trigger file"),
             ));
         }
         match stack.last_mut() {
             None => root = Some(node),
             Some(Open::List(_, items)) => items.push(node),
-            Some(Open::Map(_, entries, pending)) => match pending.take() {
+            Some(Open::Map(map, entries, pending)) => match pending.take() {
                 Some(key) => entries.push((key, node)),
                 None => {
+                    // yaml-rust2 marks a block mapping at its first `:`; it starts at its
+                    // first key (a flow mapping's `{` comes before its first key).
+                    if entries.is_empty() && (node.line, node.col) < (map.line, map.col) {
+                        (map.line, map.col) = (node.line, node.col);
+                    }
                     if !matches!(node.value, Value::Scalar { .. }) {
                         return Err(YamlError {
                             line: node.line,
@@ -199,20 +214,47 @@ pub(super) fn parse(text: &str) -> Result<Option<Node>, YamlError> {
     Ok(root)
 }
 
-fn refuse_anchor_or_tag(span: Span, anchor: usize, tagged: bool) -> Result<(), YamlError> {
+fn refuse_anchor_or_tag(
+    text: &str,
+    mark: Marker,
+    anchor: usize,
+    tagged: bool,
+) -> Result<(), YamlError> {
     if anchor != 0 {
-        return Err(at(
-            span,
+        return Err(at_col(
+            back_to(text, mark, '&'),
             "anchors (`&name`) are not supported in trigger files; write the value out",
         ));
     }
     if tagged {
-        return Err(at(
-            span,
+        return Err(at_col(
+            back_to(text, mark, '!'),
             "tags (`!name`) are not supported in trigger files",
         ));
     }
     Ok(())
+}
+
+/// yaml-rust2 marks an anchored or tagged node where its value starts; the problem is the
+/// `&name`/`!tag` before it (on this line or an earlier one): its 1-based line and 0-based
+/// column, or the mark's when none is found.
+fn back_to(text: &str, mark: Marker, sign: char) -> (usize, usize) {
+    let lines: Vec<&str> = text.lines().take(mark.line()).collect();
+    for (n, line) in lines.iter().enumerate().rev() {
+        let chars: Vec<char> = if n + 1 == mark.line() {
+            line.chars().take(mark.col()).collect()
+        } else {
+            line.chars().collect()
+        };
+        if let Some(mut col) = chars.iter().rposition(|c| *c == sign) {
+            // The start of the word it is in (`!!str` starts at its first `!`).
+            while col > 0 && !matches!(chars[col - 1], ' ' | '\t' | ',' | '[' | '{') {
+                col -= 1;
+            }
+            return (n + 1, col);
+        }
+    }
+    (mark.line(), mark.col())
 }
 
 #[cfg(test)]
@@ -260,6 +302,14 @@ mod tests {
             (
                 "a: !!str x\n",
                 "1:4: tags (`!name`) are not supported in trigger files",
+            ),
+            (
+                "a:\n  - 1\nb: &x\n  - 2\n",
+                "3:4: anchors (`&name`) are not supported in trigger files; write the value out",
+            ),
+            (
+                "a: { b: !t [1] }\n",
+                "1:9: tags (`!name`) are not supported in trigger files",
             ),
             (
                 "a: 1\n---\nb: 2\n",
