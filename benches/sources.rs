@@ -48,11 +48,8 @@ async fn bench() -> Result {
         println!("sources: smoke run under `cargo test` (not a measurement; use `cargo bench`)");
         2
     };
-    let (runs, window) = if measuring {
-        (3, Duration::from_secs(20))
-    } else {
-        (1, Duration::from_secs(3))
-    };
+    let runs = if measuring { 3 } else { 1 };
+    let window = support::figure_wait(Duration::from_secs(20));
     let dir = tempfile::tempdir()?;
     let mut one = Vec::new();
     let mut several = Vec::new();
@@ -141,7 +138,7 @@ async fn side(dir: &Path, n: usize, window: Duration) -> Result<Figures> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Settled: start-up work done, a few polls behind it.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(support::figure_wait(Duration::from_secs(3))).await;
     let pid = agent.0.id();
     let rss_kib = memory_kib(pid, "VmRSS")?;
     let syncs = || -> Result<f64> {
