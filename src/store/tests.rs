@@ -1714,6 +1714,46 @@ fn approve_marks_only_held_commits_and_says_what_is_held() -> TestResult {
     Ok(())
 }
 
+/// An approval written while a sync decides a commit (a config change re-applying it, say)
+/// survives that sync's rewrite of the triggers for the same held commit, so the next sync
+/// applies it; one for a commit no longer held goes with its hold. (Seen as a lost approval:
+/// `approve` said "applying it now" and nothing came.)
+#[test]
+fn an_approval_made_while_a_commit_is_decided_is_not_lost() -> TestResult {
+    use crate::manifest::triggers::{Held, TriggerState};
+    let f = fixture()?;
+    let holding = |commit: CommitSha| TriggerState {
+        path: ".voodu/web.yml".into(),
+        name: "web".into(),
+        applied: None,
+        held: Some(Held {
+            commit,
+            file: "web.hcl".into(),
+            since: 1,
+            approval: None,
+        }),
+        inactive: String::new(),
+    };
+    let save = |state: TriggerState| {
+        f.store.with(|connection| {
+            let tx = connection.transaction()?;
+            triggers::save_states(&tx, "", &[state], Some(&sha(9)))?;
+            tx.commit()?;
+            Ok(())
+        })
+    };
+    save(holding(sha(7)))?;
+    // The sync read the holds (no approval yet); the operator approves; the sync writes.
+    let decided = holding(sha(7));
+    f.store.approve(sha(7).as_str())?;
+    save(decided)?;
+    assert!(f.store.approvals_pending()?, "the approval was kept");
+    // A newer push replaced the hold: the approval of the older commit goes with it.
+    save(holding(sha(8)))?;
+    assert!(!f.store.approvals_pending()?);
+    Ok(())
+}
+
 /// What a resync reads (`desired_summaries`, no spec parsed where no autoscaler count
 /// applies) agrees with the full read, also while the autoscaler's count is narrowed by a
 /// commit; `desired_autoscaling` finds the autoscaled deployment and nothing else.

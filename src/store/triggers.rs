@@ -188,11 +188,44 @@ pub(super) fn save_states(
     states: &[TriggerState],
     base: Option<&CommitSha>,
 ) -> rusqlite::Result<()> {
+    // An approval written while the commit was being decided (`approve` does not wait for
+    // the sync in flight) is not in `states`: kept for the hold of the same commit, so the
+    // next sync applies it, never lost to this rewrite.
+    let approvals: Vec<(String, String, String, i64)> = {
+        let mut statement = tx.prepare(
+            "SELECT path, held_commit, approved_by, approved_at FROM triggers
+             WHERE source = ?1 AND held_commit IS NOT NULL AND approved_at IS NOT NULL",
+        )?;
+        let rows = statement.query_map(params![source], |row| {
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get::<_, Option<String>>(2)?.unwrap_or_default(),
+                row.get(3)?,
+            ))
+        })?;
+        rows.collect::<rusqlite::Result<_>>()?
+    };
     tx.execute("DELETE FROM triggers WHERE source = ?1", params![source])?;
     for state in states {
         let applied = state.applied.as_ref();
         let held = state.held.as_ref();
-        let approval = held.and_then(|held| held.approval.as_ref());
+        let since_decided = held
+            .filter(|held| held.approval.is_none())
+            .and_then(|held| {
+                approvals
+                    .iter()
+                    .find(|(path, commit, _, _)| {
+                        *path == state.path && commit == held.commit.as_str()
+                    })
+                    .map(|(_, _, by, at)| Approval {
+                        by: by.clone(),
+                        at: *at,
+                    })
+            });
+        let approval = held
+            .and_then(|held| held.approval.as_ref())
+            .or(since_decided.as_ref());
         tx.execute(
             "INSERT INTO triggers (path, name, applied_commit, applied_file, applied_seq,
                 held_commit, held_file, held_since, approved_by, approved_at, inactive, source)
