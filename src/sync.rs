@@ -626,7 +626,10 @@ impl Syncer {
                     .map(|key| (key.scope, key.name)),
             )
             .collect();
-        let removed = assets::remove_unused(&assets_root, &live)?;
+        let source = self.store.source();
+        let removed = assets::remove_unused(&assets_root, &live, &|scope| {
+            self.options.ownership.allows(source, scope)
+        })?;
         if removed > 0 {
             tracing::info!(
                 commit = commit.short(),

@@ -272,10 +272,13 @@ fn file_digest(path: &Path) -> Option<String> {
 }
 
 /// Removes the directories of assets that are not in `live` (`(scope, name)`; scope empty for
-/// unscoped), and scope directories left empty.
+/// unscoped) in the scopes `owned` says are the caller's, and scope directories left empty.
+/// With several sources each sync cleans only its own scopes: another source may be writing
+/// its new assets at the same time, before its commit is in the store.
 pub(crate) fn remove_unused(
     assets_root: &Path,
     live: &BTreeSet<(String, String)>,
+    owned: &dyn Fn(&str) -> bool,
 ) -> Result<usize, Error> {
     let mut removed = 0;
     let Ok(scopes) = std::fs::read_dir(assets_root) else {
@@ -292,6 +295,10 @@ pub(crate) fn remove_unused(
         } else {
             scope_name
         };
+        // Another source's scope (`--sources`): its sync writes and removes those files.
+        if !owned(&scope) {
+            continue;
+        }
         let Ok(names) = std::fs::read_dir(&scope_dir) else {
             continue;
         };
@@ -358,13 +365,18 @@ mod tests {
         assert!(!root.join("s/n/b").exists(), "an undeclared key is removed");
         write_asset(&root, "", "global", &files(&[("pem", b"one")]), &blob)?;
         assert!(root.join("_unscoped/global/pem").exists());
+        write_asset(&root, "other", "n", &files(&[("a", b"one")]), &blob)?;
         let live = BTreeSet::from([(String::new(), "global".to_owned())]);
-        assert_eq!(remove_unused(&root, &live)?, 1);
+        assert_eq!(remove_unused(&root, &live, &|scope| scope != "other")?, 1);
         assert!(
             !root.join("s").exists(),
             "an emptied scope directory goes too"
         );
         assert!(root.join("_unscoped/global/pem").exists());
+        assert!(
+            root.join("other/n/a").exists(),
+            "another source's scope is left to it"
+        );
         Ok(())
     }
 }

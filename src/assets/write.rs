@@ -61,13 +61,17 @@ fn temp_path(path: &Path) -> PathBuf {
         .file_name()
         .map(|name| name.to_string_lossy().into_owned())
         .unwrap_or_default();
-    path.with_file_name(temp_name(&name, std::process::id()))
+    // One per write, also between threads: two sources' syncs may write one file (a `url()`
+    // both fetch) at the same time.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let write = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    path.with_file_name(temp_name(&name, std::process::id(), write))
 }
 
 /// The temp file's name beside file `name`: the longest name written (an asset key's bound,
 /// `model::names::MAX_ASSET_KEY`, leaves room for it).
-fn temp_name(name: &str, pid: u32) -> String {
-    format!(".{name}.tmp-{pid}")
+fn temp_name(name: &str, pid: u32, write: u64) -> String {
+    format!(".{name}.tmp-{pid}-{write}")
 }
 
 fn confined_parent(root: &Path, path: &Path) -> Result<PathBuf, Error> {
@@ -113,7 +117,7 @@ mod tests {
     #[test]
     fn the_temp_file_of_the_longest_asset_key_fits_a_file_name() {
         use crate::model::names::{MAX_ASSET_KEY, NAME_MAX};
-        let longest = temp_name(&"k".repeat(MAX_ASSET_KEY), u32::MAX);
+        let longest = temp_name(&"k".repeat(MAX_ASSET_KEY), u32::MAX, u64::MAX);
         assert!(longest.len() <= NAME_MAX, "{} bytes", longest.len());
     }
 }

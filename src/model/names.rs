@@ -27,7 +27,7 @@ pub(crate) const MAX_NAME: usize = DNS_LABEL_MAX;
 pub(crate) const MAX_STATEFULSET_NAME: usize = DNS_LABEL_MAX - 4;
 
 /// Longest asset key: the key is the file name of `<data-dir>/assets/<scope>/<name>/<key>`,
-/// and the file is first written as `.<key>.tmp-<pid>` beside it (16 more bytes at most);
+/// and the file is first written as `.<key>.tmp-<pid>-<n>` beside it (37 more bytes at most);
 /// both fit `NAME_MAX` with room to spare.
 pub const MAX_ASSET_KEY: usize = 128;
 
