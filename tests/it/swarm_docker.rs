@@ -657,9 +657,15 @@ async fn release_hooks_run_as_replicated_job_services_and_a_failed_command_keeps
         "{}",
         failed.message
     );
-    let status = store(&data)
-        .and_then(|store| store.status(&key).ok().flatten())
-        .ok_or("a status")?;
+    // The release ends before the pass writes the resource's status: wait for it (it said
+    // `Progressing … running its command hook` for a moment in a loaded CI run).
+    let status = wait_until(LIMIT, "the status of the failed hook", || {
+        store(&data)?
+            .status(&key)
+            .ok()
+            .flatten()
+            .filter(|status| status.reason.is_some())
+    })?;
     assert_eq!(
         status.reason,
         Some(voodu_agent::store::FailureReason::Hook),
