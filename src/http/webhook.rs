@@ -775,15 +775,13 @@ pub(super) async fn hook(
         None => sources.iter().collect(),
     };
     if candidates.is_empty() {
-        let names: Vec<&str> = sources.iter().map(|source| source.name.as_str()).collect();
+        // Said before any signature is checked: the names of the sources are not told.
         return answer(
             &state,
             StatusCode::NOT_FOUND,
-            with_provider(HookAnswer::new(HookResult::BadRequest).reason(format!(
-                "no source is called {:?}; this agent follows: {}",
-                query.source.as_deref().unwrap_or_default(),
-                names.join(", ")
-            ))),
+            with_provider(HookAnswer::new(HookResult::BadRequest).reason(
+                "no source of that name (`voodu-agent status` on the host lists them)",
+            )),
         );
     }
     // Before anything is parsed: the request must verify with the secret of a source it
