@@ -40,7 +40,7 @@ use crate::model::HostSelection;
 use crate::model::policy::{OwnedPaths, normalize_path};
 use crate::reconcile::{self, ReconcileOptions};
 use crate::runtime::{DockerRuntime, Gate, Runtime, Sealed};
-use crate::store::{HEALTH_ENGINE, META_REPO_URL, META_SOURCES, Origin, Store, Who};
+use crate::store::{HEALTH_ENGINE, META_REPO_URL, Origin, SourceRecord, Store, Who};
 use crate::sync::{self as sync_stage, SyncOptions, SyncOutcome, Syncer};
 
 pub use sources::SourceConfig;
@@ -425,22 +425,6 @@ async fn first_commit(
     }
 }
 
-/// The sources as `status` lists them.
-fn sources_meta(sources: &[SourceConfig]) -> String {
-    let list: Vec<serde_json::Value> = sources
-        .iter()
-        .map(|source| {
-            serde_json::json!({
-                "name": source.name,
-                "url": source.options.url,
-                "branch": source.options.branch,
-                "scopes": source.scopes.iter().map(ToString::to_string).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
-    serde_json::Value::Array(list).to_string()
-}
-
 /// A data dir made with `--repo` started with `--sources`: the single source's history
 /// (commits, resources, triggers, fetch state, mirror) becomes the source whose URL is the
 /// one `--repo` followed, or else the one source that owns every scope of its resources.
@@ -558,7 +542,17 @@ async fn run_until<R: Runtime>(
     if !config.sources.is_empty() {
         adopt_single_source(&store, &config.data_dir, &sources)?;
     }
-    store.set_meta(META_SOURCES, Some(&sources_meta(&sources)))?;
+    store.record_sources(
+        &sources
+            .iter()
+            .map(|source| SourceRecord {
+                name: source.name.clone(),
+                url: source.options.url.clone(),
+                branch: source.options.branch.clone(),
+                scopes: source.scopes.iter().map(ToString::to_string).collect(),
+            })
+            .collect::<Vec<_>>(),
+    )?;
     for (orphan, count) in store.resources_by_source()? {
         if !sources.iter().any(|source| source.name == orphan) {
             tracing::warn!(
@@ -705,7 +699,7 @@ async fn run_until<R: Runtime>(
     // Kept until `run` returns: dropping one stops its watch.
     let mut local_watches = Vec::new();
     for ((source_config, syncer), (requests, receiver)) in syncers.into_iter().zip(channels) {
-        let source_store = Arc::new(store.for_source(&source_config.name));
+        let source_store = syncer.store().clone();
         let store_for_sync = source_store.clone();
         let local_git_dir =
             trigger::local_git_dir(syncer.source().url()).filter(|_| config.watch_local);

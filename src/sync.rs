@@ -267,6 +267,11 @@ impl Syncer {
         &self.source
     }
 
+    /// The store handle of this syncer's source.
+    pub(crate) fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
     /// Runs one sync as a poll would; see `sync_once_as`.
     pub fn sync_once(&self, interrupt: &AtomicBool) -> Result<SyncOutcome, Error> {
         self.sync_once_as(interrupt, &Who::new(crate::store::Origin::Poll, None))

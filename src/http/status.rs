@@ -69,16 +69,6 @@ pub struct SourceView {
     pub triggers: Vec<TriggerView>,
 }
 
-/// What `META_SOURCES` records of a source.
-#[derive(Debug, serde::Deserialize)]
-struct SourceMeta {
-    name: String,
-    url: String,
-    branch: String,
-    #[serde(default)]
-    scopes: Vec<String>,
-}
-
 /// One deploy trigger: what it applied, what it holds, whether it can fire on this host.
 #[derive(Debug, Serialize)]
 pub struct TriggerView {
@@ -367,12 +357,8 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
 /// The named sources the agent last ran with, each read through its own store handle;
 /// empty for the single `--repo` source.
 fn source_views(store: &Store) -> crate::store::Result<Vec<SourceView>> {
-    let Some(json) = store.meta(crate::store::META_SOURCES)? else {
-        return Ok(Vec::new());
-    };
-    let listed: Vec<SourceMeta> = serde_json::from_str(&json).unwrap_or_default();
     let mut views = Vec::new();
-    for meta in listed.into_iter().filter(|meta| !meta.name.is_empty()) {
+    for meta in store.recorded_sources()? {
         let source = store.for_source(&meta.name);
         let commits = source.commit_summary()?;
         views.push(SourceView {

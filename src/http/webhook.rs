@@ -779,9 +779,10 @@ pub(super) async fn hook(
         return answer(
             &state,
             StatusCode::NOT_FOUND,
-            with_provider(HookAnswer::new(HookResult::BadRequest).reason(
-                "no source of that name (`voodu-agent status` on the host lists them)",
-            )),
+            with_provider(
+                HookAnswer::new(HookResult::BadRequest)
+                    .reason("no source of that name (`voodu-agent status` on the host lists them)"),
+            ),
         );
     }
     // Before anything is parsed: the request must verify with the secret of a source it

@@ -58,7 +58,8 @@ pub use releases::{
 };
 pub use runs::{CronState, JobRun, Readiness, RunStatus};
 pub(crate) use secrets::Buckets;
-pub(crate) use sources::{META_REPO_URL, META_SOURCES};
+pub(crate) use sources::META_REPO_URL;
+pub use sources::SourceRecord;
 pub use status::{FailureReason, Phase, ResourceStatus};
 
 use std::path::{Path, PathBuf};

@@ -26,19 +26,44 @@ const PER_SOURCE_META: &[&str] = &[
     "branch",
 ];
 
+/// A source as the agent last ran with it (`META_SOURCES`), for `status` and `/metrics`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SourceRecord {
+    /// `""`: the single `--repo` source.
+    pub name: String,
+    pub url: String,
+    pub branch: String,
+    /// Its scope patterns as written (`shop-*`, `"" (unscoped)`).
+    #[serde(default)]
+    pub scopes: Vec<String>,
+}
+
 impl Store {
-    /// The names of the sources of `--sources` the agent last ran with; empty for the single
+    /// Records the sources this run follows.
+    pub(crate) fn record_sources(&self, sources: &[SourceRecord]) -> Result<()> {
+        let json = serde_json::to_string(sources).expect("source records are strings");
+        self.set_meta(META_SOURCES, Some(&json))
+    }
+
+    /// The named sources of `--sources` the agent last ran with; empty for the single
     /// `--repo` source.
-    pub(crate) fn source_names(&self) -> Result<Vec<String>> {
+    pub(crate) fn recorded_sources(&self) -> Result<Vec<SourceRecord>> {
         let Some(json) = self.meta(META_SOURCES)? else {
             return Ok(Vec::new());
         };
-        let listed: Vec<serde_json::Value> = serde_json::from_str(&json).unwrap_or_default();
+        let listed: Vec<SourceRecord> = serde_json::from_str(&json).unwrap_or_default();
         Ok(listed
-            .iter()
-            .filter_map(|source| source.get("name")?.as_str())
-            .filter(|name| !name.is_empty())
-            .map(ToOwned::to_owned)
+            .into_iter()
+            .filter(|source| !source.name.is_empty())
+            .collect())
+    }
+
+    /// The names of `recorded_sources`.
+    pub(crate) fn source_names(&self) -> Result<Vec<String>> {
+        Ok(self
+            .recorded_sources()?
+            .into_iter()
+            .map(|source| source.name)
             .collect())
     }
 
