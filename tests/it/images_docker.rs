@@ -53,14 +53,13 @@ fn registry_block(host: &str, username: &str, password: &str) -> String {
     )
 }
 
-/// The remote's `main` tip and its message.
+/// The remote's `main` tip and its message, read by one command: two reads could straddle
+/// the agent's push and pair the old tip with the new message.
 fn remote_tip(env: &Env) -> TestResult<(String, String)> {
     let remote = env.repo.remote_path();
-    let git = |args: &[&str]| -> TestResult<String> { crate::support::repo::git(&remote, args) };
-    Ok((
-        git(&["rev-parse", "main"])?,
-        git(&["log", "-1", "--format=%B", "main"])?,
-    ))
+    let text = crate::support::repo::git(&remote, &["log", "-1", "--format=%H%n%B", "main"])?;
+    let (sha, message) = text.split_once('\n').unwrap_or((text.as_str(), ""));
+    Ok((sha.trim().to_owned(), message.to_owned()))
 }
 
 /// Waits for the agent's commit whose message names `change`; returns its SHA.
