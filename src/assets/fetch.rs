@@ -92,10 +92,8 @@ impl UrlCache {
     fn client(&self) -> Result<&reqwest::blocking::Client, String> {
         self.client
             .get_or_init(|| {
-                // reqwest is built without a default crypto provider; the binary installs
-                // ring at start, and this covers library users and tests.
-                let _ = rustls::crypto::ring::default_provider().install_default();
                 reqwest::blocking::Client::builder()
+                    .tls_backend_preconfigured(crate::model::tls::client_config()?)
                     .user_agent(concat!("voodu-agent/", env!("CARGO_PKG_VERSION")))
                     .dns_resolver(Arc::new(GuardedResolver(Arc::clone(&self.guard))))
                     .redirect(redirect_policy(Arc::clone(&self.guard)))

@@ -140,10 +140,8 @@ impl RegistryError {
 
 /// A client for the scans, connecting only where `access` allows (cheap to clone).
 pub(crate) fn client(access: &RegistryAccess) -> Result<Scanner, String> {
-    // reqwest is built without a default crypto provider; the binary installs ring at start,
-    // and this covers library users and tests.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = Client::builder()
+        .tls_backend_preconfigured(crate::model::tls::client_config()?)
         .user_agent(concat!("voodu-agent/", env!("CARGO_PKG_VERSION")))
         .timeout(REQUEST_TIMEOUT)
         .connect_timeout(Duration::from_secs(10))

@@ -442,9 +442,8 @@ async fn fetch_all(
     members: &[Member],
     timeout: Duration,
 ) -> anyhow::Result<Vec<Result<Remote, String>>> {
-    // reqwest is built without a default crypto provider (https agents behind a proxy).
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = reqwest::Client::builder()
+        .tls_backend_preconfigured(crate::model::tls::client_config().map_err(anyhow::Error::msg)?)
         .user_agent(concat!("voodu-agent/", env!("CARGO_PKG_VERSION"), " fleet"))
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(timeout.min(Duration::from_secs(5)))

@@ -139,10 +139,8 @@ pub(super) fn nudge(
     if let Some(source) = &agent.source {
         url.query_pairs_mut().append_pair("source", source);
     }
-    // reqwest is built without a default crypto provider; plain http needs none, but the
-    // client builder asks for one.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = reqwest::blocking::Client::builder()
+        .tls_backend_preconfigured(crate::model::tls::client_config().map_err(anyhow::Error::msg)?)
         .connect_timeout(Duration::from_secs(5))
         .timeout(wait.unwrap_or_default() + Duration::from_secs(15))
         .user_agent("voodu-agent-cli")

@@ -104,14 +104,16 @@ impl SourceOptions {
 }
 
 /// The certificates of a PEM file; at least one.
-fn ca_certificates(path: &Path) -> Result<Vec<reqwest::Certificate>> {
+fn ca_certificates(path: &Path) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>> {
+    use rustls::pki_types::pem::PemObject;
     let problem = |message: String| Error::CaFile {
         path: path.to_owned(),
         message,
     };
     let pem = std::fs::read(path).map_err(|error| problem(error.to_string()))?;
-    let certificates = reqwest::Certificate::from_pem_bundle(&pem)
-        .map_err(|error| problem(error_chain(&error)))?;
+    let certificates = rustls::pki_types::CertificateDer::pem_slice_iter(&pem)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|error| problem(error.to_string()))?;
     if certificates.is_empty() {
         return Err(problem("no PEM certificate in it".to_owned()));
     }
@@ -253,9 +255,6 @@ impl Source {
         };
         // gix errors nest deeply ("transport handshake failed" over an I/O error over a TLS
         // error): keep the whole chain, so status shows the root cause.
-        // The https transport (reqwest) needs a process-wide rustls provider; an error means
-        // one is installed already.
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let remote = repo
             .remote_at(self.url.as_str())
             .map_err(|error| fetch_error(error_chain(&error)))?
@@ -267,9 +266,14 @@ impl Source {
         let mut connection = remote
             .connect(gix::remote::Direction::Fetch)
             .map_err(|error| fetch_error(error_chain(&error)))?;
-        if let Some(path) = &self.options.ca_file {
-            let certificates = ca_certificates(path)?;
-            let options = http_options_trusting(repo, &self.url, certificates)
+        if self.url.to_ascii_lowercase().starts_with("http") {
+            let certificates = match &self.options.ca_file {
+                Some(path) => ca_certificates(path)?,
+                None => Vec::new(),
+            };
+            let tls =
+                crate::model::tls::client_config_trusting(certificates).map_err(fetch_error)?;
+            let options = http_options_with(repo, &self.url, tls)
                 .map_err(|error| fetch_error(error_chain(&*error)))?;
             connection = connection.with_transport_options(options);
         }
@@ -433,13 +437,14 @@ pub(crate) fn token_user(url: &str) -> String {
         .unwrap_or_else(|| DEFAULT_TOKEN_USER.to_owned())
 }
 
-/// The repository's http transport options for `url`, with its reqwest client trusting
-/// `certificates` beside the system's roots. gix's reqwest backend ignores
-/// `http.sslCAInfo`, so the roots go in through the client builder.
-fn http_options_trusting(
+/// The repository's http transport options for `url`, with its reqwest client on `tls` (the
+/// process's shared roots, plus a source's CA file). gix's reqwest backend ignores
+/// `http.sslCAInfo`, so the roots go in through the client builder; and left to itself it
+/// would load the system's roots again for every fetch.
+fn http_options_with(
     repo: &gix::Repository,
     url: &str,
-    certificates: Vec<reqwest::Certificate>,
+    tls: rustls::ClientConfig,
 ) -> std::result::Result<Box<dyn std::any::Any>, Box<dyn std::error::Error + Send + Sync>> {
     use gix::protocol::transport::client::blocking_io::http;
     let mut options = repo
@@ -449,7 +454,7 @@ fn http_options_trusting(
         .unwrap_or_default();
     let backend = http::reqwest::Options {
         configure_client: Some(Box::new(move |builder| {
-            Ok(builder.tls_certs_merge(certificates.clone()))
+            Ok(builder.tls_backend_preconfigured(tls.clone()))
         })),
         configure_request: None,
     };

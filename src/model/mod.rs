@@ -14,6 +14,7 @@ mod ports;
 pub mod scopes;
 mod snapshot;
 pub(crate) mod text;
+pub mod tls;
 mod units;
 pub(crate) mod url_hosts;
 

@@ -99,7 +99,7 @@ pub async fn send_test(config: &NotifyConfig, name: &str) -> Result<String, Stri
             names.join(", ")
         )
     })?;
-    let client = client().map_err(|error| error.to_string())?;
+    let client = client()?;
     let event = Event {
         id: 0,
         at: now_unix(),
@@ -125,12 +125,13 @@ pub async fn send_test(config: &NotifyConfig, name: &str) -> Result<String, Stri
         .map_err(|error| format!("{name}: {error}"))
 }
 
-fn client() -> Result<reqwest::Client, reqwest::Error> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+fn client() -> Result<reqwest::Client, String> {
     reqwest::Client::builder()
+        .tls_backend_preconfigured(crate::model::tls::client_config()?)
         .timeout(REQUEST_TIMEOUT)
         .redirect(reqwest::redirect::Policy::none())
         .build()
+        .map_err(|error| error.to_string())
 }
 
 /// The token bucket of one sink: [`BURST`] at most, one more each `refill`.

@@ -155,8 +155,14 @@ async fn deliver_all(
     timer: Timer,
     shutdown: CancellationToken,
 ) {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = match reqwest::Client::builder().timeout(ATTEMPT_TIMEOUT).build() {
+    let built = crate::model::tls::client_config().and_then(|tls| {
+        reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .timeout(ATTEMPT_TIMEOUT)
+            .build()
+            .map_err(|error| error.to_string())
+    });
+    let client = match built {
         Ok(client) => client,
         Err(error) => {
             tracing::error!(%error, "cannot build the webhook HTTP client; on_deploy webhooks are off");

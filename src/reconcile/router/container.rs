@@ -342,10 +342,9 @@ impl ContainerProxy {
         if let Some(client) = &self.client {
             return Ok(client.clone());
         }
-        // reqwest is built without a default crypto provider (the admin API is plain HTTP,
-        // but the builder needs one installed); an error means one already is.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        let tls = crate::model::tls::client_config().map_err(PassError::Admin)?;
         let client = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
             .timeout(ADMIN_TIMEOUT)
             .no_proxy()
             .build()
