@@ -346,13 +346,22 @@ fn create_whole(path: &Path) -> Result<()> {
             path: temporary.clone(),
             source,
         })?;
+        // Nobody sees the file before it is linked, and a crash leaves only a temporary to
+        // remove: no journal on disk and no sync per migration (fifteen of them, four syncs
+        // each), one sync of the whole file below instead.
+        connection.execute_batch("PRAGMA journal_mode = MEMORY; PRAGMA synchronous = OFF;")?;
         migrate(&mut connection, &temporary)?;
         connection.execute(
             "INSERT INTO meta (key, value) VALUES ('agent_id', ?1), ('env_key', ?2)",
             params![crate::model::random_hex(8), crate::model::random_hex(32)],
         )?;
         drop(connection);
-        match std::fs::hard_link(&temporary, path) {
+        let synced = std::fs::File::open(&temporary).and_then(|file| file.sync_all());
+        synced.map_err(|source| Error::Unusable {
+            path: path.to_owned(),
+            problem: format!("cannot create it: {source}"),
+        })?;
+        let linked = match std::fs::hard_link(&temporary, path) {
             Ok(()) => Ok(()),
             // Another handle created it meanwhile: theirs is as good as ours.
             Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
@@ -361,7 +370,15 @@ fn create_whole(path: &Path) -> Result<()> {
                 path: path.to_owned(),
                 problem: format!("cannot create it: {source}"),
             }),
+        };
+        // The new name is durable before anything is recorded under it.
+        if let Some(parent) = path
+            .parent()
+            .filter(|parent| !parent.as_os_str().is_empty())
+        {
+            let _ = std::fs::File::open(parent).and_then(|dir| dir.sync_all());
         }
+        linked
     })();
     let _ = std::fs::remove_file(&temporary);
     result
