@@ -40,6 +40,8 @@ impl Host {
         name: &str,
         labels: &[&str],
     ) -> TestResult<Host> {
+        // A restart on a data dir: the previous agent's lock must be gone first.
+        crate::support::agent::wait_data_dir_unlocked(data.path())?;
         let labels: Vec<String> = labels.iter().map(|label| (*label).to_owned()).collect();
         let config = voodu_agent::agent::AgentConfig {
             hosts: HostSelection::for_host(name, &labels)?,
@@ -308,7 +310,12 @@ async fn a_host_renamed_on_its_data_dir_judges_the_last_commit_again() -> TestRe
         Duration::from_secs(30),
         Duration::from_millis(10),
         "b's set",
-        || Ok((b.names()? == ["db-b", "web"]).then_some(())),
+        || {
+            if b.task.is_finished() {
+                return Err("agent b stopped".into());
+            }
+            Ok((b.names()? == ["db-b", "web"]).then_some(()))
+        },
     )
     .await?;
     assert_eq!(

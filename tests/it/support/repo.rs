@@ -21,9 +21,20 @@ impl TempRepo {
         let repo = TempRepo { dir };
         git(
             repo.dir.path(),
-            &["init", "-q", "--bare", "-b", "main", "remote.git"],
+            &[
+                "init",
+                "-q",
+                "--template=",
+                "--bare",
+                "-b",
+                "main",
+                "remote.git",
+            ],
         )?;
-        git(repo.dir.path(), &["init", "-q", "-b", "main", "work"])?;
+        git(
+            repo.dir.path(),
+            &["init", "-q", "--template=", "-b", "main", "work"],
+        )?;
         std::fs::write(
             repo.remote_path().join("objects/info/alternates"),
             format!("{}\n", repo.work().join(".git/objects").display()),
