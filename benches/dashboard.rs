@@ -101,6 +101,7 @@ async fn load(
     let mut sizes = Vec::new();
     for _ in 0..runs {
         let client = reqwest::Client::builder()
+            .tls_backend_preconfigured(voodu_agent::model::tls::client_config().expect("tls"))
             .pool_max_idle_per_host(1)
             .build()
             .expect("client");

@@ -256,6 +256,7 @@ async fn off_loopback_the_dashboard_asks_a_browser_for_the_secret() -> TestResul
     }
     // `/` leads to the dashboard.
     let response = reqwest::Client::builder()
+        .tls_backend_preconfigured(voodu_agent::model::tls::client_config()?)
         .redirect(reqwest::redirect::Policy::none())
         .build()?
         .get(format!("http://{}/", router.address))

@@ -46,9 +46,8 @@ impl Browser {
                 .stderr(Stdio::null())
                 .spawn()?,
         );
-        // reqwest is built without a crypto provider; the agent installs this one.
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::blocking::Client::builder()
+            .tls_backend_preconfigured(voodu_agent::model::tls::client_config()?)
             .timeout(Duration::from_secs(120))
             .build()?;
         let base = format!("http://127.0.0.1:{port}");

@@ -283,8 +283,8 @@ impl Agent {
 /// A client that sends `host` to the proxy, on a fresh connection per request (Caddy closes
 /// idle connections when it loads a new config).
 fn client_for(host: &str, proxy: SocketAddr) -> TestResult<reqwest::Client> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
     Ok(reqwest::Client::builder()
+        .tls_backend_preconfigured(voodu_agent::model::tls::client_config()?)
         .no_proxy()
         .resolve(host, proxy)
         .pool_max_idle_per_host(0)

@@ -750,8 +750,12 @@ fn free_port() -> TestResult<u16> {
 
 /// `GET /` for `host` through the proxy's published port: status and body, or the error.
 async fn get_through(port: u16, host: &str) -> String {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    let tls = match voodu_agent::model::tls::client_config() {
+        Ok(tls) => tls,
+        Err(error) => return format!("client: {error}"),
+    };
     let client = match reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
         .no_proxy()
         .resolve(host, std::net::SocketAddr::from(([127, 0, 0, 1], port)))
         .pool_max_idle_per_host(0)

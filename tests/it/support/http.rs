@@ -100,10 +100,11 @@ impl Drop for TestRouter {
     }
 }
 
-/// A reqwest client; the rustls provider is installed first, as the agent does.
+/// A reqwest client on the process's shared TLS configuration, as the agent's.
 pub fn client() -> TestResult<reqwest::Client> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    Ok(reqwest::Client::builder().build()?)
+    Ok(reqwest::Client::builder()
+        .tls_backend_preconfigured(voodu_agent::model::tls::client_config()?)
+        .build()?)
 }
 
 /// `GET url` → status and body.
