@@ -539,6 +539,12 @@ async fn run_until<R: Runtime>(
     )?;
     let sources = config.source_configs();
     let ownership = Arc::new(sources::ownership(&sources).map_err(anyhow::Error::msg)?);
+    if let Some(notify) = &config.notify {
+        let names: Vec<String> = sources.iter().map(|source| source.name.clone()).collect();
+        notify
+            .check_sources(&names)
+            .map_err(|error| anyhow::anyhow!("--notify: {error}"))?;
+    }
     if !config.sources.is_empty() {
         adopt_single_source(&store, &config.data_dir, &sources)?;
     }

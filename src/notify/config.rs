@@ -16,6 +16,7 @@
 //!   api_url    = "https://api.github.com"
 //!   repository = "acme/deploy"
 //!   token_file = "/etc/voodu-agent/gh-token"
+//!   source     = "shop"       # with --sources: whose commits (that source's repository)
 //! }
 //! ```
 //!
@@ -97,6 +98,9 @@ pub enum Target {
         api_url: String,
         repository: String,
         token_file: PathBuf,
+        /// With `--sources`: the source whose commits it reports (`repository` is that
+        /// source's); `None` with `--repo`, where there is one.
+        source: Option<String>,
     },
 }
 
@@ -224,6 +228,44 @@ impl NotifyConfig {
             return Err(format!("{} sinks; at most {MAX_SINKS}", config.sinks.len()));
         }
         Ok(config)
+    }
+
+    /// Checks the commit status sinks against the sources the agent follows (`sources`: their
+    /// names; `[""]` for `--repo`): with several repositories each sink names the source whose
+    /// commits it reports, as a commit's status goes to the repository that holds it.
+    pub fn check_sources(&self, sources: &[String]) -> Result<(), String> {
+        let single = sources.iter().all(String::is_empty);
+        for sink in &self.sinks {
+            let Target::CommitStatus {
+                repository, source, ..
+            } = &sink.target
+            else {
+                continue;
+            };
+            let at = format!("commit_status \"{}\"", sink.name);
+            match (single, source) {
+                (true, None) => {}
+                (true, Some(source)) => {
+                    return Err(format!(
+                        "{at}: source = {source:?}, but the agent follows one repository (--repo): remove `source`"
+                    ));
+                }
+                (false, None) => {
+                    return Err(format!(
+                        "{at}: the agent follows several repositories (--sources): say which source's commits go to `{repository}`, e.g. source = \"{}\"",
+                        sources.first().map(String::as_str).unwrap_or_default()
+                    ));
+                }
+                (false, Some(source)) if !sources.contains(source) => {
+                    return Err(format!(
+                        "{at}: source = {source:?} is not a source the agent follows ({})",
+                        sources.join(", ")
+                    ));
+                }
+                (false, Some(_)) => {}
+            }
+        }
+        Ok(())
     }
 
     /// The sink called `name`.
@@ -391,6 +433,7 @@ fn status_sink(body: &hcl::Body, name: String, at: &str) -> Result<Sink, String>
             "api_url",
             "repository",
             "token_file",
+            "source",
             "scopes",
             "interval",
         ],
@@ -428,6 +471,7 @@ fn status_sink(body: &hcl::Body, name: String, at: &str) -> Result<Sink, String>
             api_url: api_url.trim_end_matches('/').to_owned(),
             repository,
             token_file: fields.file("token_file")?,
+            source: fields.string("source")?,
         },
         events: Vec::new(),
         scopes,
@@ -489,6 +533,7 @@ mod tests {
                 api_url: "https://api.github.com".into(),
                 repository: "acme/deploy".into(),
                 token_file: "/etc/voodu-agent/gh-token".into(),
+                source: None,
             })
         );
         for (text, wanted) in [
@@ -547,5 +592,45 @@ mod tests {
                 "{text}\n  gave: {error}\n  want: {wanted}"
             );
         }
+    }
+
+    /// With several repositories a commit status sink names its source (a commit's status
+    /// goes to the repository holding it); with `--repo` it names none.
+    #[test]
+    fn commit_status_sinks_name_their_source_when_there_are_several() {
+        let parse = |source: &str| {
+            NotifyConfig::parse(&format!(
+                r#"commit_status "origin" {{
+                     provider = "github"
+                     api_url = "https://api.github.com"
+                     repository = "acme/shop"
+                     token_file = "/t"
+                     {source}
+                   }}"#
+            ))
+            .expect("parses")
+        };
+        let named = parse(r#"source = "shop""#);
+        let unnamed = parse("");
+        let several = ["shop".to_owned(), "blog".to_owned()];
+        let single = [String::new()];
+        assert_eq!(named.check_sources(&several), Ok(()));
+        assert_eq!(unnamed.check_sources(&single), Ok(()));
+        let error = unnamed.check_sources(&several).expect_err("refused");
+        assert!(
+            error.contains("commit_status \"origin\"")
+                && error.contains("say which source's commits go to `acme/shop`")
+                && error.contains("source = \"shop\""),
+            "{error}"
+        );
+        let error = named.check_sources(&single).expect_err("refused");
+        assert!(error.contains("remove `source`"), "{error}");
+        let error = parse(r#"source = "gone""#)
+            .check_sources(&several)
+            .expect_err("refused");
+        assert!(
+            error.contains("\"gone\" is not a source the agent follows (shop, blog)"),
+            "{error}"
+        );
     }
 }

@@ -346,12 +346,25 @@ async fn status_requests(
         api_url,
         repository,
         token_file,
+        source,
     } = &sink.target
     else {
         return Ok(Vec::new());
     };
+    // With several sources, only the commits of the sink's source: the others are not in
+    // its repository.
     let mut decided: Vec<(String, State, String)> = Vec::new();
     for event in events.iter().filter(|event| !event.commit.is_empty()) {
+        if let Some(source) = source {
+            let (source, sha) = (source.clone(), crate::model::CommitSha::new(&event.commit));
+            let recorded = blocking(store, move |store| {
+                store.for_source(&source).commit_record(&sha)
+            })
+            .await?;
+            if recorded.is_none() {
+                continue;
+            }
+        }
         let Some((state, description)) = decide(store, event).await? else {
             continue;
         };
@@ -686,6 +699,53 @@ mod tests {
             bodies[0].contains("deployment/shop/new") && !bodies[0].contains("old-"),
             "{bodies:?}"
         );
+        Ok(())
+    }
+
+    /// With several sources a commit status sink reports only its source's commits: the
+    /// others are not in its repository.
+    #[tokio::test]
+    async fn a_status_sink_reports_only_the_commits_of_its_source()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store = Arc::new(Store::open(&dir.path().join("state.db"))?);
+        let (shop, blog) = ("a".repeat(40), "b".repeat(40));
+        // No diagnostics (the type is the manifest stage's, which notify does not import).
+        let none = Default::default();
+        store
+            .for_source("shop")
+            .reject_commit(&crate::model::CommitSha::new(&shop), &none)?;
+        store
+            .for_source("blog")
+            .reject_commit(&crate::model::CommitSha::new(&blog), &none)?;
+        let events = store.events_after(0, 100)?;
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| e.event == "commit.rejected")
+                .count(),
+            2
+        );
+        let token = dir.path().join("token");
+        std::fs::write(&token, "t0ken\n")?;
+        let config = |source: &str| {
+            NotifyConfig::parse(&format!(
+                "commit_status \"origin\" {{\n  provider = \"github\"\n  api_url = \"https://git.example\"\n  repository = \"acme/shop\"\n  token_file = \"{}\"\n  {source}\n}}\n",
+                token.display()
+            ))
+        };
+        for (source, wanted) in [
+            (r#"source = "shop""#, vec![shop.clone()]),
+            ("", vec![shop.clone(), blog.clone()]),
+        ] {
+            let config = config(source)?;
+            let requests = status_requests(&store, &config, &config.sinks[0], &events).await?;
+            let shas: Vec<String> = requests
+                .iter()
+                .filter_map(|request| request.url.rsplit('/').next().map(str::to_owned))
+                .collect();
+            assert_eq!(shas, wanted, "{source}");
+        }
         Ok(())
     }
 
