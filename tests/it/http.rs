@@ -586,19 +586,32 @@ async fn wait_true_answers_with_the_outcome_of_the_pushed_commit() -> TestResult
 async fn status_json_and_http_status_are_the_same_document() -> TestResult {
     let (agent, _) = agent_with_web(TestAgentOptions::default()).await?;
     web_ready(&agent).await?;
-    let (status, body) = get(&client()?, &agent.url("/status")).await?;
-    assert_eq!(status, 200);
-    let from_http: serde_json::Value = serde_json::from_str(&body)?;
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_voodu-agent"))
-        .args(["status", "--json", "--data-dir"])
-        .arg(agent.data_dir())
-        .output()?;
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let from_cli: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+    // The document changes while the agent works (a poll records its fetch): compare the
+    // CLI's with the HTTP one read before and after it, when those two agree.
+    let http_status = || async {
+        let (status, body) = get(&client()?, &agent.url("/status")).await?;
+        assert_eq!(status, 200);
+        TestResult::<serde_json::Value>::Ok(serde_json::from_str(&body)?)
+    };
+    let mut compared = None;
+    for _ in 0..20 {
+        let before = http_status().await?;
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_voodu-agent"))
+            .args(["status", "--json", "--data-dir"])
+            .arg(agent.data_dir())
+            .output()?;
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let from_cli: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+        if http_status().await? == before {
+            compared = Some((before, from_cli));
+            break;
+        }
+    }
+    let (from_http, from_cli) = compared.ok_or("the status document never held still")?;
     assert_eq!(from_http, from_cli);
     assert_eq!(from_http["resources"][0]["phase"], "Ready");
     assert_eq!(from_http["resources"][0]["pin"], serde_json::Value::Null);
