@@ -156,16 +156,18 @@ fn a_second_agent_on_one_data_dir_exits_naming_the_holders_pid() -> TestResult {
             first.0.id()
         );
         assert!(stderr.contains(&expected), "{stderr}");
-
-        // Reading state and editing config do not take the lock.
-        assert_eq!(env.status()?["last_applied"]["sha"], sha.as_str());
-        env.cli(&["config", "set", env.scope(), "K=V"])?;
-        env.cli(&["releases", &format!("{}/web", env.scope())])?;
+        // The second agent touched no container. (Checked before the config change below:
+        // the first agent rolls the replica for it.)
         assert_eq!(ids(env)?, {
             let mut ids: Vec<String> = before.into_iter().map(|row| row.id).collect();
             ids.sort();
             ids
         });
+
+        // Reading state and editing config do not take the lock.
+        assert_eq!(env.status()?["last_applied"]["sha"], sha.as_str());
+        env.cli(&["config", "set", env.scope(), "K=V"])?;
+        env.cli(&["releases", &format!("{}/web", env.scope())])?;
         drop(first);
         Ok(())
     })
