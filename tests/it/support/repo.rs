@@ -116,8 +116,22 @@ impl TempRepo {
         self.push()
     }
 
+    /// The working repository's HEAD commit: read from its loose ref (what `git commit` writes)
+    /// without a process, else from `git rev-parse` (a detached or packed HEAD).
     pub fn head(&self) -> TestResult<String> {
-        git(&self.work(), &["rev-parse", "HEAD"])
+        let git_dir = self.work().join(".git");
+        let loose = std::fs::read_to_string(git_dir.join("HEAD"))
+            .ok()
+            .and_then(|head| {
+                let name = head.trim().strip_prefix("ref: ")?.to_owned();
+                std::fs::read_to_string(git_dir.join(name)).ok()
+            })
+            .map(|sha| sha.trim().to_owned())
+            .filter(|sha| sha.len() == 40 && sha.bytes().all(|b| b.is_ascii_hexdigit()));
+        match loose {
+            Some(sha) => Ok(sha),
+            None => git(&self.work(), &["rev-parse", "HEAD"]),
+        }
     }
 
     pub fn git(&self, args: &[&str]) -> TestResult<String> {
@@ -125,13 +139,15 @@ impl TempRepo {
     }
 
     /// Points the remote's `main` at the working repository's HEAD, as `git push --force
-    /// origin HEAD:main` would (the remote has the objects through its alternates).
+    /// origin HEAD:main` would (the remote has the objects through its alternates): the loose
+    /// ref written as `git update-ref` writes it, to `main.lock` and renamed over `main`, so a
+    /// fetch in progress reads the old or the new commit, never a torn file.
     fn push(&self) -> TestResult<String> {
         let head = self.head()?;
-        git(
-            &self.remote_path(),
-            &["update-ref", "refs/heads/main", &head],
-        )?;
+        let heads = self.remote_path().join("refs/heads");
+        let lock = heads.join("main.lock");
+        std::fs::write(&lock, format!("{head}\n"))?;
+        std::fs::rename(&lock, heads.join("main"))?;
         Ok(head)
     }
 }
