@@ -53,12 +53,8 @@ fn start<R: Runtime>(
         tracker: tracker.clone(),
         handles,
     };
-    // No repair on container events: the Docker test stops a replica by hand and asserts what
-    // Caddy does until the deployment's next reconcile, which it then asks for itself (with
-    // events on, that repair raced the requests sent meanwhile: one CI run failed on it).
     let options = ReconcileOptions {
         ingress,
-        container_events: false,
         ..ReconcileOptions::default()
     };
     Running {
@@ -437,7 +433,8 @@ ingress "{scope}" "web" {{
         "the ingress Ready with 2 upstreams",
         |status| status.phase == "Ready" && status.running_replicas == 2,
     )
-    .await?;
+    .await
+    .map_err(|error| format!("{error}; the router: {:?}", agent.router.report()))?;
     assert_eq!(status.detail.json()["url"], format!("http://{host}"));
     assert_eq!(status.detail.json()["health_check"]["path"], "/healthz");
     let proxy = agent.proxy_http().await?;
@@ -533,9 +530,11 @@ ingress "{scope}" "web" {{
     })
     .await?;
 
-    // A replica stopped by hand: until its deployment's next reconcile it is still an
-    // upstream, and Caddy serves its requests from the other one (dial timeout, retry,
-    // passive health check); that reconcile starts it again, and it serves again.
+    // A replica stopped by hand: until its deployment repairs it (at once, on the container
+    // event) it is still an upstream, and Caddy serves its requests from the other one (dial
+    // timeout, retry, passive health check); started again, it serves again. No request
+    // fails meanwhile; which replica answers each depends on when the repair lands (a CI
+    // run saw the restarted one answer within the 12).
     mark(&first.name, true)?;
     mark(&second.name, true)?;
     agent.router.wake();
@@ -545,8 +544,8 @@ ingress "{scope}" "web" {{
     assert!(
         during
             .iter()
-            .all(|(status, body)| *status == 200 && only_second.contains(body)),
-        "requests to a stopped replica are retried on the ready one: {during:?}"
+            .all(|(status, body)| *status == 200 && both.contains(body)),
+        "requests while a replica is stopped are all answered: {during:?}"
     );
     agent.requeue.requeue(web_key.clone());
     until_served_by(&client, proxy, &host, &both).await?;
