@@ -272,12 +272,27 @@ impl Env {
         )?)
     }
 
-    /// The address the running agent recorded for its HTTP side.
+    /// The address the running agent recorded for its HTTP side, once it accepts connections:
+    /// just after a restart the store still names the stopped agent's address (killed and
+    /// waited for, so nothing accepts there) until the new one records its own.
     pub(crate) fn http_address(&self) -> TestResult<String> {
-        let store = voodu_agent::store::Store::open_read_only(&self.data_dir().join("state.db"))?;
-        Ok(store
-            .meta(voodu_agent::agent::META_HTTP_ADDR)?
-            .ok_or("the agent recorded no HTTP address")?)
+        let recorded = || -> TestResult<String> {
+            let store =
+                voodu_agent::store::Store::open_read_only(&self.data_dir().join("state.db"))?;
+            Ok(store
+                .meta(voodu_agent::agent::META_HTTP_ADDR)?
+                .ok_or("the agent recorded no HTTP address")?)
+        };
+        wait_until(
+            LIMIT,
+            "the agent's HTTP address to accept connections",
+            || {
+                let address = recorded().ok()?;
+                let socket: std::net::SocketAddr = address.parse().ok()?;
+                std::net::TcpStream::connect_timeout(&socket, Duration::from_secs(1)).ok()?;
+                Some(address)
+            },
+        )
     }
 
     /// Waits until the running agent has counted `n` more syncs (polls) than now, on its
