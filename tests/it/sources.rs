@@ -196,6 +196,13 @@ source "gone" {{
         Some("platform")
     );
 
+    // A resource is in the status document once its handler wrote its status, which may
+    // come after its container runs.
+    for scope in ["shop", "blog"] {
+        crate::support::harness::status_where(&agent.store, &key(scope), "a status", |_| true)
+            .await?;
+    }
+
     // The unreachable source shows its fetch error; the others deployed all the same.
     let http = client()?;
     let (code, body) = get(&http, &format!("http://{}/status", agent.address)).await?;
