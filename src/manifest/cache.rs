@@ -8,8 +8,10 @@
 //! code. The inputs are remembered with the entries: a load with other inputs clears the
 //! cache first. A file whose decode read anything else (`file()`, `env_file`, `url()`) is
 //! never stored. The host policy and every check across files (duplicates, references, digest
-//! stamping, route overlaps) run over the whole set on every load; only the per-file lex,
-//! parse and decode is reused.
+//! stamping, route overlaps) run over the whole set on every load; the per-file lex, parse
+//! and decode is reused, and so is each resource as the checks last accepted it
+//! (`Decoded::stamped`, kept with the decode: at most a second copy of a consumer's spec)
+//! while its asset references resolve to the same digests.
 //!
 //! Invariants: a load through the cache returns exactly what an uncached load returns
 //! (`tests::cached_loads_equal_uncached_loads`); the cache holds at most `max_bytes` of source
@@ -545,7 +547,8 @@ mod tests {
         let options = options(&vars, &repo);
         let policy = Policy::default();
         let cache = DecodeCache::default();
-        let asset_text = |value: &str| format!("asset \"shop\" \"conf\" {{\n  main = \"{value}\"\n}}\n");
+        let asset_text =
+            |value: &str| format!("asset \"shop\" \"conf\" {{\n  main = \"{value}\"\n}}\n");
         let without_env = |edit: &dyn Fn(&mut Vec<(String, String)>)| {
             commit(|files| {
                 files.retain(|(path, _)| !path.contains("env"));
@@ -561,13 +564,23 @@ mod tests {
         };
         let first = load_three_ways(&without_env(&|_| {}), &options, &policy, &cache)?;
         let again = load_three_ways(&without_env(&|_| {}), &options, &policy, &cache)?;
-        assert!(Arc::ptr_eq(&web0(&first), &web0(&again)), "one copy per stamp");
+        assert!(
+            Arc::ptr_eq(&web0(&first), &web0(&again)),
+            "one copy per stamp"
+        );
         let changed = without_env(&|files| files[10].1 = asset_text("a = 2\\n"));
         let hits = cache.stats().hits;
         let third = load_three_ways(&changed, &options, &policy, &cache)?;
-        assert!(cache.stats().hits > hits, "web0's file is served from the cache");
+        assert!(
+            cache.stats().hits > hits,
+            "web0's file is served from the cache"
+        );
         assert!(!Arc::ptr_eq(&web0(&first), &web0(&third)));
-        assert_ne!(web0(&first).spec, web0(&third).spec, "the new digest is stamped");
+        assert_ne!(
+            web0(&first).spec,
+            web0(&third).spec,
+            "the new digest is stamped"
+        );
         let hash = |resource: Arc<Resource>| resource.spec.spec_hash(&resource.key);
         assert_ne!(hash(web0(&first)), hash(web0(&third)));
         // And back: the first digest again, stamped again (never the stale memo).

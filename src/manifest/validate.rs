@@ -14,6 +14,7 @@
 //!
 //! Invariant: a reference that does not resolve is an error at the line that wrote it.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -65,35 +66,41 @@ pub(crate) fn check(
     let mut by_key: BTreeMap<&ResourceKey, &Decoded> = BTreeMap::new();
     for item in decoded {
         let key = &item.resource.key;
-        if let Some(first) = by_key.get(key) {
-            let at = first.resource.origin.clone();
-            if at.path == item.resource.origin.path {
-                errors.push(Diagnostic {
-                    message: format!(
-                        "duplicate identity {key}: declared more than once in this file (also at line {}); check `app` blocks and standalone {} blocks for collisions",
-                        at.line, key.kind
-                    ),
-                    ..item.resource.origin.clone()
-                });
+        // One search per resource: a key seen before is handled where it was found.
+        let first = match by_key.entry(key) {
+            Entry::Vacant(vacant) => {
+                vacant.insert(item);
                 continue;
             }
-            let message = if first.resource.spec == item.resource.spec {
-                format!(
-                    "{key} is also declared, identically, at {}:{}:{}; one copy is used",
-                    at.path, at.line, at.col
-                )
-            } else {
-                format!(
-                    "{key} is also declared at {}:{}:{}; this later file wins (as `voodu apply` on the directory does) and that declaration is ignored",
-                    at.path, at.line, at.col
-                )
-            };
-            warnings.push(Diagnostic {
-                message,
+            Entry::Occupied(occupied) => occupied,
+        };
+        let at = first.get().resource.origin.clone();
+        if at.path == item.resource.origin.path {
+            errors.push(Diagnostic {
+                message: format!(
+                    "duplicate identity {key}: declared more than once in this file (also at line {}); check `app` blocks and standalone {} blocks for collisions",
+                    at.line, key.kind
+                ),
                 ..item.resource.origin.clone()
             });
+            continue;
         }
-        by_key.insert(key, item);
+        let message = if first.get().resource.spec == item.resource.spec {
+            format!(
+                "{key} is also declared, identically, at {}:{}:{}; one copy is used",
+                at.path, at.line, at.col
+            )
+        } else {
+            format!(
+                "{key} is also declared at {}:{}:{}; this later file wins (as `voodu apply` on the directory does) and that declaration is ignored",
+                at.path, at.line, at.col
+            )
+        };
+        warnings.push(Diagnostic {
+            message,
+            ..item.resource.origin.clone()
+        });
+        *first.into_mut() = item;
     }
 
     // Looked up by borrowed `(scope, name)`: nothing is copied for the sets below.

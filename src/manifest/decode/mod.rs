@@ -77,18 +77,24 @@ impl Decoded {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some((stamped_with, resource)) = memo.as_ref()
-            && stamped_with.iter().map(String::as_str).eq(resolved.iter().copied())
+            && stamped_with
+                .iter()
+                .map(String::as_str)
+                .eq(resolved.iter().copied())
         {
             return Arc::clone(resource);
         }
         let mut resource = self.resource.clone();
         if let Some(stamp) = resource.spec.asset_digests_mut() {
-            let asset_references = self.references.iter().filter_map(|(reference, _)| match reference {
-                Reference::Asset { scope, name, key } => {
-                    Some(Reference::asset_ref(scope.as_deref(), name, key))
-                }
-                Reference::Resource { .. } => None,
-            });
+            let asset_references =
+                self.references
+                    .iter()
+                    .filter_map(|(reference, _)| match reference {
+                        Reference::Asset { scope, name, key } => {
+                            Some(Reference::asset_ref(scope.as_deref(), name, key))
+                        }
+                        Reference::Resource { .. } => None,
+                    });
             *stamp = asset_references
                 .zip(resolved.iter().map(|digest| (*digest).to_owned()))
                 .collect();

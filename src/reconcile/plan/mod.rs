@@ -197,10 +197,7 @@ pub fn plan_all(
     };
     // A loaded manifest is ordered by key, each key once: walked beside the sorted maps, no
     // key set is built and no spec looked up by key (10,000 resources: most of a plan).
-    if !manifest
-        .resources
-        .is_sorted_by(|a, b| a.key < b.key)
-    {
+    if !manifest.resources.is_sorted_by(|a, b| a.key < b.key) {
         let next: BTreeMap<&ResourceKey, &Spec> = manifest
             .resources
             .iter()
@@ -512,7 +509,11 @@ mod walk_tests {
         let actual = BTreeMap::from([
             (
                 key("c"),
-                vec![test_container("s-c.1", hash.as_str(), ContainerState::Running)],
+                vec![test_container(
+                    "s-c.1",
+                    hash.as_str(),
+                    ContainerState::Running,
+                )],
             ),
             (
                 key("y"),
