@@ -549,7 +549,8 @@ mod tests {
         let cache = DecodeCache::default();
         let asset_text =
             |value: &str| format!("asset \"shop\" \"conf\" {{\n  main = \"{value}\"\n}}\n");
-        let without_env = |edit: &dyn Fn(&mut Vec<(String, String)>)| {
+        type Edit<'a> = &'a dyn Fn(&mut Vec<(String, String)>);
+        let without_env = |edit: Edit<'_>| {
             commit(|files| {
                 files.retain(|(path, _)| !path.contains("env"));
                 edit(files);
