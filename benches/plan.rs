@@ -197,7 +197,7 @@ fn bench(n: usize) -> Figures {
     let current: BTreeMap<ResourceKey, Spec> = previous
         .resources
         .into_iter()
-        .map(|resource| (resource.key, resource.spec))
+        .map(|resource| (resource.key.clone(), resource.spec.clone()))
         .collect();
     let mut read = Vec::new();
     let mut load = Vec::new();
@@ -321,7 +321,7 @@ fn goal_figures() -> [(Side, Side); 2] {
             .expect("base loads")
             .resources
             .into_iter()
-            .map(|resource| (resource.key, resource.spec))
+            .map(|resource| (resource.key.clone(), resource.spec.clone()))
             .collect()
     };
     if std::env::var_os("VOODU_BENCH_PROFILE_CACHED").is_some() {

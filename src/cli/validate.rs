@@ -711,7 +711,10 @@ pub(super) fn validate_dir(
                     specs: manifest
                         .resources
                         .into_iter()
-                        .map(|resource| (resource.origin, resource.spec))
+                        .map(|resource| {
+                            let resource = std::sync::Arc::unwrap_or_clone(resource);
+                            (resource.origin, resource.spec)
+                        })
                         .collect(),
                 }
             }

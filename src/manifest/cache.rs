@@ -8,8 +8,10 @@
 //! code. The inputs are remembered with the entries: a load with other inputs clears the
 //! cache first. A file whose decode read anything else (`file()`, `env_file`, `url()`) is
 //! never stored. The host policy and every check across files (duplicates, references, digest
-//! stamping, route overlaps) run over the whole set on every load; only the per-file lex,
-//! parse and decode is reused.
+//! stamping, route overlaps) run over the whole set on every load; the per-file lex, parse
+//! and decode is reused, and so is each resource as the checks last accepted it
+//! (`Decoded::stamped`, kept with the decode: at most a second copy of a consumer's spec)
+//! while its asset references resolve to the same digests.
 //!
 //! Invariants: a load through the cache returns exactly what an uncached load returns
 //! (`tests::cached_loads_equal_uncached_loads`); the cache holds at most `max_bytes` of source
@@ -391,7 +393,7 @@ pub(crate) fn default_threads() -> usize {
 #[cfg(test)]
 mod tests {
     use super::super::tests::snapshot;
-    use super::super::{Diagnostics, Manifest, Policy, load_cached, load_with_policy};
+    use super::super::{Diagnostics, Manifest, Policy, Resource, load_cached, load_with_policy};
     use super::*;
     use crate::model::Snapshot;
 
@@ -533,6 +535,58 @@ mod tests {
         assert!(stats.hits >= 50, "{stats:?}");
         assert!(stats.misses <= 7 + 3 + 1 + 1 + 1 + 1 + 12, "{stats:?}");
         assert_eq!(stats.cleared, 0);
+        Ok(())
+    }
+
+    /// The stamped form of a cached decode is shared between loads, and stamped anew when an
+    /// asset it mounts changes in another file (the consumer's file a cache hit).
+    #[test]
+    fn a_stamp_is_shared_until_the_asset_changes() -> Result<(), Diagnostics> {
+        let vars = Vars::default();
+        let repo = MemoryFiles::default();
+        let options = options(&vars, &repo);
+        let policy = Policy::default();
+        let cache = DecodeCache::default();
+        let asset_text =
+            |value: &str| format!("asset \"shop\" \"conf\" {{\n  main = \"{value}\"\n}}\n");
+        type Edit<'a> = &'a dyn Fn(&mut Vec<(String, String)>);
+        let without_env = |edit: Edit<'_>| {
+            commit(|files| {
+                files.retain(|(path, _)| !path.contains("env"));
+                edit(files);
+            })
+        };
+        let web0 = |manifest: &Manifest| -> Arc<Resource> {
+            let found = manifest
+                .resources
+                .iter()
+                .find(|resource| resource.key.name == "web0");
+            Arc::clone(found.expect("web0 is declared"))
+        };
+        let first = load_three_ways(&without_env(&|_| {}), &options, &policy, &cache)?;
+        let again = load_three_ways(&without_env(&|_| {}), &options, &policy, &cache)?;
+        assert!(
+            Arc::ptr_eq(&web0(&first), &web0(&again)),
+            "one copy per stamp"
+        );
+        let changed = without_env(&|files| files[10].1 = asset_text("a = 2\\n"));
+        let hits = cache.stats().hits;
+        let third = load_three_ways(&changed, &options, &policy, &cache)?;
+        assert!(
+            cache.stats().hits > hits,
+            "web0's file is served from the cache"
+        );
+        assert!(!Arc::ptr_eq(&web0(&first), &web0(&third)));
+        assert_ne!(
+            web0(&first).spec,
+            web0(&third).spec,
+            "the new digest is stamped"
+        );
+        let hash = |resource: Arc<Resource>| resource.spec.spec_hash(&resource.key);
+        assert_ne!(hash(web0(&first)), hash(web0(&third)));
+        // And back: the first digest again, stamped again (never the stale memo).
+        let back = load_three_ways(&without_env(&|_| {}), &options, &policy, &cache)?;
+        assert_eq!(web0(&back), web0(&first));
         Ok(())
     }
 

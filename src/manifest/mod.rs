@@ -140,7 +140,9 @@ impl LoadOptions<'static> {
 /// The resources one commit declares, ordered by key, and what they need beside them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Manifest {
-    pub resources: Vec<Resource>,
+    /// Shared, not copied, with the decode cache: a resource of an unchanged file is the one
+    /// an earlier load accepted (immutable: change a copy, `Arc::unwrap_or_clone`).
+    pub resources: Vec<std::sync::Arc<Resource>>,
     /// Asset bytes by sha256 digest.
     pub blobs: BTreeMap<String, Vec<u8>>,
     /// Config-bucket keys that must exist (generated passwords of `postgres` / `redis`).

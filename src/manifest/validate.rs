@@ -14,12 +14,14 @@
 //!
 //! Invariant: a reference that does not resolve is an error at the line that wrote it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 use super::decode::{Decoded, Resource};
 use super::diagnostic::Diagnostic;
 use super::interpolate::Reference;
-use super::spec::{Macro, Spec};
+use super::spec::{AssetFile, Macro, Spec};
 use crate::model::{Kind, ResourceKey};
 
 /// Names become parts of container names, DNS aliases and file paths: one charset for all.
@@ -53,84 +55,85 @@ pub(crate) fn check_name(name: &str) -> Result<(), &'static str> {
 /// Returns the accepted resources; every problem is pushed to `errors`. References to
 /// `failed` resources (declared, but with errors already reported) are not reported again.
 ///
-/// It reads the decoded files in place (a cached file's decode is shared) and copies only the
-/// resources it accepts.
+/// It reads the decoded files in place (a cached file's decode is shared) and shares the
+/// resources it accepts (`Decoded::stamped`: one copy per decode and stamp, not per load).
 pub(crate) fn check(
     decoded: Vec<&Decoded>,
     failed: &BTreeSet<ResourceKey>,
     errors: &mut Vec<Diagnostic>,
     warnings: &mut Vec<Diagnostic>,
-) -> Vec<Resource> {
+) -> Vec<Arc<Resource>> {
     let mut by_key: BTreeMap<&ResourceKey, &Decoded> = BTreeMap::new();
     for item in decoded {
         let key = &item.resource.key;
-        if let Some(first) = by_key.get(key) {
-            let at = first.resource.origin.clone();
-            if at.path == item.resource.origin.path {
-                errors.push(Diagnostic {
-                    message: format!(
-                        "duplicate identity {key}: declared more than once in this file (also at line {}); check `app` blocks and standalone {} blocks for collisions",
-                        at.line, key.kind
-                    ),
-                    ..item.resource.origin.clone()
-                });
+        // One search per resource: a key seen before is handled where it was found.
+        let first = match by_key.entry(key) {
+            Entry::Vacant(vacant) => {
+                vacant.insert(item);
                 continue;
             }
-            let message = if first.resource.spec == item.resource.spec {
-                format!(
-                    "{key} is also declared, identically, at {}:{}:{}; one copy is used",
-                    at.path, at.line, at.col
-                )
-            } else {
-                format!(
-                    "{key} is also declared at {}:{}:{}; this later file wins (as `voodu apply` on the directory does) and that declaration is ignored",
-                    at.path, at.line, at.col
-                )
-            };
-            warnings.push(Diagnostic {
-                message,
+            Entry::Occupied(occupied) => occupied,
+        };
+        let at = first.get().resource.origin.clone();
+        if at.path == item.resource.origin.path {
+            errors.push(Diagnostic {
+                message: format!(
+                    "duplicate identity {key}: declared more than once in this file (also at line {}); check `app` blocks and standalone {} blocks for collisions",
+                    at.line, key.kind
+                ),
                 ..item.resource.origin.clone()
             });
+            continue;
         }
-        by_key.insert(key, item);
+        let message = if first.get().resource.spec == item.resource.spec {
+            format!(
+                "{key} is also declared, identically, at {}:{}:{}; one copy is used",
+                at.path, at.line, at.col
+            )
+        } else {
+            format!(
+                "{key} is also declared at {}:{}:{}; this later file wins (as `voodu apply` on the directory does) and that declaration is ignored",
+                at.path, at.line, at.col
+            )
+        };
+        warnings.push(Diagnostic {
+            message,
+            ..item.resource.origin.clone()
+        });
+        *first.into_mut() = item;
     }
 
-    let assets: BTreeMap<ResourceKey, BTreeMap<String, String>> = by_key
+    // Looked up by borrowed `(scope, name)`: nothing is copied for the sets below.
+    let assets: HashMap<(&str, &str), &BTreeMap<String, AssetFile>> = by_key
         .iter()
         .filter_map(|(key, item)| match &item.resource.spec {
-            Spec::Asset(asset) => Some((
-                (*key).clone(),
-                asset
-                    .files
-                    .iter()
-                    .map(|(name, file)| (name.clone(), file.digest.clone()))
-                    .collect(),
-            )),
+            Spec::Asset(asset) => Some(((key.scope.as_str(), key.name.as_str()), &asset.files)),
             _ => None,
         })
         .collect();
 
     // `host + path` → the ingress that routes it first.
     let mut routes: BTreeMap<String, (ResourceKey, Diagnostic)> = BTreeMap::new();
-    let deployments: BTreeSet<ResourceKey> = by_key
+    let deployments: HashSet<(&str, &str)> = by_key
         .keys()
         .filter(|key| key.kind == Kind::Deployment)
-        .map(|key| (*key).clone())
+        .map(|key| (key.scope.as_str(), key.name.as_str()))
         .collect();
     // Data redises a sentinel quorum may watch.
-    let redises: BTreeSet<ResourceKey> = by_key
+    let redises: HashSet<(&str, &str)> = by_key
         .iter()
         .filter(|(_, item)| {
             matches!(&item.resource.spec, Spec::Statefulset(spec) if spec.expanded_from == Some(Macro::Redis))
         })
-        .map(|(key, _)| (*key).clone())
+        .map(|(key, _)| (key.scope.as_str(), key.name.as_str()))
         .collect();
-    // Resources are large (a spec is inline): sized once, and filtered below in place.
-    let mut accepted: Vec<Resource> = Vec::with_capacity(by_key.len());
+    let mut accepted: Vec<Arc<Resource>> = Vec::with_capacity(by_key.len());
     let mut accepted_items: Vec<&Decoded> = Vec::with_capacity(by_key.len());
+    // The digest each asset reference of the item resolves to, in order (one buffer).
+    let mut resolved: Vec<&str> = Vec::new();
     for (key, item) in by_key {
         let mut ok = true;
-        let mut digests = BTreeMap::new();
+        resolved.clear();
         for (reference, at) in &item.references {
             match reference {
                 Reference::Asset {
@@ -139,24 +142,26 @@ pub(crate) fn check(
                     key: file,
                 } => {
                     let asset_key =
-                        ResourceKey::new(Kind::Asset, scope.clone().unwrap_or_default(), name);
+                        || ResourceKey::new(Kind::Asset, scope.clone().unwrap_or_default(), name);
                     let shown =
-                        Reference::asset_ref(scope.as_deref(), name.as_str(), file.as_str());
-                    match assets.get(&asset_key).map(|files| files.get(file)) {
-                        Some(Some(digest)) => {
-                            digests.insert(shown, digest.clone());
-                        }
+                        || Reference::asset_ref(scope.as_deref(), name.as_str(), file.as_str());
+                    let files = assets.get(&(scope.as_deref().unwrap_or_default(), name.as_str()));
+                    match files.map(|files| files.get(file)) {
+                        Some(Some(asset_file)) => resolved.push(asset_file.digest.as_str()),
                         Some(None) => {
-                            let keys: Vec<&str> =
-                                assets[&asset_key].keys().map(String::as_str).collect();
+                            let shown = shown();
+                            let keys: Vec<&str> = files
+                                .map(|files| files.keys().map(String::as_str).collect())
+                                .unwrap_or_default();
                             errors.push(at_location(at, format!(
                                 "unresolved asset reference \"{shown}\": asset {} has no key `{file}` (keys: {})",
-                                display_asset(&asset_key), keys.join(", ")
+                                display_asset(&asset_key()), keys.join(", ")
                             )));
                             ok = false;
                         }
-                        None if failed.contains(&asset_key) => ok = false,
+                        None if failed.contains(&asset_key()) => ok = false,
                         None => {
+                            let shown = shown();
                             let hint = if scope.is_none() {
                                 " (a 2-part reference names an unscoped asset: `asset \"name\" { … }`)"
                             } else {
@@ -164,7 +169,7 @@ pub(crate) fn check(
                             };
                             errors.push(at_location(at, format!(
                                 "unresolved asset reference \"{shown}\": no asset {} in this commit{hint}",
-                                display_asset(&asset_key)
+                                display_asset(&asset_key())
                             )));
                             ok = false;
                         }
@@ -188,14 +193,7 @@ pub(crate) fn check(
                 }
             }
         }
-        let mut resource = None;
-        if ok {
-            let mut accepted = item.resource.clone();
-            if let Some(stamp) = accepted.spec.asset_digests_mut() {
-                *stamp = digests;
-            }
-            resource = Some(accepted);
-        }
+        let resource = ok.then(|| item.stamped(&resolved));
         if let Spec::Ingress(ingress) = &item.resource.spec {
             let paths: Vec<&str> = if ingress.locations.is_empty() {
                 vec!["/"]
@@ -221,16 +219,12 @@ pub(crate) fn check(
                     }
                 }
             }
-            let service = ResourceKey::new(
-                Kind::Deployment,
-                key.scope.clone(),
-                ingress.effective_service(&key.name),
-            );
-            if !deployments.contains(&service) {
+            let service = ingress.effective_service(&key.name);
+            if !deployments.contains(&(key.scope.as_str(), service)) {
                 warnings.push(Diagnostic {
                     message: format!(
-                        "ingress routes to deployment {:?} of scope {:?}, which this commit does not declare; it stays unrouted until one exists",
-                        service.name, service.scope
+                        "ingress routes to deployment {service:?} of scope {:?}, which this commit does not declare; it stays unrouted until one exists",
+                        key.scope
                     ),
                     ..item.resource.origin.clone()
                 });
@@ -240,16 +234,11 @@ pub(crate) fn check(
             && spec.expanded_from == Some(Macro::RedisSentinel)
         {
             let env = |name: &str| spec.container.env.get(name).cloned().unwrap_or_default();
-            let watched = ResourceKey::new(
-                Kind::Statefulset,
-                env("VOODU_MONITOR_SCOPE"),
-                env("VOODU_MONITOR_NAME"),
-            );
-            if !redises.contains(&watched) {
+            let (scope, name) = (env("VOODU_MONITOR_SCOPE"), env("VOODU_MONITOR_NAME"));
+            if !redises.contains(&(scope.as_str(), name.as_str())) {
                 warnings.push(Diagnostic {
                     message: format!(
-                        "sentinel watches redis {:?} of scope {:?}, which this commit does not declare; its pods wait for that redis's config bucket",
-                        watched.name, watched.scope
+                        "sentinel watches redis {name:?} of scope {scope:?}, which this commit does not declare; its pods wait for that redis's config bucket"
                     ),
                     ..item.resource.origin.clone()
                 });
@@ -260,8 +249,17 @@ pub(crate) fn check(
             accepted_items.push(item);
         }
     }
-    // Resource references need the full set of keys, known only now.
-    let keys: BTreeSet<&ResourceKey> = accepted.iter().map(|resource| &resource.key).collect();
+    // Resource references need the full set of keys, known only now (a commit without any
+    // needs no set).
+    let any_resource_reference = accepted_items.iter().any(|item| {
+        item.references
+            .iter()
+            .any(|(reference, _)| matches!(reference, Reference::Resource { .. }))
+    });
+    if !any_resource_reference {
+        return accepted;
+    }
+    let keys: HashSet<&ResourceKey> = accepted.iter().map(|resource| &resource.key).collect();
     let resolves: Vec<bool> = accepted_items
         .iter()
         .map(|item| {
@@ -271,7 +269,7 @@ pub(crate) fn check(
                     let target = ResourceKey::new(Kind::Ingress, item.resource.key.scope.clone(), name);
                     if failed.contains(&target) {
                         ok = false;
-                    } else if !keys.contains(&&target) {
+                    } else if !keys.contains(&target) {
                         errors.push(at_location(at, format!(
                             "unresolved reference ingress.{name}.{field}: no ingress {name:?} in scope {:?} in this commit",
                             item.resource.key.scope

@@ -17,6 +17,7 @@ mod values;
 
 use std::collections::BTreeMap;
 use std::ops::Range;
+use std::sync::Arc;
 
 use hcl::edit::Span;
 use hcl::edit::structure::{Block, Body, Structure};
@@ -47,6 +48,62 @@ pub(crate) struct Decoded {
     pub(crate) secrets: Vec<macros::SecretRequest>,
     /// Where the fields the host policy reads are written (see `policy_locations`).
     pub(crate) locations: BTreeMap<String, Diagnostic>,
+    /// The resource as the last load accepted it (see `Decoded::stamped`).
+    pub(crate) stamped: Stamped,
+}
+
+/// What `Decoded::stamped` returned last: the digests it resolved and the stamped resource.
+/// A clone starts empty (it is only ever a memo of the original).
+#[derive(Default)]
+pub(crate) struct Stamped(std::sync::Mutex<Option<(Vec<String>, Arc<Resource>)>>);
+
+impl Clone for Stamped {
+    fn clone(&self) -> Stamped {
+        Stamped::default()
+    }
+}
+
+impl Decoded {
+    /// The resource with its asset references stamped into `_asset_digests` (consumer kinds;
+    /// other kinds as decoded), `resolved[i]` the digest of its `i`-th asset reference, as
+    /// `${asset.…}` text → digest. Shared: a cached file's decode serves every later load
+    /// that resolves the same digests with the one copy made the first time, instead of a
+    /// copy per load. `resolved` is the only input besides the decode itself (its references
+    /// fixed), which never changes once made.
+    pub(crate) fn stamped(&self, resolved: &[&str]) -> Arc<Resource> {
+        let mut memo = self
+            .stamped
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((stamped_with, resource)) = memo.as_ref()
+            && stamped_with
+                .iter()
+                .map(String::as_str)
+                .eq(resolved.iter().copied())
+        {
+            return Arc::clone(resource);
+        }
+        let mut resource = self.resource.clone();
+        if let Some(stamp) = resource.spec.asset_digests_mut() {
+            let asset_references =
+                self.references
+                    .iter()
+                    .filter_map(|(reference, _)| match reference {
+                        Reference::Asset { scope, name, key } => {
+                            Some(Reference::asset_ref(scope.as_deref(), name, key))
+                        }
+                        Reference::Resource { .. } => None,
+                    });
+            *stamp = asset_references
+                .zip(resolved.iter().map(|digest| (*digest).to_owned()))
+                .collect();
+        }
+        let resource = Arc::new(resource);
+        let stamped_with = resolved.iter().map(|digest| (*digest).to_owned()).collect();
+        *memo = Some((stamped_with, Arc::clone(&resource)));
+        resource
+    }
 }
 
 /// Top-level block types, for "did you mean" on a misspelt one.
@@ -250,6 +307,7 @@ fn decode_block(cx: &mut Cx<'_>, block: &Block, out: &mut Vec<Decoded>) {
             references: references.clone(),
             secrets: std::mem::take(&mut secrets),
             locations: locations.clone(),
+            stamped: Stamped::default(),
         });
     }
 }

@@ -61,8 +61,13 @@ impl PluginBlock {
 
 /// The refusal of the first plugin block of a workload (voodu stops at the first one too),
 /// or `None` when it has none.
-pub(crate) fn plugin_refusal(resource: &str, blocks: &[PluginBlock]) -> Option<String> {
-    blocks.first().map(|block| block.not_installed(resource))
+pub(crate) fn plugin_refusal(
+    resource: impl std::fmt::Display,
+    blocks: &[PluginBlock],
+) -> Option<String> {
+    blocks
+        .first()
+        .map(|block| block.not_installed(&resource.to_string()))
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use serde_json::Value;
 
 use crate::manifest::Manifest;
 use crate::manifest::spec::{Spec, plugin_refusal};
-use crate::model::{Kind, ResourceKey};
+use crate::model::{Kind, ResourceKey, SpecHash};
 use crate::runtime::Container;
 
 /// What applying a commit does to one resource.
@@ -92,7 +92,7 @@ pub(crate) fn apply_failure(key: &ResourceKey, spec: &Spec) -> Option<String> {
         Spec::Statefulset(statefulset) => &statefulset.plugin_blocks,
         _ => return None,
     };
-    plugin_refusal(&key.to_string(), blocks)
+    plugin_refusal(key, blocks)
 }
 
 /// Plans one resource: `current` is what the agent's desired state holds now, `next` what the
@@ -115,19 +115,29 @@ pub(crate) fn plan_resource(
             failure: Some(failure),
         };
     }
+    // The spec hash is only ever compared with containers' labels: with no container, it is
+    // never read, and not computed (serialising and hashing is most of a plan's cost).
+    let hash_of = |spec: &Spec| {
+        if actual.is_empty() {
+            SpecHash::new(String::new())
+        } else {
+            spec.spec_hash(key)
+        }
+    };
     let (steps, pod_steps) = match next {
         Some(spec @ Spec::Deployment(deployment)) => {
-            let hash = spec.spec_hash(key);
+            let hash = hash_of(spec);
             let target = Target {
                 spec_hash: &hash,
                 n_replicas: deployment.effective_replicas(scaled),
                 env_digest: None,
-                surge: deployment.surges(),
+                // Read only when a container is replaced or retired: with none, not worked out.
+                surge: !actual.is_empty() && deployment.surges(),
             };
             (plan_replicas(Some(&target), actual), Vec::new())
         }
         Some(spec @ Spec::Statefulset(_)) => {
-            let hash = spec.spec_hash(key);
+            let hash = hash_of(spec);
             let target = StatefulTarget {
                 spec_hash: &hash,
                 n_replicas: spec.n_replicas(),
@@ -169,35 +179,65 @@ pub(crate) fn plan_resource(
     }
 }
 
-/// The plan of every resource in the commit or in the agent's desired state.
+/// The plan of every resource in the commit or in the agent's desired state, by key.
 pub fn plan_all(
     manifest: &Manifest,
     current: &BTreeMap<ResourceKey, Spec>,
     actual: &BTreeMap<ResourceKey, Vec<Container>>,
     scaled: &BTreeMap<ResourceKey, usize>,
 ) -> Vec<ResourcePlan> {
-    let next: BTreeMap<&ResourceKey, &Spec> = manifest
-        .resources
-        .iter()
-        .map(|resource| (&resource.key, &resource.spec))
-        .collect();
-    let keys: BTreeSet<&ResourceKey> = next
-        .keys()
-        .copied()
-        .chain(current.keys())
-        .chain(actual.keys())
-        .collect();
-    keys.into_iter()
-        .map(|key| {
-            plan_resource(
-                key,
-                current.get(key),
-                next.get(key).copied(),
-                actual.get(key).map_or(&[][..], Vec::as_slice),
-                scaled.get(key).copied(),
-            )
-        })
-        .collect()
+    let plan = |key: &ResourceKey, next: Option<&Spec>| {
+        plan_resource(
+            key,
+            current.get(key),
+            next,
+            actual.get(key).map_or(&[][..], Vec::as_slice),
+            scaled.get(key).copied(),
+        )
+    };
+    // A loaded manifest is ordered by key, each key once: walked beside the sorted maps, no
+    // key set is built and no spec looked up by key (10,000 resources: most of a plan).
+    if !manifest.resources.is_sorted_by(|a, b| a.key < b.key) {
+        let next: BTreeMap<&ResourceKey, &Spec> = manifest
+            .resources
+            .iter()
+            .map(|resource| (&resource.key, &resource.spec))
+            .collect();
+        let keys: BTreeSet<&ResourceKey> = next
+            .keys()
+            .copied()
+            .chain(current.keys())
+            .chain(actual.keys())
+            .collect();
+        return keys
+            .into_iter()
+            .map(|key| plan(key, next.get(key).copied()))
+            .collect();
+    }
+    let mut next = manifest.resources.iter().peekable();
+    let mut current_keys = current.keys().peekable();
+    let mut actual_keys = actual.keys().peekable();
+    let mut plans = Vec::with_capacity(manifest.resources.len().max(current.len()));
+    loop {
+        let key = [
+            next.peek().map(|resource| &resource.key),
+            current_keys.peek().copied(),
+            actual_keys.peek().copied(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let Some(key) = key else {
+            break;
+        };
+        current_keys.next_if(|other| *other == key);
+        actual_keys.next_if(|other| *other == key);
+        let spec = next
+            .next_if(|resource| resource.key == *key)
+            .map(|resource| &resource.spec);
+        plans.push(plan(key, spec));
+    }
+    plans
 }
 
 /// The top-level fields that differ between two specs of one kind.
@@ -413,6 +453,93 @@ mod failure_tests {
         );
         let fields: Vec<&str> = plan.changes.iter().map(|c| c.field.as_str()).collect();
         assert_eq!(fields, ["image", "plugin_blocks", "replicas"]);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod walk_tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::manifest::{Diagnostic, Resource};
+    use crate::runtime::ContainerState;
+
+    fn deployment(image: &str) -> Result<Spec, String> {
+        Spec::from_json(Kind::Deployment, &format!(r#"{{"image":"{image}"}}"#))
+            .map_err(|error| error.to_string())
+    }
+
+    fn key(name: &str) -> ResourceKey {
+        ResourceKey::new(Kind::Deployment, "s", name)
+    }
+
+    /// `plan_all` walks a sorted manifest beside the maps; an unsorted one (never loaded so)
+    /// goes through the key set. Both plan every key of the three inputs once, in key order,
+    /// the same way: created, changed, unchanged with a current container, deleted, orphaned.
+    #[test]
+    fn the_sorted_walk_plans_as_the_key_set_does() -> Result<(), String> {
+        let resource = |name: &str, image: &str| -> Result<Arc<Resource>, String> {
+            Ok(Arc::new(Resource {
+                key: key(name),
+                spec: deployment(image)?,
+                origin: Diagnostic {
+                    path: "f.hcl".into(),
+                    line: 1,
+                    col: 1,
+                    message: String::new(),
+                },
+            }))
+        };
+        let mut manifest = Manifest {
+            resources: vec![
+                resource("a", "a:1")?,
+                resource("b", "b:2")?,
+                resource("c", "c:1")?,
+                resource("x", "x:1")?,
+            ],
+            ..Manifest::default()
+        };
+        let current = BTreeMap::from([
+            (key("b"), deployment("b:1")?),
+            (key("c"), deployment("c:1")?),
+            (key("z"), deployment("z:1")?),
+        ]);
+        let hash = deployment("c:1")?.spec_hash(&key("c"));
+        let actual = BTreeMap::from([
+            (
+                key("c"),
+                vec![test_container(
+                    "s-c.1",
+                    hash.as_str(),
+                    ContainerState::Running,
+                )],
+            ),
+            (
+                key("y"),
+                vec![test_container("s-y.1", "old", ContainerState::Running)],
+            ),
+        ]);
+        let scaled = BTreeMap::new();
+        let walked = plan_all(&manifest, &current, &actual, &scaled);
+        manifest.resources.reverse();
+        let by_set = plan_all(&manifest, &current, &actual, &scaled);
+        assert_eq!(walked, by_set);
+        let seen: Vec<(&str, Action)> = walked
+            .iter()
+            .map(|plan| (plan.key.name.as_str(), plan.action))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("a", Action::Create),
+                ("b", Action::Replace),
+                ("c", Action::Unchanged),
+                ("x", Action::Create),
+                ("y", Action::Delete),
+                ("z", Action::Delete),
+            ]
+        );
         Ok(())
     }
 }
