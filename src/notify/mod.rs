@@ -19,6 +19,7 @@
 pub mod config;
 pub(crate) mod sinks;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -352,16 +353,26 @@ async fn status_requests(
         return Ok(Vec::new());
     };
     // With several sources, only the commits of the sink's source: the others are not in
-    // its repository.
+    // its repository. A commit's events come in runs: each commit is looked up once.
     let mut decided: Vec<(String, State, String)> = Vec::new();
+    let mut ours: HashMap<&str, bool> = HashMap::new();
     for event in events.iter().filter(|event| !event.commit.is_empty()) {
         if let Some(source) = source {
-            let (source, sha) = (source.clone(), crate::model::CommitSha::new(&event.commit));
-            let recorded = blocking(store, move |store| {
-                store.for_source(&source).commit_record(&sha)
-            })
-            .await?;
-            if recorded.is_none() {
+            let recorded = match ours.get(event.commit.as_str()) {
+                Some(recorded) => *recorded,
+                None => {
+                    let (source, sha) =
+                        (source.clone(), crate::model::CommitSha::new(&event.commit));
+                    let recorded = blocking(store, move |store| {
+                        store.for_source(&source).commit_record(&sha)
+                    })
+                    .await?
+                    .is_some();
+                    ours.insert(&event.commit, recorded);
+                    recorded
+                }
+            };
+            if !recorded {
                 continue;
             }
         }

@@ -29,31 +29,23 @@ const RESUBSCRIBE: Duration = Duration::from_secs(1);
 /// Container event actions that may mean drift.
 const DRIFT_ACTIONS: &[&str] = &["die", "destroy", "stop", "oom"];
 
-/// Runs until `shutdown`: events (unless `events` is off) and a resync every `every`.
+/// Runs until `shutdown`: container events (unless they are off) and a resync every `every`.
 pub(crate) async fn run<R: Runtime>(
     ctx: Arc<Ctx<R>>,
     every: Duration,
-    events: bool,
     listed: tokio::sync::watch::Sender<super::probes::Listed>,
     shutdown: CancellationToken,
 ) {
-    let filter = [(labels::AGENT, ctx.agent_id.as_str())];
-    let mut stream = events.then(|| ctx.runtime.events(&filter));
+    let mut stream = super::owned_container_events(&ctx);
     let mut resync = ctx.timer.every(What::Resync, every, every);
     loop {
-        let event = async {
-            match stream.as_mut() {
-                Some(stream) => stream.next().await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             _ = resync.tick() => {
                 if let Err(error) = resync_once(&ctx, &listed).await {
                     tracing::warn!(%error, "resync failed; next one in {every:?}");
                 }
             }
-            event = event => match event {
+            event = stream.next() => match event {
                 Some(Ok(event)) => {
                     let own = ctx.memory.own_removals.is_own(&event.id, &event.action);
                     if let Some(key) = owner(&event.labels).filter(|_| is_drift(&event.action) && !own) {
@@ -66,13 +58,13 @@ pub(crate) async fn run<R: Runtime>(
                 Some(Err(error)) => {
                     tracing::debug!(%error, "container events interrupted; resubscribing");
                     ctx.timer.sleep(What::Resync, RESUBSCRIBE).await;
-                    stream = Some(ctx.runtime.events(&filter));
+                    stream = super::owned_container_events(&ctx);
                     // Whatever happened meanwhile is found by comparing.
                     resync.reset_immediately();
                 }
                 None => {
                     ctx.timer.sleep(What::Resync, RESUBSCRIBE).await;
-                    stream = Some(ctx.runtime.events(&filter));
+                    stream = super::owned_container_events(&ctx);
                     resync.reset_immediately();
                 }
             },

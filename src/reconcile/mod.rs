@@ -386,7 +386,6 @@ pub async fn run<R: Runtime>(
     tracker.spawn(drift::run(
         ctx.clone(),
         ctx.options.resync,
-        ctx.options.container_events,
         listed,
         shutdown.clone(),
     ));
@@ -480,6 +479,18 @@ pub(crate) async fn owned_containers<R: Runtime>(
             key: ResourceKey::new(Kind::Deployment, "", "*"),
             source,
         })
+}
+
+/// This agent's container events, for the drift watcher and the probe manager alike; a stream
+/// that never yields when they are off (`--no-container-events`): both then follow the
+/// resync's lists only.
+pub(crate) fn owned_container_events<R: Runtime>(ctx: &Ctx<R>) -> crate::runtime::Events {
+    if ctx.options.container_events {
+        ctx.runtime
+            .events(&[(labels::AGENT, ctx.agent_id.as_str())])
+    } else {
+        Box::pin(futures_util::stream::pending())
+    }
 }
 
 /// Desired keys, keys the store still holds state for (status, job runs, cron position,

@@ -12,9 +12,10 @@
 //! handler, holding the key, replaces it through the gated plan.
 //!
 //! The set of runners follows container events (unless they are off): a replica's `start`
-//! starts its runner from what the event says (no list), `destroy` ends it. A list of every container of this agent
-//! catches what events missed: its own at start and after the event stream was interrupted,
-//! else the one each drift resync makes (`Listed`); nothing here wakes on a timer.
+//! starts its runner from what the event says (no list), `destroy` ends it. A list of every
+//! container of this agent catches what events missed: its own at start and after the event
+//! stream was interrupted, else the one each drift resync makes (`Listed`); nothing here
+//! wakes on a timer.
 //!
 //! Invariants: one runner per container id; runners stop when their container goes or the
 //! agent stops; probe results are level signals recomputed each period, never stored history;
@@ -71,18 +72,10 @@ pub(crate) async fn run<R: Runtime>(
     mut listed: watch::Receiver<Listed>,
     shutdown: CancellationToken,
 ) {
-    let filter = [(labels::AGENT, ctx.agent_id.as_str())];
-    // Without container events (`--no-container-events`) the resync's lists alone keep the
-    // runners in step, as they keep drift repair: a stopped replica is then seen at the next
-    // resync here too, not at once through its readiness.
-    let subscribe = || {
-        if ctx.options.container_events {
-            ctx.runtime.events(&filter)
-        } else {
-            Box::pin(futures_util::stream::pending()) as crate::runtime::Events
-        }
-    };
-    let mut events = subscribe();
+    // Without container events the resync's lists alone keep the runners in step, as they
+    // keep drift repair: a stopped replica is then seen at the next resync here too, not at
+    // once through its readiness.
+    let mut events = super::owned_container_events(&ctx);
     let mut runners: HashMap<String, RunnerHandle> = HashMap::new();
     // One HTTP client (one connection pool, one TLS config) for every runner's `http_get`.
     let client = http_client();
@@ -160,12 +153,12 @@ pub(crate) async fn run<R: Runtime>(
                 Some(Err(error)) => {
                     tracing::debug!(%error, "container events interrupted; resubscribing");
                     ctx.timer.sleep(What::Probe, RESUBSCRIBE).await;
-                    events = subscribe();
+                    events = super::owned_container_events(&ctx);
                     list_now = true;
                 }
                 None => {
                     ctx.timer.sleep(What::Probe, RESUBSCRIBE).await;
-                    events = subscribe();
+                    events = super::owned_container_events(&ctx);
                     list_now = true;
                 }
             },
