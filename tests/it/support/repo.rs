@@ -1,14 +1,23 @@
-//! `TempRepo`: a bare "remote" and a working repository in a temp dir, driven with the `git` CLI
-//! (as gitoxide's `make_*.sh` fixtures do), so the agent fetches a real repository over
-//! `file://`.
+//! `TempRepo`: a bare "remote" and a working repository in a temp dir, so the agent fetches a
+//! real repository over `file://`. Plain commits are written in process with gix (blobs, trees,
+//! the commit, the index and the ref, as `git add -A && git commit` leaves them); signed
+//! commits, reverts and any other command go through the `git` CLI on the same repository.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use gix::bstr::BString;
+use gix::objs::tree::EntryKind;
 
 use super::TestResult;
 
 pub struct TempRepo {
     dir: tempfile::TempDir,
+    /// A commit was written in process and the index not yet brought up to it: the next `git`
+    /// command that reads the index gets it first (most tests never run one).
+    index_behind: AtomicBool,
 }
 
 impl TempRepo {
@@ -18,23 +27,12 @@ impl TempRepo {
     /// repository does.
     pub fn new() -> TestResult<TempRepo> {
         let dir = tempfile::tempdir()?;
-        let repo = TempRepo { dir };
-        git(
-            repo.dir.path(),
-            &[
-                "init",
-                "-q",
-                "--template=",
-                "--bare",
-                "-b",
-                "main",
-                "remote.git",
-            ],
-        )?;
-        git(
-            repo.dir.path(),
-            &["init", "-q", "--template=", "-b", "main", "work"],
-        )?;
+        let repo = TempRepo {
+            dir,
+            index_behind: AtomicBool::new(false),
+        };
+        init_git_dir(&repo.remote_path(), true)?;
+        init_git_dir(&repo.work().join(".git"), false)?;
         std::fs::write(
             repo.remote_path().join("objects/info/alternates"),
             format!("{}\n", repo.work().join(".git/objects").display()),
@@ -74,13 +72,44 @@ impl TempRepo {
         Ok(self)
     }
 
-    /// Commits everything in the working clone and pushes to the remote; returns the SHA.
+    /// Commits everything in the working clone (`git add -A && git commit --allow-empty`, in
+    /// process: no `.gitignore` is honoured, none is used here) and pushes to the remote;
+    /// returns the SHA. The index is brought up to the commit when a `git` command next needs
+    /// it (`sync_index`).
     pub fn commit(&self, message: &str) -> TestResult<String> {
-        git(&self.work(), &["add", "-A"])?;
-        git(
-            &self.work(),
-            &["commit", "-q", "--allow-empty", "-m", message],
-        )?;
+        let work = self.work();
+        let repo = gix::open_opts(&work, gix::open::Options::isolated())?;
+        let tree = write_tree(&repo, &work, true)?
+            .unwrap_or(gix::ObjectId::empty_tree(gix::hash::Kind::Sha1));
+        // The branch HEAD names (or HEAD itself when detached), and its commit if it has one.
+        let git_dir = work.join(".git");
+        let head = std::fs::read_to_string(git_dir.join("HEAD"))?;
+        let branch = match head.trim().strip_prefix("ref: ") {
+            Some(name) => git_dir.join(name),
+            None => git_dir.join("HEAD"),
+        };
+        let parent = match std::fs::read_to_string(&branch) {
+            Ok(sha) => Some(gix::ObjectId::from_hex(sha.trim().as_bytes())?),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+            Err(error) => return Err(error.into()),
+        };
+        let signature = gix::actor::Signature {
+            name: "test".into(),
+            email: "test@example.invalid".into(),
+            time: gix::date::Time::now_utc(),
+        };
+        let commit = gix::objs::Commit {
+            tree,
+            parents: parent.into_iter().collect(),
+            author: signature.clone(),
+            committer: signature,
+            encoding: None,
+            message: format!("{message}\n").into(),
+            extra_headers: Vec::new(),
+        };
+        let id = repo.write_object(&commit)?.detach();
+        write_ref(&branch, &id.to_string())?;
+        self.index_behind.store(true, Ordering::Relaxed);
         self.push()
     }
 
@@ -97,6 +126,7 @@ impl TempRepo {
     /// Rewrites the HEAD commit's message in place, keeping its signature header (so the
     /// signature no longer covers the payload), and pushes the result; returns its SHA.
     pub fn tamper_head(&self, new_message: &str) -> TestResult<String> {
+        self.sync_index()?;
         let object = git(&self.work(), &["cat-file", "commit", "HEAD"])?;
         let (headers, _) = object
             .split_once("\n\n")
@@ -112,6 +142,7 @@ impl TempRepo {
 
     /// `git revert --no-edit <sha>` and push; returns the revert commit's SHA.
     pub fn revert(&self, sha: &str) -> TestResult<String> {
+        self.sync_index()?;
         git(&self.work(), &["revert", "--no-edit", sha])?;
         self.push()
     }
@@ -135,7 +166,20 @@ impl TempRepo {
     }
 
     pub fn git(&self, args: &[&str]) -> TestResult<String> {
+        self.sync_index()?;
         git(&self.work(), args)
+    }
+
+    /// Writes the index of the HEAD commit, as `git add -A && git commit` leaves it, when an
+    /// in-process commit left it behind; a `git` command then sees a clean tree. (`commit -S`
+    /// needs none: its `git add -A` rewrites the index from the work tree.)
+    fn sync_index(&self) -> TestResult {
+        if self.index_behind.swap(false, Ordering::Relaxed) {
+            let repo = gix::open_opts(self.work(), gix::open::Options::isolated())?;
+            let tree = repo.head_commit()?.tree_id()?.detach();
+            repo.index_from_tree(&tree)?.write(Default::default())?;
+        }
+        Ok(())
     }
 
     /// Points the remote's `main` at the working repository's HEAD, as `git push --force
@@ -144,12 +188,88 @@ impl TempRepo {
     /// fetch in progress reads the old or the new commit, never a torn file.
     fn push(&self) -> TestResult<String> {
         let head = self.head()?;
-        let heads = self.remote_path().join("refs/heads");
-        let lock = heads.join("main.lock");
-        std::fs::write(&lock, format!("{head}\n"))?;
-        std::fs::rename(&lock, heads.join("main"))?;
+        write_ref(&self.remote_path().join("refs/heads/main"), &head)?;
         Ok(head)
     }
+}
+
+/// A repository as `git init --template= -b main` makes it, less the directories git and gix
+/// make when they need them (`objects/pack`, `refs/tags`): `HEAD` on `main`, a config,
+/// `objects/info` (for the remote's alternates) and `refs/heads`.
+fn init_git_dir(git_dir: &Path, bare: bool) -> TestResult {
+    for sub in ["objects/info", "refs/heads"] {
+        std::fs::create_dir_all(git_dir.join(sub))?;
+    }
+    std::fs::write(git_dir.join("HEAD"), "ref: refs/heads/main\n")?;
+    let logs = if bare {
+        ""
+    } else {
+        "\tlogallrefupdates = true\n"
+    };
+    std::fs::write(
+        git_dir.join("config"),
+        format!(
+            "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = {bare}\n{logs}"
+        ),
+    )?;
+    Ok(())
+}
+
+/// Writes the tree of `dir` (files, executables and symlinks) and returns its id, or `None`
+/// for a directory with no file (git records no empty directory; the top one is written by
+/// the caller as the empty tree). `top` skips the `.git` directory.
+fn write_tree(repo: &gix::Repository, dir: &Path, top: bool) -> TestResult<Option<gix::ObjectId>> {
+    let mut entries = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if top && name == ".git" {
+            continue;
+        }
+        let path = entry.path();
+        let kind = entry.file_type()?;
+        let (mode, oid) = if kind.is_symlink() {
+            let target = std::fs::read_link(&path)?;
+            let target = target.to_str().ok_or("a symlink target is not UTF-8")?;
+            (EntryKind::Link, repo.write_blob(target)?.detach())
+        } else if kind.is_dir() {
+            match write_tree(repo, &path, false)? {
+                Some(tree) => (EntryKind::Tree, tree),
+                None => continue,
+            }
+        } else {
+            let executable = entry.metadata()?.permissions().mode() & 0o111 != 0;
+            let mode = if executable {
+                EntryKind::BlobExecutable
+            } else {
+                EntryKind::Blob
+            };
+            (mode, repo.write_blob(std::fs::read(&path)?)?.detach())
+        };
+        let filename = name.to_str().ok_or("a file name is not UTF-8")?;
+        entries.push(gix::objs::tree::Entry {
+            mode: mode.into(),
+            filename: BString::from(filename),
+            oid,
+        });
+    }
+    if entries.is_empty() && !top {
+        return Ok(None);
+    }
+    entries.sort();
+    Ok(Some(
+        repo.write_object(&gix::objs::Tree { entries })?.detach(),
+    ))
+}
+
+/// Points the loose ref at `path` to `sha` as `git update-ref` does: written to `<path>.lock`
+/// and renamed over `path`, so a reader sees the old or the new commit, never a torn file.
+fn write_ref(path: &Path, sha: &str) -> TestResult {
+    let mut lock = path.as_os_str().to_owned();
+    lock.push(".lock");
+    std::fs::write(&lock, format!("{sha}\n"))?;
+    std::fs::rename(&lock, path)?;
+    Ok(())
 }
 
 /// Runs git with a fixed identity and no user or system config.
