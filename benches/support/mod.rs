@@ -123,8 +123,19 @@ impl Repo {
             work: dir.join("work"),
             remote: dir.join("remote.git"),
         };
-        git(dir, &["init", "-q", "--bare", "-b", "main", "remote.git"])?;
-        git(dir, &["init", "-q", "-b", "main", "work"])?;
+        git(
+            dir,
+            &[
+                "init",
+                "-q",
+                "--template=",
+                "--bare",
+                "-b",
+                "main",
+                "remote.git",
+            ],
+        )?;
+        git(dir, &["init", "-q", "--template=", "-b", "main", "work"])?;
         git(
             &repo.work,
             &["remote", "add", "origin", path_str(&repo.remote)?],

@@ -395,9 +395,8 @@ impl Source {
         let mut repo = if self.mirror.join("HEAD").exists() {
             gix::open(&self.mirror).map_err(|error| mirror_error(error_chain(&error)))?
         } else {
-            std::fs::create_dir_all(&self.mirror)
-                .map_err(|error| mirror_error(error_chain(&error)))?;
-            gix::init_bare(&self.mirror).map_err(|error| mirror_error(error_chain(&error)))?
+            init_mirror(&self.mirror).map_err(|error| mirror_error(error_chain(&error)))?;
+            gix::open(&self.mirror).map_err(|error| mirror_error(error_chain(&error)))?
         };
         if let Some(command) = self.options.ssh_command() {
             // In memory only: the mirror's config file is not changed.
@@ -425,6 +424,22 @@ impl Source {
         })?;
         Ok(Some(text.trim().to_owned()))
     }
+}
+
+/// Makes an empty bare repository at `path` holding only what a fetch uses: the object and ref
+/// directories, a config, and `HEAD`, written last, so a start interrupted part way finds no
+/// `HEAD` and makes it again. Not `gix::init_bare` (or `git init`): they also write 13 sample
+/// hooks, a description and `info/exclude`, and probe the file system with scratch files; the
+/// mirror runs no hook and has no work tree.
+fn init_mirror(path: &Path) -> std::io::Result<()> {
+    for dir in ["objects/pack", "refs/heads"] {
+        std::fs::create_dir_all(path.join(dir))?;
+    }
+    std::fs::write(
+        path.join("config"),
+        "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n",
+    )?;
+    std::fs::write(path.join("HEAD"), "ref: refs/heads/main\n")
 }
 
 /// The user a token is sent as: the URL's (`https://USER@host/…`), else

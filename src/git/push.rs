@@ -190,7 +190,12 @@ fn prepare(options: &PushOptions, target: &str) -> Result<(), PushError> {
             what: format!("create {}", options.work_dir.display()),
             message: error.to_string(),
         })?;
-        git(options, &["init", "-q"], "create the working clone")?;
+        // No template: its sample hooks would never run (`core.hooksPath=/dev/null`).
+        git(
+            options,
+            &["init", "-q", "--template="],
+            "create the working clone",
+        )?;
     }
     let fetch = |branch: &str| {
         run(

@@ -121,9 +121,19 @@ fn first_fetch_mirrors_the_repo_and_resolves_the_branch() -> TestResult {
         let fetched = source.fetch(&AtomicBool::new(false))?;
 
         assert_eq!(fetched.as_str(), sha, "{url}");
+        let mirror = data.path().join("repo.git");
         assert!(
-            data.path().join("repo.git/HEAD").is_file(),
-            "{url}: a bare mirror in the data dir"
+            mirror.join("HEAD").is_file(),
+            "{url}: a mirror in the data dir"
+        );
+        assert_eq!(
+            crate::support::repo::git(&mirror, &["rev-parse", "--is-bare-repository", "main"])?,
+            format!("true\n{sha}"),
+            "{url}: git reads the mirror as a bare repository at the fetched commit"
+        );
+        assert!(
+            !mirror.join("hooks").exists() && !mirror.join("description").exists(),
+            "{url}: no template files in the mirror"
         );
         let snapshot = source.read_snapshot(&fetched)?;
         let files: Vec<&str> = snapshot
@@ -605,6 +615,7 @@ fn oversized_blobs_are_refused_from_their_header_without_reading_them() -> TestR
         &[
             "clone",
             "-q",
+            "--template=",
             "--bare",
             "--local",
             &repo.work().display().to_string(),

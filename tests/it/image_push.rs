@@ -45,13 +45,14 @@ fn remote(root: &Path) -> Result<(String, std::path::PathBuf), Box<dyn std::erro
         &[
             "init",
             "-q",
+            "--template=",
             "--bare",
             "-b",
             "main",
             bare.to_str().ok_or("path")?,
         ],
     )?;
-    git(&human, &["init", "-q", "-b", "main"])?;
+    git(&human, &["init", "-q", "--template=", "-b", "main"])?;
     std::fs::create_dir_all(human.join("m"))?;
     std::fs::write(human.join("m/shop.hcl"), MANIFEST)?;
     git(&human, &["add", "."])?;
