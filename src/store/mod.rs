@@ -350,7 +350,16 @@ fn create_whole(path: &Path) -> Result<()> {
         // remove: no journal on disk and no sync per migration (fifteen of them, four syncs
         // each), one sync of the whole file below instead.
         connection.execute_batch("PRAGMA journal_mode = MEMORY; PRAGMA synchronous = OFF;")?;
-        migrate(&mut connection, &temporary)?;
+        match newest_schema() {
+            Some(schema) => {
+                let tx = connection.transaction()?;
+                tx.execute_batch(schema)?;
+                let version = i64::try_from(schema::MIGRATIONS.len()).unwrap_or(i64::MAX);
+                tx.pragma_update(None, "user_version", version)?;
+                tx.commit()?;
+            }
+            None => migrate(&mut connection, &temporary)?,
+        }
         connection.execute(
             "INSERT INTO meta (key, value) VALUES ('agent_id', ?1), ('env_key', ?2)",
             params![crate::model::random_hex(8), crate::model::random_hex(32)],
@@ -439,6 +448,59 @@ fn unusable_or(path: &Path, source: rusqlite::Error) -> Error {
     } else {
         Error::Sqlite(source)
     }
+}
+
+/// The newest schema as one script of `CREATE` statements, for a new database: the migrations
+/// run once per process on an empty in-memory database, and what they made is read back from
+/// its `sqlite_master` (tables, then indexes). The migrations stay the one definition of the
+/// schema; a new file is made in one transaction instead of one per migration (a table
+/// rebuilt by a later migration is made once, in its last form). `None`, and every new file
+/// migrated, if that ever fails or if the migrations leave rows behind (seed data would not
+/// be in the script).
+fn newest_schema() -> Option<&'static str> {
+    static SCHEMA: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    SCHEMA
+        .get_or_init(|| {
+            let script = (|| -> rusqlite::Result<Option<String>> {
+                let connection = Connection::open_in_memory()?;
+                for migration in schema::MIGRATIONS {
+                    connection.execute_batch(migration)?;
+                }
+                let mut statement = connection.prepare(
+                    "SELECT type, name, sql FROM sqlite_master
+                     WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'
+                     ORDER BY type = 'table' DESC, rowid",
+                )?;
+                let objects = statement
+                    .query_map([], |row| {
+                        Ok((
+                            row.get::<_, String>(0)?,
+                            row.get::<_, String>(1)?,
+                            row.get::<_, String>(2)?,
+                        ))
+                    })?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                let mut script = String::new();
+                for (kind, name, sql) in &objects {
+                    if kind == "table" {
+                        let quoted = name.replace('"', "\"\"");
+                        let empty: bool = connection.query_row(
+                            &format!("SELECT NOT EXISTS (SELECT 1 FROM \"{quoted}\")"),
+                            [],
+                            |row| row.get(0),
+                        )?;
+                        if !empty {
+                            return Ok(None);
+                        }
+                    }
+                    script.push_str(sql);
+                    script.push_str(";\n");
+                }
+                Ok(Some(script))
+            })();
+            script.ok().flatten()
+        })
+        .as_deref()
 }
 
 /// Runs pending migrations, each in a write transaction that reads the version first: two

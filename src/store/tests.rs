@@ -801,6 +801,48 @@ fn rollback_targets_by_commit_prefix_and_refuses_what_never_ran() -> TestResult 
     Ok(())
 }
 
+/// A new database is made from the script the migrations' result is read back into
+/// (`newest_schema`), not by running them on the file: it must be the database the migrations
+/// make of an old one, object for object, at the same version.
+#[test]
+fn a_new_database_has_the_schema_the_migrations_make() -> TestResult {
+    assert!(
+        super::newest_schema().is_some(),
+        "new databases are made from the script, not migrated"
+    );
+    let dir = tempfile::tempdir()?;
+    let fresh = dir.path().join("fresh.db");
+    let migrated = dir.path().join("migrated.db");
+    Store::open(&fresh)?;
+    {
+        let connection = Connection::open(&migrated)?;
+        connection.execute_batch(schema::MIGRATIONS[0])?;
+        connection.pragma_update(None, "user_version", 1)?;
+        connection.execute(
+            "INSERT INTO meta (key, value) VALUES ('agent_id', 'a1')",
+            [],
+        )?;
+    }
+    Store::open(&migrated)?;
+    let describe = |path: &std::path::Path| -> TestResult<(i64, Vec<Vec<Option<String>>>)> {
+        let connection = Connection::open(path)?;
+        let version = connection.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+        let mut statement = connection
+            .prepare("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name")?;
+        let objects = statement
+            .query_map([], |row| (0..4).map(|i| row.get(i)).collect())?
+            .collect::<rusqlite::Result<Vec<Vec<Option<String>>>>>()?;
+        Ok((version, objects))
+    };
+    let (fresh_version, fresh_objects) = describe(&fresh)?;
+    let (migrated_version, migrated_objects) = describe(&migrated)?;
+    assert_eq!(fresh_version, i64::try_from(schema::MIGRATIONS.len())?);
+    assert_eq!(fresh_version, migrated_version);
+    assert!(fresh_objects.len() > 20, "{fresh_objects:?}");
+    assert_eq!(fresh_objects, migrated_objects);
+    Ok(())
+}
+
 #[test]
 fn a_version_one_database_migrates_and_keeps_its_releases() -> TestResult {
     let dir = tempfile::tempdir()?;
