@@ -193,6 +193,15 @@ async fn sinks_hear_of_deploys_and_rejections_and_a_receiver_that_was_down_gets_
     let text = text["text"].as_str().unwrap_or_default();
     assert!(text.contains("web.hcl:2:"), "the location: {text}");
     until("the generic sink to be refused", || generic.refused() > 0).await?;
+    // The sink records the refusal after its receiver answered: wait for the record.
+    until("the generic sink to record the refusal", || {
+        agent.store.sink_states().is_ok_and(|states| {
+            states
+                .iter()
+                .any(|state| state.name == "ci" && !state.last_error.is_empty())
+        })
+    })
+    .await?;
     let states = agent.store.sink_states()?;
     let ci = states
         .iter()
