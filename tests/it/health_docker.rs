@@ -407,17 +407,10 @@ fn the_autoscaler_follows_cpu_up_and_down_within_its_cooldowns() -> TestResult {
         env.repo.write("app/web.hcl", &manifest)?;
         let v1 = env.repo.commit("web: autoscaled")?;
         env.start_agent_with(FLAGS)?;
-        let start = Instant::now();
-        // (seconds since start, desired replicas) each time it changes.
-        let mut timeline: Vec<(f64, u64)> = Vec::new();
-        let mut watch = |env: &Env| {
-            let desired = env.resource().ok()??["desired_replicas"].as_u64()?;
-            if timeline.last().map(|(_, n)| *n) != Some(desired) {
-                timeline.push((start.elapsed().as_secs_f64(), desired));
-            }
-            Some(desired)
-        };
-        wait_until(LIMIT, "three replicas", || (watch(env)? == 3).then_some(()))?;
+        let replicas = |env: &Env| env.resource().ok()??["desired_replicas"].as_u64();
+        wait_until(LIMIT, "three replicas", || {
+            (replicas(env)? == 3).then_some(())
+        })?;
         let rows = env.converged(&v1, 3, None)?;
         let hash = rows[0].hash.clone();
         for row in &rows {
@@ -429,31 +422,61 @@ fn the_autoscaler_follows_cpu_up_and_down_within_its_cooldowns() -> TestResult {
             }
         }
         wait_until(LIMIT, "back to one replica", || {
-            (watch(env)? == 1).then_some(())
+            (replicas(env)? == 1).then_some(())
         })?;
         let rows = env.converged(&v1, 1, None)?;
         assert_eq!(rows[0].hash, hash, "scaling never changes the spec hash");
-        // The first sample may already show the first scale-up.
-        if timeline.first().map(|(_, n)| *n) == Some(1) {
-            timeline.remove(0);
-        }
-        let counts: Vec<u64> = timeline.iter().map(|(_, n)| *n).collect();
-        assert_eq!(counts, [2, 3, 2, 1], "{timeline:?}");
-        let gap = |from: usize| timeline[from + 1].0 - timeline[from].0;
-        // Observed by polling status, so allow a second of slack.
+        // The cooldowns run from each decision, which the agent logs as it makes it: read
+        // them there, not from status polled from outside (a poll answered late under load
+        // showed the gap a second short).
+        let decisions = scaling_decisions(env)?;
+        let counts: Vec<u64> = decisions.iter().map(|(_, _, to)| *to).collect();
+        assert_eq!(counts, [2, 3, 2, 1], "{decisions:?}");
+        let gap = |from: usize| {
+            decisions[from + 1]
+                .0
+                .duration_since(decisions[from].0)
+                .unwrap_or_default()
+        };
+        // The log's clock is read a statement after the decision's: allow it a few ms.
+        let slack = Duration::from_millis(50);
         assert!(
-            gap(0) >= 8.0 - 1.0,
-            "second scale-up {:.1}s after the first (cooldown 8s): {timeline:?}",
+            gap(0) + slack >= Duration::from_secs(8),
+            "second scale-up {:?} after the first (cooldown 8s): {decisions:?}",
             gap(0)
         );
         assert!(
-            gap(2) >= 12.0 - 1.0,
-            "second scale-down {:.1}s after the first (cooldown 12s): {timeline:?}",
+            gap(2) + slack >= Duration::from_secs(12),
+            "second scale-down {:?} after the first (cooldown 12s): {decisions:?}",
             gap(2)
         );
-        eprintln!("autoscaler timeline (s, replicas): {timeline:?}");
+        eprintln!("autoscaler decisions (time, from, to): {decisions:?}");
         Ok(())
     })
+}
+
+/// The autoscaler's decisions for `web` from the agent's log, in order: when it decided
+/// (the line's timestamp), from and to how many replicas.
+fn scaling_decisions(env: &Env) -> TestResult<Vec<(SystemTime, u64, u64)>> {
+    let log = std::fs::read_to_string(env.log())?;
+    let key = format!("key=deployment/{}/web ", env.scope());
+    let mut decisions = Vec::new();
+    for line in log.lines() {
+        if !line.contains(" autoscaling ") || !line.contains(&key) {
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        let at = humantime::parse_rfc3339(words.next().ok_or("an empty log line")?)?;
+        let field = |name: &str| -> TestResult<u64> {
+            let value = line
+                .split_whitespace()
+                .find_map(|word| word.strip_prefix(name))
+                .ok_or_else(|| format!("no {name} in {line}"))?;
+            Ok(value.parse()?)
+        };
+        decisions.push((at, field("from=")?, field("to=")?));
+    }
+    Ok(decisions)
 }
 
 /// `web` whose replicas trap SIGTERM: the trap writes `TERM <container id>` to the host's
