@@ -263,7 +263,7 @@ pub(crate) fn source_key(base: &str, source: &str) -> String {
 }
 
 fn check_version(found: i64, path: &Path) -> Result<()> {
-    let known = i64::try_from(schema::MIGRATIONS.len()).unwrap_or(i64::MAX);
+    let known = newest_version();
     if found > known {
         let backup = schema_backup(path, known);
         return Err(Error::SchemaTooNew {
@@ -294,7 +294,7 @@ pub(crate) fn schema_backup(path: &Path, version: i64) -> PathBuf {
 /// (`VACUUM INTO`, the write-ahead log included) named after that version, so a downgrade can
 /// go back to it; a copy already there (an earlier upgrade from the same version) is kept.
 fn backup_before_migrating(connection: &Connection, path: &Path, version: i64) -> Result<()> {
-    let known = i64::try_from(schema::MIGRATIONS.len()).unwrap_or(i64::MAX);
+    let known = newest_version();
     if version >= known {
         return Ok(());
     }
@@ -354,8 +354,7 @@ fn create_whole(path: &Path) -> Result<()> {
             Some(schema) => {
                 let tx = connection.transaction()?;
                 tx.execute_batch(schema)?;
-                let version = i64::try_from(schema::MIGRATIONS.len()).unwrap_or(i64::MAX);
-                tx.pragma_update(None, "user_version", version)?;
+                tx.pragma_update(None, "user_version", newest_version())?;
                 tx.commit()?;
             }
             None => migrate(&mut connection, &temporary)?,
@@ -460,47 +459,52 @@ fn unusable_or(path: &Path, source: rusqlite::Error) -> Error {
 fn newest_schema() -> Option<&'static str> {
     static SCHEMA: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     SCHEMA
-        .get_or_init(|| {
-            let script = (|| -> rusqlite::Result<Option<String>> {
-                let connection = Connection::open_in_memory()?;
-                for migration in schema::MIGRATIONS {
-                    connection.execute_batch(migration)?;
-                }
-                let mut statement = connection.prepare(
-                    "SELECT type, name, sql FROM sqlite_master
-                     WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'
-                     ORDER BY type = 'table' DESC, rowid",
-                )?;
-                let objects = statement
-                    .query_map([], |row| {
-                        Ok((
-                            row.get::<_, String>(0)?,
-                            row.get::<_, String>(1)?,
-                            row.get::<_, String>(2)?,
-                        ))
-                    })?
-                    .collect::<rusqlite::Result<Vec<_>>>()?;
-                let mut script = String::new();
-                for (kind, name, sql) in &objects {
-                    if kind == "table" {
-                        let quoted = name.replace('"', "\"\"");
-                        let empty: bool = connection.query_row(
-                            &format!("SELECT NOT EXISTS (SELECT 1 FROM \"{quoted}\")"),
-                            [],
-                            |row| row.get(0),
-                        )?;
-                        if !empty {
-                            return Ok(None);
-                        }
-                    }
-                    script.push_str(sql);
-                    script.push_str(";\n");
-                }
-                Ok(Some(script))
-            })();
-            script.ok().flatten()
-        })
+        .get_or_init(|| schema_script().ok().flatten())
         .as_deref()
+}
+
+/// `newest_schema`'s script, made afresh; `None` when the migrations leave a row behind.
+fn schema_script() -> rusqlite::Result<Option<String>> {
+    let connection = Connection::open_in_memory()?;
+    for migration in schema::MIGRATIONS {
+        connection.execute_batch(migration)?;
+    }
+    let mut statement = connection.prepare(
+        "SELECT type, name, sql FROM sqlite_master
+         WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'
+         ORDER BY type = 'table' DESC, rowid",
+    )?;
+    let objects = statement
+        .query_map([], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut script = String::new();
+    for (kind, name, sql) in &objects {
+        if kind == "table" {
+            let quoted = name.replace('"', "\"\"");
+            let empty: bool = connection.query_row(
+                &format!("SELECT NOT EXISTS (SELECT 1 FROM \"{quoted}\")"),
+                [],
+                |row| row.get(0),
+            )?;
+            if !empty {
+                return Ok(None);
+            }
+        }
+        script.push_str(sql);
+        script.push_str(";\n");
+    }
+    Ok(Some(script))
+}
+
+/// The schema version the newest migration leaves (`PRAGMA user_version`).
+fn newest_version() -> i64 {
+    i64::try_from(schema::MIGRATIONS.len()).unwrap_or(i64::MAX)
 }
 
 /// Runs pending migrations, each in a write transaction that reads the version first: two

@@ -79,15 +79,8 @@ impl TempRepo {
     pub fn commit(&self, message: &str) -> TestResult<String> {
         let work = self.work();
         let repo = gix::open_opts(&work, gix::open::Options::isolated())?;
-        let tree = write_tree(&repo, &work, true)?
-            .unwrap_or(gix::ObjectId::empty_tree(gix::hash::Kind::Sha1));
-        // The branch HEAD names (or HEAD itself when detached), and its commit if it has one.
-        let git_dir = work.join(".git");
-        let head = std::fs::read_to_string(git_dir.join("HEAD"))?;
-        let branch = match head.trim().strip_prefix("ref: ") {
-            Some(name) => git_dir.join(name),
-            None => git_dir.join("HEAD"),
-        };
+        let tree = write_tree(&repo, &work, true)?.ok_or("the top tree is always written")?;
+        let branch = self.head_ref()?;
         let parent = match std::fs::read_to_string(&branch) {
             Ok(sha) => Some(gix::ObjectId::from_hex(sha.trim().as_bytes())?),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
@@ -107,10 +100,10 @@ impl TempRepo {
             message: format!("{message}\n").into(),
             extra_headers: Vec::new(),
         };
-        let id = repo.write_object(&commit)?.detach();
-        write_ref(&branch, &id.to_string())?;
+        let id = repo.write_object(&commit)?.detach().to_string();
+        write_ref(&branch, &id)?;
         self.index_behind.store(true, Ordering::Relaxed);
-        self.push()
+        self.publish(id)
     }
 
     /// Commits everything signed (`git -c … commit -S`, the `-c` settings choosing the format
@@ -150,19 +143,24 @@ impl TempRepo {
     /// The working repository's HEAD commit: read from its loose ref (what `git commit` writes)
     /// without a process, else from `git rev-parse` (a detached or packed HEAD).
     pub fn head(&self) -> TestResult<String> {
-        let git_dir = self.work().join(".git");
-        let loose = std::fs::read_to_string(git_dir.join("HEAD"))
+        let loose = std::fs::read_to_string(self.head_ref()?)
             .ok()
-            .and_then(|head| {
-                let name = head.trim().strip_prefix("ref: ")?.to_owned();
-                std::fs::read_to_string(git_dir.join(name)).ok()
-            })
             .map(|sha| sha.trim().to_owned())
             .filter(|sha| sha.len() == 40 && sha.bytes().all(|b| b.is_ascii_hexdigit()));
         match loose {
             Some(sha) => Ok(sha),
             None => git(&self.work(), &["rev-parse", "HEAD"]),
         }
+    }
+
+    /// The loose ref file of the branch HEAD names (`HEAD` itself when detached).
+    fn head_ref(&self) -> TestResult<PathBuf> {
+        let git_dir = self.work().join(".git");
+        let head = std::fs::read_to_string(git_dir.join("HEAD"))?;
+        Ok(match head.trim().strip_prefix("ref: ") {
+            Some(name) => git_dir.join(name),
+            None => git_dir.join("HEAD"),
+        })
     }
 
     pub fn git(&self, args: &[&str]) -> TestResult<String> {
@@ -183,13 +181,17 @@ impl TempRepo {
     }
 
     /// Points the remote's `main` at the working repository's HEAD, as `git push --force
-    /// origin HEAD:main` would (the remote has the objects through its alternates): the loose
-    /// ref written as `git update-ref` writes it, to `main.lock` and renamed over `main`, so a
-    /// fetch in progress reads the old or the new commit, never a torn file.
+    /// origin HEAD:main` would.
     fn push(&self) -> TestResult<String> {
-        let head = self.head()?;
-        write_ref(&self.remote_path().join("refs/heads/main"), &head)?;
-        Ok(head)
+        self.publish(self.head()?)
+    }
+
+    /// Points the remote's `main` at `sha` (the remote has the objects through its
+    /// alternates), with `write_ref`: a fetch in progress reads the old or the new commit,
+    /// never a torn file.
+    fn publish(&self, sha: String) -> TestResult<String> {
+        write_ref(&self.remote_path().join("refs/heads/main"), &sha)?;
+        Ok(sha)
     }
 }
 
