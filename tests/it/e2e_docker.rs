@@ -92,9 +92,16 @@ pub(crate) struct Events {
     out: PathBuf,
 }
 
+/// One container event: when (unix seconds), the action, the container's name, and the signal
+/// of a `kill` (`<no value>` for the others).
+pub(crate) type TimedEvent = (f64, String, String, String);
+
 impl Events {
     /// Streams events from `since` on: `--since` replays what happened before the stream
-    /// subscribed, so no event is lost to the subscription racing the test.
+    /// subscribed, so no event is lost to the subscription racing the test. Start it before the
+    /// change whose events a test reads: the engine keeps only its last 256 events for a later
+    /// `docker events --since` query, and the tests beside this one can push a roll's first
+    /// events out of them.
     pub(crate) fn start(scope: &str, since: SystemTime, out: PathBuf) -> TestResult<Events> {
         let since = since.duration_since(UNIX_EPOCH)?;
         let since = format!("{}.{:09}", since.as_secs(), since.subsec_nanos());
@@ -106,7 +113,10 @@ impl Events {
                 "--filter",
                 "type=container",
             ])
-            .args(["--format", "{{.Action}} {{.Actor.Attributes.name}}"])
+            .args([
+                "--format",
+                "{{.TimeNano}} {{.Action}} {{.Actor.Attributes.name}} {{.Actor.Attributes.signal}}",
+            ])
             .stdin(Stdio::null())
             .stdout(File::create(&out)?)
             .stderr(Stdio::null())
@@ -114,13 +124,47 @@ impl Events {
         Ok(Events { child, out })
     }
 
-    /// `(action, container name)` pairs seen so far.
-    pub(crate) fn seen(&self) -> TestResult<Vec<(String, String)>> {
+    /// The events seen so far, in order.
+    pub(crate) fn timed(&self) -> TestResult<Vec<TimedEvent>> {
         Ok(std::fs::read_to_string(&self.out)?
             .lines()
-            .filter_map(|line| line.split_once(' '))
-            .map(|(action, name)| (action.to_owned(), name.to_owned()))
+            .filter_map(|line| {
+                let mut parts = line.splitn(4, ' ');
+                let nanos: f64 = parts.next()?.parse().ok()?;
+                Some((
+                    nanos / 1e9,
+                    parts.next()?.to_owned(),
+                    parts.next()?.to_owned(),
+                    parts.next().unwrap_or_default().to_owned(),
+                ))
+            })
             .collect())
+    }
+
+    /// `(action, container name)` pairs seen so far.
+    pub(crate) fn seen(&self) -> TestResult<Vec<(String, String)>> {
+        Ok(self
+            .timed()?
+            .into_iter()
+            .map(|(_, action, name, _)| (action, name))
+            .collect())
+    }
+
+    /// The events seen once `done` holds for them (the stream reaches the file a moment after
+    /// the engine acted), or what was seen after `limit`.
+    pub(crate) fn timed_once(
+        &self,
+        limit: Duration,
+        done: impl Fn(&[TimedEvent]) -> bool,
+    ) -> TestResult<Vec<TimedEvent>> {
+        let started = std::time::Instant::now();
+        loop {
+            let events = self.timed()?;
+            if done(&events) || started.elapsed() > limit {
+                return Ok(events);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 

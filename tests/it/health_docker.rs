@@ -16,7 +16,7 @@ use serde_json::Value;
 use voodu_agent::model::{Kind, ResourceKey};
 use voodu_agent::store::Store;
 
-use crate::e2e_docker::{Env, Events, Row};
+use crate::e2e_docker::{Env, Events, Row, TimedEvent};
 use crate::support::{TestResult, test_image, wait_until};
 
 const LIMIT: Duration = Duration::from_secs(90);
@@ -501,41 +501,6 @@ fn term_trapping_web(env: &Env, version: &str, out: &std::path::Path, extra: &st
     )
 }
 
-/// `(unix time in seconds, action, container name, signal)` of the scope's container events.
-fn timed_events(env: &Env, since: SystemTime) -> TestResult<Vec<(f64, String, String, String)>> {
-    let since = since.duration_since(std::time::UNIX_EPOCH)?.as_secs();
-    let until = SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_secs()
-        + 1;
-    let out = docker(&[
-        "events",
-        "--since",
-        &since.to_string(),
-        "--until",
-        &until.to_string(),
-        "--filter",
-        &format!("label=voodu.scope={}", env.scope()),
-        "--filter",
-        "type=container",
-        "--format",
-        "{{.TimeNano}} {{.Action}} {{.Actor.Attributes.name}} {{.Actor.Attributes.signal}}",
-    ])?;
-    Ok(out
-        .lines()
-        .filter_map(|line| {
-            let mut parts = line.split(' ');
-            let nanos: f64 = parts.next()?.parse().ok()?;
-            Some((
-                nanos / 1e9,
-                parts.next()?.to_owned(),
-                parts.next()?.to_owned(),
-                parts.next().unwrap_or_default().to_owned(),
-            ))
-        })
-        .collect())
-}
-
 #[test]
 #[ignore = "needs a Docker engine: scripts/test runs it (cargo test -- --include-ignored)"]
 fn a_surge_roll_keeps_every_replica_ready_and_drains_each_old_one_for_its_grace() -> TestResult {
@@ -550,7 +515,11 @@ fn a_surge_roll_keeps_every_replica_ready_and_drains_each_old_one_for_its_grace(
         flags.extend(["--allow-bind-root", out_root.as_str()]);
         env.start_agent_with(&flags)?;
         let old = env.converged(&v1, 3, None)?;
-        let since = SystemTime::now();
+        let events = Events::start(
+            env.scope(),
+            SystemTime::now(),
+            env.dir.path().join("events"),
+        )?;
         env.repo
             .write("app/web.hcl", &term_trapping_web(env, "2", &out, ""))?;
         let v2 = env.repo.commit("web v2")?;
@@ -574,7 +543,14 @@ fn a_surge_roll_keeps_every_replica_ready_and_drains_each_old_one_for_its_grace(
             rows.iter()
                 .all(|row| old.iter().all(|o| o.name != row.name))
         );
-        let events = timed_events(env, since)?;
+        let web_destroys = |events: &[TimedEvent]| {
+            events
+                .iter()
+                .filter(|(_, action, name, _)| action == "destroy" && name.contains("-web."))
+                .count()
+        };
+        let events =
+            events.timed_once(Duration::from_secs(10), |events| web_destroys(events) >= 3)?;
         // The successor first, each time: create before destroy, three times.
         let order: Vec<&str> = events
             .iter()
@@ -649,17 +625,26 @@ fn a_pinned_host_port_rolls_the_old_replica_out_first() -> TestResult {
         let v1 = env.repo.commit("web v1")?;
         env.start_agent_with(FLAGS)?;
         let old = env.converged(&v1, 1, None)?;
-        let since = SystemTime::now();
+        let events = Events::start(
+            env.scope(),
+            SystemTime::now(),
+            env.dir.path().join("events"),
+        )?;
         env.repo.write("app/web.hcl", &manifest("2"))?;
         let v2 = env.repo.commit("web v2")?;
         env.converged(&v2, 1, Some(&old[0].hash))?;
-        let order: Vec<String> = timed_events(env, since)?
-            .into_iter()
-            .filter(|(_, action, name, _)| {
-                name.contains("-web.") && (action == "create" || action == "destroy")
-            })
-            .map(|(_, action, _, _)| action)
-            .collect();
+        let web_order = |events: &[TimedEvent]| -> Vec<String> {
+            events
+                .iter()
+                .filter(|(_, action, name, _)| {
+                    name.contains("-web.") && (action == "create" || action == "destroy")
+                })
+                .map(|(_, action, _, _)| action.clone())
+                .collect()
+        };
+        let order = web_order(&events.timed_once(Duration::from_secs(10), |events| {
+            web_order(events).len() >= 2
+        })?);
         // Two replicas cannot bind the port at once: the old one goes first.
         assert_eq!(order, ["destroy", "create"]);
         Ok(())
