@@ -157,14 +157,11 @@ impl Events {
         limit: Duration,
         done: impl Fn(&[TimedEvent]) -> bool,
     ) -> TestResult<Vec<TimedEvent>> {
-        let started = std::time::Instant::now();
-        loop {
-            let events = self.timed()?;
-            if done(&events) || started.elapsed() > limit {
-                return Ok(events);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until(limit, "the event stream", || {
+            let events = self.timed().ok()?;
+            done(&events).then_some(events)
+        })
+        .or_else(|_| self.timed())
     }
 }
 

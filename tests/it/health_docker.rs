@@ -465,8 +465,8 @@ fn scaling_decisions(env: &Env) -> TestResult<Vec<(SystemTime, u64, u64)>> {
         if !line.contains(" autoscaling ") || !line.contains(&key) {
             continue;
         }
-        let mut words = line.split_whitespace();
-        let at = humantime::parse_rfc3339(words.next().ok_or("an empty log line")?)?;
+        let first = line.split_whitespace().next().ok_or("an empty log line")?;
+        let at = humantime::parse_rfc3339(first)?;
         let field = |name: &str| -> TestResult<u64> {
             let value = line
                 .split_whitespace()
