@@ -7,6 +7,7 @@
 //! rewritten (its inode stays, so running containers keep their bind mount); only files under
 //! the assets root are ever written or removed. Blocking: call from a blocking thread.
 
+pub mod age;
 mod fetch;
 pub mod registry;
 pub mod sops;

@@ -1,5 +1,5 @@
 //! Opening SOPS files with the host's age identities (`--age-identity`): the data key is
-//! unwrapped from the file's age stanza (the `age` crate), every `ENC[AES256_GCM,data:…,iv:…,
+//! unwrapped from the file's age stanza (`assets::age`), every `ENC[AES256_GCM,data:…,iv:…,
 //! tag:…,type:…]` value is decrypted with AES-256-GCM (32-byte IV, the value's path `a:b:` as
 //! additional data), and the MAC — SHA-512 over the values in file order, itself encrypted with
 //! `lastmodified` as additional data — must match before anything is used.
@@ -9,12 +9,12 @@
 //! error, log line or `Debug` output (errors name the file and the reason: no matching key,
 //! MAC mismatch, malformed); `Keyring`'s `Debug` shows recipients only.
 
-use std::io::Read as _;
 use std::path::Path;
 
 use aes_gcm::aead::{Aead as _, KeyInit as _, Payload};
 use sha2::{Digest as _, Sha512};
 
+use super::age;
 use crate::manifest::sops::{Node, SopsFile, SopsFormat};
 
 /// Why a SOPS file cannot be opened. Never carries a decrypted value.
@@ -37,7 +37,7 @@ pub enum SopsError {
 /// The age identities the agent decrypts with. `Debug` shows their recipients only.
 #[derive(Default)]
 pub struct Keyring {
-    identities: Vec<age::x25519::Identity>,
+    identities: Vec<age::Identity>,
 }
 
 impl std::fmt::Debug for Keyring {
@@ -64,7 +64,7 @@ impl Keyring {
                 if line.is_empty() || line.starts_with('#') {
                     continue;
                 }
-                let identity: age::x25519::Identity = line.parse().map_err(|_| {
+                let identity: age::Identity = line.parse().map_err(|_| {
                     format!(
                         "{} line {}: not an age identity (want AGE-SECRET-KEY-1…; plugin and SSH identities are not supported)",
                         path.display(),
@@ -88,7 +88,7 @@ impl Keyring {
     pub(crate) fn recipients(&self) -> Vec<String> {
         self.identities
             .iter()
-            .map(|identity| identity.to_public().to_string())
+            .map(age::Identity::recipient)
             .collect()
     }
 
@@ -146,36 +146,12 @@ impl Keyring {
                 }
             )));
         }
-        let held: Vec<age::x25519::Recipient> = self
-            .identities
-            .iter()
-            .map(age::x25519::Identity::to_public)
-            .collect();
+        let held = self.recipients();
         for stanza in &file.metadata.age {
-            if !held
-                .iter()
-                .any(|recipient| recipient.to_string() == stanza.recipient)
-            {
+            if !held.contains(&stanza.recipient) {
                 continue;
             }
-            let reader = age::armor::ArmoredReader::new(stanza.enc.as_bytes());
-            let decryptor = age::Decryptor::new(reader).map_err(|error| {
-                SopsError::Malformed(format!("the age stanza for {}: {error}", stanza.recipient))
-            })?;
-            let mut stream = decryptor
-                .decrypt(
-                    self.identities
-                        .iter()
-                        .map(|identity| identity as &dyn age::Identity),
-                )
-                .map_err(|error| {
-                    SopsError::Malformed(format!(
-                        "the age stanza for {}: {error}",
-                        stanza.recipient
-                    ))
-                })?;
-            let mut key = Vec::new();
-            stream.read_to_end(&mut key).map_err(|error| {
+            let key = age::decrypt(&self.identities, stanza.enc.as_bytes()).map_err(|error| {
                 SopsError::Malformed(format!("the age stanza for {}: {error}", stanza.recipient))
             })?;
             return key
@@ -193,10 +169,7 @@ impl Keyring {
             held: if held.is_empty() {
                 "no identity".to_owned()
             } else {
-                held.iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                held.join(", ")
             },
         })
     }

@@ -335,3 +335,61 @@ fn sops_env_file(env: &mut crate::e2e_docker::Env) -> TestResult {
     }
     Ok(())
 }
+
+#[test]
+#[ignore = "needs sops and age, which scripts/test-deps installs: scripts/test runs it"]
+fn files_the_age_tool_encrypts_open_at_every_chunk_boundary() -> TestResult {
+    use voodu_agent::assets::age::{AgeError, Identity, decrypt};
+    if !AgeKey::tools_available() {
+        return Err(NEEDS_TOOLS.into());
+    }
+    let key = AgeKey::new()?;
+    let other = AgeKey::new()?;
+    let identity_of = |key: &AgeKey| -> TestResult<Identity> {
+        let text = std::fs::read_to_string(key.identity())?;
+        let line = text
+            .lines()
+            .find(|line| line.starts_with("AGE-SECRET-KEY-1"))
+            .ok_or("no identity line")?;
+        Ok(line.parse::<Identity>()?)
+    };
+    let identity = identity_of(&key)?;
+    assert_eq!(identity.recipient(), key.recipient);
+    let dir = tempfile::tempdir()?;
+    let input = dir.path().join("plain");
+    let age = |plain: &[u8], armor: bool, recipients: &[&str]| -> TestResult<Vec<u8>> {
+        std::fs::write(&input, plain)?;
+        let mut command = std::process::Command::new("age");
+        command.arg("--encrypt");
+        if armor {
+            command.arg("--armor");
+        }
+        for recipient in recipients {
+            command.args(["--recipient", recipient]);
+        }
+        let output = command.arg(&input).output()?;
+        assert!(output.status.success(), "age --encrypt failed");
+        Ok(output.stdout)
+    };
+    // Payload chunks are 64 KiB: empty, one byte, around one and two chunk lengths.
+    for size in [0usize, 1, 65_535, 65_536, 65_537, 131_072, 200_000] {
+        let plain: Vec<u8> = (0..size).map(|at| (at * 7 % 251) as u8).collect();
+        for armor in [true, false] {
+            let file = age(&plain, armor, &[&other.recipient, &key.recipient])?;
+            let opened = decrypt(std::slice::from_ref(&identity), &file)?;
+            assert!(
+                opened == plain,
+                "{size} bytes, armor {armor}: wrong plaintext"
+            );
+            let mut cut = file.clone();
+            cut.truncate(file.len() - if armor { 40 } else { 1 });
+            assert!(
+                decrypt(std::slice::from_ref(&identity), &cut).is_err(),
+                "{size} bytes cut short"
+            );
+        }
+    }
+    let theirs = age(b"not for us", true, &[&other.recipient])?;
+    assert_eq!(decrypt(&[identity], &theirs), Err(AgeError::NoMatch));
+    Ok(())
+}
