@@ -150,8 +150,7 @@ pub fn decrypt(identities: &[Identity], file: &[u8]) -> Result<Vec<u8>, AgeError
     }
     let file_key = file_key.ok_or(AgeError::NoMatch)?;
     let mac_key = hkdf_sha256(&file_key, &[], b"header");
-    let mut mac = <Hmac<Sha256> as hmac::KeyInit>::new_from_slice(&mac_key)
-        .expect("HMAC takes a key of any length");
+    let mut mac = hmac_sha256(&mac_key);
     mac.update(header.authenticated);
     mac.verify_slice(&header.mac)
         .map_err(|_| AgeError::HeaderMac)?;
@@ -320,16 +319,17 @@ fn raw_base64(text: &str) -> Option<Vec<u8>> {
 
 /// HKDF-SHA-256 (RFC 5869) with 32 bytes of output: one HMAC to extract, one to expand.
 fn hkdf_sha256(ikm: &[u8], salt: &[u8], info: &[u8]) -> [u8; 32] {
-    let hmac = |key: &[u8], parts: &[&[u8]]| -> [u8; 32] {
-        let mut mac = <Hmac<Sha256> as hmac::KeyInit>::new_from_slice(key)
-            .expect("HMAC takes a key of any length");
-        for part in parts {
-            mac.update(part);
-        }
-        mac.finalize().into_bytes().into()
-    };
-    let prk = hmac(salt, &[ikm]);
-    hmac(&prk, &[info, &[1]])
+    let mut extract = hmac_sha256(salt);
+    extract.update(ikm);
+    let prk: [u8; 32] = extract.finalize().into_bytes().into();
+    let mut expand = hmac_sha256(&prk);
+    expand.update(info);
+    expand.update(&[1]);
+    expand.finalize().into_bytes().into()
+}
+
+fn hmac_sha256(key: &[u8]) -> Hmac<Sha256> {
+    <Hmac<Sha256> as hmac::KeyInit>::new_from_slice(key).expect("HMAC takes a key of any length")
 }
 
 /// Bech32 (BIP 173) as age uses it: one case throughout, checksum constant 1, no length cap

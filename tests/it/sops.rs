@@ -345,15 +345,12 @@ fn files_the_age_tool_encrypts_open_at_every_chunk_boundary() -> TestResult {
     }
     let key = AgeKey::new()?;
     let other = AgeKey::new()?;
-    let identity_of = |key: &AgeKey| -> TestResult<Identity> {
-        let text = std::fs::read_to_string(key.identity())?;
-        let line = text
-            .lines()
-            .find(|line| line.starts_with("AGE-SECRET-KEY-1"))
-            .ok_or("no identity line")?;
-        Ok(line.parse::<Identity>()?)
-    };
-    let identity = identity_of(&key)?;
+    let text = std::fs::read_to_string(key.identity())?;
+    let identity: Identity = text
+        .lines()
+        .find(|line| line.starts_with("AGE-SECRET-KEY-1"))
+        .ok_or("no identity line")?
+        .parse()?;
     assert_eq!(identity.recipient(), key.recipient);
     let dir = tempfile::tempdir()?;
     let input = dir.path().join("plain");
