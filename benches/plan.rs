@@ -25,10 +25,9 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use voodu_agent::git::{Source, SourceOptions};
-use voodu_agent::manifest::spec::Spec;
 use voodu_agent::manifest::{self, DecodeCache, LoadOptions, Manifest};
 use voodu_agent::model::ResourceKey;
-use voodu_agent::reconcile::plan::{Action, plan_all};
+use voodu_agent::reconcile::plan::{Action, CurrentSpec, plan_all};
 
 /// The agent binary's allocator (`src/main.rs`), so the figures are the agent's.
 #[global_allocator]
@@ -194,10 +193,15 @@ fn bench(n: usize) -> Figures {
         };
         manifest::load(&snapshot, &options).expect("previous commit loads")
     };
-    let current: BTreeMap<ResourceKey, Spec> = previous
+    let current: BTreeMap<ResourceKey, CurrentSpec> = previous
         .resources
         .into_iter()
-        .map(|resource| (resource.key.clone(), resource.spec.clone()))
+        .map(|resource| {
+            (
+                resource.key.clone(),
+                CurrentSpec::new(resource.spec.clone()),
+            )
+        })
         .collect();
     let mut read = Vec::new();
     let mut load = Vec::new();
@@ -268,7 +272,7 @@ fn measure(
     source: &Source,
     cache: &DecodeCache,
     head: &voodu_agent::model::CommitSha,
-    current: &BTreeMap<ResourceKey, Spec>,
+    current: &BTreeMap<ResourceKey, CurrentSpec>,
     side: &mut Side,
 ) {
     let options = LoadOptions::standalone();
@@ -315,13 +319,18 @@ fn goal_figures() -> [(Side, Side); 2] {
     let base = source.fetch(&AtomicBool::new(false)).expect("fetch");
     let cache = DecodeCache::default();
     // The desired state the host holds: the base commit (loaded once, which warms the cache).
-    let current: BTreeMap<ResourceKey, Spec> = {
+    let current: BTreeMap<ResourceKey, CurrentSpec> = {
         let (snapshot, ids) = source.read_snapshot_with_ids(&base).expect("read");
         manifest::load_cached(&snapshot, &ids, &LoadOptions::standalone(), None, &cache)
             .expect("base loads")
             .resources
             .into_iter()
-            .map(|resource| (resource.key.clone(), resource.spec.clone()))
+            .map(|resource| {
+                (
+                    resource.key.clone(),
+                    CurrentSpec::new(resource.spec.clone()),
+                )
+            })
             .collect()
     };
     if std::env::var_os("VOODU_BENCH_PROFILE_CACHED").is_some() {

@@ -26,7 +26,7 @@ use crate::model::{
 };
 use crate::reconcile::Engine;
 use crate::reconcile::plan::{
-    Action, ResourcePlan, StatefulStep, Step, plan_all, swarm_gaps, swarm_notes,
+    Action, CurrentSpec, ResourcePlan, StatefulStep, Step, plan_all, swarm_gaps, swarm_notes,
 };
 use crate::runtime::{Container, DockerRuntime, Runtime, labels};
 use crate::store::Store;
@@ -234,9 +234,12 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
         .iter()
         .filter_map(|desired| Some((desired.key.clone(), desired.replicas_override?)))
         .collect();
-    let current: BTreeMap<ResourceKey, Spec> = desired
+    let current: BTreeMap<ResourceKey, CurrentSpec> = desired
         .into_iter()
-        .map(|desired| (desired.key, desired.spec))
+        .map(|desired| {
+            let current = CurrentSpec::stored(desired.spec, desired.spec_json);
+            (desired.key, current)
+        })
         .collect();
     let recorded = match &store {
         Some(store) => store.meta(crate::store::META_RUNTIME)?,
@@ -1216,7 +1219,7 @@ mod tests {
 
     fn check(kind: Kind, current: &Spec, next: &Spec, expected: &str) {
         let key = ResourceKey::new(kind, "ops", "x");
-        let plan = plan_resource(&key, Some(current), Some(next), &[], None);
+        let plan = plan_resource(&key, Some(current), Some(next), None, &[], None);
         assert_eq!(plan.action, Action::Replace, "{expected}");
         assert_eq!(detail(&plan, Some(next)), expected);
     }

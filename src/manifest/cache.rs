@@ -395,6 +395,7 @@ mod tests {
     use super::super::tests::snapshot;
     use super::super::{Diagnostics, Manifest, Policy, Resource, load_cached, load_with_policy};
     use super::*;
+    use crate::manifest::spec::Spec;
     use crate::model::Snapshot;
 
     type Loaded = Result<Manifest, Diagnostics>;
@@ -474,7 +475,46 @@ mod tests {
         if let (Err(expected), Err(got)) = (&before, &cached) {
             assert_eq!(expected.to_string(), got.to_string());
         }
+        // A shared resource's JSON, made by an earlier load or now, is its spec's.
+        for resource in cached.iter().flat_map(|manifest| &manifest.resources) {
+            assert_eq!(
+                resource.spec_json(),
+                resource.spec.to_json(),
+                "{}",
+                resource.key
+            );
+        }
         cached
+    }
+
+    /// `Resource::spec_json` is made once; a copy, made to be changed, makes its own.
+    #[test]
+    fn a_resource_s_json_is_its_spec_s_and_a_copy_makes_its_own() -> Result<(), Diagnostics> {
+        let vars = Vars::default();
+        let repo = MemoryFiles::default();
+        let manifest = load_cached(
+            &commit(|files| files.retain(|(path, _)| !path.contains("env"))),
+            &[],
+            &options(&vars, &repo),
+            None,
+            &DecodeCache::new(0),
+        )?;
+        let web0 = manifest
+            .resources
+            .iter()
+            .find(|resource| resource.key.name == "web0")
+            .expect("web0 is declared");
+        let json = web0.spec_json();
+        assert_eq!(json, web0.spec.to_json());
+        assert!(std::ptr::eq(json, web0.spec_json()), "made once");
+        let mut copy = Resource::clone(web0);
+        if let Spec::Deployment(deployment) = &mut copy.spec {
+            deployment.container.image = "img:changed".into();
+        }
+        assert_ne!(copy.spec, web0.spec);
+        assert_eq!(copy.spec_json(), copy.spec.to_json());
+        assert!(copy.spec_json().contains("img:changed"));
+        Ok(())
     }
 
     #[test]

@@ -114,11 +114,6 @@ pub(crate) fn check(
 
     // `host + path` → the ingress that routes it first.
     let mut routes: BTreeMap<String, (ResourceKey, Diagnostic)> = BTreeMap::new();
-    let deployments: HashSet<(&str, &str)> = by_key
-        .keys()
-        .filter(|key| key.kind == Kind::Deployment)
-        .map(|key| (key.scope.as_str(), key.name.as_str()))
-        .collect();
     // Data redises a sentinel quorum may watch.
     let redises: HashSet<(&str, &str)> = by_key
         .iter()
@@ -131,7 +126,7 @@ pub(crate) fn check(
     let mut accepted_items: Vec<&Decoded> = Vec::with_capacity(by_key.len());
     // The digest each asset reference of the item resolves to, in order (one buffer).
     let mut resolved: Vec<&str> = Vec::new();
-    for (key, item) in by_key {
+    for (&key, &item) in &by_key {
         let mut ok = true;
         resolved.clear();
         for (reference, at) in &item.references {
@@ -220,7 +215,10 @@ pub(crate) fn check(
                 }
             }
             let service = ingress.effective_service(&key.name);
-            if !deployments.contains(&(key.scope.as_str(), service)) {
+            // Looked up among the keys (a few ingresses) rather than a set of every
+            // deployment built for them (thousands).
+            let target = ResourceKey::new(Kind::Deployment, key.scope.clone(), service);
+            if !by_key.contains_key(&target) {
                 warnings.push(Diagnostic {
                     message: format!(
                         "ingress routes to deployment {service:?} of scope {:?}, which this commit does not declare; it stays unrouted until one exists",

@@ -130,10 +130,12 @@ impl Store {
             let now = now_unix();
             for resource in &manifest.resources {
                 let key = &resource.key;
-                let spec_json = resource.spec.to_json();
+                // Made once per resource: a file unchanged since an earlier commit is not
+                // serialised again (`Resource::spec_json`).
+                let spec_json = resource.spec_json();
                 let current_row = current.remove(key);
                 if let Some(git_spec) = pins.get(key) {
-                    if git_spec.as_deref() == Some(spec_json.as_str()) {
+                    if git_spec.as_deref() == Some(spec_json) {
                         // Git still declares what it declared at pin time: the pin holds.
                         continue;
                     }
@@ -149,7 +151,7 @@ impl Store {
                     .get(resource.origin.path.as_str())
                     .copied()
                     .unwrap_or(sha);
-                put_desired(&tx, key, &resource.spec, &spec_json, generation, commit, &self.source)?;
+                put_desired(&tx, key, &resource.spec, spec_json, generation, commit, &self.source)?;
                 if !has_autoscale(&resource.spec) {
                     delete_override(&tx, key)?;
                 }

@@ -37,6 +37,46 @@ pub struct Resource {
     pub key: ResourceKey,
     pub spec: Spec,
     pub(crate) origin: Diagnostic,
+    /// `spec`'s canonical JSON, made the first time it is asked for (`spec_json`).
+    pub(crate) json: SpecJson,
+}
+
+impl Resource {
+    /// The spec's canonical JSON (`Spec::to_json`): what the store keeps and compares, and
+    /// what a plan compares with the desired state. Made once per resource: a cached file's
+    /// resources (`Decoded::stamped`) serve every later load and commit with it, so a commit
+    /// that changes one file of many serialises that file's resources alone.
+    ///
+    /// Invariant: the spec does not change once this was asked for. A resource is changed in
+    /// one place, `Decoded::stamped`, on a fresh copy, whose memo a clone leaves empty.
+    pub fn spec_json(&self) -> &str {
+        self.json.0.get_or_init(|| self.spec.to_json())
+    }
+}
+
+/// The memo behind `Resource::spec_json`. A clone starts empty, since a clone is made to be
+/// changed; it takes no part in comparing or showing a resource.
+#[derive(Default)]
+pub(crate) struct SpecJson(std::sync::OnceLock<String>);
+
+impl Clone for SpecJson {
+    fn clone(&self) -> SpecJson {
+        SpecJson::default()
+    }
+}
+
+impl PartialEq for SpecJson {
+    fn eq(&self, _: &SpecJson) -> bool {
+        true
+    }
+}
+
+impl Eq for SpecJson {}
+
+impl std::fmt::Debug for SpecJson {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SpecJson")
+    }
 }
 
 /// A resource with the references its spec makes, for the cross-resource checks.
@@ -303,6 +343,7 @@ fn decode_block(cx: &mut Cx<'_>, block: &Block, out: &mut Vec<Decoded>) {
                 key: ResourceKey::new(kind, scope, name),
                 spec,
                 origin: origin.clone(),
+                json: SpecJson::default(),
             },
             references: references.clone(),
             secrets: std::mem::take(&mut secrets),

@@ -24,8 +24,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use crate::manifest::Manifest;
 use crate::manifest::spec::{Spec, plugin_refusal};
+use crate::manifest::{Manifest, Resource};
 use crate::model::{Kind, ResourceKey, SpecHash};
 use crate::runtime::Container;
 
@@ -95,16 +95,42 @@ pub(crate) fn apply_failure(key: &ResourceKey, spec: &Spec) -> Option<String> {
     plugin_refusal(key, blocks)
 }
 
+/// A resource's spec as the agent's desired state holds it, with its canonical JSON: the form
+/// the store keeps and compares (two specs are equal exactly when their JSON is), so a plan
+/// tells an unchanged resource by one string comparison instead of walking both specs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CurrentSpec {
+    pub spec: Spec,
+    json: String,
+}
+
+impl CurrentSpec {
+    /// `spec` with its JSON made here.
+    pub fn new(spec: Spec) -> CurrentSpec {
+        let json = spec.to_json();
+        CurrentSpec { spec, json }
+    }
+
+    /// A spec and the JSON the store kept for it (`Desired::spec_json`), which the store wrote
+    /// from it. JSON an older version wrote differently only sends the comparison down the
+    /// field-by-field path (`diff_specs`), which reads the specs: the plan is the same.
+    pub(crate) fn stored(spec: Spec, json: String) -> CurrentSpec {
+        CurrentSpec { spec, json }
+    }
+}
+
 /// Plans one resource: `current` is what the agent's desired state holds now, `next` what the
-/// commit declares, `actual` the resource's containers (empty when unknown or none).
+/// commit declares, `equal` whether the two are equal when that is already known (`None`:
+/// compare them), `actual` the resource's containers (empty when unknown or none).
 pub(crate) fn plan_resource(
     key: &ResourceKey,
     current: Option<&Spec>,
     next: Option<&Spec>,
+    equal: Option<bool>,
     actual: &[Container],
     scaled: Option<usize>,
 ) -> ResourcePlan {
-    let changes = diff_specs(key.kind, current, next);
+    let changes = diff_specs(key.kind, current, next, equal);
     if let Some(failure) = next.and_then(|spec| apply_failure(key, spec)) {
         return ResourcePlan {
             key: key.clone(),
@@ -182,15 +208,21 @@ pub(crate) fn plan_resource(
 /// The plan of every resource in the commit or in the agent's desired state, by key.
 pub fn plan_all(
     manifest: &Manifest,
-    current: &BTreeMap<ResourceKey, Spec>,
+    current: &BTreeMap<ResourceKey, CurrentSpec>,
     actual: &BTreeMap<ResourceKey, Vec<Container>>,
     scaled: &BTreeMap<ResourceKey, usize>,
 ) -> Vec<ResourcePlan> {
-    let plan = |key: &ResourceKey, next: Option<&Spec>| {
+    let plan = |key: &ResourceKey, next: Option<&Resource>| {
+        let current = current.get(key);
+        // Equal JSON, equal specs: most of a commit is told apart without walking a spec.
+        let equal = current
+            .zip(next)
+            .map(|(current, next)| current.json == next.spec_json());
         plan_resource(
             key,
-            current.get(key),
-            next,
+            current.map(|current| &current.spec),
+            next.map(|next| &next.spec),
+            equal,
             actual.get(key).map_or(&[][..], Vec::as_slice),
             scaled.get(key).copied(),
         )
@@ -198,10 +230,10 @@ pub fn plan_all(
     // A loaded manifest is ordered by key, each key once: walked beside the sorted maps, no
     // key set is built and no spec looked up by key (10,000 resources: most of a plan).
     if !manifest.resources.is_sorted_by(|a, b| a.key < b.key) {
-        let next: BTreeMap<&ResourceKey, &Spec> = manifest
+        let next: BTreeMap<&ResourceKey, &Resource> = manifest
             .resources
             .iter()
-            .map(|resource| (&resource.key, &resource.spec))
+            .map(|resource| (&resource.key, &**resource))
             .collect();
         let keys: BTreeSet<&ResourceKey> = next
             .keys()
@@ -232,20 +264,25 @@ pub fn plan_all(
         };
         current_keys.next_if(|other| *other == key);
         actual_keys.next_if(|other| *other == key);
-        let spec = next
+        let resource = next
             .next_if(|resource| resource.key == *key)
-            .map(|resource| &resource.spec);
-        plans.push(plan(key, spec));
+            .map(|resource| &**resource);
+        plans.push(plan(key, resource));
     }
     plans
 }
 
 /// The top-level fields that differ between two specs of one kind.
-fn diff_specs(kind: Kind, current: Option<&Spec>, next: Option<&Spec>) -> Vec<FieldChange> {
+fn diff_specs(
+    kind: Kind,
+    current: Option<&Spec>,
+    next: Option<&Spec>,
+    equal: Option<bool>,
+) -> Vec<FieldChange> {
     let (Some(current), Some(next)) = (current, next) else {
         return Vec::new();
     };
-    if current == next {
+    if equal.unwrap_or_else(|| current == next) {
         // Equal specs serialise equally: no field differs (most of a commit, most of the time).
         return Vec::new();
     }
@@ -440,6 +477,7 @@ mod failure_tests {
             &key,
             Some(&Spec::Deployment(old)),
             Some(&Spec::Deployment(new)),
+            None,
             &running,
             None,
         );
@@ -489,6 +527,7 @@ mod walk_tests {
                     col: 1,
                     message: String::new(),
                 },
+                json: Default::default(),
             }))
         };
         let mut manifest = Manifest {
@@ -501,9 +540,9 @@ mod walk_tests {
             ..Manifest::default()
         };
         let current = BTreeMap::from([
-            (key("b"), deployment("b:1")?),
-            (key("c"), deployment("c:1")?),
-            (key("z"), deployment("z:1")?),
+            (key("b"), CurrentSpec::new(deployment("b:1")?)),
+            (key("c"), CurrentSpec::new(deployment("c:1")?)),
+            (key("z"), CurrentSpec::new(deployment("z:1")?)),
         ]);
         let hash = deployment("c:1")?.spec_hash(&key("c"));
         let actual = BTreeMap::from([

@@ -470,19 +470,19 @@ mod tests {
         let pods: Vec<Container> = (0..3)
             .map(|ordinal| pod(ordinal, old_hash.as_str(), Running))
             .collect();
-        let plan = plan_resource(&key, Some(&old), Some(&new), &pods, None);
+        let plan = plan_resource(&key, Some(&old), Some(&new), None, &pods, None);
         assert_eq!(plan.action, Action::Replace);
         assert!(plan.steps.is_empty());
         assert_eq!(
             plan.pod_steps.iter().map(pod_text).collect::<Vec<_>>(),
             ["remove db.2", "replace db.1", "replace db.0"]
         );
-        let unchanged = plan_resource(&key, Some(&old), Some(&old), &pods[..2], None);
+        let unchanged = plan_resource(&key, Some(&old), Some(&old), None, &pods[..2], None);
         assert_eq!(
             (unchanged.action, unchanged.pod_steps),
             (Action::Unchanged, vec![])
         );
-        let gone = plan_resource(&key, Some(&old), None, &pods, None);
+        let gone = plan_resource(&key, Some(&old), None, None, &pods, None);
         assert_eq!(gone.action, Action::Delete);
         assert_eq!(
             gone.pod_steps.iter().map(pod_text).collect::<Vec<_>>(),

@@ -336,19 +336,27 @@ mod tests {
                 .collect()
         };
         // The autoscaler runs 4: a commit that keeps `autoscale` keeps them.
-        let kept = plan_resource(&key, Some(&spec(5)), Some(&spec(5)), &running, Some(4));
+        let kept = plan_resource(
+            &key,
+            Some(&spec(5)),
+            Some(&spec(5)),
+            None,
+            &running,
+            Some(4),
+        );
         assert_eq!(text(&kept), Vec::<String>::new());
         // With `max` lowered to 3 (`autoscale` is hashed, so replicas of that spec), 3 run.
         let narrowed = plan_resource(
             &key,
             Some(&spec(3)),
             Some(&spec(3)),
+            None,
             &running_at(3),
             Some(4),
         );
         assert_eq!(text(&narrowed), ["remove d"]);
         // Without the autoscaler's count, the manifest's replicas.
-        let manifest = plan_resource(&key, Some(&spec(5)), Some(&spec(5)), &running, None);
+        let manifest = plan_resource(&key, Some(&spec(5)), Some(&spec(5)), None, &running, None);
         assert_eq!(text(&manifest), ["remove b", "remove c", "remove d"]);
     }
 }
