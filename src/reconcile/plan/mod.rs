@@ -212,8 +212,10 @@ pub fn plan_all(
     actual: &BTreeMap<ResourceKey, Vec<Container>>,
     scaled: &BTreeMap<ResourceKey, usize>,
 ) -> Vec<ResourcePlan> {
-    let plan = |key: &ResourceKey, next: Option<&Resource>| {
-        let current = current.get(key);
+    let plan = |key: &ResourceKey,
+                current: Option<&CurrentSpec>,
+                next: Option<&Resource>,
+                actual: Option<&Vec<Container>>| {
         // Equal JSON, equal specs: most of a commit is told apart without walking a spec.
         let equal = current
             .zip(next)
@@ -223,12 +225,12 @@ pub fn plan_all(
             current.map(|current| &current.spec),
             next.map(|next| &next.spec),
             equal,
-            actual.get(key).map_or(&[][..], Vec::as_slice),
+            actual.map_or(&[][..], Vec::as_slice),
             scaled.get(key).copied(),
         )
     };
     // A loaded manifest is ordered by key, each key once: walked beside the sorted maps, no
-    // key set is built and no spec looked up by key (10,000 resources: most of a plan).
+    // key set is built and nothing looked up by key (10,000 resources: most of a plan).
     if !manifest.resources.is_sorted_by(|a, b| a.key < b.key) {
         let next: BTreeMap<&ResourceKey, &Resource> = manifest
             .resources
@@ -243,18 +245,21 @@ pub fn plan_all(
             .collect();
         return keys
             .into_iter()
-            .map(|key| plan(key, next.get(key).copied()))
+            .map(|key| {
+                let next = next.get(key).copied();
+                plan(key, current.get(key), next, actual.get(key))
+            })
             .collect();
     }
     let mut next = manifest.resources.iter().peekable();
-    let mut current_keys = current.keys().peekable();
-    let mut actual_keys = actual.keys().peekable();
+    let mut current = current.iter().peekable();
+    let mut actual = actual.iter().peekable();
     let mut plans = Vec::with_capacity(manifest.resources.len().max(current.len()));
     loop {
         let key = [
             next.peek().map(|resource| &resource.key),
-            current_keys.peek().copied(),
-            actual_keys.peek().copied(),
+            current.peek().map(|(key, _)| *key),
+            actual.peek().map(|(key, _)| *key),
         ]
         .into_iter()
         .flatten()
@@ -262,12 +267,16 @@ pub fn plan_all(
         let Some(key) = key else {
             break;
         };
-        current_keys.next_if(|other| *other == key);
-        actual_keys.next_if(|other| *other == key);
+        let current = current
+            .next_if(|(other, _)| *other == key)
+            .map(|(_, spec)| spec);
+        let actual = actual
+            .next_if(|(other, _)| *other == key)
+            .map(|(_, containers)| containers);
         let resource = next
             .next_if(|resource| resource.key == *key)
             .map(|resource| &**resource);
-        plans.push(plan(key, resource));
+        plans.push(plan(key, current, resource, actual));
     }
     plans
 }
