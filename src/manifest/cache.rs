@@ -10,7 +10,8 @@
 //! never stored. The host policy and every check across files (duplicates, references, digest
 //! stamping, route overlaps) run over the whole set on every load; the per-file lex, parse
 //! and decode is reused, and so is each resource as the checks last accepted it
-//! (`Decoded::stamped`, kept with the decode: at most a second copy of a consumer's spec)
+//! (`Decoded::stamped`, kept with the decode: at most a second copy of a consumer's spec,
+//! and its canonical JSON once the store or a plan asked for it, `Resource::spec_json`)
 //! while its asset references resolve to the same digests.
 //!
 //! Invariants: a load through the cache returns exactly what an uncached load returns
