@@ -144,6 +144,19 @@ fn write_commit(repo: &Path, files: &BTreeMap<String, String>, message: &str) {
     git(repo, &["commit", "-q", "-m", message]);
 }
 
+/// The desired state a host holds once `manifest` is applied, as the store gives it back:
+/// each spec with its own JSON, apart from the loaded resources.
+fn desired_state(manifest: &Manifest) -> BTreeMap<ResourceKey, CurrentSpec> {
+    manifest
+        .resources
+        .iter()
+        .map(|resource| {
+            let current = CurrentSpec::new(resource.spec.clone());
+            (resource.key.clone(), current)
+        })
+        .collect()
+}
+
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
     samples[samples.len() / 2]
@@ -193,16 +206,7 @@ fn bench(n: usize) -> Figures {
         };
         manifest::load(&snapshot, &options).expect("previous commit loads")
     };
-    let current: BTreeMap<ResourceKey, CurrentSpec> = previous
-        .resources
-        .into_iter()
-        .map(|resource| {
-            (
-                resource.key.clone(),
-                CurrentSpec::new(resource.spec.clone()),
-            )
-        })
-        .collect();
+    let current = desired_state(&previous);
     let mut read = Vec::new();
     let mut load = Vec::new();
     let mut plan = Vec::new();
@@ -319,19 +323,11 @@ fn goal_figures() -> [(Side, Side); 2] {
     let base = source.fetch(&AtomicBool::new(false)).expect("fetch");
     let cache = DecodeCache::default();
     // The desired state the host holds: the base commit (loaded once, which warms the cache).
-    let current: BTreeMap<ResourceKey, CurrentSpec> = {
+    let current = {
         let (snapshot, ids) = source.read_snapshot_with_ids(&base).expect("read");
-        manifest::load_cached(&snapshot, &ids, &LoadOptions::standalone(), None, &cache)
-            .expect("base loads")
-            .resources
-            .into_iter()
-            .map(|resource| {
-                (
-                    resource.key.clone(),
-                    CurrentSpec::new(resource.spec.clone()),
-                )
-            })
-            .collect()
+        let loaded =
+            manifest::load_cached(&snapshot, &ids, &LoadOptions::standalone(), None, &cache);
+        desired_state(&loaded.expect("base loads"))
     };
     if std::env::var_os("VOODU_BENCH_PROFILE_CACHED").is_some() {
         // For a profiler: the cached side alone, every file a hit.
