@@ -26,8 +26,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use super::decode::{self, Decoded, LoadEnv};
 use super::diagnostic::{Diagnostic, LineIndex};
 use super::interpolate::{self, Vars};
+use super::validate::{CheckIndex, Checked};
 use super::{LoadOptions, Mode, lex};
-use crate::model::{BlobId, MemoryFiles, ResourceKey, SourceFile};
+use crate::model::{BlobId, MemoryFiles, Policy, ResourceKey, SourceFile};
 
 /// What one manifest file decoded to: its resources and every problem found in it alone.
 #[derive(Clone, Default)]
@@ -233,6 +234,9 @@ pub struct CacheStats {
     pub misses: u64,
     /// Times the load's inputs differed from the entries' and the cache was cleared.
     pub cleared: u64,
+    /// Keys the checks across files ran for (a key no change touched keeps what they
+    /// concluded at an earlier load).
+    pub checked: u64,
 }
 
 /// Decoded manifest files by path and blob id, between loads (see the module docs).
@@ -240,6 +244,8 @@ pub struct CacheStats {
 /// not (it locks inside).
 pub struct DecodeCache {
     inner: Mutex<Inner>,
+    /// The checks across files as the last load left them (taken by a load, put back after).
+    checks: Mutex<CheckIndex>,
     max_bytes: usize,
     threads: usize,
 }
@@ -275,6 +281,7 @@ impl DecodeCache {
     pub fn new(max_bytes: usize) -> DecodeCache {
         DecodeCache {
             inner: Mutex::new(Inner::default()),
+            checks: Mutex::new(CheckIndex::default()),
             max_bytes,
             threads: default_threads(),
         }
@@ -383,6 +390,20 @@ impl DecodeCache {
             }
         }
         found.into_iter().flatten().collect()
+    }
+}
+
+impl DecodeCache {
+    /// The checks across `files` (a load's decodes, in load order) under `policy`, through the
+    /// index the last load left: only the keys the change touches are checked again. Loads at
+    /// once each check: one through the index, the others through a fresh one.
+    pub(crate) fn check(&self, files: &[Arc<FileResult>], policy: Option<&Policy>) -> Checked {
+        let mut index =
+            std::mem::take(&mut *self.checks.lock().unwrap_or_else(PoisonError::into_inner));
+        let checked = index.check(files, policy);
+        *self.checks.lock().unwrap_or_else(PoisonError::into_inner) = index;
+        self.lock().stats.checked += checked.checked as u64;
+        checked
     }
 }
 

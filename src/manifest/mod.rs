@@ -194,7 +194,6 @@ fn load_inner(
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
     let mut blobs = BTreeMap::new();
-    let mut failed = Vec::new();
     for (path, why) in &snapshot.refused {
         errors.push(Diagnostic {
             path: path.clone(),
@@ -222,30 +221,21 @@ fn load_inner(
                 .iter()
                 .map(|(digest, bytes)| (digest.clone(), bytes.clone())),
         );
-        failed.extend(result.failed.iter().cloned());
     }
-    // Read in place: a cached file's decode is shared, and `validate` copies what it accepts.
-    let decoded: Vec<&decode::Decoded> = results
+    let secrets = results
         .iter()
         .flat_map(|result| result.decoded.iter())
-        .collect();
-    let secrets = decoded
-        .iter()
         .flat_map(|item| item.secrets.iter().cloned())
         .collect();
-    let failed: std::collections::BTreeSet<_> = failed.into_iter().collect();
-    if let Some(policy) = policy {
-        // Only the declaration that wins counts: a later file replaces an earlier one.
-        let mut winners = BTreeMap::new();
-        for (index, item) in decoded.iter().enumerate() {
-            winners.insert(&item.resource.key, index);
-        }
-        for index in winners.into_values() {
-            let item = &decoded[index];
-            errors.extend(policy::check(policy, &item.resource, &item.locations));
-        }
-    }
-    let resources = validate::check(decoded, &failed, &mut errors, &mut warnings);
+    // The checks across files, with the host policy: through the cache's index, they run
+    // again for the keys this commit touches alone.
+    let checked = match cache {
+        Some((cache, _)) => cache.check(&results, policy),
+        None => validate::CheckIndex::default().check(&results, policy),
+    };
+    errors.extend(checked.errors);
+    warnings.extend(checked.warnings);
+    let resources = checked.resources;
     let by_location =
         |a: &Diagnostic, b: &Diagnostic| (&a.path, a.line, a.col).cmp(&(&b.path, b.line, b.col));
     errors.sort_by(by_location);
