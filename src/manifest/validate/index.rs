@@ -13,7 +13,7 @@
 //! Invariant: the result equals what the rules give run over every key (a fresh index:
 //! `tests::an_index_kept_between_loads_checks_as_a_fresh_one`).
 
-use std::borrow::Cow;
+use std::borrow::{Borrow, Cow};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -108,22 +108,6 @@ fn declared(files: &HashMap<FileId, Arc<FileResult>>, decl: Decl) -> Option<&Dec
     files.get(&decl.file)?.decoded.get(decl.item)
 }
 
-/// Notes under `readers` that `reader`'s checks read `read`.
-fn file_read(
-    readers: &mut BTreeMap<ResourceKey, BTreeSet<ResourceKey>>,
-    read: &ResourceKey,
-    reader: &ResourceKey,
-) {
-    match readers.get_mut(read) {
-        Some(set) => {
-            set.insert(reader.clone());
-        }
-        None => {
-            readers.insert(read.clone(), BTreeSet::from([reader.clone()]));
-        }
-    }
-}
-
 impl Keys for View<'_> {
     fn winner(&self, key: &ResourceKey) -> Option<&Decoded> {
         self.decl(self.keys.get(key)?.winner?)
@@ -141,6 +125,57 @@ impl Keys for View<'_> {
 
     fn first_route(&self, route: &str) -> Option<&ResourceKey> {
         self.routes.get(route)?.first()
+    }
+}
+
+/// A change touching more than one key in this many is walked in order, not looked up.
+const DENSE: usize = 8;
+
+/// Calls `f` with the state of each of `keys` (sorted, unique) that the index holds, in key
+/// order: looked up one by one for a few keys, or in one walk beside the index for many.
+fn each_state<'k, K: Borrow<ResourceKey> + 'k>(
+    states: &mut BTreeMap<ResourceKey, KeyState>,
+    keys: &'k [K],
+    mut f: impl FnMut(&'k ResourceKey, &mut KeyState),
+) {
+    if keys.len() * DENSE < states.len() {
+        for key in keys {
+            if let Some(state) = states.get_mut(key.borrow()) {
+                f(key.borrow(), state);
+            }
+        }
+        return;
+    }
+    let mut walk = states.iter_mut().peekable();
+    for key in keys {
+        let key = key.borrow();
+        while walk.next_if(|(at, _)| *at < key).is_some() {}
+        if let Some((_, state)) = walk.next_if(|(at, _)| *at == key) {
+            f(key, state);
+        }
+    }
+}
+
+/// `each_state` reading: `f` gets `None` for a key the index does not hold.
+fn each_state_ref<'k, K: Borrow<ResourceKey> + 'k>(
+    states: &BTreeMap<ResourceKey, KeyState>,
+    keys: &'k [K],
+    mut f: impl FnMut(&'k ResourceKey, Option<&KeyState>),
+) {
+    if keys.len() * DENSE < states.len() {
+        for key in keys {
+            f(key.borrow(), states.get(key.borrow()));
+        }
+        return;
+    }
+    let mut walk = states.iter().peekable();
+    for key in keys {
+        let key = key.borrow();
+        while walk.next_if(|(at, _)| *at < key).is_some() {}
+        f(
+            key,
+            walk.next_if(|(at, _)| *at == key).map(|(_, state)| state),
+        );
     }
 }
 
@@ -165,12 +200,12 @@ impl CheckIndex {
             .filter(|id| !order.contains_key(*id))
             .copied()
             .collect();
-        let came = files
+        let came: Vec<&Arc<FileResult>> = files
             .iter()
             .filter(|file| !self.files.contains_key(&file_id(file)))
-            .count();
+            .collect();
         // A change of most files is checked as new: cheaper than undoing the old.
-        if !self.files.is_empty() && gone.len() + came > files.len() {
+        if !self.files.is_empty() && gone.len() + came.len() > files.len() {
             *self = CheckIndex {
                 policy: policy.cloned(),
                 ..CheckIndex::default()
@@ -179,7 +214,7 @@ impl CheckIndex {
         }
         let gone: Vec<Arc<FileResult>> =
             gone.iter().filter_map(|id| self.files.remove(id)).collect();
-        let mut dirty: BTreeSet<Cow<'_, ResourceKey>> = BTreeSet::new();
+        let mut dirty: Vec<Cow<'_, ResourceKey>> = Vec::new();
         for file in &gone {
             let id = file_id(file);
             for (item, decoded) in file.decoded.iter().enumerate() {
@@ -187,48 +222,77 @@ impl CheckIndex {
                 if let Some(state) = self.keys.get_mut(key) {
                     state.decls.retain(|decl| *decl != Decl { file: id, item });
                 }
-                dirty.insert(Cow::Borrowed(key));
+                dirty.push(Cow::Borrowed(key));
             }
             for key in &file.failed {
                 if let Some(state) = self.keys.get_mut(key) {
                     state.failed = state.failed.saturating_sub(1);
                 }
-                dirty.insert(Cow::Borrowed(key));
+                dirty.push(Cow::Borrowed(key));
             }
         }
-        for file in files {
+        // What came, sorted by key (stable: a key's declarations stay in load order).
+        let mut declared: Vec<(&ResourceKey, Option<Decl>)> = Vec::new();
+        for file in came {
             let id = file_id(file);
-            if self.files.contains_key(&id) {
+            if self.files.insert(id, Arc::clone(file)).is_some() {
                 continue;
             }
-            for (item, decoded) in file.decoded.iter().enumerate() {
-                let key = &decoded.resource.key;
-                self.update(key, |state| state.decls.push(Decl { file: id, item }));
-                dirty.insert(Cow::Borrowed(key));
-            }
-            for key in &file.failed {
-                self.update(key, |state| state.failed += 1);
-                dirty.insert(Cow::Borrowed(key));
-            }
-            self.files.insert(id, Arc::clone(file));
+            declared.extend(
+                (file.decoded.iter().enumerate())
+                    .map(|(item, decoded)| (&decoded.resource.key, Some(Decl { file: id, item }))),
+            );
+            declared.extend(file.failed.iter().map(|key| (key, None)));
         }
+        declared.sort_by(|a, b| a.0.cmp(b.0));
+        dirty.extend(declared.iter().map(|(key, _)| Cow::Borrowed(*key)));
+        self.add(declared);
+        dirty.sort();
+        dirty.dedup();
         let mates = self.declare(&dirty, &order);
-        dirty.extend(mates.into_iter().map(Cow::Owned));
-        self.spread(&mut dirty);
+        let more = self.spread(&dirty, mates);
+        if !more.is_empty() {
+            dirty.extend(more.into_iter().map(Cow::Owned));
+            dirty.sort();
+            dirty.dedup();
+        }
         let dirty: Vec<&ResourceKey> = dirty.iter().map(AsRef::as_ref).collect();
         self.run_checks(&dirty);
         self.forget_undeclared(&dirty);
         self.read_off(dirty.len())
     }
 
-    /// Applies `change` to `key`'s state, made if the key is new.
-    fn update(&mut self, key: &ResourceKey, change: impl FnOnce(&mut KeyState)) {
-        match self.keys.get_mut(key) {
-            Some(state) => change(state),
-            None => {
-                let mut state = KeyState::default();
-                change(&mut state);
-                self.keys.insert(key.clone(), state);
+    /// Files each declaration (`Some`) or failed decode (`None`) of `declared`, sorted by key,
+    /// under its key: all at once into an empty index, else key by key.
+    fn add(&mut self, declared: Vec<(&ResourceKey, Option<Decl>)>) {
+        let file = |state: &mut KeyState, decl: Option<Decl>| match decl {
+            Some(decl) => state.decls.push(decl),
+            None => state.failed += 1,
+        };
+        if self.keys.is_empty() {
+            let mut states: Vec<(ResourceKey, KeyState)> = Vec::new();
+            for (key, decl) in declared {
+                match states.last_mut() {
+                    Some((last, state)) if last == key => file(state, decl),
+                    _ => {
+                        let mut state = KeyState::default();
+                        file(&mut state, decl);
+                        states.push((key.clone(), state));
+                    }
+                }
+            }
+            // Sorted and unique already: built in one pass.
+            self.keys = states.into_iter().collect();
+            return;
+        }
+        for (key, decl) in declared {
+            match self.keys.get_mut(key) {
+                Some(state) => file(state, decl),
+                None => {
+                    let mut state = KeyState::default();
+                    file(&mut state, decl);
+                    self.keys.insert(key.clone(), state);
+                }
             }
         }
     }
@@ -238,79 +302,84 @@ impl CheckIndex {
     /// shared a route with one of them, before or after: which is first may have changed.
     fn declare(
         &mut self,
-        dirty: &BTreeSet<Cow<'_, ResourceKey>>,
+        dirty: &[Cow<'_, ResourceKey>],
         order: &HashMap<FileId, usize>,
     ) -> Vec<ResourceKey> {
         let mut mates = Vec::new();
-        for key in dirty {
-            let key = key.as_ref();
-            let Some(state) = self.keys.get_mut(key) else {
-                continue;
-            };
+        let (files, policy, routes) = (&self.files, &self.policy, &mut self.routes);
+        each_state(&mut self.keys, dirty, |key, state| {
             state
                 .decls
                 .sort_by_key(|decl| (order.get(&decl.file).copied(), decl.item));
             let decls: Vec<&Decoded> = state
                 .decls
                 .iter()
-                .filter_map(|decl| declared(&self.files, *decl))
+                .filter_map(|decl| declared(files, *decl))
                 .collect();
             state.notes.clear();
-            if let (Some(policy), Some(last)) = (&self.policy, decls.last()) {
+            if let (Some(policy), Some(last)) = (policy, decls.last()) {
                 rules::refusals(policy, last, &mut state.notes);
             }
             state.winner = (!decls.is_empty())
                 .then(|| state.decls[rules::winner(key, &decls, &mut state.notes)]);
-            let routes = state
+            let now = state
                 .winner
-                .and_then(|winner| declared(&self.files, winner))
+                .and_then(|winner| declared(files, winner))
                 .map(rules::routes)
                 .unwrap_or_default();
-            if routes.is_empty() && state.routes.is_empty() {
-                continue;
+            if now.is_empty() && state.routes.is_empty() {
+                return;
             }
             for route in &state.routes {
-                if let Some(ingresses) = self.routes.get_mut(route) {
+                if let Some(ingresses) = routes.get_mut(route) {
                     ingresses.remove(key);
                     mates.extend(ingresses.iter().cloned());
                     if ingresses.is_empty() {
-                        self.routes.remove(route);
+                        routes.remove(route);
                     }
                 }
             }
-            for route in &routes {
-                let ingresses = self.routes.entry(route.clone()).or_default();
+            for route in &now {
+                let ingresses = routes.entry(route.clone()).or_default();
                 mates.extend(ingresses.iter().cloned());
                 ingresses.insert(key.clone());
             }
-            state.routes = routes;
-        }
+            state.routes = now;
+        });
         mates
     }
 
-    /// Adds to `dirty` every key whose checks read a dirty key, transitively.
-    fn spread(&self, dirty: &mut BTreeSet<Cow<'_, ResourceKey>>) {
-        let mut todo: Vec<ResourceKey> = dirty
-            .iter()
-            .filter_map(|key| self.readers.get(key.as_ref()))
-            .flatten()
-            .filter(|reader| !dirty.contains(*reader))
-            .cloned()
-            .collect();
-        while let Some(key) = todo.pop() {
-            if dirty.contains(&key) {
-                continue;
-            }
+    /// The keys not in `dirty` (sorted) to check again as well: `more`, and every key whose
+    /// checks read a dirty key or one of these, transitively.
+    fn spread(
+        &self,
+        dirty: &[Cow<'_, ResourceKey>],
+        more: Vec<ResourceKey>,
+    ) -> BTreeSet<ResourceKey> {
+        let is_dirty = |key: &ResourceKey| {
+            dirty
+                .binary_search_by(|dirty| dirty.as_ref().cmp(key))
+                .is_ok()
+        };
+        let mut todo: Vec<ResourceKey> = more;
+        if !self.readers.is_empty() {
             todo.extend(
-                self.readers
-                    .get(&key)
-                    .into_iter()
+                dirty
+                    .iter()
+                    .filter_map(|key| self.readers.get(key.borrow()))
                     .flatten()
-                    .filter(|reader| !dirty.contains(*reader))
                     .cloned(),
             );
-            dirty.insert(Cow::Owned(key));
         }
+        let mut added = BTreeSet::new();
+        while let Some(key) = todo.pop() {
+            if is_dirty(&key) || added.contains(&key) {
+                continue;
+            }
+            todo.extend(self.readers.get(&key).into_iter().flatten().cloned());
+            added.insert(key);
+        }
+        added
     }
 
     /// Runs each dirty key's checks, its own first for them all, then its references (which
@@ -321,16 +390,17 @@ impl CheckIndex {
             let references = passed.is_some() && rules::references_an_ingress(winner);
             Some((passed, references))
         });
+        let mut verdicts = own.into_iter();
         let mut referring = Vec::new();
-        for (key, verdict) in dirty.iter().zip(own) {
-            let Some(state) = self.keys.get_mut(*key) else {
-                continue;
-            };
-            for read in std::mem::take(&mut state.reads) {
-                if let Some(readers) = self.readers.get_mut(&read) {
-                    readers.remove(*key);
-                    if readers.is_empty() {
-                        self.readers.remove(&read);
+        let mut read: Vec<(ResourceKey, &ResourceKey)> = Vec::new();
+        let readers = &mut self.readers;
+        each_state(&mut self.keys, dirty, |key, state| {
+            let verdict = verdicts.next().flatten();
+            for was_read in std::mem::take(&mut state.reads) {
+                if let Some(set) = readers.get_mut(&was_read) {
+                    set.remove(key);
+                    if set.is_empty() {
+                        readers.remove(&was_read);
                     }
                 }
             }
@@ -343,19 +413,17 @@ impl CheckIndex {
             else {
                 state.passed = None;
                 state.accepted = false;
-                continue;
+                return;
             };
             state.accepted = passed.is_some();
             state.passed = passed;
             state.notes.extend(notes);
-            for read in &reads {
-                file_read(&mut self.readers, read, key);
-            }
+            read.extend(reads.iter().map(|target| (target.clone(), key)));
             state.reads = reads;
             if references {
-                referring.push(*key);
+                referring.push(key);
             }
-        }
+        });
         let checked = self.judge(&referring, |key, _, winner, view, notes, reads| {
             Some(rules::check_references(key, winner, view, notes, reads))
         });
@@ -365,15 +433,38 @@ impl CheckIndex {
             };
             state.accepted = verdict.outcome;
             state.notes.extend(verdict.notes);
-            for read in &verdict.reads {
-                file_read(&mut self.readers, read, key);
-            }
+            read.extend(verdict.reads.iter().map(|target| (target.clone(), *key)));
             state.reads.extend(verdict.reads);
+        }
+        self.file_reads(read);
+    }
+
+    /// Files `(read, reader)` pairs under `readers`: all at once into an empty index.
+    fn file_reads(&mut self, mut read: Vec<(ResourceKey, &ResourceKey)>) {
+        if self.readers.is_empty() {
+            read.sort();
+            let mut grouped: Vec<(ResourceKey, BTreeSet<ResourceKey>)> = Vec::new();
+            for (target, reader) in read {
+                match grouped.last_mut() {
+                    Some((last, set)) if *last == target => {
+                        set.insert(reader.clone());
+                    }
+                    _ => grouped.push((target, BTreeSet::from([reader.clone()]))),
+                }
+            }
+            self.readers = grouped.into_iter().collect();
+            return;
+        }
+        for (target, reader) in read {
+            self.readers
+                .entry(target)
+                .or_default()
+                .insert(reader.clone());
         }
     }
 
-    /// `rule` over the winner of each of `keys` (`None` where there is none or `rule` says
-    /// so), reading the index as it stands.
+    /// `rule` over the winner of each of `keys` (sorted; `None` where there is none or
+    /// `rule` says so), reading the index as it stands.
     fn judge<T>(
         &self,
         keys: &[&ResourceKey],
@@ -391,9 +482,9 @@ impl CheckIndex {
             keys: &self.keys,
             routes: &self.routes,
         };
-        keys.iter()
-            .map(|key| {
-                let state = view.keys.get(*key)?;
+        let mut verdicts = Vec::with_capacity(keys.len());
+        each_state_ref(&self.keys, keys, |key, state| {
+            let verdict = state.and_then(|state| {
                 let winner = view.decl(state.winner?)?;
                 let (mut notes, mut reads) = (Vec::new(), Vec::new());
                 let outcome = rule(key, state, winner, &view, &mut notes, &mut reads)?;
@@ -402,20 +493,22 @@ impl CheckIndex {
                     reads,
                     notes,
                 })
-            })
-            .collect()
+            });
+            verdicts.push(verdict);
+        });
+        verdicts
     }
 
     /// Drops the dirty keys nothing declares any more.
     fn forget_undeclared(&mut self, dirty: &[&ResourceKey]) {
-        for key in dirty {
-            if self
-                .keys
-                .get(*key)
-                .is_some_and(|state| state.decls.is_empty() && state.failed == 0)
-            {
-                self.keys.remove(*key);
+        let mut undeclared = Vec::new();
+        each_state(&mut self.keys, dirty, |key, state| {
+            if state.decls.is_empty() && state.failed == 0 {
+                undeclared.push(key);
             }
+        });
+        for key in undeclared {
+            self.keys.remove(key);
         }
     }
 
