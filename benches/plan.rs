@@ -12,7 +12,8 @@
 //!
 //! First it prints issue 29's two goal figures, before and after in one run (`goal_figures`):
 //! commit → plan for 10,000 resources in 1,000 files when one file changed (goal ≤ 10 ms) and
-//! when everything is new (goal ≤ 200 ms, files parsed on every core). Run: `cargo bench
+//! when everything is new (goal ≤ 200 ms, files parsed on every core), each under the default
+//! host policy, as the agent loads. Run: `cargo bench
 //! --bench plan` (medians of `VOODU_BENCH_RUNS`, at least 3 meaningful); `VOODU_BENCH_ONLY=goal`
 //! prints these alone, `VOODU_BENCH_PROFILE_CACHED=1` runs the cached side alone (a profiler's
 //! view of a load that parses nothing).
@@ -25,7 +26,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use voodu_agent::git::{Source, SourceOptions};
-use voodu_agent::manifest::{self, DecodeCache, LoadOptions, Manifest};
+use voodu_agent::manifest::{self, DecodeCache, LoadOptions, Manifest, Policy};
 use voodu_agent::model::ResourceKey;
 use voodu_agent::reconcile::plan::{Action, CurrentSpec, plan_all};
 
@@ -271,7 +272,8 @@ impl Side {
     }
 }
 
-/// Reads `head` through `source`, loads it through `cache` and plans it against `current`.
+/// Reads `head` through `source`, loads it through `cache` under the host policy the agent
+/// starts with (the default: every load of the agent has one) and plans it against `current`.
 fn measure(
     source: &Source,
     cache: &DecodeCache,
@@ -283,7 +285,9 @@ fn measure(
     let start = Instant::now();
     let (snapshot, ids) = source.read_snapshot_with_ids(head).expect("read");
     let read_done = Instant::now();
-    let manifest = manifest::load_cached(&snapshot, &ids, &options, None, cache).expect("loads");
+    let policy = Policy::default();
+    let manifest =
+        manifest::load_cached(&snapshot, &ids, &options, Some(&policy), cache).expect("loads");
     let load_done = Instant::now();
     let plans = plan_all(&manifest, current, &BTreeMap::new(), &BTreeMap::new());
     let plan_done = Instant::now();
