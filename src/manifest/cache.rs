@@ -7,9 +7,10 @@
 //! globals), the mode, the `file()` size limit, the missing-variable hint and this agent's
 //! code. The inputs are remembered with the entries: a load with other inputs clears the
 //! cache first. A file whose decode read anything else (`file()`, `env_file`, `url()`) is
-//! never stored. The host policy and every check across files (duplicates, references, digest
-//! stamping, route overlaps) run over the whole set on every load; the per-file lex, parse
-//! and decode is reused, and so is each resource as the checks last accepted it
+//! never stored. The per-file lex, parse and decode is reused; the host policy and the checks
+//! across files (duplicates, references, digest stamping, route overlaps) run through the
+//! cache's `CheckIndex` (`validate::index`), again only for the keys the changed files declare
+//! and the keys that read them; and each resource is reused as the checks last accepted it
 //! (`Decoded::stamped`, kept with the decode: at most a second copy of a consumer's spec,
 //! and its canonical JSON once the store or a plan asked for it, `Resource::spec_json`)
 //! while its asset references resolve to the same digests.
@@ -308,14 +309,15 @@ impl DecodeCache {
     }
 
     /// Decodes `files` (`ids[i]` is the blob id of `files[i]`, `None`: not cacheable), from
-    /// the cache where it holds them; stores what was decoded.
+    /// the cache where it holds them; stores what was decoded. Also returns whether the cache
+    /// holds every file's decode now (then `check` may keep them in its index).
     pub(crate) fn decode(
         &self,
         files: &[SourceFile],
         ids: &[Option<BlobId>],
         options: &LoadOptions<'_>,
         env: &LoadEnv<'_>,
-    ) -> Vec<Arc<FileResult>> {
+    ) -> (Vec<Arc<FileResult>>, bool) {
         let mut found: Vec<Option<Arc<FileResult>>> = {
             let mut inner = self.lock();
             if inner
@@ -353,9 +355,13 @@ impl DecodeCache {
         inner.stats.hits += (files.len() - missing.len()) as u64;
         inner.stats.misses += missing.len() as u64;
         let load = inner.loads;
+        let mut held = true;
         for (index, result) in missing.into_iter().zip(decoded) {
             let result = Arc::new(result);
             let file = &files[index];
+            held &= ids.get(index).is_some_and(Option::is_some)
+                && !result.read_beside
+                && file.contents.len() <= self.max_bytes.min(DecodeCache::MAX_FILE_BYTES);
             if let Some(Some(id)) = ids.get(index)
                 && !result.read_beside
                 && file.contents.len() <= self.max_bytes.min(DecodeCache::MAX_FILE_BYTES)
@@ -387,17 +393,32 @@ impl DecodeCache {
             };
             if let Some(entry) = inner.entries.remove(&oldest) {
                 inner.bytes -= entry.bytes;
+                // One of this load's own decodes went out: the cache no longer holds them all.
+                held &= !found
+                    .iter()
+                    .flatten()
+                    .any(|result| Arc::ptr_eq(result, &entry.result));
             }
         }
-        found.into_iter().flatten().collect()
+        (found.into_iter().flatten().collect(), held)
     }
 }
 
 impl DecodeCache {
     /// The checks across `files` (a load's decodes, in load order) under `policy`, through the
     /// index the last load left: only the keys the change touches are checked again. Loads at
-    /// once each check: one through the index, the others through a fresh one.
-    pub(crate) fn check(&self, files: &[Arc<FileResult>], policy: Option<&Policy>) -> Checked {
+    /// once each check: one through the index, the others through a fresh one. `held`: the
+    /// cache holds every file (`decode`); else the check runs on a fresh index, dropped after,
+    /// so that the index never keeps a decode the cache would not (a rejected 5 MB file).
+    pub(crate) fn check(
+        &self,
+        files: &[Arc<FileResult>],
+        policy: Option<&Policy>,
+        held: bool,
+    ) -> Checked {
+        if !held {
+            return CheckIndex::default().check(files, policy);
+        }
         let mut index =
             std::mem::take(&mut *self.checks.lock().unwrap_or_else(PoisonError::into_inner));
         let checked = index.check(files, policy);
@@ -717,6 +738,39 @@ mod tests {
                 "{entries} files, {bytes} bytes"
             );
         }
+        Ok(())
+    }
+
+    /// The checks' index keeps a load's decodes only while the cache holds every one of them:
+    /// a file the cache does not hold (here one over `MAX_FILE_BYTES`, as a rejected 5 MB
+    /// commit's) is dropped with its load, and the index the last load left stays.
+    #[test]
+    fn the_index_keeps_no_decode_the_cache_does_not_hold() -> Result<(), Diagnostics> {
+        let vars = Vars::default();
+        let repo = MemoryFiles::default();
+        let options = options(&vars, &repo);
+        let cache = DecodeCache::default();
+        let small = commit(|files| files.retain(|(path, _)| !path.contains("env")));
+        load_cached(&small, &ids(&small), &options, None, &cache)?;
+        let held = || cache.checks.lock().map(|index| index.files()).ok();
+        assert_eq!(held(), Some(11));
+        let large = commit(|files| {
+            files.retain(|(path, _)| !path.contains("env"));
+            files.push((
+                "deploy/large.hcl".to_owned(),
+                format!(
+                    "# {}\ndeployment \"shop\" \"large\" {{\n  image = \"x\"\n}}\n",
+                    "x".repeat(DecodeCache::MAX_FILE_BYTES)
+                ),
+            ));
+        });
+        let loaded = load_cached(&large, &ids(&large), &options, None, &cache)?;
+        assert_eq!(loaded, load_with_policy(&large, &options, None)?);
+        assert_eq!(held(), Some(11), "the large file's decode is not kept");
+        // The next commit is checked against the index of the last load it kept.
+        let checked = cache.stats().checked;
+        load_cached(&small, &ids(&small), &options, None, &cache)?;
+        assert_eq!(cache.stats().checked, checked, "nothing changed since");
         Ok(())
     }
 }

@@ -202,14 +202,15 @@ fn load_inner(
             message: why.clone(),
         });
     }
-    let results: Vec<std::sync::Arc<cache::FileResult>> = match cache {
+    let (results, held): (Vec<std::sync::Arc<cache::FileResult>>, bool) = match cache {
         Some((cache, ids)) => cache.decode(&snapshot.files, ids, options, &env),
         None => {
             let files: Vec<&crate::model::SourceFile> = snapshot.files.iter().collect();
-            cache::decode_all(&files, options, &env, cache::default_threads())
-                .into_iter()
-                .map(std::sync::Arc::new)
-                .collect()
+            let results = cache::decode_all(&files, options, &env, cache::default_threads());
+            (
+                results.into_iter().map(std::sync::Arc::new).collect(),
+                false,
+            )
         }
     };
     for result in &results {
@@ -230,7 +231,7 @@ fn load_inner(
     // The checks across files, with the host policy: through the cache's index, they run
     // again for the keys this commit touches alone.
     let checked = match cache {
-        Some((cache, _)) => cache.check(&results, policy),
+        Some((cache, _)) => cache.check(&results, policy, held),
         None => validate::CheckIndex::default().check(&results, policy),
     };
     errors.extend(checked.errors);

@@ -10,6 +10,10 @@
 //! route with a dirty one (`routes`). Only the dirty keys' rules run (`super::rules`); the
 //! others keep what they concluded. The result is read off the index in key order.
 //!
+//! It keeps the last load's decodes (only while the decode cache holds every one of them:
+//! `DecodeCache::check`) and, per key, its declarations, winner, notes and the keys it read:
+//! some hundreds of bytes a key (its key twice or more, its state, its reads, reader sets).
+//!
 //! Invariant: the result equals what the rules give run over every key (a fresh index:
 //! `tests::an_index_kept_between_loads_checks_as_a_fresh_one`).
 
@@ -497,6 +501,12 @@ impl CheckIndex {
             verdicts.push(verdict);
         });
         verdicts
+    }
+
+    /// How many files' decodes the index keeps.
+    #[cfg(test)]
+    pub(crate) fn files(&self) -> usize {
+        self.files.len()
     }
 
     /// Drops the dirty keys nothing declares any more.
