@@ -706,6 +706,37 @@ mod tests {
         );
     }
 
+    /// Files out of path order, or one path twice (a snapshot neither reader makes, but
+    /// `load_cached` is public), are checked on a fresh index: a kept one would know the
+    /// second copy of a path by the first's decode, and would keep a winner that the new
+    /// order changes.
+    #[test]
+    fn files_out_of_path_order_are_checked_as_new() {
+        let vars = crate::manifest::Vars::default();
+        let options = LoadOptions {
+            vars: &vars,
+            ..LoadOptions::standalone()
+        };
+        let web = |image: &str| format!("deployment \"s\" \"web\" {{\n  image = \"{image}\"\n}}\n");
+        let cache = DecodeCache::default();
+        let twice = commit(&[
+            ("m/a.hcl".to_owned(), web("img:1")),
+            ("m/a.hcl".to_owned(), web("img:1")),
+        ]);
+        let sorted = commit(&[
+            ("m/a.hcl".to_owned(), web("img:1")),
+            ("m/b.hcl".to_owned(), web("img:2")),
+        ]);
+        let reversed = commit(&[
+            ("m/b.hcl".to_owned(), web("img:2")),
+            ("m/a.hcl".to_owned(), web("img:1")),
+        ]);
+        for snapshot in [&twice, &twice, &sorted, &reversed, &sorted] {
+            let kept = load_cached(snapshot, &ids(snapshot), &options, None, &cache);
+            assert_eq!(kept, load_with_policy(snapshot, &options, None));
+        }
+    }
+
     /// A commit that changes one file of many checks that file's keys again, and the keys
     /// that read them (the deployment that mounts its asset, the ingress that routes to its
     /// deployment), not the others.
