@@ -435,26 +435,13 @@ pub(crate) fn default_threads() -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::snapshot;
+    use super::super::tests::{ids, snapshot};
     use super::super::{Diagnostics, Manifest, Policy, Resource, load_cached, load_with_policy};
     use super::*;
     use crate::manifest::spec::Spec;
     use crate::model::Snapshot;
 
     type Loaded = Result<Manifest, Diagnostics>;
-
-    /// A content id for a test file (the agent uses git's blob id).
-    fn ids(snapshot: &Snapshot) -> Vec<Option<BlobId>> {
-        snapshot
-            .files
-            .iter()
-            .map(|file| {
-                Some(BlobId::new(
-                    crate::manifest::spec::sha256_hex(&file.contents).as_bytes(),
-                ))
-            })
-            .collect()
-    }
 
     fn options<'a>(vars: &'a Vars, files: &'a MemoryFiles) -> LoadOptions<'a> {
         LoadOptions {

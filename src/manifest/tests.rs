@@ -20,6 +20,19 @@ pub(super) fn snapshot(files: &[(&str, &str)]) -> Snapshot {
     }
 }
 
+/// A content id for each file of `snapshot`, as a cache key (the agent uses git's blob id).
+pub(super) fn ids(snapshot: &Snapshot) -> Vec<Option<crate::model::BlobId>> {
+    snapshot
+        .files
+        .iter()
+        .map(|file| {
+            Some(crate::model::BlobId::new(
+                spec::sha256_hex(&file.contents).as_bytes(),
+            ))
+        })
+        .collect()
+}
+
 /// Loads with the given vars and repo files, in apply mode, with no URL fetcher.
 fn load_with(
     files: &[(&str, &str)],

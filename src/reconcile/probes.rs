@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
+use futures_util::future::BoxFuture;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -638,56 +639,42 @@ async fn probe_life<R: Runtime>(
 }
 
 /// Writes a replica's readiness when it changed, then wakes the router and requeues its
-/// resource.
-async fn publish<R: Runtime>(
-    ctx: &Ctx<R>,
-    key: &ResourceKey,
-    container: &Container,
+/// resource. Boxed, as `probe_once`: the row and the store call are held only while they run.
+fn publish<'a, R: Runtime>(
+    ctx: &'a Ctx<R>,
+    key: &'a ResourceKey,
+    container: &'a Container,
     ready: bool,
-    reason: &str,
-    address: &str,
-    published: &mut Option<(bool, String, String)>,
-) {
-    // Boxed, as `probe_once`: the row and the store call are held only while they run.
-    Box::pin(write_readiness(
-        ctx, key, container, ready, reason, address, published,
-    ))
-    .await;
-}
-
-async fn write_readiness<R: Runtime>(
-    ctx: &Ctx<R>,
-    key: &ResourceKey,
-    container: &Container,
-    ready: bool,
-    reason: &str,
-    address: &str,
-    published: &mut Option<(bool, String, String)>,
-) {
-    let now = (ready, reason.to_owned(), address.to_owned());
-    if published.as_ref() == Some(&now) {
-        return;
-    }
-    let row = Readiness {
-        container: container.name.clone(),
-        container_id: container.id.clone(),
-        key: key.clone(),
-        ready,
-        reason: reason.to_owned(),
-        address: address.to_owned(),
-        updated_at: now_unix(),
-    };
-    if blocking(&ctx.store, move |store| store.put_readiness(&row))
-        .await
-        .is_ok()
-    {
-        let flipped = published.as_ref().map(|(was, _, _)| *was) != Some(ready);
-        *published = Some(now);
-        ctx.router.wake();
-        if flipped {
-            ctx.timer.requeue(key.clone());
+    reason: &'a str,
+    address: &'a str,
+    published: &'a mut Option<(bool, String, String)>,
+) -> BoxFuture<'a, ()> {
+    Box::pin(async move {
+        let now = (ready, reason.to_owned(), address.to_owned());
+        if published.as_ref() == Some(&now) {
+            return;
         }
-    }
+        let row = Readiness {
+            container: container.name.clone(),
+            container_id: container.id.clone(),
+            key: key.clone(),
+            ready,
+            reason: reason.to_owned(),
+            address: address.to_owned(),
+            updated_at: now_unix(),
+        };
+        if blocking(&ctx.store, move |store| store.put_readiness(&row))
+            .await
+            .is_ok()
+        {
+            let flipped = published.as_ref().map(|(was, _, _)| *was) != Some(ready);
+            *published = Some(now);
+            ctx.router.wake();
+            if flipped {
+                ctx.timer.requeue(key.clone());
+            }
+        }
+    })
 }
 
 /// The replica's address for `http_get` and `tcp_socket` (its IP on the shared network, else
@@ -730,93 +717,87 @@ fn http_client() -> reqwest::Client {
 /// its replica, and a future is as large as its largest await, so the request's or the
 /// exec's state inline made every runner 8.6 KiB (3.8 MiB with 500 replicas, heaptrack);
 /// on the heap it is held only while the attempt runs.
-async fn probe_once<R: Runtime>(
-    ctx: &Ctx<R>,
-    container: &Container,
-    probe: &Probe,
-    address: &str,
-    client: &reqwest::Client,
-) -> (bool, String) {
-    Box::pin(attempt(ctx, container, probe, address, client)).await
-}
-
-async fn attempt<R: Runtime>(
-    ctx: &Ctx<R>,
-    container: &Container,
-    probe: &Probe,
-    address: &str,
-    client: &reqwest::Client,
-) -> (bool, String) {
-    let timeout = duration(&probe.timeout, DEFAULT_TIMEOUT);
-    if let Some(http) = &probe.http_get {
-        let scheme = if http.scheme.is_empty() {
-            "http"
-        } else {
-            http.scheme.as_str()
-        };
-        let url = format!("{scheme}://{address}:{}{}", http.port, http.path);
-        let mut request = client.get(&url).timeout(timeout);
-        for (name, value) in &http.http_headers {
-            request = request.header(name.as_str(), value.as_str());
-        }
-        return match request.send().await {
-            Ok(response) if (200..400).contains(&response.status().as_u16()) => {
-                (true, format!("HTTP {}", response.status().as_u16()))
+fn probe_once<'a, R: Runtime>(
+    ctx: &'a Ctx<R>,
+    container: &'a Container,
+    probe: &'a Probe,
+    address: &'a str,
+    client: &'a reqwest::Client,
+) -> BoxFuture<'a, (bool, String)> {
+    Box::pin(async move {
+        let timeout = duration(&probe.timeout, DEFAULT_TIMEOUT);
+        if let Some(http) = &probe.http_get {
+            let scheme = if http.scheme.is_empty() {
+                "http"
+            } else {
+                http.scheme.as_str()
+            };
+            let url = format!("{scheme}://{address}:{}{}", http.port, http.path);
+            let mut request = client.get(&url).timeout(timeout);
+            for (name, value) in &http.http_headers {
+                request = request.header(name.as_str(), value.as_str());
             }
-            Ok(response) => (
-                false,
-                format!(
-                    "GET {} answered HTTP {}",
-                    http.path,
-                    response.status().as_u16()
+            return match request.send().await {
+                Ok(response) if (200..400).contains(&response.status().as_u16()) => {
+                    (true, format!("HTTP {}", response.status().as_u16()))
+                }
+                Ok(response) => (
+                    false,
+                    format!(
+                        "GET {} answered HTTP {}",
+                        http.path,
+                        response.status().as_u16()
+                    ),
                 ),
-            ),
-            Err(error) => (
-                false,
-                format!(
-                    "GET {} failed: {}",
-                    http.path,
-                    if error.is_timeout() {
-                        "timed out".to_owned()
-                    } else {
-                        "no answer".to_owned()
-                    }
+                Err(error) => (
+                    false,
+                    format!(
+                        "GET {} failed: {}",
+                        http.path,
+                        if error.is_timeout() {
+                            "timed out".to_owned()
+                        } else {
+                            "no answer".to_owned()
+                        }
+                    ),
                 ),
-            ),
-        };
-    }
-    if let Some(tcp) = &probe.tcp_socket {
-        let target = format!("{address}:{}", tcp.port);
-        return match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(&target)).await {
-            Ok(Ok(_)) => (true, format!("connected to port {}", tcp.port)),
-            Ok(Err(_)) => (false, format!("port {} refused", tcp.port)),
-            Err(_) => (
-                false,
-                format!(
-                    "port {}: no answer within {}s",
-                    tcp.port,
-                    timeout.as_secs_f64()
+            };
+        }
+        if let Some(tcp) = &probe.tcp_socket {
+            let target = format!("{address}:{}", tcp.port);
+            return match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(&target))
+                .await
+            {
+                Ok(Ok(_)) => (true, format!("connected to port {}", tcp.port)),
+                Ok(Err(_)) => (false, format!("port {} refused", tcp.port)),
+                Err(_) => (
+                    false,
+                    format!(
+                        "port {}: no answer within {}s",
+                        tcp.port,
+                        timeout.as_secs_f64()
+                    ),
                 ),
-            ),
-        };
-    }
-    if let Some(exec) = &probe.exec {
-        return match tokio::time::timeout(
-            timeout.max(Duration::from_secs(1)),
-            ctx.runtime.exec(&container.id, &exec.command),
-        )
-        .await
-        {
-            Ok(Ok(outcome)) if outcome.exit_code == 0 => (true, "exit 0".to_owned()),
-            Ok(Ok(outcome)) => (
-                false,
-                format!("`{}` exited {}", exec.command.join(" "), outcome.exit_code),
-            ),
-            Ok(Err(error)) => (false, format!("exec failed: {error}")),
-            Err(_) => (false, "exec timed out".to_owned()),
-        };
-    }
-    (true, String::new())
+            };
+        }
+        if let Some(exec) = &probe.exec {
+            return match tokio::time::timeout(
+                timeout.max(Duration::from_secs(1)),
+                ctx.runtime.exec(&container.id, &exec.command),
+            )
+            .await
+            {
+                Ok(Ok(outcome)) if outcome.exit_code == 0 => (true, "exit 0".to_owned()),
+                Ok(Ok(outcome)) => (
+                    false,
+                    format!("`{}` exited {}", exec.command.join(" "), outcome.exit_code),
+                ),
+                Ok(Err(error)) => (false, format!("exec failed: {error}")),
+                Err(_) => (false, "exec timed out".to_owned()),
+            };
+        }
+        (true, String::new())
+    })
 }
 
 #[cfg(test)]

@@ -555,23 +555,11 @@ impl CheckIndex {
 
 #[cfg(test)]
 mod tests {
-    use crate::manifest::tests::snapshot;
+    use crate::manifest::tests::{ids, snapshot};
     use crate::manifest::{
         DecodeCache, Diagnostics, LoadOptions, Manifest, load_cached, load_with_policy,
     };
-    use crate::model::{BlobId, Policy, Snapshot};
-
-    fn ids(snapshot: &Snapshot) -> Vec<Option<BlobId>> {
-        snapshot
-            .files
-            .iter()
-            .map(|file| {
-                Some(BlobId::new(
-                    crate::manifest::spec::sha256_hex(&file.contents).as_bytes(),
-                ))
-            })
-            .collect()
-    }
+    use crate::model::{Policy, Snapshot};
 
     /// A small deterministic generator (xorshift64), so a failing sequence can be replayed.
     struct Rng(u64);
