@@ -314,44 +314,24 @@ fn start_runner<R: Runtime>(
             starts: 0,
         },
     );
-    // The runner reads the container's id and name alone: its labels and image (about a
-    // KiB a replica, for as long as it runs) stay behind.
-    let container = Container {
-        labels: std::collections::BTreeMap::new(),
-        image: String::new(),
-        ..container
-    };
-    let probes = Box::new(probes.unwrap_or_default());
-    tracker.spawn(runner(
-        Arc::clone(ctx),
-        client.clone(),
-        (key, container, probes),
-        watcher,
-        cancel,
-    ));
-}
-
-/// One replica's runner task: probes it until its container goes (`cancel`) or the agent
-/// stops, then forgets its readiness row unless the agent is only stopping.
-async fn runner<R: Runtime>(
-    ctx: Arc<Ctx<R>>,
-    client: reqwest::Client,
-    (key, container, probes): (ResourceKey, Container, Box<Probes>),
-    watcher: watch::Receiver<Life>,
-    cancel: CancellationToken,
-) {
-    tokio::select! {
-        () = run_replica(&ctx, &key, &container, probes, &client, watcher) => {}
-        () = cancel.cancelled() => {}
-    }
-    if !ctx.shutdown.is_cancelled() {
-        let (name, id) = (container.name.clone(), container.id.clone());
-        let _ = blocking(&ctx.store, move |store| {
-            store.forget_readiness_of(&name, &id)
-        })
-        .await;
-        ctx.router.wake();
-    }
+    let ctx = ctx.clone();
+    let client = client.clone();
+    tracker.spawn(async move {
+        tokio::select! {
+            () = run_replica(&ctx, &key, &container, Box::new(probes.unwrap_or_default()), &client, watcher) => {}
+            () = cancel.cancelled() => {}
+        }
+        // The container is gone (or the agent stops): its readiness row goes with it,
+        // unless the agent is only stopping.
+        if !ctx.shutdown.is_cancelled() {
+            let (name, id) = (container.name.clone(), container.id.clone());
+            let _ = blocking(&ctx.store, move |store| {
+                store.forget_readiness_of(&name, &id)
+            })
+            .await;
+            ctx.router.wake();
+        }
+    });
 }
 
 /// The state of one probe: consecutive results and whether it is healthy.
@@ -831,18 +811,19 @@ mod tests {
     }
 
     /// A runner lives as long as its replica, one per replica, and a future is as large as
-    /// its largest await: the engine's and the HTTP client's calls are boxed, so a runner
-    /// task's own state stays small: 1,904 bytes here (debug build); `run_replica` alone was
-    /// 2,912 with the spec and a readiness write inline, and a task 8.6 KiB in the release
-    /// build before any of it was boxed (heaptrack over 500 replicas).
+    /// its largest await: the engine's and the HTTP client's calls are boxed, so a runner's
+    /// own state stays small: 1,456 bytes here (debug build), 2,912 with the spec and a
+    /// readiness write inline, and 8.6 KiB a replica in the release build before any of it
+    /// was boxed (heaptrack over 500 replicas).
     #[test]
     #[allow(unreachable_code, unused_variables, clippy::diverging_sub_expression)]
     fn a_probe_runner_stays_small_between_probes() {
-        let task = size_of_return(&|| {
-            let ctx: Arc<Ctx<DockerRuntime>> = unreachable!();
-            let (client, replica, life, cancel) = unreachable!();
-            runner(ctx, client, replica, life, cancel)
+        let runner = size_of_return(&|| {
+            let ctx: &Ctx<DockerRuntime> = unreachable!();
+            let (key, container, client) = unreachable!();
+            let life: watch::Receiver<Life> = unreachable!();
+            run_replica(ctx, key, container, Box::default(), client, life)
         });
-        assert!(task <= 2048, "a runner's future is {task} bytes");
+        assert!(runner <= 2048, "a runner's future is {runner} bytes");
     }
 }
