@@ -359,12 +359,11 @@ impl DecodeCache {
         for (index, result) in missing.into_iter().zip(decoded) {
             let result = Arc::new(result);
             let file = &files[index];
-            held &= ids.get(index).is_some_and(Option::is_some)
-                && !result.read_beside
+            let storable = !result.read_beside
                 && file.contents.len() <= self.max_bytes.min(DecodeCache::MAX_FILE_BYTES);
+            held &= storable && ids.get(index).is_some_and(Option::is_some);
             if let Some(Some(id)) = ids.get(index)
-                && !result.read_beside
-                && file.contents.len() <= self.max_bytes.min(DecodeCache::MAX_FILE_BYTES)
+                && storable
             {
                 let bytes = file.contents.len();
                 let replaced = inner.entries.insert(
@@ -402,27 +401,40 @@ impl DecodeCache {
         }
         (found.into_iter().flatten().collect(), held)
     }
-}
 
-impl DecodeCache {
-    /// The checks across `files` (a load's decodes, in load order) under `policy`, through the
-    /// index the last load left: only the keys the change touches are checked again. Loads at
-    /// once each check: one through the index, the others through a fresh one. `held`: the
-    /// cache holds every file (`decode`); else the check runs on a fresh index, dropped after,
-    /// so that the index never keeps a decode the cache would not (a rejected 5 MB file).
+    /// The checks across `results`, the decodes of `files` (in load order), under `policy`,
+    /// through the index the last load left: only the keys the change touches are checked
+    /// again. A fresh index checks instead, dropped after, when the cache does not hold every
+    /// decode (`held`, from `decode`: the index never keeps what the cache would not, such as
+    /// a rejected 5 MB file), or when the files are not in strict path order with each path
+    /// once (the index knows a file by its decode, and a later file wins a key); and when
+    /// another load holds the index at the time.
     pub(crate) fn check(
         &self,
-        files: &[Arc<FileResult>],
+        files: &[SourceFile],
+        results: Vec<Arc<FileResult>>,
         policy: Option<&Policy>,
         held: bool,
     ) -> Checked {
-        if !held {
-            return CheckIndex::default().check(files, policy);
-        }
-        let mut index =
-            std::mem::take(&mut *self.checks.lock().unwrap_or_else(PoisonError::into_inner));
-        let checked = index.check(files, policy);
-        *self.checks.lock().unwrap_or_else(PoisonError::into_inner) = index;
+        let ordered = files.windows(2).all(|pair| pair[0].path < pair[1].path);
+        let checked = if held && ordered {
+            let mut index =
+                std::mem::take(&mut *self.checks.lock().unwrap_or_else(PoisonError::into_inner));
+            let checked = index.check(&results, policy);
+            *self.checks.lock().unwrap_or_else(PoisonError::into_inner) = index;
+            checked
+        } else {
+            // One path twice shares one cached decode: each copy gets its own.
+            let mut seen = std::collections::HashSet::new();
+            let results: Vec<Arc<FileResult>> = results
+                .into_iter()
+                .map(|result| match seen.insert(Arc::as_ptr(&result)) {
+                    true => result,
+                    false => Arc::new(FileResult::clone(&result)),
+                })
+                .collect();
+            CheckIndex::default().check(&results, policy)
+        };
         self.lock().stats.checked += checked.checked as u64;
         checked
     }

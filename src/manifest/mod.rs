@@ -230,29 +230,8 @@ fn load_inner(
         .collect();
     // The checks across files, with the host policy: through the cache's index, they run
     // again for the keys this commit touches alone.
-    // The index knows a file by its decode, and a later file wins a key: it is kept only for
-    // files in strict path order, each path once (as both snapshot readers give them).
-    let ordered = snapshot
-        .files
-        .windows(2)
-        .all(|pair| pair[0].path < pair[1].path);
-    let results = if ordered {
-        results
-    } else {
-        // One path twice may share one cached decode: each copy gets its own.
-        let mut seen = std::collections::HashSet::new();
-        results
-            .into_iter()
-            .map(
-                |result| match seen.insert(std::sync::Arc::as_ptr(&result)) {
-                    true => result,
-                    false => std::sync::Arc::new(cache::FileResult::clone(&result)),
-                },
-            )
-            .collect()
-    };
     let checked = match cache {
-        Some((cache, _)) => cache.check(&results, policy, held && ordered),
+        Some((cache, _)) => cache.check(&snapshot.files, results, policy, held),
         None => validate::CheckIndex::default().check(&results, policy),
     };
     errors.extend(checked.errors);
