@@ -191,17 +191,6 @@ fn bounded(mut diagnostics: Vec<Diagnostic>) -> Vec<Diagnostic> {
     diagnostics
 }
 
-/// Returns freed heap memory to the system. glibc keeps what a large load freed in its
-/// arenas (one per thread that allocated, and blocking threads come and go), so without this
-/// the resident size only ever grows to the largest commit seen, per arena.
-fn give_memory_back() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim has no preconditions; it only releases free memory.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
 /// What the last sync processed: the commit and the config version it was loaded with.
 type Seen = (CommitSha, i64);
 
@@ -301,7 +290,7 @@ impl Syncer {
         let outcome = self.load_and_apply(&commit, who);
         // Loading a commit allocates in proportion to its size (a 5 MB manifest parses into
         // hundreds of MB of syntax tree), all freed by now: hand it back to the system.
-        give_memory_back();
+        crate::git::give_memory_back();
         let outcome = outcome?;
         // Generated secrets bump the config version: remember the version after them.
         *last_seen = Some((commit, self.store.config_version()?));

@@ -404,10 +404,11 @@ fn source_options(args: &RunArgs) -> anyhow::Result<SourceOptions> {
 }
 
 /// At most two glibc malloc arenas. By default glibc gives each new thread its own arena (up
-/// to 8 per core), and tokio's blocking threads come and go: the memory a large commit took is
-/// then spread over arenas that keep it. Measured (benches/memory.rs, 16 rejected commits of
-/// 2 MB, debug build): idle RSS ×1.72 after them with the default, ×1.17 with two arenas.
-/// Before any thread is started.
+/// to 8 per core), and tokio's blocking threads come and go: what they allocated is then
+/// spread over arenas that keep it. Measured when the whole agent allocated from glibc
+/// (benches/memory.rs, 16 rejected commits of 2 MB, debug build): idle RSS ×1.72 after them
+/// with the default, ×1.17 with two arenas. Since then only C code (SQLite) allocates from
+/// glibc; the Rust heap is mimalloc's (main.rs). Before any thread is started.
 fn limit_heap_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt has no preconditions; it is called before this process starts threads.

@@ -1,8 +1,11 @@
-//! Memory a received pack leaves behind. gix holds a large object's compressed bytes whole,
-//! then its inflated bytes whole to hash it; mimalloc (the agent's allocator) returns freed
-//! memory to the system only a second later by default, so the first buffer stayed resident
-//! under the second and both after the fetch. While a pack is received, freed memory goes
-//! back at once, and what is left is collected when it is done.
+//! Memory the agent's large steps leave behind: a received pack, a commit's load.
+//!
+//! gix holds a large object's compressed bytes whole, then its inflated bytes whole to hash
+//! it; mimalloc (the agent's allocator) returns freed memory to the system only a second
+//! later by default, and only when a later allocation or free looks, so the first buffer
+//! stayed resident under the second and both after the fetch. While a pack is received,
+//! freed memory goes back at once, and what is left is collected when it is done. A commit's
+//! load (`sync`) hands back what it freed the same way ([`give_back`]).
 //!
 //! Invariant: only mimalloc's purge delay changes, only while at least one pack is being
 //! received, and the value found before is restored after the last one.
@@ -52,12 +55,23 @@ impl Drop for PromptPurge {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         receiving.0 = receiving.0.saturating_sub(1);
         if receiving.0 == 0 {
-            // SAFETY: as in `start`; mi_collect only returns free memory to the system.
-            unsafe {
-                mi_option_set(PURGE_DELAY, receiving.1);
-                mi_collect(true);
-            }
+            // SAFETY: as in `start`.
+            unsafe { mi_option_set(PURGE_DELAY, receiving.1) };
+            give_back();
         }
+    }
+}
+
+/// Returns the heap memory freed so far to the system now, instead of when an allocation
+/// next looks (mimalloc) or never (glibc, which SQLite's C code allocates from).
+pub(crate) fn give_back() {
+    // SAFETY: mi_collect only returns free memory to the system: it frees this thread's empty
+    // pages and purges the arenas' free ones, whichever thread freed them.
+    unsafe { mi_collect(true) };
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim has no preconditions; it only releases free memory.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
