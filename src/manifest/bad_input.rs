@@ -377,7 +377,7 @@ fn rules_between_fields() {
         expect![[r#"
             m/app.hcl:3:3: `schedule` "*/0 * * *": needs 5 fields (minute hour day-of-month month day-of-week), got 4
             m/app.hcl:4:3: concurrency_policy "Replace" is not implemented by voodu: use "Forbid" or "Allow"
-            m/app.hcl:5:3: `timezone` "Mars/Olympus" is not an IANA time zone name such as "Europe/Lisbon" or "America/New_York"
+            m/app.hcl:5:3: `timezone` "Mars/Olympus" is not an IANA time zone name such as "Europe/Lisbon" or "America/New_York" in this host's time zone database
         "#]],
     );
     check(

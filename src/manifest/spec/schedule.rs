@@ -10,6 +10,11 @@
 //! semantics: when both day fields are restricted, either may match). The voodu form is
 //! normalised first, because croner reads `n/step` as "from n every step" where voodu means
 //! just `n`.
+//!
+//! Time zones come from the host's time zone database (`/usr/share/zoneinfo`, or `TZDIR`),
+//! read through jiff, as voodu's Go `time.LoadLocation` reads it: the rules the host's tzdata
+//! package keeps current, not a copy frozen into the binary. A name is looked up as written
+//! (`europe/lisbon` is refused, as on voodu's case-sensitive file systems).
 
 /// The macros voodu accepts and the five-field expressions they stand for.
 pub(crate) const MACROS: &[(&str, &str)] = &[
@@ -45,9 +50,13 @@ pub enum ScheduleError {
         error: croner::errors::CronError,
     },
     #[error(
-        "{0:?} is not an IANA time zone name such as \"Europe/Lisbon\" or \"America/New_York\""
+        "{0:?} is not an IANA time zone name such as \"Europe/Lisbon\" or \"America/New_York\" in this host's time zone database"
     )]
     TimeZone(String),
+    #[error(
+        "{0:?} cannot be looked up: this host has no time zone database (install the tzdata package, or set TZDIR to one)"
+    )]
+    NoTimeZoneDatabase(String),
 }
 
 /// What is wrong with one of the five fields.
@@ -129,7 +138,7 @@ pub(crate) fn normalize_schedule(expression: &str) -> Result<String, ScheduleErr
 #[derive(Debug, Clone)]
 pub(crate) struct Schedule {
     cron: croner::Cron,
-    zone: chrono_tz::Tz,
+    zone: jiff::tz::TimeZone,
 }
 
 impl Schedule {
@@ -155,11 +164,9 @@ impl Schedule {
         &self,
         after: chrono::DateTime<chrono::Utc>,
     ) -> Option<chrono::DateTime<chrono::Utc>> {
-        let local = after.with_timezone(&self.zone);
-        self.cron
-            .find_next_occurrence(&local, false)
-            .ok()
-            .map(|next| next.with_timezone(&chrono::Utc))
+        let local = zoned(after, &self.zone)?;
+        let next = self.cron.find_next_occurrence(&local, false).ok()?;
+        utc(&next)
     }
 
     /// The last scheduled minute at or before `at`.
@@ -167,22 +174,74 @@ impl Schedule {
         &self,
         at: chrono::DateTime<chrono::Utc>,
     ) -> Option<chrono::DateTime<chrono::Utc>> {
-        let local = at.with_timezone(&self.zone);
-        self.cron
-            .find_previous_occurrence(&local, true)
-            .ok()
-            .map(|previous| previous.with_timezone(&chrono::Utc))
+        let local = zoned(at, &self.zone)?;
+        let previous = self.cron.find_previous_occurrence(&local, true).ok()?;
+        utc(&previous)
     }
 }
 
-/// An IANA time zone name (`Europe/Lisbon`); empty means UTC.
-pub(crate) fn parse_timezone(timezone: &str) -> Result<chrono_tz::Tz, ScheduleError> {
-    if timezone.is_empty() {
-        return Ok(chrono_tz::Tz::UTC);
+fn zoned(at: chrono::DateTime<chrono::Utc>, zone: &jiff::tz::TimeZone) -> Option<jiff::Zoned> {
+    let instant = jiff::Timestamp::new(
+        at.timestamp(),
+        i32::try_from(at.timestamp_subsec_nanos()).ok()?,
+    )
+    .ok()?;
+    Some(instant.to_zoned(zone.clone()))
+}
+
+fn utc(at: &jiff::Zoned) -> Option<chrono::DateTime<chrono::Utc>> {
+    let instant = at.timestamp();
+    chrono::DateTime::from_timestamp(
+        instant.as_second(),
+        u32::try_from(instant.subsec_nanosecond()).ok()?,
+    )
+}
+
+/// `at` as RFC 3339 with the offset `timezone` has then (`2026-07-10T09:00:00+01:00`);
+/// `None` for a name [`parse_timezone`] refuses.
+pub(crate) fn local_rfc3339(at: chrono::DateTime<chrono::Utc>, timezone: &str) -> Option<String> {
+    let zone = parse_timezone(timezone).ok()?;
+    let local = zoned(at, &zone)?;
+    let offset = chrono::FixedOffset::east_opt(local.offset().seconds())?;
+    Some(at.with_timezone(&offset).to_rfc3339())
+}
+
+/// An IANA time zone name (`Europe/Lisbon`); empty and `UTC` mean UTC. Anything else is
+/// looked up in the host's database, exactly as written; a name is only ever a key of that
+/// database, never a path of its own (`..`, a leading `/` and other characters are refused
+/// before the lookup).
+pub(crate) fn parse_timezone(timezone: &str) -> Result<jiff::tz::TimeZone, ScheduleError> {
+    if timezone.is_empty() || timezone == "UTC" {
+        return Ok(jiff::tz::TimeZone::UTC);
     }
-    timezone
-        .parse::<chrono_tz::Tz>()
-        .map_err(|_| ScheduleError::TimeZone(timezone.to_owned()))
+    let refused = || ScheduleError::TimeZone(timezone.to_owned());
+    let name_like = timezone.len() <= 64
+        && timezone.split('/').all(|part| {
+            !part.is_empty()
+                && part != "."
+                && part != ".."
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_+-.".contains(&b))
+        });
+    if !name_like {
+        return Err(refused());
+    }
+    lookup(jiff::tz::db(), timezone)
+}
+
+fn lookup(
+    database: &jiff::tz::TimeZoneDatabase,
+    timezone: &str,
+) -> Result<jiff::tz::TimeZone, ScheduleError> {
+    let refused = || ScheduleError::TimeZone(timezone.to_owned());
+    match database.get(timezone) {
+        Ok(zone) if zone.iana_name() == Some(timezone) => Ok(zone),
+        _ if database.is_definitively_empty() => {
+            Err(ScheduleError::NoTimeZoneDatabase(timezone.to_owned()))
+        }
+        _ => Err(refused()),
+    }
 }
 
 /// Checks a schedule without keeping its normal form.
@@ -289,6 +348,61 @@ mod tests {
         );
         assert!(Schedule::parse("* * * * *", "Mars/Olympus").is_err());
         Ok(())
+    }
+
+    #[test]
+    fn a_time_zone_is_a_name_in_the_host_database_as_written() {
+        for name in ["", "UTC", "Europe/Lisbon", "America/New_York", "Etc/GMT+5"] {
+            assert!(parse_timezone(name).is_ok(), "{name:?}");
+        }
+        for name in [
+            "europe/lisbon",
+            "Mars/Olympus",
+            "Local",
+            "../../../../etc/passwd",
+            "/usr/share/zoneinfo/Europe/Lisbon",
+            "Europe/../Europe/Lisbon",
+            "Europe//Lisbon",
+            "Europe/Lisbon/",
+            "Europe/Lisbon\0",
+            &"A/".repeat(40),
+        ] {
+            assert!(
+                matches!(parse_timezone(name), Err(ScheduleError::TimeZone(ref refused)) if refused == name),
+                "{name:?}"
+            );
+        }
+        let none = jiff::tz::TimeZoneDatabase::none();
+        let error = lookup(&none, "Europe/Lisbon").map(|_| ());
+        assert!(
+            matches!(error, Err(ScheduleError::NoTimeZoneDatabase(_))),
+            "{error:?}"
+        );
+        assert!(
+            error
+                .map_err(|error| error.to_string())
+                .is_err_and(|text| text.contains("install the tzdata package")),
+        );
+    }
+
+    #[test]
+    fn a_local_time_carries_the_zone_s_offset_then() {
+        assert_eq!(
+            local_rfc3339(at("2026-07-10T08:00:00Z"), "Europe/Lisbon").as_deref(),
+            Some("2026-07-10T09:00:00+01:00")
+        );
+        assert_eq!(
+            local_rfc3339(at("2026-01-10T09:00:00Z"), "Europe/Lisbon").as_deref(),
+            Some("2026-01-10T09:00:00+00:00")
+        );
+        assert_eq!(
+            local_rfc3339(at("2026-01-10T09:00:00Z"), "").as_deref(),
+            Some("2026-01-10T09:00:00+00:00")
+        );
+        assert_eq!(
+            local_rfc3339(at("2026-01-10T09:00:00Z"), "Mars/Olympus"),
+            None
+        );
     }
 
     #[test]

@@ -17,7 +17,7 @@ use super::job::{
     failure_reason, job_runs, keep_history, list_runs, remove_all, run_phase, run_timeout,
     run_view, settle_runs, start_run, taken_names,
 };
-use crate::manifest::spec::schedule::{Schedule, parse_timezone};
+use crate::manifest::spec::schedule::{Schedule, local_rfc3339};
 use crate::manifest::spec::{CronjobSpec, Spec};
 use crate::model::ResourceKey;
 use crate::reconcile::cron::{CronDecision, CronInputs, Skip, decide, schedule_key};
@@ -253,11 +253,9 @@ fn cronjob_status(
     } else {
         spec.timezone.as_str()
     };
-    let next_local = position.next_run.and_then(|next| {
-        let zone = parse_timezone(&spec.timezone).ok()?;
-        let at = chrono::DateTime::from_timestamp(next, 0)?;
-        Some(at.with_timezone(&zone).to_rfc3339())
-    });
+    let next_local = position
+        .next_run
+        .and_then(|next| local_rfc3339(chrono::DateTime::from_timestamp(next, 0)?, &spec.timezone));
     let (phase, message) = if let Some(error) = error {
         // The error policy then makes it `Failed` unless it is retried.
         (Phase::Pending, error.to_string())
