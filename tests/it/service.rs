@@ -300,6 +300,12 @@ fn debian_package_installs_binary_and_unit_and_starts_nothing() -> TestResult {
             "{path} not in:\n{contents}"
         );
     }
+    // Cronjob time zones are read from the host's database.
+    let depends = run(Command::new("dpkg-deb").arg("-f").arg(&deb).arg("Depends"))?;
+    assert!(
+        depends.split(',').any(|item| item.trim() == "tzdata"),
+        "Depends: {depends}"
+    );
     // The maintainer scripts neither enable nor start the unit: they only keep an admin's
     // enablement across upgrades (`was-enabled`) and restart a running agent on upgrade.
     let scripts = tempfile::tempdir()?;
