@@ -178,6 +178,14 @@ impl Schedule {
         let previous = self.cron.find_previous_occurrence(&local, true).ok()?;
         utc(&previous)
     }
+
+    /// `at` as RFC 3339 with the offset the schedule's zone has then
+    /// (`2026-07-10T09:00:00+01:00`).
+    pub(crate) fn local_rfc3339(&self, at: chrono::DateTime<chrono::Utc>) -> Option<String> {
+        let local = zoned(at, &self.zone)?;
+        let offset = chrono::FixedOffset::east_opt(local.offset().seconds())?;
+        Some(at.with_timezone(&offset).to_rfc3339())
+    }
 }
 
 fn zoned(at: chrono::DateTime<chrono::Utc>, zone: &jiff::tz::TimeZone) -> Option<jiff::Zoned> {
@@ -195,15 +203,6 @@ fn utc(at: &jiff::Zoned) -> Option<chrono::DateTime<chrono::Utc>> {
         instant.as_second(),
         u32::try_from(instant.subsec_nanosecond()).ok()?,
     )
-}
-
-/// `at` as RFC 3339 with the offset `timezone` has then (`2026-07-10T09:00:00+01:00`);
-/// `None` for a name [`parse_timezone`] refuses.
-pub(crate) fn local_rfc3339(at: chrono::DateTime<chrono::Utc>, timezone: &str) -> Option<String> {
-    let zone = parse_timezone(timezone).ok()?;
-    let local = zoned(at, &zone)?;
-    let offset = chrono::FixedOffset::east_opt(local.offset().seconds())?;
-    Some(at.with_timezone(&offset).to_rfc3339())
 }
 
 /// An IANA time zone name (`Europe/Lisbon`); empty and `UTC` mean UTC. Anything else is
@@ -386,23 +385,22 @@ mod tests {
     }
 
     #[test]
-    fn a_local_time_carries_the_zone_s_offset_then() {
+    fn a_local_time_carries_the_zone_s_offset_then() -> Result<(), ScheduleError> {
+        let lisbon = Schedule::parse("0 9 * * *", "Europe/Lisbon")?;
         assert_eq!(
-            local_rfc3339(at("2026-07-10T08:00:00Z"), "Europe/Lisbon").as_deref(),
+            lisbon.local_rfc3339(at("2026-07-10T08:00:00Z")).as_deref(),
             Some("2026-07-10T09:00:00+01:00")
         );
         assert_eq!(
-            local_rfc3339(at("2026-01-10T09:00:00Z"), "Europe/Lisbon").as_deref(),
+            lisbon.local_rfc3339(at("2026-01-10T09:00:00Z")).as_deref(),
             Some("2026-01-10T09:00:00+00:00")
         );
+        let utc = Schedule::parse("0 9 * * *", "")?;
         assert_eq!(
-            local_rfc3339(at("2026-01-10T09:00:00Z"), "").as_deref(),
+            utc.local_rfc3339(at("2026-01-10T09:00:00Z")).as_deref(),
             Some("2026-01-10T09:00:00+00:00")
         );
-        assert_eq!(
-            local_rfc3339(at("2026-01-10T09:00:00Z"), "Mars/Olympus"),
-            None
-        );
+        Ok(())
     }
 
     #[test]

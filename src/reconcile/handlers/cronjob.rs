@@ -17,7 +17,7 @@ use super::job::{
     failure_reason, job_runs, keep_history, list_runs, remove_all, run_phase, run_timeout,
     run_view, settle_runs, start_run, taken_names,
 };
-use crate::manifest::spec::schedule::{Schedule, local_rfc3339};
+use crate::manifest::spec::schedule::Schedule;
 use crate::manifest::spec::{CronjobSpec, Spec};
 use crate::model::ResourceKey;
 use crate::reconcile::cron::{CronDecision, CronInputs, Skip, decide, schedule_key};
@@ -42,7 +42,12 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) 
         return Err(super::wrong_kind(key, &desired.spec));
     };
     super::engine::refuse_gaps(ctx, key, &desired.spec)?;
-    let checked = Schedule::parse(&spec.schedule, &spec.timezone)
+    // The zone is looked up in the host's time zone files (the first lookup of a process walks
+    // the database): off the async threads.
+    let (expression, timezone) = (spec.schedule.clone(), spec.timezone.clone());
+    let checked = tokio::task::spawn_blocking(move || Schedule::parse(&expression, &timezone))
+        .await
+        .map_err(Error::Task)?
         .map_err(|problem| format!("schedule {:?}: {problem}", spec.schedule))
         .and_then(|schedule| {
             let forbid = match spec.concurrency_policy.as_str() {
@@ -160,6 +165,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) 
         key,
         &desired,
         spec,
+        &schedule,
         &decision.state,
         &runs,
         skipped,
@@ -235,10 +241,12 @@ fn skip_events<R: Runtime>(
     events
 }
 
+#[allow(clippy::too_many_arguments)]
 fn cronjob_status(
     key: &ResourceKey,
     desired: &Desired,
     spec: &CronjobSpec,
+    schedule: &Schedule,
     position: &CronState,
     runs: &[JobRun],
     skipped: Vec<SkipDetail>,
@@ -255,7 +263,7 @@ fn cronjob_status(
     };
     let next_local = position
         .next_run
-        .and_then(|next| local_rfc3339(chrono::DateTime::from_timestamp(next, 0)?, &spec.timezone));
+        .and_then(|next| schedule.local_rfc3339(chrono::DateTime::from_timestamp(next, 0)?));
     let (phase, message) = if let Some(error) = error {
         // The error policy then makes it `Failed` unless it is retried.
         (Phase::Pending, error.to_string())
