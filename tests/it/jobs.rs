@@ -448,25 +448,30 @@ async fn a_job_leaving_the_repo_takes_its_runs_and_status() -> TestResult {
     harness.stop().await
 }
 
-/// A zone is read from the host's database: 09:00 in New York is 14:00 UTC in January, and
-/// the status shows the next run at the zone's offset then.
-#[tokio::test(start_paused = true)]
-async fn a_cronjob_s_time_zone_places_its_runs_and_its_status() -> TestResult {
+/// A harness started at 2026-01-01T10:00:30Z with one cronjob of `body`, once the cronjob
+/// has its first position.
+async fn first_position(body: &str) -> TestResult<(Harness, CronState)> {
     let mut harness = Harness::new()?;
     harness.start_at("2026-01-01T10:00:30Z")?;
-    harness.push(&[(
-        "cron.hcl",
-        &cronjob(
-            r#"  schedule = "0 9 * * *"
-  timezone = "America/New_York"
-  command = ["echo", "tick"]"#,
-        ),
-    )])?;
+    harness.push(&[("cron.hcl", &cronjob(body))])?;
     let state = harness
         .until("the first position", |harness| {
             harness.cron_state(&cron_key())
         })
         .await?;
+    Ok((harness, state))
+}
+
+/// A zone is read from the host's database: 09:00 in New York is 14:00 UTC in January, and
+/// the status shows the next run at the zone's offset then.
+#[tokio::test(start_paused = true)]
+async fn a_cronjob_s_time_zone_places_its_runs_and_its_status() -> TestResult {
+    let (mut harness, state) = first_position(
+        r#"  schedule = "0 9 * * *"
+  timezone = "America/New_York"
+  command = ["echo", "tick"]"#,
+    )
+    .await?;
     assert_eq!(state.next_run, Some(ts("2026-01-01T14:00:00Z")?));
     let status = harness.status(&cron_key())?.ok_or("status")?;
     let detail = status.detail.json();
@@ -485,21 +490,12 @@ async fn a_cronjob_s_time_zone_places_its_runs_and_its_status() -> TestResult {
 
 #[tokio::test(start_paused = true)]
 async fn a_cronjob_fires_on_schedule_from_the_next_minute_on() -> TestResult {
-    let mut harness = Harness::new()?;
-    harness.start_at("2026-01-01T10:00:30Z")?;
-    harness.push(&[(
-        "cron.hcl",
-        &cronjob(
-            r#"  schedule = "* * * * *"
+    let (mut harness, state) = first_position(
+        r#"  schedule = "* * * * *"
   command = ["echo", "tick"]"#,
-        ),
-    )])?;
+    )
+    .await?;
     // First sighting: the next minute, nothing fired.
-    let state = harness
-        .until("the first position", |harness| {
-            harness.cron_state(&cron_key())
-        })
-        .await?;
     assert_eq!(state.next_run, Some(ts("2026-01-01T10:01:00Z")?));
     assert_eq!(state.last_scheduled, None);
     assert!(harness.runs(&cron_key())?.is_empty());
