@@ -5,7 +5,7 @@
 //! later by default, and only when a later allocation or free looks, so the first buffer
 //! stayed resident under the second and both after the fetch. While a pack is received,
 //! freed memory goes back at once, and what is left is collected when it is done. A commit's
-//! load (`sync`) hands back what it freed the same way ([`give_back`]).
+//! load (`sync`) hands back what it freed the same way ([`give_memory_back`]).
 //!
 //! Invariant: only mimalloc's purge delay changes, only while at least one pack is being
 //! received, and the value found before is restored after the last one.
@@ -57,14 +57,14 @@ impl Drop for PromptPurge {
         if receiving.0 == 0 {
             // SAFETY: as in `start`.
             unsafe { mi_option_set(PURGE_DELAY, receiving.1) };
-            give_back();
+            give_memory_back();
         }
     }
 }
 
 /// Returns the heap memory freed so far to the system now, instead of when an allocation
 /// next looks (mimalloc) or never (glibc, which SQLite's C code allocates from).
-pub(crate) fn give_back() {
+pub(crate) fn give_memory_back() {
     // SAFETY: mi_collect only returns free memory to the system: it frees this thread's empty
     // pages and purges the arenas' free ones, whichever thread freed them.
     unsafe { mi_collect(true) };

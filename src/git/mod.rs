@@ -20,7 +20,7 @@ pub use error::{Error, Result};
 /// The trigger files of a commit or directory (`.voodu/**/*.yml`) in path order, and the
 /// refused ones (symlinks) with why.
 pub(crate) type TriggerFiles = (Vec<crate::model::SourceFile>, Vec<(String, String)>);
-pub(crate) use memory::give_back as give_memory_back;
+pub(crate) use memory::give_memory_back;
 pub(crate) use tree::{CommitFiles, TriggeredFiles};
 pub use verify::{MAX_VERIFIED_COMMITS, Refusal, TrustedKeys, Untrusted, Verified, VerifyMode};
 pub use workdir::{WORKDIR_COMMIT, WorkdirFiles, read_workdir, read_workdir_triggers};

@@ -213,7 +213,6 @@ pub(crate) fn parse_timezone(timezone: &str) -> Result<jiff::tz::TimeZone, Sched
     if timezone.is_empty() || timezone == "UTC" {
         return Ok(jiff::tz::TimeZone::UTC);
     }
-    let refused = || ScheduleError::TimeZone(timezone.to_owned());
     let name_like = timezone.len() <= 64
         && timezone.split('/').all(|part| {
             !part.is_empty()
@@ -224,7 +223,7 @@ pub(crate) fn parse_timezone(timezone: &str) -> Result<jiff::tz::TimeZone, Sched
                     .all(|b| b.is_ascii_alphanumeric() || b"_+-.".contains(&b))
         });
     if !name_like {
-        return Err(refused());
+        return Err(ScheduleError::TimeZone(timezone.to_owned()));
     }
     lookup(jiff::tz::db(), timezone)
 }
@@ -233,13 +232,12 @@ fn lookup(
     database: &jiff::tz::TimeZoneDatabase,
     timezone: &str,
 ) -> Result<jiff::tz::TimeZone, ScheduleError> {
-    let refused = || ScheduleError::TimeZone(timezone.to_owned());
     match database.get(timezone) {
         Ok(zone) if zone.iana_name() == Some(timezone) => Ok(zone),
         _ if database.is_definitively_empty() => {
             Err(ScheduleError::NoTimeZoneDatabase(timezone.to_owned()))
         }
-        _ => Err(refused()),
+        _ => Err(ScheduleError::TimeZone(timezone.to_owned())),
     }
 }
 
