@@ -573,8 +573,10 @@ async fn run_until<R: Runtime>(
     }
     let mut syncers = Vec::new();
     for source_config in &sources {
+        let mut source_options = source_config.options.clone();
+        source_options.max_file_bytes = config.sync.max_file_bytes;
         let source = Source::new(
-            source_config.options.clone(),
+            source_options,
             &source_dir(&config.data_dir, &source_config.name),
         )
         .selecting(config.hosts.clone());

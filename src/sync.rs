@@ -681,7 +681,7 @@ fn file_problem(read: &FileRead, file: &str, at: &CommitSha) -> Option<String> {
     match read {
         FileRead::File(_) => None,
         FileRead::TooLarge(size) => Some(format!(
-            "apply.file {file} is {size} bytes at commit {}; at most {MAX_MANIFEST_BYTES} bytes of a manifest are read",
+            "apply.file {file} is {size} at commit {}; at most {MAX_MANIFEST_BYTES} bytes of a manifest are read",
             at.short()
         )),
         FileRead::Missing => Some(format!(

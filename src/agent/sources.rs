@@ -383,6 +383,8 @@ fn read_source(
         ca_file,
         ssh_accept_new_host_keys: accept_new,
         ssh_key_file,
+        // The agent's `--max-file-size`, set where the source is made (`agent::start`).
+        max_file_bytes: 0,
     };
     if let Err(error) = options.check() {
         cx.error(at.clone(), format!("source {name:?}: {error}"));

@@ -531,7 +531,7 @@ fn with_triggers(
                 at.short()
             ))),
             FileRead::TooLarge(size) => problems.push(located(format!(
-                "apply.file {file} is {size} bytes at {}; at most {} bytes of a manifest are read",
+                "apply.file {file} is {size} at {}; at most {} bytes of a manifest are read",
                 at.short(),
                 crate::model::MAX_MANIFEST_BYTES
             ))),

@@ -94,7 +94,8 @@ pub(super) struct RunArgs {
         value_delimiter = ','
     )]
     allow_env: Vec<String>,
-    /// Largest file `file()` or `env_file` may read, in bytes.
+    /// Largest file `file()` or `env_file` may read, in bytes. Larger blobs (and any over
+    /// 8 MiB) are not fetched where the git server can leave them out.
     #[arg(long, env = "VOODU_MAX_FILE_SIZE", value_name = "BYTES", default_value_t = crate::manifest::DEFAULT_MAX_FILE_BYTES)]
     max_file_size: u64,
     /// Largest body a `url()` asset may fetch, in bytes.
@@ -400,6 +401,8 @@ fn source_options(args: &RunArgs) -> anyhow::Result<SourceOptions> {
             .git_ssh_key_file
             .as_ref()
             .map(|path| std::path::absolute(path).unwrap_or_else(|_| path.clone())),
+        // The agent's `--max-file-size`, set where the source is made (`agent::start`).
+        max_file_bytes: 0,
     })
 }
 

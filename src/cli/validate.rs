@@ -630,7 +630,7 @@ pub(super) fn validate_dir(
                             trigger.apply_file
                         ))),
                         FileRead::TooLarge(size) => errors.push(trigger.at_apply_file(format!(
-                            "apply.file {} is {size} bytes; at most {} bytes of a manifest are read",
+                            "apply.file {} is {size}; at most {} bytes of a manifest are read",
                             trigger.apply_file,
                             crate::model::MAX_MANIFEST_BYTES
                         ))),

@@ -8,6 +8,7 @@
 //! `fetch` on a blocking thread and pass an interrupt flag tied to shutdown.
 
 mod error;
+mod fetch;
 mod memory;
 pub mod push;
 mod tree;
@@ -49,6 +50,9 @@ pub struct SourceOptions {
     /// For ssh: the private key to authenticate with (`ssh -i FILE -o IdentitiesOnly=yes`);
     /// otherwise ssh's own (the agent's user's `~/.ssh`, an ssh-agent).
     pub ssh_key_file: Option<PathBuf>,
+    /// The largest file `file()` and `env_file` read (`--max-file-size`). Blobs larger than
+    /// this and than a manifest can be (`model::MAX_MANIFEST_BYTES`) are not fetched.
+    pub max_file_bytes: u64,
 }
 
 /// The user a token is sent as when the URL names none: what GitHub, Gitea and Forgejo take.
@@ -186,7 +190,7 @@ impl Source {
     /// Negotiates refs with the remote and fetches the branch when its tip moved. Returns the
     /// branch's commit. Blocking.
     pub fn fetch(&self, interrupt: &AtomicBool) -> Result<CommitSha> {
-        let repo = self.open_mirror()?;
+        let repo = self.open_mirror_for_fetch()?;
         let local_ref = format!("refs/heads/{}", self.options.branch);
         let local_tip = self.local_tip(&repo, &local_ref);
         let refspec = format!("+{local_ref}:{local_ref}");
@@ -211,7 +215,7 @@ impl Source {
     /// Fetches every branch and tag, then resolves `rev` (a full commit SHA, a branch or a
     /// tag name) to a commit. For `plan --rev`. Blocking.
     pub(crate) fn fetch_rev(&self, rev: &str, interrupt: &AtomicBool) -> Result<CommitSha> {
-        let repo = self.open_mirror()?;
+        let repo = self.open_mirror_for_fetch()?;
         let refspecs = [
             "+refs/heads/*:refs/heads/*".to_owned(),
             "+refs/tags/*:refs/tags/*".to_owned(),
@@ -239,7 +243,8 @@ impl Source {
     }
 
     /// Connects with `refspecs`, lets `decide` look at the remote's refs, and receives a pack
-    /// when it says so.
+    /// when it says so (`fetch.rs`): the blobs this source's readers read, and every blob
+    /// the mirror holds already.
     fn negotiate<T>(
         &self,
         repo: &gix::Repository,
@@ -256,31 +261,24 @@ impl Source {
         };
         // gix errors nest deeply ("transport handshake failed" over an I/O error over a TLS
         // error): keep the whole chain, so status shows the root cause.
-        let remote = repo
-            .remote_at(self.url.as_str())
-            .map_err(|error| fetch_error(error_chain(&error)))?
-            .with_refspecs(
-                refspecs.iter().map(String::as_str),
-                gix::remote::Direction::Fetch,
-            )
-            .map_err(|error| fetch_error(error_chain(&error)))?;
-        let mut connection = remote
-            .connect(gix::remote::Direction::Fetch)
-            .map_err(|error| fetch_error(error_chain(&error)))?;
-        if self.url.to_ascii_lowercase().starts_with("http") {
+        let transport_options = if self.url.to_ascii_lowercase().starts_with("http") {
             let certificates = match &self.options.ca_file {
                 Some(path) => ca_certificates(path)?,
                 None => Vec::new(),
             };
             let tls =
                 crate::model::tls::client_config_trusting(certificates).map_err(fetch_error)?;
-            let options = http_options_with(repo, &self.url, tls)
-                .map_err(|error| fetch_error(error_chain(&*error)))?;
-            connection = connection.with_transport_options(options);
-        }
+            Some(
+                http_options_with(repo, &self.url, tls)
+                    .map_err(|error| fetch_error(error_chain(&*error)))?,
+            )
+        } else {
+            repo.transport_options(self.url.as_str(), None)
+                .map_err(|error| fetch_error(error_chain(&error)))?
+        };
         let token = self.token()?;
         let token_user = token_user(&self.url);
-        let connection = connection.with_credentials(move |action| match (&token, action) {
+        let authenticate = move |action| match (&token, action) {
             (Some(token), gix::credentials::helper::Action::Get(context)) => {
                 Ok(Some(gix::credentials::protocol::Outcome {
                     identity: gix::sec::identity::Account {
@@ -301,24 +299,59 @@ impl Source {
                 .raise())
             }
             _ => Ok(None),
-        });
-        let prepare = connection
-            .prepare_fetch(gix::progress::Discard, Default::default())
-            .map_err(|error| fetch_error(error_chain(&error)))?;
-        let (value, receive) = decide(&prepare.ref_map().remote_refs)?;
-        if receive {
-            let _purge = memory::PromptPurge::start();
-            prepare
-                .receive(gix::progress::Discard, interrupt)
-                .map_err(|error| {
-                    if interrupt.load(Ordering::Relaxed) {
-                        Error::Interrupted
-                    } else {
-                        fetch_error(error_chain(&error))
-                    }
-                })?;
+        };
+        // The mirror's limit never shrinks: a reader of smaller blobs asks for what it holds.
+        let blob_limit = match fetch::BlobLimit::of(repo.path()) {
+            Some(held) => self.blob_limit().map(|wanted| wanted.max(held)),
+            None => self.blob_limit(),
+        };
+        let request = fetch::Request {
+            url: &self.url,
+            refspecs,
+            transport_options,
+            blob_limit,
+        };
+        fetch::fetch(repo, request, authenticate, interrupt, decide).map_err(
+            |failure| match failure {
+                fetch::Failure::Decide(error) => error,
+                fetch::Failure::Gix(_) if interrupt.load(Ordering::Relaxed) => Error::Interrupted,
+                fetch::Failure::Gix(error) => fetch_error(error_chain(&error)),
+            },
+        )
+    }
+
+    /// The limit this source's fetches leave blobs out from: what its largest reader reads
+    /// (a manifest, or `file()` at `SourceOptions::max_file_bytes`) is always fetched.
+    fn blob_limit(&self) -> Option<fetch::BlobLimit> {
+        fetch::BlobLimit::for_reads(
+            self.options
+                .max_file_bytes
+                .max(crate::model::MAX_MANIFEST_BYTES),
+        )
+    }
+
+    /// The mirror, ready for a fetch: started again when this source's readers read blobs
+    /// larger than the ones its earlier fetches left out (`--max-file-size` was raised), so
+    /// no reader meets a hole where a file should be.
+    fn open_mirror_for_fetch(&self) -> Result<gix::Repository> {
+        let repo = self.open_mirror()?;
+        let Some(held) = fetch::BlobLimit::of(repo.path()) else {
+            return Ok(repo);
+        };
+        if self.blob_limit().is_some_and(|wanted| wanted <= held) {
+            return Ok(repo);
         }
-        Ok(value)
+        tracing::warn!(
+            mirror = %self.mirror.display(),
+            held = held.bytes(),
+            "the mirror left out blobs this source now reads (a larger --max-file-size): fetching it again whole"
+        );
+        drop(repo);
+        std::fs::remove_dir_all(&self.mirror).map_err(|error| Error::Mirror {
+            path: self.mirror.clone(),
+            message: error.to_string(),
+        })?;
+        self.open_mirror()
     }
 
     /// Reads every manifest file under the configured paths at `sha` that this host applies,

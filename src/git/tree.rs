@@ -10,7 +10,9 @@
 use gix::bstr::ByteSlice;
 
 use super::{Error, Result};
-use crate::model::{BlobId, CommitSha, HostSelection, Snapshot, SourceFile, is_manifest_path};
+use crate::model::{
+    BlobId, CommitSha, FileSize, HostSelection, Snapshot, SourceFile, is_manifest_path,
+};
 
 /// The manifest blobs the last [`read_snapshot`] read, by id, so the next read of a commit
 /// that changed few files decompresses those alone. Holds one read's blobs, at most
@@ -101,7 +103,7 @@ pub(super) fn read_snapshot(
             Blob::TooLarge(size) => refused.push((
                 path,
                 format!(
-                    "manifest is {size} bytes; at most {} bytes are read (split it into several files)",
+                    "manifest is {size}; at most {} bytes are read (split it into several files)",
                     crate::model::MAX_MANIFEST_BYTES
                 ),
             )),
@@ -191,7 +193,7 @@ pub(super) fn read_trigger_files(
             Blob::TooLarge(size) => refused.push((
                 path,
                 format!(
-                    "trigger file is {size} bytes; at most {} are read",
+                    "trigger file is {size}; at most {} are read",
                     crate::model::MAX_TRIGGER_FILE_BYTES
                 ),
             )),
@@ -204,23 +206,33 @@ pub(super) fn read_trigger_files(
 /// What [`read_blob`] found: the blob's bytes, or its size when that is over the limit.
 enum Blob {
     Bytes(Vec<u8>),
-    /// From the object header: none of the content was decompressed.
-    TooLarge(u64),
+    /// From the object header, or the mirror's blob limit for a blob its fetches left out:
+    /// none of the content was decompressed.
+    TooLarge(FileSize),
 }
 
 /// Reads blob `id` whole only when its object header says it is at most `max_bytes` long;
-/// otherwise its size alone. The one place this module reads blob content.
+/// otherwise its size alone. A blob the mirror lacks is one its fetches left out for its
+/// size (`fetch::BlobLimit`), when the mirror has a limit. The one place this module reads
+/// blob content.
 fn read_blob(
     repo: &gix::Repository,
     id: gix::ObjectId,
     max_bytes: u64,
 ) -> std::result::Result<Blob, String> {
-    let size = repo
-        .find_header(id)
-        .map_err(|error| error.to_string())?
-        .size();
+    let size = match repo.find_header(id) {
+        Ok(header) => header.size(),
+        Err(error) => {
+            return match super::fetch::BlobLimit::of(repo.path()) {
+                Some(limit) if !repo.has_object(id) => {
+                    Ok(Blob::TooLarge(FileSize::AtLeast(limit.bytes())))
+                }
+                _ => Err(error.to_string()),
+            };
+        }
+    };
     if size > max_bytes {
-        return Ok(Blob::TooLarge(size));
+        return Ok(Blob::TooLarge(FileSize::Exact(size)));
     }
     let object = repo.find_object(id).map_err(|error| error.to_string())?;
     Ok(Blob::Bytes(object.detach().data))

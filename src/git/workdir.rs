@@ -10,7 +10,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::{Error, Result};
-use crate::model::{CommitSha, FileRead, FileSource, Snapshot, SourceFile, is_manifest_path};
+use crate::model::{
+    CommitSha, FileRead, FileSize, FileSource, Snapshot, SourceFile, is_manifest_path,
+};
 
 /// The name a working directory's snapshot carries in place of a commit SHA.
 pub const WORKDIR_COMMIT: &str = "working-tree";
@@ -64,7 +66,7 @@ pub fn read_workdir(root: &Path, paths: &[String]) -> Result<Snapshot> {
                     FileRead::TooLarge(size) => refused.push((
                         path,
                         format!(
-                            "manifest is {size} bytes; at most {} bytes are read (split it into several files)",
+                            "manifest is {size}; at most {} bytes are read (split it into several files)",
                             crate::model::MAX_MANIFEST_BYTES
                         ),
                     )),
@@ -115,7 +117,7 @@ pub fn read_workdir_triggers(root: &Path) -> Result<super::TriggerFiles> {
                     FileRead::TooLarge(size) => refused.push((
                         path,
                         format!(
-                            "trigger file is {size} bytes; at most {} are read",
+                            "trigger file is {size}; at most {} are read",
                             crate::model::MAX_TRIGGER_FILE_BYTES
                         ),
                     )),
@@ -138,13 +140,13 @@ fn read_bounded(path: &Path, max_bytes: u64) -> std::io::Result<FileRead> {
     let file = fs::File::open(path)?;
     let size = file.metadata()?.len();
     if size > max_bytes {
-        return Ok(FileRead::TooLarge(size));
+        return Ok(FileRead::TooLarge(FileSize::Exact(size)));
     }
     let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
     file.take(max_bytes.saturating_add(1))
         .read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max_bytes {
-        return Ok(FileRead::TooLarge(bytes.len() as u64));
+        return Ok(FileRead::TooLarge(FileSize::Exact(bytes.len() as u64)));
     }
     Ok(FileRead::File(bytes))
 }
@@ -221,7 +223,7 @@ impl FileSource for WorkdirFiles {
             return FileRead::NotAFile;
         }
         if metadata.len() > max_bytes {
-            return FileRead::TooLarge(metadata.len());
+            return FileRead::TooLarge(FileSize::Exact(metadata.len()));
         }
         read_bounded(&full, max_bytes).unwrap_or_else(|error| FileRead::Error(error.to_string()))
     }
@@ -262,7 +264,10 @@ mod tests {
         );
         assert_eq!(files.read("nope", 64), FileRead::Missing);
         fs::write(dir.path().join("deploy/big.txt"), [b'x'; 65])?;
-        assert_eq!(files.read("deploy/big.txt", 64), FileRead::TooLarge(65));
+        assert_eq!(
+            files.read("deploy/big.txt", 64),
+            FileRead::TooLarge(FileSize::Exact(65))
+        );
         assert_eq!(
             files.read("deploy/big.txt", 65),
             FileRead::File(vec![b'x'; 65])

@@ -26,8 +26,9 @@ pub use image_policy::{ImagePolicy, PolicyError, image_tag, is_valid_tag, split_
 pub use policy::Policy;
 pub use ports::{PortMapping, parse_ports};
 pub use snapshot::{
-    BlobId, FileRead, FileSource, MANIFEST_EXTENSIONS, MAX_MANIFEST_BYTES, MAX_TRIGGER_FILE_BYTES,
-    MemoryFiles, Snapshot, SourceFile, TRIGGER_DIR, is_manifest_path, is_trigger_path,
+    BlobId, FileRead, FileSize, FileSource, MANIFEST_EXTENSIONS, MAX_MANIFEST_BYTES,
+    MAX_TRIGGER_FILE_BYTES, MemoryFiles, Snapshot, SourceFile, TRIGGER_DIR, is_manifest_path,
+    is_trigger_path,
 };
 pub(crate) use units::{
     parse_cpus, parse_docker_size, parse_go_duration, parse_memory, parse_ulimit,

@@ -95,15 +95,36 @@ impl Snapshot {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FileRead {
     File(Vec<u8>),
-    /// A file larger than the reader was asked to read: its size in bytes, from the object
-    /// header or the file system. None of its content was read.
-    TooLarge(u64),
+    /// A file larger than the reader was asked to read. None of its content was read.
+    TooLarge(FileSize),
     /// A symlink and its target as written (relative or absolute).
     Symlink(String),
     Missing,
     /// A directory, submodule or other non-file entry.
     NotAFile,
     Error(String),
+}
+
+/// How large a file refused for its size is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileSize {
+    /// Its size in bytes, from the object header or the file system.
+    Exact(u64),
+    /// A blob the mirror does not hold: its fetches leave out blobs of this many bytes or
+    /// more (`git::fetch`).
+    AtLeast(u64),
+}
+
+impl std::fmt::Display for FileSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FileSize::Exact(bytes) => write!(f, "{bytes} bytes"),
+            FileSize::AtLeast(bytes) => write!(
+                f,
+                "at least {bytes} bytes (the agent does not fetch blobs this large)"
+            ),
+        }
+    }
 }
 
 /// Read access to the files of one repo state (a commit's tree, or a working directory), for
@@ -155,7 +176,7 @@ impl FileSource for MemoryFiles {
     fn read(&self, path: &str, max_bytes: u64) -> FileRead {
         match self.entries.get(path) {
             Some(FileRead::File(bytes)) if bytes.len() as u64 > max_bytes => {
-                FileRead::TooLarge(bytes.len() as u64)
+                FileRead::TooLarge(FileSize::Exact(bytes.len() as u64))
             }
             Some(read) => read.clone(),
             None => FileRead::Missing,

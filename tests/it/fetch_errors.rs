@@ -280,6 +280,51 @@ fn refused_credentials_show_their_cause_in_status() -> TestResult {
     Ok(())
 }
 
+/// Issue 29, over http (a real `git http-backend`): a server that allows partial fetches
+/// (`uploadpack.allowFilter`, as GitHub and GitLab do) leaves out the 9 MB blob no reader
+/// reads, and the mirror records the limit it asked for; one that does not sends every blob,
+/// and the mirror records none (it is whole). Both apply the commit.
+#[test]
+#[ignore = "needs tools scripts/test-deps installs: scripts/test runs it"]
+fn over_http_a_server_that_filters_leaves_out_blobs_no_reader_reads() -> TestResult {
+    let test = "fetch_errors::over_http_a_server_that_filters_leaves_out_blobs_no_reader_reads";
+    require_tools(test, &["python3", "/usr/lib/git-core/git-http-backend"])?;
+    for filters in [true, false] {
+        let repo = repo()?;
+        repo.write("big.bin", &"x".repeat(9_000_000))?;
+        let sha = repo.commit("a large file nothing reads")?;
+        if filters {
+            crate::support::repo::git(
+                &repo.remote_path(),
+                &["config", "uploadpack.allowFilter", "true"],
+            )?;
+        }
+        let blob = crate::support::repo::git(&repo.work(), &["rev-parse", "HEAD:big.bin"])?;
+        let (_server, port) = git_http_server(&repo, "", None)?;
+        let watcher = Watcher::new(
+            &format!("http://127.0.0.1:{port}/{}", remote_name(&repo)?),
+            None,
+        )?;
+
+        let outcome = watcher.sync()?;
+
+        assert!(
+            matches!(&outcome, SyncOutcome::Applied { commit, .. } if commit.as_str() == sha),
+            "filters: {filters}: {outcome:?}"
+        );
+        let mirror = watcher.data.path().join("repo.git");
+        let fetched =
+            gix::open(&mirror)?.has_object(gix::ObjectId::from_hex(blob.trim().as_bytes())?);
+        assert_eq!(fetched, !filters, "filters: {filters}: the blob fetched");
+        assert_eq!(
+            std::fs::read_to_string(mirror.join("blob-limit")).ok(),
+            filters.then(|| format!("{}\n", voodu_agent::model::MAX_MANIFEST_BYTES + 1)),
+            "filters: {filters}"
+        );
+    }
+    Ok(())
+}
+
 /// Over https with a certificate of a private CA the agent does not trust: the TLS failure
 /// (unknown issuer) is the root cause status shows. With the CA trusted, see
 /// `private_ca_with_url_user_and_token`.

@@ -591,7 +591,9 @@ fn cut_loose_object(git_dir: &std::path::Path, rev: &str) -> TestResult<String> 
 #[test]
 fn oversized_blobs_are_refused_from_their_header_without_reading_them() -> TestResult {
     use voodu_agent::manifest::{self, LoadOptions};
-    use voodu_agent::model::{FileRead, FileSource, MAX_MANIFEST_BYTES, MAX_TRIGGER_FILE_BYTES};
+    use voodu_agent::model::{
+        FileRead, FileSize, FileSource, MAX_MANIFEST_BYTES, MAX_TRIGGER_FILE_BYTES,
+    };
 
     let repo = TempRepo::new()?;
     repo.write(
@@ -663,7 +665,7 @@ fn oversized_blobs_are_refused_from_their_header_without_reading_them() -> TestR
     let files = source.files_at(&sha)?;
     assert_eq!(
         files.read("big.bin", 1024 * 1024),
-        FileRead::TooLarge(5_000_000)
+        FileRead::TooLarge(FileSize::Exact(5_000_000))
     );
     // Allowed to read it, the reader finds the content cut: the refusal above never got there.
     assert!(
@@ -688,15 +690,28 @@ fn oversized_blobs_are_refused_from_their_header_without_reading_them() -> TestR
     Ok(())
 }
 
+/// Whether the mirror under `data` holds the blob at `rev` of the repo's work tree.
+fn mirror_has(repo: &TempRepo, data: &std::path::Path, rev: &str) -> TestResult<bool> {
+    let id = crate::support::repo::git(&repo.work(), &["rev-parse", rev])?;
+    let mirror = gix::open(data.join("repo.git"))?;
+    Ok(mirror.has_object(gix::ObjectId::from_hex(id.trim().as_bytes())?))
+}
+
 /// The same refusals through a real fetch and sync: the commit is rejected with each path.
+/// Issue 29: the fetch asks for no blob over what a reader reads (here a manifest's 8 MiB,
+/// above `--max-file-size`), so the unreferenced 9 MB blob, the 9 MB one `file()` names and
+/// the oversized manifest never reach the mirror, and their refusals say "at least"; a blob
+/// under that (over `--max-file-size`) is fetched and refused with its size.
 #[test]
-fn a_file_over_the_limit_and_an_oversized_manifest_reject_the_commit() -> TestResult {
+fn oversized_files_reject_the_commit_and_blobs_no_reader_reads_are_not_fetched() -> TestResult {
     let repo = TempRepo::new()?;
     repo.write(
         "app.hcl",
-        "asset \"s\" \"big\" {\n  k = file(\"big.bin\")\n}\n",
+        "asset \"s\" \"big\" {\n  k = file(\"big.bin\")\n  l = file(\"small.bin\")\n}\n",
     )?;
-    repo.write("big.bin", &"x".repeat(1024 * 1024 + 1))?;
+    repo.write("big.bin", &"x".repeat(9_000_000))?;
+    repo.write("unread.bin", &"y".repeat(9_000_000))?;
+    repo.write("small.bin", &"z".repeat(1024 * 1024 + 1))?;
     repo.write(
         "huge.hcl",
         &"#\n".repeat(voodu_agent::model::MAX_MANIFEST_BYTES as usize / 2 + 1),
@@ -706,13 +721,80 @@ fn a_file_over_the_limit_and_an_oversized_manifest_reject_the_commit() -> TestRe
 
     let diagnostics = agent.sync_rejected(&sha)?;
 
+    let limit = voodu_agent::model::MAX_MANIFEST_BYTES + 1;
     assert_eq!(
         diagnostics,
         [
-            "app.hcl:2:7: file(): \"big.bin\" is 1048577 bytes; the limit is 1048576 bytes (--max-file-size)",
-            "huge.hcl:1:1: manifest is 8388610 bytes; at most 8388608 bytes are read (split it into several files)",
+            format!(
+                "app.hcl:2:7: file(): \"big.bin\" is at least {limit} bytes (the agent does not fetch blobs this large); the limit is 1048576 bytes (--max-file-size)"
+            ),
+            "app.hcl:3:7: file(): \"small.bin\" is 1048577 bytes; the limit is 1048576 bytes (--max-file-size)".to_owned(),
+            format!(
+                "huge.hcl:1:1: manifest is at least {limit} bytes (the agent does not fetch blobs this large); at most 8388608 bytes are read (split it into several files)"
+            ),
         ]
     );
     assert!(agent.desired()?.is_empty());
+    for rev in ["HEAD:big.bin", "HEAD:unread.bin", "HEAD:huge.hcl"] {
+        assert!(!mirror_has(&repo, agent.data.path(), rev)?, "{rev} fetched");
+    }
+    // Under the limit, a blob comes as before (over --max-file-size, yet a manifest's size).
+    assert!(mirror_has(&repo, agent.data.path(), "HEAD:small.bin")?);
+    assert_eq!(
+        std::fs::read_to_string(agent.data.path().join("repo.git/blob-limit"))?,
+        format!("{limit}\n")
+    );
+    Ok(())
+}
+
+/// Raising `--max-file-size` over what the mirror left out starts the mirror again, whole up
+/// to the new limit; a reader of smaller files after it fetches with the larger limit, so
+/// the mirror does not shrink back and refetch in turn.
+#[test]
+fn a_larger_max_file_size_fetches_the_blobs_the_mirror_left_out() -> TestResult {
+    use voodu_agent::model::{FileRead, FileSize, FileSource};
+    let repo = TempRepo::new()?;
+    repo.write("app.hcl", &deployment("web"))?;
+    repo.write("big.bin", &"x".repeat(9_000_000))?;
+    let first = voodu_agent::model::CommitSha::new(repo.commit("a large file")?);
+    let data = tempfile::tempdir()?;
+    let fetch = |max_file_bytes: u64| -> TestResult<voodu_agent::model::CommitSha> {
+        let source = Source::new(
+            SourceOptions {
+                max_file_bytes,
+                ..options(repo.url(), &[])
+            },
+            data.path(),
+        );
+        Ok(source.fetch(&AtomicBool::new(false))?)
+    };
+    let read = |max_bytes: u64| -> TestResult<FileRead> {
+        let source = Source::new(options(repo.url(), &[]), data.path());
+        Ok(source.files_at(&first)?.read("big.bin", max_bytes))
+    };
+
+    assert_eq!(fetch(0)?, first);
+    assert!(!mirror_has(&repo, data.path(), "HEAD:big.bin")?);
+    let limit = voodu_agent::model::MAX_MANIFEST_BYTES + 1;
+    assert_eq!(
+        read(10_000_000)?,
+        FileRead::TooLarge(FileSize::AtLeast(limit))
+    );
+
+    assert_eq!(fetch(10_000_000)?, first);
+    assert!(matches!(read(10_000_000)?, FileRead::File(bytes) if bytes.len() == 9_000_000));
+    assert_eq!(
+        std::fs::read_to_string(data.path().join("repo.git/blob-limit"))?,
+        "10000001\n"
+    );
+
+    repo.write("other.bin", &"y".repeat(9_500_000))?;
+    let second = repo.commit("another large file")?;
+    assert_eq!(fetch(0)?.as_str(), second);
+    assert!(mirror_has(&repo, data.path(), "HEAD:other.bin")?);
+    assert_eq!(
+        std::fs::read_to_string(data.path().join("repo.git/blob-limit"))?,
+        "10000001\n"
+    );
     Ok(())
 }

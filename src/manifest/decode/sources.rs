@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use crate::manifest::{Mode, UrlFetcher};
-use crate::model::{FileRead, FileSource};
+use crate::model::{FileRead, FileSize, FileSource};
 
 /// Symlinks followed before giving up (a loop, or a very deep chain).
 const MAX_SYMLINKS: usize = 8;
@@ -37,8 +37,12 @@ pub(crate) enum ReadError {
     Absolute { path: String },
     #[error("{path:?} leads out of the repo")]
     OutOfRepo { path: String },
-    #[error("{path:?} is {size} bytes; the limit is {limit} bytes (--max-file-size)")]
-    TooLarge { path: String, size: u64, limit: u64 },
+    #[error("{path:?} is {size}; the limit is {limit} bytes (--max-file-size)")]
+    TooLarge {
+        path: String,
+        size: FileSize,
+        limit: u64,
+    },
     #[error(
         "{path:?} is a symlink to an absolute path ({target:?}): only links inside the repo are followed"
     )]
@@ -92,7 +96,7 @@ impl LoadEnv<'_> {
                     if size > self.max_file_bytes {
                         return Read::Failed(ReadError::TooLarge {
                             path: path_owned(),
-                            size,
+                            size: FileSize::Exact(size),
                             limit: self.max_file_bytes,
                         });
                     }
