@@ -13,6 +13,7 @@ mod memory;
 pub mod push;
 mod tree;
 pub mod trigger;
+mod upload_pack;
 mod verify;
 mod workdir;
 

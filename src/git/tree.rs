@@ -458,7 +458,7 @@ impl crate::model::FileSource for CommitFiles {
             }
             Ok(Blob::Bytes(bytes)) => FileRead::File(bytes),
             Ok(Blob::TooLarge(size)) if mode.is_link() => FileRead::Error(format!(
-                "a symlink whose target is {size} bytes long; at most {MAX_LINK_TARGET_BYTES} are read"
+                "a symlink whose target is {size}; at most {MAX_LINK_TARGET_BYTES} bytes are read"
             )),
             Ok(Blob::TooLarge(size)) => FileRead::TooLarge(size),
             Err(error) => FileRead::Error(error),
@@ -468,7 +468,89 @@ impl crate::model::FileSource for CommitFiles {
 
 #[cfg(test)]
 mod tests {
-    use super::{is_under, normalize_watched_path};
+    use super::{CommitFiles, is_under, normalize_watched_path};
+    use crate::model::{CommitSha, FileRead, FileSize, FileSource};
+
+    /// A commit in `repo` whose tree is `entries` (sorted by name), each `(name, is_link,
+    /// blob id)`.
+    fn commit_of(
+        repo: &gix::Repository,
+        entries: &[(&str, bool, gix::ObjectId)],
+    ) -> Result<CommitSha, Box<dyn std::error::Error>> {
+        use gix::objs::tree::{Entry, EntryKind};
+        let tree = gix::objs::Tree {
+            entries: entries
+                .iter()
+                .map(|(name, is_link, oid)| Entry {
+                    mode: if *is_link {
+                        EntryKind::Link
+                    } else {
+                        EntryKind::Blob
+                    }
+                    .into(),
+                    filename: (*name).into(),
+                    oid: *oid,
+                })
+                .collect(),
+        };
+        let signature = gix::actor::Signature {
+            name: "test".into(),
+            email: "test@example.invalid".into(),
+            time: gix::date::Time::new(0, 0),
+        };
+        let commit = gix::objs::Commit {
+            tree: repo.write_object(&tree)?.detach(),
+            parents: Default::default(),
+            author: signature.clone(),
+            committer: signature,
+            encoding: None,
+            message: "test\n".into(),
+            extra_headers: Vec::new(),
+        };
+        Ok(CommitSha::new(repo.write_object(&commit)?.to_string()))
+    }
+
+    /// `read_blob`'s refusals as `CommitFiles` reports them: a symlink target over 4 KiB with
+    /// its size; a blob the mirror lacks is an error, or "at least" the mirror's blob limit
+    /// once the mirror records one (its fetches left such blobs out).
+    #[test]
+    fn long_link_targets_and_left_out_blobs_are_refused_with_their_size()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let repo = gix::init_bare(dir.path())?;
+        let long = repo.write_blob("a".repeat(5000))?.detach();
+        let absent = gix::ObjectId::from_hex(b"0123456789abcdef0123456789abcdef01234567")?;
+        let sha = commit_of(
+            &repo,
+            &[
+                ("absent", false, absent),
+                ("absent-link", true, absent),
+                ("long", true, long),
+            ],
+        )?;
+        let files = CommitFiles::new(repo.clone(), &sha)?;
+        assert_eq!(
+            files.read("long", 1 << 20),
+            FileRead::Error(
+                "a symlink whose target is 5000 bytes; at most 4096 bytes are read".to_owned()
+            )
+        );
+        assert!(matches!(files.read("absent", 1 << 20), FileRead::Error(_)));
+
+        std::fs::write(dir.path().join("blob-limit"), "8388609\n")?;
+        assert_eq!(
+            files.read("absent", 1 << 20),
+            FileRead::TooLarge(FileSize::AtLeast(8_388_609))
+        );
+        assert_eq!(
+            files.read("absent-link", 1 << 20),
+            FileRead::Error(
+                "a symlink whose target is at least 8388609 bytes (the agent does not fetch blobs this large); at most 4096 bytes are read"
+                    .to_owned()
+            )
+        );
+        Ok(())
+    }
 
     #[test]
     fn a_path_is_under_its_prefix_or_equal_to_it_only() {
