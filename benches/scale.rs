@@ -102,6 +102,8 @@ async fn bench() -> Result {
         }
     );
 
+    let settled = support::settle(Duration::from_secs(120)).await?;
+    println!("machine quiet after {:.1} s", settled.as_secs_f64());
     let baseline = direct(&docker, &image, &shape).await?;
     println!(
         "API direct: {} running after {:.1} s",
@@ -280,6 +282,9 @@ async fn agent_run(
         keys.push(ResourceKey::new(Kind::Deployment, scope, &name));
     }
     let sha = repo.commit("scale: every deployment")?;
+    // The baseline's 500 removals ran just before: time the agent on a quiet machine too.
+    let settled = support::settle(Duration::from_secs(120)).await?;
+    println!("machine quiet after {:.1} s", settled.as_secs_f64());
     let started = Instant::now();
     let body = format!(r#"{{"ref":"refs/heads/main","after":"{sha}"}}"#);
     let hook_address = address.clone();

@@ -464,6 +464,38 @@ pub async fn scope_containers(docker: &Docker, scope: &str) -> Result<(Vec<Strin
     ))
 }
 
+/// Waits until the machine is quiet (at least 90 % of its CPU idle over one second), at
+/// most `limit`: removing hundreds of containers leaves work behind in the kernel and the
+/// engine (network namespaces, mounts) that would otherwise be charged to whatever is timed
+/// next. Returns how long it waited.
+pub async fn settle(limit: Duration) -> Result<Duration> {
+    fn busy_and_total() -> Result<(u64, u64)> {
+        let stat = std::fs::read_to_string("/proc/stat")?;
+        let fields: Vec<u64> = stat
+            .lines()
+            .next()
+            .ok_or("an empty /proc/stat")?
+            .split_whitespace()
+            .skip(1)
+            .map(str::parse)
+            .collect::<std::result::Result<_, _>>()?;
+        let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
+        let total: u64 = fields.iter().sum();
+        Ok((total - idle, total))
+    }
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        let (busy, total) = busy_and_total()?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (busy_after, total_after) = busy_and_total()?;
+        let elapsed = total_after.saturating_sub(total).max(1);
+        if (busy_after.saturating_sub(busy) as f64) / (elapsed as f64) < 0.10 {
+            break;
+        }
+    }
+    Ok(started.elapsed())
+}
+
 /// Waits until `n` containers of `scope` run; how long since `started`.
 pub async fn wait_running(
     docker: &Docker,
