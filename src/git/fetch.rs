@@ -110,52 +110,24 @@ pub(super) fn fetch<T, E>(
     let refspecs = remote.refspecs(gix::remote::Direction::Fetch).to_vec();
     // A local repository's path, checked and resolved (a work tree's `.git`) as gix does.
     let (url, _) = remote.sanitized_url_and_version(gix::remote::Direction::Fetch)?;
-    if url.scheme == gix::url::Scheme::File {
-        let mut transport = super::upload_pack::UploadPack::new(gix::path::from_bstring(url.path)?);
-        return fetch_over(
-            repo,
-            &mut transport,
-            refspecs,
-            request,
-            authenticate,
-            interrupt,
-            decide,
-        );
-    }
-    let mut connection = remote
-        .connect(gix::remote::Direction::Fetch)
-        .or_raise(|| gix::error::message("cannot connect"))?;
-    fetch_over(
-        repo,
-        connection.transport_mut(),
-        refspecs,
-        request,
-        authenticate,
-        interrupt,
-        decide,
-    )
-}
-
-/// [`fetch`] over `transport` (not yet handshaken).
-fn fetch_over<T, E>(
-    repo: &gix::Repository,
-    transport: &mut impl Transport,
-    refspecs: Vec<gix::refspec::RefSpec>,
-    request: Request<'_>,
-    authenticate: impl FnMut(
-        gix::credentials::helper::Action,
-    ) -> gix::Result<Option<gix::credentials::protocol::Outcome>>,
-    interrupt: &AtomicBool,
-    decide: impl FnOnce(&[gix::protocol::handshake::Ref]) -> Result<(T, bool), E>,
-) -> Result<T, Failure<E>> {
-    use gix::error::ResultExt as _;
+    let mut local;
+    let mut connection;
+    let mut transport: &mut dyn Transport = if url.scheme == gix::url::Scheme::File {
+        local = super::upload_pack::UploadPack::new(gix::path::from_bstring(url.path)?);
+        &mut local
+    } else {
+        connection = remote
+            .connect(gix::remote::Direction::Fetch)
+            .or_raise(|| gix::error::message("cannot connect"))?;
+        &mut **connection.transport_mut()
+    };
     if let Some(options) = &request.transport_options {
         transport
             .configure(&**options)
             .or_raise(|| gix::error::message("cannot configure the transport"))?;
     }
     let mut handshake = gix::protocol::handshake(
-        &mut *transport,
+        &mut transport,
         gix::protocol::transport::Service::UploadPack,
         authenticate,
         Vec::new(),
@@ -167,7 +139,7 @@ fn fetch_over<T, E>(
     };
     let ref_map = handshake
         .prepare_lsrefs_or_extract_refmap(user_agent(), true, context)?
-        .fetch_blocking(gix::progress::Discard, &mut *transport, false)?;
+        .fetch_blocking(gix::progress::Discard, &mut transport, false)?;
     let (value, receive) = decide(&ref_map.remote_refs).map_err(Failure::Decide)?;
     if !receive {
         return Ok(value);
@@ -212,7 +184,7 @@ fn fetch_over<T, E>(
         interrupt,
         gix::protocol::fetch::Context {
             handshake: &mut handshake,
-            transport: &mut *transport,
+            transport: &mut transport,
             user_agent: user_agent(),
             trace_packetlines: false,
         },
