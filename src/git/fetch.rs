@@ -7,7 +7,7 @@
 //! commit adding a 150 MB file costs its trees, not its blob. A server that does not offer
 //! `filter` (an upload-pack without `uploadpack.allowFilter`, Gitea's default) sends every
 //! blob, as a plain fetch does. A repository on this host is served by a `git upload-pack`
-//! the agent starts with filters allowed ([`UploadPack`]).
+//! the agent starts with filters allowed (`upload_pack.rs`).
 //!
 //! The mirror remembers the limit it was fetched with (the `blob-limit` file beside its
 //! `HEAD`): every blob smaller than it is present, and a blob the mirror lacks is one the
@@ -15,10 +15,10 @@
 //!
 //! Invariants: the limit is written before a filtered pack is received, so a mirror never
 //! lacks a blob its file does not account for; a source whose readers need larger blobs than
-//! its mirror holds starts the mirror again (`Source::fetch`) rather than reading around
-//! holes; the mirror's limit never shrinks (a fetch asks with the larger of the two), so two
-//! readers with different limits do not refetch in turn; refs move only after the pack is on
-//! disk, indexed.
+//! its mirror holds starts the mirror again (`Source::open_mirror_for_fetch`) rather than
+//! reading around holes; the mirror's limit never shrinks (a fetch asks with the larger of
+//! the two), so two readers with different limits do not refetch in turn; refs move only
+//! after the pack is on disk, indexed.
 
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
