@@ -18,7 +18,9 @@
 //! its mirror holds starts the mirror again (`Source::open_mirror_for_fetch`) rather than
 //! reading around holes; the mirror's limit never shrinks (a fetch asks with the larger of
 //! the two), so two readers with different limits do not refetch in turn; refs move only
-//! after the pack is on disk, indexed.
+//! after the pack is on disk, indexed. A pack that cannot be indexed because it refers to a
+//! blob the mirror left out ([`Failure::LeftOutBase`]: git sent a file shrunk below the limit
+//! as a change against its larger self) makes `Source::negotiate` fetch the mirror anew, once.
 
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
@@ -78,6 +80,10 @@ pub(super) struct Request<'a> {
 pub(super) enum Failure<E> {
     Gix(gix::Error),
     Decide(E),
+    /// The server sent an object as a change against a blob the mirror left out (a thin pack:
+    /// it takes the mirror to hold every object of the commits it has). The pack cannot be
+    /// indexed; a mirror fetched anew has no such commits, so its packs never refer to one.
+    LeftOutBase(gix::Error),
 }
 
 impl<E> From<gix::Error> for Failure<E> {
@@ -163,8 +169,10 @@ pub(super) fn fetch<T, E>(
         filter,
     };
     let pack_dir = repo.objects.store_ref().path().join("pack");
+    let partial = BlobLimit::of(repo.path()).is_some();
     let mut written = None;
-    gix::protocol::fetch(
+    let mut left_out_base = false;
+    let fetched = gix::protocol::fetch(
         &mut negotiate,
         |pack, progress, interrupt| {
             let bundle = gix::odb::pack::Bundle::write_to_directory(
@@ -176,6 +184,7 @@ pub(super) fn fetch<T, E>(
                 repo.object_hash(),
                 gix::odb::pack::bundle::write::Options::default(),
             )
+            .inspect_err(|error| left_out_base = partial && error.is_not_found())
             .or_raise(|| gix::error::message("cannot write the received pack"))?;
             written = Some(bundle);
             Ok(true)
@@ -194,7 +203,11 @@ pub(super) fn fetch<T, E>(
             tags: gix::protocol::fetch::Tags::None,
             reject_shallow_remote: false,
         },
-    )?;
+    );
+    match fetched {
+        Err(error) if left_out_base => return Err(Failure::LeftOutBase(error)),
+        fetched => fetched?,
+    };
     move_refs(repo, &ref_map)?;
     if let Some(keep) = written.and_then(|mut bundle| bundle.keep_path.take()) {
         std::fs::remove_file(&keep)

@@ -245,21 +245,52 @@ impl Source {
 
     /// Connects with `refspecs`, lets `decide` look at the remote's refs, and receives a pack
     /// when it says so (`fetch.rs`): the blobs this source's readers read, and every blob
-    /// the mirror holds already.
+    /// the mirror holds already. A pack that refers to a blob the mirror left out (a thin
+    /// pack: the server takes the mirror to hold every object of its commits) cannot be
+    /// indexed; the mirror is then fetched anew, once, which no such pack can refer to.
     fn negotiate<T>(
         &self,
         repo: &gix::Repository,
         refspecs: &[String],
         interrupt: &AtomicBool,
-        decide: impl FnOnce(&[gix::protocol::handshake::Ref]) -> Result<(T, bool)>,
+        decide: impl Fn(&[gix::protocol::handshake::Ref]) -> Result<(T, bool)>,
     ) -> Result<T> {
-        let fetch_error = |message: String| Error::Fetch {
+        match self.fetch_into(repo, refspecs, interrupt, &decide)? {
+            Ok(value) => Ok(value),
+            Err(left_out_base) => {
+                tracing::warn!(
+                    mirror = %self.mirror.display(),
+                    error = %error_chain(&left_out_base),
+                    "the server sent a change against a blob the mirror left out: fetching the mirror anew"
+                );
+                let repo = self.start_mirror_again(repo.clone())?;
+                self.fetch_into(&repo, refspecs, interrupt, &decide)?
+                    .map_err(|error| self.fetch_error(error_chain(&error)))
+            }
+        }
+    }
+
+    /// A failed fetch, with what ssh says when the remote is an ssh one.
+    fn fetch_error(&self, message: String) -> Error {
+        Error::Fetch {
             url: self.url.clone(),
             message: match ssh_diagnosis(&self.url, self.options.ssh_accept_new_host_keys) {
                 Some(diagnosis) => format!("{message}: ssh says: {diagnosis}"),
                 None => message,
             },
-        };
+        }
+    }
+
+    /// One fetch into `repo` ([`Source::negotiate`]); `Ok(Err(_))` when the pack referred to a
+    /// blob the mirror left out.
+    fn fetch_into<T>(
+        &self,
+        repo: &gix::Repository,
+        refspecs: &[String],
+        interrupt: &AtomicBool,
+        decide: &impl Fn(&[gix::protocol::handshake::Ref]) -> Result<(T, bool)>,
+    ) -> Result<std::result::Result<T, gix::Error>> {
+        let fetch_error = |message: String| self.fetch_error(message);
         // gix errors nest deeply ("transport handshake failed" over an I/O error over a TLS
         // error): keep the whole chain, so status shows the root cause.
         let transport_options = if self.url.to_ascii_lowercase().starts_with("http") {
@@ -312,13 +343,17 @@ impl Source {
             transport_options,
             blob_limit,
         };
-        fetch::fetch(repo, request, authenticate, interrupt, decide).map_err(
-            |failure| match failure {
-                fetch::Failure::Decide(error) => error,
-                fetch::Failure::Gix(_) if interrupt.load(Ordering::Relaxed) => Error::Interrupted,
-                fetch::Failure::Gix(error) => fetch_error(error_chain(&error)),
-            },
-        )
+        match fetch::fetch(repo, request, authenticate, interrupt, decide) {
+            Ok(value) => Ok(Ok(value)),
+            Err(fetch::Failure::Decide(error)) => Err(error),
+            Err(fetch::Failure::Gix(_) | fetch::Failure::LeftOutBase(_))
+                if interrupt.load(Ordering::Relaxed) =>
+            {
+                Err(Error::Interrupted)
+            }
+            Err(fetch::Failure::LeftOutBase(error)) => Ok(Err(error)),
+            Err(fetch::Failure::Gix(error)) => Err(fetch_error(error_chain(&error))),
+        }
     }
 
     /// The limit this source's fetches leave blobs out from: what its largest reader reads
@@ -347,6 +382,12 @@ impl Source {
             held = held.bytes(),
             "the mirror left out blobs this source now reads (a larger --max-file-size): fetching it again whole"
         );
+        self.start_mirror_again(repo)
+    }
+
+    /// Removes the mirror (`repo`) and makes it again, empty: the next fetch brings it whole
+    /// up to this source's blob limit.
+    fn start_mirror_again(&self, repo: gix::Repository) -> Result<gix::Repository> {
         drop(repo);
         std::fs::remove_dir_all(&self.mirror).map_err(|error| Error::Mirror {
             path: self.mirror.clone(),

@@ -747,6 +747,40 @@ fn oversized_files_reject_the_commit_and_blobs_no_reader_reads_are_not_fetched()
     Ok(())
 }
 
+/// A file shrunk below the limit: git sends it as a change against its earlier, larger
+/// version (a thin pack), which the mirror left out, so the pack cannot be indexed. The
+/// source fetches the mirror anew (no commit there, so no change against a left-out blob)
+/// and the commit arrives.
+#[test]
+fn a_file_shrunk_below_the_limit_arrives_though_sent_as_a_change_to_a_left_out_blob() -> TestResult
+{
+    // Incompressible bytes, so git's delta is what makes the shrunk file small on the wire.
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut large = Vec::with_capacity(9_000_000);
+    while large.len() < 9_000_000 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        large.extend_from_slice(&state.to_le_bytes());
+    }
+    let repo = TempRepo::new()?;
+    repo.write("app.hcl", &deployment("web"))?;
+    std::fs::write(repo.work().join("big.bin"), &large)?;
+    let first = repo.commit("a large file")?;
+    let data = tempfile::tempdir()?;
+    let source = Source::new(options(repo.url(), &[]), data.path());
+    assert_eq!(source.fetch(&AtomicBool::new(false))?.as_str(), first);
+    assert!(!mirror_has(&repo, data.path(), "HEAD:big.bin")?);
+
+    large.truncate(7_000_000);
+    std::fs::write(repo.work().join("big.bin"), &large)?;
+    let second = repo.commit("the file shrunk below the limit")?;
+
+    assert_eq!(source.fetch(&AtomicBool::new(false))?.as_str(), second);
+    assert!(mirror_has(&repo, data.path(), "HEAD:big.bin")?);
+    Ok(())
+}
+
 /// Raising `--max-file-size` over what the mirror left out starts the mirror again, whole up
 /// to the new limit; a reader of smaller files after it fetches with the larger limit, so
 /// the mirror does not shrink back and refetch in turn.
