@@ -290,7 +290,6 @@ impl Source {
         interrupt: &AtomicBool,
         decide: &impl Fn(&[gix::protocol::handshake::Ref]) -> Result<(T, bool)>,
     ) -> Result<std::result::Result<T, gix::Error>> {
-        let fetch_error = |message: String| self.fetch_error(message);
         // gix errors nest deeply ("transport handshake failed" over an I/O error over a TLS
         // error): keep the whole chain, so status shows the root cause.
         let transport_options = if self.url.to_ascii_lowercase().starts_with("http") {
@@ -298,15 +297,15 @@ impl Source {
                 Some(path) => ca_certificates(path)?,
                 None => Vec::new(),
             };
-            let tls =
-                crate::model::tls::client_config_trusting(certificates).map_err(fetch_error)?;
+            let tls = crate::model::tls::client_config_trusting(certificates)
+                .map_err(|message| self.fetch_error(message))?;
             Some(
                 http_options_with(repo, &self.url, tls)
-                    .map_err(|error| fetch_error(error_chain(&*error)))?,
+                    .map_err(|error| self.fetch_error(error_chain(&*error)))?,
             )
         } else {
             repo.transport_options(self.url.as_str(), None)
-                .map_err(|error| fetch_error(error_chain(&error)))?
+                .map_err(|error| self.fetch_error(error_chain(&error)))?
         };
         let token = self.token()?;
         let token_user = token_user(&self.url);
@@ -332,11 +331,9 @@ impl Source {
             }
             _ => Ok(None),
         };
-        // The mirror's limit never shrinks: a reader of smaller blobs asks for what it holds.
-        let blob_limit = match fetch::BlobLimit::of(repo.path()) {
-            Some(held) => self.blob_limit().map(|wanted| wanted.max(held)),
-            None => self.blob_limit(),
-        };
+        // The mirror's limit never shrinks: a reader of smaller blobs asks for what it holds
+        // (`open_mirror_for_fetch` made sure that is at least what this source reads).
+        let blob_limit = fetch::BlobLimit::of(repo.path()).or_else(|| self.blob_limit());
         let request = fetch::Request {
             url: &self.url,
             refspecs,
@@ -352,7 +349,7 @@ impl Source {
                 Err(Error::Interrupted)
             }
             Err(fetch::Failure::LeftOutBase(error)) => Ok(Err(error)),
-            Err(fetch::Failure::Gix(error)) => Err(fetch_error(error_chain(&error))),
+            Err(fetch::Failure::Gix(error)) => Err(self.fetch_error(error_chain(&error))),
         }
     }
 
