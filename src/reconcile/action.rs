@@ -1,6 +1,7 @@
 //! What a reconcile asks for next: kube-runtime's `Action`. Every handler returns one, and the
 //! error policy (`retry.rs`) maps every error to one, so the worker applies a single kind of
-//! answer through a single timer (`timer::Timer::requeue_after`, one pending instant per key).
+//! answer through a single timer (`timer::Timer::next_pass`, one pending instant per key, the
+//! one the key's last pass asked for).
 
 use std::time::Duration;
 

@@ -13,8 +13,8 @@
 //!   (`retry::RetryPolicy::error_policy`), which maps it to an `Action` and records it on the
 //!   resource's status; a panicking handler is recorded the same way and the loop goes on;
 //! - every delayed pass (a retry, a rollout re-check, a back-off) and every periodic or
-//!   paused task of the stage waits in one timer (`timer`), one instant per key; each pass
-//!   re-reads desired state;
+//!   paused task of the stage waits in one timer (`timer`), one instant per key, the one
+//!   its last pass asked for; each pass re-reads desired state;
 //! - only a handler holding a key creates, starts, stops or removes that key's containers:
 //!   probes, drift, the autoscaler, the cron scheduler, job waiters and the router report and
 //!   requeue (the router owns only the proxy container, which belongs to no key);
@@ -593,9 +593,8 @@ async fn worker<R: Runtime>(shared: Arc<Shared<R>>) {
                 Action::AwaitChange
             }
         };
-        if let Some(delay) = action.delay() {
-            shared.ctx.timer.requeue_after(key.clone(), delay);
-        }
+        // This pass's answer replaces whatever delayed pass an earlier one asked for.
+        shared.ctx.timer.next_pass(key.clone(), action.delay());
         shared.queue.done(&key);
         if let Err(error) = persist_cursor(&shared).await {
             tracing::warn!(%error, "cannot persist the journal cursor; it will be retried");

@@ -6,10 +6,12 @@
 //! defaults and thresholds. A replica is ready when it runs, its startup probe (if any) has
 //! passed, and its readiness probe (if any) is healthy; without a readiness probe, when it has
 //! run for the settle time without restarting. Every change of readiness is written to the
-//! store (`readiness`), wakes the ingress router and requeues the owning resource (so a
-//! health-gated rollout waiting for it goes on). A liveness failure marks the replica
-//! (`wake::LivenessFailures`, after the liveness back-off) and requeues its resource; the
-//! handler, holding the key, replaces it through the gated plan.
+//! store (`readiness`) and wakes the ingress router; a flip of it requeues the owning resource
+//! (so a health-gated rollout waiting for it goes on): a new replica's first "not ready" is
+//! what a pass assumes of a replica without a row, so it queues none. A liveness failure
+//! marks the replica (`wake::LivenessFailures`, due after the liveness back-off) and requeues
+//! its resource; the handler, holding the key, waits for the mark to fall due and replaces
+//! the replica through the gated plan.
 //!
 //! The set of runners follows container events (unless they are off): a replica's `start`
 //! starts its runner from what the event says (no list), `destroy` ends it. A list of every
@@ -470,8 +472,9 @@ async fn run_replica<R: Runtime>(
             LifeOutcome::Replace(reason) => {
                 // Replacements of one resource's replicas back off (at once, then 10s, 20s,
                 // … 5m), so a version that turns unhealthy does not churn every period. The
-                // runner only marks the replica and asks for a pass at the instant it is due;
-                // the handler holding the key replaces it (one writer per key).
+                // runner only marks the replica, due at that instant, and asks for a pass; the
+                // handler holding the key looks again when the mark falls due and replaces it
+                // then (one writer per key).
                 let label = key.to_string();
                 let now = tokio::time::Instant::now();
                 let due = match ctx.memory.liveness.try_start(&label, now) {
@@ -494,7 +497,8 @@ async fn run_replica<R: Runtime>(
                 tracing::warn!(%key, container = %container.name, %reason, "liveness failed; asking for the replica's replacement");
                 publish(ctx, key, container, false, &held, &address, &mut published).await;
                 ctx.memory.liveness_failed.mark(&container.id, due);
-                ctx.timer.requeue_after(key.clone(), due - now);
+                // The pass asks for the wait until `due` itself (`LivenessFailures::wait`).
+                ctx.timer.requeue(key.clone());
                 // Nothing more to probe: the replica goes once its handler replaces it.
                 let _ = life.changed().await;
                 return;
@@ -638,8 +642,8 @@ async fn probe_life<R: Runtime>(
     }
 }
 
-/// Writes a replica's readiness when it changed, then wakes the router and requeues its
-/// resource. Boxed, as `probe_once`: the row and the store call are held only while they run.
+/// Writes a replica's readiness when it changed, then wakes the router, and requeues its
+/// resource when the replica became ready or stopped being so. Boxed, as `probe_once`: the row and the store call are held only while they run.
 fn publish<'a, R: Runtime>(
     ctx: &'a Ctx<R>,
     key: &'a ResourceKey,
@@ -667,7 +671,9 @@ fn publish<'a, R: Runtime>(
             .await
             .is_ok()
         {
-            let flipped = published.as_ref().map(|(was, _, _)| *was) != Some(ready);
+            // A replica nobody published for counts as not ready (`gate::waiting`): a first
+            // "not ready" changes nothing a pass decides, so it queues none.
+            let flipped = published.as_ref().is_some_and(|(was, _, _)| *was) != ready;
             *published = Some(now);
             ctx.router.wake();
             if flipped {

@@ -1,9 +1,11 @@
 //! The one timer: every instant the reconciler waits for is kept here, by one task.
 //!
 //! Two kinds of entry, one clock:
-//! - a **pass** of a key after a delay (`requeue_after`: an `Action::RequeueAfter`, a retry, a
-//!   liveness replacement that is due later), kept as one instant per key, the earliest asked
-//!   for (`Delays`), so a key that asks again on every pass keeps one entry;
+//! - a **pass** of a key after a delay: what the key's last pass asked for (`next_pass`: an
+//!   `Action::RequeueAfter`, a rollout re-check, a back-off, a retry, a liveness replacement
+//!   due later), one instant per key (`Delays`). Each pass decides anew from what it saw, so
+//!   its answer replaces the instant an earlier pass asked for: a rollout that converged on a
+//!   readiness change before its re-check leaves no re-check behind;
 //! - a **wake** of a task that has no key (`sleep`, `every`): the drift resync, the
 //!   autoscaler's samples, the router's resync and back-off, each probe's period, the cron
 //!   scheduler's next fire, a one-shot unit's deadline, a Swarm run's next look, the pauses
@@ -20,7 +22,10 @@
 //! - once the task is gone (shutdown), a `Sleep` never resolves: every waiter selects on
 //!   shutdown too, so nothing spins;
 //! - a pass asked for with no delay goes straight to the queue: the timer never delays a
-//!   key's first pass.
+//!   key's first pass;
+//! - only a key's passes ask for its delayed passes (everything else asks for a pass now, and
+//!   that pass asks for the wait it still needs), so no request is lost when a pass replaces
+//!   the key's instant.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -97,8 +102,10 @@ impl What {
 /// A request to the timer task.
 #[derive(Debug)]
 enum Request {
-    /// Reconcile this key once this delay has passed.
-    Pass(ResourceKey, Duration),
+    /// Reconcile this key now.
+    Pass(ResourceKey),
+    /// A pass of this key ended asking for the next after this long (`None`: none).
+    Next(ResourceKey, Option<Duration>),
     /// Resolve this sender at this instant.
     Wake(What, Instant, oneshot::Sender<()>),
 }
@@ -124,13 +131,15 @@ impl Default for Timer {
 impl Timer {
     /// Reconcile `key` soon (deduplicated by the queue like any other request).
     pub fn requeue(&self, key: ResourceKey) {
-        self.requeue_after(key, Duration::ZERO);
+        // The reconciler gone (shutdown) means nobody needs the request.
+        let _ = self.sender.send(Request::Pass(key));
     }
 
-    /// Reconcile `key` once `delay` has passed.
-    pub(crate) fn requeue_after(&self, key: ResourceKey, delay: Duration) {
-        // The reconciler gone (shutdown) means nobody needs the request.
-        let _ = self.sender.send(Request::Pass(key, delay));
+    /// A pass of `key` ended asking for the next one after `delay` (`None`: no delayed pass):
+    /// this replaces the delayed pass an earlier pass of the key asked for. Only the worker
+    /// that ran the pass calls this (module invariant).
+    pub(crate) fn next_pass(&self, key: ResourceKey, delay: Option<Duration>) {
+        let _ = self.sender.send(Request::Next(key, delay));
     }
 
     /// Resolves once `delay` has passed.
@@ -231,20 +240,24 @@ impl Ticks {
     }
 }
 
-/// Delayed passes not yet due: per key, the earliest instant asked for.
+/// Delayed passes not yet due: per key, the instant its last pass asked for.
 #[derive(Debug, Default)]
 pub(crate) struct Delays {
     due: HashMap<ResourceKey, Instant>,
 }
 
 impl Delays {
-    /// Adds a request; a key already waiting keeps the earlier of the two instants (the
-    /// reconcile it triggers asks again if it still needs a later one).
-    pub(crate) fn insert(&mut self, key: ResourceKey, at: Instant) {
-        self.due
-            .entry(key)
-            .and_modify(|due| *due = (*due).min(at))
-            .or_insert(at);
+    /// The key's next delayed pass is at `at` (`None`: it has none), whatever an earlier
+    /// pass asked for.
+    pub(crate) fn set(&mut self, key: ResourceKey, at: Option<Instant>) {
+        match at {
+            Some(at) => {
+                self.due.insert(key, at);
+            }
+            None => {
+                self.due.remove(&key);
+            }
+        }
     }
 
     /// The next instant a request falls due.
@@ -351,8 +364,14 @@ async fn serve(
         };
         tokio::select! {
             request = requests.recv() => match request {
-                Some(Request::Pass(key, delay)) if delay.is_zero() => push(key),
-                Some(Request::Pass(key, delay)) => passes.insert(key, Instant::now() + delay),
+                Some(Request::Pass(key)) => push(key),
+                Some(Request::Next(key, Some(delay))) if delay.is_zero() => {
+                    passes.set(key.clone(), None);
+                    push(key);
+                }
+                Some(Request::Next(key, delay)) => {
+                    passes.set(key, delay.map(|delay| Instant::now() + delay));
+                }
                 Some(Request::Wake(what, at, wake)) => wakes.insert(what, at, wake),
                 None => return,
             },
@@ -386,15 +405,19 @@ mod tests {
     use crate::model::Kind;
 
     #[test]
-    fn a_key_asking_again_keeps_one_timer_at_the_earliest_instant() {
+    fn a_key_keeps_one_timer_at_the_instant_its_last_pass_asked_for() {
         let t0 = Instant::now();
         let web = ResourceKey::new(Kind::Deployment, "shop", "web");
         let api = ResourceKey::new(Kind::Deployment, "shop", "api");
+        let gone = ResourceKey::new(Kind::Deployment, "shop", "gone");
         let mut delays = Delays::default();
-        for seconds in [5, 2, 9, 2] {
-            delays.insert(web.clone(), t0 + Duration::from_secs(seconds));
+        for seconds in [5, 9, 2] {
+            delays.set(web.clone(), Some(t0 + Duration::from_secs(seconds)));
         }
-        delays.insert(api.clone(), t0 + Duration::from_secs(3));
+        delays.set(api.clone(), Some(t0 + Duration::from_secs(3)));
+        // A pass that converged asks for none: its earlier re-check goes.
+        delays.set(gone.clone(), Some(t0 + Duration::from_secs(1)));
+        delays.set(gone, None);
         assert_eq!(delays.due.len(), 2);
         assert_eq!(delays.next(), Some(t0 + Duration::from_secs(2)));
         assert_eq!(
@@ -441,8 +464,12 @@ mod tests {
         let (timer, pushed, _metrics, _shutdown) = served();
         let web = ResourceKey::new(Kind::Deployment, "shop", "web");
         let t0 = Instant::now();
-        timer.requeue_after(web.clone(), Duration::from_secs(5));
+        timer.next_pass(web.clone(), Some(Duration::from_secs(5)));
         timer.requeue(ResourceKey::new(Kind::Job, "shop", "now"));
+        // Another key's re-check, superseded by its next pass, which converged.
+        let api = ResourceKey::new(Kind::Deployment, "shop", "api");
+        timer.next_pass(api.clone(), Some(Duration::from_secs(4)));
+        timer.next_pass(api, None);
         timer.sleep(What::Probe, Duration::from_secs(3)).await;
         assert_eq!(Instant::now() - t0, Duration::from_secs(3));
         assert_eq!(
@@ -452,9 +479,9 @@ mod tests {
         );
         timer.sleep(What::Probe, Duration::from_secs(3)).await;
         assert_eq!(
-            pushed.lock().expect("not poisoned").last(),
-            Some(&web),
-            "the delayed pass came due at 5 s"
+            *pushed.lock().expect("not poisoned"),
+            [ResourceKey::new(Kind::Job, "shop", "now"), web],
+            "the delayed pass came due at 5 s; the superseded re-check never"
         );
     }
 
@@ -492,9 +519,9 @@ mod tests {
         for _ in 0..500 {
             drop(timer.sleep(What::Cron, Duration::from_secs(3600)));
         }
-        timer.requeue_after(
+        timer.next_pass(
             ResourceKey::new(Kind::Deployment, "shop", "web"),
-            Duration::from_secs(30),
+            Some(Duration::from_secs(30)),
         );
         timer.sleep(What::Unit, Duration::from_millis(1)).await;
         let mut text = String::new();

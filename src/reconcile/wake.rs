@@ -116,6 +116,21 @@ impl LivenessFailures {
         super::lock(&self.due).get(id).is_some_and(|at| *at <= now)
     }
 
+    /// How long until the first of `ids` marked but not due yet falls due: the pass of
+    /// their resource asks for its next pass then (the probe runner only asks for one now).
+    pub(crate) fn wait<'a>(
+        &self,
+        ids: impl IntoIterator<Item = &'a str>,
+        now: Instant,
+    ) -> Option<std::time::Duration> {
+        let due = super::lock(&self.due);
+        ids.into_iter()
+            .filter_map(|id| due.get(id).copied())
+            .filter(|at| *at > now)
+            .map(|at| at - now)
+            .min()
+    }
+
     /// Forgets containers that are gone.
     pub(crate) fn retain(&self, alive: impl Fn(&str) -> bool) {
         super::lock(&self.due).retain(|id, _| alive(id));
@@ -143,5 +158,34 @@ impl Drifted {
     /// How `key` was seen drifting, if it was and is now repaired (the mark is cleared).
     pub(crate) fn repaired(&self, key: &ResourceKey) -> Option<&'static str> {
         super::lock(&self.keys).remove(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_liveness_mark_not_due_yet_is_the_wait_of_its_resource() {
+        let failures = LivenessFailures::default();
+        let now = Instant::now();
+        failures.mark("due", now);
+        failures.mark("later", now + Duration::from_secs(20));
+        failures.mark("soon", now + Duration::from_secs(10));
+        failures.mark("elsewhere", now + Duration::from_secs(1));
+        assert!(failures.is_due("due", now));
+        assert!(!failures.is_due("soon", now));
+        // A due mark is the pass's to act on now; the first of the others is when to look.
+        assert_eq!(
+            failures.wait(["due", "later", "soon", "unmarked"], now),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(failures.wait(["due", "unmarked"], now), None);
+        assert_eq!(
+            failures.wait(["soon"], now + Duration::from_secs(10)),
+            None,
+            "due at that instant"
+        );
     }
 }

@@ -298,6 +298,17 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
             }
         }
     }
+    // A replica whose liveness failed is replaced once its back-off ends: look again then
+    // (the probe runner asked for this pass only; this answer is the key's next pass).
+    if let Some(wait) = ctx.memory.liveness_failed.wait(
+        observed
+            .actual
+            .iter()
+            .map(|container| container.id.as_str()),
+        tokio::time::Instant::now(),
+    ) {
+        action = action.sooner(Action::RequeueAfter(wait));
+    }
     let status = kind.detail(ctx, status, &observed).await?;
     put_status(ctx, key, status).await?;
     Ok(action)
