@@ -284,6 +284,8 @@ pub(crate) struct Memory {
     pub(crate) liveness_failed: wake::LivenessFailures,
     /// Resources queued because the host drifted, until a pass of theirs converges.
     pub(crate) drifted: wake::Drifted,
+    /// Under which release each resource's superseded hook units were last removed.
+    pub(crate) superseded: wake::Superseded,
 }
 
 /// Runs a blocking store call off the async threads.

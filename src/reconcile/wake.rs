@@ -161,10 +161,51 @@ impl Drifted {
     }
 }
 
+/// The release under which each resource's hook units of older releases were last looked
+/// for and removed (`handlers::hooks::supersede`). Only a pass of a key's current release
+/// starts that key's hooks, so once none of an older release is left under release R, none
+/// appears while R stays current: the passes after the first of a release skip that list.
+/// Forgotten when the agent restarts (the first pass looks again). Bounded like `OwnRemovals`.
+#[derive(Debug, Default)]
+pub(crate) struct Superseded {
+    releases: Mutex<HashMap<ResourceKey, i64>>,
+}
+
+impl Superseded {
+    /// Whether `key`'s older hook units were removed under `release_id` already.
+    pub(crate) fn done(&self, key: &ResourceKey, release_id: i64) -> bool {
+        super::lock(&self.releases).get(key) == Some(&release_id)
+    }
+
+    /// `key`'s older hook units are removed under `release_id`.
+    pub(crate) fn mark(&self, key: &ResourceKey, release_id: i64) {
+        let mut releases = super::lock(&self.releases);
+        if releases.len() >= OWN_REMOVALS_KEPT {
+            releases.clear();
+        }
+        releases.insert(key.clone(), release_id);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn superseded_hooks_are_looked_for_once_per_release() {
+        use crate::model::Kind;
+        let superseded = Superseded::default();
+        let web = ResourceKey::new(Kind::Deployment, "shop", "web");
+        let api = ResourceKey::new(Kind::Deployment, "shop", "api");
+        assert!(!superseded.done(&web, 1));
+        superseded.mark(&web, 1);
+        assert!(superseded.done(&web, 1));
+        assert!(!superseded.done(&api, 1), "per resource");
+        assert!(!superseded.done(&web, 2), "a new release looks again");
+        superseded.mark(&web, 2);
+        assert!(!superseded.done(&web, 1), "the last release only");
+    }
 
     #[test]
     fn a_liveness_mark_not_due_yet_is_the_wait_of_its_resource() {

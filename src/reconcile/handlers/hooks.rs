@@ -163,7 +163,8 @@ pub(crate) async fn after_rollout<R: Runtime>(
 }
 
 /// Removes the hook units of `key` that belong to another release than `release` (a newer
-/// spec superseded them while they ran): the pass of every kind with hooks calls it.
+/// spec superseded them while they ran): the pass of every kind with hooks calls it. Once
+/// per release (`wake::Superseded`): later passes of the same release skip the list.
 pub(crate) async fn supersede<R: Runtime>(
     ctx: &Ctx<R>,
     hooks: Option<HookSet<'_>>,
@@ -172,6 +173,9 @@ pub(crate) async fn supersede<R: Runtime>(
     let Some(HookSet { key, .. }) = hooks else {
         return Ok(());
     };
+    if ctx.memory.superseded.done(key, release.id) {
+        return Ok(());
+    }
     let current: Vec<String> = [Stage::Pre, Stage::Command, Stage::Post]
         .into_iter()
         .map(|stage| unit_name(key, release.id, stage))
@@ -182,6 +186,7 @@ pub(crate) async fn supersede<R: Runtime>(
             oneshot::remove(ctx, key, &id).await?;
         }
     }
+    ctx.memory.superseded.mark(key, release.id);
     Ok(())
 }
 
