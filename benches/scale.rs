@@ -296,27 +296,7 @@ async fn docker_run(docker: &Docker, image: &str, shape: &Shape) -> Result<Durat
             });
         }
     }
-    let mut failure = None;
-    while let Some(joined) = tasks.join_next().await {
-        if let Err(error) = joined.map_err(Into::into).and_then(|result| result) {
-            failure.get_or_insert(error);
-        }
-    }
-    let result = match failure {
-        Some(error) => Err(error),
-        None => {
-            support::wait_running(
-                docker,
-                &scope,
-                shape.containers(),
-                started,
-                Duration::from_secs(1800),
-            )
-            .await
-        }
-    };
-    support::remove_scope(docker, &scope).await?;
-    result
+    until_running(docker, &scope, shape, started, tasks).await
 }
 
 /// `docker run -d` arguments for the container `body` describes, option by option, so the CLI
@@ -421,6 +401,19 @@ async fn direct(docker: &Docker, image: &str, shape: &Shape) -> Result<Duration>
             });
         }
     }
+    until_running(docker, &scope, shape, started, tasks).await
+}
+
+/// The end of a baseline side: every task that creates and starts `scope`'s containers has
+/// ended, then the engine lists them all running; how long since `started`. The scope's
+/// containers are removed either way.
+async fn until_running(
+    docker: &Docker,
+    scope: &str,
+    shape: &Shape,
+    started: Instant,
+    mut tasks: tokio::task::JoinSet<Result>,
+) -> Result<Duration> {
     let mut failure = None;
     while let Some(joined) = tasks.join_next().await {
         if let Err(error) = joined.map_err(Into::into).and_then(|result| result) {
@@ -432,7 +425,7 @@ async fn direct(docker: &Docker, image: &str, shape: &Shape) -> Result<Duration>
         None => {
             support::wait_running(
                 docker,
-                &scope,
+                scope,
                 shape.containers(),
                 started,
                 Duration::from_secs(1800),
@@ -440,7 +433,7 @@ async fn direct(docker: &Docker, image: &str, shape: &Shape) -> Result<Duration>
             .await
         }
     };
-    support::remove_scope(docker, &scope).await?;
+    support::remove_scope(docker, scope).await?;
     result
 }
 
