@@ -643,7 +643,8 @@ async fn probe_life<R: Runtime>(
 }
 
 /// Writes a replica's readiness when it changed, then wakes the router, and requeues its
-/// resource when the replica became ready or stopped being so. Boxed, as `probe_once`: the row and the store call are held only while they run.
+/// resource when the replica became ready or stopped being so. Boxed, as `probe_once`: the
+/// row and the store call are held only while they run.
 fn publish<'a, R: Runtime>(
     ctx: &'a Ctx<R>,
     key: &'a ResourceKey,

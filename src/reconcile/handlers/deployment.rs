@@ -175,7 +175,7 @@ impl<R: Runtime> Replicated<R> for Deployment<'_> {
             .iter()
             .map(|container| container.name.clone())
             .collect();
-        Box::pin(execute(ctx, self, steps, taken, waits))
+        Box::pin(execute(ctx, self, steps, &observed.inits, taken, waits))
     }
 
     fn detail<'a>(
@@ -234,6 +234,7 @@ async fn execute<R: Runtime>(
     ctx: &Ctx<R>,
     work: &Deployment<'_>,
     steps: &[Step],
+    inits: &[Container],
     mut taken: BTreeSet<String>,
     waits: &mut Waits,
 ) -> Result<()> {
@@ -245,9 +246,13 @@ async fn execute<R: Runtime>(
     // no create takes up any more (scaled down meanwhile) go at the end.
     let mut in_flight = if creates || !work.spec.inits.is_empty() {
         let app = key.app_id();
-        inits_in_flight(ctx, key, work.desired.spec_hash.as_str(), |replica| {
-            taken.contains(&format!("{app}.{replica}"))
-        })
+        inits_in_flight(
+            ctx,
+            key,
+            inits,
+            work.desired.spec_hash.as_str(),
+            |replica| taken.contains(&format!("{app}.{replica}")),
+        )
         .await?
     } else {
         BTreeMap::new()

@@ -172,7 +172,7 @@ async fn start_init<R: Runtime>(
     let run = OneShot {
         identity: Identity {
             name: name.to_owned(),
-            role: "init".to_owned(),
+            role: INIT_ROLE.to_owned(),
             ..pod.clone()
         },
         container: &init_container,
@@ -200,24 +200,21 @@ async fn start_init<R: Runtime>(
     Ok(())
 }
 
+/// The role label of a replica's init containers (they carry its kind, scope and name).
+pub(super) const INIT_ROLE: &str = "init";
+
 /// The init containers of `key` in flight, by replica id (a deployment's random id, a
-/// statefulset pod's ordinal): the unit ids of each replica still to be created, of the
-/// desired spec hash `spec_hash`. Units of another spec hash (a newer spec superseded them)
-/// and units of a replica `created` says exists already are removed.
+/// statefulset pod's ordinal), from `units` (the pass's observation of them): the unit ids
+/// of each replica still to be created, of the desired spec hash `spec_hash`. Units of
+/// another spec hash (a newer spec superseded them) and units of a replica `created` says
+/// exists already are removed.
 pub(crate) async fn inits_in_flight<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
+    units: &[crate::runtime::Container],
     spec_hash: &str,
     created: impl Fn(&str) -> bool,
 ) -> Result<BTreeMap<String, Vec<String>>> {
-    let units = ctx
-        .runtime
-        .list(&super::replicas::role_filter(&ctx.agent_id, key, "init"))
-        .await
-        .map_err(|source| Error::Runtime {
-            key: key.clone(),
-            source,
-        })?;
     let mut in_flight: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for unit in units {
         let replica = unit
@@ -225,7 +222,7 @@ pub(crate) async fn inits_in_flight<R: Runtime>(
             .unwrap_or_default()
             .to_owned();
         if unit.label(labels::MANIFEST_HASH) == Some(spec_hash) && !created(&replica) {
-            in_flight.entry(replica).or_default().push(unit.id);
+            in_flight.entry(replica).or_default().push(unit.id.clone());
         } else {
             tracing::info!(%key, unit = %unit.name, "removing an init container a newer spec (or its created replica) superseded");
             oneshot::remove(ctx, key, &unit.id).await?;

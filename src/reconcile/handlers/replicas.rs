@@ -79,6 +79,8 @@ pub(crate) struct SwarmSeen {
 /// The replicas as one observation sees them.
 pub(super) struct Observed {
     pub(super) actual: Vec<Container>,
+    /// The key's init containers, from the same list (none under Swarm).
+    pub(super) inits: Vec<Container>,
     pub(super) readiness: BTreeMap<String, ReplicaReadiness>,
     /// Replicas of the target version that are not ready.
     pub(super) waiting: Vec<Waiting>,
@@ -114,13 +116,26 @@ impl Observed {
 }
 
 /// Lists the replicas and their published readiness; `is_current` tells the target version.
-/// A replica marked by its probe runner as failing liveness counts as outdated.
+/// A replica marked by its probe runner as failing liveness counts as outdated. One list of
+/// the key's containers gives the replicas and the init containers (their roles).
 pub(super) async fn observe<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
     is_current: impl Fn(&Container) -> bool,
 ) -> Result<Observed> {
-    let mut actual = list_replicas(ctx, key).await?;
+    let (mut actual, inits): (Vec<Container>, Vec<Container>) = ctx
+        .runtime
+        .list(&owned_filter(&ctx.agent_id, key))
+        .await
+        .map_err(|source| Error::Runtime {
+            key: key.clone(),
+            source,
+        })?
+        .into_iter()
+        .filter(|container| {
+            matches!(container.label(labels::ROLE), Some(role) if role == key.kind.as_str() || role == super::inits::INIT_ROLE)
+        })
+        .partition(|container| container.label(labels::ROLE) == Some(key.kind.as_str()));
     // A replica whose liveness failed (and whose back-off ran out) is observed without its
     // spec hash: every planner then sees it as outdated and replaces it through the gated
     // Replace step, never below `replicas - 1` ready.
@@ -158,6 +173,7 @@ pub(super) async fn observe<R: Runtime>(
         actual,
         readiness,
         waiting,
+        inits,
         swarm: None,
     })
 }

@@ -300,9 +300,13 @@ async fn execute<R: Runtime>(
             .iter()
             .filter_map(|pod| pod.label(labels::REPLICA_ID))
             .collect();
-        let in_flight = inits_in_flight(ctx, key, work.desired.spec_hash.as_str(), |replica| {
-            pods.contains(replica)
-        })
+        let in_flight = inits_in_flight(
+            ctx,
+            key,
+            &observed.inits,
+            work.desired.spec_hash.as_str(),
+            |replica| pods.contains(replica),
+        )
         .await?;
         for (ordinal, ids) in in_flight {
             let wanted = ordinal

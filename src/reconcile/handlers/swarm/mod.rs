@@ -614,6 +614,7 @@ pub(super) fn observed(
         actual,
         readiness,
         waiting,
+        inits: Vec::new(),
         swarm: Some(seen),
     }
 }
