@@ -56,10 +56,12 @@ impl RouterWake {
     }
 }
 
-/// Containers the agent removed itself right after the engine refused to start them: their
-/// `die`/`destroy` events are the agent's own doing, not drift. Without this, each refused
-/// start would queue another pass through its destroy event, which creates, fails and
-/// removes again: a retry storm outside the retry schedule.
+/// Containers the agent removes itself (right after the engine refused to start them, and
+/// replicas it drains: a replacement, a retirement, a scale-down): their `stop`/`die`/
+/// `destroy` events are the agent's own doing, not drift. Without this, each refused start
+/// would queue another pass through its destroy event, which creates, fails and removes
+/// again (a retry storm outside the retry schedule), and every replica a rollout retires
+/// would queue a pass and be reported as drift repaired.
 #[derive(Debug, Default)]
 pub(crate) struct OwnRemovals {
     ids: Mutex<HashSet<String>>,

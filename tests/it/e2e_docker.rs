@@ -743,14 +743,23 @@ fn rollback_flow(env: &mut Env) -> TestResult {
         releases["releases"][0]["rolled_back_from"],
         releases["releases"][1]["id"]
     );
-    // The operator's view over HTTP is the document `status --json` prints.
-    let (code, body) = crate::support::http::get_blocking(&env.http_address()?, "/status")?;
-    assert_eq!(code, 200);
-    // (A poll between the two reads moves the health checks' times: those are left out.)
-    assert_eq!(
-        without_check_times(serde_json::from_str::<Value>(&body)?),
-        without_check_times(env.status()?)
-    );
+    // The operator's view over HTTP is the document `status --json` prints. (A poll between
+    // the two reads moves the health checks' times: those are left out. A pass between them
+    // moves the resource's `updated_at`: the pair is read again, a few times at most.)
+    let mut pair = (Value::Null, Value::Null);
+    for _ in 0..5 {
+        let (code, body) = crate::support::http::get_blocking(&env.http_address()?, "/status")?;
+        assert_eq!(code, 200);
+        pair = (
+            without_check_times(serde_json::from_str::<Value>(&body)?),
+            without_check_times(env.status()?),
+        );
+        if pair.0 == pair.1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(pair.0, pair.1);
     let text = env.cli(&["status"])?;
     assert!(
         text.contains("is PINNED to commit") && text.contains("git now differs"),

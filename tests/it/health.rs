@@ -379,6 +379,37 @@ async fn a_commit_during_a_slow_rollout_supersedes_it() -> TestResult {
     harness.stop().await
 }
 
+/// The replicas a rollout replaces are the agent's own removals: their stop and destroy
+/// events are no drift (no pass of their own, no `drift.repaired` to tell anyone of).
+#[tokio::test(start_paused = true)]
+async fn replicas_a_rollout_replaces_are_no_drift() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.options.resync = Duration::from_secs(3600);
+    harness.start()?;
+    harness.push(&[("web.hcl", &web(2, "1", ""))])?;
+    let before = harness.converged(&key(), 2).await?;
+    harness.push(&[("web.hcl", &web(2, "2", ""))])?;
+    let after = loop {
+        let after = harness.converged(&key(), 2).await?;
+        if after.iter().all(|new| before.iter().all(|old| old.id != new.id)) {
+            break after;
+        }
+        tokio::time::sleep(crate::support::harness::POLL).await;
+    };
+    // Every event of the replaced replicas has come and gone.
+    harness.idle_for(Duration::from_secs(30)).await;
+    assert_eq!(harness.converged(&key(), 2).await?, after);
+    let drift: Vec<String> = harness
+        .store
+        .events_after(0, 1000)?
+        .into_iter()
+        .filter(|event| event.event.starts_with("drift"))
+        .map(|event| format!("{} {}", event.event, event.message))
+        .collect();
+    assert_eq!(drift, Vec::<String>::new());
+    harness.stop().await
+}
+
 #[tokio::test(start_paused = true)]
 async fn stopped_and_removed_replicas_are_repaired_at_once_through_events() -> TestResult {
     let mut harness = Harness::new()?;

@@ -358,13 +358,15 @@ async fn on_error<R: Runtime, K: Replicated<R>>(
 
 /// Stops a replica with its resource's drain grace (SIGTERM, SIGKILL once `grace` has
 /// passed: voodu 2026's `drain.grace`), then removes it. A stop the engine refuses is cut
-/// short and logged, and the removal goes on: a drain never wedges a roll.
+/// short and logged, and the removal goes on: a drain never wedges a roll. Its stop and
+/// destroy events are the agent's own doing, not drift (`wake::OwnRemovals`).
 pub(super) async fn drain_and_remove<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
     id: &str,
     grace: Duration,
 ) -> Result<()> {
+    ctx.memory.own_removals.note(id);
     if let Err(error) = ctx.runtime.stop(id, grace).await {
         tracing::warn!(%key, container = id, %error, "could not stop the replica gracefully; removing it now (forced cut)");
     }
