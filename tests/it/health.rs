@@ -391,7 +391,10 @@ async fn replicas_a_rollout_replaces_are_no_drift() -> TestResult {
     harness.push(&[("web.hcl", &web(2, "2", ""))])?;
     let after = loop {
         let after = harness.converged(&key(), 2).await?;
-        if after.iter().all(|new| before.iter().all(|old| old.id != new.id)) {
+        if after
+            .iter()
+            .all(|new| before.iter().all(|old| old.id != new.id))
+        {
             break after;
         }
         tokio::time::sleep(crate::support::harness::POLL).await;
