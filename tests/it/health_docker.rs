@@ -243,7 +243,13 @@ fn drift_is_repaired_through_events_and_through_the_resync() -> TestResult {
                 vec![format!("voodu.scope={}", env.scope())],
             ),
         ] {
-            let mut args = vec!["run", "-d", "--name", name];
+            // The leftover is only created: the agent may remove it at once (a resync can
+            // fall right then), which `docker run` would report as its own failure.
+            let mut args = if name == orphan {
+                vec!["create", "--name", name]
+            } else {
+                vec!["run", "-d", "--name", name]
+            };
             for label in &labels {
                 args.extend(["--label", label.as_str()]);
             }
