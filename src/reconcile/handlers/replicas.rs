@@ -21,25 +21,14 @@ use crate::store::{FailureReason, Phase, Release, ReleasePhase, ResourceStatus, 
 /// changed (readiness changes and container events queue passes sooner).
 const RECHECK: Duration = Duration::from_secs(5);
 
-/// Labels that select this agent's replicas of one resource in `role` (its own kind for
-/// the replicas, `init` for its init containers, which carry the same kind, scope and
-/// name); under Swarm, its services in that role.
-pub(super) fn role_filter<'a>(
-    agent_id: &'a str,
-    key: &'a ResourceKey,
-    role: &'a str,
-) -> [(&'a str, &'a str); 5] {
-    let [agent, kind, scope, name] = owned_filter(agent_id, key);
-    [agent, kind, scope, name, (labels::ROLE, role)]
-}
-
 /// Labels that select this agent's replicas of one resource (not its init or release
 /// containers); under Swarm, its services in its own role.
 pub(super) fn replica_filter<'a>(
     agent_id: &'a str,
     key: &'a ResourceKey,
 ) -> [(&'a str, &'a str); 5] {
-    role_filter(agent_id, key, key.kind.as_str())
+    let [agent, kind, scope, name] = owned_filter(agent_id, key);
+    [agent, kind, scope, name, (labels::ROLE, key.kind.as_str())]
 }
 
 /// Labels that select every container (under Swarm, service) this agent made for one
@@ -57,8 +46,17 @@ pub(super) async fn list_replicas<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
 ) -> Result<Vec<Container>> {
+    list_of(ctx, key, &replica_filter(&ctx.agent_id, key)).await
+}
+
+/// `key`'s containers `filter` selects (an engine error is the key's).
+pub(super) async fn list_of<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    filter: &[(&str, &str)],
+) -> Result<Vec<Container>> {
     ctx.runtime
-        .list(&replica_filter(&ctx.agent_id, key))
+        .list(filter)
         .await
         .map_err(|source| Error::Runtime {
             key: key.clone(),
@@ -123,19 +121,14 @@ pub(super) async fn observe<R: Runtime>(
     key: &ResourceKey,
     is_current: impl Fn(&Container) -> bool,
 ) -> Result<Observed> {
-    let (mut actual, inits): (Vec<Container>, Vec<Container>) = ctx
-        .runtime
-        .list(&owned_filter(&ctx.agent_id, key))
-        .await
-        .map_err(|source| Error::Runtime {
-            key: key.clone(),
-            source,
-        })?
-        .into_iter()
-        .filter(|container| {
-            matches!(container.label(labels::ROLE), Some(role) if role == key.kind.as_str() || role == super::inits::INIT_ROLE)
-        })
-        .partition(|container| container.label(labels::ROLE) == Some(key.kind.as_str()));
+    let (mut actual, mut inits) = (Vec::new(), Vec::new());
+    for container in list_of(ctx, key, &owned_filter(&ctx.agent_id, key)).await? {
+        match container.label(labels::ROLE) {
+            Some(role) if role == key.kind.as_str() => actual.push(container),
+            Some(super::inits::INIT_ROLE) => inits.push(container),
+            _ => {}
+        }
+    }
     // A replica whose liveness failed (and whose back-off ran out) is observed without its
     // spec hash: every planner then sees it as outdated and replaces it through the gated
     // Replace step, never below `replicas - 1` ready.

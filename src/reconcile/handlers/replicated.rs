@@ -404,19 +404,13 @@ pub(super) async fn remove_everything<R: Runtime>(
     key: &ResourceKey,
     first: Vec<(String, String)>,
 ) -> Result<()> {
-    let runtime_error = |source| Error::Runtime {
-        key: key.clone(),
-        source,
-    };
     let mut owned = first;
-    let mut listed: Vec<(String, String)> = ctx
-        .runtime
-        .list(&super::replicas::owned_filter(&ctx.agent_id, key))
-        .await
-        .map_err(runtime_error)?
-        .into_iter()
-        .map(|container| (container.id, container.name))
-        .collect();
+    let mut listed: Vec<(String, String)> =
+        super::replicas::list_of(ctx, key, &super::replicas::owned_filter(&ctx.agent_id, key))
+            .await?
+            .into_iter()
+            .map(|container| (container.id, container.name))
+            .collect();
     listed.extend(super::oneshot::release_units(ctx, key).await?);
     for (id, name) in listed {
         if !owned.iter().any(|(owned_id, _)| *owned_id == id) {
