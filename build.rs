@@ -32,6 +32,33 @@ fn main() {
         println!("cargo::rustc-cfg=voodu_corpus_missing");
     }
     stamp_commit();
+    code_order();
+}
+
+/// Lays the binary's code out by use: the functions a starting and idle agent runs first,
+/// together (`build/code-order.txt`, made by `scripts/code-order`), so the few pages they fill
+/// are what the kernel maps, not a page here and there across all of the code. Only the
+/// agent's binary is linked so (tests and benches are not); only where the linker is LLD,
+/// Rust's default on x86-64 Linux (`VOODU_CODE_ORDER=0` turns it off for another linker).
+/// A name the binary no longer has is skipped: an older list only places less.
+fn code_order() {
+    let path = Path::new("build/code-order.txt");
+    println!("cargo::rerun-if-changed={}", path.display());
+    println!("cargo::rerun-if-env-changed=VOODU_CODE_ORDER");
+    let target = |name: &str| std::env::var(name).unwrap_or_default();
+    let lld_default = target("CARGO_CFG_TARGET_ARCH") == "x86_64"
+        && target("CARGO_CFG_TARGET_OS") == "linux"
+        && target("CARGO_CFG_TARGET_ENV") == "gnu";
+    let off = std::env::var_os("VOODU_CODE_ORDER").is_some_and(|value| value == "0");
+    if !lld_default || off || !path.is_file() {
+        return;
+    }
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    println!(
+        "cargo::rustc-link-arg-bins=-Wl,--symbol-ordering-file={}",
+        path.display()
+    );
+    println!("cargo::rustc-link-arg-bins=-Wl,--no-warn-symbol-ordering");
 }
 
 /// Sets `VOODU_AGENT_COMMIT` and asks for a rerun when HEAD moves (HEAD itself for a branch
