@@ -11,6 +11,7 @@ use std::process::Command;
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(voodu_corpus_missing)");
     println!("cargo::rustc-check-cfg=cfg(voodu_busybox_missing)");
+    println!("cargo::rustc-check-cfg=cfg(voodu_code_order)");
     println!("cargo::rerun-if-env-changed=PATH");
     let busybox = std::env::var_os("PATH")
         .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("busybox").is_file()));
@@ -59,6 +60,8 @@ fn code_order() {
         path.display()
     );
     println!("cargo::rustc-link-arg-bins=-Wl,--no-warn-symbol-ordering");
+    // The test that the order took (tests/it/code_order.rs) runs only then.
+    println!("cargo::rustc-cfg=voodu_code_order");
 }
 
 /// Sets `VOODU_AGENT_COMMIT` and asks for a rerun when HEAD moves (HEAD itself for a branch

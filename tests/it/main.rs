@@ -4,6 +4,7 @@ mod support;
 
 mod bounds_docker;
 mod cli;
+mod code_order;
 mod contract;
 mod contract_swarm;
 mod corpus;
