@@ -51,7 +51,21 @@ fn code_order() {
         && target("CARGO_CFG_TARGET_OS") == "linux"
         && target("CARGO_CFG_TARGET_ENV") == "gnu";
     let off = std::env::var_os("VOODU_CODE_ORDER").is_some_and(|value| value == "0");
-    if !lld_default || off || !path.is_file() {
+    if !lld_default {
+        return;
+    }
+    // scripts/code-order asks for the linker's map of the binary: which function is where in
+    // the very build the list is for (a build with symbols kept would name them differently:
+    // `strip` is part of what cargo hashes into symbol names).
+    println!("cargo::rerun-if-env-changed=VOODU_LINK_MAP");
+    if let Some(map) = std::env::var_os("VOODU_LINK_MAP") {
+        println!(
+            "cargo::rustc-link-arg-bins=-Wl,-Map={}",
+            Path::new(&map).display()
+        );
+        println!("cargo::rustc-link-arg-bins=-Wl,--no-demangle");
+    }
+    if off || !path.is_file() {
         return;
     }
     let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
