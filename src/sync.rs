@@ -289,7 +289,11 @@ impl Syncer {
         }
         let outcome = self.load_and_apply(&commit, who);
         // Loading a commit allocates in proportion to its size (a 5 MB manifest parses into
-        // hundreds of MB of syntax tree), all freed by now: hand it back to the system.
+        // hundreds of MB of syntax tree), all freed by now: hand it back to the system, with
+        // what SQLite cached of the pages the commit wrote.
+        if let Err(error) = self.store.shrink_memory() {
+            tracing::debug!(%error, "cannot shrink the store's cache");
+        }
         crate::git::give_memory_back();
         let outcome = outcome?;
         // Generated secrets bump the config version: remember the version after them.

@@ -243,6 +243,13 @@ impl Store {
         &self.shared.path
     }
 
+    /// Frees SQLite's page cache of this connection (it refills on demand): after a commit's
+    /// load, beside the allocator's give-back, so that a stream of large commits, each writing
+    /// thousands of diagnostics, does not leave the cache's pages resident.
+    pub(crate) fn shrink_memory(&self) -> Result<()> {
+        self.with(|connection| Ok(connection.execute_batch("PRAGMA shrink_memory")?))
+    }
+
     fn with<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
         let mut connection = self
             .shared
