@@ -36,8 +36,9 @@ fn main() {
     code_order();
 }
 
-/// Lays the binary's code out by use: the functions a starting and idle agent runs first,
-/// together (`build/code-order.txt`, made by `scripts/code-order`), so the few pages they fill
+/// Lays the binary's code out by use: the functions a starting, idle, deploying and
+/// commit-rejecting agent runs first, together (`build/code-order.txt`, made by
+/// `scripts/code-order`), so the few pages they fill
 /// are what the kernel maps, not a page here and there across all of the code. Only the
 /// agent's binary is linked so (tests and benches are not); only where the linker is LLD,
 /// Rust's default on x86-64 Linux (`VOODU_CODE_ORDER=0` turns it off for another linker).
@@ -50,7 +51,6 @@ fn code_order() {
     let lld_default = target("CARGO_CFG_TARGET_ARCH") == "x86_64"
         && target("CARGO_CFG_TARGET_OS") == "linux"
         && target("CARGO_CFG_TARGET_ENV") == "gnu";
-    let off = std::env::var_os("VOODU_CODE_ORDER").is_some_and(|value| value == "0");
     if !lld_default {
         return;
     }
@@ -65,6 +65,7 @@ fn code_order() {
         );
         println!("cargo::rustc-link-arg-bins=-Wl,--no-demangle");
     }
+    let off = std::env::var_os("VOODU_CODE_ORDER").is_some_and(|value| value == "0");
     if off || !path.is_file() {
         return;
     }
