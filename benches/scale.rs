@@ -5,7 +5,8 @@
 //!   webhook-triggered) until the engine lists N×M running, against the same N×M containers
 //!   (same labels, network, aliases, init, restart policy, ulimits and log options as the
 //!   agent's) created and started directly through the API (bollard), P at a time, where P is
-//!   the agent's own parallelism: `--concurrency` keys × min(M, 16) replicas of a key; and
+//!   the agent's own parallelism: its create slots (`--create-concurrency`, which every key's
+//!   pass draws on); and
 //!   against the same containers by `docker run -d`, 16 processes at a time (a script's
 //!   `xargs -P16`; its options translated from the API side's container, so the two cannot
 //!   drift apart; skipped, and said so, without a `docker` executable);
@@ -21,9 +22,10 @@
 //! windows: the first round's) and the runs are printed above it.
 //!
 //! `cargo bench --bench scale` (N=`VOODU_BENCH_DEPLOYMENTS` 100, M=`VOODU_BENCH_REPLICAS` 5,
-//! `VOODU_BENCH_CONCURRENCY` 4; `VOODU_AGENT_BIN` runs another build of the agent, to compare
-//! two versions with the same bench). Figures are printed, never asserted; everything it created
-//! is removed at the end. Under `cargo test --all-targets` it runs 3 × 2 once with a 2 s window
+//! `VOODU_BENCH_CONCURRENCY` 8 keys, `VOODU_BENCH_CREATES` 16 create slots; `VOODU_AGENT_BIN`
+//! runs another build of the agent, to compare two versions with the same bench). Figures are
+//! printed, never asserted; everything it created is removed at the end. Each side also prints
+//! the CPU the engine's daemons spent over it (`dockerd` and `containerd`, from `/proc`). Under `cargo test --all-targets` it runs 3 × 2 once with a 2 s window
 //! as a smoke test of the bench itself (with `VOODU_DOCKER_TESTS=1`). The engine-free half of
 //! issue 15's table (the agent's own overhead on the fake runtime, engine calls per pass,
 //! commit → plan) is `benches/overhead.rs` and `benches/plan.rs`.
@@ -49,6 +51,8 @@ struct Shape {
     deployments: usize,
     replicas: usize,
     concurrency: usize,
+    /// The agent's `--create-concurrency`.
+    creates: usize,
     idle_window: Duration,
     /// Rounds of the sides, each round in another order.
     rounds: usize,
@@ -59,9 +63,10 @@ impl Shape {
         self.deployments * self.replicas
     }
 
-    /// Creates in flight at once in the agent: keys in parallel × replicas of a key at once.
+    /// Creates in flight at once in the agent: its create slots, which every key's pass
+    /// draws on.
     fn parallelism(&self) -> usize {
-        self.concurrency * self.replicas.min(16)
+        self.creates
     }
 }
 
@@ -82,7 +87,8 @@ async fn bench() -> Result {
         Shape {
             deployments: support::env_number("VOODU_BENCH_DEPLOYMENTS", 100.0)? as usize,
             replicas: support::env_number("VOODU_BENCH_REPLICAS", 5.0)? as usize,
-            concurrency: support::env_number("VOODU_BENCH_CONCURRENCY", 4.0)? as usize,
+            concurrency: support::env_number("VOODU_BENCH_CONCURRENCY", 8.0)? as usize,
+            creates: support::env_number("VOODU_BENCH_CREATES", 16.0)? as usize,
             idle_window: Duration::from_secs_f64(support::env_number(
                 "VOODU_BENCH_IDLE_SECS",
                 60.0,
@@ -94,18 +100,20 @@ async fn bench() -> Result {
         Shape {
             deployments: 3,
             replicas: 2,
-            concurrency: 4,
+            concurrency: 8,
+            creates: 16,
             idle_window: Duration::from_secs(2),
             rounds: 1,
         }
     };
     support::ensure_network(&docker).await?;
     println!(
-        "scale: {} deployments x {} replicas of {image} ({} containers), agent --concurrency {}, API baseline {} at a time, {} rounds; {} binary",
+        "scale: {} deployments x {} replicas of {image} ({} containers), agent --concurrency {} --create-concurrency {}, API baseline {} at a time, {} rounds; {} binary",
         shape.deployments,
         shape.replicas,
         shape.containers(),
         shape.concurrency,
+        shape.creates,
         shape.parallelism(),
         shape.rounds,
         if cfg!(debug_assertions) {
@@ -137,6 +145,7 @@ async fn bench() -> Result {
                 round + 1,
                 settled.as_secs_f64()
             );
+            let engine_before = engine_cpu();
             match side {
                 Side::Api => {
                     let took = direct(&docker, &image, &shape).await?;
@@ -162,6 +171,12 @@ async fn bench() -> Result {
                     agents.push(through_agent(&docker, &image, &shape, agents.is_empty()).await?);
                 }
             }
+            // What the side made the engine's daemons spend (its containers' own processes,
+            // runc and the shims are not in it), from the start to the containers' removal.
+            println!(
+                "  dockerd + containerd CPU over the {side:?} side: {:.1} s",
+                engine_cpu().saturating_sub(engine_before).as_secs_f64()
+            );
         }
     }
     let runs = |values: &[Duration]| {
@@ -373,6 +388,22 @@ fn docker_run_args(name: &str, mut body: ContainerCreateBody) -> Result<Vec<Stri
     Ok(args)
 }
 
+/// The CPU time the engine's daemons (`dockerd`, `containerd`) have used so far (zero
+/// where `/proc` shows neither).
+fn engine_cpu() -> Duration {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Duration::ZERO;
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|comm| matches!(comm.trim_end(), "dockerd" | "containerd"))
+        })
+        .filter_map(|pid| cpu_time(pid).ok())
+        .sum()
+}
+
 /// The floor: every container created and started through the API, `parallelism` at a time,
 /// timed until the engine lists them all running.
 async fn direct(docker: &Docker, image: &str, shape: &Shape) -> Result<Duration> {
@@ -488,6 +519,7 @@ async fn agent_run(
     let data_dir = dir.join("data");
     let log = dir.join("agent.log");
     let concurrency = shape.concurrency.to_string();
+    let creates = shape.creates.to_string();
     let args = |resync: &'static str| {
         vec![
             "--interval",
@@ -502,6 +534,8 @@ async fn agent_run(
             resync,
             "--concurrency",
             concurrency.as_str(),
+            "--create-concurrency",
+            creates.as_str(),
         ]
     };
     let mut agent = AgentProcess::start(&repo, &data_dir, &log, &args("1h"))?;

@@ -64,8 +64,12 @@ pub(super) struct RunArgs {
     #[arg(long, env = "VOODU_GIT_SSH_KEY_FILE", value_name = "FILE")]
     git_ssh_key_file: Option<PathBuf>,
     /// Resources reconciled in parallel (one key is never reconciled twice at once).
-    #[arg(long, env = "VOODU_CONCURRENCY", default_value_t = 4)]
-    concurrency: usize,
+    #[arg(long, env = "VOODU_CONCURRENCY", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+    concurrency: u16,
+    /// Containers created and started at once, all resources together (a first deploy, a
+    /// scale-up); each resource's pass takes slots from this one pool.
+    #[arg(long, env = "VOODU_CREATE_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
+    create_concurrency: u16,
     /// How long a rollout may take before it is failed and rolled back automatically to the
     /// last release that ran.
     #[arg(long, env = "VOODU_ROLLOUT_DEADLINE", default_value = "5m", value_parser = humantime::parse_duration)]
@@ -293,7 +297,8 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
         sync,
         reconcile: ReconcileOptions {
             engine: args.runtime,
-            concurrency: args.concurrency.max(1),
+            concurrency: usize::from(args.concurrency),
+            create_concurrency: usize::from(args.create_concurrency),
             rollout_deadline: args.rollout_deadline,
             ready_settle: args.ready_settle,
             resync: args.resync.max(Duration::from_secs(1)),

@@ -8,7 +8,9 @@
 //!   if further); the store wakes the tail at once, nothing polls SQLite;
 //! - the cursor only moves past a journal row once its key's reconcile has finished;
 //! - one key is never reconciled by two workers at once (`queue`); different keys proceed in
-//!   parallel, up to `ReconcileOptions::concurrency`;
+//!   parallel, up to `ReconcileOptions::concurrency`; their container creates share one pool
+//!   of slots (`ReconcileOptions::create_concurrency`), so the engine stays as busy as that
+//!   while any key has a replica to create (a pass waits for a slot, never for time);
 //! - every handler returns an `Action`; every error goes through one error policy
 //!   (`retry::RetryPolicy::error_policy`), which maps it to an `Action` and records it on the
 //!   resource's status; a panicking handler is recorded the same way and the loop goes on;
@@ -84,8 +86,12 @@ pub struct ReconcileOptions {
     /// Resources reconciled in parallel (each key still one at a time).
     pub concurrency: usize,
     pub retry: RetryPolicy,
-    /// Missing replicas of one resource created at once (scale-up, first deploy); voodu
-    /// creates them with no pause. Replacements stay one slot at a time regardless.
+    /// Containers created and started at once, all resources together (first deploy,
+    /// scale-up, re-creations; voodu creates a resource's missing replicas with no pause):
+    /// each create waits for one of these slots, so the engine is kept as busy as this
+    /// while passes of many keys have replicas to create, and a pass that is finishing its
+    /// last create no longer leaves slots idle. A rollout's replacements stay one slot of
+    /// the rollout at a time regardless.
     pub create_concurrency: usize,
     /// Without a readiness probe, a replica is ready once it has run this long without
     /// restarting.
@@ -123,7 +129,7 @@ impl Default for ReconcileOptions {
     fn default() -> Self {
         ReconcileOptions {
             engine: Engine::Containers,
-            concurrency: 4,
+            concurrency: 8,
             retry: RetryPolicy::default(),
             create_concurrency: 16,
             ready_settle: Duration::from_secs(3),
@@ -232,6 +238,8 @@ pub(crate) struct Ctx<R: Runtime> {
     /// What handlers remember between passes (rollout clocks, crash-loop back-offs); lost on
     /// restart by design, rebuilt from the store and the host.
     memory: Memory,
+    /// `options.create_concurrency` slots, one per container being created and started.
+    creates: tokio::sync::Semaphore,
 }
 
 impl<R: Runtime> Ctx<R> {
@@ -257,7 +265,6 @@ impl<R: Runtime> Ctx<R> {
             runtime: deps.runtime,
             agent_id,
             assets_root: deps.assets_root,
-            options,
             default_ulimits,
             metrics: deps.metrics,
             notifier,
@@ -266,6 +273,8 @@ impl<R: Runtime> Ctx<R> {
             shutdown,
             runs: Runs::new(deps.tracker),
             memory: Memory::default(),
+            creates: tokio::sync::Semaphore::new(options.create_concurrency.max(1)),
+            options,
         }
     }
 }

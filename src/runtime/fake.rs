@@ -61,6 +61,11 @@ struct FakeState {
     /// The name of every container ever created, by id (removed ones too).
     names: BTreeMap<String, String>,
     faults: VecDeque<(String, Fault)>,
+    /// How long each `create` takes (`set_create_latency`); none by default.
+    create_latency: Option<std::time::Duration>,
+    /// Creates in flight now, and the most there ever were at once.
+    creating: usize,
+    creating_peak: usize,
 }
 
 struct FakeContainer {
@@ -141,6 +146,17 @@ impl FakeRuntime {
         self.lock()
             .registry
             .insert(image.to_owned(), username.to_owned());
+    }
+
+    /// Every later `create` takes `latency` before it acts (an engine whose creates are
+    /// slow, so that they overlap), counted in `peak_creates`.
+    pub fn set_create_latency(&self, latency: std::time::Duration) {
+        self.lock().create_latency = Some(latency);
+    }
+
+    /// The most `create` calls that were ever in flight at once (with a create latency set).
+    pub fn peak_creates(&self) -> usize {
+        self.lock().creating_peak
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
@@ -315,6 +331,24 @@ impl Runtime for FakeRuntime {
 
     async fn create(&self, spec: &ContainerSpec) -> Result<String> {
         self.enter("create", &spec.name)?;
+        let latency = self.lock().create_latency;
+        if let Some(latency) = latency {
+            /// Counts one create in flight until dropped (a cancelled create too).
+            struct InFlight<'f>(&'f FakeRuntime);
+            impl Drop for InFlight<'_> {
+                fn drop(&mut self) {
+                    self.0.lock().creating -= 1;
+                }
+            }
+            let in_flight = {
+                let mut state = self.lock();
+                state.creating += 1;
+                state.creating_peak = state.creating_peak.max(state.creating);
+                InFlight(self)
+            };
+            tokio::time::sleep(latency).await;
+            drop(in_flight);
+        }
         let mut state = self.lock();
         if let Some(images) = &state.images
             && !images.contains(&spec.image)

@@ -144,6 +144,63 @@ async fn missing_replicas_are_created_together_and_ready_after_one_settle() -> T
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_creates_of_every_resource_share_the_agent_s_create_slots() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.options.concurrency = 4;
+    harness.options.create_concurrency = 5;
+    // Slow creates, so that those of different keys overlap.
+    harness.fake.set_create_latency(Duration::from_secs(1));
+    harness.start()?;
+    let files: Vec<(String, String)> = (0..4)
+        .map(|n| {
+            (
+                format!("web{n}.hcl"),
+                web(3, "1").replace("\"web\"", &format!("\"web{n}\"")),
+            )
+        })
+        .collect();
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(path, text)| (path.as_str(), text.as_str()))
+        .collect();
+    harness.push(&files)?;
+    for n in 0..4 {
+        let key = ResourceKey::new(Kind::Deployment, "shop", format!("web{n}"));
+        harness.converged(&key, 3).await?;
+    }
+    // Four keys in parallel wanted 12 creates at once: the five slots were all taken, and no
+    // more (a cap per key would have let 12 run).
+    assert_eq!(harness.fake.peak_creates(), 5);
+    harness.stop().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_a_later_release_looks_for_hooks_of_older_releases() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.start()?;
+    let hook_lists = |calls: &[String]| {
+        calls
+            .iter()
+            .filter(|call| call.starts_with("list ") && call.contains("web-release"))
+            .count()
+    };
+    harness.push(&[("web.hcl", &web(2, "1"))])?;
+    harness.converged(&web_key(), 2).await?;
+    // The resource's first release: no other release's hook can run.
+    assert_eq!(hook_lists(&harness.fake.calls()), 0);
+    let mark = harness.fake.calls().len();
+    harness.push(&[("web.hcl", &web(2, "2"))])?;
+    harness.converged(&web_key(), 2).await?;
+    assert_eq!(harness.store.releases(&web_key(), 10)?.len(), 2);
+    assert_eq!(
+        hook_lists(&harness.fake.calls()[mark..]),
+        1,
+        "once per release"
+    );
+    harness.stop().await
+}
+
+#[tokio::test(start_paused = true)]
 async fn scaling_keeps_surviving_replicas() -> TestResult {
     let mut harness = Harness::new()?;
     harness.start()?;

@@ -12,7 +12,7 @@
 //!
 //! Invariants: replacements go one slot at a time and only once every current replica is
 //! ready (`gate`); missing replicas (first deploy, scale-up) are created and started together,
-//! at most `create_concurrency` at once; every replica runs its init containers first; a
+//! each in one of the agent's create slots (`create_concurrency`, shared by every key); every replica runs its init containers first; a
 //! rollout (a spec hash the latest release does not have) opens a release keyed to the desired
 //! commit, runs its `release` hooks once before touching replicas, and ends succeeded once
 //! converged with every replica ready, or failed on its deadline, a crash-looping new replica
@@ -316,7 +316,7 @@ struct Slots<'s> {
     waits: &'s mut Waits,
 }
 
-/// Creates and starts `n` new replicas concurrently (at most `create_concurrency` at once),
+/// Creates and starts `n` new replicas concurrently, each in one of the agent's create slots,
 /// each once its init containers succeeded: a replica whose inits still run is listed in
 /// `slots.waits` and created by a later pass (the inits' end queues it). Replicas whose inits
 /// are in flight come first; the others get ids unique among the names taken, which grow by

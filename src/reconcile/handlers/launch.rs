@@ -255,13 +255,16 @@ pub(crate) async fn create<R: Runtime>(
     }
 }
 
-/// Creates and starts a container; one that cannot start is removed again (a created but
-/// unstartable replica would count as present). Returns its id.
+/// Creates and starts a container in one of the agent's create slots
+/// (`ReconcileOptions::create_concurrency`); one that cannot start is removed again (a
+/// created but unstartable replica would count as present). Returns its id.
 pub(crate) async fn create_and_start<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
     spec: &ContainerSpec,
 ) -> Result<String> {
+    // The semaphore is never closed; were it, the create would go on without a slot.
+    let _slot = ctx.creates.acquire().await.ok();
     let id = create(ctx, key, spec).await?;
     if let Err(error) = ctx.runtime.start(&id).await {
         // Its destroy event is no drift: a pass it queued would create, fail and remove again.

@@ -28,15 +28,15 @@ pub(super) async fn current_release<R: Runtime>(
     desired: &Desired,
 ) -> Result<Release> {
     let desired = desired.clone();
-    blocking(&ctx.store, move |store| {
+    let (release, first) = blocking(&ctx.store, move |store| {
         match store.latest_release(&desired.key)? {
             Some(latest)
                 if latest.spec_hash == desired.spec_hash
                     && latest.incarnation == desired.incarnation =>
             {
-                Ok(latest)
+                Ok((latest, false))
             }
-            _ => {
+            latest => {
                 let release = store.begin_release(&desired)?;
                 tracing::info!(
                     key = %desired.key,
@@ -45,11 +45,17 @@ pub(super) async fn current_release<R: Runtime>(
                     release = release.id,
                     "rollout started"
                 );
-                Ok(release)
+                Ok((release, latest.is_none()))
             }
         }
     })
-    .await
+    .await?;
+    if first {
+        // The key's first release: no hook unit of another release can run, so there is
+        // nothing for `hooks::supersede` to look for (one list fewer per new resource).
+        ctx.memory.superseded.mark(&release.key, release.id);
+    }
+    Ok(release)
 }
 
 /// Whether the pass must not replace replicas: the release for the desired spec failed and is
