@@ -66,8 +66,8 @@ pub(super) struct RunArgs {
     /// Resources reconciled in parallel (one key is never reconciled twice at once).
     #[arg(long, env = "VOODU_CONCURRENCY", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
     concurrency: u16,
-    /// Containers created and started at once, all resources together (a first deploy, a
-    /// scale-up); each resource's pass takes slots from this one pool.
+    /// Replicas and statefulset pods created and started at once, all resources together (a
+    /// first deploy, a scale-up); each resource's pass takes slots from this one pool.
     #[arg(long, env = "VOODU_CREATE_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
     create_concurrency: u16,
     /// How long a rollout may take before it is failed and rolled back automatically to the

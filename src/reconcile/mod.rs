@@ -86,8 +86,9 @@ pub struct ReconcileOptions {
     /// Resources reconciled in parallel (each key still one at a time).
     pub concurrency: usize,
     pub retry: RetryPolicy,
-    /// Containers created and started at once, all resources together (first deploy,
-    /// scale-up, re-creations; voodu creates a resource's missing replicas with no pause):
+    /// Replicas and statefulset pods created and started at once, all resources together
+    /// (first deploy, scale-up, re-creations; voodu creates a resource's missing replicas
+    /// with no pause; one-shot units, which a pass starts and never waits for, take none):
     /// each create waits for one of these slots, so the engine is kept as busy as this
     /// while passes of many keys have replicas to create, and a pass that is finishing its
     /// last create no longer leaves slots idle. A rollout's replacements stay one slot of
@@ -273,7 +274,11 @@ impl<R: Runtime> Ctx<R> {
             shutdown,
             runs: Runs::new(deps.tracker),
             memory: Memory::default(),
-            creates: tokio::sync::Semaphore::new(options.create_concurrency.max(1)),
+            creates: tokio::sync::Semaphore::new(
+                options
+                    .create_concurrency
+                    .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+            ),
             options,
         }
     }

@@ -31,6 +31,29 @@ fn running_without_repo_explains_what_to_do() -> TestResult {
 }
 
 #[test]
+fn worker_and_create_slot_counts_out_of_bounds_are_refused() -> TestResult {
+    for (flag, value) in [
+        ("--concurrency", "0"),
+        ("--concurrency", "257"),
+        ("--create-concurrency", "0"),
+        ("--create-concurrency", "100000"),
+    ] {
+        let output = agent()
+            .args(["--repo", "/nonexistent", flag, value])
+            .env("VOODU_AGENT_DATA_DIR", "/nonexistent")
+            .output()?;
+        let stderr = String::from_utf8(output.stderr)?;
+        assert_eq!(output.status.code(), Some(1), "{flag} {value}: {stderr}");
+        assert!(
+            stderr.contains(&format!("invalid value '{value}' for '{flag}"))
+                && stderr.contains("is not in 1..=256"),
+            "{stderr}"
+        );
+    }
+    Ok(())
+}
+
+#[test]
 fn listening_off_loopback_without_a_secret_is_refused() -> TestResult {
     let dir = tempfile::tempdir()?;
     let output = agent()

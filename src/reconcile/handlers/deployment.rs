@@ -12,8 +12,9 @@
 //!
 //! Invariants: replacements go one slot at a time and only once every current replica is
 //! ready (`gate`); missing replicas (first deploy, scale-up) are created and started together,
-//! each in one of the agent's create slots (`create_concurrency`, shared by every key); every replica runs its init containers first; a
-//! rollout (a spec hash the latest release does not have) opens a release keyed to the desired
+//! each in one of the agent's create slots (`create_concurrency`, shared by every key); every
+//! replica runs its init containers first; a rollout (a spec hash the latest release does not
+//! have) opens a release keyed to the desired
 //! commit, runs its `release` hooks once before touching replicas, and ends succeeded once
 //! converged with every replica ready, or failed on its deadline, a crash-looping new replica
 //! or a permanent error, and is then rolled back automatically (`rollout`); a crashed replica
