@@ -108,7 +108,7 @@ async fn bench() -> Result {
     };
     support::ensure_network(&docker).await?;
     println!(
-        "scale: {} deployments x {} replicas of {image} ({} containers), agent --concurrency {} --create-concurrency {}, API baseline {} at a time, {} rounds; {} binary",
+        "scale: {} deployments x {} replicas of {image} ({} containers), agent --concurrency {} --create-concurrency {}, API baseline {} at a time, {} rounds; {} bench, agent {}",
         shape.deployments,
         shape.replicas,
         shape.containers(),
@@ -120,7 +120,8 @@ async fn bench() -> Result {
             "debug"
         } else {
             "release"
-        }
+        },
+        support::agent()
     );
 
     // The sides take turns, each round in another order (a side that always ran second
