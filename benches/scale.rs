@@ -25,7 +25,8 @@
 //! `VOODU_BENCH_CONCURRENCY` 8 keys, `VOODU_BENCH_CREATES` 16 create slots; `VOODU_AGENT_BIN`
 //! runs another build of the agent, to compare two versions with the same bench). Figures are
 //! printed, never asserted; everything it created is removed at the end. Each side also prints
-//! the CPU the engine's daemons spent over it (`dockerd` and `containerd`, from `/proc`). Under `cargo test --all-targets` it runs 3 × 2 once with a 2 s window
+//! the CPU the engine's daemons spent over it (`dockerd` and `containerd`, from `/proc`).
+//! Under `cargo test --all-targets` it runs 3 × 2 once with a 2 s window
 //! as a smoke test of the bench itself (with `VOODU_DOCKER_TESTS=1`). The engine-free half of
 //! issue 15's table (the agent's own overhead on the fake runtime, engine calls per pass,
 //! commit → plan) is `benches/overhead.rs` and `benches/plan.rs`.
@@ -51,7 +52,8 @@ struct Shape {
     deployments: usize,
     replicas: usize,
     concurrency: usize,
-    /// The agent's `--create-concurrency`.
+    /// The agent's `--create-concurrency`: creates in flight at once, every key's pass
+    /// drawing on them; the API side runs as many at a time.
     creates: usize,
     idle_window: Duration,
     /// Rounds of the sides, each round in another order.
@@ -61,12 +63,6 @@ struct Shape {
 impl Shape {
     fn containers(&self) -> usize {
         self.deployments * self.replicas
-    }
-
-    /// Creates in flight at once in the agent: its create slots, which every key's pass
-    /// draws on.
-    fn parallelism(&self) -> usize {
-        self.creates
     }
 }
 
@@ -114,7 +110,7 @@ async fn bench() -> Result {
         shape.containers(),
         shape.concurrency,
         shape.creates,
-        shape.parallelism(),
+        shape.creates,
         shape.rounds,
         if cfg!(debug_assertions) {
             "debug"
@@ -152,7 +148,7 @@ async fn bench() -> Result {
                     let took = direct(&docker, &image, &shape).await?;
                     println!(
                         "API direct, {} at a time: {} running after {:.1} s",
-                        shape.parallelism(),
+                        shape.creates,
                         shape.containers(),
                         took.as_secs_f64()
                     );
@@ -229,7 +225,7 @@ async fn bench() -> Result {
     let baseline = support::median(&mut api);
     println!(
         "| the same, agent / API direct at parallelism {} | {:.1} s / {:.1} s = {:.3} | ≤ 1.05 |",
-        shape.parallelism(),
+        shape.creates,
         running.as_secs_f64(),
         baseline.as_secs_f64(),
         running.as_secs_f64() / baseline.as_secs_f64()
@@ -409,7 +405,7 @@ fn engine_cpu() -> Duration {
 /// timed until the engine lists them all running.
 async fn direct(docker: &Docker, image: &str, shape: &Shape) -> Result<Duration> {
     let scope = support::unique("scaleb");
-    let semaphore = std::sync::Arc::new(tokio::sync::Semaphore::new(shape.parallelism()));
+    let semaphore = std::sync::Arc::new(tokio::sync::Semaphore::new(shape.creates));
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for deployment in 0..shape.deployments {
