@@ -39,7 +39,7 @@ use crate::metrics::Metrics;
 use crate::model::HostSelection;
 use crate::model::policy::{OwnedPaths, normalize_path};
 use crate::reconcile::{self, ReconcileOptions};
-use crate::runtime::{DockerRuntime, Gate, Runtime, Sealed};
+use crate::runtime::{DockerRuntime, Gate, Informer, Runtime, Sealed};
 use crate::store::{HEALTH_ENGINE, META_REPO_URL, Origin, SourceRecord, Store, Who};
 use crate::sync::{self as sync_stage, SyncOptions, SyncOutcome, Syncer};
 
@@ -530,6 +530,13 @@ async fn run_until<R: Runtime>(
     if config.reconcile.engine == reconcile::Engine::Swarm {
         check_swarm_manager(runtime.as_ref()).await?;
     }
+    // The agent's own containers held in memory from here on, kept current by their events
+    // (with those off, every list goes to the engine).
+    let runtime = Arc::new(Informer::new(
+        runtime,
+        &agent_id,
+        config.reconcile.container_events,
+    ));
     store.set_meta(
         crate::store::META_RUNTIME,
         Some(match config.reconcile.engine {

@@ -113,6 +113,33 @@ impl DockerRuntime {
         result
     }
 
+    /// Containers (running or not) that `filters` select, as the engine's filters read.
+    async fn list_filtered(&self, filters: HashMap<String, Vec<String>>) -> Result<Vec<Container>> {
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let summaries = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(classify)?;
+        Ok(summaries
+            .into_iter()
+            .map(|summary| Container {
+                id: summary.id.unwrap_or_default(),
+                name: summary
+                    .names
+                    .and_then(|names| names.into_iter().next())
+                    .map(|name| name.trim_start_matches('/').to_owned())
+                    .unwrap_or_default(),
+                image: summary.image.unwrap_or_default(),
+                labels: summary.labels.unwrap_or_default().into_iter().collect(),
+                state: state_of(summary.state),
+            })
+            .collect())
+    }
+
     fn stamped(&self, labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
         let mut stamped = self.stamp.clone();
         stamped.extend(
@@ -401,36 +428,29 @@ fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
     }
 }
 
+/// Ids per `list_by_id` request.
+const LIST_BY_ID_CHUNK: usize = 100;
+
 impl Runtime for DockerRuntime {
     async fn list(&self, filter: &[(&str, &str)]) -> Result<Vec<Container>> {
         let labels: Vec<String> = filter
             .iter()
             .map(|(key, value)| format!("{key}={value}"))
             .collect();
-        let filters = HashMap::from([("label".to_owned(), labels)]);
-        let options = ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(&filters)
-            .build();
-        let summaries = self
-            .docker
-            .list_containers(Some(options))
+        self.list_filtered(HashMap::from([("label".to_owned(), labels)]))
             .await
-            .map_err(classify)?;
-        Ok(summaries
-            .into_iter()
-            .map(|summary| Container {
-                id: summary.id.unwrap_or_default(),
-                name: summary
-                    .names
-                    .and_then(|names| names.into_iter().next())
-                    .map(|name| name.trim_start_matches('/').to_owned())
-                    .unwrap_or_default(),
-                image: summary.image.unwrap_or_default(),
-                labels: summary.labels.unwrap_or_default().into_iter().collect(),
-                state: state_of(summary.state),
-            })
-            .collect())
+    }
+
+    async fn list_by_id(&self, ids: &[String]) -> Result<Vec<Container>> {
+        let mut found = Vec::new();
+        // A bounded query string per request (a full id is 64 characters).
+        for chunk in ids.chunks(LIST_BY_ID_CHUNK) {
+            found.extend(
+                self.list_filtered(HashMap::from([("id".to_owned(), chunk.to_vec())]))
+                    .await?,
+            );
+        }
+        Ok(found)
     }
 
     async fn create(&self, spec: &ContainerSpec) -> Result<String> {

@@ -28,8 +28,8 @@ pub struct FakeRuntime {
     state: Mutex<FakeState>,
     /// Wakes `wait` calls whenever a container changes state.
     changed: Notify,
-    /// What `events` subscribers receive.
-    events: broadcast::Sender<super::Event>,
+    /// What `events` subscribers receive; `None` breaks every open stream (`interrupt_events`).
+    events: broadcast::Sender<Option<super::Event>>,
     /// Services, tasks, configs and nodes (`fake_service`).
     pub(super) swarm: Mutex<super::fake_service::FakeSwarm>,
 }
@@ -278,12 +278,18 @@ impl FakeRuntime {
 
     fn emit_with(&self, id: &str, name: &str, action: &str, labels: BTreeMap<String, String>) {
         // No subscriber is fine: nobody is listening.
-        let _ = self.events.send(super::Event {
+        let _ = self.events.send(Some(super::Event {
             id: id.to_owned(),
             name: name.to_owned(),
             action: action.to_owned(),
             labels,
-        });
+        }));
+    }
+
+    /// Breaks every open event stream, as an engine restart or a dropped connection does:
+    /// each yields an error and ends.
+    pub fn interrupt_events(&self) {
+        let _ = self.events.send(None);
     }
 
     /// Sets the CPU use `cpu_percent` reports for a container.
@@ -325,6 +331,16 @@ impl Runtime for FakeRuntime {
                     .iter()
                     .all(|(key, value)| container.listed.label(key) == Some(value))
             })
+            .map(|container| container.listed.clone())
+            .collect())
+    }
+
+    async fn list_by_id(&self, ids: &[String]) -> Result<Vec<Container>> {
+        self.enter("list_by_id", &ids.join(","))?;
+        let state = self.lock();
+        Ok(ids
+            .iter()
+            .filter_map(|id| state.containers.get(id))
             .map(|container| container.listed.clone())
             .collect())
     }
@@ -413,6 +429,8 @@ impl Runtime for FakeRuntime {
                 published_ports: Vec::new(),
             },
         );
+        drop(state);
+        self.emit(&id, "create");
         Ok(id)
     }
 
@@ -683,11 +701,19 @@ impl Runtime for FakeRuntime {
             .iter()
             .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
             .collect();
-        let receiver = self.events.subscribe();
-        let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
+        let receiver = Some(self.events.subscribe());
+        let stream = futures_util::stream::unfold(receiver, |receiver| async move {
+            let mut receiver = receiver?;
             loop {
                 match receiver.recv().await {
-                    Ok(event) => return Some((Ok(event), receiver)),
+                    Ok(Some(event)) => return Some((Ok(event), Some(receiver))),
+                    Ok(None) => {
+                        let broken = Err(Error::Unavailable {
+                            message: "the event stream was interrupted".to_owned(),
+                        });
+                        // Ends after the error: the receiver is dropped.
+                        return Some((broken, None));
+                    }
                     // A slow subscriber lost events: it goes on with the next ones, as a
                     // reconnecting engine client would.
                     Err(broadcast::error::RecvError::Lagged(_)) => {}

@@ -12,7 +12,8 @@
 //! policy never reaches the engine. A refusal is `Error::Refused`, permanent.
 //!
 //! Invariant: the agent only ever drives a `Sealed` runtime (`agent::run_until` wraps the one
-//! it is given), so no handler can reach the engine around it.
+//! it is given; the `Informer` over it passes every request on), so no handler can reach the
+//! engine around it.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -127,6 +128,10 @@ fn refuse(refusals: Vec<String>) -> Result<()> {
 impl<R: Runtime> Runtime for Sealed<R> {
     async fn list(&self, filter: &[(&str, &str)]) -> Result<Vec<Container>> {
         self.inner.list(filter).await
+    }
+
+    async fn list_by_id(&self, ids: &[String]) -> Result<Vec<Container>> {
+        self.inner.list_by_id(ids).await
     }
 
     async fn create(&self, spec: &ContainerSpec) -> Result<String> {

@@ -2,7 +2,9 @@
 //! task, node and config verbs (`service`) — in the crate's own types, so no bollard type
 //! leaks past this module. `docker` drives a real engine, `fake` keeps containers in
 //! memory for fast tests; the contract suite (tests/it/contract.rs) runs the same checks on
-//! both.
+//! both. `gate` judges every request against the host policy; `informer` holds the agent's
+//! own containers in memory, kept current by their events, so a pass's list needs no engine
+//! walk of every container.
 //!
 //! Invariant: every container created through a `Runtime` carries its labels from birth;
 //! `list` filters by labels on the engine side and returns stopped containers too.
@@ -13,6 +15,7 @@ mod docker_service;
 pub mod fake;
 mod fake_service;
 pub(crate) mod gate;
+pub mod informer;
 pub mod labels;
 pub(crate) mod service;
 
@@ -24,6 +27,7 @@ pub use crate::model::{DockerOptions, PortMapping, parse_ports};
 pub use docker::DockerRuntime;
 pub use fake::FakeRuntime;
 pub use gate::{Gate, Sealed};
+pub use informer::Informer;
 pub use service::{
     ConfigMount, HealthCheck, HostPort, Node, NodeState, Service, ServiceMode, ServiceSpec,
     SwarmConfig, SwarmNode, Task, TaskState, UpdateOrder, UpdatePolicy, UpdateState, UpdateStatus,
@@ -219,6 +223,10 @@ pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 pub trait Runtime: Send + Sync + 'static {
     /// Containers (running or not) whose labels include every `(key, value)` in `filter`.
     fn list(&self, filter: &[(&str, &str)]) -> impl Future<Output = Result<Vec<Container>>> + Send;
+    /// The containers (running or not) with these full ids, as `list` shows them; an id
+    /// that names no container is left out. The engine looks each id up in its index instead
+    /// of walking every container, as a label filter makes it do.
+    fn list_by_id(&self, ids: &[String]) -> impl Future<Output = Result<Vec<Container>>> + Send;
     /// Creates (does not start) a container; returns its id.
     fn create(&self, spec: &ContainerSpec) -> impl Future<Output = Result<String>> + Send;
     fn start(&self, id: &str) -> impl Future<Output = Result<()>> + Send;

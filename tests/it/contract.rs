@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 use voodu_agent::runtime::{
-    ContainerSpec, ContainerState, DockerRuntime, Error, FakeRuntime, PortMapping, Runtime, labels,
+    ContainerSpec, ContainerState, DockerRuntime, Error, FakeRuntime, Informer, PortMapping,
+    Runtime, labels,
 };
 
 use crate::support::{DockerGuard, TestResult, test_image, unique};
@@ -55,6 +56,7 @@ contract! {
     check_volumes => fake_volumes, docker_volumes;
     check_images => fake_images, docker_images;
     check_events => fake_events, docker_events;
+    check_list_by_id => fake_list_by_id, docker_list_by_id;
     check_cpu_percent => fake_cpu_percent, docker_cpu_percent;
     check_published_ports => fake_published_ports, docker_published_ports;
 }
@@ -554,6 +556,131 @@ async fn check_events<R: Runtime>(runtime: &R, scope: &str) -> TestResult {
         }
     }
     assert_eq!(seen, ["start", "die", "destroy"]);
+    Ok(())
+}
+
+/// `list_by_id` answers as `list` does, for the ids it is given; an id of no container is
+/// left out.
+async fn check_list_by_id<R: Runtime>(runtime: &R, scope: &str) -> TestResult {
+    runtime.ensure_network(NETWORK).await?;
+    let (a, b) = (spec(scope, "a"), spec(scope, "b"));
+    let a_id = runtime.create(&a).await?;
+    let b_id = runtime.create(&b).await?;
+    runtime.start(&a_id).await?;
+    let gone = "0".repeat(64);
+    let mut by_id = runtime
+        .list_by_id(&[a_id.clone(), b_id.clone(), gone])
+        .await?;
+    by_id.sort_by(|x, y| x.name.cmp(&y.name));
+    let mut by_label = runtime.list(&[(labels::SCOPE, scope)]).await?;
+    by_label.sort_by(|x, y| x.name.cmp(&y.name));
+    assert_eq!(by_id, by_label);
+    assert_eq!(
+        by_id
+            .iter()
+            .map(|container| (container.name.as_str(), container.state))
+            .collect::<Vec<_>>(),
+        [
+            (a.name.as_str(), ContainerState::Running),
+            (b.name.as_str(), ContainerState::Created)
+        ]
+    );
+    runtime.remove(&a_id).await?;
+    assert_eq!(runtime.list_by_id(&[a_id]).await?, []);
+    runtime.remove(&b_id).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn fake_informer_follows_what_another_client_does() -> TestResult {
+    let runtime = std::sync::Arc::new(FakeRuntime::with_images(&[&test_image()]));
+    check_informer(runtime, &unique("t")).await
+}
+
+#[tokio::test]
+#[ignore = "needs a Docker engine: scripts/test runs it (cargo test -- --include-ignored)"]
+async fn docker_informer_follows_what_another_client_does() -> TestResult {
+    let scope = unique("t");
+    let _guard = DockerGuard::new(&scope);
+    let runtime = std::sync::Arc::new(DockerRuntime::connect().await?);
+    check_informer(runtime, &scope).await
+}
+
+/// The informer (the agent's containers in memory) answers a resource's list as the engine
+/// does, after what the agent did through it and after what another client did, once the
+/// event of that was handed on.
+async fn check_informer<R: Runtime>(runtime: std::sync::Arc<R>, scope: &str) -> TestResult {
+    use futures_util::StreamExt as _;
+    runtime.ensure_network(NETWORK).await?;
+    // The scope is the informer's agent id too.
+    let informer = Informer::new(runtime.clone(), scope, true);
+    let agent = [(labels::AGENT, scope)];
+    let mut events = informer.events(&agent);
+    assert_eq!(informer.list(&agent).await?, []);
+    let replica = |name: &str| {
+        let mut spec = spec(scope, name);
+        spec.labels
+            .insert(labels::AGENT.to_owned(), scope.to_owned());
+        spec.labels
+            .insert(labels::NAME.to_owned(), "web".to_owned());
+        spec
+    };
+    let web = [(labels::AGENT, scope), (labels::NAME, "web")];
+    let seen = async |informer: &Informer<R>| -> TestResult<Vec<(String, ContainerState)>> {
+        let mut seen: Vec<_> = informer
+            .list(&web)
+            .await?
+            .into_iter()
+            .map(|container| (container.name, container.state))
+            .collect();
+        seen.sort_by(|x, y| x.0.cmp(&y.0));
+        let mut engine: Vec<_> = runtime
+            .list(&web)
+            .await?
+            .into_iter()
+            .map(|container| (container.name, container.state))
+            .collect();
+        engine.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(seen, engine, "the informer and the engine disagree");
+        Ok(seen)
+    };
+    let mut handed_on = async |id: &str, action: &str| -> TestResult {
+        let wait = std::time::Duration::from_secs(20);
+        loop {
+            let event = tokio::time::timeout(wait, events.next())
+                .await
+                .map_err(|_| format!("no {action} of {id} within {wait:?}"))?
+                .ok_or("the event stream ended")??;
+            if event.id == id && event.action == action {
+                return Ok(());
+            }
+        }
+    };
+    let first = replica("web-1");
+    let id = informer.create(&first).await?;
+    informer.start(&id).await?;
+    assert_eq!(
+        seen(&informer).await?,
+        [(first.name.clone(), ContainerState::Running)]
+    );
+    // Another client stops it, removes it, and makes another.
+    runtime.stop(&id, std::time::Duration::from_secs(1)).await?;
+    handed_on(&id, "die").await?;
+    assert_eq!(
+        seen(&informer).await?,
+        [(first.name.clone(), ContainerState::Exited)]
+    );
+    runtime.remove(&id).await?;
+    handed_on(&id, "destroy").await?;
+    assert_eq!(seen(&informer).await?, []);
+    let second = replica("web-2");
+    let other = runtime.create(&second).await?;
+    handed_on(&other, "create").await?;
+    assert_eq!(
+        seen(&informer).await?,
+        [(second.name.clone(), ContainerState::Created)]
+    );
+    runtime.remove(&other).await?;
     Ok(())
 }
 
