@@ -17,7 +17,9 @@ use bollard::models::{
     ContainerCreateBody, EndpointSettings, HostConfig, HostConfigLogConfig, NetworkCreateRequest,
     NetworkingConfig, ResourcesUlimits, RestartPolicy, RestartPolicyNameEnum,
 };
-use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptionsBuilder};
+use bollard::query_parameters::{
+    EventsOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
+};
 
 pub type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -496,7 +498,11 @@ pub async fn settle(limit: Duration) -> Result<Duration> {
     Ok(started.elapsed())
 }
 
-/// Waits until `n` containers of `scope` run; how long since `started`.
+/// Waits until `n` containers of `scope` run; how long since `started`. It follows the
+/// containers' `start` events (replayed from `started`'s second, so none is missed) and lists
+/// the scope only when `n` have started, or after a second without a start: a list makes the
+/// engine walk every container on the host, and polling one every few milliseconds would
+/// load the engine of the side being timed (the baselines list once, at their end).
 pub async fn wait_running(
     docker: &Docker,
     scope: &str,
@@ -504,14 +510,44 @@ pub async fn wait_running(
     started: Instant,
     limit: Duration,
 ) -> Result<Duration> {
+    use futures_util::StreamExt as _;
+    let since = std::time::SystemTime::now()
+        .checked_sub(started.elapsed())
+        .unwrap_or(std::time::UNIX_EPOCH)
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs()
+        .to_string();
+    let filters = HashMap::from([
+        ("type".to_owned(), vec!["container".to_owned()]),
+        ("event".to_owned(), vec!["start".to_owned()]),
+        ("label".to_owned(), vec![format!("voodu.scope={scope}")]),
+    ]);
+    let options = EventsOptionsBuilder::default()
+        .since(&since)
+        .filters(&filters)
+        .build();
+    let mut events = docker.events(Some(options));
+    let mut seen = std::collections::HashSet::new();
+    let mut look = true;
     loop {
-        if scope_containers(docker, scope).await?.1 >= n {
+        if look && scope_containers(docker, scope).await?.1 >= n {
             return Ok(started.elapsed());
         }
-        if started.elapsed() > limit {
+        let left = limit.saturating_sub(started.elapsed());
+        if left.is_zero() {
             return Err(format!("{n} containers of {scope} never ran").into());
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        look = match tokio::time::timeout(left.min(Duration::from_secs(1)), events.next()).await {
+            Ok(Some(event)) => {
+                if let Some(id) = event?.actor.and_then(|actor| actor.id) {
+                    seen.insert(id);
+                }
+                seen.len() >= n
+            }
+            Ok(None) => return Err("the engine ended its event stream".into()),
+            // A second without a start: look (a replica may have been replaced).
+            Err(_) => true,
+        };
     }
 }
 
