@@ -85,8 +85,8 @@ pub(super) struct RunArgs {
     /// How often the autoscaler samples CPU of deployments with `autoscale {}`.
     #[arg(long, env = "VOODU_AUTOSCALE_INTERVAL", default_value = "15s", value_parser = humantime::parse_duration)]
     autoscale_interval: Duration,
-    /// Do not subscribe to container events: drift is then repaired at the resync only
-    /// (for testing the resync).
+    /// Do not subscribe to container events: drift is then repaired at the resync only, and
+    /// every list of containers goes to the engine (for testing the resync).
     #[arg(long, env = "VOODU_NO_CONTAINER_EVENTS", hide = true, value_parser = super::boolish())]
     no_container_events: bool,
     /// Agent environment variable (repeatable) that manifests may read as `${NAME}`. Nothing

@@ -63,6 +63,8 @@ struct FakeState {
     faults: VecDeque<(String, Fault)>,
     /// How long each `create` takes (`set_create_latency`); none by default.
     create_latency: Option<std::time::Duration>,
+    /// How long each `list_by_id` takes (`set_read_latency`); none by default.
+    read_latency: Option<std::time::Duration>,
     /// Creates in flight now, and the most there ever were at once.
     creating: usize,
     creating_peak: usize,
@@ -152,6 +154,12 @@ impl FakeRuntime {
     /// slow, so that they overlap), counted in `peak_creates`.
     pub fn set_create_latency(&self, latency: std::time::Duration) {
         self.lock().create_latency = Some(latency);
+    }
+
+    /// Every later `list_by_id` takes `latency` before it answers (an engine that reads
+    /// slowly, so that reads overlap).
+    pub fn set_read_latency(&self, latency: std::time::Duration) {
+        self.lock().read_latency = Some(latency);
     }
 
     /// The most `create` calls that were ever in flight at once (with a create latency set).
@@ -337,6 +345,10 @@ impl Runtime for FakeRuntime {
 
     async fn list_by_id(&self, ids: &[String]) -> Result<Vec<Container>> {
         self.enter("list_by_id", &ids.join(","))?;
+        let latency = self.lock().read_latency;
+        if let Some(latency) = latency {
+            tokio::time::sleep(latency).await;
+        }
         let state = self.lock();
         Ok(ids
             .iter()

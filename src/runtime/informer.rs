@@ -10,8 +10,9 @@
 //!   held, after re-reading, by id, the containers of that answer's labels that something
 //!   touched since they were last read;
 //! - the agent's container events come from one engine stream that the informer reads: it
-//!   marks each event's container touched before it hands the event on, so a pass an event
-//!   queues reads after the mark;
+//!   marks the container of each event that can change a listing (not an exec or a health
+//!   check run) touched before it hands the event on, so a pass an event queues reads after
+//!   the mark;
 //! - create, start, stop, remove and wait mark their container touched when they return;
 //! - everything else passes through.
 //!
@@ -304,13 +305,36 @@ fn selects(filter: &[(&str, &str)], labels: &Labels) -> bool {
         .all(|(key, value)| labels.get(*key).map(String::as_str) == Some(*value))
 }
 
+/// Container event actions that leave what a list shows (name, image, labels, state) as it
+/// was: an exec probe's runs, a health check's, a log attach. Any other action, one not
+/// known here too, has its container read anew.
+const UNLISTED_ACTIONS: &[&str] = &[
+    "attach",
+    "detach",
+    "resize",
+    "top",
+    "export",
+    "commit",
+    "copy",
+    "archive-path",
+    "extract-to-dir",
+];
+
+fn changes_listing(action: &str) -> bool {
+    // `exec_create: sh -c …`, `health_status: healthy`: the engine appends details.
+    let verb = action.split(':').next().unwrap_or(action).trim();
+    !(UNLISTED_ACTIONS.contains(&verb) || verb.starts_with("exec_") || verb == "health_status")
+}
+
 /// Reads the agent's container events until the stream breaks or ends: marks each one's
 /// container touched, then hands the event on.
 async fn pump(mut events: Events, shared: Arc<Shared>, generation: u64) {
     while let Some(event) = events.next().await {
         match event {
             Ok(event) => {
-                shared.touch(&event.id, Some(event.labels.clone()));
+                if changes_listing(&event.action) {
+                    shared.touch(&event.id, Some(event.labels.clone()));
+                }
                 // No subscriber is fine.
                 let _ = shared.heard.send(Some(event));
             }
@@ -693,6 +717,52 @@ mod tests {
             [format!("list_by_id {web}"), format!("list_by_id {web}")]
         );
         Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_list_waits_for_another_s_read_of_a_container_it_could_hold() -> TestResult {
+        let fake = Arc::new(FakeRuntime::new());
+        let informer = Informer::new(Arc::clone(&fake), AGENT, true);
+        informer.list(&SCOPE).await?;
+        informer.create(&replica("web-1", "web")).await?;
+        informer.create(&replica("db-1", "db")).await?;
+        // Their `create` events touch them again: let the pump take those first.
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
+        fake.set_read_latency(Duration::from_secs(1));
+        // The first takes web-1 to read it; the second must not answer before that read ends,
+        // and the third (another resource) reads db-1 meanwhile, without waiting for it.
+        let start = tokio::time::Instant::now();
+        let third = async {
+            let answer = seen(&informer, "db").await;
+            (answer, start.elapsed())
+        };
+        let (first, second, (third, third_took)) =
+            tokio::join!(seen(&informer, "web"), seen(&informer, "web"), third);
+        let web = vec![("web-1".to_owned(), ContainerState::Created)];
+        assert_eq!((first?, second?), (web.clone(), web));
+        assert_eq!(third?, [("db-1".to_owned(), ContainerState::Created)]);
+        assert_eq!(third_took, Duration::from_secs(1));
+        assert_eq!(calls(&fake, "list_by_id").len(), 2);
+        Ok(())
+    }
+
+    #[test]
+    fn only_actions_that_can_change_a_listing_touch_a_container() {
+        for action in [
+            "create", "start", "restart", "die", "stop", "kill", "destroy", "rename",
+        ] {
+            assert!(changes_listing(action), "{action}");
+        }
+        for action in [
+            "exec_create: sh -c true",
+            "exec_die",
+            "health_status: healthy",
+            "attach",
+        ] {
+            assert!(!changes_listing(action), "{action}");
+        }
     }
 
     #[tokio::test]
