@@ -18,6 +18,8 @@ use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use tracing_subscriber::filter::Targets;
+
 /// Lines queued for the writer thread before new ones are dropped.
 const QUEUE_LINES: usize = 1024;
 /// Longest line kept; the rest is replaced by a marker.
@@ -215,7 +217,25 @@ fn write_lines(mut out: impl Write, receiver: &Receiver<Message>, dropped: &Atom
 
 /// Installs the sink over stderr as the global tracing subscriber and routes panic messages
 /// through it (the default hook writes to stderr and would block on a full pipe).
-pub(super) fn install(filter: tracing_subscriber::EnvFilter, format: LogFormat) -> io::Result<()> {
+/// The log filter `RUST_LOG` names, else `default`: a level, or `target=level` pairs and a
+/// level for the rest, comma-separated; one that does not parse is an error naming it.
+pub(super) fn filter(default: &str) -> anyhow::Result<Targets> {
+    match std::env::var("RUST_LOG") {
+        Ok(text) if !text.trim().is_empty() => parse_filter("RUST_LOG", &text),
+        _ => parse_filter("--log", default),
+    }
+}
+
+fn parse_filter(source: &str, text: &str) -> anyhow::Result<Targets> {
+    text.parse::<Targets>().map_err(|error| {
+        anyhow::anyhow!(
+            "{source} {:?}: {error}; give a level, or target=level pairs and a level, comma-separated (warn,voodu_agent=debug)",
+            text.escape_debug().to_string()
+        )
+    })
+}
+
+pub(super) fn install(filter: Targets, format: LogFormat) -> io::Result<()> {
     let mut sink = LogSink::start(io::stderr(), QUEUE_LINES)?;
     sink.priority_prefix = stderr_is_journal();
     let ansi = io::IsTerminal::is_terminal(&io::stderr());
@@ -235,18 +255,26 @@ pub(super) fn install(filter: tracing_subscriber::EnvFilter, format: LogFormat) 
 
 /// The subscriber writing `format` lines through `sink`.
 fn subscriber(
-    filter: tracing_subscriber::EnvFilter,
+    filter: Targets,
     format: LogFormat,
     ansi: bool,
     sink: LogSink,
 ) -> Box<dyn tracing::Subscriber + Send + Sync> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let max = filter
+        .default_level()
+        .into_iter()
+        .chain(filter.iter().map(|(_, level)| level))
+        .max();
+    let max = max.unwrap_or(tracing::level_filters::LevelFilter::OFF);
     match format {
         LogFormat::Text => Box::new(
             tracing_subscriber::fmt()
-                .with_env_filter(filter)
+                .with_max_level(max)
                 .with_writer(sink)
                 .with_ansi(ansi)
-                .finish(),
+                .finish()
+                .with(filter),
         ),
         LogFormat::Json => Box::new(
             tracing_subscriber::fmt()
@@ -254,9 +282,10 @@ fn subscriber(
                 .flatten_event(true)
                 .with_current_span(false)
                 .with_span_list(false)
-                .with_env_filter(filter)
+                .with_max_level(max)
                 .with_writer(sink)
-                .finish(),
+                .finish()
+                .with(filter),
         ),
     }
 }
@@ -291,6 +320,25 @@ pub(super) fn flush() {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_log_filter_is_a_level_or_target_level_pairs_and_anything_else_is_named() {
+        let filter = parse_filter("--log", "warn,voodu_agent=debug").expect("parses");
+        assert_eq!(
+            filter.default_level(),
+            Some(tracing::level_filters::LevelFilter::WARN)
+        );
+        assert!(filter.would_enable("voodu_agent::reconcile", &tracing::Level::DEBUG));
+        assert!(!filter.would_enable("hyper", &tracing::Level::INFO));
+        let error = parse_filter("RUST_LOG", "voodu_agent=loud")
+            .expect_err("not a level")
+            .to_string();
+        assert!(
+            error.starts_with("RUST_LOG \"voodu_agent=loud\": ") && error.contains("target=level"),
+            "{error}"
+        );
+    }
+
     use super::*;
     use std::sync::Mutex;
 
@@ -403,7 +451,7 @@ mod tests {
         };
         let mut sink = LogSink::start(fake.clone(), 8)?;
         sink.priority_prefix = true;
-        let filter = tracing_subscriber::EnvFilter::new("info");
+        let filter: Targets = "info".parse()?;
         let subscriber = subscriber(filter, LogFormat::Json, false, sink.clone());
         tracing::subscriber::with_default(subscriber, || {
             tracing::warn!(commit = "abc123", "commit rejected");

@@ -110,7 +110,9 @@ pub(super) struct RunArgs {
     /// in it is rejected, naming each unfinished key. At most 10m.
     #[arg(long, env = "VOODU_URL_BUDGET", value_name = "DURATION", default_value = "30s", value_parser = parse_url_budget)]
     url_budget: Duration,
-    /// Log filter (tracing env-filter syntax); RUST_LOG wins when set.
+    /// Log filter: a level (`error`, `warn`, `info`, `debug`, `trace`), or `TARGET=LEVEL`
+    /// pairs and a level for the rest, comma-separated (`warn,voodu_agent=debug`); RUST_LOG
+    /// wins when set.
     #[arg(long, env = "VOODU_LOG", default_value = "info")]
     log: String,
     /// Log line format: `text`, or `json` (one object per line with the event's fields, for
@@ -428,8 +430,7 @@ fn limit_heap_arenas() {
 /// Logs go through a non-blocking sink (`cli::log`): a closed or full stderr never stops a
 /// task.
 fn init_tracing(default_filter: &str, format: super::log::LogFormat) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    let filter = super::log::filter(default_filter)?;
     super::log::install(filter, format).context("cannot start the log writer thread")
 }
 
