@@ -224,8 +224,8 @@ pub trait Runtime: Send + Sync + 'static {
     /// Containers (running or not) whose labels include every `(key, value)` in `filter`.
     fn list(&self, filter: &[(&str, &str)]) -> impl Future<Output = Result<Vec<Container>>> + Send;
     /// The containers (running or not) with these full ids, as `list` shows them; an id
-    /// that names no container is left out. The engine looks each id up in its index instead
-    /// of walking every container, as a label filter makes it do.
+    /// that names no container is left out. The engine finds each id in its index; a label
+    /// filter makes it copy and test every container it has.
     fn list_by_id(&self, ids: &[String]) -> impl Future<Output = Result<Vec<Container>>> + Send;
     /// Creates (does not start) a container; returns its id.
     fn create(&self, spec: &ContainerSpec) -> impl Future<Output = Result<String>> + Send;
