@@ -215,8 +215,6 @@ fn write_lines(mut out: impl Write, receiver: &Receiver<Message>, dropped: &Atom
     }
 }
 
-/// Installs the sink over stderr as the global tracing subscriber and routes panic messages
-/// through it (the default hook writes to stderr and would block on a full pipe).
 /// The log filter `RUST_LOG` names, else `default`: a level, or `target=level` pairs and a
 /// level for the rest, comma-separated; one that does not parse is an error naming it.
 pub(super) fn filter(default: &str) -> anyhow::Result<Targets> {
@@ -235,6 +233,8 @@ fn parse_filter(source: &str, text: &str) -> anyhow::Result<Targets> {
     })
 }
 
+/// Installs the sink over stderr as the global tracing subscriber and routes panic messages
+/// through it (the default hook writes to stderr and would block on a full pipe).
 pub(super) fn install(filter: Targets, format: LogFormat) -> io::Result<()> {
     let mut sink = LogSink::start(io::stderr(), QUEUE_LINES)?;
     sink.priority_prefix = stderr_is_journal();

@@ -192,10 +192,9 @@ impl<R: Runtime> Informer<R> {
             // Opened here; the engine replays from the start of this second at the first poll,
             // so a list made after this sees nothing the stream then misses.
             let events = self.inner.events(&self.scope());
+            // The last pump has ended: only its end sets `streaming` back.
             let task = tokio::spawn(pump(events, Arc::clone(&self.shared), state.generation));
-            if let Some(old) = state.pump.replace(task.abort_handle()) {
-                old.abort();
-            }
+            state.pump = Some(task.abort_handle());
         }
         state.generation
     }
