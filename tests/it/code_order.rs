@@ -72,3 +72,38 @@ fn the_binary_lays_out_the_listed_functions_in_the_list_s_order() {
         &among[..among.len().min(5)]
     );
 }
+
+/// `build.rs` packs the binary's relative relocations (`DT_RELR`) where glibc can load them:
+/// the dynamic section says so, and what is left in the classic table is the few relocations
+/// that are not relative (a build without the packing has tens of thousands).
+#[test]
+#[cfg_attr(
+    not(voodu_packed_relocs),
+    ignore = "the binary is linked without packed relocations (not Linux with glibc 2.36 or newer, a cross build, or VOODU_PACK_RELOCS=0)"
+)]
+fn the_binary_packs_its_relative_relocations() {
+    let output = Command::new("readelf")
+        .args(["--dynamic", "--wide", env!("CARGO_BIN_EXE_voodu-agent")])
+        .output()
+        .expect("readelf (binutils, beside the C compiler Rust links with) runs");
+    assert!(
+        output.status.success(),
+        "readelf failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    let entry = |tag: &str| {
+        text.lines()
+            .find(|line| line.contains(&format!("({tag})")))
+            .and_then(|line| line.split_whitespace().nth(2))
+            .map(str::to_owned)
+    };
+    assert!(entry("RELR").is_some(), "no DT_RELR entry:\n{text}");
+    let relative_left = entry("RELACOUNT")
+        .and_then(|count| count.parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(
+        relative_left < 100,
+        "{relative_left} relative relocations are still in the RELA table"
+    );
+}
