@@ -69,11 +69,19 @@ impl BlobLimit {
 pub(super) struct Request<'a> {
     pub(super) url: &'a str,
     pub(super) refspecs: &'a [String],
-    /// The transport's options (http: the TLS roots; ssh: the command), set before the
-    /// handshake.
-    pub(super) transport_options: Option<Box<dyn std::any::Any>>,
+    /// How the remote is reached.
+    pub(super) via: Via,
     /// The blobs the mirror's readers read; `None`: every blob.
     pub(super) blob_limit: Option<BlobLimit>,
+}
+
+/// How a fetch reaches its remote.
+pub(super) enum Via {
+    /// http(s): the agent's own client (`http.rs`) under gix's smart-HTTP transport.
+    Http(super::http::Client),
+    /// ssh, git, a path: gix's transport with the repository's options for it, if any (ssh:
+    /// the command), set before the handshake.
+    Gix(Option<Box<dyn std::any::Any>>),
 }
 
 /// Why a fetch failed: gix's error, or the caller's `decide`.
@@ -115,23 +123,34 @@ pub(super) fn fetch<T, E>(
         .or_raise(|| gix::error::message("invalid refspec"))?;
     let refspecs = remote.refspecs(gix::remote::Direction::Fetch).to_vec();
     // A local repository's path, checked and resolved (a work tree's `.git`) as gix does.
-    let (url, _) = remote.sanitized_url_and_version(gix::remote::Direction::Fetch)?;
+    let (url, version) = remote.sanitized_url_and_version(gix::remote::Direction::Fetch)?;
     let mut local;
+    let mut http;
     let mut connection;
-    let mut transport: &mut dyn Transport = if url.scheme == gix::url::Scheme::File {
-        local = super::upload_pack::UploadPack::new(gix::path::from_bstring(url.path)?);
-        &mut local
-    } else {
-        connection = remote
-            .connect(gix::remote::Direction::Fetch)
-            .or_raise(|| gix::error::message("cannot connect"))?;
-        &mut **connection.transport_mut()
+    let mut transport: &mut dyn Transport = match request.via {
+        _ if url.scheme == gix::url::Scheme::File => {
+            local = super::upload_pack::UploadPack::new(gix::path::from_bstring(url.path)?);
+            &mut local
+        }
+        Via::Http(client) => {
+            http = gix::protocol::transport::client::blocking_io::http::Transport::new_http(
+                client, url, version, false,
+            );
+            &mut http
+        }
+        Via::Gix(options) => {
+            connection = remote
+                .connect(gix::remote::Direction::Fetch)
+                .or_raise(|| gix::error::message("cannot connect"))?;
+            let transport = &mut **connection.transport_mut();
+            if let Some(options) = &options {
+                transport
+                    .configure(&**options)
+                    .or_raise(|| gix::error::message("cannot configure the transport"))?;
+            }
+            transport
+        }
     };
-    if let Some(options) = &request.transport_options {
-        transport
-            .configure(&**options)
-            .or_raise(|| gix::error::message("cannot configure the transport"))?;
-    }
     let mut handshake = gix::protocol::handshake(
         &mut transport,
         gix::protocol::transport::Service::UploadPack,

@@ -9,6 +9,7 @@
 
 mod error;
 mod fetch;
+mod http;
 mod memory;
 pub mod push;
 mod tree;
@@ -292,20 +293,19 @@ impl Source {
     ) -> Result<std::result::Result<T, gix::Error>> {
         // gix errors nest deeply ("transport handshake failed" over an I/O error over a TLS
         // error): keep the whole chain, so status shows the root cause.
-        let transport_options = if self.url.to_ascii_lowercase().starts_with("http") {
+        let via = if self.url.to_ascii_lowercase().starts_with("http") {
             let certificates = match &self.options.ca_file {
                 Some(path) => ca_certificates(path)?,
                 None => Vec::new(),
             };
             let tls = crate::model::tls::client_config_trusting(certificates)
                 .map_err(|message| self.fetch_error(message))?;
-            Some(
-                http_options_with(repo, &self.url, tls)
-                    .map_err(|error| self.fetch_error(error_chain(&*error)))?,
-            )
+            fetch::Via::Http(http::Client::new(tls).map_err(|message| self.fetch_error(message))?)
         } else {
-            repo.transport_options(self.url.as_str(), None)
-                .map_err(|error| self.fetch_error(error_chain(&error)))?
+            fetch::Via::Gix(
+                repo.transport_options(self.url.as_str(), None)
+                    .map_err(|error| self.fetch_error(error_chain(&error)))?,
+            )
         };
         let token = self.token()?;
         let token_user = token_user(&self.url);
@@ -337,7 +337,7 @@ impl Source {
         let request = fetch::Request {
             url: &self.url,
             refspecs,
-            transport_options,
+            via,
             blob_limit,
         };
         match fetch::fetch(repo, request, authenticate, interrupt, decide) {
@@ -523,31 +523,6 @@ pub(crate) fn token_user(url: &str) -> String {
         .and_then(|parsed| parsed.user().map(ToOwned::to_owned))
         .filter(|user| !user.is_empty())
         .unwrap_or_else(|| DEFAULT_TOKEN_USER.to_owned())
-}
-
-/// The repository's http transport options for `url`, with its reqwest client on `tls` (the
-/// process's shared roots, plus a source's CA file). gix's reqwest backend ignores
-/// `http.sslCAInfo`, so the roots go in through the client builder; and left to itself it
-/// would load the system's roots again for every fetch.
-fn http_options_with(
-    repo: &gix::Repository,
-    url: &str,
-    tls: rustls::ClientConfig,
-) -> std::result::Result<Box<dyn std::any::Any>, Box<dyn std::error::Error + Send + Sync>> {
-    use gix::protocol::transport::client::blocking_io::http;
-    let mut options = repo
-        .transport_options(url, None)?
-        .and_then(|options| options.downcast::<http::Options>().ok())
-        .map(|options| *options)
-        .unwrap_or_default();
-    let backend = http::reqwest::Options {
-        configure_client: Some(Box::new(move |builder| {
-            Ok(builder.tls_backend_preconfigured(tls.clone()))
-        })),
-        configure_request: None,
-    };
-    options.backend = Some(std::sync::Arc::new(std::sync::Mutex::new(backend)));
-    Ok(Box::new(options))
 }
 
 /// `error` and every source under it, joined with `: `, so the root cause is never lost. A
