@@ -64,8 +64,13 @@ fn packed_relocations() {
         .filter(|output| output.status.success())
         .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_owned());
     // "glibc 2.36"
-    let version = glibc.as_deref().and_then(|text| text.strip_prefix("glibc "));
-    let mut parts = version.unwrap_or_default().split('.').map(str::parse::<u32>);
+    let version = glibc
+        .as_deref()
+        .and_then(|text| text.strip_prefix("glibc "));
+    let mut parts = version
+        .unwrap_or_default()
+        .split('.')
+        .map(str::parse::<u32>);
     let at_least_2_36 = match (parts.next(), parts.next()) {
         (Some(Ok(major)), Some(Ok(minor))) => (major, minor) >= (2, 36),
         _ => false,

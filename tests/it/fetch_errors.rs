@@ -280,6 +280,33 @@ fn refused_credentials_show_their_cause_in_status() -> TestResult {
     Ok(())
 }
 
+/// The agent fetches on tokio's blocking pool (`agent::sync_loop`), where the http client's
+/// own runtime thread is started and dropped: a fetch over http from there applies the
+/// commit, and the next one negotiates and finds it unchanged.
+#[test]
+#[ignore = "needs tools scripts/test-deps installs: scripts/test runs it"]
+fn over_http_a_fetch_from_the_agent_s_blocking_pool_applies() -> TestResult {
+    let test = "fetch_errors::over_http_a_fetch_from_the_agent_s_blocking_pool_applies";
+    require_tools(test, &["python3", "/usr/lib/git-core/git-http-backend"])?;
+    let repo = repo()?;
+    let (_server, port) = git_http_server(&repo, "", None)?;
+    let url = format!("http://127.0.0.1:{port}/{}", remote_name(&repo)?);
+    let watcher = Arc::new(Watcher::new(&url, None)?);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let sync = || {
+        let watcher = Arc::clone(&watcher);
+        runtime.block_on(runtime.spawn_blocking(move || watcher.sync()))
+    };
+    let first = sync()??;
+    assert!(matches!(first, SyncOutcome::Applied { .. }), "{first:?}");
+    let second = sync()??;
+    assert!(matches!(second, SyncOutcome::Unchanged(_)), "{second:?}");
+    Ok(())
+}
+
 /// Issue 29, over http (a real `git http-backend`): a server that allows partial fetches
 /// (`uploadpack.allowFilter`, as GitHub and GitLab do) leaves out the 9 MB blob no reader
 /// reads, and the mirror records the limit it asked for; one that does not sends every blob,
