@@ -312,6 +312,15 @@ fn send(pending: Pending) -> io::Result<(Vec<u8>, Response)> {
     Ok((lines, response))
 }
 
+/// `Read` for a reader that sends its request on its first `fill_buf`.
+fn read_buffered(reader: &mut impl BufRead, buf: &mut [u8]) -> io::Result<usize> {
+    let available = reader.fill_buf()?;
+    let n = available.len().min(buf.len());
+    buf[..n].copy_from_slice(&available[..n]);
+    reader.consume(n);
+    Ok(n)
+}
+
 /// A response's headers, one `name:value` line each; reading them sends the request, and a
 /// failed request is the error of the first read.
 pub(crate) struct Headers {
@@ -330,11 +339,7 @@ impl Headers {
 
 impl Read for Headers {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let available = self.fill_buf()?;
-        let n = available.len().min(buf.len());
-        buf[..n].copy_from_slice(&available[..n]);
-        self.consume(n);
-        Ok(n)
+        read_buffered(self, buf)
     }
 }
 
@@ -378,11 +383,7 @@ impl Body {
 
 impl Read for Body {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let available = self.fill_buf()?;
-        let n = available.len().min(buf.len());
-        buf[..n].copy_from_slice(&available[..n]);
-        self.consume(n);
-        Ok(n)
+        read_buffered(self, buf)
     }
 }
 
