@@ -320,6 +320,8 @@ pub(super) fn flush() {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use std::sync::Mutex;
 
     #[test]
     fn a_log_filter_is_a_level_or_target_level_pairs_and_anything_else_is_named() {
@@ -338,9 +340,6 @@ mod tests {
             "{error}"
         );
     }
-
-    use super::*;
-    use std::sync::Mutex;
 
     /// What the fake stderr does with each write.
     #[derive(Debug, Clone, Copy)]

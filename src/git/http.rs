@@ -40,23 +40,27 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// One remote's HTTP client, for one fetch ([`Http`] for gix's `http::Transport`).
 pub(crate) struct Client {
     client: reqwest::blocking::Client,
-    /// Whether a request may still follow redirects: until the first is sent.
-    may_follow: Arc<AtomicBool>,
+    redirects: Arc<Redirects>,
+}
+
+/// What the redirect policy and the client share.
+#[derive(Default)]
+struct Redirects {
+    /// Whether the first request was sent: later ones follow no redirect.
+    done: AtomicBool,
     /// The path below the repository of the request being sent: a redirect must keep it.
-    tail: Arc<Mutex<String>>,
+    tail: Mutex<String>,
     /// The repository's URL after an accepted redirect.
-    redirected_base: Arc<Mutex<Option<String>>>,
+    base: Mutex<Option<String>>,
 }
 
 impl Client {
     /// A client trusting what `tls` trusts.
     pub(crate) fn new(tls: rustls::ClientConfig) -> Result<Client, String> {
-        let may_follow = Arc::new(AtomicBool::new(true));
-        let follow = Arc::clone(&may_follow);
-        let tail = Arc::new(Mutex::new(String::new()));
-        let kept = Arc::clone(&tail);
+        let redirects = Arc::new(Redirects::default());
+        let shared = Arc::clone(&redirects);
         let policy = reqwest::redirect::Policy::custom(move |attempt| {
-            if !follow.load(Ordering::Relaxed) {
+            if shared.done.load(Ordering::Relaxed) {
                 return attempt.stop();
             }
             if attempt.previous().len() > MAX_REDIRECTS {
@@ -70,7 +74,7 @@ impl Client {
                 let to = attempt.url().as_str().to_owned();
                 return attempt.error(format!("refusing a redirect from https to {to}"));
             }
-            let tail = lock(&kept).clone();
+            let tail = lock(&shared.tail).clone();
             if tail.is_empty() || !attempt.url().as_str().ends_with(&tail) {
                 let to = attempt.url().as_str().to_owned();
                 return attempt.error(format!(
@@ -86,12 +90,7 @@ impl Client {
             .redirect(policy)
             .build()
             .map_err(|error| format!("cannot build an HTTP client: {error}"))?;
-        Ok(Client {
-            client,
-            may_follow,
-            tail,
-            redirected_base: Arc::new(Mutex::new(None)),
-        })
+        Ok(Client { client, redirects })
     }
 
     /// The exchange for `url` (below `base_url`), sent when its response is first read.
@@ -105,7 +104,7 @@ impl Client {
     ) -> Exchange {
         // The path asked for below the repository: a redirect must keep it.
         let tail = url.strip_prefix(base_url).unwrap_or_default().to_owned();
-        let effective = match lock(&self.redirected_base).as_deref() {
+        let effective = match lock(&self.redirects.base).as_deref() {
             Some(base) if !tail.is_empty() => format!("{base}{tail}"),
             _ => url.to_owned(),
         };
@@ -122,15 +121,16 @@ impl Client {
             }
         }
         let request = request(&self.client, &effective).headers(header_map);
-        Exchange(Arc::new(Mutex::new(State::Pending(Box::new(Pending {
-            request,
-            body,
-            may_follow: Arc::clone(&self.may_follow),
-            kept_tail: Arc::clone(&self.tail),
-            effective,
-            tail,
-            redirected_base: Arc::clone(&self.redirected_base),
-        })))))
+        Exchange(Arc::new(Mutex::new(State {
+            pending: Some(Pending {
+                request,
+                body,
+                redirects: Arc::clone(&self.redirects),
+                effective,
+                tail,
+            }),
+            sent: Sent::default(),
+        })))
     }
 }
 
@@ -181,7 +181,7 @@ impl Http for Client {
     }
 
     fn redirected_base_url(&self) -> Option<String> {
-        lock(&self.redirected_base).clone()
+        lock(&self.redirects.base).clone()
     }
 }
 
@@ -193,13 +193,10 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// whichever is read first sends it.
 struct Exchange(Arc<Mutex<State>>);
 
-enum State {
-    Pending(Box<Pending>),
-    Sent {
-        /// The response's headers as `name:value` lines, or why there is no response.
-        headers: Option<io::Result<Vec<u8>>>,
-        response: Option<Response>,
-    },
+struct State {
+    /// The request until it is sent.
+    pending: Option<Pending>,
+    sent: Sent,
 }
 
 /// A request not sent yet.
@@ -207,43 +204,38 @@ struct Pending {
     request: RequestBuilder,
     /// What was written to the request's body (a POST).
     body: Option<Arc<Mutex<Vec<u8>>>>,
-    may_follow: Arc<AtomicBool>,
-    /// Where the redirect policy finds `tail`.
-    kept_tail: Arc<Mutex<String>>,
+    redirects: Arc<Redirects>,
     /// The URL asked for, after an earlier redirect of the repository.
     effective: String,
     /// The part of the URL below the repository.
     tail: String,
-    redirected_base: Arc<Mutex<Option<String>>>,
+}
+
+/// What a sent request left for its readers to take.
+#[derive(Default)]
+struct Sent {
+    /// The response's headers as `name:value` lines, or why there is no response.
+    headers: Option<io::Result<Vec<u8>>>,
+    response: Option<Response>,
 }
 
 impl Exchange {
-    /// The state with the request sent.
-    fn sent(&self) -> MutexGuard<'_, State> {
+    /// `take` on what the request left, the request sent first if it was not.
+    fn sent<T>(&self, take: impl FnOnce(&mut Sent) -> T) -> T {
         let mut state = lock(&self.0);
-        if matches!(*state, State::Pending(_)) {
-            let taken = std::mem::replace(
-                &mut *state,
-                State::Sent {
-                    headers: None,
-                    response: None,
-                },
-            );
-            let State::Pending(pending) = taken else {
-                return state;
-            };
-            *state = match send(*pending) {
-                Ok((headers, response)) => State::Sent {
+        if let Some(pending) = state.pending.take() {
+            state.sent = match send(pending) {
+                Ok((headers, response)) => Sent {
                     headers: Some(Ok(headers)),
                     response: Some(response),
                 },
-                Err(error) => State::Sent {
+                Err(error) => Sent {
                     headers: Some(Err(error)),
                     response: None,
                 },
             };
         }
-        state
+        take(&mut state.sent)
     }
 }
 
@@ -253,29 +245,23 @@ fn send(pending: Pending) -> io::Result<(Vec<u8>, Response)> {
     let Pending {
         mut request,
         body,
-        may_follow,
-        kept_tail,
+        redirects,
         effective,
         tail,
-        redirected_base,
     } = pending;
     if let Some(body) = body {
         request = request.body(std::mem::take(&mut *lock(&body)));
     }
-    lock(&kept_tail).clone_from(&tail);
+    lock(&redirects.tail).clone_from(&tail);
     let response = request.send();
-    may_follow.store(false, Ordering::Relaxed);
+    redirects.done.store(true, Ordering::Relaxed);
     let response = response.map_err(io::Error::other)?;
+    // The policy followed only a redirect that kept `tail`.
     let landed = response.url().as_str();
-    if landed != effective {
-        match landed.strip_suffix(tail.as_str()) {
-            Some(base) if !tail.is_empty() => *lock(&redirected_base) = Some(base.to_owned()),
-            _ => {
-                return Err(io::Error::other(format!(
-                    "{effective} was redirected to {landed}, which does not end with {tail}"
-                )));
-            }
-        }
+    if landed != effective
+        && let Some(base) = landed.strip_suffix(tail.as_str())
+    {
+        *lock(&redirects.base) = Some(base.to_owned());
     }
     let status = response.status();
     if status == reqwest::StatusCode::UNAUTHORIZED {
@@ -346,11 +332,8 @@ impl Read for Headers {
 impl BufRead for Headers {
     fn fill_buf(&mut self) -> io::Result<&[u8]> {
         if self.lines.is_none() {
-            let lines = match &mut *self.exchange.sent() {
-                State::Sent { headers, .. } => headers.take().transpose()?.unwrap_or_default(),
-                State::Pending(_) => Vec::new(),
-            };
-            self.lines = Some(Cursor::new(lines));
+            let lines = self.exchange.sent(|sent| sent.headers.take());
+            self.lines = Some(Cursor::new(lines.transpose()?.unwrap_or_default()));
         }
         match &mut self.lines {
             Some(lines) => lines.fill_buf(),
@@ -390,11 +373,7 @@ impl Read for Body {
 impl BufRead for Body {
     fn fill_buf(&mut self) -> io::Result<&[u8]> {
         if self.response.is_none() {
-            let response = match &mut *self.exchange.sent() {
-                State::Sent { response, .. } => response.take(),
-                State::Pending(_) => None,
-            };
-            match response {
+            match self.exchange.sent(|sent| sent.response.take()) {
                 Some(response) => self.response = Some(BufReader::new(response)),
                 None => return Ok(&[]),
             }
