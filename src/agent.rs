@@ -112,6 +112,7 @@ impl AgentConfig {
             scopes: vec![crate::model::scopes::ScopePattern::Any],
             secret: None,
             trust: None,
+            shared_network: true,
         }]
     }
 }
@@ -520,12 +521,19 @@ async fn run_until<R: Runtime>(
     }
     // Held until `run_until` returns.
     let _lock = lock::lock(&config.data_dir)?;
-    // From here on every engine request passes the host policy's gate at the sink.
-    let runtime = Arc::new(Sealed::new(runtime, sink_gate(&config)));
+    let sources = config.source_configs();
+    let ownership = Arc::new(sources::ownership(&sources).map_err(anyhow::Error::msg)?);
+    // From here on every engine request passes the host policy's gate at the sink, which
+    // also seals the sources from each other.
+    let runtime = Arc::new(Sealed::new(
+        runtime,
+        sink_gate(&config).sealing(ownership.clone()),
+    ));
     let OpenState {
         store,
         await_first_commit,
     } = open_state(&config, runtime.as_ref()).await?;
+    runtime.set_ledger(store.clone());
     let agent_id = store.agent_id()?;
     if config.reconcile.engine == reconcile::Engine::Swarm {
         check_swarm_manager(runtime.as_ref()).await?;
@@ -544,8 +552,6 @@ async fn run_until<R: Runtime>(
             reconcile::Engine::Swarm => "swarm",
         }),
     )?;
-    let sources = config.source_configs();
-    let ownership = Arc::new(sources::ownership(&sources).map_err(anyhow::Error::msg)?);
     if let Some(notify) = &config.notify {
         let names: Vec<String> = sources.iter().map(|source| source.name.clone()).collect();
         notify
@@ -554,6 +560,15 @@ async fn run_until<R: Runtime>(
     }
     if !config.sources.is_empty() {
         adopt_single_source(&store, &config.data_dir, &sources)?;
+    }
+    // A data dir from before claims: what its desired state holds (hosts, ports, volumes)
+    // becomes its declaring source's, oldest declaration first.
+    let adopted = store.adopt_claims()?;
+    if adopted > 0 {
+        tracing::info!(
+            claims = adopted,
+            "hosts, ports and volumes of the desired state recorded as their sources' own"
+        );
     }
     store.record_sources(
         &sources
@@ -600,6 +615,10 @@ async fn run_until<R: Runtime>(
         source_store.set_meta(&source_store.source_key(META_BRANCH), Some(source.branch()))?;
         let mut sync_options = config.sync.clone();
         sync_options.ownership = ownership.clone();
+        sync_options.policy.seal = Some(crate::model::scopes::Seal::new(
+            &source_config.name,
+            ownership.clone(),
+        ));
         if let Some(trust) = &source_config.trust {
             sync_options.trust = Some(trust.clone());
         }
@@ -709,6 +728,13 @@ async fn run_until<R: Runtime>(
         listener.as_ref().map(TcpListener::local_addr).transpose()?,
     )
     .map_err(anyhow::Error::msg)?;
+    // `on_deploy` webhooks likewise.
+    reconcile_options.webhooks = crate::assets::url_guard::Outbound::new(
+        &config.sync.policy.allow_url_host,
+        listener.as_ref().map(TcpListener::local_addr).transpose()?,
+    )
+    .map_err(anyhow::Error::msg)?;
+    reconcile_options.ownership = ownership.clone();
     let reconciler = tracker.spawn(reconcile::run(deps, reconcile_options, shutdown.clone()));
     let mut hook_sources = Vec::new();
     // Kept until `run` returns: dropping one stops its watch.

@@ -526,8 +526,12 @@ impl Syncer {
         files: &dyn FileSource,
         decision: Option<&Decision>,
     ) -> Result<SyncOutcome, Error> {
+        // Only the buckets of this source's own scopes reach its `${VAR}`s.
+        let source = self.store.source();
+        let mut buckets = self.store.buckets()?;
+        buckets.retain(|(scope, _), _| self.options.ownership.allows(source, scope));
         let vars = Vars {
-            buckets: self.store.buckets()?,
+            buckets,
             globals: self.options.allowed_env.clone(),
         };
         let options = LoadOptions {
@@ -551,6 +555,17 @@ impl Syncer {
         let foreign = foreign_scopes(&manifest, self.store.source(), &self.options.ownership);
         if !foreign.is_empty() {
             return self.reject(commit, who, foreign, decision);
+        }
+        // What another source holds (hosts, ports, named volumes), checked again, and
+        // recorded, in the transaction that applies the commit.
+        let claimed: Vec<Diagnostic> = self
+            .store
+            .claim_conflicts(&manifest)?
+            .iter()
+            .map(crate::store::ClaimConflict::diagnostic)
+            .collect();
+        if !claimed.is_empty() {
+            return self.reject(commit, who, claimed, decision);
         }
         let sealed = sealed_refusals(&manifest, &self.options.keyring);
         if !sealed.is_empty() {
@@ -602,7 +617,7 @@ impl Syncer {
         if written > 0 {
             tracing::info!(commit = commit.short(), files = written, "assets written");
         }
-        let summary = self.store.apply_commit_as(
+        let applied = self.store.apply_commit_as(
             commit,
             &manifest,
             CommitContext {
@@ -610,7 +625,19 @@ impl Syncer {
                 triggers: decision,
                 unsigned: false,
             },
-        )?;
+        );
+        let summary = match applied {
+            Ok(summary) => summary,
+            // Another source took it since the check above.
+            Err(crate::store::Error::Claimed(taken)) => {
+                let claimed = taken
+                    .iter()
+                    .map(crate::store::ClaimConflict::diagnostic)
+                    .collect();
+                return self.reject(commit, who, claimed, decision);
+            }
+            Err(error) => return Err(error.into()),
+        };
         // The files of other sources' assets stay: they are not this commit's to remove.
         let live: BTreeSet<(String, String)> = manifest
             .resources
@@ -624,7 +651,6 @@ impl Syncer {
                     .map(|key| (key.scope, key.name)),
             )
             .collect();
-        let source = self.store.source();
         let removed = assets::remove_unused(&assets_root, &live, &|scope| {
             self.options.ownership.allows(source, scope)
         })?;
@@ -858,7 +884,12 @@ fn bind_refusals_on_this_host(
             let refusal = policy.resolved_bind_refusal(&source, &owned, |path| {
                 resolve_on_host(std::path::Path::new(path))
             });
-            if let Some(message) = refusal {
+            // Where it leads must be this source's too (an asset file of its own scopes).
+            let foreign = policy.seal.as_ref().and_then(|seal| {
+                let resolved = resolve_on_host(std::path::Path::new(&source)).ok()?;
+                seal.bind_refusal(&resolved, &owned)
+            });
+            for message in refusal.into_iter().chain(foreign) {
                 refusals.push(Diagnostic {
                     message,
                     ..resource.origin.clone()

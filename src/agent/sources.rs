@@ -16,6 +16,7 @@
 //!   verify_commits      = "tip"          # tip | all; default: --verify-commits
 //!   trusted_ssh_signers = "/etc/voodu-agent/allowed_signers"
 //!   trusted_pgp_keys    = "/etc/voodu-agent/keys.asc"
+//!   network             = "own"          # own (voodu0-<name>) | shared (voodu0)
 //! }
 //! ```
 //!
@@ -49,6 +50,10 @@ pub struct SourceConfig {
     pub secret: Option<WebhookSecret>,
     /// Its commit signature rule; `None`: the agent's (`--verify-commits`).
     pub trust: Option<CommitTrust>,
+    /// Its containers join the shared `voodu0` network (`network = "shared"`) instead of its
+    /// own `voodu0-<name>` (`network = "own"`, the default), so they reach other sources'
+    /// containers that share it.
+    pub shared_network: bool,
 }
 
 /// Most sources one agent follows.
@@ -73,6 +78,7 @@ const KNOWN: &[&str] = &[
     "verify_commits",
     "trusted_ssh_signers",
     "trusted_pgp_keys",
+    "network",
 ];
 
 /// Reads and checks a sources file; `default_interval` is `--interval`.
@@ -142,12 +148,19 @@ pub fn parse(
 
 /// The ownership of `sources` (checked at parse: it cannot overlap).
 pub fn ownership(sources: &[SourceConfig]) -> Result<Ownership, String> {
-    Ownership::new(
+    Ok(Ownership::new(
         sources
             .iter()
             .map(|source| (source.name.clone(), source.scopes.clone()))
             .collect(),
-    )
+    )?
+    .with_shared_network(
+        sources
+            .iter()
+            .filter(|source| source.shared_network)
+            .map(|source| source.name.clone())
+            .collect(),
+    ))
 }
 
 struct Cx<'a> {
@@ -324,6 +337,19 @@ fn read_source(
             }
         },
     };
+    let shared_network = match text(cx, "network").as_deref() {
+        None | Some("own") => false,
+        Some("shared") => true,
+        Some(other) => {
+            cx.error(
+                get("network").and_then(|attribute| attribute.value.span()),
+                format!(
+                    "source {name:?}: network {other:?}: write \"own\" (its containers on their own network, voodu0-{name}) or \"shared\" (on voodu0, with the other sources that share it)"
+                ),
+            );
+            false
+        }
+    };
     let paths = strings(cx, name, get("paths")).unwrap_or_default();
     let scopes_attribute = get("scopes");
     let scopes = match strings(cx, name, scopes_attribute) {
@@ -452,6 +478,7 @@ fn read_source(
         scopes,
         secret,
         trust,
+        shared_network,
     })
 }
 

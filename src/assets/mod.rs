@@ -11,7 +11,7 @@ pub mod age;
 mod fetch;
 pub mod registry;
 pub mod sops;
-mod url_guard;
+pub mod url_guard;
 mod write;
 
 pub(crate) use fetch::{

@@ -19,6 +19,67 @@ use crate::manifest::UrlHosts;
 /// Redirects one fetch follows at most.
 const MAX_REDIRECTS: usize = 10;
 
+/// Where the other requests a manifest causes may connect (`on_deploy` webhooks): the same
+/// rules as `url()` (`--allow-url-host`; never link-local, never the agent's own HTTP
+/// address). The default allows no internal address.
+#[derive(Debug, Clone)]
+pub struct Outbound {
+    guard: Arc<Guard>,
+}
+
+impl Default for Outbound {
+    fn default() -> Outbound {
+        Outbound {
+            guard: Arc::new(Guard {
+                never_link_local: true,
+                ..Guard::default()
+            }),
+        }
+    }
+}
+
+impl Outbound {
+    /// Requests may reach what `allow_url_host` allows, never `own_address` (`--listen`).
+    pub fn new(
+        allow_url_host: &[String],
+        own_address: Option<SocketAddr>,
+    ) -> Result<Outbound, String> {
+        Ok(Outbound {
+            guard: Arc::new(Guard {
+                hosts: UrlHosts::parse(allow_url_host)?,
+                own_address,
+                never_link_local: true,
+            }),
+        })
+    }
+
+    /// A client that connects only where allowed: an address host judged before the request
+    /// (`check`), a name judged on every address it resolves to, every redirect hop judged.
+    pub(crate) fn client(&self, timeout: std::time::Duration) -> Result<reqwest::Client, String> {
+        reqwest::Client::builder()
+            .tls_backend_preconfigured(crate::model::tls::client_config()?)
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .dns_resolver(Arc::new(GuardedResolver(Arc::clone(&self.guard))))
+            .redirect(redirect_policy(Arc::clone(&self.guard)))
+            .build()
+            .map_err(|error| format!("cannot build an HTTP client: {error}"))
+    }
+
+    /// Why nothing may be sent to `url`, judged before any connection: its scheme, and its
+    /// host when that is an address.
+    pub(crate) fn check(&self, url: &str) -> Result<(), String> {
+        let parsed = Url::parse(url).map_err(|error| format!("{url:?} is not a URL: {error}"))?;
+        self.guard.check_url(&parsed).map_err(|refused| refused.0)
+    }
+
+    /// The refusal in `error`'s causes, when a request failed on one (a name resolving to a
+    /// refused address, a redirect to one).
+    pub(crate) fn refusal(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+        refusal_in(error).map(|refused| refused.0)
+    }
+}
+
 /// The rules and the agent's own address.
 #[derive(Debug, Default)]
 pub(super) struct Guard {

@@ -101,7 +101,10 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
     if let Some(store) = &store {
         vars.buckets = store.buckets()?;
     }
-    let policy = host_policy(args, store.as_ref(), data_dir)?;
+    let mut policy = host_policy(args, store.as_ref(), data_dir)?;
+    if let Some(owned_by) = &owned_by {
+        policy.seal = Some(owned_by.seal());
+    }
     let trust = args.trust.to_commit_trust()?;
     let hosts = plan_hosts(args, store.as_ref())?;
     let read = read_source(args, scratch.path(), &hosts)?;

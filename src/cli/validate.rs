@@ -279,6 +279,8 @@ impl PolicyArgs {
             adopt_volume: self.adopt_volume.clone(),
             allow_url_host: self.allow_url_host.clone(),
             data_dir: None,
+            seal: None,
+            seal_only: false,
         });
         if let Some(problem) = policy.problems().into_iter().next() {
             anyhow::bail!("{problem}");
@@ -359,6 +361,31 @@ pub(super) struct OwnedBy {
     pub(super) ownership: crate::model::scopes::Ownership,
 }
 
+impl OwnedBy {
+    /// What this source's commits may point at.
+    pub(super) fn seal(&self) -> crate::model::scopes::Seal {
+        crate::model::scopes::Seal::new(&self.name, std::sync::Arc::new(self.ownership.clone()))
+    }
+}
+
+/// `policy` with `owned_by`'s seal: as one source of several, a commit points only into its
+/// own scopes. Without a host policy, only the seal is judged.
+fn sealed(policy: Option<Policy>, owned_by: Option<&OwnedBy>, data_dir: &Path) -> Option<Policy> {
+    let Some(owned_by) = owned_by else {
+        return policy;
+    };
+    Some(match policy {
+        Some(mut policy) => {
+            policy.seal = Some(owned_by.seal());
+            policy
+        }
+        None => Policy {
+            data_dir: Some(absolute_text(data_dir)),
+            ..Policy::seal_only(owned_by.seal())
+        },
+    })
+}
+
 impl SourceArgs {
     /// The source the manifests are checked as; `None` without `--sources`.
     pub(super) fn owned_by(&self) -> anyhow::Result<Option<OwnedBy>> {
@@ -395,6 +422,7 @@ pub(super) fn run(args: &ValidateArgs, data_dir: &Path) -> anyhow::Result<ExitCo
         .given()
         .then(|| args.policy.to_policy_for(data_dir))
         .transpose()?;
+    let policy = sealed(policy, owned_by.as_ref(), data_dir);
     let audiences = if args.hosts.given() {
         vec![Audience::Selection(args.hosts.to_selection(None)?)]
     } else {
@@ -681,9 +709,11 @@ pub(super) fn validate_dir(
     Ok(
         match manifest::load_with_policy(&snapshot, &options, policy).and_then(|manifest| {
             // With a policy, the gate the agent runs at the sink judges the requests too.
-            let refused = policy.map_or_else(Vec::new, |policy| {
-                crate::reconcile::requests::sink_refusals_under(&manifest, policy)
-            });
+            let refused = policy
+                .filter(|policy| !policy.seal_only)
+                .map_or_else(Vec::new, |policy| {
+                    crate::reconcile::requests::sink_refusals_under(&manifest, policy)
+                });
             if !refused.is_empty() {
                 return Err(manifest::Diagnostics(refused));
             }

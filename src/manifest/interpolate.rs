@@ -224,9 +224,7 @@ fn parse_var(content: &str) -> Option<(&str, Option<&str>)> {
 
 /// `[A-Za-z0-9][A-Za-z0-9_-]*`: an asset scope, name or key, or a ref name, in a reference.
 pub(crate) fn is_ref_segment(segment: &str) -> bool {
-    let mut chars = segment.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    crate::model::is_ref_segment(segment)
 }
 
 #[cfg(test)]

@@ -11,8 +11,10 @@ use std::collections::BTreeMap;
 
 use super::decode::Resource;
 use super::diagnostic::Diagnostic;
+use super::interpolate::Reference;
 use super::spec::{Container, Spec};
 use crate::model::policy::{OwnedPaths, bind_source_text, normalize_path};
+use crate::model::scopes::Seal;
 use crate::model::{DockerOptions, resolve_asset_refs};
 
 pub use crate::model::policy::Policy;
@@ -23,11 +25,14 @@ pub const DEFAULT_DATA_DIR: &str = "/var/lib/voodu-agent";
 
 /// Every refusal of `resource` under `policy`. `locations` maps a field (`volumes`,
 /// `init "name".docker_options`) to where it is written; the block's origin stands in for a
-/// field without one (a macro's generated values).
+/// field without one (a macro's generated values). `references` are the resource's
+/// `${asset…}`/`${ref…}` references, each where it is written: with a seal (`--sources`),
+/// each must point into a scope of the resource's own source.
 pub(crate) fn check(
     policy: &Policy,
     resource: &Resource,
     locations: &BTreeMap<String, Diagnostic>,
+    references: &[(Reference, Diagnostic)],
 ) -> Vec<Diagnostic> {
     let mut refusals = Vec::new();
     let mut refuse = |field: &str, message: String| {
@@ -37,8 +42,40 @@ pub(crate) fn check(
             ..at.clone()
         });
     };
-    let Some(container) = resource.spec.container() else {
-        return refusals;
+    if let Some(seal) = &policy.seal {
+        check_sealed(seal, &owned_paths(policy), resource, &mut refuse);
+    }
+    if !policy.seal_only {
+        for (field, url) in webhook_urls(&resource.spec) {
+            if let Some(refusal) = webhook_refusal(policy, url) {
+                refuse(field, refusal);
+            }
+        }
+    }
+    let mut refusals_of_references = Vec::new();
+    if let Some(seal) = &policy.seal {
+        for (reference, at) in references {
+            if let Reference::Asset { scope, name, key } = reference {
+                let scope = scope.as_deref().unwrap_or("");
+                let what = format!(
+                    "asset ${{asset.{}}}",
+                    Reference::asset_ref(Some(scope).filter(|s| !s.is_empty()), name, key)
+                );
+                if let Some(refusal) = seal.refusal(&what, scope) {
+                    refusals_of_references.push(Diagnostic {
+                        message: refusal,
+                        ..at.clone()
+                    });
+                }
+            }
+        }
+    }
+    let container = match resource.spec.container() {
+        Some(container) if !policy.seal_only => container,
+        _ => {
+            refusals.extend(refusals_of_references);
+            return refusals;
+        }
     };
     check_container(policy, container, &mut refuse);
     let inits = match &resource.spec {
@@ -52,8 +89,150 @@ pub(crate) fn check(
             refuse(&field, message)
         });
     }
+    refusals.extend(refusals_of_references);
     refusals
 }
+
+/// What `resource` points at beyond its key, judged against `seal`: config buckets
+/// (`env_from = ["scope/name"]`), asset files bound by path, the agent's claims (`voodu-…`
+/// volumes), other sources' networks, and proxy-wide ingress settings (the TLS `ask`, which
+/// only the source owning `""` may set). Named volumes and published ports are judged where
+/// first-come claims are recorded (the store), ingress hosts too.
+fn check_sealed(
+    seal: &Seal,
+    owned: &OwnedPaths,
+    resource: &Resource,
+    refuse: &mut impl FnMut(&str, String),
+) {
+    if let Spec::Ingress(ingress) = &resource.spec
+        && let Some(tls) = &ingress.tls
+        && tls.on_demand
+        && !tls.ask.is_empty()
+        && let Some(refusal) = seal.refusal("the proxy-wide on-demand TLS `ask` endpoint", "")
+    {
+        refuse(
+            "tls",
+            format!(
+                "{refusal}; declare it in the repository that owns the unscoped resources (\"\")"
+            ),
+        );
+    }
+    let Some(container) = resource.spec.container() else {
+        return;
+    };
+    for reference in &container.env_from {
+        if let Some((scope, _)) = reference.split_once('/')
+            && let Some(refusal) = seal.refusal(&format!("config bucket {reference}"), scope)
+        {
+            refuse("env_from", refusal);
+        }
+    }
+    for volume in &container.volumes {
+        if let Some(refusal) = sealed_volume_refusal(seal, owned, volume) {
+            refuse("volumes", refusal);
+        }
+    }
+    let named = (!container.network.is_empty()).then_some(&container.network);
+    for network in named.into_iter().chain(&container.networks) {
+        if let Some(owner) = seal.ownership.network_owner(network)
+            && owner != seal.source
+        {
+            refuse(
+                if container.networks.contains(network) {
+                    "networks"
+                } else {
+                    "network"
+                },
+                crate::model::scopes::foreign(
+                    &format!("network {network}"),
+                    &seal.source,
+                    Some(owner),
+                ),
+            );
+        }
+    }
+}
+
+/// Why `volume` (a `volumes` entry) points at what another source holds: an asset file of a
+/// scope it does not own (in its final form: references resolved, `..` folded), or a claim
+/// volume (`voodu-<scope>-…`) of another source's statefulset. Symlinks are the sync stage's
+/// and the sink's to resolve.
+pub(crate) fn sealed_volume_refusal(
+    seal: &Seal,
+    owned: &OwnedPaths,
+    volume: &str,
+) -> Option<String> {
+    match final_bind_source(volume, owned) {
+        Some(source) => seal.bind_refusal(&source, owned),
+        None => {
+            let name = bind_source_text(volume);
+            let rest = name.strip_prefix(CLAIM_PREFIX)?;
+            let owner = seal.ownership.owner_of_derived(rest);
+            (owner != Some(seal.source.as_str())).then(|| {
+                crate::model::scopes::foreign(
+                    &format!("volume {name} (named like a statefulset's claim, voodu-<scope>-<name>-<claim>-<ordinal>)"),
+                    &seal.source,
+                    owner,
+                )
+            })
+        }
+    }
+}
+
+/// The webhook URLs of `spec` (`on_deploy`, `on_probe`), each with its block's field name.
+fn webhook_urls(spec: &Spec) -> Vec<(&'static str, &str)> {
+    let (on_deploy, on_probe) = match spec {
+        Spec::Deployment(spec) => (spec.on_deploy.as_ref(), spec.on_probe.as_ref()),
+        Spec::Statefulset(spec) => (None, spec.on_probe.as_ref()),
+        _ => (None, None),
+    };
+    let deploys = on_deploy
+        .into_iter()
+        .flat_map(|on| on.success.iter().chain(&on.failure))
+        .map(|target| ("on_deploy", target.url.as_str()));
+    let probes = on_probe
+        .into_iter()
+        .flat_map(|on| on.failure.iter().chain(&on.recovery))
+        .map(|target| ("on_probe", target.url.as_str()));
+    deploys.chain(probes).collect()
+}
+
+/// Why a webhook may not be sent to `url` as written: a scheme other than http(s), or an
+/// address host the `url()` rules refuse (`--allow-url-host`). A host name is judged on the
+/// addresses it resolves to when the webhook is sent.
+fn webhook_refusal(policy: &Policy, url: &str) -> Option<String> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Some(format!(
+            "webhook url {url:?}: write an http:// or https:// URL"
+        ));
+    };
+    if !matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https") {
+        return Some(format!(
+            "webhook url {url:?}: only http:// and https:// URLs are sent"
+        ));
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    let host = match host_port.strip_prefix('[') {
+        Some(bracketed) => bracketed
+            .split_once(']')
+            .map_or(bracketed, |(host, _)| host),
+        None => host_port
+            .rsplit_once(':')
+            .map_or(host_port, |(host, _)| host),
+    };
+    let address = host.parse::<std::net::IpAddr>().ok()?;
+    let hosts = crate::model::url_hosts::UrlHosts::parse(&policy.allow_url_host).ok()?;
+    hosts
+        .refusal(host, address)
+        .map(|refusal| format!("webhook url {url:?}: {refusal}"))
+}
+
+/// What the names of statefulset claims start with (`voodu-<scope>-<name>-<claim>-<n>`): only
+/// the agent creates such volumes, for the source owning the scope.
+pub(crate) const CLAIM_PREFIX: &str = "voodu-";
 
 fn check_container(policy: &Policy, container: &Container, refuse: &mut impl FnMut(&str, String)) {
     let owned = owned_paths(policy);
@@ -455,6 +634,82 @@ statefulset "s" "db" {
         assert!(policy.allow_host_network && !policy.allow_privileged);
         assert_eq!(policy.allow_cap, ["NET_ADMIN"]);
         assert!(serde_json::from_str::<Policy>(r#"{"allow-everything": true}"#).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn webhook_addresses_the_url_rules_refuse_are_refused_where_written() {
+        let hook = |url: &str| {
+            format!("  on_deploy {{\n    success {{\n      url = \"{url}\"\n    }}\n  }}")
+        };
+        check(
+            &hook("http://127.0.0.1:9/admin"),
+            &with(|_| {}),
+            &[
+                "m/app.hcl:3:3: webhook url \"http://127.0.0.1:9/admin\": 127.0.0.1 is a loopback address; start the agent with --allow-url-host 127.0.0.1 to allow it",
+            ],
+        );
+        check(
+            &hook("http://127.0.0.1:9/admin"),
+            &with(|p| p.allow_url_host = vec!["127.0.0.1".into()]),
+            &[],
+        );
+        check(
+            &hook("http://user@[::1]:80/"),
+            &with(|_| {}),
+            &[
+                "m/app.hcl:3:3: webhook url \"http://user@[::1]:80/\": ::1 is a loopback address; start the agent with --allow-url-host ::1 to allow it",
+            ],
+        );
+        check(
+            &hook("file:///etc/passwd"),
+            &with(|_| {}),
+            &[
+                "m/app.hcl:3:3: webhook url \"file:///etc/passwd\": only http:// and https:// URLs are sent",
+            ],
+        );
+        // A name is judged on what it resolves to when the webhook is sent.
+        check(&hook("https://hooks.example.com/x"), &with(|_| {}), &[]);
+    }
+
+    #[test]
+    fn a_sealed_source_points_only_into_its_own_scopes() -> Result<(), String> {
+        use crate::model::scopes::{Ownership, ScopePattern, Seal};
+        let ownership = std::sync::Arc::new(Ownership::new(vec![
+            ("shop".to_owned(), vec![ScopePattern::parse("shop")?]),
+            ("blog".to_owned(), vec![ScopePattern::parse("s")?]),
+        ])?);
+        let sealed = |edit: fn(&mut Policy)| {
+            let mut policy = with(edit);
+            policy.seal = Some(Seal::new("blog", ownership.clone()));
+            policy
+        };
+        let owner = "belongs to source `shop`, not to source `blog`: a source's resources point only at what its own scopes hold";
+        let rows: Vec<(&str, Vec<String>)> = vec![
+            (r#"  env_from = ["shop/web"]"#, vec![format!("m/app.hcl:3:3: config bucket shop/web {owner}")]),
+            (r#"  env_from = ["s/web", "web"]"#, vec![]),
+            (
+                r#"  volumes = ["/srv/voodu/assets/shop/cfg/k:/x"]"#,
+                vec![format!("m/app.hcl:3:3: asset file /srv/voodu/assets/shop/cfg/k {owner}")],
+            ),
+            (r#"  volumes = ["/srv/voodu/assets/s/cfg/k:/x"]"#, vec![]),
+            (
+                r#"  volumes = ["voodu-shop-db-data-0:/x"]"#,
+                vec![format!("m/app.hcl:3:3: volume voodu-shop-db-data-0 (named like a statefulset's claim, voodu-<scope>-<name>-<claim>-<ordinal>) {owner}")],
+            ),
+            (r#"  volumes = ["voodu-s-db-data-0:/x", "mine:/y"]"#, vec![]),
+            (
+                r#"  networks = ["voodu0-shop"]"#,
+                vec![
+                    format!("m/app.hcl:3:3: network voodu0-shop {owner}"),
+                    "m/app.hcl:3:3: network \"voodu0-shop\" is refused by the host policy (allowed: voodu0); start the agent with --allow-network voodu0-shop to allow it".to_owned(),
+                ],
+            ),
+        ];
+        for (fields, expected) in rows {
+            let expected: Vec<&str> = expected.iter().map(String::as_str).collect();
+            check(fields, &sealed(|_| {}), &expected);
+        }
         Ok(())
     }
 }

@@ -22,6 +22,14 @@ pub(crate) fn asset_dir(
     assets_root.join(scope).join(name)
 }
 
+/// Whether `segment` is one part of a dotted reference (`${asset.<scope>.<name>.<key>}`,
+/// `${ref.…}`): a letter or digit, then letters, digits, `_` or `-` (voodu's grammar).
+pub(crate) fn is_ref_segment(segment: &str) -> bool {
+    let mut chars = segment.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
 /// Replaces every `${asset.<scope>.<name>.<key>}` / `${asset.<name>.<key>}` in `text` by the
 /// host path of that file under `assets_root`; anything else is left as it is.
 pub(crate) fn resolve_asset_refs(text: &str, assets_root: &std::path::Path) -> String {
@@ -35,7 +43,10 @@ pub(crate) fn resolve_asset_refs(text: &str, assets_root: &std::path::Path) -> S
             return out;
         };
         let segments: Vec<&str> = after[..end].split('.').collect();
+        // Only voodu's reference grammar resolves: a segment that is a path (`/etc/x`, `..`)
+        // or empty leaves the text as it is, so no reference reaches outside its asset.
         let path = match segments.as_slice() {
+            segments if !segments.iter().all(|segment| is_ref_segment(segment)) => None,
             [scope, name, key] => Some(asset_dir(assets_root, scope, name).join(key)),
             [name, key] => Some(asset_dir(assets_root, "", name).join(key)),
             _ => None,

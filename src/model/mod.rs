@@ -18,7 +18,7 @@ pub mod tls;
 mod units;
 pub(crate) mod url_hosts;
 
-pub(crate) use assets::{UNSCOPED_ASSETS, asset_dir, resolve_asset_refs};
+pub(crate) use assets::{UNSCOPED_ASSETS, asset_dir, is_ref_segment, resolve_asset_refs};
 pub(crate) use docker_options::control_character;
 pub use docker_options::{DockerOptions, DockerOptionsError, ExtraHostError};
 pub use hosts::HostSelection;

@@ -61,6 +61,15 @@ pub struct Policy {
     /// Set by the agent, not by the policy file.
     #[serde(skip)]
     pub data_dir: Option<String>,
+    /// The source whose commits are judged and what it owns (`--sources`): a reference to
+    /// what another source's scopes hold is refused. Set by the agent per source, not by the
+    /// policy file.
+    #[serde(skip)]
+    pub seal: Option<super::scopes::Seal>,
+    /// Only the seal is judged, not the host rules (`validate --sources` without a policy:
+    /// the format and what the source may point at).
+    #[serde(skip)]
+    pub seal_only: bool,
 }
 
 /// Capabilities Docker grants every container: adding one changes nothing.
@@ -116,6 +125,22 @@ impl OwnedPaths {
         }
     }
 
+    /// The scope whose asset file `source` (absolute, normalised) is, when it is one (`""`
+    /// for an unscoped asset's).
+    pub(crate) fn asset_scope<'a>(&self, source: &'a str) -> Option<&'a str> {
+        let root = self.assets_root.as_deref()?;
+        if !is_within(source, root) {
+            return None;
+        }
+        let rest = source.strip_prefix(root)?;
+        let parts: Vec<&str> = rest.split('/').filter(|part| !part.is_empty()).collect();
+        match parts.as_slice() {
+            [scope, _, _] if *scope == super::assets::UNSCOPED_ASSETS => Some(""),
+            [scope, _, _] => Some(scope),
+            _ => None,
+        }
+    }
+
     /// Whether `source` (absolute, normalised) is one of these paths.
     pub(crate) fn holds(&self, source: &str) -> bool {
         let asset_file = self.assets_root.as_deref().is_some_and(|root| {
@@ -151,6 +176,15 @@ const SENSITIVE: &[(&str, &str)] = &[
 ];
 
 impl Policy {
+    /// A policy that judges only what `seal`'s source may point at, not the host rules.
+    pub fn seal_only(seal: super::scopes::Seal) -> Policy {
+        Policy {
+            seal: Some(seal),
+            seal_only: true,
+            ..Policy::default()
+        }
+    }
+
     /// Adds `other`'s allowances to this policy (flags on top of a policy file).
     pub fn merge(&mut self, other: Policy) {
         self.allow_privileged |= other.allow_privileged;

@@ -3,10 +3,21 @@
 //! unscoped resources (registries, unscoped assets). The single `--repo` source owns every
 //! scope.
 //!
-//! Invariant: no scope is owned by two sources; `Ownership::new` refuses patterns that
-//! overlap, so every scope has at most one owner and `owner_of` is unambiguous.
+//! Ownership reaches past the resource keys: everything a resource points at (config buckets,
+//! asset files, volumes, networks, ingress hosts, published ports) belongs to one source, and
+//! `Seal` is what one source's commits may point at. The manifest stage judges references with
+//! it for `path:line:col`; the runtime's gate and the reconcile stage judge the final values.
+//!
+//! Invariants: no scope is owned by two sources; `Ownership::new` refuses patterns that
+//! overlap, so every scope has at most one owner and `owner_of` is unambiguous. Names the agent
+//! derives as `<scope>-<name>` (containers, claims) cannot collide across sources:
+//! `Ownership::new` also refuses two sources where a scope of one could be a scope of the
+//! other followed by `-` (`shop` and `shop-api`), so `owner_of_derived` is unambiguous too.
 
 use std::fmt;
+use std::sync::Arc;
+
+use super::policy::{DEFAULT_NETWORK, OwnedPaths};
 
 /// One entry of a source's `scopes`: an exact scope, a prefix (`shop-*`), or everything (`*`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +71,31 @@ impl ScopePattern {
         }
     }
 
+    /// Whether a scope `a` of `self` and a scope `b` of `other` can make one derived name,
+    /// `a-x` = `b-y`: one of them is the other followed by `-` and more (`shop`, `shop-api`).
+    fn derives_into(&self, other: &ScopePattern) -> bool {
+        // Some scope of `self`, followed by `-`, starts some scope of `other`.
+        let extends = |one: &ScopePattern, two: &ScopePattern| match (one, two) {
+            (ScopePattern::Any, _) | (_, ScopePattern::Any) => true,
+            (ScopePattern::Exact(a), ScopePattern::Exact(b)) => {
+                !a.is_empty() && b.starts_with(&format!("{a}-"))
+            }
+            (ScopePattern::Exact(a), ScopePattern::Prefix(p)) => {
+                let dashed = format!("{a}-");
+                !a.is_empty() && (p.starts_with(&dashed) || dashed.starts_with(p.as_str()))
+            }
+            (ScopePattern::Prefix(p), ScopePattern::Exact(b)) => {
+                // Some `p…` with `-` after it starts `b`: `b` has a `-` at or past `p`'s end.
+                b.starts_with(p.as_str()) && b[p.len()..].contains('-')
+                    || (p.is_empty() && b.contains('-'))
+            }
+            (ScopePattern::Prefix(p), ScopePattern::Prefix(q)) => {
+                p.starts_with(q.as_str()) || q.starts_with(p.as_str())
+            }
+        };
+        extends(self, other) || extends(other, self)
+    }
+
     /// Whether some scope matches both patterns.
     fn overlaps(&self, other: &ScopePattern) -> bool {
         match (self, other) {
@@ -89,6 +125,9 @@ impl fmt::Display for ScopePattern {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ownership {
     sources: Vec<(String, Vec<ScopePattern>)>,
+    /// Sources whose containers join the shared `voodu0` network (`network = "shared"` in
+    /// the sources file) instead of their own.
+    shared_network: Vec<String>,
 }
 
 impl Ownership {
@@ -96,7 +135,14 @@ impl Ownership {
     pub fn single() -> Ownership {
         Ownership {
             sources: vec![(String::new(), vec![ScopePattern::Any])],
+            shared_network: Vec::new(),
         }
+    }
+
+    /// Whether one source owns every scope (the single `--repo` source): then nothing can
+    /// cross from one source to another, and the rules only about sources change nothing.
+    pub fn is_single(&self) -> bool {
+        self.sources.len() == 1
     }
 
     /// Each source with its patterns; refused when two sources' patterns overlap (the error
@@ -110,10 +156,90 @@ impl Ownership {
                             "sources {one:?} and {two:?} may both deploy scope {pattern} / {other}: a scope has one owner; give each source its own scopes"
                         ));
                     }
+                    if let Some(other) = others.iter().find(|other| pattern.derives_into(other)) {
+                        return Err(format!(
+                            "sources {one:?} and {two:?} own scopes {pattern} and {other}, where one scope can be the other followed by `-` (`shop` and `shop-api`): the agent names containers and volumes `<scope>-<name>`, so `shop-api`/`db` and `shop`/`api-db` would be one name across two sources; give the sources scopes that do not start with another source's scope and `-`"
+                        ));
+                    }
                 }
             }
         }
-        Ok(Ownership { sources })
+        Ok(Ownership {
+            sources,
+            shared_network: Vec::new(),
+        })
+    }
+
+    /// The same ownership, with `sources` on the shared `voodu0` network.
+    pub fn with_shared_network(mut self, sources: Vec<String>) -> Ownership {
+        self.shared_network = sources;
+        self
+    }
+
+    /// Whether `one` and `two` are scopes of the same source (`false` when either has none).
+    pub fn same_owner(&self, one: &str, two: &str) -> bool {
+        match (self.owner_of(one), self.owner_of(two)) {
+            (Some(a), Some(b)) => a == b,
+            _ => false,
+        }
+    }
+
+    /// The network the containers of `scope` join in place of `voodu0`: their source's own
+    /// (`voodu0-<source>`), or `voodu0` itself for the single source, a source that shares
+    /// it, and a scope no source owns.
+    pub fn network_of(&self, scope: &str) -> String {
+        match self.owner_of(scope) {
+            Some(source)
+                if !self.is_single() && !self.shared_network.iter().any(|s| s == source) =>
+            {
+                source_network(source)
+            }
+            _ => DEFAULT_NETWORK.to_owned(),
+        }
+    }
+
+    /// Every network the sources' containers join (the ingress proxy joins them all).
+    pub fn networks(&self) -> Vec<String> {
+        let mut networks = vec![DEFAULT_NETWORK.to_owned()];
+        if !self.is_single() {
+            networks.extend(
+                self.sources
+                    .iter()
+                    .filter(|(name, _)| !self.shared_network.contains(name))
+                    .map(|(name, _)| source_network(name)),
+            );
+        }
+        networks
+    }
+
+    /// The source whose network `network` is, when it is a source's own network.
+    pub fn network_owner(&self, network: &str) -> Option<&str> {
+        let name = network.strip_prefix(SOURCE_NETWORK_PREFIX)?;
+        self.sources
+            .iter()
+            .map(|(source, _)| source.as_str())
+            .find(|source| *source == name)
+    }
+
+    /// The source a name the agent derives as `voodu-<scope>-…` (a statefulset's claim) or
+    /// `<scope>-…` belongs to, read from `rest` (the name without `voodu-`): the owner of the
+    /// scope it starts with. Unambiguous across sources (see the module docs); `None` when
+    /// no source owns such a scope.
+    pub fn owner_of_derived(&self, rest: &str) -> Option<&str> {
+        self.sources
+            .iter()
+            .find(|(_, patterns)| {
+                patterns.iter().any(|pattern| match pattern {
+                    ScopePattern::Exact(scope) => {
+                        !scope.is_empty() && rest.starts_with(&format!("{scope}-"))
+                    }
+                    ScopePattern::Prefix(prefix) => {
+                        rest.starts_with(prefix.as_str()) && rest[prefix.len()..].contains('-')
+                    }
+                    ScopePattern::Any => true,
+                })
+            })
+            .map(|(name, _)| name.as_str())
     }
 
     /// The source that owns `scope`, if any.
@@ -143,6 +269,71 @@ impl Ownership {
             })
             .unwrap_or_default()
     }
+}
+
+/// What a source's own network is named after: `voodu0-<source>`.
+pub const SOURCE_NETWORK_PREFIX: &str = "voodu0-";
+
+fn source_network(source: &str) -> String {
+    format!("{SOURCE_NETWORK_PREFIX}{source}")
+}
+
+/// What the commits of one source may point at: the scopes `source` owns under `ownership`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seal {
+    pub source: String,
+    pub ownership: Arc<Ownership>,
+}
+
+impl Seal {
+    pub fn new(source: &str, ownership: Arc<Ownership>) -> Seal {
+        Seal {
+            source: source.to_owned(),
+            ownership,
+        }
+    }
+
+    /// Whether this source may point at what belongs to `scope`.
+    pub fn owns(&self, scope: &str) -> bool {
+        self.ownership.allows(&self.source, scope)
+    }
+
+    /// Why `what` (e.g. "config bucket shop/web"), which belongs to `scope`, may not be
+    /// pointed at by this source; `None` when it may.
+    pub fn refusal(&self, what: &str, scope: &str) -> Option<String> {
+        if self.owns(scope) {
+            return None;
+        }
+        Some(foreign(what, &self.source, self.ownership.owner_of(scope)))
+    }
+}
+
+impl Seal {
+    /// Why a bind of `path` (its final form: references resolved, folded, and at the sink
+    /// with its symlinks resolved) reaches an asset file of a scope this source does not own.
+    pub(crate) fn bind_refusal(&self, path: &str, owned: &OwnedPaths) -> Option<String> {
+        let scope = owned.asset_scope(path)?;
+        self.refusal(&format!("asset file {path}"), scope)
+    }
+}
+
+/// Who holds the named volumes (the store's claims, read by the runtime's gate).
+pub trait VolumeLedger: Send + Sync {
+    /// The source holding volume `name` and whether it was adopted from the state that
+    /// predates claims (see `store/claims.rs`); `None` when no source declared it.
+    fn holder(&self, name: &str) -> Result<Option<(String, bool)>, String>;
+}
+
+/// "`what` belongs to source `owner`; a source points only at what its own scopes hold".
+pub fn foreign(what: &str, source: &str, owner: Option<&str>) -> String {
+    let owner = match owner {
+        Some("") => "the single repository (--repo)".to_owned(),
+        Some(owner) => format!("source `{owner}`"),
+        None => "no source of --sources".to_owned(),
+    };
+    format!(
+        "{what} belongs to {owner}, not to source `{source}`: a source's resources point only at what its own scopes hold"
+    )
 }
 
 #[cfg(test)]

@@ -124,6 +124,13 @@ pub struct ReconcileOptions {
     /// Where image automation's registry scans may connect (`--allow-url-host`, as `url()`;
     /// never link-local, never the agent's own HTTP address).
     pub registry_access: crate::assets::registry::RegistryAccess,
+    /// Which source owns which scope (`--sources`): a container joins its source's network,
+    /// reads only its source's config buckets, and the ingress routes a host only for the
+    /// source that holds it.
+    pub ownership: Arc<crate::model::scopes::Ownership>,
+    /// Where `on_deploy` webhooks may connect (`--allow-url-host`, as `url()`; never the
+    /// agent's own HTTP address).
+    pub webhooks: crate::assets::url_guard::Outbound,
 }
 
 impl Default for ReconcileOptions {
@@ -144,6 +151,8 @@ impl Default for ReconcileOptions {
             keyring: Arc::default(),
             ingress: None,
             registry_access: crate::assets::registry::RegistryAccess::default(),
+            ownership: Arc::new(crate::model::scopes::Ownership::single()),
+            webhooks: crate::assets::url_guard::Outbound::default(),
         }
     }
 }
@@ -252,7 +261,11 @@ impl<R: Runtime> Ctx<R> {
         shutdown: CancellationToken,
     ) -> Ctx<R> {
         let (notifier, deliveries) = notify::Notifier::new(
-            deps.assets_root.clone(),
+            notify::Sealed {
+                outbound: options.webhooks.clone(),
+                assets_root: deps.assets_root.clone(),
+                ownership: options.ownership.clone(),
+            },
             deps.handles.timer.clone(),
             shutdown.clone(),
         );

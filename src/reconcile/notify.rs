@@ -6,7 +6,11 @@
 //! Invariants: delivery never blocks or fails a rollout (handlers only enqueue; a tracked task
 //! delivers); headers set by the operator are sent, then `User-Agent: voodu-deploy-webhook`
 //! replaces any; environment values are never part of a payload unless the template puts them
-//! there.
+//! there. Sealed from the host: a request connects only where `url()` may (`Outbound`: an
+//! address host judged before any connection, a name on every address it resolves to, every
+//! redirect hop), and a `file` template is read only from an asset file of a scope the
+//! resource's own source owns, named by one reference in voodu's grammar (nothing else is
+//! ever opened).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -16,8 +20,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::timer::{Timer, What};
+use crate::assets::url_guard::Outbound;
 use crate::manifest::spec::WebhookTarget;
-use crate::model::{ResourceKey, resolve_asset_refs};
+use crate::model::scopes::Ownership;
+use crate::model::{ResourceKey, asset_dir, is_ref_segment};
 
 /// Pauses between attempts, and the limits of one delivery.
 const RETRY_PAUSES: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(5)];
@@ -127,14 +133,14 @@ impl Notifier {
     /// A notifier and the task that delivers what it is given (run it on the agent's
     /// tracker; it ends at `shutdown` after the delivery in progress).
     pub(crate) fn new(
-        assets_root: PathBuf,
+        sealed: Sealed,
         timer: Timer,
         shutdown: CancellationToken,
     ) -> (Notifier, impl std::future::Future<Output = ()> + Send) {
         let (sender, receiver) = mpsc::unbounded_channel();
         (
             Notifier { sender },
-            deliver_all(receiver, assets_root, timer, shutdown),
+            deliver_all(receiver, sealed, timer, shutdown),
         )
     }
 
@@ -149,20 +155,22 @@ impl Notifier {
     }
 }
 
+/// What deliveries may reach: where they may connect, and the asset files they may read.
+#[derive(Debug, Clone)]
+pub(crate) struct Sealed {
+    pub(crate) outbound: Outbound,
+    /// `<data-dir>/assets`.
+    pub(crate) assets_root: PathBuf,
+    pub(crate) ownership: std::sync::Arc<Ownership>,
+}
+
 async fn deliver_all(
     mut receiver: mpsc::UnboundedReceiver<Delivery>,
-    assets_root: PathBuf,
+    sealed: Sealed,
     timer: Timer,
     shutdown: CancellationToken,
 ) {
-    let built = crate::model::tls::client_config().and_then(|tls| {
-        reqwest::Client::builder()
-            .tls_backend_preconfigured(tls)
-            .timeout(ATTEMPT_TIMEOUT)
-            .build()
-            .map_err(|error| error.to_string())
-    });
-    let client = match built {
+    let client = match sealed.outbound.client(ATTEMPT_TIMEOUT) {
         Ok(client) => client,
         Err(error) => {
             tracing::error!(%error, "cannot build the webhook HTTP client; on_deploy webhooks are off");
@@ -181,7 +189,7 @@ async fn deliver_all(
         let sends = delivery
             .targets
             .iter()
-            .map(|target| deliver(&client, &assets_root, &timer, &delivery.outcome, target));
+            .map(|target| deliver(&client, &sealed, &timer, &delivery.outcome, target));
         futures_util::future::join_all(sends).await;
     }
 }
@@ -189,12 +197,16 @@ async fn deliver_all(
 /// Sends one target, retrying; failures are logged and dropped.
 async fn deliver(
     client: &reqwest::Client,
-    assets_root: &Path,
+    sealed: &Sealed,
     timer: &Timer,
     outcome: &Outcome,
     target: &WebhookTarget,
 ) {
-    let body = match body(assets_root, outcome, target) {
+    if let Err(refusal) = sealed.outbound.check(&target.url) {
+        tracing::error!(key = %outcome.key, %refusal, "on_deploy webhook refused: nothing sent");
+        return;
+    }
+    let body = match body(sealed, outcome, target) {
         Ok(body) => body,
         Err(problem) => {
             tracing::warn!(key = %outcome.key, url = %target.url, %problem, "webhook template unusable; sending the default payload");
@@ -227,6 +239,10 @@ async fn deliver(
                 tracing::warn!(key = %outcome.key, url = %target.url, status = response.status().as_u16(), attempt = attempt + 1, "on_deploy webhook refused")
             }
             Err(error) => {
+                if let Some(refusal) = Outbound::refusal(&error) {
+                    tracing::error!(key = %outcome.key, %refusal, "on_deploy webhook refused: nothing sent");
+                    return;
+                }
                 tracing::warn!(key = %outcome.key, url = %target.url, %error, attempt = attempt + 1, "on_deploy webhook failed")
             }
         }
@@ -243,19 +259,68 @@ async fn deliver(
 
 /// The body of one target: its `body` object, its `file` template (an asset), or voodu's
 /// default payload; `{{token}}`s filled in.
-fn body(assets_root: &Path, outcome: &Outcome, target: &WebhookTarget) -> Result<String, String> {
+fn body(sealed: &Sealed, outcome: &Outcome, target: &WebhookTarget) -> Result<String, String> {
     if let Some(template) = &target.body {
         return Ok(outcome.fill(template).to_string());
     }
     if !target.file.is_empty() {
-        let path = resolve_asset_refs(&target.file, assets_root);
-        let text =
-            std::fs::read_to_string(&path).map_err(|error| format!("reading {path}: {error}"))?;
-        let template: Value =
-            serde_json::from_str(&text).map_err(|error| format!("{path} is not JSON: {error}"))?;
+        let path = template_path(sealed, &outcome.key, &target.file)?;
+        let shown = path.display();
+        let bytes = read_bounded(&path).map_err(|error| format!("reading {shown}: {error}"))?;
+        let template: Value = serde_json::from_slice(&bytes)
+            .map_err(|error| format!("{shown} is not JSON: {error}"))?;
         return Ok(outcome.fill(&template).to_string());
     }
     Ok(outcome.payload())
+}
+
+/// The largest `file` template read.
+const MAX_TEMPLATE_BYTES: u64 = 1024 * 1024;
+
+/// The asset file `file` names for a resource `key`: exactly one `${asset.<scope>.<name>.<key>}`
+/// or `${asset.<name>.<key>}` in voodu's grammar, of a scope `key`'s source owns.
+fn template_path(sealed: &Sealed, key: &ResourceKey, file: &str) -> Result<PathBuf, String> {
+    let inner = file
+        .strip_prefix("${asset.")
+        .and_then(|rest| rest.strip_suffix('}'))
+        .filter(|inner| !inner.contains(['{', '}']))
+        .ok_or_else(|| format!("file {file:?} is not one asset reference"))?;
+    let segments: Vec<&str> = inner.split('.').collect();
+    if !segments.iter().all(|segment| is_ref_segment(segment)) {
+        return Err(format!("file {file:?} is not one asset reference"));
+    }
+    let (scope, name, asset_key) = match segments.as_slice() {
+        [scope, name, asset_key] => (*scope, *name, *asset_key),
+        [name, asset_key] => ("", *name, *asset_key),
+        _ => return Err(format!("file {file:?} is not one asset reference")),
+    };
+    if !sealed.ownership.same_owner(scope, &key.scope) {
+        return Err(crate::model::scopes::foreign(
+            &format!("asset {file}"),
+            sealed.ownership.owner_of(&key.scope).unwrap_or_default(),
+            sealed.ownership.owner_of(scope),
+        ));
+    }
+    Ok(asset_dir(&sealed.assets_root, scope, name).join(asset_key))
+}
+
+/// Reads at most `MAX_TEMPLATE_BYTES` of `path`, a regular file that is not a link.
+fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let metadata = std::fs::symlink_metadata(path)?;
+    if !metadata.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_TEMPLATE_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_TEMPLATE_BYTES {
+        return Err(std::io::Error::other(format!(
+            "larger than {MAX_TEMPLATE_BYTES} bytes"
+        )));
+    }
+    Ok(bytes)
 }
 
 #[cfg(test)]
@@ -318,10 +383,48 @@ mod tests {
             file: "${asset.prod.hooks.pd}".into(),
             ..WebhookTarget::default()
         };
+        let sealed = Sealed {
+            outbound: Outbound::default(),
+            assets_root: dir.path().to_owned(),
+            ownership: std::sync::Arc::new(Ownership::single()),
+        };
         assert_eq!(
-            body(dir.path(), &outcome(false), &target)?,
+            body(&sealed, &outcome(false), &target)?,
             r#"{"summary":"api failed: boom"}"#
         );
+        Ok(())
+    }
+
+    #[test]
+    fn a_file_template_is_one_reference_of_the_resources_own_source() -> Result<(), String> {
+        use crate::model::scopes::ScopePattern;
+        let ownership = Ownership::new(vec![
+            ("shop".to_owned(), vec![ScopePattern::parse("shop")?]),
+            ("blog".to_owned(), vec![ScopePattern::parse("blog")?]),
+        ])?;
+        let sealed = Sealed {
+            outbound: Outbound::default(),
+            assets_root: PathBuf::from("/data/assets"),
+            ownership: std::sync::Arc::new(ownership),
+        };
+        let blog = ResourceKey::new(Kind::Deployment, "blog", "web");
+        assert_eq!(
+            template_path(&sealed, &blog, "${asset.blog.hooks.pd}")?,
+            PathBuf::from("/data/assets/blog/hooks/pd")
+        );
+        for refused in [
+            "${asset.shop.cfg.json}",
+            "${asset.a.b./etc/shadow}",
+            "${asset.blog.hooks.pd}x",
+            "/etc/shadow",
+            "${asset.blog.hooks.pd}${asset.blog.hooks.pd}",
+            "${asset.blog.hooks.../../x}",
+        ] {
+            assert!(
+                template_path(&sealed, &blog, refused).is_err(),
+                "{refused} accepted"
+            );
+        }
         Ok(())
     }
 }

@@ -684,16 +684,24 @@ fn publish<'a, R: Runtime>(
     })
 }
 
-/// The replica's address for `http_get` and `tcp_socket` (its IP on the shared network, else
-/// on its first network; loopback in host networking), and how long its current life has
+/// The replica's address for `http_get` and `tcp_socket` (its IP on its source's network,
+/// else on the shared one, else on its first network; loopback in host networking), and how long its current life has
 /// lasted (zero when the engine does not say).
 async fn observe<R: Runtime>(ctx: &Ctx<R>, container: &Container) -> (String, Duration) {
     // Boxed, as `probe_once`: the engine call's state is on the heap only while it runs.
     match Box::pin(ctx.runtime.inspect(&container.id)).await {
         Ok(inspection) => {
+            // Its source's network first (where the ingress proxy reaches it), then the
+            // shared one (a replica made before sources had their own networks).
+            let own = ctx.options.ownership.network_of(
+                container
+                    .label(crate::runtime::labels::SCOPE)
+                    .unwrap_or_default(),
+            );
             let address = inspection
                 .ip_addresses
-                .get(DEFAULT_NETWORK)
+                .get(&own)
+                .or_else(|| inspection.ip_addresses.get(DEFAULT_NETWORK))
                 .or_else(|| inspection.ip_addresses.values().next())
                 .cloned()
                 .unwrap_or_else(|| "127.0.0.1".to_owned());

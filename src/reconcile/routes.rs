@@ -6,7 +6,11 @@
 //! - pure: no IO, no clock; the same inputs give the same table and byte-identical JSON, so
 //!   the router decides whether to push by comparing configs;
 //! - ingresses are taken in key order, and the first one by key keeps a host + path that a
-//!   later one also declares (the manifest stage warns about the later one);
+//!   later one also declares (the manifest stage warns about the later one); hosts are
+//!   compared as the proxy compares them, in lower case;
+//! - sealed (`Sealing`, several sources): an ingress is routed only when its source holds
+//!   its host (the store's claims; every path under a host is its holder's), and the
+//!   proxy-wide on-demand TLS `ask` comes only from the source owning the unscoped `""`;
 //! - only replicas whose readiness row says ready, with an address, are upstreams; a route
 //!   whose deployment has none answers 503 with a short reason instead of disappearing, so a
 //!   request never falls through to another route;
@@ -19,8 +23,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
-use crate::manifest::spec::{DeploymentSpec, IngressSpec, container_port};
+use crate::manifest::spec::{
+    Claim, ClaimKind, DeploymentSpec, IngressSpec, container_port, normalize_host,
+};
 use crate::model::ResourceKey;
+use crate::model::scopes::Ownership;
 
 /// Where Caddy's admin API listens inside its container (published on loopback only).
 pub(crate) const ADMIN_PORT: u16 = 2019;
@@ -147,9 +154,49 @@ pub(crate) fn ingress_url(ingress: &IngressSpec) -> String {
 
 /// Resolves every ingress against its deployment (same scope, `service` or the ingress's
 /// name) in `backends`, keyed by the deployment's key.
+/// Which source may route which host: the ownership of scopes and the store's host claims
+/// (host → the source holding it).
+pub(crate) struct Sealing<'a> {
+    pub(crate) ownership: &'a Ownership,
+    pub(crate) hosts: &'a BTreeMap<String, String>,
+}
+
+impl Sealing<'_> {
+    /// Why the ingress `key` may not serve `host`, or `None` when it may.
+    fn refusal(&self, key: &ResourceKey, host: &str) -> Option<String> {
+        let source = self.ownership.owner_of(&key.scope)?;
+        let wanted = Claim {
+            what: ClaimKind::Host,
+            value: normalize_host(host),
+        };
+        let (held, holder) = self.hosts.iter().find(|(held, _)| {
+            wanted.collides(&Claim {
+                what: ClaimKind::Host,
+                value: (*held).clone(),
+            })
+        })?;
+        (holder != source).then(|| {
+            format!(
+                "{}; not routed",
+                crate::model::scopes::foreign(
+                    &format!("ingress host {held}"),
+                    source,
+                    Some(holder.as_str())
+                )
+            )
+        })
+    }
+
+    /// Whether ingress `key` may set proxy-wide settings (the TLS `ask`).
+    fn proxy_wide(&self, key: &ResourceKey) -> bool {
+        self.ownership.same_owner(&key.scope, "")
+    }
+}
+
 pub(crate) fn route_table(
     ingresses: &[(ResourceKey, IngressSpec)],
     backends: &BTreeMap<ResourceKey, Backend<'_>>,
+    sealing: Option<&Sealing<'_>>,
 ) -> RouteTable {
     let mut sorted: Vec<&(ResourceKey, IngressSpec)> = ingresses.iter().collect();
     sorted.sort_by(|a, b| a.0.cmp(&b.0));
@@ -157,6 +204,7 @@ pub(crate) fn route_table(
     let mut owners: BTreeMap<String, ResourceKey> = BTreeMap::new();
     let mut table = RouteTable::default();
     for (key, ingress) in sorted {
+        let refused = sealing.and_then(|sealing| sealing.refusal(key, &ingress.host));
         let service = ingress.effective_service(&key.name).to_owned();
         let deployment_key =
             ResourceKey::new(crate::model::Kind::Deployment, key.scope.clone(), &service);
@@ -164,7 +212,9 @@ pub(crate) fn route_table(
         let deployment = backend.map(|backend| backend.spec);
         let port = ingress_port(ingress, deployment);
         let mut warnings = Vec::new();
-        let paths: Vec<(Option<String>, bool)> = if ingress.locations.is_empty() {
+        let paths: Vec<(Option<String>, bool)> = if refused.is_some() {
+            Vec::new()
+        } else if ingress.locations.is_empty() {
             vec![(None, false)]
         } else {
             ingress
@@ -175,7 +225,11 @@ pub(crate) fn route_table(
         };
         let mut routes = Vec::with_capacity(paths.len());
         for (path, strip) in paths {
-            let route = format!("{}{}", ingress.host, path.as_deref().unwrap_or("/"));
+            let route = format!(
+                "{}{}",
+                normalize_host(&ingress.host),
+                path.as_deref().unwrap_or("/")
+            );
             let shadowed_by = match owners.get(&route) {
                 Some(owner) if owner != key => Some(owner.clone()),
                 // The same ingress declaring a path twice: the first location serves it.
@@ -214,7 +268,7 @@ pub(crate) fn route_table(
         let tls = ingress
             .tls
             .as_ref()
-            .filter(|tls| tls.enabled)
+            .filter(|tls| tls.enabled && refused.is_none())
             .map(|tls| TlsMode {
                 provider: if tls.provider.is_empty() {
                     "letsencrypt".to_owned()
@@ -225,7 +279,18 @@ pub(crate) fn route_table(
                 on_demand: tls.on_demand,
                 ask: tls.ask.clone(),
             });
+        warnings.extend(refused);
+        let proxy_wide = sealing.is_none_or(|sealing| sealing.proxy_wide(key));
         if let Some(tls) = &tls
+            && tls.on_demand
+            && !tls.ask.is_empty()
+            && !proxy_wide
+        {
+            warnings.push(format!(
+                "tls.ask {:?} is not used: the proxy-wide on-demand ask endpoint comes only from the source owning the unscoped resources (\"\")",
+                tls.ask
+            ));
+        } else if let Some(tls) = &tls
             && tls.on_demand
             && !tls.ask.is_empty()
         {
@@ -565,7 +630,7 @@ mod tests {
                 )
             })
             .collect();
-        route_table(ingresses, &backends)
+        route_table(ingresses, &backends, None)
     }
 
     fn check(table: &RouteTable, expected: Expect) {

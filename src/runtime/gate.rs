@@ -11,6 +11,13 @@
 //! asset references, a stored spec of an older agent, a macro), a request that violates the
 //! policy never reaches the engine. A refusal is `Error::Refused`, permanent.
 //!
+//! With several sources (`--sources`), the gate also seals them from each other on the same
+//! final values (`model::scopes`): a container may bind only asset files of its own source's
+//! scopes (after `..` and symlinks), mount only named volumes its source holds (the store's
+//! claims; a volume the agent makes carries its scope in `voodu.scope`, one made before is
+//! mounted only where it was adopted), only claims (`voodu-<scope>-…`) of its own scopes, and
+//! join only its own source's network.
+//!
 //! Invariant: the agent only ever drives a `Sealed` runtime (`agent::run_until` wraps the one
 //! it is given; the `Informer` over it passes every request on), so no handler can reach the
 //! engine around it.
@@ -27,18 +34,120 @@ use super::{
 };
 use crate::model::Policy;
 use crate::model::policy::{OwnedPaths, bind_source_text, normalize_path, resolve_on_host};
+use crate::model::scopes::{Ownership, Seal, VolumeLedger, foreign};
+
+/// What names the agent's statefulset claims start with (`voodu-<scope>-<name>-<claim>-<n>`).
+const CLAIM_PREFIX: &str = "voodu-";
 
 /// The policy and the agent's own paths, judging requests.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Gate {
     policy: Policy,
     owned: OwnedPaths,
+    /// Which source owns which scope; the single source by default.
+    ownership: Arc<Ownership>,
+    /// Who holds each named volume (the store), once it is open.
+    ledger: Arc<std::sync::OnceLock<Arc<dyn VolumeLedger>>>,
+}
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gate")
+            .field("policy", &self.policy)
+            .field("owned", &self.owned)
+            .field("ownership", &self.ownership)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Gate {
     /// A gate for `policy`; `owned` are the host paths the agent itself mounts.
     pub fn new(policy: Policy, owned: OwnedPaths) -> Gate {
-        Gate { policy, owned }
+        Gate {
+            policy,
+            owned,
+            ownership: Arc::new(Ownership::single()),
+            ledger: Arc::default(),
+        }
+    }
+
+    /// The same gate sealing the sources of `ownership` from each other.
+    pub fn sealing(mut self, ownership: Arc<Ownership>) -> Gate {
+        self.ownership = ownership;
+        self
+    }
+
+    /// The seal of the source owning the scope `spec` is labelled with; `None` for a
+    /// container of no scope (the agent's own ingress proxy). A scope no source owns gets a
+    /// seal that owns nothing.
+    fn seal_of(&self, spec: &ContainerSpec) -> Option<Seal> {
+        let scope = spec.labels.get(labels::SCOPE)?;
+        let source = self.ownership.owner_of(scope).unwrap_or("\u{0}none");
+        Some(Seal::new(source, Arc::clone(&self.ownership)))
+    }
+
+    /// What `seal`'s container may not point at among `spec`'s binds and networks, with bind
+    /// sources resolved by `resolve` (see the module docs; named volumes are judged where
+    /// they are made, `Sealed::own_volumes`).
+    fn sealed_refusals(
+        &self,
+        seal: &Seal,
+        spec: &ContainerSpec,
+        resolve: &dyn Fn(&str) -> std::result::Result<String, String>,
+    ) -> Vec<String> {
+        let mut refusals = Vec::new();
+        for bind in &spec.binds {
+            let source = bind_source_text(bind);
+            match normalize_path(source) {
+                Some(folded) => {
+                    let resolved = resolve(&folded).unwrap_or(folded);
+                    refusals.extend(seal.bind_refusal(&resolved, &self.owned));
+                }
+                None => {
+                    if let Some(rest) = source.strip_prefix(CLAIM_PREFIX) {
+                        let owner = self.ownership.owner_of_derived(rest);
+                        if owner != Some(seal.source.as_str()) {
+                            refusals.push(foreign(
+                                &format!("volume {source} (a statefulset's claim)"),
+                                &seal.source,
+                                owner,
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        let own = self.own_network(seal);
+        for network in &spec.networks {
+            if let Some(owner) = self.ownership.network_owner(network)
+                && owner != seal.source
+            {
+                refusals.push(foreign(
+                    &format!("network {network}"),
+                    &seal.source,
+                    Some(owner),
+                ));
+            } else if network == crate::model::policy::DEFAULT_NETWORK && own != *network {
+                refusals.push(format!(
+                    "network {network} is shared by the sources that opted in; source `{}` has its own, {own}",
+                    seal.source
+                ));
+            }
+        }
+        refusals
+    }
+
+    /// The network of `seal`'s source.
+    fn own_network(&self, seal: &Seal) -> String {
+        match self
+            .ownership
+            .networks()
+            .into_iter()
+            .find(|network| self.ownership.network_owner(network) == Some(seal.source.as_str()))
+        {
+            Some(network) => network,
+            None => crate::model::policy::DEFAULT_NETWORK.to_owned(),
+        }
     }
 
     /// Every refusal of creating `spec`, with bind sources resolved by `resolve` (the host's
@@ -62,8 +171,18 @@ impl Gate {
             );
         }
         refusals.extend(self.policy.network_mode_refusal(&spec.network_mode));
+        let seal = self.seal_of(spec);
         for network in &spec.networks {
-            refusals.extend(self.network_refusal(network, overlay));
+            // A source's own network is the agent's, as `voodu0` is.
+            let own = seal.as_ref().is_some_and(|seal| {
+                self.ownership.network_owner(network) == Some(seal.source.as_str())
+            });
+            if !own {
+                refusals.extend(self.network_refusal(network, overlay));
+            }
+        }
+        if let Some(seal) = &seal {
+            refusals.extend(self.sealed_refusals(seal, spec, resolve));
         }
         refusals.extend(
             spec.cap_add
@@ -80,6 +199,11 @@ impl Gate {
         } else {
             network
         };
+        if self.ownership.network_owner(base).is_some() {
+            // The sources' own networks are the agent's to make; who joins one is judged by
+            // `sealed_refusals`.
+            return None;
+        }
         self.policy.network_refusal(base)
     }
 
@@ -101,6 +225,86 @@ impl<R: Runtime> Sealed<R> {
             inner,
             gate: Arc::new(gate),
         }
+    }
+
+    /// From now on, named volumes are judged by who holds them in `ledger` (the store).
+    pub fn set_ledger(&self, ledger: Arc<dyn VolumeLedger>) {
+        // Set once, when the store opens; a second call keeps the first.
+        let _ = self.gate.ledger.set(ledger);
+    }
+
+    /// Makes the named volumes `spec` mounts, labelled with its scope, and refuses what its
+    /// source does not hold: a volume another source declared (the store's claims), one
+    /// labelled with another source's scope, and one the agent did not make that no source
+    /// adopted (unless the host adopts it, or one source owns every scope).
+    async fn own_volumes(&self, spec: &ContainerSpec) -> Result<()> {
+        let Some(seal) = self.gate.seal_of(spec) else {
+            return Ok(());
+        };
+        let Some(ledger) = self.gate.ledger.get().cloned() else {
+            return Ok(());
+        };
+        for bind in &spec.binds {
+            let name = bind_source_text(bind);
+            if name.is_empty() || name.starts_with('/') || name.starts_with(CLAIM_PREFIX) {
+                continue;
+            }
+            let lookup = name.to_owned();
+            let ledger = Arc::clone(&ledger);
+            let holder = tokio::task::spawn_blocking(move || ledger.holder(&lookup))
+                .await
+                .map_err(|error| Error::Unavailable {
+                    message: format!("the volume check did not finish: {error}"),
+                })?
+                .map_err(|message| Error::Unavailable { message })?;
+            let adopted = match &holder {
+                Some((source, adopted)) if *source == seal.source => *adopted,
+                Some((source, _)) => {
+                    return refuse(vec![foreign(
+                        &format!("volume {name}"),
+                        &seal.source,
+                        Some(source),
+                    )]);
+                }
+                None => {
+                    return refuse(vec![format!(
+                        "volume {name} is declared by no resource of source `{}`: the agent mounts only named volumes a resource of the container's source declares",
+                        seal.source
+                    )]);
+                }
+            };
+            let scope = spec.labels.get(labels::SCOPE).cloned().unwrap_or_default();
+            let mut volume_labels: BTreeMap<String, String> = spec
+                .labels
+                .iter()
+                .filter(|(key, _)| [labels::CREATED_BY, labels::AGENT].contains(&key.as_str()))
+                .map(|(key, value)| (key.clone(), value.clone()))
+                .collect();
+            volume_labels.insert(labels::SCOPE.to_owned(), scope.clone());
+            let volume = self.inner.ensure_volume(name, &volume_labels).await?;
+            let made_by_agent = volume.labels.get(labels::CREATED_BY).map(String::as_str)
+                == Some(labels::CREATED_BY_VALUE);
+            match volume.labels.get(labels::SCOPE) {
+                Some(owner_scope) if made_by_agent => {
+                    if !self.gate.ownership.same_owner(owner_scope, &scope) {
+                        return refuse(vec![foreign(
+                            &format!("volume {name} (labelled voodu.scope={owner_scope})"),
+                            &seal.source,
+                            self.gate.ownership.owner_of(owner_scope),
+                        )]);
+                    }
+                }
+                _ if adopted || self.gate.ownership.is_single() => {}
+                _ => refuse(
+                    self.gate
+                        .policy
+                        .foreign_volume_refusal(name)
+                        .into_iter()
+                        .collect(),
+                )?,
+            }
+        }
+        Ok(())
     }
 
     async fn judge(&self, spec: &ContainerSpec, overlay: bool) -> Result<()> {
@@ -136,6 +340,7 @@ impl<R: Runtime> Runtime for Sealed<R> {
 
     async fn create(&self, spec: &ContainerSpec) -> Result<String> {
         self.judge(spec, false).await?;
+        self.own_volumes(spec).await?;
         self.inner.create(spec).await
     }
 
@@ -152,6 +357,7 @@ impl<R: Runtime> Runtime for Sealed<R> {
     }
 
     async fn ensure_network(&self, name: &str) -> Result<()> {
+        // A source's own network passes: who joins it is judged at each create.
         refuse(self.gate.network_refusal(name, false).into_iter().collect())?;
         self.inner.ensure_network(name).await
     }
@@ -176,6 +382,21 @@ impl<R: Runtime> Runtime for Sealed<R> {
         let volume = self.inner.ensure_volume(name, labels).await?;
         let ours = volume.labels.get(labels::CREATED_BY).map(String::as_str)
             == Some(labels::CREATED_BY_VALUE);
+        // A claim labelled with a scope of another source than the one asking is not this
+        // scope's, whatever its name says.
+        if ours
+            && let (Some(asking), Some(labelled)) =
+                (labels.get(labels::SCOPE), volume.labels.get(labels::SCOPE))
+            && !self.gate.ownership.same_owner(asking, labelled)
+        {
+            return Err(Error::Refused {
+                message: foreign(
+                    &format!("volume {name} (labelled voodu.scope={labelled})"),
+                    self.gate.ownership.owner_of(asking).unwrap_or_default(),
+                    self.gate.ownership.owner_of(labelled),
+                ),
+            });
+        }
         if !ours {
             refuse(
                 self.gate

@@ -125,6 +125,13 @@ impl Store {
                     current.insert(key_from_row(&kind, scope, name)?, (spec, generation));
                 }
             }
+            // What another source holds is refused here, in the applying transaction, so two
+            // sources applying at once cannot both take it (sync checks first, for its place).
+            let taken = super::claims::conflicts(&tx, &self.source, manifest)?;
+            if !taken.is_empty() {
+                return Err(Error::Claimed(taken));
+            }
+            super::claims::record(&tx, &self.source, manifest)?;
             let pins = releases::git_specs_of_pins(&tx)?;
             let mut summary = ApplySummary::default();
             let now = now_unix();

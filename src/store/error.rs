@@ -54,6 +54,9 @@ pub enum Error {
         key: crate::model::ResourceKey,
         message: String,
     },
+    /// A commit claims what another source holds (`store/claims.rs`): rejected whole.
+    #[error("{} claim(s) held by another source", .0.len())]
+    Claimed(Vec<super::ClaimConflict>),
     #[error("{key} is not pinned: nothing to unpin")]
     NotPinned { key: crate::model::ResourceKey },
     #[error("no trigger holds a commit {sha:?} ({held}); see `voodu-agent status`")]

@@ -17,6 +17,7 @@
 //! `Mutex` that is never held across an `.await`.
 
 mod activity;
+mod claims;
 mod commits;
 mod desired;
 mod detail;
@@ -39,6 +40,7 @@ pub use activity::{
     Activity, ActivityOutcome, MAX_ROWS as MAX_ACTIVITY_ROWS, Origin,
     RETENTION_SECS as ACTIVITY_RETENTION_SECS, Who,
 };
+pub use claims::{ClaimConflict, ClaimHolder};
 pub use commits::{ApplySummary, CommitContext, CommitRecord, CommitSummary};
 pub(crate) use desired::key_from_row;
 pub(crate) use desired::{Desired, DesiredSummary, Op};

@@ -350,4 +350,18 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     );
     "#,
     // ---- end of issue 27 ----
+    // 15: what one source holds on the host alone, first come (issue 47): ingress hosts,
+    // published host ports, named volumes (`store/claims.rs`).
+    r#"
+    CREATE TABLE claims (
+        what     TEXT NOT NULL,
+        value    TEXT NOT NULL,
+        source   TEXT NOT NULL,
+        key      TEXT NOT NULL,
+        since    INTEGER NOT NULL,
+        adopted  INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (what, value)
+    );
+    CREATE INDEX claims_by_source ON claims (source);
+    "#,
 ];

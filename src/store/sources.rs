@@ -114,7 +114,9 @@ impl Store {
     pub(crate) fn adopt_source_history(&self, from: &str, to: &str) -> Result<()> {
         self.with(|connection| {
             let tx = connection.transaction()?;
-            for table in ["commits", "desired", "triggers", "blobs", "activity"] {
+            for table in [
+                "commits", "desired", "triggers", "blobs", "activity", "claims",
+            ] {
                 tx.execute(
                     &format!("UPDATE {table} SET source = ?2 WHERE source = ?1"),
                     params![from, to],

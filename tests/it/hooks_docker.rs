@@ -23,7 +23,16 @@ use crate::support::{TestResult, test_image, wait_until};
 const LIMIT: Duration = Duration::from_secs(90);
 
 /// Ready after 1s running; a stuck rollout fails after 20s.
-const FLAGS: &[&str] = &["--ready-settle", "1s", "--rollout-deadline", "20s"];
+/// The receiver is on loopback: `on_deploy` reaches it only where the host allows it, as
+/// `url()` (issue 47).
+const FLAGS: &[&str] = &[
+    "--ready-settle",
+    "1s",
+    "--rollout-deadline",
+    "20s",
+    "--allow-url-host",
+    "127.0.0.1",
+];
 
 /// `web` with two replicas, version `v`, init containers `first` and `second` (the second
 /// running `second_init`), release hooks and `on_deploy` targets on `capture`.

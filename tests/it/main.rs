@@ -39,6 +39,7 @@ mod reconcile;
 mod refusal_docker;
 mod registry_docker;
 mod runs;
+mod seal_docker;
 mod service;
 mod signed;
 mod slow_clients;

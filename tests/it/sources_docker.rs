@@ -22,22 +22,22 @@ use crate::support::{DockerGuard, TempRepo, TestResult, test_image, unique, wait
 const LIMIT: Duration = Duration::from_secs(90);
 
 /// The agent child process; killed and reaped on drop.
-struct Agent(Child);
+pub(crate) struct Agent(Child);
 
 impl Agent {
-    fn start(data_dir: &Path, log: &Path, source_args: &[&str]) -> TestResult<Agent> {
+    pub(crate) fn start(data_dir: &Path, log: &Path, source_args: &[&str]) -> TestResult<Agent> {
+        let mut args = source_args.to_vec();
+        args.push("--no-ingress");
+        Agent::start_with(data_dir, log, &args)
+    }
+
+    /// The agent with `args` (its sources, and anything else) beside the scenario's own.
+    pub(crate) fn start_with(data_dir: &Path, log: &Path, args: &[&str]) -> TestResult<Agent> {
         let stderr = File::options().create(true).append(true).open(log)?;
         let child = Command::new(AGENT)
-            .args(source_args)
+            .args(args)
             // No local ref watch: each sync of the scenario is one the test asks for.
-            .args([
-                "--interval",
-                "1h",
-                "--no-watch",
-                "--listen",
-                "127.0.0.1:0",
-                "--no-ingress",
-            ])
+            .args(["--interval", "1h", "--no-watch", "--listen", "127.0.0.1:0"])
             .arg("--data-dir")
             .arg(data_dir)
             .env("RUST_LOG", "info")
@@ -50,7 +50,7 @@ impl Agent {
     }
 
     /// SIGTERM, then waits for it to exit.
-    fn stop(mut self) -> TestResult {
+    pub(crate) fn stop(mut self) -> TestResult {
         Command::new("kill")
             .args(["-TERM", &self.0.id().to_string()])
             .status()?;
@@ -67,7 +67,7 @@ impl Drop for Agent {
 }
 
 /// Prints the agent log when the test fails (an error or a failed assertion).
-struct LogOnFailure<'a>(&'a Path, bool);
+pub(crate) struct LogOnFailure<'a>(pub(crate) &'a Path, pub(crate) bool);
 
 impl Drop for LogOnFailure<'_> {
     fn drop(&mut self) {
@@ -87,7 +87,7 @@ fn web(scope: &str, v: &str) -> String {
     )
 }
 
-fn status(data_dir: &Path) -> TestResult<Value> {
+pub(crate) fn status(data_dir: &Path) -> TestResult<Value> {
     let output = Command::new(AGENT)
         .args(["status", "--json", "--data-dir"])
         .arg(data_dir)
@@ -98,7 +98,7 @@ fn status(data_dir: &Path) -> TestResult<Value> {
     Ok(serde_json::from_slice(&output.stdout)?)
 }
 
-fn source<'a>(status: &'a Value, name: &str) -> &'a Value {
+pub(crate) fn source<'a>(status: &'a Value, name: &str) -> &'a Value {
     status["sources"]
         .as_array()
         .and_then(|sources| sources.iter().find(|source| source["name"] == name))
@@ -106,7 +106,7 @@ fn source<'a>(status: &'a Value, name: &str) -> &'a Value {
 }
 
 /// The running containers of `scope` as (id, env V), sorted.
-fn containers(scope: &str) -> TestResult<Vec<(String, String)>> {
+pub(crate) fn containers(scope: &str) -> TestResult<Vec<(String, String)>> {
     let output = Command::new("docker")
         .args(["ps", "-q", "--no-trunc", "--filter"])
         .arg(format!("label=voodu.scope={scope}"))
@@ -144,14 +144,14 @@ fn runs(scope: &str, v: &str) -> TestResult<String> {
 
 /// Waits until source `name` recorded `sha` as its last applied (or, `rejected`, its last
 /// rejected) commit.
-fn recorded(data_dir: &Path, name: &str, field: &str, sha: &str) -> TestResult<Value> {
+pub(crate) fn recorded(data_dir: &Path, name: &str, field: &str, sha: &str) -> TestResult<Value> {
     wait_until(LIMIT, &format!("{name} {field} {sha}"), || {
         let status = status(data_dir).ok()?;
         (source(&status, name)[field]["sha"] == sha).then_some(status)
     })
 }
 
-fn post_hook(
+pub(crate) fn post_hook(
     address: &str,
     path: &str,
     headers: &[(&str, String)],
@@ -190,7 +190,7 @@ fn post_hook(
     Ok((code, serde_json::from_str(json)?))
 }
 
-fn http_address(data_dir: &Path) -> TestResult<String> {
+pub(crate) fn http_address(data_dir: &Path) -> TestResult<String> {
     wait_until(LIMIT, "the agent's HTTP address", || {
         let store = voodu_agent::store::Store::open_read_only(&data_dir.join("state.db")).ok()?;
         store.meta(voodu_agent::agent::META_HTTP_ADDR).ok()?

@@ -16,7 +16,6 @@ use hcl::edit::structure::{Body, Structure};
 use super::reader::{Cx, Reader, describe, labels, to_map, to_string};
 use super::sources::Read;
 use super::values::{self, IMAGE_FORM};
-use crate::manifest::Mode;
 use crate::manifest::interpolate::{Reference, is_ref_segment};
 use crate::manifest::spec::bounds::{
     MAX_CPUS, MAX_FETCH_TIMEOUT, MAX_HISTORY, MAX_IMAGE_SCAN_INTERVAL, MAX_LOG_FILES, MAX_LOG_SIZE,
@@ -32,6 +31,7 @@ use crate::manifest::spec::{
     RegistrySpec, ReleaseHooks, Resources, SealedEnv, StatefulsetSpec, TcpSocket, Tls, VolumeClaim,
     WebhookTarget, normalize_port, sha256_hex,
 };
+use crate::manifest::{Diagnostic, Mode};
 use crate::model::{DockerOptions, parse_go_duration};
 
 /// The §2.0 container fields every container kind shares.
@@ -1662,6 +1662,19 @@ fn check_probe_port(cx: &mut Cx<'_>, span: Option<Range<usize>>, field: &str, po
     }
 }
 
+/// Whether `file` is, whole, the literal of the one asset reference `recorded` while it was read.
+fn is_one_asset_reference(file: &str, recorded: &[(Reference, Diagnostic)]) -> bool {
+    match recorded {
+        [(Reference::Asset { scope, name, key }, _)] => {
+            file == format!(
+                "${{asset.{}}}",
+                Reference::asset_ref(scope.as_deref(), name, key)
+            )
+        }
+        _ => false,
+    }
+}
+
 /// The repeatable webhook target blocks `name` of an `on_deploy` / `on_probe` block.
 fn targets(cx: &mut Cx<'_>, r: &mut Reader<'_>, name: &'static str) -> Vec<WebhookTarget> {
     let blocks = r.blocks(name);
@@ -1695,9 +1708,13 @@ fn targets(cx: &mut Cx<'_>, r: &mut Reader<'_>, name: &'static str) -> Vec<Webho
                 format!("{slot}.body must be an object like {{ text = \"…\" }}"),
             );
         }
+        let before = cx.reference_count();
         let file = t.string(cx, "file").unwrap_or_default();
-        if !file.is_empty() && !file.contains("${asset.") {
-            cx.error(t.span_of("file"), format!("{slot}.file must be an asset reference (${{asset.<scope>.<name>.<key>}}), got {file:?}"));
+        if !file.is_empty() && !is_one_asset_reference(&file, cx.references_since(before)) {
+            // voodu takes any text containing `${asset.` and resolves it at delivery; the
+            // agent takes exactly one reference it recorded (never the escaped `$${…}`, which
+            // is literal text, nor a path around one), so the file read is an asset file.
+            cx.error(t.span_of("file"), format!("{slot}.file must be exactly one asset reference (${{asset.<scope>.<name>.<key>}} or ${{asset.<name>.<key>}}), got {file:?}; an escaped `$${{…}}` is literal text, not a reference"));
         }
         if body.is_some() && !file.is_empty() {
             cx.error(

@@ -357,6 +357,7 @@ fn decode_block(cx: &mut Cx<'_>, block: &Block, out: &mut Vec<Decoded>) {
 /// `init "name".docker_options` of its init blocks.
 fn policy_locations(cx: &Cx<'_>, body: &Body) -> BTreeMap<String, Diagnostic> {
     const FIELDS: &[&str] = &[
+        "env_from",
         "volumes",
         "network",
         "networks",
@@ -371,6 +372,14 @@ fn policy_locations(cx: &Cx<'_>, body: &Body) -> BTreeMap<String, Diagnostic> {
                 locations.insert(
                     attribute.key.as_str().to_owned(),
                     cx.location(attribute.span()),
+                );
+            }
+            Structure::Block(block)
+                if matches!(block.ident.as_str(), "tls" | "on_deploy" | "on_probe") =>
+            {
+                locations.insert(
+                    block.ident.as_str().to_owned(),
+                    cx.location(block.ident.span()),
                 );
             }
             Structure::Block(block) if block.ident.as_str() == "init" => {

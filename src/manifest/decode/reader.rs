@@ -92,6 +92,16 @@ impl<'a> Cx<'a> {
         std::mem::take(&mut self.references)
     }
 
+    /// The references recorded since the last `take_references`, newest last.
+    pub(crate) fn references_since(&self, count: usize) -> &[(Reference, Diagnostic)] {
+        self.references.get(count..).unwrap_or_default()
+    }
+
+    /// How many references are recorded since the last `take_references`.
+    pub(crate) fn reference_count(&self) -> usize {
+        self.references.len()
+    }
+
     /// Records a reference made outside a `${…}` (e.g. `depends_on.assets`).
     pub(crate) fn record_reference(&mut self, reference: Reference, span: Option<Range<usize>>) {
         let location = self.location(span);

@@ -225,6 +225,52 @@ impl Spec {
         }
     }
 
+    /// What this spec takes on the host that only one source may hold (`--sources`): its
+    /// ingress host (lower case, without a trailing dot: every path under it comes with it),
+    /// the host ports it publishes (`tcp/8080`: one per protocol and port, whatever the
+    /// address), and the named volumes it mounts (a statefulset's claims are named after its
+    /// scope, so they are the scope's already). Pure; the store records them first come.
+    pub fn claims(&self) -> Vec<Claim> {
+        let mut claims = Vec::new();
+        if let Spec::Ingress(ingress) = self {
+            claims.push(Claim {
+                what: ClaimKind::Host,
+                value: normalize_host(&ingress.host),
+            });
+        }
+        let ports = match self {
+            Spec::Deployment(spec) => spec.normalized_ports(),
+            Spec::Statefulset(spec) => spec.normalized_ports(),
+            _ => Vec::new(),
+        };
+        for mapping in ports
+            .iter()
+            .filter_map(|port| crate::model::parse_ports(port))
+            .flatten()
+        {
+            if let Some(host_port) = mapping.host_port {
+                claims.push(Claim {
+                    what: ClaimKind::Port,
+                    value: format!("{}/{host_port}", mapping.protocol),
+                });
+            }
+        }
+        if let Some(container) = self.container() {
+            for volume in &container.volumes {
+                let source = crate::model::policy::bind_source_text(volume);
+                if !source.is_empty() && !source.starts_with('/') && !source.contains("${") {
+                    claims.push(Claim {
+                        what: ClaimKind::Volume,
+                        value: source.to_owned(),
+                    });
+                }
+            }
+        }
+        claims.sort();
+        claims.dedup();
+        claims
+    }
+
     /// The container fields of container kinds.
     pub fn container(&self) -> Option<&Container> {
         match self {
@@ -259,6 +305,87 @@ impl Spec {
             Spec::Asset(_) | Spec::Ingress(_) | Spec::Registry(_) => None,
         }
     }
+}
+
+/// What one source holds on the host alone (`Spec::claims`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Claim {
+    pub what: ClaimKind,
+    pub value: String,
+}
+
+/// The kinds of claims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ClaimKind {
+    /// An ingress host, with every path under it.
+    Host,
+    /// A published host port, `proto/port`.
+    Port,
+    /// A named volume.
+    Volume,
+}
+
+impl ClaimKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClaimKind::Host => "host",
+            ClaimKind::Port => "port",
+            ClaimKind::Volume => "volume",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<ClaimKind> {
+        match text {
+            "host" => Some(ClaimKind::Host),
+            "port" => Some(ClaimKind::Port),
+            "volume" => Some(ClaimKind::Volume),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Claim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.what {
+            ClaimKind::Host => write!(f, "ingress host {}", self.value),
+            ClaimKind::Port => {
+                let (protocol, port) = self.value.split_once('/').unwrap_or(("tcp", &self.value));
+                write!(f, "host port {port}/{protocol}")
+            }
+            ClaimKind::Volume => write!(f, "volume {}", self.value),
+        }
+    }
+}
+
+impl Claim {
+    /// Whether `self` and `other` cannot be held by two sources: the same value, or for hosts
+    /// a wildcard (`*.example.com`) that covers the other host.
+    pub fn collides(&self, other: &Claim) -> bool {
+        if self.what != other.what {
+            return false;
+        }
+        if self.value == other.value {
+            return true;
+        }
+        self.what == ClaimKind::Host
+            && (wildcard_covers(&self.value, &other.value)
+                || wildcard_covers(&other.value, &self.value))
+    }
+}
+
+/// Whether the host pattern `wildcard` (`*.example.com`) matches `host` (one label in place of
+/// the `*`, as Caddy matches it).
+fn wildcard_covers(wildcard: &str, host: &str) -> bool {
+    let Some(suffix) = wildcard.strip_prefix('*') else {
+        return false;
+    };
+    host.strip_suffix(suffix)
+        .is_some_and(|label| !label.is_empty() && !label.contains('.'))
+}
+
+/// A host as the proxy compares it: lower case, without a trailing dot.
+pub fn normalize_host(host: &str) -> String {
+    host.trim().trim_end_matches('.').to_ascii_lowercase()
 }
 
 #[cfg(test)]

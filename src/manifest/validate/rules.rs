@@ -113,7 +113,7 @@ pub(super) fn winner(key: &ResourceKey, decls: &[&Decoded], notes: &mut Vec<Note
 /// win), each at the field that asks for more than the policy allows.
 pub(super) fn refusals(policy: &Policy, item: &Decoded, notes: &mut Vec<Note>) {
     notes.extend(
-        policy::check(policy, &item.resource, &item.locations)
+        policy::check(policy, &item.resource, &item.locations, &item.references)
             .into_iter()
             .map(|diagnostic| error(Stage::Policy, diagnostic)),
     );
@@ -124,13 +124,15 @@ pub(super) fn routes(item: &Decoded) -> Vec<String> {
     let Spec::Ingress(ingress) = &item.resource.spec else {
         return Vec::new();
     };
+    // Hosts as the proxy compares them.
+    let host = super::super::spec::normalize_host(&ingress.host);
     if ingress.locations.is_empty() {
-        return vec![format!("{}/", ingress.host)];
+        return vec![format!("{host}/")];
     }
     ingress
         .locations
         .iter()
-        .map(|location| format!("{}{}", ingress.host, location.path))
+        .map(|location| format!("{host}{}", location.path))
         .collect()
 }
 

@@ -40,6 +40,23 @@ impl EnvSource {
     ) -> Result<EnvSource> {
         let scope = key.scope.clone();
         let names = bucket_names(key, container);
+        // A bucket of a scope another source owns is never read for this one (the manifest
+        // stage refuses such an `env_from` at its place; this holds for any stored spec).
+        let ownership = &ctx.options.ownership;
+        if let Some((bucket_scope, bucket)) = names
+            .iter()
+            .find(|(bucket_scope, _)| !ownership.same_owner(bucket_scope, &scope))
+        {
+            return Err(Error::Permanent {
+                key: key.clone(),
+                reason: FailureReason::Spec,
+                message: crate::model::scopes::foreign(
+                    &format!("config bucket {bucket_scope}/{bucket}"),
+                    ownership.owner_of(&scope).unwrap_or_default(),
+                    ownership.owner_of(bucket_scope),
+                ),
+            });
+        }
         let sealed_digests: Vec<String> = container
             .env_sealed
             .iter()
@@ -169,7 +186,7 @@ pub(crate) async fn ready_to_create<R: Runtime>(
     container: &Container,
     images: &[String],
 ) -> Result<()> {
-    for network in container.effective_networks() {
+    for network in networks_of(ctx, key, container) {
         ctx.runtime
             .ensure_network(&network)
             .await
@@ -201,6 +218,27 @@ pub(crate) fn images_of(
     images
 }
 
+/// The networks `container` of `key` joins: its own, with `voodu0` standing for its source's
+/// network (`Ownership::network_of`: `voodu0` itself unless its source has its own).
+pub(crate) fn networks_of<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    container: &Container,
+) -> Vec<String> {
+    let own = ctx.options.ownership.network_of(&key.scope);
+    container
+        .effective_networks()
+        .into_iter()
+        .map(|network| {
+            if network == crate::model::policy::DEFAULT_NETWORK {
+                own.clone()
+            } else {
+                network
+            }
+        })
+        .collect()
+}
+
 /// Builds a create request, turning a spec that cannot become a container into a permanent
 /// error for the resource.
 pub(crate) fn build_spec<R: Runtime>(
@@ -210,7 +248,7 @@ pub(crate) fn build_spec<R: Runtime>(
     container: &Container,
     launch: &Launch,
 ) -> Result<ContainerSpec> {
-    build(
+    let mut spec = build(
         key,
         &ctx.agent_id,
         &ctx.assets_root,
@@ -223,7 +261,11 @@ pub(crate) fn build_spec<R: Runtime>(
         key: key.clone(),
         reason: FailureReason::Spec,
         message,
-    })
+    })?;
+    if !spec.networks.is_empty() {
+        spec.networks = networks_of(ctx, key, container);
+    }
+    Ok(spec)
 }
 
 /// Creates a container: the one path every container of a resource takes (first deploy,

@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::{IngressOptions, PassError, ProxyInfo, ROLE, Served, container_name};
-use crate::manifest::spec::{DEFAULT_NETWORK, sha256_hex};
+use crate::manifest::spec::sha256_hex;
 use crate::reconcile::Ctx;
 use crate::reconcile::routes::{self, ADMIN_PORT, HTTP_PORT, HTTPS_PORT, RouteTable, caddy_config};
 use crate::reconcile::timer::{Timer, What};
@@ -43,6 +43,7 @@ pub(crate) fn proxy_spec(
     options: &IngressOptions,
     agent_id: &str,
     owner: Option<(u32, u32)>,
+    networks: Vec<String>,
 ) -> ContainerSpec {
     let publish = |address: &SocketAddr, container_port: u16| PortMapping {
         host_ip: address.ip().to_string(),
@@ -85,7 +86,8 @@ pub(crate) fn proxy_spec(
             format!("{}:/config", options.state_dir.join("config").display()),
         ],
         restart: "unless-stopped".to_owned(),
-        networks: vec![DEFAULT_NETWORK.to_owned()],
+        // `voodu0` first, then every source's own network: the proxy reaches every replica.
+        networks,
         ..ContainerSpec::default()
     };
     if let Some((uid, gid)) = owner.filter(|(uid, _)| *uid != 0) {
@@ -262,7 +264,12 @@ impl ContainerProxy {
                 .await
                 .map_err(|error| PassError::Admin(format!("state dir task: {error}")))??
         };
-        let spec = proxy_spec(&self.options, &ctx.agent_id, Some(owner));
+        let spec = proxy_spec(
+            &self.options,
+            &ctx.agent_id,
+            Some(owner),
+            ctx.options.ownership.networks(),
+        );
         let existing = runtime
             .list(&[(labels::AGENT, ctx.agent_id.as_str()), (labels::ROLE, ROLE)])
             .await
@@ -313,10 +320,12 @@ impl ContainerProxy {
                 .await
                 .map_err(|error| PassError::Admin(format!("state dir task: {error}")))??;
         }
-        runtime
-            .ensure_network(DEFAULT_NETWORK)
-            .await
-            .map_err(runtime_error)?;
+        for network in &spec.networks {
+            runtime
+                .ensure_network(network)
+                .await
+                .map_err(runtime_error)?;
+        }
         let present = runtime
             .image_present(&spec.image)
             .await
@@ -455,13 +464,19 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
+    use crate::manifest::spec::DEFAULT_NETWORK;
 
     #[test]
     fn the_proxy_spec_publishes_http_https_and_a_loopback_admin_port() {
         let mut options = IngressOptions::new(PathBuf::from("/var/lib/voodu/ingress"));
         options.image = "voodu-caddy:latest".to_owned();
         options.http = "127.0.0.1:0".parse().expect("address");
-        let spec = proxy_spec(&options, "a1b2", Some((1000, 1000)));
+        let spec = proxy_spec(
+            &options,
+            "a1b2",
+            Some((1000, 1000)),
+            vec![DEFAULT_NETWORK.to_owned()],
+        );
         assert_eq!(spec.name, "voodu-caddy-a1b2");
         let ports: Vec<String> = spec
             .ports
@@ -504,7 +519,12 @@ mod tests {
         assert_eq!(spec.options.user.as_deref(), Some("1000:1000"));
         assert_eq!(spec.networks, ["voodu0"]);
         // Root runs Caddy as root; the digest tells the two apart, and any option change.
-        let as_root = proxy_spec(&options, "a1b2", Some((0, 0)));
+        let as_root = proxy_spec(
+            &options,
+            "a1b2",
+            Some((0, 0)),
+            vec![DEFAULT_NETWORK.to_owned()],
+        );
         assert_eq!(as_root.options.user, None);
         assert_ne!(
             as_root.labels.get(labels::MANIFEST_HASH),
@@ -513,12 +533,25 @@ mod tests {
         let mut moved = options.clone();
         moved.https = "0.0.0.0:8443".parse().expect("address");
         assert_ne!(
-            proxy_spec(&moved, "a1b2", Some((1000, 1000)))
-                .labels
-                .get(labels::MANIFEST_HASH),
+            proxy_spec(
+                &moved,
+                "a1b2",
+                Some((1000, 1000)),
+                vec![DEFAULT_NETWORK.to_owned()]
+            )
+            .labels
+            .get(labels::MANIFEST_HASH),
             spec.labels.get(labels::MANIFEST_HASH)
         );
-        assert_eq!(proxy_spec(&options, "a1b2", Some((1000, 1000))), spec);
+        assert_eq!(
+            proxy_spec(
+                &options,
+                "a1b2",
+                Some((1000, 1000)),
+                vec![DEFAULT_NETWORK.to_owned()]
+            ),
+            spec
+        );
     }
 
     #[test]

@@ -134,8 +134,14 @@ pub(crate) fn fingerprint(view: &IngressView) -> u64 {
 /// ingress handler both use it).
 pub(crate) async fn current_table<R: Runtime>(ctx: &Ctx<R>) -> Result<RouteTable> {
     let swarm = ctx.options.engine == Engine::Swarm;
+    let ownership = ctx.options.ownership.clone();
     blocking(&ctx.store, move |store| {
         let desired = store.desired_all()?;
+        let hosts = store
+            .claims(crate::manifest::spec::ClaimKind::Host)?
+            .into_iter()
+            .map(|(host, holder)| (host, holder.source))
+            .collect();
         let mut ingresses: Vec<(ResourceKey, IngressSpec)> = Vec::new();
         let mut deployments: BTreeMap<ResourceKey, &DeploymentSpec> = BTreeMap::new();
         for resource in &desired {
@@ -186,7 +192,11 @@ pub(crate) async fn current_table<R: Runtime>(ctx: &Ctx<R>) -> Result<RouteTable
             };
             backends.insert(target, backend);
         }
-        Ok(routes::route_table(&ingresses, &backends))
+        let sealing = routes::Sealing {
+            ownership: &ownership,
+            hosts: &hosts,
+        };
+        Ok(routes::route_table(&ingresses, &backends, Some(&sealing)))
     })
     .await
 }
