@@ -679,10 +679,13 @@ mod tests {
         let (url, requests) = receiver();
         let url_file = dir.path().join("url");
         std::fs::write(&url_file, format!("{url}/hook"))?;
-        let config = NotifyConfig::parse(&format!(
-            "notify \"ops\" {{\n  type = \"generic\"\n  url_file = \"{}\"\n}}\n",
-            url_file.display()
-        ))?;
+        let config = NotifyConfig::parse(
+            "notify.hcl",
+            &format!(
+                "notify \"ops\" {{\n  type = \"generic\"\n  url_file = \"{}\"\n}}\n",
+                url_file.display()
+            ),
+        )?;
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(run(store.clone(), config, 0, shutdown.clone()));
         for _ in 0..100 {
@@ -740,10 +743,13 @@ mod tests {
         let token = dir.path().join("token");
         std::fs::write(&token, "t0ken\n")?;
         let config = |source: &str| {
-            NotifyConfig::parse(&format!(
-                "commit_status \"origin\" {{\n  provider = \"github\"\n  api_url = \"https://git.example\"\n  repository = \"acme/shop\"\n  token_file = \"{}\"\n  {source}\n}}\n",
-                token.display()
-            ))
+            NotifyConfig::parse(
+                "notify.hcl",
+                &format!(
+                    "commit_status \"origin\" {{\n  provider = \"github\"\n  api_url = \"https://git.example\"\n  repository = \"acme/shop\"\n  token_file = \"{}\"\n  {source}\n}}\n",
+                    token.display()
+                ),
+            )
         };
         for (source, wanted) in [
             (r#"source = "shop""#, vec![shop.clone()]),
@@ -773,10 +779,13 @@ mod tests {
         let (url, bodies) = receiver();
         let url_file = dir.path().join("url");
         std::fs::write(&url_file, format!("{url}/storm"))?;
-        let mut config = NotifyConfig::parse(&format!(
-            "notify \"ops\" {{\n  type = \"generic\"\n  url_file = \"{}\"\n  interval = \"1s\"\n}}\n",
-            url_file.display()
-        ))?;
+        let mut config = NotifyConfig::parse(
+            "notify.hcl",
+            &format!(
+                "notify \"ops\" {{\n  type = \"generic\"\n  url_file = \"{}\"\n  interval = \"1s\"\n}}\n",
+                url_file.display()
+            ),
+        )?;
         assert_eq!(config.sinks[0].interval, Duration::from_secs(1));
         let interval = Duration::from_millis(250);
         config.sinks[0].interval = interval;

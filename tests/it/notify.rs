@@ -62,8 +62,10 @@ async fn sinks_hear_of_deploys_and_rejections_and_a_receiver_that_was_down_gets_
     let hmac = file("hmac", "hmac-key\n")?;
     let slack_url = file("slack-url", &slack.url("/services/T0/B0/s3cret"))?;
     let token = file("gh-token", "ghp_s3cret\n")?;
-    let config = NotifyConfig::parse(&format!(
-        r#"
+    let config = NotifyConfig::parse(
+        "notify.hcl",
+        &format!(
+            r#"
         dashboard_url = "https://deploy.example.com"
         notify "ci" {{
           type = "generic"
@@ -85,8 +87,9 @@ async fn sinks_hear_of_deploys_and_rejections_and_a_receiver_that_was_down_gets_
           interval = "1s"
         }}
         "#,
-        api = github.url("/api/v3"),
-    ))?;
+            api = github.url("/api/v3"),
+        ),
+    )?;
     let repo = TempRepo::new()?;
     repo.write("web.hcl", &web("1"))?;
     let good = repo.commit("web")?;
