@@ -14,9 +14,13 @@
 //!   and counted; a failed send is retried on a back-off up to [`MAX_BACKOFF`]; one request
 //!   is bounded by [`REQUEST_TIMEOUT`];
 //! - secrets (a chat webhook's URL, a token, an HMAC key) are read from their files for each
-//!   send and never logged or recorded: an error is recorded without its URL.
+//!   send and never logged or recorded: a failed send keeps its status code and its cause
+//!   (the client's whole chain of causes, or the start of the receiver's answer), with the
+//!   URL and every other secret of the request cut out of it in one place (`send`, through
+//!   `redact`), whatever the receiver echoed.
 
 pub mod config;
+mod redact;
 pub(crate) mod sinks;
 
 use std::collections::HashMap;
@@ -487,7 +491,11 @@ fn read_secret(what: &'static str, path: &std::path::Path) -> Result<String, Err
     Ok(text.to_owned())
 }
 
+/// Sends `request`; the one place every sink's request goes through, so the one place its
+/// error is made: the status code or the client's causes, and the start of the receiver's
+/// answer, each cleaned of the request's secrets (`redact`).
 async fn send(client: &reqwest::Client, request: Request) -> Result<(), Error> {
+    let redactor = redact::Redactor::new(&request);
     let mut builder = client.post(&request.url);
     for (name, value) in &request.headers {
         builder = builder.header(*name, value);
@@ -496,12 +504,10 @@ async fn send(client: &reqwest::Client, request: Request) -> Result<(), Error> {
         reqwest::header::USER_AGENT,
         concat!("voodu-agent/", env!("CARGO_PKG_VERSION")),
     );
-    let response = builder
-        .body(request.body)
-        .send()
-        .await
-        // The URL may be the secret (a chat webhook): never in the error.
-        .map_err(|error| Error::Request(error.without_url().to_string()))?;
+    let response =
+        builder.body(request.body).send().await.map_err(|error| {
+            Error::Request(redactor.clean(&error.without_url().to_string(), false))
+        })?;
     let status = response.status();
     if status.is_success() {
         return Ok(());
@@ -509,14 +515,28 @@ async fn send(client: &reqwest::Client, request: Request) -> Result<(), Error> {
     // The start of the answer says why; a receiver that sends more is not read further.
     let mut response = response;
     let mut body = Vec::new();
-    while body.len() < ERROR_BODY_BYTES {
+    let mut whole = false;
+    while body.len() <= ERROR_BODY_BYTES {
         match response.chunk().await {
             Ok(Some(chunk)) => body.extend_from_slice(&chunk),
-            _ => break,
+            Ok(None) => {
+                whole = true;
+                break;
+            }
+            Err(_) => break,
         }
     }
+    let cut = !whole || body.len() > ERROR_BODY_BYTES;
     body.truncate(ERROR_BODY_BYTES);
-    let body = String::from_utf8_lossy(&body);
+    if cut {
+        // A character cut by the read is dropped, so the end is text a secret can be matched in.
+        if let Err(error) = std::str::from_utf8(&body) {
+            if error.error_len().is_none() {
+                body.truncate(error.valid_up_to());
+            }
+        }
+    }
+    let body = redactor.clean(&String::from_utf8_lossy(&body), cut);
     Err(Error::Refused {
         status: status.as_u16(),
         body: crate::model::text::escape(body.chars().take(200).collect::<String>().trim())
@@ -577,6 +597,105 @@ mod tests {
             }
         });
         (format!("http://{address}"), requests)
+    }
+
+    /// A loopback receiver answering every request `404` with a page that echoes the whole
+    /// request head back (Express's `Cannot POST /path`, and then some).
+    fn echoing_receiver() -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        let address = listener.local_addr().expect("bound");
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let mut reader = std::io::BufReader::new(&stream);
+                let mut head = Vec::new();
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                    head.push(line.trim_end().to_owned());
+                    line.clear();
+                }
+                let target = head
+                    .first()
+                    .and_then(|line| line.split(' ').nth(1))
+                    .unwrap_or_default()
+                    .to_owned();
+                let page = format!(
+                    "<!DOCTYPE html>\n<pre>Cannot POST {target}</pre>\n{}",
+                    head.join("\n")
+                );
+                let _ = (&stream).write_all(
+                    format!(
+                        "HTTP/1.1 404 Not Found\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+                        page.len()
+                    )
+                    .as_bytes(),
+                );
+            }
+        });
+        format!("http://{address}")
+    }
+
+    /// Issue 47: a receiver whose error page echoes the request (the path of a chat
+    /// webhook's URL is its secret) leaves no secret in the error, which keeps the status
+    /// code and what the page says.
+    #[tokio::test]
+    async fn a_receiver_echoing_the_request_puts_no_secret_in_the_error()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let base = echoing_receiver();
+        let dir = tempfile::tempdir()?;
+        let url_file = dir.path().join("url");
+        std::fs::write(
+            &url_file,
+            format!("{base}/hooks/p4th-s3cret?token=qu3ry-s3cret\n"),
+        )?;
+        let key_file = dir.path().join("key");
+        std::fs::write(&key_file, "hm4c-s3cret\n")?;
+        let token_file = dir.path().join("token");
+        std::fs::write(&token_file, "t0ken-s3cret\n")?;
+        let config = NotifyConfig::parse(
+            "notify.hcl",
+            &format!(
+                "notify \"ci\" {{\n  type = \"generic\"\n  url_file = \"{}\"\n  secret_file = \"{}\"\n}}\n",
+                url_file.display(),
+                key_file.display()
+            ),
+        )?;
+        let event = Event {
+            id: 1,
+            at: now_unix(),
+            event: "commit.applied".into(),
+            scope: String::new(),
+            resource: String::new(),
+            commit: String::new(),
+            message: "applied".into(),
+            data: serde_json::Value::Null,
+        };
+        let client = client()?;
+        let requests = [
+            message_request(&config, &config.sinks[0], std::slice::from_ref(&event))?,
+            sinks::commit_status(
+                config::Provider::Gitlab,
+                &format!("{base}/api/v4"),
+                "acme/deploy",
+                "t0ken-s3cret",
+                "0123456789abcdef0123456789abcdef01234567",
+                State::Pending,
+                "applied",
+                "voodu-agent",
+                None,
+            ),
+        ];
+        for request in requests {
+            let error = send(&client, request)
+                .await
+                .expect_err("the receiver answers 404")
+                .to_string();
+            assert!(
+                error.starts_with("answered 404: <!DOCTYPE html>") && error.contains("Cannot POST"),
+                "{error}"
+            );
+            assert!(!error.contains("s3cret"), "a secret in: {error}");
+        }
+        Ok(())
     }
 
     /// Each git host's status request, sent through the real client to a local receiver:
