@@ -40,8 +40,8 @@ pub const BURST: u32 = 3;
 pub const EXPIRY: Duration = Duration::from_secs(24 * 3600);
 /// The longest pause between attempts at a failing sink.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
-/// One request's bound.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// One request's bound (`notify test --timeout` sets its own).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most events read (and sent together) at once.
 const BATCH: usize = 200;
 /// Most bytes of a refusal's body read (its start is recorded as the sink's error).
@@ -58,7 +58,8 @@ pub enum Error {
         path: String,
         message: String,
     },
-    #[error("request failed: {0}")]
+    /// The request got no answer: the client's causes (`cannot connect: …`).
+    #[error("{0}")]
     Request(String),
     #[error("answered {status}: {body}")]
     Refused { status: u16, body: String },
@@ -71,7 +72,7 @@ pub enum Error {
 /// this run, not of the history before it was configured.
 pub async fn run(store: Arc<Store>, config: NotifyConfig, start: i64, shutdown: CancellationToken) {
     let config = Arc::new(config);
-    let client = match client() {
+    let client = match client(REQUEST_TIMEOUT) {
         Ok(client) => client,
         Err(error) => {
             tracing::error!(%error, "cannot build the notification HTTP client; notifications are off");
@@ -95,8 +96,13 @@ pub async fn run(store: Arc<Store>, config: NotifyConfig, start: i64, shutdown: 
     futures_util::future::join_all(tasks).await;
 }
 
-/// Sends one `notify.test` event to sink `name` now, outside the outbox (`notify test`).
-pub async fn send_test(config: &NotifyConfig, name: &str) -> Result<String, String> {
+/// Sends one `notify.test` event to sink `name` now, outside the outbox (`notify test`),
+/// giving the request `timeout`.
+pub async fn send_test(
+    config: &NotifyConfig,
+    name: &str,
+    timeout: Duration,
+) -> Result<String, String> {
     let sink = config.sink(name).ok_or_else(|| {
         let names: Vec<&str> = config.sinks.iter().map(|sink| sink.name.as_str()).collect();
         format!(
@@ -104,7 +110,7 @@ pub async fn send_test(config: &NotifyConfig, name: &str) -> Result<String, Stri
             names.join(", ")
         )
     })?;
-    let client = client()?;
+    let client = client(timeout)?;
     let event = Event {
         id: 0,
         at: now_unix(),
@@ -130,10 +136,10 @@ pub async fn send_test(config: &NotifyConfig, name: &str) -> Result<String, Stri
         .map_err(|error| format!("{name}: {error}"))
 }
 
-fn client() -> Result<reqwest::Client, String> {
+fn client(timeout: Duration) -> Result<reqwest::Client, String> {
     reqwest::Client::builder()
         .tls_backend_preconfigured(crate::model::tls::client_config()?)
-        .timeout(REQUEST_TIMEOUT)
+        .timeout(timeout)
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|error| error.to_string())
@@ -504,10 +510,11 @@ async fn send(client: &reqwest::Client, request: Request) -> Result<(), Error> {
         reqwest::header::USER_AGENT,
         concat!("voodu-agent/", env!("CARGO_PKG_VERSION")),
     );
-    let response =
-        builder.body(request.body).send().await.map_err(|error| {
-            Error::Request(redactor.clean(&error.without_url().to_string(), false))
-        })?;
+    let response = builder
+        .body(request.body)
+        .send()
+        .await
+        .map_err(|error| Error::Request(redactor.clean(&causes(&error), false)))?;
     let status = response.status();
     if status.is_success() {
         return Ok(());
@@ -542,6 +549,29 @@ async fn send(client: &reqwest::Client, request: Request) -> Result<(), Error> {
         body: crate::model::text::escape(body.chars().take(200).collect::<String>().trim())
             .into_owned(),
     })
+}
+
+/// What a client error says, cause by cause (`connection refused`, `operation timed out`, a
+/// TLS refusal), without its URL: reqwest's own text is only `error sending request`.
+fn causes(error: &reqwest::Error) -> String {
+    let mut text = if error.is_timeout() {
+        "no answer in time".to_owned()
+    } else if error.is_connect() {
+        "cannot connect".to_owned()
+    } else {
+        "request failed".to_owned()
+    };
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        // hyper's wrappers repeat what they wrap; once is enough.
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 async fn blocking<T: Send + 'static>(
@@ -669,7 +699,7 @@ mod tests {
             message: "applied".into(),
             data: serde_json::Value::Null,
         };
-        let client = client()?;
+        let client = client(REQUEST_TIMEOUT)?;
         let requests = [
             message_request(&config, &config.sinks[0], std::slice::from_ref(&event))?,
             sinks::commit_status(
@@ -704,7 +734,7 @@ mod tests {
     async fn commit_statuses_reach_each_provider_as_documented()
     -> Result<(), Box<dyn std::error::Error>> {
         let (base, requests) = receiver();
-        let client = client()?;
+        let client = client(REQUEST_TIMEOUT)?;
         let sha = "0123456789abcdef0123456789abcdef01234567";
         let cases = [
             (

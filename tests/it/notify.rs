@@ -1,7 +1,7 @@
 //! Notifications (`--notify`), on the fake runtime with local receivers: what each sink is
 //! sent for a commit that deploys, a commit that is rejected and a rollout, that a receiver
 //! that was down gets what it missed (the outbox), that a receiver echoing its secret path
-//! leaves it nowhere, and `notify test`.
+//! leaves it nowhere, and `notify test` (what it says when a request fails).
 
 use std::io::Write as _;
 use std::time::Duration;
@@ -470,4 +470,55 @@ async fn a_receiver_echoing_its_secret_path_leaves_it_out_of_the_store_and_statu
         );
     }
     agent.stop().await
+}
+
+/// Issue 47: `notify test` says why a request failed, cause by cause (it said only "error
+/// sending request"): a port nothing listens on is refused; a receiver that takes the
+/// connection and never answers has timed out, after `--timeout`.
+#[tokio::test]
+async fn notify_test_says_why_a_request_failed() -> TestResult {
+    // Bound, then let go: nothing listens there.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let hanging = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let silent = hanging.local_addr()?;
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in hanging.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let dir = tempfile::tempdir()?;
+    let bin = env!("CARGO_BIN_EXE_voodu-agent");
+    for (address, cause) in [(closed, "Connection refused"), (silent, "timed out")] {
+        let url = dir.path().join("url");
+        std::fs::write(&url, format!("http://{address}/topic"))?;
+        let file = dir.path().join("notify.hcl");
+        std::fs::write(
+            &file,
+            format!(
+                "notify \"phone\" {{\n  type = \"ntfy\"\n  url_file = \"{}\"\n}}\n",
+                url.display()
+            ),
+        )?;
+        let file = file.display().to_string();
+        let output = tokio::process::Command::new(bin)
+            .args([
+                "notify",
+                "test",
+                "phone",
+                "--notify",
+                &file,
+                "--timeout",
+                "1s",
+            ])
+            .output()
+            .await?;
+        assert_eq!(output.status.code(), Some(1), "{output:?}");
+        let stderr = String::from_utf8(output.stderr)?;
+        assert!(
+            stderr.starts_with("voodu-agent: phone: ") && stderr.contains(cause),
+            "{address}: {stderr}"
+        );
+    }
+    Ok(())
 }
