@@ -6,7 +6,8 @@
 //!
 //! Invariants: the task waits only in the one timer (`What::Image`); a registry's Retry-After
 //! (a 429 or 503) is honoured by the schedule (stored as the scan's `not_before`); a scan's
-//! failure keeps the last good tags; a bump is handed over once per chosen tag (a failed or
+//! failure keeps the last good tags; a listing cut by a bound says so beside the scan
+//! (`note`); a bump is handed over once per chosen tag (a failed or
 //! conflicting commit is tried again after the repository's next scan, never forced).
 
 use std::collections::BTreeMap;
@@ -130,10 +131,11 @@ async fn pass<R: Runtime>(
         let repository_owned = repository.clone();
         let at = crate::store::now_unix();
         match &outcome {
-            Ok(tags) => {
+            Ok(listing) => {
                 tracing::debug!(
                     repository,
-                    n_tags = tags.len(),
+                    n_tags = listing.tags.len(),
+                    note = listing.note,
                     "scanned an image repository"
                 );
             }
@@ -142,7 +144,12 @@ async fn pass<R: Runtime>(
             }
         }
         blocking(&ctx.store, move |store| match outcome {
-            Ok(tags) => store.record_image_scan(&repository_owned, Ok(&tags), 0, at),
+            Ok(listing) => store.record_image_scan(
+                &repository_owned,
+                Ok((&listing.tags, &listing.note)),
+                0,
+                at,
+            ),
             Err((error, wait)) => {
                 store.record_image_scan(&repository_owned, Err(&error), at.saturating_add(wait), at)
             }

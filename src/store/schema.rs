@@ -350,4 +350,11 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     );
     "#,
     // ---- end of issue 27 ----
+    // ---- issue 47 ----
+    // 15: what of a scan's listing was left out (the registry listed more tags or pages than
+    // a scan considers), shown beside the scan: the tags of a scan are no longer silently
+    // the first 20,000.
+    r#"
+    ALTER TABLE image_scans ADD COLUMN note TEXT NOT NULL DEFAULT '';
+    "#,
 ];
