@@ -535,13 +535,12 @@ async fn send(client: &reqwest::Client, request: Request) -> Result<(), Error> {
     }
     let cut = !whole || body.len() > ERROR_BODY_BYTES;
     body.truncate(ERROR_BODY_BYTES);
-    if cut {
-        // A character cut by the read is dropped, so the end is text a secret can be matched in.
-        if let Err(error) = std::str::from_utf8(&body) {
-            if error.error_len().is_none() {
-                body.truncate(error.valid_up_to());
-            }
-        }
+    // A character cut by the read is dropped, so the end is text a secret can be matched in.
+    if let Err(error) = std::str::from_utf8(&body)
+        && cut
+        && error.error_len().is_none()
+    {
+        body.truncate(error.valid_up_to());
     }
     let body = redactor.clean(&String::from_utf8_lossy(&body), cut);
     Err(Error::Refused {
