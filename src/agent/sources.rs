@@ -135,7 +135,18 @@ pub fn parse(
                 .collect(),
         );
         if let Err(message) = ownership {
-            let at = sources.last().and_then(|(_, at)| at.clone());
+            // The `scopes` of the first source overlapping one declared before it.
+            let at = (1..sources.len())
+                .find(|&end| {
+                    Ownership::new(
+                        sources[..=end]
+                            .iter()
+                            .map(|(source, _)| (source.name.clone(), source.scopes.clone()))
+                            .collect(),
+                    )
+                    .is_err()
+                })
+                .and_then(|end| sources[end].1.clone());
             cx.error(at, message);
         }
     }
@@ -180,7 +191,10 @@ fn read_body(
     body: &Body,
     default_interval: Duration,
 ) -> Vec<(SourceConfig, Option<std::ops::Range<usize>>)> {
+    // Each source with where its `scopes` are.
     let mut sources: Vec<(SourceConfig, Option<std::ops::Range<usize>>)> = Vec::new();
+    // The block past the last one a file may hold.
+    let mut too_many = None;
     for attribute in body.attributes() {
         cx.error(
             attribute.span(),
@@ -238,7 +252,15 @@ fn read_body(
             continue;
         }
         if let Some(source) = read_source(cx, &name, &block.body, at.clone(), default_interval) {
-            sources.push((source, at));
+            if sources.len() == MAX_SOURCES {
+                too_many = too_many.or(at.clone());
+            }
+            let scopes = block
+                .body
+                .attributes()
+                .find(|attribute| attribute.key.as_str() == "scopes")
+                .and_then(|attribute| attribute.value.span());
+            sources.push((source, scopes));
         }
     }
     if sources.is_empty() && cx.problems.is_empty() {
@@ -250,7 +272,7 @@ fn read_body(
     }
     if sources.len() > MAX_SOURCES {
         cx.error(
-            None,
+            too_many,
             format!("{} sources; at most {MAX_SOURCES}", sources.len()),
         );
     }
@@ -413,7 +435,17 @@ fn read_source(
         max_file_bytes: 0,
     };
     if let Err(error) = options.check() {
-        cx.error(at.clone(), format!("source {name:?}: {error}"));
+        // The attribute the check refused.
+        let key = match &error {
+            crate::git::Error::TokenOverHttp { .. } => "token_file",
+            crate::git::Error::CaFile { .. } => "ca_file",
+            crate::git::Error::SshKeyFile { .. } => "ssh_key_file",
+            _ => "url",
+        };
+        let span = get(key)
+            .and_then(|attribute| attribute.value.span())
+            .or_else(|| at.clone());
+        cx.error(span, format!("source {name:?}: {error}"));
     }
     let secret = secret_file.and_then(|path| match WebhookSecret::from_file(&path) {
         Ok(secret) => Some(secret),
@@ -428,8 +460,10 @@ fn read_source(
     let trust = match verify.as_deref() {
         None => {
             if ssh_signers.is_some() || pgp_keys.is_some() {
+                let keys = get("trusted_ssh_signers").or_else(|| get("trusted_pgp_keys"));
                 cx.error(
-                    at.clone(),
+                    keys.and_then(|attribute| attribute.key.span())
+                        .or_else(|| at.clone()),
                     format!("source {name:?}: trusted keys without `verify_commits = \"tip\"` or \"all\" have no effect"),
                 );
             }
@@ -602,11 +636,23 @@ source "shop" {
             ),
             (
                 "source \"a\" {\n  url = \"/r\"\n  scopes = [\"shop-*\"]\n}\nsource \"b\" {\n  url = \"/s\"\n  scopes = [\"shop-web\"]\n}\n",
-                "sources \"a\" and \"b\" may both deploy scope shop-* / shop-web",
+                "sources.hcl:7:12: sources \"a\" and \"b\" may both deploy scope shop-* / shop-web",
             ),
             (
                 "source \"a\" {\n  url = \"http://h/r\"\n  scopes = [\"a\"]\n  token_file = \"/t\"\n}\n",
-                "sources.hcl:1:1: source \"a\":",
+                "sources.hcl:4:16: source \"a\": a token would go to http://h/r in clear text",
+            ),
+            (
+                "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\"]\n  ca_file = \"/nonexistent/ca.pem\"\n}\n",
+                "sources.hcl:4:13: source \"a\": --git-ca-file /nonexistent/ca.pem:",
+            ),
+            (
+                "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\"]\n  ssh_key_file = \"/nonexistent/key\"\n}\n",
+                "sources.hcl:4:18: source \"a\": ssh key file /nonexistent/key:",
+            ),
+            (
+                "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\"]\n  trusted_pgp_keys = \"/k.asc\"\n}\n",
+                "sources.hcl:4:3: source \"a\": trusted keys without `verify_commits",
             ),
             (
                 "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\"]\n  verify_commits = \"tip\"\n}\n",
@@ -616,6 +662,19 @@ source "shop" {
             ("", "sources.hcl:1:1: no source"),
             ("source \"a\" {\n  url = \n}\n", "sources.hcl:2:"),
         ];
+        // One source past the most a file may hold: the block that is one too many.
+        let many: String = (0..=MAX_SOURCES)
+            .map(|n| format!("source \"s{n}\" {{\n  url = \"/r\"\n  scopes = [\"s{n}\"]\n}}\n"))
+            .collect();
+        let at = MAX_SOURCES * 4 + 1;
+        let got = problems(&many);
+        assert!(
+            got.starts_with(&format!(
+                "sources.hcl:{at}:1: {} sources; at most",
+                MAX_SOURCES + 1
+            )),
+            "{got}"
+        );
         for (text, expected) in cases {
             let got = problems(text);
             assert!(

@@ -16,8 +16,9 @@
 //! request, names inside the resolver, on every address they resolve to; no redirect is
 //! followed); every request has a deadline (`REQUEST_TIMEOUT`, body included), a whole scan
 //! another (`SCAN_DEADLINE`), and every body a size cap (`MAX_BODY`); pages and tags are
-//! bounded (`MAX_PAGES`, `MAX_TAGS`), and only valid tags are kept (`model::is_valid_tag`:
-//! a tag ends up in a manifest); a next page is
+//! bounded (`MAX_PAGES`, `MAX_TAGS`) and a listing cut by a bound says so (`Listing::note`),
+//! and only valid tags are kept (`model::is_valid_tag`: a tag ends up in a manifest); a next
+//! page is
 //! only followed on the registry's own origin; a `429` or `503` is returned with its
 //! `Retry-After` for the caller's schedule, never waited for here; credentials are never in an
 //! error or a log line.
@@ -138,6 +139,15 @@ impl RegistryError {
     }
 }
 
+/// The tags of one repository, and what of the registry's listing was left out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Listing {
+    pub(crate) tags: Vec<String>,
+    /// Why tags the registry listed were not considered (`registry listed more than 20000
+    /// tags; the first 20000 were considered`); empty when none were left out.
+    pub(crate) note: String,
+}
+
 /// A client for the scans, connecting only where `access` allows (cheap to clone).
 pub(crate) fn client(access: &RegistryAccess) -> Result<Scanner, String> {
     let client = Client::builder()
@@ -196,13 +206,13 @@ fn base_url(host: &str) -> Result<Url, RegistryError> {
     })
 }
 
-/// Lists the tags of `repository` (an image without its tag), every page, within
-/// `SCAN_DEADLINE`; tags that are not valid tags are left out.
+/// Lists the tags of `repository` (an image without its tag), every page up to the bounds,
+/// within `SCAN_DEADLINE`; tags that are not valid tags are left out.
 pub(crate) async fn list_tags(
     client: &Scanner,
     repository: &str,
     credentials: Option<&Credentials>,
-) -> Result<Vec<String>, RegistryError> {
+) -> Result<Listing, RegistryError> {
     let (host, _) = api_location(repository);
     tokio::time::timeout(SCAN_DEADLINE, list_pages(client, repository, credentials))
         .await
@@ -221,7 +231,7 @@ async fn list_pages(
     client: &Scanner,
     repository: &str,
     credentials: Option<&Credentials>,
-) -> Result<Vec<String>, RegistryError> {
+) -> Result<Listing, RegistryError> {
     let (host, name) = api_location(repository);
     let base = base_url(&host)?;
     let protocol = |message: String| RegistryError::Protocol {
@@ -287,12 +297,20 @@ async fn list_pages(
                 .into_iter()
                 .filter(|tag| is_valid_tag(tag)),
         );
-        if tags.len() >= MAX_TAGS {
+        if tags.len() > MAX_TAGS || (tags.len() == MAX_TAGS && link.is_some()) {
             tags.truncate(MAX_TAGS);
-            break;
+            return Ok(Listing {
+                tags,
+                note: format!(
+                    "registry listed more than {MAX_TAGS} tags; the first {MAX_TAGS} were considered"
+                ),
+            });
         }
         let Some(link) = link else {
-            return Ok(tags);
+            return Ok(Listing {
+                tags,
+                note: String::new(),
+            });
         };
         let candidate = next
             .join(&link)
@@ -304,7 +322,13 @@ async fn list_pages(
         }
         next = candidate;
     }
-    Ok(tags)
+    // The bound of pages reached with a next page still to read.
+    Ok(Listing {
+        tags,
+        note: format!(
+            "registry listed more than {MAX_PAGES} pages; the first {MAX_PAGES} were considered"
+        ),
+    })
 }
 
 async fn get(
@@ -619,7 +643,7 @@ mod tests {
         Ok((port, count))
     }
 
-    async fn scan(access: &RegistryAccess, repository: &str) -> Result<Vec<String>, RegistryError> {
+    async fn scan(access: &RegistryAccess, repository: &str) -> Result<Listing, RegistryError> {
         let scanner = client(access).map_err(|message| RegistryError::Protocol {
             host: String::new(),
             message,
@@ -627,7 +651,7 @@ mod tests {
         list_tags(&scanner, repository, None).await
     }
 
-    fn refused(result: &Result<Vec<String>, RegistryError>) -> bool {
+    fn refused(result: &Result<Listing, RegistryError>) -> bool {
         matches!(result, Err(RegistryError::Refused { .. }))
     }
 
@@ -721,9 +745,55 @@ mod tests {
             ),
         ])?;
         let access = RegistryAccess::new(&["127.0.0.1".to_owned()], None)?;
-        let tags = scan(&access, &format!("127.0.0.1:{port}/app")).await?;
-        assert_eq!(tags, ["1.4.2", "1.4.3", "1.5.0", "2.0.0"]);
+        let listing = scan(&access, &format!("127.0.0.1:{port}/app")).await?;
+        assert_eq!(listing.tags, ["1.4.2", "1.4.3", "1.5.0", "2.0.0"]);
+        assert_eq!(listing.note, "", "nothing was left out");
         assert_eq!(requests.load(Ordering::SeqCst), 2);
+        Ok(())
+    }
+
+    /// Issue 47: a listing cut by a bound says so (it was cut silently): tags past
+    /// `MAX_TAGS`, pages past `MAX_PAGES`; exactly `MAX_TAGS` tags and no next page is whole.
+    #[tokio::test]
+    async fn a_listing_cut_by_a_bound_says_so() -> TestResult {
+        let page = |n: usize| {
+            let tags: Vec<String> = (0..n).map(|n| format!("1.0.{n}")).collect();
+            serde_json::json!({ "name": "app", "tags": tags }).to_string()
+        };
+        let access = RegistryAccess::new(&["127.0.0.1".to_owned()], None)?;
+        for (n_tags, note) in [
+            (
+                MAX_TAGS + 1,
+                format!(
+                    "registry listed more than {MAX_TAGS} tags; the first {MAX_TAGS} were considered"
+                ),
+            ),
+            (MAX_TAGS, String::new()),
+        ] {
+            // A registry that ignores `n` and lists everything at once.
+            let (port, _) = serve(vec![(
+                "/v2/app/tags/list",
+                "200 OK\n".to_owned(),
+                page(n_tags),
+            )])?;
+            let listing = scan(&access, &format!("127.0.0.1:{port}/app")).await?;
+            assert_eq!(listing.tags.len(), MAX_TAGS);
+            assert_eq!(listing.note, note, "{n_tags} tags");
+        }
+        // A registry whose every page names a next one.
+        let (port, requests) = serve(vec![(
+            "/v2/app/tags/list",
+            "200 OK\nlink: </v2/app/tags/list?last=x>; rel=\"next\"\r\n".to_owned(),
+            page(1),
+        )])?;
+        let listing = scan(&access, &format!("127.0.0.1:{port}/app")).await?;
+        assert_eq!(requests.load(Ordering::SeqCst), MAX_PAGES);
+        assert_eq!(
+            listing.note,
+            format!(
+                "registry listed more than {MAX_PAGES} pages; the first {MAX_PAGES} were considered"
+            )
+        );
         Ok(())
     }
 

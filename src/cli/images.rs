@@ -36,12 +36,17 @@ fn time(unix: i64) -> String {
     humantime::format_rfc3339_seconds(at).to_string()
 }
 
-/// The scan column: when, and the error while scans fail.
+/// The scan column: when, the error while scans fail, and what of the registry's listing was
+/// left out.
 pub(super) fn scan_text(view: &ImageView) -> String {
-    match (&view.scan_error, view.scanned_at) {
+    let text = match (&view.scan_error, view.scanned_at) {
         (Some(error), Some(at)) => format!("FAILING at {}: {}", time(at), Esc(error)),
         (None, Some(at)) => format!("ok at {}", time(at)),
         _ => "not scanned yet".to_owned(),
+    };
+    match &view.scan_note {
+        Some(note) => format!("{text} ({})", Esc(note)),
+        None => text,
     }
 }
 

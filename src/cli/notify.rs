@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
@@ -26,17 +27,24 @@ enum NotifyCommand {
         /// The notify file (as `--notify` of the agent).
         #[arg(long, env = "VOODU_NOTIFY", value_name = "FILE")]
         notify: PathBuf,
+        /// How long the sink has to answer (the agent gives each request 10s).
+        #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+        timeout: Duration,
     },
 }
 
 pub(super) fn run(args: &NotifyArgs) -> anyhow::Result<ExitCode> {
-    let NotifyCommand::Test { name, notify } = &args.command;
+    let NotifyCommand::Test {
+        name,
+        notify,
+        timeout,
+    } = &args.command;
     let config = NotifyConfig::load(notify)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    match runtime.block_on(crate::notify::send_test(&config, name)) {
+    match runtime.block_on(crate::notify::send_test(&config, name, *timeout)) {
         Ok(message) => {
             println!("{}", escape(&message));
             Ok(ExitCode::SUCCESS)

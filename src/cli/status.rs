@@ -83,14 +83,17 @@ fn print_triggers(view: &StatusView) {
     }
 }
 
-/// Image automation: a line per followed image with a newer tag, a failing scan or a failed
-/// commit (`voodu-agent images` lists them all).
+/// Image automation: a line per followed image with a newer tag, a failing scan, a scan that
+/// left tags out or a failed commit (`voodu-agent images` lists them all).
 fn print_images(view: &StatusView) {
     let notable: Vec<_> = view
         .images
         .iter()
         .filter(|image| {
-            image.update_available || image.scan_error.is_some() || image.commit_error.is_some()
+            image.update_available
+                || image.scan_error.is_some()
+                || image.scan_note.is_some()
+                || image.commit_error.is_some()
         })
         .collect();
     if view.images.is_empty() {

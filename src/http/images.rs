@@ -1,6 +1,6 @@
 //! Image automation's view (issue 27): one entry per resource with `image_update` (its image,
 //! policy, mode, the tag it runs and the newer tag its policy chose, its repository's last
-//! scan and what committing did). `voodu-agent images [--json]` prints it, `status` carries
+//! scan, what of the registry's listing that scan left out, and what committing did). `voodu-agent images [--json]` prints it, `status` carries
 //! it as `images`, and `/metrics` reads `update_available` from it.
 //!
 //! Invariants: built from store reads only, by `build` alone, so the command, the status
@@ -44,6 +44,10 @@ pub struct ImageView {
     pub scan_succeeded_at: Option<i64>,
     /// The last scan's error (wrong credentials, an unreachable registry, …); `None` when ok.
     pub scan_error: Option<String>,
+    /// What of the registry's listing the last successful scan left out (`registry listed
+    /// more than 20000 tags; the first 20000 were considered`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scan_note: Option<String>,
     /// The registry asked not to be scanned before this (Retry-After).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_not_before: Option<i64>,
@@ -92,6 +96,9 @@ pub fn build(store: &Store) -> crate::store::Result<Vec<ImageView>> {
                 scan_error: scan
                     .map(|scan| scan.error.clone())
                     .filter(|error| !error.is_empty()),
+                scan_note: scan
+                    .map(|scan| scan.note.clone())
+                    .filter(|note| !note.is_empty()),
                 retry_not_before: scan
                     .map(|scan| scan.not_before)
                     .filter(|not_before| scan.is_some_and(|scan| *not_before > scan.scanned_at)),
@@ -112,9 +119,10 @@ mod tests {
     fn a_newer_tag_and_a_failed_scan_are_shown() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let store = Store::open(&dir.path().join("state.db"))?;
+        let listed = "registry listed more than 20000 tags; the first 20000 were considered";
         store.record_image_scan(
             "reg/app",
-            Ok(&["1.4.2".to_owned(), "1.4.3".to_owned()]),
+            Ok((&["1.4.2".to_owned(), "1.4.3".to_owned()], listed)),
             0,
             100,
         )?;
@@ -148,9 +156,10 @@ mod tests {
             (
                 web.scanned_at,
                 web.scan_succeeded_at,
-                web.scan_error.as_deref()
+                web.scan_error.as_deref(),
+                web.scan_note.as_deref()
             ),
-            (Some(160), Some(100), Some("401 Unauthorized"))
+            (Some(160), Some(100), Some("401 Unauthorized"), Some(listed))
         );
         let api = views
             .iter()

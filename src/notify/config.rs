@@ -21,11 +21,17 @@
 //! ```
 //!
 //! Invariants: a secret (a webhook URL, a token, an HMAC key) is read from its file when it is
-//! used and never kept in this type, shown, or logged; every mistake names the file, the
-//! block and what to write instead; names are unique across both block types (they key the
-//! sinks' progress in the store).
+//! used and never kept in this type, shown, or logged; every mistake names the file's
+//! `path:line:col` (of the attribute or value that is wrong, of the block that lacks one, as
+//! the manifests' diagnostics: `hcl::edit` spans), the block and what to write instead;
+//! names are unique across both block types (they key the sinks' progress in the store).
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
+
+use hcl::edit::Span as _;
+use hcl::edit::expr::Expression;
+use hcl::edit::structure::{BlockLabel, Body};
 
 use crate::store::EVENTS;
 
@@ -115,6 +121,9 @@ pub struct Sink {
     pub scopes: Vec<String>,
     /// After a burst of messages, at most one per this (events meanwhile go out together).
     pub interval: std::time::Duration,
+    /// Line and column of its block in the file, and of its `source` (for `check_sources`).
+    pub(crate) at: (usize, usize),
+    pub(crate) source_at: Option<(usize, usize)>,
 }
 
 impl Sink {
@@ -132,6 +141,8 @@ impl Sink {
 pub struct NotifyConfig {
     pub dashboard_url: Option<String>,
     pub sinks: Vec<Sink>,
+    /// The file's name, as its errors show it.
+    pub(crate) path: String,
 }
 
 /// A sink's message interval unless it says otherwise.
@@ -144,95 +155,83 @@ const MAX_SINKS: usize = 32;
 /// Longest file read.
 const MAX_FILE_BYTES: u64 = 256 * 1024;
 
-/// Why the file cannot be used.
-#[derive(Debug, thiserror::Error)]
-#[error("{path}: {message}")]
+/// Why the file cannot be used: `path:line:col: message`, as the manifests' diagnostics (a
+/// problem of the whole file, such as one that cannot be read, points at `1:1`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}:{line}:{col}: {message}")]
 pub struct ConfigError {
     path: String,
+    line: usize,
+    col: usize,
     message: String,
+}
+
+/// A mistake at a byte offset of the text, before the file's name and the line are known.
+#[derive(Debug)]
+struct Problem {
+    offset: usize,
+    message: String,
+}
+
+type Checked<T> = Result<T, Problem>;
+
+fn problem(span: Option<Range<usize>>, message: String) -> Problem {
+    Problem {
+        offset: span.map_or(0, |span| span.start),
+        message,
+    }
 }
 
 impl NotifyConfig {
     /// Reads and checks `path`.
     pub fn load(path: &Path) -> Result<NotifyConfig, ConfigError> {
-        let error = |message: String| ConfigError {
-            path: path.display().to_string(),
+        let shown = path.display().to_string();
+        let whole = |message: String| ConfigError {
+            path: shown.clone(),
+            line: 1,
+            col: 1,
             message,
         };
         let size = std::fs::metadata(path)
-            .map_err(|e| error(format!("cannot read it: {e}")))?
+            .map_err(|e| whole(format!("cannot read it: {e}")))?
             .len();
         if size > MAX_FILE_BYTES {
-            return Err(error(format!(
+            return Err(whole(format!(
                 "{size} bytes; a notify file holds at most {MAX_FILE_BYTES}"
             )));
         }
         let text =
-            std::fs::read_to_string(path).map_err(|e| error(format!("cannot read it: {e}")))?;
-        NotifyConfig::parse(&text).map_err(error)
+            std::fs::read_to_string(path).map_err(|e| whole(format!("cannot read it: {e}")))?;
+        NotifyConfig::parse(&shown, &text)
     }
 
-    /// Checks the text of a notify file.
-    pub fn parse(text: &str) -> Result<NotifyConfig, String> {
-        let body: hcl::Body = hcl::from_str(text).map_err(|e| format!("not valid HCL: {e}"))?;
-        let mut config = NotifyConfig::default();
-        for attribute in body.attributes() {
-            match attribute.key() {
-                "dashboard_url" => {
-                    let url = string(attribute.expr()).ok_or("dashboard_url: want a string")?;
-                    check_http_url(&url).map_err(|e| format!("dashboard_url: {e}"))?;
-                    config.dashboard_url = Some(url.trim_end_matches('/').to_owned());
-                }
-                other => {
-                    return Err(format!(
-                        "unknown attribute `{other}` (a notify file has `dashboard_url`, `notify` and `commit_status` blocks)"
-                    ));
-                }
+    /// Checks the text of a notify file named `path` (for the errors).
+    pub fn parse(path: &str, text: &str) -> Result<NotifyConfig, ConfigError> {
+        let located = |offset: usize, message: String| {
+            let (line, col) = line_col(text, offset);
+            ConfigError {
+                path: path.to_owned(),
+                line,
+                col,
+                message,
             }
-        }
-        for block in body.blocks() {
-            let [label] = block.labels() else {
-                return Err(format!(
-                    "`{}` block: want one name, e.g. `{} \"chat\" {{ … }}`",
-                    block.identifier(),
-                    block.identifier()
-                ));
-            };
-            let name = label.as_str().to_owned();
-            let at = format!("{} \"{name}\"", block.identifier());
-            if name.is_empty()
-                || name.len() > 64
-                || !name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-            {
-                return Err(format!(
-                    "{at}: a name is 1 to 64 letters, digits, `-` or `_`"
-                ));
-            }
-            if config.sinks.iter().any(|sink| sink.name == name) {
-                return Err(format!("{at}: the name is used twice"));
-            }
-            let sink = match block.identifier() {
-                "notify" => message_sink(&block.body, name, &at)?,
-                "commit_status" => status_sink(&block.body, name, &at)?,
-                other => {
-                    return Err(format!(
-                        "unknown block `{other}` (want `notify` or `commit_status`)"
-                    ));
-                }
-            };
-            config.sinks.push(sink);
-        }
-        if config.sinks.len() > MAX_SINKS {
-            return Err(format!("{} sinks; at most {MAX_SINKS}", config.sinks.len()));
-        }
+        };
+        let body = hcl::edit::parser::parse_body(text).map_err(|error| {
+            located(
+                error.location().offset(),
+                format!("not valid HCL: {}", error.message()),
+            )
+        })?;
+        let mut config =
+            read_body(text, &body).map_err(|problem| located(problem.offset, problem.message))?;
+        config.path = path.to_owned();
         Ok(config)
     }
 
     /// Checks the commit status sinks against the sources the agent follows (`sources`: their
     /// names; `[""]` for `--repo`): with several repositories each sink names the source whose
-    /// commits it reports, as a commit's status goes to the repository that holds it.
+    /// commits it reports, as a commit's status goes to the repository that holds it. A
+    /// mistake names the file's `path:line:col` of the block or of its `source`.
     pub fn check_sources(&self, sources: &[String]) -> Result<(), String> {
         let single = sources.iter().all(String::is_empty);
         for sink in &self.sinks {
@@ -242,24 +241,39 @@ impl NotifyConfig {
             else {
                 continue;
             };
-            let at = format!("commit_status \"{}\"", sink.name);
+            let at = |(line, col): (usize, usize), message: String| {
+                format!(
+                    "{}:{line}:{col}: commit_status \"{}\": {message}",
+                    self.path, sink.name
+                )
+            };
+            let source_at = sink.source_at.unwrap_or(sink.at);
             match (single, source) {
                 (true, None) => {}
                 (true, Some(source)) => {
-                    return Err(format!(
-                        "{at}: source = {source:?}, but the agent follows one repository (--repo): remove `source`"
+                    return Err(at(
+                        source_at,
+                        format!(
+                            "source = {source:?}, but the agent follows one repository (--repo): remove `source`"
+                        ),
                     ));
                 }
                 (false, None) => {
-                    return Err(format!(
-                        "{at}: the agent follows several repositories (--sources): say which source's commits go to `{repository}`, e.g. source = \"{}\"",
-                        sources.first().map(String::as_str).unwrap_or_default()
+                    return Err(at(
+                        sink.at,
+                        format!(
+                            "the agent follows several repositories (--sources): say which source's commits go to `{repository}`, e.g. source = \"{}\"",
+                            sources.first().map(String::as_str).unwrap_or_default()
+                        ),
                     ));
                 }
                 (false, Some(source)) if !sources.contains(source) => {
-                    return Err(format!(
-                        "{at}: source = {source:?} is not a source the agent follows ({})",
-                        sources.join(", ")
+                    return Err(at(
+                        source_at,
+                        format!(
+                            "source = {source:?} is not a source the agent follows ({})",
+                            sources.join(", ")
+                        ),
                     ));
                 }
                 (false, Some(_)) => {}
@@ -274,120 +288,256 @@ impl NotifyConfig {
     }
 }
 
+/// 1-based line and column (in characters) of byte `offset` of `text`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &text[..offset];
+    let line_start = before.rfind('\n').map_or(0, |newline| newline + 1);
+    (
+        before.matches('\n').count() + 1,
+        before[line_start..].chars().count() + 1,
+    )
+}
+
+fn read_body(text: &str, body: &Body) -> Checked<NotifyConfig> {
+    let mut config = NotifyConfig::default();
+    for attribute in body.attributes() {
+        match attribute.key.as_str() {
+            "dashboard_url" => {
+                let value = &attribute.value;
+                let url = string(value).ok_or_else(|| {
+                    problem(value.span(), "dashboard_url: want a string".to_owned())
+                })?;
+                check_http_url(&url)
+                    .map_err(|e| problem(value.span(), format!("dashboard_url: {e}")))?;
+                config.dashboard_url = Some(url.trim_end_matches('/').to_owned());
+            }
+            other => {
+                return Err(problem(
+                    attribute.key.span(),
+                    format!(
+                        "unknown attribute `{other}` (a notify file has `dashboard_url`, `notify` and `commit_status` blocks)"
+                    ),
+                ));
+            }
+        }
+    }
+    for block in body.blocks() {
+        let identifier = block.ident.as_str();
+        let [label] = block.labels.as_slice() else {
+            return Err(problem(
+                block.ident.span(),
+                format!(
+                    "`{identifier}` block: want one name, e.g. `{identifier} \"chat\" {{ … }}`"
+                ),
+            ));
+        };
+        let name = match label {
+            BlockLabel::String(text) => text.as_str(),
+            BlockLabel::Ident(ident) => ident.as_str(),
+        }
+        .to_owned();
+        let at = format!("{identifier} \"{name}\"");
+        if name.is_empty()
+            || name.len() > 64
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(problem(
+                label.span(),
+                format!("{at}: a name is 1 to 64 letters, digits, `-` or `_`"),
+            ));
+        }
+        if config.sinks.iter().any(|sink| sink.name == name) {
+            return Err(problem(
+                label.span(),
+                format!("{at}: the name is used twice"),
+            ));
+        }
+        let fields = Fields {
+            body: &block.body,
+            at: &at,
+            block_span: block.ident.span(),
+            known: &[],
+        };
+        let mut sink = match identifier {
+            "notify" => message_sink(fields, name)?,
+            "commit_status" => status_sink(fields, name)?,
+            other => {
+                return Err(problem(
+                    block.ident.span(),
+                    format!("unknown block `{other}` (want `notify` or `commit_status`)"),
+                ));
+            }
+        };
+        sink.at = line_col(text, block.ident.span().map_or(0, |span| span.start));
+        sink.source_at = block
+            .body
+            .attributes()
+            .find(|attribute| attribute.key.as_str() == "source")
+            .and_then(|attribute| attribute.value.span())
+            .map(|span| line_col(text, span.start));
+        config.sinks.push(sink);
+        if config.sinks.len() > MAX_SINKS {
+            return Err(problem(
+                block.ident.span(),
+                format!("more than {MAX_SINKS} sinks; at most {MAX_SINKS}"),
+            ));
+        }
+    }
+    Ok(config)
+}
+
 /// The attributes of one block, each read once.
 struct Fields<'a> {
-    body: &'a hcl::Body,
+    body: &'a Body,
     at: &'a str,
+    /// The block's identifier: where a missing attribute is reported.
+    block_span: Option<Range<usize>>,
     known: &'static [&'static str],
 }
 
 impl Fields<'_> {
-    fn check_known(&self) -> Result<(), String> {
+    fn check_known(&self) -> Checked<()> {
         for attribute in self.body.attributes() {
-            if !self.known.contains(&attribute.key()) {
-                return Err(format!(
-                    "{}: unknown attribute `{}` (known: {})",
-                    self.at,
-                    attribute.key(),
-                    self.known.join(", ")
+            if !self.known.contains(&attribute.key.as_str()) {
+                return Err(problem(
+                    attribute.key.span(),
+                    format!(
+                        "{}: unknown attribute `{}` (known: {})",
+                        self.at,
+                        attribute.key.as_str(),
+                        self.known.join(", ")
+                    ),
                 ));
             }
         }
         if let Some(block) = self.body.blocks().next() {
-            return Err(format!(
-                "{}: unexpected block `{}`",
-                self.at,
-                block.identifier()
+            return Err(problem(
+                block.ident.span(),
+                format!("{}: unexpected block `{}`", self.at, block.ident.as_str()),
             ));
         }
         Ok(())
     }
 
-    fn get(&self, key: &str) -> Option<&hcl::Expression> {
+    fn get(&self, key: &str) -> Option<&Expression> {
         self.body
             .attributes()
-            .find(|attribute| attribute.key() == key)
-            .map(hcl::Attribute::expr)
+            .find(|attribute| attribute.key.as_str() == key)
+            .map(|attribute| &attribute.value)
     }
 
-    fn string(&self, key: &str) -> Result<Option<String>, String> {
+    /// Where the value of `key` is (the block when it is absent).
+    fn span(&self, key: &str) -> Option<Range<usize>> {
+        self.get(key)
+            .and_then(Expression::span)
+            .or_else(|| self.block_span.clone())
+    }
+
+    /// A mistake in the value of `key`.
+    fn wrong(&self, key: &str, message: String) -> Problem {
+        problem(self.span(key), format!("{}: {message}", self.at))
+    }
+
+    fn string(&self, key: &str) -> Checked<Option<String>> {
         match self.get(key) {
             None => Ok(None),
             Some(expr) => string(expr)
                 .map(Some)
-                .ok_or_else(|| format!("{}: `{key}` wants a string", self.at)),
+                .ok_or_else(|| self.wrong(key, format!("`{key}` wants a string"))),
         }
     }
 
-    fn required(&self, key: &str, example: &str) -> Result<String, String> {
+    fn required(&self, key: &str, example: &str) -> Checked<String> {
         self.string(key)?
             .filter(|value| !value.is_empty())
-            .ok_or_else(|| format!("{}: `{key}` is required, e.g. `{key} = {example}`", self.at))
+            .ok_or_else(|| {
+                self.wrong(
+                    key,
+                    format!("`{key}` is required, e.g. `{key} = {example}`"),
+                )
+            })
     }
 
-    fn strings(&self, key: &str) -> Result<Vec<String>, String> {
+    fn strings(&self, key: &str) -> Checked<Vec<(String, Option<Range<usize>>)>> {
         let Some(expr) = self.get(key) else {
             return Ok(Vec::new());
         };
-        let hcl::Expression::Array(items) = expr else {
-            return Err(format!("{}: `{key}` wants a list of strings", self.at));
+        let Expression::Array(items) = expr else {
+            return Err(self.wrong(key, format!("`{key}` wants a list of strings")));
         };
         items
             .iter()
             .map(|item| {
-                string(item).ok_or_else(|| format!("{}: `{key}` wants a list of strings", self.at))
+                string(item).map(|text| (text, item.span())).ok_or_else(|| {
+                    problem(
+                        item.span(),
+                        format!("{}: `{key}` wants a list of strings", self.at),
+                    )
+                })
             })
             .collect()
     }
 
-    fn file(&self, key: &str) -> Result<PathBuf, String> {
+    fn file(&self, key: &str) -> Checked<PathBuf> {
         let path = self.required(key, "\"/etc/voodu-agent/…\"")?;
         let path = PathBuf::from(path);
         if !path.is_absolute() {
-            return Err(format!(
-                "{}: `{key}` wants an absolute path, got {}",
-                self.at,
-                path.display()
+            return Err(self.wrong(
+                key,
+                format!("`{key}` wants an absolute path, got {}", path.display()),
             ));
         }
         Ok(path)
     }
 
-    fn interval(&self) -> Result<std::time::Duration, String> {
+    fn interval(&self) -> Checked<std::time::Duration> {
         let Some(text) = self.string("interval")? else {
             return Ok(DEFAULT_INTERVAL);
         };
         let interval = crate::model::parse_go_duration(&text).ok_or_else(|| {
-            format!(
-                "{}: interval `{text}` is not a duration (e.g. \"20s\")",
-                self.at
+            self.wrong(
+                "interval",
+                format!("interval `{text}` is not a duration (e.g. \"20s\")"),
             )
         })?;
         if !(MIN_INTERVAL..=MAX_INTERVAL).contains(&interval) {
-            return Err(format!("{}: interval {text} is outside 1s to 1h", self.at));
+            return Err(self.wrong("interval", format!("interval {text} is outside 1s to 1h")));
         }
         Ok(interval)
     }
 
-    fn filters(&self) -> Result<(Vec<String>, Vec<String>), String> {
-        let events = self.strings("events")?;
-        for event in &events {
+    fn filters(&self) -> Checked<(Vec<String>, Vec<String>)> {
+        let mut events = Vec::new();
+        for (event, span) in self.strings("events")? {
             if !EVENTS.contains(&event.as_str()) {
-                return Err(format!(
-                    "{}: unknown event `{event}` (known: {})",
-                    self.at,
-                    EVENTS.join(", ")
+                return Err(problem(
+                    span,
+                    format!(
+                        "{}: unknown event `{event}` (known: {})",
+                        self.at,
+                        EVENTS.join(", ")
+                    ),
                 ));
             }
+            events.push(event);
         }
-        Ok((events, self.strings("scopes")?))
+        let scopes = self
+            .strings("scopes")?
+            .into_iter()
+            .map(|(scope, _)| scope)
+            .collect();
+        Ok((events, scopes))
     }
 }
 
-fn message_sink(body: &hcl::Body, name: String, at: &str) -> Result<Sink, String> {
+fn message_sink(fields: Fields<'_>, name: String) -> Checked<Sink> {
     let fields = Fields {
-        body,
-        at,
         known: &[
             "type",
             "url_file",
@@ -396,16 +546,22 @@ fn message_sink(body: &hcl::Body, name: String, at: &str) -> Result<Sink, String
             "scopes",
             "interval",
         ],
+        ..fields
     };
     fields.check_known()?;
     let kind = fields.required("type", "\"slack\"")?;
-    let kind = SinkType::parse(&kind)
-        .ok_or_else(|| format!("{at}: type `{kind}` is not one of {}", SinkType::ALL))?;
+    let kind = SinkType::parse(&kind).ok_or_else(|| {
+        fields.wrong(
+            "type",
+            format!("type `{kind}` is not one of {}", SinkType::ALL),
+        )
+    })?;
     let secret_file = match fields.get("secret_file") {
         None => None,
         Some(_) if kind != SinkType::Generic => {
-            return Err(format!(
-                "{at}: `secret_file` signs the body of a `generic` sink only"
+            return Err(fields.wrong(
+                "secret_file",
+                "`secret_file` signs the body of a `generic` sink only".to_owned(),
             ));
         }
         Some(_) => Some(fields.file("secret_file")?),
@@ -421,13 +577,13 @@ fn message_sink(body: &hcl::Body, name: String, at: &str) -> Result<Sink, String
         events,
         scopes,
         interval: fields.interval()?,
+        at: (0, 0),
+        source_at: None,
     })
 }
 
-fn status_sink(body: &hcl::Body, name: String, at: &str) -> Result<Sink, String> {
+fn status_sink(fields: Fields<'_>, name: String) -> Checked<Sink> {
     let fields = Fields {
-        body,
-        at,
         known: &[
             "provider",
             "api_url",
@@ -437,17 +593,18 @@ fn status_sink(body: &hcl::Body, name: String, at: &str) -> Result<Sink, String>
             "scopes",
             "interval",
         ],
+        ..fields
     };
     fields.check_known()?;
     let provider = fields.required("provider", "\"github\"")?;
     let provider = Provider::parse(&provider).ok_or_else(|| {
-        format!(
-            "{at}: provider `{provider}` is not one of {}",
-            Provider::ALL
+        fields.wrong(
+            "provider",
+            format!("provider `{provider}` is not one of {}", Provider::ALL),
         )
     })?;
     let api_url = fields.required("api_url", "\"https://api.github.com\"")?;
-    check_http_url(&api_url).map_err(|e| format!("{at}: api_url: {e}"))?;
+    check_http_url(&api_url).map_err(|e| fields.wrong("api_url", format!("api_url: {e}")))?;
     let repository = fields.required("repository", "\"acme/deploy\"")?;
     let parts: Vec<&str> = repository.split('/').collect();
     let well_formed = parts.len() >= 2
@@ -459,8 +616,9 @@ fn status_sink(body: &hcl::Body, name: String, at: &str) -> Result<Sink, String>
                     .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
         });
     if !well_formed {
-        return Err(format!(
-            "{at}: repository `{repository}` wants `owner/name` (GitLab: `group/…/project`)"
+        return Err(fields.wrong(
+            "repository",
+            format!("repository `{repository}` wants `owner/name` (GitLab: `group/…/project`)"),
         ));
     }
     let (_, scopes) = fields.filters()?;
@@ -476,12 +634,14 @@ fn status_sink(body: &hcl::Body, name: String, at: &str) -> Result<Sink, String>
         events: Vec::new(),
         scopes,
         interval: fields.interval()?,
+        at: (0, 0),
+        source_at: None,
     })
 }
 
-fn string(expr: &hcl::Expression) -> Option<String> {
+fn string(expr: &Expression) -> Option<String> {
     match expr {
-        hcl::Expression::String(text) => Some(text.clone()),
+        Expression::String(text) => Some(text.as_str().to_owned()),
         _ => None,
     }
 }
@@ -499,8 +659,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_issue_example_parses_and_mistakes_name_the_block_and_the_fix() {
+    fn the_issue_example_parses() -> Result<(), ConfigError> {
         let config = NotifyConfig::parse(
+            "notify.hcl",
             r#"
             notify "chat" {
               type     = "slack"
@@ -515,10 +676,9 @@ mod tests {
               token_file = "/etc/voodu-agent/gh-token"
             }
             "#,
-        )
-        .expect("the issue's example");
+        )?;
         assert_eq!(config.sinks.len(), 2);
-        let chat = config.sink("chat").expect("chat");
+        let chat = config.sink("chat").expect("chat is declared");
         assert!(chat.wants("rollout.failed", "shop"));
         assert!(!chat.wants("rollout.failed", "other"));
         assert!(
@@ -536,101 +696,143 @@ mod tests {
                 source: None,
             })
         );
-        for (text, wanted) in [
+        Ok(())
+    }
+
+    /// Issue 47: each kind of mistake names the `path:line:col` of what is wrong (the value,
+    /// the attribute, the block lacking one), the block, and what to write.
+    #[test]
+    fn each_mistake_names_its_line_and_column_and_what_to_write() {
+        let types = SinkType::ALL;
+        let events = EVENTS.join(", ");
+        let cases: Vec<(&str, String)> = vec![
             (
-                r#"notify "a" { type = "irc"  url_file = "/x" }"#,
-                "notify \"a\": type `irc` is not one of generic, slack",
+                "notify \"a\" {\n  type = \"irc\"\n  url_file = \"/x\"\n}\n",
+                format!("notify.hcl:2:10: notify \"a\": type `irc` is not one of {types}"),
             ),
             (
-                r#"notify "a" { type = "slack" }"#,
-                "notify \"a\": `url_file` is required",
+                "# chat\nnotify \"a\" {\n  type = \"slack\"\n}\n",
+                "notify.hcl:2:1: notify \"a\": `url_file` is required, e.g. `url_file = \"/etc/voodu-agent/…\"`".to_owned(),
             ),
             (
-                r#"notify "a" { type = "slack"  url_file = "x" }"#,
-                "wants an absolute path",
+                "notify \"a\" {\n  type = \"slack\"\n  url_file = \"x\"\n}\n",
+                "notify.hcl:3:14: notify \"a\": `url_file` wants an absolute path, got x".to_owned(),
             ),
             (
-                r#"notify "a" { type = "slack"  url_file = "/x"  events = ["rollout.oops"] }"#,
-                "unknown event `rollout.oops`",
+                "notify \"a\" {\n  type = \"slack\"\n  url_file = \"/x\"\n  events = [\"commit.applied\", \"rollout.oops\"]\n}\n",
+                format!("notify.hcl:4:31: notify \"a\": unknown event `rollout.oops` (known: {events})"),
             ),
             (
-                r#"notify "a" { type = "slack"  url_file = "/x"  secret_file = "/k" }"#,
-                "`generic` sink only",
+                "notify \"a\" {\n  type = \"slack\"\n  url_file = \"/x\"\n  scopes = \"shop\"\n}\n",
+                "notify.hcl:4:12: notify \"a\": `scopes` wants a list of strings".to_owned(),
             ),
             (
-                r#"notify "a" { type = "slack"  url = "https://hooks" }"#,
-                "unknown attribute `url`",
+                "notify \"a\" {\n  type = \"slack\"\n  url_file = 5\n}\n",
+                "notify.hcl:3:14: notify \"a\": `url_file` wants a string".to_owned(),
             ),
             (
-                r#"notify "a" { type = "slack"  url_file = "/x" }
-                notify "a" { type = "slack"  url_file = "/y" }"#,
-                "the name is used twice",
+                "notify \"a\" {\n  type = \"slack\"\n  url_file = \"/x\"\n  secret_file = \"/k\"\n}\n",
+                "notify.hcl:4:17: notify \"a\": `secret_file` signs the body of a `generic` sink only".to_owned(),
             ),
             (
-                r#"commit_status "o" { provider = "github"  api_url = "https://x"  repository = "../etc"  token_file = "/t" }"#,
-                "wants `owner/name`",
+                "notify \"a\" {\n  type = \"slack\"\n  url = \"https://hooks\"\n}\n",
+                "notify.hcl:3:3: notify \"a\": unknown attribute `url` (known: type, url_file, secret_file, events, scopes, interval)".to_owned(),
             ),
             (
-                r#"commit_status "o" { provider = "svn"  api_url = "https://x"  repository = "a/b"  token_file = "/t" }"#,
-                "provider `svn`",
+                "notify \"a\" {\n  type = \"slack\"\n  url_file = \"/x\"\n  retry {}\n}\n",
+                "notify.hcl:4:3: notify \"a\": unexpected block `retry`".to_owned(),
             ),
-            (r#"mail "a" {}"#, "unknown block `mail`"),
             (
-                r#"notify "a" { type = "slack"  url_file = "/x"  interval = "10ms" }"#,
-                "outside 1s to 1h",
+                "notify \"a\" {\n  type = \"slack\"\n  url_file = \"/x\"\n  interval = \"10ms\"\n}\n",
+                "notify.hcl:4:14: notify \"a\": interval 10ms is outside 1s to 1h".to_owned(),
             ),
-            ("notify \"a\" {", "not valid HCL"),
-        ] {
-            // One attribute a line, as HCL wants (the cases are written on one line).
-            let text = &text
-                .replace("{ ", "{\n")
-                .replace(" }", "\n}")
-                .replace("  ", "\n");
-            let error = NotifyConfig::parse(text).expect_err(text);
-            assert!(
-                error.contains(wanted),
-                "{text}\n  gave: {error}\n  want: {wanted}"
-            );
+            (
+                "notify \"a\" {\n  type = \"slack\"\n  url_file = \"/x\"\n  interval = \"soon\"\n}\n",
+                "notify.hcl:4:14: notify \"a\": interval `soon` is not a duration (e.g. \"20s\")".to_owned(),
+            ),
+            (
+                "notify \"a\" {\n  type = \"slack\"\n  url_file = \"/x\"\n}\nnotify \"a\" {\n  type = \"slack\"\n  url_file = \"/y\"\n}\n",
+                "notify.hcl:5:8: notify \"a\": the name is used twice".to_owned(),
+            ),
+            (
+                "notify \"a b\" {\n  type = \"slack\"\n  url_file = \"/x\"\n}\n",
+                "notify.hcl:1:8: notify \"a b\": a name is 1 to 64 letters, digits, `-` or `_`".to_owned(),
+            ),
+            (
+                "\nnotify {\n  type = \"slack\"\n}\n",
+                "notify.hcl:2:1: `notify` block: want one name, e.g. `notify \"chat\" { … }`".to_owned(),
+            ),
+            (
+                "commit_status \"o\" {\n  provider = \"github\"\n  api_url = \"https://x\"\n  repository = \"../etc\"\n  token_file = \"/t\"\n}\n",
+                "notify.hcl:4:16: commit_status \"o\": repository `../etc` wants `owner/name` (GitLab: `group/…/project`)".to_owned(),
+            ),
+            (
+                "commit_status \"o\" {\n  provider = \"svn\"\n  api_url = \"https://x\"\n  repository = \"a/b\"\n  token_file = \"/t\"\n}\n",
+                "notify.hcl:2:14: commit_status \"o\": provider `svn` is not one of github, gitlab, gitea, forgejo, bitbucket".to_owned(),
+            ),
+            (
+                "commit_status \"o\" {\n  provider = \"github\"\n  api_url = \"ftp://x\"\n  repository = \"a/b\"\n  token_file = \"/t\"\n}\n",
+                "notify.hcl:3:13: commit_status \"o\": api_url: `ftp://x` wants http:// or https:// and a host".to_owned(),
+            ),
+            (
+                "\n\nmail \"a\" {}\n",
+                "notify.hcl:3:1: unknown block `mail` (want `notify` or `commit_status`)".to_owned(),
+            ),
+            (
+                "\ndashboard_url = \"deploy\"\n",
+                "notify.hcl:2:17: dashboard_url: `deploy` is not a URL: relative URL without a base".to_owned(),
+            ),
+            (
+                "colour = \"red\"\n",
+                "notify.hcl:1:1: unknown attribute `colour` (a notify file has `dashboard_url`, `notify` and `commit_status` blocks)".to_owned(),
+            ),
+        ];
+        for (text, wanted) in &cases {
+            match NotifyConfig::parse("notify.hcl", text) {
+                Ok(_) => panic!("accepted:\n{text}"),
+                Err(error) => assert_eq!(&error.to_string(), wanted, "\n{text}"),
+            }
         }
+        // A syntax error: where the parser stopped.
+        let error = NotifyConfig::parse("notify.hcl", "notify \"a\" {\n  type = \n}\n")
+            .expect_err("not HCL")
+            .to_string();
+        assert!(error.starts_with("notify.hcl:2:"), "{error}");
+        assert!(error.contains(": not valid HCL: "), "{error}");
     }
 
     /// With several repositories a commit status sink names its source (a commit's status
-    /// goes to the repository holding it); with `--repo` it names none.
+    /// goes to the repository holding it); with `--repo` it names none. A mistake names the
+    /// block, or its `source`, by line and column.
     #[test]
-    fn commit_status_sinks_name_their_source_when_there_are_several() {
+    fn commit_status_sinks_name_their_source_when_there_are_several() -> Result<(), ConfigError> {
         let parse = |source: &str| {
-            NotifyConfig::parse(&format!(
-                r#"commit_status "origin" {{
-                     provider = "github"
-                     api_url = "https://api.github.com"
-                     repository = "acme/shop"
-                     token_file = "/t"
-                     {source}
-                   }}"#
-            ))
-            .expect("parses")
+            NotifyConfig::parse(
+                "notify.hcl",
+                &format!(
+                    "# origin\ncommit_status \"origin\" {{\n  provider = \"github\"\n  api_url = \"https://api.github.com\"\n  repository = \"acme/shop\"\n  token_file = \"/t\"\n  {source}\n}}\n"
+                ),
+            )
         };
-        let named = parse(r#"source = "shop""#);
-        let unnamed = parse("");
+        let named = parse(r#"source = "shop""#)?;
+        let unnamed = parse("")?;
+        let gone = parse(r#"source = "gone""#)?;
         let several = ["shop".to_owned(), "blog".to_owned()];
         let single = [String::new()];
         assert_eq!(named.check_sources(&several), Ok(()));
         assert_eq!(unnamed.check_sources(&single), Ok(()));
-        let error = unnamed.check_sources(&several).expect_err("refused");
-        assert!(
-            error.contains("commit_status \"origin\"")
-                && error.contains("say which source's commits go to `acme/shop`")
-                && error.contains("source = \"shop\""),
-            "{error}"
+        assert_eq!(
+            unnamed.check_sources(&several),
+            Err("notify.hcl:2:1: commit_status \"origin\": the agent follows several repositories (--sources): say which source's commits go to `acme/shop`, e.g. source = \"shop\"".to_owned())
         );
-        let error = named.check_sources(&single).expect_err("refused");
-        assert!(error.contains("remove `source`"), "{error}");
-        let error = parse(r#"source = "gone""#)
-            .check_sources(&several)
-            .expect_err("refused");
-        assert!(
-            error.contains("\"gone\" is not a source the agent follows (shop, blog)"),
-            "{error}"
+        assert_eq!(
+            named.check_sources(&single),
+            Err("notify.hcl:7:12: commit_status \"origin\": source = \"shop\", but the agent follows one repository (--repo): remove `source`".to_owned())
         );
+        assert_eq!(
+            gone.check_sources(&several),
+            Err("notify.hcl:7:12: commit_status \"origin\": source = \"gone\" is not a source the agent follows (shop, blog)".to_owned())
+        );
+        Ok(())
     }
 }

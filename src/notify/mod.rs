@@ -14,9 +14,13 @@
 //!   and counted; a failed send is retried on a back-off up to [`MAX_BACKOFF`]; one request
 //!   is bounded by [`REQUEST_TIMEOUT`];
 //! - secrets (a chat webhook's URL, a token, an HMAC key) are read from their files for each
-//!   send and never logged or recorded: an error is recorded without its URL.
+//!   send and never logged or recorded: a failed send keeps its status code and its cause
+//!   (the client's whole chain of causes, or the start of the receiver's answer), with the
+//!   URL and every other secret of the request cut out of it in one place (`send`, through
+//!   `redact`), whatever the receiver echoed.
 
 pub mod config;
+mod redact;
 pub(crate) mod sinks;
 
 use std::collections::HashMap;
@@ -36,8 +40,8 @@ pub const BURST: u32 = 3;
 pub const EXPIRY: Duration = Duration::from_secs(24 * 3600);
 /// The longest pause between attempts at a failing sink.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
-/// One request's bound.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// One request's bound (`notify test --timeout` sets its own).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most events read (and sent together) at once.
 const BATCH: usize = 200;
 /// Most bytes of a refusal's body read (its start is recorded as the sink's error).
@@ -54,7 +58,8 @@ pub enum Error {
         path: String,
         message: String,
     },
-    #[error("request failed: {0}")]
+    /// The request got no answer: the client's causes (`cannot connect: …`).
+    #[error("{0}")]
     Request(String),
     #[error("answered {status}: {body}")]
     Refused { status: u16, body: String },
@@ -67,7 +72,7 @@ pub enum Error {
 /// this run, not of the history before it was configured.
 pub async fn run(store: Arc<Store>, config: NotifyConfig, start: i64, shutdown: CancellationToken) {
     let config = Arc::new(config);
-    let client = match client() {
+    let client = match client(REQUEST_TIMEOUT) {
         Ok(client) => client,
         Err(error) => {
             tracing::error!(%error, "cannot build the notification HTTP client; notifications are off");
@@ -91,8 +96,13 @@ pub async fn run(store: Arc<Store>, config: NotifyConfig, start: i64, shutdown: 
     futures_util::future::join_all(tasks).await;
 }
 
-/// Sends one `notify.test` event to sink `name` now, outside the outbox (`notify test`).
-pub async fn send_test(config: &NotifyConfig, name: &str) -> Result<String, String> {
+/// Sends one `notify.test` event to sink `name` now, outside the outbox (`notify test`),
+/// giving the request `timeout`.
+pub async fn send_test(
+    config: &NotifyConfig,
+    name: &str,
+    timeout: Duration,
+) -> Result<String, String> {
     let sink = config.sink(name).ok_or_else(|| {
         let names: Vec<&str> = config.sinks.iter().map(|sink| sink.name.as_str()).collect();
         format!(
@@ -100,7 +110,7 @@ pub async fn send_test(config: &NotifyConfig, name: &str) -> Result<String, Stri
             names.join(", ")
         )
     })?;
-    let client = client()?;
+    let client = client(timeout)?;
     let event = Event {
         id: 0,
         at: now_unix(),
@@ -126,10 +136,10 @@ pub async fn send_test(config: &NotifyConfig, name: &str) -> Result<String, Stri
         .map_err(|error| format!("{name}: {error}"))
 }
 
-fn client() -> Result<reqwest::Client, String> {
+fn client(timeout: Duration) -> Result<reqwest::Client, String> {
     reqwest::Client::builder()
         .tls_backend_preconfigured(crate::model::tls::client_config()?)
-        .timeout(REQUEST_TIMEOUT)
+        .timeout(timeout)
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|error| error.to_string())
@@ -487,7 +497,11 @@ fn read_secret(what: &'static str, path: &std::path::Path) -> Result<String, Err
     Ok(text.to_owned())
 }
 
+/// Sends `request`; the one place every sink's request goes through, so the one place its
+/// error is made: the status code or the client's causes, and the start of the receiver's
+/// answer, each cleaned of the request's secrets (`redact`).
 async fn send(client: &reqwest::Client, request: Request) -> Result<(), Error> {
+    let redactor = redact::Redactor::new(&request);
     let mut builder = client.post(&request.url);
     for (name, value) in &request.headers {
         builder = builder.header(*name, value);
@@ -500,8 +514,7 @@ async fn send(client: &reqwest::Client, request: Request) -> Result<(), Error> {
         .body(request.body)
         .send()
         .await
-        // The URL may be the secret (a chat webhook): never in the error.
-        .map_err(|error| Error::Request(error.without_url().to_string()))?;
+        .map_err(|error| Error::Request(redactor.clean(&causes(&error), false)))?;
     let status = response.status();
     if status.is_success() {
         return Ok(());
@@ -509,19 +522,55 @@ async fn send(client: &reqwest::Client, request: Request) -> Result<(), Error> {
     // The start of the answer says why; a receiver that sends more is not read further.
     let mut response = response;
     let mut body = Vec::new();
-    while body.len() < ERROR_BODY_BYTES {
+    let mut whole = false;
+    while body.len() <= ERROR_BODY_BYTES {
         match response.chunk().await {
             Ok(Some(chunk)) => body.extend_from_slice(&chunk),
-            _ => break,
+            Ok(None) => {
+                whole = true;
+                break;
+            }
+            Err(_) => break,
         }
     }
+    let cut = !whole || body.len() > ERROR_BODY_BYTES;
     body.truncate(ERROR_BODY_BYTES);
-    let body = String::from_utf8_lossy(&body);
+    // A character cut by the read is dropped, so the end is text a secret can be matched in.
+    if let Err(error) = std::str::from_utf8(&body)
+        && cut
+        && error.error_len().is_none()
+    {
+        body.truncate(error.valid_up_to());
+    }
+    let body = redactor.clean(&String::from_utf8_lossy(&body), cut);
     Err(Error::Refused {
         status: status.as_u16(),
         body: crate::model::text::escape(body.chars().take(200).collect::<String>().trim())
             .into_owned(),
     })
+}
+
+/// What a client error says, cause by cause (`connection refused`, `operation timed out`, a
+/// TLS refusal), without its URL: reqwest's own text is only `error sending request`.
+fn causes(error: &reqwest::Error) -> String {
+    let mut text = if error.is_timeout() {
+        "no answer in time".to_owned()
+    } else if error.is_connect() {
+        "cannot connect".to_owned()
+    } else {
+        "request failed".to_owned()
+    };
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        // hyper's wrappers repeat what they wrap; once is enough.
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 async fn blocking<T: Send + 'static>(
@@ -579,13 +628,112 @@ mod tests {
         (format!("http://{address}"), requests)
     }
 
+    /// A loopback receiver answering every request `404` with a page that echoes the whole
+    /// request head back (Express's `Cannot POST /path`, and then some).
+    fn echoing_receiver() -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        let address = listener.local_addr().expect("bound");
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let mut reader = std::io::BufReader::new(&stream);
+                let mut head = Vec::new();
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                    head.push(line.trim_end().to_owned());
+                    line.clear();
+                }
+                let target = head
+                    .first()
+                    .and_then(|line| line.split(' ').nth(1))
+                    .unwrap_or_default()
+                    .to_owned();
+                let page = format!(
+                    "<!DOCTYPE html>\n<pre>Cannot POST {target}</pre>\n{}",
+                    head.join("\n")
+                );
+                let _ = (&stream).write_all(
+                    format!(
+                        "HTTP/1.1 404 Not Found\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+                        page.len()
+                    )
+                    .as_bytes(),
+                );
+            }
+        });
+        format!("http://{address}")
+    }
+
+    /// Issue 47: a receiver whose error page echoes the request (the path of a chat
+    /// webhook's URL is its secret) leaves no secret in the error, which keeps the status
+    /// code and what the page says.
+    #[tokio::test]
+    async fn a_receiver_echoing_the_request_puts_no_secret_in_the_error()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let base = echoing_receiver();
+        let dir = tempfile::tempdir()?;
+        let url_file = dir.path().join("url");
+        std::fs::write(
+            &url_file,
+            format!("{base}/hooks/p4th-s3cret?token=qu3ry-s3cret\n"),
+        )?;
+        let key_file = dir.path().join("key");
+        std::fs::write(&key_file, "hm4c-s3cret\n")?;
+        let token_file = dir.path().join("token");
+        std::fs::write(&token_file, "t0ken-s3cret\n")?;
+        let config = NotifyConfig::parse(
+            "notify.hcl",
+            &format!(
+                "notify \"ci\" {{\n  type = \"generic\"\n  url_file = \"{}\"\n  secret_file = \"{}\"\n}}\n",
+                url_file.display(),
+                key_file.display()
+            ),
+        )?;
+        let event = Event {
+            id: 1,
+            at: now_unix(),
+            event: "commit.applied".into(),
+            scope: String::new(),
+            resource: String::new(),
+            commit: String::new(),
+            message: "applied".into(),
+            data: serde_json::Value::Null,
+        };
+        let client = client(REQUEST_TIMEOUT)?;
+        let requests = [
+            message_request(&config, &config.sinks[0], std::slice::from_ref(&event))?,
+            sinks::commit_status(
+                config::Provider::Gitlab,
+                &format!("{base}/api/v4"),
+                "acme/deploy",
+                "t0ken-s3cret",
+                "0123456789abcdef0123456789abcdef01234567",
+                State::Pending,
+                "applied",
+                "voodu-agent",
+                None,
+            ),
+        ];
+        for request in requests {
+            let error = send(&client, request)
+                .await
+                .expect_err("the receiver answers 404")
+                .to_string();
+            assert!(
+                error.starts_with("answered 404: <!DOCTYPE html>") && error.contains("Cannot POST"),
+                "{error}"
+            );
+            assert!(!error.contains("s3cret"), "a secret in: {error}");
+        }
+        Ok(())
+    }
+
     /// Each git host's status request, sent through the real client to a local receiver:
     /// method, path, the auth header and the state as the provider documents them.
     #[tokio::test]
     async fn commit_statuses_reach_each_provider_as_documented()
     -> Result<(), Box<dyn std::error::Error>> {
         let (base, requests) = receiver();
-        let client = client()?;
+        let client = client(REQUEST_TIMEOUT)?;
         let sha = "0123456789abcdef0123456789abcdef01234567";
         let cases = [
             (
@@ -679,10 +827,13 @@ mod tests {
         let (url, requests) = receiver();
         let url_file = dir.path().join("url");
         std::fs::write(&url_file, format!("{url}/hook"))?;
-        let config = NotifyConfig::parse(&format!(
-            "notify \"ops\" {{\n  type = \"generic\"\n  url_file = \"{}\"\n}}\n",
-            url_file.display()
-        ))?;
+        let config = NotifyConfig::parse(
+            "notify.hcl",
+            &format!(
+                "notify \"ops\" {{\n  type = \"generic\"\n  url_file = \"{}\"\n}}\n",
+                url_file.display()
+            ),
+        )?;
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(run(store.clone(), config, 0, shutdown.clone()));
         for _ in 0..100 {
@@ -740,10 +891,13 @@ mod tests {
         let token = dir.path().join("token");
         std::fs::write(&token, "t0ken\n")?;
         let config = |source: &str| {
-            NotifyConfig::parse(&format!(
-                "commit_status \"origin\" {{\n  provider = \"github\"\n  api_url = \"https://git.example\"\n  repository = \"acme/shop\"\n  token_file = \"{}\"\n  {source}\n}}\n",
-                token.display()
-            ))
+            NotifyConfig::parse(
+                "notify.hcl",
+                &format!(
+                    "commit_status \"origin\" {{\n  provider = \"github\"\n  api_url = \"https://git.example\"\n  repository = \"acme/shop\"\n  token_file = \"{}\"\n  {source}\n}}\n",
+                    token.display()
+                ),
+            )
         };
         for (source, wanted) in [
             (r#"source = "shop""#, vec![shop.clone()]),
@@ -773,10 +927,13 @@ mod tests {
         let (url, bodies) = receiver();
         let url_file = dir.path().join("url");
         std::fs::write(&url_file, format!("{url}/storm"))?;
-        let mut config = NotifyConfig::parse(&format!(
-            "notify \"ops\" {{\n  type = \"generic\"\n  url_file = \"{}\"\n  interval = \"1s\"\n}}\n",
-            url_file.display()
-        ))?;
+        let mut config = NotifyConfig::parse(
+            "notify.hcl",
+            &format!(
+                "notify \"ops\" {{\n  type = \"generic\"\n  url_file = \"{}\"\n  interval = \"1s\"\n}}\n",
+                url_file.display()
+            ),
+        )?;
         assert_eq!(config.sinks[0].interval, Duration::from_secs(1));
         let interval = Duration::from_millis(250);
         config.sinks[0].interval = interval;

@@ -20,7 +20,21 @@ pub(crate) struct Request {
     pub(crate) url: String,
     pub(crate) headers: Vec<(&'static str, String)>,
     pub(crate) body: Vec<u8>,
+    /// The secrets it was built from (the URL file's text, the HMAC key, the token): what an
+    /// error about it must never repeat (`super::redact`).
+    pub(crate) secrets: Vec<String>,
 }
+
+/// Headers whose values are no secret; every other header's value is treated as one.
+pub(crate) const PUBLIC_HEADERS: &[&str] = &[
+    "content-type",
+    "accept",
+    "x-github-api-version",
+    "x-voodu-event",
+    "title",
+    "priority",
+    "tags",
+];
 
 impl std::fmt::Debug for Request {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -115,14 +129,16 @@ pub(crate) fn message(
         .max()
         .unwrap_or(Severity::Info);
     let json_request = |body: Value| Request {
+        secrets: Vec::new(),
         url: url.to_owned(),
         headers: vec![("content-type", "application/json".to_owned())],
         body: body.to_string().into_bytes(),
     };
-    match kind {
+    let mut request = match kind {
         SinkType::Generic => {
             let body = json!({ "agent": "voodu-agent", "events": events }).to_string();
             let mut request = Request {
+                secrets: Vec::new(),
                 url: url.to_owned(),
                 headers: vec![
                     ("content-type", "application/json".to_owned()),
@@ -169,6 +185,7 @@ pub(crate) fn message(
         })),
         // Publish by POST to the topic URL: the body is the message, the rest are headers.
         SinkType::Ntfy => Request {
+            secrets: Vec::new(),
             url: url.to_owned(),
             headers: vec![
                 ("title", title),
@@ -206,13 +223,22 @@ pub(crate) fn message(
         // `POST /api/v2/alerts`: one alert per event; an event that ends a condition resolves
         // the alert that condition raised (same labels, `endsAt` now).
         SinkType::Alertmanager => Request {
+            secrets: Vec::new(),
             url: format!("{}/api/v2/alerts", url.trim_end_matches('/')),
             headers: vec![("content-type", "application/json".to_owned())],
             body: Value::Array(events.iter().map(|event| alert(event, dashboard)).collect())
                 .to_string()
                 .into_bytes(),
         },
+    };
+    // The URL file's text is the secret of most chat webhooks (a token in its path or query).
+    request.secrets.push(url.to_owned());
+    if let Some(secret) = secret {
+        request
+            .secrets
+            .push(String::from_utf8_lossy(secret).into_owned());
     }
+    request
 }
 
 /// The Alertmanager alert of `event`.
@@ -302,6 +328,7 @@ pub(crate) fn commit_status(
         // and Forgejo copy GitHub's API: pending | success | error | failure | warning, but
         // authenticate with `token …`).
         Provider::Github | Provider::Gitea | Provider::Forgejo => Request {
+            secrets: vec![token.to_owned()],
             url: format!("{api_url}/repos/{repository}/statuses/{sha}"),
             headers: if provider == Provider::Github {
                 vec![
@@ -327,6 +354,7 @@ pub(crate) fn commit_status(
         // POST /projects/:id/statuses/:sha (id: the URL-encoded path): pending | running |
         // success | failed | canceled.
         Provider::Gitlab => Request {
+            secrets: vec![token.to_owned()],
             url: format!(
                 "{api_url}/projects/{}/statuses/{sha}",
                 form_urlencoded::byte_serialize(repository.as_bytes()).collect::<String>()
@@ -346,6 +374,7 @@ pub(crate) fn commit_status(
         // POST /repositories/{workspace}/{repo_slug}/commit/{commit}/statuses/build:
         // INPROGRESS | SUCCESSFUL | FAILED | STOPPED; `key` and `url` are required.
         Provider::Bitbucket => Request {
+            secrets: vec![token.to_owned()],
             url: format!("{api_url}/repositories/{repository}/commit/{sha}/statuses/build"),
             headers: vec![content, ("authorization", format!("Bearer {token}"))],
             body: json_body(json!({

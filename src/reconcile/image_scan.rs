@@ -4,12 +4,22 @@
 //! policy then picks its newer tag, stored for `status`, `images` and `/metrics`; in `commit`
 //! mode the bumps go to the `ImageCommitter` the agent wires in (git is not this stage's).
 //!
-//! Invariants: the task waits only in the one timer (`What::Image`); a registry's Retry-After
-//! (a 429 or 503) is honoured by the schedule (stored as the scan's `not_before`); a scan's
-//! failure keeps the last good tags; a bump is handed over once per chosen tag (a failed or
-//! conflicting commit is tried again after the repository's next scan, never forced).
+//! Scans run beside the scanner's loop, each its own task, at most [`SCAN_CONCURRENCY`] at
+//! once, each within the registry client's whole-scan deadline (`registry::SCAN_DEADLINE`);
+//! each records its outcome as it ends, and its followers are decided then. So a registry
+//! that trickles (a byte a second, within every deadline) holds one slot for at most that
+//! deadline: the other repositories are scanned and decided on time, and their interval is
+//! not stretched by it. A deadline alone would not do that: scans one after another would
+//! still wait out each slow registry's whole deadline, one after the other.
+//!
+//! Invariants: the task waits only in the one timer (`What::Image`) and on its scans; a
+//! repository has at most one scan in flight; a registry's Retry-After (a 429 or 503) is
+//! honoured by the schedule (stored as the scan's `not_before`); a scan's failure keeps the
+//! last good tags; a listing cut by a bound says so beside the scan (`note`); a bump is handed
+//! over once per chosen tag (a failed or conflicting commit is tried again after the
+//! repository's next scan, never forced).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -19,11 +29,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::timer::What;
 use super::{Ctx, blocking, images};
-use crate::assets::registry::{self, Credentials};
+use crate::assets::registry::{self, Credentials, Scanner};
 use crate::manifest::spec::{ImageUpdate, MIN_IMAGE_SCAN_INTERVAL, Spec};
 use crate::model::{CommitSha, ResourceKey, split_image};
 use crate::runtime::Runtime;
 use crate::store::{ImageScan, ImageUpdateRow, Store, next_scan};
+
+/// Most repository scans in flight at once.
+const SCAN_CONCURRENCY: usize = 4;
 
 /// One tag change commit mode asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,8 +72,8 @@ struct Follower {
     update: ImageUpdate,
 }
 
-/// Runs until `shutdown`: a look every `MIN_IMAGE_SCAN_INTERVAL`, the first at once; each look
-/// scans the repositories that are due.
+/// Runs until `shutdown`: a look every `MIN_IMAGE_SCAN_INTERVAL`, the first at once, and one
+/// as each scan ends; each look starts the scans that are due (room allowing) and decides.
 pub(crate) async fn run<R: Runtime>(
     ctx: Arc<Ctx<R>>,
     committer: Option<Arc<dyn ImageCommitter>>,
@@ -76,25 +89,135 @@ pub(crate) async fn run<R: Runtime>(
     let mut tick = ctx
         .timer
         .every(What::Image, Duration::ZERO, MIN_IMAGE_SCAN_INTERVAL);
+    let mut scans = Scans::default();
     loop {
-        tokio::select! {
-            () = tick.tick() => {}
-            () = shutdown.cancelled() => return,
-        }
-        if let Err(error) = pass(&ctx, &client, committer.as_deref()).await {
+        let scanned = tokio::select! {
+            () = tick.tick() => None,
+            Some(repository) = scans.next() => Some(repository),
+            () = shutdown.cancelled() => {
+                scans.tasks.shutdown().await;
+                return;
+            }
+        };
+        if let Err(error) = pass(
+            &ctx,
+            &client,
+            &mut scans,
+            committer.as_deref(),
+            scanned.as_deref(),
+        )
+        .await
+        {
             tracing::warn!(%error, "image automation pass failed; next look");
         }
     }
 }
 
-/// One look: scan what is due, decide, hand commit-mode bumps over.
+/// The scans in flight, by task.
+#[derive(Default)]
+struct Scans {
+    tasks: tokio::task::JoinSet<String>,
+    repositories: HashMap<tokio::task::Id, String>,
+}
+
+impl Scans {
+    fn is_scanning(&self, repository: &str) -> bool {
+        self.repositories
+            .values()
+            .any(|scanning| scanning == repository)
+    }
+
+    fn has_room(&self) -> bool {
+        self.repositories.len() < SCAN_CONCURRENCY
+    }
+
+    /// Scans `repository` on its own task, which records the outcome in `store`.
+    fn start(
+        &mut self,
+        store: Arc<Store>,
+        client: Scanner,
+        repository: String,
+        credentials: Result<Option<Credentials>, String>,
+    ) {
+        let task = self
+            .tasks
+            .spawn(scan(store, client, repository.clone(), credentials));
+        self.repositories.insert(task.id(), repository);
+    }
+
+    /// The repository whose scan ended next (its outcome recorded); `None` when none runs.
+    async fn next(&mut self) -> Option<String> {
+        let (id, ended) = match self.tasks.join_next_with_id().await? {
+            Ok((id, _)) => (id, None),
+            Err(error) => (error.id(), Some(error)),
+        };
+        let repository = self.repositories.remove(&id)?;
+        if let Some(error) = ended {
+            tracing::error!(repository, %error, "an image repository scan ended abnormally");
+        }
+        Some(repository)
+    }
+}
+
+/// Lists the tags of `repository` and records the outcome (the tags and what was left out,
+/// or the error and how long the registry asked to be left alone).
+async fn scan(
+    store: Arc<Store>,
+    client: Scanner,
+    repository: String,
+    credentials: Result<Option<Credentials>, String>,
+) -> String {
+    let outcome = match credentials {
+        Ok(credentials) => registry::list_tags(&client, &repository, credentials.as_ref())
+            .await
+            .map_err(|error| {
+                let wait = error
+                    .retry_after()
+                    .map_or(0, |wait| i64::try_from(wait.as_secs()).unwrap_or(i64::MAX));
+                (error.to_string(), wait)
+            }),
+        Err(error) => Err((error, 0)),
+    };
+    match &outcome {
+        Ok(listing) => {
+            tracing::debug!(
+                repository,
+                n_tags = listing.tags.len(),
+                note = listing.note,
+                "scanned an image repository"
+            );
+        }
+        Err((error, _)) => {
+            tracing::warn!(repository, %error, "cannot scan an image repository")
+        }
+    }
+    let at = crate::store::now_unix();
+    let scanned = repository.clone();
+    let recorded = blocking(&store, move |store| match outcome {
+        Ok(listing) => store.record_image_scan(&scanned, Ok((&listing.tags, &listing.note)), 0, at),
+        Err((error, wait)) => {
+            store.record_image_scan(&scanned, Err(&error), at.saturating_add(wait), at)
+        }
+    })
+    .await;
+    if let Err(error) = recorded {
+        tracing::warn!(repository, %error, "cannot record an image repository scan");
+    }
+    repository
+}
+
+/// One look: start the scans that are due, decide over what is stored, hand commit-mode bumps
+/// over. `scanned`: the repository whose scan just ended (a failed commit of its followers is
+/// tried again).
 async fn pass<R: Runtime>(
     ctx: &Ctx<R>,
-    client: &registry::Scanner,
+    client: &Scanner,
+    scans: &mut Scans,
     committer: Option<&dyn ImageCommitter>,
+    scanned: Option<&str>,
 ) -> super::Result<()> {
     let followers = blocking(&ctx.store, followers).await?;
-    let scans = blocking(&ctx.store, Store::image_scans).await?;
+    let stored = blocking(&ctx.store, Store::image_scans).await?;
     let mut by_repository: BTreeMap<String, Vec<&Follower>> = BTreeMap::new();
     for follower in &followers {
         by_repository
@@ -103,62 +226,41 @@ async fn pass<R: Runtime>(
             .push(follower);
     }
     let now = crate::store::now_unix();
-    let mut scanned_now = Vec::new();
     for (repository, following) in &by_repository {
+        if !scans.has_room() {
+            // The rest wait for a slot: the next scan to end looks again.
+            break;
+        }
         let interval = following
             .iter()
             .map(|follower| follower.update.interval())
             .min()
             .unwrap_or(MIN_IMAGE_SCAN_INTERVAL);
         let interval = i64::try_from(interval.as_secs()).unwrap_or(i64::MAX);
-        let last = scans.iter().find(|scan| &scan.repository == repository);
-        if next_scan(last, interval).is_some_and(|due| due > now) {
+        let last = stored.iter().find(|scan| &scan.repository == repository);
+        if scans.is_scanning(repository) || next_scan(last, interval).is_some_and(|due| due > now) {
             continue;
         }
-        let credentials = credentials_for(ctx, &following[0].key, &following[0].image).await;
-        let outcome = match credentials {
-            Ok(credentials) => registry::list_tags(client, repository, credentials.as_ref())
-                .await
-                .map_err(|error| {
-                    let wait = error
-                        .retry_after()
-                        .map_or(0, |wait| i64::try_from(wait.as_secs()).unwrap_or(i64::MAX));
-                    (error.to_string(), wait)
-                }),
-            Err(error) => Err((error.to_string(), 0)),
-        };
-        let repository_owned = repository.clone();
-        let at = crate::store::now_unix();
-        match &outcome {
-            Ok(tags) => {
-                tracing::debug!(
-                    repository,
-                    n_tags = tags.len(),
-                    "scanned an image repository"
-                );
-            }
-            Err((error, _)) => {
-                tracing::warn!(repository, %error, "cannot scan an image repository")
-            }
-        }
-        blocking(&ctx.store, move |store| match outcome {
-            Ok(tags) => store.record_image_scan(&repository_owned, Ok(&tags), 0, at),
-            Err((error, wait)) => {
-                store.record_image_scan(&repository_owned, Err(&error), at.saturating_add(wait), at)
-            }
-        })
-        .await?;
-        scanned_now.push(repository.clone());
+        let credentials = credentials_for(ctx, &following[0].key, &following[0].image)
+            .await
+            .map_err(|error| error.to_string());
+        scans.start(
+            ctx.store.clone(),
+            client.clone(),
+            repository.clone(),
+            credentials,
+        );
     }
+    let scanned_now: Vec<String> = scanned.map(str::to_owned).into_iter().collect();
     let followed: Vec<String> = by_repository.keys().cloned().collect();
-    let (scans, previous) = blocking(&ctx.store, move |store| {
+    let (stored, previous) = blocking(&ctx.store, move |store| {
         store.retain_image_scans(&followed)?;
         Ok((store.image_scans()?, store.image_updates()?))
     })
     .await?;
     let rows: Vec<ImageUpdateRow> = followers
         .iter()
-        .map(|follower| decide(follower, &scans, now))
+        .map(|follower| decide(follower, &stored, now))
         .collect();
     let bumps: Vec<Bump> = followers
         .iter()

@@ -6,11 +6,12 @@
 //! Invariants: delivery never blocks or fails a rollout (handlers only enqueue; a tracked task
 //! delivers); headers set by the operator are sent, then `User-Agent: voodu-deploy-webhook`
 //! replaces any; environment values are never part of a payload unless the template puts them
-//! there. Sealed from the host: a request connects only where `url()` may (`Outbound`: an
-//! address host judged before any connection, a name on every address it resolves to, every
-//! redirect hop), and a `file` template is read only from an asset file of a scope the
-//! resource's own source owns, named by one reference in voodu's grammar (nothing else is
-//! ever opened).
+//! there; a log line names a target by its `scheme://host[:port]` only (the manifest may put
+//! a secret in the URL's path, query or user), and a client error without its URL. Sealed
+//! from the host: a request connects only where `url()` may (`Outbound`: an address host
+//! judged before any connection, a name on every address it resolves to, every redirect
+//! hop), and a `file` template is read only from an asset file of a scope the resource's own
+//! source owns, named by one reference in voodu's grammar (nothing else is ever opened).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -202,14 +203,15 @@ async fn deliver(
     outcome: &Outcome,
     target: &WebhookTarget,
 ) {
-    if let Err(refusal) = sealed.outbound.check(&target.url) {
-        tracing::error!(key = %outcome.key, %refusal, "on_deploy webhook refused: nothing sent");
+    let url = origin(&target.url);
+    if sealed.outbound.check(&target.url).is_err() {
+        tracing::error!(key = %outcome.key, %url, "on_deploy webhook refused by the address rules (--allow-url-host): nothing sent");
         return;
     }
     let body = match body(sealed, outcome, target) {
         Ok(body) => body,
         Err(problem) => {
-            tracing::warn!(key = %outcome.key, url = %target.url, %problem, "webhook template unusable; sending the default payload");
+            tracing::warn!(key = %outcome.key, %url, %problem, "webhook template unusable; sending the default payload");
             outcome.payload()
         }
     };
@@ -232,18 +234,19 @@ async fn deliver(
             .body(body.to_string());
         match request.send().await {
             Ok(response) if response.status().is_success() => {
-                tracing::info!(key = %outcome.key, url = %target.url, status = response.status().as_u16(), "on_deploy webhook delivered");
+                tracing::info!(key = %outcome.key, %url, status = response.status().as_u16(), "on_deploy webhook delivered");
                 return;
             }
             Ok(response) => {
-                tracing::warn!(key = %outcome.key, url = %target.url, status = response.status().as_u16(), attempt = attempt + 1, "on_deploy webhook refused")
+                tracing::warn!(key = %outcome.key, %url, status = response.status().as_u16(), attempt = attempt + 1, "on_deploy webhook refused")
             }
             Err(error) => {
-                if let Some(refusal) = Outbound::refusal(&error) {
-                    tracing::error!(key = %outcome.key, %refusal, "on_deploy webhook refused: nothing sent");
+                if Outbound::refusal(&error).is_some() {
+                    tracing::error!(key = %outcome.key, %url, "on_deploy webhook refused by the address rules (--allow-url-host): nothing sent");
                     return;
                 }
-                tracing::warn!(key = %outcome.key, url = %target.url, %error, attempt = attempt + 1, "on_deploy webhook failed")
+                let error = causes(error);
+                tracing::warn!(key = %outcome.key, %url, %error, attempt = attempt + 1, "on_deploy webhook failed")
             }
         }
         let Some(pause) = RETRY_PAUSES.get(attempt) else {
@@ -254,7 +257,35 @@ async fn deliver(
         }
         timer.sleep(What::Notify, *pause).await;
     }
-    tracing::error!(key = %outcome.key, url = %target.url, "on_deploy webhook given up");
+    tracing::error!(key = %outcome.key, %url, "on_deploy webhook given up");
+}
+
+/// What a log line may say of `url`: `scheme://host[:port]`, never its user, path or query.
+fn origin(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(parsed) => match (parsed.host_str(), parsed.port()) {
+            (Some(host), Some(port)) => format!("{}://{host}:{port}", parsed.scheme()),
+            (Some(host), None) => format!("{}://{host}", parsed.scheme()),
+            (None, _) => format!("{}:", parsed.scheme()),
+        },
+        Err(_) => "(not a URL)".to_owned(),
+    }
+}
+
+/// A client error's causes (`connection refused`, `operation timed out`) without its URL.
+fn causes(error: reqwest::Error) -> String {
+    let mut chain = String::new();
+    let mut source = std::error::Error::source(&error);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        // hyper's wrappers repeat what they wrap; once is enough.
+        if !chain.ends_with(&cause_text) {
+            chain.push_str(": ");
+            chain.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    format!("{}{chain}", error.without_url())
 }
 
 /// The body of one target: its `body` object, its `file` template (an asset), or voodu's
@@ -344,6 +375,112 @@ mod tests {
         }
     }
 
+    /// Where a test's log lines go.
+    #[derive(Clone, Default)]
+    struct Written(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Written {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .expect("not poisoned")
+                .extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Written {
+        fn text(&self) -> String {
+            String::from_utf8_lossy(&self.0.lock().expect("not poisoned")).into_owned()
+        }
+    }
+
+    /// Issue 47: a manifest's webhook URL may carry a secret in its user, path or query; the
+    /// log names the target by `scheme://host:port` only, whether it refused (a 404 page that
+    /// echoes the path) or could not be reached.
+    #[tokio::test]
+    async fn log_lines_name_a_target_by_its_origin_only() -> Result<(), Box<dyn std::error::Error>>
+    {
+        use std::io::{BufRead as _, Write as _};
+        let written = Written::default();
+        let writer = written.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(move || writer.clone())
+            .finish();
+        let _logging = tracing::subscriber::set_default(subscriber);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let port = listener.local_addr()?.port();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let mut line = String::new();
+                let mut reader = std::io::BufReader::new(&stream);
+                let _ = reader.read_line(&mut line);
+                let page = format!("Cannot POST {}", line.split(' ').nth(1).unwrap_or_default());
+                let _ = (&stream).write_all(
+                    format!(
+                        "HTTP/1.1 404 Not Found\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+                        page.len()
+                    )
+                    .as_bytes(),
+                );
+            }
+        });
+        // A port nothing listens on: bound, then let go.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let client = reqwest::Client::builder()
+            .tls_backend_preconfigured(crate::model::tls::client_config()?)
+            .timeout(ATTEMPT_TIMEOUT)
+            .build()?;
+        let dir = tempfile::tempdir()?;
+        // Loopback receivers: allowed as the host would allow them.
+        let sealed = Sealed {
+            outbound: Outbound::new(&["127.0.0.1".to_owned()], None)?,
+            assets_root: dir.path().to_owned(),
+            ownership: std::sync::Arc::new(Ownership::single()),
+        };
+        for (port, logged) in [
+            (port, "on_deploy webhook refused"),
+            (closed, "on_deploy webhook failed"),
+        ] {
+            let target = WebhookTarget {
+                url: format!("http://us3r:pa55w0rd@127.0.0.1:{port}/hooks/s3cret?token=s3cret"),
+                ..WebhookTarget::default()
+            };
+            // No task serves this timer: the delivery stops at its first pause.
+            let timer = Timer::default();
+            let failed = outcome(false);
+            tokio::select! {
+                () = deliver(&client, &sealed, &timer, &failed, &target) => {
+                    return Err("the delivery ended without a retry".into());
+                }
+                () = async {
+                    while !written.text().contains(logged) {
+                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    }
+                } => {}
+            }
+            let logs = written.text();
+            assert!(
+                logs.contains(&format!("url=http://127.0.0.1:{port} ")),
+                "{logs}"
+            );
+        }
+        let logs = written.text();
+        assert!(logs.contains("Connection refused"), "the cause: {logs}");
+        for secret in ["s3cret", "us3r", "pa55w0rd"] {
+            assert!(!logs.contains(secret), "{secret} in: {logs}");
+        }
+        Ok(())
+    }
+
     #[test]
     fn the_default_payload_is_voodus() {
         assert_eq!(
@@ -424,6 +561,46 @@ mod tests {
                 template_path(&sealed, &blog, refused).is_err(),
                 "{refused} accepted"
             );
+        }
+        Ok(())
+    }
+
+    /// Issue 47: a target the address rules refuse (loopback, by address or by a name that
+    /// resolves to it) is never connected to, and its delivery ends at once.
+    #[tokio::test]
+    async fn a_refused_target_sees_no_connection() -> Result<(), Box<dyn std::error::Error>> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let port = listener.local_addr()?.port();
+        let dir = tempfile::tempdir()?;
+        let sealed = Sealed {
+            outbound: Outbound::default(),
+            assets_root: dir.path().to_owned(),
+            ownership: std::sync::Arc::new(Ownership::single()),
+        };
+        let client = sealed.outbound.client(ATTEMPT_TIMEOUT)?;
+        for url in [
+            format!("http://127.0.0.1:{port}/admin"),
+            format!("http://localhost:{port}/admin"),
+            format!("http://[::ffff:127.0.0.1]:{port}/admin"),
+        ] {
+            let target = WebhookTarget {
+                url: url.clone(),
+                method: "DELETE".to_owned(),
+                ..WebhookTarget::default()
+            };
+            // No task serves this timer: a delivery that retried would never end.
+            let timer = Timer::default();
+            tokio::time::timeout(
+                std::time::Duration::from_secs(20),
+                deliver(&client, &sealed, &timer, &outcome(true), &target),
+            )
+            .await
+            .map_err(|_| format!("{url}: the delivery was retried instead of refused"))?;
+            match listener.accept() {
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+                other => return Err(format!("{url}: a connection was made: {other:?}").into()),
+            }
         }
         Ok(())
     }

@@ -1,5 +1,5 @@
-//! Image automation's state (issue 27): each followed repository's last scan (its tags, when,
-//! its error, the registry's Retry-After), and per resource with `image_update` the tag its
+//! Image automation's state (issue 27): each followed repository's last scan (its tags, what
+//! of the registry's listing was left out, when, its error, the registry's Retry-After), and per resource with `image_update` the tag its
 //! policy chose and what committing it did. Read by `status`, `images`, `/metrics`.
 //!
 //! Invariants: a failed scan keeps the tags of the last good one (a registry outage never makes
@@ -29,6 +29,9 @@ pub struct ImageScan {
     pub scanned_at: i64,
     /// The tags of the last successful scan.
     pub tags: Vec<String>,
+    /// What of that scan's listing was left out (`registry listed more than 20000 tags; the
+    /// first 20000 were considered`), empty when nothing was.
+    pub note: String,
     /// Unix seconds of the last successful scan.
     pub tags_at: Option<i64>,
     /// The last attempt's error, empty when it succeeded.
@@ -63,7 +66,7 @@ impl Store {
     pub fn image_scans(&self) -> Result<Vec<ImageScan>> {
         self.with(|connection| {
             let mut statement = connection.prepare(
-                "SELECT repository, scanned_at, tags, tags_at, error, not_before FROM image_scans ORDER BY repository",
+                "SELECT repository, scanned_at, tags, tags_at, error, not_before, note FROM image_scans ORDER BY repository",
             )?;
             let rows = statement.query_map([], |row| {
                 let tags: String = row.get(2)?;
@@ -74,31 +77,40 @@ impl Store {
                     tags_at: row.get(3)?,
                     error: row.get(4)?,
                     not_before: row.get(5)?,
+                    note: row.get(6)?,
                 })
             })?;
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
         })
     }
 
-    /// Records a scan of `repository` at `now`: its tags, or its error (keeping the last good
-    /// tags) and, for a rate limit, the instant before which it must not be scanned again.
+    /// Records a scan of `repository` at `now`: its tags and what of the listing was left out
+    /// (`note`, empty when nothing was), or its error (keeping the last good tags and their
+    /// note) and, for a rate limit, the instant before which it must not be scanned again.
     pub fn record_image_scan(
         &self,
         repository: &str,
-        outcome: std::result::Result<&[String], &str>,
+        outcome: std::result::Result<(&[String], &str), &str>,
         not_before: i64,
         now: i64,
     ) -> Result<()> {
         self.with(|connection| {
             match outcome {
-                Ok(tags) => {
+                Ok((tags, note)) => {
                     let kept = &tags[..tags.len().min(MAX_STORED_TAGS)];
+                    let note = if note.is_empty() && kept.len() < tags.len() {
+                        format!(
+                            "more than {MAX_STORED_TAGS} tags; the first {MAX_STORED_TAGS} were kept"
+                        )
+                    } else {
+                        cut(note, MAX_ERROR_BYTES).to_owned()
+                    };
                     let tags = serde_json::to_string(kept).unwrap_or_else(|_| "[]".to_owned());
                     connection.execute(
-                        "INSERT INTO image_scans (repository, scanned_at, tags, tags_at, error, not_before)
-                         VALUES (?1, ?2, ?3, ?2, '', ?4)
-                         ON CONFLICT (repository) DO UPDATE SET scanned_at = ?2, tags = ?3, tags_at = ?2, error = '', not_before = ?4",
-                        params![repository, now, tags, not_before],
+                        "INSERT INTO image_scans (repository, scanned_at, tags, tags_at, error, not_before, note)
+                         VALUES (?1, ?2, ?3, ?2, '', ?4, ?5)
+                         ON CONFLICT (repository) DO UPDATE SET scanned_at = ?2, tags = ?3, tags_at = ?2, error = '', not_before = ?4, note = ?5",
+                        params![repository, now, tags, not_before, note],
                     )?;
                 }
                 Err(error) => {
@@ -315,13 +327,18 @@ mod tests {
         let dir = tempfile::tempdir().expect("a temp dir");
         let store = Store::open(&dir.path().join("state.db"))?;
         let tags = vec!["1.4.2".to_owned(), "1.4.3".to_owned()];
-        store.record_image_scan("app", Ok(&tags), 0, 100)?;
+        store.record_image_scan("app", Ok((&tags, "a note")), 0, 100)?;
         store.record_image_scan("app", Err("registry unreachable"), 160, 130)?;
         let scans = store.image_scans()?;
         assert_eq!(scans.len(), 1);
         assert_eq!(
-            (&scans[0].tags, scans[0].tags_at, scans[0].error.as_str()),
-            (&tags, Some(100), "registry unreachable")
+            (
+                &scans[0].tags,
+                scans[0].tags_at,
+                scans[0].error.as_str(),
+                scans[0].note.as_str()
+            ),
+            (&tags, Some(100), "registry unreachable", "a note")
         );
         assert_eq!(next_scan(scans.first(), 60), Some(190));
         assert_eq!(next_scan(None, 60), None);

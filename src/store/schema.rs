@@ -350,7 +350,14 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     );
     "#,
     // ---- end of issue 27 ----
-    // 15: what one source holds on the host alone, first come (issue 47): ingress hosts,
+    // ---- issue 47 ----
+    // 15: what of a scan's listing was left out (the registry listed more tags or pages than
+    // a scan considers), shown beside the scan: the tags of a scan are no longer silently
+    // the first 20,000.
+    r#"
+    ALTER TABLE image_scans ADD COLUMN note TEXT NOT NULL DEFAULT '';
+    "#,
+    // 16: what one source holds on the host alone, first come (issue 47): ingress hosts,
     // published host ports, named volumes (`store/claims.rs`).
     r#"
     CREATE TABLE claims (

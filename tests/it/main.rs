@@ -23,6 +23,7 @@ mod hooks_docker;
 mod http;
 mod identity_docker;
 mod image_push;
+mod images;
 mod images_docker;
 mod ingress;
 mod jobs;

@@ -1,7 +1,9 @@
 //! Notifications (`--notify`), on the fake runtime with local receivers: what each sink is
 //! sent for a commit that deploys, a commit that is rejected and a rollout, that a receiver
-//! that was down gets what it missed (the outbox), and `notify test`.
+//! that was down gets what it missed (the outbox), that a receiver echoing its secret path
+//! leaves it nowhere, and `notify test` (what it says when a request fails).
 
+use std::io::Write as _;
 use std::time::Duration;
 
 use crate::support::http::{Capture, Captured};
@@ -62,8 +64,10 @@ async fn sinks_hear_of_deploys_and_rejections_and_a_receiver_that_was_down_gets_
     let hmac = file("hmac", "hmac-key\n")?;
     let slack_url = file("slack-url", &slack.url("/services/T0/B0/s3cret"))?;
     let token = file("gh-token", "ghp_s3cret\n")?;
-    let config = NotifyConfig::parse(&format!(
-        r#"
+    let config = NotifyConfig::parse(
+        "notify.hcl",
+        &format!(
+            r#"
         dashboard_url = "https://deploy.example.com"
         notify "ci" {{
           type = "generic"
@@ -85,8 +89,9 @@ async fn sinks_hear_of_deploys_and_rejections_and_a_receiver_that_was_down_gets_
           interval = "1s"
         }}
         "#,
-        api = github.url("/api/v3"),
-    ))?;
+            api = github.url("/api/v3"),
+        ),
+    )?;
     let repo = TempRepo::new()?;
     repo.write("web.hcl", &web("1"))?;
     let good = repo.commit("web")?;
@@ -352,5 +357,168 @@ async fn notify_test_sends_one_message_to_the_named_sink() -> TestResult {
         stderr.contains("no sink called \"pager\"") && stderr.contains("phone"),
         "{stderr}"
     );
+    Ok(())
+}
+
+/// A receiver answering every request with Express's default 404 page, which echoes the
+/// request's method and path (`Cannot POST /hooks/<secret>`).
+fn express_404() -> TestResult<std::net::SocketAddr> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let address = listener.local_addr()?;
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let _ = answer_404(stream);
+        }
+    });
+    Ok(address)
+}
+
+fn answer_404(mut stream: std::net::TcpStream) -> TestResult {
+    let mut reader = std::io::BufReader::new(stream.try_clone()?);
+    let head = crate::support::http::read_request_head(&mut reader)?.ok_or("no request")?;
+    crate::support::http::read_body(&mut reader, &head)?;
+    let page = format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>Error</title>\n</head>\n<body>\n<pre>Cannot {} {}</pre>\n</body>\n</html>\n",
+        head.method, head.target
+    );
+    write!(
+        stream,
+        "HTTP/1.1 404 Not Found\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+        page.len()
+    )?;
+    Ok(())
+}
+
+/// Every file under `dir`, read whole.
+fn files_under(dir: &std::path::Path, out: &mut Vec<(std::path::PathBuf, Vec<u8>)>) -> TestResult {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            files_under(&path, out)?;
+        } else if path.is_file() {
+            out.push((path.clone(), std::fs::read(&path)?));
+        }
+    }
+    Ok(())
+}
+
+/// Issue 47: a receiver whose 404 page echoes the request path (the secret of a chat
+/// webhook's URL) leaves the secret nowhere: not in the sink's recorded error, not in any
+/// file of the data dir (`state.db` and its log), not in `GET /status`; the status code and
+/// what the page says are kept.
+#[tokio::test]
+async fn a_receiver_echoing_its_secret_path_leaves_it_out_of_the_store_and_status() -> TestResult {
+    let receiver = express_404()?;
+    let secrets = tempfile::tempdir()?;
+    let url_file = secrets.path().join("url");
+    std::fs::write(
+        &url_file,
+        format!("http://{receiver}/hooks/T0-p4th-s3cret?token=qu3ry-s3cret\n"),
+    )?;
+    let config = NotifyConfig::parse(
+        "notify.hcl",
+        &format!(
+            "notify \"ci\" {{\n  type = \"generic\"\n  url_file = \"{}\"\n  interval = \"1s\"\n}}\n",
+            url_file.display()
+        ),
+    )?;
+    let repo = TempRepo::new()?;
+    repo.write("web.hcl", &web("1"))?;
+    let good = repo.commit("web")?;
+    let agent = TestAgent::start(
+        repo,
+        TestAgentOptions {
+            interval: Duration::from_millis(100),
+            notify: Some(config),
+            ..TestAgentOptions::default()
+        },
+    )
+    .await?;
+    agent.applied(&good).await?;
+    until("the sink to record the refusal", || {
+        agent
+            .store
+            .sink_states()
+            .is_ok_and(|states| states.iter().any(|state| !state.last_error.is_empty()))
+    })
+    .await?;
+    let states = agent.store.sink_states()?;
+    let error = &states.first().ok_or("no sink state")?.last_error;
+    assert!(
+        error.starts_with("answered 404: <!DOCTYPE html>")
+            && error.contains("Cannot POST <redacted>"),
+        "{error}"
+    );
+    let client = crate::support::http::client()?;
+    let (_, status) = crate::support::http::get(&client, &agent.url("/status")).await?;
+    assert!(
+        status.contains("Cannot POST"),
+        "the error is shown: {status}"
+    );
+    assert!(!status.contains("s3cret"), "a secret in /status: {status}");
+    let mut files = Vec::new();
+    files_under(&agent.data_dir(), &mut files)?;
+    assert!(
+        files.iter().any(|(path, _)| path.ends_with("state.db")),
+        "{files:?}"
+    );
+    for (path, bytes) in &files {
+        assert!(
+            !bytes.windows(6).any(|window| window == b"s3cret"),
+            "a secret in {}",
+            path.display()
+        );
+    }
+    agent.stop().await
+}
+
+/// Issue 47: `notify test` says why a request failed, cause by cause (it said only "error
+/// sending request"): a port nothing listens on is refused; a receiver that takes the
+/// connection and never answers has timed out, after `--timeout`.
+#[tokio::test]
+async fn notify_test_says_why_a_request_failed() -> TestResult {
+    // Bound, then let go: nothing listens there.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let hanging = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let silent = hanging.local_addr()?;
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in hanging.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let dir = tempfile::tempdir()?;
+    let bin = env!("CARGO_BIN_EXE_voodu-agent");
+    for (address, cause) in [(closed, "Connection refused"), (silent, "timed out")] {
+        let url = dir.path().join("url");
+        std::fs::write(&url, format!("http://{address}/topic"))?;
+        let file = dir.path().join("notify.hcl");
+        std::fs::write(
+            &file,
+            format!(
+                "notify \"phone\" {{\n  type = \"ntfy\"\n  url_file = \"{}\"\n}}\n",
+                url.display()
+            ),
+        )?;
+        let file = file.display().to_string();
+        let output = tokio::process::Command::new(bin)
+            .args([
+                "notify",
+                "test",
+                "phone",
+                "--notify",
+                &file,
+                "--timeout",
+                "1s",
+            ])
+            .output()
+            .await?;
+        assert_eq!(output.status.code(), Some(1), "{output:?}");
+        let stderr = String::from_utf8(output.stderr)?;
+        assert!(
+            stderr.starts_with("voodu-agent: phone: ") && stderr.contains(cause),
+            "{address}: {stderr}"
+        );
+    }
     Ok(())
 }
