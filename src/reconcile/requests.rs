@@ -8,18 +8,21 @@
 
 use std::path::Path;
 
-use super::handlers::container::{Identity, Launch, build};
+use super::handlers::container::{Identity, Launch, build, on_own_network};
 use crate::manifest::spec::{Container, Spec};
 use crate::manifest::{Diagnostic, Manifest, Resource};
 use crate::model::policy::OwnedPaths;
+use crate::model::scopes::Ownership;
 use crate::runtime::{ContainerSpec, Gate};
 
 /// Every container request of `resource` as far as the host policy is concerned: its main
 /// container and each init container (which runs with the pod's volumes and networks and
-/// its own `docker_options`). A spec that cannot become a container is an error.
+/// its own `docker_options`), on its source's network under `ownership`. A spec that cannot
+/// become a container is an error.
 pub fn container_requests(
     resource: &Resource,
     assets_root: &Path,
+    ownership: &Ownership,
 ) -> Vec<Result<ContainerSpec, String>> {
     let Some(container) = resource.spec.container() else {
         return Vec::new();
@@ -50,6 +53,10 @@ pub fn container_requests(
             container,
             &Launch::default(),
         )
+        .map(|mut spec| {
+            spec.networks = on_own_network(spec.networks, &ownership.network_of(&key.scope));
+            spec
+        })
     };
     let mut requests = vec![build_one(container, identity.name.clone())];
     let inits = match &resource.spec {
@@ -71,10 +78,15 @@ pub fn container_requests(
 /// What the sink would refuse of `manifest`'s requests, located at each resource's block. A
 /// manifest the manifest stage accepted under the same policy has none: a refusal here is a
 /// value that walked around that check, and the sink would stop it.
-fn sink_refusals(manifest: &Manifest, gate: &Gate, assets_root: &Path) -> Vec<Diagnostic> {
+fn sink_refusals(
+    manifest: &Manifest,
+    gate: &Gate,
+    assets_root: &Path,
+    ownership: &Ownership,
+) -> Vec<Diagnostic> {
     let mut refusals = Vec::new();
     for resource in &manifest.resources {
-        for request in container_requests(resource, assets_root) {
+        for request in container_requests(resource, assets_root, ownership) {
             let Ok(request) = request else {
                 // The manifest stage reports a spec that cannot be built.
                 continue;
@@ -102,7 +114,13 @@ pub(crate) fn sink_refusals_under(
         .unwrap_or_else(|| crate::manifest::DEFAULT_DATA_DIR.to_owned());
     let owned = OwnedPaths::for_data_dir(&data_dir);
     let assets_root = Path::new(&data_dir).join(crate::model::policy::ASSETS_DIR);
-    sink_refusals(manifest, &Gate::new(policy.clone(), owned), &assets_root)
+    // As one source of several (`--sources`), the gate seals them from each other too.
+    let ownership = policy.seal.as_ref().map_or_else(
+        || std::sync::Arc::new(Ownership::single()),
+        |seal| seal.ownership.clone(),
+    );
+    let gate = Gate::new(policy.clone(), owned).sealing(ownership.clone());
+    sink_refusals(manifest, &gate, &assets_root, &ownership)
 }
 
 #[cfg(test)]

@@ -169,13 +169,15 @@ impl Sealing<'_> {
             what: ClaimKind::Host,
             value: normalize_host(host),
         };
-        let (held, holder) = self.hosts.iter().find(|(held, _)| {
-            wanted.collides(&Claim {
-                what: ClaimKind::Host,
-                value: (*held).clone(),
-            })
+        // A wildcard can collide with several held hosts: any of another source's refuses.
+        let (held, holder) = self.hosts.iter().find(|(held, holder)| {
+            *holder != source
+                && wanted.collides(&Claim {
+                    what: ClaimKind::Host,
+                    value: (*held).clone(),
+                })
         })?;
-        (holder != source).then(|| {
+        Some({
             format!(
                 "{}; not routed",
                 crate::model::scopes::foreign(

@@ -161,8 +161,10 @@ pub(super) fn conflicts(
     let mut found = Vec::new();
     for resource in &manifest.resources {
         for claim in resource.spec.claims() {
-            if let Some(holder) = holder_of(tx, &claim)?
-                && holder.source != source
+            // A wildcard host can collide with several hosts: any of another source's counts.
+            if let Some(holder) = holders_of(tx, &claim)?
+                .into_iter()
+                .find(|holder| holder.source != source)
             {
                 found.push(ClaimConflict {
                     claim,
@@ -201,6 +203,25 @@ pub(super) fn record(tx: &Transaction<'_>, source: &str, manifest: &Manifest) ->
         params![source, now_unix()],
     )?;
     Ok(())
+}
+
+/// Who holds `claim` or a claim it collides with (for a host, every wildcard or host it
+/// covers or that covers it).
+fn holders_of(tx: &Transaction<'_>, claim: &Claim) -> Result<Vec<ClaimHolder>> {
+    if claim.what != ClaimKind::Host {
+        return Ok(holder_of(tx, claim)?.into_iter().collect());
+    }
+    // Few hosts per host, so a scan of the hosts is cheap.
+    Ok(held(tx, ClaimKind::Host)?
+        .into_iter()
+        .filter(|(value, _)| {
+            claim.collides(&Claim {
+                what: ClaimKind::Host,
+                value: value.clone(),
+            })
+        })
+        .map(|(_, holder)| holder)
+        .collect())
 }
 
 /// Who holds `claim`, or a claim it collides with (a wildcard host).

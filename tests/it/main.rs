@@ -41,6 +41,7 @@ mod refusal_docker;
 mod registry_docker;
 mod runs;
 mod seal_docker;
+mod seal_property;
 mod service;
 mod signed;
 mod slow_clients;

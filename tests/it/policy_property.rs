@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use voodu_agent::manifest::{self, LoadOptions};
 use voodu_agent::model::policy::{ASSETS_DIR, OwnedPaths};
+use voodu_agent::model::scopes::Ownership;
 use voodu_agent::model::{CommitSha, Policy, Snapshot, SourceFile};
 use voodu_agent::reconcile::requests::container_requests;
 use voodu_agent::runtime::{ContainerSpec, Error, FakeRuntime, Gate, Runtime, Sealed};
@@ -330,7 +331,7 @@ async fn i23_no_accepted_request_violates_the_default_policy() -> TestResult {
         sealed.ensure_network("voodu0").await?;
         let assets_root = Path::new(&host.data).join(ASSETS_DIR);
         for resource in &manifest.resources {
-            for request in container_requests(resource, &assets_root) {
+            for request in container_requests(resource, &assets_root, &Ownership::single()) {
                 let request = request?;
                 match sealed.create(&request).await {
                     Ok(_) => {

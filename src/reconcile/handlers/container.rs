@@ -192,6 +192,21 @@ pub(crate) fn build(
     })
 }
 
+/// `networks` with `voodu0` standing for the source's own network `own`
+/// (`Ownership::network_of`: `voodu0` itself unless the source has its own).
+pub(crate) fn on_own_network(networks: Vec<String>, own: &str) -> Vec<String> {
+    networks
+        .into_iter()
+        .map(|network| {
+            if network == crate::model::policy::DEFAULT_NETWORK {
+                own.to_owned()
+            } else {
+                network
+            }
+        })
+        .collect()
+}
+
 /// voodu's DNS aliases of a deployment or statefulset (spec §6.3), lower-cased; statefulset
 /// pods first get their own `<name>-<n>.<scope>` names.
 pub(crate) fn aliases(key: &ResourceKey, ordinal: Option<usize>) -> Vec<String> {

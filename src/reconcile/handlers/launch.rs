@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::container::{Identity, Launch, build, rfc3339_seconds};
+use super::container::{Identity, Launch, build, on_own_network, rfc3339_seconds};
 use crate::manifest::spec::{Container, Init, Spec};
 use crate::model::{Kind, ResourceKey};
 use crate::reconcile::env::{
@@ -225,18 +225,10 @@ pub(crate) fn networks_of<R: Runtime>(
     key: &ResourceKey,
     container: &Container,
 ) -> Vec<String> {
-    let own = ctx.options.ownership.network_of(&key.scope);
-    container
-        .effective_networks()
-        .into_iter()
-        .map(|network| {
-            if network == crate::model::policy::DEFAULT_NETWORK {
-                own.clone()
-            } else {
-                network
-            }
-        })
-        .collect()
+    on_own_network(
+        container.effective_networks(),
+        &ctx.options.ownership.network_of(&key.scope),
+    )
 }
 
 /// Builds a create request, turning a spec that cannot become a container into a permanent
