@@ -54,4 +54,5 @@ mod swarm_docker;
 mod tidy;
 mod triggers;
 mod triggers_docker;
+mod upgrade_docker;
 mod url_fetch;
