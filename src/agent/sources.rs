@@ -596,6 +596,14 @@ source "shop" {
         })?;
         assert_eq!(ownership.owner_of("shop-web"), Some("shop"));
         assert_eq!(ownership.owner_of(""), Some("platform"));
+        // Each on its own network unless it shares `voodu0`.
+        assert_eq!(ownership.network_of("shop-web"), "voodu0-shop");
+        let shared = parse(
+            "sources.hcl",
+            "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\"]\n  network = \"shared\"\n}\nsource \"b\" {\n  url = \"/s\"\n  scopes = [\"b\"]\n  network = \"own\"\n}\n",
+            MINUTE,
+        )?;
+        assert!(shared[0].shared_network && !shared[1].shared_network);
         Ok(())
     }
 
@@ -637,6 +645,14 @@ source "shop" {
             (
                 "source \"a\" {\n  url = \"/r\"\n  scopes = [\"shop-*\"]\n}\nsource \"b\" {\n  url = \"/s\"\n  scopes = [\"shop-web\"]\n}\n",
                 "sources.hcl:7:12: sources \"a\" and \"b\" may both deploy scope shop-* / shop-web",
+            ),
+            (
+                "source \"a\" {\n  url = \"/r\"\n  scopes = [\"shop\"]\n}\nsource \"b\" {\n  url = \"/s\"\n  scopes = [\"shop-api\"]\n}\n",
+                "sources.hcl:7:12: sources \"a\" and \"b\" own scopes shop and shop-api, where one scope can be the other followed by `-`",
+            ),
+            (
+                "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\"]\n  network = \"public\"\n}\n",
+                "sources.hcl:4:13: source \"a\": network \"public\": write \"own\"",
             ),
             (
                 "source \"a\" {\n  url = \"http://h/r\"\n  scopes = [\"a\"]\n  token_file = \"/t\"\n}\n",

@@ -392,7 +392,7 @@ impl Policy {
     /// or `None` when the host adopts it.
     pub(crate) fn foreign_volume_refusal(&self, name: &str) -> Option<String> {
         (!self.adopt_volume.iter().any(|adopted| adopted == name)).then(|| format!(
-            "volume {name} already exists and was not created by voodu (no createdby=voodu label): the agent does not mount data it did not make; remove it (docker volume rm {name}) for a fresh one, or start the agent with --adopt-volume {name} to take its data over"
+            "volume {name} already exists and was not created by voodu (no createdby=voodu label): the agent does not mount data it did not make; remove it (docker volume rm {name}) for a fresh one, or, only if you know who wrote it, start the agent with --adopt-volume {name} to hand its data to the resource mounting it (whoever could create a volume of that name chose what it holds: another tenant of this engine, another source)"
         ))
     }
 

@@ -409,4 +409,89 @@ mod tests {
         assert!(Ownership::single().allows("", "anything"));
         Ok(())
     }
+
+    #[test]
+    fn scopes_that_could_derive_one_name_across_sources_are_refused() -> Result<(), String> {
+        let refused = [
+            (vec!["shop"], vec!["shop-api"]),
+            (vec!["shop"], vec!["shop-*"]),
+            (vec!["shop"], vec!["sho*"]),
+            (vec!["a-*"], vec!["a-b-c"]),
+            (vec!["shop-*"], vec!["shop-api-*"]),
+        ];
+        for (one, two) in refused {
+            let error = Ownership::new(vec![
+                ("one".to_owned(), patterns(&one)?),
+                ("two".to_owned(), patterns(&two)?),
+            ])
+            .err()
+            .ok_or(format!("{one:?} and {two:?} both accepted"))?;
+            assert!(
+                error.contains("followed by `-`") || error.contains("may both deploy"),
+                "{error}"
+            );
+        }
+        for (one, two) in [
+            (vec!["shop"], vec!["shopping"]),
+            (vec!["shop"], vec!["blog-*"]),
+            (vec!["shop-*"], vec!["shopping"]),
+            (vec!["shop", ""], vec!["blog"]),
+        ] {
+            Ownership::new(vec![
+                ("one".to_owned(), patterns(&one)?),
+                ("two".to_owned(), patterns(&two)?),
+            ])
+            .map_err(|error| format!("{one:?} and {two:?}: {error}"))?;
+        }
+        // One source may hold both: a name it makes twice is its own to untangle.
+        Ownership::new(vec![("one".to_owned(), patterns(&["shop", "shop-api"])?)])?;
+        Ok(())
+    }
+
+    #[test]
+    fn derived_names_networks_and_seals_follow_the_owner() -> Result<(), String> {
+        let ownership = Arc::new(
+            Ownership::new(vec![
+                ("shop".to_owned(), patterns(&["shop", "shop2-*"])?),
+                ("blog".to_owned(), patterns(&["blog"])?),
+                ("ops".to_owned(), patterns(&["ops", ""])?),
+            ])?
+            .with_shared_network(vec!["ops".to_owned()]),
+        );
+        assert_eq!(ownership.owner_of_derived("shop-db-data-0"), Some("shop"));
+        assert_eq!(
+            ownership.owner_of_derived("shop2-x-db-data-0"),
+            Some("shop")
+        );
+        assert_eq!(ownership.owner_of_derived("blog-db-data-0"), Some("blog"));
+        assert_eq!(ownership.owner_of_derived("other-db-data-0"), None);
+        assert_eq!(ownership.network_of("shop"), "voodu0-shop");
+        assert_eq!(ownership.network_of("ops"), "voodu0");
+        assert_eq!(ownership.network_of("nobody"), "voodu0");
+        assert_eq!(
+            ownership.networks(),
+            ["voodu0", "voodu0-shop", "voodu0-blog"]
+        );
+        assert_eq!(ownership.network_owner("voodu0-blog"), Some("blog"));
+        assert_eq!(ownership.network_owner("voodu0-ops"), Some("ops"));
+        assert_eq!(ownership.network_owner("voodu0"), None);
+        let seal = Seal::new("blog", ownership.clone());
+        assert!(seal.owns("blog") && !seal.owns("shop") && !seal.owns(""));
+        let owned = OwnedPaths::for_data_dir("/data");
+        assert_eq!(seal.bind_refusal("/data/assets/blog/a/k", &owned), None);
+        assert!(
+            seal.bind_refusal("/data/assets/shop/a/k", &owned)
+                .is_some_and(|refusal| refusal.contains("source `shop`"))
+        );
+        assert!(
+            seal.bind_refusal("/data/assets/_unscoped/a/k", &owned)
+                .is_some_and(|refusal| refusal.contains("source `ops`"))
+        );
+        assert_eq!(seal.bind_refusal("/srv/elsewhere", &owned), None);
+        // The single source owns everything and has no network of its own.
+        let single = Ownership::single();
+        assert!(single.is_single() && single.same_owner("a", "b"));
+        assert_eq!(single.networks(), ["voodu0"]);
+        Ok(())
+    }
 }

@@ -503,6 +503,7 @@ impl<R: Runtime> Runtime for Sealed<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::scopes::Ownership;
     use crate::runtime::FakeRuntime;
     use crate::runtime::service::{ServiceMode, UpdateOrder, UpdatePolicy};
 
@@ -718,7 +719,7 @@ mod tests {
             Err(Error::Refused { message }) => assert_eq!(
                 message,
                 format!(
-                    "volume {name} already exists and was not created by voodu (no createdby=voodu label): the agent does not mount data it did not make; remove it (docker volume rm {name}) for a fresh one, or start the agent with --adopt-volume {name} to take its data over"
+                    "volume {name} already exists and was not created by voodu (no createdby=voodu label): the agent does not mount data it did not make; remove it (docker volume rm {name}) for a fresh one, or, only if you know who wrote it, start the agent with --adopt-volume {name} to hand its data to the resource mounting it (whoever could create a volume of that name chose what it holds: another tenant of this engine, another source)"
                 )
             ),
             other => return Err(format!("not refused: {other:?}").into()),
@@ -729,6 +730,94 @@ mod tests {
         let (fake, adopting) = sealed(|policy| policy.adopt_volume = vec![name.to_owned()]);
         fake.ensure_volume(name, &BTreeMap::new()).await?;
         adopting.ensure_volume(name, &ours).await?;
+        Ok(())
+    }
+
+    /// A gate sealing `shop` (scope `shop`) from `blog` (scope `blog`).
+    fn two_sources() -> std::result::Result<(Arc<FakeRuntime>, Sealed<FakeRuntime>), String> {
+        use crate::model::scopes::ScopePattern;
+        let ownership = Ownership::new(vec![
+            ("shop".to_owned(), vec![ScopePattern::parse("shop")?]),
+            ("blog".to_owned(), vec![ScopePattern::parse("blog")?]),
+        ])?;
+        let policy = Policy {
+            data_dir: Some(DATA.to_owned()),
+            ..Policy::default()
+        };
+        let fake = Arc::new(FakeRuntime::new());
+        let gate = Gate::new(policy, OwnedPaths::for_data_dir(DATA)).sealing(Arc::new(ownership));
+        Ok((Arc::clone(&fake), Sealed::new(fake, gate)))
+    }
+
+    fn scoped(scope: &str, binds: &[&str], networks: &[&str]) -> ContainerSpec {
+        let mut spec = spec(binds);
+        spec.name = format!("{scope}-web.1");
+        spec.labels
+            .insert(labels::SCOPE.to_owned(), scope.to_owned());
+        spec.networks = networks
+            .iter()
+            .map(|network| (*network).to_owned())
+            .collect();
+        spec
+    }
+
+    #[tokio::test]
+    async fn a_source_joins_its_own_network_and_binds_its_own_assets_only() -> TestResult {
+        let (fake, runtime) = two_sources()?;
+        runtime.ensure_network("voodu0-blog").await?;
+        runtime.ensure_network("voodu0-shop").await?;
+        let own = format!("{DATA}/assets/blog/a/k:/x:ro");
+        runtime
+            .create(&scoped("blog", &[&own], &["voodu0-blog"]))
+            .await?;
+        let shop_file = format!("{DATA}/assets/shop/cfg/secret:/x");
+        let walk = format!("{DATA}/assets/blog/a/k/../../../shop/cfg/secret:/x");
+        for refused_spec in [
+            scoped("blog", &[&shop_file], &["voodu0-blog"]),
+            scoped("blog", &[&walk], &["voodu0-blog"]),
+            scoped("blog", &["voodu-shop-db-data-0:/x"], &["voodu0-blog"]),
+            scoped("blog", &[], &["voodu0-shop"]),
+            scoped("blog", &[], &["voodu0"]),
+        ] {
+            let message = refused(runtime.create(&refused_spec).await);
+            assert!(
+                message.contains("source `shop`") || message.contains("has its own, voodu0-blog"),
+                "{:?}: {message}",
+                refused_spec.binds
+            );
+        }
+        assert_eq!(creates(&fake), 1, "{:?}", fake.calls());
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_claim_labelled_with_another_sources_scope_is_not_mounted() -> TestResult {
+        let (fake, runtime) = two_sources()?;
+        let name = "voodu-blog-db-data-0";
+        let shops = BTreeMap::from([
+            (
+                labels::CREATED_BY.to_owned(),
+                labels::CREATED_BY_VALUE.to_owned(),
+            ),
+            (labels::SCOPE.to_owned(), "shop".to_owned()),
+        ]);
+        fake.ensure_volume(name, &shops).await?;
+        let blogs = BTreeMap::from([
+            (
+                labels::CREATED_BY.to_owned(),
+                labels::CREATED_BY_VALUE.to_owned(),
+            ),
+            (labels::SCOPE.to_owned(), "blog".to_owned()),
+        ]);
+        match runtime.ensure_volume(name, &blogs).await {
+            Err(Error::Refused { message }) => {
+                assert!(message.contains("labelled voodu.scope=shop"), "{message}")
+            }
+            other => return Err(format!("not refused: {other:?}").into()),
+        }
+        runtime
+            .ensure_volume("voodu-blog-db-data-1", &blogs)
+            .await?;
         Ok(())
     }
 }

@@ -183,7 +183,7 @@ async fn a_foreign_volume_is_not_mounted_as_a_claim_until_adopted() -> TestResul
     // The pass that meets the volume writes its error first; the release's failure (what
     // the status keeps) follows.
     let refusal = format!(
-        "statefulset/data/db: volume {claim} already exists and was not created by voodu (no createdby=voodu label): the agent does not mount data it did not make; remove it (docker volume rm {claim}) for a fresh one, or start the agent with --adopt-volume {claim} to take its data over"
+        "statefulset/data/db: volume {claim} already exists and was not created by voodu (no createdby=voodu label): the agent does not mount data it did not make; remove it (docker volume rm {claim}) for a fresh one, or, only if you know who wrote it, start the agent with --adopt-volume {claim} to hand its data to the resource mounting it (whoever could create a volume of that name chose what it holds: another tenant of this engine, another source)"
     );
     let release_failed = format!(
         "release #1 (commit {}) failed: {refusal}; no earlier release ran, so there is nothing to roll back to; a new commit retries",
