@@ -151,6 +151,7 @@ fn main() {
             sources: vec![HookSource::single(store.clone(), requests, "main")],
             metrics: Arc::new(Metrics::new()),
             options: HttpOptions::default(),
+            on_registry_push: None,
         };
         let server = tokio::spawn(voodu_agent::http::serve(listener, ctx, shutdown.clone()));
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;

@@ -523,11 +523,19 @@ async fn run_until<R: Runtime>(
     let _lock = lock::lock(&config.data_dir)?;
     let sources = config.source_configs();
     let ownership = Arc::new(sources::ownership(&sources).map_err(anyhow::Error::msg)?);
+    // The keys of `--require-signature`, read once: a key file that cannot be read stops the
+    // start, never a silent unsigned deploy.
+    let signatures = Arc::new(
+        crate::assets::cosign::Signatures::load(&config.sync.policy).map_err(anyhow::Error::msg)?,
+    );
     // From here on every engine request passes the host policy's gate at the sink, which
-    // also seals the sources from each other.
+    // also seals the sources from each other and lets signed-only images through by a
+    // verified digest alone.
     let runtime = Arc::new(Sealed::new(
         runtime,
-        sink_gate(&config).sealing(ownership.clone()),
+        sink_gate(&config)
+            .sealing(ownership.clone())
+            .requiring_signatures(signatures.fingerprints()),
     ));
     let OpenState {
         store,
@@ -702,6 +710,8 @@ async fn run_until<R: Runtime>(
         sync_requests.insert(source_config.name.clone(), requests.clone());
         channels.push((requests, receiver));
     }
+    // `POST /hooks/registry` → the image scanner, at once.
+    let registry_pushes = reconcile::wake::RegistryPushes::default();
     let deps = reconcile::Deps {
         store: store.clone(),
         runtime,
@@ -717,6 +727,7 @@ async fn run_until<R: Runtime>(
             image_committer: reconcile::ImageCommitterHandle(Some(std::sync::Arc::new(
                 image_commit::GitCommitter::new(&config, &sources, &sync_requests),
             ))),
+            registry_pushes: registry_pushes.clone(),
             ..reconcile::Handles::default()
         },
     };
@@ -735,6 +746,7 @@ async fn run_until<R: Runtime>(
     )
     .map_err(anyhow::Error::msg)?;
     reconcile_options.ownership = ownership.clone();
+    reconcile_options.signatures = signatures.clone();
     let reconciler = tracker.spawn(reconcile::run(deps, reconcile_options, shutdown.clone()));
     let mut hook_sources = Vec::new();
     // Kept until `run` returns: dropping one stops its watch.
@@ -787,6 +799,9 @@ async fn run_until<R: Runtime>(
             sources: hook_sources,
             metrics,
             options: config.http.options.clone(),
+            on_registry_push: Some(Arc::new(move |repository: &str| {
+                registry_pushes.push(repository);
+            })),
         };
         let shutdown_for_http = shutdown.clone();
         tracker.spawn(async move {

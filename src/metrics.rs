@@ -39,6 +39,9 @@ pub struct Metrics {
     drift: Counters,
     scaling: Counters,
     journal_errors: Counters,
+    /// Images refused for their signature, by reason; digests resolved, by how.
+    image_refusals: Counters,
+    image_resolutions: Counters,
     /// Entries the reconciler's one timer holds, by what they wait for (a gauge).
     timer_waits: Mutex<BTreeMap<&'static str, usize>>,
 }
@@ -54,6 +57,8 @@ impl Default for Metrics {
             drift: Counters::default(),
             scaling: Counters::default(),
             journal_errors: Counters::default(),
+            image_refusals: Counters::default(),
+            image_resolutions: Counters::default(),
             timer_waits: Mutex::new(BTreeMap::new()),
         }
     }
@@ -105,6 +110,18 @@ impl Metrics {
     /// tries again on the retry schedule.
     pub(crate) fn record_journal_error(&self, stage: &str) {
         self.journal_errors.add(&[stage], 1);
+    }
+
+    /// An image was refused for its signature (`reason`: `no_signature`, `untrusted_key`,
+    /// `other_digest`, `bad_payload`, `registry`).
+    pub(crate) fn record_image_refusal(&self, reason: &str) {
+        self.image_refusals.add(&[reason], 1);
+    }
+
+    /// An image of a release was resolved (`how`: `registry`, `local`, `pinned`,
+    /// `host_copy`).
+    pub(crate) fn record_image_resolution(&self, how: &str) {
+        self.image_resolutions.add(&[how], 1);
     }
 
     /// Journal read errors counted so far at `stage`.
@@ -195,6 +212,18 @@ impl Metrics {
             "voodu_reconciler_store_errors_total",
             "Times the reconciler could not read the journal (tail) or its boot state (boot); each is retried.",
             &["stage"],
+        );
+        self.image_refusals.render(
+            out,
+            "voodu_image_refusals_total",
+            "Images not run because their digest has no trusted signature (--require-signature), by reason.",
+            &["reason"],
+        );
+        self.image_resolutions.render(
+            out,
+            "voodu_image_resolutions_total",
+            "Images of releases resolved to what they run as, by how (registry, local, pinned, host_copy).",
+            &["how"],
         );
         let waits: Vec<(Vec<String>, f64)> = lock(&self.timer_waits)
             .iter()

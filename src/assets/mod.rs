@@ -8,6 +8,7 @@
 //! the assets root are ever written or removed. Blocking: call from a blocking thread.
 
 pub mod age;
+pub mod cosign;
 mod fetch;
 pub mod registry;
 pub mod sops;

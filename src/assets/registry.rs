@@ -340,6 +340,180 @@ async fn get(
     send(client, host, url, authorization, "").await
 }
 
+/// The media types a manifest is asked for in: what `docker pull` asks for, so the digest a
+/// tag resolves to is the one the engine records (Docker v2 schema 2, its list, OCI manifest
+/// and index; without these a registry answers a converted schema 1 or nothing).
+const MANIFEST_TYPES: &str = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json";
+
+/// A manifest as the registry answered it.
+#[derive(Debug, Clone)]
+pub(crate) struct Manifest {
+    /// `sha256:…` of its bytes (what `Docker-Content-Digest` says, checked).
+    pub(crate) digest: String,
+    pub(crate) bytes: Vec<u8>,
+}
+
+/// `GET /v2/<name>/manifests/<reference>` (a tag or a digest) of `repository`, with the
+/// credentials for a `401`, within `REQUEST_TIMEOUT` per request; `None` when the registry
+/// has no such manifest. The digest is computed from the bytes (a registry's header that
+/// says otherwise is refused).
+pub(crate) async fn manifest(
+    client: &Scanner,
+    repository: &str,
+    reference: &str,
+    credentials: Option<&Credentials>,
+) -> Result<Option<Manifest>, RegistryError> {
+    let (host, name) = api_location(repository);
+    let url = base_url(&host)?
+        .join(&format!("v2/{name}/manifests/{reference}"))
+        .map_err(|error| RegistryError::Protocol {
+            host: host.clone(),
+            message: error.to_string(),
+        })?;
+    let Some(response) = authorized(client, &host, &url, credentials, Some(MANIFEST_TYPES)).await?
+    else {
+        return Ok(None);
+    };
+    let claimed = response
+        .headers()
+        .get("docker-content-digest")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
+    let bytes = read_body(&host, response).await?;
+    let digest = sha256_digest(&bytes);
+    if let Some(claimed) = claimed
+        && claimed != digest
+    {
+        return Err(RegistryError::Protocol {
+            host,
+            message: format!(
+                "the manifest of {name}:{reference} is {digest}, not {claimed} as the registry says"
+            ),
+        });
+    }
+    Ok(Some(Manifest { digest, bytes }))
+}
+
+/// `GET /v2/<name>/blobs/<digest>` of `repository`, its bytes checked against `digest`.
+pub(crate) async fn blob(
+    client: &Scanner,
+    repository: &str,
+    digest: &str,
+    credentials: Option<&Credentials>,
+) -> Result<Option<Vec<u8>>, RegistryError> {
+    let (host, name) = api_location(repository);
+    let url = base_url(&host)?
+        .join(&format!("v2/{name}/blobs/{digest}"))
+        .map_err(|error| RegistryError::Protocol {
+            host: host.clone(),
+            message: error.to_string(),
+        })?;
+    let Some(response) = authorized(client, &host, &url, credentials, None).await? else {
+        return Ok(None);
+    };
+    let bytes = read_body(&host, response).await?;
+    if sha256_digest(&bytes) != digest {
+        return Err(RegistryError::Protocol {
+            host,
+            message: format!("the blob {digest} of {name} does not have that digest"),
+        });
+    }
+    Ok(Some(bytes))
+}
+
+/// `sha256:<hex>` of `bytes`.
+pub(crate) fn sha256_digest(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(bytes);
+    let hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+/// A GET of `url`, answering a `401` with its challenge once; `None` for a 404, an error for
+/// every other failure (denied, rate limited, …).
+async fn authorized(
+    client: &Scanner,
+    host: &str,
+    url: &Url,
+    credentials: Option<&Credentials>,
+    accept: Option<&str>,
+) -> Result<Option<reqwest::Response>, RegistryError> {
+    let request = |authorization: Option<HeaderValue>| {
+        let accept = accept.map(str::to_owned);
+        async move { send_accepting(client, host, url, authorization.as_ref(), accept.as_deref()).await }
+    };
+    let mut response = request(None).await?;
+    if response.status() == StatusCode::UNAUTHORIZED {
+        let challenge = response
+            .headers()
+            .get(WWW_AUTHENTICATE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let authorization = authorize(client, host, &challenge, credentials).await?;
+        response = request(Some(authorization)).await?;
+    }
+    let status = response.status();
+    match status {
+        StatusCode::NOT_FOUND => Ok(None),
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Err(RegistryError::Denied {
+            host: host.to_owned(),
+            status: status.as_u16(),
+        }),
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
+            Err(RegistryError::RateLimited {
+                host: host.to_owned(),
+                status: status.as_u16(),
+                retry_after: retry_after(response.headers().get(RETRY_AFTER)),
+            })
+        }
+        status if !status.is_success() => Err(RegistryError::Protocol {
+            host: host.to_owned(),
+            message: format!("HTTP {}", status.as_u16()),
+        }),
+        _ => Ok(Some(response)),
+    }
+}
+
+/// `send` with an `Accept` header.
+async fn send_accepting(
+    client: &Scanner,
+    host: &str,
+    url: &Url,
+    authorization: Option<&HeaderValue>,
+    accept: Option<&str>,
+) -> Result<reqwest::Response, RegistryError> {
+    let Some(accept) = accept else {
+        return send(client, host, url, authorization, "").await;
+    };
+    client
+        .guard
+        .check_url(url)
+        .map_err(|refusal| RegistryError::Refused {
+            host: host.to_owned(),
+            message: refusal.to_string(),
+        })?;
+    let mut request = client
+        .client
+        .get(url.clone())
+        .header(reqwest::header::ACCEPT, accept);
+    if let Some(authorization) = authorization {
+        request = request.header(AUTHORIZATION, authorization.clone());
+    }
+    request.send().await.map_err(|error| {
+        if let Some(refusal) = refusal_in(&error) {
+            return RegistryError::Refused {
+                host: host.to_owned(),
+                message: refusal.to_string(),
+            };
+        }
+        RegistryError::Unreachable {
+            host: host.to_owned(),
+            message: without_url(&error),
+        }
+    })
+}
+
 /// Sends a GET to `url` once the guard allows it (an address host is judged here, a name by
 /// the resolver); `what` prefixes a failure's message.
 async fn send(

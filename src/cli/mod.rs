@@ -58,6 +58,7 @@ mod install;
 mod log;
 mod notify;
 mod plan;
+mod redeploy;
 mod releases;
 mod rollback;
 mod run;
@@ -136,6 +137,9 @@ enum Command {
     Rollback(rollback::RollbackArgs),
     /// Clear a rollback pin: the resource follows git again.
     Unpin(unpin::UnpinArgs),
+    /// Roll out what a resource declares now as a new release whose images are resolved anew
+    /// (a mutable tag that moved runs what it names now; nothing else changes).
+    Redeploy(redeploy::RedeployArgs),
     /// Ask the running agent to fetch now (and, with --wait, say how the commit ended).
     Sync(sync::SyncArgs),
     /// Apply a commit a `deploy: manual` trigger file holds (see `status`): exactly that
@@ -290,6 +294,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Images(args)) => images::run(&data_dir, &args),
         Some(Command::Rollback(args)) => rollback::run(&data_dir, &args),
         Some(Command::Unpin(args)) => unpin::run(&data_dir, &args),
+        Some(Command::Redeploy(args)) => redeploy::run(&data_dir, &args),
         Some(Command::Sync(args)) => sync::run(&data_dir, &args),
         Some(Command::Approve(args)) => approve::run(&data_dir, &args),
         Some(Command::Activity(args)) => activity::run(&data_dir, &args),

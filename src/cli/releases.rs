@@ -60,8 +60,8 @@ fn print_table(view: &ReleasesView) {
     }
     println!();
     println!(
-        "{:>5}  {:<12}  {:<12}  {:<11}  {:<20}  {:>8}  MESSAGE",
-        "ID", "COMMIT", "HASH", "PHASE", "STARTED", "TOOK"
+        "{:>5}  {:<12}  {:<12}  {:<14}  {:<11}  {:<20}  {:>8}  MESSAGE",
+        "ID", "COMMIT", "HASH", "DIGEST", "PHASE", "STARTED", "TOOK"
     );
     for release in &view.releases {
         let took = release.finished_at.map_or_else(
@@ -74,10 +74,11 @@ fn print_table(view: &ReleasesView) {
             },
         );
         println!(
-            "{:>5}  {:<12}  {:<12}  {:<11}  {:<20}  {:>8}  {}",
+            "{:>5}  {:<12}  {:<12}  {:<14}  {:<11}  {:<20}  {:>8}  {}",
             release.id,
             Esc(short(&release.commit)),
             Esc(short(&release.spec_hash)),
+            Esc(&release.images.short()),
             Esc(release.phase),
             time(release.started_at),
             took,

@@ -18,8 +18,12 @@ pub(super) struct RollbackArgs {
     resource: String,
     /// The commit (full SHA or a prefix of at least 4 hex digits) whose release to re-apply.
     /// Default: the newest release that ran with a spec other than the current one.
-    #[arg(long, value_name = "SHA")]
+    #[arg(long, value_name = "SHA", conflicts_with = "release")]
     to: Option<String>,
+    /// The release (its number, as `releases` lists it) to re-apply: its spec and the very
+    /// images it ran (their digests), whatever the tags name now.
+    #[arg(long, value_name = "N")]
+    release: Option<u64>,
     /// Print what was done as JSON.
     #[arg(long)]
     json: bool,
@@ -46,7 +50,11 @@ struct RollbackView {
 pub(super) fn run(data_dir: &Path, args: &RollbackArgs) -> anyhow::Result<ExitCode> {
     let store = super::open_store(data_dir, super::Access::ReadWrite)?;
     let key = resolve(&store, &args.resource)?;
-    let outcome = store.rollback(&key, args.to.as_deref())?;
+    let to = match args.release {
+        Some(release) => Some(format!("#{release}")),
+        None => args.to.clone(),
+    };
+    let outcome = store.rollback(&key, to.as_deref())?;
     drop(store);
     if args.json {
         let view = RollbackView {

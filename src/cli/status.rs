@@ -361,6 +361,26 @@ fn print_table(view: &StatusView) {
     }) {
         println!("\n* replicas set by the autoscaler (not in git)");
     }
+    // What each resource's release runs as, and tags that moved since it resolved them.
+    for resource in &view.resources {
+        let Some(release) = &resource.release else {
+            continue;
+        };
+        let key = format!("{}/{}/{}", resource.kind, resource.scope, resource.name);
+        for moved in &release.images.moved {
+            println!(
+                "
+{}: tag {} moved: release #{} runs {}, the registry now names {} (`voodu-agent redeploy {}/{}` runs it; a commit changing the resource does too)",
+                Esc(&key),
+                Esc(&moved.image),
+                release.id,
+                Esc(crate::model::image_policy::short_digest(&moved.recorded)),
+                Esc(crate::model::image_policy::short_digest(&moved.current)),
+                Esc(&resource.scope),
+                Esc(&resource.name)
+            );
+        }
+    }
     for resource in &view.resources {
         let Some(pin) = &resource.pin else {
             continue;

@@ -233,6 +233,17 @@ pub(super) struct PolicyArgs {
         value_delimiter = ','
     )]
     allow_url_host: Vec<String>,
+    /// Images of repositories matching PATTERN (a repository, a prefix ending in `*`, or `*`)
+    /// run only when their digest carries a cosign signature by the key(s) in KEYFILE (PEM
+    /// public keys, several separated by `:`; repeatable). Checked when a release resolves its
+    /// images and again at the sink before any container is created.
+    #[arg(
+        long = "require-signature",
+        env = "VOODU_REQUIRE_SIGNATURE",
+        value_name = "PATTERN=KEYFILE",
+        value_delimiter = ','
+    )]
+    require_signature: Vec<String>,
 }
 
 impl PolicyArgs {
@@ -251,6 +262,7 @@ impl PolicyArgs {
             || !self.allow_log_driver.is_empty()
             || !self.adopt_volume.is_empty()
             || !self.allow_url_host.is_empty()
+            || !self.require_signature.is_empty()
     }
 
     /// The policy file (if any) with the flags added; default-deny when neither is given.
@@ -278,6 +290,12 @@ impl PolicyArgs {
             allow_log_driver: self.allow_log_driver.clone(),
             adopt_volume: self.adopt_volume.clone(),
             allow_url_host: self.allow_url_host.clone(),
+            require_signature: self
+                .require_signature
+                .iter()
+                .map(|text| crate::model::policy::SignatureRule::parse(text))
+                .collect::<Result<_, _>>()
+                .map_err(anyhow::Error::msg)?,
             data_dir: None,
             seal: None,
             seal_only: false,

@@ -32,6 +32,7 @@ mod error;
 pub mod images;
 mod metrics;
 mod process;
+mod registry;
 pub mod status;
 pub(crate) mod webhook;
 
@@ -134,7 +135,13 @@ pub struct HttpCtx {
     pub sources: Vec<HookSource>,
     pub metrics: Arc<Metrics>,
     pub options: HttpOptions,
+    /// Told each image repository a registry notification says was pushed to
+    /// (`POST /hooks/registry`): the agent's image scanner; `None`: not running.
+    pub on_registry_push: Option<RegistryPushed>,
 }
+
+/// What `POST /hooks/registry` tells of a pushed repository.
+pub type RegistryPushed = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Handler state: the context plus the limits and the shutdown signal waiting requests
 /// honour.
@@ -205,6 +212,7 @@ fn router(state: Arc<AppState>) -> Router {
         ));
     Router::new()
         .route("/hooks/git", post(webhook::hook))
+        .route("/hooks/registry", post(registry::hook))
         .route("/healthz", get(status::healthz))
         .route("/", get(dashboard::root))
         .merge(reads)

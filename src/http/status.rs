@@ -18,6 +18,8 @@ use serde::Serialize;
 use super::detail::DetailView;
 use super::{AppState, blocking};
 use crate::model::{Kind, ResourceKey};
+use std::collections::BTreeMap;
+
 use crate::store::{CommitRecord, HEALTH_ENGINE, HEALTH_FETCH, Pin, Release, Store};
 
 /// The JSON document `status --json` prints and `GET /status` returns.
@@ -211,6 +213,90 @@ pub(crate) struct ReleaseView {
     pub(crate) id: i64,
     pub(crate) commit: String,
     pub(crate) phase: &'static str,
+    /// What each image of the release runs as (see `ReleaseRecordView::images`).
+    pub(crate) images: ImagesView,
+}
+
+/// What the images of a release run as.
+#[derive(Debug, Serialize)]
+pub(crate) struct ImagesView {
+    /// False for a release recorded before digests were ("digest unknown": it runs its tags
+    /// until the next rollout), and for one that has not resolved them yet.
+    pub(crate) resolved: bool,
+    /// Each image as the spec names it, with what it runs as (`name@sha256:…`, or the image
+    /// id of a local-only image) and that digest's first 12 hex digits.
+    pub(crate) images: Vec<ImageView>,
+    /// Tags whose registry names another digest now than the release resolved (`status`:
+    /// a mutable tag moved; `voodu-agent redeploy` runs what it names now).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) moved: Vec<TagMovedView>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ImageView {
+    pub(crate) image: String,
+    pub(crate) runs: String,
+    pub(crate) digest: String,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct TagMovedView {
+    pub(crate) image: String,
+    pub(crate) recorded: String,
+    pub(crate) current: String,
+    pub(crate) checked_at: i64,
+}
+
+impl ImagesView {
+    /// `release`'s images, with the tags the store saw move (`tag_digests`).
+    pub(crate) fn of(release: &Release, moved: &BTreeMap<String, (String, i64)>) -> ImagesView {
+        let Some(images) = &release.images else {
+            return ImagesView {
+                resolved: false,
+                images: Vec::new(),
+                moved: Vec::new(),
+            };
+        };
+        let mut moved_views = Vec::new();
+        for (image, runs) in images {
+            let Some((current, checked_at)) = moved.get(image) else {
+                continue;
+            };
+            let recorded = crate::model::image_policy::split_digest(runs).map(|(_, digest)| digest);
+            if recorded.is_some_and(|recorded| recorded != current) {
+                moved_views.push(TagMovedView {
+                    image: image.clone(),
+                    recorded: recorded.unwrap_or_default().to_owned(),
+                    current: current.clone(),
+                    checked_at: *checked_at,
+                });
+            }
+        }
+        ImagesView {
+            resolved: true,
+            images: images
+                .iter()
+                .map(|(image, runs)| ImageView {
+                    image: image.clone(),
+                    runs: runs.clone(),
+                    digest: crate::model::image_policy::short_digest(runs).to_owned(),
+                })
+                .collect(),
+            moved: moved_views,
+        }
+    }
+
+    /// The short digests, `a1b2c3d4e5f6` or `digest unknown`.
+    pub(crate) fn short(&self) -> String {
+        if !self.resolved {
+            return "digest unknown".to_owned();
+        }
+        self.images
+            .iter()
+            .map(|image| image.digest.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -255,6 +341,8 @@ pub(crate) struct ReleaseRecordView {
     /// Outcomes of its `release {}` hooks by stage (`pre_command`, `command`,
     /// `post_command`): exit code, whether it timed out, the tail of its output, when.
     pub(crate) hooks: serde_json::Map<String, serde_json::Value>,
+    /// What its images ran as (a rollback to it runs these again).
+    pub(crate) images: ImagesView,
 }
 
 fn commit_view(record: CommitRecord) -> CommitView {
@@ -443,10 +531,12 @@ fn resource_view(
     status: crate::store::ResourceStatus,
     pin: Option<PinView>,
 ) -> crate::store::Result<ResourceView> {
+    let moved = store.tag_digests()?;
     let release = store.latest_release(&key)?.map(|release| ReleaseView {
         id: release.id,
         commit: release.commit.to_string(),
         phase: release.phase.as_str(),
+        images: ImagesView::of(&release, &moved),
     });
     Ok(ResourceView {
         kind: key.kind.to_string(),
@@ -472,6 +562,7 @@ fn release_record_view(
 ) -> ReleaseRecordView {
     ReleaseRecordView {
         hooks,
+        images: ImagesView::of(&release, &BTreeMap::new()),
         id: release.id,
         commit: release.commit.to_string(),
         spec_hash: release.spec_hash.to_string(),

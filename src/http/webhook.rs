@@ -693,7 +693,7 @@ pub(crate) struct HookAnswer {
 }
 
 impl HookAnswer {
-    fn new(result: HookResult) -> HookAnswer {
+    pub(super) fn new(result: HookResult) -> HookAnswer {
         HookAnswer {
             result,
             provider: None,
@@ -705,19 +705,19 @@ impl HookAnswer {
         }
     }
 
-    fn reason(mut self, reason: impl Into<String>) -> HookAnswer {
+    pub(super) fn reason(mut self, reason: impl Into<String>) -> HookAnswer {
         self.reason = Some(reason.into());
         self
     }
 }
 
-fn answer(state: &AppState, code: StatusCode, answer: HookAnswer) -> Response {
+pub(super) fn answer(state: &AppState, code: StatusCode, answer: HookAnswer) -> Response {
     state.ctx.metrics.record_webhook(answer.result.as_str());
     (code, Json(answer)).into_response()
 }
 
 /// Reads the body up to the cap and within the body timeout.
-async fn read_body(
+pub(super) async fn read_body(
     state: &AppState,
     headers: &HeaderMap,
     body: Body,

@@ -313,6 +313,32 @@ fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// `(name, digest)` of a reference pinned by digest (`name[:tag]@sha256:…`), the tag dropped.
+pub fn split_digest(image: &str) -> Option<(&str, &str)> {
+    let (name, digest) = image.split_once('@')?;
+    digest
+        .starts_with("sha256:")
+        .then(|| (repository_of(name), digest))
+}
+
+/// The repository of `name[:tag]` (a registry's port is not a tag).
+pub fn repository_of(image: &str) -> &str {
+    let image = image.split_once('@').map_or(image, |(name, _)| name);
+    let last_slash = image.rfind('/').map_or(0, |at| at + 1);
+    match image[last_slash..].rfind(':') {
+        Some(colon) => &image[..last_slash + colon],
+        None => image,
+    }
+}
+
+/// The short form of what an image runs as, for `releases` and `status`: the first 12 hex
+/// digits of its digest (`sha256:` dropped).
+pub fn short_digest(pinned: &str) -> &str {
+    let digest = pinned.rsplit_once('@').map_or(pinned, |(_, digest)| digest);
+    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+    hex.get(..12).unwrap_or(hex)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -57,6 +57,9 @@ pub struct Policy {
     /// those), although they are internal (loopback, link-local, private…): host names, IP
     /// addresses or CIDRs (`url_hosts`).
     pub allow_url_host: Vec<String>,
+    /// Repositories whose images run only with a valid cosign signature of their digest, and
+    /// the public keys (PEM files) that sign them (`--require-signature PATTERN=KEYFILE`).
+    pub require_signature: Vec<SignatureRule>,
     /// The agent's data dir (state.db, secrets, assets): protected like a system directory.
     /// Set by the agent, not by the policy file.
     #[serde(skip)]
@@ -175,7 +178,55 @@ const SENSITIVE: &[(&str, &str)] = &[
     ("/var/lib/containerd", "the container runtime's data"),
 ];
 
+/// Images of repositories matching `repositories` (`registry.example/team/app`, a prefix
+/// `registry.example/team/*`, or `*`) run only when their digest carries a cosign signature
+/// by one of `keys` (paths to PEM public keys).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignatureRule {
+    pub repositories: String,
+    pub keys: Vec<String>,
+}
+
+impl SignatureRule {
+    /// `PATTERN=KEYFILE[,KEYFILE…]`, as the flag takes it.
+    pub fn parse(text: &str) -> Result<SignatureRule, String> {
+        let (repositories, keys) = text.split_once('=').ok_or_else(|| {
+            format!("--require-signature {text:?}: write PATTERN=KEYFILE, e.g. registry.example/team/*=/etc/voodu-agent/cosign.pub")
+        })?;
+        let keys: Vec<String> = keys
+            .split(':')
+            .filter(|key| !key.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if repositories.is_empty() || keys.is_empty() {
+            return Err(format!(
+                "--require-signature {text:?}: both a repository pattern and a key file are needed"
+            ));
+        }
+        Ok(SignatureRule {
+            repositories: repositories.to_owned(),
+            keys,
+        })
+    }
+
+    /// Whether the rule covers `repository` (an image's name without tag or digest).
+    pub fn covers(&self, repository: &str) -> bool {
+        match self.repositories.strip_suffix('*') {
+            Some(prefix) => repository.starts_with(prefix),
+            None => self.repositories == repository,
+        }
+    }
+}
+
 impl Policy {
+    /// The signature rule that covers `repository`, the first one listed.
+    pub fn signature_rule(&self, repository: &str) -> Option<&SignatureRule> {
+        self.require_signature
+            .iter()
+            .find(|rule| rule.covers(repository))
+    }
+
     /// A policy that judges only what `seal`'s source may point at, not the host rules.
     pub fn seal_only(seal: super::scopes::Seal) -> Policy {
         Policy {
@@ -199,6 +250,7 @@ impl Policy {
         self.allow_log_driver.extend(other.allow_log_driver);
         self.adopt_volume.extend(other.adopt_volume);
         self.allow_url_host.extend(other.allow_url_host);
+        self.require_signature.extend(other.require_signature);
         if other.data_dir.is_some() {
             self.data_dir = other.data_dir;
         }
@@ -213,6 +265,15 @@ impl Policy {
             .map(|root| format!("--allow-bind-root {root:?} must be an absolute path"))
             .collect();
         problems.extend(super::url_hosts::UrlHosts::parse(&self.allow_url_host).err());
+        problems.extend(
+            self.require_signature
+                .iter()
+                .flat_map(|rule| &rule.keys)
+                .filter(|key| !key.starts_with('/'))
+                .map(|key| {
+                    format!("--require-signature key file {key:?} must be an absolute path")
+                }),
+        );
         problems
     }
 

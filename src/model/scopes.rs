@@ -317,11 +317,15 @@ impl Seal {
     }
 }
 
-/// Who holds the named volumes (the store's claims, read by the runtime's gate).
-pub trait VolumeLedger: Send + Sync {
+/// What the runtime's gate reads of the store: who holds the named volumes (its claims) and
+/// which image digests were verified under which keys.
+pub trait Ledger: Send + Sync {
     /// The source holding volume `name` and whether it was adopted from the state that
     /// predates claims (see `store/claims.rs`); `None` when no source declared it.
     fn holder(&self, name: &str) -> Result<Option<(String, bool)>, String>;
+    /// Whether `digest` carries a signature verified under the keys whose fingerprint is
+    /// `keys` (`assets::cosign::fingerprint`).
+    fn verified(&self, digest: &str, keys: &str) -> Result<bool, String>;
 }
 
 /// "`what` belongs to source `owner`; a source points only at what its own scopes hold".

@@ -79,6 +79,14 @@ pub enum Error {
         #[source]
         source: crate::assets::Error,
     },
+    /// An image of a repository that requires a signature (`--require-signature`) has none
+    /// this host trusts for its digest: the release fails before any container is touched.
+    #[error("{key}: image {image} is not run: {why}")]
+    Unverified {
+        key: ResourceKey,
+        image: String,
+        why: crate::assets::cosign::Unverified,
+    },
     /// Retrying cannot help until desired state changes; `reason` says what failed.
     #[error("{key}: {message}")]
     Permanent {
@@ -160,6 +168,10 @@ impl Error {
         match self {
             Error::Store(_) | Error::Task(_) | Error::Init { .. } | Error::Stopped { .. } => true,
             Error::Files { .. } => true,
+            // A registry that could not be asked is asked again; a refusal stands.
+            Error::Unverified { why, .. } => {
+                matches!(why, crate::assets::cosign::Unverified::Registry(_))
+            }
             Error::Runtime { source, .. } => source.is_transient(),
             Error::Env { source, .. } => matches!(source, EnvError::Unresolved(_)),
             Error::ImageMissing { .. }
@@ -187,6 +199,7 @@ impl Error {
             Error::Init { .. } => FailureReason::Init,
             Error::Files { .. } => FailureReason::Files,
             Error::Permanent { reason, .. } => *reason,
+            Error::Unverified { .. } => FailureReason::Unverified,
             Error::Task(_) | Error::Stopped { .. } => FailureReason::Interrupted,
         }
     }

@@ -474,6 +474,7 @@ mod tests {
             spec_hash: hash,
             n_replicas,
             env_digest: None,
+            images: None,
             surge,
         }
     }
@@ -615,6 +616,7 @@ mod tests {
             spec_hash: &hash,
             n_replicas: 2,
             env_digest: None,
+            images: None,
             surge: false,
         };
         let actual = [

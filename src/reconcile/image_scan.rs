@@ -77,6 +77,7 @@ struct Follower {
 pub(crate) async fn run<R: Runtime>(
     ctx: Arc<Ctx<R>>,
     committer: Option<Arc<dyn ImageCommitter>>,
+    pushes: super::wake::RegistryPushes,
     shutdown: CancellationToken,
 ) {
     let client = match registry::client(&ctx.options.registry_access) {
@@ -90,15 +91,24 @@ pub(crate) async fn run<R: Runtime>(
         .timer
         .every(What::Image, Duration::ZERO, MIN_IMAGE_SCAN_INTERVAL);
     let mut scans = Scans::default();
+    let mut tags = TagWatch::default();
     loop {
         let scanned = tokio::select! {
             () = tick.tick() => None,
             Some(repository) = scans.next() => Some(repository),
+            // A registry said repositories were pushed to: their scans and tag looks are due
+            // now.
+            pushed = pushes.next() => {
+                tags.due.extend(pushed.iter().cloned());
+                scans.forced.extend(pushed);
+                None
+            }
             () = shutdown.cancelled() => {
                 scans.tasks.shutdown().await;
                 return;
             }
         };
+        tags.look(&ctx, &client).await;
         if let Err(error) = pass(
             &ctx,
             &client,
@@ -113,11 +123,90 @@ pub(crate) async fn run<R: Runtime>(
     }
 }
 
+/// How often a running release's tags are looked at for a move.
+const TAG_LOOK_INTERVAL: Duration = Duration::from_secs(5 * 60);
+
+/// Watches the tags running releases resolved: what each names at its registry now, recorded
+/// for `status` (a tag that moved), told once per move (`image.tag_moved`).
+#[derive(Default)]
+struct TagWatch {
+    last: Option<tokio::time::Instant>,
+    /// Repositories a registry notification made due before the interval.
+    due: std::collections::BTreeSet<String>,
+}
+
+impl TagWatch {
+    async fn look<R: Runtime>(&mut self, ctx: &Ctx<R>, client: &Scanner) {
+        let now = tokio::time::Instant::now();
+        let periodic = self
+            .last
+            .is_none_or(|last| now.duration_since(last) >= TAG_LOOK_INTERVAL);
+        if !periodic && self.due.is_empty() {
+            return;
+        }
+        let running = match blocking(&ctx.store, Store::running_images).await {
+            Ok(running) => running,
+            Err(error) => {
+                tracing::warn!(%error, "cannot read the running releases' images");
+                return;
+            }
+        };
+        let due = std::mem::take(&mut self.due);
+        if periodic {
+            self.last = Some(now);
+        }
+        let mut looked = std::collections::BTreeSet::new();
+        for (key, image, runs) in running {
+            let repository = crate::model::image_policy::repository_of(&image);
+            let Some((_, recorded)) = crate::model::image_policy::split_digest(&runs) else {
+                continue;
+            };
+            let Some((_, tag)) = split_image(&image) else {
+                continue;
+            };
+            if !(periodic || due.contains(repository)) || !looked.insert(image.clone()) {
+                continue;
+            }
+            let credentials = credentials_for(ctx, &key, &image).await.ok().flatten();
+            let current =
+                match registry::manifest(client, repository, tag, credentials.as_ref()).await {
+                    Ok(Some(manifest)) => manifest.digest,
+                    Ok(None) => continue,
+                    Err(error) => {
+                        tracing::debug!(image, %error, "cannot look at a running tag");
+                        continue;
+                    }
+                };
+            let (tagged, digest) = (image.clone(), current.clone());
+            let before = blocking(&ctx.store, move |store| {
+                store.record_tag_digest(&tagged, &digest)
+            })
+            .await
+            .ok()
+            .flatten();
+            if current != recorded && before.as_deref() != Some(current.as_str()) {
+                tracing::warn!(%key, image, recorded, current, "a running release's tag moved");
+                let (resource, message, data) = (
+                    key.to_string(),
+                    format!("{image} now names {current}; release runs {recorded}"),
+                    serde_json::json!({ "image": image, "recorded": recorded, "current": current }),
+                );
+                let _ = blocking(&ctx.store, move |store| {
+                    store.record_event("image.tag_moved", &resource, &message, data)
+                })
+                .await;
+            }
+        }
+    }
+}
+
 /// The scans in flight, by task.
 #[derive(Default)]
 struct Scans {
     tasks: tokio::task::JoinSet<String>,
     repositories: HashMap<tokio::task::Id, String>,
+    /// Repositories due now whatever their interval (a registry notification named them).
+    forced: std::collections::BTreeSet<String>,
 }
 
 impl Scans {
@@ -238,9 +327,13 @@ async fn pass<R: Runtime>(
             .unwrap_or(MIN_IMAGE_SCAN_INTERVAL);
         let interval = i64::try_from(interval.as_secs()).unwrap_or(i64::MAX);
         let last = stored.iter().find(|scan| &scan.repository == repository);
-        if scans.is_scanning(repository) || next_scan(last, interval).is_some_and(|due| due > now) {
+        let forced = scans.forced.contains(repository);
+        if scans.is_scanning(repository)
+            || (!forced && next_scan(last, interval).is_some_and(|due| due > now))
+        {
             continue;
         }
+        scans.forced.remove(repository);
         let credentials = credentials_for(ctx, &following[0].key, &following[0].image)
             .await
             .map_err(|error| error.to_string());

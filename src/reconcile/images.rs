@@ -64,7 +64,7 @@ pub(crate) async fn ensure_image<R: Runtime>(
     let (registry, auth) = registry_of(ctx, key, image).await?;
     tracing::info!(%key, image, registry = registry.as_ref().map(|spec| spec.url.as_str()), "pulling a missing image");
     match ctx.runtime.pull(image, auth.as_ref()).await {
-        Ok(()) => Ok(()),
+        Ok(_) => Ok(()),
         Err(source @ crate::runtime::Error::ImageMissing { .. }) => Err(Error::PullFailed {
             key: key.clone(),
             source,

@@ -34,6 +34,7 @@ mod handlers;
 pub mod image_scan;
 mod images;
 pub(crate) mod notify;
+pub(crate) mod pins;
 pub mod plan;
 mod probes;
 mod queue;
@@ -131,6 +132,9 @@ pub struct ReconcileOptions {
     /// Where `on_deploy` webhooks may connect (`--allow-url-host`, as `url()`; never the
     /// agent's own HTTP address).
     pub webhooks: crate::assets::url_guard::Outbound,
+    /// The repositories whose images run only with a trusted cosign signature, and the keys
+    /// (`--require-signature`).
+    pub signatures: Arc<crate::assets::cosign::Signatures>,
 }
 
 impl Default for ReconcileOptions {
@@ -153,6 +157,7 @@ impl Default for ReconcileOptions {
             registry_access: crate::assets::registry::RegistryAccess::default(),
             ownership: Arc::new(crate::model::scopes::Ownership::single()),
             webhooks: crate::assets::url_guard::Outbound::default(),
+            signatures: Arc::default(),
         }
     }
 }
@@ -206,6 +211,8 @@ pub struct Handles {
     pub router: wake::RouterWake,
     /// Where `image_update` commit-mode bumps go (the agent's git writer); none: report only.
     pub image_committer: ImageCommitterHandle,
+    /// Repositories a registry notification named: scanned at once.
+    pub registry_pushes: wake::RegistryPushes,
 }
 
 /// The optional `image_scan::ImageCommitter` (a handle so `Handles` stays `Debug + Default`).
@@ -355,6 +362,7 @@ pub async fn run<R: Runtime>(
     let agent_id = blocking(&deps.store, |store| store.agent_id()).await?;
     let tracker = deps.tracker.clone();
     let image_committer = deps.handles.image_committer.0.clone();
+    let registry_pushes = deps.handles.registry_pushes.clone();
     let ctx = Arc::new(Ctx::new(deps, agent_id, options, shutdown.clone()));
     let mut journal = ctx.store.subscribe();
     let shared = Arc::new(Shared {
@@ -422,6 +430,7 @@ pub async fn run<R: Runtime>(
     tracker.spawn(image_scan::run(
         ctx.clone(),
         image_committer,
+        registry_pushes,
         shutdown.clone(),
     ));
     match ctx.options.ingress.clone() {

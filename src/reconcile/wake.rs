@@ -17,6 +17,52 @@ use tokio::time::Instant;
 use super::router::RouterReport;
 use crate::model::ResourceKey;
 
+/// Image repositories a registry said were pushed to (`POST /hooks/registry`): the image
+/// scanner scans them and looks at their running tags at once instead of at its interval.
+#[derive(Debug, Clone, Default)]
+pub struct RegistryPushes {
+    pushed: Arc<(
+        Mutex<std::collections::BTreeSet<String>>,
+        tokio::sync::Notify,
+    )>,
+}
+
+/// Most repositories held between two looks of the scanner (a flood of notifications
+/// cannot grow memory without bound; the rest wait for the interval).
+const MAX_PUSHED: usize = 256;
+
+impl RegistryPushes {
+    /// `repository` (`registry.example/team/app`) was pushed to.
+    pub fn push(&self, repository: &str) {
+        let (pushed, notify) = &*self.pushed;
+        {
+            let mut pushed = pushed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if pushed.len() < MAX_PUSHED {
+                pushed.insert(repository.to_owned());
+            }
+        }
+        notify.notify_one();
+    }
+
+    /// The repositories pushed to since the last call, once there is one.
+    pub(crate) async fn next(&self) -> std::collections::BTreeSet<String> {
+        let (pushed, notify) = &*self.pushed;
+        loop {
+            let taken = std::mem::take(
+                &mut *pushed
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
+            if !taken.is_empty() {
+                return taken;
+            }
+            notify.notified().await;
+        }
+    }
+}
+
 /// Tells the ingress router that the replicas it routes to may have changed, and carries the
 /// router's report back (what the proxy serves now), which ingress statuses are built from.
 #[derive(Debug, Clone)]

@@ -29,8 +29,8 @@ use bollard::query_parameters::{
 use futures_util::StreamExt as _;
 
 use super::{
-    Container, ContainerSpec, ContainerState, Error, ExecOutcome, Inspection, PublishedPort,
-    RegistryAuth, Result, Runtime, Volume,
+    Container, ContainerSpec, ContainerState, Error, ExecOutcome, ImageInfo, Inspection,
+    PublishedPort, RegistryAuth, Result, Runtime, Volume,
 };
 
 /// Seconds a container gets between SIGTERM and SIGKILL when the agent removes it.
@@ -791,7 +791,18 @@ impl Runtime for DockerRuntime {
         }
     }
 
-    async fn pull(&self, image: &str, auth: Option<&RegistryAuth>) -> Result<()> {
+    async fn image_info(&self, image: &str) -> Result<Option<ImageInfo>> {
+        match self.docker.inspect_image(image).await.map_err(classify) {
+            Ok(found) => Ok(Some(ImageInfo {
+                id: found.id.unwrap_or_default(),
+                repo_digests: found.repo_digests.unwrap_or_default(),
+            })),
+            Err(Error::NotFound { .. }) => Ok(None),
+            Err(other) => Err(other),
+        }
+    }
+
+    async fn pull(&self, image: &str, auth: Option<&RegistryAuth>) -> Result<Option<String>> {
         let (repository, tag) = split_image(image);
         let options = CreateImageOptionsBuilder::default()
             .from_image(repository)
@@ -804,7 +815,17 @@ impl Runtime for DockerRuntime {
             ..DockerCredentials::default()
         });
         let mut stream = self.docker.create_image(Some(options), None, credentials);
+        let mut digest = None;
         while let Some(progress) = stream.next().await {
+            // The engine names the manifest it pulled: `Digest: sha256:…`.
+            if let Ok(info) = &progress
+                && let Some(found) = info
+                    .status
+                    .as_deref()
+                    .and_then(|status| status.strip_prefix("Digest: "))
+            {
+                digest = Some(found.trim().to_owned());
+            }
             if let Err(error) = progress {
                 return Err(match classify(error) {
                     Error::NotFound { what } | Error::Invalid { message: what } => {
@@ -823,7 +844,7 @@ impl Runtime for DockerRuntime {
                 });
             }
         }
-        Ok(())
+        Ok(digest)
     }
 
     fn events(&self, filter: &[(&str, &str)]) -> super::Events {

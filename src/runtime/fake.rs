@@ -19,8 +19,8 @@ use std::sync::Mutex;
 use tokio::sync::{Notify, broadcast};
 
 use super::{
-    Container, ContainerSpec, ContainerState, Error, ExecOutcome, Inspection, PublishedPort,
-    RegistryAuth, Result, Runtime, Volume,
+    Container, ContainerSpec, ContainerState, Error, ExecOutcome, ImageInfo, Inspection,
+    PublishedPort, RegistryAuth, Result, Runtime, Volume,
 };
 
 /// An in-memory engine.
@@ -57,6 +57,12 @@ struct FakeState {
     images: Option<BTreeSet<String>>,
     /// Images a `pull` can fetch, with the username it requires (empty: public).
     registry: BTreeMap<String, String>,
+    /// The registry's tags and what they name now (`repo:tag` → `sha256:…`;
+    /// `set_tag_digest`), and every digest any tag ever named (pullable by digest).
+    tag_digests: BTreeMap<String, String>,
+    known_digests: BTreeSet<String>,
+    /// What a pull by a registry's name left on the host: reference → image.
+    pulled: BTreeMap<String, ImageInfo>,
     calls: Vec<String>,
     /// The name of every container ever created, by id (removed ones too).
     names: BTreeMap<String, String>,
@@ -145,9 +151,25 @@ impl FakeRuntime {
     /// Makes `image` pullable; `username` empty for a public image, else the registry
     /// username a pull must present.
     pub fn publish(&self, image: &str, username: &str) {
-        self.lock()
-            .registry
-            .insert(image.to_owned(), username.to_owned());
+        let mut state = self.lock();
+        state.registry.insert(image.to_owned(), username.to_owned());
+        // A registry names every tag's manifest by a digest.
+        if !image.contains('@') && !state.tag_digests.contains_key(image) {
+            let digest = FakeRuntime::image_id(&format!("{image} manifest"));
+            state.tag_digests.insert(image.to_owned(), digest.clone());
+            state.known_digests.insert(digest);
+        }
+    }
+
+    /// Makes the registry's `image` (`repo:tag`, pullable) name the manifest `digest` from now
+    /// on (a push, or a tag moved), as a registry would; what the host pulled stays.
+    pub fn set_tag_digest(&self, image: &str, digest: &str) {
+        let mut state = self.lock();
+        state.registry.entry(image.to_owned()).or_default();
+        state
+            .tag_digests
+            .insert(image.to_owned(), digest.to_owned());
+        state.known_digests.insert(digest.to_owned());
     }
 
     /// Every later `create` takes `latency` before it acts (an engine whose creates are
@@ -236,12 +258,47 @@ impl FakeRuntime {
         self.lock().volumes.keys().cloned().collect()
     }
 
-    /// Removes `image` from the host (`docker rmi`, a prune, a rebuilt host); a fake made
-    /// without `with_images` starts tracking images from here.
+    /// Removes `image` from the host (`docker rmi`, a prune, a rebuilt host), with every
+    /// other name of the same pulled image; a fake made without `with_images` starts tracking
+    /// images from here.
     pub fn remove_image(&self, image: &str) {
         let mut state = self.lock();
+        // Every name of the repository's pulled images goes (its tag and its digests).
+        let repository = name_of(image).to_owned();
+        let names: Vec<String> = state
+            .pulled
+            .keys()
+            .filter(|name| name_of(name) == repository)
+            .cloned()
+            .collect();
+        for name in names {
+            state.pulled.remove(&name);
+            if let Some(images) = &mut state.images {
+                images.remove(&name);
+            }
+        }
         let images = state.images.get_or_insert_with(BTreeSet::new);
         images.remove(image);
+    }
+
+    /// What a container of `image` pinned by its release runs as here: the digest a pull
+    /// of its tag recorded, else (a local-only image) its image id.
+    pub fn pinned(&self, image: &str) -> String {
+        match self.lock().pulled.get(image) {
+            Some(info) => info
+                .repo_digests
+                .first()
+                .cloned()
+                .unwrap_or_else(|| info.id.clone()),
+            None => FakeRuntime::image_id(image),
+        }
+    }
+
+    /// The fake's image id for what `reference` names.
+    fn image_id(reference: &str) -> String {
+        use sha2::Digest as _;
+        let digest = sha2::Sha256::digest(reference.as_bytes());
+        format!("sha256:{}", hex_of(&digest))
     }
 
     /// Whether `image` exists (every image does unless the fake was made `with_images`).
@@ -378,8 +435,17 @@ impl Runtime for FakeRuntime {
             drop(in_flight);
         }
         let mut state = self.lock();
+        // An image id names a present image too (a local-only image is pinned by its id).
+        let by_id = |images: &BTreeSet<String>| {
+            spec.image.starts_with("sha256:")
+                && (images
+                    .iter()
+                    .any(|image| FakeRuntime::image_id(image) == spec.image)
+                    || state.pulled.values().any(|info| info.id == spec.image))
+        };
         if let Some(images) = &state.images
             && !images.contains(&spec.image)
+            && !by_id(images)
         {
             return Err(Error::ImageMissing {
                 image: spec.image.clone(),
@@ -688,10 +754,43 @@ impl Runtime for FakeRuntime {
             .is_none_or(|images| images.contains(image)))
     }
 
-    async fn pull(&self, image: &str, auth: Option<&RegistryAuth>) -> Result<()> {
+    async fn image_info(&self, image: &str) -> Result<Option<ImageInfo>> {
+        self.enter("image_info", image)?;
+        let state = self.lock();
+        if let Some(info) = state.pulled.get(image) {
+            return Ok(Some(info.clone()));
+        }
+        let present = state
+            .images
+            .as_ref()
+            .is_none_or(|images| images.contains(image));
+        // Anything else the host has is local-only: imported or built, no registry digest.
+        Ok(present.then(|| ImageInfo {
+            id: FakeRuntime::image_id(image),
+            repo_digests: Vec::new(),
+        }))
+    }
+
+    async fn pull(&self, image: &str, auth: Option<&RegistryAuth>) -> Result<Option<String>> {
         self.enter("pull", image)?;
         let mut state = self.lock();
-        let allowed = match state.registry.get(image) {
+        // By digest: any digest a tag of the registry ever named, with that tag's access.
+        let by_digest = image.split_once('@').and_then(|(repository, digest)| {
+            state.known_digests.contains(digest).then(|| {
+                // Access is the repository's: any of its published tags says who may pull.
+                let tag = state
+                    .registry
+                    .keys()
+                    .find(|tag| name_of(tag) == repository)
+                    .cloned();
+                (repository.to_owned(), digest.to_owned(), tag)
+            })
+        });
+        let access = match &by_digest {
+            Some((_, _, Some(tag))) => state.registry.get(tag),
+            _ => state.registry.get(image),
+        };
+        let allowed = match access {
             Some(required) if required.is_empty() => true,
             Some(required) => auth.is_some_and(|auth| &auth.username == required),
             None => false,
@@ -702,10 +801,29 @@ impl Runtime for FakeRuntime {
                 message: format!("pull access denied for {image}"),
             });
         }
-        if let Some(images) = &mut state.images {
+        let digest = match by_digest {
+            Some((_, digest, _)) => Some(digest),
+            None => state.tag_digests.get(image).cloned(),
+        };
+        if let Some(digest) = &digest {
+            let repository = image
+                .split_once('@')
+                .map_or_else(|| repository_of(image), |(repository, _)| repository)
+                .to_owned();
+            let info = ImageInfo {
+                id: FakeRuntime::image_id(digest),
+                repo_digests: vec![format!("{repository}@{digest}")],
+            };
+            for name in [image.to_owned(), format!("{repository}@{digest}")] {
+                state.pulled.insert(name.clone(), info.clone());
+                if let Some(images) = &mut state.images {
+                    images.insert(name);
+                }
+            }
+        } else if let Some(images) = &mut state.images {
             images.insert(image.to_owned());
         }
-        Ok(())
+        Ok(digest)
     }
 
     fn events(&self, filter: &[(&str, &str)]) -> super::Events {
@@ -823,4 +941,25 @@ impl Runtime for FakeRuntime {
     async fn remove_config(&self, id: &str) -> Result<()> {
         self.remove_config_impl(id).await
     }
+}
+
+/// The repository of a `repo:tag` reference (a registry's port is not a tag).
+fn repository_of(image: &str) -> &str {
+    match image.rsplit_once(':') {
+        Some((repository, tag)) if !tag.contains('/') => repository,
+        _ => image,
+    }
+}
+
+fn hex_of(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// The repository of a `repo:tag` or `repo@digest` reference.
+fn name_of(reference: &str) -> &str {
+    repository_of(
+        reference
+            .split_once('@')
+            .map_or(reference, |(name, _)| name),
+    )
 }

@@ -29,12 +29,15 @@ use std::time::Duration;
 
 use super::service::OVERLAY_SUFFIX;
 use super::{
-    Container, ContainerSpec, Error, Events, ExecOutcome, Inspection, Node, RegistryAuth, Result,
-    Runtime, Service, ServiceSpec, SwarmConfig, SwarmNode, Task, Volume, labels,
+    Container, ContainerSpec, Error, Events, ExecOutcome, ImageInfo, Inspection, Node,
+    RegistryAuth, Result, Runtime, Service, ServiceSpec, SwarmConfig, SwarmNode, Task, Volume,
+    labels,
 };
 use crate::model::Policy;
+use crate::model::image_policy::{repository_of, split_digest};
+use crate::model::policy::SignatureRule;
 use crate::model::policy::{OwnedPaths, bind_source_text, normalize_path, resolve_on_host};
-use crate::model::scopes::{Ownership, Seal, VolumeLedger, foreign};
+use crate::model::scopes::{Ledger, Ownership, Seal, foreign};
 
 /// What names the agent's statefulset claims start with (`voodu-<scope>-<name>-<claim>-<n>`).
 const CLAIM_PREFIX: &str = "voodu-";
@@ -46,8 +49,12 @@ pub struct Gate {
     owned: OwnedPaths,
     /// Which source owns which scope; the single source by default.
     ownership: Arc<Ownership>,
-    /// Who holds each named volume (the store), once it is open.
-    ledger: Arc<std::sync::OnceLock<Arc<dyn VolumeLedger>>>,
+    /// Who holds each named volume, and which digests are verified (the store), once it is
+    /// open.
+    ledger: Arc<std::sync::OnceLock<Arc<dyn Ledger>>>,
+    /// Repositories whose images run only with a verified signature, with the fingerprint of
+    /// their keys (`--require-signature`).
+    signed: Vec<(SignatureRule, String)>,
 }
 
 impl std::fmt::Debug for Gate {
@@ -68,7 +75,15 @@ impl Gate {
             owned,
             ownership: Arc::new(Ownership::single()),
             ledger: Arc::default(),
+            signed: Vec::new(),
         }
+    }
+
+    /// The same gate, letting an image of a repository a rule covers through only by a
+    /// digest the store has verified under the rule's keys (`fingerprint`).
+    pub fn requiring_signatures(mut self, rules: Vec<(SignatureRule, String)>) -> Gate {
+        self.signed = rules;
+        self
     }
 
     /// The same gate sealing the sources of `ownership` from each other.
@@ -228,9 +243,50 @@ impl<R: Runtime> Sealed<R> {
     }
 
     /// From now on, named volumes are judged by who holds them in `ledger` (the store).
-    pub fn set_ledger(&self, ledger: Arc<dyn VolumeLedger>) {
+    pub fn set_ledger(&self, ledger: Arc<dyn Ledger>) {
         // Set once, when the store opens; a second call keeps the first.
         let _ = self.gate.ledger.set(ledger);
+    }
+
+    /// Refuses `image` of a repository a signature rule covers unless it is a digest the
+    /// store verified under the rule's keys: a tag, or a digest nobody verified, never
+    /// reaches the engine whatever path built the request.
+    async fn signed(&self, image: &str) -> Result<()> {
+        let repository = repository_of(image);
+        let Some((rule, fingerprint)) = self
+            .gate
+            .signed
+            .iter()
+            .find(|(rule, _)| rule.covers(repository))
+        else {
+            return Ok(());
+        };
+        let refused = |why: String| Error::Refused {
+            message: format!(
+                "image {image} of a repository that requires a signature ({}) is not run: {why}",
+                rule.repositories
+            ),
+        };
+        let Some((_, digest)) = split_digest(image) else {
+            return Err(refused("it is not named by its digest".to_owned()));
+        };
+        let Some(ledger) = self.gate.ledger.get().cloned() else {
+            return Err(refused("no verification is recorded yet".to_owned()));
+        };
+        let (digest, keys) = (digest.to_owned(), fingerprint.clone());
+        let verified = tokio::task::spawn_blocking(move || ledger.verified(&digest, &keys))
+            .await
+            .map_err(|error| Error::Unavailable {
+                message: format!("the signature check did not finish: {error}"),
+            })?
+            .map_err(|message| Error::Unavailable { message })?;
+        if verified {
+            Ok(())
+        } else {
+            Err(refused(
+                "no signature of its digest was verified under the trusted keys".to_owned(),
+            ))
+        }
     }
 
     /// Makes the named volumes `spec` mounts, labelled with its scope, and refuses what its
@@ -340,6 +396,7 @@ impl<R: Runtime> Runtime for Sealed<R> {
 
     async fn create(&self, spec: &ContainerSpec) -> Result<String> {
         self.judge(spec, false).await?;
+        self.signed(&spec.image).await?;
         self.own_volumes(spec).await?;
         self.inner.create(spec).await
     }
@@ -421,7 +478,11 @@ impl<R: Runtime> Runtime for Sealed<R> {
         self.inner.image_present(image).await
     }
 
-    async fn pull(&self, image: &str, auth: Option<&RegistryAuth>) -> Result<()> {
+    async fn image_info(&self, image: &str) -> Result<Option<ImageInfo>> {
+        self.inner.image_info(image).await
+    }
+
+    async fn pull(&self, image: &str, auth: Option<&RegistryAuth>) -> Result<Option<String>> {
         self.inner.pull(image, auth).await
     }
 
@@ -456,6 +517,7 @@ impl<R: Runtime> Runtime for Sealed<R> {
         auth: Option<&RegistryAuth>,
     ) -> Result<String> {
         self.judge(&spec.task, true).await?;
+        self.signed(&spec.task.image).await?;
         self.inner.create_service(spec, auth).await
     }
 
@@ -467,6 +529,7 @@ impl<R: Runtime> Runtime for Sealed<R> {
         auth: Option<&RegistryAuth>,
     ) -> Result<()> {
         self.judge(&spec.task, true).await?;
+        self.signed(&spec.task.image).await?;
         self.inner.update_service(id, version, spec, auth).await
     }
 

@@ -32,8 +32,9 @@ use futures_util::StreamExt as _;
 use tokio::sync::broadcast;
 
 use super::{
-    Container, ContainerSpec, Error, Event, Events, ExecOutcome, Inspection, Node, RegistryAuth,
-    Result, Runtime, Service, ServiceSpec, SwarmConfig, SwarmNode, Task, Volume, labels,
+    Container, ContainerSpec, Error, Event, Events, ExecOutcome, ImageInfo, Inspection, Node,
+    RegistryAuth, Result, Runtime, Service, ServiceSpec, SwarmConfig, SwarmNode, Task, Volume,
+    labels,
 };
 
 /// Events a slow subscriber may fall behind by before it is told it missed some (and
@@ -433,7 +434,11 @@ impl<R: Runtime> Runtime for Informer<R> {
         self.inner.image_present(image).await
     }
 
-    async fn pull(&self, image: &str, auth: Option<&RegistryAuth>) -> Result<()> {
+    async fn image_info(&self, image: &str) -> Result<Option<ImageInfo>> {
+        self.inner.image_info(image).await
+    }
+
+    async fn pull(&self, image: &str, auth: Option<&RegistryAuth>) -> Result<Option<String>> {
         self.inner.pull(image, auth).await
     }
 

@@ -166,6 +166,17 @@ pub struct Event {
 /// A stream of events, for as long as the engine keeps it open.
 pub(crate) type Events = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<Event>> + Send>>;
 
+/// An image on the host (`docker image inspect`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageInfo {
+    /// `sha256:…`, the image's config digest: what a local-only image (imported, built) is
+    /// known by.
+    pub id: String,
+    /// `repository@sha256:…` for each registry manifest it was pulled by (empty for a
+    /// local-only image).
+    pub repo_digests: Vec<String>,
+}
+
 /// Credentials for pulling from a private registry.
 #[derive(Clone, PartialEq, Eq)]
 pub struct RegistryAuth {
@@ -265,12 +276,16 @@ pub trait Runtime: Send + Sync + 'static {
     fn remove_volume(&self, name: &str) -> impl Future<Output = Result<()>> + Send;
     /// Whether `image` is present on the host.
     fn image_present(&self, image: &str) -> impl Future<Output = Result<bool>> + Send;
-    /// Pulls `image`, with credentials for a private registry.
+    /// What the host holds as `image` (a tag, `repo@sha256:…` or an image id): its id and the
+    /// registry digests it was pulled by; `None` when it is not there.
+    fn image_info(&self, image: &str) -> impl Future<Output = Result<Option<ImageInfo>>> + Send;
+    /// Pulls `image`, with credentials for a private registry; the manifest digest the
+    /// registry answered for it, when the engine says (`Digest: sha256:…`).
     fn pull(
         &self,
         image: &str,
         auth: Option<&RegistryAuth>,
-    ) -> impl Future<Output = Result<()>> + Send;
+    ) -> impl Future<Output = Result<Option<String>>> + Send;
     /// Container events from now on, of containers whose labels include every `(key,
     /// value)` in `filter`.
     fn events(&self, filter: &[(&str, &str)]) -> Events;

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::{Transaction, params};
+use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::{Result, Store, now_unix};
 use crate::manifest::spec::{Claim, ClaimKind, Spec};
@@ -272,7 +272,7 @@ fn held(tx: &Transaction<'_>, what: ClaimKind) -> Result<BTreeMap<String, ClaimH
     Ok(out)
 }
 
-impl crate::model::scopes::VolumeLedger for Store {
+impl crate::model::scopes::Ledger for Store {
     fn holder(&self, name: &str) -> std::result::Result<Option<(String, bool)>, String> {
         let claim = Claim {
             what: ClaimKind::Volume,
@@ -284,5 +284,76 @@ impl crate::model::scopes::VolumeLedger for Store {
         })
         .map(|holder| holder.map(|holder| (holder.source, holder.adopted)))
         .map_err(|error| error.to_string())
+    }
+
+    fn verified(&self, digest: &str, keys: &str) -> std::result::Result<bool, String> {
+        self.is_verified(digest, keys)
+            .map_err(|error| error.to_string())
+    }
+}
+
+impl Store {
+    /// Whether `digest` was verified under the keys `keys` (a fingerprint).
+    pub(crate) fn is_verified(&self, digest: &str, keys: &str) -> Result<bool> {
+        self.with(|connection| {
+            Ok(connection
+                .query_row(
+                    "SELECT 1 FROM verified_images WHERE digest = ?1 AND keys = ?2",
+                    params![digest, keys],
+                    |_| Ok(()),
+                )
+                .optional()?
+                .is_some())
+        })
+    }
+
+    /// Records that `digest` carries a signature verified under the keys `keys`.
+    pub(crate) fn record_verified(&self, digest: &str, keys: &str) -> Result<()> {
+        self.with(|connection| {
+            connection.execute(
+                "INSERT OR REPLACE INTO verified_images (digest, keys, verified_at) VALUES (?1, ?2, ?3)",
+                params![digest, keys, now_unix()],
+            )?;
+            Ok(())
+        })
+    }
+}
+
+impl Store {
+    /// What each tag a running release resolved names at its registry now (the image scanner's
+    /// look): image → (digest, when).
+    pub fn tag_digests(&self) -> Result<BTreeMap<String, (String, i64)>> {
+        self.with(|connection| {
+            let mut statement = connection.prepare_cached(
+                "SELECT image, digest, checked_at FROM tag_digests WHERE digest != ''",
+            )?;
+            let rows = statement.query_map([], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    (row.get::<_, String>(1)?, row.get::<_, i64>(2)?),
+                ))
+            })?;
+            Ok(rows.collect::<rusqlite::Result<BTreeMap<_, _>>>()?)
+        })
+    }
+
+    /// Records what `image` (a tag) names at its registry now; the digest it named before.
+    pub(crate) fn record_tag_digest(&self, image: &str, digest: &str) -> Result<Option<String>> {
+        self.with(|connection| {
+            let tx = connection.transaction()?;
+            let before: Option<String> = tx
+                .query_row(
+                    "SELECT digest FROM tag_digests WHERE image = ?1",
+                    params![image],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            tx.execute(
+                "INSERT OR REPLACE INTO tag_digests (image, digest, error, checked_at) VALUES (?1, ?2, '', ?3)",
+                params![image, digest, now_unix()],
+            )?;
+            tx.commit()?;
+            Ok(before)
+        })
     }
 }

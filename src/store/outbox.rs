@@ -33,6 +33,8 @@ pub const EVENTS: &[&str] = &[
     "engine.unreachable",
     "engine.back",
     "signature.refused",
+    "image.unverified",
+    "image.tag_moved",
     "notify.test",
 ];
 

@@ -85,6 +85,13 @@ pub struct Release {
     pub rolled_back_from: Option<i64>,
     /// The incarnation of the resource the release belongs to (`Desired::incarnation`).
     pub(crate) incarnation: i64,
+    /// What each image the release names runs as (`name:tag` → `name@sha256:…`, or the image
+    /// id of a local-only image), resolved once when it started, or taken over from the
+    /// release whose spec it re-applies (a rollback, a revert); `None` until resolved.
+    pub images: Option<BTreeMap<String, String>>,
+    /// Recorded by an agent that did not resolve images (before digests were recorded): its
+    /// containers run the tag, "digest unknown", until the next rollout.
+    pub legacy: bool,
 }
 
 /// Release records kept per resource (voodu keeps 10 and drops the oldest).
@@ -147,7 +154,7 @@ pub struct UnpinOutcome {
     pub(crate) changed: bool,
 }
 
-const RELEASE_COLUMNS: &str = "id, commit_sha, spec_hash, snapshot, phase, started_at, finished_at, message, rolled_back_from, incarnation";
+const RELEASE_COLUMNS: &str = "id, commit_sha, spec_hash, snapshot, phase, started_at, finished_at, message, rolled_back_from, incarnation, images, legacy";
 
 type ReleaseRow = (
     i64,
@@ -159,6 +166,8 @@ type ReleaseRow = (
     Option<i64>,
     String,
     Option<i64>,
+    i64,
+    Option<String>,
     i64,
 );
 
@@ -174,6 +183,8 @@ fn release_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ReleaseRow> {
         row.get(7)?,
         row.get(8)?,
         row.get(9)?,
+        row.get(10)?,
+        row.get(11)?,
     ))
 }
 
@@ -189,6 +200,8 @@ fn release_from_row(key: &ResourceKey, row: ReleaseRow) -> Result<Release> {
         message,
         rolled_back_from,
         incarnation,
+        images,
+        legacy,
     ) = row;
     Ok(Release {
         id,
@@ -202,7 +215,18 @@ fn release_from_row(key: &ResourceKey, row: ReleaseRow) -> Result<Release> {
         message,
         rolled_back_from,
         incarnation,
+        images: images_of(images.as_deref())?,
+        legacy: legacy != 0,
     })
+}
+
+/// A release's `images` column: a JSON object of image → what it runs as.
+fn images_of(text: Option<&str>) -> Result<Option<BTreeMap<String, String>>> {
+    text.map(|text| {
+        serde_json::from_str(text)
+            .map_err(|error| Error::Corrupt(format!("release images {text:?}: {error}")))
+    })
+    .transpose()
 }
 
 /// Releases of `key`, newest first, at most `limit`, read inside any connection or
@@ -230,11 +254,14 @@ fn read_releases(
 
 /// Where a new release stands in its resource's history.
 #[derive(Debug, Clone, Copy)]
-struct Lineage {
+struct Lineage<'a> {
     /// For a rollback release: the release current when it was rolled back.
     rolled_back_from: Option<i64>,
     /// The incarnation of the resource it runs in.
     incarnation: i64,
+    /// What its images run as, taken over from the release whose spec it re-applies (a
+    /// rollback, a revert: "back to what ran"); `None`: resolved anew when it starts.
+    images: Option<&'a BTreeMap<String, String>>,
 }
 
 fn insert_release(
@@ -249,11 +276,14 @@ fn insert_release(
     let Lineage {
         rolled_back_from,
         incarnation,
+        images,
     } = lineage;
     let started_at = now_unix();
+    let images_json =
+        images.map(|images| serde_json::to_string(images).expect("a map of strings serialises"));
     tx.execute(
-        "INSERT INTO releases (kind, scope, name, commit_sha, spec_hash, snapshot, phase, started_at, message, rolled_back_from, incarnation)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'progressing', ?7, ?8, ?9, ?10)",
+        "INSERT INTO releases (kind, scope, name, commit_sha, spec_hash, snapshot, phase, started_at, message, rolled_back_from, incarnation, images)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'progressing', ?7, ?8, ?9, ?10, ?11)",
         params![
             key.kind.as_str(),
             key.scope,
@@ -264,7 +294,8 @@ fn insert_release(
             started_at,
             message,
             rolled_back_from,
-            incarnation
+            incarnation,
+            images_json
         ],
     )?;
     let id = tx.last_insert_rowid();
@@ -292,6 +323,8 @@ fn insert_release(
         message: message.to_owned(),
         rolled_back_from,
         incarnation,
+        images: images.cloned(),
+        legacy: false,
     })
 }
 
@@ -522,6 +555,22 @@ fn rollback_target<'a>(
         };
         return Err(NoTarget::NothingToGoBackTo(message.to_owned()));
     };
+    // `#N`: release N itself (`rollback --release N`).
+    if let Some(number) = prefix.trim().strip_prefix('#') {
+        let id: i64 = number.parse().map_err(|_| {
+            NoTarget::Refused(format!("--release {number:?} is not a release number"))
+        })?;
+        return match history.iter().find(|release| release.id == id) {
+            Some(release) if ran(release) => Ok(release),
+            Some(release) => Err(NoTarget::Refused(format!(
+                "release #{id} never ran (it is {}): only a release that ran is gone back to",
+                release.phase.as_str()
+            ))),
+            None => Err(NoTarget::Refused(format!(
+                "no release #{id} is recorded for it (`voodu-agent releases` lists them)"
+            ))),
+        };
+    }
     let prefix = prefix.trim().to_ascii_lowercase();
     if prefix.len() < 4 {
         return Err(NoTarget::Refused(format!(
@@ -571,6 +620,129 @@ impl Store {
         Ok(self.releases(key, 1)?.into_iter().next())
     }
 
+    /// Records what release `id`'s images run as, once: a release resolves its images when it
+    /// starts, and keeps them (a second resolution of the same release changes nothing).
+    /// Returns what the release runs as afterwards.
+    pub(crate) fn record_release_images(
+        &self,
+        id: i64,
+        images: &BTreeMap<String, String>,
+    ) -> Result<BTreeMap<String, String>> {
+        let json = serde_json::to_string(images).expect("a map of strings serialises");
+        let stored = self.with(|connection| {
+            connection.execute(
+                "UPDATE releases SET images = ?2 WHERE id = ?1 AND images IS NULL",
+                params![id, json],
+            )?;
+            let stored: Option<String> = connection
+                .query_row(
+                    "SELECT images FROM releases WHERE id = ?1",
+                    params![id],
+                    |row| row.get(0),
+                )
+                .optional()?
+                .flatten();
+            Ok(stored)
+        })?;
+        self.mark_changed();
+        Ok(images_of(stored.as_deref())?.unwrap_or_else(|| images.clone()))
+    }
+
+    /// `voodu-agent redeploy`: a new release of what `key` declares now, whose images are
+    /// resolved anew (a tag that moved runs its new bytes; the spec is unchanged), in one
+    /// transaction with the journal row that wakes the reconciler. A rollout in flight is
+    /// superseded by it.
+    pub fn redeploy(&self, key: &ResourceKey) -> Result<Release> {
+        let who = self.who.clone();
+        let (release, head) = self.with(|connection| {
+            let tx = connection.transaction()?;
+            let Some(current) = desired_row(&tx, key)? else {
+                return Err(Error::Rollback {
+                    key: key.clone(),
+                    message: "it is not in desired state: nothing to redeploy".to_owned(),
+                });
+            };
+            let commit = CommitSha::new(current.commit.clone());
+            tx.execute(
+                "UPDATE releases SET phase = 'superseded', finished_at = ?4,
+                   message = CASE WHEN message = '' THEN ?5 ELSE message || '; ' || ?5 END
+                 WHERE kind = ?1 AND scope = ?2 AND name = ?3 AND phase = 'progressing'",
+                params![
+                    key.kind.as_str(),
+                    key.scope,
+                    key.name,
+                    now_unix(),
+                    "superseded by a redeploy"
+                ],
+            )?;
+            let message = format!(
+                "redeploy of commit {}: images resolved anew",
+                commit.short()
+            );
+            let release = insert_release(
+                &tx,
+                key,
+                &commit,
+                &SpecHash::new(current.spec_hash.clone()),
+                &current.spec,
+                &message,
+                Lineage {
+                    rolled_back_from: None,
+                    incarnation: current.incarnation,
+                    images: None,
+                },
+            )?;
+            record_rollout(
+                &tx,
+                &who,
+                "redeploy",
+                release.id,
+                ActivityOutcome::Succeeded,
+                &message,
+            )?;
+            append_journal(&tx, key, super::Op::Put, current.generation, &commit)?;
+            let head: i64 =
+                tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM journal", [], |row| {
+                    row.get(0)
+                })?;
+            tx.commit()?;
+            Ok((release, head))
+        })?;
+        self.shared.journal_head.send_replace(head);
+        self.mark_changed();
+        Ok(release)
+    }
+
+    /// Each resource's newest release that resolved its images: `(key, image, what it runs
+    /// as)` for every image (what the image scanner watches for a moved tag).
+    pub(crate) fn running_images(&self) -> Result<Vec<(ResourceKey, String, String)>> {
+        self.with(|connection| {
+            let mut statement = connection.prepare_cached(
+                "SELECT r.kind, r.scope, r.name, r.images FROM releases r
+                 WHERE r.images IS NOT NULL AND r.legacy = 0
+                   AND r.id = (SELECT MAX(id) FROM releases x
+                               WHERE x.kind = r.kind AND x.scope = r.scope AND x.name = r.name)",
+            )?;
+            let rows = statement.query_map([], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, String>(3)?,
+                ))
+            })?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (kind, scope, name, images) = row?;
+                let key = key_from_row(&kind, scope, name)?;
+                for (image, runs) in images_of(Some(&images))?.unwrap_or_default() {
+                    out.push((key.clone(), image, runs));
+                }
+            }
+            Ok(out)
+        })
+    }
+
     /// Releases of a resource, newest first, at most `limit`.
     pub fn releases(&self, key: &ResourceKey, limit: usize) -> Result<Vec<Release>> {
         self.with(|connection| read_releases(connection, key, limit))
@@ -584,7 +756,7 @@ impl Store {
             let tx = connection.transaction()?;
             let earlier = tx
                 .query_row(
-                    "SELECT id, commit_sha FROM releases
+                    "SELECT id, commit_sha, images FROM releases
                      WHERE kind = ?1 AND scope = ?2 AND name = ?3 AND spec_hash = ?4
                        AND phase IN ('succeeded', 'rolled-back')
                      ORDER BY id DESC LIMIT 1",
@@ -594,10 +766,21 @@ impl Store {
                         desired.key.name,
                         desired.spec_hash.as_str()
                     ],
-                    |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)),
+                    |row| {
+                        Ok((
+                            row.get::<_, i64>(0)?,
+                            row.get::<_, String>(1)?,
+                            row.get::<_, Option<String>>(2)?,
+                        ))
+                    },
                 )
                 .optional()?;
-            let message = earlier.map_or_else(String::new, |(id, commit)| {
+            // The spec of a release that ran (a `git revert`): back to what ran, its images.
+            let images = match &earlier {
+                Some((_, _, images)) => images_of(images.as_deref())?,
+                None => None,
+            };
+            let message = earlier.map_or_else(String::new, |(id, commit, _)| {
                 format!("same spec as release #{id} (commit {})", short(&commit))
             });
             // A rollout still in flight is cancelled by this one: it ends as superseded.
@@ -623,6 +806,7 @@ impl Store {
                 Lineage {
                     rolled_back_from: None,
                     incarnation: desired.incarnation,
+                    images: images.as_ref(),
                 },
             )?;
             record_rollout(
@@ -730,6 +914,7 @@ impl Store {
                 Lineage {
                     rolled_back_from: failed.rolled_back_from,
                     incarnation: desired.incarnation,
+                    images: failed.images.as_ref(),
                 },
             )?;
             tx.commit()?;
@@ -830,7 +1015,7 @@ impl Store {
     /// current desired one, in the current incarnation: what an operator means by "go back"
     /// (`rollback_target`). Failed and progressing releases never ran to completion and are
     /// refused.
-    pub(crate) fn rollback(&self, key: &ResourceKey, to: Option<&str>) -> Result<RollbackOutcome> {
+    pub fn rollback(&self, key: &ResourceKey, to: Option<&str>) -> Result<RollbackOutcome> {
         match self.roll_back(key, to, Trigger::Operator)? {
             AutoRollback::Done(outcome) => Ok(*outcome),
             AutoRollback::Halted | AutoRollback::Superseded => Err(Error::Rollback {
@@ -962,6 +1147,9 @@ impl Store {
                 Lineage {
                     rolled_back_from: Some(latest.id),
                     incarnation,
+                    // Rollback is the old bytes: what the target ran, not what its tag
+                    // names now.
+                    images: target.images.as_ref(),
                 },
             )?;
             tx.execute(
@@ -1104,6 +1292,8 @@ mod tests {
             message: String::new(),
             rolled_back_from: None,
             incarnation,
+            images: None,
+            legacy: false,
         }
     }
 

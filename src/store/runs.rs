@@ -8,7 +8,7 @@
 
 use rusqlite::{OptionalExtension, params};
 
-use super::{Result, Store, now_unix};
+use super::{Error, Result, Store, now_unix};
 use crate::model::ResourceKey;
 
 /// How a job run ended (or that it has not).
@@ -339,5 +339,59 @@ impl Store {
             }
             Ok(())
         })
+    }
+}
+
+impl Store {
+    /// What the images of `key`'s spec `spec_hash` run as, when one of its runs resolved them.
+    pub(crate) fn run_images(
+        &self,
+        key: &ResourceKey,
+        spec_hash: &str,
+    ) -> Result<Option<std::collections::BTreeMap<String, String>>> {
+        let text: Option<String> = self.with(|connection| {
+            Ok(connection
+                .query_row(
+                    "SELECT images FROM run_images WHERE kind = ?1 AND scope = ?2 AND name = ?3 AND spec_hash = ?4",
+                    rusqlite::params![key.kind.as_str(), key.scope, key.name, spec_hash],
+                    |row| row.get(0),
+                )
+                .optional()?)
+        })?;
+        text.map(|text| {
+            serde_json::from_str(&text)
+                .map_err(|error| Error::Corrupt(format!("run images {text:?}: {error}")))
+        })
+        .transpose()
+    }
+
+    /// Records what the images of `key`'s spec `spec_hash` run as, once (the first run's
+    /// resolution stays); returns what is recorded. Older specs' records of the key go.
+    pub(crate) fn record_run_images(
+        &self,
+        key: &ResourceKey,
+        spec_hash: &str,
+        images: &std::collections::BTreeMap<String, String>,
+    ) -> Result<std::collections::BTreeMap<String, String>> {
+        let json = serde_json::to_string(images).expect("a map of strings serialises");
+        self.with(|connection| {
+            let tx = connection.transaction()?;
+            tx.execute(
+                "INSERT OR IGNORE INTO run_images (kind, scope, name, spec_hash, images, resolved_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                rusqlite::params![key.kind.as_str(), key.scope, key.name, spec_hash, json, super::now_unix()],
+            )?;
+            // A key keeps the resolutions of its last few specs (a revert reuses one).
+            tx.execute(
+                "DELETE FROM run_images WHERE kind = ?1 AND scope = ?2 AND name = ?3 AND spec_hash NOT IN (
+                   SELECT spec_hash FROM run_images WHERE kind = ?1 AND scope = ?2 AND name = ?3
+                   ORDER BY resolved_at DESC, rowid DESC LIMIT 10)",
+                rusqlite::params![key.kind.as_str(), key.scope, key.name],
+            )?;
+            tx.commit()?;
+            Ok(())
+        })?;
+        Ok(self
+            .run_images(key, spec_hash)?
+            .unwrap_or_else(|| images.clone()))
     }
 }

@@ -371,4 +371,36 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX claims_by_source ON claims (source);
     "#,
+    // 17: a release is exact bytes (issue 48): what each image of a release runs as, resolved
+    // once when it starts (`images`, JSON image → `name@sha256:…` or an image id); releases
+    // recorded before are `legacy` ("digest unknown") and keep running their tag until the
+    // next rollout. Job and cronjob runs resolve once per spec (`run_images`). Digests whose
+    // signature was verified, and under which keys (`verified_images`). What a running
+    // release's tag names at its registry now (`tag_digests`: a tag that moved).
+    r#"
+    ALTER TABLE releases ADD COLUMN images TEXT;
+    ALTER TABLE releases ADD COLUMN legacy INTEGER NOT NULL DEFAULT 0;
+    UPDATE releases SET legacy = 1;
+    CREATE TABLE run_images (
+        kind        TEXT NOT NULL,
+        scope       TEXT NOT NULL,
+        name        TEXT NOT NULL,
+        spec_hash   TEXT NOT NULL,
+        images      TEXT NOT NULL,
+        resolved_at INTEGER NOT NULL,
+        PRIMARY KEY (kind, scope, name, spec_hash)
+    );
+    CREATE TABLE verified_images (
+        digest      TEXT NOT NULL,
+        keys        TEXT NOT NULL,
+        verified_at INTEGER NOT NULL,
+        PRIMARY KEY (digest, keys)
+    );
+    CREATE TABLE tag_digests (
+        image       TEXT PRIMARY KEY,
+        digest      TEXT NOT NULL DEFAULT '',
+        error       TEXT NOT NULL DEFAULT '',
+        checked_at  INTEGER NOT NULL
+    );
+    "#,
 ];

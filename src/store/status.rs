@@ -188,10 +188,12 @@ pub enum FailureReason {
     Panic,
     /// Shutting down, or a background task that could not finish.
     Interrupted,
+    /// An image of a repository that requires a signature has no valid one for its digest.
+    Unverified,
 }
 
 impl FailureReason {
-    pub(crate) const ALL: [FailureReason; 23] = [
+    pub(crate) const ALL: [FailureReason; 24] = [
         FailureReason::ImageMissing,
         FailureReason::PullFailed,
         FailureReason::Credentials,
@@ -215,6 +217,7 @@ impl FailureReason {
         FailureReason::SwarmUnsupported,
         FailureReason::Panic,
         FailureReason::Interrupted,
+        FailureReason::Unverified,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -242,6 +245,7 @@ impl FailureReason {
             FailureReason::SwarmUnsupported => "SwarmUnsupported",
             FailureReason::Panic => "Panic",
             FailureReason::Interrupted => "Interrupted",
+            FailureReason::Unverified => "Unverified",
         }
     }
 

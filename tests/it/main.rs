@@ -31,6 +31,7 @@ mod macro_scripts;
 mod names;
 mod notify;
 mod notify_docker;
+mod pins;
 mod plugin_blocks;
 mod policy;
 mod policy_docker;

@@ -663,12 +663,16 @@ async fn a_missing_image_is_pulled_by_every_path_that_creates_a_replica() -> Tes
         )
     };
     let registry = "registry \"ghcr\" {\n  url = \"ghcr.io\"\n  username = \"deploy-bot\"\n  token = \"s3cret\"\n}\n";
+    // The rollout pulls the tag (resolving it); every repair pulls the digest it pinned.
     let pulls = |harness: &Harness| {
         harness
             .fake
             .calls()
             .iter()
-            .filter(|call| *call == &format!("pull {IMAGE}"))
+            .filter(|call| {
+                *call == &format!("pull {IMAGE}")
+                    || call.starts_with("pull ghcr.io/acme/api@sha256:")
+            })
             .count()
     };
     harness.push(&[("web.hcl", &app(1)), ("registry.hcl", registry)])?;

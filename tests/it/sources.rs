@@ -124,7 +124,11 @@ async fn running(fake: &FakeRuntime, scope: &str, name: &str, image: &str) -> Te
         let listed = fake
             .list(&[(labels::SCOPE, scope), (labels::NAME, name)])
             .await?;
-        if listed.iter().any(|container| container.image == image) {
+        // Created from the bytes its release pinned (a local-only image: its id).
+        if listed
+            .iter()
+            .any(|container| container.image == fake.pinned(image))
+        {
             return Ok(());
         }
         if tokio::time::Instant::now() > deadline {

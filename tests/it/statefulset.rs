@@ -1027,6 +1027,6 @@ async fn a_build_mode_statefulset_runs_the_built_image() -> TestResult {
 "#,
     )])?;
     let pods = harness.converged(&db_key(), 1).await?;
-    assert_eq!(pods[0].image, "data-db:latest");
+    assert_eq!(pods[0].image, harness.fake.pinned("data-db:latest"));
     harness.stop().await
 }

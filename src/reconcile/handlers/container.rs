@@ -58,6 +58,10 @@ pub(crate) struct Launch {
     /// The replica's probes, kept on the container (`voodu.probes`) so a replica is always
     /// probed as its own spec says, not as a newer commit's.
     pub(crate) probes: Option<crate::manifest::spec::Probes>,
+    /// What the release's images run as: the container is created from its image's pin
+    /// (`name@sha256:…`, an image id) and labelled `voodu.images`; `None` (a legacy release):
+    /// from the tag.
+    pub(crate) pins: Option<std::sync::Arc<crate::reconcile::pins::Pins>>,
 }
 
 /// Why a spec cannot become a container (the manifest stage checks all of these; a stored
@@ -152,14 +156,23 @@ pub(crate) fn build(
         let json = serde_json::to_string(probes).map_err(|error| format!("probes: {error}"))?;
         container_labels.insert(labels::PROBES.to_owned(), json);
     }
-    let image = launch
-        .image
-        .clone()
-        .unwrap_or_else(|| container.effective_image(key));
+    let image = resolve(
+        &launch
+            .image
+            .clone()
+            .unwrap_or_else(|| container.effective_image(key)),
+    );
+    let image = match &launch.pins {
+        Some(pins) => {
+            container_labels.insert(labels::IMAGES.to_owned(), pins.label().to_owned());
+            pins.pin(&image).to_owned()
+        }
+        None => image,
+    };
     let command = launch.command.clone().or_else(|| container.command.clone());
     Ok(ContainerSpec {
         name: identity.name.clone(),
-        image: resolve(&image),
+        image,
         command: command.map(|command| command.iter().map(|part| resolve(part)).collect()),
         env: launch.env.clone(),
         labels: container_labels,

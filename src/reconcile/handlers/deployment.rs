@@ -65,6 +65,8 @@ pub(super) struct Deployment<'a> {
     hook_env: Vec<String>,
     /// Set by `set_release`.
     release_id: i64,
+    /// What the release's images run as; set by `set_pins`, put in `launch` by `build`.
+    pub(super) pins: Option<std::sync::Arc<crate::reconcile::pins::Pins>>,
 }
 
 impl<'a> Deployment<'a> {
@@ -75,6 +77,7 @@ impl<'a> Deployment<'a> {
             launch: Launch::default(),
             hook_env: Vec::new(),
             release_id: 0,
+            pins: None,
         }
     }
 
@@ -88,6 +91,11 @@ impl<'a> Deployment<'a> {
             spec_hash: &self.desired.spec_hash,
             n_replicas: self.desired.n_replicas,
             env_digest: Some(&self.launch.env_digest),
+            images: self
+                .launch
+                .pins
+                .as_deref()
+                .map(crate::reconcile::pins::Pins::label),
             surge: self.spec.surges(),
         }
     }
@@ -108,6 +116,7 @@ impl<R: Runtime> Replicated<R> for Deployment<'_> {
             restart: self.spec.effective_restart().to_owned(),
             default_ulimits: ctx.default_ulimits.clone(),
             probes: self.spec.probes.clone(),
+            pins: self.pins.clone(),
             ..Launch::default()
         };
         Ok(())
@@ -115,6 +124,14 @@ impl<R: Runtime> Replicated<R> for Deployment<'_> {
 
     fn set_release(&mut self, release: &Release) {
         self.release_id = release.id;
+    }
+
+    fn set_pins(&mut self, pins: Option<std::sync::Arc<crate::reconcile::pins::Pins>>) {
+        self.pins = pins;
+    }
+
+    fn pins(&self) -> Option<&crate::reconcile::pins::Pins> {
+        self.pins.as_deref()
     }
 
     fn report(&self) -> Report<'_> {
@@ -161,6 +178,7 @@ impl<R: Runtime> Replicated<R> for Deployment<'_> {
             key: &self.desired.key,
             spec: self.spec,
             env: &self.hook_env,
+            pins: self.pins.as_ref(),
         })
     }
 

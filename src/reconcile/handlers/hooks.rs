@@ -42,6 +42,8 @@ pub(crate) struct HookSet<'a> {
     pub(crate) key: &'a ResourceKey,
     pub(crate) spec: &'a DeploymentSpec,
     pub(crate) env: &'a [String],
+    /// What the release's images run as: a hook runs the release's bytes, as its replicas.
+    pub(crate) pins: Option<&'a std::sync::Arc<crate::reconcile::pins::Pins>>,
 }
 
 /// One hook stage.
@@ -105,7 +107,12 @@ pub(crate) async fn before_rollout<R: Runtime>(
     hooks: Option<HookSet<'_>>,
     release: &Release,
 ) -> Result<Before> {
-    let Some(HookSet { key, spec, env }) = hooks.filter(|hooks| hooks.spec.release.is_some())
+    let Some(HookSet {
+        key,
+        spec,
+        env,
+        pins,
+    }) = hooks.filter(|hooks| hooks.spec.release.is_some())
     else {
         return Ok(Before::Done);
     };
@@ -115,7 +122,7 @@ pub(crate) async fn before_rollout<R: Runtime>(
     }
     let release_id = release.id;
     for stage in [Stage::Pre, Stage::Command] {
-        match run_stage(ctx, key, spec, release, env, stage).await? {
+        match run_stage(ctx, key, spec, release, (env, pins.cloned()), stage).await? {
             StageStand::Ended(None) => {}
             StageStand::Running => return Ok(Before::Running(stage)),
             StageStand::Ended(Some(failure)) => {
@@ -140,7 +147,12 @@ pub(crate) async fn after_rollout<R: Runtime>(
     hooks: Option<HookSet<'_>>,
     release: &Release,
 ) -> Result<After> {
-    let Some(HookSet { key, spec, env }) = hooks.filter(|hooks| hooks.spec.release.is_some())
+    let Some(HookSet {
+        key,
+        spec,
+        env,
+        pins,
+    }) = hooks.filter(|hooks| hooks.spec.release.is_some())
     else {
         return Ok(After::Done(String::new()));
     };
@@ -151,7 +163,7 @@ pub(crate) async fn after_rollout<R: Runtime>(
     }
     let release_id = release.id;
     Ok(
-        match run_stage(ctx, key, spec, release, env, Stage::Post).await? {
+        match run_stage(ctx, key, spec, release, (env, pins.cloned()), Stage::Post).await? {
             StageStand::Running => After::Running,
             StageStand::Ended(Some(failure)) => {
                 tracing::warn!(%key, release = release_id, %failure, "post_command failed (recorded; the release stands)");
@@ -209,7 +221,10 @@ async fn run_stage<R: Runtime>(
     key: &ResourceKey,
     spec: &DeploymentSpec,
     release: &Release,
-    env: &[String],
+    (env, pins): (
+        &[String],
+        Option<std::sync::Arc<crate::reconcile::pins::Pins>>,
+    ),
     stage: Stage,
 ) -> Result<StageStand> {
     let Some(hooks) = &spec.release else {
@@ -253,6 +268,7 @@ async fn run_stage<R: Runtime>(
                     command: Some(command.to_vec()),
                     tty: true,
                     default_ulimits: ctx.default_ulimits.clone(),
+                    pins,
                     ..Launch::default()
                 },
                 spec_hash: release.spec_hash.as_str(),

@@ -245,6 +245,10 @@ pub(super) async fn start_run<R: Runtime>(
     // voodu gives job containers no `-e`: no VOODU_SCOPE / VOODU_NAME.
     let (env, env_digest) = env_source.env(ctx, key, &job.container, Vec::new())?;
     super::engine::units::prepare_run(ctx, key, &job.container).await?;
+    // Every run of one spec runs the bytes its first run resolved (a cron tick after the tag
+    // moved too); a spec change resolves anew.
+    let images = super::launch::images_of(key, &job.container, &[], &ctx.assets_root);
+    let pins = crate::reconcile::pins::of_spec(ctx, key, spec_hash, &images).await?;
     let (run_id, name) = loop {
         let run_id = random_hex(2);
         let name = format!("{}.{run_id}", key.app_id());
@@ -268,6 +272,7 @@ pub(super) async fn start_run<R: Runtime>(
         env_digest,
         restart: String::new(),
         default_ulimits: ctx.default_ulimits.clone(),
+        pins,
         ..Launch::default()
     };
     // Created, recorded, then started: a run whose unit exists is always in the record.

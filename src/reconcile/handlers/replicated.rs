@@ -15,6 +15,7 @@
 //! back-off runs, `AwaitChange` while halted or after a rollout failed before touching
 //! replicas, `Done` otherwise; errors go to the error policy.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -28,6 +29,7 @@ use super::rollout::{self, Report};
 use crate::manifest::spec::{Container as ContainerSpec, Drain, Init, Spec};
 use crate::model::ResourceKey;
 use crate::reconcile::gate::NewReplica;
+use crate::reconcile::pins::{self, Pins};
 use crate::reconcile::retry;
 use crate::reconcile::rollout_state::{self, Effect, RolloutPhase, Seen, Stage};
 use crate::reconcile::{Action, Ctx, Error, Result, blocking};
@@ -44,6 +46,12 @@ pub(super) trait Replicated<R: Runtime>: Send + Sync {
     fn build(&mut self, ctx: &Ctx<R>, env_source: &EnvSource) -> Result<()>;
     /// The release new replicas are labelled with.
     fn set_release(&mut self, release: &Release);
+    /// What the release's images run as (`reconcile::pins`): new replicas are created from
+    /// it, and a replica of another resolution is outdated. Called before `build`, which
+    /// builds the replicas with it.
+    fn set_pins(&mut self, pins: Option<Arc<Pins>>);
+    /// What `set_pins` gave.
+    fn pins(&self) -> Option<&Pins>;
     /// What the end of a release reports.
     fn report(&self) -> Report<'_>;
     /// The main container and inits, whose images a rollout needs.
@@ -64,7 +72,13 @@ pub(super) trait Replicated<R: Runtime>: Send + Sync {
     fn prepare<'a>(&'a self, ctx: &'a Ctx<R>, key: &'a ResourceKey) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             let (container, inits) = self.images();
-            let images = images_of(key, container, inits, &ctx.assets_root);
+            let mut images = images_of(key, container, inits, &ctx.assets_root);
+            // The release's bytes: a digest the host lost is pulled by its digest.
+            if let Some(pins) = self.pins() {
+                for image in &mut images {
+                    *image = pins.pin(image).to_owned();
+                }
+            }
             ready_to_create(ctx, key, container, &images).await
         })
     }
@@ -136,6 +150,11 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
         ..ResourceStatus::new(Phase::Progressing, "")
     };
     let phase = RolloutPhase::of(&release, halted);
+    // What the release's images run as, resolved once when it starts: every replica is
+    // built from it, and one of another resolution of this spec is outdated.
+    if let Err(error) = pin(ctx, &mut kind, key, &release).await {
+        return on_error(ctx, &kind, &release, phase, status, error, Stage::Prepare).await;
+    }
     let env_source = EnvSource::load(ctx, key, kind.images().0).await?;
     if let Err(error) = kind.build(ctx, &env_source) {
         // Bug 1: an environment that cannot be built fails the pass (and the rollout in
@@ -156,6 +175,15 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
             Ok(retry) => {
                 release = retry;
                 status.release_id = Some(release.id);
+                // The attempt's own resolution, and the replicas built from it.
+                let pinned = match pin(ctx, &mut kind, key, &release).await {
+                    Ok(()) => kind.build(ctx, &env_source),
+                    Err(error) => Err(error),
+                };
+                if let Err(error) = pinned {
+                    return on_error(ctx, &kind, &release, phase, status, error, Stage::Prepare)
+                        .await;
+                }
             }
             Err(error) => {
                 status.phase = Phase::Failed;
@@ -312,6 +340,25 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
     let status = kind.detail(ctx, status, &observed).await?;
     put_status(ctx, key, status).await?;
     Ok(action)
+}
+
+/// Gives `kind` the pins of `release`: recorded, or resolved now for a release in progress
+/// (a release that ended unresolved, or a legacy one, runs its tags).
+async fn pin<R: Runtime, K: Replicated<R>>(
+    ctx: &Ctx<R>,
+    kind: &mut K,
+    key: &ResourceKey,
+    release: &Release,
+) -> Result<()> {
+    let pins = if release.phase == ReleasePhase::Progressing || release.images.is_some() {
+        let (container, inits) = kind.images();
+        let images = images_of(key, container, inits, &ctx.assets_root);
+        pins::of_release(ctx, key, release, &images).await?
+    } else {
+        None
+    };
+    kind.set_pins(pins);
+    Ok(())
 }
 
 /// An error of the pass at `stage`, as the rollout state machine decides: the rollout in

@@ -69,6 +69,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         spec,
         pods: Vec::new(),
         digests: Vec::new(),
+        pins: None,
     };
     replicated::pass(ctx, &desired, statefulset).await
 }
@@ -81,6 +82,8 @@ pub(super) struct Statefulset<'a> {
     pub(super) pods: Vec<Pod>,
     /// Each pod's environment digest, by ordinal; set by `build`.
     pub(super) digests: Vec<String>,
+    /// What the release's images run as; set by `set_pins`.
+    pub(super) pins: Option<std::sync::Arc<crate::reconcile::pins::Pins>>,
 }
 
 impl Statefulset<'_> {
@@ -89,6 +92,10 @@ impl Statefulset<'_> {
             spec_hash: &self.desired.spec_hash,
             n_replicas: self.desired.n_replicas,
             env_digests: Some(&self.digests),
+            images: self
+                .pins
+                .as_deref()
+                .map(crate::reconcile::pins::Pins::label),
         }
     }
 }
@@ -99,7 +106,9 @@ impl<R: Runtime> Replicated<R> for Statefulset<'_> {
     fn build(&mut self, ctx: &Ctx<R>, env_source: &EnvSource) -> Result<()> {
         let mut pods = Vec::with_capacity(self.desired.n_replicas);
         for ordinal in 0..self.desired.n_replicas {
-            pods.push(pod(ctx, env_source, self.desired, self.spec, ordinal)?);
+            let mut pod = pod(ctx, env_source, self.desired, self.spec, ordinal)?;
+            pod.launch.pins.clone_from(&self.pins);
+            pods.push(pod);
         }
         self.digests = pods
             .iter()
@@ -113,6 +122,14 @@ impl<R: Runtime> Replicated<R> for Statefulset<'_> {
         for pod in &mut self.pods {
             pod.identity.release_id = Some(release.id.to_string());
         }
+    }
+
+    fn set_pins(&mut self, pins: Option<std::sync::Arc<crate::reconcile::pins::Pins>>) {
+        self.pins = pins;
+    }
+
+    fn pins(&self) -> Option<&crate::reconcile::pins::Pins> {
+        self.pins.as_deref()
     }
 
     fn report(&self) -> Report<'_> {

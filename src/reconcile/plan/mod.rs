@@ -157,6 +157,8 @@ pub(crate) fn plan_resource(
                 spec_hash: &hash,
                 n_replicas: deployment.effective_replicas(scaled),
                 env_digest: None,
+                // `plan` compares specs; what a release's images run as is the host's.
+                images: None,
                 // Read only when a container is replaced or retired: with none, not worked out.
                 surge: !actual.is_empty() && deployment.surges(),
             };
@@ -168,6 +170,7 @@ pub(crate) fn plan_resource(
                 spec_hash: &hash,
                 n_replicas: spec.n_replicas(),
                 env_digests: None,
+                images: None,
             };
             (Vec::new(), plan_statefulset(Some(&target), actual))
         }
@@ -406,6 +409,7 @@ mod bounds_tests {
                 spec_hash: &hash,
                 n_replicas,
                 env_digest: None,
+                images: None,
                 surge: false,
             };
             assert_eq!(plan_replicas(Some(&target), &[]).len(), MAX_REPLICA_COUNT);
@@ -413,6 +417,7 @@ mod bounds_tests {
                 spec_hash: &hash,
                 n_replicas,
                 env_digests: None,
+                images: None,
             };
             assert_eq!(plan_statefulset(Some(&pods), &[]).len(), MAX_REPLICA_COUNT);
         }

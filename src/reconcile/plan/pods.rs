@@ -19,6 +19,8 @@ pub(crate) struct StatefulTarget<'a> {
     pub(crate) n_replicas: usize,
     /// Indexed by ordinal; `None` when the environment is unknown (the `plan` command).
     pub(crate) env_digests: Option<&'a [String]>,
+    /// What the release's images run as (`Target::images`).
+    pub(crate) images: Option<&'a str>,
 }
 
 impl StatefulTarget<'_> {
@@ -31,6 +33,7 @@ impl StatefulTarget<'_> {
                 .env_digests
                 .and_then(|digests| digests.get(ordinal))
                 .map(String::as_str),
+            images: self.images,
             // Pods never surge: one volume per ordinal.
             surge: false,
         }
@@ -192,6 +195,7 @@ mod tests {
             spec_hash: &hash,
             n_replicas,
             env_digests: None,
+            images: None,
         });
         let steps: Vec<String> = plan_statefulset(target.as_ref(), actual)
             .iter()
@@ -335,6 +339,7 @@ mod tests {
             spec_hash: &hash,
             n_replicas: 2,
             env_digests: Some(&digests),
+            images: None,
         };
         let with_digest = |ordinal: usize, digest: &str| {
             let mut pod = pod(ordinal, "new", Running);
@@ -381,6 +386,7 @@ mod tests {
                 spec_hash: &hash,
                 n_replicas,
                 env_digests: None,
+                images: None,
             };
             for mut code in 0..CHOICES.len().pow(4) {
                 let mut actual = Vec::new();

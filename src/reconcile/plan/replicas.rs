@@ -18,6 +18,9 @@ pub(crate) struct Target<'a> {
     pub(crate) spec_hash: &'a SpecHash,
     pub(crate) n_replicas: usize,
     pub(crate) env_digest: Option<&'a str>,
+    /// When given, what the release's images run as (`voodu.images`): a replica of another
+    /// resolution of the same spec is outdated too.
+    pub(crate) images: Option<&'a str>,
     /// Whether a replacement starts the successor before the outdated replica goes.
     pub(crate) surge: bool,
 }
@@ -29,6 +32,9 @@ impl Target<'_> {
             && self
                 .env_digest
                 .is_none_or(|digest| container.label(labels::ENV_DIGEST) == Some(digest))
+            && self
+                .images
+                .is_none_or(|images| container.label(labels::IMAGES) == Some(images))
     }
 }
 
@@ -132,6 +138,7 @@ mod tests {
             spec_hash: &hash,
             n_replicas,
             env_digest: None,
+            images: None,
             surge,
         });
         let steps: Vec<String> = plan_replicas(target.as_ref(), actual)
@@ -274,6 +281,7 @@ mod tests {
             spec_hash: &hash,
             n_replicas: 1,
             env_digest: Some("new-env"),
+            images: None,
             surge: false,
         };
         assert_eq!(

@@ -42,6 +42,7 @@ impl TestRouter {
             sources: vec![HookSource::single(store.clone(), requests.clone(), "main")],
             metrics: metrics.clone(),
             options,
+            on_registry_push: None,
         };
         let server_shutdown = shutdown.clone();
         let thread = std::thread::spawn(move || -> TestResult {

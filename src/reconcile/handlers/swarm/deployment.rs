@@ -159,6 +159,14 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
         }
     }
 
+    fn set_pins(&mut self, pins: Option<std::sync::Arc<crate::reconcile::pins::Pins>>) {
+        <Deployment<'_> as Replicated<R>>::set_pins(&mut self.inner, pins);
+    }
+
+    fn pins(&self) -> Option<&crate::reconcile::pins::Pins> {
+        <Deployment<'_> as Replicated<R>>::pins(&self.inner)
+    }
+
     fn report(&self) -> Report<'_> {
         <Deployment<'_> as Replicated<R>>::report(&self.inner)
     }

@@ -56,6 +56,7 @@ pub(in crate::reconcile::handlers) async fn reconcile<R: Runtime>(
             spec,
             pods: Vec::new(),
             digests: Vec::new(),
+            pins: None,
         },
         release_id: 0,
     };
@@ -164,6 +165,14 @@ impl<R: Runtime> Replicated<R> for SwarmStatefulset<'_> {
 
     fn set_release(&mut self, release: &Release) {
         self.release_id = release.id;
+    }
+
+    fn set_pins(&mut self, pins: Option<std::sync::Arc<crate::reconcile::pins::Pins>>) {
+        <Statefulset<'_> as Replicated<R>>::set_pins(&mut self.inner, pins);
+    }
+
+    fn pins(&self) -> Option<&crate::reconcile::pins::Pins> {
+        <Statefulset<'_> as Replicated<R>>::pins(&self.inner)
     }
 
     fn report(&self) -> Report<'_> {
