@@ -45,6 +45,23 @@ impl Default for FakeRuntime {
     }
 }
 
+impl FakeState {
+    /// Whether the host has `image`: by a name it was given or pulled by, or by its id (a
+    /// local-only image is pinned by its id).
+    fn present(&self, image: &str) -> bool {
+        let Some(images) = &self.images else {
+            return true;
+        };
+        images.contains(image)
+            || self.pulled.contains_key(image)
+            || (image.starts_with("sha256:")
+                && (images
+                    .iter()
+                    .any(|name| FakeRuntime::image_id(name) == image)
+                    || self.pulled.values().any(|info| info.id == image)))
+    }
+}
+
 #[derive(Default)]
 struct FakeState {
     containers: BTreeMap<String, FakeContainer>,
@@ -303,10 +320,7 @@ impl FakeRuntime {
 
     /// Whether `image` exists (every image does unless the fake was made `with_images`).
     pub(super) fn knows_image(&self, image: &str) -> bool {
-        self.lock()
-            .images
-            .as_ref()
-            .is_none_or(|images| images.contains(image))
+        self.lock().present(image)
     }
 
     pub(super) fn enter(&self, verb: &str, subject: &str) -> Result<()> {
@@ -435,18 +449,7 @@ impl Runtime for FakeRuntime {
             drop(in_flight);
         }
         let mut state = self.lock();
-        // An image id names a present image too (a local-only image is pinned by its id).
-        let by_id = |images: &BTreeSet<String>| {
-            spec.image.starts_with("sha256:")
-                && (images
-                    .iter()
-                    .any(|image| FakeRuntime::image_id(image) == spec.image)
-                    || state.pulled.values().any(|info| info.id == spec.image))
-        };
-        if let Some(images) = &state.images
-            && !images.contains(&spec.image)
-            && !by_id(images)
-        {
+        if !state.present(&spec.image) {
             return Err(Error::ImageMissing {
                 image: spec.image.clone(),
                 message: format!("No such image: {}", spec.image),
@@ -747,11 +750,7 @@ impl Runtime for FakeRuntime {
 
     async fn image_present(&self, image: &str) -> Result<bool> {
         self.enter("image_present", image)?;
-        Ok(self
-            .lock()
-            .images
-            .as_ref()
-            .is_none_or(|images| images.contains(image)))
+        Ok(self.lock().present(image))
     }
 
     async fn image_info(&self, image: &str) -> Result<Option<ImageInfo>> {

@@ -92,7 +92,12 @@ fn runs(env: &Env, name: &str, reference: &str, tag: &str) -> TestResult<String>
         };
         let image = docker(&["inspect", "--format", "{{.Config.Image}}", &row.id]).ok()?;
         let version = docker(&["exec", &row.id, "cat", "/version"]).ok()?;
-        (image == reference && version == tag).then(|| row.id.clone())
+        // Created from the digest its release pinned the tag to.
+        let repository = reference
+            .rsplit_once(':')
+            .map_or(reference, |(name, _)| name);
+        let pinned = image.starts_with(&format!("{repository}@sha256:"));
+        (pinned && version == tag).then(|| row.id.clone())
     })
 }
 

@@ -12,6 +12,7 @@ mod corpus_fetch;
 mod corpus_swarm;
 mod dashboard;
 mod dashboard_browser;
+mod digest_docker;
 mod e2e_docker;
 mod e2e_jobs;
 mod fetch_errors;

@@ -94,22 +94,6 @@ fn converged_on(env: &Env, n: usize, what: &str) -> TestResult<Vec<Row>> {
     })
 }
 
-/// Authorised manifest requests the registry served since request number `from`.
-fn manifest_pulls(registry: &Registry, from: usize) -> usize {
-    registry
-        .seen()
-        .split_off(from)
-        .iter()
-        .filter(|request| {
-            // (An engine that still holds the layers may only HEAD the manifest and re-tag.)
-            (request.method == "GET" || request.method == "HEAD")
-                && request.path.contains("/manifests/")
-                && request.auth == Auth::Valid
-                && request.status == 200
-        })
-        .count()
-}
-
 fn registry_block(host: &str, token: &str) -> String {
     format!(
         r#"registry "local" {{
@@ -257,30 +241,67 @@ fn a_missing_image_is_pulled_from_a_private_registry_with_its_credentials() -> T
         // 4. Issue 24 item 2: the host loses the image (`docker rmi`, a prune, a rebuilt
         // host). Every path that creates a replica pulls it again with the registry's
         // credentials: a scale-up, a replica removed by hand, an agent restart.
-        let after_first_pull = registry.seen().len();
-        docker(&["rmi", "-f", &reference])?;
+        // The release runs the digest it pinned: the host loses the image's names, its tag
+        // and its digest (a running replica keeps its layers; the engine lets the names go).
+        let pinned = format!(
+            "{}@{}",
+            reference.rsplit_once(':').map_or(reference.as_str(), |(name, _)| name),
+            image.manifest_digest
+        );
+        let lose = || -> TestResult {
+            for name in [&reference, &pinned] {
+                let _ = docker(&["rmi", "-f", name]);
+            }
+            Ok(())
+        };
+        // Each path asks the engine to pull the pinned digest (with the registry's
+        // credentials); the engine may answer a pull by digest from the content it still
+        // holds after a ping of the registry, so the agent's own record says what it did.
+        let log_path = env.log();
+        let pulls_of_pinned = || -> TestResult<usize> {
+            Ok(std::fs::read_to_string(&log_path)?
+                .lines()
+                .filter(|line| line.contains("pulling a missing image") && line.contains(&pinned))
+                .count())
+        };
+        let tag_requests = |registry: &Registry| {
+            registry
+                .seen()
+                .iter()
+                .filter(|request| request.path.ends_with("/manifests/1"))
+                .count()
+        };
+        let tag_requests_before = tag_requests(&registry);
+        lose()?;
         env.repo.write(
             "app/web.hcl",
             &deployment_of(&scope, &reference, 2),
         )?;
         env.repo.commit("two replicas")?;
         converged_on(env, 2, "the scale-up to pull and run two replicas")?;
-        assert!(manifest_pulls(&registry, after_first_pull) >= 1, "the scale-up pulled");
-        let after_scale = registry.seen().len();
-        docker(&["rmi", "-f", &reference])?;
+        assert_eq!(pulls_of_pinned()?, 1, "the scale-up pulled the digest");
+        lose()?;
         let rows = running(env)?;
         docker(&["rm", "-f", &rows[0].id])?;
         converged_on(env, 2, "the removed replica to be re-created from a pulled image")?;
-        assert!(manifest_pulls(&registry, after_scale) >= 1, "the drift repair pulled");
-        let after_repair = registry.seen().len();
+        assert_eq!(pulls_of_pinned()?, 2, "the drift repair pulled the digest");
         env.agent = None;
-        docker(&["rmi", "-f", &reference])?;
+        lose()?;
         let rows = running(env)?;
         docker(&["rm", "-f", &rows[0].id])?;
         env.start_agent_with(&["--ready-settle", "1s"])?;
         converged_on(env, 2, "the restarted agent to pull and re-create the replica")?;
-        assert!(manifest_pulls(&registry, after_repair) >= 1, "the restart pulled");
-        assert!(image_present(&reference)?);
+        assert_eq!(pulls_of_pinned()?, 3, "the restart pulled the digest");
+        assert_eq!(
+            tag_requests(&registry),
+            tag_requests_before,
+            "no repair asked the registry for the tag"
+        );
+        // Pulled by the digest the release pinned, never the tag.
+        assert!(image_present(&pinned)?);
+        let rows = running(env)?;
+        let runs = docker(&["inspect", "--format", "{{.Config.Image}}", &rows[0].id])?;
+        assert_eq!(runs, pinned);
 
         let valid: Vec<&Seen> = pull
             .iter()

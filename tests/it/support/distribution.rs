@@ -26,6 +26,16 @@ impl Distribution {
     /// Starts the registry with one user; fails with what to install when the package is
     /// missing.
     pub fn start(username: &str, password: &str) -> TestResult<Distribution> {
+        Distribution::start_notifying(username, password, None)
+    }
+
+    /// `start`, with the registry's notifications (`notifications: endpoints:`) posted to
+    /// `notify` (`url`, bearer token) as the distribution registry sends them.
+    pub fn start_notifying(
+        username: &str,
+        password: &str,
+        notify: Option<(&str, &str)>,
+    ) -> TestResult<Distribution> {
         if !Path::new(REGISTRY_BIN).exists() {
             return Err(format!(
                 "{REGISTRY_BIN} is missing: `apt-get install docker-registry apache2-utils` (scripts/docker-setup does)"
@@ -48,12 +58,17 @@ impl Distribution {
         std::fs::create_dir(dir.path().join("data"))?;
         std::fs::create_dir(dir.path().join("docker-config"))?;
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let config = format!(
+        let mut config = format!(
             "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\nstorage:\n  filesystem:\n    rootdirectory: {data}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n  secret: {secret}\nauth:\n  htpasswd:\n    realm: voodu-test\n    path: {htpasswd}\n",
             data = dir.path().join("data").display(),
             secret = voodu_agent::model::random_hex(16),
             htpasswd = dir.path().join("htpasswd").display(),
         );
+        if let Some((url, token)) = notify {
+            config.push_str(&format!(
+                "notifications:\n  endpoints:\n    - name: voodu-agent\n      url: {url}\n      headers:\n        Authorization: [Bearer {token}]\n      timeout: 2s\n      threshold: 3\n      backoff: 1s\n      ignore:\n        actions: [pull]\n"
+            ));
+        }
         let config_path = dir.path().join("config.yml");
         std::fs::write(&config_path, config)?;
         let log = std::fs::File::create(dir.path().join("registry.log"))?;

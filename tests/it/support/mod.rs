@@ -4,6 +4,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod agent;
+pub mod cosign;
 pub mod distribution;
 pub mod docker;
 pub mod harness;
