@@ -66,7 +66,17 @@ pub fn set_image_tag(
     repository: &str,
     tag: &str,
 ) -> Result<Option<TagEdit>, EditError> {
-    if !is_valid_tag(tag) {
+    // `TAG` or `TAG@sha256:<hex>` (`policy = "digest"` pins the tag's digest).
+    let (bare_tag, digest) = match tag.split_once('@') {
+        Some((bare, digest)) => (bare, Some(digest)),
+        None => (tag, None),
+    };
+    let digest_ok = digest.is_none_or(|digest| {
+        digest.strip_prefix("sha256:").is_some_and(|hex| {
+            hex.len() == 64 && hex.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f'))
+        })
+    });
+    if !is_valid_tag(bare_tag) || !digest_ok {
         return Err(EditError::InvalidTag {
             tag: tag.to_owned(),
         });
@@ -120,16 +130,25 @@ pub fn set_image_tag(
         found: image.to_owned(),
         repository: repository.to_owned(),
     };
-    let (found_repository, found_tag) = split_image(image).ok_or_else(other_repository)?;
+    // A digest after the tag (`app:stable@sha256:…`) goes with it.
+    let (reference, found_digest) = match image.split_once('@') {
+        Some((reference, digest)) => (reference, Some(digest)),
+        None => (image, None),
+    };
+    let (found_repository, found_tag) = split_image(reference).ok_or_else(other_repository)?;
     if found_repository != repository {
         return Err(other_repository());
     }
-    if found_tag == tag {
+    let found = match found_digest {
+        Some(digest) => format!("{found_tag}@{digest}"),
+        None => found_tag.to_owned(),
+    };
+    if found == tag {
         return Ok(None);
     }
-    // The tag is the literal's last bytes before its closing quote.
+    // The tag (and its digest) is the literal's last bytes before its closing quote.
     let tag_end = end - 1;
-    let tag_start = tag_end - found_tag.len();
+    let tag_start = tag_end - found.len();
     let mut edited = String::with_capacity(text.len() + tag.len());
     edited.push_str(&text[..tag_start]);
     edited.push_str(tag);
@@ -287,6 +306,65 @@ job "shop" "migrate" {
             set_image_tag(FILE, Kind::Deployment, "shop", "web", "app", "1.4.2")?,
             None
         );
+        Ok(())
+    }
+
+    #[test]
+    fn a_digest_policy_pins_the_tag_to_a_digest_and_moves_it() -> Result<(), EditError> {
+        let hex_a = "a".repeat(64);
+        let hex_b = "b".repeat(64);
+        let file = "deployment \"shop\" \"web\" {\n  image = \"127.0.0.1:5000/app:stable\"\n}\n";
+        let pinned = set_image_tag(
+            file,
+            Kind::Deployment,
+            "shop",
+            "web",
+            "127.0.0.1:5000/app",
+            &format!("stable@sha256:{hex_a}"),
+        )?
+        .ok_or(EditError::Unparsable)?;
+        assert_eq!(
+            pinned.text,
+            format!(
+                "deployment \"shop\" \"web\" {{\n  image = \"127.0.0.1:5000/app:stable@sha256:{hex_a}\"\n}}\n"
+            )
+        );
+        let moved = set_image_tag(
+            &pinned.text,
+            Kind::Deployment,
+            "shop",
+            "web",
+            "127.0.0.1:5000/app",
+            &format!("stable@sha256:{hex_b}"),
+        )?
+        .ok_or(EditError::Unparsable)?;
+        assert!(
+            moved.text.contains(&format!("app:stable@sha256:{hex_b}\"")),
+            "{}",
+            moved.text
+        );
+        assert_eq!(
+            set_image_tag(
+                &moved.text,
+                Kind::Deployment,
+                "shop",
+                "web",
+                "127.0.0.1:5000/app",
+                &format!("stable@sha256:{hex_b}")
+            )?,
+            None
+        );
+        assert!(matches!(
+            set_image_tag(
+                file,
+                Kind::Deployment,
+                "shop",
+                "web",
+                "127.0.0.1:5000/app",
+                "stable@sha256:\"x"
+            ),
+            Err(EditError::InvalidTag { .. })
+        ));
         Ok(())
     }
 }

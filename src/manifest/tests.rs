@@ -272,6 +272,40 @@ fn env_files_parse_voodus_format_and_name_the_bad_line() -> Result<(), EnvFileEr
     Ok(())
 }
 
+/// Issue 48: `policy = "digest"` follows a tag pinned by digest; the other policies follow
+/// tags and refuse an image pinned by digest.
+#[test]
+fn a_digest_policy_takes_an_image_pinned_by_digest() -> Result<(), Diagnostics> {
+    let digest = format!("sha256:{}", "a".repeat(64));
+    let manifest = load_one(&format!(
+        "deployment \"shop\" \"web\" {{\n  image = \"registry.example/app:stable@{digest}\"\n  image_update {{\n    policy = \"digest\"\n  }}\n}}\n"
+    ))?;
+    assert_eq!(manifest.resources.len(), 1);
+    let refused = load_one(&format!(
+        "deployment \"shop\" \"web\" {{\n  image = \"registry.example/app:1.4@{digest}\"\n  image_update {{\n    range = \"~1.4\"\n  }}\n}}\n"
+    ));
+    let messages = refused
+        .err()
+        .map(|errors| errors.to_string())
+        .unwrap_or_default();
+    assert!(
+        messages.contains("is pinned by digest: write a tag instead, or use policy = \"digest\""),
+        "{messages}"
+    );
+    let refused = load_one(
+        "deployment \"shop\" \"web\" {\n  image = \"registry.example/app:stable\"\n  image_update {\n    policy = \"digest\"\n    range  = \"~1\"\n  }\n}\n",
+    );
+    let messages = refused
+        .err()
+        .map(|errors| errors.to_string())
+        .unwrap_or_default();
+    assert!(
+        messages.contains("is not for policy \"digest\""),
+        "{messages}"
+    );
+    Ok(())
+}
+
 /// Issue 27: `image_update` is decoded into the container, out of the spec hash, and every bad
 /// field is a located error.
 #[test]
@@ -358,7 +392,7 @@ job "shop" "k" {
 }
 "#,
         &[
-            "m/app.hcl:4:5: `image_update.policy` \"newest\" is not a policy: use \"semver\", \"numerical\" or \"alphabetical\"",
+            "m/app.hcl:4:5: `image_update.policy` \"newest\" is not a policy: use \"semver\", \"numerical\", \"alphabetical\" or \"digest\"",
             "m/app.hcl:5:5: image_update.interval \"1s\" is below the minimum of 10s: a registry is a shared service, scan it less often",
             "m/app.hcl:6:5: image_update.mode \"push\" is not a mode: use \"commit\" (write the new tag to git) or \"report\" (only show it)",
             "m/app.hcl:12:5: `image_update.range` \"~x\" is not a semver range (unexpected character 'x' while parsing major version number): write e.g. \"~1.4\", \"^2\" or \">=1.2, <2\"",

@@ -8,6 +8,9 @@
 //! - `numerical`: tags (or the part `extract` picks) that are numbers; the highest wins.
 //! - `alphabetical`: the tag (or the extracted part) that sorts last by bytes (RFC 3339
 //!   timestamps, `main-20260101T1200`).
+//! - `digest`: one tag followed by the manifest digest it names (a mutable tag, `stable`,
+//!   pinned in git as `name:tag@sha256:…` and moved when the registry's tag moves); the image
+//!   scanner asks the registry for the tag's digest instead of listing tags.
 //!
 //! `filter` is a regular expression a tag must match; `extract` (`"$1"`, `"$ts"`) expands its
 //! captures into the value that is ordered. A filter that matches nothing yields no tag.
@@ -26,6 +29,7 @@ enum Order {
     Semver(semver::VersionReq),
     Numerical,
     Alphabetical,
+    Digest,
 }
 
 /// A checked policy: build it with `ImagePolicy::new`, ask it for `latest` or `update`.
@@ -99,11 +103,19 @@ impl ImagePolicy {
             }
             "numerical" => Order::Numerical,
             "alphabetical" => Order::Alphabetical,
+            "digest" if !range.is_empty() || !filter.is_empty() || !extract.is_empty() => {
+                return Err(PolicyError {
+                    field: if range.is_empty() { "filter" } else { "range" },
+                    message: "is not for policy \"digest\": it follows the one tag the image names"
+                        .to_owned(),
+                });
+            }
+            "digest" => Order::Digest,
             other => {
                 return Err(PolicyError {
                     field: "policy",
                     message: format!(
-                        "{other:?} is not a policy: use \"semver\", \"numerical\" or \"alphabetical\""
+                        "{other:?} is not a policy: use \"semver\", \"numerical\", \"alphabetical\" or \"digest\""
                     ),
                 });
             }
@@ -144,6 +156,11 @@ impl ImagePolicy {
             filter,
             extract: extract.to_owned(),
         })
+    }
+
+    /// Whether the policy follows its tag's digest (`digest`) rather than newer tags.
+    pub fn follows_digest(&self) -> bool {
+        matches!(self.order, Order::Digest)
     }
 
     /// The latest of `tags` under this policy, or `None` when no tag fits it.
@@ -222,6 +239,8 @@ impl ImagePolicy {
                 .filter(|number| number.is_finite())
                 .map(Value::Number),
             Order::Alphabetical => (!text.is_empty()).then_some(Value::Text(text)),
+            // Tags are not ordered: the scanner asks for the tag's digest.
+            Order::Digest => None,
         }
     }
 }

@@ -69,7 +69,18 @@ struct Follower {
     image: String,
     repository: String,
     tag: String,
+    /// The digest the image is pinned to after its tag (`name:tag@sha256:…`), if any.
+    digest: Option<String>,
     update: ImageUpdate,
+}
+
+impl Follower {
+    /// Whether it follows its tag's digest (`policy = "digest"`) rather than newer tags.
+    fn follows_digest(&self) -> bool {
+        self.update
+            .policy()
+            .is_ok_and(|policy| policy.follows_digest())
+    }
 }
 
 /// Runs until `shutdown`: a look every `MIN_IMAGE_SCAN_INTERVAL`, the first at once, and one
@@ -207,6 +218,8 @@ struct Scans {
     repositories: HashMap<tokio::task::Id, String>,
     /// Repositories due now whatever their interval (a registry notification named them).
     forced: std::collections::BTreeSet<String>,
+    /// What each tag a digest follower follows named when last asked, and when.
+    named: BTreeMap<String, (String, tokio::time::Instant)>,
 }
 
 impl Scans {
@@ -308,7 +321,52 @@ async fn pass<R: Runtime>(
     let followers = blocking(&ctx.store, followers).await?;
     let stored = blocking(&ctx.store, Store::image_scans).await?;
     let mut by_repository: BTreeMap<String, Vec<&Follower>> = BTreeMap::new();
-    for follower in &followers {
+    // What the tags digest followers follow name now (asked of the registry, one manifest
+    // request each, within its request deadline).
+    let asked_at = tokio::time::Instant::now();
+    for follower in followers
+        .iter()
+        .filter(|follower| follower.follows_digest())
+    {
+        let reference = format!("{}:{}", follower.repository, follower.tag);
+        let due = scans.forced.contains(&follower.repository)
+            || scans
+                .named
+                .get(&reference)
+                .is_none_or(|(_, at)| asked_at.duration_since(*at) >= follower.update.interval());
+        if !due {
+            continue;
+        }
+        let credentials = credentials_for(ctx, &follower.key, &reference)
+            .await
+            .ok()
+            .flatten();
+        match registry::manifest(
+            client,
+            &follower.repository,
+            &follower.tag,
+            credentials.as_ref(),
+        )
+        .await
+        {
+            Ok(Some(manifest)) => {
+                scans.named.insert(reference, (manifest.digest, asked_at));
+            }
+            Ok(None) => tracing::warn!(image = reference, "the registry has no such tag"),
+            Err(error) => {
+                tracing::warn!(image = reference, %error, "cannot ask the registry what the tag names")
+            }
+        }
+    }
+    let named: BTreeMap<String, String> = scans
+        .named
+        .iter()
+        .map(|(reference, (digest, _))| (reference.clone(), digest.clone()))
+        .collect();
+    for follower in followers
+        .iter()
+        .filter(|follower| !follower.follows_digest())
+    {
         by_repository
             .entry(follower.repository.clone())
             .or_default()
@@ -353,7 +411,7 @@ async fn pass<R: Runtime>(
     .await?;
     let rows: Vec<ImageUpdateRow> = followers
         .iter()
-        .map(|follower| decide(follower, &stored, now))
+        .map(|follower| decide(follower, &stored, &named, now))
         .collect();
     let bumps: Vec<Bump> = followers
         .iter()
@@ -372,7 +430,10 @@ async fn pass<R: Runtime>(
             key: follower.key.clone(),
             source: follower.source.clone(),
             repository: follower.repository.clone(),
-            from_tag: follower.tag.clone(),
+            from_tag: match &follower.digest {
+                Some(digest) => format!("{}@{digest}", follower.tag),
+                None => follower.tag.clone(),
+            },
             to_tag: row.latest.clone(),
             push_branch: follower.update.push_branch.clone(),
         })
@@ -428,18 +489,32 @@ pub fn commit_message(bumps: &[Bump]) -> String {
 }
 
 /// The decision of one follower over the stored scans.
-fn decide(follower: &Follower, scans: &[ImageScan], now: i64) -> ImageUpdateRow {
-    let latest = match (
-        follower.update.policy(),
-        scans
-            .iter()
-            .find(|scan| scan.repository == follower.repository),
-    ) {
-        (Ok(policy), Some(scan)) => policy
-            .update(&follower.tag, &scan.tags)
+fn decide(
+    follower: &Follower,
+    scans: &[ImageScan],
+    named: &BTreeMap<String, String>,
+    now: i64,
+) -> ImageUpdateRow {
+    let latest = if follower.follows_digest() {
+        // `tag@sha256:…` when the tag names another digest than git pins.
+        named
+            .get(&format!("{}:{}", follower.repository, follower.tag))
+            .filter(|digest| follower.digest.as_deref() != Some(digest.as_str()))
+            .map(|digest| format!("{}@{digest}", follower.tag))
             .unwrap_or_default()
-            .to_owned(),
-        _ => String::new(),
+    } else {
+        match (
+            follower.update.policy(),
+            scans
+                .iter()
+                .find(|scan| scan.repository == follower.repository),
+        ) {
+            (Ok(policy), Some(scan)) => policy
+                .update(&follower.tag, &scan.tags)
+                .unwrap_or_default()
+                .to_owned(),
+            _ => String::new(),
+        }
     };
     ImageUpdateRow {
         key: follower.key.clone(),
@@ -494,7 +569,11 @@ fn followers(store: &Store) -> crate::store::Result<Vec<Follower>> {
         let Some(update) = &container.image_update else {
             continue;
         };
-        let Some((repository, tag)) = split_image(&container.image) else {
+        let (reference, digest) = match container.image.split_once('@') {
+            Some((reference, digest)) => (reference, Some(digest.to_owned())),
+            None => (container.image.as_str(), None),
+        };
+        let Some((repository, tag)) = split_image(reference) else {
             continue;
         };
         out.push(Follower {
@@ -503,6 +582,7 @@ fn followers(store: &Store) -> crate::store::Result<Vec<Follower>> {
             image: container.image.clone(),
             repository: repository.to_owned(),
             tag: tag.to_owned(),
+            digest,
             update: update.clone(),
         });
     }

@@ -92,11 +92,17 @@ fn runs(env: &Env, name: &str, reference: &str, tag: &str) -> TestResult<String>
         };
         let image = docker(&["inspect", "--format", "{{.Config.Image}}", &row.id]).ok()?;
         let version = docker(&["exec", &row.id, "cat", "/version"]).ok()?;
-        // Created from the digest its release pinned the tag to.
-        let repository = reference
-            .rsplit_once(':')
-            .map_or(reference, |(name, _)| name);
-        let pinned = image.starts_with(&format!("{repository}@sha256:"));
+        // Created from the digest its release pinned the tag to (a reference written with
+        // its digest runs exactly that).
+        let pinned = match reference.split_once('@') {
+            Some(_) => image == reference,
+            None => {
+                let repository = reference
+                    .rsplit_once(':')
+                    .map_or(reference, |(name, _)| name);
+                image.starts_with(&format!("{repository}@sha256:"))
+            }
+        };
         (pinned && version == tag).then(|| row.id.clone())
     })
 }
@@ -330,6 +336,79 @@ fn a_registry_is_followed_by_policy_and_the_bump_committed_signed_and_deployed()
             "the last good tags are kept: {api}"
         );
         eprintln!("images_docker: bumps {bump} and {second}; unreachable: {error}");
+        Ok(())
+    })
+}
+
+/// Issue 48, item 3: `policy = "digest"` follows a mutable tag on purpose. The agent asks the
+/// registry what `:stable` names, commits `app:stable@sha256:A` to git, and when the tag is
+/// pushed again commits `@sha256:B`: the replica runs exactly what git names.
+#[test]
+#[ignore = "needs a Docker engine and docker-registry: scripts/test runs it (cargo test -- --include-ignored)"]
+fn i48_a_tag_followed_by_its_digest_is_pinned_in_git_and_moved() -> TestResult {
+    let password = format!("pw-{}", voodu_agent::model::random_hex(8));
+    let registry = Distribution::start("deploy-bot", &password)?;
+    let host = registry.host();
+    let _images = Images(format!("{host}/tracked"));
+    let image = format!("{host}/tracked:stable");
+    let push = |content: &str| -> TestResult<String> {
+        let context = tempfile::tempdir()?;
+        std::fs::write(context.path().join("version"), content)?;
+        std::fs::write(
+            context.path().join("Dockerfile"),
+            format!("FROM {}\nCOPY version /version\n", test_image()),
+        )?;
+        let path = context.path().display().to_string();
+        registry.docker(&["build", "-q", "-t", &image, &path], None)?;
+        registry.docker(&["push", "-q", &image], None)?;
+        let digests = registry.docker(
+            &[
+                "image",
+                "inspect",
+                "--format",
+                "{{json .RepoDigests}}",
+                &image,
+            ],
+            None,
+        )?;
+        registry.docker(&["rmi", "-f", &image], None)?;
+        let digests: Vec<String> = serde_json::from_str(&digests)?;
+        Ok(digests
+            .first()
+            .and_then(|reference| reference.split_once('@'))
+            .map(|(_, digest)| digest.to_owned())
+            .ok_or("no digest")?)
+    };
+    let digest_a = push("A")?;
+    Env::new()?.run(|env| {
+        let scope = env.scope().to_owned();
+        env.repo.write(
+            "app/web.hcl",
+            &web(
+                &scope,
+                "web",
+                &image,
+                "    policy   = \"digest\"\n    interval = \"10s\"\n",
+            ),
+        )?;
+        env.repo.write(
+            "app/registry.hcl",
+            &registry_block(&host, "deploy-bot", &password),
+        )?;
+        env.repo.commit("web follows :stable by digest")?;
+        env.start_agent_with(&["--ready-settle", "1s", "--allow-url-host", "127.0.0.1"])?;
+        // git gets the digest the tag names now...
+        let pinned = agent_commit(env, &format!("{image} → {image}@{digest_a}"))?;
+        let remote = env.repo.remote_path();
+        let show = crate::support::repo::git(&remote, &["show", &format!("{pinned}:app/web.hcl")])?;
+        assert!(show.contains(&format!("\"{image}@{digest_a}\"")), "{show}");
+        runs(env, "web", &format!("{host}/tracked@{digest_a}"), "A")?;
+        // ...and the next digest once the tag is pushed again.
+        let digest_b = push("B")?;
+        agent_commit(env, &format!("{image}@{digest_a} → {image}@{digest_b}"))?;
+        runs(env, "web", &format!("{host}/tracked@{digest_b}"), "B")?;
+        let entry = image_entry(env, "web")?.ok_or("web in `images`")?;
+        assert_eq!(entry["policy"], "digest", "{entry}");
         Ok(())
     })
 }

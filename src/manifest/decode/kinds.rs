@@ -350,14 +350,20 @@ fn image_update(cx: &mut Cx<'_>, r: &mut Reader<'_>, image: Option<&str>) -> Opt
             r.span_of("image"),
             "image_update follows a literal `image`: write the image without `${…}` so the new tag can be committed in its place",
         ),
-        Some(image) if image.contains('@') => cx.error(
+        // `policy = "digest"` keeps the tag it follows pinned by digest (`name:tag@sha256:…`).
+        Some(image) if image.contains('@') && update.policy != "digest" => cx.error(
             r.span_of("image"),
-            format!("image_update follows tags, and {image:?} is pinned by digest: write a tag instead"),
+            format!("image_update follows tags, and {image:?} is pinned by digest: write a tag instead, or use policy = \"digest\" to follow its digest"),
         ),
-        Some(image) if crate::model::image_tag(image).is_none() => cx.error(
+        Some(image)
+            if crate::model::image_tag(image.split_once('@').map_or(image, |(name, _)| name))
+                .is_none() =>
+        {
+            cx.error(
             r.span_of("image"),
             format!("image_update needs a tag in `image` to start from: write {image:?} with its current tag, like \"{image}:1.0.0\""),
-        ),
+            );
+        }
         Some(_) => {}
     }
     Some(update)
