@@ -949,3 +949,102 @@ async fn an_ingress_is_served_by_a_caddy_service_that_follows_the_routes() -> Te
     })?;
     Ok(())
 }
+
+/// Issue 48 on Swarm: the service's task template names the digest its release resolved, so
+/// a scale-up after the tag moved starts tasks of the same bytes; a spec change resolves anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Docker engine that may become a swarm manager and docker-registry: scripts/test runs it"]
+async fn i48_a_service_runs_the_digest_its_release_resolved() -> TestResult {
+    let scope = unique("swd");
+    let _containers = DockerGuard::new(&scope);
+    let _swarm = SwarmGuard::new(&scope)?;
+    let registry = crate::support::distribution::Distribution::start("bot", "s3cret-pw")?;
+    let host = registry.host();
+    let image = format!("{host}/{scope}/app:stable");
+    let push = |content: &str| -> TestResult<String> {
+        let context = tempfile::tempdir()?;
+        std::fs::write(context.path().join("version"), content)?;
+        std::fs::write(
+            context.path().join("Dockerfile"),
+            format!("FROM {}\nCOPY version /version\n", test_image()),
+        )?;
+        let path = context.path().display().to_string();
+        registry.docker(&["build", "-q", "-t", &image, &path], None)?;
+        registry.docker(&["push", "-q", &image], None)?;
+        let digests = registry.docker(
+            &[
+                "image",
+                "inspect",
+                "--format",
+                "{{json .RepoDigests}}",
+                &image,
+            ],
+            None,
+        )?;
+        let digests: Vec<String> = serde_json::from_str(&digests)?;
+        registry.docker(&["rmi", "-f", &image], None)?;
+        Ok(digests
+            .first()
+            .and_then(|reference| reference.split_once('@'))
+            .map(|(_, digest)| digest.to_owned())
+            .ok_or("no digest")?)
+    };
+    let digest_a = push("A")?;
+    let app = |replicas: u32, version: &str| {
+        format!(
+            "registry \"test\" {{\n  url = \"{host}\"\n  username = \"bot\"\n  token = \"s3cret-pw\"\n}}\ndeployment \"{scope}\" \"web\" {{\n  image    = \"{image}\"\n  command  = [\"sleep\", \"3600\"]\n  replicas = {replicas}\n  env      = {{ VERSION = \"{version}\" }}\n}}\n"
+        )
+    };
+    let repo = TempRepo::new()?;
+    repo.write("app.hcl", &app(1, "1"))?;
+    let first = repo.commit("one replica of :stable")?;
+    let dir = tempfile::tempdir()?;
+    let (data, log) = (dir.path().join("data"), dir.path().join("agent.log"));
+    let _agent = Agent::start(
+        &repo,
+        &data,
+        &log,
+        &["--runtime", "swarm", "--ready-settle", "1s"],
+    )?;
+    let key = ResourceKey::new(Kind::Deployment, &scope, "web");
+    wait_status(&data, &key, "Ready", 1, &first, &log)?;
+    let service = format!("{scope}-web");
+    let template = || {
+        docker(&[
+            "service",
+            "inspect",
+            &service,
+            "--format",
+            "{{.Spec.TaskTemplate.ContainerSpec.Image}}",
+        ])
+    };
+    let pinned = |digest: &str| format!("{host}/{scope}/app@{digest}");
+    assert_eq!(template()?, pinned(&digest_a));
+    // The tag moves; a scale-up starts tasks of A.
+    let digest_b = push("B")?;
+    assert_ne!(digest_a, digest_b);
+    repo.write("app.hcl", &app(2, "1"))?;
+    let scaled = repo.commit("two replicas")?;
+    wait_until(LIMIT, "two tasks of A", || {
+        let images = docker(&[
+            "service",
+            "ps",
+            &service,
+            "--filter",
+            "desired-state=running",
+            "--format",
+            "{{.Image}}",
+        ])
+        .ok()?;
+        let images: Vec<&str> = images.lines().collect();
+        (images.len() == 2 && images.iter().all(|found| *found == pinned(&digest_a))).then_some(())
+    })?;
+    assert_eq!(template()?, pinned(&digest_a));
+    let _ = scaled;
+    // A spec change resolves anew: B.
+    repo.write("app.hcl", &app(2, "2"))?;
+    let changed = repo.commit("version 2")?;
+    wait_status(&data, &key, "Ready", 2, &changed, &log)?;
+    assert_eq!(template()?, pinned(&digest_b));
+    Ok(())
+}

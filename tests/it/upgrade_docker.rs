@@ -6,6 +6,9 @@
 //! their route and their volumes; a named volume the engine made without labels (the previous
 //! release never labelled one) is adopted by the scope that declared it, so that scope keeps
 //! mounting it on its next rollout while the other source is refused it.
+//!
+//! Issue 48, acceptance 4: the releases the previous release recorded show "digest unknown",
+//! their containers are kept, and the next rollout resolves its image.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -247,6 +250,18 @@ fn i47_two_sources_made_by_the_previous_release_keep_their_containers_routes_and
         }
         assert_eq!(ids(&shop)?, shop_before, "shop's containers are kept");
         assert_eq!(ids(&blog)?, blog_before, "blog's containers are kept");
+        // Issue 48: the previous release recorded no digests: "digest unknown" until the
+        // resource's next rollout, its containers left as they are.
+        let releases = Command::new(env!("CARGO_BIN_EXE_voodu-agent"))
+            .args(["releases", &format!("deployment/{shop}/web"), "--data-dir"])
+            .arg(&data_dir)
+            .output()?;
+        let text = String::from_utf8(releases.stdout)?;
+        assert!(
+            text.contains("digest unknown"),
+            "{text}{}",
+            String::from_utf8_lossy(&releases.stderr)
+        );
         let volumes = docker(&["volume", "ls", "-q", "--filter", &format!("name={shop}")])?;
         assert!(
             volumes.contains(&volume) && volumes.contains(&claim),
@@ -303,6 +318,31 @@ fn i47_two_sources_made_by_the_previous_release_keep_their_containers_routes_and
         })?;
         let mark = docker(&["exec", &replaced, "cat", "/data/mark"])?;
         assert_eq!(mark.trim(), "kept");
+        // The rollout resolved its image: the replica runs the image's id (local-only).
+        let runs = docker(&["inspect", "--format", "{{.Config.Image}}", &replaced])?;
+        assert!(runs.trim().starts_with("sha256:"), "{runs}");
+        let releases = Command::new(env!("CARGO_BIN_EXE_voodu-agent"))
+            .args([
+                "releases",
+                &format!("deployment/{shop}/web"),
+                "--json",
+                "--data-dir",
+            ])
+            .arg(&data_dir)
+            .output()?;
+        let releases: serde_json::Value = serde_json::from_slice(&releases.stdout)?;
+        assert_eq!(
+            releases["releases"][0]["images"]["resolved"], true,
+            "{releases:#}"
+        );
+        assert_eq!(
+            releases["releases"]
+                .as_array()
+                .and_then(|all| all.last())
+                .map(|oldest| oldest["images"]["resolved"].clone()),
+            Some(serde_json::Value::Bool(false)),
+            "{releases:#}"
+        );
         new.stop()?;
         Ok(())
     };
