@@ -30,8 +30,17 @@
 //! as a smoke test of the bench itself (with `VOODU_DOCKER_TESTS=1`). The engine-free half of
 //! issue 15's table (the agent's own overhead on the fake runtime, engine calls per pass,
 //! commit → plan) is `benches/overhead.rs` and `benches/plan.rs`.
+//!
+//! `VOODU_BENCH_EXACT_OFF=<agent binary>` runs issue 48's comparison instead (`scale/exact.rs`):
+//! the same first deploy from an image in a local registry, with image resolution and
+//! signature verification on (this agent) and off (that binary, e.g. the previous release
+//! `scripts/previous-release` builds), alternated. The smoke run takes that path too, with
+//! `VOODU_PREVIOUS_AGENT`.
 
 mod support;
+
+#[path = "scale/exact.rs"]
+mod exact;
 
 use std::time::{Duration, Instant};
 
@@ -48,6 +57,7 @@ fn main() -> Result {
     runtime.block_on(bench())
 }
 
+#[derive(Debug, Clone, Copy)]
 struct Shape {
     deployments: usize,
     replicas: usize,
@@ -120,6 +130,14 @@ async fn bench() -> Result {
         support::agent()
     );
 
+    // Issue 48's comparison, on its own when asked for: resolution and verification on / off.
+    let exact_off = std::env::var("VOODU_BENCH_EXACT_OFF").ok();
+    if support::measuring()
+        && let Some(off) = &exact_off
+    {
+        return exact::compare(&docker, &image, &shape, off).await;
+    }
+
     // The sides take turns, each round in another order (a side that always ran second
     // would always find the engine with the previous side's removals just behind it), and
     // every figure is the median over the rounds.
@@ -165,7 +183,16 @@ async fn bench() -> Result {
                 }
                 Side::Agent => {
                     // The idle and resync windows once, in the first round.
-                    agents.push(through_agent(&docker, &image, &shape, agents.is_empty()).await?);
+                    agents.push(
+                        through_agent(
+                            &docker,
+                            &image,
+                            &shape,
+                            agents.is_empty(),
+                            &Setup::default(),
+                        )
+                        .await?,
+                    );
                 }
             }
             // What the side made the engine's daemons spend (its containers' own processes,
@@ -251,6 +278,14 @@ async fn bench() -> Result {
     );
     if !support::measuring() {
         println!("(smoke run of the bench; these figures are not a measurement)");
+        // The smoke run takes the comparison's path too, against the previous release
+        // (scripts/test builds it).
+        match exact_off.or_else(|| std::env::var("VOODU_PREVIOUS_AGENT").ok()) {
+            Some(off) => exact::compare(&docker, &image, &shape, &off).await?,
+            None => println!(
+                "scale: the digest comparison's smoke run needs VOODU_BENCH_EXACT_OFF or VOODU_PREVIOUS_AGENT (scripts/test sets it)"
+            ),
+        }
     }
     Ok(())
 }
@@ -480,6 +515,15 @@ struct Windows {
     n_resyncs: u32,
 }
 
+/// What an agent side adds to the plain bench: another binary, flags, files in the repo's
+/// first commit.
+#[derive(Debug, Default)]
+struct Setup {
+    bin: Option<String>,
+    args: Vec<String>,
+    files: Vec<(String, String)>,
+}
+
 /// The agent's path: an agent synced on a repo without manifests gets a commit declaring the
 /// N deployments and a webhook; then, with `windows`, idle and resync figures over the
 /// converged host.
@@ -488,10 +532,11 @@ async fn through_agent(
     image: &str,
     shape: &Shape,
     windows: bool,
+    setup: &Setup,
 ) -> Result<AgentFigures> {
     let dir = tempfile::tempdir()?;
     let scope = support::unique("scalea");
-    let result = agent_run(dir.path(), docker, image, shape, &scope, windows).await;
+    let result = agent_run(dir.path(), docker, image, shape, &scope, windows, setup).await;
     support::remove_scope(docker, &scope).await?;
     if result.is_err() {
         eprintln!(
@@ -509,16 +554,20 @@ async fn agent_run(
     shape: &Shape,
     scope: &str,
     windows: bool,
+    setup: &Setup,
 ) -> Result<AgentFigures> {
     let repo = Repo::new(dir)?;
     repo.write("README.md", "scale bench\n")?;
+    for (path, text) in &setup.files {
+        repo.write(path, text)?;
+    }
     let initial = repo.commit("initial")?;
     let data_dir = dir.join("data");
     let log = dir.join("agent.log");
     let concurrency = shape.concurrency.to_string();
     let creates = shape.creates.to_string();
     let args = |resync: &'static str| {
-        vec![
+        let mut args = vec![
             "--interval",
             "1h",
             "--no-watch",
@@ -533,9 +582,12 @@ async fn agent_run(
             concurrency.as_str(),
             "--create-concurrency",
             creates.as_str(),
-        ]
+        ];
+        args.extend(setup.args.iter().map(String::as_str));
+        args
     };
-    let mut agent = AgentProcess::start(&repo, &data_dir, &log, &args("1h"))?;
+    let bin = setup.bin.clone().unwrap_or_else(support::agent);
+    let mut agent = AgentProcess::start_bin(&bin, &repo, &data_dir, &log, &args("1h"))?;
     let address = agent
         .synced(&initial)
         .await?
@@ -615,7 +667,7 @@ async fn agent_run(
 
     // The same host under an agent that resyncs every 2 s: its CPU over the same window, less
     // the idle figure, spread over the resyncs the window held.
-    let mut agent = AgentProcess::start(&repo, &data_dir, &log, &args("2s"))?;
+    let mut agent = AgentProcess::start_bin(&bin, &repo, &data_dir, &log, &args("2s"))?;
     agent.synced(&sha).await?;
     agent
         .ready(&keys, Instant::now(), Duration::from_secs(600))

@@ -23,6 +23,34 @@ use bollard::query_parameters::{
 
 pub type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
+#[path = "../../tests/it/support/cosign.rs"]
+pub mod cosign;
+/// Debian's `docker-registry` and cosign signatures, as the Docker tests make them.
+#[path = "../../tests/it/support/distribution.rs"]
+pub mod distribution;
+
+/// The name the shared test helpers use for `Result`.
+pub type TestResult<T = ()> = Result<T>;
+
+/// Polls `check` until it returns `Some`, or fails after `limit` with `what` (the shared test
+/// helpers' wait; a liveness bound).
+pub fn wait_until<T>(
+    limit: Duration,
+    what: &str,
+    mut check: impl FnMut() -> Option<T>,
+) -> Result<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check() {
+            return Ok(value);
+        }
+        if start.elapsed() > limit {
+            return Err(format!("timed out after {limit:?} waiting for {what}").into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The binary under test: `VOODU_AGENT_BIN` when set (another build, to compare two versions
 /// with the same bench), else the one cargo built with the bench's profile (release under
 /// `cargo bench`).
@@ -177,7 +205,18 @@ pub struct AgentProcess {
 impl AgentProcess {
     /// Starts `voodu-agent --repo <repo> --data-dir <data_dir>` with `args`, its stderr to `log`.
     pub fn start(repo: &Repo, data_dir: &Path, log: &Path, args: &[&str]) -> Result<AgentProcess> {
-        let child = Command::new(agent())
+        AgentProcess::start_bin(&agent(), repo, data_dir, log, args)
+    }
+
+    /// `start` with another agent binary.
+    pub fn start_bin(
+        bin: &str,
+        repo: &Repo,
+        data_dir: &Path,
+        log: &Path,
+        args: &[&str],
+    ) -> Result<AgentProcess> {
+        let child = Command::new(bin)
             .args(["--repo", &repo.url()])
             .args(args)
             .arg("--data-dir")

@@ -17,7 +17,9 @@
 //! the blob the registry served, checked against its digest (`registry::blob`); every
 //! refusal says which of these failed. Pure but for `verify`, which asks the registry.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::{Arc, Weak};
 
 use base64::Engine as _;
 use sha2::Digest as _;
@@ -130,6 +132,9 @@ impl PublicKey {
 #[derive(Debug, Clone, Default)]
 pub struct Signatures {
     rules: Vec<Trusted>,
+    /// The verifications in flight, by digest: releases that resolve the same digest at once
+    /// wait for the first one's answer instead of asking the registry each.
+    in_flight: Arc<std::sync::Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>>,
 }
 
 /// One rule with its keys.
@@ -164,7 +169,31 @@ impl Signatures {
                 fingerprint: fingerprint(&texts),
             });
         }
-        Ok(Signatures { rules })
+        Ok(Signatures {
+            rules,
+            in_flight: Arc::default(),
+        })
+    }
+
+    /// Holds `digest`'s verification for the caller: one verification of a digest at a time
+    /// (the next caller finds it remembered). The map forgets a digest once nobody holds it.
+    pub(crate) async fn one_at_a_time(&self, digest: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = {
+            let mut in_flight = self
+                .in_flight
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            in_flight.retain(|_, held| held.strong_count() > 0);
+            match in_flight.get(digest).and_then(Weak::upgrade) {
+                Some(lock) => lock,
+                None => {
+                    let lock = Arc::new(tokio::sync::Mutex::new(()));
+                    in_flight.insert(digest.to_owned(), Arc::downgrade(&lock));
+                    lock
+                }
+            }
+        };
+        lock.lock_owned().await
     }
 
     /// The rule covering `repository`, the first one listed.
@@ -366,6 +395,38 @@ vRuLu/z39pmbVwS9ff5AYnlwaP9sxREajdLY9ynM6G1sy6AAmb7Z63TsLg==
     const PAYLOAD: &str = r#"{"critical":{"identity":{"docker-reference":"192.168.64.2:5000/cosign-signed-single-sample"},"image":{"docker-manifest-digest":"sha256:634a8f35b5f16dcf4aaa0822adc0b1964bb786fca12f6831de8ddc45e5986a00"},"type":"cosign container image signature"},"optional":null}"#;
     const SIGNATURE: &str = "MEYCIQDmtamqYPjMg81nqeBhptrPls44aA/r7PwLmspINJY4MwIhANKRpqe2E9UCBtGFdPoz/8jAbaQm4uP4h+IpwKTE6ClR";
     const DIGEST: &str = "sha256:634a8f35b5f16dcf4aaa0822adc0b1964bb786fca12f6831de8ddc45e5986a00";
+
+    #[tokio::test]
+    async fn one_verification_of_a_digest_at_a_time() {
+        let signatures = Signatures::default();
+        let first = signatures.one_at_a_time("sha256:aa").await;
+        // Another digest is not held up by it.
+        let other = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            signatures.one_at_a_time("sha256:bb"),
+        )
+        .await;
+        assert!(other.is_ok());
+        // The same digest waits until the first lets go.
+        let waiting = signatures.clone();
+        let second = tokio::spawn(async move {
+            let _held = waiting.one_at_a_time("sha256:aa").await;
+        });
+        tokio::task::yield_now().await;
+        assert!(!second.is_finished());
+        drop(first);
+        assert!(second.await.is_ok());
+        drop(other);
+        // Nobody holds anything: the map forgets the digests at the next call.
+        drop(signatures.one_at_a_time("sha256:cc").await);
+        let held = signatures.in_flight.lock().map(|in_flight| {
+            in_flight
+                .values()
+                .filter(|lock| lock.strong_count() > 0)
+                .count()
+        });
+        assert_eq!(held.ok(), Some(0));
+    }
 
     #[test]
     fn a_signature_made_by_cosign_verifies() -> Result<(), String> {

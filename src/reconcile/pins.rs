@@ -135,6 +135,8 @@ async fn verify<R: Runtime>(
                 "a local-only image (no registry digest) cannot carry a signature".to_owned(),
             )));
         };
+        // Releases resolving this digest at once: the first asks, the others find it remembered.
+        let _held = signatures.one_at_a_time(digest).await;
         let (digest_owned, keys) = (digest.to_owned(), trusted.fingerprint.clone());
         if blocking(&ctx.store, move |store| {
             store.is_verified(&digest_owned, &keys)

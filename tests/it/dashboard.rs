@@ -73,6 +73,11 @@ async fn pages_show_the_stored_state_escaped_with_a_strict_csp() -> TestResult {
     agent.applied(&first).await?;
     let key = ResourceKey::new(Kind::Deployment, "shop", "web");
     web_ready(&agent, &key, 1).await?;
+    // Issue 48: the host's local-only `busybox` is gone and a registry has it before the
+    // second release, which resolves anew (a spec change): the diff shows other bytes.
+    let moved = format!("sha256:{}", "b".repeat(64));
+    agent.fake.remove_image("busybox");
+    agent.fake.set_tag_digest("busybox", &moved);
     agent.repo.write("web.hcl", &web("<i>two</i>"))?;
     let second = agent.repo.commit("web two")?;
     let client = client()?;
@@ -156,6 +161,26 @@ async fn pages_show_the_stored_state_escaped_with_a_strict_csp() -> TestResult {
     assert!(
         !diff.contains("<b>one") && !diff.contains("<i>two"),
         "{diff}"
+    );
+    assert!(
+        diff.contains("1 image(s) run other bytes")
+            && diff.contains(&format!(
+                "<td><code>busybox@{moved}</code></td><td>other bytes</td>"
+            )),
+        "{diff}"
+    );
+    // A release compared with itself: the same bytes.
+    let (_, _, same) = fetch(
+        &client,
+        &agent.url(&format!(
+            "/ui/resource/deployment/shop/web/diff?from={newer}&to={newer}"
+        )),
+    )
+    .await?;
+    assert!(same.contains("Every image runs the same bytes."), "{same}");
+    assert!(
+        page.contains(&format!("<td><code>{}</code></td>", &moved[7..19])),
+        "{page}"
     );
     let (status, _, _) = fetch(
         &client,

@@ -13,7 +13,7 @@ use super::diff::{self, Line};
 use super::html::{Esc, UrlPart, badge, duration, phase_class, short, time};
 use super::plot::{self, ReadyPlot, ReleaseBar, Sample};
 use crate::http::detail::DetailView;
-use crate::http::status::{CommitView, ReleasesView, ResourceView, StatusView};
+use crate::http::status::{CommitView, ImagesView, ReleasesView, ResourceView, StatusView};
 
 /// `KIND/SCOPE/NAME` of a resource view.
 pub(super) fn key_text(resource: &ResourceView) -> String {
@@ -602,7 +602,7 @@ fn releases_html(out: &mut String, resource: &ResourceView, releases: &ReleasesV
         out.push_str("</section>\n");
         return;
     }
-    out.push_str("<table class=\"releases\"><thead><tr><th>#</th><th>Commit</th><th>Phase</th><th>Started</th><th>Took</th><th>Message</th></tr></thead><tbody>");
+    out.push_str("<table class=\"releases\"><thead><tr><th>#</th><th>Commit</th><th>Phase</th><th>Images</th><th>Started</th><th>Took</th><th>Message</th></tr></thead><tbody>");
     for release in &releases.releases {
         let took = release.finished_at.map_or_else(
             || format!("{} so far", duration(now - release.started_at)),
@@ -610,10 +610,11 @@ fn releases_html(out: &mut String, resource: &ResourceView, releases: &ReleasesV
         );
         let _ = write!(
             out,
-            "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td class=\"message\">{}</td></tr>",
+            "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td class=\"message\">{}</td></tr>",
             release.id,
             Esc(short(&release.commit)),
             badge(release.phase),
+            Esc(&release.images.short()),
             Esc(&time(release.started_at)),
             Esc(&took),
             Esc(&release.message)
@@ -676,7 +677,7 @@ pub(super) fn diff_html(
     let mut out = String::new();
     let _ = write!(
         out,
-        "<h1><span class=\"kind\">{}</span> <a href=\"{}\">{}/{}</a>: release #{} → #{}</h1>\n<p>Spec of release #{} (commit <code>{}</code>, {}) against release #{} (commit <code>{}</code>, {}): {}.</p>\n<pre class=\"diff\">",
+        "<h1><span class=\"kind\">{}</span> <a href=\"{}\">{}/{}</a>: release #{} → #{}</h1>\n<p>Spec of release #{} (commit <code>{}</code>, {}) against release #{} (commit <code>{}</code>, {}): {}.</p>\n",
         Esc(&resource.kind),
         Esc(&resource_href(resource)),
         Esc(&resource.scope),
@@ -695,6 +696,8 @@ pub(super) fn diff_html(
             format!("{n_changed} line(s) differ")
         }
     );
+    images_diff(&mut out, (old.id, &old.images), (new.id, &new.images));
+    out.push_str("<pre class=\"diff\">");
     for line in &lines {
         let (class, sign, text) = match line {
             Line::Same(text) => ("same", ' ', text),
@@ -705,4 +708,65 @@ pub(super) fn diff_html(
     }
     out.push_str("</pre>\n");
     Some(out)
+}
+
+/// What each image ran as in the two releases: the same bytes, other bytes (a spec change, a
+/// redeploy, a tag that moved between them), or not known (a release from before digests).
+fn images_diff(out: &mut String, old: (i64, &ImagesView), new: (i64, &ImagesView)) {
+    let runs = |view: &ImagesView, image: &str| -> String {
+        if !view.resolved {
+            return "digest unknown".to_owned();
+        }
+        view.images
+            .iter()
+            .find(|found| found.image == image)
+            .map_or_else(|| "not named".to_owned(), |found| found.runs.clone())
+    };
+    let mut names: Vec<&str> = old
+        .1
+        .images
+        .iter()
+        .chain(&new.1.images)
+        .map(|image| image.image.as_str())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    if names.is_empty() {
+        return;
+    }
+    let mut changed = 0;
+    let mut rows = String::new();
+    for name in &names {
+        let (before, after) = (runs(old.1, name), runs(new.1, name));
+        let same = old.1.resolved && new.1.resolved && before == after;
+        if !same {
+            changed += 1;
+        }
+        let _ = write!(
+            rows,
+            "<tr class=\"{}\"><td><code>{}</code></td><td><code>{}</code></td><td><code>{}</code></td><td>{}</td></tr>",
+            if same { "same" } else { "changed" },
+            Esc(name),
+            Esc(&before),
+            Esc(&after),
+            if same {
+                "the same bytes"
+            } else if old.1.resolved && new.1.resolved {
+                "other bytes"
+            } else {
+                "not known"
+            }
+        );
+    }
+    let _ = writeln!(
+        out,
+        "<section><h2>Images</h2><p id=\"images-summary\">{}</p><table class=\"images-diff\"><thead><tr><th>Image</th><th>#{} ran</th><th>#{} ran</th><th></th></tr></thead><tbody>{rows}</tbody></table></section>",
+        if changed == 0 {
+            "Every image runs the same bytes.".to_owned()
+        } else {
+            format!("{changed} image(s) run other bytes, or bytes not known.")
+        },
+        old.0,
+        new.0,
+    );
 }

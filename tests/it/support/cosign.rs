@@ -4,6 +4,7 @@
 //! an ECDSA P-256 (SHA-256, ASN.1 DER) signature of its bytes in the layer annotation
 //! `dev.cosignproject.cosign/signature`, one layer per signature of an OCI manifest tagged
 //! `sha256-<hex>.sig` in the image's repository, pushed through the registry API.
+//! `benches/scale.rs` includes this file too.
 
 use base64::Engine as _;
 use p256::ecdsa::signature::Signer as _;

@@ -3,13 +3,15 @@
 //! (bcrypt, from `htpasswd -Bbn`), storage in a temp dir; killed on drop. Images are pushed to
 //! it with the `docker` CLI under a private `DOCKER_CONFIG`, so the login never touches the
 //! user's own docker config. `scripts/docker-setup` installs the package (and apache2-utils).
+//! `benches/scale.rs` includes this file too (its `support` gives `TestResult`, `get` and
+//! `wait_until`).
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::{TestResult, wait_until};
+use super::{TestResult, get, wait_until};
 
 pub const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
 
@@ -88,7 +90,7 @@ impl Distribution {
         };
         let address = format!("127.0.0.1:{port}");
         wait_until(Duration::from_secs(30), "docker-registry to answer", || {
-            let (status, _) = crate::support::http::get_blocking(&address, "/v2/").ok()?;
+            let (status, _) = get(&address, "/v2/").ok()?;
             (status == 401).then_some(())
         })
         .inspect_err(|_| registry.stop())?;

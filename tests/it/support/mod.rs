@@ -18,6 +18,7 @@ pub mod swarm;
 pub use agent::{TestAgent, TestAgentOptions};
 pub use docker::{DockerGuard, test_image};
 pub use harness::Harness;
+pub use http::get_blocking as get;
 pub use repo::TempRepo;
 
 use std::time::{Duration, Instant};
