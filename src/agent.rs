@@ -556,7 +556,7 @@ async fn run_until<R: Runtime>(
     store.set_meta(
         crate::store::META_RUNTIME,
         Some(match config.reconcile.engine {
-            reconcile::Engine::Containers => "docker",
+            reconcile::Engine::Docker => "docker",
             reconcile::Engine::Swarm => "swarm",
         }),
     )?;
@@ -662,7 +662,7 @@ async fn run_until<R: Runtime>(
     let tracker = TaskTracker::new();
     if let Some(ingress) = &config.reconcile.ingress {
         let proxy = match config.reconcile.engine {
-            crate::reconcile::Engine::Containers => {
+            crate::reconcile::Engine::Docker => {
                 "ingress proxy on (Caddy, one container per agent while any ingress exists)"
             }
             crate::reconcile::Engine::Swarm => {

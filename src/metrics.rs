@@ -6,6 +6,7 @@
 //! into it; one `Metrics` is created by `agent` and passed down (no global registry); label
 //! sets are small closed vocabularies (kinds, results), so the maps stay bounded.
 
+use crate::mutex::lock;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
@@ -426,12 +427,6 @@ fn number(value: f64) -> String {
     } else {
         format!("{value}")
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -253,7 +253,7 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
         .unwrap_or(if recorded.as_deref() == Some("swarm") {
             Engine::Swarm
         } else {
-            Engine::Containers
+            Engine::Docker
         })
         == Engine::Swarm;
     let actual = match &store {

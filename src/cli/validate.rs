@@ -140,7 +140,7 @@ fn outcome_json(outcome: &Outcome) -> serde_json::Value {
 /// `--runtime`: `docker` or `swarm` (`validate`, `plan` and `run` share it).
 pub(super) fn parse_runtime(text: &str) -> Result<crate::reconcile::Engine, String> {
     match text {
-        "docker" => Ok(crate::reconcile::Engine::Containers),
+        "docker" => Ok(crate::reconcile::Engine::Docker),
         "swarm" => Ok(crate::reconcile::Engine::Swarm),
         _ => Err(format!("{text:?} is not a runtime: `docker` or `swarm`")),
     }

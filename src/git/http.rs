@@ -15,9 +15,10 @@
 //! the rest of the fetch goes to the repository's new base. reqwest drops the
 //! `Authorization` header on a redirect to another host.
 
+use crate::mutex::lock;
 use std::io::{self, BufRead, BufReader, Cursor, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gix::protocol::transport::client::AuthenticationRequired;
@@ -183,10 +184,6 @@ impl Http for Client {
     fn redirected_base_url(&self) -> Option<String> {
         lock(&self.redirects.base).clone()
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// One request and, once sent, its response: shared by the response's headers and body,

@@ -258,6 +258,17 @@ pub fn split_image(image: &str) -> Option<(&str, &str)> {
     (!repository.is_empty() && !tag.is_empty()).then_some((repository, tag))
 }
 
+/// The registry host of an image reference: its first path component when that looks like a
+/// host (`ghcr.io/x`, `localhost:5000/x`), else Docker Hub.
+pub fn registry_host(image: &str) -> &str {
+    match image.split_once('/') {
+        Some((first, _)) if first.contains('.') || first.contains(':') || first == "localhost" => {
+            first
+        }
+        _ => "docker.io",
+    }
+}
+
 /// Whether `tag` is a tag as the OCI distribution spec writes them
 /// (`[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`): only such a tag is ever chosen, or written into a
 /// manifest (a registry's answer is hostile: a quote or a `${` would be HCL).

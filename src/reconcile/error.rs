@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::model::ResourceKey;
 use crate::store::FailureReason;
 
-use super::env::EnvError;
+use crate::reconcile::handlers::env::EnvError;
 
 /// A reconcile of one resource failed.
 #[derive(Debug, thiserror::Error)]
@@ -126,7 +126,7 @@ fn pull_failure(source: &crate::runtime::Error) -> String {
     match source {
         crate::runtime::Error::ImageMissing { image, message } => format!(
             "image {image} is not on this host and pulling it failed ({message}); load or build it on the host, or declare a `registry` for {}",
-            super::images::registry_host(image)
+            crate::model::registry_host(image)
         ),
         other => format!("pulling an image failed: {other}"),
     }
@@ -212,14 +212,14 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 mod tests {
     use super::*;
     use crate::model::Kind;
-    use crate::runtime::Error as Engine;
+    use crate::runtime::Error as RuntimeError;
 
     /// Each typed variant prints what the `String` variants it replaced printed, and is
     /// classified by its cause.
     #[test]
     fn typed_errors_keep_their_messages_and_classify_by_cause() {
         let key = || ResourceKey::new(Kind::Deployment, "s", "web");
-        let missing = || Engine::ImageMissing {
+        let missing = || RuntimeError::ImageMissing {
             image: "app:1".into(),
             message: "no such image".into(),
         };
@@ -227,7 +227,7 @@ mod tests {
             (
                 Error::PullFailed {
                     key: key(),
-                    source: Engine::ImageMissing {
+                    source: RuntimeError::ImageMissing {
                         image: "ghcr.io/a/app:1".into(),
                         message: "no such image".into(),
                     },
@@ -249,7 +249,7 @@ mod tests {
                 Error::Start {
                     key: key(),
                     name: "s-web.1".into(),
-                    source: Box::new(Engine::Invalid {
+                    source: Box::new(RuntimeError::Invalid {
                         message: "setting rlimit: denied".into(),
                     }),
                 },
@@ -261,7 +261,7 @@ mod tests {
                 Error::Start {
                     key: key(),
                     name: "s-web.1".into(),
-                    source: Box::new(Engine::NotFound {
+                    source: Box::new(RuntimeError::NotFound {
                         what: "network n".into(),
                     }),
                 },
@@ -302,7 +302,7 @@ mod tests {
             (
                 Error::Runtime {
                     key: key(),
-                    source: Engine::Unavailable {
+                    source: RuntimeError::Unavailable {
                         message: "down".into(),
                     },
                 },

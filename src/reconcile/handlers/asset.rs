@@ -10,7 +10,9 @@
 use crate::assets::{AssetFiles, check_asset, prepare, write_prepared};
 use crate::manifest::spec::Spec;
 use crate::model::ResourceKey;
-use crate::reconcile::{Action, Ctx, Error, Result, blocking};
+use crate::reconcile::{
+    context::Ctx, context::blocking, error::Error, error::Result, run::action::Action,
+};
 use crate::runtime::Runtime;
 use crate::store::{AssetDetail, AssetFileDetail, Detail, FailureReason, Phase, ResourceStatus};
 

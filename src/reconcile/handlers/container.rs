@@ -18,6 +18,9 @@ use crate::model::{
 };
 use crate::runtime::{ContainerSpec, labels};
 
+/// The role label of a replica's init containers (they carry its kind, scope and name).
+pub(super) const INIT_ROLE: &str = "init";
+
 /// Who a container is: its name and the labels and aliases that follow from its role.
 #[derive(Debug, Clone)]
 pub(crate) struct Identity {
@@ -61,7 +64,7 @@ pub(crate) struct Launch {
     /// What the release's images run as: the container is created from its image's pin
     /// (`name@sha256:…`, an image id) and labelled `voodu.images`; `None` (a legacy release):
     /// from the tag.
-    pub(crate) pins: Option<std::sync::Arc<crate::reconcile::pins::Pins>>,
+    pub(crate) pins: Option<std::sync::Arc<crate::reconcile::handlers::pins::Pins>>,
 }
 
 /// Why a spec cannot become a container (the manifest stage checks all of these; a stored

@@ -20,8 +20,10 @@ use super::job::{
 use crate::manifest::spec::schedule::Schedule;
 use crate::manifest::spec::{CronjobSpec, Spec};
 use crate::model::ResourceKey;
-use crate::reconcile::cron::{CronDecision, CronInputs, Skip, decide, schedule_key};
-use crate::reconcile::{Action, Ctx, Error, Result, blocking};
+use crate::reconcile::observers::cron::{CronDecision, CronInputs, Skip, decide, schedule_key};
+use crate::reconcile::{
+    context::Ctx, context::blocking, error::Error, error::Result, run::action::Action,
+};
 use crate::runtime::Runtime;
 use crate::store::{
     CronState, CronjobDetail, Desired, Detail, FailureReason, JobRun, Phase, ResourceStatus,

@@ -34,9 +34,9 @@ use super::replicated::{self, Replicated, drain_and_remove};
 use super::rollout::Report;
 use crate::manifest::spec::{Container as ContainerSpec, DeploymentSpec, Drain, Init, Spec};
 use crate::model::{Kind, ResourceKey, random_hex};
-use crate::reconcile::gate;
+use crate::reconcile::plan::gate;
 use crate::reconcile::plan::{Step, Target, plan_replicas};
-use crate::reconcile::{Action, Ctx, Result};
+use crate::reconcile::{context::Ctx, error::Result, run::action::Action};
 use crate::runtime::{Container, ContainerState, Runtime};
 use crate::store::{DeploymentDetail, Desired, Detail, Release, ReplicaDetail, ResourceStatus};
 
@@ -66,7 +66,7 @@ pub(super) struct Deployment<'a> {
     /// Set by `set_release`.
     release_id: i64,
     /// What the release's images run as; set by `set_pins`, put in `launch` by `build`.
-    pub(super) pins: Option<std::sync::Arc<crate::reconcile::pins::Pins>>,
+    pub(super) pins: Option<std::sync::Arc<crate::reconcile::handlers::pins::Pins>>,
 }
 
 impl<'a> Deployment<'a> {
@@ -95,7 +95,7 @@ impl<'a> Deployment<'a> {
                 .launch
                 .pins
                 .as_deref()
-                .map(crate::reconcile::pins::Pins::label),
+                .map(crate::reconcile::handlers::pins::Pins::label),
             surge: self.spec.surges(),
         }
     }
@@ -126,11 +126,11 @@ impl<R: Runtime> Replicated<R> for Deployment<'_> {
         self.release_id = release.id;
     }
 
-    fn set_pins(&mut self, pins: Option<std::sync::Arc<crate::reconcile::pins::Pins>>) {
+    fn set_pins(&mut self, pins: Option<std::sync::Arc<crate::reconcile::handlers::pins::Pins>>) {
         self.pins = pins;
     }
 
-    fn pins(&self) -> Option<&crate::reconcile::pins::Pins> {
+    fn pins(&self) -> Option<&crate::reconcile::handlers::pins::Pins> {
         self.pins.as_deref()
     }
 

@@ -25,7 +25,7 @@ use super::container::{Identity, Launch};
 use super::oneshot::{self, Exit, OneShot, Stand};
 use crate::manifest::spec::{DeploymentSpec, ReleaseHooks};
 use crate::model::{Kind, ResourceKey, parse_go_duration};
-use crate::reconcile::{Ctx, Error, Result, blocking};
+use crate::reconcile::{context::Ctx, context::blocking, error::Error, error::Result};
 use crate::runtime::Runtime;
 use crate::store::{FailureReason, RELEASE_HISTORY_LIMIT, Release, ReleasePhase};
 
@@ -43,7 +43,7 @@ pub(crate) struct HookSet<'a> {
     pub(crate) spec: &'a DeploymentSpec,
     pub(crate) env: &'a [String],
     /// What the release's images run as: a hook runs the release's bytes, as its replicas.
-    pub(crate) pins: Option<&'a std::sync::Arc<crate::reconcile::pins::Pins>>,
+    pub(crate) pins: Option<&'a std::sync::Arc<crate::reconcile::handlers::pins::Pins>>,
 }
 
 /// One hook stage.
@@ -223,7 +223,7 @@ async fn run_stage<R: Runtime>(
     release: &Release,
     (env, pins): (
         &[String],
-        Option<std::sync::Arc<crate::reconcile::pins::Pins>>,
+        Option<std::sync::Arc<crate::reconcile::handlers::pins::Pins>>,
     ),
     stage: Stage,
 ) -> Result<StageStand> {

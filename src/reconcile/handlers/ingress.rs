@@ -12,9 +12,9 @@
 //! returns `Action::Done` even while it waits for the proxy: the router wakes it.
 
 use crate::model::ResourceKey;
+use crate::reconcile::router::routes::IngressView;
 use crate::reconcile::router::{self, RouterReport};
-use crate::reconcile::routes::IngressView;
-use crate::reconcile::{Action, Ctx, Result, blocking};
+use crate::reconcile::{context::Ctx, context::blocking, error::Result, run::action::Action};
 use crate::runtime::Runtime;
 use crate::store::{
     Desired, Detail, FailureReason, HealthCheckDetail, IngressDetail, Phase, ProxyDetail, Release,
@@ -206,7 +206,7 @@ mod tests {
     use super::*;
     use crate::model::Kind;
     use crate::reconcile::router::ProxyInfo;
-    use crate::reconcile::routes::RouteView;
+    use crate::reconcile::router::routes::RouteView;
 
     fn view() -> IngressView {
         IngressView {

@@ -11,11 +11,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::container::{Identity, Launch};
+use super::container::{INIT_ROLE, Identity, Launch};
 use super::oneshot::{self, Exit, OneShot, Stand};
 use crate::manifest::spec::{Container, Init};
 use crate::model::{ResourceKey, parse_go_duration};
-use crate::reconcile::{Ctx, Error, Result};
+use crate::reconcile::{context::Ctx, error::Error, error::Result};
 use crate::runtime::{Runtime, labels};
 
 /// voodu's per-attempt init timeout when none is given.
@@ -199,9 +199,6 @@ async fn start_init<R: Runtime>(
     ctx.runs.set_attempts(name, attempt);
     Ok(())
 }
-
-/// The role label of a replica's init containers (they carry its kind, scope and name).
-pub(super) const INIT_ROLE: &str = "init";
 
 /// The init containers of `key` in flight, by replica id (a deployment's random id, a
 /// statefulset pod's ordinal), from `units` (the pass's observation of them): the unit ids

@@ -35,7 +35,9 @@ use super::launch::EnvSource;
 use super::oneshot::{self, End, OneShot};
 use crate::manifest::spec::{JobSpec, Spec};
 use crate::model::{ResourceKey, parse_go_duration, random_hex};
-use crate::reconcile::{Action, Ctx, Error, Result, blocking};
+use crate::reconcile::{
+    context::Ctx, context::blocking, error::Error, error::Result, run::action::Action,
+};
 use crate::runtime::{Container, ContainerState, Runtime, labels};
 use crate::store::{
     Desired, Detail, FailureReason, JobDetail, JobRun, Phase, ResourceStatus, RunDetail, RunStatus,
@@ -248,7 +250,7 @@ pub(super) async fn start_run<R: Runtime>(
     // Every run of one spec runs the bytes its first run resolved (a cron tick after the tag
     // moved too); a spec change resolves anew.
     let images = super::launch::images_of(key, &job.container, &[], &ctx.assets_root);
-    let pins = crate::reconcile::pins::of_spec(ctx, key, spec_hash, &images).await?;
+    let pins = crate::reconcile::handlers::pins::of_spec(ctx, key, spec_hash, &images).await?;
     let (run_id, name) = loop {
         let run_id = random_hex(2);
         let name = format!("{}.{run_id}", key.app_id());

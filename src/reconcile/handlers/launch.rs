@@ -10,12 +10,12 @@ use std::collections::BTreeMap;
 use super::container::{Identity, Launch, build, on_own_network, rfc3339_seconds};
 use crate::manifest::spec::{Container, Init, Spec};
 use crate::model::{Kind, ResourceKey};
-use crate::reconcile::env::{
+use crate::reconcile::error::refused_ulimits;
+use crate::reconcile::handlers::env::{
     EnvInputs, bucket_names, container_env, digest, ingress_references, referenced_ingresses,
 };
-use crate::reconcile::error::refused_ulimits;
-use crate::reconcile::images::ensure_image;
-use crate::reconcile::{Ctx, Error, Result, blocking};
+use crate::reconcile::handlers::images::ensure_image;
+use crate::reconcile::{context::Ctx, context::blocking, error::Error, error::Result};
 use crate::runtime::{ContainerSpec, Runtime};
 use crate::store::{Buckets, FailureReason, now_unix};
 
@@ -138,12 +138,12 @@ impl EnvSource {
         &self,
         ctx: &Ctx<R>,
         container: &Container,
-    ) -> std::result::Result<Vec<(String, String)>, crate::reconcile::env::EnvError> {
-        use crate::reconcile::env::EnvError;
+    ) -> std::result::Result<Vec<(String, String)>, crate::reconcile::handlers::env::EnvError> {
+        use crate::reconcile::handlers::env::EnvError;
         let mut values = Vec::new();
         for sealed in &container.env_sealed {
             let refused =
-                |why: String| EnvError::Sealed(format!("env_file {:?}: {why}", sealed.path));
+                |why: String| EnvError::Encrypted(format!("env_file {:?}: {why}", sealed.path));
             let bytes = self
                 .sealed
                 .get(&sealed.digest)
@@ -311,14 +311,14 @@ pub(crate) async fn create_and_start<R: Runtime>(
 
 /// Classifies a failed start: what a retry cannot fix is permanent, with what to do.
 pub(crate) fn start_error(key: &ResourceKey, name: &str, error: crate::runtime::Error) -> Error {
-    use crate::runtime::Error as Engine;
+    use crate::runtime::Error as RuntimeError;
     match error {
-        Engine::Invalid { .. } | Engine::NotFound { .. } => Error::Start {
+        RuntimeError::Invalid { .. } | RuntimeError::NotFound { .. } => Error::Start {
             key: key.clone(),
             name: name.to_owned(),
             source: Box::new(error),
         },
-        Engine::Unavailable { .. } if refused_ulimits(&error) => Error::Start {
+        RuntimeError::Unavailable { .. } if refused_ulimits(&error) => Error::Start {
             key: key.clone(),
             name: name.to_owned(),
             source: Box::new(error),

@@ -9,24 +9,33 @@ pub(crate) mod container;
 mod cronjob;
 mod deployment;
 mod engine;
+pub(crate) mod env;
 mod hooks;
+pub(crate) mod images;
 mod ingress;
 mod inits;
 mod job;
 pub(crate) mod launch;
+pub(crate) mod on_deploy;
 mod oneshot;
+pub(crate) mod pins;
 mod registry;
 mod replicas;
 mod replicated;
+pub mod requests;
 mod rollout;
+pub(crate) mod rollout_state;
+pub(crate) mod runs;
 mod statefulset;
 mod swarm;
 
 use std::sync::Arc;
 
-use super::{Action, Ctx, Error, Result, blocking};
 use crate::manifest::spec::Spec;
 use crate::model::{Kind, ResourceKey};
+use crate::reconcile::{
+    context::Ctx, context::blocking, error::Error, error::Result, run::action::Action,
+};
 use crate::runtime::Runtime;
 use crate::store::Desired;
 

@@ -19,8 +19,8 @@ use tokio_util::sync::CancellationToken;
 use super::engine::units as engine;
 pub(super) use super::engine::units::{Exit, OneShot};
 use crate::model::ResourceKey;
-use crate::reconcile::timer::{Timer, What};
-use crate::reconcile::{Ctx, Engine, Error, Result};
+use crate::reconcile::run::timer::{Timer, What};
+use crate::reconcile::{context::Ctx, context::Engine, error::Error, error::Result};
 use crate::runtime::{ContainerState, Runtime, labels};
 use crate::store::now_unix;
 

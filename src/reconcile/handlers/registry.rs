@@ -8,7 +8,7 @@
 
 use crate::manifest::spec::Spec;
 use crate::model::ResourceKey;
-use crate::reconcile::{Action, Ctx, Result, blocking};
+use crate::reconcile::{context::Ctx, context::blocking, error::Result, run::action::Action};
 use crate::runtime::Runtime;
 use crate::store::{Detail, FailureReason, Phase, RegistryDetail, ResourceStatus};
 

@@ -12,8 +12,8 @@ use std::time::Duration;
 use super::launch::start_error;
 use super::rollout::{self, Report};
 use crate::model::ResourceKey;
-use crate::reconcile::gate::{self, NewReplica, ReplicaReadiness, Waiting};
-use crate::reconcile::{Ctx, Error, Result, blocking};
+use crate::reconcile::plan::gate::{self, NewReplica, ReplicaReadiness, Waiting};
+use crate::reconcile::{context::Ctx, context::blocking, error::Error, error::Result};
 use crate::runtime::{Container, ContainerState, Runtime, labels};
 use crate::store::{FailureReason, Phase, Release, ReleasePhase, ResourceStatus, now_unix};
 
@@ -125,7 +125,7 @@ pub(super) async fn observe<R: Runtime>(
     for container in list_of(ctx, key, &owned_filter(&ctx.agent_id, key)).await? {
         match container.label(labels::ROLE) {
             Some(role) if role == key.kind.as_str() => actual.push(container),
-            Some(super::inits::INIT_ROLE) => inits.push(container),
+            Some(super::container::INIT_ROLE) => inits.push(container),
             _ => {}
         }
     }

@@ -28,11 +28,13 @@ use super::replicas::{
 use super::rollout::{self, Report};
 use crate::manifest::spec::{Container as ContainerSpec, Drain, Init, Spec};
 use crate::model::ResourceKey;
-use crate::reconcile::gate::NewReplica;
-use crate::reconcile::pins::{self, Pins};
-use crate::reconcile::retry;
-use crate::reconcile::rollout_state::{self, Effect, RolloutPhase, Seen, Stage};
-use crate::reconcile::{Action, Ctx, Error, Result, blocking};
+use crate::reconcile::handlers::pins::{self, Pins};
+use crate::reconcile::handlers::rollout_state::{self, Effect, RolloutPhase, Seen, Stage};
+use crate::reconcile::plan::gate::NewReplica;
+use crate::reconcile::run::retry;
+use crate::reconcile::{
+    context::Ctx, context::blocking, error::Error, error::Result, run::action::Action,
+};
 use crate::runtime::{Container, Runtime};
 use crate::store::{Desired, FailureReason, Phase, Release, ReleasePhase, ResourceStatus};
 

@@ -11,8 +11,8 @@
 
 use crate::manifest::spec::{Container, Init, OnDeploy};
 use crate::model::ResourceKey;
-use crate::reconcile::notify::Outcome;
-use crate::reconcile::{Ctx, Result, blocking};
+use crate::reconcile::handlers::on_deploy::Outcome;
+use crate::reconcile::{context::Ctx, context::blocking, error::Result};
 use crate::runtime::Runtime;
 use crate::store::{AutoRollback, Desired, Release, ReleasePhase, now_unix};
 

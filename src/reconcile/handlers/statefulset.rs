@@ -38,7 +38,9 @@ use super::rollout::Report;
 use crate::manifest::spec::{Container as ContainerSpec, Drain, Init, Spec, StatefulsetSpec};
 use crate::model::{Kind, ResourceKey};
 use crate::reconcile::plan::{StatefulStep, StatefulTarget, plan_statefulset, pod_ordinal};
-use crate::reconcile::{Action, Ctx, Error, Result, gate};
+use crate::reconcile::{
+    context::Ctx, error::Error, error::Result, plan::gate, run::action::Action,
+};
 use crate::runtime::{Container, ContainerState, Runtime, Volume, labels};
 use crate::store::{
     Desired, Detail, FailureReason, PodDetail, Release, ResourceStatus, StatefulsetDetail,
@@ -83,7 +85,7 @@ pub(super) struct Statefulset<'a> {
     /// Each pod's environment digest, by ordinal; set by `build`.
     pub(super) digests: Vec<String>,
     /// What the release's images run as; set by `set_pins`.
-    pub(super) pins: Option<std::sync::Arc<crate::reconcile::pins::Pins>>,
+    pub(super) pins: Option<std::sync::Arc<crate::reconcile::handlers::pins::Pins>>,
 }
 
 impl Statefulset<'_> {
@@ -95,7 +97,7 @@ impl Statefulset<'_> {
             images: self
                 .pins
                 .as_deref()
-                .map(crate::reconcile::pins::Pins::label),
+                .map(crate::reconcile::handlers::pins::Pins::label),
         }
     }
 }
@@ -124,11 +126,11 @@ impl<R: Runtime> Replicated<R> for Statefulset<'_> {
         }
     }
 
-    fn set_pins(&mut self, pins: Option<std::sync::Arc<crate::reconcile::pins::Pins>>) {
+    fn set_pins(&mut self, pins: Option<std::sync::Arc<crate::reconcile::handlers::pins::Pins>>) {
         self.pins = pins;
     }
 
-    fn pins(&self) -> Option<&crate::reconcile::pins::Pins> {
+    fn pins(&self) -> Option<&crate::reconcile::handlers::pins::Pins> {
         self.pins.as_deref()
     }
 

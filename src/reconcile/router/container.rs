@@ -20,9 +20,11 @@ use serde_json::Value;
 
 use super::{IngressOptions, PassError, ProxyInfo, ROLE, Served, container_name};
 use crate::manifest::spec::sha256_hex;
-use crate::reconcile::Ctx;
-use crate::reconcile::routes::{self, ADMIN_PORT, HTTP_PORT, HTTPS_PORT, RouteTable, caddy_config};
-use crate::reconcile::timer::{Timer, What};
+use crate::reconcile::context::Ctx;
+use crate::reconcile::router::routes::{
+    self, ADMIN_PORT, HTTP_PORT, HTTPS_PORT, RouteTable, caddy_config,
+};
+use crate::reconcile::run::timer::{Timer, What};
 use crate::runtime::{ContainerSpec, Inspection, PortMapping, Runtime, labels};
 
 /// The boot config inside the container (in the bind-mounted config dir).
@@ -136,7 +138,10 @@ struct Pushed {
 /// The admin `Origin` host for this agent: secret, stable across restarts (derived from the
 /// agent's key), and never a resolvable name.
 fn admin_origin(key: &str) -> String {
-    let digest = crate::reconcile::env::digest(key.as_bytes(), &["voodu-ingress-admin".to_owned()]);
+    let digest = crate::reconcile::handlers::env::digest(
+        key.as_bytes(),
+        &["voodu-ingress-admin".to_owned()],
+    );
     format!("voodu-{}.invalid", &digest[..24])
 }
 

@@ -20,6 +20,8 @@
 //!   are in `container.rs` and `service.rs`.
 
 mod container;
+pub(crate) mod proxy;
+pub(crate) mod routes;
 mod service;
 
 use std::collections::{BTreeMap, BTreeSet, hash_map::DefaultHasher};
@@ -31,12 +33,14 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::routes::{self, Backend, IngressView, RouteTable};
-use super::timer::What;
-use super::{Ctx, Engine, Result, blocking};
 use crate::manifest::spec::{DeploymentSpec, IngressSpec, Spec};
 use crate::model::{Kind, ResourceKey};
+use crate::reconcile::run::timer::What;
+use crate::reconcile::{context::Ctx, context::Engine, context::blocking, error::Result};
 use crate::runtime::Runtime;
+pub(crate) use proxy::DEFAULT_IMAGE;
+pub use proxy::{IngressOptions, ProxyInfo, ROLE, RouterReport, container_name};
+use routes::{Backend, IngressView, RouteTable};
 
 /// Whether the proxy service can publish these listen addresses under Swarm (`0.0.0.0` and
 /// a fixed port: host-mode ports are published on every interface of the node); else what
@@ -48,77 +52,6 @@ pub(crate) fn check_swarm_listen(
     service::host_port("--ingress-http", http)?;
     service::host_port("--ingress-https", https)?;
     Ok(())
-}
-
-/// The proxy image when none is given: Caddy 2, the proxy voodu drives.
-pub(crate) const DEFAULT_IMAGE: &str = "caddy:2";
-/// `voodu.role` of the proxy container or service.
-pub const ROLE: &str = "ingress";
-
-/// How the ingress proxy runs on this host.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IngressOptions {
-    /// The Caddy 2 image (`caddy:2`; `scripts/docker-setup` builds `voodu-caddy:latest` from
-    /// Debian's package, for hosts without a registry).
-    pub image: String,
-    /// Host address publishing Caddy's HTTP listener (port 0: the engine picks one).
-    pub http: SocketAddr,
-    /// Host address publishing Caddy's HTTPS listener (port 0: the engine picks one).
-    pub https: SocketAddr,
-    /// `<data-dir>/ingress`, absolute: Caddy's data (certificates, ACME account) and config,
-    /// bind-mounted into the container.
-    pub state_dir: PathBuf,
-    /// A full pass, including a check of Caddy's live config, at least this often.
-    pub resync: Duration,
-    /// Run the router task (the default). Off, ingresses are planned and report that the
-    /// proxy has not loaded their routes yet: the handler alone, for tests on the fake
-    /// runtime, which has no proxy to talk to.
-    pub run_router: bool,
-}
-
-impl IngressOptions {
-    /// voodu's defaults: `caddy:2` on every interface's ports 80 and 443.
-    pub fn new(state_dir: PathBuf) -> IngressOptions {
-        IngressOptions {
-            image: DEFAULT_IMAGE.to_owned(),
-            http: SocketAddr::from(([0, 0, 0, 0], 80)),
-            https: SocketAddr::from(([0, 0, 0, 0], 443)),
-            state_dir,
-            resync: Duration::from_secs(30),
-            run_router: true,
-        }
-    }
-}
-
-/// What the router last did, for ingress statuses (and tests).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RouterReport {
-    /// Passes finished, successful or not.
-    pub passes: u64,
-    /// Configs Caddy accepted through `POST /load` (under Swarm: proxy service updates).
-    pub pushes: u64,
-    /// Per ingress, a fingerprint of the routes Caddy serves for it now (see `fingerprint`).
-    pub(crate) live: BTreeMap<ResourceKey, u64>,
-    /// Why the last pass failed; `None` after a successful one.
-    pub error: Option<String>,
-    /// The proxy while it runs.
-    pub proxy: Option<ProxyInfo>,
-}
-
-/// The proxy (its container, or under Swarm its service) and where it is published.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProxyInfo {
-    pub(crate) container: String,
-    /// `ip:port` on the host of Caddy's HTTP listener (under Swarm, on every node running
-    /// a task of the proxy service).
-    pub http: Option<String>,
-    /// `ip:port` on the host of Caddy's HTTPS listener.
-    pub(crate) https: Option<String>,
-}
-
-/// The proxy container's (or service's) name for this agent.
-pub fn container_name(agent_id: &str) -> String {
-    format!("voodu-caddy-{agent_id}")
 }
 
 /// A fingerprint of what one ingress asks of the proxy: the handler compares it with the
@@ -205,7 +138,7 @@ pub(crate) async fn current_table<R: Runtime>(ctx: &Ctx<R>) -> Result<RouteTable
 #[derive(Debug, thiserror::Error)]
 enum PassError {
     #[error(transparent)]
-    Reconcile(#[from] super::Error),
+    Reconcile(#[from] crate::reconcile::error::Error),
     #[error("proxy {name}: {source}")]
     Runtime {
         name: String,
@@ -259,7 +192,7 @@ pub(crate) async fn run<R: Runtime>(
         .timer
         .every(What::Router, Duration::ZERO, options.resync);
     let proxy = match ctx.options.engine {
-        Engine::Containers => match blocking(&ctx.store, |store| store.env_key()).await {
+        Engine::Docker => match blocking(&ctx.store, |store| store.env_key()).await {
             Ok(key) => Proxy::Container(container::ContainerProxy::new(options, &key)),
             Err(error) => {
                 tracing::error!(%error, "ingress router cannot read the agent key; not routing");
@@ -329,7 +262,7 @@ pub(crate) async fn remove_proxy<R: Runtime>(
     engine: Engine,
 ) -> crate::runtime::Result<()> {
     match engine {
-        Engine::Containers => container::remove(runtime, agent_id).await,
+        Engine::Docker => container::remove(runtime, agent_id).await,
         Engine::Swarm => service::remove(runtime, agent_id).await,
     }
 }

@@ -28,9 +28,9 @@ use std::time::Duration;
 
 use super::{IngressOptions, PassError, ProxyInfo, ROLE, Served, container_name};
 use crate::manifest::spec::{DEFAULT_NETWORK, sha256_hex};
-use crate::reconcile::Ctx;
+use crate::reconcile::context::Ctx;
 use crate::reconcile::plan::SERVICE_DIGEST;
-use crate::reconcile::routes::{HTTP_PORT, HTTPS_PORT, RouteTable, caddy_config};
+use crate::reconcile::router::routes::{HTTP_PORT, HTTPS_PORT, RouteTable, caddy_config};
 use crate::runtime::service::overlay;
 use crate::runtime::{
     ConfigMount, ContainerSpec, HostPort, Runtime, ServiceMode, ServiceSpec, UpdateOrder,

@@ -15,13 +15,13 @@ pub(super) mod units;
 
 use crate::manifest::spec::Spec;
 use crate::model::ResourceKey;
-use crate::reconcile::{Action, Ctx, Engine, Result};
+use crate::reconcile::{context::Ctx, context::Engine, error::Result, run::action::Action};
 use crate::runtime::Runtime;
 
 /// One pass of a deployment: replicas as containers, or one Swarm service.
 pub(super) async fn deployment<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Action> {
     match ctx.options.engine {
-        Engine::Containers => super::deployment::reconcile(ctx, key).await,
+        Engine::Docker => super::deployment::reconcile(ctx, key).await,
         Engine::Swarm => super::swarm::deployment::reconcile(ctx, key).await,
     }
 }
@@ -29,7 +29,7 @@ pub(super) async fn deployment<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> R
 /// One pass of a statefulset: pods as containers, or one Swarm service per pod.
 pub(super) async fn statefulset<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Action> {
     match ctx.options.engine {
-        Engine::Containers => super::statefulset::reconcile(ctx, key).await,
+        Engine::Docker => super::statefulset::reconcile(ctx, key).await,
         Engine::Swarm => super::swarm::statefulset::reconcile(ctx, key).await,
     }
 }
@@ -38,7 +38,7 @@ pub(super) async fn statefulset<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> 
 /// `plan::swarm_gaps`, with the reason); every spec runs on containers.
 pub(super) fn refuse_gaps<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey, spec: &Spec) -> Result<()> {
     match ctx.options.engine {
-        Engine::Containers => Ok(()),
+        Engine::Docker => Ok(()),
         Engine::Swarm => super::swarm::refuse_gaps(key, spec),
     }
 }
@@ -46,7 +46,7 @@ pub(super) fn refuse_gaps<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey, spec: &Sp
 /// Whether ingress routes reach services through Swarm's routing mesh (else containers).
 pub(super) fn routes_to_services<R: Runtime>(ctx: &Ctx<R>) -> bool {
     match ctx.options.engine {
-        Engine::Containers => false,
+        Engine::Docker => false,
         Engine::Swarm => true,
     }
 }
@@ -61,7 +61,7 @@ pub(super) async fn tidy_asset_configs<R: Runtime>(
     current: Option<Vec<(String, String)>>,
 ) {
     match ctx.options.engine {
-        Engine::Containers => {}
+        Engine::Docker => {}
         Engine::Swarm => match current {
             None => super::swarm::remove_asset_configs(ctx, key).await,
             Some(files) => {

@@ -10,7 +10,7 @@ use super::super::container::{Identity, Launch};
 use super::super::launch::{build_spec, images_of, ready_to_create};
 use crate::manifest::spec::Container as ContainerSpec;
 use crate::model::ResourceKey;
-use crate::reconcile::{Ctx, Engine, Error, Result};
+use crate::reconcile::{context::Ctx, context::Engine, error::Error, error::Result};
 use crate::runtime::{Container, ContainerState, Runtime, labels};
 
 /// One run: what runs, and for how long at most.
@@ -77,7 +77,7 @@ pub(in crate::reconcile::handlers) async fn prepare_run<R: Runtime>(
     container: &ContainerSpec,
 ) -> Result<()> {
     match ctx.options.engine {
-        Engine::Containers => {
+        Engine::Docker => {
             let images = images_of(key, container, &[], &ctx.assets_root);
             ready_to_create(ctx, key, container, &images).await
         }
@@ -93,7 +93,7 @@ pub(in crate::reconcile::handlers) async fn create_unit<R: Runtime>(
     run: &OneShot<'_>,
 ) -> Result<String> {
     match ctx.options.engine {
-        Engine::Containers => {
+        Engine::Docker => {
             let mut spec = build_spec(ctx, key, &run.identity, run.container, &run.launch)?;
             spec.labels.extend(run.labels.clone());
             super::super::launch::create(ctx, key, &spec).await
@@ -119,7 +119,7 @@ pub(in crate::reconcile::handlers) async fn start_unit<R: Runtime>(
     id: &str,
 ) -> crate::runtime::Result<()> {
     match ctx.options.engine {
-        Engine::Containers => ctx.runtime.start(id).await,
+        Engine::Docker => ctx.runtime.start(id).await,
         Engine::Swarm => Ok(()),
     }
 }
@@ -131,7 +131,7 @@ pub(in crate::reconcile::handlers) async fn list_runs<R: Runtime>(
     key: &ResourceKey,
 ) -> Result<Vec<Container>> {
     match ctx.options.engine {
-        Engine::Containers => super::super::replicas::list_replicas(ctx, key).await,
+        Engine::Docker => super::super::replicas::list_replicas(ctx, key).await,
         Engine::Swarm => super::super::swarm::runs::list(ctx, key).await,
     }
 }
@@ -147,7 +147,7 @@ pub(in crate::reconcile::handlers) async fn find_unit<R: Runtime>(
         (labels::SCOPE, key.scope.as_str()),
     ];
     match ctx.options.engine {
-        Engine::Containers => Ok(ctx
+        Engine::Docker => Ok(ctx
             .runtime
             .list(&filter)
             .await
@@ -166,7 +166,7 @@ pub(in crate::reconcile::handlers) async fn release_units<R: Runtime>(
     key: &ResourceKey,
 ) -> Result<Vec<Container>> {
     match ctx.options.engine {
-        Engine::Containers => {
+        Engine::Docker => {
             let release_name = format!("{}-release", key.name);
             ctx.runtime
                 .list(&[
@@ -188,7 +188,7 @@ pub(in crate::reconcile::handlers) async fn outcome<R: Runtime>(
     id: &str,
 ) -> crate::runtime::Result<Exit> {
     Ok(match ctx.options.engine {
-        Engine::Containers => ctx.runtime.inspect(id).await?.exit_code.map_or_else(
+        Engine::Docker => ctx.runtime.inspect(id).await?.exit_code.map_or_else(
             || Exit::Failed("the engine reports no exit code".to_owned()),
             Exit::Code,
         ),
@@ -206,7 +206,7 @@ pub(in crate::reconcile::handlers) async fn finished_at<R: Runtime>(
     id: &str,
 ) -> Option<i64> {
     match ctx.options.engine {
-        Engine::Containers => {
+        Engine::Docker => {
             let inspection = ctx.runtime.inspect(id).await.ok()?;
             let finished = chrono::DateTime::parse_from_rfc3339(&inspection.finished_at).ok()?;
             // An engine reports the zero time (year 1) for a container that never finished.
@@ -223,7 +223,7 @@ pub(in crate::reconcile::handlers) async fn logs<R: Runtime>(
     lines: usize,
 ) -> String {
     match ctx.options.engine {
-        Engine::Containers => ctx.runtime.logs(id, lines).await,
+        Engine::Docker => ctx.runtime.logs(id, lines).await,
         Engine::Swarm => super::super::swarm::runs::logs(ctx, id, lines).await,
     }
     .unwrap_or_default()
@@ -236,7 +236,7 @@ pub(in crate::reconcile::handlers) async fn remove_unit<R: Runtime>(
     id: &str,
 ) -> Result<()> {
     match ctx.options.engine {
-        Engine::Containers => {
+        Engine::Docker => {
             // Its destroy event is no drift.
             ctx.memory.own_removals.note(id);
             ctx.runtime.remove(id).await
@@ -250,11 +250,11 @@ pub(in crate::reconcile::handlers) async fn remove_unit<R: Runtime>(
 pub(in crate::reconcile::handlers) async fn wait_unit<R: Runtime>(
     runtime: &R,
     engine: Engine,
-    timer: &crate::reconcile::timer::Timer,
+    timer: &crate::reconcile::run::timer::Timer,
     id: &str,
 ) -> crate::runtime::Result<i64> {
     match engine {
-        Engine::Containers => runtime.wait(id).await,
+        Engine::Docker => runtime.wait(id).await,
         Engine::Swarm => super::super::swarm::runs::wait(runtime, timer, id).await,
     }
 }
@@ -266,7 +266,7 @@ pub(in crate::reconcile::handlers) fn needs_start<R: Runtime>(
     state: ContainerState,
 ) -> bool {
     match ctx.options.engine {
-        Engine::Containers => state == ContainerState::Created,
+        Engine::Docker => state == ContainerState::Created,
         Engine::Swarm => false,
     }
 }

@@ -32,9 +32,9 @@ use super::super::rollout::Report;
 use super::{Built, Shape, build_service, observe_services, observed, with_configs};
 use crate::manifest::spec::{Container as ContainerSpec, Init, Spec};
 use crate::model::{Kind, ResourceKey};
-use crate::reconcile::gate::NewReplica;
+use crate::reconcile::plan::gate::NewReplica;
 use crate::reconcile::plan::{ServiceStep, ServiceTarget, plan_service};
-use crate::reconcile::{Action, Ctx, Error, Result};
+use crate::reconcile::{context::Ctx, error::Error, error::Result, run::action::Action};
 use crate::runtime::{Container, Runtime, ServiceMode, TaskState, labels};
 use crate::store::{FailureReason, Release, ResourceStatus};
 
@@ -81,7 +81,7 @@ async fn remove<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
             })?;
     }
     let key = key.clone();
-    crate::reconcile::blocking(&ctx.store, move |store| store.delete_status(&key)).await
+    crate::reconcile::context::blocking(&ctx.store, move |store| store.delete_status(&key)).await
 }
 
 /// The container deployment (environment, target, report, hooks) and the service it
@@ -159,11 +159,11 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
         }
     }
 
-    fn set_pins(&mut self, pins: Option<std::sync::Arc<crate::reconcile::pins::Pins>>) {
+    fn set_pins(&mut self, pins: Option<std::sync::Arc<crate::reconcile::handlers::pins::Pins>>) {
         <Deployment<'_> as Replicated<R>>::set_pins(&mut self.inner, pins);
     }
 
-    fn pins(&self) -> Option<&crate::reconcile::pins::Pins> {
+    fn pins(&self) -> Option<&crate::reconcile::handlers::pins::Pins> {
         <Deployment<'_> as Replicated<R>>::pins(&self.inner)
     }
 

@@ -24,9 +24,9 @@ use super::container::{Identity, Launch, build};
 use super::replicas::Observed;
 use crate::manifest::spec::{Container, Drain, Probe, Probes, Spec};
 use crate::model::{Kind, ResourceKey, UNSCOPED_ASSETS};
-use crate::reconcile::gate::{self, ReplicaReadiness};
+use crate::reconcile::plan::gate::{self, ReplicaReadiness};
 use crate::reconcile::plan::{SERVICE_DIGEST, swarm_gaps};
-use crate::reconcile::{Ctx, Error, Result};
+use crate::reconcile::{context::Ctx, error::Error, error::Result};
 use crate::runtime::{
     ConfigMount, ContainerState, HealthCheck, HostPort, Runtime, ServiceMode, ServiceSpec, Task,
     TaskState, UpdateOrder, UpdatePolicy, labels,
@@ -55,7 +55,7 @@ pub(super) async fn prepare<R: Runtime>(
             })?;
     }
     let image = crate::model::resolve_asset_refs(&container.effective_image(key), &ctx.assets_root);
-    crate::reconcile::images::ensure_image(ctx, key, &image).await
+    crate::reconcile::handlers::images::ensure_image(ctx, key, &image).await
 }
 
 /// The credentials of the `registry` for `image`'s registry host, sent with the service so
@@ -65,7 +65,7 @@ pub(super) async fn registry_auth<R: Runtime>(
     key: &ResourceKey,
     image: &str,
 ) -> Result<Option<crate::runtime::RegistryAuth>> {
-    crate::reconcile::images::auth_for(ctx, key, image).await
+    crate::reconcile::handlers::images::auth_for(ctx, key, image).await
 }
 
 /// Refuses a resource Swarm cannot run, with every reason.

@@ -18,7 +18,7 @@ use super::super::container::{Identity, Launch};
 use super::{Shape, build_service, service_filter, with_configs};
 use crate::manifest::spec::Container as ContainerSpec;
 use crate::model::ResourceKey;
-use crate::reconcile::{Ctx, Error, Result};
+use crate::reconcile::{context::Ctx, error::Error, error::Result};
 use crate::runtime::{Container, ContainerState, Runtime, ServiceMode, Task, TaskState, labels};
 
 /// The service label holding the run's container name.
@@ -219,14 +219,16 @@ pub(in crate::reconcile::handlers) async fn outcome<R: Runtime>(
 /// Swarm has no wait for a service: a waiter (never a pass) asks every `POLL`.
 pub(in crate::reconcile::handlers) async fn wait<R: Runtime>(
     runtime: &R,
-    timer: &crate::reconcile::timer::Timer,
+    timer: &crate::reconcile::run::timer::Timer,
     id: &str,
 ) -> crate::runtime::Result<i64> {
     loop {
         if let Some(code) = outcome(runtime, id).await? {
             return Ok(code);
         }
-        timer.sleep(crate::reconcile::timer::What::Unit, POLL).await;
+        timer
+            .sleep(crate::reconcile::run::timer::What::Unit, POLL)
+            .await;
     }
 }
 

@@ -27,9 +27,9 @@ use super::super::statefulset::{Statefulset, with_detail};
 use super::{Shape, build_service, observe_services, observed, with_configs};
 use crate::manifest::spec::{Container as ContainerSpec, Init, Spec};
 use crate::model::ResourceKey;
-use crate::reconcile::gate::NewReplica;
 use crate::reconcile::plan::StatefulStep;
-use crate::reconcile::{Action, Ctx, Error, Result};
+use crate::reconcile::plan::gate::NewReplica;
+use crate::reconcile::{context::Ctx, error::Error, error::Result, run::action::Action};
 use crate::runtime::{Container, NodeState, Runtime, Service, ServiceMode, TaskState, labels};
 use crate::store::{FailureReason, Release, ResourceStatus};
 
@@ -85,7 +85,7 @@ async fn remove<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
             })?;
     }
     let key = key.clone();
-    crate::reconcile::blocking(&ctx.store, move |store| store.delete_status(&key)).await
+    crate::reconcile::context::blocking(&ctx.store, move |store| store.delete_status(&key)).await
 }
 
 fn ordinal_of(service: &Service) -> Option<usize> {
@@ -167,11 +167,11 @@ impl<R: Runtime> Replicated<R> for SwarmStatefulset<'_> {
         self.release_id = release.id;
     }
 
-    fn set_pins(&mut self, pins: Option<std::sync::Arc<crate::reconcile::pins::Pins>>) {
+    fn set_pins(&mut self, pins: Option<std::sync::Arc<crate::reconcile::handlers::pins::Pins>>) {
         <Statefulset<'_> as Replicated<R>>::set_pins(&mut self.inner, pins);
     }
 
-    fn pins(&self) -> Option<&crate::reconcile::pins::Pins> {
+    fn pins(&self) -> Option<&crate::reconcile::handlers::pins::Pins> {
         <Statefulset<'_> as Replicated<R>>::pins(&self.inner)
     }
 

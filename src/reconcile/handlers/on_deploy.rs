@@ -20,11 +20,11 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::timer::{Timer, What};
 use crate::assets::url_guard::Outbound;
 use crate::manifest::spec::WebhookTarget;
 use crate::model::scopes::Ownership;
 use crate::model::{ResourceKey, asset_dir, is_ref_segment};
+use crate::reconcile::run::timer::{Timer, What};
 
 /// Pauses between attempts, and the limits of one delivery.
 const RETRY_PAUSES: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(5)];
@@ -134,14 +134,14 @@ impl Notifier {
     /// A notifier and the task that delivers what it is given (run it on the agent's
     /// tracker; it ends at `shutdown` after the delivery in progress).
     pub(crate) fn new(
-        sealed: Sealed,
+        reach: Reach,
         timer: Timer,
         shutdown: CancellationToken,
     ) -> (Notifier, impl std::future::Future<Output = ()> + Send) {
         let (sender, receiver) = mpsc::unbounded_channel();
         (
             Notifier { sender },
-            deliver_all(receiver, sealed, timer, shutdown),
+            deliver_all(receiver, reach, timer, shutdown),
         )
     }
 
@@ -158,7 +158,7 @@ impl Notifier {
 
 /// What deliveries may reach: where they may connect, and the asset files they may read.
 #[derive(Debug, Clone)]
-pub(crate) struct Sealed {
+pub(crate) struct Reach {
     pub(crate) outbound: Outbound,
     /// `<data-dir>/assets`.
     pub(crate) assets_root: PathBuf,
@@ -167,11 +167,11 @@ pub(crate) struct Sealed {
 
 async fn deliver_all(
     mut receiver: mpsc::UnboundedReceiver<Delivery>,
-    sealed: Sealed,
+    reach: Reach,
     timer: Timer,
     shutdown: CancellationToken,
 ) {
-    let client = match sealed.outbound.client(ATTEMPT_TIMEOUT) {
+    let client = match reach.outbound.client(ATTEMPT_TIMEOUT) {
         Ok(client) => client,
         Err(error) => {
             tracing::error!(%error, "cannot build the webhook HTTP client; on_deploy webhooks are off");
@@ -190,7 +190,7 @@ async fn deliver_all(
         let sends = delivery
             .targets
             .iter()
-            .map(|target| deliver(&client, &sealed, &timer, &delivery.outcome, target));
+            .map(|target| deliver(&client, &reach, &timer, &delivery.outcome, target));
         futures_util::future::join_all(sends).await;
     }
 }
@@ -198,17 +198,17 @@ async fn deliver_all(
 /// Sends one target, retrying; failures are logged and dropped.
 async fn deliver(
     client: &reqwest::Client,
-    sealed: &Sealed,
+    reach: &Reach,
     timer: &Timer,
     outcome: &Outcome,
     target: &WebhookTarget,
 ) {
     let url = origin(&target.url);
-    if sealed.outbound.check(&target.url).is_err() {
+    if reach.outbound.check(&target.url).is_err() {
         tracing::error!(key = %outcome.key, %url, "on_deploy webhook refused by the address rules (--allow-url-host): nothing sent");
         return;
     }
-    let body = match body(sealed, outcome, target) {
+    let body = match body(reach, outcome, target) {
         Ok(body) => body,
         Err(problem) => {
             tracing::warn!(key = %outcome.key, %url, %problem, "webhook template unusable; sending the default payload");
@@ -290,12 +290,12 @@ fn causes(error: reqwest::Error) -> String {
 
 /// The body of one target: its `body` object, its `file` template (an asset), or voodu's
 /// default payload; `{{token}}`s filled in.
-fn body(sealed: &Sealed, outcome: &Outcome, target: &WebhookTarget) -> Result<String, String> {
+fn body(reach: &Reach, outcome: &Outcome, target: &WebhookTarget) -> Result<String, String> {
     if let Some(template) = &target.body {
         return Ok(outcome.fill(template).to_string());
     }
     if !target.file.is_empty() {
-        let path = template_path(sealed, &outcome.key, &target.file)?;
+        let path = template_path(reach, &outcome.key, &target.file)?;
         let shown = path.display();
         let bytes = read_bounded(&path).map_err(|error| format!("reading {shown}: {error}"))?;
         let template: Value = serde_json::from_slice(&bytes)
@@ -310,7 +310,7 @@ const MAX_TEMPLATE_BYTES: u64 = 1024 * 1024;
 
 /// The asset file `file` names for a resource `key`: exactly one `${asset.<scope>.<name>.<key>}`
 /// or `${asset.<name>.<key>}` in voodu's grammar, of a scope `key`'s source owns.
-fn template_path(sealed: &Sealed, key: &ResourceKey, file: &str) -> Result<PathBuf, String> {
+fn template_path(reach: &Reach, key: &ResourceKey, file: &str) -> Result<PathBuf, String> {
     let inner = file
         .strip_prefix("${asset.")
         .and_then(|rest| rest.strip_suffix('}'))
@@ -325,14 +325,14 @@ fn template_path(sealed: &Sealed, key: &ResourceKey, file: &str) -> Result<PathB
         [name, asset_key] => ("", *name, *asset_key),
         _ => return Err(format!("file {file:?} is not one asset reference")),
     };
-    if !sealed.ownership.same_owner(scope, &key.scope) {
+    if !reach.ownership.same_owner(scope, &key.scope) {
         return Err(crate::model::scopes::foreign(
             &format!("asset {file}"),
-            sealed.ownership.owner_of(&key.scope).unwrap_or_default(),
-            sealed.ownership.owner_of(scope),
+            reach.ownership.owner_of(&key.scope).unwrap_or_default(),
+            reach.ownership.owner_of(scope),
         ));
     }
-    Ok(asset_dir(&sealed.assets_root, scope, name).join(asset_key))
+    Ok(asset_dir(&reach.assets_root, scope, name).join(asset_key))
 }
 
 /// Reads at most `MAX_TEMPLATE_BYTES` of `path`, a regular file that is not a link.
@@ -441,7 +441,7 @@ mod tests {
             .build()?;
         let dir = tempfile::tempdir()?;
         // Loopback receivers: allowed as the host would allow them.
-        let sealed = Sealed {
+        let reach = Reach {
             outbound: Outbound::new(&["127.0.0.1".to_owned()], None)?,
             assets_root: dir.path().to_owned(),
             ownership: std::sync::Arc::new(Ownership::single()),
@@ -458,7 +458,7 @@ mod tests {
             let timer = Timer::default();
             let failed = outcome(false);
             tokio::select! {
-                () = deliver(&client, &sealed, &timer, &failed, &target) => {
+                () = deliver(&client, &reach, &timer, &failed, &target) => {
                     return Err("the delivery ended without a retry".into());
                 }
                 () = async {
@@ -520,13 +520,13 @@ mod tests {
             file: "${asset.prod.hooks.pd}".into(),
             ..WebhookTarget::default()
         };
-        let sealed = Sealed {
+        let reach = Reach {
             outbound: Outbound::default(),
             assets_root: dir.path().to_owned(),
             ownership: std::sync::Arc::new(Ownership::single()),
         };
         assert_eq!(
-            body(&sealed, &outcome(false), &target)?,
+            body(&reach, &outcome(false), &target)?,
             r#"{"summary":"api failed: boom"}"#
         );
         Ok(())
@@ -539,14 +539,14 @@ mod tests {
             ("shop".to_owned(), vec![ScopePattern::parse("shop")?]),
             ("blog".to_owned(), vec![ScopePattern::parse("blog")?]),
         ])?;
-        let sealed = Sealed {
+        let reach = Reach {
             outbound: Outbound::default(),
             assets_root: PathBuf::from("/data/assets"),
             ownership: std::sync::Arc::new(ownership),
         };
         let blog = ResourceKey::new(Kind::Deployment, "blog", "web");
         assert_eq!(
-            template_path(&sealed, &blog, "${asset.blog.hooks.pd}")?,
+            template_path(&reach, &blog, "${asset.blog.hooks.pd}")?,
             PathBuf::from("/data/assets/blog/hooks/pd")
         );
         for refused in [
@@ -558,7 +558,7 @@ mod tests {
             "${asset.blog.hooks.../../x}",
         ] {
             assert!(
-                template_path(&sealed, &blog, refused).is_err(),
+                template_path(&reach, &blog, refused).is_err(),
                 "{refused} accepted"
             );
         }
@@ -573,12 +573,12 @@ mod tests {
         listener.set_nonblocking(true)?;
         let port = listener.local_addr()?.port();
         let dir = tempfile::tempdir()?;
-        let sealed = Sealed {
+        let reach = Reach {
             outbound: Outbound::default(),
             assets_root: dir.path().to_owned(),
             ownership: std::sync::Arc::new(Ownership::single()),
         };
-        let client = sealed.outbound.client(ATTEMPT_TIMEOUT)?;
+        let client = reach.outbound.client(ATTEMPT_TIMEOUT)?;
         for url in [
             format!("http://127.0.0.1:{port}/admin"),
             format!("http://localhost:{port}/admin"),
@@ -593,7 +593,7 @@ mod tests {
             let timer = Timer::default();
             tokio::time::timeout(
                 std::time::Duration::from_secs(20),
-                deliver(&client, &sealed, &timer, &outcome(true), &target),
+                deliver(&client, &reach, &timer, &outcome(true), &target),
             )
             .await
             .map_err(|_| format!("{url}: the delivery was retried instead of refused"))?;

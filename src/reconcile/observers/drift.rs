@@ -17,9 +17,9 @@ use std::time::Duration;
 use futures_util::StreamExt as _;
 use tokio_util::sync::CancellationToken;
 
-use super::timer::What;
-use super::{Ctx, blocking};
 use crate::model::{Kind, ResourceKey};
+use crate::reconcile::run::timer::What;
+use crate::reconcile::{context::Ctx, context::blocking};
 use crate::runtime::{Container, ContainerState, Runtime, labels};
 use crate::store::DesiredSummary;
 
@@ -33,10 +33,10 @@ const DRIFT_ACTIONS: &[&str] = &["die", "destroy", "stop", "oom"];
 pub(crate) async fn run<R: Runtime>(
     ctx: Arc<Ctx<R>>,
     every: Duration,
-    listed: tokio::sync::watch::Sender<super::probes::Listed>,
+    listed: tokio::sync::watch::Sender<crate::reconcile::observers::probes::Listed>,
     shutdown: CancellationToken,
 ) {
-    let mut stream = super::owned_container_events(&ctx);
+    let mut stream = crate::reconcile::context::owned_container_events(&ctx);
     let mut resync = ctx.timer.every(What::Resync, every, every);
     loop {
         tokio::select! {
@@ -58,13 +58,13 @@ pub(crate) async fn run<R: Runtime>(
                 Some(Err(error)) => {
                     tracing::debug!(%error, "container events interrupted; resubscribing");
                     ctx.timer.sleep(What::Resync, RESUBSCRIBE).await;
-                    stream = super::owned_container_events(&ctx);
+                    stream = crate::reconcile::context::owned_container_events(&ctx);
                     // Whatever happened meanwhile is found by comparing.
                     resync.reset_immediately();
                 }
                 None => {
                     ctx.timer.sleep(What::Resync, RESUBSCRIBE).await;
-                    stream = super::owned_container_events(&ctx);
+                    stream = crate::reconcile::context::owned_container_events(&ctx);
                     resync.reset_immediately();
                 }
             },
@@ -98,9 +98,9 @@ fn owner(container_labels: &BTreeMap<String, String>) -> Option<ResourceKey> {
 /// the probe manager (`listed`).
 async fn resync_once<R: Runtime>(
     ctx: &Arc<Ctx<R>>,
-    listed: &tokio::sync::watch::Sender<super::probes::Listed>,
-) -> super::Result<()> {
-    let containers = super::owned_containers(ctx).await?;
+    listed: &tokio::sync::watch::Sender<crate::reconcile::observers::probes::Listed>,
+) -> crate::reconcile::error::Result<()> {
+    let containers = crate::reconcile::context::owned_containers(ctx).await?;
     let alive: BTreeSet<&str> = containers
         .iter()
         .map(|container| container.id.as_str())

@@ -8,11 +8,11 @@
 
 use std::path::Path;
 
-use super::handlers::container::{Identity, Launch, build, on_own_network};
 use crate::manifest::spec::{Container, Spec};
 use crate::manifest::{Diagnostic, Manifest, Resource};
 use crate::model::policy::OwnedPaths;
 use crate::model::scopes::Ownership;
+use crate::reconcile::handlers::container::{Identity, Launch, build, on_own_network};
 use crate::runtime::{ContainerSpec, Gate};
 
 /// Every container request of `resource` as far as the host policy is concerned: its main

@@ -25,11 +25,11 @@ use std::sync::Arc;
 
 use sha2::{Digest as _, Sha256};
 
-use super::images::auth_for;
-use super::{Ctx, Error, Result, blocking};
 use crate::assets::cosign::Unverified;
 use crate::model::ResourceKey;
 use crate::model::image_policy::{repository_of, split_digest};
+use crate::reconcile::handlers::images::auth_for;
+use crate::reconcile::{context::Ctx, context::blocking, error::Error, error::Result};
 use crate::runtime::Runtime;
 use crate::store::Release;
 
@@ -245,8 +245,8 @@ pub(crate) async fn resolve<R: Runtime>(
         ctx.metrics.record_image_resolution("local");
         // Swarm's nodes pull by name: a local-only image keeps its tag there.
         return Ok(match ctx.options.engine {
-            super::Engine::Containers => local.id.clone(),
-            super::Engine::Swarm => image.to_owned(),
+            crate::reconcile::context::Engine::Docker => local.id.clone(),
+            crate::reconcile::context::Engine::Swarm => image.to_owned(),
         });
     }
     let repository = repository_of(image);

@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::router::RouterReport;
 use crate::model::ResourceKey;
+use crate::reconcile::router::proxy::RouterReport;
 
 /// Image repositories a registry said were pushed to (`POST /hooks/registry`): the image
 /// scanner scans them and looks at their running tags at once instead of at its interval.
@@ -120,7 +120,7 @@ const OWN_REMOVALS_KEPT: usize = 1024;
 impl OwnRemovals {
     /// Remembers that the agent is about to remove container `id` itself.
     pub(crate) fn note(&self, id: &str) {
-        let mut ids = super::lock(&self.ids);
+        let mut ids = crate::mutex::lock(&self.ids);
         if ids.len() >= OWN_REMOVALS_KEPT {
             ids.clear();
         }
@@ -130,7 +130,7 @@ impl OwnRemovals {
     /// Whether an event `action` on container `id` comes from the agent's own removal; a
     /// `destroy` is the last event of a container, so its id is forgotten then.
     pub(crate) fn is_own(&self, id: &str, action: &str) -> bool {
-        let mut ids = super::lock(&self.ids);
+        let mut ids = crate::mutex::lock(&self.ids);
         if action == "destroy" {
             ids.remove(id)
         } else {
@@ -152,7 +152,7 @@ pub(crate) struct LivenessFailures {
 impl LivenessFailures {
     /// Marks container `id` for replacement from `at` on.
     pub(crate) fn mark(&self, id: &str, at: Instant) {
-        let mut due = super::lock(&self.due);
+        let mut due = crate::mutex::lock(&self.due);
         if due.len() >= OWN_REMOVALS_KEPT {
             due.clear();
         }
@@ -161,7 +161,9 @@ impl LivenessFailures {
 
     /// Whether container `id` is marked and its replacement is due at `now`.
     pub(crate) fn is_due(&self, id: &str, now: Instant) -> bool {
-        super::lock(&self.due).get(id).is_some_and(|at| *at <= now)
+        crate::mutex::lock(&self.due)
+            .get(id)
+            .is_some_and(|at| *at <= now)
     }
 
     /// How long until the first of `ids` marked but not due yet falls due: the pass of
@@ -171,7 +173,7 @@ impl LivenessFailures {
         ids: impl IntoIterator<Item = &'a str>,
         now: Instant,
     ) -> Option<std::time::Duration> {
-        let due = super::lock(&self.due);
+        let due = crate::mutex::lock(&self.due);
         ids.into_iter()
             .filter_map(|id| due.get(id).copied())
             .filter(|at| *at > now)
@@ -181,7 +183,7 @@ impl LivenessFailures {
 
     /// Forgets containers that are gone.
     pub(crate) fn retain(&self, alive: impl Fn(&str) -> bool) {
-        super::lock(&self.due).retain(|id, _| alive(id));
+        crate::mutex::lock(&self.due).retain(|id, _| alive(id));
     }
 }
 
@@ -196,7 +198,7 @@ pub(crate) struct Drifted {
 impl Drifted {
     /// `key` drifted; `source` is how it was seen (`event`, `resync`).
     pub(crate) fn mark(&self, key: &ResourceKey, source: &'static str) {
-        let mut keys = super::lock(&self.keys);
+        let mut keys = crate::mutex::lock(&self.keys);
         if keys.len() >= OWN_REMOVALS_KEPT {
             keys.clear();
         }
@@ -205,7 +207,7 @@ impl Drifted {
 
     /// How `key` was seen drifting, if it was and is now repaired (the mark is cleared).
     pub(crate) fn repaired(&self, key: &ResourceKey) -> Option<&'static str> {
-        super::lock(&self.keys).remove(key)
+        crate::mutex::lock(&self.keys).remove(key)
     }
 }
 
@@ -222,12 +224,12 @@ pub(crate) struct Superseded {
 impl Superseded {
     /// Whether `key`'s older hook units were removed under `release_id` already.
     pub(crate) fn done(&self, key: &ResourceKey, release_id: i64) -> bool {
-        super::lock(&self.releases).get(key) == Some(&release_id)
+        crate::mutex::lock(&self.releases).get(key) == Some(&release_id)
     }
 
     /// `key`'s older hook units are removed under `release_id`.
     pub(crate) fn mark(&self, key: &ResourceKey, release_id: i64) {
-        let mut releases = super::lock(&self.releases);
+        let mut releases = crate::mutex::lock(&self.releases);
         if releases.len() >= OWN_REMOVALS_KEPT {
             releases.clear();
         }

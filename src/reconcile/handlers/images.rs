@@ -10,24 +10,16 @@
 use std::time::Duration;
 
 use crate::manifest::spec::{RegistrySpec, Spec};
+use crate::model::registry_host;
 use crate::model::{Kind, ResourceKey};
 use crate::runtime::{RegistryAuth, Runtime};
 
-use super::{Ctx, Error, HelperError, Result, blocking};
+use crate::reconcile::{
+    context::Ctx, context::blocking, error::Error, error::HelperError, error::Result,
+};
 
 /// How long a credential helper may take.
 const HELPER_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// The registry host of an image reference: its first path component when that looks like a
-/// host (`ghcr.io/x`, `localhost:5000/x`), else Docker Hub.
-pub(crate) fn registry_host(image: &str) -> &str {
-    match image.split_once('/') {
-        Some((first, _)) if first.contains('.') || first.contains(':') || first == "localhost" => {
-            first
-        }
-        _ => "docker.io",
-    }
-}
 
 fn same_registry(url: &str, host: &str) -> bool {
     let url = url

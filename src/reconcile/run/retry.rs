@@ -2,14 +2,14 @@
 //! `Action`. Transient errors are retried after 1, 2, 4, 8, 16 and 30 s (six retries); each
 //! retry re-reads desired state, so a fix or a delete pushed meanwhile wins. Other errors, and
 //! transient ones past the schedule, wait for the next change. The worker records the outcome
-//! on the resource's status (`super::record_error`); no handler classifies errors itself.
+//! on the resource's status (`crate::reconcile::record_error`); no handler classifies errors itself.
 //!
 //! The ingress router, which is no resource, waits between failed passes on the same schedule
 //! (`RetryPolicy::backoff`), repeating its last step instead of giving up.
 
 use std::time::Duration;
 
-use super::{Action, Error};
+use crate::reconcile::{error::Error, run::action::Action};
 
 /// How an error is handled: the one classification every error goes through (the error
 /// policy below, and the rollout state machine, `rollout_state::next`).

@@ -27,7 +27,7 @@ pub enum EnvError {
     Unresolved(Vec<String>),
     /// A SOPS env file this host cannot open now (its identity was removed, its blob is
     /// gone); the message names the file, never a value.
-    Sealed(String),
+    Encrypted(String),
 }
 
 impl std::fmt::Display for EnvError {
@@ -38,7 +38,7 @@ impl std::fmt::Display for EnvError {
                 "env_from [{}]: none of these config buckets exists; set them with `voodu-agent config set SCOPE/NAME KEY=VALUE`",
                 references.join(", ")
             ),
-            EnvError::Sealed(why) => f.write_str(why),
+            EnvError::Encrypted(why) => f.write_str(why),
             EnvError::Unresolved(references) => write!(
                 f,
                 "unresolved reference(s): {} (the ingress has no status yet)",
@@ -179,8 +179,8 @@ pub(crate) fn ingress_references(desired: &[Desired], scope: &str) -> BTreeMap<S
             _ => None,
         });
         // The same resolution the ingress router and the ingress's status use.
-        let port = super::routes::ingress_port(ingress, deployment).to_string();
-        let url = super::routes::ingress_url(ingress);
+        let port = crate::reconcile::router::routes::ingress_port(ingress, deployment).to_string();
+        let url = crate::reconcile::router::routes::ingress_url(ingress);
         for (field, value) in [
             ("host", ingress.host.clone()),
             ("service", service.clone()),

@@ -17,18 +17,20 @@
 //!   ones are reported as missed.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::Ctx;
-use super::lock;
-use super::timer::What;
+pub(crate) mod clock;
+
+pub use clock::{Clock, DEFAULT_CATCH_UP};
+
 use crate::manifest::spec::schedule::Schedule;
 use crate::model::ResourceKey;
+use crate::reconcile::context::Ctx;
+use crate::reconcile::run::timer::What;
 use crate::runtime::Runtime;
 use crate::store::CronState;
 
@@ -36,46 +38,9 @@ use crate::store::CronState;
 /// few seconds): with `--cron-catch-up 0` this is the whole window.
 pub(crate) const ON_TIME: Duration = Duration::from_secs(60);
 
-/// voodu-agent's default catch-up window for runs missed while it was not running.
-pub const DEFAULT_CATCH_UP: Duration = Duration::from_secs(15 * 60);
-
 /// The longest the scheduler sleeps before it looks at the clock again, so a wall-clock
 /// step (NTP, a resumed VM) delays a tick by at most this much.
 const MAX_SLEEP: Duration = Duration::from_secs(60);
-
-/// Where cron's "now" comes from.
-#[derive(Debug, Clone, Default)]
-pub enum Clock {
-    /// The system's wall clock.
-    #[default]
-    System,
-    /// A wall time that advances with tokio's clock, so paused-time tests drive cron.
-    Virtual {
-        start: DateTime<Utc>,
-        started: tokio::time::Instant,
-    },
-}
-
-impl Clock {
-    /// A clock reading `start` now and advancing with tokio's (possibly paused) time.
-    pub fn starting_at(start: DateTime<Utc>) -> Clock {
-        Clock::Virtual {
-            start,
-            started: tokio::time::Instant::now(),
-        }
-    }
-
-    pub fn now(&self) -> DateTime<Utc> {
-        match self {
-            Clock::System => Utc::now(),
-            Clock::Virtual { start, started } => {
-                let elapsed =
-                    chrono::Duration::from_std(started.elapsed()).unwrap_or(chrono::Duration::MAX);
-                start.checked_add_signed(elapsed).unwrap_or(*start)
-            }
-        }
-    }
-}
 
 /// The schedule and its zone as `cron_state` keeps them: a change of either starts afresh.
 pub(crate) fn schedule_key(schedule: &str, timezone: &str) -> String {
@@ -219,33 +184,6 @@ pub(crate) fn decide(inputs: &CronInputs<'_>) -> CronDecision {
 
 fn unix(seconds: i64) -> Option<DateTime<Utc>> {
     DateTime::from_timestamp(seconds, 0)
-}
-
-/// When each cronjob fires next, as its handler last computed it: what the scheduler sleeps on.
-#[derive(Debug, Default)]
-pub(crate) struct CronTimes {
-    next: Mutex<BTreeMap<ResourceKey, i64>>,
-    changed: Notify,
-}
-
-impl CronTimes {
-    /// Records `key`'s next fire time (`None`: it has none, or left the repo).
-    pub(crate) fn set(&self, key: &ResourceKey, next: Option<i64>) {
-        let changed = {
-            let mut times = lock(&self.next);
-            match next {
-                Some(next) => times.insert(key.clone(), next) != Some(next),
-                None => times.remove(key).is_some(),
-            }
-        };
-        if changed {
-            self.changed.notify_one();
-        }
-    }
-
-    fn snapshot(&self) -> BTreeMap<ResourceKey, i64> {
-        lock(&self.next).clone()
-    }
 }
 
 /// The scheduler: sleeps until the earliest next fire (or a change of the fire times, or at

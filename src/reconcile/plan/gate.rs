@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::lock;
-use super::plan::{StatefulStep, Step};
+use crate::mutex::lock;
+use crate::reconcile::plan::{StatefulStep, Step};
 use crate::runtime::{Container, ContainerState};
 
 /// Restarts of a new replica after which the rollout fails without waiting for its deadline.
@@ -419,7 +419,7 @@ mod tests {
                 })
                 .collect();
             let wait = waiting(&actual, |c| target.is_current(c), &rows);
-            let steps = super::super::plan::plan_replicas(Some(&target), &actual);
+            let steps = crate::reconcile::plan::plan_replicas(Some(&target), &actual);
             let gated = gate(steps, &wait, &ready, 3, true);
             passes.push(names(&gated));
             for step in gated {
@@ -486,7 +486,7 @@ mod tests {
         rows: &BTreeMap<String, ReplicaReadiness>,
     ) -> Vec<Step> {
         let wait = waiting(actual, |c| target.is_current(c), rows);
-        let steps = super::super::plan::plan_replicas(Some(target), actual);
+        let steps = crate::reconcile::plan::plan_replicas(Some(target), actual);
         gate(
             steps,
             &wait,
@@ -627,7 +627,7 @@ mod tests {
         let rows = readiness(&[("o1", true), ("o2", true)]);
         let wait = waiting(&actual, |c| target.is_current(c), &rows);
         assert_eq!(wait[0].reason, "exited");
-        let steps = super::super::plan::plan_replicas(Some(&target), &actual);
+        let steps = crate::reconcile::plan::plan_replicas(Some(&target), &actual);
         assert_eq!(
             names(&gate(steps, &wait, &ready_set(&rows), 2, false)),
             ["remove o2", "start n1"],
@@ -637,7 +637,7 @@ mod tests {
             n_replicas: 1,
             ..target
         };
-        let steps = super::super::plan::plan_replicas(Some(&target), &actual);
+        let steps = crate::reconcile::plan::plan_replicas(Some(&target), &actual);
         assert_eq!(
             names(&gate(steps, &wait, &ready_set(&rows), 1, false)),
             ["remove o1", "remove o2", "start n1"]

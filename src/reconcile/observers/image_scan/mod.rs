@@ -20,46 +20,25 @@
 //! repository's next scan, never forced).
 
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::timer::What;
-use super::{Ctx, blocking, images};
+pub(crate) mod committer;
+
+pub use committer::{Bump, CommitResult, ImageCommitter};
+
 use crate::assets::registry::{self, Credentials, Scanner};
 use crate::manifest::spec::{ImageUpdate, MIN_IMAGE_SCAN_INTERVAL, Spec};
-use crate::model::{CommitSha, ResourceKey, split_image};
+use crate::model::{ResourceKey, split_image};
+use crate::reconcile::run::timer::What;
+use crate::reconcile::{context::Ctx, context::blocking, handlers::images};
 use crate::runtime::Runtime;
 use crate::store::{ImageScan, ImageUpdateRow, Store, next_scan};
 
 /// Most repository scans in flight at once.
 const SCAN_CONCURRENCY: usize = 4;
-
-/// One tag change commit mode asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Bump {
-    pub key: ResourceKey,
-    /// The source (repository) whose manifest declares the resource (`""`: the `--repo` one).
-    pub source: String,
-    /// The image without its tag, as the manifest writes it (`127.0.0.1:5000/app`).
-    pub repository: String,
-    pub from_tag: String,
-    pub to_tag: String,
-    /// `image_update.push_branch`, empty for the watched branch.
-    pub push_branch: String,
-}
-
-/// The result of one commit of bumps.
-pub type CommitResult = Result<CommitSha, String>;
-
-/// Writes bumps to git (the agent implements it with `git`); one call per source and target
-/// branch (every bump of a call has the same `source` and `push_branch`).
-pub trait ImageCommitter: Send + Sync {
-    fn commit(&self, bumps: Vec<Bump>) -> Pin<Box<dyn Future<Output = CommitResult> + Send + '_>>;
-}
 
 /// A resource following its image.
 #[derive(Debug, Clone)]
@@ -88,7 +67,7 @@ impl Follower {
 pub(crate) async fn run<R: Runtime>(
     ctx: Arc<Ctx<R>>,
     committer: Option<Arc<dyn ImageCommitter>>,
-    pushes: super::wake::RegistryPushes,
+    pushes: crate::reconcile::run::wake::RegistryPushes,
     shutdown: CancellationToken,
 ) {
     let client = match registry::client(&ctx.options.registry_access) {
@@ -317,7 +296,7 @@ async fn pass<R: Runtime>(
     scans: &mut Scans,
     committer: Option<&dyn ImageCommitter>,
     scanned: Option<&str>,
-) -> super::Result<()> {
+) -> crate::reconcile::error::Result<()> {
     let followers = blocking(&ctx.store, followers).await?;
     let stored = blocking(&ctx.store, Store::image_scans).await?;
     let mut by_repository: BTreeMap<String, Vec<&Follower>> = BTreeMap::new();
@@ -594,7 +573,7 @@ async fn credentials_for<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
     image: &str,
-) -> super::Result<Option<Credentials>> {
+) -> crate::reconcile::error::Result<Option<Credentials>> {
     Ok(images::auth_for(ctx, key, image)
         .await?
         .filter(|auth| !auth.password.is_empty() || !auth.username.is_empty())

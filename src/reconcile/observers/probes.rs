@@ -33,10 +33,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::timer::What;
-use super::{Ctx, blocking};
 use crate::manifest::spec::{DEFAULT_NETWORK, Probe, Probes};
 use crate::model::{Kind, ResourceKey, parse_go_duration};
+use crate::reconcile::run::timer::What;
+use crate::reconcile::{context::Ctx, context::blocking};
 use crate::runtime::{Container, ContainerState, Runtime, labels};
 use crate::store::{Readiness, now_unix};
 
@@ -78,7 +78,7 @@ pub(crate) async fn run<R: Runtime>(
     // Without container events the resync's lists alone keep the runners in step, as they
     // keep drift repair: a stopped replica is then seen at the next resync here too, not at
     // once through its readiness.
-    let mut events = super::owned_container_events(&ctx);
+    let mut events = crate::reconcile::context::owned_container_events(&ctx);
     let mut runners: HashMap<String, RunnerHandle> = HashMap::new();
     // One HTTP client (one connection pool, one TLS config) for every runner's `http_get`.
     let client = http_client();
@@ -89,7 +89,7 @@ pub(crate) async fn run<R: Runtime>(
     let mut drift_runs = true;
     loop {
         if std::mem::take(&mut list_now) {
-            match super::owned_containers(&ctx).await {
+            match crate::reconcile::context::owned_containers(&ctx).await {
                 Ok(containers) => {
                     sync_runners(
                         &ctx,
@@ -156,12 +156,12 @@ pub(crate) async fn run<R: Runtime>(
                 Some(Err(error)) => {
                     tracing::debug!(%error, "container events interrupted; resubscribing");
                     ctx.timer.sleep(What::Probe, RESUBSCRIBE).await;
-                    events = super::owned_container_events(&ctx);
+                    events = crate::reconcile::context::owned_container_events(&ctx);
                     list_now = true;
                 }
                 None => {
                     ctx.timer.sleep(What::Probe, RESUBSCRIBE).await;
-                    events = super::owned_container_events(&ctx);
+                    events = crate::reconcile::context::owned_container_events(&ctx);
                     list_now = true;
                 }
             },
@@ -489,7 +489,7 @@ async fn run_replica<R: Runtime>(
                 let held = if due > now {
                     format!(
                         "{reason}; replaced in {} (liveness back-off)",
-                        super::gate::human(due - now)
+                        crate::reconcile::plan::gate::human(due - now)
                     )
                 } else {
                     format!("{reason}; to be replaced")

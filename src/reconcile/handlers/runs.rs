@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio_util::task::TaskTracker;
 
-use super::cron::CronTimes;
-use super::lock;
+use crate::mutex::lock;
+use crate::reconcile::observers::cron::clock::CronTimes;
 
 /// Waiters of running one-shot units, and the cron scheduler's fire times (cheap to clone:
 /// a waiter keeps a clone to mark and detach).

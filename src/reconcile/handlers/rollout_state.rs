@@ -6,7 +6,7 @@
 //! rollout in flight reacts to an error itself — any other error goes to the error policy
 //! (`retry.rs`), which alone decides on retries; a halted release is repaired, never rolled.
 
-use crate::reconcile::retry::ErrorClass;
+use crate::reconcile::run::retry::ErrorClass;
 use crate::store::{Release, ReleasePhase};
 
 /// Where a release stands, as the pass sees it.

@@ -23,10 +23,10 @@ use futures_util::StreamExt as _;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::timer::What;
-use super::{Ctx, blocking};
 use crate::manifest::spec::{Autoscale, Spec};
 use crate::model::{ResourceKey, parse_go_duration};
+use crate::reconcile::run::timer::What;
+use crate::reconcile::{context::Ctx, context::blocking};
 use crate::runtime::{ContainerState, Runtime, labels};
 use crate::store::{self, Store};
 

@@ -1,0 +1,10 @@
+//! Observers: what watches the host or the clock and requeues keys, never acting on a key's
+//! containers itself (only a handler holding a key does): the probe manager (`probes`), the
+//! drift watcher and resync (`drift`), the autoscaler (`autoscale`), the cron scheduler
+//! (`cron`) and image automation's registry scans (`image_scan`).
+
+pub(crate) mod autoscale;
+pub(crate) mod cron;
+pub(crate) mod drift;
+pub mod image_scan;
+pub(crate) mod probes;
