@@ -136,198 +136,95 @@ pub(super) trait Replicated<R: Runtime>: Send + Sync {
     ) -> BoxFuture<'a, Result<ResourceStatus>>;
 }
 
-/// One pass of a replicated resource towards `desired`.
+/// One pass of a replicated resource towards `desired`, in its stages: the release and what
+/// it runs (`prepare`), a failed release's retry, the rollout's preparation before its first
+/// replica (`before_first_replica`), a failing rollout's rollback, the gated steps, and what
+/// the pass records (`settle`). A stage returning `Some(action)` ends the pass.
 pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
     ctx: &Ctx<R>,
     desired: &Desired,
-    mut kind: K,
+    kind: K,
 ) -> Result<Action> {
     let key = &desired.key;
-    let mut release = rollout::current_release(ctx, desired).await?;
+    let release = rollout::current_release(ctx, desired).await?;
     let halted = rollout::halted(ctx, &release, desired).await?;
-    let mut status = ResourceStatus {
+    let status = ResourceStatus {
         desired_replicas: desired.n_replicas,
         spec_hash: desired.spec_hash.to_string(),
         release_id: Some(release.id),
         ..ResourceStatus::new(Phase::Progressing, "")
     };
     let phase = RolloutPhase::of(&release, halted);
-    // What the release's images run as, resolved once when it starts: every replica is
-    // built from it, and one of another resolution of this spec is outdated.
-    if let Err(error) = pin(ctx, &mut kind, key, &release).await {
-        return on_error(ctx, &kind, &release, phase, status, error, Stage::Prepare).await;
-    }
-    let env_source = EnvSource::load(ctx, key, kind.images().0).await?;
-    if let Err(error) = kind.build(ctx, &env_source) {
-        // Bug 1: an environment that cannot be built fails the pass (and the rollout in
-        // flight) as any error does, instead of leaving the resource `Ready`.
-        if phase != RolloutPhase::Progressing {
-            status.phase = Phase::Degraded;
-        }
-        return on_error(ctx, &kind, &release, phase, status, error, Stage::Prepare).await;
-    }
-    let observed = kind.observe(ctx, key).await?;
-    let steps = kind.plan(&observed);
-    let touches_replicas = steps.iter().any(K::touches);
-    if phase == RolloutPhase::Failed && touches_replicas {
-        // It failed before touching replicas (its image): another attempt once the image can
-        // be had; until then the old replicas run on and nothing new is recorded.
-        let (container, inits) = kind.images();
-        match rollout::retry_failed(ctx, &release, desired, container, inits).await {
-            Ok(retry) => {
-                release = retry;
-                status.release_id = Some(release.id);
-                // The attempt's own resolution, and the replicas built from it.
-                let pinned = match pin(ctx, &mut kind, key, &release).await {
-                    Ok(()) => kind.build(ctx, &env_source),
-                    Err(error) => Err(error),
-                };
-                if let Err(error) = pinned {
-                    return on_error(ctx, &kind, &release, phase, status, error, Stage::Prepare)
-                        .await;
-                }
-            }
-            Err(error) => {
-                status.phase = Phase::Failed;
-                status.reason = Some(error.reason());
-                let status = kind.detail(ctx, status, &observed).await?;
-                return on_error(ctx, &kind, &release, phase, status, error, Stage::Prepare).await;
-            }
-        }
-    }
-    kind.set_release(&release);
-    let phase = RolloutPhase::of(&release, halted);
-    let progressing = phase == RolloutPhase::Progressing;
-    // A hook of an older release still running was superseded by this one.
-    hooks::supersede(ctx, kind.release_hooks(), &release).await?;
-
-    // Before the first replica of a rollout is touched: the image, then the release hooks
-    // (started here; a pass never waits for one: its end queues the next pass).
-    if progressing && touches_replicas {
-        let prepared = match kind.prepare(ctx, key).await {
-            Ok(()) => match hooks::before_rollout(ctx, kind.release_hooks(), &release).await {
-                Ok(hooks::Before::Done) => Ok(()),
-                Ok(hooks::Before::Running(stage)) => {
-                    status.message = format!(
-                        "release #{}: running its {} hook; replicas are replaced once it succeeded",
-                        release.id,
-                        stage.name()
-                    );
-                    let status = kind.detail(ctx, status, &observed).await?;
-                    put_status(ctx, key, status).await?;
-                    return Ok(Action::Done);
-                }
-                Ok(hooks::Before::Failed(failed)) => Err((failed, Stage::Hooks)),
-                Err(error) => Err((error, Stage::Prepare)),
-            },
-            Err(error) => Err((error, Stage::Prepare)),
-        };
-        if let Err((error, stage)) = prepared {
-            let status = kind.detail(ctx, status, &observed).await?;
-            return on_error(ctx, &kind, &release, phase, status, error, stage).await;
-        }
-    }
-
-    // A rollout that ran out of time, or whose new replica keeps crashing, is rolled back.
-    let new_replicas = kind.new_replicas(ctx, &observed, &release).await;
-    let failure = match release.phase {
-        ReleasePhase::Progressing => kind.gave_up(&observed, &release),
-        _ => None,
-    }
-    .or_else(|| rollout_failure(ctx, &release, steps.is_empty(), &observed, &new_replicas));
-    let seen = Seen {
-        gave_up: failure.is_some(),
-        ..Seen::default()
+    let mut pass = Pass {
+        ctx,
+        kind,
+        release,
+        phase,
+        status,
     };
-    if let (_, Effect::FailAndRollBack) = rollout_state::next(phase, seen) {
-        let (failure, reason) = failure.unwrap_or((FailureReason::RolloutDeadline, String::new()));
-        let status = kind.detail(ctx, status, &observed).await?;
-        fail_rollout(ctx, &release, (failure, &reason), &kind.report(), status).await?;
-        // Rolled back: the rollback's journal row queues the next pass. Superseded: so did
-        // the newer commit's.
-        return Ok(Action::Done);
+    let env_source = match pass.prepare(key).await? {
+        Ok(env_source) => env_source,
+        Err(action) => return Ok(action),
+    };
+    let observed = pass.kind.observe(ctx, key).await?;
+    let steps = pass.kind.plan(&observed);
+    let touches_replicas = steps.iter().any(K::touches);
+    if pass.phase == RolloutPhase::Failed && touches_replicas {
+        if let Some(action) = pass
+            .retry_failed(desired, key, &env_source, &observed)
+            .await?
+        {
+            return Ok(action);
+        }
+    }
+    pass.kind.set_release(&pass.release);
+    pass.phase = RolloutPhase::of(&pass.release, halted);
+    // A hook of an older release still running was superseded by this one.
+    hooks::supersede(ctx, pass.kind.release_hooks(), &pass.release).await?;
+    if pass.phase == RolloutPhase::Progressing && touches_replicas {
+        if let Some(action) = pass.before_first_replica(key, &observed).await? {
+            return Ok(action);
+        }
+    }
+    let new_replicas = pass.kind.new_replicas(ctx, &observed, &pass.release).await;
+    if let Some(action) = pass
+        .roll_back_if_failing(&steps, &observed, &new_replicas)
+        .await?
+    {
+        return Ok(action);
     }
 
     // Act on what the health gate lets through; a halted resource is repaired (removals,
     // starts, creates) but never rolled.
-    let mut now_steps = kind.gate(steps, &observed);
-    if phase == RolloutPhase::Halted {
+    let mut now_steps = pass.kind.gate(steps, &observed);
+    if pass.phase == RolloutPhase::Halted {
         now_steps.retain(|step| !K::is_replace(step));
     }
     let mut waits = Waits::default();
-    let result = kind.execute(ctx, &now_steps, &observed, &mut waits).await;
+    let result = pass
+        .kind
+        .execute(ctx, &now_steps, &observed, &mut waits)
+        .await;
     // A pass that acted looks again; one that did nothing records what it saw (a change of
     // the host since then is an event or a readiness change, each of which queues a pass).
     let observed = if now_steps.is_empty() {
         observed
     } else {
-        kind.observe(ctx, key).await?
+        pass.kind.observe(ctx, key).await?
     };
     // Readiness is the probe runners' (`reconcile::probes`); routes may have changed.
     ctx.router.wake();
     if let Err(error) = result {
-        if progressing {
+        if pass.phase == RolloutPhase::Progressing {
             ctx.memory
                 .rollouts
-                .note_error(release.id, error.to_string());
+                .note_error(pass.release.id, error.to_string());
         }
-        let status = kind.detail(ctx, status, &observed).await?;
-        return on_error(ctx, &kind, &release, phase, status, error, Stage::Replicas).await;
+        return pass
+            .fail_with_detail(&observed, error, Stage::Replicas)
+            .await;
     }
-    let seen = Seen {
-        converged: kind.plan(&observed).is_empty(),
-        all_ready: observed.waiting.is_empty(),
-        ..Seen::default()
-    };
-    let mut action;
-    match rollout_state::next(phase, seen).1 {
-        effect @ (Effect::Succeed | Effect::Ready) => {
-            status.phase = Phase::Ready;
-            // An engine that converges on its own (Swarm) is looked at again.
-            action = kind
-                .look_again(&observed)
-                .map_or(Action::Done, Action::RequeueAfter);
-            if release.rolled_back_from.is_some() {
-                // Running a rollback (automatic or the operator's): status keeps saying why.
-                status.message.clone_from(&release.message);
-            }
-            if effect == Effect::Succeed {
-                match hooks::after_rollout(ctx, kind.release_hooks(), &release).await? {
-                    hooks::After::Done(note) => {
-                        rollout::succeed(ctx, &release, &kind.report(), &note).await?;
-                    }
-                    // The release succeeds once it ended (its end queues the next pass).
-                    hooks::After::Running => {
-                        status.message = format!(
-                            "release #{}: rolled out; running its post_command hook",
-                            release.id
-                        );
-                    }
-                }
-            }
-        }
-        effect => {
-            let recheck = not_done(
-                &mut status,
-                &observed,
-                &new_replicas,
-                &waits,
-                effect == Effect::KeepWaiting,
-            )
-            .into_iter()
-            .chain(kind.look_again(&observed))
-            .min();
-            action = recheck.map_or(Action::Done, Action::RequeueAfter);
-            if effect == Effect::StayHalted {
-                // Halted until desired state changes: repaired (removals, starts, creates),
-                // never rolled, and status says why.
-                status.phase = Phase::Failed;
-                status.reason = Some(FailureReason::Halted);
-                status.message.clone_from(&release.message);
-                action = recheck.map_or(Action::AwaitChange, Action::RequeueAfter);
-            }
-        }
-    }
+    let mut action = pass.settle(&observed, &new_replicas, &waits).await?;
     // A replica whose liveness failed is replaced once its back-off ends: look again then
     // (the probe runner asked for this pass only; this answer is the key's next pass).
     if let Some(wait) = ctx.memory.liveness_failed.wait(
@@ -339,9 +236,245 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
     ) {
         action = action.sooner(Action::RequeueAfter(wait));
     }
-    let status = kind.detail(ctx, status, &observed).await?;
+    let status = pass.kind.detail(ctx, pass.status, &observed).await?;
     put_status(ctx, key, status).await?;
     Ok(action)
+}
+
+/// One pass in flight: the kind, the release it works under, where that release stands, and
+/// the status it will record.
+struct Pass<'a, R: Runtime, K> {
+    ctx: &'a Ctx<R>,
+    kind: K,
+    release: Release,
+    phase: RolloutPhase,
+    status: ResourceStatus,
+}
+
+impl<R: Runtime, K: Replicated<R>> Pass<'_, R, K> {
+    /// The pass ends on `error` (the error policy and the state machine decide what follows).
+    async fn fail(&self, status: ResourceStatus, error: Error, stage: Stage) -> Result<Action> {
+        on_error(
+            self.ctx,
+            &self.kind,
+            &self.release,
+            self.phase,
+            status,
+            error,
+            stage,
+        )
+        .await
+    }
+
+    /// `fail`, with the kind's status detail of what the pass observed.
+    async fn fail_with_detail(
+        &self,
+        observed: &Observed,
+        error: Error,
+        stage: Stage,
+    ) -> Result<Action> {
+        let status = self
+            .kind
+            .detail(self.ctx, self.status.clone(), observed)
+            .await?;
+        self.fail(status, error, stage).await
+    }
+
+    /// What the release's images run as, resolved once when it starts (every replica is built
+    /// from it, and one of another resolution of this spec is outdated), and the kind's
+    /// environment built: the environment sources, or the action ending the pass.
+    async fn prepare(
+        &mut self,
+        key: &ResourceKey,
+    ) -> Result<std::result::Result<EnvSource, Action>> {
+        if let Err(error) = pin(self.ctx, &mut self.kind, key, &self.release).await {
+            let status = self.status.clone();
+            return self.fail(status, error, Stage::Prepare).await.map(Err);
+        }
+        let env_source = EnvSource::load(self.ctx, key, self.kind.images().0).await?;
+        if let Err(error) = self.kind.build(self.ctx, &env_source) {
+            // Bug 1: an environment that cannot be built fails the pass (and the rollout in
+            // flight) as any error does, instead of leaving the resource `Ready`.
+            if self.phase != RolloutPhase::Progressing {
+                self.status.phase = Phase::Degraded;
+            }
+            let status = self.status.clone();
+            return self.fail(status, error, Stage::Prepare).await.map(Err);
+        }
+        Ok(Ok(env_source))
+    }
+
+    /// A release that failed before touching replicas (its image): another attempt once the
+    /// image can be had; until then the old replicas run on and nothing new is recorded.
+    async fn retry_failed(
+        &mut self,
+        desired: &Desired,
+        key: &ResourceKey,
+        env_source: &EnvSource,
+        observed: &Observed,
+    ) -> Result<Option<Action>> {
+        let (container, inits) = self.kind.images();
+        match rollout::retry_failed(self.ctx, &self.release, desired, container, inits).await {
+            Ok(retry) => {
+                self.release = retry;
+                self.status.release_id = Some(self.release.id);
+                // The attempt's own resolution, and the replicas built from it.
+                let pinned = match pin(self.ctx, &mut self.kind, key, &self.release).await {
+                    Ok(()) => self.kind.build(self.ctx, env_source),
+                    Err(error) => Err(error),
+                };
+                match pinned {
+                    Ok(()) => Ok(None),
+                    Err(error) => {
+                        let status = self.status.clone();
+                        self.fail(status, error, Stage::Prepare).await.map(Some)
+                    }
+                }
+            }
+            Err(error) => {
+                self.status.phase = Phase::Failed;
+                self.status.reason = Some(error.reason());
+                self.fail_with_detail(observed, error, Stage::Prepare)
+                    .await
+                    .map(Some)
+            }
+        }
+    }
+
+    /// Before the first replica of a rollout is touched: the image, then the release hooks
+    /// (started here; a pass never waits for one: its end queues the next pass).
+    async fn before_first_replica(
+        &mut self,
+        key: &ResourceKey,
+        observed: &Observed,
+    ) -> Result<Option<Action>> {
+        let (ctx, release) = (self.ctx, &self.release);
+        let prepared = match self.kind.prepare(ctx, key).await {
+            Ok(()) => match hooks::before_rollout(ctx, self.kind.release_hooks(), release).await {
+                Ok(hooks::Before::Done) => Ok(()),
+                Ok(hooks::Before::Running(stage)) => {
+                    self.status.message = format!(
+                        "release #{}: running its {} hook; replicas are replaced once it succeeded",
+                        release.id,
+                        stage.name()
+                    );
+                    let status = self.kind.detail(ctx, self.status.clone(), observed).await?;
+                    put_status(ctx, key, status).await?;
+                    return Ok(Some(Action::Done));
+                }
+                Ok(hooks::Before::Failed(failed)) => Err((failed, Stage::Hooks)),
+                Err(error) => Err((error, Stage::Prepare)),
+            },
+            Err(error) => Err((error, Stage::Prepare)),
+        };
+        match prepared {
+            Ok(()) => Ok(None),
+            Err((error, stage)) => self
+                .fail_with_detail(observed, error, stage)
+                .await
+                .map(Some),
+        }
+    }
+
+    /// A rollout that ran out of time, or whose new replica keeps crashing, is rolled back.
+    async fn roll_back_if_failing(
+        &self,
+        steps: &[K::Step],
+        observed: &Observed,
+        new_replicas: &[NewReplica],
+    ) -> Result<Option<Action>> {
+        let release = &self.release;
+        let failure = match release.phase {
+            ReleasePhase::Progressing => self.kind.gave_up(observed, release),
+            _ => None,
+        }
+        .or_else(|| rollout_failure(self.ctx, release, steps.is_empty(), observed, new_replicas));
+        let seen = Seen {
+            gave_up: failure.is_some(),
+            ..Seen::default()
+        };
+        let (_, Effect::FailAndRollBack) = rollout_state::next(self.phase, seen) else {
+            return Ok(None);
+        };
+        let (failure, reason) = failure.unwrap_or((FailureReason::RolloutDeadline, String::new()));
+        let status = self
+            .kind
+            .detail(self.ctx, self.status.clone(), observed)
+            .await?;
+        fail_rollout(
+            self.ctx,
+            release,
+            (failure, &reason),
+            &self.kind.report(),
+            status,
+        )
+        .await?;
+        // Rolled back: the rollback's journal row queues the next pass. Superseded: so did
+        // the newer commit's.
+        Ok(Some(Action::Done))
+    }
+
+    /// After the steps ran: where the release stands now (succeeded, ready, still rolling,
+    /// halted), its post hook, the status message, and when to look again.
+    async fn settle(
+        &mut self,
+        observed: &Observed,
+        new_replicas: &[NewReplica],
+        waits: &Waits,
+    ) -> Result<Action> {
+        let (ctx, release, status) = (self.ctx, &self.release, &mut self.status);
+        let seen = Seen {
+            converged: self.kind.plan(observed).is_empty(),
+            all_ready: observed.waiting.is_empty(),
+            ..Seen::default()
+        };
+        let effect = rollout_state::next(self.phase, seen).1;
+        if !matches!(effect, Effect::Succeed | Effect::Ready) {
+            let recheck = not_done(
+                status,
+                observed,
+                new_replicas,
+                waits,
+                effect == Effect::KeepWaiting,
+            )
+            .into_iter()
+            .chain(self.kind.look_again(observed))
+            .min();
+            if effect != Effect::StayHalted {
+                return Ok(recheck.map_or(Action::Done, Action::RequeueAfter));
+            }
+            // Halted until desired state changes: repaired (removals, starts, creates), never
+            // rolled, and status says why.
+            status.phase = Phase::Failed;
+            status.reason = Some(FailureReason::Halted);
+            status.message.clone_from(&release.message);
+            return Ok(recheck.map_or(Action::AwaitChange, Action::RequeueAfter));
+        }
+        status.phase = Phase::Ready;
+        if release.rolled_back_from.is_some() {
+            // Running a rollback (automatic or the operator's): status keeps saying why.
+            status.message.clone_from(&release.message);
+        }
+        if effect == Effect::Succeed {
+            match hooks::after_rollout(ctx, self.kind.release_hooks(), release).await? {
+                hooks::After::Done(note) => {
+                    rollout::succeed(ctx, release, &self.kind.report(), &note).await?;
+                }
+                // The release succeeds once it ended (its end queues the next pass).
+                hooks::After::Running => {
+                    status.message = format!(
+                        "release #{}: rolled out; running its post_command hook",
+                        release.id
+                    );
+                }
+            }
+        }
+        // An engine that converges on its own (Swarm) is looked at again.
+        Ok(self
+            .kind
+            .look_again(observed)
+            .map_or(Action::Done, Action::RequeueAfter))
+    }
 }
 
 /// Gives `kind` the pins of `release`: recorded, or resolved now for a release in progress

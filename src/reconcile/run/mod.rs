@@ -17,12 +17,14 @@ use tokio_util::task::TaskTracker;
 use crate::model::{Kind, ResourceKey};
 use crate::mutex::lock;
 use crate::reconcile::context::{Ctx, Deps, Engine, ReconcileOptions, blocking, owned_containers};
+use crate::reconcile::observers::image_scan::committer::ImageCommitter;
 use crate::reconcile::observers::{autoscale, cron, drift, image_scan, probes};
 use crate::reconcile::{CURSOR, error::Error, error::Result, handlers, router};
 use crate::runtime::{Runtime, labels};
 use crate::store::{FailureReason, Phase, ResourceStatus, now_unix};
 use action::Action;
 use queue::KeyedQueue;
+use wake::RegistryPushes;
 
 /// Shared between the tail, the workers and the retry timers.
 struct Shared<R: Runtime> {
@@ -91,6 +93,54 @@ pub async fn run<R: Runtime>(
     for _ in 0..ctx.options.concurrency.max(1) {
         tracker.spawn(worker(shared.clone()));
     }
+    spawn_observers(&ctx, &tracker, image_committer, registry_pushes, &shutdown);
+    // A failed tail is read again after the retry schedule's delay (or at the next journal
+    // change): one store error, such as SQLITE_BUSY past the busy timeout, never stops the
+    // agent.
+    let mut failures = 0;
+    loop {
+        let retry = match tail(&shared).await {
+            Ok(()) => {
+                failures = 0;
+                None
+            }
+            Err(error) => {
+                failures += 1;
+                let delay = ctx.options.retry.backoff(failures);
+                ctx.metrics.record_journal_error("tail");
+                tracing::warn!(%error, retry_in = ?delay, "cannot read the journal; will retry");
+                Some(delay)
+            }
+        };
+        let retry_due = async {
+            match retry {
+                Some(delay) => ctx.timer.sleep(timer::What::Store, delay).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            changed = journal.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+            }
+            () = retry_due => {}
+            () = shutdown.cancelled() => break,
+        }
+    }
+    Ok(())
+}
+
+/// The stage's tasks beside the workers, on the caller's tracker: the probe manager (not under
+/// Swarm, which runs the health checks of its tasks itself), the autoscaler, drift, cron, image
+/// automation, and the router (or, with the ingress off, the removal of an earlier run's proxy).
+fn spawn_observers<R: Runtime>(
+    ctx: &Arc<Ctx<R>>,
+    tracker: &TaskTracker,
+    image_committer: Option<Arc<dyn ImageCommitter>>,
+    registry_pushes: RegistryPushes,
+    shutdown: &CancellationToken,
+) {
     // Each drift resync's list of every container is the probe manager's too. Swarm runs the
     // health checks of its tasks itself (probes become health checks): no probe manager.
     let (listed, listed_by_probes) = tokio::sync::watch::channel(probes::Listed::default());
@@ -139,41 +189,6 @@ pub async fn run<R: Runtime>(
             });
         }
     }
-    // A failed tail is read again after the retry schedule's delay (or at the next journal
-    // change): one store error, such as SQLITE_BUSY past the busy timeout, never stops the
-    // agent.
-    let mut failures = 0;
-    loop {
-        let retry = match tail(&shared).await {
-            Ok(()) => {
-                failures = 0;
-                None
-            }
-            Err(error) => {
-                failures += 1;
-                let delay = ctx.options.retry.backoff(failures);
-                ctx.metrics.record_journal_error("tail");
-                tracing::warn!(%error, retry_in = ?delay, "cannot read the journal; will retry");
-                Some(delay)
-            }
-        };
-        let retry_due = async {
-            match retry {
-                Some(delay) => ctx.timer.sleep(timer::What::Store, delay).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            changed = journal.changed() => {
-                if changed.is_err() {
-                    break;
-                }
-            }
-            () = retry_due => {}
-            () = shutdown.cancelled() => break,
-        }
-    }
-    Ok(())
 }
 
 /// Queues every key of the boot replay and sets where the tail starts.
