@@ -11,6 +11,7 @@
 //! never catches up the ticks it slept through.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::container::rfc3339_seconds;
 use super::job::{
@@ -18,13 +19,13 @@ use super::job::{
     run_view, settle_runs, start_run, taken_names,
 };
 use crate::manifest::spec::schedule::Schedule;
-use crate::manifest::spec::{CronjobSpec, Spec};
+use crate::manifest::spec::{CronjobSpec, JobSpec, Spec};
 use crate::model::ResourceKey;
 use crate::reconcile::observers::cron::{CronDecision, CronInputs, Skip, decide, schedule_key};
 use crate::reconcile::{
     context::Ctx, context::blocking, error::Error, error::Result, run::action::Action,
 };
-use crate::runtime::Runtime;
+use crate::runtime::{Container, Runtime};
 use crate::store::{
     CronState, CronjobDetail, Desired, Detail, FailureReason, JobRun, Phase, ResourceStatus,
     RunStatus, SkipDetail, now_unix,
@@ -44,43 +45,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) 
         return Err(super::wrong_kind(key, &desired.spec));
     };
     super::engine::refuse_gaps(ctx, key, &desired.spec)?;
-    // The zone is looked up in the host's time zone files (the first lookup of a process walks
-    // the database): off the async threads.
-    let (expression, timezone) = (spec.schedule.clone(), spec.timezone.clone());
-    let checked = tokio::task::spawn_blocking(move || Schedule::parse(&expression, &timezone))
-        .await
-        .map_err(Error::Task)?
-        .map_err(|problem| format!("schedule {:?}: {problem}", spec.schedule))
-        .and_then(|schedule| {
-            let forbid = match spec.concurrency_policy.as_str() {
-                "" | "Allow" => false,
-                "Forbid" => true,
-                other => {
-                    return Err(format!(
-                        "concurrency_policy {other:?} is not supported (Allow or Forbid)"
-                    ));
-                }
-            };
-            Ok((schedule, forbid))
-        });
-    let (schedule, forbid) = match checked {
-        Ok(checked) => checked,
-        Err(message) => {
-            ctx.runs.cron().set(key, None);
-            let error = Error::Permanent {
-                key: key.clone(),
-                reason: FailureReason::Schedule,
-                message,
-            };
-            let status = ResourceStatus {
-                spec_hash: desired.spec_hash.to_string(),
-                ..ResourceStatus::failed(FailureReason::Schedule, error.to_string())
-            };
-            let key = key.clone();
-            blocking(&ctx.store, move |store| store.put_status(&key, &status)).await?;
-            return Err(error);
-        }
-    };
+    let (schedule, forbid) = checked_schedule(ctx, key, &desired, spec).await?;
     let timeout = run_timeout(&spec.job.timeout);
     let actual = list_runs(ctx, key).await?;
     settle_runs(ctx, key, &actual, timeout).await?;
@@ -119,37 +84,13 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) 
     let mut skipped = skip_events(ctx, key, &decision, &runs, now.timestamp());
     let result = match decision.fire {
         Some(scheduled_at) => {
-            let taken = taken_names(&actual, &runs);
-            match start_run(
-                ctx,
-                key,
-                &spec.job,
-                desired.spec_hash.as_str(),
+            let tick = Tick {
+                spec_hash: desired.spec_hash.as_str(),
                 timeout,
-                &taken,
-            )
-            .await
-            {
-                Ok(run_id) => {
-                    tracing::info!(%key, run = %run_id, scheduled_at = %rfc3339_seconds(scheduled_at), "cronjob tick");
-                    Ok(())
-                }
-                Err(error) => {
-                    skipped.insert(
-                        0,
-                        SkipDetail {
-                            reason: "error".to_owned(),
-                            scheduled_at: Some(rfc3339_seconds(scheduled_at)),
-                            recorded_at: rfc3339_seconds(now.timestamp()),
-                            message: format!("the tick could not start: {error}"),
-                            first: None,
-                            last: None,
-                            n_times: None,
-                        },
-                    );
-                    Err(error)
-                }
-            }
+                scheduled_at,
+                now: now.timestamp(),
+            };
+            fire(ctx, key, &spec.job, &tick, (&actual, &runs), &mut skipped).await
         }
         None => Ok(()),
     };
@@ -179,6 +120,96 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) 
     })
     .await?;
     result.map(|()| Action::Done)
+}
+
+/// The schedule parsed in its zone, and whether runs may overlap (`concurrency_policy`); a
+/// schedule or policy voodu would refuse fails the resource (`FailureReason::Schedule`) and
+/// clears its next fire time.
+async fn checked_schedule<R: Runtime>(
+    ctx: &Arc<Ctx<R>>,
+    key: &ResourceKey,
+    desired: &Desired,
+    spec: &CronjobSpec,
+) -> Result<(Schedule, bool)> {
+    // The zone is looked up in the host's time zone files (the first lookup of a process walks
+    // the database): off the async threads.
+    let (expression, timezone) = (spec.schedule.clone(), spec.timezone.clone());
+    let checked = tokio::task::spawn_blocking(move || Schedule::parse(&expression, &timezone))
+        .await
+        .map_err(Error::Task)?
+        .map_err(|problem| format!("schedule {:?}: {problem}", spec.schedule))
+        .and_then(|schedule| {
+            let forbid = match spec.concurrency_policy.as_str() {
+                "" | "Allow" => false,
+                "Forbid" => true,
+                other => {
+                    return Err(format!(
+                        "concurrency_policy {other:?} is not supported (Allow or Forbid)"
+                    ));
+                }
+            };
+            Ok((schedule, forbid))
+        });
+    match checked {
+        Ok(checked) => Ok(checked),
+        Err(message) => {
+            ctx.runs.cron().set(key, None);
+            let error = Error::Permanent {
+                key: key.clone(),
+                reason: FailureReason::Schedule,
+                message,
+            };
+            let status = ResourceStatus {
+                spec_hash: desired.spec_hash.to_string(),
+                ..ResourceStatus::failed(FailureReason::Schedule, error.to_string())
+            };
+            let key = key.clone();
+            blocking(&ctx.store, move |store| store.put_status(&key, &status)).await?;
+            return Err(error);
+        }
+    }
+}
+
+/// One tick that fires: its spec hash, the run's timeout, when it was scheduled and now.
+struct Tick<'a> {
+    spec_hash: &'a str,
+    timeout: Option<Duration>,
+    scheduled_at: i64,
+    now: i64,
+}
+
+/// Starts the run of `tick` (its name free among `taken` runs and containers); a run that
+/// could not start is listed first among the skipped ticks.
+async fn fire<R: Runtime>(
+    ctx: &Arc<Ctx<R>>,
+    key: &ResourceKey,
+    job: &JobSpec,
+    tick: &Tick<'_>,
+    (actual, runs): (&[Container], &[JobRun]),
+    skipped: &mut Vec<SkipDetail>,
+) -> Result<()> {
+    let taken = taken_names(actual, runs);
+    match start_run(ctx, key, job, tick.spec_hash, tick.timeout, &taken).await {
+        Ok(run_id) => {
+            tracing::info!(%key, run = %run_id, scheduled_at = %rfc3339_seconds(tick.scheduled_at), "cronjob tick");
+            Ok(())
+        }
+        Err(error) => {
+            skipped.insert(
+                0,
+                SkipDetail {
+                    reason: "error".to_owned(),
+                    scheduled_at: Some(rfc3339_seconds(tick.scheduled_at)),
+                    recorded_at: rfc3339_seconds(tick.now),
+                    message: format!("the tick could not start: {error}"),
+                    first: None,
+                    last: None,
+                    n_times: None,
+                },
+            );
+            Err(error)
+        }
+    }
 }
 
 /// Status entries for the ticks `decision` skipped (suspended ticks are not listed: the
