@@ -94,71 +94,15 @@ pub(crate) fn build(
             })?);
         }
     }
-    let mut ulimits: BTreeMap<String, (i64, i64)> = launch
-        .default_ulimits
-        .iter()
-        .map(|(name, soft, hard)| (name.clone(), (*soft, *hard)))
-        .collect();
-    for (name, value) in &container.ulimits {
-        let limits = parse_ulimit(value)
-            .ok_or_else(|| format!("ulimit {name}={value:?} is not soft:hard"))?;
-        ulimits.insert(name.clone(), limits);
-    }
-    let limits = container
-        .resources
-        .as_ref()
-        .and_then(|resources| resources.limits.as_ref());
-    let nano_cpus = match limits
-        .map(|limits| limits.cpu.as_str())
-        .filter(|cpu| !cpu.is_empty())
-    {
-        Some(cpu) => {
-            Some(parse_cpus(cpu).ok_or_else(|| format!("cpu limit {cpu:?} is not a CPU amount"))?)
-        }
-        None => None,
-    };
-    let memory = match limits
-        .map(|limits| limits.memory.as_str())
-        .filter(|memory| !memory.is_empty())
-    {
-        Some(memory) => Some(
-            parse_memory(memory).ok_or_else(|| format!("memory limit {memory:?} is not a size"))?,
-        ),
-        None => None,
-    };
+    let ulimits = ulimits_of(container, launch)?;
+    let (nano_cpus, memory) = limits_of(container)?;
     let mut binds: Vec<String> = container
         .volumes
         .iter()
         .map(|volume| resolve(volume))
         .collect();
     binds.extend(launch.extra_binds.iter().cloned());
-    let mut container_labels = BTreeMap::from([
-        (
-            labels::CREATED_BY.to_owned(),
-            labels::CREATED_BY_VALUE.to_owned(),
-        ),
-        (labels::KIND.to_owned(), identity.kind.as_str().to_owned()),
-        (labels::SCOPE.to_owned(), key.scope.clone()),
-        (labels::NAME.to_owned(), identity.name_label.clone()),
-        (labels::REPLICA_ID.to_owned(), identity.replica_id.clone()),
-        (labels::ROLE.to_owned(), identity.role.clone()),
-        (labels::CREATED_AT.to_owned(), created_at.to_owned()),
-        (labels::AGENT.to_owned(), agent_id.to_owned()),
-        (labels::ENV_DIGEST.to_owned(), launch.env_digest.clone()),
-    ]);
-    if let Some(hash) = &identity.spec_hash {
-        container_labels.insert(labels::MANIFEST_HASH.to_owned(), hash.clone());
-    }
-    if let Some(release) = &identity.release_id {
-        container_labels.insert(labels::RELEASE_ID.to_owned(), release.clone());
-    }
-    if let Some(ordinal) = identity.ordinal {
-        container_labels.insert(labels::REPLICA_ORDINAL.to_owned(), ordinal.to_string());
-    }
-    if let Some(probes) = &launch.probes {
-        let json = serde_json::to_string(probes).map_err(|error| format!("probes: {error}"))?;
-        container_labels.insert(labels::PROBES.to_owned(), json);
-    }
+    let mut container_labels = labels_of(key, agent_id, created_at, identity, launch)?;
     let image = resolve(
         &launch
             .image
@@ -195,10 +139,7 @@ pub(crate) fn build(
             Vec::new()
         },
         cap_add: container.cap_add.clone(),
-        ulimits: ulimits
-            .into_iter()
-            .map(|(name, (soft, hard))| (name, soft, hard))
-            .collect(),
+        ulimits,
         nano_cpus,
         memory,
         log_max_size: Some(container.logs.max_size.clone()),
@@ -206,6 +147,95 @@ pub(crate) fn build(
         tty: launch.tty,
         options,
     })
+}
+
+/// The container's ulimits: the host's defaults (`Launch::default_ulimits`), each overridden
+/// by the spec's `ulimits`.
+fn ulimits_of(
+    container: &Container,
+    launch: &Launch,
+) -> Result<Vec<(String, i64, i64)>, BuildError> {
+    let mut ulimits: BTreeMap<String, (i64, i64)> = launch
+        .default_ulimits
+        .iter()
+        .map(|(name, soft, hard)| (name.clone(), (*soft, *hard)))
+        .collect();
+    for (name, value) in &container.ulimits {
+        let limits = parse_ulimit(value)
+            .ok_or_else(|| format!("ulimit {name}={value:?} is not soft:hard"))?;
+        ulimits.insert(name.clone(), limits);
+    }
+    Ok(ulimits
+        .into_iter()
+        .map(|(name, (soft, hard))| (name, soft, hard))
+        .collect())
+}
+
+/// The CPU (in nano CPUs) and memory (in bytes) limits of `resources.limits`, if set.
+fn limits_of(container: &Container) -> Result<(Option<i64>, Option<i64>), BuildError> {
+    let limits = container
+        .resources
+        .as_ref()
+        .and_then(|resources| resources.limits.as_ref());
+    let nano_cpus = match limits
+        .map(|limits| limits.cpu.as_str())
+        .filter(|cpu| !cpu.is_empty())
+    {
+        Some(cpu) => {
+            Some(parse_cpus(cpu).ok_or_else(|| format!("cpu limit {cpu:?} is not a CPU amount"))?)
+        }
+        None => None,
+    };
+    let memory = match limits
+        .map(|limits| limits.memory.as_str())
+        .filter(|memory| !memory.is_empty())
+    {
+        Some(memory) => Some(
+            parse_memory(memory).ok_or_else(|| format!("memory limit {memory:?} is not a size"))?,
+        ),
+        None => None,
+    };
+    Ok((nano_cpus, memory))
+}
+
+/// The labels every container of this agent carries: who created it, its resource, replica,
+/// role, creation time, agent, environment digest, and where set its spec hash, release,
+/// ordinal and probes.
+fn labels_of(
+    key: &ResourceKey,
+    agent_id: &str,
+    created_at: &str,
+    identity: &Identity,
+    launch: &Launch,
+) -> Result<BTreeMap<String, String>, BuildError> {
+    let mut container_labels = BTreeMap::from([
+        (
+            labels::CREATED_BY.to_owned(),
+            labels::CREATED_BY_VALUE.to_owned(),
+        ),
+        (labels::KIND.to_owned(), identity.kind.as_str().to_owned()),
+        (labels::SCOPE.to_owned(), key.scope.clone()),
+        (labels::NAME.to_owned(), identity.name_label.clone()),
+        (labels::REPLICA_ID.to_owned(), identity.replica_id.clone()),
+        (labels::ROLE.to_owned(), identity.role.clone()),
+        (labels::CREATED_AT.to_owned(), created_at.to_owned()),
+        (labels::AGENT.to_owned(), agent_id.to_owned()),
+        (labels::ENV_DIGEST.to_owned(), launch.env_digest.clone()),
+    ]);
+    if let Some(hash) = &identity.spec_hash {
+        container_labels.insert(labels::MANIFEST_HASH.to_owned(), hash.clone());
+    }
+    if let Some(release) = &identity.release_id {
+        container_labels.insert(labels::RELEASE_ID.to_owned(), release.clone());
+    }
+    if let Some(ordinal) = identity.ordinal {
+        container_labels.insert(labels::REPLICA_ORDINAL.to_owned(), ordinal.to_string());
+    }
+    if let Some(probes) = &launch.probes {
+        let json = serde_json::to_string(probes).map_err(|error| format!("probes: {error}"))?;
+        container_labels.insert(labels::PROBES.to_owned(), json);
+    }
+    Ok(container_labels)
 }
 
 /// `networks` with `voodu0` standing for the source's own network `own`
