@@ -214,97 +214,13 @@ pub(crate) fn route_table(
         let deployment = backend.map(|backend| backend.spec);
         let port = ingress_port(ingress, deployment);
         let mut warnings = Vec::new();
-        let paths: Vec<(Option<String>, bool)> = if refused.is_some() {
-            Vec::new()
-        } else if ingress.locations.is_empty() {
-            vec![(None, false)]
-        } else {
-            ingress
-                .locations
-                .iter()
-                .map(|location| (Some(location.path.clone()), location.strip))
-                .collect()
-        };
-        let mut routes = Vec::with_capacity(paths.len());
-        for (path, strip) in paths {
-            let route = format!(
-                "{}{}",
-                normalize_host(&ingress.host),
-                path.as_deref().unwrap_or("/")
-            );
-            let shadowed_by = match owners.get(&route) {
-                Some(owner) if owner != key => Some(owner.clone()),
-                // The same ingress declaring a path twice: the first location serves it.
-                Some(_) => continue,
-                None => {
-                    owners.insert(route.clone(), key.clone());
-                    None
-                }
-            };
-            if let Some(owner) = &shadowed_by {
-                warnings.push(format!(
-                    "route {route} is also declared by {owner}, which serves it"
-                ));
-            }
-            routes.push(RouteView {
-                path,
-                strip,
-                shadowed_by,
-            });
-        }
-        let mut upstreams: Vec<String> = Vec::new();
+        let routes = claim_routes(key, ingress, refused.is_some(), &mut owners, &mut warnings);
         let tasks = backend.and_then(|backend| backend.tasks.clone());
-        if let Some(name) = &tasks {
-            upstreams.push(format!("{name}:{port}"));
-        }
-        for address in backend
-            .filter(|_| tasks.is_none())
-            .map(|backend| backend.ready.as_slice())
-            .unwrap_or(&[])
-        {
-            let dial = format!("{address}:{port}");
-            if !address.is_empty() && !upstreams.contains(&dial) {
-                upstreams.push(dial);
-            }
-        }
-        let tls = ingress
-            .tls
-            .as_ref()
-            .filter(|tls| tls.enabled && refused.is_none())
-            .map(|tls| TlsMode {
-                provider: if tls.provider.is_empty() {
-                    "letsencrypt".to_owned()
-                } else {
-                    tls.provider.clone()
-                },
-                email: tls.email.clone(),
-                on_demand: tls.on_demand,
-                ask: tls.ask.clone(),
-            });
+        let upstreams = upstreams_of(backend, tasks.as_deref(), port);
+        let tls = tls_of(ingress, refused.is_none());
         warnings.extend(refused);
         let proxy_wide = sealing.is_none_or(|sealing| sealing.proxy_wide(key));
-        if let Some(tls) = &tls
-            && tls.on_demand
-            && !tls.ask.is_empty()
-            && !proxy_wide
-        {
-            warnings.push(format!(
-                "tls.ask {:?} is not used: the proxy-wide on-demand ask endpoint comes only from the source owning the unscoped resources (\"\")",
-                tls.ask
-            ));
-        } else if let Some(tls) = &tls
-            && tls.on_demand
-            && !tls.ask.is_empty()
-        {
-            match &table.ask {
-                None => table.ask = Some(tls.ask.clone()),
-                Some(first) if first != &tls.ask => warnings.push(format!(
-                    "tls.ask {:?} is not used: the proxy has one on-demand ask endpoint, {first:?} (the first ingress by key that sets one)",
-                    tls.ask
-                )),
-                Some(_) => {}
-            }
-        }
+        claim_ask(&mut table, tls.as_ref(), proxy_wide, &mut warnings);
         table.ingresses.push(IngressView {
             key: key.clone(),
             host: ingress.host.clone(),
@@ -328,6 +244,127 @@ pub(crate) fn route_table(
         });
     }
     table
+}
+
+/// The routes `ingress` asks for (`host + path`, one per location, or the host's catch-all),
+/// each claimed in `owners` by the first ingress by key declaring it: a later one is shadowed,
+/// and says so in `warnings`. A refused ingress asks for none.
+fn claim_routes(
+    key: &ResourceKey,
+    ingress: &IngressSpec,
+    refused: bool,
+    owners: &mut BTreeMap<String, ResourceKey>,
+    warnings: &mut Vec<String>,
+) -> Vec<RouteView> {
+    let paths: Vec<(Option<String>, bool)> = if refused {
+        Vec::new()
+    } else if ingress.locations.is_empty() {
+        vec![(None, false)]
+    } else {
+        ingress
+            .locations
+            .iter()
+            .map(|location| (Some(location.path.clone()), location.strip))
+            .collect()
+    };
+    let mut routes = Vec::with_capacity(paths.len());
+    for (path, strip) in paths {
+        let route = format!(
+            "{}{}",
+            normalize_host(&ingress.host),
+            path.as_deref().unwrap_or("/")
+        );
+        let shadowed_by = match owners.get(&route) {
+            Some(owner) if owner != key => Some(owner.clone()),
+            // The same ingress declaring a path twice: the first location serves it.
+            Some(_) => continue,
+            None => {
+                owners.insert(route.clone(), key.clone());
+                None
+            }
+        };
+        if let Some(owner) = &shadowed_by {
+            warnings.push(format!(
+                "route {route} is also declared by {owner}, which serves it"
+            ));
+        }
+        routes.push(RouteView {
+            path,
+            strip,
+            shadowed_by,
+        });
+    }
+    routes
+}
+
+/// Where the proxy dials `backend`: its Swarm service's tasks by name, else each ready
+/// replica's address once, on `port`.
+fn upstreams_of(backend: Option<&Backend<'_>>, tasks: Option<&str>, port: u16) -> Vec<String> {
+    let mut upstreams: Vec<String> = Vec::new();
+    if let Some(name) = tasks {
+        upstreams.push(format!("{name}:{port}"));
+    }
+    for address in backend
+        .filter(|_| tasks.is_none())
+        .map(|backend| backend.ready.as_slice())
+        .unwrap_or(&[])
+    {
+        let dial = format!("{address}:{port}");
+        if !address.is_empty() && !upstreams.contains(&dial) {
+            upstreams.push(dial);
+        }
+    }
+    upstreams
+}
+
+/// The ingress's TLS mode, when it asks for TLS and is `allowed` to.
+fn tls_of(ingress: &IngressSpec, allowed: bool) -> Option<TlsMode> {
+    ingress
+        .tls
+        .as_ref()
+        .filter(|tls| tls.enabled && allowed)
+        .map(|tls| TlsMode {
+            provider: if tls.provider.is_empty() {
+                "letsencrypt".to_owned()
+            } else {
+                tls.provider.clone()
+            },
+            email: tls.email.clone(),
+            on_demand: tls.on_demand,
+            ask: tls.ask.clone(),
+        })
+}
+
+/// The proxy's one on-demand TLS `ask` endpoint: the first ingress by key that sets one, and
+/// only from the source owning the unscoped resources (`proxy_wide`); another is reported.
+fn claim_ask(
+    table: &mut RouteTable,
+    tls: Option<&TlsMode>,
+    proxy_wide: bool,
+    warnings: &mut Vec<String>,
+) {
+    if let Some(tls) = tls
+        && tls.on_demand
+        && !tls.ask.is_empty()
+        && !proxy_wide
+    {
+        warnings.push(format!(
+            "tls.ask {:?} is not used: the proxy-wide on-demand ask endpoint comes only from the source owning the unscoped resources (\"\")",
+            tls.ask
+        ));
+    } else if let Some(tls) = tls
+        && tls.on_demand
+        && !tls.ask.is_empty()
+    {
+        match &table.ask {
+            None => table.ask = Some(tls.ask.clone()),
+            Some(first) if first != &tls.ask => warnings.push(format!(
+                "tls.ask {:?} is not used: the proxy has one on-demand ask endpoint, {first:?} (the first ingress by key that sets one)",
+                tls.ask
+            )),
+            Some(_) => {}
+        }
+    }
 }
 
 /// voodu's health check: path = the readiness probe's `http_get.path`, else the deployment's
