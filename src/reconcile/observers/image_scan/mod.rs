@@ -300,6 +300,51 @@ async fn pass<R: Runtime>(
     let followers = blocking(&ctx.store, followers).await?;
     let stored = blocking(&ctx.store, Store::image_scans).await?;
     let mut by_repository: BTreeMap<String, Vec<&Follower>> = BTreeMap::new();
+    ask_named_digests(ctx, client, scans, &followers).await;
+    let named: BTreeMap<String, String> = scans
+        .named
+        .iter()
+        .map(|(reference, (digest, _))| (reference.clone(), digest.clone()))
+        .collect();
+    for follower in followers
+        .iter()
+        .filter(|follower| !follower.follows_digest())
+    {
+        by_repository
+            .entry(follower.repository.clone())
+            .or_default()
+            .push(follower);
+    }
+    let now = crate::store::now_unix();
+    start_due_scans(ctx, client, scans, &by_repository, &stored, now).await;
+    let scanned_now: Vec<String> = scanned.map(str::to_owned).into_iter().collect();
+    let followed: Vec<String> = by_repository.keys().cloned().collect();
+    let (stored, previous) = blocking(&ctx.store, move |store| {
+        store.retain_image_scans(&followed)?;
+        Ok((store.image_scans()?, store.image_updates()?))
+    })
+    .await?;
+    let rows: Vec<ImageUpdateRow> = followers
+        .iter()
+        .map(|follower| decide(follower, &stored, &named, now))
+        .collect();
+    let bumps = bumps_of(&followers, &rows, &previous, &scanned_now);
+    blocking(&ctx.store, move |store| store.record_image_updates(&rows)).await?;
+    match committer {
+        Some(committer) => commit_bumps(ctx, committer, bumps).await,
+        None => Ok(()),
+    }
+}
+
+/// Asks the registry what the tags digest followers follow name now (one manifest request
+/// each, within its request deadline), for those due: forced, or not asked within their
+/// interval.
+async fn ask_named_digests<R: Runtime>(
+    ctx: &Ctx<R>,
+    client: &Scanner,
+    scans: &mut Scans,
+    followers: &[Follower],
+) {
     // What the tags digest followers follow name now (asked of the registry, one manifest
     // request each, within its request deadline).
     let asked_at = tokio::time::Instant::now();
@@ -337,22 +382,19 @@ async fn pass<R: Runtime>(
             }
         }
     }
-    let named: BTreeMap<String, String> = scans
-        .named
-        .iter()
-        .map(|(reference, (digest, _))| (reference.clone(), digest.clone()))
-        .collect();
-    for follower in followers
-        .iter()
-        .filter(|follower| !follower.follows_digest())
-    {
-        by_repository
-            .entry(follower.repository.clone())
-            .or_default()
-            .push(follower);
-    }
-    let now = crate::store::now_unix();
-    for (repository, following) in &by_repository {
+}
+
+/// Starts a tag scan of each followed repository that is due (forced, or its last scan older
+/// than the shortest interval of its followers) and not being scanned, while slots are free.
+async fn start_due_scans<R: Runtime>(
+    ctx: &Ctx<R>,
+    client: &Scanner,
+    scans: &mut Scans,
+    by_repository: &BTreeMap<String, Vec<&Follower>>,
+    stored: &[ImageScan],
+    now: i64,
+) {
+    for (repository, following) in by_repository {
         if !scans.has_room() {
             // The rest wait for a slot: the next scan to end looks again.
             break;
@@ -381,20 +423,19 @@ async fn pass<R: Runtime>(
             credentials,
         );
     }
-    let scanned_now: Vec<String> = scanned.map(str::to_owned).into_iter().collect();
-    let followed: Vec<String> = by_repository.keys().cloned().collect();
-    let (stored, previous) = blocking(&ctx.store, move |store| {
-        store.retain_image_scans(&followed)?;
-        Ok((store.image_scans()?, store.image_updates()?))
-    })
-    .await?;
-    let rows: Vec<ImageUpdateRow> = followers
+}
+
+/// The bumps to commit: a follower that commits, with a newer tag, not already handed over
+/// (committed, or failed to commit and its repository not scanned again since).
+fn bumps_of(
+    followers: &[Follower],
+    rows: &[ImageUpdateRow],
+    previous: &[ImageUpdateRow],
+    scanned_now: &[String],
+) -> Vec<Bump> {
+    followers
         .iter()
-        .map(|follower| decide(follower, &stored, &named, now))
-        .collect();
-    let bumps: Vec<Bump> = followers
-        .iter()
-        .zip(&rows)
+        .zip(rows)
         .filter(|(follower, row)| {
             let previous = previous.iter().find(|previous| previous.key == row.key);
             let handed_over = previous.is_some_and(|previous| {
@@ -416,11 +457,15 @@ async fn pass<R: Runtime>(
             to_tag: row.latest.clone(),
             push_branch: follower.update.push_branch.clone(),
         })
-        .collect();
-    blocking(&ctx.store, move |store| store.record_image_updates(&rows)).await?;
-    let Some(committer) = committer else {
-        return Ok(());
-    };
+        .collect()
+}
+
+/// Commits `bumps`, one commit per source and target branch, and records each outcome.
+async fn commit_bumps<R: Runtime>(
+    ctx: &Ctx<R>,
+    committer: &dyn ImageCommitter,
+    bumps: Vec<Bump>,
+) -> crate::reconcile::error::Result<()> {
     let mut by_branch: BTreeMap<(String, String), Vec<Bump>> = BTreeMap::new();
     for bump in bumps {
         by_branch
