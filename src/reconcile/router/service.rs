@@ -33,7 +33,7 @@ use crate::reconcile::plan::SERVICE_DIGEST;
 use crate::reconcile::router::routes::{HTTP_PORT, HTTPS_PORT, RouteTable, caddy_config};
 use crate::runtime::service::overlay;
 use crate::runtime::{
-    ConfigMount, ContainerSpec, HostPort, Runtime, ServiceMode, ServiceSpec, UpdateOrder,
+    ConfigMount, ContainerSpec, HostPort, Runtime, Service, ServiceMode, ServiceSpec, UpdateOrder,
     UpdatePolicy, UpdateState, labels,
 };
 
@@ -225,19 +225,7 @@ impl ServiceProxy {
         let digest = spec.digest(&[SERVICE_DIGEST]);
         spec.labels
             .insert(SERVICE_DIGEST.to_owned(), digest.clone());
-        let owner = [(labels::AGENT, agent_id), (labels::ROLE, ROLE)];
-        let mut current = None;
-        for service in runtime.list_services(&owner).await.map_err(runtime_error)? {
-            if service.name == name && current.is_none() {
-                current = Some(service);
-            } else {
-                tracing::info!(service = %service.name, "removing a stray ingress proxy service");
-                runtime
-                    .remove_service(&service.id)
-                    .await
-                    .map_err(runtime_error)?;
-            }
-        }
+        let current = the_one_service(runtime, agent_id, &name).await?;
         let info = ProxyInfo {
             container: name.clone(),
             http: Some(self.options.http.to_string()),
@@ -298,6 +286,30 @@ impl ServiceProxy {
                 live: false,
             });
         }
+        let running = self
+            .tasks_running(ctx, &service, &name, config_name)
+            .await?;
+        Ok(Served {
+            proxy: info,
+            pushed: false,
+            live: running,
+        })
+    }
+
+    /// Whether a task of the proxy service runs (an error when none runs and the last one
+    /// ended, with its reason); once one runs, configs of earlier routes are removed.
+    async fn tasks_running<R: Runtime>(
+        &mut self,
+        ctx: &Ctx<R>,
+        service: &Service,
+        name: &str,
+        config_name: String,
+    ) -> std::result::Result<bool, PassError> {
+        let runtime_error = |source| PassError::Runtime {
+            name: name.to_owned(),
+            source,
+        };
+        let runtime = ctx.runtime.as_ref();
         let tasks = runtime
             .list_tasks(&service.id)
             .await
@@ -312,7 +324,7 @@ impl ServiceProxy {
                 .max_by_key(|task| task.since)
         {
             return Err(PassError::Proxy {
-                name: name.clone(),
+                name: name.to_owned(),
                 message: format!(
                     "no task runs; the last one {}: {}; see `docker service ps {name}`",
                     failed.state.as_str(),
@@ -328,11 +340,7 @@ impl ServiceProxy {
             self.remove_stale_configs(ctx, &config_name).await;
             self.cleaned_for = Some(config_name);
         }
-        Ok(Served {
-            proxy: info,
-            pushed: false,
-            live: running,
-        })
+        Ok(running)
     }
 
     /// The id of the Swarm config `name`, created with `data` when missing.
@@ -421,6 +429,33 @@ impl ServiceProxy {
             }
         }
     }
+}
+
+/// This agent's proxy service `name`, if it exists; any other service of this agent in the
+/// proxy's role (a stray) is removed.
+async fn the_one_service<R: Runtime>(
+    runtime: &R,
+    agent_id: &str,
+    name: &str,
+) -> std::result::Result<Option<Service>, PassError> {
+    let runtime_error = |source| PassError::Runtime {
+        name: name.to_owned(),
+        source,
+    };
+    let owner = [(labels::AGENT, agent_id), (labels::ROLE, ROLE)];
+    let mut current = None;
+    for service in runtime.list_services(&owner).await.map_err(runtime_error)? {
+        if service.name == name && current.is_none() {
+            current = Some(service);
+        } else {
+            tracing::info!(service = %service.name, "removing a stray ingress proxy service");
+            runtime
+                .remove_service(&service.id)
+                .await
+                .map_err(runtime_error)?;
+        }
+    }
+    Ok(current)
 }
 
 #[cfg(test)]
