@@ -470,35 +470,7 @@ async fn run_replica<R: Runtime>(
         };
         match outcome {
             LifeOutcome::Replace(reason) => {
-                // Replacements of one resource's replicas back off (at once, then 10s, 20s,
-                // … 5m), so a version that turns unhealthy does not churn every period. The
-                // runner only marks the replica, due at that instant, and asks for a pass; the
-                // handler holding the key looks again when the mark falls due and replaces it
-                // then (one writer per key).
-                let label = key.to_string();
-                let now = tokio::time::Instant::now();
-                let due = match ctx.memory.liveness.try_start(&label, now) {
-                    Ok(_) => now,
-                    Err(wait) => {
-                        // Counted as a replacement at the instant it becomes due.
-                        let at = now + wait;
-                        let _ = ctx.memory.liveness.try_start(&label, at);
-                        at
-                    }
-                };
-                let held = if due > now {
-                    format!(
-                        "{reason}; replaced in {} (liveness back-off)",
-                        crate::reconcile::plan::gate::human(due - now)
-                    )
-                } else {
-                    format!("{reason}; to be replaced")
-                };
-                tracing::warn!(%key, container = %container.name, %reason, "liveness failed; asking for the replica's replacement");
-                publish(ctx, key, container, false, &held, &address, &mut published).await;
-                ctx.memory.liveness_failed.mark(&container.id, due);
-                // The pass asks for the wait until `due` itself (`LivenessFailures::wait`).
-                ctx.timer.requeue(key.clone());
+                mark_for_replacement(ctx, key, container, &reason, &address, &mut published).await;
                 // Nothing more to probe: the replica goes once its handler replaces it.
                 let _ = life.changed().await;
                 return;
@@ -536,96 +508,15 @@ async fn probe_life<R: Runtime>(
         (false, "starting".to_owned())
     };
     let (readiness_tx, mut readiness_rx) = watch::channel::<(bool, String)>(initial);
-    let liveness = async {
-        let Some(probe) = &probes.liveness else {
-            return std::future::pending::<LifeOutcome>().await;
-        };
-        ctx.timer
-            .sleep(
-                What::Probe,
-                parse_go_duration(&probe.initial_delay).unwrap_or_default(),
-            )
-            .await;
-        let mut verdict = Verdict::default();
-        loop {
-            let (passed, detail) = probe_once(ctx, container, probe, address, client).await;
-            if verdict.record(passed, probe) == Some(false) {
-                return LifeOutcome::Replace(format!(
-                    "liveness probe failed {} times: {detail}",
-                    verdict.failures
-                ));
-            }
-            ctx.timer
-                .sleep(What::Probe, duration(&probe.period, DEFAULT_PERIOD))
-                .await;
-        }
-    };
-    let readiness = async {
-        if let Some(probe) = probes.startup.as_ref().filter(|_| !prior_ready) {
-            ctx.timer
-                .sleep(
-                    What::Probe,
-                    parse_go_duration(&probe.initial_delay).unwrap_or_default(),
-                )
-                .await;
-            let mut verdict = Verdict::default();
-            loop {
-                let (passed, detail) = probe_once(ctx, container, probe, address, client).await;
-                if verdict.record(passed, probe) == Some(true) {
-                    break;
-                }
-                let _ =
-                    readiness_tx.send((false, format!("startup probe not passed yet: {detail}")));
-                ctx.timer
-                    .sleep(What::Probe, duration(&probe.period, DEFAULT_PERIOD))
-                    .await;
-            }
-        }
-        match &probes.readiness {
-            Some(probe) => {
-                if !prior_ready {
-                    ctx.timer
-                        .sleep(
-                            What::Probe,
-                            parse_go_duration(&probe.initial_delay).unwrap_or_default(),
-                        )
-                        .await;
-                }
-                let mut verdict = Verdict {
-                    healthy: prior_ready.then_some(true),
-                    ..Verdict::default()
-                };
-                loop {
-                    let (passed, detail) = probe_once(ctx, container, probe, address, client).await;
-                    let ready = verdict.record(passed, probe) == Some(true);
-                    let reason = if ready {
-                        String::new()
-                    } else {
-                        format!("readiness probe: {detail}")
-                    };
-                    let _ = readiness_tx.send((ready, reason));
-                    ctx.timer
-                        .sleep(What::Probe, duration(&probe.period, DEFAULT_PERIOD))
-                        .await;
-                }
-            }
-            None => {
-                // No readiness probe: ready once it has run for the settle time (a restart
-                // starts a new life, and a new settle).
-                let settle = ctx.options.ready_settle;
-                let waited = life_start.elapsed();
-                if waited < settle {
-                    let _ = readiness_tx.send((
-                        false,
-                        format!("running for less than {}s", settle.as_secs()),
-                    ));
-                    ctx.timer.sleep(What::Probe, settle - waited).await;
-                }
-                let _ = readiness_tx.send((true, String::new()));
-                std::future::pending::<()>().await;
-            }
-        }
-    };
+    let liveness = liveness_until_failed(ctx, container, probes, address, client);
+    let readiness = readiness_of_life(
+        ctx,
+        container,
+        probes,
+        (address, client),
+        (life_start, prior_ready),
+        &readiness_tx,
+    );
     let publisher = async {
         loop {
             let (ready, reason) = readiness_rx.borrow_and_update().clone();
@@ -640,6 +531,156 @@ async fn probe_life<R: Runtime>(
         () = readiness => std::future::pending::<LifeOutcome>().await,
         outcome = publisher => outcome,
     }
+}
+
+/// Probes liveness (after its initial delay, every period) until it fails its threshold:
+/// the replica must be replaced. Without a liveness probe it never returns.
+async fn liveness_until_failed<R: Runtime>(
+    ctx: &Ctx<R>,
+    container: &Container,
+    probes: &Probes,
+    address: &str,
+    client: &reqwest::Client,
+) -> LifeOutcome {
+    let Some(probe) = &probes.liveness else {
+        return std::future::pending::<LifeOutcome>().await;
+    };
+    ctx.timer
+        .sleep(
+            What::Probe,
+            parse_go_duration(&probe.initial_delay).unwrap_or_default(),
+        )
+        .await;
+    let mut verdict = Verdict::default();
+    loop {
+        let (passed, detail) = probe_once(ctx, container, probe, address, client).await;
+        if verdict.record(passed, probe) == Some(false) {
+            return LifeOutcome::Replace(format!(
+                "liveness probe failed {} times: {detail}",
+                verdict.failures
+            ));
+        }
+        ctx.timer
+            .sleep(What::Probe, duration(&probe.period, DEFAULT_PERIOD))
+            .await;
+    }
+}
+
+/// Sends the life's readiness on `readiness_tx` as its probes find it: startup first (unless
+/// an earlier runner saw this life ready), then the readiness probe every period, or without
+/// one, ready once the life has run for the settle time. Never returns.
+async fn readiness_of_life<R: Runtime>(
+    ctx: &Ctx<R>,
+    container: &Container,
+    probes: &Probes,
+    (address, client): (&str, &reqwest::Client),
+    (life_start, prior_ready): (tokio::time::Instant, bool),
+    readiness_tx: &watch::Sender<(bool, String)>,
+) {
+    if let Some(probe) = probes.startup.as_ref().filter(|_| !prior_ready) {
+        ctx.timer
+            .sleep(
+                What::Probe,
+                parse_go_duration(&probe.initial_delay).unwrap_or_default(),
+            )
+            .await;
+        let mut verdict = Verdict::default();
+        loop {
+            let (passed, detail) = probe_once(ctx, container, probe, address, client).await;
+            if verdict.record(passed, probe) == Some(true) {
+                break;
+            }
+            let _ = readiness_tx.send((false, format!("startup probe not passed yet: {detail}")));
+            ctx.timer
+                .sleep(What::Probe, duration(&probe.period, DEFAULT_PERIOD))
+                .await;
+        }
+    }
+    match &probes.readiness {
+        Some(probe) => {
+            if !prior_ready {
+                ctx.timer
+                    .sleep(
+                        What::Probe,
+                        parse_go_duration(&probe.initial_delay).unwrap_or_default(),
+                    )
+                    .await;
+            }
+            let mut verdict = Verdict {
+                healthy: prior_ready.then_some(true),
+                ..Verdict::default()
+            };
+            loop {
+                let (passed, detail) = probe_once(ctx, container, probe, address, client).await;
+                let ready = verdict.record(passed, probe) == Some(true);
+                let reason = if ready {
+                    String::new()
+                } else {
+                    format!("readiness probe: {detail}")
+                };
+                let _ = readiness_tx.send((ready, reason));
+                ctx.timer
+                    .sleep(What::Probe, duration(&probe.period, DEFAULT_PERIOD))
+                    .await;
+            }
+        }
+        None => {
+            // No readiness probe: ready once it has run for the settle time (a restart
+            // starts a new life, and a new settle).
+            let settle = ctx.options.ready_settle;
+            let waited = life_start.elapsed();
+            if waited < settle {
+                let _ = readiness_tx.send((
+                    false,
+                    format!("running for less than {}s", settle.as_secs()),
+                ));
+                ctx.timer.sleep(What::Probe, settle - waited).await;
+            }
+            let _ = readiness_tx.send((true, String::new()));
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// A replica whose liveness failed: marked for replacement when its resource's liveness
+/// back-off lets it be replaced, its readiness says so, and its resource is requeued.
+async fn mark_for_replacement<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    container: &Container,
+    reason: &str,
+    address: &str,
+    published: &mut Option<(bool, String, String)>,
+) {
+    // Replacements of one resource's replicas back off (at once, then 10s, 20s,
+    // … 5m), so a version that turns unhealthy does not churn every period. The
+    // runner only marks the replica, due at that instant, and asks for a pass; the
+    // handler holding the key looks again when the mark falls due and replaces it
+    // then (one writer per key).
+    let label = key.to_string();
+    let now = tokio::time::Instant::now();
+    let due = match ctx.memory.liveness.try_start(&label, now) {
+        Ok(_) => now,
+        Err(wait) => {
+            // Counted as a replacement at the instant it becomes due.
+            let at = now + wait;
+            let _ = ctx.memory.liveness.try_start(&label, at);
+            at
+        }
+    };
+    let held = if due > now {
+        format!(
+            "{reason}; replaced in {} (liveness back-off)",
+            crate::reconcile::plan::gate::human(due - now)
+        )
+    } else {
+        format!("{reason}; to be replaced")
+    };
+    tracing::warn!(%key, container = %container.name, %reason, "liveness failed; asking for the replica's replacement");
+    publish(ctx, key, container, false, &held, address, published).await;
+    ctx.memory.liveness_failed.mark(&container.id, due);
+    // The pass asks for the wait until `due` itself (`LivenessFailures::wait`).
+    ctx.timer.requeue(key.clone());
 }
 
 /// Writes a replica's readiness when it changed, then wakes the router, and requeues its
