@@ -125,33 +125,7 @@ pub(crate) async fn run<R: Runtime>(
             }
             event = events.next() => match event {
                 Some(Ok(event)) => {
-                    if let Some(runner) = runners.get_mut(&event.id) {
-                        match event.action.as_str() {
-                            "start" => {
-                                runner.starts += 1;
-                                runner.life.send_replace(Life::Running { starts: runner.starts });
-                            }
-                            "die" | "stop" | "kill" | "oom" => {
-                                runner.life.send_replace(Life::Stopped);
-                            }
-                            "destroy" => {
-                                if let Some(runner) = runners.remove(&event.id) {
-                                    runner.cancel.cancel();
-                                }
-                            }
-                            _ => {}
-                        }
-                    } else if event.action == "start" {
-                        // A new replica: its runner starts now, from what the event says; an
-                        // event without a name is looked up in a list at once instead.
-                        match started_replica(&event) {
-                            Some((key, container)) => start_runner(
-                                &ctx, &tracker, &shutdown, &client, &mut runners, key, container,
-                            ),
-                            None if event.name.is_empty() => list_now = true,
-                            None => {}
-                        }
-                    }
+                    list_now |= follow_event(&ctx, &tracker, &shutdown, &client, &mut runners, &event);
                 }
                 Some(Err(error)) => {
                     tracing::debug!(%error, "container events interrupted; resubscribing");
@@ -171,6 +145,49 @@ pub(crate) async fn run<R: Runtime>(
     for runner in runners.into_values() {
         runner.cancel.cancel();
     }
+}
+
+/// Keeps the runners in step with one container event: a start (re)starts a life or a new
+/// replica's runner, a stop ends the life, a destroy the runner. True when the event names no
+/// container and a list must tell what started.
+fn follow_event<R: Runtime>(
+    ctx: &Arc<Ctx<R>>,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+    client: &reqwest::Client,
+    runners: &mut HashMap<String, RunnerHandle>,
+    event: &crate::runtime::Event,
+) -> bool {
+    if let Some(runner) = runners.get_mut(&event.id) {
+        match event.action.as_str() {
+            "start" => {
+                runner.starts += 1;
+                runner.life.send_replace(Life::Running {
+                    starts: runner.starts,
+                });
+            }
+            "die" | "stop" | "kill" | "oom" => {
+                runner.life.send_replace(Life::Stopped);
+            }
+            "destroy" => {
+                if let Some(runner) = runners.remove(&event.id) {
+                    runner.cancel.cancel();
+                }
+            }
+            _ => {}
+        }
+    } else if event.action == "start" {
+        // A new replica: its runner starts now, from what the event says; an
+        // event without a name is looked up in a list at once instead.
+        match started_replica(event) {
+            Some((key, container)) => {
+                start_runner(ctx, tracker, shutdown, client, runners, key, container)
+            }
+            None if event.name.is_empty() => return true,
+            None => {}
+        }
+    }
+    false
 }
 
 /// Starts runners for new replicas, stops those of vanished containers, and drops the
