@@ -338,6 +338,34 @@ fn node_for(observed: &Observed, ordinal: usize) -> Option<String> {
     Some(node.id.clone())
 }
 
+/// Creates the service of pod `ordinal`, placed on its node.
+async fn create_pod<R: Runtime>(
+    ctx: &Ctx<R>,
+    work: &SwarmStatefulset<'_>,
+    ordinal: usize,
+    observed: &Observed,
+) -> Result<()> {
+    let key = work.key();
+    let node = node_for(observed, ordinal).ok_or_else(|| Error::Runtime {
+        key: key.clone(),
+        source: crate::runtime::Error::Unavailable {
+            message: "no ready, active swarm node to place the pod on".to_owned(),
+        },
+    })?;
+    let built = work.service(ctx, ordinal, &node)?;
+    let spec = with_configs(ctx, key, &built).await?;
+    let auth = super::registry_auth(ctx, key, &spec.task.image).await?;
+    ctx.runtime
+        .create_service(&spec, auth.as_ref())
+        .await
+        .map_err(|source| Error::Runtime {
+            key: key.clone(),
+            source,
+        })?;
+    tracing::info!(%key, service = %spec.name, ordinal, node, "pod service created");
+    Ok(())
+}
+
 async fn execute<R: Runtime>(
     ctx: &Ctx<R>,
     work: &SwarmStatefulset<'_>,
@@ -365,20 +393,7 @@ async fn execute<R: Runtime>(
                     // Its task is starting (or pending on its node): Swarm's to bring up.
                     continue;
                 }
-                let node = node_for(observed, *ordinal).ok_or_else(|| Error::Runtime {
-                    key: key.clone(),
-                    source: crate::runtime::Error::Unavailable {
-                        message: "no ready, active swarm node to place the pod on".to_owned(),
-                    },
-                })?;
-                let built = work.service(ctx, *ordinal, &node)?;
-                let spec = with_configs(ctx, key, &built).await?;
-                let auth = super::registry_auth(ctx, key, &spec.task.image).await?;
-                ctx.runtime
-                    .create_service(&spec, auth.as_ref())
-                    .await
-                    .map_err(runtime_error)?;
-                tracing::info!(%key, service = %spec.name, ordinal, node, "pod service created");
+                create_pod(ctx, work, *ordinal, observed).await?;
             }
             // Swarm restarts a stopped task itself.
             StatefulStep::Start { .. } => {}
