@@ -372,8 +372,7 @@ pub(super) fn check(args: &RunArgs) -> anyhow::Result<()> {
         return Err(crate::http::Error::InsecureListen { address: listen }.into());
     }
     if args.runtime == crate::reconcile::Engine::Swarm && !args.no_ingress {
-        crate::reconcile::router::check_swarm_listen(&args.ingress_http, &args.ingress_https)
-            .map_err(anyhow::Error::msg)?;
+        crate::reconcile::router::check_swarm_listen(&args.ingress_http, &args.ingress_https)?;
     }
     Ok(())
 }

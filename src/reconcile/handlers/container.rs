@@ -69,7 +69,21 @@ pub(crate) struct Launch {
 
 /// Why a spec cannot become a container (the manifest stage checks all of these; a stored
 /// spec from an older agent could still hold one).
-pub(crate) type BuildError = String;
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("docker_options: {0}")]
+    DockerOptions(#[from] crate::model::DockerOptionsError),
+    #[error("port {0:?} is not `[ip:][host_port:]container_port[/proto]`")]
+    Port(String),
+    #[error("ulimit {name}={value:?} is not soft:hard")]
+    Ulimit { name: String, value: String },
+    #[error("cpu limit {0:?} is not a CPU amount")]
+    Cpu(String),
+    #[error("memory limit {0:?} is not a size")]
+    Memory(String),
+    #[error("probes: {0}")]
+    Probes(serde_json::Error),
+}
 
 /// Builds the create request of one container.
 pub(crate) fn build(
@@ -82,16 +96,13 @@ pub(crate) fn build(
     launch: &Launch,
 ) -> Result<ContainerSpec, BuildError> {
     let resolve = |text: &str| resolve_asset_refs(text, assets_root);
-    let options = DockerOptions::parse(&container.docker_options)
-        .map_err(|problem| format!("docker_options: {problem}"))?;
+    let options = DockerOptions::parse(&container.docker_options)?;
     let bridge = container.network_mode.is_empty();
     let mut ports = Vec::new();
     if bridge {
         for port in &launch.ports {
             let normalized = resolve(&normalize_port(port));
-            ports.extend(parse_ports(&normalized).ok_or_else(|| {
-                format!("port {port:?} is not `[ip:][host_port:]container_port[/proto]`")
-            })?);
+            ports.extend(parse_ports(&normalized).ok_or_else(|| BuildError::Port(port.clone()))?);
         }
     }
     let ulimits = ulimits_of(container, launch)?;
@@ -161,8 +172,10 @@ fn ulimits_of(
         .map(|(name, soft, hard)| (name.clone(), (*soft, *hard)))
         .collect();
     for (name, value) in &container.ulimits {
-        let limits = parse_ulimit(value)
-            .ok_or_else(|| format!("ulimit {name}={value:?} is not soft:hard"))?;
+        let limits = parse_ulimit(value).ok_or_else(|| BuildError::Ulimit {
+            name: name.clone(),
+            value: value.clone(),
+        })?;
         ulimits.insert(name.clone(), limits);
     }
     Ok(ulimits
@@ -181,18 +194,16 @@ fn limits_of(container: &Container) -> Result<(Option<i64>, Option<i64>), BuildE
         .map(|limits| limits.cpu.as_str())
         .filter(|cpu| !cpu.is_empty())
     {
-        Some(cpu) => {
-            Some(parse_cpus(cpu).ok_or_else(|| format!("cpu limit {cpu:?} is not a CPU amount"))?)
-        }
+        Some(cpu) => Some(parse_cpus(cpu).ok_or_else(|| BuildError::Cpu(cpu.to_owned()))?),
         None => None,
     };
     let memory = match limits
         .map(|limits| limits.memory.as_str())
         .filter(|memory| !memory.is_empty())
     {
-        Some(memory) => Some(
-            parse_memory(memory).ok_or_else(|| format!("memory limit {memory:?} is not a size"))?,
-        ),
+        Some(memory) => {
+            Some(parse_memory(memory).ok_or_else(|| BuildError::Memory(memory.to_owned()))?)
+        }
         None => None,
     };
     Ok((nano_cpus, memory))
@@ -232,7 +243,7 @@ fn labels_of(
         container_labels.insert(labels::REPLICA_ORDINAL.to_owned(), ordinal.to_string());
     }
     if let Some(probes) = &launch.probes {
-        let json = serde_json::to_string(probes).map_err(|error| format!("probes: {error}"))?;
+        let json = serde_json::to_string(probes).map_err(BuildError::Probes)?;
         container_labels.insert(labels::PROBES.to_owned(), json);
     }
     Ok(container_labels)

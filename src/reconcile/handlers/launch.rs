@@ -249,10 +249,10 @@ pub(crate) fn build_spec<R: Runtime>(
         container,
         launch,
     )
-    .map_err(|message| Error::Permanent {
+    .map_err(|error| Error::Permanent {
         key: key.clone(),
         reason: FailureReason::Spec,
-        message,
+        message: error.to_string(),
     })?;
     if !spec.networks.is_empty() {
         spec.networks = networks_of(ctx, key, container);

@@ -290,19 +290,41 @@ fn causes(error: reqwest::Error) -> String {
 
 /// The body of one target: its `body` object, its `file` template (an asset), or voodu's
 /// default payload; `{{token}}`s filled in.
-fn body(reach: &Reach, outcome: &Outcome, target: &WebhookTarget) -> Result<String, String> {
+fn body(reach: &Reach, outcome: &Outcome, target: &WebhookTarget) -> Result<String, TemplateError> {
     if let Some(template) = &target.body {
         return Ok(outcome.fill(template).to_string());
     }
     if !target.file.is_empty() {
         let path = template_path(reach, &outcome.key, &target.file)?;
-        let shown = path.display();
-        let bytes = read_bounded(&path).map_err(|error| format!("reading {shown}: {error}"))?;
+        let bytes = read_bounded(&path).map_err(|error| TemplateError::Read {
+            path: path.clone(),
+            error,
+        })?;
         let template: Value = serde_json::from_slice(&bytes)
-            .map_err(|error| format!("{shown} is not JSON: {error}"))?;
+            .map_err(|error| TemplateError::NotJson { path, error })?;
         return Ok(outcome.fill(&template).to_string());
     }
     Ok(outcome.payload())
+}
+
+/// Why a `file` template cannot be used (the default payload is sent instead).
+#[derive(Debug, thiserror::Error)]
+enum TemplateError {
+    #[error("file {0:?} is not one asset reference")]
+    NotOneReference(String),
+    /// The asset belongs to a scope of another source (`model::scopes::foreign` says whose).
+    #[error("{0}")]
+    Foreign(String),
+    #[error("reading {}: {error}", path.display())]
+    Read {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("{} is not JSON: {error}", path.display())]
+    NotJson {
+        path: PathBuf,
+        error: serde_json::Error,
+    },
 }
 
 /// The largest `file` template read.
@@ -310,27 +332,28 @@ const MAX_TEMPLATE_BYTES: u64 = 1024 * 1024;
 
 /// The asset file `file` names for a resource `key`: exactly one `${asset.<scope>.<name>.<key>}`
 /// or `${asset.<name>.<key>}` in voodu's grammar, of a scope `key`'s source owns.
-fn template_path(reach: &Reach, key: &ResourceKey, file: &str) -> Result<PathBuf, String> {
+fn template_path(reach: &Reach, key: &ResourceKey, file: &str) -> Result<PathBuf, TemplateError> {
+    let not_one = || TemplateError::NotOneReference(file.to_owned());
     let inner = file
         .strip_prefix("${asset.")
         .and_then(|rest| rest.strip_suffix('}'))
         .filter(|inner| !inner.contains(['{', '}']))
-        .ok_or_else(|| format!("file {file:?} is not one asset reference"))?;
+        .ok_or_else(not_one)?;
     let segments: Vec<&str> = inner.split('.').collect();
     if !segments.iter().all(|segment| is_ref_segment(segment)) {
-        return Err(format!("file {file:?} is not one asset reference"));
+        return Err(not_one());
     }
     let (scope, name, asset_key) = match segments.as_slice() {
         [scope, name, asset_key] => (*scope, *name, *asset_key),
         [name, asset_key] => ("", *name, *asset_key),
-        _ => return Err(format!("file {file:?} is not one asset reference")),
+        _ => return Err(not_one()),
     };
     if !reach.ownership.same_owner(scope, &key.scope) {
-        return Err(crate::model::scopes::foreign(
+        return Err(TemplateError::Foreign(crate::model::scopes::foreign(
             &format!("asset {file}"),
             reach.ownership.owner_of(&key.scope).unwrap_or_default(),
             reach.ownership.owner_of(scope),
-        ));
+        )));
     }
     Ok(asset_dir(&reach.assets_root, scope, name).join(asset_key))
 }
@@ -533,7 +556,8 @@ mod tests {
     }
 
     #[test]
-    fn a_file_template_is_one_reference_of_the_resources_own_source() -> Result<(), String> {
+    fn a_file_template_is_one_reference_of_the_resources_own_source()
+    -> Result<(), Box<dyn std::error::Error>> {
         use crate::model::scopes::ScopePattern;
         let ownership = Ownership::new(vec![
             ("shop".to_owned(), vec![ScopePattern::parse("shop")?]),

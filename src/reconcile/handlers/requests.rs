@@ -12,7 +12,7 @@ use crate::manifest::spec::{Container, Spec};
 use crate::manifest::{Diagnostic, Manifest, Resource};
 use crate::model::policy::OwnedPaths;
 use crate::model::scopes::Ownership;
-use crate::reconcile::handlers::container::{Identity, Launch, build, on_own_network};
+use crate::reconcile::handlers::container::{BuildError, Identity, Launch, build, on_own_network};
 use crate::runtime::{ContainerSpec, Gate};
 
 /// Every container request of `resource` as far as the host policy is concerned: its main
@@ -23,7 +23,7 @@ pub fn container_requests(
     resource: &Resource,
     assets_root: &Path,
     ownership: &Ownership,
-) -> Vec<Result<ContainerSpec, String>> {
+) -> Vec<Result<ContainerSpec, BuildError>> {
     let Some(container) = resource.spec.container() else {
         return Vec::new();
     };

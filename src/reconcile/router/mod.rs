@@ -24,6 +24,8 @@ pub(crate) mod proxy;
 pub(crate) mod routes;
 mod service;
 
+pub use service::SwarmListenError;
+
 use std::collections::{BTreeMap, BTreeSet, hash_map::DefaultHasher};
 use std::hash::{Hash as _, Hasher as _};
 use std::net::SocketAddr;
@@ -48,7 +50,7 @@ use routes::{Backend, IngressView, RouteTable};
 pub(crate) fn check_swarm_listen(
     http: &SocketAddr,
     https: &SocketAddr,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), SwarmListenError> {
     service::host_port("--ingress-http", http)?;
     service::host_port("--ingress-https", https)?;
     Ok(())

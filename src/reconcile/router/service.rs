@@ -75,18 +75,37 @@ fn owned(agent_id: &str) -> BTreeMap<String, String> {
     ])
 }
 
+/// A listen address of the proxy (`flag`) that Swarm cannot honour, and what to give instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SwarmListenError {
+    #[error(
+        "{flag} {address}: under Swarm the proxy publishes a fixed port on every node; give one (0.0.0.0:80, 0.0.0.0:443, …)"
+    )]
+    NoFixedPort {
+        flag: &'static str,
+        address: SocketAddr,
+    },
+    #[error(
+        "{flag} {address}: Swarm publishes a host-mode port on every interface of the node; give 0.0.0.0:{} (and firewall the port) instead of one address",
+        address.port()
+    )]
+    OneInterface {
+        flag: &'static str,
+        address: SocketAddr,
+    },
+}
+
 /// The port a listen address publishes on every node, or why it cannot be honoured.
-pub(super) fn host_port(flag: &str, address: &SocketAddr) -> std::result::Result<u16, String> {
+pub(super) fn host_port(
+    flag: &'static str,
+    address: &SocketAddr,
+) -> std::result::Result<u16, SwarmListenError> {
+    let address = *address;
     if address.port() == 0 {
-        return Err(format!(
-            "{flag} {address}: under Swarm the proxy publishes a fixed port on every node; give one (0.0.0.0:80, 0.0.0.0:443, …)"
-        ));
+        return Err(SwarmListenError::NoFixedPort { flag, address });
     }
     if !address.ip().is_unspecified() {
-        return Err(format!(
-            "{flag} {address}: Swarm publishes a host-mode port on every interface of the node; give 0.0.0.0:{} (and firewall the port) instead of one address",
-            address.port()
-        ));
+        return Err(SwarmListenError::OneInterface { flag, address });
     }
     Ok(address.port())
 }
@@ -97,7 +116,7 @@ pub(crate) fn proxy_service(
     options: &IngressOptions,
     agent_id: &str,
     config: (&str, &str),
-) -> std::result::Result<ServiceSpec, String> {
+) -> std::result::Result<ServiceSpec, SwarmListenError> {
     let http = host_port("--ingress-http", &options.http)?;
     let https = host_port("--ingress-https", &options.https)?;
     let name = container_name(agent_id);
@@ -219,7 +238,7 @@ impl ServiceProxy {
         let mut spec = proxy_service(&self.options, agent_id, (&config_id, &config_name)).map_err(
             |message| PassError::Proxy {
                 name: name.clone(),
-                message,
+                message: message.to_string(),
             },
         )?;
         let digest = spec.digest(&[SERVICE_DIGEST]);
@@ -518,14 +537,18 @@ mod tests {
     fn listen_addresses_swarm_cannot_honour_are_refused_with_what_to_give() {
         let mut loopback = options();
         loopback.http = "127.0.0.1:8080".parse().expect("address");
-        let refused = proxy_service(&loopback, "a1b2", ("c", "n")).expect_err("one interface");
+        let refused = proxy_service(&loopback, "a1b2", ("c", "n"))
+            .expect_err("one interface")
+            .to_string();
         assert!(
             refused.contains("--ingress-http 127.0.0.1:8080") && refused.contains("0.0.0.0:8080"),
             "{refused}"
         );
         let mut any = options();
         any.https = "0.0.0.0:0".parse().expect("address");
-        let refused = proxy_service(&any, "a1b2", ("c", "n")).expect_err("port 0");
+        let refused = proxy_service(&any, "a1b2", ("c", "n"))
+            .expect_err("port 0")
+            .to_string();
         assert!(refused.contains("--ingress-https 0.0.0.0:0"), "{refused}");
     }
 

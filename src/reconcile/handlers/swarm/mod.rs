@@ -235,10 +235,10 @@ pub(super) fn build_service<R: Runtime>(
         container,
         launch,
     )
-    .map_err(|message| Error::Permanent {
+    .map_err(|error| Error::Permanent {
         key: key.clone(),
         reason: FailureReason::Spec,
-        message,
+        message: error.to_string(),
     })?;
     // Values that change from pass to pass belong on the service, never in the template.
     task.labels.remove(labels::CREATED_AT);
