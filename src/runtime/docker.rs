@@ -29,8 +29,8 @@ use bollard::query_parameters::{
 use futures_util::StreamExt as _;
 
 use super::{
-    Container, ContainerSpec, ContainerState, Error, ExecOutcome, ImageInfo, Inspection,
-    PublishedPort, RegistryAuth, Result, Runtime, Volume,
+    Container, ContainerSpec, ContainerState, Containers, Error, ExecOutcome, ImageInfo,
+    Inspection, PublishedPort, RegistryAuth, Result, Volume,
 };
 
 /// Seconds a container gets between SIGTERM and SIGKILL when the agent removes it.
@@ -431,7 +431,7 @@ fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
 /// Ids per `list_by_id` request.
 const LIST_BY_ID_CHUNK: usize = 100;
 
-impl Runtime for DockerRuntime {
+impl Containers for DockerRuntime {
     async fn list(&self, filter: &[(&str, &str)]) -> Result<Vec<Container>> {
         let labels: Vec<String> = filter
             .iter()
@@ -914,69 +914,6 @@ impl Runtime for DockerRuntime {
             return Ok(0.0);
         }
         Ok(container_delta / system_delta * f64::from(cpus.max(1)) * 100.0)
-    }
-
-    async fn swarm_node(&self) -> Result<Option<super::SwarmNode>> {
-        self.swarm_node_impl().await
-    }
-
-    async fn list_nodes(&self) -> Result<Vec<super::Node>> {
-        self.list_nodes_impl().await
-    }
-
-    async fn ensure_overlay(&self, name: &str) -> Result<()> {
-        self.ensure_overlay_impl(name).await
-    }
-
-    async fn list_services(&self, filter: &[(&str, &str)]) -> Result<Vec<super::Service>> {
-        self.list_services_impl(filter).await
-    }
-
-    async fn create_service(
-        &self,
-        spec: &super::ServiceSpec,
-        auth: Option<&RegistryAuth>,
-    ) -> Result<String> {
-        self.create_service_impl(spec, auth).await
-    }
-
-    async fn update_service(
-        &self,
-        id: &str,
-        version: u64,
-        spec: &super::ServiceSpec,
-        auth: Option<&RegistryAuth>,
-    ) -> Result<()> {
-        self.update_service_impl(id, version, spec, auth).await
-    }
-
-    async fn remove_service(&self, id: &str) -> Result<()> {
-        self.remove_service_impl(id).await
-    }
-
-    async fn list_tasks(&self, service_id: &str) -> Result<Vec<super::Task>> {
-        self.list_tasks_impl(service_id).await
-    }
-
-    async fn task_logs(&self, task_id: &str, tail: usize) -> Result<String> {
-        self.task_logs_impl(task_id, tail).await
-    }
-
-    async fn create_config(
-        &self,
-        name: &str,
-        labels: &BTreeMap<String, String>,
-        data: &[u8],
-    ) -> Result<String> {
-        self.create_config_impl(name, labels, data).await
-    }
-
-    async fn list_configs(&self, filter: &[(&str, &str)]) -> Result<Vec<super::SwarmConfig>> {
-        self.list_configs_impl(filter).await
-    }
-
-    async fn remove_config(&self, id: &str) -> Result<()> {
-        self.remove_config_impl(id).await
     }
 }
 

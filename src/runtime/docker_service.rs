@@ -33,7 +33,7 @@ use super::service::{
     Node, NodeState, Service, ServiceMode, ServiceSpec, SwarmConfig, SwarmNode, Task, TaskState,
     UpdateOrder, UpdateState, UpdateStatus,
 };
-use super::{DockerRuntime, Error, RegistryAuth, Result};
+use super::{DockerRuntime, Error, RegistryAuth, Result, Swarm};
 
 fn nanos(duration: std::time::Duration) -> i64 {
     i64::try_from(duration.as_nanos()).unwrap_or(i64::MAX)
@@ -410,8 +410,8 @@ fn base64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-impl DockerRuntime {
-    pub(super) async fn swarm_node_impl(&self) -> Result<Option<SwarmNode>> {
+impl Swarm for DockerRuntime {
+    async fn swarm_node(&self) -> Result<Option<SwarmNode>> {
         let info = self.docker.info().await.map_err(classify)?;
         let Some(swarm) = info.swarm else {
             return Ok(None);
@@ -428,7 +428,7 @@ impl DockerRuntime {
         }))
     }
 
-    pub(super) async fn list_nodes_impl(&self) -> Result<Vec<Node>> {
+    async fn list_nodes(&self) -> Result<Vec<Node>> {
         let nodes = self
             .docker
             .list_nodes(None::<ListNodesOptions>)
@@ -462,7 +462,7 @@ impl DockerRuntime {
             .collect())
     }
 
-    pub(super) async fn ensure_overlay_impl(&self, name: &str) -> Result<()> {
+    async fn ensure_overlay(&self, name: &str) -> Result<()> {
         let _serial = self.network_lock.lock().await;
         if !self.network_ids(name).await?.is_empty() {
             return Ok(());
@@ -484,7 +484,7 @@ impl DockerRuntime {
         }
     }
 
-    pub(super) async fn list_services_impl(&self, filter: &[(&str, &str)]) -> Result<Vec<Service>> {
+    async fn list_services(&self, filter: &[(&str, &str)]) -> Result<Vec<Service>> {
         let filters = label_filters(filter);
         let options = ListServicesOptionsBuilder::default()
             .filters(&filters)
@@ -497,7 +497,7 @@ impl DockerRuntime {
         Ok(services.into_iter().map(service_of).collect())
     }
 
-    pub(super) async fn create_service_impl(
+    async fn create_service(
         &self,
         spec: &ServiceSpec,
         auth: Option<&RegistryAuth>,
@@ -517,7 +517,7 @@ impl DockerRuntime {
         Ok(created.id.unwrap_or_default())
     }
 
-    pub(super) async fn update_service_impl(
+    async fn update_service(
         &self,
         id: &str,
         version: u64,
@@ -545,14 +545,14 @@ impl DockerRuntime {
         Ok(())
     }
 
-    pub(super) async fn remove_service_impl(&self, id: &str) -> Result<()> {
+    async fn remove_service(&self, id: &str) -> Result<()> {
         match self.docker.delete_service(id).await.map_err(classify) {
             Ok(()) | Err(Error::NotFound { .. }) => Ok(()),
             Err(other) => Err(other),
         }
     }
 
-    pub(super) async fn list_tasks_impl(&self, service_id: &str) -> Result<Vec<Task>> {
+    async fn list_tasks(&self, service_id: &str) -> Result<Vec<Task>> {
         let filters = HashMap::from([("service".to_owned(), vec![service_id.to_owned()])]);
         let options = ListTasksOptionsBuilder::default().filters(&filters).build();
         let tasks = self
@@ -568,7 +568,7 @@ impl DockerRuntime {
             .collect())
     }
 
-    pub(super) async fn task_logs_impl(&self, task_id: &str, tail: usize) -> Result<String> {
+    async fn task_logs(&self, task_id: &str, tail: usize) -> Result<String> {
         let options = LogsOptionsBuilder::default()
             .stdout(true)
             .stderr(true)
@@ -584,7 +584,7 @@ impl DockerRuntime {
         Ok(text)
     }
 
-    pub(super) async fn create_config_impl(
+    async fn create_config(
         &self,
         name: &str,
         labels: &BTreeMap<String, String>,
@@ -616,10 +616,7 @@ impl DockerRuntime {
         Ok(created.id)
     }
 
-    pub(super) async fn list_configs_impl(
-        &self,
-        filter: &[(&str, &str)],
-    ) -> Result<Vec<SwarmConfig>> {
+    async fn list_configs(&self, filter: &[(&str, &str)]) -> Result<Vec<SwarmConfig>> {
         let filters = label_filters(filter);
         let options = ListConfigsOptionsBuilder::default()
             .filters(&filters)
@@ -642,7 +639,7 @@ impl DockerRuntime {
             .collect())
     }
 
-    pub(super) async fn remove_config_impl(&self, id: &str) -> Result<()> {
+    async fn remove_config(&self, id: &str) -> Result<()> {
         match self.docker.delete_config(id).await.map_err(classify) {
             Ok(()) | Err(Error::NotFound { .. }) => Ok(()),
             Err(other) => Err(other),

@@ -19,8 +19,8 @@ use std::sync::Mutex;
 use tokio::sync::{Notify, broadcast};
 
 use super::{
-    Container, ContainerSpec, ContainerState, Error, ExecOutcome, ImageInfo, Inspection,
-    PublishedPort, RegistryAuth, Result, Runtime, Volume,
+    Container, ContainerSpec, ContainerState, Containers, Error, ExecOutcome, ImageInfo,
+    Inspection, PublishedPort, RegistryAuth, Result, Volume,
 };
 
 /// An in-memory engine.
@@ -155,6 +155,11 @@ pub(super) fn interpret(command: Option<&[String]>) -> Run {
 impl FakeRuntime {
     pub fn new() -> FakeRuntime {
         FakeRuntime::default()
+    }
+
+    /// Adds a network by that name (an overlay, `fake_service`).
+    pub(super) fn add_network(&self, name: &str) {
+        self.lock().networks.insert(name.to_owned());
     }
 
     /// A fake that knows only these images: creating from any other fails as on an engine
@@ -391,7 +396,7 @@ impl FakeRuntime {
     }
 }
 
-impl Runtime for FakeRuntime {
+impl Containers for FakeRuntime {
     async fn list(&self, filter: &[(&str, &str)]) -> Result<Vec<Container>> {
         // The filter in the call log (`list voodu.scope=s,voodu.name=n`), so a count of calls
         // can tell which resource a list was for.
@@ -874,71 +879,6 @@ impl Runtime for FakeRuntime {
         } else {
             0.0
         })
-    }
-
-    async fn swarm_node(&self) -> Result<Option<super::SwarmNode>> {
-        self.swarm_node_impl().await
-    }
-
-    async fn list_nodes(&self) -> Result<Vec<super::Node>> {
-        self.list_nodes_impl().await
-    }
-
-    async fn ensure_overlay(&self, name: &str) -> Result<()> {
-        self.enter("ensure_overlay", name)?;
-        self.lock().networks.insert(name.to_owned());
-        Ok(())
-    }
-
-    async fn list_services(&self, filter: &[(&str, &str)]) -> Result<Vec<super::Service>> {
-        self.list_services_impl(filter).await
-    }
-
-    async fn create_service(
-        &self,
-        spec: &super::ServiceSpec,
-        auth: Option<&RegistryAuth>,
-    ) -> Result<String> {
-        self.create_service_impl(spec, auth).await
-    }
-
-    async fn update_service(
-        &self,
-        id: &str,
-        version: u64,
-        spec: &super::ServiceSpec,
-        auth: Option<&RegistryAuth>,
-    ) -> Result<()> {
-        self.update_service_impl(id, version, spec, auth).await
-    }
-
-    async fn remove_service(&self, id: &str) -> Result<()> {
-        self.remove_service_impl(id).await
-    }
-
-    async fn list_tasks(&self, service_id: &str) -> Result<Vec<super::Task>> {
-        self.list_tasks_impl(service_id).await
-    }
-
-    async fn task_logs(&self, task_id: &str, tail: usize) -> Result<String> {
-        self.task_logs_impl(task_id, tail).await
-    }
-
-    async fn create_config(
-        &self,
-        name: &str,
-        labels: &BTreeMap<String, String>,
-        data: &[u8],
-    ) -> Result<String> {
-        self.create_config_impl(name, labels, data).await
-    }
-
-    async fn list_configs(&self, filter: &[(&str, &str)]) -> Result<Vec<super::SwarmConfig>> {
-        self.list_configs_impl(filter).await
-    }
-
-    async fn remove_config(&self, id: &str) -> Result<()> {
-        self.remove_config_impl(id).await
     }
 }
 

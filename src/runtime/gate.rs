@@ -29,9 +29,9 @@ use std::time::Duration;
 
 use super::service::OVERLAY_SUFFIX;
 use super::{
-    Container, ContainerSpec, Error, Events, ExecOutcome, ImageInfo, Inspection, Node,
-    RegistryAuth, Result, Runtime, Service, ServiceSpec, SwarmConfig, SwarmNode, Task, Volume,
-    labels,
+    Container, ContainerSpec, Containers, Error, Events, ExecOutcome, ImageInfo, Inspection, Node,
+    RegistryAuth, Result, Runtime, Service, ServiceSpec, Swarm, SwarmConfig, SwarmNode, Task,
+    Volume, labels,
 };
 use crate::model::Policy;
 use crate::model::image_policy::{repository_of, split_digest};
@@ -385,7 +385,7 @@ fn refuse(refusals: Vec<String>) -> Result<()> {
     }
 }
 
-impl<R: Runtime> Runtime for Sealed<R> {
+impl<R: Runtime> Containers for Sealed<R> {
     async fn list(&self, filter: &[(&str, &str)]) -> Result<Vec<Container>> {
         self.inner.list(filter).await
     }
@@ -493,7 +493,9 @@ impl<R: Runtime> Runtime for Sealed<R> {
     async fn cpu_percent(&self, id: &str) -> Result<f64> {
         self.inner.cpu_percent(id).await
     }
+}
 
+impl<R: Runtime> Swarm for Sealed<R> {
     async fn swarm_node(&self) -> Result<Option<SwarmNode>> {
         self.inner.swarm_node().await
     }

@@ -32,9 +32,9 @@ use futures_util::StreamExt as _;
 use tokio::sync::broadcast;
 
 use super::{
-    Container, ContainerSpec, Error, Event, Events, ExecOutcome, ImageInfo, Inspection, Node,
-    RegistryAuth, Result, Runtime, Service, ServiceSpec, SwarmConfig, SwarmNode, Task, Volume,
-    labels,
+    Container, ContainerSpec, Containers, Error, Event, Events, ExecOutcome, ImageInfo, Inspection,
+    Node, RegistryAuth, Result, Runtime, Service, ServiceSpec, Swarm, SwarmConfig, SwarmNode, Task,
+    Volume, labels,
 };
 
 /// Events a slow subscriber may fall behind by before it is told it missed some (and
@@ -354,7 +354,7 @@ async fn pump(mut events: Events, shared: Arc<Shared>, generation: u64) {
     let _ = shared.heard.send(None);
 }
 
-impl<R: Runtime> Runtime for Informer<R> {
+impl<R: Runtime> Containers for Informer<R> {
     async fn list(&self, filter: &[(&str, &str)]) -> Result<Vec<Container>> {
         if !self.within_scope(filter) {
             return self.inner.list(filter).await;
@@ -470,7 +470,9 @@ impl<R: Runtime> Runtime for Informer<R> {
     async fn cpu_percent(&self, id: &str) -> Result<f64> {
         self.inner.cpu_percent(id).await
     }
+}
 
+impl<R: Runtime> Swarm for Informer<R> {
     async fn swarm_node(&self) -> Result<Option<SwarmNode>> {
         self.inner.swarm_node().await
     }

@@ -230,8 +230,22 @@ impl Error {
 /// The runtime's result type.
 pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The verbs handlers use. Futures are `Send` so handlers can run on any worker.
-pub trait Runtime: Send + Sync + 'static {
+/// The verbs handlers use: the engine's containers, volumes and images (`Containers`) and,
+/// for `--runtime swarm`, its services (`Swarm`). Code that drives an engine takes
+/// `R: Runtime`; an implementation implements both halves and gets `Runtime` from the
+/// blanket impl below.
+///
+/// The verbs return `impl Future<Output = …> + Send` (written as `async fn` in the
+/// implementations), so handlers can run on any worker. That makes the traits not
+/// dyn-compatible: nothing holds a `dyn Runtime`, every user is generic over `R: Runtime`
+/// (one runtime per agent, chosen at start), and no verb pays for a boxed future. A
+/// `dyn` runtime would need the verbs rewritten to return `BoxFuture`s.
+pub trait Runtime: Containers + Swarm {}
+
+impl<T: Containers + Swarm + ?Sized> Runtime for T {}
+
+/// The container verbs: containers, networks, volumes, images and container events.
+pub trait Containers: Send + Sync + 'static {
     /// Containers (running or not) whose labels include every `(key, value)` in `filter`.
     fn list(&self, filter: &[(&str, &str)]) -> impl Future<Output = Result<Vec<Container>>> + Send;
     /// The containers (running or not) with these full ids, as `list` shows them; an id
@@ -292,9 +306,10 @@ pub trait Runtime: Send + Sync + 'static {
     /// The container's CPU use over a short sample, as `docker stats` shows it (100 = one
     /// core).
     fn cpu_percent(&self, id: &str) -> impl Future<Output = Result<f64>> + Send;
+}
 
-    // Docker Swarm (`service`): the units of `--runtime swarm`.
-
+/// The Docker Swarm verbs (`service`): the units of `--runtime swarm`.
+pub trait Swarm: Send + Sync + 'static {
     /// This engine's place in a swarm; `None` when it is in none.
     fn swarm_node(&self) -> impl Future<Output = Result<Option<SwarmNode>>> + Send;
     /// The swarm's nodes (a manager only).

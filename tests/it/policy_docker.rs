@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use voodu_agent::model::policy::OwnedPaths;
-use voodu_agent::runtime::{ContainerSpec, DockerRuntime, Error, Gate, Runtime, Sealed, labels};
+use voodu_agent::runtime::{ContainerSpec, Containers, DockerRuntime, Error, Gate, Sealed, labels};
 
 use crate::e2e_docker::{Env, Events};
 use crate::support::{DockerGuard, TestResult, test_image, unique, wait_until};

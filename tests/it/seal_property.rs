@@ -21,7 +21,7 @@ use voodu_agent::model::policy::{ASSETS_DIR, OwnedPaths};
 use voodu_agent::model::scopes::{Ownership, ScopePattern, Seal};
 use voodu_agent::model::{CommitSha, Policy, Snapshot, SourceFile};
 use voodu_agent::reconcile::requests::container_requests;
-use voodu_agent::runtime::{ContainerSpec, Error, FakeRuntime, Gate, Runtime, Sealed};
+use voodu_agent::runtime::{ContainerSpec, Containers, Error, FakeRuntime, Gate, Sealed};
 use voodu_agent::store::Store;
 
 use crate::support::TestResult;
