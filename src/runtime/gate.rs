@@ -25,13 +25,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
+use super::forward::forward;
 use super::service::OVERLAY_SUFFIX;
 use super::{
-    Container, ContainerSpec, Containers, Error, Events, ExecOutcome, ImageInfo, Inspection, Node,
-    RegistryAuth, Result, Runtime, Service, ServiceSpec, Swarm, SwarmConfig, SwarmNode, Task,
-    Volume, labels,
+    ContainerSpec, Containers, Error, RegistryAuth, Result, Runtime, ServiceSpec, Swarm, Volume,
+    labels,
 };
 use crate::model::Policy;
 use crate::model::image_policy::{repository_of, split_digest};
@@ -386,13 +385,10 @@ fn refuse(refusals: Vec<String>) -> Result<()> {
 }
 
 impl<R: Runtime> Containers for Sealed<R> {
-    async fn list(&self, filter: &[(&str, &str)]) -> Result<Vec<Container>> {
-        self.inner.list(filter).await
-    }
-
-    async fn list_by_id(&self, ids: &[String]) -> Result<Vec<Container>> {
-        self.inner.list_by_id(ids).await
-    }
+    forward!(
+        inner: list, list_by_id, start, remove, stop, inspect, wait, logs, exec,
+        list_volumes, remove_volume, image_present, image_info, pull, events, cpu_percent
+    );
 
     async fn create(&self, spec: &ContainerSpec) -> Result<String> {
         self.judge(spec, false).await?;
@@ -401,38 +397,10 @@ impl<R: Runtime> Containers for Sealed<R> {
         self.inner.create(spec).await
     }
 
-    async fn start(&self, id: &str) -> Result<()> {
-        self.inner.start(id).await
-    }
-
-    async fn remove(&self, id: &str) -> Result<()> {
-        self.inner.remove(id).await
-    }
-
-    async fn stop(&self, id: &str, grace: Duration) -> Result<()> {
-        self.inner.stop(id, grace).await
-    }
-
     async fn ensure_network(&self, name: &str) -> Result<()> {
         // A source's own network passes: who joins it is judged at each create.
         refuse(self.gate.network_refusal(name, false).into_iter().collect())?;
         self.inner.ensure_network(name).await
-    }
-
-    async fn inspect(&self, id: &str) -> Result<Inspection> {
-        self.inner.inspect(id).await
-    }
-
-    async fn wait(&self, id: &str) -> Result<i64> {
-        self.inner.wait(id).await
-    }
-
-    async fn logs(&self, id: &str, tail: usize) -> Result<String> {
-        self.inner.logs(id, tail).await
-    }
-
-    async fn exec(&self, id: &str, command: &[String]) -> Result<ExecOutcome> {
-        self.inner.exec(id, command).await
     }
 
     async fn ensure_volume(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<Volume> {
@@ -465,52 +433,17 @@ impl<R: Runtime> Containers for Sealed<R> {
         }
         Ok(volume)
     }
-
-    async fn list_volumes(&self, filter: &[(&str, &str)]) -> Result<Vec<Volume>> {
-        self.inner.list_volumes(filter).await
-    }
-
-    async fn remove_volume(&self, name: &str) -> Result<()> {
-        self.inner.remove_volume(name).await
-    }
-
-    async fn image_present(&self, image: &str) -> Result<bool> {
-        self.inner.image_present(image).await
-    }
-
-    async fn image_info(&self, image: &str) -> Result<Option<ImageInfo>> {
-        self.inner.image_info(image).await
-    }
-
-    async fn pull(&self, image: &str, auth: Option<&RegistryAuth>) -> Result<Option<String>> {
-        self.inner.pull(image, auth).await
-    }
-
-    fn events(&self, filter: &[(&str, &str)]) -> Events {
-        self.inner.events(filter)
-    }
-
-    async fn cpu_percent(&self, id: &str) -> Result<f64> {
-        self.inner.cpu_percent(id).await
-    }
 }
 
 impl<R: Runtime> Swarm for Sealed<R> {
-    async fn swarm_node(&self) -> Result<Option<SwarmNode>> {
-        self.inner.swarm_node().await
-    }
-
-    async fn list_nodes(&self) -> Result<Vec<Node>> {
-        self.inner.list_nodes().await
-    }
+    forward!(
+        inner: swarm_node, list_nodes, list_services, remove_service, list_tasks, task_logs,
+        create_config, list_configs, remove_config
+    );
 
     async fn ensure_overlay(&self, name: &str) -> Result<()> {
         refuse(self.gate.network_refusal(name, true).into_iter().collect())?;
         self.inner.ensure_overlay(name).await
-    }
-
-    async fn list_services(&self, filter: &[(&str, &str)]) -> Result<Vec<Service>> {
-        self.inner.list_services(filter).await
     }
 
     async fn create_service(
@@ -534,35 +467,6 @@ impl<R: Runtime> Swarm for Sealed<R> {
         self.signed(&spec.task.image).await?;
         self.inner.update_service(id, version, spec, auth).await
     }
-
-    async fn remove_service(&self, id: &str) -> Result<()> {
-        self.inner.remove_service(id).await
-    }
-
-    async fn list_tasks(&self, service_id: &str) -> Result<Vec<Task>> {
-        self.inner.list_tasks(service_id).await
-    }
-
-    async fn task_logs(&self, task_id: &str, tail: usize) -> Result<String> {
-        self.inner.task_logs(task_id, tail).await
-    }
-
-    async fn create_config(
-        &self,
-        name: &str,
-        labels: &BTreeMap<String, String>,
-        data: &[u8],
-    ) -> Result<String> {
-        self.inner.create_config(name, labels, data).await
-    }
-
-    async fn list_configs(&self, filter: &[(&str, &str)]) -> Result<Vec<SwarmConfig>> {
-        self.inner.list_configs(filter).await
-    }
-
-    async fn remove_config(&self, id: &str) -> Result<()> {
-        self.inner.remove_config(id).await
-    }
 }
 
 #[cfg(test)]
@@ -571,6 +475,7 @@ mod tests {
     use crate::model::scopes::Ownership;
     use crate::runtime::FakeRuntime;
     use crate::runtime::service::{ServiceMode, UpdateOrder, UpdatePolicy};
+    use std::time::Duration;
 
     type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
 

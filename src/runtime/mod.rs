@@ -14,6 +14,7 @@ mod docker_service;
 #[doc(hidden)]
 pub mod fake;
 mod fake_service;
+mod forward;
 pub(crate) mod gate;
 pub mod informer;
 pub mod labels;
