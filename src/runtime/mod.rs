@@ -2,7 +2,7 @@
 //! task, node and config verbs (`service`) — in the crate's own types, so no bollard type
 //! leaks past this module. `docker` drives a real engine, `fake` keeps containers in
 //! memory for fast tests; the contract suite (tests/it/contract.rs) runs the same checks on
-//! both. `gate` judges every request against the host policy; `informer` holds the agent's
+//! both. `guard` judges every request against the host policy; `informer` holds the agent's
 //! own containers in memory, kept current by their events, so a pass's list needs no engine
 //! walk of every container.
 //!
@@ -15,7 +15,7 @@ mod docker_service;
 pub mod fake;
 mod fake_service;
 mod forward;
-pub(crate) mod gate;
+pub(crate) mod guard;
 pub mod informer;
 pub mod labels;
 pub(crate) mod service;
@@ -27,7 +27,7 @@ use std::time::Duration;
 pub use crate::model::{DockerOptions, PortMapping, parse_ports};
 pub use docker::DockerRuntime;
 pub use fake::FakeRuntime;
-pub use gate::{Gate, Sealed};
+pub use guard::{Gate, Guarded};
 pub use informer::Informer;
 pub use service::{
     ConfigMount, HealthCheck, HostPort, Node, NodeState, Service, ServiceMode, ServiceSpec,
@@ -209,7 +209,7 @@ pub enum Error {
     /// spec: a device it cannot add, a user the image lacks…): permanent, with its message.
     #[error("the engine refused the request: {message}")]
     Invalid { message: String },
-    /// The host policy refuses the request (`gate`): it was never sent. Permanent.
+    /// The host policy refuses the request (`guard`): it was never sent. Permanent.
     #[error("{message}")]
     Refused { message: String },
     /// The engine could not be reached, or answered that it cannot serve right now.

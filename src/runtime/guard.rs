@@ -1,4 +1,4 @@
-//! The host policy at the sink: `Sealed` wraps the runtime the agent drives, and every request
+//! The host policy at the sink: `Guarded` wraps the runtime the agent drives, and every request
 //! that could give the host away is judged here, on the values the engine would receive, before
 //! it is sent: a container's create (bind sources folded as Docker folds them and their
 //! symlinks resolved on this host, networks, capabilities, `docker_options` with the log
@@ -7,18 +7,18 @@
 //! is refused unless adopted).
 //!
 //! The manifest stage judges the same values with the same rules (`model::policy`) for
-//! `path:line:col`; this gate is the guarantee: whatever path a value takes (interpolation,
+//! `path:line:col`; this guard is the guarantee: whatever path a value takes (interpolation,
 //! asset references, a stored spec of an older agent, a macro), a request that violates the
 //! policy never reaches the engine. A refusal is `Error::Refused`, permanent.
 //!
-//! With several sources (`--sources`), the gate also seals them from each other on the same
+//! With several sources (`--sources`), the guard also seals them from each other on the same
 //! final values (`model::scopes`): a container may bind only asset files of its own source's
 //! scopes (after `..` and symlinks), mount only named volumes its source holds (the store's
 //! claims; a volume the agent makes carries its scope in `voodu.scope`, one made before is
 //! mounted only where it was adopted), only claims (`voodu-<scope>-…`) of its own scopes, and
 //! join only its own source's network.
 //!
-//! Invariant: the agent only ever drives a `Sealed` runtime (`agent::run_until` wraps the one
+//! Invariant: the agent only ever drives a `Guarded` runtime (`agent::run_until` wraps the one
 //! it is given; the `Informer` over it passes every request on), so no handler can reach the
 //! engine around it.
 
@@ -102,7 +102,7 @@ impl Gate {
 
     /// What `seal`'s container may not point at among `spec`'s binds and networks, with bind
     /// sources resolved by `resolve` (see the module docs; named volumes are judged where
-    /// they are made, `Sealed::own_volumes`).
+    /// they are made, `Guarded::own_volumes`).
     fn sealed_refusals(
         &self,
         seal: &Seal,
@@ -228,14 +228,14 @@ impl Gate {
 }
 
 /// A runtime whose every request passes the gate first (see the module docs).
-pub struct Sealed<R> {
+pub struct Guarded<R> {
     inner: Arc<R>,
     gate: Arc<Gate>,
 }
 
-impl<R: Runtime> Sealed<R> {
-    pub fn new(inner: Arc<R>, gate: Gate) -> Sealed<R> {
-        Sealed {
+impl<R: Runtime> Guarded<R> {
+    pub fn new(inner: Arc<R>, gate: Gate) -> Guarded<R> {
+        Guarded {
             inner,
             gate: Arc::new(gate),
         }
@@ -384,7 +384,7 @@ fn refuse(refusals: Vec<String>) -> Result<()> {
     }
 }
 
-impl<R: Runtime> Containers for Sealed<R> {
+impl<R: Runtime> Containers for Guarded<R> {
     forward!(
         inner: list, list_by_id, start, remove, stop, inspect, wait, logs, exec,
         list_volumes, remove_volume, image_present, image_info, pull, events, cpu_percent
@@ -435,7 +435,7 @@ impl<R: Runtime> Containers for Sealed<R> {
     }
 }
 
-impl<R: Runtime> Swarm for Sealed<R> {
+impl<R: Runtime> Swarm for Guarded<R> {
     forward!(
         inner: swarm_node, list_nodes, list_services, remove_service, list_tasks, task_logs,
         create_config, list_configs, remove_config
@@ -481,7 +481,7 @@ mod tests {
 
     const DATA: &str = "/srv/voodu";
 
-    fn sealed(edit: impl FnOnce(&mut Policy)) -> (Arc<FakeRuntime>, Sealed<FakeRuntime>) {
+    fn guarded(edit: impl FnOnce(&mut Policy)) -> (Arc<FakeRuntime>, Guarded<FakeRuntime>) {
         let mut policy = Policy {
             data_dir: Some(DATA.to_owned()),
             ..Policy::default()
@@ -492,7 +492,7 @@ mod tests {
         let fake = Arc::new(FakeRuntime::new());
         (
             Arc::clone(&fake),
-            Sealed::new(fake, Gate::new(policy, owned)),
+            Guarded::new(fake, Gate::new(policy, owned)),
         )
     }
 
@@ -523,7 +523,7 @@ mod tests {
     #[tokio::test]
     async fn an_interpolated_walk_out_of_the_asset_directory_never_reaches_the_engine() -> TestResult
     {
-        let (fake, runtime) = sealed(|_| {});
+        let (fake, runtime) = guarded(|_| {});
         runtime.ensure_network("voodu0").await?;
         let walk = format!("{DATA}/assets/s/a/k/../../../../../../../../etc:/x");
         assert_eq!(
@@ -557,7 +557,7 @@ mod tests {
         std::os::unix::fs::symlink("/etc", root_path.join("etc-link"))?;
         std::os::unix::fs::symlink(root_path.join("missing"), root_path.join("dangling"))?;
         std::fs::create_dir(root_path.join("data"))?;
-        let (fake, runtime) = sealed(|policy| policy.allow_bind_root = vec![root_text.clone()]);
+        let (fake, runtime) = guarded(|policy| policy.allow_bind_root = vec![root_text.clone()]);
         runtime.ensure_network("voodu0").await?;
         assert_eq!(
             refused(
@@ -587,7 +587,7 @@ mod tests {
 
     #[tokio::test]
     async fn options_networks_and_capabilities_are_judged_on_the_request() -> TestResult {
-        let (fake, runtime) = sealed(|_| {});
+        let (fake, runtime) = guarded(|_| {});
         let mut logging = spec(&[]);
         logging.options = crate::model::DockerOptions::parse(&[
             "--log-driver=syslog".to_owned(),
@@ -628,7 +628,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_service_template_is_judged_with_its_overlays() -> TestResult {
-        let (fake, runtime) = sealed(|_| {});
+        let (fake, runtime) = guarded(|_| {});
         let mut task = spec(&[]);
         task.networks = vec!["voodu0-swarm".to_owned()];
         let mut service = ServiceSpec {
@@ -682,7 +682,7 @@ mod tests {
             labels::CREATED_BY.to_owned(),
             labels::CREATED_BY_VALUE.to_owned(),
         )]);
-        let (fake, runtime) = sealed(|_| {});
+        let (fake, runtime) = guarded(|_| {});
         // Made by hand (`docker volume create`), with foreign data in it.
         fake.ensure_volume(name, &BTreeMap::new()).await?;
         match runtime.ensure_volume(name, &ours).await {
@@ -697,14 +697,14 @@ mod tests {
         // A volume the agent makes, or made before, is its own.
         runtime.ensure_volume("voodu-shop-db-data-1", &ours).await?;
         runtime.ensure_volume("voodu-shop-db-data-1", &ours).await?;
-        let (fake, adopting) = sealed(|policy| policy.adopt_volume = vec![name.to_owned()]);
+        let (fake, adopting) = guarded(|policy| policy.adopt_volume = vec![name.to_owned()]);
         fake.ensure_volume(name, &BTreeMap::new()).await?;
         adopting.ensure_volume(name, &ours).await?;
         Ok(())
     }
 
     /// A gate sealing `shop` (scope `shop`) from `blog` (scope `blog`).
-    fn two_sources() -> std::result::Result<(Arc<FakeRuntime>, Sealed<FakeRuntime>), String> {
+    fn two_sources() -> std::result::Result<(Arc<FakeRuntime>, Guarded<FakeRuntime>), String> {
         use crate::model::scopes::ScopePattern;
         let ownership = Ownership::new(vec![
             ("shop".to_owned(), vec![ScopePattern::parse("shop")?]),
@@ -716,7 +716,7 @@ mod tests {
         };
         let fake = Arc::new(FakeRuntime::new());
         let gate = Gate::new(policy, OwnedPaths::for_data_dir(DATA)).sealing(Arc::new(ownership));
-        Ok((Arc::clone(&fake), Sealed::new(fake, gate)))
+        Ok((Arc::clone(&fake), Guarded::new(fake, gate)))
     }
 
     fn scoped(scope: &str, binds: &[&str], networks: &[&str]) -> ContainerSpec {
