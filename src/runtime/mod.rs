@@ -1,18 +1,22 @@
-//! Runtime: the container verbs the handlers need — and, for Docker Swarm, the service,
-//! task, node and config verbs (`service`) — in the crate's own types, so no bollard type
-//! leaks past this module. `docker` drives a real engine, `fake` keeps containers in
-//! memory for fast tests; the contract suite (tests/it/contract.rs) runs the same checks on
-//! both. `guard` judges every request against the host policy; `informer` holds the agent's
-//! own containers in memory, kept current by their events, so a pass's list needs no engine
-//! walk of every container.
+//! Runtime: the container verbs the handlers need (`Containers`) — and, for Docker Swarm, the
+//! service, task, node and config verbs (`Swarm`, types in `service`) — in the crate's own
+//! types, so no bollard type leaks past this module; `Runtime` is both. `docker` drives a real
+//! engine, `fake` keeps containers in memory for fast tests (compiled for the tests and with
+//! the `fake-runtime` feature only, never into the shipped binary); the contract suite
+//! (tests/it/contract.rs) runs the same checks on both. `guard` judges every request against
+//! the host policy; `informer` holds the agent's own containers in memory, kept current by
+//! their events, so a pass's list needs no engine walk of every container. Both wrap a
+//! runtime and write only the verbs they change (`forward!` writes the rest).
 //!
 //! Invariant: every container created through a `Runtime` carries its labels from birth;
 //! `list` filters by labels on the engine side and returns stopped containers too.
 
 pub(crate) mod docker;
 mod docker_service;
+#[cfg(any(test, feature = "fake-runtime"))]
 #[doc(hidden)]
 pub mod fake;
+#[cfg(any(test, feature = "fake-runtime"))]
 mod fake_service;
 mod forward;
 pub(crate) mod guard;
@@ -26,6 +30,7 @@ use std::time::Duration;
 
 pub use crate::model::{DockerOptions, PortMapping, parse_ports};
 pub use docker::DockerRuntime;
+#[cfg(any(test, feature = "fake-runtime"))]
 pub use fake::FakeRuntime;
 pub use guard::{Gate, Guarded};
 pub use informer::Informer;
