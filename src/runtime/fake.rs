@@ -5,6 +5,7 @@
 //! `exit N` ends it with N, `true`/`false` set the status, and anything else (`sleep`,
 //! `httpd`, an unknown program) keeps it running until it is removed or a test calls `exit`.
 //! No command means the test image's default (`sh` without input): it exits 0 at once.
+//! The Swarm verbs and their state are the child module `swarm`.
 //!
 //! Invariant: it behaves as the Docker engine does for every verb the contract suite checks
 //! (duplicate names conflict, unknown images and networks fail, removing a missing container
@@ -23,6 +24,8 @@ use super::{
     Inspection, PublishedPort, RegistryAuth, Result, Volume,
 };
 
+mod swarm;
+
 /// An in-memory engine.
 pub struct FakeRuntime {
     state: Mutex<FakeState>,
@@ -30,8 +33,8 @@ pub struct FakeRuntime {
     changed: Notify,
     /// What `events` subscribers receive; `None` breaks every open stream (`interrupt_events`).
     events: broadcast::Sender<Option<super::Event>>,
-    /// Services, tasks, configs and nodes (`fake_service`).
-    pub(super) swarm: Mutex<super::fake_service::FakeSwarm>,
+    /// Services, tasks, configs and nodes (`swarm`).
+    swarm: Mutex<swarm::FakeSwarm>,
 }
 
 impl Default for FakeRuntime {
@@ -113,7 +116,7 @@ pub enum Fault {
 }
 
 /// What the interpreter made of a command.
-pub(super) enum Run {
+enum Run {
     /// Ended with this status and output.
     Exited(i64, String),
     /// Still running, with the output written so far.
@@ -121,7 +124,7 @@ pub(super) enum Run {
 }
 
 /// Runs `script` (`sh -c` text, or a plain command line) as far as the fake can.
-pub(super) fn interpret(command: Option<&[String]>) -> Run {
+fn interpret(command: Option<&[String]>) -> Run {
     let Some(command) = command.filter(|command| !command.is_empty()) else {
         return Run::Exited(0, String::new());
     };
@@ -155,11 +158,6 @@ pub(super) fn interpret(command: Option<&[String]>) -> Run {
 impl FakeRuntime {
     pub fn new() -> FakeRuntime {
         FakeRuntime::default()
-    }
-
-    /// Adds a network by that name (an overlay, `fake_service`).
-    pub(super) fn add_network(&self, name: &str) {
-        self.lock().networks.insert(name.to_owned());
     }
 
     /// A fake that knows only these images: creating from any other fails as on an engine
@@ -324,11 +322,11 @@ impl FakeRuntime {
     }
 
     /// Whether `image` exists (every image does unless the fake was made `with_images`).
-    pub(super) fn knows_image(&self, image: &str) -> bool {
+    fn knows_image(&self, image: &str) -> bool {
         self.lock().present(image)
     }
 
-    pub(super) fn enter(&self, verb: &str, subject: &str) -> Result<()> {
+    fn enter(&self, verb: &str, subject: &str) -> Result<()> {
         let fault = {
             let mut state = self.lock();
             state.calls.push(format!("{verb} {subject}"));

@@ -16,8 +16,6 @@ mod docker_service;
 #[cfg(any(test, feature = "fake-runtime"))]
 #[doc(hidden)]
 pub mod fake;
-#[cfg(any(test, feature = "fake-runtime"))]
-mod fake_service;
 mod forward;
 pub(crate) mod guard;
 pub mod informer;

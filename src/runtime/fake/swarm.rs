@@ -15,12 +15,12 @@
 
 use std::collections::BTreeMap;
 
-use super::fake::{Run, interpret};
-use super::service::{
+use super::{FakeRuntime, Run, interpret};
+use crate::runtime::service::{
     Node, NodeState, Service, ServiceMode, ServiceSpec, SwarmConfig, SwarmNode, Task, TaskState,
     UpdateState, UpdateStatus,
 };
-use super::{Error, FakeRuntime, RegistryAuth, Result, Swarm};
+use crate::runtime::{Error, RegistryAuth, Result, Swarm};
 
 /// The fake swarm.
 #[derive(Default)]
@@ -382,7 +382,7 @@ impl Swarm for FakeRuntime {
 
     async fn ensure_overlay(&self, name: &str) -> Result<()> {
         self.enter("ensure_overlay", name)?;
-        self.add_network(name);
+        self.lock().networks.insert(name.to_owned());
         Ok(())
     }
 
@@ -567,7 +567,7 @@ impl Swarm for FakeRuntime {
         data: &[u8],
     ) -> Result<String> {
         self.enter("create_config", name)?;
-        if data.len() > super::service::MAX_CONFIG_BYTES {
+        if data.len() > crate::runtime::service::MAX_CONFIG_BYTES {
             return Err(Error::Invalid {
                 message: "config data must be at most 500 KB".to_owned(),
             });
