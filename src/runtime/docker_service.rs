@@ -112,19 +112,99 @@ pub(super) fn service_body(
     spec: &ServiceSpec,
     stamp: &BTreeMap<String, String>,
 ) -> bollard::models::ServiceSpec {
+    let job = matches!(spec.mode, ServiceMode::ReplicatedJob);
+    bollard::models::ServiceSpec {
+        name: Some(spec.name.clone()),
+        labels: Some(stamped(stamp, &spec.labels)),
+        task_template: Some(task_template(spec, stamp)),
+        mode: Some(service_mode(&spec.mode)),
+        // Jobs take no update or rollback configuration.
+        update_config: (!job).then(|| update_config(spec)),
+        rollback_config: (!job).then(|| rollback_config(spec)),
+        endpoint_spec: Some(endpoint_spec(spec)),
+        ..bollard::models::ServiceSpec::default()
+    }
+}
+
+/// `labels` over the agent's `stamp`, as the engine takes labels.
+fn stamped(
+    stamp: &BTreeMap<String, String>,
+    labels: &BTreeMap<String, String>,
+) -> HashMap<String, String> {
+    stamp
+        .iter()
+        .chain(labels.iter())
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect()
+}
+
+/// The task template: its container, resources, restart policy, placement, networks and logs.
+fn task_template(spec: &ServiceSpec, stamp: &BTreeMap<String, String>) -> TaskSpec {
     let task = &spec.task;
     let options = &task.options;
-    let stamped = |labels: &BTreeMap<String, String>| -> HashMap<String, String> {
-        stamp
-            .iter()
-            .chain(labels.iter())
-            .map(|(key, value)| (key.clone(), value.clone()))
-            .collect()
-    };
     let job = matches!(spec.mode, ServiceMode::ReplicatedJob);
-    let container = TaskSpecContainerSpec {
+    let networks: Vec<NetworkAttachmentConfig> = task
+        .networks
+        .iter()
+        .map(|network| NetworkAttachmentConfig {
+            target: Some(network.clone()),
+            aliases: non_empty(&task.aliases),
+            ..NetworkAttachmentConfig::default()
+        })
+        .collect();
+    TaskSpec {
+        container_spec: Some(container_spec(spec, stamp)),
+        resources: (task.nano_cpus.is_some()
+            || task.memory.is_some()
+            || options.pids_limit.is_some())
+        .then(|| TaskSpecResources {
+            limits: Some(Limit {
+                nano_cpus: task.nano_cpus,
+                memory_bytes: task.memory,
+                pids: options.pids_limit,
+            }),
+            ..TaskSpecResources::default()
+        }),
+        restart_policy: Some(TaskSpecRestartPolicy {
+            condition: Some(if job || !spec.restart_on_failure {
+                TaskSpecRestartPolicyConditionEnum::NONE
+            } else {
+                TaskSpecRestartPolicyConditionEnum::ANY
+            }),
+            delay: Some(nanos(std::time::Duration::from_secs(1))),
+            ..TaskSpecRestartPolicy::default()
+        }),
+        placement: Some(TaskSpecPlacement {
+            constraints: non_empty(&spec.constraints),
+            ..TaskSpecPlacement::default()
+        }),
+        networks: non_empty(&networks),
+        log_driver: Some(TaskSpecLogDriver {
+            name: Some("json-file".to_owned()),
+            options: Some(
+                [
+                    task.log_max_size
+                        .clone()
+                        .map(|size| ("max-size".to_owned(), size)),
+                    task.log_max_files
+                        .map(|files| ("max-file".to_owned(), files.to_string())),
+                ]
+                .into_iter()
+                .flatten()
+                .collect(),
+            ),
+        }),
+        ..TaskSpec::default()
+    }
+}
+
+/// The task template's container: what `docker run` would be given.
+fn container_spec(spec: &ServiceSpec, stamp: &BTreeMap<String, String>) -> TaskSpecContainerSpec {
+    let task = &spec.task;
+    let options = &task.options;
+    TaskSpecContainerSpec {
         image: Some(task.image.clone()),
-        labels: Some(stamped(&task.labels)),
+        labels: Some(stamped(stamp, &task.labels)),
         // `docker run IMAGE cmd…` replaces CMD and keeps ENTRYPOINT: Swarm's `Args`.
         command: options.entrypoint.as_ref().map(|entrypoint| {
             if entrypoint.is_empty() {
@@ -201,133 +281,87 @@ pub(super) fn service_body(
         )
         .filter(|ulimits: &Vec<_>| !ulimits.is_empty()),
         ..TaskSpecContainerSpec::default()
-    };
-    let networks: Vec<NetworkAttachmentConfig> = task
-        .networks
-        .iter()
-        .map(|network| NetworkAttachmentConfig {
-            target: Some(network.clone()),
-            aliases: non_empty(&task.aliases),
-            ..NetworkAttachmentConfig::default()
-        })
-        .collect();
-    let template = TaskSpec {
-        container_spec: Some(container),
-        resources: (task.nano_cpus.is_some()
-            || task.memory.is_some()
-            || options.pids_limit.is_some())
-        .then(|| TaskSpecResources {
-            limits: Some(Limit {
-                nano_cpus: task.nano_cpus,
-                memory_bytes: task.memory,
-                pids: options.pids_limit,
+    }
+}
+
+fn service_mode(mode: &ServiceMode) -> ServiceSpecMode {
+    match *mode {
+        ServiceMode::Replicated { replicas } => ServiceSpecMode {
+            replicated: Some(ServiceSpecModeReplicated {
+                replicas: i64::try_from(replicas).ok(),
             }),
-            ..TaskSpecResources::default()
-        }),
-        restart_policy: Some(TaskSpecRestartPolicy {
-            condition: Some(if job || !spec.restart_on_failure {
-                TaskSpecRestartPolicyConditionEnum::NONE
-            } else {
-                TaskSpecRestartPolicyConditionEnum::ANY
+            ..ServiceSpecMode::default()
+        },
+        ServiceMode::Global => ServiceSpecMode {
+            global: Some(HashMap::new()),
+            ..ServiceSpecMode::default()
+        },
+        ServiceMode::ReplicatedJob => ServiceSpecMode {
+            replicated_job: Some(ServiceSpecModeReplicatedJob {
+                max_concurrent: Some(1),
+                total_completions: Some(1),
             }),
-            delay: Some(nanos(std::time::Duration::from_secs(1))),
-            ..TaskSpecRestartPolicy::default()
-        }),
-        placement: Some(TaskSpecPlacement {
-            constraints: non_empty(&spec.constraints),
-            ..TaskSpecPlacement::default()
-        }),
-        networks: non_empty(&networks),
-        log_driver: Some(TaskSpecLogDriver {
-            name: Some("json-file".to_owned()),
-            options: Some(
-                [
-                    task.log_max_size
-                        .clone()
-                        .map(|size| ("max-size".to_owned(), size)),
-                    task.log_max_files
-                        .map(|files| ("max-file".to_owned(), files.to_string())),
-                ]
-                .into_iter()
-                .flatten()
-                .collect(),
-            ),
-        }),
-        ..TaskSpec::default()
-    };
+            ..ServiceSpecMode::default()
+        },
+    }
+}
+
+/// A rolling update: one task at a time, monitored for `spec.update.monitor`.
+fn update_config(spec: &ServiceSpec) -> ServiceSpecUpdateConfig {
     let order = match spec.update.order {
         UpdateOrder::StartFirst => ServiceSpecUpdateConfigOrderEnum::START_FIRST,
         UpdateOrder::StopFirst => ServiceSpecUpdateConfigOrderEnum::STOP_FIRST,
     };
+    ServiceSpecUpdateConfig {
+        parallelism: Some(1),
+        delay: Some(0),
+        failure_action: Some(if spec.update.rollback_on_failure {
+            ServiceSpecUpdateConfigFailureActionEnum::ROLLBACK
+        } else {
+            ServiceSpecUpdateConfigFailureActionEnum::PAUSE
+        }),
+        monitor: Some(nanos(spec.update.monitor)),
+        max_failure_ratio: Some(0.0),
+        order: Some(order),
+    }
+}
+
+fn rollback_config(spec: &ServiceSpec) -> ServiceSpecRollbackConfig {
     let rollback_order = match spec.update.order {
         UpdateOrder::StartFirst => ServiceSpecRollbackConfigOrderEnum::START_FIRST,
         UpdateOrder::StopFirst => ServiceSpecRollbackConfigOrderEnum::STOP_FIRST,
     };
-    bollard::models::ServiceSpec {
-        name: Some(spec.name.clone()),
-        labels: Some(stamped(&spec.labels)),
-        task_template: Some(template),
-        mode: Some(match spec.mode {
-            ServiceMode::Replicated { replicas } => ServiceSpecMode {
-                replicated: Some(ServiceSpecModeReplicated {
-                    replicas: i64::try_from(replicas).ok(),
-                }),
-                ..ServiceSpecMode::default()
-            },
-            ServiceMode::Global => ServiceSpecMode {
-                global: Some(HashMap::new()),
-                ..ServiceSpecMode::default()
-            },
-            ServiceMode::ReplicatedJob => ServiceSpecMode {
-                replicated_job: Some(ServiceSpecModeReplicatedJob {
-                    max_concurrent: Some(1),
-                    total_completions: Some(1),
-                }),
-                ..ServiceSpecMode::default()
-            },
-        }),
-        // Jobs take no update or rollback configuration.
-        update_config: (!job).then(|| ServiceSpecUpdateConfig {
-            parallelism: Some(1),
-            delay: Some(0),
-            failure_action: Some(if spec.update.rollback_on_failure {
-                ServiceSpecUpdateConfigFailureActionEnum::ROLLBACK
-            } else {
-                ServiceSpecUpdateConfigFailureActionEnum::PAUSE
-            }),
-            monitor: Some(nanos(spec.update.monitor)),
-            max_failure_ratio: Some(0.0),
-            order: Some(order),
-        }),
-        rollback_config: (!job).then(|| ServiceSpecRollbackConfig {
-            parallelism: Some(1),
-            delay: Some(0),
-            failure_action: Some(ServiceSpecRollbackConfigFailureActionEnum::PAUSE),
-            monitor: Some(nanos(spec.update.monitor)),
-            max_failure_ratio: Some(0.0),
-            order: Some(rollback_order),
-        }),
-        endpoint_spec: Some(EndpointSpec {
-            mode: Some(EndpointSpecModeEnum::VIP),
-            ports: non_empty(
-                &spec
-                    .published
-                    .iter()
-                    .map(|port| EndpointPortConfig {
-                        protocol: Some(if port.protocol == "udp" {
-                            EndpointPortConfigProtocolEnum::UDP
-                        } else {
-                            EndpointPortConfigProtocolEnum::TCP
-                        }),
-                        target_port: Some(i64::from(port.target)),
-                        published_port: Some(i64::from(port.published)),
-                        publish_mode: Some(EndpointPortConfigPublishModeEnum::HOST),
-                        ..EndpointPortConfig::default()
-                    })
-                    .collect::<Vec<_>>(),
-            ),
-        }),
-        ..bollard::models::ServiceSpec::default()
+    ServiceSpecRollbackConfig {
+        parallelism: Some(1),
+        delay: Some(0),
+        failure_action: Some(ServiceSpecRollbackConfigFailureActionEnum::PAUSE),
+        monitor: Some(nanos(spec.update.monitor)),
+        max_failure_ratio: Some(0.0),
+        order: Some(rollback_order),
+    }
+}
+
+/// The published ports, by the virtual IP.
+fn endpoint_spec(spec: &ServiceSpec) -> EndpointSpec {
+    EndpointSpec {
+        mode: Some(EndpointSpecModeEnum::VIP),
+        ports: non_empty(
+            &spec
+                .published
+                .iter()
+                .map(|port| EndpointPortConfig {
+                    protocol: Some(if port.protocol == "udp" {
+                        EndpointPortConfigProtocolEnum::UDP
+                    } else {
+                        EndpointPortConfigProtocolEnum::TCP
+                    }),
+                    target_port: Some(i64::from(port.target)),
+                    published_port: Some(i64::from(port.published)),
+                    publish_mode: Some(EndpointPortConfigPublishModeEnum::HOST),
+                    ..EndpointPortConfig::default()
+                })
+                .collect::<Vec<_>>(),
+        ),
     }
 }
 
