@@ -248,7 +248,8 @@ pub trait Runtime: Containers + Swarm {}
 
 impl<T: Containers + Swarm + ?Sized> Runtime for T {}
 
-/// The container verbs: containers, networks, volumes, images and container events.
+/// The container verbs: containers, networks, volumes, images and container events. A verb
+/// added here (or to `Swarm`) needs its arm in `forward!` (`forward.rs`) for the wrappers.
 pub trait Containers: Send + Sync + 'static {
     /// Containers (running or not) whose labels include every `(key, value)` in `filter`.
     fn list(&self, filter: &[(&str, &str)]) -> impl Future<Output = Result<Vec<Container>>> + Send;
