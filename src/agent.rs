@@ -39,7 +39,7 @@ use crate::metrics::Metrics;
 use crate::model::HostSelection;
 use crate::model::policy::{OwnedPaths, normalize_path};
 use crate::reconcile::{self, ReconcileOptions};
-use crate::runtime::{DockerRuntime, Gate, Informer, Runtime, Sealed};
+use crate::runtime::{DockerRuntime, Gate, Guarded, Informer, Runtime};
 use crate::store::{HEALTH_ENGINE, META_REPO_URL, Origin, SourceRecord, Store, Who};
 use crate::sync::{self as sync_stage, SyncOptions, SyncOutcome, Syncer};
 
@@ -531,7 +531,7 @@ async fn run_until<R: Runtime>(
     // From here on every engine request passes the host policy's gate at the sink, which
     // also seals the sources from each other and lets signed-only images through by a
     // verified digest alone.
-    let runtime = Arc::new(Sealed::new(
+    let runtime = Arc::new(Guarded::new(
         runtime,
         sink_gate(&config)
             .sealing(ownership.clone())

@@ -1,5 +1,5 @@
 //! cosign's signatures of image digests, verified with public keys (no keyless, no
-//! transparency log): what the runtime gate requires before it lets a container of a
+//! transparency log): what the runtime guard requires before it lets a container of a
 //! signed-only repository be created.
 //!
 //! The format (sigstore/cosign `specs/SIGNATURE_SPEC.md`, `pkg/oci/remote`): the signatures of
@@ -203,7 +203,7 @@ impl Signatures {
             .find(|trusted| trusted.rule.covers(repository))
     }
 
-    /// Each rule with its keys' fingerprint (what the runtime's gate checks by).
+    /// Each rule with its keys' fingerprint (what the runtime's guard checks by).
     pub fn fingerprints(&self) -> Vec<(crate::model::policy::SignatureRule, String)> {
         self.rules
             .iter()

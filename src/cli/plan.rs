@@ -28,7 +28,7 @@ use crate::reconcile::Engine;
 use crate::reconcile::plan::{
     Action, CurrentSpec, ResourcePlan, StatefulStep, Step, plan_all, swarm_gaps, swarm_notes,
 };
-use crate::runtime::{Container, DockerRuntime, Runtime, labels};
+use crate::runtime::{Container, Containers, DockerRuntime, labels};
 use crate::store::Store;
 
 #[derive(Debug, Args)]

@@ -3,7 +3,7 @@
 //! directory, paths normalised), and each refusal located at the attribute that asks for it.
 //!
 //! Invariant: pure. This check gives `path:line:col`; the guarantee is the gate at the sink
-//! (`runtime::gate`), which judges the request sent to the engine with the same rules, and the
+//! (`runtime::guard`), which judges the request sent to the engine with the same rules, and the
 //! sync stage, which may look at the host, checks bind sources again with their symlinks
 //! resolved.
 

@@ -11,7 +11,7 @@
 //!
 //! The rules live here, in the vocabulary layer, because two places apply them: the manifest
 //! stage (`manifest::policy`, on the values as written, for `path:line:col`) and the sink
-//! (`runtime::gate`, on the final request sent to the engine: interpolated, normalised,
+//! (`runtime::guard`, on the final request sent to the engine: interpolated, normalised,
 //! symlinks resolved), which is the guarantee.
 //!
 //! Invariant: pure. Every refusal names the setting that would allow it.

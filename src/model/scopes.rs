@@ -6,7 +6,7 @@
 //! Ownership reaches past the resource keys: everything a resource points at (config buckets,
 //! asset files, volumes, networks, ingress hosts, published ports) belongs to one source, and
 //! `Seal` is what one source's commits may point at. The manifest stage judges references with
-//! it for `path:line:col`; the runtime's gate and the reconcile stage judge the final values.
+//! it for `path:line:col`; the runtime's guard and the reconcile stage judge the final values.
 //!
 //! Invariants: no scope is owned by two sources; `Ownership::new` refuses patterns that
 //! overlap, so every scope has at most one owner and `owner_of` is unambiguous. Names the agent
@@ -317,7 +317,7 @@ impl Seal {
     }
 }
 
-/// What the runtime's gate reads of the store: who holds the named volumes (its claims) and
+/// What the runtime's guard reads of the store: who holds the named volumes (its claims) and
 /// which image digests were verified under which keys.
 pub trait Ledger: Send + Sync {
     /// The source holding volume `name` and whether it was adopted from the state that

@@ -29,8 +29,8 @@ use bollard::query_parameters::{
 use futures_util::StreamExt as _;
 
 use super::{
-    Container, ContainerSpec, ContainerState, Error, ExecOutcome, ImageInfo, Inspection,
-    PublishedPort, RegistryAuth, Result, Runtime, Volume,
+    Container, ContainerSpec, ContainerState, Containers, Error, ExecOutcome, ImageInfo,
+    Inspection, PublishedPort, RegistryAuth, Result, Volume,
 };
 
 /// Seconds a container gets between SIGTERM and SIGKILL when the agent removes it.
@@ -277,6 +277,42 @@ fn endpoint(spec: &ContainerSpec) -> EndpointSettings {
 /// The create request for `spec`: voodu's `docker run` flags (spec §6.5) as API fields.
 fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
     let options = &spec.options;
+    let bridge = spec.network_mode.is_empty();
+    let primary = spec.networks.first().cloned();
+    let (port_bindings, exposed_ports) = ports(spec);
+    let mut env = spec.env.clone();
+    env.extend(options.env.iter().cloned());
+    let mut labels: HashMap<String, String> = options.labels.clone().into_iter().collect();
+    labels.extend(spec.labels.clone());
+    ContainerCreateBody {
+        image: Some(spec.image.clone()),
+        cmd: spec.command.clone(),
+        entrypoint: options.entrypoint.as_ref().map(|entrypoint| {
+            if entrypoint.is_empty() {
+                vec![String::new()]
+            } else {
+                vec![entrypoint.clone()]
+            }
+        }),
+        env: Some(env),
+        labels: Some(labels),
+        exposed_ports: Some(exposed_ports).filter(|ports| !ports.is_empty() && bridge),
+        tty: Some(spec.tty).filter(|on| *on),
+        user: options.user.clone(),
+        working_dir: options.workdir.clone(),
+        hostname: options.hostname.clone(),
+        stop_signal: options.stop_signal.clone(),
+        stop_timeout: options.stop_timeout,
+        host_config: Some(host_config(spec, port_bindings)),
+        networking_config: primary.filter(|_| bridge).map(|network| NetworkingConfig {
+            endpoints_config: Some(HashMap::from([(network, endpoint(spec))])),
+        }),
+        ..ContainerCreateBody::default()
+    }
+}
+
+/// The published ports: their bindings, by `port/protocol`, and the ports to expose.
+fn ports(spec: &ContainerSpec) -> (HashMap<String, Option<Vec<PortBinding>>>, Vec<String>) {
     let mut port_bindings: HashMap<String, Option<Vec<PortBinding>>> = HashMap::new();
     let mut exposed_ports = Vec::new();
     for port in &spec.ports {
@@ -291,6 +327,16 @@ fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
                 host_port: Some(port.host_port.map(|p| p.to_string()).unwrap_or_default()),
             });
     }
+    (port_bindings, exposed_ports)
+}
+
+/// The host side of the request: mounts, ports, restart policy, networking, limits and the
+/// `docker_options` flags.
+fn host_config(
+    spec: &ContainerSpec,
+    port_bindings: HashMap<String, Option<Vec<PortBinding>>>,
+) -> HostConfig {
+    let options = &spec.options;
     let bridge = spec.network_mode.is_empty();
     let primary = spec.networks.first().cloned();
     let mut extra_hosts = Vec::new();
@@ -301,33 +347,8 @@ fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
     }
     let mut cap_add = spec.cap_add.clone();
     cap_add.extend(options.cap_add.iter().cloned());
-    let mut env = spec.env.clone();
-    env.extend(options.env.iter().cloned());
-    let mut labels: HashMap<String, String> = options.labels.clone().into_iter().collect();
-    labels.extend(spec.labels.clone());
-    let log_config = match &options.log_driver {
-        Some(driver) => Some(HostConfigLogConfig {
-            typ: Some(driver.clone()),
-            config: Some(options.log_opts.clone().into_iter().collect())
-                .filter(|c: &HashMap<_, _>| !c.is_empty()),
-        }),
-        None => {
-            let mut config: HashMap<String, String> =
-                options.log_opts.clone().into_iter().collect();
-            if let Some(size) = &spec.log_max_size {
-                config.insert("max-size".to_owned(), size.clone());
-            }
-            if let Some(files) = spec.log_max_files {
-                config.insert("max-file".to_owned(), files.to_string());
-            }
-            (!config.is_empty()).then(|| HostConfigLogConfig {
-                typ: Some("json-file".to_owned()),
-                config: Some(config),
-            })
-        }
-    };
     let non_empty = |items: &[String]| (!items.is_empty()).then(|| items.to_vec());
-    let host_config = HostConfig {
+    HostConfig {
         binds: non_empty(&spec.binds),
         port_bindings: Some(port_bindings).filter(|ports| !ports.is_empty() && bridge),
         restart_policy: Some(restart_policy(&spec.restart)),
@@ -353,29 +374,13 @@ fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
         .filter(|ulimits| !ulimits.is_empty()),
         nano_cpus: spec.nano_cpus,
         memory: spec.memory,
-        log_config,
+        log_config: log_config(spec),
         shm_size: options.shm_size,
         sysctls: Some(options.sysctls.clone().into_iter().collect())
             .filter(|s: &HashMap<_, _>| !s.is_empty()),
         pids_limit: options.pids_limit,
         privileged: Some(options.privileged).filter(|on| *on),
-        devices: Some(
-            options
-                .devices
-                .iter()
-                .map(|device| {
-                    let mut parts = device.splitn(3, ':');
-                    let host = parts.next().unwrap_or_default().to_owned();
-                    let container = parts.next().map_or_else(|| host.clone(), ToOwned::to_owned);
-                    DeviceMapping {
-                        path_on_host: Some(host),
-                        path_in_container: Some(container),
-                        cgroup_permissions: Some(parts.next().unwrap_or("rwm").to_owned()),
-                    }
-                })
-                .collect::<Vec<_>>(),
-        )
-        .filter(|devices| !devices.is_empty()),
+        devices: devices(options),
         device_requests: options.gpus.map(|count| {
             vec![DeviceRequest {
                 count: Some(count),
@@ -400,38 +405,60 @@ fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
         dns_options: non_empty(&options.dns_options),
         group_add: non_empty(&options.group_add),
         ..HostConfig::default()
-    };
-    ContainerCreateBody {
-        image: Some(spec.image.clone()),
-        cmd: spec.command.clone(),
-        entrypoint: options.entrypoint.as_ref().map(|entrypoint| {
-            if entrypoint.is_empty() {
-                vec![String::new()]
-            } else {
-                vec![entrypoint.clone()]
-            }
-        }),
-        env: Some(env),
-        labels: Some(labels),
-        exposed_ports: Some(exposed_ports).filter(|ports| !ports.is_empty() && bridge),
-        tty: Some(spec.tty).filter(|on| *on),
-        user: options.user.clone(),
-        working_dir: options.workdir.clone(),
-        hostname: options.hostname.clone(),
-        stop_signal: options.stop_signal.clone(),
-        stop_timeout: options.stop_timeout,
-        host_config: Some(host_config),
-        networking_config: primary.filter(|_| bridge).map(|network| NetworkingConfig {
-            endpoints_config: Some(HashMap::from([(network, endpoint(spec))])),
-        }),
-        ..ContainerCreateBody::default()
     }
+}
+
+/// `--log-driver` and `--log-opt`, else json-file rotation when the spec asks for it.
+fn log_config(spec: &ContainerSpec) -> Option<HostConfigLogConfig> {
+    let options = &spec.options;
+    match &options.log_driver {
+        Some(driver) => Some(HostConfigLogConfig {
+            typ: Some(driver.clone()),
+            config: Some(options.log_opts.clone().into_iter().collect())
+                .filter(|c: &HashMap<_, _>| !c.is_empty()),
+        }),
+        None => {
+            let mut config: HashMap<String, String> =
+                options.log_opts.clone().into_iter().collect();
+            if let Some(size) = &spec.log_max_size {
+                config.insert("max-size".to_owned(), size.clone());
+            }
+            if let Some(files) = spec.log_max_files {
+                config.insert("max-file".to_owned(), files.to_string());
+            }
+            (!config.is_empty()).then(|| HostConfigLogConfig {
+                typ: Some("json-file".to_owned()),
+                config: Some(config),
+            })
+        }
+    }
+}
+
+/// `--device host[:container[:permissions]]`.
+fn devices(options: &super::DockerOptions) -> Option<Vec<DeviceMapping>> {
+    Some(
+        options
+            .devices
+            .iter()
+            .map(|device| {
+                let mut parts = device.splitn(3, ':');
+                let host = parts.next().unwrap_or_default().to_owned();
+                let container = parts.next().map_or_else(|| host.clone(), ToOwned::to_owned);
+                DeviceMapping {
+                    path_on_host: Some(host),
+                    path_in_container: Some(container),
+                    cgroup_permissions: Some(parts.next().unwrap_or("rwm").to_owned()),
+                }
+            })
+            .collect::<Vec<_>>(),
+    )
+    .filter(|devices| !devices.is_empty())
 }
 
 /// Ids per `list_by_id` request.
 const LIST_BY_ID_CHUNK: usize = 100;
 
-impl Runtime for DockerRuntime {
+impl Containers for DockerRuntime {
     async fn list(&self, filter: &[(&str, &str)]) -> Result<Vec<Container>> {
         let labels: Vec<String> = filter
             .iter()
@@ -914,69 +941,6 @@ impl Runtime for DockerRuntime {
             return Ok(0.0);
         }
         Ok(container_delta / system_delta * f64::from(cpus.max(1)) * 100.0)
-    }
-
-    async fn swarm_node(&self) -> Result<Option<super::SwarmNode>> {
-        self.swarm_node_impl().await
-    }
-
-    async fn list_nodes(&self) -> Result<Vec<super::Node>> {
-        self.list_nodes_impl().await
-    }
-
-    async fn ensure_overlay(&self, name: &str) -> Result<()> {
-        self.ensure_overlay_impl(name).await
-    }
-
-    async fn list_services(&self, filter: &[(&str, &str)]) -> Result<Vec<super::Service>> {
-        self.list_services_impl(filter).await
-    }
-
-    async fn create_service(
-        &self,
-        spec: &super::ServiceSpec,
-        auth: Option<&RegistryAuth>,
-    ) -> Result<String> {
-        self.create_service_impl(spec, auth).await
-    }
-
-    async fn update_service(
-        &self,
-        id: &str,
-        version: u64,
-        spec: &super::ServiceSpec,
-        auth: Option<&RegistryAuth>,
-    ) -> Result<()> {
-        self.update_service_impl(id, version, spec, auth).await
-    }
-
-    async fn remove_service(&self, id: &str) -> Result<()> {
-        self.remove_service_impl(id).await
-    }
-
-    async fn list_tasks(&self, service_id: &str) -> Result<Vec<super::Task>> {
-        self.list_tasks_impl(service_id).await
-    }
-
-    async fn task_logs(&self, task_id: &str, tail: usize) -> Result<String> {
-        self.task_logs_impl(task_id, tail).await
-    }
-
-    async fn create_config(
-        &self,
-        name: &str,
-        labels: &BTreeMap<String, String>,
-        data: &[u8],
-    ) -> Result<String> {
-        self.create_config_impl(name, labels, data).await
-    }
-
-    async fn list_configs(&self, filter: &[(&str, &str)]) -> Result<Vec<super::SwarmConfig>> {
-        self.list_configs_impl(filter).await
-    }
-
-    async fn remove_config(&self, id: &str) -> Result<()> {
-        self.remove_config_impl(id).await
     }
 }
 

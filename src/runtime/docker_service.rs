@@ -33,7 +33,7 @@ use super::service::{
     Node, NodeState, Service, ServiceMode, ServiceSpec, SwarmConfig, SwarmNode, Task, TaskState,
     UpdateOrder, UpdateState, UpdateStatus,
 };
-use super::{DockerRuntime, Error, RegistryAuth, Result};
+use super::{DockerRuntime, Error, RegistryAuth, Result, Swarm};
 
 fn nanos(duration: std::time::Duration) -> i64 {
     i64::try_from(duration.as_nanos()).unwrap_or(i64::MAX)
@@ -112,19 +112,99 @@ pub(super) fn service_body(
     spec: &ServiceSpec,
     stamp: &BTreeMap<String, String>,
 ) -> bollard::models::ServiceSpec {
+    let job = matches!(spec.mode, ServiceMode::ReplicatedJob);
+    bollard::models::ServiceSpec {
+        name: Some(spec.name.clone()),
+        labels: Some(stamped(stamp, &spec.labels)),
+        task_template: Some(task_template(spec, stamp)),
+        mode: Some(service_mode(&spec.mode)),
+        // Jobs take no update or rollback configuration.
+        update_config: (!job).then(|| update_config(spec)),
+        rollback_config: (!job).then(|| rollback_config(spec)),
+        endpoint_spec: Some(endpoint_spec(spec)),
+        ..bollard::models::ServiceSpec::default()
+    }
+}
+
+/// `labels` over the agent's `stamp`, as the engine takes labels.
+fn stamped(
+    stamp: &BTreeMap<String, String>,
+    labels: &BTreeMap<String, String>,
+) -> HashMap<String, String> {
+    stamp
+        .iter()
+        .chain(labels.iter())
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect()
+}
+
+/// The task template: its container, resources, restart policy, placement, networks and logs.
+fn task_template(spec: &ServiceSpec, stamp: &BTreeMap<String, String>) -> TaskSpec {
     let task = &spec.task;
     let options = &task.options;
-    let stamped = |labels: &BTreeMap<String, String>| -> HashMap<String, String> {
-        stamp
-            .iter()
-            .chain(labels.iter())
-            .map(|(key, value)| (key.clone(), value.clone()))
-            .collect()
-    };
     let job = matches!(spec.mode, ServiceMode::ReplicatedJob);
-    let container = TaskSpecContainerSpec {
+    let networks: Vec<NetworkAttachmentConfig> = task
+        .networks
+        .iter()
+        .map(|network| NetworkAttachmentConfig {
+            target: Some(network.clone()),
+            aliases: non_empty(&task.aliases),
+            ..NetworkAttachmentConfig::default()
+        })
+        .collect();
+    TaskSpec {
+        container_spec: Some(container_spec(spec, stamp)),
+        resources: (task.nano_cpus.is_some()
+            || task.memory.is_some()
+            || options.pids_limit.is_some())
+        .then(|| TaskSpecResources {
+            limits: Some(Limit {
+                nano_cpus: task.nano_cpus,
+                memory_bytes: task.memory,
+                pids: options.pids_limit,
+            }),
+            ..TaskSpecResources::default()
+        }),
+        restart_policy: Some(TaskSpecRestartPolicy {
+            condition: Some(if job || !spec.restart_on_failure {
+                TaskSpecRestartPolicyConditionEnum::NONE
+            } else {
+                TaskSpecRestartPolicyConditionEnum::ANY
+            }),
+            delay: Some(nanos(std::time::Duration::from_secs(1))),
+            ..TaskSpecRestartPolicy::default()
+        }),
+        placement: Some(TaskSpecPlacement {
+            constraints: non_empty(&spec.constraints),
+            ..TaskSpecPlacement::default()
+        }),
+        networks: non_empty(&networks),
+        log_driver: Some(TaskSpecLogDriver {
+            name: Some("json-file".to_owned()),
+            options: Some(
+                [
+                    task.log_max_size
+                        .clone()
+                        .map(|size| ("max-size".to_owned(), size)),
+                    task.log_max_files
+                        .map(|files| ("max-file".to_owned(), files.to_string())),
+                ]
+                .into_iter()
+                .flatten()
+                .collect(),
+            ),
+        }),
+        ..TaskSpec::default()
+    }
+}
+
+/// The task template's container: what `docker run` would be given.
+fn container_spec(spec: &ServiceSpec, stamp: &BTreeMap<String, String>) -> TaskSpecContainerSpec {
+    let task = &spec.task;
+    let options = &task.options;
+    TaskSpecContainerSpec {
         image: Some(task.image.clone()),
-        labels: Some(stamped(&task.labels)),
+        labels: Some(stamped(stamp, &task.labels)),
         // `docker run IMAGE cmd…` replaces CMD and keeps ENTRYPOINT: Swarm's `Args`.
         command: options.entrypoint.as_ref().map(|entrypoint| {
             if entrypoint.is_empty() {
@@ -201,133 +281,87 @@ pub(super) fn service_body(
         )
         .filter(|ulimits: &Vec<_>| !ulimits.is_empty()),
         ..TaskSpecContainerSpec::default()
-    };
-    let networks: Vec<NetworkAttachmentConfig> = task
-        .networks
-        .iter()
-        .map(|network| NetworkAttachmentConfig {
-            target: Some(network.clone()),
-            aliases: non_empty(&task.aliases),
-            ..NetworkAttachmentConfig::default()
-        })
-        .collect();
-    let template = TaskSpec {
-        container_spec: Some(container),
-        resources: (task.nano_cpus.is_some()
-            || task.memory.is_some()
-            || options.pids_limit.is_some())
-        .then(|| TaskSpecResources {
-            limits: Some(Limit {
-                nano_cpus: task.nano_cpus,
-                memory_bytes: task.memory,
-                pids: options.pids_limit,
+    }
+}
+
+fn service_mode(mode: &ServiceMode) -> ServiceSpecMode {
+    match *mode {
+        ServiceMode::Replicated { replicas } => ServiceSpecMode {
+            replicated: Some(ServiceSpecModeReplicated {
+                replicas: i64::try_from(replicas).ok(),
             }),
-            ..TaskSpecResources::default()
-        }),
-        restart_policy: Some(TaskSpecRestartPolicy {
-            condition: Some(if job || !spec.restart_on_failure {
-                TaskSpecRestartPolicyConditionEnum::NONE
-            } else {
-                TaskSpecRestartPolicyConditionEnum::ANY
+            ..ServiceSpecMode::default()
+        },
+        ServiceMode::Global => ServiceSpecMode {
+            global: Some(HashMap::new()),
+            ..ServiceSpecMode::default()
+        },
+        ServiceMode::ReplicatedJob => ServiceSpecMode {
+            replicated_job: Some(ServiceSpecModeReplicatedJob {
+                max_concurrent: Some(1),
+                total_completions: Some(1),
             }),
-            delay: Some(nanos(std::time::Duration::from_secs(1))),
-            ..TaskSpecRestartPolicy::default()
-        }),
-        placement: Some(TaskSpecPlacement {
-            constraints: non_empty(&spec.constraints),
-            ..TaskSpecPlacement::default()
-        }),
-        networks: non_empty(&networks),
-        log_driver: Some(TaskSpecLogDriver {
-            name: Some("json-file".to_owned()),
-            options: Some(
-                [
-                    task.log_max_size
-                        .clone()
-                        .map(|size| ("max-size".to_owned(), size)),
-                    task.log_max_files
-                        .map(|files| ("max-file".to_owned(), files.to_string())),
-                ]
-                .into_iter()
-                .flatten()
-                .collect(),
-            ),
-        }),
-        ..TaskSpec::default()
-    };
+            ..ServiceSpecMode::default()
+        },
+    }
+}
+
+/// A rolling update: one task at a time, monitored for `spec.update.monitor`.
+fn update_config(spec: &ServiceSpec) -> ServiceSpecUpdateConfig {
     let order = match spec.update.order {
         UpdateOrder::StartFirst => ServiceSpecUpdateConfigOrderEnum::START_FIRST,
         UpdateOrder::StopFirst => ServiceSpecUpdateConfigOrderEnum::STOP_FIRST,
     };
+    ServiceSpecUpdateConfig {
+        parallelism: Some(1),
+        delay: Some(0),
+        failure_action: Some(if spec.update.rollback_on_failure {
+            ServiceSpecUpdateConfigFailureActionEnum::ROLLBACK
+        } else {
+            ServiceSpecUpdateConfigFailureActionEnum::PAUSE
+        }),
+        monitor: Some(nanos(spec.update.monitor)),
+        max_failure_ratio: Some(0.0),
+        order: Some(order),
+    }
+}
+
+fn rollback_config(spec: &ServiceSpec) -> ServiceSpecRollbackConfig {
     let rollback_order = match spec.update.order {
         UpdateOrder::StartFirst => ServiceSpecRollbackConfigOrderEnum::START_FIRST,
         UpdateOrder::StopFirst => ServiceSpecRollbackConfigOrderEnum::STOP_FIRST,
     };
-    bollard::models::ServiceSpec {
-        name: Some(spec.name.clone()),
-        labels: Some(stamped(&spec.labels)),
-        task_template: Some(template),
-        mode: Some(match spec.mode {
-            ServiceMode::Replicated { replicas } => ServiceSpecMode {
-                replicated: Some(ServiceSpecModeReplicated {
-                    replicas: i64::try_from(replicas).ok(),
-                }),
-                ..ServiceSpecMode::default()
-            },
-            ServiceMode::Global => ServiceSpecMode {
-                global: Some(HashMap::new()),
-                ..ServiceSpecMode::default()
-            },
-            ServiceMode::ReplicatedJob => ServiceSpecMode {
-                replicated_job: Some(ServiceSpecModeReplicatedJob {
-                    max_concurrent: Some(1),
-                    total_completions: Some(1),
-                }),
-                ..ServiceSpecMode::default()
-            },
-        }),
-        // Jobs take no update or rollback configuration.
-        update_config: (!job).then(|| ServiceSpecUpdateConfig {
-            parallelism: Some(1),
-            delay: Some(0),
-            failure_action: Some(if spec.update.rollback_on_failure {
-                ServiceSpecUpdateConfigFailureActionEnum::ROLLBACK
-            } else {
-                ServiceSpecUpdateConfigFailureActionEnum::PAUSE
-            }),
-            monitor: Some(nanos(spec.update.monitor)),
-            max_failure_ratio: Some(0.0),
-            order: Some(order),
-        }),
-        rollback_config: (!job).then(|| ServiceSpecRollbackConfig {
-            parallelism: Some(1),
-            delay: Some(0),
-            failure_action: Some(ServiceSpecRollbackConfigFailureActionEnum::PAUSE),
-            monitor: Some(nanos(spec.update.monitor)),
-            max_failure_ratio: Some(0.0),
-            order: Some(rollback_order),
-        }),
-        endpoint_spec: Some(EndpointSpec {
-            mode: Some(EndpointSpecModeEnum::VIP),
-            ports: non_empty(
-                &spec
-                    .published
-                    .iter()
-                    .map(|port| EndpointPortConfig {
-                        protocol: Some(if port.protocol == "udp" {
-                            EndpointPortConfigProtocolEnum::UDP
-                        } else {
-                            EndpointPortConfigProtocolEnum::TCP
-                        }),
-                        target_port: Some(i64::from(port.target)),
-                        published_port: Some(i64::from(port.published)),
-                        publish_mode: Some(EndpointPortConfigPublishModeEnum::HOST),
-                        ..EndpointPortConfig::default()
-                    })
-                    .collect::<Vec<_>>(),
-            ),
-        }),
-        ..bollard::models::ServiceSpec::default()
+    ServiceSpecRollbackConfig {
+        parallelism: Some(1),
+        delay: Some(0),
+        failure_action: Some(ServiceSpecRollbackConfigFailureActionEnum::PAUSE),
+        monitor: Some(nanos(spec.update.monitor)),
+        max_failure_ratio: Some(0.0),
+        order: Some(rollback_order),
+    }
+}
+
+/// The published ports, by the virtual IP.
+fn endpoint_spec(spec: &ServiceSpec) -> EndpointSpec {
+    EndpointSpec {
+        mode: Some(EndpointSpecModeEnum::VIP),
+        ports: non_empty(
+            &spec
+                .published
+                .iter()
+                .map(|port| EndpointPortConfig {
+                    protocol: Some(if port.protocol == "udp" {
+                        EndpointPortConfigProtocolEnum::UDP
+                    } else {
+                        EndpointPortConfigProtocolEnum::TCP
+                    }),
+                    target_port: Some(i64::from(port.target)),
+                    published_port: Some(i64::from(port.published)),
+                    publish_mode: Some(EndpointPortConfigPublishModeEnum::HOST),
+                    ..EndpointPortConfig::default()
+                })
+                .collect::<Vec<_>>(),
+        ),
     }
 }
 
@@ -410,8 +444,8 @@ fn base64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-impl DockerRuntime {
-    pub(super) async fn swarm_node_impl(&self) -> Result<Option<SwarmNode>> {
+impl Swarm for DockerRuntime {
+    async fn swarm_node(&self) -> Result<Option<SwarmNode>> {
         let info = self.docker.info().await.map_err(classify)?;
         let Some(swarm) = info.swarm else {
             return Ok(None);
@@ -428,7 +462,7 @@ impl DockerRuntime {
         }))
     }
 
-    pub(super) async fn list_nodes_impl(&self) -> Result<Vec<Node>> {
+    async fn list_nodes(&self) -> Result<Vec<Node>> {
         let nodes = self
             .docker
             .list_nodes(None::<ListNodesOptions>)
@@ -462,7 +496,7 @@ impl DockerRuntime {
             .collect())
     }
 
-    pub(super) async fn ensure_overlay_impl(&self, name: &str) -> Result<()> {
+    async fn ensure_overlay(&self, name: &str) -> Result<()> {
         let _serial = self.network_lock.lock().await;
         if !self.network_ids(name).await?.is_empty() {
             return Ok(());
@@ -484,7 +518,7 @@ impl DockerRuntime {
         }
     }
 
-    pub(super) async fn list_services_impl(&self, filter: &[(&str, &str)]) -> Result<Vec<Service>> {
+    async fn list_services(&self, filter: &[(&str, &str)]) -> Result<Vec<Service>> {
         let filters = label_filters(filter);
         let options = ListServicesOptionsBuilder::default()
             .filters(&filters)
@@ -497,7 +531,7 @@ impl DockerRuntime {
         Ok(services.into_iter().map(service_of).collect())
     }
 
-    pub(super) async fn create_service_impl(
+    async fn create_service(
         &self,
         spec: &ServiceSpec,
         auth: Option<&RegistryAuth>,
@@ -517,7 +551,7 @@ impl DockerRuntime {
         Ok(created.id.unwrap_or_default())
     }
 
-    pub(super) async fn update_service_impl(
+    async fn update_service(
         &self,
         id: &str,
         version: u64,
@@ -545,14 +579,14 @@ impl DockerRuntime {
         Ok(())
     }
 
-    pub(super) async fn remove_service_impl(&self, id: &str) -> Result<()> {
+    async fn remove_service(&self, id: &str) -> Result<()> {
         match self.docker.delete_service(id).await.map_err(classify) {
             Ok(()) | Err(Error::NotFound { .. }) => Ok(()),
             Err(other) => Err(other),
         }
     }
 
-    pub(super) async fn list_tasks_impl(&self, service_id: &str) -> Result<Vec<Task>> {
+    async fn list_tasks(&self, service_id: &str) -> Result<Vec<Task>> {
         let filters = HashMap::from([("service".to_owned(), vec![service_id.to_owned()])]);
         let options = ListTasksOptionsBuilder::default().filters(&filters).build();
         let tasks = self
@@ -568,7 +602,7 @@ impl DockerRuntime {
             .collect())
     }
 
-    pub(super) async fn task_logs_impl(&self, task_id: &str, tail: usize) -> Result<String> {
+    async fn task_logs(&self, task_id: &str, tail: usize) -> Result<String> {
         let options = LogsOptionsBuilder::default()
             .stdout(true)
             .stderr(true)
@@ -584,7 +618,7 @@ impl DockerRuntime {
         Ok(text)
     }
 
-    pub(super) async fn create_config_impl(
+    async fn create_config(
         &self,
         name: &str,
         labels: &BTreeMap<String, String>,
@@ -616,10 +650,7 @@ impl DockerRuntime {
         Ok(created.id)
     }
 
-    pub(super) async fn list_configs_impl(
-        &self,
-        filter: &[(&str, &str)],
-    ) -> Result<Vec<SwarmConfig>> {
+    async fn list_configs(&self, filter: &[(&str, &str)]) -> Result<Vec<SwarmConfig>> {
         let filters = label_filters(filter);
         let options = ListConfigsOptionsBuilder::default()
             .filters(&filters)
@@ -642,7 +673,7 @@ impl DockerRuntime {
             .collect())
     }
 
-    pub(super) async fn remove_config_impl(&self, id: &str) -> Result<()> {
+    async fn remove_config(&self, id: &str) -> Result<()> {
         match self.docker.delete_config(id).await.map_err(classify) {
             Ok(()) | Err(Error::NotFound { .. }) => Ok(()),
             Err(other) => Err(other),

@@ -5,6 +5,7 @@
 //! `exit N` ends it with N, `true`/`false` set the status, and anything else (`sleep`,
 //! `httpd`, an unknown program) keeps it running until it is removed or a test calls `exit`.
 //! No command means the test image's default (`sh` without input): it exits 0 at once.
+//! The Swarm verbs and their state are the child module `swarm`.
 //!
 //! Invariant: it behaves as the Docker engine does for every verb the contract suite checks
 //! (duplicate names conflict, unknown images and networks fail, removing a missing container
@@ -19,9 +20,11 @@ use std::sync::Mutex;
 use tokio::sync::{Notify, broadcast};
 
 use super::{
-    Container, ContainerSpec, ContainerState, Error, ExecOutcome, ImageInfo, Inspection,
-    PublishedPort, RegistryAuth, Result, Runtime, Volume,
+    Container, ContainerSpec, ContainerState, Containers, Error, ExecOutcome, ImageInfo,
+    Inspection, PublishedPort, RegistryAuth, Result, Volume,
 };
+
+mod swarm;
 
 /// An in-memory engine.
 pub struct FakeRuntime {
@@ -30,8 +33,8 @@ pub struct FakeRuntime {
     changed: Notify,
     /// What `events` subscribers receive; `None` breaks every open stream (`interrupt_events`).
     events: broadcast::Sender<Option<super::Event>>,
-    /// Services, tasks, configs and nodes (`fake_service`).
-    pub(super) swarm: Mutex<super::fake_service::FakeSwarm>,
+    /// Services, tasks, configs and nodes (`swarm`).
+    swarm: Mutex<swarm::FakeSwarm>,
 }
 
 impl Default for FakeRuntime {
@@ -113,7 +116,7 @@ pub enum Fault {
 }
 
 /// What the interpreter made of a command.
-pub(super) enum Run {
+enum Run {
     /// Ended with this status and output.
     Exited(i64, String),
     /// Still running, with the output written so far.
@@ -121,7 +124,7 @@ pub(super) enum Run {
 }
 
 /// Runs `script` (`sh -c` text, or a plain command line) as far as the fake can.
-pub(super) fn interpret(command: Option<&[String]>) -> Run {
+fn interpret(command: Option<&[String]>) -> Run {
     let Some(command) = command.filter(|command| !command.is_empty()) else {
         return Run::Exited(0, String::new());
     };
@@ -319,11 +322,11 @@ impl FakeRuntime {
     }
 
     /// Whether `image` exists (every image does unless the fake was made `with_images`).
-    pub(super) fn knows_image(&self, image: &str) -> bool {
+    fn knows_image(&self, image: &str) -> bool {
         self.lock().present(image)
     }
 
-    pub(super) fn enter(&self, verb: &str, subject: &str) -> Result<()> {
+    fn enter(&self, verb: &str, subject: &str) -> Result<()> {
         let fault = {
             let mut state = self.lock();
             state.calls.push(format!("{verb} {subject}"));
@@ -391,7 +394,7 @@ impl FakeRuntime {
     }
 }
 
-impl Runtime for FakeRuntime {
+impl Containers for FakeRuntime {
     async fn list(&self, filter: &[(&str, &str)]) -> Result<Vec<Container>> {
         // The filter in the call log (`list voodu.scope=s,voodu.name=n`), so a count of calls
         // can tell which resource a list was for.
@@ -874,71 +877,6 @@ impl Runtime for FakeRuntime {
         } else {
             0.0
         })
-    }
-
-    async fn swarm_node(&self) -> Result<Option<super::SwarmNode>> {
-        self.swarm_node_impl().await
-    }
-
-    async fn list_nodes(&self) -> Result<Vec<super::Node>> {
-        self.list_nodes_impl().await
-    }
-
-    async fn ensure_overlay(&self, name: &str) -> Result<()> {
-        self.enter("ensure_overlay", name)?;
-        self.lock().networks.insert(name.to_owned());
-        Ok(())
-    }
-
-    async fn list_services(&self, filter: &[(&str, &str)]) -> Result<Vec<super::Service>> {
-        self.list_services_impl(filter).await
-    }
-
-    async fn create_service(
-        &self,
-        spec: &super::ServiceSpec,
-        auth: Option<&RegistryAuth>,
-    ) -> Result<String> {
-        self.create_service_impl(spec, auth).await
-    }
-
-    async fn update_service(
-        &self,
-        id: &str,
-        version: u64,
-        spec: &super::ServiceSpec,
-        auth: Option<&RegistryAuth>,
-    ) -> Result<()> {
-        self.update_service_impl(id, version, spec, auth).await
-    }
-
-    async fn remove_service(&self, id: &str) -> Result<()> {
-        self.remove_service_impl(id).await
-    }
-
-    async fn list_tasks(&self, service_id: &str) -> Result<Vec<super::Task>> {
-        self.list_tasks_impl(service_id).await
-    }
-
-    async fn task_logs(&self, task_id: &str, tail: usize) -> Result<String> {
-        self.task_logs_impl(task_id, tail).await
-    }
-
-    async fn create_config(
-        &self,
-        name: &str,
-        labels: &BTreeMap<String, String>,
-        data: &[u8],
-    ) -> Result<String> {
-        self.create_config_impl(name, labels, data).await
-    }
-
-    async fn list_configs(&self, filter: &[(&str, &str)]) -> Result<Vec<super::SwarmConfig>> {
-        self.list_configs_impl(filter).await
-    }
-
-    async fn remove_config(&self, id: &str) -> Result<()> {
-        self.remove_config_impl(id).await
     }
 }
 

@@ -14,7 +14,7 @@
 //!   check run) touched before it hands the event on, so a pass an event queues reads after
 //!   the mark;
 //! - create, start, stop, remove and wait mark their container touched when they return;
-//! - everything else passes through.
+//! - everything else passes through (`forward!`).
 //!
 //! Invariants: a list never answers from a read older than an event it was handed or a
 //! write that returned before it began (a list waits for another's read of a container its
@@ -31,10 +31,9 @@ use std::time::Duration;
 use futures_util::StreamExt as _;
 use tokio::sync::broadcast;
 
+use super::forward::forward;
 use super::{
-    Container, ContainerSpec, Error, Event, Events, ExecOutcome, ImageInfo, Inspection, Node,
-    RegistryAuth, Result, Runtime, Service, ServiceSpec, SwarmConfig, SwarmNode, Task, Volume,
-    labels,
+    Container, ContainerSpec, Containers, Error, Event, Events, Result, Runtime, Swarm, labels,
 };
 
 /// Events a slow subscriber may fall behind by before it is told it missed some (and
@@ -354,7 +353,12 @@ async fn pump(mut events: Events, shared: Arc<Shared>, generation: u64) {
     let _ = shared.heard.send(None);
 }
 
-impl<R: Runtime> Runtime for Informer<R> {
+impl<R: Runtime> Containers for Informer<R> {
+    forward!(
+        inner: list_by_id, ensure_network, inspect, logs, exec, ensure_volume, list_volumes,
+        remove_volume, image_present, image_info, pull, cpu_percent
+    );
+
     async fn list(&self, filter: &[(&str, &str)]) -> Result<Vec<Container>> {
         if !self.within_scope(filter) {
             return self.inner.list(filter).await;
@@ -366,10 +370,6 @@ impl<R: Runtime> Runtime for Informer<R> {
             return self.relist(generation).await;
         }
         self.list_held(filter).await
-    }
-
-    async fn list_by_id(&self, ids: &[String]) -> Result<Vec<Container>> {
-        self.inner.list_by_id(ids).await
     }
 
     async fn create(&self, spec: &ContainerSpec) -> Result<String> {
@@ -396,50 +396,10 @@ impl<R: Runtime> Runtime for Informer<R> {
         result
     }
 
-    async fn ensure_network(&self, name: &str) -> Result<()> {
-        self.inner.ensure_network(name).await
-    }
-
-    async fn inspect(&self, id: &str) -> Result<Inspection> {
-        self.inner.inspect(id).await
-    }
-
     async fn wait(&self, id: &str) -> Result<i64> {
         let result = self.inner.wait(id).await;
         self.shared.touch(id, None);
         result
-    }
-
-    async fn logs(&self, id: &str, tail: usize) -> Result<String> {
-        self.inner.logs(id, tail).await
-    }
-
-    async fn exec(&self, id: &str, command: &[String]) -> Result<ExecOutcome> {
-        self.inner.exec(id, command).await
-    }
-
-    async fn ensure_volume(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<Volume> {
-        self.inner.ensure_volume(name, labels).await
-    }
-
-    async fn list_volumes(&self, filter: &[(&str, &str)]) -> Result<Vec<Volume>> {
-        self.inner.list_volumes(filter).await
-    }
-
-    async fn remove_volume(&self, name: &str) -> Result<()> {
-        self.inner.remove_volume(name).await
-    }
-
-    async fn image_present(&self, image: &str) -> Result<bool> {
-        self.inner.image_present(image).await
-    }
-
-    async fn image_info(&self, image: &str) -> Result<Option<ImageInfo>> {
-        self.inner.image_info(image).await
-    }
-
-    async fn pull(&self, image: &str, auth: Option<&RegistryAuth>) -> Result<Option<String>> {
-        self.inner.pull(image, auth).await
     }
 
     fn events(&self, filter: &[(&str, &str)]) -> Events {
@@ -466,73 +426,14 @@ impl<R: Runtime> Runtime for Informer<R> {
             },
         ))
     }
+}
 
-    async fn cpu_percent(&self, id: &str) -> Result<f64> {
-        self.inner.cpu_percent(id).await
-    }
-
-    async fn swarm_node(&self) -> Result<Option<SwarmNode>> {
-        self.inner.swarm_node().await
-    }
-
-    async fn list_nodes(&self) -> Result<Vec<Node>> {
-        self.inner.list_nodes().await
-    }
-
-    async fn ensure_overlay(&self, name: &str) -> Result<()> {
-        self.inner.ensure_overlay(name).await
-    }
-
-    async fn list_services(&self, filter: &[(&str, &str)]) -> Result<Vec<Service>> {
-        self.inner.list_services(filter).await
-    }
-
-    async fn create_service(
-        &self,
-        spec: &ServiceSpec,
-        auth: Option<&RegistryAuth>,
-    ) -> Result<String> {
-        self.inner.create_service(spec, auth).await
-    }
-
-    async fn update_service(
-        &self,
-        id: &str,
-        version: u64,
-        spec: &ServiceSpec,
-        auth: Option<&RegistryAuth>,
-    ) -> Result<()> {
-        self.inner.update_service(id, version, spec, auth).await
-    }
-
-    async fn remove_service(&self, id: &str) -> Result<()> {
-        self.inner.remove_service(id).await
-    }
-
-    async fn list_tasks(&self, service_id: &str) -> Result<Vec<Task>> {
-        self.inner.list_tasks(service_id).await
-    }
-
-    async fn task_logs(&self, task_id: &str, tail: usize) -> Result<String> {
-        self.inner.task_logs(task_id, tail).await
-    }
-
-    async fn create_config(
-        &self,
-        name: &str,
-        labels: &BTreeMap<String, String>,
-        data: &[u8],
-    ) -> Result<String> {
-        self.inner.create_config(name, labels, data).await
-    }
-
-    async fn list_configs(&self, filter: &[(&str, &str)]) -> Result<Vec<SwarmConfig>> {
-        self.inner.list_configs(filter).await
-    }
-
-    async fn remove_config(&self, id: &str) -> Result<()> {
-        self.inner.remove_config(id).await
-    }
+impl<R: Runtime> Swarm for Informer<R> {
+    forward!(
+        inner: swarm_node, list_nodes, ensure_overlay, list_services, create_service,
+        update_service, remove_service, list_tasks, task_logs, create_config, list_configs,
+        remove_config
+    );
 }
 
 #[cfg(test)]

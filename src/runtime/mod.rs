@@ -1,20 +1,23 @@
-//! Runtime: the container verbs the handlers need — and, for Docker Swarm, the service,
-//! task, node and config verbs (`service`) — in the crate's own types, so no bollard type
-//! leaks past this module. `docker` drives a real engine, `fake` keeps containers in
-//! memory for fast tests; the contract suite (tests/it/contract.rs) runs the same checks on
-//! both. `gate` judges every request against the host policy; `informer` holds the agent's
-//! own containers in memory, kept current by their events, so a pass's list needs no engine
-//! walk of every container.
+//! Runtime: the container verbs the handlers need (`Containers`) — and, for Docker Swarm, the
+//! service, task, node and config verbs (`Swarm`, types in `service`) — in the crate's own
+//! types, so no bollard type leaks past this module; `Runtime` is both. `docker` drives a real
+//! engine, `fake` keeps containers in memory for fast tests (compiled for the tests and with
+//! the `fake-runtime` feature only, never into the shipped binary); the contract suite
+//! (tests/it/contract.rs) runs the same checks on both. `guard` judges every request against
+//! the host policy; `informer` holds the agent's own containers in memory, kept current by
+//! their events, so a pass's list needs no engine walk of every container. Both wrap a
+//! runtime and write only the verbs they change (`forward!` writes the rest).
 //!
 //! Invariant: every container created through a `Runtime` carries its labels from birth;
 //! `list` filters by labels on the engine side and returns stopped containers too.
 
 pub(crate) mod docker;
 mod docker_service;
+#[cfg(any(test, feature = "fake-runtime"))]
 #[doc(hidden)]
 pub mod fake;
-mod fake_service;
-pub(crate) mod gate;
+mod forward;
+pub(crate) mod guard;
 pub mod informer;
 pub mod labels;
 pub(crate) mod service;
@@ -25,8 +28,9 @@ use std::time::Duration;
 
 pub use crate::model::{DockerOptions, PortMapping, parse_ports};
 pub use docker::DockerRuntime;
+#[cfg(any(test, feature = "fake-runtime"))]
 pub use fake::FakeRuntime;
-pub use gate::{Gate, Sealed};
+pub use guard::{Gate, Guarded};
 pub use informer::Informer;
 pub use service::{
     ConfigMount, HealthCheck, HostPort, Node, NodeState, Service, ServiceMode, ServiceSpec,
@@ -208,7 +212,7 @@ pub enum Error {
     /// spec: a device it cannot add, a user the image lacks…): permanent, with its message.
     #[error("the engine refused the request: {message}")]
     Invalid { message: String },
-    /// The host policy refuses the request (`gate`): it was never sent. Permanent.
+    /// The host policy refuses the request (`guard`): it was never sent. Permanent.
     #[error("{message}")]
     Refused { message: String },
     /// The engine could not be reached, or answered that it cannot serve right now.
@@ -230,8 +234,23 @@ impl Error {
 /// The runtime's result type.
 pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The verbs handlers use. Futures are `Send` so handlers can run on any worker.
-pub trait Runtime: Send + Sync + 'static {
+/// The verbs handlers use: the engine's containers, volumes and images (`Containers`) and,
+/// for `--runtime swarm`, its services (`Swarm`). Code that drives an engine takes
+/// `R: Runtime`; an implementation implements both halves and gets `Runtime` from the
+/// blanket impl below.
+///
+/// The verbs return `impl Future<Output = …> + Send` (written as `async fn` in the
+/// implementations), so handlers can run on any worker. That makes the traits not
+/// dyn-compatible: nothing holds a `dyn Runtime`, every user is generic over `R: Runtime`
+/// (one runtime per agent, chosen at start), and no verb pays for a boxed future. A
+/// `dyn` runtime would need the verbs rewritten to return `BoxFuture`s.
+pub trait Runtime: Containers + Swarm {}
+
+impl<T: Containers + Swarm + ?Sized> Runtime for T {}
+
+/// The container verbs: containers, networks, volumes, images and container events. A verb
+/// added here (or to `Swarm`) needs its arm in `forward!` (`forward.rs`) for the wrappers.
+pub trait Containers: Send + Sync + 'static {
     /// Containers (running or not) whose labels include every `(key, value)` in `filter`.
     fn list(&self, filter: &[(&str, &str)]) -> impl Future<Output = Result<Vec<Container>>> + Send;
     /// The containers (running or not) with these full ids, as `list` shows them; an id
@@ -292,9 +311,10 @@ pub trait Runtime: Send + Sync + 'static {
     /// The container's CPU use over a short sample, as `docker stats` shows it (100 = one
     /// core).
     fn cpu_percent(&self, id: &str) -> impl Future<Output = Result<f64>> + Send;
+}
 
-    // Docker Swarm (`service`): the units of `--runtime swarm`.
-
+/// The Docker Swarm verbs (`service`): the units of `--runtime swarm`.
+pub trait Swarm: Send + Sync + 'static {
     /// This engine's place in a swarm; `None` when it is in none.
     fn swarm_node(&self) -> impl Future<Output = Result<Option<SwarmNode>>> + Send;
     /// The swarm's nodes (a manager only).

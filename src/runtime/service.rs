@@ -1,6 +1,6 @@
 //! Docker Swarm's units, in the crate's own types: a service (a task template, a mode, a
-//! rolling-update policy), its tasks, the nodes they run on, configs. The service verbs of
-//! `Runtime` take and return these; `docker.rs` maps them to the engine's API, `fake.rs`
+//! rolling-update policy), its tasks, the nodes they run on, configs. The `Swarm` verbs take
+//! and return these; `docker_service.rs` maps them to the engine's API, `fake/swarm.rs`
 //! models them in memory.
 //!
 //! Invariant: a `ServiceSpec` is all the agent sends: the same spec gives the same

@@ -1,7 +1,7 @@
 //! Claims: what one source holds on the host alone, first come (`--sources`). An ingress host
 //! with every path under it, a published host port, a named volume (`Spec::claims`). A
 //! commit's claims are checked against the other sources' and recorded in the transaction
-//! that applies it; the router and the runtime's gate read them back as the guarantee.
+//! that applies it; the router and the runtime's guard read them back as the guarantee.
 //!
 //! Invariants: a claim has one source (`claims`' primary key, and `conflicts` run in the
 //! applying transaction, so two sources applying at once cannot both take one); a source's

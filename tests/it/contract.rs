@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 use voodu_agent::runtime::{
-    ContainerSpec, ContainerState, DockerRuntime, Error, FakeRuntime, Informer, PortMapping,
-    Runtime, labels,
+    ContainerSpec, ContainerState, Containers, DockerRuntime, Error, FakeRuntime, Informer,
+    PortMapping, Runtime, labels,
 };
 
 use crate::support::{DockerGuard, TestResult, test_image, unique};

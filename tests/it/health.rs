@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use voodu_agent::model::{Kind, ResourceKey};
-use voodu_agent::runtime::{ContainerSpec, ContainerState, Runtime, labels};
+use voodu_agent::runtime::{ContainerSpec, ContainerState, Containers, labels};
 use voodu_agent::store::ReleasePhase;
 
 use crate::support::{Harness, TestResult};

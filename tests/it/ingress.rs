@@ -19,7 +19,7 @@ use voodu_agent::reconcile::router::{self, IngressOptions};
 use voodu_agent::reconcile::timer::Timer;
 use voodu_agent::reconcile::wake::RouterWake;
 use voodu_agent::reconcile::{self, Handles, ReconcileOptions};
-use voodu_agent::runtime::{DockerRuntime, FakeRuntime, Runtime, labels};
+use voodu_agent::runtime::{Containers, DockerRuntime, FakeRuntime, Runtime, labels};
 use voodu_agent::store::{Readiness, Store, now_unix};
 
 use crate::support::harness::{apply_files, status_where};

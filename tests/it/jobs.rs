@@ -10,7 +10,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use voodu_agent::model::{Kind, ResourceKey};
 use voodu_agent::reconcile::Clock;
-use voodu_agent::runtime::{Container, Runtime, labels};
+use voodu_agent::runtime::{Container, Containers, labels};
 use voodu_agent::store::{CronState, JobRun, ResourceStatus, RunStatus};
 
 use crate::support::{self, TestResult};

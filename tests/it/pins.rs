@@ -87,14 +87,14 @@ async fn i48_every_container_of_a_release_runs_the_digest_it_resolved() -> TestR
     // 2. A replica removed by hand after the host lost the image again.
     harness.fake.remove_image(IMAGE);
     let replicas = harness.containers(&web_key()).await?;
-    voodu_agent::runtime::Runtime::remove(harness.fake.as_ref(), &replicas[0].id).await?;
+    voodu_agent::runtime::Containers::remove(harness.fake.as_ref(), &replicas[0].id).await?;
     harness.converged(&web_key(), 3).await?;
     assert_eq!(images(&harness).await?, vec![pinned(DIGEST_A); 3]);
     // 3. An agent restart on a host pruned meanwhile, a replica gone.
     harness.stop().await?;
     harness.fake.remove_image(IMAGE);
     let replicas = harness.containers(&web_key()).await?;
-    voodu_agent::runtime::Runtime::remove(harness.fake.as_ref(), &replicas[0].id).await?;
+    voodu_agent::runtime::Containers::remove(harness.fake.as_ref(), &replicas[0].id).await?;
     harness.start()?;
     harness.converged(&web_key(), 3).await?;
     assert_eq!(images(&harness).await?, vec![pinned(DIGEST_A); 3]);

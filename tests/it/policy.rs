@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use voodu_agent::manifest::Policy;
 use voodu_agent::manifest::spec::Spec;
 use voodu_agent::model::{Kind, ResourceKey};
-use voodu_agent::runtime::{FakeRuntime, Runtime};
+use voodu_agent::runtime::{Containers, FakeRuntime};
 use voodu_agent::store::{Phase, ReleasePhase, Store};
 
 use crate::support::{TempRepo, TestResult};

@@ -1,7 +1,7 @@
 //! Issue 23 item 1 on a real engine: a bind source built from an interpolated value
 //! (`${asset…}/../../../etc`) never becomes a mount of the host's `/etc`. The agent (the real
 //! binary, default policy) rejects the commit with its location and keeps the last good one
-//! running, and no container of the scope ever mounts `/etc`; the sink itself (`Sealed` over
+//! running, and no container of the scope ever mounts `/etc`; the sink itself (`Guarded` over
 //! the real `DockerRuntime`) refuses the folded request before the engine sees it, as it does a
 //! log driver that ships output to the host's loopback.
 //!
@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use voodu_agent::model::policy::OwnedPaths;
-use voodu_agent::runtime::{ContainerSpec, DockerRuntime, Error, Gate, Runtime, Sealed, labels};
+use voodu_agent::runtime::{
+    ContainerSpec, Containers, DockerRuntime, Error, Gate, Guarded, labels,
+};
 
 use crate::e2e_docker::{Env, Events};
 use crate::support::{DockerGuard, TestResult, test_image, unique, wait_until};
@@ -148,7 +150,7 @@ async fn i23_the_sink_refuses_on_a_real_engine_what_the_policy_forbids() -> Test
     let data = tempfile::tempdir()?;
     let data_dir = data.path().display().to_string();
     let docker = Arc::new(DockerRuntime::connect().await?);
-    let runtime = Sealed::new(
+    let runtime = Guarded::new(
         Arc::clone(&docker),
         Gate::new(
             voodu_agent::model::Policy {

@@ -3,7 +3,7 @@
 //! agent's data dir and symlinks planted under an allowed root (one to `/etc`), and whose
 //! `docker_options`, networks and capabilities mix allowed and forbidden values; runs each
 //! through load (the manifest stage, under the policy) → the requests the handlers would send
-//! (`reconcile::requests`) → the sink (`Sealed` over the fake runtime, symlinks resolved on
+//! (`reconcile::requests`) → the sink (`Guarded` over the fake runtime, symlinks resolved on
 //! this host); and checks every request that reached the engine against an independent
 //! oracle of the policy. No accepted request may violate it.
 //!
@@ -17,7 +17,7 @@ use voodu_agent::model::policy::{ASSETS_DIR, OwnedPaths};
 use voodu_agent::model::scopes::Ownership;
 use voodu_agent::model::{CommitSha, Policy, Snapshot, SourceFile};
 use voodu_agent::reconcile::requests::container_requests;
-use voodu_agent::runtime::{ContainerSpec, Error, FakeRuntime, Gate, Runtime, Sealed};
+use voodu_agent::runtime::{ContainerSpec, Containers, Error, FakeRuntime, Gate, Guarded};
 
 use crate::support::TestResult;
 
@@ -324,16 +324,16 @@ async fn i23_no_accepted_request_violates_the_default_policy() -> TestResult {
         };
         loaded += 1;
         let fake = Arc::new(FakeRuntime::new());
-        let sealed = Sealed::new(
+        let guarded = Guarded::new(
             Arc::clone(&fake),
             Gate::new(policy.clone(), OwnedPaths::for_data_dir(&host.data)),
         );
-        sealed.ensure_network("voodu0").await?;
+        guarded.ensure_network("voodu0").await?;
         let assets_root = Path::new(&host.data).join(ASSETS_DIR);
         for resource in &manifest.resources {
             for request in container_requests(resource, &assets_root, &Ownership::single()) {
                 let request = request?;
-                match sealed.create(&request).await {
+                match guarded.create(&request).await {
                     Ok(_) => {
                         sent += 1;
                         if let Some(why) = violation(&request, policy, &host) {

@@ -476,7 +476,7 @@ async fn a_half_done_rollout_resumes_after_a_crash() -> TestResult {
     let desired = harness.store.desired(&web_key())?.ok_or("desired")?;
     let old = harness.containers(&web_key()).await?;
     {
-        use voodu_agent::runtime::Runtime;
+        use voodu_agent::runtime::Containers;
         harness.fake.remove(&old[0].id).await?;
         let mut spec = harness.fake.spec_of(&old[1].id).ok_or("spec")?;
         spec.name = "shop-web.beef".into();
@@ -689,7 +689,7 @@ async fn a_missing_image_is_pulled_by_every_path_that_creates_a_replica() -> Tes
     harness.fake.remove_image(IMAGE);
     let replicas = harness.containers(&web_key()).await?;
     let first = replicas.first().ok_or("a replica")?;
-    voodu_agent::runtime::Runtime::remove(harness.fake.as_ref(), &first.id).await?;
+    voodu_agent::runtime::Containers::remove(harness.fake.as_ref(), &first.id).await?;
     harness.converged(&web_key(), 2).await?;
     assert_eq!(pulls(&harness), 3, "the drift repair pulled it");
 
@@ -698,7 +698,7 @@ async fn a_missing_image_is_pulled_by_every_path_that_creates_a_replica() -> Tes
     harness.fake.remove_image(IMAGE);
     let replicas = harness.containers(&web_key()).await?;
     let first = replicas.first().ok_or("a replica")?;
-    voodu_agent::runtime::Runtime::remove(harness.fake.as_ref(), &first.id).await?;
+    voodu_agent::runtime::Containers::remove(harness.fake.as_ref(), &first.id).await?;
     harness.start()?;
     harness.converged(&web_key(), 2).await?;
     assert_eq!(pulls(&harness), 4, "the restart's repair pulled it");

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use voodu_agent::model::{Kind, ResourceKey};
-use voodu_agent::runtime::{Container, ContainerState, Runtime, labels};
+use voodu_agent::runtime::{Container, ContainerState, Containers, labels};
 use voodu_agent::store::{Phase, ReleasePhase};
 
 use crate::support::{self, Harness, TestResult};

@@ -6,7 +6,7 @@
 //! ingress hosts (as written, in upper case, with a trailing dot, a wildcard over them). Each
 //! runs the agent's path: the manifest stage under blog's seal → the claims in the store
 //! (checked, then recorded in the applying transaction) → the requests the handlers would send
-//! → the sink (`Sealed`, with the store as its ledger). An independent oracle, written from
+//! → the sink (`Guarded`, with the store as its ledger). An independent oracle, written from
 //! the README's rules and not from the code, checks everything that got through: nothing of
 //! blog's may point at what shop holds.
 //!
@@ -21,7 +21,7 @@ use voodu_agent::model::policy::{ASSETS_DIR, OwnedPaths};
 use voodu_agent::model::scopes::{Ownership, ScopePattern, Seal};
 use voodu_agent::model::{CommitSha, Policy, Snapshot, SourceFile};
 use voodu_agent::reconcile::requests::container_requests;
-use voodu_agent::runtime::{ContainerSpec, Error, FakeRuntime, Gate, Runtime, Sealed};
+use voodu_agent::runtime::{ContainerSpec, Containers, Error, FakeRuntime, Gate, Guarded};
 use voodu_agent::store::Store;
 
 use crate::support::TestResult;
@@ -271,7 +271,7 @@ async fn i47_no_commit_of_one_source_points_at_what_another_holds() -> TestResul
     let blog_store = store.for_source("blog");
     let blog_policy = sealed_to("blog");
     let fake = Arc::new(FakeRuntime::new());
-    let sink = Sealed::new(
+    let sink = Guarded::new(
         Arc::clone(&fake),
         Gate::new(host_policy.clone(), OwnedPaths::for_data_dir(&data)).sealing(ownership.clone()),
     );

@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use voodu_agent::http::WebhookSecret;
 use voodu_agent::model::{Kind, ResourceKey};
-use voodu_agent::runtime::{FakeRuntime, Runtime, labels};
+use voodu_agent::runtime::{Containers, FakeRuntime, labels};
 use voodu_agent::store::Store;
 
 use crate::support::agent::{fake_agent_config, wait_data_dir_unlocked};

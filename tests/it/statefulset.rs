@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 use voodu_agent::model::{Kind, ResourceKey};
-use voodu_agent::runtime::{Container, ContainerState, Runtime, labels};
+use voodu_agent::runtime::{Container, ContainerState, Containers, labels};
 use voodu_agent::store::ReleasePhase;
 
 use crate::e2e_docker::{Agent, Events};

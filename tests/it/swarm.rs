@@ -7,7 +7,7 @@ use std::time::Duration;
 use voodu_agent::model::{Kind, ResourceKey};
 use voodu_agent::reconcile::Engine;
 use voodu_agent::reconcile::router::IngressOptions;
-use voodu_agent::runtime::{FakeRuntime, Node, NodeState, Runtime, ServiceMode, TaskState, labels};
+use voodu_agent::runtime::{FakeRuntime, Node, NodeState, ServiceMode, Swarm, TaskState, labels};
 use voodu_agent::store::{FailureReason, ReleasePhase};
 
 use crate::support::{Harness, TestResult};

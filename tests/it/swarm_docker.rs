@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use voodu_agent::model::{Kind, ResourceKey};
-use voodu_agent::runtime::{DockerRuntime, Runtime, Task, TaskState, labels};
+use voodu_agent::runtime::{DockerRuntime, Swarm, Task, TaskState, labels};
 use voodu_agent::store::{ReleasePhase, Store};
 
 use crate::e2e_docker::Agent;

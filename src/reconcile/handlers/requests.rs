@@ -1,6 +1,6 @@
 //! The create requests a manifest's resources would send to the engine, built by the one
 //! function the handlers build them with (`handlers::container::build`), and judged by the
-//! host policy's gate at the sink (`runtime::gate`) before any is sent: `plan` and
+//! host policy's gate at the sink (`runtime::guard`) before any is sent: `plan` and
 //! `validate --policy` run the gate the agent runs, on the requests it would send.
 //!
 //! Invariant: pure. Bind sources are judged as written once resolved and folded (no host is

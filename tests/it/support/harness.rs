@@ -115,7 +115,7 @@ impl Harness {
     }
 
     pub async fn containers(&self, key: &ResourceKey) -> TestResult<Vec<Container>> {
-        use voodu_agent::runtime::Runtime;
+        use voodu_agent::runtime::Containers;
         Ok(self
             .fake
             .list(&[

@@ -15,12 +15,12 @@
 
 use std::collections::BTreeMap;
 
-use super::fake::{Run, interpret};
-use super::service::{
+use super::{FakeRuntime, Run, interpret};
+use crate::runtime::service::{
     Node, NodeState, Service, ServiceMode, ServiceSpec, SwarmConfig, SwarmNode, Task, TaskState,
     UpdateState, UpdateStatus,
 };
-use super::{Error, FakeRuntime, RegistryAuth, Result};
+use crate::runtime::{Error, RegistryAuth, Result, Swarm};
 
 /// The fake swarm.
 #[derive(Default)]
@@ -220,6 +220,19 @@ impl FakeRuntime {
         }
         swarm.next_id = next;
     }
+
+    /// Every config `spec` mounts must exist.
+    fn check_configs(&self, spec: &ServiceSpec) -> Result<()> {
+        let swarm = self.swarm_lock();
+        for config in &spec.configs {
+            if !swarm.configs.contains_key(&config.config_id) {
+                return Err(Error::Invalid {
+                    message: format!("config {} not found", config.config_name),
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The node a task of `spec` is placed on: the one a `node.id==…` constraint names, else
@@ -345,8 +358,8 @@ fn finish_update(
     used
 }
 
-impl FakeRuntime {
-    pub(super) async fn swarm_node_impl(&self) -> Result<Option<SwarmNode>> {
+impl Swarm for FakeRuntime {
+    async fn swarm_node(&self) -> Result<Option<SwarmNode>> {
         self.enter("swarm_node", "")?;
         Ok(Some(SwarmNode {
             node_id: NODE.to_owned(),
@@ -354,7 +367,7 @@ impl FakeRuntime {
         }))
     }
 
-    pub(super) async fn list_nodes_impl(&self) -> Result<Vec<Node>> {
+    async fn list_nodes(&self) -> Result<Vec<Node>> {
         self.enter("list_nodes", "")?;
         Ok(self.swarm_lock().nodes.clone().unwrap_or_else(|| {
             vec![Node {
@@ -367,7 +380,13 @@ impl FakeRuntime {
         }))
     }
 
-    pub(super) async fn list_services_impl(&self, filter: &[(&str, &str)]) -> Result<Vec<Service>> {
+    async fn ensure_overlay(&self, name: &str) -> Result<()> {
+        self.enter("ensure_overlay", name)?;
+        self.lock().networks.insert(name.to_owned());
+        Ok(())
+    }
+
+    async fn list_services(&self, filter: &[(&str, &str)]) -> Result<Vec<Service>> {
         self.enter("list_services", "")?;
         let swarm = self.swarm_lock();
         Ok(swarm
@@ -391,7 +410,7 @@ impl FakeRuntime {
             .collect())
     }
 
-    pub(super) async fn create_service_impl(
+    async fn create_service(
         &self,
         spec: &ServiceSpec,
         _auth: Option<&RegistryAuth>,
@@ -439,7 +458,7 @@ impl FakeRuntime {
         Ok(id)
     }
 
-    pub(super) async fn update_service_impl(
+    async fn update_service(
         &self,
         id: &str,
         version: u64,
@@ -507,26 +526,13 @@ impl FakeRuntime {
         Ok(())
     }
 
-    /// Every config `spec` mounts must exist.
-    fn check_configs(&self, spec: &ServiceSpec) -> Result<()> {
-        let swarm = self.swarm_lock();
-        for config in &spec.configs {
-            if !swarm.configs.contains_key(&config.config_id) {
-                return Err(Error::Invalid {
-                    message: format!("config {} not found", config.config_name),
-                });
-            }
-        }
-        Ok(())
-    }
-
-    pub(super) async fn remove_service_impl(&self, id: &str) -> Result<()> {
+    async fn remove_service(&self, id: &str) -> Result<()> {
         self.enter("remove_service", id)?;
         self.swarm_lock().services.remove(id);
         Ok(())
     }
 
-    pub(super) async fn list_tasks_impl(&self, service_id: &str) -> Result<Vec<Task>> {
+    async fn list_tasks(&self, service_id: &str) -> Result<Vec<Task>> {
         self.enter("list_tasks", service_id)?;
         Ok(self
             .swarm_lock()
@@ -536,7 +542,7 @@ impl FakeRuntime {
             .unwrap_or_default())
     }
 
-    pub(super) async fn task_logs_impl(&self, task_id: &str, _tail: usize) -> Result<String> {
+    async fn task_logs(&self, task_id: &str, _tail: usize) -> Result<String> {
         self.enter("task_logs", task_id)?;
         let swarm = self.swarm_lock();
         let spec = swarm.services.values().find_map(|service| {
@@ -554,14 +560,14 @@ impl FakeRuntime {
         })
     }
 
-    pub(super) async fn create_config_impl(
+    async fn create_config(
         &self,
         name: &str,
         labels: &BTreeMap<String, String>,
         data: &[u8],
     ) -> Result<String> {
         self.enter("create_config", name)?;
-        if data.len() > super::service::MAX_CONFIG_BYTES {
+        if data.len() > crate::runtime::service::MAX_CONFIG_BYTES {
             return Err(Error::Invalid {
                 message: "config data must be at most 500 KB".to_owned(),
             });
@@ -586,10 +592,7 @@ impl FakeRuntime {
         Ok(id)
     }
 
-    pub(super) async fn list_configs_impl(
-        &self,
-        filter: &[(&str, &str)],
-    ) -> Result<Vec<SwarmConfig>> {
+    async fn list_configs(&self, filter: &[(&str, &str)]) -> Result<Vec<SwarmConfig>> {
         self.enter("list_configs", "")?;
         Ok(self
             .swarm_lock()
@@ -604,7 +607,7 @@ impl FakeRuntime {
             .collect())
     }
 
-    pub(super) async fn remove_config_impl(&self, id: &str) -> Result<()> {
+    async fn remove_config(&self, id: &str) -> Result<()> {
         self.enter("remove_config", id)?;
         let mut swarm = self.swarm_lock();
         let users: Vec<String> = swarm

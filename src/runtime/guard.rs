@@ -1,4 +1,4 @@
-//! The host policy at the sink: `Sealed` wraps the runtime the agent drives, and every request
+//! The host policy at the sink: `Guarded` wraps the runtime the agent drives, and every request
 //! that could give the host away is judged here, on the values the engine would receive, before
 //! it is sent: a container's create (bind sources folded as Docker folds them and their
 //! symlinks resolved on this host, networks, capabilities, `docker_options` with the log
@@ -7,30 +7,29 @@
 //! is refused unless adopted).
 //!
 //! The manifest stage judges the same values with the same rules (`model::policy`) for
-//! `path:line:col`; this gate is the guarantee: whatever path a value takes (interpolation,
+//! `path:line:col`; this guard is the guarantee: whatever path a value takes (interpolation,
 //! asset references, a stored spec of an older agent, a macro), a request that violates the
 //! policy never reaches the engine. A refusal is `Error::Refused`, permanent.
 //!
-//! With several sources (`--sources`), the gate also seals them from each other on the same
+//! With several sources (`--sources`), the guard also seals them from each other on the same
 //! final values (`model::scopes`): a container may bind only asset files of its own source's
 //! scopes (after `..` and symlinks), mount only named volumes its source holds (the store's
 //! claims; a volume the agent makes carries its scope in `voodu.scope`, one made before is
 //! mounted only where it was adopted), only claims (`voodu-<scope>-…`) of its own scopes, and
 //! join only its own source's network.
 //!
-//! Invariant: the agent only ever drives a `Sealed` runtime (`agent::run_until` wraps the one
+//! Invariant: the agent only ever drives a `Guarded` runtime (`agent::run_until` wraps the one
 //! it is given; the `Informer` over it passes every request on), so no handler can reach the
 //! engine around it.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
+use super::forward::forward;
 use super::service::OVERLAY_SUFFIX;
 use super::{
-    Container, ContainerSpec, Error, Events, ExecOutcome, ImageInfo, Inspection, Node,
-    RegistryAuth, Result, Runtime, Service, ServiceSpec, SwarmConfig, SwarmNode, Task, Volume,
+    ContainerSpec, Containers, Error, RegistryAuth, Result, Runtime, ServiceSpec, Swarm, Volume,
     labels,
 };
 use crate::model::Policy;
@@ -103,7 +102,7 @@ impl Gate {
 
     /// What `seal`'s container may not point at among `spec`'s binds and networks, with bind
     /// sources resolved by `resolve` (see the module docs; named volumes are judged where
-    /// they are made, `Sealed::own_volumes`).
+    /// they are made, `Guarded::own_volumes`).
     fn sealed_refusals(
         &self,
         seal: &Seal,
@@ -229,14 +228,14 @@ impl Gate {
 }
 
 /// A runtime whose every request passes the gate first (see the module docs).
-pub struct Sealed<R> {
+pub struct Guarded<R> {
     inner: Arc<R>,
     gate: Arc<Gate>,
 }
 
-impl<R: Runtime> Sealed<R> {
-    pub fn new(inner: Arc<R>, gate: Gate) -> Sealed<R> {
-        Sealed {
+impl<R: Runtime> Guarded<R> {
+    pub fn new(inner: Arc<R>, gate: Gate) -> Guarded<R> {
+        Guarded {
             inner,
             gate: Arc::new(gate),
         }
@@ -385,14 +384,11 @@ fn refuse(refusals: Vec<String>) -> Result<()> {
     }
 }
 
-impl<R: Runtime> Runtime for Sealed<R> {
-    async fn list(&self, filter: &[(&str, &str)]) -> Result<Vec<Container>> {
-        self.inner.list(filter).await
-    }
-
-    async fn list_by_id(&self, ids: &[String]) -> Result<Vec<Container>> {
-        self.inner.list_by_id(ids).await
-    }
+impl<R: Runtime> Containers for Guarded<R> {
+    forward!(
+        inner: list, list_by_id, start, remove, stop, inspect, wait, logs, exec,
+        list_volumes, remove_volume, image_present, image_info, pull, events, cpu_percent
+    );
 
     async fn create(&self, spec: &ContainerSpec) -> Result<String> {
         self.judge(spec, false).await?;
@@ -401,38 +397,10 @@ impl<R: Runtime> Runtime for Sealed<R> {
         self.inner.create(spec).await
     }
 
-    async fn start(&self, id: &str) -> Result<()> {
-        self.inner.start(id).await
-    }
-
-    async fn remove(&self, id: &str) -> Result<()> {
-        self.inner.remove(id).await
-    }
-
-    async fn stop(&self, id: &str, grace: Duration) -> Result<()> {
-        self.inner.stop(id, grace).await
-    }
-
     async fn ensure_network(&self, name: &str) -> Result<()> {
         // A source's own network passes: who joins it is judged at each create.
         refuse(self.gate.network_refusal(name, false).into_iter().collect())?;
         self.inner.ensure_network(name).await
-    }
-
-    async fn inspect(&self, id: &str) -> Result<Inspection> {
-        self.inner.inspect(id).await
-    }
-
-    async fn wait(&self, id: &str) -> Result<i64> {
-        self.inner.wait(id).await
-    }
-
-    async fn logs(&self, id: &str, tail: usize) -> Result<String> {
-        self.inner.logs(id, tail).await
-    }
-
-    async fn exec(&self, id: &str, command: &[String]) -> Result<ExecOutcome> {
-        self.inner.exec(id, command).await
     }
 
     async fn ensure_volume(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<Volume> {
@@ -465,50 +433,17 @@ impl<R: Runtime> Runtime for Sealed<R> {
         }
         Ok(volume)
     }
+}
 
-    async fn list_volumes(&self, filter: &[(&str, &str)]) -> Result<Vec<Volume>> {
-        self.inner.list_volumes(filter).await
-    }
-
-    async fn remove_volume(&self, name: &str) -> Result<()> {
-        self.inner.remove_volume(name).await
-    }
-
-    async fn image_present(&self, image: &str) -> Result<bool> {
-        self.inner.image_present(image).await
-    }
-
-    async fn image_info(&self, image: &str) -> Result<Option<ImageInfo>> {
-        self.inner.image_info(image).await
-    }
-
-    async fn pull(&self, image: &str, auth: Option<&RegistryAuth>) -> Result<Option<String>> {
-        self.inner.pull(image, auth).await
-    }
-
-    fn events(&self, filter: &[(&str, &str)]) -> Events {
-        self.inner.events(filter)
-    }
-
-    async fn cpu_percent(&self, id: &str) -> Result<f64> {
-        self.inner.cpu_percent(id).await
-    }
-
-    async fn swarm_node(&self) -> Result<Option<SwarmNode>> {
-        self.inner.swarm_node().await
-    }
-
-    async fn list_nodes(&self) -> Result<Vec<Node>> {
-        self.inner.list_nodes().await
-    }
+impl<R: Runtime> Swarm for Guarded<R> {
+    forward!(
+        inner: swarm_node, list_nodes, list_services, remove_service, list_tasks, task_logs,
+        create_config, list_configs, remove_config
+    );
 
     async fn ensure_overlay(&self, name: &str) -> Result<()> {
         refuse(self.gate.network_refusal(name, true).into_iter().collect())?;
         self.inner.ensure_overlay(name).await
-    }
-
-    async fn list_services(&self, filter: &[(&str, &str)]) -> Result<Vec<Service>> {
-        self.inner.list_services(filter).await
     }
 
     async fn create_service(
@@ -532,35 +467,6 @@ impl<R: Runtime> Runtime for Sealed<R> {
         self.signed(&spec.task.image).await?;
         self.inner.update_service(id, version, spec, auth).await
     }
-
-    async fn remove_service(&self, id: &str) -> Result<()> {
-        self.inner.remove_service(id).await
-    }
-
-    async fn list_tasks(&self, service_id: &str) -> Result<Vec<Task>> {
-        self.inner.list_tasks(service_id).await
-    }
-
-    async fn task_logs(&self, task_id: &str, tail: usize) -> Result<String> {
-        self.inner.task_logs(task_id, tail).await
-    }
-
-    async fn create_config(
-        &self,
-        name: &str,
-        labels: &BTreeMap<String, String>,
-        data: &[u8],
-    ) -> Result<String> {
-        self.inner.create_config(name, labels, data).await
-    }
-
-    async fn list_configs(&self, filter: &[(&str, &str)]) -> Result<Vec<SwarmConfig>> {
-        self.inner.list_configs(filter).await
-    }
-
-    async fn remove_config(&self, id: &str) -> Result<()> {
-        self.inner.remove_config(id).await
-    }
 }
 
 #[cfg(test)]
@@ -569,12 +475,13 @@ mod tests {
     use crate::model::scopes::Ownership;
     use crate::runtime::FakeRuntime;
     use crate::runtime::service::{ServiceMode, UpdateOrder, UpdatePolicy};
+    use std::time::Duration;
 
     type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
     const DATA: &str = "/srv/voodu";
 
-    fn sealed(edit: impl FnOnce(&mut Policy)) -> (Arc<FakeRuntime>, Sealed<FakeRuntime>) {
+    fn guarded(edit: impl FnOnce(&mut Policy)) -> (Arc<FakeRuntime>, Guarded<FakeRuntime>) {
         let mut policy = Policy {
             data_dir: Some(DATA.to_owned()),
             ..Policy::default()
@@ -585,7 +492,7 @@ mod tests {
         let fake = Arc::new(FakeRuntime::new());
         (
             Arc::clone(&fake),
-            Sealed::new(fake, Gate::new(policy, owned)),
+            Guarded::new(fake, Gate::new(policy, owned)),
         )
     }
 
@@ -616,7 +523,7 @@ mod tests {
     #[tokio::test]
     async fn an_interpolated_walk_out_of_the_asset_directory_never_reaches_the_engine() -> TestResult
     {
-        let (fake, runtime) = sealed(|_| {});
+        let (fake, runtime) = guarded(|_| {});
         runtime.ensure_network("voodu0").await?;
         let walk = format!("{DATA}/assets/s/a/k/../../../../../../../../etc:/x");
         assert_eq!(
@@ -650,7 +557,7 @@ mod tests {
         std::os::unix::fs::symlink("/etc", root_path.join("etc-link"))?;
         std::os::unix::fs::symlink(root_path.join("missing"), root_path.join("dangling"))?;
         std::fs::create_dir(root_path.join("data"))?;
-        let (fake, runtime) = sealed(|policy| policy.allow_bind_root = vec![root_text.clone()]);
+        let (fake, runtime) = guarded(|policy| policy.allow_bind_root = vec![root_text.clone()]);
         runtime.ensure_network("voodu0").await?;
         assert_eq!(
             refused(
@@ -680,7 +587,7 @@ mod tests {
 
     #[tokio::test]
     async fn options_networks_and_capabilities_are_judged_on_the_request() -> TestResult {
-        let (fake, runtime) = sealed(|_| {});
+        let (fake, runtime) = guarded(|_| {});
         let mut logging = spec(&[]);
         logging.options = crate::model::DockerOptions::parse(&[
             "--log-driver=syslog".to_owned(),
@@ -721,7 +628,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_service_template_is_judged_with_its_overlays() -> TestResult {
-        let (fake, runtime) = sealed(|_| {});
+        let (fake, runtime) = guarded(|_| {});
         let mut task = spec(&[]);
         task.networks = vec!["voodu0-swarm".to_owned()];
         let mut service = ServiceSpec {
@@ -775,7 +682,7 @@ mod tests {
             labels::CREATED_BY.to_owned(),
             labels::CREATED_BY_VALUE.to_owned(),
         )]);
-        let (fake, runtime) = sealed(|_| {});
+        let (fake, runtime) = guarded(|_| {});
         // Made by hand (`docker volume create`), with foreign data in it.
         fake.ensure_volume(name, &BTreeMap::new()).await?;
         match runtime.ensure_volume(name, &ours).await {
@@ -790,14 +697,14 @@ mod tests {
         // A volume the agent makes, or made before, is its own.
         runtime.ensure_volume("voodu-shop-db-data-1", &ours).await?;
         runtime.ensure_volume("voodu-shop-db-data-1", &ours).await?;
-        let (fake, adopting) = sealed(|policy| policy.adopt_volume = vec![name.to_owned()]);
+        let (fake, adopting) = guarded(|policy| policy.adopt_volume = vec![name.to_owned()]);
         fake.ensure_volume(name, &BTreeMap::new()).await?;
         adopting.ensure_volume(name, &ours).await?;
         Ok(())
     }
 
     /// A gate sealing `shop` (scope `shop`) from `blog` (scope `blog`).
-    fn two_sources() -> std::result::Result<(Arc<FakeRuntime>, Sealed<FakeRuntime>), String> {
+    fn two_sources() -> std::result::Result<(Arc<FakeRuntime>, Guarded<FakeRuntime>), String> {
         use crate::model::scopes::ScopePattern;
         let ownership = Ownership::new(vec![
             ("shop".to_owned(), vec![ScopePattern::parse("shop")?]),
@@ -809,7 +716,7 @@ mod tests {
         };
         let fake = Arc::new(FakeRuntime::new());
         let gate = Gate::new(policy, OwnedPaths::for_data_dir(DATA)).sealing(Arc::new(ownership));
-        Ok((Arc::clone(&fake), Sealed::new(fake, gate)))
+        Ok((Arc::clone(&fake), Guarded::new(fake, gate)))
     }
 
     fn scoped(scope: &str, binds: &[&str], networks: &[&str]) -> ContainerSpec {
