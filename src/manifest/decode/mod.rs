@@ -9,7 +9,7 @@
 //! Invariant: decoding never stops at the first problem of a file; a resource with any
 //! problem is left out and every problem is reported.
 
-mod kinds;
+pub(super) mod kinds;
 mod plugin_blocks;
 pub(crate) mod reader;
 mod sources;
@@ -404,19 +404,6 @@ fn policy_locations(cx: &Cx<'_>, body: &Body) -> BTreeMap<String, Diagnostic> {
         }
     }
     locations
-}
-
-/// A macro's statefulset: the statefulset fields, without the build-mode default (a macro's
-/// image defaults to the plugin's).
-pub(crate) fn statefulset_for_macro(
-    cx: &mut Cx<'_>,
-    reader: &mut Reader<'_>,
-) -> super::spec::StatefulsetSpec {
-    let mut spec = kinds::statefulset(cx, reader);
-    if spec.container.image.is_empty() && reader.span_of("build").is_none() {
-        spec.container.build = None;
-    }
-    spec
 }
 
 /// The two labels of a scoped block, checked as names.

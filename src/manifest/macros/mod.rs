@@ -27,8 +27,7 @@ use std::collections::BTreeMap;
 use hcl::edit::Span;
 use hcl::edit::structure::Block;
 
-use super::decode::Cx;
-use super::decode::reader::Reader;
+use super::decode::reader::{Cx, Reader};
 use super::interpolate::Reference;
 use super::spec::{AssetFile, AssetSpec, Spec, StatefulsetSpec, sha256_hex};
 use crate::model::{Kind, ResourceKey};

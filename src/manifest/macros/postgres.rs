@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use hcl::edit::Span;
 
 use super::{Expansion, Files, Reader, is_identifier, merge_env, own_secret, scope_suffix};
-use crate::manifest::decode::Cx;
+use crate::manifest::decode::reader::Cx;
 use crate::manifest::spec::{ExecAction, Macro, Probe, Probes, Spec, TcpSocket, VolumeClaim};
 use crate::model::{Kind, ResourceKey};
 
@@ -111,7 +111,7 @@ pub(super) fn expand(cx: &mut Cx<'_>, r: &mut Reader<'_>, key: &ResourceKey) -> 
             ),
         );
     }
-    let mut spec = crate::manifest::decode::statefulset_for_macro(cx, r);
+    let mut spec = crate::manifest::decode::kinds::statefulset_for_macro(cx, r);
     spec.expanded_from = Some(Macro::Postgres);
     if spec.container.image.is_empty() {
         spec.container.image = if version.is_empty() {

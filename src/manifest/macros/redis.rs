@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use hcl::edit::Span;
 
 use super::{Expansion, Files, Reader, merge_env, own_secret, scope_suffix};
-use crate::manifest::decode::Cx;
+use crate::manifest::decode::reader::Cx;
 use crate::manifest::spec::{
     ExecAction, Macro, Probe, Probes, Spec, StatefulsetSpec, TcpSocket, VolumeClaim,
 };
@@ -38,7 +38,7 @@ const DEFAULT_IMAGE: &str = "redis:7-alpine";
 
 pub(super) fn expand(cx: &mut Cx<'_>, r: &mut Reader<'_>, key: &ResourceKey) -> Expansion {
     let monitor = sentinel(cx, r, key);
-    let mut spec = crate::manifest::decode::statefulset_for_macro(cx, r);
+    let mut spec = crate::manifest::decode::kinds::statefulset_for_macro(cx, r);
     if spec.container.image.is_empty() {
         spec.container.image = DEFAULT_IMAGE.to_owned();
     }
