@@ -6,6 +6,7 @@
 
 mod assets;
 mod docker_options;
+mod host_paths;
 pub(crate) mod hosts;
 pub mod image_policy;
 pub mod names;
@@ -35,6 +36,9 @@ pub(crate) use units::{
 };
 
 use std::fmt;
+
+/// The bridge network voodu attaches every container to.
+pub(crate) const DEFAULT_NETWORK: &str = "voodu0";
 
 /// What names one repository whatever the URL's form: `host/owner/name` in lower case for
 /// https, ssh and scp-like URLs (no user, port, `.git` or trailing `/`), the absolute path

@@ -20,8 +20,10 @@ use serde::{Deserialize, Serialize};
 
 use super::DockerOptions;
 
-/// The bridge network voodu attaches every container to.
-pub(crate) const DEFAULT_NETWORK: &str = "voodu0";
+pub(crate) use super::DEFAULT_NETWORK;
+use super::host_paths::is_within;
+pub use super::host_paths::{ASSETS_DIR, OwnedPaths};
+pub(crate) use super::host_paths::{bind_source_text, normalize_path, resolve_on_host};
 
 /// What the host allows beyond its default-deny baseline. The policy file (JSON) uses the
 /// flags' names as keys: `{"allow-host-network": true, "allow-cap": ["NET_ADMIN"]}`.
@@ -104,57 +106,6 @@ const SAFE_SECURITY_OPTS: &[&str] = &[
 /// every other one ships it to an address the driver's options name (syslog, gelf, fluentd,
 /// splunk, awslogs…), the host's loopback services among them.
 const LOCAL_LOG_DRIVERS: &[&str] = &["json-file", "local", "journald", "none"];
-
-/// The directory under the data dir that holds asset files (`<data-dir>/assets`).
-pub const ASSETS_DIR: &str = "assets";
-
-/// Host paths the agent itself makes and mounts, which a bind may name although they lie in
-/// its data dir: asset files (`<assets_root>/<scope>/<name>/<key>`, exactly that deep: a file,
-/// never a directory of them) and the ingress proxy's own directories.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct OwnedPaths {
-    /// `<data-dir>/assets`, absolute and normalised.
-    pub(crate) assets_root: Option<String>,
-    /// Paths mounted as they are (the ingress's `data` and `config`), absolute, normalised.
-    pub(crate) exact: Vec<String>,
-}
-
-impl OwnedPaths {
-    /// The asset files of the agent whose data dir is `data_dir` (absolute).
-    pub fn for_data_dir(data_dir: &str) -> OwnedPaths {
-        OwnedPaths {
-            assets_root: normalize_path(&format!("{data_dir}/{ASSETS_DIR}")),
-            exact: Vec::new(),
-        }
-    }
-
-    /// The scope whose asset file `source` (absolute, normalised) is, when it is one (`""`
-    /// for an unscoped asset's).
-    pub(crate) fn asset_scope<'a>(&self, source: &'a str) -> Option<&'a str> {
-        let root = self.assets_root.as_deref()?;
-        if !is_within(source, root) {
-            return None;
-        }
-        let rest = source.strip_prefix(root)?;
-        let parts: Vec<&str> = rest.split('/').filter(|part| !part.is_empty()).collect();
-        match parts.as_slice() {
-            [scope, _, _] if *scope == super::assets::UNSCOPED_ASSETS => Some(""),
-            [scope, _, _] => Some(scope),
-            _ => None,
-        }
-    }
-
-    /// Whether `source` (absolute, normalised) is one of these paths.
-    pub(crate) fn holds(&self, source: &str) -> bool {
-        let asset_file = self.assets_root.as_deref().is_some_and(|root| {
-            is_within(source, root)
-                && source.strip_prefix(root).is_some_and(|rest| {
-                    rest.split('/').filter(|part| !part.is_empty()).count() == 3
-                })
-        });
-        asset_file || self.exact.iter().any(|path| path == source)
-    }
-}
 
 /// Host paths that give the host away, and why.
 const SENSITIVE: &[(&str, &str)] = &[
@@ -526,76 +477,6 @@ impl Policy {
             refusals.extend(self.log_driver_refusal(driver));
         }
         refusals
-    }
-}
-
-/// The source of a `docker -v` entry (`src:dst[:opts]`): everything before the first `:`.
-pub(crate) fn bind_source_text(volume: &str) -> &str {
-    volume.split(':').next().unwrap_or_default()
-}
-
-/// `/a//b/./c/../d/` → `/a/b/d`; `None` for a relative path.
-pub(crate) fn normalize_path(path: &str) -> Option<String> {
-    if !path.starts_with('/') {
-        return None;
-    }
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            other => parts.push(other),
-        }
-    }
-    Some(format!("/{}", parts.join("/")))
-}
-
-/// Whether `path` is `dir` or lies under it (both normalised).
-pub(crate) fn is_within(path: &str, dir: &str) -> bool {
-    dir == "/"
-        || path == dir
-        || path
-            .strip_prefix(dir)
-            .is_some_and(|rest| rest.starts_with('/'))
-}
-
-/// `path` (absolute, folded) with the symlinks of its longest existing prefix resolved, as the
-/// kernel will follow them when Docker mounts it (Docker creates the missing rest as
-/// directories). A dangling link on the way cannot be judged: it is an error. Blocking: it reads the
-/// file system, so the sink and the sync stage call it, never the manifest stage.
-pub(crate) fn resolve_on_host(path: &std::path::Path) -> std::result::Result<String, String> {
-    let mut existing = path;
-    let mut rest = Vec::new();
-    loop {
-        match std::fs::canonicalize(existing) {
-            Ok(real) => {
-                let mut resolved = real;
-                for part in rest.iter().rev() {
-                    resolved.push(part);
-                }
-                return resolved
-                    .to_str()
-                    .map(ToOwned::to_owned)
-                    .ok_or_else(|| format!("{} is not UTF-8 once resolved", path.display()));
-            }
-            Err(_) if std::fs::symlink_metadata(existing).is_ok() => {
-                return Err(format!(
-                    "{} is a link that leads nowhere on this host, so where it would lead cannot be judged",
-                    existing.display()
-                ));
-            }
-            Err(_) => {}
-        }
-        let (Some(name), Some(parent)) = (existing.file_name(), existing.parent()) else {
-            return Err(format!(
-                "{} cannot be resolved on this host",
-                path.display()
-            ));
-        };
-        rest.push(name);
-        existing = parent;
     }
 }
 

@@ -17,7 +17,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::policy::{DEFAULT_NETWORK, OwnedPaths};
+use super::DEFAULT_NETWORK;
+use super::host_paths::OwnedPaths;
 
 /// One entry of a source's `scopes`: an exact scope, a prefix (`shop-*`), or everything (`*`).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::ResourceKey;
 
-pub(crate) use crate::model::policy::DEFAULT_NETWORK;
+pub(crate) use crate::model::DEFAULT_NETWORK;
 /// voodu's controller default restart policy.
 pub(crate) const DEFAULT_RESTART: &str = "unless-stopped";
 
