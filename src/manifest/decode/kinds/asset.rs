@@ -85,94 +85,14 @@ fn asset_source(
 ) -> Option<(AssetFile, Option<Vec<u8>>)> {
     let field = format!("asset key `{key}`");
     let span = value.span();
-    let described = |source: &str, origin: String, on_failure: String, bytes: &[u8]| AssetFile {
-        source: source.to_owned(),
-        origin,
-        on_failure,
-        digest: sha256_hex(bytes),
-        size: bytes.len() as u64,
-        sealed: false,
-    };
     match value {
         Expression::FuncCall(call) => {
             let function = call.name.name.as_str();
             let args: Vec<&Expression> = call.args.iter().collect();
             match (function, args.as_slice()) {
-                ("file", [path]) => {
-                    let path = to_string(cx, path, &field)?;
-                    match cx.read_file(&path) {
-                        Read::Bytes(bytes) => {
-                            let mut file = described("file", path.clone(), String::new(), &bytes);
-                            // A SOPS-encrypted source is decrypted on the host, never here.
-                            match crate::manifest::sops::parse(&bytes) {
-                                Some(Ok(_)) => file.sealed = true,
-                                Some(Err(problem)) => {
-                                    cx.error(
-                                        span,
-                                        format!(
-                                            "file({path:?}) is not a readable SOPS file: {problem}"
-                                        ),
-                                    );
-                                    return None;
-                                }
-                                None => {}
-                            }
-                            Some((file, Some(bytes)))
-                        }
-                        Read::Failed(message)
-                            if message.is_missing() && cx.env.mode == Mode::Validate =>
-                        {
-                            cx.warn(span, format!("file({path:?}): {message}; the agent rejects a commit without it"));
-                            Some((described("file", path, String::new(), b""), None))
-                        }
-                        Read::Failed(message) => {
-                            cx.error(span, format!("file(): {message}"));
-                            None
-                        }
-                    }
-                }
+                ("file", [path]) => file_source(cx, &field, span, path),
                 ("url", [href, rest @ ..]) if rest.len() <= 1 => {
-                    let href = to_string(cx, href, &field)?;
-                    if !(href.starts_with("https://") || href.starts_with("http://"))
-                        || href.len() <= "https://".len()
-                    {
-                        cx.error(
-                            span,
-                            format!("url({href:?}): only http:// and https:// URLs can be fetched"),
-                        );
-                        return None;
-                    }
-                    let options = match rest.first() {
-                        Some(options) => to_map(cx, options, "url() options")?,
-                        None => BTreeMap::new(),
-                    };
-                    let mut timeout = Duration::from_secs(30);
-                    let mut on_failure = "stale".to_owned();
-                    for (option, text) in &options {
-                        match option.as_str() {
-                            "timeout" => match parse_go_duration(text) {
-                                Some(parsed) if parsed > MAX_FETCH_TIMEOUT => cx.error(span.clone(), format!("url() timeout {text:?} is above the limit of {}: a fetch holds up the whole commit; write a shorter timeout", show_duration(MAX_FETCH_TIMEOUT))),
-                                Some(parsed) if !parsed.is_zero() => timeout = parsed,
-                                _ => cx.error(span.clone(), format!("url() timeout {text:?} must be a duration like \"10s\"")),
-                            },
-                            "on_failure" => match text.as_str() {
-                                "error" | "stale" | "skip" => on_failure.clone_from(text),
-                                other => cx.error(span.clone(), format!("url() on_failure {other:?} must be \"error\", \"stale\" or \"skip\"")),
-                            },
-                            other => cx.error(span.clone(), format!("unknown url() option `{other}` (timeout, on_failure)")),
-                        }
-                    }
-                    match cx.fetch(&href, timeout, on_failure != "error") {
-                        None => Some((described("url", href, on_failure, b""), None)),
-                        Some(Ok(bytes)) => {
-                            let file = described("url", href, on_failure, &bytes);
-                            Some((file, Some(bytes)))
-                        }
-                        Some(Err(message)) => {
-                            cx.error(span, format!("url({href:?}): {message}"));
-                            None
-                        }
-                    }
+                    url_source(cx, &field, span, href, rest.first().copied())
                 }
                 ("file" | "url", _) => {
                     cx.error(span, format!("{function}() takes {}", if function == "file" { "one path: file(\"./config.json\")" } else { "a URL and optional options: url(\"https://…\", { timeout = \"10s\" })" }));
@@ -197,6 +117,110 @@ fn asset_source(
                     describe(other)
                 ),
             );
+            None
+        }
+    }
+}
+
+/// An asset file's description from its source kind, origin and bytes.
+fn described(source: &str, origin: String, on_failure: String, bytes: &[u8]) -> AssetFile {
+    AssetFile {
+        source: source.to_owned(),
+        origin,
+        on_failure,
+        digest: sha256_hex(bytes),
+        size: bytes.len() as u64,
+        sealed: false,
+    }
+}
+
+/// `file("path")`: read from the repository; a SOPS-encrypted file is kept sealed, for the
+/// host to decrypt.
+fn file_source(
+    cx: &mut Cx<'_>,
+    field: &str,
+    span: Option<Range<usize>>,
+    path: &Expression,
+) -> Option<(AssetFile, Option<Vec<u8>>)> {
+    let path = to_string(cx, path, field)?;
+    match cx.read_file(&path) {
+        Read::Bytes(bytes) => {
+            let mut file = described("file", path.clone(), String::new(), &bytes);
+            // A SOPS-encrypted source is decrypted on the host, never here.
+            match crate::manifest::sops::parse(&bytes) {
+                Some(Ok(_)) => file.sealed = true,
+                Some(Err(problem)) => {
+                    cx.error(
+                        span,
+                        format!("file({path:?}) is not a readable SOPS file: {problem}"),
+                    );
+                    return None;
+                }
+                None => {}
+            }
+            Some((file, Some(bytes)))
+        }
+        Read::Failed(message) if message.is_missing() && cx.env.mode == Mode::Validate => {
+            cx.warn(
+                span,
+                format!("file({path:?}): {message}; the agent rejects a commit without it"),
+            );
+            Some((described("file", path, String::new(), b""), None))
+        }
+        Read::Failed(message) => {
+            cx.error(span, format!("file(): {message}"));
+            None
+        }
+    }
+}
+
+/// `url("href", { timeout on_failure })`: fetched through the load's fetcher (not in
+/// validate mode, where the bytes are `None`).
+fn url_source(
+    cx: &mut Cx<'_>,
+    field: &str,
+    span: Option<Range<usize>>,
+    href: &Expression,
+    options: Option<&Expression>,
+) -> Option<(AssetFile, Option<Vec<u8>>)> {
+    let href = to_string(cx, href, field)?;
+    if !(href.starts_with("https://") || href.starts_with("http://"))
+        || href.len() <= "https://".len()
+    {
+        cx.error(
+            span,
+            format!("url({href:?}): only http:// and https:// URLs can be fetched"),
+        );
+        return None;
+    }
+    let options = match options {
+        Some(options) => to_map(cx, options, "url() options")?,
+        None => BTreeMap::new(),
+    };
+    let mut timeout = Duration::from_secs(30);
+    let mut on_failure = "stale".to_owned();
+    for (option, text) in &options {
+        match option.as_str() {
+            "timeout" => match parse_go_duration(text) {
+                Some(parsed) if parsed > MAX_FETCH_TIMEOUT => cx.error(span.clone(), format!("url() timeout {text:?} is above the limit of {}: a fetch holds up the whole commit; write a shorter timeout", show_duration(MAX_FETCH_TIMEOUT))),
+                Some(parsed) if !parsed.is_zero() => timeout = parsed,
+                _ => cx.error(span.clone(), format!("url() timeout {text:?} must be a duration like \"10s\"")),
+            },
+            "on_failure" => match text.as_str() {
+                "error" | "stale" | "skip" => on_failure.clone_from(text),
+                other => cx.error(span.clone(), format!("url() on_failure {other:?} must be \"error\", \"stale\" or \"skip\"")),
+            },
+            other => cx.error(span.clone(), format!("unknown url() option `{other}` (timeout, on_failure)")),
+        }
+    }
+    match cx.fetch(&href, timeout, on_failure != "error") {
+        None => Some((described("url", href, on_failure, b""), None)),
+        Some(Ok(bytes)) => {
+            let file = described("url", href, on_failure, &bytes);
+            Some((file, Some(bytes)))
+        }
+        Some(Err(message)) => {
+            cx.error(span, format!("url({href:?}): {message}"));
             None
         }
     }

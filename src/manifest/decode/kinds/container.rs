@@ -49,9 +49,41 @@ pub(super) fn container(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Container {
     container.env.extend(env);
     container.env_sealed = sealed;
     container.env_from = r.strings(cx, "env_from").unwrap_or_default();
-    if !container.env_from.is_empty() {
+    check_env_from(cx, r, &container.env_from);
+    container.volumes = r.strings(cx, "volumes").unwrap_or_default();
+    check_items(cx, r, "volumes", &container.volumes, values::volume);
+    networks(cx, r, &mut container);
+    container.extra_hosts = r.strings(cx, "extra_hosts").unwrap_or_default();
+    check_items(cx, r, "extra_hosts", &container.extra_hosts, |entry| {
+        if entry.contains("${") && values::one_line(entry).is_ok() {
+            return Ok(());
+        }
+        DockerOptions::check_extra_host(entry)
+    });
+    container.cap_add = r.strings(cx, "cap_add").unwrap_or_default();
+    check_items(cx, r, "cap_add", &container.cap_add, values::one_line);
+    container.ulimits = r.map(cx, "ulimits").unwrap_or_default();
+    check_ulimits(cx, r, &container.ulimits);
+    container.docker_options = r.strings(cx, "docker_options").unwrap_or_default();
+    check_docker_options(cx, r, &container.docker_options);
+    container.build = build(cx, r, &container.image);
+    container.depends_on = depends_on(cx, r);
+    if let Some(block) = r.block(cx, "resources") {
+        let mut nested = r.nested(block, "");
+        container.resources = Some(resources(cx, &mut nested));
+        nested.finish(cx);
+    }
+    if let Some(logs) = logs(cx, r) {
+        container.logs = logs;
+    }
+    container
+}
+
+/// `env_from` entries: `"scope/name"` (an app bucket) or `"name"` (a bucket of this scope).
+fn check_env_from(cx: &mut Cx<'_>, r: &Reader<'_>, env_from: &[String]) {
+    if !env_from.is_empty() {
         let span = r.span_of("env_from");
-        for reference in &container.env_from {
+        for reference in env_from {
             let valid = match reference.split_once('/') {
                 Some((scope, name)) => is_ref_segment(scope) && is_ref_segment(name),
                 None => is_ref_segment(reference),
@@ -64,8 +96,10 @@ pub(super) fn container(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Container {
             }
         }
     }
-    container.volumes = r.strings(cx, "volumes").unwrap_or_default();
-    check_items(cx, r, "volumes", &container.volumes, values::volume);
+}
+
+/// `network`, `networks` and `network_mode` (host or none exclude the other two).
+fn networks(cx: &mut Cx<'_>, r: &mut Reader<'_>, container: &mut Container) {
     container.network = r.string(cx, "network").unwrap_or_default();
     if let Err(problem) = values::one_line(&container.network) {
         cx.error(
@@ -94,19 +128,11 @@ pub(super) fn container(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Container {
             format!("network_mode={other:?} not supported (want \"host\" or \"none\"; omit for bridge mode)"),
         ),
     }
-    container.extra_hosts = r.strings(cx, "extra_hosts").unwrap_or_default();
-    check_items(cx, r, "extra_hosts", &container.extra_hosts, |entry| {
-        if entry.contains("${") && values::one_line(entry).is_ok() {
-            return Ok(());
-        }
-        DockerOptions::check_extra_host(entry)
-    });
-    container.cap_add = r.strings(cx, "cap_add").unwrap_or_default();
-    check_items(cx, r, "cap_add", &container.cap_add, values::one_line);
-    container.ulimits = r.map(cx, "ulimits").unwrap_or_default();
-    check_ulimits(cx, r, &container.ulimits);
-    container.docker_options = r.strings(cx, "docker_options").unwrap_or_default();
-    check_docker_options(cx, r, &container.docker_options);
+}
+
+/// `build { context dockerfile path args lang {} }`, or voodu's build-mode default when there
+/// is no `image` either; `image` and `build {}` exclude each other.
+fn build(cx: &mut Cx<'_>, r: &mut Reader<'_>, image: &str) -> Option<Build> {
     if let Some(block) = r.block(cx, "build") {
         let mut b = r.nested(block, "");
         let mut build = Build {
@@ -129,92 +155,94 @@ pub(super) fn container(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Container {
             l.finish(cx);
         }
         b.finish(cx);
-        if !container.image.is_empty() {
+        if !image.is_empty() {
             cx.error(
                 block.ident.span(),
                 "`image` and `build {}` are mutually exclusive: use `image` to pull from a registry, or `build {}` to build from source — not both",
             );
         }
-        container.build = Some(build);
-    } else if container.image.is_empty() {
+        Some(build)
+    } else if image.is_empty() {
         // voodu's parser default: no image means build mode at the repo root.
-        container.build = Some(Build {
+        Some(Build {
             context: ".".to_owned(),
             ..Build::default()
-        });
+        })
+    } else {
+        None
     }
-    if let Some(block) = r.block(cx, "depends_on") {
-        let mut d = r.nested(block, "");
-        let assets = d.strings(cx, "assets").unwrap_or_default();
-        let span = d.span_of("assets");
-        for entry in &assets {
-            let segments: Vec<&str> = entry.split('.').collect();
-            let valid = segments.iter().all(|segment| is_ref_segment(segment));
-            let reference = match segments.as_slice() {
-                [scope, name, key] if valid => Some(Reference::Asset {
-                    scope: Some((*scope).to_owned()),
-                    name: (*name).to_owned(),
-                    key: (*key).to_owned(),
-                }),
-                [name, key] if valid => Some(Reference::Asset {
-                    scope: None,
-                    name: (*name).to_owned(),
-                    key: (*key).to_owned(),
-                }),
-                _ => None,
-            };
-            match reference {
-                Some(reference) => cx.record_reference(reference, span.clone()),
-                None => cx.error(
-                    span.clone(),
-                    format!(
-                        "depends_on.assets[{entry:?}]: expected 2 or 3 segments separated by '.', got {}",
-                        segments.len()
-                    ),
+}
+
+/// `depends_on { assets = ["scope.name.key", …] }`: each entry recorded as an asset reference.
+fn depends_on(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Option<DependsOn> {
+    let block = r.block(cx, "depends_on")?;
+    let mut d = r.nested(block, "");
+    let assets = d.strings(cx, "assets").unwrap_or_default();
+    let span = d.span_of("assets");
+    for entry in &assets {
+        let segments: Vec<&str> = entry.split('.').collect();
+        let valid = segments.iter().all(|segment| is_ref_segment(segment));
+        let reference = match segments.as_slice() {
+            [scope, name, key] if valid => Some(Reference::Asset {
+                scope: Some((*scope).to_owned()),
+                name: (*name).to_owned(),
+                key: (*key).to_owned(),
+            }),
+            [name, key] if valid => Some(Reference::Asset {
+                scope: None,
+                name: (*name).to_owned(),
+                key: (*key).to_owned(),
+            }),
+            _ => None,
+        };
+        match reference {
+            Some(reference) => cx.record_reference(reference, span.clone()),
+            None => cx.error(
+                span.clone(),
+                format!(
+                    "depends_on.assets[{entry:?}]: expected 2 or 3 segments separated by '.', got {}",
+                    segments.len()
                 ),
-            }
+            ),
         }
-        d.finish(cx);
-        container.depends_on = Some(DependsOn { assets });
     }
-    if let Some(block) = r.block(cx, "resources") {
-        let mut nested = r.nested(block, "");
-        container.resources = Some(resources(cx, &mut nested));
-        nested.finish(cx);
-    }
-    if let Some(block) = r.block(cx, "logs") {
-        let mut l = r.nested(block, "");
-        let mut logs = Logs::default();
-        if let Some(max_size) = l.string(cx, "max_size").filter(|s| !s.is_empty()) {
-            match crate::model::parse_docker_size(&max_size) {
-                None => cx.error(
-                    l.span_of("max_size"),
-                    format!("`{}` {max_size:?} is not a size: write a number with b, k, m or g, like \"10m\"", l.field("max_size")),
-                ),
-                Some(bytes) if bytes > MAX_LOG_SIZE => cx.error(
-                    l.span_of("max_size"),
-                    format!("`{}` {max_size:?} is above the limit of 1g per log file: write a smaller size (and raise `max_files` for more history)", l.field("max_size")),
-                ),
-                Some(_) => {}
-            }
-            logs.max_size = max_size;
+    d.finish(cx);
+    Some(DependsOn { assets })
+}
+
+/// `logs { max_size max_files }`, bounded.
+fn logs(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Option<Logs> {
+    let block = r.block(cx, "logs")?;
+    let mut l = r.nested(block, "");
+    let mut logs = Logs::default();
+    if let Some(max_size) = l.string(cx, "max_size").filter(|s| !s.is_empty()) {
+        match crate::model::parse_docker_size(&max_size) {
+            None => cx.error(
+                l.span_of("max_size"),
+                format!("`{}` {max_size:?} is not a size: write a number with b, k, m or g, like \"10m\"", l.field("max_size")),
+            ),
+            Some(bytes) if bytes > MAX_LOG_SIZE => cx.error(
+                l.span_of("max_size"),
+                format!("`{}` {max_size:?} is above the limit of 1g per log file: write a smaller size (and raise `max_files` for more history)", l.field("max_size")),
+            ),
+            Some(_) => {}
         }
-        if let Some(max_files) = l.int(cx, "max_files").filter(|n| *n > 0) {
-            let span = l.span_of("max_files");
-            check_at_most(
-                cx,
-                span,
-                &l.field("max_files"),
-                max_files,
-                MAX_LOG_FILES,
-                "log files per container: keep fewer",
-            );
-            logs.max_files = max_files;
-        }
-        l.finish(cx);
-        container.logs = logs;
+        logs.max_size = max_size;
     }
-    container
+    if let Some(max_files) = l.int(cx, "max_files").filter(|n| *n > 0) {
+        let span = l.span_of("max_files");
+        check_at_most(
+            cx,
+            span,
+            &l.field("max_files"),
+            max_files,
+            MAX_LOG_FILES,
+            "log files per container: keep fewer",
+        );
+        logs.max_files = max_files;
+    }
+    l.finish(cx);
+    Some(logs)
 }
 
 /// `ulimits` values as `docker run --ulimit` takes them.

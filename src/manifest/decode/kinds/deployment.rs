@@ -52,81 +52,8 @@ pub(in crate::manifest::decode) fn deployment(
         MAX_HISTORY,
         "releases kept per deployment: keep fewer",
     );
-    if let Some(block) = r.block(cx, "release") {
-        let mut rel = r.nested(block, "");
-        let hooks = ReleaseHooks {
-            command: rel.strings(cx, "command").unwrap_or_default(),
-            pre_command: rel.strings(cx, "pre_command").unwrap_or_default(),
-            post_command: rel.strings(cx, "post_command").unwrap_or_default(),
-            timeout: rel.duration(cx, "timeout", MAX_TIMEOUT).unwrap_or_default(),
-        };
-        check_items(cx, &rel, "command", &hooks.command, values::argument);
-        check_items(
-            cx,
-            &rel,
-            "pre_command",
-            &hooks.pre_command,
-            values::argument,
-        );
-        check_items(
-            cx,
-            &rel,
-            "post_command",
-            &hooks.post_command,
-            values::argument,
-        );
-        spec.release = Some(hooks);
-        rel.finish(cx);
-    }
-    if let Some(block) = r.block(cx, "autoscale") {
-        let mut a = r.nested(block, "");
-        let autoscale = Autoscale {
-            min: a.int(cx, "min").unwrap_or_default(),
-            max: a.int(cx, "max").unwrap_or_default(),
-            cpu_target: a.int(cx, "cpu_target").unwrap_or_default(),
-            cooldown_up: a
-                .duration(cx, "cooldown_up", MAX_TIMEOUT)
-                .unwrap_or_default(),
-            cooldown_down: a
-                .duration(cx, "cooldown_down", MAX_TIMEOUT)
-                .unwrap_or_default(),
-        };
-        let anchor = block.ident.span();
-        if autoscale.min < 1 {
-            cx.error(
-                a.span_of("min").or(anchor.clone()),
-                format!("autoscale.min must be >= 1 (got {})", autoscale.min),
-            );
-        }
-        if autoscale.max < autoscale.min {
-            cx.error(
-                a.span_of("max").or(anchor.clone()),
-                format!(
-                    "autoscale.max ({}) must be >= autoscale.min ({})",
-                    autoscale.max, autoscale.min
-                ),
-            );
-        }
-        for (field, value) in [("min", autoscale.min), ("max", autoscale.max)] {
-            check_at_most(
-                cx,
-                a.span_of(field),
-                &a.field(field),
-                value,
-                MAX_REPLICAS,
-                "replicas per resource on one host: lower it, or spread the load over more hosts",
-            );
-        }
-        if !(1..=100).contains(&autoscale.cpu_target) {
-            cx.error(
-                a.span_of("cpu_target").or(anchor),
-                format!(
-                    "autoscale.cpu_target must be in (0, 100], got {}",
-                    autoscale.cpu_target
-                ),
-            );
-        }
-        a.finish(cx);
+    spec.release = release(cx, r);
+    if let Some(autoscale) = autoscale(cx, r) {
         if spec.replicas.is_some() {
             cx.error(
                 r.span_of("replicas"),
@@ -146,4 +73,87 @@ pub(in crate::manifest::decode) fn deployment(
         o.finish(cx);
     }
     spec
+}
+
+/// `release { command pre_command post_command timeout }`: the release hooks.
+fn release(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Option<ReleaseHooks> {
+    let block = r.block(cx, "release")?;
+    let mut rel = r.nested(block, "");
+    let hooks = ReleaseHooks {
+        command: rel.strings(cx, "command").unwrap_or_default(),
+        pre_command: rel.strings(cx, "pre_command").unwrap_or_default(),
+        post_command: rel.strings(cx, "post_command").unwrap_or_default(),
+        timeout: rel.duration(cx, "timeout", MAX_TIMEOUT).unwrap_or_default(),
+    };
+    check_items(cx, &rel, "command", &hooks.command, values::argument);
+    check_items(
+        cx,
+        &rel,
+        "pre_command",
+        &hooks.pre_command,
+        values::argument,
+    );
+    check_items(
+        cx,
+        &rel,
+        "post_command",
+        &hooks.post_command,
+        values::argument,
+    );
+    rel.finish(cx);
+    Some(hooks)
+}
+
+/// `autoscale { min max cpu_target cooldown_up cooldown_down }`, each bound checked.
+fn autoscale(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Option<Autoscale> {
+    let block = r.block(cx, "autoscale")?;
+    let mut a = r.nested(block, "");
+    let autoscale = Autoscale {
+        min: a.int(cx, "min").unwrap_or_default(),
+        max: a.int(cx, "max").unwrap_or_default(),
+        cpu_target: a.int(cx, "cpu_target").unwrap_or_default(),
+        cooldown_up: a
+            .duration(cx, "cooldown_up", MAX_TIMEOUT)
+            .unwrap_or_default(),
+        cooldown_down: a
+            .duration(cx, "cooldown_down", MAX_TIMEOUT)
+            .unwrap_or_default(),
+    };
+    let anchor = block.ident.span();
+    if autoscale.min < 1 {
+        cx.error(
+            a.span_of("min").or(anchor.clone()),
+            format!("autoscale.min must be >= 1 (got {})", autoscale.min),
+        );
+    }
+    if autoscale.max < autoscale.min {
+        cx.error(
+            a.span_of("max").or(anchor.clone()),
+            format!(
+                "autoscale.max ({}) must be >= autoscale.min ({})",
+                autoscale.max, autoscale.min
+            ),
+        );
+    }
+    for (field, value) in [("min", autoscale.min), ("max", autoscale.max)] {
+        check_at_most(
+            cx,
+            a.span_of(field),
+            &a.field(field),
+            value,
+            MAX_REPLICAS,
+            "replicas per resource on one host: lower it, or spread the load over more hosts",
+        );
+    }
+    if !(1..=100).contains(&autoscale.cpu_target) {
+        cx.error(
+            a.span_of("cpu_target").or(anchor),
+            format!(
+                "autoscale.cpu_target must be in (0, 100], got {}",
+                autoscale.cpu_target
+            ),
+        );
+    }
+    a.finish(cx);
+    Some(autoscale)
 }

@@ -2,6 +2,7 @@
 //! blocks and `lb {}`.
 
 use hcl::edit::Span;
+use hcl::edit::structure::Block;
 
 use super::super::reader::{Cx, Reader};
 use crate::manifest::interpolate::is_ref_segment;
@@ -54,73 +55,86 @@ pub(in crate::manifest::decode) fn ingress(
             );
         }
     }
-    if let Some(block) = r.block(cx, "tls") {
-        let mut t = r.nested(block, "");
-        let tls = Tls {
-            enabled: t.bool(cx, "enabled").unwrap_or(true),
-            provider: t.string(cx, "provider").unwrap_or_default(),
-            email: t.string(cx, "email").unwrap_or_default(),
-            on_demand: t.bool(cx, "on_demand").unwrap_or_default(),
-            ask: t.string(cx, "ask").unwrap_or_default(),
-        };
-        if !matches!(tls.provider.as_str(), "" | "letsencrypt" | "internal") {
-            cx.error(
-                t.span_of("provider"),
-                format!(
-                    "tls.provider {:?} must be \"letsencrypt\" or \"internal\"",
-                    tls.provider
-                ),
-            );
-        }
-        t.finish(cx);
-        spec.tls = Some(tls);
-    }
+    spec.tls = tls(cx, r);
     for block in r.blocks("location") {
-        if !block.labels.is_empty() {
-            cx.error(
-                block.ident.span(),
-                "`location` takes no label: write `location { path = \"/api\" }`",
-            );
-        }
-        let mut l = r.nested(block, "");
-        let path = l.required_string(cx, "path").unwrap_or_default();
-        if !path.is_empty() && !path.starts_with('/') {
-            cx.error(
-                l.span_of("path"),
-                format!("location.path must start with '/', got {path:?}"),
-            );
-        } else if path.contains(|c: char| c.is_whitespace() || c.is_control()) {
-            cx.error(
-                l.span_of("path"),
-                format!("location.path {path:?} must not contain whitespace or control characters (percent-encode them)"),
-            );
-        }
-        let strip = l.bool(cx, "strip").unwrap_or_default();
-        l.finish(cx);
-        spec.locations.push(Location { path, strip });
+        spec.locations.push(location(cx, r, block));
     }
-    if let Some(block) = r.block(cx, "lb") {
-        let mut l = r.nested(block, "");
-        let lb = LoadBalancing {
-            policy: l.string(cx, "policy").unwrap_or_default(),
-            interval: l
-                .duration(cx, "interval", MAX_PROBE_DURATION)
-                .unwrap_or_default(),
-        };
-        if !matches!(
-            lb.policy.as_str(),
-            "" | "round_robin" | "random" | "least_conn" | "ip_hash"
-        ) {
-            cx.error(
-                l.span_of("policy"),
-                format!(
-                    "lb.policy {:?} must be one of round_robin, random, least_conn, ip_hash",
-                    lb.policy
-                ),
-            );
-        }
-        l.finish(cx);
-        spec.lb = Some(lb);
-    }
+    spec.lb = lb(cx, r);
     spec
+}
+
+/// `tls { enabled provider email on_demand ask }`.
+fn tls(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Option<Tls> {
+    let block = r.block(cx, "tls")?;
+    let mut t = r.nested(block, "");
+    let tls = Tls {
+        enabled: t.bool(cx, "enabled").unwrap_or(true),
+        provider: t.string(cx, "provider").unwrap_or_default(),
+        email: t.string(cx, "email").unwrap_or_default(),
+        on_demand: t.bool(cx, "on_demand").unwrap_or_default(),
+        ask: t.string(cx, "ask").unwrap_or_default(),
+    };
+    if !matches!(tls.provider.as_str(), "" | "letsencrypt" | "internal") {
+        cx.error(
+            t.span_of("provider"),
+            format!(
+                "tls.provider {:?} must be \"letsencrypt\" or \"internal\"",
+                tls.provider
+            ),
+        );
+    }
+    t.finish(cx);
+    Some(tls)
+}
+
+/// One `location { path strip }` block (it takes no label).
+fn location(cx: &mut Cx<'_>, r: &mut Reader<'_>, block: &Block) -> Location {
+    if !block.labels.is_empty() {
+        cx.error(
+            block.ident.span(),
+            "`location` takes no label: write `location { path = \"/api\" }`",
+        );
+    }
+    let mut l = r.nested(block, "");
+    let path = l.required_string(cx, "path").unwrap_or_default();
+    if !path.is_empty() && !path.starts_with('/') {
+        cx.error(
+            l.span_of("path"),
+            format!("location.path must start with '/', got {path:?}"),
+        );
+    } else if path.contains(|c: char| c.is_whitespace() || c.is_control()) {
+        cx.error(
+            l.span_of("path"),
+            format!("location.path {path:?} must not contain whitespace or control characters (percent-encode them)"),
+        );
+    }
+    let strip = l.bool(cx, "strip").unwrap_or_default();
+    l.finish(cx);
+    Location { path, strip }
+}
+
+/// `lb { policy interval }`: how requests spread over the replicas.
+fn lb(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Option<LoadBalancing> {
+    let block = r.block(cx, "lb")?;
+    let mut l = r.nested(block, "");
+    let lb = LoadBalancing {
+        policy: l.string(cx, "policy").unwrap_or_default(),
+        interval: l
+            .duration(cx, "interval", MAX_PROBE_DURATION)
+            .unwrap_or_default(),
+    };
+    if !matches!(
+        lb.policy.as_str(),
+        "" | "round_robin" | "random" | "least_conn" | "ip_hash"
+    ) {
+        cx.error(
+            l.span_of("policy"),
+            format!(
+                "lb.policy {:?} must be one of round_robin, random, least_conn, ip_hash",
+                lb.policy
+            ),
+        );
+    }
+    l.finish(cx);
+    Some(lb)
 }

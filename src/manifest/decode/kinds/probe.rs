@@ -28,90 +28,20 @@ pub(super) fn probes(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Probes {
 }
 
 fn probe(cx: &mut Cx<'_>, r: &mut Reader<'_>, name: &str, anchor: Option<Range<usize>>) -> Probe {
-    let mut probe = Probe::default();
-    let mut actions = 0;
-    if let Some(block) = r.block(cx, "http_get") {
-        actions += 1;
-        let mut h = r.nested(block, "");
-        let path = h.string(cx, "path");
-        let lacks_path = h.lacks("path", &path);
-        let path = path.unwrap_or_default();
-        if lacks_path {
-            cx.error(
-                block.ident.span(),
-                format!("probes.{name}.http_get.path is required"),
-            );
-        } else if !path.is_empty() && !path.starts_with('/') {
-            cx.error(
-                h.span_of("path"),
-                format!("probes.{name}.http_get.path must start with '/'"),
-            );
-        } else if path.contains(|c: char| c.is_whitespace() || c.is_control()) {
-            cx.error(
-                h.span_of("path"),
-                format!("probes.{name}.http_get.path {path:?} must not contain whitespace or control characters (percent-encode them)"),
-            );
-        }
-        let port = h.int(cx, "port").unwrap_or_default();
-        check_probe_port(
-            cx,
-            h.span_of("port").or(block.ident.span()),
-            &format!("probes.{name}.http_get.port"),
-            port,
-        );
-        let scheme = h.string(cx, "scheme").unwrap_or_default();
-        if !matches!(scheme.as_str(), "" | "http" | "https") {
-            cx.error(
-                h.span_of("scheme"),
-                format!("probes.{name}.http_get.scheme must be \"http\" or \"https\""),
-            );
-        }
-        let http_headers = h.map(cx, "http_headers").unwrap_or_default();
-        for (header, value) in &http_headers {
-            if let Err(problem) = values::one_line(header).and_then(|()| values::one_line(value)) {
-                cx.error(
-                    h.key_span("http_headers", header),
-                    format!("probes.{name}.http_get.http_headers {header:?}: {problem}"),
-                );
-            }
-        }
-        h.finish(cx);
-        probe.http_get = Some(HttpGet {
-            path,
-            port,
-            scheme,
-            http_headers,
-        });
-    }
-    if let Some(block) = r.block(cx, "tcp_socket") {
-        actions += 1;
-        let mut t = r.nested(block, "");
-        let port = t.int(cx, "port").unwrap_or_default();
-        check_probe_port(
-            cx,
-            t.span_of("port").or(block.ident.span()),
-            &format!("probes.{name}.tcp_socket.port"),
-            port,
-        );
-        t.finish(cx);
-        probe.tcp_socket = Some(TcpSocket { port });
-    }
-    if let Some(block) = r.block(cx, "exec") {
-        actions += 1;
-        let mut e = r.nested(block, "");
-        let command = e.strings(cx, "command");
-        let lacks_command = e.lacks("command", &command);
-        let command = command.unwrap_or_default();
-        if lacks_command {
-            cx.error(
-                block.ident.span(),
-                format!("probes.{name}.exec.command must be non-empty"),
-            );
-        }
-        check_items(cx, &e, "command", &command, values::argument);
-        e.finish(cx);
-        probe.exec = Some(ExecAction { command });
-    }
+    let mut probe = Probe {
+        http_get: http_get(cx, r, name),
+        tcp_socket: tcp_socket(cx, r, name),
+        exec: exec(cx, r, name),
+        ..Probe::default()
+    };
+    let actions = [
+        probe.http_get.is_some(),
+        probe.tcp_socket.is_some(),
+        probe.exec.is_some(),
+    ]
+    .into_iter()
+    .filter(|declared| *declared)
+    .count();
     match actions {
         0 => cx.error(
             anchor,
@@ -154,6 +84,94 @@ fn probe(cx: &mut Cx<'_>, r: &mut Reader<'_>, name: &str, anchor: Option<Range<u
         *slot = value;
     }
     probe
+}
+
+/// `http_get { path port scheme http_headers }` of probe `name`.
+fn http_get(cx: &mut Cx<'_>, r: &mut Reader<'_>, name: &str) -> Option<HttpGet> {
+    let block = r.block(cx, "http_get")?;
+    let mut h = r.nested(block, "");
+    let path = h.string(cx, "path");
+    let lacks_path = h.lacks("path", &path);
+    let path = path.unwrap_or_default();
+    if lacks_path {
+        cx.error(
+            block.ident.span(),
+            format!("probes.{name}.http_get.path is required"),
+        );
+    } else if !path.is_empty() && !path.starts_with('/') {
+        cx.error(
+            h.span_of("path"),
+            format!("probes.{name}.http_get.path must start with '/'"),
+        );
+    } else if path.contains(|c: char| c.is_whitespace() || c.is_control()) {
+        cx.error(
+            h.span_of("path"),
+            format!("probes.{name}.http_get.path {path:?} must not contain whitespace or control characters (percent-encode them)"),
+        );
+    }
+    let port = h.int(cx, "port").unwrap_or_default();
+    check_probe_port(
+        cx,
+        h.span_of("port").or(block.ident.span()),
+        &format!("probes.{name}.http_get.port"),
+        port,
+    );
+    let scheme = h.string(cx, "scheme").unwrap_or_default();
+    if !matches!(scheme.as_str(), "" | "http" | "https") {
+        cx.error(
+            h.span_of("scheme"),
+            format!("probes.{name}.http_get.scheme must be \"http\" or \"https\""),
+        );
+    }
+    let http_headers = h.map(cx, "http_headers").unwrap_or_default();
+    for (header, value) in &http_headers {
+        if let Err(problem) = values::one_line(header).and_then(|()| values::one_line(value)) {
+            cx.error(
+                h.key_span("http_headers", header),
+                format!("probes.{name}.http_get.http_headers {header:?}: {problem}"),
+            );
+        }
+    }
+    h.finish(cx);
+    Some(HttpGet {
+        path,
+        port,
+        scheme,
+        http_headers,
+    })
+}
+
+/// `tcp_socket { port }` of probe `name`.
+fn tcp_socket(cx: &mut Cx<'_>, r: &mut Reader<'_>, name: &str) -> Option<TcpSocket> {
+    let block = r.block(cx, "tcp_socket")?;
+    let mut t = r.nested(block, "");
+    let port = t.int(cx, "port").unwrap_or_default();
+    check_probe_port(
+        cx,
+        t.span_of("port").or(block.ident.span()),
+        &format!("probes.{name}.tcp_socket.port"),
+        port,
+    );
+    t.finish(cx);
+    Some(TcpSocket { port })
+}
+
+/// `exec { command }` of probe `name`.
+fn exec(cx: &mut Cx<'_>, r: &mut Reader<'_>, name: &str) -> Option<ExecAction> {
+    let block = r.block(cx, "exec")?;
+    let mut e = r.nested(block, "");
+    let command = e.strings(cx, "command");
+    let lacks_command = e.lacks("command", &command);
+    let command = command.unwrap_or_default();
+    if lacks_command {
+        cx.error(
+            block.ident.span(),
+            format!("probes.{name}.exec.command must be non-empty"),
+        );
+    }
+    check_items(cx, &e, "command", &command, values::argument);
+    e.finish(cx);
+    Some(ExecAction { command })
 }
 
 fn check_probe_port(cx: &mut Cx<'_>, span: Option<Range<usize>>, field: &str, port: i64) {
