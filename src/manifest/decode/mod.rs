@@ -27,7 +27,7 @@ use super::interpolate::Reference;
 use super::spec::Spec;
 use super::{macros, validate};
 use crate::model::{Kind, ResourceKey};
-pub(crate) use reader::Cx;
+pub(crate) use reader::DecodeCx;
 use reader::{Reader, did_you_mean, labels};
 pub(crate) use sources::LoadEnv;
 
@@ -161,7 +161,7 @@ const BLOCK_TYPES: &[&str] = &[
 ];
 
 /// Decodes every top-level block of one parsed file.
-pub(crate) fn decode_file(cx: &mut Cx<'_>, body: &Body) -> Vec<Decoded> {
+pub(crate) fn decode_file(cx: &mut DecodeCx<'_>, body: &Body) -> Vec<Decoded> {
     let mut decoded = Vec::new();
     for structure in body.iter() {
         match structure {
@@ -181,7 +181,7 @@ pub(crate) fn decode_file(cx: &mut Cx<'_>, body: &Body) -> Vec<Decoded> {
 /// One decoded block's resources before the checks that span them: kind, scope, name, spec.
 type Specs = Vec<(Kind, String, String, Spec)>;
 
-fn decode_block(cx: &mut Cx<'_>, block: &Block, out: &mut Vec<Decoded>) {
+fn decode_block(cx: &mut DecodeCx<'_>, block: &Block, out: &mut Vec<Decoded>) {
     let before = cx.diagnostics.len();
     let origin = cx.location(block.ident.span());
     let _ = cx.take_references();
@@ -254,7 +254,7 @@ fn decode_block(cx: &mut Cx<'_>, block: &Block, out: &mut Vec<Decoded>) {
 
 /// A block of a core kind with scope and name labels, or an `app` (a deployment and its
 /// ingress); `None` when its labels are wrong.
-fn decode_scoped(cx: &mut Cx<'_>, block: &Block) -> Option<Specs> {
+fn decode_scoped(cx: &mut DecodeCx<'_>, block: &Block) -> Option<Specs> {
     let block_type = block.ident.as_str();
     let (scope, name) = scope_and_name(cx, block)?;
     let mut reader = Reader::new(block_type, "", &block.body, block.ident.span());
@@ -308,7 +308,7 @@ fn decode_scoped(cx: &mut Cx<'_>, block: &Block) -> Option<Specs> {
 }
 
 /// `asset "name"` (unscoped) or `asset "scope" "name"`; `None` when its labels are wrong.
-fn decode_asset(cx: &mut Cx<'_>, block: &Block) -> Option<Specs> {
+fn decode_asset(cx: &mut DecodeCx<'_>, block: &Block) -> Option<Specs> {
     let labels = labels(cx, block);
     let (scope, name, name_span) = match labels.as_slice() {
         [(name, span)] => (String::new(), name.clone(), span.clone()),
@@ -333,7 +333,7 @@ fn decode_asset(cx: &mut Cx<'_>, block: &Block) -> Option<Specs> {
 }
 
 /// `registry "name"` (unscoped); `None` when its label is wrong.
-fn decode_registry(cx: &mut Cx<'_>, block: &Block) -> Option<Specs> {
+fn decode_registry(cx: &mut DecodeCx<'_>, block: &Block) -> Option<Specs> {
     let labels = labels(cx, block);
     let [(name, span)] = labels.as_slice() else {
         cx.error(
@@ -358,7 +358,7 @@ fn decode_registry(cx: &mut Cx<'_>, block: &Block) -> Option<Specs> {
 }
 
 /// voodu's `hep3` plugin block: refused, with what to declare instead.
-fn refuse_hep3(cx: &mut Cx<'_>, block: &Block) {
+fn refuse_hep3(cx: &mut DecodeCx<'_>, block: &Block) {
     let labels = labels(cx, block)
         .into_iter()
         .map(|(label, _)| format!("{label:?}"))
@@ -374,7 +374,7 @@ fn refuse_hep3(cx: &mut Cx<'_>, block: &Block) {
 
 /// Fields the host policy reads, by name: the container fields at the block's root, and
 /// `init "name".docker_options` of its init blocks.
-fn policy_locations(cx: &Cx<'_>, body: &Body) -> BTreeMap<String, Diagnostic> {
+fn policy_locations(cx: &DecodeCx<'_>, body: &Body) -> BTreeMap<String, Diagnostic> {
     const FIELDS: &[&str] = &[
         "env_from",
         "volumes",
@@ -426,7 +426,7 @@ fn policy_locations(cx: &Cx<'_>, body: &Body) -> BTreeMap<String, Diagnostic> {
 }
 
 /// The two labels of a scoped block, checked as names.
-fn scope_and_name(cx: &mut Cx<'_>, block: &Block) -> Option<(String, String)> {
+fn scope_and_name(cx: &mut DecodeCx<'_>, block: &Block) -> Option<(String, String)> {
     let block_type = block.ident.as_str();
     let labels = labels(cx, block);
     if labels.len() != 2 {
@@ -461,7 +461,7 @@ fn scope_and_name(cx: &mut Cx<'_>, block: &Block) -> Option<(String, String)> {
 }
 
 fn check_label(
-    cx: &mut Cx<'_>,
+    cx: &mut DecodeCx<'_>,
     block_type: &str,
     what: &str,
     label: &str,

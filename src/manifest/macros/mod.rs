@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 use hcl::edit::Span;
 use hcl::edit::structure::Block;
 
-use super::decode::reader::{Cx, Reader};
+use super::decode::reader::{DecodeCx, Reader};
 use super::interpolate::Reference;
 use super::spec::{AssetFile, AssetSpec, Spec, StatefulsetSpec, sha256_hex};
 use crate::model::{Kind, ResourceKey};
@@ -47,7 +47,7 @@ pub(crate) struct Expansion {
 }
 
 /// Expands a `postgres` or `redis` block whose statefulset key is `key`.
-pub(crate) fn expand(cx: &mut Cx<'_>, block: &Block, key: &ResourceKey) -> Expansion {
+pub(crate) fn expand(cx: &mut DecodeCx<'_>, block: &Block, key: &ResourceKey) -> Expansion {
     let macro_name = block.ident.as_str();
     let mut reader = Reader::new(macro_name, "", &block.body, block.ident.span());
     if let Some(plugin) = reader.block(cx, "plugin") {
@@ -86,7 +86,7 @@ impl Files {
     }
 
     /// Adds a file the statefulset mounts read-only at `path`.
-    fn add(&mut self, cx: &mut Cx<'_>, key: &'static str, content: &str, path: &'static str) {
+    fn add(&mut self, cx: &mut DecodeCx<'_>, key: &'static str, content: &str, path: &'static str) {
         let digest = sha256_hex(content.as_bytes());
         cx.blobs.insert(digest.clone(), content.as_bytes().to_vec());
         self.asset.files.insert(
@@ -107,7 +107,7 @@ impl Files {
     /// records the references the mounts make (as written ones would be).
     fn mount_into(
         &self,
-        cx: &mut Cx<'_>,
+        cx: &mut DecodeCx<'_>,
         r: &Reader<'_>,
         key: &ResourceKey,
         spec: &mut StatefulsetSpec,

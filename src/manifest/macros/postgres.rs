@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use hcl::edit::Span;
 
 use super::{Expansion, Files, Reader, is_identifier, merge_env, own_secret, scope_suffix};
-use crate::manifest::decode::reader::Cx;
+use crate::manifest::decode::reader::DecodeCx;
 use crate::manifest::spec::{ExecAction, Macro, Probe, Probes, Spec, TcpSocket, VolumeClaim};
 use crate::model::{Kind, ResourceKey};
 
@@ -27,7 +27,7 @@ const ENTRYPOINT_PATH: &str = "/usr/local/bin/voodu-postgres-entrypoint";
 const INIT_REPLICATION: &str = include_str!("postgres-init-replication.sh");
 const INIT_REPLICATION_PATH: &str = "/docker-entrypoint-initdb.d/00_create_replication.sh";
 
-pub(super) fn expand(cx: &mut Cx<'_>, r: &mut Reader<'_>, key: &ResourceKey) -> Expansion {
+pub(super) fn expand(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>, key: &ResourceKey) -> Expansion {
     let fields = fields(cx, r);
     let mut spec = crate::manifest::decode::kinds::statefulset_for_macro(cx, r);
     spec.expanded_from = Some(Macro::Postgres);
@@ -130,7 +130,7 @@ struct Fields {
 }
 
 /// Reads and checks the macro's own fields (the statefulset fields are read after them).
-fn fields(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Fields {
+fn fields(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> Fields {
     let database = r
         .string(cx, "database")
         .unwrap_or_else(|| "postgres".to_owned());

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use hcl::edit::Span;
 
 use super::{Expansion, Files, Reader, merge_env, own_secret, scope_suffix};
-use crate::manifest::decode::reader::Cx;
+use crate::manifest::decode::reader::DecodeCx;
 use crate::manifest::spec::{
     ExecAction, Macro, Probe, Probes, Spec, StatefulsetSpec, TcpSocket, VolumeClaim,
 };
@@ -36,7 +36,7 @@ const SENTINEL_ENTRYPOINT_PATH: &str = "/usr/local/bin/voodu-sentinel-entrypoint
 
 const DEFAULT_IMAGE: &str = "redis:7-alpine";
 
-pub(super) fn expand(cx: &mut Cx<'_>, r: &mut Reader<'_>, key: &ResourceKey) -> Expansion {
+pub(super) fn expand(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>, key: &ResourceKey) -> Expansion {
     let monitor = sentinel(cx, r, key);
     let mut spec = crate::manifest::decode::kinds::statefulset_for_macro(cx, r);
     if spec.container.image.is_empty() {
@@ -56,7 +56,7 @@ pub(super) fn expand(cx: &mut Cx<'_>, r: &mut Reader<'_>, key: &ResourceKey) -> 
 }
 
 fn data_redis(
-    cx: &mut Cx<'_>,
+    cx: &mut DecodeCx<'_>,
     r: &Reader<'_>,
     key: &ResourceKey,
     mut spec: StatefulsetSpec,
@@ -114,7 +114,7 @@ fn data_redis(
 }
 
 fn sentinel_quorum(
-    cx: &mut Cx<'_>,
+    cx: &mut DecodeCx<'_>,
     r: &Reader<'_>,
     key: &ResourceKey,
     mut spec: StatefulsetSpec,
@@ -174,7 +174,7 @@ fn sentinel_quorum(
 
 /// The redis a `sentinel {}` block monitors, or `None` without the block (or when
 /// `enabled = false`). Problems are reported at their field.
-fn sentinel(cx: &mut Cx<'_>, r: &mut Reader<'_>, key: &ResourceKey) -> Option<ResourceKey> {
+fn sentinel(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>, key: &ResourceKey) -> Option<ResourceKey> {
     let block = r.block(cx, "sentinel")?;
     let mut s = r.nested(block, "");
     let enabled = s.bool(cx, "enabled").unwrap_or(true);

@@ -9,7 +9,7 @@ use hcl::edit::Span;
 use hcl::edit::expr::Expression;
 use hcl::edit::structure::{Body, Structure};
 
-use super::super::reader::{Cx, describe, to_map, to_string};
+use super::super::reader::{DecodeCx, describe, to_map, to_string};
 use super::super::sources::Read;
 use super::checks::truncated;
 use crate::manifest::Mode;
@@ -19,7 +19,7 @@ use crate::model::parse_go_duration;
 
 /// `asset ["scope"] "name" { key = "inline" | file("path") | url("href", {…}) }`.
 pub(in crate::manifest::decode) fn asset(
-    cx: &mut Cx<'_>,
+    cx: &mut DecodeCx<'_>,
     body: &Body,
     anchor: Option<Range<usize>>,
 ) -> AssetSpec {
@@ -79,7 +79,7 @@ pub(in crate::manifest::decode) fn asset(
 
 /// One asset key's source: its description and bytes (`None` when not fetched: validate).
 fn asset_source(
-    cx: &mut Cx<'_>,
+    cx: &mut DecodeCx<'_>,
     key: &str,
     value: &Expression,
 ) -> Option<(AssetFile, Option<Vec<u8>>)> {
@@ -137,7 +137,7 @@ fn described(source: &str, origin: String, on_failure: String, bytes: &[u8]) -> 
 /// `file("path")`: read from the repository; a SOPS-encrypted file is kept sealed, for the
 /// host to decrypt.
 fn file_source(
-    cx: &mut Cx<'_>,
+    cx: &mut DecodeCx<'_>,
     field: &str,
     span: Option<Range<usize>>,
     path: &Expression,
@@ -177,7 +177,7 @@ fn file_source(
 /// `url("href", { timeout on_failure })`: fetched through the load's fetcher (not in
 /// validate mode, where the bytes are `None`).
 fn url_source(
-    cx: &mut Cx<'_>,
+    cx: &mut DecodeCx<'_>,
     field: &str,
     span: Option<Range<usize>>,
     href: &Expression,

@@ -3,12 +3,12 @@
 
 use std::ops::Range;
 
-use super::super::reader::{Cx, Reader};
+use super::super::reader::{DecodeCx, Reader};
 
 /// Every item of list `name` through `check`, reported at the item: `check`'s error says
 /// what is wrong, the diagnostic adds where (the field, its index, `path:line:col`).
 pub(super) fn check_items<E: std::fmt::Display>(
-    cx: &mut Cx<'_>,
+    cx: &mut DecodeCx<'_>,
     r: &Reader<'_>,
     name: &str,
     items: &[String],
@@ -26,7 +26,7 @@ pub(super) fn check_items<E: std::fmt::Display>(
 
 /// Reports `value` above `max` at `span`; `what_to_do` follows the bound.
 pub(super) fn check_at_most(
-    cx: &mut Cx<'_>,
+    cx: &mut DecodeCx<'_>,
     span: Option<Range<usize>>,
     field: &str,
     value: i64,

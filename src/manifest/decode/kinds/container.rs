@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use hcl::edit::Span;
 
-use super::super::reader::{Cx, Reader};
+use super::super::reader::{DecodeCx, Reader};
 use super::super::values::{self, IMAGE_FORM};
 use super::checks::{check_at_most, check_items};
 use super::env::env_files;
@@ -22,7 +22,7 @@ use crate::manifest::spec::{
 use crate::model::{DockerOptions, parse_go_duration};
 
 /// The §2.0 container fields every container kind shares.
-pub(super) fn container(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Container {
+pub(super) fn container(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> Container {
     let image = r.string(cx, "image");
     if let Some(image) = &image {
         check_image(cx, r, image);
@@ -39,15 +39,15 @@ pub(super) fn container(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Container {
     }
     let env = r.map(cx, "env").unwrap_or_default();
     check_env(cx, r, &env);
-    let (file_env, mut sealed) = env_files(cx, r);
+    let (file_env, mut encrypted) = env_files(cx, r);
     container.env = file_env;
     for key in env.keys() {
-        for file in &mut sealed {
-            file.keys.retain(|sealed_key| sealed_key != key);
+        for file in &mut encrypted {
+            file.keys.retain(|encrypted_key| encrypted_key != key);
         }
     }
     container.env.extend(env);
-    container.env_sealed = sealed;
+    container.env_sealed = encrypted;
     container.env_from = r.strings(cx, "env_from").unwrap_or_default();
     check_env_from(cx, r, &container.env_from);
     container.volumes = r.strings(cx, "volumes").unwrap_or_default();
@@ -80,7 +80,7 @@ pub(super) fn container(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Container {
 }
 
 /// `env_from` entries: `"scope/name"` (an app bucket) or `"name"` (a bucket of this scope).
-fn check_env_from(cx: &mut Cx<'_>, r: &Reader<'_>, env_from: &[String]) {
+fn check_env_from(cx: &mut DecodeCx<'_>, r: &Reader<'_>, env_from: &[String]) {
     if !env_from.is_empty() {
         let span = r.span_of("env_from");
         for reference in env_from {
@@ -99,7 +99,7 @@ fn check_env_from(cx: &mut Cx<'_>, r: &Reader<'_>, env_from: &[String]) {
 }
 
 /// `network`, `networks` and `network_mode` (host or none exclude the other two).
-fn networks(cx: &mut Cx<'_>, r: &mut Reader<'_>, container: &mut Container) {
+fn networks(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>, container: &mut Container) {
     container.network = r.string(cx, "network").unwrap_or_default();
     if let Err(problem) = values::one_line(&container.network) {
         cx.error(
@@ -132,7 +132,7 @@ fn networks(cx: &mut Cx<'_>, r: &mut Reader<'_>, container: &mut Container) {
 
 /// `build { context dockerfile path args lang {} }`, or voodu's build-mode default when there
 /// is no `image` either; `image` and `build {}` exclude each other.
-fn build(cx: &mut Cx<'_>, r: &mut Reader<'_>, image: &str) -> Option<Build> {
+fn build(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>, image: &str) -> Option<Build> {
     if let Some(block) = r.block(cx, "build") {
         let mut b = r.nested(block, "");
         let mut build = Build {
@@ -174,7 +174,7 @@ fn build(cx: &mut Cx<'_>, r: &mut Reader<'_>, image: &str) -> Option<Build> {
 }
 
 /// `depends_on { assets = ["scope.name.key", …] }`: each entry recorded as an asset reference.
-fn depends_on(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Option<DependsOn> {
+fn depends_on(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> Option<DependsOn> {
     let block = r.block(cx, "depends_on")?;
     let mut d = r.nested(block, "");
     let assets = d.strings(cx, "assets").unwrap_or_default();
@@ -211,7 +211,7 @@ fn depends_on(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Option<DependsOn> {
 }
 
 /// `logs { max_size max_files }`, bounded.
-fn logs(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Option<Logs> {
+fn logs(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> Option<Logs> {
     let block = r.block(cx, "logs")?;
     let mut l = r.nested(block, "");
     let mut logs = Logs::default();
@@ -246,7 +246,11 @@ fn logs(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Option<Logs> {
 }
 
 /// `ulimits` values as `docker run --ulimit` takes them.
-pub(super) fn check_ulimits(cx: &mut Cx<'_>, r: &Reader<'_>, ulimits: &BTreeMap<String, String>) {
+pub(super) fn check_ulimits(
+    cx: &mut DecodeCx<'_>,
+    r: &Reader<'_>,
+    ulimits: &BTreeMap<String, String>,
+) {
     for (name, value) in ulimits {
         let span = r.key_span("ulimits", name);
         if !values::ULIMIT_NAMES.contains(&name.as_str()) {
@@ -275,7 +279,7 @@ pub(super) fn check_ulimits(cx: &mut Cx<'_>, r: &Reader<'_>, ulimits: &BTreeMap<
 
 /// `image`: written empty, or not a reference Docker accepts. A value still holding an
 /// `${asset.…}` / `${ref.…}` reference is checked when it is resolved.
-pub(super) fn check_image(cx: &mut Cx<'_>, r: &Reader<'_>, image: &str) {
+pub(super) fn check_image(cx: &mut DecodeCx<'_>, r: &Reader<'_>, image: &str) {
     let Some(span) = r.span_of("image") else {
         return;
     };
@@ -303,7 +307,11 @@ pub(super) fn check_image(cx: &mut Cx<'_>, r: &Reader<'_>, image: &str) {
 
 /// `image_update { policy range filter extract interval mode push_branch }` (agent
 /// extension): every field checked here, at its line, so a scan never meets a bad policy.
-fn image_update(cx: &mut Cx<'_>, r: &mut Reader<'_>, image: Option<&str>) -> Option<ImageUpdate> {
+fn image_update(
+    cx: &mut DecodeCx<'_>,
+    r: &mut Reader<'_>,
+    image: Option<&str>,
+) -> Option<ImageUpdate> {
     let block = r.block(cx, "image_update")?;
     let mut u = r.nested(block, "");
     let anchor = block.ident.span();
@@ -401,7 +409,7 @@ fn is_branch_name(name: &str) -> bool {
 /// A build-mode resource runs `<scope>-<name>:latest`: that must be an image reference too
 /// (an upper-case scope or name is not).
 pub(in crate::manifest::decode) fn check_build_image(
-    cx: &mut Cx<'_>,
+    cx: &mut DecodeCx<'_>,
     block: &hcl::edit::structure::Block,
     key: &crate::model::ResourceKey,
     spec: &crate::manifest::spec::Spec,
@@ -425,7 +433,7 @@ pub(in crate::manifest::decode) fn check_build_image(
 }
 
 /// `env` names and values as Docker reads `NAME=value`.
-fn check_env(cx: &mut Cx<'_>, r: &Reader<'_>, env: &BTreeMap<String, String>) {
+fn check_env(cx: &mut DecodeCx<'_>, r: &Reader<'_>, env: &BTreeMap<String, String>) {
     for (name, value) in env {
         if let Err(problem) = values::env_name(name).and_then(|()| values::env_value(value)) {
             cx.error(
@@ -437,7 +445,7 @@ fn check_env(cx: &mut Cx<'_>, r: &Reader<'_>, env: &BTreeMap<String, String>) {
 }
 
 /// `docker_options` must be flags the agent can express through Docker's API.
-pub(super) fn check_docker_options(cx: &mut Cx<'_>, r: &Reader<'_>, options: &[String]) {
+pub(super) fn check_docker_options(cx: &mut DecodeCx<'_>, r: &Reader<'_>, options: &[String]) {
     if let Err(problem) = crate::model::DockerOptions::parse(options) {
         cx.error(
             r.span_of("docker_options"),
@@ -447,7 +455,7 @@ pub(super) fn check_docker_options(cx: &mut Cx<'_>, r: &Reader<'_>, options: &[S
 }
 
 /// `resources { limits { cpu, memory } }`, checked as voodu's reconciler would check it.
-pub(super) fn resources(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Resources {
+pub(super) fn resources(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> Resources {
     let mut resources = Resources::default();
     if let Some(block) = r.block(cx, "limits") {
         let mut l = r.nested(block, "");

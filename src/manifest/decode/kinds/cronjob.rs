@@ -1,12 +1,15 @@
 //! `cronjob`: a schedule, its time zone and concurrency policy, and the job fields flat at
 //! its root.
 
-use super::super::reader::{Cx, Reader};
+use super::super::reader::{DecodeCx, Reader};
 use super::job::job_fields;
 use crate::manifest::spec::CronjobSpec;
 use crate::manifest::spec::schedule::check_schedule;
 
-pub(in crate::manifest::decode) fn cronjob(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> CronjobSpec {
+pub(in crate::manifest::decode) fn cronjob(
+    cx: &mut DecodeCx<'_>,
+    r: &mut Reader<'_>,
+) -> CronjobSpec {
     let schedule = r.required_string(cx, "schedule").unwrap_or_default();
     if !schedule.is_empty()
         && let Err(problem) = check_schedule(&schedule)

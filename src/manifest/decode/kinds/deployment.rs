@@ -3,7 +3,7 @@
 
 use hcl::edit::Span;
 
-use super::super::reader::{Cx, Reader};
+use super::super::reader::{DecodeCx, Reader};
 use super::super::values;
 use super::checks::{check_at_most, check_items};
 use super::container::container;
@@ -12,7 +12,7 @@ use crate::manifest::spec::bounds::{MAX_HISTORY, MAX_REPLICAS, MAX_TIMEOUT};
 use crate::manifest::spec::{Autoscale, DeploymentSpec, OnDeploy, ReleaseHooks};
 
 pub(in crate::manifest::decode) fn deployment(
-    cx: &mut Cx<'_>,
+    cx: &mut DecodeCx<'_>,
     r: &mut Reader<'_>,
 ) -> DeploymentSpec {
     let container = container(cx, r);
@@ -76,7 +76,7 @@ pub(in crate::manifest::decode) fn deployment(
 }
 
 /// `release { command pre_command post_command timeout }`: the release hooks.
-fn release(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Option<ReleaseHooks> {
+fn release(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> Option<ReleaseHooks> {
     let block = r.block(cx, "release")?;
     let mut rel = r.nested(block, "");
     let hooks = ReleaseHooks {
@@ -105,7 +105,7 @@ fn release(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Option<ReleaseHooks> {
 }
 
 /// `autoscale { min max cpu_target cooldown_up cooldown_down }`, each bound checked.
-fn autoscale(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Option<Autoscale> {
+fn autoscale(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> Option<Autoscale> {
     let block = r.block(cx, "autoscale")?;
     let mut a = r.nested(block, "");
     let autoscale = Autoscale {

@@ -3,24 +3,24 @@
 
 use std::collections::BTreeMap;
 
-use super::super::reader::{Cx, Reader};
+use super::super::reader::{DecodeCx, Reader};
 use super::super::sources::Read;
 use super::super::values;
 use crate::manifest::Mode;
-use crate::manifest::spec::{SealedEnv, sha256_hex};
+use crate::manifest::spec::{EncryptedEnv, sha256_hex};
 
 /// `env_file = [...]`: read from the repo and merged in order (later wins), under `env`. A
 /// file carrying SOPS metadata (`manifest::sops`) is not read for values: its variables are
 /// named (they are in clear in the file) and its encrypted bytes kept by digest, to be
 /// decrypted on the host; a later file or `env` still wins over the variables it names.
 pub(super) fn env_files(
-    cx: &mut Cx<'_>,
+    cx: &mut DecodeCx<'_>,
     r: &mut Reader<'_>,
-) -> (BTreeMap<String, String>, Vec<SealedEnv>) {
+) -> (BTreeMap<String, String>, Vec<EncryptedEnv>) {
     let mut merged = BTreeMap::new();
-    let mut sealed: Vec<SealedEnv> = Vec::new();
+    let mut encrypted: Vec<EncryptedEnv> = Vec::new();
     let Some(paths) = r.strings(cx, "env_file") else {
-        return (merged, sealed);
+        return (merged, encrypted);
     };
     let span = r.span_of("env_file");
     for path in paths {
@@ -48,13 +48,13 @@ pub(super) fn env_files(
                                     );
                                 }
                                 merged.remove(name);
-                                for earlier in &mut sealed {
+                                for earlier in &mut encrypted {
                                     earlier.keys.retain(|key| key != name);
                                 }
                             }
                             let digest = sha256_hex(&bytes);
                             cx.blobs.insert(digest.clone(), bytes);
-                            sealed.push(SealedEnv {
+                            encrypted.push(EncryptedEnv {
                                 path: path.clone(),
                                 digest,
                                 keys,
@@ -78,7 +78,7 @@ pub(super) fn env_files(
                                     format!("env_file {path:?}: {name:?}: {problem}"),
                                 );
                             }
-                            for earlier in &mut sealed {
+                            for earlier in &mut encrypted {
                                 earlier.keys.retain(|key| key != name);
                             }
                         }
@@ -98,6 +98,6 @@ pub(super) fn env_files(
             }
         }
     }
-    sealed.retain(|file| !file.keys.is_empty());
-    (merged, sealed)
+    encrypted.retain(|file| !file.keys.is_empty());
+    (merged, encrypted)
 }

@@ -4,14 +4,14 @@
 use hcl::edit::Span;
 use hcl::edit::structure::Block;
 
-use super::super::reader::{Cx, Reader};
+use super::super::reader::{DecodeCx, Reader};
 use crate::manifest::interpolate::is_ref_segment;
 use crate::manifest::spec::bounds::MAX_PROBE_DURATION;
 use crate::manifest::spec::{IngressSpec, LoadBalancing, Location, Tls};
 
 /// An `ingress`, or the ingress half of an `app` (which routes to its own deployment).
 pub(in crate::manifest::decode) fn ingress(
-    cx: &mut Cx<'_>,
+    cx: &mut DecodeCx<'_>,
     r: &mut Reader<'_>,
     app: bool,
 ) -> IngressSpec {
@@ -64,7 +64,7 @@ pub(in crate::manifest::decode) fn ingress(
 }
 
 /// `tls { enabled provider email on_demand ask }`.
-fn tls(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Option<Tls> {
+fn tls(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> Option<Tls> {
     let block = r.block(cx, "tls")?;
     let mut t = r.nested(block, "");
     let tls = Tls {
@@ -88,7 +88,7 @@ fn tls(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Option<Tls> {
 }
 
 /// One `location { path strip }` block (it takes no label).
-fn location(cx: &mut Cx<'_>, r: &mut Reader<'_>, block: &Block) -> Location {
+fn location(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>, block: &Block) -> Location {
     if !block.labels.is_empty() {
         cx.error(
             block.ident.span(),
@@ -114,7 +114,7 @@ fn location(cx: &mut Cx<'_>, r: &mut Reader<'_>, block: &Block) -> Location {
 }
 
 /// `lb { policy interval }`: how requests spread over the replicas.
-fn lb(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Option<LoadBalancing> {
+fn lb(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> Option<LoadBalancing> {
     let block = r.block(cx, "lb")?;
     let mut l = r.nested(block, "");
     let lb = LoadBalancing {

@@ -2,14 +2,14 @@
 
 use std::collections::BTreeMap;
 
-use super::super::reader::{Cx, Reader};
+use super::super::reader::{DecodeCx, Reader};
 use super::checks::check_at_most;
 use super::container::container;
 use crate::manifest::spec::JobSpec;
 use crate::manifest::spec::bounds::{MAX_HISTORY, MAX_TIMEOUT};
 
 /// The job fields (shared by `job` and, flat at its root, `cronjob`).
-pub(super) fn job_fields(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> JobSpec {
+pub(super) fn job_fields(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> JobSpec {
     let container = container(cx, r);
     let mut spec = JobSpec {
         container,
@@ -60,6 +60,6 @@ pub(super) fn job_fields(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> JobSpec {
     spec
 }
 
-pub(in crate::manifest::decode) fn job(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> JobSpec {
+pub(in crate::manifest::decode) fn job(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> JobSpec {
     job_fields(cx, r)
 }

@@ -5,13 +5,13 @@ use std::ops::Range;
 
 use hcl::edit::Span;
 
-use super::super::reader::{Cx, Reader};
+use super::super::reader::{DecodeCx, Reader};
 use super::super::values;
 use super::checks::{check_at_most, check_items};
 use crate::manifest::spec::bounds::{MAX_PROBE_DURATION, MAX_PROBE_THRESHOLD};
 use crate::manifest::spec::{ExecAction, HttpGet, Probe, Probes, TcpSocket};
 
-pub(super) fn probes(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Probes {
+pub(super) fn probes(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> Probes {
     let mut probes = Probes::default();
     for (name, slot) in [
         ("liveness", &mut probes.liveness),
@@ -27,7 +27,12 @@ pub(super) fn probes(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Probes {
     probes
 }
 
-fn probe(cx: &mut Cx<'_>, r: &mut Reader<'_>, name: &str, anchor: Option<Range<usize>>) -> Probe {
+fn probe(
+    cx: &mut DecodeCx<'_>,
+    r: &mut Reader<'_>,
+    name: &str,
+    anchor: Option<Range<usize>>,
+) -> Probe {
     let mut probe = Probe {
         http_get: http_get(cx, r, name),
         tcp_socket: tcp_socket(cx, r, name),
@@ -87,7 +92,7 @@ fn probe(cx: &mut Cx<'_>, r: &mut Reader<'_>, name: &str, anchor: Option<Range<u
 }
 
 /// `http_get { path port scheme http_headers }` of probe `name`.
-fn http_get(cx: &mut Cx<'_>, r: &mut Reader<'_>, name: &str) -> Option<HttpGet> {
+fn http_get(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>, name: &str) -> Option<HttpGet> {
     let block = r.block(cx, "http_get")?;
     let mut h = r.nested(block, "");
     let path = h.string(cx, "path");
@@ -142,7 +147,7 @@ fn http_get(cx: &mut Cx<'_>, r: &mut Reader<'_>, name: &str) -> Option<HttpGet> 
 }
 
 /// `tcp_socket { port }` of probe `name`.
-fn tcp_socket(cx: &mut Cx<'_>, r: &mut Reader<'_>, name: &str) -> Option<TcpSocket> {
+fn tcp_socket(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>, name: &str) -> Option<TcpSocket> {
     let block = r.block(cx, "tcp_socket")?;
     let mut t = r.nested(block, "");
     let port = t.int(cx, "port").unwrap_or_default();
@@ -157,7 +162,7 @@ fn tcp_socket(cx: &mut Cx<'_>, r: &mut Reader<'_>, name: &str) -> Option<TcpSock
 }
 
 /// `exec { command }` of probe `name`.
-fn exec(cx: &mut Cx<'_>, r: &mut Reader<'_>, name: &str) -> Option<ExecAction> {
+fn exec(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>, name: &str) -> Option<ExecAction> {
     let block = r.block(cx, "exec")?;
     let mut e = r.nested(block, "");
     let command = e.strings(cx, "command");
@@ -174,7 +179,7 @@ fn exec(cx: &mut Cx<'_>, r: &mut Reader<'_>, name: &str) -> Option<ExecAction> {
     Some(ExecAction { command })
 }
 
-fn check_probe_port(cx: &mut Cx<'_>, span: Option<Range<usize>>, field: &str, port: i64) {
+fn check_probe_port(cx: &mut DecodeCx<'_>, span: Option<Range<usize>>, field: &str, port: i64) {
     if !(1..=65535).contains(&port) {
         cx.error(span, format!("{field} is required (got {port})"));
     }

@@ -1,10 +1,13 @@
 //! `registry "name"`: a registry's URL and its credentials, or a credential helper.
 
-use super::super::reader::{Cx, Reader};
+use super::super::reader::{DecodeCx, Reader};
 use super::super::values;
 use crate::manifest::spec::RegistrySpec;
 
-pub(in crate::manifest::decode) fn registry(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> RegistrySpec {
+pub(in crate::manifest::decode) fn registry(
+    cx: &mut DecodeCx<'_>,
+    r: &mut Reader<'_>,
+) -> RegistrySpec {
     let url = r.string(cx, "url");
     let username = r.string(cx, "username");
     let token = r.string(cx, "token");

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use hcl::edit::Span;
 
-use super::super::reader::{Cx, Reader, labels};
+use super::super::reader::{DecodeCx, Reader, labels};
 use super::super::values;
 use super::checks::truncated;
 use super::container::container;
@@ -15,7 +15,7 @@ use crate::manifest::spec::bounds::MAX_VOLUME_SIZE;
 use crate::manifest::spec::{StatefulsetSpec, VolumeClaim};
 
 pub(in crate::manifest::decode) fn statefulset(
-    cx: &mut Cx<'_>,
+    cx: &mut DecodeCx<'_>,
     r: &mut Reader<'_>,
 ) -> StatefulsetSpec {
     let container = container(cx, r);
@@ -114,7 +114,7 @@ pub(in crate::manifest::decode) fn statefulset(
 /// A macro's statefulset: the statefulset fields, without the build-mode default (a macro's
 /// image defaults to the plugin's).
 pub(in crate::manifest) fn statefulset_for_macro(
-    cx: &mut Cx<'_>,
+    cx: &mut DecodeCx<'_>,
     reader: &mut Reader<'_>,
 ) -> StatefulsetSpec {
     let mut spec = statefulset(cx, reader);

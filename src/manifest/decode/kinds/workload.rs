@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use hcl::edit::Span;
 
-use super::super::reader::{Cx, Reader, labels};
+use super::super::reader::{DecodeCx, Reader, labels};
 use super::super::values;
 use super::checks::{check_at_most, check_items};
 use super::container::{check_docker_options, check_image, check_ulimits, resources};
@@ -34,7 +34,12 @@ pub(super) struct Workload {
 
 /// `bridge`: the container publishes its ports (not in host or none network mode). `kind`
 /// names the block in messages voodu words with it (`deployment.drain.timeout: …`).
-pub(super) fn workload(cx: &mut Cx<'_>, r: &mut Reader<'_>, bridge: bool, kind: &str) -> Workload {
+pub(super) fn workload(
+    cx: &mut DecodeCx<'_>,
+    r: &mut Reader<'_>,
+    bridge: bool,
+    kind: &str,
+) -> Workload {
     let replicas = r.int(cx, "replicas");
     if let Some(replicas) = replicas.filter(|n| *n < 0) {
         cx.error(
@@ -126,7 +131,7 @@ pub(super) fn workload(cx: &mut Cx<'_>, r: &mut Reader<'_>, bridge: bool, kind: 
 
 /// `drain { grace, timeout }` (voodu 2026), its durations checked when the file is parsed,
 /// with voodu's message (`deployment.drain.timeout: "30min" is not a duration …`).
-fn drain(cx: &mut Cx<'_>, r: &mut Reader<'_>, kind: &str) -> Option<Drain> {
+fn drain(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>, kind: &str) -> Option<Drain> {
     let block = r.block(cx, "drain")?;
     let mut d = r.nested(block, "");
     let mut drain = Drain::default();
@@ -158,7 +163,7 @@ fn drain(cx: &mut Cx<'_>, r: &mut Reader<'_>, kind: &str) -> Option<Drain> {
     Some(drain)
 }
 
-fn inits(cx: &mut Cx<'_>, r: &mut Reader<'_>) -> Vec<Init> {
+fn inits(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> Vec<Init> {
     let mut inits: Vec<Init> = Vec::new();
     let mut names = BTreeSet::new();
     for (index, block) in r.blocks("init").into_iter().enumerate() {
@@ -250,7 +255,7 @@ fn is_one_asset_reference(file: &str, recorded: &[(Reference, Diagnostic)]) -> b
 
 /// The repeatable webhook target blocks `name` of an `on_deploy` / `on_probe` block.
 pub(super) fn targets(
-    cx: &mut Cx<'_>,
+    cx: &mut DecodeCx<'_>,
     r: &mut Reader<'_>,
     name: &'static str,
 ) -> Vec<WebhookTarget> {
