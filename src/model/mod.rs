@@ -22,7 +22,7 @@ pub(crate) mod url_hosts;
 pub(crate) use assets::{UNSCOPED_ASSETS, asset_dir, is_ref_segment, resolve_asset_refs};
 pub(crate) use docker_options::control_character;
 pub use docker_options::{DockerOptions, DockerOptionsError, ExtraHostError};
-pub use hosts::HostSelection;
+pub use hosts::{HostNameError, HostSelection};
 pub use image_policy::{ImagePolicy, PolicyError, image_tag, is_valid_tag, split_image};
 pub use policy::Policy;
 pub use ports::{PortMapping, parse_ports};

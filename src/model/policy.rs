@@ -139,21 +139,34 @@ pub struct SignatureRule {
     pub keys: Vec<String>,
 }
 
+/// Why a `--require-signature` value is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SignatureRuleError {
+    #[error(
+        "--require-signature {text:?}: write PATTERN=KEYFILE, e.g. registry.example/team/*=/etc/voodu-agent/cosign.pub"
+    )]
+    NotPatternEqualsKeyFile { text: String },
+    #[error("--require-signature {text:?}: both a repository pattern and a key file are needed")]
+    Incomplete { text: String },
+}
+
 impl SignatureRule {
     /// `PATTERN=KEYFILE[,KEYFILE…]`, as the flag takes it.
-    pub fn parse(text: &str) -> Result<SignatureRule, String> {
-        let (repositories, keys) = text.split_once('=').ok_or_else(|| {
-            format!("--require-signature {text:?}: write PATTERN=KEYFILE, e.g. registry.example/team/*=/etc/voodu-agent/cosign.pub")
-        })?;
+    pub fn parse(text: &str) -> Result<SignatureRule, SignatureRuleError> {
+        let (repositories, keys) =
+            text.split_once('=')
+                .ok_or_else(|| SignatureRuleError::NotPatternEqualsKeyFile {
+                    text: text.to_owned(),
+                })?;
         let keys: Vec<String> = keys
             .split(':')
             .filter(|key| !key.is_empty())
             .map(str::to_owned)
             .collect();
         if repositories.is_empty() || keys.is_empty() {
-            return Err(format!(
-                "--require-signature {text:?}: both a repository pattern and a key file are needed"
-            ));
+            return Err(SignatureRuleError::Incomplete {
+                text: text.to_owned(),
+            });
         }
         Ok(SignatureRule {
             repositories: repositories.to_owned(),
@@ -215,7 +228,11 @@ impl Policy {
             .filter(|root| !root.starts_with('/'))
             .map(|root| format!("--allow-bind-root {root:?} must be an absolute path"))
             .collect();
-        problems.extend(super::url_hosts::UrlHosts::parse(&self.allow_url_host).err());
+        problems.extend(
+            super::url_hosts::UrlHosts::parse(&self.allow_url_host)
+                .err()
+                .map(|error| error.to_string()),
+        );
         problems.extend(
             self.require_signature
                 .iter()

@@ -536,9 +536,16 @@ mod tests {
     fn a_file_template_is_one_reference_of_the_resources_own_source() -> Result<(), String> {
         use crate::model::scopes::ScopePattern;
         let ownership = Ownership::new(vec![
-            ("shop".to_owned(), vec![ScopePattern::parse("shop")?]),
-            ("blog".to_owned(), vec![ScopePattern::parse("blog")?]),
-        ])?;
+            (
+                "shop".to_owned(),
+                vec![ScopePattern::parse("shop").map_err(|error| error.to_string())?],
+            ),
+            (
+                "blog".to_owned(),
+                vec![ScopePattern::parse("blog").map_err(|error| error.to_string())?],
+            ),
+        ])
+        .map_err(|error| error.to_string())?;
         let sealed = Sealed {
             outbound: Outbound::default(),
             assets_root: PathBuf::from("/data/assets"),

@@ -800,9 +800,16 @@ mod tests {
     fn two_sources() -> std::result::Result<(Arc<FakeRuntime>, Sealed<FakeRuntime>), String> {
         use crate::model::scopes::ScopePattern;
         let ownership = Ownership::new(vec![
-            ("shop".to_owned(), vec![ScopePattern::parse("shop")?]),
-            ("blog".to_owned(), vec![ScopePattern::parse("blog")?]),
-        ])?;
+            (
+                "shop".to_owned(),
+                vec![ScopePattern::parse("shop").map_err(|error| error.to_string())?],
+            ),
+            (
+                "blog".to_owned(),
+                vec![ScopePattern::parse("blog").map_err(|error| error.to_string())?],
+            ),
+        ])
+        .map_err(|error| error.to_string())?;
         let policy = Policy {
             data_dir: Some(DATA.to_owned()),
             ..Policy::default()
