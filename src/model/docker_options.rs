@@ -328,16 +328,7 @@ impl DockerOptions {
                 )?);
             }
             "--label" | "-l" => {
-                let (key, value) = match value.split_once('=') {
-                    Some((key, value)) => (key.to_owned(), value.to_owned()),
-                    None => (value, String::new()),
-                };
-                if key.starts_with("voodu.") || key == "createdby" {
-                    return Err(DockerOptionsError::ReservedLabel {
-                        flag: flag.to_owned(),
-                        key,
-                    });
-                }
+                let (key, value) = label(flag, value)?;
                 self.labels.insert(key, value);
             }
             "--add-host" => {
@@ -365,18 +356,7 @@ impl DockerOptions {
                 }
                 self.env.push(value);
             }
-            "--gpus" => {
-                self.gpus = Some(match value.as_str() {
-                    "all" | "count=all" => -1,
-                    other => other
-                        .strip_prefix("count=")
-                        .unwrap_or(other)
-                        .parse()
-                        .ok()
-                        .filter(|count| (1..=DockerOptions::MAX_GPUS).contains(count))
-                        .ok_or_else(|| DockerOptionsError::Gpus(value.clone()))?,
-                });
-            }
+            "--gpus" => self.gpus = Some(gpus(value)?),
             "--log-opt" => {
                 let (key, value) = pair(flag, &value)?;
                 self.log_opts.insert(key, value);
@@ -471,6 +451,35 @@ fn within(
             low: *range.start(),
             high: *range.end(),
         })
+    }
+}
+
+/// `value` of `--label` as `key[=value]`; the agent's own keys are refused.
+fn label(flag: &str, value: String) -> Result<(String, String), DockerOptionsError> {
+    let (key, value) = match value.split_once('=') {
+        Some((key, value)) => (key.to_owned(), value.to_owned()),
+        None => (value, String::new()),
+    };
+    if key.starts_with("voodu.") || key == "createdby" {
+        return Err(DockerOptionsError::ReservedLabel {
+            flag: flag.to_owned(),
+            key,
+        });
+    }
+    Ok((key, value))
+}
+
+/// `value` of `--gpus`: `all` (-1) or a count within `DockerOptions::MAX_GPUS`.
+fn gpus(value: String) -> Result<i64, DockerOptionsError> {
+    match value.as_str() {
+        "all" | "count=all" => Ok(-1),
+        other => other
+            .strip_prefix("count=")
+            .unwrap_or(other)
+            .parse()
+            .ok()
+            .filter(|count| (1..=DockerOptions::MAX_GPUS).contains(count))
+            .ok_or_else(|| DockerOptionsError::Gpus(value.clone())),
     }
 }
 
