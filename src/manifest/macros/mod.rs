@@ -29,7 +29,7 @@ use hcl::edit::structure::Block;
 
 use super::decode::reader::{DecodeCx, Reader};
 use super::interpolate::Reference;
-use super::spec::{AssetFile, AssetSpec, Spec, StatefulsetSpec, sha256_hex};
+use super::spec::{AssetFile, AssetSpec, Spec, StatefulsetSpec, VolumeClaim, sha256_hex};
 use crate::model::{Kind, ResourceKey};
 
 /// A config-bucket key that must exist before the resource runs; generated when missing.
@@ -176,6 +176,17 @@ fn own_secret(key: &ResourceKey, name: &str) -> SecretRequest {
 }
 
 /// Defaults under the operator's `env` (operator wins per key).
+/// The macro's volume claim `name` at `mount_path`, unless the block declares its own claims.
+fn default_claim(spec: &mut StatefulsetSpec, name: &str, mount_path: &str) {
+    if spec.volume_claims.is_empty() {
+        spec.volume_claims.push(VolumeClaim {
+            name: name.to_owned(),
+            mount_path: mount_path.to_owned(),
+            size: String::new(),
+        });
+    }
+}
+
 fn merge_env(spec: &mut StatefulsetSpec, defaults: BTreeMap<String, String>) {
     for (name, value) in defaults {
         spec.container.env.entry(name).or_insert(value);

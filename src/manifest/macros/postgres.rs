@@ -14,9 +14,11 @@ use std::collections::BTreeMap;
 
 use hcl::edit::Span;
 
-use super::{Expansion, Files, Reader, is_identifier, merge_env, own_secret, scope_suffix};
+use super::{
+    Expansion, Files, Reader, default_claim, is_identifier, merge_env, own_secret, scope_suffix,
+};
 use crate::manifest::decode::reader::DecodeCx;
-use crate::manifest::spec::{ExecAction, Macro, Probe, Probes, Spec, TcpSocket, VolumeClaim};
+use crate::manifest::spec::{ExecAction, Macro, Probe, Probes, Spec, TcpSocket};
 use crate::model::{Kind, ResourceKey};
 
 /// The entrypoint every pod runs (asset key `entrypoint`).
@@ -46,43 +48,32 @@ pub(super) fn expand(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>, key: &ResourceKe
             ),
         );
     }
-    let Fields {
-        database,
-        user,
-        password,
-        locale,
-        encoding,
-        pg_config,
-        replication_user,
-        port,
-        ..
-    } = fields;
     let mut env = BTreeMap::from([
-        ("POSTGRES_USER".to_owned(), user.clone()),
-        ("POSTGRES_DB".to_owned(), database.clone()),
+        ("POSTGRES_USER".to_owned(), fields.user.clone()),
+        ("POSTGRES_DB".to_owned(), fields.database.clone()),
         (
             "POSTGRES_INITDB_ARGS".to_owned(),
-            format!("--locale={locale} --encoding={encoding}"),
+            format!("--locale={} --encoding={}", fields.locale, fields.encoding),
         ),
-        ("PGPORT".to_owned(), port.to_string()),
+        ("PGPORT".to_owned(), fields.port.to_string()),
         (
             "PGDATA".to_owned(),
             "/var/lib/postgresql/data/pgdata".to_owned(),
         ),
         ("PG_NAME".to_owned(), key.name.clone()),
         ("PG_SCOPE_SUFFIX".to_owned(), scope_suffix(&key.scope)),
-        ("PG_REPLICATION_USER".to_owned(), replication_user),
+        ("PG_REPLICATION_USER".to_owned(), fields.replication_user),
     ]);
     let mut secrets = vec![own_secret(key, "POSTGRES_REPLICATION_PASSWORD")];
-    if password.is_empty() {
+    if fields.password.is_empty() {
         secrets.insert(0, own_secret(key, "POSTGRES_PASSWORD"));
     } else {
-        env.insert("POSTGRES_PASSWORD".to_owned(), password);
+        env.insert("POSTGRES_PASSWORD".to_owned(), fields.password);
     }
     merge_env(&mut spec, env);
     if spec.container.command.is_none() {
         let mut command = vec!["sh".to_owned(), ENTRYPOINT_PATH.to_owned()];
-        for (name, value) in &pg_config {
+        for (name, value) in &fields.pg_config {
             command.push("-c".to_owned());
             command.push(format!("{name}={value}"));
         }
@@ -97,15 +88,9 @@ pub(super) fn expand(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>, key: &ResourceKe
         INIT_REPLICATION_PATH,
     );
     files.mount_into(cx, r, key, &mut spec);
-    if spec.volume_claims.is_empty() {
-        spec.volume_claims.push(VolumeClaim {
-            name: "data".to_owned(),
-            mount_path: "/var/lib/postgresql/data".to_owned(),
-            size: String::new(),
-        });
-    }
+    default_claim(&mut spec, "data", "/var/lib/postgresql/data");
     if spec.probes.is_none() {
-        spec.probes = Some(default_probes(port, user, database));
+        spec.probes = Some(default_probes(fields.port, fields.user, fields.database));
     }
     Expansion {
         specs: vec![

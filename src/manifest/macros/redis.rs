@@ -15,11 +15,9 @@ use std::collections::BTreeMap;
 
 use hcl::edit::Span;
 
-use super::{Expansion, Files, Reader, merge_env, own_secret, scope_suffix};
+use super::{Expansion, Files, Reader, default_claim, merge_env, own_secret, scope_suffix};
 use crate::manifest::decode::reader::DecodeCx;
-use crate::manifest::spec::{
-    ExecAction, Macro, Probe, Probes, Spec, StatefulsetSpec, TcpSocket, VolumeClaim,
-};
+use crate::manifest::spec::{ExecAction, Macro, Probe, Probes, Spec, StatefulsetSpec, TcpSocket};
 use crate::model::{Kind, ResourceKey};
 
 /// The data redis's config (asset key `redis_conf`).
@@ -72,13 +70,7 @@ fn data_redis(
     files.add(cx, "redis_conf", CONF, CONF_PATH);
     files.add(cx, "entrypoint", ENTRYPOINT, ENTRYPOINT_PATH);
     files.mount_into(cx, r, key, &mut spec);
-    if spec.volume_claims.is_empty() {
-        spec.volume_claims.push(VolumeClaim {
-            name: "data".to_owned(),
-            mount_path: "/data".to_owned(),
-            size: String::new(),
-        });
-    }
+    default_claim(&mut spec, "data", "/data");
     if spec.probes.is_none() {
         spec.probes = Some(Probes {
             liveness: Some(Probe {
@@ -156,13 +148,7 @@ fn sentinel_quorum(
         SENTINEL_ENTRYPOINT_PATH,
     );
     files.mount_into(cx, r, key, &mut spec);
-    if spec.volume_claims.is_empty() {
-        spec.volume_claims.push(VolumeClaim {
-            name: "state".to_owned(),
-            mount_path: "/var/lib/sentinel".to_owned(),
-            size: String::new(),
-        });
-    }
+    default_claim(&mut spec, "state", "/var/lib/sentinel");
     Expansion {
         specs: vec![
             (Kind::Asset, files.into_spec()),
