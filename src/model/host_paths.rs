@@ -93,7 +93,7 @@ pub(crate) fn is_within(path: &str, dir: &str) -> bool {
 /// kernel will follow them when Docker mounts it (Docker creates the missing rest as
 /// directories). A dangling link on the way cannot be judged: it is an error. Blocking: it reads the
 /// file system, so the sink and the sync stage call it, never the manifest stage.
-pub(crate) fn resolve_on_host(path: &std::path::Path) -> std::result::Result<String, String> {
+pub(crate) fn resolve_on_host(path: &std::path::Path) -> Result<String, ResolveError> {
     let mut existing = path;
     let mut rest = Vec::new();
     loop {
@@ -103,26 +103,39 @@ pub(crate) fn resolve_on_host(path: &std::path::Path) -> std::result::Result<Str
                 for part in rest.iter().rev() {
                     resolved.push(part);
                 }
-                return resolved
-                    .to_str()
-                    .map(ToOwned::to_owned)
-                    .ok_or_else(|| format!("{} is not UTF-8 once resolved", path.display()));
+                return resolved.to_str().map(ToOwned::to_owned).ok_or_else(|| {
+                    ResolveError::NotUtf8 {
+                        path: path.to_owned(),
+                    }
+                });
             }
             Err(_) if std::fs::symlink_metadata(existing).is_ok() => {
-                return Err(format!(
-                    "{} is a link that leads nowhere on this host, so where it would lead cannot be judged",
-                    existing.display()
-                ));
+                return Err(ResolveError::DanglingLink {
+                    link: existing.to_owned(),
+                });
             }
             Err(_) => {}
         }
         let (Some(name), Some(parent)) = (existing.file_name(), existing.parent()) else {
-            return Err(format!(
-                "{} cannot be resolved on this host",
-                path.display()
-            ));
+            return Err(ResolveError::Unresolvable {
+                path: path.to_owned(),
+            });
         };
         rest.push(name);
         existing = parent;
     }
+}
+
+/// Why `resolve_on_host` cannot say where a path leads.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ResolveError {
+    #[error("{} is not UTF-8 once resolved", .path.display())]
+    NotUtf8 { path: std::path::PathBuf },
+    #[error(
+        "{} is a link that leads nowhere on this host, so where it would lead cannot be judged",
+        .link.display()
+    )]
+    DanglingLink { link: std::path::PathBuf },
+    #[error("{} cannot be resolved on this host", .path.display())]
+    Unresolvable { path: std::path::PathBuf },
 }

@@ -347,11 +347,11 @@ impl Policy {
     /// Why a bind of `folded` (absolute, folded as Docker folds it) is refused once `resolve`
     /// has followed its symlinks on the host, or `None`; a path `resolve` cannot follow is
     /// refused. The sink's gate and the sync stage judge host binds with this one rule.
-    pub(crate) fn resolved_bind_refusal(
+    pub(crate) fn resolved_bind_refusal<E: std::fmt::Display>(
         &self,
         folded: &str,
         owned: &OwnedPaths,
-        resolve: impl FnOnce(&str) -> Result<String, String>,
+        resolve: impl FnOnce(&str) -> Result<String, E>,
     ) -> Option<String> {
         match resolve(folded) {
             Ok(resolved) => self.host_bind_refusal(&resolved, owned).map(|refusal| {

@@ -224,7 +224,9 @@ impl Gate {
 
     /// `refusals` with bind sources resolved on this host (blocking: file system reads).
     fn refusals_on_host(&self, spec: &ContainerSpec, overlay: bool) -> Vec<String> {
-        self.refusals(spec, overlay, &|path| resolve_on_host(Path::new(path)))
+        self.refusals(spec, overlay, &|path| {
+            resolve_on_host(Path::new(path)).map_err(|error| error.to_string())
+        })
     }
 }
 
