@@ -238,8 +238,8 @@ impl Syncer {
         store.set_meta(&keys[1], Some(&hosts))?;
         store.set_meta(&keys[2], Some(&trust))?;
         store.set_meta(&keys[3], Some(&scopes))?;
-        let url_hosts =
-            manifest::UrlHosts::parse(&options.policy.allow_url_host).map_err(Error::Policy)?;
+        let url_hosts = manifest::UrlHosts::parse(&options.policy.allow_url_host)
+            .map_err(|error| Error::Policy(error.to_string()))?;
         let fetcher = UrlCache::new(&options.data_dir, options.max_url_bytes)
             .guarded(url_hosts, options.own_address);
         Ok(Syncer {

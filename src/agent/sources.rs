@@ -147,7 +147,7 @@ pub fn parse(
                     .is_err()
                 })
                 .and_then(|end| sources[end].1.clone());
-            cx.error(at, message);
+            cx.error(at, message.to_string());
         }
     }
     if cx.problems.is_empty() {
@@ -164,7 +164,8 @@ pub fn ownership(sources: &[SourceConfig]) -> Result<Ownership, String> {
             .iter()
             .map(|source| (source.name.clone(), source.scopes.clone()))
             .collect(),
-    )?
+    )
+    .map_err(|error| error.to_string())?
     .with_shared_network(
         sources
             .iter()

@@ -470,7 +470,10 @@ mod tests {
 
     fn cache(dir: &Path, allowed: &[&str]) -> Result<UrlCache, String> {
         let allowed: Vec<String> = allowed.iter().map(|host| (*host).to_owned()).collect();
-        Ok(UrlCache::new(dir, DEFAULT_MAX_URL_BYTES).guarded(UrlHosts::parse(&allowed)?, None))
+        Ok(UrlCache::new(dir, DEFAULT_MAX_URL_BYTES).guarded(
+            UrlHosts::parse(&allowed).map_err(|error| error.to_string())?,
+            None,
+        ))
     }
 
     fn fetch(cache: &UrlCache, url: &str) -> Result<String, String> {

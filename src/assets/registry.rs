@@ -75,7 +75,7 @@ impl RegistryAccess {
     ) -> Result<RegistryAccess, String> {
         Ok(RegistryAccess {
             guard: Arc::new(Guard {
-                hosts: UrlHosts::parse(allow_url_host)?,
+                hosts: UrlHosts::parse(allow_url_host).map_err(|error| error.to_string())?,
                 own_address,
                 never_link_local: true,
             }),

@@ -46,7 +46,7 @@ impl Outbound {
     ) -> Result<Outbound, String> {
         Ok(Outbound {
             guard: Arc::new(Guard {
-                hosts: UrlHosts::parse(allow_url_host)?,
+                hosts: UrlHosts::parse(allow_url_host).map_err(|error| error.to_string())?,
                 own_address,
                 never_link_local: true,
             }),
@@ -258,7 +258,7 @@ mod tests {
     fn guard(allowed: &[&str], own: Option<&str>) -> Result<Guard, String> {
         let entries: Vec<String> = allowed.iter().map(|entry| (*entry).to_owned()).collect();
         Ok(Guard {
-            hosts: UrlHosts::parse(&entries)?,
+            hosts: UrlHosts::parse(&entries).map_err(|error| error.to_string())?,
             own_address: own
                 .map(|own| own.parse().map_err(|_| format!("{own}?")))
                 .transpose()?,

@@ -99,7 +99,7 @@ pub(crate) fn decode_source(
         }
     };
     let interpolator = interpolate::Interpolator::for_file(vars, &body, missing_var_hint);
-    let mut cx = decode::Cx::new(&file.path, &marked, interpolator, env);
+    let mut cx = decode::DecodeCx::new(&file.path, &marked, interpolator, env);
     result.decoded = decode::decode_file(&mut cx, &body);
     result.errors.append(&mut cx.diagnostics);
     result.warnings = cx.warnings;

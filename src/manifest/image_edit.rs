@@ -66,21 +66,7 @@ pub fn set_image_tag(
     repository: &str,
     tag: &str,
 ) -> Result<Option<TagEdit>, EditError> {
-    // `TAG` or `TAG@sha256:<hex>` (`policy = "digest"` pins the tag's digest).
-    let (bare_tag, digest) = match tag.split_once('@') {
-        Some((bare, digest)) => (bare, Some(digest)),
-        None => (tag, None),
-    };
-    let digest_ok = digest.is_none_or(|digest| {
-        digest.strip_prefix("sha256:").is_some_and(|hex| {
-            hex.len() == 64 && hex.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f'))
-        })
-    });
-    if !is_valid_tag(bare_tag) || !digest_ok {
-        return Err(EditError::InvalidTag {
-            tag: tag.to_owned(),
-        });
-    }
+    check_tag(tag)?;
     let (marked, errors) = mark_interpolations(text);
     if errors.iter().any(|error| error.blocks_parse) {
         return Err(EditError::Unparsable);
@@ -158,6 +144,25 @@ pub fn set_image_tag(
         before: image.to_owned(),
         after: format!("{repository}:{tag}"),
     }))
+}
+
+/// `TAG` or `TAG@sha256:<hex>` (`policy = "digest"` pins the tag's digest).
+fn check_tag(tag: &str) -> Result<(), EditError> {
+    let (bare_tag, digest) = match tag.split_once('@') {
+        Some((bare, digest)) => (bare, Some(digest)),
+        None => (tag, None),
+    };
+    let digest_ok = digest.is_none_or(|digest| {
+        digest.strip_prefix("sha256:").is_some_and(|hex| {
+            hex.len() == 64 && hex.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f'))
+        })
+    });
+    if !is_valid_tag(bare_tag) || !digest_ok {
+        return Err(EditError::InvalidTag {
+            tag: tag.to_owned(),
+        });
+    }
+    Ok(())
 }
 
 fn is_resource(block: &Block, kind: Kind, scope: &str, name: &str) -> bool {

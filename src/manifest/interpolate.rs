@@ -60,7 +60,7 @@ pub(crate) enum Resolved {
     Reference(Reference, String),
 }
 
-/// Why a `${…}` does not resolve. Display is the reason alone; `Cx::interpolate` reports it
+/// Why a `${…}` does not resolve. Display is the reason alone; `DecodeCx::interpolate` reports it
 /// at the `${…}`'s `path:line:col`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum InterpolateError {

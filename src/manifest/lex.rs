@@ -37,28 +37,12 @@ pub(crate) struct LexError {
 /// sees strings, comments and heredocs where HCL does, so every operator HCL would parse is
 /// one this pre-pass reports.
 pub(crate) fn mark_interpolations(text: &str) -> (String, Vec<LexError>) {
-    let mut errors = Vec::new();
-    if let Some(offset) = text.find(MARK) {
-        errors.push(LexError {
-            span: offset..offset + MARK.len_utf8(),
-            message:
-                "the file contains U+E000, a private-use character this agent reserves; remove it"
-                    .to_owned(),
-            blocks_parse: false,
-        });
-    }
+    let mut marked = Marked::new(text);
     let bytes = text.as_bytes();
-    let mut out = String::with_capacity(text.len() + 16);
     let mut i = 0;
-    let mut copied = 0;
     // Whether the last token outside strings and comments ends an operand, so that an operator
     // character after it is a binary operator (`a - 1`), not a sign (`= -1`).
     let mut after_operand = false;
-    let mark_at = |at: usize, out: &mut String, copied: &mut usize| {
-        out.push_str(&text[*copied..at]);
-        out.push(MARK);
-        *copied = at + 1;
-    };
     while i < bytes.len() {
         match bytes[i] {
             b'#' => i = skip_line(bytes, i),
@@ -70,40 +54,7 @@ pub(crate) fn mark_interpolations(text: &str) -> (String, Vec<LexError>) {
                 };
             }
             b'"' => {
-                i += 1;
-                while i < bytes.len() {
-                    match bytes[i] {
-                        // A backslash before a newline escapes nothing: HCL ends the string there.
-                        b'\\' if bytes.get(i + 1) != Some(&b'\n') => i += 2,
-                        b'"' | b'\n' => {
-                            i += 1;
-                            break;
-                        }
-                        b'$' | b'%' if bytes.get(i + 1) == Some(&bytes[i]) => {
-                            // `$${` / `%%{` are HCL escapes for a literal `${` / `%{`.
-                            i += 2;
-                        }
-                        b'$' if bytes.get(i + 1) == Some(&b'{') => {
-                            match interpolation_end(text, i, true) {
-                                Ok(end) => {
-                                    mark_at(i, &mut out, &mut copied);
-                                    i = end;
-                                }
-                                Err(error) => {
-                                    // Marked anyway, so the parser does not report it again.
-                                    mark_at(i, &mut out, &mut copied);
-                                    i = error.span.end;
-                                    errors.push(error);
-                                }
-                            }
-                        }
-                        b'%' if bytes.get(i + 1) == Some(&b'{') => {
-                            errors.push(directive_error(i));
-                            i += 2;
-                        }
-                        _ => i += 1,
-                    }
-                }
+                i = marked.quoted_string(i);
                 after_operand = true;
             }
             b'+' | b'-' | b'*' | b'/' | b'%' | b'<' | b'>' | b'&' | b'|' | b'!'
@@ -113,14 +64,14 @@ pub(crate) fn mark_interpolations(text: &str) -> (String, Vec<LexError>) {
                     (b'<' | b'>' | b'!', Some(b'=')) | (b'&', Some(b'&')) | (b'|', Some(b'|')) => 2,
                     _ => 1,
                 };
-                errors.push(operator_error(text, i..i + len));
+                marked.errors.push(operator_error(text, i..i + len));
                 i += len;
                 after_operand = false;
             }
             b'=' => {
                 match bytes.get(i + 1) {
                     Some(b'=') if after_operand => {
-                        errors.push(operator_error(text, i..i + 2));
+                        marked.errors.push(operator_error(text, i..i + 2));
                         i += 2;
                     }
                     // `=>` of a for expression.
@@ -131,30 +82,7 @@ pub(crate) fn mark_interpolations(text: &str) -> (String, Vec<LexError>) {
             }
             b'<' if bytes.get(i + 1) == Some(&b'<') => match heredoc_body(text, i) {
                 Some((body, end)) => {
-                    let mut j = body.start;
-                    while j < body.end {
-                        match bytes[j] {
-                            b'$' | b'%' if bytes.get(j + 1) == Some(&bytes[j]) => j += 2,
-                            b'$' if bytes.get(j + 1) == Some(&b'{') => {
-                                match interpolation_end(&text[..body.end], j, false) {
-                                    Ok(end) => {
-                                        mark_at(j, &mut out, &mut copied);
-                                        j = end;
-                                    }
-                                    Err(error) => {
-                                        mark_at(j, &mut out, &mut copied);
-                                        j = error.span.end;
-                                        errors.push(error);
-                                    }
-                                }
-                            }
-                            b'%' if bytes.get(j + 1) == Some(&b'{') => {
-                                errors.push(directive_error(j));
-                                j += 2;
-                            }
-                            _ => j += 1,
-                        }
-                    }
+                    marked.heredoc(body);
                     i = end;
                     after_operand = true;
                 }
@@ -181,25 +109,138 @@ pub(crate) fn mark_interpolations(text: &str) -> (String, Vec<LexError>) {
             }
             b' ' | b'\t' | b'\r' | b'\n' => i += 1,
             _ => {
-                // An identifier may hold `-` after its first character (`X-Probe`). Anything
-                // else counts as an operand too, so that no operator after it goes unreported.
-                let rest = &text[i..];
-                let starts_identifier = rest
-                    .chars()
-                    .next()
-                    .is_some_and(|first| first.is_alphabetic() || first == '_');
-                i += if starts_identifier {
-                    rest.find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
-                        .unwrap_or(rest.len())
-                } else {
-                    rest.chars().next().map_or(1, char::len_utf8)
-                };
+                i = operand_end(text, i);
                 after_operand = true;
             }
         }
     }
-    out.push_str(&text[copied..]);
-    (out, errors)
+    marked.finish()
+}
+
+/// The marked text as it is built, and the problems found so far.
+struct Marked<'t> {
+    text: &'t str,
+    out: String,
+    /// How much of `text` is in `out`.
+    copied: usize,
+    errors: Vec<LexError>,
+}
+
+impl<'t> Marked<'t> {
+    fn new(text: &'t str) -> Marked<'t> {
+        let mut errors = Vec::new();
+        if let Some(offset) = text.find(MARK) {
+            errors.push(LexError {
+                span: offset..offset + MARK.len_utf8(),
+                message:
+                    "the file contains U+E000, a private-use character this agent reserves; remove it"
+                        .to_owned(),
+                blocks_parse: false,
+            });
+        }
+        Marked {
+            text,
+            out: String::with_capacity(text.len() + 16),
+            copied: 0,
+            errors,
+        }
+    }
+
+    fn finish(mut self) -> (String, Vec<LexError>) {
+        self.out.push_str(&self.text[self.copied..]);
+        (self.out, self.errors)
+    }
+
+    /// Replaces the `$` at `at` with the mark.
+    fn mark_at(&mut self, at: usize) {
+        self.out.push_str(&self.text[self.copied..at]);
+        self.out.push(MARK);
+        self.copied = at + 1;
+    }
+
+    /// Marks the `${` at `at`, which may reach as far as `within` (the text up to the end of
+    /// its string or heredoc body); returns where scanning goes on.
+    fn interpolation(&mut self, within: usize, at: usize, in_string: bool) -> usize {
+        match interpolation_end(&self.text[..within], at, in_string) {
+            Ok(end) => {
+                self.mark_at(at);
+                end
+            }
+            Err(error) => {
+                // Marked anyway, so the parser does not report it again.
+                self.mark_at(at);
+                let end = error.span.end;
+                self.errors.push(error);
+                end
+            }
+        }
+    }
+
+    /// The quoted string opening at `start`: its interpolations marked; returns where it ends.
+    fn quoted_string(&mut self, start: usize) -> usize {
+        let bytes = self.text.as_bytes();
+        let mut i = start + 1;
+        while i < bytes.len() {
+            match bytes[i] {
+                // A backslash before a newline escapes nothing: HCL ends the string there.
+                b'\\' if bytes.get(i + 1) != Some(&b'\n') => i += 2,
+                b'"' | b'\n' => {
+                    i += 1;
+                    break;
+                }
+                b'$' | b'%' if bytes.get(i + 1) == Some(&bytes[i]) => {
+                    // `$${` / `%%{` are HCL escapes for a literal `${` / `%{`.
+                    i += 2;
+                }
+                b'$' if bytes.get(i + 1) == Some(&b'{') => {
+                    i = self.interpolation(self.text.len(), i, true);
+                }
+                b'%' if bytes.get(i + 1) == Some(&b'{') => {
+                    self.errors.push(directive_error(i));
+                    i += 2;
+                }
+                _ => i += 1,
+            }
+        }
+        i
+    }
+
+    /// A heredoc's body: its interpolations marked.
+    fn heredoc(&mut self, body: Range<usize>) {
+        let bytes = self.text.as_bytes();
+        let mut j = body.start;
+        while j < body.end {
+            match bytes[j] {
+                b'$' | b'%' if bytes.get(j + 1) == Some(&bytes[j]) => j += 2,
+                b'$' if bytes.get(j + 1) == Some(&b'{') => {
+                    j = self.interpolation(body.end, j, false);
+                }
+                b'%' if bytes.get(j + 1) == Some(&b'{') => {
+                    self.errors.push(directive_error(j));
+                    j += 2;
+                }
+                _ => j += 1,
+            }
+        }
+    }
+}
+
+/// Where the identifier or other operand starting at `start` ends. An identifier may hold `-`
+/// after its first character (`X-Probe`). Anything else counts as an operand too, so that no
+/// operator after it goes unreported.
+fn operand_end(text: &str, start: usize) -> usize {
+    let rest = &text[start..];
+    let starts_identifier = rest
+        .chars()
+        .next()
+        .is_some_and(|first| first.is_alphabetic() || first == '_');
+    start
+        + if starts_identifier {
+            rest.find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
+                .unwrap_or(rest.len())
+        } else {
+            rest.chars().next().map_or(1, char::len_utf8)
+        }
 }
 
 fn operator_error(text: &str, span: Range<usize>) -> LexError {

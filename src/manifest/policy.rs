@@ -675,10 +675,19 @@ statefulset "s" "db" {
     #[test]
     fn a_sealed_source_points_only_into_its_own_scopes() -> Result<(), String> {
         use crate::model::scopes::{Ownership, ScopePattern, Seal};
-        let ownership = std::sync::Arc::new(Ownership::new(vec![
-            ("shop".to_owned(), vec![ScopePattern::parse("shop")?]),
-            ("blog".to_owned(), vec![ScopePattern::parse("s")?]),
-        ])?);
+        let ownership = std::sync::Arc::new(
+            Ownership::new(vec![
+                (
+                    "shop".to_owned(),
+                    vec![ScopePattern::parse("shop").map_err(|error| error.to_string())?],
+                ),
+                (
+                    "blog".to_owned(),
+                    vec![ScopePattern::parse("s").map_err(|error| error.to_string())?],
+                ),
+            ])
+            .map_err(|error| error.to_string())?,
+        );
         let sealed = |edit: fn(&mut Policy)| {
             let mut policy = with(edit);
             policy.seal = Some(Seal::new("blog", ownership.clone()));

@@ -248,64 +248,7 @@ impl DockerOptions {
     }
 
     fn set(&mut self, flag: &str, value: String) -> Result<(), DockerOptionsError> {
-        let size = |value: &str| {
-            let bytes = parse_docker_size(value).ok_or_else(|| DockerOptionsError::NotASize {
-                flag: flag.to_owned(),
-                value: value.to_owned(),
-            })?;
-            if bytes > DockerOptions::MAX_SIZE {
-                return Err(DockerOptionsError::SizeAboveLimit {
-                    flag: flag.to_owned(),
-                    value: value.to_owned(),
-                });
-            }
-            Ok(bytes)
-        };
-        let number = |value: &str| {
-            value
-                .parse::<i64>()
-                .map_err(|_| DockerOptionsError::NotANumber {
-                    flag: flag.to_owned(),
-                    value: value.to_owned(),
-                })
-        };
-        let within = |value: &str, range: std::ops::RangeInclusive<i64>, what: &'static str| {
-            let parsed = number(value)?;
-            if range.contains(&parsed) {
-                Ok(parsed)
-            } else {
-                Err(DockerOptionsError::OutOfRange {
-                    flag: flag.to_owned(),
-                    value: value.to_owned(),
-                    what,
-                    low: *range.start(),
-                    high: *range.end(),
-                })
-            }
-        };
-        let pair = |value: &str| {
-            value
-                .split_once('=')
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .filter(|(k, _)| !k.is_empty())
-                .ok_or_else(|| DockerOptionsError::NotKeyValue {
-                    flag: flag.to_owned(),
-                    value: value.to_owned(),
-                })
-        };
         match flag {
-            "--shm-size" => self.shm_size = Some(size(&value)?),
-            "--sysctl" => {
-                let (key, value) = pair(&value)?;
-                self.sysctls.insert(key, value);
-            }
-            "--pids-limit" => {
-                self.pids_limit = Some(within(
-                    &value,
-                    -1..=DockerOptions::MAX_PIDS_LIMIT,
-                    "a process count (-1 for unlimited)",
-                )?);
-            }
             "--cap-add" => self.cap_add.push(value),
             "--cap-drop" => self.cap_drop.push(value),
             "--device" => self.devices.push(value),
@@ -323,13 +266,46 @@ impl DockerOptions {
             }
             "--ipc" => self.ipc = Some(value),
             "--pid" => self.pid = Some(value),
-            "--memory-swap" => {
-                self.memory_swap = Some(if value == "-1" { -1 } else { size(&value)? });
-            }
-            "--memory-reservation" => self.memory_reservation = Some(size(&value)?),
             "--cpuset-cpus" => self.cpuset_cpus = Some(value),
+            "--stop-signal" => self.stop_signal = Some(value),
+            "--dns" => self.dns.push(value),
+            "--dns-search" => self.dns_search.push(value),
+            "--dns-option" => self.dns_options.push(value),
+            "--group-add" => self.group_add.push(value),
+            "--log-driver" => self.log_driver = Some(value),
+            _ => self.set_checked(flag, value)?,
+        }
+        Ok(())
+    }
+
+    /// The flags whose value is checked as it is read (numbers, sizes, `key=value` pairs,
+    /// labels, env entries, hosts, GPUs).
+    fn set_checked(&mut self, flag: &str, value: String) -> Result<(), DockerOptionsError> {
+        match flag {
+            "--shm-size" => self.shm_size = Some(size(flag, &value)?),
+            "--sysctl" => {
+                let (key, value) = pair(flag, &value)?;
+                self.sysctls.insert(key, value);
+            }
+            "--pids-limit" => {
+                self.pids_limit = Some(within(
+                    flag,
+                    &value,
+                    -1..=DockerOptions::MAX_PIDS_LIMIT,
+                    "a process count (-1 for unlimited)",
+                )?);
+            }
+            "--memory-swap" => {
+                self.memory_swap = Some(if value == "-1" {
+                    -1
+                } else {
+                    size(flag, &value)?
+                });
+            }
+            "--memory-reservation" => self.memory_reservation = Some(size(flag, &value)?),
             "--cpu-shares" | "-c" => {
                 self.cpu_shares = Some(within(
+                    flag,
                     &value,
                     0..=DockerOptions::MAX_CPU_SHARES,
                     "a relative weight",
@@ -337,30 +313,22 @@ impl DockerOptions {
             }
             "--oom-score-adj" => {
                 self.oom_score_adj = Some(within(
+                    flag,
                     &value,
                     DockerOptions::OOM_SCORE_ADJ,
                     "the kernel's OOM score adjustment",
                 )?);
             }
-            "--stop-signal" => self.stop_signal = Some(value),
             "--stop-timeout" => {
                 self.stop_timeout = Some(within(
+                    flag,
                     &value,
                     0..=DockerOptions::MAX_STOP_TIMEOUT,
                     "seconds to wait before SIGKILL",
                 )?);
             }
             "--label" | "-l" => {
-                let (key, value) = match value.split_once('=') {
-                    Some((key, value)) => (key.to_owned(), value.to_owned()),
-                    None => (value, String::new()),
-                };
-                if key.starts_with("voodu.") || key == "createdby" {
-                    return Err(DockerOptionsError::ReservedLabel {
-                        flag: flag.to_owned(),
-                        key,
-                    });
-                }
+                let (key, value) = label(flag, value)?;
                 self.labels.insert(key, value);
             }
             "--add-host" => {
@@ -373,9 +341,6 @@ impl DockerOptions {
                 })?;
                 self.add_hosts.push(value);
             }
-            "--dns" => self.dns.push(value),
-            "--dns-search" => self.dns_search.push(value),
-            "--dns-option" => self.dns_options.push(value),
             "--env" | "-e" => {
                 if value.starts_with('=') {
                     return Err(DockerOptionsError::EmptyEnvName {
@@ -391,22 +356,9 @@ impl DockerOptions {
                 }
                 self.env.push(value);
             }
-            "--group-add" => self.group_add.push(value),
-            "--gpus" => {
-                self.gpus = Some(match value.as_str() {
-                    "all" | "count=all" => -1,
-                    other => other
-                        .strip_prefix("count=")
-                        .unwrap_or(other)
-                        .parse()
-                        .ok()
-                        .filter(|count| (1..=DockerOptions::MAX_GPUS).contains(count))
-                        .ok_or_else(|| DockerOptionsError::Gpus(value.clone()))?,
-                });
-            }
-            "--log-driver" => self.log_driver = Some(value),
+            "--gpus" => self.gpus = Some(gpus(value)?),
             "--log-opt" => {
-                let (key, value) = pair(&value)?;
+                let (key, value) = pair(flag, &value)?;
                 self.log_opts.insert(key, value);
             }
             other => return Err(DockerOptionsError::Unhandled(other.to_owned())),
@@ -459,6 +411,88 @@ fn supported() -> String {
         .collect();
     flags.sort_unstable();
     flags.join(" ")
+}
+
+/// `value` of `flag` as a size Docker reads (`1g`), within `DockerOptions::MAX_SIZE`.
+fn size(flag: &str, value: &str) -> Result<i64, DockerOptionsError> {
+    let bytes = parse_docker_size(value).ok_or_else(|| DockerOptionsError::NotASize {
+        flag: flag.to_owned(),
+        value: value.to_owned(),
+    })?;
+    if bytes > DockerOptions::MAX_SIZE {
+        return Err(DockerOptionsError::SizeAboveLimit {
+            flag: flag.to_owned(),
+            value: value.to_owned(),
+        });
+    }
+    Ok(bytes)
+}
+
+/// `value` of `flag` as a number in `range`; `what` says what the number counts.
+fn within(
+    flag: &str,
+    value: &str,
+    range: std::ops::RangeInclusive<i64>,
+    what: &'static str,
+) -> Result<i64, DockerOptionsError> {
+    let parsed = value
+        .parse::<i64>()
+        .map_err(|_| DockerOptionsError::NotANumber {
+            flag: flag.to_owned(),
+            value: value.to_owned(),
+        })?;
+    if range.contains(&parsed) {
+        Ok(parsed)
+    } else {
+        Err(DockerOptionsError::OutOfRange {
+            flag: flag.to_owned(),
+            value: value.to_owned(),
+            what,
+            low: *range.start(),
+            high: *range.end(),
+        })
+    }
+}
+
+/// `value` of `--label` as `key[=value]`; the agent's own keys are refused.
+fn label(flag: &str, value: String) -> Result<(String, String), DockerOptionsError> {
+    let (key, value) = match value.split_once('=') {
+        Some((key, value)) => (key.to_owned(), value.to_owned()),
+        None => (value, String::new()),
+    };
+    if key.starts_with("voodu.") || key == "createdby" {
+        return Err(DockerOptionsError::ReservedLabel {
+            flag: flag.to_owned(),
+            key,
+        });
+    }
+    Ok((key, value))
+}
+
+/// `value` of `--gpus`: `all` (-1) or a count within `DockerOptions::MAX_GPUS`.
+fn gpus(value: String) -> Result<i64, DockerOptionsError> {
+    match value.as_str() {
+        "all" | "count=all" => Ok(-1),
+        other => other
+            .strip_prefix("count=")
+            .unwrap_or(other)
+            .parse()
+            .ok()
+            .filter(|count| (1..=DockerOptions::MAX_GPUS).contains(count))
+            .ok_or_else(|| DockerOptionsError::Gpus(value.clone())),
+    }
+}
+
+/// `value` of `flag` as `key=value` with a key.
+fn pair(flag: &str, value: &str) -> Result<(String, String), DockerOptionsError> {
+    value
+        .split_once('=')
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| DockerOptionsError::NotKeyValue {
+            flag: flag.to_owned(),
+            value: value.to_owned(),
+        })
 }
 
 #[cfg(test)]

@@ -77,13 +77,12 @@ impl HostSelection {
     }
 
     /// The selection of host `name` with `labels`; an error says which value is wrong.
-    pub fn for_host(name: &str, labels: &[String]) -> Result<HostSelection, String> {
+    pub fn for_host(name: &str, labels: &[String]) -> Result<HostSelection, HostNameError> {
         check_name("host name", name)?;
         if labels.len() > MAX_HOST_LABELS {
-            return Err(format!(
-                "{} host labels given; at most {MAX_HOST_LABELS}",
-                labels.len()
-            ));
+            return Err(HostNameError::TooManyLabels {
+                n_given: labels.len(),
+            });
         }
         let mut sorted = Vec::with_capacity(labels.len());
         for label in labels {
@@ -135,9 +134,26 @@ impl HostSelection {
     }
 }
 
+/// Why a host name or label is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostNameError {
+    /// `what` (`host name`, `host label`, `agent name`) is not a DNS label; `dir` is the
+    /// repository directory it would name.
+    #[error(
+        "{what} {name:?} is not a DNS label: 1-63 characters of a-z, 0-9 and '-', not starting or ending with '-' (it names a directory {dir}/<name>/ in the repository)"
+    )]
+    NotDnsLabel {
+        what: &'static str,
+        name: String,
+        dir: &'static str,
+    },
+    #[error("{n_given} host labels given; at most {max}", max = MAX_HOST_LABELS)]
+    TooManyLabels { n_given: usize },
+}
+
 /// Checks a host name or label: a DNS label (RFC 1123: 1–63 of `a-z`, `0-9`, `-`, not
 /// starting or ending with `-`), as it names a directory in the repository.
-pub(crate) fn check_name(what: &str, name: &str) -> Result<(), String> {
+pub(crate) fn check_name(what: &'static str, name: &str) -> Result<(), HostNameError> {
     let valid = !name.is_empty()
         && name.len() <= 63
         && name
@@ -148,14 +164,15 @@ pub(crate) fn check_name(what: &str, name: &str) -> Result<(), String> {
     if valid {
         Ok(())
     } else {
-        Err(format!(
-            "{what} {name:?} is not a DNS label: 1-63 characters of a-z, 0-9 and '-', not starting or ending with '-' (it names a directory {}/<name>/ in the repository)",
-            if what == "host label" {
+        Err(HostNameError::NotDnsLabel {
+            what,
+            name: name.to_owned(),
+            dir: if what == "host label" {
                 LABELS_DIR
             } else {
                 HOSTS_DIR
-            }
-        ))
+            },
+        })
     }
 }
 
@@ -218,7 +235,8 @@ mod tests {
 
     #[test]
     fn a_host_applies_shared_files_its_own_and_its_labels() -> Result<(), String> {
-        let web1 = HostSelection::for_host("web-1", &["edge".to_owned()])?;
+        let web1 = HostSelection::for_host("web-1", &["edge".to_owned()])
+            .map_err(|error| error.to_string())?;
         let none = watched(&[]);
         assert!(web1.selects("common/app.hcl", &none));
         assert!(web1.selects("hosts/web-1/app.hcl", &none));

@@ -6,6 +6,7 @@
 
 mod assets;
 mod docker_options;
+mod host_paths;
 pub(crate) mod hosts;
 pub mod image_policy;
 pub mod names;
@@ -21,7 +22,7 @@ pub(crate) mod url_hosts;
 pub(crate) use assets::{UNSCOPED_ASSETS, asset_dir, is_ref_segment, resolve_asset_refs};
 pub(crate) use docker_options::control_character;
 pub use docker_options::{DockerOptions, DockerOptionsError, ExtraHostError};
-pub use hosts::HostSelection;
+pub use hosts::{HostNameError, HostSelection};
 pub use image_policy::{
     ImagePolicy, PolicyError, image_tag, is_valid_tag, registry_host, split_image,
 };
@@ -37,6 +38,9 @@ pub(crate) use units::{
 };
 
 use std::fmt;
+
+/// The bridge network voodu attaches every container to.
+pub(crate) const DEFAULT_NETWORK: &str = "voodu0";
 
 /// What names one repository whatever the URL's form: `host/owner/name` in lower case for
 /// https, ssh and scp-like URLs (no user, port, `.git` or trailing `/`), the absolute path

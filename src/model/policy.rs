@@ -20,8 +20,10 @@ use serde::{Deserialize, Serialize};
 
 use super::DockerOptions;
 
-/// The bridge network voodu attaches every container to.
-pub(crate) const DEFAULT_NETWORK: &str = "voodu0";
+pub(crate) use super::DEFAULT_NETWORK;
+use super::host_paths::is_within;
+pub use super::host_paths::{ASSETS_DIR, OwnedPaths};
+pub(crate) use super::host_paths::{bind_source_text, normalize_path, resolve_on_host};
 
 /// What the host allows beyond its default-deny baseline. The policy file (JSON) uses the
 /// flags' names as keys: `{"allow-host-network": true, "allow-cap": ["NET_ADMIN"]}`.
@@ -105,57 +107,6 @@ const SAFE_SECURITY_OPTS: &[&str] = &[
 /// splunk, awslogs…), the host's loopback services among them.
 const LOCAL_LOG_DRIVERS: &[&str] = &["json-file", "local", "journald", "none"];
 
-/// The directory under the data dir that holds asset files (`<data-dir>/assets`).
-pub const ASSETS_DIR: &str = "assets";
-
-/// Host paths the agent itself makes and mounts, which a bind may name although they lie in
-/// its data dir: asset files (`<assets_root>/<scope>/<name>/<key>`, exactly that deep: a file,
-/// never a directory of them) and the ingress proxy's own directories.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct OwnedPaths {
-    /// `<data-dir>/assets`, absolute and normalised.
-    pub(crate) assets_root: Option<String>,
-    /// Paths mounted as they are (the ingress's `data` and `config`), absolute, normalised.
-    pub(crate) exact: Vec<String>,
-}
-
-impl OwnedPaths {
-    /// The asset files of the agent whose data dir is `data_dir` (absolute).
-    pub fn for_data_dir(data_dir: &str) -> OwnedPaths {
-        OwnedPaths {
-            assets_root: normalize_path(&format!("{data_dir}/{ASSETS_DIR}")),
-            exact: Vec::new(),
-        }
-    }
-
-    /// The scope whose asset file `source` (absolute, normalised) is, when it is one (`""`
-    /// for an unscoped asset's).
-    pub(crate) fn asset_scope<'a>(&self, source: &'a str) -> Option<&'a str> {
-        let root = self.assets_root.as_deref()?;
-        if !is_within(source, root) {
-            return None;
-        }
-        let rest = source.strip_prefix(root)?;
-        let parts: Vec<&str> = rest.split('/').filter(|part| !part.is_empty()).collect();
-        match parts.as_slice() {
-            [scope, _, _] if *scope == super::assets::UNSCOPED_ASSETS => Some(""),
-            [scope, _, _] => Some(scope),
-            _ => None,
-        }
-    }
-
-    /// Whether `source` (absolute, normalised) is one of these paths.
-    pub(crate) fn holds(&self, source: &str) -> bool {
-        let asset_file = self.assets_root.as_deref().is_some_and(|root| {
-            is_within(source, root)
-                && source.strip_prefix(root).is_some_and(|rest| {
-                    rest.split('/').filter(|part| !part.is_empty()).count() == 3
-                })
-        });
-        asset_file || self.exact.iter().any(|path| path == source)
-    }
-}
-
 /// Host paths that give the host away, and why.
 const SENSITIVE: &[(&str, &str)] = &[
     ("/", "the host's root filesystem"),
@@ -188,21 +139,34 @@ pub struct SignatureRule {
     pub keys: Vec<String>,
 }
 
+/// Why a `--require-signature` value is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SignatureRuleError {
+    #[error(
+        "--require-signature {text:?}: write PATTERN=KEYFILE, e.g. registry.example/team/*=/etc/voodu-agent/cosign.pub"
+    )]
+    NotPatternEqualsKeyFile { text: String },
+    #[error("--require-signature {text:?}: both a repository pattern and a key file are needed")]
+    Incomplete { text: String },
+}
+
 impl SignatureRule {
     /// `PATTERN=KEYFILE[,KEYFILE…]`, as the flag takes it.
-    pub fn parse(text: &str) -> Result<SignatureRule, String> {
-        let (repositories, keys) = text.split_once('=').ok_or_else(|| {
-            format!("--require-signature {text:?}: write PATTERN=KEYFILE, e.g. registry.example/team/*=/etc/voodu-agent/cosign.pub")
-        })?;
+    pub fn parse(text: &str) -> Result<SignatureRule, SignatureRuleError> {
+        let (repositories, keys) =
+            text.split_once('=')
+                .ok_or_else(|| SignatureRuleError::NotPatternEqualsKeyFile {
+                    text: text.to_owned(),
+                })?;
         let keys: Vec<String> = keys
             .split(':')
             .filter(|key| !key.is_empty())
             .map(str::to_owned)
             .collect();
         if repositories.is_empty() || keys.is_empty() {
-            return Err(format!(
-                "--require-signature {text:?}: both a repository pattern and a key file are needed"
-            ));
+            return Err(SignatureRuleError::Incomplete {
+                text: text.to_owned(),
+            });
         }
         Ok(SignatureRule {
             repositories: repositories.to_owned(),
@@ -264,7 +228,11 @@ impl Policy {
             .filter(|root| !root.starts_with('/'))
             .map(|root| format!("--allow-bind-root {root:?} must be an absolute path"))
             .collect();
-        problems.extend(super::url_hosts::UrlHosts::parse(&self.allow_url_host).err());
+        problems.extend(
+            super::url_hosts::UrlHosts::parse(&self.allow_url_host)
+                .err()
+                .map(|error| error.to_string()),
+        );
         problems.extend(
             self.require_signature
                 .iter()
@@ -379,11 +347,11 @@ impl Policy {
     /// Why a bind of `folded` (absolute, folded as Docker folds it) is refused once `resolve`
     /// has followed its symlinks on the host, or `None`; a path `resolve` cannot follow is
     /// refused. The sink's gate and the sync stage judge host binds with this one rule.
-    pub(crate) fn resolved_bind_refusal(
+    pub(crate) fn resolved_bind_refusal<E: std::fmt::Display>(
         &self,
         folded: &str,
         owned: &OwnedPaths,
-        resolve: impl FnOnce(&str) -> Result<String, String>,
+        resolve: impl FnOnce(&str) -> Result<String, E>,
     ) -> Option<String> {
         match resolve(folded) {
             Ok(resolved) => self.host_bind_refusal(&resolved, owned).map(|refusal| {
@@ -526,76 +494,6 @@ impl Policy {
             refusals.extend(self.log_driver_refusal(driver));
         }
         refusals
-    }
-}
-
-/// The source of a `docker -v` entry (`src:dst[:opts]`): everything before the first `:`.
-pub(crate) fn bind_source_text(volume: &str) -> &str {
-    volume.split(':').next().unwrap_or_default()
-}
-
-/// `/a//b/./c/../d/` → `/a/b/d`; `None` for a relative path.
-pub(crate) fn normalize_path(path: &str) -> Option<String> {
-    if !path.starts_with('/') {
-        return None;
-    }
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            other => parts.push(other),
-        }
-    }
-    Some(format!("/{}", parts.join("/")))
-}
-
-/// Whether `path` is `dir` or lies under it (both normalised).
-pub(crate) fn is_within(path: &str, dir: &str) -> bool {
-    dir == "/"
-        || path == dir
-        || path
-            .strip_prefix(dir)
-            .is_some_and(|rest| rest.starts_with('/'))
-}
-
-/// `path` (absolute, folded) with the symlinks of its longest existing prefix resolved, as the
-/// kernel will follow them when Docker mounts it (Docker creates the missing rest as
-/// directories). A dangling link on the way cannot be judged: it is an error. Blocking: it reads the
-/// file system, so the sink and the sync stage call it, never the manifest stage.
-pub(crate) fn resolve_on_host(path: &std::path::Path) -> std::result::Result<String, String> {
-    let mut existing = path;
-    let mut rest = Vec::new();
-    loop {
-        match std::fs::canonicalize(existing) {
-            Ok(real) => {
-                let mut resolved = real;
-                for part in rest.iter().rev() {
-                    resolved.push(part);
-                }
-                return resolved
-                    .to_str()
-                    .map(ToOwned::to_owned)
-                    .ok_or_else(|| format!("{} is not UTF-8 once resolved", path.display()));
-            }
-            Err(_) if std::fs::symlink_metadata(existing).is_ok() => {
-                return Err(format!(
-                    "{} is a link that leads nowhere on this host, so where it would lead cannot be judged",
-                    existing.display()
-                ));
-            }
-            Err(_) => {}
-        }
-        let (Some(name), Some(parent)) = (existing.file_name(), existing.parent()) else {
-            return Err(format!(
-                "{} cannot be resolved on this host",
-                path.display()
-            ));
-        };
-        rest.push(name);
-        existing = parent;
     }
 }
 

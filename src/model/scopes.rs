@@ -17,7 +17,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::policy::{DEFAULT_NETWORK, OwnedPaths};
+use super::DEFAULT_NETWORK;
+use super::host_paths::OwnedPaths;
 
 /// One entry of a source's `scopes`: an exact scope, a prefix (`shop-*`), or everything (`*`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,17 +30,47 @@ pub enum ScopePattern {
     Any,
 }
 
+/// Why a scope pattern, or the ownership of sources, is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScopeError {
+    #[error("scope pattern of {n_bytes} bytes: at most {max}", max = MAX_PATTERN_BYTES)]
+    PatternTooLong { n_bytes: usize },
+    #[error(
+        "scope pattern {pattern:?}: {bad:?} is not allowed (write a scope name, a prefix ending in `*` such as `shop-*`, `*` for every scope, or \"\" for unscoped resources)"
+    )]
+    BadCharacter { pattern: String, bad: char },
+    /// Two sources' patterns `pattern` and `other` can name one scope.
+    #[error(
+        "sources {one:?} and {two:?} may both deploy scope {pattern} / {other}: a scope has one owner; give each source its own scopes"
+    )]
+    Overlap {
+        one: String,
+        two: String,
+        pattern: ScopePattern,
+        other: ScopePattern,
+    },
+    /// A scope of one source followed by `-` can be a scope of the other.
+    #[error(
+        "sources {one:?} and {two:?} own scopes {pattern} and {other}, where one scope can be the other followed by `-` (`shop` and `shop-api`): the agent names containers and volumes `<scope>-<name>`, so `shop-api`/`db` and `shop`/`api-db` would be one name across two sources; give the sources scopes that do not start with another source's scope and `-`"
+    )]
+    DerivedNames {
+        one: String,
+        two: String,
+        pattern: ScopePattern,
+        other: ScopePattern,
+    },
+}
+
 /// Longest pattern accepted (a scope is at most 63 bytes).
 const MAX_PATTERN_BYTES: usize = 64;
 
 impl ScopePattern {
     /// `shop`, `shop-*`, `*` or `""`; a `*` anywhere but at the end is refused.
-    pub fn parse(text: &str) -> Result<ScopePattern, String> {
+    pub fn parse(text: &str) -> Result<ScopePattern, ScopeError> {
         if text.len() > MAX_PATTERN_BYTES {
-            return Err(format!(
-                "scope pattern of {} bytes: at most {MAX_PATTERN_BYTES}",
-                text.len()
-            ));
+            return Err(ScopeError::PatternTooLong {
+                n_bytes: text.len(),
+            });
         }
         if text == "*" {
             return Ok(ScopePattern::Any);
@@ -52,9 +83,10 @@ impl ScopePattern {
             .chars()
             .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
         {
-            return Err(format!(
-                "scope pattern {text:?}: {bad:?} is not allowed (write a scope name, a prefix ending in `*` such as `shop-*`, `*` for every scope, or \"\" for unscoped resources)"
-            ));
+            return Err(ScopeError::BadCharacter {
+                pattern: text.to_owned(),
+                bad,
+            });
         }
         Ok(if prefix {
             ScopePattern::Prefix(stem.to_owned())
@@ -147,19 +179,25 @@ impl Ownership {
 
     /// Each source with its patterns; refused when two sources' patterns overlap (the error
     /// names both sources and patterns).
-    pub fn new(sources: Vec<(String, Vec<ScopePattern>)>) -> Result<Ownership, String> {
+    pub fn new(sources: Vec<(String, Vec<ScopePattern>)>) -> Result<Ownership, ScopeError> {
         for (index, (one, patterns)) in sources.iter().enumerate() {
             for (two, others) in &sources[index + 1..] {
                 for pattern in patterns {
                     if let Some(other) = others.iter().find(|other| pattern.overlaps(other)) {
-                        return Err(format!(
-                            "sources {one:?} and {two:?} may both deploy scope {pattern} / {other}: a scope has one owner; give each source its own scopes"
-                        ));
+                        return Err(ScopeError::Overlap {
+                            one: one.clone(),
+                            two: two.clone(),
+                            pattern: pattern.clone(),
+                            other: other.clone(),
+                        });
                     }
                     if let Some(other) = others.iter().find(|other| pattern.derives_into(other)) {
-                        return Err(format!(
-                            "sources {one:?} and {two:?} own scopes {pattern} and {other}, where one scope can be the other followed by `-` (`shop` and `shop-api`): the agent names containers and volumes `<scope>-<name>`, so `shop-api`/`db` and `shop`/`api-db` would be one name across two sources; give the sources scopes that do not start with another source's scope and `-`"
-                        ));
+                        return Err(ScopeError::DerivedNames {
+                            one: one.clone(),
+                            two: two.clone(),
+                            pattern: pattern.clone(),
+                            other: other.clone(),
+                        });
                     }
                 }
             }
@@ -345,7 +383,10 @@ mod tests {
     use super::*;
 
     fn patterns(texts: &[&str]) -> Result<Vec<ScopePattern>, String> {
-        texts.iter().map(|text| ScopePattern::parse(text)).collect()
+        texts
+            .iter()
+            .map(|text| ScopePattern::parse(text).map_err(|error| error.to_string()))
+            .collect()
     }
 
     #[test]
@@ -363,7 +404,9 @@ mod tests {
         ];
         for (pattern, scope, expected) in cases {
             assert_eq!(
-                ScopePattern::parse(pattern)?.matches(scope),
+                ScopePattern::parse(pattern)
+                    .map_err(|error| error.to_string())?
+                    .matches(scope),
                 *expected,
                 "{pattern} against {scope:?}"
             );
@@ -391,7 +434,8 @@ mod tests {
             .err()
             .ok_or(format!("{one:?} and {two:?} both accepted"))?;
             assert!(
-                error.contains("\"platform\"") && error.contains("\"shop\""),
+                error.to_string().contains("\"platform\"")
+                    && error.to_string().contains("\"shop\""),
                 "{error}"
             );
         }
@@ -399,7 +443,8 @@ mod tests {
             ("platform".to_owned(), patterns(&["ingress", ""])?),
             ("shop".to_owned(), patterns(&["shop-*"])?),
             ("blog".to_owned(), patterns(&["blog", "shopping"])?),
-        ])?;
+        ])
+        .map_err(|error| error.to_string())?;
         assert_eq!(ownership.owner_of("shop-web"), Some("shop"));
         assert_eq!(ownership.owner_of("shopping"), Some("blog"));
         assert_eq!(ownership.owner_of(""), Some("platform"));
@@ -431,7 +476,8 @@ mod tests {
             .err()
             .ok_or(format!("{one:?} and {two:?} both accepted"))?;
             assert!(
-                error.contains("followed by `-`") || error.contains("may both deploy"),
+                error.to_string().contains("followed by `-`")
+                    || error.to_string().contains("may both deploy"),
                 "{error}"
             );
         }
@@ -448,7 +494,8 @@ mod tests {
             .map_err(|error| format!("{one:?} and {two:?}: {error}"))?;
         }
         // One source may hold both: a name it makes twice is its own to untangle.
-        Ownership::new(vec![("one".to_owned(), patterns(&["shop", "shop-api"])?)])?;
+        Ownership::new(vec![("one".to_owned(), patterns(&["shop", "shop-api"])?)])
+            .map_err(|error| error.to_string())?;
         Ok(())
     }
 
@@ -459,7 +506,8 @@ mod tests {
                 ("shop".to_owned(), patterns(&["shop", "shop2-*"])?),
                 ("blog".to_owned(), patterns(&["blog"])?),
                 ("ops".to_owned(), patterns(&["ops", ""])?),
-            ])?
+            ])
+            .map_err(|error| error.to_string())?
             .with_shared_network(vec!["ops".to_owned()]),
         );
         assert_eq!(ownership.owner_of_derived("shop-db-data-0"), Some("shop"));

@@ -72,7 +72,7 @@ fn show_host(host: &str) -> &str {
 impl UrlHosts {
     /// Parses `--allow-url-host` entries: `example.org`, `10.1.2.3`, `::1`, `[::1]`,
     /// `10.0.0.0/8`, `fd00::/8`.
-    pub(crate) fn parse(entries: &[String]) -> Result<UrlHosts, String> {
+    pub(crate) fn parse(entries: &[String]) -> Result<UrlHosts, UrlHostError> {
         let allowed = entries
             .iter()
             .map(|entry| parse_entry(entry))
@@ -113,12 +113,17 @@ fn normalise_name(host: &str) -> String {
     host.trim_end_matches('.').to_ascii_lowercase()
 }
 
-fn parse_entry(entry: &str) -> Result<Allowed, String> {
+/// An `--allow-url-host` entry that is not a host name, an IP address or a CIDR.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--allow-url-host {entry:?} is not a host name, an IP address or a CIDR (10.0.0.0/8)")]
+pub(crate) struct UrlHostError {
+    entry: String,
+}
+
+fn parse_entry(entry: &str) -> Result<Allowed, UrlHostError> {
     let text = entry.trim();
-    let bad = || {
-        format!(
-            "--allow-url-host {entry:?} is not a host name, an IP address or a CIDR (10.0.0.0/8)"
-        )
+    let bad = || UrlHostError {
+        entry: entry.to_owned(),
     };
     if let Some((address, prefix)) = text.split_once('/') {
         let base: IpAddr = show_host(address).parse().map_err(|_| bad())?;
@@ -246,7 +251,7 @@ mod tests {
 
     fn refusal(allowed: &[&str], host: &str, address: &str) -> Result<String, String> {
         let entries: Vec<String> = allowed.iter().map(|entry| (*entry).to_owned()).collect();
-        let hosts = UrlHosts::parse(&entries)?;
+        let hosts = UrlHosts::parse(&entries).map_err(|error| error.to_string())?;
         let address: IpAddr = address.parse().map_err(|_| format!("{address}?"))?;
         Ok(hosts
             .refusal(host, address)
@@ -354,7 +359,10 @@ mod tests {
         );
         for bad in ["", "http://x", "10.0.0.0/33", "a b", "host:80", "1.2.3.4/x"] {
             let error = UrlHosts::parse(&[bad.to_owned()]).err().ok_or(bad)?;
-            assert!(error.contains("is not a host name"), "{bad}: {error}");
+            assert!(
+                error.to_string().contains("is not a host name"),
+                "{bad}: {error}"
+            );
         }
         Ok(())
     }

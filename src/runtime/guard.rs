@@ -223,7 +223,9 @@ impl Gate {
 
     /// `refusals` with bind sources resolved on this host (blocking: file system reads).
     fn refusals_on_host(&self, spec: &ContainerSpec, overlay: bool) -> Vec<String> {
-        self.refusals(spec, overlay, &|path| resolve_on_host(Path::new(path)))
+        self.refusals(spec, overlay, &|path| {
+            resolve_on_host(Path::new(path)).map_err(|error| error.to_string())
+        })
     }
 }
 
@@ -707,9 +709,16 @@ mod tests {
     fn two_sources() -> std::result::Result<(Arc<FakeRuntime>, Guarded<FakeRuntime>), String> {
         use crate::model::scopes::ScopePattern;
         let ownership = Ownership::new(vec![
-            ("shop".to_owned(), vec![ScopePattern::parse("shop")?]),
-            ("blog".to_owned(), vec![ScopePattern::parse("blog")?]),
-        ])?;
+            (
+                "shop".to_owned(),
+                vec![ScopePattern::parse("shop").map_err(|error| error.to_string())?],
+            ),
+            (
+                "blog".to_owned(),
+                vec![ScopePattern::parse("blog").map_err(|error| error.to_string())?],
+            ),
+        ])
+        .map_err(|error| error.to_string())?;
         let policy = Policy {
             data_dir: Some(DATA.to_owned()),
             ..Policy::default()

@@ -9,7 +9,7 @@
 //! Invariant: decoding never stops at the first problem of a file; a resource with any
 //! problem is left out and every problem is reported.
 
-mod kinds;
+pub(super) mod kinds;
 mod plugin_blocks;
 pub(crate) mod reader;
 mod sources;
@@ -27,7 +27,7 @@ use super::interpolate::Reference;
 use super::spec::Spec;
 use super::{macros, validate};
 use crate::model::{Kind, ResourceKey};
-pub(crate) use reader::Cx;
+pub(crate) use reader::DecodeCx;
 use reader::{Reader, did_you_mean, labels};
 pub(crate) use sources::LoadEnv;
 
@@ -161,7 +161,7 @@ const BLOCK_TYPES: &[&str] = &[
 ];
 
 /// Decodes every top-level block of one parsed file.
-pub(crate) fn decode_file(cx: &mut Cx<'_>, body: &Body) -> Vec<Decoded> {
+pub(crate) fn decode_file(cx: &mut DecodeCx<'_>, body: &Body) -> Vec<Decoded> {
     let mut decoded = Vec::new();
     for structure in body.iter() {
         match structure {
@@ -178,137 +178,33 @@ pub(crate) fn decode_file(cx: &mut Cx<'_>, body: &Body) -> Vec<Decoded> {
     decoded
 }
 
-fn decode_block(cx: &mut Cx<'_>, block: &Block, out: &mut Vec<Decoded>) {
-    let block_type = block.ident.as_str();
+/// One decoded block's resources before the checks that span them: kind, scope, name, spec.
+type Specs = Vec<(Kind, String, String, Spec)>;
+
+fn decode_block(cx: &mut DecodeCx<'_>, block: &Block, out: &mut Vec<Decoded>) {
     let before = cx.diagnostics.len();
     let origin = cx.location(block.ident.span());
     let _ = cx.take_references();
     let mut secrets = Vec::new();
-    let mut specs: Vec<(Kind, String, String, Spec)> = Vec::new();
-    match block_type {
-        "deployment" => {
-            let Some((scope, name)) = scope_and_name(cx, block) else {
-                return;
-            };
-            let mut reader = Reader::new(block_type, "", &block.body, block.ident.span());
-            let mut spec = kinds::deployment(cx, &mut reader);
-            spec.plugin_blocks = plugin_blocks::carry(cx, reader);
-            specs.push((Kind::Deployment, scope, name, Spec::Deployment(spec)));
+    let specs = match block.ident.as_str() {
+        "deployment" | "statefulset" | "ingress" | "job" | "cronjob" | "app" => {
+            decode_scoped(cx, block)
         }
-        "statefulset" => {
-            let Some((scope, name)) = scope_and_name(cx, block) else {
-                return;
-            };
-            let mut reader = Reader::new(block_type, "", &block.body, block.ident.span());
-            let mut spec = kinds::statefulset(cx, &mut reader);
-            spec.plugin_blocks = plugin_blocks::carry(cx, reader);
-            specs.push((Kind::Statefulset, scope, name, Spec::Statefulset(spec)));
-        }
-        "ingress" | "job" | "cronjob" => {
-            let Some((scope, name)) = scope_and_name(cx, block) else {
-                return;
-            };
-            let mut reader = Reader::new(block_type, "", &block.body, block.ident.span());
-            let (kind, spec) = match block_type {
-                "ingress" => (
-                    Kind::Ingress,
-                    Spec::Ingress(kinds::ingress(cx, &mut reader, false)),
-                ),
-                "job" => (Kind::Job, Spec::Job(kinds::job(cx, &mut reader))),
-                _ => (
-                    Kind::Cronjob,
-                    Spec::Cronjob(kinds::cronjob(cx, &mut reader)),
-                ),
-            };
-            reader.finish(cx);
-            specs.push((kind, scope, name, spec));
-        }
-        "app" => {
-            let Some((scope, name)) = scope_and_name(cx, block) else {
-                return;
-            };
-            let mut reader = Reader::new("app", "", &block.body, block.ident.span());
-            let ingress = kinds::ingress(cx, &mut reader, true);
-            let deployment = kinds::deployment(cx, &mut reader);
-            reader.finish(cx);
-            specs.push((
-                Kind::Deployment,
-                scope.clone(),
-                name.clone(),
-                Spec::Deployment(deployment),
-            ));
-            specs.push((Kind::Ingress, scope, name, Spec::Ingress(ingress)));
-        }
-        "asset" => {
-            let labels = labels(cx, block);
-            let (scope, name, name_span) = match labels.as_slice() {
-                [(name, span)] => (String::new(), name.clone(), span.clone()),
-                [(scope, scope_span), (name, span)] => {
-                    check_label(cx, "asset", "scope", scope, scope_span.clone());
-                    (scope.clone(), name.clone(), span.clone())
-                }
-                _ => {
-                    cx.error(
-                        block.ident.span(),
-                        format!(
-                            "asset block takes 1 label (unscoped) or 2 labels (scoped), got {}: write `asset \"scope\" \"name\" {{ key = … }}`",
-                            labels.len()
-                        ),
-                    );
-                    return;
-                }
-            };
-            check_label(cx, "asset", "name", &name, name_span);
-            let spec = kinds::asset(cx, &block.body, block.ident.span());
-            specs.push((Kind::Asset, scope, name, Spec::Asset(spec)));
-        }
-        "registry" => {
-            let labels = labels(cx, block);
-            let [(name, span)] = labels.as_slice() else {
-                cx.error(
-                    block.ident.span(),
-                    format!(
-                        "registry block needs exactly one label (its name), got {} — write `registry \"name\" {{ ... }}`, e.g. `registry \"ecr\" {{ ... }}`",
-                        labels.len()
-                    ),
-                );
-                return;
-            };
-            check_label(cx, "registry", "name", name, span.clone());
-            let mut reader = Reader::new("registry", "", &block.body, block.ident.span());
-            let spec = kinds::registry(cx, &mut reader);
-            reader.finish(cx);
-            specs.push((
-                Kind::Registry,
-                String::new(),
-                name.clone(),
-                Spec::Registry(spec),
-            ));
-        }
-        "postgres" | "redis" => {
-            let Some((scope, name)) = scope_and_name(cx, block) else {
-                return;
-            };
+        "asset" => decode_asset(cx, block),
+        "registry" => decode_registry(cx, block),
+        "postgres" | "redis" => scope_and_name(cx, block).map(|(scope, name)| {
             let key = ResourceKey::new(Kind::Statefulset, scope.clone(), name.clone());
             let expansion = macros::expand(cx, block, &key);
             secrets = expansion.secrets;
-            for (kind, spec) in expansion.specs {
-                specs.push((kind, scope.clone(), name.clone(), spec));
-            }
-        }
-        "hep3" => {
-            let labels = labels(cx, block)
+            expansion
+                .specs
                 .into_iter()
-                .map(|(label, _)| format!("{label:?}"))
-                .collect::<Vec<_>>()
-                .join(" ");
-            cx.error(
-                block.ident.span(),
-                format!(
-                    "hep3 {labels} is not supported by this agent: its image (voodu-hep3-api:<version>) is built by the voodu-hep3 plugin's install hook, and voodu-agent installs and runs no plugins; build that image on this host yourself and declare the reader as a `deployment` (a hep3 block is a deployment spec plus `store`, which becomes HEP_STORE)"
-                ),
-            );
-            return;
+                .map(|(kind, spec)| (kind, scope.clone(), name.clone(), spec))
+                .collect()
+        }),
+        "hep3" => {
+            refuse_hep3(cx, block);
+            None
         }
         other => {
             let hint = did_you_mean(other, BLOCK_TYPES);
@@ -321,9 +217,12 @@ fn decode_block(cx: &mut Cx<'_>, block: &Block, out: &mut Vec<Decoded>) {
                 block.ident.span(),
                 format!("unknown block type `{other}`{hint}"),
             );
-            return;
+            None
         }
-    }
+    };
+    let Some(specs) = specs else {
+        return;
+    };
     for (kind, scope, name, spec) in &specs {
         kinds::check_build_image(cx, block, &ResourceKey::new(*kind, scope, name), spec);
     }
@@ -353,9 +252,129 @@ fn decode_block(cx: &mut Cx<'_>, block: &Block, out: &mut Vec<Decoded>) {
     }
 }
 
+/// A block of a core kind with scope and name labels, or an `app` (a deployment and its
+/// ingress); `None` when its labels are wrong.
+fn decode_scoped(cx: &mut DecodeCx<'_>, block: &Block) -> Option<Specs> {
+    let block_type = block.ident.as_str();
+    let (scope, name) = scope_and_name(cx, block)?;
+    let mut reader = Reader::new(block_type, "", &block.body, block.ident.span());
+    let (kind, spec) = match block_type {
+        "deployment" => {
+            let mut spec = kinds::deployment(cx, &mut reader);
+            spec.plugin_blocks = plugin_blocks::carry(cx, reader);
+            return Some(vec![(
+                Kind::Deployment,
+                scope,
+                name,
+                Spec::Deployment(spec),
+            )]);
+        }
+        "statefulset" => {
+            let mut spec = kinds::statefulset(cx, &mut reader);
+            spec.plugin_blocks = plugin_blocks::carry(cx, reader);
+            return Some(vec![(
+                Kind::Statefulset,
+                scope,
+                name,
+                Spec::Statefulset(spec),
+            )]);
+        }
+        "app" => {
+            let ingress = kinds::ingress(cx, &mut reader, true);
+            let deployment = kinds::deployment(cx, &mut reader);
+            reader.finish(cx);
+            return Some(vec![
+                (
+                    Kind::Deployment,
+                    scope.clone(),
+                    name.clone(),
+                    Spec::Deployment(deployment),
+                ),
+                (Kind::Ingress, scope, name, Spec::Ingress(ingress)),
+            ]);
+        }
+        "ingress" => (
+            Kind::Ingress,
+            Spec::Ingress(kinds::ingress(cx, &mut reader, false)),
+        ),
+        "job" => (Kind::Job, Spec::Job(kinds::job(cx, &mut reader))),
+        _ => (
+            Kind::Cronjob,
+            Spec::Cronjob(kinds::cronjob(cx, &mut reader)),
+        ),
+    };
+    reader.finish(cx);
+    Some(vec![(kind, scope, name, spec)])
+}
+
+/// `asset "name"` (unscoped) or `asset "scope" "name"`; `None` when its labels are wrong.
+fn decode_asset(cx: &mut DecodeCx<'_>, block: &Block) -> Option<Specs> {
+    let labels = labels(cx, block);
+    let (scope, name, name_span) = match labels.as_slice() {
+        [(name, span)] => (String::new(), name.clone(), span.clone()),
+        [(scope, scope_span), (name, span)] => {
+            check_label(cx, "asset", "scope", scope, scope_span.clone());
+            (scope.clone(), name.clone(), span.clone())
+        }
+        _ => {
+            cx.error(
+                block.ident.span(),
+                format!(
+                    "asset block takes 1 label (unscoped) or 2 labels (scoped), got {}: write `asset \"scope\" \"name\" {{ key = … }}`",
+                    labels.len()
+                ),
+            );
+            return None;
+        }
+    };
+    check_label(cx, "asset", "name", &name, name_span);
+    let spec = kinds::asset(cx, &block.body, block.ident.span());
+    Some(vec![(Kind::Asset, scope, name, Spec::Asset(spec))])
+}
+
+/// `registry "name"` (unscoped); `None` when its label is wrong.
+fn decode_registry(cx: &mut DecodeCx<'_>, block: &Block) -> Option<Specs> {
+    let labels = labels(cx, block);
+    let [(name, span)] = labels.as_slice() else {
+        cx.error(
+            block.ident.span(),
+            format!(
+                "registry block needs exactly one label (its name), got {} — write `registry \"name\" {{ ... }}`, e.g. `registry \"ecr\" {{ ... }}`",
+                labels.len()
+            ),
+        );
+        return None;
+    };
+    check_label(cx, "registry", "name", name, span.clone());
+    let mut reader = Reader::new("registry", "", &block.body, block.ident.span());
+    let spec = kinds::registry(cx, &mut reader);
+    reader.finish(cx);
+    Some(vec![(
+        Kind::Registry,
+        String::new(),
+        name.clone(),
+        Spec::Registry(spec),
+    )])
+}
+
+/// voodu's `hep3` plugin block: refused, with what to declare instead.
+fn refuse_hep3(cx: &mut DecodeCx<'_>, block: &Block) {
+    let labels = labels(cx, block)
+        .into_iter()
+        .map(|(label, _)| format!("{label:?}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    cx.error(
+        block.ident.span(),
+        format!(
+            "hep3 {labels} is not supported by this agent: its image (voodu-hep3-api:<version>) is built by the voodu-hep3 plugin's install hook, and voodu-agent installs and runs no plugins; build that image on this host yourself and declare the reader as a `deployment` (a hep3 block is a deployment spec plus `store`, which becomes HEP_STORE)"
+        ),
+    );
+}
+
 /// Fields the host policy reads, by name: the container fields at the block's root, and
 /// `init "name".docker_options` of its init blocks.
-fn policy_locations(cx: &Cx<'_>, body: &Body) -> BTreeMap<String, Diagnostic> {
+fn policy_locations(cx: &DecodeCx<'_>, body: &Body) -> BTreeMap<String, Diagnostic> {
     const FIELDS: &[&str] = &[
         "env_from",
         "volumes",
@@ -406,21 +425,8 @@ fn policy_locations(cx: &Cx<'_>, body: &Body) -> BTreeMap<String, Diagnostic> {
     locations
 }
 
-/// A macro's statefulset: the statefulset fields, without the build-mode default (a macro's
-/// image defaults to the plugin's).
-pub(crate) fn statefulset_for_macro(
-    cx: &mut Cx<'_>,
-    reader: &mut Reader<'_>,
-) -> super::spec::StatefulsetSpec {
-    let mut spec = kinds::statefulset(cx, reader);
-    if spec.container.image.is_empty() && reader.span_of("build").is_none() {
-        spec.container.build = None;
-    }
-    spec
-}
-
 /// The two labels of a scoped block, checked as names.
-fn scope_and_name(cx: &mut Cx<'_>, block: &Block) -> Option<(String, String)> {
+fn scope_and_name(cx: &mut DecodeCx<'_>, block: &Block) -> Option<(String, String)> {
     let block_type = block.ident.as_str();
     let labels = labels(cx, block);
     if labels.len() != 2 {
@@ -455,7 +461,7 @@ fn scope_and_name(cx: &mut Cx<'_>, block: &Block) -> Option<(String, String)> {
 }
 
 fn check_label(
-    cx: &mut Cx<'_>,
+    cx: &mut DecodeCx<'_>,
     block_type: &str,
     what: &str,
     label: &str,

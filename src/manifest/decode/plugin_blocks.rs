@@ -13,19 +13,23 @@ use hcl::edit::Span;
 use hcl::edit::structure::{Block, Body, Structure};
 use serde_json::{Map, Value};
 
-use super::reader::{Cx, Reader, labels, to_json};
+use super::reader::{DecodeCx, Reader, labels, to_json};
 use crate::manifest::spec::PluginBlock;
 use crate::manifest::spec::bounds::MAX_PLUGIN_BLOCKS;
 
 /// Finishes a workload's reader, turning the blocks it did not ask for into plugin blocks.
-pub(super) fn carry(cx: &mut Cx<'_>, reader: Reader<'_>) -> Vec<PluginBlock> {
+pub(super) fn carry(cx: &mut DecodeCx<'_>, reader: Reader<'_>) -> Vec<PluginBlock> {
     let what = reader.what.clone();
     let carried = reader.finish_carrying_blocks(cx);
     plugin_blocks(cx, &what, carried)
 }
 
 /// The carried blocks of one workload (`what` names it in messages), as plugin blocks.
-fn plugin_blocks(cx: &mut Cx<'_>, what: &str, carried: Vec<(&Block, String)>) -> Vec<PluginBlock> {
+fn plugin_blocks(
+    cx: &mut DecodeCx<'_>,
+    what: &str,
+    carried: Vec<(&Block, String)>,
+) -> Vec<PluginBlock> {
     if let Some((extra, _)) = carried.get(MAX_PLUGIN_BLOCKS) {
         cx.error(
             extra.ident.span(),
@@ -70,7 +74,7 @@ fn plugin_blocks(cx: &mut Cx<'_>, what: &str, carried: Vec<(&Block, String)>) ->
 
 /// A body as a JSON object: attributes by name; nested blocks by type, an object when the
 /// type occurs once and an array when it repeats, their labels under `"_labels"`.
-fn body_json(cx: &mut Cx<'_>, field: &str, body: &Body) -> Map<String, Value> {
+fn body_json(cx: &mut DecodeCx<'_>, field: &str, body: &Body) -> Map<String, Value> {
     let mut object = Map::new();
     let mut nested: Vec<(String, Vec<Value>)> = Vec::new();
     for structure in body.iter() {

@@ -1,10 +1,11 @@
-//! `Reader`: typed, located access to one HCL body, and `Cx`, the per-file decoding context.
+//! `Reader`: typed, located access to one HCL body, and `DecodeCx`, the per-file decoding
+//! context.
 //!
 //! Every getter registers the name it asks for, so `finish` can report whatever the body holds
 //! that nobody asked for as an unknown attribute or block, with a "did you mean" among the
 //! names that kind knows. Values convert as HCL's type conversion does for voodu's nil-context
 //! decode (a number or bool where a string is wanted becomes its text, `"3"` where a number is
-//! wanted becomes 3), and every string passes through `Cx::interpolate`.
+//! wanted becomes 3), and every string passes through `DecodeCx::interpolate`.
 //!
 //! Invariant: a getter that finds a problem records a diagnostic at the value's location and
 //! returns `None`; nothing here stops at the first problem.
@@ -26,7 +27,7 @@ use super::sources::LoadEnv;
 use crate::model::parse_go_duration;
 
 /// Per-file decoding state: where diagnostics point, and what interpolation resolves against.
-pub(crate) struct Cx<'a> {
+pub(crate) struct DecodeCx<'a> {
     pub(crate) path: &'a str,
     /// The marked source text (see `lex`); same lines and columns as the file.
     pub(crate) text: &'a str,
@@ -48,14 +49,14 @@ pub(crate) struct Cx<'a> {
     pub(crate) read_beside: bool,
 }
 
-impl<'a> Cx<'a> {
+impl<'a> DecodeCx<'a> {
     pub(crate) fn new(
         path: &'a str,
         text: &'a str,
         interpolator: Interpolator<'a>,
         env: &'a LoadEnv<'a>,
-    ) -> Cx<'a> {
-        Cx {
+    ) -> DecodeCx<'a> {
+        DecodeCx {
             path,
             text,
             index: LineIndex::new(text),
@@ -338,7 +339,7 @@ impl<'b> Reader<'b> {
         })
     }
 
-    pub(crate) fn string(&mut self, cx: &mut Cx<'_>, name: &'static str) -> Option<String> {
+    pub(crate) fn string(&mut self, cx: &mut DecodeCx<'_>, name: &'static str) -> Option<String> {
         let attribute = self.attribute(name)?;
         to_string(cx, &attribute.value, &self.field(name))
     }
@@ -346,7 +347,7 @@ impl<'b> Reader<'b> {
     /// A string that must be present and non-empty.
     pub(crate) fn required_string(
         &mut self,
-        cx: &mut Cx<'_>,
+        cx: &mut DecodeCx<'_>,
         name: &'static str,
     ) -> Option<String> {
         let value = self.string(cx, name);
@@ -368,12 +369,12 @@ impl<'b> Reader<'b> {
         }
     }
 
-    pub(crate) fn int(&mut self, cx: &mut Cx<'_>, name: &'static str) -> Option<i64> {
+    pub(crate) fn int(&mut self, cx: &mut DecodeCx<'_>, name: &'static str) -> Option<i64> {
         let attribute = self.attribute(name)?;
         to_int(cx, &attribute.value, &self.field(name))
     }
 
-    pub(crate) fn bool(&mut self, cx: &mut Cx<'_>, name: &'static str) -> Option<bool> {
+    pub(crate) fn bool(&mut self, cx: &mut DecodeCx<'_>, name: &'static str) -> Option<bool> {
         let attribute = self.attribute(name)?;
         let field = self.field(name);
         match &attribute.value {
@@ -393,7 +394,7 @@ impl<'b> Reader<'b> {
     /// A Go duration (`"30s"`, `"1m30s"`) of at most `max`, kept as written.
     pub(crate) fn duration(
         &mut self,
-        cx: &mut Cx<'_>,
+        cx: &mut DecodeCx<'_>,
         name: &'static str,
         max: Duration,
     ) -> Option<String> {
@@ -424,14 +425,18 @@ impl<'b> Reader<'b> {
         }
     }
 
-    pub(crate) fn strings(&mut self, cx: &mut Cx<'_>, name: &'static str) -> Option<Vec<String>> {
+    pub(crate) fn strings(
+        &mut self,
+        cx: &mut DecodeCx<'_>,
+        name: &'static str,
+    ) -> Option<Vec<String>> {
         let attribute = self.attribute(name)?;
         to_strings(cx, &attribute.value, &self.field(name))
     }
 
     pub(crate) fn map(
         &mut self,
-        cx: &mut Cx<'_>,
+        cx: &mut DecodeCx<'_>,
         name: &'static str,
     ) -> Option<BTreeMap<String, String>> {
         let attribute = self.attribute(name)?;
@@ -441,7 +446,7 @@ impl<'b> Reader<'b> {
     /// Any value as JSON (webhook bodies): objects, lists, strings, numbers, bools.
     pub(crate) fn json(
         &mut self,
-        cx: &mut Cx<'_>,
+        cx: &mut DecodeCx<'_>,
         name: &'static str,
     ) -> Option<serde_json::Value> {
         let attribute = self.attribute(name)?;
@@ -449,7 +454,7 @@ impl<'b> Reader<'b> {
     }
 
     /// The single block `name` (registers it). A repeated block or one with labels is an error.
-    pub(crate) fn block(&mut self, cx: &mut Cx<'_>, name: &'static str) -> Option<&'b Block> {
+    pub(crate) fn block(&mut self, cx: &mut DecodeCx<'_>, name: &'static str) -> Option<&'b Block> {
         let blocks = self.blocks(name);
         let first = *blocks.first()?;
         for extra in &blocks[1..] {
@@ -484,7 +489,7 @@ impl<'b> Reader<'b> {
     }
 
     /// Reports every attribute and block nobody asked for, and attributes set twice.
-    pub(crate) fn finish(self, cx: &mut Cx<'_>) {
+    pub(crate) fn finish(self, cx: &mut DecodeCx<'_>) {
         let carried = self.finish_with(cx, false);
         debug_assert!(carried.is_empty(), "nothing is carried unless asked");
     }
@@ -492,11 +497,11 @@ impl<'b> Reader<'b> {
     /// As `finish`, but a block nobody asked for is no error: it is returned, in order, with
     /// the known block name within two edits of it (or empty), for the caller to carry as a
     /// plugin-owned block (voodu 2026). Unknown attributes are still errors.
-    pub(crate) fn finish_carrying_blocks(self, cx: &mut Cx<'_>) -> Vec<(&'b Block, String)> {
+    pub(crate) fn finish_carrying_blocks(self, cx: &mut DecodeCx<'_>) -> Vec<(&'b Block, String)> {
         self.finish_with(cx, true)
     }
 
-    fn finish_with(self, cx: &mut Cx<'_>, carry_blocks: bool) -> Vec<(&'b Block, String)> {
+    fn finish_with(self, cx: &mut DecodeCx<'_>, carry_blocks: bool) -> Vec<(&'b Block, String)> {
         let mut carried = Vec::new();
         let block_names: Vec<&str> = self
             .known
@@ -600,7 +605,7 @@ impl Emptiness for Vec<String> {
 }
 
 /// A block's labels as text (interpolated), with their spans.
-pub(crate) fn labels(cx: &mut Cx<'_>, block: &Block) -> Vec<(String, Option<Range<usize>>)> {
+pub(crate) fn labels(cx: &mut DecodeCx<'_>, block: &Block) -> Vec<(String, Option<Range<usize>>)> {
     block
         .labels
         .iter()
@@ -617,7 +622,7 @@ pub(crate) fn labels(cx: &mut Cx<'_>, block: &Block) -> Vec<(String, Option<Rang
 
 /// A scalar converted to text, interpolated. `None` (with a diagnostic) for lists, maps,
 /// expressions and unresolvable interpolations.
-pub(crate) fn to_string(cx: &mut Cx<'_>, value: &Expression, field: &str) -> Option<String> {
+pub(crate) fn to_string(cx: &mut DecodeCx<'_>, value: &Expression, field: &str) -> Option<String> {
     let span = value.span();
     let raw = match value {
         Expression::String(text) => text.as_str().to_owned(),
@@ -642,7 +647,7 @@ pub(crate) fn to_string(cx: &mut Cx<'_>, value: &Expression, field: &str) -> Opt
 }
 
 fn literal_template<'t>(
-    cx: &mut Cx<'_>,
+    cx: &mut DecodeCx<'_>,
     elements: impl Iterator<Item = &'t Element>,
     span: Option<Range<usize>>,
     field: &str,
@@ -670,7 +675,7 @@ fn literal_template<'t>(
     Some(text)
 }
 
-pub(crate) fn to_int(cx: &mut Cx<'_>, value: &Expression, field: &str) -> Option<i64> {
+pub(crate) fn to_int(cx: &mut DecodeCx<'_>, value: &Expression, field: &str) -> Option<i64> {
     let parsed = match value {
         Expression::Number(number) => number.as_i64().or_else(|| {
             number
@@ -706,7 +711,11 @@ pub(crate) fn to_int(cx: &mut Cx<'_>, value: &Expression, field: &str) -> Option
     parsed
 }
 
-pub(crate) fn to_strings(cx: &mut Cx<'_>, value: &Expression, field: &str) -> Option<Vec<String>> {
+pub(crate) fn to_strings(
+    cx: &mut DecodeCx<'_>,
+    value: &Expression,
+    field: &str,
+) -> Option<Vec<String>> {
     let Expression::Array(items) = value else {
         cx.error(
             value.span(),
@@ -729,7 +738,7 @@ pub(crate) fn to_strings(cx: &mut Cx<'_>, value: &Expression, field: &str) -> Op
 }
 
 pub(crate) fn to_map(
-    cx: &mut Cx<'_>,
+    cx: &mut DecodeCx<'_>,
     value: &Expression,
     field: &str,
 ) -> Option<BTreeMap<String, String>> {
@@ -769,7 +778,7 @@ pub(crate) fn to_map(
 }
 
 fn object_key(
-    cx: &mut Cx<'_>,
+    cx: &mut DecodeCx<'_>,
     key: &ObjectKey,
     field: &str,
 ) -> Option<(String, Option<Range<usize>>)> {
@@ -789,7 +798,7 @@ fn object_key(
 }
 
 pub(crate) fn to_json(
-    cx: &mut Cx<'_>,
+    cx: &mut DecodeCx<'_>,
     value: &Expression,
     field: &str,
 ) -> Option<serde_json::Value> {

@@ -27,10 +27,9 @@ use std::collections::BTreeMap;
 use hcl::edit::Span;
 use hcl::edit::structure::Block;
 
-use super::decode::Cx;
-use super::decode::reader::Reader;
+use super::decode::reader::{DecodeCx, Reader};
 use super::interpolate::Reference;
-use super::spec::{AssetFile, AssetSpec, Spec, StatefulsetSpec, sha256_hex};
+use super::spec::{AssetFile, AssetSpec, Spec, StatefulsetSpec, VolumeClaim, sha256_hex};
 use crate::model::{Kind, ResourceKey};
 
 /// A config-bucket key that must exist before the resource runs; generated when missing.
@@ -48,7 +47,7 @@ pub(crate) struct Expansion {
 }
 
 /// Expands a `postgres` or `redis` block whose statefulset key is `key`.
-pub(crate) fn expand(cx: &mut Cx<'_>, block: &Block, key: &ResourceKey) -> Expansion {
+pub(crate) fn expand(cx: &mut DecodeCx<'_>, block: &Block, key: &ResourceKey) -> Expansion {
     let macro_name = block.ident.as_str();
     let mut reader = Reader::new(macro_name, "", &block.body, block.ident.span());
     if let Some(plugin) = reader.block(cx, "plugin") {
@@ -87,7 +86,7 @@ impl Files {
     }
 
     /// Adds a file the statefulset mounts read-only at `path`.
-    fn add(&mut self, cx: &mut Cx<'_>, key: &'static str, content: &str, path: &'static str) {
+    fn add(&mut self, cx: &mut DecodeCx<'_>, key: &'static str, content: &str, path: &'static str) {
         let digest = sha256_hex(content.as_bytes());
         cx.blobs.insert(digest.clone(), content.as_bytes().to_vec());
         self.asset.files.insert(
@@ -108,7 +107,7 @@ impl Files {
     /// records the references the mounts make (as written ones would be).
     fn mount_into(
         &self,
-        cx: &mut Cx<'_>,
+        cx: &mut DecodeCx<'_>,
         r: &Reader<'_>,
         key: &ResourceKey,
         spec: &mut StatefulsetSpec,
@@ -177,6 +176,17 @@ fn own_secret(key: &ResourceKey, name: &str) -> SecretRequest {
 }
 
 /// Defaults under the operator's `env` (operator wins per key).
+/// The macro's volume claim `name` at `mount_path`, unless the block declares its own claims.
+fn default_claim(spec: &mut StatefulsetSpec, name: &str, mount_path: &str) {
+    if spec.volume_claims.is_empty() {
+        spec.volume_claims.push(VolumeClaim {
+            name: name.to_owned(),
+            mount_path: mount_path.to_owned(),
+            size: String::new(),
+        });
+    }
+}
+
 fn merge_env(spec: &mut StatefulsetSpec, defaults: BTreeMap<String, String>) {
     for (name, value) in defaults {
         spec.container.env.entry(name).or_insert(value);

@@ -14,9 +14,11 @@ use std::collections::BTreeMap;
 
 use hcl::edit::Span;
 
-use super::{Expansion, Files, Reader, is_identifier, merge_env, own_secret, scope_suffix};
-use crate::manifest::decode::Cx;
-use crate::manifest::spec::{ExecAction, Macro, Probe, Probes, Spec, TcpSocket, VolumeClaim};
+use super::{
+    Expansion, Files, Reader, default_claim, is_identifier, merge_env, own_secret, scope_suffix,
+};
+use crate::manifest::decode::reader::DecodeCx;
+use crate::manifest::spec::{ExecAction, Macro, Probe, Probes, Spec, TcpSocket};
 use crate::model::{Kind, ResourceKey};
 
 /// The entrypoint every pod runs (asset key `entrypoint`).
@@ -27,7 +29,93 @@ const ENTRYPOINT_PATH: &str = "/usr/local/bin/voodu-postgres-entrypoint";
 const INIT_REPLICATION: &str = include_str!("postgres-init-replication.sh");
 const INIT_REPLICATION_PATH: &str = "/docker-entrypoint-initdb.d/00_create_replication.sh";
 
-pub(super) fn expand(cx: &mut Cx<'_>, r: &mut Reader<'_>, key: &ResourceKey) -> Expansion {
+pub(super) fn expand(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>, key: &ResourceKey) -> Expansion {
+    let fields = fields(cx, r);
+    let mut spec = crate::manifest::decode::kinds::statefulset_for_macro(cx, r);
+    spec.expanded_from = Some(Macro::Postgres);
+    if spec.container.image.is_empty() {
+        spec.container.image = if fields.version.is_empty() {
+            "postgres:latest".to_owned()
+        } else {
+            format!("postgres:{}", fields.version)
+        };
+    } else if !fields.version.is_empty() {
+        cx.warn(
+            r.span_of("version"),
+            format!(
+                "postgres `version` {:?} is ignored: `image` ({}) is set and wins",
+                fields.version, spec.container.image
+            ),
+        );
+    }
+    let mut env = BTreeMap::from([
+        ("POSTGRES_USER".to_owned(), fields.user.clone()),
+        ("POSTGRES_DB".to_owned(), fields.database.clone()),
+        (
+            "POSTGRES_INITDB_ARGS".to_owned(),
+            format!("--locale={} --encoding={}", fields.locale, fields.encoding),
+        ),
+        ("PGPORT".to_owned(), fields.port.to_string()),
+        (
+            "PGDATA".to_owned(),
+            "/var/lib/postgresql/data/pgdata".to_owned(),
+        ),
+        ("PG_NAME".to_owned(), key.name.clone()),
+        ("PG_SCOPE_SUFFIX".to_owned(), scope_suffix(&key.scope)),
+        ("PG_REPLICATION_USER".to_owned(), fields.replication_user),
+    ]);
+    let mut secrets = vec![own_secret(key, "POSTGRES_REPLICATION_PASSWORD")];
+    if fields.password.is_empty() {
+        secrets.insert(0, own_secret(key, "POSTGRES_PASSWORD"));
+    } else {
+        env.insert("POSTGRES_PASSWORD".to_owned(), fields.password);
+    }
+    merge_env(&mut spec, env);
+    if spec.container.command.is_none() {
+        let mut command = vec!["sh".to_owned(), ENTRYPOINT_PATH.to_owned()];
+        for (name, value) in &fields.pg_config {
+            command.push("-c".to_owned());
+            command.push(format!("{name}={value}"));
+        }
+        spec.container.command = Some(command);
+    }
+    let mut files = Files::new();
+    files.add(cx, "entrypoint", ENTRYPOINT, ENTRYPOINT_PATH);
+    files.add(
+        cx,
+        "init_replication_sh",
+        INIT_REPLICATION,
+        INIT_REPLICATION_PATH,
+    );
+    files.mount_into(cx, r, key, &mut spec);
+    default_claim(&mut spec, "data", "/var/lib/postgresql/data");
+    if spec.probes.is_none() {
+        spec.probes = Some(default_probes(fields.port, fields.user, fields.database));
+    }
+    Expansion {
+        specs: vec![
+            (Kind::Asset, files.into_spec()),
+            (Kind::Statefulset, Spec::Statefulset(spec)),
+        ],
+        secrets,
+    }
+}
+
+/// The postgres macro's own fields, with voodu's defaults.
+struct Fields {
+    database: String,
+    user: String,
+    password: String,
+    locale: String,
+    encoding: String,
+    pg_config: BTreeMap<String, String>,
+    replication_user: String,
+    port: i64,
+    version: String,
+}
+
+/// Reads and checks the macro's own fields (the statefulset fields are read after them).
+fn fields(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> Fields {
     let database = r
         .string(cx, "database")
         .unwrap_or_else(|| "postgres".to_owned());
@@ -111,105 +199,47 @@ pub(super) fn expand(cx: &mut Cx<'_>, r: &mut Reader<'_>, key: &ResourceKey) -> 
             ),
         );
     }
-    let mut spec = crate::manifest::decode::statefulset_for_macro(cx, r);
-    spec.expanded_from = Some(Macro::Postgres);
-    if spec.container.image.is_empty() {
-        spec.container.image = if version.is_empty() {
-            "postgres:latest".to_owned()
-        } else {
-            format!("postgres:{version}")
-        };
-    } else if !version.is_empty() {
-        cx.warn(
-            r.span_of("version"),
-            format!(
-                "postgres `version` {version:?} is ignored: `image` ({}) is set and wins",
-                spec.container.image
-            ),
-        );
+    Fields {
+        database,
+        user,
+        password,
+        locale,
+        encoding,
+        pg_config,
+        replication_user,
+        port,
+        version,
     }
-    let mut env = BTreeMap::from([
-        ("POSTGRES_USER".to_owned(), user.clone()),
-        ("POSTGRES_DB".to_owned(), database.clone()),
-        (
-            "POSTGRES_INITDB_ARGS".to_owned(),
-            format!("--locale={locale} --encoding={encoding}"),
-        ),
-        ("PGPORT".to_owned(), port.to_string()),
-        (
-            "PGDATA".to_owned(),
-            "/var/lib/postgresql/data/pgdata".to_owned(),
-        ),
-        ("PG_NAME".to_owned(), key.name.clone()),
-        ("PG_SCOPE_SUFFIX".to_owned(), scope_suffix(&key.scope)),
-        ("PG_REPLICATION_USER".to_owned(), replication_user),
-    ]);
-    let mut secrets = vec![own_secret(key, "POSTGRES_REPLICATION_PASSWORD")];
-    if password.is_empty() {
-        secrets.insert(0, own_secret(key, "POSTGRES_PASSWORD"));
-    } else {
-        env.insert("POSTGRES_PASSWORD".to_owned(), password);
-    }
-    merge_env(&mut spec, env);
-    if spec.container.command.is_none() {
-        let mut command = vec!["sh".to_owned(), ENTRYPOINT_PATH.to_owned()];
-        for (name, value) in &pg_config {
-            command.push("-c".to_owned());
-            command.push(format!("{name}={value}"));
-        }
-        spec.container.command = Some(command);
-    }
-    let mut files = Files::new();
-    files.add(cx, "entrypoint", ENTRYPOINT, ENTRYPOINT_PATH);
-    files.add(
-        cx,
-        "init_replication_sh",
-        INIT_REPLICATION,
-        INIT_REPLICATION_PATH,
-    );
-    files.mount_into(cx, r, key, &mut spec);
-    if spec.volume_claims.is_empty() {
-        spec.volume_claims.push(VolumeClaim {
-            name: "data".to_owned(),
-            mount_path: "/var/lib/postgresql/data".to_owned(),
-            size: String::new(),
-        });
-    }
-    if spec.probes.is_none() {
-        spec.probes = Some(Probes {
-            liveness: Some(Probe {
-                tcp_socket: Some(TcpSocket { port }),
-                initial_delay: "20s".to_owned(),
-                period: "10s".to_owned(),
-                failure_threshold: 3,
-                ..Probe::default()
+}
+
+/// voodu-postgres's probes when the block declares none: the port open, then `pg_isready`.
+fn default_probes(port: i64, user: String, database: String) -> Probes {
+    Probes {
+        liveness: Some(Probe {
+            tcp_socket: Some(TcpSocket { port }),
+            initial_delay: "20s".to_owned(),
+            period: "10s".to_owned(),
+            failure_threshold: 3,
+            ..Probe::default()
+        }),
+        readiness: Some(Probe {
+            exec: Some(ExecAction {
+                command: vec![
+                    "pg_isready".to_owned(),
+                    "-U".to_owned(),
+                    user,
+                    "-d".to_owned(),
+                    database,
+                    "-p".to_owned(),
+                    port.to_string(),
+                ],
             }),
-            readiness: Some(Probe {
-                exec: Some(ExecAction {
-                    command: vec![
-                        "pg_isready".to_owned(),
-                        "-U".to_owned(),
-                        user,
-                        "-d".to_owned(),
-                        database,
-                        "-p".to_owned(),
-                        port.to_string(),
-                    ],
-                }),
-                period: "5s".to_owned(),
-                failure_threshold: 1,
-                success_threshold: 2,
-                ..Probe::default()
-            }),
-            startup: None,
-        });
-    }
-    Expansion {
-        specs: vec![
-            (Kind::Asset, files.into_spec()),
-            (Kind::Statefulset, Spec::Statefulset(spec)),
-        ],
-        secrets,
+            period: "5s".to_owned(),
+            failure_threshold: 1,
+            success_threshold: 2,
+            ..Probe::default()
+        }),
+        startup: None,
     }
 }
 

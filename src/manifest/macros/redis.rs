@@ -15,11 +15,9 @@ use std::collections::BTreeMap;
 
 use hcl::edit::Span;
 
-use super::{Expansion, Files, Reader, merge_env, own_secret, scope_suffix};
-use crate::manifest::decode::Cx;
-use crate::manifest::spec::{
-    ExecAction, Macro, Probe, Probes, Spec, StatefulsetSpec, TcpSocket, VolumeClaim,
-};
+use super::{Expansion, Files, Reader, default_claim, merge_env, own_secret, scope_suffix};
+use crate::manifest::decode::reader::DecodeCx;
+use crate::manifest::spec::{ExecAction, Macro, Probe, Probes, Spec, StatefulsetSpec, TcpSocket};
 use crate::model::{Kind, ResourceKey};
 
 /// The data redis's config (asset key `redis_conf`).
@@ -36,9 +34,9 @@ const SENTINEL_ENTRYPOINT_PATH: &str = "/usr/local/bin/voodu-sentinel-entrypoint
 
 const DEFAULT_IMAGE: &str = "redis:7-alpine";
 
-pub(super) fn expand(cx: &mut Cx<'_>, r: &mut Reader<'_>, key: &ResourceKey) -> Expansion {
+pub(super) fn expand(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>, key: &ResourceKey) -> Expansion {
     let monitor = sentinel(cx, r, key);
-    let mut spec = crate::manifest::decode::statefulset_for_macro(cx, r);
+    let mut spec = crate::manifest::decode::kinds::statefulset_for_macro(cx, r);
     if spec.container.image.is_empty() {
         spec.container.image = DEFAULT_IMAGE.to_owned();
     }
@@ -56,7 +54,7 @@ pub(super) fn expand(cx: &mut Cx<'_>, r: &mut Reader<'_>, key: &ResourceKey) -> 
 }
 
 fn data_redis(
-    cx: &mut Cx<'_>,
+    cx: &mut DecodeCx<'_>,
     r: &Reader<'_>,
     key: &ResourceKey,
     mut spec: StatefulsetSpec,
@@ -72,13 +70,7 @@ fn data_redis(
     files.add(cx, "redis_conf", CONF, CONF_PATH);
     files.add(cx, "entrypoint", ENTRYPOINT, ENTRYPOINT_PATH);
     files.mount_into(cx, r, key, &mut spec);
-    if spec.volume_claims.is_empty() {
-        spec.volume_claims.push(VolumeClaim {
-            name: "data".to_owned(),
-            mount_path: "/data".to_owned(),
-            size: String::new(),
-        });
-    }
+    default_claim(&mut spec, "data", "/data");
     if spec.probes.is_none() {
         spec.probes = Some(Probes {
             liveness: Some(Probe {
@@ -114,7 +106,7 @@ fn data_redis(
 }
 
 fn sentinel_quorum(
-    cx: &mut Cx<'_>,
+    cx: &mut DecodeCx<'_>,
     r: &Reader<'_>,
     key: &ResourceKey,
     mut spec: StatefulsetSpec,
@@ -156,13 +148,7 @@ fn sentinel_quorum(
         SENTINEL_ENTRYPOINT_PATH,
     );
     files.mount_into(cx, r, key, &mut spec);
-    if spec.volume_claims.is_empty() {
-        spec.volume_claims.push(VolumeClaim {
-            name: "state".to_owned(),
-            mount_path: "/var/lib/sentinel".to_owned(),
-            size: String::new(),
-        });
-    }
+    default_claim(&mut spec, "state", "/var/lib/sentinel");
     Expansion {
         specs: vec![
             (Kind::Asset, files.into_spec()),
@@ -174,7 +160,7 @@ fn sentinel_quorum(
 
 /// The redis a `sentinel {}` block monitors, or `None` without the block (or when
 /// `enabled = false`). Problems are reported at their field.
-fn sentinel(cx: &mut Cx<'_>, r: &mut Reader<'_>, key: &ResourceKey) -> Option<ResourceKey> {
+fn sentinel(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>, key: &ResourceKey) -> Option<ResourceKey> {
     let block = r.block(cx, "sentinel")?;
     let mut s = r.nested(block, "");
     let enabled = s.bool(cx, "enabled").unwrap_or(true);

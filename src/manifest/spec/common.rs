@@ -11,14 +11,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::ResourceKey;
 
-pub(crate) use crate::model::policy::DEFAULT_NETWORK;
+pub(crate) use crate::model::DEFAULT_NETWORK;
 /// voodu's controller default restart policy.
 pub(crate) const DEFAULT_RESTART: &str = "unless-stopped";
 
 /// An `env_file` encrypted with SOPS: its repo path, the sha256 of its (encrypted) bytes, and
 /// the variables it supplies.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct SealedEnv {
+pub(crate) struct EncryptedEnv {
     pub(crate) path: String,
     pub(crate) digest: String,
     pub(crate) keys: Vec<String>,
@@ -41,7 +41,7 @@ pub struct Container {
     /// container is created (agent extension; out of voodu's spec hash, covered by the
     /// keyed `voodu.env_digest` as config buckets are).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) env_sealed: Vec<SealedEnv>,
+    pub(crate) env_sealed: Vec<EncryptedEnv>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env_from: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -19,8 +19,8 @@ mod statefulset;
 
 pub(crate) use asset::{AssetFile, AssetSpec};
 pub(crate) use common::{
-    Autoscale, Build, Container, DEFAULT_NETWORK, DependsOn, Drain, ExecAction, HttpGet, Init,
-    Lang, Limits, Logs, OnDeploy, OnProbe, Probe, Probes, ReleaseHooks, Resources, SealedEnv,
+    Autoscale, Build, Container, DEFAULT_NETWORK, DependsOn, Drain, EncryptedEnv, ExecAction,
+    HttpGet, Init, Lang, Limits, Logs, OnDeploy, OnProbe, Probe, Probes, ReleaseHooks, Resources,
     TcpSocket, VolumeClaim, WebhookTarget, container_port, normalize_port,
 };
 pub(crate) use deployment::DeploymentSpec;

@@ -138,110 +138,137 @@ pub fn decide(
         .filter_map(|state| state.applied.as_ref().map(|applied| applied.seq))
         .max()
         .unwrap_or(0);
-    let mut next_seq = || {
-        seq += 1;
-        seq
-    };
     let mut outcomes = Vec::new();
     let mut states = Vec::new();
     for trigger in triggers {
         let before = previous_by_path.get(trigger.path.as_str()).copied();
-        if let Some(reason) = inactive_reason(trigger, situation) {
-            outcomes.push(Outcome {
-                path: trigger.path.clone(),
-                name: trigger.name.clone(),
-                manual: trigger.manual,
-                verdict: Verdict::Inactive(reason.clone()),
-                held: None,
-            });
-            states.push(TriggerState {
-                path: trigger.path.clone(),
-                name: trigger.name.clone(),
-                applied: None,
-                held: None,
-                inactive: reason,
-            });
-            continue;
-        }
-        let first =
-            before.is_none_or(|state| !state.inactive.is_empty()) || situation.changed.is_none();
-        let fires = first
-            || situation
-                .changed
-                .is_some_and(|changed| trigger.matches_paths(changed));
-        let mut applied = before.and_then(|state| state.applied.clone());
-        let mut held = before.and_then(|state| state.held.clone());
-        let already_applied_here = applied.as_ref().is_some_and(|applied| {
-            &applied.commit == situation.commit && applied.file == trigger.apply_file
-        });
-        let mut verdict = Verdict::Skipped;
-        if fires && !trigger.manual {
-            if !already_applied_here {
-                applied = Some(Applied {
-                    commit: situation.commit.clone(),
-                    file: trigger.apply_file.clone(),
-                    seq: next_seq(),
-                });
-            }
-            held = None;
-            verdict = Verdict::Fired { first };
-        } else if fires && !already_applied_here {
-            let same = held
-                .as_ref()
-                .is_some_and(|held| &held.commit == situation.commit);
-            if !same {
-                let replaced = held.as_ref().map(|held| held.commit.clone());
-                held = Some(Held {
-                    commit: situation.commit.clone(),
-                    file: trigger.apply_file.clone(),
-                    since: situation.now,
-                    approval: None,
-                });
-                verdict = Verdict::Held { replaced };
-            }
-        }
-        if let Some(approved) = held
-            .as_ref()
-            .filter(|held| held.approval.is_some())
-            .cloned()
-        {
-            applied = Some(Applied {
-                commit: approved.commit.clone(),
-                file: approved.file.clone(),
-                seq: next_seq(),
-            });
-            held = None;
-            verdict = Verdict::Approved {
-                commit: approved.commit,
-                by: approved
-                    .approval
-                    .map(|approval| approval.by)
-                    .unwrap_or_default(),
-            };
-        }
-        outcomes.push(Outcome {
-            path: trigger.path.clone(),
-            name: trigger.name.clone(),
-            manual: trigger.manual,
-            verdict,
-            held: held.as_ref().map(|held| held.commit.clone()),
-        });
-        states.push(TriggerState {
-            path: trigger.path.clone(),
-            name: trigger.name.clone(),
-            applied,
-            held,
-            inactive: String::new(),
-        });
+        let (outcome, state) = decide_one(trigger, before, situation, &mut seq);
+        outcomes.push(outcome);
+        states.push(state);
     }
     let removed = previous
         .iter()
         .filter(|state| !triggers.iter().any(|trigger| trigger.path == state.path))
         .cloned()
         .collect();
-    // One entry per file: the newest firing wins.
+    let files = desired_files(&states);
+    Decision {
+        outcomes,
+        states,
+        files,
+        removed,
+    }
+}
+
+/// The next firing's sequence number.
+fn next_seq(seq: &mut i64) -> i64 {
+    *seq += 1;
+    *seq
+}
+
+/// One trigger's verdict and what to remember of it; `before` is what was remembered.
+fn decide_one(
+    trigger: &Trigger,
+    before: Option<&TriggerState>,
+    situation: &Situation<'_>,
+    seq: &mut i64,
+) -> (Outcome, TriggerState) {
+    if let Some(reason) = inactive_reason(trigger, situation) {
+        return (
+            Outcome {
+                path: trigger.path.clone(),
+                name: trigger.name.clone(),
+                manual: trigger.manual,
+                verdict: Verdict::Inactive(reason.clone()),
+                held: None,
+            },
+            TriggerState {
+                path: trigger.path.clone(),
+                name: trigger.name.clone(),
+                applied: None,
+                held: None,
+                inactive: reason,
+            },
+        );
+    }
+    let first =
+        before.is_none_or(|state| !state.inactive.is_empty()) || situation.changed.is_none();
+    let fires = first
+        || situation
+            .changed
+            .is_some_and(|changed| trigger.matches_paths(changed));
+    let mut applied = before.and_then(|state| state.applied.clone());
+    let mut held = before.and_then(|state| state.held.clone());
+    let already_applied_here = applied.as_ref().is_some_and(|applied| {
+        &applied.commit == situation.commit && applied.file == trigger.apply_file
+    });
+    let mut verdict = Verdict::Skipped;
+    if fires && !trigger.manual {
+        if !already_applied_here {
+            applied = Some(Applied {
+                commit: situation.commit.clone(),
+                file: trigger.apply_file.clone(),
+                seq: next_seq(seq),
+            });
+        }
+        held = None;
+        verdict = Verdict::Fired { first };
+    } else if fires && !already_applied_here {
+        let same = held
+            .as_ref()
+            .is_some_and(|held| &held.commit == situation.commit);
+        if !same {
+            let replaced = held.as_ref().map(|held| held.commit.clone());
+            held = Some(Held {
+                commit: situation.commit.clone(),
+                file: trigger.apply_file.clone(),
+                since: situation.now,
+                approval: None,
+            });
+            verdict = Verdict::Held { replaced };
+        }
+    }
+    if let Some(approved) = held
+        .as_ref()
+        .filter(|held| held.approval.is_some())
+        .cloned()
+    {
+        applied = Some(Applied {
+            commit: approved.commit.clone(),
+            file: approved.file.clone(),
+            seq: next_seq(seq),
+        });
+        held = None;
+        verdict = Verdict::Approved {
+            commit: approved.commit,
+            by: approved
+                .approval
+                .map(|approval| approval.by)
+                .unwrap_or_default(),
+        };
+    }
+    (
+        Outcome {
+            path: trigger.path.clone(),
+            name: trigger.name.clone(),
+            manual: trigger.manual,
+            verdict,
+            held: held.as_ref().map(|held| held.commit.clone()),
+        },
+        TriggerState {
+            path: trigger.path.clone(),
+            name: trigger.name.clone(),
+            applied,
+            held,
+            inactive: String::new(),
+        },
+    )
+}
+
+/// Desired state from the triggers' states: one entry per file, the newest firing wins.
+fn desired_files(states: &[TriggerState]) -> Vec<(String, CommitSha, String)> {
     let mut files: BTreeMap<String, (CommitSha, String, i64)> = BTreeMap::new();
-    for state in &states {
+    for state in states {
         if let Some(applied) = &state.applied {
             let newer = files
                 .get(&applied.file)
@@ -254,15 +281,10 @@ pub fn decide(
             }
         }
     }
-    Decision {
-        outcomes,
-        states,
-        files: files
-            .into_iter()
-            .map(|(file, (commit, trigger, _))| (file, commit, trigger))
-            .collect(),
-        removed,
-    }
+    files
+        .into_iter()
+        .map(|(file, (commit, trigger, _))| (file, commit, trigger))
+        .collect()
 }
 
 /// Why `trigger` never fires on this host, if it does not.

@@ -114,6 +114,99 @@ pub(crate) fn parse_all(files: &[SourceFile]) -> Result<Vec<Trigger>, Vec<Diagno
 
 /// Parses one trigger file.
 pub(crate) fn parse(path: &str, contents: &[u8]) -> Result<Trigger, Vec<Diagnostic>> {
+    let root = read_root(path, contents)?;
+    let mut reader = Reader {
+        path,
+        errors: Vec::new(),
+    };
+    let top = reader.map(
+        &root,
+        "the trigger file",
+        &["name", "on", "apply", "deploy"],
+    );
+    let name = match top.get("name") {
+        Some(node) => reader.string(node, "name"),
+        None => None,
+    };
+    let mut branches = Vec::new();
+    let mut tags = Vec::new();
+    let mut paths = Vec::new();
+    let mut on_at = top.key_at("on").unwrap_or((root.line, root.col));
+    if let Some(on) = top.get("on") {
+        let on_map = reader.map(on, "on", &["push"]);
+        if let Some(push) = on_map.get("push") {
+            on_at = on_map.key_at("push").unwrap_or(on_at);
+            let push_map = reader.map(push, "on.push", &["branches", "tags", "paths"]);
+            branches = reader.patterns(push_map.get("branches"), "on.push.branches");
+            tags = reader.patterns(push_map.get("tags"), "on.push.tags");
+            paths = reader.patterns(push_map.get("paths"), "on.push.paths");
+        }
+    }
+    let mut apply_file = None;
+    let mut apply_at = top.key_at("apply").unwrap_or((root.line, root.col));
+    if let Some(apply) = top.get("apply") {
+        let apply_map = reader.map(apply, "apply", &["file"]);
+        if let Some(file) = apply_map.get("file") {
+            apply_at = (file.line, file.col);
+            apply_file = reader.string(file, "apply.file");
+        }
+    }
+    let manual = top.get("deploy").is_some_and(|node| reader.manual(node));
+    // voodu's checks, in voodu's order.
+    let apply_file = match apply_file.as_deref().map(str::trim) {
+        None | Some("") => {
+            reader.error_at(
+                apply_at,
+                "apply.file is required: it names the manifest to apply".to_owned(),
+            );
+            None
+        }
+        Some(target) => match repo_path(target) {
+            Ok(normalised) => Some(normalised),
+            Err(error) => {
+                reader.error_at(apply_at, error.to_string());
+                None
+            }
+        },
+    };
+    if branches.is_empty() && tags.is_empty() {
+        reader.error_at(
+            on_at,
+            "on.push needs branches or tags: a trigger that matches nothing never fires".to_owned(),
+        );
+    }
+    let name = name
+        .filter(|name| !name.trim().is_empty())
+        .unwrap_or_else(|| default_name(path));
+    if name.len() > MAX_NAME_BYTES || name.chars().any(char::is_control) {
+        reader.error_at(
+            (1, 1),
+            format!("name must be printable text of at most {MAX_NAME_BYTES} bytes"),
+        );
+    }
+    let branch_globs = reader.globs(&branches);
+    reader.globs(&tags);
+    let path_globs = reader.globs(&paths);
+    match apply_file {
+        Some(apply_file) if reader.errors.is_empty() => Ok(Trigger {
+            path: path.to_owned(),
+            name,
+            branches: branches.into_iter().map(|(pattern, _)| pattern).collect(),
+            tags: tags.into_iter().map(|(pattern, _)| pattern).collect(),
+            paths: paths.into_iter().map(|(pattern, _)| pattern).collect(),
+            apply_file,
+            manual,
+            apply_file_line: apply_at.0,
+            apply_file_col: apply_at.1,
+            branch_globs,
+            path_globs,
+        }),
+        _ => Err(reader.errors),
+    }
+}
+
+/// The file's root node: a mapping, read from at most `MAX_TRIGGER_FILE_BYTES` of UTF-8 YAML.
+fn read_root(path: &str, contents: &[u8]) -> Result<Node, Vec<Diagnostic>> {
     let at = |line: usize, col: usize, message: String| Diagnostic {
         path: path.to_owned(),
         line,
@@ -153,124 +246,7 @@ pub(crate) fn parse(path: &str, contents: &[u8]) -> Result<Trigger, Vec<Diagnost
             ),
         )]);
     }
-    let mut reader = Reader {
-        path,
-        errors: Vec::new(),
-    };
-    let top = reader.map(
-        &root,
-        "the trigger file",
-        &["name", "on", "apply", "deploy"],
-    );
-    let name = match top.get("name") {
-        Some(node) => reader.string(node, "name"),
-        None => None,
-    };
-    let mut branches = Vec::new();
-    let mut tags = Vec::new();
-    let mut paths = Vec::new();
-    let mut on_at = top.key_at("on").unwrap_or((root.line, root.col));
-    if let Some(on) = top.get("on") {
-        let on_map = reader.map(on, "on", &["push"]);
-        if let Some(push) = on_map.get("push") {
-            on_at = on_map.key_at("push").unwrap_or(on_at);
-            let push_map = reader.map(push, "on.push", &["branches", "tags", "paths"]);
-            branches = reader.patterns(push_map.get("branches"), "on.push.branches");
-            tags = reader.patterns(push_map.get("tags"), "on.push.tags");
-            paths = reader.patterns(push_map.get("paths"), "on.push.paths");
-        }
-    }
-    let mut apply_file = None;
-    let mut apply_at = top.key_at("apply").unwrap_or((root.line, root.col));
-    if let Some(apply) = top.get("apply") {
-        let apply_map = reader.map(apply, "apply", &["file"]);
-        if let Some(file) = apply_map.get("file") {
-            apply_at = (file.line, file.col);
-            apply_file = reader.string(file, "apply.file");
-        }
-    }
-    let manual = match top.get("deploy") {
-        Some(node) => match reader.string(node, "deploy").as_deref() {
-            Some("manual") => true,
-            Some("auto") | None => false,
-            Some(other) => {
-                reader.error(
-                    node,
-                    format!("deploy must be \"manual\" (held until `voodu-agent approve`) or \"auto\", not {other:?}"),
-                );
-                false
-            }
-        },
-        None => false,
-    };
-    // voodu's checks, in voodu's order.
-    let apply_file = match apply_file.as_deref().map(str::trim) {
-        None | Some("") => {
-            reader.errors.push(at(
-                apply_at.0,
-                apply_at.1,
-                "apply.file is required: it names the manifest to apply".to_owned(),
-            ));
-            None
-        }
-        Some(target) => match repo_path(target) {
-            Ok(normalised) => Some(normalised),
-            Err(error) => {
-                reader
-                    .errors
-                    .push(at(apply_at.0, apply_at.1, error.to_string()));
-                None
-            }
-        },
-    };
-    if branches.is_empty() && tags.is_empty() {
-        reader.errors.push(at(
-            on_at.0,
-            on_at.1,
-            "on.push needs branches or tags: a trigger that matches nothing never fires".to_owned(),
-        ));
-    }
-    let name = name
-        .filter(|name| !name.trim().is_empty())
-        .unwrap_or_else(|| default_name(path));
-    if name.len() > MAX_NAME_BYTES || name.chars().any(char::is_control) {
-        reader.errors.push(at(
-            1,
-            1,
-            format!("name must be printable text of at most {MAX_NAME_BYTES} bytes"),
-        ));
-    }
-    let compile = |patterns: &[(String, (usize, usize))], errors: &mut Vec<Diagnostic>| {
-        patterns
-            .iter()
-            .filter_map(|(pattern, (line, col))| match Glob::new(pattern) {
-                Ok(glob) => Some(glob),
-                Err(error) => {
-                    errors.push(at(*line, *col, error.to_string()));
-                    None
-                }
-            })
-            .collect::<Vec<_>>()
-    };
-    let branch_globs = compile(&branches, &mut reader.errors);
-    compile(&tags, &mut reader.errors);
-    let path_globs = compile(&paths, &mut reader.errors);
-    match apply_file {
-        Some(apply_file) if reader.errors.is_empty() => Ok(Trigger {
-            path: path.to_owned(),
-            name,
-            branches: branches.into_iter().map(|(pattern, _)| pattern).collect(),
-            tags: tags.into_iter().map(|(pattern, _)| pattern).collect(),
-            paths: paths.into_iter().map(|(pattern, _)| pattern).collect(),
-            apply_file,
-            manual,
-            apply_file_line: apply_at.0,
-            apply_file_col: apply_at.1,
-            branch_globs,
-            path_globs,
-        }),
-        _ => Err(reader.errors),
-    }
+    Ok(root)
 }
 
 /// Why an `apply.file` is refused; each variant holds the path as written. Display is the
@@ -351,6 +327,45 @@ impl<'n> Fields<'n> {
 }
 
 impl Reader<'_> {
+    /// Records a problem at `(line, col)`.
+    fn error_at(&mut self, (line, col): (usize, usize), message: String) {
+        self.errors.push(Diagnostic {
+            path: self.path.to_owned(),
+            line,
+            col,
+            message,
+        });
+    }
+
+    /// `deploy`: whether the trigger waits for an approval (`manual`) or fires (`auto`).
+    fn manual(&mut self, node: &Node) -> bool {
+        match self.string(node, "deploy").as_deref() {
+            Some("manual") => true,
+            Some("auto") | None => false,
+            Some(other) => {
+                self.error(
+                    node,
+                    format!("deploy must be \"manual\" (held until `voodu-agent approve`) or \"auto\", not {other:?}"),
+                );
+                false
+            }
+        }
+    }
+
+    /// The globs of `patterns`, each refused one reported where it is written.
+    fn globs(&mut self, patterns: &[(String, (usize, usize))]) -> Vec<Glob> {
+        patterns
+            .iter()
+            .filter_map(|(pattern, at)| match Glob::new(pattern) {
+                Ok(glob) => Some(glob),
+                Err(error) => {
+                    self.error_at(*at, error.to_string());
+                    None
+                }
+            })
+            .collect()
+    }
+
     fn error(&mut self, node: &Node, message: String) {
         self.errors.push(Diagnostic {
             path: self.path.to_owned(),

@@ -432,7 +432,7 @@ fn inactive_triggers_contribute_nothing_and_say_why() -> Result<(), String> {
     // Another host's file (a fleet): inactive here, with both names.
     let mut other = web();
     other.apply_file = "hosts/web-2/voodu.hcl".to_owned();
-    let web1 = HostSelection::for_host("web-1", &[])?;
+    let web1 = HostSelection::for_host("web-1", &[]).map_err(|error| error.to_string())?;
     let elsewhere = decide(
         &[other.clone()],
         &[],
@@ -451,7 +451,7 @@ fn inactive_triggers_contribute_nothing_and_say_why() -> Result<(), String> {
     );
     assert!(elsewhere.files.is_empty());
     // Its own host applies it.
-    let web2 = HostSelection::for_host("web-2", &[])?;
+    let web2 = HostSelection::for_host("web-2", &[]).map_err(|error| error.to_string())?;
     let mine = decide(
         &[other],
         &[],

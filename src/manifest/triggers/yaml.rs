@@ -174,44 +174,51 @@ pub(super) fn parse(text: &str) -> Result<Option<Node>, YamlError> {
                 format!("more than {MAX_NODES} values in one trigger file"),
             ));
         }
-        match stack.last_mut() {
-            None => root = Some(node),
-            Some(Open::List(_, items)) => items.push(node),
-            Some(Open::Map(map, entries, pending)) => match pending.take() {
-                Some(key) => entries.push((key, node)),
-                None => {
-                    // yaml-rust2 marks a block mapping at its first `:`; it starts at its
-                    // first key (a flow mapping's `{` comes before its first key).
-                    if entries.is_empty() && (node.line, node.col) < (map.line, map.col) {
-                        (map.line, map.col) = (node.line, node.col);
-                    }
-                    if !matches!(node.value, Value::Scalar { .. }) {
-                        return Err(YamlError {
-                            line: node.line,
-                            col: node.col,
-                            message: format!("a key must be a plain name, not {}", node.what()),
-                        });
-                    }
-                    if let Some((first, _)) = entries
-                        .iter()
-                        .find(|(existing, _)| existing.key_text() == node.key_text())
-                    {
-                        return Err(YamlError {
-                            line: node.line,
-                            col: node.col,
-                            message: format!(
-                                "key {:?} is given twice (first at line {})",
-                                node.key_text(),
-                                first.line
-                            ),
-                        });
-                    }
-                    *pending = Some(node);
-                }
-            },
-        }
+        attach(&mut stack, &mut root, node)?;
     }
     Ok(root)
+}
+
+/// Puts a finished `node` where it belongs: the root, an item of the open list, or the key or
+/// value of the open mapping (a key is a plain name, given once).
+fn attach(stack: &mut [Open], root: &mut Option<Node>, node: Node) -> Result<(), YamlError> {
+    match stack.last_mut() {
+        None => *root = Some(node),
+        Some(Open::List(_, items)) => items.push(node),
+        Some(Open::Map(map, entries, pending)) => match pending.take() {
+            Some(key) => entries.push((key, node)),
+            None => {
+                // yaml-rust2 marks a block mapping at its first `:`; it starts at its
+                // first key (a flow mapping's `{` comes before its first key).
+                if entries.is_empty() && (node.line, node.col) < (map.line, map.col) {
+                    (map.line, map.col) = (node.line, node.col);
+                }
+                if !matches!(node.value, Value::Scalar { .. }) {
+                    return Err(YamlError {
+                        line: node.line,
+                        col: node.col,
+                        message: format!("a key must be a plain name, not {}", node.what()),
+                    });
+                }
+                if let Some((first, _)) = entries
+                    .iter()
+                    .find(|(existing, _)| existing.key_text() == node.key_text())
+                {
+                    return Err(YamlError {
+                        line: node.line,
+                        col: node.col,
+                        message: format!(
+                            "key {:?} is given twice (first at line {})",
+                            node.key_text(),
+                            first.line
+                        ),
+                    });
+                }
+                *pending = Some(node);
+            }
+        },
+    }
+    Ok(())
 }
 
 fn refuse_anchor_or_tag(

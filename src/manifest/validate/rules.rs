@@ -9,7 +9,7 @@ use super::super::decode::{Decoded, Resource};
 use super::super::diagnostic::Diagnostic;
 use super::super::interpolate::Reference;
 use super::super::policy;
-use super::super::spec::{Macro, Spec};
+use super::super::spec::{IngressSpec, Macro, Spec, StatefulsetSpec};
 use crate::model::{Kind, Policy, ResourceKey};
 
 /// What the rules read of the other keys.
@@ -147,6 +147,27 @@ pub(super) fn check_one(
     notes: &mut Vec<Note>,
     reads: &mut Vec<ResourceKey>,
 ) -> Option<Arc<Resource>> {
+    let (ok, resolved) = resolve_references(item, keys, notes, reads);
+    let resource = ok.then(|| item.stamped(&resolved));
+    if let Spec::Ingress(ingress) = &item.resource.spec {
+        check_routes(key, item, ingress, keys, notes, reads);
+    }
+    if let Spec::Statefulset(spec) = &item.resource.spec
+        && spec.expanded_from == Some(Macro::RedisSentinel)
+    {
+        check_sentinel(item, spec, keys, notes, reads);
+    }
+    resource
+}
+
+/// Resolves `item`'s references: whether they all do, and the digest each asset reference
+/// resolves to, in order.
+fn resolve_references<'k>(
+    item: &Decoded,
+    keys: &'k impl Keys,
+    notes: &mut Vec<Note>,
+    reads: &mut Vec<ResourceKey>,
+) -> (bool, Vec<&'k str>) {
     let mut ok = true;
     // The digest each asset reference resolves to, in order.
     let mut resolved: Vec<&str> = Vec::new();
@@ -213,63 +234,78 @@ pub(super) fn check_one(
             }
         }
     }
-    let resource = ok.then(|| item.stamped(&resolved));
-    if let Spec::Ingress(ingress) = &item.resource.spec {
-        let mut seen: Vec<String> = Vec::new();
-        for route in routes(item) {
-            // The first by key routes it; an ingress naming one route twice warns of itself.
-            let first = keys.first_route(&route).filter(|first| *first != key);
-            let first = match first {
-                Some(first) => Some(first),
-                None if seen.contains(&route) => Some(key),
-                None => None,
-            };
-            if let Some(first) = first
-                && let Some(at) = keys.winner(first).map(|first| &first.resource.origin)
-            {
-                notes.push(warning(Stage::Check, Diagnostic {
-                    message: format!(
-                        "route {route} is also declared by {first} at {}:{}:{}; requests go to {first} (the first by kind/scope/name)",
-                        at.path, at.line, at.col
-                    ),
-                    ..item.resource.origin.clone()
-                }));
-            }
-            seen.push(route);
-        }
-        let service = ingress.effective_service(&key.name);
-        let deployment = ResourceKey::new(Kind::Deployment, key.scope.clone(), service);
-        if keys.winner(&deployment).is_none() {
+    (ok, resolved)
+}
+
+/// An ingress's routes (one declared before by another ingress warns) and the deployment it
+/// routes to.
+fn check_routes(
+    key: &ResourceKey,
+    item: &Decoded,
+    ingress: &IngressSpec,
+    keys: &impl Keys,
+    notes: &mut Vec<Note>,
+    reads: &mut Vec<ResourceKey>,
+) {
+    let mut seen: Vec<String> = Vec::new();
+    for route in routes(item) {
+        // The first by key routes it; an ingress naming one route twice warns of itself.
+        let first = keys.first_route(&route).filter(|first| *first != key);
+        let first = match first {
+            Some(first) => Some(first),
+            None if seen.contains(&route) => Some(key),
+            None => None,
+        };
+        if let Some(first) = first
+            && let Some(at) = keys.winner(first).map(|first| &first.resource.origin)
+        {
             notes.push(warning(Stage::Check, Diagnostic {
                 message: format!(
-                    "ingress routes to deployment {service:?} of scope {:?}, which this commit does not declare; it stays unrouted until one exists",
-                    key.scope
+                    "route {route} is also declared by {first} at {}:{}:{}; requests go to {first} (the first by kind/scope/name)",
+                    at.path, at.line, at.col
                 ),
                 ..item.resource.origin.clone()
             }));
         }
-        reads.push(deployment);
+        seen.push(route);
     }
-    if let Spec::Statefulset(spec) = &item.resource.spec
-        && spec.expanded_from == Some(Macro::RedisSentinel)
-    {
-        let env = |name: &str| spec.container.env.get(name).cloned().unwrap_or_default();
-        let (scope, name) = (env("VOODU_MONITOR_SCOPE"), env("VOODU_MONITOR_NAME"));
-        let redis = ResourceKey::new(Kind::Statefulset, scope.clone(), name.clone());
-        let is_redis = keys.winner(&redis).is_some_and(|redis| {
-            matches!(&redis.resource.spec, Spec::Statefulset(spec) if spec.expanded_from == Some(Macro::Redis))
-        });
-        if !is_redis {
-            notes.push(warning(Stage::Check, Diagnostic {
-                message: format!(
-                    "sentinel watches redis {name:?} of scope {scope:?}, which this commit does not declare; its pods wait for that redis's config bucket"
-                ),
-                ..item.resource.origin.clone()
-            }));
-        }
-        reads.push(redis);
+    let service = ingress.effective_service(&key.name);
+    let deployment = ResourceKey::new(Kind::Deployment, key.scope.clone(), service);
+    if keys.winner(&deployment).is_none() {
+        notes.push(warning(Stage::Check, Diagnostic {
+            message: format!(
+                "ingress routes to deployment {service:?} of scope {:?}, which this commit does not declare; it stays unrouted until one exists",
+                key.scope
+            ),
+            ..item.resource.origin.clone()
+        }));
     }
-    resource
+    reads.push(deployment);
+}
+
+/// A sentinel's redis: declared in this commit, or the sentinel warns.
+fn check_sentinel(
+    item: &Decoded,
+    spec: &StatefulsetSpec,
+    keys: &impl Keys,
+    notes: &mut Vec<Note>,
+    reads: &mut Vec<ResourceKey>,
+) {
+    let env = |name: &str| spec.container.env.get(name).cloned().unwrap_or_default();
+    let (scope, name) = (env("VOODU_MONITOR_SCOPE"), env("VOODU_MONITOR_NAME"));
+    let redis = ResourceKey::new(Kind::Statefulset, scope.clone(), name.clone());
+    let is_redis = keys.winner(&redis).is_some_and(|redis| {
+        matches!(&redis.resource.spec, Spec::Statefulset(spec) if spec.expanded_from == Some(Macro::Redis))
+    });
+    if !is_redis {
+        notes.push(warning(Stage::Check, Diagnostic {
+            message: format!(
+                "sentinel watches redis {name:?} of scope {scope:?}, which this commit does not declare; its pods wait for that redis's config bucket"
+            ),
+            ..item.resource.origin.clone()
+        }));
+    }
+    reads.push(redis);
 }
 
 /// Whether `item` makes a `${ref.ingress.…}` (which `check_references` checks).
