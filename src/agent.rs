@@ -16,10 +16,10 @@
 mod identity;
 pub mod image_commit;
 mod lock;
-pub(crate) mod notify;
 pub mod sources;
+pub(crate) mod systemd;
 
-pub(crate) use notify::ServiceNotify;
+pub(crate) use systemd::ServiceNotify;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};

@@ -121,13 +121,13 @@ pub fn parse(
             message: format!("HCL syntax error: {}", error.message()),
         }])
     })?;
-    let mut cx = Cx {
+    let mut problems = Problems {
         path,
         index: &index,
-        problems: Vec::new(),
+        found: Vec::new(),
     };
-    let sources = read_body(&mut cx, &body, default_interval);
-    if cx.problems.is_empty() {
+    let sources = read_body(&mut problems, &body, default_interval);
+    if problems.found.is_empty() {
         let ownership = Ownership::new(
             sources
                 .iter()
@@ -147,13 +147,13 @@ pub fn parse(
                     .is_err()
                 })
                 .and_then(|end| sources[end].1.clone());
-            cx.error(at, message);
+            problems.error(at, message);
         }
     }
-    if cx.problems.is_empty() {
+    if problems.found.is_empty() {
         Ok(sources.into_iter().map(|(source, _)| source).collect())
     } else {
-        Err(Diagnostics(cx.problems))
+        Err(Diagnostics(problems.found))
     }
 }
 
@@ -174,20 +174,21 @@ pub fn ownership(sources: &[SourceConfig]) -> Result<Ownership, String> {
     ))
 }
 
-struct Cx<'a> {
+/// The mistakes found in one sources file so far, each placed at its `file:line:col`.
+struct Problems<'a> {
     path: &'a str,
     index: &'a LineIndex<'a>,
-    problems: Vec<Diagnostic>,
+    found: Vec<Diagnostic>,
 }
 
-impl Cx<'_> {
+impl Problems<'_> {
     fn error(&mut self, span: Option<std::ops::Range<usize>>, message: String) {
-        self.problems.push(self.index.at(self.path, span, message));
+        self.found.push(self.index.at(self.path, span, message));
     }
 }
 
 fn read_body(
-    cx: &mut Cx<'_>,
+    problems: &mut Problems<'_>,
     body: &Body,
     default_interval: Duration,
 ) -> Vec<(SourceConfig, Option<std::ops::Range<usize>>)> {
@@ -196,7 +197,7 @@ fn read_body(
     // The block past the last one a file may hold.
     let mut too_many = None;
     for attribute in body.attributes() {
-        cx.error(
+        problems.error(
             attribute.span(),
             format!(
                 "unexpected attribute `{}`: a sources file holds `source \"NAME\" {{ … }}` blocks",
@@ -207,7 +208,7 @@ fn read_body(
     for block in body.blocks() {
         let at = block.ident.span();
         if block.ident.as_str() != "source" {
-            cx.error(
+            problems.error(
                 at,
                 format!(
                     "unknown block `{}`: write `source \"NAME\" {{ url = …, scopes = […] }}`",
@@ -225,7 +226,7 @@ fn read_body(
             })
             .collect();
         let [name] = labels.as_slice() else {
-            cx.error(
+            problems.error(
                 at,
                 format!(
                     "a source block takes one label, its name, got {}: write `source \"shop\" {{ … }}`",
@@ -241,17 +242,19 @@ fn read_body(
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
         {
-            cx.error(
+            problems.error(
                 at,
                 format!("source name {name:?}: 1 to 32 letters, digits, `-` or `_`"),
             );
             continue;
         }
         if sources.iter().any(|(source, _)| source.name == name) {
-            cx.error(at, format!("source {name:?} is declared twice"));
+            problems.error(at, format!("source {name:?} is declared twice"));
             continue;
         }
-        if let Some(source) = read_source(cx, &name, &block.body, at.clone(), default_interval) {
+        if let Some(source) =
+            read_source(problems, &name, &block.body, at.clone(), default_interval)
+        {
             if sources.len() == MAX_SOURCES {
                 too_many = too_many.or(at.clone());
             }
@@ -263,15 +266,15 @@ fn read_body(
             sources.push((source, scopes));
         }
     }
-    if sources.is_empty() && cx.problems.is_empty() {
-        cx.error(
+    if sources.is_empty() && problems.found.is_empty() {
+        problems.error(
             None,
             "no source: write at least one `source \"NAME\" { url = …, scopes = […] }` block"
                 .to_owned(),
         );
     }
     if sources.len() > MAX_SOURCES {
-        cx.error(
+        problems.error(
             too_many,
             format!("{} sources; at most {MAX_SOURCES}", sources.len()),
         );
@@ -280,16 +283,16 @@ fn read_body(
 }
 
 fn read_source(
-    cx: &mut Cx<'_>,
+    problems: &mut Problems<'_>,
     name: &str,
     body: &Body,
     at: Option<std::ops::Range<usize>>,
     default_interval: Duration,
 ) -> Option<SourceConfig> {
-    let before = cx.problems.len();
+    let before = problems.found.len();
     for attribute in body.attributes() {
         if !KNOWN.contains(&attribute.key.as_str()) {
-            cx.error(
+            problems.error(
                 attribute.key.span(),
                 format!(
                     "source {name:?}: unknown attribute `{}` (known: {})",
@@ -300,7 +303,7 @@ fn read_source(
         }
     }
     if let Some(block) = body.blocks().next() {
-        cx.error(
+        problems.error(
             block.ident.span(),
             format!(
                 "source {name:?}: unexpected block `{}`",
@@ -312,12 +315,12 @@ fn read_source(
         body.attributes()
             .find(|attribute| attribute.key.as_str() == key)
     };
-    let text = |cx: &mut Cx<'_>, key: &str| -> Option<String> {
+    let text = |problems: &mut Problems<'_>, key: &str| -> Option<String> {
         let attribute = get(key)?;
         match &attribute.value {
             Expression::String(value) => Some(value.as_str().to_owned()),
             _ => {
-                cx.error(
+                problems.error(
                     attribute.value.span(),
                     format!("source {name:?}: `{key}` wants a string"),
                 );
@@ -325,33 +328,33 @@ fn read_source(
             }
         }
     };
-    let url = text(cx, "url");
-    let branch = text(cx, "branch").unwrap_or_else(|| "main".to_owned());
-    let poll = text(cx, "poll");
-    let file = |cx: &mut Cx<'_>, key: &str| -> Option<PathBuf> {
-        let value = text(cx, key)?;
+    let url = text(problems, "url");
+    let branch = text(problems, "branch").unwrap_or_else(|| "main".to_owned());
+    let poll = text(problems, "poll");
+    let file = |problems: &mut Problems<'_>, key: &str| -> Option<PathBuf> {
+        let value = text(problems, key)?;
         let path = PathBuf::from(&value);
         if !path.is_absolute() {
-            cx.error(
+            problems.error(
                 get(key).and_then(|attribute| attribute.value.span()),
                 format!("source {name:?}: `{key}` wants an absolute path, got {value:?}"),
             );
         }
         Some(path)
     };
-    let token_file = file(cx, "token_file");
-    let ca_file = file(cx, "ca_file");
-    let ssh_key_file = file(cx, "ssh_key_file");
-    let secret_file = file(cx, "webhook_secret_file");
-    let ssh_signers = file(cx, "trusted_ssh_signers");
-    let pgp_keys = file(cx, "trusted_pgp_keys");
-    let verify = text(cx, "verify_commits");
+    let token_file = file(problems, "token_file");
+    let ca_file = file(problems, "ca_file");
+    let ssh_key_file = file(problems, "ssh_key_file");
+    let secret_file = file(problems, "webhook_secret_file");
+    let ssh_signers = file(problems, "trusted_ssh_signers");
+    let pgp_keys = file(problems, "trusted_pgp_keys");
+    let verify = text(problems, "verify_commits");
     let accept_new = match get("ssh_accept_new_host_keys") {
         None => false,
         Some(attribute) => match &attribute.value {
             Expression::Bool(value) => *value.value(),
             other => {
-                cx.error(
+                problems.error(
                     other.span(),
                     format!("source {name:?}: `ssh_accept_new_host_keys` wants true or false"),
                 );
@@ -359,11 +362,11 @@ fn read_source(
             }
         },
     };
-    let shared_network = match text(cx, "network").as_deref() {
+    let shared_network = match text(problems, "network").as_deref() {
         None | Some("own") => false,
         Some("shared") => true,
         Some(other) => {
-            cx.error(
+            problems.error(
                 get("network").and_then(|attribute| attribute.value.span()),
                 format!(
                     "source {name:?}: network {other:?}: write \"own\" (its containers on their own network, voodu0-{name}) or \"shared\" (on voodu0, with the other sources that share it)"
@@ -372,11 +375,11 @@ fn read_source(
             false
         }
     };
-    let paths = strings(cx, name, get("paths")).unwrap_or_default();
+    let paths = strings(problems, name, get("paths")).unwrap_or_default();
     let scopes_attribute = get("scopes");
-    let scopes = match strings(cx, name, scopes_attribute) {
+    let scopes = match strings(problems, name, scopes_attribute) {
         None if scopes_attribute.is_none() => {
-            cx.error(
+            problems.error(
                 at.clone(),
                 format!(
                     "source {name:?}: `scopes` is required: the scopes it may deploy, e.g. `scopes = [\"{name}\"]` (`shop-*` for a prefix, \"\" for registries and unscoped assets)"
@@ -391,11 +394,13 @@ fn read_source(
             for text in texts {
                 match ScopePattern::parse(&text) {
                     Ok(pattern) => patterns.push(pattern),
-                    Err(message) => cx.error(span.clone(), format!("source {name:?}: {message}")),
+                    Err(message) => {
+                        problems.error(span.clone(), format!("source {name:?}: {message}"))
+                    }
                 }
             }
             if patterns.is_empty() {
-                cx.error(
+                problems.error(
                     span,
                     format!("source {name:?}: `scopes` is empty: it could deploy nothing"),
                 );
@@ -404,7 +409,7 @@ fn read_source(
         }
     };
     let Some(url) = url.filter(|url| !url.is_empty()) else {
-        cx.error(
+        problems.error(
             at,
             format!("source {name:?}: `url` is required, e.g. `url = \"https://git.example.com/team/deploy.git\"`"),
         );
@@ -415,7 +420,7 @@ fn read_source(
         Some(poll) => match humantime::parse_duration(&poll) {
             Ok(interval) if (MIN_POLL..=MAX_POLL).contains(&interval) => interval,
             _ => {
-                cx.error(
+                problems.error(
                     get("poll").and_then(|attribute| attribute.value.span()),
                     format!("source {name:?}: poll {poll:?} is not a duration from 1s to 24h (e.g. \"1m\")"),
                 );
@@ -445,12 +450,12 @@ fn read_source(
         let span = get(key)
             .and_then(|attribute| attribute.value.span())
             .or_else(|| at.clone());
-        cx.error(span, format!("source {name:?}: {error}"));
+        problems.error(span, format!("source {name:?}: {error}"));
     }
     let secret = secret_file.and_then(|path| match WebhookSecret::from_file(&path) {
         Ok(secret) => Some(secret),
         Err(error) => {
-            cx.error(
+            problems.error(
                 get("webhook_secret_file").and_then(|attribute| attribute.value.span()),
                 format!("source {name:?}: {error}"),
             );
@@ -461,7 +466,7 @@ fn read_source(
         None => {
             if ssh_signers.is_some() || pgp_keys.is_some() {
                 let keys = get("trusted_ssh_signers").or_else(|| get("trusted_pgp_keys"));
-                cx.error(
+                problems.error(
                     keys.and_then(|attribute| attribute.key.span())
                         .or_else(|| at.clone()),
                     format!("source {name:?}: trusted keys without `verify_commits = \"tip\"` or \"all\" have no effect"),
@@ -475,7 +480,7 @@ fn read_source(
                 "tip" => Some(VerifyMode::Tip),
                 "all" => Some(VerifyMode::All),
                 other => {
-                    cx.error(
+                    problems.error(
                         span.clone(),
                         format!(
                             "source {name:?}: verify_commits {other:?}: write \"tip\" or \"all\""
@@ -486,7 +491,7 @@ fn read_source(
             };
             match mode {
                 Some(_) if ssh_signers.is_none() && pgp_keys.is_none() => {
-                    cx.error(
+                    problems.error(
                         span,
                         format!("source {name:?}: verify_commits needs the keys to trust: `trusted_ssh_signers` and/or `trusted_pgp_keys`"),
                     );
@@ -496,7 +501,7 @@ fn read_source(
                     match CommitTrust::load(mode, ssh_signers.as_deref(), pgp_keys.as_deref()) {
                         Ok(trust) => Some(trust),
                         Err(error) => {
-                            cx.error(span, format!("source {name:?}: {error:#}"));
+                            problems.error(span, format!("source {name:?}: {error:#}"));
                             None
                         }
                     }
@@ -505,7 +510,7 @@ fn read_source(
             }
         }
     };
-    (cx.problems.len() == before).then(|| SourceConfig {
+    (problems.found.len() == before).then(|| SourceConfig {
         name: name.to_owned(),
         options,
         interval,
@@ -517,10 +522,14 @@ fn read_source(
 }
 
 /// A list of strings, or `None` (reported) when it is something else.
-fn strings(cx: &mut Cx<'_>, name: &str, attribute: Option<&Attribute>) -> Option<Vec<String>> {
+fn strings(
+    problems: &mut Problems<'_>,
+    name: &str,
+    attribute: Option<&Attribute>,
+) -> Option<Vec<String>> {
     let attribute = attribute?;
-    let wrong = |cx: &mut Cx<'_>| {
-        cx.error(
+    let wrong = |problems: &mut Problems<'_>| {
+        problems.error(
             attribute.value.span(),
             format!(
                 "source {name:?}: `{}` wants a list of strings",
@@ -529,7 +538,7 @@ fn strings(cx: &mut Cx<'_>, name: &str, attribute: Option<&Attribute>) -> Option
         );
     };
     let Expression::Array(items) = &attribute.value else {
-        wrong(cx);
+        wrong(problems);
         return None;
     };
     let mut texts = Vec::new();
@@ -537,7 +546,7 @@ fn strings(cx: &mut Cx<'_>, name: &str, attribute: Option<&Attribute>) -> Option
         match item {
             Expression::String(text) => texts.push(text.as_str().to_owned()),
             _ => {
-                wrong(cx);
+                wrong(problems);
                 return None;
             }
         }
