@@ -24,6 +24,19 @@ pub(crate) struct GitCommitter {
     busy: Arc<Mutex<()>>,
 }
 
+/// Why a bump's edit pass stops (the push reports it as a conflict).
+#[derive(Debug, thiserror::Error)]
+enum BumpError {
+    #[error("{path}: {source}")]
+    Edit {
+        path: String,
+        #[source]
+        source: EditError,
+    },
+    #[error("no manifest declares {} with an `image` any more", .0.join(", "))]
+    Missing(Vec<String>),
+}
+
 struct Target {
     options: PushOptions,
     requests: SyncRequests,
@@ -149,7 +162,12 @@ pub fn bump_in_git(options: &PushOptions, bumps: &[Bump]) -> CommitResult {
                         .unwrap_or_else(std::sync::PoisonError::into_inner)[index] = true;
                 }
                 Err(EditError::NotFound { .. } | EditError::Unparsable) => {}
-                Err(error) => return Err(format!("{path}: {error}")),
+                Err(source) => {
+                    return Err(BumpError::Edit {
+                        path: path.to_owned(),
+                        source,
+                    });
+                }
             }
         }
         Ok(changed.then_some(current))
@@ -168,10 +186,7 @@ pub fn bump_in_git(options: &PushOptions, bumps: &[Bump]) -> CommitResult {
         if missing.is_empty() {
             Ok(())
         } else {
-            Err(format!(
-                "no manifest declares {} with an `image` any more",
-                missing.join(", ")
-            ))
+            Err(BumpError::Missing(missing))
         }
     };
     commit_and_push(options, &message, &mut edit, &mut finish).map_err(|error| error.to_string())

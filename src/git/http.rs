@@ -54,9 +54,14 @@ struct Redirects {
     base: Mutex<Option<String>>,
 }
 
+/// The HTTP client could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build an HTTP client: {0}")]
+pub(crate) struct BuildError(#[source] reqwest::Error);
+
 impl Client {
     /// A client trusting what `tls` trusts.
-    pub(crate) fn new(tls: rustls::ClientConfig) -> Result<Client, String> {
+    pub(crate) fn new(tls: rustls::ClientConfig) -> Result<Client, BuildError> {
         let redirects = Arc::new(Redirects::default());
         let shared = Arc::clone(&redirects);
         let policy = reqwest::redirect::Policy::custom(move |attempt| {
@@ -89,7 +94,7 @@ impl Client {
             .timeout(REQUEST_TIMEOUT)
             .redirect(policy)
             .build()
-            .map_err(|error| format!("cannot build an HTTP client: {error}"))?;
+            .map_err(BuildError)?;
         Ok(Client { client, redirects })
     }
 

@@ -300,7 +300,9 @@ impl Source {
             };
             let tls = crate::model::tls::client_config_trusting(certificates)
                 .map_err(|message| self.fetch_error(message))?;
-            fetch::Via::Http(http::Client::new(tls).map_err(|message| self.fetch_error(message))?)
+            fetch::Via::Http(
+                http::Client::new(tls).map_err(|error| self.fetch_error(error.to_string()))?,
+            )
         } else {
             fetch::Via::Gix(
                 repo.transport_options(self.url.as_str(), None)
