@@ -157,14 +157,20 @@ pub fn parse(
     }
 }
 
+/// Sources whose scopes overlap (`model::scopes::Ownership` says how).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct OwnershipError(String);
+
 /// The ownership of `sources` (checked at parse: it cannot overlap).
-pub fn ownership(sources: &[SourceConfig]) -> Result<Ownership, String> {
+pub fn ownership(sources: &[SourceConfig]) -> Result<Ownership, OwnershipError> {
     Ok(Ownership::new(
         sources
             .iter()
             .map(|source| (source.name.clone(), source.scopes.clone()))
             .collect(),
-    )?
+    )
+    .map_err(OwnershipError)?
     .with_shared_network(
         sources
             .iter()
@@ -595,12 +601,12 @@ source "shop" {
         assert_eq!(sources[1].options.branch, "release");
         assert_eq!(sources[1].options.paths, vec!["deploy".to_owned()]);
         assert!(sources[1].options.ssh_accept_new_host_keys);
-        let ownership = ownership(&sources).map_err(|message| {
+        let ownership = ownership(&sources).map_err(|error| {
             Diagnostics(vec![Diagnostic {
                 path: String::new(),
                 line: 0,
                 col: 0,
-                message,
+                message: error.to_string(),
             }])
         })?;
         assert_eq!(ownership.owner_of("shop-web"), Some("shop"));

@@ -9,8 +9,9 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::{AppState, blocking};
+use super::AppState;
 use crate::metrics::render_gauge;
+use crate::store::blocking;
 
 /// Store figures for one scrape.
 struct StoreFigures {
@@ -74,7 +75,9 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     .await;
     let figures = match figures {
         Ok(figures) => figures,
-        Err(error) => return (StatusCode::INTERNAL_SERVER_ERROR, error).into_response(),
+        Err(error) => {
+            return (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response();
+        }
     };
     let mut out = String::new();
     state.ctx.metrics.render(&mut out);

@@ -38,9 +38,10 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq as _;
 
-use super::{AppState, Error, HookSource, blocking};
+use super::{AppState, Error, HookSource};
 use crate::git::trigger::{SyncReason, SyncRequest, Ticket};
 use crate::model::CommitSha;
+use crate::store::blocking;
 
 /// The header of the generic HMAC form.
 pub(crate) const GENERIC_SIGNATURE_HEADER: &str = "x-voodu-signature";
@@ -212,6 +213,37 @@ pub(crate) fn detect(headers: &HeaderMap) -> Provider {
     }
 }
 
+/// Why a request's signature or token is refused: the header the provider was expected to
+/// send and what was wrong with it (never anything about the secret).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Refusal {
+    #[error("missing {header} header ({provider} sends {header}: {form})")]
+    Missing {
+        provider: &'static str,
+        header: &'static str,
+        form: &'static str,
+    },
+    #[error("{0} does not match the webhook secret")]
+    Token(&'static str),
+    #[error("{0} does not match the body and the webhook secret")]
+    Signature(&'static str),
+    #[error("{0} is not `sha256=<hex>`")]
+    NotSha256(&'static str),
+    #[error("{0} is not `Basic <base64 of user:password>`")]
+    NotBasic(&'static str),
+    #[error("{0}: the password does not match the webhook secret")]
+    Password(&'static str),
+}
+
+/// Why a push's body is not understood.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BadPush {
+    #[error("form body without a `payload` field")]
+    NoPayload,
+    #[error("body is not a push payload: {0}")]
+    Json(#[source] serde_json::Error),
+}
+
 /// Checks the provider's signature or token against `secret`; the error names the header the
 /// provider was expected to send and what was wrong (never anything about the secret).
 pub(crate) fn verify(
@@ -219,15 +251,14 @@ pub(crate) fn verify(
     headers: &HeaderMap,
     body: &[u8],
     secret: &WebhookSecret,
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     let (name, form) = provider.expects();
-    let missing = || {
-        format!(
-            "missing {name} header ({} sends {name}: {form})",
-            provider.as_str()
-        )
+    let missing = || Refusal::Missing {
+        provider: provider.as_str(),
+        header: name,
+        form,
     };
-    let mismatch = || format!("{name} does not match the body and the webhook secret");
+    let mismatch = || Refusal::Signature(name);
     let value = || header(headers, &name.to_ascii_lowercase()).ok_or_else(missing);
     match provider {
         Provider::GitLab => {
@@ -235,7 +266,7 @@ pub(crate) fn verify(
             secret
                 .matches_token(token.as_bytes())
                 .then_some(())
-                .ok_or_else(|| format!("{name} does not match the webhook secret"))
+                .ok_or(Refusal::Token(name))
         }
         Provider::Forgejo | Provider::Gitea | Provider::Gogs => secret
             .verify_hex(body, value()?)
@@ -247,7 +278,7 @@ pub(crate) fn verify(
         | Provider::Generic => {
             let hex = value()?
                 .strip_prefix("sha256=")
-                .ok_or_else(|| format!("{name} is not `sha256=<hex>`"))?;
+                .ok_or(Refusal::NotSha256(name))?;
             secret
                 .verify_hex(body, hex)
                 .then_some(())
@@ -257,11 +288,11 @@ pub(crate) fn verify(
             let password = value()?
                 .strip_prefix("Basic ")
                 .and_then(basic_password)
-                .ok_or_else(|| format!("{name} is not `Basic <base64 of user:password>`"))?;
+                .ok_or(Refusal::NotBasic(name))?;
             secret
                 .matches_token(&password)
                 .then_some(())
-                .ok_or_else(|| format!("{name}: the password does not match the webhook secret"))
+                .ok_or(Refusal::Password(name))
         }
     }
 }
@@ -496,12 +527,12 @@ fn parse_push(
     headers: &HeaderMap,
     body: &[u8],
     wanted_ref: &str,
-) -> Result<Push, String> {
-    let json = payload(headers, body).ok_or("form body without a `payload` field")?;
+) -> Result<Push, BadPush> {
+    let json = payload(headers, body).ok_or(BadPush::NoPayload)?;
     if json.iter().all(u8::is_ascii_whitespace) {
         return Ok(Push::default());
     }
-    let not_a_push = |error: serde_json::Error| format!("body is not a push payload: {error}");
+    let not_a_push = BadPush::Json;
     let (updates, actor): (Vec<RefUpdate>, Option<String>) = match provider {
         Provider::BitbucketCloud => {
             let push = serde_json::from_slice::<BitbucketCloudPush>(&json).map_err(not_a_push)?;
@@ -796,7 +827,7 @@ pub(super) async fn hook(
             match verify(provider, &headers, &body, secret) {
                 Ok(()) => true,
                 Err(why) => {
-                    refusal.get_or_insert(why);
+                    refusal.get_or_insert(why.to_string());
                     false
                 }
             }
@@ -882,7 +913,7 @@ pub(super) async fn hook(
                 return answer(
                     &state,
                     StatusCode::BAD_REQUEST,
-                    with_provider(HookAnswer::new(HookResult::BadRequest).reason(why)),
+                    with_provider(HookAnswer::new(HookResult::BadRequest).reason(why.to_string())),
                 );
             }
         };
@@ -1140,9 +1171,9 @@ async fn wait_for_outcome(
             ));
             (StatusCode::BAD_GATEWAY, pending)
         }
-        Err(message) => {
+        Err(error) => {
             pending.result = HookResult::Error;
-            pending.reason = Some(message);
+            pending.reason = Some(error.to_string());
             (StatusCode::INTERNAL_SERVER_ERROR, pending)
         }
     }
@@ -1229,7 +1260,10 @@ mod tests {
     fn check(pairs: &[(&'static str, &str)], body: &[u8]) -> (Provider, Result<(), String>) {
         let map = headers(pairs);
         let provider = detect(&map);
-        (provider, verify(provider, &map, body, &secret()))
+        (
+            provider,
+            verify(provider, &map, body, &secret()).map_err(|refusal| refusal.to_string()),
+        )
     }
 
     /// The refusal of one request (empty when it was accepted).
@@ -1461,7 +1495,7 @@ mod tests {
         signed: &dyn Fn(&WebhookSecret) -> Vec<(&'static str, String)>,
         expected_header: &str,
         after: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), Box<dyn std::error::Error>> {
         let body = body.as_bytes();
         let as_headers = |pairs: Vec<(&'static str, String)>| {
             let pairs: Vec<(&'static str, &str)> = pairs
@@ -1480,6 +1514,7 @@ mod tests {
         let wrong = as_headers(signed(&WebhookSecret::new("not the secret")));
         let refusal = verify(provider, &wrong, body, &secret())
             .err()
+            .map(|refusal| refusal.to_string())
             .unwrap_or_default();
         assert!(
             refusal.starts_with(expected_header),
@@ -1503,8 +1538,8 @@ mod tests {
     }
 
     #[test]
-    fn gogs_bitbucket_and_azure_devops_pushes_from_their_documented_payloads() -> Result<(), String>
-    {
+    fn gogs_bitbucket_and_azure_devops_pushes_from_their_documented_payloads()
+    -> Result<(), Box<dyn std::error::Error>> {
         check_provider(
             Provider::Gogs,
             GOGS_PUSH,
@@ -1617,7 +1652,7 @@ mod tests {
     }
 
     #[test]
-    fn pushes_that_move_other_refs_are_read_as_such() -> Result<(), String> {
+    fn pushes_that_move_other_refs_are_read_as_such() -> Result<(), Box<dyn std::error::Error>> {
         // A Bitbucket Server push that moved only another branch is ignored by its ref.
         let other = BITBUCKET_SERVER_PUSH.replace("refs/heads/main", "refs/heads/dev");
         let push = parse_push(
@@ -1714,7 +1749,8 @@ mod tests {
     }
 
     #[test]
-    fn push_payloads_parse_from_json_form_and_empty_bodies() -> Result<(), String> {
+    fn push_payloads_parse_from_json_form_and_empty_bodies()
+    -> Result<(), Box<dyn std::error::Error>> {
         let parse = |headers: &HeaderMap, body: &[u8]| {
             parse_push(Provider::Generic, headers, body, "refs/heads/main")
         };
@@ -1734,7 +1770,7 @@ mod tests {
     }
 
     #[test]
-    fn pushes_name_their_origin_and_pusher() -> Result<(), String> {
+    fn pushes_name_their_origin_and_pusher() -> Result<(), Box<dyn std::error::Error>> {
         let none = HeaderMap::new();
         let check = |provider, headers: &HeaderMap, body: &[u8], reason, actor: Option<&str>| {
             let push = parse_push(provider, &HeaderMap::new(), body, "refs/heads/main")?;
@@ -1744,7 +1780,7 @@ mod tests {
                 "{}",
                 String::from_utf8_lossy(body)
             );
-            Ok::<(), String>(())
+            Ok::<(), BadPush>(())
         };
         check(
             Provider::GitHub,

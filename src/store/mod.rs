@@ -104,6 +104,16 @@ pub fn now_unix() -> i64 {
         })
 }
 
+/// Runs `f` with `store` on a blocking thread: how async code reads and writes the store
+/// (its calls block; see the module docs).
+pub(crate) async fn blocking<T: Send + 'static>(
+    store: &Arc<Store>,
+    f: impl FnOnce(&Store) -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let store = Arc::clone(store);
+    tokio::task::spawn_blocking(move || f(&store)).await?
+}
+
 impl Store {
     /// Opens the database at `path` and runs pending migrations; when no file is there, first
     /// creates one whole (schema and agent id) under a temporary name and links it into place,
