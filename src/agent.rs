@@ -974,7 +974,7 @@ fn log_triggers(commit: &crate::model::CommitSha, outcomes: &[crate::manifest::t
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Mutex, PoisonError, mpsc};
+    use std::sync::{Mutex, mpsc};
 
     use futures_util::FutureExt as _;
 
@@ -996,18 +996,11 @@ mod tests {
             let asked_to_stop = asked_to_stop.clone();
             let tip = tip.clone();
             move |interrupt: &AtomicBool, _: &Who| {
-                if let Some(sender) = entered_sender
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .take()
-                {
+                if let Some(sender) = crate::base::lock(&entered_sender).take() {
                     let _ = sender.send(());
                 }
                 // In flight until the test releases it.
-                let _ = released
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .recv();
+                let _ = crate::base::lock(&released).recv();
                 asked_to_stop.store(interrupt.load(Ordering::Relaxed), Ordering::Relaxed);
                 Ok(SyncOutcome::Unchanged(tip.clone()))
             }

@@ -23,6 +23,7 @@
 
 #![warn(unreachable_pub)]
 
+pub(crate) mod base;
 pub mod metrics;
 pub mod model;
 

@@ -278,10 +278,7 @@ impl Syncer {
         if interrupt.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(crate::git::Error::Interrupted.into());
         }
-        let mut last_seen = self
-            .last_seen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut last_seen = crate::base::lock(&self.last_seen);
         let config_version = self.store.config_version()?;
         let seen = (commit.clone(), config_version);
         if last_seen.as_ref() == Some(&seen) && !self.store.approvals_pending()? {

@@ -114,9 +114,7 @@ impl ImageCommitter for GitCommitter {
             let busy = Arc::clone(&self.busy);
             let to_branch = options.push_branch.is_empty();
             let result = tokio::task::spawn_blocking(move || {
-                let _held = busy
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let _held = crate::base::lock(&busy);
                 bump_in_git(&options, &bumps)
             })
             .await
@@ -152,14 +150,10 @@ pub fn bump_in_git(options: &PushOptions, bumps: &[Bump]) -> CommitResult {
                 Ok(Some(edit)) => {
                     current = edit.text;
                     changed = true;
-                    found
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)[index] = true;
+                    crate::base::lock(&found)[index] = true;
                 }
                 Ok(None) => {
-                    found
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)[index] = true;
+                    crate::base::lock(&found)[index] = true;
                 }
                 Err(EditError::NotFound { .. } | EditError::Unparsable) => {}
                 Err(source) => {
@@ -173,9 +167,7 @@ pub fn bump_in_git(options: &PushOptions, bumps: &[Bump]) -> CommitResult {
         Ok(changed.then_some(current))
     };
     let mut finish = || {
-        let mut found = found
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut found = crate::base::lock(&found);
         let missing: Vec<String> = bumps
             .iter()
             .zip(found.iter())

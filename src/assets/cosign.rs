@@ -217,10 +217,7 @@ impl Signatures {
     /// (the next caller finds it remembered). The map forgets a digest once nobody holds it.
     pub(crate) async fn one_at_a_time(&self, digest: &str) -> tokio::sync::OwnedMutexGuard<()> {
         let lock = {
-            let mut in_flight = self
-                .in_flight
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut in_flight = crate::base::lock(&self.in_flight);
             in_flight.retain(|_, held| held.strong_count() > 0);
             match in_flight.get(digest).and_then(Weak::upgrade) {
                 Some(lock) => lock,

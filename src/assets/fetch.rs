@@ -297,10 +297,7 @@ impl UrlCache {
                         cut,
                     )
                 };
-                results
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .insert(request.clone(), result);
+                crate::base::lock(&results).insert(request.clone(), result);
             }
         };
         std::thread::scope(|scope| {

@@ -17,7 +17,7 @@
 
 use std::io::{self, BufRead, BufReader, Cursor, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gix::protocol::transport::client::AuthenticationRequired;
@@ -26,6 +26,8 @@ use gix::protocol::transport::client::blocking_io::http::{
 };
 use reqwest::blocking::{RequestBuilder, Response};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, WWW_AUTHENTICATE};
+
+use crate::base::lock;
 
 /// The most redirects the first request follows (git's curl allows 20).
 pub(super) const MAX_REDIRECTS: usize = 20;
@@ -188,10 +190,6 @@ impl Http for Client {
     fn redirected_base_url(&self) -> Option<String> {
         lock(&self.redirects.base).clone()
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// One request and, once sent, its response: shared by the response's headers and body,

@@ -410,10 +410,7 @@ impl Source {
     ) -> Result<(Snapshot, Vec<Option<crate::model::BlobId>>)> {
         self.tree_reads.fetch_add(1, Ordering::Relaxed);
         let repo = self.open_mirror()?;
-        let mut memo = self
-            .blob_memo
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut memo = crate::base::lock(&self.blob_memo);
         tree::read_snapshot(&repo, sha, &self.options.paths, &self.hosts, &mut memo)
     }
 

@@ -32,7 +32,7 @@ use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use hmac::{Hmac, KeyInit, Mac};
+use hmac::{Hmac, Mac};
 use http_body_util::BodyExt as _;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
@@ -97,7 +97,7 @@ impl WebhookSecret {
     }
 
     fn mac(&self) -> Hmac<Sha256> {
-        <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0).expect("HMAC accepts keys of any length")
+        crate::base::hmac_sha256(&self.0)
     }
 
     /// Constant-time check of a hex HMAC-SHA256 tag.

@@ -7,9 +7,8 @@
 //! mentions off); a secret appears only in the request (a header or the URL it came in) and
 //! never in `Request`'s `Debug`.
 
-use hmac::{Hmac, KeyInit, Mac};
+use hmac::Mac;
 use serde_json::{Value, json};
-use sha2::Sha256;
 
 use super::config::{Provider, SinkType};
 use crate::model::text::escape;
@@ -395,8 +394,7 @@ pub(crate) fn commit_status(
 /// `sha256=<hex HMAC-SHA256 of body>`: what the agent's own webhook receiver checks in
 /// `X-Voodu-Signature`.
 pub(crate) fn sign(secret: &[u8], body: &[u8]) -> String {
-    let mut mac =
-        <Hmac<Sha256> as KeyInit>::new_from_slice(secret).expect("HMAC takes a key of any length");
+    let mut mac = crate::base::hmac_sha256(secret);
     mac.update(body);
     format!(
         "sha256={}",

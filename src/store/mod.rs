@@ -263,11 +263,7 @@ impl Store {
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
-        let mut connection = self
-            .shared
-            .connection
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut connection = crate::base::lock(&self.shared.connection);
         f(&mut connection)
     }
 }

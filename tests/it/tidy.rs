@@ -45,19 +45,24 @@ fn every_file_starts_with_module_docs() {
     );
 }
 
-/// Which top-level modules each module may import with `crate::…`. `metrics` sits beside
-/// `model` at layer 0 (it depends on nothing), so every stage may record into it.
+/// Which top-level modules each module may import with `crate::…`. `metrics` and `base` sit
+/// beside `model` at layer 0 (they depend on nothing), so every stage may record into the
+/// one and use the other's helpers (`base::lock`, `base::hmac_sha256`).
 fn allowed(module: &str) -> Option<&'static [&'static str]> {
     Some(match module {
-        "model" | "metrics" => &[],
-        "manifest" | "git" | "runtime" => &["model", "metrics"],
-        "assets" | "store" => &["model", "manifest", "metrics"],
-        "sync" => &["git", "manifest", "assets", "store", "model", "metrics"],
+        "model" | "metrics" | "base" => &[],
+        "manifest" | "git" | "runtime" => &["model", "metrics", "base"],
+        "assets" | "store" => &["model", "manifest", "metrics", "base"],
+        "sync" => &[
+            "git", "manifest", "assets", "store", "model", "metrics", "base",
+        ],
         // `assets` too: the asset handler repairs files on the host from the stored bytes.
-        "reconcile" => &["model", "manifest", "assets", "store", "runtime", "metrics"],
-        "http" => &["model", "store", "git", "metrics"],
+        "reconcile" => &[
+            "model", "manifest", "assets", "store", "runtime", "metrics", "base",
+        ],
+        "http" => &["model", "store", "git", "metrics", "base"],
         // Notifications read the outbox and speak HTTP to the sinks; nothing else.
-        "notify" => &["model", "store", "metrics"],
+        "notify" => &["model", "store", "metrics", "base"],
         _ => return None,
     })
 }
