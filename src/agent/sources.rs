@@ -288,41 +288,28 @@ fn read_body(
     sources
 }
 
-fn read_source(
-    problems: &mut Problems<'_>,
-    name: &str,
-    body: &Body,
-    at: Option<std::ops::Range<usize>>,
-    default_interval: Duration,
-) -> Option<SourceConfig> {
-    let before = problems.found.len();
-    for attribute in body.attributes() {
-        if !KNOWN.contains(&attribute.key.as_str()) {
-            problems.error(
-                attribute.key.span(),
-                format!(
-                    "source {name:?}: unknown attribute `{}` (known: {})",
-                    attribute.key.as_str(),
-                    KNOWN.join(", ")
-                ),
-            );
-        }
-    }
-    if let Some(block) = body.blocks().next() {
-        problems.error(
-            block.ident.span(),
-            format!(
-                "source {name:?}: unexpected block `{}`",
-                block.ident.as_str()
-            ),
-        );
-    }
-    let get = |key: &str| {
-        body.attributes()
+/// One `source "NAME" { … }` block's attributes, read with its name in every mistake.
+struct SourceBlock<'a> {
+    name: &'a str,
+    body: &'a Body,
+}
+
+impl<'a> SourceBlock<'a> {
+    fn get(&self, key: &str) -> Option<&'a Attribute> {
+        self.body
+            .attributes()
             .find(|attribute| attribute.key.as_str() == key)
-    };
-    let text = |problems: &mut Problems<'_>, key: &str| -> Option<String> {
-        let attribute = get(key)?;
+    }
+
+    /// Where attribute `key`'s value is, if it is there.
+    fn value_span(&self, key: &str) -> Option<std::ops::Range<usize>> {
+        self.get(key).and_then(|attribute| attribute.value.span())
+    }
+
+    /// Attribute `key` as a string; a value of another type is reported.
+    fn text(&self, problems: &mut Problems<'_>, key: &str) -> Option<String> {
+        let name = self.name;
+        let attribute = self.get(key)?;
         match &attribute.value {
             Expression::String(value) => Some(value.as_str().to_owned()),
             _ => {
@@ -333,87 +320,262 @@ fn read_source(
                 None
             }
         }
-    };
-    let url = text(problems, "url");
-    let branch = text(problems, "branch").unwrap_or_else(|| "main".to_owned());
-    let poll = text(problems, "poll");
-    let file = |problems: &mut Problems<'_>, key: &str| -> Option<PathBuf> {
-        let value = text(problems, key)?;
+    }
+
+    /// Attribute `key` as a path; a relative one is reported.
+    fn file(&self, problems: &mut Problems<'_>, key: &str) -> Option<PathBuf> {
+        let name = self.name;
+        let value = self.text(problems, key)?;
         let path = PathBuf::from(&value);
         if !path.is_absolute() {
             problems.error(
-                get(key).and_then(|attribute| attribute.value.span()),
+                self.value_span(key),
                 format!("source {name:?}: `{key}` wants an absolute path, got {value:?}"),
             );
         }
         Some(path)
-    };
-    let token_file = file(problems, "token_file");
-    let ca_file = file(problems, "ca_file");
-    let ssh_key_file = file(problems, "ssh_key_file");
-    let secret_file = file(problems, "webhook_secret_file");
-    let ssh_signers = file(problems, "trusted_ssh_signers");
-    let pgp_keys = file(problems, "trusted_pgp_keys");
-    let verify = text(problems, "verify_commits");
-    let accept_new = match get("ssh_accept_new_host_keys") {
-        None => false,
-        Some(attribute) => match &attribute.value {
-            Expression::Bool(value) => *value.value(),
-            other => {
+    }
+
+    /// Attributes and blocks a source does not have, reported.
+    fn check_known(&self, problems: &mut Problems<'_>) {
+        let name = self.name;
+        for attribute in self.body.attributes() {
+            if !KNOWN.contains(&attribute.key.as_str()) {
                 problems.error(
-                    other.span(),
-                    format!("source {name:?}: `ssh_accept_new_host_keys` wants true or false"),
+                    attribute.key.span(),
+                    format!(
+                        "source {name:?}: unknown attribute `{}` (known: {})",
+                        attribute.key.as_str(),
+                        KNOWN.join(", ")
+                    ),
+                );
+            }
+        }
+        if let Some(block) = self.body.blocks().next() {
+            problems.error(
+                block.ident.span(),
+                format!(
+                    "source {name:?}: unexpected block `{}`",
+                    block.ident.as_str()
+                ),
+            );
+        }
+    }
+
+    /// `ssh_accept_new_host_keys`: false unless it is `true`; another type is reported.
+    fn accept_new_host_keys(&self, problems: &mut Problems<'_>) -> bool {
+        let name = self.name;
+        match self.get("ssh_accept_new_host_keys") {
+            None => false,
+            Some(attribute) => match &attribute.value {
+                Expression::Bool(value) => *value.value(),
+                other => {
+                    problems.error(
+                        other.span(),
+                        format!("source {name:?}: `ssh_accept_new_host_keys` wants true or false"),
+                    );
+                    false
+                }
+            },
+        }
+    }
+
+    /// `network`: whether the source's containers are on the shared `voodu0`.
+    fn shared_network(&self, problems: &mut Problems<'_>) -> bool {
+        let name = self.name;
+        match self.text(problems, "network").as_deref() {
+            None | Some("own") => false,
+            Some("shared") => true,
+            Some(other) => {
+                problems.error(
+                    self.value_span("network"),
+                    format!(
+                        "source {name:?}: network {other:?}: write \"own\" (its containers on their own network, voodu0-{name}) or \"shared\" (on voodu0, with the other sources that share it)"
+                    ),
                 );
                 false
             }
-        },
-    };
-    let shared_network = match text(problems, "network").as_deref() {
-        None | Some("own") => false,
-        Some("shared") => true,
-        Some(other) => {
-            problems.error(
-                get("network").and_then(|attribute| attribute.value.span()),
-                format!(
-                    "source {name:?}: network {other:?}: write \"own\" (its containers on their own network, voodu0-{name}) or \"shared\" (on voodu0, with the other sources that share it)"
-                ),
-            );
-            false
         }
-    };
-    let paths = strings(problems, name, get("paths")).unwrap_or_default();
-    let scopes_attribute = get("scopes");
-    let scopes = match strings(problems, name, scopes_attribute) {
-        None if scopes_attribute.is_none() => {
-            problems.error(
-                at.clone(),
-                format!(
-                    "source {name:?}: `scopes` is required: the scopes it may deploy, e.g. `scopes = [\"{name}\"]` (`shop-*` for a prefix, \"\" for registries and unscoped assets)"
-                ),
-            );
-            Vec::new()
-        }
-        None => Vec::new(),
-        Some(texts) => {
-            let span = scopes_attribute.and_then(|attribute| attribute.value.span());
-            let mut patterns = Vec::new();
-            for text in texts {
-                match ScopePattern::parse(&text) {
-                    Ok(pattern) => patterns.push(pattern),
-                    Err(message) => {
-                        problems.error(span.clone(), format!("source {name:?}: {message}"))
+    }
+
+    /// `scopes`, required and not empty: the scopes the source may deploy.
+    fn scopes(
+        &self,
+        problems: &mut Problems<'_>,
+        at: Option<std::ops::Range<usize>>,
+    ) -> Vec<ScopePattern> {
+        let name = self.name;
+        let scopes_attribute = self.get("scopes");
+        match strings(problems, name, scopes_attribute) {
+            None if scopes_attribute.is_none() => {
+                problems.error(
+                    at,
+                    format!(
+                        "source {name:?}: `scopes` is required: the scopes it may deploy, e.g. `scopes = [\"{name}\"]` (`shop-*` for a prefix, \"\" for registries and unscoped assets)"
+                    ),
+                );
+                Vec::new()
+            }
+            None => Vec::new(),
+            Some(texts) => {
+                let span = scopes_attribute.and_then(|attribute| attribute.value.span());
+                let mut patterns = Vec::new();
+                for text in texts {
+                    match ScopePattern::parse(&text) {
+                        Ok(pattern) => patterns.push(pattern),
+                        Err(message) => {
+                            problems.error(span.clone(), format!("source {name:?}: {message}"))
+                        }
                     }
                 }
+                if patterns.is_empty() {
+                    problems.error(
+                        span,
+                        format!("source {name:?}: `scopes` is empty: it could deploy nothing"),
+                    );
+                }
+                patterns
             }
-            if patterns.is_empty() {
+        }
+    }
+
+    /// `poll` as an interval from 1s to 24h, or `default_interval` (also when it is wrong,
+    /// reported).
+    fn interval(
+        &self,
+        problems: &mut Problems<'_>,
+        poll: Option<String>,
+        default_interval: Duration,
+    ) -> Duration {
+        let name = self.name;
+        match poll {
+            None => default_interval,
+            Some(poll) => match humantime::parse_duration(&poll) {
+                Ok(interval) if (MIN_POLL..=MAX_POLL).contains(&interval) => interval,
+                _ => {
+                    problems.error(
+                        self.value_span("poll"),
+                        format!("source {name:?}: poll {poll:?} is not a duration from 1s to 24h (e.g. \"1m\")"),
+                    );
+                    default_interval
+                }
+            },
+        }
+    }
+
+    /// The git stage's own check of `options`, reported at the attribute it refused.
+    fn check_options(
+        &self,
+        problems: &mut Problems<'_>,
+        options: &SourceOptions,
+        at: Option<std::ops::Range<usize>>,
+    ) {
+        let name = self.name;
+        if let Err(error) = options.check() {
+            // The attribute the check refused.
+            let key = match &error {
+                crate::git::Error::TokenOverHttp { .. } => "token_file",
+                crate::git::Error::CaFile { .. } => "ca_file",
+                crate::git::Error::SshKeyFile { .. } => "ssh_key_file",
+                _ => "url",
+            };
+            let span = self.value_span(key).or(at);
+            problems.error(span, format!("source {name:?}: {error}"));
+        }
+    }
+
+    /// The webhook secret read from `webhook_secret_file`.
+    fn secret(&self, problems: &mut Problems<'_>, file: Option<PathBuf>) -> Option<WebhookSecret> {
+        let name = self.name;
+        file.and_then(|path| match WebhookSecret::from_file(&path) {
+            Ok(secret) => Some(secret),
+            Err(error) => {
                 problems.error(
-                    span,
-                    format!("source {name:?}: `scopes` is empty: it could deploy nothing"),
+                    self.value_span("webhook_secret_file"),
+                    format!("source {name:?}: {error}"),
+                );
+                None
+            }
+        })
+    }
+
+    /// `verify_commits` with the keys to trust (`trusted_ssh_signers`, `trusted_pgp_keys`):
+    /// keys without a mode, or a mode without keys, are reported.
+    fn trust(
+        &self,
+        problems: &mut Problems<'_>,
+        verify: Option<&str>,
+        (ssh_signers, pgp_keys): (Option<PathBuf>, Option<PathBuf>),
+        at: Option<std::ops::Range<usize>>,
+    ) -> Option<CommitTrust> {
+        let name = self.name;
+        let Some(mode) = verify else {
+            if ssh_signers.is_some() || pgp_keys.is_some() {
+                let keys = self
+                    .get("trusted_ssh_signers")
+                    .or_else(|| self.get("trusted_pgp_keys"));
+                problems.error(
+                    keys.and_then(|attribute| attribute.key.span()).or(at),
+                    format!("source {name:?}: trusted keys without `verify_commits = \"tip\"` or \"all\" have no effect"),
                 );
             }
-            patterns
+            return None;
+        };
+        let span = self.value_span("verify_commits");
+        let mode = match mode {
+            "tip" => VerifyMode::Tip,
+            "all" => VerifyMode::All,
+            other => {
+                problems.error(
+                    span,
+                    format!("source {name:?}: verify_commits {other:?}: write \"tip\" or \"all\""),
+                );
+                return None;
+            }
+        };
+        if ssh_signers.is_none() && pgp_keys.is_none() {
+            problems.error(
+                span,
+                format!("source {name:?}: verify_commits needs the keys to trust: `trusted_ssh_signers` and/or `trusted_pgp_keys`"),
+            );
+            return None;
         }
-    };
+        match CommitTrust::load(mode, ssh_signers.as_deref(), pgp_keys.as_deref()) {
+            Ok(trust) => Some(trust),
+            Err(error) => {
+                problems.error(span, format!("source {name:?}: {error:#}"));
+                None
+            }
+        }
+    }
+}
+
+fn read_source(
+    problems: &mut Problems<'_>,
+    name: &str,
+    body: &Body,
+    at: Option<std::ops::Range<usize>>,
+    default_interval: Duration,
+) -> Option<SourceConfig> {
+    let before = problems.found.len();
+    let block = SourceBlock { name, body };
+    block.check_known(problems);
+    let url = block.text(problems, "url");
+    let branch = block
+        .text(problems, "branch")
+        .unwrap_or_else(|| "main".to_owned());
+    let poll = block.text(problems, "poll");
+    let token_file = block.file(problems, "token_file");
+    let ca_file = block.file(problems, "ca_file");
+    let ssh_key_file = block.file(problems, "ssh_key_file");
+    let secret_file = block.file(problems, "webhook_secret_file");
+    let ssh_signers = block.file(problems, "trusted_ssh_signers");
+    let pgp_keys = block.file(problems, "trusted_pgp_keys");
+    let verify = block.text(problems, "verify_commits");
+    let accept_new = block.accept_new_host_keys(problems);
+    let shared_network = block.shared_network(problems);
+    let paths = strings(problems, name, block.get("paths")).unwrap_or_default();
+    let scopes = block.scopes(problems, at.clone());
     let Some(url) = url.filter(|url| !url.is_empty()) else {
         problems.error(
             at,
@@ -421,19 +583,7 @@ fn read_source(
         );
         return None;
     };
-    let interval = match poll {
-        None => default_interval,
-        Some(poll) => match humantime::parse_duration(&poll) {
-            Ok(interval) if (MIN_POLL..=MAX_POLL).contains(&interval) => interval,
-            _ => {
-                problems.error(
-                    get("poll").and_then(|attribute| attribute.value.span()),
-                    format!("source {name:?}: poll {poll:?} is not a duration from 1s to 24h (e.g. \"1m\")"),
-                );
-                default_interval
-            }
-        },
-    };
+    let interval = block.interval(problems, poll, default_interval);
     let options = SourceOptions {
         url,
         branch,
@@ -445,77 +595,9 @@ fn read_source(
         // The agent's `--max-file-size`, set where the source is made (`agent::start`).
         max_file_bytes: 0,
     };
-    if let Err(error) = options.check() {
-        // The attribute the check refused.
-        let key = match &error {
-            crate::git::Error::TokenOverHttp { .. } => "token_file",
-            crate::git::Error::CaFile { .. } => "ca_file",
-            crate::git::Error::SshKeyFile { .. } => "ssh_key_file",
-            _ => "url",
-        };
-        let span = get(key)
-            .and_then(|attribute| attribute.value.span())
-            .or_else(|| at.clone());
-        problems.error(span, format!("source {name:?}: {error}"));
-    }
-    let secret = secret_file.and_then(|path| match WebhookSecret::from_file(&path) {
-        Ok(secret) => Some(secret),
-        Err(error) => {
-            problems.error(
-                get("webhook_secret_file").and_then(|attribute| attribute.value.span()),
-                format!("source {name:?}: {error}"),
-            );
-            None
-        }
-    });
-    let trust = match verify.as_deref() {
-        None => {
-            if ssh_signers.is_some() || pgp_keys.is_some() {
-                let keys = get("trusted_ssh_signers").or_else(|| get("trusted_pgp_keys"));
-                problems.error(
-                    keys.and_then(|attribute| attribute.key.span())
-                        .or_else(|| at.clone()),
-                    format!("source {name:?}: trusted keys without `verify_commits = \"tip\"` or \"all\" have no effect"),
-                );
-            }
-            None
-        }
-        Some(mode) => {
-            let span = get("verify_commits").and_then(|attribute| attribute.value.span());
-            let mode = match mode {
-                "tip" => Some(VerifyMode::Tip),
-                "all" => Some(VerifyMode::All),
-                other => {
-                    problems.error(
-                        span.clone(),
-                        format!(
-                            "source {name:?}: verify_commits {other:?}: write \"tip\" or \"all\""
-                        ),
-                    );
-                    None
-                }
-            };
-            match mode {
-                Some(_) if ssh_signers.is_none() && pgp_keys.is_none() => {
-                    problems.error(
-                        span,
-                        format!("source {name:?}: verify_commits needs the keys to trust: `trusted_ssh_signers` and/or `trusted_pgp_keys`"),
-                    );
-                    None
-                }
-                Some(mode) => {
-                    match CommitTrust::load(mode, ssh_signers.as_deref(), pgp_keys.as_deref()) {
-                        Ok(trust) => Some(trust),
-                        Err(error) => {
-                            problems.error(span, format!("source {name:?}: {error:#}"));
-                            None
-                        }
-                    }
-                }
-                None => None,
-            }
-        }
-    };
+    block.check_options(problems, &options, at.clone());
+    let secret = block.secret(problems, secret_file);
+    let trust = block.trust(problems, verify.as_deref(), (ssh_signers, pgp_keys), at);
     (problems.found.len() == before).then(|| SourceConfig {
         name: name.to_owned(),
         options,
