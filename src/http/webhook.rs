@@ -793,51 +793,47 @@ pub(super) async fn hook(
         Err(response) => return response,
     };
     let provider = detect(&headers);
-    let with_provider = |mut hook_answer: HookAnswer| {
-        hook_answer.provider = Some(provider.as_str());
+    let request = HookRequest {
+        state: &state,
+        provider,
+        headers: &headers,
+        body: &body,
+    };
+    let routed = match request.authenticate_and_route(query.source.as_deref()) {
+        Ok(routed) => routed,
+        Err(response) => return response,
+    };
+    let (source, push) = match request.choose(routed) {
+        Ok(chosen) => chosen,
+        Err(response) => return response,
+    };
+    request.sync(&query, source, &push).await
+}
+
+/// One webhook request, verified, routed and answered.
+struct HookRequest<'a> {
+    state: &'a AppState,
+    provider: Provider,
+    headers: &'a HeaderMap,
+    body: &'a [u8],
+}
+
+impl<'a> HookRequest<'a> {
+    fn with_provider(&self, mut hook_answer: HookAnswer) -> HookAnswer {
+        hook_answer.provider = Some(self.provider.as_str());
         hook_answer
-    };
-    let sources = &state.ctx.sources;
-    let candidates: Vec<&HookSource> = match query.source.as_deref() {
-        Some(name) => sources
-            .iter()
-            .filter(|source| source.name == name)
-            .collect(),
-        None => sources.iter().collect(),
-    };
-    if candidates.is_empty() {
-        // Said before any signature is checked: the names of the sources are not told.
-        return answer(
-            &state,
-            StatusCode::NOT_FOUND,
-            with_provider(
-                HookAnswer::new(HookResult::BadRequest)
-                    .reason("no source of that name (`voodu-agent status` on the host lists them)"),
-            ),
-        );
     }
-    // Before anything is parsed: the request must verify with the secret of a source it
-    // may be for (each source's own, else the agent's).
-    let mut refusal = None;
-    let (verified, unverified): (Vec<&HookSource>, Vec<&HookSource>) =
-        candidates.into_iter().partition(|source| {
-            let Some(secret) = source.secret.as_ref().or(state.ctx.options.secret.as_ref()) else {
-                return true;
-            };
-            match verify(provider, &headers, &body, secret) {
-                Ok(()) => true,
-                Err(why) => {
-                    refusal.get_or_insert(why.to_string());
-                    false
-                }
-            }
-        });
-    let unauthorized = |why: String| {
+
+    fn answer(&self, code: StatusCode, hook_answer: HookAnswer) -> Response {
+        answer(self.state, code, self.with_provider(hook_answer))
+    }
+
+    fn unauthorized(&self, why: String) -> Response {
+        let provider = self.provider;
         tracing::warn!(provider = provider.as_str(), %why, "webhook refused");
-        let mut response = answer(
-            &state,
+        let mut response = self.answer(
             StatusCode::UNAUTHORIZED,
-            with_provider(HookAnswer::new(HookResult::Unauthorized).reason(why)),
+            HookAnswer::new(HookResult::Unauthorized).reason(why),
         );
         if provider == Provider::AzureDevOps {
             response.headers_mut().insert(
@@ -846,154 +842,199 @@ pub(super) async fn hook(
             );
         }
         response
-    };
-    if verified.is_empty() {
-        return unauthorized(refusal.unwrap_or_default());
     }
-    match event(provider, &headers, &body) {
-        Event::Push => {}
-        Event::Ping => {
-            return answer(
-                &state,
-                StatusCode::OK,
-                with_provider(HookAnswer::new(HookResult::Pong)),
-            );
+
+    /// The sources the request is for (`named`, else all), those whose secret it verifies
+    /// with, then, for a push, those that follow the repository it names. `Err`: the answer
+    /// (unknown source, unauthorized, a ping or another event, a repository nobody follows).
+    fn authenticate_and_route(&self, named: Option<&str>) -> Result<Vec<&'a HookSource>, Response> {
+        let (provider, headers, body) = (self.provider, self.headers, self.body);
+        let sources = &self.state.ctx.sources;
+        let candidates: Vec<&HookSource> = match named {
+            Some(name) => sources
+                .iter()
+                .filter(|source| source.name == name)
+                .collect(),
+            None => sources.iter().collect(),
+        };
+        if candidates.is_empty() {
+            // Said before any signature is checked: the names of the sources are not told.
+            return Err(self.answer(
+                StatusCode::NOT_FOUND,
+                HookAnswer::new(HookResult::BadRequest)
+                    .reason("no source of that name (`voodu-agent status` on the host lists them)"),
+            ));
         }
-        Event::Other(name) => {
-            return answer(
-                &state,
-                StatusCode::ACCEPTED,
-                with_provider(
+        // Before anything is parsed: the request must verify with the secret of a source it
+        // may be for (each source's own, else the agent's).
+        let mut refusal = None;
+        let (verified, unverified): (Vec<&HookSource>, Vec<&HookSource>) =
+            candidates.into_iter().partition(|source| {
+                let Some(secret) =
+                    source
+                        .secret
+                        .as_ref()
+                        .or(self.state.ctx.options.secret.as_ref())
+                else {
+                    return true;
+                };
+                match verify(provider, headers, body, secret) {
+                    Ok(()) => true,
+                    Err(why) => {
+                        refusal.get_or_insert(why.to_string());
+                        false
+                    }
+                }
+            });
+        if verified.is_empty() {
+            return Err(self.unauthorized(refusal.unwrap_or_default()));
+        }
+        match event(provider, headers, body) {
+            Event::Push => {}
+            Event::Ping => {
+                return Err(self.answer(StatusCode::OK, HookAnswer::new(HookResult::Pong)));
+            }
+            Event::Other(name) => {
+                return Err(self.answer(
+                    StatusCode::ACCEPTED,
                     HookAnswer::new(HookResult::Ignored)
                         .reason(format!("event {name:?} is not a push; only pushes sync")),
-                ),
-            );
+                ));
+            }
         }
-    }
-    // With several sources, a push syncs the sources that follow the repository it names
-    // (or the one `?source=` names).
-    let routed: Vec<&HookSource> = if sources.len() == 1 || query.source.is_some() {
-        verified
-    } else {
-        let named = pushed_repositories(&headers, &body);
+        // With several sources, a push syncs the sources that follow the repository it names
+        // (or the one `?source=` names).
+        if sources.len() == 1 || named.is_some() {
+            return Ok(verified);
+        }
+        let named = pushed_repositories(headers, body);
         if named.is_empty() && provider == Provider::Generic {
             // A bare "fetch now" (`voodu-agent sync`, a script): every source it may sync.
-            verified
-        } else {
-            let following: Vec<&HookSource> = verified
-                .into_iter()
-                .filter(|source| follows(source, &named))
-                .collect();
-            if following.is_empty() && unverified.iter().any(|source| follows(source, &named)) {
-                // The repository is a source's whose secret this request does not have.
-                return unauthorized(refusal.unwrap_or_default());
-            }
-            if following.is_empty() {
-                return answer(
-                &state,
+            return Ok(verified);
+        }
+        let following: Vec<&HookSource> = verified
+            .into_iter()
+            .filter(|source| follows(source, &named))
+            .collect();
+        if following.is_empty() && unverified.iter().any(|source| follows(source, &named)) {
+            // The repository is a source's whose secret this request does not have.
+            return Err(self.unauthorized(refusal.unwrap_or_default()));
+        }
+        if following.is_empty() {
+            return Err(self.answer(
                 StatusCode::ACCEPTED,
-                with_provider(HookAnswer::new(HookResult::Ignored).reason(match named.first() {
+                HookAnswer::new(HookResult::Ignored).reason(match named.first() {
                     Some(repository) => format!(
                         "the push names repository {repository}; no source of this agent follows it (or add ?source=NAME to the webhook URL)"
                     ),
                     None => "the push names no repository; add ?source=NAME to the webhook URL".to_owned(),
-                })),
-            );
-            }
-            following
+                }),
+            ));
         }
-    };
-    let mut ignored = None;
-    let mut chosen: Option<(&HookSource, Push)> = None;
-    for source in routed {
-        let wanted_ref = format!("refs/heads/{}", source.branch);
-        let push = match parse_push(provider, &headers, &body, &wanted_ref) {
-            Ok(push) => push,
-            Err(why) => {
+        Ok(following)
+    }
+
+    /// The first routed source whose branch the push moves, with the push; the others on
+    /// that branch get a fetch too. `Err`: the answer (a body that is not a push, a push to
+    /// another branch).
+    fn choose(&self, routed: Vec<&'a HookSource>) -> Result<(&'a HookSource, Push), Response> {
+        let (provider, headers, body) = (self.provider, self.headers, self.body);
+        let mut ignored = None;
+        let mut chosen: Option<(&HookSource, Push)> = None;
+        for source in routed {
+            let wanted_ref = format!("refs/heads/{}", source.branch);
+            let push = match parse_push(provider, headers, body, &wanted_ref) {
+                Ok(push) => push,
+                Err(why) => {
+                    return Err(self.answer(
+                        StatusCode::BAD_REQUEST,
+                        HookAnswer::new(HookResult::BadRequest).reason(why.to_string()),
+                    ));
+                }
+            };
+            if let Some(git_ref) = &push.git_ref
+                && *git_ref != wanted_ref
+            {
+                ignored.get_or_insert(format!(
+                    "push to {git_ref}; this agent deploys {wanted_ref}"
+                ));
+                continue;
+            }
+            match &chosen {
+                // Another source on the same repository and branch (other paths): a fetch too.
+                Some(_) => {
+                    let (reason, actor) = request_origin(provider, headers, &push);
+                    source.requests.request(SyncRequest {
+                        reason,
+                        commit: commit_of(push.after.as_deref()),
+                        actor,
+                    });
+                }
+                None => chosen = Some((source, push)),
+            }
+        }
+        chosen.ok_or_else(|| {
+            self.answer(
+                StatusCode::ACCEPTED,
+                HookAnswer::new(HookResult::Ignored).reason(ignored.unwrap_or_default()),
+            )
+        })
+    }
+
+    /// Asks `source` for a fetch of `push`; answers at once, or (`?wait`) once the sync of
+    /// the commit ended or the wait timed out.
+    async fn sync(&self, query: &HookQuery, source: &HookSource, push: &Push) -> Response {
+        let state = self.state;
+        let with_source = |mut hook_answer: HookAnswer| {
+            if !source.name.is_empty() {
+                hook_answer.source = Some(source.name.clone());
+            }
+            self.with_provider(hook_answer)
+        };
+        let commit = commit_of(push.after.as_deref());
+        let (reason, actor) = request_origin(self.provider, self.headers, push);
+        let ticket = source.requests.request(SyncRequest {
+            reason,
+            commit: commit.clone(),
+            actor,
+        });
+        let wait = query
+            .wait
+            .as_deref()
+            .is_some_and(|wait| matches!(wait, "" | "1" | "true" | "yes"));
+        if !wait {
+            let mut hook_answer = HookAnswer::new(if ticket.coalesced {
+                HookResult::Coalesced
+            } else {
+                HookResult::Accepted
+            });
+            hook_answer.commit = commit.map(|commit| commit.to_string());
+            hook_answer.reason = Some(
+                if ticket.coalesced {
+                    "a fetch that covers this push is already pending or done"
+                } else {
+                    "fetch queued"
+                }
+                .to_owned(),
+            );
+            return answer(state, StatusCode::ACCEPTED, with_source(hook_answer));
+        }
+        let timeout = match query.timeout.as_deref().map(humantime::parse_duration) {
+            None => state.ctx.options.wait_timeout,
+            Some(Ok(timeout)) => timeout.min(MAX_WAIT),
+            Some(Err(error)) => {
                 return answer(
-                    &state,
+                    state,
                     StatusCode::BAD_REQUEST,
-                    with_provider(HookAnswer::new(HookResult::BadRequest).reason(why.to_string())),
+                    with_source(
+                        HookAnswer::new(HookResult::BadRequest).reason(format!("timeout: {error}")),
+                    ),
                 );
             }
         };
-        if let Some(git_ref) = &push.git_ref
-            && *git_ref != wanted_ref
-        {
-            ignored.get_or_insert(format!(
-                "push to {git_ref}; this agent deploys {wanted_ref}"
-            ));
-            continue;
-        }
-        match &chosen {
-            // Another source on the same repository and branch (other paths): a fetch too.
-            Some(_) => {
-                let (reason, actor) = request_origin(provider, &headers, &push);
-                source.requests.request(SyncRequest {
-                    reason,
-                    commit: commit_of(push.after.as_deref()),
-                    actor,
-                });
-            }
-            None => chosen = Some((source, push)),
-        }
+        let (code, hook_answer) = wait_for_outcome(state, source, ticket, commit, timeout).await;
+        answer(state, code, with_source(hook_answer))
     }
-    let Some((source, push)) = chosen else {
-        return answer(
-            &state,
-            StatusCode::ACCEPTED,
-            with_provider(HookAnswer::new(HookResult::Ignored).reason(ignored.unwrap_or_default())),
-        );
-    };
-    let with_source = |mut hook_answer: HookAnswer| {
-        if !source.name.is_empty() {
-            hook_answer.source = Some(source.name.clone());
-        }
-        with_provider(hook_answer)
-    };
-    let commit = commit_of(push.after.as_deref());
-    let (reason, actor) = request_origin(provider, &headers, &push);
-    let ticket = source.requests.request(SyncRequest {
-        reason,
-        commit: commit.clone(),
-        actor,
-    });
-    let wait = query
-        .wait
-        .as_deref()
-        .is_some_and(|wait| matches!(wait, "" | "1" | "true" | "yes"));
-    if !wait {
-        let mut hook_answer = HookAnswer::new(if ticket.coalesced {
-            HookResult::Coalesced
-        } else {
-            HookResult::Accepted
-        });
-        hook_answer.commit = commit.map(|commit| commit.to_string());
-        hook_answer.reason = Some(
-            if ticket.coalesced {
-                "a fetch that covers this push is already pending or done"
-            } else {
-                "fetch queued"
-            }
-            .to_owned(),
-        );
-        return answer(&state, StatusCode::ACCEPTED, with_source(hook_answer));
-    }
-    let timeout = match query.timeout.as_deref().map(humantime::parse_duration) {
-        None => state.ctx.options.wait_timeout,
-        Some(Ok(timeout)) => timeout.min(MAX_WAIT),
-        Some(Err(error)) => {
-            return answer(
-                &state,
-                StatusCode::BAD_REQUEST,
-                with_source(
-                    HookAnswer::new(HookResult::BadRequest).reason(format!("timeout: {error}")),
-                ),
-            );
-        }
-    };
-    let (code, hook_answer) = wait_for_outcome(&state, source, ticket, commit, timeout).await;
-    answer(&state, code, with_source(hook_answer))
 }
 
 /// Whether `source` follows one of the repositories a push names (`pushed_repositories`):
