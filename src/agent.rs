@@ -612,7 +612,7 @@ async fn open_engine_and_state<R: Runtime>(
     // verified digest alone.
     let runtime = Arc::new(Sealed::new(
         runtime,
-        sink_gate(&config)
+        sink_gate(config)
             .sealing(Arc::clone(ownership))
             .requiring_signatures(signatures.fingerprints()),
     ));

@@ -348,13 +348,13 @@ fn current_specs(
     Ok((scaled, current))
 }
 
+/// Under Swarm, the containers by resource, and a note when the engine did not answer.
+type ActualState = (bool, BTreeMap<ResourceKey, Vec<Container>>, Option<String>);
+
 /// Whether the agent runs under Swarm (`--runtime`, else what it recorded), and its
 /// containers on this engine: none under Swarm, or none with a note when the engine did not
 /// answer.
-fn actual_state(
-    args: &PlanArgs,
-    store: Option<&Store>,
-) -> anyhow::Result<(bool, BTreeMap<ResourceKey, Vec<Container>>, Option<String>)> {
+fn actual_state(args: &PlanArgs, store: Option<&Store>) -> anyhow::Result<ActualState> {
     let recorded = match store {
         Some(store) => store.meta(crate::store::META_RUNTIME)?,
         None => None,

@@ -801,11 +801,11 @@ pub(super) async fn hook(
     };
     let routed = match request.authenticate_and_route(query.source.as_deref()) {
         Ok(routed) => routed,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let (source, push) = match request.choose(routed) {
         Ok(chosen) => chosen,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     request.sync(&query, source, &push).await
 }
@@ -847,7 +847,10 @@ impl<'a> HookRequest<'a> {
     /// The sources the request is for (`named`, else all), those whose secret it verifies
     /// with, then, for a push, those that follow the repository it names. `Err`: the answer
     /// (unknown source, unauthorized, a ping or another event, a repository nobody follows).
-    fn authenticate_and_route(&self, named: Option<&str>) -> Result<Vec<&'a HookSource>, Response> {
+    fn authenticate_and_route(
+        &self,
+        named: Option<&str>,
+    ) -> Result<Vec<&'a HookSource>, Box<Response>> {
         let (provider, headers, body) = (self.provider, self.headers, self.body);
         let sources = &self.state.ctx.sources;
         let candidates: Vec<&HookSource> = match named {
@@ -859,10 +862,13 @@ impl<'a> HookRequest<'a> {
         };
         if candidates.is_empty() {
             // Said before any signature is checked: the names of the sources are not told.
-            return Err(self.answer(
-                StatusCode::NOT_FOUND,
-                HookAnswer::new(HookResult::BadRequest)
-                    .reason("no source of that name (`voodu-agent status` on the host lists them)"),
+            return Err(Box::new(
+                self.answer(
+                    StatusCode::NOT_FOUND,
+                    HookAnswer::new(HookResult::BadRequest).reason(
+                        "no source of that name (`voodu-agent status` on the host lists them)",
+                    ),
+                ),
             ));
         }
         // Before anything is parsed: the request must verify with the secret of a source it
@@ -887,18 +893,22 @@ impl<'a> HookRequest<'a> {
                 }
             });
         if verified.is_empty() {
-            return Err(self.unauthorized(refusal.unwrap_or_default()));
+            return Err(Box::new(self.unauthorized(refusal.unwrap_or_default())));
         }
         match event(provider, headers, body) {
             Event::Push => {}
             Event::Ping => {
-                return Err(self.answer(StatusCode::OK, HookAnswer::new(HookResult::Pong)));
+                return Err(Box::new(
+                    self.answer(StatusCode::OK, HookAnswer::new(HookResult::Pong)),
+                ));
             }
             Event::Other(name) => {
-                return Err(self.answer(
-                    StatusCode::ACCEPTED,
-                    HookAnswer::new(HookResult::Ignored)
-                        .reason(format!("event {name:?} is not a push; only pushes sync")),
+                return Err(Box::new(
+                    self.answer(
+                        StatusCode::ACCEPTED,
+                        HookAnswer::new(HookResult::Ignored)
+                            .reason(format!("event {name:?} is not a push; only pushes sync")),
+                    ),
                 ));
             }
         }
@@ -918,10 +928,10 @@ impl<'a> HookRequest<'a> {
             .collect();
         if following.is_empty() && unverified.iter().any(|source| follows(source, &named)) {
             // The repository is a source's whose secret this request does not have.
-            return Err(self.unauthorized(refusal.unwrap_or_default()));
+            return Err(Box::new(self.unauthorized(refusal.unwrap_or_default())));
         }
         if following.is_empty() {
-            return Err(self.answer(
+            return Err(Box::new(self.answer(
                 StatusCode::ACCEPTED,
                 HookAnswer::new(HookResult::Ignored).reason(match named.first() {
                     Some(repository) => format!(
@@ -929,7 +939,7 @@ impl<'a> HookRequest<'a> {
                     ),
                     None => "the push names no repository; add ?source=NAME to the webhook URL".to_owned(),
                 }),
-            ));
+            )));
         }
         Ok(following)
     }
@@ -937,7 +947,7 @@ impl<'a> HookRequest<'a> {
     /// The first routed source whose branch the push moves, with the push; the others on
     /// that branch get a fetch too. `Err`: the answer (a body that is not a push, a push to
     /// another branch).
-    fn choose(&self, routed: Vec<&'a HookSource>) -> Result<(&'a HookSource, Push), Response> {
+    fn choose(&self, routed: Vec<&'a HookSource>) -> Result<(&'a HookSource, Push), Box<Response>> {
         let (provider, headers, body) = (self.provider, self.headers, self.body);
         let mut ignored = None;
         let mut chosen: Option<(&HookSource, Push)> = None;
@@ -946,10 +956,10 @@ impl<'a> HookRequest<'a> {
             let push = match parse_push(provider, headers, body, &wanted_ref) {
                 Ok(push) => push,
                 Err(why) => {
-                    return Err(self.answer(
+                    return Err(Box::new(self.answer(
                         StatusCode::BAD_REQUEST,
                         HookAnswer::new(HookResult::BadRequest).reason(why.to_string()),
-                    ));
+                    )));
                 }
             };
             if let Some(git_ref) = &push.git_ref
@@ -974,10 +984,10 @@ impl<'a> HookRequest<'a> {
             }
         }
         chosen.ok_or_else(|| {
-            self.answer(
+            Box::new(self.answer(
                 StatusCode::ACCEPTED,
                 HookAnswer::new(HookResult::Ignored).reason(ignored.unwrap_or_default()),
-            )
+            ))
         })
     }
 
