@@ -16,10 +16,10 @@
 mod identity;
 pub mod image_commit;
 mod lock;
-pub(crate) mod notify;
 pub mod sources;
+pub(crate) mod systemd;
 
-pub(crate) use notify::ServiceNotify;
+pub(crate) use systemd::ServiceNotify;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -528,19 +528,98 @@ async fn run_until<R: Runtime>(
     let signatures = Arc::new(
         crate::assets::cosign::Signatures::load(&config.sync.policy).map_err(anyhow::Error::msg)?,
     );
+    let (runtime, store, await_first_commit, agent_id) =
+        open_engine_and_state(&config, runtime, &ownership, &signatures).await?;
+    record_sources(&config, &store, &sources)?;
+    let syncers = syncers(
+        &config,
+        &store,
+        &sources,
+        &ownership,
+        listener.as_ref(),
+        &agent_id,
+    )?;
+    if await_first_commit && !first_commit(&syncers, &store, config.interval, &shutdown).await? {
+        return Ok(());
+    }
+    let metrics = Arc::new(Metrics::new());
+    if let Some(listener) = &listener {
+        announce_http(&config, &store, listener).await?;
+    }
+    let serving_http = listener.is_some();
+    let tracker = TaskTracker::new();
+    log_ingress(&config);
+    start_notifications(&config, &store, &tracker, &shutdown)?;
+    tracker.spawn(engine_probe(
+        runtime.clone(),
+        store.clone(),
+        shutdown.clone(),
+    ));
+    // Each source's sync channel, made before the reconciler so image automation's commits can
+    // ask the source they pushed to for a fetch.
+    let (channels, sync_requests) = sync_channels(&syncers);
+    // `POST /hooks/registry` → the image scanner, at once.
+    let registry_pushes = reconcile::wake::RegistryPushes::default();
+    let deps = reconcile_deps(
+        &config,
+        &sources,
+        (&store, runtime, &metrics),
+        &tracker,
+        &sync_requests,
+        &registry_pushes,
+    );
+    let reconcile_options = reconcile_options(&config, listener.as_ref(), &ownership, &signatures)?;
+    let reconciler = tracker.spawn(reconcile::run(deps, reconcile_options, shutdown.clone()));
+    // Kept until `run` returns: dropping a local watch stops it.
+    let (hook_sources, _local_watches) =
+        spawn_sources(&config, syncers, channels, &metrics, &tracker, &shutdown);
+    if let Some(listener) = listener {
+        let http_ctx = HttpCtx {
+            store: store.clone(),
+            sources: hook_sources,
+            metrics,
+            options: config.http.options.clone(),
+            on_registry_push: Some(Arc::new(move |repository: &str| {
+                registry_pushes.push(repository);
+            })),
+        };
+        spawn_http(&tracker, listener, http_ctx, &shutdown);
+    }
+    tracker.close();
+    until_shutdown(
+        &config,
+        &sources,
+        &store,
+        reconciler,
+        &tracker,
+        &shutdown,
+        serving_http,
+    )
+    .await
+}
+
+/// The engine behind the host policy's gate, the data dir's state opened (its identity
+/// decided), and the agent's own containers held in memory; with whether to await the first
+/// commit and the agent id.
+async fn open_engine_and_state<R: Runtime>(
+    config: &AgentConfig,
+    runtime: Arc<R>,
+    ownership: &Arc<crate::model::scopes::Ownership>,
+    signatures: &crate::assets::cosign::Signatures,
+) -> anyhow::Result<(Arc<Informer<Guarded<R>>>, Arc<Store>, bool, String)> {
     // From here on every engine request passes the host policy's gate at the sink, which
     // also seals the sources from each other and lets signed-only images through by a
     // verified digest alone.
     let runtime = Arc::new(Guarded::new(
         runtime,
-        sink_gate(&config)
-            .sealing(ownership.clone())
+        sink_gate(config)
+            .sealing(Arc::clone(ownership))
             .requiring_signatures(signatures.fingerprints()),
     ));
     let OpenState {
         store,
         await_first_commit,
-    } = open_state(&config, runtime.as_ref()).await?;
+    } = open_state(config, runtime.as_ref()).await?;
     runtime.set_ledger(store.clone());
     let agent_id = store.agent_id()?;
     if config.reconcile.engine == reconcile::Engine::Swarm {
@@ -560,6 +639,48 @@ async fn run_until<R: Runtime>(
             reconcile::Engine::Swarm => "swarm",
         }),
     )?;
+    Ok((runtime, store, await_first_commit, agent_id))
+}
+
+/// What the reconciler works with: the store, the engine, the metrics, the assets directory,
+/// the task tracker, and the handles of image automation's commits and registry pushes.
+fn reconcile_deps<R: Runtime>(
+    config: &AgentConfig,
+    sources: &[SourceConfig],
+    (store, runtime, metrics): (&Arc<Store>, Arc<R>, &Arc<Metrics>),
+    tracker: &TaskTracker,
+    sync_requests: &std::collections::BTreeMap<String, trigger::SyncRequests>,
+    registry_pushes: &reconcile::wake::RegistryPushes,
+) -> reconcile::Deps<R> {
+    reconcile::Deps {
+        store: store.clone(),
+        runtime,
+        metrics: metrics.clone(),
+        // Absolute: asset files are bind sources, and Docker takes a relative source for a
+        // volume's name (the gate's own paths are absolute too).
+        assets_root: {
+            let root = crate::assets::assets_root(&config.data_dir);
+            std::path::absolute(&root).unwrap_or(root)
+        },
+        tracker: tracker.clone(),
+        handles: reconcile::Handles {
+            image_committer: reconcile::ImageCommitterHandle(Some(std::sync::Arc::new(
+                image_commit::GitCommitter::new(config, sources, sync_requests),
+            ))),
+            registry_pushes: registry_pushes.clone(),
+            ..reconcile::Handles::default()
+        },
+    }
+}
+
+/// Checks the notify file's commit status sinks against the sources, and records the sources
+/// in the store: the single repository's history handed to its source, claims of a data dir
+/// from before claims adopted, resources of sources no longer followed reported.
+fn record_sources(
+    config: &AgentConfig,
+    store: &Store,
+    sources: &[SourceConfig],
+) -> anyhow::Result<()> {
     if let Some(notify) = &config.notify {
         let names: Vec<String> = sources.iter().map(|source| source.name.clone()).collect();
         notify
@@ -567,7 +688,7 @@ async fn run_until<R: Runtime>(
             .map_err(|error| anyhow::anyhow!("--notify: {error}"))?;
     }
     if !config.sources.is_empty() {
-        adopt_single_source(&store, &config.data_dir, &sources)?;
+        adopt_single_source(store, &config.data_dir, sources)?;
     }
     // A data dir from before claims: what its desired state holds (hosts, ports, volumes)
     // becomes its declaring source's, oldest declaration first.
@@ -601,8 +722,20 @@ async fn run_until<R: Runtime>(
     if config.sources.is_empty() {
         store.set_meta(META_REPO_URL, Some(&config.source.url))?;
     }
+    Ok(())
+}
+
+/// One syncer per source, each with its own store view, seal and options.
+fn syncers<'a>(
+    config: &AgentConfig,
+    store: &Store,
+    sources: &'a [SourceConfig],
+    ownership: &Arc<crate::model::scopes::Ownership>,
+    listener: Option<&TcpListener>,
+    agent_id: &str,
+) -> anyhow::Result<Vec<(&'a SourceConfig, Arc<Syncer>)>> {
     let mut syncers = Vec::new();
-    for source_config in &sources {
+    for source_config in sources {
         let mut source_options = source_config.options.clone();
         source_options.max_file_bytes = config.sync.max_file_bytes;
         let source = Source::new(
@@ -630,7 +763,7 @@ async fn run_until<R: Runtime>(
         if let Some(trust) = &source_config.trust {
             sync_options.trust = Some(trust.clone());
         }
-        if let Some(listener) = &listener {
+        if let Some(listener) = listener {
             // `url()` may not fetch from the agent's own HTTP side.
             sync_options.own_address = Some(listener.local_addr()?);
         }
@@ -639,27 +772,33 @@ async fn run_until<R: Runtime>(
             Arc::new(Syncer::new(source, source_store, sync_options)?),
         ));
     }
-    if await_first_commit && !first_commit(&syncers, &store, config.interval, &shutdown).await? {
-        return Ok(());
-    }
-    let metrics = Arc::new(Metrics::new());
-    if let Some(listener) = &listener {
-        let address = listener.local_addr()?;
-        let secret_file = config
-            .http
-            .secret_file
-            .as_ref()
-            .map(|path| path.display().to_string());
-        let store_for_meta = store.clone();
-        tokio::task::spawn_blocking(move || {
-            store_for_meta.set_meta(META_HTTP_ADDR, Some(&address.to_string()))?;
-            store_for_meta.set_meta(META_SECRET_FILE, secret_file.as_deref())
-        })
-        .await??;
-        tracing::info!(%address, "http listening (POST /hooks/git, GET /status /releases /metrics /healthz)");
-    }
-    let serving_http = listener.is_some();
-    let tracker = TaskTracker::new();
+    Ok(syncers)
+}
+
+/// Records where the HTTP side listens and its secret file (for `status`), and says so.
+async fn announce_http(
+    config: &AgentConfig,
+    store: &Arc<Store>,
+    listener: &TcpListener,
+) -> anyhow::Result<()> {
+    let address = listener.local_addr()?;
+    let secret_file = config
+        .http
+        .secret_file
+        .as_ref()
+        .map(|path| path.display().to_string());
+    let store_for_meta = store.clone();
+    tokio::task::spawn_blocking(move || {
+        store_for_meta.set_meta(META_HTTP_ADDR, Some(&address.to_string()))?;
+        store_for_meta.set_meta(META_SECRET_FILE, secret_file.as_deref())
+    })
+    .await??;
+    tracing::info!(%address, "http listening (POST /hooks/git, GET /status /releases /metrics /healthz)");
+    Ok(())
+}
+
+/// Says how the ingress proxy runs, when there is one.
+fn log_ingress(config: &AgentConfig) {
     if let Some(ingress) = &config.reconcile.ingress {
         let proxy = match config.reconcile.engine {
             crate::reconcile::Engine::Docker => {
@@ -676,6 +815,15 @@ async fn run_until<R: Runtime>(
             "{proxy}"
         );
     }
+}
+
+/// Forgets the sinks no longer configured and starts the notification tasks, if any.
+fn start_notifications(
+    config: &AgentConfig,
+    store: &Arc<Store>,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
     // Sinks no longer in the notify file (or with no file) are forgotten: `status` shows the
     // sinks this run has.
     let sinks: Vec<String> = config
@@ -696,60 +844,21 @@ async fn run_until<R: Runtime>(
             shutdown.clone(),
         ));
     }
-    tracker.spawn(engine_probe(
-        runtime.clone(),
-        store.clone(),
-        shutdown.clone(),
-    ));
-    // Each source's sync channel, made before the reconciler so image automation's commits can
-    // ask the source they pushed to for a fetch.
-    let mut channels = Vec::new();
-    let mut sync_requests = std::collections::BTreeMap::new();
-    for (source_config, _) in &syncers {
-        let (requests, receiver) = trigger::channel();
-        sync_requests.insert(source_config.name.clone(), requests.clone());
-        channels.push((requests, receiver));
-    }
-    // `POST /hooks/registry` → the image scanner, at once.
-    let registry_pushes = reconcile::wake::RegistryPushes::default();
-    let deps = reconcile::Deps {
-        store: store.clone(),
-        runtime,
-        metrics: metrics.clone(),
-        // Absolute: asset files are bind sources, and Docker takes a relative source for a
-        // volume's name (the gate's own paths are absolute too).
-        assets_root: {
-            let root = crate::assets::assets_root(&config.data_dir);
-            std::path::absolute(&root).unwrap_or(root)
-        },
-        tracker: tracker.clone(),
-        handles: reconcile::Handles {
-            image_committer: reconcile::ImageCommitterHandle(Some(std::sync::Arc::new(
-                image_commit::GitCommitter::new(&config, &sources, &sync_requests),
-            ))),
-            registry_pushes: registry_pushes.clone(),
-            ..reconcile::Handles::default()
-        },
-    };
-    let mut reconcile_options = config.reconcile.clone();
-    // Registry scans connect where `url()` may (`--allow-url-host`), never to the agent's own
-    // HTTP side.
-    reconcile_options.registry_access = crate::assets::registry::RegistryAccess::new(
-        &config.sync.policy.allow_url_host,
-        listener.as_ref().map(TcpListener::local_addr).transpose()?,
-    )
-    .map_err(anyhow::Error::msg)?;
-    // `on_deploy` webhooks likewise.
-    reconcile_options.webhooks = crate::assets::url_guard::Outbound::new(
-        &config.sync.policy.allow_url_host,
-        listener.as_ref().map(TcpListener::local_addr).transpose()?,
-    )
-    .map_err(anyhow::Error::msg)?;
-    reconcile_options.ownership = ownership.clone();
-    reconcile_options.signatures = signatures.clone();
-    let reconciler = tracker.spawn(reconcile::run(deps, reconcile_options, shutdown.clone()));
+    Ok(())
+}
+
+/// Per source: its sync loop, its poll and (for a local repository) its ref watch, on
+/// `tracker`; returns the webhook's view of the sources and the watches, which stop when
+/// dropped.
+fn spawn_sources(
+    config: &AgentConfig,
+    syncers: Vec<(&SourceConfig, Arc<Syncer>)>,
+    channels: Vec<(trigger::SyncRequests, SyncRequestReceiver)>,
+    metrics: &Arc<Metrics>,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> (Vec<http::HookSource>, Vec<trigger::LocalWatch>) {
     let mut hook_sources = Vec::new();
-    // Kept until `run` returns: dropping one stops its watch.
     let mut local_watches = Vec::new();
     for ((source_config, syncer), (requests, receiver)) in syncers.into_iter().zip(channels) {
         let source_store = syncer.store().clone();
@@ -793,24 +902,79 @@ async fn run_until<R: Runtime>(
             }
         }
     }
-    if let Some(listener) = listener {
-        let http_ctx = HttpCtx {
-            store: store.clone(),
-            sources: hook_sources,
-            metrics,
-            options: config.http.options.clone(),
-            on_registry_push: Some(Arc::new(move |repository: &str| {
-                registry_pushes.push(repository);
-            })),
-        };
-        let shutdown_for_http = shutdown.clone();
-        tracker.spawn(async move {
-            if let Err(error) = http::serve(listener, http_ctx, shutdown_for_http).await {
-                tracing::error!(%error, "http server stopped");
-            }
-        });
+    (hook_sources, local_watches)
+}
+
+/// Each source's sync channel, and its sender by source name.
+fn sync_channels(
+    syncers: &[(&SourceConfig, Arc<Syncer>)],
+) -> (
+    Vec<(trigger::SyncRequests, SyncRequestReceiver)>,
+    std::collections::BTreeMap<String, trigger::SyncRequests>,
+) {
+    let mut channels = Vec::new();
+    let mut sync_requests = std::collections::BTreeMap::new();
+    for (source_config, _) in syncers {
+        let (requests, receiver) = trigger::channel();
+        sync_requests.insert(source_config.name.clone(), requests.clone());
+        channels.push((requests, receiver));
     }
-    tracker.close();
+    (channels, sync_requests)
+}
+
+/// The reconciler's options: the configured ones, with the outbound rules of registry scans and
+/// webhooks (never the agent's own HTTP side), the sources' ownership and the signature keys.
+fn reconcile_options(
+    config: &AgentConfig,
+    listener: Option<&TcpListener>,
+    ownership: &Arc<crate::model::scopes::Ownership>,
+    signatures: &Arc<crate::assets::cosign::Signatures>,
+) -> anyhow::Result<ReconcileOptions> {
+    let mut reconcile_options = config.reconcile.clone();
+    // Registry scans connect where `url()` may (`--allow-url-host`), never to the agent's own
+    // HTTP side.
+    reconcile_options.registry_access = crate::assets::registry::RegistryAccess::new(
+        &config.sync.policy.allow_url_host,
+        listener.map(TcpListener::local_addr).transpose()?,
+    )
+    .map_err(anyhow::Error::msg)?;
+    // `on_deploy` webhooks likewise.
+    reconcile_options.webhooks = crate::assets::url_guard::Outbound::new(
+        &config.sync.policy.allow_url_host,
+        listener.map(TcpListener::local_addr).transpose()?,
+    )
+    .map_err(anyhow::Error::msg)?;
+    reconcile_options.ownership = ownership.clone();
+    reconcile_options.signatures = signatures.clone();
+    Ok(reconcile_options)
+}
+
+/// The HTTP server on `tracker` until `shutdown`.
+fn spawn_http(
+    tracker: &TaskTracker,
+    listener: TcpListener,
+    http_ctx: HttpCtx,
+    shutdown: &CancellationToken,
+) {
+    let shutdown_for_http = shutdown.clone();
+    tracker.spawn(async move {
+        if let Err(error) = http::serve(listener, http_ctx, shutdown_for_http).await {
+            tracing::error!(%error, "http server stopped");
+        }
+    });
+}
+
+/// Says the agent is ready, waits for `shutdown` (or the reconciler's early end, which stops
+/// everything), then for every task on `tracker` to finish.
+async fn until_shutdown(
+    config: &AgentConfig,
+    sources: &[SourceConfig],
+    store: &Arc<Store>,
+    reconciler: tokio::task::JoinHandle<crate::reconcile::Result<()>>,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+    serving_http: bool,
+) -> anyhow::Result<()> {
     let watching: Vec<String> = sources
         .iter()
         .map(|source| format!("{} ({})", source.options.url, source.options.branch))
@@ -974,7 +1138,7 @@ fn log_triggers(commit: &crate::model::CommitSha, outcomes: &[crate::manifest::t
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Mutex, PoisonError, mpsc};
+    use std::sync::{Mutex, mpsc};
 
     use futures_util::FutureExt as _;
 
@@ -996,18 +1160,11 @@ mod tests {
             let asked_to_stop = asked_to_stop.clone();
             let tip = tip.clone();
             move |interrupt: &AtomicBool, _: &Who| {
-                if let Some(sender) = entered_sender
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .take()
-                {
+                if let Some(sender) = crate::base::lock(&entered_sender).take() {
                     let _ = sender.send(());
                 }
                 // In flight until the test releases it.
-                let _ = released
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .recv();
+                let _ = crate::base::lock(&released).recv();
                 asked_to_stop.store(interrupt.load(Ordering::Relaxed), Ordering::Relaxed);
                 Ok(SyncOutcome::Unchanged(tip.clone()))
             }

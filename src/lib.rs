@@ -7,7 +7,6 @@
 //!
 //! - [`model`]: the shared vocabulary (kinds, keys, SHAs, hashes, snapshots).
 //! - [`metrics`]: counters and histograms every stage records; rendered by `http`.
-//! - `mutex`: the one way a `std` mutex is locked (a poisoned one taken as it is).
 //! - [`git`]: fetch with gix, resolve the branch to a commit, read manifest blobs at it.
 //! - [`manifest`]: parse and validate a snapshot; every problem has `path:line:col`.
 //! - [`assets`]: put asset files on the host, atomically; the `url()` fetcher and cache.
@@ -24,9 +23,9 @@
 
 #![warn(unreachable_pub)]
 
+pub(crate) mod base;
 pub mod metrics;
 pub mod model;
-mod mutex;
 
 pub mod git;
 pub mod manifest;

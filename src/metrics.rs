@@ -6,7 +6,7 @@
 //! into it; one `Metrics` is created by `agent` and passed down (no global registry); label
 //! sets are small closed vocabularies (kinds, results), so the maps stay bounded.
 
-use crate::mutex::lock;
+use crate::base::lock;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;

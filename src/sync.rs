@@ -278,10 +278,7 @@ impl Syncer {
         if interrupt.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(crate::git::Error::Interrupted.into());
         }
-        let mut last_seen = self
-            .last_seen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut last_seen = crate::base::lock(&self.last_seen);
         let config_version = self.store.config_version()?;
         let seen = (commit.clone(), config_version);
         if last_seen.as_ref() == Some(&seen) && !self.store.approvals_pending()? {
@@ -526,55 +523,13 @@ impl Syncer {
         files: &dyn FileSource,
         decision: Option<&Decision>,
     ) -> Result<SyncOutcome, Error> {
-        // Only the buckets of this source's own scopes reach its `${VAR}`s.
-        let source = self.store.source();
-        let mut buckets = self.store.buckets()?;
-        buckets.retain(|(scope, _), _| self.options.ownership.allows(source, scope));
-        let vars = Vars {
-            buckets,
-            globals: self.options.allowed_env.clone(),
-        };
-        let options = LoadOptions {
-            vars: &vars,
-            files,
-            fetcher: None,
-            mode: Mode::Apply,
-            max_file_bytes: self.options.max_file_bytes,
-            missing_var_hint: MISSING_VAR_HINT,
-        };
-        let manifest = match assets::load_fetching_urls(
-            &self.fetcher,
-            self.options.url_budget,
-            (snapshot, ids, &self.decoded),
-            &options,
-            Some(&self.options.policy),
-        ) {
+        let manifest = match self.load((snapshot, ids), files)? {
             Ok(manifest) => manifest,
             Err(diagnostics) => return self.reject(commit, who, diagnostics.0, decision),
         };
-        let foreign = foreign_scopes(&manifest, self.store.source(), &self.options.ownership);
-        if !foreign.is_empty() {
-            return self.reject(commit, who, foreign, decision);
-        }
-        // What another source holds (hosts, ports, named volumes), checked again, and
-        // recorded, in the transaction that applies the commit.
-        let claimed: Vec<Diagnostic> = self
-            .store
-            .claim_conflicts(&manifest)?
-            .iter()
-            .map(crate::store::ClaimConflict::diagnostic)
-            .collect();
-        if !claimed.is_empty() {
-            return self.reject(commit, who, claimed, decision);
-        }
-        let sealed = sealed_refusals(&manifest, &self.options.keyring);
-        if !sealed.is_empty() {
-            return self.reject(commit, who, sealed, decision);
-        }
-        let symlinked =
-            bind_refusals_on_this_host(&manifest, &self.options.policy, &self.options.data_dir);
-        if !symlinked.is_empty() {
-            return self.reject(commit, who, symlinked, decision);
+        let refused = self.refusals(&manifest)?;
+        if !refused.is_empty() {
+            return self.reject(commit, who, refused, decision);
         }
         for request in &manifest.secrets {
             let (scope, name) = &request.bucket;
@@ -594,23 +549,7 @@ impl Syncer {
                 };
                 // Trying again cannot help: the commit is rejected at the asset's block (files
                 // of other assets written before it are put back by the asset handler).
-                let at = manifest
-                    .resources
-                    .iter()
-                    .find(|resource| &resource.key == asset)
-                    .map(|resource| resource.origin.clone())
-                    .unwrap_or_else(|| Diagnostic {
-                        path: asset.to_string(),
-                        line: 0,
-                        col: 0,
-                        message: String::new(),
-                    });
-                let refusal = Diagnostic {
-                    message: format!(
-                        "this host cannot write the files of {asset}: {why}; rename or shorten the key"
-                    ),
-                    ..at
-                };
+                let refusal = asset_refusal(&manifest, asset, &why);
                 return self.reject(commit, who, vec![refusal], decision);
             }
         };
@@ -638,7 +577,88 @@ impl Syncer {
             }
             Err(error) => return Err(error.into()),
         };
-        // The files of other sources' assets stay: they are not this commit's to remove.
+        self.clean_assets(&manifest, &assets_root, commit)?;
+        Ok(SyncOutcome::Applied {
+            commit: commit.clone(),
+            summary,
+            warnings: bounded(manifest.warnings),
+            triggers: decision
+                .map(|decision| decision.outcomes.clone())
+                .unwrap_or_default(),
+        })
+    }
+
+    /// Loads the commit's manifests with this source's variables (only the buckets of its own
+    /// scopes), fetching its `url()` sources within the budget. The inner `Err`: the
+    /// diagnostics that reject the commit.
+    fn load(
+        &self,
+        (snapshot, ids): (&Snapshot, &[Option<BlobId>]),
+        files: &dyn FileSource,
+    ) -> Result<Result<manifest::Manifest, Diagnostics>, Error> {
+        // Only the buckets of this source's own scopes reach its `${VAR}`s.
+        let source = self.store.source();
+        let mut buckets = self.store.buckets()?;
+        buckets.retain(|(scope, _), _| self.options.ownership.allows(source, scope));
+        let vars = Vars {
+            buckets,
+            globals: self.options.allowed_env.clone(),
+        };
+        let options = LoadOptions {
+            vars: &vars,
+            files,
+            fetcher: None,
+            mode: Mode::Apply,
+            max_file_bytes: self.options.max_file_bytes,
+            missing_var_hint: MISSING_VAR_HINT,
+        };
+        Ok(assets::load_fetching_urls(
+            &self.fetcher,
+            self.options.url_budget,
+            (snapshot, ids, &self.decoded),
+            &options,
+            Some(&self.options.policy),
+        ))
+    }
+
+    /// Why the commit may not apply, the first kind found: scopes another source owns, what
+    /// another source holds (hosts, ports, named volumes; checked again, and recorded, in the
+    /// transaction that applies the commit), SOPS files the host's identities cannot open,
+    /// binds through symlinks. Empty: it may apply.
+    fn refusals(&self, manifest: &manifest::Manifest) -> Result<Vec<Diagnostic>, Error> {
+        let foreign = foreign_scopes(manifest, self.store.source(), &self.options.ownership);
+        if !foreign.is_empty() {
+            return Ok(foreign);
+        }
+        let claimed: Vec<Diagnostic> = self
+            .store
+            .claim_conflicts(manifest)?
+            .iter()
+            .map(crate::store::ClaimConflict::diagnostic)
+            .collect();
+        if !claimed.is_empty() {
+            return Ok(claimed);
+        }
+        let sealed = sealed_refusals(manifest, &self.options.keyring);
+        if !sealed.is_empty() {
+            return Ok(sealed);
+        }
+        Ok(bind_refusals_on_this_host(
+            manifest,
+            &self.options.policy,
+            &self.options.data_dir,
+        ))
+    }
+
+    /// Removes the files of assets no longer declared by this source (the files of other
+    /// sources' assets stay: they are not this commit's to remove).
+    fn clean_assets(
+        &self,
+        manifest: &manifest::Manifest,
+        assets_root: &std::path::Path,
+        commit: &CommitSha,
+    ) -> Result<(), Error> {
+        let source = self.store.source();
         let live: BTreeSet<(String, String)> = manifest
             .resources
             .iter()
@@ -651,7 +671,7 @@ impl Syncer {
                     .map(|key| (key.scope, key.name)),
             )
             .collect();
-        let removed = assets::remove_unused(&assets_root, &live, &|scope| {
+        let removed = assets::remove_unused(assets_root, &live, &|scope| {
             self.options.ownership.allows(source, scope)
         })?;
         if removed > 0 {
@@ -661,14 +681,33 @@ impl Syncer {
                 "files of removed assets cleaned"
             );
         }
-        Ok(SyncOutcome::Applied {
-            commit: commit.clone(),
-            summary,
-            warnings: bounded(manifest.warnings),
-            triggers: decision
-                .map(|decision| decision.outcomes.clone())
-                .unwrap_or_default(),
-        })
+        Ok(())
+    }
+}
+
+/// The rejection of a commit whose asset this host can never write (`why`), at the asset's
+/// block.
+fn asset_refusal(
+    manifest: &manifest::Manifest,
+    asset: &crate::model::ResourceKey,
+    why: &str,
+) -> Diagnostic {
+    let at = manifest
+        .resources
+        .iter()
+        .find(|resource| &resource.key == asset)
+        .map(|resource| resource.origin.clone())
+        .unwrap_or_else(|| Diagnostic {
+            path: asset.to_string(),
+            line: 0,
+            col: 0,
+            message: String::new(),
+        });
+    Diagnostic {
+        message: format!(
+            "this host cannot write the files of {asset}: {why}; rename or shorten the key"
+        ),
+        ..at
     }
 }
 

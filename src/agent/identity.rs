@@ -91,8 +91,14 @@ pub(crate) async fn scan<R: Runtime>(runtime: &R, marker: &str) -> crate::runtim
     Ok(found)
 }
 
+/// The refusal to start on a data dir that lost its state: what was found, and the commands
+/// that take the objects over or remove them (printed whole; the agent exits 1).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct LostState(String);
+
 /// Decides from what is known; `Err` is the refusal to print (the agent exits 1).
-pub(crate) fn decide(situation: &Situation<'_>) -> Result<Decision, String> {
+pub(crate) fn decide(situation: &Situation<'_>) -> Result<Decision, LostState> {
     let own = situation.own;
     // Every other identity this data dir is known to have had.
     let mut foreign: BTreeMap<&str, Counts> = situation
@@ -185,7 +191,7 @@ pub(crate) fn decide(situation: &Situation<'_>) -> Result<Decision, String> {
     {
         let _ = write!(message, "\n  rm {dir}/{IDENTITY_FILE}");
     }
-    Err(message)
+    Err(LostState(message))
 }
 
 fn objects(counts: Counts) -> String {
@@ -293,7 +299,8 @@ mod tests {
         let decided = decide(&situation);
         match (&decided, &case.expected) {
             (Ok(decision), Ok(expected)) if decision == expected => Ok(()),
-            (Err(message), Err(fragments)) => {
+            (Err(refusal), Err(fragments)) => {
+                let message = refusal.to_string();
                 for fragment in *fragments {
                     if !message.contains(fragment) {
                         return Err(format!("{}: {message:?} lacks {fragment:?}", case.name).into());

@@ -24,6 +24,19 @@ pub(crate) struct GitCommitter {
     busy: Arc<Mutex<()>>,
 }
 
+/// Why a bump's edit pass stops (the push reports it as a conflict).
+#[derive(Debug, thiserror::Error)]
+enum BumpError {
+    #[error("{path}: {source}")]
+    Edit {
+        path: String,
+        #[source]
+        source: EditError,
+    },
+    #[error("no manifest declares {} with an `image` any more", .0.join(", "))]
+    Missing(Vec<String>),
+}
+
 struct Target {
     options: PushOptions,
     requests: SyncRequests,
@@ -101,9 +114,7 @@ impl ImageCommitter for GitCommitter {
             let busy = Arc::clone(&self.busy);
             let to_branch = options.push_branch.is_empty();
             let result = tokio::task::spawn_blocking(move || {
-                let _held = busy
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let _held = crate::base::lock(&busy);
                 bump_in_git(&options, &bumps)
             })
             .await
@@ -139,25 +150,24 @@ pub fn bump_in_git(options: &PushOptions, bumps: &[Bump]) -> CommitResult {
                 Ok(Some(edit)) => {
                     current = edit.text;
                     changed = true;
-                    found
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)[index] = true;
+                    crate::base::lock(&found)[index] = true;
                 }
                 Ok(None) => {
-                    found
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)[index] = true;
+                    crate::base::lock(&found)[index] = true;
                 }
                 Err(EditError::NotFound { .. } | EditError::Unparsable) => {}
-                Err(error) => return Err(format!("{path}: {error}")),
+                Err(source) => {
+                    return Err(BumpError::Edit {
+                        path: path.to_owned(),
+                        source,
+                    });
+                }
             }
         }
         Ok(changed.then_some(current))
     };
     let mut finish = || {
-        let mut found = found
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut found = crate::base::lock(&found);
         let missing: Vec<String> = bumps
             .iter()
             .zip(found.iter())
@@ -168,10 +178,7 @@ pub fn bump_in_git(options: &PushOptions, bumps: &[Bump]) -> CommitResult {
         if missing.is_empty() {
             Ok(())
         } else {
-            Err(format!(
-                "no manifest declares {} with an `image` any more",
-                missing.join(", ")
-            ))
+            Err(BumpError::Missing(missing))
         }
     };
     commit_and_push(options, &message, &mut edit, &mut finish).map_err(|error| error.to_string())

@@ -121,13 +121,13 @@ pub fn parse(
             message: format!("HCL syntax error: {}", error.message()),
         }])
     })?;
-    let mut cx = Cx {
+    let mut problems = Problems {
         path,
         index: &index,
-        problems: Vec::new(),
+        found: Vec::new(),
     };
-    let sources = read_body(&mut cx, &body, default_interval);
-    if cx.problems.is_empty() {
+    let sources = read_body(&mut problems, &body, default_interval);
+    if problems.found.is_empty() {
         let ownership = Ownership::new(
             sources
                 .iter()
@@ -147,25 +147,27 @@ pub fn parse(
                     .is_err()
                 })
                 .and_then(|end| sources[end].1.clone());
-            cx.error(at, message.to_string());
+            problems.error(at, message.to_string());
         }
     }
-    if cx.problems.is_empty() {
+    if problems.found.is_empty() {
         Ok(sources.into_iter().map(|(source, _)| source).collect())
     } else {
-        Err(Diagnostics(cx.problems))
+        Err(Diagnostics(problems.found))
     }
 }
 
+/// Sources whose scopes overlap (`model::scopes::Ownership` says how).
+pub type OwnershipError = crate::model::scopes::ScopeError;
+
 /// The ownership of `sources` (checked at parse: it cannot overlap).
-pub fn ownership(sources: &[SourceConfig]) -> Result<Ownership, String> {
+pub fn ownership(sources: &[SourceConfig]) -> Result<Ownership, OwnershipError> {
     Ok(Ownership::new(
         sources
             .iter()
             .map(|source| (source.name.clone(), source.scopes.clone()))
             .collect(),
-    )
-    .map_err(|error| error.to_string())?
+    )?
     .with_shared_network(
         sources
             .iter()
@@ -175,20 +177,21 @@ pub fn ownership(sources: &[SourceConfig]) -> Result<Ownership, String> {
     ))
 }
 
-struct Cx<'a> {
+/// The mistakes found in one sources file so far, each placed at its `file:line:col`.
+struct Problems<'a> {
     path: &'a str,
     index: &'a LineIndex<'a>,
-    problems: Vec<Diagnostic>,
+    found: Vec<Diagnostic>,
 }
 
-impl Cx<'_> {
+impl Problems<'_> {
     fn error(&mut self, span: Option<std::ops::Range<usize>>, message: String) {
-        self.problems.push(self.index.at(self.path, span, message));
+        self.found.push(self.index.at(self.path, span, message));
     }
 }
 
 fn read_body(
-    cx: &mut Cx<'_>,
+    problems: &mut Problems<'_>,
     body: &Body,
     default_interval: Duration,
 ) -> Vec<(SourceConfig, Option<std::ops::Range<usize>>)> {
@@ -197,7 +200,7 @@ fn read_body(
     // The block past the last one a file may hold.
     let mut too_many = None;
     for attribute in body.attributes() {
-        cx.error(
+        problems.error(
             attribute.span(),
             format!(
                 "unexpected attribute `{}`: a sources file holds `source \"NAME\" {{ … }}` blocks",
@@ -208,7 +211,7 @@ fn read_body(
     for block in body.blocks() {
         let at = block.ident.span();
         if block.ident.as_str() != "source" {
-            cx.error(
+            problems.error(
                 at,
                 format!(
                     "unknown block `{}`: write `source \"NAME\" {{ url = …, scopes = […] }}`",
@@ -226,7 +229,7 @@ fn read_body(
             })
             .collect();
         let [name] = labels.as_slice() else {
-            cx.error(
+            problems.error(
                 at,
                 format!(
                     "a source block takes one label, its name, got {}: write `source \"shop\" {{ … }}`",
@@ -242,17 +245,19 @@ fn read_body(
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
         {
-            cx.error(
+            problems.error(
                 at,
                 format!("source name {name:?}: 1 to 32 letters, digits, `-` or `_`"),
             );
             continue;
         }
         if sources.iter().any(|(source, _)| source.name == name) {
-            cx.error(at, format!("source {name:?} is declared twice"));
+            problems.error(at, format!("source {name:?} is declared twice"));
             continue;
         }
-        if let Some(source) = read_source(cx, &name, &block.body, at.clone(), default_interval) {
+        if let Some(source) =
+            read_source(problems, &name, &block.body, at.clone(), default_interval)
+        {
             if sources.len() == MAX_SOURCES {
                 too_many = too_many.or(at.clone());
             }
@@ -264,15 +269,15 @@ fn read_body(
             sources.push((source, scopes));
         }
     }
-    if sources.is_empty() && cx.problems.is_empty() {
-        cx.error(
+    if sources.is_empty() && problems.found.is_empty() {
+        problems.error(
             None,
             "no source: write at least one `source \"NAME\" { url = …, scopes = […] }` block"
                 .to_owned(),
         );
     }
     if sources.len() > MAX_SOURCES {
-        cx.error(
+        problems.error(
             too_many,
             format!("{} sources; at most {MAX_SOURCES}", sources.len()),
         );
@@ -280,150 +285,302 @@ fn read_body(
     sources
 }
 
-fn read_source(
-    cx: &mut Cx<'_>,
-    name: &str,
-    body: &Body,
-    at: Option<std::ops::Range<usize>>,
-    default_interval: Duration,
-) -> Option<SourceConfig> {
-    let before = cx.problems.len();
-    for attribute in body.attributes() {
-        if !KNOWN.contains(&attribute.key.as_str()) {
-            cx.error(
-                attribute.key.span(),
-                format!(
-                    "source {name:?}: unknown attribute `{}` (known: {})",
-                    attribute.key.as_str(),
-                    KNOWN.join(", ")
-                ),
-            );
-        }
-    }
-    if let Some(block) = body.blocks().next() {
-        cx.error(
-            block.ident.span(),
-            format!(
-                "source {name:?}: unexpected block `{}`",
-                block.ident.as_str()
-            ),
-        );
-    }
-    let get = |key: &str| {
-        body.attributes()
+/// One `source "NAME" { … }` block's attributes, read with its name in every mistake.
+struct SourceBlock<'a> {
+    name: &'a str,
+    body: &'a Body,
+}
+
+impl<'a> SourceBlock<'a> {
+    fn get(&self, key: &str) -> Option<&'a Attribute> {
+        self.body
+            .attributes()
             .find(|attribute| attribute.key.as_str() == key)
-    };
-    let text = |cx: &mut Cx<'_>, key: &str| -> Option<String> {
-        let attribute = get(key)?;
+    }
+
+    /// Where attribute `key`'s value is, if it is there.
+    fn value_span(&self, key: &str) -> Option<std::ops::Range<usize>> {
+        self.get(key).and_then(|attribute| attribute.value.span())
+    }
+
+    /// Attribute `key` as a string; a value of another type is reported.
+    fn text(&self, problems: &mut Problems<'_>, key: &str) -> Option<String> {
+        let name = self.name;
+        let attribute = self.get(key)?;
         match &attribute.value {
             Expression::String(value) => Some(value.as_str().to_owned()),
             _ => {
-                cx.error(
+                problems.error(
                     attribute.value.span(),
                     format!("source {name:?}: `{key}` wants a string"),
                 );
                 None
             }
         }
-    };
-    let url = text(cx, "url");
-    let branch = text(cx, "branch").unwrap_or_else(|| "main".to_owned());
-    let poll = text(cx, "poll");
-    let file = |cx: &mut Cx<'_>, key: &str| -> Option<PathBuf> {
-        let value = text(cx, key)?;
+    }
+
+    /// Attribute `key` as a path; a relative one is reported.
+    fn file(&self, problems: &mut Problems<'_>, key: &str) -> Option<PathBuf> {
+        let name = self.name;
+        let value = self.text(problems, key)?;
         let path = PathBuf::from(&value);
         if !path.is_absolute() {
-            cx.error(
-                get(key).and_then(|attribute| attribute.value.span()),
+            problems.error(
+                self.value_span(key),
                 format!("source {name:?}: `{key}` wants an absolute path, got {value:?}"),
             );
         }
         Some(path)
-    };
-    let token_file = file(cx, "token_file");
-    let ca_file = file(cx, "ca_file");
-    let ssh_key_file = file(cx, "ssh_key_file");
-    let secret_file = file(cx, "webhook_secret_file");
-    let ssh_signers = file(cx, "trusted_ssh_signers");
-    let pgp_keys = file(cx, "trusted_pgp_keys");
-    let verify = text(cx, "verify_commits");
-    let accept_new = match get("ssh_accept_new_host_keys") {
-        None => false,
-        Some(attribute) => match &attribute.value {
-            Expression::Bool(value) => *value.value(),
-            other => {
-                cx.error(
-                    other.span(),
-                    format!("source {name:?}: `ssh_accept_new_host_keys` wants true or false"),
+    }
+
+    /// Attributes and blocks a source does not have, reported.
+    fn check_known(&self, problems: &mut Problems<'_>) {
+        let name = self.name;
+        for attribute in self.body.attributes() {
+            if !KNOWN.contains(&attribute.key.as_str()) {
+                problems.error(
+                    attribute.key.span(),
+                    format!(
+                        "source {name:?}: unknown attribute `{}` (known: {})",
+                        attribute.key.as_str(),
+                        KNOWN.join(", ")
+                    ),
+                );
+            }
+        }
+        if let Some(block) = self.body.blocks().next() {
+            problems.error(
+                block.ident.span(),
+                format!(
+                    "source {name:?}: unexpected block `{}`",
+                    block.ident.as_str()
+                ),
+            );
+        }
+    }
+
+    /// `ssh_accept_new_host_keys`: false unless it is `true`; another type is reported.
+    fn accept_new_host_keys(&self, problems: &mut Problems<'_>) -> bool {
+        let name = self.name;
+        match self.get("ssh_accept_new_host_keys") {
+            None => false,
+            Some(attribute) => match &attribute.value {
+                Expression::Bool(value) => *value.value(),
+                other => {
+                    problems.error(
+                        other.span(),
+                        format!("source {name:?}: `ssh_accept_new_host_keys` wants true or false"),
+                    );
+                    false
+                }
+            },
+        }
+    }
+
+    /// `network`: whether the source's containers are on the shared `voodu0`.
+    fn shared_network(&self, problems: &mut Problems<'_>) -> bool {
+        let name = self.name;
+        match self.text(problems, "network").as_deref() {
+            None | Some("own") => false,
+            Some("shared") => true,
+            Some(other) => {
+                problems.error(
+                    self.value_span("network"),
+                    format!(
+                        "source {name:?}: network {other:?}: write \"own\" (its containers on their own network, voodu0-{name}) or \"shared\" (on voodu0, with the other sources that share it)"
+                    ),
                 );
                 false
             }
-        },
-    };
-    let shared_network = match text(cx, "network").as_deref() {
-        None | Some("own") => false,
-        Some("shared") => true,
-        Some(other) => {
-            cx.error(
-                get("network").and_then(|attribute| attribute.value.span()),
-                format!(
-                    "source {name:?}: network {other:?}: write \"own\" (its containers on their own network, voodu0-{name}) or \"shared\" (on voodu0, with the other sources that share it)"
-                ),
-            );
-            false
         }
-    };
-    let paths = strings(cx, name, get("paths")).unwrap_or_default();
-    let scopes_attribute = get("scopes");
-    let scopes = match strings(cx, name, scopes_attribute) {
-        None if scopes_attribute.is_none() => {
-            cx.error(
-                at.clone(),
-                format!(
-                    "source {name:?}: `scopes` is required: the scopes it may deploy, e.g. `scopes = [\"{name}\"]` (`shop-*` for a prefix, \"\" for registries and unscoped assets)"
-                ),
-            );
-            Vec::new()
-        }
-        None => Vec::new(),
-        Some(texts) => {
-            let span = scopes_attribute.and_then(|attribute| attribute.value.span());
-            let mut patterns = Vec::new();
-            for text in texts {
-                match ScopePattern::parse(&text) {
-                    Ok(pattern) => patterns.push(pattern),
-                    Err(message) => cx.error(span.clone(), format!("source {name:?}: {message}")),
-                }
+    }
+
+    /// `scopes`, required and not empty: the scopes the source may deploy.
+    fn scopes(
+        &self,
+        problems: &mut Problems<'_>,
+        at: Option<std::ops::Range<usize>>,
+    ) -> Vec<ScopePattern> {
+        let name = self.name;
+        let scopes_attribute = self.get("scopes");
+        match strings(problems, name, scopes_attribute) {
+            None if scopes_attribute.is_none() => {
+                problems.error(
+                    at,
+                    format!(
+                        "source {name:?}: `scopes` is required: the scopes it may deploy, e.g. `scopes = [\"{name}\"]` (`shop-*` for a prefix, \"\" for registries and unscoped assets)"
+                    ),
+                );
+                Vec::new()
             }
-            if patterns.is_empty() {
-                cx.error(
-                    span,
-                    format!("source {name:?}: `scopes` is empty: it could deploy nothing"),
+            None => Vec::new(),
+            Some(texts) => {
+                let span = scopes_attribute.and_then(|attribute| attribute.value.span());
+                let mut patterns = Vec::new();
+                for text in texts {
+                    match ScopePattern::parse(&text) {
+                        Ok(pattern) => patterns.push(pattern),
+                        Err(message) => {
+                            problems.error(span.clone(), format!("source {name:?}: {message}"))
+                        }
+                    }
+                }
+                if patterns.is_empty() {
+                    problems.error(
+                        span,
+                        format!("source {name:?}: `scopes` is empty: it could deploy nothing"),
+                    );
+                }
+                patterns
+            }
+        }
+    }
+
+    /// `poll` as an interval from 1s to 24h, or `default_interval` (also when it is wrong,
+    /// reported).
+    fn interval(
+        &self,
+        problems: &mut Problems<'_>,
+        poll: Option<String>,
+        default_interval: Duration,
+    ) -> Duration {
+        let name = self.name;
+        match poll {
+            None => default_interval,
+            Some(poll) => match humantime::parse_duration(&poll) {
+                Ok(interval) if (MIN_POLL..=MAX_POLL).contains(&interval) => interval,
+                _ => {
+                    problems.error(
+                        self.value_span("poll"),
+                        format!("source {name:?}: poll {poll:?} is not a duration from 1s to 24h (e.g. \"1m\")"),
+                    );
+                    default_interval
+                }
+            },
+        }
+    }
+
+    /// The git stage's own check of `options`, reported at the attribute it refused.
+    fn check_options(
+        &self,
+        problems: &mut Problems<'_>,
+        options: &SourceOptions,
+        at: Option<std::ops::Range<usize>>,
+    ) {
+        let name = self.name;
+        if let Err(error) = options.check() {
+            // The attribute the check refused.
+            let key = match &error {
+                crate::git::Error::TokenOverHttp { .. } => "token_file",
+                crate::git::Error::CaFile { .. } => "ca_file",
+                crate::git::Error::SshKeyFile { .. } => "ssh_key_file",
+                _ => "url",
+            };
+            let span = self.value_span(key).or(at);
+            problems.error(span, format!("source {name:?}: {error}"));
+        }
+    }
+
+    /// The webhook secret read from `webhook_secret_file`.
+    fn secret(&self, problems: &mut Problems<'_>, file: Option<PathBuf>) -> Option<WebhookSecret> {
+        let name = self.name;
+        file.and_then(|path| match WebhookSecret::from_file(&path) {
+            Ok(secret) => Some(secret),
+            Err(error) => {
+                problems.error(
+                    self.value_span("webhook_secret_file"),
+                    format!("source {name:?}: {error}"),
+                );
+                None
+            }
+        })
+    }
+
+    /// `verify_commits` with the keys to trust (`trusted_ssh_signers`, `trusted_pgp_keys`):
+    /// keys without a mode, or a mode without keys, are reported.
+    fn trust(
+        &self,
+        problems: &mut Problems<'_>,
+        verify: Option<&str>,
+        (ssh_signers, pgp_keys): (Option<PathBuf>, Option<PathBuf>),
+        at: Option<std::ops::Range<usize>>,
+    ) -> Option<CommitTrust> {
+        let name = self.name;
+        let Some(mode) = verify else {
+            if ssh_signers.is_some() || pgp_keys.is_some() {
+                let keys = self
+                    .get("trusted_ssh_signers")
+                    .or_else(|| self.get("trusted_pgp_keys"));
+                problems.error(
+                    keys.and_then(|attribute| attribute.key.span()).or(at),
+                    format!("source {name:?}: trusted keys without `verify_commits = \"tip\"` or \"all\" have no effect"),
                 );
             }
-            patterns
+            return None;
+        };
+        let span = self.value_span("verify_commits");
+        let mode = match mode {
+            "tip" => VerifyMode::Tip,
+            "all" => VerifyMode::All,
+            other => {
+                problems.error(
+                    span,
+                    format!("source {name:?}: verify_commits {other:?}: write \"tip\" or \"all\""),
+                );
+                return None;
+            }
+        };
+        if ssh_signers.is_none() && pgp_keys.is_none() {
+            problems.error(
+                span,
+                format!("source {name:?}: verify_commits needs the keys to trust: `trusted_ssh_signers` and/or `trusted_pgp_keys`"),
+            );
+            return None;
         }
-    };
+        match CommitTrust::load(mode, ssh_signers.as_deref(), pgp_keys.as_deref()) {
+            Ok(trust) => Some(trust),
+            Err(error) => {
+                problems.error(span, format!("source {name:?}: {error:#}"));
+                None
+            }
+        }
+    }
+}
+
+fn read_source(
+    problems: &mut Problems<'_>,
+    name: &str,
+    body: &Body,
+    at: Option<std::ops::Range<usize>>,
+    default_interval: Duration,
+) -> Option<SourceConfig> {
+    let before = problems.found.len();
+    let block = SourceBlock { name, body };
+    block.check_known(problems);
+    let url = block.text(problems, "url");
+    let branch = block
+        .text(problems, "branch")
+        .unwrap_or_else(|| "main".to_owned());
+    let poll = block.text(problems, "poll");
+    let token_file = block.file(problems, "token_file");
+    let ca_file = block.file(problems, "ca_file");
+    let ssh_key_file = block.file(problems, "ssh_key_file");
+    let secret_file = block.file(problems, "webhook_secret_file");
+    let ssh_signers = block.file(problems, "trusted_ssh_signers");
+    let pgp_keys = block.file(problems, "trusted_pgp_keys");
+    let verify = block.text(problems, "verify_commits");
+    let accept_new = block.accept_new_host_keys(problems);
+    let shared_network = block.shared_network(problems);
+    let paths = strings(problems, name, block.get("paths")).unwrap_or_default();
+    let scopes = block.scopes(problems, at.clone());
     let Some(url) = url.filter(|url| !url.is_empty()) else {
-        cx.error(
+        problems.error(
             at,
             format!("source {name:?}: `url` is required, e.g. `url = \"https://git.example.com/team/deploy.git\"`"),
         );
         return None;
     };
-    let interval = match poll {
-        None => default_interval,
-        Some(poll) => match humantime::parse_duration(&poll) {
-            Ok(interval) if (MIN_POLL..=MAX_POLL).contains(&interval) => interval,
-            _ => {
-                cx.error(
-                    get("poll").and_then(|attribute| attribute.value.span()),
-                    format!("source {name:?}: poll {poll:?} is not a duration from 1s to 24h (e.g. \"1m\")"),
-                );
-                default_interval
-            }
-        },
-    };
+    let interval = block.interval(problems, poll, default_interval);
     let options = SourceOptions {
         url,
         branch,
@@ -435,78 +592,10 @@ fn read_source(
         // The agent's `--max-file-size`, set where the source is made (`agent::start`).
         max_file_bytes: 0,
     };
-    if let Err(error) = options.check() {
-        // The attribute the check refused.
-        let key = match &error {
-            crate::git::Error::TokenOverHttp { .. } => "token_file",
-            crate::git::Error::CaFile { .. } => "ca_file",
-            crate::git::Error::SshKeyFile { .. } => "ssh_key_file",
-            _ => "url",
-        };
-        let span = get(key)
-            .and_then(|attribute| attribute.value.span())
-            .or_else(|| at.clone());
-        cx.error(span, format!("source {name:?}: {error}"));
-    }
-    let secret = secret_file.and_then(|path| match WebhookSecret::from_file(&path) {
-        Ok(secret) => Some(secret),
-        Err(error) => {
-            cx.error(
-                get("webhook_secret_file").and_then(|attribute| attribute.value.span()),
-                format!("source {name:?}: {error}"),
-            );
-            None
-        }
-    });
-    let trust = match verify.as_deref() {
-        None => {
-            if ssh_signers.is_some() || pgp_keys.is_some() {
-                let keys = get("trusted_ssh_signers").or_else(|| get("trusted_pgp_keys"));
-                cx.error(
-                    keys.and_then(|attribute| attribute.key.span())
-                        .or_else(|| at.clone()),
-                    format!("source {name:?}: trusted keys without `verify_commits = \"tip\"` or \"all\" have no effect"),
-                );
-            }
-            None
-        }
-        Some(mode) => {
-            let span = get("verify_commits").and_then(|attribute| attribute.value.span());
-            let mode = match mode {
-                "tip" => Some(VerifyMode::Tip),
-                "all" => Some(VerifyMode::All),
-                other => {
-                    cx.error(
-                        span.clone(),
-                        format!(
-                            "source {name:?}: verify_commits {other:?}: write \"tip\" or \"all\""
-                        ),
-                    );
-                    None
-                }
-            };
-            match mode {
-                Some(_) if ssh_signers.is_none() && pgp_keys.is_none() => {
-                    cx.error(
-                        span,
-                        format!("source {name:?}: verify_commits needs the keys to trust: `trusted_ssh_signers` and/or `trusted_pgp_keys`"),
-                    );
-                    None
-                }
-                Some(mode) => {
-                    match CommitTrust::load(mode, ssh_signers.as_deref(), pgp_keys.as_deref()) {
-                        Ok(trust) => Some(trust),
-                        Err(error) => {
-                            cx.error(span, format!("source {name:?}: {error:#}"));
-                            None
-                        }
-                    }
-                }
-                None => None,
-            }
-        }
-    };
-    (cx.problems.len() == before).then(|| SourceConfig {
+    block.check_options(problems, &options, at.clone());
+    let secret = block.secret(problems, secret_file);
+    let trust = block.trust(problems, verify.as_deref(), (ssh_signers, pgp_keys), at);
+    (problems.found.len() == before).then(|| SourceConfig {
         name: name.to_owned(),
         options,
         interval,
@@ -518,10 +607,14 @@ fn read_source(
 }
 
 /// A list of strings, or `None` (reported) when it is something else.
-fn strings(cx: &mut Cx<'_>, name: &str, attribute: Option<&Attribute>) -> Option<Vec<String>> {
+fn strings(
+    problems: &mut Problems<'_>,
+    name: &str,
+    attribute: Option<&Attribute>,
+) -> Option<Vec<String>> {
     let attribute = attribute?;
-    let wrong = |cx: &mut Cx<'_>| {
-        cx.error(
+    let wrong = |problems: &mut Problems<'_>| {
+        problems.error(
             attribute.value.span(),
             format!(
                 "source {name:?}: `{}` wants a list of strings",
@@ -530,7 +623,7 @@ fn strings(cx: &mut Cx<'_>, name: &str, attribute: Option<&Attribute>) -> Option
         );
     };
     let Expression::Array(items) = &attribute.value else {
-        wrong(cx);
+        wrong(problems);
         return None;
     };
     let mut texts = Vec::new();
@@ -538,7 +631,7 @@ fn strings(cx: &mut Cx<'_>, name: &str, attribute: Option<&Attribute>) -> Option
         match item {
             Expression::String(text) => texts.push(text.as_str().to_owned()),
             _ => {
-                wrong(cx);
+                wrong(problems);
                 return None;
             }
         }
@@ -587,12 +680,12 @@ source "shop" {
         assert_eq!(sources[1].options.branch, "release");
         assert_eq!(sources[1].options.paths, vec!["deploy".to_owned()]);
         assert!(sources[1].options.ssh_accept_new_host_keys);
-        let ownership = ownership(&sources).map_err(|message| {
+        let ownership = ownership(&sources).map_err(|error| {
             Diagnostics(vec![Diagnostic {
                 path: String::new(),
                 line: 0,
                 col: 0,
-                message,
+                message: error.to_string(),
             }])
         })?;
         assert_eq!(ownership.owner_of("shop-web"), Some("shop"));

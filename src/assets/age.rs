@@ -12,8 +12,9 @@
 use base64::Engine as _;
 use chacha20poly1305::ChaCha20Poly1305;
 use chacha20poly1305::aead::{Aead as _, KeyInit as _};
-use hmac::{Hmac, Mac as _};
-use sha2::Sha256;
+use hmac::Mac as _;
+
+use crate::base::hmac_sha256;
 
 const SECRET_HRP: &str = "age-secret-key-";
 const RECIPIENT_HRP: &str = "age";
@@ -326,10 +327,6 @@ fn hkdf_sha256(ikm: &[u8], salt: &[u8], info: &[u8]) -> [u8; 32] {
     expand.update(info);
     expand.update(&[1]);
     expand.finalize().into_bytes().into()
-}
-
-fn hmac_sha256(key: &[u8]) -> Hmac<Sha256> {
-    <Hmac<Sha256> as hmac::KeyInit>::new_from_slice(key).expect("HMAC takes a key of any length")
 }
 
 /// Bech32 (BIP 173) as age uses it: one case throughout, checksum constant 1, no length cap

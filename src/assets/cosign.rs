@@ -62,43 +62,79 @@ const ED25519_SPKI: &[u8] = &[
     0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
 ];
 
+/// Why a text holds no usable public key.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("a BEGIN PUBLIC KEY block without its END")]
+    Unterminated,
+    #[error("a public key is not base64: {0}")]
+    Base64(#[source] base64::DecodeError),
+    #[error(
+        "no `-----BEGIN PUBLIC KEY-----` block (a PEM public key, as `cosign generate-key-pair` writes cosign.pub)"
+    )]
+    NoKey,
+    #[error("a P-256 public key whose point is not on the curve")]
+    P256Point,
+    #[error("an Ed25519 public key that is not 32 bytes")]
+    Ed25519Length,
+    #[error("an Ed25519 public key that is not a point")]
+    Ed25519Point,
+    #[error("a public key that is neither ECDSA P-256 nor Ed25519 (cosign's keys are P-256)")]
+    Algorithm,
+}
+
+/// A `--require-signature` key file that cannot be read or holds no key.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("--require-signature key file {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--require-signature key file {path}: {source}")]
+    Key {
+        path: String,
+        #[source]
+        source: KeyError,
+    },
+}
+
 /// Every `-----BEGIN PUBLIC KEY-----` block of `text` (SPKI, PEM): P-256 or Ed25519 keys.
-pub fn parse_public_keys(text: &str) -> Result<Vec<PublicKey>, String> {
+pub fn parse_public_keys(text: &str) -> Result<Vec<PublicKey>, KeyError> {
     let mut keys = Vec::new();
     let mut rest = text;
     while let Some(start) = rest.find("-----BEGIN PUBLIC KEY-----") {
         let after = &rest[start + "-----BEGIN PUBLIC KEY-----".len()..];
         let end = after
             .find("-----END PUBLIC KEY-----")
-            .ok_or("a BEGIN PUBLIC KEY block without its END")?;
+            .ok_or(KeyError::Unterminated)?;
         let body: String = after[..end].split_whitespace().collect();
         let der = base64::engine::general_purpose::STANDARD
             .decode(body)
-            .map_err(|error| format!("a public key is not base64: {error}"))?;
+            .map_err(KeyError::Base64)?;
         keys.push(public_key(&der)?);
         rest = &after[end..];
     }
     if keys.is_empty() {
-        return Err("no `-----BEGIN PUBLIC KEY-----` block (a PEM public key, as `cosign generate-key-pair` writes cosign.pub)".to_owned());
+        return Err(KeyError::NoKey);
     }
     Ok(keys)
 }
 
-fn public_key(der: &[u8]) -> Result<PublicKey, String> {
+fn public_key(der: &[u8]) -> Result<PublicKey, KeyError> {
     if let Some(point) = der.strip_prefix(P256_SPKI) {
         return p256::ecdsa::VerifyingKey::from_sec1_bytes(point)
             .map(PublicKey::P256)
-            .map_err(|_| "a P-256 public key whose point is not on the curve".to_owned());
+            .map_err(|_| KeyError::P256Point);
     }
     if let Some(bytes) = der.strip_prefix(ED25519_SPKI) {
-        let bytes: [u8; 32] = bytes
-            .try_into()
-            .map_err(|_| "an Ed25519 public key that is not 32 bytes".to_owned())?;
+        let bytes: [u8; 32] = bytes.try_into().map_err(|_| KeyError::Ed25519Length)?;
         return ed25519_dalek::VerifyingKey::from_bytes(&bytes)
             .map(PublicKey::Ed25519)
-            .map_err(|_| "an Ed25519 public key that is not a point".to_owned());
+            .map_err(|_| KeyError::Ed25519Point);
     }
-    Err("a public key that is neither ECDSA P-256 nor Ed25519 (cosign's keys are P-256)".to_owned())
+    Err(KeyError::Algorithm)
 }
 
 impl PublicKey {
@@ -149,18 +185,20 @@ pub struct Trusted {
 impl Signatures {
     /// Reads the key files of `policy`'s rules; a file that cannot be read or holds no key
     /// is an error naming it (the agent does not start).
-    pub fn load(policy: &crate::model::Policy) -> Result<Signatures, String> {
+    pub fn load(policy: &crate::model::Policy) -> Result<Signatures, LoadError> {
         let mut rules = Vec::new();
         for rule in &policy.require_signature {
             let mut keys = Vec::new();
             let mut texts = Vec::new();
             for path in &rule.keys {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|error| format!("--require-signature key file {path}: {error}"))?;
-                keys.extend(
-                    parse_public_keys(&text)
-                        .map_err(|error| format!("--require-signature key file {path}: {error}"))?,
-                );
+                let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
+                keys.extend(parse_public_keys(&text).map_err(|source| LoadError::Key {
+                    path: path.clone(),
+                    source,
+                })?);
                 texts.push(text);
             }
             rules.push(Trusted {
@@ -179,10 +217,7 @@ impl Signatures {
     /// (the next caller finds it remembered). The map forgets a digest once nobody holds it.
     pub(crate) async fn one_at_a_time(&self, digest: &str) -> tokio::sync::OwnedMutexGuard<()> {
         let lock = {
-            let mut in_flight = self
-                .in_flight
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut in_flight = crate::base::lock(&self.in_flight);
             in_flight.retain(|_, held| held.strong_count() > 0);
             match in_flight.get(digest).and_then(Weak::upgrade) {
                 Some(lock) => lock,
@@ -429,14 +464,15 @@ vRuLu/z39pmbVwS9ff5AYnlwaP9sxREajdLY9ynM6G1sy6AAmb7Z63TsLg==
     }
 
     #[test]
-    fn a_signature_made_by_cosign_verifies() -> Result<(), String> {
+    fn a_signature_made_by_cosign_verifies() -> Result<(), Box<dyn std::error::Error>> {
         let keys = parse_public_keys(COSIGN_PUB)?;
         assert_eq!(check(&keys, DIGEST, PAYLOAD.as_bytes(), SIGNATURE), Ok(()));
         Ok(())
     }
 
     #[test]
-    fn a_changed_payload_another_digest_or_another_key_is_refused() -> Result<(), String> {
+    fn a_changed_payload_another_digest_or_another_key_is_refused()
+    -> Result<(), Box<dyn std::error::Error>> {
         let keys = parse_public_keys(COSIGN_PUB)?;
         // One character of the payload changed.
         let tampered = PAYLOAD.replace("5000", "5001");
@@ -463,7 +499,7 @@ vRuLu/z39pmbVwS9ff5AYnlwaP9sxREajdLY9ynM6G1sy6AAmb7Z63TsLg==
     }
 
     #[test]
-    fn ed25519_signatures_pure_and_prehashed_verify() -> Result<(), String> {
+    fn ed25519_signatures_pure_and_prehashed_verify() -> Result<(), Box<dyn std::error::Error>> {
         use ed25519_dalek::Signer as _;
         let signing = ed25519_dalek::SigningKey::from_bytes(&[9; 32]);
         let key = signing.verifying_key();

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::url_guard::{Guard, GuardedResolver, Refused, redirect_policy, refusal_in};
+use super::url_guard::{ClientError, Guard, GuardedResolver, Refused, redirect_policy, refusal_in};
 use super::write::write_atomic;
 use crate::manifest::spec::sha256_hex;
 use crate::manifest::{
@@ -49,7 +49,7 @@ pub(crate) struct UrlCache {
     dir: PathBuf,
     max_bytes: u64,
     guard: Arc<Guard>,
-    client: OnceLock<Result<reqwest::blocking::Client, String>>,
+    client: OnceLock<Result<reqwest::blocking::Client, ClientError>>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -89,16 +89,16 @@ impl UrlCache {
         }
     }
 
-    fn client(&self) -> Result<&reqwest::blocking::Client, String> {
+    fn client(&self) -> Result<&reqwest::blocking::Client, ClientError> {
         self.client
             .get_or_init(|| {
                 reqwest::blocking::Client::builder()
-                    .tls_backend_preconfigured(crate::model::tls::client_config()?)
+                    .tls_backend_preconfigured(ClientError::tls()?)
                     .user_agent(concat!("voodu-agent/", env!("CARGO_PKG_VERSION")))
                     .dns_resolver(Arc::new(GuardedResolver(Arc::clone(&self.guard))))
                     .redirect(redirect_policy(Arc::clone(&self.guard)))
                     .build()
-                    .map_err(|error| format!("cannot build an HTTP client: {error}"))
+                    .map_err(ClientError::build)
             })
             .as_ref()
             .map_err(Clone::clone)
@@ -134,7 +134,9 @@ impl UrlCache {
         self.guard
             .check_url(&parsed)
             .map_err(|Refused(why)| Failure::Refused(why))?;
-        let client = self.client().map_err(Failure::Network)?;
+        let client = self
+            .client()
+            .map_err(|error| Failure::Network(error.to_string()))?;
         // `timeout` is reqwest's total timeout: it runs from the connect to the body's last
         // byte, so a server trickling bytes is cut at it (test `a_trickle_is_cut_at_the_timeout`).
         let mut request = client.get(parsed).timeout(timeout);
@@ -212,6 +214,25 @@ enum Failure {
     Refused(String),
 }
 
+/// Why a `url()` source was not fetched: the manifest stage reports its text.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum FetchError {
+    #[error("the server answered 304 Not Modified but nothing is cached")]
+    NotModifiedUncached,
+    #[error(
+        "not fetched within the url() budget of {} (--url-budget), which all url() fetches of a commit share; make the server answer sooner, give this key a shorter timeout, or raise --url-budget",
+        humantime::format_duration(*.0)
+    )]
+    OverBudget(Duration),
+    /// The network or the server failed (`Failure::Network`, `Failure::Http`).
+    #[error("{0}")]
+    Failed(String),
+    #[error("refused: {0}")]
+    Refused(String),
+    #[error("not fetched: the first pass of the load did not ask for it")]
+    NotAsked,
+}
+
 impl UrlCache {
     /// Fetches `url` within `timeout` and settles the outcome with the cache.
     fn fetch_now(
@@ -220,7 +241,7 @@ impl UrlCache {
         timeout: Duration,
         stale_ok: bool,
         cut: Option<&Budget>,
-    ) -> Result<Vec<u8>, String> {
+    ) -> Result<Vec<u8>, FetchError> {
         let cached = self.cached(url);
         let fresh = self.fetch_fresh(url, timeout, cached.as_ref().map(|(_, meta)| meta));
         match fresh {
@@ -230,23 +251,21 @@ impl UrlCache {
             }
             Ok(Fresh::NotModified) => match cached {
                 Some((bytes, _)) => Ok(bytes),
-                None => {
-                    Err("the server answered 304 Not Modified but nothing is cached".to_owned())
-                }
+                None => Err(FetchError::NotModifiedUncached),
             },
             // The budget ran out under this fetch: the commit waits for no cached copy either.
-            Err(Failure::Network(_)) if cut.is_some_and(Budget::spent) => {
-                Err(cut.map(Budget::message).unwrap_or_default())
-            }
+            Err(Failure::Network(_)) if cut.is_some_and(Budget::spent) => Err(
+                FetchError::OverBudget(cut.map(|budget| budget.limit).unwrap_or_default()),
+            ),
             Err(Failure::Network(message)) => match cached {
                 Some((bytes, _)) if stale_ok => {
                     tracing::warn!(url, %message, "url() fetch failed; using the cached copy (on_failure = \"stale\")");
                     Ok(bytes)
                 }
-                _ => Err(message),
+                _ => Err(FetchError::Failed(message)),
             },
-            Err(Failure::Http(message)) => Err(message),
-            Err(Failure::Refused(message)) => Err(format!("refused: {message}")),
+            Err(Failure::Http(message)) => Err(FetchError::Failed(message)),
+            Err(Failure::Refused(message)) => Err(FetchError::Refused(message)),
         }
     }
 
@@ -268,7 +287,7 @@ impl UrlCache {
                 };
                 let left = budget.deadline.saturating_duration_since(Instant::now());
                 let result = if left.is_zero() {
-                    Err(budget.message())
+                    Err(FetchError::OverBudget(budget.limit))
                 } else {
                     let cut = (left < request.timeout).then_some(&budget);
                     self.fetch_now(
@@ -278,10 +297,7 @@ impl UrlCache {
                         cut,
                     )
                 };
-                results
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .insert(request.clone(), result);
+                crate::base::lock(&results).insert(request.clone(), result);
             }
         };
         std::thread::scope(|scope| {
@@ -311,24 +327,18 @@ impl Budget {
     fn spent(&self) -> bool {
         Instant::now() + Duration::from_millis(50) >= self.deadline
     }
-
-    fn message(&self) -> String {
-        format!(
-            "not fetched within the url() budget of {} (--url-budget), which all url() fetches of a commit share; make the server answer sooner, give this key a shorter timeout, or raise --url-budget",
-            humantime::format_duration(self.limit)
-        )
-    }
 }
 
 impl UrlFetcher for UrlCache {
     fn fetch(&self, url: &str, timeout: Duration, stale_ok: bool) -> Result<Vec<u8>, String> {
         self.fetch_now(url, timeout, stale_ok, None)
+            .map_err(|error| error.to_string())
     }
 }
 
 /// The outcomes of `UrlCache::prefetch`, handed to the second pass of a load.
 pub(crate) struct Prefetched {
-    results: BTreeMap<UrlRequest, Result<Vec<u8>, String>>,
+    results: BTreeMap<UrlRequest, Result<Vec<u8>, FetchError>>,
 }
 
 impl UrlFetcher for Prefetched {
@@ -338,9 +348,11 @@ impl UrlFetcher for Prefetched {
             timeout,
             stale_ok,
         };
-        self.results.get(&request).cloned().unwrap_or_else(|| {
-            Err("not fetched: the first pass of the load did not ask for it".to_owned())
-        })
+        self.results
+            .get(&request)
+            .cloned()
+            .unwrap_or(Err(FetchError::NotAsked))
+            .map_err(|error| error.to_string())
     }
 }
 

@@ -30,9 +30,8 @@ use std::time::Duration;
 use reqwest::header::{AUTHORIZATION, HeaderValue, LINK, RETRY_AFTER, WWW_AUTHENTICATE};
 use reqwest::{Client, StatusCode, Url};
 
-use super::url_guard::{Guard, GuardedResolver, refusal_in};
+use super::url_guard::{ClientError, Guard, GuardedResolver, HostsError, refusal_in};
 use crate::model::is_valid_tag;
-use crate::model::url_hosts::UrlHosts;
 
 /// Deadline of one request, connect to last byte.
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -72,13 +71,9 @@ impl RegistryAccess {
     pub fn new(
         allow_url_host: &[String],
         own_address: Option<SocketAddr>,
-    ) -> Result<RegistryAccess, String> {
+    ) -> Result<RegistryAccess, HostsError> {
         Ok(RegistryAccess {
-            guard: Arc::new(Guard {
-                hosts: UrlHosts::parse(allow_url_host).map_err(|error| error.to_string())?,
-                own_address,
-                never_link_local: true,
-            }),
+            guard: Arc::new(Guard::never_link_local(allow_url_host, own_address)?),
         })
     }
 }
@@ -149,9 +144,9 @@ pub(crate) struct Listing {
 }
 
 /// A client for the scans, connecting only where `access` allows (cheap to clone).
-pub(crate) fn client(access: &RegistryAccess) -> Result<Scanner, String> {
+pub(crate) fn client(access: &RegistryAccess) -> Result<Scanner, ClientError> {
     let client = Client::builder()
-        .tls_backend_preconfigured(crate::model::tls::client_config()?)
+        .tls_backend_preconfigured(ClientError::tls()?)
         .user_agent(concat!("voodu-agent/", env!("CARGO_PKG_VERSION")))
         .timeout(REQUEST_TIMEOUT)
         .connect_timeout(Duration::from_secs(10))
@@ -159,7 +154,7 @@ pub(crate) fn client(access: &RegistryAccess) -> Result<Scanner, String> {
         // A redirect would carry the Authorization header's purpose elsewhere: none followed.
         .redirect(reqwest::redirect::Policy::none())
         .build()
-        .map_err(|error| format!("cannot build an HTTP client: {error}"))?;
+        .map_err(ClientError::build)?;
     Ok(Scanner {
         client,
         guard: Arc::clone(&access.guard),
@@ -818,9 +813,9 @@ mod tests {
     }
 
     async fn scan(access: &RegistryAccess, repository: &str) -> Result<Listing, RegistryError> {
-        let scanner = client(access).map_err(|message| RegistryError::Protocol {
+        let scanner = client(access).map_err(|error| RegistryError::Protocol {
             host: String::new(),
-            message,
+            message: error.to_string(),
         })?;
         list_tags(&scanner, repository, None).await
     }

@@ -9,7 +9,7 @@
 //! error, log line or `Debug` output (errors name the file and the reason: no matching key,
 //! MAC mismatch, malformed); `Keyring`'s `Debug` shows recipients only.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use aes_gcm::aead::{Aead as _, KeyInit as _, Payload};
 use sha2::{Digest as _, Sha512};
@@ -34,6 +34,43 @@ pub enum SopsError {
     Malformed(String),
 }
 
+/// Why `--age-identity` files cannot be used. Names the file, never its contents.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyringError {
+    #[error("cannot read age identity file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "{} line {line}: not an age identity (want AGE-SECRET-KEY-1…; plugin and SSH identities are not supported)",
+        path.display()
+    )]
+    NotIdentity { path: PathBuf, line: usize },
+    #[error("{} holds no age identity", path.display())]
+    Empty { path: PathBuf },
+}
+
+/// Why one `ENC[AES256_GCM,…]` value does not open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum ValueError {
+    #[error("not an ENC[AES256_GCM,…] value")]
+    NotEncrypted,
+    #[error("a field without `:`")]
+    Field,
+    #[error("{0} is not base64")]
+    Base64(&'static str),
+    #[error("data, iv, tag or type is missing")]
+    Missing,
+    #[error("iv must be 32 bytes and tag 16")]
+    Lengths,
+    #[error("bad data key length")]
+    KeyLength,
+    #[error("authentication failed (wrong key, or the value or its path changed)")]
+    Authentication,
+}
+
 /// The age identities the agent decrypts with. `Debug` shows their recipients only.
 #[derive(Default)]
 pub struct Keyring {
@@ -51,12 +88,13 @@ impl std::fmt::Debug for Keyring {
 impl Keyring {
     /// Reads age identity files (`age-keygen` output: `AGE-SECRET-KEY-1…` lines, `#`
     /// comments). An error names the file, never its contents.
-    pub fn load(paths: &[impl AsRef<Path>]) -> Result<Keyring, String> {
+    pub fn load(paths: &[impl AsRef<Path>]) -> Result<Keyring, KeyringError> {
         let mut identities = Vec::new();
         for path in paths {
             let path = path.as_ref();
-            let text = std::fs::read_to_string(path).map_err(|error| {
-                format!("cannot read age identity file {}: {error}", path.display())
+            let text = std::fs::read_to_string(path).map_err(|source| KeyringError::Read {
+                path: path.to_owned(),
+                source,
             })?;
             let before = identities.len();
             for (index, line) in text.lines().enumerate() {
@@ -64,17 +102,17 @@ impl Keyring {
                 if line.is_empty() || line.starts_with('#') {
                     continue;
                 }
-                let identity: age::Identity = line.parse().map_err(|_| {
-                    format!(
-                        "{} line {}: not an age identity (want AGE-SECRET-KEY-1…; plugin and SSH identities are not supported)",
-                        path.display(),
-                        index + 1
-                    )
-                })?;
+                let identity: age::Identity =
+                    line.parse().map_err(|_| KeyringError::NotIdentity {
+                        path: path.to_owned(),
+                        line: index + 1,
+                    })?;
                 identities.push(identity);
             }
             if identities.len() == before {
-                return Err(format!("{} holds no age identity", path.display()));
+                return Err(KeyringError::Empty {
+                    path: path.to_owned(),
+                });
             }
         }
         Ok(Keyring { identities })
@@ -417,33 +455,33 @@ fn decrypt_value(
     data_key: &[u8; 32],
     value: &str,
     additional: &str,
-) -> Result<(Vec<u8>, String), String> {
+) -> Result<(Vec<u8>, String), ValueError> {
     let inner = value
         .strip_prefix("ENC[AES256_GCM,")
         .and_then(|rest| rest.strip_suffix(']'))
-        .ok_or("not an ENC[AES256_GCM,…] value")?;
+        .ok_or(ValueError::NotEncrypted)?;
     let mut data = None;
     let mut iv = None;
     let mut tag = None;
     let mut kind = None;
     for part in inner.split(',') {
-        let (name, field) = part.split_once(':').ok_or("a field without `:`")?;
+        let (name, field) = part.split_once(':').ok_or(ValueError::Field)?;
         match name {
-            "data" => data = Some(from_base64(field).ok_or("data is not base64")?),
-            "iv" => iv = Some(from_base64(field).ok_or("iv is not base64")?),
-            "tag" => tag = Some(from_base64(field).ok_or("tag is not base64")?),
+            "data" => data = Some(from_base64(field).ok_or(ValueError::Base64("data"))?),
+            "iv" => iv = Some(from_base64(field).ok_or(ValueError::Base64("iv"))?),
+            "tag" => tag = Some(from_base64(field).ok_or(ValueError::Base64("tag"))?),
             "type" => kind = Some(field.to_owned()),
             _ => {}
         }
     }
     let (Some(mut data), Some(iv), Some(tag), Some(kind)) = (data, iv, tag, kind) else {
-        return Err("data, iv, tag or type is missing".to_owned());
+        return Err(ValueError::Missing);
     };
     if iv.len() != 32 || tag.len() != 16 {
-        return Err("iv must be 32 bytes and tag 16".to_owned());
+        return Err(ValueError::Lengths);
     }
     type Aes256Gcm32 = aes_gcm::AesGcm<aes_gcm::aes::Aes256, aes_gcm::aead::consts::U32>;
-    let cipher = Aes256Gcm32::new_from_slice(data_key).map_err(|_| "bad data key length")?;
+    let cipher = Aes256Gcm32::new_from_slice(data_key).map_err(|_| ValueError::KeyLength)?;
     data.extend_from_slice(&tag);
     let nonce = aes_gcm::Nonce::<aes_gcm::aead::consts::U32>::from_slice(&iv);
     let plain = cipher
@@ -454,9 +492,7 @@ fn decrypt_value(
                 aad: additional.as_bytes(),
             },
         )
-        .map_err(|_| {
-            "authentication failed (wrong key, or the value or its path changed)".to_owned()
-        })?;
+        .map_err(|_| ValueError::Authentication)?;
     Ok((plain, kind))
 }
 

@@ -38,39 +38,81 @@ impl Default for Outbound {
     }
 }
 
+/// `--allow-url-host` entries that do not parse (the message names the entry).
+pub type HostsError = crate::model::url_hosts::UrlHostError;
+
+/// Why no guarded HTTP client was built.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClientError {
+    /// The TLS configuration (the platform's roots, `model::tls`) could not be built.
+    #[error("{0}")]
+    Tls(String),
+    #[error("cannot build an HTTP client: {0}")]
+    Build(#[source] Arc<reqwest::Error>),
+}
+
+impl ClientError {
+    /// The shared TLS configuration of every guarded client.
+    pub(super) fn tls() -> Result<rustls::ClientConfig, ClientError> {
+        crate::model::tls::client_config().map_err(ClientError::Tls)
+    }
+
+    pub(super) fn build(error: reqwest::Error) -> ClientError {
+        ClientError::Build(Arc::new(error))
+    }
+}
+
+/// The URL parser's error (`url::ParseError`, which reqwest does not re-export).
+type UrlParseError = <Url as std::str::FromStr>::Err;
+
+/// Why nothing may be sent to a URL.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CheckError {
+    #[error("{url:?} is not a URL: {source}")]
+    NotUrl {
+        url: String,
+        #[source]
+        source: UrlParseError,
+    },
+    #[error("{0}")]
+    Refused(#[source] Refused),
+}
+
 impl Outbound {
     /// Requests may reach what `allow_url_host` allows, never `own_address` (`--listen`).
     pub fn new(
         allow_url_host: &[String],
         own_address: Option<SocketAddr>,
-    ) -> Result<Outbound, String> {
+    ) -> Result<Outbound, HostsError> {
         Ok(Outbound {
-            guard: Arc::new(Guard {
-                hosts: UrlHosts::parse(allow_url_host).map_err(|error| error.to_string())?,
-                own_address,
-                never_link_local: true,
-            }),
+            guard: Arc::new(Guard::never_link_local(allow_url_host, own_address)?),
         })
     }
 
     /// A client that connects only where allowed: an address host judged before the request
     /// (`check`), a name judged on every address it resolves to, every redirect hop judged.
-    pub(crate) fn client(&self, timeout: std::time::Duration) -> Result<reqwest::Client, String> {
+    pub(crate) fn client(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Result<reqwest::Client, ClientError> {
         reqwest::Client::builder()
-            .tls_backend_preconfigured(crate::model::tls::client_config()?)
+            .tls_backend_preconfigured(ClientError::tls()?)
             .timeout(timeout)
             .connect_timeout(timeout)
             .dns_resolver(Arc::new(GuardedResolver(Arc::clone(&self.guard))))
             .redirect(redirect_policy(Arc::clone(&self.guard)))
             .build()
-            .map_err(|error| format!("cannot build an HTTP client: {error}"))
+            .map_err(ClientError::build)
     }
 
     /// Why nothing may be sent to `url`, judged before any connection: its scheme, and its
     /// host when that is an address.
-    pub(crate) fn check(&self, url: &str) -> Result<(), String> {
-        let parsed = Url::parse(url).map_err(|error| format!("{url:?} is not a URL: {error}"))?;
-        self.guard.check_url(&parsed).map_err(|refused| refused.0)
+    pub(crate) fn check(&self, url: &str) -> Result<(), CheckError> {
+        let parsed = Url::parse(url).map_err(|source| CheckError::NotUrl {
+            url: url.to_owned(),
+            source,
+        })?;
+        self.guard.check_url(&parsed).map_err(CheckError::Refused)
     }
 
     /// The refusal in `error`'s causes, when a request failed on one (a name resolving to a
@@ -94,7 +136,7 @@ pub(super) struct Guard {
 /// Why a destination is refused: a policy refusal, never a network failure (so never stands
 /// in for a cached copy).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Refused(pub(super) String);
+pub(crate) struct Refused(pub(super) String);
 
 impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -105,6 +147,19 @@ impl std::fmt::Display for Refused {
 impl std::error::Error for Refused {}
 
 impl Guard {
+    /// The rule of requests a manifest causes beside `url()` (`on_deploy` webhooks, registry
+    /// scans): what `allow_url_host` allows, never link-local, never `own_address`.
+    pub(super) fn never_link_local(
+        allow_url_host: &[String],
+        own_address: Option<SocketAddr>,
+    ) -> Result<Guard, HostsError> {
+        Ok(Guard {
+            hosts: UrlHosts::parse(allow_url_host)?,
+            own_address,
+            never_link_local: true,
+        })
+    }
+
     /// Judges `url` before anything connects to it: its scheme, its host when that is an
     /// address, and whether it is the agent's own address.
     pub(super) fn check_url(&self, url: &Url) -> Result<(), Refused> {

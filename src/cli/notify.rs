@@ -49,8 +49,8 @@ pub(super) fn run(args: &NotifyArgs) -> anyhow::Result<ExitCode> {
             println!("{}", escape(&message));
             Ok(ExitCode::SUCCESS)
         }
-        Err(message) => {
-            eprintln!("voodu-agent: {}", escape(&message));
+        Err(error) => {
+            eprintln!("voodu-agent: {}", escape(&error.to_string()));
             Ok(ExitCode::from(1))
         }
     }

@@ -81,22 +81,8 @@ pub(super) struct PlanArgs {
 
 pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> {
     let scratch = tempfile::tempdir().context("cannot create a scratch directory")?;
-    let db = data_dir.join("state.db");
     let owned_by = args.source.owned_by()?;
-    let store = if db.exists() {
-        Some(Store::open_read_only(&db).with_context(|| format!("cannot read {}", db.display()))?)
-    } else {
-        None
-    };
-    // As one source of several: its commits, triggers and resources only.
-    let store = match (store, &owned_by) {
-        (Some(store), Some(owned_by)) => Some(store.for_source(&owned_by.name)),
-        (Some(store), None) if !store.source_names()?.is_empty() => anyhow::bail!(
-            "this agent follows several repositories ({}): plan one of them with --sources FILE --source NAME",
-            store.source_names()?.join(", ")
-        ),
-        (store, _) => store,
-    };
+    let store = open_store(data_dir, owned_by.as_ref())?;
     let mut vars = args.vars.to_vars()?;
     if let Some(store) = &store {
         vars.buckets = store.buckets()?;
@@ -108,32 +94,10 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
     let trust = args.trust.to_commit_trust()?;
     let hosts = plan_hosts(args, store.as_ref())?;
     let read = read_source(args, scratch.path(), &hosts)?;
-    if let Some(trust) = &trust {
-        let Some((source, commit)) = &read.git else {
-            anyhow::bail!(
-                "--verify-commits checks commits: plan a revision (`--rev REV`) or a repository URL, not a working directory"
-            );
-        };
-        let since = match (&store, trust.mode) {
-            (Some(store), crate::git::VerifyMode::All) => store
-                .commit_summary()?
-                .last_applied
-                .map(|record| record.sha),
-            _ => None,
-        };
-        if let Err(untrusted) = source.verify(&trust.keys, trust.mode, since.as_ref(), commit)? {
-            eprintln!(
-                "commit {}: not signed by a trusted key: {} (--verify-commits {})",
-                untrusted.commit.short(),
-                Esc(&untrusted.refusal.to_string()),
-                trust.mode.as_str()
-            );
-            eprintln!(
-                "plan: the agent would reject {} and keep running the last good commit",
-                commit.short()
-            );
-            return Ok(ExitCode::from(1));
-        }
+    if let Some(trust) = &trust
+        && let Some(code) = refuse_untrusted(trust, store.as_ref(), &read)?
+    {
+        return Ok(code);
     }
     let (snapshot, files, triggers) = match with_triggers(
         args,
@@ -152,125 +116,14 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
             return Ok(ExitCode::from(1));
         }
     };
-    // Fetched as the agent fetches: the same host rules, the default budget.
-    let fetcher = UrlCache::new(scratch.path(), DEFAULT_MAX_URL_BYTES).guarded(
-        manifest::UrlHosts::parse(&policy.allow_url_host).map_err(anyhow::Error::msg)?,
-        None,
-    );
-    let options = LoadOptions {
-        vars: &vars,
-        files: files.as_ref(),
-        fetcher: None,
-        mode: Mode::Apply,
-        max_file_bytes: manifest::DEFAULT_MAX_FILE_BYTES,
-        missing_var_hint: MISSING_VAR_HINT,
-    };
-    let manifest = match crate::assets::load_fetching_urls(
-        &fetcher,
-        crate::assets::DEFAULT_URL_BUDGET,
-        (&snapshot, &[], &manifest::DecodeCache::new(0)),
-        &options,
-        Some(&policy),
-    ) {
-        Ok(manifest) => manifest,
-        Err(diagnostics) => {
-            eprint_escaped(&diagnostics.0);
-            eprintln!(
-                "plan: {} error(s) in {}; the agent would reject this commit and keep running the last good one",
-                diagnostics.0.len(),
-                snapshot.commit
-            );
-            return Ok(ExitCode::from(1));
-        }
-    };
-    // The gate the agent runs at the sink, on the requests it would send.
-    let refused = crate::reconcile::requests::sink_refusals_under(&manifest, &policy);
-    if !refused.is_empty() {
-        eprint_escaped(&refused);
-        eprintln!(
-            "plan: the host policy refuses what {} would send to the engine; the agent would not create it",
-            snapshot.commit
-        );
+    let Some(manifest) = load(scratch.path(), &policy, &vars, files.as_ref(), &snapshot)? else {
         return Ok(ExitCode::from(1));
+    };
+    if let Some(code) = refusals(args, &manifest, &policy, owned_by.as_ref(), &snapshot)? {
+        return Ok(code);
     }
-    if let Some(owned_by) = &owned_by {
-        let foreign = crate::sync::foreign_scopes(&manifest, &owned_by.name, &owned_by.ownership);
-        if !foreign.is_empty() {
-            eprint_escaped(&foreign);
-            eprintln!(
-                "plan: the agent would reject {}: source {:?} may not deploy these scopes",
-                snapshot.commit, owned_by.name
-            );
-            return Ok(ExitCode::from(1));
-        }
-    }
-    // SOPS env files are opened as the agent would, when given its identities; the values
-    // are dropped at once (a plan shows a secret's change by its file's digest only).
-    let keyring = args.trust.to_keyring()?;
-    if !keyring.is_empty() {
-        let refusals = crate::sync::sealed_refusals(&manifest, &keyring);
-        if !refusals.is_empty() {
-            eprint_escaped(&refusals);
-            eprintln!(
-                "plan: the agent would reject {} and keep running the last good one",
-                snapshot.commit
-            );
-            return Ok(ExitCode::from(1));
-        }
-    }
-    let desired = match &store {
-        Some(store) if owned_by.is_some() => {
-            let owners = store.sources_of_desired()?;
-            store
-                .desired_all()?
-                .into_iter()
-                .filter(|desired| {
-                    owners.get(&desired.key).map(String::as_str) == Some(store.source())
-                })
-                .collect()
-        }
-        Some(store) => store.desired_all()?,
-        None => Vec::new(),
-    };
-    // The autoscaler's counts: a commit that keeps `autoscale` keeps them.
-    let scaled: BTreeMap<ResourceKey, usize> = desired
-        .iter()
-        .filter_map(|desired| Some((desired.key.clone(), desired.replicas_override?)))
-        .collect();
-    let current: BTreeMap<ResourceKey, CurrentSpec> = desired
-        .into_iter()
-        .map(|desired| {
-            let current = CurrentSpec::stored(desired.spec, desired.spec_json);
-            (desired.key, current)
-        })
-        .collect();
-    let recorded = match &store {
-        Some(store) => store.meta(crate::store::META_RUNTIME)?,
-        None => None,
-    };
-    let swarm = args
-        .runtime
-        .unwrap_or(if recorded.as_deref() == Some("swarm") {
-            Engine::Swarm
-        } else {
-            Engine::Docker
-        })
-        == Engine::Swarm;
-    let actual = match &store {
-        // Under Swarm the replicas are tasks of services, not containers of this engine.
-        _ if swarm => Ok(BTreeMap::new()),
-        Some(store) => actual_containers(&store.agent_id_read_only()?),
-        None => Ok(BTreeMap::new()),
-    };
-    let (actual, engine_note) = match actual {
-        Ok(actual) => (actual, None),
-        Err(error) => (
-            BTreeMap::new(),
-            Some(format!(
-                "the Docker engine did not answer ({error}); planned against the agent's desired state only"
-            )),
-        ),
-    };
+    let (scaled, current) = current_specs(store.as_ref(), owned_by.is_some())?;
+    let (swarm, actual, engine_note) = actual_state(args, store.as_ref())?;
     let mut plans = plan_all(&manifest, &current, &actual, &scaled);
     if swarm {
         for plan in &mut plans {
@@ -304,6 +157,232 @@ pub(super) fn run(args: &PlanArgs, data_dir: &Path) -> anyhow::Result<ExitCode> 
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The agent's store, read only, when the data dir has one: as one source of several, that
+/// source's view (commits, triggers and resources) only.
+fn open_store(
+    data_dir: &Path,
+    owned_by: Option<&super::validate::OwnedBy>,
+) -> anyhow::Result<Option<Store>> {
+    let db = data_dir.join("state.db");
+    let store = if db.exists() {
+        Some(Store::open_read_only(&db).with_context(|| format!("cannot read {}", db.display()))?)
+    } else {
+        None
+    };
+    // As one source of several: its commits, triggers and resources only.
+    let store = match (store, owned_by) {
+        (Some(store), Some(owned_by)) => Some(store.for_source(&owned_by.name)),
+        (Some(store), None) if !store.source_names()?.is_empty() => anyhow::bail!(
+            "this agent follows several repositories ({}): plan one of them with --sources FILE --source NAME",
+            store.source_names()?.join(", ")
+        ),
+        (store, _) => store,
+    };
+    Ok(store)
+}
+
+/// With `--verify-commits`: the exit code when the commit planned is not signed by a trusted
+/// key (said on stderr), as the agent would reject it.
+fn refuse_untrusted(
+    trust: &crate::sync::CommitTrust,
+    store: Option<&Store>,
+    read: &Read,
+) -> anyhow::Result<Option<ExitCode>> {
+    let Some((source, commit)) = &read.git else {
+        anyhow::bail!(
+            "--verify-commits checks commits: plan a revision (`--rev REV`) or a repository URL, not a working directory"
+        );
+    };
+    let since = match (store, trust.mode) {
+        (Some(store), crate::git::VerifyMode::All) => store
+            .commit_summary()?
+            .last_applied
+            .map(|record| record.sha),
+        _ => None,
+    };
+    if let Err(untrusted) = source.verify(&trust.keys, trust.mode, since.as_ref(), commit)? {
+        eprintln!(
+            "commit {}: not signed by a trusted key: {} (--verify-commits {})",
+            untrusted.commit.short(),
+            Esc(&untrusted.refusal.to_string()),
+            trust.mode.as_str()
+        );
+        eprintln!(
+            "plan: the agent would reject {} and keep running the last good commit",
+            commit.short()
+        );
+        return Ok(Some(ExitCode::from(1)));
+    }
+    Ok(None)
+}
+
+/// Loads the manifests as the agent would, fetching `url()` sources with its host rules and
+/// default budget; `None` when the agent would reject the commit (said on stderr).
+fn load(
+    scratch: &Path,
+    policy: &Policy,
+    vars: &manifest::Vars,
+    files: &dyn FileSource,
+    snapshot: &Snapshot,
+) -> anyhow::Result<Option<Manifest>> {
+    // Fetched as the agent fetches: the same host rules, the default budget.
+    let fetcher = UrlCache::new(scratch, DEFAULT_MAX_URL_BYTES).guarded(
+        manifest::UrlHosts::parse(&policy.allow_url_host).map_err(anyhow::Error::msg)?,
+        None,
+    );
+    let options = LoadOptions {
+        vars,
+        files,
+        fetcher: None,
+        mode: Mode::Apply,
+        max_file_bytes: manifest::DEFAULT_MAX_FILE_BYTES,
+        missing_var_hint: MISSING_VAR_HINT,
+    };
+    Ok(
+        match crate::assets::load_fetching_urls(
+            &fetcher,
+            crate::assets::DEFAULT_URL_BUDGET,
+            (snapshot, &[], &manifest::DecodeCache::new(0)),
+            &options,
+            Some(policy),
+        ) {
+            Ok(manifest) => Some(manifest),
+            Err(diagnostics) => {
+                eprint_escaped(&diagnostics.0);
+                eprintln!(
+                    "plan: {} error(s) in {}; the agent would reject this commit and keep running the last good one",
+                    diagnostics.0.len(),
+                    snapshot.commit
+                );
+                None
+            }
+        },
+    )
+}
+
+/// What the agent would refuse in `manifest` before anything runs: what the host policy's
+/// gate refuses, scopes another source owns, SOPS files its identities cannot open. The exit
+/// code when there is any (said on stderr).
+fn refusals(
+    args: &PlanArgs,
+    manifest: &Manifest,
+    policy: &Policy,
+    owned_by: Option<&super::validate::OwnedBy>,
+    snapshot: &Snapshot,
+) -> anyhow::Result<Option<ExitCode>> {
+    // The gate the agent runs at the sink, on the requests it would send.
+    let refused = crate::reconcile::requests::sink_refusals_under(manifest, policy);
+    if !refused.is_empty() {
+        eprint_escaped(&refused);
+        eprintln!(
+            "plan: the host policy refuses what {} would send to the engine; the agent would not create it",
+            snapshot.commit
+        );
+        return Ok(Some(ExitCode::from(1)));
+    }
+    if let Some(owned_by) = owned_by {
+        let foreign = crate::sync::foreign_scopes(manifest, &owned_by.name, &owned_by.ownership);
+        if !foreign.is_empty() {
+            eprint_escaped(&foreign);
+            eprintln!(
+                "plan: the agent would reject {}: source {:?} may not deploy these scopes",
+                snapshot.commit, owned_by.name
+            );
+            return Ok(Some(ExitCode::from(1)));
+        }
+    }
+    // SOPS env files are opened as the agent would, when given its identities; the values
+    // are dropped at once (a plan shows a secret's change by its file's digest only).
+    let keyring = args.trust.to_keyring()?;
+    if !keyring.is_empty() {
+        let refusals = crate::sync::sealed_refusals(manifest, &keyring);
+        if !refusals.is_empty() {
+            eprint_escaped(&refusals);
+            eprintln!(
+                "plan: the agent would reject {} and keep running the last good one",
+                snapshot.commit
+            );
+            return Ok(Some(ExitCode::from(1)));
+        }
+    }
+    Ok(None)
+}
+
+/// The agent's desired state (as one source: its own resources only) as the plan compares
+/// against it: the autoscaler's counts, and each resource's current spec.
+fn current_specs(
+    store: Option<&Store>,
+    one_source: bool,
+) -> anyhow::Result<(
+    BTreeMap<ResourceKey, usize>,
+    BTreeMap<ResourceKey, CurrentSpec>,
+)> {
+    let desired = match store {
+        Some(store) if one_source => {
+            let owners = store.sources_of_desired()?;
+            store
+                .desired_all()?
+                .into_iter()
+                .filter(|desired| {
+                    owners.get(&desired.key).map(String::as_str) == Some(store.source())
+                })
+                .collect()
+        }
+        Some(store) => store.desired_all()?,
+        None => Vec::new(),
+    };
+    // The autoscaler's counts: a commit that keeps `autoscale` keeps them.
+    let scaled: BTreeMap<ResourceKey, usize> = desired
+        .iter()
+        .filter_map(|desired| Some((desired.key.clone(), desired.replicas_override?)))
+        .collect();
+    let current: BTreeMap<ResourceKey, CurrentSpec> = desired
+        .into_iter()
+        .map(|desired| {
+            let current = CurrentSpec::stored(desired.spec, desired.spec_json);
+            (desired.key, current)
+        })
+        .collect();
+    Ok((scaled, current))
+}
+
+/// Under Swarm, the containers by resource, and a note when the engine did not answer.
+type ActualState = (bool, BTreeMap<ResourceKey, Vec<Container>>, Option<String>);
+
+/// Whether the agent runs under Swarm (`--runtime`, else what it recorded), and its
+/// containers on this engine: none under Swarm, or none with a note when the engine did not
+/// answer.
+fn actual_state(args: &PlanArgs, store: Option<&Store>) -> anyhow::Result<ActualState> {
+    let recorded = match store {
+        Some(store) => store.meta(crate::store::META_RUNTIME)?,
+        None => None,
+    };
+    let swarm = args
+        .runtime
+        .unwrap_or(if recorded.as_deref() == Some("swarm") {
+            Engine::Swarm
+        } else {
+            Engine::Docker
+        })
+        == Engine::Swarm;
+    let actual = match store {
+        // Under Swarm the replicas are tasks of services, not containers of this engine.
+        _ if swarm => Ok(BTreeMap::new()),
+        Some(store) => actual_containers(&store.agent_id_read_only()?),
+        None => Ok(BTreeMap::new()),
+    };
+    let (actual, engine_note) = match actual {
+        Ok(actual) => (actual, None),
+        Err(error) => (
+            BTreeMap::new(),
+            Some(format!(
+                "the Docker engine did not answer ({error}); planned against the agent's desired state only"
+            )),
+        ),
+    };
+    Ok((swarm, actual, engine_note))
 }
 
 /// The snapshot to plan and the files `file()` may read beside it.

@@ -335,7 +335,7 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
         };
         let shutdown = CancellationToken::new();
         let signals = tokio::spawn(stop_on_signals(shutdown.clone()));
-        let watchdog = agent::notify::watchdog_interval()
+        let watchdog = agent::systemd::watchdog_interval()
             .map(|interval| tokio::spawn(keep_watchdog(config.service.clone(), interval)));
         let result = agent::run(config, listener, shutdown.clone().cancelled_owned()).await;
         signals.abort();

@@ -192,6 +192,19 @@ fn print_sources(view: &StatusView) {
 }
 
 fn print_table(view: &StatusView) {
+    print_health(view);
+    print_commit_notes(view);
+    print_triggers(view);
+    print_sources(view);
+    print_images(view);
+    println!();
+    print_resources(view);
+    print_release_notes(view);
+}
+
+/// The host, the runtime, the last commits, and how the fetch, the engine and the
+/// notification sinks fare.
+fn print_health(view: &StatusView) {
     let line = |label: &str, commit: &Option<CommitView>| match commit {
         Some(commit) => println!(
             "{label:<14} {} ({})",
@@ -264,6 +277,10 @@ fn print_table(view: &StatusView) {
             sink.last_success.map_or_else(|| "never".to_owned(), time),
         );
     }
+}
+
+/// The applied commit's warnings, and the latest commit's errors when it was rejected.
+fn print_commit_notes(view: &StatusView) {
     if let Some(applied) = &view.last_applied
         && !applied.warnings.is_empty()
     {
@@ -289,10 +306,10 @@ fn print_table(view: &StatusView) {
             }
         }
     }
-    print_triggers(view);
-    print_sources(view);
-    print_images(view);
-    println!();
+}
+
+/// One line per resource (with its source when the agent follows several).
+fn print_resources(view: &StatusView) {
     let several = !view.sources.is_empty();
     if several {
         println!(
@@ -352,6 +369,11 @@ fn print_table(view: &StatusView) {
             Esc(&resource.message)
         );
     }
+}
+
+/// Below the table: autoscaled counts, tags that moved since a release resolved them, and
+/// pinned resources.
+fn print_release_notes(view: &StatusView) {
     if view.resources.iter().any(|resource| {
         resource
             .detail

@@ -54,7 +54,7 @@ impl TrustArgs {
     /// The age identities of `--age-identity` (none: SOPS files are refused).
     pub(super) fn to_keyring(&self) -> anyhow::Result<Arc<Keyring>> {
         Ok(Arc::new(
-            Keyring::load(&self.age_identities).map_err(|message| anyhow::anyhow!(message))?,
+            Keyring::load(&self.age_identities).map_err(anyhow::Error::msg)?,
         ))
     }
 

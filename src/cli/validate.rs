@@ -632,6 +632,84 @@ impl Outcome {
     }
 }
 
+/// The manifests the trigger files name (`apply.file`, each once), and the mistakes: files
+/// the mirror refused (`refused`), trigger files that do not parse, `apply.file`s that are
+/// not one readable manifest.
+fn trigger_manifests(
+    files: &WorkdirFiles,
+    trigger_files: &[crate::model::SourceFile],
+    refused: Vec<(String, String)>,
+) -> (Vec<crate::model::SourceFile>, Vec<Diagnostic>) {
+    let mut errors: Vec<Diagnostic> = refused
+        .into_iter()
+        .map(|(path, message)| Diagnostic {
+            path,
+            line: 1,
+            col: 1,
+            message,
+        })
+        .collect();
+    let mut named = Vec::new();
+    match manifest::triggers::parse_all(trigger_files) {
+        Ok(triggers) => {
+            for trigger in &triggers {
+                if named
+                    .iter()
+                    .any(|file: &crate::model::SourceFile| file.path == trigger.apply_file)
+                {
+                    continue;
+                }
+                match files.read(&trigger.apply_file, crate::model::MAX_MANIFEST_BYTES) {
+                    FileRead::File(contents) => named.push(crate::model::SourceFile {
+                        path: trigger.apply_file.clone(),
+                        contents,
+                    }),
+                    FileRead::Missing => errors.push(trigger.at_apply_file(format!(
+                        "apply.file {} does not exist",
+                        trigger.apply_file
+                    ))),
+                    FileRead::TooLarge(size) => errors.push(trigger.at_apply_file(format!(
+                        "apply.file {} is {size}; at most {} bytes of a manifest are read",
+                        trigger.apply_file,
+                        crate::model::MAX_MANIFEST_BYTES
+                    ))),
+                    _ => errors.push(trigger.at_apply_file(format!(
+                        "apply.file {} is not a regular file; it names one manifest file, as in voodu",
+                        trigger.apply_file
+                    ))),
+                }
+            }
+        }
+        Err(problems) => errors.extend(problems),
+    }
+    (named, errors)
+}
+
+impl Outcome {
+    /// A valid manifest's outcome: its warnings, resources by kind, and specs.
+    fn valid(manifest: manifest::Manifest, n_files: usize, read: Vec<String>) -> Outcome {
+        let mut kinds = BTreeMap::new();
+        for resource in &manifest.resources {
+            *kinds.entry(resource.key.kind.to_string()).or_insert(0) += 1;
+        }
+        Outcome {
+            errors: Vec::new(),
+            warnings: manifest.warnings,
+            n_files,
+            kinds,
+            paths: read,
+            specs: manifest
+                .resources
+                .into_iter()
+                .map(|resource| {
+                    let resource = std::sync::Arc::unwrap_or_clone(resource);
+                    (resource.origin, resource.spec)
+                })
+                .collect(),
+        }
+    }
+}
+
 pub(super) fn validate_dir(
     dir: &Path,
     paths: &[String],
@@ -647,48 +725,7 @@ pub(super) fn validate_dir(
     // validated together.
     let (trigger_files, refused) = read_workdir_triggers(dir)?;
     if !trigger_files.is_empty() || !refused.is_empty() {
-        let mut errors: Vec<Diagnostic> = refused
-            .into_iter()
-            .map(|(path, message)| Diagnostic {
-                path,
-                line: 1,
-                col: 1,
-                message,
-            })
-            .collect();
-        let mut named = Vec::new();
-        match manifest::triggers::parse_all(&trigger_files) {
-            Ok(triggers) => {
-                for trigger in &triggers {
-                    if named
-                        .iter()
-                        .any(|file: &crate::model::SourceFile| file.path == trigger.apply_file)
-                    {
-                        continue;
-                    }
-                    match files.read(&trigger.apply_file, crate::model::MAX_MANIFEST_BYTES) {
-                        FileRead::File(contents) => named.push(crate::model::SourceFile {
-                            path: trigger.apply_file.clone(),
-                            contents,
-                        }),
-                        FileRead::Missing => errors.push(trigger.at_apply_file(format!(
-                            "apply.file {} does not exist",
-                            trigger.apply_file
-                        ))),
-                        FileRead::TooLarge(size) => errors.push(trigger.at_apply_file(format!(
-                            "apply.file {} is {size}; at most {} bytes of a manifest are read",
-                            trigger.apply_file,
-                            crate::model::MAX_MANIFEST_BYTES
-                        ))),
-                        _ => errors.push(trigger.at_apply_file(format!(
-                            "apply.file {} is not a regular file; it names one manifest file, as in voodu",
-                            trigger.apply_file
-                        ))),
-                    }
-                }
-            }
-            Err(problems) => errors.extend(problems),
-        }
+        let (mut named, errors) = trigger_manifests(&files, &trigger_files, refused);
         if !errors.is_empty() {
             return Ok(Outcome {
                 errors,
@@ -745,27 +782,7 @@ pub(super) fn validate_dir(
                 Err(manifest::Diagnostics(foreign))
             }
         }) {
-            Ok(manifest) => {
-                let mut kinds = BTreeMap::new();
-                for resource in &manifest.resources {
-                    *kinds.entry(resource.key.kind.to_string()).or_insert(0) += 1;
-                }
-                Outcome {
-                    errors: Vec::new(),
-                    warnings: manifest.warnings,
-                    n_files,
-                    kinds,
-                    paths: read,
-                    specs: manifest
-                        .resources
-                        .into_iter()
-                        .map(|resource| {
-                            let resource = std::sync::Arc::unwrap_or_clone(resource);
-                            (resource.origin, resource.spec)
-                        })
-                        .collect(),
-                }
-            }
+            Ok(manifest) => Outcome::valid(manifest, n_files, read),
             Err(diagnostics) => Outcome {
                 errors: diagnostics.0,
                 warnings: Vec::new(),

@@ -15,7 +15,7 @@
 //! the rest of the fetch goes to the repository's new base. reqwest drops the
 //! `Authorization` header on a redirect to another host.
 
-use crate::mutex::lock;
+use crate::base::lock;
 use std::io::{self, BufRead, BufReader, Cursor, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -55,9 +55,14 @@ struct Redirects {
     base: Mutex<Option<String>>,
 }
 
+/// The HTTP client could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build an HTTP client: {0}")]
+pub(crate) struct BuildError(#[source] reqwest::Error);
+
 impl Client {
     /// A client trusting what `tls` trusts.
-    pub(crate) fn new(tls: rustls::ClientConfig) -> Result<Client, String> {
+    pub(crate) fn new(tls: rustls::ClientConfig) -> Result<Client, BuildError> {
         let redirects = Arc::new(Redirects::default());
         let shared = Arc::clone(&redirects);
         let policy = reqwest::redirect::Policy::custom(move |attempt| {
@@ -90,7 +95,7 @@ impl Client {
             .timeout(REQUEST_TIMEOUT)
             .redirect(policy)
             .build()
-            .map_err(|error| format!("cannot build an HTTP client: {error}"))?;
+            .map_err(BuildError)?;
         Ok(Client { client, redirects })
     }
 

@@ -300,7 +300,9 @@ impl Source {
             };
             let tls = crate::model::tls::client_config_trusting(certificates)
                 .map_err(|message| self.fetch_error(message))?;
-            fetch::Via::Http(http::Client::new(tls).map_err(|message| self.fetch_error(message))?)
+            fetch::Via::Http(
+                http::Client::new(tls).map_err(|error| self.fetch_error(error.to_string()))?,
+            )
         } else {
             fetch::Via::Gix(
                 repo.transport_options(self.url.as_str(), None)
@@ -408,10 +410,7 @@ impl Source {
     ) -> Result<(Snapshot, Vec<Option<crate::model::BlobId>>)> {
         self.tree_reads.fetch_add(1, Ordering::Relaxed);
         let repo = self.open_mirror()?;
-        let mut memo = self
-            .blob_memo
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut memo = crate::base::lock(&self.blob_memo);
         tree::read_snapshot(&repo, sha, &self.options.paths, &self.hosts, &mut memo)
     }
 

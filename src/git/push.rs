@@ -74,17 +74,29 @@ pub enum PushError {
     Raced { branch: String, attempts: usize },
 }
 
-/// What an edit pass changed: `Ok(None)` = nothing to change in this file.
-pub type EditResult = Result<Option<String>, String>;
+/// What an edit pass changed: `Ok(None)` = nothing to change in this file; `Err` (the
+/// caller's own error) stops the bump as a `PushError::Conflict` saying it.
+pub type EditResult<E> = Result<Option<String>, E>;
+
+/// Why a `git` command gave no output.
+#[derive(Debug, thiserror::Error)]
+enum RunError {
+    #[error("{0} (is `git` installed?)")]
+    Spawn(#[source] std::io::Error),
+    #[error("no answer within {}s; stopped", .0.as_secs())]
+    Deadline(std::time::Duration),
+    #[error("{0}")]
+    Wait(#[source] std::io::Error),
+}
 
 /// Commits the edits `edit` makes (called with each manifest file's path and text on the
 /// branch tip, every attempt) and pushes them. Returns the pushed commit, or the tip when the
 /// edits were already there (nothing to commit).
-pub fn commit_and_push(
+pub fn commit_and_push<E: std::fmt::Display>(
     options: &PushOptions,
     message: &str,
-    edit: &mut dyn FnMut(&str, &str) -> EditResult,
-    finish: &mut dyn FnMut() -> Result<(), String>,
+    edit: &mut dyn FnMut(&str, &str) -> EditResult<E>,
+    finish: &mut dyn FnMut() -> Result<(), E>,
 ) -> Result<CommitSha, PushError> {
     let target = if options.push_branch.is_empty() {
         options.branch.as_str()
@@ -96,10 +108,10 @@ pub fn commit_and_push(
         prepare(options, target)?;
         let tip = git(options, &["rev-parse", "HEAD"], "read the tip")?;
         let tip = String::from_utf8_lossy(&tip.stdout).trim().to_owned();
-        let conflict = |message: String| PushError::Conflict {
+        let conflict = |error: E| PushError::Conflict {
             branch: target.to_owned(),
             tip: tip.chars().take(12).collect(),
-            message,
+            message: error.to_string(),
         };
         let mut changed = Vec::new();
         for path in manifest_files(&options.work_dir, &options.paths) {
@@ -392,9 +404,9 @@ fn run(options: &PushOptions, args: &[&str]) -> Result<Output, PushError> {
         command.envs(askpass.env.iter().map(|(name, value)| (name, value)));
     }
     let what = args.first().copied().unwrap_or("git");
-    output_within(&mut command, GIT_DEADLINE).map_err(|message| PushError::Git {
+    output_within(&mut command, GIT_DEADLINE).map_err(|error| PushError::Git {
         what: what.to_owned(),
-        message,
+        message: error.to_string(),
     })
 }
 
@@ -404,13 +416,13 @@ const GIT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Runs `command` to its end, or kills it once `limit` has passed; its output either way.
 /// The pipes are drained while it runs, so a chatty command cannot block on a full pipe.
-fn output_within(command: &mut Command, limit: std::time::Duration) -> Result<Output, String> {
+fn output_within(command: &mut Command, limit: std::time::Duration) -> Result<Output, RunError> {
     use std::io::Read as _;
     let mut child = command
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .map_err(|error| format!("{error} (is `git` installed?)"))?;
+        .map_err(RunError::Spawn)?;
     let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
         std::thread::spawn(move || {
             let mut bytes = Vec::new();
@@ -444,9 +456,9 @@ fn output_within(command: &mut Command, limit: std::time::Duration) -> Result<Ou
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("no answer within {}s; stopped", limit.as_secs()));
+                return Err(RunError::Deadline(limit));
             }
-            Err(error) => return Err(error.to_string()),
+            Err(error) => return Err(RunError::Wait(error)),
         }
     };
     Ok(Output {
@@ -488,7 +500,7 @@ mod tests {
         let error = output_within(&mut hanging, std::time::Duration::from_millis(100))
             .err()
             .ok_or("a 30 s sleep finished within 100 ms")?;
-        assert!(error.contains("no answer within"), "{error}");
+        assert!(error.to_string().contains("no answer within"), "{error}");
         let mut chatty = Command::new("sh");
         chatty.args(["-c", "head -c 300000 /dev/zero; echo done >&2"]);
         let output = output_within(&mut chatty, std::time::Duration::from_secs(60))?;

@@ -203,6 +203,17 @@ pub(super) fn read_trigger_files(
     Ok((files, refused))
 }
 
+/// An object of the mirror that gix could not find or decode (its own error, kept).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct ObjectError(#[source] Box<dyn std::error::Error + Send + Sync>);
+
+impl ObjectError {
+    fn new(error: impl std::error::Error + Send + Sync + 'static) -> ObjectError {
+        ObjectError(Box::new(error))
+    }
+}
+
 /// What [`read_blob`] found: the blob's bytes, or its size when that is over the limit.
 enum Blob {
     Bytes(Vec<u8>),
@@ -219,7 +230,7 @@ fn read_blob(
     repo: &gix::Repository,
     id: gix::ObjectId,
     max_bytes: u64,
-) -> std::result::Result<Blob, String> {
+) -> std::result::Result<Blob, ObjectError> {
     let size = match repo.find_header(id) {
         Ok(header) => header.size(),
         Err(error) => {
@@ -227,14 +238,14 @@ fn read_blob(
                 Some(limit) if !repo.has_object(id) => {
                     Ok(Blob::TooLarge(FileSize::AtLeast(limit.bytes())))
                 }
-                _ => Err(error.to_string()),
+                _ => Err(ObjectError::new(error)),
             };
         }
     };
     if size > max_bytes {
         return Ok(Blob::TooLarge(FileSize::Exact(size)));
     }
-    let object = repo.find_object(id).map_err(|error| error.to_string())?;
+    let object = repo.find_object(id).map_err(ObjectError::new)?;
     Ok(Blob::Bytes(object.detach().data))
 }
 
@@ -273,8 +284,8 @@ pub(super) fn changed_paths(
         Some(tree_of(repo, to)?),
     )];
     while let Some((prefix, old, new)) = work.pop() {
-        let old_entries = tree_entries(repo, old).map_err(read_error)?;
-        let new_entries = tree_entries(repo, new).map_err(read_error)?;
+        let old_entries = tree_entries(repo, old).map_err(|error| read_error(error.to_string()))?;
+        let new_entries = tree_entries(repo, new).map_err(|error| read_error(error.to_string()))?;
         let names: std::collections::BTreeSet<&String> =
             old_entries.keys().chain(new_entries.keys()).collect();
         for name in names {
@@ -311,13 +322,13 @@ pub(super) fn changed_paths(
 fn tree_entries(
     repo: &gix::Repository,
     tree: Option<gix::ObjectId>,
-) -> std::result::Result<std::collections::BTreeMap<String, (bool, gix::ObjectId)>, String> {
+) -> std::result::Result<std::collections::BTreeMap<String, (bool, gix::ObjectId)>, ObjectError> {
     let mut entries = std::collections::BTreeMap::new();
     let Some(tree) = tree else {
         return Ok(entries);
     };
-    let tree = repo.find_tree(tree).map_err(|error| error.to_string())?;
-    let decoded = tree.decode().map_err(|error| error.to_string())?;
+    let tree = repo.find_tree(tree).map_err(ObjectError::new)?;
+    let decoded = tree.decode().map_err(ObjectError::new)?;
     for entry in decoded.entries {
         entries.insert(
             entry.filename.to_str_lossy().into_owned(),
@@ -461,7 +472,7 @@ impl crate::model::FileSource for CommitFiles {
                 "a symlink whose target is {size}; at most {MAX_LINK_TARGET_BYTES} bytes are read"
             )),
             Ok(Blob::TooLarge(size)) => FileRead::TooLarge(size),
-            Err(error) => FileRead::Error(error),
+            Err(error) => FileRead::Error(error.to_string()),
         }
     }
 }

@@ -79,9 +79,9 @@ impl TrustedKeys {
                 path: path.to_owned(),
                 message: error.to_string(),
             })?;
-            keys.ssh = parse_allowed_signers(&text).map_err(|message| Error::TrustedKeys {
+            keys.ssh = parse_allowed_signers(&text).map_err(|error| Error::TrustedKeys {
                 path: path.to_owned(),
-                message,
+                message: error.to_string(),
             })?;
             keys.ssh_file = Some(path.to_owned());
         }
@@ -90,9 +90,9 @@ impl TrustedKeys {
                 path: path.to_owned(),
                 message: error.to_string(),
             })?;
-            keys.pgp = parse_pgp_keyring(&bytes).map_err(|message| Error::TrustedKeys {
+            keys.pgp = parse_pgp_keyring(&bytes).map_err(|error| Error::TrustedKeys {
                 path: path.to_owned(),
-                message,
+                message: error.to_string(),
             })?;
             keys.pgp_file = Some(path.to_owned());
         }
@@ -388,9 +388,45 @@ fn hex_upper(bytes: &[u8]) -> String {
     })
 }
 
+/// Why an `allowed_signers` file is refused, by line.
+#[derive(Debug, thiserror::Error)]
+enum SignersError {
+    #[error("line {line}: no public key (want `principals [options] ssh-ed25519 AAAA…`)")]
+    NoKey { line: usize },
+    #[error("line {line}: {source}")]
+    Key {
+        line: usize,
+        #[source]
+        source: ssh_key::Error,
+    },
+    #[error("line {line}: {option}={value:?} is not YYYYMMDD[HHMM[SS]][Z]")]
+    Time {
+        line: usize,
+        option: &'static str,
+        value: String,
+    },
+    #[error("line {line}: cert-authority keys are not supported; list the signing keys themselves")]
+    CertAuthority { line: usize },
+    #[error("line {line}: unknown option {option:?}")]
+    Option { line: usize, option: String },
+}
+
+/// Why an OpenPGP keyring is refused.
+#[derive(Debug, thiserror::Error)]
+enum KeyringError {
+    #[error("{0}")]
+    Parse(#[source] pgp::errors::Error),
+    #[error("a key's self-signatures do not verify: {0}")]
+    Bindings(#[source] pgp::errors::Error),
+    #[error("holds a secret key: give the agent public keys only (`gpg --export --armor KEYID`)")]
+    Secret,
+    #[error("holds no OpenPGP public key")]
+    Empty,
+}
+
 /// Parses git's `allowed_signers` format (ssh-keygen(1) "ALLOWED SIGNERS"): per line
 /// `principals [options] keytype base64-key [comment]`; `#` lines and blank lines skipped.
-fn parse_allowed_signers(text: &str) -> std::result::Result<Vec<AllowedSigner>, String> {
+fn parse_allowed_signers(text: &str) -> std::result::Result<Vec<AllowedSigner>, SignersError> {
     let mut signers = Vec::new();
     for (index, line) in text.lines().enumerate() {
         let number = index + 1;
@@ -405,15 +441,15 @@ fn parse_allowed_signers(text: &str) -> std::result::Result<Vec<AllowedSigner>, 
         let key_at = rest
             .iter()
             .position(|token| is_key_type(token))
-            .ok_or_else(|| {
-                format!(
-                    "line {number}: no public key (want `principals [options] ssh-ed25519 AAAA…`)"
-                )
-            })?;
+            .ok_or(SignersError::NoKey { line: number })?;
         let mut signer = AllowedSigner {
             principals: principals.trim_matches('"').to_owned(),
-            key: ssh_key::PublicKey::from_openssh(&rest[key_at..].join(" "))
-                .map_err(|error| format!("line {number}: {error}"))?,
+            key: ssh_key::PublicKey::from_openssh(&rest[key_at..].join(" ")).map_err(|source| {
+                SignersError::Key {
+                    line: number,
+                    source,
+                }
+            })?,
             namespaces: None,
             valid_after: None,
             valid_before: None,
@@ -433,23 +469,30 @@ fn parse_allowed_signers(text: &str) -> std::result::Result<Vec<AllowedSigner>, 
                         Some(value.split(',').map(|n| n.trim().to_owned()).collect());
                 }
                 "valid-after" => {
-                    signer.valid_after = Some(parse_ssh_time(value).ok_or_else(|| {
-                        format!("line {number}: valid-after={value:?} is not YYYYMMDD[HHMM[SS]][Z]")
-                    })?);
+                    signer.valid_after =
+                        Some(parse_ssh_time(value).ok_or_else(|| SignersError::Time {
+                            line: number,
+                            option: "valid-after",
+                            value: value.to_owned(),
+                        })?);
                 }
                 "valid-before" => {
-                    signer.valid_before = Some(parse_ssh_time(value).ok_or_else(|| {
-                        format!(
-                            "line {number}: valid-before={value:?} is not YYYYMMDD[HHMM[SS]][Z]"
-                        )
-                    })?);
+                    signer.valid_before =
+                        Some(parse_ssh_time(value).ok_or_else(|| SignersError::Time {
+                            line: number,
+                            option: "valid-before",
+                            value: value.to_owned(),
+                        })?);
                 }
                 "cert-authority" => {
-                    return Err(format!(
-                        "line {number}: cert-authority keys are not supported; list the signing keys themselves"
-                    ));
+                    return Err(SignersError::CertAuthority { line: number });
                 }
-                other => return Err(format!("line {number}: unknown option {other:?}")),
+                other => {
+                    return Err(SignersError::Option {
+                        line: number,
+                        option: other.to_owned(),
+                    });
+                }
             }
         }
         signers.push(signer);
@@ -542,27 +585,21 @@ fn parse_ssh_time(text: &str) -> Option<i64> {
 /// and subkey bindings must verify.
 fn parse_pgp_keyring(
     bytes: &[u8],
-) -> std::result::Result<Vec<pgp::composed::SignedPublicKey>, String> {
+) -> std::result::Result<Vec<pgp::composed::SignedPublicKey>, KeyringError> {
     use pgp::composed::PublicOrSecret;
-    let (parsed, _) = PublicOrSecret::from_reader_many(bytes).map_err(|error| error.to_string())?;
+    let (parsed, _) = PublicOrSecret::from_reader_many(bytes).map_err(KeyringError::Parse)?;
     let mut keys = Vec::new();
     for key in parsed {
-        match key.map_err(|error| error.to_string())? {
+        match key.map_err(KeyringError::Parse)? {
             PublicOrSecret::Public(key) => {
-                key.verify_bindings()
-                    .map_err(|error| format!("a key's self-signatures do not verify: {error}"))?;
+                key.verify_bindings().map_err(KeyringError::Bindings)?;
                 keys.push(key);
             }
-            PublicOrSecret::Secret(_) => {
-                return Err(
-                    "holds a secret key: give the agent public keys only (`gpg --export --armor KEYID`)"
-                        .to_owned(),
-                );
-            }
+            PublicOrSecret::Secret(_) => return Err(KeyringError::Secret),
         }
     }
     if keys.is_empty() {
-        return Err("holds no OpenPGP public key".to_owned());
+        return Err(KeyringError::Empty);
     }
     Ok(keys)
 }
@@ -575,7 +612,8 @@ mod tests {
         "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAINWPRYKWnomdl8wTIACQAT/gh53ooAWqOw0V/34fOFTU";
 
     #[test]
-    fn allowed_signers_lines_parse_as_git_writes_them() -> std::result::Result<(), String> {
+    fn allowed_signers_lines_parse_as_git_writes_them()
+    -> std::result::Result<(), Box<dyn std::error::Error>> {
         let text = format!(
             "# team keys\n\nalice@example.com {ED25519} alice laptop\n\"bob@example.com,carol@example.com\" namespaces=\"git,file\",valid-after=20240101,valid-before=\"20300101Z\" {ED25519}\n"
         );
@@ -590,7 +628,12 @@ mod tests {
         );
         assert_eq!(signers[1].valid_after, Some(1_704_067_200));
         assert_eq!(signers[1].valid_before, Some(1_893_456_000));
-        let refused = |text: &str| parse_allowed_signers(text).err().unwrap_or_default();
+        let refused = |text: &str| {
+            parse_allowed_signers(text)
+                .err()
+                .map(|error| error.to_string())
+                .unwrap_or_default()
+        };
         assert!(refused("alice").contains("line 1: no public key"));
         assert!(
             refused(&format!("a cert-authority {ED25519}"))

@@ -73,9 +73,16 @@ pub(crate) fn rfc3339(unix: i64) -> String {
     humantime::format_rfc3339_seconds(at).to_string()
 }
 
+/// A `since` that is neither a duration nor a time.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "since {0:?} is neither a duration (24h, 30m, 7d) nor an RFC 3339 time (2026-11-20T08:00:00Z)"
+)]
+pub(crate) struct SinceError(String);
+
 /// `since` as Unix seconds: a duration back from `now` (`24h`, `30m`, `7d`) or an RFC 3339
 /// time.
-pub(crate) fn parse_since(text: &str, now: i64) -> Result<i64, String> {
+pub(crate) fn parse_since(text: &str, now: i64) -> Result<i64, SinceError> {
     let text = text.trim();
     if let Ok(duration) = humantime::parse_duration(text) {
         let back = i64::try_from(duration.as_secs()).unwrap_or(i64::MAX);
@@ -85,9 +92,7 @@ pub(crate) fn parse_since(text: &str, now: i64) -> Result<i64, String> {
         Ok(at) => Ok(at.duration_since(std::time::UNIX_EPOCH).map_or(0, |since| {
             i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
         })),
-        Err(_) => Err(format!(
-            "since {text:?} is neither a duration (24h, 30m, 7d) nor an RFC 3339 time (2026-11-20T08:00:00Z)"
-        )),
+        Err(_) => Err(SinceError(text.to_owned())),
     }
 }
 
@@ -134,17 +139,17 @@ pub(super) async fn activity(
         Err(error) => {
             return (
                 StatusCode::BAD_REQUEST,
-                Json(serde_json::json!({ "error": error })),
+                Json(serde_json::json!({ "error": error.to_string() })),
             )
                 .into_response();
         }
     };
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
-    match super::blocking(&state.ctx.store, move |store| build(store, since, limit)).await {
+    match crate::store::blocking(&state.ctx.store, move |store| build(store, since, limit)).await {
         Ok(view) => Json(view).into_response(),
         Err(error) => (
             StatusCode::INTERNAL_SERVER_ERROR,
-            Json(serde_json::json!({ "error": error })),
+            Json(serde_json::json!({ "error": error.to_string() })),
         )
             .into_response(),
     }

@@ -248,9 +248,7 @@ impl Slot {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, SlotState> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::base::lock(&self.state)
     }
 
     fn deadline(&self) -> Option<Instant> {
@@ -346,9 +344,7 @@ struct WaitingInner {
 
 impl Waiting {
     fn lock(&self) -> std::sync::MutexGuard<'_, WaitingInner> {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::base::lock(&self.inner)
     }
 
     /// Counts a new connection in, evicting the longest-waiting one when `max_open` are

@@ -9,8 +9,9 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::{AppState, blocking};
+use super::AppState;
 use crate::metrics::render_gauge;
+use crate::store::{Store, blocking};
 
 /// Store figures for one scrape.
 struct StoreFigures {
@@ -31,68 +32,87 @@ struct StoreFigures {
 type SourceFigures = (String, Option<i64>, Option<i64>, bool);
 
 pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let figures = blocking(&state.ctx.store, |store| {
-        let mut phases = BTreeMap::new();
-        for (_, status) in store.statuses()? {
-            *phases.entry(status.phase.as_str().to_owned()).or_insert(0) += 1;
-        }
-        Ok(StoreFigures {
-            phases,
-            n_pinned: store.pins()?.len(),
-            last_applied_at: store
-                .commit_summary()?
-                .last_applied
-                .map(|record| record.seen_at),
-            last_fetch_success_at: store
-                .health(crate::store::HEALTH_FETCH)?
-                .and_then(|health| health.last_success_at),
-            sinks: store.sink_states()?,
-            sources: store
-                .source_names()?
-                .into_iter()
-                .map(|name| {
-                    let source = store.for_source(&name);
-                    let applied = source
-                        .commit_summary()?
-                        .last_applied
-                        .map(|record| record.seen_at);
-                    let fetch = source.health(&source.source_key(crate::store::HEALTH_FETCH))?;
-                    Ok((
-                        name,
-                        applied,
-                        fetch.as_ref().and_then(|health| health.last_success_at),
-                        fetch.is_some_and(|health| !health.ok),
-                    ))
-                })
-                .collect::<crate::store::Result<Vec<_>>>()?,
-            images: super::images::build(store)?
-                .into_iter()
-                .map(|view| (view.resource, view.image, view.update_available))
-                .collect(),
-        })
-    })
-    .await;
-    let figures = match figures {
+    let figures = match blocking(&state.ctx.store, read_figures).await {
         Ok(figures) => figures,
-        Err(error) => return (StatusCode::INTERNAL_SERVER_ERROR, error).into_response(),
+        Err(error) => {
+            return (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response();
+        }
     };
     let mut out = String::new();
     state.ctx.metrics.render(&mut out);
     super::process::render(&mut out);
+    render_state(&mut out, &figures);
+    render_sources(&mut out, &figures.sources);
+    render_images(&mut out, &figures.images);
+    render_sinks(&mut out, &figures.sinks);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        out,
+    )
+        .into_response()
+}
+
+/// The figures the store holds, read in one blocking call.
+fn read_figures(store: &Store) -> crate::store::Result<StoreFigures> {
+    let mut phases = BTreeMap::new();
+    for (_, status) in store.statuses()? {
+        *phases.entry(status.phase.as_str().to_owned()).or_insert(0) += 1;
+    }
+    Ok(StoreFigures {
+        phases,
+        n_pinned: store.pins()?.len(),
+        last_applied_at: store
+            .commit_summary()?
+            .last_applied
+            .map(|record| record.seen_at),
+        last_fetch_success_at: store
+            .health(crate::store::HEALTH_FETCH)?
+            .and_then(|health| health.last_success_at),
+        sinks: store.sink_states()?,
+        sources: store
+            .source_names()?
+            .into_iter()
+            .map(|name| {
+                let source = store.for_source(&name);
+                let applied = source
+                    .commit_summary()?
+                    .last_applied
+                    .map(|record| record.seen_at);
+                let fetch = source.health(&source.source_key(crate::store::HEALTH_FETCH))?;
+                Ok((
+                    name,
+                    applied,
+                    fetch.as_ref().and_then(|health| health.last_success_at),
+                    fetch.is_some_and(|health| !health.ok),
+                ))
+            })
+            .collect::<crate::store::Result<Vec<_>>>()?,
+        images: super::images::build(store)?
+            .into_iter()
+            .map(|view| (view.resource, view.image, view.update_available))
+            .collect(),
+    })
+}
+
+/// Resources by phase, pinned resources, the last applied commit and the last fetch.
+fn render_state(out: &mut String, figures: &StoreFigures) {
     let phases: Vec<(Vec<String>, f64)> = figures
         .phases
-        .into_iter()
-        .map(|(phase, count)| (vec![phase], count as f64))
+        .iter()
+        .map(|(phase, count)| (vec![phase.clone()], *count as f64))
         .collect();
     render_gauge(
-        &mut out,
+        out,
         "voodu_resources",
         "Resources by the phase of their last reconcile.",
         &["phase"],
         &phases,
     );
     render_gauge(
-        &mut out,
+        out,
         "voodu_pinned_resources",
         "Resources pinned by an operator rollback (auto-sync paused).",
         &[],
@@ -100,7 +120,7 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     );
     if let Some(seen_at) = figures.last_applied_at {
         render_gauge(
-            &mut out,
+            out,
             "voodu_last_applied_commit_timestamp_seconds",
             "Unix time at which the last applied commit reached desired state.",
             &[],
@@ -109,46 +129,52 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     }
     if let Some(success_at) = figures.last_fetch_success_at {
         render_gauge(
-            &mut out,
+            out,
             "voodu_last_successful_fetch_timestamp_seconds",
             "Unix time of the last fetch of the remote that succeeded (a stale value: fetches fail).",
             &[],
             &[(Vec::new(), success_at as f64)],
         );
     }
-    if !figures.sources.is_empty() {
+}
+
+/// Per source (with several): the last applied commit, the last fetch, whether fetches fail.
+fn render_sources(out: &mut String, sources: &[SourceFigures]) {
+    if !sources.is_empty() {
         let per_source = |value: fn(&SourceFigures) -> Option<f64>| {
-            figures
-                .sources
+            sources
                 .iter()
                 .filter_map(|source| value(source).map(|value| (vec![source.0.clone()], value)))
                 .collect::<Vec<_>>()
         };
         render_gauge(
-            &mut out,
+            out,
             "voodu_source_last_applied_commit_timestamp_seconds",
             "Unix time at which each source's last applied commit reached desired state.",
             &["source"],
             &per_source(|source| source.1.map(|at| at as f64)),
         );
         render_gauge(
-            &mut out,
+            out,
             "voodu_source_last_successful_fetch_timestamp_seconds",
             "Unix time of each source's last fetch that succeeded.",
             &["source"],
             &per_source(|source| source.2.map(|at| at as f64)),
         );
         render_gauge(
-            &mut out,
+            out,
             "voodu_source_fetch_failing",
             "1 while a source's fetches fail, else 0.",
             &["source"],
             &per_source(|source| Some(if source.3 { 1.0 } else { 0.0 })),
         );
     }
-    if !figures.images.is_empty() {
-        let samples: Vec<(Vec<String>, f64)> = figures
-            .images
+}
+
+/// Per resource with an image_update policy: whether a newer tag was found.
+fn render_images(out: &mut String, images: &[(String, String, bool)]) {
+    if !images.is_empty() {
+        let samples: Vec<(Vec<String>, f64)> = images
             .iter()
             .map(|(resource, image, available)| {
                 (
@@ -158,16 +184,19 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
             })
             .collect();
         render_gauge(
-            &mut out,
+            out,
             "voodu_image_update_available",
             "1 when the image_update policy of a resource found a newer tag than the one it runs.",
             &["resource", "image"],
             &samples,
         );
     }
+}
+
+/// Per notification sink: backlog, delivered, dropped, last success and last error.
+fn render_sinks(out: &mut String, sinks: &[crate::store::SinkState]) {
     let per_sink = |value: fn(&crate::store::SinkState) -> Option<f64>| -> Vec<(Vec<String>, f64)> {
-        figures
-            .sinks
+        sinks
             .iter()
             .filter_map(|sink| value(sink).map(|value| (vec![sink.name.clone()], value)))
             .collect()
@@ -201,15 +230,7 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     ] {
         let samples = per_sink(value);
         if !samples.is_empty() {
-            render_gauge(&mut out, name, help, &["sink"], &samples);
+            render_gauge(out, name, help, &["sink"], &samples);
         }
     }
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        out,
-    )
-        .into_response()
 }

@@ -244,15 +244,3 @@ pub(crate) fn secure_headers(headers: &mut axum::http::HeaderMap) {
         .entry(header::CACHE_CONTROL)
         .or_insert(HeaderValue::from_static("no-store"));
 }
-
-/// Runs a blocking store read off the async threads.
-async fn blocking<T: Send + 'static>(
-    store: &Arc<Store>,
-    f: impl FnOnce(&Store) -> crate::store::Result<T> + Send + 'static,
-) -> std::result::Result<T, String> {
-    let store = store.clone();
-    match tokio::task::spawn_blocking(move || f(&store)).await {
-        Ok(result) => result.map_err(|error| error.to_string()),
-        Err(join_error) => Err(format!("store task failed: {join_error}")),
-    }
-}

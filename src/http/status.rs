@@ -15,9 +15,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use super::AppState;
 use super::detail::DetailView;
-use super::{AppState, blocking};
 use crate::model::{Kind, ResourceKey};
+use crate::store::blocking;
 use std::collections::BTreeMap;
 
 use crate::store::{CommitRecord, HEALTH_ENGINE, HEALTH_FETCH, Pin, Release, Store};
@@ -664,14 +665,14 @@ pub(super) async fn healthz(State(state): State<Arc<AppState>>) -> Response {
     // One store read proves the database answers, which is all the agent needs to work.
     match blocking(&state.ctx.store, |store| store.commit_summary()).await {
         Ok(_) => Json(HealthView { status: "ok" }).into_response(),
-        Err(error) => error_response(StatusCode::SERVICE_UNAVAILABLE, error),
+        Err(error) => error_response(StatusCode::SERVICE_UNAVAILABLE, error.to_string()),
     }
 }
 
 pub(super) async fn status(State(state): State<Arc<AppState>>) -> Response {
     match blocking(&state.ctx.store, build).await {
         Ok(view) => Json(view).into_response(),
-        Err(error) => error_response(StatusCode::INTERNAL_SERVER_ERROR, error),
+        Err(error) => error_response(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()),
     }
 }
 

@@ -32,15 +32,16 @@ use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use hmac::{Hmac, KeyInit, Mac};
+use hmac::{Hmac, Mac};
 use http_body_util::BodyExt as _;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq as _;
 
-use super::{AppState, Error, HookSource, blocking};
+use super::{AppState, Error, HookSource};
 use crate::git::trigger::{SyncReason, SyncRequest, Ticket};
 use crate::model::CommitSha;
+use crate::store::blocking;
 
 /// The header of the generic HMAC form.
 pub(crate) const GENERIC_SIGNATURE_HEADER: &str = "x-voodu-signature";
@@ -96,7 +97,7 @@ impl WebhookSecret {
     }
 
     fn mac(&self) -> Hmac<Sha256> {
-        <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0).expect("HMAC accepts keys of any length")
+        crate::base::hmac_sha256(&self.0)
     }
 
     /// Constant-time check of a hex HMAC-SHA256 tag.
@@ -212,6 +213,37 @@ pub(crate) fn detect(headers: &HeaderMap) -> Provider {
     }
 }
 
+/// Why a request's signature or token is refused: the header the provider was expected to
+/// send and what was wrong with it (never anything about the secret).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Refusal {
+    #[error("missing {header} header ({provider} sends {header}: {form})")]
+    Missing {
+        provider: &'static str,
+        header: &'static str,
+        form: &'static str,
+    },
+    #[error("{0} does not match the webhook secret")]
+    Token(&'static str),
+    #[error("{0} does not match the body and the webhook secret")]
+    Signature(&'static str),
+    #[error("{0} is not `sha256=<hex>`")]
+    NotSha256(&'static str),
+    #[error("{0} is not `Basic <base64 of user:password>`")]
+    NotBasic(&'static str),
+    #[error("{0}: the password does not match the webhook secret")]
+    Password(&'static str),
+}
+
+/// Why a push's body is not understood.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BadPush {
+    #[error("form body without a `payload` field")]
+    NoPayload,
+    #[error("body is not a push payload: {0}")]
+    Json(#[source] serde_json::Error),
+}
+
 /// Checks the provider's signature or token against `secret`; the error names the header the
 /// provider was expected to send and what was wrong (never anything about the secret).
 pub(crate) fn verify(
@@ -219,15 +251,14 @@ pub(crate) fn verify(
     headers: &HeaderMap,
     body: &[u8],
     secret: &WebhookSecret,
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     let (name, form) = provider.expects();
-    let missing = || {
-        format!(
-            "missing {name} header ({} sends {name}: {form})",
-            provider.as_str()
-        )
+    let missing = || Refusal::Missing {
+        provider: provider.as_str(),
+        header: name,
+        form,
     };
-    let mismatch = || format!("{name} does not match the body and the webhook secret");
+    let mismatch = || Refusal::Signature(name);
     let value = || header(headers, &name.to_ascii_lowercase()).ok_or_else(missing);
     match provider {
         Provider::GitLab => {
@@ -235,7 +266,7 @@ pub(crate) fn verify(
             secret
                 .matches_token(token.as_bytes())
                 .then_some(())
-                .ok_or_else(|| format!("{name} does not match the webhook secret"))
+                .ok_or(Refusal::Token(name))
         }
         Provider::Forgejo | Provider::Gitea | Provider::Gogs => secret
             .verify_hex(body, value()?)
@@ -247,7 +278,7 @@ pub(crate) fn verify(
         | Provider::Generic => {
             let hex = value()?
                 .strip_prefix("sha256=")
-                .ok_or_else(|| format!("{name} is not `sha256=<hex>`"))?;
+                .ok_or(Refusal::NotSha256(name))?;
             secret
                 .verify_hex(body, hex)
                 .then_some(())
@@ -257,11 +288,11 @@ pub(crate) fn verify(
             let password = value()?
                 .strip_prefix("Basic ")
                 .and_then(basic_password)
-                .ok_or_else(|| format!("{name} is not `Basic <base64 of user:password>`"))?;
+                .ok_or(Refusal::NotBasic(name))?;
             secret
                 .matches_token(&password)
                 .then_some(())
-                .ok_or_else(|| format!("{name}: the password does not match the webhook secret"))
+                .ok_or(Refusal::Password(name))
         }
     }
 }
@@ -496,12 +527,12 @@ fn parse_push(
     headers: &HeaderMap,
     body: &[u8],
     wanted_ref: &str,
-) -> Result<Push, String> {
-    let json = payload(headers, body).ok_or("form body without a `payload` field")?;
+) -> Result<Push, BadPush> {
+    let json = payload(headers, body).ok_or(BadPush::NoPayload)?;
     if json.iter().all(u8::is_ascii_whitespace) {
         return Ok(Push::default());
     }
-    let not_a_push = |error: serde_json::Error| format!("body is not a push payload: {error}");
+    let not_a_push = BadPush::Json;
     let (updates, actor): (Vec<RefUpdate>, Option<String>) = match provider {
         Provider::BitbucketCloud => {
             let push = serde_json::from_slice::<BitbucketCloudPush>(&json).map_err(not_a_push)?;
@@ -762,51 +793,47 @@ pub(super) async fn hook(
         Err(response) => return response,
     };
     let provider = detect(&headers);
-    let with_provider = |mut hook_answer: HookAnswer| {
-        hook_answer.provider = Some(provider.as_str());
+    let request = HookRequest {
+        state: &state,
+        provider,
+        headers: &headers,
+        body: &body,
+    };
+    let routed = match request.authenticate_and_route(query.source.as_deref()) {
+        Ok(routed) => routed,
+        Err(response) => return *response,
+    };
+    let (source, push) = match request.choose(routed) {
+        Ok(chosen) => chosen,
+        Err(response) => return *response,
+    };
+    request.sync(&query, source, &push).await
+}
+
+/// One webhook request, verified, routed and answered.
+struct HookRequest<'a> {
+    state: &'a AppState,
+    provider: Provider,
+    headers: &'a HeaderMap,
+    body: &'a [u8],
+}
+
+impl<'a> HookRequest<'a> {
+    fn with_provider(&self, mut hook_answer: HookAnswer) -> HookAnswer {
+        hook_answer.provider = Some(self.provider.as_str());
         hook_answer
-    };
-    let sources = &state.ctx.sources;
-    let candidates: Vec<&HookSource> = match query.source.as_deref() {
-        Some(name) => sources
-            .iter()
-            .filter(|source| source.name == name)
-            .collect(),
-        None => sources.iter().collect(),
-    };
-    if candidates.is_empty() {
-        // Said before any signature is checked: the names of the sources are not told.
-        return answer(
-            &state,
-            StatusCode::NOT_FOUND,
-            with_provider(
-                HookAnswer::new(HookResult::BadRequest)
-                    .reason("no source of that name (`voodu-agent status` on the host lists them)"),
-            ),
-        );
     }
-    // Before anything is parsed: the request must verify with the secret of a source it
-    // may be for (each source's own, else the agent's).
-    let mut refusal = None;
-    let (verified, unverified): (Vec<&HookSource>, Vec<&HookSource>) =
-        candidates.into_iter().partition(|source| {
-            let Some(secret) = source.secret.as_ref().or(state.ctx.options.secret.as_ref()) else {
-                return true;
-            };
-            match verify(provider, &headers, &body, secret) {
-                Ok(()) => true,
-                Err(why) => {
-                    refusal.get_or_insert(why);
-                    false
-                }
-            }
-        });
-    let unauthorized = |why: String| {
+
+    fn answer(&self, code: StatusCode, hook_answer: HookAnswer) -> Response {
+        answer(self.state, code, self.with_provider(hook_answer))
+    }
+
+    fn unauthorized(&self, why: String) -> Response {
+        let provider = self.provider;
         tracing::warn!(provider = provider.as_str(), %why, "webhook refused");
-        let mut response = answer(
-            &state,
+        let mut response = self.answer(
             StatusCode::UNAUTHORIZED,
-            with_provider(HookAnswer::new(HookResult::Unauthorized).reason(why)),
+            HookAnswer::new(HookResult::Unauthorized).reason(why),
         );
         if provider == Provider::AzureDevOps {
             response.headers_mut().insert(
@@ -815,154 +842,209 @@ pub(super) async fn hook(
             );
         }
         response
-    };
-    if verified.is_empty() {
-        return unauthorized(refusal.unwrap_or_default());
     }
-    match event(provider, &headers, &body) {
-        Event::Push => {}
-        Event::Ping => {
-            return answer(
-                &state,
-                StatusCode::OK,
-                with_provider(HookAnswer::new(HookResult::Pong)),
-            );
-        }
-        Event::Other(name) => {
-            return answer(
-                &state,
-                StatusCode::ACCEPTED,
-                with_provider(
-                    HookAnswer::new(HookResult::Ignored)
-                        .reason(format!("event {name:?} is not a push; only pushes sync")),
+
+    /// The sources the request is for (`named`, else all), those whose secret it verifies
+    /// with, then, for a push, those that follow the repository it names. `Err`: the answer
+    /// (unknown source, unauthorized, a ping or another event, a repository nobody follows).
+    fn authenticate_and_route(
+        &self,
+        named: Option<&str>,
+    ) -> Result<Vec<&'a HookSource>, Box<Response>> {
+        let (provider, headers, body) = (self.provider, self.headers, self.body);
+        let sources = &self.state.ctx.sources;
+        let candidates: Vec<&HookSource> = match named {
+            Some(name) => sources
+                .iter()
+                .filter(|source| source.name == name)
+                .collect(),
+            None => sources.iter().collect(),
+        };
+        if candidates.is_empty() {
+            // Said before any signature is checked: the names of the sources are not told.
+            return Err(Box::new(
+                self.answer(
+                    StatusCode::NOT_FOUND,
+                    HookAnswer::new(HookResult::BadRequest).reason(
+                        "no source of that name (`voodu-agent status` on the host lists them)",
+                    ),
                 ),
-            );
+            ));
         }
-    }
-    // With several sources, a push syncs the sources that follow the repository it names
-    // (or the one `?source=` names).
-    let routed: Vec<&HookSource> = if sources.len() == 1 || query.source.is_some() {
-        verified
-    } else {
-        let named = pushed_repositories(&headers, &body);
+        // Before anything is parsed: the request must verify with the secret of a source it
+        // may be for (each source's own, else the agent's).
+        let mut refusal = None;
+        let (verified, unverified): (Vec<&HookSource>, Vec<&HookSource>) =
+            candidates.into_iter().partition(|source| {
+                let Some(secret) =
+                    source
+                        .secret
+                        .as_ref()
+                        .or(self.state.ctx.options.secret.as_ref())
+                else {
+                    return true;
+                };
+                match verify(provider, headers, body, secret) {
+                    Ok(()) => true,
+                    Err(why) => {
+                        refusal.get_or_insert(why.to_string());
+                        false
+                    }
+                }
+            });
+        if verified.is_empty() {
+            return Err(Box::new(self.unauthorized(refusal.unwrap_or_default())));
+        }
+        match event(provider, headers, body) {
+            Event::Push => {}
+            Event::Ping => {
+                return Err(Box::new(
+                    self.answer(StatusCode::OK, HookAnswer::new(HookResult::Pong)),
+                ));
+            }
+            Event::Other(name) => {
+                return Err(Box::new(
+                    self.answer(
+                        StatusCode::ACCEPTED,
+                        HookAnswer::new(HookResult::Ignored)
+                            .reason(format!("event {name:?} is not a push; only pushes sync")),
+                    ),
+                ));
+            }
+        }
+        // With several sources, a push syncs the sources that follow the repository it names
+        // (or the one `?source=` names).
+        if sources.len() == 1 || named.is_some() {
+            return Ok(verified);
+        }
+        let named = pushed_repositories(headers, body);
         if named.is_empty() && provider == Provider::Generic {
             // A bare "fetch now" (`voodu-agent sync`, a script): every source it may sync.
-            verified
-        } else {
-            let following: Vec<&HookSource> = verified
-                .into_iter()
-                .filter(|source| follows(source, &named))
-                .collect();
-            if following.is_empty() && unverified.iter().any(|source| follows(source, &named)) {
-                // The repository is a source's whose secret this request does not have.
-                return unauthorized(refusal.unwrap_or_default());
-            }
-            if following.is_empty() {
-                return answer(
-                &state,
+            return Ok(verified);
+        }
+        let following: Vec<&HookSource> = verified
+            .into_iter()
+            .filter(|source| follows(source, &named))
+            .collect();
+        if following.is_empty() && unverified.iter().any(|source| follows(source, &named)) {
+            // The repository is a source's whose secret this request does not have.
+            return Err(Box::new(self.unauthorized(refusal.unwrap_or_default())));
+        }
+        if following.is_empty() {
+            return Err(Box::new(self.answer(
                 StatusCode::ACCEPTED,
-                with_provider(HookAnswer::new(HookResult::Ignored).reason(match named.first() {
+                HookAnswer::new(HookResult::Ignored).reason(match named.first() {
                     Some(repository) => format!(
                         "the push names repository {repository}; no source of this agent follows it (or add ?source=NAME to the webhook URL)"
                     ),
                     None => "the push names no repository; add ?source=NAME to the webhook URL".to_owned(),
-                })),
-            );
-            }
-            following
+                }),
+            )));
         }
-    };
-    let mut ignored = None;
-    let mut chosen: Option<(&HookSource, Push)> = None;
-    for source in routed {
-        let wanted_ref = format!("refs/heads/{}", source.branch);
-        let push = match parse_push(provider, &headers, &body, &wanted_ref) {
-            Ok(push) => push,
-            Err(why) => {
+        Ok(following)
+    }
+
+    /// The first routed source whose branch the push moves, with the push; the others on
+    /// that branch get a fetch too. `Err`: the answer (a body that is not a push, a push to
+    /// another branch).
+    fn choose(&self, routed: Vec<&'a HookSource>) -> Result<(&'a HookSource, Push), Box<Response>> {
+        let (provider, headers, body) = (self.provider, self.headers, self.body);
+        let mut ignored = None;
+        let mut chosen: Option<(&HookSource, Push)> = None;
+        for source in routed {
+            let wanted_ref = format!("refs/heads/{}", source.branch);
+            let push = match parse_push(provider, headers, body, &wanted_ref) {
+                Ok(push) => push,
+                Err(why) => {
+                    return Err(Box::new(self.answer(
+                        StatusCode::BAD_REQUEST,
+                        HookAnswer::new(HookResult::BadRequest).reason(why.to_string()),
+                    )));
+                }
+            };
+            if let Some(git_ref) = &push.git_ref
+                && *git_ref != wanted_ref
+            {
+                ignored.get_or_insert(format!(
+                    "push to {git_ref}; this agent deploys {wanted_ref}"
+                ));
+                continue;
+            }
+            match &chosen {
+                // Another source on the same repository and branch (other paths): a fetch too.
+                Some(_) => {
+                    let (reason, actor) = request_origin(provider, headers, &push);
+                    source.requests.request(SyncRequest {
+                        reason,
+                        commit: commit_of(push.after.as_deref()),
+                        actor,
+                    });
+                }
+                None => chosen = Some((source, push)),
+            }
+        }
+        chosen.ok_or_else(|| {
+            Box::new(self.answer(
+                StatusCode::ACCEPTED,
+                HookAnswer::new(HookResult::Ignored).reason(ignored.unwrap_or_default()),
+            ))
+        })
+    }
+
+    /// Asks `source` for a fetch of `push`; answers at once, or (`?wait`) once the sync of
+    /// the commit ended or the wait timed out.
+    async fn sync(&self, query: &HookQuery, source: &HookSource, push: &Push) -> Response {
+        let state = self.state;
+        let with_source = |mut hook_answer: HookAnswer| {
+            if !source.name.is_empty() {
+                hook_answer.source = Some(source.name.clone());
+            }
+            self.with_provider(hook_answer)
+        };
+        let commit = commit_of(push.after.as_deref());
+        let (reason, actor) = request_origin(self.provider, self.headers, push);
+        let ticket = source.requests.request(SyncRequest {
+            reason,
+            commit: commit.clone(),
+            actor,
+        });
+        let wait = query
+            .wait
+            .as_deref()
+            .is_some_and(|wait| matches!(wait, "" | "1" | "true" | "yes"));
+        if !wait {
+            let mut hook_answer = HookAnswer::new(if ticket.coalesced {
+                HookResult::Coalesced
+            } else {
+                HookResult::Accepted
+            });
+            hook_answer.commit = commit.map(|commit| commit.to_string());
+            hook_answer.reason = Some(
+                if ticket.coalesced {
+                    "a fetch that covers this push is already pending or done"
+                } else {
+                    "fetch queued"
+                }
+                .to_owned(),
+            );
+            return answer(state, StatusCode::ACCEPTED, with_source(hook_answer));
+        }
+        let timeout = match query.timeout.as_deref().map(humantime::parse_duration) {
+            None => state.ctx.options.wait_timeout,
+            Some(Ok(timeout)) => timeout.min(MAX_WAIT),
+            Some(Err(error)) => {
                 return answer(
-                    &state,
+                    state,
                     StatusCode::BAD_REQUEST,
-                    with_provider(HookAnswer::new(HookResult::BadRequest).reason(why)),
+                    with_source(
+                        HookAnswer::new(HookResult::BadRequest).reason(format!("timeout: {error}")),
+                    ),
                 );
             }
         };
-        if let Some(git_ref) = &push.git_ref
-            && *git_ref != wanted_ref
-        {
-            ignored.get_or_insert(format!(
-                "push to {git_ref}; this agent deploys {wanted_ref}"
-            ));
-            continue;
-        }
-        match &chosen {
-            // Another source on the same repository and branch (other paths): a fetch too.
-            Some(_) => {
-                let (reason, actor) = request_origin(provider, &headers, &push);
-                source.requests.request(SyncRequest {
-                    reason,
-                    commit: commit_of(push.after.as_deref()),
-                    actor,
-                });
-            }
-            None => chosen = Some((source, push)),
-        }
+        let (code, hook_answer) = wait_for_outcome(state, source, ticket, commit, timeout).await;
+        answer(state, code, with_source(hook_answer))
     }
-    let Some((source, push)) = chosen else {
-        return answer(
-            &state,
-            StatusCode::ACCEPTED,
-            with_provider(HookAnswer::new(HookResult::Ignored).reason(ignored.unwrap_or_default())),
-        );
-    };
-    let with_source = |mut hook_answer: HookAnswer| {
-        if !source.name.is_empty() {
-            hook_answer.source = Some(source.name.clone());
-        }
-        with_provider(hook_answer)
-    };
-    let commit = commit_of(push.after.as_deref());
-    let (reason, actor) = request_origin(provider, &headers, &push);
-    let ticket = source.requests.request(SyncRequest {
-        reason,
-        commit: commit.clone(),
-        actor,
-    });
-    let wait = query
-        .wait
-        .as_deref()
-        .is_some_and(|wait| matches!(wait, "" | "1" | "true" | "yes"));
-    if !wait {
-        let mut hook_answer = HookAnswer::new(if ticket.coalesced {
-            HookResult::Coalesced
-        } else {
-            HookResult::Accepted
-        });
-        hook_answer.commit = commit.map(|commit| commit.to_string());
-        hook_answer.reason = Some(
-            if ticket.coalesced {
-                "a fetch that covers this push is already pending or done"
-            } else {
-                "fetch queued"
-            }
-            .to_owned(),
-        );
-        return answer(&state, StatusCode::ACCEPTED, with_source(hook_answer));
-    }
-    let timeout = match query.timeout.as_deref().map(humantime::parse_duration) {
-        None => state.ctx.options.wait_timeout,
-        Some(Ok(timeout)) => timeout.min(MAX_WAIT),
-        Some(Err(error)) => {
-            return answer(
-                &state,
-                StatusCode::BAD_REQUEST,
-                with_source(
-                    HookAnswer::new(HookResult::BadRequest).reason(format!("timeout: {error}")),
-                ),
-            );
-        }
-    };
-    let (code, hook_answer) = wait_for_outcome(&state, source, ticket, commit, timeout).await;
-    answer(&state, code, with_source(hook_answer))
 }
 
 /// Whether `source` follows one of the repositories a push names (`pushed_repositories`):
@@ -1140,9 +1222,9 @@ async fn wait_for_outcome(
             ));
             (StatusCode::BAD_GATEWAY, pending)
         }
-        Err(message) => {
+        Err(error) => {
             pending.result = HookResult::Error;
-            pending.reason = Some(message);
+            pending.reason = Some(error.to_string());
             (StatusCode::INTERNAL_SERVER_ERROR, pending)
         }
     }
@@ -1229,7 +1311,10 @@ mod tests {
     fn check(pairs: &[(&'static str, &str)], body: &[u8]) -> (Provider, Result<(), String>) {
         let map = headers(pairs);
         let provider = detect(&map);
-        (provider, verify(provider, &map, body, &secret()))
+        (
+            provider,
+            verify(provider, &map, body, &secret()).map_err(|refusal| refusal.to_string()),
+        )
     }
 
     /// The refusal of one request (empty when it was accepted).
@@ -1461,7 +1546,7 @@ mod tests {
         signed: &dyn Fn(&WebhookSecret) -> Vec<(&'static str, String)>,
         expected_header: &str,
         after: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), Box<dyn std::error::Error>> {
         let body = body.as_bytes();
         let as_headers = |pairs: Vec<(&'static str, String)>| {
             let pairs: Vec<(&'static str, &str)> = pairs
@@ -1480,6 +1565,7 @@ mod tests {
         let wrong = as_headers(signed(&WebhookSecret::new("not the secret")));
         let refusal = verify(provider, &wrong, body, &secret())
             .err()
+            .map(|refusal| refusal.to_string())
             .unwrap_or_default();
         assert!(
             refusal.starts_with(expected_header),
@@ -1503,8 +1589,8 @@ mod tests {
     }
 
     #[test]
-    fn gogs_bitbucket_and_azure_devops_pushes_from_their_documented_payloads() -> Result<(), String>
-    {
+    fn gogs_bitbucket_and_azure_devops_pushes_from_their_documented_payloads()
+    -> Result<(), Box<dyn std::error::Error>> {
         check_provider(
             Provider::Gogs,
             GOGS_PUSH,
@@ -1617,7 +1703,7 @@ mod tests {
     }
 
     #[test]
-    fn pushes_that_move_other_refs_are_read_as_such() -> Result<(), String> {
+    fn pushes_that_move_other_refs_are_read_as_such() -> Result<(), Box<dyn std::error::Error>> {
         // A Bitbucket Server push that moved only another branch is ignored by its ref.
         let other = BITBUCKET_SERVER_PUSH.replace("refs/heads/main", "refs/heads/dev");
         let push = parse_push(
@@ -1714,7 +1800,8 @@ mod tests {
     }
 
     #[test]
-    fn push_payloads_parse_from_json_form_and_empty_bodies() -> Result<(), String> {
+    fn push_payloads_parse_from_json_form_and_empty_bodies()
+    -> Result<(), Box<dyn std::error::Error>> {
         let parse = |headers: &HeaderMap, body: &[u8]| {
             parse_push(Provider::Generic, headers, body, "refs/heads/main")
         };
@@ -1734,7 +1821,7 @@ mod tests {
     }
 
     #[test]
-    fn pushes_name_their_origin_and_pusher() -> Result<(), String> {
+    fn pushes_name_their_origin_and_pusher() -> Result<(), Box<dyn std::error::Error>> {
         let none = HeaderMap::new();
         let check = |provider, headers: &HeaderMap, body: &[u8], reason, actor: Option<&str>| {
             let push = parse_push(provider, &HeaderMap::new(), body, "refs/heads/main")?;
@@ -1744,7 +1831,7 @@ mod tests {
                 "{}",
                 String::from_utf8_lossy(body)
             );
-            Ok::<(), String>(())
+            Ok::<(), BadPush>(())
         };
         check(
             Provider::GitHub,

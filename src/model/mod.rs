@@ -17,7 +17,7 @@ mod snapshot;
 pub(crate) mod text;
 pub mod tls;
 mod units;
-pub(crate) mod url_hosts;
+pub mod url_hosts;
 
 pub(crate) use assets::{UNSCOPED_ASSETS, asset_dir, is_ref_segment, resolve_asset_refs};
 pub(crate) use docker_options::control_character;

@@ -116,7 +116,7 @@ fn normalise_name(host: &str) -> String {
 /// An `--allow-url-host` entry that is not a host name, an IP address or a CIDR.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("--allow-url-host {entry:?} is not a host name, an IP address or a CIDR (10.0.0.0/8)")]
-pub(crate) struct UrlHostError {
+pub struct UrlHostError {
     entry: String,
 }
 

@@ -166,6 +166,31 @@ pub struct ConfigError {
     message: String,
 }
 
+/// A commit status sink that does not fit the sources the agent follows, at the sink's
+/// `path:line:col` (of its block, or of its `source`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}:{line}:{col}: commit_status \"{sink}\": {mistake}")]
+pub struct SourcesError {
+    path: String,
+    line: usize,
+    col: usize,
+    sink: String,
+    mistake: SourceMistake,
+}
+
+/// What is wrong with a commit status sink's `source`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum SourceMistake {
+    #[error("source = {0:?}, but the agent follows one repository (--repo): remove `source`")]
+    OneRepository(String),
+    #[error(
+        "the agent follows several repositories (--sources): say which source's commits go to `{repository}`, e.g. source = \"{first}\""
+    )]
+    Unnamed { repository: String, first: String },
+    #[error("source = {named:?} is not a source the agent follows ({})", sources.join(", "))]
+    Unknown { named: String, sources: Vec<String> },
+}
+
 /// A mistake at a byte offset of the text, before the file's name and the line are known.
 #[derive(Debug)]
 struct Problem {
@@ -232,7 +257,7 @@ impl NotifyConfig {
     /// names; `[""]` for `--repo`): with several repositories each sink names the source whose
     /// commits it reports, as a commit's status goes to the repository that holds it. A
     /// mistake names the file's `path:line:col` of the block or of its `source`.
-    pub fn check_sources(&self, sources: &[String]) -> Result<(), String> {
+    pub fn check_sources(&self, sources: &[String]) -> Result<(), SourcesError> {
         let single = sources.iter().all(String::is_empty);
         for sink in &self.sinks {
             let Target::CommitStatus {
@@ -241,39 +266,35 @@ impl NotifyConfig {
             else {
                 continue;
             };
-            let at = |(line, col): (usize, usize), message: String| {
-                format!(
-                    "{}:{line}:{col}: commit_status \"{}\": {message}",
-                    self.path, sink.name
-                )
+            let at = |(line, col): (usize, usize), mistake: SourceMistake| SourcesError {
+                path: self.path.clone(),
+                line,
+                col,
+                sink: sink.name.clone(),
+                mistake,
             };
             let source_at = sink.source_at.unwrap_or(sink.at);
             match (single, source) {
                 (true, None) => {}
                 (true, Some(source)) => {
-                    return Err(at(
-                        source_at,
-                        format!(
-                            "source = {source:?}, but the agent follows one repository (--repo): remove `source`"
-                        ),
-                    ));
+                    return Err(at(source_at, SourceMistake::OneRepository(source.clone())));
                 }
                 (false, None) => {
                     return Err(at(
                         sink.at,
-                        format!(
-                            "the agent follows several repositories (--sources): say which source's commits go to `{repository}`, e.g. source = \"{}\"",
-                            sources.first().map(String::as_str).unwrap_or_default()
-                        ),
+                        SourceMistake::Unnamed {
+                            repository: repository.clone(),
+                            first: sources.first().cloned().unwrap_or_default(),
+                        },
                     ));
                 }
                 (false, Some(source)) if !sources.contains(source) => {
                     return Err(at(
                         source_at,
-                        format!(
-                            "source = {source:?} is not a source the agent follows ({})",
-                            sources.join(", ")
-                        ),
+                        SourceMistake::Unknown {
+                            named: source.clone(),
+                            sources: sources.to_vec(),
+                        },
                     ));
                 }
                 (false, Some(_)) => {}
@@ -646,10 +667,26 @@ fn string(expr: &Expression) -> Option<String> {
     }
 }
 
-fn check_http_url(url: &str) -> Result<(), String> {
-    let parsed = reqwest::Url::parse(url).map_err(|e| format!("`{url}` is not a URL: {e}"))?;
+/// A URL the file gives that no request can go to.
+#[derive(Debug, thiserror::Error)]
+enum UrlError {
+    #[error("`{url}` is not a URL: {source}")]
+    NotUrl {
+        url: String,
+        #[source]
+        source: <reqwest::Url as std::str::FromStr>::Err,
+    },
+    #[error("`{0}` wants http:// or https:// and a host")]
+    NotHttp(String),
+}
+
+fn check_http_url(url: &str) -> Result<(), UrlError> {
+    let parsed = reqwest::Url::parse(url).map_err(|source| UrlError::NotUrl {
+        url: url.to_owned(),
+        source,
+    })?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-        return Err(format!("`{url}` wants http:// or https:// and a host"));
+        return Err(UrlError::NotHttp(url.to_owned()));
     }
     Ok(())
 }
@@ -821,16 +858,21 @@ mod tests {
         let single = [String::new()];
         assert_eq!(named.check_sources(&several), Ok(()));
         assert_eq!(unnamed.check_sources(&single), Ok(()));
+        let check = |config: &NotifyConfig, sources: &[String]| {
+            config
+                .check_sources(sources)
+                .map_err(|error| error.to_string())
+        };
         assert_eq!(
-            unnamed.check_sources(&several),
+            check(&unnamed, &several),
             Err("notify.hcl:2:1: commit_status \"origin\": the agent follows several repositories (--sources): say which source's commits go to `acme/shop`, e.g. source = \"shop\"".to_owned())
         );
         assert_eq!(
-            named.check_sources(&single),
+            check(&named, &single),
             Err("notify.hcl:7:12: commit_status \"origin\": source = \"shop\", but the agent follows one repository (--repo): remove `source`".to_owned())
         );
         assert_eq!(
-            gone.check_sources(&several),
+            check(&gone, &several),
             Err("notify.hcl:7:12: commit_status \"origin\": source = \"gone\" is not a source the agent follows (shop, blog)".to_owned())
         );
         Ok(())

@@ -29,10 +29,10 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-pub use config::{NotifyConfig, Sink, Target};
+pub use config::{NotifyConfig, Sink, SourcesError, Target};
 use sinks::{Request, State};
 
-use crate::store::{Event, Store, now_unix};
+use crate::store::{Event, Store, blocking, now_unix};
 
 /// Messages a sink may send at once after a quiet spell; then one per its `interval`.
 pub const BURST: u32 = 3;
@@ -102,13 +102,10 @@ pub async fn send_test(
     config: &NotifyConfig,
     name: &str,
     timeout: Duration,
-) -> Result<String, String> {
-    let sink = config.sink(name).ok_or_else(|| {
-        let names: Vec<&str> = config.sinks.iter().map(|sink| sink.name.as_str()).collect();
-        format!(
-            "no sink called {name:?} (the file has: {})",
-            names.join(", ")
-        )
+) -> Result<String, TestError> {
+    let sink = config.sink(name).ok_or_else(|| TestError::NoSink {
+        name: name.to_owned(),
+        names: config.sinks.iter().map(|sink| sink.name.clone()).collect(),
     })?;
     let client = client(timeout)?;
     let event = Event {
@@ -122,27 +119,61 @@ pub async fn send_test(
         data: serde_json::Value::Null,
     };
     let request = match &sink.target {
-        Target::Message { .. } => message_request(config, sink, std::slice::from_ref(&event))
-            .map_err(|error| error.to_string())?,
+        Target::Message { .. } => {
+            message_request(config, sink, std::slice::from_ref(&event)).map_err(TestError::Sink)?
+        }
         Target::CommitStatus { .. } => {
-            return Err(format!(
-                "{name} is a commit_status sink: it sets statuses of applied commits and has no test message"
-            ));
+            return Err(TestError::CommitStatus(name.to_owned()));
         }
     };
     send(&client, request)
         .await
         .map(|()| format!("{name}: delivered"))
-        .map_err(|error| format!("{name}: {error}"))
+        .map_err(|source| TestError::Send {
+            name: name.to_owned(),
+            source,
+        })
 }
 
-fn client(timeout: Duration) -> Result<reqwest::Client, String> {
+/// Why `notify test` sent nothing, or what the sink answered.
+#[derive(Debug, thiserror::Error)]
+pub enum TestError {
+    #[error("no sink called {name:?} (the file has: {})", names.join(", "))]
+    NoSink { name: String, names: Vec<String> },
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// The sink's URL or secret file cannot be read.
+    #[error(transparent)]
+    Sink(Error),
+    #[error(
+        "{0} is a commit_status sink: it sets statuses of applied commits and has no test message"
+    )]
+    CommitStatus(String),
+    #[error("{name}: {source}")]
+    Send {
+        name: String,
+        #[source]
+        source: Error,
+    },
+}
+
+/// Why the sinks' HTTP client was not built.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The TLS configuration (the platform's roots, `model::tls`).
+    #[error("{0}")]
+    Tls(String),
+    #[error("{0}")]
+    Build(#[source] reqwest::Error),
+}
+
+fn client(timeout: Duration) -> Result<reqwest::Client, ClientError> {
     reqwest::Client::builder()
-        .tls_backend_preconfigured(crate::model::tls::client_config()?)
+        .tls_backend_preconfigured(crate::model::tls::client_config().map_err(ClientError::Tls)?)
         .timeout(timeout)
         .redirect(reqwest::redirect::Policy::none())
         .build()
-        .map_err(|error| error.to_string())
+        .map_err(ClientError::Build)
 }
 
 /// The token bucket of one sink: [`BURST`] at most, one more each `refill`.
@@ -571,17 +602,6 @@ fn causes(error: &reqwest::Error) -> String {
         source = cause.source();
     }
     text
-}
-
-async fn blocking<T: Send + 'static>(
-    store: &Arc<Store>,
-    f: impl FnOnce(&Store) -> crate::store::Result<T> + Send + 'static,
-) -> Result<T, Error> {
-    let store = store.clone();
-    tokio::task::spawn_blocking(move || f(&store))
-        .await
-        .map_err(|error| Error::Request(format!("store task failed: {error}")))?
-        .map_err(Error::from)
 }
 
 #[cfg(test)]

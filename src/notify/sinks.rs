@@ -7,9 +7,8 @@
 //! mentions off); a secret appears only in the request (a header or the URL it came in) and
 //! never in `Request`'s `Debug`.
 
-use hmac::{Hmac, KeyInit, Mac};
+use hmac::Mac;
 use serde_json::{Value, json};
-use sha2::Sha256;
 
 use super::config::{Provider, SinkType};
 use crate::model::text::escape;
@@ -135,30 +134,7 @@ pub(crate) fn message(
         body: body.to_string().into_bytes(),
     };
     let mut request = match kind {
-        SinkType::Generic => {
-            let body = json!({ "agent": "voodu-agent", "events": events }).to_string();
-            let mut request = Request {
-                secrets: Vec::new(),
-                url: url.to_owned(),
-                headers: vec![
-                    ("content-type", "application/json".to_owned()),
-                    (
-                        "x-voodu-event",
-                        match events {
-                            [event] => event.event.clone(),
-                            _ => "batch".to_owned(),
-                        },
-                    ),
-                ],
-                body: body.into_bytes(),
-            };
-            if let Some(secret) = secret {
-                request
-                    .headers
-                    .push(("x-voodu-signature", sign(secret, &request.body)));
-            }
-            request
-        }
+        SinkType::Generic => generic(url, secret, events),
         // Incoming webhooks: `text`, in mrkdwn, where `<`, `>` and `&` are control characters.
         SinkType::Slack => json_request(json!({ "text": slack_escape(&text) })),
         // Execute Webhook: `content` (at most 2000 characters), mentions parsed from nothing.
@@ -167,49 +143,9 @@ pub(crate) fn message(
             "allowed_mentions": { "parse": [] },
         })),
         // A Workflows webhook: a message with one Adaptive Card attachment.
-        SinkType::Teams => json_request(json!({
-            "type": "message",
-            "attachments": [{
-                "contentType": "application/vnd.microsoft.card.adaptive",
-                "contentUrl": null,
-                "content": {
-                    "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
-                    "type": "AdaptiveCard",
-                    "version": "1.4",
-                    "body": [
-                        { "type": "TextBlock", "text": title, "weight": "Bolder", "wrap": true },
-                        { "type": "TextBlock", "text": text, "wrap": true },
-                    ],
-                },
-            }],
-        })),
+        SinkType::Teams => json_request(teams_card(&title, &text)),
         // Publish by POST to the topic URL: the body is the message, the rest are headers.
-        SinkType::Ntfy => Request {
-            secrets: Vec::new(),
-            url: url.to_owned(),
-            headers: vec![
-                ("title", title),
-                (
-                    "priority",
-                    match worst {
-                        Severity::Critical => "urgent",
-                        Severity::Warning => "high",
-                        Severity::Info => "default",
-                    }
-                    .to_owned(),
-                ),
-                (
-                    "tags",
-                    match worst {
-                        Severity::Critical => "rotating_light",
-                        Severity::Warning => "warning",
-                        Severity::Info => "white_check_mark",
-                    }
-                    .to_owned(),
-                ),
-            ],
-            body: text.into_bytes(),
-        },
+        SinkType::Ntfy => ntfy(url, title, text, worst),
         // `POST /message` (the token in the URL's `token` parameter): title, message, priority.
         SinkType::Gotify => json_request(json!({
             "title": title,
@@ -239,6 +175,83 @@ pub(crate) fn message(
             .push(String::from_utf8_lossy(secret).into_owned());
     }
     request
+}
+
+/// The generic sink's request: every event as JSON, signed with `secret` when there is one
+/// (`x-voodu-signature`).
+fn generic(url: &str, secret: Option<&[u8]>, events: &[Event]) -> Request {
+    let body = json!({ "agent": "voodu-agent", "events": events }).to_string();
+    let mut request = Request {
+        secrets: Vec::new(),
+        url: url.to_owned(),
+        headers: vec![
+            ("content-type", "application/json".to_owned()),
+            (
+                "x-voodu-event",
+                match events {
+                    [event] => event.event.clone(),
+                    _ => "batch".to_owned(),
+                },
+            ),
+        ],
+        body: body.into_bytes(),
+    };
+    if let Some(secret) = secret {
+        request
+            .headers
+            .push(("x-voodu-signature", sign(secret, &request.body)));
+    }
+    request
+}
+
+/// A Workflows webhook's message: one Adaptive Card attachment with `title` and `text`.
+fn teams_card(title: &str, text: &str) -> Value {
+    json!({
+        "type": "message",
+        "attachments": [{
+            "contentType": "application/vnd.microsoft.card.adaptive",
+            "contentUrl": null,
+            "content": {
+                "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
+                "type": "AdaptiveCard",
+                "version": "1.4",
+                "body": [
+                    { "type": "TextBlock", "text": title, "weight": "Bolder", "wrap": true },
+                    { "type": "TextBlock", "text": text, "wrap": true },
+                ],
+            },
+        }],
+    })
+}
+
+/// An ntfy publish: the body is the message, the title, priority and tags are headers.
+fn ntfy(url: &str, title: String, text: String, worst: Severity) -> Request {
+    Request {
+        secrets: Vec::new(),
+        url: url.to_owned(),
+        headers: vec![
+            ("title", title),
+            (
+                "priority",
+                match worst {
+                    Severity::Critical => "urgent",
+                    Severity::Warning => "high",
+                    Severity::Info => "default",
+                }
+                .to_owned(),
+            ),
+            (
+                "tags",
+                match worst {
+                    Severity::Critical => "rotating_light",
+                    Severity::Warning => "warning",
+                    Severity::Info => "white_check_mark",
+                }
+                .to_owned(),
+            ),
+        ],
+        body: text.into_bytes(),
+    }
 }
 
 /// The Alertmanager alert of `event`.
@@ -395,8 +408,7 @@ pub(crate) fn commit_status(
 /// `sha256=<hex HMAC-SHA256 of body>`: what the agent's own webhook receiver checks in
 /// `X-Voodu-Signature`.
 pub(crate) fn sign(secret: &[u8], body: &[u8]) -> String {
-    let mut mac =
-        <Hmac<Sha256> as KeyInit>::new_from_slice(secret).expect("HMAC takes a key of any length");
+    let mut mac = crate::base::hmac_sha256(secret);
     mac.update(body);
     format!(
         "sha256={}",

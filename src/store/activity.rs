@@ -17,10 +17,9 @@
 
 use std::fmt;
 
-use hmac::{Hmac, KeyInit, Mac};
+use hmac::Mac;
 use rusqlite::params;
 use serde::Serialize;
-use sha2::Sha256;
 
 use super::{ReleasePhase, Result, Store, now_unix};
 use crate::model::CommitSha;
@@ -312,8 +311,7 @@ pub(super) fn config_digest(
     let key: String = tx.query_row("SELECT value FROM meta WHERE key = 'env_key'", [], |row| {
         row.get(0)
     })?;
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key.as_bytes())
-        .expect("HMAC takes keys of any length");
+    let mut mac = crate::base::hmac_sha256(key.as_bytes());
     mac.update(b"voodu-agent activity config digest\0");
     mac.update(value.as_bytes());
     let bytes = mac.finalize().into_bytes();

@@ -29,6 +29,9 @@ pub enum Error {
     Unusable { path: PathBuf, problem: String },
     #[error("state database: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// The blocking task of [`super::blocking`] panicked or was cancelled.
+    #[error("store task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
     #[error("state database holds an unreadable row: {0}")]
     Corrupt(String),
     /// A closed set's column (a phase, a reason, a kind, a journal op) holds a text this

@@ -104,6 +104,16 @@ pub fn now_unix() -> i64 {
         })
 }
 
+/// Runs `f` with `store` on a blocking thread: how async code reads and writes the store
+/// (its calls block; see the module docs).
+pub(crate) async fn blocking<T: Send + 'static>(
+    store: &Arc<Store>,
+    f: impl FnOnce(&Store) -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let store = Arc::clone(store);
+    tokio::task::spawn_blocking(move || f(&store)).await?
+}
+
 impl Store {
     /// Opens the database at `path` and runs pending migrations; when no file is there, first
     /// creates one whole (schema and agent id) under a temporary name and links it into place,
@@ -253,11 +263,7 @@ impl Store {
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
-        let mut connection = self
-            .shared
-            .connection
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut connection = crate::base::lock(&self.shared.connection);
         f(&mut connection)
     }
 }

@@ -337,6 +337,154 @@ struct DesiredRow {
     incarnation: i64,
 }
 
+/// For an automatic rollback: `Superseded` when desired state moved on since `failed`;
+/// else `failed` is marked failed and halted, and `Halted` when it was itself a rollback
+/// (nothing to go back to). `None`: go on with the rollback.
+fn settle_failure(
+    tx: &Transaction<'_>,
+    trigger: Trigger<'_>,
+    latest: &Release,
+    current: Option<&DesiredRow>,
+) -> Result<Option<AutoRollback>> {
+    let Trigger::Automatic { failed, reason } = trigger else {
+        return Ok(None);
+    };
+    let still_desired = current.is_some_and(|row| row.spec_hash == failed.spec_hash.as_str());
+    if !still_desired || latest.id != failed.id {
+        return Ok(Some(AutoRollback::Superseded));
+    }
+    // The failure and the halt mark go with the rollback, or alone when there is
+    // nothing to go back to: either way the commit is not retried on its own.
+    halt_release(tx, failed.id, reason)?;
+    record_rollout(
+        tx,
+        &Who::AGENT,
+        "rollout",
+        failed.id,
+        ActivityOutcome::Failed,
+        reason,
+    )?;
+    Ok(failed
+        .rolled_back_from
+        .is_some()
+        .then_some(AutoRollback::Halted))
+}
+
+/// An operator's rollback past `latest`: a release that never finished is not one that ran,
+/// so it ends superseded (no later rollback takes it for a good one); a finished one ends
+/// rolled back.
+fn end_latest(tx: &Transaction<'_>, latest: &Release, target: &Release, now: i64) -> Result<()> {
+    if latest.id != target.id
+        && matches!(
+            latest.phase,
+            ReleasePhase::Progressing | ReleasePhase::Succeeded
+        )
+    {
+        let note = format!("rolled back to release #{} by the operator", target.id);
+        tx.execute(
+            "UPDATE releases SET
+               phase = CASE WHEN phase = 'progressing' THEN 'superseded' ELSE 'rolled-back' END,
+               finished_at = ?2,
+               message = CASE WHEN message = '' THEN ?3 ELSE message || '; ' || ?3 END
+             WHERE id = ?1",
+            params![latest.id, now, note],
+        )?;
+    }
+    Ok(())
+}
+
+/// The rollback release's message: what it went back to, and why.
+fn rollback_message(trigger: Trigger<'_>, target: &Release) -> String {
+    match trigger {
+        Trigger::Operator => format!(
+            "rollback to release #{} (commit {}); auto-sync paused until git changes it or `voodu-agent unpin`",
+            target.id,
+            target.commit.short()
+        ),
+        Trigger::Automatic { failed, reason } => format!(
+            "automatic rollback to release #{} (commit {}): release #{} (commit {}) failed: {reason}; commit {} stays paused for this resource until git changes it or `voodu-agent unpin`",
+            target.id,
+            target.commit.short(),
+            failed.id,
+            failed.commit.short(),
+            failed.commit.short()
+        ),
+    }
+}
+
+/// Pins `key` to release `release_id` (running `target`'s snapshot), keeping git's version
+/// (`git_spec`, `git_commit`) of a first pin.
+fn pin_release(
+    tx: &Transaction<'_>,
+    key: &ResourceKey,
+    release_id: i64,
+    target: &Release,
+    (git_spec, git_commit): (&Option<String>, &Option<String>),
+    now: i64,
+) -> Result<()> {
+    tx.execute(
+        "INSERT INTO pins (kind, scope, name, release_id, commit_sha, spec_hash, git_spec, git_commit, pinned_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+         ON CONFLICT (kind, scope, name) DO UPDATE SET
+           release_id = excluded.release_id, commit_sha = excluded.commit_sha,
+           spec_hash = excluded.spec_hash, pinned_at = excluded.pinned_at",
+        params![
+            key.kind.as_str(),
+            key.scope,
+            key.name,
+            release_id,
+            target.commit.as_str(),
+            target.spec_hash.as_str(),
+            git_spec,
+            git_commit,
+            now
+        ],
+    )?;
+    Ok(())
+}
+
+/// The rollback in the activity log: by the operator, a rollback and a pin; automatic, one
+/// `rollback.auto`.
+fn record_rollback(
+    tx: &Transaction<'_>,
+    who: &Who,
+    trigger: Trigger<'_>,
+    release_id: i64,
+    message: &str,
+) -> Result<()> {
+    match trigger {
+        Trigger::Operator => {
+            record_rollout(
+                tx,
+                who,
+                "rollback",
+                release_id,
+                ActivityOutcome::Succeeded,
+                message,
+            )?;
+            record_rollout(
+                tx,
+                who,
+                "pin",
+                release_id,
+                ActivityOutcome::Succeeded,
+                "auto-sync paused for it until git changes it or `voodu-agent unpin`",
+            )?;
+        }
+        Trigger::Automatic { .. } => {
+            record_rollout(
+                tx,
+                &Who::AGENT,
+                "rollback.auto",
+                release_id,
+                ActivityOutcome::Succeeded,
+                message,
+            )?;
+        }
+    }
+    Ok(())
+}
+
 fn desired_row(tx: &Transaction<'_>, key: &ResourceKey) -> Result<Option<DesiredRow>> {
     Ok(tx
         .query_row(
@@ -1055,23 +1203,11 @@ impl Store {
                 return Err(refuse("no releases are recorded for it".to_owned()));
             };
             let current = desired_row(&tx, key)?;
-            if let Trigger::Automatic { failed, .. } = trigger {
-                let still_desired = current
-                    .as_ref()
-                    .is_some_and(|row| row.spec_hash == failed.spec_hash.as_str());
-                if !still_desired || latest.id != failed.id {
-                    return Ok((AutoRollback::Superseded, None));
-                }
-            }
-            if let Trigger::Automatic { failed, reason } = trigger {
-                // The failure and the halt mark go with the rollback, or alone when there is
-                // nothing to go back to: either way the commit is not retried on its own.
-                halt_release(&tx, failed.id, reason)?;
-                record_rollout(&tx, &Who::AGENT, "rollout", failed.id, ActivityOutcome::Failed, reason)?;
-                if failed.rolled_back_from.is_some() {
+            if let Some(settled) = settle_failure(&tx, trigger, &latest, current.as_ref())? {
+                if settled == AutoRollback::Halted {
                     tx.commit()?;
-                    return Ok((AutoRollback::Halted, None));
                 }
+                return Ok((settled, None));
             }
             let now_desired = current.as_ref().map(|row| Current {
                 spec_hash: &row.spec_hash,
@@ -1099,40 +1235,10 @@ impl Store {
                 ),
             };
             let now = now_unix();
-            if matches!(trigger, Trigger::Operator)
-                && latest.id != target.id
-                && matches!(
-                    latest.phase,
-                    ReleasePhase::Progressing | ReleasePhase::Succeeded
-                )
-            {
-                // A release that never finished is not one that ran: it ends superseded,
-                // so no later rollback takes it for a good one.
-                let note = format!("rolled back to release #{} by the operator", target.id);
-                tx.execute(
-                    "UPDATE releases SET
-                       phase = CASE WHEN phase = 'progressing' THEN 'superseded' ELSE 'rolled-back' END,
-                       finished_at = ?2,
-                       message = CASE WHEN message = '' THEN ?3 ELSE message || '; ' || ?3 END
-                     WHERE id = ?1",
-                    params![latest.id, now, note],
-                )?;
+            if matches!(trigger, Trigger::Operator) {
+                end_latest(&tx, &latest, &target, now)?;
             }
-            let message = match trigger {
-                Trigger::Operator => format!(
-                    "rollback to release #{} (commit {}); auto-sync paused until git changes it or `voodu-agent unpin`",
-                    target.id,
-                    target.commit.short()
-                ),
-                Trigger::Automatic { failed, reason } => format!(
-                    "automatic rollback to release #{} (commit {}): release #{} (commit {}) failed: {reason}; commit {} stays paused for this resource until git changes it or `voodu-agent unpin`",
-                    target.id,
-                    target.commit.short(),
-                    failed.id,
-                    failed.commit.short(),
-                    failed.commit.short()
-                ),
-            };
+            let message = rollback_message(trigger, &target);
             // Desired first: a resource git no longer declares comes back as a new
             // incarnation, and the rollback release belongs to it.
             let generation = current.as_ref().map_or(1, |row| row.generation + 1);
@@ -1152,42 +1258,12 @@ impl Store {
                     images: target.images.as_ref(),
                 },
             )?;
-            tx.execute(
-                "INSERT INTO pins (kind, scope, name, release_id, commit_sha, spec_hash, git_spec, git_commit, pinned_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
-                 ON CONFLICT (kind, scope, name) DO UPDATE SET
-                   release_id = excluded.release_id, commit_sha = excluded.commit_sha,
-                   spec_hash = excluded.spec_hash, pinned_at = excluded.pinned_at",
-                params![
-                    key.kind.as_str(),
-                    key.scope,
-                    key.name,
-                    release.id,
-                    target.commit.as_str(),
-                    target.spec_hash.as_str(),
-                    git_spec,
-                    git_commit,
-                    now
-                ],
-            )?;
-            match trigger {
-                Trigger::Operator => {
-                    record_rollout(&tx, &who, "rollback", release.id, ActivityOutcome::Succeeded, &message)?;
-                    record_rollout(
-                        &tx,
-                        &who,
-                        "pin",
-                        release.id,
-                        ActivityOutcome::Succeeded,
-                        "auto-sync paused for it until git changes it or `voodu-agent unpin`",
-                    )?;
-                }
-                Trigger::Automatic { .. } => {
-                    record_rollout(&tx, &Who::AGENT, "rollback.auto", release.id, ActivityOutcome::Succeeded, &message)?;
-                }
-            }
+            pin_release(&tx, key, release.id, &target, (&git_spec, &git_commit), now)?;
+            record_rollback(&tx, &who, trigger, release.id, &message)?;
             let head: i64 =
-                tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM journal", [], |row| row.get(0))?;
+                tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM journal", [], |row| {
+                    row.get(0)
+                })?;
             tx.commit()?;
             let git_differs = git_spec.as_deref() != Some(target.snapshot.as_str());
             Ok((
@@ -1195,7 +1271,7 @@ impl Store {
                     release,
                     target,
                     git_differs,
-                    })),
+                })),
                 Some(head),
             ))
         })?;

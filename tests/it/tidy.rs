@@ -45,25 +45,25 @@ fn every_file_starts_with_module_docs() {
     );
 }
 
-/// Which top-level modules each module may import with `crate::…`. `metrics` and `mutex` sit
-/// beside `model` at layer 0 (they depend on nothing but `mutex`), so every stage may record
-/// into the one and lock with the other.
+/// Which top-level modules each module may import with `crate::…`. `metrics` and `base` sit
+/// beside `model` at layer 0 (they depend on nothing but `base`), so every stage may record into the
+/// one and use the other's helpers (`base::lock`, `base::hmac_sha256`).
 fn allowed(module: &str) -> Option<&'static [&'static str]> {
     Some(match module {
-        "model" | "mutex" => &[],
-        "metrics" => &["mutex"],
-        "manifest" | "git" | "runtime" => &["model", "metrics", "mutex"],
-        "assets" | "store" => &["model", "manifest", "metrics", "mutex"],
+        "model" | "base" => &[],
+        "metrics" => &["base"],
+        "manifest" | "git" | "runtime" => &["model", "metrics", "base"],
+        "assets" | "store" => &["model", "manifest", "metrics", "base"],
         "sync" => &[
-            "git", "manifest", "assets", "store", "model", "metrics", "mutex",
+            "git", "manifest", "assets", "store", "model", "metrics", "base",
         ],
         // `assets` too: the asset handler repairs files on the host from the stored bytes.
         "reconcile" => &[
-            "model", "manifest", "assets", "store", "runtime", "metrics", "mutex",
+            "model", "manifest", "assets", "store", "runtime", "metrics", "base",
         ],
-        "http" => &["model", "store", "git", "metrics", "mutex"],
+        "http" => &["model", "store", "git", "metrics", "base"],
         // Notifications read the outbox and speak HTTP to the sinks; nothing else.
-        "notify" => &["model", "store", "metrics", "mutex"],
+        "notify" => &["model", "store", "metrics", "base"],
         _ => return None,
     })
 }

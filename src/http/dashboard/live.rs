@@ -50,10 +50,7 @@ impl RolloutSamples {
     /// Adds a reading per resource whose ready or desired count changed, starting a new
     /// series when its release changed; forgets resources no longer in `statuses`.
     pub(crate) fn record(&self, statuses: &[(ResourceKey, ResourceStatus)], at_ms: i64) {
-        let mut series = self
-            .series
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut series = crate::base::lock(&self.series);
         series.retain(|key, _| statuses.iter().any(|(other, _)| other == key));
         for (key, status) in statuses {
             let (Some(release_id), Some(ready)) = (status.release_id, ready_replicas(status))
@@ -88,10 +85,7 @@ impl RolloutSamples {
 
     /// The readings of `key`'s current series and its release.
     pub(crate) fn of(&self, key: &ResourceKey) -> Option<(i64, Vec<Sample>)> {
-        let series = self
-            .series
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let series = crate::base::lock(&self.series);
         series
             .get(key)
             .map(|series| (series.release_id, series.points.clone()))

@@ -39,7 +39,6 @@ use serde::Deserialize;
 use super::AppState;
 use super::status::{build, build_releases, build_resource};
 use crate::model::{Kind, ResourceKey};
-use crate::store::Store;
 use html::Layout;
 use views::Samples;
 
@@ -106,17 +105,6 @@ fn error_page(status: StatusCode, message: &str) -> Response {
     )
 }
 
-/// Runs a store read off the async threads.
-async fn read<T: Send + 'static>(
-    state: &AppState,
-    f: impl FnOnce(&Store) -> Result<T, String> + Send + 'static,
-) -> Result<T, String> {
-    let store = state.ctx.store.clone();
-    tokio::task::spawn_blocking(move || f(&store))
-        .await
-        .map_err(|error| format!("store task failed: {error}"))?
-}
-
 /// Query of `GET /ui`.
 #[derive(Debug, Default, serde::Deserialize)]
 struct OverviewQuery {
@@ -128,8 +116,8 @@ async fn overview(
     State(state): State<Arc<AppState>>,
     Query(query): Query<OverviewQuery>,
 ) -> Response {
-    let page = read(&state, move |store| {
-        let view = build(store).map_err(|error| error.to_string())?;
+    let page = crate::store::blocking(&state.ctx.store, move |store| {
+        let view = build(store)?;
         let activity = activity::section(store, crate::store::now_unix());
         Ok(views::overview_html(
             &view,
@@ -148,7 +136,7 @@ async fn overview(
             },
             &body,
         ),
-        Err(error) => error_page(StatusCode::INTERNAL_SERVER_ERROR, &error),
+        Err(error) => error_page(StatusCode::INTERNAL_SERVER_ERROR, &error.to_string()),
     }
 }
 
@@ -182,11 +170,11 @@ async fn resource(
         html::UrlPart(&scope),
         html::UrlPart(&name)
     );
-    let page = read(&state, move |store| {
-        let Some(resource) = build_resource(store, &key).map_err(|error| error.to_string())? else {
+    let page = crate::store::blocking(&state.ctx.store, move |store| {
+        let Some(resource) = build_resource(store, &key)? else {
             return Ok(None);
         };
-        let releases = build_releases(store, &key).map_err(|error| error.to_string())?;
+        let releases = build_releases(store, &key)?;
         Ok(Some(views::resource_html(
             &resource,
             &releases,
@@ -209,7 +197,7 @@ async fn resource(
             StatusCode::NOT_FOUND,
             &format!("no resource {kind}/{scope}/{name} has a status on this agent"),
         ),
-        Err(error) => error_page(StatusCode::INTERNAL_SERVER_ERROR, &error),
+        Err(error) => error_page(StatusCode::INTERNAL_SERVER_ERROR, &error.to_string()),
     }
 }
 
@@ -228,11 +216,11 @@ async fn compare(
         return error_page(StatusCode::NOT_FOUND, &format!("no kind {kind:?}"));
     };
     let title = format!("{kind} {scope}/{name}: #{} → #{}", query.from, query.to);
-    let page = read(&state, move |store| {
-        let Some(resource) = build_resource(store, &key).map_err(|error| error.to_string())? else {
+    let page = crate::store::blocking(&state.ctx.store, move |store| {
+        let Some(resource) = build_resource(store, &key)? else {
             return Ok(None);
         };
-        let releases = build_releases(store, &key).map_err(|error| error.to_string())?;
+        let releases = build_releases(store, &key)?;
         Ok(views::diff_html(&resource, &releases, query.from, query.to))
     })
     .await;
@@ -250,7 +238,7 @@ async fn compare(
             StatusCode::NOT_FOUND,
             "no such resource, or the releases are not among its last ones",
         ),
-        Err(error) => error_page(StatusCode::INTERNAL_SERVER_ERROR, &error),
+        Err(error) => error_page(StatusCode::INTERNAL_SERVER_ERROR, &error.to_string()),
     }
 }
 

@@ -146,7 +146,7 @@ async fn verify<R: Runtime>(
             continue;
         }
         let client = crate::assets::registry::client(&ctx.options.registry_access)
-            .map_err(|message| refuse(Unverified::Registry(message)))?;
+            .map_err(|message| refuse(Unverified::Registry(message.to_string())))?;
         let credentials =
             auth_for(ctx, key, image)
                 .await?

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio_util::task::TaskTracker;
 
-use crate::mutex::lock;
+use crate::base::lock;
 use crate::reconcile::observers::cron::clock::CronTimes;
 
 /// Waiters of running one-shot units, and the cron scheduler's fire times (cheap to clone:

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::mutex::lock;
+use crate::base::lock;
 use crate::reconcile::plan::{StatefulStep, Step};
 use crate::runtime::{Container, ContainerState};
 

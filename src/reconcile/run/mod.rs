@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::base::lock;
 use crate::model::{Kind, ResourceKey};
-use crate::mutex::lock;
 use crate::reconcile::context::{Ctx, Deps, Engine, ReconcileOptions, blocking, owned_containers};
 use crate::reconcile::observers::image_scan::committer::ImageCommitter;
 use crate::reconcile::observers::{autoscale, cron, drift, image_scan, probes};

@@ -120,7 +120,7 @@ const OWN_REMOVALS_KEPT: usize = 1024;
 impl OwnRemovals {
     /// Remembers that the agent is about to remove container `id` itself.
     pub(crate) fn note(&self, id: &str) {
-        let mut ids = crate::mutex::lock(&self.ids);
+        let mut ids = crate::base::lock(&self.ids);
         if ids.len() >= OWN_REMOVALS_KEPT {
             ids.clear();
         }
@@ -130,7 +130,7 @@ impl OwnRemovals {
     /// Whether an event `action` on container `id` comes from the agent's own removal; a
     /// `destroy` is the last event of a container, so its id is forgotten then.
     pub(crate) fn is_own(&self, id: &str, action: &str) -> bool {
-        let mut ids = crate::mutex::lock(&self.ids);
+        let mut ids = crate::base::lock(&self.ids);
         if action == "destroy" {
             ids.remove(id)
         } else {
@@ -152,7 +152,7 @@ pub(crate) struct LivenessFailures {
 impl LivenessFailures {
     /// Marks container `id` for replacement from `at` on.
     pub(crate) fn mark(&self, id: &str, at: Instant) {
-        let mut due = crate::mutex::lock(&self.due);
+        let mut due = crate::base::lock(&self.due);
         if due.len() >= OWN_REMOVALS_KEPT {
             due.clear();
         }
@@ -161,7 +161,7 @@ impl LivenessFailures {
 
     /// Whether container `id` is marked and its replacement is due at `now`.
     pub(crate) fn is_due(&self, id: &str, now: Instant) -> bool {
-        crate::mutex::lock(&self.due)
+        crate::base::lock(&self.due)
             .get(id)
             .is_some_and(|at| *at <= now)
     }
@@ -173,7 +173,7 @@ impl LivenessFailures {
         ids: impl IntoIterator<Item = &'a str>,
         now: Instant,
     ) -> Option<std::time::Duration> {
-        let due = crate::mutex::lock(&self.due);
+        let due = crate::base::lock(&self.due);
         ids.into_iter()
             .filter_map(|id| due.get(id).copied())
             .filter(|at| *at > now)
@@ -183,7 +183,7 @@ impl LivenessFailures {
 
     /// Forgets containers that are gone.
     pub(crate) fn retain(&self, alive: impl Fn(&str) -> bool) {
-        crate::mutex::lock(&self.due).retain(|id, _| alive(id));
+        crate::base::lock(&self.due).retain(|id, _| alive(id));
     }
 }
 
@@ -198,7 +198,7 @@ pub(crate) struct Drifted {
 impl Drifted {
     /// `key` drifted; `source` is how it was seen (`event`, `resync`).
     pub(crate) fn mark(&self, key: &ResourceKey, source: &'static str) {
-        let mut keys = crate::mutex::lock(&self.keys);
+        let mut keys = crate::base::lock(&self.keys);
         if keys.len() >= OWN_REMOVALS_KEPT {
             keys.clear();
         }
@@ -207,7 +207,7 @@ impl Drifted {
 
     /// How `key` was seen drifting, if it was and is now repaired (the mark is cleared).
     pub(crate) fn repaired(&self, key: &ResourceKey) -> Option<&'static str> {
-        crate::mutex::lock(&self.keys).remove(key)
+        crate::base::lock(&self.keys).remove(key)
     }
 }
 
@@ -224,12 +224,12 @@ pub(crate) struct Superseded {
 impl Superseded {
     /// Whether `key`'s older hook units were removed under `release_id` already.
     pub(crate) fn done(&self, key: &ResourceKey, release_id: i64) -> bool {
-        crate::mutex::lock(&self.releases).get(key) == Some(&release_id)
+        crate::base::lock(&self.releases).get(key) == Some(&release_id)
     }
 
     /// `key`'s older hook units are removed under `release_id`.
     pub(crate) fn mark(&self, key: &ResourceKey, release_id: i64) {
-        let mut releases = crate::mutex::lock(&self.releases);
+        let mut releases = crate::base::lock(&self.releases);
         if releases.len() >= OWN_REMOVALS_KEPT {
             releases.clear();
         }

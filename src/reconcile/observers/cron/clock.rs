@@ -9,8 +9,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 
+use crate::base::lock;
 use crate::model::ResourceKey;
-use crate::mutex::lock;
 
 /// voodu-agent's default catch-up window for runs missed while it was not running.
 pub const DEFAULT_CATCH_UP: Duration = Duration::from_secs(15 * 60);

@@ -1,0 +1,57 @@
+//! The few helpers below every stage, beside `model` and `metrics` at layer 0 (it depends on
+//! nothing): a mutex lock that outlives a panicked holder, and the HMAC-SHA256 set-up.
+//!
+//! Invariants: `lock` is for data that stays consistent even if a holder panicked (every
+//! critical section that uses it is a single update); HMAC takes a key of any length.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use hmac::{Hmac, KeyInit as _};
+use sha2::Sha256;
+
+/// Locks `mutex`, taking the data over from a holder that panicked.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// An HMAC-SHA256 keyed with `key` (`Mac::update` it, then `finalize`).
+pub(crate) fn hmac_sha256(key: &[u8]) -> Hmac<Sha256> {
+    Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes a key of any length")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hmac::Mac as _;
+
+    /// RFC 4231 test case 2.
+    #[test]
+    fn hmac_sha256_matches_rfc_4231() {
+        let mut mac = hmac_sha256(b"Jefe");
+        mac.update(b"what do ya want for nothing?");
+        let hex: String = mac
+            .finalize()
+            .into_bytes()
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect();
+        assert_eq!(
+            hex,
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+
+    #[test]
+    fn a_poisoned_mutex_still_locks() {
+        let mutex = std::sync::Arc::new(Mutex::new(1));
+        let held = std::sync::Arc::clone(&mutex);
+        let _ = std::thread::spawn(move || {
+            let _guard = lock(&held);
+            panic!("poison it");
+        })
+        .join();
+        assert!(mutex.is_poisoned());
+        *lock(&mutex) += 1;
+        assert_eq!(*lock(&mutex), 2);
+    }
+}
