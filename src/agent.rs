@@ -39,7 +39,7 @@ use crate::metrics::Metrics;
 use crate::model::HostSelection;
 use crate::model::policy::{OwnedPaths, normalize_path};
 use crate::reconcile::{self, ReconcileOptions};
-use crate::runtime::{DockerRuntime, Gate, Guarded, Informer, Runtime};
+use crate::runtime::{DockerRuntime, Guarded, Informer, Rules, Runtime};
 use crate::store::{HEALTH_ENGINE, META_REPO_URL, Origin, SourceRecord, Store, Who};
 use crate::sync::{self as sync_stage, SyncOptions, SyncOutcome, Syncer};
 
@@ -479,9 +479,9 @@ fn wal_of(db: &std::path::Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// The gate every request of this agent passes: its host policy, with its data dir
+/// The rules every request of this agent passes: its host policy, with its data dir
 /// protected, and the paths the agent itself mounts (asset files, the ingress's directories).
-fn sink_gate(config: &AgentConfig) -> Gate {
+fn sink_rules(config: &AgentConfig) -> Rules {
     let absolute = |path: &std::path::Path| {
         std::path::absolute(path)
             .unwrap_or_else(|_| path.to_owned())
@@ -501,7 +501,7 @@ fn sink_gate(config: &AgentConfig) -> Gate {
                 .filter_map(|dir| normalize_path(&absolute(&ingress.state_dir.join(dir)))),
         );
     }
-    Gate::new(policy, owned)
+    Rules::new(policy, owned)
 }
 
 /// The agent on `runtime` until `shutdown` is cancelled.
@@ -598,7 +598,7 @@ async fn run_until<R: Runtime>(
     .await
 }
 
-/// The engine behind the host policy's gate, the data dir's state opened (its identity
+/// The engine behind the host policy's rules, the data dir's state opened (its identity
 /// decided), and the agent's own containers held in memory; with whether to await the first
 /// commit and the agent id.
 async fn open_engine_and_state<R: Runtime>(
@@ -607,12 +607,12 @@ async fn open_engine_and_state<R: Runtime>(
     ownership: &Arc<crate::model::scopes::Ownership>,
     signatures: &crate::assets::cosign::Signatures,
 ) -> anyhow::Result<(Arc<Informer<Guarded<R>>>, Arc<Store>, bool, String)> {
-    // From here on every engine request passes the host policy's gate at the sink, which
+    // From here on every engine request passes the host policy's rules at the sink, which
     // also seals the sources from each other and lets signed-only images through by a
     // verified digest alone.
     let runtime = Arc::new(Guarded::new(
         runtime,
-        sink_gate(config)
+        sink_rules(config)
             .sealing(Arc::clone(ownership))
             .requiring_signatures(signatures.fingerprints()),
     ));
@@ -657,7 +657,7 @@ fn reconcile_deps<R: Runtime>(
         runtime,
         metrics: metrics.clone(),
         // Absolute: asset files are bind sources, and Docker takes a relative source for a
-        // volume's name (the gate's own paths are absolute too).
+        // volume's name (the rules' own paths are absolute too).
         assets_root: {
             let root = crate::assets::assets_root(&config.data_dir);
             std::path::absolute(&root).unwrap_or(root)

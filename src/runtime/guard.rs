@@ -43,7 +43,7 @@ const CLAIM_PREFIX: &str = "voodu-";
 
 /// The policy and the agent's own paths, judging requests.
 #[derive(Clone)]
-pub struct Gate {
+pub struct Rules {
     policy: Policy,
     owned: OwnedPaths,
     /// Which source owns which scope; the single source by default.
@@ -56,9 +56,9 @@ pub struct Gate {
     signed: Vec<(SignatureRule, String)>,
 }
 
-impl std::fmt::Debug for Gate {
+impl std::fmt::Debug for Rules {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Gate")
+        f.debug_struct("Rules")
             .field("policy", &self.policy)
             .field("owned", &self.owned)
             .field("ownership", &self.ownership)
@@ -66,10 +66,10 @@ impl std::fmt::Debug for Gate {
     }
 }
 
-impl Gate {
-    /// A gate for `policy`; `owned` are the host paths the agent itself mounts.
-    pub fn new(policy: Policy, owned: OwnedPaths) -> Gate {
-        Gate {
+impl Rules {
+    /// The rules of `policy`; `owned` are the host paths the agent itself mounts.
+    pub fn new(policy: Policy, owned: OwnedPaths) -> Rules {
+        Rules {
             policy,
             owned,
             ownership: Arc::new(Ownership::single()),
@@ -78,15 +78,15 @@ impl Gate {
         }
     }
 
-    /// The same gate, letting an image of a repository a rule covers through only by a
+    /// The same rules, letting an image of a repository a rule covers through only by a
     /// digest the store has verified under the rule's keys (`fingerprint`).
-    pub fn requiring_signatures(mut self, rules: Vec<(SignatureRule, String)>) -> Gate {
+    pub fn requiring_signatures(mut self, rules: Vec<(SignatureRule, String)>) -> Rules {
         self.signed = rules;
         self
     }
 
-    /// The same gate sealing the sources of `ownership` from each other.
-    pub fn sealing(mut self, ownership: Arc<Ownership>) -> Gate {
+    /// The same rules sealing the sources of `ownership` from each other.
+    pub fn sealing(mut self, ownership: Arc<Ownership>) -> Rules {
         self.ownership = ownership;
         self
     }
@@ -229,24 +229,24 @@ impl Gate {
     }
 }
 
-/// A runtime whose every request passes the gate first (see the module docs).
+/// A runtime whose every request passes the rules first (see the module docs).
 pub struct Guarded<R> {
     inner: Arc<R>,
-    gate: Arc<Gate>,
+    rules: Arc<Rules>,
 }
 
 impl<R: Runtime> Guarded<R> {
-    pub fn new(inner: Arc<R>, gate: Gate) -> Guarded<R> {
+    pub fn new(inner: Arc<R>, rules: Rules) -> Guarded<R> {
         Guarded {
             inner,
-            gate: Arc::new(gate),
+            rules: Arc::new(rules),
         }
     }
 
     /// From now on, named volumes are judged by who holds them in `ledger` (the store).
     pub fn set_ledger(&self, ledger: Arc<dyn Ledger>) {
         // Set once, when the store opens; a second call keeps the first.
-        let _ = self.gate.ledger.set(ledger);
+        let _ = self.rules.ledger.set(ledger);
     }
 
     /// Refuses `image` of a repository a signature rule covers unless it is a digest the
@@ -255,7 +255,7 @@ impl<R: Runtime> Guarded<R> {
     async fn signed(&self, image: &str) -> Result<()> {
         let repository = repository_of(image);
         let Some((rule, fingerprint)) = self
-            .gate
+            .rules
             .signed
             .iter()
             .find(|(rule, _)| rule.covers(repository))
@@ -271,7 +271,7 @@ impl<R: Runtime> Guarded<R> {
         let Some((_, digest)) = split_digest(image) else {
             return Err(refused("it is not named by its digest".to_owned()));
         };
-        let Some(ledger) = self.gate.ledger.get().cloned() else {
+        let Some(ledger) = self.rules.ledger.get().cloned() else {
             return Err(refused("no verification is recorded yet".to_owned()));
         };
         let (digest, keys) = (digest.to_owned(), fingerprint.clone());
@@ -295,10 +295,10 @@ impl<R: Runtime> Guarded<R> {
     /// labelled with another source's scope, and one the agent did not make that no source
     /// adopted (unless the host adopts it, or one source owns every scope).
     async fn own_volumes(&self, spec: &ContainerSpec) -> Result<()> {
-        let Some(seal) = self.gate.seal_of(spec) else {
+        let Some(seal) = self.rules.seal_of(spec) else {
             return Ok(());
         };
-        let Some(ledger) = self.gate.ledger.get().cloned() else {
+        let Some(ledger) = self.rules.ledger.get().cloned() else {
             return Ok(());
         };
         for bind in &spec.binds {
@@ -343,17 +343,17 @@ impl<R: Runtime> Guarded<R> {
                 == Some(labels::CREATED_BY_VALUE);
             match volume.labels.get(labels::SCOPE) {
                 Some(owner_scope) if made_by_agent => {
-                    if !self.gate.ownership.same_owner(owner_scope, &scope) {
+                    if !self.rules.ownership.same_owner(owner_scope, &scope) {
                         return refuse(vec![foreign(
                             &format!("volume {name} (labelled voodu.scope={owner_scope})"),
                             &seal.source,
-                            self.gate.ownership.owner_of(owner_scope),
+                            self.rules.ownership.owner_of(owner_scope),
                         )]);
                     }
                 }
-                _ if adopted || self.gate.ownership.is_single() => {}
+                _ if adopted || self.rules.ownership.is_single() => {}
                 _ => refuse(
-                    self.gate
+                    self.rules
                         .policy
                         .foreign_volume_refusal(name)
                         .into_iter()
@@ -365,9 +365,9 @@ impl<R: Runtime> Guarded<R> {
     }
 
     async fn judge(&self, spec: &ContainerSpec, overlay: bool) -> Result<()> {
-        let gate = Arc::clone(&self.gate);
+        let rules = Arc::clone(&self.rules);
         let spec = spec.clone();
-        let refusals = tokio::task::spawn_blocking(move || gate.refusals_on_host(&spec, overlay))
+        let refusals = tokio::task::spawn_blocking(move || rules.refusals_on_host(&spec, overlay))
             .await
             .map_err(|error| Error::Unavailable {
                 message: format!("the policy check did not finish: {error}"),
@@ -401,7 +401,12 @@ impl<R: Runtime> Containers for Guarded<R> {
 
     async fn ensure_network(&self, name: &str) -> Result<()> {
         // A source's own network passes: who joins it is judged at each create.
-        refuse(self.gate.network_refusal(name, false).into_iter().collect())?;
+        refuse(
+            self.rules
+                .network_refusal(name, false)
+                .into_iter()
+                .collect(),
+        )?;
         self.inner.ensure_network(name).await
     }
 
@@ -414,19 +419,19 @@ impl<R: Runtime> Containers for Guarded<R> {
         if ours
             && let (Some(asking), Some(labelled)) =
                 (labels.get(labels::SCOPE), volume.labels.get(labels::SCOPE))
-            && !self.gate.ownership.same_owner(asking, labelled)
+            && !self.rules.ownership.same_owner(asking, labelled)
         {
             return Err(Error::Refused {
                 message: foreign(
                     &format!("volume {name} (labelled voodu.scope={labelled})"),
-                    self.gate.ownership.owner_of(asking).unwrap_or_default(),
-                    self.gate.ownership.owner_of(labelled),
+                    self.rules.ownership.owner_of(asking).unwrap_or_default(),
+                    self.rules.ownership.owner_of(labelled),
                 ),
             });
         }
         if !ours {
             refuse(
-                self.gate
+                self.rules
                     .policy
                     .foreign_volume_refusal(name)
                     .into_iter()
@@ -444,7 +449,7 @@ impl<R: Runtime> Swarm for Guarded<R> {
     );
 
     async fn ensure_overlay(&self, name: &str) -> Result<()> {
-        refuse(self.gate.network_refusal(name, true).into_iter().collect())?;
+        refuse(self.rules.network_refusal(name, true).into_iter().collect())?;
         self.inner.ensure_overlay(name).await
     }
 
@@ -494,7 +499,7 @@ mod tests {
         let fake = Arc::new(FakeRuntime::new());
         (
             Arc::clone(&fake),
-            Guarded::new(fake, Gate::new(policy, owned)),
+            Guarded::new(fake, Rules::new(policy, owned)),
         )
     }
 
@@ -705,7 +710,7 @@ mod tests {
         Ok(())
     }
 
-    /// A gate sealing `shop` (scope `shop`) from `blog` (scope `blog`).
+    /// Rules sealing `shop` (scope `shop`) from `blog` (scope `blog`).
     fn two_sources() -> std::result::Result<(Arc<FakeRuntime>, Guarded<FakeRuntime>), String> {
         use crate::model::scopes::ScopePattern;
         let ownership = Ownership::new(vec![
@@ -724,8 +729,8 @@ mod tests {
             ..Policy::default()
         };
         let fake = Arc::new(FakeRuntime::new());
-        let gate = Gate::new(policy, OwnedPaths::for_data_dir(DATA)).sealing(Arc::new(ownership));
-        Ok((Arc::clone(&fake), Guarded::new(fake, gate)))
+        let rules = Rules::new(policy, OwnedPaths::for_data_dir(DATA)).sealing(Arc::new(ownership));
+        Ok((Arc::clone(&fake), Guarded::new(fake, rules)))
     }
 
     fn scoped(scope: &str, binds: &[&str], networks: &[&str]) -> ContainerSpec {

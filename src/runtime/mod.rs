@@ -30,7 +30,7 @@ pub use crate::model::{DockerOptions, PortMapping, parse_ports};
 pub use docker::DockerRuntime;
 #[cfg(any(test, feature = "fake-runtime"))]
 pub use fake::FakeRuntime;
-pub use guard::{Gate, Guarded};
+pub use guard::{Guarded, Rules};
 pub use informer::Informer;
 pub use service::{
     ConfigMount, HealthCheck, HostPort, Node, NodeState, Service, ServiceMode, ServiceSpec,

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use voodu_agent::model::policy::OwnedPaths;
 use voodu_agent::runtime::{
-    ContainerSpec, Containers, DockerRuntime, Error, Gate, Guarded, labels,
+    ContainerSpec, Containers, DockerRuntime, Error, Guarded, Rules, labels,
 };
 
 use crate::e2e_docker::{Env, Events};
@@ -152,7 +152,7 @@ async fn i23_the_sink_refuses_on_a_real_engine_what_the_policy_forbids() -> Test
     let docker = Arc::new(DockerRuntime::connect().await?);
     let runtime = Guarded::new(
         Arc::clone(&docker),
-        Gate::new(
+        Rules::new(
             voodu_agent::model::Policy {
                 data_dir: Some(data_dir.clone()),
                 ..voodu_agent::model::Policy::default()
@@ -195,7 +195,7 @@ async fn i23_the_sink_refuses_on_a_real_engine_what_the_policy_forbids() -> Test
             .is_empty(),
         "nothing reached the engine"
     );
-    // The asset file itself is the agent's own, and passes the same gate.
+    // The asset file itself is the agent's own, and passes the same rules.
     let file = data.path().join("assets").join(&scope).join("a");
     std::fs::create_dir_all(&file)?;
     std::fs::write(file.join("k"), "hello")?;

@@ -17,7 +17,7 @@ use voodu_agent::model::policy::{ASSETS_DIR, OwnedPaths};
 use voodu_agent::model::scopes::Ownership;
 use voodu_agent::model::{CommitSha, Policy, Snapshot, SourceFile};
 use voodu_agent::reconcile::requests::container_requests;
-use voodu_agent::runtime::{ContainerSpec, Containers, Error, FakeRuntime, Gate, Guarded};
+use voodu_agent::runtime::{ContainerSpec, Containers, Error, FakeRuntime, Guarded, Rules};
 
 use crate::support::TestResult;
 
@@ -182,7 +182,7 @@ fn case(rng: &mut Rng, host: &Host) -> String {
 }
 
 /// The oracle: whether `request` respects `policy` (default-deny, plus at most bind roots),
-/// written from the README's rules, not from the gate's code.
+/// written from the README's rules, not from the guard's code.
 fn violation(request: &ContainerSpec, policy: &Policy, host: &Host) -> Option<String> {
     const SENSITIVE: &[&str] = &[
         "/etc",
@@ -326,7 +326,7 @@ async fn i23_no_accepted_request_violates_the_default_policy() -> TestResult {
         let fake = Arc::new(FakeRuntime::new());
         let guarded = Guarded::new(
             Arc::clone(&fake),
-            Gate::new(policy.clone(), OwnedPaths::for_data_dir(&host.data)),
+            Rules::new(policy.clone(), OwnedPaths::for_data_dir(&host.data)),
         );
         guarded.ensure_network("voodu0").await?;
         let assets_root = Path::new(&host.data).join(ASSETS_DIR);

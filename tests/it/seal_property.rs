@@ -21,7 +21,7 @@ use voodu_agent::model::policy::{ASSETS_DIR, OwnedPaths};
 use voodu_agent::model::scopes::{Ownership, ScopePattern, Seal};
 use voodu_agent::model::{CommitSha, Policy, Snapshot, SourceFile};
 use voodu_agent::reconcile::requests::container_requests;
-use voodu_agent::runtime::{ContainerSpec, Containers, Error, FakeRuntime, Gate, Guarded};
+use voodu_agent::runtime::{ContainerSpec, Containers, Error, FakeRuntime, Guarded, Rules};
 use voodu_agent::store::Store;
 
 use crate::support::TestResult;
@@ -273,7 +273,7 @@ async fn i47_no_commit_of_one_source_points_at_what_another_holds() -> TestResul
     let fake = Arc::new(FakeRuntime::new());
     let sink = Guarded::new(
         Arc::clone(&fake),
-        Gate::new(host_policy.clone(), OwnedPaths::for_data_dir(&data)).sealing(ownership.clone()),
+        Rules::new(host_policy.clone(), OwnedPaths::for_data_dir(&data)).sealing(ownership.clone()),
     );
     sink.set_ledger(store.clone());
     sink.ensure_network("voodu0-blog").await?;

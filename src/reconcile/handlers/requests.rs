@@ -1,7 +1,7 @@
 //! The create requests a manifest's resources would send to the engine, built by the one
 //! function the handlers build them with (`handlers::container::build`), and judged by the
-//! host policy's gate at the sink (`runtime::guard`) before any is sent: `plan` and
-//! `validate --policy` run the gate the agent runs, on the requests it would send.
+//! host policy's rules at the sink (`runtime::guard`) before any is sent: `plan` and
+//! `validate --policy` run the rules the agent runs, on the requests it would send.
 //!
 //! Invariant: pure. Bind sources are judged as written once resolved and folded (no host is
 //! looked at: the sync stage and the sink resolve symlinks where they run).
@@ -13,7 +13,7 @@ use crate::manifest::{Diagnostic, Manifest, Resource};
 use crate::model::policy::OwnedPaths;
 use crate::model::scopes::Ownership;
 use crate::reconcile::handlers::container::{BuildError, Identity, Launch, build, on_own_network};
-use crate::runtime::{ContainerSpec, Gate};
+use crate::runtime::{ContainerSpec, Rules};
 
 /// Every container request of `resource` as far as the host policy is concerned: its main
 /// container and each init container (which runs with the pod's volumes and networks and
@@ -80,7 +80,7 @@ pub fn container_requests(
 /// value that walked around that check, and the sink would stop it.
 fn sink_refusals(
     manifest: &Manifest,
-    gate: &Gate,
+    rules: &Rules,
     assets_root: &Path,
     ownership: &Ownership,
 ) -> Vec<Diagnostic> {
@@ -91,7 +91,7 @@ fn sink_refusals(
                 // The manifest stage reports a spec that cannot be built.
                 continue;
             };
-            for message in gate.refusals(&request, false, &|path| Ok(path.to_owned())) {
+            for message in rules.refusals(&request, false, &|path| Ok(path.to_owned())) {
                 refusals.push(Diagnostic {
                     message: format!("the request to the engine is refused at the sink: {message}"),
                     ..resource.origin.clone()
@@ -114,13 +114,13 @@ pub(crate) fn sink_refusals_under(
         .unwrap_or_else(|| crate::manifest::DEFAULT_DATA_DIR.to_owned());
     let owned = OwnedPaths::for_data_dir(&data_dir);
     let assets_root = Path::new(&data_dir).join(crate::model::policy::ASSETS_DIR);
-    // As one source of several (`--sources`), the gate seals them from each other too.
+    // As one source of several (`--sources`), the rules seals them from each other too.
     let ownership = policy.seal.as_ref().map_or_else(
         || std::sync::Arc::new(Ownership::single()),
         |seal| seal.ownership.clone(),
     );
-    let gate = Gate::new(policy.clone(), owned).sealing(ownership.clone());
-    sink_refusals(manifest, &gate, &assets_root, &ownership)
+    let rules = Rules::new(policy.clone(), owned).sealing(ownership.clone());
+    sink_refusals(manifest, &rules, &assets_root, &ownership)
 }
 
 #[cfg(test)]
