@@ -18,7 +18,7 @@ pub const ROLE: &str = "voodu.role";
 pub const REPLICA_ORDINAL: &str = "voodu.replica_ordinal";
 /// Statefulset volumes: the claim name.
 pub(crate) const CLAIM: &str = "voodu.claim";
-/// What the release's images run as (`reconcile::pins::Pins::label`): a container of another
+/// What the release's images run as (`reconcile::handlers::pins::Pins::label`): a container of another
 /// resolution of the same spec (a redeploy, a rollback across a moved tag) is outdated.
 pub(crate) const IMAGES: &str = "voodu.images";
 /// The agent's keyed digest of the container's environment: a bucket change makes it

@@ -43,7 +43,7 @@ pub(crate) struct Identity {
 /// What a container gets besides the shared container fields.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Launch {
-    /// The merged environment (`reconcile::env`), `KEY=VALUE` sorted by key.
+    /// The merged environment (`reconcile::handlers::env`), `KEY=VALUE` sorted by key.
     pub(crate) env: Vec<String>,
     pub(crate) env_digest: String,
     /// Ports as written in the manifest (normalised here).

@@ -1,5 +1,5 @@
 //! Registry handler: `registry` resources hold credentials that image pulls use
-//! (`reconcile::images`), so there is nothing to create on the host. The handler records
+//! (`reconcile::handlers::images`), so there is nothing to create on the host. The handler records
 //! status (never the token) and, when a registry appears or changes, asks the resources that
 //! failed for a missing image (`FailureReason::ImageMissing` or `PullFailed` on their status)
 //! to try again: declaring the missing registry fixes them without another commit to them.

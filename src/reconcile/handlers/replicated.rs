@@ -48,7 +48,7 @@ pub(super) trait Replicated<R: Runtime>: Send + Sync {
     fn build(&mut self, ctx: &Ctx<R>, env_source: &EnvSource) -> Result<()>;
     /// The release new replicas are labelled with.
     fn set_release(&mut self, release: &Release);
-    /// What the release's images run as (`reconcile::pins`): new replicas are created from
+    /// What the release's images run as (`reconcile::handlers::pins`): new replicas are created from
     /// it, and a replica of another resolution is outdated. Called before `build`, which
     /// builds the replicas with it.
     fn set_pins(&mut self, pins: Option<Arc<Pins>>);
@@ -212,7 +212,7 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
     } else {
         pass.kind.observe(ctx, key).await?
     };
-    // Readiness is the probe runners' (`reconcile::probes`); routes may have changed.
+    // Readiness is the probe runners' (`reconcile::observers::probes`); routes may have changed.
     ctx.router.wake();
     if let Err(error) = result {
         if pass.phase == RolloutPhase::Progressing {
