@@ -56,6 +56,27 @@ pub(crate) fn sorted(items: &[String]) -> Option<Vec<String>> {
     Some(items)
 }
 
+/// Test support for each kind's hash tests: applies each of `edits` to a fresh `base()`; the
+/// hash must change for every one of them when `hashed`, for none of them otherwise.
+#[cfg(test)]
+pub(crate) fn check_edits<S>(
+    base: fn() -> S,
+    hash: impl Fn(&S) -> SpecHash,
+    edits: &[(&str, fn(&mut S))],
+    hashed: bool,
+) {
+    let before = hash(&base());
+    for (field, edit) in edits {
+        let mut spec = base();
+        edit(&mut spec);
+        if hashed {
+            assert_ne!(hash(&spec), before, "{field} must be hashed");
+        } else {
+            assert_eq!(hash(&spec), before, "{field} must not be hashed");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
