@@ -308,7 +308,6 @@ fn diff_specs(
     let before = as_object(current);
     let after = as_object(next);
     let fields: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
-    let hashed = Spec::hashed_fields(kind);
     fields
         .into_iter()
         .filter(|field| before.get(*field) != after.get(*field))
@@ -321,7 +320,7 @@ fn diff_specs(
             };
             FieldChange {
                 field: field.clone(),
-                hashed: hashed.contains(&field.as_str()),
+                hashed: Spec::is_hashed_field(kind, field),
                 before: before_text,
                 after: after_text,
             }
