@@ -377,6 +377,21 @@ fn render(value: &Value) -> String {
     }
 }
 
+/// Each step in a word or two (`create`, `replace <name>`), for the planners' tests.
+#[cfg(test)]
+fn test_step_names(steps: &[Step]) -> Vec<String> {
+    steps
+        .iter()
+        .map(|step| match step {
+            Step::Create => "create".to_owned(),
+            Step::Start { name, .. } => format!("start {name}"),
+            Step::Replace { name, .. } => format!("replace {name}"),
+            Step::Remove { name, .. } => format!("remove {name}"),
+            Step::Retire { name, .. } => format!("retire {name}"),
+        })
+        .collect()
+}
+
 /// A container labelled with `hash`, for the planners' tests.
 #[cfg(test)]
 fn test_container(name: &str, hash: &str, state: crate::runtime::ContainerState) -> Container {
