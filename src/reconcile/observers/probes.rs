@@ -562,12 +562,7 @@ async fn liveness_until_failed<R: Runtime>(
     let Some(probe) = &probes.liveness else {
         return std::future::pending::<LifeOutcome>().await;
     };
-    ctx.timer
-        .sleep(
-            What::Probe,
-            parse_go_duration(&probe.initial_delay).unwrap_or_default(),
-        )
-        .await;
+    initial_delay(ctx, probe).await;
     let mut verdict = Verdict::default();
     loop {
         let (passed, detail) = probe_once(ctx, container, probe, address, client).await;
@@ -577,10 +572,25 @@ async fn liveness_until_failed<R: Runtime>(
                 verdict.failures
             ));
         }
-        ctx.timer
-            .sleep(What::Probe, duration(&probe.period, DEFAULT_PERIOD))
-            .await;
+        period(ctx, probe).await;
     }
+}
+
+/// Waits out a probe's `initial_delay` (none when unset or unreadable).
+async fn initial_delay<R: Runtime>(ctx: &Ctx<R>, probe: &Probe) {
+    ctx.timer
+        .sleep(
+            What::Probe,
+            parse_go_duration(&probe.initial_delay).unwrap_or_default(),
+        )
+        .await;
+}
+
+/// Waits one probe `period` (10s when unset, zero or unreadable).
+async fn period<R: Runtime>(ctx: &Ctx<R>, probe: &Probe) {
+    ctx.timer
+        .sleep(What::Probe, duration(&probe.period, DEFAULT_PERIOD))
+        .await;
 }
 
 /// Sends the life's readiness on `readiness_tx` as its probes find it: startup first (unless
@@ -595,12 +605,7 @@ async fn readiness_of_life<R: Runtime>(
     readiness_tx: &watch::Sender<(bool, String)>,
 ) {
     if let Some(probe) = probes.startup.as_ref().filter(|_| !prior_ready) {
-        ctx.timer
-            .sleep(
-                What::Probe,
-                parse_go_duration(&probe.initial_delay).unwrap_or_default(),
-            )
-            .await;
+        initial_delay(ctx, probe).await;
         let mut verdict = Verdict::default();
         loop {
             let (passed, detail) = probe_once(ctx, container, probe, address, client).await;
@@ -608,20 +613,13 @@ async fn readiness_of_life<R: Runtime>(
                 break;
             }
             let _ = readiness_tx.send((false, format!("startup probe not passed yet: {detail}")));
-            ctx.timer
-                .sleep(What::Probe, duration(&probe.period, DEFAULT_PERIOD))
-                .await;
+            period(ctx, probe).await;
         }
     }
     match &probes.readiness {
         Some(probe) => {
             if !prior_ready {
-                ctx.timer
-                    .sleep(
-                        What::Probe,
-                        parse_go_duration(&probe.initial_delay).unwrap_or_default(),
-                    )
-                    .await;
+                initial_delay(ctx, probe).await;
             }
             let mut verdict = Verdict {
                 healthy: prior_ready.then_some(true),
@@ -636,9 +634,7 @@ async fn readiness_of_life<R: Runtime>(
                     format!("readiness probe: {detail}")
                 };
                 let _ = readiness_tx.send((ready, reason));
-                ctx.timer
-                    .sleep(What::Probe, duration(&probe.period, DEFAULT_PERIOD))
-                    .await;
+                period(ctx, probe).await;
             }
         }
         None => {
