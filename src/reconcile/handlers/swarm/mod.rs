@@ -20,7 +20,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
-use super::container::{Identity, Launch, build};
+use super::container::{Identity, Launch};
+use super::launch::build_or_refuse;
 use super::replicas::Observed;
 use crate::manifest::spec::{Container, Drain, Probe, Probes, Spec};
 use crate::model::{Kind, ResourceKey, UNSCOPED_ASSETS};
@@ -226,20 +227,7 @@ pub(super) fn build_service<R: Runtime>(
     launch: &Launch,
     shape: Shape<'_>,
 ) -> Result<Built> {
-    let mut task = build(
-        key,
-        &ctx.agent_id,
-        &ctx.assets_root,
-        "",
-        identity,
-        container,
-        launch,
-    )
-    .map_err(|error| Error::Permanent {
-        key: key.clone(),
-        reason: FailureReason::Spec,
-        message: error.to_string(),
-    })?;
+    let mut task = build_or_refuse(ctx, key, "", identity, container, launch)?;
     // Values that change from pass to pass belong on the service, never in the template.
     task.labels.remove(labels::CREATED_AT);
     task.labels.remove(labels::RELEASE_ID);
