@@ -134,29 +134,38 @@ fn job_status(
         ),
         (None, None) => (Phase::Pending, String::new()),
     };
+    let detail = Detail::Job(JobDetail {
+        image: spec.container.effective_image(key),
+        timeout: spec.timeout.clone(),
+        last_run: runs.first().map(run_view),
+        history: runs.iter().map(run_view).collect(),
+    });
+    runs_status(desired, (phase, message), error, n_running, detail)
+}
+
+/// A job's or cronjob's status: its `phase` and `message`, why it is so (the pass's `error`,
+/// else a failed run), its `n_running` runs and its `detail`.
+pub(super) fn runs_status(
+    desired: &Desired,
+    (phase, message): (Phase, String),
+    error: Option<&Error>,
+    n_running: usize,
+    detail: Detail,
+) -> ResourceStatus {
+    let reason = match error {
+        Some(error) => Some(error.reason()),
+        None => (phase == Phase::Failed).then_some(FailureReason::RunFailed),
+    };
     ResourceStatus {
         phase,
-        reason: failure_reason(phase, error),
+        reason,
         message,
         desired_replicas: desired.n_replicas,
         running_replicas: n_running,
         spec_hash: desired.spec_hash.to_string(),
         release_id: None,
         updated_at: now_unix(),
-        detail: Detail::Job(JobDetail {
-            image: spec.container.effective_image(key),
-            timeout: spec.timeout.clone(),
-            last_run: runs.first().map(run_view),
-            history: runs.iter().map(run_view).collect(),
-        }),
-    }
-}
-
-/// Why a job or cronjob status is what it is: the pass's error, else a failed run.
-pub(super) fn failure_reason(phase: Phase, error: Option<&Error>) -> Option<FailureReason> {
-    match error {
-        Some(error) => Some(error.reason()),
-        None => (phase == Phase::Failed).then_some(FailureReason::RunFailed),
+        detail,
     }
 }
 
