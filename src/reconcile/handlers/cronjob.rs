@@ -19,7 +19,7 @@ use super::job::{
     settle_runs, start_run, taken_names,
 };
 use crate::manifest::spec::schedule::Schedule;
-use crate::manifest::spec::{CronjobSpec, JobSpec, Spec};
+use crate::manifest::spec::{CronjobSpec, JobSpec};
 use crate::model::ResourceKey;
 use crate::reconcile::observers::cron::{CronDecision, CronInputs, Skip, decide, schedule_key};
 use crate::reconcile::{
@@ -36,14 +36,10 @@ const SKIPS_KEPT: usize = 10;
 
 /// One pass; `Action::Done` between ticks too: the scheduler requeues the key at the next.
 pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) -> Result<Action> {
-    let desired = super::desired_of(ctx, key).await?;
-    let Some(desired) = desired else {
-        remove_all(ctx, key).await?;
+    let Some(desired) = super::desired_or_remove(ctx, key, remove_all(ctx, key)).await? else {
         return Ok(Action::Done);
     };
-    let Spec::Cronjob(spec) = &desired.spec else {
-        return Err(super::wrong_kind(key, &desired.spec));
-    };
+    let spec = spec_of!(key, desired, Cronjob);
     super::engine::refuse_gaps(ctx, key, &desired.spec)?;
     let (schedule, forbid) = checked_schedule(ctx, key, &desired, spec).await?;
     let timeout = run_timeout(&spec.job.timeout);

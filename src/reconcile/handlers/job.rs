@@ -33,7 +33,7 @@ use std::time::Duration;
 use super::container::{Identity, Launch, rfc3339_seconds};
 use super::launch::EnvSource;
 use super::oneshot::{self, End, OneShot};
-use crate::manifest::spec::{JobSpec, Spec};
+use crate::manifest::spec::JobSpec;
 use crate::model::{ResourceKey, parse_go_duration, random_hex};
 use crate::reconcile::{
     context::Ctx, context::blocking, error::Error, error::Result, run::action::Action,
@@ -75,14 +75,10 @@ pub(super) fn plan_job(runs: &[JobRun], spec_hash: &str) -> JobStep {
 
 /// One pass; a run in flight is `Action::Done` too: its waiter requeues the key when it ends.
 pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) -> Result<Action> {
-    let desired = super::desired_of(ctx, key).await?;
-    let Some(desired) = desired else {
-        remove_all(ctx, key).await?;
+    let Some(desired) = super::desired_or_remove(ctx, key, remove_all(ctx, key)).await? else {
         return Ok(Action::Done);
     };
-    let Spec::Job(spec) = &desired.spec else {
-        return Err(super::wrong_kind(key, &desired.spec));
-    };
+    let spec = spec_of!(key, desired, Job);
     super::engine::refuse_gaps(ctx, key, &desired.spec)?;
     let timeout = run_timeout(&spec.timeout);
     let actual = list_runs(ctx, key).await?;

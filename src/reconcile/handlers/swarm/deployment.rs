@@ -30,7 +30,7 @@ use super::super::replicas::{Observed, Waits};
 use super::super::replicated::{self, Replicated};
 use super::super::rollout::Report;
 use super::{Built, Shape, build_service, observe_services, observed, with_configs};
-use crate::manifest::spec::{Container as ContainerSpec, Init, Spec};
+use crate::manifest::spec::{Container as ContainerSpec, Init};
 use crate::model::{Kind, ResourceKey};
 use crate::reconcile::plan::gate::NewReplica;
 use crate::reconcile::plan::{ServiceStep, ServiceTarget, plan_service};
@@ -42,14 +42,10 @@ pub(in crate::reconcile::handlers) async fn reconcile<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
 ) -> Result<Action> {
-    let desired = super::super::desired_of(ctx, key).await?;
-    let Some(desired) = desired else {
-        remove(ctx, key).await?;
+    let Some(desired) = super::super::desired_or_remove(ctx, key, remove(ctx, key)).await? else {
         return Ok(Action::Done);
     };
-    let Spec::Deployment(spec) = &desired.spec else {
-        return Err(super::super::wrong_kind(key, &desired.spec));
-    };
+    let spec = spec_of!(key, desired, Deployment);
     super::super::refuse_unappliable(key, &desired.spec)?;
     super::refuse_gaps(key, &desired.spec)?;
     let deployment = SwarmDeployment {
@@ -159,13 +155,7 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
         }
     }
 
-    fn set_pins(&mut self, pins: Option<std::sync::Arc<crate::reconcile::handlers::pins::Pins>>) {
-        <Deployment<'_> as Replicated<R>>::set_pins(&mut self.inner, pins);
-    }
-
-    fn pins(&self) -> Option<&crate::reconcile::handlers::pins::Pins> {
-        <Deployment<'_> as Replicated<R>>::pins(&self.inner)
-    }
+    pins_in!(inner.pins);
 
     fn report(&self) -> Report<'_> {
         <Deployment<'_> as Replicated<R>>::report(&self.inner)

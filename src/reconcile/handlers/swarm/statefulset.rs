@@ -25,7 +25,7 @@ use super::super::replicated::{self, Replicated};
 use super::super::rollout::Report;
 use super::super::statefulset::{Statefulset, with_detail};
 use super::{Shape, build_service, observe_services, observed, with_configs};
-use crate::manifest::spec::{Container as ContainerSpec, Init, Spec};
+use crate::manifest::spec::{Container as ContainerSpec, Init};
 use crate::model::ResourceKey;
 use crate::reconcile::plan::StatefulStep;
 use crate::reconcile::plan::gate::NewReplica;
@@ -40,14 +40,10 @@ pub(in crate::reconcile::handlers) async fn reconcile<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
 ) -> Result<Action> {
-    let desired = super::super::desired_of(ctx, key).await?;
-    let Some(desired) = desired else {
-        remove(ctx, key).await?;
+    let Some(desired) = super::super::desired_or_remove(ctx, key, remove(ctx, key)).await? else {
         return Ok(Action::Done);
     };
-    let Spec::Statefulset(spec) = &desired.spec else {
-        return Err(super::super::wrong_kind(key, &desired.spec));
-    };
+    let spec = spec_of!(key, desired, Statefulset);
     super::super::refuse_unappliable(key, &desired.spec)?;
     super::refuse_gaps(key, &desired.spec)?;
     let statefulset = SwarmStatefulset {
@@ -167,13 +163,7 @@ impl<R: Runtime> Replicated<R> for SwarmStatefulset<'_> {
         self.release_id = release.id;
     }
 
-    fn set_pins(&mut self, pins: Option<std::sync::Arc<crate::reconcile::handlers::pins::Pins>>) {
-        <Statefulset<'_> as Replicated<R>>::set_pins(&mut self.inner, pins);
-    }
-
-    fn pins(&self) -> Option<&crate::reconcile::handlers::pins::Pins> {
-        <Statefulset<'_> as Replicated<R>>::pins(&self.inner)
-    }
+    pins_in!(inner.pins);
 
     fn report(&self) -> Report<'_> {
         <Statefulset<'_> as Replicated<R>>::report(&self.inner)
