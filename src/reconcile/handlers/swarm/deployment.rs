@@ -58,26 +58,15 @@ pub(in crate::reconcile::handlers) async fn reconcile<R: Runtime>(
 /// The deployment left the repo: its service goes (Swarm stops the tasks with their grace),
 /// with any release hook service left behind, then its status.
 async fn remove<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
-    let services = ctx
-        .runtime
-        .list_services(&super::owned_filter(&ctx.agent_id, key))
-        .await
-        .map_err(|source| Error::Runtime {
-            key: key.clone(),
-            source,
-        })?;
-    for service in services {
-        tracing::info!(%key, service = %service.name, "removing the service: resource left the repo");
-        ctx.runtime
-            .remove_service(&service.id)
-            .await
-            .map_err(|source| Error::Runtime {
-                key: key.clone(),
-                source,
-            })?;
-    }
-    let key = key.clone();
-    crate::reconcile::context::blocking(&ctx.store, move |store| store.delete_status(&key)).await
+    let services =
+        super::list_leftovers(ctx, key, &super::owned_filter(&ctx.agent_id, key)).await?;
+    super::remove_leftovers(
+        ctx,
+        key,
+        services,
+        "removing the service: resource left the repo",
+    )
+    .await
 }
 
 /// The container deployment (environment, target, report, hooks) and the service it
@@ -101,6 +90,12 @@ impl SwarmDeployment<'_> {
             spec_hash: self.inner.desired.spec_hash.as_str(),
             env_digest: &self.inner.launch.env_digest,
         })
+    }
+
+    /// Whether a task (or the service's template) with `labels` is of the target.
+    fn task_is_current(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+        self.service_target()
+            .is_some_and(|target| target.is_current(labels))
     }
 }
 
@@ -193,10 +188,6 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
         })
     }
 
-    fn prepare<'a>(&'a self, ctx: &'a Ctx<R>, key: &'a ResourceKey) -> BoxFuture<'a, Result<()>> {
-        Box::pin(super::prepare(ctx, key, &self.inner.spec.container))
-    }
-
     fn plan(&self, observed: &Observed) -> Vec<ServiceStep> {
         let Some(target) = self.service_target() else {
             return Vec::new();
@@ -226,30 +217,7 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
         <Deployment<'_> as Replicated<R>>::release_hooks(&self.inner)
     }
 
-    fn new_replicas<'a>(
-        &'a self,
-        _ctx: &'a Ctx<R>,
-        observed: &'a Observed,
-        release: &'a Release,
-    ) -> BoxFuture<'a, Vec<NewReplica>> {
-        Box::pin(async move {
-            new_replicas(observed, release, |labels| {
-                self.service_target()
-                    .is_some_and(|target| target.is_current(labels))
-            })
-        })
-    }
-
-    fn look_again(&self, observed: &Observed) -> Option<std::time::Duration> {
-        super::look_again(&<Self as Replicated<R>>::plan(self, observed), observed)
-    }
-
-    fn gave_up(&self, observed: &Observed, release: &Release) -> Option<(FailureReason, String)> {
-        swarm_gave_up(observed, release, |labels| {
-            self.service_target()
-                .is_some_and(|target| target.is_current(labels))
-        })
-    }
+    swarm_kind!();
 
     fn execute<'a>(
         &'a self,

@@ -61,27 +61,16 @@ pub(in crate::reconcile::handlers) async fn reconcile<R: Runtime>(
 
 /// The statefulset left the repo: its services go, highest ordinal first; its volumes stay.
 async fn remove<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
-    let mut services = ctx
-        .runtime
-        .list_services(&super::service_filter(&ctx.agent_id, key))
-        .await
-        .map_err(|source| Error::Runtime {
-            key: key.clone(),
-            source,
-        })?;
+    let mut services =
+        super::list_leftovers(ctx, key, &super::service_filter(&ctx.agent_id, key)).await?;
     services.sort_by_key(|service| std::cmp::Reverse(ordinal_of(service)));
-    for service in services {
-        tracing::info!(%key, service = %service.name, "removing the pod's service: resource left the repo; its volumes are kept");
-        ctx.runtime
-            .remove_service(&service.id)
-            .await
-            .map_err(|source| Error::Runtime {
-                key: key.clone(),
-                source,
-            })?;
-    }
-    let key = key.clone();
-    crate::reconcile::context::blocking(&ctx.store, move |store| store.delete_status(&key)).await
+    super::remove_leftovers(
+        ctx,
+        key,
+        services,
+        "removing the pod's service: resource left the repo; its volumes are kept",
+    )
+    .await
 }
 
 fn ordinal_of(service: &Service) -> Option<usize> {
@@ -96,6 +85,12 @@ struct SwarmStatefulset<'a> {
 impl SwarmStatefulset<'_> {
     fn key(&self) -> &ResourceKey {
         &self.inner.desired.key
+    }
+
+    /// Whether a task (or the service's template) with `task_labels` runs the desired spec.
+    fn task_is_current(&self, task_labels: &BTreeMap<String, String>) -> bool {
+        task_labels.get(labels::MANIFEST_HASH).map(String::as_str)
+            == Some(self.inner.desired.spec_hash.as_str())
     }
 
     /// The service of `ordinal`, from its pod, built to run on `node`.
@@ -240,10 +235,6 @@ impl<R: Runtime> Replicated<R> for SwarmStatefulset<'_> {
         })
     }
 
-    fn prepare<'a>(&'a self, ctx: &'a Ctx<R>, key: &'a ResourceKey) -> BoxFuture<'a, Result<()>> {
-        Box::pin(super::prepare(ctx, key, &self.inner.spec.container))
-    }
-
     fn plan(&self, observed: &Observed) -> Vec<StatefulStep> {
         <Statefulset<'_> as Replicated<R>>::plan(&self.inner, observed)
     }
@@ -260,30 +251,7 @@ impl<R: Runtime> Replicated<R> for SwarmStatefulset<'_> {
         <Statefulset<'_> as Replicated<R>>::gate(&self.inner, steps, observed)
     }
 
-    fn new_replicas<'a>(
-        &'a self,
-        _ctx: &'a Ctx<R>,
-        observed: &'a Observed,
-        release: &'a Release,
-    ) -> BoxFuture<'a, Vec<NewReplica>> {
-        let spec_hash = self.inner.desired.spec_hash.as_str();
-        Box::pin(async move {
-            super::deployment::new_replicas(observed, release, |task_labels| {
-                task_labels.get(labels::MANIFEST_HASH).map(String::as_str) == Some(spec_hash)
-            })
-        })
-    }
-
-    fn look_again(&self, observed: &Observed) -> Option<std::time::Duration> {
-        super::look_again(&<Self as Replicated<R>>::plan(self, observed), observed)
-    }
-
-    fn gave_up(&self, observed: &Observed, release: &Release) -> Option<(FailureReason, String)> {
-        let spec_hash = self.inner.desired.spec_hash.as_str();
-        super::deployment::swarm_gave_up(observed, release, |task_labels| {
-            task_labels.get(labels::MANIFEST_HASH).map(String::as_str) == Some(spec_hash)
-        })
-    }
+    swarm_kind!();
 
     fn execute<'a>(
         &'a self,
