@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use super::container::rfc3339_seconds;
 use super::job::{
-    job_runs, keep_history, list_runs, remove_all, run_phase, run_timeout, run_view, runs_status,
-    settle_runs, start_run, taken_names,
+    job_runs, keep_history, list_runs, remove_all, run_phase, run_timeout, run_view, running,
+    runs_status, settle_runs, start_run, taken_names,
 };
 use crate::manifest::spec::schedule::Schedule;
 use crate::manifest::spec::{CronjobSpec, JobSpec};
@@ -281,10 +281,7 @@ fn cronjob_status(
     skipped: Vec<SkipDetail>,
     error: Option<&Error>,
 ) -> ResourceStatus {
-    let n_running = runs
-        .iter()
-        .filter(|run| run.status == RunStatus::Running)
-        .count();
+    let n_running = running(runs);
     let zone = if spec.timezone.is_empty() {
         "UTC"
     } else {

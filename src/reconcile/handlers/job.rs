@@ -112,10 +112,7 @@ fn job_status(
     runs: &[JobRun],
     error: Option<&Error>,
 ) -> ResourceStatus {
-    let n_running = runs
-        .iter()
-        .filter(|run| run.status == RunStatus::Running)
-        .count();
+    let n_running = running(runs);
     let current = runs
         .iter()
         .find(|run| run.spec_hash == desired.spec_hash.as_str());
@@ -137,6 +134,13 @@ fn job_status(
         history: runs.iter().map(run_view).collect(),
     });
     runs_status(desired, (phase, message), error, n_running, detail)
+}
+
+/// How many of `runs` are running.
+pub(super) fn running(runs: &[JobRun]) -> usize {
+    runs.iter()
+        .filter(|run| run.status == RunStatus::Running)
+        .count()
 }
 
 /// A job's or cronjob's status: its `phase` and `message`, why it is so (the pass's `error`,
