@@ -219,16 +219,6 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
 
     swarm_kind!();
 
-    fn execute<'a>(
-        &'a self,
-        ctx: &'a Ctx<R>,
-        steps: &'a [ServiceStep],
-        observed: &'a Observed,
-        _waits: &'a mut Waits,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(execute(ctx, self, steps, observed))
-    }
-
     fn detail<'a>(
         &'a self,
         _ctx: &'a Ctx<R>,

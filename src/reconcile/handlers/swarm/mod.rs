@@ -13,12 +13,22 @@
 //! cannot run (`plan::swarm_gaps`) is refused before anything is touched.
 
 /// The `Replicated` methods the Swarm kinds share: the images and networks before a rollout
-/// (`prepare` of the wrapped kind's container), and how a kind follows Swarm converging on
-/// its own: the new tasks still waiting, when to look again, and whether Swarm gave up on
-/// the rollout, each judged by the kind's `task_is_current` (a task's labels are of the
-/// target).
+/// (`prepare` of the wrapped kind's container), the steps carried out by the kind module's
+/// own `execute` (no waits are listed), and how a kind follows Swarm converging on its own:
+/// the new tasks still waiting, when to look again, and whether Swarm gave up on the
+/// rollout, each judged by the kind's `task_is_current` (a task's labels are of the target).
 macro_rules! swarm_kind {
     () => {
+        fn execute<'a>(
+            &'a self,
+            ctx: &'a Ctx<R>,
+            steps: &'a [Self::Step],
+            observed: &'a Observed,
+            _waits: &'a mut Waits,
+        ) -> BoxFuture<'a, Result<()>> {
+            Box::pin(execute(ctx, self, steps, observed))
+        }
+
         fn prepare<'a>(
             &'a self,
             ctx: &'a Ctx<R>,

@@ -253,16 +253,6 @@ impl<R: Runtime> Replicated<R> for SwarmStatefulset<'_> {
 
     swarm_kind!();
 
-    fn execute<'a>(
-        &'a self,
-        ctx: &'a Ctx<R>,
-        steps: &'a [StatefulStep],
-        observed: &'a Observed,
-        _waits: &'a mut Waits,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(execute(ctx, self, steps, observed))
-    }
-
     fn detail<'a>(
         &'a self,
         ctx: &'a Ctx<R>,
