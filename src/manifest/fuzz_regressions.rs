@@ -4,7 +4,6 @@
 
 use super::invariants::check_input;
 use super::*;
-use crate::model::{CommitSha, SourceFile};
 
 /// The seeds of the fuzz corpus, read from the repo (`fuzz/seeds/`).
 fn seeds() -> Vec<(String, Vec<u8>)> {
@@ -46,15 +45,10 @@ fn fuzz_seeds_keep_every_invariant() {
 
 /// Loads `text` as `m/app.hcl` with no vars and no repo files, in apply mode.
 fn load_text(text: &str) -> Result<Manifest, Diagnostics> {
-    let snapshot = Snapshot {
-        commit: CommitSha::new("0".repeat(40)),
-        files: vec![SourceFile {
-            path: "m/app.hcl".to_owned(),
-            contents: text.as_bytes().to_vec(),
-        }],
-        refused: Vec::new(),
-    };
-    load(&snapshot, &LoadOptions::standalone())
+    load(
+        &super::tests::snapshot(&[("m/app.hcl", text)]),
+        &LoadOptions::standalone(),
+    )
 }
 
 /// One finding (each entry says whether the fuzzer made it): the input, and every diagnostic

@@ -310,4 +310,4 @@ mod bad_input;
 #[cfg(test)]
 mod fuzz_regressions;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

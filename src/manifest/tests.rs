@@ -5,8 +5,9 @@ use super::*;
 use crate::model::{CommitSha, MemoryFiles, SourceFile, is_manifest_path};
 use spec::Spec;
 
-/// A commit of `files` (path, text); shared by the manifest stage's test modules.
-pub(super) fn snapshot(files: &[(&str, &str)]) -> Snapshot {
+/// A commit of `files` (path, text); shared by the manifest stage's test modules and the
+/// reconciler's.
+pub(crate) fn snapshot(files: &[(&str, &str)]) -> Snapshot {
     Snapshot {
         commit: CommitSha::new("0".repeat(40)),
         files: files

@@ -481,8 +481,6 @@ mod tests {
     use super::*;
     use crate::model::scopes::Ownership;
     use crate::runtime::FakeRuntime;
-    use crate::runtime::service::{ServiceMode, UpdateOrder, UpdatePolicy};
-    use std::time::Duration;
 
     type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
@@ -638,24 +636,7 @@ mod tests {
         let (fake, runtime) = guarded(|_| {});
         let mut task = spec(&[]);
         task.networks = vec!["voodu0-swarm".to_owned()];
-        let mut service = ServiceSpec {
-            name: "s-web".to_owned(),
-            labels: BTreeMap::new(),
-            task,
-            mode: ServiceMode::Replicated { replicas: 1 },
-            update: UpdatePolicy {
-                order: UpdateOrder::StartFirst,
-                monitor: Duration::from_secs(1),
-                rollback_on_failure: true,
-            },
-            constraints: Vec::new(),
-            configs: Vec::new(),
-            published: Vec::new(),
-            health: None,
-            stop_grace: Duration::from_secs(10),
-            restart_on_failure: true,
-            volume_labels: BTreeMap::new(),
-        };
+        let mut service = crate::runtime::service::fixture(task);
         runtime.ensure_overlay("voodu0-swarm").await?;
         let id = runtime.create_service(&service, None).await?;
         service.task.binds = vec!["/etc:/host-etc".to_owned()];

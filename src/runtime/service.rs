@@ -336,32 +336,38 @@ pub struct SwarmConfig {
 /// The largest config Swarm stores, in bytes.
 pub(crate) const MAX_CONFIG_BYTES: usize = 500 * 1024;
 
+/// A replicated service of three running `task`, for tests.
+#[cfg(test)]
+pub(crate) fn fixture(task: ContainerSpec) -> ServiceSpec {
+    ServiceSpec {
+        name: "shop-web".into(),
+        labels: BTreeMap::from([("voodu.release_id".into(), "3".into())]),
+        task,
+        mode: ServiceMode::Replicated { replicas: 3 },
+        update: UpdatePolicy {
+            order: UpdateOrder::StartFirst,
+            monitor: Duration::from_secs(3),
+            rollback_on_failure: true,
+        },
+        constraints: Vec::new(),
+        configs: Vec::new(),
+        published: Vec::new(),
+        health: None,
+        stop_grace: Duration::from_secs(10),
+        restart_on_failure: true,
+        volume_labels: BTreeMap::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn spec() -> ServiceSpec {
-        ServiceSpec {
-            name: "shop-web".into(),
-            labels: BTreeMap::from([("voodu.release_id".into(), "3".into())]),
-            task: ContainerSpec {
-                image: "busybox".into(),
-                ..ContainerSpec::default()
-            },
-            mode: ServiceMode::Replicated { replicas: 3 },
-            update: UpdatePolicy {
-                order: UpdateOrder::StartFirst,
-                monitor: Duration::from_secs(3),
-                rollback_on_failure: true,
-            },
-            constraints: Vec::new(),
-            configs: Vec::new(),
-            published: Vec::new(),
-            health: None,
-            stop_grace: Duration::from_secs(10),
-            restart_on_failure: true,
-            volume_labels: BTreeMap::new(),
-        }
+        fixture(ContainerSpec {
+            image: "busybox".into(),
+            ..ContainerSpec::default()
+        })
     }
 
     #[test]

@@ -78,11 +78,16 @@ struct Files {
 }
 
 impl Files {
-    fn new() -> Files {
-        Files {
+    /// The asset of `files` (`(asset key, content, container path)`), each mounted read-only.
+    fn new(cx: &mut DecodeCx<'_>, files: &[(&'static str, &str, &'static str)]) -> Files {
+        let mut asset = Files {
             asset: AssetSpec::default(),
             mounts: Vec::new(),
+        };
+        for (key, content, path) in files {
+            asset.add(cx, key, content, path);
         }
+        asset
     }
 
     /// Adds a file the statefulset mounts read-only at `path`.
@@ -135,8 +140,26 @@ impl Files {
         }
     }
 
-    fn into_spec(self) -> Spec {
-        Spec::Asset(self.asset)
+    /// The macro's expansion: this asset, then `spec` with the files mounted (`mount_into`)
+    /// and its default volume claim (`default_claim`: `(name, mount path)`).
+    fn expansion(
+        self,
+        cx: &mut DecodeCx<'_>,
+        r: &Reader<'_>,
+        key: &ResourceKey,
+        mut spec: StatefulsetSpec,
+        (claim, mount_path): (&str, &str),
+        secrets: Vec<SecretRequest>,
+    ) -> Expansion {
+        self.mount_into(cx, r, key, &mut spec);
+        default_claim(&mut spec, claim, mount_path);
+        Expansion {
+            specs: vec![
+                (Kind::Asset, Spec::Asset(self.asset)),
+                (Kind::Statefulset, Spec::Statefulset(spec)),
+            ],
+            secrets,
+        }
     }
 }
 

@@ -14,12 +14,10 @@ use std::collections::BTreeMap;
 
 use hcl::edit::Span;
 
-use super::{
-    Expansion, Files, Reader, default_claim, is_identifier, merge_env, own_secret, scope_suffix,
-};
+use super::{Expansion, Files, Reader, is_identifier, merge_env, own_secret, scope_suffix};
 use crate::manifest::decode::reader::DecodeCx;
-use crate::manifest::spec::{ExecAction, Macro, Probe, Probes, Spec, TcpSocket};
-use crate::model::{Kind, ResourceKey};
+use crate::manifest::spec::{ExecAction, Macro, Probe, Probes, TcpSocket};
+use crate::model::ResourceKey;
 
 /// The entrypoint every pod runs (asset key `entrypoint`).
 const ENTRYPOINT: &str = include_str!("postgres-entrypoint.sh");
@@ -79,26 +77,22 @@ pub(super) fn expand(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>, key: &ResourceKe
         }
         spec.container.command = Some(command);
     }
-    let mut files = Files::new();
-    files.add(cx, "entrypoint", ENTRYPOINT, ENTRYPOINT_PATH);
-    files.add(
-        cx,
-        "init_replication_sh",
-        INIT_REPLICATION,
-        INIT_REPLICATION_PATH,
-    );
-    files.mount_into(cx, r, key, &mut spec);
-    default_claim(&mut spec, "data", "/var/lib/postgresql/data");
     if spec.probes.is_none() {
         spec.probes = Some(default_probes(fields.port, fields.user, fields.database));
     }
-    Expansion {
-        specs: vec![
-            (Kind::Asset, files.into_spec()),
-            (Kind::Statefulset, Spec::Statefulset(spec)),
+    let files = Files::new(
+        cx,
+        &[
+            ("entrypoint", ENTRYPOINT, ENTRYPOINT_PATH),
+            (
+                "init_replication_sh",
+                INIT_REPLICATION,
+                INIT_REPLICATION_PATH,
+            ),
         ],
-        secrets,
-    }
+    );
+    let claim = ("data", "/var/lib/postgresql/data");
+    files.expansion(cx, r, key, spec, claim, secrets)
 }
 
 /// The postgres macro's own fields, with voodu's defaults.

@@ -15,9 +15,9 @@ use std::collections::BTreeMap;
 
 use hcl::edit::Span;
 
-use super::{Expansion, Files, Reader, default_claim, merge_env, own_secret, scope_suffix};
+use super::{Expansion, Files, Reader, merge_env, own_secret, scope_suffix};
 use crate::manifest::decode::reader::DecodeCx;
-use crate::manifest::spec::{ExecAction, Macro, Probe, Probes, Spec, StatefulsetSpec, TcpSocket};
+use crate::manifest::spec::{ExecAction, Macro, Probe, Probes, StatefulsetSpec, TcpSocket};
 use crate::model::{Kind, ResourceKey};
 
 /// The data redis's config (asset key `redis_conf`).
@@ -66,11 +66,13 @@ fn data_redis(
     if spec.container.command.is_none() {
         spec.container.command = Some(vec!["sh".to_owned(), ENTRYPOINT_PATH.to_owned()]);
     }
-    let mut files = Files::new();
-    files.add(cx, "redis_conf", CONF, CONF_PATH);
-    files.add(cx, "entrypoint", ENTRYPOINT, ENTRYPOINT_PATH);
-    files.mount_into(cx, r, key, &mut spec);
-    default_claim(&mut spec, "data", "/data");
+    let files = Files::new(
+        cx,
+        &[
+            ("redis_conf", CONF, CONF_PATH),
+            ("entrypoint", ENTRYPOINT, ENTRYPOINT_PATH),
+        ],
+    );
     if spec.probes.is_none() {
         spec.probes = Some(Probes {
             liveness: Some(Probe {
@@ -96,13 +98,8 @@ fn data_redis(
             startup: None,
         });
     }
-    Expansion {
-        specs: vec![
-            (Kind::Asset, files.into_spec()),
-            (Kind::Statefulset, Spec::Statefulset(spec)),
-        ],
-        secrets: vec![own_secret(key, "REDIS_PASSWORD")],
-    }
+    let secrets = vec![own_secret(key, "REDIS_PASSWORD")];
+    files.expansion(cx, r, key, spec, ("data", "/data"), secrets)
 }
 
 fn sentinel_quorum(
@@ -140,22 +137,16 @@ fn sentinel_quorum(
     let bucket = format!("{}/{}", monitor.scope, monitor.name);
     spec.container.env_from.retain(|name| *name != bucket);
     spec.container.env_from.push(bucket);
-    let mut files = Files::new();
-    files.add(
+    let files = Files::new(
         cx,
-        "sentinel_entrypoint",
-        SENTINEL_ENTRYPOINT,
-        SENTINEL_ENTRYPOINT_PATH,
+        &[(
+            "sentinel_entrypoint",
+            SENTINEL_ENTRYPOINT,
+            SENTINEL_ENTRYPOINT_PATH,
+        )],
     );
-    files.mount_into(cx, r, key, &mut spec);
-    default_claim(&mut spec, "state", "/var/lib/sentinel");
-    Expansion {
-        specs: vec![
-            (Kind::Asset, files.into_spec()),
-            (Kind::Statefulset, Spec::Statefulset(spec)),
-        ],
-        secrets: Vec::new(),
-    }
+    let claim = ("state", "/var/lib/sentinel");
+    files.expansion(cx, r, key, spec, claim, Vec::new())
 }
 
 /// The redis a `sentinel {}` block monitors, or `None` without the block (or when

@@ -191,6 +191,7 @@ mod tests {
     use crate::manifest::spec::common::{
         DEFAULT_NETWORK, DEFAULT_RESTART, HttpGet, Limits, OnDeploy, Probe, WebhookTarget,
     };
+    use crate::manifest::spec::hash::check_edits;
     use crate::model::Kind;
 
     fn key() -> ResourceKey {
@@ -332,22 +333,12 @@ mod tests {
 
     #[test]
     fn every_hashed_field_changes_the_hash() {
-        let before = base().spec_hash(&key());
-        for (field, edit) in HASHED {
-            let mut spec = base();
-            edit(&mut spec);
-            assert_ne!(spec.spec_hash(&key()), before, "{field} must be hashed");
-        }
+        check_edits(base, |spec| spec.spec_hash(&key()), HASHED, true);
     }
 
     #[test]
     fn operational_fields_stay_out_of_the_hash() {
-        let before = base().spec_hash(&key());
-        for (field, edit) in NOT_HASHED {
-            let mut spec = base();
-            edit(&mut spec);
-            assert_eq!(spec.spec_hash(&key()), before, "{field} must not be hashed");
-        }
+        check_edits(base, |spec| spec.spec_hash(&key()), NOT_HASHED, false);
     }
 
     #[test]

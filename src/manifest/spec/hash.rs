@@ -56,6 +56,31 @@ pub(crate) fn sorted(items: &[String]) -> Option<Vec<String>> {
     Some(items)
 }
 
+/// Named edits of a spec, for the hash tests: `(field, edit)`.
+#[cfg(test)]
+pub(crate) type Edits<'a, S> = &'a [(&'a str, fn(&mut S))];
+
+/// Test support for each kind's hash tests: applies each of `edits` to a fresh `base()`; the
+/// hash must change for every one of them when `hashed`, for none of them otherwise.
+#[cfg(test)]
+pub(crate) fn check_edits<S>(
+    base: fn() -> S,
+    hash: impl Fn(&S) -> SpecHash,
+    edits: Edits<'_, S>,
+    hashed: bool,
+) {
+    let before = hash(&base());
+    for (field, edit) in edits {
+        let mut spec = base();
+        edit(&mut spec);
+        if hashed {
+            assert_ne!(hash(&spec), before, "{field} must be hashed");
+        } else {
+            assert_eq!(hash(&spec), before, "{field} must not be hashed");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -163,6 +163,7 @@ struct HashedCronjob<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::manifest::spec::hash::check_edits;
     use crate::model::Kind;
 
     fn key() -> ResourceKey {
@@ -194,11 +195,7 @@ mod tests {
                 s.asset_digests = BTreeMap::from([("a.b".into(), "00".into())]);
             }),
         ];
-        for (field, edit) in hashed {
-            let mut spec = base();
-            edit(&mut spec);
-            assert_ne!(spec.spec_hash(&key()), before, "{field} must be hashed");
-        }
+        check_edits(base, |spec| spec.spec_hash(&key()), hashed, true);
         let mut limits = base();
         limits.successful_history_limit = 9;
         limits.failed_history_limit = 9;

@@ -133,72 +133,21 @@ impl Spec {
         }
     }
 
-    /// The top-level JSON fields of this kind that feed its spec hash: a change to one of them
-    /// replaces containers (or re-runs a job); a change to any other field does not. Kept
-    /// beside the hash functions; the unit tests of each kind prove the same split.
-    pub(crate) fn hashed_fields(kind: Kind) -> &'static [&'static str] {
-        match kind {
+    /// Whether `field`, a top-level JSON field of this kind, feeds its spec hash: a change to
+    /// one that does replaces containers (or re-runs a job); a change to any other does not.
+    /// Kept beside the hash functions; the unit tests of each kind prove the same split.
+    pub(crate) fn is_hashed_field(kind: Kind, field: &str) -> bool {
+        let own: &[&str] = match kind {
             Kind::Deployment => &[
-                "image",
-                "command",
                 "ports",
-                "volumes",
-                "env",
                 "env_from",
-                "network",
-                "networks",
-                "network_mode",
                 "restart",
-                "extra_hosts",
-                "cap_add",
-                "ulimits",
-                "docker_options",
-                "resources",
                 "autoscale",
-                "logs",
                 "probes",
                 "inits",
-                "_asset_digests",
             ],
-            Kind::Statefulset => &[
-                "image",
-                "command",
-                "ports",
-                "volumes",
-                "env",
-                "network",
-                "networks",
-                "network_mode",
-                "restart",
-                "extra_hosts",
-                "cap_add",
-                "ulimits",
-                "docker_options",
-                "resources",
-                "logs",
-                "volume_claims",
-                "inits",
-                "probes",
-                "_asset_digests",
-            ],
-            Kind::Job => &[
-                "image",
-                "command",
-                "env",
-                "env_from",
-                "volumes",
-                "network",
-                "networks",
-                "network_mode",
-                "extra_hosts",
-                "cap_add",
-                "ulimits",
-                "docker_options",
-                "resources",
-                "logs",
-                "timeout",
-                "_asset_digests",
-            ],
+            Kind::Statefulset => &["ports", "restart", "volume_claims", "inits", "probes"],
+            Kind::Job => &["env_from", "timeout"],
             Kind::Cronjob => &[
                 "schedule",
                 "timezone",
@@ -209,7 +158,9 @@ impl Spec {
             Kind::Asset => &["files"],
             Kind::Ingress => &["host", "service", "port", "tls", "locations", "lb"],
             Kind::Registry => &["url", "username", "token", "helper"],
-        }
+        };
+        let container_kind = matches!(kind, Kind::Deployment | Kind::Statefulset | Kind::Job);
+        own.contains(&field) || (container_kind && CONTAINER_HASHED.contains(&field))
     }
 
     /// Replicas the spec asks for (1 for kinds without replicas).
@@ -307,6 +258,25 @@ impl Spec {
     }
 }
 
+/// The top-level fields every container kind (deployment, statefulset, job) hashes: the
+/// container's own, but `env_from` (not in voodu's statefulset hash), and the asset digests.
+const CONTAINER_HASHED: &[&str] = &[
+    "image",
+    "command",
+    "volumes",
+    "env",
+    "network",
+    "networks",
+    "network_mode",
+    "extra_hosts",
+    "cap_add",
+    "ulimits",
+    "docker_options",
+    "resources",
+    "logs",
+    "_asset_digests",
+];
+
 /// What one source holds on the host alone (`Spec::claims`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Claim {
@@ -393,7 +363,7 @@ mod tests {
     use super::*;
 
     /// Removes each top-level field of a fully populated spec in turn: the spec hash must
-    /// change exactly for the fields `hashed_fields` lists, so `plan`'s "replace because …"
+    /// change exactly for the fields `is_hashed_field` names, so `plan`'s "replace because …"
     /// names the same fields the hash covers.
     fn check_hashed_fields(kind: Kind, full: &str) {
         let key = ResourceKey::new(kind, "s", "n");
@@ -416,7 +386,7 @@ mod tests {
             let Ok(changed) = Spec::from_json(kind, &json) else {
                 continue; // a required field: cannot be removed
             };
-            let hashed = Spec::hashed_fields(kind).contains(&field.as_str());
+            let hashed = Spec::is_hashed_field(kind, field);
             assert_eq!(
                 changed.spec_hash(&key) != before,
                 hashed,

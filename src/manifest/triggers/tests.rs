@@ -235,6 +235,23 @@ fn at(
     )
 }
 
+/// Decides commit 1 on branch main, nothing known of its changes and no earlier state,
+/// with `watched` (`--path`) and `hosts`.
+fn first_commit(triggers: &[Trigger], watched: &[String], hosts: &HostSelection) -> Decision {
+    decide(
+        triggers,
+        &[],
+        &Situation {
+            branch: "main",
+            commit: &sha(1),
+            changed: None,
+            watched,
+            hosts,
+            now: 0,
+        },
+    )
+}
+
 /// `file@commit` for each file of desired state.
 fn files(decision: &Decision) -> Vec<String> {
     decision
@@ -413,18 +430,7 @@ fn inactive_triggers_contribute_nothing_and_say_why() -> Result<(), String> {
     assert_eq!(files(&decision), ["apps/web/voodu.hcl@1"]);
     // Outside --path.
     let watched = ["hosts/web-1".to_owned()];
-    let outside = decide(
-        &[web()],
-        &[],
-        &Situation {
-            branch: "main",
-            commit: &sha(1),
-            changed: None,
-            watched: &watched,
-            hosts: &HostSelection::every_host(),
-            now: 0,
-        },
-    );
+    let outside = first_commit(&[web()], &watched, &HostSelection::every_host());
     assert_eq!(
         outside.outcomes[0].verdict,
         Verdict::Inactive("apply.file apps/web/voodu.hcl is outside --path hosts/web-1".into())
@@ -433,18 +439,7 @@ fn inactive_triggers_contribute_nothing_and_say_why() -> Result<(), String> {
     let mut other = web();
     other.apply_file = "hosts/web-2/voodu.hcl".to_owned();
     let web1 = HostSelection::for_host("web-1", &[]).map_err(|error| error.to_string())?;
-    let elsewhere = decide(
-        &[other.clone()],
-        &[],
-        &Situation {
-            branch: "main",
-            commit: &sha(1),
-            changed: None,
-            watched: &[],
-            hosts: &web1,
-            now: 0,
-        },
-    );
+    let elsewhere = first_commit(&[other.clone()], &[], &web1);
     assert_eq!(
         elsewhere.outcomes[0].verdict,
         Verdict::Inactive("apply.file hosts/web-2/voodu.hcl is addressed to host web-2 (hosts/web-2/); this agent is host web-1".into())
@@ -452,18 +447,7 @@ fn inactive_triggers_contribute_nothing_and_say_why() -> Result<(), String> {
     assert!(elsewhere.files.is_empty());
     // Its own host applies it.
     let web2 = HostSelection::for_host("web-2", &[]).map_err(|error| error.to_string())?;
-    let mine = decide(
-        &[other],
-        &[],
-        &Situation {
-            branch: "main",
-            commit: &sha(1),
-            changed: None,
-            watched: &[],
-            hosts: &web2,
-            now: 0,
-        },
-    );
+    let mine = first_commit(&[other], &[], &web2);
     assert_eq!(files(&mine), ["hosts/web-2/voodu.hcl@1"]);
     Ok(())
 }

@@ -8,7 +8,6 @@
 //! of an asset that left the repo are removed by the sync stage, not here.
 
 use crate::assets::{AssetFiles, check_asset, prepare, write_prepared};
-use crate::manifest::spec::Spec;
 use crate::model::ResourceKey;
 use crate::reconcile::{
     context::Ctx, context::blocking, error::Error, error::Result, run::action::Action,
@@ -25,9 +24,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         blocking(&ctx.store, move |store| store.delete_status(&key)).await?;
         return Ok(Action::Done);
     };
-    let Spec::Asset(asset) = &desired.spec else {
-        return Err(super::wrong_kind(key, &desired.spec));
-    };
+    let asset = spec_of!(key, desired, Asset);
     // Configs of earlier versions of its files that no service uses any more (a consumer's
     // update tries at once; this catches those a job run kept in use).
     let current: Vec<(String, String)> = asset

@@ -15,11 +15,11 @@ use std::time::Duration;
 
 use super::container::rfc3339_seconds;
 use super::job::{
-    failure_reason, job_runs, keep_history, list_runs, remove_all, run_phase, run_timeout,
-    run_view, settle_runs, start_run, taken_names,
+    job_runs, keep_history, list_runs, remove_all, run_phase, run_timeout, run_view, running,
+    runs_status, settle_runs, start_run, taken_names,
 };
 use crate::manifest::spec::schedule::Schedule;
-use crate::manifest::spec::{CronjobSpec, JobSpec, Spec};
+use crate::manifest::spec::{CronjobSpec, JobSpec};
 use crate::model::ResourceKey;
 use crate::reconcile::observers::cron::{CronDecision, CronInputs, Skip, decide, schedule_key};
 use crate::reconcile::{
@@ -28,7 +28,7 @@ use crate::reconcile::{
 use crate::runtime::{Container, Runtime};
 use crate::store::{
     CronState, CronjobDetail, Desired, Detail, FailureReason, JobRun, Phase, ResourceStatus,
-    RunStatus, SkipDetail, now_unix,
+    RunStatus, SkipDetail,
 };
 
 /// Skipped or missed ticks kept in the status.
@@ -36,14 +36,10 @@ const SKIPS_KEPT: usize = 10;
 
 /// One pass; `Action::Done` between ticks too: the scheduler requeues the key at the next.
 pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) -> Result<Action> {
-    let desired = super::desired_of(ctx, key).await?;
-    let Some(desired) = desired else {
-        remove_all(ctx, key).await?;
+    let Some(desired) = super::desired_or_remove(ctx, key, remove_all(ctx, key)).await? else {
         return Ok(Action::Done);
     };
-    let Spec::Cronjob(spec) = &desired.spec else {
-        return Err(super::wrong_kind(key, &desired.spec));
-    };
+    let spec = spec_of!(key, desired, Cronjob);
     super::engine::refuse_gaps(ctx, key, &desired.spec)?;
     let (schedule, forbid) = checked_schedule(ctx, key, &desired, spec).await?;
     let timeout = run_timeout(&spec.job.timeout);
@@ -285,10 +281,7 @@ fn cronjob_status(
     skipped: Vec<SkipDetail>,
     error: Option<&Error>,
 ) -> ResourceStatus {
-    let n_running = runs
-        .iter()
-        .filter(|run| run.status == RunStatus::Running)
-        .count();
+    let n_running = running(runs);
     let zone = if spec.timezone.is_empty() {
         "UTC"
     } else {
@@ -322,32 +315,23 @@ fn cronjob_status(
             message,
         )
     };
-    ResourceStatus {
-        phase,
-        reason: failure_reason(phase, error),
-        message,
-        desired_replicas: desired.n_replicas,
-        running_replicas: n_running,
-        spec_hash: desired.spec_hash.to_string(),
-        release_id: None,
-        updated_at: now_unix(),
-        detail: Detail::Cronjob(CronjobDetail {
-            schedule: spec.schedule.clone(),
-            timezone: zone.to_owned(),
-            suspend: spec.suspend,
-            concurrency_policy: if spec.concurrency_policy.is_empty() {
-                "Allow"
-            } else {
-                spec.concurrency_policy.as_str()
-            }
-            .to_owned(),
-            image: spec.job.container.effective_image(key),
-            next_run: position.next_run.map(rfc3339_seconds),
-            next_run_local: next_local,
-            last_scheduled: position.last_scheduled.map(rfc3339_seconds),
-            last_run: runs.first().map(run_view),
-            history: runs.iter().map(run_view).collect(),
-            skipped,
-        }),
-    }
+    let detail = Detail::Cronjob(CronjobDetail {
+        schedule: spec.schedule.clone(),
+        timezone: zone.to_owned(),
+        suspend: spec.suspend,
+        concurrency_policy: if spec.concurrency_policy.is_empty() {
+            "Allow"
+        } else {
+            spec.concurrency_policy.as_str()
+        }
+        .to_owned(),
+        image: spec.job.container.effective_image(key),
+        next_run: position.next_run.map(rfc3339_seconds),
+        next_run_local: next_local,
+        last_scheduled: position.last_scheduled.map(rfc3339_seconds),
+        last_run: runs.first().map(run_view),
+        history: runs.iter().map(run_view).collect(),
+        skipped,
+    });
+    runs_status(desired, (phase, message), error, n_running, detail)
 }

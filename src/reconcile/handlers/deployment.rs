@@ -32,7 +32,7 @@ use super::launch::{EnvSource, build_spec, create_and_start, identity_vars};
 use super::replicas::{Observed, Waits, start_again};
 use super::replicated::{self, Replicated, drain_and_remove};
 use super::rollout::Report;
-use crate::manifest::spec::{Container as ContainerSpec, DeploymentSpec, Drain, Init, Spec};
+use crate::manifest::spec::{Container as ContainerSpec, DeploymentSpec, Drain, Init};
 use crate::model::{Kind, ResourceKey, random_hex};
 use crate::reconcile::plan::gate;
 use crate::reconcile::plan::{Step, Target, plan_replicas};
@@ -42,14 +42,16 @@ use crate::store::{DeploymentDetail, Desired, Detail, Release, ReplicaDetail, Re
 
 /// One pass of a deployment on containers (`engine::deployment` chooses it).
 pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Action> {
-    let desired = super::desired_of(ctx, key).await?;
-    let Some(desired) = desired else {
-        replicated::remove_everything(ctx, key, Vec::new()).await?;
+    let Some(desired) = super::desired_or_remove(
+        ctx,
+        key,
+        replicated::remove_everything(ctx, key, Vec::new()),
+    )
+    .await?
+    else {
         return Ok(Action::Done);
     };
-    let Spec::Deployment(spec) = &desired.spec else {
-        return Err(super::wrong_kind(key, &desired.spec));
-    };
+    let spec = spec_of!(key, desired, Deployment);
     super::refuse_unappliable(key, &desired.spec)?;
     replicated::pass(ctx, &desired, Deployment::new(&desired, spec)).await
 }
@@ -126,13 +128,7 @@ impl<R: Runtime> Replicated<R> for Deployment<'_> {
         self.release_id = release.id;
     }
 
-    fn set_pins(&mut self, pins: Option<std::sync::Arc<crate::reconcile::handlers::pins::Pins>>) {
-        self.pins = pins;
-    }
-
-    fn pins(&self) -> Option<&crate::reconcile::handlers::pins::Pins> {
-        self.pins.as_deref()
-    }
+    pins_in!(pins);
 
     fn report(&self) -> Report<'_> {
         let key = &self.desired.key;

@@ -33,7 +33,7 @@ use std::time::Duration;
 use super::container::{Identity, Launch, rfc3339_seconds};
 use super::launch::EnvSource;
 use super::oneshot::{self, End, OneShot};
-use crate::manifest::spec::{JobSpec, Spec};
+use crate::manifest::spec::JobSpec;
 use crate::model::{ResourceKey, parse_go_duration, random_hex};
 use crate::reconcile::{
     context::Ctx, context::blocking, error::Error, error::Result, run::action::Action,
@@ -75,14 +75,10 @@ pub(super) fn plan_job(runs: &[JobRun], spec_hash: &str) -> JobStep {
 
 /// One pass; a run in flight is `Action::Done` too: its waiter requeues the key when it ends.
 pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) -> Result<Action> {
-    let desired = super::desired_of(ctx, key).await?;
-    let Some(desired) = desired else {
-        remove_all(ctx, key).await?;
+    let Some(desired) = super::desired_or_remove(ctx, key, remove_all(ctx, key)).await? else {
         return Ok(Action::Done);
     };
-    let Spec::Job(spec) = &desired.spec else {
-        return Err(super::wrong_kind(key, &desired.spec));
-    };
+    let spec = spec_of!(key, desired, Job);
     super::engine::refuse_gaps(ctx, key, &desired.spec)?;
     let timeout = run_timeout(&spec.timeout);
     let actual = list_runs(ctx, key).await?;
@@ -116,10 +112,7 @@ fn job_status(
     runs: &[JobRun],
     error: Option<&Error>,
 ) -> ResourceStatus {
-    let n_running = runs
-        .iter()
-        .filter(|run| run.status == RunStatus::Running)
-        .count();
+    let n_running = running(runs);
     let current = runs
         .iter()
         .find(|run| run.spec_hash == desired.spec_hash.as_str());
@@ -134,29 +127,45 @@ fn job_status(
         ),
         (None, None) => (Phase::Pending, String::new()),
     };
+    let detail = Detail::Job(JobDetail {
+        image: spec.container.effective_image(key),
+        timeout: spec.timeout.clone(),
+        last_run: runs.first().map(run_view),
+        history: runs.iter().map(run_view).collect(),
+    });
+    runs_status(desired, (phase, message), error, n_running, detail)
+}
+
+/// How many of `runs` are running.
+pub(super) fn running(runs: &[JobRun]) -> usize {
+    runs.iter()
+        .filter(|run| run.status == RunStatus::Running)
+        .count()
+}
+
+/// A job's or cronjob's status: its `phase` and `message`, why it is so (the pass's `error`,
+/// else a failed run), its `n_running` runs and its `detail`.
+pub(super) fn runs_status(
+    desired: &Desired,
+    (phase, message): (Phase, String),
+    error: Option<&Error>,
+    n_running: usize,
+    detail: Detail,
+) -> ResourceStatus {
+    let reason = match error {
+        Some(error) => Some(error.reason()),
+        None => (phase == Phase::Failed).then_some(FailureReason::RunFailed),
+    };
     ResourceStatus {
         phase,
-        reason: failure_reason(phase, error),
+        reason,
         message,
         desired_replicas: desired.n_replicas,
         running_replicas: n_running,
         spec_hash: desired.spec_hash.to_string(),
         release_id: None,
         updated_at: now_unix(),
-        detail: Detail::Job(JobDetail {
-            image: spec.container.effective_image(key),
-            timeout: spec.timeout.clone(),
-            last_run: runs.first().map(run_view),
-            history: runs.iter().map(run_view).collect(),
-        }),
-    }
-}
-
-/// Why a job or cronjob status is what it is: the pass's error, else a failed run.
-pub(super) fn failure_reason(phase: Phase, error: Option<&Error>) -> Option<FailureReason> {
-    match error {
-        Some(error) => Some(error.reason()),
-        None => (phase == Phase::Failed).then_some(FailureReason::RunFailed),
+        detail,
     }
 }
 

@@ -231,6 +231,32 @@ pub(crate) fn networks_of<R: Runtime>(
     )
 }
 
+/// `container::build` with this agent's id and assets, labelled `created_at`; a spec that
+/// cannot become a container is a permanent error for the resource.
+pub(crate) fn build_or_refuse<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    created_at: &str,
+    identity: &Identity,
+    container: &Container,
+    launch: &Launch,
+) -> Result<ContainerSpec> {
+    build(
+        key,
+        &ctx.agent_id,
+        &ctx.assets_root,
+        created_at,
+        identity,
+        container,
+        launch,
+    )
+    .map_err(|error| Error::Permanent {
+        key: key.clone(),
+        reason: FailureReason::Spec,
+        message: error.to_string(),
+    })
+}
+
 /// Builds a create request, turning a spec that cannot become a container into a permanent
 /// error for the resource.
 pub(crate) fn build_spec<R: Runtime>(
@@ -240,20 +266,8 @@ pub(crate) fn build_spec<R: Runtime>(
     container: &Container,
     launch: &Launch,
 ) -> Result<ContainerSpec> {
-    let mut spec = build(
-        key,
-        &ctx.agent_id,
-        &ctx.assets_root,
-        &rfc3339_seconds(now_unix()),
-        identity,
-        container,
-        launch,
-    )
-    .map_err(|error| Error::Permanent {
-        key: key.clone(),
-        reason: FailureReason::Spec,
-        message: error.to_string(),
-    })?;
+    let created_at = rfc3339_seconds(now_unix());
+    let mut spec = build_or_refuse(ctx, key, &created_at, identity, container, launch)?;
     if !spec.networks.is_empty() {
         spec.networks = networks_of(ctx, key, container);
     }

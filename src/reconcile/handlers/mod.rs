@@ -4,6 +4,34 @@
 //! Invariant: handlers are level-triggered and idempotent; they never see why they were
 //! called (kube's hidden `ReconcileReason`).
 
+/// `$desired`'s spec as the `Spec::$kind` variant; a stored spec of another kind ends the
+/// calling pass with `wrong_kind`.
+macro_rules! spec_of {
+    ($key:expr, $desired:expr, $kind:ident) => {
+        match &$desired.spec {
+            crate::manifest::spec::Spec::$kind(spec) => spec,
+            other => return Err(crate::reconcile::handlers::wrong_kind($key, other)),
+        }
+    };
+}
+
+/// `Replicated::set_pins` and `Replicated::pins` of a kind that keeps its pins in the field
+/// `self.$field` (`inner.pins` for a Swarm kind wrapping a container kind).
+macro_rules! pins_in {
+    ($($field:ident).+) => {
+        fn set_pins(
+            &mut self,
+            pins: Option<std::sync::Arc<crate::reconcile::handlers::pins::Pins>>,
+        ) {
+            self.$($field).+ = pins;
+        }
+
+        fn pins(&self) -> Option<&crate::reconcile::handlers::pins::Pins> {
+            self.$($field).+.as_deref()
+        }
+    };
+}
+
 mod asset;
 pub(crate) mod container;
 mod cronjob;
@@ -56,6 +84,20 @@ pub(crate) async fn reconcile<R: Runtime>(ctx: Arc<Ctx<R>>, key: ResourceKey) ->
 async fn desired_of<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Option<Desired>> {
     let key = key.clone();
     blocking(&ctx.store, move |store| store.desired(&key)).await
+}
+
+/// The desired state of `key`; `None` once it left the repo and `remove` (the kind's removal
+/// of what it left on the host) ran.
+async fn desired_or_remove<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    remove: impl Future<Output = Result<()>>,
+) -> Result<Option<Desired>> {
+    let desired = desired_of(ctx, key).await?;
+    if desired.is_none() {
+        remove.await?;
+    }
+    Ok(desired)
 }
 
 /// Refuses a workload that cannot be applied before any of its containers is touched (a

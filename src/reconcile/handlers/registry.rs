@@ -6,7 +6,6 @@
 //!
 //! Invariant: the token is not in status, logs or errors.
 
-use crate::manifest::spec::Spec;
 use crate::model::ResourceKey;
 use crate::reconcile::{context::Ctx, context::blocking, error::Result, run::action::Action};
 use crate::runtime::Runtime;
@@ -19,9 +18,7 @@ pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Re
         blocking(&ctx.store, move |store| store.delete_status(&key)).await?;
         return Ok(Action::Done);
     };
-    let Spec::Registry(registry) = &desired.spec else {
-        return Err(super::wrong_kind(key, &desired.spec));
-    };
+    let registry = spec_of!(key, desired, Registry);
     let mut status = ResourceStatus::new(Phase::Ready, "");
     status.spec_hash = desired.spec_hash.to_string();
     status.detail = Detail::Registry(RegistryDetail {

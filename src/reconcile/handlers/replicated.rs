@@ -516,11 +516,8 @@ async fn on_error<R: Runtime, K: Replicated<R>>(
     status.message = error.to_string();
     match rollout_state::next(phase, seen).1 {
         effect @ (Effect::FailBeforeRollout | Effect::FailAndHalt) => {
-            if effect == Effect::FailAndHalt {
-                rollout::halt_before_rollout(ctx, release, &status.message, &report).await?;
-            } else {
-                rollout::fail_before_rollout(ctx, release, &status.message, &report).await?;
-            }
+            let halt = effect == Effect::FailAndHalt;
+            rollout::fail_before_rollout(ctx, release, &status.message, &report, halt).await?;
             status.phase = Phase::Failed;
             status.reason = Some(error.reason());
             put_status(ctx, report.key, status).await?;

@@ -127,7 +127,7 @@ pub(crate) fn sink_refusals_under(
 mod tests {
     use super::*;
     use crate::manifest::{LoadOptions, load};
-    use crate::model::{CommitSha, Policy, Snapshot, SourceFile};
+    use crate::model::Policy;
 
     #[test]
     fn plan_and_validate_judge_the_requests_the_agent_would_send() -> Result<(), String> {
@@ -143,14 +143,7 @@ deployment "s" "web" {
   }
 }
 "#;
-        let snapshot = Snapshot {
-            commit: CommitSha::new("0".repeat(40)),
-            files: vec![SourceFile {
-                path: "m/app.hcl".to_owned(),
-                contents: text.as_bytes().to_vec(),
-            }],
-            refused: Vec::new(),
-        };
+        let snapshot = crate::manifest::tests::snapshot(&[("m/app.hcl", text)]);
         // Loaded without a policy (the format alone), then judged as the sink would.
         let manifest = load(&snapshot, &LoadOptions::standalone())
             .map_err(|diagnostics| diagnostics.to_string())?;

@@ -111,17 +111,13 @@ pub(super) async fn succeed<R: Runtime>(
     report: &Report<'_>,
     note: &str,
 ) -> Result<()> {
-    let id = release.id;
-    let note = note.to_owned();
+    let (id, note) = (release.id, note.to_owned());
     blocking(&ctx.store, move |store| {
         store.finish_release(id, ReleasePhase::Succeeded, &note)
     })
     .await?;
-    ctx.memory.rollouts.finish(id);
-    ctx.metrics
-        .record_release(report.key.kind.as_str(), ReleasePhase::Succeeded.as_str());
     tracing::info!(key = %report.key, release = id, "rollout succeeded");
-    notify(ctx, release, report, true, String::new());
+    ended(ctx, release, report, ReleasePhase::Succeeded, String::new());
     Ok(())
 }
 
@@ -137,10 +133,12 @@ pub(super) async fn fail<R: Runtime>(
     let failed = release.clone();
     let why = reason.to_owned();
     let outcome = blocking(&ctx.store, move |store| store.auto_rollback(&failed, &why)).await?;
-    ctx.memory.rollouts.finish(release.id);
     let key = report.key;
     let message = match outcome {
-        AutoRollback::Superseded => return Ok(None),
+        AutoRollback::Superseded => {
+            ctx.memory.rollouts.finish(release.id);
+            return Ok(None);
+        }
         AutoRollback::Done(rollback) => {
             ctx.metrics.record_rollback(key.kind.as_str());
             tracing::warn!(
@@ -178,50 +176,65 @@ pub(super) async fn fail<R: Runtime>(
             )
         }
     };
-    ctx.metrics
-        .record_release(key.kind.as_str(), ReleasePhase::Failed.as_str());
-    notify(ctx, release, report, false, reason.to_owned());
+    ended(
+        ctx,
+        release,
+        report,
+        ReleasePhase::Failed,
+        reason.to_owned(),
+    );
     Ok(Some(message))
 }
 
 /// Ends a progressing release as failed before any replica was touched (its image cannot be
 /// had, or a `pre_command`/`command` failed): the old replicas run on; nothing to roll back.
+/// `halt` (a `pre_command` or `command` failed): it is halted too, and not tried again until
+/// desired state changes.
 pub(super) async fn fail_before_rollout<R: Runtime>(
     ctx: &Ctx<R>,
     release: &Release,
     message: &str,
     report: &Report<'_>,
+    halt: bool,
 ) -> Result<()> {
-    let id = release.id;
-    let text = message.to_owned();
+    let (id, text) = (release.id, message.to_owned());
     blocking(&ctx.store, move |store| {
-        store.finish_release(id, ReleasePhase::Failed, &text)
+        if halt {
+            store.halt_release(id, &text)
+        } else {
+            store.finish_release(id, ReleasePhase::Failed, &text)
+        }
     })
     .await?;
-    ctx.memory.rollouts.finish(id);
-    ctx.metrics
-        .record_release(report.key.kind.as_str(), ReleasePhase::Failed.as_str());
-    notify(ctx, release, report, false, message.to_owned());
+    ended(
+        ctx,
+        release,
+        report,
+        ReleasePhase::Failed,
+        message.to_owned(),
+    );
     Ok(())
 }
 
-/// Ends a progressing release as failed and halted before any replica was touched (a
-/// `pre_command` or `command` failed): the old replicas run on, and the release is not tried
-/// again until desired state changes.
-pub(super) async fn halt_before_rollout<R: Runtime>(
+/// A release the store ended as `phase`: no longer in flight, counted, and reported to
+/// `on_deploy` (`error` empty on success).
+fn ended<R: Runtime>(
     ctx: &Ctx<R>,
     release: &Release,
-    message: &str,
     report: &Report<'_>,
-) -> Result<()> {
-    let id = release.id;
-    let text = message.to_owned();
-    blocking(&ctx.store, move |store| store.halt_release(id, &text)).await?;
-    ctx.memory.rollouts.finish(id);
+    phase: ReleasePhase,
+    error: String,
+) {
+    ctx.memory.rollouts.finish(release.id);
     ctx.metrics
-        .record_release(report.key.kind.as_str(), ReleasePhase::Failed.as_str());
-    notify(ctx, release, report, false, message.to_owned());
-    Ok(())
+        .record_release(report.key.kind.as_str(), phase.as_str());
+    notify(
+        ctx,
+        release,
+        report,
+        phase == ReleasePhase::Succeeded,
+        error,
+    );
 }
 
 fn notify<R: Runtime>(

@@ -35,7 +35,7 @@ use super::launch::{EnvSource, build_spec, create_and_start, identity_vars};
 use super::replicas::{Observed, Waits, list_replicas, start_again};
 use super::replicated::{self, Replicated, drain_and_remove};
 use super::rollout::Report;
-use crate::manifest::spec::{Container as ContainerSpec, Drain, Init, Spec, StatefulsetSpec};
+use crate::manifest::spec::{Container as ContainerSpec, Drain, Init, StatefulsetSpec};
 use crate::model::{Kind, ResourceKey};
 use crate::reconcile::plan::{StatefulStep, StatefulTarget, plan_statefulset, pod_ordinal};
 use crate::reconcile::{
@@ -57,14 +57,11 @@ pub(super) struct Pod {
 
 /// One pass of a statefulset on containers (`engine::statefulset` chooses it).
 pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Action> {
-    let desired = super::desired_of(ctx, key).await?;
-    let Some(desired) = desired else {
-        remove_everything(ctx, key).await?;
+    let Some(desired) = super::desired_or_remove(ctx, key, remove_everything(ctx, key)).await?
+    else {
         return Ok(Action::Done);
     };
-    let Spec::Statefulset(spec) = &desired.spec else {
-        return Err(super::wrong_kind(key, &desired.spec));
-    };
+    let spec = spec_of!(key, desired, Statefulset);
     super::refuse_unappliable(key, &desired.spec)?;
     let statefulset = Statefulset {
         desired: &desired,
@@ -126,13 +123,7 @@ impl<R: Runtime> Replicated<R> for Statefulset<'_> {
         }
     }
 
-    fn set_pins(&mut self, pins: Option<std::sync::Arc<crate::reconcile::handlers::pins::Pins>>) {
-        self.pins = pins;
-    }
-
-    fn pins(&self) -> Option<&crate::reconcile::handlers::pins::Pins> {
-        self.pins.as_deref()
-    }
+    pins_in!(pins);
 
     fn report(&self) -> Report<'_> {
         let key = &self.desired.key;

@@ -64,6 +64,17 @@ struct RunnerHandle {
     starts: u64,
 }
 
+/// The probe runners, one per managed replica (by container id), with what starting one
+/// takes.
+struct Runners<'a, R: Runtime> {
+    ctx: &'a Arc<Ctx<R>>,
+    tracker: &'a TaskTracker,
+    shutdown: &'a CancellationToken,
+    /// The HTTP client every runner's `http_get` shares.
+    client: &'a reqwest::Client,
+    handles: HashMap<String, RunnerHandle>,
+}
+
 /// Every container of this agent, as the last drift resync listed them (shared with the probe
 /// manager, so a resync costs one list).
 pub(crate) type Listed = Arc<Vec<Container>>;
@@ -79,9 +90,15 @@ pub(crate) async fn run<R: Runtime>(
     // keep drift repair: a stopped replica is then seen at the next resync here too, not at
     // once through its readiness.
     let mut events = crate::reconcile::context::owned_container_events(&ctx);
-    let mut runners: HashMap<String, RunnerHandle> = HashMap::new();
     // One HTTP client (one connection pool, one TLS config) for every runner's `http_get`.
     let client = http_client();
+    let mut runners = Runners {
+        ctx: &ctx,
+        tracker: &tracker,
+        shutdown: &shutdown,
+        client: &client,
+        handles: HashMap::new(),
+    };
     // Events keep the runners in step (a start starts one, a destroy ends it); a list of every
     // container catches what they missed: one of its own at start and after the event stream
     // was interrupted, else the list each drift resync makes (`listed`), never more often.
@@ -90,17 +107,7 @@ pub(crate) async fn run<R: Runtime>(
     loop {
         if std::mem::take(&mut list_now) {
             match crate::reconcile::context::owned_containers(&ctx).await {
-                Ok(containers) => {
-                    sync_runners(
-                        &ctx,
-                        &tracker,
-                        &shutdown,
-                        &client,
-                        &mut runners,
-                        &containers,
-                    )
-                    .await;
-                }
+                Ok(containers) => runners.sync(&containers).await,
                 Err(error) => {
                     tracing::debug!(%error, "probe runners not synced; the next resync tries again");
                 }
@@ -117,7 +124,7 @@ pub(crate) async fn run<R: Runtime>(
             fresh = resynced => {
                 if fresh {
                     let containers = listed.borrow_and_update().clone();
-                    sync_runners(&ctx, &tracker, &shutdown, &client, &mut runners, &containers).await;
+                    runners.sync(&containers).await;
                 } else {
                     // The drift task has ended (the agent stops).
                     drift_runs = false;
@@ -125,7 +132,7 @@ pub(crate) async fn run<R: Runtime>(
             }
             event = events.next() => match event {
                 Some(Ok(event)) => {
-                    list_now |= follow_event(&ctx, &tracker, &shutdown, &client, &mut runners, &event);
+                    list_now |= runners.follow_event(&event);
                 }
                 Some(Err(error)) => {
                     tracing::debug!(%error, "container events interrupted; resubscribing");
@@ -142,119 +149,146 @@ pub(crate) async fn run<R: Runtime>(
             () = shutdown.cancelled() => break,
         }
     }
-    for runner in runners.into_values() {
+    for runner in runners.handles.into_values() {
         runner.cancel.cancel();
     }
 }
 
-/// Keeps the runners in step with one container event: a start (re)starts a life or a new
-/// replica's runner, a stop ends the life, a destroy the runner. True when the event names no
-/// container and a list must tell what started.
-fn follow_event<R: Runtime>(
-    ctx: &Arc<Ctx<R>>,
-    tracker: &TaskTracker,
-    shutdown: &CancellationToken,
-    client: &reqwest::Client,
-    runners: &mut HashMap<String, RunnerHandle>,
-    event: &crate::runtime::Event,
-) -> bool {
-    if let Some(runner) = runners.get_mut(&event.id) {
-        match event.action.as_str() {
-            "start" => {
-                runner.starts += 1;
-                runner.life.send_replace(Life::Running {
-                    starts: runner.starts,
-                });
-            }
-            "die" | "stop" | "kill" | "oom" => {
-                runner.life.send_replace(Life::Stopped);
-            }
-            "destroy" => {
-                if let Some(runner) = runners.remove(&event.id) {
-                    runner.cancel.cancel();
+impl<R: Runtime> Runners<'_, R> {
+    /// Keeps the runners in step with one container event: a start (re)starts a life or a
+    /// new replica's runner, a stop ends the life, a destroy the runner. True when the event
+    /// names no container and a list must tell what started.
+    fn follow_event(&mut self, event: &crate::runtime::Event) -> bool {
+        if let Some(runner) = self.handles.get_mut(&event.id) {
+            match event.action.as_str() {
+                "start" => {
+                    runner.starts += 1;
+                    runner.life.send_replace(Life::Running {
+                        starts: runner.starts,
+                    });
                 }
+                "die" | "stop" | "kill" | "oom" => {
+                    runner.life.send_replace(Life::Stopped);
+                }
+                "destroy" => {
+                    if let Some(runner) = self.handles.remove(&event.id) {
+                        runner.cancel.cancel();
+                    }
+                }
+                _ => {}
             }
-            _ => {}
-        }
-    } else if event.action == "start" {
-        // A new replica: its runner starts now, from what the event says; an
-        // event without a name is looked up in a list at once instead.
-        match started_replica(event) {
-            Some((key, container)) => {
-                start_runner(ctx, tracker, shutdown, client, runners, key, container)
+        } else if event.action == "start" {
+            // A new replica: its runner starts now, from what the event says; an
+            // event without a name is looked up in a list at once instead.
+            match started_replica(event) {
+                Some((key, container)) => self.start(key, container),
+                None if event.name.is_empty() => return true,
+                None => {}
             }
-            None if event.name.is_empty() => return true,
-            None => {}
         }
+        false
     }
-    false
-}
 
-/// Starts runners for new replicas, stops those of vanished containers, and drops the
-/// readiness rows of containers that are gone (also those removed while no runner watched).
-async fn sync_runners<R: Runtime>(
-    ctx: &Arc<Ctx<R>>,
-    tracker: &TaskTracker,
-    shutdown: &CancellationToken,
-    client: &reqwest::Client,
-    runners: &mut HashMap<String, RunnerHandle>,
-    containers: &[Container],
-) {
-    let alive: BTreeSet<String> = containers
-        .iter()
-        .map(|container| container.id.clone())
-        .collect();
-    match blocking(&ctx.store, move |store| store.retain_readiness(&alive)).await {
-        Ok(0) => {}
-        Ok(_) => ctx.router.wake(),
-        Err(error) => tracing::debug!(%error, "stale readiness rows kept until the next resync"),
-    }
-    // By reference: a container is copied only when a runner starts for it.
-    let replicas: Vec<&Container> = containers
-        .iter()
-        .filter(|container| is_replica(container))
-        .collect();
-    let live: std::collections::HashSet<&str> = replicas
-        .iter()
-        .map(|container| container.id.as_str())
-        .collect();
-    let gone: Vec<String> = runners
-        .keys()
-        .filter(|id| !live.contains(id.as_str()))
-        .cloned()
-        .collect();
-    for id in gone {
-        if let Some(runner) = runners.remove(&id) {
-            runner.cancel.cancel();
-        }
-    }
-    ctx.memory.liveness_failed.retain(|id| live.contains(id));
-    for container in replicas {
-        let running = container.state == ContainerState::Running;
-        if let Some(runner) = runners.get_mut(&container.id) {
-            let now = if running {
-                Life::Running {
-                    starts: runner.starts,
-                }
-            } else {
-                Life::Stopped
-            };
-            if *runner.life.borrow() != now {
-                runner.life.send_replace(now);
+    /// Starts runners for new replicas, stops those of vanished containers, and drops the
+    /// readiness rows of containers that are gone (also those removed while no runner
+    /// watched).
+    async fn sync(&mut self, containers: &[Container]) {
+        let alive: BTreeSet<String> = containers
+            .iter()
+            .map(|container| container.id.clone())
+            .collect();
+        match blocking(&self.ctx.store, move |store| store.retain_readiness(&alive)).await {
+            Ok(0) => {}
+            Ok(_) => self.ctx.router.wake(),
+            Err(error) => {
+                tracing::debug!(%error, "stale readiness rows kept until the next resync")
             }
-            continue;
         }
-        if let Some(key) = replica_key(container) {
-            start_runner(
-                ctx,
-                tracker,
-                shutdown,
-                client,
-                runners,
-                key,
-                container.clone(),
-            );
+        // By reference: a container is copied only when a runner starts for it.
+        let replicas: Vec<&Container> = containers
+            .iter()
+            .filter(|container| is_replica(container))
+            .collect();
+        let live: std::collections::HashSet<&str> = replicas
+            .iter()
+            .map(|container| container.id.as_str())
+            .collect();
+        let gone: Vec<String> = self
+            .handles
+            .keys()
+            .filter(|id| !live.contains(id.as_str()))
+            .cloned()
+            .collect();
+        for id in gone {
+            if let Some(runner) = self.handles.remove(&id) {
+                runner.cancel.cancel();
+            }
         }
+        self.ctx
+            .memory
+            .liveness_failed
+            .retain(|id| live.contains(id));
+        for container in replicas {
+            let running = container.state == ContainerState::Running;
+            if let Some(runner) = self.handles.get_mut(&container.id) {
+                let now = if running {
+                    Life::Running {
+                        starts: runner.starts,
+                    }
+                } else {
+                    Life::Stopped
+                };
+                if *runner.life.borrow() != now {
+                    runner.life.send_replace(now);
+                }
+                continue;
+            }
+            if let Some(key) = replica_key(container) {
+                self.start(key, container.clone());
+            }
+        }
+    }
+
+    /// Starts the probe runner of one replica (none runs for its id yet).
+    fn start(&mut self, key: ResourceKey, container: Container) {
+        let running = container.state == ContainerState::Running;
+        // A replica is probed as its own spec declared (`voodu.probes`, set at creation); a
+        // container without the label has no probes.
+        let probes: Option<Probes> = container
+            .label(labels::PROBES)
+            .and_then(|json| serde_json::from_str(json).ok());
+        let cancel = self.shutdown.child_token();
+        let (life, watcher) = watch::channel(if running {
+            Life::Running { starts: 0 }
+        } else {
+            Life::Stopped
+        });
+        self.handles.insert(
+            container.id.clone(),
+            RunnerHandle {
+                cancel: cancel.clone(),
+                life,
+                starts: 0,
+            },
+        );
+        let ctx = self.ctx.clone();
+        let client = self.client.clone();
+        self.tracker.spawn(async move {
+            tokio::select! {
+                () = run_replica(&ctx, &key, &container, Box::new(probes.unwrap_or_default()), &client, watcher) => {}
+                () = cancel.cancelled() => {}
+            }
+            // The container is gone (or the agent stops): its readiness row goes with it,
+            // unless the agent is only stopping.
+            if !ctx.shutdown.is_cancelled() {
+                let (name, id) = (container.name.clone(), container.id.clone());
+                let _ = blocking(&ctx.store, move |store| {
+                    store.forget_readiness_of(&name, &id)
+                })
+                .await;
+                ctx.router.wake();
+            }
+        });
     }
 }
 
@@ -301,56 +335,6 @@ fn started_replica(event: &crate::runtime::Event) -> Option<(ResourceKey, Contai
         state: ContainerState::Running,
     };
     Some((replica_key(&container)?, container))
-}
-
-/// Starts the probe runner of one replica (none runs for its id yet).
-fn start_runner<R: Runtime>(
-    ctx: &Arc<Ctx<R>>,
-    tracker: &TaskTracker,
-    shutdown: &CancellationToken,
-    client: &reqwest::Client,
-    runners: &mut HashMap<String, RunnerHandle>,
-    key: ResourceKey,
-    container: Container,
-) {
-    let running = container.state == ContainerState::Running;
-    // A replica is probed as its own spec declared (`voodu.probes`, set at creation); a
-    // container without the label has no probes.
-    let probes: Option<Probes> = container
-        .label(labels::PROBES)
-        .and_then(|json| serde_json::from_str(json).ok());
-    let cancel = shutdown.child_token();
-    let (life, watcher) = watch::channel(if running {
-        Life::Running { starts: 0 }
-    } else {
-        Life::Stopped
-    });
-    runners.insert(
-        container.id.clone(),
-        RunnerHandle {
-            cancel: cancel.clone(),
-            life,
-            starts: 0,
-        },
-    );
-    let ctx = ctx.clone();
-    let client = client.clone();
-    tracker.spawn(async move {
-        tokio::select! {
-            () = run_replica(&ctx, &key, &container, Box::new(probes.unwrap_or_default()), &client, watcher) => {}
-            () = cancel.cancelled() => {}
-        }
-        // The container is gone (or the agent stops): its readiness row goes with it,
-        // unless the agent is only stopping.
-        if !ctx.shutdown.is_cancelled() {
-            let (name, id) = (container.name.clone(), container.id.clone());
-            let _ = blocking(&ctx.store, move |store| {
-                store.forget_readiness_of(&name, &id)
-            })
-            .await;
-            ctx.router.wake();
-        }
-    });
 }
 
 /// The state of one probe: consecutive results and whether it is healthy.
@@ -562,12 +546,7 @@ async fn liveness_until_failed<R: Runtime>(
     let Some(probe) = &probes.liveness else {
         return std::future::pending::<LifeOutcome>().await;
     };
-    ctx.timer
-        .sleep(
-            What::Probe,
-            parse_go_duration(&probe.initial_delay).unwrap_or_default(),
-        )
-        .await;
+    initial_delay(ctx, probe).await;
     let mut verdict = Verdict::default();
     loop {
         let (passed, detail) = probe_once(ctx, container, probe, address, client).await;
@@ -577,10 +556,25 @@ async fn liveness_until_failed<R: Runtime>(
                 verdict.failures
             ));
         }
-        ctx.timer
-            .sleep(What::Probe, duration(&probe.period, DEFAULT_PERIOD))
-            .await;
+        period(ctx, probe).await;
     }
+}
+
+/// Waits out a probe's `initial_delay` (none when unset or unreadable).
+async fn initial_delay<R: Runtime>(ctx: &Ctx<R>, probe: &Probe) {
+    ctx.timer
+        .sleep(
+            What::Probe,
+            parse_go_duration(&probe.initial_delay).unwrap_or_default(),
+        )
+        .await;
+}
+
+/// Waits one probe `period` (10s when unset, zero or unreadable).
+async fn period<R: Runtime>(ctx: &Ctx<R>, probe: &Probe) {
+    ctx.timer
+        .sleep(What::Probe, duration(&probe.period, DEFAULT_PERIOD))
+        .await;
 }
 
 /// Sends the life's readiness on `readiness_tx` as its probes find it: startup first (unless
@@ -595,12 +589,7 @@ async fn readiness_of_life<R: Runtime>(
     readiness_tx: &watch::Sender<(bool, String)>,
 ) {
     if let Some(probe) = probes.startup.as_ref().filter(|_| !prior_ready) {
-        ctx.timer
-            .sleep(
-                What::Probe,
-                parse_go_duration(&probe.initial_delay).unwrap_or_default(),
-            )
-            .await;
+        initial_delay(ctx, probe).await;
         let mut verdict = Verdict::default();
         loop {
             let (passed, detail) = probe_once(ctx, container, probe, address, client).await;
@@ -608,20 +597,13 @@ async fn readiness_of_life<R: Runtime>(
                 break;
             }
             let _ = readiness_tx.send((false, format!("startup probe not passed yet: {detail}")));
-            ctx.timer
-                .sleep(What::Probe, duration(&probe.period, DEFAULT_PERIOD))
-                .await;
+            period(ctx, probe).await;
         }
     }
     match &probes.readiness {
         Some(probe) => {
             if !prior_ready {
-                ctx.timer
-                    .sleep(
-                        What::Probe,
-                        parse_go_duration(&probe.initial_delay).unwrap_or_default(),
-                    )
-                    .await;
+                initial_delay(ctx, probe).await;
             }
             let mut verdict = Verdict {
                 healthy: prior_ready.then_some(true),
@@ -636,9 +618,7 @@ async fn readiness_of_life<R: Runtime>(
                     format!("readiness probe: {detail}")
                 };
                 let _ = readiness_tx.send((ready, reason));
-                ctx.timer
-                    .sleep(What::Probe, duration(&probe.period, DEFAULT_PERIOD))
-                    .await;
+                period(ctx, probe).await;
             }
         }
         None => {

@@ -341,6 +341,7 @@ impl RolloutClock {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_step_names as names;
     use super::*;
     use crate::model::SpecHash;
     use crate::reconcile::plan::Target;
@@ -370,19 +371,6 @@ mod tests {
                         },
                     },
                 )
-            })
-            .collect()
-    }
-
-    fn names(steps: &[Step]) -> Vec<String> {
-        steps
-            .iter()
-            .map(|step| match step {
-                Step::Create => "create".to_owned(),
-                Step::Start { name, .. } => format!("start {name}"),
-                Step::Replace { name, .. } => format!("replace {name}"),
-                Step::Remove { name, .. } => format!("remove {name}"),
-                Step::Retire { name, .. } => format!("retire {name}"),
             })
             .collect()
     }

@@ -308,7 +308,6 @@ fn diff_specs(
     let before = as_object(current);
     let after = as_object(next);
     let fields: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
-    let hashed = Spec::hashed_fields(kind);
     fields
         .into_iter()
         .filter(|field| before.get(*field) != after.get(*field))
@@ -321,7 +320,7 @@ fn diff_specs(
             };
             FieldChange {
                 field: field.clone(),
-                hashed: hashed.contains(&field.as_str()),
+                hashed: Spec::is_hashed_field(kind, field),
                 before: before_text,
                 after: after_text,
             }
@@ -376,6 +375,21 @@ fn render(value: &Value) -> String {
         let cut: String = text.chars().take(MAX - 1).collect();
         format!("{cut}…")
     }
+}
+
+/// Each step in a word or two (`create`, `replace <name>`), for the planners' tests.
+#[cfg(test)]
+fn test_step_names(steps: &[Step]) -> Vec<String> {
+    steps
+        .iter()
+        .map(|step| match step {
+            Step::Create => "create".to_owned(),
+            Step::Start { name, .. } => format!("start {name}"),
+            Step::Replace { name, .. } => format!("replace {name}"),
+            Step::Remove { name, .. } => format!("remove {name}"),
+            Step::Retire { name, .. } => format!("retire {name}"),
+        })
+        .collect()
 }
 
 /// A container labelled with `hash`, for the planners' tests.

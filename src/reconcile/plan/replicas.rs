@@ -123,7 +123,7 @@ pub(crate) fn plan_replicas(target: Option<&Target<'_>>, actual: &[Container]) -
 
 #[cfg(test)]
 mod tests {
-    use super::super::{ResourcePlan, plan_resource, test_container as container};
+    use super::super::{ResourcePlan, plan_resource, test_container as container, test_step_names};
     use super::*;
     use crate::manifest::spec::Spec;
     use crate::model::{Kind, ResourceKey};
@@ -141,17 +141,8 @@ mod tests {
             images: None,
             surge,
         });
-        let steps: Vec<String> = plan_replicas(target.as_ref(), actual)
-            .into_iter()
-            .map(|step| match step {
-                Step::Create => "create".to_owned(),
-                Step::Start { name, .. } => format!("start {name}"),
-                Step::Replace { name, .. } => format!("replace {name}"),
-                Step::Remove { name, .. } => format!("remove {name}"),
-                Step::Retire { name, .. } => format!("retire {name}"),
-            })
-            .collect();
-        assert_eq!(steps, expected);
+        let steps = plan_replicas(target.as_ref(), actual);
+        assert_eq!(test_step_names(&steps), expected);
     }
 
     #[test]

@@ -30,7 +30,7 @@ use super::super::replicas::{Observed, Waits};
 use super::super::replicated::{self, Replicated};
 use super::super::rollout::Report;
 use super::{Built, Shape, build_service, observe_services, observed, with_configs};
-use crate::manifest::spec::{Container as ContainerSpec, Init, Spec};
+use crate::manifest::spec::{Container as ContainerSpec, Init};
 use crate::model::{Kind, ResourceKey};
 use crate::reconcile::plan::gate::NewReplica;
 use crate::reconcile::plan::{ServiceStep, ServiceTarget, plan_service};
@@ -42,14 +42,10 @@ pub(in crate::reconcile::handlers) async fn reconcile<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
 ) -> Result<Action> {
-    let desired = super::super::desired_of(ctx, key).await?;
-    let Some(desired) = desired else {
-        remove(ctx, key).await?;
+    let Some(desired) = super::super::desired_or_remove(ctx, key, remove(ctx, key)).await? else {
         return Ok(Action::Done);
     };
-    let Spec::Deployment(spec) = &desired.spec else {
-        return Err(super::super::wrong_kind(key, &desired.spec));
-    };
+    let spec = spec_of!(key, desired, Deployment);
     super::super::refuse_unappliable(key, &desired.spec)?;
     super::refuse_gaps(key, &desired.spec)?;
     let deployment = SwarmDeployment {
@@ -62,26 +58,15 @@ pub(in crate::reconcile::handlers) async fn reconcile<R: Runtime>(
 /// The deployment left the repo: its service goes (Swarm stops the tasks with their grace),
 /// with any release hook service left behind, then its status.
 async fn remove<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
-    let services = ctx
-        .runtime
-        .list_services(&super::owned_filter(&ctx.agent_id, key))
-        .await
-        .map_err(|source| Error::Runtime {
-            key: key.clone(),
-            source,
-        })?;
-    for service in services {
-        tracing::info!(%key, service = %service.name, "removing the service: resource left the repo");
-        ctx.runtime
-            .remove_service(&service.id)
-            .await
-            .map_err(|source| Error::Runtime {
-                key: key.clone(),
-                source,
-            })?;
-    }
-    let key = key.clone();
-    crate::reconcile::context::blocking(&ctx.store, move |store| store.delete_status(&key)).await
+    let services =
+        super::list_leftovers(ctx, key, &super::owned_filter(&ctx.agent_id, key)).await?;
+    super::remove_leftovers(
+        ctx,
+        key,
+        services,
+        "removing the service: resource left the repo",
+    )
+    .await
 }
 
 /// The container deployment (environment, target, report, hooks) and the service it
@@ -105,6 +90,12 @@ impl SwarmDeployment<'_> {
             spec_hash: self.inner.desired.spec_hash.as_str(),
             env_digest: &self.inner.launch.env_digest,
         })
+    }
+
+    /// Whether a task (or the service's template) with `labels` is of the target.
+    fn task_is_current(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+        self.service_target()
+            .is_some_and(|target| target.is_current(labels))
     }
 }
 
@@ -159,13 +150,7 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
         }
     }
 
-    fn set_pins(&mut self, pins: Option<std::sync::Arc<crate::reconcile::handlers::pins::Pins>>) {
-        <Deployment<'_> as Replicated<R>>::set_pins(&mut self.inner, pins);
-    }
-
-    fn pins(&self) -> Option<&crate::reconcile::handlers::pins::Pins> {
-        <Deployment<'_> as Replicated<R>>::pins(&self.inner)
-    }
+    pins_in!(inner.pins);
 
     fn report(&self) -> Report<'_> {
         <Deployment<'_> as Replicated<R>>::report(&self.inner)
@@ -203,10 +188,6 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
         })
     }
 
-    fn prepare<'a>(&'a self, ctx: &'a Ctx<R>, key: &'a ResourceKey) -> BoxFuture<'a, Result<()>> {
-        Box::pin(super::prepare(ctx, key, &self.inner.spec.container))
-    }
-
     fn plan(&self, observed: &Observed) -> Vec<ServiceStep> {
         let Some(target) = self.service_target() else {
             return Vec::new();
@@ -236,40 +217,7 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
         <Deployment<'_> as Replicated<R>>::release_hooks(&self.inner)
     }
 
-    fn new_replicas<'a>(
-        &'a self,
-        _ctx: &'a Ctx<R>,
-        observed: &'a Observed,
-        release: &'a Release,
-    ) -> BoxFuture<'a, Vec<NewReplica>> {
-        Box::pin(async move {
-            new_replicas(observed, release, |labels| {
-                self.service_target()
-                    .is_some_and(|target| target.is_current(labels))
-            })
-        })
-    }
-
-    fn look_again(&self, observed: &Observed) -> Option<std::time::Duration> {
-        super::look_again(&<Self as Replicated<R>>::plan(self, observed), observed)
-    }
-
-    fn gave_up(&self, observed: &Observed, release: &Release) -> Option<(FailureReason, String)> {
-        swarm_gave_up(observed, release, |labels| {
-            self.service_target()
-                .is_some_and(|target| target.is_current(labels))
-        })
-    }
-
-    fn execute<'a>(
-        &'a self,
-        ctx: &'a Ctx<R>,
-        steps: &'a [ServiceStep],
-        observed: &'a Observed,
-        _waits: &'a mut Waits,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(execute(ctx, self, steps, observed))
-    }
+    swarm_kind!();
 
     fn detail<'a>(
         &'a self,

@@ -12,6 +12,60 @@
 //! planning again on an unchanged spec sends nothing; a resource with something Swarm
 //! cannot run (`plan::swarm_gaps`) is refused before anything is touched.
 
+/// The `Replicated` methods the Swarm kinds share: the images and networks before a rollout
+/// (`prepare` of the wrapped kind's container), the steps carried out by the kind module's
+/// own `execute` (no waits are listed), and how a kind follows Swarm converging on its own:
+/// the new tasks still waiting, when to look again, and whether Swarm gave up on the
+/// rollout, each judged by the kind's `task_is_current` (a task's labels are of the target).
+macro_rules! swarm_kind {
+    () => {
+        fn execute<'a>(
+            &'a self,
+            ctx: &'a Ctx<R>,
+            steps: &'a [Self::Step],
+            observed: &'a Observed,
+            _waits: &'a mut Waits,
+        ) -> BoxFuture<'a, Result<()>> {
+            Box::pin(execute(ctx, self, steps, observed))
+        }
+
+        fn prepare<'a>(
+            &'a self,
+            ctx: &'a Ctx<R>,
+            key: &'a ResourceKey,
+        ) -> BoxFuture<'a, Result<()>> {
+            Box::pin(super::prepare(ctx, key, &self.inner.spec.container))
+        }
+
+        fn new_replicas<'a>(
+            &'a self,
+            _ctx: &'a Ctx<R>,
+            observed: &'a Observed,
+            release: &'a Release,
+        ) -> BoxFuture<'a, Vec<NewReplica>> {
+            Box::pin(async move {
+                super::deployment::new_replicas(observed, release, |labels| {
+                    self.task_is_current(labels)
+                })
+            })
+        }
+
+        fn look_again(&self, observed: &Observed) -> Option<std::time::Duration> {
+            super::look_again(&<Self as Replicated<R>>::plan(self, observed), observed)
+        }
+
+        fn gave_up(
+            &self,
+            observed: &Observed,
+            release: &Release,
+        ) -> Option<(FailureReason, String)> {
+            super::deployment::swarm_gave_up(observed, release, |labels| {
+                self.task_is_current(labels)
+            })
+        }
+    };
+}
+
 pub(super) mod deployment;
 pub(super) mod runs;
 pub(super) mod statefulset;
@@ -20,7 +74,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
-use super::container::{Identity, Launch, build};
+use super::container::{Identity, Launch};
+use super::launch::build_or_refuse;
 use super::replicas::Observed;
 use crate::manifest::spec::{Container, Drain, Probe, Probes, Spec};
 use crate::model::{Kind, ResourceKey, UNSCOPED_ASSETS};
@@ -95,6 +150,37 @@ fn runtime_error(key: &ResourceKey) -> impl Fn(crate::runtime::Error) -> Error +
         key: key.clone(),
         source,
     }
+}
+
+/// The services of `key` that `filter` selects, for a resource that left the repo.
+async fn list_leftovers<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    filter: &[(&str, &str)],
+) -> Result<Vec<crate::runtime::Service>> {
+    ctx.runtime
+        .list_services(filter)
+        .await
+        .map_err(runtime_error(key))
+}
+
+/// The resource left the repo: `services` go in their order (Swarm stops the tasks with
+/// their grace), each logged with `what`, then its status.
+async fn remove_leftovers<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    services: Vec<crate::runtime::Service>,
+    what: &str,
+) -> Result<()> {
+    for service in services {
+        tracing::info!(%key, service = %service.name, "{what}");
+        ctx.runtime
+            .remove_service(&service.id)
+            .await
+            .map_err(runtime_error(key))?;
+    }
+    let key = key.clone();
+    crate::reconcile::context::blocking(&ctx.store, move |store| store.delete_status(&key)).await
 }
 
 /// A config a task mounts: an asset file.
@@ -226,20 +312,7 @@ pub(super) fn build_service<R: Runtime>(
     launch: &Launch,
     shape: Shape<'_>,
 ) -> Result<Built> {
-    let mut task = build(
-        key,
-        &ctx.agent_id,
-        &ctx.assets_root,
-        "",
-        identity,
-        container,
-        launch,
-    )
-    .map_err(|error| Error::Permanent {
-        key: key.clone(),
-        reason: FailureReason::Spec,
-        message: error.to_string(),
-    })?;
+    let mut task = build_or_refuse(ctx, key, "", identity, container, launch)?;
     // Values that change from pass to pass belong on the service, never in the template.
     task.labels.remove(labels::CREATED_AT);
     task.labels.remove(labels::RELEASE_ID);

@@ -25,7 +25,7 @@ use super::super::replicated::{self, Replicated};
 use super::super::rollout::Report;
 use super::super::statefulset::{Statefulset, with_detail};
 use super::{Shape, build_service, observe_services, observed, with_configs};
-use crate::manifest::spec::{Container as ContainerSpec, Init, Spec};
+use crate::manifest::spec::{Container as ContainerSpec, Init};
 use crate::model::ResourceKey;
 use crate::reconcile::plan::StatefulStep;
 use crate::reconcile::plan::gate::NewReplica;
@@ -40,14 +40,10 @@ pub(in crate::reconcile::handlers) async fn reconcile<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
 ) -> Result<Action> {
-    let desired = super::super::desired_of(ctx, key).await?;
-    let Some(desired) = desired else {
-        remove(ctx, key).await?;
+    let Some(desired) = super::super::desired_or_remove(ctx, key, remove(ctx, key)).await? else {
         return Ok(Action::Done);
     };
-    let Spec::Statefulset(spec) = &desired.spec else {
-        return Err(super::super::wrong_kind(key, &desired.spec));
-    };
+    let spec = spec_of!(key, desired, Statefulset);
     super::super::refuse_unappliable(key, &desired.spec)?;
     super::refuse_gaps(key, &desired.spec)?;
     let statefulset = SwarmStatefulset {
@@ -65,27 +61,16 @@ pub(in crate::reconcile::handlers) async fn reconcile<R: Runtime>(
 
 /// The statefulset left the repo: its services go, highest ordinal first; its volumes stay.
 async fn remove<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
-    let mut services = ctx
-        .runtime
-        .list_services(&super::service_filter(&ctx.agent_id, key))
-        .await
-        .map_err(|source| Error::Runtime {
-            key: key.clone(),
-            source,
-        })?;
+    let mut services =
+        super::list_leftovers(ctx, key, &super::service_filter(&ctx.agent_id, key)).await?;
     services.sort_by_key(|service| std::cmp::Reverse(ordinal_of(service)));
-    for service in services {
-        tracing::info!(%key, service = %service.name, "removing the pod's service: resource left the repo; its volumes are kept");
-        ctx.runtime
-            .remove_service(&service.id)
-            .await
-            .map_err(|source| Error::Runtime {
-                key: key.clone(),
-                source,
-            })?;
-    }
-    let key = key.clone();
-    crate::reconcile::context::blocking(&ctx.store, move |store| store.delete_status(&key)).await
+    super::remove_leftovers(
+        ctx,
+        key,
+        services,
+        "removing the pod's service: resource left the repo; its volumes are kept",
+    )
+    .await
 }
 
 fn ordinal_of(service: &Service) -> Option<usize> {
@@ -100,6 +85,12 @@ struct SwarmStatefulset<'a> {
 impl SwarmStatefulset<'_> {
     fn key(&self) -> &ResourceKey {
         &self.inner.desired.key
+    }
+
+    /// Whether a task (or the service's template) with `task_labels` runs the desired spec.
+    fn task_is_current(&self, task_labels: &BTreeMap<String, String>) -> bool {
+        task_labels.get(labels::MANIFEST_HASH).map(String::as_str)
+            == Some(self.inner.desired.spec_hash.as_str())
     }
 
     /// The service of `ordinal`, from its pod, built to run on `node`.
@@ -167,13 +158,7 @@ impl<R: Runtime> Replicated<R> for SwarmStatefulset<'_> {
         self.release_id = release.id;
     }
 
-    fn set_pins(&mut self, pins: Option<std::sync::Arc<crate::reconcile::handlers::pins::Pins>>) {
-        <Statefulset<'_> as Replicated<R>>::set_pins(&mut self.inner, pins);
-    }
-
-    fn pins(&self) -> Option<&crate::reconcile::handlers::pins::Pins> {
-        <Statefulset<'_> as Replicated<R>>::pins(&self.inner)
-    }
+    pins_in!(inner.pins);
 
     fn report(&self) -> Report<'_> {
         <Statefulset<'_> as Replicated<R>>::report(&self.inner)
@@ -250,10 +235,6 @@ impl<R: Runtime> Replicated<R> for SwarmStatefulset<'_> {
         })
     }
 
-    fn prepare<'a>(&'a self, ctx: &'a Ctx<R>, key: &'a ResourceKey) -> BoxFuture<'a, Result<()>> {
-        Box::pin(super::prepare(ctx, key, &self.inner.spec.container))
-    }
-
     fn plan(&self, observed: &Observed) -> Vec<StatefulStep> {
         <Statefulset<'_> as Replicated<R>>::plan(&self.inner, observed)
     }
@@ -270,40 +251,7 @@ impl<R: Runtime> Replicated<R> for SwarmStatefulset<'_> {
         <Statefulset<'_> as Replicated<R>>::gate(&self.inner, steps, observed)
     }
 
-    fn new_replicas<'a>(
-        &'a self,
-        _ctx: &'a Ctx<R>,
-        observed: &'a Observed,
-        release: &'a Release,
-    ) -> BoxFuture<'a, Vec<NewReplica>> {
-        let spec_hash = self.inner.desired.spec_hash.as_str();
-        Box::pin(async move {
-            super::deployment::new_replicas(observed, release, |task_labels| {
-                task_labels.get(labels::MANIFEST_HASH).map(String::as_str) == Some(spec_hash)
-            })
-        })
-    }
-
-    fn look_again(&self, observed: &Observed) -> Option<std::time::Duration> {
-        super::look_again(&<Self as Replicated<R>>::plan(self, observed), observed)
-    }
-
-    fn gave_up(&self, observed: &Observed, release: &Release) -> Option<(FailureReason, String)> {
-        let spec_hash = self.inner.desired.spec_hash.as_str();
-        super::deployment::swarm_gave_up(observed, release, |task_labels| {
-            task_labels.get(labels::MANIFEST_HASH).map(String::as_str) == Some(spec_hash)
-        })
-    }
-
-    fn execute<'a>(
-        &'a self,
-        ctx: &'a Ctx<R>,
-        steps: &'a [StatefulStep],
-        observed: &'a Observed,
-        _waits: &'a mut Waits,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(execute(ctx, self, steps, observed))
-    }
+    swarm_kind!();
 
     fn detail<'a>(
         &'a self,
