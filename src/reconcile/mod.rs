@@ -47,7 +47,4 @@ pub use observers::cron::{Clock, DEFAULT_CATCH_UP as DEFAULT_CRON_CATCH_UP};
 pub use observers::image_scan;
 pub use run::action::Action;
 pub use run::retry::RetryPolicy;
-pub use run::{run, timer, wake};
-
-/// The journal consumer name under which the cursor is persisted.
-pub const CURSOR: &str = "reconciler";
+pub use run::{CURSOR, run, timer, wake};

@@ -19,12 +19,15 @@ use crate::model::{Kind, ResourceKey};
 use crate::reconcile::context::{Ctx, Deps, Engine, ReconcileOptions, blocking, owned_containers};
 use crate::reconcile::observers::image_scan::committer::ImageCommitter;
 use crate::reconcile::observers::{autoscale, cron, drift, image_scan, probes};
-use crate::reconcile::{CURSOR, error::Error, error::Result, handlers, router};
+use crate::reconcile::{error::Error, error::Result, handlers, router};
 use crate::runtime::{Runtime, labels};
 use crate::store::{FailureReason, Phase, ResourceStatus, now_unix};
 use action::Action;
 use queue::KeyedQueue;
 use wake::RegistryPushes;
+
+/// The journal consumer name under which the cursor is persisted.
+pub const CURSOR: &str = "reconciler";
 
 /// Shared between the tail, the workers and the retry timers.
 struct Shared<R: Runtime> {
