@@ -530,19 +530,7 @@ async fn fetch_one(client: &reqwest::Client, member: &Member) -> Result<Remote, 
 /// A request error with its causes, without the URL's secrets (there are none: tokens go in
 /// a header) and without reqwest's repetition of the URL.
 fn request_error(error: &reqwest::Error) -> String {
-    let mut text = if error.is_timeout() {
-        "timed out".to_owned()
-    } else if error.is_connect() {
-        "cannot connect".to_owned()
-    } else {
-        "request failed".to_owned()
-    };
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    text
+    crate::base::request_error_text(error, "timed out", false)
 }
 
 /// Text from an agent, safe to print: control characters replaced, at most `max` characters.
