@@ -429,12 +429,7 @@ fn run_status(args: &FleetStatusArgs) -> anyhow::Result<ExitCode> {
     let answers = runtime.block_on(fetch_all(&members, args.timeout))?;
     let (members, answers, groups) = per_source(&members, answers);
     let view = fleet_view(&members, answers, &groups);
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&view)?);
-    } else {
-        print!("{}", table(&view));
-    }
-    Ok(ExitCode::SUCCESS)
+    super::print_view(args.json, &view, |view| print!("{}", table(view)))
 }
 
 /// Every member's status document (or why not), in the members' order, `PARALLEL` at once.
