@@ -1,5 +1,6 @@
 //! The few helpers below every stage, beside `model` and `metrics` at layer 0 (it depends on
-//! nothing): a mutex lock that outlives a panicked holder, and the HMAC-SHA256 set-up.
+//! nothing): a mutex lock that outlives a panicked holder, the HMAC-SHA256 set-up, and the text
+//! of an HTTP client error.
 //!
 //! Invariants: `lock` is for data that stays consistent even if a holder panicked (every
 //! critical section that uses it is a single update); HMAC takes a key of any length.
@@ -17,6 +18,34 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// An HMAC-SHA256 keyed with `key` (`Mac::update` it, then `finalize`).
 pub(crate) fn hmac_sha256(key: &[u8]) -> Hmac<Sha256> {
     Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes a key of any length")
+}
+
+/// A client error's text without its URL (reqwest's own text is only `error sending request`
+/// and repeats the URL): `timed_out` when it timed out, else `cannot connect` or `request
+/// failed`, then `: cause` for each cause in turn. With `skip_repeats`, a cause the text so far
+/// already ends with is left out (hyper's wrappers repeat what they wrap).
+pub(crate) fn request_error_text(
+    error: &reqwest::Error,
+    timed_out: &str,
+    skip_repeats: bool,
+) -> String {
+    let mut text = if error.is_timeout() {
+        timed_out.to_owned()
+    } else if error.is_connect() {
+        "cannot connect".to_owned()
+    } else {
+        "request failed".to_owned()
+    };
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !(skip_repeats && text.ends_with(&cause_text)) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 #[cfg(test)]

@@ -169,6 +169,19 @@ pub(crate) const MAX_DIAGNOSTICS: usize = 100;
 /// Longest diagnostic message kept, in bytes; the rest is cut.
 pub(crate) const MAX_DIAGNOSTIC_MESSAGE_BYTES: usize = 1024;
 
+/// The trigger files the mirror refused (`(path, why)`), as diagnostics at their first line.
+pub(crate) fn refusals(refused: Vec<(String, String)>) -> Vec<Diagnostic> {
+    refused
+        .into_iter()
+        .map(|(path, message)| Diagnostic {
+            path,
+            line: 1,
+            col: 1,
+            message,
+        })
+        .collect()
+}
+
 /// Bounds `diagnostics` to [`MAX_DIAGNOSTICS`], each message to
 /// [`MAX_DIAGNOSTIC_MESSAGE_BYTES`], and gives the excess memory back.
 fn bounded(mut diagnostics: Vec<Diagnostic>) -> Vec<Diagnostic> {
@@ -328,15 +341,7 @@ impl Syncer {
             let files = self.source.files_at(commit)?;
             return self.apply_snapshot(commit, who, (&snapshot, &ids), &files, None);
         }
-        let refusals: Vec<Diagnostic> = refused
-            .into_iter()
-            .map(|(path, message)| Diagnostic {
-                path,
-                line: 1,
-                col: 1,
-                message,
-            })
-            .collect();
+        let refusals = refusals(refused);
         let parsed = triggers::parse_all(&trigger_files);
         let triggers = match parsed {
             Ok(triggers) if refusals.is_empty() => triggers,

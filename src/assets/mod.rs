@@ -338,24 +338,10 @@ mod tests {
                 .map(|(key, bytes)| ((*key).to_owned(), sha256_hex(bytes)))
                 .collect()
         };
+        let both = files(&[("a", b"one"), ("b", b"two")]);
+        assert_eq!(write_asset(&root, "s", "n", &both, &blob)?, 2);
         assert_eq!(
-            write_asset(
-                &root,
-                "s",
-                "n",
-                &files(&[("a", b"one"), ("b", b"two")]),
-                &blob
-            )?,
-            2
-        );
-        assert_eq!(
-            write_asset(
-                &root,
-                "s",
-                "n",
-                &files(&[("a", b"one"), ("b", b"two")]),
-                &blob
-            )?,
+            write_asset(&root, "s", "n", &both, &blob)?,
             0,
             "unchanged files are not rewritten"
         );

@@ -201,6 +201,26 @@ fn base_url(host: &str) -> Result<Url, RegistryError> {
     })
 }
 
+/// The `WWW-Authenticate` challenge of a `401` (empty when there is none).
+fn challenge_of(response: &reqwest::Response) -> String {
+    response
+        .headers()
+        .get(WWW_AUTHENTICATE)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// `path` (`v2/…`) on the registry at `host`.
+fn api_url(host: &str, path: &str) -> Result<Url, RegistryError> {
+    base_url(host)?
+        .join(path)
+        .map_err(|error| RegistryError::Protocol {
+            host: host.to_owned(),
+            message: error.to_string(),
+        })
+}
+
 /// Lists the tags of `repository` (an image without its tag), every page up to the bounds,
 /// within `SCAN_DEADLINE`; tags that are not valid tags are left out.
 pub(crate) async fn list_tags(
@@ -241,12 +261,7 @@ async fn list_pages(
     for _ in 0..MAX_PAGES {
         let mut response = get(client, &host, &next, authorization.as_ref()).await?;
         if response.status() == StatusCode::UNAUTHORIZED && authorization.is_none() {
-            let challenge = response
-                .headers()
-                .get(WWW_AUTHENTICATE)
-                .and_then(|value| value.to_str().ok())
-                .unwrap_or_default()
-                .to_owned();
+            let challenge = challenge_of(&response);
             authorization = Some(authorize(client, &host, &challenge, credentials).await?);
             response = get(client, &host, &next, authorization.as_ref()).await?;
         }
@@ -359,12 +374,7 @@ pub(crate) async fn manifest(
     credentials: Option<&Credentials>,
 ) -> Result<Option<Manifest>, RegistryError> {
     let (host, name) = api_location(repository);
-    let url = base_url(&host)?
-        .join(&format!("v2/{name}/manifests/{reference}"))
-        .map_err(|error| RegistryError::Protocol {
-            host: host.clone(),
-            message: error.to_string(),
-        })?;
+    let url = api_url(&host, &format!("v2/{name}/manifests/{reference}"))?;
     let Some(response) = authorized(client, &host, &url, credentials, Some(MANIFEST_TYPES)).await?
     else {
         return Ok(None);
@@ -397,12 +407,7 @@ pub(crate) async fn blob(
     credentials: Option<&Credentials>,
 ) -> Result<Option<Vec<u8>>, RegistryError> {
     let (host, name) = api_location(repository);
-    let url = base_url(&host)?
-        .join(&format!("v2/{name}/blobs/{digest}"))
-        .map_err(|error| RegistryError::Protocol {
-            host: host.clone(),
-            message: error.to_string(),
-        })?;
+    let url = api_url(&host, &format!("v2/{name}/blobs/{digest}"))?;
     let Some(response) = authorized(client, &host, &url, credentials, None).await? else {
         return Ok(None);
     };
@@ -439,12 +444,7 @@ async fn authorized(
     };
     let mut response = request(None).await?;
     if response.status() == StatusCode::UNAUTHORIZED {
-        let challenge = response
-            .headers()
-            .get(WWW_AUTHENTICATE)
-            .and_then(|value| value.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
+        let challenge = challenge_of(&response);
         let authorization = authorize(client, host, &challenge, credentials).await?;
         response = request(Some(authorization)).await?;
     }
@@ -711,20 +711,8 @@ async fn read_body(host: &str, mut response: reqwest::Response) -> Result<Vec<u8
 /// A reqwest error's text without its URL (a token realm's query could carry a scope the user
 /// does not need repeated) and with its causes.
 fn without_url(error: &reqwest::Error) -> String {
-    let mut text = if error.is_timeout() {
-        format!("no answer within {}s", REQUEST_TIMEOUT.as_secs())
-    } else if error.is_connect() {
-        "cannot connect".to_owned()
-    } else {
-        "request failed".to_owned()
-    };
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
+    let timed_out = format!("no answer within {}s", REQUEST_TIMEOUT.as_secs());
+    crate::base::request_error_text(error, &timed_out, false)
 }
 
 #[cfg(test)]

@@ -31,12 +31,7 @@ pub(super) fn run(data_dir: &Path, args: &ActivityArgs) -> anyhow::Result<ExitCo
     let since = parse_since(&args.since, now_unix()).map_err(anyhow::Error::msg)?;
     let store = super::open_store(data_dir, super::Access::ReadOnly)?;
     let view = build(&store, since, args.limit.clamp(1, MAX_LIMIT))?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&view)?);
-    } else {
-        print_lines(&view);
-    }
-    Ok(ExitCode::SUCCESS)
+    super::print_view(args.json, &view, print_lines)
 }
 
 fn print_lines(view: &ActivityView) {

@@ -429,12 +429,7 @@ fn run_status(args: &FleetStatusArgs) -> anyhow::Result<ExitCode> {
     let answers = runtime.block_on(fetch_all(&members, args.timeout))?;
     let (members, answers, groups) = per_source(&members, answers);
     let view = fleet_view(&members, answers, &groups);
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&view)?);
-    } else {
-        print!("{}", table(&view));
-    }
-    Ok(ExitCode::SUCCESS)
+    super::print_view(args.json, &view, |view| print!("{}", table(view)))
 }
 
 /// Every member's status document (or why not), in the members' order, `PARALLEL` at once.
@@ -530,19 +525,7 @@ async fn fetch_one(client: &reqwest::Client, member: &Member) -> Result<Remote, 
 /// A request error with its causes, without the URL's secrets (there are none: tokens go in
 /// a header) and without reqwest's repetition of the URL.
 fn request_error(error: &reqwest::Error) -> String {
-    let mut text = if error.is_timeout() {
-        "timed out".to_owned()
-    } else if error.is_connect() {
-        "cannot connect".to_owned()
-    } else {
-        "request failed".to_owned()
-    };
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    text
+    crate::base::request_error_text(error, "timed out", false)
 }
 
 /// Text from an agent, safe to print: control characters replaced, at most `max` characters.

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Args;
 
+use super::time;
 use crate::http::images::{ImageView, build};
 use crate::model::text::Esc;
 
@@ -21,19 +22,7 @@ pub(super) struct ImagesArgs {
 pub(super) fn run(data_dir: &Path, args: &ImagesArgs) -> anyhow::Result<ExitCode> {
     let store = super::open_store(data_dir, super::Access::ReadOnly)?;
     let views = build(&store).context("cannot read agent state")?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&views)?);
-    } else {
-        print_table(&views);
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// A Unix time as RFC 3339 (UTC, seconds).
-fn time(unix: i64) -> String {
-    let at =
-        std::time::UNIX_EPOCH + std::time::Duration::from_secs(u64::try_from(unix).unwrap_or(0));
-    humantime::format_rfc3339_seconds(at).to_string()
+    super::print_view(args.json, views.as_slice(), print_table)
 }
 
 /// The scan column: when, the error while scans fail, and what of the registry's listing was

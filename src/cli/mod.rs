@@ -183,6 +183,27 @@ fn open_store(data_dir: &Path, access: Access) -> anyhow::Result<Store> {
     })
 }
 
+/// Prints `view` as pretty JSON with `--json` (`json`), else as `text` prints it.
+fn print_view<T: serde::Serialize + ?Sized>(
+    json: bool,
+    view: &T,
+    text: impl FnOnce(&T),
+) -> anyhow::Result<ExitCode> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(view)?);
+    } else {
+        text(view);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A Unix time as RFC 3339 (UTC, seconds): `YYYY-MM-DDTHH:MM:SSZ`.
+fn time(unix: i64) -> String {
+    let at =
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(u64::try_from(unix).unwrap_or(0));
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
 /// Who a command's changes are recorded as made by in the activity log: `cli`, and the
 /// user running it (`SUDO_USER` when run through sudo, else `USER` or `LOGNAME`), as the
 /// user's environment says.

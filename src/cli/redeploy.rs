@@ -5,22 +5,11 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use clap::Args;
-
-use super::sync::{AgentArgs, nudge};
+use super::sync::nudge;
 use crate::http::status::resolve;
 
-#[derive(Debug, Args)]
-pub(super) struct RedeployArgs {
-    /// The resource: SCOPE/NAME, or KIND/SCOPE/NAME when several kinds share the name.
-    #[arg(value_name = "SCOPE/NAME")]
-    resource: String,
-    /// Print what was done as JSON.
-    #[arg(long)]
-    json: bool,
-    #[command(flatten)]
-    agent: AgentArgs,
-}
+/// The resource, `--json` and how to reach the agent, as for `unpin`.
+pub(super) use super::unpin::UnpinArgs as RedeployArgs;
 
 /// `redeploy --json`.
 #[derive(Debug, serde::Serialize)]

@@ -4,10 +4,11 @@
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use clap::Args;
 
+use super::time;
 use crate::http::status::{ReleasesView, build_releases, resolve};
 
 #[derive(Debug, Args)]
@@ -24,18 +25,7 @@ pub(super) fn run(data_dir: &Path, args: &ReleasesArgs) -> anyhow::Result<ExitCo
     let store = super::open_store(data_dir, super::Access::ReadOnly)?;
     let key = resolve(&store, &args.resource)?;
     let view = build_releases(&store, &key)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&view)?);
-    } else {
-        print_table(&view);
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `YYYY-MM-DDTHH:MM:SSZ`.
-fn time(unix: i64) -> String {
-    let at = UNIX_EPOCH + Duration::from_secs(u64::try_from(unix).unwrap_or(0));
-    humantime::format_rfc3339_seconds(at).to_string()
+    super::print_view(args.json, &view, print_table)
 }
 
 fn short(text: &str) -> &str {

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Args;
 
+use super::time;
 use crate::http::detail::DetailView;
 use crate::http::status::{CommitOutcome, CommitView, StatusView, build};
 use crate::model::text::{Esc, escape};
@@ -22,19 +23,7 @@ pub(super) struct StatusArgs {
 pub(super) fn run(data_dir: &Path, args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let store = super::open_store(data_dir, super::Access::ReadOnly)?;
     let view = build(&store).context("cannot read agent state")?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&view)?);
-    } else {
-        print_table(&view);
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// A Unix time as RFC 3339 (UTC, seconds).
-fn time(unix: i64) -> String {
-    let at =
-        std::time::UNIX_EPOCH + std::time::Duration::from_secs(u64::try_from(unix).unwrap_or(0));
-    humantime::format_rfc3339_seconds(at).to_string()
+    super::print_view(args.json, &view, print_table)
 }
 
 /// The deploy triggers: what each applied, what it holds, why it never fires.

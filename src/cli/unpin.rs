@@ -9,16 +9,18 @@ use clap::Args;
 use super::sync::{AgentArgs, Answer, nudge};
 use crate::http::status::resolve;
 
+// `redeploy` takes the same arguments. (No doc comment: on an `Args` struct it would
+// replace the subcommand's `about`.)
 #[derive(Debug, Args)]
 pub(super) struct UnpinArgs {
     /// The resource: SCOPE/NAME, or KIND/SCOPE/NAME when several kinds share the name.
     #[arg(value_name = "SCOPE/NAME")]
-    resource: String,
+    pub(super) resource: String,
     /// Print what was done as JSON.
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
     #[command(flatten)]
-    agent: AgentArgs,
+    pub(super) agent: AgentArgs,
 }
 
 /// `unpin --json`.

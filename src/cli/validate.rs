@@ -640,15 +640,7 @@ fn trigger_manifests(
     trigger_files: &[crate::model::SourceFile],
     refused: Vec<(String, String)>,
 ) -> (Vec<crate::model::SourceFile>, Vec<Diagnostic>) {
-    let mut errors: Vec<Diagnostic> = refused
-        .into_iter()
-        .map(|(path, message)| Diagnostic {
-            path,
-            line: 1,
-            col: 1,
-            message,
-        })
-        .collect();
+    let mut errors = crate::sync::refusals(refused);
     let mut named = Vec::new();
     match manifest::triggers::parse_all(trigger_files) {
         Ok(triggers) => {

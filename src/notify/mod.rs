@@ -584,24 +584,7 @@ async fn send(client: &reqwest::Client, request: Request) -> Result<(), Error> {
 /// What a client error says, cause by cause (`connection refused`, `operation timed out`, a
 /// TLS refusal), without its URL: reqwest's own text is only `error sending request`.
 fn causes(error: &reqwest::Error) -> String {
-    let mut text = if error.is_timeout() {
-        "no answer in time".to_owned()
-    } else if error.is_connect() {
-        "cannot connect".to_owned()
-    } else {
-        "request failed".to_owned()
-    };
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        // hyper's wrappers repeat what they wrap; once is enough.
-        if !text.ends_with(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
+    crate::base::request_error_text(error, "no answer in time", true)
 }
 
 #[cfg(test)]

@@ -111,15 +111,7 @@ impl Store {
                     "SELECT d.kind, d.scope, d.name, d.spec, d.source FROM desired d ORDER BY \
                      COALESCE((SELECT MIN(j.seq) FROM journal j WHERE j.kind = d.kind AND j.scope = d.scope AND j.name = d.name), 0), d.rowid",
                 )?;
-                let found = statement.query_map([], |row| {
-                    Ok((
-                        row.get::<_, String>(0)?,
-                        row.get::<_, String>(1)?,
-                        row.get::<_, String>(2)?,
-                        row.get::<_, String>(3)?,
-                        row.get::<_, String>(4)?,
-                    ))
-                })?;
+                let found = statement.query_map([], |row| <(String, String, String, String, String)>::try_from(row))?;
                 for row in found {
                     rows.push(row?);
                 }

@@ -111,15 +111,7 @@ impl Store {
             let mut current: BTreeMap<ResourceKey, (String, i64)> = BTreeMap::new();
             {
                 let mut statement = tx.prepare_cached("SELECT kind, scope, name, spec, generation FROM desired WHERE source = ?1")?;
-                let rows = statement.query_map(params![self.source], |row| {
-                    Ok((
-                        row.get::<_, String>(0)?,
-                        row.get::<_, String>(1)?,
-                        row.get::<_, String>(2)?,
-                        row.get::<_, String>(3)?,
-                        row.get::<_, i64>(4)?,
-                    ))
-                })?;
+                let rows = statement.query_map(params![self.source], |row| <(String, String, String, String, i64)>::try_from(row))?;
                 for row in rows {
                     let (kind, scope, name, spec, generation) = row?;
                     current.insert(key_from_row(&kind, scope, name)?, (spec, generation));
@@ -453,14 +445,7 @@ fn record_apply(
 type CommitRow = (i64, String, String, Option<String>, i64, Option<String>);
 
 fn commit_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<CommitRow> {
-    Ok((
-        row.get(0)?,
-        row.get(1)?,
-        row.get(2)?,
-        row.get(3)?,
-        row.get(4)?,
-        row.get(5)?,
-    ))
+    CommitRow::try_from(row)
 }
 
 fn diagnostics_of(json: Option<String>, what: &'static str) -> Result<Vec<Diagnostic>> {

@@ -150,13 +150,7 @@ impl Store {
                     "SELECT replicas, reason, updated_at FROM replica_overrides
                      WHERE kind = ?1 AND scope = ?2 AND name = ?3",
                     params![key.kind.as_str(), key.scope, key.name],
-                    |row| {
-                        Ok((
-                            row.get::<_, i64>(0)?,
-                            row.get::<_, String>(1)?,
-                            row.get::<_, i64>(2)?,
-                        ))
-                    },
+                    |row| <(i64, String, i64)>::try_from(row),
                 )
                 .optional()?;
             Ok(row
@@ -289,13 +283,7 @@ impl Store {
         self.with(|connection| {
             let mut statement = connection
                 .prepare("SELECT kind, scope, name FROM desired ORDER BY kind, scope, name")?;
-            let rows = statement.query_map([], |row| {
-                Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, String>(1)?,
-                    row.get::<_, String>(2)?,
-                ))
-            })?;
+            let rows = statement.query_map([], |row| <(String, String, String)>::try_from(row))?;
             rows.map(|row| {
                 let (kind, scope, name) = row?;
                 key_from_row(&kind, scope, name)
@@ -326,14 +314,8 @@ impl Store {
         self.with(|connection| {
             let mut statement =
                 connection.prepare_cached("SELECT kind, scope, name, source FROM desired")?;
-            let rows = statement.query_map([], |row| {
-                Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, String>(1)?,
-                    row.get::<_, String>(2)?,
-                    row.get::<_, String>(3)?,
-                ))
-            })?;
+            let rows =
+                statement.query_map([], |row| <(String, String, String, String)>::try_from(row))?;
             rows.map(|row| {
                 let (kind, scope, name, source) = row?;
                 Ok((key_from_row(&kind, scope, name)?, source))
@@ -351,17 +333,7 @@ impl Store {
             )?;
             let rows = statement.query_map(
                 params![after, i64::try_from(limit).unwrap_or(i64::MAX)],
-                |row| {
-                    Ok((
-                        row.get::<_, i64>(0)?,
-                        row.get::<_, String>(1)?,
-                        row.get::<_, String>(2)?,
-                        row.get::<_, String>(3)?,
-                        row.get::<_, String>(4)?,
-                        row.get::<_, i64>(5)?,
-                        row.get::<_, String>(6)?,
-                    ))
-                },
+                |row| <(i64, String, String, String, String, i64, String)>::try_from(row),
             )?;
             rows.map(|row| {
                 let (seq, kind, scope, name, op, generation, commit) = row?;

@@ -122,10 +122,6 @@ impl Store {
     /// A file that is there but unusable (empty, zeroed, garbage, another program's database,
     /// no agent id) is `Error::Unusable`, never a fresh start: the agent's identity is in it.
     pub fn open(path: &Path) -> Result<Store> {
-        let open_error = |source| Error::Open {
-            path: path.to_owned(),
-            source,
-        };
         if let Some(parent) = path.parent() {
             // A missing parent shows up as an open error below, with the path in it.
             let _ = std::fs::create_dir_all(parent);
@@ -133,24 +129,12 @@ impl Store {
         if !path.exists() {
             create_whole(path)?;
         }
-        check_not_empty(path)?;
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_URI
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let mut connection = Connection::open_with_flags(path, flags).map_err(open_error)?;
-        // The timeout first: another handle may hold the lock the pragmas need.
-        connection.busy_timeout(std::time::Duration::from_secs(5))?;
-        // Every statement of a pass is prepared once per connection, not at each call (parsing
-        // SQL was a tenth of the agent's CPU per reconcile; benches/overhead.rs).
-        connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         // The version before the pragmas: switching another program's database to WAL would
         // change its file.
-        let version: i64 = connection
-            .query_row("PRAGMA user_version", [], |row| row.get(0))
-            .map_err(|source| unusable_or(path, source))?;
-        if version == 0 {
-            return Err(no_schema(&connection, path));
-        }
+        let (mut connection, version) = connect(path, flags)?;
         connection
             .execute_batch(
                 "PRAGMA journal_mode = WAL;
@@ -175,22 +159,7 @@ impl Store {
 
     /// Opens an existing database without writing to it (for `status` while the agent runs).
     pub fn open_read_only(path: &Path) -> Result<Store> {
-        check_not_empty(path)?;
-        let connection = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .map_err(|source| Error::Open {
-                path: path.to_owned(),
-                source,
-            })?;
-        connection.busy_timeout(std::time::Duration::from_secs(5))?;
-        // Every statement of a pass is prepared once per connection, not at each call (parsing
-        // SQL was a tenth of the agent's CPU per reconcile; benches/overhead.rs).
-        connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-        let version: i64 = connection
-            .query_row("PRAGMA user_version", [], |row| row.get(0))
-            .map_err(|source| unusable_or(path, source))?;
-        if version == 0 {
-            return Err(no_schema(&connection, path));
-        }
+        let (connection, version) = connect(path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
         check_version(version, path)?;
         let store = Store::from_connection(connection, path);
         store.agent_id()?;
@@ -275,6 +244,28 @@ pub(crate) fn source_key(base: &str, source: &str) -> String {
     } else {
         format!("{base}:{source}")
     }
+}
+
+/// Opens the non-empty database at `path` with `flags`, under a busy timeout and with the
+/// statement cache, and reads its schema version; one without a schema (version 0) is refused.
+fn connect(path: &Path, flags: OpenFlags) -> Result<(Connection, i64)> {
+    check_not_empty(path)?;
+    let connection = Connection::open_with_flags(path, flags).map_err(|source| Error::Open {
+        path: path.to_owned(),
+        source,
+    })?;
+    // The timeout first: another handle may hold the lock the pragmas need.
+    connection.busy_timeout(std::time::Duration::from_secs(5))?;
+    // Every statement of a pass is prepared once per connection, not at each call (parsing
+    // SQL was a tenth of the agent's CPU per reconcile; benches/overhead.rs).
+    connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    let version: i64 = connection
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .map_err(|source| unusable_or(path, source))?;
+    if version == 0 {
+        return Err(no_schema(&connection, path));
+    }
+    Ok((connection, version))
 }
 
 fn check_version(found: i64, path: &Path) -> Result<()> {
@@ -490,13 +481,7 @@ fn schema_script() -> rusqlite::Result<Option<String>> {
          ORDER BY type = 'table' DESC, rowid",
     )?;
     let objects = statement
-        .query_map([], |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, String>(2)?,
-            ))
-        })?
+        .query_map([], |row| <(String, String, String)>::try_from(row))?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     let mut script = String::new();
     for (kind, name, sql) in &objects {

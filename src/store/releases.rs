@@ -172,20 +172,7 @@ type ReleaseRow = (
 );
 
 fn release_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ReleaseRow> {
-    Ok((
-        row.get(0)?,
-        row.get(1)?,
-        row.get(2)?,
-        row.get(3)?,
-        row.get(4)?,
-        row.get(5)?,
-        row.get(6)?,
-        row.get(7)?,
-        row.get(8)?,
-        row.get(9)?,
-        row.get(10)?,
-        row.get(11)?,
-    ))
+    ReleaseRow::try_from(row)
 }
 
 fn release_from_row(key: &ResourceKey, row: ReleaseRow) -> Result<Release> {
@@ -522,14 +509,7 @@ fn record_rollout(
         .query_row(
             "SELECT kind, scope, name, commit_sha FROM releases WHERE id = ?1",
             params![id],
-            |row| {
-                Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, String>(1)?,
-                    row.get::<_, String>(2)?,
-                    row.get::<_, String>(3)?,
-                ))
-            },
+            |row| <(String, String, String, String)>::try_from(row),
         )
         .optional()?
     else {
@@ -621,12 +601,7 @@ pub(super) fn git_specs_of_pins(
 ) -> Result<BTreeMap<ResourceKey, Option<String>>> {
     let mut statement = tx.prepare_cached("SELECT kind, scope, name, git_spec FROM pins")?;
     let rows = statement.query_map([], |row| {
-        Ok((
-            row.get::<_, String>(0)?,
-            row.get::<_, String>(1)?,
-            row.get::<_, String>(2)?,
-            row.get::<_, Option<String>>(3)?,
-        ))
+        <(String, String, String, Option<String>)>::try_from(row)
     })?;
     rows.map(|row| {
         let (kind, scope, name, git_spec) = row?;
@@ -871,14 +846,8 @@ impl Store {
                    AND r.id = (SELECT MAX(id) FROM releases x
                                WHERE x.kind = r.kind AND x.scope = r.scope AND x.name = r.name)",
             )?;
-            let rows = statement.query_map([], |row| {
-                Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, String>(1)?,
-                    row.get::<_, String>(2)?,
-                    row.get::<_, String>(3)?,
-                ))
-            })?;
+            let rows =
+                statement.query_map([], |row| <(String, String, String, String)>::try_from(row))?;
             let mut out = Vec::new();
             for row in rows {
                 let (kind, scope, name, images) = row?;
@@ -914,13 +883,7 @@ impl Store {
                         desired.key.name,
                         desired.spec_hash.as_str()
                     ],
-                    |row| {
-                        Ok((
-                            row.get::<_, i64>(0)?,
-                            row.get::<_, String>(1)?,
-                            row.get::<_, Option<String>>(2)?,
-                        ))
-                    },
+                    |row| <(i64, String, Option<String>)>::try_from(row),
                 )
                 .optional()?;
             // The spec of a release that ran (a `git revert`): back to what ran, its images.

@@ -140,14 +140,8 @@ impl Store {
         self.with(|connection| {
             let mut statement = connection
                 .prepare("SELECT scope, name, key, value FROM config ORDER BY scope, name, key")?;
-            let rows = statement.query_map([], |row| {
-                Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, String>(1)?,
-                    row.get::<_, String>(2)?,
-                    row.get::<_, String>(3)?,
-                ))
-            })?;
+            let rows =
+                statement.query_map([], |row| <(String, String, String, String)>::try_from(row))?;
             let mut buckets = Buckets::new();
             for row in rows {
                 let (scope, name, key, value) = row?;
@@ -295,15 +289,7 @@ fn config_changed(tx: &rusqlite::Transaction<'_>) -> Result<i64> {
             "SELECT kind, scope, name, generation, commit_sha FROM desired
              WHERE kind IN ('deployment', 'statefulset') ORDER BY kind, scope, name",
         )?;
-        let rows = statement.query_map([], |row| {
-            Ok((
-                row.get(0)?,
-                row.get(1)?,
-                row.get(2)?,
-                row.get(3)?,
-                row.get(4)?,
-            ))
-        })?;
+        let rows = statement.query_map([], |row| row.try_into())?;
         rows.collect::<rusqlite::Result<_>>()?
     };
     for (kind, scope, name, generation, commit) in workloads {

@@ -285,20 +285,7 @@ type StatusRow = (
 const COLUMNS: &str = "kind, scope, name, phase, message, desired_replicas, running_replicas, spec_hash, release_id, updated_at, detail, reason";
 
 fn status_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StatusRow> {
-    Ok((
-        row.get(0)?,
-        row.get(1)?,
-        row.get(2)?,
-        row.get(3)?,
-        row.get(4)?,
-        row.get(5)?,
-        row.get(6)?,
-        row.get(7)?,
-        row.get(8)?,
-        row.get(9)?,
-        row.get(10)?,
-        row.get(11)?,
-    ))
+    StatusRow::try_from(row)
 }
 
 fn from_row(row: StatusRow) -> Result<(ResourceKey, ResourceStatus)> {
@@ -428,13 +415,7 @@ impl Store {
                  UNION SELECT kind, scope, name FROM readiness
                  ORDER BY 1, 2, 3",
             )?;
-            let rows = statement.query_map([], |row| {
-                Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, String>(1)?,
-                    row.get::<_, String>(2)?,
-                ))
-            })?;
+            let rows = statement.query_map([], |row| <(String, String, String)>::try_from(row))?;
             let mut keys = Vec::new();
             for row in rows {
                 let (kind, scope, name) = row?;
@@ -458,12 +439,7 @@ impl Store {
                  WHERE phase = ?1 AND reason IS NOT NULL ORDER BY kind, scope, name",
             )?;
             let rows = statement.query_map(params![Phase::Failed.as_str()], |row| {
-                Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, String>(1)?,
-                    row.get::<_, String>(2)?,
-                    row.get::<_, String>(3)?,
-                ))
+                <(String, String, String, String)>::try_from(row)
             })?;
             let mut keys = Vec::new();
             for row in rows {

@@ -105,6 +105,19 @@ fn error_page(status: StatusCode, message: &str) -> Response {
     )
 }
 
+/// The page `page` holds; `Ok(None)`: a 404 page saying `missing`; the store's error: a 500 page.
+fn found_page(
+    page: crate::store::Result<Option<String>>,
+    layout: &Layout<'_>,
+    missing: &str,
+) -> Response {
+    match page {
+        Ok(Some(body)) => html_page(StatusCode::OK, layout, &body),
+        Ok(None) => error_page(StatusCode::NOT_FOUND, missing),
+        Err(error) => error_page(StatusCode::INTERNAL_SERVER_ERROR, &error.to_string()),
+    }
+}
+
 /// Query of `GET /ui`.
 #[derive(Debug, Default, serde::Deserialize)]
 struct OverviewQuery {
@@ -183,22 +196,15 @@ async fn resource(
         )))
     })
     .await;
-    match page {
-        Ok(Some(body)) => html_page(
-            StatusCode::OK,
-            &Layout {
-                title: &title,
-                events: Some(events),
-                back: true,
-            },
-            &body,
-        ),
-        Ok(None) => error_page(
-            StatusCode::NOT_FOUND,
-            &format!("no resource {kind}/{scope}/{name} has a status on this agent"),
-        ),
-        Err(error) => error_page(StatusCode::INTERNAL_SERVER_ERROR, &error.to_string()),
-    }
+    found_page(
+        page,
+        &Layout {
+            title: &title,
+            events: Some(events),
+            back: true,
+        },
+        &format!("no resource {kind}/{scope}/{name} has a status on this agent"),
+    )
 }
 
 #[derive(Debug, Deserialize)]
@@ -224,22 +230,15 @@ async fn compare(
         Ok(views::diff_html(&resource, &releases, query.from, query.to))
     })
     .await;
-    match page {
-        Ok(Some(body)) => html_page(
-            StatusCode::OK,
-            &Layout {
-                title: &title,
-                events: None,
-                back: true,
-            },
-            &body,
-        ),
-        Ok(None) => error_page(
-            StatusCode::NOT_FOUND,
-            "no such resource, or the releases are not among its last ones",
-        ),
-        Err(error) => error_page(StatusCode::INTERNAL_SERVER_ERROR, &error.to_string()),
-    }
+    found_page(
+        page,
+        &Layout {
+            title: &title,
+            events: None,
+            back: true,
+        },
+        "no such resource, or the releases are not among its last ones",
+    )
 }
 
 #[derive(Debug, Deserialize)]

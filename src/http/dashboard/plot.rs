@@ -46,7 +46,7 @@ pub(super) fn releases_timeline(bars_newest_first: &[ReleaseBar], now: i64) -> S
         svg,
         "<svg class=\"plot\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\" aria-label=\"Duration and outcome of the last releases\">"
     );
-    axes(&mut svg, &duration(longest), "0s");
+    axes(&mut svg, "", &duration(longest), "0s");
     for (index, bar) in bars.iter().enumerate() {
         let seconds = took(bar);
         let height = (seconds as f64 / longest as f64 * plot_height).max(2.0);
@@ -168,12 +168,13 @@ pub(super) fn ready_svg(plot: &ReadyPlot) -> String {
     svg
 }
 
-/// The axes with a top label on the y axis and `x_label` at the right end of the x axis.
-fn axes(svg: &mut String, y_label: &str, x_label: &str) {
+/// The axes with a top label on the y axis (`y_attributes` added to its element: `""` or
+/// ` id="…"`) and `x_label` at the left end of the x axis.
+fn axes(svg: &mut String, y_attributes: &str, y_label: &str, x_label: &str) {
     let bottom = HEIGHT - BOTTOM;
     let _ = write!(
         svg,
-        "<line class=\"axis\" x1=\"{LEFT}\" y1=\"{TOP}\" x2=\"{LEFT}\" y2=\"{bottom}\"/><line class=\"axis\" x1=\"{LEFT}\" y1=\"{bottom}\" x2=\"{}\" y2=\"{bottom}\"/><text class=\"tick\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text><text class=\"tick\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
+        "<line class=\"axis\" x1=\"{LEFT}\" y1=\"{TOP}\" x2=\"{LEFT}\" y2=\"{bottom}\"/><line class=\"axis\" x1=\"{LEFT}\" y1=\"{bottom}\" x2=\"{}\" y2=\"{bottom}\"/><text class=\"tick\"{y_attributes} x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text><text class=\"tick\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
         WIDTH - RIGHT,
         LEFT - 4.0,
         TOP + 4.0,
@@ -184,17 +185,13 @@ fn axes(svg: &mut String, y_label: &str, x_label: &str) {
     );
 }
 
+/// The axes with the ids the live page updates: the top label `ready-ymax`, and `span` at the
+/// right end of the x axis as `ready-span`.
 fn axes_with_ids(svg: &mut String, y_label: &str, span: &str) {
-    let bottom = HEIGHT - BOTTOM;
+    axes(svg, " id=\"ready-ymax\"", y_label, "0");
     let _ = write!(
         svg,
-        "<line class=\"axis\" x1=\"{LEFT}\" y1=\"{TOP}\" x2=\"{LEFT}\" y2=\"{bottom}\"/><line class=\"axis\" x1=\"{LEFT}\" y1=\"{bottom}\" x2=\"{}\" y2=\"{bottom}\"/><text class=\"tick\" id=\"ready-ymax\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text><text class=\"tick\" x=\"{}\" y=\"{}\" text-anchor=\"end\">0</text><text class=\"tick\" x=\"{LEFT}\" y=\"{}\">0s</text><text class=\"tick\" id=\"ready-span\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
-        WIDTH - RIGHT,
-        LEFT - 4.0,
-        TOP + 4.0,
-        Esc(y_label),
-        LEFT - 4.0,
-        bottom,
+        "<text class=\"tick\" x=\"{LEFT}\" y=\"{}\">0s</text><text class=\"tick\" id=\"ready-span\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
         HEIGHT - 8.0,
         WIDTH - RIGHT,
         HEIGHT - 8.0,

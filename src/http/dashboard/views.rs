@@ -627,32 +627,28 @@ fn releases_html(out: &mut String, resource: &ResourceView, releases: &ReleasesV
             "<form class=\"compare\" method=\"get\" action=\"{}/diff\"><label>Compare release <select name=\"from\">",
             Esc(&resource_href(resource))
         );
-        for (index, release) in releases.releases.iter().enumerate() {
-            let selected = if index == 1 { " selected" } else { "" };
-            let _ = write!(
-                out,
-                "<option value=\"{}\"{selected}>#{} {}</option>",
-                release.id,
-                release.id,
-                Esc(short(&release.commit))
-            );
-        }
+        release_options(out, releases, 1);
         out.push_str("</select></label> <label>with <select name=\"to\">");
-        for (index, release) in releases.releases.iter().enumerate() {
-            let selected = if index == 0 { " selected" } else { "" };
-            let _ = write!(
-                out,
-                "<option value=\"{}\"{selected}>#{} {}</option>",
-                release.id,
-                release.id,
-                Esc(short(&release.commit))
-            );
-        }
+        release_options(out, releases, 0);
         out.push_str(
             "</select></label> <button type=\"submit\">Show the difference</button></form>",
         );
     }
     out.push_str("</section>\n");
+}
+
+/// The `<option>`s of the compare form, one a release, the one at `selected` selected.
+fn release_options(out: &mut String, releases: &ReleasesView, selected: usize) {
+    for (index, release) in releases.releases.iter().enumerate() {
+        let selected = if index == selected { " selected" } else { "" };
+        let _ = write!(
+            out,
+            "<option value=\"{}\"{selected}>#{} {}</option>",
+            release.id,
+            release.id,
+            Esc(short(&release.commit))
+        );
+    }
 }
 
 /// The difference between the snapshots of releases `from` and `to`; `None` when either is
