@@ -11,9 +11,10 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
-use crate::git::push::{PushOptions, commit_and_push};
+use crate::git::push::{PushError, PushOptions, commit_and_push};
 use crate::git::trigger::{SyncReason, SyncRequest, SyncRequests};
 use crate::manifest::image_edit::{EditError, set_image_tag};
+use crate::model::{CommitSha, ResourceKey};
 use crate::reconcile::image_scan::{Bump, CommitResult, ImageCommitter, commit_message};
 
 /// Commits bumps to the repository of the source that declares the resources, with `git`.
@@ -35,6 +36,19 @@ enum BumpError {
     },
     #[error("no manifest declares {} with an `image` any more", .0.join(", "))]
     Missing(Vec<String>),
+}
+
+/// Why `GitCommitter` made no commit.
+#[derive(Debug, thiserror::Error)]
+enum CommitError {
+    #[error("nothing to commit")]
+    NoBumps,
+    #[error("no source named {name:?} to commit {key} to")]
+    NoSource { name: String, key: ResourceKey },
+    #[error("the git task failed: {0}")]
+    Task(#[source] tokio::task::JoinError),
+    #[error(transparent)]
+    Push(#[from] PushError),
 }
 
 struct Target {
@@ -101,13 +115,14 @@ impl ImageCommitter for GitCommitter {
     ) -> Pin<Box<dyn std::future::Future<Output = CommitResult> + Send + '_>> {
         Box::pin(async move {
             let Some(first) = bumps.first() else {
-                return Err("nothing to commit".to_owned());
+                return Err(CommitError::NoBumps.into());
             };
             let Some(target) = self.targets.get(&first.source) else {
-                return Err(format!(
-                    "no source named {:?} to commit {} to",
-                    first.source, first.key
-                ));
+                return Err(CommitError::NoSource {
+                    name: first.source.clone(),
+                    key: first.key.clone(),
+                }
+                .into());
             };
             let mut options = target.options.clone();
             options.push_branch = first.push_branch.clone();
@@ -118,7 +133,7 @@ impl ImageCommitter for GitCommitter {
                 bump_in_git(&options, &bumps)
             })
             .await
-            .map_err(|error| format!("the git task failed: {error}"))?;
+            .map_err(CommitError::Task)?;
             if result.is_ok() && to_branch {
                 let _ticket = target.requests.request(SyncRequest {
                     reason: SyncReason::Poll,
@@ -126,13 +141,13 @@ impl ImageCommitter for GitCommitter {
                     actor: Some("voodu-agent image_update".to_owned()),
                 });
             }
-            result
+            result.map_err(|error| CommitError::Push(error).into())
         })
     }
 }
 
 /// Applies `bumps` on the branch tip, commits and pushes (see `git::push`).
-pub fn bump_in_git(options: &PushOptions, bumps: &[Bump]) -> CommitResult {
+pub fn bump_in_git(options: &PushOptions, bumps: &[Bump]) -> Result<CommitSha, PushError> {
     let message = commit_message(bumps);
     let found = Mutex::new(vec![false; bumps.len()]);
     let mut edit = |path: &str, text: &str| {
@@ -181,5 +196,5 @@ pub fn bump_in_git(options: &PushOptions, bumps: &[Bump]) -> CommitResult {
             Err(BumpError::Missing(missing))
         }
     };
-    commit_and_push(options, &message, &mut edit, &mut finish).map_err(|error| error.to_string())
+    commit_and_push(options, &message, &mut edit, &mut finish)
 }

@@ -27,7 +27,7 @@ use super::url_guard::{ClientError, Guard, GuardedResolver, Refused, redirect_po
 use super::write::write_atomic;
 use crate::manifest::spec::sha256_hex;
 use crate::manifest::{
-    DecodeCache, Diagnostics, LoadOptions, Manifest, Mode, Policy, UrlFetcher, UrlHosts,
+    DecodeCache, Diagnostics, LoadOptions, Manifest, Mode, Policy, UrlError, UrlFetcher, UrlHosts,
     UrlRecorder, UrlRequest,
 };
 use crate::model::{BlobId, Snapshot};
@@ -330,9 +330,9 @@ impl Budget {
 }
 
 impl UrlFetcher for UrlCache {
-    fn fetch(&self, url: &str, timeout: Duration, stale_ok: bool) -> Result<Vec<u8>, String> {
+    fn fetch(&self, url: &str, timeout: Duration, stale_ok: bool) -> Result<Vec<u8>, UrlError> {
         self.fetch_now(url, timeout, stale_ok, None)
-            .map_err(|error| error.to_string())
+            .map_err(UrlError::from)
     }
 }
 
@@ -342,7 +342,7 @@ pub(crate) struct Prefetched {
 }
 
 impl UrlFetcher for Prefetched {
-    fn fetch(&self, url: &str, timeout: Duration, stale_ok: bool) -> Result<Vec<u8>, String> {
+    fn fetch(&self, url: &str, timeout: Duration, stale_ok: bool) -> Result<Vec<u8>, UrlError> {
         let request = UrlRequest {
             url: url.to_owned(),
             timeout,
@@ -352,7 +352,7 @@ impl UrlFetcher for Prefetched {
             .get(&request)
             .cloned()
             .unwrap_or(Err(FetchError::NotAsked))
-            .map_err(|error| error.to_string())
+            .map_err(UrlError::from)
     }
 }
 
@@ -492,6 +492,7 @@ mod tests {
         cache
             .fetch(url, Duration::from_secs(10), true)
             .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+            .map_err(|error| error.to_string())
     }
 
     #[test]
@@ -573,7 +574,10 @@ mod tests {
         let server = Server::start("127.0.0.1", Answer::Trickle(30))?;
         let cache = cache(dir.path(), &["127.0.0.1"])?;
         let got = cache.fetch(&server.url("/t"), Duration::from_secs(1), false);
-        let why = got.err().ok_or("the trickle was read to its end")?;
+        let why = got
+            .err()
+            .ok_or("the trickle was read to its end")?
+            .to_string();
         assert!(why.contains("reading the body failed"), "{why}");
         Ok(())
     }
@@ -599,12 +603,14 @@ mod tests {
         let fetched = cache.prefetch(requests.clone(), Duration::from_secs(1));
         let first = &requests[0];
         assert_eq!(
-            fetched.fetch(&first.url, first.timeout, first.stale_ok),
+            fetched
+                .fetch(&first.url, first.timeout, first.stale_ok)
+                .map_err(|error| error.to_string()),
             Ok(b"quick".to_vec())
         );
         for request in &requests[1..] {
             let got = fetched.fetch(&request.url, request.timeout, request.stale_ok);
-            let why = got.err().ok_or("a slow key finished")?;
+            let why = got.err().ok_or("a slow key finished")?.to_string();
             assert!(
                 why.starts_with("not fetched within the url() budget of 1s (--url-budget)"),
                 "{why}"

@@ -45,8 +45,8 @@ pub type HostsError = crate::model::url_hosts::UrlHostError;
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ClientError {
     /// The TLS configuration (the platform's roots, `model::tls`) could not be built.
-    #[error("{0}")]
-    Tls(String),
+    #[error(transparent)]
+    Tls(crate::model::tls::TlsError),
     #[error("cannot build an HTTP client: {0}")]
     Build(#[source] Arc<reqwest::Error>),
 }

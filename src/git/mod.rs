@@ -299,7 +299,7 @@ impl Source {
                 None => Vec::new(),
             };
             let tls = crate::model::tls::client_config_trusting(certificates)
-                .map_err(|message| self.fetch_error(message))?;
+                .map_err(|error| self.fetch_error(error.to_string()))?;
             fetch::Via::Http(
                 http::Client::new(tls).map_err(|error| self.fetch_error(error.to_string()))?,
             )

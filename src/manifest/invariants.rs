@@ -22,7 +22,7 @@ use std::time::Duration;
 use super::diagnostic::Diagnostic;
 use super::spec::{Spec, sha256_hex};
 use super::validate::check_name;
-use super::{LoadOptions, Manifest, Mode, UrlFetcher, Vars, load};
+use super::{LoadOptions, Manifest, Mode, UrlError, UrlFetcher, Vars, load};
 use crate::model::{CommitSha, Kind, MemoryFiles, Snapshot, SourceFile};
 
 /// In the two-file variant, the input splits into two files at the first occurrence of this
@@ -287,9 +287,9 @@ pub(crate) fn pair_files() -> MemoryFiles {
 struct FakeFetcher;
 
 impl UrlFetcher for FakeFetcher {
-    fn fetch(&self, url: &str, _timeout: Duration, _stale_ok: bool) -> Result<Vec<u8>, String> {
+    fn fetch(&self, url: &str, _timeout: Duration, _stale_ok: bool) -> Result<Vec<u8>, UrlError> {
         if url.contains("fail") {
-            Err("connection refused".to_owned())
+            Err("connection refused".into())
         } else {
             Ok(format!("body of {url}").into_bytes())
         }

@@ -55,8 +55,12 @@ pub enum Mode {
 pub trait UrlFetcher {
     /// The body of `url`, or why not. `stale_ok`: a cached copy may stand in when the fetch
     /// fails (voodu's `on_failure = "stale"`).
-    fn fetch(&self, url: &str, timeout: Duration, stale_ok: bool) -> Result<Vec<u8>, String>;
+    fn fetch(&self, url: &str, timeout: Duration, stale_ok: bool) -> Result<Vec<u8>, UrlError>;
 }
+
+/// Why a `UrlFetcher` returned no body: the fetcher's own error, shown as it is in the
+/// diagnostic of the `url()` (fetchers differ: the agent's cache, a load's recorder, tests').
+pub type UrlError = Box<dyn std::error::Error + Send + Sync>;
 
 /// One `url()` fetch a load asks for.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -86,8 +90,13 @@ impl UrlRecorder {
     }
 }
 
+/// What a `UrlRecorder` answers every fetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("not fetched yet")]
+pub(crate) struct NotFetchedYet;
+
 impl UrlFetcher for UrlRecorder {
-    fn fetch(&self, url: &str, timeout: Duration, stale_ok: bool) -> Result<Vec<u8>, String> {
+    fn fetch(&self, url: &str, timeout: Duration, stale_ok: bool) -> Result<Vec<u8>, UrlError> {
         self.requests
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -96,7 +105,7 @@ impl UrlFetcher for UrlRecorder {
                 timeout,
                 stale_ok,
             });
-        Err("not fetched yet".to_owned())
+        Err(NotFetchedYet.into())
     }
 }
 

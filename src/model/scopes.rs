@@ -360,11 +360,15 @@ impl Seal {
 pub trait Ledger: Send + Sync {
     /// The source holding volume `name` and whether it was adopted from the state that
     /// predates claims (see `store/claims.rs`); `None` when no source declared it.
-    fn holder(&self, name: &str) -> Result<Option<(String, bool)>, String>;
+    fn holder(&self, name: &str) -> Result<Option<(String, bool)>, LedgerError>;
     /// Whether `digest` carries a signature verified under the keys whose fingerprint is
     /// `keys` (`assets::cosign::fingerprint`).
-    fn verified(&self, digest: &str, keys: &str) -> Result<bool, String>;
+    fn verified(&self, digest: &str, keys: &str) -> Result<bool, LedgerError>;
 }
+
+/// Why a `Ledger` could not answer: the implementation's own error (the store's), boxed
+/// because the model knows nothing of the store.
+pub type LedgerError = Box<dyn std::error::Error + Send + Sync>;
 
 /// "`what` belongs to source `owner`; a source points only at what its own scopes hold".
 pub fn foreign(what: &str, source: &str, owner: Option<&str>) -> String {

@@ -17,10 +17,20 @@ use rustls::ClientConfig;
 use rustls::pki_types::CertificateDer;
 
 /// The shared configuration, or why the platform's roots could not be loaded.
-static SHARED: OnceLock<Result<ClientConfig, String>> = OnceLock::new();
+static SHARED: OnceLock<Result<ClientConfig, TlsError>> = OnceLock::new();
 
 /// How many times the shared configuration was built (once per process; read by a test).
 static SHARED_BUILDS: AtomicUsize = AtomicUsize::new(0);
+
+/// Why no TLS client configuration was built. The rustls error is kept, and its text is part
+/// of the message; it is not also a `source`, so a chain printed with `{:#}` says it once.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot load the system's root certificates: {0}")]
+    Roots(rustls::Error),
+    #[error("cannot configure TLS: {0}")]
+    Configure(rustls::Error),
+}
 
 /// The process's crypto provider (ring), installed as rustls' default when none is.
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
@@ -32,14 +42,14 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 /// A configuration verifying servers against the platform's roots and `extra`.
-fn build(extra: Vec<CertificateDer<'static>>) -> Result<ClientConfig, String> {
+fn build(extra: Vec<CertificateDer<'static>>) -> Result<ClientConfig, TlsError> {
     let provider = provider();
     let verifier =
         rustls_platform_verifier::Verifier::new_with_extra_roots(extra, Arc::clone(&provider))
-            .map_err(|error| format!("cannot load the system's root certificates: {error}"))?;
+            .map_err(TlsError::Roots)?;
     let mut config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|error| format!("cannot configure TLS: {error}"))?
+        .map_err(TlsError::Configure)?
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(verifier))
         .with_no_client_auth();
@@ -49,7 +59,7 @@ fn build(extra: Vec<CertificateDer<'static>>) -> Result<ClientConfig, String> {
 
 /// The shared client configuration (a clone: the verifier and its roots are shared). For
 /// `reqwest::ClientBuilder::tls_backend_preconfigured`.
-pub fn client_config() -> Result<ClientConfig, String> {
+pub fn client_config() -> Result<ClientConfig, TlsError> {
     SHARED
         .get_or_init(|| {
             SHARED_BUILDS.fetch_add(1, Ordering::Relaxed);
@@ -60,7 +70,9 @@ pub fn client_config() -> Result<ClientConfig, String> {
 
 /// A configuration trusting `extra` (a source's `ca_file`) beside the platform's roots. Built
 /// per call: only sources with their own CA use it.
-pub fn client_config_trusting(extra: Vec<CertificateDer<'static>>) -> Result<ClientConfig, String> {
+pub fn client_config_trusting(
+    extra: Vec<CertificateDer<'static>>,
+) -> Result<ClientConfig, TlsError> {
     if extra.is_empty() {
         return client_config();
     }
@@ -72,7 +84,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_platform_roots_are_loaded_once_per_process() -> Result<(), String> {
+    fn the_platform_roots_are_loaded_once_per_process() -> Result<(), TlsError> {
         let config = client_config()?;
         client_config()?;
         assert_eq!(SHARED_BUILDS.load(Ordering::Relaxed), 1);

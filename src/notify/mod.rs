@@ -161,8 +161,8 @@ pub enum TestError {
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The TLS configuration (the platform's roots, `model::tls`).
-    #[error("{0}")]
-    Tls(String),
+    #[error(transparent)]
+    Tls(crate::model::tls::TlsError),
     #[error("{0}")]
     Build(#[source] reqwest::Error),
 }

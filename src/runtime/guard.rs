@@ -280,7 +280,9 @@ impl<R: Runtime> Guarded<R> {
             .map_err(|error| Error::Unavailable {
                 message: format!("the signature check did not finish: {error}"),
             })?
-            .map_err(|message| Error::Unavailable { message })?;
+            .map_err(|error| Error::Unavailable {
+                message: error.to_string(),
+            })?;
         if verified {
             Ok(())
         } else {
@@ -313,7 +315,9 @@ impl<R: Runtime> Guarded<R> {
                 .map_err(|error| Error::Unavailable {
                     message: format!("the volume check did not finish: {error}"),
                 })?
-                .map_err(|message| Error::Unavailable { message })?;
+                .map_err(|error| Error::Unavailable {
+                    message: error.to_string(),
+                })?;
             let adopted = match &holder {
                 Some((source, adopted)) if *source == seal.source => *adopted,
                 Some((source, _)) => {

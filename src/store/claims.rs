@@ -18,6 +18,7 @@ use super::{Result, Store, now_unix};
 use crate::manifest::spec::{Claim, ClaimKind, Spec};
 use crate::manifest::{Diagnostic, Manifest};
 use crate::model::ResourceKey;
+use crate::model::scopes::LedgerError;
 
 /// The `meta` key set once the desired state that predates claims was adopted.
 const META_ADOPTED: &str = "claims_adopted_at";
@@ -265,7 +266,7 @@ fn held(tx: &Transaction<'_>, what: ClaimKind) -> Result<BTreeMap<String, ClaimH
 }
 
 impl crate::model::scopes::Ledger for Store {
-    fn holder(&self, name: &str) -> std::result::Result<Option<(String, bool)>, String> {
+    fn holder(&self, name: &str) -> std::result::Result<Option<(String, bool)>, LedgerError> {
         let claim = Claim {
             what: ClaimKind::Volume,
             value: name.to_owned(),
@@ -275,12 +276,11 @@ impl crate::model::scopes::Ledger for Store {
             holder_of(&tx, &claim)
         })
         .map(|holder| holder.map(|holder| (holder.source, holder.adopted)))
-        .map_err(|error| error.to_string())
+        .map_err(LedgerError::from)
     }
 
-    fn verified(&self, digest: &str, keys: &str) -> std::result::Result<bool, String> {
-        self.is_verified(digest, keys)
-            .map_err(|error| error.to_string())
+    fn verified(&self, digest: &str, keys: &str) -> std::result::Result<bool, LedgerError> {
+        self.is_verified(digest, keys).map_err(LedgerError::from)
     }
 }
 

@@ -289,7 +289,12 @@ fn every_set_validates_once_its_variables_are_supplied() -> TestResult {
 struct StubFetcher;
 
 impl UrlFetcher for StubFetcher {
-    fn fetch(&self, url: &str, _timeout: Duration, _stale_ok: bool) -> Result<Vec<u8>, String> {
+    fn fetch(
+        &self,
+        url: &str,
+        _timeout: Duration,
+        _stale_ok: bool,
+    ) -> Result<Vec<u8>, manifest::UrlError> {
         Ok(format!("fetched from {url}\n").into_bytes())
     }
 }

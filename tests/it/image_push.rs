@@ -176,8 +176,9 @@ fn an_image_moved_to_another_repository_is_a_conflict_and_nothing_is_pushed() ->
     git(&human, &["commit", "-q", "-am", "switch image"])?;
     git(&human, &["push", "-q", &url, "main"])?;
     let tip = git(&human, &["rev-parse", "HEAD"])?;
-    let error =
-        bump_in_git(&options(&url, &dir.path().join("work")), &[bump()]).expect_err("a conflict");
+    let error = bump_in_git(&options(&url, &dir.path().join("work")), &[bump()])
+        .expect_err("a conflict")
+        .to_string();
     assert!(error.contains("not a tag of app"), "{error}");
     assert_eq!(
         git(dir.path(), &["--git-dir", &url, "rev-parse", "main"])?,

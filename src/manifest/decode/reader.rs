@@ -83,7 +83,7 @@ impl<'a> DecodeCx<'a> {
         url: &str,
         timeout: Duration,
         stale_ok: bool,
-    ) -> Option<Result<Vec<u8>, String>> {
+    ) -> Option<Result<Vec<u8>, crate::manifest::UrlError>> {
         self.read_beside = true;
         self.env.fetch(url, timeout, stale_ok)
     }

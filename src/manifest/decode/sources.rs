@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::manifest::{Mode, UrlFetcher};
+use crate::manifest::{Mode, UrlError, UrlFetcher};
 use crate::model::{FileRead, FileSize, FileSource};
 
 /// Symlinks followed before giving up (a loop, or a very deep chain).
@@ -146,7 +146,7 @@ impl LoadEnv<'_> {
         url: &str,
         timeout: Duration,
         stale_ok: bool,
-    ) -> Option<Result<Vec<u8>, String>> {
+    ) -> Option<Result<Vec<u8>, UrlError>> {
         let fetcher = self.fetcher?;
         Some(fetcher.fetch(url, timeout, stale_ok))
     }

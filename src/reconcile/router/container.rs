@@ -356,7 +356,7 @@ impl ContainerProxy {
         if let Some(client) = &self.client {
             return Ok(client.clone());
         }
-        let tls = crate::model::tls::client_config().map_err(PassError::Admin)?;
+        let tls = crate::model::tls::client_config().map_err(PassError::AdminTls)?;
         let client = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
             .timeout(ADMIN_TIMEOUT)

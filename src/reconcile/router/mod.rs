@@ -157,6 +157,9 @@ enum PassError {
     Proxy { name: String, message: String },
     #[error("caddy admin API: {0}")]
     Admin(String),
+    /// The admin API's client has no TLS configuration (`model::tls`).
+    #[error("caddy admin API: {0}")]
+    AdminTls(crate::model::tls::TlsError),
 }
 
 /// What a proxy made of one route table: where it listens, whether it pushed a config, and

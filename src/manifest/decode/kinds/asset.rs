@@ -219,8 +219,8 @@ fn url_source(
             let file = described("url", href, on_failure, &bytes);
             Some((file, Some(bytes)))
         }
-        Some(Err(message)) => {
-            cx.error(span, format!("url({href:?}): {message}"));
+        Some(Err(error)) => {
+            cx.error(span, format!("url({href:?}): {error}"));
             None
         }
     }

@@ -22,7 +22,11 @@ pub struct Bump {
 }
 
 /// The result of one commit of bumps.
-pub type CommitResult = Result<CommitSha, String>;
+pub type CommitResult = Result<CommitSha, CommitError>;
+
+/// Why a commit of bumps was not made: the committer's own error (git is not this stage's),
+/// recorded and shown as it is.
+pub type CommitError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Writes bumps to git (the agent implements it with `git`); one call per source and target
 /// branch (every bump of a call has the same `source` and `push_branch`).

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 pub(crate) mod committer;
 
-pub use committer::{Bump, CommitResult, ImageCommitter};
+pub use committer::{Bump, CommitError, CommitResult, ImageCommitter};
 
 use crate::assets::registry::{self, Credentials, Scanner};
 use crate::manifest::spec::{ImageUpdate, MIN_IMAGE_SCAN_INTERVAL, Spec};
@@ -481,6 +481,7 @@ async fn commit_bumps<R: Runtime>(
             Ok(sha) => tracing::info!(commit = %sha, %message, "committed image updates"),
             Err(error) => tracing::warn!(%error, %message, "cannot commit image updates"),
         }
+        let outcome = outcome.map_err(|error| error.to_string());
         blocking(&ctx.store, move |store| {
             store.record_image_commit(&keys, outcome.as_ref().map_err(String::as_str), &message)
         })
