@@ -40,7 +40,7 @@ pub enum Error {
     #[error("asset bytes for digest {digest} are missing from the commit")]
     MissingBlob { digest: String },
     #[error("asset key `{key}` (a SOPS file): {message}")]
-    Sealed { key: String, message: String },
+    Encrypted { key: String, message: String },
     #[error("asset {asset}: {source}")]
     Asset {
         /// Boxed, as the source is: the error stays small inside other stages' errors.
@@ -87,7 +87,7 @@ impl Error {
                 std::io::ErrorKind::InvalidFilename | std::io::ErrorKind::InvalidInput
             ),
             Error::Asset { source, .. } => source.is_permanent(),
-            Error::MissingBlob { .. } | Error::Sealed { .. } => false,
+            Error::MissingBlob { .. } | Error::Encrypted { .. } => false,
         }
     }
 }
@@ -124,7 +124,7 @@ pub(crate) fn prepare(
             prepared.files.insert(key.clone(), file.digest.clone());
             continue;
         }
-        let sealed = |message: String| Error::Sealed {
+        let encrypted = |message: String| Error::Encrypted {
             key: key.clone(),
             message,
         };
@@ -132,12 +132,12 @@ pub(crate) fn prepare(
             digest: file.digest.clone(),
         })?;
         let parsed = crate::manifest::sops::parse(&bytes)
-            .ok_or_else(|| sealed("is not a SOPS file".to_owned()))?
-            .map_err(|error| sealed(error.to_string()))?;
+            .ok_or_else(|| encrypted("is not a SOPS file".to_owned()))?
+            .map_err(|error| encrypted(error.to_string()))?;
         let clear = keyring
             .open(&parsed)
             .and_then(|plain| plain.file_bytes())
-            .map_err(|error| sealed(error.to_string()))?;
+            .map_err(|error| encrypted(error.to_string()))?;
         let digest = sha256_hex(&clear);
         prepared.files.insert(key.clone(), digest.clone());
         prepared.plain.insert(digest, clear);
