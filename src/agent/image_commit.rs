@@ -40,7 +40,7 @@ enum BumpError {
 
 /// Why `GitCommitter` made no commit.
 #[derive(Debug, thiserror::Error)]
-enum CommitError {
+enum GitCommitError {
     #[error("nothing to commit")]
     NoBumps,
     #[error("no source named {name:?} to commit {key} to")]
@@ -115,10 +115,10 @@ impl ImageCommitter for GitCommitter {
     ) -> Pin<Box<dyn std::future::Future<Output = CommitResult> + Send + '_>> {
         Box::pin(async move {
             let Some(first) = bumps.first() else {
-                return Err(CommitError::NoBumps.into());
+                return Err(GitCommitError::NoBumps.into());
             };
             let Some(target) = self.targets.get(&first.source) else {
-                return Err(CommitError::NoSource {
+                return Err(GitCommitError::NoSource {
                     name: first.source.clone(),
                     key: first.key.clone(),
                 }
@@ -133,7 +133,7 @@ impl ImageCommitter for GitCommitter {
                 bump_in_git(&options, &bumps)
             })
             .await
-            .map_err(CommitError::Task)?;
+            .map_err(GitCommitError::Task)?;
             if result.is_ok() && to_branch {
                 let _ticket = target.requests.request(SyncRequest {
                     reason: SyncReason::Poll,
@@ -141,7 +141,7 @@ impl ImageCommitter for GitCommitter {
                     actor: Some("voodu-agent image_update".to_owned()),
                 });
             }
-            result.map_err(|error| CommitError::Push(error).into())
+            result.map_err(|error| GitCommitError::Push(error).into())
         })
     }
 }

@@ -161,7 +161,7 @@ async fn checked_schedule<R: Runtime>(
             };
             let key = key.clone();
             blocking(&ctx.store, move |store| store.put_status(&key, &status)).await?;
-            return Err(error);
+            Err(error)
         }
     }
 }

@@ -169,22 +169,23 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
     let observed = pass.kind.observe(ctx, key).await?;
     let steps = pass.kind.plan(&observed);
     let touches_replicas = steps.iter().any(K::touches);
-    if pass.phase == RolloutPhase::Failed && touches_replicas {
-        if let Some(action) = pass
+    if pass.phase == RolloutPhase::Failed
+        && touches_replicas
+        && let Some(action) = pass
             .retry_failed(desired, key, &env_source, &observed)
             .await?
-        {
-            return Ok(action);
-        }
+    {
+        return Ok(action);
     }
     pass.kind.set_release(&pass.release);
     pass.phase = RolloutPhase::of(&pass.release, halted);
     // A hook of an older release still running was superseded by this one.
     hooks::supersede(ctx, pass.kind.release_hooks(), &pass.release).await?;
-    if pass.phase == RolloutPhase::Progressing && touches_replicas {
-        if let Some(action) = pass.before_first_replica(key, &observed).await? {
-            return Ok(action);
-        }
+    if pass.phase == RolloutPhase::Progressing
+        && touches_replicas
+        && let Some(action) = pass.before_first_replica(key, &observed).await?
+    {
+        return Ok(action);
     }
     let new_replicas = pass.kind.new_replicas(ctx, &observed, &pass.release).await;
     if let Some(action) = pass
