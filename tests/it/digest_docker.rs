@@ -12,11 +12,12 @@
 //!    with their reason, and the running replicas stay.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::sources_docker::Agent;
 use crate::support::cosign::{self, Signer};
 use crate::support::distribution::Distribution;
 use crate::support::{DockerGuard, TempRepo, TestResult, test_image, unique, wait_until};
@@ -24,49 +25,11 @@ use crate::support::{DockerGuard, TempRepo, TestResult, test_image, unique, wait
 const LIMIT: Duration = Duration::from_secs(120);
 const AGENT: &str = env!("CARGO_BIN_EXE_voodu-agent");
 
-struct Agent(Child);
-
-impl Agent {
-    fn start(data_dir: &Path, log: &Path, args: &[&str]) -> TestResult<Agent> {
-        let stderr = std::fs::File::options()
-            .create(true)
-            .append(true)
-            .open(log)?;
-        let child = Command::new(AGENT)
-            .args(args)
-            .args([
-                "--interval",
-                "1h",
-                "--no-watch",
-                "--no-ingress",
-                "--ready-settle",
-                "1s",
-            ])
-            .arg("--data-dir")
-            .arg(data_dir)
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()?;
-        Ok(Agent(child))
-    }
-
-    fn stop(mut self) -> TestResult {
-        Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status()?;
-        self.0.wait()?;
-        Ok(())
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// The agent of this build, its ingress off and a replica ready after a second.
+fn start_agent(data_dir: &Path, log: &Path, args: &[&str]) -> TestResult<Agent> {
+    let mut args = args.to_vec();
+    args.extend(["--no-ingress", "--ready-settle", "1s"]);
+    Agent::spawn(Path::new(AGENT), data_dir, log, &args)
 }
 
 /// Prints the agent's log and the registry's when the test fails.
@@ -268,7 +231,7 @@ fn i48_every_replica_of_a_release_runs_the_digest_it_resolved() -> TestResult {
         "127.0.0.1",
     ];
     let mut logs = Logs(&log, registry.log(), false);
-    let mut agent = Some(Agent::start(&data_dir, &log, &args)?);
+    let mut agent = Some(start_agent(&data_dir, &log, &args)?);
     let sync = |repo: &TempRepo, sha: &str| -> TestResult {
         let body = serde_json::json!({ "ref": "refs/heads/main", "after": sha }).to_string();
         let (code, answer) = crate::sources_docker::post_hook(
@@ -361,7 +324,7 @@ fn i48_every_replica_of_a_release_runs_the_digest_it_resolved() -> TestResult {
             .ok_or("a replica")?
             .to_owned();
         Command::new("docker").args(["rm", "-f", &one]).output()?;
-        agent = Some(Agent::start(&data_dir, &log, &args)?);
+        agent = Some(start_agent(&data_dir, &log, &args)?);
         runs(&scope, 3, &pinned(&digest_a))?;
         ready()?;
 
@@ -457,7 +420,7 @@ fn i48_only_a_digest_signed_by_a_trusted_key_runs() -> TestResult {
         &rule,
     ];
     let mut logs = Logs(&log, registry.log(), false);
-    let agent = Agent::start(&data_dir, &log, &args)?;
+    let agent = start_agent(&data_dir, &log, &args)?;
     let scenario = || -> TestResult {
         let signed = runs(&scope, 2, &format!("{repository}@{digest_1}"))?;
         // Each refused case: a new image (its own digest), signed as the case says.

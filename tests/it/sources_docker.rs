@@ -33,11 +33,23 @@ impl Agent {
 
     /// The agent with `args` (its sources, and anything else) beside the scenario's own.
     pub(crate) fn start_with(data_dir: &Path, log: &Path, args: &[&str]) -> TestResult<Agent> {
+        let mut args = args.to_vec();
+        args.extend(["--listen", "127.0.0.1:0"]);
+        Agent::spawn(Path::new(AGENT), data_dir, log, &args)
+    }
+
+    /// `binary` (this build, or an earlier release's) with `args`, logging to `log`. No
+    /// polling and no local ref watch: each sync of a scenario is one the test asks for.
+    pub(crate) fn spawn(
+        binary: &Path,
+        data_dir: &Path,
+        log: &Path,
+        args: &[&str],
+    ) -> TestResult<Agent> {
         let stderr = File::options().create(true).append(true).open(log)?;
-        let child = Command::new(AGENT)
+        let child = Command::new(binary)
             .args(args)
-            // No local ref watch: each sync of the scenario is one the test asks for.
-            .args(["--interval", "1h", "--no-watch", "--listen", "127.0.0.1:0"])
+            .args(["--interval", "1h", "--no-watch"])
             .arg("--data-dir")
             .arg(data_dir)
             .env("RUST_LOG", "info")

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::sources_docker::{LogOnFailure, containers, http_address, post_hook};
+use crate::sources_docker::{Agent, LogOnFailure, containers, http_address, post_hook};
 use crate::support::{DockerGuard, TempRepo, TestResult, test_image, unique, wait_until};
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -30,43 +30,11 @@ pub(crate) fn previous_agent() -> TestResult<PathBuf> {
     Ok(path)
 }
 
-/// An agent process of `binary`; killed and reaped on drop.
-struct Agent(std::process::Child);
-
-impl Agent {
-    fn start(binary: &Path, data_dir: &Path, log: &Path, args: &[&str]) -> TestResult<Agent> {
-        let stderr = std::fs::File::options()
-            .create(true)
-            .append(true)
-            .open(log)?;
-        let child = Command::new(binary)
-            .args(args)
-            .args(["--interval", "1h", "--no-watch", "--listen", "127.0.0.1:0"])
-            .arg("--data-dir")
-            .arg(data_dir)
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(stderr)
-            .spawn()?;
-        Ok(Agent(child))
-    }
-
-    fn stop(mut self) -> TestResult {
-        Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status()?;
-        self.0.wait()?;
-        Ok(())
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// An agent process of `binary`, on an address of its own choosing.
+fn start_agent(binary: &Path, data_dir: &Path, log: &Path, args: &[&str]) -> TestResult<Agent> {
+    let mut args = args.to_vec();
+    args.extend(["--listen", "127.0.0.1:0"]);
+    Agent::spawn(binary, data_dir, log, &args)
 }
 
 fn docker(args: &[&str]) -> TestResult<String> {
@@ -187,7 +155,7 @@ fn i47_two_sources_made_by_the_previous_release_keep_their_containers_routes_and
     let host = format!("{shop}.test");
     let mut scenario = || -> TestResult {
         // 1. The previous release deploys both sources.
-        let old = Agent::start(&previous, &data_dir, &log, &args)?;
+        let old = start_agent(&previous, &data_dir, &log, &args)?;
         // Read as the previous release reads its own data dir (this one would migrate it).
         for (name, sha) in [("shop", &shop_1), ("blog", &blog_1)] {
             wait_until(
@@ -228,7 +196,7 @@ fn i47_two_sources_made_by_the_previous_release_keep_their_containers_routes_and
         assert!(!labels.contains("voodu.scope"), "{labels}");
 
         // 2. This checkout's agent on the same data dir: nothing replaced, the route serves.
-        let new = Agent::start(
+        let new = start_agent(
             Path::new(env!("CARGO_BIN_EXE_voodu-agent")),
             &data_dir,
             &log,
