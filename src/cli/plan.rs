@@ -1242,49 +1242,7 @@ fn statefulset_detail(plan: &ResourcePlan, next: Option<&Spec>) -> String {
 }
 
 fn describe(spec: Option<&Spec>) -> String {
-    match spec {
-        Some(Spec::Deployment(spec)) => format!(
-            "{} replica(s) of {}",
-            spec.n_replicas(),
-            image_text(&spec.container.image)
-        ),
-        Some(Spec::Statefulset(spec)) => {
-            let roles = spec.roles().map(|roles| format!("; {roles}"));
-            format!(
-                "{} pod(s) of {}, {} volume claim(s) each{}",
-                spec.n_replicas(),
-                image_text(&spec.container.image),
-                spec.volume_claims.len(),
-                roles.unwrap_or_default()
-            )
-        }
-        Some(Spec::Ingress(spec)) => format!(
-            "route {} to deployment {}",
-            spec.host,
-            if spec.service.is_empty() {
-                "of the same name"
-            } else {
-                &spec.service
-            }
-        ),
-        Some(Spec::Asset(spec)) => format!("{} file(s)", spec.files.len()),
-        Some(Spec::Job(spec)) => format!("runs {} once", image_text(&spec.container.image)),
-        Some(Spec::Cronjob(spec)) => format!(
-            "runs {} on {:?}",
-            image_text(&spec.job.container.image),
-            spec.schedule
-        ),
-        Some(Spec::Registry(spec)) => format!("credentials for {}", spec.url),
-        None => String::new(),
-    }
-}
-
-fn image_text(image: &str) -> &str {
-    if image.is_empty() {
-        "the built image (<scope>-<name>:latest)"
-    } else {
-        image
-    }
+    spec.map(Spec::summary).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! `check_err` asserts the exact `path:line:col: message` of every problem.
 
 use super::*;
+use crate::manifest::spec::KindSpec as _;
 use crate::model::{CommitSha, MemoryFiles, SourceFile, is_manifest_path};
 use spec::Spec;
 

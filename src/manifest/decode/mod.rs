@@ -146,19 +146,8 @@ impl Decoded {
     }
 }
 
-/// Top-level block types, for "did you mean" on a misspelt one.
-const BLOCK_TYPES: &[&str] = &[
-    "deployment",
-    "statefulset",
-    "ingress",
-    "job",
-    "cronjob",
-    "asset",
-    "registry",
-    "app",
-    "postgres",
-    "redis",
-];
+/// Top-level block types besides the kinds' own, for "did you mean" on a misspelt one.
+const OTHER_BLOCK_TYPES: &[&str] = &["app", "postgres", "redis"];
 
 /// Decodes every top-level block of one parsed file.
 pub(crate) fn decode_file(cx: &mut DecodeCx<'_>, body: &Body) -> Vec<Decoded> {
@@ -179,7 +168,7 @@ pub(crate) fn decode_file(cx: &mut DecodeCx<'_>, body: &Body) -> Vec<Decoded> {
 }
 
 /// One decoded block's resources before the checks that span them: kind, scope, name, spec.
-type Specs = Vec<(Kind, String, String, Spec)>;
+pub(super) type Specs = Vec<(Kind, String, String, Spec)>;
 
 fn decode_block(cx: &mut DecodeCx<'_>, block: &Block, out: &mut Vec<Decoded>) {
     let before = cx.diagnostics.len();
@@ -187,11 +176,7 @@ fn decode_block(cx: &mut DecodeCx<'_>, block: &Block, out: &mut Vec<Decoded>) {
     let _ = cx.take_references();
     let mut secrets = Vec::new();
     let specs = match block.ident.as_str() {
-        "deployment" | "statefulset" | "ingress" | "job" | "cronjob" | "app" => {
-            decode_scoped(cx, block)
-        }
-        "asset" => decode_asset(cx, block),
-        "registry" => decode_registry(cx, block),
+        "app" => decode_app(cx, block),
         "postgres" | "redis" => scope_and_name(cx, block).map(|(scope, name)| {
             let key = ResourceKey::new(Kind::Statefulset, scope.clone(), name.clone());
             let expansion = macros::expand(cx, block, &key);
@@ -206,8 +191,14 @@ fn decode_block(cx: &mut DecodeCx<'_>, block: &Block, out: &mut Vec<Decoded>) {
             refuse_hep3(cx, block);
             None
         }
+        other if let Some(decode) = kinds::decoder(other) => decode(cx, block),
         other => {
-            let hint = did_you_mean(other, BLOCK_TYPES);
+            let known: Vec<&str> = Kind::ALL
+                .iter()
+                .map(|kind| kind.as_str())
+                .chain(OTHER_BLOCK_TYPES.iter().copied())
+                .collect();
+            let hint = did_you_mean(other, &known);
             let hint = if hint.is_empty() {
                 " (voodu plugin macros other than `postgres` and `redis` are not supported by this agent)".to_owned()
             } else {
@@ -252,109 +243,30 @@ fn decode_block(cx: &mut DecodeCx<'_>, block: &Block, out: &mut Vec<Decoded>) {
     }
 }
 
-/// A block of a core kind with scope and name labels, or an `app` (a deployment and its
-/// ingress); `None` when its labels are wrong.
-fn decode_scoped(cx: &mut DecodeCx<'_>, block: &Block) -> Option<Specs> {
-    let block_type = block.ident.as_str();
+/// `app "scope" "name"`: a deployment and its ingress from one body; `None` when its labels
+/// are wrong.
+fn decode_app(cx: &mut DecodeCx<'_>, block: &Block) -> Option<Specs> {
+    let (scope, name, mut reader) = scoped(cx, block)?;
+    let ingress = kinds::ingress(cx, &mut reader, true);
+    let deployment = kinds::deployment(cx, &mut reader);
+    reader.finish(cx);
+    Some(vec![
+        (
+            Kind::Deployment,
+            scope.clone(),
+            name.clone(),
+            Spec::Deployment(deployment),
+        ),
+        (Kind::Ingress, scope, name, Spec::Ingress(ingress)),
+    ])
+}
+
+/// A block with scope and name labels (checked as names), and a reader over its body;
+/// `None` when its labels are wrong.
+fn scoped<'b>(cx: &mut DecodeCx<'_>, block: &'b Block) -> Option<(String, String, Reader<'b>)> {
     let (scope, name) = scope_and_name(cx, block)?;
-    let mut reader = Reader::new(block_type, "", &block.body, block.ident.span());
-    let (kind, spec) = match block_type {
-        "deployment" => {
-            let mut spec = kinds::deployment(cx, &mut reader);
-            spec.plugin_blocks = plugin_blocks::carry(cx, reader);
-            return Some(vec![(
-                Kind::Deployment,
-                scope,
-                name,
-                Spec::Deployment(spec),
-            )]);
-        }
-        "statefulset" => {
-            let mut spec = kinds::statefulset(cx, &mut reader);
-            spec.plugin_blocks = plugin_blocks::carry(cx, reader);
-            return Some(vec![(
-                Kind::Statefulset,
-                scope,
-                name,
-                Spec::Statefulset(spec),
-            )]);
-        }
-        "app" => {
-            let ingress = kinds::ingress(cx, &mut reader, true);
-            let deployment = kinds::deployment(cx, &mut reader);
-            reader.finish(cx);
-            return Some(vec![
-                (
-                    Kind::Deployment,
-                    scope.clone(),
-                    name.clone(),
-                    Spec::Deployment(deployment),
-                ),
-                (Kind::Ingress, scope, name, Spec::Ingress(ingress)),
-            ]);
-        }
-        "ingress" => (
-            Kind::Ingress,
-            Spec::Ingress(kinds::ingress(cx, &mut reader, false)),
-        ),
-        "job" => (Kind::Job, Spec::Job(kinds::job(cx, &mut reader))),
-        _ => (
-            Kind::Cronjob,
-            Spec::Cronjob(kinds::cronjob(cx, &mut reader)),
-        ),
-    };
-    reader.finish(cx);
-    Some(vec![(kind, scope, name, spec)])
-}
-
-/// `asset "name"` (unscoped) or `asset "scope" "name"`; `None` when its labels are wrong.
-fn decode_asset(cx: &mut DecodeCx<'_>, block: &Block) -> Option<Specs> {
-    let labels = labels(cx, block);
-    let (scope, name, name_span) = match labels.as_slice() {
-        [(name, span)] => (String::new(), name.clone(), span.clone()),
-        [(scope, scope_span), (name, span)] => {
-            check_label(cx, "asset", "scope", scope, scope_span.clone());
-            (scope.clone(), name.clone(), span.clone())
-        }
-        _ => {
-            cx.error(
-                block.ident.span(),
-                format!(
-                    "asset block takes 1 label (unscoped) or 2 labels (scoped), got {}: write `asset \"scope\" \"name\" {{ key = … }}`",
-                    labels.len()
-                ),
-            );
-            return None;
-        }
-    };
-    check_label(cx, "asset", "name", &name, name_span);
-    let spec = kinds::asset(cx, &block.body, block.ident.span());
-    Some(vec![(Kind::Asset, scope, name, Spec::Asset(spec))])
-}
-
-/// `registry "name"` (unscoped); `None` when its label is wrong.
-fn decode_registry(cx: &mut DecodeCx<'_>, block: &Block) -> Option<Specs> {
-    let labels = labels(cx, block);
-    let [(name, span)] = labels.as_slice() else {
-        cx.error(
-            block.ident.span(),
-            format!(
-                "registry block needs exactly one label (its name), got {} — write `registry \"name\" {{ ... }}`, e.g. `registry \"ecr\" {{ ... }}`",
-                labels.len()
-            ),
-        );
-        return None;
-    };
-    check_label(cx, "registry", "name", name, span.clone());
-    let mut reader = Reader::new("registry", "", &block.body, block.ident.span());
-    let spec = kinds::registry(cx, &mut reader);
-    reader.finish(cx);
-    Some(vec![(
-        Kind::Registry,
-        String::new(),
-        name.clone(),
-        Spec::Registry(spec),
-    )])
+    let reader = Reader::new(block.ident.as_str(), "", &block.body, block.ident.span());
+    Some((scope, name, reader))
 }
 
 /// voodu's `hep3` plugin block: refused, with what to declare instead.

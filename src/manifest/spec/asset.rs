@@ -10,22 +10,38 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::hash::go_json_sha256;
-use crate::model::SpecHash;
+use super::{Container, KindSpec};
+use crate::model::{ResourceKey, SpecHash};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AssetSpec {
     pub files: BTreeMap<String, AssetFile>,
 }
 
-impl AssetSpec {
+impl KindSpec for AssetSpec {
+    const HASHED: &'static [&'static str] = &["files"];
+    const HASHES_CONTAINER: bool = false;
+
     /// Changes exactly when some key's bytes (or the key set) change.
-    pub(crate) fn spec_hash(&self) -> SpecHash {
+    fn spec_hash(&self, _: &ResourceKey) -> SpecHash {
         let digests: BTreeMap<&str, &str> = self
             .files
             .iter()
             .map(|(key, file)| (key.as_str(), file.digest.as_str()))
             .collect();
         go_json_sha256(&digests)
+    }
+
+    fn container(&self) -> Option<&Container> {
+        None
+    }
+
+    fn asset_digests_mut(&mut self) -> Option<&mut BTreeMap<String, String>> {
+        None
+    }
+
+    fn summary(&self) -> String {
+        format!("{} file(s)", self.files.len())
     }
 }
 

@@ -17,6 +17,7 @@ use super::common::{
 };
 use super::hash::{go_json_sha256, non_empty, sorted};
 use super::plugin::PluginBlock;
+use super::{KindSpec, image_text};
 use crate::model::{ResourceKey, SpecHash};
 
 /// A decoded deployment, as stored in desired state and in release snapshots.
@@ -102,9 +103,21 @@ impl DeploymentSpec {
     pub(crate) fn normalized_ports(&self) -> Vec<String> {
         normalized_ports(&self.ports)
     }
+}
+
+impl KindSpec for DeploymentSpec {
+    const HASHED: &'static [&'static str] = &[
+        "ports",
+        "env_from",
+        "restart",
+        "autoscale",
+        "probes",
+        "inits",
+    ];
+    const HASHES_CONTAINER: bool = true;
 
     /// voodu's deployment spec hash.
-    pub(crate) fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
+    fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
         let container = &self.container;
         let mut networks = container.effective_networks();
         networks.sort();
@@ -129,6 +142,22 @@ impl DeploymentSpec {
             inits: non_empty(&self.inits),
             assets: asset_lines(&self.asset_digests),
         })
+    }
+
+    fn container(&self) -> Option<&Container> {
+        Some(&self.container)
+    }
+
+    fn asset_digests_mut(&mut self) -> Option<&mut BTreeMap<String, String>> {
+        Some(&mut self.asset_digests)
+    }
+
+    fn summary(&self) -> String {
+        format!(
+            "{} replica(s) of {}",
+            self.n_replicas(),
+            image_text(&self.container.image)
+        )
     }
 }
 

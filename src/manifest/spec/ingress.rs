@@ -6,8 +6,11 @@
 use serde::{Deserialize, Serialize};
 
 use super::common::{is_false, is_zero};
+use std::collections::BTreeMap;
+
 use super::hash::go_json_sha256;
-use crate::model::SpecHash;
+use super::{Container, KindSpec};
+use crate::model::{ResourceKey, SpecHash};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IngressSpec {
@@ -36,9 +39,31 @@ impl IngressSpec {
             &self.service
         }
     }
+}
 
-    pub(crate) fn spec_hash(&self) -> SpecHash {
+impl KindSpec for IngressSpec {
+    const HASHED: &'static [&'static str] = &["host", "service", "port", "tls", "locations", "lb"];
+    const HASHES_CONTAINER: bool = false;
+
+    fn spec_hash(&self, _: &ResourceKey) -> SpecHash {
         go_json_sha256(self)
+    }
+
+    fn container(&self) -> Option<&Container> {
+        None
+    }
+
+    fn asset_digests_mut(&mut self) -> Option<&mut BTreeMap<String, String>> {
+        None
+    }
+
+    fn summary(&self) -> String {
+        let service = if self.service.is_empty() {
+            "of the same name"
+        } else {
+            &self.service
+        };
+        format!("route {} to deployment {service}", self.host)
     }
 }
 

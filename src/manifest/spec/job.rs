@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::common::{Container, Logs, Resources, is_false, is_zero};
 use super::deployment::asset_lines;
 use super::hash::{go_json_sha256, non_empty, sorted};
+use super::{KindSpec, image_text};
 use crate::model::{ResourceKey, SpecHash};
 
 /// A one-shot job.
@@ -45,11 +46,6 @@ impl JobSpec {
         history_limit(self.failed_history_limit, 1)
     }
 
-    /// The agent's job hash: a job runs once per value of it.
-    pub(crate) fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
-        go_json_sha256(&self.hashed(key))
-    }
-
     fn hashed(&self, key: &ResourceKey) -> HashedJob {
         let container = &self.container;
         let mut networks = container.effective_networks();
@@ -71,6 +67,28 @@ impl JobSpec {
             timeout: self.timeout.clone(),
             assets: asset_lines(&self.asset_digests),
         }
+    }
+}
+
+impl KindSpec for JobSpec {
+    const HASHED: &'static [&'static str] = &["env_from", "timeout"];
+    const HASHES_CONTAINER: bool = true;
+
+    /// The agent's job hash: a job runs once per value of it.
+    fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
+        go_json_sha256(&self.hashed(key))
+    }
+
+    fn container(&self) -> Option<&Container> {
+        Some(&self.container)
+    }
+
+    fn asset_digests_mut(&mut self) -> Option<&mut BTreeMap<String, String>> {
+        Some(&mut self.asset_digests)
+    }
+
+    fn summary(&self) -> String {
+        format!("runs {} once", image_text(&self.container.image))
     }
 }
 
@@ -111,9 +129,20 @@ impl CronjobSpec {
     pub(crate) fn failed_history(&self) -> usize {
         history_limit(self.failed_history_limit, 1)
     }
+}
+
+impl KindSpec for CronjobSpec {
+    const HASHED: &'static [&'static str] = &[
+        "schedule",
+        "timezone",
+        "suspend",
+        "concurrency_policy",
+        "job",
+    ];
+    const HASHES_CONTAINER: bool = false;
 
     /// The agent's cronjob hash: the job's hash plus the schedule fields.
-    pub(crate) fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
+    fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
         go_json_sha256(&HashedCronjob {
             schedule: &self.schedule,
             timezone: &self.timezone,
@@ -121,6 +150,22 @@ impl CronjobSpec {
             concurrency_policy: &self.concurrency_policy,
             job: self.job.hashed(key),
         })
+    }
+
+    fn container(&self) -> Option<&Container> {
+        Some(&self.job.container)
+    }
+
+    fn asset_digests_mut(&mut self) -> Option<&mut BTreeMap<String, String>> {
+        Some(&mut self.job.asset_digests)
+    }
+
+    fn summary(&self) -> String {
+        format!(
+            "runs {} on {:?}",
+            image_text(&self.job.container.image),
+            self.schedule
+        )
     }
 }
 

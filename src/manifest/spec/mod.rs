@@ -37,24 +37,148 @@ pub(crate) use statefulset::{Macro, StatefulsetSpec};
 
 use std::collections::BTreeMap;
 
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
 use crate::model::{Kind, ResourceKey, SpecHash};
 
-/// The decoded spec of one resource. Closed: a new kind adds a variant and the compiler
-/// shows every place that must handle it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "specs are built once per commit and read in place; boxing would only add noise"
-)]
-pub enum Spec {
-    Asset(AssetSpec),
-    Cronjob(CronjobSpec),
-    Deployment(DeploymentSpec),
-    Ingress(IngressSpec),
-    Job(JobSpec),
-    Registry(RegistrySpec),
-    Statefulset(StatefulsetSpec),
+/// The kind table: one row a kind, `module: Variant(SpecType)`. `Variant` is the kind's
+/// `model::Kind` and `Spec` variant; `module` names the kind's file in the rooms that have one
+/// per kind, `manifest/decode/kinds/` and `reconcile/handlers/`, which declare their modules
+/// and dispatch from this table (`for_each_kind!(their_macro)` hands it the rows). Adding a
+/// kind is a row here; ARCHITECTURE.md's "Adding a kind" lists the rest.
+macro_rules! for_each_kind {
+    ($then:ident) => {
+        $then! {
+            asset: Asset(AssetSpec),
+            cronjob: Cronjob(CronjobSpec),
+            deployment: Deployment(DeploymentSpec),
+            ingress: Ingress(IngressSpec),
+            job: Job(JobSpec),
+            registry: Registry(RegistrySpec),
+            statefulset: Statefulset(StatefulsetSpec),
+        }
+    };
 }
+pub(crate) use for_each_kind;
+
+/// What every kind's spec type answers; `Spec` hands each question to its variant's type.
+pub(crate) trait KindSpec: Serialize + DeserializeOwned {
+    /// Its own top-level JSON fields that feed its spec hash (`Spec::is_hashed_field`).
+    const HASHED: &'static [&'static str];
+    /// Whether its container's fields stand at its root and feed its hash too
+    /// (`CONTAINER_HASHED`).
+    const HASHES_CONTAINER: bool;
+
+    /// The hash that decides whether its containers (or run) must be replaced.
+    fn spec_hash(&self, key: &ResourceKey) -> SpecHash;
+
+    /// Its container's fields, for kinds that run one.
+    fn container(&self) -> Option<&Container>;
+
+    /// Its `_asset_digests`, for kinds whose containers read assets.
+    fn asset_digests_mut(&mut self) -> Option<&mut BTreeMap<String, String>>;
+
+    /// One line for `plan`: what it asks of the host.
+    fn summary(&self) -> String;
+}
+
+/// The image as `plan` names it: a build's image is the one built for the resource.
+pub(crate) fn image_text(image: &str) -> &str {
+    if image.is_empty() {
+        "the built image (<scope>-<name>:latest)"
+    } else {
+        image
+    }
+}
+
+/// Makes `Spec` from the kind table: the enum, and each question of `KindSpec` handed to the
+/// variant's type.
+macro_rules! spec_enum {
+    ($($module:ident: $variant:ident($spec:ident)),* $(,)?) => {
+        /// The decoded spec of one resource. Closed: a new kind adds a row to the kind table
+        /// and the compiler shows every place that must handle it.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        #[expect(
+            clippy::large_enum_variant,
+            reason = "specs are built once per commit and read in place; boxing would only add noise"
+        )]
+        pub enum Spec {
+            $($variant($spec),)*
+        }
+
+        impl Spec {
+            pub fn kind(&self) -> Kind {
+                match self {
+                    $(Spec::$variant(_) => Kind::$variant,)*
+                }
+            }
+
+            /// Canonical JSON: the store compares these strings to decide what changed.
+            pub(crate) fn to_json(&self) -> String {
+                let result = match self {
+                    $(Spec::$variant(spec) => serde_json::to_string(spec),)*
+                };
+                result.expect("spec types hold only strings, numbers and maps with string keys")
+            }
+
+            /// `to_json` as a JSON value, without the text in between.
+            pub(crate) fn to_json_value(&self) -> serde_json::Value {
+                let result = match self {
+                    $(Spec::$variant(spec) => serde_json::to_value(spec),)*
+                };
+                result.expect("spec types hold only strings, numbers and maps with string keys")
+            }
+
+            pub(crate) fn from_json(kind: Kind, json: &str) -> Result<Spec, SpecDecodeError> {
+                let wrap = |source| SpecDecodeError { kind, source };
+                match kind {
+                    $(Kind::$variant => serde_json::from_str(json).map(Spec::$variant),)*
+                }
+                .map_err(wrap)
+            }
+
+            /// The hash that decides whether a resource's containers (or run) must be replaced.
+            pub(crate) fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
+                match self {
+                    $(Spec::$variant(spec) => spec.spec_hash(key),)*
+                }
+            }
+
+            /// Whether `field`, a top-level JSON field of this kind, feeds its spec hash: a
+            /// change to one that does replaces containers (or re-runs a job); a change to any
+            /// other does not. The unit tests of each kind prove the same split.
+            pub(crate) fn is_hashed_field(kind: Kind, field: &str) -> bool {
+                let (own, container) = match kind {
+                    $(Kind::$variant => (<$spec as KindSpec>::HASHED, <$spec as KindSpec>::HASHES_CONTAINER),)*
+                };
+                own.contains(&field) || (container && CONTAINER_HASHED.contains(&field))
+            }
+
+            /// The container fields of container kinds.
+            pub fn container(&self) -> Option<&Container> {
+                match self {
+                    $(Spec::$variant(spec) => spec.container(),)*
+                }
+            }
+
+            /// The `_asset_digests` of consumer kinds.
+            pub(crate) fn asset_digests_mut(&mut self) -> Option<&mut BTreeMap<String, String>> {
+                match self {
+                    $(Spec::$variant(spec) => spec.asset_digests_mut(),)*
+                }
+            }
+
+            /// One line for `plan`: what the resource asks of the host.
+            pub(crate) fn summary(&self) -> String {
+                match self {
+                    $(Spec::$variant(spec) => spec.summary(),)*
+                }
+            }
+        }
+    };
+}
+for_each_kind!(spec_enum);
 
 /// A stored spec that cannot be read back (a schema change or a hand-edited database).
 #[derive(Debug, thiserror::Error)]
@@ -66,113 +190,12 @@ pub struct SpecDecodeError {
 }
 
 impl Spec {
-    pub fn kind(&self) -> Kind {
-        match self {
-            Spec::Asset(_) => Kind::Asset,
-            Spec::Cronjob(_) => Kind::Cronjob,
-            Spec::Deployment(_) => Kind::Deployment,
-            Spec::Ingress(_) => Kind::Ingress,
-            Spec::Job(_) => Kind::Job,
-            Spec::Registry(_) => Kind::Registry,
-            Spec::Statefulset(_) => Kind::Statefulset,
-        }
-    }
-
-    /// Canonical JSON: the store compares these strings to decide what changed.
-    pub(crate) fn to_json(&self) -> String {
-        let result = match self {
-            Spec::Asset(spec) => serde_json::to_string(spec),
-            Spec::Cronjob(spec) => serde_json::to_string(spec),
-            Spec::Deployment(spec) => serde_json::to_string(spec),
-            Spec::Ingress(spec) => serde_json::to_string(spec),
-            Spec::Job(spec) => serde_json::to_string(spec),
-            Spec::Registry(spec) => serde_json::to_string(spec),
-            Spec::Statefulset(spec) => serde_json::to_string(spec),
-        };
-        result.expect("spec types hold only strings, numbers and maps with string keys")
-    }
-
-    /// `to_json` as a JSON value, without the text in between.
-    pub(crate) fn to_json_value(&self) -> serde_json::Value {
-        let result = match self {
-            Spec::Asset(spec) => serde_json::to_value(spec),
-            Spec::Cronjob(spec) => serde_json::to_value(spec),
-            Spec::Deployment(spec) => serde_json::to_value(spec),
-            Spec::Ingress(spec) => serde_json::to_value(spec),
-            Spec::Job(spec) => serde_json::to_value(spec),
-            Spec::Registry(spec) => serde_json::to_value(spec),
-            Spec::Statefulset(spec) => serde_json::to_value(spec),
-        };
-        result.expect("spec types hold only strings, numbers and maps with string keys")
-    }
-
-    pub(crate) fn from_json(kind: Kind, json: &str) -> Result<Spec, SpecDecodeError> {
-        let wrap = |source| SpecDecodeError { kind, source };
-        match kind {
-            Kind::Asset => serde_json::from_str(json).map(Spec::Asset),
-            Kind::Cronjob => serde_json::from_str(json).map(Spec::Cronjob),
-            Kind::Deployment => serde_json::from_str(json).map(Spec::Deployment),
-            Kind::Ingress => serde_json::from_str(json).map(Spec::Ingress),
-            Kind::Job => serde_json::from_str(json).map(Spec::Job),
-            Kind::Registry => serde_json::from_str(json).map(Spec::Registry),
-            Kind::Statefulset => serde_json::from_str(json).map(Spec::Statefulset),
-        }
-        .map_err(wrap)
-    }
-
-    /// The hash that decides whether a resource's containers (or run) must be replaced.
-    pub(crate) fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
-        match self {
-            Spec::Asset(spec) => spec.spec_hash(),
-            Spec::Cronjob(spec) => spec.spec_hash(key),
-            Spec::Deployment(spec) => spec.spec_hash(key),
-            Spec::Ingress(spec) => spec.spec_hash(),
-            Spec::Job(spec) => spec.spec_hash(key),
-            Spec::Registry(spec) => spec.spec_hash(),
-            Spec::Statefulset(spec) => spec.spec_hash(key),
-        }
-    }
-
-    /// Whether `field`, a top-level JSON field of this kind, feeds its spec hash: a change to
-    /// one that does replaces containers (or re-runs a job); a change to any other does not.
-    /// Kept beside the hash functions; the unit tests of each kind prove the same split.
-    pub(crate) fn is_hashed_field(kind: Kind, field: &str) -> bool {
-        let own: &[&str] = match kind {
-            Kind::Deployment => &[
-                "ports",
-                "env_from",
-                "restart",
-                "autoscale",
-                "probes",
-                "inits",
-            ],
-            Kind::Statefulset => &["ports", "restart", "volume_claims", "inits", "probes"],
-            Kind::Job => &["env_from", "timeout"],
-            Kind::Cronjob => &[
-                "schedule",
-                "timezone",
-                "suspend",
-                "concurrency_policy",
-                "job",
-            ],
-            Kind::Asset => &["files"],
-            Kind::Ingress => &["host", "service", "port", "tls", "locations", "lb"],
-            Kind::Registry => &["url", "username", "token", "helper"],
-        };
-        let container_kind = matches!(kind, Kind::Deployment | Kind::Statefulset | Kind::Job);
-        own.contains(&field) || (container_kind && CONTAINER_HASHED.contains(&field))
-    }
-
     /// Replicas the spec asks for (1 for kinds without replicas).
     pub(crate) fn n_replicas(&self) -> usize {
         match self {
             Spec::Deployment(spec) => spec.n_replicas(),
             Spec::Statefulset(spec) => spec.n_replicas(),
-            Spec::Asset(_)
-            | Spec::Cronjob(_)
-            | Spec::Ingress(_)
-            | Spec::Job(_)
-            | Spec::Registry(_) => 1,
+            _ => 1,
         }
     }
 
@@ -222,17 +245,6 @@ impl Spec {
         claims
     }
 
-    /// The container fields of container kinds.
-    pub fn container(&self) -> Option<&Container> {
-        match self {
-            Spec::Deployment(spec) => Some(&spec.container),
-            Spec::Statefulset(spec) => Some(&spec.container),
-            Spec::Job(spec) => Some(&spec.container),
-            Spec::Cronjob(spec) => Some(&spec.job.container),
-            Spec::Asset(_) | Spec::Ingress(_) | Spec::Registry(_) => None,
-        }
-    }
-
     /// The digests of the SOPS env files the container reads (their blobs must be kept).
     pub(crate) fn sealed_digests(&self) -> Vec<&str> {
         self.container()
@@ -244,17 +256,6 @@ impl Spec {
                     .collect()
             })
             .unwrap_or_default()
-    }
-
-    /// The `_asset_digests` of consumer kinds.
-    pub(crate) fn asset_digests_mut(&mut self) -> Option<&mut BTreeMap<String, String>> {
-        match self {
-            Spec::Deployment(spec) => Some(&mut spec.asset_digests),
-            Spec::Statefulset(spec) => Some(&mut spec.asset_digests),
-            Spec::Job(spec) => Some(&mut spec.asset_digests),
-            Spec::Cronjob(spec) => Some(&mut spec.job.asset_digests),
-            Spec::Asset(_) | Spec::Ingress(_) | Spec::Registry(_) => None,
-        }
     }
 }
 

@@ -7,8 +7,11 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use std::collections::BTreeMap;
+
 use super::hash::go_json_sha256;
-use crate::model::SpecHash;
+use super::{Container, KindSpec};
+use crate::model::{ResourceKey, SpecHash};
 
 #[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RegistrySpec {
@@ -24,9 +27,24 @@ pub struct RegistrySpec {
     pub(crate) helper: String,
 }
 
-impl RegistrySpec {
-    pub(crate) fn spec_hash(&self) -> SpecHash {
+impl KindSpec for RegistrySpec {
+    const HASHED: &'static [&'static str] = &["url", "username", "token", "helper"];
+    const HASHES_CONTAINER: bool = false;
+
+    fn spec_hash(&self, _: &ResourceKey) -> SpecHash {
         go_json_sha256(self)
+    }
+
+    fn container(&self) -> Option<&Container> {
+        None
+    }
+
+    fn asset_digests_mut(&mut self) -> Option<&mut BTreeMap<String, String>> {
+        None
+    }
+
+    fn summary(&self) -> String {
+        format!("credentials for {}", self.url)
     }
 }
 

@@ -16,6 +16,7 @@ use super::common::{
 use super::deployment::asset_lines;
 use super::hash::{go_json_sha256, non_empty, sorted};
 use super::plugin::PluginBlock;
+use super::{KindSpec, image_text};
 use crate::model::{ResourceKey, SpecHash};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,9 +105,15 @@ impl StatefulsetSpec {
     pub(crate) fn normalized_ports(&self) -> Vec<String> {
         normalized_ports(&self.ports)
     }
+}
+
+impl KindSpec for StatefulsetSpec {
+    const HASHED: &'static [&'static str] =
+        &["ports", "restart", "volume_claims", "inits", "probes"];
+    const HASHES_CONTAINER: bool = true;
 
     /// voodu's statefulset spec hash.
-    pub(crate) fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
+    fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
         let container = &self.container;
         let mut networks = container.effective_networks();
         networks.sort();
@@ -132,6 +139,25 @@ impl StatefulsetSpec {
             probes: self.probes.clone(),
             assets: asset_lines(&self.asset_digests),
         })
+    }
+
+    fn container(&self) -> Option<&Container> {
+        Some(&self.container)
+    }
+
+    fn asset_digests_mut(&mut self) -> Option<&mut BTreeMap<String, String>> {
+        Some(&mut self.asset_digests)
+    }
+
+    fn summary(&self) -> String {
+        let roles = self.roles().map(|roles| format!("; {roles}"));
+        format!(
+            "{} pod(s) of {}, {} volume claim(s) each{}",
+            self.n_replicas(),
+            image_text(&self.container.image),
+            self.volume_claims.len(),
+            roles.unwrap_or_default()
+        )
     }
 }
 

@@ -10,6 +10,7 @@
 //! first, at most `SKIPS_KEPT`); a suspended cronjob keeps moving its position, so resuming it
 //! never catches up the ticks it slept through.
 
+use super::Handler;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,88 +35,90 @@ use crate::store::{
 /// Skipped or missed ticks kept in the status.
 const SKIPS_KEPT: usize = 10;
 
-/// One pass; `Action::Done` between ticks too: the scheduler requeues the key at the next.
-pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) -> Result<Action> {
-    let Some(desired) = super::desired_or_remove(ctx, key, remove_all(ctx, key)).await? else {
-        return Ok(Action::Done);
-    };
-    let spec = spec_of!(key, desired, Cronjob);
-    super::engine::refuse_gaps(ctx, key, &desired.spec)?;
-    let (schedule, forbid) = checked_schedule(ctx, key, &desired, spec).await?;
-    let timeout = run_timeout(&spec.job.timeout);
-    let actual = list_runs(ctx, key).await?;
-    settle_runs(ctx, key, &actual, timeout).await?;
-    let runs = job_runs(ctx, key).await?;
-    let (state, previous) = {
-        let key = key.clone();
+impl Handler for CronjobSpec {
+    /// One pass; `Action::Done` between ticks too: the scheduler requeues the key at the next.
+    async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) -> Result<Action> {
+        let Some(desired) = super::desired_or_remove(ctx, key, remove_all(ctx, key)).await? else {
+            return Ok(Action::Done);
+        };
+        let spec = spec_of!(key, desired, Cronjob);
+        super::engine::refuse_gaps(ctx, key, &desired.spec)?;
+        let (schedule, forbid) = checked_schedule(ctx, key, &desired, spec).await?;
+        let timeout = run_timeout(&spec.job.timeout);
+        let actual = list_runs(ctx, key).await?;
+        settle_runs(ctx, key, &actual, timeout).await?;
+        let runs = job_runs(ctx, key).await?;
+        let (state, previous) = {
+            let key = key.clone();
+            blocking(&ctx.store, move |store| {
+                Ok((
+                    store.cron_state(&key.scope, &key.name)?,
+                    store.previous_status(&key)?,
+                ))
+            })
+            .await?
+        };
+        let now = ctx.options.clock.now();
+        let schedule_text = schedule_key(&spec.schedule, &spec.timezone);
+        let decision = decide(&CronInputs {
+            schedule: &schedule,
+            schedule_key: &schedule_text,
+            state: state.as_ref(),
+            now,
+            suspend: spec.suspend,
+            forbid,
+            running: runs.iter().any(|run| run.status == RunStatus::Running),
+            catch_up: ctx.options.cron_catch_up,
+        });
+        if state.as_ref() != Some(&decision.state) {
+            let key = key.clone();
+            let position = decision.state.clone();
+            blocking(&ctx.store, move |store| {
+                store.put_cron_state(&key.scope, &key.name, &position)
+            })
+            .await?;
+        }
+        ctx.runs.cron().set(key, decision.state.next_run);
+        let mut skipped = skip_events(ctx, key, &decision, &runs, now.timestamp());
+        let result = match decision.fire {
+            Some(scheduled_at) => {
+                let tick = Tick {
+                    spec_hash: desired.spec_hash.as_str(),
+                    timeout,
+                    scheduled_at,
+                    now: now.timestamp(),
+                };
+                fire(ctx, key, &spec.job, &tick, (&actual, &runs), &mut skipped).await
+            }
+            None => Ok(()),
+        };
+        keep_history(ctx, key, spec.successful_history(), spec.failed_history()).await?;
+        let runs = job_runs(ctx, key).await?;
+        if let Some(ResourceStatus {
+            detail: Detail::Cronjob(old),
+            ..
+        }) = previous
+        {
+            skipped.extend(old.skipped);
+        }
+        skipped.truncate(SKIPS_KEPT);
+        let status = cronjob_status(
+            key,
+            &desired,
+            spec,
+            &schedule,
+            &decision.state,
+            &runs,
+            skipped,
+            result.as_ref().err(),
+        );
+        let key_for_store = key.clone();
         blocking(&ctx.store, move |store| {
-            Ok((
-                store.cron_state(&key.scope, &key.name)?,
-                store.previous_status(&key)?,
-            ))
-        })
-        .await?
-    };
-    let now = ctx.options.clock.now();
-    let schedule_text = schedule_key(&spec.schedule, &spec.timezone);
-    let decision = decide(&CronInputs {
-        schedule: &schedule,
-        schedule_key: &schedule_text,
-        state: state.as_ref(),
-        now,
-        suspend: spec.suspend,
-        forbid,
-        running: runs.iter().any(|run| run.status == RunStatus::Running),
-        catch_up: ctx.options.cron_catch_up,
-    });
-    if state.as_ref() != Some(&decision.state) {
-        let key = key.clone();
-        let position = decision.state.clone();
-        blocking(&ctx.store, move |store| {
-            store.put_cron_state(&key.scope, &key.name, &position)
+            store.put_status(&key_for_store, &status)
         })
         .await?;
+        result.map(|()| Action::Done)
     }
-    ctx.runs.cron().set(key, decision.state.next_run);
-    let mut skipped = skip_events(ctx, key, &decision, &runs, now.timestamp());
-    let result = match decision.fire {
-        Some(scheduled_at) => {
-            let tick = Tick {
-                spec_hash: desired.spec_hash.as_str(),
-                timeout,
-                scheduled_at,
-                now: now.timestamp(),
-            };
-            fire(ctx, key, &spec.job, &tick, (&actual, &runs), &mut skipped).await
-        }
-        None => Ok(()),
-    };
-    keep_history(ctx, key, spec.successful_history(), spec.failed_history()).await?;
-    let runs = job_runs(ctx, key).await?;
-    if let Some(ResourceStatus {
-        detail: Detail::Cronjob(old),
-        ..
-    }) = previous
-    {
-        skipped.extend(old.skipped);
-    }
-    skipped.truncate(SKIPS_KEPT);
-    let status = cronjob_status(
-        key,
-        &desired,
-        spec,
-        &schedule,
-        &decision.state,
-        &runs,
-        skipped,
-        result.as_ref().err(),
-    );
-    let key_for_store = key.clone();
-    blocking(&ctx.store, move |store| {
-        store.put_status(&key_for_store, &status)
-    })
-    .await?;
-    result.map(|()| Action::Done)
 }
 
 /// The schedule parsed in its zone, and whether runs may overlap (`concurrency_policy`); a

@@ -11,6 +11,8 @@
 //! ingress that leaves the repo loses its status, and the router drops its routes. A pass
 //! returns `Action::Done` even while it waits for the proxy: the router wakes it.
 
+use super::Handler;
+use crate::manifest::spec::IngressSpec;
 use crate::model::ResourceKey;
 use crate::reconcile::router::routes::IngressView;
 use crate::reconcile::router::{self, RouterReport};
@@ -20,61 +22,64 @@ use crate::store::{
     Desired, Detail, FailureReason, HealthCheckDetail, IngressDetail, Phase, ProxyDetail, Release,
     ReleasePhase, ResourceStatus, RouteDetail, TlsDetail, now_unix,
 };
+use std::sync::Arc;
 
-pub(super) async fn reconcile<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Action> {
-    let desired = super::desired_of(ctx, key).await?;
-    let Some(desired) = desired else {
-        let key = key.clone();
-        blocking(&ctx.store, move |store| store.delete_status(&key)).await?;
-        ctx.router.wake();
-        return Ok(Action::Done);
-    };
-    // Says so with the reason (`plan::swarm_gaps`), before anything else.
-    super::engine::refuse_gaps(ctx, key, &desired.spec)?;
-    if ctx.options.ingress.is_none() {
-        let mut status = ResourceStatus::new(
-            Phase::Disabled,
-            "the ingress proxy is off on this agent (--no-ingress): nothing routes this host",
-        );
-        status.spec_hash = desired.spec_hash.to_string();
-        let key = key.clone();
-        blocking(&ctx.store, move |store| store.put_status(&key, &status)).await?;
-        return Ok(Action::Done);
-    }
-    let table = router::current_table(ctx).await?;
-    let Some(view) = table.view(key) else {
-        return Err(super::wrong_kind(key, &desired.spec));
-    };
-    let report = ctx.router.report();
-    let live = report.live.get(key) == Some(&router::fingerprint(view));
-    let release = current_release(ctx, &desired).await?;
-    let swarm = super::engine::routes_to_services(ctx);
-    let (phase, message) = assess(view, &report, live, swarm);
-    if !live {
-        ctx.router.wake();
-    }
-    let status = ResourceStatus {
-        phase,
-        reason: (phase == Phase::Failed).then_some(FailureReason::Proxy),
-        message,
-        desired_replicas: view.n_replicas,
-        running_replicas: view.upstreams.len(),
-        spec_hash: desired.spec_hash.to_string(),
-        release_id: Some(release.id),
-        updated_at: now_unix(),
-        detail: Detail::Ingress(detail(view, &report, live)),
-    };
-    let key = key.clone();
-    let finish = live && release.phase == ReleasePhase::Progressing;
-    blocking(&ctx.store, move |store| {
-        if finish {
-            store.finish_release(release.id, ReleasePhase::Succeeded, "")?;
+impl Handler for IngressSpec {
+    async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) -> Result<Action> {
+        let desired = super::desired_of(ctx, key).await?;
+        let Some(desired) = desired else {
+            let key = key.clone();
+            blocking(&ctx.store, move |store| store.delete_status(&key)).await?;
+            ctx.router.wake();
+            return Ok(Action::Done);
+        };
+        // Says so with the reason (`plan::swarm_gaps`), before anything else.
+        super::engine::refuse_gaps(ctx, key, &desired.spec)?;
+        if ctx.options.ingress.is_none() {
+            let mut status = ResourceStatus::new(
+                Phase::Disabled,
+                "the ingress proxy is off on this agent (--no-ingress): nothing routes this host",
+            );
+            status.spec_hash = desired.spec_hash.to_string();
+            let key = key.clone();
+            blocking(&ctx.store, move |store| store.put_status(&key, &status)).await?;
+            return Ok(Action::Done);
         }
-        store.put_status(&key, &status)
-    })
-    .await?;
-    // Waiting for the proxy or for replicas is no error: the router wakes this key.
-    Ok(Action::Done)
+        let table = router::current_table(ctx).await?;
+        let Some(view) = table.view(key) else {
+            return Err(super::wrong_kind(key, &desired.spec));
+        };
+        let report = ctx.router.report();
+        let live = report.live.get(key) == Some(&router::fingerprint(view));
+        let release = current_release(ctx, &desired).await?;
+        let swarm = super::engine::routes_to_services(ctx);
+        let (phase, message) = assess(view, &report, live, swarm);
+        if !live {
+            ctx.router.wake();
+        }
+        let status = ResourceStatus {
+            phase,
+            reason: (phase == Phase::Failed).then_some(FailureReason::Proxy),
+            message,
+            desired_replicas: view.n_replicas,
+            running_replicas: view.upstreams.len(),
+            spec_hash: desired.spec_hash.to_string(),
+            release_id: Some(release.id),
+            updated_at: now_unix(),
+            detail: Detail::Ingress(detail(view, &report, live)),
+        };
+        let key = key.clone();
+        let finish = live && release.phase == ReleasePhase::Progressing;
+        blocking(&ctx.store, move |store| {
+            if finish {
+                store.finish_release(release.id, ReleasePhase::Succeeded, "")?;
+            }
+            store.put_status(&key, &status)
+        })
+        .await?;
+        // Waiting for the proxy or for replicas is no error: the router wakes this key.
+        Ok(Action::Done)
+    }
 }
 
 /// Phase and message. Waiting states are not errors: the router reconciles this ingress

@@ -26,6 +26,7 @@
 //!   `failed_history_limit` failed runs (running ones always); containers of the runs kept
 //!   stay (`docker logs` works), every other run container of the resource is removed.
 
+use super::Handler;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,35 +74,37 @@ pub(super) fn plan_job(runs: &[JobRun], spec_hash: &str) -> JobStep {
     }
 }
 
-/// One pass; a run in flight is `Action::Done` too: its waiter requeues the key when it ends.
-pub(super) async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) -> Result<Action> {
-    let Some(desired) = super::desired_or_remove(ctx, key, remove_all(ctx, key)).await? else {
-        return Ok(Action::Done);
-    };
-    let spec = spec_of!(key, desired, Job);
-    super::engine::refuse_gaps(ctx, key, &desired.spec)?;
-    let timeout = run_timeout(&spec.timeout);
-    let actual = list_runs(ctx, key).await?;
-    settle_runs(ctx, key, &actual, timeout).await?;
-    let runs = job_runs(ctx, key).await?;
-    let result = match plan_job(&runs, desired.spec_hash.as_str()) {
-        JobStep::Run => {
-            let taken = taken_names(&actual, &runs);
-            start_run(ctx, key, spec, desired.spec_hash.as_str(), timeout, &taken)
-                .await
-                .map(|_| ())
-        }
-        JobStep::Wait { .. } | JobStep::Done => Ok(()),
-    };
-    keep_history(ctx, key, spec.successful_history(), spec.failed_history()).await?;
-    let runs = job_runs(ctx, key).await?;
-    let status = job_status(key, &desired, spec, &runs, result.as_ref().err());
-    let key_for_store = key.clone();
-    blocking(&ctx.store, move |store| {
-        store.put_status(&key_for_store, &status)
-    })
-    .await?;
-    result.map(|()| Action::Done)
+impl Handler for JobSpec {
+    /// One pass; a run in flight is `Action::Done` too: its waiter requeues the key when it ends.
+    async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) -> Result<Action> {
+        let Some(desired) = super::desired_or_remove(ctx, key, remove_all(ctx, key)).await? else {
+            return Ok(Action::Done);
+        };
+        let spec = spec_of!(key, desired, Job);
+        super::engine::refuse_gaps(ctx, key, &desired.spec)?;
+        let timeout = run_timeout(&spec.timeout);
+        let actual = list_runs(ctx, key).await?;
+        settle_runs(ctx, key, &actual, timeout).await?;
+        let runs = job_runs(ctx, key).await?;
+        let result = match plan_job(&runs, desired.spec_hash.as_str()) {
+            JobStep::Run => {
+                let taken = taken_names(&actual, &runs);
+                start_run(ctx, key, spec, desired.spec_hash.as_str(), timeout, &taken)
+                    .await
+                    .map(|_| ())
+            }
+            JobStep::Wait { .. } | JobStep::Done => Ok(()),
+        };
+        keep_history(ctx, key, spec.successful_history(), spec.failed_history()).await?;
+        let runs = job_runs(ctx, key).await?;
+        let status = job_status(key, &desired, spec, &runs, result.as_ref().err());
+        let key_for_store = key.clone();
+        blocking(&ctx.store, move |store| {
+            store.put_status(&key_for_store, &status)
+        })
+        .await?;
+        result.map(|()| Action::Done)
+    }
 }
 
 /// The job's status: the newest run of its desired spec decides the phase.

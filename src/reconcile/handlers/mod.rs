@@ -1,5 +1,6 @@
-//! Per-kind handlers: `match` on the closed `Kind` set. A handler gets only a key, reads
-//! desired state from the store and actual state from the runtime, and converges them.
+//! Per-kind handlers, one file a kind (declared by the kind table, `spec::for_each_kind!`,
+//! with the dispatch over the closed `Kind` set). A handler gets only a key, reads desired
+//! state from the store and actual state from the runtime, and converges them.
 //!
 //! Invariant: handlers are level-triggered and idempotent; they never see why they were
 //! called (kube's hidden `ReconcileReason`).
@@ -32,29 +33,22 @@ macro_rules! pins_in {
     };
 }
 
-mod asset;
 pub(crate) mod container;
-mod cronjob;
-mod deployment;
 mod engine;
 pub(crate) mod env;
 mod hooks;
 pub(crate) mod images;
-mod ingress;
 mod inits;
-mod job;
 pub(crate) mod launch;
 pub(crate) mod on_deploy;
 mod oneshot;
 pub(crate) mod pins;
-mod registry;
 mod replicas;
 mod replicated;
 pub mod requests;
 mod rollout;
 pub(crate) mod rollout_state;
 pub(crate) mod runs;
-mod statefulset;
 mod swarm;
 
 use std::sync::Arc;
@@ -67,18 +61,35 @@ use crate::reconcile::{
 use crate::runtime::Runtime;
 use crate::store::Desired;
 
-/// Reconciles one resource; the `Action` says when to look again.
-pub(crate) async fn reconcile<R: Runtime>(ctx: Arc<Ctx<R>>, key: ResourceKey) -> Result<Action> {
-    match key.kind {
-        Kind::Asset => asset::reconcile(&ctx, &key).await,
-        Kind::Cronjob => cronjob::reconcile(&ctx, &key).await,
-        Kind::Deployment => engine::deployment(&ctx, &key).await,
-        Kind::Ingress => ingress::reconcile(&ctx, &key).await,
-        Kind::Job => job::reconcile(&ctx, &key).await,
-        Kind::Registry => registry::reconcile(&ctx, &key).await,
-        Kind::Statefulset => engine::statefulset(&ctx, &key).await,
-    }
+/// A kind's handler: one pass over one resource of the kind (`S`, its spec type), level
+/// triggered; the `Action` says when to look again.
+pub(super) trait Handler {
+    fn reconcile<R: Runtime>(
+        ctx: &Arc<Ctx<R>>,
+        key: &ResourceKey,
+    ) -> impl Future<Output = Result<Action>> + Send;
 }
+
+/// The handlers' modules, one per row of the kind table (`spec::for_each_kind!`), each the
+/// kind's `Handler`, and the dispatch over them.
+macro_rules! handlers {
+    ($($module:ident: $variant:ident($spec:ident)),* $(,)?) => {
+        $(mod $module;)*
+
+        /// Reconciles one resource; the `Action` says when to look again.
+        pub(crate) async fn reconcile<R: Runtime>(
+            ctx: Arc<Ctx<R>>,
+            key: ResourceKey,
+        ) -> Result<Action> {
+            match key.kind {
+                $(Kind::$variant => {
+                    <crate::manifest::spec::$spec as Handler>::reconcile(&ctx, &key).await
+                })*
+            }
+        }
+    };
+}
+crate::manifest::spec::for_each_kind!(handlers);
 
 /// The desired state of `key`, read off the async threads; `None` once it left the repo.
 async fn desired_of<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Option<Desired>> {

@@ -145,23 +145,14 @@ fn container_gaps(container: &Container) -> Vec<String> {
 /// refused under `--runtime swarm` (status `SwarmUnsupported`, `plan` shows `fail`) before
 /// anything is touched, so its old version runs on.
 pub fn swarm_gaps(spec: &Spec) -> Vec<String> {
-    let mut gaps = Vec::new();
-    match spec {
-        Spec::Deployment(deployment) => {
-            gaps.extend(container_gaps(&deployment.container));
-            if !deployment.inits.is_empty() {
-                gaps.push("init containers: a Swarm task runs one container; run the setup in the image's entrypoint, or as a job".to_owned());
-            }
-        }
-        Spec::Statefulset(statefulset) => {
-            gaps.extend(container_gaps(&statefulset.container));
-            if !statefulset.inits.is_empty() {
-                gaps.push("init containers: a Swarm task runs one container; run the setup in the image's entrypoint, or as a job".to_owned());
-            }
-        }
-        Spec::Job(job) => gaps.extend(container_gaps(&job.container)),
-        Spec::Cronjob(cronjob) => gaps.extend(container_gaps(&cronjob.job.container)),
-        Spec::Ingress(_) | Spec::Asset(_) | Spec::Registry(_) => {}
+    let mut gaps = spec.container().map(container_gaps).unwrap_or_default();
+    let inits = match spec {
+        Spec::Deployment(deployment) => deployment.inits.len(),
+        Spec::Statefulset(statefulset) => statefulset.inits.len(),
+        _ => 0,
+    };
+    if inits > 0 {
+        gaps.push("init containers: a Swarm task runs one container; run the setup in the image's entrypoint, or as a job".to_owned());
     }
     gaps
 }
@@ -170,7 +161,7 @@ pub fn swarm_gaps(spec: &Spec) -> Vec<String> {
 /// empty when it runs the same.
 pub fn swarm_notes(spec: &Spec) -> Vec<String> {
     let mut notes = Vec::new();
-    let container = match spec {
+    match spec {
         Spec::Deployment(deployment) => {
             if deployment.probes.is_some() {
                 notes.push("probes run as the service's health check, in the task (http_get needs wget, tcp_socket nc in the image); on_probe is not delivered".to_owned());
@@ -199,17 +190,13 @@ pub fn swarm_notes(spec: &Spec) -> Vec<String> {
                     deployment.effective_restart()
                 ));
             }
-            Some(&deployment.container)
         }
         Spec::Statefulset(statefulset) => {
             notes.push("each pod is pinned to the node it first ran on (its volumes are node-local): a pod whose node is lost stays down until the node is back".to_owned());
             if statefulset.probes.is_some() {
                 notes.push("probes run as each pod's health check, in the task (http_get needs wget, tcp_socket nc in the image)".to_owned());
             }
-            Some(&statefulset.container)
         }
-        Spec::Job(job) => Some(&job.container),
-        Spec::Cronjob(cronjob) => Some(&cronjob.job.container),
         Spec::Ingress(ingress) => {
             notes.push("served by the proxy service, Caddy on every node (host-mode ports), which balances over the deployment's running tasks (`tasks.<service>` on the overlay network)".to_owned());
             if ingress.tls.as_ref().is_some_and(|tls| tls.enabled) {
@@ -218,11 +205,10 @@ pub fn swarm_notes(spec: &Spec) -> Vec<String> {
                         .to_owned(),
                 );
             }
-            None
         }
-        Spec::Asset(_) | Spec::Registry(_) => None,
-    };
-    if let Some(container) = container {
+        _ => {}
+    }
+    if let Some(container) = spec.container() {
         let host_binds = container
             .volumes
             .iter()

@@ -1,6 +1,13 @@
 //! `asset ["scope"] "name" { key = … }`: each key's source, inline text, `file()` or
 //! `url()`, with its digest.
 
+use super::super::Specs;
+use super::super::check_label;
+use super::super::reader::labels;
+use super::Decoder;
+use crate::manifest::spec::Spec;
+use crate::model::Kind;
+use hcl::edit::structure::Block;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::time::Duration;
@@ -18,11 +25,7 @@ use crate::manifest::spec::{AssetFile, AssetSpec, sha256_hex};
 use crate::model::parse_go_duration;
 
 /// `asset ["scope"] "name" { key = "inline" | file("path") | url("href", {…}) }`.
-pub(in crate::manifest::decode) fn asset(
-    cx: &mut DecodeCx<'_>,
-    body: &Body,
-    anchor: Option<Range<usize>>,
-) -> AssetSpec {
+fn asset(cx: &mut DecodeCx<'_>, body: &Body, anchor: Option<Range<usize>>) -> AssetSpec {
     let mut spec = AssetSpec::default();
     for structure in body.iter() {
         let attribute = match structure {
@@ -223,5 +226,32 @@ fn url_source(
             cx.error(span, format!("url({href:?}): {error}"));
             None
         }
+    }
+}
+
+/// `asset "name"` (unscoped) or `asset "scope" "name"`; `None` when its labels are wrong.
+impl Decoder for AssetSpec {
+    fn decode(cx: &mut DecodeCx<'_>, block: &Block) -> Option<Specs> {
+        let labels = labels(cx, block);
+        let (scope, name, name_span) = match labels.as_slice() {
+            [(name, span)] => (String::new(), name.clone(), span.clone()),
+            [(scope, scope_span), (name, span)] => {
+                check_label(cx, "asset", "scope", scope, scope_span.clone());
+                (scope.clone(), name.clone(), span.clone())
+            }
+            _ => {
+                cx.error(
+                    block.ident.span(),
+                    format!(
+                        "asset block takes 1 label (unscoped) or 2 labels (scoped), got {}: write `asset \"scope\" \"name\" {{ key = … }}`",
+                        labels.len()
+                    ),
+                );
+                return None;
+            }
+        };
+        check_label(cx, "asset", "name", &name, name_span);
+        let spec = asset(cx, &block.body, block.ident.span());
+        Some(vec![(Kind::Asset, scope, name, Spec::Asset(spec))])
     }
 }

@@ -1,15 +1,18 @@
 //! `cronjob`: a schedule, its time zone and concurrency policy, and the job fields flat at
 //! its root.
 
+use super::super::Specs;
 use super::super::reader::{DecodeCx, Reader};
+use super::super::scoped;
+use super::Decoder;
 use super::job::job_fields;
 use crate::manifest::spec::CronjobSpec;
+use crate::manifest::spec::Spec;
 use crate::manifest::spec::schedule::check_schedule;
+use crate::model::Kind;
+use hcl::edit::structure::Block;
 
-pub(in crate::manifest::decode) fn cronjob(
-    cx: &mut DecodeCx<'_>,
-    r: &mut Reader<'_>,
-) -> CronjobSpec {
+fn cronjob(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> CronjobSpec {
     let schedule = r.required_string(cx, "schedule").unwrap_or_default();
     if !schedule.is_empty()
         && let Err(problem) = check_schedule(&schedule)
@@ -47,5 +50,15 @@ pub(in crate::manifest::decode) fn cronjob(
         suspend,
         successful_history_limit,
         failed_history_limit,
+    }
+}
+
+/// `cronjob "scope" "name" { … }`.
+impl Decoder for CronjobSpec {
+    fn decode(cx: &mut DecodeCx<'_>, block: &Block) -> Option<Specs> {
+        let (scope, name, mut reader) = scoped(cx, block)?;
+        let spec = cronjob(cx, &mut reader);
+        reader.finish(cx);
+        Some(vec![(Kind::Cronjob, scope, name, Spec::Cronjob(spec))])
     }
 }

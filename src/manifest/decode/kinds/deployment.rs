@@ -1,7 +1,14 @@
 //! `deployment` (and the deployment half of `app`): the container and workload fields, plus
 //! `post_deploy`, `keep_releases`, `release {}`, `autoscale {}` and `on_deploy {}`.
 
+use super::super::Specs;
+use super::super::plugin_blocks;
+use super::super::scoped;
+use super::Decoder;
+use crate::manifest::spec::Spec;
+use crate::model::Kind;
 use hcl::edit::Span;
+use hcl::edit::structure::Block;
 
 use super::super::reader::{DecodeCx, Reader};
 use super::super::values;
@@ -156,4 +163,19 @@ fn autoscale(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> Option<Autoscale> {
     }
     a.finish(cx);
     Some(autoscale)
+}
+
+/// `deployment "scope" "name" { … }`.
+impl Decoder for DeploymentSpec {
+    fn decode(cx: &mut DecodeCx<'_>, block: &Block) -> Option<Specs> {
+        let (scope, name, mut reader) = scoped(cx, block)?;
+        let mut spec = deployment(cx, &mut reader);
+        spec.plugin_blocks = plugin_blocks::carry(cx, reader);
+        Some(vec![(
+            Kind::Deployment,
+            scope,
+            name,
+            Spec::Deployment(spec),
+        )])
+    }
 }

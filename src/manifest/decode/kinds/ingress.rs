@@ -1,6 +1,11 @@
 //! `ingress` (and the ingress half of `app`): host, service and port, `tls {}`, `location`
 //! blocks and `lb {}`.
 
+use super::super::Specs;
+use super::super::scoped;
+use super::Decoder;
+use crate::manifest::spec::Spec;
+use crate::model::Kind;
 use hcl::edit::Span;
 use hcl::edit::structure::Block;
 
@@ -137,4 +142,14 @@ fn lb(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> Option<LoadBalancing> {
     }
     l.finish(cx);
     Some(lb)
+}
+
+/// `ingress "scope" "name" { … }`.
+impl Decoder for IngressSpec {
+    fn decode(cx: &mut DecodeCx<'_>, block: &Block) -> Option<Specs> {
+        let (scope, name, mut reader) = scoped(cx, block)?;
+        let spec = ingress(cx, &mut reader, false);
+        reader.finish(cx);
+        Some(vec![(Kind::Ingress, scope, name, Spec::Ingress(spec))])
+    }
 }

@@ -1,5 +1,11 @@
 //! `job`: the container fields and a run's timeout and history; `cronjob` shares them.
 
+use super::super::Specs;
+use super::super::scoped;
+use super::Decoder;
+use crate::manifest::spec::Spec;
+use crate::model::Kind;
+use hcl::edit::structure::Block;
 use std::collections::BTreeMap;
 
 use super::super::reader::{DecodeCx, Reader};
@@ -60,6 +66,16 @@ pub(super) fn job_fields(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> JobSpec {
     spec
 }
 
-pub(in crate::manifest::decode) fn job(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> JobSpec {
+fn job(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> JobSpec {
     job_fields(cx, r)
+}
+
+/// `job "scope" "name" { … }`.
+impl Decoder for JobSpec {
+    fn decode(cx: &mut DecodeCx<'_>, block: &Block) -> Option<Specs> {
+        let (scope, name, mut reader) = scoped(cx, block)?;
+        let spec = job(cx, &mut reader);
+        reader.finish(cx);
+        Some(vec![(Kind::Job, scope, name, Spec::Job(spec))])
+    }
 }

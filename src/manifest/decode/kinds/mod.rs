@@ -1,5 +1,5 @@
 //! Per-kind decoders: voodu's field names, types, parser defaults and validation rules
-//! (spec §2), one file per kind, plus the parts several kinds share: `container.rs` (the §2.0
+//! (spec §2), one file per kind (declared by the kind table, `spec::for_each_kind!`), plus the parts several kinds share: `container.rs` (the §2.0
 //! container fields) with `env.rs` (`env_file`), `workload.rs` (the long-running workloads'
 //! fields, `init`, `drain` and webhook targets), `probe.rs` and `checks.rs`.
 //!
@@ -7,25 +7,43 @@
 //! here, at the line that breaks it, so a commit the agent accepts does not fail on the host
 //! for a reason the manifest alone shows.
 
-mod asset;
 mod checks;
 mod container;
-mod cronjob;
-mod deployment;
 mod env;
-mod ingress;
-mod job;
 mod probe;
-mod registry;
-mod statefulset;
 mod workload;
 
-pub(in crate::manifest::decode) use asset::asset;
+use hcl::edit::structure::Block;
+
+use super::Specs;
+use super::reader::DecodeCx;
 pub(in crate::manifest::decode) use container::check_build_image;
-pub(in crate::manifest::decode) use cronjob::cronjob;
 pub(in crate::manifest::decode) use deployment::deployment;
 pub(in crate::manifest::decode) use ingress::ingress;
-pub(in crate::manifest::decode) use job::job;
-pub(in crate::manifest::decode) use registry::registry;
-pub(in crate::manifest::decode) use statefulset::statefulset;
 pub(in crate::manifest) use statefulset::statefulset_for_macro;
+
+/// A kind's block decoder (`S`, its spec type): the resources one block of the kind
+/// declares, its labels checked; `None` when its labels are wrong.
+pub(in crate::manifest::decode) trait Decoder {
+    fn decode(cx: &mut DecodeCx<'_>, block: &Block) -> Option<Specs>;
+}
+
+/// A kind's decoder: `Decoder::decode` of the kind's spec type.
+pub(in crate::manifest::decode) type Decode = fn(&mut DecodeCx<'_>, &Block) -> Option<Specs>;
+
+/// The decoders' modules, one per row of the kind table (`spec::for_each_kind!`), each the
+/// kind's `Decoder`, and the lookup by block type.
+macro_rules! decoders {
+    ($($module:ident: $variant:ident($spec:ident)),* $(,)?) => {
+        $(mod $module;)*
+
+        /// The decoder of the block type `name` when it is a kind's.
+        pub(in crate::manifest::decode) fn decoder(name: &str) -> Option<Decode> {
+            $(if name == crate::model::Kind::$variant.as_str() {
+                return Some(<crate::manifest::spec::$spec as Decoder>::decode);
+            })*
+            None
+        }
+    };
+}
+crate::manifest::spec::for_each_kind!(decoders);

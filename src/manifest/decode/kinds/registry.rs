@@ -1,13 +1,18 @@
 //! `registry "name"`: a registry's URL and its credentials, or a credential helper.
 
+use super::super::Specs;
+use super::super::check_label;
+use super::super::reader::labels;
 use super::super::reader::{DecodeCx, Reader};
 use super::super::values;
+use super::Decoder;
 use crate::manifest::spec::RegistrySpec;
+use crate::manifest::spec::Spec;
+use crate::model::Kind;
+use hcl::edit::Span;
+use hcl::edit::structure::Block;
 
-pub(in crate::manifest::decode) fn registry(
-    cx: &mut DecodeCx<'_>,
-    r: &mut Reader<'_>,
-) -> RegistrySpec {
+fn registry(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> RegistrySpec {
     let url = r.string(cx, "url");
     let username = r.string(cx, "username");
     let token = r.string(cx, "token");
@@ -77,5 +82,32 @@ pub(in crate::manifest::decode) fn registry(
         username: username.unwrap_or_default(),
         token,
         helper,
+    }
+}
+
+/// `registry "name"` (unscoped); `None` when its label is wrong.
+impl Decoder for RegistrySpec {
+    fn decode(cx: &mut DecodeCx<'_>, block: &Block) -> Option<Specs> {
+        let labels = labels(cx, block);
+        let [(name, span)] = labels.as_slice() else {
+            cx.error(
+                block.ident.span(),
+                format!(
+                    "registry block needs exactly one label (its name), got {} — write `registry \"name\" {{ ... }}`, e.g. `registry \"ecr\" {{ ... }}`",
+                    labels.len()
+                ),
+            );
+            return None;
+        };
+        check_label(cx, "registry", "name", name, span.clone());
+        let mut reader = Reader::new("registry", "", &block.body, block.ident.span());
+        let spec = registry(cx, &mut reader);
+        reader.finish(cx);
+        Some(vec![(
+            Kind::Registry,
+            String::new(),
+            name.clone(),
+            Spec::Registry(spec),
+        )])
     }
 }

@@ -1,6 +1,13 @@
 //! `statefulset`: the container and workload fields, plus its `volume_claim` blocks; and a
 //! macro's statefulset (`postgres`, `redis`).
 
+use super::super::Specs;
+use super::super::plugin_blocks;
+use super::super::scoped;
+use super::Decoder;
+use crate::manifest::spec::Spec;
+use crate::model::Kind;
+use hcl::edit::structure::Block;
 use std::collections::BTreeMap;
 
 use hcl::edit::Span;
@@ -14,10 +21,7 @@ use crate::manifest::interpolate::is_ref_segment;
 use crate::manifest::spec::bounds::MAX_VOLUME_SIZE;
 use crate::manifest::spec::{StatefulsetSpec, VolumeClaim};
 
-pub(in crate::manifest::decode) fn statefulset(
-    cx: &mut DecodeCx<'_>,
-    r: &mut Reader<'_>,
-) -> StatefulsetSpec {
+fn statefulset(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> StatefulsetSpec {
     let container = container(cx, r);
     let workload = workload(cx, r, container.network_mode.is_empty(), "statefulset");
     let mut claims: Vec<VolumeClaim> = Vec::new();
@@ -122,4 +126,19 @@ pub(in crate::manifest) fn statefulset_for_macro(
         spec.container.build = None;
     }
     spec
+}
+
+/// `statefulset "scope" "name" { … }`.
+impl Decoder for StatefulsetSpec {
+    fn decode(cx: &mut DecodeCx<'_>, block: &Block) -> Option<Specs> {
+        let (scope, name, mut reader) = scoped(cx, block)?;
+        let mut spec = statefulset(cx, &mut reader);
+        spec.plugin_blocks = plugin_blocks::carry(cx, reader);
+        Some(vec![(
+            Kind::Statefulset,
+            scope,
+            name,
+            Spec::Statefulset(spec),
+        )])
+    }
 }

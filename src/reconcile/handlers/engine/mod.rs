@@ -13,24 +13,31 @@
 
 pub(super) mod units;
 
-use crate::manifest::spec::Spec;
+use std::sync::Arc;
+
+use super::Handler;
+use crate::manifest::spec::{DeploymentSpec, Spec, StatefulsetSpec};
 use crate::model::ResourceKey;
 use crate::reconcile::{context::Ctx, context::Engine, error::Result, run::action::Action};
 use crate::runtime::Runtime;
 
 /// One pass of a deployment: replicas as containers, or one Swarm service.
-pub(super) async fn deployment<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Action> {
-    match ctx.options.engine {
-        Engine::Docker => super::deployment::reconcile(ctx, key).await,
-        Engine::Swarm => super::swarm::deployment::reconcile(ctx, key).await,
+impl Handler for DeploymentSpec {
+    async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) -> Result<Action> {
+        match ctx.options.engine {
+            Engine::Docker => super::deployment::reconcile(ctx, key).await,
+            Engine::Swarm => super::swarm::deployment::reconcile(ctx, key).await,
+        }
     }
 }
 
 /// One pass of a statefulset: pods as containers, or one Swarm service per pod.
-pub(super) async fn statefulset<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Action> {
-    match ctx.options.engine {
-        Engine::Docker => super::statefulset::reconcile(ctx, key).await,
-        Engine::Swarm => super::swarm::statefulset::reconcile(ctx, key).await,
+impl Handler for StatefulsetSpec {
+    async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) -> Result<Action> {
+        match ctx.options.engine {
+            Engine::Docker => super::statefulset::reconcile(ctx, key).await,
+            Engine::Swarm => super::swarm::statefulset::reconcile(ctx, key).await,
+        }
     }
 }
 
