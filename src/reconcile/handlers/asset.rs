@@ -7,6 +7,8 @@
 //! mounts); the status lists each key's digest and whether the file was repaired; the files
 //! of an asset that left the repo are removed by the sync stage, not here.
 
+use std::sync::Arc;
+
 use super::Handler;
 use crate::assets::{AssetFiles, check_asset, prepare, write_prepared};
 use crate::manifest::spec::AssetSpec;
@@ -16,7 +18,6 @@ use crate::reconcile::{
 };
 use crate::runtime::Runtime;
 use crate::store::{AssetDetail, AssetFileDetail, Detail, FailureReason, Phase, ResourceStatus};
-use std::sync::Arc;
 
 impl Handler for AssetSpec {
     async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) -> Result<Action> {

@@ -10,10 +10,10 @@
 //! first, at most `SKIPS_KEPT`); a suspended cronjob keeps moving its position, so resuming it
 //! never catches up the ticks it slept through.
 
-use super::Handler;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::Handler;
 use super::container::rfc3339_seconds;
 use super::job::{
     job_runs, keep_history, list_runs, remove_all, run_phase, run_timeout, run_view, running,

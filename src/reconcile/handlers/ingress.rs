@@ -11,6 +11,8 @@
 //! ingress that leaves the repo loses its status, and the router drops its routes. A pass
 //! returns `Action::Done` even while it waits for the proxy: the router wakes it.
 
+use std::sync::Arc;
+
 use super::Handler;
 use crate::manifest::spec::IngressSpec;
 use crate::model::ResourceKey;
@@ -22,7 +24,6 @@ use crate::store::{
     Desired, Detail, FailureReason, HealthCheckDetail, IngressDetail, Phase, ProxyDetail, Release,
     ReleasePhase, ResourceStatus, RouteDetail, TlsDetail, now_unix,
 };
-use std::sync::Arc;
 
 impl Handler for IngressSpec {
     async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) -> Result<Action> {

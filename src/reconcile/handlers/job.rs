@@ -26,11 +26,11 @@
 //!   `failed_history_limit` failed runs (running ones always); containers of the runs kept
 //!   stay (`docker logs` works), every other run container of the resource is removed.
 
-use super::Handler;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::Handler;
 use super::container::{Identity, Launch, rfc3339_seconds};
 use super::launch::EnvSource;
 use super::oneshot::{self, End, OneShot};

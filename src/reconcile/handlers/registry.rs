@@ -6,13 +6,14 @@
 //!
 //! Invariant: the token is not in status, logs or errors.
 
+use std::sync::Arc;
+
 use super::Handler;
 use crate::manifest::spec::RegistrySpec;
 use crate::model::ResourceKey;
 use crate::reconcile::{context::Ctx, context::blocking, error::Result, run::action::Action};
 use crate::runtime::Runtime;
 use crate::store::{Detail, FailureReason, Phase, RegistryDetail, ResourceStatus};
-use std::sync::Arc;
 
 impl Handler for RegistrySpec {
     async fn reconcile<R: Runtime>(ctx: &Arc<Ctx<R>>, key: &ResourceKey) -> Result<Action> {

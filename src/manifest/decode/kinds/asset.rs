@@ -1,28 +1,23 @@
 //! `asset ["scope"] "name" { key = … }`: each key's source, inline text, `file()` or
 //! `url()`, with its digest.
 
-use super::super::Specs;
-use super::super::check_label;
-use super::super::reader::labels;
-use super::Decoder;
-use crate::manifest::spec::Spec;
-use crate::model::Kind;
-use hcl::edit::structure::Block;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::time::Duration;
 
 use hcl::edit::Span;
 use hcl::edit::expr::Expression;
-use hcl::edit::structure::{Body, Structure};
+use hcl::edit::structure::{Block, Body, Structure};
 
-use super::super::reader::{DecodeCx, describe, to_map, to_string};
+use super::super::reader::{DecodeCx, describe, labels, to_map, to_string};
 use super::super::sources::Read;
+use super::super::{Specs, check_label};
+use super::Decoder;
 use super::checks::truncated;
 use crate::manifest::Mode;
 use crate::manifest::spec::bounds::{MAX_FETCH_TIMEOUT, show_duration};
-use crate::manifest::spec::{AssetFile, AssetSpec, sha256_hex};
-use crate::model::parse_go_duration;
+use crate::manifest::spec::{AssetFile, AssetSpec, Spec, sha256_hex};
+use crate::model::{Kind, parse_go_duration};
 
 /// `asset ["scope"] "name" { key = "inline" | file("path") | url("href", {…}) }`.
 fn asset(cx: &mut DecodeCx<'_>, body: &Body, anchor: Option<Range<usize>>) -> AssetSpec {

@@ -1,16 +1,15 @@
 //! `cronjob`: a schedule, its time zone and concurrency policy, and the job fields flat at
 //! its root.
 
-use super::super::Specs;
+use hcl::edit::structure::Block;
+
 use super::super::reader::{DecodeCx, Reader};
-use super::super::scoped;
+use super::super::{Specs, scoped};
 use super::Decoder;
 use super::job::job_fields;
-use crate::manifest::spec::CronjobSpec;
-use crate::manifest::spec::Spec;
 use crate::manifest::spec::schedule::check_schedule;
+use crate::manifest::spec::{CronjobSpec, Spec};
 use crate::model::Kind;
-use hcl::edit::structure::Block;
 
 fn cronjob(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> CronjobSpec {
     let schedule = r.required_string(cx, "schedule").unwrap_or_default();

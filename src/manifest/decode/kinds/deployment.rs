@@ -1,22 +1,18 @@
 //! `deployment` (and the deployment half of `app`): the container and workload fields, plus
 //! `post_deploy`, `keep_releases`, `release {}`, `autoscale {}` and `on_deploy {}`.
 
-use super::super::Specs;
-use super::super::plugin_blocks;
-use super::super::scoped;
-use super::Decoder;
-use crate::manifest::spec::Spec;
-use crate::model::Kind;
 use hcl::edit::Span;
 use hcl::edit::structure::Block;
 
 use super::super::reader::{DecodeCx, Reader};
-use super::super::values;
+use super::super::{Specs, plugin_blocks, scoped, values};
+use super::Decoder;
 use super::checks::{check_at_most, check_items};
 use super::container::container;
 use super::workload::{targets, workload};
 use crate::manifest::spec::bounds::{MAX_HISTORY, MAX_REPLICAS, MAX_TIMEOUT};
-use crate::manifest::spec::{Autoscale, DeploymentSpec, OnDeploy, ReleaseHooks};
+use crate::manifest::spec::{Autoscale, DeploymentSpec, OnDeploy, ReleaseHooks, Spec};
+use crate::model::Kind;
 
 pub(in crate::manifest::decode) fn deployment(
     cx: &mut DecodeCx<'_>,

@@ -1,18 +1,16 @@
 //! `ingress` (and the ingress half of `app`): host, service and port, `tls {}`, `location`
 //! blocks and `lb {}`.
 
-use super::super::Specs;
-use super::super::scoped;
-use super::Decoder;
-use crate::manifest::spec::Spec;
-use crate::model::Kind;
 use hcl::edit::Span;
 use hcl::edit::structure::Block;
 
 use super::super::reader::{DecodeCx, Reader};
+use super::super::{Specs, scoped};
+use super::Decoder;
 use crate::manifest::interpolate::is_ref_segment;
 use crate::manifest::spec::bounds::MAX_PROBE_DURATION;
-use crate::manifest::spec::{IngressSpec, LoadBalancing, Location, Tls};
+use crate::manifest::spec::{IngressSpec, LoadBalancing, Location, Spec, Tls};
+use crate::model::Kind;
 
 /// An `ingress`, or the ingress half of an `app` (which routes to its own deployment).
 pub(in crate::manifest::decode) fn ingress(

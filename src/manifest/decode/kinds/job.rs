@@ -1,18 +1,17 @@
 //! `job`: the container fields and a run's timeout and history; `cronjob` shares them.
 
-use super::super::Specs;
-use super::super::scoped;
-use super::Decoder;
-use crate::manifest::spec::Spec;
-use crate::model::Kind;
-use hcl::edit::structure::Block;
 use std::collections::BTreeMap;
 
+use hcl::edit::structure::Block;
+
 use super::super::reader::{DecodeCx, Reader};
+use super::super::{Specs, scoped};
+use super::Decoder;
 use super::checks::check_at_most;
 use super::container::container;
-use crate::manifest::spec::JobSpec;
 use crate::manifest::spec::bounds::{MAX_HISTORY, MAX_TIMEOUT};
+use crate::manifest::spec::{JobSpec, Spec};
+use crate::model::Kind;
 
 /// The job fields (shared by `job` and, flat at its root, `cronjob`).
 pub(super) fn job_fields(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> JobSpec {

@@ -1,16 +1,13 @@
 //! `registry "name"`: a registry's URL and its credentials, or a credential helper.
 
-use super::super::Specs;
-use super::super::check_label;
-use super::super::reader::labels;
-use super::super::reader::{DecodeCx, Reader};
-use super::super::values;
-use super::Decoder;
-use crate::manifest::spec::RegistrySpec;
-use crate::manifest::spec::Spec;
-use crate::model::Kind;
 use hcl::edit::Span;
 use hcl::edit::structure::Block;
+
+use super::super::reader::{DecodeCx, Reader, labels};
+use super::super::{Specs, check_label, values};
+use super::Decoder;
+use crate::manifest::spec::{RegistrySpec, Spec};
+use crate::model::Kind;
 
 fn registry(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> RegistrySpec {
     let url = r.string(cx, "url");

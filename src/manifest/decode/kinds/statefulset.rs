@@ -1,25 +1,21 @@
 //! `statefulset`: the container and workload fields, plus its `volume_claim` blocks; and a
 //! macro's statefulset (`postgres`, `redis`).
 
-use super::super::Specs;
-use super::super::plugin_blocks;
-use super::super::scoped;
-use super::Decoder;
-use crate::manifest::spec::Spec;
-use crate::model::Kind;
-use hcl::edit::structure::Block;
 use std::collections::BTreeMap;
 
 use hcl::edit::Span;
+use hcl::edit::structure::Block;
 
 use super::super::reader::{DecodeCx, Reader, labels};
-use super::super::values;
+use super::super::{Specs, plugin_blocks, scoped, values};
+use super::Decoder;
 use super::checks::truncated;
 use super::container::container;
 use super::workload::workload;
 use crate::manifest::interpolate::is_ref_segment;
 use crate::manifest::spec::bounds::MAX_VOLUME_SIZE;
-use crate::manifest::spec::{StatefulsetSpec, VolumeClaim};
+use crate::manifest::spec::{Spec, StatefulsetSpec, VolumeClaim};
+use crate::model::Kind;
 
 fn statefulset(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> StatefulsetSpec {
     let container = container(cx, r);
