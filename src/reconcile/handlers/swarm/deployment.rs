@@ -23,7 +23,7 @@
 use futures_util::future::BoxFuture;
 
 use super::super::container::{Identity, aliases};
-use super::super::deployment::{Deployment, with_detail};
+use super::super::deployment::Deployment;
 use super::super::hooks::HookSet;
 use super::super::launch::EnvSource;
 use super::super::replicas::{Observed, Waits};
@@ -42,12 +42,10 @@ pub(in crate::reconcile::handlers) async fn reconcile<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
 ) -> Result<Action> {
-    let Some(desired) = super::super::desired_or_remove(ctx, key, remove(ctx, key)).await? else {
+    let Some(desired) = super::desired_to_apply(ctx, key, remove(ctx, key)).await? else {
         return Ok(Action::Done);
     };
     let spec = spec_of!(key, desired, Deployment);
-    super::super::refuse_unappliable(key, &desired.spec)?;
-    super::refuse_gaps(key, &desired.spec)?;
     let deployment = SwarmDeployment {
         inner: Deployment::new(&desired, spec),
         built: None,
@@ -150,16 +148,6 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
         }
     }
 
-    pins_in!(inner.pins);
-
-    fn report(&self) -> Report<'_> {
-        <Deployment<'_> as Replicated<R>>::report(&self.inner)
-    }
-
-    fn images(&self) -> (&ContainerSpec, &[Init]) {
-        <Deployment<'_> as Replicated<R>>::images(&self.inner)
-    }
-
     fn is_current(&self, container: &Container) -> bool {
         self.service_target()
             .is_some_and(|target| target.is_current(&container.labels))
@@ -217,18 +205,7 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
         <Deployment<'_> as Replicated<R>>::release_hooks(&self.inner)
     }
 
-    swarm_kind!();
-
-    fn detail<'a>(
-        &'a self,
-        _ctx: &'a Ctx<R>,
-        status: ResourceStatus,
-        observed: &'a Observed,
-    ) -> BoxFuture<'a, Result<ResourceStatus>> {
-        let mut status = with_detail(status, observed, &self.inner.target(), self.inner.desired);
-        super::say_lost_nodes(&mut status, observed, "Swarm reschedules their tasks");
-        Box::pin(async move { Ok(status) })
-    }
+    swarm_kind!(lost_nodes: "Swarm reschedules their tasks");
 }
 
 /// The current tasks still waiting, each with the failed tasks of its slot of this

@@ -12,13 +12,39 @@
 //! planning again on an unchanged spec sends nothing; a resource with something Swarm
 //! cannot run (`plan::swarm_gaps`) is refused before anything is touched.
 
-/// The `Replicated` methods the Swarm kinds share: the images and networks before a rollout
-/// (`prepare` of the wrapped kind's container), the steps carried out by the kind module's
-/// own `execute` (no waits are listed), and how a kind follows Swarm converging on its own:
-/// the new tasks still waiting, when to look again, and whether Swarm gave up on the
-/// rollout, each judged by the kind's `task_is_current` (a task's labels are of the target).
+/// The `Replicated` methods the Swarm kinds share: the wrapped kind's pins, report, images
+/// and status detail (which says the nodes that are down and, `lost_nodes`, what that means
+/// for the kind); the images and networks before a rollout (`prepare` of the wrapped kind's
+/// container), the steps carried out by the kind module's own `execute` (no waits are
+/// listed), and how a kind follows Swarm converging on its own: the new tasks still waiting,
+/// when to look again, and whether Swarm gave up on the rollout, each judged by the kind's
+/// `task_is_current` (a task's labels are of the target).
 macro_rules! swarm_kind {
-    () => {
+    (lost_nodes: $then:expr) => {
+        pins_in!(inner.pins);
+
+        fn report(&self) -> Report<'_> {
+            Replicated::<R>::report(&self.inner)
+        }
+
+        fn images(&self) -> (&ContainerSpec, &[Init]) {
+            Replicated::<R>::images(&self.inner)
+        }
+
+        fn detail<'a>(
+            &'a self,
+            ctx: &'a Ctx<R>,
+            status: ResourceStatus,
+            observed: &'a Observed,
+        ) -> BoxFuture<'a, Result<ResourceStatus>> {
+            Box::pin(async move {
+                let mut status =
+                    Replicated::<R>::detail(&self.inner, ctx, status, observed).await?;
+                super::say_lost_nodes(&mut status, observed, $then);
+                Ok(status)
+            })
+        }
+
         fn execute<'a>(
             &'a self,
             ctx: &'a Ctx<R>,
@@ -86,7 +112,7 @@ use crate::runtime::{
     ConfigMount, ContainerState, HealthCheck, HostPort, Runtime, ServiceMode, ServiceSpec, Task,
     TaskState, UpdateOrder, UpdatePolicy, labels,
 };
-use crate::store::{FailureReason, ResourceStatus, now_unix};
+use crate::store::{Desired, FailureReason, ResourceStatus, now_unix};
 
 pub(crate) use super::replicas::SwarmSeen;
 
@@ -121,6 +147,22 @@ pub(super) async fn registry_auth<R: Runtime>(
     image: &str,
 ) -> Result<Option<crate::runtime::RegistryAuth>> {
     crate::reconcile::handlers::images::auth_for(ctx, key, image).await
+}
+
+/// The desired state of `key`, a Swarm kind, once refused when it cannot be applied or
+/// Swarm cannot run it (before anything is touched); `None` when it left the repo and
+/// `remove` ran.
+pub(super) async fn desired_to_apply<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    remove: impl Future<Output = Result<()>>,
+) -> Result<Option<Desired>> {
+    let Some(desired) = super::desired_or_remove(ctx, key, remove).await? else {
+        return Ok(None);
+    };
+    super::refuse_unappliable(key, &desired.spec)?;
+    refuse_gaps(key, &desired.spec)?;
+    Ok(Some(desired))
 }
 
 /// Refuses a resource Swarm cannot run, with every reason.
