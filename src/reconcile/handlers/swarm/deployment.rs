@@ -29,12 +29,12 @@ use super::super::launch::EnvSource;
 use super::super::replicas::{Observed, Waits};
 use super::super::replicated::{self, Replicated};
 use super::super::rollout::Report;
-use super::{Built, Shape, build_service, observe_services, observed, with_configs};
+use super::{Built, Shape, build_service, observe_services, observed};
 use crate::manifest::spec::{Container as ContainerSpec, Init};
 use crate::model::{Kind, ResourceKey};
 use crate::reconcile::plan::gate::NewReplica;
 use crate::reconcile::plan::{ServiceStep, ServiceTarget, plan_service};
-use crate::reconcile::{context::Ctx, error::Error, error::Result, run::action::Action};
+use crate::reconcile::{context::Ctx, error::Result, run::action::Action};
 use crate::runtime::{Container, Runtime, ServiceMode, TaskState, labels};
 use crate::store::{FailureReason, Release, ResourceStatus};
 
@@ -308,10 +308,6 @@ async fn execute<R: Runtime>(
     let Some(built) = work.built() else {
         return Ok(());
     };
-    let runtime_error = |source| Error::Runtime {
-        key: key.clone(),
-        source,
-    };
     let service = observed
         .swarm
         .as_ref()
@@ -320,21 +316,11 @@ async fn execute<R: Runtime>(
         match (step, service) {
             (ServiceStep::Wait(_), _) => {}
             (ServiceStep::Create, _) => {
-                let spec = with_configs(ctx, key, built).await?;
-                let auth = super::registry_auth(ctx, key, &spec.task.image).await?;
-                ctx.runtime
-                    .create_service(&spec, auth.as_ref())
-                    .await
-                    .map_err(runtime_error)?;
+                let (spec, _) = super::create_service(ctx, key, built).await?;
                 tracing::info!(%key, service = %spec.name, "service created");
             }
             (ServiceStep::Update | ServiceStep::Scale { .. }, Some(service)) => {
-                let spec = with_configs(ctx, key, built).await?;
-                let auth = super::registry_auth(ctx, key, &spec.task.image).await?;
-                ctx.runtime
-                    .update_service(&service.id, service.version, &spec, auth.as_ref())
-                    .await
-                    .map_err(runtime_error)?;
+                let spec = super::update_service(ctx, key, service, built).await?;
                 match step {
                     ServiceStep::Scale { from, to } => {
                         tracing::info!(%key, service = %spec.name, from, to, "service scaled");

@@ -130,10 +130,7 @@ pub(super) async fn prepare<R: Runtime>(
         ctx.runtime
             .ensure_overlay(&overlay(&network))
             .await
-            .map_err(|source| Error::Runtime {
-                key: key.clone(),
-                source,
-            })?;
+            .map_err(Error::runtime(key))?;
     }
     let image = crate::model::resolve_asset_refs(&container.effective_image(key), &ctx.assets_root);
     crate::reconcile::handlers::images::ensure_image(ctx, key, &image).await
@@ -141,7 +138,7 @@ pub(super) async fn prepare<R: Runtime>(
 
 /// The credentials of the `registry` for `image`'s registry host, sent with the service so
 /// every node can pull it.
-pub(super) async fn registry_auth<R: Runtime>(
+async fn registry_auth<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
     image: &str,
@@ -187,13 +184,6 @@ pub(super) use super::replicas::replica_filter as service_filter;
 /// (with a deployment's, a release hook service an interrupted pass left behind).
 pub(super) use super::replicas::owned_filter;
 
-fn runtime_error(key: &ResourceKey) -> impl Fn(crate::runtime::Error) -> Error + '_ {
-    move |source| Error::Runtime {
-        key: key.clone(),
-        source,
-    }
-}
-
 /// The services of `key` that `filter` selects, for a resource that left the repo.
 async fn list_leftovers<R: Runtime>(
     ctx: &Ctx<R>,
@@ -203,7 +193,7 @@ async fn list_leftovers<R: Runtime>(
     ctx.runtime
         .list_services(filter)
         .await
-        .map_err(runtime_error(key))
+        .map_err(Error::runtime(key))
 }
 
 /// The resource left the repo: `services` go in their order (Swarm stops the tasks with
@@ -219,7 +209,7 @@ async fn remove_leftovers<R: Runtime>(
         ctx.runtime
             .remove_service(&service.id)
             .await
-            .map_err(runtime_error(key))?;
+            .map_err(Error::runtime(key))?;
     }
     let key = key.clone();
     crate::reconcile::context::blocking(&ctx.store, move |store| store.delete_status(&key)).await
@@ -479,10 +469,52 @@ fn asset_mounts(
     (kept, configs)
 }
 
+/// Creates the service `built` becomes (`sent`); its id.
+pub(super) async fn create_service<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    built: &Built,
+) -> Result<(ServiceSpec, String)> {
+    let (spec, auth) = sent(ctx, key, built).await?;
+    let id = ctx
+        .runtime
+        .create_service(&spec, auth.as_ref())
+        .await
+        .map_err(Error::runtime(key))?;
+    Ok((spec, id))
+}
+
+/// Updates `service` to what `built` becomes (`sent`).
+pub(super) async fn update_service<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    service: &crate::runtime::Service,
+    built: &Built,
+) -> Result<ServiceSpec> {
+    let (spec, auth) = sent(ctx, key, built).await?;
+    ctx.runtime
+        .update_service(&service.id, service.version, &spec, auth.as_ref())
+        .await
+        .map_err(Error::runtime(key))?;
+    Ok(spec)
+}
+
+/// What Swarm is sent for `built`: its spec with its configs (`with_configs`), and the
+/// registry's credentials for its image, so every node can pull it.
+async fn sent<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    built: &Built,
+) -> Result<(ServiceSpec, Option<crate::runtime::RegistryAuth>)> {
+    let spec = with_configs(ctx, key, built).await?;
+    let auth = registry_auth(ctx, key, &spec.task.image).await?;
+    Ok((spec, auth))
+}
+
 /// `built`'s spec with the ids of its configs, creating the configs that do not exist yet
 /// from the asset files; then removes the earlier configs of the same assets that no
 /// service uses any more.
-pub(super) async fn with_configs<R: Runtime>(
+async fn with_configs<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
     built: &Built,
@@ -491,7 +523,7 @@ pub(super) async fn with_configs<R: Runtime>(
     if built.assets.is_empty() {
         return Ok(spec);
     }
-    let runtime_error = runtime_error(key);
+    let runtime_error = Error::runtime(key);
     let existing = ctx
         .runtime
         .list_configs(&[(labels::AGENT, ctx.agent_id.as_str())])
@@ -632,7 +664,7 @@ pub(super) async fn observe_services<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
 ) -> Result<SwarmSeen> {
-    let runtime_error = runtime_error(key);
+    let runtime_error = Error::runtime(key);
     let services = ctx
         .runtime
         .list_services(&service_filter(&ctx.agent_id, key))

@@ -24,7 +24,7 @@ use super::super::replicas::{Observed, Waits};
 use super::super::replicated::{self, Replicated};
 use super::super::rollout::Report;
 use super::super::statefulset::Statefulset;
-use super::{Shape, build_service, observe_services, observed, with_configs};
+use super::{Shape, build_service, observe_services, observed};
 use crate::manifest::spec::{Container as ContainerSpec, Init};
 use crate::model::ResourceKey;
 use crate::reconcile::plan::StatefulStep;
@@ -271,15 +271,7 @@ async fn create_pod<R: Runtime>(
         },
     })?;
     let built = work.service(ctx, ordinal, &node)?;
-    let spec = with_configs(ctx, key, &built).await?;
-    let auth = super::registry_auth(ctx, key, &spec.task.image).await?;
-    ctx.runtime
-        .create_service(&spec, auth.as_ref())
-        .await
-        .map_err(|source| Error::Runtime {
-            key: key.clone(),
-            source,
-        })?;
+    let (spec, _) = super::create_service(ctx, key, &built).await?;
     tracing::info!(%key, service = %spec.name, ordinal, node, "pod service created");
     Ok(())
 }
@@ -291,10 +283,7 @@ async fn execute<R: Runtime>(
     observed: &Observed,
 ) -> Result<()> {
     let key = work.key();
-    let runtime_error = |source| Error::Runtime {
-        key: key.clone(),
-        source,
-    };
+    let runtime_error = Error::runtime(key);
     let services: &[Service] = observed
         .swarm
         .as_ref()
@@ -325,12 +314,7 @@ async fn execute<R: Runtime>(
                     .or_else(|| node_for(observed, *ordinal))
                     .unwrap_or_default();
                 let built = work.service(ctx, *ordinal, &node)?;
-                let spec = with_configs(ctx, key, &built).await?;
-                let auth = super::registry_auth(ctx, key, &spec.task.image).await?;
-                ctx.runtime
-                    .update_service(&service.id, service.version, &spec, auth.as_ref())
-                    .await
-                    .map_err(runtime_error)?;
+                super::update_service(ctx, key, service, &built).await?;
                 tracing::info!(%key, pod = %name, ordinal, "pod service updated (stop-first, same node, same volumes)");
                 super::remove_stale_configs(ctx, &built.assets).await;
             }
@@ -344,7 +328,7 @@ async fn execute<R: Runtime>(
                 ctx.runtime
                     .remove_service(&service.id)
                     .await
-                    .map_err(runtime_error)?;
+                    .map_err(&runtime_error)?;
                 tracing::info!(%key, pod = %name, ordinal = ?ordinal, "pod service removed; its volumes are kept");
             }
         }
@@ -367,7 +351,7 @@ async fn execute<R: Runtime>(
             ctx.runtime
                 .remove_service(&service.id)
                 .await
-                .map_err(runtime_error)?;
+                .map_err(&runtime_error)?;
             tracing::info!(%key, service = %service.name, "surplus pod service removed; its volumes are kept");
         }
     }
