@@ -169,6 +169,9 @@ const CONTAINER_HASHED: Edits<'static, Container> = &[
     ("docker_options", |c| {
         c.docker_options = vec!["--shm-size=1g".into()]
     }),
+    ("resources (empty)", |c| {
+        c.resources = Some(Resources::default())
+    }),
     ("resources", |c| {
         c.resources = Some(Resources {
             limits: Some(super::common::Limits {
@@ -178,6 +181,7 @@ const CONTAINER_HASHED: Edits<'static, Container> = &[
         });
     }),
     ("logs", |c| c.logs.max_files = 9),
+    ("logs (max_size)", |c| c.logs.max_size = "1m".into()),
 ];
 
 #[cfg(test)]
