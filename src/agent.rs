@@ -144,13 +144,7 @@ pub(crate) async fn run(
     listener: Option<TcpListener>,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let token = CancellationToken::new();
-    finish_after(
-        shutdown,
-        &token,
-        run_on_docker(config, listener, token.clone()),
-    )
-    .await
+    finish_after(shutdown, |token| run_on_docker(config, listener, token)).await
 }
 
 /// Runs the agent with any runtime (tests pass the fake); see `run`.
@@ -160,22 +154,21 @@ pub async fn run_with_runtime<R: Runtime>(
     listener: Option<TcpListener>,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let token = CancellationToken::new();
-    finish_after(
-        shutdown,
-        &token,
-        run_until(config, runtime, listener, token.clone()),
-    )
+    finish_after(shutdown, |token| {
+        run_until(config, runtime, listener, token)
+    })
     .await
 }
 
-/// Drives `work` to its end; when `shutdown` completes first, cancels `token` (which `work`
-/// watches) and still drives `work` to its end.
-async fn finish_after<T>(
+/// Drives the work `start` makes of a fresh cancellation token to its end; when `shutdown`
+/// completes first, cancels that token (which the work watches) and still drives the work to
+/// its end.
+async fn finish_after<T, W: Future<Output = T>>(
     shutdown: impl Future<Output = ()>,
-    token: &CancellationToken,
-    work: impl Future<Output = T>,
+    start: impl FnOnce(CancellationToken) -> W,
 ) -> T {
+    let token = CancellationToken::new();
+    let work = start(token.clone());
     tokio::pin!(shutdown, work);
     tokio::select! {
         output = &mut work => return output,

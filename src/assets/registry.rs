@@ -347,7 +347,7 @@ async fn get(
     url: &Url,
     authorization: Option<&HeaderValue>,
 ) -> Result<reqwest::Response, RegistryError> {
-    send(client, host, url, authorization, "").await
+    send(client, host, url, (authorization, None), "").await
 }
 
 /// The media types a manifest is asked for in: what `docker pull` asks for, so the digest a
@@ -440,7 +440,16 @@ async fn authorized(
 ) -> Result<Option<reqwest::Response>, RegistryError> {
     let request = |authorization: Option<HeaderValue>| {
         let accept = accept.map(str::to_owned);
-        async move { send_accepting(client, host, url, authorization.as_ref(), accept.as_deref()).await }
+        async move {
+            send(
+                client,
+                host,
+                url,
+                (authorization.as_ref(), accept.as_deref()),
+                "",
+            )
+            .await
+        }
     };
     let mut response = request(None).await?;
     if response.status() == StatusCode::UNAUTHORIZED {
@@ -470,52 +479,13 @@ async fn authorized(
     }
 }
 
-/// `send` with an `Accept` header.
-async fn send_accepting(
-    client: &Scanner,
-    host: &str,
-    url: &Url,
-    authorization: Option<&HeaderValue>,
-    accept: Option<&str>,
-) -> Result<reqwest::Response, RegistryError> {
-    let Some(accept) = accept else {
-        return send(client, host, url, authorization, "").await;
-    };
-    client
-        .guard
-        .check_url(url)
-        .map_err(|refusal| RegistryError::Refused {
-            host: host.to_owned(),
-            message: refusal.to_string(),
-        })?;
-    let mut request = client
-        .client
-        .get(url.clone())
-        .header(reqwest::header::ACCEPT, accept);
-    if let Some(authorization) = authorization {
-        request = request.header(AUTHORIZATION, authorization.clone());
-    }
-    request.send().await.map_err(|error| {
-        if let Some(refusal) = refusal_in(&error) {
-            return RegistryError::Refused {
-                host: host.to_owned(),
-                message: refusal.to_string(),
-            };
-        }
-        RegistryError::Unreachable {
-            host: host.to_owned(),
-            message: without_url(&error),
-        }
-    })
-}
-
-/// Sends a GET to `url` once the guard allows it (an address host is judged here, a name by
-/// the resolver); `what` prefixes a failure's message.
+/// Sends a GET to `url` (with an `Accept` header when `accept`) once the guard allows it (an
+/// address host is judged here, a name by the resolver); `what` prefixes a failure's message.
 async fn send(
     client: &Scanner,
     host: &str,
     url: &Url,
-    authorization: Option<&HeaderValue>,
+    (authorization, accept): (Option<&HeaderValue>, Option<&str>),
     what: &str,
 ) -> Result<reqwest::Response, RegistryError> {
     let refused = |message: String| RegistryError::Refused {
@@ -527,6 +497,9 @@ async fn send(
         .check_url(url)
         .map_err(|refusal| refused(refusal.to_string()))?;
     let mut request = client.client.get(url.clone());
+    if let Some(accept) = accept {
+        request = request.header(reqwest::header::ACCEPT, accept);
+    }
     if let Some(authorization) = authorization {
         request = request.header(AUTHORIZATION, authorization.clone());
     }
@@ -590,7 +563,14 @@ async fn authorize(
         }
     }
     let header = credentials.and_then(basic);
-    let response = send(client, host, &realm, header.as_ref(), "its token service: ").await?;
+    let response = send(
+        client,
+        host,
+        &realm,
+        (header.as_ref(), None),
+        "its token service: ",
+    )
+    .await?;
     if matches!(
         response.status(),
         StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN

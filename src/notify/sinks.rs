@@ -319,6 +319,17 @@ pub(crate) enum State {
     Failure,
 }
 
+impl State {
+    /// The state in a provider's words: `[pending, success, failure]`.
+    fn spelled(self, [pending, success, failure]: [&'static str; 3]) -> &'static str {
+        match self {
+            State::Pending => pending,
+            State::Success => success,
+            State::Failure => failure,
+        }
+    }
+}
+
 /// The request that sets `sha`'s status on `provider` (each provider's documented API; the
 /// description cut to the 140 characters GitHub takes).
 #[allow(clippy::too_many_arguments)]
@@ -334,16 +345,14 @@ pub(crate) fn commit_status(
     dashboard: Option<&str>,
 ) -> Request {
     let description = cut_chars(&escape(description), 140);
-    let json_body = |body: Value| body.to_string().into_bytes();
     let content = ("content-type", "application/json".to_owned());
-    match provider {
+    let (url, headers, body) = match provider {
         // POST /repos/{owner}/{repo}/statuses/{sha}: pending | success | failure | error (Gitea
         // and Forgejo copy GitHub's API: pending | success | error | failure | warning, but
         // authenticate with `token …`).
-        Provider::Github | Provider::Gitea | Provider::Forgejo => Request {
-            secrets: vec![token.to_owned()],
-            url: format!("{api_url}/repos/{repository}/statuses/{sha}"),
-            headers: if provider == Provider::Github {
+        Provider::Github | Provider::Gitea | Provider::Forgejo => (
+            format!("{api_url}/repos/{repository}/statuses/{sha}"),
+            if provider == Provider::Github {
                 vec![
                     content,
                     ("accept", "application/vnd.github+json".to_owned()),
@@ -353,55 +362,47 @@ pub(crate) fn commit_status(
             } else {
                 vec![content, ("authorization", format!("token {token}"))]
             },
-            body: json_body(json!({
-                "state": match state {
-                    State::Pending => "pending",
-                    State::Success => "success",
-                    State::Failure => "failure",
-                },
+            json!({
+                "state": state.spelled(["pending", "success", "failure"]),
                 "target_url": dashboard,
                 "description": description,
                 "context": context,
-            })),
-        },
+            }),
+        ),
         // POST /projects/:id/statuses/:sha (id: the URL-encoded path): pending | running |
         // success | failed | canceled.
-        Provider::Gitlab => Request {
-            secrets: vec![token.to_owned()],
-            url: format!(
+        Provider::Gitlab => (
+            format!(
                 "{api_url}/projects/{}/statuses/{sha}",
                 form_urlencoded::byte_serialize(repository.as_bytes()).collect::<String>()
             ),
-            headers: vec![content, ("private-token", token.to_owned())],
-            body: json_body(json!({
-                "state": match state {
-                    State::Pending => "running",
-                    State::Success => "success",
-                    State::Failure => "failed",
-                },
+            vec![content, ("private-token", token.to_owned())],
+            json!({
+                "state": state.spelled(["running", "success", "failed"]),
                 "name": context,
                 "target_url": dashboard,
                 "description": description,
-            })),
-        },
+            }),
+        ),
         // POST /repositories/{workspace}/{repo_slug}/commit/{commit}/statuses/build:
         // INPROGRESS | SUCCESSFUL | FAILED | STOPPED; `key` and `url` are required.
-        Provider::Bitbucket => Request {
-            secrets: vec![token.to_owned()],
-            url: format!("{api_url}/repositories/{repository}/commit/{sha}/statuses/build"),
-            headers: vec![content, ("authorization", format!("Bearer {token}"))],
-            body: json_body(json!({
-                "state": match state {
-                    State::Pending => "INPROGRESS",
-                    State::Success => "SUCCESSFUL",
-                    State::Failure => "FAILED",
-                },
+        Provider::Bitbucket => (
+            format!("{api_url}/repositories/{repository}/commit/{sha}/statuses/build"),
+            vec![content, ("authorization", format!("Bearer {token}"))],
+            json!({
+                "state": state.spelled(["INPROGRESS", "SUCCESSFUL", "FAILED"]),
                 "key": context,
                 "name": context,
                 "url": dashboard.unwrap_or(api_url),
                 "description": description,
-            })),
-        },
+            }),
+        ),
+    };
+    Request {
+        secrets: vec![token.to_owned()],
+        url,
+        headers,
+        body: body.to_string().into_bytes(),
     }
 }
 

@@ -163,6 +163,14 @@ fn init_outcome(exit_code: Option<i64>, timeout: Duration) -> String {
 }
 
 impl Error {
+    /// The error of an engine call made for `key`, for `map_err`.
+    pub(crate) fn runtime(key: &ResourceKey) -> impl Fn(crate::runtime::Error) -> Error + '_ {
+        move |source| Error::Runtime {
+            key: key.clone(),
+            source,
+        }
+    }
+
     /// True when the retry schedule applies.
     pub(crate) fn is_transient(&self) -> bool {
         match self {

@@ -251,6 +251,29 @@ struct Lineage<'a> {
     images: Option<&'a BTreeMap<String, String>>,
 }
 
+/// `insert_release` of `desired`'s spec, in its incarnation.
+fn insert_desired_release(
+    tx: &Transaction<'_>,
+    desired: &Desired,
+    message: &str,
+    rolled_back_from: Option<i64>,
+    images: Option<&BTreeMap<String, String>>,
+) -> Result<Release> {
+    insert_release(
+        tx,
+        &desired.key,
+        &desired.commit,
+        &desired.spec_hash,
+        &desired.spec_json,
+        message,
+        Lineage {
+            rolled_back_from,
+            incarnation: desired.incarnation,
+            images,
+        },
+    )
+}
+
 fn insert_release(
     tx: &Transaction<'_>,
     key: &ResourceKey,
@@ -907,19 +930,7 @@ impl Store {
                     format!("superseded by commit {}", desired.commit.short())
                 ],
             )?;
-            let release = insert_release(
-                &tx,
-                &desired.key,
-                &desired.commit,
-                &desired.spec_hash,
-                &desired.spec_json,
-                &message,
-                Lineage {
-                    rolled_back_from: None,
-                    incarnation: desired.incarnation,
-                    images: images.as_ref(),
-                },
-            )?;
+            let release = insert_desired_release(&tx, desired, &message, None, images.as_ref())?;
             record_rollout(
                 &tx,
                 &Who::AGENT,
@@ -1015,18 +1026,12 @@ impl Store {
     pub(crate) fn retry_release(&self, failed: &Release, desired: &Desired) -> Result<Release> {
         self.with(|connection| {
             let tx = connection.transaction()?;
-            let release = insert_release(
+            let release = insert_desired_release(
                 &tx,
-                &desired.key,
-                &desired.commit,
-                &desired.spec_hash,
-                &desired.spec_json,
+                desired,
                 &format!("another attempt after release #{}", failed.id),
-                Lineage {
-                    rolled_back_from: failed.rolled_back_from,
-                    incarnation: desired.incarnation,
-                    images: failed.images.as_ref(),
-                },
+                failed.rolled_back_from,
+                failed.images.as_ref(),
             )?;
             tx.commit()?;
             Ok(release)

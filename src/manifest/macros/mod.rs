@@ -29,7 +29,10 @@ use hcl::edit::structure::Block;
 
 use super::decode::reader::{DecodeCx, Reader};
 use super::interpolate::Reference;
-use super::spec::{AssetFile, AssetSpec, Spec, StatefulsetSpec, VolumeClaim, sha256_hex};
+use super::spec::{
+    AssetFile, AssetSpec, ExecAction, Probe, Probes, Spec, StatefulsetSpec, TcpSocket, VolumeClaim,
+    sha256_hex,
+};
 use crate::model::{Kind, ResourceKey};
 
 /// A config-bucket key that must exist before the resource runs; generated when missing.
@@ -213,6 +216,29 @@ fn default_claim(spec: &mut StatefulsetSpec, name: &str, mount_path: &str) {
 fn merge_env(spec: &mut StatefulsetSpec, defaults: BTreeMap<String, String>) {
     for (name, value) in defaults {
         spec.container.env.entry(name).or_insert(value);
+    }
+}
+
+/// The probes a macro's pods get when the block declares none, as voodu's plugins set them
+/// up: liveness the port open (every 10s after `liveness_delay`, 3 failures), readiness
+/// `readiness` exits 0 (every 5s, 1 failure, 2 successes).
+fn default_probes(port: i64, liveness_delay: &str, readiness: Vec<String>) -> Probes {
+    Probes {
+        liveness: Some(Probe {
+            tcp_socket: Some(TcpSocket { port }),
+            initial_delay: liveness_delay.to_owned(),
+            period: "10s".to_owned(),
+            failure_threshold: 3,
+            ..Probe::default()
+        }),
+        readiness: Some(Probe {
+            exec: Some(ExecAction { command: readiness }),
+            period: "5s".to_owned(),
+            failure_threshold: 1,
+            success_threshold: 2,
+            ..Probe::default()
+        }),
+        startup: None,
     }
 }
 

@@ -16,7 +16,7 @@ use hcl::edit::Span;
 
 use super::{Expansion, Files, Reader, is_identifier, merge_env, own_secret, scope_suffix};
 use crate::manifest::decode::reader::DecodeCx;
-use crate::manifest::spec::{ExecAction, Macro, Probe, Probes, TcpSocket};
+use crate::manifest::spec::{Macro, Probes};
 use crate::model::ResourceKey;
 
 /// The entrypoint every pod runs (asset key `entrypoint`).
@@ -208,33 +208,16 @@ fn fields(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> Fields {
 
 /// voodu-postgres's probes when the block declares none: the port open, then `pg_isready`.
 fn default_probes(port: i64, user: String, database: String) -> Probes {
-    Probes {
-        liveness: Some(Probe {
-            tcp_socket: Some(TcpSocket { port }),
-            initial_delay: "20s".to_owned(),
-            period: "10s".to_owned(),
-            failure_threshold: 3,
-            ..Probe::default()
-        }),
-        readiness: Some(Probe {
-            exec: Some(ExecAction {
-                command: vec![
-                    "pg_isready".to_owned(),
-                    "-U".to_owned(),
-                    user,
-                    "-d".to_owned(),
-                    database,
-                    "-p".to_owned(),
-                    port.to_string(),
-                ],
-            }),
-            period: "5s".to_owned(),
-            failure_threshold: 1,
-            success_threshold: 2,
-            ..Probe::default()
-        }),
-        startup: None,
-    }
+    let pg_isready = vec![
+        "pg_isready".to_owned(),
+        "-U".to_owned(),
+        user,
+        "-d".to_owned(),
+        database,
+        "-p".to_owned(),
+        port.to_string(),
+    ];
+    super::default_probes(port, "20s", pg_isready)
 }
 
 /// Docker's tag grammar: `[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}`.

@@ -17,7 +17,7 @@ use hcl::edit::Span;
 
 use super::{Expansion, Files, Reader, merge_env, own_secret, scope_suffix};
 use crate::manifest::decode::reader::DecodeCx;
-use crate::manifest::spec::{ExecAction, Macro, Probe, Probes, StatefulsetSpec, TcpSocket};
+use crate::manifest::spec::{Macro, StatefulsetSpec};
 use crate::model::{Kind, ResourceKey};
 
 /// The data redis's config (asset key `redis_conf`).
@@ -74,29 +74,12 @@ fn data_redis(
         ],
     );
     if spec.probes.is_none() {
-        spec.probes = Some(Probes {
-            liveness: Some(Probe {
-                tcp_socket: Some(TcpSocket { port: 6379 }),
-                period: "10s".to_owned(),
-                failure_threshold: 3,
-                ..Probe::default()
-            }),
-            readiness: Some(Probe {
-                exec: Some(ExecAction {
-                    command: vec![
-                        "sh".to_owned(),
-                        "-c".to_owned(),
-                        "redis-cli -a \"$REDIS_PASSWORD\" --no-auth-warning ping | grep -q PONG"
-                            .to_owned(),
-                    ],
-                }),
-                period: "5s".to_owned(),
-                failure_threshold: 1,
-                success_threshold: 2,
-                ..Probe::default()
-            }),
-            startup: None,
-        });
+        let ping = vec![
+            "sh".to_owned(),
+            "-c".to_owned(),
+            "redis-cli -a \"$REDIS_PASSWORD\" --no-auth-warning ping | grep -q PONG".to_owned(),
+        ];
+        spec.probes = Some(super::default_probes(6379, "", ping));
     }
     let secrets = vec![own_secret(key, "REDIS_PASSWORD")];
     files.expansion(cx, r, key, spec, ("data", "/data"), secrets)

@@ -12,10 +12,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    Autoscale, Container, Drain, Init, Logs, OnDeploy, OnProbe, Probes, ReleaseHooks, Resources,
+    Autoscale, Container, Drain, Init, Logs, OnDeploy, OnProbe, Probes, ReleaseHooks,
     clamp_replicas, is_zero, normalized_ports, replica_count, restart_or_default,
 };
-use super::hash::{go_json_sha256, non_empty, sorted};
+use super::hash::{HashedHostOptions, go_json_sha256, non_empty};
 use super::plugin::PluginBlock;
 use super::{KindSpec, image_text};
 use crate::model::{ResourceKey, SpecHash};
@@ -131,11 +131,7 @@ impl KindSpec for DeploymentSpec {
             networks: non_empty(&networks),
             network_mode: container.network_mode.clone(),
             restart: self.effective_restart().to_owned(),
-            extra_hosts: sorted(&container.extra_hosts),
-            cap_add: sorted(&container.cap_add),
-            ulimits: (!container.ulimits.is_empty()).then(|| container.ulimits.clone()),
-            docker_options: non_empty(&container.docker_options),
-            resources: container.resources.clone(),
+            host_options: HashedHostOptions::of(container),
             autoscale: self.autoscale.clone(),
             logs: Some(container.logs.clone()),
             probes: self.probes.clone(),
@@ -192,16 +188,8 @@ struct HashedDeployment {
     networks: Option<Vec<String>>,
     network_mode: String,
     restart: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    extra_hosts: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cap_add: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ulimits: Option<BTreeMap<String, String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    docker_options: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    resources: Option<Resources>,
+    #[serde(flatten)]
+    host_options: HashedHostOptions,
     #[serde(skip_serializing_if = "Option::is_none")]
     autoscale: Option<Autoscale>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -218,9 +206,9 @@ struct HashedDeployment {
 mod tests {
     use super::*;
     use crate::manifest::spec::common::{
-        DEFAULT_NETWORK, DEFAULT_RESTART, HttpGet, Limits, OnDeploy, Probe, WebhookTarget,
+        DEFAULT_NETWORK, DEFAULT_RESTART, HttpGet, OnDeploy, Probe, WebhookTarget,
     };
-    use crate::manifest::spec::hash::check_edits;
+    use crate::manifest::spec::hash::check_hash_edits;
     use crate::model::Kind;
 
     fn key() -> ResourceKey {
@@ -242,42 +230,11 @@ mod tests {
 
     /// Every field of voodu's hash input, one edit each (spec §5.2).
     const HASHED: &[(&str, Edit)] = &[
-        ("image", |s| s.container.image = "other".into()),
-        ("command", |s| s.container.command = None),
         ("ports", |s| s.ports = vec!["80".into()]),
-        ("volumes", |s| s.container.volumes = vec!["/a:/b".into()]),
-        ("env", |s| {
-            s.container.env.insert("B".into(), "2".into());
-        }),
         ("env_from", |s| {
             s.container.env_from = vec!["shop/shared".into()]
         }),
-        ("networks", |s| {
-            s.container.networks = vec!["backend".into()]
-        }),
-        ("network", |s| s.container.network = "backend".into()),
-        ("network_mode", |s| s.container.network_mode = "host".into()),
         ("restart", |s| s.restart = "always".into()),
-        ("extra_hosts", |s| {
-            s.container.extra_hosts = vec!["a:1.2.3.4".into()]
-        }),
-        ("cap_add", |s| {
-            s.container.cap_add = vec!["NET_ADMIN".into()]
-        }),
-        ("ulimits", |s| {
-            s.container.ulimits = BTreeMap::from([("nofile".into(), "1:1".into())]);
-        }),
-        ("docker_options", |s| {
-            s.container.docker_options = vec!["--shm-size=1g".into()]
-        }),
-        ("resources", |s| {
-            s.container.resources = Some(Resources {
-                limits: Some(Limits {
-                    cpu: "1".into(),
-                    memory: String::new(),
-                }),
-            });
-        }),
         ("autoscale", |s| {
             s.autoscale = Some(Autoscale {
                 min: 1,
@@ -286,7 +243,6 @@ mod tests {
                 ..Autoscale::default()
             });
         }),
-        ("logs", |s| s.container.logs.max_files = 9),
         ("probes", |s| {
             s.probes = Some(Probes {
                 readiness: Some(Probe {
@@ -361,13 +317,8 @@ mod tests {
     ];
 
     #[test]
-    fn every_hashed_field_changes_the_hash() {
-        check_edits(base, |spec| spec.spec_hash(&key()), HASHED, true);
-    }
-
-    #[test]
-    fn operational_fields_stay_out_of_the_hash() {
-        check_edits(base, |spec| spec.spec_hash(&key()), NOT_HASHED, false);
+    fn hashed_fields_change_the_hash_and_operational_ones_do_not() {
+        check_hash_edits(base, |spec| spec.spec_hash(&key()), HASHED, NOT_HASHED);
     }
 
     #[test]
@@ -420,11 +371,13 @@ mod tests {
             networks: Some(vec![DEFAULT_NETWORK.into()]),
             network_mode: String::new(),
             restart: DEFAULT_RESTART.into(),
-            extra_hosts: None,
-            cap_add: None,
-            ulimits: None,
-            docker_options: None,
-            resources: None,
+            host_options: HashedHostOptions {
+                extra_hosts: None,
+                cap_add: None,
+                ulimits: None,
+                docker_options: None,
+                resources: None,
+            },
             autoscale: None,
             logs: Some(Logs::default()),
             probes: None,

@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::common::{Container, Logs, Resources, is_false, is_zero};
+use super::common::{Container, Logs, is_false, is_zero};
 use super::deployment::asset_lines;
-use super::hash::{go_json_sha256, non_empty, sorted};
+use super::hash::{HashedHostOptions, go_json_sha256, non_empty};
 use super::{KindSpec, image_text};
 use crate::model::{ResourceKey, SpecHash};
 
@@ -58,11 +58,7 @@ impl JobSpec {
             env_from: non_empty(&container.env_from),
             networks: non_empty(&networks),
             network_mode: container.network_mode.clone(),
-            extra_hosts: sorted(&container.extra_hosts),
-            cap_add: sorted(&container.cap_add),
-            ulimits: (!container.ulimits.is_empty()).then(|| container.ulimits.clone()),
-            docker_options: non_empty(&container.docker_options),
-            resources: container.resources.clone(),
+            host_options: HashedHostOptions::of(container),
             logs: Some(container.logs.clone()),
             timeout: self.timeout.clone(),
             assets: asset_lines(&self.asset_digests),
@@ -179,16 +175,8 @@ struct HashedJob {
     env_from: Option<Vec<String>>,
     networks: Option<Vec<String>>,
     network_mode: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    extra_hosts: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cap_add: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ulimits: Option<BTreeMap<String, String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    docker_options: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    resources: Option<Resources>,
+    #[serde(flatten)]
+    host_options: HashedHostOptions,
     #[serde(skip_serializing_if = "Option::is_none")]
     logs: Option<Logs>,
     timeout: String,
@@ -208,7 +196,7 @@ struct HashedCronjob<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::spec::hash::check_edits;
+    use crate::manifest::spec::hash::check_hash_edits;
     use crate::model::Kind;
 
     fn key() -> ResourceKey {
@@ -224,27 +212,21 @@ mod tests {
 
     #[test]
     fn run_fields_are_hashed_and_history_limits_are_not() {
-        let before = base().spec_hash(&key());
         type Edit = fn(&mut JobSpec);
         let hashed: &[(&str, Edit)] = &[
-            ("image", |s| s.container.image = "x".into()),
-            ("command", |s| s.container.command = None),
-            ("env", |s| {
-                s.container.env.insert("A".into(), "1".into());
-            }),
             ("env_from", |s| s.container.env_from = vec!["ops".into()]),
-            ("volumes", |s| s.container.volumes = vec!["/a:/a".into()]),
             ("timeout", |s| s.timeout = "1m".into()),
-            ("networks", |s| s.container.networks = vec!["n".into()]),
             ("_asset_digests", |s| {
                 s.asset_digests = BTreeMap::from([("a.b".into(), "00".into())]);
             }),
         ];
-        check_edits(base, |spec| spec.spec_hash(&key()), hashed, true);
-        let mut limits = base();
-        limits.successful_history_limit = 9;
-        limits.failed_history_limit = 9;
-        assert_eq!(limits.spec_hash(&key()), before);
+        let not_hashed: &[(&str, Edit)] = &[
+            ("successful_history_limit", |s| {
+                s.successful_history_limit = 9
+            }),
+            ("failed_history_limit", |s| s.failed_history_limit = 9),
+        ];
+        check_hash_edits(base, |spec| spec.spec_hash(&key()), hashed, not_hashed);
     }
 
     #[test]

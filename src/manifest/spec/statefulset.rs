@@ -10,11 +10,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    Container, Drain, Init, Logs, OnProbe, Probes, Resources, VolumeClaim, normalized_ports,
-    replica_count, restart_or_default,
+    Container, Drain, Init, Logs, OnProbe, Probes, VolumeClaim, normalized_ports, replica_count,
+    restart_or_default,
 };
 use super::deployment::asset_lines;
-use super::hash::{go_json_sha256, non_empty, sorted};
+use super::hash::{HashedHostOptions, go_json_sha256, non_empty};
 use super::plugin::PluginBlock;
 use super::{KindSpec, image_text};
 use crate::model::{ResourceKey, SpecHash};
@@ -128,11 +128,7 @@ impl KindSpec for StatefulsetSpec {
             networks: non_empty(&networks),
             network_mode: container.network_mode.clone(),
             restart: self.effective_restart().to_owned(),
-            extra_hosts: sorted(&container.extra_hosts),
-            cap_add: sorted(&container.cap_add),
-            ulimits: (!container.ulimits.is_empty()).then(|| container.ulimits.clone()),
-            docker_options: non_empty(&container.docker_options),
-            resources: container.resources.clone(),
+            host_options: HashedHostOptions::of(container),
             logs: Some(container.logs.clone()),
             volume_claims: non_empty(&claims),
             inits: non_empty(&self.inits),
@@ -171,16 +167,8 @@ struct HashedStatefulset {
     networks: Option<Vec<String>>,
     network_mode: String,
     restart: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    extra_hosts: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cap_add: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ulimits: Option<BTreeMap<String, String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    docker_options: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    resources: Option<Resources>,
+    #[serde(flatten)]
+    host_options: HashedHostOptions,
     #[serde(skip_serializing_if = "Option::is_none")]
     logs: Option<Logs>,
     volume_claims: Option<Vec<VolumeClaim>>,
@@ -196,7 +184,7 @@ struct HashedStatefulset {
 mod tests {
     use super::*;
     use crate::manifest::spec::common::{ExecAction, Probe};
-    use crate::manifest::spec::hash::check_edits;
+    use crate::manifest::spec::hash::check_hash_edits;
     use crate::model::Kind;
 
     fn key() -> ResourceKey {
@@ -220,32 +208,8 @@ mod tests {
     type Edit = fn(&mut StatefulsetSpec);
 
     const HASHED: &[(&str, Edit)] = &[
-        ("image", |s| s.container.image = "postgres:17".into()),
-        ("command", |s| {
-            s.container.command = Some(vec!["postgres".into()])
-        }),
         ("ports", |s| s.ports = vec!["5432".into()]),
-        ("volumes", |s| s.container.volumes = vec!["/a:/a".into()]),
-        ("env", |s| {
-            s.container.env.insert("A".into(), "1".into());
-        }),
-        ("networks", |s| s.container.networks = vec!["db".into()]),
-        ("network_mode", |s| s.container.network_mode = "host".into()),
         ("restart", |s| s.restart = "always".into()),
-        ("extra_hosts", |s| {
-            s.container.extra_hosts = vec!["a:1.1.1.1".into()]
-        }),
-        ("cap_add", |s| s.container.cap_add = vec!["IPC_LOCK".into()]),
-        ("ulimits", |s| {
-            s.container.ulimits = BTreeMap::from([("nofile".into(), "9:9".into())]);
-        }),
-        ("docker_options", |s| {
-            s.container.docker_options = vec!["--shm-size=1g".into()]
-        }),
-        ("resources", |s| {
-            s.container.resources = Some(Resources::default())
-        }),
-        ("logs", |s| s.container.logs.max_size = "1m".into()),
         ("volume_claims", |s| {
             s.volume_claims[0].mount_path = "/var/lib/data".into()
         }),
@@ -295,13 +259,8 @@ mod tests {
     ];
 
     #[test]
-    fn every_hashed_field_changes_the_hash() {
-        check_edits(base, |spec| spec.spec_hash(&key()), HASHED, true);
-    }
-
-    #[test]
-    fn operational_fields_stay_out_of_the_hash() {
-        check_edits(base, |spec| spec.spec_hash(&key()), NOT_HASHED, false);
+    fn hashed_fields_change_the_hash_and_operational_ones_do_not() {
+        check_hash_edits(base, |spec| spec.spec_hash(&key()), HASHED, NOT_HASHED);
     }
 
     #[test]

@@ -206,7 +206,7 @@ impl<R: Runtime> Replicated<R> for Deployment<'_> {
 
 /// `status` with the replica counts and readiness of `observed` (`running_replicas`: current
 /// ones running) and, while autoscaled, the autoscaler's count.
-pub(super) fn with_detail(
+fn with_detail(
     mut status: ResourceStatus,
     observed: &Observed,
     target: &Target<'_>,

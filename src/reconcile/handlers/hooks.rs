@@ -100,6 +100,34 @@ pub(crate) enum After {
     Running,
 }
 
+/// Whether the release hooks of `release` run.
+enum Due<'a> {
+    /// The kind has no hooks, or the spec declares no `release {}`.
+    Undeclared,
+    /// Release #`earlier` of `key` already rolled this spec out with success: skipped.
+    RanIn { key: &'a ResourceKey, earlier: i64 },
+    /// They run.
+    Run(HookSet<'a>),
+}
+
+/// Whether `hooks` (a kind's, maybe none) run for `release`.
+async fn due<'a, R: Runtime>(
+    ctx: &Ctx<R>,
+    hooks: Option<HookSet<'a>>,
+    release: &Release,
+) -> Result<Due<'a>> {
+    let Some(hooks) = hooks.filter(|hooks| hooks.spec.release.is_some()) else {
+        return Ok(Due::Undeclared);
+    };
+    Ok(match succeeded_before(ctx, release).await? {
+        Some(earlier) => Due::RanIn {
+            key: hooks.key,
+            earlier,
+        },
+        None => Due::Run(hooks),
+    })
+}
+
 /// Moves the stages before the rollout on: starts the next one, or records the one that
 /// ended. `Err` when a stage could not be run.
 pub(crate) async fn before_rollout<R: Runtime>(
@@ -107,27 +135,22 @@ pub(crate) async fn before_rollout<R: Runtime>(
     hooks: Option<HookSet<'_>>,
     release: &Release,
 ) -> Result<Before> {
-    let Some(HookSet {
-        key,
-        spec,
-        env,
-        pins,
-    }) = hooks.filter(|hooks| hooks.spec.release.is_some())
-    else {
-        return Ok(Before::Done);
+    let hooks = match due(ctx, hooks, release).await? {
+        Due::Run(hooks) => hooks,
+        Due::Undeclared => return Ok(Before::Done),
+        Due::RanIn { key, earlier } => {
+            tracing::info!(%key, release = release.id, earlier, "release hooks skipped: this spec already rolled out with success");
+            return Ok(Before::Done);
+        }
     };
-    if let Some(earlier) = succeeded_before(ctx, release).await? {
-        tracing::info!(%key, release = release.id, earlier, "release hooks skipped: this spec already rolled out with success");
-        return Ok(Before::Done);
-    }
     let release_id = release.id;
     for stage in [Stage::Pre, Stage::Command] {
-        match run_stage(ctx, key, spec, release, (env, pins.cloned()), stage).await? {
+        match run_stage(ctx, hooks, release, stage).await? {
             StageStand::Ended(None) => {}
             StageStand::Running => return Ok(Before::Running(stage)),
             StageStand::Ended(Some(failure)) => {
                 return Ok(Before::Failed(Error::Permanent {
-                    key: key.clone(),
+                    key: hooks.key.clone(),
                     reason: FailureReason::Hook,
                     message: format!(
                         "release #{release_id} failed in {}: {failure}; the previous replicas keep running",
@@ -147,31 +170,24 @@ pub(crate) async fn after_rollout<R: Runtime>(
     hooks: Option<HookSet<'_>>,
     release: &Release,
 ) -> Result<After> {
-    let Some(HookSet {
-        key,
-        spec,
-        env,
-        pins,
-    }) = hooks.filter(|hooks| hooks.spec.release.is_some())
-    else {
-        return Ok(After::Done(String::new()));
+    let hooks = match due(ctx, hooks, release).await? {
+        Due::Run(hooks) => hooks,
+        Due::Undeclared => return Ok(After::Done(String::new())),
+        Due::RanIn { earlier, .. } => {
+            return Ok(After::Done(format!(
+                "release hooks skipped: release #{earlier} already rolled out this spec"
+            )));
+        }
     };
-    if let Some(earlier) = succeeded_before(ctx, release).await? {
-        return Ok(After::Done(format!(
-            "release hooks skipped: release #{earlier} already rolled out this spec"
-        )));
-    }
     let release_id = release.id;
-    Ok(
-        match run_stage(ctx, key, spec, release, (env, pins.cloned()), Stage::Post).await? {
-            StageStand::Running => After::Running,
-            StageStand::Ended(Some(failure)) => {
-                tracing::warn!(%key, release = release_id, %failure, "post_command failed (recorded; the release stands)");
-                After::Done(format!("post_command failed: {failure}"))
-            }
-            StageStand::Ended(None) => After::Done(String::new()),
-        },
-    )
+    Ok(match run_stage(ctx, hooks, release, Stage::Post).await? {
+        StageStand::Running => After::Running,
+        StageStand::Ended(Some(failure)) => {
+            tracing::warn!(key = %hooks.key, release = release_id, %failure, "post_command failed (recorded; the release stands)");
+            After::Done(format!("post_command failed: {failure}"))
+        }
+        StageStand::Ended(None) => After::Done(String::new()),
+    })
 }
 
 /// Removes the hook units of `key` that belong to another release than `release` (a newer
@@ -218,19 +234,20 @@ enum StageStand {
 /// it, or records how it ended and removes its unit.
 async fn run_stage<R: Runtime>(
     ctx: &Ctx<R>,
-    key: &ResourceKey,
-    spec: &DeploymentSpec,
+    hooks: HookSet<'_>,
     release: &Release,
-    (env, pins): (
-        &[String],
-        Option<std::sync::Arc<crate::reconcile::handlers::pins::Pins>>,
-    ),
     stage: Stage,
 ) -> Result<StageStand> {
-    let Some(hooks) = &spec.release else {
+    let HookSet {
+        key,
+        spec,
+        env,
+        pins,
+    } = hooks;
+    let Some(declared) = &spec.release else {
         return Ok(StageStand::Ended(None));
     };
-    let command = stage.command(hooks);
+    let command = stage.command(declared);
     if command.is_empty() {
         return Ok(StageStand::Ended(None));
     }
@@ -242,7 +259,7 @@ async fn run_stage<R: Runtime>(
         }
         return Ok(StageStand::Ended(Some(describe(outcome))));
     }
-    let timeout = parse_go_duration(&hooks.timeout)
+    let timeout = parse_go_duration(&declared.timeout)
         .filter(|timeout| !timeout.is_zero())
         .unwrap_or(DEFAULT_TIMEOUT);
     let name = unit_name(key, release_id, stage);
@@ -268,7 +285,7 @@ async fn run_stage<R: Runtime>(
                     command: Some(command.to_vec()),
                     tty: true,
                     default_ulimits: ctx.default_ulimits.clone(),
-                    pins,
+                    pins: pins.cloned(),
                     ..Launch::default()
                 },
                 spec_hash: release.spec_hash.as_str(),

@@ -442,7 +442,7 @@ async fn list_volumes<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Vec
 /// `status` with `running_replicas` (current pods running) and its `detail`: each pod with
 /// its state, readiness and volumes, and every volume of the statefulset, those of ordinals
 /// past `replicas` marked as kept.
-pub(super) async fn with_detail<R: Runtime>(
+async fn with_detail<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
     mut status: ResourceStatus,

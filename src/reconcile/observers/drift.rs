@@ -228,6 +228,11 @@ mod tests {
         }
     }
 
+    /// A replica of the deployment `name`.
+    fn replica(name: &str, hash: &str, state: ContainerState) -> Container {
+        container("deployment", name, "deployment", hash, state)
+    }
+
     use ContainerState::{Exited, Restarting, Running};
 
     fn keys(set: &BTreeSet<ResourceKey>) -> Vec<String> {
@@ -238,8 +243,8 @@ mod tests {
     fn a_matching_host_has_no_drift() {
         let desired = [desired(Kind::Deployment, "web", "h1", 2)];
         let host = [
-            container("deployment", "web", "deployment", "h1", Running),
-            container("deployment", "web", "deployment", "h1", Restarting),
+            replica("web", "h1", Running),
+            replica("web", "h1", Restarting),
             // An init container of the same resource is not a replica.
             container("deployment", "web", "init", "h1", Exited),
         ];
@@ -249,7 +254,7 @@ mod tests {
     #[test]
     fn missing_extra_stopped_and_edited_replicas_are_drift() {
         let desired = [desired(Kind::Deployment, "web", "h1", 2)];
-        let web = |hash: &str, state| container("deployment", "web", "deployment", hash, state);
+        let web = |hash, state| replica("web", hash, state);
         for host in [
             vec![web("h1", Running)],
             vec![web("h1", Running), web("h1", Running), web("h1", Running)],
@@ -268,9 +273,9 @@ mod tests {
     fn leftovers_of_resources_no_longer_desired_are_drift_but_release_steps_are_not() {
         let desired = [desired(Kind::Deployment, "web", "h1", 1)];
         let host = [
-            container("deployment", "web", "deployment", "h1", Running),
+            replica("web", "h1", Running),
             container("job", "web-release", "release", "release", Exited),
-            container("deployment", "old", "deployment", "h0", Running),
+            replica("old", "h0", Running),
         ];
         assert_eq!(keys(&drifted(&desired, &host)), ["deployment/shop/old"]);
     }
@@ -283,9 +288,9 @@ mod tests {
         for action in ["start", "create", "exec_start: sh", "attach"] {
             assert!(!is_drift(action), "{action}");
         }
-        let replica = container("deployment", "web", "deployment", "h1", Running);
+        let web = replica("web", "h1", Running);
         assert_eq!(
-            owner(&replica.labels).map(|key| key.to_string()).as_deref(),
+            owner(&web.labels).map(|key| key.to_string()).as_deref(),
             Some("deployment/shop/web")
         );
         let init = container("deployment", "web", "init", "h1", Running);

@@ -458,9 +458,14 @@ async fn run_replica<R: Runtime>(
         let life_start = tokio::time::Instant::now()
             .checked_sub(running_for)
             .unwrap_or_else(tokio::time::Instant::now);
+        let target = Target {
+            container,
+            address: &address,
+            client,
+        };
         // One life of the container: probes until it stops or restarts.
         let outcome = tokio::select! {
-            outcome = probe_life(ctx, key, container, &probes, client, &address, life_start, prior_ready, &mut published) => outcome,
+            outcome = probe_life(ctx, key, &probes, target, (life_start, prior_ready), &mut published) => outcome,
             changed = life.changed() => {
                 if changed.is_err() {
                     return;
@@ -471,7 +476,7 @@ async fn run_replica<R: Runtime>(
         };
         match outcome {
             LifeOutcome::Replace(reason) => {
-                mark_for_replacement(ctx, key, container, &reason, &address, &mut published).await;
+                mark_for_replacement(ctx, key, target, &reason, &mut published).await;
                 // Nothing more to probe: the replica goes once its handler replaces it.
                 let _ = life.changed().await;
                 return;
@@ -485,20 +490,25 @@ enum LifeOutcome {
     Replace(String),
 }
 
+/// What a replica's probes reach: its container (exec), at its address (HTTP, TCP), with the
+/// runners' HTTP client.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    container: &'a Container,
+    address: &'a str,
+    client: &'a reqwest::Client,
+}
+
 /// Runs the probes of one container life (which began at `life_start`); returns only when
 /// liveness fails (otherwise it runs until the caller's select picks a life change or
 /// cancellation). `prior_ready`: an earlier runner saw this life ready; it stays so until a
 /// probe says otherwise.
-#[allow(clippy::too_many_arguments)]
 async fn probe_life<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
-    container: &Container,
     probes: &Probes,
-    client: &reqwest::Client,
-    address: &str,
-    life_start: tokio::time::Instant,
-    prior_ready: bool,
+    target: Target<'_>,
+    (life_start, prior_ready): (tokio::time::Instant, bool),
     published: &mut Option<(bool, String, String)>,
 ) -> LifeOutcome {
     // Startup first: until it passes, the replica is not ready and readiness is not probed
@@ -509,19 +519,27 @@ async fn probe_life<R: Runtime>(
         (false, "starting".to_owned())
     };
     let (readiness_tx, mut readiness_rx) = watch::channel::<(bool, String)>(initial);
-    let liveness = liveness_until_failed(ctx, container, probes, address, client);
+    let liveness = liveness_until_failed(ctx, probes, target);
     let readiness = readiness_of_life(
         ctx,
-        container,
         probes,
-        (address, client),
+        target,
         (life_start, prior_ready),
         &readiness_tx,
     );
     let publisher = async {
         loop {
             let (ready, reason) = readiness_rx.borrow_and_update().clone();
-            publish(ctx, key, container, ready, &reason, address, published).await;
+            publish(
+                ctx,
+                key,
+                target.container,
+                ready,
+                &reason,
+                target.address,
+                published,
+            )
+            .await;
             if readiness_rx.changed().await.is_err() {
                 return std::future::pending::<LifeOutcome>().await;
             }
@@ -538,10 +556,8 @@ async fn probe_life<R: Runtime>(
 /// the replica must be replaced. Without a liveness probe it never returns.
 async fn liveness_until_failed<R: Runtime>(
     ctx: &Ctx<R>,
-    container: &Container,
     probes: &Probes,
-    address: &str,
-    client: &reqwest::Client,
+    target: Target<'_>,
 ) -> LifeOutcome {
     let Some(probe) = &probes.liveness else {
         return std::future::pending::<LifeOutcome>().await;
@@ -549,7 +565,7 @@ async fn liveness_until_failed<R: Runtime>(
     initial_delay(ctx, probe).await;
     let mut verdict = Verdict::default();
     loop {
-        let (passed, detail) = probe_once(ctx, container, probe, address, client).await;
+        let (passed, detail) = probe_once(ctx, target, probe).await;
         if verdict.record(passed, probe) == Some(false) {
             return LifeOutcome::Replace(format!(
                 "liveness probe failed {} times: {detail}",
@@ -582,9 +598,8 @@ async fn period<R: Runtime>(ctx: &Ctx<R>, probe: &Probe) {
 /// one, ready once the life has run for the settle time. Never returns.
 async fn readiness_of_life<R: Runtime>(
     ctx: &Ctx<R>,
-    container: &Container,
     probes: &Probes,
-    (address, client): (&str, &reqwest::Client),
+    target: Target<'_>,
     (life_start, prior_ready): (tokio::time::Instant, bool),
     readiness_tx: &watch::Sender<(bool, String)>,
 ) {
@@ -592,7 +607,7 @@ async fn readiness_of_life<R: Runtime>(
         initial_delay(ctx, probe).await;
         let mut verdict = Verdict::default();
         loop {
-            let (passed, detail) = probe_once(ctx, container, probe, address, client).await;
+            let (passed, detail) = probe_once(ctx, target, probe).await;
             if verdict.record(passed, probe) == Some(true) {
                 break;
             }
@@ -610,7 +625,7 @@ async fn readiness_of_life<R: Runtime>(
                 ..Verdict::default()
             };
             loop {
-                let (passed, detail) = probe_once(ctx, container, probe, address, client).await;
+                let (passed, detail) = probe_once(ctx, target, probe).await;
                 let ready = verdict.record(passed, probe) == Some(true);
                 let reason = if ready {
                     String::new()
@@ -644,11 +659,13 @@ async fn readiness_of_life<R: Runtime>(
 async fn mark_for_replacement<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
-    container: &Container,
+    target: Target<'_>,
     reason: &str,
-    address: &str,
     published: &mut Option<(bool, String, String)>,
 ) {
+    let Target {
+        container, address, ..
+    } = target;
     // Replacements of one resource's replicas back off (at once, then 10s, 20s,
     // … 5m), so a version that turns unhealthy does not churn every period. The
     // runner only marks the replica, due at that instant, and asks for a pass; the
@@ -772,11 +789,14 @@ fn http_client() -> reqwest::Client {
 /// on the heap it is held only while the attempt runs.
 fn probe_once<'a, R: Runtime>(
     ctx: &'a Ctx<R>,
-    container: &'a Container,
+    target: Target<'a>,
     probe: &'a Probe,
-    address: &'a str,
-    client: &'a reqwest::Client,
 ) -> BoxFuture<'a, (bool, String)> {
+    let Target {
+        container,
+        address,
+        client,
+    } = target;
     Box::pin(async move {
         let timeout = duration(&probe.timeout, DEFAULT_TIMEOUT);
         if let Some(http) = &probe.http_get {

@@ -62,13 +62,6 @@ impl std::fmt::Display for Exit {
     }
 }
 
-fn runtime_error(key: &ResourceKey) -> impl Fn(crate::runtime::Error) -> Error + '_ {
-    move |source| Error::Runtime {
-        key: key.clone(),
-        source,
-    }
-}
-
 /// Before a run's unit is created: its networks exist and its image is present (pulled
 /// with the matching registry's credentials when missing).
 pub(in crate::reconcile::handlers) async fn prepare_run<R: Runtime>(
@@ -151,7 +144,7 @@ pub(in crate::reconcile::handlers) async fn find_unit<R: Runtime>(
             .runtime
             .list(&filter)
             .await
-            .map_err(runtime_error(key))?
+            .map_err(Error::runtime(key))?
             .into_iter()
             .find(|container| container.name == name)),
         Engine::Swarm => super::super::swarm::runs::find(ctx, key, &filter, name).await,
@@ -176,7 +169,7 @@ pub(in crate::reconcile::handlers) async fn release_units<R: Runtime>(
                     (labels::ROLE, "release"),
                 ])
                 .await
-                .map_err(runtime_error(key))
+                .map_err(Error::runtime(key))
         }
         Engine::Swarm => super::super::swarm::runs::in_role(ctx, key, "release").await,
     }
@@ -243,7 +236,7 @@ pub(in crate::reconcile::handlers) async fn remove_unit<R: Runtime>(
         }
         Engine::Swarm => ctx.runtime.remove_service(id).await,
     }
-    .map_err(runtime_error(key))
+    .map_err(Error::runtime(key))
 }
 
 /// The engine's wait for a unit to end: its exit code (a waiter's, never a pass's).

@@ -23,18 +23,18 @@
 use futures_util::future::BoxFuture;
 
 use super::super::container::{Identity, aliases};
-use super::super::deployment::{Deployment, with_detail};
+use super::super::deployment::Deployment;
 use super::super::hooks::HookSet;
 use super::super::launch::EnvSource;
 use super::super::replicas::{Observed, Waits};
 use super::super::replicated::{self, Replicated};
 use super::super::rollout::Report;
-use super::{Built, Shape, build_service, observe_services, observed, with_configs};
+use super::{Built, Shape, build_service, observe_services, observed};
 use crate::manifest::spec::{Container as ContainerSpec, Init};
 use crate::model::{Kind, ResourceKey};
 use crate::reconcile::plan::gate::NewReplica;
 use crate::reconcile::plan::{ServiceStep, ServiceTarget, plan_service};
-use crate::reconcile::{context::Ctx, error::Error, error::Result, run::action::Action};
+use crate::reconcile::{context::Ctx, error::Result, run::action::Action};
 use crate::runtime::{Container, Runtime, ServiceMode, TaskState, labels};
 use crate::store::{FailureReason, Release, ResourceStatus};
 
@@ -42,12 +42,10 @@ pub(in crate::reconcile::handlers) async fn reconcile<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
 ) -> Result<Action> {
-    let Some(desired) = super::super::desired_or_remove(ctx, key, remove(ctx, key)).await? else {
+    let Some(desired) = super::desired_to_apply(ctx, key, remove(ctx, key)).await? else {
         return Ok(Action::Done);
     };
     let spec = spec_of!(key, desired, Deployment);
-    super::super::refuse_unappliable(key, &desired.spec)?;
-    super::refuse_gaps(key, &desired.spec)?;
     let deployment = SwarmDeployment {
         inner: Deployment::new(&desired, spec),
         built: None,
@@ -150,16 +148,6 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
         }
     }
 
-    pins_in!(inner.pins);
-
-    fn report(&self) -> Report<'_> {
-        <Deployment<'_> as Replicated<R>>::report(&self.inner)
-    }
-
-    fn images(&self) -> (&ContainerSpec, &[Init]) {
-        <Deployment<'_> as Replicated<R>>::images(&self.inner)
-    }
-
     fn is_current(&self, container: &Container) -> bool {
         self.service_target()
             .is_some_and(|target| target.is_current(&container.labels))
@@ -217,18 +205,7 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
         <Deployment<'_> as Replicated<R>>::release_hooks(&self.inner)
     }
 
-    swarm_kind!();
-
-    fn detail<'a>(
-        &'a self,
-        _ctx: &'a Ctx<R>,
-        status: ResourceStatus,
-        observed: &'a Observed,
-    ) -> BoxFuture<'a, Result<ResourceStatus>> {
-        let mut status = with_detail(status, observed, &self.inner.target(), self.inner.desired);
-        super::say_lost_nodes(&mut status, observed, "Swarm reschedules their tasks");
-        Box::pin(async move { Ok(status) })
-    }
+    swarm_kind!(lost_nodes: "Swarm reschedules their tasks");
 }
 
 /// The current tasks still waiting, each with the failed tasks of its slot of this
@@ -331,10 +308,6 @@ async fn execute<R: Runtime>(
     let Some(built) = work.built() else {
         return Ok(());
     };
-    let runtime_error = |source| Error::Runtime {
-        key: key.clone(),
-        source,
-    };
     let service = observed
         .swarm
         .as_ref()
@@ -343,21 +316,11 @@ async fn execute<R: Runtime>(
         match (step, service) {
             (ServiceStep::Wait(_), _) => {}
             (ServiceStep::Create, _) => {
-                let spec = with_configs(ctx, key, built).await?;
-                let auth = super::registry_auth(ctx, key, &spec.task.image).await?;
-                ctx.runtime
-                    .create_service(&spec, auth.as_ref())
-                    .await
-                    .map_err(runtime_error)?;
+                let (spec, _) = super::create_service(ctx, key, built).await?;
                 tracing::info!(%key, service = %spec.name, "service created");
             }
             (ServiceStep::Update | ServiceStep::Scale { .. }, Some(service)) => {
-                let spec = with_configs(ctx, key, built).await?;
-                let auth = super::registry_auth(ctx, key, &spec.task.image).await?;
-                ctx.runtime
-                    .update_service(&service.id, service.version, &spec, auth.as_ref())
-                    .await
-                    .map_err(runtime_error)?;
+                let spec = super::update_service(ctx, key, service, built).await?;
                 match step {
                     ServiceStep::Scale { from, to } => {
                         tracing::info!(%key, service = %spec.name, from, to, "service scaled");

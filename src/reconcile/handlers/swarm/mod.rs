@@ -12,13 +12,39 @@
 //! planning again on an unchanged spec sends nothing; a resource with something Swarm
 //! cannot run (`plan::swarm_gaps`) is refused before anything is touched.
 
-/// The `Replicated` methods the Swarm kinds share: the images and networks before a rollout
-/// (`prepare` of the wrapped kind's container), the steps carried out by the kind module's
-/// own `execute` (no waits are listed), and how a kind follows Swarm converging on its own:
-/// the new tasks still waiting, when to look again, and whether Swarm gave up on the
-/// rollout, each judged by the kind's `task_is_current` (a task's labels are of the target).
+/// The `Replicated` methods the Swarm kinds share: the wrapped kind's pins, report, images
+/// and status detail (which says the nodes that are down and, `lost_nodes`, what that means
+/// for the kind); the images and networks before a rollout (`prepare` of the wrapped kind's
+/// container), the steps carried out by the kind module's own `execute` (no waits are
+/// listed), and how a kind follows Swarm converging on its own: the new tasks still waiting,
+/// when to look again, and whether Swarm gave up on the rollout, each judged by the kind's
+/// `task_is_current` (a task's labels are of the target).
 macro_rules! swarm_kind {
-    () => {
+    (lost_nodes: $then:expr) => {
+        pins_in!(inner.pins);
+
+        fn report(&self) -> Report<'_> {
+            Replicated::<R>::report(&self.inner)
+        }
+
+        fn images(&self) -> (&ContainerSpec, &[Init]) {
+            Replicated::<R>::images(&self.inner)
+        }
+
+        fn detail<'a>(
+            &'a self,
+            ctx: &'a Ctx<R>,
+            status: ResourceStatus,
+            observed: &'a Observed,
+        ) -> BoxFuture<'a, Result<ResourceStatus>> {
+            Box::pin(async move {
+                let mut status =
+                    Replicated::<R>::detail(&self.inner, ctx, status, observed).await?;
+                super::say_lost_nodes(&mut status, observed, $then);
+                Ok(status)
+            })
+        }
+
         fn execute<'a>(
             &'a self,
             ctx: &'a Ctx<R>,
@@ -86,7 +112,7 @@ use crate::runtime::{
     ConfigMount, ContainerState, HealthCheck, HostPort, Runtime, ServiceMode, ServiceSpec, Task,
     TaskState, UpdateOrder, UpdatePolicy, labels,
 };
-use crate::store::{FailureReason, ResourceStatus, now_unix};
+use crate::store::{Desired, FailureReason, ResourceStatus, now_unix};
 
 pub(crate) use super::replicas::SwarmSeen;
 
@@ -104,10 +130,7 @@ pub(super) async fn prepare<R: Runtime>(
         ctx.runtime
             .ensure_overlay(&overlay(&network))
             .await
-            .map_err(|source| Error::Runtime {
-                key: key.clone(),
-                source,
-            })?;
+            .map_err(Error::runtime(key))?;
     }
     let image = crate::model::resolve_asset_refs(&container.effective_image(key), &ctx.assets_root);
     crate::reconcile::handlers::images::ensure_image(ctx, key, &image).await
@@ -115,12 +138,28 @@ pub(super) async fn prepare<R: Runtime>(
 
 /// The credentials of the `registry` for `image`'s registry host, sent with the service so
 /// every node can pull it.
-pub(super) async fn registry_auth<R: Runtime>(
+async fn registry_auth<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
     image: &str,
 ) -> Result<Option<crate::runtime::RegistryAuth>> {
     crate::reconcile::handlers::images::auth_for(ctx, key, image).await
+}
+
+/// The desired state of `key`, a Swarm kind, once refused when it cannot be applied or
+/// Swarm cannot run it (before anything is touched); `None` when it left the repo and
+/// `remove` ran.
+pub(super) async fn desired_to_apply<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    remove: impl Future<Output = Result<()>>,
+) -> Result<Option<Desired>> {
+    let Some(desired) = super::desired_or_remove(ctx, key, remove).await? else {
+        return Ok(None);
+    };
+    super::refuse_unappliable(key, &desired.spec)?;
+    refuse_gaps(key, &desired.spec)?;
+    Ok(Some(desired))
 }
 
 /// Refuses a resource Swarm cannot run, with every reason.
@@ -145,13 +184,6 @@ pub(super) use super::replicas::replica_filter as service_filter;
 /// (with a deployment's, a release hook service an interrupted pass left behind).
 pub(super) use super::replicas::owned_filter;
 
-fn runtime_error(key: &ResourceKey) -> impl Fn(crate::runtime::Error) -> Error + '_ {
-    move |source| Error::Runtime {
-        key: key.clone(),
-        source,
-    }
-}
-
 /// The services of `key` that `filter` selects, for a resource that left the repo.
 async fn list_leftovers<R: Runtime>(
     ctx: &Ctx<R>,
@@ -161,7 +193,7 @@ async fn list_leftovers<R: Runtime>(
     ctx.runtime
         .list_services(filter)
         .await
-        .map_err(runtime_error(key))
+        .map_err(Error::runtime(key))
 }
 
 /// The resource left the repo: `services` go in their order (Swarm stops the tasks with
@@ -177,7 +209,7 @@ async fn remove_leftovers<R: Runtime>(
         ctx.runtime
             .remove_service(&service.id)
             .await
-            .map_err(runtime_error(key))?;
+            .map_err(Error::runtime(key))?;
     }
     let key = key.clone();
     crate::reconcile::context::blocking(&ctx.store, move |store| store.delete_status(&key)).await
@@ -437,10 +469,52 @@ fn asset_mounts(
     (kept, configs)
 }
 
+/// Creates the service `built` becomes (`sent`); its id.
+pub(super) async fn create_service<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    built: &Built,
+) -> Result<(ServiceSpec, String)> {
+    let (spec, auth) = sent(ctx, key, built).await?;
+    let id = ctx
+        .runtime
+        .create_service(&spec, auth.as_ref())
+        .await
+        .map_err(Error::runtime(key))?;
+    Ok((spec, id))
+}
+
+/// Updates `service` to what `built` becomes (`sent`).
+pub(super) async fn update_service<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    service: &crate::runtime::Service,
+    built: &Built,
+) -> Result<ServiceSpec> {
+    let (spec, auth) = sent(ctx, key, built).await?;
+    ctx.runtime
+        .update_service(&service.id, service.version, &spec, auth.as_ref())
+        .await
+        .map_err(Error::runtime(key))?;
+    Ok(spec)
+}
+
+/// What Swarm is sent for `built`: its spec with its configs (`with_configs`), and the
+/// registry's credentials for its image, so every node can pull it.
+async fn sent<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    built: &Built,
+) -> Result<(ServiceSpec, Option<crate::runtime::RegistryAuth>)> {
+    let spec = with_configs(ctx, key, built).await?;
+    let auth = registry_auth(ctx, key, &spec.task.image).await?;
+    Ok((spec, auth))
+}
+
 /// `built`'s spec with the ids of its configs, creating the configs that do not exist yet
 /// from the asset files; then removes the earlier configs of the same assets that no
 /// service uses any more.
-pub(super) async fn with_configs<R: Runtime>(
+async fn with_configs<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
     built: &Built,
@@ -449,7 +523,7 @@ pub(super) async fn with_configs<R: Runtime>(
     if built.assets.is_empty() {
         return Ok(spec);
     }
-    let runtime_error = runtime_error(key);
+    let runtime_error = Error::runtime(key);
     let existing = ctx
         .runtime
         .list_configs(&[(labels::AGENT, ctx.agent_id.as_str())])
@@ -590,7 +664,7 @@ pub(super) async fn observe_services<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
 ) -> Result<SwarmSeen> {
-    let runtime_error = runtime_error(key);
+    let runtime_error = Error::runtime(key);
     let services = ctx
         .runtime
         .list_services(&service_filter(&ctx.agent_id, key))

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::super::container::{Identity, Launch};
-use super::{Shape, build_service, service_filter, with_configs};
+use super::{Shape, build_service, service_filter};
 use crate::manifest::spec::Container as ContainerSpec;
 use crate::model::ResourceKey;
 use crate::reconcile::{context::Ctx, error::Error, error::Result};
@@ -25,13 +25,6 @@ use crate::runtime::{Container, ContainerState, Runtime, ServiceMode, Task, Task
 const CONTAINER: &str = "voodu.container";
 /// How often a waiter asks Swarm about a run's task.
 const POLL: Duration = Duration::from_secs(1);
-
-fn runtime_error(key: &ResourceKey) -> impl Fn(crate::runtime::Error) -> Error + '_ {
-    move |source| Error::Runtime {
-        key: key.clone(),
-        source,
-    }
-}
 
 /// The service of the run whose container name is `container_name`.
 fn service_name(container_name: &str) -> String {
@@ -53,7 +46,7 @@ pub(in crate::reconcile::handlers) async fn list<R: Runtime>(
         .runtime
         .list_services(&service_filter(&ctx.agent_id, key))
         .await
-        .map_err(runtime_error(key))?;
+        .map_err(Error::runtime(key))?;
     let mut runs = Vec::with_capacity(services.len());
     for service in services {
         let name = service
@@ -76,7 +69,7 @@ async fn as_run<R: Runtime>(
         .runtime
         .list_tasks(&service.id)
         .await
-        .map_err(runtime_error(key))?;
+        .map_err(Error::runtime(key))?;
     let state = match task_of(&tasks) {
         Some(task) if task.state.ended() => ContainerState::Exited,
         _ => ContainerState::Running,
@@ -103,7 +96,7 @@ pub(in crate::reconcile::handlers) async fn in_role<R: Runtime>(
         .runtime
         .list_services(&filter)
         .await
-        .map_err(runtime_error(key))?;
+        .map_err(Error::runtime(key))?;
     Ok(services
         .into_iter()
         .map(|service| Container {
@@ -158,12 +151,8 @@ pub(in crate::reconcile::handlers) async fn create<R: Runtime>(
         },
     )?;
     built.spec.restart_on_failure = false;
-    let spec = with_configs(ctx, key, &built).await?;
-    let auth = super::registry_auth(ctx, key, &spec.task.image).await?;
-    ctx.runtime
-        .create_service(&spec, auth.as_ref())
-        .await
-        .map_err(runtime_error(key))
+    let (_, id) = super::create_service(ctx, key, &built).await?;
+    Ok(id)
 }
 
 /// Before a run: the overlay networks exist and the image is on this node.
@@ -245,7 +234,7 @@ pub(in crate::reconcile::handlers) async fn find<R: Runtime>(
         .runtime
         .list_services(filter)
         .await
-        .map_err(runtime_error(key))?;
+        .map_err(Error::runtime(key))?;
     let Some(service) = services
         .into_iter()
         .find(|service| service.name == service_name)

@@ -23,8 +23,8 @@ use super::super::launch::EnvSource;
 use super::super::replicas::{Observed, Waits};
 use super::super::replicated::{self, Replicated};
 use super::super::rollout::Report;
-use super::super::statefulset::{Statefulset, with_detail};
-use super::{Shape, build_service, observe_services, observed, with_configs};
+use super::super::statefulset::Statefulset;
+use super::{Shape, build_service, observe_services, observed};
 use crate::manifest::spec::{Container as ContainerSpec, Init};
 use crate::model::ResourceKey;
 use crate::reconcile::plan::StatefulStep;
@@ -40,12 +40,10 @@ pub(in crate::reconcile::handlers) async fn reconcile<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
 ) -> Result<Action> {
-    let Some(desired) = super::super::desired_or_remove(ctx, key, remove(ctx, key)).await? else {
+    let Some(desired) = super::desired_to_apply(ctx, key, remove(ctx, key)).await? else {
         return Ok(Action::Done);
     };
     let spec = spec_of!(key, desired, Statefulset);
-    super::super::refuse_unappliable(key, &desired.spec)?;
-    super::refuse_gaps(key, &desired.spec)?;
     let statefulset = SwarmStatefulset {
         inner: Statefulset {
             desired: &desired,
@@ -158,16 +156,6 @@ impl<R: Runtime> Replicated<R> for SwarmStatefulset<'_> {
         self.release_id = release.id;
     }
 
-    pins_in!(inner.pins);
-
-    fn report(&self) -> Report<'_> {
-        <Statefulset<'_> as Replicated<R>>::report(&self.inner)
-    }
-
-    fn images(&self) -> (&ContainerSpec, &[Init]) {
-        <Statefulset<'_> as Replicated<R>>::images(&self.inner)
-    }
-
     fn is_current(&self, pod: &Container) -> bool {
         <Statefulset<'_> as Replicated<R>>::is_current(&self.inner, pod)
     }
@@ -251,25 +239,7 @@ impl<R: Runtime> Replicated<R> for SwarmStatefulset<'_> {
         <Statefulset<'_> as Replicated<R>>::gate(&self.inner, steps, observed)
     }
 
-    swarm_kind!();
-
-    fn detail<'a>(
-        &'a self,
-        ctx: &'a Ctx<R>,
-        status: ResourceStatus,
-        observed: &'a Observed,
-    ) -> BoxFuture<'a, Result<ResourceStatus>> {
-        Box::pin(async move {
-            let mut status =
-                with_detail(ctx, self.key(), status, observed, &self.inner.target()).await?;
-            super::say_lost_nodes(
-                &mut status,
-                observed,
-                "pods pinned there are down and wait for it",
-            );
-            Ok(status)
-        })
-    }
+    swarm_kind!(lost_nodes: "pods pinned there are down and wait for it");
 }
 
 /// The node a new ordinal's service runs on: the ready, active nodes in hostname order,
@@ -301,15 +271,7 @@ async fn create_pod<R: Runtime>(
         },
     })?;
     let built = work.service(ctx, ordinal, &node)?;
-    let spec = with_configs(ctx, key, &built).await?;
-    let auth = super::registry_auth(ctx, key, &spec.task.image).await?;
-    ctx.runtime
-        .create_service(&spec, auth.as_ref())
-        .await
-        .map_err(|source| Error::Runtime {
-            key: key.clone(),
-            source,
-        })?;
+    let (spec, _) = super::create_service(ctx, key, &built).await?;
     tracing::info!(%key, service = %spec.name, ordinal, node, "pod service created");
     Ok(())
 }
@@ -321,10 +283,7 @@ async fn execute<R: Runtime>(
     observed: &Observed,
 ) -> Result<()> {
     let key = work.key();
-    let runtime_error = |source| Error::Runtime {
-        key: key.clone(),
-        source,
-    };
+    let runtime_error = Error::runtime(key);
     let services: &[Service] = observed
         .swarm
         .as_ref()
@@ -355,12 +314,7 @@ async fn execute<R: Runtime>(
                     .or_else(|| node_for(observed, *ordinal))
                     .unwrap_or_default();
                 let built = work.service(ctx, *ordinal, &node)?;
-                let spec = with_configs(ctx, key, &built).await?;
-                let auth = super::registry_auth(ctx, key, &spec.task.image).await?;
-                ctx.runtime
-                    .update_service(&service.id, service.version, &spec, auth.as_ref())
-                    .await
-                    .map_err(runtime_error)?;
+                super::update_service(ctx, key, service, &built).await?;
                 tracing::info!(%key, pod = %name, ordinal, "pod service updated (stop-first, same node, same volumes)");
                 super::remove_stale_configs(ctx, &built.assets).await;
             }
@@ -374,7 +328,7 @@ async fn execute<R: Runtime>(
                 ctx.runtime
                     .remove_service(&service.id)
                     .await
-                    .map_err(runtime_error)?;
+                    .map_err(&runtime_error)?;
                 tracing::info!(%key, pod = %name, ordinal = ?ordinal, "pod service removed; its volumes are kept");
             }
         }
@@ -397,7 +351,7 @@ async fn execute<R: Runtime>(
             ctx.runtime
                 .remove_service(&service.id)
                 .await
-                .map_err(runtime_error)?;
+                .map_err(&runtime_error)?;
             tracing::info!(%key, service = %service.name, "surplus pod service removed; its volumes are kept");
         }
     }
