@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::KindSpec;
 use super::hash::go_json_sha256;
-use super::{Container, KindSpec};
 use crate::model::{ResourceKey, SpecHash};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,14 +30,6 @@ impl KindSpec for AssetSpec {
             .map(|(key, file)| (key.as_str(), file.digest.as_str()))
             .collect();
         go_json_sha256(&digests)
-    }
-
-    fn container(&self) -> Option<&Container> {
-        None
-    }
-
-    fn asset_digests_mut(&mut self) -> Option<&mut BTreeMap<String, String>> {
-        None
     }
 
     fn summary(&self) -> String {

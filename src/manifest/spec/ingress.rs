@@ -5,11 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::KindSpec;
 use super::common::{is_false, is_zero};
-use std::collections::BTreeMap;
-
 use super::hash::go_json_sha256;
-use super::{Container, KindSpec};
 use crate::model::{ResourceKey, SpecHash};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,14 +45,6 @@ impl KindSpec for IngressSpec {
 
     fn spec_hash(&self, _: &ResourceKey) -> SpecHash {
         go_json_sha256(self)
-    }
-
-    fn container(&self) -> Option<&Container> {
-        None
-    }
-
-    fn asset_digests_mut(&mut self) -> Option<&mut BTreeMap<String, String>> {
-        None
     }
 
     fn summary(&self) -> String {

@@ -73,11 +73,17 @@ pub(crate) trait KindSpec: Serialize + DeserializeOwned {
     /// The hash that decides whether its containers (or run) must be replaced.
     fn spec_hash(&self, key: &ResourceKey) -> SpecHash;
 
-    /// Its container's fields, for kinds that run one.
-    fn container(&self) -> Option<&Container>;
+    /// Its container's fields. A kind that runs one answers it (and `asset_digests_mut`): the
+    /// host claims of its ports and volumes, the SOPS env files kept for it and the asset
+    /// digests stamped into it are read from there; `None` for a kind that runs none.
+    fn container(&self) -> Option<&Container> {
+        None
+    }
 
     /// Its `_asset_digests`, for kinds whose containers read assets.
-    fn asset_digests_mut(&mut self) -> Option<&mut BTreeMap<String, String>>;
+    fn asset_digests_mut(&mut self) -> Option<&mut BTreeMap<String, String>> {
+        None
+    }
 
     /// One line for `plan`: what it asks of the host.
     fn summary(&self) -> String;

@@ -7,10 +7,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use std::collections::BTreeMap;
-
+use super::KindSpec;
 use super::hash::go_json_sha256;
-use super::{Container, KindSpec};
 use crate::model::{ResourceKey, SpecHash};
 
 #[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,14 +31,6 @@ impl KindSpec for RegistrySpec {
 
     fn spec_hash(&self, _: &ResourceKey) -> SpecHash {
         go_json_sha256(self)
-    }
-
-    fn container(&self) -> Option<&Container> {
-        None
-    }
-
-    fn asset_digests_mut(&mut self) -> Option<&mut BTreeMap<String, String>> {
-        None
     }
 
     fn summary(&self) -> String {

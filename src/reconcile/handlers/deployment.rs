@@ -23,7 +23,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use futures_util::StreamExt as _;
-use futures_util::future::BoxFuture;
 
 use super::container::{Identity, Launch, aliases};
 use super::hooks::HookSet;
@@ -178,29 +177,28 @@ impl<R: Runtime> Replicated<R> for Deployment<'_> {
         })
     }
 
-    fn execute<'a>(
-        &'a self,
-        ctx: &'a Ctx<R>,
-        steps: &'a [Step],
-        observed: &'a Observed,
-        waits: &'a mut Waits,
-    ) -> BoxFuture<'a, Result<()>> {
+    async fn execute(
+        &self,
+        ctx: &Ctx<R>,
+        steps: &[Step],
+        observed: &Observed,
+        waits: &mut Waits,
+    ) -> Result<()> {
         let taken: BTreeSet<String> = observed
             .actual
             .iter()
             .map(|container| container.name.clone())
             .collect();
-        Box::pin(execute(ctx, self, steps, &observed.inits, taken, waits))
+        execute(ctx, self, steps, &observed.inits, taken, waits).await
     }
 
-    fn detail<'a>(
-        &'a self,
-        _ctx: &'a Ctx<R>,
+    async fn detail(
+        &self,
+        _ctx: &Ctx<R>,
         status: ResourceStatus,
-        observed: &'a Observed,
-    ) -> BoxFuture<'a, Result<ResourceStatus>> {
-        let status = with_detail(status, observed, &self.target(), self.desired);
-        Box::pin(async move { Ok(status) })
+        observed: &Observed,
+    ) -> Result<ResourceStatus> {
+        Ok(with_detail(status, observed, &self.target(), self.desired))
     }
 }
 

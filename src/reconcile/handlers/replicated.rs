@@ -18,8 +18,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
-
 use super::hooks::{self, HookSet};
 use super::launch::{EnvSource, images_of, ready_to_create};
 use super::replicas::{
@@ -62,17 +60,17 @@ pub(super) trait Replicated<R: Runtime>: Send + Sync {
     fn is_current(&self, container: &Container) -> bool;
     /// The replicas and their readiness: the key's containers and the readiness the probe
     /// runners published (the Swarm kinds observe tasks).
-    fn observe<'a>(
-        &'a self,
-        ctx: &'a Ctx<R>,
-        key: &'a ResourceKey,
-    ) -> BoxFuture<'a, Result<Observed>> {
-        Box::pin(observe(ctx, key, |container| self.is_current(container)))
+    fn observe(
+        &self,
+        ctx: &Ctx<R>,
+        key: &ResourceKey,
+    ) -> impl Future<Output = Result<Observed>> + Send {
+        observe(ctx, key, |container| self.is_current(container))
     }
     /// Before the first replica of a rollout is touched: the networks exist and the images
     /// are present (pulled when missing).
-    fn prepare<'a>(&'a self, ctx: &'a Ctx<R>, key: &'a ResourceKey) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
+    fn prepare(&self, ctx: &Ctx<R>, key: &ResourceKey) -> impl Future<Output = Result<()>> + Send {
+        async move {
             let (container, inits) = self.images();
             let mut images = images_of(key, container, inits, &ctx.assets_root);
             // The release's bytes: a digest the host lost is pulled by its digest.
@@ -82,18 +80,18 @@ pub(super) trait Replicated<R: Runtime>: Send + Sync {
                 }
             }
             ready_to_create(ctx, key, container, &images).await
-        })
+        }
     }
     /// The steps from what `observed` saw to the target.
     fn plan(&self, observed: &Observed) -> Vec<Self::Step>;
     /// The new replicas still waiting, with their restarts (crash-loop detection).
-    fn new_replicas<'a>(
-        &'a self,
-        ctx: &'a Ctx<R>,
-        observed: &'a Observed,
-        release: &'a Release,
-    ) -> BoxFuture<'a, Vec<NewReplica>> {
-        Box::pin(inspect_waiting(ctx, observed, release))
+    fn new_replicas(
+        &self,
+        ctx: &Ctx<R>,
+        observed: &Observed,
+        release: &Release,
+    ) -> impl Future<Output = Vec<NewReplica>> + Send {
+        inspect_waiting(ctx, observed, release)
     }
     /// When to look again while the engine converges on its own (Swarm starting or
     /// replacing tasks, or a node lost: no event tells the agent), besides the rollout
@@ -120,20 +118,20 @@ pub(super) trait Replicated<R: Runtime>: Send + Sync {
     }
     /// Runs the gated steps; a crashed replica whose back-off still runs is listed in
     /// `waits`.
-    fn execute<'a>(
-        &'a self,
-        ctx: &'a Ctx<R>,
-        steps: &'a [Self::Step],
-        observed: &'a Observed,
-        waits: &'a mut Waits,
-    ) -> BoxFuture<'a, Result<()>>;
+    fn execute(
+        &self,
+        ctx: &Ctx<R>,
+        steps: &[Self::Step],
+        observed: &Observed,
+        waits: &mut Waits,
+    ) -> impl Future<Output = Result<()>> + Send;
     /// `status` with the replica counts and the kind's `detail`.
-    fn detail<'a>(
-        &'a self,
-        ctx: &'a Ctx<R>,
+    fn detail(
+        &self,
+        ctx: &Ctx<R>,
         status: ResourceStatus,
-        observed: &'a Observed,
-    ) -> BoxFuture<'a, Result<ResourceStatus>>;
+        observed: &Observed,
+    ) -> impl Future<Output = Result<ResourceStatus>> + Send;
 }
 
 /// One pass of a replicated resource towards `desired`, in its stages: the release and what

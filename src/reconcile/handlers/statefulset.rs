@@ -27,8 +27,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use futures_util::future::BoxFuture;
-
 use super::container::{Identity, Launch, aliases};
 use super::inits::{Inits, advance_inits, drop_inits, inits_in_flight};
 use super::launch::{EnvSource, build_spec, create_and_start, identity_vars};
@@ -179,25 +177,23 @@ impl<R: Runtime> Replicated<R> for Statefulset<'_> {
         gate::gate_ordered(steps, &unready, &down)
     }
 
-    fn execute<'a>(
-        &'a self,
-        ctx: &'a Ctx<R>,
-        steps: &'a [StatefulStep],
-        observed: &'a Observed,
-        waits: &'a mut Waits,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(execute(ctx, self, steps, observed, waits))
+    async fn execute(
+        &self,
+        ctx: &Ctx<R>,
+        steps: &[StatefulStep],
+        observed: &Observed,
+        waits: &mut Waits,
+    ) -> Result<()> {
+        execute(ctx, self, steps, observed, waits).await
     }
 
-    fn detail<'a>(
-        &'a self,
-        ctx: &'a Ctx<R>,
+    async fn detail(
+        &self,
+        ctx: &Ctx<R>,
         status: ResourceStatus,
-        observed: &'a Observed,
-    ) -> BoxFuture<'a, Result<ResourceStatus>> {
-        Box::pin(async move {
-            with_detail(ctx, &self.desired.key, status, observed, &self.target()).await
-        })
+        observed: &Observed,
+    ) -> Result<ResourceStatus> {
+        with_detail(ctx, &self.desired.key, status, observed, &self.target()).await
     }
 }
 

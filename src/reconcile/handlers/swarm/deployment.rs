@@ -20,8 +20,6 @@
 //! new release with the same spec replaces no task; `on_deploy`, releases and pins are the
 //! pass's, unchanged.
 
-use futures_util::future::BoxFuture;
-
 use super::super::container::{Identity, aliases};
 use super::super::deployment::Deployment;
 use super::super::hooks::HookSet;
@@ -153,27 +151,21 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
             .is_some_and(|target| target.is_current(&container.labels))
     }
 
-    fn observe<'a>(
-        &'a self,
-        ctx: &'a Ctx<R>,
-        key: &'a ResourceKey,
-    ) -> BoxFuture<'a, Result<Observed>> {
-        Box::pin(async move {
-            let seen = observe_services(ctx, key).await?;
-            let app = key.app_id();
-            Ok(observed(
-                seen,
-                ctx.options.ready_settle,
-                |task| {
-                    format!(
-                        "{app}.{}.{}",
-                        task.slot.unwrap_or(0),
-                        &task.id[..task.id.len().min(8)]
-                    )
-                },
-                |container| <Self as Replicated<R>>::is_current(self, container),
-            ))
-        })
+    async fn observe(&self, ctx: &Ctx<R>, key: &ResourceKey) -> Result<Observed> {
+        let seen = observe_services(ctx, key).await?;
+        let app = key.app_id();
+        Ok(observed(
+            seen,
+            ctx.options.ready_settle,
+            |task| {
+                format!(
+                    "{app}.{}.{}",
+                    task.slot.unwrap_or(0),
+                    &task.id[..task.id.len().min(8)]
+                )
+            },
+            |container| <Self as Replicated<R>>::is_current(self, container),
+        ))
     }
 
     fn plan(&self, observed: &Observed) -> Vec<ServiceStep> {

@@ -31,48 +31,39 @@ macro_rules! swarm_kind {
             Replicated::<R>::images(&self.inner)
         }
 
-        fn detail<'a>(
-            &'a self,
-            ctx: &'a Ctx<R>,
+        async fn detail(
+            &self,
+            ctx: &Ctx<R>,
             status: ResourceStatus,
-            observed: &'a Observed,
-        ) -> BoxFuture<'a, Result<ResourceStatus>> {
-            Box::pin(async move {
-                let mut status =
-                    Replicated::<R>::detail(&self.inner, ctx, status, observed).await?;
-                super::say_lost_nodes(&mut status, observed, $then);
-                Ok(status)
-            })
+            observed: &Observed,
+        ) -> Result<ResourceStatus> {
+            let mut status = Replicated::<R>::detail(&self.inner, ctx, status, observed).await?;
+            super::say_lost_nodes(&mut status, observed, $then);
+            Ok(status)
         }
 
-        fn execute<'a>(
-            &'a self,
-            ctx: &'a Ctx<R>,
-            steps: &'a [Self::Step],
-            observed: &'a Observed,
-            _waits: &'a mut Waits,
-        ) -> BoxFuture<'a, Result<()>> {
-            Box::pin(execute(ctx, self, steps, observed))
+        async fn execute(
+            &self,
+            ctx: &Ctx<R>,
+            steps: &[Self::Step],
+            observed: &Observed,
+            _waits: &mut Waits,
+        ) -> Result<()> {
+            execute(ctx, self, steps, observed).await
         }
 
-        fn prepare<'a>(
-            &'a self,
-            ctx: &'a Ctx<R>,
-            key: &'a ResourceKey,
-        ) -> BoxFuture<'a, Result<()>> {
-            Box::pin(super::prepare(ctx, key, &self.inner.spec.container))
+        async fn prepare(&self, ctx: &Ctx<R>, key: &ResourceKey) -> Result<()> {
+            super::prepare(ctx, key, &self.inner.spec.container).await
         }
 
-        fn new_replicas<'a>(
-            &'a self,
-            _ctx: &'a Ctx<R>,
-            observed: &'a Observed,
-            release: &'a Release,
-        ) -> BoxFuture<'a, Vec<NewReplica>> {
-            Box::pin(async move {
-                super::deployment::new_replicas(observed, release, |labels| {
-                    self.task_is_current(labels)
-                })
+        async fn new_replicas(
+            &self,
+            _ctx: &Ctx<R>,
+            observed: &Observed,
+            release: &Release,
+        ) -> Vec<NewReplica> {
+            super::deployment::new_replicas(observed, release, |labels| {
+                self.task_is_current(labels)
             })
         }
 

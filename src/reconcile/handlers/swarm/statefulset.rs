@@ -17,8 +17,6 @@
 
 use std::collections::BTreeMap;
 
-use futures_util::future::BoxFuture;
-
 use super::super::launch::EnvSource;
 use super::super::replicas::{Observed, Waits};
 use super::super::replicated::{self, Replicated};
@@ -160,67 +158,61 @@ impl<R: Runtime> Replicated<R> for SwarmStatefulset<'_> {
         <Statefulset<'_> as Replicated<R>>::is_current(&self.inner, pod)
     }
 
-    fn observe<'a>(
-        &'a self,
-        ctx: &'a Ctx<R>,
-        key: &'a ResourceKey,
-    ) -> BoxFuture<'a, Result<Observed>> {
-        Box::pin(async move {
-            let mut seen = observe_services(ctx, key).await?;
-            // One live task per ordinal service: while Swarm replaces it (stop-first) the
-            // newest counts, so the planner never sees a duplicate pod.
-            let mut newest: BTreeMap<&str, (i64, &str)> = BTreeMap::new();
-            for task in &seen.tasks {
-                let live = task.desired == TaskState::Running && !task.state.ended();
-                if live {
-                    let entry = newest
-                        .entry(&task.service_id)
-                        .or_insert((task.since, &task.id));
-                    if task.since > entry.0 {
-                        *entry = (task.since, &task.id);
-                    }
+    async fn observe(&self, ctx: &Ctx<R>, key: &ResourceKey) -> Result<Observed> {
+        let mut seen = observe_services(ctx, key).await?;
+        // One live task per ordinal service: while Swarm replaces it (stop-first) the
+        // newest counts, so the planner never sees a duplicate pod.
+        let mut newest: BTreeMap<&str, (i64, &str)> = BTreeMap::new();
+        for task in &seen.tasks {
+            let live = task.desired == TaskState::Running && !task.state.ended();
+            if live {
+                let entry = newest
+                    .entry(&task.service_id)
+                    .or_insert((task.since, &task.id));
+                if task.since > entry.0 {
+                    *entry = (task.since, &task.id);
                 }
             }
-            let keep: std::collections::BTreeSet<String> =
-                newest.values().map(|(_, id)| (*id).to_owned()).collect();
-            seen.tasks
-                .retain(|task| keep.contains(&task.id) || task.state.ended());
-            // A pending task of a node that is down is reported as such.
-            let down: Vec<String> = seen
-                .nodes
-                .iter()
-                .filter(|node| node.state != NodeState::Ready)
-                .map(|node| node.id.clone())
-                .collect();
-            let node_of: BTreeMap<String, String> = seen
-                .services
-                .iter()
-                .filter_map(|service| Some((service.id.clone(), service.label(NODE)?.to_owned())))
-                .collect();
-            for task in &mut seen.tasks {
-                if let Some(node) = node_of.get(&task.service_id)
-                    && down.contains(node)
-                    && task.state != TaskState::Running
-                {
-                    task.error = format!(
-                        "its node {node} is down; the pod stays pinned there (its volumes are local to it) and is not moved"
-                    );
-                }
+        }
+        let keep: std::collections::BTreeSet<String> =
+            newest.values().map(|(_, id)| (*id).to_owned()).collect();
+        seen.tasks
+            .retain(|task| keep.contains(&task.id) || task.state.ended());
+        // A pending task of a node that is down is reported as such.
+        let down: Vec<String> = seen
+            .nodes
+            .iter()
+            .filter(|node| node.state != NodeState::Ready)
+            .map(|node| node.id.clone())
+            .collect();
+        let node_of: BTreeMap<String, String> = seen
+            .services
+            .iter()
+            .filter_map(|service| Some((service.id.clone(), service.label(NODE)?.to_owned())))
+            .collect();
+        for task in &mut seen.tasks {
+            if let Some(node) = node_of.get(&task.service_id)
+                && down.contains(node)
+                && task.state != TaskState::Running
+            {
+                task.error = format!(
+                    "its node {node} is down; the pod stays pinned there (its volumes are local to it) and is not moved"
+                );
             }
-            let app = key.app_id();
-            Ok(observed(
-                seen,
-                ctx.options.ready_settle,
-                |task| {
-                    let ordinal = task
-                        .labels
-                        .get(labels::REPLICA_ORDINAL)
-                        .map_or("?", String::as_str);
-                    format!("{app}.{ordinal}")
-                },
-                |pod| <Self as Replicated<R>>::is_current(self, pod),
-            ))
-        })
+        }
+        let app = key.app_id();
+        Ok(observed(
+            seen,
+            ctx.options.ready_settle,
+            |task| {
+                let ordinal = task
+                    .labels
+                    .get(labels::REPLICA_ORDINAL)
+                    .map_or("?", String::as_str);
+                format!("{app}.{ordinal}")
+            },
+            |pod| <Self as Replicated<R>>::is_current(self, pod),
+        ))
     }
 
     fn plan(&self, observed: &Observed) -> Vec<StatefulStep> {
