@@ -1,13 +1,13 @@
 //! The few helpers below every stage, beside `model` and `metrics` at layer 0 (it depends on
-//! nothing): a mutex lock that outlives a panicked holder, the HMAC-SHA256 set-up, and the text
-//! of an HTTP client error.
+//! nothing): a mutex lock that outlives a panicked holder, the HMAC-SHA256 set-up, the text
+//! of an HTTP client error, and a Unix time as UTC text.
 //!
 //! Invariants: `lock` is for data that stays consistent even if a holder panicked (every
 //! critical section that uses it is a single update); HMAC takes a key of any length.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use hmac::{Hmac, KeyInit as _};
+use hmac::{Hmac, Mac as _};
 use sha2::Sha256;
 
 /// Locks `mutex`, taking the data over from a holder that panicked.
@@ -48,10 +48,38 @@ pub(crate) fn request_error_text(
     text
 }
 
+/// A Unix time as UTC `YYYY-MM-DD<separator>HH:MM:SS` (civil-from-days, proleptic
+/// Gregorian).
+pub(crate) fn utc_date_time(unix: i64, separator: char) -> String {
+    let days = unix.div_euclid(86_400);
+    let seconds = unix.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}{separator}{:02}:{:02}:{:02}",
+        seconds / 3600,
+        seconds % 3600 / 60,
+        seconds % 60
+    )
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` for a Unix time.
+pub(crate) fn rfc3339_seconds(unix: i64) -> String {
+    let mut text = utc_date_time(unix, 'T');
+    text.push('Z');
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hmac::Mac as _;
 
     /// RFC 4231 test case 2.
     #[test]
@@ -82,5 +110,14 @@ mod tests {
         assert!(mutex.is_poisoned());
         *lock(&mutex) += 1;
         assert_eq!(*lock(&mutex), 2);
+    }
+
+    #[test]
+    fn utc_text_matches_known_instants() {
+        assert_eq!(rfc3339_seconds(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339_seconds(1_700_000_000), "2023-11-14T22:13:20Z");
+        assert_eq!(rfc3339_seconds(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339_seconds(-1), "1969-12-31T23:59:59Z");
+        assert_eq!(utc_date_time(1_700_000_000, ' '), "2023-11-14 22:13:20");
     }
 }

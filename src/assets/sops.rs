@@ -499,13 +499,18 @@ fn decrypt_value(
 /// `lastmodified` as Go's `time.RFC3339` writes it back (SOPS re-formats the parsed time):
 /// UTC as `Z`, no fractional seconds.
 fn rfc3339(text: &str) -> String {
-    match chrono::DateTime::parse_from_rfc3339(text) {
-        Ok(time) if time.offset().local_minus_utc() == 0 => {
-            time.format("%Y-%m-%dT%H:%M:%SZ").to_string()
-        }
-        Ok(time) => time.format("%Y-%m-%dT%H:%M:%S%:z").to_string(),
-        Err(_) => text.to_owned(),
+    let Ok(time) = chrono::DateTime::parse_from_rfc3339(text) else {
+        return text.to_owned();
+    };
+    let offset = time.offset().local_minus_utc();
+    // The wall time at the offset, as the Unix time that reads the same in UTC.
+    let wall = crate::base::utc_date_time(time.timestamp() + i64::from(offset), 'T');
+    if offset == 0 {
+        return format!("{wall}Z");
     }
+    let sign = if offset < 0 { '-' } else { '+' };
+    let minutes = offset.unsigned_abs() / 60;
+    format!("{wall}{sign}{:02}:{:02}", minutes / 60, minutes % 60)
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -517,4 +522,21 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 fn from_base64(text: &str) -> Option<Vec<u8>> {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.decode(text).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rfc3339;
+
+    /// As Go's `time.RFC3339` prints the parsed time: `Z` for UTC, the offset otherwise, no
+    /// fractional seconds; text that is not a time is used as it is.
+    #[test]
+    fn lastmodified_is_written_back_as_go_does() {
+        assert_eq!(rfc3339("2024-03-05T10:11:12Z"), "2024-03-05T10:11:12Z");
+        assert_eq!(rfc3339("2024-03-05T10:11:12.123456Z"), "2024-03-05T10:11:12Z");
+        assert_eq!(rfc3339("2024-03-05T10:11:12+00:00"), "2024-03-05T10:11:12Z");
+        assert_eq!(rfc3339("2024-03-05T00:30:00+05:30"), "2024-03-05T00:30:00+05:30");
+        assert_eq!(rfc3339("2024-01-01T00:00:00-08:00"), "2024-01-01T00:00:00-08:00");
+        assert_eq!(rfc3339("yesterday"), "yesterday");
+    }
 }

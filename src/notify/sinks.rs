@@ -263,9 +263,7 @@ fn alert(event: &Event, dashboard: Option<&str>) -> Value {
         "rollout.succeeded" => ("rollout.failed", true),
         other => (other, false),
     };
-    let at = chrono::DateTime::from_timestamp(event.at, 0)
-        .unwrap_or_default()
-        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let at = crate::base::rfc3339_seconds(event.at);
     let mut labels = json!({
         "alertname": alert_name(raises),
         "severity": match severity(raises) {

@@ -114,10 +114,7 @@ pub(super) fn phase_class(phase: &str) -> &'static str {
 
 /// A Unix time as UTC `YYYY-MM-DD HH:MM:SS`.
 pub(super) fn time(unix: i64) -> String {
-    chrono::DateTime::from_timestamp(unix, 0).map_or_else(
-        || unix.to_string(),
-        |time| time.format("%Y-%m-%d %H:%M:%S").to_string(),
-    )
+    crate::base::utc_date_time(unix, ' ')
 }
 
 /// A duration in seconds, short (`42s`, `3m 05s`, `2h 10m`).

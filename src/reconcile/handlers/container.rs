@@ -284,27 +284,6 @@ pub(crate) fn aliases(key: &ResourceKey, ordinal: Option<usize>) -> Vec<String> 
     aliases
 }
 
-/// `YYYY-MM-DDTHH:MM:SSZ` for a Unix time (civil-from-days, proleptic Gregorian).
-pub(crate) fn rfc3339_seconds(unix: i64) -> String {
-    let days = unix.div_euclid(86_400);
-    let seconds = unix.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        seconds / 3600,
-        seconds % 3600 / 60,
-        seconds % 60
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -452,12 +431,5 @@ mod tests {
         );
         let unscoped = ResourceKey::new(Kind::Deployment, "", "web");
         assert_eq!(aliases(&unscoped, None), ["web", "web.voodu"]);
-    }
-
-    #[test]
-    fn rfc3339_matches_known_instants() {
-        assert_eq!(rfc3339_seconds(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339_seconds(1_700_000_000), "2023-11-14T22:13:20Z");
-        assert_eq!(rfc3339_seconds(951_782_400), "2000-02-29T00:00:00Z");
     }
 }

@@ -14,11 +14,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Handler;
-use super::container::rfc3339_seconds;
 use super::job::{
     job_runs, keep_history, list_runs, remove_all, run_phase, run_timeout, run_view, running,
     runs_status, settle_runs, start_run, taken_names,
 };
+use crate::base::rfc3339_seconds;
 use crate::manifest::spec::schedule::Schedule;
 use crate::manifest::spec::{CronjobSpec, JobSpec};
 use crate::model::ResourceKey;

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use hmac::{Hmac, KeyInit, Mac};
+use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use crate::manifest::spec::{Container, Spec};
@@ -230,7 +230,7 @@ fn resolve_refs(
 /// The keyed digest of an environment (`voodu.env_digest`): lowercase hex HMAC-SHA256.
 pub(crate) fn digest(secret: &[u8], env: &[String]) -> String {
     let mut mac =
-        <Hmac<Sha256> as KeyInit>::new_from_slice(secret).expect("HMAC takes keys of any length");
+        <Hmac<Sha256> as Mac>::new_from_slice(secret).expect("HMAC takes keys of any length");
     for entry in env {
         mac.update(entry.as_bytes());
         mac.update(b"\n");

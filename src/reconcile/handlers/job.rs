@@ -31,9 +31,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Handler;
-use super::container::{Identity, Launch, rfc3339_seconds};
+use super::container::{Identity, Launch};
 use super::launch::EnvSource;
 use super::oneshot::{self, End, OneShot};
+use crate::base::rfc3339_seconds;
 use crate::manifest::spec::JobSpec;
 use crate::model::{ResourceKey, parse_go_duration, random_hex};
 use crate::reconcile::{

@@ -7,7 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use super::container::{Identity, Launch, build, on_own_network, rfc3339_seconds};
+use super::container::{Identity, Launch, build, on_own_network};
+use crate::base::rfc3339_seconds;
 use crate::manifest::spec::{Container, Init, Spec};
 use crate::model::{Kind, ResourceKey};
 use crate::reconcile::error::refused_ulimits;

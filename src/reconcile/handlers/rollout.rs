@@ -16,8 +16,8 @@ use crate::reconcile::{context::Ctx, context::blocking, error::Result};
 use crate::runtime::Runtime;
 use crate::store::{AutoRollback, Desired, Release, ReleasePhase, now_unix};
 
-use super::container::rfc3339_seconds;
 use super::launch::{images_of, ready_to_create};
+use crate::base::rfc3339_seconds;
 
 /// The release this pass works under: the latest one when it has the desired spec hash and
 /// incarnation, else a new progressing release keyed to the desired commit (which supersedes

@@ -144,7 +144,7 @@ pub(in crate::reconcile::handlers) async fn create<R: Runtime>(
                 (labels::SPEC_HASH.to_owned(), spec_hash.to_owned()),
                 (
                     labels::CREATED_AT.to_owned(),
-                    super::super::container::rfc3339_seconds(crate::store::now_unix()),
+                    crate::base::rfc3339_seconds(crate::store::now_unix()),
                 ),
             ]),
             volume_labels: BTreeMap::new(),
