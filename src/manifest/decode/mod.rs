@@ -191,25 +191,13 @@ fn decode_block(cx: &mut DecodeCx<'_>, block: &Block, out: &mut Vec<Decoded>) {
             refuse_hep3(cx, block);
             None
         }
-        other if let Some(decode) = kinds::decoder(other) => decode(cx, block),
-        other => {
-            let known: Vec<&str> = Kind::ALL
-                .iter()
-                .map(|kind| kind.as_str())
-                .chain(OTHER_BLOCK_TYPES.iter().copied())
-                .collect();
-            let hint = did_you_mean(other, &known);
-            let hint = if hint.is_empty() {
-                " (voodu plugin macros other than `postgres` and `redis` are not supported by this agent)".to_owned()
-            } else {
-                hint
-            };
-            cx.error(
-                block.ident.span(),
-                format!("unknown block type `{other}`{hint}"),
-            );
-            None
-        }
+        other => match kinds::decoder(other) {
+            Some(decode) => decode(cx, block),
+            None => {
+                refuse_unknown(cx, block);
+                None
+            }
+        },
     };
     let Some(specs) = specs else {
         return;
@@ -267,6 +255,27 @@ fn scoped<'b>(cx: &mut DecodeCx<'_>, block: &'b Block) -> Option<(String, String
     let (scope, name) = scope_and_name(cx, block)?;
     let reader = Reader::new(block.ident.as_str(), "", &block.body, block.ident.span());
     Some((scope, name, reader))
+}
+
+/// A block of no type the agent knows: refused, with the closest known type.
+fn refuse_unknown(cx: &mut DecodeCx<'_>, block: &Block) {
+    let other = block.ident.as_str();
+    let known: Vec<&str> = Kind::ALL
+        .iter()
+        .map(|kind| kind.as_str())
+        .chain(OTHER_BLOCK_TYPES.iter().copied())
+        .collect();
+    let hint = did_you_mean(other, &known);
+    let hint = if hint.is_empty() {
+        " (voodu plugin macros other than `postgres` and `redis` are not supported by this agent)"
+            .to_owned()
+    } else {
+        hint
+    };
+    cx.error(
+        block.ident.span(),
+        format!("unknown block type `{other}`{hint}"),
+    );
 }
 
 /// voodu's `hep3` plugin block: refused, with what to declare instead.
