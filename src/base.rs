@@ -119,5 +119,20 @@ mod tests {
         assert_eq!(rfc3339_seconds(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(rfc3339_seconds(-1), "1969-12-31T23:59:59Z");
         assert_eq!(utc_date_time(1_700_000_000, ' '), "2023-11-14 22:13:20");
+        // The same text as humantime's, which `status`, `releases` and `/activity` printed.
+        for unix in [
+            0_u64,
+            86_399,
+            951_782_400,
+            1_700_000_000,
+            4_102_444_800,
+            253_402_300_799,
+        ] {
+            let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix);
+            assert_eq!(
+                rfc3339_seconds(i64::try_from(unix).expect("small")),
+                humantime::format_rfc3339_seconds(at).to_string()
+            );
+        }
     }
 }

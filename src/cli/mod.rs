@@ -199,9 +199,7 @@ fn print_view<T: serde::Serialize + ?Sized>(
 
 /// A Unix time as RFC 3339 (UTC, seconds): `YYYY-MM-DDTHH:MM:SSZ`.
 fn time(unix: i64) -> String {
-    let at =
-        std::time::UNIX_EPOCH + std::time::Duration::from_secs(u64::try_from(unix).unwrap_or(0));
-    humantime::format_rfc3339_seconds(at).to_string()
+    crate::base::rfc3339_seconds(unix.max(0))
 }
 
 /// Who a command's changes are recorded as made by in the activity log: `cli`, and the

@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
+use crate::base::rfc3339_seconds;
 use crate::store::{Activity, ActivityOutcome, Store, now_unix};
 
 /// The window `since` defaults to.
@@ -66,13 +67,6 @@ fn is_empty(value: &serde_json::Value) -> bool {
     value.is_null() || value.as_object().is_some_and(serde_json::Map::is_empty)
 }
 
-/// A Unix time as RFC 3339 (UTC, seconds).
-pub(crate) fn rfc3339(unix: i64) -> String {
-    let at =
-        std::time::UNIX_EPOCH + std::time::Duration::from_secs(u64::try_from(unix).unwrap_or(0));
-    humantime::format_rfc3339_seconds(at).to_string()
-}
-
 /// A `since` that is neither a duration nor a time.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -99,7 +93,7 @@ pub(crate) fn parse_since(text: &str, now: i64) -> Result<i64, SinceError> {
 fn entry_view(activity: Activity) -> ActivityEntryView {
     ActivityEntryView {
         id: activity.id,
-        at: rfc3339(activity.at),
+        at: rfc3339_seconds(activity.at.max(0)),
         at_unix: activity.at,
         action: activity.action,
         origin: activity.origin,
@@ -117,7 +111,7 @@ fn entry_view(activity: Activity) -> ActivityEntryView {
 pub(crate) fn build(store: &Store, since: i64, limit: usize) -> crate::store::Result<ActivityView> {
     let (entries, truncated) = store.activity(since, limit)?;
     Ok(ActivityView {
-        since: rfc3339(since),
+        since: rfc3339_seconds(since.max(0)),
         entries: entries.into_iter().map(entry_view).collect(),
         truncated,
     })
