@@ -12,6 +12,9 @@
 use std::collections::HashMap;
 
 use bollard::Docker;
+
+/// Most bytes of a piped exec's stderr kept for its outcome.
+const EXEC_ERROR_TAIL: usize = 8 * 1024;
 use std::collections::BTreeMap;
 
 use bollard::auth::DockerCredentials;
@@ -753,6 +756,105 @@ impl Containers for DockerRuntime {
             exit_code: inspected.exit_code.unwrap_or(-1),
             output,
         })
+    }
+
+    async fn exec_piped(
+        &self,
+        id: &str,
+        command: &[String],
+        stdin: Option<super::ExecInput>,
+        stdout: Option<super::ExecOutput>,
+    ) -> Result<ExecOutcome> {
+        use tokio::io::AsyncWriteExt as _;
+        let created = self
+            .docker
+            .create_exec(
+                id,
+                ExecConfig {
+                    cmd: Some(command.to_vec()),
+                    attach_stdin: Some(stdin.is_some()),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    ..ExecConfig::default()
+                },
+            )
+            .await
+            .map_err(classify)?;
+        let mut errors: Vec<u8> = Vec::new();
+        if let StartExecResults::Attached {
+            output: mut stream,
+            mut input,
+        } = self
+            .docker
+            .start_exec(&created.id, None::<StartExecOptions>)
+            .await
+            .map_err(classify)?
+        {
+            // stdin is copied beside the output stream (a command reading all of its input
+            // before writing, or writing before reading, both go on), then closed.
+            let feed = async move {
+                if let Some(mut reader) = stdin {
+                    let copied = tokio::io::copy(&mut reader, &mut input).await;
+                    let _ = input.shutdown().await;
+                    copied.map(|_| ())
+                } else {
+                    let _ = input.shutdown().await;
+                    Ok(())
+                }
+            };
+            let drain = async {
+                let mut stdout = stdout;
+                while let Some(chunk) = stream.next().await {
+                    match chunk.map_err(classify)? {
+                        bollard::container::LogOutput::StdOut { message } => {
+                            if let Some(out) = stdout.as_mut() {
+                                out.write_all(&message).await.map_err(|error| Error::Pipe {
+                                    what: format!("writing the output of exec in {id}"),
+                                    message: error.to_string(),
+                                })?;
+                            }
+                        }
+                        other => {
+                            errors.extend_from_slice(&other.into_bytes());
+                            let excess = errors.len().saturating_sub(EXEC_ERROR_TAIL);
+                            errors.drain(..excess);
+                        }
+                    }
+                }
+                if let Some(out) = stdout.as_mut() {
+                    out.shutdown().await.map_err(|error| Error::Pipe {
+                        what: format!("closing the output of exec in {id}"),
+                        message: error.to_string(),
+                    })?;
+                }
+                Ok::<(), Error>(())
+            };
+            let (fed, drained) = tokio::join!(feed, drain);
+            drained?;
+            fed.map_err(|error| Error::Pipe {
+                what: format!("feeding the input of exec in {id}"),
+                message: error.to_string(),
+            })?;
+        }
+        let inspected = self
+            .docker
+            .inspect_exec(&created.id)
+            .await
+            .map_err(classify)?;
+        Ok(ExecOutcome {
+            exit_code: inspected.exit_code.unwrap_or(-1),
+            output: String::from_utf8_lossy(&errors).into_owned(),
+        })
+    }
+
+    async fn volume_path(&self, name: &str) -> Result<Option<std::path::PathBuf>> {
+        match self.docker.inspect_volume(name).await {
+            Ok(volume) => Ok(Some(std::path::PathBuf::from(volume.mountpoint))),
+            Err(error) => match classify(error) {
+                Error::NotFound { .. } => Ok(None),
+                other => Err(other),
+            },
+        }
     }
 
     async fn ensure_volume(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<Volume> {

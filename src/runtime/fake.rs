@@ -73,6 +73,8 @@ struct FakeState {
     next_host_port: u16,
     networks: BTreeSet<String>,
     volumes: BTreeMap<String, BTreeMap<String, String>>,
+    /// Where volumes keep their files (`set_volume_root`); none: volumes have no directory.
+    volume_root: Option<std::path::PathBuf>,
     /// `None`: every image exists.
     images: Option<BTreeSet<String>>,
     /// Images a `pull` can fetch, with the username it requires (empty: public).
@@ -166,6 +168,12 @@ impl FakeRuntime {
         let fake = FakeRuntime::default();
         fake.lock().images = Some(images.iter().map(|image| (*image).to_owned()).collect());
         fake
+    }
+
+    /// Volumes keep their files in `<root>/<name>` from now on (`volume_path`), as the
+    /// local driver keeps them under `/var/lib/docker/volumes`.
+    pub fn set_volume_root(&self, root: &std::path::Path) {
+        self.lock().volume_root = Some(root.to_owned());
     }
 
     /// Makes `image` pullable; `username` empty for a public image, else the registry
@@ -699,8 +707,55 @@ impl Containers for FakeRuntime {
         })
     }
 
+    async fn exec_piped(
+        &self,
+        id: &str,
+        command: &[String],
+        stdin: Option<super::ExecInput>,
+        stdout: Option<super::ExecOutput>,
+    ) -> Result<ExecOutcome> {
+        use tokio::io::AsyncWriteExt as _;
+        let outcome = self.exec(id, command).await?;
+        let pipe = |what: &str, error: std::io::Error| Error::Pipe {
+            what: format!("{what} of exec in {id}"),
+            message: error.to_string(),
+        };
+        if let Some(mut reader) = stdin {
+            tokio::io::copy(&mut reader, &mut tokio::io::sink())
+                .await
+                .map_err(|error| pipe("reading the input", error))?;
+        }
+        if let Some(mut out) = stdout {
+            out.write_all(outcome.output.as_bytes())
+                .await
+                .map_err(|error| pipe("writing the output", error))?;
+            out.shutdown()
+                .await
+                .map_err(|error| pipe("closing the output", error))?;
+        }
+        Ok(ExecOutcome {
+            exit_code: outcome.exit_code,
+            output: String::new(),
+        })
+    }
+
+    async fn volume_path(&self, name: &str) -> Result<Option<std::path::PathBuf>> {
+        self.enter("volume_path", name)?;
+        let state = self.lock();
+        Ok(state
+            .volumes
+            .contains_key(name)
+            .then(|| state.volume_root.as_ref().map(|root| root.join(name)))
+            .flatten())
+    }
+
     async fn ensure_volume(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<Volume> {
         self.enter("ensure_volume", name)?;
+        if let Some(root) = self.lock().volume_root.clone() {
+            std::fs::create_dir_all(root.join(name)).map_err(|error| Error::Invalid {
+                message: format!("fake volume {name}: {error}"),
+            })?;
+        }
         let labels = self
             .lock()
             .volumes

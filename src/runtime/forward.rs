@@ -88,6 +88,25 @@ macro_rules! forward {
             self.$field.exec(id, command).await
         }
     };
+    (@verb $field:ident exec_piped) => {
+        async fn exec_piped(
+            &self,
+            id: &str,
+            command: &[String],
+            stdin: Option<$crate::runtime::ExecInput>,
+            stdout: Option<$crate::runtime::ExecOutput>,
+        ) -> $crate::runtime::Result<$crate::runtime::ExecOutcome> {
+            self.$field.exec_piped(id, command, stdin, stdout).await
+        }
+    };
+    (@verb $field:ident volume_path) => {
+        async fn volume_path(
+            &self,
+            name: &str,
+        ) -> $crate::runtime::Result<Option<::std::path::PathBuf>> {
+            self.$field.volume_path(name).await
+        }
+    };
     (@verb $field:ident ensure_volume) => {
         async fn ensure_volume(
             &self,

@@ -148,6 +148,11 @@ pub struct ExecOutcome {
     pub output: String,
 }
 
+/// Where a piped `exec` reads its stdin from.
+pub type ExecInput = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
+/// Where a piped `exec` writes its stdout.
+pub type ExecOutput = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
+
 /// A named volume as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Volume {
@@ -218,6 +223,9 @@ pub enum Error {
     /// The engine could not be reached, or answered that it cannot serve right now.
     #[error("container engine unavailable: {message}")]
     Unavailable { message: String },
+    /// A piped exec's input or output failed on the agent's side (`exec_piped`).
+    #[error("{what}: {message}")]
+    Pipe { what: String, message: String },
 }
 
 impl Error {
@@ -280,6 +288,22 @@ pub trait Containers: Send + Sync + 'static {
         id: &str,
         command: &[String],
     ) -> impl Future<Output = Result<ExecOutcome>> + Send;
+    /// Runs `command` in a running container with its stdin fed from `stdin` (closed at the
+    /// reader's end) and its stdout written to `stdout` (discarded when `None`); waits for it.
+    /// The outcome's `output` is the last 8 KiB of its stderr.
+    fn exec_piped(
+        &self,
+        id: &str,
+        command: &[String],
+        stdin: Option<ExecInput>,
+        stdout: Option<ExecOutput>,
+    ) -> impl Future<Output = Result<ExecOutcome>> + Send;
+    /// The host directory holding named volume `name`'s files (the local driver's
+    /// `Mountpoint`); `None` when no such volume exists.
+    fn volume_path(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<std::path::PathBuf>>> + Send;
     /// Creates a named volume when none by that name exists; the volume as the engine has it
     /// then (an existing one keeps its own labels).
     fn ensure_volume(

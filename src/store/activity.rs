@@ -293,6 +293,10 @@ fn event_of(action: &str, outcome: &ActivityOutcome) -> Option<&'static str> {
         ("rollout", ActivityOutcome::Succeeded) => "rollout.succeeded",
         ("rollout", ActivityOutcome::Failed | ActivityOutcome::Halted) => "rollout.failed",
         ("rollback.auto", _) => "rollout.rolled_back",
+        ("backup", ActivityOutcome::Failed) => "backup.failed",
+        ("verify", ActivityOutcome::Failed) => "backup.verify_failed",
+        ("restore", ActivityOutcome::Succeeded) => "backup.restored",
+        ("restore", ActivityOutcome::Failed) => "backup.restore_failed",
         _ => return None,
     })
 }

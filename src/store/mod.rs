@@ -17,6 +17,7 @@
 //! `Mutex` that is never held across an `.await`.
 
 mod activity;
+mod backups;
 mod claims;
 mod commits;
 mod desired;
@@ -40,6 +41,7 @@ pub use activity::{
     Activity, ActivityOutcome, MAX_ROWS as MAX_ACTIVITY_ROWS, Origin,
     RETENTION_SECS as ACTIVITY_RETENTION_SECS, Who,
 };
+pub use backups::{DataReason, DataRun, DataState, DataWhat, NewDataRun};
 pub use claims::{ClaimConflict, ClaimHolder};
 pub use commits::{ApplySummary, CommitContext, CommitRecord, CommitSummary};
 pub(crate) use desired::key_from_row;

@@ -36,6 +36,10 @@ pub const EVENTS: &[&str] = &[
     "image.unverified",
     "image.tag_moved",
     "notify.test",
+    "backup.failed",
+    "backup.verify_failed",
+    "backup.restored",
+    "backup.restore_failed",
 ];
 
 /// Most events kept.

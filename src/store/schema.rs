@@ -403,4 +403,32 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         checked_at  INTEGER NOT NULL
     );
     "#,
+    // ---- issue 50 ----
+    // 18: data runs (`store/backups.rs`): the backups, restores and verifies of a
+    // statefulset's claims, each from asked for to ended, with the restic snapshots it took or
+    // put back.
+    r#"
+    CREATE TABLE data_runs (
+        id            INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind          TEXT NOT NULL,
+        scope         TEXT NOT NULL,
+        name          TEXT NOT NULL,
+        what          TEXT NOT NULL CHECK (what IN ('backup', 'restore', 'verify')),
+        reason        TEXT NOT NULL,
+        release_id    INTEGER,
+        state         TEXT NOT NULL
+                      CHECK (state IN ('pending', 'running', 'succeeded', 'failed', 'superseded')),
+        ordinal       INTEGER NOT NULL DEFAULT 0,
+        step          TEXT NOT NULL DEFAULT '',
+        only_ordinal  INTEGER,
+        snapshots     TEXT NOT NULL DEFAULT '{}',
+        bytes         INTEGER NOT NULL DEFAULT 0,
+        message       TEXT NOT NULL DEFAULT '',
+        requested_at  INTEGER NOT NULL,
+        started_at    INTEGER,
+        ended_at      INTEGER
+    );
+    CREATE INDEX data_runs_by_key ON data_runs (kind, scope, name, id);
+    CREATE INDEX data_runs_by_release ON data_runs (release_id);
+    "#,
 ];
