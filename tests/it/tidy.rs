@@ -52,14 +52,15 @@ fn allowed(module: &str) -> Option<&'static [&'static str]> {
     Some(match module {
         "model" | "base" => &[],
         "metrics" => &["base"],
-        "manifest" | "git" | "runtime" => &["model", "metrics", "base"],
+        "manifest" | "git" | "runtime" | "restic" => &["model", "metrics", "base"],
         "assets" | "store" => &["model", "manifest", "metrics", "base"],
         "sync" => &[
             "git", "manifest", "assets", "store", "model", "metrics", "base",
         ],
         // `assets` too: the asset handler repairs files on the host from the stored bytes.
+        // `restic` too: the backup handlers run restic beside the runtime.
         "reconcile" => &[
-            "model", "manifest", "assets", "store", "runtime", "metrics", "base",
+            "model", "manifest", "assets", "store", "runtime", "restic", "metrics", "base",
         ],
         "http" => &["model", "store", "git", "metrics", "base"],
         // Notifications read the outbox and speak HTTP to the sinks; nothing else.
