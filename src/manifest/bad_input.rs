@@ -885,3 +885,154 @@ fn values_docker_would_refuse_or_misread() {
         check(input, expected);
     }
 }
+
+/// A statefulset's `backup {}` (an extension): every refusal at the line that breaks it.
+/// `{}` in each row is the block's body, inside a statefulset with a claim (line 4 is
+/// `backup {`, its first attribute line 5).
+#[test]
+fn backup_block() {
+    let with_claim = |body: &str| {
+        format!(
+            "statefulset \"a\" \"b\" {{\n  image = \"x\"\n  volume_claim \"d\" {{ mount_path = \"/d\" }}\n  backup {{\n{body}  }}\n}}\n"
+        )
+    };
+    let ok = "    repository = \"/srv/b\"\n    password_file = \"/etc/p\"\n";
+    let rows = [
+        (
+            with_claim(&format!("{ok}    retention = 3\n  }}\n  backup {{\n{ok}")),
+            expect![[r#"
+                m/app.hcl:7:5: unknown attribute `backup.retention` in backup
+                m/app.hcl:9:3: `backup` block is declared twice in statefulset; merge them into one
+            "#]],
+        ),
+        (
+            with_claim(""),
+            expect![[r#"
+                m/app.hcl:4:3: backup needs `backup.repository`
+                m/app.hcl:4:3: backup needs `backup.password_file`
+            "#]],
+        ),
+        (
+            with_claim("    repository = \"\"\n    password_file = \"\"\n"),
+            expect![[r#"
+                m/app.hcl:5:5: `backup.repository` must not be empty
+                m/app.hcl:6:5: `backup.password_file` must not be empty
+            "#]],
+        ),
+        (
+            with_claim("    repository = \"-o=x\"\n    password_file = \"etc/p\"\n"),
+            expect![[r#"
+                m/app.hcl:5:5: `backup.repository` "-o=x" starts with `-`, which restic would read as an option: write an absolute path or a backend URL
+                m/app.hcl:6:5: `backup.password_file` must be an absolute host path, got "etc/p": write e.g. "/etc/voodu/restic.pass"
+            "#]],
+        ),
+        (
+            with_claim("    repository = \"backups/db\"\n    password_file = \"/etc/p\"\n"),
+            expect![[r#"
+                m/app.hcl:5:5: `backup.repository` "backups/db" is neither an absolute local path nor a restic backend: write e.g. "/srv/backups/db", or start it with one of sftp: s3: rest: b2: azure: gs: swift: rclone:
+            "#]],
+        ),
+        (
+            with_claim("    repository = \"ftp:host/db\"\n    password_file = \"/etc/p\"\n"),
+            expect![[r#"
+                m/app.hcl:5:5: `backup.repository` "ftp:host/db" is neither an absolute local path nor a restic backend: write e.g. "/srv/backups/db", or start it with one of sftp: s3: rest: b2: azure: gs: swift: rclone:
+            "#]],
+        ),
+        (
+            with_claim(&format!(
+                "{ok}    mode = \"snapshot\"\n    command = [\"x\"]\n"
+            )),
+            expect![[r#"
+                m/app.hcl:7:5: `backup.mode` "snapshot" is not a backup mode: write "stop" (the default), "exec" or "live"
+            "#]],
+        ),
+        (
+            with_claim(&format!("{ok}    mode = \"exec\"\n")),
+            expect![[r#"
+                m/app.hcl:4:3: backup with mode = "exec" needs `backup.command`: the command whose stdout is the backup, like ["pg_dump", "-Fc", "app"]
+                m/app.hcl:4:3: backup with mode = "exec" needs `backup.restore_command`: the command that reads the backup on stdin, like ["pg_restore", "-d", "app"]
+            "#]],
+        ),
+        (
+            with_claim(&format!(
+                "{ok}    mode = \"live\"\n    command = [\"dump\"]\n    restore_command = [\"load\"]\n"
+            )),
+            expect![[r#"
+                m/app.hcl:8:5: `backup.command` is for mode = "exec" only: remove it, or set mode = "exec"
+                m/app.hcl:9:5: `backup.restore_command` is for mode = "exec" only: remove it, or set mode = "exec"
+            "#]],
+        ),
+        (
+            with_claim(&format!("{ok}    command = [\"dump\"]\n")),
+            expect![[r#"
+                m/app.hcl:7:5: `backup.command` is for mode = "exec" only: remove it, or set mode = "exec"
+            "#]],
+        ),
+        (
+            with_claim(&format!(
+                "{ok}    schedule = \"0 25 * * *\"\n    timezone = \"Mars/Olympus\"\n"
+            )),
+            expect![[r#"
+                m/app.hcl:7:5: `backup.schedule` "0 25 * * *": hour field "25": 25 is outside 0-23
+                m/app.hcl:8:5: `backup.timezone` "Mars/Olympus" is not an IANA time zone name such as "Europe/Lisbon" or "America/New_York" in this host's time zone database
+            "#]],
+        ),
+        (
+            with_claim(&format!("{ok}    timezone = \"UTC\"\n")),
+            expect![[r#"
+                m/app.hcl:7:5: `backup.timezone` without a `schedule` means nothing: add a schedule, or remove it
+            "#]],
+        ),
+        (
+            with_claim(&format!("{ok}    verify = \"monthly\"\n")),
+            expect![[r#"
+                m/app.hcl:7:5: `backup.verify` "monthly" is not a period: write "daily" or "weekly", or leave it out
+            "#]],
+        ),
+        (
+            with_claim(&format!("{ok}    timeout = \"5x\"\n")),
+            expect![[r#"
+                m/app.hcl:7:5: `backup.timeout` "5x" is not a duration (want e.g. "30m", "1h", "1h30m")
+            "#]],
+        ),
+        (
+            with_claim(&format!("{ok}    timeout = \"25h\"\n")),
+            expect![[r#"
+                m/app.hcl:7:5: `backup.timeout` "25h" is above the limit of 24h: write a shorter duration
+            "#]],
+        ),
+        (
+            with_claim(&format!("{ok}    timeout = \"500ms\"\n")),
+            expect![[r#"
+                m/app.hcl:7:5: `backup.timeout` "500ms" is below 1s: write a longer duration, or leave it out for 1h
+            "#]],
+        ),
+        (
+            with_claim(&format!(
+                "{ok}    keep {{\n      last = 1001\n      daily = -1\n      yearly = 2\n    }}\n"
+            )),
+            expect![[r#"
+                m/app.hcl:8:7: `backup.keep.last` is 1001, above the limit of 1000 snapshots kept: keep fewer
+                m/app.hcl:9:7: `backup.keep.daily` must not be negative, got -1
+                m/app.hcl:10:7: unknown attribute `backup.keep.yearly` in backup.keep
+            "#]],
+        ),
+        (
+            format!("statefulset \"a\" \"b\" {{\n  image = \"x\"\n  backup {{\n{ok}  }}\n}}\n"),
+            expect![[r#"
+                m/app.hcl:3:3: nothing to back up: declare a volume_claim or use mode = "exec"
+            "#]],
+        ),
+        (
+            format!(
+                "statefulset \"a\" \"b\" {{\n  image = \"x\"\n  backup {{\n{ok}    mode = \"live\"\n  }}\n}}\n"
+            ),
+            expect![[r#"
+                m/app.hcl:3:3: nothing to back up: declare a volume_claim or use mode = "exec"
+            "#]],
+        ),
+    ];
+    for (input, expected) in rows {
+        check(&input, expected);
+    }
+}

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use super::decode::Resource;
 use super::diagnostic::Diagnostic;
 use super::interpolate::Reference;
-use super::spec::{Container, Spec};
+use super::spec::{Backup, Container, Spec};
 use crate::model::policy::{OwnedPaths, bind_source_text, normalize_path};
 use crate::model::scopes::Seal;
 use crate::model::{DockerOptions, resolve_asset_refs};
@@ -51,6 +51,12 @@ pub(crate) fn check(
                 refuse(field, refusal);
             }
         }
+    }
+    if !policy.seal_only
+        && let Spec::Statefulset(spec) = &resource.spec
+        && let Some(backup) = &spec.backup
+    {
+        check_backup(policy, backup, &mut refuse);
     }
     let mut refusals_of_references = Vec::new();
     if let Some(seal) = &policy.seal {
@@ -228,6 +234,31 @@ fn webhook_refusal(policy: &Policy, url: &str) -> Option<String> {
     hosts
         .refusal(host, address)
         .map(|refusal| format!("webhook url {url:?}: {refusal}"))
+}
+
+/// A statefulset's `backup {}` names host paths the agent reads and writes for it: a local
+/// `repository` (restic writes there) and the `password_file` (read). Each is judged as a bind
+/// mount's host source, in its normalised form, so a manifest reaches no host path through a
+/// backup that it could not bind.
+fn check_backup(policy: &Policy, backup: &Backup, refuse: &mut impl FnMut(&str, String)) {
+    let owned = owned_paths(policy);
+    let repository = backup
+        .is_local()
+        .then_some(("backup.repository", backup.repository.as_str()));
+    let password_file = ("backup.password_file", backup.password_file.as_str());
+    for (field, path) in repository.into_iter().chain([password_file]) {
+        // A path that is not absolute is reported by the decoder.
+        if let Some(source) = normalize_path(path)
+            && let Some(refusal) = policy.host_bind_refusal(&source, &owned)
+        {
+            refuse(
+                field,
+                format!(
+                    "`{field}` {path:?} is a host path, judged as a bind mount's source: {refusal}"
+                ),
+            );
+        }
+    }
 }
 
 /// What the names of statefulset claims start with (`voodu-<scope>-<name>-<claim>-<n>`): only
@@ -602,6 +633,54 @@ statefulset "s" "db" {
         ];
         for (volume, expected) in rows {
             assert_eq!(load(&text(volume), &deny), *expected, "{volume}");
+        }
+    }
+
+    /// A statefulset's backup names host paths: a local repository and the password file
+    /// pass the bind-root rules, each refused where it is written; a remote repository is no
+    /// host path.
+    #[test]
+    fn backup_host_paths_are_judged_as_bind_sources() {
+        let statefulset = |repository: &str, password_file: &str| {
+            format!(
+                "statefulset \"s\" \"db\" {{\n  image = \"busybox\"\n  volume_claim \"data\" {{ mount_path = \"/data\" }}\n  backup {{\n    repository    = \"{repository}\"\n    password_file = \"{password_file}\"\n  }}\n}}\n"
+            )
+        };
+        let srv = with(|p| p.allow_bind_root = vec!["/srv/backups".into()]);
+        let rows: &[(String, Policy, &[&str])] = &[
+            (
+                statefulset("/srv/backups/db", "/srv/backups/db.pass"),
+                srv.clone(),
+                &[],
+            ),
+            (
+                statefulset("s3:s3.amazonaws.com/db", "/srv/backups/db.pass"),
+                srv.clone(),
+                &[],
+            ),
+            (
+                statefulset("/srv/backups/../voodu/db", "/etc/voodu/restic.pass"),
+                srv.clone(),
+                &[
+                    "m/app.hcl:5:5: `backup.repository` \"/srv/backups/../voodu/db\" is a host path, judged as a bind mount's source: bind mount of /srv/voodu/db (under /srv/voodu: the agent's own data dir (state.db, secrets)) is refused by the host policy; start the agent with --allow-bind-root /srv/voodu/db to allow it",
+                    "m/app.hcl:6:5: `backup.password_file` \"/etc/voodu/restic.pass\" is a host path, judged as a bind mount's source: bind mount of /etc/voodu/restic.pass (under /etc: a system directory) is refused by the host policy; start the agent with --allow-bind-root /etc/voodu/restic.pass to allow it",
+                ],
+            ),
+            (
+                statefulset("/srv/backups/db", "/etc/voodu/restic.pass"),
+                with(|p| p.allow_bind_root = vec!["/srv/backups".into(), "/etc/voodu".into()]),
+                &[],
+            ),
+            (
+                statefulset("/mnt/backups", "/srv/backups/db.pass"),
+                srv.clone(),
+                &[
+                    "m/app.hcl:5:5: `backup.repository` \"/mnt/backups\" is a host path, judged as a bind mount's source: bind mount of /mnt/backups is outside the host policy's bind roots (/srv/backups); start the agent with --allow-bind-root /mnt/backups to allow it",
+                ],
+            ),
+        ];
+        for (text, policy, expected) in rows {
+            assert_eq!(load(text, policy), *expected, "{text}");
         }
     }
 

@@ -407,3 +407,119 @@ job "shop" "k" {
     );
     Ok(())
 }
+
+const BACKED_UP_DB: &str = r#"
+statefulset "shop" "db" {
+  image = "voodu-postgres:latest"
+  volume_claim "data" { mount_path = "/var/lib/postgresql/data" }
+  backup {
+    repository      = "/srv/backups/shop-db"
+    password_file   = "/etc/voodu/restic-shop.pass"
+    schedule        = "0 3 * * *"
+    timezone        = "UTC"
+    mode            = "exec"
+    command         = ["pg_dump", "-U", "postgres", "-Fc", "app"]
+    restore_command = ["pg_restore", "-U", "postgres", "--clean", "-d", "app"]
+    before_release  = true
+    verify          = "weekly"
+    timeout         = "2h"
+    keep {
+      last    = 7
+      daily   = 7
+      weekly  = 4
+      monthly = 6
+    }
+  }
+}
+"#;
+
+fn only_statefulset(manifest: &Manifest) -> spec::StatefulsetSpec {
+    match manifest.resources.as_slice() {
+        [resource] => match &resource.spec {
+            Spec::Statefulset(spec) => spec.clone(),
+            other => panic!("a statefulset, got {other:?}"),
+        },
+        other => panic!("one resource, got {}", other.len()),
+    }
+}
+
+/// A statefulset's `backup {}` (an extension) decodes every field, round-trips through the
+/// stored JSON, and leaves voodu's spec hash as it is without the block.
+#[test]
+fn a_backup_block_decodes_every_field_and_is_not_hashed() -> Result<(), Diagnostics> {
+    use spec::{Backup, BackupMode, Keep};
+    let manifest = load_one(BACKED_UP_DB)?;
+    let statefulset = only_statefulset(&manifest);
+    let expected = Backup {
+        repository: "/srv/backups/shop-db".into(),
+        password_file: "/etc/voodu/restic-shop.pass".into(),
+        schedule: "0 3 * * *".into(),
+        timezone: "UTC".into(),
+        mode: BackupMode::Exec,
+        command: ["pg_dump", "-U", "postgres", "-Fc", "app"]
+            .map(String::from)
+            .to_vec(),
+        restore_command: ["pg_restore", "-U", "postgres", "--clean", "-d", "app"]
+            .map(String::from)
+            .to_vec(),
+        before_release: true,
+        verify: "weekly".into(),
+        timeout: "2h".into(),
+        keep: Some(Keep {
+            last: 7,
+            daily: 7,
+            weekly: 4,
+            monthly: 6,
+        }),
+    };
+    assert_eq!(statefulset.backup.as_ref(), Some(&expected));
+    let resource = &manifest.resources[0];
+    let json = resource.spec.to_json();
+    let back = Spec::from_json(resource.key.kind, &json).expect("reads back");
+    assert_eq!(back, resource.spec);
+    assert!(
+        statefulset.summary().ends_with("; backup (exec)"),
+        "{}",
+        statefulset.summary()
+    );
+
+    // The least block: the defaults.
+    let least = load_one(
+        r#"
+statefulset "shop" "db" {
+  image = "voodu-postgres:latest"
+  volume_claim "data" { mount_path = "/var/lib/postgresql/data" }
+  backup {
+    repository    = "s3:s3.amazonaws.com/shop-db"
+    password_file = "/etc/voodu/restic-shop.pass"
+  }
+}
+"#,
+    )?;
+    let least = only_statefulset(&least).backup.expect("a backup");
+    assert_eq!(least.mode, BackupMode::Stop);
+    assert_eq!(least.deadline(), std::time::Duration::from_secs(3600));
+    assert_eq!(least.keep, None);
+    assert!(!least.is_local());
+
+    // Without the block, or with another one, the spec hash is voodu's, unchanged.
+    let start = BACKED_UP_DB.find("  backup {").expect("the block");
+    let end = BACKED_UP_DB.rfind("  }\n}").expect("its end") + "  }\n".len();
+    let without = format!("{}{}", &BACKED_UP_DB[..start], &BACKED_UP_DB[end..]);
+    let without = load_one(&without)?;
+    assert_eq!(only_statefulset(&without).backup, None);
+    let other = BACKED_UP_DB
+        .replace("\"weekly\"", "\"daily\"")
+        .replace("= 7", "= 30")
+        .replace("\"2h\"", "\"30m\"");
+    let other = load_one(&other)?;
+    assert_ne!(only_statefulset(&other).backup, statefulset.backup);
+    let hash = |manifest: &Manifest| {
+        manifest.resources[0]
+            .spec
+            .spec_hash(&manifest.resources[0].key)
+    };
+    assert_eq!(hash(&manifest), hash(&without));
+    assert_eq!(hash(&other), hash(&without));
+    Ok(())
+}

@@ -256,6 +256,38 @@ fn sigterm_stops_the_agent_cleanly() -> TestResult {
     Ok(())
 }
 
+/// A statefulset's `backup {}` (an extension) runs on the container engine only: `validate
+/// --runtime swarm` refuses it at the statefulset's block; without the flag it validates.
+#[test]
+fn validate_under_swarm_refuses_a_backup() -> TestResult {
+    let repo = tempfile::tempdir()?;
+    std::fs::write(
+        repo.path().join("db.hcl"),
+        r#"statefulset "shop" "db" {
+  image = "postgres:16"
+  volume_claim "data" { mount_path = "/var/lib/postgresql/data" }
+  backup {
+    repository    = "/srv/backups/shop-db"
+    password_file = "/srv/backups/shop-db.pass"
+  }
+}
+"#,
+    )?;
+    let state = tempfile::tempdir()?;
+    let dir = repo.path().to_str().ok_or("utf-8 path")?;
+    let (code, stdout, stderr) = run_in(state.path(), &["validate", dir])?;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let (code, stdout, stderr) = run_in(state.path(), &["validate", dir, "--runtime", "swarm"])?;
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert!(
+        stdout.contains(
+            "db.hcl:1:1: cannot run under Docker Swarm: backup {} runs on the container engine only"
+        ),
+        "{stdout}{stderr}"
+    );
+    Ok(())
+}
+
 /// Issue 10 item 3: `validate` checks the format alone unless given a policy (a file or
 /// flags); `plan` applies the flags, else the policy the agent recorded in state.db, else the
 /// default-deny policy. Each refusal is `path:line:col: message` naming the setting.

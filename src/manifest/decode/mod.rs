@@ -293,8 +293,9 @@ fn refuse_hep3(cx: &mut DecodeCx<'_>, block: &Block) {
     );
 }
 
-/// Fields the host policy reads, by name: the container fields at the block's root, and
-/// `init "name".docker_options` of its init blocks.
+/// Fields the host policy reads, by name: the container fields at the block's root,
+/// `init "name".docker_options` of its init blocks, and a statefulset's
+/// `backup.repository` and `backup.password_file` (host paths).
 fn policy_locations(cx: &DecodeCx<'_>, body: &Body) -> BTreeMap<String, Diagnostic> {
     const FIELDS: &[&str] = &[
         "env_from",
@@ -321,6 +322,18 @@ fn policy_locations(cx: &DecodeCx<'_>, body: &Body) -> BTreeMap<String, Diagnost
                     block.ident.as_str().to_owned(),
                     cx.location(block.ident.span()),
                 );
+            }
+            Structure::Block(block) if block.ident.as_str() == "backup" => {
+                // A statefulset's host paths; a second block is refused by the decoder.
+                for inner in block.body.iter() {
+                    if let Structure::Attribute(attribute) = inner
+                        && matches!(attribute.key.as_str(), "repository" | "password_file")
+                    {
+                        locations
+                            .entry(format!("backup.{}", attribute.key.as_str()))
+                            .or_insert_with(|| cx.location(attribute.span()));
+                    }
+                }
             }
             Structure::Block(block) if block.ident.as_str() == "init" => {
                 let Some(name) = block.labels.first().map(|label| match label {

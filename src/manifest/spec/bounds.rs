@@ -78,3 +78,13 @@ pub(crate) fn show_duration(duration: Duration) -> String {
         s => format!("{s}s"),
     }
 }
+
+/// A statefulset's `backup.timeout`: a day (restic must finish, and the pods of a `stop`
+/// backup stay stopped, until then).
+pub(crate) const MAX_BACKUP_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
+/// A statefulset's `backup.timeout`, at least: a second.
+pub(crate) const MIN_BACKUP_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// `backup.keep.last` / `daily` / `weekly` / `monthly`: snapshots kept per count.
+pub(crate) const MAX_BACKUP_KEEP: i64 = 1000;

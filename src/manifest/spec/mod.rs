@@ -5,6 +5,7 @@
 //! as desired state, compares to decide what changed, and snapshots in releases.
 
 mod asset;
+pub(crate) mod backup;
 pub(crate) mod bounds;
 mod common;
 mod deployment;
@@ -18,6 +19,7 @@ pub(crate) mod schedule;
 mod statefulset;
 
 pub(crate) use asset::{AssetFile, AssetSpec};
+pub(crate) use backup::{Backup, BackupMode, Keep};
 pub(crate) use common::{
     Autoscale, Build, Container, DEFAULT_NETWORK, DependsOn, Drain, EncryptedEnv, ExecAction,
     HttpGet, Init, Lang, Limits, Logs, OnDeploy, OnProbe, Probe, Probes, ReleaseHooks, Resources,
@@ -421,7 +423,7 @@ mod tests {
         check_hashed_fields(
             Kind::Statefulset,
             &format!(
-                r#"{{{container},"replicas":2,"ports":["80"],"restart":"always","health_check":"/up","volume_claims":[{{"name":"d","mount_path":"/d"}}],{inits},{probes},"on_probe":{{"failure":[{{"url":"http://x"}}]}},"_asset_digests":{{"a.b":"00"}}}}"#
+                r#"{{{container},"replicas":2,"ports":["80"],"restart":"always","health_check":"/up","volume_claims":[{{"name":"d","mount_path":"/d"}}],{inits},{probes},"on_probe":{{"failure":[{{"url":"http://x"}}]}},"backup":{{"repository":"/srv/b","password_file":"/etc/p","schedule":"0 3 * * *","mode":"exec","command":["dump"],"restore_command":["load"],"before_release":true,"verify":"weekly","timeout":"2h","keep":{{"last":7,"daily":0,"weekly":0,"monthly":0}}}},"_asset_digests":{{"a.b":"00"}}}}"#
             ),
         );
         check_hashed_fields(

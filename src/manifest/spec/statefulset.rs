@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::backup::Backup;
 use super::common::{
     Container, Drain, Init, Logs, OnProbe, Probes, VolumeClaim, normalized_ports, replica_count,
     restart_or_default,
@@ -41,6 +42,10 @@ pub struct StatefulsetSpec {
     pub(crate) on_probe: Option<OnProbe>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) drain: Option<Drain>,
+    /// `backup {}` (an extension: voodu has none); never hashed, so the block never replaces
+    /// a pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<Backup>,
     /// Plugin-owned nested blocks, in order (voodu 2026); never hashed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) plugin_blocks: Vec<PluginBlock>,
@@ -147,12 +152,17 @@ impl KindSpec for StatefulsetSpec {
 
     fn summary(&self) -> String {
         let roles = self.roles().map(|roles| format!("; {roles}"));
+        let backup = self
+            .backup
+            .as_ref()
+            .map(|backup| format!("; backup ({})", backup.mode.as_str()));
         format!(
-            "{} pod(s) of {}, {} volume claim(s) each{}",
+            "{} pod(s) of {}, {} volume claim(s) each{}{}",
             self.n_replicas(),
             image_text(&self.container.image),
             self.volume_claims.len(),
-            roles.unwrap_or_default()
+            roles.unwrap_or_default(),
+            backup.unwrap_or_default()
         )
     }
 }
@@ -250,6 +260,13 @@ mod tests {
                 timeout: String::new(),
             });
         }),
+        ("backup", |s| {
+            s.backup = Some(Backup {
+                repository: "/srv/backups/pg".into(),
+                password_file: "/etc/voodu/pg.pass".into(),
+                ..Backup::default()
+            });
+        }),
         ("plugin_blocks", |s| {
             s.plugin_blocks = vec![crate::manifest::spec::PluginBlock {
                 block_type: "trafik".into(),
@@ -261,6 +278,42 @@ mod tests {
     #[test]
     fn hashed_fields_change_the_hash_and_operational_ones_do_not() {
         check_hash_edits(base, |spec| spec.spec_hash(&key()), HASHED, NOT_HASHED);
+    }
+
+    /// Only the `backup` block differs: voodu's hash (and so every pod) is untouched,
+    /// whatever the block says.
+    #[test]
+    fn the_backup_block_never_changes_the_hash() {
+        let without = base().spec_hash(&key());
+        let mut spec = base();
+        for backup in [
+            Backup {
+                repository: "/srv/backups/pg".into(),
+                password_file: "/etc/voodu/pg.pass".into(),
+                ..Backup::default()
+            },
+            Backup {
+                repository: "s3:s3.amazonaws.com/bucket".into(),
+                password_file: "/etc/voodu/other.pass".into(),
+                schedule: "0 3 * * *".into(),
+                mode: super::super::BackupMode::Exec,
+                command: vec!["pg_dump".into()],
+                restore_command: vec!["pg_restore".into()],
+                before_release: true,
+                verify: "daily".into(),
+                timeout: "2h".into(),
+                keep: Some(super::super::Keep::default()),
+                ..Backup::default()
+            },
+        ] {
+            spec.backup = Some(backup);
+            assert_eq!(spec.spec_hash(&key()), without);
+        }
+        assert!(
+            spec.summary().ends_with("; backup (exec)"),
+            "{}",
+            spec.summary()
+        );
     }
 
     #[test]

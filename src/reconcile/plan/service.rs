@@ -154,6 +154,11 @@ pub fn swarm_gaps(spec: &Spec) -> Vec<String> {
     if inits > 0 {
         gaps.push("init containers: a Swarm task runs one container; run the setup in the image's entrypoint, or as a job".to_owned());
     }
+    if let Spec::Statefulset(statefulset) = spec
+        && statefulset.backup.is_some()
+    {
+        gaps.push("backup {} runs on the container engine only: it stops the pods or execs in them and reads their volumes on the agent's host, where a Swarm task may run on any node; remove the block, or back the data up with a cronjob".to_owned());
+    }
     gaps
 }
 
@@ -366,6 +371,29 @@ mod tests {
                 "{what}"
             );
         }
+    }
+
+    /// A statefulset's `backup {}` is the container engine's: refused under Swarm, the
+    /// same statefulset without it runs.
+    #[test]
+    fn a_backup_block_is_a_gap() {
+        let statefulset = |json: serde_json::Value| {
+            Spec::Statefulset(serde_json::from_value(json).expect("a statefulset spec"))
+        };
+        let claims = serde_json::json!([{"name": "data", "mount_path": "/data"}]);
+        let plain = statefulset(serde_json::json!({"image": "postgres", "volume_claims": claims}));
+        assert!(swarm_gaps(&plain).is_empty(), "{:?}", swarm_gaps(&plain));
+        let backed_up = statefulset(serde_json::json!({
+            "image": "postgres",
+            "volume_claims": claims,
+            "backup": {"repository": "/srv/b", "password_file": "/etc/p"},
+        }));
+        let gaps = swarm_gaps(&backed_up);
+        assert_eq!(gaps.len(), 1, "{gaps:?}");
+        assert!(
+            gaps[0].starts_with("backup {} runs on the container engine only"),
+            "{gaps:?}"
+        );
     }
 
     fn deployment(json: serde_json::Value) -> Spec {

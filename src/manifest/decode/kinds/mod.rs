@@ -1,12 +1,14 @@
 //! Per-kind decoders: voodu's field names, types, parser defaults and validation rules
 //! (spec §2), one file per kind (declared by the kind table, `spec::for_each_kind!`), plus the parts several kinds share: `container.rs` (the §2.0
 //! container fields) with `env.rs` (`env_file`), `workload.rs` (the long-running workloads'
-//! fields, `init`, `drain` and webhook targets), `probe.rs` and `checks.rs`.
+//! fields, `init`, `drain` and webhook targets), `backup.rs` (a statefulset's `backup {}`),
+//! `probe.rs` and `checks.rs`.
 //!
 //! Invariant: every rule voodu checks (at parse time or only later, at reconcile) is checked
 //! here, at the line that breaks it, so a commit the agent accepts does not fail on the host
 //! for a reason the manifest alone shows.
 
+mod backup;
 mod checks;
 mod container;
 mod env;

@@ -9,12 +9,13 @@ use hcl::edit::structure::Block;
 use super::super::reader::{DecodeCx, Reader, labels};
 use super::super::{Specs, plugin_blocks, scoped, values};
 use super::Decoder;
+use super::backup::backup;
 use super::checks::truncated;
 use super::container::container;
 use super::workload::workload;
 use crate::manifest::interpolate::is_ref_segment;
 use crate::manifest::spec::bounds::MAX_VOLUME_SIZE;
-use crate::manifest::spec::{Spec, StatefulsetSpec, VolumeClaim};
+use crate::manifest::spec::{BackupMode, Spec, StatefulsetSpec, VolumeClaim};
 use crate::model::Kind;
 
 fn statefulset(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> StatefulsetSpec {
@@ -84,6 +85,7 @@ fn statefulset(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> StatefulsetSpec {
             size,
         });
     }
+    let backup = backup(cx, r);
     r.refuse(
         &[
             "post_deploy",
@@ -105,6 +107,7 @@ fn statefulset(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> StatefulsetSpec {
         probes: workload.probes,
         on_probe: workload.on_probe,
         drain: workload.drain,
+        backup,
         plugin_blocks: Vec::new(),
         expanded_from: None,
         asset_digests: BTreeMap::new(),
@@ -129,6 +132,19 @@ impl Decoder for StatefulsetSpec {
     fn decode(cx: &mut DecodeCx<'_>, block: &Block) -> Option<Specs> {
         let (scope, name, mut reader) = scoped(cx, block)?;
         let mut spec = statefulset(cx, &mut reader);
+        // A macro adds its own claim; a plain statefulset must declare one for a backup that
+        // reads the claims' volumes.
+        if spec
+            .backup
+            .as_ref()
+            .is_some_and(|backup| backup.mode != BackupMode::Exec)
+            && spec.volume_claims.is_empty()
+        {
+            cx.error(
+                reader.span_of("backup"),
+                "nothing to back up: declare a volume_claim or use mode = \"exec\"",
+            );
+        }
         spec.plugin_blocks = plugin_blocks::carry(cx, reader);
         Some(vec![(
             Kind::Statefulset,
