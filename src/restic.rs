@@ -276,7 +276,8 @@ impl Restic {
             .map(drop)
     }
 
-    /// `restic dump <id> <filename>` streamed into `output` (restores a stdin backup).
+    /// `restic dump <id> <filename>` streamed into `output` (restores a stdin backup). On an
+    /// error `output` may have had part of the file already.
     pub(crate) async fn dump(
         &self,
         repo: &Repo,
@@ -487,7 +488,7 @@ impl Restic {
         deadline: Duration,
     ) -> Result<Vec<String>, Error> {
         let repository = redact(&repo.repository);
-        refuse_flag("repository", &repo.repository)?;
+        refuse_flag("repository", &repository)?;
         match std::fs::metadata(&repo.password_file) {
             Ok(metadata) if metadata.is_file() => {}
             Ok(_) => {
@@ -1281,6 +1282,58 @@ mod tests {
             .ok_or("ran with a directory as password file")?;
         assert!(error.to_string().contains("not a regular file"), "{error}");
         assert!(!scratch.path().join("repo").exists());
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn the_child_sees_only_its_four_variables_and_no_password_argument() -> TestResult {
+        let scratch = tempfile::tempdir()?;
+        let password_file = scratch.path().join("password");
+        std::fs::write(&password_file, PASSWORD)?;
+        let seen = scratch.path().join("seen");
+        let fake = scratch.path().join("fake-restic");
+        std::fs::write(
+            &fake,
+            format!(
+                "#!/bin/sh\n{{ env; echo \"ARGS $*\"; }} > '{}'\n",
+                seen.display()
+            ),
+        )?;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755))?;
+        let cache = scratch.path().join("cache");
+        let restic = Restic::new(&fake, &cache);
+        let repo = Repo {
+            repository: scratch.path().join("repo").display().to_string(),
+            password_file: password_file.clone(),
+        };
+        restic.unlock(&repo, DEADLINE).await?;
+        let seen = std::fs::read_to_string(&seen)?;
+        let mut names: Vec<&str> = seen
+            .lines()
+            .filter(|line| !line.starts_with("ARGS "))
+            .filter_map(|line| line.split_once('=').map(|(name, _)| name))
+            // What sh itself sets.
+            .filter(|name| !["PWD", "SHLVL", "_", "OLDPWD"].contains(name))
+            .collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            ["HOME", "PATH", "RESTIC_CACHE_DIR", "RESTIC_PASSWORD_FILE"],
+            "{seen}"
+        );
+        assert!(
+            seen.contains(&format!("RESTIC_PASSWORD_FILE={}", password_file.display())),
+            "{seen}"
+        );
+        assert!(
+            seen.contains(&format!("HOME={}", cache.display())),
+            "{seen}"
+        );
+        assert!(!seen.contains(PASSWORD), "{seen}");
+        assert!(
+            seen.contains(&format!("ARGS --repo={} unlock", repo.repository)),
+            "{seen}"
+        );
         Ok(())
     }
 
