@@ -30,13 +30,6 @@ pub mod model;
 
 pub mod git;
 pub mod manifest;
-#[cfg_attr(
-    not(test),
-    allow(
-        dead_code,
-        reason = "the backup stage (branch backup, in progress) calls it; until then only its tests do"
-    )
-)]
 pub(crate) mod restic;
 pub mod runtime;
 

@@ -51,6 +51,7 @@ macro_rules! eprintln {
 
 mod activity;
 mod approve;
+mod backup;
 mod config;
 mod fleet;
 mod images;
@@ -137,6 +138,13 @@ enum Command {
     Rollback(rollback::RollbackArgs),
     /// Clear a rollback pin: the resource follows git again.
     Unpin(unpin::UnpinArgs),
+    /// Ask the running agent for a backup of a statefulset's claims now (`backup {}`).
+    Backup(backup::BackupArgs),
+    /// List a statefulset's backups, restores and verifies, with their snapshots.
+    Backups(backup::BackupsArgs),
+    /// Put a statefulset's claims back from a snapshot: the agent stops its pods, restores
+    /// them (the old contents kept aside until the pods are Ready again) and starts them.
+    Restore(backup::RestoreArgs),
     /// Roll out what a resource declares now as a new release whose images are resolved anew
     /// (a mutable tag that moved runs what it names now; nothing else changes).
     Redeploy(redeploy::RedeployArgs),
@@ -313,6 +321,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Images(args)) => images::run(&data_dir, &args),
         Some(Command::Rollback(args)) => rollback::run(&data_dir, &args),
         Some(Command::Unpin(args)) => unpin::run(&data_dir, &args),
+        Some(Command::Backup(args)) => backup::run_backup(&data_dir, &args),
+        Some(Command::Backups(args)) => backup::run_list(&data_dir, &args),
+        Some(Command::Restore(args)) => backup::run_restore(&data_dir, &args),
         Some(Command::Redeploy(args)) => redeploy::run(&data_dir, &args),
         Some(Command::Sync(args)) => sync::run(&data_dir, &args),
         Some(Command::Approve(args)) => approve::run(&data_dir, &args),

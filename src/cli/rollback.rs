@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use anyhow::Context as _;
 use clap::Args;
 
 use super::sync::{AgentArgs, nudge};
@@ -24,6 +25,11 @@ pub(super) struct RollbackArgs {
     /// images it ran (their digests), whatever the tags name now.
     #[arg(long, value_name = "N")]
     release: Option<u64>,
+    /// Also put the data back: restore the statefulset's claims from the `before_release`
+    /// backup of the release that followed the one rolled back to (what the data was before
+    /// the change being undone). Refused when no such backup exists.
+    #[arg(long)]
+    with_data: bool,
     /// Print what was done as JSON.
     #[arg(long)]
     json: bool,
@@ -40,6 +46,8 @@ struct RollbackView {
     target_commit: String,
     /// The rollback's own release.
     release: i64,
+    /// The restore run `--with-data` asked for.
+    restore_run: Option<i64>,
     /// Always true: auto-sync is paused for the resource until git changes it or `unpin`.
     pinned: bool,
     /// True when git declares something else than what now runs.
@@ -54,7 +62,27 @@ pub(super) fn run(data_dir: &Path, args: &RollbackArgs) -> anyhow::Result<ExitCo
         Some(release) => Some(format!("#{release}")),
         None => args.to.clone(),
     };
+    // The data to put back is found before anything changes: a rollback that cannot bring
+    // its data back is refused whole.
+    let data = if args.with_data {
+        let target = store.rollback_target_of(&key, to.as_deref())?;
+        let backup = store.backup_after_release(&key, target)?.with_context(|| {
+            format!(
+                "no before_release backup was taken for a release of {key} after #{target}: there is no data to put back (roll back without --with-data, or `restore --snapshot`)"
+            )
+        })?;
+        let mut request =
+            super::backup::restore_request(&store, &key, None, backup.release_id, None)?;
+        request.reason = crate::store::DataReason::Rollback;
+        Some(request)
+    } else {
+        None
+    };
     let outcome = store.rollback(&key, to.as_deref())?;
+    let restore = match data {
+        Some(request) => Some(store.request_data_run(&key, &request)?),
+        None => None,
+    };
     drop(store);
     if args.json {
         let view = RollbackView {
@@ -62,6 +90,7 @@ pub(super) fn run(data_dir: &Path, args: &RollbackArgs) -> anyhow::Result<ExitCo
             target_release: outcome.target.id,
             target_commit: outcome.target.commit.to_string(),
             release: outcome.release.id,
+            restore_run: restore,
             pinned: true,
             git_differs: outcome.git_differs,
             nudge: super::unpin::NudgeView::of(nudge(data_dir, &args.agent, None)),
@@ -85,6 +114,12 @@ pub(super) fn run(data_dir: &Path, args: &RollbackArgs) -> anyhow::Result<ExitCo
         key.scope,
         key.name
     );
+    if let Some(run) = restore {
+        println!(
+            "with data: restore run #{run} puts the claims back as they were before the release that followed #{}",
+            outcome.target.id
+        );
+    }
     super::unpin::report_nudge(nudge(data_dir, &args.agent, None));
     Ok(ExitCode::SUCCESS)
 }

@@ -149,6 +149,15 @@ pub(super) struct RunArgs {
     /// as missed). 0 runs only ticks that are at most a minute late.
     #[arg(long, env = "VOODU_CRON_CATCH_UP", value_name = "DURATION", default_value = "15m", value_parser = humantime::parse_duration)]
     cron_catch_up: Duration,
+    /// The restic executable that runs statefulsets' `backup {}` (Debian's `restic`
+    /// package); found on PATH by default.
+    #[arg(
+        long,
+        env = "VOODU_RESTIC",
+        value_name = "PATH",
+        default_value = "restic"
+    )]
+    restic: std::path::PathBuf,
     /// Host address where the ingress proxy (Caddy) serves HTTP. Port 0 lets the engine pick.
     /// Under `--runtime swarm`: 0.0.0.0 and a port, published on every node running the proxy.
     #[arg(
@@ -307,6 +316,7 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
             autoscale_interval: args.autoscale_interval.max(Duration::from_secs(1)),
             container_events: !args.no_container_events,
             cron_catch_up: args.cron_catch_up,
+            restic: args.restic.clone(),
             keyring: std::sync::Arc::clone(&keyring),
             ingress,
             ..ReconcileOptions::default()

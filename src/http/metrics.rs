@@ -26,6 +26,8 @@ struct StoreFigures {
     /// Image automation: per followed image (resource, image), whether a newer tag is
     /// available.
     images: Vec<(String, String, bool)>,
+    /// Per statefulset with data runs: its backups' figures.
+    backups: Vec<crate::store::BackupFigures>,
 }
 
 /// A source's name, last applied commit time, last successful fetch, and fetch failing.
@@ -45,6 +47,7 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     render_sources(&mut out, &figures.sources);
     render_images(&mut out, &figures.images);
     render_sinks(&mut out, &figures.sinks);
+    render_backups(&mut out, &figures.backups);
     (
         [(
             header::CONTENT_TYPE,
@@ -94,6 +97,7 @@ fn read_figures(store: &Store) -> crate::store::Result<StoreFigures> {
             .into_iter()
             .map(|view| (view.resource, view.image, view.update_available))
             .collect(),
+        backups: store.backup_figures()?,
     })
 }
 
@@ -190,6 +194,56 @@ fn render_images(out: &mut String, images: &[(String, String, bool)]) {
             &["resource", "image"],
             &samples,
         );
+    }
+}
+
+/// One figure of a resource's backups, when it has it.
+type Figure = fn(&crate::store::BackupFigures) -> Option<f64>;
+
+/// Per resource with backups: the newest successful backup's time, size and duration, the
+/// newest successful verify, and whether the newest backup failed.
+fn render_backups(out: &mut String, backups: &[crate::store::BackupFigures]) {
+    if backups.is_empty() {
+        return;
+    }
+    #[allow(clippy::cast_precision_loss)] // seconds, bytes: far below 2^53
+    let samples =
+        |value: fn(&crate::store::BackupFigures) -> Option<f64>| -> Vec<(Vec<String>, f64)> {
+            backups
+                .iter()
+                .filter_map(|figures| Some((vec![figures.resource.clone()], value(figures)?)))
+                .collect()
+        };
+    #[allow(clippy::cast_precision_loss)]
+    let gauges: [(&str, &str, Figure); 5] = [
+        (
+            "voodu_backup_last_success_timestamp_seconds",
+            "When the newest successful backup of the resource ended (Unix seconds).",
+            |figures| figures.last_success.map(|at| at as f64),
+        ),
+        (
+            "voodu_backup_last_verified_timestamp_seconds",
+            "When the newest successful verify of the resource's backups ended (Unix seconds).",
+            |figures| figures.last_verified.map(|at| at as f64),
+        ),
+        (
+            "voodu_backup_size_bytes",
+            "Bytes the newest successful backup of the resource read.",
+            |figures| figures.last_success.map(|_| figures.bytes as f64),
+        ),
+        (
+            "voodu_backup_duration_seconds",
+            "How long the newest successful backup of the resource took.",
+            |figures| figures.last_success.map(|_| figures.seconds as f64),
+        ),
+        (
+            "voodu_backup_failing",
+            "1 when the newest backup of the resource failed.",
+            |figures| Some(if figures.failing { 1.0 } else { 0.0 }),
+        ),
+    ];
+    for (name, help, value) in gauges {
+        render_gauge(out, name, help, &["resource"], &samples(value));
     }
 }
 

@@ -92,6 +92,8 @@ pub struct ReconcileOptions {
     /// The repositories whose images run only with a trusted cosign signature, and the keys
     /// (`--require-signature`).
     pub signatures: Arc<crate::assets::cosign::Signatures>,
+    /// The restic executable backups run (`--restic`; found on `PATH` by default).
+    pub restic: std::path::PathBuf,
 }
 
 impl Default for ReconcileOptions {
@@ -115,6 +117,7 @@ impl Default for ReconcileOptions {
             ownership: Arc::new(crate::model::scopes::Ownership::single()),
             webhooks: crate::assets::url_guard::Outbound::default(),
             signatures: Arc::default(),
+            restic: std::path::PathBuf::from("restic"),
         }
     }
 }
@@ -214,6 +217,8 @@ pub(crate) struct Ctx<R: Runtime> {
     pub(super) memory: Memory,
     /// `options.create_concurrency` slots, one per container being created and started.
     pub(super) creates: tokio::sync::Semaphore,
+    /// The restic executable the data runs use, with its cache under the data dir.
+    restic: crate::restic::Restic,
 }
 
 impl<R: Runtime> Ctx<R> {
@@ -234,6 +239,10 @@ impl<R: Runtime> Ctx<R> {
             shutdown.clone(),
         );
         deps.tracker.spawn(deliveries);
+        let restic = crate::restic::Restic::new(
+            options.restic.clone(),
+            data_dir(&deps.assets_root).join("restic-cache"),
+        );
         let default_ulimits = options
             .default_ulimits
             .clone()
@@ -251,6 +260,7 @@ impl<R: Runtime> Ctx<R> {
             shutdown,
             runs: Runs::new(deps.tracker),
             memory: Memory::default(),
+            restic,
             creates: tokio::sync::Semaphore::new(
                 options
                     .create_concurrency
@@ -259,6 +269,30 @@ impl<R: Runtime> Ctx<R> {
             options,
         }
     }
+}
+
+impl<R: Runtime> Ctx<R> {
+    /// The restic executable the data runs use.
+    pub(super) fn restic(&self) -> crate::restic::Restic {
+        self.restic.clone()
+    }
+
+    /// The data runs' units that ended and wait for a pass to read them.
+    pub(super) fn data_units(&self) -> &crate::reconcile::handlers::data::Units {
+        &self.memory.data_units
+    }
+
+    /// The agent's data dir (the assets' parent).
+    pub(super) fn data_dir(&self) -> std::path::PathBuf {
+        data_dir(&self.assets_root)
+    }
+}
+
+/// The data dir that holds `assets_root` (`<data-dir>/assets`).
+fn data_dir(assets_root: &std::path::Path) -> std::path::PathBuf {
+    assets_root
+        .parent()
+        .map_or_else(|| assets_root.to_owned(), std::path::Path::to_owned)
 }
 
 /// In-memory handler state (see `Ctx::memory`).
@@ -277,6 +311,8 @@ pub(crate) struct Memory {
     pub(crate) drifted: wake::Drifted,
     /// Under which release each resource's superseded hook units were last removed.
     pub(crate) superseded: wake::Superseded,
+    /// Data runs' units that ended, until a pass reads them.
+    pub(crate) data_units: crate::reconcile::handlers::data::Units,
 }
 
 /// Runs a blocking store call off the async threads.

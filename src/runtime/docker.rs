@@ -1081,6 +1081,7 @@ mod tests {
             Error::Invalid { .. } => "invalid",
             Error::Refused { .. } => "refused",
             Error::Unavailable { .. } => "unavailable",
+            Error::Pipe { .. } => "pipe",
         };
         let retried = if error.is_transient() {
             "transient"

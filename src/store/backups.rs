@@ -157,6 +157,22 @@ pub struct DataRun {
     pub ended_at: Option<i64>,
 }
 
+/// What `/metrics` shows of one resource's backups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupFigures {
+    /// `kind/scope/name`.
+    pub resource: String,
+    /// When the newest successful backup ended (Unix seconds).
+    pub last_success: Option<i64>,
+    /// Its bytes read and seconds taken.
+    pub bytes: i64,
+    pub seconds: i64,
+    /// When the newest successful verify ended.
+    pub last_verified: Option<i64>,
+    /// Whether the newest ended backup failed.
+    pub failing: bool,
+}
+
 /// A run to ask for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewDataRun {
@@ -344,6 +360,74 @@ impl Store {
                 .query_row(params![release_id], run_row)
                 .optional()?
                 .flatten())
+        })
+    }
+
+    /// The successful `before_release` backup of the first release of `key` after release
+    /// `release_id` that has one: what the data was before that release rolled out
+    /// (`rollback --with-data` to `release_id`).
+    pub fn backup_after_release(
+        &self,
+        key: &ResourceKey,
+        release_id: i64,
+    ) -> Result<Option<DataRun>> {
+        self.with(|connection| {
+            let mut statement = connection.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM data_runs
+                 WHERE kind = ?1 AND scope = ?2 AND name = ?3 AND what = 'backup'
+                   AND reason = 'before_release' AND state = 'succeeded' AND release_id > ?4
+                 ORDER BY release_id, id LIMIT 1"
+            ))?;
+            Ok(statement
+                .query_row(
+                    params![key.kind.as_str(), key.scope, key.name, release_id],
+                    run_row,
+                )
+                .optional()?
+                .flatten())
+        })
+    }
+
+    /// Per resource with any data run: its backups' figures for `/metrics`, in one
+    /// statement.
+    pub fn backup_figures(&self) -> Result<Vec<BackupFigures>> {
+        self.with(|connection| {
+            let mut statement = connection.prepare_cached(
+                "SELECT k.kind, k.scope, k.name,
+                   (SELECT ended_at FROM data_runs b WHERE b.kind = k.kind AND b.scope = k.scope
+                      AND b.name = k.name AND b.what = 'backup' AND b.state = 'succeeded'
+                      ORDER BY b.id DESC LIMIT 1),
+                   (SELECT bytes FROM data_runs b WHERE b.kind = k.kind AND b.scope = k.scope
+                      AND b.name = k.name AND b.what = 'backup' AND b.state = 'succeeded'
+                      ORDER BY b.id DESC LIMIT 1),
+                   (SELECT ended_at - started_at FROM data_runs b WHERE b.kind = k.kind
+                      AND b.scope = k.scope AND b.name = k.name AND b.what = 'backup'
+                      AND b.state = 'succeeded' ORDER BY b.id DESC LIMIT 1),
+                   (SELECT ended_at FROM data_runs b WHERE b.kind = k.kind AND b.scope = k.scope
+                      AND b.name = k.name AND b.what = 'verify' AND b.state = 'succeeded'
+                      ORDER BY b.id DESC LIMIT 1),
+                   (SELECT state FROM data_runs b WHERE b.kind = k.kind AND b.scope = k.scope
+                      AND b.name = k.name AND b.what = 'backup'
+                      AND b.state IN ('succeeded', 'failed') ORDER BY b.id DESC LIMIT 1)
+                 FROM (SELECT DISTINCT kind, scope, name FROM data_runs) k
+                 ORDER BY k.kind, k.scope, k.name",
+            )?;
+            let rows = statement.query_map([], |row| {
+                Ok(BackupFigures {
+                    resource: format!(
+                        "{}/{}/{}",
+                        row.get::<_, String>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, String>(2)?
+                    ),
+                    last_success: row.get(3)?,
+                    bytes: row.get::<_, Option<i64>>(4)?.unwrap_or(0),
+                    seconds: row.get::<_, Option<i64>>(5)?.unwrap_or(0),
+                    last_verified: row.get(6)?,
+                    failing: row.get::<_, Option<String>>(7)?.as_deref() == Some("failed"),
+                })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
         })
     }
 

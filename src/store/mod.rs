@@ -41,7 +41,8 @@ pub use activity::{
     Activity, ActivityOutcome, MAX_ROWS as MAX_ACTIVITY_ROWS, Origin,
     RETENTION_SECS as ACTIVITY_RETENTION_SECS, Who,
 };
-pub use backups::{DataReason, DataRun, DataState, DataWhat, NewDataRun};
+pub(crate) use backups::HISTORY as DATA_RUN_HISTORY;
+pub use backups::{BackupFigures, DataReason, DataRun, DataState, DataWhat, NewDataRun};
 pub use claims::{ClaimConflict, ClaimHolder};
 pub use commits::{ApplySummary, CommitContext, CommitRecord, CommitSummary};
 pub(crate) use desired::key_from_row;

@@ -1141,6 +1141,29 @@ impl Store {
         }
     }
 
+    /// The release `rollback(key, to)` would re-apply now (its id), changing nothing.
+    pub fn rollback_target_of(&self, key: &ResourceKey, to: Option<&str>) -> Result<i64> {
+        let refuse = |message: String| Error::Rollback {
+            key: key.clone(),
+            message,
+        };
+        self.with(|connection| {
+            let tx = connection.transaction()?;
+            let history = read_releases(&tx, key, usize::MAX)?;
+            let current = desired_row(&tx, key)?;
+            let now_desired = current.as_ref().map(|row| Current {
+                spec_hash: &row.spec_hash,
+                incarnation: row.incarnation,
+            });
+            match rollback_target(&history, now_desired, to) {
+                Ok(target) => Ok(target.id),
+                Err(NoTarget::NothingToGoBackTo(message) | NoTarget::Refused(message)) => {
+                    Err(refuse(message))
+                }
+            }
+        })
+    }
+
     /// The automatic rollback of a rollout that failed (`failed`, still the desired spec), in
     /// one transaction: `failed` ends as failed with `reason` and a halt mark (its commit is
     /// not retried for this resource until git changes the resource again), then, as

@@ -190,10 +190,12 @@ pub enum FailureReason {
     Interrupted,
     /// An image of a repository that requires a signature has no valid one for its digest.
     Unverified,
+    /// A backup (`backup {}`) failed: a release it guards (`before_release`) is held.
+    BackupFailed,
 }
 
 impl FailureReason {
-    pub(crate) const ALL: [FailureReason; 24] = [
+    pub(crate) const ALL: [FailureReason; 25] = [
         FailureReason::ImageMissing,
         FailureReason::PullFailed,
         FailureReason::Credentials,
@@ -218,6 +220,7 @@ impl FailureReason {
         FailureReason::Panic,
         FailureReason::Interrupted,
         FailureReason::Unverified,
+        FailureReason::BackupFailed,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -246,6 +249,7 @@ impl FailureReason {
             FailureReason::Panic => "Panic",
             FailureReason::Interrupted => "Interrupted",
             FailureReason::Unverified => "Unverified",
+            FailureReason::BackupFailed => "BackupFailed",
         }
     }
 

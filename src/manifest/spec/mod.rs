@@ -107,9 +107,9 @@ macro_rules! spec_enum {
         /// The decoded spec of one resource. Closed: a new kind adds a row to the kind table
         /// and the compiler shows every place that must handle it.
         #[derive(Debug, Clone, PartialEq, Eq)]
-        #[expect(
+        #[allow(
             clippy::large_enum_variant,
-            reason = "specs are built once per commit and read in place; boxing would only add noise"
+            reason = "specs are built once per commit and read in place; boxing would only add noise (whether the lint fires depends on the two largest kinds' sizes)"
         )]
         pub enum Spec {
             $($variant($spec),)*

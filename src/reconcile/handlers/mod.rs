@@ -34,6 +34,7 @@ macro_rules! pins_in {
 }
 
 pub(crate) mod container;
+pub(crate) mod data;
 mod engine;
 pub(crate) mod env;
 mod hooks;

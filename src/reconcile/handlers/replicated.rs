@@ -18,6 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::data;
 use super::hooks::{self, HookSet};
 use super::launch::{EnvSource, images_of, ready_to_create};
 use super::replicas::{
@@ -116,6 +117,17 @@ pub(super) trait Replicated<R: Runtime>: Send + Sync {
     fn release_hooks(&self) -> Option<HookSet<'_>> {
         None
     }
+    /// The kind's data runs (`data.rs`: a statefulset's backups and restores), asked before
+    /// a rollout's first replica is touched: a run in flight holds the pass. Open by default.
+    fn data_gate(
+        &self,
+        _ctx: &Ctx<R>,
+        _release: &Release,
+        _rolling_out: bool,
+        _observed: &Observed,
+    ) -> impl Future<Output = Result<data::Gate>> + Send {
+        async { Ok(data::Gate::Open) }
+    }
     /// Runs the gated steps; a crashed replica whose back-off still runs is listed in
     /// `waits`.
     fn execute(
@@ -179,6 +191,34 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
     pass.phase = RolloutPhase::of(&pass.release, halted);
     // A hook of an older release still running was superseded by this one.
     hooks::supersede(ctx, pass.kind.release_hooks(), &pass.release).await?;
+    // A backup or restore in flight holds everything else; a release with `before_release`
+    // waits for its backup here, before its hooks and its first replica.
+    let rolling_out = pass.phase == RolloutPhase::Progressing && touches_replicas;
+    if let data::Gate::Hold {
+        action,
+        message,
+        failed,
+    } = pass
+        .kind
+        .data_gate(ctx, &pass.release, rolling_out, &observed)
+        .await?
+    {
+        pass.status.message = if message.is_empty() {
+            "a data run (backup or restore) is in progress".to_owned()
+        } else {
+            message
+        };
+        if failed {
+            pass.status.phase = Phase::Failed;
+            pass.status.reason = Some(FailureReason::BackupFailed);
+        }
+        let status = pass
+            .kind
+            .detail(ctx, pass.status.clone(), &observed)
+            .await?;
+        put_status(ctx, key, status).await?;
+        return Ok(action);
+    }
     if pass.phase == RolloutPhase::Progressing
         && touches_replicas
         && let Some(action) = pass.before_first_replica(key, &observed).await?

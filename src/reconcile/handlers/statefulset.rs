@@ -100,6 +100,24 @@ impl Statefulset<'_> {
 impl<R: Runtime> Replicated<R> for Statefulset<'_> {
     type Step = StatefulStep;
 
+    async fn data_gate(
+        &self,
+        ctx: &Ctx<R>,
+        release: &Release,
+        rolling_out: bool,
+        observed: &Observed,
+    ) -> Result<super::data::Gate> {
+        super::data::gate(
+            ctx,
+            &self.desired.key,
+            self.spec,
+            release,
+            rolling_out,
+            observed,
+        )
+        .await
+    }
+
     fn build(&mut self, ctx: &Ctx<R>, env_source: &EnvSource) -> Result<()> {
         let mut pods = Vec::with_capacity(self.desired.n_replicas);
         for ordinal in 0..self.desired.n_replicas {
@@ -403,6 +421,12 @@ async fn remove_everything<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Resul
         })
         .collect();
     replicated::remove_everything(ctx, key, first).await?;
+    // Its backups and restores end with it (their snapshots stay in the repository).
+    let owner = key.clone();
+    crate::reconcile::context::blocking(&ctx.store, move |store| {
+        store.supersede_data_runs(&owner, "the resource left the repo")
+    })
+    .await?;
     let volumes = list_volumes(ctx, key).await?;
     if !volumes.is_empty() {
         let volume_names: Vec<&str> = volumes.iter().map(|volume| volume.name.as_str()).collect();

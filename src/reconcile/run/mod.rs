@@ -18,7 +18,7 @@ use crate::base::lock;
 use crate::model::{Kind, ResourceKey};
 use crate::reconcile::context::{Ctx, Deps, Engine, ReconcileOptions, blocking, owned_containers};
 use crate::reconcile::observers::image_scan::committer::ImageCommitter;
-use crate::reconcile::observers::{autoscale, cron, drift, image_scan, probes};
+use crate::reconcile::observers::{autoscale, backups, cron, drift, image_scan, probes};
 use crate::reconcile::{error::Error, error::Result, handlers, router};
 use crate::runtime::{Runtime, labels};
 use crate::store::{FailureReason, Phase, ResourceStatus, now_unix};
@@ -167,6 +167,7 @@ fn spawn_observers<R: Runtime>(
         shutdown.clone(),
     ));
     tracker.spawn(cron::schedule(ctx.clone(), shutdown.clone()));
+    tracker.spawn(backups::run(ctx.clone(), shutdown.clone()));
     tracker.spawn(image_scan::run(
         ctx.clone(),
         image_committer,

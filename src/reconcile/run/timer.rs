@@ -56,7 +56,7 @@ pub(crate) enum What {
     Router,
     /// A probe's initial delay or period, or a replica's settle time.
     Probe,
-    /// The cron scheduler's next fire time.
+    /// The cron scheduler's next fire time, and the backup schedules' next look.
     Cron,
     /// A one-shot unit's deadline, or the next look at a Swarm run or an engine that was
     /// unavailable while a unit was waited for.

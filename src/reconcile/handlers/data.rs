@@ -1,0 +1,968 @@
+//! A statefulset's data runs (`backup {}`): backups, restores and verifies of its claims,
+//! moved on by the resource's own passes, one step per pass, through the one run mechanism.
+//!
+//! A run is a row of the store (`store::DataRun`: asked for by the schedule, a release with
+//! `before_release`, `backup`, `restore` or `rollback --with-data`). The pass holding the key
+//! takes the oldest open run, pod by pod in ordinal order, and at each pod:
+//! - `stop` mode: stops the pod, snapshots its claims, starts it, and goes on once it is Ready
+//!   again; `live`: snapshots the claims of the running pod (crash-consistent only); `exec`:
+//!   runs the dump command in the running pod and snapshots its output stream;
+//! - a restore stops and removes the pod, restores its claims (the old contents kept beside
+//!   them until every pod is Ready again) or feeds the dump to the restore command, and lets
+//!   the pass create the pod again from the current spec.
+//!
+//! The restic work of a pod is a unit (`Units`): a task on the run mechanism's tracker that
+//! the pass starts and never waits for; its end records its outcome and queues the key.
+//!
+//! Invariants: a worker is never held by restic (a pass returns while a unit runs); while a
+//! run is at a pod, the pass does nothing else to the resource (no start, create or rollout
+//! step can race the backup); a snapshot is recorded only from a unit that finished (a unit
+//! cut by the agent's end kills restic, which then records nothing, and the next start runs
+//! the step again); an exec backup whose command failed is never a snapshot (restic is cut
+//! before it sees the end of the stream); the repository's password is only ever a file
+//! path handed to restic.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, ReadBuf};
+
+use super::replicas::Observed;
+use crate::base::lock;
+use crate::manifest::spec::{Backup, BackupMode, StatefulsetSpec};
+use crate::model::ResourceKey;
+use crate::model::names::claim_volume;
+use crate::reconcile::plan::pod_ordinal;
+use crate::reconcile::{context::Ctx, context::blocking, error::Result, run::action::Action};
+use crate::restic::{self, Repo, Restic};
+use crate::runtime::{Container, ContainerState, Runtime};
+use crate::store::{DataReason, DataRun, DataState, DataWhat, NewDataRun, Release, now_unix};
+
+/// How often a pass looks again while a pod it started after its backup becomes Ready (its
+/// readiness also queues a pass).
+const READY_LOOK: Duration = Duration::from_secs(2);
+/// How long after a failed `before_release` backup the held release tries another.
+const RETRY_HELD: Duration = Duration::from_secs(60);
+/// How long a stopped pod may take to stop before its backup is given up.
+const STOP_GRACE: Duration = Duration::from_secs(30);
+/// The bytes between an exec's output and restic's input.
+const PIPE_BYTES: usize = 64 * 1024;
+
+/// What the data runs ask of the rest of the pass.
+pub(super) enum Gate {
+    /// Nothing: the pass goes on.
+    Open,
+    /// The pass ends here with `action`; status says `message`, and `failed` when a release
+    /// is held by a failed backup.
+    Hold {
+        action: Action,
+        message: String,
+        failed: bool,
+    },
+}
+
+/// What a unit did.
+#[derive(Debug, Clone)]
+struct Done {
+    /// Snapshot ids by volume (or dump name).
+    snapshots: BTreeMap<String, String>,
+    bytes: u64,
+}
+
+/// Outcomes of the units that ended in this process, by unit id, until a pass reads them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Units {
+    ended: Arc<Mutex<BTreeMap<String, std::result::Result<Done, String>>>>,
+}
+
+impl Units {
+    fn take(&self, id: &str) -> Option<std::result::Result<Done, String>> {
+        lock(&self.ended).remove(id)
+    }
+
+    fn put(&self, id: &str, outcome: std::result::Result<Done, String>) {
+        lock(&self.ended).insert(id.to_owned(), outcome);
+    }
+}
+
+/// The restic repository of `backup`.
+fn repo(backup: &Backup) -> Repo {
+    Repo {
+        repository: backup.repository.clone(),
+        password_file: PathBuf::from(&backup.password_file),
+    }
+}
+
+/// The tags every snapshot of `key` carries, and the one naming what it holds: retention and
+/// lookups group by them.
+fn tags(key: &ResourceKey, holds: &str) -> Vec<String> {
+    vec![
+        format!("voodu.resource={key}"),
+        format!("voodu.holds={holds}"),
+    ]
+}
+
+/// The dump a pod's exec backup is stored as.
+fn dump_name(key: &ResourceKey, ordinal: i64) -> String {
+    format!("{}-{ordinal}.dump", key.app_id())
+}
+
+/// The claim volumes of pod `ordinal`.
+fn volumes(key: &ResourceKey, spec: &StatefulsetSpec, ordinal: i64) -> Vec<String> {
+    let ordinal = usize::try_from(ordinal).unwrap_or(0);
+    spec.volume_claims
+        .iter()
+        .map(|claim| claim_volume(key, &claim.name, ordinal))
+        .collect()
+}
+
+/// Where the old contents of a restored claim wait until the pods are Ready again.
+fn aside(path: &Path, run: i64) -> PathBuf {
+    path.with_file_name(format!("_data.voodu-before-{run}"))
+}
+
+/// The data runs' part of a pass of statefulset `key`: asks for the backup a release with
+/// `before_release` needs, then moves the oldest open run on by one step.
+pub(super) async fn gate<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    spec: &StatefulsetSpec,
+    release: &Release,
+    rolling_out: bool,
+    observed: &Observed,
+) -> Result<Gate> {
+    let Some(backup) = spec.backup.as_ref() else {
+        return Ok(Gate::Open);
+    };
+    let owner = key.clone();
+    let open = blocking(&ctx.store, move |store| store.open_data_run(&owner)).await?;
+    if rolling_out && backup.before_release && open.is_none() {
+        let release_id = release.id;
+        let taken = blocking(&ctx.store, move |store| store.release_backup(release_id)).await?;
+        match taken {
+            Some(run) if run.state == DataState::Succeeded => {}
+            Some(run) if run.state.ended() => {
+                let since = now_unix() - run.ended_at.unwrap_or(0);
+                let wait =
+                    RETRY_HELD.saturating_sub(Duration::from_secs(since.max(0).unsigned_abs()));
+                if wait.is_zero() {
+                    request(ctx, key, DataReason::BeforeRelease, Some(release.id)).await?;
+                    return Ok(Gate::Hold {
+                        action: Action::RequeueAfter(Duration::ZERO),
+                        message: format!(
+                            "release #{}: taking its before_release backup",
+                            release.id
+                        ),
+                        failed: false,
+                    });
+                }
+                return Ok(Gate::Hold {
+                    action: Action::RequeueAfter(wait),
+                    message: format!(
+                        "release #{} held: its before_release backup failed ({}); nothing was replaced; trying again in {}s",
+                        release.id,
+                        run.message,
+                        wait.as_secs()
+                    ),
+                    failed: true,
+                });
+            }
+            _ => {
+                request(ctx, key, DataReason::BeforeRelease, Some(release.id)).await?;
+                return Ok(Gate::Hold {
+                    action: Action::RequeueAfter(Duration::ZERO),
+                    message: format!("release #{}: taking its before_release backup", release.id),
+                    failed: false,
+                });
+            }
+        }
+    }
+    let Some(run) = open else {
+        return Ok(Gate::Open);
+    };
+    Step {
+        ctx,
+        key,
+        spec,
+        backup,
+        run,
+        observed,
+    }
+    .next()
+    .await
+}
+
+/// Asks for a backup of `key`.
+async fn request<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    reason: DataReason,
+    release_id: Option<i64>,
+) -> Result<i64> {
+    let owner = key.clone();
+    blocking(&ctx.store, move |store| {
+        store.request_data_run(
+            &owner,
+            &NewDataRun {
+                what: DataWhat::Backup,
+                reason,
+                release_id,
+                only_ordinal: None,
+                snapshots: BTreeMap::new(),
+            },
+        )
+    })
+    .await
+}
+
+/// One step of one run.
+struct Step<'a, R: Runtime> {
+    ctx: &'a Ctx<R>,
+    key: &'a ResourceKey,
+    spec: &'a StatefulsetSpec,
+    backup: &'a Backup,
+    run: DataRun,
+    observed: &'a Observed,
+}
+
+impl<R: Runtime> Step<'_, R> {
+    /// The pods the run takes, in order.
+    fn ordinals(&self) -> Vec<i64> {
+        let n = i64::try_from(self.spec.n_replicas()).unwrap_or(1);
+        match (self.run.what, self.run.only_ordinal) {
+            // A verify reads the repository only: one unit.
+            (DataWhat::Verify, _) => vec![0],
+            (_, Some(only)) => vec![only],
+            (_, None) => (0..n).collect(),
+        }
+    }
+
+    fn pod(&self, ordinal: i64) -> Option<&Container> {
+        self.observed.actual.iter().find(|container| {
+            pod_ordinal(container).and_then(|found| i64::try_from(found).ok()) == Some(ordinal)
+        })
+    }
+
+    fn unit_id(&self, ordinal: i64) -> String {
+        format!("data-{}-{ordinal}", self.run.id)
+    }
+
+    /// Records where the run is, and holds the pass: `action`, saying `message`.
+    async fn advance(
+        &self,
+        ordinal: i64,
+        step: &str,
+        snapshots: BTreeMap<String, String>,
+        bytes: i64,
+    ) -> Result<()> {
+        let (id, step) = (self.run.id, step.to_owned());
+        blocking(&self.ctx.store, move |store| {
+            store.advance_data_run(id, ordinal, &step, &snapshots, bytes)
+        })
+        .await
+    }
+
+    fn hold(&self, action: Action, message: String) -> Gate {
+        Gate::Hold {
+            action,
+            message,
+            failed: false,
+        }
+    }
+
+    fn what(&self) -> &'static str {
+        self.run.what.as_str()
+    }
+
+    async fn next(self) -> Result<Gate> {
+        let ordinals = self.ordinals();
+        let Some(&ordinal) = ordinals
+            .iter()
+            .find(|ordinal| **ordinal >= self.run.ordinal)
+        else {
+            return self.finish().await;
+        };
+        // A step the run recorded for an earlier ordinal than the ones it takes starts there.
+        let step = if ordinal == self.run.ordinal {
+            self.run.step.clone()
+        } else {
+            String::new()
+        };
+        let pod = self.pod(ordinal).cloned();
+        let mode = self.backup.mode;
+        let is_backup = self.run.what == DataWhat::Backup;
+        let stops = match self.run.what {
+            DataWhat::Backup => mode == BackupMode::Stop,
+            DataWhat::Restore => mode != BackupMode::Exec,
+            DataWhat::Verify => false,
+        };
+        match step.as_str() {
+            "" => {
+                if let Some(pod) = pod.as_ref().filter(|_| stops) {
+                    self.ctx.memory.own_removals.note(&pod.id);
+                    if is_backup {
+                        if let Err(error) = self.ctx.runtime.stop(&pod.id, STOP_GRACE).await {
+                            return self
+                                .fail(format!(
+                                    "pod {ordinal} could not be stopped for its backup: {error}"
+                                ))
+                                .await;
+                        }
+                    } else {
+                        // A restored pod is made again from the current spec (a rollback's).
+                        super::replicated::drain_and_remove(
+                            self.ctx, self.key, &pod.id, STOP_GRACE,
+                        )
+                        .await?;
+                    }
+                }
+                if mode == BackupMode::Exec
+                    && self.run.what != DataWhat::Verify
+                    && pod
+                        .as_ref()
+                        .is_none_or(|pod| pod.state != ContainerState::Running)
+                {
+                    return self
+                        .fail(format!(
+                            "pod {ordinal} is not running: an exec {} runs its command in the pod",
+                            self.what()
+                        ))
+                        .await;
+                }
+                self.advance(
+                    ordinal,
+                    "working",
+                    self.run.snapshots.clone(),
+                    self.run.bytes,
+                )
+                .await?;
+                self.start_unit(ordinal, pod.as_ref()).await?;
+                Ok(self.hold(
+                    Action::Done,
+                    format!(
+                        "{} run #{}: pod {ordinal} in progress",
+                        self.what(),
+                        self.run.id
+                    ),
+                ))
+            }
+            "working" => {
+                let unit = self.unit_id(ordinal);
+                match self.ctx.data_units().take(&unit) {
+                    Some(Ok(done)) => {
+                        let mut snapshots = self.run.snapshots.clone();
+                        if is_backup {
+                            snapshots.extend(done.snapshots);
+                        }
+                        let bytes = self
+                            .run
+                            .bytes
+                            .saturating_add(i64::try_from(done.bytes).unwrap_or(i64::MAX));
+                        let next = if is_backup && stops { "start" } else { "done" };
+                        self.advance(ordinal, next, snapshots, bytes).await?;
+                        Ok(self.hold(
+                            Action::RequeueAfter(Duration::ZERO),
+                            format!("{} run #{}: pod {ordinal} done", self.what(), self.run.id),
+                        ))
+                    }
+                    Some(Err(error)) => {
+                        if is_backup && stops {
+                            self.start_again(pod.as_ref()).await;
+                        }
+                        self.fail(format!("pod {ordinal}: {error}")).await
+                    }
+                    None if self.ctx.runs.attached().contains(&unit) => Ok(self.hold(
+                        Action::Done,
+                        format!(
+                            "{} run #{}: pod {ordinal} in progress",
+                            self.what(),
+                            self.run.id
+                        ),
+                    )),
+                    // The unit is gone with an earlier agent (its restic was killed with it
+                    // and recorded nothing): the step runs again.
+                    None => {
+                        self.start_unit(ordinal, pod.as_ref()).await?;
+                        Ok(self.hold(
+                            Action::Done,
+                            format!(
+                                "{} run #{}: pod {ordinal} in progress",
+                                self.what(),
+                                self.run.id
+                            ),
+                        ))
+                    }
+                }
+            }
+            "start" => {
+                self.start_again(pod.as_ref()).await;
+                self.advance(ordinal, "ready", self.run.snapshots.clone(), self.run.bytes)
+                    .await?;
+                Ok(self.hold(
+                    Action::RequeueAfter(READY_LOOK),
+                    format!("backup run #{}: pod {ordinal} started again", self.run.id),
+                ))
+            }
+            "ready" => {
+                let ready = pod.as_ref().is_some_and(|pod| self.observed.is_ready(pod));
+                if ready {
+                    self.advance(ordinal, "done", self.run.snapshots.clone(), self.run.bytes)
+                        .await?;
+                    return Ok(self.hold(Action::RequeueAfter(Duration::ZERO), String::new()));
+                }
+                let since = self.run.started_at.unwrap_or_else(now_unix);
+                if now_unix() - since
+                    > i64::try_from(self.backup.deadline().as_secs()).unwrap_or(i64::MAX)
+                {
+                    return self
+                        .fail(format!(
+                            "pod {ordinal} did not become Ready again after its backup"
+                        ))
+                        .await;
+                }
+                if pod
+                    .as_ref()
+                    .is_some_and(|pod| pod.state != ContainerState::Running)
+                {
+                    self.start_again(pod.as_ref()).await;
+                }
+                Ok(self.hold(
+                    Action::RequeueAfter(READY_LOOK),
+                    format!(
+                        "backup run #{}: waiting for pod {ordinal} to be Ready again",
+                        self.run.id
+                    ),
+                ))
+            }
+            // "done": the next ordinal.
+            _ => {
+                let next = ordinals
+                    .iter()
+                    .find(|next| **next > ordinal)
+                    .copied()
+                    .unwrap_or(i64::MAX);
+                self.advance(next, "", self.run.snapshots.clone(), self.run.bytes)
+                    .await?;
+                Ok(self.hold(Action::RequeueAfter(Duration::ZERO), String::new()))
+            }
+        }
+    }
+
+    /// Starts a pod stopped for its backup (an error is the next pass's to see).
+    async fn start_again(&self, pod: Option<&Container>) {
+        if let Some(pod) = pod.filter(|pod| pod.state != ContainerState::Running)
+            && let Err(error) = self.ctx.runtime.start(&pod.id).await
+        {
+            tracing::warn!(key = %self.key, container = %pod.name, %error, "could not start the pod again after its backup");
+        }
+    }
+
+    /// All pods done: a backup forgets what its retention drops; a restore waits for the
+    /// pods to be Ready again (the pass makes them) and then drops the old contents.
+    async fn finish(self) -> Result<Gate> {
+        match self.run.what {
+            DataWhat::Verify => {
+                let message = format!(
+                    "restic check passed; {} snapshot(s) restored whole ({} bytes)",
+                    self.run.snapshots.len(),
+                    self.run.bytes
+                );
+                self.end(DataState::Succeeded, message).await?;
+                Ok(self.hold(Action::RequeueAfter(Duration::ZERO), String::new()))
+            }
+            DataWhat::Restore => {
+                let n = self.ordinals().len();
+                let ready = self
+                    .ordinals()
+                    .iter()
+                    .filter(|ordinal| {
+                        self.pod(**ordinal)
+                            .is_some_and(|pod| self.observed.is_ready(pod))
+                    })
+                    .count();
+                if ready < n {
+                    // The pass goes on: it creates the pods the restore removed.
+                    return Ok(Gate::Open);
+                }
+                self.drop_asides().await;
+                self.end(
+                    DataState::Succeeded,
+                    format!(
+                        "restored {} snapshot(s); pods Ready again",
+                        self.run.snapshots.len()
+                    ),
+                )
+                .await?;
+                Ok(Gate::Open)
+            }
+            _ => {
+                let removed = match self.backup.keep {
+                    Some(keep) => self.forget(keep).await,
+                    None => Ok(0),
+                };
+                let message = match removed {
+                    Ok(removed) => format!(
+                        "{} snapshot(s), {} bytes read{}",
+                        self.run.snapshots.len(),
+                        self.run.bytes,
+                        if removed > 0 {
+                            format!("; retention forgot {removed}")
+                        } else {
+                            String::new()
+                        }
+                    ),
+                    Err(error) => format!(
+                        "{} snapshot(s); retention failed: {error}",
+                        self.run.snapshots.len()
+                    ),
+                };
+                self.end(DataState::Succeeded, message).await?;
+                Ok(self.hold(Action::RequeueAfter(Duration::ZERO), String::new()))
+            }
+        }
+    }
+
+    /// Retention: `restic forget` per thing held, keeping `keep`.
+    async fn forget(
+        &self,
+        keep: crate::manifest::spec::Keep,
+    ) -> std::result::Result<usize, String> {
+        let restic = self.ctx.restic();
+        let repo = repo(self.backup);
+        let keep = restic::Keep {
+            last: keep.last,
+            daily: keep.daily,
+            weekly: keep.weekly,
+            monthly: keep.monthly,
+        };
+        let mut removed = 0;
+        for holds in self.run.snapshots.keys() {
+            removed += restic
+                .forget(&repo, &tags(self.key, holds), keep, self.backup.deadline())
+                .await
+                .map_err(|error| error.to_string())?
+                .len();
+        }
+        Ok(removed)
+    }
+
+    async fn drop_asides(&self) {
+        for volume in self.run.snapshots.keys() {
+            if let Ok(Some(path)) = self.ctx.runtime.volume_path(volume).await {
+                let aside = aside(&path, self.run.id);
+                let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(aside)).await;
+            }
+        }
+    }
+
+    async fn fail(&self, message: String) -> Result<Gate> {
+        self.end(DataState::Failed, message.clone()).await?;
+        let held = self.run.reason == DataReason::BeforeRelease;
+        Ok(Gate::Hold {
+            action: Action::RequeueAfter(Duration::ZERO),
+            message: format!("{} run #{} failed: {message}", self.what(), self.run.id),
+            failed: held,
+        })
+    }
+
+    async fn end(&self, state: DataState, message: String) -> Result<()> {
+        let id = self.run.id;
+        let ended = blocking(&self.ctx.store, move |store| {
+            store.finish_data_run(id, state, &message)
+        })
+        .await?;
+        if ended {
+            tracing::info!(key = %self.key, run = id, what = self.what(), state = state.as_str(), "data run ended");
+        }
+        Ok(())
+    }
+
+    /// Starts pod `ordinal`'s unit: restic's work on it, on the run mechanism's tracker.
+    /// A verify's: the bytes the backup whose snapshots it restores read.
+    async fn expected_bytes(&self) -> Result<i64> {
+        if self.run.what != DataWhat::Verify {
+            return Ok(0);
+        }
+        let key = self.key.clone();
+        let good = blocking(&self.ctx.store, move |store| store.last_good_backup(&key)).await?;
+        Ok(good
+            .filter(|good| good.snapshots == self.run.snapshots)
+            .map_or(0, |good| good.bytes))
+    }
+
+    async fn start_unit(&self, ordinal: i64, pod: Option<&Container>) -> Result<()> {
+        let unit = self.unit_id(ordinal);
+        let work = Work {
+            restic: self.ctx.restic(),
+            repo: repo(self.backup),
+            runtime: self.ctx.runtime.clone(),
+            key: self.key.clone(),
+            host: self.ctx.agent_id.clone(),
+            run: self.run.id,
+            what: self.run.what,
+            mode: self.backup.mode,
+            deadline: self.backup.deadline(),
+            volumes: volumes(self.key, self.spec, ordinal),
+            snapshots: self.run.snapshots.clone(),
+            pod: pod.map(|pod| pod.id.clone()),
+            dump: dump_name(self.key, ordinal),
+            command: self.backup.command.clone(),
+            restore_command: self.backup.restore_command.clone(),
+            scratch: self.ctx.data_dir().join("restic-verify"),
+            expected_bytes: u64::try_from(self.expected_bytes().await?).unwrap_or(0),
+        };
+        let (units, runs, timer, shutdown, key) = (
+            self.ctx.data_units().clone(),
+            self.ctx.runs.clone(),
+            self.ctx.timer.clone(),
+            self.ctx.shutdown.clone(),
+            self.key.clone(),
+        );
+        let id = unit.clone();
+        self.ctx.runs.attach(&unit, async move {
+            tokio::select! {
+                outcome = work.run() => {
+                    units.put(&id, outcome);
+                    runs.detach(&id);
+                    timer.requeue(key);
+                }
+                // The agent stops: restic is killed with the future (it records nothing),
+                // and the next start runs the step again.
+                () = shutdown.cancelled() => runs.detach(&id),
+            }
+        });
+        Ok(())
+    }
+}
+
+/// What one unit does, owned (it outlives the pass).
+struct Work<R: Runtime> {
+    restic: Restic,
+    repo: Repo,
+    runtime: Arc<R>,
+    key: ResourceKey,
+    host: String,
+    run: i64,
+    what: DataWhat,
+    mode: BackupMode,
+    deadline: Duration,
+    volumes: Vec<String>,
+    snapshots: BTreeMap<String, String>,
+    pod: Option<String>,
+    dump: String,
+    command: Vec<String>,
+    restore_command: Vec<String>,
+    /// Where a verify restores to (`<data-dir>/restic-verify`).
+    scratch: PathBuf,
+    /// What a verify must find: the bytes its backup read.
+    expected_bytes: u64,
+}
+
+impl<R: Runtime> Work<R> {
+    async fn run(self) -> std::result::Result<Done, String> {
+        let text = |error: restic::Error| error.to_string();
+        self.restic
+            .ensure_repo(&self.repo, self.deadline)
+            .await
+            .map_err(text)?;
+        self.restic
+            .unlock(&self.repo, self.deadline)
+            .await
+            .map_err(text)?;
+        match (self.what, self.mode) {
+            (DataWhat::Backup, BackupMode::Exec) => self.backup_exec().await,
+            (DataWhat::Backup, _) => self.backup_claims().await,
+            (DataWhat::Restore, BackupMode::Exec) => self.restore_exec().await,
+            (DataWhat::Restore, _) => self.restore_claims().await,
+            (DataWhat::Verify, _) => self.verify().await,
+        }
+    }
+
+    async fn path(&self, volume: &str) -> std::result::Result<Option<PathBuf>, String> {
+        self.runtime
+            .volume_path(volume)
+            .await
+            .map_err(|error| format!("volume {volume}: {error}"))
+    }
+
+    async fn backup_claims(&self) -> std::result::Result<Done, String> {
+        let mut done = Done {
+            snapshots: BTreeMap::new(),
+            bytes: 0,
+        };
+        for volume in &self.volumes {
+            // A pod never created has no volume yet: nothing to keep.
+            let Some(path) = self.path(volume).await? else {
+                continue;
+            };
+            let summary = self
+                .restic
+                .backup_dir(
+                    &self.repo,
+                    &path,
+                    &tags(&self.key, volume),
+                    &self.host,
+                    self.deadline,
+                )
+                .await
+                .map_err(|error| format!("backing up {volume}: {error}"))?;
+            done.bytes = done.bytes.saturating_add(summary.bytes);
+            done.snapshots.insert(volume.clone(), summary.snapshot_id);
+        }
+        Ok(done)
+    }
+
+    async fn backup_exec(&self) -> std::result::Result<Done, String> {
+        let pod = self.pod.clone().ok_or("the pod is gone")?;
+        let (writer, reader) = tokio::io::duplex(PIPE_BYTES);
+        let (verdict, gate) = tokio::sync::oneshot::channel();
+        let dump_tags = tags(&self.key, &self.dump);
+        let dump = self.restic.backup_stdin(
+            &self.repo,
+            &self.dump,
+            &dump_tags,
+            &self.host,
+            GatedEof {
+                inner: reader,
+                verdict: gate,
+                passed: false,
+            },
+            self.deadline,
+        );
+        let exec = async {
+            let outcome = self
+                .runtime
+                .exec_piped(&pod, &self.command, None, Some(Box::new(writer)))
+                .await;
+            // restic sees the end of the stream only once the command ended well.
+            let _ = verdict.send(matches!(&outcome, Ok(outcome) if outcome.exit_code == 0));
+            outcome
+        };
+        let (stored, ran) = tokio::join!(dump, exec);
+        let ran = ran.map_err(|error| format!("running the backup command: {error}"))?;
+        if ran.exit_code != 0 {
+            return Err(format!(
+                "the backup command exited with {}: {}",
+                ran.exit_code,
+                crate::model::text::cut(ran.output.trim(), 512)
+            ));
+        }
+        let summary = stored.map_err(|error| format!("storing the dump: {error}"))?;
+        Ok(Done {
+            snapshots: BTreeMap::from([(self.dump.clone(), summary.snapshot_id)]),
+            bytes: summary.bytes,
+        })
+    }
+
+    async fn restore_claims(&self) -> std::result::Result<Done, String> {
+        let mut bytes = 0u64;
+        for volume in &self.volumes {
+            let Some(snapshot) = self.snapshots.get(volume) else {
+                continue;
+            };
+            let Some(path) = self.path(volume).await? else {
+                return Err(format!("volume {volume} is not on this host"));
+            };
+            let staging = path.with_file_name(format!("_data.voodu-restore-{}", self.run));
+            let fresh = staging.clone();
+            tokio::task::spawn_blocking(move || {
+                let _ = std::fs::remove_dir_all(&fresh);
+                std::fs::create_dir_all(&fresh)
+            })
+            .await
+            .map_err(|error| error.to_string())?
+            .map_err(|error| format!("{}: {error}", staging.display()))?;
+            self.restic
+                .restore(&self.repo, snapshot, &staging, self.deadline)
+                .await
+                .map_err(|error| format!("restoring {volume}: {error}"))?;
+            let (live, kept) = (path.clone(), aside(&path, self.run));
+            bytes += tokio::task::spawn_blocking(move || swap_in(&live, &staging, &kept))
+                .await
+                .map_err(|error| error.to_string())?
+                .map_err(|error| format!("putting {volume} back: {error}"))?;
+        }
+        Ok(Done {
+            snapshots: BTreeMap::new(),
+            bytes,
+        })
+    }
+
+    /// `restic check`, then every snapshot of the last good backup restored into a scratch
+    /// directory (a dump through `restic dump`): what comes back must be as many bytes as the
+    /// backup read.
+    async fn verify(&self) -> std::result::Result<Done, String> {
+        self.restic
+            .check(&self.repo, self.deadline)
+            .await
+            .map_err(|error| format!("restic check: {error}"))?;
+        // Every snapshot of the backup is still in the repository (retention keeps the
+        // newest, which is the one a verify restores).
+        let held = self
+            .restic
+            .snapshots(&self.repo, &[format!("voodu.resource={}", self.key)], self.deadline)
+            .await
+            .map_err(|error| format!("listing the snapshots: {error}"))?;
+        if let Some((holds, missing)) = self
+            .snapshots
+            .iter()
+            .find(|(_, id)| !held.iter().any(|snapshot| snapshot.id == **id))
+        {
+            return Err(format!(
+                "snapshot {missing} of {holds} is not in the repository any more"
+            ));
+        }
+        let scratch = self.scratch.join(self.run.to_string());
+        let mut bytes = 0u64;
+        let result = async {
+            for (holds, snapshot) in &self.snapshots {
+                let target = scratch.join(holds);
+                let made = target.clone();
+                tokio::task::spawn_blocking(move || std::fs::create_dir_all(made))
+                    .await
+                    .map_err(|error| error.to_string())?
+                    .map_err(|error| format!("{}: {error}", target.display()))?;
+                self.restic
+                    .restore(&self.repo, snapshot, &target, self.deadline)
+                    .await
+                    .map_err(|error| format!("restoring {holds} ({snapshot}): {error}"))?;
+                let counted = target.clone();
+                bytes += tokio::task::spawn_blocking(move || tree_bytes(&counted))
+                    .await
+                    .map_err(|error| error.to_string())?;
+            }
+            Ok::<(), String>(())
+        }
+        .await;
+        let gone = scratch.clone();
+        let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(gone)).await;
+        result?;
+        if bytes != self.expected_bytes {
+            return Err(format!(
+                "the snapshots restored {bytes} bytes where the backup read {}",
+                self.expected_bytes
+            ));
+        }
+        Ok(Done {
+            snapshots: BTreeMap::new(),
+            bytes,
+        })
+    }
+
+    async fn restore_exec(&self) -> std::result::Result<Done, String> {
+        let pod = self.pod.clone().ok_or("the pod is gone")?;
+        let snapshot = self
+            .snapshots
+            .get(&self.dump)
+            .ok_or_else(|| format!("no snapshot of {} to restore", self.dump))?;
+        let (writer, reader) = tokio::io::duplex(PIPE_BYTES);
+        let dump = self
+            .restic
+            .dump(&self.repo, snapshot, &self.dump, writer, self.deadline);
+        let exec =
+            self.runtime
+                .exec_piped(&pod, &self.restore_command, Some(Box::new(reader)), None);
+        let (dumped, ran) = tokio::join!(dump, exec);
+        dumped.map_err(|error| format!("reading the dump: {error}"))?;
+        let ran = ran.map_err(|error| format!("running the restore command: {error}"))?;
+        if ran.exit_code != 0 {
+            return Err(format!(
+                "the restore command exited with {}: {}",
+                ran.exit_code,
+                crate::model::text::cut(ran.output.trim(), 512)
+            ));
+        }
+        Ok(Done {
+            snapshots: BTreeMap::new(),
+            bytes: 0,
+        })
+    }
+}
+
+/// Puts the restored tree `staging` in place of the volume's `live` directory, keeping the
+/// old one as `kept`; the new root takes the old root's owner and mode (a database's data
+/// directory must keep them). Returns the bytes restored.
+fn swap_in(live: &Path, staging: &Path, kept: &Path) -> std::io::Result<u64> {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    let meta = std::fs::metadata(live)?;
+    std::os::unix::fs::chown(staging, Some(meta.uid()), Some(meta.gid()))?;
+    std::fs::set_permissions(
+        staging,
+        std::fs::Permissions::from_mode(meta.mode() & 0o7777),
+    )?;
+    if kept.exists() {
+        std::fs::remove_dir_all(kept)?;
+    }
+    std::fs::rename(live, kept)?;
+    std::fs::rename(staging, live)?;
+    Ok(tree_bytes(live))
+}
+
+fn tree_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| match entry.file_type() {
+            Ok(kind) if kind.is_dir() => tree_bytes(&entry.path()),
+            Ok(kind) if kind.is_file() => entry.metadata().map_or(0, |meta| meta.len()),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// A reader whose end is held until `verdict` says the stream is whole: a `false` (or a
+/// dropped sender) turns the end into an error, so the reader's consumer (restic) is cut
+/// before it can record what it read.
+struct GatedEof<T> {
+    inner: T,
+    verdict: tokio::sync::oneshot::Receiver<bool>,
+    passed: bool,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for GatedEof<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) if buf.filled().len() == before && !self.passed => {
+                match Pin::new(&mut self.verdict).poll(cx) {
+                    Poll::Ready(Ok(true)) => {
+                        self.passed = true;
+                        Poll::Ready(Ok(()))
+                    }
+                    Poll::Ready(_) => Poll::Ready(Err(std::io::Error::other(
+                        "the backup command failed: its output is not a backup",
+                    ))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+            other => other,
+        }
+    }
+}
+
+/// Whether `backup`'s schedule came round after `after` (Unix seconds) by `now`.
+pub(crate) fn due(backup: &Backup, after: i64, now: i64) -> bool {
+    if backup.schedule.is_empty() {
+        return false;
+    }
+    let Ok(schedule) =
+        crate::manifest::spec::schedule::Schedule::parse(&backup.schedule, &backup.timezone)
+    else {
+        return false;
+    };
+    chrono::DateTime::from_timestamp(after, 0)
+        .and_then(|after| schedule.next_after(after))
+        .is_some_and(|next| next.timestamp() <= now)
+}
+
+use std::future::Future as _;
