@@ -2,6 +2,7 @@
 
 mod support;
 
+mod backup_docker;
 mod bounds_docker;
 mod cli;
 mod code_order;

@@ -303,7 +303,6 @@ impl<R: Runtime> Step<'_, R> {
         match step.as_str() {
             "" => {
                 if let Some(pod) = pod.as_ref().filter(|_| stops) {
-                    self.ctx.memory.own_removals.note(&pod.id);
                     if is_backup {
                         if let Err(error) = self.ctx.runtime.stop(&pod.id, STOP_GRACE).await {
                             return self
@@ -804,7 +803,11 @@ impl<R: Runtime> Work<R> {
         // newest, which is the one a verify restores).
         let held = self
             .restic
-            .snapshots(&self.repo, &[format!("voodu.resource={}", self.key)], self.deadline)
+            .snapshots(
+                &self.repo,
+                &[format!("voodu.resource={}", self.key)],
+                self.deadline,
+            )
             .await
             .map_err(|error| format!("listing the snapshots: {error}"))?;
         if let Some((holds, missing)) = self
