@@ -378,3 +378,39 @@ fn a_sentinel_watching_an_undeclared_redis_is_warned_about() -> Result<(), Diagn
     );
     Ok(())
 }
+
+/// A macro's statefulset takes the `backup {}` extension as a plain one does; the macro's own
+/// claim is what a `stop` backup reads.
+#[test]
+fn a_macro_statefulset_takes_a_backup_block() -> Result<(), Diagnostics> {
+    let manifest = load_text(
+        r#"
+postgres "shop" "db" {
+  backup {
+    repository      = "/srv/backups/shop-db"
+    password_file   = "/srv/backups/shop-db.pass"
+    mode            = "exec"
+    command         = ["pg_dump", "-U", "postgres", "-Fc", "app"]
+    restore_command = ["pg_restore", "-U", "postgres", "--clean", "-d", "app"]
+  }
+}
+redis "shop" "cache" {
+  backup {
+    repository    = "s3:s3.amazonaws.com/shop-cache"
+    password_file = "/srv/backups/shop-cache.pass"
+  }
+}
+"#,
+    )?;
+    let pg = statefulset(&manifest, "statefulset/shop/db");
+    let backup = pg.backup.expect("the postgres backup");
+    assert_eq!(backup.mode, crate::manifest::spec::BackupMode::Exec);
+    assert_eq!(backup.command[0], "pg_dump");
+    let cache = statefulset(&manifest, "statefulset/shop/cache");
+    assert!(!cache.volume_claims.is_empty());
+    assert_eq!(
+        cache.backup.map(|backup| backup.mode),
+        Some(crate::manifest::spec::BackupMode::Stop)
+    );
+    Ok(())
+}
