@@ -131,9 +131,14 @@ fn tree_hash(root: &Path) -> TestResult<String> {
     Ok(format!("{:x}", Sha256::digest(format!("{entries:?}"))))
 }
 
-/// `backups SCOPE/db --json`.
+/// `backups SCOPE/db --json` (`SCOPE/pg` once a `pg` statefulset is declared).
 fn runs(env: &Env) -> TestResult<Vec<Value>> {
-    let reference = format!("{}/db", env.scope());
+    let name = if env.repo.work().join("pg.hcl").exists() {
+        "pg"
+    } else {
+        "db"
+    };
+    let reference = format!("{}/{name}", env.scope());
     Ok(serde_json::from_str(
         &env.cli(&["backups", &reference, "--json"])?,
     )?)
@@ -362,13 +367,13 @@ fn rollback_with_data_brings_back_the_code_and_the_data_and_a_failed_backup_hold
         let before_v2 = runs(env)?
             .into_iter()
             .find(|run| {
-                run["reason"] == "before_release" && run["release"] == v2_status["release_id"]
+                run["reason"] == "before_release" && run["release"] == v2_status["release"]["id"]
             })
             .ok_or("no before_release backup of v2's release")?;
         assert_eq!(before_v2["state"], "succeeded", "{before_v2}");
 
         // Code and data back.
-        let v1_release = v1_status["release_id"].as_i64().ok_or("v1's release")?;
+        let v1_release = v1_status["release"]["id"].as_i64().ok_or("v1's release")?;
         let printed = env.cli(&[
             "rollback",
             &reference,
@@ -465,7 +470,7 @@ fn a_backup_cut_by_kill_9_records_no_half_snapshot_and_the_next_one_succeeds() -
         wait_until(LIMIT, "restic to be at work", || {
             let run = runs(env).ok()?.into_iter().find(|run| run["id"] == first)?;
             let restic_runs = Command::new("pgrep")
-                .args(["-f", "restic.*backup"])
+                .args(["-f", "restic.* backup "])
                 .output()
                 .ok()?;
             (run["state"] == "running" && restic_runs.status.success()).then_some(())

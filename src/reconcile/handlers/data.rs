@@ -140,7 +140,9 @@ pub(super) async fn gate<R: Runtime>(
     };
     let owner = key.clone();
     let open = blocking(&ctx.store, move |store| store.open_data_run(&owner)).await?;
-    if rolling_out && backup.before_release && open.is_none() {
+    // A first rollout has no data yet to keep.
+    let has_data = !observed.actual.is_empty();
+    if rolling_out && backup.before_release && has_data && open.is_none() {
         let release_id = release.id;
         let taken = blocking(&ctx.store, move |store| store.release_backup(release_id)).await?;
         match taken {
@@ -361,7 +363,13 @@ impl<R: Runtime> Step<'_, R> {
                             .run
                             .bytes
                             .saturating_add(i64::try_from(done.bytes).unwrap_or(i64::MAX));
-                        let next = if is_backup && stops { "start" } else { "done" };
+                        // A pod stopped for its backup is started again; a pod never
+                        // created has nothing to start.
+                        let next = if is_backup && stops && pod.is_some() {
+                            "start"
+                        } else {
+                            "done"
+                        };
                         self.advance(ordinal, next, snapshots, bytes).await?;
                         Ok(self.hold(
                             Action::RequeueAfter(Duration::ZERO),
