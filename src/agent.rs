@@ -475,6 +475,13 @@ fn wal_of(db: &std::path::Path) -> PathBuf {
 /// The rules every request of this agent passes: its host policy, with its data dir
 /// protected, and the paths the agent itself mounts (asset files, the ingress's directories).
 fn sink_rules(config: &AgentConfig) -> Rules {
+    let (policy, owned) = sink_paths(config);
+    Rules::new(policy, owned)
+}
+
+/// The host policy the sink judges with (its data dir protected) and the paths the agent
+/// itself mounts: the runtime's guard and the backups' restic judge host paths with them.
+fn sink_paths(config: &AgentConfig) -> (crate::model::policy::Policy, OwnedPaths) {
     let absolute = |path: &std::path::Path| {
         std::path::absolute(path)
             .unwrap_or_else(|_| path.to_owned())
@@ -494,7 +501,7 @@ fn sink_rules(config: &AgentConfig) -> Rules {
                 .filter_map(|dir| normalize_path(&absolute(&ingress.state_dir.join(dir)))),
         );
     }
-    Rules::new(policy, owned)
+    (policy, owned)
 }
 
 /// The agent on `runtime` until `shutdown` is cancelled.
@@ -939,6 +946,7 @@ fn reconcile_options(
     .map_err(anyhow::Error::msg)?;
     reconcile_options.ownership = ownership.clone();
     reconcile_options.signatures = signatures.clone();
+    reconcile_options.host_paths = Some(sink_paths(config));
     Ok(reconcile_options)
 }
 

@@ -85,6 +85,14 @@ pub(crate) enum Error {
     },
     #[error("restic password file {path}: {message}")]
     PasswordFile { path: PathBuf, message: String },
+    /// The host policy refuses a host path restic would be handed (a local repository, the
+    /// password file), judged on its final form (folded, symlinks resolved).
+    #[error("restic {what} {path}: {refusal}")]
+    HostPolicy {
+        what: &'static str,
+        path: String,
+        refusal: String,
+    },
     #[error("restic {what} {value:?} refused: {reason}")]
     Refused {
         what: &'static str,
@@ -150,6 +158,38 @@ pub(crate) enum Error {
 pub(crate) struct Restic {
     binary: PathBuf,
     cache_dir: PathBuf,
+    /// The host policy every host path restic is handed passes (`guarded`); none in tests
+    /// of this module.
+    gate: Option<std::sync::Arc<PathGate>>,
+}
+
+/// The host policy's bind rules, with the agent's own paths, judging restic's host paths.
+#[derive(Debug)]
+struct PathGate {
+    policy: crate::model::policy::Policy,
+    owned: crate::model::policy::OwnedPaths,
+}
+
+impl PathGate {
+    /// `path` as a bind mount's source would be judged: absolute, folded, symlinks resolved.
+    fn judge(&self, what: &'static str, path: &str) -> Result<(), Error> {
+        use crate::model::policy::{normalize_path, resolve_on_host};
+        let refuse = |refusal: String| Error::HostPolicy {
+            what,
+            path: path.to_owned(),
+            refusal,
+        };
+        let folded =
+            normalize_path(path).ok_or_else(|| refuse("not an absolute path".to_owned()))?;
+        match self
+            .policy
+            .resolved_bind_refusal(&folded, &self.owned, |folded| {
+                resolve_on_host(Path::new(folded))
+            }) {
+            Some(refusal) => Err(refuse(refusal)),
+            None => Ok(()),
+        }
+    }
 }
 
 /// How much of restic's stderr an error keeps: the end, where restic says why it stopped.
@@ -166,7 +206,20 @@ impl Restic {
         Self {
             binary: binary.into(),
             cache_dir: cache_dir.into(),
+            gate: None,
         }
+    }
+
+    /// Every call judges the host paths it hands restic (the password file, a local
+    /// repository) with `policy`'s bind rules first, on their final form: what a manifest
+    /// named passed the manifest stage, but a symlink may have moved since.
+    pub(crate) fn guarded(
+        mut self,
+        policy: crate::model::policy::Policy,
+        owned: crate::model::policy::OwnedPaths,
+    ) -> Self {
+        self.gate = Some(std::sync::Arc::new(PathGate { policy, owned }));
+        self
     }
 
     /// Initialises the repository when none is there (never over an existing one: a wrong
@@ -489,6 +542,16 @@ impl Restic {
     ) -> Result<Vec<String>, Error> {
         let repository = redact(&repo.repository);
         refuse_flag("repository", &repository)?;
+        if let Some(gate) = &self.gate {
+            gate.judge("password file", &repo.password_file.to_string_lossy())?;
+            let local = repo
+                .repository
+                .strip_prefix("local:")
+                .unwrap_or(&repo.repository);
+            if local.starts_with('/') {
+                gate.judge("repository", local)?;
+            }
+        }
         match std::fs::metadata(&repo.password_file) {
             Ok(metadata) if metadata.is_file() => {}
             Ok(_) => {
@@ -1282,6 +1345,74 @@ mod tests {
             .ok_or("ran with a directory as password file")?;
         assert!(error.to_string().contains("not a regular file"), "{error}");
         assert!(!scratch.path().join("repo").exists());
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn host_paths_pass_the_policy_on_their_final_form_before_anything_runs() -> TestResult {
+        let scratch = tempfile::tempdir()?;
+        let allowed = scratch.path().join("allowed");
+        let outside = scratch.path().join("outside");
+        std::fs::create_dir_all(&allowed)?;
+        std::fs::create_dir_all(&outside)?;
+        std::fs::write(outside.join("secret"), PASSWORD)?;
+        std::fs::write(allowed.join("password"), PASSWORD)?;
+        let policy = crate::model::policy::Policy {
+            allow_bind_root: vec![allowed.display().to_string()],
+            ..crate::model::policy::Policy::default()
+        };
+        let restic = Restic::new("/usr/bin/restic", scratch.path().join("cache"))
+            .guarded(policy, crate::model::policy::OwnedPaths::default());
+        let refused = |repo: Repo| {
+            let restic = restic.clone();
+            async move { restic.ensure_repo(&repo, DEADLINE).await.err() }
+        };
+        // A repository outside the roots: refused, nothing created.
+        let error = refused(Repo {
+            repository: outside.join("repo").display().to_string(),
+            password_file: allowed.join("password"),
+        })
+        .await
+        .ok_or("a repository outside the bind roots was used")?;
+        assert!(
+            matches!(
+                error,
+                Error::HostPolicy {
+                    what: "repository",
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert!(!outside.join("repo").exists());
+        // A password file under the root that is a symlink out of it: judged where it points.
+        std::os::unix::fs::symlink(outside.join("secret"), allowed.join("link"))?;
+        let error = refused(Repo {
+            repository: allowed.join("repo").display().to_string(),
+            password_file: allowed.join("link"),
+        })
+        .await
+        .ok_or("a password file resolving outside the bind roots was read")?;
+        assert!(
+            matches!(
+                error,
+                Error::HostPolicy {
+                    what: "password file",
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("resolves to"), "{error}");
+        assert!(!allowed.join("repo").exists());
+        // `..` folded: the same refusal.
+        let error = refused(Repo {
+            repository: format!("{}/../outside/repo", allowed.display()),
+            password_file: allowed.join("password"),
+        })
+        .await
+        .ok_or("a repository escaping by .. was used")?;
+        assert!(matches!(error, Error::HostPolicy { .. }), "{error:?}");
         Ok(())
     }
 

@@ -2,7 +2,7 @@
 //! running agent for a backup or a restore of a statefulset's claims (`backup {}`), and list
 //! what its data runs did. A request is a row of state.db (`Store::request_data_run`, with its
 //! activity row); the agent's backup scheduler picks it up within its next look
-//! (`observers::backups::LOOK`) and the statefulset's own passes run it.
+//! (`observers::backups::PENDING_LOOK`, a second) and the statefulset's own passes run it.
 //!
 //! `rollback --with-data` (`rollback.rs`) asks for its restore through `restore_request`.
 
@@ -86,7 +86,7 @@ pub(super) fn run_backup(data_dir: &Path, args: &BackupArgs) -> anyhow::Result<E
         },
     )?;
     println!(
-        "{key}: backup run #{id} asked for; the agent starts it within {}s (`voodu-agent backups {}/{}` shows it)",
+        "{key}: backup run #{id} asked for; the agent starts it within {} s (`voodu-agent backups {}/{}` shows it)",
         crate::reconcile::BACKUP_LOOK.as_secs(),
         Esc(&key.scope),
         Esc(&key.name)
@@ -191,7 +191,7 @@ pub(super) fn run_restore(data_dir: &Path, args: &RestoreArgs) -> anyhow::Result
     )?;
     let id = store.request_data_run(&key, &request)?;
     println!(
-        "{key}: restore run #{id} asked for ({} snapshot(s)); the agent stops the pods, puts the claims back (the old contents kept aside until the pods are Ready again) and starts them, within {}s",
+        "{key}: restore run #{id} asked for ({} snapshot(s)); the agent stops the pods, puts the claims back (the old contents kept aside until the pods are Ready again) and starts them; it starts within {} s",
         request.snapshots.len(),
         crate::reconcile::BACKUP_LOOK.as_secs()
     );

@@ -94,6 +94,12 @@ pub struct ReconcileOptions {
     pub signatures: Arc<crate::assets::cosign::Signatures>,
     /// The restic executable backups run (`--restic`; found on `PATH` by default).
     pub restic: std::path::PathBuf,
+    /// The host policy and the agent's own paths: every host path a backup hands restic is
+    /// judged with them when it is used (the agent sets them; none: not judged).
+    pub host_paths: Option<(
+        crate::model::policy::Policy,
+        crate::model::policy::OwnedPaths,
+    )>,
 }
 
 impl Default for ReconcileOptions {
@@ -118,6 +124,7 @@ impl Default for ReconcileOptions {
             webhooks: crate::assets::url_guard::Outbound::default(),
             signatures: Arc::default(),
             restic: std::path::PathBuf::from("restic"),
+            host_paths: None,
         }
     }
 }
@@ -239,10 +246,13 @@ impl<R: Runtime> Ctx<R> {
             shutdown.clone(),
         );
         deps.tracker.spawn(deliveries);
-        let restic = crate::restic::Restic::new(
+        let mut restic = crate::restic::Restic::new(
             options.restic.clone(),
             data_dir(&deps.assets_root).join("restic-cache"),
         );
+        if let Some((policy, owned)) = options.host_paths.clone() {
+            restic = restic.guarded(policy, owned);
+        }
         let default_ulimits = options
             .default_ulimits
             .clone()

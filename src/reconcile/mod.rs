@@ -43,7 +43,7 @@ pub use context::{Deps, Engine, Handles, ImageCommitterHandle, ReconcileOptions}
 pub use error::{Error, HelperError, Result};
 pub use handlers::container::BuildError;
 pub use handlers::requests;
-pub(crate) use observers::backups::LOOK as BACKUP_LOOK;
+pub(crate) use observers::backups::PENDING_LOOK as BACKUP_LOOK;
 pub use observers::cron::{Clock, DEFAULT_CATCH_UP as DEFAULT_CRON_CATCH_UP};
 pub use observers::image_scan;
 pub use run::action::Action;

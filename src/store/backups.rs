@@ -255,6 +255,30 @@ impl Store {
         result
     }
 
+    /// The resources with a run asked for and not started yet (one indexed query).
+    pub(crate) fn pending_data_runs(&self) -> Result<Vec<ResourceKey>> {
+        self.with(|connection| {
+            let mut statement = connection.prepare_cached(
+                "SELECT DISTINCT kind, scope, name FROM data_runs WHERE state = 'pending'",
+            )?;
+            let rows = statement.query_map([], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                ))
+            })?;
+            let mut keys = Vec::new();
+            for row in rows {
+                let (kind, scope, name) = row?;
+                if let Some(kind) = crate::model::Kind::parse(&kind) {
+                    keys.push(ResourceKey::new(kind, scope, name));
+                }
+            }
+            Ok(keys)
+        })
+    }
+
     /// The run `key`'s handler works on now: the oldest open one.
     pub(crate) fn open_data_run(&self, key: &ResourceKey) -> Result<Option<DataRun>> {
         self.with(|connection| {

@@ -430,5 +430,6 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX data_runs_by_key ON data_runs (kind, scope, name, id);
     CREATE INDEX data_runs_by_release ON data_runs (release_id);
+    CREATE INDEX data_runs_by_state ON data_runs (state);
     "#,
 ];

@@ -4,8 +4,10 @@
 //! A backup is due when its `schedule` has a minute after the last scheduled backup was asked
 //! for (or after the agent started, for a resource that never had one): a fire time missed
 //! while the agent was down is run once at the next look, never once per missed minute. A
-//! verify is due `verify` after the last one was asked for, once a backup succeeded. Looks
-//! happen every [`LOOK`] on the reconciler's one timer.
+//! verify is due `verify` after the last one was asked for, once a backup succeeded. The
+//! schedules are looked at every [`LOOK`], on the reconciler's one timer; between those looks,
+//! every [`PENDING_LOOK`], one query finds the runs a command (another process: `backup`,
+//! `restore`, `rollback --with-data`) asked for, and queues their keys.
 //!
 //! Invariants: this task only writes requests and queues keys; it never touches a container
 //! or a repository; a key with an open run gets no second request (its handler works on the
@@ -26,17 +28,35 @@ use crate::store::{DataReason, DataWhat, NewDataRun, Store, now_unix};
 
 /// How often the schedules are looked at (a schedule's unit is the minute).
 pub(crate) const LOOK: Duration = Duration::from_secs(10);
+/// How often runs a command asked for (another process, `backup`, `restore`) are looked for:
+/// one indexed query.
+pub(crate) const PENDING_LOOK: Duration = Duration::from_secs(1);
 
-/// The scheduler task: looks every [`LOOK`] until `shutdown`.
+/// The scheduler task: looks for asked-for runs every [`PENDING_LOOK`] and at the schedules
+/// every [`LOOK`], until `shutdown`.
 pub(crate) async fn run<R: Runtime>(ctx: Arc<Ctx<R>>, shutdown: CancellationToken) {
     let started = now_unix();
-    let mut ticks = ctx.timer.every(What::Cron, Duration::from_secs(1), LOOK);
+    let mut ticks = ctx.timer.every(What::Cron, PENDING_LOOK, PENDING_LOOK);
+    let mut last_look: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
             () = ticks.tick() => {}
         }
-        match blocking(&ctx.store, move |store| ask(store, started, now_unix())).await {
+        let now = tokio::time::Instant::now();
+        let schedules = last_look.is_none_or(|at| now.duration_since(at) >= LOOK);
+        if schedules {
+            last_look = Some(now);
+        }
+        let looked = blocking(&ctx.store, move |store| {
+            if schedules {
+                ask(store, started, now_unix())
+            } else {
+                store.pending_data_runs()
+            }
+        })
+        .await;
+        match looked {
             Ok(keys) => {
                 for key in keys {
                     ctx.timer.requeue(key);
