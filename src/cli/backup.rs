@@ -24,6 +24,11 @@ pub(super) struct BackupArgs {
     /// The statefulset: SCOPE/NAME, or statefulset/SCOPE/NAME.
     #[arg(value_name = "SCOPE/NAME")]
     resource: String,
+    /// Verify the newest successful backup instead (as `verify = "…"` does on its period):
+    /// `restic check`, then its snapshots restored into a scratch directory, which must hold
+    /// as many bytes as the backup read.
+    #[arg(long)]
+    verify: bool,
 }
 
 #[derive(Debug, Args)]
@@ -75,18 +80,30 @@ fn backed_up(store: &Store, reference: &str) -> anyhow::Result<ResourceKey> {
 pub(super) fn run_backup(data_dir: &Path, args: &BackupArgs) -> anyhow::Result<ExitCode> {
     let store = super::open_store(data_dir, super::Access::ReadWrite)?;
     let key = backed_up(&store, &args.resource)?;
-    let id = store.request_data_run(
-        &key,
-        &NewDataRun {
+    let request = if args.verify {
+        let good = store
+            .last_good_backup(&key)?
+            .with_context(|| format!("{key} has no successful backup to verify"))?;
+        NewDataRun {
+            what: DataWhat::Verify,
+            reason: DataReason::Manual,
+            release_id: None,
+            only_ordinal: None,
+            snapshots: good.snapshots,
+        }
+    } else {
+        NewDataRun {
             what: DataWhat::Backup,
             reason: DataReason::Manual,
             release_id: None,
             only_ordinal: None,
             snapshots: BTreeMap::new(),
-        },
-    )?;
+        }
+    };
+    let id = store.request_data_run(&key, &request)?;
     println!(
-        "{key}: backup run #{id} asked for; the agent starts it within {} s (`voodu-agent backups {}/{}` shows it)",
+        "{key}: {} run #{id} asked for; the agent starts it within {} s (`voodu-agent backups {}/{}` shows it)",
+        request.what.as_str(),
         crate::reconcile::BACKUP_LOOK.as_secs(),
         Esc(&key.scope),
         Esc(&key.name)

@@ -138,7 +138,8 @@ enum Command {
     Rollback(rollback::RollbackArgs),
     /// Clear a rollback pin: the resource follows git again.
     Unpin(unpin::UnpinArgs),
-    /// Ask the running agent for a backup of a statefulset's claims now (`backup {}`).
+    /// Ask the running agent for a backup of a statefulset's claims now (`backup {}`), or
+    /// with --verify a verify of its newest backup.
     Backup(backup::BackupArgs),
     /// List a statefulset's backups, restores and verifies, with their snapshots.
     Backups(backup::BackupsArgs),

@@ -392,6 +392,47 @@ fn print_release_notes(view: &StatusView) {
             );
         }
     }
+    // Backups: the last one, the last verify, a run in flight.
+    for resource in &view.resources {
+        let Some(backup) = &resource.backup else {
+            continue;
+        };
+        let key = format!("{}/{}/{}", resource.kind, resource.scope, resource.name);
+        let run = |run: &crate::http::status::DataRunView| {
+            format!(
+                "#{} {} {}{}{}",
+                run.id,
+                run.state,
+                run.ended_at
+                    .map(crate::base::rfc3339_seconds)
+                    .unwrap_or_default(),
+                if run.bytes > 0 {
+                    format!(" ({} bytes)", run.bytes)
+                } else {
+                    String::new()
+                },
+                if run.message.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", run.message)
+                }
+            )
+        };
+        let mut parts = Vec::new();
+        if let Some(last) = &backup.last {
+            parts.push(format!("last backup {}", run(last)));
+        }
+        if let Some(good) = &backup.last_good {
+            parts.push(format!("last good {}", run(good)));
+        }
+        if let Some(verify) = &backup.last_verify {
+            parts.push(format!("last verify {}", run(verify)));
+        }
+        if let Some(flight) = &backup.in_flight {
+            parts.push(format!("{} {} in progress", flight.what, run(flight)));
+        }
+        println!("\n{}: {}", Esc(&key), Esc(&parts.join("; ")));
+    }
     for resource in &view.resources {
         let Some(pin) = &resource.pin else {
             continue;

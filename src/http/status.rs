@@ -207,6 +207,90 @@ pub(crate) struct ResourceView {
     /// The source that applied it (`--sources`); absent for the single `--repo` source.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) source: Option<String>,
+    /// A statefulset's backups (`backup {}`): the last backup and verify, and the run in
+    /// flight; absent when it never had a data run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) backup: Option<BackupView>,
+}
+
+/// What `status` says of a resource's backups.
+#[derive(Debug, Serialize)]
+pub(crate) struct BackupView {
+    /// The newest backup that ended (succeeded or failed).
+    pub(crate) last: Option<DataRunView>,
+    /// The newest backup that succeeded, when the newest ended one failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) last_good: Option<DataRunView>,
+    /// The newest verify that ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) last_verify: Option<DataRunView>,
+    /// The run being worked on (or asked for), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) in_flight: Option<DataRunView>,
+}
+
+/// One data run as `status` and `releases` show it.
+#[derive(Debug, Serialize)]
+pub(crate) struct DataRunView {
+    pub(crate) id: i64,
+    pub(crate) what: &'static str,
+    pub(crate) reason: &'static str,
+    pub(crate) state: &'static str,
+    pub(crate) snapshots: BTreeMap<String, String>,
+    pub(crate) bytes: i64,
+    pub(crate) message: String,
+    pub(crate) ended_at: Option<i64>,
+}
+
+impl DataRunView {
+    fn of(run: &crate::store::DataRun) -> DataRunView {
+        DataRunView {
+            id: run.id,
+            what: run.what.as_str(),
+            reason: run.reason.as_str(),
+            state: run.state.as_str(),
+            snapshots: run.snapshots.clone(),
+            bytes: run.bytes,
+            message: run.message.clone(),
+            ended_at: run.ended_at,
+        }
+    }
+}
+
+/// The most runs `status` reads per resource to find its last backup and verify.
+const STATUS_DATA_RUNS: usize = 20;
+
+/// A statefulset's backups, from its newest data runs; `None` when it has none.
+fn backup_view(store: &Store, key: &ResourceKey) -> crate::store::Result<Option<BackupView>> {
+    use crate::store::{DataState, DataWhat};
+    if key.kind != crate::model::Kind::Statefulset {
+        return Ok(None);
+    }
+    let runs = store.data_runs(key, STATUS_DATA_RUNS)?;
+    if runs.is_empty() {
+        return Ok(None);
+    }
+    let ended_backup = |run: &&crate::store::DataRun| {
+        run.what == DataWhat::Backup
+            && matches!(run.state, DataState::Succeeded | DataState::Failed)
+    };
+    let last = runs.iter().find(ended_backup);
+    let last_good = match last {
+        Some(last) if last.state == DataState::Failed => store.last_good_backup(key)?,
+        _ => None,
+    };
+    Ok(Some(BackupView {
+        last: last.map(DataRunView::of),
+        last_good: last_good.as_ref().map(DataRunView::of),
+        last_verify: runs
+            .iter()
+            .find(|run| run.what == DataWhat::Verify && run.state.ended())
+            .map(DataRunView::of),
+        in_flight: runs
+            .iter()
+            .find(|run| !run.state.ended())
+            .map(DataRunView::of),
+    }))
 }
 
 #[derive(Debug, Serialize)]
@@ -344,6 +428,10 @@ pub(crate) struct ReleaseRecordView {
     pub(crate) hooks: serde_json::Map<String, serde_json::Value>,
     /// What its images ran as (a rollback to it runs these again).
     pub(crate) images: ImagesView,
+    /// The backup taken before it touched a pod (`before_release`), with its snapshots:
+    /// what `rollback --with-data` to the release before it puts back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) backup: Option<DataRunView>,
 }
 
 fn commit_view(record: CommitRecord) -> CommitView {
@@ -539,6 +627,7 @@ fn resource_view(
         phase: release.phase.as_str(),
         images: ImagesView::of(&release, &moved),
     });
+    let backup = backup_view(store, &key)?;
     Ok(ResourceView {
         kind: key.kind.to_string(),
         scope: key.scope,
@@ -554,6 +643,7 @@ fn resource_view(
         updated_at: status.updated_at,
         detail: DetailView::of(status.detail),
         source: None,
+        backup,
     })
 }
 
@@ -574,6 +664,7 @@ fn release_record_view(
         rolled_back_from: release.rolled_back_from,
         snapshot: serde_json::from_str(&release.snapshot)
             .unwrap_or(serde_json::Value::String(release.snapshot)),
+        backup: None,
     }
 }
 
@@ -591,7 +682,10 @@ pub(crate) fn build_releases(
         .into_iter()
         .map(|release| {
             let hooks = store.release_hooks(release.id)?;
-            Ok(release_record_view(release, hooks))
+            let backup = store.release_backup(release.id)?;
+            let mut view = release_record_view(release, hooks);
+            view.backup = backup.as_ref().map(DataRunView::of);
+            Ok(view)
         })
         .collect::<crate::store::Result<_>>()?;
     Ok(ReleasesView {

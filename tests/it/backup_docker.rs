@@ -300,16 +300,65 @@ fn a_snapshot_restores_the_claim_byte_for_byte_and_retention_keeps_the_keep_set(
         expected.sort();
         assert_eq!(kept, expected, "restic keeps exactly the keep set");
 
+        // A verify restores the newest backup into scratch and finds every byte.
+        let verify = run_id(&env.cli(&["backup", &reference, "--verify"])?)?;
+        let run = ended(env, verify)?;
+        assert_eq!(run["state"], "succeeded", "{run}");
+        let shown = wait_until(LIMIT, "status to show the verify", || {
+            db_status(env)
+                .ok()?
+                .filter(|resource| resource["backup"]["last_verify"]["id"] == verify)
+        })?;
+        assert_eq!(shown["backup"]["last"]["state"], "succeeded", "{shown}");
+        // A repository whose data rotted fails its verify, and people are told. (A pack
+        // file deleted outright would fail too, after restic's own retries of the read.)
+        let packs: Vec<PathBuf> = std::fs::read_dir(restic.repository.join("data"))?
+            .flatten()
+            .flat_map(|sub| {
+                std::fs::read_dir(sub.path())
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+            })
+            .map(|entry| entry.path())
+            .collect();
+        assert!(!packs.is_empty(), "no pack file in the repository");
+        for pack in &packs {
+            let mut bytes = std::fs::read(pack)?;
+            for byte in bytes.iter_mut().skip(100).step_by(97) {
+                *byte ^= 0xff;
+            }
+            std::fs::write(pack, bytes)?;
+        }
+        let verify = run_id(&env.cli(&["backup", &reference, "--verify"])?)?;
+        let run = ended(env, verify)?;
+        assert_eq!(run["state"], "failed", "{run}");
+        let store = voodu_agent::store::Store::open_read_only(&env.data_dir().join("state.db"))?;
+        let events = store.events_after(0, 10_000)?;
+        assert!(
+            events
+                .iter()
+                .any(|event| event.event == "backup.verify_failed"),
+            "{events:?}"
+        );
+
         // /metrics: the newest backup's figures.
         let address = env.http_address()?;
         let (_, text) = crate::support::http::get_blocking(&address, "/metrics")?;
-        assert!(
-            text.lines().any(|line| line.starts_with(&format!(
-                "voodu_backup_last_success_timestamp_seconds{{resource=\"statefulset/{}/db\"}}",
-                env.scope()
-            ))),
-            "{text}"
-        );
+        for name in [
+            "voodu_backup_last_success_timestamp_seconds",
+            "voodu_backup_last_verified_timestamp_seconds",
+            "voodu_backup_size_bytes",
+            "voodu_backup_duration_seconds",
+        ] {
+            assert!(
+                text.lines().any(|line| line.starts_with(&format!(
+                    "{name}{{resource=\"statefulset/{}/db\"}}",
+                    env.scope()
+                ))),
+                "{name} in {text}"
+            );
+        }
         Ok(())
     })
 }
