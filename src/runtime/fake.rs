@@ -714,17 +714,28 @@ impl Containers for FakeRuntime {
         stdin: Option<super::ExecInput>,
         stdout: Option<super::ExecOutput>,
     ) -> Result<ExecOutcome> {
-        use tokio::io::AsyncWriteExt as _;
-        let outcome = self.exec(id, command).await?;
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
         let pipe = |what: &str, error: std::io::Error| Error::Pipe {
             what: format!("{what} of exec in {id}"),
             message: error.to_string(),
         };
+        let mut input = Vec::new();
         if let Some(mut reader) = stdin {
-            tokio::io::copy(&mut reader, &mut tokio::io::sink())
+            reader
+                .read_to_end(&mut input)
                 .await
                 .map_err(|error| pipe("reading the input", error))?;
         }
+        // `cat` copies its input, as in busybox; everything else is interpreted.
+        let outcome = if command == ["cat"] {
+            self.exec(id, &["true".to_owned()]).await?;
+            ExecOutcome {
+                exit_code: 0,
+                output: String::from_utf8_lossy(&input).into_owned(),
+            }
+        } else {
+            self.exec(id, command).await?
+        };
         if let Some(mut out) = stdout {
             out.write_all(outcome.output.as_bytes())
                 .await

@@ -26,6 +26,9 @@ macro_rules! contract {
         async fn $fake() -> TestResult {
             let scope = unique("t");
             let runtime = FakeRuntime::with_images(&[&test_image()]);
+            // Volumes keep their files in a directory of their own, as the local driver's.
+            let volumes = tempfile::tempdir()?;
+            runtime.set_volume_root(volumes.path());
             $check(&runtime, &scope).await
         }
 
@@ -54,6 +57,8 @@ contract! {
     check_exit_code_output_and_wait => fake_exit_code_output_and_wait, docker_exit_code_output_and_wait;
     check_inspect_and_exec => fake_inspect_and_exec, docker_inspect_and_exec;
     check_volumes => fake_volumes, docker_volumes;
+    check_volume_path => fake_volume_path, docker_volume_path;
+    check_exec_piped => fake_exec_piped, docker_exec_piped;
     check_images => fake_images, docker_images;
     check_events => fake_events, docker_events;
     check_list_by_id => fake_list_by_id, docker_list_by_id;
@@ -516,6 +521,74 @@ async fn check_volumes<R: Runtime>(runtime: &R, scope: &str) -> TestResult {
             .await?
             .is_empty()
     );
+    Ok(())
+}
+
+/// A named volume's files are in one host directory (`volume_path`); a volume that does
+/// not exist has none.
+async fn check_volume_path<R: Runtime>(runtime: &R, scope: &str) -> TestResult {
+    let name = format!("{scope}-data-0");
+    assert_eq!(runtime.volume_path(&name).await?, None);
+    let volume_labels = BTreeMap::from([(labels::SCOPE.to_owned(), scope.to_owned())]);
+    runtime.ensure_volume(&name, &volume_labels).await?;
+    let path = runtime
+        .volume_path(&name)
+        .await?
+        .ok_or("an existing volume has a directory")?;
+    assert!(path.is_dir(), "{}", path.display());
+    std::fs::write(path.join("written-on-the-host"), "kept")?;
+    // Asked again: the same directory, with what was written there.
+    let again = runtime.volume_path(&name).await?.ok_or("still there")?;
+    assert_eq!(
+        std::fs::read_to_string(again.join("written-on-the-host"))?,
+        "kept"
+    );
+    runtime.remove_volume(&name).await?;
+    assert_eq!(runtime.volume_path(&name).await?, None);
+    Ok(())
+}
+
+/// A piped exec: the command's stdout is streamed to the writer (not into the outcome), its
+/// stdin read from the reader to its end, and its exit code returned.
+async fn check_exec_piped<R: Runtime>(runtime: &R, scope: &str) -> TestResult {
+    use tokio::io::AsyncReadExt as _;
+    runtime.ensure_network(NETWORK).await?;
+    let id = runtime.create(&spec(scope, "piped")).await?;
+    runtime.start(&id).await?;
+    let (writer, mut reader) = tokio::io::duplex(64 * 1024);
+    let outcome = runtime
+        .exec_piped(
+            &id,
+            &[
+                "sh".to_owned(),
+                "-c".to_owned(),
+                "echo dumped; exit 3".to_owned(),
+            ],
+            None,
+            Some(Box::new(writer)),
+        )
+        .await?;
+    let mut out = String::new();
+    reader.read_to_string(&mut out).await?;
+    assert_eq!((outcome.exit_code, out.as_str()), (3, "dumped\n"));
+    // stdin to the end, through `cat`, back out.
+    let (writer, mut reader) = tokio::io::duplex(64 * 1024);
+    let input: &'static [u8] = b"line one\nline two\n";
+    let outcome = runtime
+        .exec_piped(
+            &id,
+            &["cat".to_owned()],
+            Some(Box::new(input)),
+            Some(Box::new(writer)),
+        )
+        .await?;
+    let mut out = String::new();
+    reader.read_to_string(&mut out).await?;
+    assert_eq!(
+        (outcome.exit_code, out.as_str()),
+        (0, "line one\nline two\n")
+    );
+    runtime.remove(&id).await?;
     Ok(())
 }
 
