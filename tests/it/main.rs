@@ -2,6 +2,7 @@
 
 mod support;
 
+mod backup;
 mod backup_docker;
 mod bounds_docker;
 mod cli;

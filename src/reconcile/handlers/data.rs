@@ -140,9 +140,7 @@ pub(super) async fn gate<R: Runtime>(
     };
     let owner = key.clone();
     let open = blocking(&ctx.store, move |store| store.open_data_run(&owner)).await?;
-    // A first rollout has no data yet to keep.
-    let has_data = !observed.actual.is_empty();
-    if rolling_out && backup.before_release && has_data && open.is_none() {
+    if rolling_out && backup.before_release && open.is_none() {
         let release_id = release.id;
         let taken = blocking(&ctx.store, move |store| store.release_backup(release_id)).await?;
         match taken {
@@ -702,10 +700,21 @@ impl<R: Runtime> Work<R> {
             bytes: 0,
         };
         for volume in &self.volumes {
-            // A pod never created has no volume yet: nothing to keep.
+            // A pod never created has no volume yet, and an empty claim holds nothing
+            // (restic refuses an empty snapshot): nothing to keep.
             let Some(path) = self.path(volume).await? else {
                 continue;
             };
+            let listed = path.clone();
+            let empty = tokio::task::spawn_blocking(move || {
+                std::fs::read_dir(listed).map(|mut entries| entries.next().is_none())
+            })
+            .await
+            .map_err(|error| error.to_string())?
+            .map_err(|error| format!("volume {volume} at {}: {error}", path.display()))?;
+            if empty {
+                continue;
+            }
             let summary = self
                 .restic
                 .backup_dir(

@@ -192,8 +192,10 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
     // A hook of an older release still running was superseded by this one.
     hooks::supersede(ctx, pass.kind.release_hooks(), &pass.release).await?;
     // A backup or restore in flight holds everything else; a release with `before_release`
-    // waits for its backup here, before its hooks and its first replica.
-    let rolling_out = pass.phase == RolloutPhase::Progressing && touches_replicas;
+    // waits for its backup here, before its hooks and its first replacement.
+    // Only a rollout that replaces a pod changes what its data is read by; creating a
+    // missing one (a first deploy, a scale-up) does not.
+    let rolling_out = pass.phase == RolloutPhase::Progressing && steps.iter().any(K::is_replace);
     if let data::Gate::Hold {
         action,
         message,
