@@ -24,12 +24,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
-
-use tokio::io::{AsyncRead, ReadBuf};
 
 use super::replicas::Observed;
 use crate::base::lock;
@@ -38,7 +34,7 @@ use crate::model::ResourceKey;
 use crate::model::names::claim_volume;
 use crate::reconcile::plan::pod_ordinal;
 use crate::reconcile::{context::Ctx, context::blocking, error::Result, run::action::Action};
-use crate::restic::{self, Repo, Restic};
+use crate::restic::{self, Repo};
 use crate::runtime::{Container, ContainerState, Runtime};
 use crate::store::{DataReason, DataRun, DataState, DataWhat, NewDataRun, Release, now_unix};
 
@@ -64,6 +60,10 @@ pub(super) enum Gate {
         failed: bool,
     },
 }
+
+mod work;
+
+use work::Work;
 
 /// What a unit did.
 #[derive(Debug, Clone)]
@@ -140,46 +140,12 @@ pub(super) async fn gate<R: Runtime>(
     };
     let owner = key.clone();
     let open = blocking(&ctx.store, move |store| store.open_data_run(&owner)).await?;
-    if rolling_out && backup.before_release && open.is_none() {
-        let release_id = release.id;
-        let taken = blocking(&ctx.store, move |store| store.release_backup(release_id)).await?;
-        match taken {
-            Some(run) if run.state == DataState::Succeeded => {}
-            Some(run) if run.state.ended() => {
-                let since = now_unix() - run.ended_at.unwrap_or(0);
-                let wait =
-                    RETRY_HELD.saturating_sub(Duration::from_secs(since.max(0).unsigned_abs()));
-                if wait.is_zero() {
-                    request(ctx, key, DataReason::BeforeRelease, Some(release.id)).await?;
-                    return Ok(Gate::Hold {
-                        action: Action::RequeueAfter(Duration::ZERO),
-                        message: format!(
-                            "release #{}: taking its before_release backup",
-                            release.id
-                        ),
-                        failed: false,
-                    });
-                }
-                return Ok(Gate::Hold {
-                    action: Action::RequeueAfter(wait),
-                    message: format!(
-                        "release #{} held: its before_release backup failed ({}); nothing was replaced; trying again in {}s",
-                        release.id,
-                        run.message,
-                        wait.as_secs()
-                    ),
-                    failed: true,
-                });
-            }
-            _ => {
-                request(ctx, key, DataReason::BeforeRelease, Some(release.id)).await?;
-                return Ok(Gate::Hold {
-                    action: Action::RequeueAfter(Duration::ZERO),
-                    message: format!("release #{}: taking its before_release backup", release.id),
-                    failed: false,
-                });
-            }
-        }
+    if rolling_out
+        && backup.before_release
+        && open.is_none()
+        && let Some(hold) = before_release(ctx, key, release).await?
+    {
+        return Ok(hold);
     }
     let Some(run) = open else {
         return Ok(Gate::Open);
@@ -194,6 +160,42 @@ pub(super) async fn gate<R: Runtime>(
     }
     .next()
     .await
+}
+
+/// A release with `before_release` about to replace a pod: held until its backup succeeded
+/// (asked for now, or again [`RETRY_HELD`] after it failed); `None` once it did.
+async fn before_release<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    release: &Release,
+) -> Result<Option<Gate>> {
+    let release_id = release.id;
+    let taken = blocking(&ctx.store, move |store| store.release_backup(release_id)).await?;
+    let wait = match &taken {
+        Some(run) if run.state == DataState::Succeeded => return Ok(None),
+        Some(run) => {
+            let since = now_unix() - run.ended_at.unwrap_or(0);
+            RETRY_HELD.saturating_sub(Duration::from_secs(since.max(0).unsigned_abs()))
+        }
+        None => Duration::ZERO,
+    };
+    if let Some(failed) = taken.filter(|_| !wait.is_zero()) {
+        return Ok(Some(Gate::Hold {
+            action: Action::RequeueAfter(wait),
+            message: format!(
+                "release #{release_id} held: its before_release backup failed ({}); nothing was replaced; trying again in {}s",
+                failed.message,
+                wait.as_secs()
+            ),
+            failed: true,
+        }));
+    }
+    request(ctx, key, DataReason::BeforeRelease, Some(release_id)).await?;
+    Ok(Some(Gate::Hold {
+        action: Action::RequeueAfter(Duration::ZERO),
+        message: format!("release #{release_id}: taking its before_release backup"),
+        failed: false,
+    }))
 }
 
 /// Asks for a backup of `key`.
@@ -266,6 +268,24 @@ impl<R: Runtime> Step<'_, R> {
         .await
     }
 
+    /// Moves the run to `step` at `ordinal`, its snapshots and bytes as they are.
+    async fn move_to(&self, ordinal: i64, step: &str) -> Result<()> {
+        self.advance(ordinal, step, self.run.snapshots.clone(), self.run.bytes)
+            .await
+    }
+
+    /// The pass ends while pod `ordinal`'s unit works (its end queues the next pass).
+    fn in_progress(&self, ordinal: i64) -> Gate {
+        self.hold(
+            Action::Done,
+            format!(
+                "{} run #{}: pod {ordinal} in progress",
+                self.what(),
+                self.run.id
+            ),
+        )
+    }
+
     fn hold(&self, action: Action, message: String) -> Gate {
         Gate::Hold {
             action,
@@ -332,22 +352,9 @@ impl<R: Runtime> Step<'_, R> {
                         ))
                         .await;
                 }
-                self.advance(
-                    ordinal,
-                    "working",
-                    self.run.snapshots.clone(),
-                    self.run.bytes,
-                )
-                .await?;
+                self.move_to(ordinal, "working").await?;
                 self.start_unit(ordinal, pod.as_ref()).await?;
-                Ok(self.hold(
-                    Action::Done,
-                    format!(
-                        "{} run #{}: pod {ordinal} in progress",
-                        self.what(),
-                        self.run.id
-                    ),
-                ))
+                Ok(self.in_progress(ordinal))
             }
             "working" => {
                 let unit = self.unit_id(ordinal);
@@ -380,33 +387,20 @@ impl<R: Runtime> Step<'_, R> {
                         }
                         self.fail(format!("pod {ordinal}: {error}")).await
                     }
-                    None if self.ctx.runs.attached().contains(&unit) => Ok(self.hold(
-                        Action::Done,
-                        format!(
-                            "{} run #{}: pod {ordinal} in progress",
-                            self.what(),
-                            self.run.id
-                        ),
-                    )),
+                    None if self.ctx.runs.attached().contains(&unit) => {
+                        Ok(self.in_progress(ordinal))
+                    }
                     // The unit is gone with an earlier agent (its restic was killed with it
                     // and recorded nothing): the step runs again.
                     None => {
                         self.start_unit(ordinal, pod.as_ref()).await?;
-                        Ok(self.hold(
-                            Action::Done,
-                            format!(
-                                "{} run #{}: pod {ordinal} in progress",
-                                self.what(),
-                                self.run.id
-                            ),
-                        ))
+                        Ok(self.in_progress(ordinal))
                     }
                 }
             }
             "start" => {
                 self.start_again(pod.as_ref()).await;
-                self.advance(ordinal, "ready", self.run.snapshots.clone(), self.run.bytes)
-                    .await?;
+                self.move_to(ordinal, "ready").await?;
                 Ok(self.hold(
                     Action::RequeueAfter(READY_LOOK),
                     format!("backup run #{}: pod {ordinal} started again", self.run.id),
@@ -415,8 +409,7 @@ impl<R: Runtime> Step<'_, R> {
             "ready" => {
                 let ready = pod.as_ref().is_some_and(|pod| self.observed.is_ready(pod));
                 if ready {
-                    self.advance(ordinal, "done", self.run.snapshots.clone(), self.run.bytes)
-                        .await?;
+                    self.move_to(ordinal, "done").await?;
                     return Ok(self.hold(Action::RequeueAfter(Duration::ZERO), String::new()));
                 }
                 let since = self.run.started_at.unwrap_or_else(now_unix);
@@ -450,8 +443,7 @@ impl<R: Runtime> Step<'_, R> {
                     .find(|next| **next > ordinal)
                     .copied()
                     .unwrap_or(i64::MAX);
-                self.advance(next, "", self.run.snapshots.clone(), self.run.bytes)
-                    .await?;
+                self.move_to(next, "").await?;
                 Ok(self.hold(Action::RequeueAfter(Duration::ZERO), String::new()))
             }
         }
@@ -644,332 +636,6 @@ impl<R: Runtime> Step<'_, R> {
     }
 }
 
-/// What one unit does, owned (it outlives the pass).
-struct Work<R: Runtime> {
-    restic: Restic,
-    repo: Repo,
-    runtime: Arc<R>,
-    key: ResourceKey,
-    host: String,
-    run: i64,
-    what: DataWhat,
-    mode: BackupMode,
-    deadline: Duration,
-    volumes: Vec<String>,
-    snapshots: BTreeMap<String, String>,
-    pod: Option<String>,
-    dump: String,
-    command: Vec<String>,
-    restore_command: Vec<String>,
-    /// Where a verify restores to (`<data-dir>/restic-verify`).
-    scratch: PathBuf,
-    /// What a verify must find: the bytes its backup read.
-    expected_bytes: u64,
-}
-
-impl<R: Runtime> Work<R> {
-    async fn run(self) -> std::result::Result<Done, String> {
-        let text = |error: restic::Error| error.to_string();
-        self.restic
-            .ensure_repo(&self.repo, self.deadline)
-            .await
-            .map_err(text)?;
-        self.restic
-            .unlock(&self.repo, self.deadline)
-            .await
-            .map_err(text)?;
-        match (self.what, self.mode) {
-            (DataWhat::Backup, BackupMode::Exec) => self.backup_exec().await,
-            (DataWhat::Backup, _) => self.backup_claims().await,
-            (DataWhat::Restore, BackupMode::Exec) => self.restore_exec().await,
-            (DataWhat::Restore, _) => self.restore_claims().await,
-            (DataWhat::Verify, _) => self.verify().await,
-        }
-    }
-
-    async fn path(&self, volume: &str) -> std::result::Result<Option<PathBuf>, String> {
-        self.runtime
-            .volume_path(volume)
-            .await
-            .map_err(|error| format!("volume {volume}: {error}"))
-    }
-
-    async fn backup_claims(&self) -> std::result::Result<Done, String> {
-        let mut done = Done {
-            snapshots: BTreeMap::new(),
-            bytes: 0,
-        };
-        for volume in &self.volumes {
-            // A pod never created has no volume yet, and an empty claim holds nothing
-            // (restic refuses an empty snapshot): nothing to keep.
-            let Some(path) = self.path(volume).await? else {
-                continue;
-            };
-            let listed = path.clone();
-            let empty = tokio::task::spawn_blocking(move || {
-                std::fs::read_dir(listed).map(|mut entries| entries.next().is_none())
-            })
-            .await
-            .map_err(|error| error.to_string())?
-            .map_err(|error| format!("volume {volume} at {}: {error}", path.display()))?;
-            if empty {
-                continue;
-            }
-            let summary = self
-                .restic
-                .backup_dir(
-                    &self.repo,
-                    &path,
-                    &tags(&self.key, volume),
-                    &self.host,
-                    self.deadline,
-                )
-                .await
-                .map_err(|error| format!("backing up {volume}: {error}"))?;
-            done.bytes = done.bytes.saturating_add(summary.bytes);
-            done.snapshots.insert(volume.clone(), summary.snapshot_id);
-        }
-        Ok(done)
-    }
-
-    async fn backup_exec(&self) -> std::result::Result<Done, String> {
-        let pod = self.pod.clone().ok_or("the pod is gone")?;
-        let (writer, reader) = tokio::io::duplex(PIPE_BYTES);
-        let (verdict, gate) = tokio::sync::oneshot::channel();
-        let dump_tags = tags(&self.key, &self.dump);
-        let dump = self.restic.backup_stdin(
-            &self.repo,
-            &self.dump,
-            &dump_tags,
-            &self.host,
-            GatedEof {
-                inner: reader,
-                verdict: gate,
-                passed: false,
-            },
-            self.deadline,
-        );
-        let exec = async {
-            let outcome = self
-                .runtime
-                .exec_piped(&pod, &self.command, None, Some(Box::new(writer)))
-                .await;
-            // restic sees the end of the stream only once the command ended well.
-            let _ = verdict.send(matches!(&outcome, Ok(outcome) if outcome.exit_code == 0));
-            outcome
-        };
-        let (stored, ran) = tokio::join!(dump, exec);
-        let ran = ran.map_err(|error| format!("running the backup command: {error}"))?;
-        if ran.exit_code != 0 {
-            return Err(format!(
-                "the backup command exited with {}: {}",
-                ran.exit_code,
-                crate::model::text::cut(ran.output.trim(), 512)
-            ));
-        }
-        let summary = stored.map_err(|error| format!("storing the dump: {error}"))?;
-        Ok(Done {
-            snapshots: BTreeMap::from([(self.dump.clone(), summary.snapshot_id)]),
-            bytes: summary.bytes,
-        })
-    }
-
-    async fn restore_claims(&self) -> std::result::Result<Done, String> {
-        let mut bytes = 0u64;
-        for volume in &self.volumes {
-            let Some(snapshot) = self.snapshots.get(volume) else {
-                continue;
-            };
-            let Some(path) = self.path(volume).await? else {
-                return Err(format!("volume {volume} is not on this host"));
-            };
-            let staging = path.with_file_name(format!("_data.voodu-restore-{}", self.run));
-            let fresh = staging.clone();
-            tokio::task::spawn_blocking(move || {
-                let _ = std::fs::remove_dir_all(&fresh);
-                std::fs::create_dir_all(&fresh)
-            })
-            .await
-            .map_err(|error| error.to_string())?
-            .map_err(|error| format!("{}: {error}", staging.display()))?;
-            self.restic
-                .restore(&self.repo, snapshot, &staging, self.deadline)
-                .await
-                .map_err(|error| format!("restoring {volume}: {error}"))?;
-            let (live, kept) = (path.clone(), aside(&path, self.run));
-            bytes += tokio::task::spawn_blocking(move || swap_in(&live, &staging, &kept))
-                .await
-                .map_err(|error| error.to_string())?
-                .map_err(|error| format!("putting {volume} back: {error}"))?;
-        }
-        Ok(Done {
-            snapshots: BTreeMap::new(),
-            bytes,
-        })
-    }
-
-    /// `restic check`, then every snapshot of the last good backup restored into a scratch
-    /// directory (a dump through `restic dump`): what comes back must be as many bytes as the
-    /// backup read.
-    async fn verify(&self) -> std::result::Result<Done, String> {
-        self.restic
-            .check(&self.repo, self.deadline)
-            .await
-            .map_err(|error| format!("restic check: {error}"))?;
-        // Every snapshot of the backup is still in the repository (retention keeps the
-        // newest, which is the one a verify restores).
-        let held = self
-            .restic
-            .snapshots(
-                &self.repo,
-                &[format!("voodu.resource={}", self.key)],
-                self.deadline,
-            )
-            .await
-            .map_err(|error| format!("listing the snapshots: {error}"))?;
-        if let Some((holds, missing)) = self
-            .snapshots
-            .iter()
-            .find(|(_, id)| !held.iter().any(|snapshot| snapshot.id == **id))
-        {
-            return Err(format!(
-                "snapshot {missing} of {holds} is not in the repository any more"
-            ));
-        }
-        let scratch = self.scratch.join(self.run.to_string());
-        let mut bytes = 0u64;
-        let result = async {
-            for (holds, snapshot) in &self.snapshots {
-                let target = scratch.join(holds);
-                let made = target.clone();
-                tokio::task::spawn_blocking(move || std::fs::create_dir_all(made))
-                    .await
-                    .map_err(|error| error.to_string())?
-                    .map_err(|error| format!("{}: {error}", target.display()))?;
-                self.restic
-                    .restore(&self.repo, snapshot, &target, self.deadline)
-                    .await
-                    .map_err(|error| format!("restoring {holds} ({snapshot}): {error}"))?;
-                let counted = target.clone();
-                bytes += tokio::task::spawn_blocking(move || tree_bytes(&counted))
-                    .await
-                    .map_err(|error| error.to_string())?;
-            }
-            Ok::<(), String>(())
-        }
-        .await;
-        let gone = scratch.clone();
-        let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(gone)).await;
-        result?;
-        if bytes != self.expected_bytes {
-            return Err(format!(
-                "the snapshots restored {bytes} bytes where the backup read {}",
-                self.expected_bytes
-            ));
-        }
-        Ok(Done {
-            snapshots: BTreeMap::new(),
-            bytes,
-        })
-    }
-
-    async fn restore_exec(&self) -> std::result::Result<Done, String> {
-        let pod = self.pod.clone().ok_or("the pod is gone")?;
-        let snapshot = self
-            .snapshots
-            .get(&self.dump)
-            .ok_or_else(|| format!("no snapshot of {} to restore", self.dump))?;
-        let (writer, reader) = tokio::io::duplex(PIPE_BYTES);
-        let dump = self
-            .restic
-            .dump(&self.repo, snapshot, &self.dump, writer, self.deadline);
-        let exec =
-            self.runtime
-                .exec_piped(&pod, &self.restore_command, Some(Box::new(reader)), None);
-        let (dumped, ran) = tokio::join!(dump, exec);
-        dumped.map_err(|error| format!("reading the dump: {error}"))?;
-        let ran = ran.map_err(|error| format!("running the restore command: {error}"))?;
-        if ran.exit_code != 0 {
-            return Err(format!(
-                "the restore command exited with {}: {}",
-                ran.exit_code,
-                crate::model::text::cut(ran.output.trim(), 512)
-            ));
-        }
-        Ok(Done {
-            snapshots: BTreeMap::new(),
-            bytes: 0,
-        })
-    }
-}
-
-/// Puts the restored tree `staging` in place of the volume's `live` directory, keeping the
-/// old one as `kept`; the new root takes the old root's owner and mode (a database's data
-/// directory must keep them). Returns the bytes restored.
-fn swap_in(live: &Path, staging: &Path, kept: &Path) -> std::io::Result<u64> {
-    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
-    let meta = std::fs::metadata(live)?;
-    std::os::unix::fs::chown(staging, Some(meta.uid()), Some(meta.gid()))?;
-    std::fs::set_permissions(
-        staging,
-        std::fs::Permissions::from_mode(meta.mode() & 0o7777),
-    )?;
-    if kept.exists() {
-        std::fs::remove_dir_all(kept)?;
-    }
-    std::fs::rename(live, kept)?;
-    std::fs::rename(staging, live)?;
-    Ok(tree_bytes(live))
-}
-
-fn tree_bytes(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|entry| match entry.file_type() {
-            Ok(kind) if kind.is_dir() => tree_bytes(&entry.path()),
-            Ok(kind) if kind.is_file() => entry.metadata().map_or(0, |meta| meta.len()),
-            _ => 0,
-        })
-        .sum()
-}
-
-/// A reader whose end is held until `verdict` says the stream is whole: a `false` (or a
-/// dropped sender) turns the end into an error, so the reader's consumer (restic) is cut
-/// before it can record what it read.
-struct GatedEof<T> {
-    inner: T,
-    verdict: tokio::sync::oneshot::Receiver<bool>,
-    passed: bool,
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for GatedEof<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        match Pin::new(&mut self.inner).poll_read(cx, buf) {
-            Poll::Ready(Ok(())) if buf.filled().len() == before && !self.passed => {
-                match Pin::new(&mut self.verdict).poll(cx) {
-                    Poll::Ready(Ok(true)) => {
-                        self.passed = true;
-                        Poll::Ready(Ok(()))
-                    }
-                    Poll::Ready(_) => Poll::Ready(Err(std::io::Error::other(
-                        "the backup command failed: its output is not a backup",
-                    ))),
-                    Poll::Pending => Poll::Pending,
-                }
-            }
-            other => other,
-        }
-    }
-}
-
 /// Whether `backup`'s schedule came round after `after` (Unix seconds) by `now`.
 pub(crate) fn due(backup: &Backup, after: i64, now: i64) -> bool {
     if backup.schedule.is_empty() {
@@ -984,5 +650,3 @@ pub(crate) fn due(backup: &Backup, after: i64, now: i64) -> bool {
         .and_then(|after| schedule.next_after(after))
         .is_some_and(|next| next.timestamp() <= now)
 }
-
-use std::future::Future as _;
