@@ -50,7 +50,8 @@ pub(crate) struct Keep {
 /// What one `restic backup` made.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Summary {
-    /// The snapshot's full id (64 hex digits).
+    /// The snapshot's short id (its first 8 hex digits, as restic's summary names it), which
+    /// restic takes wherever an id goes.
     pub(crate) snapshot_id: String,
     /// restic's `total_bytes_processed`.
     pub(crate) bytes: u64,
@@ -161,6 +162,8 @@ pub(crate) struct Restic {
     /// The host policy every host path restic is handed passes (`guarded`); none in tests
     /// of this module.
     gate: Option<std::sync::Arc<PathGate>>,
+    /// Repositories `prepare` checked and unlocked in this process (shared by clones).
+    prepared: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
 }
 
 /// The host policy's bind rules, with the agent's own paths, judging restic's host paths.
@@ -207,6 +210,7 @@ impl Restic {
             binary: binary.into(),
             cache_dir: cache_dir.into(),
             gate: None,
+            prepared: std::sync::Arc::default(),
         }
     }
 
@@ -220,6 +224,26 @@ impl Restic {
     ) -> Self {
         self.gate = Some(std::sync::Arc::new(PathGate { policy, owned }));
         self
+    }
+
+    /// Once per repository in this process: [`Self::ensure_repo`], then [`Self::unlock`] (the
+    /// stale locks an agent killed with -9 left). Each opens the repository (its key
+    /// derivation, about half a second); after a failure of any call on the repository,
+    /// [`Self::forget_prepared`] makes the next `prepare` do both again.
+    pub(crate) async fn prepare(&self, repo: &Repo, deadline: Duration) -> Result<(), Error> {
+        if crate::base::lock(&self.prepared).contains(&repo.repository) {
+            return Ok(());
+        }
+        let started = Instant::now();
+        self.ensure_repo(repo, deadline).await?;
+        self.unlock(repo, remaining(deadline, started)).await?;
+        crate::base::lock(&self.prepared).insert(repo.repository.clone());
+        Ok(())
+    }
+
+    /// The next [`Self::prepare`] of `repo` checks and unlocks it again.
+    pub(crate) fn forget_prepared(&self, repo: &Repo) {
+        crate::base::lock(&self.prepared).remove(&repo.repository);
     }
 
     /// Initialises the repository when none is there (never over an existing one: a wrong
@@ -260,7 +284,6 @@ impl Restic {
         host: &str,
         deadline: Duration,
     ) -> Result<Summary, Error> {
-        let started = Instant::now();
         match std::fs::metadata(dir) {
             Ok(metadata) if metadata.is_dir() => {}
             Ok(_) => {
@@ -284,7 +307,7 @@ impl Restic {
         let mut io = Io::none();
         io.cwd = Some(dir);
         let outcome = self.run(repo, "backup", arguments, io, deadline).await;
-        self.summarise(repo, outcome, started, deadline).await
+        self.summarise(repo, outcome)
     }
 
     /// `restic backup --stdin --stdin-filename <filename>` fed from `input` until EOF.
@@ -297,7 +320,6 @@ impl Restic {
         mut input: impl AsyncRead + Send + Unpin,
         deadline: Duration,
     ) -> Result<Summary, Error> {
-        let started = Instant::now();
         refuse_flag("file name", filename)?;
         let mut arguments = args(["backup", "--json", "--stdin"]);
         arguments.push(format!("--stdin-filename={filename}").into());
@@ -305,7 +327,7 @@ impl Restic {
         let mut io = Io::none();
         io.input = Some(&mut input);
         let outcome = self.run(repo, "backup", arguments, io, deadline).await;
-        self.summarise(repo, outcome, started, deadline).await
+        self.summarise(repo, outcome)
     }
 
     /// Restores snapshot `id` into `target` (an empty directory): afterwards target holds what
@@ -454,14 +476,14 @@ impl Restic {
             .map(drop)
     }
 
-    /// Turns a backup's output into a [`Summary`]: the summary line names the snapshot by its
-    /// short id (restic 0.14), so one `snapshots` call looks up the full one.
-    async fn summarise(
+    /// Turns a backup's output into a [`Summary`]. The summary line names the snapshot by its
+    /// short id (restic 0.14: the first 8 hex digits), which every restic command takes in
+    /// its place; looking up the full id would open the repository once more (its key
+    /// derivation, about half a second) for every snapshot.
+    fn summarise(
         &self,
         repo: &Repo,
         outcome: Result<Vec<String>, Error>,
-        started: Instant,
-        deadline: Duration,
     ) -> Result<Summary, Error> {
         let (lines, incomplete) = match outcome {
             Ok(lines) => (lines, None),
@@ -500,34 +522,11 @@ impl Restic {
             });
         };
         refuse_flag("snapshot id", &summary.snapshot_id)?;
-        let mut arguments = args(["snapshots", "--json", "--"]);
-        arguments.push(summary.snapshot_id.as_str().into());
-        let lines = self
-            .run(
-                repo,
-                "snapshots",
-                arguments,
-                Io::none(),
-                remaining(deadline, started),
-            )
-            .await?;
-        let found: Vec<Snapshot> = parse_array(repo, "snapshots", &lines)?;
-        match found.as_slice() {
-            [snapshot] if snapshot.id.starts_with(&summary.snapshot_id) => Ok(Summary {
-                snapshot_id: snapshot.id.clone(),
-                bytes: summary.total_bytes_processed,
-                files: summary.total_files_processed,
-            }),
-            _ => Err(Error::Output {
-                command: "snapshots",
-                repository: redact(&repo.repository),
-                message: format!(
-                    "{} snapshots for the id {} backup made",
-                    found.len(),
-                    summary.snapshot_id
-                ),
-            }),
-        }
+        Ok(Summary {
+            snapshot_id: summary.snapshot_id,
+            bytes: summary.total_bytes_processed,
+            files: summary.total_files_processed,
+        })
     }
 
     /// Runs restic with `arguments` on `repo` under `deadline`; returns stdout's lines (none
@@ -1042,7 +1041,7 @@ mod tests {
                 DEADLINE,
             )
             .await?;
-        assert_eq!(summary.snapshot_id.len(), 64, "{summary:?}");
+        assert_eq!(summary.snapshot_id.len(), 8, "the short id: {summary:?}");
         assert_eq!(summary.files, 3);
         assert_eq!(summary.bytes, 4 + 4 + 10);
 
@@ -1059,7 +1058,7 @@ mod tests {
             .snapshots(&fixture.repo, &tags(&["volume"]), DEADLINE)
             .await?;
         assert_eq!(listed.len(), 1);
-        assert_eq!(listed[0].id, summary.snapshot_id);
+        assert!(listed[0].id.starts_with(&summary.snapshot_id), "{listed:?}");
         assert_eq!(listed[0].tags, tags(&["volume"]));
         Ok(())
     }
@@ -1185,6 +1184,8 @@ mod tests {
             .restic
             .forget(&fixture.repo, &tags(&["db"]), keep, DEADLINE)
             .await?;
+        // forget names them by full id, a backup by short id.
+        let mut removed: Vec<String> = removed.iter().map(|id| id[..8].to_owned()).collect();
         removed.sort();
         let mut expected_removed = made[..2].to_vec();
         expected_removed.sort();
@@ -1195,7 +1196,7 @@ mod tests {
             .snapshots(&fixture.repo, &tags(&["db"]), DEADLINE)
             .await?
             .into_iter()
-            .map(|snapshot| snapshot.id)
+            .map(|snapshot| snapshot.id[..8].to_owned())
             .collect();
         assert_eq!(left, made[2..].to_vec());
         let other_left: Vec<String> = fixture
@@ -1203,7 +1204,7 @@ mod tests {
             .snapshots(&fixture.repo, &tags(&["other"]), DEADLINE)
             .await?
             .into_iter()
-            .map(|snapshot| snapshot.id)
+            .map(|snapshot| snapshot.id[..8].to_owned())
             .collect();
         assert_eq!(other_left, others);
 

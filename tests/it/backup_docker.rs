@@ -293,7 +293,8 @@ fn a_snapshot_restores_the_claim_byte_for_byte_and_retention_keeps_the_keep_set(
         let mut kept: Vec<String> = restic
             .snapshots()?
             .iter()
-            .filter_map(|snapshot| snapshot["id"].as_str().map(ToOwned::to_owned))
+            // The agent records restic's short ids (the first 8 hex digits).
+            .filter_map(|snapshot| snapshot["short_id"].as_str().map(ToOwned::to_owned))
             .collect();
         kept.sort();
         let mut expected = newest[1..].to_vec();
@@ -518,10 +519,9 @@ fn a_backup_cut_by_kill_9_records_no_half_snapshot_and_the_next_one_succeeds() -
         let first = run_id(&env.cli(&["backup", &reference])?)?;
         wait_until(LIMIT, "restic to be at work", || {
             let run = runs(env).ok()?.into_iter().find(|run| run["id"] == first)?;
-            let restic_runs = Command::new("pgrep")
-                .args(["-f", "restic.* backup "])
-                .output()
-                .ok()?;
+            // This repository's `restic … backup` (other tests run restic beside this one).
+            let pattern = format!("restic.*{}.* backup ", restic.repository.display());
+            let restic_runs = Command::new("pgrep").args(["-f", &pattern]).output().ok()?;
             (run["state"] == "running" && restic_runs.status.success()).then_some(())
         })?;
         // kill -9: restic dies with the agent (nothing is left to finish a snapshot).
@@ -555,7 +555,8 @@ fn a_backup_cut_by_kill_9_records_no_half_snapshot_and_the_next_one_succeeds() -
         let in_repository: Vec<String> = restic
             .snapshots()?
             .iter()
-            .filter_map(|snapshot| snapshot["id"].as_str().map(ToOwned::to_owned))
+            // The agent records restic's short ids (the first 8 hex digits).
+            .filter_map(|snapshot| snapshot["short_id"].as_str().map(ToOwned::to_owned))
             .collect();
         assert_eq!(
             in_repository, recorded,

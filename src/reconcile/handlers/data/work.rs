@@ -22,7 +22,7 @@ use tokio::io::{AsyncRead, ReadBuf};
 use super::{Done, PIPE_BYTES, aside, tags};
 use crate::manifest::spec::BackupMode;
 use crate::model::ResourceKey;
-use crate::restic::{self, Repo, Restic};
+use crate::restic::{Repo, Restic};
 use crate::runtime::Runtime;
 use crate::store::DataWhat;
 
@@ -52,15 +52,19 @@ pub(super) struct Work<R: Runtime> {
 impl<R: Runtime> Work<R> {
     /// Does the unit's work; its outcome, or why it failed (no password in it).
     pub(super) async fn run(self) -> std::result::Result<Done, String> {
-        let text = |error: restic::Error| error.to_string();
         self.restic
-            .ensure_repo(&self.repo, self.deadline)
+            .prepare(&self.repo, self.deadline)
             .await
-            .map_err(text)?;
-        self.restic
-            .unlock(&self.repo, self.deadline)
-            .await
-            .map_err(text)?;
+            .map_err(|error| error.to_string())?;
+        let outcome = self.work().await;
+        if outcome.is_err() {
+            // A lock, a repository moved or re-created: the next unit looks again.
+            self.restic.forget_prepared(&self.repo);
+        }
+        outcome
+    }
+
+    async fn work(&self) -> std::result::Result<Done, String> {
         match (self.what, self.mode) {
             (DataWhat::Backup, BackupMode::Exec) => self.backup_exec().await,
             (DataWhat::Backup, _) => self.backup_claims().await,
@@ -210,11 +214,11 @@ impl<R: Runtime> Work<R> {
             )
             .await
             .map_err(|error| format!("listing the snapshots: {error}"))?;
-        if let Some((holds, missing)) = self
-            .snapshots
-            .iter()
-            .find(|(_, id)| !held.iter().any(|snapshot| snapshot.id == **id))
-        {
+        if let Some((holds, missing)) = self.snapshots.iter().find(|(_, id)| {
+            !held
+                .iter()
+                .any(|snapshot| snapshot.id.starts_with(id.as_str()))
+        }) {
             return Err(format!(
                 "snapshot {missing} of {holds} is not in the repository any more"
             ));
