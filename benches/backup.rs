@@ -13,8 +13,8 @@
 //!   every side, untimed), so that deduplication favours neither. The agent's figure is
 //!   given twice: from the command (which includes the backup scheduler's pick-up of the
 //!   request, `observers::backups`) and from the moment `backups --json` first shows the run
-//!   `running` (restic's work and the agent's own: its `cat config`, `unlock` and
-//!   `snapshots` around `backup --json`, each a repository open of its own);
+//!   `running` (restic's work and the agent's own: `backup --json` and, once per repository
+//!   in the agent's life, its `cat config` and `unlock`, each a repository open of its own);
 //! - **RSS**: the agent's VmRSS idle just before the command, and its largest sample (every
 //!   100 ms) until the run ended: restic is a child process, its memory is not the agent's;
 //! - **an unrelated change while a backup runs**: a commit changing `web`'s env (announced by
