@@ -119,3 +119,85 @@ pub(crate) fn ask(store: &Store, started: i64, now: i64) -> crate::store::Result
     }
     Ok(asked)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest;
+    use crate::model::{CommitSha, Snapshot, SourceFile};
+    use crate::store::DataState;
+
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    const DB: &str = r#"
+statefulset "s" "db" {
+  image = "busybox"
+  volume_claim "data" {
+    mount_path = "/data"
+  }
+  backup {
+    repository    = "/srv/backups/db"
+    password_file = "/srv/backups/pass"
+    schedule      = "0 3 * * *"
+    verify        = "daily"
+  }
+}
+"#;
+
+    fn store_with_db() -> Result<(tempfile::TempDir, Store), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store = Store::open(&dir.path().join("state.db"))?;
+        let commit = CommitSha::new(format!("{:040x}", 1));
+        let snapshot = Snapshot {
+            commit: commit.clone(),
+            files: vec![SourceFile {
+                path: "db.hcl".to_owned(),
+                contents: DB.as_bytes().to_vec(),
+            }],
+            refused: Vec::new(),
+        };
+        let loaded = manifest::load(&snapshot, &manifest::LoadOptions::standalone())?;
+        store.apply_commit(&commit, &loaded)?;
+        Ok((dir, store))
+    }
+
+    /// 2026-11-29 at `hour:minute` UTC, Unix seconds.
+    fn at(hour: i64, minute: i64) -> i64 {
+        1_795_910_400 + hour * 3600 + minute * 60
+    }
+
+    #[test]
+    fn a_schedule_asks_once_per_fire_time_and_a_verify_follows_a_good_backup() -> TestResult {
+        let (_dir, store) = store_with_db()?;
+        let key = ResourceKey::new(Kind::Statefulset, "s", "db");
+        // Started at 02:00: nothing due before 03:00.
+        assert!(ask(&store, at(2, 0), at(2, 59))?.is_empty());
+        assert_eq!(ask(&store, at(2, 0), at(3, 0))?, [key.clone()]);
+        let run = store.open_data_run(&key)?.ok_or("a backup was asked for")?;
+        assert_eq!(
+            (run.what, run.reason),
+            (DataWhat::Backup, DataReason::Schedule)
+        );
+        // While it is open: no second request, the key is queued again (it is pending).
+        assert_eq!(ask(&store, at(2, 0), at(3, 1))?, [key.clone()]);
+        assert_eq!(store.data_runs(&key, 10)?.len(), 1);
+        let snapshots = std::collections::BTreeMap::from([(
+            "voodu-s-db-data-0".to_owned(),
+            "abcd1234".to_owned(),
+        )]);
+        store.advance_data_run(run.id, 1, "done", &snapshots, 10)?;
+        store.finish_data_run(run.id, DataState::Succeeded, "ok")?;
+        // The backup succeeded: a verify of it is due (none was ever run), of its snapshots.
+        assert_eq!(ask(&store, at(2, 0), at(3, 2))?, [key.clone()]);
+        let verify = store.open_data_run(&key)?.ok_or("a verify was asked for")?;
+        assert_eq!(
+            (verify.what, verify.snapshots),
+            (DataWhat::Verify, snapshots)
+        );
+        store.finish_data_run(verify.id, DataState::Succeeded, "ok")?;
+        // Nothing more today: the next backup is at 03:00 tomorrow, the next verify a day on.
+        assert!(ask(&store, at(2, 0), at(23, 59))?.is_empty());
+        assert_eq!(store.data_runs(&key, 10)?.len(), 2);
+        Ok(())
+    }
+}
