@@ -22,6 +22,8 @@
 //! before it sees the end of the stream); the repository's password is only ever a file
 //! path handed to restic.
 
+mod work;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -37,6 +39,7 @@ use crate::reconcile::{context::Ctx, context::blocking, error::Result, run::acti
 use crate::restic::{self, Repo};
 use crate::runtime::{Container, ContainerState, Runtime};
 use crate::store::{DataReason, DataRun, DataState, DataWhat, NewDataRun, Release, now_unix};
+use work::Work;
 
 /// How often a pass looks again while a pod it started after its backup becomes Ready (its
 /// readiness also queues a pass).
@@ -60,10 +63,6 @@ pub(super) enum Gate {
         failed: bool,
     },
 }
-
-mod work;
-
-use work::Work;
 
 /// What a unit did.
 #[derive(Debug, Clone)]
