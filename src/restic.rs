@@ -1180,7 +1180,7 @@ mod tests {
             last: 2,
             ..Keep::default()
         };
-        let mut removed = fixture
+        let removed = fixture
             .restic
             .forget(&fixture.repo, &tags(&["db"]), keep, DEADLINE)
             .await?;

@@ -172,14 +172,14 @@ statefulset "s" "db" {
         let key = ResourceKey::new(Kind::Statefulset, "s", "db");
         // Started at 02:00: nothing due before 03:00.
         assert!(ask(&store, at(2, 0), at(2, 59))?.is_empty());
-        assert_eq!(ask(&store, at(2, 0), at(3, 0))?, [key.clone()]);
+        assert_eq!(ask(&store, at(2, 0), at(3, 0))?, std::slice::from_ref(&key));
         let run = store.open_data_run(&key)?.ok_or("a backup was asked for")?;
         assert_eq!(
             (run.what, run.reason),
             (DataWhat::Backup, DataReason::Schedule)
         );
         // While it is open: no second request, the key is queued again (it is pending).
-        assert_eq!(ask(&store, at(2, 0), at(3, 1))?, [key.clone()]);
+        assert_eq!(ask(&store, at(2, 0), at(3, 1))?, std::slice::from_ref(&key));
         assert_eq!(store.data_runs(&key, 10)?.len(), 1);
         let snapshots = std::collections::BTreeMap::from([(
             "voodu-s-db-data-0".to_owned(),
@@ -188,7 +188,7 @@ statefulset "s" "db" {
         store.advance_data_run(run.id, 1, "done", &snapshots, 10)?;
         store.finish_data_run(run.id, DataState::Succeeded, "ok")?;
         // The backup succeeded: a verify of it is due (none was ever run), of its snapshots.
-        assert_eq!(ask(&store, at(2, 0), at(3, 2))?, [key.clone()]);
+        assert_eq!(ask(&store, at(2, 0), at(3, 2))?, std::slice::from_ref(&key));
         let verify = store.open_data_run(&key)?.ok_or("a verify was asked for")?;
         assert_eq!(
             (verify.what, verify.snapshots),
