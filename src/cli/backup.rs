@@ -14,14 +14,13 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 
 use crate::http::status::resolve;
-use crate::manifest::spec::Spec;
 use crate::model::text::Esc;
 use crate::model::{Kind, ResourceKey};
 use crate::store::{DataReason, DataRun, DataState, DataWhat, NewDataRun, Store};
 
 #[derive(Debug, Args)]
 pub(super) struct BackupArgs {
-    /// The statefulset: SCOPE/NAME, or statefulset/SCOPE/NAME.
+    /// The resource: SCOPE/NAME, or KIND/SCOPE/NAME (a statefulset or a deployment).
     #[arg(value_name = "SCOPE/NAME")]
     resource: String,
     /// Verify the newest successful backup instead (as `verify = "…"` does on its period):
@@ -33,7 +32,7 @@ pub(super) struct BackupArgs {
 
 #[derive(Debug, Args)]
 pub(super) struct BackupsArgs {
-    /// The statefulset: SCOPE/NAME, or statefulset/SCOPE/NAME.
+    /// The resource: SCOPE/NAME, or KIND/SCOPE/NAME (a statefulset or a deployment).
     #[arg(value_name = "SCOPE/NAME")]
     resource: String,
     /// Print the runs as JSON.
@@ -43,7 +42,7 @@ pub(super) struct BackupsArgs {
 
 #[derive(Debug, Args)]
 pub(super) struct RestoreArgs {
-    /// The statefulset: SCOPE/NAME, or statefulset/SCOPE/NAME.
+    /// The resource: SCOPE/NAME, or KIND/SCOPE/NAME (a statefulset or a deployment).
     #[arg(value_name = "SCOPE/NAME")]
     resource: String,
     /// The snapshot to put back (a restic snapshot id, or its first 8+ hex digits, as
@@ -59,19 +58,16 @@ pub(super) struct RestoreArgs {
     ordinal: Option<i64>,
 }
 
-/// The statefulset `reference` names, checked to declare a `backup {}`.
+/// The statefulset or deployment `reference` names, checked to declare a `backup {}`.
 fn backed_up(store: &Store, reference: &str) -> anyhow::Result<ResourceKey> {
-    let mut key = resolve(store, reference)?;
-    if key.kind != Kind::Statefulset {
-        key = ResourceKey::new(Kind::Statefulset, key.scope, key.name);
+    let key = resolve(store, reference)?;
+    if !matches!(key.kind, Kind::Statefulset | Kind::Deployment) {
+        bail!("{key} is neither a statefulset nor a deployment: only they declare backup {{}}");
     }
     let desired = store
         .desired(&key)?
         .with_context(|| format!("{key} is not declared on this host"))?;
-    let Spec::Statefulset(spec) = &desired.spec else {
-        bail!("{key} is not a statefulset");
-    };
-    if spec.backup.is_none() {
+    if desired.spec.backup().is_none() {
         bail!("{key} declares no backup {{}} block: there is nothing to back up or restore from");
     }
     Ok(key)

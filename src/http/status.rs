@@ -260,10 +260,14 @@ impl DataRunView {
 /// The most runs `status` reads per resource to find its last backup and verify.
 const STATUS_DATA_RUNS: usize = 20;
 
-/// A statefulset's backups, from its newest data runs; `None` when it has none.
+/// A statefulset's (or deployment's) backups, from its newest data runs; `None` when it has
+/// none.
 fn backup_view(store: &Store, key: &ResourceKey) -> crate::store::Result<Option<BackupView>> {
     use crate::store::{DataState, DataWhat};
-    if key.kind != crate::model::Kind::Statefulset {
+    if !matches!(
+        key.kind,
+        crate::model::Kind::Statefulset | crate::model::Kind::Deployment
+    ) {
         return Ok(None);
     }
     let runs = store.data_runs(key, STATUS_DATA_RUNS)?;

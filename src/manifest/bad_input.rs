@@ -1031,6 +1031,40 @@ fn backup_block() {
                 m/app.hcl:3:3: nothing to back up: declare a volume_claim or use mode = "exec"
             "#]],
         ),
+        (
+            with_claim(&format!("{ok}    volume = \"d\"\n")),
+            expect![[r#"
+                m/app.hcl:7:5: `backup.volume` is for a deployment's named volume: a statefulset's backup reads its volume_claims; remove it
+            "#]],
+        ),
+    ];
+    for (input, expected) in rows {
+        check(&input, expected);
+    }
+}
+
+/// A deployment's `backup {}` backs up a named volume it mounts (`volume`): missing (unless
+/// the mode is `exec`), or one it does not mount, is refused at its line.
+#[test]
+fn deployment_backup_block() {
+    let deployment = |volumes: &str, body: &str| {
+        format!(
+            "deployment \"a\" \"b\" {{\n  image = \"x\"\n  volumes = [{volumes}]\n  backup {{\n    repository = \"/srv/b\"\n    password_file = \"/etc/p\"\n{body}  }}\n}}\n"
+        )
+    };
+    let rows = [
+        (
+            deployment("\"up:/srv/up\"", ""),
+            expect![[r#"
+                m/app.hcl:4:3: a deployment's backup needs `backup.volume`, the named volume it backs up: one of up
+            "#]],
+        ),
+        (
+            deployment("\"/srv/host:/srv/up\"", "    volume = \"other\"\n"),
+            expect![[r#"
+                m/app.hcl:7:5: `backup.volume` "other" is not a named volume this deployment mounts: mount it with volumes = ["other:/path"]
+            "#]],
+        ),
     ];
     for (input, expected) in rows {
         check(&input, expected);

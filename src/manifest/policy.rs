@@ -53,8 +53,7 @@ pub(crate) fn check(
         }
     }
     if !policy.seal_only
-        && let Spec::Statefulset(spec) = &resource.spec
-        && let Some(backup) = &spec.backup
+        && let Some(backup) = resource.spec.backup()
     {
         check_backup(policy, backup, &mut refuse);
     }

@@ -471,6 +471,7 @@ fn a_backup_block_decodes_every_field_and_is_not_hashed() -> Result<(), Diagnost
             weekly: 4,
             monthly: 6,
         }),
+        volume: String::new(),
     };
     assert_eq!(statefulset.backup.as_ref(), Some(&expected));
     let resource = &manifest.resources[0];
@@ -521,5 +522,21 @@ statefulset "shop" "db" {
     };
     assert_eq!(hash(&manifest), hash(&without));
     assert_eq!(hash(&other), hash(&without));
+    Ok(())
+}
+
+/// A deployment's `backup {}` names a named volume it mounts; in `exec` mode it needs none.
+#[test]
+fn a_deployment_backs_up_a_named_volume_it_mounts() -> Result<(), Diagnostics> {
+    for body in [
+        "    volume = \"up\"\n",
+        "    mode = \"exec\"\n    command = [\"dump\"]\n    restore_command = [\"load\"]\n",
+    ] {
+        let manifest = load_one(&format!(
+            "deployment \"a\" \"b\" {{\n  image = \"x\"\n  volumes = [\"up:/srv/up\"]\n  backup {{\n    repository = \"/srv/b\"\n    password_file = \"/etc/p\"\n{body}  }}\n}}\n"
+        ))?;
+        let backup = manifest.resources[0].spec.backup().cloned();
+        assert!(backup.is_some(), "{body}");
+    }
     Ok(())
 }

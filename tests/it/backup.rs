@@ -208,3 +208,78 @@ async fn a_stop_backup_takes_one_pod_at_a_time_and_a_restore_puts_the_claim_back
     harness.stop().await?;
     Ok(())
 }
+
+/// `deployment "data" "web"`: 2 replicas sharing the named volume `uploads`, backed up.
+fn web(backups: &Path) -> String {
+    format!(
+        r#"deployment "data" "web" {{
+  image    = "busybox"
+  command  = ["sleep", "3600"]
+  replicas = 2
+  volumes  = ["uploads:/srv/uploads"]
+  backup {{
+    volume        = "uploads"
+    repository    = "{repository}"
+    password_file = "{password}"
+  }}
+}}
+"#,
+        repository = backups.join("repo").display(),
+        password = backups.join("pass").display(),
+    )
+}
+
+#[tokio::test]
+async fn a_deployment_backs_up_its_named_volume_with_every_replica_stopped() -> TestResult {
+    use voodu_agent::runtime::Containers as _;
+    restic_installed()?;
+    let scratch = tempfile::tempdir()?;
+    let backups = scratch.path().join("backups");
+    std::fs::create_dir_all(&backups)?;
+    std::fs::write(backups.join("pass"), "a password\n")?;
+    let volumes = scratch.path().join("volumes");
+    let mut harness = harness(&volumes)?;
+    // Docker makes a named volume when a container first mounts it; the fake is told.
+    harness
+        .fake
+        .ensure_volume("uploads", &BTreeMap::new())
+        .await?;
+    std::fs::write(volumes.join("uploads").join("avatar.png"), "png bytes")?;
+    harness.start()?;
+    let web_key = ResourceKey::new(Kind::Deployment, "data", "web");
+    harness.push(&[("web.hcl", &web(&backups))])?;
+    harness.converged(&web_key, 2).await?;
+
+    let from = harness.fake.calls().len();
+    let id = harness
+        .store
+        .request_data_run(&web_key, &manual(DataWhat::Backup, BTreeMap::new()))?;
+    let run = ended(&harness, id).await?;
+    assert_eq!(run.state, DataState::Succeeded, "{run:?}");
+    assert!(run.snapshots.contains_key("uploads"), "{run:?}");
+    let calls: Vec<String> = harness
+        .fake
+        .calls_by_name()
+        .into_iter()
+        .skip(from)
+        .filter(|call| call.starts_with("stop ") || call.starts_with("start "))
+        .map(|call| call.split(' ').next().unwrap_or_default().to_owned())
+        .collect();
+    // Both replicas stopped before the snapshot, both started after it.
+    assert_eq!(calls, ["stop", "stop", "start", "start"], "{calls:?}");
+    harness.converged(&web_key, 2).await?;
+
+    std::fs::write(volumes.join("uploads").join("avatar.png"), "overwritten")?;
+    let id = harness
+        .store
+        .request_data_run(&web_key, &manual(DataWhat::Restore, run.snapshots.clone()))?;
+    let restored = ended(&harness, id).await?;
+    assert_eq!(restored.state, DataState::Succeeded, "{restored:?}");
+    assert_eq!(
+        std::fs::read_to_string(volumes.join("uploads").join("avatar.png"))?,
+        "png bytes"
+    );
+    harness.converged(&web_key, 2).await?;
+    harness.stop().await?;
+    Ok(())
+}

@@ -631,3 +631,94 @@ fn exec_mode_dumps_a_real_postgres_and_restores_a_dropped_table() -> TestResult 
         Ok(())
     })
 }
+
+#[test]
+#[ignore = "needs a Docker engine and restic: scripts/test runs it (cargo test -- --include-ignored)"]
+fn a_deployments_named_volume_is_backed_up_and_restored() -> TestResult {
+    Env::new()?.run(|env| {
+        let restic = Restic::new(env)?;
+        let volume = format!("{}-uploads", env.scope());
+        let manifest = format!(
+            r#"deployment "{scope}" "web" {{
+  image    = "{image}"
+  command  = ["sleep", "3600"]
+  replicas = 2
+  volumes  = ["{volume}:/srv/uploads"]
+  backup {{
+    volume        = "{volume}"
+    repository    = "{repository}"
+    password_file = "{password}"
+  }}
+}}
+"#,
+            scope = env.scope(),
+            image = test_image(),
+            repository = restic.repository.display(),
+            password = restic.password_file.display(),
+        );
+        env.repo.write("web.hcl", &manifest)?;
+        let sha = env.repo.commit("web with a named volume, backed up")?;
+        let policy = Restic::policy(env);
+        env.start_agent_with(&policy.iter().map(String::as_str).collect::<Vec<_>>())?;
+        let before = env.converged(&sha, 2, None)?;
+        let result = (|| -> TestResult {
+            let output = Command::new("docker")
+                .args(["volume", "inspect", "--format", "{{.Mountpoint}}", &volume])
+                .output()?;
+            let dir = PathBuf::from(String::from_utf8(output.stdout)?.trim());
+            std::fs::create_dir_all(dir.join("2026"))?;
+            std::fs::write(
+                dir.join("2026/avatar.png"),
+                (0..=255u8).cycle().take(50_000).collect::<Vec<u8>>(),
+            )?;
+            let hash_before = tree_hash(&dir)?;
+
+            let reference = format!("{}/web", env.scope());
+            let backup = run_id(&env.cli(&["backup", &reference])?)?;
+            let run = ended_of(env, "web", backup)?;
+            assert_eq!(run["state"], "succeeded", "{run}");
+            assert!(run["snapshots"][&volume].is_string(), "{run}");
+            // Both replicas were stopped and started again: the same containers, running.
+            let after = env.converged(&sha, 2, None)?;
+            assert_eq!(
+                after.iter().map(|row| &row.id).collect::<Vec<_>>(),
+                before.iter().map(|row| &row.id).collect::<Vec<_>>()
+            );
+
+            std::fs::remove_dir_all(dir.join("2026"))?;
+            let restore = run_id(&env.cli(&["restore", &reference])?)?;
+            let run = ended_of(env, "web", restore)?;
+            assert_eq!(run["state"], "succeeded", "{run}");
+            env.converged(&sha, 2, None)?;
+            assert_eq!(
+                tree_hash(&dir)?,
+                hash_before,
+                "the named volume is as it was backed up"
+            );
+            Ok(())
+        })();
+        drop(env.agent.take());
+        let _ = Command::new("docker")
+            .args(["rm", "-f"])
+            .args(env.containers()?.iter().map(|row| row.id.clone()))
+            .output();
+        let _ = Command::new("docker")
+            .args(["volume", "rm", &volume])
+            .output();
+        result
+    })
+}
+
+/// Waits for run `id` of `SCOPE/name` to end; its row.
+fn ended_of(env: &Env, name: &str, id: i64) -> TestResult<Value> {
+    let reference = format!("{}/{name}", env.scope());
+    wait_until(LIMIT, &format!("data run #{id} of {name} to end"), || {
+        let listed: Vec<Value> =
+            serde_json::from_str(&env.cli(&["backups", &reference, "--json"]).ok()?).ok()?;
+        listed.into_iter().find(|run| {
+            run["id"] == id
+                && ["succeeded", "failed", "superseded"]
+                    .contains(&run["state"].as_str().unwrap_or(""))
+        })
+    })
+}

@@ -20,7 +20,7 @@ pub(crate) const DEFAULT_BACKUP_TIMEOUT: Duration = Duration::from_secs(3600);
 pub(crate) const REPOSITORY_BACKENDS: &[&str] =
     &["sftp", "s3", "rest", "b2", "azure", "gs", "swift", "rclone"];
 
-/// A statefulset's `backup {}` block.
+/// A statefulset's `backup {}` block, or a deployment's (for a named volume it mounts).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Backup {
     /// The restic repository: an absolute local path, or `<backend>:…`.
@@ -52,6 +52,10 @@ pub struct Backup {
     pub timeout: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep: Option<Keep>,
+    /// A deployment's: the named volume (one it mounts) that is backed up; a statefulset
+    /// backs up its claims and leaves it empty.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub volume: String,
 }
 
 /// How a backup reads the data.
@@ -174,6 +178,7 @@ mod tests {
                 weekly: 4,
                 monthly: 6,
             }),
+            volume: String::new(),
         };
         let json = serde_json::to_string(&backup)?;
         assert!(json.contains(r#""mode":"exec""#), "{json}");

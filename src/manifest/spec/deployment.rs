@@ -52,6 +52,9 @@ pub struct DeploymentSpec {
     pub(crate) inits: Vec<Init>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<Drain>,
+    /// `backup {}` of a named volume it mounts (an extension); never hashed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<super::Backup>,
     /// Plugin-owned nested blocks, in order (voodu 2026); never hashed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub plugin_blocks: Vec<PluginBlock>,

@@ -209,6 +209,15 @@ impl Spec {
         }
     }
 
+    /// Its `backup {}` (a statefulset's claims, or a named volume a deployment mounts).
+    pub fn backup(&self) -> Option<&Backup> {
+        match self {
+            Spec::Deployment(spec) => spec.backup.as_ref(),
+            Spec::Statefulset(spec) => spec.backup.as_ref(),
+            _ => None,
+        }
+    }
+
     /// What this spec takes on the host that only one source may hold (`--sources`): its
     /// ingress host (lower case, without a trailing dot: every path under it comes with it),
     /// the host ports it publishes (`tcp/8080`: one per protocol and port, whatever the

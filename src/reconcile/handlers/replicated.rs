@@ -646,6 +646,8 @@ pub(super) async fn remove_everything<R: Runtime>(
     let names: Vec<String> = owned.into_iter().map(|(_, name)| name).collect();
     blocking(&ctx.store, move |store| {
         store.forget_readiness(&names)?;
+        // Its backups and restores end with it (their snapshots stay in the repository).
+        store.supersede_data_runs(&key, "the resource left the repo")?;
         store.delete_status(&key)
     })
     .await?;

@@ -107,15 +107,20 @@ impl<R: Runtime> Replicated<R> for Statefulset<'_> {
         rolling_out: bool,
         observed: &Observed,
     ) -> Result<super::data::Gate> {
-        super::data::gate(
-            ctx,
-            &self.desired.key,
-            self.spec,
-            release,
-            rolling_out,
-            observed,
-        )
-        .await
+        let Some(backup) = self.spec.backup.as_ref() else {
+            return Ok(super::data::Gate::Open);
+        };
+        let subject = super::data::Subject::Pods {
+            replicas: self.spec.n_replicas(),
+            claims: self
+                .spec
+                .volume_claims
+                .iter()
+                .map(|claim| claim.name.as_str())
+                .collect(),
+        };
+        let key = &self.desired.key;
+        super::data::gate(ctx, key, (backup, subject), release, rolling_out, observed).await
     }
 
     fn build(&mut self, ctx: &Ctx<R>, env_source: &EnvSource) -> Result<()> {
@@ -421,12 +426,6 @@ async fn remove_everything<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Resul
         })
         .collect();
     replicated::remove_everything(ctx, key, first).await?;
-    // Its backups and restores end with it (their snapshots stay in the repository).
-    let owner = key.clone();
-    crate::reconcile::context::blocking(&ctx.store, move |store| {
-        store.supersede_data_runs(&owner, "the resource left the repo")
-    })
-    .await?;
     let volumes = list_volumes(ctx, key).await?;
     if !volumes.is_empty() {
         let volume_names: Vec<&str> = volumes.iter().map(|volume| volume.name.as_str()).collect();

@@ -1,4 +1,4 @@
-//! The backup schedules: asks for a statefulset's scheduled backups and verifies when they
+//! The backup schedules: asks for a statefulset's (or a deployment's) scheduled backups and verifies when they
 //! come round, and queues the key (its handler runs them, `handlers/data.rs`).
 //!
 //! A backup is due when its `schedule` has a minute after the last scheduled backup was asked
@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::manifest::spec::Spec;
 use crate::model::{Kind, ResourceKey};
 use crate::reconcile::context::{Ctx, blocking};
 use crate::reconcile::handlers::data;
@@ -70,11 +69,10 @@ pub(crate) async fn run<R: Runtime>(ctx: Arc<Ctx<R>>, shutdown: CancellationToke
 /// Asks for every backup and verify due at `now`; the keys to queue.
 pub(crate) fn ask(store: &Store, started: i64, now: i64) -> crate::store::Result<Vec<ResourceKey>> {
     let mut asked = Vec::new();
-    for desired in store.desired_of_kind(Kind::Statefulset)? {
-        let Spec::Statefulset(spec) = &desired.spec else {
-            continue;
-        };
-        let Some(backup) = spec.backup.as_ref() else {
+    let mut backed_up = store.desired_of_kind(Kind::Statefulset)?;
+    backed_up.extend(store.desired_of_kind(Kind::Deployment)?);
+    for desired in &backed_up {
+        let Some(backup) = desired.spec.backup() else {
             continue;
         };
         let key = &desired.key;

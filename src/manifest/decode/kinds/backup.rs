@@ -17,10 +17,21 @@ use crate::manifest::spec::schedule::{check_schedule, parse_timezone};
 use crate::manifest::spec::{Backup, BackupMode, Keep};
 use crate::model::parse_go_duration;
 
-/// The `backup` block of a statefulset's body `r`, if it has one (a second one is refused).
-pub(super) fn backup(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> Option<Backup> {
+/// Whose `backup` block it is.
+pub(super) enum Owner<'a> {
+    /// A statefulset: its claims are backed up (`volume` is refused).
+    Statefulset,
+    /// A deployment, with its `volumes` entries: `volume` names one of its named volumes
+    /// (required unless the mode is `exec`, whose dump is the backup).
+    Deployment { volumes: &'a [String] },
+}
+
+/// The `backup` block of a statefulset's or deployment's body `r`, if it has one (a second
+/// one is refused).
+pub(super) fn backup(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>, owner: Owner<'_>) -> Option<Backup> {
     let block = r.block(cx, "backup")?;
     let mut b = r.nested(block, "");
+    let volume = b.string(cx, "volume").unwrap_or_default();
     let repository = repository(cx, &mut b);
     let password_file = b.required_string(cx, "password_file").unwrap_or_default();
     if !password_file.is_empty() && !password_file.starts_with('/') {
@@ -92,6 +103,45 @@ pub(super) fn backup(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> Option<Backup
     }
     let timeout = timeout(cx, &mut b);
     let keep = keep(cx, &mut b);
+    match owner {
+        Owner::Statefulset if !volume.is_empty() => cx.error(
+            b.span_of("volume"),
+            "`backup.volume` is for a deployment's named volume: a statefulset's backup reads its volume_claims; remove it",
+        ),
+        Owner::Statefulset => {}
+        Owner::Deployment { volumes } => {
+            let named: Vec<&str> = volumes
+                .iter()
+                .map(|entry| crate::model::policy::bind_source_text(entry))
+                .filter(|source| !source.is_empty() && !source.starts_with('/'))
+                .collect();
+            if volume.is_empty() && mode != BackupMode::Exec && mode_known {
+                cx.error(
+                    b.anchor.clone(),
+                    format!(
+                        "a deployment's backup needs `backup.volume`, the named volume it backs up{}",
+                        if named.is_empty() {
+                            " (mount one with volumes = [\"data:/path\"]), or mode = \"exec\"".to_owned()
+                        } else {
+                            format!(": one of {}", named.join(", "))
+                        }
+                    ),
+                );
+            } else if !volume.is_empty() && !named.contains(&volume.as_str()) {
+                cx.error(
+                    b.span_of("volume"),
+                    format!(
+                        "`backup.volume` {volume:?} is not a named volume this deployment mounts: mount it with volumes = [\"{volume}:/path\"]{}",
+                        if named.is_empty() {
+                            String::new()
+                        } else {
+                            format!(", or name one of {}", named.join(", "))
+                        }
+                    ),
+                );
+            }
+        }
+    }
     b.finish(cx);
     Some(Backup {
         repository,
@@ -105,6 +155,7 @@ pub(super) fn backup(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> Option<Backup
         verify,
         timeout,
         keep,
+        volume,
     })
 }
 

@@ -7,6 +7,7 @@ use hcl::edit::structure::Block;
 use super::super::reader::{DecodeCx, Reader};
 use super::super::{Specs, plugin_blocks, scoped, values};
 use super::Decoder;
+use super::backup::{Owner, backup};
 use super::checks::{check_at_most, check_items};
 use super::container::container;
 use super::workload::{targets, workload};
@@ -38,6 +39,8 @@ pub(in crate::manifest::decode) fn deployment(
         spec.health_check = "/".to_owned();
     }
     check_items(cx, r, "post_deploy", &spec.post_deploy, values::argument);
+    let volumes = spec.container.volumes.clone();
+    spec.backup = backup(cx, r, Owner::Deployment { volumes: &volumes });
     if spec.keep_releases < 0 {
         cx.error(
             r.span_of("keep_releases"),

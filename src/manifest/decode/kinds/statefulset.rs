@@ -9,7 +9,7 @@ use hcl::edit::structure::Block;
 use super::super::reader::{DecodeCx, Reader, labels};
 use super::super::{Specs, plugin_blocks, scoped, values};
 use super::Decoder;
-use super::backup::backup;
+use super::backup::{Owner, backup};
 use super::checks::truncated;
 use super::container::container;
 use super::workload::workload;
@@ -85,7 +85,7 @@ fn statefulset(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> StatefulsetSpec {
             size,
         });
     }
-    let backup = backup(cx, r);
+    let backup = backup(cx, r, Owner::Statefulset);
     r.refuse(
         &[
             "post_deploy",

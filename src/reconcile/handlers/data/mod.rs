@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use super::replicas::Observed;
 use crate::base::lock;
-use crate::manifest::spec::{Backup, BackupMode, StatefulsetSpec};
+use crate::manifest::spec::{Backup, BackupMode};
 use crate::model::ResourceKey;
 use crate::model::names::claim_volume;
 use crate::reconcile::plan::pod_ordinal;
@@ -62,6 +62,17 @@ pub(super) enum Gate {
         message: String,
         failed: bool,
     },
+}
+
+/// What a backup reads and which containers it touches.
+pub(super) enum Subject<'a> {
+    /// A statefulset: pods by ordinal, each with its own claim volumes, taken one at a time.
+    Pods {
+        replicas: usize,
+        claims: Vec<&'a str>,
+    },
+    /// A deployment: its replicas share one named volume, taken together as one step.
+    Shared { volume: &'a str },
 }
 
 /// What a unit did.
@@ -110,15 +121,6 @@ fn dump_name(key: &ResourceKey, ordinal: i64) -> String {
     format!("{}-{ordinal}.dump", key.app_id())
 }
 
-/// The claim volumes of pod `ordinal`.
-fn volumes(key: &ResourceKey, spec: &StatefulsetSpec, ordinal: i64) -> Vec<String> {
-    let ordinal = usize::try_from(ordinal).unwrap_or(0);
-    spec.volume_claims
-        .iter()
-        .map(|claim| claim_volume(key, &claim.name, ordinal))
-        .collect()
-}
-
 /// Where the old contents of a restored claim wait until the pods are Ready again.
 fn aside(path: &Path, run: i64) -> PathBuf {
     path.with_file_name(format!("_data.voodu-before-{run}"))
@@ -129,14 +131,11 @@ fn aside(path: &Path, run: i64) -> PathBuf {
 pub(super) async fn gate<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
-    spec: &StatefulsetSpec,
+    (backup, subject): (&Backup, Subject<'_>),
     release: &Release,
     rolling_out: bool,
     observed: &Observed,
 ) -> Result<Gate> {
-    let Some(backup) = spec.backup.as_ref() else {
-        return Ok(Gate::Open);
-    };
     let owner = key.clone();
     let open = blocking(&ctx.store, move |store| store.open_data_run(&owner)).await?;
     if rolling_out
@@ -152,7 +151,7 @@ pub(super) async fn gate<R: Runtime>(
     Step {
         ctx,
         key,
-        spec,
+        subject,
         backup,
         run,
         observed,
@@ -224,28 +223,61 @@ async fn request<R: Runtime>(
 struct Step<'a, R: Runtime> {
     ctx: &'a Ctx<R>,
     key: &'a ResourceKey,
-    spec: &'a StatefulsetSpec,
+    subject: Subject<'a>,
     backup: &'a Backup,
     run: DataRun,
     observed: &'a Observed,
 }
 
 impl<R: Runtime> Step<'_, R> {
-    /// The pods the run takes, in order.
+    /// The steps the run takes, in order: a statefulset's ordinals (or the one restored), a
+    /// deployment's one step.
     fn ordinals(&self) -> Vec<i64> {
-        let n = i64::try_from(self.spec.n_replicas()).unwrap_or(1);
-        match (self.run.what, self.run.only_ordinal) {
+        match (&self.subject, self.run.what, self.run.only_ordinal) {
             // A verify reads the repository only: one unit.
-            (DataWhat::Verify, _) => vec![0],
-            (_, Some(only)) => vec![only],
-            (_, None) => (0..n).collect(),
+            (_, DataWhat::Verify, _) | (Subject::Shared { .. }, _, _) => vec![0],
+            (Subject::Pods { .. }, _, Some(only)) => vec![only],
+            (Subject::Pods { replicas, .. }, _, None) => {
+                (0..i64::try_from(*replicas).unwrap_or(1)).collect()
+            }
         }
     }
 
-    fn pod(&self, ordinal: i64) -> Option<&Container> {
-        self.observed.actual.iter().find(|container| {
-            pod_ordinal(container).and_then(|found| i64::try_from(found).ok()) == Some(ordinal)
-        })
+    /// The containers step `ordinal` touches: a statefulset's pod, or every replica of a
+    /// deployment.
+    fn pods(&self, ordinal: i64) -> Vec<Container> {
+        self.observed
+            .actual
+            .iter()
+            .filter(|container| match self.subject {
+                Subject::Shared { .. } => true,
+                Subject::Pods { .. } => {
+                    pod_ordinal(container).and_then(|found| i64::try_from(found).ok())
+                        == Some(ordinal)
+                }
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// The volumes step `ordinal` reads or restores.
+    fn volumes(&self, ordinal: i64) -> Vec<String> {
+        match &self.subject {
+            Subject::Pods { claims, .. } => {
+                let ordinal = usize::try_from(ordinal).unwrap_or(0);
+                claims
+                    .iter()
+                    .map(|claim| claim_volume(self.key, claim, ordinal))
+                    .collect()
+            }
+            Subject::Shared { volume } => vec![(*volume).to_owned()],
+        }
+    }
+
+    /// Whether every container of step `ordinal` runs and is Ready (and there is one).
+    fn all_ready(&self, ordinal: i64) -> bool {
+        let pods = self.pods(ordinal);
+        !pods.is_empty() && pods.iter().all(|pod| self.observed.is_ready(pod))
     }
 
     fn unit_id(&self, ordinal: i64) -> String {
@@ -311,7 +343,12 @@ impl<R: Runtime> Step<'_, R> {
         } else {
             String::new()
         };
-        let pod = self.pod(ordinal).cloned();
+        let pods = self.pods(ordinal);
+        // An exec runs in a running pod (a deployment's first running replica).
+        let exec_pod = pods
+            .iter()
+            .find(|pod| pod.state == ContainerState::Running)
+            .cloned();
         let mode = self.backup.mode;
         let is_backup = self.run.what == DataWhat::Backup;
         let stops = match self.run.what {
@@ -321,12 +358,14 @@ impl<R: Runtime> Step<'_, R> {
         };
         match step.as_str() {
             "" => {
-                if let Some(pod) = pod.as_ref().filter(|_| stops) {
+                for pod in pods.iter().filter(|_| stops) {
                     if is_backup {
                         if let Err(error) = self.ctx.runtime.stop(&pod.id, STOP_GRACE).await {
+                            self.start_again(&pods).await;
                             return self
                                 .fail(format!(
-                                    "pod {ordinal} could not be stopped for its backup: {error}"
+                                    "{} could not be stopped for its backup: {error}",
+                                    pod.name
                                 ))
                                 .await;
                         }
@@ -340,9 +379,7 @@ impl<R: Runtime> Step<'_, R> {
                 }
                 if mode == BackupMode::Exec
                     && self.run.what != DataWhat::Verify
-                    && pod
-                        .as_ref()
-                        .is_none_or(|pod| pod.state != ContainerState::Running)
+                    && exec_pod.is_none()
                 {
                     return self
                         .fail(format!(
@@ -352,7 +389,7 @@ impl<R: Runtime> Step<'_, R> {
                         .await;
                 }
                 self.move_to(ordinal, "working").await?;
-                self.start_unit(ordinal, pod.as_ref()).await?;
+                self.start_unit(ordinal, exec_pod.as_ref()).await?;
                 Ok(self.in_progress(ordinal))
             }
             "working" => {
@@ -369,7 +406,7 @@ impl<R: Runtime> Step<'_, R> {
                             .saturating_add(i64::try_from(done.bytes).unwrap_or(i64::MAX));
                         // A pod stopped for its backup is started again; a pod never
                         // created has nothing to start.
-                        let next = if is_backup && stops && pod.is_some() {
+                        let next = if is_backup && stops && !pods.is_empty() {
                             "start"
                         } else {
                             "done"
@@ -382,7 +419,7 @@ impl<R: Runtime> Step<'_, R> {
                     }
                     Some(Err(error)) => {
                         if is_backup && stops {
-                            self.start_again(pod.as_ref()).await;
+                            self.start_again(&pods).await;
                         }
                         self.fail(format!("pod {ordinal}: {error}")).await
                     }
@@ -392,13 +429,13 @@ impl<R: Runtime> Step<'_, R> {
                     // The unit is gone with an earlier agent (its restic was killed with it
                     // and recorded nothing): the step runs again.
                     None => {
-                        self.start_unit(ordinal, pod.as_ref()).await?;
+                        self.start_unit(ordinal, exec_pod.as_ref()).await?;
                         Ok(self.in_progress(ordinal))
                     }
                 }
             }
             "start" => {
-                self.start_again(pod.as_ref()).await;
+                self.start_again(&pods).await;
                 self.move_to(ordinal, "ready").await?;
                 Ok(self.hold(
                     Action::RequeueAfter(READY_LOOK),
@@ -406,8 +443,7 @@ impl<R: Runtime> Step<'_, R> {
                 ))
             }
             "ready" => {
-                let ready = pod.as_ref().is_some_and(|pod| self.observed.is_ready(pod));
-                if ready {
+                if self.all_ready(ordinal) {
                     self.move_to(ordinal, "done").await?;
                     return Ok(self.hold(Action::RequeueAfter(Duration::ZERO), String::new()));
                 }
@@ -421,12 +457,7 @@ impl<R: Runtime> Step<'_, R> {
                         ))
                         .await;
                 }
-                if pod
-                    .as_ref()
-                    .is_some_and(|pod| pod.state != ContainerState::Running)
-                {
-                    self.start_again(pod.as_ref()).await;
-                }
+                self.start_again(&pods).await;
                 Ok(self.hold(
                     Action::RequeueAfter(READY_LOOK),
                     format!(
@@ -448,12 +479,15 @@ impl<R: Runtime> Step<'_, R> {
         }
     }
 
-    /// Starts a pod stopped for its backup (an error is the next pass's to see).
-    async fn start_again(&self, pod: Option<&Container>) {
-        if let Some(pod) = pod.filter(|pod| pod.state != ContainerState::Running)
-            && let Err(error) = self.ctx.runtime.start(&pod.id).await
+    /// Starts the pods stopped for their backup (an error is the next pass's to see).
+    async fn start_again(&self, pods: &[Container]) {
+        for pod in pods
+            .iter()
+            .filter(|pod| pod.state != ContainerState::Running)
         {
-            tracing::warn!(key = %self.key, container = %pod.name, %error, "could not start the pod again after its backup");
+            if let Err(error) = self.ctx.runtime.start(&pod.id).await {
+                tracing::warn!(key = %self.key, container = %pod.name, %error, "could not start the pod again after its backup");
+            }
         }
     }
 
@@ -475,10 +509,7 @@ impl<R: Runtime> Step<'_, R> {
                 let ready = self
                     .ordinals()
                     .iter()
-                    .filter(|ordinal| {
-                        self.pod(**ordinal)
-                            .is_some_and(|pod| self.observed.is_ready(pod))
-                    })
+                    .filter(|ordinal| self.all_ready(**ordinal))
                     .count();
                 if ready < n {
                     // The pass goes on: it creates the pods the restore removed.
@@ -602,7 +633,7 @@ impl<R: Runtime> Step<'_, R> {
             what: self.run.what,
             mode: self.backup.mode,
             deadline: self.backup.deadline(),
-            volumes: volumes(self.key, self.spec, ordinal),
+            volumes: self.volumes(ordinal),
             snapshots: self.run.snapshots.clone(),
             pod: pod.map(|pod| pod.id.clone()),
             dump: dump_name(self.key, ordinal),
