@@ -1,17 +1,20 @@
-//! A statefulset's data runs (`backup {}`): backups, restores and verifies of its claims,
-//! moved on by the resource's own passes, one step per pass, through the one run mechanism.
+//! The data runs (`backup {}`) of a statefulset's claims or a deployment's named volume:
+//! backups, restores and verifies, moved on by the resource's own passes, one step per pass,
+//! through the one run mechanism.
 //!
 //! A run is a row of the store (`store::DataRun`: asked for by the schedule, a release with
 //! `before_release`, `backup`, `restore` or `rollback --with-data`). The pass holding the key
-//! takes the oldest open run, pod by pod in ordinal order, and at each pod:
-//! - `stop` mode: stops the pod, snapshots its claims, starts it, and goes on once it is Ready
-//!   again; `live`: snapshots the claims of the running pod (crash-consistent only); `exec`:
-//!   runs the dump command in the running pod and snapshots its output stream;
-//! - a restore stops and removes the pod, restores its claims (the old contents kept beside
+//! takes the oldest open run, step by step (`Subject`): a statefulset's pods one ordinal at a
+//! time, each with its claims; a deployment's replicas together, with the one named volume
+//! they share. At each step:
+//! - `stop` mode: stops its pods, snapshots the volumes, starts them, and goes on once they
+//!   are Ready again; `live`: snapshots the volumes of running pods (crash-consistent only);
+//!   `exec`: runs the dump command in a running pod and snapshots its output stream;
+//! - a restore stops and removes the pods, restores the volumes (the old contents kept beside
 //!   them until every pod is Ready again) or feeds the dump to the restore command, and lets
-//!   the pass create the pod again from the current spec.
+//!   the pass create the pods again from the current spec.
 //!
-//! The restic work of a pod is a unit (`Units`): a task on the run mechanism's tracker that
+//! The restic work of a step is a unit (`Units`): a task on the run mechanism's tracker that
 //! the pass starts and never waits for; its end records its outcome and queues the key.
 //!
 //! Invariants: a worker is never held by restic (a pass returns while a unit runs); while a
