@@ -53,7 +53,7 @@ pub(super) struct RestoreArgs {
     /// backup).
     #[arg(long, value_name = "N")]
     release: Option<i64>,
-    /// Only this pod's claims (by ordinal).
+    /// Only this pod's claims (by ordinal; a statefulset's).
     #[arg(long, value_name = "K")]
     ordinal: Option<i64>,
 }
@@ -195,6 +195,11 @@ fn ordinal_of(holds: &str) -> Option<i64> {
 pub(super) fn run_restore(data_dir: &Path, args: &RestoreArgs) -> anyhow::Result<ExitCode> {
     let store = super::open_store(data_dir, super::Access::ReadWrite)?;
     let key = backed_up(&store, &args.resource)?;
+    if key.kind == Kind::Deployment && args.ordinal.is_some() {
+        bail!(
+            "{key} is a deployment: its replicas share one volume, restored whole; leave out --ordinal"
+        );
+    }
     let request = restore_request(
         &store,
         &key,
