@@ -28,7 +28,11 @@ pub(super) enum Owner<'a> {
 
 /// The `backup` block of a statefulset's or deployment's body `r`, if it has one (a second
 /// one is refused).
-pub(super) fn backup(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>, owner: Owner<'_>) -> Option<Backup> {
+pub(super) fn backup(
+    cx: &mut DecodeCx<'_>,
+    r: &mut Reader<'_>,
+    owner: Owner<'_>,
+) -> Option<Backup> {
     let block = r.block(cx, "backup")?;
     let mut b = r.nested(block, "");
     let volume = b.string(cx, "volume").unwrap_or_default();
