@@ -179,6 +179,18 @@ impl Store {
         )
     }
 
+    /// The statefulsets and deployments whose spec declares a `backup {}`, ordered by key:
+    /// the backup schedules' look, which parses only these rows.
+    pub(crate) fn desired_with_backup(&self) -> Result<Vec<Desired>> {
+        self.desired_where(
+            &format!(
+                "{DESIRED_SELECT} WHERE d.kind IN ('statefulset', 'deployment')
+                   AND instr(d.spec, '\"backup\":') > 0 ORDER BY d.kind, d.scope, d.name"
+            ),
+            [],
+        )
+    }
+
     /// Every resource's `DesiredSummary`, ordered by key, in one statement. A spec is parsed
     /// only where the autoscaler's count may apply (its bounds are in the spec), so a resync
     /// over thousands of resources parses almost no JSON; a row whose key is unreadable is

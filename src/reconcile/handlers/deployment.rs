@@ -105,21 +105,14 @@ impl<'a> Deployment<'a> {
 impl<R: Runtime> Replicated<R> for Deployment<'_> {
     type Step = Step;
 
-    async fn data_gate(
-        &self,
-        ctx: &Ctx<R>,
-        release: &Release,
-        rolling_out: bool,
-        observed: &Observed,
-    ) -> Result<super::data::Gate> {
-        let Some(backup) = self.spec.backup.as_ref() else {
-            return Ok(super::data::Gate::Open);
-        };
-        let subject = super::data::Subject::Shared {
-            volume: &backup.volume,
-        };
-        let key = &self.desired.key;
-        super::data::gate(ctx, key, (backup, subject), release, rolling_out, observed).await
+    fn data_subject(&self) -> Option<(&crate::manifest::spec::Backup, super::data::Subject<'_>)> {
+        let backup = self.spec.backup.as_ref()?;
+        Some((
+            backup,
+            super::data::Subject::Shared {
+                volume: &backup.volume,
+            },
+        ))
     }
 
     fn build(&mut self, ctx: &Ctx<R>, env_source: &EnvSource) -> Result<()> {

@@ -25,7 +25,7 @@ use super::replicas::{
     Observed, Waits, fail_rollout, inspect_waiting, not_done, observe, put_status, rollout_failure,
 };
 use super::rollout::{self, Report};
-use crate::manifest::spec::{Container as ContainerSpec, Drain, Init, Spec};
+use crate::manifest::spec::{Backup, Container as ContainerSpec, Drain, Init, Spec};
 use crate::model::ResourceKey;
 use crate::reconcile::handlers::pins::{self, Pins};
 use crate::reconcile::handlers::rollout_state::{self, Effect, RolloutPhase, Seen, Stage};
@@ -117,16 +117,11 @@ pub(super) trait Replicated<R: Runtime>: Send + Sync {
     fn release_hooks(&self) -> Option<HookSet<'_>> {
         None
     }
-    /// The kind's data runs (`data.rs`: a statefulset's backups and restores), asked before
-    /// a rollout's first replica is touched: a run in flight holds the pass. Open by default.
-    fn data_gate(
-        &self,
-        _ctx: &Ctx<R>,
-        _release: &Release,
-        _rolling_out: bool,
-        _observed: &Observed,
-    ) -> impl Future<Output = Result<data::Gate>> + Send {
-        async { Ok(data::Gate::Open) }
+    /// What the kind's `backup {}` reads (`data/`: a statefulset's claims by ordinal, a
+    /// deployment's named volume): its data runs are asked before a rollout's first
+    /// replacement, and a run in flight holds the pass. None by default.
+    fn data_subject(&self) -> Option<(&Backup, data::Subject<'_>)> {
+        None
     }
     /// Runs the gated steps; a crashed replica whose back-off still runs is listed in
     /// `waits`.
@@ -196,14 +191,17 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
     // Only a rollout that replaces a pod changes what its data is read by; creating a
     // missing one (a first deploy, a scale-up) does not.
     let rolling_out = pass.phase == RolloutPhase::Progressing && steps.iter().any(K::is_replace);
+    let gate = match pass.kind.data_subject() {
+        Some(subject) => {
+            data::gate(ctx, key, subject, &pass.release, rolling_out, &observed).await?
+        }
+        None => data::Gate::Open,
+    };
     if let data::Gate::Hold {
         action,
         message,
         failed,
-    } = pass
-        .kind
-        .data_gate(ctx, &pass.release, rolling_out, &observed)
-        .await?
+    } = gate
     {
         pass.status.message = if message.is_empty() {
             "a data run (backup or restore) is in progress".to_owned()

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::model::{Kind, ResourceKey};
+use crate::model::ResourceKey;
 use crate::reconcile::context::{Ctx, blocking};
 use crate::reconcile::handlers::data;
 use crate::reconcile::run::timer::What;
@@ -69,9 +69,7 @@ pub(crate) async fn run<R: Runtime>(ctx: Arc<Ctx<R>>, shutdown: CancellationToke
 /// Asks for every backup and verify due at `now`; the keys to queue.
 pub(crate) fn ask(store: &Store, started: i64, now: i64) -> crate::store::Result<Vec<ResourceKey>> {
     let mut asked = Vec::new();
-    let mut backed_up = store.desired_of_kind(Kind::Statefulset)?;
-    backed_up.extend(store.desired_of_kind(Kind::Deployment)?);
-    for desired in &backed_up {
+    for desired in &store.desired_with_backup()? {
         let Some(backup) = desired.spec.backup() else {
             continue;
         };
@@ -122,7 +120,7 @@ pub(crate) fn ask(store: &Store, started: i64, now: i64) -> crate::store::Result
 mod tests {
     use super::*;
     use crate::manifest;
-    use crate::model::{CommitSha, Snapshot, SourceFile};
+    use crate::model::{CommitSha, Kind, Snapshot, SourceFile};
     use crate::store::DataState;
 
     type TestResult = Result<(), Box<dyn std::error::Error>>;
