@@ -297,6 +297,8 @@ fn event_of(action: &str, outcome: &ActivityOutcome) -> Option<&'static str> {
         ("verify", ActivityOutcome::Failed) => "backup.verify_failed",
         ("restore", ActivityOutcome::Succeeded) => "backup.restored",
         ("restore", ActivityOutcome::Failed) => "backup.restore_failed",
+        ("maintenance.on", _) => "maintenance.on",
+        ("maintenance.off", _) => "maintenance.off",
         _ => return None,
     })
 }

@@ -80,16 +80,17 @@ impl Store {
     }
 
     /// Wakes subscribers when another process (the `rollback` or `unpin` command) appended
-    /// journal rows this handle has not announced. One indexed read; cheap enough to call
-    /// before every sync.
+    /// journal rows this handle has not announced, or changed maintenance (`maintenance`).
+    /// Two indexed reads; cheap enough to call before every sync.
     pub fn notice_external_writes(&self) -> Result<()> {
-        let head: i64 = self.with(|connection| {
-            Ok(
+        let (head, maintenance): (i64, i64) = self.with(|connection| {
+            let head =
                 connection.query_row("SELECT COALESCE(MAX(seq), 0) FROM journal", [], |row| {
                     row.get(0)
-                })?,
-            )
+                })?;
+            Ok((head, super::maintenance::version(connection)?))
         })?;
+        self.announce_maintenance(maintenance);
         self.shared.journal_head.send_if_modified(|current| {
             let newer = head > *current;
             if newer {

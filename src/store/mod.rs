@@ -10,7 +10,8 @@
 //! commit did), `desired.rs` (desired state, the journal, cursors), `releases.rs` (releases,
 //! rollback, pins), `status.rs` and `detail.rs` (per-resource status), `runs.rs` (job runs,
 //! cron state, readiness), `secrets.rs` (config buckets, blobs), `health.rs` (the agent's own
-//! health), `triggers.rs` (deploy triggers: firings, holds, approvals), `activity.rs` (the
+//! health), `triggers.rs` (deploy triggers: firings, holds, approvals), `maintenance.rs`
+//! (deployments whose ingress serves a maintenance page), `activity.rs` (the
 //! activity log, written in the transaction of the change it records); this file opens the database and runs `schema.rs`'s migrations.
 //!
 //! Calls block: async callers run them on `spawn_blocking`. The connection sits behind a std
@@ -25,6 +26,7 @@ mod detail;
 mod error;
 mod health;
 mod images;
+mod maintenance;
 mod meta;
 mod outbox;
 mod releases;
@@ -55,6 +57,11 @@ pub use detail::{
 pub(crate) use error::{Error, Result};
 pub use health::{HEALTH_ENGINE, HEALTH_FETCH, Health};
 pub use images::{ImageScan, ImageUpdateRow, next_scan};
+pub use maintenance::Maintenance;
+pub(crate) use maintenance::{
+    DEFAULT_MESSAGE as MAINTENANCE_MESSAGE, MAX_MESSAGE_BYTES as MAX_MAINTENANCE_MESSAGE,
+    MAX_RETRY_AFTER_SECS,
+};
 pub(crate) use meta::{META_HOST_SELECTION, META_RUNTIME};
 pub use outbox::{EVENTS, Event, SinkState};
 pub use releases::{
@@ -96,6 +103,8 @@ struct Shared {
     /// Bumped after each write a reader may show (status, commits, releases, health), so
     /// live views wait for a change instead of polling.
     changes: watch::Sender<u64>,
+    /// The maintenance version last seen (`maintenance.rs`).
+    maintenance: watch::Sender<i64>,
 }
 
 /// Seconds since the Unix epoch.
@@ -176,12 +185,14 @@ impl Store {
             })
             .unwrap_or(0);
         let (journal_head, _) = watch::channel(head);
+        let maintenance = maintenance::version(&connection).unwrap_or(0);
         Store {
             shared: Arc::new(Shared {
                 connection: Mutex::new(connection),
                 path: path.to_owned(),
                 journal_head,
                 changes: watch::channel(0).0,
+                maintenance: watch::channel(maintenance).0,
             }),
             who: Who::AGENT,
             source: String::new(),

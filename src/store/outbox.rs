@@ -40,6 +40,8 @@ pub const EVENTS: &[&str] = &[
     "backup.verify_failed",
     "backup.restored",
     "backup.restore_failed",
+    "maintenance.on",
+    "maintenance.off",
 ];
 
 /// Most events kept.

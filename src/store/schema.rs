@@ -432,4 +432,20 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CREATE INDEX data_runs_by_release ON data_runs (release_id);
     CREATE INDEX data_runs_by_state ON data_runs (state);
     "#,
+    // ---- issue 52: maintenance ----
+    // 19: deployments in maintenance (`store/maintenance.rs`): the ingress answers 503 with a
+    // page for their routes while the replicas keep running. `meta.maintenance_version` is
+    // bumped by every change, so the running agent notices another process's.
+    r#"
+    CREATE TABLE maintenance (
+        scope        TEXT NOT NULL,
+        name         TEXT NOT NULL,
+        message      TEXT NOT NULL,
+        retry_after  INTEGER NOT NULL,
+        since        INTEGER NOT NULL,
+        origin       TEXT NOT NULL,
+        actor        TEXT NOT NULL DEFAULT '',
+        PRIMARY KEY (scope, name)
+    );
+    "#,
 ];
