@@ -105,6 +105,15 @@ fn assess(view: &IngressView, report: &RouterReport, live: bool, swarm: bool) ->
             ),
         );
     }
+    if view.maintenance.is_some() {
+        return (
+            Phase::Ready,
+            format!(
+                "in maintenance: {} answers 503 with the maintenance page (`voodu-agent maintenance off {deployment}`){warnings}",
+                view.url
+            ),
+        );
+    }
     if !view.deployment_found {
         return (
             Phase::Progressing,
@@ -234,6 +243,7 @@ mod tests {
             health_check: None,
             tls: None,
             warnings: Vec::new(),
+            maintenance: None,
         }
     }
 

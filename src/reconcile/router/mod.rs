@@ -1,7 +1,8 @@
 //! Ingress router: keeps one Caddy 2 proxy per agent (`voodu-caddy-<agent id>`) and its
 //! whole config in step with the desired ingresses and the readiness of their deployments'
 //! replicas. It rebuilds the route table (`routes`) whenever `RouterWake` is woken (a
-//! deployment's readiness changed, an ingress was reconciled), and every `resync` as a safety
+//! deployment's readiness changed, an ingress was reconciled) or maintenance changes
+//! (`maintenance`: a 503 page instead of the replicas), and every `resync` as a safety
 //! net, and hands it to the proxy of the agent's engine: a container whose config is pushed
 //! through Caddy's admin API (`container.rs`), or under Docker Swarm a global service whose
 //! config is a Swarm config (`service.rs`).
@@ -20,6 +21,7 @@
 //!   are in `container.rs` and `service.rs`.
 
 mod container;
+pub(crate) mod maintenance;
 pub(crate) mod proxy;
 pub(crate) mod routes;
 mod service;
@@ -131,7 +133,9 @@ pub(crate) async fn current_table<R: Runtime>(ctx: &Ctx<R>) -> Result<RouteTable
             ownership: &ownership,
             hosts: &hosts,
         };
-        Ok(routes::route_table(&ingresses, &backends, Some(&sealing)))
+        let mut table = routes::route_table(&ingresses, &backends, Some(&sealing));
+        maintenance::apply(&mut table, &store.maintenance_all()?);
+        Ok(table)
     })
     .await
 }
@@ -207,6 +211,8 @@ pub(crate) async fn run<R: Runtime>(
         Engine::Swarm => Proxy::Service(service::ServiceProxy::new(options)),
     };
     let mut wake = ctx.router.subscribe();
+    // A maintenance change (this process's, or another's the sync loop noticed).
+    let mut maintenance = ctx.store.subscribe_maintenance();
     let mut router = Router {
         ctx,
         proxy,
@@ -222,6 +228,12 @@ pub(crate) async fn run<R: Runtime>(
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 changed = wake.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    false
+                }
+                changed = maintenance.changed() => {
                     if changed.is_err() {
                         return;
                     }

@@ -82,6 +82,8 @@ pub(crate) struct IngressView {
     pub(crate) tls: Option<TlsMode>,
     /// Problems that do not stop the ingress (a shadowed route, an ignored `ask`).
     pub(crate) warnings: Vec<String>,
+    /// Its deployment is in maintenance: every route answers this page (`maintenance.rs`).
+    pub(crate) maintenance: Option<super::maintenance::Page>,
 }
 
 /// One `location` (or the catch-all when there is none).
@@ -241,6 +243,7 @@ pub(crate) fn route_table(
             health_check: deployment.and_then(|deployment| health_check(ingress, deployment, port)),
             tls,
             warnings,
+            maintenance: None,
         });
     }
     table
@@ -508,7 +511,7 @@ pub(crate) fn caddy_config(table: &RouteTable, origin: &str) -> Value {
 }
 
 /// One Caddy route: host (+ path prefix) → optional prefix strip → the ready replicas, or a
-/// 503 that says why there are none.
+/// 503 that says why there are none; in maintenance, the maintenance page.
 fn caddy_route(view: &IngressView, route: &RouteView) -> Value {
     let mut matcher = serde_json::Map::new();
     matcher.insert("host".to_owned(), json!([view.host]));
@@ -519,6 +522,10 @@ fn caddy_route(view: &IngressView, route: &RouteView) -> Value {
         .filter(|prefix| !prefix.is_empty());
     if let Some(prefix) = prefix {
         matcher.insert("path".to_owned(), json!([format!("{prefix}*")]));
+    }
+    if let Some(page) = &view.maintenance {
+        let handle = [super::maintenance::handler(page)];
+        return json!({ "match": [matcher], "handle": handle, "terminal": true });
     }
     let mut handle = Vec::new();
     if route.strip
