@@ -57,6 +57,7 @@ mod fleet;
 mod images;
 mod install;
 mod log;
+mod maintenance;
 mod notify;
 mod plan;
 mod redeploy;
@@ -151,6 +152,10 @@ enum Command {
     Redeploy(redeploy::RedeployArgs),
     /// Ask the running agent to fetch now (and, with --wait, say how the commit ended).
     Sync(sync::SyncArgs),
+    /// Maintenance mode: `maintenance on SCOPE/NAME [--message TEXT]` makes the ingress answer
+    /// every request routed to a deployment with 503, a maintenance page and Retry-After,
+    /// while its replicas keep running; `off` routes to them again; `list` (or nothing) lists.
+    Maintenance(maintenance::MaintenanceArgs),
     /// Apply a commit a `deploy: manual` trigger file holds (see `status`): exactly that
     /// commit's manifest, for the trigger(s) holding it. Exit 1 when no trigger holds it.
     Approve(approve::ApproveArgs),
@@ -328,6 +333,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Redeploy(args)) => redeploy::run(&data_dir, &args),
         Some(Command::Sync(args)) => sync::run(&data_dir, &args),
         Some(Command::Approve(args)) => approve::run(&data_dir, &args),
+        Some(Command::Maintenance(args)) => maintenance::run(&data_dir, &args),
         Some(Command::Activity(args)) => activity::run(&data_dir, &args),
         Some(Command::Fleet(args)) => fleet::run(&args),
         Some(Command::Install(args)) => install::run(&args),

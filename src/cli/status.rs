@@ -186,9 +186,29 @@ fn print_table(view: &StatusView) {
     print_triggers(view);
     print_sources(view);
     print_images(view);
+    print_maintenance(view);
     println!();
     print_resources(view);
     print_release_notes(view);
+}
+
+/// The deployments in maintenance (`maintenance`).
+fn print_maintenance(view: &StatusView) {
+    if view.maintenance.is_empty() {
+        return;
+    }
+    println!("\nmaintenance (ingress answers 503 with a page; replicas keep running)");
+    for row in &view.maintenance {
+        println!(
+            "  deployment/{}/{} since {} by {}, Retry-After {}s: {}",
+            Esc(&row.scope),
+            Esc(&row.name),
+            time(row.since),
+            Esc(row.actor.as_deref().unwrap_or(&row.origin)),
+            row.retry_after,
+            Esc(&row.message)
+        );
+    }
 }
 
 /// The host, the runtime, the last commits, and how the fetch, the engine and the

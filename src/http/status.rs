@@ -54,6 +54,10 @@ pub struct StatusView {
     /// last scan (`super::images`); absent when no resource follows its image.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<super::images::ImageView>,
+    /// The deployments in maintenance (`voodu-agent maintenance`): their ingress routes
+    /// answer 503 with a page; absent when none is.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub maintenance: Vec<crate::store::Maintenance>,
     pub(crate) resources: Vec<ResourceView>,
 }
 
@@ -531,6 +535,7 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
             .map(trigger_view)
             .collect(),
         images: super::images::build(store)?,
+        maintenance: store.maintenance_all()?,
         resources,
     })
 }

@@ -31,6 +31,7 @@ mod images_docker;
 mod ingress;
 mod jobs;
 mod macro_scripts;
+mod maintenance_docker;
 mod names;
 mod notify;
 mod notify_docker;
