@@ -1,8 +1,9 @@
 //! Command line: flags → validated config → the command, and its exit code.
 //!
 //! `voodu-agent --repo URL` runs the agent in the foreground; subcommands inspect its state
-//! (`status`, `releases`, `activity`) or steer it (`rollback`, `unpin`, `approve`, `sync`)
-//! through state.db and the agent's HTTP side; `fleet status` reads many agents over HTTP.
+//! (`status`, `releases`, `activity`) or steer it (`rollback`, `unpin`, `approve`, `sync`,
+//! `maintenance`) through state.db and the agent's HTTP side; `fleet status` reads many agents
+//! over HTTP.
 //!
 //! Exit codes, for scripts and CI:
 //!

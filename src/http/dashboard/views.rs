@@ -265,6 +265,7 @@ pub(super) fn overview_html(view: &StatusView, activity: &str, source: Option<&s
     }
     out.push_str("</section>\n");
     images_html(&mut out, view);
+    maintenance_html(&mut out, view);
     out.push_str(activity);
     out
 }
@@ -291,6 +292,27 @@ fn images_html(out: &mut String, view: &StatusView) {
             Esc(image.latest_tag.as_deref().unwrap_or("-")),
             Esc(&image.mode),
             Esc(&scan)
+        );
+    }
+    out.push_str("</tbody></table></section>\n");
+}
+
+/// The deployments in maintenance (`voodu-agent maintenance`), as of the page load.
+fn maintenance_html(out: &mut String, view: &StatusView) {
+    if view.maintenance.is_empty() {
+        return;
+    }
+    out.push_str("<section><h2>Maintenance</h2>\n<p>The ingress answers 503 with a maintenance page; the replicas keep running.</p><table class=\"maintenance\"><thead><tr><th>Deployment</th><th>Since</th><th>By</th><th>Retry-After</th><th>Message</th></tr></thead><tbody>\n");
+    for row in &view.maintenance {
+        let _ = write!(
+            out,
+            "<tr><td>{}/{}</td><td>{}</td><td>{}</td><td class=\"num\">{}s</td><td class=\"message\">{}</td></tr>",
+            Esc(&row.scope),
+            Esc(&row.name),
+            time(row.since),
+            Esc(row.actor.as_deref().unwrap_or(&row.origin)),
+            row.retry_after,
+            Esc(&row.message)
         );
     }
     out.push_str("</tbody></table></section>\n");
