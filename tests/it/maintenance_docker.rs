@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use crate::e2e_docker::AGENT;
 use crate::sources_docker::{Agent, LogOnFailure, containers, status};
-use crate::support::{DockerGuard, TempRepo, TestResult, test_image, unique, wait_until};
+use crate::support::{
+    DockerGuard, TempRepo, TestResult, state_with_one_deployment, test_image, unique, wait_until,
+};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -180,6 +182,17 @@ fn i52_maintenance_serves_a_503_page_while_the_replicas_run_and_survives_kill_9(
     let shown = status(&data_dir)?;
     assert_eq!(shown["maintenance"][0]["name"], "web", "{shown}");
     assert_eq!(shown["maintenance"][0]["retry_after"], 120, "{shown}");
+    // The ingress's own status says so.
+    wait_until(LIMIT, "the ingress's status says maintenance", || {
+        let shown = status(&data_dir).ok()?;
+        shown["resources"].as_array()?.iter().find(|resource| {
+            resource["kind"] == "ingress"
+                && resource["message"]
+                    .as_str()
+                    .is_some_and(|message| message.starts_with("in maintenance"))
+        })?;
+        Some(())
+    })?;
     let listed = cli(&data_dir, &["maintenance", "list"])?;
     assert!(listed.contains(&format!("{shop}/web")), "{listed}");
 
@@ -218,5 +231,84 @@ fn i52_maintenance_serves_a_503_page_while_the_replicas_run_and_survives_kill_9(
     );
     agent.stop()?;
     failed.1 = false;
+    Ok(())
+}
+
+/// `voodu-agent ARGS --data-dir DATA` → exit code, stdout, stderr.
+fn run_in(data_dir: &Path, args: &[&str]) -> TestResult<(Option<i32>, String, String)> {
+    let output = Command::new(AGENT)
+        .args(args)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .output()?;
+    Ok((
+        output.status.code(),
+        String::from_utf8(output.stdout)?,
+        String::from_utf8(output.stderr)?,
+    ))
+}
+
+#[test]
+fn maintenance_refuses_unknown_names_and_unbounded_input_and_prints_escaped() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    state_with_one_deployment(dir.path(), "d")?;
+    // Port 1: no agent there, so the nudge fails (a warning, not an error).
+    let nowhere = ["--agent", "127.0.0.1:1"];
+    let on = |args: &[&str]| {
+        let mut all = vec!["maintenance", "on"];
+        all.extend(args);
+        all.extend(nowhere);
+        run_in(dir.path(), &all)
+    };
+    let (code, _, stderr) = on(&["s/nope"])?;
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("s/nope: no deployment or ingress by that name is declared"),
+        "{stderr}"
+    );
+    let long = "x".repeat(1025);
+    let (code, _, stderr) = on(&["s/web", "--message", &long])?;
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("at most 1024"), "{stderr}");
+    let (code, _, stderr) = on(&["s/web", "--retry-after", "2days"])?;
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("give from 1s to 24h"), "{stderr}");
+    let (_, listed, _) = run_in(dir.path(), &["maintenance"])?;
+    assert_eq!(
+        listed, "nothing is in maintenance\n",
+        "refusals change nothing"
+    );
+
+    let (code, stdout, stderr) = on(&["s/web", "--message", "\u{1b}[2Jgone"])?;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains("deployment/s/web: in maintenance") && stdout.contains("\\x1b[2Jgone"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("no ingress routes to deployment/s/web")
+            && stderr.contains("cannot reach the agent"),
+        "{stderr}"
+    );
+    let (_, status, _) = run_in(dir.path(), &["status"])?;
+    assert!(
+        status.contains("deployment/s/web since") && !status.contains('\u{1b}'),
+        "{status}"
+    );
+    let (_, json, _) = run_in(dir.path(), &["status", "--json"])?;
+    let json: serde_json::Value = serde_json::from_str(&json)?;
+    assert_eq!(json["maintenance"][0]["message"], "\u{1b}[2Jgone");
+    assert_eq!(json["maintenance"][0]["retry_after"], 300);
+
+    let off = ["maintenance", "off", "s/web", "--agent", "127.0.0.1:1"];
+    let (code, stdout, _) = run_in(dir.path(), &off)?;
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("out of maintenance"), "{stdout}");
+    let (code, stdout, _) = run_in(dir.path(), &off)?;
+    assert_eq!(code, Some(0));
+    assert!(
+        stdout.contains("not in maintenance; nothing changed"),
+        "{stdout}"
+    );
     Ok(())
 }
