@@ -99,6 +99,8 @@ struct View<'a> {
     files: &'a HashMap<FileId, Arc<FileResult>>,
     keys: &'a BTreeMap<ResourceKey, KeyState>,
     routes: &'a BTreeMap<String, BTreeSet<ResourceKey>>,
+    /// The source this load is checked for (`--sources`), if any.
+    seal: Option<&'a crate::model::scopes::Seal>,
 }
 
 impl View<'_> {
@@ -129,6 +131,10 @@ impl Keys for View<'_> {
 
     fn first_route(&self, route: &str) -> Option<&ResourceKey> {
         self.routes.get(route)?.first()
+    }
+
+    fn foreign(&self, scope: &str) -> bool {
+        self.seal.is_some_and(|seal| !seal.owns(scope))
     }
 }
 
@@ -485,6 +491,7 @@ impl CheckIndex {
             files: &self.files,
             keys: &self.keys,
             routes: &self.routes,
+            seal: self.policy.as_ref().and_then(|policy| policy.seal.as_ref()),
         };
         let mut verdicts = Vec::with_capacity(keys.len());
         each_state_ref(&self.keys, keys, |key, state| {
