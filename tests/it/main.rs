@@ -14,6 +14,7 @@ mod corpus_fetch;
 mod corpus_swarm;
 mod dashboard;
 mod dashboard_browser;
+mod depends;
 mod digest_docker;
 mod e2e_docker;
 mod e2e_jobs;

@@ -1,0 +1,182 @@
+//! Start-up order (`depends_on { resources = [...] }`, issue 52) on the fake runtime with
+//! paused time: a deployment that depends on a statefulset creates its first replica only once
+//! the statefulset's pod is published ready, and says what it waits for meanwhile; on a commit
+//! that changes both, the statefulset rolls first. Read from the fake's call log
+//! (`FakeRuntime::calls_by_name`). The same on a real engine: `depends_docker`.
+
+use std::time::Duration;
+
+use voodu_agent::model::{Kind, ResourceKey};
+
+use crate::support::{Harness, TestResult};
+
+fn db_key() -> ResourceKey {
+    ResourceKey::new(Kind::Statefulset, "shop", "db")
+}
+
+fn web_key() -> ResourceKey {
+    ResourceKey::new(Kind::Deployment, "shop", "web")
+}
+
+/// A statefulset whose pod is probed ready only 20 s after it starts, and a deployment that
+/// depends on it, both at `version`.
+fn manifests(version: &str) -> String {
+    format!(
+        r#"statefulset "shop" "db" {{
+  image   = "busybox"
+  command = ["sleep", "3600"]
+  env     = {{ V = "{version}" }}
+  probes {{
+    readiness {{
+      exec {{ command = ["true"] }}
+      initial_delay = "20s"
+      period        = "1s"
+    }}
+  }}
+}}
+
+deployment "shop" "web" {{
+  image    = "busybox"
+  command  = ["sleep", "3600"]
+  replicas = 2
+  env      = {{ V = "{version}" }}
+  depends_on {{
+    resources = ["statefulset/shop/db"]
+  }}
+}}
+"#
+    )
+}
+
+/// Where in `calls` (by name) the first call matching `matches` is.
+fn first(calls: &[String], what: &str, matches: impl Fn(&str) -> bool) -> TestResult<usize> {
+    calls
+        .iter()
+        .position(|call| matches(call))
+        .ok_or_else(|| format!("no {what} in {calls:#?}").into())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deployment_starts_after_the_statefulset_it_depends_on_is_ready() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.start()?;
+    harness.push(&[("shop.hcl", &manifests("1"))])?;
+    // Meanwhile web says what it waits for, with db's phase, and has no replica.
+    let waiting = harness
+        .status_where(&web_key(), |status| {
+            status
+                .message
+                .starts_with("waiting for statefulset/shop/db (")
+        })
+        .await?;
+    assert_eq!(waiting.phase, "Progressing", "{waiting:?}");
+    assert!(harness.containers(&web_key()).await?.is_empty());
+    harness.converged(&db_key(), 1).await?;
+    harness.converged(&web_key(), 2).await?;
+
+    // The call log: db's pod created, probed (its first probe passes: readiness recorded),
+    // then web's first create.
+    let calls = harness.fake.calls_by_name();
+    let db_created = first(&calls, "db's create", |call| {
+        call.starts_with("create shop-db")
+    })?;
+    let db_probed = first(&calls, "db's probe", |call| {
+        call.starts_with("exec shop-db")
+    })?;
+    let web_created = first(&calls, "web's create", |call| {
+        call.starts_with("create shop-web")
+    })?;
+    assert!(
+        db_created < db_probed && db_probed < web_created,
+        "db created {db_created}, probed {db_probed}, web created {web_created}: {calls:#?}"
+    );
+    let readiness = harness.store.readiness(&db_key())?;
+    assert!(
+        readiness.iter().any(|row| row.ready),
+        "db's readiness is recorded: {readiness:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn on_a_commit_that_changes_both_the_dependency_rolls_first() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.start()?;
+    harness.push(&[("shop.hcl", &manifests("1"))])?;
+    harness.converged(&db_key(), 1).await?;
+    harness.converged(&web_key(), 2).await?;
+    let mark = harness.fake.calls_by_name().len();
+    harness.push(&[("shop.hcl", &manifests("2"))])?;
+    // web waits for db's rollout of its new spec.
+    let waiting = harness
+        .status_where(&web_key(), |status| {
+            status
+                .message
+                .starts_with("waiting for statefulset/shop/db (")
+        })
+        .await?;
+    assert_eq!(waiting.phase, "Progressing", "{waiting:?}");
+    harness.converged(&db_key(), 1).await?;
+    harness.converged(&web_key(), 2).await?;
+    let calls: Vec<String> = harness
+        .fake
+        .calls_by_name()
+        .into_iter()
+        .skip(mark)
+        .collect();
+    let db_created = first(&calls, "db's new pod", |call| {
+        call.starts_with("create shop-db")
+    })?;
+    let db_probed = first(&calls[db_created..], "db's new pod's probe", |call| {
+        call.starts_with("exec shop-db")
+    })? + db_created;
+    let web_changed = first(&calls, "web's first replacement", |call| {
+        call.starts_with("create shop-web") || call.starts_with("remove shop-web")
+    })?;
+    assert!(
+        db_probed < web_changed,
+        "db's new pod probed at {db_probed}, web's first replacement at {web_changed}: {calls:#?}"
+    );
+    Ok(())
+}
+
+/// Once running, a dependency that becomes unready holds nothing: a web replica that exits is
+/// started again while db is not ready.
+#[tokio::test(start_paused = true)]
+async fn a_running_dependent_is_repaired_while_its_dependency_is_unready() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.start()?;
+    harness.push(&[("shop.hcl", &manifests("1"))])?;
+    harness.converged(&db_key(), 1).await?;
+    let web = harness.converged(&web_key(), 2).await?;
+    // db rolls (a new spec: not ready for 20 s); web's spec is unchanged.
+    let next = manifests("1").replacen("V = \"1\"", "V = \"2\"", 1);
+    harness.push(&[("shop.hcl", &next)])?;
+    harness
+        .status_where(&db_key(), |status| status.phase == "Progressing")
+        .await?;
+    let mark = harness.fake.calls_by_name().len();
+    harness.fake.exit(&web[0].id);
+    harness.idle_for(Duration::from_secs(2)).await;
+    let calls: Vec<String> = harness
+        .fake
+        .calls_by_name()
+        .into_iter()
+        .skip(mark)
+        .collect();
+    assert!(
+        calls
+            .iter()
+            .any(|call| call.starts_with("start shop-web") || call.starts_with("create shop-web")),
+        "web's exited replica is repaired while db is not ready: {calls:#?}"
+    );
+    assert!(
+        harness
+            .store
+            .status(&db_key())?
+            .is_some_and(|status| status.phase != "Ready"),
+        "db was still rolling"
+    );
+    harness.converged(&web_key(), 2).await?;
+    Ok(())
+}
