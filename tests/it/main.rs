@@ -15,6 +15,7 @@ mod corpus_swarm;
 mod dashboard;
 mod dashboard_browser;
 mod depends;
+mod depends_docker;
 mod digest_docker;
 mod e2e_docker;
 mod e2e_jobs;
