@@ -180,3 +180,90 @@ async fn a_running_dependent_is_repaired_while_its_dependency_is_unready() -> Te
     harness.converged(&web_key(), 2).await?;
     Ok(())
 }
+
+/// `voodu-agent validate` on a directory: a cycle, and (as one source of several) a dependency
+/// on another source's resource, are errors at the entry that writes them; the fixed repo
+/// validates, for Swarm too.
+#[test]
+fn validate_refuses_a_cycle_and_another_sources_dependency_where_written() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let repo = dir.path().join("blog");
+    std::fs::create_dir_all(&repo)?;
+    let agent = env!("CARGO_BIN_EXE_voodu-agent");
+    let data_dir = dir.path().join("data");
+    let run = |args: &[&str]| -> TestResult<(Option<i32>, String)> {
+        let output = std::process::Command::new(agent)
+            .args(args)
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .output()?;
+        Ok((
+            output.status.code(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ),
+        ))
+    };
+    let repo_arg = repo.display().to_string();
+    let block = |kind: &str, name: &str, depends: &str| {
+        format!(
+            "{kind} \"blog\" \"{name}\" {{\n  image = \"busybox\"\n  depends_on {{\n    resources = [\"{depends}\"]\n  }}\n}}\n"
+        )
+    };
+    // A cycle across two files.
+    std::fs::write(
+        repo.join("a.hcl"),
+        block("deployment", "web", "statefulset/blog/db"),
+    )?;
+    std::fs::write(
+        repo.join("b.hcl"),
+        block("statefulset", "db", "deployment/web"),
+    )?;
+    let (code, out) = run(&["validate", &repo_arg])?;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("a.hcl:4:18: depends_on.resources \"statefulset/blog/db\": a cycle: deployment/blog/web → statefulset/blog/db → deployment/blog/web")
+            && out.contains("b.hcl:4:18: depends_on.resources \"deployment/web\": a cycle: statefulset/blog/db → deployment/blog/web → statefulset/blog/db"),
+        "{out}"
+    );
+    // No cycle: valid, on Docker and on Swarm.
+    std::fs::write(
+        repo.join("b.hcl"),
+        "statefulset \"blog\" \"db\" {\n  image = \"busybox\"\n}\n",
+    )?;
+    for runtime in ["docker", "swarm"] {
+        let (code, out) = run(&["validate", &repo_arg, "--runtime", runtime])?;
+        assert_eq!(code, Some(0), "{runtime}: {out}");
+    }
+    // As source `blog` of two: a dependency on `shop`'s database is refused where written.
+    let sources = dir.path().join("sources.hcl");
+    std::fs::write(
+        &sources,
+        "source \"shop\" {\n  url = \"/srv/shop\"\n  scopes = [\"shop\"]\n}\nsource \"blog\" {\n  url = \"/srv/blog\"\n  scopes = [\"blog\"]\n}\n",
+    )?;
+    std::fs::write(
+        repo.join("a.hcl"),
+        block("deployment", "web", "statefulset/shop/db"),
+    )?;
+    let sources_arg = sources.display().to_string();
+    let (code, out) = run(&[
+        "validate",
+        &repo_arg,
+        "--sources",
+        &sources_arg,
+        "--source",
+        "blog",
+    ])?;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("a.hcl:4:18: depends_on.resources: statefulset/shop/db belongs to source `shop`, not to source `blog`"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("unresolved dependency"),
+        "one error, not two: {out}"
+    );
+    Ok(())
+}
