@@ -237,6 +237,17 @@ fn validate_refuses_a_cycle_and_another_sources_dependency_where_written() -> Te
         let (code, out) = run(&["validate", &repo_arg, "--runtime", runtime])?;
         assert_eq!(code, Some(0), "{runtime}: {out}");
     }
+    // `plan` says web waits for the database the same commit creates.
+    let (code, out) = run(&["plan", "--repo", &repo_arg])?;
+    assert_eq!(code, Some(0), "{out}");
+    let web = out
+        .split_once("deployment/blog/web")
+        .map(|(_, rest)| rest)
+        .ok_or_else(|| format!("no web in {out}"))?;
+    assert!(
+        web.contains("waits for: statefulset/blog/db (Ready first)"),
+        "{out}"
+    );
     // As source `blog` of two: a dependency on `shop`'s database is refused where written.
     let sources = dir.path().join("sources.hcl");
     std::fs::write(

@@ -106,6 +106,23 @@ pub(crate) fn starting(touches: bool, replaces: bool, any: bool, current: bool) 
     touches && !current && (!any || replaces)
 }
 
+/// What `plan` shows a resource the commit creates or replaces (`starting`) waiting for:
+/// each dependency the same commit creates or replaces (`rolls`), which must be Ready for
+/// its new spec first. Others the agent checks when it applies the commit.
+pub(crate) fn waits_in_plan(
+    starting: bool,
+    dependencies: &[(ResourceKey, bool)],
+) -> Vec<ResourceKey> {
+    if !starting {
+        return Vec::new();
+    }
+    dependencies
+        .iter()
+        .filter(|(_, rolls)| *rolls)
+        .map(|(key, _)| key.clone())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,6 +203,17 @@ mod tests {
             })
         );
         assert_eq!(wait(true, &[]), None);
+    }
+
+    #[test]
+    fn a_plan_shows_the_dependencies_the_same_commit_rolls() {
+        let api = ResourceKey::new(Kind::Deployment, "shop", "api");
+        let dependencies = [(db(), true), (api, false)];
+        assert_eq!(waits_in_plan(true, &dependencies), vec![db()]);
+        assert_eq!(
+            waits_in_plan(false, &dependencies),
+            Vec::<ResourceKey>::new()
+        );
     }
 
     #[test]
