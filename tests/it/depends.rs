@@ -2,7 +2,8 @@
 //! paused time: a deployment that depends on a statefulset creates its first replica only once
 //! the statefulset's pod is published ready, and says what it waits for meanwhile; on a commit
 //! that changes both, the statefulset rolls first. Read from the fake's call log
-//! (`FakeRuntime::calls_by_name`). The same on a real engine: `depends_docker`.
+//! (`FakeRuntime::calls_by_name`). Also under Swarm, and `validate`/`plan` on a directory.
+//! The same on a real engine: `depends_docker`.
 
 use std::time::Duration;
 
@@ -277,4 +278,64 @@ fn validate_refuses_a_cycle_and_another_sources_dependency_where_written() -> Te
         "one error, not two: {out}"
     );
     Ok(())
+}
+
+/// Under Swarm the same pass waits: web's service is created only once db's is Ready (its
+/// task must run `--ready-settle` first), and web's status says what it waits for meanwhile.
+#[tokio::test(start_paused = true)]
+async fn under_swarm_a_service_starts_after_its_dependency_is_ready() -> TestResult {
+    use voodu_agent::runtime::{FakeRuntime, Swarm};
+    let mut harness = Harness::with_fake(FakeRuntime::with_images(&["busybox"]))?;
+    harness.options.engine = voodu_agent::reconcile::Engine::Swarm;
+    // A Swarm task settles on the fake's wall clock (real time) while virtual time races
+    // ahead: 5 s of real time (the margin for the looks below), under a deadline virtual
+    // time does not reach.
+    harness.options.ready_settle = Duration::from_secs(5);
+    harness.options.rollout_deadline = Duration::from_secs(365 * 24 * 3600);
+    harness.start()?;
+    let db = ResourceKey::new(Kind::Deployment, "shop", "db");
+    harness.push(&[(
+        "shop.hcl",
+        r#"deployment "shop" "db" {
+  image   = "busybox"
+  command = ["sleep", "3600"]
+}
+
+deployment "shop" "web" {
+  image   = "busybox"
+  command = ["sleep", "3600"]
+  depends_on {
+    resources = ["deployment/db"]
+  }
+}
+"#,
+    )])?;
+    harness
+        .status_where(&web_key(), |status| {
+            status
+                .message
+                .starts_with("waiting for deployment/shop/db (")
+        })
+        .await?;
+    let names = |services: Vec<voodu_agent::runtime::Service>| -> Vec<String> {
+        services.into_iter().map(|service| service.name).collect()
+    };
+    let services = names(harness.fake.list_services(&[]).await?);
+    assert!(
+        services.contains(&"shop-db".to_owned()) && !services.contains(&"shop-web".to_owned()),
+        "db's service runs, web's waits: {services:?}"
+    );
+    let db_status = harness.store.status(&db)?.ok_or("db has a status")?;
+    assert_ne!(db_status.phase, "Ready", "{db_status:?}");
+    harness
+        .status_where(&db, |status| status.phase == "Ready")
+        .await?;
+    harness
+        .status_where(&web_key(), |status| {
+            status.phase == "Ready" && status.running_replicas == 1
+        })
+        .await?;
+    let services = names(harness.fake.list_services(&[]).await?);
+    assert!(services.contains(&"shop-web".to_owned()), "{services:?}");
+    harness.stop().await
 }
