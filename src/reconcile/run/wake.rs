@@ -240,10 +240,62 @@ impl Superseded {
     }
 }
 
+/// Most dependencies with waiting dependents remembered (beyond, a waiting resource relies on
+/// its own re-check, `handlers::replicated`'s `DEPENDENCY_RECHECK`).
+const DEPENDENCIES_KEPT: usize = 10_000;
+
+/// Resources waiting for a dependency to become ready before they start (`depends_on {
+/// resources }`), by dependency: the pass that records the dependency `Ready` queues them at
+/// once, instead of their waiting for their own re-check.
+#[derive(Debug, Default)]
+pub(crate) struct Dependents {
+    waiting: Mutex<HashMap<ResourceKey, std::collections::BTreeSet<ResourceKey>>>,
+}
+
+impl Dependents {
+    /// `dependent` waits for each of `dependencies`.
+    pub(crate) fn wait(&self, dependent: &ResourceKey, dependencies: &[ResourceKey]) {
+        let mut waiting = crate::base::lock(&self.waiting);
+        for dependency in dependencies {
+            if waiting.len() >= DEPENDENCIES_KEPT && !waiting.contains_key(dependency) {
+                continue;
+            }
+            waiting
+                .entry(dependency.clone())
+                .or_default()
+                .insert(dependent.clone());
+        }
+    }
+
+    /// The resources waiting for `dependency`, forgotten here: it became ready.
+    pub(crate) fn take(&self, dependency: &ResourceKey) -> Vec<ResourceKey> {
+        crate::base::lock(&self.waiting)
+            .remove(dependency)
+            .map(|dependents| dependents.into_iter().collect())
+            .unwrap_or_default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn a_dependency_becoming_ready_hands_over_its_waiters_once() {
+        use crate::model::Kind;
+        let dependents = Dependents::default();
+        let db = ResourceKey::new(Kind::Statefulset, "shop", "db");
+        let cache = ResourceKey::new(Kind::Statefulset, "shop", "cache");
+        let web = ResourceKey::new(Kind::Deployment, "shop", "web");
+        let api = ResourceKey::new(Kind::Deployment, "shop", "api");
+        dependents.wait(&web, &[db.clone(), cache.clone()]);
+        dependents.wait(&api, std::slice::from_ref(&db));
+        dependents.wait(&web, std::slice::from_ref(&db));
+        assert_eq!(dependents.take(&db), vec![api, web.clone()]);
+        assert!(dependents.take(&db).is_empty(), "handed over once");
+        assert_eq!(dependents.take(&cache), vec![web]);
+    }
 
     #[test]
     fn superseded_hooks_are_looked_for_once_per_release() {
@@ -281,41 +333,5 @@ mod tests {
             None,
             "due at that instant"
         );
-    }
-}
-
-/// Most dependencies with waiting dependents remembered (beyond, a waiting resource relies on
-/// its own re-check, `handlers::replicated`'s `DEPENDENCY_RECHECK`).
-const DEPENDENCIES_KEPT: usize = 10_000;
-
-/// Resources waiting for a dependency to become ready before they start (`depends_on {
-/// resources }`), by dependency: the pass that records the dependency `Ready` queues them at
-/// once, instead of their waiting for their own re-check.
-#[derive(Debug, Default)]
-pub(crate) struct Dependents {
-    waiting: Mutex<HashMap<ResourceKey, std::collections::BTreeSet<ResourceKey>>>,
-}
-
-impl Dependents {
-    /// `dependent` waits for each of `dependencies`.
-    pub(crate) fn wait(&self, dependent: &ResourceKey, dependencies: &[ResourceKey]) {
-        let mut waiting = crate::base::lock(&self.waiting);
-        for dependency in dependencies {
-            if waiting.len() >= DEPENDENCIES_KEPT && !waiting.contains_key(dependency) {
-                continue;
-            }
-            waiting
-                .entry(dependency.clone())
-                .or_default()
-                .insert(dependent.clone());
-        }
-    }
-
-    /// The resources waiting for `dependency`, forgotten here: it became ready.
-    pub(crate) fn take(&self, dependency: &ResourceKey) -> Vec<ResourceKey> {
-        crate::base::lock(&self.waiting)
-            .remove(dependency)
-            .map(|dependents| dependents.into_iter().collect())
-            .unwrap_or_default()
     }
 }
