@@ -803,6 +803,9 @@ struct ResourceView {
     /// Under Swarm: how it runs differently there.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     notes: Vec<String>,
+    /// Start-up order: what this commit also creates or replaces, which it waits for.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    waits_for: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -838,6 +841,28 @@ impl PlanView {
         .into_iter()
         .map(|action| (action.as_str(), 0))
         .collect();
+        let rolls = |action: Action| matches!(action, Action::Create | Action::Replace);
+        let rolling: BTreeMap<&ResourceKey, bool> = plans
+            .iter()
+            .map(|plan| (&plan.key, rolls(plan.action)))
+            .collect();
+        let waits_for = |plan: &ResourcePlan| -> Vec<String> {
+            let dependencies: Vec<(ResourceKey, bool)> = next
+                .get(&plan.key)
+                .and_then(|spec| spec.container()?.depends_on.as_ref())
+                .map(|depends_on| depends_on.resource_keys(&plan.key.scope))
+                .unwrap_or_default()
+                .into_iter()
+                .map(|key| {
+                    let rolls = rolling.get(&key).copied().unwrap_or(false);
+                    (key, rolls)
+                })
+                .collect();
+            crate::reconcile::plan::depends::waits_in_plan(rolls(plan.action), &dependencies)
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        };
         let resources = plans
             .iter()
             .map(|plan| {
@@ -860,6 +885,7 @@ impl PlanView {
                         })
                         .collect(),
                     notes: Vec::new(),
+                    waits_for: waits_for(plan),
                     steps: plan
                         .steps
                         .iter()
@@ -1020,6 +1046,12 @@ impl PlanView {
             }
             for note in &resource.notes {
                 out.push_str(&format!("        swarm: {}\n", Esc(note)));
+            }
+            if !resource.waits_for.is_empty() {
+                out.push_str(&format!(
+                    "        waits for: {} (Ready first)\n",
+                    Esc(&resource.waits_for.join(", "))
+                ));
             }
         }
         let count = |action: &str| self.summary.get(action).copied().unwrap_or(0);

@@ -1070,3 +1070,67 @@ fn deployment_backup_block() {
         check(&input, expected);
     }
 }
+
+#[test]
+fn start_up_order() {
+    let db = "statefulset \"s\" \"db\" {\n  image = \"x\"\n}\n";
+    // Forms, kinds and bounds, at the entry.
+    check(
+        &format!(
+            "{db}deployment \"s\" \"web\" {{\n  image = \"x\"\n  depends_on {{\n    resources = [\"db\", \"statefu1set/s/db\", \"postgres/s/db\", \"job/s/db\", \"statefulset/s/../db\", \"statefulset/s/db\", \"statefulset/s/db\"]\n  }}\n}}\n"
+        ),
+        expect![[r#"
+            m/app.hcl:7:18: `depends_on.resources[0]` "db": expected `kind/scope/name` or `kind/name` (its own scope), got 1 segment(s) separated by '/'
+            m/app.hcl:7:24: `depends_on.resources[1]` "statefu1set/s/db": `statefu1set` is not a kind that can be waited for: write `deployment/…` or `statefulset/…` (did you mean `statefulset`?)
+            m/app.hcl:7:44: `depends_on.resources[2]` "postgres/s/db": `postgres` is not a kind that can be waited for: write `deployment/…` or `statefulset/…` (a postgres or redis block declares a statefulset: write `statefulset/<scope>/<name>`)
+            m/app.hcl:7:61: `depends_on.resources[3]` "job/s/db": a job has no Ready state to wait for: only a deployment or a statefulset can be depended on
+            m/app.hcl:7:73: `depends_on.resources[4]` "statefulset/s/../db": expected `kind/scope/name` or `kind/name` (its own scope), got 4 segment(s) separated by '/'
+            m/app.hcl:7:116: `depends_on.resources[6]` "statefulset/s/db" is listed twice: list each resource once
+        "#]],
+    );
+    check(
+        &format!(
+            "deployment \"s\" \"web\" {{\n  image = \"x\"\n  depends_on {{\n    resources = [{}]\n  }}\n}}\n",
+            (0..65)
+                .map(|n| format!("\"deployment/s/d{n}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        expect![[r#"
+            m/app.hcl:4:5: `depends_on.resources` lists 65 resources, above the limit of 64: depend on fewer
+        "#]],
+    );
+    // Not declared: refused like a missing asset, with the near one.
+    check(
+        &format!(
+            "{db}deployment \"s\" \"web\" {{\n  image = \"x\"\n  depends_on {{\n    resources = [\"deployment/s/db\", \"statefulset/t/db\", \"statefulset/s/cache\"]\n  }}\n}}\n"
+        ),
+        expect![[r#"
+            m/app.hcl:7:18: unresolved dependency "deployment/s/db": no deployment "db" in scope "s" in this commit (did you mean `statefulset/s/db`?)
+            m/app.hcl:7:37: unresolved dependency "statefulset/t/db": no statefulset "db" in scope "t" in this commit (did you mean `statefulset/s/db`?)
+            m/app.hcl:7:57: unresolved dependency "statefulset/s/cache": no statefulset "cache" in scope "s" in this commit
+        "#]],
+    );
+    // A cycle, reported at each resource's entry that closes it; a resource on itself.
+    check(
+        "deployment \"s\" \"a\" {\n  image = \"x\"\n  depends_on {\n    resources = [\"deployment/b\"]\n  }\n}\n\
+         deployment \"s\" \"b\" {\n  image = \"x\"\n  depends_on {\n    resources = [\"statefulset/s/c\"]\n  }\n}\n\
+         statefulset \"s\" \"c\" {\n  image = \"x\"\n  depends_on {\n    resources = [\"deployment/s/a\"]\n  }\n}\n\
+         deployment \"s\" \"self\" {\n  image = \"x\"\n  depends_on {\n    resources = [\"deployment/self\"]\n  }\n}\n",
+        expect![[r#"
+            m/app.hcl:4:18: depends_on.resources "deployment/b": a cycle: deployment/s/a → deployment/s/b → statefulset/s/c → deployment/s/a; none of these could start first: remove one of the dependencies
+            m/app.hcl:10:18: depends_on.resources "statefulset/s/c": a cycle: deployment/s/b → statefulset/s/c → deployment/s/a → deployment/s/b; none of these could start first: remove one of the dependencies
+            m/app.hcl:16:18: depends_on.resources "deployment/s/a": a cycle: statefulset/s/c → deployment/s/a → deployment/s/b → statefulset/s/c; none of these could start first: remove one of the dependencies
+            m/app.hcl:22:18: depends_on.resources "deployment/self": deployment/s/self depends on itself; a resource cannot start after itself: remove the entry
+        "#]],
+    );
+    // A job waits for nothing.
+    check(
+        &format!(
+            "{db}job \"s\" \"migrate\" {{\n  image = \"x\"\n  depends_on {{\n    resources = [\"statefulset/db\"]\n  }}\n}}\n"
+        ),
+        expect![[r#"
+            m/app.hcl:7:18: depends_on.resources "statefulset/db": a job does not wait for other resources; only a deployment or a statefulset starts after what it depends on (remove the entry, or make the job a deployment)
+        "#]],
+    );
+}

@@ -41,6 +41,14 @@ pub(crate) enum Reference {
         name: String,
         field: String,
     },
+    /// A `depends_on.resources` entry (an extension): a deployment or statefulset, of
+    /// `scope` (`None`: the dependent's own), as `entry` writes it.
+    Dependency {
+        kind: Kind,
+        scope: Option<String>,
+        name: String,
+        entry: String,
+    },
 }
 
 impl Reference {

@@ -73,6 +73,22 @@ pub(crate) fn check(
                     });
                 }
             }
+            if let Reference::Dependency {
+                kind,
+                scope: Some(scope),
+                name,
+                ..
+            } = reference
+                && let Some(refusal) = seal.refusal(
+                    &format!("depends_on.resources: {kind}/{scope}/{name}"),
+                    scope,
+                )
+            {
+                refusals_of_references.push(Diagnostic {
+                    message: refusal,
+                    ..at.clone()
+                });
+            }
         }
     }
     let container = match resource.spec.container() {
@@ -785,6 +801,12 @@ statefulset "s" "db" {
                 vec![format!("m/app.hcl:3:3: volume voodu-shop-db-data-0 (named like a statefulset's claim, voodu-<scope>-<name>-<claim>-<ordinal>) {owner}")],
             ),
             (r#"  volumes = ["voodu-s-db-data-0:/x", "mine:/y"]"#, vec![]),
+            // A dependency on another source's resource: refused there (not also as
+            // undeclared, which it is in this source's commit).
+            (
+                r#"  depends_on { resources = ["statefulset/shop/db"] }"#,
+                vec![format!("m/app.hcl:3:29: depends_on.resources: statefulset/shop/db {owner}")],
+            ),
             (
                 r#"  networks = ["voodu0-shop"]"#,
                 vec![

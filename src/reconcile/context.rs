@@ -323,6 +323,8 @@ pub(crate) struct Memory {
     pub(crate) superseded: wake::Superseded,
     /// Data runs' units that ended, until a pass reads them.
     pub(crate) data_units: crate::reconcile::handlers::data::Units,
+    /// Resources waiting for their dependencies to become ready, by dependency.
+    pub(crate) dependents: wake::Dependents,
 }
 
 /// Runs a blocking store call off the async threads.

@@ -14,6 +14,8 @@ mod corpus_fetch;
 mod corpus_swarm;
 mod dashboard;
 mod dashboard_browser;
+mod depends;
+mod depends_docker;
 mod digest_docker;
 mod e2e_docker;
 mod e2e_jobs;

@@ -133,7 +133,7 @@ impl Decoded {
                         Reference::Asset { scope, name, key } => {
                             Some(Reference::asset_ref(scope.as_deref(), name, key))
                         }
-                        Reference::Resource { .. } => None,
+                        Reference::Resource { .. } | Reference::Dependency { .. } => None,
                     });
             *stamp = asset_references
                 .zip(resolved.iter().map(|digest| (*digest).to_owned()))

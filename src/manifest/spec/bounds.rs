@@ -42,6 +42,12 @@ pub(crate) const MAX_PROBE_THRESHOLD: i64 = 1000;
 /// containers kept per resource.
 pub(crate) const MAX_HISTORY: i64 = 100;
 
+/// `depends_on.resources`: resources one resource starts after.
+pub(crate) const MAX_DEPENDENCIES: usize = 64;
+
+/// `depends_on.resources`: one entry's length (a kind and two names fit in 140).
+pub(crate) const MAX_DEPENDENCY_ENTRY: usize = 160;
+
 /// `logs.max_files`: rotated log files kept per container.
 pub(crate) const MAX_LOG_FILES: i64 = 100;
 

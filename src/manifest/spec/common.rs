@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::ResourceKey;
+use crate::model::{Kind, ResourceKey};
 
 pub(crate) use crate::model::DEFAULT_NETWORK;
 /// voodu's controller default restart policy.
@@ -133,11 +133,91 @@ pub(crate) struct Lang {
     pub(crate) entrypoint: String,
 }
 
-/// `depends_on { assets = [...] }` (spec §2.10.3): `name.key` or `scope.name.key`.
+/// `depends_on { assets = [...] }` (spec §2.10.3): `name.key` or `scope.name.key`; and
+/// `resources = [...]` (an extension: start-up order), `kind/scope/name` or `kind/name` (the
+/// dependent's own scope), each a deployment or a statefulset. Out of every spec hash.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct DependsOn {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) assets: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) resources: Vec<String>,
+}
+
+/// The kinds `depends_on.resources` may name: those with a `Ready` state to wait for.
+pub(crate) const DEPENDABLE: [Kind; 2] = [Kind::Deployment, Kind::Statefulset];
+
+/// Why a `depends_on.resources` entry cannot name a resource: a form that is not
+/// `kind/scope/name` or `kind/name`, a kind that is not one, or one that has no `Ready`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DependencyError {
+    Form(usize),
+    UnknownKind(String),
+    NotDependable(Kind),
+    Name(String, &'static str),
+}
+
+impl std::fmt::Display for DependencyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DependencyError::Form(n) => write!(
+                f,
+                "expected `kind/scope/name` or `kind/name` (its own scope), got {n} segment(s) separated by '/'"
+            ),
+            DependencyError::UnknownKind(kind) => {
+                let near =
+                    crate::manifest::decode::reader::closest(kind, &["deployment", "statefulset"]);
+                let hint = match kind.as_str() {
+                    "postgres" | "redis" => " (a postgres or redis block declares a statefulset: write `statefulset/<scope>/<name>`)".to_owned(),
+                    "app" => " (an app block declares a deployment: write `deployment/<scope>/<name>`)".to_owned(),
+                    _ => near.map(|near| format!(" (did you mean `{near}`?)")).unwrap_or_default(),
+                };
+                write!(
+                    f,
+                    "`{kind}` is not a kind that can be waited for: write `deployment/…` or `statefulset/…`{hint}"
+                )
+            }
+            DependencyError::NotDependable(kind) => write!(
+                f,
+                "a {kind} has no Ready state to wait for: only a deployment or a statefulset can be depended on"
+            ),
+            DependencyError::Name(name, why) => write!(f, "name {name:?} {why}"),
+        }
+    }
+}
+
+/// The resource a `depends_on.resources` entry names, for a dependent of `scope` (a
+/// `kind/name` entry names one of that scope).
+pub(crate) fn parse_dependency(entry: &str, scope: &str) -> Result<ResourceKey, DependencyError> {
+    let segments: Vec<&str> = entry.split('/').collect();
+    let (kind, written, name) = match segments.as_slice() {
+        [kind, written, name] => (*kind, Some(*written), *name),
+        [kind, name] => (*kind, None, *name),
+        _ => return Err(DependencyError::Form(segments.len())),
+    };
+    let kind = Kind::ALL
+        .into_iter()
+        .find(|known| known.as_str() == kind)
+        .ok_or_else(|| DependencyError::UnknownKind(kind.to_owned()))?;
+    if !DEPENDABLE.contains(&kind) {
+        return Err(DependencyError::NotDependable(kind));
+    }
+    for part in written.into_iter().chain([name]) {
+        crate::manifest::validate::check_name(part)
+            .map_err(|why| DependencyError::Name(part.to_owned(), why))?;
+    }
+    Ok(ResourceKey::new(kind, written.unwrap_or(scope), name))
+}
+
+impl DependsOn {
+    /// The resources `resources` names, for a dependent of `scope`, in order (an entry that
+    /// does not parse, which validation refused, is skipped).
+    pub(crate) fn resource_keys(&self, scope: &str) -> Vec<ResourceKey> {
+        self.resources
+            .iter()
+            .filter_map(|entry| parse_dependency(entry, scope).ok())
+            .collect()
+    }
 }
 
 /// `resources { limits { cpu, memory } }` (spec §2.10.4).

@@ -308,6 +308,7 @@ mod tests {
         ("depends_on", |s| {
             s.container.depends_on = Some(crate::manifest::spec::common::DependsOn {
                 assets: vec!["a.b".into()],
+                resources: vec!["statefulset/s/db".into()],
             });
         }),
         ("build", |s| {

@@ -21,9 +21,10 @@ mod statefulset;
 pub(crate) use asset::{AssetFile, AssetSpec};
 pub(crate) use backup::{Backup, BackupMode, Keep};
 pub(crate) use common::{
-    Autoscale, Build, Container, DEFAULT_NETWORK, DependsOn, Drain, EncryptedEnv, ExecAction,
-    HttpGet, Init, Lang, Limits, Logs, OnDeploy, OnProbe, Probe, Probes, ReleaseHooks, Resources,
-    TcpSocket, VolumeClaim, WebhookTarget, container_port, normalize_port,
+    Autoscale, Build, Container, DEFAULT_NETWORK, DEPENDABLE, DependsOn, Drain, EncryptedEnv,
+    ExecAction, HttpGet, Init, Lang, Limits, Logs, OnDeploy, OnProbe, Probe, Probes, ReleaseHooks,
+    Resources, TcpSocket, VolumeClaim, WebhookTarget, container_port, normalize_port,
+    parse_dependency,
 };
 pub(crate) use deployment::DeploymentSpec;
 pub use hash::sha256_hex;

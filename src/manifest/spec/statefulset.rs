@@ -273,6 +273,12 @@ mod tests {
                 ..Default::default()
             }];
         }),
+        ("depends_on.resources (start-up order)", |s| {
+            s.container.depends_on = Some(crate::manifest::spec::DependsOn {
+                resources: vec!["deployment/data/api".into()],
+                ..Default::default()
+            });
+        }),
     ];
 
     #[test]

@@ -99,6 +99,8 @@ struct View<'a> {
     files: &'a HashMap<FileId, Arc<FileResult>>,
     keys: &'a BTreeMap<ResourceKey, KeyState>,
     routes: &'a BTreeMap<String, BTreeSet<ResourceKey>>,
+    /// The source this load is checked for (`--sources`), if any.
+    seal: Option<&'a crate::model::scopes::Seal>,
 }
 
 impl View<'_> {
@@ -129,6 +131,10 @@ impl Keys for View<'_> {
 
     fn first_route(&self, route: &str) -> Option<&ResourceKey> {
         self.routes.get(route)?.first()
+    }
+
+    fn foreign(&self, scope: &str) -> bool {
+        self.seal.is_some_and(|seal| !seal.owns(scope))
     }
 }
 
@@ -485,6 +491,7 @@ impl CheckIndex {
             files: &self.files,
             keys: &self.keys,
             routes: &self.routes,
+            seal: self.policy.as_ref().and_then(|policy| policy.seal.as_ref()),
         };
         let mut verdicts = Vec::with_capacity(keys.len());
         each_state_ref(&self.keys, keys, |key, state| {
@@ -574,13 +581,18 @@ mod tests {
     }
 
     /// One block of a kind each rule reads: deployments with and without asset or ingress
-    /// references (some unresolved), assets, ingresses sharing hosts or missing their
+    /// references (some unresolved) or dependencies (some undeclared, some in a cycle), assets, ingresses sharing hosts or missing their
     /// deployment, a redis and its sentinel, and, rarely, a block that fails to decode or
     /// that the default host policy refuses. Few names, so keys collide across files.
     fn block(rng: &mut Rng) -> String {
         let (n, v) = (rng.below(5), rng.below(3));
         match rng.below(20) {
-            0..=3 => format!("deployment \"s\" \"web{n}\" {{\n  image = \"img:{v}\"\n}}\n"),
+            0..=2 => format!("deployment \"s\" \"web{n}\" {{\n  image = \"img:{v}\"\n}}\n"),
+            // Start-up order: undeclared names and cycles come and go.
+            3 => format!(
+                "deployment \"s\" \"web{n}\" {{\n  image = \"img:{v}\"\n  depends_on {{\n    resources = [\"deployment/web{}\"]\n  }}\n}}\n",
+                rng.below(5)
+            ),
             4..=7 => {
                 let key = if rng.below(6) == 0 { "other" } else { "main" };
                 format!(

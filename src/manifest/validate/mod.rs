@@ -1,5 +1,6 @@
 //! Checks across resources, once every file is decoded: duplicate identities, references
-//! (`${asset.…}`, `depends_on.assets`, `${ref.…}`), overlapping ingress routes; and the
+//! (`${asset.…}`, `depends_on.assets`, `${ref.…}`, `depends_on.resources` and its cycles:
+//! `depends`), overlapping ingress routes; and the
 //! stamping of asset digests into their consumers (`_asset_digests`, spec §5.3).
 //!
 //! A resource declared twice in one file is an error (as in voodu). Declared in two files, the
@@ -18,6 +19,7 @@
 //!
 //! Invariant: a reference that does not resolve is an error at the line that wrote it.
 
+mod depends;
 mod index;
 mod rules;
 

@@ -22,6 +22,9 @@ pub(super) trait Keys {
     fn passed(&self, key: &ResourceKey) -> bool;
     /// The ingress that routes `route` (host + path) first: the least key among the winners.
     fn first_route(&self, route: &str) -> Option<&ResourceKey>;
+    /// Whether `scope` belongs to another source than the one this load checks (the host
+    /// policy's seal refuses what points there, at its own place).
+    fn foreign(&self, scope: &str) -> bool;
 }
 
 /// When a note was made: the order of the load's diagnostics (before their sort by place).
@@ -50,7 +53,7 @@ pub(super) struct Note {
     pub(super) diagnostic: Diagnostic,
 }
 
-fn error(stage: Stage, diagnostic: Diagnostic) -> Note {
+pub(super) fn error(stage: Stage, diagnostic: Diagnostic) -> Note {
     Note {
         stage,
         error: true,
@@ -148,6 +151,7 @@ pub(super) fn check_one(
     reads: &mut Vec<ResourceKey>,
 ) -> Option<Arc<Resource>> {
     let (ok, resolved) = resolve_references(item, keys, notes, reads);
+    let ok = ok & super::depends::check(key, item, keys, notes, reads);
     let resource = ok.then(|| item.stamped(&resolved));
     if let Spec::Ingress(ingress) = &item.resource.spec {
         check_routes(key, item, ingress, keys, notes, reads);
@@ -215,6 +219,8 @@ fn resolve_references<'k>(
                 }
                 reads.push(asset_key);
             }
+            // `depends::check`'s.
+            Reference::Dependency { .. } => {}
             Reference::Resource { kind, name, field } => {
                 if kind != &Kind::Ingress {
                     notes.push(error(Stage::Check, at_location(at, format!(
@@ -362,7 +368,7 @@ fn display_asset(key: &ResourceKey) -> String {
     }
 }
 
-fn at_location(at: &Diagnostic, message: String) -> Diagnostic {
+pub(super) fn at_location(at: &Diagnostic, message: String) -> Diagnostic {
     Diagnostic {
         message,
         ..at.clone()

@@ -361,6 +361,14 @@ pub(super) async fn put_status<R: Runtime>(
     mut status: ResourceStatus,
 ) -> Result<()> {
     status.updated_at = now_unix();
-    let key = key.clone();
-    blocking(&ctx.store, move |store| store.put_status(&key, &status)).await
+    let ready = status.phase == Phase::Ready;
+    let owner = key.clone();
+    blocking(&ctx.store, move |store| store.put_status(&owner, &status)).await?;
+    // Resources waiting to start after this one look again now (start-up order).
+    if ready {
+        for dependent in ctx.memory.dependents.take(key) {
+            ctx.timer.requeue(dependent);
+        }
+    }
+    Ok(())
 }

@@ -29,6 +29,7 @@ use crate::manifest::spec::{Backup, Container as ContainerSpec, Drain, Init, Spe
 use crate::model::ResourceKey;
 use crate::reconcile::handlers::pins::{self, Pins};
 use crate::reconcile::handlers::rollout_state::{self, Effect, RolloutPhase, Seen, Stage};
+use crate::reconcile::plan::depends;
 use crate::reconcile::plan::gate::NewReplica;
 use crate::reconcile::run::retry;
 use crate::reconcile::{
@@ -36,6 +37,10 @@ use crate::reconcile::{
 };
 use crate::runtime::{Container, Runtime};
 use crate::store::{Desired, FailureReason, Phase, Release, ReleasePhase, ResourceStatus};
+
+/// How soon a resource waiting for its dependencies looks again by itself (a dependency's
+/// `Ready` queues it at once: this covers what the agent forgot in a restart).
+const DEPENDENCY_RECHECK: Duration = Duration::from_secs(10);
 
 /// What a replicated kind brings to the pass.
 pub(super) trait Replicated<R: Runtime>: Send + Sync {
@@ -219,6 +224,20 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
         put_status(ctx, key, status).await?;
         return Ok(action);
     }
+    // Start-up order: a first replica, or a rollout's first, waits until what the resource
+    // depends on is ready (`plan::depends`), before its images and release hooks.
+    let starting = depends::starting(
+        touches_replicas,
+        steps.iter().any(K::is_replace),
+        !observed.actual.is_empty(),
+        observed
+            .actual
+            .iter()
+            .any(|container| pass.kind.is_current(container)),
+    );
+    if starting && let Some(action) = pass.wait_for_dependencies(desired, &observed).await? {
+        return Ok(action);
+    }
     if pass.phase == RolloutPhase::Progressing
         && touches_replicas
         && let Some(action) = pass.before_first_replica(key, &observed).await?
@@ -378,6 +397,55 @@ impl<R: Runtime, K: Replicated<R>> Pass<'_, R, K> {
                     .map(Some)
             }
         }
+    }
+
+    /// A start (`plan::depends::starting`) of a resource whose dependencies are not all
+    /// ready: status says what it waits for, the dependencies' `Ready` queues it
+    /// (`wake::Dependents`), and it looks again after `DEPENDENCY_RECHECK` regardless.
+    async fn wait_for_dependencies(
+        &mut self,
+        desired: &Desired,
+        observed: &Observed,
+    ) -> Result<Option<Action>> {
+        let key = &desired.key;
+        let dependencies = desired
+            .spec
+            .container()
+            .and_then(|container| container.depends_on.as_ref())
+            .map(|depends_on| depends_on.resource_keys(&key.scope))
+            .unwrap_or_default();
+        if dependencies.is_empty() {
+            return Ok(None);
+        }
+        let states = blocking(&self.ctx.store, move |store| {
+            dependencies
+                .into_iter()
+                .map(|dependency| {
+                    let desired = store.desired(&dependency)?;
+                    let status = store.status(&dependency)?;
+                    let state = depends::DependencyState::of(
+                        desired.as_ref().map(|desired| desired.spec_hash.as_str()),
+                        status
+                            .as_ref()
+                            .map(|status| (status.phase, status.spec_hash.as_str())),
+                    );
+                    Ok((dependency, state))
+                })
+                .collect::<crate::store::Result<Vec<_>>>()
+        })
+        .await?;
+        let Some(wait) = depends::wait(true, &states) else {
+            return Ok(None);
+        };
+        self.ctx.memory.dependents.wait(key, &wait.on);
+        tracing::debug!(%key, waiting = %wait.message, "start-up order: not starting yet");
+        self.status.message = wait.message;
+        let status = self
+            .kind
+            .detail(self.ctx, self.status.clone(), observed)
+            .await?;
+        put_status(self.ctx, key, status).await?;
+        Ok(Some(Action::RequeueAfter(DEPENDENCY_RECHECK)))
     }
 
     /// Before the first replica of a rollout is touched: the image, then the release hooks

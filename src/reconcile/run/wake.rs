@@ -2,10 +2,13 @@
 //! (`timer::Timer`): `RouterWake` (the ingress router rebuilds its routes when replicas of a
 //! routed deployment change, and reports back what the proxy serves).
 //!
+//! `Dependents` remembers which resources wait for which to become ready (start-up order),
+//! so the pass recording a dependency `Ready` queues them.
+//!
 //! `OwnRemovals` keeps the other way round: containers the agent removed itself on purpose (a
 //! replica whose start the engine refused), whose events are no drift to repair.
 //!
-//! Invariant: both only trigger; handlers stay level-triggered and read desired and actual
+//! Invariant: they only trigger; handlers stay level-triggered and read desired and actual
 //! state themselves, so a request that arrives twice, late or for a deleted key is harmless.
 
 use std::collections::{HashMap, HashSet};
@@ -237,10 +240,62 @@ impl Superseded {
     }
 }
 
+/// Most dependencies with waiting dependents remembered (beyond, a waiting resource relies on
+/// its own re-check, `handlers::replicated`'s `DEPENDENCY_RECHECK`).
+const DEPENDENCIES_KEPT: usize = 10_000;
+
+/// Resources waiting for a dependency to become ready before they start (`depends_on {
+/// resources }`), by dependency: the pass that records the dependency `Ready` queues them at
+/// once, instead of their waiting for their own re-check.
+#[derive(Debug, Default)]
+pub(crate) struct Dependents {
+    waiting: Mutex<HashMap<ResourceKey, std::collections::BTreeSet<ResourceKey>>>,
+}
+
+impl Dependents {
+    /// `dependent` waits for each of `dependencies`.
+    pub(crate) fn wait(&self, dependent: &ResourceKey, dependencies: &[ResourceKey]) {
+        let mut waiting = crate::base::lock(&self.waiting);
+        for dependency in dependencies {
+            if waiting.len() >= DEPENDENCIES_KEPT && !waiting.contains_key(dependency) {
+                continue;
+            }
+            waiting
+                .entry(dependency.clone())
+                .or_default()
+                .insert(dependent.clone());
+        }
+    }
+
+    /// The resources waiting for `dependency`, forgotten here: it became ready.
+    pub(crate) fn take(&self, dependency: &ResourceKey) -> Vec<ResourceKey> {
+        crate::base::lock(&self.waiting)
+            .remove(dependency)
+            .map(|dependents| dependents.into_iter().collect())
+            .unwrap_or_default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn a_dependency_becoming_ready_hands_over_its_waiters_once() {
+        use crate::model::Kind;
+        let dependents = Dependents::default();
+        let db = ResourceKey::new(Kind::Statefulset, "shop", "db");
+        let cache = ResourceKey::new(Kind::Statefulset, "shop", "cache");
+        let web = ResourceKey::new(Kind::Deployment, "shop", "web");
+        let api = ResourceKey::new(Kind::Deployment, "shop", "api");
+        dependents.wait(&web, &[db.clone(), cache.clone()]);
+        dependents.wait(&api, std::slice::from_ref(&db));
+        dependents.wait(&web, std::slice::from_ref(&db));
+        assert_eq!(dependents.take(&db), vec![api, web.clone()]);
+        assert!(dependents.take(&db).is_empty(), "handed over once");
+        assert_eq!(dependents.take(&cache), vec![web]);
+    }
 
     #[test]
     fn superseded_hooks_are_looked_for_once_per_release() {

@@ -1,6 +1,6 @@
 //! The §2.0 container fields every container kind shares (deployment, statefulset, job,
 //! cronjob, a macro's statefulset): image and its `image_update`, command, env, networks,
-//! `build {}`, `depends_on {}`, `resources {}` and `logs {}`, each checked at its line.
+//! `build {}`, `depends_on {}` (assets, and the resources it starts after), `resources {}` and `logs {}`, each checked at its line.
 
 use std::collections::BTreeMap;
 
@@ -12,12 +12,12 @@ use super::checks::{check_at_most, check_items};
 use super::env::env_files;
 use crate::manifest::interpolate::{Reference, is_ref_segment};
 use crate::manifest::spec::bounds::{
-    MAX_CPUS, MAX_IMAGE_SCAN_INTERVAL, MAX_LOG_FILES, MAX_LOG_SIZE, MAX_MEMORY, MAX_ULIMIT,
-    MIN_MEMORY, show_duration,
+    MAX_CPUS, MAX_DEPENDENCIES, MAX_DEPENDENCY_ENTRY, MAX_IMAGE_SCAN_INTERVAL, MAX_LOG_FILES,
+    MAX_LOG_SIZE, MAX_MEMORY, MAX_ULIMIT, MIN_MEMORY, show_duration,
 };
 use crate::manifest::spec::{
     Build, Container, DependsOn, ImageUpdate, Lang, Limits, Logs, MIN_IMAGE_SCAN_INTERVAL,
-    Resources,
+    Resources, parse_dependency,
 };
 use crate::model::{DockerOptions, parse_go_duration};
 
@@ -206,8 +206,65 @@ fn depends_on(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>) -> Option<DependsOn> {
             ),
         }
     }
+    let resources = d.strings(cx, "resources").unwrap_or_default();
+    dependencies(cx, &d, &resources);
     d.finish(cx);
-    Some(DependsOn { assets })
+    Some(DependsOn { assets, resources })
+}
+
+/// `depends_on { resources = ["kind/scope/name", "kind/name", …] }` (an extension): bounded,
+/// each entry parsed (a deployment or a statefulset) and recorded as a reference where it is
+/// written; whether it is declared, in a scope of this source, and free of cycles is the
+/// cross-resource checks'.
+fn dependencies(cx: &mut DecodeCx<'_>, d: &Reader<'_>, resources: &[String]) {
+    if resources.len() > MAX_DEPENDENCIES {
+        cx.error(
+            d.span_of("resources"),
+            format!(
+                "`{}` lists {} resources, above the limit of {MAX_DEPENDENCIES}: depend on fewer",
+                d.field("resources"),
+                resources.len()
+            ),
+        );
+        return;
+    }
+    for (index, entry) in resources.iter().enumerate() {
+        let span = d.item_span("resources", index);
+        let field = d.field("resources");
+        if entry.len() > MAX_DEPENDENCY_ENTRY {
+            cx.error(
+                span,
+                format!(
+                    "`{field}[{index}]` is {} bytes long, above the limit of {MAX_DEPENDENCY_ENTRY}: write `kind/scope/name`",
+                    entry.len()
+                ),
+            );
+            continue;
+        }
+        if resources[..index].contains(entry) {
+            cx.error(
+                span,
+                format!("`{field}[{index}]` {entry:?} is listed twice: list each resource once"),
+            );
+            continue;
+        }
+        // `kind/name` takes the dependent's scope at the checks.
+        match parse_dependency(entry, "") {
+            Ok(key) => {
+                let scope = (entry.matches('/').count() == 2).then(|| key.scope.clone());
+                cx.record_reference(
+                    Reference::Dependency {
+                        kind: key.kind,
+                        scope,
+                        name: key.name.clone(),
+                        entry: entry.clone(),
+                    },
+                    span,
+                );
+            }
+            Err(problem) => cx.error(span, format!("`{field}[{index}]` {entry:?}: {problem}")),
+        }
+    }
 }
 
 /// `logs { max_size max_files }`, bounded.
