@@ -24,6 +24,7 @@ use crate::assets::{self, UrlCache};
 use crate::git::{Source, TrustedKeys, VerifyMode};
 use crate::manifest::spec::Spec;
 use crate::manifest::triggers::{self, Decision, Situation, Trigger, Verdict};
+use crate::manifest::window::{self, Gate, WindowRule};
 use crate::manifest::{self, Diagnostic, Diagnostics, LoadOptions, Mode, Policy, Vars};
 use crate::model::policy::{OwnedPaths, resolve_on_host};
 use crate::model::scopes::Ownership;
@@ -47,6 +48,13 @@ pub enum SyncOutcome {
     Rejected {
         commit: CommitSha,
         diagnostics: Diagnostics,
+    },
+    /// Accepted, but a deploy window or a freeze holds it (`manifest::window`): the last
+    /// applied commit keeps running until `until` (when known), `why`.
+    Held {
+        commit: CommitSha,
+        until: Option<i64>,
+        why: String,
     },
 }
 
@@ -86,6 +94,8 @@ pub struct SyncOptions {
     /// Which source may deploy which scope (`--sources`); the single `--repo` source owns
     /// every scope.
     pub ownership: Arc<Ownership>,
+    /// This source's deploy windows (`window` blocks, `--window`); empty: always open.
+    pub windows: Vec<WindowRule>,
 }
 
 /// `--verify-commits` and the keys it trusts.
@@ -148,6 +158,7 @@ impl SyncOptions {
             trust: None,
             keyring: Arc::new(Keyring::default()),
             ownership: Arc::new(Ownership::single()),
+            windows: Vec::new(),
         }
     }
 }
@@ -294,7 +305,10 @@ impl Syncer {
         let mut last_seen = crate::base::lock(&self.last_seen);
         let config_version = self.store.config_version()?;
         let seen = (commit.clone(), config_version);
-        if last_seen.as_ref() == Some(&seen) && !self.store.approvals_pending()? {
+        if last_seen.as_ref() == Some(&seen)
+            && !self.store.approvals_pending()?
+            && !self.hold_due()?
+        {
             return Ok(SyncOutcome::Unchanged(commit));
         }
         let outcome = self.load_and_apply(&commit, who);
@@ -306,6 +320,9 @@ impl Syncer {
         }
         crate::git::give_memory_back();
         let outcome = outcome?;
+        if let SyncOutcome::Applied { commit, .. } = &outcome {
+            self.store.clear_hold(commit)?;
+        }
         // Generated secrets bump the config version: remember the version after them.
         *last_seen = Some((commit, self.store.config_version()?));
         Ok(outcome)
@@ -536,6 +553,22 @@ impl Syncer {
         if !refused.is_empty() {
             return self.reject(commit, who, refused, decision);
         }
+        // Accepted: a closed deploy window or a freeze holds it here, before anything of it
+        // is written.
+        if let Gate::Closed { until, why, frozen } = self.gate(commit, decision)? {
+            if self.store.record_hold(commit, until, &why, frozen)? {
+                tracing::info!(
+                    commit = commit.short(),
+                    until = until.map(window::rfc3339),
+                    "commit held: {why}"
+                );
+            }
+            return Ok(SyncOutcome::Held {
+                commit: commit.clone(),
+                until,
+                why,
+            });
+        }
         for request in &manifest.secrets {
             let (scope, name) = &request.bucket;
             if self
@@ -591,6 +624,35 @@ impl Syncer {
                 .map(|decision| decision.outcomes.clone())
                 .unwrap_or_default(),
         })
+    }
+
+    /// Whether `commit` may be applied now: this source's windows, the windows of the triggers
+    /// `decision` fires, and a freeze in force; open for a commit `approve --now` released.
+    fn gate(&self, commit: &CommitSha, decision: Option<&Decision>) -> Result<Gate, Error> {
+        let hold = self.store.hold()?;
+        if hold.is_some_and(|hold| &hold.commit == commit && hold.released_by.is_some()) {
+            return Ok(Gate::Open);
+        }
+        let now = crate::store::now_unix();
+        let freeze = self.store.freeze_in_force(now)?;
+        let mut rule_sets: Vec<&[WindowRule]> = vec![&self.options.windows];
+        if let Some(decision) = decision {
+            rule_sets.extend(decision.firing_windows());
+        }
+        Ok(window::gate(&rule_sets, freeze.as_ref(), now))
+    }
+
+    /// Whether the held commit is due again although the branch did not move: released by
+    /// `approve --now`, its window's opening reached, or its freeze lifted.
+    fn hold_due(&self) -> Result<bool, Error> {
+        let Some(hold) = self.store.hold()? else {
+            return Ok(false);
+        };
+        let now = crate::store::now_unix();
+        Ok(hold.released_by.is_some()
+            || hold.until.is_some_and(|until| until <= now)
+            || (hold.frozen && self.store.freeze_in_force(now)?.is_none())
+            || (!hold.frozen && self.store.freeze_in_force(now)?.is_some()))
     }
 
     /// Loads the commit's manifests with this source's variables (only the buckets of its own

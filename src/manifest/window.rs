@@ -266,9 +266,9 @@ pub fn gate(rule_sets: &[&[WindowRule]], freeze: Option<&Freeze>, now: i64) -> G
     }
 }
 
-/// Unix seconds as RFC 3339 in UTC (`2026-07-10T07:00:00+00:00`).
+/// Unix seconds as RFC 3339 in UTC (`2026-07-10T07:00:00Z`), as `status` shows times.
 pub fn rfc3339(at: i64) -> String {
-    utc(at).map_or_else(|| at.to_string(), |time| time.to_rfc3339())
+    crate::base::rfc3339_seconds(at)
 }
 
 /// A freeze's end as `--until` takes it: an RFC 3339 time, or a duration from `now` (`2h`).
@@ -401,7 +401,7 @@ mod tests {
             panic!("open while frozen");
         };
         assert_eq!(until, Some(at("2026-11-27T13:00:00Z")));
-        assert_eq!(why, "frozen until 2026-11-27T12:00:00+00:00: sale");
+        assert_eq!(why, "frozen until 2026-11-27T12:00:00Z: sale");
         // Ended: the windows alone decide.
         assert_eq!(
             gate(&[], Some(&two_hours), at("2026-11-27T12:00:00Z")),

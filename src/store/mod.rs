@@ -10,7 +10,8 @@
 //! commit did), `desired.rs` (desired state, the journal, cursors), `releases.rs` (releases,
 //! rollback, pins), `status.rs` and `detail.rs` (per-resource status), `runs.rs` (job runs,
 //! cron state, readiness), `secrets.rs` (config buckets, blobs), `health.rs` (the agent's own
-//! health), `triggers.rs` (deploy triggers: firings, holds, approvals), `activity.rs` (the
+//! health), `triggers.rs` (deploy triggers: firings, holds, approvals), `holds.rs` (deploy windows' and
+//! freezes' held commits, freezes), `activity.rs` (the
 //! activity log, written in the transaction of the change it records); this file opens the database and runs `schema.rs`'s migrations.
 //!
 //! Calls block: async callers run them on `spawn_blocking`. The connection sits behind a std
@@ -24,6 +25,7 @@ mod desired;
 mod detail;
 mod error;
 mod health;
+mod holds;
 mod images;
 mod meta;
 mod outbox;
@@ -54,6 +56,7 @@ pub use detail::{
 };
 pub(crate) use error::{Error, Result};
 pub use health::{HEALTH_ENGINE, HEALTH_FETCH, Health};
+pub use holds::{EVERY_SOURCE, FreezeRecord, Hold, Released};
 pub use images::{ImageScan, ImageUpdateRow, next_scan};
 pub(crate) use meta::{META_HOST_SELECTION, META_RUNTIME};
 pub use outbox::{EVENTS, Event, SinkState};
