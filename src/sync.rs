@@ -6,8 +6,13 @@
 //! (`manifest::triggers`): each trigger's file at the commit it last fired, after a tree diff
 //! from the last applied commit says which fire now.
 //!
-//! Invariants: an unchanged SHA with unchanged buckets and no approved hold ends the sync after
-//! the ref negotiation, one read of the config version and one of the approvals (no tree walk;
+//! A deploy window or a freeze (`manifest::window`, `store/holds.rs`) holds an accepted commit
+//! before anything of it is written (`SyncOutcome::Held`); it is loaded again when its hold is
+//! due (the opening reached, the freeze lifted, `approve --now`), or when the branch moves.
+//!
+//! Invariants: an unchanged SHA with unchanged buckets, no approved hold and no due held commit
+//! ends the sync after the ref negotiation, one read of the config version, one of the approvals
+//! and one of the held commit (no tree walk;
 //! the only store write is the one-row upsert recording the fetch's outcome for `status`); a
 //! commit is applied in
 //! one store transaction or recorded as rejected with all its diagnostics, never half-applied;
@@ -320,9 +325,6 @@ impl Syncer {
         }
         crate::git::give_memory_back();
         let outcome = outcome?;
-        if let SyncOutcome::Applied { commit, .. } = &outcome {
-            self.store.clear_hold(commit)?;
-        }
         // Generated secrets bump the config version: remember the version after them.
         *last_seen = Some((commit, self.store.config_version()?));
         Ok(outcome)
@@ -520,6 +522,8 @@ impl Syncer {
         unsigned: bool,
     ) -> Result<SyncOutcome, Error> {
         let diagnostics = Diagnostics(bounded(problems));
+        // The tip is rejected: a commit held before it would never apply.
+        self.store.drop_hold()?;
         self.store.reject_commit_as(
             commit,
             &diagnostics,

@@ -810,6 +810,51 @@ source "shop" {
     }
 
     #[test]
+    fn window_blocks_give_a_source_its_deploy_windows() -> Result<(), Diagnostics> {
+        let sources = parse(
+            "sources.hcl",
+            "source \"shop\" {\n  url = \"/r\"\n  scopes = [\"shop\"]\n  window \"business\" {\n    kind = \"allow\"\n    schedule = \"0 9 * * 1-5\"\n    timezone = \"Europe/Berlin\"\n    duration = \"8h\"\n  }\n  window \"sale\" {\n    kind = \"deny\"\n    schedule = \"@daily\"\n    duration = \"1h\"\n  }\n}\n",
+            MINUTE,
+        )?;
+        let described: Vec<String> = sources[0]
+            .windows
+            .iter()
+            .map(|rule| format!("{} {}", rule.name, rule.describe()))
+            .collect();
+        assert_eq!(
+            described,
+            [
+                "business allow 0 9 * * 1-5 8h Europe/Berlin",
+                "sale deny @daily 1h UTC"
+            ]
+        );
+        for (window, expected) in [
+            (
+                "  window \"w\" {\n    kind = \"allow\"\n    schedule = \"0 25 * * *\"\n    duration = \"1h\"\n  }\n",
+                "sources.hcl:6:16: source \"a\": window \"w\": window schedule \"0 25 * * *\"",
+            ),
+            (
+                "  window \"w\" {\n    kind = \"allow\"\n    schedule = \"0 9 * * *\"\n    duration = \"soon\"\n  }\n",
+                "sources.hcl:7:16: source \"a\": window \"w\": window duration \"soon\"",
+            ),
+            (
+                "  window \"w\" {\n    kind = \"allow\"\n  }\n",
+                "sources.hcl:4:3: source \"a\": window \"w\" needs `kind`",
+            ),
+            (
+                "  window \"w\" {\n    kind = \"allow\"\n    schedule = \"0 9 * * *\"\n    duration = \"1h\"\n    zone = \"UTC\"\n  }\n",
+                "sources.hcl:8:5: source \"a\": window \"w\": unknown attribute `zone`",
+            ),
+        ] {
+            let got = problems(&format!(
+                "source \"a\" {{\n  url = \"/r\"\n  scopes = [\"a\"]\n{window}}}\n"
+            ));
+            assert!(got.starts_with(expected), "{window}: {got}");
+        }
+        Ok(())
+    }
+
+    #[test]
     fn each_mistake_names_its_line_and_column_and_what_to_write() {
         let cases: &[(&str, &str)] = &[
             (

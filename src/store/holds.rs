@@ -4,8 +4,8 @@
 //!
 //! Invariants: one hold per source, the newest accepted commit (a newer one replaces it, and
 //! the activity log says so once per held commit); `freeze`, `unfreeze` and `approve --now`
-//! each write their row and its activity-log row in one transaction; the agent clears a hold
-//! when it applies a commit of that source, recording what released it; reasons are cut to
+//! each write their row and its activity-log row in one transaction; a hold is cleared in
+//! the transaction that applies a commit of its source, recording what released it; reasons are cut to
 //! [`MAX_REASON_BYTES`].
 
 use rusqlite::{OptionalExtension as _, params};
@@ -222,32 +222,11 @@ impl Store {
         })
     }
 
-    /// Forgets this source's hold once `applied` is applied; recorded in the activity log as
-    /// what let the held commit through when it is that commit.
-    pub(crate) fn clear_hold(&self, applied: &CommitSha) -> Result<()> {
-        let Some(hold) = self.hold()? else {
-            return Ok(());
-        };
-        let who = self.who.clone();
+    /// Forgets this source's hold without applying it: the branch's tip was rejected, so the
+    /// held commit (older, or that very one) is no longer what would apply.
+    pub(crate) fn drop_hold(&self) -> Result<()> {
         self.with(|connection| {
-            let tx = connection.transaction()?;
-            tx.execute("DELETE FROM holds WHERE source = ?1", params![self.source])?;
-            if &hold.commit == applied {
-                let message = match &hold.released_by {
-                    Some(by) if by.is_empty() => "held commit applied: approve --now".to_owned(),
-                    Some(by) => format!("held commit applied: approve --now by {by}"),
-                    None if hold.frozen => "held commit applied: the freeze ended".to_owned(),
-                    None => "held commit applied: its deploy window opened".to_owned(),
-                };
-                let mut entry = Entry::new("commit.release", &who, ActivityOutcome::Succeeded);
-                entry.commit = Some(applied);
-                entry.source = &self.source;
-                entry.message = &message;
-                entry.data =
-                    serde_json::json!({ "held_since": hold.since, "held_for": hold.reason });
-                activity::record(&tx, &entry)?;
-            }
-            tx.commit()?;
+            connection.execute("DELETE FROM holds WHERE source = ?1", params![self.source])?;
             Ok(())
         })
     }
@@ -296,4 +275,40 @@ impl Store {
             Ok(held)
         })
     }
+}
+
+/// Forgets `source`'s hold in the transaction that applies `applied`; recorded in the
+/// activity log as what let the held commit through when it is that commit.
+pub(super) fn clear_in(
+    tx: &rusqlite::Transaction<'_>,
+    source: &str,
+    applied: &CommitSha,
+    who: &super::Who,
+) -> rusqlite::Result<()> {
+    let hold: Option<(String, i64, String, bool, Option<String>, Option<i64>)> = tx
+        .query_row(
+            "SELECT sha, since, reason, frozen, released_by, released_at FROM holds WHERE source = ?1",
+            params![source],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?)),
+        )
+        .optional()?;
+    let Some((sha, since, reason, frozen, released_by, released_at)) = hold else {
+        return Ok(());
+    };
+    tx.execute("DELETE FROM holds WHERE source = ?1", params![source])?;
+    if sha != applied.as_str() {
+        return Ok(());
+    }
+    let message = match (released_at, released_by.unwrap_or_default()) {
+        (Some(_), by) if by.is_empty() => "held commit applied: approve --now".to_owned(),
+        (Some(_), by) => format!("held commit applied: approve --now by {by}"),
+        (None, _) if frozen => "held commit applied: the freeze ended".to_owned(),
+        (None, _) => "held commit applied: its deploy window opened".to_owned(),
+    };
+    let mut entry = Entry::new("commit.release", who, ActivityOutcome::Succeeded);
+    entry.commit = Some(applied);
+    entry.source = source;
+    entry.message = &message;
+    entry.data = serde_json::json!({ "held_since": since, "held_for": reason });
+    activity::record(tx, &entry)
 }

@@ -60,3 +60,4 @@ mod triggers;
 mod triggers_docker;
 mod upgrade_docker;
 mod url_fetch;
+mod windows;
