@@ -100,7 +100,7 @@ fn mistakes_are_reported_at_their_position() {
         ),
         (
             "on:\n  pull_request:\n    branches: [main]\napply:\n  file: voodu.hcl\njobs: {}\n",
-            ".voodu/api.yml:6:1: unknown key \"jobs\" in the trigger file (known: name, on, apply, deploy)\n.voodu/api.yml:2:3: unknown key \"pull_request\" in on (known: push)\n.voodu/api.yml:1:1: on.push needs branches or tags: a trigger that matches nothing never fires",
+            ".voodu/api.yml:6:1: unknown key \"jobs\" in the trigger file (known: name, on, apply, deploy, window)\n.voodu/api.yml:2:3: unknown key \"pull_request\" in on (known: push)\n.voodu/api.yml:1:1: on.push needs branches or tags: a trigger that matches nothing never fires",
         ),
         (
             "- a\n- b\n",
@@ -480,7 +480,7 @@ fn a_file_named_by_two_triggers_is_read_at_the_newest_firing_and_deleted_trigger
 
 #[test]
 fn a_window_key_holds_the_firings_of_its_trigger_only() {
-    let text = "on:\n  push:\n    branches: [main]\napply:\n  file: apps/api/voodu.hcl\nwindow:\n  - name: lunch\n    kind: deny\n    schedule: \"0 12 * * *\"\n    timezone: Europe/Berlin\n    duration: 1h\n";
+    let text = "on:\n  push:\n    branches: [main]\n    paths: [\"apps/api/**\"]\napply:\n  file: apps/api/voodu.hcl\nwindow:\n  - name: lunch\n    kind: deny\n    schedule: \"0 12 * * *\"\n    timezone: Europe/Berlin\n    duration: 1h\n";
     let windowed =
         parse(".voodu/api.yml", text.as_bytes()).unwrap_or_else(|errors| panic!("{errors:?}"));
     assert_eq!(windowed.windows.len(), 1);
