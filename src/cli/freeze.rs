@@ -102,7 +102,9 @@ fn check_source(store: &crate::store::Store, target: &str) -> anyhow::Result<()>
         .into_iter()
         .map(|source| source.name)
         .collect();
-    if !known.iter().any(|name| name == target) && !(target.is_empty() && known.is_empty()) {
+    let followed =
+        known.iter().any(|name| name == target) || (target.is_empty() && known.is_empty());
+    if !followed {
         anyhow::bail!(
             "the agent follows no source {} (its sources: {})",
             escape(target),

@@ -139,29 +139,7 @@ impl Store {
 
     /// The commit this handle's source holds, if any.
     pub fn hold(&self) -> Result<Option<Hold>> {
-        self.with(|connection| {
-            Ok(connection
-                .query_row(
-                    "SELECT sha, since, until, reason, frozen, released_by, released_at
-                     FROM holds WHERE source = ?1",
-                    params![self.source],
-                    |row| {
-                        Ok(Hold {
-                            commit: CommitSha::new(row.get::<_, String>(0)?),
-                            since: row.get(1)?,
-                            until: row.get(2)?,
-                            reason: row.get(3)?,
-                            frozen: row.get(4)?,
-                            released_by: row
-                                .get::<_, Option<i64>>(6)?
-                                .map(|_| row.get::<_, Option<String>>(5))
-                                .transpose()?
-                                .map(Option::unwrap_or_default),
-                        })
-                    },
-                )
-                .optional()?)
-        })
+        self.with(|connection| Ok(read_hold(connection, &self.source)?))
     }
 
     /// Holds `commit` for this handle's source (replacing an older hold), recorded in the
@@ -285,30 +263,48 @@ pub(super) fn clear_in(
     applied: &CommitSha,
     who: &super::Who,
 ) -> rusqlite::Result<()> {
-    let hold: Option<(String, i64, String, bool, Option<String>, Option<i64>)> = tx
-        .query_row(
-            "SELECT sha, since, reason, frozen, released_by, released_at FROM holds WHERE source = ?1",
-            params![source],
-            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?)),
-        )
-        .optional()?;
-    let Some((sha, since, reason, frozen, released_by, released_at)) = hold else {
+    let Some(hold) = read_hold(tx, source)? else {
         return Ok(());
     };
     tx.execute("DELETE FROM holds WHERE source = ?1", params![source])?;
-    if sha != applied.as_str() {
+    if &hold.commit != applied {
         return Ok(());
     }
-    let message = match (released_at, released_by.unwrap_or_default()) {
-        (Some(_), by) if by.is_empty() => "held commit applied: approve --now".to_owned(),
-        (Some(_), by) => format!("held commit applied: approve --now by {by}"),
-        (None, _) if frozen => "held commit applied: the freeze ended".to_owned(),
-        (None, _) => "held commit applied: its deploy window opened".to_owned(),
+    let message = match &hold.released_by {
+        Some(by) if by.is_empty() => "held commit applied: approve --now".to_owned(),
+        Some(by) => format!("held commit applied: approve --now by {by}"),
+        None if hold.frozen => "held commit applied: the freeze ended".to_owned(),
+        None => "held commit applied: its deploy window opened".to_owned(),
     };
     let mut entry = Entry::new("commit.release", who, ActivityOutcome::Succeeded);
     entry.commit = Some(applied);
     entry.source = source;
     entry.message = &message;
-    entry.data = serde_json::json!({ "held_since": since, "held_for": reason });
+    entry.data = serde_json::json!({ "held_since": hold.since, "held_for": hold.reason });
     activity::record(tx, &entry)
+}
+
+/// `source`'s hold as stored.
+fn read_hold(connection: &rusqlite::Connection, source: &str) -> rusqlite::Result<Option<Hold>> {
+    connection
+        .query_row(
+            "SELECT sha, since, until, reason, frozen, released_by, released_at
+             FROM holds WHERE source = ?1",
+            params![source],
+            |row| {
+                Ok(Hold {
+                    commit: CommitSha::new(row.get::<_, String>(0)?),
+                    since: row.get(1)?,
+                    until: row.get(2)?,
+                    reason: row.get(3)?,
+                    frozen: row.get(4)?,
+                    released_by: row
+                        .get::<_, Option<i64>>(6)?
+                        .map(|_| row.get::<_, Option<String>>(5))
+                        .transpose()?
+                        .map(Option::unwrap_or_default),
+                })
+            },
+        )
+        .optional()
 }
