@@ -101,6 +101,35 @@ pub struct SyncOptions {
     pub ownership: Arc<Ownership>,
     /// This source's deploy windows (`window` blocks, `--window`); empty: always open.
     pub windows: Vec<WindowRule>,
+    /// The wall clock windows and freezes are judged by (tests set their own).
+    pub clock: Clock,
+}
+
+/// A wall clock in Unix seconds: the system's by default.
+#[derive(Clone)]
+pub struct Clock(Arc<dyn Fn() -> i64 + Send + Sync>);
+
+impl Clock {
+    /// A clock reading `now` (a test's).
+    pub fn new(now: impl Fn() -> i64 + Send + Sync + 'static) -> Clock {
+        Clock(Arc::new(now))
+    }
+
+    pub(crate) fn now(&self) -> i64 {
+        (self.0)()
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Clock {
+        Clock::new(crate::store::now_unix)
+    }
+}
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Clock")
+    }
 }
 
 /// `--verify-commits` and the keys it trusts.
@@ -164,6 +193,7 @@ impl SyncOptions {
             keyring: Arc::new(Keyring::default()),
             ownership: Arc::new(Ownership::single()),
             windows: Vec::new(),
+            clock: Clock::default(),
         }
     }
 }
@@ -637,7 +667,7 @@ impl Syncer {
         if hold.is_some_and(|hold| &hold.commit == commit && hold.released_by.is_some()) {
             return Ok(Gate::Open);
         }
-        let now = crate::store::now_unix();
+        let now = self.options.clock.now();
         let freeze = self.store.freeze_in_force(now)?;
         let mut rule_sets: Vec<&[WindowRule]> = vec![&self.options.windows];
         if let Some(decision) = decision {
@@ -652,7 +682,7 @@ impl Syncer {
         let Some(hold) = self.store.hold()? else {
             return Ok(false);
         };
-        let now = crate::store::now_unix();
+        let now = self.options.clock.now();
         Ok(hold.released_by.is_some()
             || hold.until.is_some_and(|until| until <= now)
             || (hold.frozen && self.store.freeze_in_force(now)?.is_none())

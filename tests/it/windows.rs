@@ -6,10 +6,15 @@
 //! running agent.
 
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
+use voodu_agent::git::{Source, SourceOptions};
 use voodu_agent::manifest::window::WindowRule;
 use voodu_agent::model::{Kind, ResourceKey};
+use voodu_agent::store::{Origin, Store, Who};
+use voodu_agent::sync::{Clock, SyncOptions, SyncOutcome, Syncer};
 
 use crate::support::{TempRepo, TestAgent, TestAgentOptions, TestResult};
 
@@ -78,6 +83,112 @@ fn activity(agent: &TestAgent) -> TestResult<Vec<String>> {
             )
         })
         .collect())
+}
+
+fn at(text: &str) -> TestResult<i64> {
+    Ok(chrono::DateTime::parse_from_rfc3339(text)?.timestamp())
+}
+
+/// The sync stage with its clock injected (no waiting): a commit inside a deny window is
+/// accepted and held until the window ends, loaded again only once that time is reached, and
+/// then applied with no new commit; meanwhile a newer commit replaces the held one and a bad
+/// one is rejected at once with its location (dropping the hold).
+#[test]
+fn the_sync_stage_holds_a_commit_until_its_clock_reaches_the_opening() -> TestResult {
+    let clock = Arc::new(AtomicI64::new(at("2026-11-27T12:10:00Z")?));
+    let repo = TempRepo::new()?;
+    repo.write("deploy/api.hcl", &deployment("1"))?;
+    let first = repo.commit("v1")?;
+    let data = tempfile::tempdir()?;
+    let store = Arc::new(Store::open(&data.path().join("state.db"))?);
+    let source = Source::new(
+        SourceOptions {
+            url: repo.url(),
+            branch: "main".to_owned(),
+            ..Default::default()
+        },
+        data.path(),
+    );
+    let mut options = SyncOptions::new(data.path().to_owned());
+    options.windows = vec![WindowRule::new("lunch", "deny", "0 12 * * *", "UTC", "1h")?];
+    options.clock = Clock::new({
+        let clock = clock.clone();
+        move || clock.load(Ordering::SeqCst)
+    });
+    let syncer = Syncer::new(source, Arc::clone(&store), options)?;
+    let sync = || syncer.sync_once_as(&AtomicBool::new(false), &Who::new(Origin::Poll, None));
+    let set = |text: &str| -> TestResult {
+        clock.store(at(text)?, Ordering::SeqCst);
+        Ok(())
+    };
+    let one = at("2026-11-27T13:00:00Z")?;
+    match sync()? {
+        SyncOutcome::Held { commit, until, why } => {
+            assert_eq!(commit.as_str(), first);
+            assert_eq!(until, Some(one));
+            assert!(why.starts_with("inside the deny window \"lunch\""), "{why}");
+        }
+        other => return Err(format!("expected held, got {other:?}").into()),
+    }
+    assert!(store.commit_summary()?.last_applied.is_none());
+    set("2026-11-27T12:59:59Z")?;
+    assert!(
+        matches!(sync()?, SyncOutcome::Unchanged(_)),
+        "not due before the opening"
+    );
+    set("2026-11-27T13:00:00Z")?;
+    match sync()? {
+        SyncOutcome::Applied { commit, .. } => assert_eq!(commit.as_str(), first),
+        other => return Err(format!("expected applied at the opening, got {other:?}").into()),
+    }
+    assert!(store.hold()?.is_none());
+
+    // The next day's window: a newer commit replaces the held one.
+    set("2026-11-28T12:05:00Z")?;
+    repo.write("deploy/api.hcl", &deployment("2"))?;
+    let second = repo.commit("v2")?;
+    assert!(matches!(sync()?, SyncOutcome::Held { .. }));
+    repo.write("deploy/api.hcl", &deployment("3"))?;
+    let third = repo.commit("v3")?;
+    assert!(matches!(sync()?, SyncOutcome::Held { .. }));
+    let hold = store.hold()?.ok_or("held")?;
+    assert_eq!(hold.commit.as_str(), third);
+    let (rows, _) = store.activity(0, 100)?;
+    let replaced = rows
+        .iter()
+        .find(|row| {
+            row.action == "commit.hold" && row.commit.as_ref().is_some_and(|c| c.as_str() == third)
+        })
+        .ok_or("the hold of the third commit is logged")?;
+    assert_eq!(replaced.data["replaces"], second.as_str());
+    // A bad commit is rejected at once, inside the window, with its location.
+    repo.write(
+        "deploy/api.hcl",
+        "deployment \"shop\" \"api\" {\n  imge = \"x\"\n}\n",
+    )?;
+    let bad = repo.commit("typo")?;
+    match sync()? {
+        SyncOutcome::Rejected {
+            commit,
+            diagnostics,
+        } => {
+            assert_eq!(commit.as_str(), bad);
+            assert!(
+                diagnostics.to_string().contains("deploy/api.hcl:2:3"),
+                "{diagnostics}"
+            );
+        }
+        other => return Err(format!("expected rejected, got {other:?}").into()),
+    }
+    assert!(store.hold()?.is_none(), "a rejected tip drops the hold");
+    assert_eq!(
+        store
+            .commit_summary()?
+            .last_applied
+            .map(|record| record.sha.to_string()),
+        Some(first)
+    );
+    Ok(())
 }
 
 /// Issue 52 acceptance 3: a window that opens about a minute after the push holds the commit
