@@ -37,6 +37,20 @@ pub(super) fn run(data_dir: &Path, args: &ApproveArgs) -> anyhow::Result<ExitCod
     let approved = match store.approve(&args.sha) {
         // `--now` on a commit only a window or a freeze holds.
         Err(crate::store::Error::NotHeld { .. }) if !released.is_empty() => Vec::new(),
+        Err(error @ crate::store::Error::NotHeld { .. }) => {
+            let held = store.held_commits()?;
+            if held.is_empty() {
+                return Err(error.into());
+            }
+            let held: Vec<String> = held
+                .iter()
+                .map(|hold| hold.commit.short().to_owned())
+                .collect();
+            anyhow::bail!(
+                "{error}; a deploy window or a freeze holds {}: `voodu-agent approve --now SHA` applies it now",
+                held.join(", ")
+            );
+        }
         other => other?,
     };
     drop(store);

@@ -200,6 +200,21 @@ impl Store {
         })
     }
 
+    /// Every source's held commit, as `(source, commit)`.
+    pub fn held_commits(&self) -> Result<Vec<Released>> {
+        self.with(|connection| {
+            let mut statement =
+                connection.prepare("SELECT source, sha FROM holds ORDER BY source")?;
+            let rows = statement.query_map([], |row| {
+                Ok(Released {
+                    source: row.get(0)?,
+                    commit: CommitSha::new(row.get::<_, String>(1)?),
+                })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
     /// Forgets this source's hold without applying it: the branch's tip was rejected, so the
     /// held commit (older, or that very one) is no longer what would apply.
     pub(crate) fn drop_hold(&self) -> Result<()> {
