@@ -61,3 +61,4 @@ mod triggers_docker;
 mod upgrade_docker;
 mod url_fetch;
 mod windows;
+mod windows_docker;
