@@ -400,6 +400,7 @@ pub(super) fn check(args: &RunArgs) -> anyhow::Result<()> {
         source_options(args)?.check()?;
     }
     args.policy.to_policy()?;
+    window_rules(&args.windows)?;
     let secret = args
         .webhook_secret_file
         .as_deref()
