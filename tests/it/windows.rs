@@ -191,6 +191,85 @@ fn the_sync_stage_holds_a_commit_until_its_clock_reaches_the_opening() -> TestRe
     Ok(())
 }
 
+/// A syncer over `repo` on a fresh data dir whose clock reads `clock`, with `windows`.
+fn syncer(
+    repo: &TempRepo,
+    clock: &Arc<AtomicI64>,
+    windows: Vec<WindowRule>,
+) -> TestResult<(tempfile::TempDir, Arc<Store>, Syncer)> {
+    let data = tempfile::tempdir()?;
+    let store = Arc::new(Store::open(&data.path().join("state.db"))?);
+    let source = Source::new(
+        SourceOptions {
+            url: repo.url(),
+            branch: "main".to_owned(),
+            ..Default::default()
+        },
+        data.path(),
+    );
+    let mut options = SyncOptions::new(data.path().to_owned());
+    options.windows = windows;
+    options.clock = Clock::new({
+        let clock = clock.clone();
+        move || clock.load(Ordering::SeqCst)
+    });
+    let syncer = Syncer::new(source, Arc::clone(&store), options)?;
+    Ok((data, store, syncer))
+}
+
+/// A trigger file's `window:` holds the commits that fire that trigger, and only those: a
+/// commit firing only another trigger applies at once.
+#[test]
+fn a_trigger_files_window_holds_only_the_commits_that_fire_it() -> TestResult {
+    let clock = Arc::new(AtomicI64::new(at("2026-11-27T12:10:00Z")?));
+    let repo = TempRepo::new()?;
+    repo.write(
+        ".voodu/api.yml",
+        "on:\n  push:\n    branches: [main]\n    paths: [\"apps/api/**\"]\napply:\n  file: deploy/api.hcl\nwindow:\n  - name: lunch\n    kind: deny\n    schedule: \"0 12 * * *\"\n    duration: 1h\n",
+    )?;
+    repo.write(
+        ".voodu/web.yml",
+        "on:\n  push:\n    branches: [main]\n    paths: [\"apps/web/**\"]\napply:\n  file: deploy/web.hcl\n",
+    )?;
+    repo.write("deploy/api.hcl", &deployment("1"))?;
+    repo.write(
+        "deploy/web.hcl",
+        &deployment("1").replace("\"api\"", "\"web\""),
+    )?;
+    repo.write("apps/api/main.go", "1")?;
+    repo.write("apps/web/index.html", "1")?;
+    let first = repo.commit("both")?;
+    let (_data, store, syncer) = syncer(&repo, &clock, Vec::new())?;
+    let sync = || syncer.sync_once_as(&AtomicBool::new(false), &Who::new(Origin::Poll, None));
+    // The first commit fires both: api's lunch window holds it.
+    match sync()? {
+        SyncOutcome::Held { commit, until, why } => {
+            assert_eq!(commit.as_str(), first);
+            assert_eq!(until, Some(at("2026-11-27T13:00:00Z")?));
+            assert!(why.contains(".voodu/api.yml: lunch"), "{why}");
+        }
+        other => return Err(format!("expected held, got {other:?}").into()),
+    }
+    clock.store(at("2026-11-27T13:00:00Z")?, Ordering::SeqCst);
+    assert!(matches!(sync()?, SyncOutcome::Applied { .. }));
+    // The next lunch: a web-only commit applies at once, an api one is held.
+    clock.store(at("2026-11-28T12:10:00Z")?, Ordering::SeqCst);
+    repo.write("apps/web/index.html", "2")?;
+    let web_only = repo.commit("web")?;
+    match sync()? {
+        SyncOutcome::Applied { commit, .. } => assert_eq!(commit.as_str(), web_only),
+        other => return Err(format!("expected the web commit applied, got {other:?}").into()),
+    }
+    repo.write("apps/api/main.go", "2")?;
+    let api = repo.commit("api")?;
+    match sync()? {
+        SyncOutcome::Held { commit, .. } => assert_eq!(commit.as_str(), api),
+        other => return Err(format!("expected the api commit held, got {other:?}").into()),
+    }
+    assert_eq!(store.hold()?.map(|hold| hold.commit.to_string()), Some(api));
+    Ok(())
+}
+
 /// Issue 52 acceptance 3: a window that opens about a minute after the push holds the commit
 /// (status: held until the opening; the old commit keeps running), then applies it when the
 /// window opens, with no new push (the agent polls once an hour here: only its own wake at

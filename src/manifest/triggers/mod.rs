@@ -403,10 +403,18 @@ impl Reader<'_> {
                 text("timezone"),
                 text("duration"),
             );
+            if name.len() > 64 || name.chars().any(char::is_control) {
+                self.error(
+                    item,
+                    "window.name must be printable text of at most 64 bytes".to_owned(),
+                );
+                continue;
+            }
+            // Named with its trigger file, so `status` says whose window holds a commit.
             let name = if name.is_empty() {
-                format!("window {}", index + 1)
+                format!("{}: window {}", self.path, index + 1)
             } else {
-                name
+                format!("{}: {name}", self.path)
             };
             match WindowRule::new(&name, &kind, &schedule, &timezone, &duration) {
                 Ok(rule) => rules.push(rule),

@@ -484,14 +484,14 @@ fn a_window_key_holds_the_firings_of_its_trigger_only() {
     let windowed =
         parse(".voodu/api.yml", text.as_bytes()).unwrap_or_else(|errors| panic!("{errors:?}"));
     assert_eq!(windowed.windows.len(), 1);
-    assert_eq!(windowed.windows[0].name, "lunch");
+    assert_eq!(windowed.windows[0].name, ".voodu/api.yml: lunch");
     assert!(!windowed.windows[0].allow);
     let triggers = [windowed, web()];
     let first = at(&triggers, &[], 1, Some(&["README.md"]));
     // Both fire; only api's rules go with the firing.
     let windows = first.firing_windows();
     assert_eq!(windows.len(), 1);
-    assert_eq!(windows[0][0].name, "lunch");
+    assert_eq!(windows[0][0].name, ".voodu/api.yml: lunch");
     // Skipped, it brings no window.
     let second = at(&triggers, &first.states, 2, Some(&["apps/web/index.html"]));
     assert!(second.firing_windows().is_empty());
