@@ -113,6 +113,7 @@ impl AgentConfig {
             secret: None,
             trust: None,
             shared_network: true,
+            windows: Vec::new(),
         }]
     }
 }
@@ -401,6 +402,9 @@ async fn first_commit(
                     "commit rejected; waiting for a good commit before reconciling:\n{diagnostics}"
                 ),
                 Ok(SyncOutcome::Unchanged(_)) => {}
+                Ok(SyncOutcome::Held { commit, why, .. }) => {
+                    tracing::info!(source = %source.name, commit = commit.short(), "commit held: {why}");
+                }
                 Err(error) => {
                     tracing::warn!(source = %source.name, %error, "sync failed; next try in {}", humantime::format_duration(interval))
                 }
@@ -763,6 +767,10 @@ fn syncers<'a>(
         if let Some(trust) = &source_config.trust {
             sync_options.trust = Some(trust.clone());
         }
+        // `--window` is the single `--repo` source's; a source of `--sources` has its blocks.
+        if !config.sources.is_empty() {
+            sync_options.windows = source_config.windows.clone();
+        }
         if let Some(listener) = listener {
             // `url()` may not fetch from the agent's own HTTP side.
             sync_options.own_address = Some(listener.local_addr()?);
@@ -883,6 +891,7 @@ fn spawn_sources(
             receiver,
             metrics.clone(),
             (source_config.name.clone(), source_config.interval),
+            requests.clone(),
             shutdown.clone(),
         ));
         tracker.spawn(trigger::poll(
@@ -1013,15 +1022,29 @@ async fn sync_loop<S>(
     mut receiver: SyncRequestReceiver,
     metrics: Arc<Metrics>,
     (source, interval): (String, Duration),
+    requests: trigger::SyncRequests,
     shutdown: CancellationToken,
 ) where
     S: Fn(&AtomicBool, &Who) -> Result<SyncOutcome, sync_stage::Error> + Send + Sync + 'static,
 {
     let sync = Arc::new(sync);
     let interrupt = Arc::new(AtomicBool::new(false));
+    // When the held commit may apply (Unix seconds): a sync is asked for then.
+    let mut wake_at: Option<i64> = None;
     loop {
         let generation = tokio::select! {
             generation = receiver.next() => generation,
+            () = wake(wake_at) => {
+                if wake_at.is_some_and(|at| crate::store::now_unix() >= at) {
+                    wake_at = None;
+                    requests.request(trigger::SyncRequest {
+                        reason: trigger::SyncReason::Poll,
+                        commit: None,
+                        actor: None,
+                    });
+                }
+                continue;
+            }
             () = shutdown.cancelled() => return,
         };
         let started = Instant::now();
@@ -1046,6 +1069,7 @@ async fn sync_loop<S>(
             Ok(Ok(SyncOutcome::Unchanged(commit))) => ("unchanged", Ok(commit.clone())),
             Ok(Ok(SyncOutcome::Applied { commit, .. })) => ("applied", Ok(commit.clone())),
             Ok(Ok(SyncOutcome::Rejected { commit, .. })) => ("rejected", Ok(commit.clone())),
+            Ok(Ok(SyncOutcome::Held { commit, .. })) => ("held", Ok(commit.clone())),
             Ok(Err(error)) => ("error", Err(error.to_string())),
             Err(join_error) => ("error", Err(format!("sync task failed: {join_error}"))),
         };
@@ -1074,6 +1098,16 @@ async fn sync_loop<S>(
                     "commit applied"
                 );
             }
+            Ok(Ok(SyncOutcome::Held { commit, until, why })) => {
+                // Woken when it may apply: a held commit needs no new push.
+                wake_at = until;
+                tracing::info!(
+                    %source,
+                    commit = commit.short(),
+                    until = until.map(crate::manifest::window::rfc3339),
+                    "commit held (the last applied commit keeps running): {why}"
+                );
+            }
             Ok(Ok(SyncOutcome::Rejected {
                 commit,
                 diagnostics,
@@ -1094,6 +1128,19 @@ async fn sync_loop<S>(
             return;
         }
     }
+}
+
+/// Completes about when the wall clock reaches `at` (a second after, so the held commit is
+/// due then), at most an hour from now (a clock jump is noticed); never without `at`.
+async fn wake(at: Option<i64>) {
+    let Some(at) = at else {
+        return std::future::pending().await;
+    };
+    let seconds = at
+        .saturating_sub(crate::store::now_unix())
+        .saturating_add(1);
+    let seconds = u64::try_from(seconds).unwrap_or(0).min(3600);
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
 }
 
 /// Who a fetch runs for, as the activity log records it.
@@ -1183,6 +1230,7 @@ mod tests {
             receiver,
             metrics.clone(),
             (String::new(), Duration::from_secs(3600)),
+            requests.clone(),
             shutdown.clone(),
         );
         tokio::pin!(sync_loop);

@@ -6,8 +6,13 @@
 //! (`manifest::triggers`): each trigger's file at the commit it last fired, after a tree diff
 //! from the last applied commit says which fire now.
 //!
-//! Invariants: an unchanged SHA with unchanged buckets and no approved hold ends the sync after
-//! the ref negotiation, one read of the config version and one of the approvals (no tree walk;
+//! A deploy window or a freeze (`manifest::window`, `store/holds.rs`) holds an accepted commit
+//! before anything of it is written (`SyncOutcome::Held`); it is loaded again when its hold is
+//! due (the opening reached, the freeze lifted, `approve --now`), or when the branch moves.
+//!
+//! Invariants: an unchanged SHA with unchanged buckets, no approved hold and no due held commit
+//! ends the sync after the ref negotiation, one read of the config version, one of the approvals
+//! and one of the held commit (no tree walk;
 //! the only store write is the one-row upsert recording the fetch's outcome for `status`); a
 //! commit is applied in
 //! one store transaction or recorded as rejected with all its diagnostics, never half-applied;
@@ -24,6 +29,7 @@ use crate::assets::{self, UrlCache};
 use crate::git::{Source, TrustedKeys, VerifyMode};
 use crate::manifest::spec::Spec;
 use crate::manifest::triggers::{self, Decision, Situation, Trigger, Verdict};
+use crate::manifest::window::{self, Gate, WindowRule};
 use crate::manifest::{self, Diagnostic, Diagnostics, LoadOptions, Mode, Policy, Vars};
 use crate::model::policy::{OwnedPaths, resolve_on_host};
 use crate::model::scopes::Ownership;
@@ -47,6 +53,13 @@ pub enum SyncOutcome {
     Rejected {
         commit: CommitSha,
         diagnostics: Diagnostics,
+    },
+    /// Accepted, but a deploy window or a freeze holds it (`manifest::window`): the last
+    /// applied commit keeps running until `until` (when known), `why`.
+    Held {
+        commit: CommitSha,
+        until: Option<i64>,
+        why: String,
     },
 }
 
@@ -86,6 +99,37 @@ pub struct SyncOptions {
     /// Which source may deploy which scope (`--sources`); the single `--repo` source owns
     /// every scope.
     pub ownership: Arc<Ownership>,
+    /// This source's deploy windows (`window` blocks, `--window`); empty: always open.
+    pub windows: Vec<WindowRule>,
+    /// The wall clock windows and freezes are judged by (tests set their own).
+    pub clock: Clock,
+}
+
+/// A wall clock in Unix seconds: the system's by default.
+#[derive(Clone)]
+pub struct Clock(Arc<dyn Fn() -> i64 + Send + Sync>);
+
+impl Clock {
+    /// A clock reading `now` (a test's).
+    pub fn new(now: impl Fn() -> i64 + Send + Sync + 'static) -> Clock {
+        Clock(Arc::new(now))
+    }
+
+    pub(crate) fn now(&self) -> i64 {
+        (self.0)()
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Clock {
+        Clock::new(crate::store::now_unix)
+    }
+}
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Clock")
+    }
 }
 
 /// `--verify-commits` and the keys it trusts.
@@ -148,6 +192,8 @@ impl SyncOptions {
             trust: None,
             keyring: Arc::new(Keyring::default()),
             ownership: Arc::new(Ownership::single()),
+            windows: Vec::new(),
+            clock: Clock::default(),
         }
     }
 }
@@ -294,7 +340,10 @@ impl Syncer {
         let mut last_seen = crate::base::lock(&self.last_seen);
         let config_version = self.store.config_version()?;
         let seen = (commit.clone(), config_version);
-        if last_seen.as_ref() == Some(&seen) && !self.store.approvals_pending()? {
+        if last_seen.as_ref() == Some(&seen)
+            && !self.store.approvals_pending()?
+            && !self.hold_due()?
+        {
             return Ok(SyncOutcome::Unchanged(commit));
         }
         let outcome = self.load_and_apply(&commit, who);
@@ -503,6 +552,8 @@ impl Syncer {
         unsigned: bool,
     ) -> Result<SyncOutcome, Error> {
         let diagnostics = Diagnostics(bounded(problems));
+        // The tip is rejected: a commit held before it would never apply.
+        self.store.drop_hold()?;
         self.store.reject_commit_as(
             commit,
             &diagnostics,
@@ -535,6 +586,22 @@ impl Syncer {
         let refused = self.refusals(&manifest)?;
         if !refused.is_empty() {
             return self.reject(commit, who, refused, decision);
+        }
+        // Accepted: a closed deploy window or a freeze holds it here, before anything of it
+        // is written.
+        if let Gate::Closed { until, why, frozen } = self.gate(commit, decision)? {
+            if self.store.record_hold(commit, until, &why, frozen)? {
+                tracing::info!(
+                    commit = commit.short(),
+                    until = until.map(window::rfc3339),
+                    "commit held: {why}"
+                );
+            }
+            return Ok(SyncOutcome::Held {
+                commit: commit.clone(),
+                until,
+                why,
+            });
         }
         for request in &manifest.secrets {
             let (scope, name) = &request.bucket;
@@ -591,6 +658,35 @@ impl Syncer {
                 .map(|decision| decision.outcomes.clone())
                 .unwrap_or_default(),
         })
+    }
+
+    /// Whether `commit` may be applied now: this source's windows, the windows of the triggers
+    /// `decision` fires, and a freeze in force; open for a commit `approve --now` released.
+    fn gate(&self, commit: &CommitSha, decision: Option<&Decision>) -> Result<Gate, Error> {
+        let hold = self.store.hold()?;
+        if hold.is_some_and(|hold| &hold.commit == commit && hold.released_by.is_some()) {
+            return Ok(Gate::Open);
+        }
+        let now = self.options.clock.now();
+        let freeze = self.store.freeze_in_force(now)?;
+        let mut rule_sets: Vec<&[WindowRule]> = vec![&self.options.windows];
+        if let Some(decision) = decision {
+            rule_sets.extend(decision.firing_windows());
+        }
+        Ok(window::gate(&rule_sets, freeze.as_ref(), now))
+    }
+
+    /// Whether the held commit is due again although the branch did not move: released by
+    /// `approve --now`, its window's opening reached, or its freeze lifted.
+    fn hold_due(&self) -> Result<bool, Error> {
+        let Some(hold) = self.store.hold()? else {
+            return Ok(false);
+        };
+        let now = self.options.clock.now();
+        Ok(hold.released_by.is_some()
+            || hold.until.is_some_and(|until| until <= now)
+            || (hold.frozen && self.store.freeze_in_force(now)?.is_none())
+            || (!hold.frozen && self.store.freeze_in_force(now)?.is_some()))
     }
 
     /// Loads the commit's manifests with this source's variables (only the buckets of its own

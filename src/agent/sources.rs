@@ -17,6 +17,12 @@
 //!   trusted_ssh_signers = "/etc/voodu-agent/allowed_signers"
 //!   trusted_pgp_keys    = "/etc/voodu-agent/keys.asc"
 //!   network             = "own"          # own (voodu0-<name>) | shared (voodu0)
+//!   window "business" {                  # deploy windows (`manifest::window`), any number
+//!     kind     = "allow"                 # allow | deny
+//!     schedule = "0 9 * * 1-5"           # the cronjob grammar
+//!     timezone = "Europe/Berlin"         # default: UTC
+//!     duration = "8h"
+//!   }
 //! }
 //! ```
 //!
@@ -54,6 +60,8 @@ pub struct SourceConfig {
     /// own `voodu0-<name>` (`network = "own"`, the default), so they reach other sources'
     /// containers that share it.
     pub shared_network: bool,
+    /// Its deploy windows (`window "NAME" { … }` blocks); empty: always open.
+    pub windows: Vec<crate::manifest::window::WindowRule>,
 }
 
 /// Most sources one agent follows.
@@ -348,7 +356,11 @@ impl<'a> SourceBlock<'a> {
                 );
             }
         }
-        if let Some(block) = self.body.blocks().next() {
+        if let Some(block) = self
+            .body
+            .blocks()
+            .find(|block| block.ident.as_str() != "window")
+        {
             problems.error(
                 block.ident.span(),
                 format!(
@@ -357,6 +369,100 @@ impl<'a> SourceBlock<'a> {
                 ),
             );
         }
+    }
+
+    /// The `window "NAME" { kind, schedule, timezone, duration }` blocks, each mistake at
+    /// its place.
+    fn windows(&self, problems: &mut Problems<'_>) -> Vec<crate::manifest::window::WindowRule> {
+        use crate::manifest::window::{MAX_RULES, WindowRule};
+        let name = self.name;
+        let mut rules: Vec<WindowRule> = Vec::new();
+        for block in self
+            .body
+            .blocks()
+            .filter(|block| block.ident.as_str() == "window")
+        {
+            let at = block.ident.span();
+            let label = match block.labels.as_slice() {
+                [hcl::edit::structure::BlockLabel::String(text)] => text.as_str().to_owned(),
+                [hcl::edit::structure::BlockLabel::Ident(ident)] => ident.as_str().to_owned(),
+                _ => {
+                    problems.error(
+                        at,
+                        format!("source {name:?}: a window block takes one label, its name: `window \"business\" {{ kind = \"allow\", schedule = \"0 9 * * 1-5\", timezone = \"Europe/Berlin\", duration = \"8h\" }}`"),
+                    );
+                    continue;
+                }
+            };
+            if label.is_empty() || label.len() > 64 || label.chars().any(char::is_control) {
+                problems.error(
+                    at,
+                    format!("source {name:?}: window name {label:?}: 1 to 64 printable characters"),
+                );
+                continue;
+            }
+            let inner = SourceBlock {
+                name: self.name,
+                body: &block.body,
+            };
+            for attribute in block.body.attributes() {
+                if !["kind", "schedule", "timezone", "duration"].contains(&attribute.key.as_str()) {
+                    problems.error(
+                        attribute.key.span(),
+                        format!(
+                            "source {name:?}: window {label:?}: unknown attribute `{}` (known: kind, schedule, timezone, duration)",
+                            attribute.key.as_str()
+                        ),
+                    );
+                }
+            }
+            let kind = inner.text(problems, "kind");
+            let schedule = inner.text(problems, "schedule");
+            let timezone = inner.text(problems, "timezone").unwrap_or_default();
+            let duration = inner.text(problems, "duration");
+            let (Some(kind), Some(schedule), Some(duration)) = (kind, schedule, duration) else {
+                problems.error(
+                    at,
+                    format!("source {name:?}: window {label:?} needs `kind` (\"allow\" or \"deny\"), `schedule` and `duration`"),
+                );
+                continue;
+            };
+            if rules.iter().any(|rule| rule.name == label) {
+                problems.error(
+                    at,
+                    format!("source {name:?}: window {label:?} is declared twice"),
+                );
+                continue;
+            }
+            match WindowRule::new(&label, &kind, &schedule, &timezone, &duration) {
+                Ok(rule) => rules.push(rule),
+                Err(message) => {
+                    // At the attribute the message is about.
+                    let key = ["schedule", "duration", "timezone", "kind"]
+                        .into_iter()
+                        .find(|key| message.starts_with(&format!("window {key}")))
+                        .unwrap_or(if message.contains("time zone") {
+                            "timezone"
+                        } else {
+                            "schedule"
+                        });
+                    problems.error(
+                        inner.value_span(key).or(at),
+                        format!("source {name:?}: window {label:?}: {message}"),
+                    );
+                }
+            }
+        }
+        if rules.len() > MAX_RULES {
+            problems.error(
+                None,
+                format!(
+                    "source {name:?}: {} windows; at most {MAX_RULES}",
+                    rules.len()
+                ),
+            );
+        }
+        rules
     }
 
     /// `ssh_accept_new_host_keys`: false unless it is `true`; another type is reported.
@@ -571,6 +677,7 @@ fn read_source(
     let verify = block.text(problems, "verify_commits");
     let accept_new = block.accept_new_host_keys(problems);
     let shared_network = block.shared_network(problems);
+    let windows = block.windows(problems);
     let paths = strings(problems, name, block.get("paths")).unwrap_or_default();
     let scopes = block.scopes(problems, at.clone());
     let Some(url) = url.filter(|url| !url.is_empty()) else {
@@ -603,6 +710,7 @@ fn read_source(
         secret,
         trust,
         shared_network,
+        windows,
     })
 }
 
@@ -698,6 +806,51 @@ source "shop" {
             MINUTE,
         )?;
         assert!(shared[0].shared_network && !shared[1].shared_network);
+        Ok(())
+    }
+
+    #[test]
+    fn window_blocks_give_a_source_its_deploy_windows() -> Result<(), Diagnostics> {
+        let sources = parse(
+            "sources.hcl",
+            "source \"shop\" {\n  url = \"/r\"\n  scopes = [\"shop\"]\n  window \"business\" {\n    kind = \"allow\"\n    schedule = \"0 9 * * 1-5\"\n    timezone = \"Europe/Berlin\"\n    duration = \"8h\"\n  }\n  window \"sale\" {\n    kind = \"deny\"\n    schedule = \"@daily\"\n    duration = \"1h\"\n  }\n}\n",
+            MINUTE,
+        )?;
+        let described: Vec<String> = sources[0]
+            .windows
+            .iter()
+            .map(|rule| format!("{} {}", rule.name, rule.describe()))
+            .collect();
+        assert_eq!(
+            described,
+            [
+                "business allow 0 9 * * 1-5 8h Europe/Berlin",
+                "sale deny @daily 1h UTC"
+            ]
+        );
+        for (window, expected) in [
+            (
+                "  window \"w\" {\n    kind = \"allow\"\n    schedule = \"0 25 * * *\"\n    duration = \"1h\"\n  }\n",
+                "sources.hcl:6:16: source \"a\": window \"w\": window schedule \"0 25 * * *\"",
+            ),
+            (
+                "  window \"w\" {\n    kind = \"allow\"\n    schedule = \"0 9 * * *\"\n    duration = \"soon\"\n  }\n",
+                "sources.hcl:7:16: source \"a\": window \"w\": window duration \"soon\"",
+            ),
+            (
+                "  window \"w\" {\n    kind = \"allow\"\n  }\n",
+                "sources.hcl:4:3: source \"a\": window \"w\" needs `kind`",
+            ),
+            (
+                "  window \"w\" {\n    kind = \"allow\"\n    schedule = \"0 9 * * *\"\n    duration = \"1h\"\n    zone = \"UTC\"\n  }\n",
+                "sources.hcl:8:5: source \"a\": window \"w\": unknown attribute `zone`",
+            ),
+        ] {
+            let got = problems(&format!(
+                "source \"a\" {{\n  url = \"/r\"\n  scopes = [\"a\"]\n{window}}}\n"
+            ));
+            assert!(got.starts_with(expected), "{window}: {got}");
+        }
         Ok(())
     }
 

@@ -131,7 +131,7 @@ pub(super) fn run(args: &InstallArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The `VOODU_*` variables for the run flags given: each flag set on this command line, by
-/// its environment variable, lists joined with `,`. Fails as `voodu-agent RUN-FLAGS…`
+/// its environment variable, lists joined with `,` (or the flag's own delimiter). Fails as `voodu-agent RUN-FLAGS…`
 /// would on a bad flag or value, and without `--repo`.
 fn variables(run_flags: &[OsString]) -> anyhow::Result<Vec<(String, String)>> {
     let command = super::Cli::command();
@@ -166,6 +166,8 @@ fn variables(run_flags: &[OsString]) -> anyhow::Result<Vec<(String, String)>> {
         } else {
             values
         };
+        // `,` unless the flag reads its variable split by another (`--window`: `;`).
+        let delimiter = arg.get_value_delimiter().unwrap_or(',');
         for value in &values {
             if value.contains(['\n', '\r', '\0']) {
                 anyhow::bail!(
@@ -173,14 +175,14 @@ fn variables(run_flags: &[OsString]) -> anyhow::Result<Vec<(String, String)>> {
                     arg.get_long().unwrap_or(id)
                 );
             }
-            if values.len() > 1 && value.contains(',') {
+            if values.len() > 1 && value.contains(delimiter) {
                 anyhow::bail!(
-                    "--{}: {value:?} contains `,`, which separates the items of {env}",
+                    "--{}: {value:?} contains `{delimiter}`, which separates the items of {env}",
                     arg.get_long().unwrap_or(id)
                 );
             }
         }
-        variables.push((env.to_owned(), values.join(",")));
+        variables.push((env.to_owned(), values.join(&delimiter.to_string())));
     }
     Ok(variables)
 }
@@ -322,12 +324,36 @@ mod tests {
                 ],
                 "clear text",
             ),
+            (
+                &["--repo", "r", "--window", "allow 0 9 * * * forever"],
+                "--window: window rule",
+            ),
         ];
         for (given, expected) in cases {
             let error = variables(&flags(given)).expect_err("refused");
             let text = format!("{error:#}");
             assert!(text.contains(expected), "{given:?}: {text}");
         }
+    }
+
+    #[test]
+    fn windows_go_in_their_variable_split_by_semicolons() -> anyhow::Result<()> {
+        let found = variables(&flags(&[
+            "--repo",
+            "r",
+            "--window",
+            "allow 0 9 * * 1,3 8h",
+            "--window",
+            "deny @daily 1h",
+        ]))?;
+        assert!(
+            found.contains(&(
+                "VOODU_WINDOW".to_owned(),
+                "allow 0 9 * * 1,3 8h;deny @daily 1h".to_owned()
+            )),
+            "{found:?}"
+        );
+        Ok(())
     }
 
     #[test]

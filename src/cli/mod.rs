@@ -55,6 +55,7 @@ mod approve;
 mod backup;
 mod config;
 mod fleet;
+mod freeze;
 mod images;
 mod install;
 mod log;
@@ -160,6 +161,13 @@ enum Command {
     /// Apply a commit a `deploy: manual` trigger file holds (see `status`): exactly that
     /// commit's manifest, for the trigger(s) holding it. Exit 1 when no trigger holds it.
     Approve(approve::ApproveArgs),
+    /// Hold every new commit (of --source, else of every source) until --until or
+    /// `unfreeze`: accepted and checked, not applied (`status` says HELD until …). `rollback`
+    /// and `approve --now` still work.
+    Freeze(freeze::FreezeArgs),
+    /// Lift a freeze (of --source, else the freeze of every source): a held commit applies
+    /// at once.
+    Unfreeze(freeze::UnfreezeArgs),
     /// Show the activity log: every change the agent made or was asked to make (commits,
     /// holds and approvals, rollouts, rollbacks, pins, config changes), kept 30 days.
     Activity(activity::ActivityArgs),
@@ -335,6 +343,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Sync(args)) => sync::run(&data_dir, &args),
         Some(Command::Approve(args)) => approve::run(&data_dir, &args),
         Some(Command::Maintenance(args)) => maintenance::run(&data_dir, &args),
+        Some(Command::Freeze(args)) => freeze::run_freeze(&data_dir, &args),
+        Some(Command::Unfreeze(args)) => freeze::run_unfreeze(&data_dir, &args),
         Some(Command::Activity(args)) => activity::run(&data_dir, &args),
         Some(Command::Fleet(args)) => fleet::run(&args),
         Some(Command::Install(args)) => install::run(&args),

@@ -29,6 +29,19 @@ pub(super) struct RunArgs {
     /// blocks (README "Several repositories"). Instead of --repo.
     #[arg(long, env = "VOODU_SOURCES", value_name = "FILE", conflicts_with_all = ["repo", "paths", "git_token_file", "git_ca_file", "git_ssh_key_file"])]
     sources: Option<PathBuf>,
+    /// A deploy window (repeatable): `KIND SCHEDULE DURATION [TIMEZONE]`, KIND `allow` or
+    /// `deny`, SCHEDULE five cron fields or an @macro (the cronjob grammar), e.g.
+    /// 'allow 0 9 * * 1-5 8h Europe/Berlin'. A commit outside the allow windows, or inside a
+    /// deny window, is held until one opens (README "Deploy windows and freeze"). With
+    /// --sources: `window` blocks in the file instead. Several in VOODU_WINDOW: `;`-separated.
+    #[arg(
+        long = "window",
+        env = "VOODU_WINDOW",
+        value_name = "RULE",
+        value_delimiter = ';',
+        conflicts_with = "sources"
+    )]
+    windows: Vec<String>,
     /// Branch to deploy.
     #[arg(long, env = "VOODU_BRANCH", default_value = "main")]
     branch: String,
@@ -239,6 +252,22 @@ fn parse_listen(text: &str) -> Result<Listen, String> {
         .map_err(|_| format!("{text:?} is not IP:PORT (e.g. 127.0.0.1:8687) or `off`"))
 }
 
+/// The `--window` rules, checked; a mistake names the flag and what to write.
+fn window_rules(texts: &[String]) -> anyhow::Result<Vec<crate::manifest::window::WindowRule>> {
+    use crate::manifest::window::{MAX_RULES, WindowRule};
+    if texts.len() > MAX_RULES {
+        anyhow::bail!("{} --window rules; at most {MAX_RULES}", texts.len());
+    }
+    texts
+        .iter()
+        .enumerate()
+        .map(|(index, text)| {
+            WindowRule::parse_flag(&format!("--window {}", index + 1), text)
+                .map_err(|error| anyhow::anyhow!("--window: {error}"))
+        })
+        .collect()
+}
+
 pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> {
     // Before anything starts: no --repo, a token that would go in clear text, an unreadable
     // CA file, a bad policy, a listener off loopback without a secret.
@@ -259,6 +288,7 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
     let hosts = args.hosts.to_selection(None)?;
     sync.trust = args.trust.to_commit_trust()?;
     sync.keyring = args.trust.to_keyring()?;
+    sync.windows = window_rules(&args.windows)?;
     for name in &args.allow_env {
         match std::env::var(name) {
             Ok(value) => {
@@ -370,6 +400,7 @@ pub(super) fn check(args: &RunArgs) -> anyhow::Result<()> {
         source_options(args)?.check()?;
     }
     args.policy.to_policy()?;
+    window_rules(&args.windows)?;
     let secret = args
         .webhook_secret_file
         .as_deref()

@@ -117,6 +117,50 @@ images: {} followed, {} with a newer tag (`voodu-agent images` lists them)",
     }
 }
 
+/// The freezes in force, and each commit a deploy window or a freeze holds.
+fn print_holds(view: &StatusView) {
+    for freeze in &view.freezes {
+        let target = match freeze.source.as_str() {
+            "*" => "every source".to_owned(),
+            "" => "the repository".to_owned(),
+            name => format!("source {}", escape(name)),
+        };
+        println!(
+            "{:<14} {target} until {}: {}",
+            "FROZEN",
+            freeze.until.map_or_else(
+                || "`voodu-agent unfreeze`".to_owned(),
+                crate::manifest::window::rfc3339
+            ),
+            escape(&freeze.reason)
+        );
+    }
+    let held = view.held.iter().map(|held| (None, held)).chain(
+        view.sources
+            .iter()
+            .filter_map(|source| Some((Some(&source.name), source.held.as_ref()?))),
+    );
+    for (source, held) in held {
+        println!(
+            "{:<14} {}{} held until {} (since {}): {}{}",
+            "HELD",
+            source.map_or_else(String::new, |name| format!("source {}: ", escape(name))),
+            Esc(&held.commit[..held.commit.len().min(12)]),
+            held.until_text.as_deref().unwrap_or("no opening ahead"),
+            time(held.since),
+            escape(&held.reason),
+            if held.released_by.is_some() {
+                "; approved --now: applying at the next sync".to_owned()
+            } else {
+                format!(
+                    "; the last applied commit keeps running (`voodu-agent approve --now {}` applies it now)",
+                    Esc(&held.commit[..held.commit.len().min(12)])
+                )
+            }
+        );
+    }
+}
+
 /// With `--sources`: a line per source (its last applied and seen commits, its fetch), then
 /// each source's rejected latest commit with its problems.
 fn print_sources(view: &StatusView) {
@@ -182,6 +226,7 @@ fn print_sources(view: &StatusView) {
 
 fn print_table(view: &StatusView) {
     print_health(view);
+    print_holds(view);
     print_commit_notes(view);
     print_triggers(view);
     print_sources(view);

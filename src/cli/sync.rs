@@ -47,7 +47,7 @@ pub(super) struct AgentArgs {
     secret_file: Option<PathBuf>,
     /// With several repositories (`--sources`): sync only this source. Default: every one.
     #[arg(long = "source", value_name = "NAME")]
-    source: Option<String>,
+    pub(super) source: Option<String>,
 }
 
 /// The agent's answer to a nudge.

@@ -46,6 +46,13 @@ pub struct StatusView {
     /// The notification sinks (`--notify`) the agent has run: each one's last success and
     /// error, and how many events wait for it.
     pub notify: Vec<crate::store::SinkState>,
+    /// The commit a deploy window or a freeze holds (the single `--repo` source's; a named
+    /// source's is in `sources`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held: Option<HoldView>,
+    /// The freezes in force (`voodu-agent freeze`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub freezes: Vec<FreezeView>,
     /// With `--sources`: each source (repository) with its commits, fetch and triggers (the
     /// fields above are then empty); empty for the single `--repo` source.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -74,6 +81,67 @@ pub struct SourceView {
     pub last_rejected: Option<CommitView>,
     pub(crate) fetch: Option<FetchView>,
     pub triggers: Vec<TriggerView>,
+    /// The commit a deploy window or a freeze holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held: Option<HoldView>,
+}
+
+/// A commit held by a deploy window or a freeze: accepted, not applied yet.
+#[derive(Debug, Serialize)]
+pub struct HoldView {
+    pub commit: String,
+    /// Unix time it was first held.
+    pub since: i64,
+    /// When it applies (the window's opening, the freeze's end), Unix time and RFC 3339;
+    /// `None`: no opening ahead (`unfreeze`, `approve --now`).
+    pub until: Option<i64>,
+    pub until_text: Option<String>,
+    /// Why: which window, or the freeze and its reason.
+    pub reason: String,
+    pub frozen: bool,
+    /// Released by `approve --now` (by whom): applied at the next sync.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub released_by: Option<String>,
+}
+
+/// A freeze in force.
+#[derive(Debug, Serialize)]
+pub struct FreezeView {
+    /// The source frozen (`""`: the single `--repo` source), or `*` for every source.
+    pub source: String,
+    pub until: Option<i64>,
+    pub reason: String,
+    pub by: String,
+    pub at: i64,
+}
+
+fn hold_view(hold: crate::store::Hold) -> HoldView {
+    HoldView {
+        commit: hold.commit.to_string(),
+        since: hold.since,
+        until: hold.until,
+        until_text: hold.until.map(crate::base::rfc3339_seconds),
+        reason: hold.reason,
+        frozen: hold.frozen,
+        released_by: hold.released_by,
+    }
+}
+
+/// The freezes still in force.
+fn freeze_views(store: &Store) -> crate::store::Result<Vec<FreezeView>> {
+    let now = crate::store::now_unix();
+    Ok(store
+        .freezes()?
+        .into_iter()
+        .filter(|freeze| freeze.until.is_none_or(|until| now < until))
+        .map(|freeze| FreezeView {
+            source: freeze.target,
+            until: freeze.until,
+            reason: freeze.reason,
+            by: freeze.by,
+            at: freeze.at,
+        })
+        .collect())
 }
 
 /// One deploy trigger: what it applied, what it holds, whether it can fire on this host.
@@ -528,6 +596,8 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
             checked_at: health.checked_at,
         }),
         notify: store.sink_states()?,
+        held: store.for_source("").hold()?.map(hold_view),
+        freezes: freeze_views(store)?,
         sources,
         triggers: store
             .trigger_states()?
@@ -559,6 +629,7 @@ fn source_views(store: &Store) -> crate::store::Result<Vec<SourceView>> {
                 .into_iter()
                 .map(trigger_view)
                 .collect(),
+            held: source.hold()?.map(hold_view),
             name: meta.name,
             url: meta.url,
             branch: meta.branch,

@@ -1178,12 +1178,15 @@ async fn wait_for_outcome(
     pending.commit = Some(target.to_string());
     let record = {
         let target = target.clone();
-        blocking(&source.store, move |store| store.commit_record(&target)).await
+        blocking(&source.store, move |store| {
+            Ok((store.commit_record(&target)?, store.hold()?))
+        })
+        .await
     };
     match record {
         // The branch has moved past the pushed commit: whatever happened to it once, it is
         // not what the host converges to now.
-        Ok(record) if target != tip => {
+        Ok((record, _)) if target != tip => {
             pending.result = HookResult::Superseded;
             pending.reason = Some(match record {
                 Some(record) => format!(
@@ -1202,19 +1205,32 @@ async fn wait_for_outcome(
             });
             (StatusCode::CONFLICT, pending)
         }
-        Ok(Some(record)) if record.applied => {
+        Ok((Some(record), _)) if record.applied => {
             pending.result = HookResult::Applied;
             pending.reason =
                 Some("in desired state; the reconciler converges containers from here".to_owned());
             (StatusCode::OK, pending)
         }
-        Ok(Some(record)) => {
+        Ok((Some(record), _)) => {
             pending.result = HookResult::Rejected;
             pending.reason = Some("the host keeps running the last applied commit".to_owned());
             pending.errors = record.errors.iter().map(ToString::to_string).collect();
             (StatusCode::UNPROCESSABLE_ENTITY, pending)
         }
-        Ok(None) => {
+        // Accepted, held by a deploy window or a freeze: applied when it opens.
+        Ok((None, Some(hold))) if hold.commit == target => {
+            pending.result = HookResult::Accepted;
+            pending.reason = Some(format!(
+                "held until {}: {}",
+                hold.until.map_or_else(
+                    || "no opening ahead".to_owned(),
+                    crate::base::rfc3339_seconds
+                ),
+                hold.reason
+            ));
+            (StatusCode::ACCEPTED, pending)
+        }
+        Ok((None, _)) => {
             pending.result = HookResult::Error;
             pending.reason = Some(format!(
                 "{} was fetched as the branch tip but no outcome is recorded for it (the sync failed after the fetch; see `status`)",

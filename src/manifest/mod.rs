@@ -26,6 +26,7 @@ pub mod sops;
 pub mod spec;
 pub mod triggers;
 mod validate;
+pub mod window;
 
 pub(crate) use crate::model::url_hosts::UrlHosts;
 pub use cache::{CacheStats, DecodeCache};

@@ -202,6 +202,7 @@ impl Store {
                 None => triggers::save_states(&tx, &self.source, &[], None)?,
             }
             record_apply(&tx, &self.source, sha, &summary, context, previous_applied.as_deref())?;
+            super::holds::clear_in(&tx, &self.source, sha, context.who)?;
             let head: i64 = tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM journal", [], |row| row.get(0))?;
             tx.commit()?;
             Ok((summary, head))

@@ -10,7 +10,8 @@
 //! commit did), `desired.rs` (desired state, the journal, cursors), `releases.rs` (releases,
 //! rollback, pins), `status.rs` and `detail.rs` (per-resource status), `runs.rs` (job runs,
 //! cron state, readiness), `secrets.rs` (config buckets, blobs), `health.rs` (the agent's own
-//! health), `triggers.rs` (deploy triggers: firings, holds, approvals), `maintenance.rs`
+//! health), `triggers.rs` (deploy triggers: firings, holds, approvals), `holds.rs` (deploy windows' and
+//! freezes' held commits, freezes), `maintenance.rs`
 //! (deployments whose ingress serves a maintenance page), `activity.rs` (the
 //! activity log, written in the transaction of the change it records); this file opens the database and runs `schema.rs`'s migrations.
 //!
@@ -25,6 +26,7 @@ mod desired;
 mod detail;
 mod error;
 mod health;
+mod holds;
 mod images;
 mod maintenance;
 mod meta;
@@ -56,6 +58,7 @@ pub use detail::{
 };
 pub(crate) use error::{Error, Result};
 pub use health::{HEALTH_ENGINE, HEALTH_FETCH, Health};
+pub use holds::{EVERY_SOURCE, FreezeRecord, Hold, Released};
 pub use images::{ImageScan, ImageUpdateRow, next_scan};
 pub use maintenance::Maintenance;
 pub(crate) use maintenance::{

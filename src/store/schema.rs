@@ -448,4 +448,27 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (scope, name)
     );
     "#,
+    // ---- issue 52: deploy windows and freezes ----
+    // 20: holds and freezes (`store/holds.rs`): per source, the accepted commit a deploy
+    // window or a freeze holds (with `approve --now`'s release), and the freezes in force
+    // (`target`: a source's name, `''` for the single `--repo` source, `*` for every source).
+    r#"
+    CREATE TABLE holds (
+        source      TEXT PRIMARY KEY,
+        sha         TEXT NOT NULL,
+        since       INTEGER NOT NULL,
+        until       INTEGER,
+        reason      TEXT NOT NULL,
+        frozen      INTEGER NOT NULL DEFAULT 0,
+        released_by TEXT,
+        released_at INTEGER
+    );
+    CREATE TABLE freezes (
+        target  TEXT PRIMARY KEY,
+        until   INTEGER,
+        reason  TEXT NOT NULL,
+        by      TEXT NOT NULL DEFAULT '',
+        at      INTEGER NOT NULL
+    );
+    "#,
 ];

@@ -63,3 +63,5 @@ mod triggers;
 mod triggers_docker;
 mod upgrade_docker;
 mod url_fetch;
+mod windows;
+mod windows_docker;

@@ -106,6 +106,8 @@ pub struct Outcome {
     pub verdict: Verdict,
     /// The hold it still has after this decision (a skipped manual trigger keeps its hold).
     pub(crate) held: Option<CommitSha>,
+    /// Its `window` rules (an extension): a firing waits for them (`Decision::firing_windows`).
+    pub(crate) windows: Vec<crate::manifest::window::WindowRule>,
 }
 
 /// The decision for one commit.
@@ -160,6 +162,20 @@ pub fn decide(
     }
 }
 
+impl Decision {
+    /// The `window` rules of each trigger that fires in this decision: the commit applies
+    /// only when every set is open (an approved `deploy: manual` hold is not held again).
+    pub(crate) fn firing_windows(&self) -> Vec<&[crate::manifest::window::WindowRule]> {
+        self.outcomes
+            .iter()
+            .filter(|outcome| {
+                matches!(outcome.verdict, Verdict::Fired { .. }) && !outcome.windows.is_empty()
+            })
+            .map(|outcome| outcome.windows.as_slice())
+            .collect()
+    }
+}
+
 /// The next firing's sequence number.
 fn next_seq(seq: &mut i64) -> i64 {
     *seq += 1;
@@ -181,6 +197,7 @@ fn decide_one(
                 manual: trigger.manual,
                 verdict: Verdict::Inactive(reason.clone()),
                 held: None,
+                windows: Vec::new(),
             },
             TriggerState {
                 path: trigger.path.clone(),
@@ -254,6 +271,7 @@ fn decide_one(
             manual: trigger.manual,
             verdict,
             held: held.as_ref().map(|held| held.commit.clone()),
+            windows: trigger.windows.clone(),
         },
         TriggerState {
             path: trigger.path.clone(),

@@ -6,7 +6,9 @@
 //!
 //! The keys are voodu's (`internal/triggerspec`): `name` (default: the file's base name),
 //! `on.push.branches` / `tags` / `paths`, `apply.file`, `deploy: manual`; any other key is an
-//! error at its position (`branch:` is not `branches:`).
+//! error at its position (`branch:` is not `branches:`). One extension: `window`, a list of
+//! deploy windows (`manifest::window`), each `{name, kind: allow|deny, schedule, timezone,
+//! duration}`: a firing waits until they are open.
 //!
 //! Invariants: no IO; a repository with a broken trigger file gets diagnostics, never a
 //! partial trigger set (the commit is rejected whole, like a broken manifest); input is
@@ -48,6 +50,8 @@ pub struct Trigger {
     pub(crate) apply_file: String,
     /// `deploy: manual`: a push that fires it is held until `voodu-agent approve`.
     pub(crate) manual: bool,
+    /// `window` (an extension): a firing is held while these are closed.
+    pub(crate) windows: Vec<crate::manifest::window::WindowRule>,
     /// Where `apply.file` is written, for problems with the file it names.
     pub(crate) apply_file_line: usize,
     pub(crate) apply_file_col: usize,
@@ -122,7 +126,7 @@ pub(crate) fn parse(path: &str, contents: &[u8]) -> Result<Trigger, Vec<Diagnost
     let top = reader.map(
         &root,
         "the trigger file",
-        &["name", "on", "apply", "deploy"],
+        &["name", "on", "apply", "deploy", "window"],
     );
     let name = match top.get("name") {
         Some(node) => reader.string(node, "name"),
@@ -152,6 +156,10 @@ pub(crate) fn parse(path: &str, contents: &[u8]) -> Result<Trigger, Vec<Diagnost
         }
     }
     let manual = top.get("deploy").is_some_and(|node| reader.manual(node));
+    let windows = top
+        .get("window")
+        .map(|node| reader.windows(node))
+        .unwrap_or_default();
     // voodu's checks, in voodu's order.
     let apply_file = match apply_file.as_deref().map(str::trim) {
         None | Some("") => {
@@ -196,6 +204,7 @@ pub(crate) fn parse(path: &str, contents: &[u8]) -> Result<Trigger, Vec<Diagnost
             paths: paths.into_iter().map(|(pattern, _)| pattern).collect(),
             apply_file,
             manual,
+            windows,
             apply_file_line: apply_at.0,
             apply_file_col: apply_at.1,
             branch_globs,
@@ -350,6 +359,69 @@ impl Reader<'_> {
                 false
             }
         }
+    }
+
+    /// `window`: a list of `{name, kind, schedule, timezone, duration}`, each checked where
+    /// it is written.
+    fn windows(&mut self, node: &Node) -> Vec<crate::manifest::window::WindowRule> {
+        use crate::manifest::window::{MAX_RULES, WindowRule};
+        let items = match &node.value {
+            Value::Scalar { null: true, .. } => return Vec::new(),
+            Value::List(items) if items.len() <= MAX_RULES => items,
+            Value::List(items) => {
+                self.error(
+                    node,
+                    format!("window has {} rules; at most {MAX_RULES}", items.len()),
+                );
+                return Vec::new();
+            }
+            _ => {
+                self.error(
+                    node,
+                    "window must be a list of `- {kind: allow, schedule: \"0 9 * * 1-5\", timezone: Europe/Berlin, duration: 8h}`".to_owned(),
+                );
+                return Vec::new();
+            }
+        };
+        let mut rules = Vec::new();
+        for (index, item) in items.iter().enumerate() {
+            let fields = self.map(
+                item,
+                "window",
+                &["name", "kind", "schedule", "timezone", "duration"],
+            );
+            let mut text = |key: &str| {
+                fields
+                    .get(key)
+                    .and_then(|value| self.string(value, &format!("window.{key}")))
+                    .unwrap_or_default()
+            };
+            let name = text("name");
+            let (kind, schedule, timezone, duration) = (
+                text("kind"),
+                text("schedule"),
+                text("timezone"),
+                text("duration"),
+            );
+            if name.len() > 64 || name.chars().any(char::is_control) {
+                self.error(
+                    item,
+                    "window.name must be printable text of at most 64 bytes".to_owned(),
+                );
+                continue;
+            }
+            // Named with its trigger file, so `status` says whose window holds a commit.
+            let name = if name.is_empty() {
+                format!("{}: window {}", self.path, index + 1)
+            } else {
+                format!("{}: {name}", self.path)
+            };
+            match WindowRule::new(&name, &kind, &schedule, &timezone, &duration) {
+                Ok(rule) => rules.push(rule),
+                Err(message) => self.error(item, message),
+            }
+        }
+        rules
     }
 
     /// The globs of `patterns`, each refused one reported where it is written.

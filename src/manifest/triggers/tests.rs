@@ -100,7 +100,7 @@ fn mistakes_are_reported_at_their_position() {
         ),
         (
             "on:\n  pull_request:\n    branches: [main]\napply:\n  file: voodu.hcl\njobs: {}\n",
-            ".voodu/api.yml:6:1: unknown key \"jobs\" in the trigger file (known: name, on, apply, deploy)\n.voodu/api.yml:2:3: unknown key \"pull_request\" in on (known: push)\n.voodu/api.yml:1:1: on.push needs branches or tags: a trigger that matches nothing never fires",
+            ".voodu/api.yml:6:1: unknown key \"jobs\" in the trigger file (known: name, on, apply, deploy, window)\n.voodu/api.yml:2:3: unknown key \"pull_request\" in on (known: push)\n.voodu/api.yml:1:1: on.push needs branches or tags: a trigger that matches nothing never fires",
         ),
         (
             "- a\n- b\n",
@@ -476,4 +476,49 @@ fn a_file_named_by_two_triggers_is_read_at_the_newest_firing_and_deleted_trigger
     assert_eq!(files(&fourth), ["voodu.hcl@3"]);
     let none = at(&[], &fourth.states, 5, Some(&[".voodu/a.yml"]));
     assert!(none.files.is_empty());
+}
+
+#[test]
+fn a_window_key_holds_the_firings_of_its_trigger_only() {
+    let text = "on:\n  push:\n    branches: [main]\n    paths: [\"apps/api/**\"]\napply:\n  file: apps/api/voodu.hcl\nwindow:\n  - name: lunch\n    kind: deny\n    schedule: \"0 12 * * *\"\n    timezone: Europe/Berlin\n    duration: 1h\n";
+    let windowed =
+        parse(".voodu/api.yml", text.as_bytes()).unwrap_or_else(|errors| panic!("{errors:?}"));
+    assert_eq!(windowed.windows.len(), 1);
+    assert_eq!(windowed.windows[0].name, ".voodu/api.yml: lunch");
+    assert!(!windowed.windows[0].allow);
+    let triggers = [windowed, web()];
+    let first = at(&triggers, &[], 1, Some(&["README.md"]));
+    // Both fire; only api's rules go with the firing.
+    let windows = first.firing_windows();
+    assert_eq!(windows.len(), 1);
+    assert_eq!(windows[0][0].name, ".voodu/api.yml: lunch");
+    // Skipped, it brings no window.
+    let second = at(&triggers, &first.states, 2, Some(&["apps/web/index.html"]));
+    assert!(second.firing_windows().is_empty());
+}
+
+#[test]
+fn window_mistakes_are_reported_at_their_position() {
+    let base = "on:\n  push:\n    branches: [main]\napply:\n  file: voodu.hcl\n";
+    for (window, expected) in [
+        (
+            "window:\n  - kind: sometimes\n    schedule: \"0 9 * * *\"\n    duration: 1h\n",
+            ".voodu/api.yml:7:5: window kind \"sometimes\": write \"allow\"",
+        ),
+        (
+            "window:\n  - kind: allow\n    schedule: \"0 9 * * *\"\n    duration: 1h\n    colour: red\n",
+            ".voodu/api.yml:10:5: unknown key \"colour\" in window",
+        ),
+        (
+            "window: allow 0 9 * * * 1h\n",
+            ".voodu/api.yml:6:9: window must be a list",
+        ),
+        (
+            "window:\n  - kind: allow\n    schedule: \"0 9 * * *\"\n    duration: forever\n",
+            ".voodu/api.yml:7:5: window duration \"forever\"",
+        ),
+    ] {
+        let got = parsed(&format!("{base}{window}"));
+        assert!(got.starts_with(expected), "{window}: {got}");
+    }
 }

@@ -25,6 +25,8 @@ pub struct TestAgentOptions {
     pub watch_local: bool,
     /// `--notify`: where events go.
     pub notify: Option<voodu_agent::notify::NotifyConfig>,
+    /// `--window`: the deploy windows.
+    pub windows: Vec<voodu_agent::manifest::window::WindowRule>,
 }
 
 impl Default for TestAgentOptions {
@@ -35,6 +37,7 @@ impl Default for TestAgentOptions {
             secret: None,
             watch_local: false,
             notify: None,
+            windows: Vec::new(),
         }
     }
 }
@@ -93,7 +96,7 @@ impl TestAgent {
             None => None,
         };
         let secret = options.secret.as_deref().map(WebhookSecret::new);
-        let config = AgentConfig {
+        let mut config = AgentConfig {
             interval: options.interval,
             http: HttpConfig {
                 secret_file,
@@ -106,6 +109,7 @@ impl TestAgent {
             notify: options.notify.clone(),
             ..fake_agent_config(&repo, &data.path().join("data"))
         };
+        config.sync.windows = options.windows.clone();
         let state_db: PathBuf = config.state_db();
         let fake = Arc::new(FakeRuntime::new());
         let shutdown = CancellationToken::new();
