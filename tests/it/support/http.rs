@@ -43,6 +43,7 @@ impl TestRouter {
             metrics: metrics.clone(),
             options,
             on_registry_push: None,
+            logs: None,
         };
         let server_shutdown = shutdown.clone();
         let thread = std::thread::spawn(move || -> TestResult {
