@@ -288,17 +288,20 @@ async fn stream<R: Runtime>(
                     labels: event.labels.clone(),
                     state: ContainerState::Running,
                 };
+                if reading.len() >= MAX_CONTAINERS {
+                    continue;
+                }
+                // Said before its first line.
+                let note = format!("{} joined", escape(&container.name));
+                if sender.send(LogItem::Note(note)).await.is_err() {
+                    return;
+                }
                 let options = LogOptions {
                     since,
                     tail: None,
                     follow: true,
                 };
-                if join(&container, options, &mut readers, &mut reading, &mut seen) {
-                    let note = format!("{} joined", escape(&container.name));
-                    if sender.send(LogItem::Note(note)).await.is_err() {
-                        return;
-                    }
-                }
+                join(&container, options, &mut readers, &mut reading, &mut seen);
             }
             () = sender.closed() => return,
         }

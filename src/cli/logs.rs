@@ -140,7 +140,9 @@ fn through_agent(
     token: Option<&str>,
     mut query: LogQuery,
 ) -> Result<ExitCode, Unreached> {
+    let tls = crate::model::tls::client_config().map_err(|error| Unreached(error.to_string()))?;
     let client = reqwest::blocking::Client::builder()
+        .tls_backend_preconfigured(tls)
         .connect_timeout(Duration::from_secs(3))
         .timeout(None)
         .user_agent("voodu-agent-cli")

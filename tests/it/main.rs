@@ -30,6 +30,8 @@ mod images;
 mod images_docker;
 mod ingress;
 mod jobs;
+mod logs;
+mod logs_docker;
 mod macro_scripts;
 mod maintenance_docker;
 mod names;
