@@ -31,6 +31,7 @@ mod images_docker;
 mod ingress;
 mod jobs;
 mod logs;
+mod logs_browser;
 mod logs_docker;
 mod macro_scripts;
 mod maintenance_docker;
