@@ -110,18 +110,20 @@ fn refuse(status: StatusCode, message: &str) -> Response {
     (status, format!("{message}\n")).into_response()
 }
 
-/// The source and a client place, or the answer refusing them.
-fn admit(state: &AppState) -> Result<(Arc<dyn LogSource>, OwnedSemaphorePermit), Response> {
+/// The source and a client place, or the status and message refusing them.
+fn admit(
+    state: &AppState,
+) -> Result<(Arc<dyn LogSource>, OwnedSemaphorePermit), (StatusCode, String)> {
     let Some(source) = state.ctx.logs.clone() else {
-        return Err(refuse(
+        return Err((
             StatusCode::SERVICE_UNAVAILABLE,
-            "this agent serves no logs",
+            "this agent serves no logs".to_owned(),
         ));
     };
     let Ok(permit) = state.log_clients.clone().try_acquire_owned() else {
-        return Err(refuse(
+        return Err((
             StatusCode::TOO_MANY_REQUESTS,
-            &format!("{MAX_CLIENTS} log streams are open already; try again later"),
+            format!("{MAX_CLIENTS} log streams are open already; try again later"),
         ));
     };
     Ok((source, permit))
@@ -145,7 +147,7 @@ async fn text(
     }
     let (source, permit) = match admit(&state) {
         Ok(admitted) => admitted,
-        Err(refused) => return refused,
+        Err((status, message)) => return refuse(status, &message),
     };
     let lines = source.open(LogQuery {
         scope,
@@ -183,7 +185,7 @@ async fn events(
     }
     let (source, permit) = match admit(&state) {
         Ok(admitted) => admitted,
-        Err(refused) => return refused,
+        Err((status, message)) => return refuse(status, &message),
     };
     let resumed = headers
         .get("last-event-id")

@@ -740,9 +740,7 @@ impl Containers for FakeRuntime {
                             let guard = state
                                 .lock()
                                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-                            let Some(container) = guard.containers.get(&id) else {
-                                return None;
-                            };
+                            let container = guard.containers.get(&id)?;
                             (
                                 container.output.get(offset..).unwrap_or("").to_owned(),
                                 container.listed.state == ContainerState::Running,
