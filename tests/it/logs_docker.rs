@@ -2,7 +2,7 @@
 //! Across a rolling update the new replicas join the stream and the old ones leave (busybox
 //! replicas printing their version in a loop); and a client reading a log stream one byte a
 //! second is cut by the agent while the agent's memory stays bounded although the container
-//! it reads writes megabytes a second.
+//! it reads writes megabytes a second; with the agent stopped, `logs` reads the engine.
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::path::Path;
@@ -292,5 +292,18 @@ fn i53_logs_follow_a_rolling_update_and_a_slow_client_is_cut_with_bounded_memory
     assert!(status(&data_dir).is_ok());
     drop(slow);
     agent.stop()?;
+
+    // With no agent answering, `logs` reads the engine itself, through the same code.
+    let offline = Command::new(AGENT)
+        .args(["logs", &format!("{scope}/web"), "--tail", "1"])
+        .args(["--agent", "127.0.0.1:9", "--data-dir"])
+        .arg(&data_dir)
+        .output()?;
+    assert!(offline.status.success(), "{offline:?}");
+    let lines: Vec<String> = String::from_utf8(offline.stdout)?
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(printers(&lines, "two"), new, "{lines:#?}");
     Ok(())
 }
