@@ -249,3 +249,56 @@ async fn log_streams_beyond_the_limit_are_refused_and_unknown_ones_say_so() -> T
     assert_eq!(answered, 200);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_stream_over_its_byte_budget_drops_lines_and_says_how_many() -> TestResult {
+    let runtime = Arc::new(FakeRuntime::with_images(&["img"]));
+    let for_router = runtime.clone();
+    let router = TestRouter::start_with_logs("127.0.0.1:0", HttpOptions::default(), |store| {
+        let agent_id = store.agent_id().ok()?;
+        let keyring = Arc::new(Keyring::load(&[] as &[std::path::PathBuf]).ok()?);
+        let follower: Arc<dyn LogSource> =
+            Arc::new(Follower::new(for_router, store, agent_id, keyring));
+        Some(follower)
+    })
+    .await?;
+    let agent = router.store.agent_id()?;
+    let id = runtime
+        .create(&replica(&agent, "s", "web", "a1", "echo start"))
+        .await?;
+    runtime.start(&id).await?;
+    let url = format!(
+        "http://{}/ui/resource/deployment/s/web/logs",
+        router.address
+    );
+    let mut events = SseReader::new(client()?.get(&url).send().await?);
+    events
+        .until(|event| is_line(event, "s-web.a1", "start"))
+        .await?;
+    // 1 MiB at once: past the burst, most of it is dropped, and a note says so.
+    let line = "x".repeat(1023);
+    runtime.write_output(&id, &format!("{line}\n").repeat(1024));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    runtime.write_output(&id, "after the burst\n");
+    let seen = events
+        .until(|event| is_line(event, "s-web.a1", "after the burst"))
+        .await?;
+    let shown = seen.iter().filter(|event| event.0 == "line").count();
+    assert!(
+        shown < 1024,
+        "{shown} lines of 1 KiB shown at once: the burst is {} KiB",
+        voodu_agent::http::logs::BURST / 1024
+    );
+    let mut dropped = 0;
+    for note in seen.iter().filter(|event| event.0 == "note") {
+        let text = note.1["t"].as_str().ok_or("no text")?;
+        assert!(
+            text.ends_with("lines dropped: this stream sends at most 64 KiB/s"),
+            "{text}"
+        );
+        dropped += text.split(' ').next().ok_or("no count")?.parse::<usize>()?;
+    }
+    assert!(dropped > 0, "no note of the dropped lines");
+    assert_eq!(shown - 1 + dropped, 1024, "every line is shown or counted");
+    Ok(())
+}
