@@ -152,6 +152,7 @@ fn main() {
             metrics: Arc::new(Metrics::new()),
             options: HttpOptions::default(),
             on_registry_push: None,
+            logs: None,
         };
         let server = tokio::spawn(voodu_agent::http::serve(listener, ctx, shutdown.clone()));
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;

@@ -16,6 +16,7 @@
 mod identity;
 pub mod image_commit;
 mod lock;
+pub mod logs;
 pub mod sources;
 pub(crate) mod systemd;
 
@@ -564,6 +565,12 @@ async fn run_until<R: Runtime>(
     let (channels, sync_requests) = sync_channels(&syncers);
     // `POST /hooks/registry` → the image scanner, at once.
     let registry_pushes = reconcile::wake::RegistryPushes::default();
+    let log_source: Arc<dyn http::logs::LogSource> = Arc::new(logs::Follower::new(
+        runtime.clone(),
+        store.clone(),
+        agent_id.clone(),
+        Arc::clone(&config.sync.keyring),
+    ));
     let deps = reconcile_deps(
         &config,
         &sources,
@@ -586,6 +593,7 @@ async fn run_until<R: Runtime>(
             on_registry_push: Some(Arc::new(move |repository: &str| {
                 registry_pushes.push(repository);
             })),
+            logs: Some(log_source),
         };
         spawn_http(&tracker, listener, http_ctx, &shutdown);
     }

@@ -1,7 +1,7 @@
 //! Command line: flags → validated config → the command, and its exit code.
 //!
 //! `voodu-agent --repo URL` runs the agent in the foreground; subcommands inspect its state
-//! (`status`, `releases`, `activity`) or steer it (`rollback`, `unpin`, `approve`, `sync`,
+//! (`status`, `releases`, `activity`, `logs`) or steer it (`rollback`, `unpin`, `approve`, `sync`,
 //! `maintenance`) through state.db and the agent's HTTP side; `fleet status` reads many agents
 //! over HTTP.
 //!
@@ -59,6 +59,7 @@ mod freeze;
 mod images;
 mod install;
 mod log;
+mod logs;
 mod maintenance;
 mod notify;
 mod plan;
@@ -154,6 +155,10 @@ enum Command {
     Redeploy(redeploy::RedeployArgs),
     /// Ask the running agent to fetch now (and, with --wait, say how the commit ended).
     Sync(sync::SyncArgs),
+    /// The output of a resource's containers (replicas, init containers, release hooks, job
+    /// and cron runs), interleaved and prefixed with each container's name; `-f` follows
+    /// (new containers join, stopped ones leave). Secrets the agent knows are masked.
+    Logs(logs::LogsArgs),
     /// Maintenance mode: `maintenance on SCOPE/NAME [--message TEXT]` makes the ingress answer
     /// every request routed to a deployment with 503, a maintenance page and Retry-After,
     /// while its replicas keep running; `off` routes to them again; `list` (or nothing) lists.
@@ -345,6 +350,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Maintenance(args)) => maintenance::run(&data_dir, &args),
         Some(Command::Freeze(args)) => freeze::run_freeze(&data_dir, &args),
         Some(Command::Unfreeze(args)) => freeze::run_unfreeze(&data_dir, &args),
+        Some(Command::Logs(args)) => logs::run(&data_dir, &args),
         Some(Command::Activity(args)) => activity::run(&data_dir, &args),
         Some(Command::Fleet(args)) => fleet::run(&args),
         Some(Command::Install(args)) => install::run(&args),

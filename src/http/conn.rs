@@ -17,7 +17,9 @@
 //! every place is taken, a new connection evicts the connection that has been waiting
 //! longest (as nginx reuses kept-alive connections when it runs short), and only when none
 //! is waiting, because every place is serving a request, is the new one answered 503 and
-//! closed at once. Evicted connections are dropped by their task at its next poll.
+//! closed at once. Evicted connections are dropped by their task at its next poll. A write
+//! the client takes no byte of for `WRITE_STALL` fails and closes the connection, so an
+//! answer read slowly (a streamed log) never keeps its buffers and task for long.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -170,6 +172,7 @@ async fn connection(
     let stream = Watched {
         stream,
         slot: slot.clone(),
+        stall: None,
     };
     let served = builder.serve_connection(TokioIo::new(stream), service);
     tokio::pin!(served);
@@ -271,10 +274,42 @@ impl Slot {
     }
 }
 
-/// The connection's stream, telling its slot when a head starts to arrive.
+/// A write that has waited this long for the client to take bytes closes the connection: a
+/// client reading an answer (a log stream) slower than it is written is cut, not waited for.
+const WRITE_STALL: Duration = Duration::from_secs(15);
+
+/// The connection's stream, telling its slot when a head starts to arrive, and failing a
+/// write that stalls for [`WRITE_STALL`].
 struct Watched {
     stream: TcpStream,
     slot: Arc<Slot>,
+    /// Set while a write waits for the client.
+    stall: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Watched {
+    /// `polled` (a write's outcome) as it stands, or a time-out once writes have waited
+    /// [`WRITE_STALL`].
+    fn watch_stall<T>(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        polled: std::task::Poll<std::io::Result<T>>,
+    ) -> std::task::Poll<std::io::Result<T>> {
+        if polled.is_ready() {
+            self.stall = None;
+            return polled;
+        }
+        let stall = self
+            .stall
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(WRITE_STALL)));
+        if stall.as_mut().poll(cx).is_ready() {
+            return std::task::Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client takes no bytes",
+            )));
+        }
+        polled
+    }
 }
 
 impl tokio::io::AsyncRead for Watched {
@@ -298,7 +333,8 @@ impl tokio::io::AsyncWrite for Watched {
         cx: &mut std::task::Context<'_>,
         data: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.stream).poll_write(cx, data)
+        let polled = std::pin::Pin::new(&mut self.stream).poll_write(cx, data);
+        self.watch_stall(cx, polled)
     }
 
     fn poll_flush(
@@ -320,7 +356,8 @@ impl tokio::io::AsyncWrite for Watched {
         cx: &mut std::task::Context<'_>,
         data: &[std::io::IoSlice<'_>],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.stream).poll_write_vectored(cx, data)
+        let polled = std::pin::Pin::new(&mut self.stream).poll_write_vectored(cx, data);
+        self.watch_stall(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -9,7 +9,9 @@
 //!   activity log, `activity.rs`), `GET /metrics` (`metrics.rs`, with the process figures of
 //!   `process.rs`);
 //! - `GET /ui…`: the dashboard (`dashboard/`), read-only, live through server-sent events;
-//!   `GET /` redirects there.
+//!   `GET /` redirects there;
+//! - `GET /logs/{scope}/{name}` and the dashboard's `/ui/resource/…/logs`: a resource's
+//!   containers' output, masked, escaped and bounded (`logs.rs`).
 //!
 //! Invariants: everything shown is read from the store (on blocking threads); the only thing
 //! this module can make happen is a sync request; memory stays bounded under any request
@@ -19,7 +21,7 @@
 //! connection that sends nothing is closed after `idle_timeout`, and slow clients are evicted for new ones
 //! (`conn.rs`), bodies are capped at `max_body_bytes` and read under a timeout, and at most
 //! `max_waiters` requests wait for an outcome, and at most `dashboard::live::MAX_STREAMS`
-//! live streams run. Off loopback, `/status`, `/releases`, `/activity`, `/metrics` and `/ui`
+//! live streams run, and at most `logs::MAX_CLIENTS` log streams. Off loopback, `/status`, `/releases`, `/activity`, `/metrics`, `/logs` and `/ui`
 //! need the webhook secret (`auth.rs`: a bearer token, or a browser's Basic password);
 //! `/healthz` is open.
 
@@ -30,6 +32,7 @@ mod dashboard;
 pub(crate) mod detail;
 mod error;
 pub mod images;
+pub mod logs;
 mod metrics;
 mod process;
 mod registry;
@@ -138,6 +141,8 @@ pub struct HttpCtx {
     /// Told each image repository a registry notification says was pushed to
     /// (`POST /hooks/registry`): the agent's image scanner; `None`: not running.
     pub on_registry_push: Option<RegistryPushed>,
+    /// The containers' output (`logs.rs`); `None`: the log routes answer 503.
+    pub logs: Option<Arc<dyn logs::LogSource>>,
 }
 
 /// What `POST /hooks/registry` tells of a pushed repository.
@@ -155,6 +160,8 @@ struct AppState {
     streams: Arc<Semaphore>,
     /// Ready replicas of each resource's current rollout, for the dashboard's plot.
     samples: Arc<dashboard::live::RolloutSamples>,
+    /// The log streams running at once.
+    log_clients: Arc<Semaphore>,
 }
 
 /// True when serving `address` without a webhook secret is allowed: only loopback, where
@@ -191,6 +198,7 @@ pub async fn serve(
         shutdown: shutdown.clone(),
         streams: Arc::new(Semaphore::new(dashboard::live::MAX_STREAMS)),
         samples,
+        log_clients: Arc::new(Semaphore::new(logs::MAX_CLIENTS)),
     });
     tokio::join!(
         conn::serve(listener, router(state), &options, shutdown),
@@ -206,6 +214,7 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/releases/{scope}/{name}", get(status::releases))
         .route("/metrics", get(metrics::metrics))
         .merge(dashboard::routes())
+        .merge(logs::routes())
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,

@@ -9,6 +9,7 @@ mod docker_options;
 mod host_paths;
 pub(crate) mod hosts;
 pub mod image_policy;
+pub mod logs;
 pub mod names;
 pub mod policy;
 mod ports;

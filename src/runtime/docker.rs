@@ -718,6 +718,27 @@ impl Containers for DockerRuntime {
         Ok(text)
     }
 
+    fn log_stream(&self, id: &str, options: super::LogOptions) -> super::LogChunks {
+        let since = options
+            .since
+            .map_or(0, |since| i32::try_from(since.max(0)).unwrap_or(i32::MAX));
+        let tail = options
+            .tail
+            .map_or_else(|| "all".to_owned(), |tail| tail.to_string());
+        let query = LogsOptionsBuilder::default()
+            .stdout(true)
+            .stderr(true)
+            .follow(options.follow)
+            .since(since)
+            .tail(&tail)
+            .build();
+        Box::pin(
+            self.docker
+                .logs(id, Some(query))
+                .map(|chunk| Ok(chunk.map_err(classify)?.into_bytes().to_vec())),
+        )
+    }
+
     async fn exec(&self, id: &str, command: &[String]) -> Result<ExecOutcome> {
         let created = self
             .docker

@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use futures_util::StreamExt as _;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Notify, broadcast};
 
@@ -28,9 +28,9 @@ mod swarm;
 
 /// An in-memory engine.
 pub struct FakeRuntime {
-    state: Mutex<FakeState>,
-    /// Wakes `wait` calls whenever a container changes state.
-    changed: Notify,
+    state: Arc<Mutex<FakeState>>,
+    /// Wakes `wait` calls (and followed logs) whenever a container changes state.
+    changed: Arc<Notify>,
     /// What `events` subscribers receive; `None` breaks every open stream (`interrupt_events`).
     events: broadcast::Sender<Option<super::Event>>,
     /// Services, tasks, configs and nodes (`swarm`).
@@ -41,8 +41,8 @@ impl Default for FakeRuntime {
     fn default() -> FakeRuntime {
         FakeRuntime {
             swarm: Mutex::default(),
-            state: Mutex::default(),
-            changed: Notify::new(),
+            state: Arc::default(),
+            changed: Arc::new(Notify::new()),
             events: broadcast::channel(1024).0,
         }
     }
@@ -255,6 +255,14 @@ impl FakeRuntime {
     /// instead of acting. Faults queue up in order.
     pub fn inject(&self, verb: &str, fault: Fault) {
         self.lock().faults.push_back((verb.to_owned(), fault));
+    }
+
+    /// Simulates a running container writing `text` to its output (followed logs see it).
+    pub fn write_output(&self, id: &str, text: &str) {
+        if let Some(container) = self.lock().containers.get_mut(id) {
+            container.output.push_str(text);
+        }
+        self.changed.notify_waiters();
     }
 
     /// Simulates a container exiting on its own (or `docker stop` by hand): code 137.
@@ -679,6 +687,77 @@ impl Containers for FakeRuntime {
             .iter()
             .map(|line| format!("{line}\n"))
             .collect())
+    }
+
+    /// `since` is not kept (the fake's output has no times): all of it is sent.
+    fn log_stream(&self, id: &str, options: super::LogOptions) -> super::LogChunks {
+        let called = self.enter("log_stream", id);
+        let state = Arc::clone(&self.state);
+        let changed = Arc::clone(&self.changed);
+        let id = id.to_owned();
+        // The first chunk starts where the tail does.
+        let (start, missing) = {
+            let guard = state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let start = guard.containers.get(&id).map_or(0, |container| {
+                let output = &container.output;
+                let Some(tail) = options.tail else { return 0 };
+                let mut starts: Vec<usize> = output
+                    .match_indices('\n')
+                    .map(|(at, _)| at + 1)
+                    .filter(|at| *at < output.len())
+                    .collect();
+                starts.insert(0, 0);
+                starts.len().checked_sub(tail).map_or(0, |first| {
+                    starts.get(first).copied().unwrap_or(output.len())
+                })
+            });
+            (start, !guard.containers.contains_key(&id))
+        };
+        let failed = called
+            .err()
+            .or_else(|| missing.then(|| Self::not_found(&id)));
+        let begin = (failed, start, false);
+        Box::pin(futures_util::stream::unfold(
+            begin,
+            move |(failed, offset, done)| {
+                let state = Arc::clone(&state);
+                let changed = Arc::clone(&changed);
+                let id = id.clone();
+                async move {
+                    if let Some(error) = failed {
+                        return Some((Err(error), (None, offset, true)));
+                    }
+                    if done {
+                        return None;
+                    }
+                    loop {
+                        let notified = changed.notified();
+                        tokio::pin!(notified);
+                        notified.as_mut().enable();
+                        let (chunk, running) = {
+                            let guard = state
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner);
+                            let container = guard.containers.get(&id)?;
+                            (
+                                container.output.get(offset..).unwrap_or("").to_owned(),
+                                container.listed.state == ContainerState::Running,
+                            )
+                        };
+                        if !chunk.is_empty() {
+                            let next = offset + chunk.len();
+                            return Some((Ok(chunk.into_bytes()), (None, next, false)));
+                        }
+                        if !(options.follow && running) {
+                            return None;
+                        }
+                        notified.await;
+                    }
+                }
+            },
+        ))
     }
 
     async fn exec(&self, id: &str, command: &[String]) -> Result<ExecOutcome> {

@@ -4,7 +4,7 @@
 //!
 //! `forward!(inner: list, start, …)` inside an `impl Containers for W<R>` (or `impl Swarm`)
 //! writes, for each verb named, `async fn verb(&self, …) -> … { self.inner.verb(…).await }`
-//! (`events`, the one verb that is not `async`, returns `self.inner.events(filter)`), with the
+//! (`events` and `log_stream`, the verbs that are not `async`, return the inner runtime's stream), with the
 //! signature the trait declares. A verb the trait has that the wrapper neither writes nor
 //! names is a compile error (a missing trait item), so a verb added to a trait is a decision
 //! in every wrapper.
@@ -149,6 +149,15 @@ macro_rules! forward {
             auth: Option<&$crate::runtime::RegistryAuth>,
         ) -> $crate::runtime::Result<Option<String>> {
             self.$field.pull(image, auth).await
+        }
+    };
+    (@verb $field:ident log_stream) => {
+        fn log_stream(
+            &self,
+            id: &str,
+            options: $crate::runtime::LogOptions,
+        ) -> $crate::runtime::LogChunks {
+            self.$field.log_stream(id, options)
         }
     };
     (@verb $field:ident events) => {

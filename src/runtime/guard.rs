@@ -392,7 +392,7 @@ fn refuse(refusals: Vec<String>) -> Result<()> {
 
 impl<R: Runtime> Containers for Guarded<R> {
     forward!(
-        inner: list, list_by_id, start, remove, stop, inspect, wait, logs, exec, exec_piped, volume_path,
+        inner: list, list_by_id, start, remove, stop, inspect, wait, logs, log_stream, exec, exec_piped, volume_path,
         list_volumes, remove_volume, image_present, image_info, pull, events, cpu_percent
     );
 

@@ -172,6 +172,22 @@ pub struct Event {
     pub labels: BTreeMap<String, String>,
 }
 
+/// What `log_stream` asks for (`docker logs --since --tail -f`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogOptions {
+    /// Only output written at or after this Unix time (seconds); `None`: from the start.
+    pub since: Option<i64>,
+    /// Only the last `tail` lines written before the call; `None`: all of them.
+    pub tail: Option<usize>,
+    /// Keep the stream open and send output as it is written, until the container stops.
+    pub follow: bool,
+}
+
+/// A container's output (stdout and stderr interleaved as the engine keeps them), in chunks
+/// that need not end at a line's end; the stream ends when the output does (at once without
+/// `follow`, when the container stops with it).
+pub type LogChunks = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<Vec<u8>>> + Send>>;
+
 /// A stream of events, for as long as the engine keeps it open.
 pub(crate) type Events = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<Event>> + Send>>;
 
@@ -282,6 +298,9 @@ pub trait Containers: Send + Sync + 'static {
     fn wait(&self, id: &str) -> impl Future<Output = Result<i64>> + Send;
     /// The last `tail` lines of the container's stdout and stderr.
     fn logs(&self, id: &str, tail: usize) -> impl Future<Output = Result<String>> + Send;
+    /// The container's output as `docker logs` reads it (`--since`, `--tail`, `-f`). An
+    /// unknown container is a `NotFound` item, then the end.
+    fn log_stream(&self, id: &str, options: LogOptions) -> LogChunks;
     /// Runs `command` in a running container and waits for it.
     fn exec(
         &self,

@@ -64,6 +64,7 @@ contract! {
     check_list_by_id => fake_list_by_id, docker_list_by_id;
     check_cpu_percent => fake_cpu_percent, docker_cpu_percent;
     check_published_ports => fake_published_ports, docker_published_ports;
+    check_log_stream => fake_log_stream, docker_log_stream;
 }
 
 /// A network name of the check's own, so checks never share (or delete) each other's.
@@ -629,6 +630,76 @@ async fn check_events<R: Runtime>(runtime: &R, scope: &str) -> TestResult {
         }
     }
     assert_eq!(seen, ["start", "die", "destroy"]);
+    Ok(())
+}
+
+/// The chunks of `stream` as text, until it ends (bounded).
+async fn read_all(mut stream: voodu_agent::runtime::LogChunks) -> TestResult<String> {
+    use futures_util::StreamExt as _;
+    let mut text = String::new();
+    let deadline = std::time::Duration::from_secs(30);
+    while let Some(chunk) = tokio::time::timeout(deadline, stream.next())
+        .await
+        .map_err(|_| format!("the log stream did not end within {deadline:?}; read {text:?}"))?
+    {
+        text.push_str(&String::from_utf8(chunk?)?);
+    }
+    Ok(text)
+}
+
+/// `log_stream` reads a container's output: `tail` keeps the last lines, without `follow` the
+/// stream ends at once, with it the stream ends when the container stops; an unknown
+/// container is `NotFound`.
+async fn check_log_stream<R: Runtime>(runtime: &R, scope: &str) -> TestResult {
+    use voodu_agent::runtime::LogOptions;
+    runtime.ensure_network(NETWORK).await?;
+    let mut printer = spec(scope, "logs");
+    printer.command = Some(vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        "echo one; echo two; echo three; sleep 300".to_owned(),
+    ]);
+    let id = runtime.create(&printer).await?;
+    runtime.start(&id).await?;
+    // The engine writes the output a moment after the start.
+    let mut all = String::new();
+    for _ in 0..100 {
+        all = read_all(runtime.log_stream(&id, LogOptions::default())).await?;
+        if all.lines().count() >= 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(all, "one\ntwo\nthree\n");
+    let tail = LogOptions {
+        tail: Some(2),
+        ..LogOptions::default()
+    };
+    assert_eq!(
+        read_all(runtime.log_stream(&id, tail)).await?,
+        "two\nthree\n"
+    );
+    let follow = LogOptions {
+        tail: Some(1),
+        follow: true,
+        ..LogOptions::default()
+    };
+    let followed = tokio::spawn(read_all(runtime.log_stream(&id, follow)));
+    // Still open while the container runs.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(
+        !followed.is_finished(),
+        "a followed stream ended while its container runs"
+    );
+    runtime.stop(&id, std::time::Duration::from_secs(1)).await?;
+    assert_eq!(followed.await??, "three\n");
+    let gone = "0".repeat(64);
+    let mut missing = runtime.log_stream(&gone, LogOptions::default());
+    use futures_util::StreamExt as _;
+    assert!(
+        matches!(missing.next().await, Some(Err(Error::NotFound { .. }))),
+        "an unknown container is NotFound"
+    );
     Ok(())
 }
 

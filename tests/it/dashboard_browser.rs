@@ -27,8 +27,8 @@ impl Drop for Reap {
     }
 }
 
-/// A WebDriver session on chromedriver.
-struct Browser {
+/// A WebDriver session on chromedriver (also `logs_browser.rs`'s).
+pub(crate) struct Browser {
     http: reqwest::blocking::Client,
     base: String,
     session: String,
@@ -37,7 +37,7 @@ struct Browser {
 }
 
 impl Browser {
-    fn start() -> TestResult<Browser> {
+    pub(crate) fn start() -> TestResult<Browser> {
         let port = free_port()?;
         let driver = Reap(
             Command::new("chromedriver")
@@ -93,13 +93,13 @@ impl Browser {
         format!("{}/session/{}{path}", self.base, self.session)
     }
 
-    fn open(&self, url: &str) -> TestResult {
+    pub(crate) fn open(&self, url: &str) -> TestResult {
         post(&self.http, &self.url("/url"), &json!({ "url": url }))?;
         Ok(())
     }
 
     /// Runs `script` (a function body) in the page and returns its value.
-    fn run(&self, script: &str) -> TestResult<Value> {
+    pub(crate) fn run(&self, script: &str) -> TestResult<Value> {
         post(
             &self.http,
             &self.url("/execute/sync"),
@@ -108,7 +108,7 @@ impl Browser {
     }
 
     /// Waits (liveness bound) until `script` returns something other than null or false.
-    fn until(&self, what: &str, script: &str, limit: Duration) -> TestResult<Value> {
+    pub(crate) fn until(&self, what: &str, script: &str, limit: Duration) -> TestResult<Value> {
         let started = Instant::now();
         loop {
             let value = self.run(script)?;
@@ -168,7 +168,7 @@ fn base64_decode(text: &str) -> TestResult<Vec<u8>> {
     Ok(base64::engine::general_purpose::STANDARD.decode(compact)?)
 }
 
-fn require(tool: &str) -> TestResult {
+pub(crate) fn require(tool: &str) -> TestResult {
     let found = Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
         .stdout(Stdio::null())

@@ -61,6 +61,11 @@ impl Agent {
         Ok(Agent(child))
     }
 
+    /// The agent's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
     /// SIGTERM, then waits for it to exit.
     pub(crate) fn stop(mut self) -> TestResult {
         Command::new("kill")

@@ -6,12 +6,14 @@
 //!   and the activity of the last day (`activity.rs`);
 //! - `GET /ui/resource/{kind}/{scope}/{name}`: its state, the ready replicas of the current
 //!   rollout (plot), its containers with readiness and why, its releases (timeline, table)
-//!   and a form comparing two of them;
+//!   and a form comparing two of them, and a live tail of its containers' logs (`logs.rs`,
+//!   the stream is `http::logs`);
 //! - `GET /ui/resource/{kind}/{scope}/{name}/diff?from=ID&to=ID`: the line diff of two
 //!   release snapshots;
 //! - `GET /ui/events[?resource=KIND/SCOPE/NAME]`: server-sent events with the page's live
 //!   document (`live.rs`), which `app.js` applies to the page without a reload;
-//! - `GET /ui/static/app.css`, `/ui/static/app.js`: built into the binary.
+//! - `GET /ui/static/app.css`, `/ui/static/app.js`, `/ui/static/logs.js`: built into the
+//!   binary.
 //!
 //! Invariants: read-only: it reads the store (on blocking threads) and the rollout samples,
 //! never writes or asks for anything; the same auth as `/status` (`super::auth`, plus the
@@ -24,6 +26,7 @@ mod activity;
 mod diff;
 mod html;
 pub(crate) mod live;
+mod logs;
 mod plot;
 mod views;
 
@@ -63,6 +66,10 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
         .route(
             "/ui/static/app.js",
             get(|| async { asset(JS, "text/javascript; charset=utf-8") }),
+        )
+        .route(
+            "/ui/static/logs.js",
+            get(|| async { asset(logs::JS, "text/javascript; charset=utf-8") }),
         )
 }
 
@@ -183,17 +190,15 @@ async fn resource(
         html::UrlPart(&scope),
         html::UrlPart(&name)
     );
+    let tail = logs::section(&kind, &scope, &name);
     let page = crate::store::blocking(&state.ctx.store, move |store| {
         let Some(resource) = build_resource(store, &key)? else {
             return Ok(None);
         };
         let releases = build_releases(store, &key)?;
-        Ok(Some(views::resource_html(
-            &resource,
-            &releases,
-            &samples,
-            live::now_ms(),
-        )))
+        let mut body = views::resource_html(&resource, &releases, &samples, live::now_ms());
+        body.push_str(&tail);
+        Ok(Some(body))
     })
     .await;
     found_page(

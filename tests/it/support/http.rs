@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 use voodu_agent::git::trigger::{self, SyncRequestReceiver, SyncRequests};
+use voodu_agent::http::logs::LogSource;
 use voodu_agent::http::{HookSource, HttpCtx, HttpOptions};
 use voodu_agent::metrics::Metrics;
 use voodu_agent::store::Store;
@@ -25,11 +26,22 @@ pub struct TestRouter {
     pub receiver: SyncRequestReceiver,
     pub requests: SyncRequests,
     pub metrics: Arc<Metrics>,
+    /// The router's state.db.
+    pub store: Arc<Store>,
     shutdown: CancellationToken,
 }
 
 impl TestRouter {
     pub async fn start(listen: &str, options: HttpOptions) -> TestResult<TestRouter> {
+        Self::start_with_logs(listen, options, |_| None).await
+    }
+
+    /// `start`, serving logs from what `logs` makes of the router's store.
+    pub async fn start_with_logs(
+        listen: &str,
+        options: HttpOptions,
+        logs: impl FnOnce(Arc<Store>) -> Option<Arc<dyn LogSource>>,
+    ) -> TestResult<TestRouter> {
         let dir = tempfile::tempdir()?;
         let store = Arc::new(Store::open(&dir.path().join("state.db"))?);
         let (requests, receiver) = trigger::channel();
@@ -43,6 +55,7 @@ impl TestRouter {
             metrics: metrics.clone(),
             options,
             on_registry_push: None,
+            logs: logs(store.clone()),
         };
         let server_shutdown = shutdown.clone();
         let thread = std::thread::spawn(move || -> TestResult {
@@ -70,6 +83,7 @@ impl TestRouter {
             receiver,
             requests,
             metrics,
+            store,
             shutdown,
         })
     }
