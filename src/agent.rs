@@ -16,6 +16,7 @@
 mod identity;
 pub mod image_commit;
 mod lock;
+mod previews;
 pub mod sources;
 pub(crate) mod systemd;
 
@@ -83,6 +84,8 @@ pub struct AgentConfig {
     /// `--sources FILE`: the repositories followed, each owning its scopes; empty: the one
     /// repository of `source`, owning every scope.
     pub sources: Vec<SourceConfig>,
+    /// `--preview-*`: the single `--repo` source's branch previews.
+    pub previews: Option<crate::model::previews::PreviewRules>,
 }
 
 /// How to serve HTTP on the listener `run` is given (the bound address is recorded in the
@@ -113,6 +116,7 @@ impl AgentConfig {
             secret: None,
             trust: None,
             shared_network: true,
+            previews: self.previews.clone(),
         }]
     }
 }
@@ -560,6 +564,13 @@ async fn run_until<R: Runtime>(
     let (channels, sync_requests) = sync_channels(&syncers);
     // `POST /hooks/registry` → the image scanner, at once.
     let registry_pushes = reconcile::wake::RegistryPushes::default();
+    previews::spawn(
+        &syncers,
+        (&config.data_dir, &config.hosts),
+        (&ownership, &runtime),
+        &tracker,
+        &shutdown,
+    );
     let deps = reconcile_deps(
         &config,
         &sources,
@@ -711,7 +722,9 @@ fn record_sources(
             .collect::<Vec<_>>(),
     )?;
     for (orphan, count) in store.resources_by_source()? {
-        if !sources.iter().any(|source| source.name == orphan) {
+        if !sources.iter().any(|source| source.name == orphan)
+            && crate::model::previews::split_source(&orphan).is_none()
+        {
             tracing::warn!(
                 source = %orphan,
                 resources = count,

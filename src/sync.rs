@@ -86,6 +86,9 @@ pub struct SyncOptions {
     /// Which source may deploy which scope (`--sources`); the single `--repo` source owns
     /// every scope.
     pub ownership: Arc<Ownership>,
+    /// A branch preview's rules and slug: its manifests are read with scopes and hosts
+    /// mapped (`manifest::previews`); `None` for a source's own branch.
+    pub(crate) preview: Option<(crate::model::previews::PreviewRules, String)>,
 }
 
 /// `--verify-commits` and the keys it trusts.
@@ -148,6 +151,7 @@ impl SyncOptions {
             trust: None,
             keyring: Arc::new(Keyring::default()),
             ownership: Arc::new(Ownership::single()),
+            preview: None,
         }
     }
 }
@@ -269,6 +273,11 @@ impl Syncer {
         &self.source
     }
 
+    /// The options this syncer loads commits with.
+    pub(crate) fn options(&self) -> &SyncOptions {
+        &self.options
+    }
+
     /// The store handle of this syncer's source.
     pub(crate) fn store(&self) -> &Arc<Store> {
         &self.store
@@ -309,6 +318,31 @@ impl Syncer {
         // Generated secrets bump the config version: remember the version after them.
         *last_seen = Some((commit, self.store.config_version()?));
         Ok(outcome)
+    }
+
+    /// Removes every resource of this source (a branch preview torn down): an empty desired
+    /// state applied as of its last commit, in one transaction, the asset files of its scopes
+    /// cleaned. `None` when it never applied a commit.
+    pub(crate) fn remove_all(&self, who: &Who) -> Result<Option<ApplySummary>, Error> {
+        let Some(last) = self.store.commit_summary()?.last_seen else {
+            return Ok(None);
+        };
+        let empty = manifest::Manifest::default();
+        let summary = self.store.apply_commit_as(
+            &last.sha,
+            &empty,
+            CommitContext {
+                who,
+                triggers: None,
+                unsigned: false,
+            },
+        )?;
+        self.clean_assets(
+            &empty,
+            &assets::assets_root(&self.options.data_dir),
+            &last.sha,
+        )?;
+        Ok(Some(summary))
     }
 
     /// Records how the fetch ended for `status` (the whole error chain, and since when it
@@ -608,6 +642,15 @@ impl Syncer {
         let vars = Vars {
             buckets,
             globals: self.options.allowed_env.clone(),
+        };
+        // A preview's files are mapped: their text is not their blob's, so not cached.
+        let mapped;
+        let (snapshot, ids) = match &self.options.preview {
+            Some((rules, slug)) => {
+                mapped = manifest::previews::rewrite(snapshot, rules, slug);
+                (&mapped, &[][..])
+            }
+            None => (snapshot, ids),
         };
         let options = LoadOptions {
             vars: &vars,

@@ -17,6 +17,13 @@
 //!   trusted_ssh_signers = "/etc/voodu-agent/allowed_signers"
 //!   trusted_pgp_keys    = "/etc/voodu-agent/keys.asc"
 //!   network             = "own"          # own (voodu0-<name>) | shared (voodu0)
+//!   previews {                           # a preview per branch (`model::previews`)
+//!     branches = "preview/*"
+//!     scope    = "{scope}-pr-{slug}"     # the default; the source must own these scopes
+//!     host     = "{slug}.preview.example.com"
+//!     ttl      = "72h"                   # default 72h
+//!     max      = 5                       # default 5
+//!   }
 //! }
 //! ```
 //!
@@ -54,6 +61,8 @@ pub struct SourceConfig {
     /// own `voodu0-<name>` (`network = "own"`, the default), so they reach other sources'
     /// containers that share it.
     pub shared_network: bool,
+    /// Its `previews { … }` block: a preview per matching branch.
+    pub previews: Option<crate::model::previews::PreviewRules>,
 }
 
 /// Most sources one agent follows.
@@ -174,7 +183,53 @@ pub fn ownership(sources: &[SourceConfig]) -> Result<Ownership, OwnershipError> 
             .filter(|source| source.shared_network)
             .map(|source| source.name.clone())
             .collect(),
+    )
+    .with_previews(
+        sources
+            .iter()
+            .filter_map(|source| {
+                let rules = source.previews.as_ref()?;
+                Some((source.name.clone(), rules.separator.clone()))
+            })
+            .collect(),
     ))
+}
+
+/// The preview rules of `--preview-*` or a `previews { … }` block, checked: with the scopes
+/// the source owns, every preview scope of an exact scope must be owned too (`shop` needs
+/// `shop-pr-*`). The message names what to write.
+pub fn preview_rules(
+    name: &str,
+    scopes: &[ScopePattern],
+    (branches, scope, host): (&str, &str, &str),
+    (ttl, max): (Duration, usize),
+) -> Result<crate::model::previews::PreviewRules, String> {
+    let rules = crate::model::previews::PreviewRules {
+        branches: branches.to_owned(),
+        separator: crate::model::previews::PreviewRules::separator_of(scope)?,
+        host: host.to_owned(),
+        ttl,
+        max,
+    };
+    rules.check()?;
+    for pattern in scopes {
+        if let ScopePattern::Exact(exact) = pattern
+            && !exact.is_empty()
+        {
+            let wanted = format!("{exact}{}", rules.separator);
+            let owned = scopes.iter().any(|other| match other {
+                ScopePattern::Any => true,
+                ScopePattern::Prefix(prefix) => wanted.starts_with(prefix.as_str()),
+                ScopePattern::Exact(_) => false,
+            });
+            if !owned {
+                return Err(format!(
+                    "source {name:?}: previews of scope {exact} deploy to scopes {wanted}<slug>, which the source does not own: add \"{wanted}*\" to its `scopes`"
+                ));
+            }
+        }
+    }
+    Ok(rules)
 }
 
 /// The mistakes found in one sources file so far, each placed at its `file:line:col`.
@@ -348,7 +403,11 @@ impl<'a> SourceBlock<'a> {
                 );
             }
         }
-        if let Some(block) = self.body.blocks().next() {
+        if let Some(block) = self
+            .body
+            .blocks()
+            .find(|block| block.ident.as_str() != "previews")
+        {
             problems.error(
                 block.ident.span(),
                 format!(
@@ -573,6 +632,7 @@ fn read_source(
     let shared_network = block.shared_network(problems);
     let paths = strings(problems, name, block.get("paths")).unwrap_or_default();
     let scopes = block.scopes(problems, at.clone());
+    let previews = read_previews(problems, name, body, &scopes);
     let Some(url) = url.filter(|url| !url.is_empty()) else {
         problems.error(
             at,
@@ -603,8 +663,86 @@ fn read_source(
         secret,
         trust,
         shared_network,
+        previews,
     })
 }
+
+/// The `previews { … }` block of source `name`, checked (`preview_rules`).
+fn read_previews(
+    problems: &mut Problems<'_>,
+    name: &str,
+    body: &Body,
+    scopes: &[ScopePattern],
+) -> Option<crate::model::previews::PreviewRules> {
+    let block = body
+        .blocks()
+        .find(|block| block.ident.as_str() == "previews")?;
+    let at = block.ident.span();
+    let mut texts = std::collections::BTreeMap::new();
+    let mut max = 5;
+    for attribute in block.body.attributes() {
+        let key = attribute.key.as_str();
+        match (key, &attribute.value) {
+            ("branches" | "scope" | "host" | "ttl", Expression::String(value)) => {
+                texts.insert(key, value.as_str().to_owned());
+            }
+            ("max", Expression::Number(number)) => {
+                match number.value().as_u64().and_then(|n| usize::try_from(n).ok()) {
+                    Some(n) => max = n,
+                    None => problems.error(
+                        attribute.value.span(),
+                        format!("source {name:?}: previews: `max` wants a whole number"),
+                    ),
+                }
+            }
+            ("branches" | "scope" | "host" | "ttl" | "max", value) => problems.error(
+                value.span(),
+                format!("source {name:?}: previews: `{key}` wants a {}", if key == "max" { "number" } else { "string" }),
+            ),
+            _ => problems.error(
+                attribute.key.span(),
+                format!("source {name:?}: previews: unknown attribute `{key}` (known: branches, scope, host, ttl, max)"),
+            ),
+        }
+    }
+    let (Some(branches), Some(host)) = (texts.get("branches"), texts.get("host")) else {
+        problems.error(
+            at,
+            format!("source {name:?}: previews need `branches` (e.g. \"preview/*\") and `host` (e.g. \"{{slug}}.preview.example.com\")"),
+        );
+        return None;
+    };
+    let ttl = match texts.get("ttl") {
+        None => DEFAULT_PREVIEW_TTL,
+        Some(text) => {
+            match humantime::parse_duration(text) {
+                Ok(ttl) => ttl,
+                Err(_) => {
+                    problems.error(
+                    at,
+                    format!("source {name:?}: previews: ttl {text:?} is not a duration (e.g. \"72h\")"),
+                );
+                    return None;
+                }
+            }
+        }
+    };
+    let scope = texts
+        .get("scope")
+        .map_or(DEFAULT_PREVIEW_SCOPE, String::as_str);
+    match preview_rules(name, scopes, (branches, scope, host), (ttl, max)) {
+        Ok(rules) => Some(rules),
+        Err(message) => {
+            problems.error(at, message);
+            None
+        }
+    }
+}
+
+/// A preview's scope template when none is written.
+pub const DEFAULT_PREVIEW_SCOPE: &str = "{scope}-pr-{slug}";
+/// A preview's ttl when none is written.
+pub const DEFAULT_PREVIEW_TTL: Duration = Duration::from_secs(72 * 3600);
 
 /// A list of strings, or `None` (reported) when it is something else.
 fn strings(

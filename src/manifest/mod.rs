@@ -22,6 +22,7 @@ pub(crate) mod invariants;
 mod lex;
 mod macros;
 mod policy;
+pub(crate) mod previews;
 pub mod sops;
 pub mod spec;
 pub mod triggers;

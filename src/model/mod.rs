@@ -12,6 +12,7 @@ pub mod image_policy;
 pub mod names;
 pub mod policy;
 mod ports;
+pub mod previews;
 pub mod scopes;
 mod snapshot;
 pub(crate) mod text;

@@ -27,6 +27,7 @@ mod health;
 mod images;
 mod meta;
 mod outbox;
+mod previews;
 mod releases;
 mod runs;
 mod schema;
@@ -57,6 +58,7 @@ pub use health::{HEALTH_ENGINE, HEALTH_FETCH, Health};
 pub use images::{ImageScan, ImageUpdateRow, next_scan};
 pub(crate) use meta::{META_HOST_SELECTION, META_RUNTIME};
 pub use outbox::{EVENTS, Event, SinkState};
+pub use previews::PreviewRow;
 pub use releases::{
     AutoRollback, HALT_MARK, Pin, RELEASE_HISTORY_LIMIT, Release, ReleasePhase, RollbackOutcome,
     UnpinOutcome,

@@ -432,4 +432,22 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CREATE INDEX data_runs_by_release ON data_runs (release_id);
     CREATE INDEX data_runs_by_state ON data_runs (state);
     "#,
+    // ---- issue 52: branch previews ----
+    // 19: branch previews (`store/previews.rs`): one row per preview a source knows.
+    r#"
+    CREATE TABLE previews (
+        source   TEXT NOT NULL,
+        slug     TEXT NOT NULL,
+        branch   TEXT NOT NULL,
+        sha      TEXT NOT NULL,
+        state    TEXT NOT NULL CHECK (state IN ('live', 'refused', 'expired')),
+        message  TEXT NOT NULL DEFAULT '',
+        hosts    TEXT NOT NULL DEFAULT '',
+        scopes   TEXT NOT NULL DEFAULT '',
+        created  INTEGER NOT NULL,
+        pushed   INTEGER NOT NULL,
+        expires  INTEGER NOT NULL,
+        PRIMARY KEY (source, slug)
+    );
+    "#,
 ];

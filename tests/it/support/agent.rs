@@ -66,6 +66,7 @@ pub fn fake_agent_config(repo: &TempRepo, data_dir: &std::path::Path) -> AgentCo
         notify: None,
         image_signing_key: None,
         sources: Vec::new(),
+        previews: None,
     }
 }
 

@@ -1,0 +1,337 @@
+//! Branch previews of one source (`model::previews`): each poll lists the remote's branches
+//! matching `branches` (one ref listing, no pack: an unchanged poll costs that and one store
+//! read), decides (`model::previews::decide`, pure) and acts. A preview is the internal source
+//! `<source>#<slug>`: its own mirror of its branch, its own `Syncer` (its own store handle,
+//! seal and mapping of scopes and hosts), so it is fetched, checked, applied and reconciled as
+//! every source is. Removing it applies an empty desired state to that source (its
+//! containers, routes and asset files go as any removed resource's), then, once its
+//! containers are gone, removes its volumes (a preview owns its data) and its mirror.
+//!
+//! Invariants: a preview's source owns only its mapped scopes (`Ownership::allows`), so its
+//! commit can reach nothing of the base scope; a removal is retried on the next poll until
+//! everything is gone, and the preview's row is forgotten (branch deleted) or kept as
+//! `expired` (ttl) only then.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::git::{Source, SourceOptions};
+use crate::model::HostSelection;
+use crate::model::previews::{self, Known, PreviewRules, State, Step};
+use crate::model::scopes::{Ownership, Seal};
+use crate::runtime::{Runtime, labels};
+use crate::store::{PreviewRow, Store, Who};
+use crate::sync::{SyncOptions, SyncOutcome, Syncer};
+
+/// How long a removal waits for the preview's containers to go before the next poll tries
+/// again.
+const REMOVAL_WAIT: Duration = Duration::from_secs(60);
+
+/// The previews of one source.
+pub(crate) struct Previews<R> {
+    pub(crate) name: String,
+    pub(crate) rules: PreviewRules,
+    pub(crate) options: SourceOptions,
+    pub(crate) hosts: HostSelection,
+    /// `<data-dir>/sources/NAME` (or the data dir): previews' mirrors live under `previews/`.
+    pub(crate) dir: PathBuf,
+    pub(crate) interval: Duration,
+    pub(crate) store: Arc<Store>,
+    /// The base source's sync options: each preview's are these with its seal and mapping.
+    pub(crate) sync: SyncOptions,
+    pub(crate) ownership: Arc<Ownership>,
+    pub(crate) runtime: Arc<R>,
+}
+
+impl<R: Runtime> Previews<R> {
+    /// Polls every `interval` until `shutdown`.
+    pub(crate) async fn run(self, shutdown: CancellationToken) {
+        let this = Arc::new(self);
+        let syncers: Arc<std::sync::Mutex<BTreeMap<String, Arc<Syncer>>>> = Arc::default();
+        let lister = Arc::new(
+            Source::new(this.options.clone(), &this.dir.join("previews"))
+                .selecting(this.hosts.clone()),
+        );
+        tracing::info!(source = %this.name, branches = %this.rules.branches, "branch previews on");
+        loop {
+            let blocking = {
+                let this = Arc::clone(&this);
+                let syncers = Arc::clone(&syncers);
+                let lister = Arc::clone(&lister);
+                tokio::task::spawn_blocking(move || this.poll(&lister, &syncers))
+            };
+            match blocking.await {
+                Ok(Ok(removals)) => {
+                    for (slug, expired) in removals {
+                        if let Err(error) = this.finish_removal(&slug, expired, &shutdown).await {
+                            tracing::warn!(source = %this.name, %slug, %error, "preview not removed yet; next poll tries again");
+                        }
+                    }
+                }
+                Ok(Err(error)) => {
+                    tracing::warn!(source = %this.name, error = %format!("{error:#}"), "previews: poll failed")
+                }
+                Err(error) => tracing::error!(%error, "previews: poll task failed"),
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(this.interval) => {}
+            }
+        }
+    }
+
+    /// One poll: list, decide, apply and refuse; returns the previews whose desired state was
+    /// emptied, to remove the rest of (with whether the ttl removed them).
+    fn poll(
+        &self,
+        lister: &Source,
+        syncers: &std::sync::Mutex<BTreeMap<String, Arc<Syncer>>>,
+    ) -> anyhow::Result<Vec<(String, bool)>> {
+        let interrupt = AtomicBool::new(false);
+        let listed: Vec<(String, String)> = lister
+            .list_branches(&self.rules.branches, &interrupt)?
+            .into_iter()
+            .map(|(branch, commit)| (branch, commit.as_str().to_owned()))
+            .collect();
+        let rows = self.store.previews(Some(&self.name))?;
+        let known: Vec<Known> = rows
+            .iter()
+            .map(|row| Known {
+                slug: row.slug.clone(),
+                branch: row.branch.clone(),
+                commit: row.commit.clone(),
+                created: row.created,
+                pushed: row.pushed,
+                state: State::parse(&row.state),
+            })
+            .collect();
+        let now = crate::store::now_unix();
+        let steps = previews::decide(&self.rules, &known, &listed, now);
+        let mut removals = Vec::new();
+        for step in steps {
+            let row_of = |slug: &str| rows.iter().find(|row| row.slug == slug);
+            match step {
+                Step::Apply {
+                    slug,
+                    branch,
+                    commit,
+                } => {
+                    let syncer = self.syncer(syncers, &slug, &branch)?;
+                    let outcome = syncer
+                        .sync_once_as(&interrupt, &Who::new(crate::store::Origin::Poll, None))?;
+                    let message = match &outcome {
+                        SyncOutcome::Rejected { diagnostics, .. } => {
+                            tracing::error!(source = %self.name, %slug, "preview commit rejected:\n{diagnostics}");
+                            format!("rejected: {diagnostics}")
+                        }
+                        _ => String::new(),
+                    };
+                    let before = row_of(&slug);
+                    let pushed = match before {
+                        Some(row) if row.commit == commit && row.state == "live" => row.pushed,
+                        _ => now,
+                    };
+                    self.record(
+                        &slug,
+                        (&branch, &commit),
+                        (State::Live, message),
+                        (before.map_or(now, |row| row.created), pushed),
+                    )?;
+                    tracing::info!(source = %self.name, %slug, %branch, commit = %&commit[..commit.len().min(12)], "preview applied");
+                }
+                Step::Refuse {
+                    slug,
+                    branch,
+                    commit,
+                    message,
+                } => {
+                    tracing::warn!(source = %self.name, %slug, %branch, "{message}");
+                    self.record(
+                        &slug,
+                        (&branch, &commit),
+                        (State::Refused, message),
+                        (now, now),
+                    )?;
+                }
+                Step::Remove { slug, why } => {
+                    let branch = row_of(&slug)
+                        .map(|row| row.branch.clone())
+                        .unwrap_or_default();
+                    let syncer = self.syncer(syncers, &slug, &branch)?;
+                    syncer.remove_all(&Who::new(crate::store::Origin::Poll, None))?;
+                    tracing::info!(source = %self.name, %slug, "removing the preview: {why}");
+                    crate::base::lock(syncers).remove(&slug);
+                    removals.push((slug, why.starts_with("no push")));
+                }
+            }
+        }
+        Ok(removals)
+    }
+
+    /// The preview's internal source name.
+    fn source_of(&self, slug: &str) -> String {
+        previews::preview_source(&self.name, slug)
+    }
+
+    /// The syncer of preview `slug` following `branch`, made on first use.
+    fn syncer(
+        &self,
+        syncers: &std::sync::Mutex<BTreeMap<String, Arc<Syncer>>>,
+        slug: &str,
+        branch: &str,
+    ) -> anyhow::Result<Arc<Syncer>> {
+        if let Some(syncer) = crate::base::lock(syncers).get(slug) {
+            return Ok(Arc::clone(syncer));
+        }
+        let source_name = self.source_of(slug);
+        let mut options = self.options.clone();
+        options.branch = branch.to_owned();
+        let source = Source::new(options, &self.mirror_dir(slug)).selecting(self.hosts.clone());
+        let store = Arc::new(self.store.for_source(&source_name));
+        let mut sync = self.sync.clone();
+        sync.policy.seal = Some(Seal::new(&source_name, Arc::clone(&self.ownership)));
+        sync.preview = Some((self.rules.clone(), slug.to_owned()));
+        let syncer = Arc::new(Syncer::new(source, store, sync)?);
+        crate::base::lock(syncers).insert(slug.to_owned(), Arc::clone(&syncer));
+        Ok(syncer)
+    }
+
+    fn mirror_dir(&self, slug: &str) -> PathBuf {
+        self.dir.join("previews").join(slug)
+    }
+
+    /// Records the preview's row, with its hosts and scopes as its source holds them.
+    fn record(
+        &self,
+        slug: &str,
+        (branch, commit): (&str, &str),
+        (state, message): (State, String),
+        (created, pushed): (i64, i64),
+    ) -> anyhow::Result<()> {
+        let source = self.source_of(slug);
+        let hosts: Vec<String> = self
+            .store
+            .claims(crate::manifest::spec::ClaimKind::Host)?
+            .into_iter()
+            .filter(|(_, holder)| holder.source == source)
+            .map(|(host, _)| host)
+            .collect();
+        let scopes = self.store.scopes_of_source(&source)?;
+        let ttl = i64::try_from(self.rules.ttl.as_secs()).unwrap_or(i64::MAX);
+        let mut message = message;
+        let mut end = message.len().min(crate::sync::MAX_DIAGNOSTIC_MESSAGE_BYTES);
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        self.store.record_preview(&PreviewRow {
+            source: self.name.clone(),
+            slug: slug.to_owned(),
+            branch: branch.to_owned(),
+            commit: commit.to_owned(),
+            state: state.as_str().to_owned(),
+            message,
+            hosts: hosts.join(","),
+            scopes: scopes.join(","),
+            created,
+            pushed,
+            expires: pushed.saturating_add(ttl),
+        })?;
+        Ok(())
+    }
+
+    /// Once the preview's containers are gone (waiting up to `REMOVAL_WAIT`), removes its
+    /// volumes and its mirror, and forgets it (or keeps it as expired).
+    async fn finish_removal(
+        &self,
+        slug: &str,
+        expired: bool,
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<()> {
+        let source = self.source_of(slug);
+        let ours = |labels: &BTreeMap<String, String>| {
+            labels
+                .get(labels::SCOPE)
+                .is_some_and(|scope| self.ownership.allows(&source, scope))
+        };
+        let filter = [(labels::CREATED_BY, labels::CREATED_BY_VALUE)];
+        let deadline = tokio::time::Instant::now() + REMOVAL_WAIT;
+        loop {
+            let left = self
+                .runtime
+                .list(&filter)
+                .await?
+                .into_iter()
+                .filter(|container| ours(&container.labels))
+                .count();
+            if left == 0 {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline || shutdown.is_cancelled() {
+                anyhow::bail!("{left} containers of the preview still run");
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        for volume in self.runtime.list_volumes(&filter).await? {
+            if ours(&volume.labels) {
+                self.runtime.remove_volume(&volume.name).await?;
+                tracing::info!(source = %self.name, %slug, volume = %volume.name, "preview volume removed");
+            }
+        }
+        let mirror = self.mirror_dir(slug);
+        if mirror.exists() {
+            std::fs::remove_dir_all(&mirror)?;
+        }
+        let rows = self.store.previews(Some(&self.name))?;
+        match rows.into_iter().find(|row| row.slug == slug) {
+            Some(row) if expired => self.store.record_preview(&PreviewRow {
+                state: State::Expired.as_str().to_owned(),
+                message: format!(
+                    "removed: no push for {}",
+                    humantime::format_duration(self.rules.ttl)
+                ),
+                hosts: String::new(),
+                scopes: String::new(),
+                ..row
+            })?,
+            _ => self.store.forget_preview(&self.name, slug)?,
+        }
+        tracing::info!(source = %self.name, %slug, "preview removed");
+        Ok(())
+    }
+}
+
+/// Starts the previews task of each source with previews, on `tracker`.
+pub(crate) fn spawn<R: Runtime>(
+    syncers: &[(&super::SourceConfig, Arc<Syncer>)],
+    (data_dir, hosts): (&std::path::Path, &HostSelection),
+    (ownership, runtime): (&Arc<Ownership>, &Arc<R>),
+    tracker: &tokio_util::task::TaskTracker,
+    shutdown: &CancellationToken,
+) {
+    for (source, syncer) in syncers {
+        let Some(rules) = &source.previews else {
+            continue;
+        };
+        let mut options = source.options.clone();
+        options.max_file_bytes = syncer.options().max_file_bytes;
+        let previews = Previews {
+            name: source.name.clone(),
+            rules: rules.clone(),
+            options,
+            hosts: hosts.clone(),
+            dir: super::source_dir(data_dir, &source.name),
+            interval: source.interval,
+            store: Arc::new(syncer.store().for_source("")),
+            sync: syncer.options().clone(),
+            ownership: Arc::clone(ownership),
+            runtime: Arc::clone(runtime),
+        };
+        tracker.spawn(previews.run(shutdown.clone()));
+    }
+}
