@@ -28,6 +28,9 @@ use crate::runtime::{Runtime, labels};
 use crate::store::{PreviewRow, Store, Who};
 use crate::sync::{SyncOptions, SyncOutcome, Syncer};
 
+/// The bucket of a scope a new preview's buckets are made of, in place of the scope's own.
+const PREVIEW_BUCKET: &str = "preview";
+
 /// How long a removal waits for the preview's containers to go before the next poll tries
 /// again.
 const REMOVAL_WAIT: Duration = Duration::from_secs(60);
@@ -121,6 +124,9 @@ impl<R: Runtime> Previews<R> {
                     branch,
                     commit,
                 } => {
+                    if row_of(&slug).is_none_or(|row| row.state != "live") {
+                        self.copy_buckets(&slug)?;
+                    }
                     let syncer = self.syncer(syncers, &slug, &branch)?;
                     let outcome = syncer
                         .sync_once_as(&interrupt, &Who::new(crate::store::Origin::Poll, None))?;
@@ -176,6 +182,62 @@ impl<R: Runtime> Previews<R> {
     /// The preview's internal source name.
     fn source_of(&self, slug: &str) -> String {
         previews::preview_source(&self.name, slug)
+    }
+
+    /// Gives a new preview its config buckets: per scope of the source, its bucket `preview`
+    /// (into the preview scope's scope-level bucket) when it has one, else a copy of its
+    /// buckets without the keys the agent generates (the preview generates its own). A bucket
+    /// the preview has already is left as it is.
+    fn copy_buckets(&self, slug: &str) -> anyhow::Result<()> {
+        let buckets = self.store.buckets()?;
+        let base_scopes: std::collections::BTreeSet<&String> = buckets
+            .keys()
+            .filter(|(scope, _)| self.ownership.allows(&self.name, scope))
+            .map(|(scope, _)| scope)
+            .collect();
+        for scope in base_scopes {
+            let Some(mapped) = self.rules.map_scope(scope, slug) else {
+                continue;
+            };
+            let preview = buckets.get(&(scope.clone(), PREVIEW_BUCKET.to_owned()));
+            let copies: Vec<(&str, BTreeMap<String, String>)> = match preview {
+                Some(values) => vec![("", values.clone())],
+                None => buckets
+                    .iter()
+                    .filter(|((of, _), _)| of == scope)
+                    .map(|((_, name), values)| {
+                        let kept = values
+                            .iter()
+                            .filter(|(key, _)| {
+                                !crate::manifest::GENERATED_KEYS.contains(&key.as_str())
+                            })
+                            .map(|(key, value)| (key.clone(), value.clone()))
+                            .collect();
+                        (name.as_str(), kept)
+                    })
+                    .collect(),
+            };
+            for (name, values) in copies {
+                if values.is_empty() || buckets.contains_key(&(mapped.clone(), name.to_owned())) {
+                    continue;
+                }
+                self.store.config_set(&mapped, name, &values)?;
+                tracing::info!(source = %self.name, %slug, bucket = %format!("{mapped}/{name}"), keys = values.len(), "preview bucket copied");
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the config buckets of the preview's scopes.
+    fn remove_buckets(&self, slug: &str) -> anyhow::Result<()> {
+        let source = self.source_of(slug);
+        for ((scope, name), values) in self.store.buckets()? {
+            if self.ownership.allows(&source, &scope) {
+                let keys: Vec<String> = values.into_keys().collect();
+                self.store.config_unset(&scope, &name, &keys)?;
+            }
+        }
+        Ok(())
     }
 
     /// The syncer of preview `slug` following `branch`, made on first use.
@@ -283,6 +345,7 @@ impl<R: Runtime> Previews<R> {
                 tracing::info!(source = %self.name, %slug, volume = %volume.name, "preview volume removed");
             }
         }
+        self.remove_buckets(slug)?;
         let mirror = self.mirror_dir(slug);
         if mirror.exists() {
             std::fs::remove_dir_all(&mirror)?;

@@ -34,7 +34,7 @@ pub(crate) use decode::Resource;
 pub(crate) use diagnostic::LineIndex;
 pub use diagnostic::{Diagnostic, Diagnostics};
 pub use interpolate::Vars;
-pub(crate) use macros::SecretRequest;
+pub(crate) use macros::{GENERATED_KEYS, SecretRequest};
 pub use policy::{DEFAULT_DATA_DIR, Policy, bind_source};
 
 use std::collections::BTreeMap;

@@ -205,17 +205,24 @@ fn a_branch_gets_its_own_preview_until_it_goes() -> TestResult {
             volumes(&shop).ok()?.contains(&base_volume).then_some(())
         })?;
 
+        // The base web's bucket, which a new preview gets a copy of.
+        let output = Command::new(crate::e2e_docker::AGENT)
+            .args(["config", "set", &format!("{shop}/web"), "GREETING=hello"])
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .output()?;
+        assert!(output.status.success(), "{output:?}");
         // A push to preview/feat-x: its preview answers at its host, in its own scopes.
         push_branch(
             &repo,
             &main,
             "preview/feat-x",
-            &shop_files(&shop, "feat-x-v1", ""),
+            &shop_files(&shop, "feat-x-v1-${GREETING}", ""),
         )?;
         wait_until(
             LIMIT,
             "the preview served",
-            answer("feat-x.preview.test", "feat-x-v1"),
+            answer("feat-x.preview.test", "feat-x-v1-hello"),
         )?;
         let feat_volume = format!("voodu-{feat}-db-data-0");
         wait_until(LIMIT, "the preview's containers and volume", || {
@@ -297,6 +304,14 @@ fn a_branch_gets_its_own_preview_until_it_goes() -> TestResult {
                 .then_some(())
         })?;
         assert!(!data_dir.join(format!("assets/{feat}")).exists());
+        let buckets =
+            voodu_agent::store::Store::open_read_only(&data_dir.join("state.db"))?.buckets()?;
+        assert!(
+            buckets.keys().all(|(scope, _)| *scope != feat)
+                && buckets.contains_key(&(shop.clone(), "web".to_owned())),
+            "the preview's bucket goes, the base's stays: {:?}",
+            buckets.keys().collect::<Vec<_>>()
+        );
         assert!(through_proxy(proxy_port, &format!("{shop}.test"))?.contains("base-v1"));
         assert!(volumes(&shop)?.contains(&base_volume));
         assert_eq!(containers(&shop)?.len(), 2);
