@@ -54,6 +54,10 @@ pub struct StatusView {
     /// last scan (`super::images`); absent when no resource follows its image.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<super::images::ImageView>,
+    /// Branch previews (`previews {}`): each with its branch, slug, scopes, hosts, commit and
+    /// times; absent when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub previews: Vec<crate::store::PreviewRow>,
     pub(crate) resources: Vec<ResourceView>,
 }
 
@@ -531,6 +535,7 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
             .map(trigger_view)
             .collect(),
         images: super::images::build(store)?,
+        previews: store.previews(None)?,
         resources,
     })
 }

@@ -284,6 +284,20 @@ fn a_branch_gets_its_own_preview_until_it_goes() -> TestResult {
                 })
         })?;
         assert!(refused.contains("max = 2"), "{refused}");
+        // `status` lists the previews: the refused one with its line, the live one's host.
+        let output = Command::new(crate::e2e_docker::AGENT)
+            .args(["status", "--data-dir"])
+            .arg(&data_dir)
+            .output()?;
+        let shown = String::from_utf8(output.stdout)?;
+        assert!(
+            shown.contains("PREVIEW")
+                && shown.contains("shop#third")
+                && shown.contains("(max = 2)")
+                && shown.contains("feat-x.preview.test")
+                && shown.contains(&feat),
+            "{shown}"
+        );
         assert!(containers(&third)?.is_empty());
 
         // Deleting the branch removes everything of its preview, nothing of the base.
