@@ -836,6 +836,19 @@ source "shop" {
             MINUTE,
         )?;
         assert!(shared[0].shared_network && !shared[1].shared_network);
+        let previewed = parse(
+            "sources.hcl",
+            "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\", \"a-pr-*\"]\n  previews {\n    branches = \"preview/*\"\n    host = \"{slug}.p.test\"\n    ttl = \"5s\"\n    max = 2\n  }\n}\n",
+            MINUTE,
+        )?;
+        let rules = previewed[0]
+            .previews
+            .clone()
+            .unwrap_or_else(|| panic!("no previews"));
+        assert_eq!(
+            (rules.separator.as_str(), rules.max, rules.ttl),
+            ("-pr-", 2, Duration::from_secs(5))
+        );
         Ok(())
     }
 
@@ -905,6 +918,18 @@ source "shop" {
             (
                 "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\"]\n  verify_commits = \"tip\"\n}\n",
                 "sources.hcl:4:20: source \"a\": verify_commits needs the keys",
+            ),
+            (
+                "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\"]\n  previews {\n    branches = \"preview/*\"\n    host = \"{slug}.p.test\"\n  }\n}\n",
+                "sources.hcl:4:3: source \"a\": previews of scope a deploy to scopes a-pr-<slug>, which the source does not own: add \"a-pr-*\" to its `scopes`",
+            ),
+            (
+                "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\", \"a-pr-*\"]\n  previews {\n    branches = \"preview/*\"\n    host = \"p.test\"\n  }\n}\n",
+                "sources.hcl:4:3: previews: host \"p.test\": write a host name holding `{slug}`",
+            ),
+            (
+                "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\", \"a-pr-*\"]\n  previews {\n    branches = \"preview/*\"\n    host = \"{slug}.p.test\"\n    max = \"3\"\n  }\n}\n",
+                "sources.hcl:7:11: source \"a\": previews: `max` wants a number",
             ),
             ("repo \"a\" {}\n", "sources.hcl:1:1: unknown block `repo`"),
             ("", "sources.hcl:1:1: no source"),

@@ -563,6 +563,36 @@ mod tests {
     }
 
     #[test]
+    fn a_preview_source_owns_only_its_own_preview_scopes() -> Result<(), ScopeError> {
+        let shop = vec![
+            ScopePattern::parse("shop")?,
+            ScopePattern::parse("shop-pr-*")?,
+        ];
+        let ownership = Ownership::new(vec![
+            ("shop".to_owned(), shop),
+            ("blog".to_owned(), vec![ScopePattern::parse("blog")?]),
+        ])?
+        .with_previews(vec![("shop".to_owned(), "-pr-".to_owned())]);
+        assert!(ownership.allows("shop#feat-x", "shop-pr-feat-x"));
+        assert!(!ownership.allows("shop#feat-x", "shop"));
+        assert!(!ownership.allows("shop#feat-x", "shop-pr-other"));
+        assert!(!ownership.allows("shop#feat-x", "blog"));
+        // The base deploys its own scopes, not its previews'.
+        assert!(ownership.allows("shop", "shop"));
+        assert!(!ownership.allows("shop", "shop-pr-feat-x"));
+        assert_eq!(
+            ownership.source_of("shop-pr-feat-x").as_deref(),
+            Some("shop#feat-x")
+        );
+        // Claims: a preview's own, never the base's.
+        let seal = Seal::new("shop#feat-x", Arc::new(ownership.clone()));
+        assert!(seal.owns_derived("shop-pr-feat-x-db-data-0"));
+        assert!(!seal.owns_derived("shop-db-data-0"));
+        assert!(Seal::new("shop", Arc::new(ownership)).owns_derived("shop-db-data-0"));
+        Ok(())
+    }
+
+    #[test]
     fn derived_names_networks_and_seals_follow_the_owner() -> Result<(), String> {
         let ownership = Arc::new(
             Ownership::new(vec![
