@@ -777,7 +777,10 @@ pub(crate) fn foreign_scopes(
             } else {
                 format!("scope `{scope}`")
             };
-            let owner = match ownership.owner_of(scope) {
+            let owner = match ownership.source_of(scope) {
+                Some(preview) if crate::model::previews::split_source(&preview).is_some() => {
+                    format!("{shown} is branch preview `{preview}`'s: a preview's scopes are deployed only from its branch")
+                }
                 Some(owner) => format!("{shown} belongs to source `{owner}`"),
                 None => format!("no source of --sources may deploy {shown}"),
             };

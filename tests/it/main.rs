@@ -39,6 +39,7 @@ mod plugin_blocks;
 mod policy;
 mod policy_docker;
 mod policy_property;
+mod previews;
 mod previews_docker;
 mod process;
 mod reconcile;

@@ -82,7 +82,12 @@ ingress "{shop}" "web" {{
 
 /// Points branch `branch` of the remote at a commit of `text` on top of `base` (main is not
 /// moved: the work tree's file is put back).
-fn push_branch(repo: &TempRepo, base: &str, branch: &str, text: &str) -> TestResult<String> {
+pub(crate) fn push_branch(
+    repo: &TempRepo,
+    base: &str,
+    branch: &str,
+    text: &str,
+) -> TestResult<String> {
     let before = std::fs::read_to_string(repo.work().join("shop.hcl"))?;
     repo.write("shop.hcl", text)?;
     repo.git(&["add", "-A"])?;
@@ -98,7 +103,7 @@ fn push_branch(repo: &TempRepo, base: &str, branch: &str, text: &str) -> TestRes
     Ok(sha)
 }
 
-fn delete_branch(repo: &TempRepo, branch: &str) -> TestResult {
+pub(crate) fn delete_branch(repo: &TempRepo, branch: &str) -> TestResult {
     git(
         &repo.remote_path(),
         &["update-ref", "-d", &format!("refs/heads/{branch}")],

@@ -25,6 +25,8 @@ pub struct TestAgentOptions {
     pub watch_local: bool,
     /// `--notify`: where events go.
     pub notify: Option<voodu_agent::notify::NotifyConfig>,
+    /// `--preview-*`: branch previews of the repository.
+    pub previews: Option<voodu_agent::model::previews::PreviewRules>,
 }
 
 impl Default for TestAgentOptions {
@@ -35,6 +37,7 @@ impl Default for TestAgentOptions {
             secret: None,
             watch_local: false,
             notify: None,
+            previews: None,
         }
     }
 }
@@ -105,6 +108,7 @@ impl TestAgent {
             },
             watch_local: options.watch_local,
             notify: options.notify.clone(),
+            previews: options.previews.clone(),
             ..fake_agent_config(&repo, &data.path().join("data"))
         };
         let state_db: PathBuf = config.state_db();
