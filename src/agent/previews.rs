@@ -61,14 +61,27 @@ impl<R: Runtime> Previews<R> {
                 .selecting(this.hosts.clone()),
         );
         tracing::info!(source = %this.name, branches = %this.rules.branches, "branch previews on");
+        // Set on shutdown: the poll in flight stops at its fetch's next safe point.
+        let interrupt = Arc::new(AtomicBool::new(false));
         loop {
-            let blocking = {
+            let mut blocking = {
                 let this = Arc::clone(&this);
                 let syncers = Arc::clone(&syncers);
                 let lister = Arc::clone(&lister);
-                tokio::task::spawn_blocking(move || this.poll(&lister, &syncers))
+                let interrupt = Arc::clone(&interrupt);
+                tokio::task::spawn_blocking(move || this.poll(&lister, &syncers, &interrupt))
             };
-            match blocking.await {
+            let finished = tokio::select! {
+                finished = &mut blocking => finished,
+                () = shutdown.cancelled() => {
+                    interrupt.store(true, std::sync::atomic::Ordering::Relaxed);
+                    blocking.await
+                }
+            };
+            if shutdown.is_cancelled() {
+                return;
+            }
+            match finished {
                 Ok(Ok(removals)) => {
                     for (slug, expired) in removals {
                         if let Err(error) = this.finish_removal(&slug, expired, &shutdown).await {
@@ -94,10 +107,10 @@ impl<R: Runtime> Previews<R> {
         &self,
         lister: &Source,
         syncers: &std::sync::Mutex<BTreeMap<String, Arc<Syncer>>>,
+        interrupt: &AtomicBool,
     ) -> anyhow::Result<Vec<(String, bool)>> {
-        let interrupt = AtomicBool::new(false);
         let listed: Vec<(String, String)> = lister
-            .list_branches(&self.rules.branches, &interrupt)?
+            .list_branches(&self.rules.branches, interrupt)?
             .into_iter()
             .map(|(branch, commit)| (branch, commit.as_str().to_owned()))
             .collect();
@@ -129,7 +142,7 @@ impl<R: Runtime> Previews<R> {
                     }
                     let syncer = self.syncer(syncers, &slug, &branch)?;
                     let outcome = syncer
-                        .sync_once_as(&interrupt, &Who::new(crate::store::Origin::Poll, None))?;
+                        .sync_once_as(interrupt, &Who::new(crate::store::Origin::Poll, None))?;
                     let message = match &outcome {
                         SyncOutcome::Rejected { diagnostics, .. } => {
                             tracing::error!(source = %self.name, %slug, "preview commit rejected:\n{diagnostics}");

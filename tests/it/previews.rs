@@ -1,7 +1,8 @@
 //! Branch previews on the fake runtime (issue 52): the single `--repo` source with
 //! `--preview-*`. A push to a matching branch applies its manifests in the preview's scopes as
-//! the internal source `#<slug>`; deleting the branch removes its containers and its claim's
-//! volume, never the base's; a base commit may not deploy a preview's scope.
+//! the internal source `#<slug>`, with a copy of the base's buckets less the generated keys;
+//! deleting the branch removes its containers, its claim's volume and its buckets, never the
+//! base's; a base commit may not deploy a preview's scope.
 
 use std::time::Duration;
 
@@ -52,6 +53,16 @@ async fn a_pushed_branch_is_previewed_in_its_own_scopes_and_removed_with_its_vol
         })
         .await?;
 
+    // The base web's bucket: a preview gets a copy, less the keys the agent generates.
+    agent.store.config_set(
+        "shop",
+        "web",
+        &[
+            ("A".to_owned(), "1".to_owned()),
+            ("POSTGRES_PASSWORD".to_owned(), "the-base-secret".to_owned()),
+        ]
+        .into(),
+    )?;
     push_branch(&agent.repo, &main, "preview/feat-x", &files("feat-x"))?;
     let row = agent
         .until("the preview applied", |store| {
@@ -66,6 +77,12 @@ async fn a_pushed_branch_is_previewed_in_its_own_scopes_and_removed_with_its_vol
         ("", "preview/feat-x", "feat-x.preview.test")
     );
     assert!(row.scopes.contains("shop-pr-feat-x"), "{row:?}");
+    let buckets = agent.store.buckets()?;
+    let copied = buckets.get(&("shop-pr-feat-x".to_owned(), "web".to_owned()));
+    assert_eq!(
+        copied.map(|values| values.keys().cloned().collect::<Vec<_>>()),
+        Some(vec!["A".to_owned()])
+    );
     let preview_volume = "voodu-shop-pr-feat-x-db-data-0".to_owned();
     agent
         .until("the preview's containers and claim", |_| {
@@ -96,6 +113,13 @@ async fn a_pushed_branch_is_previewed_in_its_own_scopes_and_removed_with_its_vol
             .list(&[(labels::SCOPE, "shop-pr-feat-x")])
             .await?
             .is_empty()
+    );
+    assert!(
+        agent
+            .store
+            .buckets()?
+            .keys()
+            .all(|(scope, _)| scope != "shop-pr-feat-x")
     );
     let volumes = agent.fake.volume_names();
     assert!(
