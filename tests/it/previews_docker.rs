@@ -10,7 +10,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::sources_docker::{Agent, LogOnFailure, containers};
+use crate::sources_docker::{Agent, LogOnFailure, containers, http_address};
+use crate::support::http::get_blocking;
 use crate::support::repo::git;
 use crate::support::{DockerGuard, TempRepo, TestResult, test_image, unique, wait_until};
 
@@ -302,6 +303,24 @@ fn a_branch_gets_its_own_preview_until_it_goes() -> TestResult {
                 && shown.contains("feat-x.preview.test")
                 && shown.contains(&feat),
             "{shown}"
+        );
+        // So do `/status` and the dashboard.
+        let address = http_address(&data_dir)?;
+        let (code, body) = get_blocking(&address, "/status")?;
+        let listed: serde_json::Value = serde_json::from_str(&body)?;
+        assert_eq!(code, 200);
+        assert!(
+            listed["previews"]
+                .as_array()
+                .is_some_and(|previews| previews
+                    .iter()
+                    .any(|preview| preview["slug"] == "third" && preview["state"] == "refused")),
+            "{body}"
+        );
+        let (_, page) = get_blocking(&address, "/ui")?;
+        assert!(
+            page.contains("<h2>Previews</h2>") && page.contains("feat-x.preview.test"),
+            "{page}"
         );
         assert!(containers(&third)?.is_empty());
 
