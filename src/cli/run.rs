@@ -34,6 +34,7 @@ pub(super) struct RunArgs {
     /// --preview-host (README "Branch previews"). With --sources: a `previews {}` block.
     #[arg(
         long,
+        env = "VOODU_PREVIEW_BRANCHES",
         value_name = "PATTERN",
         requires = "preview_host",
         conflicts_with = "sources"
@@ -41,16 +42,21 @@ pub(super) struct RunArgs {
     preview_branches: Option<String>,
     /// The host every ingress of a preview answers at: `{slug}` (and `{scope}`, `{name}`)
     /// filled in, e.g. `{slug}.preview.example.com`.
-    #[arg(long, value_name = "TEMPLATE", requires = "preview_branches")]
+    #[arg(
+        long,
+        env = "VOODU_PREVIEW_HOST",
+        value_name = "TEMPLATE",
+        requires = "preview_branches"
+    )]
     preview_host: Option<String>,
     /// The scope a preview's resource takes: `{scope}`, a separator, `{slug}`.
-    #[arg(long, value_name = "TEMPLATE", default_value = agent::sources::DEFAULT_PREVIEW_SCOPE)]
+    #[arg(long, env = "VOODU_PREVIEW_SCOPE", value_name = "TEMPLATE", default_value = agent::sources::DEFAULT_PREVIEW_SCOPE)]
     preview_scope: String,
     /// A preview without a push for this long is removed.
-    #[arg(long, value_name = "DURATION", default_value = "72h", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "VOODU_PREVIEW_TTL", value_name = "DURATION", default_value = "72h", value_parser = humantime::parse_duration)]
     preview_ttl: Duration,
     /// At most this many previews; a newer branch is refused (the oldest are kept).
-    #[arg(long, value_name = "N", default_value_t = 5)]
+    #[arg(long, env = "VOODU_PREVIEW_MAX", value_name = "N", default_value_t = 5)]
     preview_max: usize,
     /// Branch to deploy.
     #[arg(long, env = "VOODU_BRANCH", default_value = "main")]
