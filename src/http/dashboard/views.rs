@@ -322,7 +322,7 @@ fn previews_html(out: &mut String, view: &StatusView) {
             Esc(&preview.slug),
             Esc(&preview.state),
             Esc(&preview.branch),
-            Esc(&short(&preview.commit)),
+            Esc(short(&preview.commit)),
             hosts.join(" "),
             Esc(&preview.scopes),
             Esc(&expires),
