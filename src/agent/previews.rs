@@ -130,66 +130,90 @@ impl<R: Runtime> Previews<R> {
         let steps = previews::decide(&self.rules, &known, &listed, now);
         let mut removals = Vec::new();
         for step in steps {
-            let row_of = |slug: &str| rows.iter().find(|row| row.slug == slug);
-            match step {
-                Step::Apply {
-                    slug,
-                    branch,
-                    commit,
-                } => {
-                    if row_of(&slug).is_none_or(|row| row.state != "live") {
-                        self.copy_buckets(&slug)?;
-                    }
-                    let syncer = self.syncer(syncers, &slug, &branch)?;
-                    let outcome = syncer
-                        .sync_once_as(interrupt, &Who::new(crate::store::Origin::Poll, None))?;
-                    let message = match &outcome {
-                        SyncOutcome::Rejected { diagnostics, .. } => {
-                            tracing::error!(source = %self.name, %slug, "preview commit rejected:\n{diagnostics}");
-                            format!("rejected: {diagnostics}")
-                        }
-                        _ => String::new(),
-                    };
-                    let before = row_of(&slug);
-                    let pushed = match before {
-                        Some(row) if row.commit == commit && row.state == "live" => row.pushed,
-                        _ => now,
-                    };
-                    self.record(
-                        &slug,
-                        (&branch, &commit),
-                        (State::Live, message),
-                        (before.map_or(now, |row| row.created), pushed),
-                    )?;
-                    tracing::info!(source = %self.name, %slug, %branch, commit = %&commit[..commit.len().min(12)], "preview applied");
+            // One preview's failure (its fetch, its store write) does not hold up the others.
+            match self.act(step, &rows, syncers, interrupt, now) {
+                Ok(removed) => removals.extend(removed),
+                Err(error) if interrupt.load(std::sync::atomic::Ordering::Relaxed) => {
+                    return Err(error);
                 }
-                Step::Refuse {
-                    slug,
-                    branch,
-                    commit,
-                    message,
-                } => {
-                    tracing::warn!(source = %self.name, %slug, %branch, "{message}");
-                    self.record(
-                        &slug,
-                        (&branch, &commit),
-                        (State::Refused, message),
-                        (now, now),
-                    )?;
-                }
-                Step::Remove { slug, why } => {
-                    let branch = row_of(&slug)
-                        .map(|row| row.branch.clone())
-                        .unwrap_or_default();
-                    let syncer = self.syncer(syncers, &slug, &branch)?;
-                    syncer.remove_all(&Who::new(crate::store::Origin::Poll, None))?;
-                    tracing::info!(source = %self.name, %slug, "removing the preview: {why}");
-                    crate::base::lock(syncers).remove(&slug);
-                    removals.push((slug, why.starts_with("no push")));
+                Err(error) => {
+                    tracing::warn!(source = %self.name, error = %format!("{error:#}"), "preview: next poll tries again");
                 }
             }
         }
         Ok(removals)
+    }
+
+    /// Takes one step of a poll's decision; the preview removed, with whether its ttl ran
+    /// out, when the step removed one.
+    fn act(
+        &self,
+        step: Step,
+        rows: &[PreviewRow],
+        syncers: &std::sync::Mutex<BTreeMap<String, Arc<Syncer>>>,
+        interrupt: &AtomicBool,
+        now: i64,
+    ) -> anyhow::Result<Option<(String, bool)>> {
+        let row_of = |slug: &str| rows.iter().find(|row| row.slug == slug);
+        match step {
+            Step::Apply {
+                slug,
+                branch,
+                commit,
+            } => {
+                if row_of(&slug).is_none_or(|row| row.state != "live") {
+                    self.copy_buckets(&slug)?;
+                }
+                let syncer = self.syncer(syncers, &slug, &branch)?;
+                let outcome =
+                    syncer.sync_once_as(interrupt, &Who::new(crate::store::Origin::Poll, None))?;
+                let message = match &outcome {
+                    SyncOutcome::Rejected { diagnostics, .. } => {
+                        tracing::error!(source = %self.name, %slug, "preview commit rejected:\n{diagnostics}");
+                        format!("rejected: {diagnostics}")
+                    }
+                    _ => String::new(),
+                };
+                let before = row_of(&slug);
+                let pushed = match before {
+                    Some(row) if row.commit == commit && row.state == "live" => row.pushed,
+                    _ => now,
+                };
+                self.record(
+                    &slug,
+                    (&branch, &commit),
+                    (State::Live, message),
+                    (before.map_or(now, |row| row.created), pushed),
+                )?;
+                tracing::info!(source = %self.name, %slug, %branch, commit = %&commit[..commit.len().min(12)], "preview applied");
+                Ok(None)
+            }
+            Step::Refuse {
+                slug,
+                branch,
+                commit,
+                message,
+            } => {
+                tracing::warn!(source = %self.name, %slug, %branch, "{message}");
+                self.record(
+                    &slug,
+                    (&branch, &commit),
+                    (State::Refused, message),
+                    (now, now),
+                )?;
+                Ok(None)
+            }
+            Step::Remove { slug, why, expired } => {
+                let branch = row_of(&slug)
+                    .map(|row| row.branch.clone())
+                    .unwrap_or_default();
+                let syncer = self.syncer(syncers, &slug, &branch)?;
+                syncer.remove_all(&Who::new(crate::store::Origin::Poll, None))?;
+                tracing::info!(source = %self.name, %slug, "removing the preview: {why}");
+                crate::base::lock(syncers).remove(&slug);
+                Ok(Some((slug, expired)))
+            }
+        }
     }
 
     /// The preview's internal source name.

@@ -99,8 +99,12 @@ pub enum Step {
         commit: String,
         message: String,
     },
-    /// Remove everything of the preview.
-    Remove { slug: String, why: String },
+    /// Remove everything of the preview; `expired`: its ttl ran out (its branch is there).
+    Remove {
+        slug: String,
+        why: String,
+        expired: bool,
+    },
 }
 
 impl PreviewRules {
@@ -277,6 +281,7 @@ pub fn decide(
             None => steps.push(Step::Remove {
                 slug: preview.slug.clone(),
                 why: format!("branch {} deleted", preview.branch),
+                expired: false,
             }),
             Some(tip)
                 if preview.state == State::Live
@@ -290,6 +295,7 @@ pub fn decide(
                         preview.branch,
                         humantime::format_duration(rules.ttl)
                     ),
+                    expired: true,
                 });
             }
             Some(_) if preview.state == State::Live => live += 1,
@@ -463,7 +469,7 @@ mod tests {
         ));
         assert!(matches!(
             decide(&rules, &running, &[], 20).as_slice(),
-            [Step::Remove { slug, why }] if slug == "a" && why.contains("deleted")
+            [Step::Remove { slug, why, expired: false }] if slug == "a" && why.contains("deleted")
         ));
     }
 
@@ -512,7 +518,7 @@ mod tests {
         assert!(decide(&rules, &running, &listed(&[("a", "1")]), 109).is_empty());
         assert!(matches!(
             decide(&rules, &running, &listed(&[("a", "1")]), 110).as_slice(),
-            [Step::Remove { why, .. }] if why.contains("no push")
+            [Step::Remove { why, expired: true, .. }] if why.contains("no push")
         ));
         // Once removed it stays so; a push after the ttl ran out is a new life.
         let expired = [Known {
