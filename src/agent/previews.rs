@@ -383,6 +383,7 @@ impl<R: Runtime> Previews<R> {
             }
         }
         self.remove_buckets(slug)?;
+        self.store.forget_source_state(&source)?;
         let mirror = self.mirror_dir(slug);
         if mirror.exists() {
             std::fs::remove_dir_all(&mirror)?;

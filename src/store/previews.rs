@@ -72,6 +72,26 @@ impl Store {
         Ok(())
     }
 
+    /// Forgets what a removed preview's internal source kept beside its history: its
+    /// per-source `meta` keys and its fetch health (its commits and activity stay).
+    pub(crate) fn forget_source_state(&self, source: &str) -> Result<()> {
+        self.with(|connection| {
+            let tx = connection.transaction()?;
+            for base in super::sources::PER_SOURCE_META {
+                tx.execute(
+                    "DELETE FROM meta WHERE key = ?1",
+                    params![super::source_key(base, source)],
+                )?;
+            }
+            tx.execute(
+                "DELETE FROM health WHERE subject = ?1",
+                params![super::source_key(super::HEALTH_FETCH, source)],
+            )?;
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
     /// Every preview (of `source` when given), by source and slug.
     pub fn previews(&self, source: Option<&str>) -> Result<Vec<PreviewRow>> {
         self.with(|connection| {

@@ -83,6 +83,7 @@ async fn a_pushed_branch_is_previewed_in_its_own_scopes_and_removed_with_its_vol
         copied.map(|values| values.keys().cloned().collect::<Vec<_>>()),
         Some(vec!["A".to_owned()])
     );
+    assert!(agent.store.meta("host_policy:#feat-x")?.is_some());
     let preview_volume = "voodu-shop-pr-feat-x-db-data-0".to_owned();
     agent
         .until("the preview's containers and claim", |_| {
@@ -121,6 +122,8 @@ async fn a_pushed_branch_is_previewed_in_its_own_scopes_and_removed_with_its_vol
             .keys()
             .all(|(scope, _)| scope != "shop-pr-feat-x")
     );
+    // Its source's per-source state goes too.
+    assert_eq!(agent.store.meta("host_policy:#feat-x")?, None);
     let volumes = agent.fake.volume_names();
     assert!(
         !volumes.contains(&preview_volume) && volumes.contains(&base_volume),
