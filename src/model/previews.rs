@@ -114,10 +114,13 @@ impl PreviewRules {
         if self.branches.is_empty()
             || self.branches.len() > 200
             || stem.contains('*')
-            || stem.chars().any(|c| c.is_whitespace() || c.is_control())
+            || !stem
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '.' | '_' | '-'))
+            || stem.contains("..")
         {
             return Err(format!(
-                "previews: branches {:?}: write a branch name or a prefix ending in `*`, e.g. \"preview/*\"",
+                "previews: branches {:?}: write a branch name or a prefix ending in `*` (letters, digits, `/`, `.`, `_`, `-`), e.g. \"preview/*\"",
                 self.branches
             ));
         }
@@ -428,6 +431,10 @@ mod tests {
         bad.max = 1;
         bad.branches = "pre*view/*".to_owned();
         assert!(bad.check().is_err());
+        bad.branches = "preview:x/*".to_owned();
+        assert!(bad.check().is_err());
+        bad.branches = "release/v1.2".to_owned();
+        assert!(bad.check().is_ok());
     }
 
     fn known(slug: &str, commit: &str, created: i64, pushed: i64, live: bool) -> Known {
