@@ -291,6 +291,7 @@ impl InProcess {
             notify: None,
             image_signing_key: None,
             sources: Vec::new(),
+            previews: None,
         };
         let state_db = config.state_db();
         let shutdown = CancellationToken::new();

@@ -17,6 +17,7 @@ mod identity;
 pub mod image_commit;
 mod lock;
 pub mod logs;
+mod previews;
 pub mod sources;
 pub(crate) mod systemd;
 
@@ -84,6 +85,8 @@ pub struct AgentConfig {
     /// `--sources FILE`: the repositories followed, each owning its scopes; empty: the one
     /// repository of `source`, owning every scope.
     pub sources: Vec<SourceConfig>,
+    /// `--preview-*`: the single `--repo` source's branch previews.
+    pub previews: Option<crate::model::previews::PreviewRules>,
 }
 
 /// How to serve HTTP on the listener `run` is given (the bound address is recorded in the
@@ -115,6 +118,7 @@ impl AgentConfig {
             trust: None,
             shared_network: true,
             windows: Vec::new(),
+            previews: self.previews.clone(),
         }]
     }
 }
@@ -571,6 +575,13 @@ async fn run_until<R: Runtime>(
         agent_id.clone(),
         Arc::clone(&config.sync.keyring),
     ));
+    previews::spawn(
+        &syncers,
+        (&config.data_dir, &config.hosts),
+        (&ownership, &runtime),
+        &tracker,
+        &shutdown,
+    );
     let deps = reconcile_deps(
         &config,
         &sources,
@@ -723,7 +734,9 @@ fn record_sources(
             .collect::<Vec<_>>(),
     )?;
     for (orphan, count) in store.resources_by_source()? {
-        if !sources.iter().any(|source| source.name == orphan) {
+        if !sources.iter().any(|source| source.name == orphan)
+            && crate::model::previews::split_source(&orphan).is_none()
+        {
             tracing::warn!(
                 source = %orphan,
                 resources = count,

@@ -103,6 +103,9 @@ pub struct SyncOptions {
     pub windows: Vec<WindowRule>,
     /// The wall clock windows and freezes are judged by (tests set their own).
     pub clock: Clock,
+    /// A branch preview's rules and slug: its manifests are read with scopes and hosts
+    /// mapped (`manifest::previews`); `None` for a source's own branch.
+    pub(crate) preview: Option<(crate::model::previews::PreviewRules, String)>,
 }
 
 /// A wall clock in Unix seconds: the system's by default.
@@ -194,6 +197,7 @@ impl SyncOptions {
             ownership: Arc::new(Ownership::single()),
             windows: Vec::new(),
             clock: Clock::default(),
+            preview: None,
         }
     }
 }
@@ -315,6 +319,11 @@ impl Syncer {
         &self.source
     }
 
+    /// The options this syncer loads commits with.
+    pub(crate) fn options(&self) -> &SyncOptions {
+        &self.options
+    }
+
     /// The store handle of this syncer's source.
     pub(crate) fn store(&self) -> &Arc<Store> {
         &self.store
@@ -358,6 +367,31 @@ impl Syncer {
         // Generated secrets bump the config version: remember the version after them.
         *last_seen = Some((commit, self.store.config_version()?));
         Ok(outcome)
+    }
+
+    /// Removes every resource of this source (a branch preview torn down): an empty desired
+    /// state applied as of its last commit, in one transaction, the asset files of its scopes
+    /// cleaned. `None` when it never applied a commit.
+    pub(crate) fn remove_all(&self, who: &Who) -> Result<Option<ApplySummary>, Error> {
+        let Some(last) = self.store.commit_summary()?.last_seen else {
+            return Ok(None);
+        };
+        let empty = manifest::Manifest::default();
+        let summary = self.store.apply_commit_as(
+            &last.sha,
+            &empty,
+            CommitContext {
+                who,
+                triggers: None,
+                unsigned: false,
+            },
+        )?;
+        self.clean_assets(
+            &empty,
+            &assets::assets_root(&self.options.data_dir),
+            &last.sha,
+        )?;
+        Ok(Some(summary))
     }
 
     /// Records how the fetch ended for `status` (the whole error chain, and since when it
@@ -705,6 +739,15 @@ impl Syncer {
             buckets,
             globals: self.options.allowed_env.clone(),
         };
+        // A preview's files are mapped: their text is not their blob's, so not cached.
+        let mapped;
+        let (snapshot, ids) = match &self.options.preview {
+            Some((rules, slug)) => {
+                mapped = manifest::previews::rewrite(snapshot, rules, slug);
+                (&mapped, &[][..])
+            }
+            None => (snapshot, ids),
+        };
         let options = LoadOptions {
             vars: &vars,
             files,
@@ -830,7 +873,10 @@ pub(crate) fn foreign_scopes(
             } else {
                 format!("scope `{scope}`")
             };
-            let owner = match ownership.owner_of(scope) {
+            let owner = match ownership.source_of(scope) {
+                Some(preview) if crate::model::previews::split_source(&preview).is_some() => {
+                    format!("{shown} is branch preview `{preview}`'s: a preview's scopes are deployed only from its branch")
+                }
                 Some(owner) => format!("{shown} belongs to source `{owner}`"),
                 None => format!("no source of --sources may deploy {shown}"),
             };

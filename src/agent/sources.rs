@@ -23,6 +23,13 @@
 //!     timezone = "Europe/Berlin"         # default: UTC
 //!     duration = "8h"
 //!   }
+//!   previews {                           # a preview per branch (`model::previews`)
+//!     branches = "preview/*"
+//!     scope    = "{scope}-pr-{slug}"     # the default; the source must own these scopes
+//!     host     = "{slug}.preview.example.com"
+//!     ttl      = "72h"                   # default 72h
+//!     max      = 5                       # default 5
+//!   }
 //! }
 //! ```
 //!
@@ -62,6 +69,8 @@ pub struct SourceConfig {
     pub shared_network: bool,
     /// Its deploy windows (`window "NAME" { … }` blocks); empty: always open.
     pub windows: Vec<crate::manifest::window::WindowRule>,
+    /// Its `previews { … }` block: a preview per matching branch.
+    pub previews: Option<crate::model::previews::PreviewRules>,
 }
 
 /// Most sources one agent follows.
@@ -182,7 +191,53 @@ pub fn ownership(sources: &[SourceConfig]) -> Result<Ownership, OwnershipError> 
             .filter(|source| source.shared_network)
             .map(|source| source.name.clone())
             .collect(),
+    )
+    .with_previews(
+        sources
+            .iter()
+            .filter_map(|source| {
+                let rules = source.previews.as_ref()?;
+                Some((source.name.clone(), rules.separator.clone()))
+            })
+            .collect(),
     ))
+}
+
+/// The preview rules of `--preview-*` or a `previews { … }` block, checked: with the scopes
+/// the source owns, every preview scope of an exact scope must be owned too (`shop` needs
+/// `shop-pr-*`). The message names what to write.
+pub fn preview_rules(
+    name: &str,
+    scopes: &[ScopePattern],
+    (branches, scope, host): (&str, &str, &str),
+    (ttl, max): (Duration, usize),
+) -> Result<crate::model::previews::PreviewRules, String> {
+    let rules = crate::model::previews::PreviewRules {
+        branches: branches.to_owned(),
+        separator: crate::model::previews::PreviewRules::separator_of(scope)?,
+        host: host.to_owned(),
+        ttl,
+        max,
+    };
+    rules.check()?;
+    for pattern in scopes {
+        if let ScopePattern::Exact(exact) = pattern
+            && !exact.is_empty()
+        {
+            let wanted = format!("{exact}{}", rules.separator);
+            let owned = scopes.iter().any(|other| match other {
+                ScopePattern::Any => true,
+                ScopePattern::Prefix(prefix) => wanted.starts_with(prefix.as_str()),
+                ScopePattern::Exact(_) => false,
+            });
+            if !owned {
+                return Err(format!(
+                    "source {name:?}: previews of scope {exact} deploy to scopes {wanted}<slug>, which the source does not own: add \"{wanted}*\" to its `scopes`"
+                ));
+            }
+        }
+    }
+    Ok(rules)
 }
 
 /// The mistakes found in one sources file so far, each placed at its `file:line:col`.
@@ -359,7 +414,7 @@ impl<'a> SourceBlock<'a> {
         if let Some(block) = self
             .body
             .blocks()
-            .find(|block| block.ident.as_str() != "window")
+            .find(|block| !matches!(block.ident.as_str(), "window" | "previews"))
         {
             problems.error(
                 block.ident.span(),
@@ -680,6 +735,7 @@ fn read_source(
     let windows = block.windows(problems);
     let paths = strings(problems, name, block.get("paths")).unwrap_or_default();
     let scopes = block.scopes(problems, at.clone());
+    let previews = read_previews(problems, name, body, &scopes);
     let Some(url) = url.filter(|url| !url.is_empty()) else {
         problems.error(
             at,
@@ -711,8 +767,86 @@ fn read_source(
         trust,
         shared_network,
         windows,
+        previews,
     })
 }
+
+/// The `previews { … }` block of source `name`, checked (`preview_rules`).
+fn read_previews(
+    problems: &mut Problems<'_>,
+    name: &str,
+    body: &Body,
+    scopes: &[ScopePattern],
+) -> Option<crate::model::previews::PreviewRules> {
+    let block = body
+        .blocks()
+        .find(|block| block.ident.as_str() == "previews")?;
+    let at = block.ident.span();
+    let mut texts = std::collections::BTreeMap::new();
+    let mut max = 5;
+    for attribute in block.body.attributes() {
+        let key = attribute.key.as_str();
+        match (key, &attribute.value) {
+            ("branches" | "scope" | "host" | "ttl", Expression::String(value)) => {
+                texts.insert(key, value.as_str().to_owned());
+            }
+            ("max", Expression::Number(number)) => {
+                match number.value().as_u64().and_then(|n| usize::try_from(n).ok()) {
+                    Some(n) => max = n,
+                    None => problems.error(
+                        attribute.value.span(),
+                        format!("source {name:?}: previews: `max` wants a whole number"),
+                    ),
+                }
+            }
+            ("branches" | "scope" | "host" | "ttl" | "max", value) => problems.error(
+                value.span(),
+                format!("source {name:?}: previews: `{key}` wants a {}", if key == "max" { "number" } else { "string" }),
+            ),
+            _ => problems.error(
+                attribute.key.span(),
+                format!("source {name:?}: previews: unknown attribute `{key}` (known: branches, scope, host, ttl, max)"),
+            ),
+        }
+    }
+    let (Some(branches), Some(host)) = (texts.get("branches"), texts.get("host")) else {
+        problems.error(
+            at,
+            format!("source {name:?}: previews need `branches` (e.g. \"preview/*\") and `host` (e.g. \"{{slug}}.preview.example.com\")"),
+        );
+        return None;
+    };
+    let ttl = match texts.get("ttl") {
+        None => DEFAULT_PREVIEW_TTL,
+        Some(text) => {
+            match humantime::parse_duration(text) {
+                Ok(ttl) => ttl,
+                Err(_) => {
+                    problems.error(
+                    at,
+                    format!("source {name:?}: previews: ttl {text:?} is not a duration (e.g. \"72h\")"),
+                );
+                    return None;
+                }
+            }
+        }
+    };
+    let scope = texts
+        .get("scope")
+        .map_or(DEFAULT_PREVIEW_SCOPE, String::as_str);
+    match preview_rules(name, scopes, (branches, scope, host), (ttl, max)) {
+        Ok(rules) => Some(rules),
+        Err(message) => {
+            problems.error(at, message);
+            None
+        }
+    }
+}
+
+/// A preview's scope template when none is written.
+pub const DEFAULT_PREVIEW_SCOPE: &str = "{scope}-pr-{slug}";
+/// A preview's ttl when none is written.
+pub const DEFAULT_PREVIEW_TTL: Duration = Duration::from_secs(72 * 3600);
 
 /// A list of strings, or `None` (reported) when it is something else.
 fn strings(
@@ -806,6 +940,19 @@ source "shop" {
             MINUTE,
         )?;
         assert!(shared[0].shared_network && !shared[1].shared_network);
+        let previewed = parse(
+            "sources.hcl",
+            "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\", \"a-pr-*\"]\n  previews {\n    branches = \"preview/*\"\n    host = \"{slug}.p.test\"\n    ttl = \"5s\"\n    max = 2\n  }\n}\n",
+            MINUTE,
+        )?;
+        let rules = previewed[0]
+            .previews
+            .clone()
+            .unwrap_or_else(|| panic!("no previews"));
+        assert_eq!(
+            (rules.separator.as_str(), rules.max, rules.ttl),
+            ("-pr-", 2, Duration::from_secs(5))
+        );
         Ok(())
     }
 
@@ -920,6 +1067,18 @@ source "shop" {
             (
                 "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\"]\n  verify_commits = \"tip\"\n}\n",
                 "sources.hcl:4:20: source \"a\": verify_commits needs the keys",
+            ),
+            (
+                "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\"]\n  previews {\n    branches = \"preview/*\"\n    host = \"{slug}.p.test\"\n  }\n}\n",
+                "sources.hcl:4:3: source \"a\": previews of scope a deploy to scopes a-pr-<slug>, which the source does not own: add \"a-pr-*\" to its `scopes`",
+            ),
+            (
+                "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\", \"a-pr-*\"]\n  previews {\n    branches = \"preview/*\"\n    host = \"p.test\"\n  }\n}\n",
+                "sources.hcl:4:3: previews: host \"p.test\": write a host name holding `{slug}`",
+            ),
+            (
+                "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\", \"a-pr-*\"]\n  previews {\n    branches = \"preview/*\"\n    host = \"{slug}.p.test\"\n    max = \"3\"\n  }\n}\n",
+                "sources.hcl:7:11: source \"a\": previews: `max` wants a number",
             ),
             ("repo \"a\" {}\n", "sources.hcl:1:1: unknown block `repo`"),
             ("", "sources.hcl:1:1: no source"),

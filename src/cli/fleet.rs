@@ -239,6 +239,20 @@ struct Remote {
     /// An agent following several repositories (`--sources`): each one's commits and fetch.
     #[serde(default)]
     sources: Vec<RemoteSource>,
+    /// Its branch previews.
+    #[serde(default)]
+    previews: Vec<RemotePreview>,
+}
+
+/// A branch preview, as `/status` lists it.
+#[derive(Debug, Clone, Default, Deserialize)]
+struct RemotePreview {
+    #[serde(default)]
+    source: String,
+    #[serde(default)]
+    slug: String,
+    #[serde(default)]
+    state: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -337,6 +351,12 @@ fn per_source(
                     })
                     .collect(),
                 sources: Vec::new(),
+                previews: remote
+                    .previews
+                    .iter()
+                    .filter(|preview| preview.source == source.name)
+                    .cloned()
+                    .collect(),
             }));
             groups.push(source.name);
         }
@@ -399,6 +419,9 @@ struct AgentRow {
     /// Resources neither ready nor progressing (`kind/scope/name`), at most a few.
     degraded: Vec<String>,
     n_degraded: usize,
+    /// Its branch previews (`slug (state)`), at most a few, and how many there are.
+    previews: Vec<String>,
+    n_previews: usize,
     n_progressing: usize,
     /// Why the agent could not be read, or what is wrong around it (fetch, engine).
     error: Option<String>,
@@ -597,6 +620,8 @@ fn row(member: &Member, answer: Result<Remote, String>, newest: Option<&str>) ->
         degraded: Vec::new(),
         n_degraded: 0,
         n_progressing: 0,
+        previews: Vec::new(),
+        n_previews: 0,
         error: None,
     };
     let remote = match answer {
@@ -649,6 +674,13 @@ fn row(member: &Member, answer: Result<Remote, String>, newest: Option<&str>) ->
                 .collect(),
         });
     }
+    row.n_previews = remote.previews.len();
+    row.previews = remote
+        .previews
+        .iter()
+        .take(MAX_LISTED)
+        .map(|preview| clean(&format!("{} ({})", preview.slug, preview.state), 80))
+        .collect();
     row.resources = remote.resources.len();
     for resource in &remote.resources {
         match resource.phase.as_str() {
@@ -726,6 +758,23 @@ fn table(view: &FleetView) -> String {
         let note = match (&agent.rejected, &agent.error) {
             (Some(_), Some(error)) => format!("{note}; {error}"),
             _ => note,
+        };
+        let note = match agent.n_previews {
+            0 => note,
+            n => {
+                let more = n.saturating_sub(agent.previews.len());
+                let listed = agent.previews.join(", ");
+                let previews = if more > 0 {
+                    format!("previews: {listed} and {more} more")
+                } else {
+                    format!("previews: {listed}")
+                };
+                if note.is_empty() {
+                    previews
+                } else {
+                    format!("{note}; {previews}")
+                }
+            }
         };
         out.push_str(&format!(
             "{:<20} {:<20} {:<12} {:<12} {:<12} {:>9} {:>8}  {}\n",
@@ -1006,6 +1055,9 @@ mod tests {
                 "resources": [
                     { "kind": "deployment", "scope": "shop", "name": "web", "phase": "Ready", "source": "shop" },
                     { "kind": "deployment", "scope": "blog", "name": "web", "phase": "Failed", "source": "blog" }
+                ],
+                "previews": [
+                    { "source": "shop", "slug": "feat-x", "state": "live", "branch": "preview/feat-x" }
                 ]
             }))?)
         };
@@ -1018,6 +1070,10 @@ mod tests {
             .iter()
             .map(|agent| (agent.name.as_str(), agent.state.as_str()))
             .collect();
+        // A source's previews are on its row.
+        assert_eq!(view.agents[0].previews, ["feat-x (live)"]);
+        assert!(view.agents[1].previews.is_empty());
+        assert!(table(&view).contains("previews: feat-x (live)"));
         assert_eq!(
             states,
             vec![

@@ -42,6 +42,35 @@ pub(super) struct RunArgs {
         conflicts_with = "sources"
     )]
     windows: Vec<String>,
+    /// A preview per branch of --repo matching this (a name, or a prefix ending in `*`, e.g.
+    /// `preview/*`): its resources in scopes `<scope>-pr-<slug>`, its ingress hosts by
+    /// --preview-host (README "Branch previews"). With --sources: a `previews {}` block.
+    #[arg(
+        long,
+        env = "VOODU_PREVIEW_BRANCHES",
+        value_name = "PATTERN",
+        requires = "preview_host",
+        conflicts_with = "sources"
+    )]
+    preview_branches: Option<String>,
+    /// The host every ingress of a preview answers at: `{slug}` (and `{scope}`, `{name}`)
+    /// filled in, e.g. `{slug}.preview.example.com`.
+    #[arg(
+        long,
+        env = "VOODU_PREVIEW_HOST",
+        value_name = "TEMPLATE",
+        requires = "preview_branches"
+    )]
+    preview_host: Option<String>,
+    /// The scope a preview's resource takes: `{scope}`, a separator, `{slug}`.
+    #[arg(long, env = "VOODU_PREVIEW_SCOPE", value_name = "TEMPLATE", default_value = agent::sources::DEFAULT_PREVIEW_SCOPE)]
+    preview_scope: String,
+    /// A preview without a push for this long is removed.
+    #[arg(long, env = "VOODU_PREVIEW_TTL", value_name = "DURATION", default_value = "72h", value_parser = humantime::parse_duration)]
+    preview_ttl: Duration,
+    /// At most this many previews; a newer branch is refused (the oldest are kept).
+    #[arg(long, env = "VOODU_PREVIEW_MAX", value_name = "N", default_value_t = 5)]
+    preview_max: usize,
     /// Branch to deploy.
     #[arg(long, env = "VOODU_BRANCH", default_value = "main")]
     branch: String,
@@ -274,6 +303,23 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
     check(&args)?;
     let source = source_options(&args)?;
     let sources = load_sources(&args)?;
+    let previews = args
+        .preview_branches
+        .as_deref()
+        .map(|branches| {
+            agent::sources::preview_rules(
+                "",
+                &[crate::model::scopes::ScopePattern::Any],
+                (
+                    branches,
+                    &args.preview_scope,
+                    args.preview_host.as_deref().unwrap_or_default(),
+                ),
+                (args.preview_ttl, args.preview_max),
+            )
+        })
+        .transpose()
+        .map_err(|message| anyhow::anyhow!("--preview-*: {message}"))?;
     limit_heap_arenas();
     init_tracing(&args.log, args.log_format)?;
     // reqwest (https fetches) needs a process-wide rustls provider; an error means one is
@@ -358,6 +404,7 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
         notify,
         image_signing_key: args.image_signing_key.clone(),
         sources,
+        previews,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -224,12 +224,50 @@ fn print_sources(view: &StatusView) {
     }
 }
 
+/// Branch previews: a line per preview (its state, branch, commit, hosts, scopes, when its
+/// ttl removes it), and why one is refused or rejected.
+fn print_previews(view: &StatusView) {
+    if view.previews.is_empty() {
+        return;
+    }
+    println!(
+        "\n{:<24} {:<8} {:<24} {:<12} {:<20} {:<30} {:<18} HOSTS",
+        "PREVIEW", "STATE", "BRANCH", "COMMIT", "PUSHED", "SCOPES", "EXPIRES"
+    );
+    for preview in &view.previews {
+        let name = if preview.source.is_empty() {
+            preview.slug.clone()
+        } else {
+            format!("{}#{}", preview.source, preview.slug)
+        };
+        println!(
+            "{:<24} {:<8} {:<24} {:<12} {:<20} {:<30} {:<18} {}",
+            escape(&name),
+            escape(&preview.state),
+            escape(&preview.branch),
+            escape(&preview.commit[..preview.commit.len().min(12)]),
+            time(preview.pushed),
+            escape(&preview.scopes),
+            if preview.state == "live" {
+                time(preview.expires)
+            } else {
+                "-".to_owned()
+            },
+            escape(&preview.hosts),
+        );
+        if !preview.message.is_empty() {
+            println!("  {}", escape(&preview.message));
+        }
+    }
+}
+
 fn print_table(view: &StatusView) {
     print_health(view);
     print_holds(view);
     print_commit_notes(view);
     print_triggers(view);
     print_sources(view);
+    print_previews(view);
     print_images(view);
     print_maintenance(view);
     println!();

@@ -214,6 +214,37 @@ impl Source {
         Ok(CommitSha::new(remote_tip.to_hex().to_string()))
     }
 
+    /// The remote's branches matching `pattern` (a branch name, or a prefix ending in `*`)
+    /// with their tips: one ref listing, no pack. For branch previews. Blocking.
+    pub(crate) fn list_branches(
+        &self,
+        pattern: &str,
+        interrupt: &AtomicBool,
+    ) -> Result<Vec<(String, CommitSha)>> {
+        let repo = self.open_mirror_for_fetch()?;
+        let refspec = format!("refs/heads/{pattern}:refs/previews/{pattern}");
+        let prefix = pattern.strip_suffix('*');
+        self.negotiate(&repo, &[refspec], interrupt, |remote_refs| {
+            let listed = remote_refs
+                .iter()
+                .filter_map(|reference| {
+                    let (name, target, peeled) = reference.unpack();
+                    let branch = std::str::from_utf8(name.as_ref())
+                        .ok()?
+                        .strip_prefix("refs/heads/")?;
+                    let matches = match prefix {
+                        Some(prefix) => branch.starts_with(prefix) && branch.len() > prefix.len(),
+                        None => branch == pattern,
+                    };
+                    let tip = peeled.or(target)?;
+                    matches.then(|| (branch.to_owned(), CommitSha::new(tip.to_hex().to_string())))
+                })
+                .take(crate::model::previews::MAX_LISTED)
+                .collect();
+            Ok((listed, false))
+        })
+    }
+
     /// Fetches every branch and tag, then resolves `rev` (a full commit SHA, a branch or a
     /// tag name) to a commit. For `plan --rev`. Blocking.
     pub(crate) fn fetch_rev(&self, rev: &str, interrupt: &AtomicBool) -> Result<CommitSha> {

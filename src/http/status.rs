@@ -65,6 +65,10 @@ pub struct StatusView {
     /// answer 503 with a page; absent when none is.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub maintenance: Vec<crate::store::Maintenance>,
+    /// Branch previews (`previews {}`): each with its branch, slug, scopes, hosts, commit and
+    /// times; absent when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub previews: Vec<crate::store::PreviewRow>,
     pub(crate) resources: Vec<ResourceView>,
 }
 
@@ -606,6 +610,7 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
             .collect(),
         images: super::images::build(store)?,
         maintenance: store.maintenance_all()?,
+        previews: store.previews(None)?,
         resources,
     })
 }

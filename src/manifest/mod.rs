@@ -22,6 +22,7 @@ pub(crate) mod invariants;
 mod lex;
 mod macros;
 mod policy;
+pub(crate) mod previews;
 pub mod sops;
 pub mod spec;
 pub mod triggers;
@@ -34,7 +35,7 @@ pub(crate) use decode::Resource;
 pub(crate) use diagnostic::LineIndex;
 pub use diagnostic::{Diagnostic, Diagnostics};
 pub use interpolate::Vars;
-pub(crate) use macros::SecretRequest;
+pub(crate) use macros::{GENERATED_KEYS, SecretRequest};
 pub use policy::{DEFAULT_DATA_DIR, Policy, bind_source};
 
 use std::collections::BTreeMap;

@@ -189,7 +189,7 @@ pub(crate) fn sealed_volume_refusal(
             let name = bind_source_text(volume);
             let rest = name.strip_prefix(CLAIM_PREFIX)?;
             let owner = seal.ownership.owner_of_derived(rest);
-            (owner != Some(seal.source.as_str())).then(|| {
+            (!seal.owns_derived(rest)).then(|| {
                 crate::model::scopes::foreign(
                     &format!("volume {name} (named like a statefulset's claim, voodu-<scope>-<name>-<claim>-<ordinal>)"),
                     &seal.source,

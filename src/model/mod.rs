@@ -13,6 +13,7 @@ pub mod logs;
 pub mod names;
 pub mod policy;
 mod ports;
+pub mod previews;
 pub mod scopes;
 mod snapshot;
 pub(crate) mod text;

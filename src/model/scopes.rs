@@ -160,6 +160,9 @@ pub struct Ownership {
     /// Sources whose containers join the shared `voodu0` network (`network = "shared"` in
     /// the sources file) instead of their own.
     shared_network: Vec<String>,
+    /// Sources with branch previews, each with its scope separator (`-pr-`): a scope it owns
+    /// shaped `<scope><separator><slug>` is its preview's (`super::previews`).
+    previews: Vec<(String, String)>,
 }
 
 impl Ownership {
@@ -168,6 +171,7 @@ impl Ownership {
         Ownership {
             sources: vec![(String::new(), vec![ScopePattern::Any])],
             shared_network: Vec::new(),
+            previews: Vec::new(),
         }
     }
 
@@ -205,7 +209,33 @@ impl Ownership {
         Ok(Ownership {
             sources,
             shared_network: Vec::new(),
+            previews: Vec::new(),
         })
+    }
+
+    /// The same ownership, with branch previews for `previews` (source, scope separator).
+    pub fn with_previews(mut self, previews: Vec<(String, String)>) -> Ownership {
+        self.previews = previews;
+        self
+    }
+
+    /// The slug of the preview whose scope `scope` is, with its source's name: `scope`'s
+    /// owner has previews and `scope` is `<scope><separator><slug>`.
+    fn preview_of<'a>(&'a self, scope: &'a str) -> Option<(&'a str, &'a str)> {
+        let owner = self.owner_of(scope)?;
+        let (_, separator) = self.previews.iter().find(|(name, _)| name == owner)?;
+        let at = scope.rfind(separator.as_str())?;
+        let slug = &scope[at + separator.len()..];
+        (at > 0 && !slug.is_empty()).then_some((owner, slug))
+    }
+
+    /// The source whose resources `scope` holds: its owner, or for a preview scope the
+    /// preview's internal source (`shop#feat-x`, `previews::preview_source`).
+    pub fn source_of(&self, scope: &str) -> Option<String> {
+        match self.preview_of(scope) {
+            Some((owner, slug)) => Some(super::previews::preview_source(owner, slug)),
+            None => self.owner_of(scope).map(str::to_owned),
+        }
     }
 
     /// The same ownership, with `sources` on the shared `voodu0` network.
@@ -288,13 +318,23 @@ impl Ownership {
             .map(|(name, _)| name.as_str())
     }
 
-    /// Whether `source` may deploy `scope`.
+    /// Whether `source` may deploy `scope`: a preview's internal source only its own
+    /// preview scopes, a source with previews none of its previews' scopes.
     pub fn allows(&self, source: &str, scope: &str) -> bool {
-        self.owner_of(scope) == Some(source)
+        self.source_of(scope).as_deref() == Some(source)
     }
 
-    /// The patterns of `source`, as written (`shop, shop-*`).
+    /// The patterns of `source`, as written (`shop, shop-*`); for a preview's internal
+    /// source, the shape of its scopes (`*-pr-feat-x`).
     pub fn patterns_of(&self, source: &str) -> String {
+        if let Some((base, slug)) = super::previews::split_source(source) {
+            let separator = self
+                .previews
+                .iter()
+                .find(|(name, _)| name == base)
+                .map_or("", |(_, separator)| separator.as_str());
+            return format!("<scope>{separator}{slug}, of {}", self.patterns_of(base));
+        }
         self.sources
             .iter()
             .find(|(name, _)| name == source)
@@ -334,6 +374,25 @@ impl Seal {
     /// Whether this source may point at what belongs to `scope`.
     pub fn owns(&self, scope: &str) -> bool {
         self.ownership.allows(&self.source, scope)
+    }
+
+    /// Whether a name the agent derives as `<scope>-…` from `rest` (a statefulset's claim
+    /// without `voodu-`) is of a scope this source owns: its owner is this source, or for a
+    /// preview's source, its base and `rest` holds the preview's slug as a scope's end.
+    pub fn owns_derived(&self, rest: &str) -> bool {
+        let owner = self.ownership.owner_of_derived(rest);
+        match super::previews::split_source(&self.source) {
+            Some((base, slug)) => {
+                owner == Some(base)
+                    && self
+                        .ownership
+                        .previews
+                        .iter()
+                        .find(|(name, _)| name == base)
+                        .is_some_and(|(_, separator)| rest.contains(&format!("{separator}{slug}-")))
+            }
+            None => owner == Some(self.source.as_str()),
+        }
     }
 
     /// Why `what` (e.g. "config bucket shop/web"), which belongs to `scope`, may not be
@@ -500,6 +559,36 @@ mod tests {
         // One source may hold both: a name it makes twice is its own to untangle.
         Ownership::new(vec![("one".to_owned(), patterns(&["shop", "shop-api"])?)])
             .map_err(|error| error.to_string())?;
+        Ok(())
+    }
+
+    #[test]
+    fn a_preview_source_owns_only_its_own_preview_scopes() -> Result<(), ScopeError> {
+        let shop = vec![
+            ScopePattern::parse("shop")?,
+            ScopePattern::parse("shop-pr-*")?,
+        ];
+        let ownership = Ownership::new(vec![
+            ("shop".to_owned(), shop),
+            ("blog".to_owned(), vec![ScopePattern::parse("blog")?]),
+        ])?
+        .with_previews(vec![("shop".to_owned(), "-pr-".to_owned())]);
+        assert!(ownership.allows("shop#feat-x", "shop-pr-feat-x"));
+        assert!(!ownership.allows("shop#feat-x", "shop"));
+        assert!(!ownership.allows("shop#feat-x", "shop-pr-other"));
+        assert!(!ownership.allows("shop#feat-x", "blog"));
+        // The base deploys its own scopes, not its previews'.
+        assert!(ownership.allows("shop", "shop"));
+        assert!(!ownership.allows("shop", "shop-pr-feat-x"));
+        assert_eq!(
+            ownership.source_of("shop-pr-feat-x").as_deref(),
+            Some("shop#feat-x")
+        );
+        // Claims: a preview's own, never the base's.
+        let seal = Seal::new("shop#feat-x", Arc::new(ownership.clone()));
+        assert!(seal.owns_derived("shop-pr-feat-x-db-data-0"));
+        assert!(!seal.owns_derived("shop-db-data-0"));
+        assert!(Seal::new("shop", Arc::new(ownership)).owns_derived("shop-db-data-0"));
         Ok(())
     }
 

@@ -397,8 +397,11 @@ async fn status_requests(
     // its repository. A commit's events come in runs: each commit is looked up once.
     let mut decided: Vec<(String, State, String)> = Vec::new();
     let mut ours: HashMap<&str, bool> = HashMap::new();
+    let previews = blocking(store, |store| store.previews(None)).await?;
     for event in events.iter().filter(|event| !event.commit.is_empty()) {
-        if let Some(source) = source {
+        if let Some(source) = source
+            && preview_target(&previews, Some(source), &event.commit).is_none()
+        {
             let recorded = match ours.get(event.commit.as_str()) {
                 Some(recorded) => *recorded,
                 None => {
@@ -436,6 +439,11 @@ async fn status_requests(
     Ok(decided
         .into_iter()
         .map(|(sha, state, description)| {
+            let preview = preview_target(&previews, source.as_deref(), &sha);
+            let (context, target) = match &preview {
+                Some((context, url)) => (context.as_str(), Some(url.as_str())),
+                None => ("voodu-agent", config.dashboard_url.as_deref()),
+            };
             sinks::commit_status(
                 *provider,
                 api_url,
@@ -444,11 +452,30 @@ async fn status_requests(
                 &sha,
                 state,
                 &description,
-                "voodu-agent",
-                config.dashboard_url.as_deref(),
+                context,
+                target,
             )
         })
         .collect())
+}
+
+/// For a commit a branch preview runs (of the sink's `source`, or of any with the single
+/// `--repo` source): the status context naming the preview and its URL, its first host.
+fn preview_target(
+    previews: &[crate::store::PreviewRow],
+    source: Option<&str>,
+    sha: &str,
+) -> Option<(String, String)> {
+    let preview = previews.iter().find(|preview| {
+        preview.commit == sha
+            && preview.state == "live"
+            && source.is_none_or(|source| preview.source == source)
+    })?;
+    let host = preview.hosts.split(',').find(|host| !host.is_empty())?;
+    Some((
+        format!("voodu-agent/preview {}", preview.slug),
+        format!("https://{host}/"),
+    ))
 }
 
 /// The status an event sets on its commit: pending once applied or held, failure when
@@ -984,5 +1011,37 @@ mod tests {
         let state = store.sink_states()?;
         assert_eq!((state[0].delivered, state[0].dropped), (200, 0));
         Ok(())
+    }
+
+    #[test]
+    fn a_preview_commit_s_status_points_at_the_preview() {
+        let row = crate::store::PreviewRow {
+            source: "shop".to_owned(),
+            slug: "feat-x".to_owned(),
+            branch: "preview/feat-x".to_owned(),
+            commit: "abc".to_owned(),
+            state: "live".to_owned(),
+            message: String::new(),
+            hosts: "feat-x.preview.example.com".to_owned(),
+            scopes: "shop-pr-feat-x".to_owned(),
+            created: 0,
+            pushed: 0,
+            expires: 0,
+        };
+        let previews = [row.clone()];
+        assert_eq!(
+            preview_target(&previews, Some("shop"), "abc"),
+            Some((
+                "voodu-agent/preview feat-x".to_owned(),
+                "https://feat-x.preview.example.com/".to_owned()
+            ))
+        );
+        assert_eq!(preview_target(&previews, Some("blog"), "abc"), None);
+        assert_eq!(preview_target(&previews, None, "def"), None);
+        let refused = [crate::store::PreviewRow {
+            state: "refused".to_owned(),
+            ..row
+        }];
+        assert_eq!(preview_target(&refused, None, "abc"), None);
     }
 }

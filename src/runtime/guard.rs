@@ -96,8 +96,11 @@ impl Rules {
     /// seal that owns nothing.
     fn seal_of(&self, spec: &ContainerSpec) -> Option<Seal> {
         let scope = spec.labels.get(labels::SCOPE)?;
-        let source = self.ownership.owner_of(scope).unwrap_or("\u{0}none");
-        Some(Seal::new(source, Arc::clone(&self.ownership)))
+        let source = self
+            .ownership
+            .source_of(scope)
+            .unwrap_or_else(|| "\u{0}none".to_owned());
+        Some(Seal::new(&source, Arc::clone(&self.ownership)))
     }
 
     /// What `seal`'s container may not point at among `spec`'s binds and networks, with bind
@@ -120,7 +123,7 @@ impl Rules {
                 None => {
                     if let Some(rest) = source.strip_prefix(CLAIM_PREFIX) {
                         let owner = self.ownership.owner_of_derived(rest);
-                        if owner != Some(seal.source.as_str()) {
+                        if !seal.owns_derived(rest) {
                             refusals.push(foreign(
                                 &format!("volume {source} (a statefulset's claim)"),
                                 &seal.source,

@@ -31,6 +31,7 @@ mod images;
 mod maintenance;
 mod meta;
 mod outbox;
+mod previews;
 mod releases;
 mod runs;
 mod schema;
@@ -67,6 +68,7 @@ pub(crate) use maintenance::{
 };
 pub(crate) use meta::{META_HOST_SELECTION, META_RUNTIME};
 pub use outbox::{EVENTS, Event, SinkState};
+pub use previews::PreviewRow;
 pub use releases::{
     AutoRollback, HALT_MARK, Pin, RELEASE_HISTORY_LIMIT, Release, ReleasePhase, RollbackOutcome,
     UnpinOutcome,

@@ -471,4 +471,22 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         at      INTEGER NOT NULL
     );
     "#,
+    // ---- issue 52: branch previews ----
+    // 21: branch previews (`store/previews.rs`): one row per preview a source knows.
+    r#"
+    CREATE TABLE previews (
+        source   TEXT NOT NULL,
+        slug     TEXT NOT NULL,
+        branch   TEXT NOT NULL,
+        sha      TEXT NOT NULL,
+        state    TEXT NOT NULL CHECK (state IN ('live', 'refused', 'expired')),
+        message  TEXT NOT NULL DEFAULT '',
+        hosts    TEXT NOT NULL DEFAULT '',
+        scopes   TEXT NOT NULL DEFAULT '',
+        created  INTEGER NOT NULL,
+        pushed   INTEGER NOT NULL,
+        expires  INTEGER NOT NULL,
+        PRIMARY KEY (source, slug)
+    );
+    "#,
 ];

@@ -17,7 +17,7 @@ pub(crate) const META_SOURCES: &str = "sources";
 pub(crate) const META_REPO_URL: &str = "repo_url";
 
 /// The `meta` keys and health subjects that carry a source's name (`Store::source_key`).
-const PER_SOURCE_META: &[&str] = &[
+pub(super) const PER_SOURCE_META: &[&str] = &[
     "trigger_base",
     "commit_trust",
     "host_policy",

@@ -45,6 +45,8 @@ mod plugin_blocks;
 mod policy;
 mod policy_docker;
 mod policy_property;
+mod previews;
+mod previews_docker;
 mod process;
 mod reconcile;
 mod refusal_docker;

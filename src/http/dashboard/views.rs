@@ -266,6 +266,7 @@ pub(super) fn overview_html(view: &StatusView, activity: &str, source: Option<&s
     out.push_str("</section>\n");
     images_html(&mut out, view);
     maintenance_html(&mut out, view);
+    previews_html(&mut out, view);
     out.push_str(activity);
     out
 }
@@ -313,6 +314,41 @@ fn maintenance_html(out: &mut String, view: &StatusView) {
             Esc(row.actor.as_deref().unwrap_or(&row.origin)),
             row.retry_after,
             Esc(&row.message)
+        );
+    }
+    out.push_str("</tbody></table></section>\n");
+}
+
+/// Branch previews: each with its state, branch, commit, hosts (links), scopes and expiry, and
+/// why one is refused, as of the page load.
+fn previews_html(out: &mut String, view: &StatusView) {
+    if view.previews.is_empty() {
+        return;
+    }
+    out.push_str("<section><h2>Previews</h2>\n<table class=\"previews\"><thead><tr><th>Preview</th><th>State</th><th>Branch</th><th>Commit</th><th>Hosts</th><th>Scopes</th><th>Expires</th><th>Note</th></tr></thead><tbody>\n");
+    for preview in &view.previews {
+        let hosts: Vec<String> = preview
+            .hosts
+            .split(',')
+            .filter(|host| !host.is_empty())
+            .map(|host| format!("<a href=\"https://{}/\">{}</a>", UrlPart(host), Esc(host)))
+            .collect();
+        let expires = if preview.state == "live" {
+            time(preview.expires)
+        } else {
+            "-".to_owned()
+        };
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"message\">{}</td></tr>",
+            Esc(&preview.slug),
+            Esc(&preview.state),
+            Esc(&preview.branch),
+            Esc(short(&preview.commit)),
+            hosts.join(" "),
+            Esc(&preview.scopes),
+            Esc(&expires),
+            Esc(&preview.message)
         );
     }
     out.push_str("</tbody></table></section>\n");

@@ -194,7 +194,19 @@ fn is_identifier(text: &str) -> bool {
         && text.len() <= 63
 }
 
+/// Every key a macro generates in its resource's own bucket (`own_secret`): a branch
+/// preview copies its base scope's buckets without them, so it gets fresh ones.
+pub(crate) const GENERATED_KEYS: &[&str] = &[
+    "POSTGRES_PASSWORD",
+    "POSTGRES_REPLICATION_PASSWORD",
+    "REDIS_PASSWORD",
+];
+
 fn own_secret(key: &ResourceKey, name: &str) -> SecretRequest {
+    debug_assert!(
+        GENERATED_KEYS.contains(&name),
+        "{name} is not in GENERATED_KEYS"
+    );
     SecretRequest {
         bucket: (key.scope.clone(), key.name.clone()),
         key: name.to_owned(),

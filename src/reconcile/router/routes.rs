@@ -166,14 +166,14 @@ pub(crate) struct Sealing<'a> {
 impl Sealing<'_> {
     /// Why the ingress `key` may not serve `host`, or `None` when it may.
     fn refusal(&self, key: &ResourceKey, host: &str) -> Option<String> {
-        let source = self.ownership.owner_of(&key.scope)?;
+        let source = self.ownership.source_of(&key.scope)?;
         let wanted = Claim {
             what: ClaimKind::Host,
             value: normalize_host(host),
         };
         // A wildcard can collide with several held hosts: any of another source's refuses.
         let (held, holder) = self.hosts.iter().find(|(held, holder)| {
-            *holder != source
+            **holder != source
                 && wanted.collides(&Claim {
                     what: ClaimKind::Host,
                     value: (*held).clone(),
@@ -184,7 +184,7 @@ impl Sealing<'_> {
                 "{}; not routed",
                 crate::model::scopes::foreign(
                     &format!("ingress host {held}"),
-                    source,
+                    &source,
                     Some(holder.as_str())
                 )
             )

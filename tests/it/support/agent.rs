@@ -27,6 +27,8 @@ pub struct TestAgentOptions {
     pub notify: Option<voodu_agent::notify::NotifyConfig>,
     /// `--window`: the deploy windows.
     pub windows: Vec<voodu_agent::manifest::window::WindowRule>,
+    /// `--preview-*`: branch previews of the repository.
+    pub previews: Option<voodu_agent::model::previews::PreviewRules>,
 }
 
 impl Default for TestAgentOptions {
@@ -38,6 +40,7 @@ impl Default for TestAgentOptions {
             watch_local: false,
             notify: None,
             windows: Vec::new(),
+            previews: None,
         }
     }
 }
@@ -69,6 +72,7 @@ pub fn fake_agent_config(repo: &TempRepo, data_dir: &std::path::Path) -> AgentCo
         notify: None,
         image_signing_key: None,
         sources: Vec::new(),
+        previews: None,
     }
 }
 
@@ -107,6 +111,7 @@ impl TestAgent {
             },
             watch_local: options.watch_local,
             notify: options.notify.clone(),
+            previews: options.previews.clone(),
             ..fake_agent_config(&repo, &data.path().join("data"))
         };
         config.sync.windows = options.windows.clone();
