@@ -12,6 +12,7 @@
 //! every file, never a partial manifest.
 
 mod cache;
+pub mod compose;
 mod decode;
 mod diagnostic;
 pub mod image_edit;
@@ -26,6 +27,7 @@ pub mod sops;
 pub mod spec;
 pub mod triggers;
 mod validate;
+pub(crate) mod yaml;
 
 pub(crate) use crate::model::url_hosts::UrlHosts;
 pub use cache::{CacheStats, DecodeCache};

@@ -1,0 +1,1 @@
+//! Unit tests of `convert`: each mapping, the notes, and that the output loads.
