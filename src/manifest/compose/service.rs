@@ -1299,24 +1299,42 @@ fn render(
     for (node, mount) in &s.mounts {
         match mount {
             Mount::Bind { source, target, ro } => {
-                volumes.push(format!("{source}:{target}{}", if *ro { ":ro" } else { "" }));
+                volumes.push((
+                    node,
+                    format!("{source}:{target}{}", if *ro { ":ro" } else { "" }),
+                ));
             }
             Mount::Named { volume, target, ro } => {
                 if kind == "statefulset" {
                     claims.push((volume.clone(), target.clone()));
                 } else {
                     let name = docker_name(&tops.volumes, scope, volume);
-                    volumes.push(format!("{name}:{target}{}", if *ro { ":ro" } else { "" }));
+                    volumes.push((
+                        node,
+                        format!("{name}:{target}{}", if *ro { ":ro" } else { "" }),
+                    ));
                 }
                 if Tops::find(&tops.volumes, volume).is_none() {
                     cx.note(node, &format!("services.{}.volumes", s.name), format!("note: volume {volume:?} is not declared under the top-level `volumes` (Compose refuses that)"));
                 }
             }
-            Mount::Anonymous { target } => volumes.push(target.clone()),
+            Mount::Anonymous { target } => volumes.push((node, target.clone())),
             Mount::Tmpfs { target } => docker_options.push(format!("--tmpfs={target}")),
         }
     }
-    let mut quoted: Vec<String> = volumes.iter().map(|v| quote(v)).collect();
+    // What the agent's `volumes` would refuse is named rather than written.
+    let mut written = Vec::new();
+    for (node, entry) in volumes {
+        match crate::manifest::decode::values::volume(&entry) {
+            Ok(()) => written.push(entry),
+            Err(problem) => cx.not_carried(
+                node,
+                &format!("services.{}.volumes", s.name),
+                format!("{entry:?}: {problem}"),
+            ),
+        }
+    }
+    let mut quoted: Vec<String> = written.iter().map(|v| quote(v)).collect();
     quoted.extend(s.asset_mounts.iter().cloned());
     if !quoted.is_empty() {
         line(&mut out, "volumes", format!("[{}]", quoted.join(", ")));
