@@ -9,6 +9,7 @@ mod cli;
 mod code_order;
 mod contract;
 mod contract_swarm;
+mod convert;
 mod corpus;
 mod corpus_fetch;
 mod corpus_swarm;
