@@ -10,6 +10,7 @@ mod code_order;
 mod contract;
 mod contract_swarm;
 mod convert;
+mod convert_docker;
 mod corpus;
 mod corpus_fetch;
 mod corpus_swarm;
