@@ -312,7 +312,7 @@ pub fn convert(text: &str, options: &Options<'_>) -> Result<Conversion, ComposeE
     }
     // In file order, each once (a config used by two services is noted at its key once).
     let mut notes = cx.notes;
-    notes.sort_by(|a, b| (a.line, a.col).cmp(&(b.line, b.col)));
+    notes.sort_by_key(|note| (note.line, note.col));
     notes.dedup();
     Ok(Conversion {
         scope,

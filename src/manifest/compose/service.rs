@@ -240,7 +240,6 @@ fn docker_name(list: &[(Node, Node)], scope: &str, name: &str) -> String {
     format!("{scope}_{name}")
 }
 
-#[allow(clippy::too_many_lines)]
 fn read_service(
     cx: &mut Cx<'_>,
     scope: &str,

@@ -292,13 +292,13 @@ pub(super) fn bytes(text: &str) -> Option<u64> {
         _ => return None,
     };
     let value = number * scale as f64;
-    (value.is_finite() && value >= 0.0 && value < 1e18).then_some(value as u64)
+    (0.0..1e18).contains(&value).then_some(value as u64)
 }
 
 /// `bytes` as the agent's memory sizes read them: `Gi`/`Mi`/`Ki` when exact, else bytes.
 pub(super) fn memory(bytes: u64) -> String {
     for (unit, scale) in [("Gi", 1u64 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)] {
-        if bytes >= scale && bytes % scale == 0 {
+        if bytes >= scale && bytes.is_multiple_of(scale) {
             return format!("{}{unit}", bytes / scale);
         }
     }
