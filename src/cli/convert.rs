@@ -82,7 +82,6 @@ pub(super) fn run(args: &ConvertArgs) -> anyhow::Result<ExitCode> {
     }
     let read = |name: &str| read_bounded(&base.join(name), MAX_READ_BYTES);
     let options = Options {
-        file_name: shown.clone(),
         base_dir: base.to_string_lossy().into_owned(),
         scope: args.scope.clone(),
         default_project,

@@ -12,7 +12,7 @@
 //! every file, never a partial manifest.
 
 mod cache;
-pub mod compose;
+pub(crate) mod compose;
 mod decode;
 mod diagnostic;
 pub mod image_edit;

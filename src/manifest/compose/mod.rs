@@ -23,12 +23,12 @@ use std::fmt;
 use super::yaml::{self, Node, Rules, Value};
 use text::{interpolate, quote};
 
-pub use text::{dotenv, project_name};
+pub(crate) use text::{dotenv, project_name};
 
 /// Largest Compose file read.
-pub const MAX_FILE_BYTES: usize = 1 << 20;
+pub(crate) const MAX_FILE_BYTES: usize = 1 << 20;
 /// Largest file a service names (`env_file`, a config's or secret's `file`).
-pub const MAX_READ_BYTES: usize = 256 << 10;
+pub(crate) const MAX_READ_BYTES: usize = 256 << 10;
 /// Services in one file.
 const MAX_SERVICES: usize = 500;
 
@@ -40,39 +40,37 @@ const RULES: Rules = Rules {
 };
 
 /// What the caller supplies besides the text.
-pub struct Options<'a> {
-    /// How notes name the file (`compose.yaml`).
-    pub file_name: String,
+pub(crate) struct Options<'a> {
     /// The directory of the Compose file, absolute: relative bind sources are resolved
     /// against it, as Compose does.
-    pub base_dir: String,
+    pub(crate) base_dir: String,
     /// The scope to write; `None`: the project name (`name:`, else `default_project`).
-    pub scope: Option<String>,
+    pub(crate) scope: Option<String>,
     /// The project name when the file has no `name:` (Compose: the directory's name).
-    pub default_project: String,
+    pub(crate) default_project: String,
     /// Interpolation variables: the `.env` beside the file, the environment over it.
-    pub vars: BTreeMap<String, String>,
+    pub(crate) vars: BTreeMap<String, String>,
     /// Active profiles (`--profile`, `COMPOSE_PROFILES`).
-    pub profiles: Vec<String>,
+    pub(crate) profiles: Vec<String>,
     /// Reads a file the Compose file names (relative to `base_dir`), at most
     /// [`MAX_READ_BYTES`]; the error says why not.
-    pub read: &'a dyn Fn(&str) -> Result<String, String>,
+    pub(crate) read: &'a dyn Fn(&str) -> Result<String, String>,
 }
 
 /// One key not carried over, or carried differently, at its position.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Note {
-    pub line: usize,
-    pub col: usize,
+pub(crate) struct Note {
+    pub(crate) line: usize,
+    pub(crate) col: usize,
     /// The key's path, e.g. `services.web.expose`.
-    pub key: String,
+    pub(crate) key: String,
     /// Why, starting with `not carried:` or `note:`.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 impl Note {
     /// `compose.yaml:12:5: services.web.expose: not carried: …`, the text escaped.
-    pub fn show(&self, file: &str) -> String {
+    pub(crate) fn show(&self, file: &str) -> String {
         crate::model::text::escape(&format!(
             "{file}:{}:{}: {}: {}",
             self.line, self.col, self.key, self.message
@@ -83,27 +81,27 @@ impl Note {
 
 /// One HCL file of the output.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutFile {
+pub(crate) struct OutFile {
     /// A plain file name (`web.hcl`).
-    pub name: String,
-    pub text: String,
+    pub(crate) name: String,
+    pub(crate) text: String,
 }
 
 /// The result: the files to write and the notes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Conversion {
-    pub scope: String,
-    pub files: Vec<OutFile>,
-    pub notes: Vec<Note>,
+pub(crate) struct Conversion {
+    pub(crate) scope: String,
+    pub(crate) files: Vec<OutFile>,
+    pub(crate) notes: Vec<Note>,
 }
 
 /// A file that cannot be converted at all.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{line}:{col}: {message}")]
-pub struct ComposeError {
-    pub line: usize,
-    pub col: usize,
-    pub message: String,
+pub(crate) struct ComposeError {
+    pub(crate) line: usize,
+    pub(crate) col: usize,
+    pub(crate) message: String,
 }
 
 fn error_at(node: &Node, message: impl Into<String>) -> ComposeError {
@@ -229,7 +227,7 @@ pub(super) fn raw(node: &Node) -> Option<&str> {
 }
 
 /// Converts the Compose `text`.
-pub fn convert(text: &str, options: &Options<'_>) -> Result<Conversion, ComposeError> {
+pub(crate) fn convert(text: &str, options: &Options<'_>) -> Result<Conversion, ComposeError> {
     if text.len() > MAX_FILE_BYTES {
         return Err(ComposeError {
             line: 1,

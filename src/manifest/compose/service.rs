@@ -1123,7 +1123,7 @@ fn file_content(
                 return match (cx.options.read)(&file) {
                     Ok(text) => {
                         if at.starts_with("secrets") {
-                            cx.note(&k, &sub, "note: the secret's content is written into the asset in plain text: keep the repository private, or seal it (README \"Sealed values\")");
+                            cx.note(&k, &sub, "note: the secret's content is written into the asset in plain text: keep the repository private, or encrypt it (README \"Secrets in the repository (SOPS)\")");
                         }
                         Ok(Some(text))
                     }

@@ -16,7 +16,6 @@ fn no_files(name: &str) -> Result<String, String> {
 
 fn run(text: &str) -> Result<Conversion, ComposeError> {
     let options = Options {
-        file_name: "compose.yaml".to_owned(),
         base_dir: "/srv/app".to_owned(),
         scope: None,
         default_project: "My_App".to_owned(),

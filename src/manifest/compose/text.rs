@@ -178,7 +178,7 @@ fn braced(
 /// The variables of a `.env` file (Compose's rules): `KEY=value` lines, `export` allowed,
 /// `#` comments and blank lines skipped; a value in single quotes is literal, in double quotes
 /// keeps `\n` escapes, unquoted loses a trailing ` #comment`. Lines without `=` are skipped.
-pub fn dotenv(text: &str) -> BTreeMap<String, String> {
+pub(crate) fn dotenv(text: &str) -> BTreeMap<String, String> {
     let mut vars = BTreeMap::new();
     for line in text.lines() {
         let line = line.trim();
@@ -347,7 +347,7 @@ pub(super) fn key(text: &str) -> String {
 
 /// Compose's project name rule (v1): lower-cased, only `a-z`, `0-9`, `_` and `-` kept, and
 /// what must start with a letter or digit.
-pub fn project_name(text: &str) -> String {
+pub(crate) fn project_name(text: &str) -> String {
     let kept: String = text
         .to_ascii_lowercase()
         .chars()
