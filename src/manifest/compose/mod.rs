@@ -116,6 +116,8 @@ fn error_at(node: &Node, message: impl Into<String>) -> ComposeError {
 pub(super) struct Cx<'a> {
     options: &'a Options<'a>,
     notes: Vec<Note>,
+    /// The top-level configs and secrets a converted service mounts (`configs.NAME`).
+    used: BTreeSet<String>,
 }
 
 impl Cx<'_> {
@@ -253,6 +255,7 @@ pub(crate) fn convert(text: &str, options: &Options<'_>) -> Result<Conversion, C
     let mut cx = Cx {
         options,
         notes: Vec::new(),
+        used: BTreeSet::new(),
     };
     let mut project = None;
     let mut services_node = None;
@@ -308,6 +311,7 @@ pub(crate) fn convert(text: &str, options: &Options<'_>) -> Result<Conversion, C
             "no service could be converted (see the notes)",
         ));
     }
+    top_level_notes(&mut cx, &tops);
     // In file order, each once (a config used by two services is noted at its key once).
     let mut notes = cx.notes;
     notes.sort_by_key(|note| (note.line, note.col));
@@ -317,6 +321,40 @@ pub(crate) fn convert(text: &str, options: &Options<'_>) -> Result<Conversion, C
         files,
         notes,
     })
+}
+
+/// Notes for what the top-level `volumes`, `networks`, `configs` and `secrets` declare that is
+/// not carried: drivers and their options, and declarations no converted service uses.
+fn top_level_notes(cx: &mut Cx<'_>, tops: &Tops) {
+    for (section, list, why) in [
+        (
+            "volumes",
+            &tops.volumes,
+            "the agent creates a volume with Docker's local driver and its own labels",
+        ),
+        (
+            "networks",
+            &tops.networks,
+            "the agent creates a network with Docker's defaults (a bridge) and its own labels",
+        ),
+    ] {
+        for (name, body) in list {
+            for (key, _) in entries(body).unwrap_or_default() {
+                if !matches!(key.key_text(), "external" | "name") {
+                    let path = format!("{section}.{}.{}", name.key_text(), key.key_text());
+                    cx.not_carried(&key, &path, why);
+                }
+            }
+        }
+    }
+    for (section, list) in [("configs", &tops.configs), ("secrets", &tops.secrets)] {
+        for (name, _) in list {
+            let path = format!("{section}.{}", name.key_text());
+            if !cx.used.contains(&path) {
+                cx.not_carried(name, &path, "no converted service mounts it");
+            }
+        }
+    }
 }
 
 /// The top-level `volumes`, `networks`, `configs` and `secrets`.

@@ -304,8 +304,15 @@ fn read_service(
             "configs" | "secrets" => files_of(cx, v, &at, field, scope, tops, &mut s, assets)?,
             "cap_add" => s.cap_add.extend(cx.strings(v, &at)?.into_iter().map(|(_, c)| c)),
             "extra_hosts" => {
-                for (host, ip) in pairs(cx, v, &at)? {
-                    s.extra_hosts.push(format!("{host}:{ip}"));
+                // A mapping `host: ip`, or a list of `host:ip` / `host=ip`.
+                if matches!(v.value, Value::Map(_)) {
+                    for (host, ip) in pairs(cx, v, &at)? {
+                        s.extra_hosts.push(format!("{host}:{ip}"));
+                    }
+                } else {
+                    for (_, entry) in cx.strings(v, &at)? {
+                        s.extra_hosts.push(entry.replacen('=', ":", 1));
+                    }
                 }
             }
             "ulimits" => ulimits(cx, v, &at, &mut s)?,
@@ -1084,6 +1091,7 @@ fn files_of(
             None if field == "secrets" => format!("/run/secrets/{source}"),
             None => format!("/{source}"),
         };
+        cx.used.insert(format!("{field}.{source}"));
         let Some((top_key, body)) = Tops::find(top, &source) else {
             cx.not_carried(
                 item,

@@ -81,6 +81,7 @@ services:
     expose: [80]
     container_name: web1
     networks: [front]
+    extra_hosts: ["gw:10.0.0.1", "db=10.0.0.2"]
     deploy:
       replicas: 2
       resources:
@@ -106,8 +107,11 @@ volumes:
   data:
 networks:
   front:
+    driver: overlay
 secrets:
   token:
+    file: secret.txt
+  unused:
     file: secret.txt
 "#;
 
@@ -138,6 +142,7 @@ fn a_full_service_maps_and_loads() -> Result<(), ComposeError> {
         "\"/tmp/anon\"",
         "\"${asset.my_app.secrets.token}:/run/secrets/token:ro\"",
         "networks = [\"my_app_front\"]",
+        "extra_hosts = [\"gw:10.0.0.1\", \"db:10.0.0.2\"]",
         "restart = \"unless-stopped\"",
         "cpu = \"0.5\"",
         "memory = \"512Mi\"",
@@ -167,11 +172,13 @@ fn a_full_service_maps_and_loads() -> Result<(), ComposeError> {
         "compose.yaml:1:1: x-common: not carried: an extension field",
         "compose.yaml:26:5: services.web.expose: not carried:",
         "compose.yaml:27:5: services.web.container_name: not carried:",
-        "compose.yaml:33:9: services.web.deploy.resources.reservations: not carried:",
-        "compose.yaml:35:5: services.web.depends_on: not carried: not yet",
-        "compose.yaml:45:7: services.db.healthcheck.start_interval: not carried:",
-        "compose.yaml:48:5: services.tools.profiles: not carried: the service is only in profiles \"ops\"",
-        "compose.yaml:56:5: secrets.token.file: note: the secret's content is written",
+        "compose.yaml:34:9: services.web.deploy.resources.reservations: not carried:",
+        "compose.yaml:36:5: services.web.depends_on: not carried: not yet",
+        "compose.yaml:46:7: services.db.healthcheck.start_interval: not carried:",
+        "compose.yaml:49:5: services.tools.profiles: not carried: the service is only in profiles \"ops\"",
+        "compose.yaml:55:5: networks.front.driver: not carried: the agent creates a network",
+        "compose.yaml:58:5: secrets.token.file: note: the secret's content is written",
+        "compose.yaml:59:3: secrets.unused: not carried: no converted service mounts it",
     ] {
         assert!(
             notes.iter().any(|n| n.starts_with(expected)),
