@@ -44,7 +44,13 @@ fn text(bytes: &[u8]) -> String {
 }
 
 fn convert(file: &Path, args: &[&str]) -> TestResult<Output> {
-    Ok(agent().arg("convert").arg(file).args(args).output()?)
+    // TAG is the variable the CLI test sets itself.
+    Ok(agent()
+        .arg("convert")
+        .arg(file)
+        .args(args)
+        .env_remove("TAG")
+        .output()?)
 }
 
 /// Every stderr line of a conversion is `FILE:LINE:COL: KEY: not carried|note: …` at a
@@ -164,7 +170,7 @@ fn every_corpus_file_converts_names_what_it_cannot_carry_and_validates() -> Test
     Ok(())
 }
 
-const SMALL: &str = "services:\n  web:\n    image: busybox\n    command: httpd -f\n    ports: [\"8080:80\"]\n    expose: [80]\n  db:\n    image: postgres\n    volumes: [data:/var/lib/postgresql/data]\nvolumes:\n  data:\n";
+const SMALL: &str = "services:\n  web:\n    image: busybox:${TAG:-latest}\n    command: httpd -f\n    ports: [\"8080:80\"]\n    expose: [80]\n  db:\n    image: postgres\n    volumes: [data:/var/lib/postgresql/data]\nvolumes:\n  data:\n";
 
 #[test]
 fn convert_writes_files_prints_to_stdout_and_refuses_to_overwrite() -> TestResult {
@@ -174,8 +180,26 @@ fn convert_writes_files_prints_to_stdout_and_refuses_to_overwrite() -> TestResul
     let file = project.join("compose.yaml");
     std::fs::write(&file, SMALL)?;
 
+    // The `.env` beside the file, under the environment (which wins, as in Compose).
+    std::fs::write(project.join(".env"), "TAG=1.36\n")?;
+    let output = agent()
+        .arg("convert")
+        .arg(&file)
+        .env("TAG", "1.37")
+        .output()?;
+    assert!(
+        text(&output.stdout).contains("image = \"busybox:1.37\""),
+        "{}",
+        text(&output.stdout)
+    );
+
     // stdout, scope from the directory name (Compose's project name).
     let output = convert(&file, &[])?;
+    assert!(
+        text(&output.stdout).contains("image = \"busybox:1.36\""),
+        "{}",
+        text(&output.stdout)
+    );
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     let stdout = text(&output.stdout);
     assert!(
