@@ -1,7 +1,8 @@
 //! `voodu-agent convert`: over the Compose corpus (docker/awesome-compose, kept beside the
 //! checkout: `VOODU_COMPOSE_CORPUS_DIR`, else `../compose-corpus`), every file converts or
 //! names what it cannot carry at line:col, and every converted set passes `validate` and
-//! `plan`; and the CLI's `-o`, `--scope`, stdout and `--force`.
+//! `plan`; the CLI's `-o`, `--scope`, stdout, `.env` and `--force`; and
+//! `scripts/fetch-compose-corpus` against a local upstream.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -273,6 +274,62 @@ fn convert_writes_files_prints_to_stdout_and_refuses_to_overwrite() -> TestResul
     assert_eq!(output.status.code(), Some(1));
     assert!(
         text(&output.stderr).contains("--scope"),
+        "{}",
+        text(&output.stderr)
+    );
+    Ok(())
+}
+
+/// `scripts/fetch-compose-corpus` against a local upstream (`VOODU_COMPOSE_CORPUS_URL`): the
+/// commit asked, verified and laid out as `awesome-compose/`, cached; a commit id that is not
+/// a full one, or an upstream without Compose files, is refused.
+#[test]
+fn fetch_compose_corpus_lays_out_the_pinned_commit_and_refuses_others() -> TestResult {
+    let fetch = |cache: &Path, url: &str, commit: &str| -> TestResult<Output> {
+        Ok(Command::new("bash")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/fetch-compose-corpus"))
+            .env("XDG_CACHE_HOME", cache)
+            .env("VOODU_COMPOSE_CORPUS_URL", url)
+            .env("VOODU_COMPOSE_CORPUS_COMMIT", commit)
+            .env("GIT_ALLOW_PROTOCOL", "file")
+            .output()?)
+    };
+    let repo = crate::support::TempRepo::new()?;
+    repo.write(
+        "app/compose.yaml",
+        "services:\n  web:\n    image: busybox\n",
+    )?;
+    let commit = repo.commit("a project")?;
+    let cache = tempfile::tempdir()?;
+    let output = fetch(cache.path(), &repo.url(), &commit)?;
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let dir = PathBuf::from(text(&output.stdout).trim());
+    assert_eq!(
+        dir,
+        cache
+            .path()
+            .join("voodu-agent/compose-corpus")
+            .join(&commit)
+    );
+    assert!(dir.join("awesome-compose/app/compose.yaml").is_file());
+    assert_eq!(std::fs::read_to_string(dir.join("COMMIT"))?.trim(), commit);
+    // Cached: a second run contacts nothing (the upstream is gone).
+    let url = repo.url();
+    drop(repo);
+    let again = fetch(cache.path(), &url, &commit)?;
+    assert!(again.status.success(), "{}", text(&again.stderr));
+
+    let output = fetch(cache.path(), &url, "main")?;
+    assert_eq!(output.status.code(), Some(2));
+    assert!(text(&output.stderr).contains("not a full 40-hex commit id"));
+
+    let empty = crate::support::TempRepo::new()?;
+    empty.write("README.md", "nothing\n")?;
+    let commit = empty.commit("no compose files")?;
+    let output = fetch(cache.path(), &empty.url(), &commit)?;
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        text(&output.stderr).contains("no */compose.y*ml files"),
         "{}",
         text(&output.stderr)
     );
