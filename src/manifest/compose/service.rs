@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::super::yaml::{Node, Value};
 use super::text::{self, key, list, quote, shell_words};
 use super::{ComposeError, Cx, OutFile, Tops, Users, asset_key, entries, raw, shown};
+use crate::manifest::decode::values;
 use crate::model::parse_go_duration;
 
 /// Mount options the agent's `volumes` accept after the target.
@@ -254,17 +255,25 @@ fn read_service(
         ..Service::default()
     };
     let mut build = None;
+    let mut image_at: Option<Node> = None;
+    let mut env_at: Option<Node> = None;
     let mut env_file_env = BTreeMap::new();
     let mut env = BTreeMap::new();
     for (k, v) in body {
         let field = k.key_text();
         let at = format!("{path}.{field}");
         match field {
-            "image" => s.image = cx.scalar(v, &at)?.unwrap_or_default(),
+            "image" => {
+                s.image = cx.scalar(v, &at)?.unwrap_or_default();
+                image_at = Some(v.clone());
+            }
             "build" => build = Some(k.clone()),
             "command" => s.command = command(cx, v, &at)?,
             "entrypoint" => s.entrypoint = command(cx, v, &at)?,
-            "environment" => environment(cx, v, &at, &mut env)?,
+            "environment" => {
+                environment(cx, v, &at, &mut env)?;
+                env_at = Some(k.clone());
+            }
             "env_file" => env_files(cx, v, &at, &mut env_file_env)?,
             "ports" => ports(cx, v, &at, &mut s.ports)?,
             "expose" => cx.not_carried(
@@ -350,6 +359,23 @@ fn read_service(
     // env_file first, `environment` over it (Compose's precedence).
     s.env = env_file_env;
     s.env.extend(env);
+    // What the agent's `env` would refuse (a name with `=`, a value with NUL) is named.
+    let refused: Vec<(String, String)> = s
+        .env
+        .iter()
+        .filter_map(|(name, value)| {
+            values::env_name(name)
+                .and_then(|()| values::env_value(value))
+                .err()
+                .map(|problem| (name.clone(), problem.to_string()))
+        })
+        .collect();
+    for (name, problem) in refused {
+        s.env.remove(&name);
+        if let Some(at) = env_at.as_ref().or(body.first().map(|(k, _)| k)) {
+            cx.not_carried(at, &format!("{path}.environment.{name}"), problem);
+        }
+    }
     if let Some(build) = build {
         if s.image.is_empty() {
             s.image = format!("{scope}-{name}:latest");
@@ -365,6 +391,17 @@ fn read_service(
                 format!("the agent builds nothing: it runs `image` ({:?}), which must be on the host or in a registry", s.image),
             );
         }
+    }
+    if !s.image.is_empty()
+        && let Err(problem) = values::image_reference(&s.image)
+        && let Some(at) = &image_at
+    {
+        cx.not_carried(
+            at,
+            &format!("{path}.image"),
+            format!("{:?}: {problem}; the service is not converted", s.image),
+        );
+        return Ok(None);
     }
     if s.image.is_empty() {
         let at = body.first().map(|(k, _)| k.clone());

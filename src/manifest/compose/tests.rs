@@ -216,6 +216,30 @@ fn a_shared_named_volume_keeps_deployments() -> Result<(), ComposeError> {
 }
 
 #[test]
+fn values_the_agent_would_refuse_are_named() -> Result<(), ComposeError> {
+    let c = run(
+        "services:\n  a:\n    image: Bad/Name\n  b:\n    image: x\n    environment:\n      \"A=B\": 1\n      OK: 2\n",
+    )?;
+    assert_eq!(c.files.len(), 1, "{:?}", c.files);
+    assert!(c.files[0].text.contains("OK = \"2\"") && !c.files[0].text.contains("A=B"));
+    let notes = notes(&c);
+    assert!(
+        notes.iter().any(
+            |n| n.starts_with("compose.yaml:3:12: services.a.image: not carried: \"Bad/Name\"")
+        ),
+        "{notes:?}"
+    );
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.starts_with("compose.yaml:6:5: services.b.environment.A=B: not carried:")),
+        "{notes:?}"
+    );
+    loads(&c);
+    Ok(())
+}
+
+#[test]
 fn build_only_services_run_a_local_image_and_say_so() -> Result<(), ComposeError> {
     let c = run("services:\n  app:\n    build: .\n")?;
     assert!(c.files[0].text.contains("image = \"my_app-app:latest\""));
