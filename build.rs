@@ -1,11 +1,13 @@
 //! Build script: tells the tests where voodu's example corpus is (`VOODU_CORPUS_DIR`, else
 //! `../shared/corpus`, beside the checkout for developers and CI), so the corpus tests are
-//! reported as ignored, never as passed, when it is not there; whether `busybox` is on PATH (the macro script tests run
-//! the scripts under its shell too); and stamps the git commit the binary is built from
-//! (`VOODU_AGENT_COMMIT`, for `--version` and the `voodu_agent_build_info` metric): the
-//! checkout's HEAD when git and a repository are there, else `unknown` (a source tarball).
-//! It also links the agent's binary smaller and laid out by use: its code in
-//! `build/code-order.txt`'s order and its relative relocations packed (both below).
+//! reported as ignored, never as passed, when it is not there (and the Compose corpus
+//! `convert` is tested on: `VOODU_COMPOSE_CORPUS_DIR`, else `../compose-corpus`); whether
+//! `busybox` is on PATH (the macro script tests run the scripts under its shell too); and
+//! stamps the git commit the binary is built from (`VOODU_AGENT_COMMIT`, for `--version` and
+//! the `voodu_agent_build_info` metric): the checkout's HEAD when git and a repository are
+//! there, else `unknown` (a source tarball). It also links the agent's binary smaller and
+//! laid out by use: its code in `build/code-order.txt`'s order and its relative relocations
+//! packed (both below).
 
 use std::path::Path;
 use std::process::Command;
@@ -13,6 +15,7 @@ use std::process::Command;
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(voodu_corpus_missing)");
     println!("cargo::rustc-check-cfg=cfg(voodu_busybox_missing)");
+    println!("cargo::rustc-check-cfg=cfg(voodu_compose_corpus_missing)");
     println!("cargo::rustc-check-cfg=cfg(voodu_code_order)");
     println!("cargo::rustc-check-cfg=cfg(voodu_packed_relocs)");
     println!("cargo::rerun-if-env-changed=PATH");
@@ -34,6 +37,21 @@ fn main() {
         println!("cargo::rustc-env=VOODU_CORPUS_DIR={}", absolute.display());
     } else {
         println!("cargo::rustc-cfg=voodu_corpus_missing");
+    }
+    // The Compose corpus (`convert`'s tests): `VOODU_COMPOSE_CORPUS_DIR`, else
+    // `../compose-corpus`, holding `awesome-compose/`.
+    println!("cargo::rerun-if-env-changed=VOODU_COMPOSE_CORPUS_DIR");
+    let compose = std::env::var_os("VOODU_COMPOSE_CORPUS_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new("../compose-corpus").to_owned());
+    if compose.join("awesome-compose").is_dir() {
+        let absolute = std::fs::canonicalize(&compose).unwrap_or(compose);
+        println!(
+            "cargo::rustc-env=VOODU_COMPOSE_CORPUS_DIR={}",
+            absolute.display()
+        );
+    } else {
+        println!("cargo::rustc-cfg=voodu_compose_corpus_missing");
     }
     stamp_commit();
     code_order();

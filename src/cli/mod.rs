@@ -54,6 +54,7 @@ mod activity;
 mod approve;
 mod backup;
 mod config;
+mod convert;
 mod fleet;
 mod freeze;
 mod images;
@@ -132,6 +133,10 @@ enum Command {
     /// Check a directory of manifests (no git, no agent needed): every problem as
     /// `path:line:col: message`. Exit 0 when the set would be accepted, 1 otherwise.
     Validate(validate::ValidateArgs),
+    /// Write voodu HCL for a Compose file: each service a deployment (a statefulset when it
+    /// keeps data in a named volume of its own); every key not carried over is named on
+    /// stderr as `compose.yaml:LINE:COL: KEY: not carried: WHY`. README "From Docker Compose".
+    Convert(convert::ConvertArgs),
     /// Image automation: each resource's `image_update` policy, the tag it runs, the newer
     /// tag its policy found, the mode, and its repository's last scan (time and error).
     Images(images::ImagesArgs),
@@ -336,6 +341,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Status(args)) => status::run(&data_dir, &args),
         Some(Command::Validate(args)) => validate::run(&args, &data_dir),
         Some(Command::Plan(args)) => plan::run(&args, &data_dir),
+        Some(Command::Convert(args)) => convert::run(&args),
         Some(Command::Config(args)) => config::run(&args, &data_dir),
         Some(Command::Releases(args)) => releases::run(&data_dir, &args),
         Some(Command::Images(args)) => images::run(&data_dir, &args),

@@ -12,6 +12,7 @@
 //! every file, never a partial manifest.
 
 mod cache;
+pub(crate) mod compose;
 mod decode;
 mod diagnostic;
 pub mod image_edit;
@@ -28,6 +29,7 @@ pub mod spec;
 pub mod triggers;
 mod validate;
 pub mod window;
+pub(crate) mod yaml;
 
 pub(crate) use crate::model::url_hosts::UrlHosts;
 pub use cache::{CacheStats, DecodeCache};

@@ -9,6 +9,8 @@ mod cli;
 mod code_order;
 mod contract;
 mod contract_swarm;
+mod convert;
+mod convert_docker;
 mod corpus;
 mod corpus_fetch;
 mod corpus_swarm;

@@ -13,7 +13,7 @@ pub(super) mod kinds;
 mod plugin_blocks;
 pub(crate) mod reader;
 mod sources;
-mod values;
+pub(in crate::manifest) mod values;
 
 use std::collections::BTreeMap;
 use std::ops::Range;

@@ -17,16 +17,15 @@
 
 mod decide;
 mod glob;
-mod yaml;
 
 pub use decide::{
     Applied, Approval, Decision, Held, Outcome, Situation, TriggerState, Verdict, decide,
 };
 
 use super::Diagnostic;
+use super::yaml::{self, Node, Value};
 use crate::model::SourceFile;
 use glob::Glob;
-use yaml::{Node, Value};
 
 /// voodu reads at most this many trigger files; the agent refuses a commit with more.
 pub(crate) const MAX_TRIGGER_FILES: usize = 20;

@@ -1,30 +1,53 @@
-//! The little YAML a trigger file is: one document of mappings, lists and scalars, each node
-//! with its 1-based line and column, read from yaml-rust2's event stream (the crate SOPS files
-//! are read with: one YAML parser in the binary).
+//! The little YAML the agent reads beside its manifests (deploy trigger files, Compose files
+//! for `convert`): one document of mappings, lists and scalars, each node with its 1-based
+//! line and column, read from yaml-rust2's event stream (the crate SOPS files are read with:
+//! one YAML parser in the binary).
 //!
-//! Invariants: the tree is built here, bounded, from events (no alias is ever expanded, so a
-//! few bytes can never become gigabytes): anchors, aliases and tags are refused, as are a
-//! second document, nesting deeper than [`MAX_DEPTH`], more than [`MAX_NODES`] nodes and a
-//! key given twice in one mapping. Errors carry the position they were found at.
+//! Invariants: the tree is built here, bounded, from events: nesting deeper than the rules'
+//! depth, more nodes than their count, a second document, tags and a key given twice in one
+//! mapping are refused. Trigger files refuse anchors and aliases; a Compose file may use them
+//! ([`Rules::aliases`]), and every node an alias copies counts against the same node budget,
+//! so a few bytes can never become gigabytes. Errors carry the position they were found at.
+
+use std::collections::HashMap;
 
 use yaml_rust2::parser::{Event, Parser};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
+
+/// What a file may hold: its name in messages, its bounds, whether anchors may be used.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rules {
+    /// How messages name the file ("a trigger file").
+    pub(crate) what: &'static str,
+    pub(crate) max_depth: usize,
+    pub(crate) max_nodes: usize,
+    /// Anchors (`&a`) and aliases (`*a`) are read, each alias a bounded copy of its node.
+    pub(crate) aliases: bool,
+}
 
 /// Deepest nesting a trigger file needs is 4 (`on.push.paths[i]`); a little slack.
 const MAX_DEPTH: usize = 8;
 /// Nodes in one file; a trigger file has a few dozen.
 const MAX_NODES: usize = 10_000;
 
+/// A trigger file's rules.
+pub(crate) const TRIGGER_FILE: Rules = Rules {
+    what: "a trigger file",
+    max_depth: MAX_DEPTH,
+    max_nodes: MAX_NODES,
+    aliases: false,
+};
+
 /// A node and where it starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Node {
-    pub(super) line: usize,
-    pub(super) col: usize,
-    pub(super) value: Value,
+pub(crate) struct Node {
+    pub(crate) line: usize,
+    pub(crate) col: usize,
+    pub(crate) value: Value,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Value {
+pub(crate) enum Value {
     /// A scalar as written; `null` for a plain empty, `~` or `null` scalar.
     Scalar {
         text: String,
@@ -37,15 +60,15 @@ pub(super) enum Value {
 
 /// A problem at a position.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct YamlError {
-    pub(super) line: usize,
-    pub(super) col: usize,
-    pub(super) message: String,
+pub(crate) struct YamlError {
+    pub(crate) line: usize,
+    pub(crate) col: usize,
+    pub(crate) message: String,
 }
 
 impl Node {
     /// The text of a key node (keys are always scalars here).
-    pub(super) fn key_text(&self) -> &str {
+    pub(crate) fn key_text(&self) -> &str {
         match &self.value {
             Value::Scalar { text, .. } => text,
             _ => "",
@@ -53,7 +76,7 @@ impl Node {
     }
 
     /// What a node is, for messages.
-    pub(super) fn what(&self) -> &'static str {
+    pub(crate) fn what(&self) -> &'static str {
         match &self.value {
             Value::Scalar { null: true, .. } => "empty",
             Value::Scalar { .. } => "a scalar",
@@ -81,14 +104,31 @@ fn at_col((line, col): (usize, usize), message: impl Into<String>) -> YamlError 
 }
 
 /// One frame of the tree being built: a list or a mapping still open.
+/// Each with its anchor id (0: none).
 enum Open {
-    List(Node, Vec<Node>),
-    Map(Node, Vec<(Node, Node)>, Option<Node>),
+    List(Node, Vec<Node>, usize),
+    Map(Node, Vec<(Node, Node)>, Option<Node>, usize),
 }
 
-/// Parses one YAML document; `None` for a file with no document (empty, or comments only).
-pub(super) fn parse(text: &str) -> Result<Option<Node>, YamlError> {
+/// How many nodes `node` holds, itself included (keys count).
+fn size(node: &Node) -> usize {
+    1 + match &node.value {
+        Value::Scalar { .. } => 0,
+        Value::List(items) => items.iter().map(size).sum(),
+        Value::Map(entries) => entries.iter().map(|(k, v)| size(k) + size(v)).sum(),
+    }
+}
+
+/// Parses one trigger file's YAML document; `None` for a file with no document (empty, or
+/// comments only).
+pub(crate) fn parse(text: &str) -> Result<Option<Node>, YamlError> {
+    parse_with(text, &TRIGGER_FILE)
+}
+
+/// Parses one YAML document under `rules`; `None` for a file with no document.
+pub(crate) fn parse_with(text: &str, rules: &Rules) -> Result<Option<Node>, YamlError> {
     let mut stack: Vec<Open> = Vec::new();
+    let mut anchors: HashMap<usize, Node> = HashMap::new();
     let mut root: Option<Node> = None;
     let mut documents = 0usize;
     let mut nodes = 0usize;
@@ -112,67 +152,100 @@ pub(super) fn parse(text: &str) -> Result<Option<Node>, YamlError> {
                 if documents > 1 {
                     return Err(at(
                         mark,
-                        "a trigger file holds one YAML document; remove the second `---`",
+                        format!(
+                            "{} holds one YAML document; remove the second `---`",
+                            rules.what
+                        ),
                     ));
                 }
                 None
             }
-            Event::Alias(_) => {
-                return Err(at(
-                    mark,
-                    "aliases (`*name`) are not supported in trigger files; write the value out",
-                ));
+            Event::Alias(id) => {
+                if !rules.aliases {
+                    return Err(at(
+                        mark,
+                        format!(
+                            "aliases (`*name`) are not supported in {}s; write the value out",
+                            rules.what.trim_start_matches("a ")
+                        ),
+                    ));
+                }
+                let Some(anchored) = anchors.get(&id) else {
+                    return Err(at(mark, "not valid YAML: an alias to no anchor"));
+                };
+                // The copy counts as many nodes as it holds (less the one counted below).
+                nodes += size(anchored) - 1;
+                Some((anchored.clone(), 0))
             }
             Event::Scalar(value, style, anchor, tag) => {
-                refuse_anchor_or_tag(text, mark, anchor, tag.is_some())?;
+                refuse_anchor_or_tag(text, mark, anchor, tag.is_some(), rules)?;
                 let null = style == TScalarStyle::Plain
                     && matches!(&*value, "" | "~" | "null" | "Null" | "NULL");
-                Some(node_start(Value::Scalar { text: value, null }))
+                Some((node_start(Value::Scalar { text: value, null }), anchor))
             }
             Event::SequenceStart(anchor, tag) => {
-                refuse_anchor_or_tag(text, mark, anchor, tag.is_some())?;
-                stack.push(Open::List(node_start(Value::List(Vec::new())), Vec::new()));
+                refuse_anchor_or_tag(text, mark, anchor, tag.is_some(), rules)?;
+                stack.push(Open::List(
+                    node_start(Value::List(Vec::new())),
+                    Vec::new(),
+                    anchor,
+                ));
                 None
             }
             Event::MappingStart(anchor, tag) => {
-                refuse_anchor_or_tag(text, mark, anchor, tag.is_some())?;
+                refuse_anchor_or_tag(text, mark, anchor, tag.is_some(), rules)?;
                 stack.push(Open::Map(
                     node_start(Value::Map(Vec::new())),
                     Vec::new(),
                     None,
+                    anchor,
                 ));
                 None
             }
             Event::SequenceEnd => match stack.pop() {
-                Some(Open::List(mut node, items)) => {
+                Some(Open::List(mut node, items, anchor)) => {
                     node.value = Value::List(items);
-                    Some(node)
+                    Some((node, anchor))
                 }
                 _ => return Err(at(mark, "not valid YAML: unbalanced sequence")),
             },
             Event::MappingEnd => match stack.pop() {
-                Some(Open::Map(mut node, entries, None)) => {
+                Some(Open::Map(mut node, entries, None, anchor)) => {
                     node.value = Value::Map(entries);
-                    Some(node)
+                    Some((node, anchor))
                 }
                 _ => return Err(at(mark, "not valid YAML: unbalanced mapping")),
             },
         };
-        if stack.len() > MAX_DEPTH {
+        if stack.len() > rules.max_depth {
             return Err(at(
                 mark,
-                format!("nested deeper than {MAX_DEPTH} levels; a trigger file needs 4"),
+                if rules.aliases {
+                    format!("nested deeper than {} levels", rules.max_depth)
+                } else {
+                    format!(
+                        "nested deeper than {} levels; {} needs 4",
+                        rules.max_depth, rules.what
+                    )
+                },
             ));
         }
-        let Some(node) = finished else {
+        let Some((node, anchor)) = finished else {
             continue;
         };
         nodes += 1;
-        if nodes > MAX_NODES {
+        if nodes > rules.max_nodes {
             return Err(at(
                 mark,
-                format!("more than {MAX_NODES} values in one trigger file"),
+                format!(
+                    "more than {} values in one {}",
+                    rules.max_nodes,
+                    rules.what.trim_start_matches("a ")
+                ),
             ));
+        }
+        if anchor != 0 {
+            anchors.insert(anchor, node.clone());
         }
         attach(&mut stack, &mut root, node)?;
     }
@@ -184,8 +257,8 @@ pub(super) fn parse(text: &str) -> Result<Option<Node>, YamlError> {
 fn attach(stack: &mut [Open], root: &mut Option<Node>, node: Node) -> Result<(), YamlError> {
     match stack.last_mut() {
         None => *root = Some(node),
-        Some(Open::List(_, items)) => items.push(node),
-        Some(Open::Map(map, entries, pending)) => match pending.take() {
+        Some(Open::List(_, items, _)) => items.push(node),
+        Some(Open::Map(map, entries, pending, _)) => match pending.take() {
             Some(key) => entries.push((key, node)),
             None => {
                 // yaml-rust2 marks a block mapping at its first `:`; it starts at its
@@ -226,17 +299,19 @@ fn refuse_anchor_or_tag(
     mark: Marker,
     anchor: usize,
     tagged: bool,
+    rules: &Rules,
 ) -> Result<(), YamlError> {
-    if anchor != 0 {
+    let files = rules.what.trim_start_matches("a ");
+    if anchor != 0 && !rules.aliases {
         return Err(at_col(
             back_to(text, mark, '&'),
-            "anchors (`&name`) are not supported in trigger files; write the value out",
+            format!("anchors (`&name`) are not supported in {files}s; write the value out"),
         ));
     }
     if tagged {
         return Err(at_col(
             back_to(text, mark, '!'),
-            "tags (`!name`) are not supported in trigger files",
+            format!("tags (`!name`) are not supported in {files}s"),
         ));
     }
     Ok(())
