@@ -273,6 +273,7 @@ pub(super) fn record(tx: &rusqlite::Transaction<'_>, entry: &Entry<'_>) -> rusql
                 commit: entry.commit,
                 message: entry.message,
                 data: entry.data.clone(),
+                source: entry.source,
             },
         )?;
     }

@@ -268,6 +268,7 @@ impl Store {
                         commit: Some(sha),
                         message: &first,
                         data: serde_json::Value::Null,
+                        source: &self.source,
                     },
                 )?;
             }
