@@ -190,22 +190,28 @@ impl Store {
             )?;
             let rows = statement.query_map(
                 params![after, i64::try_from(limit).unwrap_or(i64::MAX)],
-                |row| {
-                    let data: String = row.get(7)?;
-                    Ok(Event {
-                        id: row.get(0)?,
-                        at: row.get(1)?,
-                        event: row.get(2)?,
-                        scope: row.get(3)?,
-                        resource: row.get(4)?,
-                        commit: row.get(5)?,
-                        message: row.get(6)?,
-                        data: serde_json::from_str(&data).unwrap_or(serde_json::Value::Null),
-                    })
-                },
+                event_row,
             )?;
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
         })
+    }
+
+    /// The newest `limit` events about `resource` named in `names`, newest first (of its
+    /// newest 500 events).
+    pub fn events_of(&self, resource: &str, names: &[&str], limit: usize) -> Result<Vec<Event>> {
+        let events = self.with(|connection| {
+            let mut statement = connection.prepare_cached(
+                "SELECT id, at, event, scope, resource, commit_sha, message, data FROM outbox
+                 WHERE resource = ?1 ORDER BY id DESC LIMIT 500",
+            )?;
+            let rows = statement.query_map(params![resource], event_row)?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })?;
+        Ok(events
+            .into_iter()
+            .filter(|event| names.contains(&event.event.as_str()))
+            .take(limit)
+            .collect())
     }
 
     /// The newest event id (0 when there is none).
@@ -331,6 +337,21 @@ impl Store {
             Ok(data.and_then(|data| serde_json::from_str(&data).ok()))
         })
     }
+}
+
+/// One `outbox` row, selected as [`Store::events_after`] does.
+fn event_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Event> {
+    let data: String = row.get(7)?;
+    Ok(Event {
+        id: row.get(0)?,
+        at: row.get(1)?,
+        event: row.get(2)?,
+        scope: row.get(3)?,
+        resource: row.get(4)?,
+        commit: row.get(5)?,
+        message: row.get(6)?,
+        data: serde_json::from_str(&data).unwrap_or(serde_json::Value::Null),
+    })
 }
 
 fn sink_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<SinkState> {

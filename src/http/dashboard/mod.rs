@@ -4,7 +4,8 @@
 //! - `GET /ui`: the applied commit, fetch and engine health, the last rejected commit with
 //!   every `path:line:col`, every resource (phase, ready/desired, release, pin, message),
 //!   and the activity of the last day (`activity.rs`);
-//! - `GET /ui/resource/{kind}/{scope}/{name}`: its state, the ready replicas of the current
+//! - `GET /ui/resource/{kind}/{scope}/{name}`: its state, its timeline (`activity.rs`), the
+//!   ready replicas of the current
 //!   rollout (plot), its containers with readiness and why, its releases (timeline, table)
 //!   and a form comparing two of them;
 //! - `GET /ui/resource/{kind}/{scope}/{name}/diff?from=ID&to=ID`: the line diff of two
@@ -188,12 +189,9 @@ async fn resource(
             return Ok(None);
         };
         let releases = build_releases(store, &key)?;
-        Ok(Some(views::resource_html(
-            &resource,
-            &releases,
-            &samples,
-            live::now_ms(),
-        )))
+        let mut page = views::resource_html(&resource, &releases, &samples, live::now_ms());
+        page.push_str(&activity::timeline(store, &key.to_string()));
+        Ok(Some(page))
     })
     .await;
     found_page(
