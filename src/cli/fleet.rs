@@ -26,6 +26,7 @@ use crate::model::hosts::{check_name, host_name_of_machine};
 
 /// Which host of a fleet this is (README "Fleet"). Used by the agent, `plan` and `validate`.
 #[derive(Debug, Args, Default)]
+#[command(next_help_heading = "Fleet")]
 pub(super) struct HostArgs {
     /// This host's name in a fleet: besides the shared manifests, it applies those under
     /// `hosts/NAME/` (and no other host's). A DNS label. Default: the machine's host name

@@ -6,12 +6,15 @@
 //! `ExecStart` set to this binary) to `/etc/systemd/system/`, then `systemctl daemon-reload`
 //! and `systemctl enable --now voodu-agent`, which returns once the agent said `READY=1`.
 //!
-//! With `--root DIR` the files go under DIR and nothing is started (packaging, tests).
+//! It also writes the shell's completions (bash, zsh, fish) and the man page where the Debian
+//! package puts them (`cli/shell.rs`). With `--root DIR` the files go under DIR and nothing is
+//! started (packaging, tests).
 //!
 //! Invariants: only the flags given on this command line are written (the installer's own
 //! `VOODU_*` environment is not copied into the service); a value the environment file
 //! cannot hold (a newline, a `,` inside one item of a list) is refused before anything is
-//! written.
+//! written; a relative path (`--sources deploy.hcl`, a local `--repo`) is written absolute,
+//! as the service, started in another directory, must read it.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -57,6 +60,8 @@ struct InstallView {
     env_file: String,
     /// The variables written, `NAME=value` (file paths and settings; never a secret).
     variables: Vec<String>,
+    /// The completions and the man page written.
+    shell_files: Vec<String>,
     enabled: bool,
     started: bool,
     /// `systemctl is-active` after the start: `active` once the agent said READY=1.
@@ -79,6 +84,16 @@ pub(super) fn run(args: &InstallArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot keep the old {}", env_path.display()))?;
     }
     write_file(&env_path, &env_text(&variables), 0o600)?;
+    // Completions and the man page are a convenience: a host whose /usr cannot be written
+    // still gets its service.
+    let mut shell_files = Vec::new();
+    for file in super::shell::install_files(&root)? {
+        let written = write_bytes(&file.path, &file.bytes, 0o644);
+        match written {
+            Ok(()) => shell_files.push(file.path.display().to_string()),
+            Err(error) => eprintln!("voodu-agent: warning: {error:#}"),
+        }
+    }
     let mut view = InstallView {
         unit: unit_path.display().to_string(),
         env_file: env_path.display().to_string(),
@@ -86,6 +101,7 @@ pub(super) fn run(args: &InstallArgs) -> anyhow::Result<ExitCode> {
             .iter()
             .map(|(name, value)| format!("{name}={value}"))
             .collect(),
+        shell_files,
         enabled: false,
         started: false,
         active: None,
@@ -116,6 +132,9 @@ pub(super) fn run(args: &InstallArgs) -> anyhow::Result<ExitCode> {
     } else {
         println!("wrote {}", view.unit);
         println!("wrote {} ({} settings)", view.env_file, variables.len());
+        for file in &view.shell_files {
+            println!("wrote {file}");
+        }
         match (&view.active, view.started) {
             (Some(active), true) => println!("{UNIT_NAME} enabled and started: {active}"),
             (_, false) if view.enabled => {
@@ -145,6 +164,7 @@ fn variables(run_flags: &[OsString]) -> anyhow::Result<Vec<(String, String)>> {
         anyhow::bail!("give the agent's flags (`--repo URL …`), not a command");
     }
     super::run::check(&cli.run)?;
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let mut variables = Vec::new();
     for arg in command.get_arguments() {
         let id = arg.get_id().as_str();
@@ -158,7 +178,7 @@ fn variables(run_flags: &[OsString]) -> anyhow::Result<Vec<(String, String)>> {
             .get_raw(id)
             .into_iter()
             .flatten()
-            .map(|value| value.to_string_lossy().into_owned())
+            .map(|value| absolute(arg, &value.to_string_lossy(), &cwd))
             .collect();
         let values = if values.is_empty() {
             // A flag without a value (`--adopt`).
@@ -185,6 +205,43 @@ fn variables(run_flags: &[OsString]) -> anyhow::Result<Vec<(String, String)>> {
         variables.push((env.to_owned(), values.join(&delimiter.to_string())));
     }
     Ok(variables)
+}
+
+/// `value` of `arg` as the service must read it: a relative path made absolute against `cwd`
+/// (the flags of files and directories, a program given with a `/`, a `--repo` that is a
+/// local path);
+/// anything else (a URL, `--policy default`, `--path` inside the repository) as given.
+fn absolute(arg: &clap::Arg, value: &str, cwd: &Path) -> String {
+    use clap::ValueHint;
+    let path = |text: &str| -> String {
+        if text.is_empty() || Path::new(text).is_absolute() {
+            return text.to_owned();
+        }
+        // An existing path as the kernel resolves it (`..`, symlinks); else joined, where
+        // `components` drops the `.` ones (`./x` → `x`).
+        let joined = cwd.join(text);
+        let joined = std::fs::canonicalize(&joined)
+            .unwrap_or_else(|_| joined.components().collect::<PathBuf>());
+        joined.display().to_string()
+    };
+    match (arg.get_id().as_str(), arg.get_value_hint()) {
+        ("policy", _) if value == "default" => value.to_owned(),
+        ("repo", _) => {
+            // A URL (`scheme://`) or scp-like `host:path` (a `:` before any `/`) stays.
+            let remote = value.contains("://")
+                || value
+                    .find(':')
+                    .is_some_and(|colon| !value[..colon].contains('/'));
+            if remote {
+                value.to_owned()
+            } else {
+                path(value)
+            }
+        }
+        (_, ValueHint::ExecutablePath) if value.contains('/') => path(value),
+        (_, ValueHint::FilePath | ValueHint::DirPath | ValueHint::AnyPath) => path(value),
+        _ => value.to_owned(),
+    }
 }
 
 /// The shipped unit with `ExecStart` set to `executable`.
@@ -216,6 +273,11 @@ fn env_text(variables: &[(String, String)]) -> String {
 
 /// Writes `text` to `path` atomically (a temp file renamed over it) with `mode`.
 fn write_file(path: &Path, text: &str, mode: u32) -> anyhow::Result<()> {
+    write_bytes(path, text.as_bytes(), mode)
+}
+
+/// [`write_file`] of bytes.
+fn write_bytes(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::PermissionsExt as _;
     let parent = path.parent().context("a file has a parent directory")?;
@@ -225,7 +287,7 @@ fn write_file(path: &Path, text: &str, mode: u32) -> anyhow::Result<()> {
         .with_context(|| format!("cannot write in {}", parent.display()))?;
     file.as_file()
         .set_permissions(std::fs::Permissions::from_mode(mode))?;
-    file.write_all(text.as_bytes())?;
+    file.write_all(bytes)?;
     file.as_file().sync_all()?;
     file.persist(path)
         .with_context(|| format!("cannot write {}", path.display()))?;
@@ -300,6 +362,75 @@ mod tests {
         "#]]
         .assert_eq(&text);
         Ok(())
+    }
+
+    /// The service starts elsewhere: relative paths are written absolute, the rest as given.
+    #[test]
+    fn relative_paths_are_written_absolute() -> anyhow::Result<()> {
+        let cwd = std::env::current_dir()?;
+        let dir = tempfile::tempdir()?;
+        let sources = dir.path().join("sources.hcl");
+        std::fs::write(
+            &sources,
+            "source \"apps\" {\n  url = \"https://git.example.org/apps.git\"\n  scopes = [\"apps\"]\n}\n",
+        )?;
+        // A relative path, as an operator in that directory writes it.
+        let relative = pathdiff(&sources, &cwd);
+        let written = variables(&flags(&[
+            "--sources",
+            &relative,
+            "--policy",
+            "default",
+            "--data-dir",
+            "./state",
+            "--restic",
+            "restic",
+        ]))?;
+        let value = |name: &str| {
+            written
+                .iter()
+                .find(|(variable, _)| variable == name)
+                .map(|(_, value)| value.clone())
+        };
+        assert_eq!(
+            value("VOODU_SOURCES").as_deref(),
+            Some(sources.to_str().expect("utf-8"))
+        );
+        assert_eq!(value("VOODU_POLICY").as_deref(), Some("default"));
+        assert_eq!(
+            value("VOODU_AGENT_DATA_DIR"),
+            Some(cwd.join("state").display().to_string())
+        );
+        assert_eq!(value("VOODU_RESTIC").as_deref(), Some("restic"));
+        let repo = |given: &str| -> anyhow::Result<String> {
+            let written = variables(&flags(&["--repo", given]))?;
+            Ok(written[0].1.clone())
+        };
+        for remote in [
+            "https://git.example.org/a.git",
+            "git@git.example.org:ops/deploy.git",
+            "file:///srv/deploy",
+            "/srv/deploy",
+        ] {
+            assert_eq!(repo(remote)?, remote);
+        }
+        assert_eq!(repo("./deploy")?, cwd.join("deploy").display().to_string());
+        Ok(())
+    }
+
+    /// `path` relative to `base` (both absolute), with `..` as needed.
+    fn pathdiff(path: &Path, base: &Path) -> String {
+        let path: Vec<_> = path.components().collect();
+        let base: Vec<_> = base.components().collect();
+        let common = path.iter().zip(&base).take_while(|(a, b)| a == b).count();
+        let mut relative = PathBuf::new();
+        for _ in common..base.len() {
+            relative.push("..");
+        }
+        for component in &path[common..] {
+            relative.push(component);
+        }
+        relative.display().to_string()
     }
 
     #[test]

@@ -238,7 +238,7 @@ fn parse_filter(source: &str, text: &str) -> anyhow::Result<Targets> {
 pub(super) fn install(filter: Targets, format: LogFormat) -> io::Result<()> {
     let mut sink = LogSink::start(io::stderr(), QUEUE_LINES)?;
     sink.priority_prefix = stderr_is_journal();
-    let ansi = io::IsTerminal::is_terminal(&io::stderr());
+    let ansi = super::colour_stderr();
     // `try_init` (not `set_global_default`) also routes the `log` crate's records here.
     let _ = tracing_subscriber::util::SubscriberInitExt::try_init(subscriber(
         filter,

@@ -68,6 +68,7 @@ mod redeploy;
 mod releases;
 mod rollback;
 mod run;
+mod shell;
 mod status;
 mod sync;
 mod trust;
@@ -98,8 +99,13 @@ pub(crate) struct Cli {
     /// service's state directory ($STATE_DIRECTORY, /var/lib/voodu-agent), else
     /// $XDG_STATE_HOME/voodu-agent, else ~/.local/state/voodu-agent; the commands that read
     /// an agent's state fall back to /var/lib/voodu-agent when that has the only state.db.
-    #[arg(long, global = true, env = "VOODU_AGENT_DATA_DIR", value_name = "DIR")]
+    #[arg(long, global = true, env = "VOODU_AGENT_DATA_DIR", value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
     data_dir: Option<PathBuf>,
+    /// When to colour what is printed (help, usage errors, the log on a terminal): `auto`
+    /// colours a terminal unless NO_COLOR is set (CLICOLOR_FORCE forces it), `always`,
+    /// `never`.
+    #[arg(long, global = true, env = "VOODU_COLOR", value_name = "WHEN", value_enum, default_value_t = clap::ColorChoice::Auto)]
+    color: clap::ColorChoice,
 }
 
 /// `--version`: the crate's version and the commit it was built from.
@@ -191,6 +197,14 @@ enum Command {
     /// Notifications: `notify test NAME --notify FILE` sends a test message to one sink of the
     /// file and says whether it was delivered.
     Notify(notify::NotifyArgs),
+    /// Print the completion script of a shell (bash, zsh, fish), generated from this
+    /// command line: `source <(voodu-agent completions bash)`. The package and `install`
+    /// put them in place.
+    #[command(hide = true)]
+    Completions(shell::CompletionsArgs),
+    /// Print the man page, voodu-agent(1), in roff: `voodu-agent man | man -l -`.
+    #[command(hide = true)]
+    Man,
 }
 
 /// How a command opens state.db.
@@ -282,9 +296,16 @@ fn data_dir(flag: Option<PathBuf>, reads_service: bool) -> anyhow::Result<PathBu
 
 /// Parses the command line and runs it. `main` is only this.
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let choice = color_choice(&args, std::env::var_os("VOODU_COLOR").as_deref());
+    let _ = COLOR.set(choice);
+    let mut command = <Cli as clap::CommandFactory>::command().color(choice);
+    let cli = match command
+        .try_get_matches_from_mut(args)
+        .and_then(|matches| <Cli as clap::FromArgMatches>::from_arg_matches(&matches))
+    {
         Ok(cli) => cli,
-        Err(error) => return usage_exit(&error),
+        Err(error) => return usage_exit(&error.format(&mut command)),
     };
     match run(cli) {
         Ok(code) => code,
@@ -292,6 +313,57 @@ pub fn main() -> ExitCode {
             log::stderr_line(&format!("voodu-agent: {error:#}"));
             ExitCode::from(1)
         }
+    }
+}
+
+/// `--color` as given (before parsing: help and usage errors are coloured by it): the last
+/// `--color WHEN` / `--color=WHEN` before a `--`, else `VOODU_COLOR`, else `auto`. A value
+/// that is not a choice counts as `auto` here; the parser then reports it.
+fn color_choice(args: &[std::ffi::OsString], env: Option<&std::ffi::OsStr>) -> clap::ColorChoice {
+    use clap::ValueEnum as _;
+    let parse = |text: &std::ffi::OsStr| {
+        text.to_str()
+            .and_then(|text| clap::ColorChoice::from_str(text, true).ok())
+    };
+    let mut given = None;
+    let mut words = args.iter().skip(1);
+    while let Some(word) = words.next() {
+        if word == "--" {
+            break;
+        }
+        if word == "--color" {
+            given = words.next().map(|value| parse(value));
+        } else if let Some(value) = word.to_str().and_then(|word| word.strip_prefix("--color=")) {
+            given = Some(parse(std::ffi::OsStr::new(value)));
+        }
+    }
+    match given {
+        Some(choice) => choice.unwrap_or(clap::ColorChoice::Auto),
+        None => env.and_then(parse).unwrap_or(clap::ColorChoice::Auto),
+    }
+}
+
+/// The `--color` of this process, set once by [`main`].
+static COLOR: std::sync::OnceLock<clap::ColorChoice> = std::sync::OnceLock::new();
+
+/// Whether what the agent writes itself to stderr (the log's levels) is coloured: by
+/// `--color`, and for `auto` when stderr is a terminal and NO_COLOR is unset or empty
+/// (no-color.org).
+pub(crate) fn colour_stderr() -> bool {
+    let choice = COLOR.get().copied().unwrap_or(clap::ColorChoice::Auto);
+    colour(
+        choice,
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        std::env::var_os("NO_COLOR").is_some_and(|value| !value.is_empty()),
+    )
+}
+
+/// [`colour_stderr`]'s decision.
+fn colour(choice: clap::ColorChoice, terminal: bool, no_color: bool) -> bool {
+    match choice {
+        clap::ColorChoice::Always => true,
+        clap::ColorChoice::Never => false,
+        clap::ColorChoice::Auto => terminal && !no_color,
     }
 }
 
@@ -361,6 +433,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Fleet(args)) => fleet::run(&args),
         Some(Command::Install(args)) => install::run(&args),
         Some(Command::Notify(args)) => notify::run(&args),
+        Some(Command::Completions(args)) => shell::run_completions(&args),
+        Some(Command::Man) => shell::run_man(),
         None => run::run(cli.run, data_dir),
     }
 }
@@ -411,6 +485,65 @@ mod tests {
         }
         assert!(problems.is_empty(), "{problems:#?}");
         assert!(seen.len() > 30, "only {} flags seen: {seen:?}", seen.len());
+    }
+
+    #[test]
+    fn color_is_read_before_parsing() {
+        use clap::ColorChoice::{Always, Auto, Never};
+        let args = |text: &[&str]| -> Vec<std::ffi::OsString> {
+            std::iter::once("voodu-agent")
+                .chain(text.iter().copied())
+                .map(std::ffi::OsString::from)
+                .collect()
+        };
+        let env = Some(std::ffi::OsStr::new("never"));
+        assert_eq!(color_choice(&args(&["--help"]), None), Auto);
+        assert_eq!(color_choice(&args(&["--help"]), env), Never);
+        assert_eq!(
+            color_choice(&args(&["--color", "always", "--help"]), env),
+            Always
+        );
+        assert_eq!(
+            color_choice(&args(&["status", "--color=never"]), None),
+            Never
+        );
+        assert_eq!(
+            color_choice(&args(&["--color=always", "--color", "never"]), None),
+            Never
+        );
+        assert_eq!(color_choice(&args(&["--color", "purple"]), env), Auto);
+        assert_eq!(
+            color_choice(&args(&["--", "--color", "always"]), None),
+            Auto
+        );
+        assert!(colour(Always, false, true));
+        assert!(!colour(Never, true, false));
+        assert!(colour(Auto, true, false));
+        assert!(!colour(Auto, true, true), "NO_COLOR");
+        assert!(!colour(Auto, false, false), "not a terminal");
+    }
+
+    /// The agent's flags are grouped by topic in `--help` (and the man page's sections).
+    #[test]
+    fn run_flags_are_grouped_by_topic() {
+        let command = Cli::command();
+        let mut headings = Vec::new();
+        for arg in command.get_arguments().filter(|arg| !arg.is_hide_set()) {
+            let heading = arg.get_help_heading();
+            if heading.is_none() {
+                let long = arg.get_long().unwrap_or_default();
+                assert!(
+                    ["data-dir", "color", "help", "version"].contains(&long),
+                    "--{long} has no help_heading"
+                );
+            }
+            if let Some(heading) = heading
+                && !headings.contains(&heading)
+            {
+                headings.push(heading);
+            }
+        }
+        assert!(headings.len() >= 8, "{headings:?}");
     }
 
     /// Boolean flags take what environment files write (`1`, `yes`, `true`, `on`, …).

@@ -22,12 +22,17 @@ use crate::sync::SyncOptions;
 #[derive(Debug, Args)]
 pub(super) struct RunArgs {
     /// Repository to watch: a local path, file://, https:// or ssh:// URL.
-    #[arg(long, env = "VOODU_REPO", value_name = "URL|PATH")]
+    #[arg(
+        help_heading = "Source",
+        long,
+        env = "VOODU_REPO",
+        value_name = "URL|PATH"
+    )]
     repo: Option<String>,
     /// Several repositories, each owning its scopes: an HCL file of `source "NAME" { url,
     /// branch, paths, scopes, poll, token_file, webhook_secret_file, verify_commits, … }`
     /// blocks (README "Several repositories"). Instead of --repo.
-    #[arg(long, env = "VOODU_SOURCES", value_name = "FILE", conflicts_with_all = ["repo", "paths", "git_token_file", "git_ca_file", "git_ssh_key_file"])]
+    #[arg(help_heading = "Source", long, env = "VOODU_SOURCES", value_name = "FILE", value_hint = clap::ValueHint::FilePath, conflicts_with_all = ["repo", "paths", "git_token_file", "git_ca_file", "git_ssh_key_file"])]
     sources: Option<PathBuf>,
     /// A deploy window (repeatable): `KIND SCHEDULE DURATION [TIMEZONE]`, KIND `allow` or
     /// `deny`, SCHEDULE five cron fields or an @macro (the cronjob grammar), e.g.
@@ -35,6 +40,7 @@ pub(super) struct RunArgs {
     /// deny window, is held until one opens (README "Deploy windows and freeze"). With
     /// --sources: `window` blocks in the file instead. Several in VOODU_WINDOW: `;`-separated.
     #[arg(
+        help_heading = "Source",
         long = "window",
         env = "VOODU_WINDOW",
         value_name = "RULE",
@@ -46,6 +52,7 @@ pub(super) struct RunArgs {
     /// `preview/*`): its resources in scopes `<scope>-pr-<slug>`, its ingress hosts by
     /// --preview-host (README "Branch previews"). With --sources: a `previews {}` block.
     #[arg(
+        help_heading = "Previews",
         long,
         env = "VOODU_PREVIEW_BRANCHES",
         value_name = "PATTERN",
@@ -56,6 +63,7 @@ pub(super) struct RunArgs {
     /// The host every ingress of a preview answers at: `{slug}` (and `{scope}`, `{name}`)
     /// filled in, e.g. `{slug}.preview.example.com`.
     #[arg(
+        help_heading = "Previews",
         long,
         env = "VOODU_PREVIEW_HOST",
         value_name = "TEMPLATE",
@@ -63,20 +71,32 @@ pub(super) struct RunArgs {
     )]
     preview_host: Option<String>,
     /// The scope a preview's resource takes: `{scope}`, a separator, `{slug}`.
-    #[arg(long, env = "VOODU_PREVIEW_SCOPE", value_name = "TEMPLATE", default_value = agent::sources::DEFAULT_PREVIEW_SCOPE)]
+    #[arg(help_heading = "Previews", long, env = "VOODU_PREVIEW_SCOPE", value_name = "TEMPLATE", default_value = agent::sources::DEFAULT_PREVIEW_SCOPE)]
     preview_scope: String,
     /// A preview without a push for this long is removed.
-    #[arg(long, env = "VOODU_PREVIEW_TTL", value_name = "DURATION", default_value = "72h", value_parser = humantime::parse_duration)]
+    #[arg(help_heading = "Previews", long, env = "VOODU_PREVIEW_TTL", value_name = "DURATION", default_value = "72h", value_parser = humantime::parse_duration)]
     preview_ttl: Duration,
     /// At most this many previews; a newer branch is refused (the oldest are kept).
-    #[arg(long, env = "VOODU_PREVIEW_MAX", value_name = "N", default_value_t = 5)]
+    #[arg(
+        help_heading = "Previews",
+        long,
+        env = "VOODU_PREVIEW_MAX",
+        value_name = "N",
+        default_value_t = 5
+    )]
     preview_max: usize,
     /// Branch to deploy.
-    #[arg(long, env = "VOODU_BRANCH", default_value = "main")]
+    #[arg(
+        help_heading = "Source",
+        long,
+        env = "VOODU_BRANCH",
+        default_value = "main"
+    )]
     branch: String,
     /// Directory (repeatable, or comma-separated) inside the repo to read
     /// *.hcl/*.voodu/*.vdu/*.vd manifests from. Default: the whole repo.
     #[arg(
+        help_heading = "Source",
         long = "path",
         env = "VOODU_PATH",
         value_name = "DIR",
@@ -84,56 +104,57 @@ pub(super) struct RunArgs {
     )]
     paths: Vec<String>,
     /// How often to poll the remote, e.g. 30s, 5m.
-    #[arg(long, env = "VOODU_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(help_heading = "Source", long, env = "VOODU_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
     interval: Duration,
     /// For https remotes: file holding an access token, sent as the password of the URL's
     /// user (`https://USER@host/…`: a GitLab deploy token's name, Bitbucket's
     /// `x-token-auth`), else of `x-access-token` (GitHub, Gitea, Forgejo). Refused over
     /// plain http.
-    #[arg(long, env = "VOODU_GIT_TOKEN_FILE", value_name = "FILE")]
+    #[arg(help_heading = "Source", long, env = "VOODU_GIT_TOKEN_FILE", value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     git_token_file: Option<PathBuf>,
     /// For https remotes: PEM file of CA certificates trusted beside the system's (a private
     /// CA). The system's own store can be replaced with SSL_CERT_FILE / SSL_CERT_DIR.
-    #[arg(long, env = "VOODU_GIT_CA_FILE", value_name = "FILE")]
+    #[arg(help_heading = "Source", long, env = "VOODU_GIT_CA_FILE", value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     git_ca_file: Option<PathBuf>,
     /// For ssh remotes: accept and remember the key of a host that is not in known_hosts yet
     /// (ssh's StrictHostKeyChecking=accept-new); a changed key is still refused. Without it,
     /// an unknown host is refused: add its key to ~/.ssh/known_hosts first.
-    #[arg(long, env = "VOODU_GIT_SSH_ACCEPT_NEW_HOST_KEYS", value_parser = super::boolish())]
+    #[arg(help_heading = "Source", long, env = "VOODU_GIT_SSH_ACCEPT_NEW_HOST_KEYS", value_parser = super::boolish())]
     git_ssh_accept_new_host_keys: bool,
     /// For ssh remotes: the private key to authenticate with (a deploy key), instead of the
     /// user's own ssh keys and agent.
-    #[arg(long, env = "VOODU_GIT_SSH_KEY_FILE", value_name = "FILE")]
+    #[arg(help_heading = "Source", long, env = "VOODU_GIT_SSH_KEY_FILE", value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     git_ssh_key_file: Option<PathBuf>,
     /// Resources reconciled in parallel (one key is never reconciled twice at once).
-    #[arg(long, env = "VOODU_CONCURRENCY", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+    #[arg(help_heading = "Reconcile", long, env = "VOODU_CONCURRENCY", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
     concurrency: u16,
     /// Replicas and statefulset pods created and started at once, all resources together (a
     /// first deploy, a scale-up); each resource's pass takes slots from this one pool.
-    #[arg(long, env = "VOODU_CREATE_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
+    #[arg(help_heading = "Reconcile", long, env = "VOODU_CREATE_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
     create_concurrency: u16,
     /// How long a rollout may take before it is failed and rolled back automatically to the
     /// last release that ran.
-    #[arg(long, env = "VOODU_ROLLOUT_DEADLINE", default_value = "5m", value_parser = humantime::parse_duration)]
+    #[arg(help_heading = "Reconcile", long, env = "VOODU_ROLLOUT_DEADLINE", default_value = "5m", value_parser = humantime::parse_duration)]
     rollout_deadline: Duration,
     /// Without a readiness probe, a replica counts as ready once it has run this long
     /// without restarting (the health gate between rollout slots).
-    #[arg(long, env = "VOODU_READY_SETTLE", default_value = "3s", value_parser = humantime::parse_duration)]
+    #[arg(help_heading = "Reconcile", long, env = "VOODU_READY_SETTLE", default_value = "3s", value_parser = humantime::parse_duration)]
     ready_settle: Duration,
     /// How often every managed resource is compared with the host and repaired (container
     /// events trigger repairs at once; this catches anything they missed).
-    #[arg(long, env = "VOODU_RESYNC", default_value = "5m", value_parser = humantime::parse_duration)]
+    #[arg(help_heading = "Reconcile", long, env = "VOODU_RESYNC", default_value = "5m", value_parser = humantime::parse_duration)]
     resync: Duration,
     /// How often the autoscaler samples CPU of deployments with `autoscale {}`.
-    #[arg(long, env = "VOODU_AUTOSCALE_INTERVAL", default_value = "15s", value_parser = humantime::parse_duration)]
+    #[arg(help_heading = "Reconcile", long, env = "VOODU_AUTOSCALE_INTERVAL", default_value = "15s", value_parser = humantime::parse_duration)]
     autoscale_interval: Duration,
     /// Do not subscribe to container events: drift is then repaired at the resync only, and
     /// every list of containers goes to the engine (for testing the resync).
-    #[arg(long, env = "VOODU_NO_CONTAINER_EVENTS", hide = true, value_parser = super::boolish())]
+    #[arg(help_heading = "Reconcile", long, env = "VOODU_NO_CONTAINER_EVENTS", hide = true, value_parser = super::boolish())]
     no_container_events: bool,
     /// Agent environment variable (repeatable) that manifests may read as `${NAME}`. Nothing
     /// else of the agent's environment is visible to them.
     #[arg(
+        help_heading = "Manifests",
         long = "allow-env",
         env = "VOODU_ALLOW_ENV",
         value_name = "NAME",
@@ -142,67 +163,75 @@ pub(super) struct RunArgs {
     allow_env: Vec<String>,
     /// Largest file `file()` or `env_file` may read, in bytes. Larger blobs (and any over
     /// 8 MiB) are not fetched where the git server can leave them out.
-    #[arg(long, env = "VOODU_MAX_FILE_SIZE", value_name = "BYTES", default_value_t = crate::manifest::DEFAULT_MAX_FILE_BYTES)]
+    #[arg(help_heading = "Manifests", long, env = "VOODU_MAX_FILE_SIZE", value_name = "BYTES", default_value_t = crate::manifest::DEFAULT_MAX_FILE_BYTES)]
     max_file_size: u64,
     /// Largest body a `url()` asset may fetch, in bytes.
-    #[arg(long, env = "VOODU_MAX_URL_SIZE", value_name = "BYTES", default_value_t = crate::assets::DEFAULT_MAX_URL_BYTES)]
+    #[arg(help_heading = "Manifests", long, env = "VOODU_MAX_URL_SIZE", value_name = "BYTES", default_value_t = crate::assets::DEFAULT_MAX_URL_BYTES)]
     max_url_size: u64,
     /// The time all `url()` fetches of one commit may take together (they run 4 at a time;
     /// each key's own timeout is cut to what is left). A commit whose fetches do not finish
     /// in it is rejected, naming each unfinished key. At most 10m.
-    #[arg(long, env = "VOODU_URL_BUDGET", value_name = "DURATION", default_value = "30s", value_parser = parse_url_budget)]
+    #[arg(help_heading = "Manifests", long, env = "VOODU_URL_BUDGET", value_name = "DURATION", default_value = "30s", value_parser = parse_url_budget)]
     url_budget: Duration,
     /// Log filter: a level (`error`, `warn`, `info`, `debug`, `trace`), or `TARGET=LEVEL`
     /// pairs and a level for the rest, comma-separated (`warn,voodu_agent=debug`); RUST_LOG
     /// wins when set.
-    #[arg(long, env = "VOODU_LOG", default_value = "info")]
+    #[arg(
+        help_heading = "Logging",
+        long,
+        env = "VOODU_LOG",
+        default_value = "info"
+    )]
     log: String,
     /// Log line format: `text`, or `json` (one object per line with the event's fields, for
     /// journald and log shippers). Under systemd each line also carries its syslog priority.
-    #[arg(long, env = "VOODU_LOG_FORMAT", value_enum, default_value_t = super::log::LogFormat::Text)]
+    #[arg(help_heading = "Logging", long, env = "VOODU_LOG_FORMAT", value_enum, default_value_t = super::log::LogFormat::Text)]
     log_format: super::log::LogFormat,
     /// Address of the HTTP side (webhook, status, releases, metrics, healthz), or `off`.
     /// Port 0 picks a free port. Off loopback it needs --webhook-secret-file.
-    #[arg(long, env = "VOODU_LISTEN", value_name = "ADDR|off", default_value = "127.0.0.1:8687", value_parser = parse_listen)]
+    #[arg(help_heading = "HTTP", long, env = "VOODU_LISTEN", value_name = "ADDR|off", default_value = "127.0.0.1:8687", value_parser = parse_listen)]
     listen: Listen,
     /// File holding the webhook secret: the HMAC key of GitHub, Gitea/Forgejo and generic
     /// signatures, or GitLab's token. With it, unsigned or wrongly signed requests get 401.
-    #[arg(long, env = "VOODU_WEBHOOK_SECRET_FILE", value_name = "FILE")]
+    #[arg(help_heading = "HTTP", long, env = "VOODU_WEBHOOK_SECRET_FILE", value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     webhook_secret_file: Option<PathBuf>,
     /// Where to tell people what happened: an HCL file of `notify` blocks (slack, discord,
     /// teams, ntfy, gotify, alertmanager, generic signed webhooks) and `commit_status` blocks
     /// (github, gitlab, gitea, forgejo, bitbucket). Secrets stay in the files it names. See
     /// README "Notifications"; `voodu-agent notify test NAME` sends a test message.
-    #[arg(long, env = "VOODU_NOTIFY", value_name = "FILE")]
+    #[arg(help_heading = "Notifications", long, env = "VOODU_NOTIFY", value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     notify: Option<PathBuf>,
     /// An SSH private key that signs the commits `image_update` (commit mode) pushes; add its
     /// public key to the trusted signers when running with --verify-commits.
-    #[arg(long, env = "VOODU_IMAGE_SIGNING_KEY", value_name = "FILE")]
+    #[arg(help_heading = "Images", long, env = "VOODU_IMAGE_SIGNING_KEY", value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     image_signing_key: Option<PathBuf>,
     /// Largest webhook body accepted, in bytes (larger ones get 413).
-    #[arg(long, env = "VOODU_WEBHOOK_MAX_BODY", value_name = "BYTES", default_value_t = 1024 * 1024)]
+    #[arg(help_heading = "HTTP", long, env = "VOODU_WEBHOOK_MAX_BODY", value_name = "BYTES", default_value_t = 1024 * 1024)]
     webhook_max_body: usize,
     /// Do not watch a local repository's refs (by default a local --repo syncs as soon as a
     /// branch moves, without waiting for the next poll).
-    #[arg(long, env = "VOODU_NO_WATCH", value_parser = super::boolish())]
+    #[arg(help_heading = "Source", long, env = "VOODU_NO_WATCH", value_parser = super::boolish())]
     no_watch: bool,
     /// A cronjob tick missed while the agent was not running still runs once when its
     /// scheduled time is at most this old (only the most recent one; older ones are reported
     /// as missed). 0 runs only ticks that are at most a minute late.
-    #[arg(long, env = "VOODU_CRON_CATCH_UP", value_name = "DURATION", default_value = "15m", value_parser = humantime::parse_duration)]
+    #[arg(help_heading = "Reconcile", long, env = "VOODU_CRON_CATCH_UP", value_name = "DURATION", default_value = "15m", value_parser = humantime::parse_duration)]
     cron_catch_up: Duration,
     /// The restic executable that runs statefulsets' `backup {}` (Debian's `restic`
     /// package); found on PATH by default.
     #[arg(
+        help_heading = "Backups",
         long,
         env = "VOODU_RESTIC",
         value_name = "PATH",
+        value_hint = clap::ValueHint::ExecutablePath,
         default_value = "restic"
     )]
     restic: std::path::PathBuf,
     /// Host address where the ingress proxy (Caddy) serves HTTP. Port 0 lets the engine pick.
     /// Under `--runtime swarm`: 0.0.0.0 and a port, published on every node running the proxy.
     #[arg(
+        help_heading = "Ingress",
         long,
         env = "VOODU_INGRESS_HTTP",
         value_name = "ADDR",
@@ -211,6 +240,7 @@ pub(super) struct RunArgs {
     ingress_http: SocketAddr,
     /// Host address where the ingress proxy serves HTTPS (hosts with a `tls {}` block).
     #[arg(
+        help_heading = "Ingress",
         long,
         env = "VOODU_INGRESS_HTTPS",
         value_name = "ADDR",
@@ -219,16 +249,16 @@ pub(super) struct RunArgs {
     ingress_https: SocketAddr,
     /// The ingress proxy's image: Caddy 2 (`scripts/docker-setup` builds `voodu-caddy:latest`
     /// from Debian's package for hosts without a registry).
-    #[arg(long, env = "VOODU_INGRESS_IMAGE", value_name = "IMAGE", default_value = crate::reconcile::router::DEFAULT_IMAGE)]
+    #[arg(help_heading = "Ingress", long, env = "VOODU_INGRESS_IMAGE", value_name = "IMAGE", default_value = crate::reconcile::router::DEFAULT_IMAGE)]
     ingress_image: String,
     /// Run no ingress proxy: ingresses are accepted but route nothing (their status says so),
     /// and a proxy left from an earlier run is removed.
-    #[arg(long, env = "VOODU_NO_INGRESS", value_parser = super::boolish())]
+    #[arg(help_heading = "Ingress", long, env = "VOODU_NO_INGRESS", value_parser = super::boolish())]
     no_ingress: bool,
     /// When state.db was lost: take over the identity (agent id) of this data dir's
     /// containers left on the engine, so they count as this agent's own and the repo is
     /// converged without duplicates. Without it the agent refuses to start in that case.
-    #[arg(long, env = "VOODU_ADOPT", value_parser = super::boolish())]
+    #[arg(help_heading = "Reconcile", long, env = "VOODU_ADOPT", value_parser = super::boolish())]
     adopt: bool,
 
     /// What commits may ask of the host (README "Host policy"); default-deny.
@@ -242,6 +272,7 @@ pub(super) struct RunArgs {
     /// What runs the workloads: `docker` (containers on the local engine) or `swarm`
     /// (Docker Swarm services, on a swarm manager's engine; README "Docker Swarm").
     #[arg(
+        help_heading = "Reconcile",
         long,
         env = "VOODU_RUNTIME",
         value_name = "docker|swarm",

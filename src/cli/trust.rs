@@ -25,6 +25,7 @@ pub(super) enum VerifyArg {
 }
 
 #[derive(Debug, Args, Default)]
+#[command(next_help_heading = "Signed commits and secrets")]
 pub(super) struct TrustArgs {
     /// Require trusted commit signatures before applying a commit: `tip` (the commit to
     /// apply) or `all` (every commit since the last applied one). Off by default. A commit
@@ -33,18 +34,18 @@ pub(super) struct TrustArgs {
     verify_commits: Option<VerifyArg>,
     /// SSH keys trusted to sign commits: git's allowed_signers format
     /// (`principals [namespaces="git"] ssh-ed25519 AAAA…`).
-    #[arg(long, env = "VOODU_TRUSTED_SSH_SIGNERS", value_name = "FILE")]
+    #[arg(long, env = "VOODU_TRUSTED_SSH_SIGNERS", value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     trusted_ssh_signers: Option<PathBuf>,
     /// OpenPGP public keys trusted to sign commits: a keyring file, armored or binary
     /// (`gpg --export --armor KEYID… > FILE`).
-    #[arg(long, env = "VOODU_TRUSTED_PGP_KEYS", value_name = "FILE")]
+    #[arg(long, env = "VOODU_TRUSTED_PGP_KEYS", value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     trusted_pgp_keys: Option<PathBuf>,
     /// An age identity file (`age-keygen` output; repeatable) to decrypt the repository's
     /// SOPS files with (README "Secrets in the repository"). Never read from the repository.
     #[arg(
         long = "age-identity",
         env = "VOODU_AGE_IDENTITY",
-        value_name = "FILE",
+        value_name = "FILE", value_hint = clap::ValueHint::FilePath,
         value_delimiter = ','
     )]
     age_identities: Vec<PathBuf>,

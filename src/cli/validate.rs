@@ -149,10 +149,11 @@ pub(super) fn parse_runtime(text: &str) -> Result<crate::reconcile::Engine, Stri
 /// The host policy (see README "Host policy"): a policy file and/or flags, which add to it.
 /// Used by the agent, `plan` and `validate`.
 #[derive(Debug, Args, Default)]
+#[command(next_help_heading = "Host policy")]
 pub(super) struct PolicyArgs {
     /// Host policy file (JSON, the flags' names as keys, e.g. {"allow-cap": ["NET_ADMIN"]}),
     /// or `default` for the default-deny policy; the flags below add to it.
-    #[arg(long, env = "VOODU_POLICY", value_name = "FILE|default")]
+    #[arg(long, env = "VOODU_POLICY", value_name = "FILE|default", value_hint = clap::ValueHint::FilePath)]
     policy: Option<PathBuf>,
     /// Allow `--privileged` containers.
     #[arg(long, env = "VOODU_ALLOW_PRIVILEGED", value_parser = super::boolish())]
@@ -322,7 +323,7 @@ pub(super) struct VarArgs {
     vars: Vec<(String, String)>,
     /// A file of KEY=VALUE lines (env-file syntax) supplying `${KEY}` values (repeatable);
     /// `--var` wins over it.
-    #[arg(long = "var-file", value_name = "FILE")]
+    #[arg(long = "var-file", value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     var_files: Vec<PathBuf>,
 }
 
@@ -366,7 +367,7 @@ pub(super) const MISSING_VAR_HINT: &str = "pass `--var {var}=…` or `--var-file
 #[derive(Debug, Args, Default)]
 pub(super) struct SourceArgs {
     /// The agent's sources file (`--sources` of the agent).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     sources: Option<PathBuf>,
     /// Which source of the file the manifests are (default: the only one).
     #[arg(long, value_name = "NAME", requires = "sources")]

@@ -479,8 +479,9 @@ fn preview_target(
 }
 
 /// The status an event sets on its commit: pending once applied or held, failure when
-/// rejected or a rollout of it fails, success once every release it opened succeeded (at
-/// once when it changed no workload).
+/// rejected or a rollout of it fails, error when a later commit superseded a rollout of it
+/// before it ended, success once every release it opened succeeded (at once when it changed
+/// no workload).
 async fn decide(store: &Arc<Store>, event: &Event) -> Result<Option<(State, String)>, Error> {
     let workloads = |data: &serde_json::Value| -> usize {
         data["changed"]
@@ -510,6 +511,14 @@ async fn decide(store: &Arc<Store>, event: &Event) -> Result<Option<(State, Stri
             State::Failure,
             format!("{} {}: {}", event.event, event.resource, event.message),
         )),
+        // A later commit's rollout replaced this commit's before it ended: it never will.
+        "rollout.superseded" => {
+            let by = event.data["superseded_by"].as_str().unwrap_or_default();
+            Some((
+                State::Error,
+                format!("superseded by {}", by.get(..7).unwrap_or(by)),
+            ))
+        }
         "rollout.succeeded" => {
             let sha = event.commit.clone();
             let (phases, applied) = blocking(store, move |store| {
@@ -754,6 +763,30 @@ mod tests {
             );
             assert!(!error.contains("s3cret"), "a secret in: {error}");
         }
+        Ok(())
+    }
+
+    /// A commit whose rollout a later commit superseded gets a final status, `error`, naming
+    /// the commit that did; not `pending` for good.
+    #[tokio::test]
+    async fn a_superseded_rollout_ends_its_commit_status_in_error()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store = Arc::new(Store::open(&dir.path().join("state.db"))?);
+        let event = Event {
+            id: 1,
+            at: 0,
+            event: "rollout.superseded".to_owned(),
+            scope: "shop".to_owned(),
+            resource: "deployment/shop/web".to_owned(),
+            commit: "1".repeat(40),
+            message: "release #2 superseded by commit 2222222 before its rollout ended".to_owned(),
+            data: serde_json::json!({ "release": 2, "superseded_by": "2".repeat(40) }),
+        };
+        assert_eq!(
+            decide(&store, &event).await?,
+            Some((State::Error, "superseded by 2222222".to_owned()))
+        );
         Ok(())
     }
 

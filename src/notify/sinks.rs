@@ -315,15 +315,18 @@ pub(crate) enum State {
     Pending,
     Success,
     Failure,
+    /// The commit's rollout never ended: a later commit superseded it.
+    Error,
 }
 
 impl State {
-    /// The state in a provider's words: `[pending, success, failure]`.
-    fn spelled(self, [pending, success, failure]: [&'static str; 3]) -> &'static str {
+    /// The state in a provider's words: `[pending, success, failure, error]`.
+    fn spelled(self, [pending, success, failure, error]: [&'static str; 4]) -> &'static str {
         match self {
             State::Pending => pending,
             State::Success => success,
             State::Failure => failure,
+            State::Error => error,
         }
     }
 }
@@ -361,14 +364,14 @@ pub(crate) fn commit_status(
                 vec![content, ("authorization", format!("token {token}"))]
             },
             json!({
-                "state": state.spelled(["pending", "success", "failure"]),
+                "state": state.spelled(["pending", "success", "failure", "error"]),
                 "target_url": dashboard,
                 "description": description,
                 "context": context,
             }),
         ),
         // POST /projects/:id/statuses/:sha (id: the URL-encoded path): pending | running |
-        // success | failed | canceled.
+        // success | failed | canceled (what an `error` is there).
         Provider::Gitlab => (
             format!(
                 "{api_url}/projects/{}/statuses/{sha}",
@@ -376,7 +379,7 @@ pub(crate) fn commit_status(
             ),
             vec![content, ("private-token", token.to_owned())],
             json!({
-                "state": state.spelled(["running", "success", "failed"]),
+                "state": state.spelled(["running", "success", "failed", "canceled"]),
                 "name": context,
                 "target_url": dashboard,
                 "description": description,
@@ -388,7 +391,7 @@ pub(crate) fn commit_status(
             format!("{api_url}/repositories/{repository}/commit/{sha}/statuses/build"),
             vec![content, ("authorization", format!("Bearer {token}"))],
             json!({
-                "state": state.spelled(["INPROGRESS", "SUCCESSFUL", "FAILED"]),
+                "state": state.spelled(["INPROGRESS", "SUCCESSFUL", "FAILED", "STOPPED"]),
                 "key": context,
                 "name": context,
                 "url": dashboard.unwrap_or(api_url),
@@ -565,7 +568,7 @@ mod tests {
                 "acme/deploy",
                 format!("https://api.github.com/repos/acme/deploy/statuses/{sha}"),
                 ("authorization", "Bearer T"),
-                ["pending", "success", "failure"],
+                ["pending", "success", "failure", "error"],
                 "state",
             ),
             (
@@ -574,7 +577,7 @@ mod tests {
                 "group/sub/deploy",
                 format!("https://gitlab.com/api/v4/projects/group%2Fsub%2Fdeploy/statuses/{sha}"),
                 ("private-token", "T"),
-                ["running", "success", "failed"],
+                ["running", "success", "failed", "canceled"],
                 "state",
             ),
             (
@@ -583,7 +586,7 @@ mod tests {
                 "acme/deploy",
                 format!("https://gitea.example/api/v1/repos/acme/deploy/statuses/{sha}"),
                 ("authorization", "token T"),
-                ["pending", "success", "failure"],
+                ["pending", "success", "failure", "error"],
                 "state",
             ),
             (
@@ -592,7 +595,7 @@ mod tests {
                 "acme/deploy",
                 format!("https://codeberg.org/api/v1/repos/acme/deploy/statuses/{sha}"),
                 ("authorization", "token T"),
-                ["pending", "success", "failure"],
+                ["pending", "success", "failure", "error"],
                 "state",
             ),
             (
@@ -603,12 +606,12 @@ mod tests {
                     "https://api.bitbucket.org/2.0/repositories/acme/deploy/commit/{sha}/statuses/build"
                 ),
                 ("authorization", "Bearer T"),
-                ["INPROGRESS", "SUCCESSFUL", "FAILED"],
+                ["INPROGRESS", "SUCCESSFUL", "FAILED", "STOPPED"],
                 "state",
             ),
         ];
         for (provider, api, repository, url, (auth, value), states, field) in cases {
-            for (state, wanted) in [State::Pending, State::Success, State::Failure]
+            for (state, wanted) in [State::Pending, State::Success, State::Failure, State::Error]
                 .into_iter()
                 .zip(states)
             {

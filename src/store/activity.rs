@@ -273,6 +273,7 @@ pub(super) fn record(tx: &rusqlite::Transaction<'_>, entry: &Entry<'_>) -> rusql
                 commit: entry.commit,
                 message: entry.message,
                 data: entry.data.clone(),
+                source: entry.source,
             },
         )?;
     }
@@ -345,24 +346,7 @@ impl Store {
                 "SELECT id, at, action, origin, actor, commit_sha, resource, outcome, message, data, source
                  FROM activity WHERE at >= ?1 ORDER BY id DESC LIMIT ?2",
             )?;
-            let rows = statement.query_map(params![since, limit.saturating_add(1)], |row| {
-                Ok(Activity {
-                    id: row.get(0)?,
-                    at: row.get(1)?,
-                    action: row.get(2)?,
-                    origin: row.get(3)?,
-                    actor: Some(row.get::<_, String>(4)?).filter(|text| !text.is_empty()),
-                    commit: Some(row.get::<_, String>(5)?)
-                        .filter(|text| !text.is_empty())
-                        .map(CommitSha::new),
-                    resource: Some(row.get::<_, String>(6)?).filter(|text| !text.is_empty()),
-                    outcome: ActivityOutcome::parse(&row.get::<_, String>(7)?),
-                    message: row.get(8)?,
-                    data: serde_json::from_str(&row.get::<_, String>(9)?)
-                        .unwrap_or(serde_json::Value::Null),
-                    source: row.get(10)?,
-                })
-            })?;
+            let rows = statement.query_map(params![since, limit.saturating_add(1)], activity_row)?;
             let mut entries = rows.collect::<rusqlite::Result<Vec<_>>>()?;
             let truncated = i64::try_from(entries.len()).unwrap_or(i64::MAX) > limit;
             entries.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
@@ -370,6 +354,41 @@ impl Store {
             Ok((entries, truncated))
         })
     }
+}
+
+impl Store {
+    /// The newest `limit` rows about `resource` (`kind/scope/name`), newest first: a
+    /// resource's timeline (the dashboard's resource page).
+    pub fn activity_of(&self, resource: &str, limit: usize) -> Result<Vec<Activity>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.with(|connection| {
+            let mut statement = connection.prepare(
+                "SELECT id, at, action, origin, actor, commit_sha, resource, outcome, message, data, source
+                 FROM activity WHERE resource = ?1 ORDER BY id DESC LIMIT ?2",
+            )?;
+            let rows = statement.query_map(params![resource, limit], activity_row)?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+}
+
+/// One `activity` row, selected in the column order of [`Store::activity`].
+fn activity_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Activity> {
+    Ok(Activity {
+        id: row.get(0)?,
+        at: row.get(1)?,
+        action: row.get(2)?,
+        origin: row.get(3)?,
+        actor: Some(row.get::<_, String>(4)?).filter(|text| !text.is_empty()),
+        commit: Some(row.get::<_, String>(5)?)
+            .filter(|text| !text.is_empty())
+            .map(CommitSha::new),
+        resource: Some(row.get::<_, String>(6)?).filter(|text| !text.is_empty()),
+        outcome: ActivityOutcome::parse(&row.get::<_, String>(7)?),
+        message: row.get(8)?,
+        data: serde_json::from_str(&row.get::<_, String>(9)?).unwrap_or(serde_json::Value::Null),
+        source: row.get(10)?,
+    })
 }
 
 #[cfg(test)]

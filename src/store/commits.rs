@@ -269,6 +269,7 @@ impl Store {
                         commit: Some(sha),
                         message: &first,
                         data: serde_json::Value::Null,
+                        source: &self.source,
                     },
                 )?;
             }

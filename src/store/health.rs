@@ -50,6 +50,7 @@ fn announce(
                     commit: None,
                     message: &format!("{subject}: working again"),
                     data: serde_json::json!({ "subject": subject }),
+                    source: subject_source(subject),
                 },
             )
         }
@@ -74,11 +75,18 @@ fn announce(
                     commit: None,
                     message: &format!("{subject}: failing for {}s: {error}", now - since),
                     data: serde_json::json!({ "subject": subject, "failing_since": since }),
+                    source: subject_source(subject),
                 },
             )
         }
         _ => Ok(()),
     }
+}
+
+/// The source a health subject is about: `NAME` of `fetch:NAME` (`Store::source_key`), `""`
+/// for the single `--repo` source's and the host's (`engine`).
+fn subject_source(subject: &str) -> &str {
+    subject.split_once(':').map_or("", |(_, source)| source)
 }
 
 /// The subject of fetches of the watched remote.

@@ -122,7 +122,10 @@ impl Store {
                 }
             }
             Ok(())
-        })
+        })?;
+        // The dashboard's Images table follows the scans.
+        self.mark_changed();
+        Ok(())
     }
 
     /// Forgets the scans of repositories no resource follows any more.
@@ -205,7 +208,9 @@ impl Store {
             }
             tx.commit()?;
             Ok(())
-        })
+        })?;
+        self.mark_changed();
+        Ok(())
     }
 
     /// Records a commit attempt of image bumps for `keys`: the pushed commit, or why not.

@@ -6,6 +6,10 @@
 //! and a sink that was down reads what it missed. Drift repairs are recorded on their own
 //! (`record_event`): the repair is engine work, not a store change.
 //!
+//! Every event's data carries its `source`: the repository (`--sources` name) whose commit or
+//! resource it is about (`""` for the single `--repo` source and for host-wide events), so a
+//! receiver of several agents' or sources' events can tell them apart.
+//!
 //! Invariants: event names are [`EVENTS`]; messages and data are bounded like the activity
 //! log's; the table keeps at most [`MAX_EVENTS`] rows and [`RETENTION_SECS`] of them (an
 //! event pruned before a sink read it is counted as dropped for that sink when it sees the
@@ -27,6 +31,7 @@ pub const EVENTS: &[&str] = &[
     "rollout.succeeded",
     "rollout.failed",
     "rollout.rolled_back",
+    "rollout.superseded",
     "drift.repaired",
     "fetch.failing",
     "fetch.recovered",
@@ -91,6 +96,8 @@ pub(super) struct NewEvent<'a> {
     pub(super) commit: Option<&'a CommitSha>,
     pub(super) message: &'a str,
     pub(super) data: serde_json::Value,
+    /// The source the event is about; `""`: the one that applied `resource`, if any.
+    pub(super) source: &'a str,
 }
 
 /// Appends `event` in `tx` and prunes past the bounds.
@@ -104,6 +111,24 @@ pub(super) fn put(tx: &Transaction<'_>, event: &NewEvent<'_>) -> rusqlite::Resul
     if data.len() > MAX_DATA_BYTES {
         data = serde_json::json!({ "truncated": true, "bytes": data.len() }).to_string();
     }
+    let source = if event.source.is_empty() && !event.resource.is_empty() {
+        tx.query_row(
+            "SELECT source FROM desired WHERE kind || '/' || scope || '/' || name = ?1",
+            params![event.resource],
+            |row| row.get::<_, String>(0),
+        )
+        .optional()?
+        .unwrap_or_default()
+    } else {
+        event.source.to_owned()
+    };
+    let data = match serde_json::from_str::<serde_json::Value>(&data) {
+        Ok(serde_json::Value::Object(mut object)) => {
+            object.insert("source".to_owned(), serde_json::Value::String(source));
+            serde_json::Value::Object(object).to_string()
+        }
+        _ => serde_json::json!({ "source": source, "value": data }).to_string(),
+    };
     // `kind/scope/name`: the scope is the middle part.
     let scope = event.resource.split('/').nth(1).unwrap_or_default();
     tx.execute(
@@ -146,6 +171,7 @@ impl Store {
                     commit: None,
                     message,
                     data,
+                    source: "",
                 },
             )?;
             tx.commit()?;
@@ -164,22 +190,28 @@ impl Store {
             )?;
             let rows = statement.query_map(
                 params![after, i64::try_from(limit).unwrap_or(i64::MAX)],
-                |row| {
-                    let data: String = row.get(7)?;
-                    Ok(Event {
-                        id: row.get(0)?,
-                        at: row.get(1)?,
-                        event: row.get(2)?,
-                        scope: row.get(3)?,
-                        resource: row.get(4)?,
-                        commit: row.get(5)?,
-                        message: row.get(6)?,
-                        data: serde_json::from_str(&data).unwrap_or(serde_json::Value::Null),
-                    })
-                },
+                event_row,
             )?;
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
         })
+    }
+
+    /// The newest `limit` events about `resource` named in `names`, newest first (of its
+    /// newest 500 events).
+    pub fn events_of(&self, resource: &str, names: &[&str], limit: usize) -> Result<Vec<Event>> {
+        let events = self.with(|connection| {
+            let mut statement = connection.prepare_cached(
+                "SELECT id, at, event, scope, resource, commit_sha, message, data FROM outbox
+                 WHERE resource = ?1 ORDER BY id DESC LIMIT 500",
+            )?;
+            let rows = statement.query_map(params![resource], event_row)?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })?;
+        Ok(events
+            .into_iter()
+            .filter(|event| names.contains(&event.event.as_str()))
+            .take(limit)
+            .collect())
     }
 
     /// The newest event id (0 when there is none).
@@ -305,6 +337,21 @@ impl Store {
             Ok(data.and_then(|data| serde_json::from_str(&data).ok()))
         })
     }
+}
+
+/// One `outbox` row, selected as [`Store::events_after`] does.
+fn event_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Event> {
+    let data: String = row.get(7)?;
+    Ok(Event {
+        id: row.get(0)?,
+        at: row.get(1)?,
+        event: row.get(2)?,
+        scope: row.get(3)?,
+        resource: row.get(4)?,
+        commit: row.get(5)?,
+        message: row.get(6)?,
+        data: serde_json::from_str(&data).unwrap_or(serde_json::Value::Null),
+    })
 }
 
 fn sink_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<SinkState> {

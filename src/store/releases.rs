@@ -917,7 +917,45 @@ impl Store {
             let message = earlier.map_or_else(String::new, |(id, commit, _)| {
                 format!("same spec as release #{id} (commit {})", short(&commit))
             });
-            // A rollout still in flight is cancelled by this one: it ends as superseded.
+            // A rollout still in flight is cancelled by this one: it ends as superseded. One of
+            // another commit tells that commit's status it will not end
+            // (`rollout.superseded`, notify's commit statuses).
+            let superseded: Vec<(i64, String)> = {
+                let mut statement = tx.prepare_cached(
+                    "SELECT id, commit_sha FROM releases
+                     WHERE kind = ?1 AND scope = ?2 AND name = ?3 AND phase = 'progressing'
+                       AND commit_sha <> ?4",
+                )?;
+                let rows = statement.query_map(
+                    params![
+                        desired.key.kind.as_str(),
+                        desired.key.scope,
+                        desired.key.name,
+                        desired.commit.as_str()
+                    ],
+                    |row| <(i64, String)>::try_from(row),
+                )?;
+                rows.collect::<rusqlite::Result<_>>()?
+            };
+            for (id, commit) in &superseded {
+                super::outbox::put(
+                    &tx,
+                    &super::outbox::NewEvent {
+                        event: "rollout.superseded",
+                        resource: &desired.key.to_string(),
+                        commit: Some(&CommitSha::new(commit.clone())),
+                        message: &format!(
+                            "release #{id} superseded by commit {} before its rollout ended",
+                            desired.commit.short()
+                        ),
+                        data: serde_json::json!({
+                            "release": id,
+                            "superseded_by": desired.commit.as_str(),
+                        }),
+                        source: "",
+                    },
+                )?;
+            }
             tx.execute(
                 "UPDATE releases SET phase = 'superseded', finished_at = ?4,
                    message = CASE WHEN message = '' THEN ?5 ELSE message || '; ' || ?5 END

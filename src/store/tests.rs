@@ -1008,6 +1008,19 @@ fn a_new_release_supersedes_one_in_flight_and_an_operator_rollback_never_targets
         "{}",
         second_now.message
     );
+    // Commit 2's status hears that its rollout will not end (notify's commit statuses), with
+    // the source of the resource.
+    let events = f.store.events_after(0, 100)?;
+    let superseded: Vec<_> = events
+        .iter()
+        .filter(|event| event.event == "rollout.superseded")
+        .collect();
+    assert_eq!(superseded.len(), 1, "{events:#?}");
+    assert_eq!(superseded[0].commit, sha(2).as_str());
+    assert_eq!(superseded[0].resource, "deployment/s/web");
+    assert_eq!(superseded[0].data["superseded_by"], sha(3).as_str());
+    assert_eq!(superseded[0].data["release"], second.id);
+    assert_eq!(superseded[0].data["source"], "");
     // The operator rolls back while 3 is still in flight: 3 never ran, so it ends superseded
     // (not rolled-back), and a later default rollback cannot take it for a good release.
     let outcome = f.store.rollback(&key("web"), None)?;

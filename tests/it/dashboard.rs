@@ -135,6 +135,15 @@ async fn pages_show_the_stored_state_escaped_with_a_strict_csp() -> TestResult {
         "{page}"
     );
     assert!(page.contains("<form class=\"compare\""), "{page}");
+    // Its timeline, from the activity log: the rollouts of its two releases.
+    let timeline = page
+        .split("<section id=\"timeline\">")
+        .nth(1)
+        .ok_or("no timeline section")?;
+    assert!(
+        timeline.matches("<td>rollout</td>").count() >= 2,
+        "{timeline}"
+    );
     let releases = agent.store.releases(&key, 10)?;
     let (newer, older) = (releases[0].id, releases[1].id);
     let (status, headers, diff) = fetch(

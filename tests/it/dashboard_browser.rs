@@ -5,12 +5,16 @@
 //! screenshots of the overview and of a resource page are written under
 //! `target/dashboard-screenshots/` (paths printed, kept by CI as artefacts).
 //!
+//! Issue 53: the Images table changes without a reload when a scan finds a newer tag (a
+//! registry served here, on loopback).
+//!
 //! Needs a Docker engine, `chromium` and `chromium-driver` (scripts/test-deps installs them);
 //! nothing is downloaded at test time.
 
-use std::io::BufRead as _;
+use std::io::{BufRead as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -207,6 +211,159 @@ fn screenshots_dir() -> TestResult<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/dashboard-screenshots");
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
+}
+
+/// Starts the agent binary with `args` and returns it with its HTTP address (from its log).
+fn start_agent(args: &[&str], data_dir: &Path) -> TestResult<(Reap, String)> {
+    let mut agent = Reap(
+        Command::new(env!("CARGO_BIN_EXE_voodu-agent"))
+            .args(args)
+            .arg("--data-dir")
+            .arg(data_dir)
+            .stderr(Stdio::piped())
+            .spawn()?,
+    );
+    let stderr = agent.0.stderr.take().ok_or("piped stderr")?;
+    let (address_sender, address) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if !line.contains("http listening") {
+                continue;
+            }
+            if let Some(rest) = line.split("address=").nth(1) {
+                let _ =
+                    address_sender.send(rest.split_whitespace().next().unwrap_or("").to_owned());
+            }
+        }
+    });
+    let address = address.recv_timeout(Duration::from_secs(60))?;
+    Ok((agent, address))
+}
+
+/// A registry's tag list on loopback: `GET /v2/app/tags/list` answers the tags `tags` holds
+/// now; anything else (a manifest, a pull) 404.
+fn tag_registry(tags: Arc<Mutex<Vec<String>>>) -> TestResult<std::net::SocketAddr> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let address = listener.local_addr()?;
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let tags = tags.clone();
+            std::thread::spawn(move || -> TestResult {
+                let mut reader = std::io::BufReader::new(stream.try_clone()?);
+                let head =
+                    crate::support::http::read_request_head(&mut reader)?.ok_or("no request")?;
+                if head.target.starts_with("/v2/app/tags/list") {
+                    let listed = tags.lock().map(|tags| tags.clone()).unwrap_or_default();
+                    let body = json!({ "name": "app", "tags": listed }).to_string();
+                    write!(
+                        stream,
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    )?;
+                } else {
+                    stream.write_all(
+                        b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                    )?;
+                }
+                Ok(())
+            });
+        }
+    });
+    Ok(address)
+}
+
+/// Issue 53 acceptance 1 (its Images part): the overview is loaded while the followed
+/// repository has no newer tag; the registry gets one, the next scan finds it, and the Images
+/// table's "Newer tag" and "Last scan" cells change without a reload.
+#[test]
+#[ignore = "needs a Docker engine and chromium + chromium-driver (scripts/test-deps installs them): scripts/test runs it"]
+fn a_browser_sees_the_images_table_change_when_a_scan_finds_a_tag() -> TestResult {
+    require("chromium")?;
+    require("chromedriver")?;
+    let scope = unique("dashimg");
+    let _guard = DockerGuard::new(&scope);
+    let tags = Arc::new(Mutex::new(vec!["1.0.0".to_owned()]));
+    let registry = tag_registry(tags.clone())?;
+    let repo = TempRepo::new()?;
+    // A cronjob that never fires in the test: followed, never pulled.
+    repo.write(
+        "app.hcl",
+        &format!(
+            "cronjob \"{scope}\" \"app\" {{\n  schedule = \"0 0 1 1 *\"\n  image = \"{registry}/app:1.0.0\"\n  command = [\"true\"]\n  image_update {{\n    mode = \"report\"\n    interval = \"10s\"\n  }}\n}}\n"
+        ),
+    )?;
+    repo.commit("a followed image")?;
+    let data = tempfile::tempdir()?;
+    let browser = Browser::start()?;
+    let (mut agent, address) = start_agent(
+        &[
+            "--repo",
+            &repo.url(),
+            "--interval",
+            "1s",
+            "--no-ingress",
+            "--listen",
+            "127.0.0.1:0",
+            "--allow-url-host",
+            "127.0.0.1",
+        ],
+        data.path(),
+    )?;
+    let dashboard = format!("http://{address}/ui");
+    let row = format!("cronjob/{scope}/app");
+    let cell = |field: &str| {
+        format!(
+            "var cell = document.querySelector('tr[data-image=\"{row}\"] [data-field={field}]'); if (!cell) return null;"
+        )
+    };
+    // Loaded once the first scan is recorded (the row is there, no newer tag yet).
+    let started = Instant::now();
+    loop {
+        browser.open(&dashboard)?;
+        let scanned = browser.run(&format!(
+            "{} return cell.textContent.indexOf('ok at') === 0 ? cell.textContent : null;",
+            cell("scan")
+        ))?;
+        if !scanned.is_null() {
+            println!("first scan in the page: {scanned}");
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(90) {
+            return Err(format!("the Images table never showed a scan of {row}").into());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    browser.run("window.__voodu_marker = 'kept'; return true;")?;
+    assert_eq!(
+        browser.run(&format!("{} return cell.textContent;", cell("latest")))?,
+        json!("-")
+    );
+    // The registry gets a newer tag; the next scan (within its 10 s interval) finds it.
+    tags.lock()
+        .map_err(|_| "poisoned")?
+        .push("1.0.1".to_owned());
+    let newer = browser.until(
+        "the Images table's newer tag to change live",
+        &format!(
+            "{} return cell.textContent === '1.0.1' ? cell.textContent : null;",
+            cell("latest")
+        ),
+        Duration::from_secs(60),
+    )?;
+    println!("newer tag in the page: {newer}");
+    assert_eq!(
+        browser.run("return window.__voodu_marker || null;")?,
+        json!("kept"),
+        "the page was reloaded"
+    );
+    // SAFETY: kill(2) on the child's pid, which is alive (not reaped) here.
+    unsafe { libc::kill(agent.0.id() as i32, libc::SIGTERM) };
+    let exit = agent.0.wait()?;
+    assert!(exit.success(), "{exit}");
+    Ok(())
 }
 
 #[test]

@@ -57,6 +57,7 @@ mod runs;
 mod seal_docker;
 mod seal_property;
 mod service;
+mod shell;
 mod signed;
 mod slow_clients;
 mod sops;

@@ -294,6 +294,11 @@ fn debian_package_installs_binary_and_unit_and_starts_nothing() -> TestResult {
         "./usr/bin/voodu-agent",
         "./usr/lib/systemd/system/voodu-agent.service",
         "./etc/voodu-agent/voodu-agent.env",
+        // The shell's conventions (dist/completions, dist/man; cargo-deb gzips the man page).
+        "./usr/share/bash-completion/completions/voodu-agent",
+        "./usr/share/zsh/vendor-completions/_voodu-agent",
+        "./usr/share/fish/vendor_completions.d/voodu-agent.fish",
+        "./usr/share/man/man1/voodu-agent.1.gz",
     ] {
         assert!(
             contents.lines().any(|line| line.ends_with(path)),
@@ -365,9 +370,18 @@ fn debian_package_installs_binary_and_unit_and_starts_nothing() -> TestResult {
         .path()
         .join("usr/lib/systemd/system/voodu-agent.service");
     let env_file = root.path().join("etc/voodu-agent/voodu-agent.env");
-    for path in [&binary, &unit, &env_file] {
+    let completion = root
+        .path()
+        .join("usr/share/bash-completion/completions/voodu-agent");
+    let man = root.path().join("usr/share/man/man1/voodu-agent.1.gz");
+    for path in [&binary, &unit, &env_file, &completion, &man] {
         assert!(path.exists(), "{} not installed", path.display());
     }
+    // What the package ships is what the installed binary generates.
+    assert_eq!(
+        std::fs::read_to_string(&completion)?,
+        run(Command::new(&binary).args(["completions", "bash"]))?
+    );
     assert!(
         !root
             .path()

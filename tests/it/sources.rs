@@ -185,6 +185,25 @@ source "gone" {{
     running(&fake, "ingress", "proxy", "proxy:1").await?;
     running(&fake, "shop", "web", "shop:1").await?;
     running(&fake, "blog", "web", "blog:1").await?;
+    // Each outbox event carries its source in its data: a commit's, and a resource's (the
+    // source that applied it).
+    let events = agent.store.events_after(0, 1000)?;
+    for (name, sha) in [
+        ("platform", &platform_1),
+        ("shop", &shop_1),
+        ("blog", &blog_1),
+    ] {
+        let applied = events
+            .iter()
+            .find(|event| event.event == "commit.applied" && event.commit == sha.as_str())
+            .ok_or(format!("no commit.applied of {name}: {events:#?}"))?;
+        assert_eq!(applied.data["source"], name, "{applied:#?}");
+    }
+    let rollout = events
+        .iter()
+        .find(|event| event.resource == "deployment/shop/web")
+        .ok_or(format!("no event of deployment/shop/web: {events:#?}"))?;
+    assert_eq!(rollout.data["source"], "shop", "{rollout:#?}");
     let owners = agent.store.sources_of_desired()?;
     let key = |scope: &str| {
         ResourceKey::new(

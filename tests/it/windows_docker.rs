@@ -97,7 +97,11 @@ fn a_window_and_a_freeze_hold_commits_on_the_real_engine() -> TestResult {
     cli(&data_dir, &["sync"])?;
     let waiting = held(&data_dir, &second)?;
     assert_eq!(waiting["held"]["until"], opens, "{waiting:#}");
-    assert_eq!(waiting["last_applied"]["sha"], first.as_str(), "{waiting:#}");
+    assert_eq!(
+        waiting["last_applied"]["sha"],
+        first.as_str(),
+        "{waiting:#}"
+    );
     assert_eq!(containers(&scope)?, [(v1.clone(), "1".to_owned())]);
     // The window ends: rolled out with no push (the agent polls once an hour here).
     runs(&scope, "2", Duration::from_secs(180))?;

@@ -73,6 +73,20 @@
     var engine = document.getElementById("engine");
     setText(engine, doc.engine); stateClass(engine, doc.engine_class);
     rejected(doc.rejected);
+    (doc.images || []).forEach(function (image) {
+      var tr = document.querySelector('tr[data-image="' + CSS.escape(image.key) + '"]');
+      if (!tr) { return; }
+      setText(tr.querySelector('[data-field="latest"]'), image.latest);
+      setText(tr.querySelector('[data-field="scan"]'), image.scan);
+    });
+    (doc.sources || []).forEach(function (source) {
+      var tr = document.querySelector('tr[data-source="' + CSS.escape(source.name) + '"]');
+      if (!tr) { return; }
+      setText(tr.querySelector('[data-field="applied"]'), source.applied);
+      var fetch = tr.querySelector('[data-field="fetch"]');
+      setText(fetch, source.fetch);
+      if (fetch) { stateClass(fetch, source.fetch_class); fetch.classList.add("state"); }
+    });
   }
 
   function rejected(doc) {

@@ -4,7 +4,8 @@
 //! - `GET /ui`: the applied commit, fetch and engine health, the last rejected commit with
 //!   every `path:line:col`, every resource (phase, ready/desired, release, pin, message),
 //!   and the activity of the last day (`activity.rs`);
-//! - `GET /ui/resource/{kind}/{scope}/{name}`: its state, the ready replicas of the current
+//! - `GET /ui/resource/{kind}/{scope}/{name}`: its state, its timeline (`activity.rs`), the
+//!   ready replicas of the current
 //!   rollout (plot), its containers with readiness and why, its releases (timeline, table)
 //!   and a form comparing two of them, and a live tail of its containers' logs (`logs.rs`,
 //!   the stream is `http::logs`);
@@ -198,6 +199,7 @@ async fn resource(
         let releases = build_releases(store, &key)?;
         let mut body = views::resource_html(&resource, &releases, &samples, live::now_ms());
         body.push_str(&tail);
+        body.push_str(&activity::timeline(store, &key.to_string()));
         Ok(Some(body))
     })
     .await;

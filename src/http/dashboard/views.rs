@@ -143,6 +143,56 @@ pub(super) struct OverviewLive {
     pub(super) fetch_class: &'static str,
     pub(super) engine: String,
     pub(super) engine_class: &'static str,
+    /// The Images table's changing cells, by resource.
+    pub(super) images: Vec<ImageRow>,
+    /// The Sources table's changing cells, by source.
+    pub(super) sources: Vec<SourceRow>,
+}
+
+/// One row of the Images table, live: its newer tag and last scan.
+#[derive(Debug, Serialize)]
+pub(super) struct ImageRow {
+    pub(super) key: String,
+    pub(super) latest: String,
+    pub(super) scan: String,
+}
+
+/// One row of the Sources table, live: its applied commit and fetch.
+#[derive(Debug, Serialize)]
+pub(super) struct SourceRow {
+    pub(super) name: String,
+    pub(super) applied: String,
+    pub(super) fetch: String,
+    pub(super) fetch_class: &'static str,
+}
+
+fn image_row(image: &crate::http::images::ImageView) -> ImageRow {
+    let scan = match (&image.scan_error, image.scanned_at) {
+        (Some(error), Some(at)) => format!("failing at {}: {error}", time(at)),
+        (None, Some(at)) => format!("ok at {}", time(at)),
+        _ => "not yet".to_owned(),
+    };
+    ImageRow {
+        key: image.resource.clone(),
+        latest: image.latest_tag.clone().unwrap_or_else(|| "-".to_owned()),
+        scan,
+    }
+}
+
+fn source_row(source: &crate::http::status::SourceView) -> SourceRow {
+    let (fetch, fetch_class) = match &source.fetch {
+        None => ("not yet".to_owned(), "none"),
+        Some(fetch) => match &fetch.error {
+            Some(error) => (format!("failing: {error}"), "bad"),
+            None => ("ok".to_owned(), "good"),
+        },
+    };
+    SourceRow {
+        name: source.name.clone(),
+        applied: commit_line(source.last_applied.as_ref()),
+        fetch,
+        fetch_class,
+    }
 }
 
 pub(super) fn overview_live(view: &StatusView) -> OverviewLive {
@@ -180,6 +230,8 @@ pub(super) fn overview_live(view: &StatusView) -> OverviewLive {
         fetch_class,
         engine,
         engine_class,
+        images: view.images.iter().map(image_row).collect(),
+        sources: view.sources.iter().map(source_row).collect(),
     }
 }
 
@@ -271,28 +323,25 @@ pub(super) fn overview_html(view: &StatusView, activity: &str, source: Option<&s
     out
 }
 
-/// Image automation (`image_update`): each followed image, its newer tag and last scan, as of
-/// the page load.
+/// Image automation (`image_update`): each followed image, its newer tag and last scan (live:
+/// `OverviewLive::images`).
 fn images_html(out: &mut String, view: &StatusView) {
     if view.images.is_empty() {
         return;
     }
     out.push_str("<section><h2>Images</h2>\n<table class=\"images\"><thead><tr><th>Resource</th><th>Image</th><th>Policy</th><th>Newer tag</th><th>Mode</th><th>Last scan</th></tr></thead><tbody>\n");
     for image in &view.images {
-        let scan = match (&image.scan_error, image.scanned_at) {
-            (Some(error), Some(at)) => format!("failing at {}: {error}", time(at)),
-            (None, Some(at)) => format!("ok at {}", time(at)),
-            _ => "not yet".to_owned(),
-        };
+        let row = image_row(image);
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"message\">{}</td></tr>",
+            "<tr data-image=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td data-field=\"latest\">{}</td><td>{}</td><td class=\"message\" data-field=\"scan\">{}</td></tr>",
+            Esc(&image.resource),
             Esc(&image.resource),
             Esc(&image.image),
             Esc(&image.policy),
-            Esc(image.latest_tag.as_deref().unwrap_or("-")),
+            Esc(&row.latest),
             Esc(&image.mode),
-            Esc(&scan)
+            Esc(&row.scan)
         );
     }
     out.push_str("</tbody></table></section>\n");
@@ -362,16 +411,11 @@ fn sources_html(out: &mut String, view: &StatusView, selected: Option<&str>) {
     }
     out.push_str("<section><h2>Sources</h2><table class=\"sources\"><thead><tr><th>Source</th><th>Branch</th><th>Applied commit</th><th>Fetch</th><th>Scopes</th></tr></thead><tbody>\n");
     for source in &view.sources {
-        let (fetch, class) = match &source.fetch {
-            None => ("not yet".to_owned(), "none"),
-            Some(fetch) => match &fetch.error {
-                Some(error) => (format!("failing: {error}"), "bad"),
-                None => ("ok".to_owned(), "good"),
-            },
-        };
+        let row = source_row(source);
         let _ = write!(
             out,
-            "<tr{}><td><a href=\"/ui?source={}\">{}</a></td><td>{}</td><td>{}</td><td class=\"state {}\">{}</td><td>{}</td></tr>",
+            "<tr data-source=\"{}\"{}><td><a href=\"/ui?source={}\">{}</a></td><td>{}</td><td data-field=\"applied\">{}</td><td class=\"state {}\" data-field=\"fetch\">{}</td><td>{}</td></tr>",
+            Esc(&source.name),
             if selected == Some(source.name.as_str()) {
                 " class=\"selected\""
             } else {
@@ -380,9 +424,9 @@ fn sources_html(out: &mut String, view: &StatusView, selected: Option<&str>) {
             UrlPart(&source.name),
             Esc(&source.name),
             Esc(&source.branch),
-            Esc(&commit_line(source.last_applied.as_ref())),
-            Esc(class),
-            Esc(&fetch),
+            Esc(&row.applied),
+            Esc(row.fetch_class),
+            Esc(&row.fetch),
             Esc(&source.scopes.join(", "))
         );
     }

@@ -12,6 +12,11 @@
 //! not stretched by it. A deadline alone would not do that: scans one after another would
 //! still wait out each slow registry's whole deadline, one after the other.
 //!
+//! The loop wakes only when something is due: the soonest next scan, digest ask or tag look
+//! (one `What::Image` entry on the timer, set anew after each look, [`next_look`]), a scan's
+//! end, a registry's push notification, or a change of the desired state (a commit may follow
+//! a new image).
+//!
 //! Invariants: the task waits only in the one timer (`What::Image`) and on its scans; a
 //! repository has at most one scan in flight; a registry's Retry-After (a 429 or 503) is
 //! honoured by the schedule (stored as the scan's `not_before`); a scan's failure keeps the
@@ -62,8 +67,9 @@ impl Follower {
     }
 }
 
-/// Runs until `shutdown`: a look every `MIN_IMAGE_SCAN_INTERVAL`, the first at once, and one
-/// as each scan ends; each look starts the scans that are due (room allowing) and decides.
+/// Runs until `shutdown`: a look at once, then when the next scan, ask or tag look is due
+/// ([`next_look`]), as each scan ends, on a push notification and when the desired state
+/// changes; each look starts the scans that are due (room allowing) and decides.
 pub(crate) async fn run<R: Runtime>(
     ctx: Arc<Ctx<R>>,
     committer: Option<Arc<dyn ImageCommitter>>,
@@ -77,14 +83,15 @@ pub(crate) async fn run<R: Runtime>(
             return;
         }
     };
-    let mut tick = ctx
-        .timer
-        .every(What::Image, Duration::ZERO, MIN_IMAGE_SCAN_INTERVAL);
+    let mut wake = ctx.timer.sleep(What::Image, Duration::ZERO);
+    let mut desired = ctx.store.subscribe();
     let mut scans = Scans::default();
     let mut tags = TagWatch::default();
     loop {
         let scanned = tokio::select! {
-            () = tick.tick() => None,
+            () = &mut wake => None,
+            // A commit was applied (or a resource rolled back): what is followed may change.
+            Ok(()) = desired.changed() => None,
             Some(repository) = scans.next() => Some(repository),
             // A registry said repositories were pushed to: their scans and tag looks are due
             // now.
@@ -99,18 +106,43 @@ pub(crate) async fn run<R: Runtime>(
             }
         };
         tags.look(&ctx, &client).await;
-        if let Err(error) = pass(
+        let wait = match pass(
             &ctx,
             &client,
             &mut scans,
+            &tags,
             committer.as_deref(),
             scanned.as_deref(),
         )
         .await
         {
-            tracing::warn!(%error, "image automation pass failed; next look");
-        }
+            Ok(wait) => wait,
+            Err(error) => {
+                tracing::warn!(%error, "image automation pass failed; next look");
+                MIN_IMAGE_SCAN_INTERVAL
+            }
+        };
+        tracing::trace!(?wait, "image automation: next look");
+        wake = ctx.timer.sleep(What::Image, wait);
     }
+}
+
+/// How long until the next look: the soonest of `due` (when each followed repository that is
+/// not being scanned is due again, unix seconds; one already due waits for a slot, and the
+/// scan whose end frees it wakes the loop), `asks` (how long until each digest follower's
+/// next ask) and the next tag look, at `now`. Never zero (no spinning) and never more than
+/// [`TAG_LOOK_INTERVAL`].
+fn next_look(due: &[i64], asks: &[Duration], tag_look: Duration, now: i64) -> Duration {
+    let scans = due
+        .iter()
+        .filter(|due| **due > now)
+        .map(|due| Duration::from_secs(u64::try_from(due - now).unwrap_or(u64::MAX)));
+    scans
+        .chain(asks.iter().copied())
+        .chain([tag_look])
+        .min()
+        .unwrap_or(TAG_LOOK_INTERVAL)
+        .clamp(Duration::from_secs(1), TAG_LOOK_INTERVAL)
 }
 
 /// How often a running release's tags are looked at for a move.
@@ -126,6 +158,14 @@ struct TagWatch {
 }
 
 impl TagWatch {
+    /// How long until the next periodic look (a look that could not read the store is tried
+    /// again after the shortest scan interval).
+    fn next(&self) -> Duration {
+        self.last.map_or(MIN_IMAGE_SCAN_INTERVAL, |last| {
+            (last + TAG_LOOK_INTERVAL).saturating_duration_since(tokio::time::Instant::now())
+        })
+    }
+
     async fn look<R: Runtime>(&mut self, ctx: &Ctx<R>, client: &Scanner) {
         let now = tokio::time::Instant::now();
         let periodic = self
@@ -289,14 +329,15 @@ async fn scan(
 
 /// One look: start the scans that are due, decide over what is stored, hand commit-mode bumps
 /// over. `scanned`: the repository whose scan just ended (a failed commit of its followers is
-/// tried again).
+/// tried again). Returns how long until the next look is due ([`next_look`]).
 async fn pass<R: Runtime>(
     ctx: &Ctx<R>,
     client: &Scanner,
     scans: &mut Scans,
+    tags: &TagWatch,
     committer: Option<&dyn ImageCommitter>,
     scanned: Option<&str>,
-) -> crate::reconcile::error::Result<()> {
+) -> crate::reconcile::error::Result<Duration> {
     let followers = blocking(&ctx.store, followers).await?;
     let stored = blocking(&ctx.store, Store::image_scans).await?;
     let mut by_repository: BTreeMap<String, Vec<&Follower>> = BTreeMap::new();
@@ -330,10 +371,49 @@ async fn pass<R: Runtime>(
         .collect();
     let bumps = bumps_of(&followers, &rows, &previous, &scanned_now);
     blocking(&ctx.store, move |store| store.record_image_updates(&rows)).await?;
-    match committer {
-        Some(committer) => commit_bumps(ctx, committer, bumps).await,
-        None => Ok(()),
+    if let Some(committer) = committer {
+        commit_bumps(ctx, committer, bumps).await?;
     }
+    let due: Vec<i64> = by_repository
+        .iter()
+        .filter(|(repository, _)| !scans.is_scanning(repository))
+        .filter_map(|(repository, following)| {
+            let last = stored.iter().find(|scan| &scan.repository == repository);
+            next_scan(last, interval_secs(following))
+        })
+        .collect();
+    let asked_now = tokio::time::Instant::now();
+    let asks: Vec<Duration> = followers
+        .iter()
+        .filter(|follower| follower.follows_digest())
+        .map(|follower| {
+            let reference = format!("{}:{}", follower.repository, follower.tag);
+            match scans.named.get(&reference) {
+                Some((_, at)) => {
+                    (*at + follower.update.interval()).saturating_duration_since(asked_now)
+                }
+                // Not answered yet (the registry failed): asked again after the shortest
+                // interval.
+                None => MIN_IMAGE_SCAN_INTERVAL,
+            }
+        })
+        .collect();
+    Ok(next_look(
+        &due,
+        &asks,
+        tags.next(),
+        crate::store::now_unix(),
+    ))
+}
+
+/// The shortest interval of a repository's followers, in seconds.
+fn interval_secs(following: &[&Follower]) -> i64 {
+    let interval = following
+        .iter()
+        .map(|follower| follower.update.interval())
+        .min()
+        .unwrap_or(MIN_IMAGE_SCAN_INTERVAL);
+    i64::try_from(interval.as_secs()).unwrap_or(i64::MAX)
 }
 
 /// Asks the registry what the tags digest followers follow name now (one manifest request
@@ -399,12 +479,7 @@ async fn start_due_scans<R: Runtime>(
             // The rest wait for a slot: the next scan to end looks again.
             break;
         }
-        let interval = following
-            .iter()
-            .map(|follower| follower.update.interval())
-            .min()
-            .unwrap_or(MIN_IMAGE_SCAN_INTERVAL);
-        let interval = i64::try_from(interval.as_secs()).unwrap_or(i64::MAX);
+        let interval = interval_secs(following);
         let last = stored.iter().find(|scan| &scan.repository == repository);
         let forced = scans.forced.contains(repository);
         if scans.is_scanning(repository)
@@ -633,6 +708,53 @@ async fn credentials_for<R: Runtime>(
 mod tests {
     use super::*;
     use crate::model::Kind;
+
+    /// The scanner sleeps until a scan is due, not every `MIN_IMAGE_SCAN_INTERVAL`: one
+    /// repository followed every hour and scanned a minute ago wakes it in 59 minutes (capped
+    /// by the tag look), not in 10 s.
+    #[test]
+    fn the_next_look_is_when_something_is_due() {
+        let now = 1_000_000;
+        let minutes = |n: u64| Duration::from_secs(n * 60);
+        // Scanned a minute ago, hourly: the tag look (in 5 min) comes first.
+        assert_eq!(
+            next_look(&[now + 59 * 60], &[], minutes(5), now),
+            minutes(5)
+        );
+        // The tag look just happened: the scan is due in 59 min, capped at the tag look's
+        // interval (5 min): never the 10 s tick of before.
+        assert_eq!(
+            next_look(&[now + 59 * 60], &[], TAG_LOOK_INTERVAL, now),
+            TAG_LOOK_INTERVAL
+        );
+        // Several repositories: the soonest; a digest ask sooner still wins.
+        assert_eq!(
+            next_look(&[now + 120, now + 45], &[], TAG_LOOK_INTERVAL, now),
+            Duration::from_secs(45)
+        );
+        assert_eq!(
+            next_look(
+                &[now + 45],
+                &[Duration::from_secs(20)],
+                TAG_LOOK_INTERVAL,
+                now
+            ),
+            Duration::from_secs(20)
+        );
+        // A repository due already waits for a slot (a running scan's end wakes the loop):
+        // it does not make the loop spin.
+        assert_eq!(
+            next_look(&[now - 5, now + 300], &[], TAG_LOOK_INTERVAL, now),
+            TAG_LOOK_INTERVAL
+        );
+        // Nothing followed: the tag look only.
+        assert_eq!(next_look(&[], &[], minutes(3), now), minutes(3));
+        // Never zero.
+        assert_eq!(
+            next_look(&[], &[Duration::ZERO], Duration::ZERO, now),
+            Duration::from_secs(1)
+        );
+    }
 
     #[test]
     fn commit_messages_list_every_change() {
