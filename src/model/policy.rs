@@ -626,6 +626,56 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_previews_policy_only_narrows_the_agents() {
+        let strings = |items: &[&str]| items.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let agent = Policy {
+            allow_privileged: true,
+            allow_cap: strings(&["ALL"]),
+            allow_bind_root: strings(&["/srv"]),
+            allow_network: strings(&["metrics"]),
+            data_dir: Some("/var/lib/voodu-agent".to_owned()),
+            ..Policy::default()
+        };
+        let preview = Policy {
+            allow_host_network: true,
+            allow_cap: strings(&["NET_ADMIN"]),
+            allow_bind_root: strings(&["/srv/previews", "/etc"]),
+            allow_network: strings(&["metrics", "prod-db"]),
+            ..Policy::default()
+        };
+        let narrowed = agent.narrowed(&preview);
+        // Neither allows both flags; the preview's host network is not the agent's.
+        assert!(!narrowed.allow_privileged && !narrowed.allow_host_network);
+        assert_eq!(narrowed.allow_cap, ["NET_ADMIN"]);
+        // A root inside the agent's stays, one outside goes.
+        assert_eq!(narrowed.allow_bind_root, ["/srv/previews"]);
+        assert_eq!(narrowed.allow_network, ["metrics"]);
+        assert_eq!(narrowed.data_dir.as_deref(), Some("/var/lib/voodu-agent"));
+        assert!(narrowed.bind_refusal("/srv/other").is_some());
+        assert!(agent.bind_refusal("/srv/other").is_none());
+        // Narrowing by an empty policy is default-deny.
+        assert!(agent.narrowed(&Policy::default()).allow_cap.is_empty());
+    }
+
+    #[test]
+    fn caps_refuse_what_is_above_them() {
+        let caps = Caps {
+            max_replicas: Some(2),
+            memory: Some(256 << 20),
+            cpus: Some(500_000_000),
+        };
+        assert!(caps.replicas_refusal(2).is_none());
+        assert!(
+            caps.replicas_refusal(3)
+                .is_some_and(|m| m.contains("max_replicas = 2"))
+        );
+        assert!(caps.memory_refusal(256 << 20).is_none());
+        assert!(caps.memory_refusal((256 << 20) + 1).is_some());
+        assert!(caps.cpus_refusal(1_000_000_000).is_some());
+        assert!(Caps::default().is_empty() && Caps::default().replicas_refusal(99).is_none());
+    }
+
+    #[test]
     fn log_drivers_that_ship_output_elsewhere_are_refused_unless_named() {
         let deny = Policy::default();
         for local in ["json-file", "local", "journald", "none"] {
