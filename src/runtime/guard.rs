@@ -838,6 +838,67 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_preview_joins_its_own_network_and_gets_its_caps() -> TestResult {
+        use crate::model::scopes::ScopePattern;
+        let patterns = ["shop", "shop-pr-*"]
+            .map(|pattern| ScopePattern::parse(pattern).map_err(|error| error.to_string()));
+        let [shop, previews] = patterns;
+        let ownership = Ownership::new(vec![
+            ("shop".to_owned(), vec![shop?, previews?]),
+            (
+                "blog".to_owned(),
+                vec![ScopePattern::parse("blog").map_err(|error| error.to_string())?],
+            ),
+        ])
+        .map_err(|error| error.to_string())?
+        .with_previews(vec![("shop".to_owned(), "-pr-".to_owned())]);
+        let policy = Policy {
+            data_dir: Some(DATA.to_owned()),
+            ..Policy::default()
+        };
+        let caps = crate::model::policy::Caps {
+            max_replicas: None,
+            memory: Some(64 << 20),
+            cpus: None,
+        };
+        let fake = Arc::new(FakeRuntime::new());
+        let rules = Rules::new(policy, OwnedPaths::for_data_dir(DATA))
+            .sealing(Arc::new(ownership))
+            .with_previews(vec![("shop".to_owned(), None, caps)]);
+        let runtime = Guarded::new(Arc::clone(&fake), rules);
+        let own = "voodu0-shop.pr.feat-x";
+        runtime.ensure_network(own).await?;
+        runtime.ensure_network("voodu0-shop").await?;
+        // Its own network; no limit: the cap.
+        let id = runtime
+            .create(&scoped("shop-pr-feat-x", &[], &[own]))
+            .await?;
+        assert_eq!(
+            fake.spec_of(&id).and_then(|spec| spec.memory),
+            Some(64 << 20)
+        );
+        // The base's network, another preview's, `voodu0`, and a limit above the cap.
+        let mut above = scoped("shop-pr-feat-x", &[], &[own]);
+        above.memory = Some(128 << 20);
+        for refused_spec in [
+            scoped("shop-pr-feat-x", &[], &["voodu0-shop"]),
+            scoped("shop-pr-feat-x", &[], &["voodu0-shop.pr.other"]),
+            scoped("shop-pr-feat-x", &[], &["voodu0"]),
+            above,
+        ] {
+            let message = refused(runtime.create(&refused_spec).await);
+            assert!(!message.starts_with("not refused"), "{message}");
+        }
+        // The base: its own network, no cap.
+        let id = runtime
+            .create(&scoped("shop", &[], &["voodu0-shop"]))
+            .await?;
+        assert_eq!(fake.spec_of(&id).and_then(|spec| spec.memory), None);
+        assert_eq!(creates(&fake), 2, "{:?}", fake.calls());
+        Ok(())
+    }
+
+    #[tokio::test]
     async fn a_claim_labelled_with_another_sources_scope_is_not_mounted() -> TestResult {
         let (fake, runtime) = two_sources()?;
         let name = "voodu-blog-db-data-0";
