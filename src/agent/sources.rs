@@ -1044,6 +1044,36 @@ source "shop" {
             (rules.separator.as_str(), rules.max, rules.ttl),
             ("-pr-", 2, Duration::from_secs(5))
         );
+        assert!(rules.policy.is_none() && rules.caps.is_empty());
+        // The previews' policy file and caps.
+        let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("{error}"));
+        let policy = dir.path().join("preview-policy.json");
+        std::fs::write(&policy, r#"{"allow-cap": ["NET_ADMIN"]}"#)
+            .unwrap_or_else(|error| panic!("{error}"));
+        let capped = parse(
+            "sources.hcl",
+            &format!(
+                "source \"a\" {{\n  url = \"/r\"\n  scopes = [\"a\", \"a-pr-*\"]\n  previews {{\n    branches = \"preview/*\"\n    host = \"{{slug}}.p.test\"\n    policy = \"{}\"\n    max_replicas = 2\n    memory = \"512Mi\"\n    cpus = \"500m\"\n  }}\n}}\n",
+                policy.display()
+            ),
+            MINUTE,
+        )?;
+        let rules = capped[0]
+            .previews
+            .clone()
+            .unwrap_or_else(|| panic!("no previews"));
+        assert_eq!(
+            rules.policy.map(|policy| policy.allow_cap),
+            Some(vec!["NET_ADMIN".to_owned()])
+        );
+        assert_eq!(
+            rules.caps,
+            crate::model::policy::Caps {
+                max_replicas: Some(2),
+                memory: Some(512 << 20),
+                cpus: Some(500_000_000),
+            }
+        );
         Ok(())
     }
 
@@ -1170,6 +1200,14 @@ source "shop" {
             (
                 "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\", \"a-pr-*\"]\n  previews {\n    branches = \"preview/*\"\n    host = \"{slug}.p.test\"\n    max = \"3\"\n  }\n}\n",
                 "sources.hcl:7:11: source \"a\": previews: `max` wants a number",
+            ),
+            (
+                "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\", \"a-pr-*\"]\n  previews {\n    branches = \"preview/*\"\n    host = \"{slug}.p.test\"\n    memory = \"512m\"\n  }\n}\n",
+                "sources.hcl:7:14: source \"a\": previews: memory \"512m\": write a size",
+            ),
+            (
+                "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\", \"a-pr-*\"]\n  previews {\n    branches = \"preview/*\"\n    host = \"{slug}.p.test\"\n    policy = \"/nonexistent/preview-policy.json\"\n  }\n}\n",
+                "sources.hcl:7:14: source \"a\": previews: policy /nonexistent/preview-policy.json:",
             ),
             ("repo \"a\" {}\n", "sources.hcl:1:1: unknown block `repo`"),
             ("", "sources.hcl:1:1: no source"),
