@@ -575,7 +575,7 @@ async fn run_until<R: Runtime>(
         agent_id.clone(),
         Arc::clone(&config.sync.keyring),
     ));
-    previews::spawn(
+    let mut preview_wakes = previews::spawn(
         &syncers,
         (&config.data_dir, &config.hosts),
         (&ownership, &runtime),
@@ -593,8 +593,11 @@ async fn run_until<R: Runtime>(
     let reconcile_options = reconcile_options(&config, listener.as_ref(), &ownership, &signatures)?;
     let reconciler = tracker.spawn(reconcile::run(deps, reconcile_options, shutdown.clone()));
     // Kept until `run` returns: dropping a local watch stops it.
-    let (hook_sources, _local_watches) =
+    let (mut hook_sources, _local_watches) =
         spawn_sources(&config, syncers, channels, &metrics, &tracker, &shutdown);
+    for source in &mut hook_sources {
+        source.previews = preview_wakes.remove(&source.name);
+    }
     if let Some(listener) = listener {
         let http_ctx = HttpCtx {
             store: store.clone(),
@@ -621,6 +624,24 @@ async fn run_until<R: Runtime>(
     .await
 }
 
+/// Each source with branch previews, with its previews' policy and caps (`Rules::with_previews`).
+fn preview_policies(
+    config: &AgentConfig,
+) -> Vec<(
+    String,
+    Option<crate::model::policy::Policy>,
+    crate::model::policy::Caps,
+)> {
+    config
+        .source_configs()
+        .into_iter()
+        .filter_map(|source| {
+            let rules = source.previews?;
+            Some((source.name, rules.policy, rules.caps))
+        })
+        .collect()
+}
+
 /// The engine behind the host policy's rules, the data dir's state opened (its identity
 /// decided), and the agent's own containers held in memory; with whether to await the first
 /// commit and the agent id.
@@ -637,6 +658,7 @@ async fn open_engine_and_state<R: Runtime>(
         runtime,
         sink_rules(config)
             .sealing(Arc::clone(ownership))
+            .with_previews(preview_policies(config))
             .requiring_signatures(signatures.fingerprints()),
     ));
     let OpenState {
@@ -901,6 +923,7 @@ fn spawn_sources(
             requests: requests.clone(),
             store: source_store,
             secret: source_config.secret.clone(),
+            previews: None,
         });
         tracker.spawn(sync_loop(
             move |interrupt: &AtomicBool, who: &Who| {

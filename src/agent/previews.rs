@@ -5,7 +5,10 @@
 //! seal and mapping of scopes and hosts), so it is fetched, checked, applied and reconciled as
 //! every source is. Removing it applies an empty desired state to that source (its
 //! containers, routes and asset files go as any removed resource's), then, once its
-//! containers are gone, removes its volumes (a preview owns its data) and its mirror.
+//! containers are gone, removes its volumes (a preview owns its data), its own network
+//! (`scopes::preview_network`, which its containers joined in place of the base's) and its
+//! mirror. Its syncer judges its commits by the agent's policy narrowed by the previews'
+//! (`Policy::narrowed`) and their caps.
 //!
 //! Invariants: a preview's source owns only its mapped scopes (`Ownership::allows`), so its
 //! commit can reach nothing of the base scope; a removal is retried on the next poll until
@@ -49,6 +52,8 @@ pub(crate) struct Previews<R> {
     pub(crate) sync: SyncOptions,
     pub(crate) ownership: Arc<Ownership>,
     pub(crate) runtime: Arc<R>,
+    /// Woken by a webhook push to a previewed branch: the next poll starts at once.
+    pub(crate) wake: Arc<tokio::sync::Notify>,
 }
 
 impl<R: Runtime> Previews<R> {
@@ -97,6 +102,9 @@ impl<R: Runtime> Previews<R> {
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(this.interval) => {}
+                () = this.wake.notified() => {
+                    tracing::debug!(source = %this.name, "previews: polled now (a webhook push)");
+                }
             }
         }
     }
@@ -293,6 +301,11 @@ impl<R: Runtime> Previews<R> {
         let source = Source::new(options, &self.mirror_dir(slug)).selecting(self.hosts.clone());
         let store = Arc::new(self.store.for_source(&source_name));
         let mut sync = self.sync.clone();
+        // The previews' policy narrows the agent's; their caps apply (README "Branch previews").
+        if let Some(policy) = &self.rules.policy {
+            sync.policy = sync.policy.narrowed(policy);
+        }
+        sync.policy.caps = self.rules.caps;
         sync.policy.seal = Some(Seal::new(&source_name, Arc::clone(&self.ownership)));
         sync.preview = Some((self.rules.clone(), slug.to_owned()));
         let syncer = Arc::new(Syncer::new(source, store, sync)?);
@@ -382,6 +395,12 @@ impl<R: Runtime> Previews<R> {
                 tracing::info!(source = %self.name, %slug, volume = %volume.name, "preview volume removed");
             }
         }
+        // After its containers: the preview's own network (the proxy is disconnected from it).
+        let network = self.ownership.network_of_source(&source);
+        if crate::model::scopes::is_preview_network(&network) {
+            self.runtime.remove_network(&network).await?;
+            tracing::info!(source = %self.name, %slug, %network, "preview network removed");
+        }
         self.remove_buckets(slug)?;
         self.store.forget_source_state(&source)?;
         let mirror = self.mirror_dir(slug);
@@ -407,18 +426,28 @@ impl<R: Runtime> Previews<R> {
     }
 }
 
-/// Starts the previews task of each source with previews, on `tracker`.
+/// Starts the previews task of each source with previews, on `tracker`; what wakes each
+/// (a webhook push to a previewed branch), by source name.
 pub(crate) fn spawn<R: Runtime>(
     syncers: &[(&super::SourceConfig, Arc<Syncer>)],
     (data_dir, hosts): (&std::path::Path, &HostSelection),
     (ownership, runtime): (&Arc<Ownership>, &Arc<R>),
     tracker: &tokio_util::task::TaskTracker,
     shutdown: &CancellationToken,
-) {
+) -> BTreeMap<String, crate::http::PreviewWake> {
+    let mut wakes = BTreeMap::new();
     for (source, syncer) in syncers {
         let Some(rules) = &source.previews else {
             continue;
         };
+        let wake = Arc::new(tokio::sync::Notify::new());
+        wakes.insert(
+            source.name.clone(),
+            crate::http::PreviewWake {
+                rules: rules.clone(),
+                wake: Arc::clone(&wake),
+            },
+        );
         let mut options = source.options.clone();
         options.max_file_bytes = syncer.options().max_file_bytes;
         let previews = Previews {
@@ -432,7 +461,9 @@ pub(crate) fn spawn<R: Runtime>(
             sync: syncer.options().clone(),
             ownership: Arc::clone(ownership),
             runtime: Arc::clone(runtime),
+            wake,
         };
         tracker.spawn(previews.run(shutdown.clone()));
     }
+    wakes
 }

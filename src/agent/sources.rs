@@ -29,6 +29,10 @@
 //!     host     = "{slug}.preview.example.com"
 //!     ttl      = "72h"                   # default 72h
 //!     max      = 5                       # default 5
+//!     policy   = "/etc/voodu-agent/preview-policy.json"  # narrows the host policy
+//!     max_replicas = 2                   # caps of a preview's resources (refused above;
+//!     memory   = "512Mi"                 # a container without a limit gets the cap)
+//!     cpus     = "0.5"
 //!   }
 //! }
 //! ```
@@ -218,6 +222,8 @@ pub fn preview_rules(
         host: host.to_owned(),
         ttl,
         max,
+        policy: None,
+        caps: crate::model::policy::Caps::default(),
     };
     rules.check()?;
     for pattern in scopes {
@@ -784,8 +790,12 @@ fn read_previews(
     let at = block.ident.span();
     let mut texts = std::collections::BTreeMap::new();
     let mut max = 5;
+    let mut limits = PreviewLimits::default();
     for attribute in block.body.attributes() {
         let key = attribute.key.as_str();
+        if read_preview_limit(problems, name, attribute, &mut limits) {
+            continue;
+        }
         match (key, &attribute.value) {
             ("branches" | "scope" | "host" | "ttl", Expression::String(value)) => {
                 texts.insert(key, value.as_str().to_owned());
@@ -805,7 +815,7 @@ fn read_previews(
             ),
             _ => problems.error(
                 attribute.key.span(),
-                format!("source {name:?}: previews: unknown attribute `{key}` (known: branches, scope, host, ttl, max)"),
+                format!("source {name:?}: previews: unknown attribute `{key}` (known: branches, scope, host, ttl, max, policy, max_replicas, memory, cpus)"),
             ),
         }
     }
@@ -835,11 +845,92 @@ fn read_previews(
         .get("scope")
         .map_or(DEFAULT_PREVIEW_SCOPE, String::as_str);
     match preview_rules(name, scopes, (branches, scope, host), (ttl, max)) {
-        Ok(rules) => Some(rules),
+        Ok(rules) => Some(crate::model::previews::PreviewRules {
+            policy: limits.policy,
+            caps: limits.caps,
+            ..rules
+        }),
         Err(message) => {
             problems.error(at, message);
             None
         }
+    }
+}
+
+/// The previews' host policy and caps as a `previews { … }` block writes them.
+#[derive(Default)]
+struct PreviewLimits {
+    policy: Option<crate::model::policy::Policy>,
+    caps: crate::model::policy::Caps,
+}
+
+/// Reads `attribute` when it is one of the previews' limits (`policy`, `max_replicas`,
+/// `memory`, `cpus`), reporting a bad value at it; `false` for any other attribute.
+fn read_preview_limit(
+    problems: &mut Problems<'_>,
+    name: &str,
+    attribute: &Attribute,
+    limits: &mut PreviewLimits,
+) -> bool {
+    let key = attribute.key.as_str();
+    let text = match &attribute.value {
+        Expression::String(value) => Some(value.as_str().to_owned()),
+        Expression::Number(number) => Some(number.to_string()),
+        _ => None,
+    };
+    let result = match (key, text) {
+        ("policy", Some(path)) => load_preview_policy(std::path::Path::new(&path))
+            .map(|policy| limits.policy = Some(policy)),
+        ("max_replicas", Some(text)) => match text.parse::<usize>() {
+            Ok(n) => {
+                limits.caps.max_replicas = Some(n);
+                Ok(())
+            }
+            Err(_) => Err("`max_replicas` wants a whole number, e.g. 2".to_owned()),
+        },
+        ("memory", Some(text)) => match crate::model::parse_memory(&text) {
+            Some(n) => {
+                limits.caps.memory = Some(n);
+                Ok(())
+            }
+            None => Err(format!("memory {text:?}: write a size, e.g. \"512Mi\"")),
+        },
+        ("cpus", Some(text)) => match crate::model::parse_cpus(&text) {
+            Some(n) => {
+                limits.caps.cpus = Some(n);
+                Ok(())
+            }
+            None => Err(format!(
+                "cpus {text:?}: write cores or millicores, e.g. \"0.5\" or \"500m\""
+            )),
+        },
+        ("policy" | "max_replicas" | "memory" | "cpus", None) => {
+            Err(format!("`{key}` wants a string"))
+        }
+        _ => return false,
+    };
+    if let Err(message) = result {
+        problems.error(
+            attribute.value.span(),
+            format!("source {name:?}: previews: {message}"),
+        );
+    }
+    true
+}
+
+/// The previews' host policy file `path` (the agent's `--policy` format, JSON), checked.
+pub fn load_preview_policy(path: &std::path::Path) -> Result<crate::model::policy::Policy, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| format!("policy {}: {error}", path.display()))?;
+    let policy: crate::model::policy::Policy = serde_json::from_str(&text).map_err(|error| {
+        format!(
+            "policy {}: not a host policy (the --policy format, JSON): {error}",
+            path.display()
+        )
+    })?;
+    match policy.problems().into_iter().next() {
+        Some(problem) => Err(format!("policy {}: {problem}", path.display())),
+        None => Ok(policy),
     }
 }
 
@@ -952,6 +1043,36 @@ source "shop" {
         assert_eq!(
             (rules.separator.as_str(), rules.max, rules.ttl),
             ("-pr-", 2, Duration::from_secs(5))
+        );
+        assert!(rules.policy.is_none() && rules.caps.is_empty());
+        // The previews' policy file and caps.
+        let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("{error}"));
+        let policy = dir.path().join("preview-policy.json");
+        std::fs::write(&policy, r#"{"allow-cap": ["NET_ADMIN"]}"#)
+            .unwrap_or_else(|error| panic!("{error}"));
+        let capped = parse(
+            "sources.hcl",
+            &format!(
+                "source \"a\" {{\n  url = \"/r\"\n  scopes = [\"a\", \"a-pr-*\"]\n  previews {{\n    branches = \"preview/*\"\n    host = \"{{slug}}.p.test\"\n    policy = \"{}\"\n    max_replicas = 2\n    memory = \"512Mi\"\n    cpus = \"500m\"\n  }}\n}}\n",
+                policy.display()
+            ),
+            MINUTE,
+        )?;
+        let rules = capped[0]
+            .previews
+            .clone()
+            .unwrap_or_else(|| panic!("no previews"));
+        assert_eq!(
+            rules.policy.map(|policy| policy.allow_cap),
+            Some(vec!["NET_ADMIN".to_owned()])
+        );
+        assert_eq!(
+            rules.caps,
+            crate::model::policy::Caps {
+                max_replicas: Some(2),
+                memory: Some(512 << 20),
+                cpus: Some(500_000_000),
+            }
         );
         Ok(())
     }
@@ -1079,6 +1200,14 @@ source "shop" {
             (
                 "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\", \"a-pr-*\"]\n  previews {\n    branches = \"preview/*\"\n    host = \"{slug}.p.test\"\n    max = \"3\"\n  }\n}\n",
                 "sources.hcl:7:11: source \"a\": previews: `max` wants a number",
+            ),
+            (
+                "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\", \"a-pr-*\"]\n  previews {\n    branches = \"preview/*\"\n    host = \"{slug}.p.test\"\n    memory = \"512m\"\n  }\n}\n",
+                "sources.hcl:7:14: source \"a\": previews: memory \"512m\": write a size",
+            ),
+            (
+                "source \"a\" {\n  url = \"/r\"\n  scopes = [\"a\", \"a-pr-*\"]\n  previews {\n    branches = \"preview/*\"\n    host = \"{slug}.p.test\"\n    policy = \"/nonexistent/preview-policy.json\"\n  }\n}\n",
+                "sources.hcl:7:14: source \"a\": previews: policy /nonexistent/preview-policy.json:",
             ),
             ("repo \"a\" {}\n", "sources.hcl:1:1: unknown block `repo`"),
             ("", "sources.hcl:1:1: no source"),

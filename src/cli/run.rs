@@ -85,6 +85,31 @@ pub(super) struct RunArgs {
         default_value_t = 5
     )]
     preview_max: usize,
+    /// The previews' host policy (the --policy format, JSON): it narrows the agent's for the
+    /// previews' containers, never widens it.
+    #[arg(
+        long,
+        env = "VOODU_PREVIEW_POLICY",
+        value_name = "FILE",
+        requires = "preview_branches"
+    )]
+    preview_policy: Option<PathBuf>,
+    /// Most replicas of a preview's deployment or statefulset (more is refused at its line).
+    #[arg(
+        long,
+        env = "VOODU_PREVIEW_MAX_REPLICAS",
+        value_name = "N",
+        requires = "preview_branches"
+    )]
+    preview_max_replicas: Option<usize>,
+    /// Most memory of a preview's container, e.g. 512Mi: more is refused at its line, a
+    /// container without a limit gets this one.
+    #[arg(long, env = "VOODU_PREVIEW_MEMORY", value_name = "SIZE", requires = "preview_branches", value_parser = parse_preview_memory)]
+    preview_memory: Option<i64>,
+    /// Most CPU of a preview's container, in cores (0.5) or millicores (500m): more is
+    /// refused at its line, a container without a limit gets this one.
+    #[arg(long, env = "VOODU_PREVIEW_CPUS", value_name = "CORES", requires = "preview_branches", value_parser = parse_preview_cpus)]
+    preview_cpus: Option<i64>,
     /// Branch to deploy.
     #[arg(
         help_heading = "Source",
@@ -328,6 +353,15 @@ fn window_rules(texts: &[String]) -> anyhow::Result<Vec<crate::manifest::window:
         .collect()
 }
 
+fn parse_preview_memory(text: &str) -> Result<i64, String> {
+    crate::model::parse_memory(text).ok_or_else(|| format!("{text:?}: write a size, e.g. 512Mi"))
+}
+
+fn parse_preview_cpus(text: &str) -> Result<i64, String> {
+    crate::model::parse_cpus(text)
+        .ok_or_else(|| format!("{text:?}: write cores or millicores, e.g. 0.5 or 500m"))
+}
+
 pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> {
     // Before anything starts: no --repo, a token that would go in clear text, an unreadable
     // CA file, a bad policy, a listener off loopback without a secret.
@@ -348,6 +382,21 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
                 ),
                 (args.preview_ttl, args.preview_max),
             )
+            .and_then(|rules| {
+                Ok(crate::model::previews::PreviewRules {
+                    policy: args
+                        .preview_policy
+                        .as_deref()
+                        .map(agent::sources::load_preview_policy)
+                        .transpose()?,
+                    caps: crate::model::policy::Caps {
+                        max_replicas: args.preview_max_replicas,
+                        memory: args.preview_memory,
+                        cpus: args.preview_cpus,
+                    },
+                    ..rules
+                })
+            })
         })
         .transpose()
         .map_err(|message| anyhow::anyhow!("--preview-*: {message}"))?;

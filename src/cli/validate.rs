@@ -300,6 +300,7 @@ impl PolicyArgs {
             data_dir: None,
             seal: None,
             seal_only: false,
+            caps: crate::model::policy::Caps::default(),
         });
         if let Some(problem) = policy.problems().into_iter().next() {
             anyhow::bail!("{problem}");

@@ -115,6 +115,17 @@ pub struct HookSource {
     pub store: Arc<Store>,
     /// Its webhook secret; `None`: `HttpOptions::secret`.
     pub secret: Option<WebhookSecret>,
+    /// Its branch previews: a push to a branch they match wakes their poll at once.
+    pub previews: Option<PreviewWake>,
+}
+
+/// What a webhook push to a previewed branch wakes: the source's previews task.
+#[derive(Clone)]
+pub struct PreviewWake {
+    pub rules: crate::model::previews::PreviewRules,
+    /// Notified once per such push; the previews task polls at once (a push during a poll
+    /// makes the next one start right after it).
+    pub wake: Arc<tokio::sync::Notify>,
 }
 
 impl HookSource {
@@ -127,6 +138,7 @@ impl HookSource {
             requests,
             store,
             secret: None,
+            previews: None,
         }
     }
 }

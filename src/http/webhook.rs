@@ -950,6 +950,7 @@ impl<'a> HookRequest<'a> {
     fn choose(&self, routed: Vec<&'a HookSource>) -> Result<(&'a HookSource, Push), Box<Response>> {
         let (provider, headers, body) = (self.provider, self.headers, self.body);
         let mut ignored = None;
+        let mut previewed = None;
         let mut chosen: Option<(&HookSource, Push)> = None;
         for source in routed {
             let wanted_ref = format!("refs/heads/{}", source.branch);
@@ -965,6 +966,17 @@ impl<'a> HookRequest<'a> {
             if let Some(git_ref) = &push.git_ref
                 && *git_ref != wanted_ref
             {
+                // A branch the source previews: its previews' poll starts now.
+                if let Some(previews) = &source.previews
+                    && let Some(branch) = git_ref.strip_prefix("refs/heads/")
+                    && previews.rules.slug(branch).is_some()
+                {
+                    previews.wake.notify_one();
+                    previewed.get_or_insert(format!(
+                        "push to {git_ref}: its branch preview is polled now"
+                    ));
+                    continue;
+                }
                 ignored.get_or_insert(format!(
                     "push to {git_ref}; this agent deploys {wanted_ref}"
                 ));
@@ -984,10 +996,16 @@ impl<'a> HookRequest<'a> {
             }
         }
         chosen.ok_or_else(|| {
-            Box::new(self.answer(
-                StatusCode::ACCEPTED,
-                HookAnswer::new(HookResult::Ignored).reason(ignored.unwrap_or_default()),
-            ))
+            Box::new(match previewed {
+                Some(reason) => self.answer(
+                    StatusCode::ACCEPTED,
+                    HookAnswer::new(HookResult::Accepted).reason(reason),
+                ),
+                None => self.answer(
+                    StatusCode::ACCEPTED,
+                    HookAnswer::new(HookResult::Ignored).reason(ignored.unwrap_or_default()),
+                ),
+            })
         })
     }
 

@@ -13,7 +13,7 @@ use super::decode::Resource;
 use super::diagnostic::Diagnostic;
 use super::interpolate::Reference;
 use super::spec::{Backup, Container, Spec};
-use crate::model::policy::{OwnedPaths, bind_source_text, normalize_path};
+use crate::model::policy::{Caps, OwnedPaths, bind_source_text, normalize_path};
 use crate::model::scopes::Seal;
 use crate::model::{DockerOptions, resolve_asset_refs};
 
@@ -56,6 +56,9 @@ pub(crate) fn check(
         && let Some(backup) = resource.spec.backup()
     {
         check_backup(policy, backup, &mut refuse);
+    }
+    if !policy.seal_only && !policy.caps.is_empty() {
+        check_caps(&policy.caps, resource, &mut refuse);
     }
     let mut refusals_of_references = Vec::new();
     if let Some(seal) = &policy.seal {
@@ -114,6 +117,37 @@ pub(crate) fn check(
     refusals
 }
 
+/// `resource`'s replicas and its container's limits against `caps` (a branch preview's),
+/// refused at `replicas` and at the `resources` block; a container without a limit gets the
+/// cap at the sink (`runtime::guard`).
+fn check_caps(caps: &Caps, resource: &Resource, refuse: &mut impl FnMut(&str, String)) {
+    let replicas = match &resource.spec {
+        Spec::Deployment(spec) => Some(spec.n_replicas()),
+        Spec::Statefulset(spec) => Some(spec.n_replicas()),
+        _ => None,
+    };
+    if let Some(refusal) = replicas.and_then(|n| caps.replicas_refusal(n)) {
+        refuse("replicas", refusal);
+    }
+    let Some(limits) = resource
+        .spec
+        .container()
+        .and_then(|container| container.resources.as_ref())
+        .and_then(|resources| resources.limits.as_ref())
+    else {
+        return;
+    };
+    if let Some(refusal) =
+        crate::model::parse_memory(&limits.memory).and_then(|n| caps.memory_refusal(n))
+    {
+        refuse("resources", refusal);
+    }
+    if let Some(refusal) = crate::model::parse_cpus(&limits.cpu).and_then(|n| caps.cpus_refusal(n))
+    {
+        refuse("resources", refusal);
+    }
+}
+
 /// What `resource` points at beyond its key, judged against `seal`: config buckets
 /// (`env_from = ["scope/name"]`), asset files bound by path, the agent's claims (`voodu-…`
 /// volumes), other sources' networks, and proxy-wide ingress settings (the TLS `ask`, which
@@ -167,7 +201,7 @@ fn check_sealed(
                 crate::model::scopes::foreign(
                     &format!("network {network}"),
                     &seal.source,
-                    Some(owner),
+                    Some(&owner),
                 ),
             );
         }

@@ -89,6 +89,8 @@ mod tests {
             host: "{slug}.preview.test".to_owned(),
             ttl: std::time::Duration::from_secs(60),
             max: 2,
+            policy: None,
+            caps: crate::model::policy::Caps::default(),
         };
         let text = "deployment \"shop\" \"web\" {\n  image = \"x\"\n}\n\ningress \"shop\" \"web\" {\n  host = \"shop.test\"\n  port = 80\n}\n\nregistry \"hub\" {\n  server = \"r\"\n}\n";
         let got = rewrite_text(text, &rules, "feat-x");

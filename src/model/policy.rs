@@ -75,6 +75,57 @@ pub struct Policy {
     /// the format and what the source may point at).
     #[serde(skip)]
     pub seal_only: bool,
+    /// Resource caps (a branch preview's, `previews { max_replicas, memory, cpus }`). Set by
+    /// the agent per source, not by the policy file.
+    #[serde(skip)]
+    pub caps: Caps,
+}
+
+/// Resource caps on what a source's commits may ask (a branch preview's): above one is
+/// refused; a container without a limit gets the cap at the sink (`runtime::guard`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Caps {
+    /// Most replicas of one deployment or statefulset.
+    pub max_replicas: Option<usize>,
+    /// Most memory of one container, in bytes.
+    pub memory: Option<i64>,
+    /// Most CPU of one container, in nano-CPUs (10⁹ per core).
+    pub cpus: Option<i64>,
+}
+
+impl Caps {
+    /// Whether no cap is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Caps::default()
+    }
+
+    /// Why `replicas` is above the cap, when it is.
+    pub fn replicas_refusal(&self, replicas: usize) -> Option<String> {
+        let cap = self.max_replicas?;
+        (replicas > cap).then(|| {
+            format!("replicas {replicas} is above the previews' cap (max_replicas = {cap}): write at most {cap}")
+        })
+    }
+
+    /// Why a container's memory limit (bytes) is above the cap, when it is.
+    pub fn memory_refusal(&self, memory: i64) -> Option<String> {
+        let cap = self.memory?;
+        (memory > cap).then(|| {
+            format!("memory limit of {memory} bytes is above the previews' cap ({cap} bytes): write at most that")
+        })
+    }
+
+    /// Why a container's CPU limit (nano-CPUs) is above the cap, when it is.
+    pub fn cpus_refusal(&self, nanos: i64) -> Option<String> {
+        let cap = self.cpus?;
+        (nanos > cap).then(|| {
+            format!(
+                "cpu limit of {} cores is above the previews' cap ({} cores): write at most that",
+                nanos as f64 / 1e9,
+                cap as f64 / 1e9
+            )
+        })
+    }
 }
 
 /// Capabilities Docker grants every container: adding one changes nothing.
@@ -197,6 +248,61 @@ impl Policy {
             seal: Some(seal),
             seal_only: true,
             ..Policy::default()
+        }
+    }
+
+    /// This policy narrowed by `other` (a branch preview's policy): only what both allow
+    /// (a bind root of `other` within one of this policy's; `ALL`/`*` stands for the other's
+    /// list), every signature rule of both; the data dir, seal and caps stay this policy's.
+    /// A preview's policy can only make the agent's stricter, never looser.
+    pub fn narrowed(&self, other: &Policy) -> Policy {
+        fn both(mine: &[String], theirs: &[String], any: Option<&str>) -> Vec<String> {
+            let all = |list: &[String]| {
+                any.is_some_and(|any| list.iter().any(|item| item.eq_ignore_ascii_case(any)))
+            };
+            if all(mine) {
+                theirs.to_vec()
+            } else if all(theirs) {
+                mine.to_vec()
+            } else {
+                mine.iter()
+                    .filter(|item| theirs.contains(item))
+                    .cloned()
+                    .collect()
+            }
+        }
+        let within = |root: &String| {
+            let root = root.trim_end_matches('/');
+            self.allow_bind_root.iter().any(|mine| {
+                let mine = mine.trim_end_matches('/');
+                root == mine || root.starts_with(&format!("{mine}/"))
+            })
+        };
+        let mut require_signature = self.require_signature.clone();
+        require_signature.extend(other.require_signature.iter().cloned());
+        Policy {
+            allow_privileged: self.allow_privileged && other.allow_privileged,
+            allow_host_network: self.allow_host_network && other.allow_host_network,
+            allow_host_pid: self.allow_host_pid && other.allow_host_pid,
+            allow_host_ipc: self.allow_host_ipc && other.allow_host_ipc,
+            allow_devices: self.allow_devices && other.allow_devices,
+            allow_cap: both(&self.allow_cap, &other.allow_cap, Some("ALL")),
+            allow_bind_root: other
+                .allow_bind_root
+                .iter()
+                .filter(|root| within(root))
+                .cloned()
+                .collect(),
+            allow_network: both(&self.allow_network, &other.allow_network, None),
+            allow_security_opt: both(&self.allow_security_opt, &other.allow_security_opt, None),
+            allow_log_driver: both(&self.allow_log_driver, &other.allow_log_driver, Some("*")),
+            adopt_volume: both(&self.adopt_volume, &other.adopt_volume, None),
+            allow_url_host: both(&self.allow_url_host, &other.allow_url_host, None),
+            require_signature,
+            data_dir: self.data_dir.clone(),
+            seal: self.seal.clone(),
+            seal_only: self.seal_only,
+            caps: self.caps,
         }
     }
 
@@ -518,6 +624,56 @@ fn normalize_security_opt(option: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_previews_policy_only_narrows_the_agents() {
+        let strings = |items: &[&str]| items.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let agent = Policy {
+            allow_privileged: true,
+            allow_cap: strings(&["ALL"]),
+            allow_bind_root: strings(&["/srv"]),
+            allow_network: strings(&["metrics"]),
+            data_dir: Some("/var/lib/voodu-agent".to_owned()),
+            ..Policy::default()
+        };
+        let preview = Policy {
+            allow_host_network: true,
+            allow_cap: strings(&["NET_ADMIN"]),
+            allow_bind_root: strings(&["/srv/previews", "/etc"]),
+            allow_network: strings(&["metrics", "prod-db"]),
+            ..Policy::default()
+        };
+        let narrowed = agent.narrowed(&preview);
+        // Neither allows both flags; the preview's host network is not the agent's.
+        assert!(!narrowed.allow_privileged && !narrowed.allow_host_network);
+        assert_eq!(narrowed.allow_cap, ["NET_ADMIN"]);
+        // A root inside the agent's stays, one outside goes.
+        assert_eq!(narrowed.allow_bind_root, ["/srv/previews"]);
+        assert_eq!(narrowed.allow_network, ["metrics"]);
+        assert_eq!(narrowed.data_dir.as_deref(), Some("/var/lib/voodu-agent"));
+        assert!(narrowed.bind_refusal("/srv/other").is_some());
+        assert!(agent.bind_refusal("/srv/other").is_none());
+        // Narrowing by an empty policy is default-deny.
+        assert!(agent.narrowed(&Policy::default()).allow_cap.is_empty());
+    }
+
+    #[test]
+    fn caps_refuse_what_is_above_them() {
+        let caps = Caps {
+            max_replicas: Some(2),
+            memory: Some(256 << 20),
+            cpus: Some(500_000_000),
+        };
+        assert!(caps.replicas_refusal(2).is_none());
+        assert!(
+            caps.replicas_refusal(3)
+                .is_some_and(|m| m.contains("max_replicas = 2"))
+        );
+        assert!(caps.memory_refusal(256 << 20).is_none());
+        assert!(caps.memory_refusal((256 << 20) + 1).is_some());
+        assert!(caps.cpus_refusal(1_000_000_000).is_some());
+        assert!(Caps::default().is_empty() && Caps::default().replicas_refusal(99).is_none());
+    }
 
     #[test]
     fn log_drivers_that_ship_output_elsewhere_are_refused_unless_named() {

@@ -39,6 +39,11 @@ pub struct PreviewRules {
     pub ttl: Duration,
     /// At most this many previews at once.
     pub max: usize,
+    /// The host policy of the previews (the agent's format): it narrows the agent's, never
+    /// widens it (`Policy::narrowed`); `None`: the agent's.
+    pub policy: Option<super::policy::Policy>,
+    /// The resource caps of the previews' resources.
+    pub caps: super::policy::Caps,
 }
 
 /// A preview as the store remembers it, for `decide`.
@@ -365,6 +370,8 @@ mod tests {
             host: "{slug}.preview.example.com".to_owned(),
             ttl: Duration::from_secs(100),
             max,
+            policy: None,
+            caps: crate::model::policy::Caps::default(),
         }
     }
 

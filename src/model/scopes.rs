@@ -255,7 +255,12 @@ impl Ownership {
     /// The network the containers of `scope` join in place of `voodu0`: their source's own
     /// (`voodu0-<source>`), or `voodu0` itself for the single source, a source that shares
     /// it, and a scope no source owns.
+    /// A preview's scope joins its preview's own network (`preview_network`), never its base
+    /// source's.
     pub fn network_of(&self, scope: &str) -> String {
+        if let Some((owner, slug)) = self.preview_of(scope) {
+            return preview_network(owner, slug);
+        }
         match self.owner_of(scope) {
             Some(source)
                 if !self.is_single() && !self.shared_network.iter().any(|s| s == source) =>
@@ -280,13 +285,37 @@ impl Ownership {
         networks
     }
 
-    /// The source whose network `network` is, when it is a source's own network.
-    pub fn network_owner(&self, network: &str) -> Option<&str> {
+    /// The source whose network `network` is, when it is a source's own network or a
+    /// preview's (then the preview's internal source, `shop#feat-x`).
+    pub fn network_owner(&self, network: &str) -> Option<String> {
         let name = network.strip_prefix(SOURCE_NETWORK_PREFIX)?;
+        let preview = match name.strip_prefix(PREVIEW_NETWORK_MARK.trim_start_matches('.')) {
+            Some(slug) => Some(("", slug)),
+            None => name.split_once(PREVIEW_NETWORK_MARK),
+        };
+        if let Some((base, slug)) = preview {
+            return self
+                .previews
+                .iter()
+                .any(|(source, _)| source == base)
+                .then(|| super::previews::preview_source(base, slug));
+        }
         self.sources
             .iter()
             .map(|(source, _)| source.as_str())
             .find(|source| *source == name)
+            .map(str::to_owned)
+    }
+
+    /// The network of `source`'s containers: a preview's own, its source's own, or `voodu0`.
+    pub fn network_of_source(&self, source: &str) -> String {
+        if let Some((base, slug)) = super::previews::split_source(source) {
+            return preview_network(base, slug);
+        }
+        self.networks()
+            .into_iter()
+            .find(|network| self.network_owner(network).as_deref() == Some(source))
+            .unwrap_or_else(|| DEFAULT_NETWORK.to_owned())
     }
 
     /// The source a name the agent derives as `voodu-<scope>-…` (a statefulset's claim) or
@@ -354,6 +383,33 @@ pub const SOURCE_NETWORK_PREFIX: &str = "voodu0-";
 
 fn source_network(source: &str) -> String {
     format!("{SOURCE_NETWORK_PREFIX}{source}")
+}
+
+/// What stands between a source's name and a preview's slug in the preview's network name;
+/// a source's name never holds a `.`, so the two never meet.
+const PREVIEW_NETWORK_MARK: &str = ".pr.";
+
+/// The own network of the preview `slug` of `source`: `voodu0-shop.pr.feat-x` (for the single
+/// `--repo` source `voodu0-pr.feat-x`); at most 7 + 32 + 4 + `previews::MAX_SLUG` bytes.
+pub fn preview_network(source: &str, slug: &str) -> String {
+    if source.is_empty() {
+        format!(
+            "{SOURCE_NETWORK_PREFIX}{}{slug}",
+            PREVIEW_NETWORK_MARK.trim_start_matches('.')
+        )
+    } else {
+        format!("{SOURCE_NETWORK_PREFIX}{source}{PREVIEW_NETWORK_MARK}{slug}")
+    }
+}
+
+/// Whether `network` is a preview's own network (`preview_network`).
+pub fn is_preview_network(network: &str) -> bool {
+    network
+        .strip_prefix(SOURCE_NETWORK_PREFIX)
+        .is_some_and(|name| {
+            name.starts_with(PREVIEW_NETWORK_MARK.trim_start_matches('.'))
+                || name.contains(PREVIEW_NETWORK_MARK)
+        })
 }
 
 /// What the commits of one source may point at: the scopes `source` owns under `ownership`.
@@ -588,7 +644,34 @@ mod tests {
         let seal = Seal::new("shop#feat-x", Arc::new(ownership.clone()));
         assert!(seal.owns_derived("shop-pr-feat-x-db-data-0"));
         assert!(!seal.owns_derived("shop-db-data-0"));
-        assert!(Seal::new("shop", Arc::new(ownership)).owns_derived("shop-db-data-0"));
+        assert!(Seal::new("shop", Arc::new(ownership.clone())).owns_derived("shop-db-data-0"));
+        // Networks: a preview's own, never its base's.
+        assert_eq!(
+            ownership.network_of("shop-pr-feat-x"),
+            "voodu0-shop.pr.feat-x"
+        );
+        assert_eq!(ownership.network_of("shop"), "voodu0-shop");
+        assert_eq!(
+            ownership.network_owner("voodu0-shop.pr.feat-x").as_deref(),
+            Some("shop#feat-x")
+        );
+        assert_eq!(ownership.network_owner("voodu0-blog.pr.feat-x"), None);
+        assert_eq!(
+            ownership.network_of_source("shop#feat-x"),
+            "voodu0-shop.pr.feat-x"
+        );
+        assert_eq!(ownership.network_of_source("shop"), "voodu0-shop");
+        assert!(is_preview_network("voodu0-shop.pr.feat-x"));
+        assert!(!is_preview_network("voodu0-shop"));
+        let single = Ownership::single().with_previews(vec![(String::new(), "-pr-".to_owned())]);
+        assert_eq!(single.network_of("web-pr-feat-x"), "voodu0-pr.feat-x");
+        assert_eq!(single.network_of("web"), "voodu0");
+        assert_eq!(
+            single.network_owner("voodu0-pr.feat-x").as_deref(),
+            Some("#feat-x")
+        );
+        assert!(is_preview_network("voodu0-pr.feat-x"));
+        assert!(!single.networks().iter().any(|n| is_preview_network(n)));
         Ok(())
     }
 
@@ -617,8 +700,14 @@ mod tests {
             ownership.networks(),
             ["voodu0", "voodu0-shop", "voodu0-blog"]
         );
-        assert_eq!(ownership.network_owner("voodu0-blog"), Some("blog"));
-        assert_eq!(ownership.network_owner("voodu0-ops"), Some("ops"));
+        assert_eq!(
+            ownership.network_owner("voodu0-blog").as_deref(),
+            Some("blog")
+        );
+        assert_eq!(
+            ownership.network_owner("voodu0-ops").as_deref(),
+            Some("ops")
+        );
         assert_eq!(ownership.network_owner("voodu0"), None);
         let seal = Seal::new("blog", ownership.clone());
         assert!(seal.owns("blog") && !seal.owns("shop") && !seal.owns(""));

@@ -921,6 +921,65 @@ impl Containers for DockerRuntime {
             .collect())
     }
 
+    async fn connect_network(&self, id: &str, name: &str) -> Result<()> {
+        let request = NetworkConnectRequest {
+            container: id.to_owned(),
+            endpoint_config: None,
+        };
+        let result = self
+            .docker
+            .connect_network(name, request)
+            .await
+            .map_err(classify);
+        match self.noting_networks(result) {
+            Ok(()) => Ok(()),
+            // Joined already.
+            Err(Error::Conflict { .. }) => Ok(()),
+            Err(Error::Invalid { message }) if message.contains("already exists") => Ok(()),
+            Err(other) => Err(other),
+        }
+    }
+
+    async fn remove_network(&self, name: &str) -> Result<()> {
+        let _guard = self.network_lock.lock().await;
+        self.networks().remove(name);
+        for id in self.network_ids(name).await? {
+            let inspected = match self
+                .docker
+                .inspect_network(
+                    &id,
+                    None::<bollard::query_parameters::InspectNetworkOptions>,
+                )
+                .await
+                .map_err(classify)
+            {
+                Ok(inspected) => inspected,
+                Err(Error::NotFound { .. }) => continue,
+                Err(other) => return Err(other),
+            };
+            for container in inspected.containers.unwrap_or_default().into_keys() {
+                let request = bollard::models::NetworkDisconnectRequest {
+                    container,
+                    force: Some(true),
+                };
+                match self
+                    .docker
+                    .disconnect_network(&id, request)
+                    .await
+                    .map_err(classify)
+                {
+                    Ok(()) | Err(Error::NotFound { .. }) => {}
+                    Err(other) => return Err(other),
+                }
+            }
+            match self.docker.remove_network(&id).await.map_err(classify) {
+                Ok(()) | Err(Error::NotFound { .. }) => {}
+                Err(other) => return Err(other),
+            }
+        }
+        Ok(())
+    }
+
     async fn remove_volume(&self, name: &str) -> Result<()> {
         match self
             .docker

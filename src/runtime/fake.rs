@@ -634,6 +634,36 @@ impl Containers for FakeRuntime {
         Ok(())
     }
 
+    async fn connect_network(&self, id: &str, name: &str) -> Result<()> {
+        self.enter("connect_network", &format!("{id} {name}"))?;
+        let mut state = self.lock();
+        if !state.networks.contains(name) {
+            return Err(Error::NotFound {
+                what: format!("network {name}"),
+            });
+        }
+        let container = state
+            .containers
+            .get_mut(id)
+            .ok_or_else(|| Self::not_found(id))?;
+        let index = container.ip_addresses.len();
+        container
+            .ip_addresses
+            .entry(name.to_owned())
+            .or_insert_with(|| format!("10.{}.0.{}", 88 + index, 2 + index));
+        Ok(())
+    }
+
+    async fn remove_network(&self, name: &str) -> Result<()> {
+        self.enter("remove_network", name)?;
+        let mut state = self.lock();
+        state.networks.remove(name);
+        for container in state.containers.values_mut() {
+            container.ip_addresses.remove(name);
+        }
+        Ok(())
+    }
+
     async fn inspect(&self, id: &str) -> Result<Inspection> {
         self.enter("inspect", id)?;
         let state = self.lock();

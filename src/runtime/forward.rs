@@ -124,6 +124,16 @@ macro_rules! forward {
             self.$field.list_volumes(filter).await
         }
     };
+    (@verb $field:ident connect_network) => {
+        async fn connect_network(&self, id: &str, name: &str) -> $crate::runtime::Result<()> {
+            self.$field.connect_network(id, name).await
+        }
+    };
+    (@verb $field:ident remove_network) => {
+        async fn remove_network(&self, name: &str) -> $crate::runtime::Result<()> {
+            self.$field.remove_network(name).await
+        }
+    };
     (@verb $field:ident remove_volume) => {
         async fn remove_volume(&self, name: &str) -> $crate::runtime::Result<()> {
             self.$field.remove_volume(name).await

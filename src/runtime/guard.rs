@@ -16,7 +16,11 @@
 //! scopes (after `..` and symlinks), mount only named volumes its source holds (the store's
 //! claims; a volume the agent makes carries its scope in `voodu.scope`, one made before is
 //! mounted only where it was adopted), only claims (`voodu-<scope>-…`) of its own scopes, and
-//! join only its own source's network.
+//! join only its own source's network (a branch preview: its preview's own network).
+//!
+//! A branch preview's container (its source `<base>#<slug>`, `model::previews`) also passes
+//! its base's previews' policy (the agent's narrowed, `Policy::narrowed`) and their caps: a
+//! limit above a cap is refused, a missing one is set to the cap.
 //!
 //! Invariant: the agent only ever drives a `Guarded` runtime (`agent::run_until` wraps the one
 //! it is given; the `Informer` over it passes every request on), so no handler can reach the
@@ -54,6 +58,9 @@ pub struct Rules {
     /// Repositories whose images run only with a verified signature, with the fingerprint of
     /// their keys (`--require-signature`).
     signed: Vec<(SignatureRule, String)>,
+    /// Each source with branch previews, with the policy its previews' containers pass too
+    /// (`policy` narrowed by the previews', with their caps).
+    previews: Vec<(String, Policy)>,
 }
 
 impl std::fmt::Debug for Rules {
@@ -75,7 +82,29 @@ impl Rules {
             ownership: Arc::new(Ownership::single()),
             ledger: Arc::default(),
             signed: Vec::new(),
+            previews: Vec::new(),
         }
+    }
+
+    /// The same rules judging the containers of the branch previews of each source of
+    /// `previews` (source, the previews' policy, their caps) by this policy narrowed by the
+    /// previews' (`Policy::narrowed`) and by their caps, too.
+    pub fn with_previews(
+        mut self,
+        previews: Vec<(String, Option<Policy>, crate::model::policy::Caps)>,
+    ) -> Rules {
+        self.previews = previews
+            .into_iter()
+            .map(|(source, policy, caps)| {
+                let mut narrowed = match &policy {
+                    Some(policy) => self.policy.narrowed(policy),
+                    None => self.policy.clone(),
+                };
+                narrowed.caps = caps;
+                (source, narrowed)
+            })
+            .collect();
+        self
     }
 
     /// The same rules, letting an image of a repository a rule covers through only by a
@@ -142,7 +171,7 @@ impl Rules {
                 refusals.push(foreign(
                     &format!("network {network}"),
                     &seal.source,
-                    Some(owner),
+                    Some(&owner),
                 ));
             } else if network == crate::model::policy::DEFAULT_NETWORK && own != *network {
                 refusals.push(format!(
@@ -156,15 +185,7 @@ impl Rules {
 
     /// The network of `seal`'s source.
     fn own_network(&self, seal: &Seal) -> String {
-        match self
-            .ownership
-            .networks()
-            .into_iter()
-            .find(|network| self.ownership.network_owner(network) == Some(seal.source.as_str()))
-        {
-            Some(network) => network,
-            None => crate::model::policy::DEFAULT_NETWORK.to_owned(),
-        }
+        self.ownership.network_of_source(&seal.source)
     }
 
     /// Every refusal of creating `spec`, with bind sources resolved by `resolve` (the host's
@@ -176,41 +197,86 @@ impl Rules {
         overlay: bool,
         resolve: &dyn Fn(&str) -> std::result::Result<String, String>,
     ) -> Vec<String> {
+        let seal = self.seal_of(spec);
+        let mut refusals =
+            self.policy_refusals(&self.policy, spec, overlay, resolve, seal.as_ref());
+        if let Some(seal) = &seal {
+            refusals.extend(self.sealed_refusals(seal, spec, resolve));
+            // A branch preview's container: its policy (narrower) and its caps too.
+            if let Some(preview) = self.preview_policy(&seal.source) {
+                for refusal in self.policy_refusals(preview, spec, overlay, resolve, Some(seal)) {
+                    if !refusals.contains(&refusal) {
+                        refusals.push(refusal);
+                    }
+                }
+                refusals.extend(spec.memory.and_then(|n| preview.caps.memory_refusal(n)));
+                refusals.extend(spec.nano_cpus.and_then(|n| preview.caps.cpus_refusal(n)));
+            }
+        }
+        refusals
+    }
+
+    /// The refusals of `spec` under `policy`'s host rules.
+    fn policy_refusals(
+        &self,
+        policy: &Policy,
+        spec: &ContainerSpec,
+        overlay: bool,
+        resolve: &dyn Fn(&str) -> std::result::Result<String, String>,
+        seal: Option<&Seal>,
+    ) -> Vec<String> {
         let mut refusals = Vec::new();
         for bind in &spec.binds {
             // Docker takes a source that is not an absolute path as a volume's name.
             let Some(folded) = normalize_path(bind_source_text(bind)) else {
                 continue;
             };
-            refusals.extend(
-                self.policy
-                    .resolved_bind_refusal(&folded, &self.owned, resolve),
-            );
+            refusals.extend(policy.resolved_bind_refusal(&folded, &self.owned, resolve));
         }
-        refusals.extend(self.policy.network_mode_refusal(&spec.network_mode));
-        let seal = self.seal_of(spec);
+        refusals.extend(policy.network_mode_refusal(&spec.network_mode));
         for network in &spec.networks {
             // A source's own network is the agent's, as `voodu0` is.
-            let own = seal.as_ref().is_some_and(|seal| {
-                self.ownership.network_owner(network) == Some(seal.source.as_str())
+            let own = seal.is_some_and(|seal| {
+                self.ownership.network_owner(network).as_deref() == Some(seal.source.as_str())
             });
             if !own {
-                refusals.extend(self.network_refusal(network, overlay));
+                refusals.extend(self.network_refusal(policy, network, overlay));
             }
-        }
-        if let Some(seal) = &seal {
-            refusals.extend(self.sealed_refusals(seal, spec, resolve));
         }
         refusals.extend(
             spec.cap_add
                 .iter()
-                .filter_map(|cap| self.policy.cap_refusal(cap, "cap_add")),
+                .filter_map(|cap| policy.cap_refusal(cap, "cap_add")),
         );
-        refusals.extend(self.policy.options_refusals(&spec.options));
+        refusals.extend(policy.options_refusals(&spec.options));
         refusals
     }
 
-    fn network_refusal(&self, network: &str, overlay: bool) -> Option<String> {
+    /// The policy (the agent's narrowed by the previews', with their caps) of `source`'s
+    /// containers when it is a branch preview's internal source of a base with previews.
+    fn preview_policy(&self, source: &str) -> Option<&Policy> {
+        let (base, _) = crate::model::previews::split_source(source)?;
+        self.previews
+            .iter()
+            .find(|(name, _)| name == base)
+            .map(|(_, policy)| policy)
+    }
+
+    /// `spec` with the caps of its preview filled in where it sets no limit (a container
+    /// without a memory or CPU limit gets the cap); `None` when nothing changes.
+    fn capped(&self, spec: &ContainerSpec) -> Option<ContainerSpec> {
+        let seal = self.seal_of(spec)?;
+        let caps = self.preview_policy(&seal.source)?.caps;
+        let memory = spec.memory.or(caps.memory);
+        let nano_cpus = spec.nano_cpus.or(caps.cpus);
+        (memory != spec.memory || nano_cpus != spec.nano_cpus).then(|| ContainerSpec {
+            memory,
+            nano_cpus,
+            ..spec.clone()
+        })
+    }
+
+    fn network_refusal(&self, policy: &Policy, network: &str, overlay: bool) -> Option<String> {
         let base = if overlay {
             network.strip_suffix(OVERLAY_SUFFIX).unwrap_or(network)
         } else {
@@ -221,7 +287,7 @@ impl Rules {
             // `sealed_refusals`.
             return None;
         }
-        self.policy.network_refusal(base)
+        policy.network_refusal(base)
     }
 
     /// `refusals` with bind sources resolved on this host (blocking: file system reads).
@@ -396,10 +462,14 @@ fn refuse(refusals: Vec<String>) -> Result<()> {
 impl<R: Runtime> Containers for Guarded<R> {
     forward!(
         inner: list, list_by_id, start, remove, stop, inspect, wait, logs, log_stream, exec, exec_piped, volume_path,
-        list_volumes, remove_volume, image_present, image_info, pull, events, cpu_percent
+        list_volumes, remove_volume, image_present, image_info, pull, events, cpu_percent,
+        connect_network, remove_network
     );
 
     async fn create(&self, spec: &ContainerSpec) -> Result<String> {
+        // A preview's container without a limit gets its previews' cap.
+        let capped = self.rules.capped(spec);
+        let spec = capped.as_ref().unwrap_or(spec);
         self.judge(spec, false).await?;
         self.signed(&spec.image).await?;
         self.own_volumes(spec).await?;
@@ -410,7 +480,7 @@ impl<R: Runtime> Containers for Guarded<R> {
         // A source's own network passes: who joins it is judged at each create.
         refuse(
             self.rules
-                .network_refusal(name, false)
+                .network_refusal(&self.rules.policy, name, false)
                 .into_iter()
                 .collect(),
         )?;
@@ -456,7 +526,12 @@ impl<R: Runtime> Swarm for Guarded<R> {
     );
 
     async fn ensure_overlay(&self, name: &str) -> Result<()> {
-        refuse(self.rules.network_refusal(name, true).into_iter().collect())?;
+        refuse(
+            self.rules
+                .network_refusal(&self.rules.policy, name, true)
+                .into_iter()
+                .collect(),
+        )?;
         self.inner.ensure_overlay(name).await
     }
 
@@ -759,6 +834,67 @@ mod tests {
             );
         }
         assert_eq!(creates(&fake), 1, "{:?}", fake.calls());
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_preview_joins_its_own_network_and_gets_its_caps() -> TestResult {
+        use crate::model::scopes::ScopePattern;
+        let patterns = ["shop", "shop-pr-*"]
+            .map(|pattern| ScopePattern::parse(pattern).map_err(|error| error.to_string()));
+        let [shop, previews] = patterns;
+        let ownership = Ownership::new(vec![
+            ("shop".to_owned(), vec![shop?, previews?]),
+            (
+                "blog".to_owned(),
+                vec![ScopePattern::parse("blog").map_err(|error| error.to_string())?],
+            ),
+        ])
+        .map_err(|error| error.to_string())?
+        .with_previews(vec![("shop".to_owned(), "-pr-".to_owned())]);
+        let policy = Policy {
+            data_dir: Some(DATA.to_owned()),
+            ..Policy::default()
+        };
+        let caps = crate::model::policy::Caps {
+            max_replicas: None,
+            memory: Some(64 << 20),
+            cpus: None,
+        };
+        let fake = Arc::new(FakeRuntime::new());
+        let rules = Rules::new(policy, OwnedPaths::for_data_dir(DATA))
+            .sealing(Arc::new(ownership))
+            .with_previews(vec![("shop".to_owned(), None, caps)]);
+        let runtime = Guarded::new(Arc::clone(&fake), rules);
+        let own = "voodu0-shop.pr.feat-x";
+        runtime.ensure_network(own).await?;
+        runtime.ensure_network("voodu0-shop").await?;
+        // Its own network; no limit: the cap.
+        let id = runtime
+            .create(&scoped("shop-pr-feat-x", &[], &[own]))
+            .await?;
+        assert_eq!(
+            fake.spec_of(&id).and_then(|spec| spec.memory),
+            Some(64 << 20)
+        );
+        // The base's network, another preview's, `voodu0`, and a limit above the cap.
+        let mut above = scoped("shop-pr-feat-x", &[], &[own]);
+        above.memory = Some(128 << 20);
+        for refused_spec in [
+            scoped("shop-pr-feat-x", &[], &["voodu0-shop"]),
+            scoped("shop-pr-feat-x", &[], &["voodu0-shop.pr.other"]),
+            scoped("shop-pr-feat-x", &[], &["voodu0"]),
+            above,
+        ] {
+            let message = refused(runtime.create(&refused_spec).await);
+            assert!(!message.starts_with("not refused"), "{message}");
+        }
+        // The base: its own network, no cap.
+        let id = runtime
+            .create(&scoped("shop", &[], &["voodu0-shop"]))
+            .await?;
+        assert_eq!(fake.spec_of(&id).and_then(|spec| spec.memory), None);
+        assert_eq!(creates(&fake), 2, "{:?}", fake.calls());
         Ok(())
     }
 

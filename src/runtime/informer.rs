@@ -356,7 +356,8 @@ async fn pump(mut events: Events, shared: Arc<Shared>, generation: u64) {
 impl<R: Runtime> Containers for Informer<R> {
     forward!(
         inner: list_by_id, ensure_network, inspect, logs, log_stream, exec, exec_piped, volume_path, ensure_volume, list_volumes,
-        remove_volume, image_present, image_info, pull, cpu_percent
+        remove_volume, image_present, image_info, pull, cpu_percent, connect_network,
+        remove_network
     );
 
     async fn list(&self, filter: &[(&str, &str)]) -> Result<Vec<Container>> {

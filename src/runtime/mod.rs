@@ -292,6 +292,12 @@ pub trait Containers: Send + Sync + 'static {
     fn stop(&self, id: &str, grace: Duration) -> impl Future<Output = Result<()>> + Send;
     /// Creates a bridge network when none by that name exists.
     fn ensure_network(&self, name: &str) -> impl Future<Output = Result<()>> + Send;
+    /// Joins the container `id` to the network `name` (which exists); joined already is
+    /// joined.
+    fn connect_network(&self, id: &str, name: &str) -> impl Future<Output = Result<()>> + Send;
+    /// Removes the network `name`, first disconnecting any container still on it (the
+    /// ingress proxy); a network that is gone is removed.
+    fn remove_network(&self, name: &str) -> impl Future<Output = Result<()>> + Send;
     /// A container's detailed state.
     fn inspect(&self, id: &str) -> impl Future<Output = Result<Inspection>> + Send;
     /// Waits until the container stops; its exit code.

@@ -1,7 +1,9 @@
 //! Issue 52, acceptance 1: branch previews with the real binary, its real Caddy ingress and a
 //! real engine. A source `shop` owning `{shop}` and `{shop}-pr-*` previews `preview/*` at
 //! `{slug}.preview.test`: a push to `preview/feat-x` makes its preview answer at its host; a
-//! second push updates it; a preview reaching the base scope's claim is rejected with its
+//! second push updates it; the preview runs on its own network (it cannot reach a base
+//! replica by alias or address, the ingress still serves it) that goes with it; a preview
+//! reaching the base scope's claim is rejected with its
 //! location; a third preview past `max = 2` is refused with a status line; deleting the
 //! branch removes its containers, route, asset files and volume and nothing of the base; a
 //! short `ttl` removes the rest.
@@ -132,6 +134,49 @@ fn volumes(scope: &str) -> TestResult<String> {
     ])
 }
 
+/// The id of the running web replica of `scope`.
+fn web_of(scope: &str) -> TestResult<String> {
+    let ids = docker(&[
+        "ps",
+        "-q",
+        "--filter",
+        &format!("label=voodu.scope={scope}"),
+        "--filter",
+        "label=voodu.name=web",
+    ])?;
+    Ok(ids
+        .split_whitespace()
+        .next()
+        .ok_or("no web replica")?
+        .to_owned())
+}
+
+/// The networks container `id` is on, with its address on each.
+fn networks_of(id: &str) -> TestResult<serde_json::Map<String, serde_json::Value>> {
+    let text = docker(&["inspect", "-f", "{{json .NetworkSettings.Networks}}", id])?;
+    match serde_json::from_str(text.trim())? {
+        serde_json::Value::Object(map) => Ok(map),
+        other => Err(format!("networks of {id}: {other}").into()),
+    }
+}
+
+/// Whether `GET /` of `http://target:8080` answers 200 from inside container `from`.
+fn reaches(from: &str, target: &str) -> TestResult<bool> {
+    let output = Command::new("docker")
+        .args(["exec", from, "sh", "-c"])
+        .arg(format!(
+            "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 {target} 8080"
+        ))
+        .output()?;
+    Ok(output.status.success() && String::from_utf8_lossy(&output.stdout).contains(" 200 "))
+}
+
+fn network_exists(name: &str) -> TestResult<bool> {
+    Ok(docker(&["network", "ls", "--format", "{{.Name}}"])?
+        .lines()
+        .any(|line| line == name))
+}
+
 fn sources_file(path: &Path, url: &str, shop: &str, ttl: &str) -> TestResult {
     std::fs::write(
         path,
@@ -236,6 +281,40 @@ fn a_branch_gets_its_own_preview_until_it_goes() -> TestResult {
                 .then_some(())
         })?;
         assert!(data_dir.join(format!("assets/{feat}/cfg")).exists());
+        // The preview runs on its own network, not on the base's: it cannot reach a base
+        // replica by its alias or its address, while a base replica can (and the ingress
+        // serves the preview, above).
+        // (The one source of the sources file owns every network it uses: its base is on
+        // `voodu0`.)
+        let feat_network = "voodu0-shop.pr.feat-x";
+        let (base_web, feat_web) = (web_of(&shop)?, web_of(&feat)?);
+        let (base_networks, feat_networks) = (networks_of(&base_web)?, networks_of(&feat_web)?);
+        assert_eq!(
+            feat_networks.keys().collect::<Vec<_>>(),
+            [feat_network],
+            "the preview's networks"
+        );
+        assert!(
+            !base_networks.contains_key(feat_network),
+            "the base's networks: {base_networks:?}"
+        );
+        let (base_network, base_address) = base_networks
+            .iter()
+            .find_map(|(name, network)| {
+                Some((name.clone(), network["IPAddress"].as_str()?.to_owned()))
+            })
+            .ok_or("the base's address")?;
+        let base_alias = format!("web.{shop}");
+        assert!(reaches(&base_web, &base_alias)? && reaches(&base_web, &base_address)?);
+        assert!(
+            !reaches(&feat_web, &base_alias)?,
+            "the preview reached {base_alias}"
+        );
+        assert!(
+            !reaches(&feat_web, &base_address)?,
+            "the preview reached {base_address}"
+        );
+        assert!(reaches(&feat_web, &format!("web.{feat}"))?);
         // A second push updates it.
         push_branch(
             &repo,
@@ -342,6 +421,10 @@ fn a_branch_gets_its_own_preview_until_it_goes() -> TestResult {
                 .then_some(())
         })?;
         assert!(!data_dir.join(format!("assets/{feat}")).exists());
+        wait_until(LIMIT, "the preview's network gone", || {
+            (!network_exists(feat_network).ok()?).then_some(())
+        })?;
+        assert!(network_exists(&base_network)?);
         let buckets =
             voodu_agent::store::Store::open_read_only(&data_dir.join("state.db"))?.buckets()?;
         assert!(
@@ -371,7 +454,8 @@ fn a_branch_gets_its_own_preview_until_it_goes() -> TestResult {
                 .ok()?
                 .iter()
                 .any(|(slug, state, _)| slug == "third" && state == "expired");
-            (third_gone && expired).then_some(())
+            let network_gone = !network_exists("voodu0-shop.pr.third").ok()?;
+            (third_gone && expired && network_gone).then_some(())
         })?;
         assert!(volumes(&shop)?.contains(&base_volume));
         wait_until(

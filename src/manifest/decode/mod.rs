@@ -293,7 +293,8 @@ fn refuse_hep3(cx: &mut DecodeCx<'_>, block: &Block) {
     );
 }
 
-/// Fields the host policy reads, by name: the container fields at the block's root,
+/// Fields the host policy reads, by name: the container fields at the block's root (and
+/// `replicas`, `resources {}` for a preview's caps),
 /// `init "name".docker_options` of its init blocks, and a statefulset's
 /// `backup.repository` and `backup.password_file` (host paths).
 fn policy_locations(cx: &DecodeCx<'_>, body: &Body) -> BTreeMap<String, Diagnostic> {
@@ -305,6 +306,7 @@ fn policy_locations(cx: &DecodeCx<'_>, body: &Body) -> BTreeMap<String, Diagnost
         "network_mode",
         "cap_add",
         "docker_options",
+        "replicas",
     ];
     let mut locations = BTreeMap::new();
     for structure in body.iter() {
@@ -316,7 +318,10 @@ fn policy_locations(cx: &DecodeCx<'_>, body: &Body) -> BTreeMap<String, Diagnost
                 );
             }
             Structure::Block(block)
-                if matches!(block.ident.as_str(), "tls" | "on_deploy" | "on_probe") =>
+                if matches!(
+                    block.ident.as_str(),
+                    "tls" | "on_deploy" | "on_probe" | "resources"
+                ) =>
             {
                 locations.insert(
                     block.ident.as_str().to_owned(),

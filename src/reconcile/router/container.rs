@@ -9,7 +9,9 @@
 //! - a config is pushed when it differs from the last one pushed to this container instance
 //!   (id and start time), and on each resync when Caddy's live config differs from it;
 //! - the admin API is reached only through its published loopback port and with the agent's
-//!   origin token.
+//!   origin token;
+//! - the proxy is on every source's network (its spec) and, from each pass on, on the own
+//!   network of every branch preview an ingress routes to (joined, never made, here).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -204,6 +206,7 @@ impl ContainerProxy {
         verify: bool,
     ) -> std::result::Result<Served, PassError> {
         let proxy = self.ensure_proxy(ctx).await?;
+        self.join_preview_networks(ctx, &proxy, table).await?;
         let admin = proxy
             .published_tcp_port(ADMIN_PORT)
             .map(|port| format!("http://127.0.0.1:{}", port.host_port))
@@ -308,6 +311,42 @@ impl ContainerProxy {
             });
         }
         Ok(inspection)
+    }
+
+    /// Joins the proxy to the own network of each preview an ingress of `table` routes to
+    /// (`Ownership::network_of`), which appear and go with the previews: the proxy's spec
+    /// holds only the sources' networks. A removed preview's network is left as it goes
+    /// (`Runtime::remove_network` disconnects the proxy first). Runs on every pass (each
+    /// wake and resync).
+    async fn join_preview_networks<R: Runtime>(
+        &self,
+        ctx: &Ctx<R>,
+        proxy: &Inspection,
+        table: &RouteTable,
+    ) -> std::result::Result<(), PassError> {
+        let wanted: std::collections::BTreeSet<String> = table
+            .ingresses
+            .iter()
+            .map(|view| ctx.options.ownership.network_of(&view.key.scope))
+            .filter(|network| crate::model::scopes::is_preview_network(network))
+            .collect();
+        for network in wanted {
+            if proxy.ip_addresses.contains_key(&network) {
+                continue;
+            }
+            // Never made here: the preview's first container makes it, its removal removes
+            // it (a route left over from a removed preview must not bring it back).
+            match ctx.runtime.connect_network(&proxy.id, &network).await {
+                Ok(()) => {
+                    tracing::info!(container = %proxy.name, %network, "ingress proxy joined a preview's network");
+                }
+                Err(crate::runtime::Error::NotFound { .. }) => {
+                    tracing::debug!(%network, "a preview's network is not there (yet, or any more)");
+                }
+                Err(source) => return Err(runtime_error(&ctx.agent_id, source)),
+            }
+        }
+        Ok(())
     }
 
     async fn create_proxy<R: Runtime>(

@@ -29,6 +29,8 @@ pub struct TestAgentOptions {
     pub windows: Vec<voodu_agent::manifest::window::WindowRule>,
     /// `--preview-*`: branch previews of the repository.
     pub previews: Option<voodu_agent::model::previews::PreviewRules>,
+    /// `--policy`: the host policy (default: default-deny).
+    pub policy: Option<voodu_agent::model::policy::Policy>,
 }
 
 impl Default for TestAgentOptions {
@@ -41,6 +43,7 @@ impl Default for TestAgentOptions {
             notify: None,
             windows: Vec::new(),
             previews: None,
+            policy: None,
         }
     }
 }
@@ -115,6 +118,12 @@ impl TestAgent {
             ..fake_agent_config(&repo, &data.path().join("data"))
         };
         config.sync.windows = options.windows.clone();
+        if let Some(policy) = &options.policy {
+            config.sync.policy = voodu_agent::model::policy::Policy {
+                data_dir: config.sync.policy.data_dir.clone(),
+                ..policy.clone()
+            };
+        }
         let state_db: PathBuf = config.state_db();
         let fake = Arc::new(FakeRuntime::new());
         let shutdown = CancellationToken::new();
