@@ -88,6 +88,7 @@ pub(super) struct RunArgs {
     /// The previews' host policy (the --policy format, JSON): it narrows the agent's for the
     /// previews' containers, never widens it.
     #[arg(
+        help_heading = "Previews",
         long,
         env = "VOODU_PREVIEW_POLICY",
         value_name = "FILE",
@@ -96,6 +97,7 @@ pub(super) struct RunArgs {
     preview_policy: Option<PathBuf>,
     /// Most replicas of a preview's deployment or statefulset (more is refused at its line).
     #[arg(
+        help_heading = "Previews",
         long,
         env = "VOODU_PREVIEW_MAX_REPLICAS",
         value_name = "N",
@@ -104,11 +106,11 @@ pub(super) struct RunArgs {
     preview_max_replicas: Option<usize>,
     /// Most memory of a preview's container, e.g. 512Mi: more is refused at its line, a
     /// container without a limit gets this one.
-    #[arg(long, env = "VOODU_PREVIEW_MEMORY", value_name = "SIZE", requires = "preview_branches", value_parser = parse_preview_memory)]
+    #[arg(help_heading = "Previews", long, env = "VOODU_PREVIEW_MEMORY", value_name = "SIZE", requires = "preview_branches", value_parser = parse_preview_memory)]
     preview_memory: Option<i64>,
     /// Most CPU of a preview's container, in cores (0.5) or millicores (500m): more is
     /// refused at its line, a container without a limit gets this one.
-    #[arg(long, env = "VOODU_PREVIEW_CPUS", value_name = "CORES", requires = "preview_branches", value_parser = parse_preview_cpus)]
+    #[arg(help_heading = "Previews", long, env = "VOODU_PREVIEW_CPUS", value_name = "CORES", requires = "preview_branches", value_parser = parse_preview_cpus)]
     preview_cpus: Option<i64>,
     /// Branch to deploy.
     #[arg(
