@@ -176,7 +176,12 @@ pub(super) fn convert_services(
     let mut files = Vec::new();
     for service in &converted {
         let kind = kinds.get(&service.name).copied().unwrap_or("deployment");
-        let text = render(cx, scope, kind, service, tops, &kinds, &probed, &skipped);
+        let others = Others {
+            kinds: &kinds,
+            probed: &probed,
+            skipped: &skipped,
+        };
+        let text = render(cx, scope, kind, service, tops, &others);
         files.push(OutFile {
             name: format!("{}.hcl", service.name),
             text,
@@ -1307,10 +1312,13 @@ fn render(
     kind: &str,
     s: &Service,
     tops: &Tops,
-    kinds: &BTreeMap<String, &str>,
-    probed: &BTreeSet<String>,
-    skipped: &BTreeSet<String>,
+    others: &Others<'_>,
 ) -> String {
+    let Others {
+        kinds,
+        probed,
+        skipped,
+    } = *others;
     let mut out = String::new();
     out.push_str(&format!("// Service {:?} of the Compose file.\n", s.name));
     out.push_str(&format!("{kind} {} {} {{\n", quote(scope), quote(&s.name)));
@@ -1480,6 +1488,15 @@ fn render(
 /// `service_started` waits longer under the agent (noted); `service_completed_successfully`
 /// (a one-shot container exiting 0) has no equivalent and is named, as is a service not
 /// converted.
+/// What rendering one service knows of the others: each converted service's kind, those
+/// with a readiness probe (from a healthcheck), those not converted (an inactive profile).
+#[derive(Clone, Copy)]
+struct Others<'a> {
+    kinds: &'a BTreeMap<String, &'a str>,
+    probed: &'a BTreeSet<String>,
+    skipped: &'a BTreeSet<String>,
+}
+
 fn start_up_order(
     cx: &mut Cx<'_>,
     scope: &str,
