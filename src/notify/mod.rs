@@ -313,15 +313,18 @@ async fn deliver_once(
         .filter(|event| sink.wants(&event.event, &event.scope))
         .partition(|event| now - event.at <= expiry);
     let dropped = i64::try_from(expired.len()).unwrap_or(i64::MAX) + pruned;
-    let requests = match &sink.target {
-        Target::Message { .. } if fresh.is_empty() => Vec::new(),
-        Target::Message { .. } => vec![message_request(config, sink, &fresh)?],
+    let (requests, sent) = match &sink.target {
+        Target::Message { .. } if fresh.is_empty() => (Vec::new(), Vec::new()),
+        Target::Message { .. } => (
+            vec![message_request(config, sink, &fresh)?],
+            fresh.iter().map(|event| event.id).collect(),
+        ),
         Target::CommitStatus { .. } => status_requests(store, config, sink, &fresh).await?,
     };
     if requests.is_empty() {
         let name = sink.name.clone();
         blocking(store, move |store| {
-            store.sink_done(&name, last, 0, dropped, now)
+            store.sink_done(&name, last, (0, dropped), now, &[])
         })
         .await?;
         *done = Some(last);
@@ -340,7 +343,7 @@ async fn deliver_once(
     tracing::info!(sink = %sink.name, events = delivered, "notification delivered");
     let name = sink.name.clone();
     blocking(store, move |store| {
-        store.sink_done(&name, last, delivered, dropped, now_unix())
+        store.sink_done(&name, last, (delivered, dropped), now_unix(), &sent)
     })
     .await?;
     *done = Some(last);
@@ -376,13 +379,13 @@ fn message_request(config: &NotifyConfig, sink: &Sink, events: &[Event]) -> Resu
 
 /// A commit status sink's requests for `events`: for each commit they decide a status for,
 /// the latest one (a failure stays: nothing later in the batch turns it back), in the order
-/// of their last events.
+/// of their last events; and the ids of the events whose status is sent.
 async fn status_requests(
     store: &Arc<Store>,
     config: &NotifyConfig,
     sink: &Sink,
     events: &[Event],
-) -> Result<Vec<Request>, Error> {
+) -> Result<(Vec<Request>, Vec<i64>), Error> {
     let Target::CommitStatus {
         provider,
         api_url,
@@ -391,11 +394,11 @@ async fn status_requests(
         source,
     } = &sink.target
     else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     };
     // With several sources, only the commits of the sink's source: the others are not in
     // its repository. A commit's events come in runs: each commit is looked up once.
-    let mut decided: Vec<(String, State, String)> = Vec::new();
+    let mut decided: Vec<(String, State, String, i64)> = Vec::new();
     let mut ours: HashMap<&str, bool> = HashMap::new();
     let previews = blocking(store, |store| store.previews(None)).await?;
     for event in events.iter().filter(|event| !event.commit.is_empty()) {
@@ -430,15 +433,16 @@ async fn status_requests(
             }
             decided.remove(index);
         }
-        decided.push((event.commit.clone(), state, description));
+        decided.push((event.commit.clone(), state, description, event.id));
     }
     if decided.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
+    let sent = decided.iter().map(|(.., id)| *id).collect();
     let token = read_secret("token", token_file)?;
-    Ok(decided
+    let requests = decided
         .into_iter()
-        .map(|(sha, state, description)| {
+        .map(|(sha, state, description, _)| {
             let preview = preview_target(&previews, source.as_deref(), &sha);
             let (context, target) = match &preview {
                 Some((context, url)) => (context.as_str(), Some(url.as_str())),
@@ -456,7 +460,8 @@ async fn status_requests(
                 target,
             )
         })
-        .collect())
+        .collect();
+    Ok((requests, sent))
 }
 
 /// For a commit a branch preview runs (of the sink's `source`, or of any with the single
@@ -479,8 +484,8 @@ fn preview_target(
 }
 
 /// The status an event sets on its commit: pending once applied or held, failure when
-/// rejected or a rollout of it fails, error when a later commit superseded a rollout of it
-/// before it ended, success once every release it opened succeeded (at once when it changed
+/// rejected or a rollout of it fails, error when a later commit superseded it before it ended
+/// (a rollout of it in flight, or one that never started, or its hold), success once every release it opened succeeded (at once when it changed
 /// no workload).
 async fn decide(store: &Arc<Store>, event: &Event) -> Result<Option<(State, String)>, Error> {
     let workloads = |data: &serde_json::Value| -> usize {
@@ -512,7 +517,7 @@ async fn decide(store: &Arc<Store>, event: &Event) -> Result<Option<(State, Stri
             format!("{} {}: {}", event.event, event.resource, event.message),
         )),
         // A later commit's rollout replaced this commit's before it ended: it never will.
-        "rollout.superseded" => {
+        "rollout.superseded" | "commit.superseded" => {
             let by = event.data["superseded_by"].as_str().unwrap_or_default();
             Some((
                 State::Error,
@@ -787,6 +792,17 @@ mod tests {
             decide(&store, &event).await?,
             Some((State::Error, "superseded by 2222222".to_owned()))
         );
+        // A commit replaced before its rollout began (`commit.superseded`): the same.
+        let event = Event {
+            event: "commit.superseded".to_owned(),
+            resource: String::new(),
+            data: serde_json::json!({ "superseded_by": "3".repeat(40) }),
+            ..event
+        };
+        assert_eq!(
+            decide(&store, &event).await?,
+            Some((State::Error, "superseded by 3333333".to_owned()))
+        );
         Ok(())
     }
 
@@ -967,7 +983,7 @@ mod tests {
             ("", vec![shop.clone(), blog.clone()]),
         ] {
             let config = config(source)?;
-            let requests = status_requests(&store, &config, &config.sinks[0], &events).await?;
+            let (requests, _) = status_requests(&store, &config, &config.sinks[0], &events).await?;
             let shas: Vec<String> = requests
                 .iter()
                 .filter_map(|request| request.url.rsplit('/').next().map(str::to_owned))

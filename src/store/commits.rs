@@ -392,6 +392,13 @@ fn record_apply(
         entry.message = &message;
         entry.data = data;
         activity::record(tx, &entry)?;
+        let touched: Vec<String> = summary
+            .puts
+            .iter()
+            .chain(&summary.deletes)
+            .map(ToString::to_string)
+            .collect();
+        super::outbox::supersede_unfinished(tx, source, sha, &touched)?;
     }
     for outcome in outcomes {
         let resource = format!("trigger/{}", outcome.name);
@@ -415,6 +422,18 @@ fn record_apply(
                 entry.message = &message;
                 entry.data = serde_json::json!({ "trigger_file": outcome.path });
                 activity::record(tx, &entry)?;
+                // The held commit it replaces will never be approved: its status ends.
+                if let Some(replaced) = replaced
+                    && replaced != sha
+                {
+                    super::outbox::put_superseded(
+                        tx,
+                        source,
+                        replaced,
+                        sha,
+                        "while it was held for approval",
+                    )?;
+                }
             }
             Verdict::Approved { commit, by } => {
                 let who = Who::new(context.who.origin, Some(by));

@@ -10,6 +10,9 @@
 //! resource it is about (`""` for the single `--repo` source and for host-wide events), so a
 //! receiver of several agents' or sources' events can tell them apart.
 //!
+//! A sink's delivery records which events its requests told (`deliveries`: event id, sink),
+//! for a resource's timeline ("sent to"); those rows go when their event leaves the outbox.
+//!
 //! Invariants: event names are [`EVENTS`]; messages and data are bounded like the activity
 //! log's; the table keeps at most [`MAX_EVENTS`] rows and [`RETENTION_SECS`] of them (an
 //! event pruned before a sink read it is counted as dropped for that sink when it sees the
@@ -32,7 +35,10 @@ pub const EVENTS: &[&str] = &[
     "rollout.failed",
     "rollout.rolled_back",
     "rollout.superseded",
+    "commit.superseded",
     "drift.repaired",
+    "probe.failing",
+    "probe.recovered",
     "fetch.failing",
     "fetch.recovered",
     "engine.unreachable",
@@ -51,6 +57,8 @@ pub const EVENTS: &[&str] = &[
 
 /// Most events kept.
 pub(super) const MAX_EVENTS: i64 = 10_000;
+/// [`MAX_EVENTS`] as a count of items.
+const MAX_EVENTS_USIZE: usize = 10_000;
 /// How long events are kept: a week.
 pub(super) const RETENTION_SECS: i64 = 7 * 24 * 3600;
 /// Longest message kept, in bytes.
@@ -152,6 +160,106 @@ pub(super) fn put(tx: &Transaction<'_>, event: &NewEvent<'_>) -> rusqlite::Resul
     Ok(())
 }
 
+/// Most earlier commits looked at when a commit is applied ([`supersede_unfinished`]).
+const OPEN_COMMITS_LOOKED_AT: usize = 20;
+
+/// When commit `sha` of `source` is applied, changing or deleting `touched`: each earlier
+/// commit of the source still waiting for a rollout that now never comes (a workload it
+/// changed that `sha` changes too, with no release of its own yet) gets a
+/// `commit.superseded` event, so its commit status ends (`error`) instead of staying
+/// `pending`. A commit with a release in flight hears of it by `rollout.superseded`; one
+/// whose every release ended, or that was already told, is left alone.
+pub(super) fn supersede_unfinished(
+    tx: &Transaction<'_>,
+    source: &str,
+    sha: &CommitSha,
+    touched: &[String],
+) -> rusqlite::Result<()> {
+    let earlier: Vec<(String, String)> = {
+        let mut statement = tx.prepare_cached(
+            "SELECT commit_sha, data FROM outbox
+             WHERE event = 'commit.applied' AND commit_sha <> ?1 AND commit_sha <> ''
+             ORDER BY id DESC LIMIT ?2",
+        )?;
+        let rows = statement.query_map(
+            params![
+                sha.as_str(),
+                i64::try_from(OPEN_COMMITS_LOOKED_AT * 4).unwrap_or(i64::MAX)
+            ],
+            |row| <(String, String)>::try_from(row),
+        )?;
+        rows.collect::<rusqlite::Result<_>>()?
+    };
+    let mut seen = std::collections::HashSet::new();
+    for (commit, data) in earlier {
+        if !seen.insert(commit.clone()) || seen.len() > OPEN_COMMITS_LOOKED_AT {
+            continue;
+        }
+        let data: serde_json::Value = serde_json::from_str(&data).unwrap_or_default();
+        if data["source"].as_str().unwrap_or_default() != source {
+            continue;
+        }
+        let ended: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM outbox WHERE commit_sha = ?1 AND event IN
+               ('commit.superseded', 'rollout.superseded', 'rollout.failed', 'commit.rejected'))",
+            params![commit],
+            |row| row.get(0),
+        )?;
+        if ended {
+            continue;
+        }
+        let never_rolled = data["changed"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(serde_json::Value::as_str)
+            .filter(|key| key.starts_with("deployment/") || key.starts_with("statefulset/"))
+            .filter(|key| touched.iter().any(|touched| touched == key))
+            .map(|key| {
+                tx.query_row(
+                    "SELECT NOT EXISTS (SELECT 1 FROM releases
+                       WHERE kind || '/' || scope || '/' || name = ?1 AND commit_sha = ?2)",
+                    params![key, commit],
+                    |row| row.get::<_, bool>(0),
+                )
+            })
+            .collect::<rusqlite::Result<Vec<bool>>>()?
+            .into_iter()
+            .any(|never| never);
+        if !never_rolled {
+            continue;
+        }
+        let commit = CommitSha::new(commit);
+        put_superseded(tx, source, &commit, sha, "before its rollout started")?;
+    }
+    Ok(())
+}
+
+/// A `commit.superseded` event: `commit` of `source` will never end, `by` replaced it.
+pub(super) fn put_superseded(
+    tx: &Transaction<'_>,
+    source: &str,
+    commit: &CommitSha,
+    by: &CommitSha,
+    when: &str,
+) -> rusqlite::Result<()> {
+    put(
+        tx,
+        &NewEvent {
+            event: "commit.superseded",
+            resource: "",
+            commit: Some(commit),
+            message: &format!(
+                "commit {} superseded by commit {} {when}",
+                commit.short(),
+                by.short()
+            ),
+            data: serde_json::json!({ "superseded_by": by.as_str() }),
+            source,
+        },
+    )
+}
+
 impl Store {
     /// Appends an event that reports no store change of its own (a drift repair, a test).
     pub(crate) fn record_event(
@@ -212,6 +320,29 @@ impl Store {
             .filter(|event| names.contains(&event.event.as_str()))
             .take(limit)
             .collect())
+    }
+
+    /// The newest `limit` events about `resource` some sink delivered, newest first, each
+    /// with the sinks that did (by name).
+    pub fn sent_of(&self, resource: &str, limit: usize) -> Result<Vec<(Event, Vec<String>)>> {
+        self.with(|connection| {
+            let mut statement = connection.prepare_cached(
+                "SELECT o.id, o.at, o.event, o.scope, o.resource, o.commit_sha, o.message, o.data,
+                   group_concat(d.sink, char(10))
+                 FROM outbox o JOIN deliveries d ON d.event_id = o.id
+                 WHERE o.resource = ?1 GROUP BY o.id ORDER BY o.id DESC LIMIT ?2",
+            )?;
+            let rows = statement.query_map(
+                params![resource, i64::try_from(limit).unwrap_or(i64::MAX)],
+                |row| {
+                    let sinks: String = row.get(8)?;
+                    let mut sinks: Vec<String> = sinks.split('\n').map(str::to_owned).collect();
+                    sinks.sort();
+                    Ok((event_row(row)?, sinks))
+                },
+            )?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
     }
 
     /// The newest event id (0 when there is none).
@@ -275,23 +406,36 @@ impl Store {
     }
 
     /// Sink `name` is done with every event up to `done_id`: `delivered` of them were sent
-    /// (now, `at`), `dropped` expired unsent.
+    /// (now, `at`), `dropped` expired unsent; `sent` are the ids of the events its requests
+    /// told (the timeline's "sent to"), kept while the outbox keeps them.
     pub(crate) fn sink_done(
         &self,
         name: &str,
         done_id: i64,
-        delivered: i64,
-        dropped: i64,
+        (delivered, dropped): (i64, i64),
         at: i64,
+        sent: &[i64],
     ) -> Result<()> {
         let result = self.with(|connection| {
-            connection.execute(
+            let tx = connection.transaction()?;
+            tx.execute(
                 "UPDATE sinks SET done_id = max(done_id, ?2), delivered = delivered + ?3,
                    dropped = dropped + ?4,
                    last_success = CASE WHEN ?3 > 0 THEN ?5 ELSE last_success END
                  WHERE name = ?1",
                 params![name, done_id, delivered, dropped, at],
             )?;
+            for id in sent.iter().take(MAX_EVENTS_USIZE) {
+                tx.execute(
+                    "INSERT OR IGNORE INTO deliveries (event_id, sink, at) VALUES (?1, ?2, ?3)",
+                    params![id, name, at],
+                )?;
+            }
+            tx.execute(
+                "DELETE FROM deliveries WHERE event_id < (SELECT coalesce(min(id), 0) FROM outbox)",
+                [],
+            )?;
+            tx.commit()?;
             Ok(())
         });
         self.mark_changed();
@@ -393,8 +537,18 @@ mod tests {
             "a new sink starts at the head"
         );
         assert_eq!(store.sink_state("ci", 0)?.backlog, 3);
-        store.sink_done("ci", 2, 2, 0, 100)?;
-        store.sink_done("ci", 1, 0, 0, 101)?;
+        store.sink_done("ci", 2, (2, 0), 100, &[1, 2])?;
+        store.sink_done("ci", 1, (0, 0), 101, &[])?;
+        store.sink_done("chat", head, (1, 0), 102, &[1])?;
+        // Which sinks told each event (the timeline's "sent to").
+        let sent = store.sent_of("deployment/shop/w0", 10)?;
+        assert_eq!(sent.len(), 1);
+        assert_eq!(
+            (sent[0].0.id, sent[0].1.as_slice()),
+            (1, &["chat".to_owned(), "ci".to_owned()][..])
+        );
+        assert_eq!(store.sent_of("deployment/shop/w1", 10)?[0].1, ["ci"]);
+        assert!(store.sent_of("deployment/shop/w2", 10)?.is_empty());
         let ci = store.sink_state("ci", 0)?;
         assert_eq!(
             (ci.done_id, ci.delivered, ci.backlog, ci.last_success),

@@ -1,6 +1,8 @@
 //! Run-time records of the kinds that are not plain replicas: job runs (jobs and cronjob
 //! ticks) with their exit code and log tail, each cronjob's schedule position, and the
-//! readiness of every replica (which the ingress routes follow and rollouts wait for).
+//! readiness of every replica (which the ingress routes follow and rollouts wait for), and
+//! the outbox events of a replica's probe verdict turning (`probe.failing`,
+//! `probe.recovered`), written with the readiness row, on the transition only and bounded.
 //!
 //! Invariants: a job run is written as `running` before its container starts and finished
 //! once, so a killed agent finds the runs it must still wait for; history is trimmed to the
@@ -237,11 +239,23 @@ impl Store {
         })
     }
 
-    /// Records one replica's readiness.
+    /// Records one replica's readiness. A probe's verdict turning (a ready replica whose
+    /// readiness or liveness probe now fails; one that failed so passing again) is also an
+    /// outbox event, `probe.failing` / `probe.recovered` (the resource's timeline, the
+    /// sinks), on the transition only and at most one `probe.failing` per resource per
+    /// [`PROBE_EVENT_GAP`]: a recovery is told only of the replica whose failing was told.
     pub fn put_readiness(&self, readiness: &Readiness) -> Result<()> {
         let key = &readiness.key;
-        self.with(|connection| {
-            connection.prepare_cached(
+        let told = self.with(|connection| {
+            let tx = connection.transaction()?;
+            let before: Option<(String, bool, String)> = tx
+                .query_row(
+                    "SELECT container_id, ready, reason FROM readiness WHERE container = ?1",
+                    params![readiness.container],
+                    |row| <(String, bool, String)>::try_from(row),
+                )
+                .optional()?;
+            tx.prepare_cached(
                 "INSERT INTO readiness (container, container_id, kind, scope, name, ready, reason, address, updated_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
                  ON CONFLICT (container) DO UPDATE SET container_id = excluded.container_id,
@@ -261,8 +275,21 @@ impl Store {
                     readiness.updated_at
                 ],
             )?;
-            Ok(())
-        })
+            let before = before
+                .as_ref()
+                .filter(|(id, ..)| *id == readiness.container_id)
+                .map(|(_, ready, reason)| (*ready, reason.as_str()));
+            let told = match probe_turn(before, readiness.ready, &readiness.reason) {
+                Some(event) => tell_probe_turn(&tx, event, readiness)?,
+                None => false,
+            };
+            tx.commit()?;
+            Ok(told)
+        })?;
+        if told {
+            self.mark_changed();
+        }
+        Ok(())
     }
 
     /// Readiness of a resource's replicas.
@@ -394,4 +421,83 @@ impl Store {
             .run_images(key, spec_hash)?
             .unwrap_or_else(|| images.clone()))
     }
+}
+
+/// The fewest seconds between two `probe.failing` events of one resource.
+pub(crate) const PROBE_EVENT_GAP: i64 = 60;
+
+/// A reason the probe runner gives when a probe's verdict is the cause (not a start, a
+/// settle time or a stop).
+fn probe_reason(reason: &str) -> bool {
+    reason.starts_with("readiness probe") || reason.starts_with("liveness probe")
+}
+
+/// The event a replica's readiness change is (pure): `before` is what the same container
+/// instance had recorded (ready, reason), if anything.
+pub(crate) fn probe_turn(
+    before: Option<(bool, &str)>,
+    ready: bool,
+    reason: &str,
+) -> Option<&'static str> {
+    match before {
+        Some((true, _)) if !ready && probe_reason(reason) => Some("probe.failing"),
+        Some((false, was)) if ready && probe_reason(was) => Some("probe.recovered"),
+        _ => None,
+    }
+}
+
+/// Appends `event` for `readiness`'s replica unless the bounds say not (see
+/// [`Store::put_readiness`]); whether it did.
+fn tell_probe_turn(
+    tx: &rusqlite::Transaction<'_>,
+    event: &str,
+    readiness: &Readiness,
+) -> rusqlite::Result<bool> {
+    let resource = readiness.key.to_string();
+    let tell = if event == "probe.failing" {
+        !tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM outbox
+               WHERE resource = ?1 AND event = 'probe.failing' AND at > ?2)",
+            params![resource, now_unix() - PROBE_EVENT_GAP],
+            |row| row.get::<_, bool>(0),
+        )?
+    } else {
+        let last: Option<(String, String)> = tx
+            .query_row(
+                "SELECT event, data FROM outbox
+                 WHERE resource = ?1 AND event IN ('probe.failing', 'probe.recovered')
+                 ORDER BY id DESC LIMIT 1",
+                params![resource],
+                |row| <(String, String)>::try_from(row),
+            )
+            .optional()?;
+        last.is_some_and(|(last, data)| {
+            last == "probe.failing"
+                && serde_json::from_str::<serde_json::Value>(&data).is_ok_and(|data| {
+                    data["container"].as_str() == Some(readiness.container.as_str())
+                })
+        })
+    };
+    if tell {
+        let message = if event == "probe.failing" {
+            format!(
+                "replica {} is failing: {}",
+                readiness.container, readiness.reason
+            )
+        } else {
+            format!("replica {} passes its probes again", readiness.container)
+        };
+        super::outbox::put(
+            tx,
+            &super::outbox::NewEvent {
+                event,
+                resource: &resource,
+                commit: None,
+                message: &message,
+                data: serde_json::json!({ "container": readiness.container }),
+                source: "",
+            },
+        )?;
+    }
+    Ok(tell)
 }

@@ -489,4 +489,15 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (source, slug)
     );
     "#,
+    // ---- issue 53: the resource timeline ----
+    // 22: which sinks delivered each outbox event (`store/outbox.rs`, the timeline's "sent
+    // to"); pruned with the outbox.
+    r#"
+    CREATE TABLE deliveries (
+        event_id INTEGER NOT NULL,
+        sink     TEXT NOT NULL,
+        at       INTEGER NOT NULL,
+        PRIMARY KEY (event_id, sink)
+    ) WITHOUT ROWID;
+    "#,
 ];

@@ -984,6 +984,124 @@ fn a_job_run_is_finished_once_and_trimming_keeps_the_newest_and_the_running() ->
     Ok(())
 }
 
+/// Issue 53: a commit applied but replaced by the next one before any of its releases
+/// started gets `commit.superseded` (its commit status ends), once; a commit whose release
+/// ran, or one the next commit does not touch, does not.
+#[test]
+fn a_commit_replaced_before_its_rollout_started_is_told_superseded_once() -> TestResult {
+    let f = fixture()?;
+    rollout(&f.store, 1, &web_v("1", "a"), ReleasePhase::Succeeded)?;
+    let api = f
+        .store
+        .begin_release(&f.store.desired(&key("api"))?.ok_or("api")?)?;
+    f.store
+        .finish_release(api.id, ReleasePhase::Succeeded, "")?;
+    // Commit 2 changes web; commit 3 changes web again before web's release of 2 began.
+    apply(&f.store, 2, &web_v("2", "a"))?;
+    apply(&f.store, 3, &web_v("3", "a"))?;
+    // Commit 4 changes only api: 3's web release has not begun, but web is still 3's to roll.
+    apply(&f.store, 4, &web_v("3", "b"))?;
+    let superseded = |store: &Store| -> TestResult<Vec<(String, String)>> {
+        Ok(store
+            .events_after(0, 100)?
+            .into_iter()
+            .filter(|event| event.event == "commit.superseded")
+            .map(|event| {
+                (
+                    event.commit,
+                    event.data["superseded_by"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                )
+            })
+            .collect())
+    };
+    assert_eq!(
+        superseded(&f.store)?,
+        [(sha(2).as_str().to_owned(), sha(3).as_str().to_owned())]
+    );
+    // Commit 5 changes web: 3 never rolled it (superseded), 1's release ran (left alone), 2
+    // was told already.
+    apply(&f.store, 5, &web_v("5", "b"))?;
+    assert_eq!(
+        superseded(&f.store)?,
+        [
+            (sha(2).as_str().to_owned(), sha(3).as_str().to_owned()),
+            (sha(3).as_str().to_owned(), sha(5).as_str().to_owned()),
+        ]
+    );
+    Ok(())
+}
+
+/// Issue 53: a replica's probe verdict turning is an outbox event on the transition only:
+/// ready → failing once (not at every failed probe, nor a start's "not ready"), at most one
+/// `probe.failing` per resource per gap, and its recovery once.
+#[test]
+fn probe_turns_are_events_on_the_transition_only() -> TestResult {
+    let f = fixture()?;
+    let row = |container: &str, ready: bool, reason: &str| crate::store::Readiness {
+        container: container.to_owned(),
+        container_id: format!("id-{container}"),
+        key: key("web"),
+        ready,
+        reason: reason.to_owned(),
+        address: "10.0.0.2".to_owned(),
+        updated_at: 1,
+    };
+    let probe_events = |store: &Store| -> TestResult<Vec<(String, String)>> {
+        Ok(store
+            .events_of(
+                "deployment/s/web",
+                &["probe.failing", "probe.recovered"],
+                50,
+            )?
+            .into_iter()
+            .rev()
+            .map(|event| (event.event, event.message))
+            .collect())
+    };
+    // A start: not ready until the probe passes; no event.
+    f.store
+        .put_readiness(&row("web-1", false, "running for less than 5s"))?;
+    f.store.put_readiness(&row("web-1", true, ""))?;
+    f.store.put_readiness(&row("web-2", true, ""))?;
+    assert!(probe_events(&f.store)?.is_empty());
+    // web-1 fails, again and again: one event.
+    for n in 0..5 {
+        f.store.put_readiness(&row(
+            "web-1",
+            false,
+            &format!("readiness probe: answered 500 ({n})"),
+        ))?;
+    }
+    // web-2 fails within the gap: not told; web-1 recovers: told.
+    f.store
+        .put_readiness(&row("web-2", false, "readiness probe: answered 500"))?;
+    f.store.put_readiness(&row("web-2", true, ""))?;
+    f.store.put_readiness(&row("web-1", true, ""))?;
+    f.store.put_readiness(&row("web-1", true, ""))?;
+    assert_eq!(
+        probe_events(&f.store)?,
+        [
+            (
+                "probe.failing".to_owned(),
+                "replica web-1 is failing: readiness probe: answered 500 (0)".to_owned()
+            ),
+            (
+                "probe.recovered".to_owned(),
+                "replica web-1 passes its probes again".to_owned()
+            ),
+        ]
+    );
+    assert_eq!(
+        crate::store::runs::probe_turn(Some((true, "")), false, "stopped"),
+        None,
+        "a stop is no probe failing"
+    );
+    Ok(())
+}
+
 #[test]
 fn a_new_release_supersedes_one_in_flight_and_an_operator_rollback_never_targets_it() -> TestResult
 {

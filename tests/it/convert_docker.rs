@@ -8,7 +8,9 @@
 //! `build`) becomes a local image (`voodu-postgres:latest` where the image was a postgres,
 //! else `voodu-busybox:latest`); published host ports become free ones (two runs on one host
 //! must not collide with other tests); `container_name`s get the test's prefix (they are
-//! global names). Everything else is kept as written. Services whose command busybox cannot
+//! global names); `depends_on` is dropped (a stand-in that exits at once is never Ready, and
+//! the start-up order `convert` writes would keep its dependents from being created; the
+//! order is not what is compared). Everything else is kept as written. Services whose command busybox cannot
 //! run exit at once or never start: the comparison is made on `docker inspect` of the
 //! created container (config, mounts, port bindings), which exists either way, on both sides
 //! alike.
@@ -168,7 +170,7 @@ fn rewrite(text: &str, prefix: &str) -> TestResult<String> {
         let ind = indent(line);
         let trimmed = line.trim();
         if let Some(at) = skip {
-            if trimmed.is_empty() || ind > at {
+            if trimmed.is_empty() || ind > at || (ind == at && trimmed.starts_with("- ")) {
                 continue;
             }
             skip = None;
@@ -204,6 +206,12 @@ fn rewrite(text: &str, prefix: &str) -> TestResult<String> {
         } else if ind >= 2 && trimmed.starts_with("build:") {
             out.push(format!("{pad}image: voodu-busybox:latest"));
             if trimmed == "build:" {
+                skip = Some(ind);
+            }
+        } else if ind >= 2 && trimmed.starts_with("depends_on:") {
+            // A stand-in busybox exits at once: it is never Ready (nor healthy), so a start-up
+            // order on it would keep its dependents from being created at all.
+            if trimmed == "depends_on:" {
                 skip = Some(ind);
             }
         } else if ind >= 2 && trimmed.starts_with("container_name:") {

@@ -69,7 +69,26 @@ async fn pages_show_the_stored_state_escaped_with_a_strict_csp() -> TestResult {
     let repo = TempRepo::new()?;
     repo.write("web.hcl", &web("<b>one</b>"))?;
     let first = repo.commit("web one")?;
-    let agent = TestAgent::start(repo, TestAgentOptions::default()).await?;
+    // A generic sink, so the timeline can say what was sent to it.
+    let receiver = crate::support::http::Capture::start()?;
+    let secrets = tempfile::tempdir()?;
+    let url_file = secrets.path().join("url");
+    std::fs::write(&url_file, receiver.url("/hook"))?;
+    let notify = voodu_agent::notify::NotifyConfig::parse(
+        "notify.hcl",
+        &format!(
+            "notify \"ci\" {{\n  type = \"generic\"\n  url_file = \"{}\"\n  interval = \"1s\"\n}}\n",
+            url_file.display()
+        ),
+    )?;
+    let agent = TestAgent::start(
+        repo,
+        TestAgentOptions {
+            notify: Some(notify),
+            ..TestAgentOptions::default()
+        },
+    )
+    .await?;
     agent.applied(&first).await?;
     let key = ResourceKey::new(Kind::Deployment, "shop", "web");
     web_ready(&agent, &key, 1).await?;
@@ -135,6 +154,27 @@ async fn pages_show_the_stored_state_escaped_with_a_strict_csp() -> TestResult {
         "{page}"
     );
     assert!(page.contains("<form class=\"compare\""), "{page}");
+    // A replica's readiness probe turns failing (as the probe runner records it; web has no
+    // probe of its own, so nothing records it back): one `probe.failing` row.
+    let replica = agent
+        .store
+        .readiness(&key)?
+        .into_iter()
+        .next()
+        .ok_or("no readiness row")?;
+    agent.store.put_readiness(&voodu_agent::store::Readiness {
+        ready: false,
+        reason: "readiness probe: answered 500 <b>".to_owned(),
+        ..replica.clone()
+    })?;
+    // The sink delivered web's rollout events.
+    agent
+        .until("a sent event of web", |store| {
+            Ok((!store.sent_of("deployment/shop/web", 10)?.is_empty()).then_some(()))
+        })
+        .await?;
+
+    let (_, _, page) = fetch(&client, &agent.url("/ui/resource/deployment/shop/web")).await?;
     // Its timeline, from the activity log: the rollouts of its two releases.
     let timeline = page
         .split("<section id=\"timeline\">")
@@ -142,6 +182,24 @@ async fn pages_show_the_stored_state_escaped_with_a_strict_csp() -> TestResult {
         .ok_or("no timeline section")?;
     assert!(
         timeline.matches("<td>rollout</td>").count() >= 2,
+        "{timeline}"
+    );
+    // Issue 53: the probe failing, escaped, and the notifications sent.
+    assert!(
+        timeline.contains("<td>probe.failing</td><td class=\"bad\">failing</td>"),
+        "{timeline}"
+    );
+    assert!(
+        timeline.contains(&format!(
+            "replica {} is failing: readiness probe: answered 500 &lt;b&gt;",
+            replica.container
+        )),
+        "{timeline}"
+    );
+    assert!(
+        timeline.contains("<td>notify.sent</td>")
+            && (timeline.contains("rollout.succeeded sent to ci")
+                || timeline.contains("rollout.started sent to ci")),
         "{timeline}"
     );
     let releases = agent.store.releases(&key, 10)?;

@@ -269,6 +269,81 @@ async fn sinks_hear_of_deploys_and_rejections_and_a_receiver_that_was_down_gets_
     agent.stop().await
 }
 
+/// Issue 53: a commit that got `pending` and was replaced by the next push before its
+/// rollout began (here: a manual trigger's hold the next push replaces) ends `error`,
+/// "superseded by <sha7>", instead of `pending` for good.
+#[tokio::test]
+async fn a_commit_replaced_before_its_rollout_began_ends_in_error() -> TestResult {
+    let github = Capture::start()?;
+    let secrets = tempfile::tempdir()?;
+    let token = secrets.path().join("gh-token");
+    std::fs::write(&token, "ghp_t0k\n")?;
+    let config = NotifyConfig::parse(
+        "notify.hcl",
+        &format!(
+            r#"
+        commit_status "origin" {{
+          provider = "github"
+          api_url = "{api}"
+          repository = "acme/deploy"
+          token_file = "{token}"
+          interval = "1s"
+        }}
+        "#,
+            api = github.url("/api/v3"),
+            token = token.display(),
+        ),
+    )?;
+    let repo = TempRepo::new()?;
+    repo.write("web.hcl", &web("1"))?;
+    repo.write(
+        ".voodu/web.yml",
+        "on:\n  push:\n    branches: [main]\napply:\n  file: web.hcl\ndeploy: manual\n",
+    )?;
+    let first = repo.commit("web v1, manual")?;
+    let agent = TestAgent::start(
+        repo,
+        TestAgentOptions {
+            interval: Duration::from_millis(100),
+            notify: Some(config),
+            ..TestAgentOptions::default()
+        },
+    )
+    .await?;
+    agent.applied(&first).await?;
+    let state_of = |sha: &str, state: &str| {
+        let (path, state) = (
+            format!("/api/v3/repos/acme/deploy/statuses/{sha}"),
+            format!(r#""state":"{state}""#),
+        );
+        move |request: &Captured| request.path == path && request.body.contains(&state)
+    };
+    until("the held commit's pending status", || {
+        github.received().iter().any(state_of(&first, "pending"))
+    })
+    .await?;
+    // The next push replaces the hold before the first commit ever rolled.
+    agent.repo.write("web.hcl", &web("2"))?;
+    let second = agent.repo.commit("web v2")?;
+    until("the replaced commit's error status", || {
+        github.received().iter().any(state_of(&first, "error"))
+    })
+    .await?;
+    let ended = github
+        .received()
+        .into_iter()
+        .rfind(|request| request.path.ends_with(&first))
+        .ok_or("no status of the first commit")?;
+    let body: serde_json::Value = serde_json::from_str(&ended.body)?;
+    assert_eq!(body["state"], "error", "{body}");
+    assert_eq!(
+        body["description"],
+        format!("superseded by {}", &second[..7]).as_str(),
+        "{body}"
+    );
+    agent.stop().await
+}
+
 /// `notify test NAME` sends one test message and says so; an unknown name lists the sinks.
 #[tokio::test]
 async fn notify_test_sends_one_message_to_the_named_sink() -> TestResult {

@@ -2,7 +2,9 @@
 //! (`Store::activity`, the rows `activity` and `GET /activity` show), newest first; and a
 //! resource page's timeline: the activity log's rows about the resource (commits, releases and
 //! rollouts, rollbacks, pins, config, images found) with the events the outbox alone records
-//! for it ([`TIMELINE_EVENTS`]: drift repairs, moved tags, superseded rollouts), newest first.
+//! for it ([`TIMELINE_EVENTS`]: drift repairs, moved tags, superseded rollouts, probes failing
+//! and recovering), and the notifications sent about it (an outbox event of the resource some
+//! sinks delivered: "EVENT sent to SINK, …", `Store::sent_of`), newest first.
 //!
 //! Invariant: every stored text (action, actor, resource, message: a pusher's name and a
 //! commit's text are attacker-controlled) reaches the page through [`Esc`]; the section is
@@ -26,6 +28,8 @@ const TIMELINE_EVENTS: &[&str] = &[
     "image.tag_moved",
     "image.unverified",
     "rollout.superseded",
+    "probe.failing",
+    "probe.recovered",
 ];
 
 /// One line of a timeline.
@@ -46,9 +50,10 @@ pub(super) fn timeline(store: &Store, resource: &str) -> String {
         .activity_of(resource, TIMELINE_ROWS)
         .and_then(|entries| {
             let events = store.events_of(resource, TIMELINE_EVENTS, TIMELINE_ROWS)?;
-            Ok((entries, events))
+            let sent = store.sent_of(resource, TIMELINE_ROWS)?;
+            Ok((entries, events, sent))
         });
-    let (entries, events) = match read {
+    let (entries, events, sent) = match read {
         Ok(read) => read,
         Err(error) => {
             let _ = writeln!(
@@ -79,6 +84,8 @@ pub(super) fn timeline(store: &Store, resource: &str) -> String {
                 outcome: match event.event.as_str() {
                     "drift.repaired" => "repaired",
                     "rollout.superseded" => "superseded",
+                    "probe.failing" => "failing",
+                    "probe.recovered" => "recovered",
                     _ => "warning",
                 }
                 .to_owned(),
@@ -86,6 +93,14 @@ pub(super) fn timeline(store: &Store, resource: &str) -> String {
                 commit: short(&event.commit).to_owned(),
                 message: event.message,
             }
+        }))
+        .chain(sent.into_iter().map(|(event, sinks)| Line {
+            at: event.at,
+            id: (event.id, 2),
+            what: "notify.sent".to_owned(),
+            outcome: "sent".to_owned(),
+            commit: short(&event.commit).to_owned(),
+            message: format!("{} sent to {}", event.event, sinks.join(", ")),
         }))
         .collect();
     // Newest first; the two logs' rows of one second in their own order.

@@ -75,7 +75,8 @@ struct Service {
     cpu: Option<String>,
     memory: Option<String>,
     probe: Option<Probe>,
-    depends_on: Vec<(String, String)>,
+    /// Compose's `depends_on`: the service, its condition, where it is named.
+    depends_on: Vec<(String, String, Node)>,
     logs: Option<(Option<String>, Option<i64>)>,
 }
 
@@ -166,10 +167,21 @@ pub(super) fn convert_services(
             },
         );
     }
+    // The services whose healthcheck became a readiness probe: their Ready is Compose's healthy.
+    let probed: BTreeSet<String> = converted
+        .iter()
+        .filter(|service| service.probe.is_some())
+        .map(|service| service.name.clone())
+        .collect();
     let mut files = Vec::new();
     for service in &converted {
         let kind = kinds.get(&service.name).copied().unwrap_or("deployment");
-        let text = render(cx, scope, kind, service, tops, &kinds, &skipped);
+        let others = Others {
+            kinds: &kinds,
+            probed: &probed,
+            skipped: &skipped,
+        };
+        let text = render(cx, scope, kind, service, tops, &others);
         files.push(OutFile {
             name: format!("{}.hcl", service.name),
             text,
@@ -973,20 +985,21 @@ fn depends_on(
                         ),
                     }
                 }
-                s.depends_on.push((dep.key_text().to_owned(), condition));
+                s.depends_on
+                    .push((dep.key_text().to_owned(), condition, dep.clone()));
             }
         }
         _ => {
-            for (_, dep) in cx.strings(v, at)? {
-                s.depends_on.push((dep, "service_started".to_owned()));
+            for (node, dep) in cx.strings(v, at)? {
+                s.depends_on.push((dep, "service_started".to_owned(), node));
             }
         }
     }
     if !s.depends_on.is_empty() {
-        cx.not_carried(
+        cx.note(
             k,
             at,
-            "not yet: written as a comment `depends_on { resources = [...] }`, the start-up order a later version of the agent reads (Ready before the first replica starts); uncomment it there",
+            "note: carried as the start-up order `depends_on { resources }`: a first replica, and a rollout's first replacement, wait until each dependency is Ready; later restarts of a dependency hold nothing (Compose's `restart: true` is not carried)",
         );
     }
     Ok(())
@@ -1299,9 +1312,13 @@ fn render(
     kind: &str,
     s: &Service,
     tops: &Tops,
-    kinds: &BTreeMap<String, &str>,
-    skipped: &BTreeSet<String>,
+    others: &Others<'_>,
 ) -> String {
+    let Others {
+        kinds,
+        probed,
+        skipped,
+    } = *others;
     let mut out = String::new();
     out.push_str(&format!("// Service {:?} of the Compose file.\n", s.name));
     out.push_str(&format!("{kind} {} {} {{\n", quote(scope), quote(&s.name)));
@@ -1454,27 +1471,81 @@ fn render(
         }
         out.push_str("    }\n  }\n");
     }
-    if !s.depends_on.is_empty() {
-        let mut resources = Vec::new();
-        let mut conditions = Vec::new();
-        for (dep, condition) in &s.depends_on {
-            if skipped.contains(dep) {
-                continue;
-            }
-            let dep_kind = kinds.get(dep).copied().unwrap_or("deployment");
-            resources.push(format!("{dep_kind}/{scope}/{dep}"));
-            conditions.push(format!("{dep}: {condition}"));
-        }
-        if !resources.is_empty() {
-            out.push_str("\n  // Compose's depends_on (");
-            out.push_str(&conditions.join(", "));
-            out.push_str("): the start-up order needs the agent's\n  // `depends_on { resources }` (issue 53), not in this version yet:\n");
-            out.push_str(&format!(
-                "  // depends_on {{\n  //   resources = {}\n  // }}\n",
-                list(&resources)
-            ));
-        }
+    let resources = start_up_order(cx, scope, s, kinds, probed, skipped);
+    if !resources.is_empty() {
+        out.push_str(&format!(
+            "\n  depends_on {{\n    resources = {}\n  }}\n",
+            list(&resources)
+        ));
     }
     out.push_str("}\n");
     out
+}
+
+/// Compose's `depends_on` as the agent's start-up order: `KIND/SCOPE/NAME` of each converted
+/// service waited for. The agent waits for `Ready` (every replica running and, with a
+/// readiness probe, passing it): `service_healthy` of a service with a healthcheck is that;
+/// `service_started` waits longer under the agent (noted); `service_completed_successfully`
+/// (a one-shot container exiting 0) has no equivalent and is named, as is a service not
+/// converted.
+/// What rendering one service knows of the others: each converted service's kind, those
+/// with a readiness probe (from a healthcheck), those not converted (an inactive profile).
+#[derive(Clone, Copy)]
+struct Others<'a> {
+    kinds: &'a BTreeMap<String, &'a str>,
+    probed: &'a BTreeSet<String>,
+    skipped: &'a BTreeSet<String>,
+}
+
+fn start_up_order(
+    cx: &mut Cx<'_>,
+    scope: &str,
+    s: &Service,
+    kinds: &BTreeMap<String, &str>,
+    probed: &BTreeSet<String>,
+    skipped: &BTreeSet<String>,
+) -> Vec<String> {
+    let mut resources: Vec<String> = Vec::new();
+    for (dep, condition, node) in &s.depends_on {
+        let at = format!("services.{}.depends_on.{dep}", s.name);
+        let Some(kind) = kinds.get(dep).filter(|_| *dep != s.name) else {
+            let why = if skipped.contains(dep) {
+                format!("{dep:?} is in no active profile and was not converted")
+            } else {
+                format!("no converted service {dep:?}")
+            };
+            cx.not_carried(node, &at, why);
+            continue;
+        };
+        match condition.as_str() {
+            "service_healthy" if probed.contains(dep) => {}
+            "service_healthy" => cx.note(
+                node,
+                &at,
+                format!("note: {dep:?} has no healthcheck: the agent's Ready (what it waits for) means its replicas run"),
+            ),
+            "service_started" => cx.note(
+                node,
+                &at,
+                format!("note: the agent waits until {dep:?} is Ready{}, not only started", if probed.contains(dep) { " (its readiness probe passes)" } else { " (its replicas run)" }),
+            ),
+            "service_completed_successfully" => {
+                cx.not_carried(
+                    node,
+                    &at,
+                    format!("the agent cannot wait for a one-shot container to exit 0; run {dep:?} as a job or a release hook (`pre_command`)"),
+                );
+                continue;
+            }
+            other => {
+                cx.not_carried(node, &at, format!("the condition {other:?} is not Compose's"));
+                continue;
+            }
+        }
+        let resource = format!("{kind}/{scope}/{dep}");
+        if !resources.contains(&resource) {
+            resources.push(resource);
+        }
+    }
+    resources
 }

@@ -146,7 +146,7 @@ fn a_full_service_maps_and_loads() -> Result<(), ComposeError> {
         "restart = \"unless-stopped\"",
         "cpu = \"0.5\"",
         "memory = \"512Mi\"",
-        "//   resources = [\"statefulset/my_app/db\"]",
+        "  depends_on {\n    resources = [\"statefulset/my_app/db\"]\n  }",
     ] {
         assert!(web.contains(line), "{line} in:\n{web}");
     }
@@ -173,7 +173,7 @@ fn a_full_service_maps_and_loads() -> Result<(), ComposeError> {
         "compose.yaml:26:5: services.web.expose: not carried:",
         "compose.yaml:27:5: services.web.container_name: not carried:",
         "compose.yaml:34:9: services.web.deploy.resources.reservations: not carried:",
-        "compose.yaml:36:5: services.web.depends_on: not carried: not yet",
+        "compose.yaml:36:5: services.web.depends_on: note: carried as the start-up order",
         "compose.yaml:46:7: services.db.healthcheck.start_interval: not carried:",
         "compose.yaml:49:5: services.tools.profiles: not carried: the service is only in profiles \"ops\"",
         "compose.yaml:55:5: networks.front.driver: not carried: the agent creates a network",
@@ -211,6 +211,56 @@ fn a_shared_named_volume_keeps_deployments() -> Result<(), ComposeError> {
         "{:?}",
         notes(&c)
     );
+    loads(&c);
+    Ok(())
+}
+
+/// Compose's `depends_on` conditions become the start-up order where the agent's `Ready`
+/// means the same (or more, noted); a one-shot's exit and a service not converted are named.
+#[test]
+fn depends_on_conditions_become_the_start_up_order() -> Result<(), ComposeError> {
+    let c = run(concat!(
+        "services:\n",
+        "  web:\n    image: x\n    depends_on: [api]\n",
+        "  api:\n    image: x\n    depends_on:\n",
+        "      cache:\n        condition: service_healthy\n",
+        "      migrate:\n        condition: service_completed_successfully\n",
+        "      tools:\n        condition: service_started\n",
+        "  cache:\n    image: x\n",
+        "  migrate:\n    image: x\n",
+        "  tools:\n    image: x\n    profiles: [ops]\n",
+    ))?;
+    let file = |name: &str| {
+        c.files
+            .iter()
+            .find(|f| f.name == name)
+            .map(|f| f.text.clone())
+            .unwrap_or_default()
+    };
+    assert!(
+        file("web.hcl")
+            .contains("  depends_on {\n    resources = [\"deployment/my_app/api\"]\n  }"),
+        "{}",
+        file("web.hcl")
+    );
+    assert!(
+        file("api.hcl").contains("resources = [\"deployment/my_app/cache\"]"),
+        "{}",
+        file("api.hcl")
+    );
+    let notes = notes(&c);
+    for expected in [
+        "compose.yaml:4:18: services.web.depends_on.api: note: the agent waits until \"api\" is Ready (its replicas run), not only started",
+        "compose.yaml:8:7: services.api.depends_on.cache: note: \"cache\" has no healthcheck",
+        "compose.yaml:10:7: services.api.depends_on.migrate: not carried: the agent cannot wait for a one-shot container to exit 0",
+        "compose.yaml:12:7: services.api.depends_on.tools: not carried: \"tools\" is in no active profile",
+    ] {
+        assert!(
+            notes.iter().any(|n| n.starts_with(expected)),
+            "{expected} in:\n{}",
+            notes.join("\n")
+        );
+    }
     loads(&c);
     Ok(())
 }
