@@ -451,7 +451,7 @@ async fn stopped_and_removed_replicas_are_repaired_at_once_through_events() -> T
     assert!(!repaired.is_empty(), "no drift.repaired event");
     for event in &repaired {
         assert_eq!(event.resource, "deployment/shop/web");
-        assert_eq!(event.data["source"], "event");
+        assert_eq!(event.data["seen_by"], "event");
     }
     harness.stop().await
 }

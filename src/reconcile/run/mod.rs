@@ -333,7 +333,7 @@ async fn tell_repaired<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) {
             "drift.repaired",
             &resource,
             &message,
-            serde_json::json!({ "source": source }),
+            serde_json::json!({ "seen_by": source }),
         )
     })
     .await;
