@@ -21,7 +21,6 @@ use anyhow::Context as _;
 use clap::Args;
 use futures_util::StreamExt as _;
 
-use crate::agent::META_HTTP_ADDR;
 use crate::agent::logs::Follower;
 use crate::http::logs::{LogItem, LogQuery, LogSource as _, MAX_TAIL};
 use crate::model::text::Esc;
@@ -98,19 +97,8 @@ pub(super) fn run(data_dir: &Path, args: &LogsArgs) -> anyhow::Result<ExitCode> 
         tail: args.tail,
         follow: args.follow,
     };
-    let recorded = |key: &str| -> Option<String> {
-        let store = super::open_store(data_dir, super::Access::ReadOnly).ok()?;
-        store.meta(key).ok().flatten()
-    };
-    let address = args
-        .address
-        .clone()
-        .or_else(|| recorded(META_HTTP_ADDR))
-        .unwrap_or_else(|| "127.0.0.1:8687".to_owned());
-    let address = address
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_owned();
+    let recorded = |key: &str| super::sync::recorded_meta(data_dir, key);
+    let address = super::sync::agent_address(data_dir, args.address.as_deref());
     let token = match &args.secret_file {
         Some(path) => Some(read_secret(path)?),
         None => recorded(crate::agent::META_SECRET_FILE)

@@ -103,6 +103,25 @@ pub(super) fn run(data_dir: &Path, args: &SyncArgs) -> anyhow::Result<ExitCode> 
     }
 }
 
+/// A value the agent recorded in state.db's meta (its address, its secret file); `None` when
+/// there is none or the store cannot be read.
+pub(super) fn recorded_meta(data_dir: &Path, key: &str) -> Option<String> {
+    let store = super::open_store(data_dir, super::Access::ReadOnly).ok()?;
+    store.meta(key).ok().flatten()
+}
+
+/// The running agent's HTTP address, `host:port`: `given` (`--agent`), else the one it
+/// recorded, else the default listen address.
+pub(super) fn agent_address(data_dir: &Path, given: Option<&str>) -> String {
+    given
+        .map(ToOwned::to_owned)
+        .or_else(|| recorded_meta(data_dir, META_HTTP_ADDR))
+        .unwrap_or_else(|| "127.0.0.1:8687".to_owned())
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned()
+}
+
 /// Asks the agent to fetch now; with `wait`, the answer says how the fetched commit ended.
 /// Through the project's HTTP client (reqwest), like every other request the agent makes.
 pub(super) fn nudge(
@@ -110,19 +129,8 @@ pub(super) fn nudge(
     agent: &AgentArgs,
     wait: Option<Duration>,
 ) -> anyhow::Result<Answer> {
-    let recorded = |key: &str| -> Option<String> {
-        let store = super::open_store(data_dir, super::Access::ReadOnly).ok()?;
-        store.meta(key).ok().flatten()
-    };
-    let address = agent
-        .address
-        .clone()
-        .or_else(|| recorded(META_HTTP_ADDR))
-        .unwrap_or_else(|| "127.0.0.1:8687".to_owned());
-    let address = address
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_owned();
+    let recorded = |key: &str| recorded_meta(data_dir, key);
+    let address = agent_address(data_dir, agent.address.as_deref());
     let secret = match &agent.secret_file {
         Some(path) => Some(WebhookSecret::from_file(path)?),
         // A recorded file this user cannot read: go unsigned; a 401 then says what to pass.

@@ -717,7 +717,9 @@ fn volumes(cx: &mut Cx<'_>, v: &Node, at: &str, s: &mut Service) -> Result<(), C
                         cx.not_carried(
                             item,
                             at,
-                            format!("bind source {source:?}: `~` without HOME"),
+                            format!(
+                                "bind source {source:?}: `~` needs HOME set to an absolute path"
+                            ),
                         );
                         continue;
                     }
@@ -832,17 +834,7 @@ fn absolute(source: &str, base: &str, home: Option<&String>) -> Option<String> {
     } else {
         format!("{base}/{source}")
     };
-    let mut parts: Vec<&str> = Vec::new();
-    for part in joined.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            other => parts.push(other),
-        }
-    }
-    Some(format!("/{}", parts.join("/")))
+    crate::model::policy::normalize_path(&joined)
 }
 
 fn networks(
