@@ -129,6 +129,15 @@ fn check_caps(caps: &Caps, resource: &Resource, refuse: &mut impl FnMut(&str, St
     if let Some(refusal) = replicas.and_then(|n| caps.replicas_refusal(n)) {
         refuse("replicas", refusal);
     }
+    // The autoscaler scales within `autoscale.max`: that is the count the cap bounds.
+    if let Spec::Deployment(spec) = &resource.spec
+        && let Some(autoscale) = &spec.autoscale
+        && let Some(refusal) = usize::try_from(autoscale.max)
+            .ok()
+            .and_then(|max| caps.replicas_refusal(max))
+    {
+        refuse("autoscale", format!("autoscale.max: {refusal}"));
+    }
     let Some(limits) = resource
         .spec
         .container()

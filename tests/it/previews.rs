@@ -176,7 +176,7 @@ async fn a_preview_above_its_caps_or_its_policy_is_refused_where_the_base_runs()
     let shared = tempfile::tempdir()?;
     let shared_path = shared.path().display().to_string();
     let base = format!(
-        "deployment \"shop\" \"web\" {{\n  image    = \"busybox\"\n  replicas = 2\n  volumes  = [\"{shared_path}:/data\"]\n  resources {{\n    limits {{\n      memory = \"256Mi\"\n      cpu    = \"2\"\n    }}\n  }}\n}}\n\ndeployment \"shop\" \"worker\" {{\n  image   = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n}}\n"
+        "deployment \"shop\" \"web\" {{\n  image    = \"busybox\"\n  replicas = 2\n  volumes  = [\"{shared_path}:/data\"]\n  resources {{\n    limits {{\n      memory = \"256Mi\"\n      cpu    = \"2\"\n    }}\n  }}\n}}\n\ndeployment \"shop\" \"worker\" {{\n  image   = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n  autoscale {{\n    min        = 1\n    max        = 4\n    cpu_target = 70\n  }}\n}}\n"
     );
     let fits = "deployment \"shop\" \"worker\" {\n  image   = \"busybox\"\n  command = [\"sleep\", \"3600\"]\n}\n";
     let repo = TempRepo::new()?;
@@ -235,6 +235,11 @@ async fn a_preview_above_its_caps_or_its_policy_is_refused_where_the_base_runs()
         message.contains("shop.hcl:5:3:")
             && message.contains("memory limit")
             && message.contains("cpu limit"),
+        "{message}"
+    );
+    // The autoscaler's bound is a replica count too.
+    assert!(
+        message.contains("shop.hcl:16:3:") && message.contains("autoscale.max"),
         "{message}"
     );
     assert!(

@@ -294,7 +294,7 @@ fn refuse_hep3(cx: &mut DecodeCx<'_>, block: &Block) {
 }
 
 /// Fields the host policy reads, by name: the container fields at the block's root (and
-/// `replicas`, `resources {}` for a preview's caps),
+/// `replicas`, `resources {}`, `autoscale {}` for a preview's caps),
 /// `init "name".docker_options` of its init blocks, and a statefulset's
 /// `backup.repository` and `backup.password_file` (host paths).
 fn policy_locations(cx: &DecodeCx<'_>, body: &Body) -> BTreeMap<String, Diagnostic> {
@@ -320,7 +320,7 @@ fn policy_locations(cx: &DecodeCx<'_>, body: &Body) -> BTreeMap<String, Diagnost
             Structure::Block(block)
                 if matches!(
                     block.ident.as_str(),
-                    "tls" | "on_deploy" | "on_probe" | "resources"
+                    "tls" | "on_deploy" | "on_probe" | "resources" | "autoscale"
                 ) =>
             {
                 locations.insert(
