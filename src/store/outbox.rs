@@ -46,6 +46,7 @@ pub const EVENTS: &[&str] = &[
     "signature.refused",
     "image.unverified",
     "image.tag_moved",
+    "image.pulled",
     "notify.test",
     "backup.failed",
     "backup.verify_failed",

@@ -630,6 +630,16 @@ async fn declaring_a_registry_retries_a_failed_private_pull() -> TestResult {
     let releases = harness.store.releases(&web_key(), 10)?;
     let phases: Vec<ReleasePhase> = releases.iter().map(|release| release.phase).collect();
     assert_eq!(phases, [ReleasePhase::Succeeded, ReleasePhase::Failed]);
+    // The pull is told (the resource's timeline shows it), once: the failed attempt is not.
+    let pulls: Vec<_> = harness
+        .store
+        .events_after(0, 1000)?
+        .into_iter()
+        .filter(|event| event.event == "image.pulled")
+        .collect();
+    assert_eq!(pulls.len(), 1, "{pulls:#?}");
+    assert_eq!(pulls[0].resource, "deployment/shop/web");
+    assert_eq!(pulls[0].data["image"], "ghcr.io/acme/api:1");
     let registry_status = harness
         .store
         .status(&ResourceKey::new(

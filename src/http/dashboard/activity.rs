@@ -27,6 +27,7 @@ const TIMELINE_EVENTS: &[&str] = &[
     "drift.repaired",
     "image.tag_moved",
     "image.unverified",
+    "image.pulled",
     "rollout.superseded",
     "probe.failing",
     "probe.recovered",
@@ -86,6 +87,7 @@ pub(super) fn timeline(store: &Store, resource: &str) -> String {
                     "rollout.superseded" => "superseded",
                     "probe.failing" => "failing",
                     "probe.recovered" => "recovered",
+                    "image.pulled" => "pulled",
                     _ => "warning",
                 }
                 .to_owned(),

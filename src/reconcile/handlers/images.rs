@@ -56,7 +56,22 @@ pub(crate) async fn ensure_image<R: Runtime>(
     let (registry, auth) = registry_of(ctx, key, image).await?;
     tracing::info!(%key, image, registry = registry.as_ref().map(|spec| spec.url.as_str()), "pulling a missing image");
     match ctx.runtime.pull(image, auth.as_ref()).await {
-        Ok(_) => Ok(()),
+        Ok(_) => {
+            // For the resource's timeline and the sinks: a pull is rare (only a missing image).
+            let (resource, message, data) = (
+                key.to_string(),
+                format!("pulled the missing image {image}"),
+                serde_json::json!({ "image": image }),
+            );
+            let recorded = blocking(&ctx.store, move |store| {
+                store.record_event("image.pulled", &resource, &message, data)
+            })
+            .await;
+            if let Err(error) = recorded {
+                tracing::warn!(%key, %error, "cannot record an image pull event");
+            }
+            Ok(())
+        }
         Err(source @ crate::runtime::Error::ImageMissing { .. }) => Err(Error::PullFailed {
             key: key.clone(),
             source,
