@@ -1,7 +1,7 @@
 //! Build script: tells the tests where voodu's example corpus is (`VOODU_CORPUS_DIR`, else
 //! `../shared/corpus`, beside the checkout for developers and CI), so the corpus tests are
 //! reported as ignored, never as passed, when it is not there (and the Compose corpus
-//! `convert` is tested on: `VOODU_COMPOSE_CORPUS_DIR`, else `../compose-corpus`); whether
+//! `convert` is tested on: `VOODU_COMPOSE_CORPUS_DIR`, else `tests/fixtures/compose-corpus`); whether
 //! `busybox` is on PATH (the macro script tests run the scripts under its shell too); and
 //! stamps the git commit the binary is built from (`VOODU_AGENT_COMMIT`, for `--version` and
 //! the `voodu_agent_build_info` metric): the checkout's HEAD when git and a repository are
@@ -38,12 +38,12 @@ fn main() {
     } else {
         println!("cargo::rustc-cfg=voodu_corpus_missing");
     }
-    // The Compose corpus (`convert`'s tests): `VOODU_COMPOSE_CORPUS_DIR`, else
-    // `../compose-corpus`, holding `awesome-compose/`.
+    // The Compose corpus (`convert`'s tests): `VOODU_COMPOSE_CORPUS_DIR`, else the copy in
+    // `tests/fixtures/compose-corpus`, holding `awesome-compose/`.
     println!("cargo::rerun-if-env-changed=VOODU_COMPOSE_CORPUS_DIR");
     let compose = std::env::var_os("VOODU_COMPOSE_CORPUS_DIR")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| Path::new("../compose-corpus").to_owned());
+        .unwrap_or_else(|| Path::new("tests/fixtures/compose-corpus").to_owned());
     if compose.join("awesome-compose").is_dir() {
         let absolute = std::fs::canonicalize(&compose).unwrap_or(compose);
         println!(

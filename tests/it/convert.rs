@@ -1,5 +1,5 @@
-//! `voodu-agent convert`: over the Compose corpus (docker/awesome-compose, kept beside the
-//! checkout: `VOODU_COMPOSE_CORPUS_DIR`, else `../compose-corpus`), every file converts or
+//! `voodu-agent convert`: over the Compose corpus (docker/awesome-compose:
+//! `VOODU_COMPOSE_CORPUS_DIR`, else `tests/fixtures/compose-corpus`), every file converts or
 //! names what it cannot carry at line:col, and every converted set passes `validate` and
 //! `plan`; the CLI's `-o`, `--scope`, stdout, `.env` and `--force`; and
 //! `scripts/fetch-compose-corpus` against a local upstream.
@@ -15,7 +15,7 @@ const CORPUS_FILES: usize = 39;
 /// Where the Compose corpus is, as the build saw it (build.rs).
 pub(crate) fn compose_corpus() -> PathBuf {
     option_env!("VOODU_COMPOSE_CORPUS_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../compose-corpus"),
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/compose-corpus"),
         PathBuf::from,
     )
 }
@@ -93,7 +93,7 @@ fn check_notes(file: &Path, stderr: &str) -> Result<usize, String> {
 
 #[cfg_attr(
     voodu_compose_corpus_missing,
-    ignore = "needs the Compose corpus (../compose-corpus beside the checkout, or VOODU_COMPOSE_CORPUS_DIR): scripts/test says how"
+    ignore = "needs the Compose corpus (tests/fixtures/compose-corpus, or VOODU_COMPOSE_CORPUS_DIR): scripts/test says how"
 )]
 #[test]
 fn every_corpus_file_converts_names_what_it_cannot_carry_and_validates() -> TestResult {
