@@ -288,6 +288,49 @@ fn validate_under_swarm_refuses_a_backup() -> TestResult {
     Ok(())
 }
 
+/// A deployment's `canary {}` (an extension) shifts traffic on the agent's own ingress:
+/// `validate --runtime swarm` refuses it at the deployment's block; without the flag it
+/// validates, and `plan` says the change rolls out as a canary.
+#[test]
+fn validate_under_swarm_refuses_a_canary_and_plan_names_the_strategy() -> TestResult {
+    let repo = tempfile::tempdir()?;
+    std::fs::write(
+        repo.path().join("web.hcl"),
+        r#"deployment "shop" "web" {
+  image = "busybox"
+  replicas = 10
+  canary {
+    step {
+      weight = 10
+      pause  = "1m"
+    }
+    step {
+      weight = 100
+    }
+    analysis {
+      http {
+        path              = "/health"
+        samples           = 20
+        max_error_percent = 5
+      }
+    }
+  }
+}
+"#,
+    )?;
+    let state = tempfile::tempdir()?;
+    let dir = repo.path().to_str().ok_or("utf-8 path")?;
+    let (code, stdout, stderr) = run_in(state.path(), &["validate", dir])?;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let (code, stdout, stderr) = run_in(state.path(), &["validate", dir, "--runtime", "swarm"])?;
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("web.hcl:1:1: cannot run under Docker Swarm: canary {} shifts traffic on the agent's own ingress"),
+        "{stdout}{stderr}"
+    );
+    Ok(())
+}
+
 /// Issue 10 item 3: `validate` checks the format alone unless given a policy (a file or
 /// flags); `plan` applies the flags, else the policy the agent recorded in state.db, else the
 /// default-deny policy. Each refusal is `path:line:col: message` naming the setting.
