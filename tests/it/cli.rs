@@ -193,6 +193,47 @@ fn releases_rollback_and_unpin_explain_what_they_cannot_do() -> TestResult {
     Ok(())
 }
 
+/// `promote` and `abort` leave their request on a deployment's rollout in state.db, in the
+/// activity log and the outbox; with no rollout in flight they exit 1 and record nothing.
+#[test]
+fn promote_and_abort_record_their_request_or_say_nothing_is_in_flight() -> TestResult {
+    use voodu_agent::store::{RolloutPhase, RolloutState};
+    let dir = tempfile::tempdir()?;
+    state_with_one_deployment(dir.path(), "c")?;
+    let (code, _, stderr) = run_in(dir.path(), &["promote", "s/web"])?;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("deployment/s/web: no canary or blue/green rollout is in flight"),
+        "{stderr}"
+    );
+    let store = Store::open(&dir.path().join("state.db"))?;
+    let mut state = RolloutState::start("s", "web", "abc", "canary");
+    state.phase = RolloutPhase::Paused;
+    state.share = 10;
+    state.canary_replicas = 1;
+    store.save_rollout(&state, None)?;
+    drop(store);
+    let (code, stdout, stderr) = run_in(dir.path(), &["promote", "s/web"])?;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("deployment/s/web: promote requested") && stdout.contains("at 10 %"),
+        "{stdout}"
+    );
+    let (code, stdout, stderr) = run_in(dir.path(), &["abort", "s/web"])?;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let store = Store::open(&dir.path().join("state.db"))?;
+    let stored = store.rollout_state("s", "web")?.ok_or("stored")?;
+    assert!(stored.promote_requested && stored.abort_requested);
+    let events: Vec<String> = store
+        .events_after(0, 10)?
+        .into_iter()
+        .map(|event| event.event)
+        .filter(|event| event.starts_with("rollout."))
+        .collect();
+    assert_eq!(events, ["rollout.promoted", "rollout.aborted"]);
+    Ok(())
+}
+
 #[test]
 #[ignore = "needs a Docker engine: scripts/test runs it (cargo test -- --include-ignored)"]
 fn sigterm_stops_the_agent_cleanly() -> TestResult {
