@@ -231,6 +231,19 @@ fn promote_and_abort_record_their_request_or_say_nothing_is_in_flight() -> TestR
         .filter(|event| event.starts_with("rollout."))
         .collect();
     assert_eq!(events, ["rollout.promoted", "rollout.aborted"]);
+    drop(store);
+    let (code, stdout, stderr) = run_in(dir.path(), &["status"])?;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains(
+            "deployment/s/web canary release abc: paused, step 0 at 10 % (1 canary replica(s))"
+        ) && stdout.contains("promote requested, abort requested"),
+        "{stdout}"
+    );
+    let (_, stdout, _) = run_in(dir.path(), &["status", "--json"])?;
+    let json: serde_json::Value = serde_json::from_str(&stdout)?;
+    assert_eq!(json["rollouts"][0]["share"], 10);
+    assert_eq!(json["rollouts"][0]["phase"], "paused");
     Ok(())
 }
 
