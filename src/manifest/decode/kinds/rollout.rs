@@ -171,7 +171,7 @@ fn decode_analysis(cx: &mut DecodeCx<'_>, a: &mut Reader<'_>) -> Analysis {
         let mut p = a.nested(block, "");
         let url = p.required_string(cx, "url").unwrap_or_default();
         text(cx, &p, "url", &url, MAX_ANALYSIS_TEXT);
-        if !url.is_empty() && !(url.starts_with("http://") || url.starts_with("https://")) {
+        if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
             cx.error(
                 p.span_of("url"),
                 format!("`canary.analysis.prometheus.url` {url:?} must be an http:// or https:// URL, like \"http://prometheus:9090\""),
