@@ -193,6 +193,28 @@ fn releases_rollback_and_unpin_explain_what_they_cannot_do() -> TestResult {
     Ok(())
 }
 
+/// `plan` says a release of a deployment with `canary {}` rolls out as a canary, step by step.
+#[test]
+fn plan_says_a_change_rolls_out_as_a_canary() -> TestResult {
+    let state = tempfile::tempdir()?;
+    state_with_one_deployment(state.path(), "c")?;
+    let repo = tempfile::tempdir()?;
+    std::fs::write(
+        repo.path().join("web.hcl"),
+        "deployment \"s\" \"web\" {\n  image = \"busybox:1.36\"\n  canary {\n    step {\n      weight = 10\n      pause  = \"until_promoted\"\n    }\n    step {\n      weight = 100\n    }\n  }\n}\n",
+    )?;
+    let dir = repo.path().to_str().ok_or("utf-8 path")?;
+    let (code, stdout, stderr) = run_in(state.path(), &["plan", "--repo", dir])?;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains(
+            "rolled out as a canary: 10% (until promoted) → 100%, judged by replica health"
+        ),
+        "{stdout}"
+    );
+    Ok(())
+}
+
 /// `promote` and `abort` leave their request on a deployment's rollout in state.db, in the
 /// activity log and the outbox; with no rollout in flight they exit 1 and record nothing.
 #[test]
