@@ -9,8 +9,17 @@
 //! agent resumes the same step with the same share; a pause ends only at its deadline or at
 //! `promote`; the analysis judges a step once, after its pause; the last step (100 %) is
 //! handed to the ordinary rollout, which replaces the stable replicas.
+//!
+//! The analyses' judgements are here too (`judge_http`, `judge_prometheus`,
+//! `prometheus_values`): what the measuring task saw → the values recorded and the verdict.
 
-use crate::manifest::spec::rollout::{Canary, Pause, canary_replicas};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::manifest::spec::rollout::{
+    Bound, Canary, HttpAnalysis, Pause, PrometheusAnalysis, canary_replicas,
+};
 use crate::store::RolloutPhase;
 
 /// What the decision reads of the stored rollout.
@@ -148,6 +157,102 @@ pub(crate) fn decide(
     }
     CanaryDecision::Advance {
         step: state.step + 1,
+    }
+}
+
+/// One request of an `http` analysis: its status (`None`: refused, reset or timed out) and
+/// how long it took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Sample {
+    pub(crate) status: Option<u16>,
+    pub(crate) latency: Duration,
+}
+
+/// An analysis's outcome: the values recorded in the store and whether they pass.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Judgement {
+    pub(crate) passed: bool,
+    pub(crate) values: Value,
+}
+
+/// Judges an `http` analysis: a request fails on no answer or a 5xx; the error share must be
+/// at most `max_error_percent`, and the 95th-percentile latency (nearest rank) at most
+/// `max_p95` when set. No sample at all fails.
+pub(crate) fn judge_http(spec: &HttpAnalysis, samples: &[Sample]) -> Judgement {
+    if samples.is_empty() {
+        return Judgement {
+            passed: false,
+            values: json!({ "samples": 0 }),
+        };
+    }
+    let errors = samples
+        .iter()
+        .filter(|sample| sample.status.is_none_or(|status| status >= 500))
+        .count();
+    let error_percent = errors as f64 * 100.0 / samples.len() as f64;
+    let mut latencies: Vec<Duration> = samples.iter().map(|sample| sample.latency).collect();
+    latencies.sort();
+    let rank = (latencies.len() * 95).div_ceil(100).max(1) - 1;
+    let p95 = latencies[rank.min(latencies.len() - 1)];
+    let errors_ok = error_percent <= f64::from(spec.max_error_percent);
+    let latency_ok = spec.max_p95().is_none_or(|max| p95 <= max);
+    Judgement {
+        passed: errors_ok && latency_ok,
+        values: json!({
+            "samples": samples.len(),
+            "errors": errors,
+            "error_percent": error_percent,
+            "p95_ms": p95.as_millis() as u64,
+        }),
+    }
+}
+
+/// The numbers of a Prometheus instant query's answer (`/api/v1/query`): a scalar, or each
+/// series of a vector. An error status, another result type or an unreadable number is an
+/// error, told as the reason.
+pub(crate) fn prometheus_values(answer: &Value) -> Result<Vec<f64>, String> {
+    if answer["status"] != "success" {
+        return Err(format!(
+            "prometheus answered {}: {}",
+            answer["status"],
+            answer["error"].as_str().unwrap_or("no error text")
+        ));
+    }
+    let number = |pair: &Value| -> Result<f64, String> {
+        pair[1]
+            .as_str()
+            .and_then(|text| text.parse::<f64>().ok())
+            .ok_or_else(|| format!("prometheus answered an unreadable value {pair}"))
+    };
+    let data = &answer["data"];
+    match data["resultType"].as_str() {
+        Some("scalar") => Ok(vec![number(&data["result"])?]),
+        Some("vector") => data["result"]
+            .as_array()
+            .map(|series| series.iter().map(|one| number(&one["value"])).collect())
+            .unwrap_or_else(|| Ok(Vec::new())),
+        other => Err(format!(
+            "the query gives a {} result: write one giving a scalar or an instant vector",
+            other.unwrap_or("missing")
+        )),
+    }
+}
+
+/// Judges a `prometheus` analysis: every value of every measurement must hold the bound; a
+/// measurement that gave no value (an empty vector) fails, as a canary with no data is not
+/// known to be good.
+pub(crate) fn judge_prometheus(spec: &PrometheusAnalysis, measurements: &[Vec<f64>]) -> Judgement {
+    let bound = spec.bound();
+    let passed = !measurements.is_empty()
+        && measurements.iter().all(|values| {
+            !values.is_empty()
+                && values
+                    .iter()
+                    .all(|value| bound.is_some_and(|bound: Bound| bound.holds(*value)))
+        });
+    Judgement {
+        passed,
+        values: json!({ "measurements": measurements }),
     }
 }
 
@@ -319,5 +424,67 @@ mod tests {
                 CanaryDecision::Done
             );
         }
+    }
+
+    fn sample(status: Option<u16>, millis: u64) -> Sample {
+        Sample {
+            status,
+            latency: Duration::from_millis(millis),
+        }
+    }
+
+    #[test]
+    fn http_analysis_counts_5xx_and_no_answer_and_takes_the_p95() {
+        let spec = HttpAnalysis {
+            path: "/".into(),
+            samples: 20,
+            max_error_percent: 10,
+            max_p95: "100ms".into(),
+        };
+        let mut samples: Vec<Sample> = (0..18).map(|_| sample(Some(200), 10)).collect();
+        samples.push(sample(Some(500), 10));
+        samples.push(sample(Some(404), 150));
+        let judged = judge_http(&spec, &samples);
+        assert!(judged.passed, "{judged:?}: 5 % errors, p95 10 ms");
+        assert_eq!(judged.values["errors"], 1);
+        assert_eq!(judged.values["p95_ms"], 10);
+        samples.push(sample(None, 150));
+        samples.push(sample(Some(503), 150));
+        let judged = judge_http(&spec, &samples);
+        assert!(!judged.passed, "{judged:?}: 3 of 22 fail, p95 150 ms");
+        let all_bad: Vec<Sample> = (0..10).map(|_| sample(Some(500), 1)).collect();
+        assert!(!judge_http(&spec, &all_bad).passed);
+        assert!(
+            !judge_http(&spec, &[]).passed,
+            "no sample, no verdict of good"
+        );
+    }
+
+    #[test]
+    fn prometheus_answers_are_read_and_judged() {
+        let vector = json!({"status": "success", "data": {"resultType": "vector", "result": [
+            {"metric": {}, "value": [1.0, "0.25"]},
+            {"metric": {}, "value": [1.0, "0.75"]}
+        ]}});
+        assert_eq!(prometheus_values(&vector), Ok(vec![0.25, 0.75]));
+        let scalar =
+            json!({"status": "success", "data": {"resultType": "scalar", "result": [1.0, "3"]}});
+        assert_eq!(prometheus_values(&scalar), Ok(vec![3.0]));
+        let failed = json!({"status": "error", "error": "parse error"});
+        assert!(prometheus_values(&failed).is_err_and(|why| why.contains("parse error")));
+        let matrix = json!({"status": "success", "data": {"resultType": "matrix", "result": []}});
+        assert!(prometheus_values(&matrix).is_err());
+
+        let spec = PrometheusAnalysis {
+            max: "0.5".into(),
+            ..PrometheusAnalysis::default()
+        };
+        assert!(judge_prometheus(&spec, &[vec![0.1], vec![0.5]]).passed);
+        assert!(!judge_prometheus(&spec, &[vec![0.1], vec![0.25, 0.75]]).passed);
+        assert!(
+            !judge_prometheus(&spec, &[vec![]]).passed,
+            "no data is no pass"
+        );
+        assert!(!judge_prometheus(&spec, &[]).passed);
     }
 }
