@@ -16,6 +16,9 @@ _voodu__agent() {
             ",$1")
                 cmd="voodu__agent"
                 ;;
+            voodu__agent,abort)
+                cmd="voodu__agent__subcmd__abort"
+                ;;
             voodu__agent,activity)
                 cmd="voodu__agent__subcmd__activity"
                 ;;
@@ -66,6 +69,9 @@ _voodu__agent() {
                 ;;
             voodu__agent,plan)
                 cmd="voodu__agent__subcmd__plan"
+                ;;
+            voodu__agent,promote)
+                cmd="voodu__agent__subcmd__promote"
                 ;;
             voodu__agent,redeploy)
                 cmd="voodu__agent__subcmd__redeploy"
@@ -136,6 +142,9 @@ _voodu__agent() {
             voodu__agent__subcmd__fleet__subcmd__help,status)
                 cmd="voodu__agent__subcmd__fleet__subcmd__help__subcmd__status"
                 ;;
+            voodu__agent__subcmd__help,abort)
+                cmd="voodu__agent__subcmd__help__subcmd__abort"
+                ;;
             voodu__agent__subcmd__help,activity)
                 cmd="voodu__agent__subcmd__help__subcmd__activity"
                 ;;
@@ -186,6 +195,9 @@ _voodu__agent() {
                 ;;
             voodu__agent__subcmd__help,plan)
                 cmd="voodu__agent__subcmd__help__subcmd__plan"
+                ;;
+            voodu__agent__subcmd__help,promote)
+                cmd="voodu__agent__subcmd__help__subcmd__promote"
                 ;;
             voodu__agent__subcmd__help,redeploy)
                 cmd="voodu__agent__subcmd__help__subcmd__redeploy"
@@ -284,7 +296,7 @@ _voodu__agent() {
 
     case "${cmd}" in
         voodu__agent)
-            opts="-h -V --repo --sources --window --preview-branches --preview-host --preview-scope --preview-ttl --preview-max --preview-policy --preview-max-replicas --preview-memory --preview-cpus --branch --path --interval --git-token-file --git-ca-file --git-ssh-accept-new-host-keys --git-ssh-key-file --concurrency --create-concurrency --rollout-deadline --ready-settle --resync --autoscale-interval --no-container-events --allow-env --max-file-size --max-url-size --url-budget --log --log-format --listen --webhook-secret-file --notify --image-signing-key --webhook-max-body --no-watch --cron-catch-up --restic --ingress-http --ingress-https --ingress-image --no-ingress --adopt --policy --allow-privileged --allow-host-network --allow-host-pid --allow-host-ipc --allow-devices --allow-cap --allow-bind-root --allow-network --allow-security-opt --allow-log-driver --adopt-volume --allow-url-host --require-signature --host --host-label --runtime --verify-commits --trusted-ssh-signers --trusted-pgp-keys --age-identity --data-dir --color --help --version status config plan validate convert images releases rollback unpin backup backups restore redeploy sync logs maintenance approve freeze unfreeze activity fleet install notify completions man help"
+            opts="-h -V --repo --sources --window --preview-branches --preview-host --preview-scope --preview-ttl --preview-max --preview-policy --preview-max-replicas --preview-memory --preview-cpus --branch --path --interval --git-token-file --git-ca-file --git-ssh-accept-new-host-keys --git-ssh-key-file --concurrency --create-concurrency --rollout-deadline --ready-settle --resync --autoscale-interval --no-container-events --allow-env --max-file-size --max-url-size --url-budget --log --log-format --listen --webhook-secret-file --notify --image-signing-key --webhook-max-body --no-watch --cron-catch-up --restic --ingress-http --ingress-https --ingress-image --no-ingress --adopt --policy --allow-privileged --allow-host-network --allow-host-pid --allow-host-ipc --allow-devices --allow-cap --allow-bind-root --allow-network --allow-security-opt --allow-log-driver --adopt-volume --allow-url-host --require-signature --host --host-label --runtime --verify-commits --trusted-ssh-signers --trusted-pgp-keys --age-identity --data-dir --color --help --version status config plan validate convert images releases rollback unpin promote abort backup backups restore redeploy sync logs maintenance approve freeze unfreeze activity fleet install notify completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -633,6 +645,43 @@ _voodu__agent() {
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o filenames
                     fi
+                    return 0
+                    ;;
+                --data-dir)
+                    COMPREPLY=()
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o plusdirs
+                    fi
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voodu__agent__subcmd__abort)
+            opts="-h --agent --webhook-secret-file --source --data-dir --color --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --agent)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --webhook-secret-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --source)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --data-dir)
@@ -1194,8 +1243,22 @@ _voodu__agent() {
             return 0
             ;;
         voodu__agent__subcmd__help)
-            opts="status config plan validate convert images releases rollback unpin backup backups restore redeploy sync logs maintenance approve freeze unfreeze activity fleet install notify completions man help"
+            opts="status config plan validate convert images releases rollback unpin promote abort backup backups restore redeploy sync logs maintenance approve freeze unfreeze activity fleet install notify completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voodu__agent__subcmd__help__subcmd__abort)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -1558,6 +1621,20 @@ _voodu__agent() {
             return 0
             ;;
         voodu__agent__subcmd__help__subcmd__plan)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voodu__agent__subcmd__help__subcmd__promote)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -2294,6 +2371,43 @@ _voodu__agent() {
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o filenames
                     fi
+                    return 0
+                    ;;
+                --source)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --data-dir)
+                    COMPREPLY=()
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o plusdirs
+                    fi
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voodu__agent__subcmd__promote)
+            opts="-h --agent --webhook-secret-file --source --data-dir --color --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --agent)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --webhook-secret-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --source)

@@ -67,6 +67,7 @@ mod plan;
 mod redeploy;
 mod releases;
 mod rollback;
+mod rollout;
 mod run;
 mod shell;
 mod status;
@@ -153,6 +154,12 @@ enum Command {
     Rollback(rollback::RollbackArgs),
     /// Clear a rollback pin: the resource follows git again.
     Unpin(unpin::UnpinArgs),
+    /// End the pause of a deployment's canary step (or switch a blue/green release's main
+    /// host to it): the rollout goes on. Exit 1 when no rollout is in flight.
+    Promote(rollout::RolloutArgs),
+    /// Stop a deployment's canary or blue/green rollout: traffic goes back to the stable
+    /// release at once, the new replicas are removed and the release fails.
+    Abort(rollout::RolloutArgs),
     /// Ask the running agent for a backup of a statefulset's claims now (`backup {}`), or
     /// with --verify a verify of its newest backup.
     Backup(backup::BackupArgs),
@@ -419,6 +426,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Images(args)) => images::run(&data_dir, &args),
         Some(Command::Rollback(args)) => rollback::run(&data_dir, &args),
         Some(Command::Unpin(args)) => unpin::run(&data_dir, &args),
+        Some(Command::Promote(args)) => {
+            rollout::run(&data_dir, &args, crate::store::RolloutRequest::Promote)
+        }
+        Some(Command::Abort(args)) => {
+            rollout::run(&data_dir, &args, crate::store::RolloutRequest::Abort)
+        }
         Some(Command::Backup(args)) => backup::run_backup(&data_dir, &args),
         Some(Command::Backups(args)) => backup::run_list(&data_dir, &args),
         Some(Command::Restore(args)) => backup::run_restore(&data_dir, &args),

@@ -1172,8 +1172,14 @@ fn detail(plan: &ResourcePlan, next: Option<&Spec>) -> String {
                 Kind::Cronjob => parts.push(cronjob_change(plan, next)),
                 _ => {}
             }
-            if replaces > 0 {
-                parts.push(format!("{replaces} replica(s) replaced one at a time"));
+            match next.and_then(Spec::strategy) {
+                Some(strategy) if plan.key.kind == Kind::Deployment => {
+                    parts.push(format!("rolled out {}", strategy.describe()));
+                }
+                _ if replaces > 0 => {
+                    parts.push(format!("{replaces} replica(s) replaced one at a time"));
+                }
+                _ => {}
             }
         }
         Action::Update => {

@@ -270,9 +270,48 @@ fn print_table(view: &StatusView) {
     print_previews(view);
     print_images(view);
     print_maintenance(view);
+    print_rollouts(view);
     println!();
     print_resources(view);
     print_release_notes(view);
+}
+
+/// Progressive rollouts (`canary {}` / `blue_green {}`): step, share, pause, last analysis.
+fn print_rollouts(view: &StatusView) {
+    if view.rollouts.is_empty() {
+        return;
+    }
+    println!("\nrollouts (canary / blue-green; `voodu-agent promote|abort SCOPE/NAME`)");
+    for row in &view.rollouts {
+        let mut line = format!(
+            "  deployment/{}/{} {} release {}: {}, step {} at {} % ({} canary replica(s))",
+            Esc(&row.scope),
+            Esc(&row.name),
+            row.strategy,
+            Esc(&row.release),
+            row.phase.as_str(),
+            row.step,
+            row.share,
+            row.canary_replicas
+        );
+        if let Some(until) = row.paused_until {
+            line.push_str(&format!(", paused until {}", time(until)));
+        }
+        if !row.verdict.is_empty() {
+            line.push_str(&format!(
+                ", analysis {} {}",
+                Esc(&row.verdict),
+                Esc(&row.analysis.to_string())
+            ));
+        }
+        if row.promote_requested {
+            line.push_str(", promote requested");
+        }
+        if row.abort_requested {
+            line.push_str(", abort requested");
+        }
+        println!("{line}");
+    }
 }
 
 /// The deployments in maintenance (`maintenance`).

@@ -28,6 +28,8 @@ struct StoreFigures {
     images: Vec<(String, String, bool)>,
     /// Per statefulset with data runs: its backups' figures.
     backups: Vec<crate::store::BackupFigures>,
+    /// Every recorded progressive rollout.
+    rollouts: Vec<crate::store::RolloutState>,
 }
 
 /// A source's name, last applied commit time, last successful fetch, and fetch failing.
@@ -48,6 +50,7 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     render_images(&mut out, &figures.images);
     render_sinks(&mut out, &figures.sinks);
     render_backups(&mut out, &figures.backups);
+    render_rollouts(&mut out, &figures.rollouts);
     (
         [(
             header::CONTENT_TYPE,
@@ -56,6 +59,55 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         out,
     )
         .into_response()
+}
+
+/// Each progressive rollout's canary share (percent) and its last analysis verdict (1
+/// passed, 0 failed; absent before the first analysis).
+fn render_rollouts(out: &mut String, rollouts: &[crate::store::RolloutState]) {
+    if rollouts.is_empty() {
+        return;
+    }
+    let resource =
+        |row: &crate::store::RolloutState| format!("deployment/{}/{}", row.scope, row.name);
+    let shares: Vec<(Vec<String>, f64)> = rollouts
+        .iter()
+        .map(|row| {
+            (
+                vec![
+                    resource(row),
+                    row.strategy.clone(),
+                    row.phase.as_str().to_owned(),
+                ],
+                f64::from(row.share),
+            )
+        })
+        .collect();
+    render_gauge(
+        out,
+        "voodu_rollout_canary_share_percent",
+        "The share of a deployment's traffic (its replicas) the new release of a canary or blue/green rollout takes, in percent.",
+        &["resource", "strategy", "phase"],
+        &shares,
+    );
+    let verdicts: Vec<(Vec<String>, f64)> = rollouts
+        .iter()
+        .filter(|row| !row.verdict.is_empty())
+        .map(|row| {
+            (
+                vec![resource(row)],
+                if row.verdict == "passed" { 1.0 } else { 0.0 },
+            )
+        })
+        .collect();
+    if !verdicts.is_empty() {
+        render_gauge(
+            out,
+            "voodu_rollout_analysis_passed",
+            "1 when the last analysis of a rollout's step passed, 0 when it failed.",
+            &["resource"],
+            &verdicts,
+        );
+    }
 }
 
 /// The figures the store holds, read in one blocking call.
@@ -98,6 +150,7 @@ fn read_figures(store: &Store) -> crate::store::Result<StoreFigures> {
             .map(|view| (view.resource, view.image, view.update_available))
             .collect(),
         backups: store.backup_figures()?,
+        rollouts: store.rollout_states()?,
     })
 }
 
@@ -286,5 +339,31 @@ fn render_sinks(out: &mut String, sinks: &[crate::store::SinkState]) {
         if !samples.is_empty() {
             render_gauge(out, name, help, &["sink"], &samples);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{RolloutPhase, RolloutState};
+
+    #[test]
+    fn rollouts_render_their_share_and_verdict() {
+        let mut out = String::new();
+        render_rollouts(&mut out, &[]);
+        assert!(out.is_empty(), "no rollout, no family");
+        let mut row = RolloutState::start("shop", "web", "abc", "canary");
+        row.share = 10;
+        row.phase = RolloutPhase::Paused;
+        row.verdict = "failed".into();
+        render_rollouts(&mut out, &[row]);
+        assert!(
+            out.contains("voodu_rollout_canary_share_percent{resource=\"deployment/shop/web\",strategy=\"canary\",phase=\"paused\"} 10\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("voodu_rollout_analysis_passed{resource=\"deployment/shop/web\"} 0\n"),
+            "{out}"
+        );
     }
 }

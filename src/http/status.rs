@@ -69,6 +69,10 @@ pub struct StatusView {
     /// times; absent when there are none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub previews: Vec<crate::store::PreviewRow>,
+    /// Progressive rollouts (`canary {}` / `blue_green {}`): each deployment's release, step,
+    /// share, pause, last analysis values and verdict; absent when none was recorded.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rollouts: Vec<crate::store::RolloutState>,
     pub(crate) resources: Vec<ResourceView>,
 }
 
@@ -611,6 +615,7 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
         images: super::images::build(store)?,
         maintenance: store.maintenance_all()?,
         previews: store.previews(None)?,
+        rollouts: store.rollout_states()?,
         resources,
     })
 }

@@ -1071,6 +1071,83 @@ fn deployment_backup_block() {
     }
 }
 
+/// A deployment's `canary {}` / `blue_green {}` (an extension): steps that do not grow, a
+/// last step below 100, out-of-bound numbers and a second strategy, each at its line.
+#[test]
+fn rollout_strategy_blocks() {
+    let deployment = |body: &str| format!("deployment \"a\" \"b\" {{\n  image = \"x\"\n{body}}}\n");
+    let rows = [
+        (
+            deployment(
+                "  canary {\n    step {\n      weight = 50\n    }\n    step {\n      weight = 10\n      pause = \"forever\"\n    }\n  }\n",
+            ),
+            expect![[r#"
+                m/app.hcl:8:7: `canary.step.weight` 10 must be above the step before's 50: shares only grow
+                m/app.hcl:8:7: the last canary step must be weight = 100 (the whole release), got 10: add step { weight = 100 }
+                m/app.hcl:9:7: `canary.step.pause` "forever" is neither a duration like "30s" nor "until_promoted"
+            "#]],
+        ),
+        (
+            deployment(
+                "  canary {\n    step {\n      weight = 0\n    }\n    step {\n      weight = 101\n    }\n  }\n",
+            ),
+            expect![[r#"
+                m/app.hcl:5:7: `canary.step.weight` is a percentage of the traffic from 1 to 100, got 0
+                m/app.hcl:8:7: `canary.step.weight` is a percentage of the traffic from 1 to 100, got 101
+            "#]],
+        ),
+        (
+            deployment("  canary {\n  }\n"),
+            expect![[r#"
+                m/app.hcl:3:3: canary needs `step` blocks: write e.g. step { weight = 10 } … step { weight = 100 }
+            "#]],
+        ),
+        (
+            deployment(
+                "  canary {\n    step {\n      weight = 100\n    }\n    analysis {\n      interval = \"500ms\"\n      http {\n        path = \"health\"\n        samples = 5000\n        max_error_percent = 101\n      }\n      prometheus {\n        url = \"ftp://p\"\n        query = \"up\"\n        max = \"lots\"\n        count = 0\n      }\n    }\n  }\n",
+            ),
+            expect![[r#"
+                m/app.hcl:8:7: `canary.analysis.interval` "500ms" is below 1s: write a longer duration
+                m/app.hcl:10:9: `canary.analysis.http.path` "health" must start with `/`, like "/health"
+                m/app.hcl:11:9: `canary.analysis.http.samples` is 5000, outside 1..=1000
+                m/app.hcl:12:9: `canary.analysis.http.max_error_percent` is 101, outside 0..=100
+                m/app.hcl:15:9: `canary.analysis.prometheus.url` "ftp://p" must be an http:// or https:// URL, like "http://prometheus:9090"
+                m/app.hcl:17:9: `canary.analysis.prometheus.max` must be a number, like 0.05
+                m/app.hcl:18:9: `canary.analysis.prometheus.count` is 0, outside 1..=100
+            "#]],
+        ),
+        (
+            deployment(
+                "  canary {\n    step {\n      weight = 100\n    }\n    analysis {\n      prometheus {\n        url = \"http://p:9090\"\n        query = \"up\"\n      }\n    }\n  }\n",
+            ),
+            expect![[r#"
+                m/app.hcl:8:7: canary.analysis.prometheus needs exactly one of `max` and `min`: the bound every result must hold
+            "#]],
+        ),
+        (
+            deployment(
+                "  canary {\n    step {\n      weight = 100\n    }\n  }\n  blue_green {\n    preview_host = \"next.example.com\"\n  }\n",
+            ),
+            expect![[r#"
+                m/app.hcl:8:3: a deployment rolls out with `canary` or with `blue_green`, not both: remove one
+            "#]],
+        ),
+        (
+            deployment(
+                "  blue_green {\n    preview_host = \"http://next\"\n    keep_old = \"9999h\"\n    colour = \"blue\"\n  }\n",
+            ),
+            expect![[r#"
+                m/app.hcl:4:5: `blue_green.preview_host` "http://next" must be a host name only, like "next.example.com"
+                m/app.hcl:5:16: `blue_green.keep_old` "9999h" is above the limit of 168h: write a shorter duration
+                m/app.hcl:6:5: unknown attribute `blue_green.colour` in blue_green
+            "#]],
+        ),
+    ];
+    for (input, expected) in rows {
+        check(&input, expected);
+    }
+}
+
 #[test]
 fn start_up_order() {
     let db = "statefulset \"s\" \"db\" {\n  image = \"x\"\n}\n";

@@ -300,6 +300,9 @@ fn event_of(action: &str, outcome: &ActivityOutcome) -> Option<&'static str> {
         ("restore", ActivityOutcome::Failed) => "backup.restore_failed",
         ("maintenance.on", _) => "maintenance.on",
         ("maintenance.off", _) => "maintenance.off",
+        ("rollout.pause", _) => "rollout.paused",
+        ("rollout.promote", _) => "rollout.promoted",
+        ("rollout.abort", _) => "rollout.aborted",
         _ => return None,
     })
 }

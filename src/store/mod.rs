@@ -12,7 +12,8 @@
 //! cron state, readiness), `secrets.rs` (config buckets, blobs), `health.rs` (the agent's own
 //! health), `triggers.rs` (deploy triggers: firings, holds, approvals), `holds.rs` (deploy windows' and
 //! freezes' held commits, freezes), `maintenance.rs`
-//! (deployments whose ingress serves a maintenance page), `activity.rs` (the
+//! (deployments whose ingress serves a maintenance page), `rollouts.rs` (canary and
+//! blue/green rollouts' steps, analysis and requests), `activity.rs` (the
 //! activity log, written in the transaction of the change it records); this file opens the database and runs `schema.rs`'s migrations.
 //!
 //! Calls block: async callers run them on `spawn_blocking`. The connection sits behind a std
@@ -33,6 +34,7 @@ mod meta;
 mod outbox;
 mod previews;
 mod releases;
+mod rollouts;
 mod runs;
 mod schema;
 mod secrets;
@@ -73,6 +75,7 @@ pub use releases::{
     AutoRollback, HALT_MARK, Pin, RELEASE_HISTORY_LIMIT, Release, ReleasePhase, RollbackOutcome,
     UnpinOutcome,
 };
+pub use rollouts::{RolloutEvent, RolloutPhase, RolloutRequest, RolloutState};
 pub use runs::{CronState, JobRun, Readiness, RunStatus};
 pub(crate) use secrets::Buckets;
 pub(crate) use sources::META_REPO_URL;

@@ -54,6 +54,9 @@ pub const EVENTS: &[&str] = &[
     "backup.restore_failed",
     "maintenance.on",
     "maintenance.off",
+    "rollout.paused",
+    "rollout.promoted",
+    "rollout.aborted",
 ];
 
 /// Most events kept.

@@ -500,4 +500,28 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (event_id, sink)
     ) WITHOUT ROWID;
     "#,
+    // ---- issue 51: progressive delivery ----
+    // 23: rollouts (`store/rollouts.rs`): one row per deployment rolling out by `canary {}` or
+    // `blue_green {}`: the step, its share, the pause, the last analysis, the requests.
+    r#"
+    CREATE TABLE rollouts (
+        scope             TEXT NOT NULL,
+        name              TEXT NOT NULL,
+        release           TEXT NOT NULL,
+        strategy          TEXT NOT NULL CHECK (strategy IN ('canary', 'blue_green')),
+        step              INTEGER NOT NULL,
+        share             INTEGER NOT NULL,
+        canary_replicas   INTEGER NOT NULL,
+        started           INTEGER NOT NULL,
+        paused_until      INTEGER,
+        phase             TEXT NOT NULL
+                          CHECK (phase IN ('progressing', 'paused', 'promoted', 'aborted')),
+        verdict           TEXT NOT NULL DEFAULT '',
+        analysis          TEXT NOT NULL DEFAULT 'null',
+        promote_requested INTEGER NOT NULL DEFAULT 0,
+        abort_requested   INTEGER NOT NULL DEFAULT 0,
+        updated           INTEGER NOT NULL,
+        PRIMARY KEY (scope, name)
+    );
+    "#,
 ];

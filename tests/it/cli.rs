@@ -193,6 +193,82 @@ fn releases_rollback_and_unpin_explain_what_they_cannot_do() -> TestResult {
     Ok(())
 }
 
+/// `plan` says a release of a deployment with `canary {}` rolls out as a canary, step by step.
+#[test]
+fn plan_says_a_change_rolls_out_as_a_canary() -> TestResult {
+    let state = tempfile::tempdir()?;
+    state_with_one_deployment(state.path(), "c")?;
+    let repo = tempfile::tempdir()?;
+    std::fs::write(
+        repo.path().join("web.hcl"),
+        "deployment \"s\" \"web\" {\n  image = \"busybox:1.36\"\n  canary {\n    step {\n      weight = 10\n      pause  = \"until_promoted\"\n    }\n    step {\n      weight = 100\n    }\n  }\n}\n",
+    )?;
+    let dir = repo.path().to_str().ok_or("utf-8 path")?;
+    let (code, stdout, stderr) = run_in(state.path(), &["plan", "--repo", dir])?;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains(
+            "rolled out as a canary: 10% (until promoted) → 100%, judged by replica health"
+        ),
+        "{stdout}"
+    );
+    Ok(())
+}
+
+/// `promote` and `abort` leave their request on a deployment's rollout in state.db, in the
+/// activity log and the outbox; with no rollout in flight they exit 1 and record nothing.
+#[test]
+fn promote_and_abort_record_their_request_or_say_nothing_is_in_flight() -> TestResult {
+    use voodu_agent::store::{RolloutPhase, RolloutState};
+    let dir = tempfile::tempdir()?;
+    state_with_one_deployment(dir.path(), "c")?;
+    let (code, _, stderr) = run_in(dir.path(), &["promote", "s/web"])?;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("deployment/s/web: no canary or blue/green rollout is in flight"),
+        "{stderr}"
+    );
+    let store = Store::open(&dir.path().join("state.db"))?;
+    let mut state = RolloutState::start("s", "web", "abc", "canary");
+    state.phase = RolloutPhase::Paused;
+    state.share = 10;
+    state.canary_replicas = 1;
+    store.save_rollout(&state, None)?;
+    drop(store);
+    let (code, stdout, stderr) = run_in(dir.path(), &["promote", "s/web"])?;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("deployment/s/web: promote requested") && stdout.contains("at 10 %"),
+        "{stdout}"
+    );
+    let (code, stdout, stderr) = run_in(dir.path(), &["abort", "s/web"])?;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let store = Store::open(&dir.path().join("state.db"))?;
+    let stored = store.rollout_state("s", "web")?.ok_or("stored")?;
+    assert!(stored.promote_requested && stored.abort_requested);
+    let events: Vec<String> = store
+        .events_after(0, 10)?
+        .into_iter()
+        .map(|event| event.event)
+        .filter(|event| event.starts_with("rollout."))
+        .collect();
+    assert_eq!(events, ["rollout.promoted", "rollout.aborted"]);
+    drop(store);
+    let (code, stdout, stderr) = run_in(dir.path(), &["status"])?;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains(
+            "deployment/s/web canary release abc: paused, step 0 at 10 % (1 canary replica(s))"
+        ) && stdout.contains("promote requested, abort requested"),
+        "{stdout}"
+    );
+    let (_, stdout, _) = run_in(dir.path(), &["status", "--json"])?;
+    let json: serde_json::Value = serde_json::from_str(&stdout)?;
+    assert_eq!(json["rollouts"][0]["share"], 10);
+    assert_eq!(json["rollouts"][0]["phase"], "paused");
+    Ok(())
+}
+
 #[test]
 #[ignore = "needs a Docker engine: scripts/test runs it (cargo test -- --include-ignored)"]
 fn sigterm_stops_the_agent_cleanly() -> TestResult {
@@ -283,6 +359,49 @@ fn validate_under_swarm_refuses_a_backup() -> TestResult {
         stdout.contains(
             "db.hcl:1:1: cannot run under Docker Swarm: backup {} runs on the container engine only"
         ),
+        "{stdout}{stderr}"
+    );
+    Ok(())
+}
+
+/// A deployment's `canary {}` (an extension) shifts traffic on the agent's own ingress:
+/// `validate --runtime swarm` refuses it at the deployment's block; without the flag it
+/// validates, and `plan` says the change rolls out as a canary.
+#[test]
+fn validate_under_swarm_refuses_a_canary_and_plan_names_the_strategy() -> TestResult {
+    let repo = tempfile::tempdir()?;
+    std::fs::write(
+        repo.path().join("web.hcl"),
+        r#"deployment "shop" "web" {
+  image = "busybox"
+  replicas = 10
+  canary {
+    step {
+      weight = 10
+      pause  = "1m"
+    }
+    step {
+      weight = 100
+    }
+    analysis {
+      http {
+        path              = "/health"
+        samples           = 20
+        max_error_percent = 5
+      }
+    }
+  }
+}
+"#,
+    )?;
+    let state = tempfile::tempdir()?;
+    let dir = repo.path().to_str().ok_or("utf-8 path")?;
+    let (code, stdout, stderr) = run_in(state.path(), &["validate", dir])?;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let (code, stdout, stderr) = run_in(state.path(), &["validate", dir, "--runtime", "swarm"])?;
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("web.hcl:1:1: cannot run under Docker Swarm: canary {} shifts traffic on the agent's own ingress"),
         "{stdout}{stderr}"
     );
     Ok(())

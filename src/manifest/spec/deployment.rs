@@ -55,6 +55,9 @@ pub struct DeploymentSpec {
     /// `backup {}` of a named volume it mounts (an extension); never hashed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<super::Backup>,
+    /// `canary {}` or `blue_green {}` (an extension); never hashed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<super::Strategy>,
     /// Plugin-owned nested blocks, in order (voodu 2026); never hashed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub plugin_blocks: Vec<PluginBlock>,
@@ -293,6 +296,14 @@ mod tests {
             });
         }),
         ("on_probe", |s| s.on_probe = Some(OnProbe::default())),
+        ("strategy", |s| {
+            s.strategy = Some(super::super::Strategy::BlueGreen(
+                super::super::rollout::BlueGreen {
+                    preview_host: "next.example.com".into(),
+                    ..Default::default()
+                },
+            ));
+        }),
         ("drain", |s| {
             s.drain = Some(Drain {
                 grace: "60s".into(),

@@ -15,6 +15,7 @@ mod ingress;
 mod job;
 mod plugin;
 mod registry;
+pub(crate) mod rollout;
 pub(crate) mod schedule;
 mod statefulset;
 
@@ -36,6 +37,7 @@ pub(crate) use ingress::{IngressSpec, LoadBalancing, Location, Tls};
 pub use job::{CronjobSpec, JobSpec};
 pub(crate) use plugin::{PluginBlock, plugin_refusal};
 pub use registry::RegistrySpec;
+pub(crate) use rollout::Strategy;
 pub(crate) use statefulset::{Macro, StatefulsetSpec};
 
 use std::collections::BTreeMap;
@@ -211,6 +213,14 @@ impl Spec {
     }
 
     /// Its `backup {}` (a statefulset's claims, or a named volume a deployment mounts).
+    /// A deployment's progressive-delivery strategy (`canary {}` / `blue_green {}`), if any.
+    pub fn strategy(&self) -> Option<&Strategy> {
+        match self {
+            Spec::Deployment(spec) => spec.strategy.as_ref(),
+            _ => None,
+        }
+    }
+
     pub fn backup(&self) -> Option<&Backup> {
         match self {
             Spec::Deployment(spec) => spec.backup.as_ref(),

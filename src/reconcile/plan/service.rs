@@ -154,6 +154,9 @@ pub fn swarm_gaps(spec: &Spec) -> Vec<String> {
     if inits > 0 {
         gaps.push("init containers: a Swarm task runs one container; run the setup in the image's entrypoint, or as a job".to_owned());
     }
+    if let Some(strategy) = spec.strategy() {
+        gaps.push(format!("{} {{}} shifts traffic on the agent's own ingress by replica, where Swarm's routing mesh balances a service's tasks itself: remove the block (a Swarm service rolls out with update_config)", strategy.name()));
+    }
     if spec.backup().is_some() {
         gaps.push("backup {} runs on the container engine only: it stops the pods or execs in them and reads their volumes on the agent's host, where a Swarm task may run on any node; remove the block, or back the data up with a cronjob".to_owned());
     }

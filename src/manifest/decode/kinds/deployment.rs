@@ -1,5 +1,6 @@
 //! `deployment` (and the deployment half of `app`): the container and workload fields, plus
-//! `post_deploy`, `keep_releases`, `release {}`, `autoscale {}` and `on_deploy {}`.
+//! `post_deploy`, `keep_releases`, `release {}`, `autoscale {}`, `on_deploy {}` and the
+//! rollout strategy (`canary {}` / `blue_green {}`).
 
 use hcl::edit::Span;
 use hcl::edit::structure::Block;
@@ -41,6 +42,7 @@ pub(in crate::manifest::decode) fn deployment(
     check_items(cx, r, "post_deploy", &spec.post_deploy, values::argument);
     let volumes = spec.container.volumes.clone();
     spec.backup = backup(cx, r, Owner::Deployment { volumes: &volumes });
+    spec.strategy = super::rollout::strategy(cx, r);
     if spec.keep_releases < 0 {
         cx.error(
             r.span_of("keep_releases"),

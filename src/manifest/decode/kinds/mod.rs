@@ -2,7 +2,7 @@
 //! (spec §2), one file per kind (declared by the kind table, `spec::for_each_kind!`), plus the parts several kinds share: `container.rs` (the §2.0
 //! container fields) with `env.rs` (`env_file`), `workload.rs` (the long-running workloads'
 //! fields, `init`, `drain` and webhook targets), `backup.rs` (a statefulset's `backup {}`),
-//! `probe.rs` and `checks.rs`.
+//! `rollout.rs` (a deployment's `canary {}` / `blue_green {}`), `probe.rs` and `checks.rs`.
 //!
 //! Invariant: every rule voodu checks (at parse time or only later, at reconcile) is checked
 //! here, at the line that breaks it, so a commit the agent accepts does not fail on the host
@@ -13,6 +13,7 @@ mod checks;
 mod container;
 mod env;
 mod probe;
+mod rollout;
 mod workload;
 
 use hcl::edit::structure::Block;
