@@ -32,7 +32,14 @@ pub(super) fn run(
     request: RolloutRequest,
 ) -> anyhow::Result<ExitCode> {
     let store = super::open_store(data_dir, super::Access::ReadWrite)?;
-    let key = resolve(&store, &args.resource)?;
+    // Only a deployment rolls out progressively: SCOPE/NAME means the deployment even when
+    // an ingress (or another kind) shares its name.
+    let key = match args.resource.split_once('/') {
+        Some((scope, name)) if !name.contains('/') => {
+            crate::model::ResourceKey::new(Kind::Deployment, scope, name)
+        }
+        _ => resolve(&store, &args.resource)?,
+    };
     if key.kind != Kind::Deployment {
         anyhow::bail!("{key}: only a deployment rolls out by canary or blue/green");
     }

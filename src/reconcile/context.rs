@@ -325,6 +325,8 @@ pub(crate) struct Memory {
     pub(crate) data_units: crate::reconcile::handlers::data::Units,
     /// Resources waiting for their dependencies to become ready, by dependency.
     pub(crate) dependents: wake::Dependents,
+    /// Replicas the router leaves out while they are drained.
+    pub(crate) draining: wake::Draining,
 }
 
 /// Runs a blocking store call off the async threads.

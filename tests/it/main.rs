@@ -4,6 +4,7 @@ mod support;
 
 mod backup;
 mod backup_docker;
+mod blue_green_docker;
 mod bounds_docker;
 mod cli;
 mod code_order;

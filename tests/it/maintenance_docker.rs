@@ -19,7 +19,7 @@ use crate::support::{
 const LIMIT: Duration = Duration::from_secs(120);
 
 /// A free loopback port (bound, then released for the agent's proxy to take).
-fn free_port() -> TestResult<u16> {
+pub(crate) fn free_port() -> TestResult<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
@@ -27,7 +27,7 @@ fn free_port() -> TestResult<u16> {
 
 /// The whole answer (status line, headers, body) to `GET http://host/` through the proxy
 /// listening on `proxy`.
-fn through_proxy(proxy: u16, host: &str) -> TestResult<String> {
+pub(crate) fn through_proxy(proxy: u16, host: &str) -> TestResult<String> {
     use std::io::{Read as _, Write as _};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", proxy))?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
@@ -59,7 +59,7 @@ ingress "{shop}" "web" {{
 }
 
 /// Runs `voodu-agent ARGS --data-dir DATA`; its stdout, or an error with its stderr.
-fn cli(data_dir: &Path, args: &[&str]) -> TestResult<String> {
+pub(crate) fn cli(data_dir: &Path, args: &[&str]) -> TestResult<String> {
     let output = Command::new(AGENT)
         .args(args)
         .arg("--data-dir")
@@ -89,7 +89,7 @@ fn answers(proxy: u16, host: &str, line: &str) -> TestResult<String> {
 }
 
 /// Removes the agent's proxy container on drop (it outlives the agent by design).
-struct ProxyGuard(Option<String>);
+pub(crate) struct ProxyGuard(pub(crate) Option<String>);
 
 impl Drop for ProxyGuard {
     fn drop(&mut self) {

@@ -743,16 +743,67 @@ pub(super) async fn drain_and_remove<R: Runtime>(
     grace: Duration,
 ) -> Result<()> {
     ctx.memory.own_removals.note(id);
-    if let Err(error) = ctx.runtime.stop(id, grace).await {
+    let unrouted = unroute(ctx, key, id).await;
+    let stopped = ctx.runtime.stop(id, grace).await;
+    if let Err(error) = stopped {
         tracing::warn!(%key, container = id, %error, "could not stop the replica gracefully; removing it now (forced cut)");
     }
-    ctx.runtime
-        .remove(id)
-        .await
-        .map_err(|source| Error::Runtime {
-            key: key.clone(),
-            source,
-        })
+    let removed = ctx.runtime.remove(id).await;
+    if unrouted {
+        ctx.memory.draining.remove(id);
+    }
+    removed.map_err(|source| Error::Runtime {
+        key: key.clone(),
+        source,
+    })
+}
+
+/// The longest a drain waits for the router to leave the replica out of its routes (one
+/// router pass and proxy load; a stalled proxy never holds a removal longer).
+const UNROUTE_WAIT: Duration = Duration::from_secs(2);
+
+/// Leaves replica `id` of `key` out of the ingress routes before it stops, when it is an
+/// upstream (a ready replica with an address, the Docker ingress on): its stop then never
+/// meets a request the proxy already sent it, nor a proxy reload cutting the retry of one.
+/// Waits for the router pass that follows (its report), at most `UNROUTE_WAIT`. Whether it
+/// was left out (the caller forgets it once removed).
+async fn unroute<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey, id: &str) -> bool {
+    if ctx.options.ingress.is_none() || ctx.options.engine != crate::reconcile::Engine::Docker {
+        return false;
+    }
+    let owner = key.clone();
+    let container = id.to_owned();
+    let routed = blocking(&ctx.store, move |store| {
+        Ok(store
+            .readiness(&owner)?
+            .into_iter()
+            .any(|row| row.container_id == container && row.ready && !row.address.is_empty()))
+    })
+    .await
+    .unwrap_or(false);
+    if !routed {
+        return false;
+    }
+    ctx.memory.draining.insert(id);
+    let mut reports = ctx.router.subscribe_report();
+    let generation = ctx.router.wake_generation();
+    let served = async {
+        loop {
+            if reports.borrow_and_update().served_wake >= generation {
+                return;
+            }
+            if reports.changed().await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        () = served => {}
+        () = ctx.timer.sleep(crate::reconcile::run::timer::What::Router, UNROUTE_WAIT) => {
+            tracing::debug!(%key, container = id, "the router did not confirm leaving the replica out in time; stopping it anyway");
+        }
+    }
+    true
 }
 
 /// The drain grace of a resource that left the repo: its last release's, else Docker's.

@@ -73,6 +73,8 @@ pub(crate) fn fingerprint(view: &IngressView) -> u64 {
 pub(crate) async fn current_table<R: Runtime>(ctx: &Ctx<R>) -> Result<RouteTable> {
     let swarm = ctx.options.engine == Engine::Swarm;
     let ownership = ctx.options.ownership.clone();
+    // Replicas being drained are left out before they stop (`drain_and_remove`).
+    let draining = ctx.memory.draining.ids();
     blocking(&ctx.store, move |store| {
         let desired = store.desired_all()?;
         let hosts = store
@@ -120,7 +122,11 @@ pub(crate) async fn current_table<R: Runtime>(ctx: &Ctx<R>) -> Result<RouteTable
                 let ready: Vec<(String, String)> = store
                     .readiness(&target)?
                     .into_iter()
-                    .filter(|row| row.ready && !row.address.is_empty())
+                    .filter(|row| {
+                        row.ready
+                            && !row.address.is_empty()
+                            && !draining.contains(&row.container_id)
+                    })
                     .map(|row| (row.container, row.address))
                     .collect();
                 // A blue/green rollout keeps its releases apart (`split`).
@@ -258,9 +264,10 @@ pub(crate) async fn run<R: Runtime>(
                 () = async { router.ctx.timer.sleep(What::Router, CONVERGING).await }, if converging => false,
             }
         };
+        let served = *wake.borrow_and_update();
         let outcome = tokio::select! {
             () = shutdown.cancelled() => return,
-            outcome = router.pass(verify) => outcome,
+            outcome = router.pass(verify, served) => outcome,
         };
         match outcome {
             Ok(live) => {
@@ -275,6 +282,7 @@ pub(crate) async fn run<R: Runtime>(
                 let message = error.to_string();
                 let mut report = router.report.clone();
                 report.passes += 1;
+                report.served_wake = served;
                 report.error = Some(message);
                 router.publish(report);
                 tokio::select! {
@@ -328,11 +336,12 @@ impl<R: Runtime> Router<R> {
 
     /// One pass: the route table, then the proxy made to serve it. `Ok(false)` while the
     /// proxy is still being rolled out.
-    async fn pass(&mut self, verify: bool) -> std::result::Result<bool, PassError> {
+    async fn pass(&mut self, verify: bool, served: u64) -> std::result::Result<bool, PassError> {
         let table = current_table(&self.ctx).await?;
         let mut report = RouterReport {
             passes: self.report.passes + 1,
             pushes: self.report.pushes,
+            served_wake: served,
             ..RouterReport::default()
         };
         if table.ingresses.is_empty() {

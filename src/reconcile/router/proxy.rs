@@ -62,6 +62,8 @@ pub struct RouterReport {
     pub error: Option<String>,
     /// The proxy while it runs.
     pub proxy: Option<ProxyInfo>,
+    /// The router wake generation the pass started from (`RouterWake::wake_generation`).
+    pub(crate) served_wake: u64,
 }
 
 /// The proxy (its container, or under Swarm its service) and where it is published.

@@ -89,6 +89,18 @@ impl RouterWake {
             .send_modify(|generation| *generation = generation.wrapping_add(1));
     }
 
+    /// Wakes the router and gives the wake's generation: a report whose `served_wake` is at
+    /// least it was built after the wake (`drain_and_remove` waits for one).
+    pub(crate) fn wake_generation(&self) -> u64 {
+        self.wake();
+        *self.sender.borrow()
+    }
+
+    /// A receiver of the router's reports.
+    pub(crate) fn subscribe_report(&self) -> watch::Receiver<Arc<RouterReport>> {
+        self.report.subscribe()
+    }
+
     /// A receiver that sees every later `wake`.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.sender.subscribe()
@@ -102,6 +114,33 @@ impl RouterWake {
     /// Publishes the router's report (the router only).
     pub(crate) fn publish(&self, report: RouterReport) {
         self.report.send_replace(Arc::new(report));
+    }
+}
+
+/// Replicas being drained (by container id): the router leaves them out of every route
+/// before they are stopped, so no request is sent to a replica that is going away.
+#[derive(Debug, Default)]
+pub(crate) struct Draining {
+    ids: Mutex<HashSet<String>>,
+}
+
+impl Draining {
+    fn ids_mut(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.ids
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn insert(&self, id: &str) {
+        self.ids_mut().insert(id.to_owned());
+    }
+
+    pub(crate) fn remove(&self, id: &str) {
+        self.ids_mut().remove(id);
+    }
+
+    pub(crate) fn ids(&self) -> HashSet<String> {
+        self.ids_mut().clone()
     }
 }
 

@@ -292,6 +292,8 @@ fn start_analysis<R: Runtime>(
                     return Ok(key);
                 }
                 state.verdict = if passed { "passed" } else { "failed" }.to_owned();
+                let mut values = values;
+                values["step"] = json!(step);
                 state.analysis = values;
                 store.save_rollout(&state, None)?;
                 Ok::<_, crate::store::Error>(key)
