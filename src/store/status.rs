@@ -192,10 +192,12 @@ pub enum FailureReason {
     Unverified,
     /// A backup (`backup {}`) failed: a release it guards (`before_release`) is held.
     BackupFailed,
+    /// A canary rollout was aborted: its analysis failed, or `voodu-agent abort`.
+    RolloutAborted,
 }
 
 impl FailureReason {
-    pub(crate) const ALL: [FailureReason; 25] = [
+    pub(crate) const ALL: [FailureReason; 26] = [
         FailureReason::ImageMissing,
         FailureReason::PullFailed,
         FailureReason::Credentials,
@@ -221,6 +223,7 @@ impl FailureReason {
         FailureReason::Interrupted,
         FailureReason::Unverified,
         FailureReason::BackupFailed,
+        FailureReason::RolloutAborted,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -250,6 +253,7 @@ impl FailureReason {
             FailureReason::Interrupted => "Interrupted",
             FailureReason::Unverified => "Unverified",
             FailureReason::BackupFailed => "BackupFailed",
+            FailureReason::RolloutAborted => "RolloutAborted",
         }
     }
 

@@ -5,6 +5,7 @@ mod support;
 mod backup;
 mod backup_docker;
 mod bounds_docker;
+mod canary;
 mod canary_docker;
 mod cli;
 mod code_order;

@@ -34,7 +34,9 @@ use super::rollout::Report;
 use crate::manifest::spec::{Container as ContainerSpec, DeploymentSpec, Drain, Init};
 use crate::model::{Kind, ResourceKey, random_hex};
 use crate::reconcile::plan::gate;
-use crate::reconcile::plan::{Step, Target, plan_replicas};
+use crate::manifest::spec::container_port;
+use crate::manifest::spec::rollout::{Canary, Strategy};
+use crate::reconcile::plan::{Step, Target, plan_canary, plan_replicas};
 use crate::reconcile::{context::Ctx, error::Result, run::action::Action};
 use crate::runtime::{Container, ContainerState, Runtime};
 use crate::store::{DeploymentDetail, Desired, Detail, Release, ReplicaDetail, ResourceStatus};
@@ -158,6 +160,23 @@ impl<R: Runtime> Replicated<R> for Deployment<'_> {
 
     fn plan(&self, observed: &Observed) -> Vec<Step> {
         plan_replicas(Some(&self.target()), &observed.actual)
+    }
+
+    fn canary(&self) -> Option<(&Canary, u16)> {
+        let Some(Strategy::Canary(canary)) = &self.spec.strategy else {
+            return None;
+        };
+        let port = self
+            .spec
+            .ports
+            .iter()
+            .find_map(|port| container_port(port))
+            .unwrap_or(80);
+        Some((canary, port))
+    }
+
+    fn canary_steps(&self, observed: &Observed, canary: usize) -> Vec<Step> {
+        plan_canary(&self.target(), &observed.actual, canary)
     }
 
     fn touches(step: &Step) -> bool {

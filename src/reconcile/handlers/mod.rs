@@ -33,6 +33,7 @@ macro_rules! pins_in {
     };
 }
 
+mod canary;
 pub(crate) mod container;
 pub(crate) mod data;
 mod engine;

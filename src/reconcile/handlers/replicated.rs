@@ -18,6 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::canary::{self, Move};
 use super::data;
 use super::hooks::{self, HookSet};
 use super::launch::{EnvSource, images_of, ready_to_create};
@@ -25,6 +26,7 @@ use super::replicas::{
     Observed, Waits, fail_rollout, inspect_waiting, not_done, observe, put_status, rollout_failure,
 };
 use super::rollout::{self, Report};
+use crate::manifest::spec::rollout::Canary;
 use crate::manifest::spec::{Backup, Container as ContainerSpec, Drain, Init, Spec};
 use crate::model::ResourceKey;
 use crate::reconcile::handlers::pins::{self, Pins};
@@ -41,6 +43,9 @@ use crate::store::{Desired, FailureReason, Phase, Release, ReleasePhase, Resourc
 /// How soon a resource waiting for its dependencies looks again by itself (a dependency's
 /// `Ready` queues it at once: this covers what the agent forgot in a restart).
 const DEPENDENCY_RECHECK: Duration = Duration::from_secs(10);
+/// While a canary's replicas come up, the pass looks again this soon by itself (their
+/// readiness queues it sooner).
+const CANARY_RECHECK: Duration = Duration::from_secs(5);
 
 /// What a replicated kind brings to the pass.
 pub(super) trait Replicated<R: Runtime>: Send + Sync {
@@ -111,6 +116,16 @@ pub(super) trait Replicated<R: Runtime>: Send + Sync {
         None
     }
     /// Whether a step creates or replaces a replica (a rollout's image must be there first).
+    /// The kind's canary (`canary {}`) and the port its replicas serve on; `None`: rolls out
+    /// the ordinary way.
+    fn canary(&self) -> Option<(&Canary, u16)> {
+        None
+    }
+    /// Steps that bring the current version to `canary` replicas beside the outdated ones,
+    /// leaving those as they are (`plan::plan_canary`); only asked when `canary` is `Some`.
+    fn canary_steps(&self, _observed: &Observed, _canary: usize) -> Vec<Self::Step> {
+        Vec::new()
+    }
     fn touches(step: &Self::Step) -> bool;
     /// Whether a step replaces a replica (never while halted).
     fn is_replace(step: &Self::Step) -> bool;
@@ -244,6 +259,31 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
     {
         return Ok(action);
     }
+    // A canary rollout (`canary {}`) brings its step's replicas up beside the stable ones,
+    // holds for its pauses and analyses, or aborts; at 100 % the ordinary rollout goes on.
+    let canary = match pass.kind.canary() {
+        Some((spec, port)) if pass.phase == RolloutPhase::Progressing => {
+            let kind = &pass.kind;
+            let subject = canary::Subject {
+                key,
+                release: &pass.release,
+                canary: spec,
+                n_replicas: desired.n_replicas,
+                port,
+            };
+            let drive = canary::drive(ctx, &subject, &observed, |container| {
+                kind.is_current(container)
+            });
+            drive.await?
+        }
+        _ => Move::Off,
+    };
+    let steps = match &canary {
+        Move::Off => steps,
+        Move::Scale { canary, .. } => pass.kind.canary_steps(&observed, *canary),
+        Move::Hold { .. } => Vec::new(),
+        Move::Abort { reason } => return pass.abort_canary(key, &observed, reason).await,
+    };
     let new_replicas = pass.kind.new_replicas(ctx, &observed, &pass.release).await;
     if let Some(action) = pass
         .roll_back_if_failing(&steps, &observed, &new_replicas)
@@ -252,9 +292,13 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
         return Ok(action);
     }
 
-    // Act on what the health gate lets through; a halted resource is repaired (removals,
-    // starts, creates) but never rolled.
-    let mut now_steps = pass.kind.gate(steps, &observed);
+    // Act on what the health gate lets through (a canary's own steps only add or remove its
+    // replicas beside the stable ones); a halted resource is repaired (removals, starts,
+    // creates) but never rolled.
+    let mut now_steps = match canary {
+        Move::Off => pass.kind.gate(steps, &observed),
+        _ => steps,
+    };
     if pass.phase == RolloutPhase::Halted {
         now_steps.retain(|step| !K::is_replace(step));
     }
@@ -282,7 +326,17 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
             .fail_with_detail(&observed, error, Stage::Replicas)
             .await;
     }
-    let mut action = pass.settle(&observed, &new_replicas, &waits).await?;
+    let mut action = match canary {
+        Move::Scale { message, .. } => {
+            pass.status.message = message;
+            Action::RequeueAfter(CANARY_RECHECK)
+        }
+        Move::Hold { action, message } => {
+            pass.status.message = message;
+            action
+        }
+        _ => pass.settle(&observed, &new_replicas, &waits).await?,
+    };
     // A replica whose liveness failed is replaced once its back-off ends: look again then
     // (the probe runner asked for this pass only; this answer is the key's next pass).
     if let Some(wait) = ctx.memory.liveness_failed.wait(
@@ -481,6 +535,42 @@ impl<R: Runtime, K: Replicated<R>> Pass<'_, R, K> {
                 .await
                 .map(Some),
         }
+    }
+
+    /// An aborted canary: its replicas go (traffic is back on the stable ones at once), then
+    /// the release fails and the automatic rollback and pin rules apply.
+    async fn abort_canary(
+        &mut self,
+        key: &ResourceKey,
+        observed: &Observed,
+        reason: &str,
+    ) -> Result<Action> {
+        let steps = self.kind.canary_steps(observed, 0);
+        let mut waits = Waits::default();
+        let removed = self
+            .kind
+            .execute(self.ctx, &steps, observed, &mut waits)
+            .await;
+        self.ctx.router.wake();
+        if let Err(error) = removed {
+            return self
+                .fail_with_detail(observed, error, Stage::Replicas)
+                .await;
+        }
+        let observed = self.kind.observe(self.ctx, key).await?;
+        let status = self
+            .kind
+            .detail(self.ctx, self.status.clone(), &observed)
+            .await?;
+        fail_rollout(
+            self.ctx,
+            &self.release,
+            (FailureReason::RolloutAborted, reason),
+            &self.kind.report(),
+            status,
+        )
+        .await?;
+        Ok(Action::Done)
     }
 
     /// A rollout that ran out of time, or whose new replica keeps crashing, is rolled back.

@@ -774,7 +774,9 @@ async fn observe<R: Runtime>(ctx: &Ctx<R>, container: &Container) -> (String, Du
     }
 }
 
-fn http_client() -> reqwest::Client {
+/// The client of HTTP probes (and canary analyses): straight to a replica's address, no
+/// redirects, any certificate.
+pub(crate) fn http_client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())

@@ -322,6 +322,12 @@ impl RolloutClock {
         now.saturating_duration_since(start)
     }
 
+    /// Starts release `id`'s deadline again at `now`: a canary holding (a pause, an analysis)
+    /// never uses its deadline up; each step gets the whole of it to bring its replicas up.
+    pub(crate) fn restart(&self, id: i64, now: Instant) {
+        lock(&self.started).insert(id, now);
+    }
+
     /// Remembers the error a pass of release `id`'s rollout met.
     pub(crate) fn note_error(&self, id: i64, error: String) {
         lock(&self.last_error).insert(id, error);

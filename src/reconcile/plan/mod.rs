@@ -10,13 +10,6 @@
 //! ordinals: surplus pods go highest ordinal first, missing (or stopped) ones come back
 //! lowest ordinal first, outdated ones are replaced highest ordinal first (ordinal 0 last).
 
-#[cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "the deployment handler's canary pass (issue 51) is not wired yet; the decision is tested"
-    )
-)]
 pub(crate) mod canary;
 pub(crate) mod depends;
 pub(crate) mod gate;
@@ -25,7 +18,7 @@ mod replicas;
 mod service;
 
 pub(crate) use pods::{StatefulStep, StatefulTarget, plan_statefulset, pod_ordinal};
-pub(crate) use replicas::{Step, Target, plan_replicas};
+pub(crate) use replicas::{Step, Target, plan_canary, plan_replicas};
 pub use service::{
     SERVICE_DIGEST, ServiceStep, ServiceTarget, plan_service, swarm_gaps, swarm_notes,
 };

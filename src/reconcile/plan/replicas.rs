@@ -121,6 +121,41 @@ pub(crate) fn plan_replicas(target: Option<&Target<'_>>, actual: &[Container]) -
         .collect()
 }
 
+/// Steps for a canary step (`canary {}`): `canary` replicas of the target version beside
+/// the outdated (stable) ones, which are left as they are: the new version takes its share of
+/// the requests by replica count. Current replicas past `canary` are removed (a smaller
+/// step after an edit), a stopped current one is started. Never more than `n_replicas`.
+pub(crate) fn plan_canary(target: &Target<'_>, actual: &[Container], canary: usize) -> Vec<Step> {
+    let mut current: Vec<&Container> = actual
+        .iter()
+        .filter(|container| target.is_current(container))
+        .collect();
+    current.sort_by(|a, b| {
+        (a.state != ContainerState::Running, &a.name)
+            .cmp(&(b.state != ContainerState::Running, &b.name))
+    });
+    let canary = canary.min(target.n_replicas).min(MAX_REPLICA_COUNT);
+    let keep = current.len().min(canary);
+    let removes = current[keep..].iter().map(|container| Step::Remove {
+        id: container.id.clone(),
+        name: container.name.clone(),
+    });
+    let starts = current[..keep]
+        .iter()
+        .filter(|container| {
+            !matches!(
+                container.state,
+                ContainerState::Running | ContainerState::Restarting
+            )
+        })
+        .map(|container| Step::Start {
+            id: container.id.clone(),
+            name: container.name.clone(),
+        });
+    let creates = std::iter::repeat_n(Step::Create, canary - keep);
+    removes.chain(starts).chain(creates).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::{ResourcePlan, plan_resource, test_container as container, test_step_names};
@@ -143,6 +178,34 @@ mod tests {
         });
         let steps = plan_replicas(target.as_ref(), actual);
         assert_eq!(test_step_names(&steps), expected);
+    }
+
+    #[test]
+    fn a_canary_step_adds_its_replicas_beside_the_stable_ones_and_never_touches_them() {
+        let hash = SpecHash::new("new");
+        let target = Target {
+            spec_hash: &hash,
+            n_replicas: 3,
+            env_digest: None,
+            images: None,
+            surge: true,
+        };
+        let stable = [
+            container("a", "old", Running),
+            container("b", "old", Running),
+            container("c", "old", Running),
+        ];
+        let names =
+            |actual: &[Container], canary| test_step_names(&plan_canary(&target, actual, canary));
+        assert_eq!(names(&stable, 1), ["create"]);
+        let mut with_one = stable.to_vec();
+        with_one.push(container("d", "new", Running));
+        assert!(names(&with_one, 1).is_empty());
+        assert_eq!(names(&with_one, 2), ["create"]);
+        // A smaller step (an edit mid-rollout, an abort to 0) removes canary replicas only.
+        assert_eq!(names(&with_one, 0), ["remove d"]);
+        // Never past the deployment's count.
+        assert_eq!(names(&with_one, 9), ["create", "create"]);
     }
 
     #[test]

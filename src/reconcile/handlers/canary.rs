@@ -1,0 +1,505 @@
+//! A deployment's canary rollout (`canary {}`), one pass at a time: reads the stored step
+//! (`store::RolloutState`), asks the pure step machine (`plan::canary::decide`) for the next
+//! move, records it, and tells the replicated pass what to do with the host: bring the step's
+//! canary replicas up beside the stable ones, hold (a pause, an analysis in flight), abort,
+//! or hand over to the ordinary rollout (at 100 %).
+//!
+//! Invariants: a pass never waits (a pause is a `RequeueAfter`, an analysis is a task on the
+//! reconciler's tracker whose end requeues the key); the step is in the store before its
+//! replicas are created, so an agent restarted mid-canary resumes that step with that share
+//! and never more; an analysis's verdict is recorded only for the release and step it
+//! measured; the canary's requests go straight to the canary replicas (their addresses on the
+//! shared network, from the readiness rows), a `prometheus` URL only where `--allow-url-host`
+//! lets requests of a manifest go (`Outbound`, as `on_deploy` webhooks).
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::replicas::Observed;
+use crate::manifest::spec::rollout::{Analysis, Canary, canary_replicas};
+use crate::model::ResourceKey;
+use crate::reconcile::plan::canary::{
+    self as plan, AnalysisProgress, CanaryDecision, Sample, StepState,
+};
+use crate::reconcile::run::action::Action;
+use crate::reconcile::run::timer::What;
+use crate::reconcile::{context::Ctx, context::blocking, error::Result};
+use crate::runtime::{Container, Runtime};
+use crate::store::{Release, RolloutEvent, RolloutPhase, RolloutState, now_unix};
+
+/// The strategy's name in the store.
+const CANARY: &str = "canary";
+/// A pause or an analysis looks again by itself this often (a restart forgets the tasks).
+const RECHECK: Duration = Duration::from_secs(30);
+/// One request of an `http` analysis gives up after this long (counted as failed).
+const SAMPLE_TIMEOUT: Duration = Duration::from_secs(5);
+/// One Prometheus query gives up after this long.
+const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most bytes of a Prometheus answer read.
+const MAX_ANSWER_BYTES: usize = 256 * 1024;
+
+/// What the pass does with the host this time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Move {
+    /// No canary rollout in flight, or it reached 100 %: the ordinary rollout.
+    Off,
+    /// Bring the step's `canary` replicas up (and no more) beside the stable ones.
+    Scale { canary: usize, message: String },
+    /// Change nothing now; look again as `action` says.
+    Hold { action: Action, message: String },
+    /// Remove the canary replicas and fail the release (`reason`).
+    Abort { reason: String },
+}
+
+/// The id of the analysis task of `key`'s release `release` at `step` (`Runs::attach`).
+fn analysis_id(key: &ResourceKey, release: &str, step: u32) -> String {
+    format!("analysis:{key}:{release}:{step}")
+}
+
+/// Where `state`'s step's analysis is: running (a task is attached), judged for this step
+/// (the recorded values name the step), or not started.
+fn progress<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey, state: &RolloutState) -> AnalysisProgress {
+    if ctx
+        .runs
+        .attached()
+        .contains(&analysis_id(key, &state.release, state.step))
+    {
+        return AnalysisProgress::Running;
+    }
+    let judged_step = state.analysis["step"].as_u64();
+    if judged_step != Some(u64::from(state.step)) {
+        return AnalysisProgress::NotStarted;
+    }
+    match state.verdict.as_str() {
+        "passed" => AnalysisProgress::Passed,
+        "failed" => AnalysisProgress::Failed,
+        _ => AnalysisProgress::NotStarted,
+    }
+}
+
+/// The next move of `key`'s canary rollout of `release` (`n_replicas` replicas, serving on
+/// `port`), from what `observed` saw of its replicas (`is_current`: the release's version).
+/// The rollout a canary pass drives: `key`'s `release`, by `canary`, for `n_replicas`
+/// replicas serving on `port`.
+pub(super) struct Subject<'a> {
+    pub(super) key: &'a ResourceKey,
+    pub(super) release: &'a Release,
+    pub(super) canary: &'a Canary,
+    pub(super) n_replicas: usize,
+    pub(super) port: u16,
+}
+
+/// The next move of `subject`'s canary rollout, from what `observed` saw of its replicas
+/// (`is_current`: the release's version).
+pub(super) async fn drive<R: Runtime>(
+    ctx: &Ctx<R>,
+    subject: &Subject<'_>,
+    observed: &Observed,
+    is_current: impl Fn(&Container) -> bool,
+) -> Result<Move> {
+    let next = decide_move(ctx, subject, observed, is_current).await?;
+    // Time held (a pause, an analysis) never counts against the rollout deadline.
+    if let Move::Hold { .. } = next {
+        ctx.memory
+            .rollouts
+            .restart(subject.release.id, tokio::time::Instant::now());
+    }
+    Ok(next)
+}
+
+async fn decide_move<R: Runtime>(
+    ctx: &Ctx<R>,
+    subject: &Subject<'_>,
+    observed: &Observed,
+    is_current: impl Fn(&Container) -> bool,
+) -> Result<Move> {
+    let Subject {
+        key,
+        release,
+        canary,
+        n_replicas,
+        port,
+    } = *subject;
+    // A rollback (automatic, or `voodu-agent rollback`) goes back at once, never by steps.
+    if release.rolled_back_from.is_some() {
+        return Ok(Move::Off);
+    }
+    let (current, stable): (Vec<&Container>, Vec<&Container>) =
+        observed.actual.iter().partition(|c| is_current(c));
+    let stable_ready = stable.iter().filter(|c| observed.is_ready(c)).count();
+    let current_ready = current.iter().filter(|c| observed.is_ready(c)).count();
+    let tag = release.id.to_string();
+    let (scope, name) = (key.scope.clone(), key.name.clone());
+    let stored = blocking(&ctx.store, move |store| store.rollout_state(&scope, &name)).await?;
+    let mut state = match stored {
+        Some(state) if state.release == tag => state,
+        // A first deploy, or nothing of the old release serving: nothing to shift traffic
+        // from, so the ordinary rollout.
+        _ if stable_ready == 0 => return Ok(Move::Off),
+        _ => {
+            let mut state = RolloutState::start(&key.scope, &key.name, &tag, CANARY);
+            if let Some(first) = canary.steps.first() {
+                state.share = first.weight;
+                state.canary_replicas = count(canary_replicas(first.weight, n_replicas));
+            }
+            save(ctx, &state, None).await?;
+            state
+        }
+    };
+    // A few decisions follow one another in one pass (an advance, then the next step's
+    // scale); bounded by the steps.
+    for _ in 0..=canary.steps.len() + 1 {
+        let wanted = state.canary_replicas as usize;
+        let seen = plan::Observed {
+            canary_ready: current.len() >= wanted && current_ready >= wanted && wanted > 0,
+            canary_failed: false,
+            analysis: progress(ctx, key, &state),
+            now: now_unix(),
+        };
+        let step_state = StepState {
+            step: state.step,
+            phase: state.phase,
+            paused_until: state.paused_until,
+            promote_requested: state.promote_requested,
+            abort_requested: state.abort_requested,
+        };
+        match plan::decide(canary, n_replicas, step_state, seen) {
+            CanaryDecision::Scale {
+                share,
+                canary_replicas,
+            } => {
+                if state.share != share || state.canary_replicas as usize != canary_replicas {
+                    state.share = share;
+                    state.canary_replicas = count(canary_replicas);
+                    save(ctx, &state, None).await?;
+                }
+                let message = format!(
+                    "{}; bringing its replicas up",
+                    step_line(&state, canary, stable.len())
+                );
+                return Ok(Move::Scale {
+                    canary: canary_replicas,
+                    message,
+                });
+            }
+            CanaryDecision::BeginPause { until } => {
+                state.phase = RolloutPhase::Paused;
+                state.paused_until = until;
+                let message = match until {
+                    Some(until) => format!(
+                        "paused at {} % for {} s",
+                        state.share,
+                        until.saturating_sub(now_unix())
+                    ),
+                    None => format!(
+                        "paused at {} % until `voodu-agent promote {}/{}`",
+                        state.share, key.scope, key.name
+                    ),
+                };
+                save(ctx, &state, Some(Event::Paused(message.clone()))).await?;
+                return Ok(hold(
+                    until,
+                    format!("{}; {message}", step_line(&state, canary, stable.len())),
+                ));
+            }
+            CanaryDecision::Wait { until } => {
+                return Ok(hold(
+                    until,
+                    format!(
+                        "{}; paused{}",
+                        step_line(&state, canary, stable.len()),
+                        match until {
+                            Some(_) => String::new(),
+                            None =>
+                                format!(" until `voodu-agent promote {}/{}`", key.scope, key.name),
+                        }
+                    ),
+                ));
+            }
+            CanaryDecision::Analyse => {
+                if state.phase == RolloutPhase::Paused {
+                    state.phase = RolloutPhase::Progressing;
+                    save(ctx, &state, None).await?;
+                }
+                let Some(analysis) = canary.analysis.clone() else {
+                    // `decide` asks for an analysis only when there is one.
+                    return Ok(Move::Off);
+                };
+                let addresses = canary_addresses(ctx, key, &current).await?;
+                start_analysis(ctx, key, &state, analysis, addresses, port);
+                return Ok(Move::Hold {
+                    action: Action::RequeueAfter(RECHECK),
+                    message: format!(
+                        "{}; analysing the canary",
+                        step_line(&state, canary, stable.len())
+                    ),
+                });
+            }
+            CanaryDecision::AwaitAnalysis => {
+                return Ok(Move::Hold {
+                    action: Action::RequeueAfter(RECHECK),
+                    message: format!(
+                        "{}; analysing the canary",
+                        step_line(&state, canary, stable.len())
+                    ),
+                });
+            }
+            CanaryDecision::Advance { step } => {
+                state.step = step;
+                state.phase = RolloutPhase::Progressing;
+                state.paused_until = None;
+                state.promote_requested = false;
+                if let Some(next) = canary.steps.get(step as usize) {
+                    state.share = next.weight;
+                    state.canary_replicas = count(canary_replicas(next.weight, n_replicas));
+                }
+                state.started = now_unix();
+                save(ctx, &state, None).await?;
+            }
+            CanaryDecision::Complete | CanaryDecision::Done => {
+                if !state.phase.is_final() {
+                    state.phase = RolloutPhase::Promoted;
+                    state.share = 100;
+                    state.canary_replicas = count(n_replicas);
+                    state.paused_until = None;
+                    let message = "at 100 %: the new release replaces the stable replicas";
+                    save(ctx, &state, Some(Event::Promoted(message.to_owned()))).await?;
+                }
+                return Ok(Move::Off);
+            }
+            CanaryDecision::Abort { reason } => {
+                state.phase = RolloutPhase::Aborted;
+                state.abort_requested = false;
+                state.paused_until = None;
+                let reason = format!("canary aborted at {} %: {reason}", state.share);
+                save(ctx, &state, Some(Event::Aborted(reason.clone()))).await?;
+                return Ok(Move::Abort { reason });
+            }
+        }
+    }
+    Ok(Move::Hold {
+        action: Action::RequeueAfter(RECHECK),
+        message: step_line(&state, canary, stable.len()),
+    })
+}
+
+fn count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// `canary step 1/3: 10 % by replicas (1 new beside 9 stable)`.
+fn step_line(state: &RolloutState, canary: &Canary, stable: usize) -> String {
+    format!(
+        "canary step {}/{}: {} % by replicas ({} new beside {stable} stable)",
+        state.step + 1,
+        canary.steps.len(),
+        state.share,
+        state.canary_replicas
+    )
+}
+
+/// A pause: until its end, or (until promoted) looked at again now and then.
+fn hold(until: Option<i64>, message: String) -> Move {
+    let wait = until.map_or(RECHECK, |until| {
+        Duration::from_secs(u64::try_from(until.saturating_sub(now_unix())).unwrap_or(0))
+    });
+    Move::Hold {
+        action: Action::RequeueAfter(wait.max(Duration::from_millis(100))),
+        message,
+    }
+}
+
+/// A transition worth an activity row and an outbox event (`RolloutEvent`, owned).
+enum Event {
+    Paused(String),
+    Promoted(String),
+    Aborted(String),
+}
+
+async fn save<R: Runtime>(ctx: &Ctx<R>, state: &RolloutState, event: Option<Event>) -> Result<()> {
+    let state = state.clone();
+    blocking(&ctx.store, move |store| {
+        let event = event.as_ref().map(|event| match event {
+            Event::Paused(text) => RolloutEvent::Paused(text),
+            Event::Promoted(text) => RolloutEvent::Promoted(text),
+            Event::Aborted(text) => RolloutEvent::Aborted(text),
+        });
+        store.save_rollout(&state, event)
+    })
+    .await
+}
+
+/// The canary replicas' addresses on the shared network (their readiness rows).
+async fn canary_addresses<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    current: &[&Container],
+) -> Result<Vec<String>> {
+    let names: Vec<String> = current.iter().map(|c| c.name.clone()).collect();
+    let owner = key.clone();
+    let rows = blocking(&ctx.store, move |store| store.readiness(&owner)).await?;
+    Ok(rows
+        .into_iter()
+        .filter(|row| row.ready && !row.address.is_empty() && names.contains(&row.container))
+        .map(|row| row.address)
+        .collect())
+}
+
+/// Starts the step's analysis on the reconciler's tracker (unless it runs): it measures,
+/// records the verdict for this release and step, and queues the key.
+fn start_analysis<R: Runtime>(
+    ctx: &Ctx<R>,
+    key: &ResourceKey,
+    state: &RolloutState,
+    analysis: Analysis,
+    addresses: Vec<String>,
+    port: u16,
+) {
+    let id = analysis_id(key, &state.release, state.step);
+    let runs = ctx.runs.clone();
+    let timer = ctx.timer.clone();
+    let store = ctx.store.clone();
+    let shutdown = ctx.shutdown.clone();
+    let outbound = ctx.options.webhooks.clone();
+    let (key, release, step) = (key.clone(), state.release.clone(), state.step);
+    let task_id = id.clone();
+    ctx.runs.attach(&id, async move {
+        let measured = tokio::select! {
+            () = shutdown.cancelled() => None,
+            values = measure(&timer, &outbound, &analysis, &addresses, port) => Some(values),
+        };
+        if let Some((passed, values)) = measured {
+            let recorded = tokio::task::spawn_blocking(move || {
+                let Some(mut state) = store.rollout_state(&key.scope, &key.name)? else {
+                    return Ok(key);
+                };
+                if state.release != release || state.step != step || state.phase.is_final() {
+                    return Ok(key);
+                }
+                state.verdict = if passed { "passed" } else { "failed" }.to_owned();
+                state.analysis = values;
+                store.save_rollout(&state, None)?;
+                Ok::<_, crate::store::Error>(key)
+            })
+            .await;
+            match recorded {
+                Ok(Ok(key)) => timer.requeue(key),
+                Ok(Err(error)) => tracing::warn!(%error, "canary analysis: cannot record it"),
+                Err(error) => tracing::warn!(%error, "canary analysis: cannot record it"),
+            }
+        }
+        runs.detach(&task_id);
+    });
+}
+
+/// Runs every check `analysis` names, the `http` one straight to the canary replicas: whether
+/// all passed, and the values measured (with the step, for `progress`).
+async fn measure(
+    timer: &crate::reconcile::run::timer::Timer,
+    outbound: &crate::assets::url_guard::Outbound,
+    analysis: &Analysis,
+    addresses: &[String],
+    port: u16,
+) -> (bool, Value) {
+    let mut values = serde_json::Map::new();
+    let mut passed = true;
+    if let Some(http) = &analysis.http {
+        let client = crate::reconcile::observers::probes::http_client();
+        let samples = http.samples.max(1) as usize;
+        let gap = analysis.interval() / u32::try_from(samples).unwrap_or(u32::MAX);
+        let mut seen = Vec::with_capacity(samples);
+        for index in 0..samples {
+            if index > 0 {
+                timer.sleep(What::Unit, gap).await;
+            }
+            let Some(address) = addresses.get(index % addresses.len().max(1)) else {
+                break;
+            };
+            let url = format!("http://{address}:{port}{}", http.path);
+            let start = tokio::time::Instant::now();
+            let status = match tokio::time::timeout(SAMPLE_TIMEOUT, client.get(&url).send()).await {
+                Ok(Ok(response)) => Some(response.status().as_u16()),
+                _ => None,
+            };
+            seen.push(Sample {
+                status,
+                latency: start.elapsed(),
+            });
+            // Enough failures that the rest cannot pass: judged now.
+            let errors = seen
+                .iter()
+                .filter(|sample| sample.status.is_none_or(|status| status >= 500))
+                .count();
+            if errors * 100 > http.max_error_percent as usize * samples {
+                break;
+            }
+        }
+        let judged = plan::judge_http(http, &seen);
+        passed &= judged.passed;
+        values.insert("http".to_owned(), judged.values);
+    }
+    if passed && let Some(prometheus) = &analysis.prometheus {
+        let mut measurements = Vec::new();
+        let mut error = None;
+        for index in 0..prometheus.count() {
+            if index > 0 {
+                timer.sleep(What::Unit, prometheus.interval()).await;
+            }
+            match query(outbound, &prometheus.url, &prometheus.query).await {
+                Ok(found) => measurements.push(found),
+                Err(why) => {
+                    error = Some(why);
+                    break;
+                }
+            }
+        }
+        let mut judged = plan::judge_prometheus(prometheus, &measurements);
+        if let Some(error) = error {
+            judged.passed = false;
+            judged.values["error"] = json!(crate::model::text::escape(&error));
+        }
+        passed &= judged.passed;
+        values.insert("prometheus".to_owned(), judged.values);
+    }
+    (passed, Value::Object(values))
+}
+
+/// One instant query (`/api/v1/query`): the values of its answer.
+async fn query(
+    outbound: &crate::assets::url_guard::Outbound,
+    base: &str,
+    text: &str,
+) -> std::result::Result<Vec<f64>, String> {
+    let mut url = reqwest::Url::parse(&format!("{}/api/v1/query", base.trim_end_matches('/')))
+        .map_err(|error| format!("prometheus url {base}: {error}"))?;
+    url.query_pairs_mut().append_pair("query", text);
+    outbound
+        .check(url.as_str())
+        .map_err(|error| error.to_string())?;
+    let client = outbound
+        .client(QUERY_TIMEOUT)
+        .map_err(|error| error.to_string())?;
+    let response = client
+        .get(url)
+        .send()
+        .await
+        .map_err(|error| format!("prometheus at {base}: {error}"))?;
+    let mut body = Vec::new();
+    let mut response = response;
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|error| format!("prometheus at {base}: {error}"))?
+    {
+        body.extend_from_slice(&chunk);
+        if body.len() > MAX_ANSWER_BYTES {
+            return Err(format!(
+                "prometheus at {base}: the answer is larger than {MAX_ANSWER_BYTES} bytes"
+            ));
+        }
+    }
+    let answer: Value = serde_json::from_slice(&body)
+        .map_err(|error| format!("prometheus at {base}: not JSON: {error}"))?;
+    plan::prometheus_values(&answer)
+}
