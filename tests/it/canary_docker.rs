@@ -108,6 +108,19 @@ struct ProxyGuard(Option<String>);
 impl Drop for ProxyGuard {
     fn drop(&mut self) {
         if let Some(name) = &self.0 {
+            if std::thread::panicking()
+                && let Ok(output) = Command::new("docker")
+                    .args(["logs", "--tail", "400", name])
+                    .output()
+            {
+                // What the proxy said of the requests it could not serve.
+                let logs = String::from_utf8_lossy(&output.stderr);
+                let errors: Vec<&str> = logs
+                    .lines()
+                    .filter(|line| line.contains("\"error\""))
+                    .collect();
+                eprintln!("---- the proxy's errors ----\n{}", errors.join("\n"));
+            }
             let _ = Command::new("docker").args(["rm", "-f", name]).output();
         }
     }
@@ -265,16 +278,25 @@ fn numbers_under(value: &Value, key: &str) -> Vec<f64> {
     out
 }
 
+/// `releases deployment/SCOPE/web --json` (the ingress is also named `web`).
+fn releases(env: &Env) -> TestResult<Value> {
+    let reference = format!("deployment/{}/web", env.scope());
+    Ok(serde_json::from_str(
+        &env.cli(&["releases", &reference, "--json"])?,
+    )?)
+}
+
 /// The release of `commit` in `releases --json`, once it is in `phase`.
 fn release_of(env: &Env, commit: &str, phase: &str) -> TestResult<Value> {
     wait_until(LIMIT, &format!("the release of {commit} {phase}"), || {
-        let releases = env.releases().ok()?;
+        let releases = releases(env).ok()?;
         releases["releases"]
             .as_array()?
             .iter()
             .find(|release| release["commit"] == commit && release["phase"] == phase)
             .cloned()
     })
+    .map_err(|error| format!("{error}; releases: {:?}", releases(env)).into())
 }
 
 /// A short account of the errors among `hits`, for a failed assertion.
@@ -283,7 +305,20 @@ fn errors_told(hits: &[Hit]) -> String {
         .iter()
         .filter(|hit| hit.is_error())
         .take(5)
-        .map(|hit| format!("{:?} {:?}: {:?}", hit.at, hit.status, hit.answer))
+        .map(|hit| {
+            let when = hit
+                .when
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            format!(
+                "{:?} (unix {}.{:03}) {:?}: {:?}",
+                hit.at,
+                when.as_secs(),
+                when.subsec_millis(),
+                hit.status,
+                hit.answer
+            )
+        })
         .collect();
     format!(
         "{} errors of {} requests; first: {errors:#?}",
@@ -471,12 +506,21 @@ fn i51_a_good_canary_passes_every_step_with_no_failed_request() -> TestResult {
             hits.len(),
             watched.shares
         );
-        assert!(
-            hits.iter().all(|hit| hit.status == Some(200)),
-            "no failed request: {}",
-            errors_told(&hits)
-        );
+        // Told apart: the steps (the canary beside the stable replicas), then the hand-over
+        // at 100 % (the ordinary rollout retiring the stable replicas).
         let full = watched.at_full.ok_or("the rollout never showed 100 %")?;
+        let (steps, handover): (Vec<Hit>, Vec<Hit>) =
+            hits.iter().cloned().partition(|hit| hit.at < full);
+        assert!(
+            steps.iter().all(|hit| hit.status == Some(200)),
+            "no failed request while the canary steps ran: {}",
+            errors_told(&steps)
+        );
+        assert!(
+            handover.iter().all(|hit| hit.status == Some(200)),
+            "no failed request while the stable replicas were replaced at 100 %: {}",
+            errors_told(&handover)
+        );
         let first_new = hits
             .iter()
             .find(|hit| hit.answer.contains("shop-v2"))

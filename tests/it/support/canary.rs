@@ -14,7 +14,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::{TestResult, wait_until};
 
@@ -163,6 +163,8 @@ impl Drop for Prometheus {
 pub struct Hit {
     /// When the request was sent, since the client started.
     pub at: Duration,
+    /// When the request was sent, on the wall clock (to line up with the agent's log).
+    pub when: SystemTime,
     /// The status code; `None` when the request failed (refused, reset, no answer in time).
     pub status: Option<u16>,
     /// The answer's body (or why the request failed), cut to 200 characters.
@@ -195,7 +197,7 @@ impl Client {
             let (stop, hits, host) = (stop.clone(), hits.clone(), host.to_owned());
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    let at = started.elapsed();
+                    let (at, when) = (started.elapsed(), SystemTime::now());
                     let (status, answer) = match request(port, &host) {
                         Ok(answer) => {
                             let body = answer
@@ -207,7 +209,12 @@ impl Client {
                     };
                     let answer: String = answer.chars().take(200).collect();
                     if let Ok(mut hits) = hits.lock() {
-                        hits.push(Hit { at, status, answer });
+                        hits.push(Hit {
+                            at,
+                            when,
+                            status,
+                            answer,
+                        });
                     }
                     std::thread::sleep(every);
                 }
