@@ -97,6 +97,9 @@ pub struct RolloutState {
     pub abort_requested: bool,
     /// Unix seconds of the last change.
     pub updated: i64,
+    /// Blue/green: the container names of the new release's replicas, which the router keeps
+    /// apart (the preview host before promote, every host after; none after an abort).
+    pub green: Vec<String>,
 }
 
 impl RolloutState {
@@ -119,6 +122,7 @@ impl RolloutState {
             promote_requested: false,
             abort_requested: false,
             updated: now,
+            green: Vec::new(),
         }
     }
 }
@@ -140,7 +144,7 @@ const SAME_STEP: &str = "rollouts.release = excluded.release AND rollouts.step =
     AND excluded.phase NOT IN ('promoted', 'aborted')";
 
 const COLUMNS: &str = "scope, name, release, strategy, step, share, canary_replicas, started,
-    paused_until, phase, verdict, analysis, promote_requested, abort_requested, updated";
+    paused_until, phase, verdict, analysis, promote_requested, abort_requested, updated, green";
 
 fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(RolloutState, String)> {
     let analysis: String = row.get(11)?;
@@ -162,6 +166,7 @@ fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(RolloutState, String)>
             promote_requested: row.get(12)?,
             abort_requested: row.get(13)?,
             updated: row.get(14)?,
+            green: serde_json::from_str(&row.get::<_, String>(15)?).unwrap_or_default(),
         },
         phase,
     ))
@@ -225,7 +230,7 @@ impl Store {
             tx.execute(
                 &format!(
                     "INSERT INTO rollouts ({COLUMNS})
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
                      ON CONFLICT (scope, name) DO UPDATE SET release = excluded.release,
                        strategy = excluded.strategy, step = excluded.step,
                        share = excluded.share, canary_replicas = excluded.canary_replicas,
@@ -238,7 +243,7 @@ impl Store {
                        abort_requested = CASE WHEN {SAME_STEP}
                          THEN MAX(rollouts.abort_requested, excluded.abort_requested)
                          ELSE excluded.abort_requested END,
-                       updated = excluded.updated"
+                       updated = excluded.updated, green = excluded.green"
                 ),
                 params![
                     state.scope,
@@ -256,6 +261,7 @@ impl Store {
                     state.promote_requested,
                     state.abort_requested,
                     now_unix(),
+                    serde_json::to_string(&state.green).unwrap_or_else(|_| "[]".to_owned()),
                 ],
             )?;
             if let Some(event) = event {

@@ -502,7 +502,8 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     "#,
     // ---- issue 51: progressive delivery ----
     // 23: rollouts (`store/rollouts.rs`): one row per deployment rolling out by `canary {}` or
-    // `blue_green {}`: the step, its share, the pause, the last analysis, the requests.
+    // `blue_green {}`: the step, its share, the pause, the last analysis, the requests, and
+    // (blue/green) the new release's replicas the router keeps apart.
     r#"
     CREATE TABLE rollouts (
         scope             TEXT NOT NULL,
@@ -521,6 +522,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         promote_requested INTEGER NOT NULL DEFAULT 0,
         abort_requested   INTEGER NOT NULL DEFAULT 0,
         updated           INTEGER NOT NULL,
+        green             TEXT NOT NULL DEFAULT '[]',
         PRIMARY KEY (scope, name)
     );
     "#,

@@ -31,11 +31,11 @@ use super::launch::{EnvSource, build_spec, create_and_start, identity_vars};
 use super::replicas::{Observed, Waits, start_again};
 use super::replicated::{self, Replicated, drain_and_remove};
 use super::rollout::Report;
+use crate::manifest::spec::container_port;
+use crate::manifest::spec::rollout::Strategy;
 use crate::manifest::spec::{Container as ContainerSpec, DeploymentSpec, Drain, Init};
 use crate::model::{Kind, ResourceKey, random_hex};
 use crate::reconcile::plan::gate;
-use crate::manifest::spec::container_port;
-use crate::manifest::spec::rollout::{Canary, Strategy};
 use crate::reconcile::plan::{Step, Target, plan_canary, plan_replicas};
 use crate::reconcile::{context::Ctx, error::Result, run::action::Action};
 use crate::runtime::{Container, ContainerState, Runtime};
@@ -162,17 +162,15 @@ impl<R: Runtime> Replicated<R> for Deployment<'_> {
         plan_replicas(Some(&self.target()), &observed.actual)
     }
 
-    fn canary(&self) -> Option<(&Canary, u16)> {
-        let Some(Strategy::Canary(canary)) = &self.spec.strategy else {
-            return None;
-        };
+    fn strategy(&self) -> Option<(&Strategy, u16)> {
+        let strategy = self.spec.strategy.as_ref()?;
         let port = self
             .spec
             .ports
             .iter()
             .find_map(|port| container_port(port))
             .unwrap_or(80);
-        Some((canary, port))
+        Some((strategy, port))
     }
 
     fn canary_steps(&self, observed: &Observed, canary: usize) -> Vec<Step> {

@@ -33,7 +33,6 @@ macro_rules! pins_in {
     };
 }
 
-mod canary;
 pub(crate) mod container;
 pub(crate) mod data;
 mod engine;
@@ -45,6 +44,7 @@ pub(crate) mod launch;
 pub(crate) mod on_deploy;
 mod oneshot;
 pub(crate) mod pins;
+mod progressive;
 mod replicas;
 mod replicated;
 pub mod requests;

@@ -18,15 +18,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::canary::{self, Move};
 use super::data;
 use super::hooks::{self, HookSet};
 use super::launch::{EnvSource, images_of, ready_to_create};
+use super::progressive::{self, Move};
 use super::replicas::{
     Observed, Waits, fail_rollout, inspect_waiting, not_done, observe, put_status, rollout_failure,
 };
 use super::rollout::{self, Report};
-use crate::manifest::spec::rollout::Canary;
+use crate::manifest::spec::rollout::Strategy;
 use crate::manifest::spec::{Backup, Container as ContainerSpec, Drain, Init, Spec};
 use crate::model::ResourceKey;
 use crate::reconcile::handlers::pins::{self, Pins};
@@ -116,13 +116,13 @@ pub(super) trait Replicated<R: Runtime>: Send + Sync {
         None
     }
     /// Whether a step creates or replaces a replica (a rollout's image must be there first).
-    /// The kind's canary (`canary {}`) and the port its replicas serve on; `None`: rolls out
-    /// the ordinary way.
-    fn canary(&self) -> Option<(&Canary, u16)> {
+    /// The kind's progressive strategy (`canary {}`, `blue_green {}`) and the port its
+    /// replicas serve on; `None`: rolls out the ordinary way.
+    fn strategy(&self) -> Option<(&Strategy, u16)> {
         None
     }
     /// Steps that bring the current version to `canary` replicas beside the outdated ones,
-    /// leaving those as they are (`plan::plan_canary`); only asked when `canary` is `Some`.
+    /// leaving those as they are (`plan::plan_canary`); only asked when `strategy` is `Some`.
     fn canary_steps(&self, _observed: &Observed, _canary: usize) -> Vec<Self::Step> {
         Vec::new()
     }
@@ -259,19 +259,19 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
     {
         return Ok(action);
     }
-    // A canary rollout (`canary {}`) brings its step's replicas up beside the stable ones,
-    // holds for its pauses and analyses, or aborts; at 100 % the ordinary rollout goes on.
-    let canary = match pass.kind.canary() {
-        Some((spec, port)) if pass.phase == RolloutPhase::Progressing => {
+    // A progressive rollout (`canary {}`, `blue_green {}`) brings the new release's replicas
+    // up beside the old ones, holds for its pauses, analyses and switches, or aborts; once it
+    // hands over, the ordinary rollout goes on.
+    let canary = match pass.kind.strategy() {
+        Some((strategy, port)) if pass.phase == RolloutPhase::Progressing => {
             let kind = &pass.kind;
-            let subject = canary::Subject {
+            let subject = progressive::Subject {
                 key,
                 release: &pass.release,
-                canary: spec,
                 n_replicas: desired.n_replicas,
                 port,
             };
-            let drive = canary::drive(ctx, &subject, &observed, |container| {
+            let drive = progressive::drive(ctx, &subject, strategy, &observed, |container| {
                 kind.is_current(container)
             });
             drive.await?
@@ -537,8 +537,8 @@ impl<R: Runtime, K: Replicated<R>> Pass<'_, R, K> {
         }
     }
 
-    /// An aborted canary: its replicas go (traffic is back on the stable ones at once), then
-    /// the release fails and the automatic rollback and pin rules apply.
+    /// An aborted progressive rollout: the new release's replicas go (the hosts route to the
+    /// old ones), then the release fails and the automatic rollback and pin rules apply.
     async fn abort_canary(
         &mut self,
         key: &ResourceKey,

@@ -10,6 +10,7 @@
 //! ordinals: surplus pods go highest ordinal first, missing (or stopped) ones come back
 //! lowest ordinal first, outdated ones are replaced highest ordinal first (ordinal 0 last).
 
+pub(crate) mod blue_green;
 pub(crate) mod canary;
 pub(crate) mod depends;
 pub(crate) mod gate;

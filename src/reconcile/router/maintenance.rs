@@ -144,6 +144,7 @@ mod tests {
                         spec: &web,
                         ready: vec![format!("10.0.0.{}", name.len())],
                         tasks: None,
+                        preview: None,
                     },
                 )
             })

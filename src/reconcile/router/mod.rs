@@ -25,6 +25,7 @@ pub(crate) mod maintenance;
 pub(crate) mod proxy;
 pub(crate) mod routes;
 mod service;
+pub(crate) mod split;
 
 pub use service::SwarmListenError;
 
@@ -113,18 +114,32 @@ pub(crate) async fn current_table<R: Runtime>(ctx: &Ctx<R>) -> Result<RouteTable
                     spec,
                     ready: Vec::new(),
                     tasks: Some(format!("tasks.{}", target.app_id())),
+                    preview: None,
                 }
             } else {
-                let ready = store
+                let ready: Vec<(String, String)> = store
                     .readiness(&target)?
                     .into_iter()
                     .filter(|row| row.ready && !row.address.is_empty())
-                    .map(|row| row.address)
+                    .map(|row| (row.container, row.address))
                     .collect();
+                // A blue/green rollout keeps its releases apart (`split`).
+                let rollout = match &spec.strategy {
+                    Some(crate::manifest::spec::Strategy::BlueGreen(blue_green)) => store
+                        .rollout_state(&target.scope, &target.name)?
+                        .map(|state| (blue_green.preview_host.clone(), state)),
+                    _ => None,
+                };
+                let parts = split::split(
+                    &ready,
+                    rollout.as_ref().map(|(_, state)| state),
+                    crate::store::now_unix(),
+                );
                 Backend {
                     spec,
-                    ready,
+                    ready: parts.main,
                     tasks: None,
+                    preview: rollout.map(|(host, _)| host).zip(parts.preview),
                 }
             };
             backends.insert(target, backend);

@@ -56,6 +56,8 @@ pub(crate) struct Backend<'a> {
     /// Under Swarm: the DNS name whose A records are the service's running tasks
     /// (`tasks.<service>`), which the proxy resolves itself; `ready` is then unused.
     pub(crate) tasks: Option<String>,
+    /// A blue/green rollout's preview host and the addresses it reaches (`split`).
+    pub(crate) preview: Option<(String, Vec<String>)>,
 }
 
 /// What one ingress asks of the proxy, resolved against the host. Its status shows it.
@@ -223,6 +225,9 @@ pub(crate) fn route_table(
         warnings.extend(refused);
         let proxy_wide = sealing.is_none_or(|sealing| sealing.proxy_wide(key));
         claim_ask(&mut table, tls.as_ref(), proxy_wide, &mut warnings);
+        let preview = backend
+            .and_then(|backend| backend.preview.as_ref())
+            .filter(|_| tasks.is_none());
         table.ingresses.push(IngressView {
             key: key.clone(),
             host: ingress.host.clone(),
@@ -245,8 +250,69 @@ pub(crate) fn route_table(
             warnings,
             maintenance: None,
         });
+        if let Some((host, addresses)) = preview
+            && let Some(view) = preview_view(
+                table.ingresses.last(),
+                host,
+                addresses,
+                sealing,
+                &mut owners,
+            )
+        {
+            table.ingresses.push(view);
+        }
     }
     table
+}
+
+/// The preview host of a blue/green rollout: the main view's routes and settings at `host`
+/// (plain HTTP), to the new release's `addresses`. `None` when the host is refused to the
+/// ingress's source (another source holds it) or another ingress routes it.
+fn preview_view(
+    main: Option<&IngressView>,
+    host: &str,
+    addresses: &[String],
+    sealing: Option<&Sealing<'_>>,
+    owners: &mut BTreeMap<String, ResourceKey>,
+) -> Option<IngressView> {
+    let main = main?;
+    if host.is_empty()
+        || sealing
+            .and_then(|sealing| sealing.refusal(&main.key, host))
+            .is_some()
+    {
+        return None;
+    }
+    let mut routes = Vec::new();
+    for route in main
+        .routes
+        .iter()
+        .filter(|route| route.shadowed_by.is_none())
+    {
+        let claim = format!(
+            "{}{}",
+            normalize_host(host),
+            route.path.as_deref().unwrap_or("/")
+        );
+        if owners.get(&claim).is_some_and(|owner| owner != &main.key) {
+            continue;
+        }
+        owners.insert(claim, main.key.clone());
+        routes.push(route.clone());
+    }
+    let upstreams = addresses
+        .iter()
+        .map(|address| format!("{address}:{}", main.port))
+        .collect();
+    Some(IngressView {
+        host: host.to_owned(),
+        url: format!("http://{host}"),
+        routes,
+        upstreams,
+        tls: None,
+        warnings: Vec::new(),
+        ..main.clone()
+    })
 }
 
 /// The routes `ingress` asks for (`host + path`, one per location, or the host's catch-all),
@@ -672,6 +738,7 @@ mod tests {
                         spec,
                         ready: ready.iter().map(|address| (*address).to_owned()).collect(),
                         tasks: None,
+                        preview: None,
                     },
                 )
             })

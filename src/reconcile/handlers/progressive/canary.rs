@@ -16,9 +16,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::replicas::Observed;
+use super::{Event, Move, RECHECK, Subject, count, hold, save, sides, state_of};
 use crate::manifest::spec::rollout::{Analysis, Canary, canary_replicas};
 use crate::model::ResourceKey;
+use crate::reconcile::handlers::replicas::Observed;
 use crate::reconcile::plan::canary::{
     self as plan, AnalysisProgress, CanaryDecision, Sample, StepState,
 };
@@ -26,31 +27,16 @@ use crate::reconcile::run::action::Action;
 use crate::reconcile::run::timer::What;
 use crate::reconcile::{context::Ctx, context::blocking, error::Result};
 use crate::runtime::{Container, Runtime};
-use crate::store::{Release, RolloutEvent, RolloutPhase, RolloutState, now_unix};
+use crate::store::{RolloutPhase, RolloutState, now_unix};
 
 /// The strategy's name in the store.
 const CANARY: &str = "canary";
-/// A pause or an analysis looks again by itself this often (a restart forgets the tasks).
-const RECHECK: Duration = Duration::from_secs(30);
 /// One request of an `http` analysis gives up after this long (counted as failed).
 const SAMPLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// One Prometheus query gives up after this long.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most bytes of a Prometheus answer read.
 const MAX_ANSWER_BYTES: usize = 256 * 1024;
-
-/// What the pass does with the host this time.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Move {
-    /// No canary rollout in flight, or it reached 100 %: the ordinary rollout.
-    Off,
-    /// Bring the step's `canary` replicas up (and no more) beside the stable ones.
-    Scale { canary: usize, message: String },
-    /// Change nothing now; look again as `action` says.
-    Hold { action: Action, message: String },
-    /// Remove the canary replicas and fail the release (`reason`).
-    Abort { reason: String },
-}
 
 /// The id of the analysis task of `key`'s release `release` at `step` (`Runs::attach`).
 fn analysis_id(key: &ResourceKey, release: &str, step: u32) -> String {
@@ -78,75 +64,38 @@ fn progress<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey, state: &RolloutState) -
     }
 }
 
-/// The next move of `key`'s canary rollout of `release` (`n_replicas` replicas, serving on
-/// `port`), from what `observed` saw of its replicas (`is_current`: the release's version).
-/// The rollout a canary pass drives: `key`'s `release`, by `canary`, for `n_replicas`
-/// replicas serving on `port`.
-pub(super) struct Subject<'a> {
-    pub(super) key: &'a ResourceKey,
-    pub(super) release: &'a Release,
-    pub(super) canary: &'a Canary,
-    pub(super) n_replicas: usize,
-    pub(super) port: u16,
-}
-
-/// The next move of `subject`'s canary rollout, from what `observed` saw of its replicas
-/// (`is_current`: the release's version).
+/// The next move of `subject`'s canary rollout by `canary`, from what `observed` saw of its
+/// replicas (`is_current`: the release's version).
 pub(super) async fn drive<R: Runtime>(
     ctx: &Ctx<R>,
     subject: &Subject<'_>,
-    observed: &Observed,
-    is_current: impl Fn(&Container) -> bool,
-) -> Result<Move> {
-    let next = decide_move(ctx, subject, observed, is_current).await?;
-    // Time held (a pause, an analysis) never counts against the rollout deadline.
-    if let Move::Hold { .. } = next {
-        ctx.memory
-            .rollouts
-            .restart(subject.release.id, tokio::time::Instant::now());
-    }
-    Ok(next)
-}
-
-async fn decide_move<R: Runtime>(
-    ctx: &Ctx<R>,
-    subject: &Subject<'_>,
+    canary: &Canary,
     observed: &Observed,
     is_current: impl Fn(&Container) -> bool,
 ) -> Result<Move> {
     let Subject {
         key,
-        release,
-        canary,
         n_replicas,
         port,
+        ..
     } = *subject;
-    // A rollback (automatic, or `voodu-agent rollback`) goes back at once, never by steps.
-    if release.rolled_back_from.is_some() {
-        return Ok(Move::Off);
-    }
-    let (current, stable): (Vec<&Container>, Vec<&Container>) =
-        observed.actual.iter().partition(|c| is_current(c));
-    let stable_ready = stable.iter().filter(|c| observed.is_ready(c)).count();
-    let current_ready = current.iter().filter(|c| observed.is_ready(c)).count();
-    let tag = release.id.to_string();
-    let (scope, name) = (key.scope.clone(), key.name.clone());
-    let stored = blocking(&ctx.store, move |store| store.rollout_state(&scope, &name)).await?;
-    let mut state = match stored {
-        Some(state) if state.release == tag => state,
-        // A first deploy, or nothing of the old release serving: nothing to shift traffic
-        // from, so the ordinary rollout.
-        _ if stable_ready == 0 => return Ok(Move::Off),
-        _ => {
-            let mut state = RolloutState::start(&key.scope, &key.name, &tag, CANARY);
-            if let Some(first) = canary.steps.first() {
-                state.share = first.weight;
-                state.canary_replicas = count(canary_replicas(first.weight, n_replicas));
-            }
-            save(ctx, &state, None).await?;
-            state
+    let (current, stable, current_ready, stable_ready) = sides(observed, &is_current);
+    let first = canary.steps.first().map(|step| step.weight);
+    let fresh = |state: &mut RolloutState| {
+        if let Some(weight) = first {
+            state.share = weight;
+            state.canary_replicas = count(canary_replicas(weight, n_replicas));
         }
     };
+    let Some(mut state) = state_of(ctx, subject, CANARY, stable_ready, fresh).await? else {
+        return Ok(Move::Off);
+    };
+    // Aborted, but the release still in progress (the pass that aborted was cut short).
+    if state.phase == RolloutPhase::Aborted {
+        return Ok(Move::Abort {
+            reason: format!("canary aborted at {} %", state.share),
+        });
+    }
     // A few decisions follow one another in one pass (an advance, then the next step's
     // scale); bounded by the steps.
     for _ in 0..=canary.steps.len() + 1 {
@@ -284,10 +233,6 @@ async fn decide_move<R: Runtime>(
     })
 }
 
-fn count(n: usize) -> u32 {
-    u32::try_from(n).unwrap_or(u32::MAX)
-}
-
 /// `canary step 1/3: 10 % by replicas (1 new beside 9 stable)`.
 fn step_line(state: &RolloutState, canary: &Canary, stable: usize) -> String {
     format!(
@@ -297,37 +242,6 @@ fn step_line(state: &RolloutState, canary: &Canary, stable: usize) -> String {
         state.share,
         state.canary_replicas
     )
-}
-
-/// A pause: until its end, or (until promoted) looked at again now and then.
-fn hold(until: Option<i64>, message: String) -> Move {
-    let wait = until.map_or(RECHECK, |until| {
-        Duration::from_secs(u64::try_from(until.saturating_sub(now_unix())).unwrap_or(0))
-    });
-    Move::Hold {
-        action: Action::RequeueAfter(wait.max(Duration::from_millis(100))),
-        message,
-    }
-}
-
-/// A transition worth an activity row and an outbox event (`RolloutEvent`, owned).
-enum Event {
-    Paused(String),
-    Promoted(String),
-    Aborted(String),
-}
-
-async fn save<R: Runtime>(ctx: &Ctx<R>, state: &RolloutState, event: Option<Event>) -> Result<()> {
-    let state = state.clone();
-    blocking(&ctx.store, move |store| {
-        let event = event.as_ref().map(|event| match event {
-            Event::Paused(text) => RolloutEvent::Paused(text),
-            Event::Promoted(text) => RolloutEvent::Promoted(text),
-            Event::Aborted(text) => RolloutEvent::Aborted(text),
-        });
-        store.save_rollout(&state, event)
-    })
-    .await
 }
 
 /// The canary replicas' addresses on the shared network (their readiness rows).

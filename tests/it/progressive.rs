@@ -60,6 +60,25 @@ async fn rollout_where(
     .await
 }
 
+/// Waits (real-time bound: the rollout's pauses and windows are wall-clock, as they survive
+/// a restart) until `key`'s containers satisfy `check`.
+async fn containers_where(
+    harness: &Harness,
+    check: impl Fn(&[Container]) -> bool,
+) -> TestResult<Vec<Container>> {
+    let start = std::time::Instant::now();
+    loop {
+        let containers = harness.containers(&web()).await?;
+        if check(&containers) {
+            return Ok(containers);
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            return Err(format!("containers never matched: {containers:#?}").into());
+        }
+        tokio::time::sleep(crate::support::harness::POLL).await;
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_canary_steps_through_its_shares_pauses_and_promote_then_replaces_the_stable_ones()
 -> TestResult {
@@ -67,7 +86,7 @@ async fn a_canary_steps_through_its_shares_pauses_and_promote_then_replaces_the_
     harness.start()?;
     let steps = r#"    step {
       weight = 25
-      pause  = "30s"
+      pause  = "2s"
     }
     step {
       weight = 50
@@ -183,6 +202,104 @@ async fn abort_removes_the_canary_fails_the_release_and_rolls_back() -> TestResu
             .iter()
             .any(|r| matches!(r.phase.as_str(), "failed" | "rolled_back")
                 && r.message.contains("canary aborted at 50 %")),
+        "{releases:#?}"
+    );
+    Ok(())
+}
+
+/// Four replicas at `version`, rolled out blue/green.
+fn blue_green(version: &str, auto_promote: bool) -> String {
+    format!(
+        r#"deployment "shop" "web" {{
+  image    = "busybox"
+  command  = ["sleep", "3600"]
+  replicas = 4
+  env      = {{ V = "{version}" }}
+  blue_green {{
+    preview_host = "preview.shop.test"
+    auto_promote = {auto_promote}
+    keep_old     = "3s"
+  }}
+}}
+"#
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn blue_green_brings_the_new_release_up_whole_waits_for_promote_keeps_the_old_then_retires_it()
+-> TestResult {
+    let mut harness = Harness::new()?;
+    harness.start()?;
+    harness.push(&[("web.hcl", &blue_green("1", false))])?;
+    let first = harness.converged(&web(), 4).await?;
+    let old = first[0]
+        .label(labels::MANIFEST_HASH)
+        .unwrap_or_default()
+        .to_owned();
+
+    harness.push(&[("web.hcl", &blue_green("2", false))])?;
+    let paused = rollout_where(&harness, |s| s.phase == RolloutPhase::Paused).await?;
+    assert_eq!(paused.strategy, "blue_green");
+    let containers = harness.containers(&web()).await?;
+    assert_eq!(split(&containers, &old), (4, 4));
+    // The new release's replicas are recorded for the router (the preview host's).
+    let mut new_names: Vec<String> = containers
+        .iter()
+        .filter(|c| c.label(labels::MANIFEST_HASH) != Some(old.as_str()))
+        .map(|c| c.name.clone())
+        .collect();
+    new_names.sort();
+    assert_eq!(paused.green, new_names);
+    // Waiting for promote never uses the rollout deadline up.
+    harness.idle_for(Duration::from_secs(600)).await;
+    assert_eq!(split(&harness.containers(&web()).await?, &old), (4, 4));
+
+    harness
+        .store
+        .request_rollout("shop", "web", RolloutRequest::Promote)?
+        .ok_or("no rollout in flight")?;
+    harness.idle_for(Duration::from_secs(31)).await;
+    let promoted = rollout_where(&harness, |s| s.phase == RolloutPhase::Promoted).await?;
+    assert!(promoted.paused_until.is_some(), "{promoted:?}");
+    // The old release is kept for keep_old (3 s), then retired by the ordinary rollout.
+    let last = containers_where(&harness, |c| split(c, &old) == (0, 4)).await?;
+    assert_eq!(last.len(), 4);
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn blue_green_abort_after_promote_switches_back_then_removes_the_new_release() -> TestResult {
+    let mut harness = Harness::new()?;
+    harness.start()?;
+    harness.push(&[("web.hcl", &blue_green("1", true))])?;
+    let first = harness.converged(&web(), 4).await?;
+    let old = first[0]
+        .label(labels::MANIFEST_HASH)
+        .unwrap_or_default()
+        .to_owned();
+    let mut stable: Vec<String> = first.iter().map(|c| c.id.clone()).collect();
+    stable.sort();
+
+    harness.push(&[("web.hcl", &blue_green("2", true))])?;
+    // auto_promote: promoted as soon as the new release is ready.
+    rollout_where(&harness, |s| s.phase == RolloutPhase::Promoted).await?;
+    assert_eq!(split(&harness.containers(&web()).await?, &old), (4, 4));
+    harness
+        .store
+        .request_rollout("shop", "web", RolloutRequest::Abort)?
+        .ok_or("no rollout in flight")?;
+    harness.idle_for(Duration::from_secs(31)).await;
+    rollout_where(&harness, |s| s.phase == RolloutPhase::Aborted).await?;
+    // The hosts switch back first; the new replicas go once the switch window is over.
+    let left = containers_where(&harness, |c| split(c, &old) == (4, 0)).await?;
+    let mut ids: Vec<String> = left.iter().map(|c| c.id.clone()).collect();
+    ids.sort();
+    assert_eq!(ids, stable, "{left:?}");
+    let releases = harness.store.releases(&web(), 10)?;
+    assert!(
+        releases
+            .iter()
+            .any(|r| r.message.contains("blue/green aborted: switched back")),
         "{releases:#?}"
     );
     Ok(())
