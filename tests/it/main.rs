@@ -6,6 +6,7 @@ mod backup;
 mod backup_docker;
 mod blue_green_docker;
 mod bounds_docker;
+mod canary_docker;
 mod cli;
 mod code_order;
 mod contract;

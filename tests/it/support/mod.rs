@@ -1,9 +1,11 @@
 //! Test fixtures: real git repos in temp dirs, the Docker gate and guard, the in-process
-//! `TestAgent`, and HTTP helpers (client, metrics parser).
+//! `TestAgent`, HTTP helpers (client, metrics parser), and the canary tests' replicas,
+//! Prometheus and steady client (`canary`).
 
 #![allow(dead_code, unreachable_pub)]
 
 pub mod agent;
+pub mod canary;
 pub mod cosign;
 pub mod distribution;
 pub mod docker;
