@@ -208,7 +208,7 @@ fn i51_blue_green_previews_the_new_release_and_switches_with_no_failed_request()
         let rollout = shown["rollouts"].as_array()?.first()?.clone();
         (rollout["phase"] == "aborted").then_some(shown)
     })?;
-    let releases = cli(&data_dir, &["releases", &format!("{shop}/web")])?;
+    let releases = cli(&data_dir, &["releases", &format!("deployment/{shop}/web")])?;
     assert!(
         releases.contains("blue/green aborted"),
         "{releases}\n{shown}"
