@@ -327,6 +327,8 @@ pub(crate) struct Memory {
     pub(crate) dependents: wake::Dependents,
     /// Replicas the router leaves out while they are drained.
     pub(crate) draining: wake::Draining,
+    /// The header value of a canary's own route (its `http` analysis).
+    pub(crate) canary_token: wake::CanaryToken,
 }
 
 /// Runs a blocking store call off the async threads.

@@ -381,6 +381,10 @@ fn i51_a_canary_answering_500_is_aborted_at_its_first_step_within_its_share() ->
             error_percent.iter().any(|percent| *percent > 5.0),
             "the analysis measured the errors: {row}"
         );
+        assert_eq!(
+            row["analysis"]["http"]["via"], "ingress",
+            "the analysis went through the ingress to the canary's own route: {row}"
+        );
         let line = status_line(env)?;
         assert!(
             line.contains("aborted") && line.contains("analysis failed"),

@@ -244,6 +244,7 @@ mod tests {
             tls: None,
             warnings: Vec::new(),
             maintenance: None,
+            match_header: None,
         }
     }
 

@@ -145,6 +145,7 @@ mod tests {
                         ready: vec![format!("10.0.0.{}", name.len())],
                         tasks: None,
                         preview: None,
+                        canary: None,
                     },
                 )
             })

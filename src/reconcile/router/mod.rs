@@ -75,6 +75,7 @@ pub(crate) async fn current_table<R: Runtime>(ctx: &Ctx<R>) -> Result<RouteTable
     let ownership = ctx.options.ownership.clone();
     // Replicas being drained are left out before they stop (`drain_and_remove`).
     let draining = ctx.memory.draining.ids();
+    let canary_token = ctx.memory.canary_token.value().to_owned();
     blocking(&ctx.store, move |store| {
         let desired = store.desired_all()?;
         let hosts = store
@@ -117,6 +118,7 @@ pub(crate) async fn current_table<R: Runtime>(ctx: &Ctx<R>) -> Result<RouteTable
                     ready: Vec::new(),
                     tasks: Some(format!("tasks.{}", target.app_id())),
                     preview: None,
+                    canary: None,
                 }
             } else {
                 let ready: Vec<(String, String)> = store
@@ -129,12 +131,22 @@ pub(crate) async fn current_table<R: Runtime>(ctx: &Ctx<R>) -> Result<RouteTable
                     })
                     .map(|row| (row.container, row.address))
                     .collect();
-                // A blue/green rollout keeps its releases apart (`split`).
+                // A progressive rollout keeps its releases apart (`split`).
                 let rollout = match &spec.strategy {
-                    Some(crate::manifest::spec::Strategy::BlueGreen(blue_green)) => store
-                        .rollout_state(&target.scope, &target.name)?
-                        .map(|state| (blue_green.preview_host.clone(), state)),
-                    _ => None,
+                    Some(strategy) => {
+                        store
+                            .rollout_state(&target.scope, &target.name)?
+                            .map(|state| {
+                                let preview = match strategy {
+                                    crate::manifest::spec::Strategy::BlueGreen(blue_green) => {
+                                        Some(blue_green.preview_host.clone())
+                                    }
+                                    crate::manifest::spec::Strategy::Canary(_) => None,
+                                };
+                                (preview, state)
+                            })
+                    }
+                    None => None,
                 };
                 let parts = split::split(
                     &ready,
@@ -145,7 +157,10 @@ pub(crate) async fn current_table<R: Runtime>(ctx: &Ctx<R>) -> Result<RouteTable
                     spec,
                     ready: parts.main,
                     tasks: None,
-                    preview: rollout.map(|(host, _)| host).zip(parts.preview),
+                    preview: rollout.and_then(|(host, _)| host).zip(parts.preview),
+                    canary: parts
+                        .canary
+                        .map(|addresses| (canary_token.clone(), addresses)),
                 }
             };
             backends.insert(target, backend);
@@ -366,11 +381,13 @@ impl<R: Runtime> Router<R> {
             report.pushes += 1;
         }
         report.live = if served.live {
-            table
-                .ingresses
-                .iter()
-                .map(|view| (view.key.clone(), fingerprint(view)))
-                .collect()
+            // An ingress's own view is its first (a preview or canary route follows it).
+            let mut live = BTreeMap::new();
+            for view in &table.ingresses {
+                live.entry(view.key.clone())
+                    .or_insert_with(|| fingerprint(view));
+            }
+            live
         } else {
             // What the proxy served before still serves while its new version rolls out.
             self.report.live.clone()

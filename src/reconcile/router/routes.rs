@@ -58,6 +58,8 @@ pub(crate) struct Backend<'a> {
     pub(crate) tasks: Option<String>,
     /// A blue/green rollout's preview host and the addresses it reaches (`split`).
     pub(crate) preview: Option<(String, Vec<String>)>,
+    /// A canary in flight: the header value of its own route and its replicas' addresses.
+    pub(crate) canary: Option<(String, Vec<String>)>,
 }
 
 /// What one ingress asks of the proxy, resolved against the host. Its status shows it.
@@ -86,7 +88,14 @@ pub(crate) struct IngressView {
     pub(crate) warnings: Vec<String>,
     /// Its deployment is in maintenance: every route answers this page (`maintenance.rs`).
     pub(crate) maintenance: Option<super::maintenance::Page>,
+    /// Only requests with this header (name, value) take these routes: a canary's own route
+    /// (`CANARY_HEADER`), tried before the host's other routes.
+    pub(crate) match_header: Option<(String, String)>,
 }
+
+/// The header whose value (random per agent, `wake::CanaryToken`) routes a request to a
+/// canary's own replicas.
+pub(crate) const CANARY_HEADER: &str = "X-Voodu-Canary";
 
 /// One `location` (or the catch-all when there is none).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -225,9 +234,10 @@ pub(crate) fn route_table(
         warnings.extend(refused);
         let proxy_wide = sealing.is_none_or(|sealing| sealing.proxy_wide(key));
         claim_ask(&mut table, tls.as_ref(), proxy_wide, &mut warnings);
+        let swarm = tasks.is_some();
         let preview = backend
             .and_then(|backend| backend.preview.as_ref())
-            .filter(|_| tasks.is_none());
+            .filter(|_| !swarm);
         table.ingresses.push(IngressView {
             key: key.clone(),
             host: ingress.host.clone(),
@@ -249,7 +259,16 @@ pub(crate) fn route_table(
             tls,
             warnings,
             maintenance: None,
+            match_header: None,
         });
+        if let Some((token, addresses)) = backend
+            .and_then(|backend| backend.canary.as_ref())
+            .filter(|_| !swarm)
+            && let Some(main) = table.ingresses.last()
+        {
+            let view = canary_view(main, token, addresses);
+            table.ingresses.push(view);
+        }
         if let Some((host, addresses)) = preview
             && let Some(view) = preview_view(
                 table.ingresses.last(),
@@ -263,6 +282,27 @@ pub(crate) fn route_table(
         }
     }
     table
+}
+
+/// A canary's own route: the main view's host and routes, plain HTTP, to the canary's
+/// `addresses`, taken only by requests carrying `CANARY_HEADER: token`.
+fn canary_view(main: &IngressView, token: &str, addresses: &[String]) -> IngressView {
+    IngressView {
+        routes: main
+            .routes
+            .iter()
+            .filter(|route| route.shadowed_by.is_none())
+            .cloned()
+            .collect(),
+        upstreams: addresses
+            .iter()
+            .map(|address| format!("{address}:{}", main.port))
+            .collect(),
+        tls: None,
+        warnings: Vec::new(),
+        match_header: Some((CANARY_HEADER.to_owned(), token.to_owned())),
+        ..main.clone()
+    }
 }
 
 /// The preview host of a blue/green rollout: the main view's routes and settings at `host`
@@ -520,6 +560,8 @@ pub(crate) fn caddy_config(table: &RouteTable, origin: &str) -> Value {
                 entry.view.host.clone(),
                 std::cmp::Reverse(entry.route.path.as_deref().map_or(0, str::len)),
                 entry.route.path.clone(),
+                // A header-matched route (a canary's own) before the host's others.
+                entry.view.match_header.is_none(),
             )
         };
         rank(a).cmp(&rank(b))
@@ -588,6 +630,9 @@ fn caddy_route(view: &IngressView, route: &RouteView) -> Value {
         .filter(|prefix| !prefix.is_empty());
     if let Some(prefix) = prefix {
         matcher.insert("path".to_owned(), json!([format!("{prefix}*")]));
+    }
+    if let Some((name, value)) = &view.match_header {
+        matcher.insert("header".to_owned(), json!({ name.as_str(): [value] }));
     }
     if let Some(page) = &view.maintenance {
         let handle = [super::maintenance::handler(page)];
@@ -739,6 +784,7 @@ mod tests {
                         ready: ready.iter().map(|address| (*address).to_owned()).collect(),
                         tasks: None,
                         preview: None,
+                        canary: None,
                     },
                 )
             })

@@ -1,7 +1,9 @@
-//! Which of a deployment's ready replicas each host reaches while a blue/green rollout keeps
-//! the two releases apart (`blue_green {}`): before promote the ingress's hosts reach the old
-//! release and the preview host the new one; after promote every host reaches the new one
-//! while the old is kept; after an abort the hosts reach the old one while the new goes.
+//! Which of a deployment's ready replicas each host reaches while a progressive rollout keeps
+//! its releases apart. Blue/green (`blue_green {}`): before promote the ingress's hosts reach
+//! the old release and the preview host the new one; after promote every host reaches the new
+//! one while the old is kept; after an abort the hosts reach the old one while the new goes.
+//! Canary (`canary {}`): the hosts reach every replica (the share is the replica count), and
+//! the canary's own replicas are also reachable alone, for its `http` analysis (`canary`).
 //!
 //! Invariants: pure; decided from the stored rollout (its phase, its `green` replicas, the end
 //! of its keep or switch window) and the clock; a rollout that no longer keeps anything apart
@@ -21,24 +23,36 @@ pub(crate) struct Split {
     pub(crate) main: Vec<String>,
     /// What the preview host reaches (`None`: no preview route).
     pub(crate) preview: Option<Vec<String>>,
+    /// A canary in flight: its own replicas (the analysis's route).
+    pub(crate) canary: Option<Vec<String>>,
 }
 
 /// Splits `ready` (`(container name, address)`) by `state`, at unix time `now`.
 pub(crate) fn split(ready: &[(String, String)], state: Option<&RolloutState>, now: i64) -> Split {
     let all = || ready.iter().map(|(_, address)| address.clone()).collect();
-    let Some(state) = state.filter(|state| state.strategy == "blue_green") else {
-        return Split {
-            main: all(),
-            preview: None,
-        };
-    };
-    let green = |want: bool| -> Vec<String> {
+    let green = |state: &RolloutState, want: bool| -> Vec<String> {
         ready
             .iter()
             .filter(|(name, _)| state.green.contains(name) == want)
             .map(|(_, address)| address.clone())
             .collect()
     };
+    let Some(state) = state.filter(|state| state.strategy == "blue_green") else {
+        let canary = state.filter(|state| {
+            state.strategy == "canary"
+                && matches!(
+                    state.phase,
+                    RolloutPhase::Progressing | RolloutPhase::Paused
+                )
+                && !state.green.is_empty()
+        });
+        return Split {
+            main: all(),
+            preview: None,
+            canary: canary.map(|state| green(state, true)),
+        };
+    };
+    let green = |want: bool| green(state, want);
     let within = state
         .paused_until
         .is_some_and(|until| now < until.saturating_add(KEPT_APART));
@@ -46,18 +60,22 @@ pub(crate) fn split(ready: &[(String, String)], state: Option<&RolloutState>, no
         RolloutPhase::Progressing | RolloutPhase::Paused => Split {
             main: green(false),
             preview: Some(green(true)),
+            canary: None,
         },
         RolloutPhase::Promoted if within => Split {
             main: green(true),
             preview: Some(green(true)),
+            canary: None,
         },
         RolloutPhase::Aborted if within => Split {
             main: green(false),
             preview: None,
+            canary: None,
         },
         _ => Split {
             main: all(),
             preview: None,
+            canary: None,
         },
     }
 }
@@ -107,10 +125,14 @@ mod tests {
     }
 
     #[test]
-    fn a_canary_or_no_rollout_splits_nothing() {
+    fn a_canary_splits_nothing_of_the_hosts_and_has_its_own_replicas_apart() {
         let mut canary = state(RolloutPhase::Paused, None);
         canary.strategy = "canary".to_owned();
-        assert_eq!(split(&ready(), Some(&canary), 0).main.len(), 3);
+        let parts = split(&ready(), Some(&canary), 0);
+        assert_eq!(parts.main.len(), 3);
+        assert_eq!(parts.canary, Some(vec!["10.0.0.3".to_owned()]));
+        canary.phase = RolloutPhase::Aborted;
+        assert_eq!(split(&ready(), Some(&canary), 0).canary, None);
         assert_eq!(split(&ready(), None, 0).main.len(), 3);
     }
 }

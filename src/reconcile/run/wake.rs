@@ -117,6 +117,23 @@ impl RouterWake {
     }
 }
 
+/// The value of the header (`X-Voodu-Canary`) that routes a request to a canary's own
+/// replicas (its `http` analysis): random per agent process, never shown.
+#[derive(Debug)]
+pub(crate) struct CanaryToken(String);
+
+impl Default for CanaryToken {
+    fn default() -> CanaryToken {
+        CanaryToken(crate::model::random_hex(16))
+    }
+}
+
+impl CanaryToken {
+    pub(crate) fn value(&self) -> &str {
+        &self.0
+    }
+}
+
 /// Replicas being drained (by container id): the router leaves them out of every route
 /// before they are stopped, so no request is sent to a replica that is going away.
 #[derive(Debug, Default)]

@@ -8,9 +8,10 @@
 //! reconciler's tracker whose end requeues the key); the step is in the store before its
 //! replicas are created, so an agent restarted mid-canary resumes that step with that share
 //! and never more; an analysis's verdict is recorded only for the release and step it
-//! measured; the canary's requests go straight to the canary replicas (their addresses on the
-//! shared network, from the readiness rows), a `prometheus` URL only where `--allow-url-host`
-//! lets requests of a manifest go (`Outbound`, as `on_deploy` webhooks).
+//! measured; an `http` analysis's requests go through the ingress proxy to the canary's own
+//! route (a random per-agent header value, `router::split`), or straight to the canary
+//! replicas when no ingress routes the deployment; a `prometheus` URL only where
+//! `--allow-url-host` lets requests of a manifest go (`Outbound`, as `on_deploy` webhooks).
 
 use std::time::Duration;
 
@@ -23,6 +24,7 @@ use crate::reconcile::handlers::replicas::Observed;
 use crate::reconcile::plan::canary::{
     self as plan, AnalysisProgress, CanaryDecision, Sample, StepState,
 };
+use crate::reconcile::router::routes::CANARY_HEADER;
 use crate::reconcile::run::action::Action;
 use crate::reconcile::run::timer::What;
 use crate::reconcile::{context::Ctx, context::blocking, error::Result};
@@ -90,6 +92,14 @@ pub(super) async fn drive<R: Runtime>(
     let Some(mut state) = state_of(ctx, subject, CANARY, stable_ready, fresh).await? else {
         return Ok(Move::Off);
     };
+    // The canary's replicas, for its own route through the ingress (`router::split`).
+    let mut names: Vec<String> = current.iter().map(|c| c.name.clone()).collect();
+    names.sort();
+    if !state.phase.is_final() && state.green != names {
+        state.green = names;
+        save(ctx, &state, None).await?;
+        ctx.router.wake();
+    }
     // Aborted, but the release still in progress (the pass that aborted was cut short).
     if state.phase == RolloutPhase::Aborted {
         return Ok(Move::Abort {
@@ -175,8 +185,8 @@ pub(super) async fn drive<R: Runtime>(
                     // `decide` asks for an analysis only when there is one.
                     return Ok(Move::Off);
                 };
-                let addresses = canary_addresses(ctx, key, &current).await?;
-                start_analysis(ctx, key, &state, analysis, addresses, port);
+                let reach = reach(ctx, key, &current, port).await?;
+                start_analysis(ctx, key, &state, analysis, reach);
                 return Ok(Move::Hold {
                     action: Action::RequeueAfter(RECHECK),
                     message: format!(
@@ -244,20 +254,57 @@ fn step_line(state: &RolloutState, canary: &Canary, stable: usize) -> String {
     )
 }
 
-/// The canary replicas' addresses on the shared network (their readiness rows).
-async fn canary_addresses<R: Runtime>(
+/// Where an `http` analysis sends its requests.
+enum Reach {
+    /// Through the ingress proxy's HTTP listener, to the canary's own route (`Host` of an
+    /// ingress of the deployment, `CANARY_HEADER: token`): the canary only, as clients
+    /// reach it.
+    Ingress {
+        proxy: String,
+        host: String,
+        token: String,
+    },
+    /// No ingress routes the deployment (or the proxy is off): straight to the canary
+    /// replicas' addresses on the shared network.
+    Replicas { addresses: Vec<String>, port: u16 },
+}
+
+/// How the analysis reaches `key`'s canary (`current`, serving on `port`): through the
+/// ingress when the router serves the canary's own route, else straight to its replicas.
+async fn reach<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
     current: &[&Container],
-) -> Result<Vec<String>> {
+    port: u16,
+) -> Result<Reach> {
+    let proxy = ctx
+        .router
+        .report()
+        .proxy
+        .as_ref()
+        .and_then(|proxy| proxy.http.clone())
+        .map(|http| http.replacen("0.0.0.0:", "127.0.0.1:", 1));
+    if let Some(proxy) = proxy
+        && let Ok(table) = crate::reconcile::router::current_table(ctx).await
+        && let Some(view) = table.ingresses.iter().find(|view| {
+            view.key.scope == key.scope && view.service == key.name && view.match_header.is_some()
+        })
+    {
+        return Ok(Reach::Ingress {
+            proxy,
+            host: view.host.clone(),
+            token: ctx.memory.canary_token.value().to_owned(),
+        });
+    }
     let names: Vec<String> = current.iter().map(|c| c.name.clone()).collect();
     let owner = key.clone();
     let rows = blocking(&ctx.store, move |store| store.readiness(&owner)).await?;
-    Ok(rows
+    let addresses = rows
         .into_iter()
         .filter(|row| row.ready && !row.address.is_empty() && names.contains(&row.container))
         .map(|row| row.address)
-        .collect())
+        .collect();
+    Ok(Reach::Replicas { addresses, port })
 }
 
 /// Starts the step's analysis on the reconciler's tracker (unless it runs): it measures,
@@ -267,8 +314,7 @@ fn start_analysis<R: Runtime>(
     key: &ResourceKey,
     state: &RolloutState,
     analysis: Analysis,
-    addresses: Vec<String>,
-    port: u16,
+    reach: Reach,
 ) {
     let id = analysis_id(key, &state.release, state.step);
     let runs = ctx.runs.clone();
@@ -281,7 +327,7 @@ fn start_analysis<R: Runtime>(
     ctx.runs.attach(&id, async move {
         let measured = tokio::select! {
             () = shutdown.cancelled() => None,
-            values = measure(&timer, &outbound, &analysis, &addresses, port) => Some(values),
+            values = measure(&timer, &outbound, &analysis, &reach) => Some(values),
         };
         if let Some((passed, values)) = measured {
             let recorded = tokio::task::spawn_blocking(move || {
@@ -315,8 +361,7 @@ async fn measure(
     timer: &crate::reconcile::run::timer::Timer,
     outbound: &crate::assets::url_guard::Outbound,
     analysis: &Analysis,
-    addresses: &[String],
-    port: u16,
+    reach: &Reach,
 ) -> (bool, Value) {
     let mut values = serde_json::Map::new();
     let mut passed = true;
@@ -329,12 +374,20 @@ async fn measure(
             if index > 0 {
                 timer.sleep(What::Unit, gap).await;
             }
-            let Some(address) = addresses.get(index % addresses.len().max(1)) else {
-                break;
+            let request = match reach {
+                Reach::Ingress { proxy, host, token } => client
+                    .get(format!("http://{proxy}{}", http.path))
+                    .header(reqwest::header::HOST, host.as_str())
+                    .header(CANARY_HEADER, token.as_str()),
+                Reach::Replicas { addresses, port } => {
+                    let Some(address) = addresses.get(index % addresses.len().max(1)) else {
+                        break;
+                    };
+                    client.get(format!("http://{address}:{port}{}", http.path))
+                }
             };
-            let url = format!("http://{address}:{port}{}", http.path);
             let start = tokio::time::Instant::now();
-            let status = match tokio::time::timeout(SAMPLE_TIMEOUT, client.get(&url).send()).await {
+            let status = match tokio::time::timeout(SAMPLE_TIMEOUT, request.send()).await {
                 Ok(Ok(response)) => Some(response.status().as_u16()),
                 _ => None,
             };
@@ -351,7 +404,11 @@ async fn measure(
                 break;
             }
         }
-        let judged = plan::judge_http(http, &seen);
+        let mut judged = plan::judge_http(http, &seen);
+        judged.values["via"] = json!(match reach {
+            Reach::Ingress { .. } => "ingress",
+            Reach::Replicas { .. } => "replicas",
+        });
         passed &= judged.passed;
         values.insert("http".to_owned(), judged.values);
     }
