@@ -72,8 +72,141 @@ pub struct StatusView {
     /// Progressive rollouts (`canary {}` / `blue_green {}`): each deployment's release, step,
     /// share, pause, last analysis values and verdict; absent when none was recorded.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub rollouts: Vec<crate::store::RolloutState>,
+    pub rollouts: Vec<RolloutView>,
     pub(crate) resources: Vec<ResourceView>,
+}
+
+/// One deployment's progressive rollout (`canary {}` / `blue_green {}`), as the reconciler
+/// recorded it (`store::RolloutState`), with the shares of its steps.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RolloutView {
+    pub scope: String,
+    pub name: String,
+    /// The new release's spec hash.
+    pub release: String,
+    /// `canary` or `blue_green`.
+    pub strategy: String,
+    /// The index of the step (canary, from 0), 0 for blue/green.
+    pub step: u32,
+    /// The new release's traffic share in percent.
+    pub share: u32,
+    /// The canary replicas the share stands for.
+    pub canary_replicas: u32,
+    /// Unix seconds the step started.
+    pub started: i64,
+    /// Unix seconds a timed pause (or blue/green's `keep_old`) ends.
+    pub paused_until: Option<i64>,
+    /// `progressing`, `paused`, `promoted` or `aborted`.
+    pub phase: &'static str,
+    /// `passed`, `failed`, or empty before the first analysis.
+    pub verdict: String,
+    /// The last analysis's values (error rate, p95, query results).
+    pub analysis: serde_json::Value,
+    pub promote_requested: bool,
+    pub abort_requested: bool,
+    /// Unix seconds of the last change.
+    pub updated: i64,
+    /// The shares (percent) of the deployment's `canary {}` steps, which `step` indexes;
+    /// absent for blue/green, or when the manifest no longer declares the canary.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<u32>,
+}
+
+impl RolloutView {
+    fn of(
+        state: crate::store::RolloutState,
+        spec: Option<&crate::manifest::spec::Spec>,
+    ) -> RolloutView {
+        let steps = match spec {
+            Some(crate::manifest::spec::Spec::Deployment(deployment)) => {
+                match &deployment.strategy {
+                    Some(crate::manifest::spec::Strategy::Canary(canary)) => {
+                        canary.steps.iter().map(|step| step.weight).collect()
+                    }
+                    _ => Vec::new(),
+                }
+            }
+            _ => Vec::new(),
+        };
+        RolloutView {
+            scope: state.scope,
+            name: state.name,
+            release: state.release,
+            strategy: state.strategy,
+            step: state.step,
+            share: state.share,
+            canary_replicas: state.canary_replicas,
+            started: state.started,
+            paused_until: state.paused_until,
+            phase: state.phase.as_str(),
+            verdict: state.verdict,
+            analysis: state.analysis,
+            promote_requested: state.promote_requested,
+            abort_requested: state.abort_requested,
+            updated: state.updated,
+            steps,
+        }
+    }
+
+    /// The step in words, 1-based as the reconciler's messages say it: `step 2/3`, or
+    /// `step 2` when the steps are not known; `None` for blue/green (it has no steps).
+    pub fn step_text(&self) -> Option<String> {
+        if self.strategy == "blue_green" {
+            return None;
+        }
+        let step = self.step.saturating_add(1);
+        Some(match self.steps.len() {
+            0 => format!("step {step}"),
+            total => format!("step {step}/{total}"),
+        })
+    }
+
+    /// The last analysis's values as `name=value` pairs (`error_rate=0.5, p95_ms=12`), in
+    /// the order stored; empty when there are none.
+    pub fn analysis_text(&self) -> String {
+        match &self.analysis {
+            serde_json::Value::Null => String::new(),
+            serde_json::Value::Object(values) => values
+                .iter()
+                .map(|(name, value)| match value {
+                    serde_json::Value::String(text) => format!("{name}={text}"),
+                    other => format!("{name}={other}"),
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// Every recorded rollout with its deployment's steps (the spec of its desired row).
+pub(crate) fn rollout_views(store: &Store) -> crate::store::Result<Vec<RolloutView>> {
+    store
+        .rollout_states()?
+        .into_iter()
+        .map(|state| {
+            let key = ResourceKey::new(Kind::Deployment, &state.scope, &state.name);
+            let desired = store.desired(&key)?;
+            Ok(RolloutView::of(state, desired.as_ref().map(|d| &d.spec)))
+        })
+        .collect()
+}
+
+/// Deployment `scope/name`'s rollout, if one was recorded.
+pub(crate) fn rollout_view(
+    store: &Store,
+    scope: &str,
+    name: &str,
+) -> crate::store::Result<Option<RolloutView>> {
+    let Some(state) = store.rollout_state(scope, name)? else {
+        return Ok(None);
+    };
+    let key = ResourceKey::new(Kind::Deployment, scope, name);
+    let desired = store.desired(&key)?;
+    Ok(Some(RolloutView::of(
+        state,
+        desired.as_ref().map(|d| &d.spec),
+    )))
 }
 
 /// One source of `--sources`: what it follows, may deploy, and did last.
@@ -615,7 +748,7 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
         images: super::images::build(store)?,
         maintenance: store.maintenance_all()?,
         previews: store.previews(None)?,
-        rollouts: store.rollout_states()?,
+        rollouts: rollout_views(store)?,
         resources,
     })
 }

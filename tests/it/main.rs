@@ -54,6 +54,7 @@ mod process;
 mod reconcile;
 mod refusal_docker;
 mod registry_docker;
+mod rollout_api;
 mod runs;
 mod seal_docker;
 mod seal_property;

@@ -6,7 +6,8 @@
 //!   and the activity of the last day (`activity.rs`);
 //! - `GET /ui/resource/{kind}/{scope}/{name}`: its state, its timeline (`activity.rs`), the
 //!   ready replicas of the current
-//!   rollout (plot), its containers with readiness and why, its releases (timeline, table)
+//!   rollout (plot), its containers with readiness and why, a deployment's progressive
+//!   rollout with its history (`rollout.rs`), its releases (timeline, table)
 //!   and a form comparing two of them, and a live tail of its containers' logs (`logs.rs`,
 //!   the stream is `http::logs`);
 //! - `GET /ui/resource/{kind}/{scope}/{name}/diff?from=ID&to=ID`: the line diff of two
@@ -29,6 +30,7 @@ mod html;
 pub(crate) mod live;
 mod logs;
 mod plot;
+mod rollout;
 mod views;
 
 use std::sync::Arc;
@@ -198,6 +200,10 @@ async fn resource(
         };
         let releases = build_releases(store, &key)?;
         let mut body = views::resource_html(&resource, &releases, &samples, live::now_ms());
+        if key.kind == Kind::Deployment {
+            let view = crate::http::status::rollout_view(store, &key.scope, &key.name)?;
+            body.push_str(&rollout::section(store, &key.to_string(), view.as_ref()));
+        }
         body.push_str(&tail);
         body.push_str(&activity::timeline(store, &key.to_string()));
         Ok(Some(body))
