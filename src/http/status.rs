@@ -161,21 +161,33 @@ impl RolloutView {
         })
     }
 
-    /// The last analysis's values as `name=value` pairs (`error_rate=0.5, p95_ms=12`), in
-    /// the order stored; empty when there are none.
+    /// The last analysis's values as `name=value` pairs, a check's own values under its
+    /// name (`http.error_percent=0, http.p95_ms=12, prometheus.measurements=[[0.1]]`), by
+    /// name; empty when there are none. (The store bounds the values.)
     pub fn analysis_text(&self) -> String {
-        match &self.analysis {
-            serde_json::Value::Null => String::new(),
-            serde_json::Value::Object(values) => values
-                .iter()
-                .map(|(name, value)| match value {
-                    serde_json::Value::String(text) => format!("{name}={text}"),
-                    other => format!("{name}={other}"),
-                })
-                .collect::<Vec<_>>()
-                .join(", "),
-            other => other.to_string(),
+        fn pairs(prefix: &str, value: &serde_json::Value, depth: usize, out: &mut Vec<String>) {
+            match value {
+                serde_json::Value::Null if prefix.is_empty() => {}
+                serde_json::Value::Object(values) if depth < 2 => {
+                    for (name, value) in values {
+                        let name = if prefix.is_empty() {
+                            name.clone()
+                        } else {
+                            format!("{prefix}.{name}")
+                        };
+                        pairs(&name, value, depth + 1, out);
+                    }
+                }
+                serde_json::Value::String(text) if !prefix.is_empty() => {
+                    out.push(format!("{prefix}={text}"));
+                }
+                other if prefix.is_empty() => out.push(other.to_string()),
+                other => out.push(format!("{prefix}={other}")),
+            }
         }
+        let mut out = Vec::new();
+        pairs("", &self.analysis, 0, &mut out);
+        out.join(", ")
     }
 }
 
@@ -1019,5 +1031,37 @@ pub(super) async fn releases(
         Err(join_error) => {
             error_response(StatusCode::INTERNAL_SERVER_ERROR, join_error.to_string())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::RolloutState;
+
+    #[test]
+    fn a_rollout_says_its_step_from_one_and_its_analysis_as_pairs() {
+        let mut state = RolloutState::start("shop", "web", "abc", "canary");
+        state.step = 1;
+        state.analysis = serde_json::json!({
+            "http": { "samples": 50, "error_percent": 2.0, "p95_ms": 12 },
+            "prometheus": { "measurements": [[0.25]], "error": "no <answer>" },
+        });
+        let mut view = RolloutView::of(state.clone(), None);
+        assert_eq!(view.step_text().as_deref(), Some("step 2"));
+        view.steps = vec![10, 50, 100];
+        assert_eq!(view.step_text().as_deref(), Some("step 2/3"));
+        assert_eq!(
+            view.analysis_text(),
+            "http.error_percent=2.0, http.p95_ms=12, http.samples=50, \
+             prometheus.error=no <answer>, prometheus.measurements=[[0.25]]"
+        );
+        state.analysis = serde_json::Value::Null;
+        state.strategy = "blue_green".into();
+        let view = RolloutView::of(state, None);
+        assert_eq!(
+            (view.step_text(), view.analysis_text()),
+            (None, String::new())
+        );
     }
 }

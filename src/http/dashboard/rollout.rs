@@ -200,7 +200,8 @@ mod tests {
         state.canary_replicas = 2;
         state.phase = RolloutPhase::Paused;
         state.verdict = "passed".into();
-        state.analysis = serde_json::json!({ "error_rate": 0.0, "note": "<script>" });
+        state.analysis =
+            serde_json::json!({ "http": { "error_percent": 0.0, "note": "<script>" } });
         store
             .save_rollout(&state, Some(RolloutEvent::Paused("paused at 50 %")))
             .expect("save");
@@ -225,7 +226,7 @@ mod tests {
             "{html}"
         );
         assert!(
-            html.contains("passed: <code>error_rate=0.0, note=&lt;script&gt;</code>"),
+            html.contains("passed: <code>http.error_percent=0.0, http.note=&lt;script&gt;</code>"),
             "{html}"
         );
         assert!(html.contains("promote requested"), "{html}");
