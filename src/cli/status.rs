@@ -292,7 +292,7 @@ fn print_rollouts(view: &StatusView) {
             Esc(&row.scope),
             Esc(&row.name),
             Esc(&row.strategy),
-            Esc(&row.release),
+            Esc(&row.release_text()),
             row.phase,
             row.canary_replicas
         );

@@ -148,6 +148,16 @@ impl RolloutView {
         }
     }
 
+    /// The release as the pages name it: `#2` for a release id (what the canary records),
+    /// else as recorded (a spec hash).
+    pub fn release_text(&self) -> String {
+        if !self.release.is_empty() && self.release.bytes().all(|byte| byte.is_ascii_digit()) {
+            format!("#{}", self.release)
+        } else {
+            self.release.clone()
+        }
+    }
+
     /// The step in words, 1-based as the reconciler's messages say it: `step 2/3`, or
     /// `step 2` when the steps are not known; `None` for blue/green (it has no steps).
     pub fn step_text(&self) -> Option<String> {
@@ -1048,6 +1058,7 @@ mod tests {
             "prometheus": { "measurements": [[0.25]], "error": "no <answer>" },
         });
         let mut view = RolloutView::of(state.clone(), None);
+        assert_eq!(view.release_text(), "abc");
         assert_eq!(view.step_text().as_deref(), Some("step 2"));
         view.steps = vec![10, 50, 100];
         assert_eq!(view.step_text().as_deref(), Some("step 2/3"));
@@ -1058,7 +1069,9 @@ mod tests {
         );
         state.analysis = serde_json::Value::Null;
         state.strategy = "blue_green".into();
+        state.release = "12".into();
         let view = RolloutView::of(state, None);
+        assert_eq!(view.release_text(), "#12");
         assert_eq!(
             (view.step_text(), view.analysis_text()),
             (None, String::new())

@@ -225,10 +225,13 @@ async fn promote_and_abort_are_authenticated_api_calls_recorded_as_the_caller() 
         .nth(1)
         .ok_or("no rollout section")?;
     assert!(
-        section.contains("id=\"rollout-step\">step 2/2"),
+        section.contains("<span id=\"rollout-step-text\">step 2/2</span>"),
         "{section}"
     );
-    assert!(section.contains("<strong>100 %</strong>"), "{section}");
+    assert!(
+        section.contains("<span class=\"share current\" data-step=\"1\">100 %</span>"),
+        "{section}"
+    );
     assert!(
         section.contains("<span class=\"badge good\">promoted</span>"),
         "{section}"
@@ -243,5 +246,21 @@ async fn promote_and_abort_are_authenticated_api_calls_recorded_as_the_caller() 
         .nth(1)
         .ok_or("no timeline")?;
     assert!(timeline.contains("(step 1, 50 %)"), "{timeline}");
+    // The page's live document carries the same, for `app.js`.
+    let stream = client()?
+        .get(agent.url("/ui/events?resource=deployment/shop/web"))
+        .send()
+        .await?;
+    let document = crate::dashboard::first_event(stream).await?;
+    assert_eq!(document["rollout"]["phase"], "promoted", "{document}");
+    assert_eq!(document["rollout"]["step"], "step 2/2", "{document}");
+    assert!(
+        document["rollout"]["history"]
+            .as_array()
+            .is_some_and(|rows| rows.iter().any(|row| row[1] == "rollout.promote"
+                && row[2] == "step 1, 50 %"
+                && row[3] == "http (ops-bot)")),
+        "{document}"
+    );
     agent.stop().await
 }

@@ -199,11 +199,17 @@ async fn resource(
             return Ok(None);
         };
         let releases = build_releases(store, &key)?;
-        let mut body = views::resource_html(&resource, &releases, &samples, live::now_ms());
-        if key.kind == Kind::Deployment {
-            let view = crate::http::status::rollout_view(store, &key.scope, &key.name)?;
-            body.push_str(&rollout::section(store, &key.to_string(), view.as_ref()));
-        }
+        let rollout = match key.kind {
+            Kind::Deployment => rollout::live(store, &key.scope, &key.name)?,
+            _ => None,
+        };
+        let mut body = views::resource_html(
+            &resource,
+            &releases,
+            &samples,
+            live::now_ms(),
+            &rollout::section(rollout.as_ref()),
+        );
         body.push_str(&tail);
         body.push_str(&activity::timeline(store, &key.to_string()));
         Ok(Some(body))
@@ -299,7 +305,11 @@ async fn events(State(state): State<Arc<AppState>>, Query(query): Query<EventsQu
                     let resource = build_resource(store, &key).ok()??;
                     let releases = build_releases(store, &key).ok()?;
                     let samples = samples_of(&state_for_view, &key);
-                    let live = views::resource_live(&resource, &releases, &samples, live::now_ms());
+                    let mut live =
+                        views::resource_live(&resource, &releases, &samples, live::now_ms());
+                    if key.kind == Kind::Deployment {
+                        live.rollout = rollout::live(store, &key.scope, &key.name).ok()?;
+                    }
                     serde_json::to_string(&live).ok()
                 },
                 permit,

@@ -10,7 +10,9 @@
 
 use std::fmt::Write as _;
 
-use super::html::{Esc, badge, time};
+use serde::Serialize;
+
+use super::html::{Esc, badge, phase_class, time};
 use crate::http::status::RolloutView;
 use crate::store::{Activity, Store};
 
@@ -19,32 +21,109 @@ const HISTORY_ROWS: usize = 20;
 /// Activity rows of the resource read to find them.
 const ACTIVITY_READ: usize = 200;
 
-/// The section (empty when the deployment never rolled out progressively); a store error is
-/// shown in place of the history.
-pub(super) fn section(store: &Store, resource: &str, rollout: Option<&RolloutView>) -> String {
+/// The section's content, also its part of the page's live document (`app.js` puts each text
+/// in with `textContent`).
+#[derive(Debug, Serialize)]
+pub(super) struct RolloutLive {
+    strategy: String,
+    release: String,
+    /// `step 2/3`; `None` for blue/green.
+    step: Option<String>,
+    /// The index of the current step among `steps`.
+    current: u32,
+    /// Every step's share, in percent.
+    steps: Vec<u32>,
+    share: String,
+    phase: String,
+    phase_class: &'static str,
+    pause: String,
+    analysis: String,
+    requests: String,
+    since: String,
+    /// Newest first: when, what, step/share/verdict, by, message.
+    history: Vec<[String; 5]>,
+    /// Why the history could not be read.
+    history_error: Option<String>,
+}
+
+/// Deployment `scope/name`'s rollout for its page; `None` when it never rolled out
+/// progressively.
+pub(super) fn live(
+    store: &Store,
+    scope: &str,
+    name: &str,
+) -> crate::store::Result<Option<RolloutLive>> {
+    let Some(rollout) = crate::http::status::rollout_view(store, scope, name)? else {
+        return Ok(None);
+    };
+    let (history, history_error) =
+        match store.activity_of(&format!("deployment/{scope}/{name}"), ACTIVITY_READ) {
+            Ok(entries) => (history(&entries), None),
+            Err(error) => (Vec::new(), Some(error.to_string())),
+        };
+    Ok(Some(of(&rollout, history, history_error)))
+}
+
+fn of(
+    rollout: &RolloutView,
+    history: Vec<[String; 5]>,
+    history_error: Option<String>,
+) -> RolloutLive {
+    let pause = match (rollout.paused_until, rollout.phase) {
+        (Some(until), "promoted") => format!("old release kept until {}", time(until)),
+        (Some(until), "paused" | "progressing") => format!("paused until {}", time(until)),
+        (None, "paused") => "until `voodu-agent promote`".to_owned(),
+        _ => "none".to_owned(),
+    };
+    let analysis = if rollout.verdict.is_empty() {
+        "not analysed yet".to_owned()
+    } else {
+        let values = rollout.analysis_text();
+        if values.is_empty() {
+            rollout.verdict.clone()
+        } else {
+            format!("{}: {values}", rollout.verdict)
+        }
+    };
+    let requests: Vec<&str> = [
+        (rollout.promote_requested, "promote requested"),
+        (rollout.abort_requested, "abort requested"),
+    ]
+    .into_iter()
+    .filter_map(|(asked, text)| asked.then_some(text))
+    .collect();
+    RolloutLive {
+        strategy: rollout.strategy.clone(),
+        release: rollout.release_text(),
+        step: rollout.step_text(),
+        current: rollout.step,
+        steps: rollout.steps.clone(),
+        share: format!(
+            "{} % of the traffic to the new release ({} canary replica(s))",
+            rollout.share, rollout.canary_replicas
+        ),
+        phase: rollout.phase.to_owned(),
+        phase_class: phase_class(rollout.phase),
+        pause,
+        analysis,
+        requests: if requests.is_empty() {
+            "none".to_owned()
+        } else {
+            requests.join(", ")
+        },
+        since: time(rollout.started),
+        history,
+        history_error,
+    }
+}
+
+/// The section (nothing when `rollout` is `None`).
+pub(super) fn section(rollout: Option<&RolloutLive>) -> String {
     let Some(rollout) = rollout else {
         return String::new();
     };
     let mut out = String::from("<section id=\"rollout\"><h2>Rollout</h2>\n");
-    out.push_str(&summary(rollout));
-    out.push_str("<h3>History</h3>\n");
-    match store.activity_of(resource, ACTIVITY_READ) {
-        Ok(entries) => out.push_str(&history(&entries)),
-        Err(error) => {
-            let _ = writeln!(
-                out,
-                "<p class=\"muted\">The activity log could not be read: {}</p>",
-                Esc(&error.to_string())
-            );
-        }
-    }
-    out.push_str("</section>\n");
-    out
-}
-
-/// The state table: strategy, step, share, phase, pause, analysis, requests.
-fn summary(rollout: &RolloutView) -> String {
-    let mut out = String::from("<table class=\"rollout\"><tbody>\n");
+    out.push_str("<table class=\"rollout\"><tbody>\n");
     let mut row = |name: &str, id: &str, html: String| {
         let _ = writeln!(
             out,
@@ -57,70 +136,70 @@ fn summary(rollout: &RolloutView) -> String {
         "Strategy",
         "strategy",
         format!(
-            "{} of release <code>{}</code>",
+            "{} of release {}",
             Esc(&rollout.strategy),
             Esc(&rollout.release)
         ),
     );
-    if let Some(step) = rollout.step_text() {
-        let mut html = Esc(&step).to_string();
+    if let Some(step) = &rollout.step {
+        let mut html = format!("<span id=\"rollout-step-text\">{}</span>", Esc(step));
         if !rollout.steps.is_empty() {
             let shares: Vec<String> = rollout
                 .steps
                 .iter()
                 .enumerate()
                 .map(|(index, share)| {
-                    if u32::try_from(index).is_ok_and(|index| index == rollout.step) {
-                        format!("<strong>{share} %</strong>")
-                    } else {
-                        format!("{share} %")
-                    }
+                    let current = u32::try_from(index).is_ok_and(|index| index == rollout.current);
+                    format!(
+                        "<span class=\"share{}\" data-step=\"{index}\">{share} %</span>",
+                        if current { " current" } else { "" }
+                    )
                 })
                 .collect();
             let _ = write!(html, " ({})", shares.join(" → "));
         }
         row("Step", "step", html);
     }
+    row("Share", "share", Esc(&rollout.share).to_string());
+    row("Phase", "phase", badge(&rollout.phase));
+    row("Pause", "pause", Esc(&rollout.pause).to_string());
     row(
-        "Share",
-        "share",
-        format!(
-            "{} % of the traffic to the new release ({} canary replica(s))",
-            rollout.share, rollout.canary_replicas
-        ),
+        "Last analysis",
+        "analysis",
+        Esc(&rollout.analysis).to_string(),
     );
-    row("Phase", "phase", badge(rollout.phase));
-    if let Some(until) = rollout.paused_until {
-        let what = if rollout.phase == "promoted" {
-            "old release kept until"
-        } else {
-            "paused until"
-        };
-        row("Pause", "pause", format!("{what} {}", time(until)));
+    row("Requests", "requests", Esc(&rollout.requests).to_string());
+    row("Since", "since", Esc(&rollout.since).to_string());
+    out.push_str("</tbody></table>\n<h3>History</h3>\n");
+    if let Some(error) = &rollout.history_error {
+        let _ = writeln!(
+            out,
+            "<p class=\"muted\">The activity log could not be read: {}</p>",
+            Esc(error)
+        );
     }
-    let verdict = if rollout.verdict.is_empty() {
-        "not analysed yet".to_owned()
-    } else {
-        let values = rollout.analysis_text();
-        if values.is_empty() {
-            format!("{}", Esc(&rollout.verdict))
+    let _ = writeln!(
+        out,
+        "<p class=\"muted\" id=\"rollout-no-history\"{}>No pause, promote or abort recorded yet.</p>",
+        if rollout.history.is_empty() {
+            ""
         } else {
-            format!("{}: <code>{}</code>", Esc(&rollout.verdict), Esc(&values))
+            " hidden"
         }
-    };
-    row("Last analysis", "analysis", verdict);
-    let requests: Vec<&str> = [
-        (rollout.promote_requested, "promote requested"),
-        (rollout.abort_requested, "abort requested"),
-    ]
-    .into_iter()
-    .filter_map(|(asked, text)| asked.then_some(text))
-    .collect();
-    if !requests.is_empty() {
-        row("Requests", "requests", requests.join(", "));
+    );
+    out.push_str(
+        "<table class=\"rollout-history\"><thead><tr><th>when</th><th>what</th>\
+         <th>step, share, verdict</th><th>by</th><th>message</th></tr></thead>\
+         <tbody id=\"rollout-history\">\n",
+    );
+    for cells in &rollout.history {
+        out.push_str("<tr>");
+        for cell in cells {
+            let _ = write!(out, "<td>{}</td>", Esc(cell));
+        }
+        out.push_str("</tr>\n");
     }
-    row("Since", "since", time(rollout.started));
-    out.push_str("</tbody></table>\n");
+    out.push_str("</tbody></table>\n</section>\n");
     out
 }
 
@@ -145,37 +224,26 @@ pub(super) fn data_text(data: &serde_json::Value) -> String {
     parts.join(", ")
 }
 
-/// The `rollout.*` rows, newest first.
-fn history(entries: &[Activity]) -> String {
-    let rows: Vec<&Activity> = entries
+/// The `rollout.*` rows, newest first, as the history's cells.
+fn history(entries: &[Activity]) -> Vec<[String; 5]> {
+    entries
         .iter()
         .filter(|entry| entry.action.starts_with("rollout."))
         .take(HISTORY_ROWS)
-        .collect();
-    if rows.is_empty() {
-        return "<p class=\"muted\">No pause, promote or abort recorded yet.</p>\n".to_owned();
-    }
-    let mut out = String::from(
-        "<table class=\"rollout-history\"><thead><tr><th>when</th><th>what</th>\
-         <th>step, share, verdict</th><th>by</th><th>message</th></tr></thead><tbody>\n",
-    );
-    for entry in rows {
-        let by = match &entry.actor {
-            Some(actor) => format!("{} ({actor})", entry.origin),
-            None => entry.origin.clone(),
-        };
-        let _ = writeln!(
-            out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            time(entry.at),
-            Esc(&entry.action),
-            Esc(&data_text(&entry.data)),
-            Esc(&by),
-            Esc(&entry.message),
-        );
-    }
-    out.push_str("</tbody></table>\n");
-    out
+        .map(|entry| {
+            let by = match &entry.actor {
+                Some(actor) => format!("{} ({actor})", entry.origin),
+                None => entry.origin.clone(),
+            };
+            [
+                time(entry.at),
+                entry.action.clone(),
+                data_text(&entry.data),
+                by,
+                entry.message.clone(),
+            ]
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -188,11 +256,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("state.db");
         let store = Store::open(&path).expect("store");
-        let web = "deployment/shop/web";
-        assert!(
-            section(&store, web, None).is_empty(),
-            "no rollout, no section"
-        );
+        assert!(section(None).is_empty(), "no rollout, no section");
+        assert!(live(&store, "shop", "web").expect("read").is_none());
 
         let mut state = RolloutState::start("shop", "web", "<b>abc</b>", "canary");
         state.step = 1;
@@ -211,25 +276,31 @@ mod tests {
         command
             .request_rollout("shop", "web", RolloutRequest::Promote)
             .expect("request");
-        let view = crate::http::status::rollout_view(&store, "shop", "web")
+        let live = live(&store, "shop", "web")
             .expect("read")
             .expect("recorded");
-        let html = section(&store, web, Some(&view));
+        let html = section(Some(&live));
         assert!(
             !html.contains("<script>") && !html.contains("<b>abc"),
             "{html}"
         );
-        assert!(html.contains("id=\"rollout-step\">step 2</td>"), "{html}");
+        assert!(
+            html.contains("<span id=\"rollout-step-text\">step 2</span>"),
+            "{html}"
+        );
         assert!(html.contains("50 % of the traffic"), "{html}");
         assert!(
             html.contains("<span class=\"badge warn\">paused</span>"),
             "{html}"
         );
         assert!(
-            html.contains("passed: <code>http.error_percent=0.0, http.note=&lt;script&gt;</code>"),
+            html.contains("passed: http.error_percent=0.0, http.note=&lt;script&gt;"),
             "{html}"
         );
         assert!(html.contains("promote requested"), "{html}");
+        let document = serde_json::to_value(&live).expect("json");
+        assert_eq!(document["phase"], "paused");
+        assert_eq!(document["history"][0][1], "rollout.promote");
         let history = html.split("<h3>History</h3>").nth(1).expect("history");
         let promote = history.find("rollout.promote").expect("the request");
         let pause = history.find("rollout.pause").expect("the pause");
