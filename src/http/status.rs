@@ -113,21 +113,7 @@ pub struct RolloutView {
 }
 
 impl RolloutView {
-    fn of(
-        state: crate::store::RolloutState,
-        spec: Option<&crate::manifest::spec::Spec>,
-    ) -> RolloutView {
-        let steps = match spec {
-            Some(crate::manifest::spec::Spec::Deployment(deployment)) => {
-                match &deployment.strategy {
-                    Some(crate::manifest::spec::Strategy::Canary(canary)) => {
-                        canary.steps.iter().map(|step| step.weight).collect()
-                    }
-                    _ => Vec::new(),
-                }
-            }
-            _ => Vec::new(),
-        };
+    fn of(state: crate::store::RolloutState, steps: Vec<u32>) -> RolloutView {
         RolloutView {
             scope: state.scope,
             name: state.name,
@@ -207,9 +193,8 @@ pub(crate) fn rollout_views(store: &Store) -> crate::store::Result<Vec<RolloutVi
         .rollout_states()?
         .into_iter()
         .map(|state| {
-            let key = ResourceKey::new(Kind::Deployment, &state.scope, &state.name);
-            let desired = store.desired(&key)?;
-            Ok(RolloutView::of(state, desired.as_ref().map(|d| &d.spec)))
+            let steps = store.canary_steps(&state.scope, &state.name)?;
+            Ok(RolloutView::of(state, steps))
         })
         .collect()
 }
@@ -223,12 +208,8 @@ pub(crate) fn rollout_view(
     let Some(state) = store.rollout_state(scope, name)? else {
         return Ok(None);
     };
-    let key = ResourceKey::new(Kind::Deployment, scope, name);
-    let desired = store.desired(&key)?;
-    Ok(Some(RolloutView::of(
-        state,
-        desired.as_ref().map(|d| &d.spec),
-    )))
+    let steps = store.canary_steps(scope, name)?;
+    Ok(Some(RolloutView::of(state, steps)))
 }
 
 /// One source of `--sources`: what it follows, may deploy, and did last.
@@ -1057,7 +1038,7 @@ mod tests {
             "http": { "samples": 50, "error_percent": 2.0, "p95_ms": 12 },
             "prometheus": { "measurements": [[0.25]], "error": "no <answer>" },
         });
-        let mut view = RolloutView::of(state.clone(), None);
+        let mut view = RolloutView::of(state.clone(), Vec::new());
         assert_eq!(view.release_text(), "abc");
         assert_eq!(view.step_text().as_deref(), Some("step 2"));
         view.steps = vec![10, 50, 100];
@@ -1070,7 +1051,7 @@ mod tests {
         state.analysis = serde_json::Value::Null;
         state.strategy = "blue_green".into();
         state.release = "12".into();
-        let view = RolloutView::of(state, None);
+        let view = RolloutView::of(state, Vec::new());
         assert_eq!(view.release_text(), "#12");
         assert_eq!(
             (view.step_text(), view.analysis_text()),
