@@ -1,7 +1,9 @@
 //! `voodu-agent promote SCOPE/NAME` and `voodu-agent abort SCOPE/NAME`: leave a request on a
 //! deployment's progressive rollout (`canary {}` / `blue_green {}`) for the reconciler
-//! (`Store::request_rollout`: one transaction with its activity row and outbox event), then
-//! nudge the running agent. Exit 1 when no rollout of the deployment is in flight.
+//! (`Store::request_rollout`: one transaction with its activity row and outbox event), queue
+//! the deployment for a pass (`Store::queue_pass`), then nudge the running agent, which
+//! notices the pass at once. `POST /api/rollouts/…` is the same over HTTP. Exit 1 when no
+//! rollout of the deployment is in flight.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -44,6 +46,10 @@ pub(super) fn run(
         anyhow::bail!("{key}: only a deployment rolls out by canary or blue/green");
     }
     let state = store.request_rollout(&key.scope, &key.name, request)?;
+    if state.is_some() {
+        // The journal row the nudge makes the agent notice: the rollout moves at once.
+        store.queue_pass(&key)?;
+    }
     drop(store);
     let Some(state) = state else {
         eprintln!(

@@ -283,26 +283,36 @@ fn print_rollouts(view: &StatusView) {
     }
     println!("\nrollouts (canary / blue-green; `voodu-agent promote|abort SCOPE/NAME`)");
     for row in &view.rollouts {
+        let at = match row.step_text() {
+            Some(step) => format!("{step} at {} %", row.share),
+            None => format!("{} % of the traffic", row.share),
+        };
         let mut line = format!(
-            "  deployment/{}/{} {} release {}: {}, step {} at {} % ({} canary replica(s))",
+            "  deployment/{}/{} {} release {}: {}, {at} ({} canary replica(s))",
             Esc(&row.scope),
             Esc(&row.name),
-            row.strategy,
-            Esc(&row.release),
-            row.phase.as_str(),
-            row.step,
-            row.share,
+            Esc(&row.strategy),
+            Esc(&row.release_text()),
+            row.phase,
             row.canary_replicas
         );
-        if let Some(until) = row.paused_until {
-            line.push_str(&format!(", paused until {}", time(until)));
+        match (row.paused_until, row.phase) {
+            (Some(until), "promoted") => {
+                line.push_str(&format!(", old release kept until {}", time(until)));
+            }
+            (Some(until), "paused" | "progressing") => {
+                line.push_str(&format!(", paused until {}", time(until)));
+            }
+            _ => {}
         }
-        if !row.verdict.is_empty() {
-            line.push_str(&format!(
-                ", analysis {} {}",
-                Esc(&row.verdict),
-                Esc(&row.analysis.to_string())
-            ));
+        if row.verdict.is_empty() {
+            line.push_str(", not analysed yet");
+        } else {
+            line.push_str(&format!(", last analysis {}", Esc(&row.verdict)));
+            let values = row.analysis_text();
+            if !values.is_empty() {
+                line.push_str(&format!(" ({})", Esc(&values)));
+            }
         }
         if row.promote_requested {
             line.push_str(", promote requested");

@@ -84,7 +84,7 @@ fn base64_decode(text: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// The token of an `Authorization: Bearer <token>` value (the scheme is case-insensitive).
-fn bearer(value: &[u8]) -> Option<&[u8]> {
+pub(super) fn bearer(value: &[u8]) -> Option<&[u8]> {
     let (scheme, token) = value.split_at_checked(7)?;
     scheme
         .eq_ignore_ascii_case(b"bearer ")

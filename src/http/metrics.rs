@@ -61,8 +61,8 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         .into_response()
 }
 
-/// Each progressive rollout's canary share (percent) and its last analysis verdict (1
-/// passed, 0 failed; absent before the first analysis).
+/// Each progressive rollout's canary share (percent, with its phase), a canary's step (from
+/// 1) and its last analysis verdict (1 passed, 0 failed; absent before the first analysis).
 fn render_rollouts(out: &mut String, rollouts: &[crate::store::RolloutState]) {
     if rollouts.is_empty() {
         return;
@@ -89,6 +89,20 @@ fn render_rollouts(out: &mut String, rollouts: &[crate::store::RolloutState]) {
         &["resource", "strategy", "phase"],
         &shares,
     );
+    let steps: Vec<(Vec<String>, f64)> = rollouts
+        .iter()
+        .filter(|row| row.strategy != "blue_green")
+        .map(|row| (vec![resource(row)], f64::from(row.step.saturating_add(1))))
+        .collect();
+    if !steps.is_empty() {
+        render_gauge(
+            out,
+            "voodu_rollout_step",
+            "The step a canary rollout is at, from 1 (the `step {}` blocks in order).",
+            &["resource"],
+            &steps,
+        );
+    }
     let verdicts: Vec<(Vec<String>, f64)> = rollouts
         .iter()
         .filter(|row| !row.verdict.is_empty())
@@ -363,6 +377,10 @@ mod tests {
         );
         assert!(
             out.contains("voodu_rollout_analysis_passed{resource=\"deployment/shop/web\"} 0\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("voodu_rollout_step{resource=\"deployment/shop/web\"} 1\n"),
             "{out}"
         );
     }

@@ -11,10 +11,13 @@
 //! - `GET /ui…`: the dashboard (`dashboard/`), read-only, live through server-sent events;
 //!   `GET /` redirects there;
 //! - `GET /logs/{scope}/{name}` and the dashboard's `/ui/resource/…/logs`: a resource's
-//!   containers' output, masked, escaped and bounded (`logs.rs`).
+//!   containers' output, masked, escaped and bounded (`logs.rs`);
+//! - `POST /api/rollouts/{scope}/{name}/promote|abort`: `voodu-agent promote|abort` as an API
+//!   call (`rollouts.rs`), authenticated like the webhook.
 //!
-//! Invariants: everything shown is read from the store (on blocking threads); the only thing
-//! this module can make happen is a sync request; memory stays bounded under any request
+//! Invariants: everything shown is read from the store (on blocking threads); the only things
+//! this module can make happen are a sync request and a rollout's promote or abort request
+//! (left in the store, the deployment queued for a pass); memory stays bounded under any request
 //! rate: at most `max_connections` requests are served at once and
 //! `max_waiting_connections` more connections wait for a request head, which must be
 //! whole within `header_timeout` of its first byte and fit in `max_header_bytes`, a
@@ -36,6 +39,7 @@ pub mod logs;
 mod metrics;
 mod process;
 mod registry;
+mod rollouts;
 pub mod status;
 pub(crate) mod webhook;
 
@@ -234,6 +238,7 @@ fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/hooks/git", post(webhook::hook))
         .route("/hooks/registry", post(registry::hook))
+        .merge(rollouts::routes())
         .route("/healthz", get(status::healthz))
         .route("/", get(dashboard::root))
         .merge(reads)

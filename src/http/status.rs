@@ -72,8 +72,144 @@ pub struct StatusView {
     /// Progressive rollouts (`canary {}` / `blue_green {}`): each deployment's release, step,
     /// share, pause, last analysis values and verdict; absent when none was recorded.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub rollouts: Vec<crate::store::RolloutState>,
+    pub rollouts: Vec<RolloutView>,
     pub(crate) resources: Vec<ResourceView>,
+}
+
+/// One deployment's progressive rollout (`canary {}` / `blue_green {}`), as the reconciler
+/// recorded it (`store::RolloutState`), with the shares of its steps.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RolloutView {
+    pub scope: String,
+    pub name: String,
+    /// The new release's spec hash.
+    pub release: String,
+    /// `canary` or `blue_green`.
+    pub strategy: String,
+    /// The index of the step (canary, from 0), 0 for blue/green.
+    pub step: u32,
+    /// The new release's traffic share in percent.
+    pub share: u32,
+    /// The canary replicas the share stands for.
+    pub canary_replicas: u32,
+    /// Unix seconds the step started.
+    pub started: i64,
+    /// Unix seconds a timed pause (or blue/green's `keep_old`) ends.
+    pub paused_until: Option<i64>,
+    /// `progressing`, `paused`, `promoted` or `aborted`.
+    pub phase: &'static str,
+    /// `passed`, `failed`, or empty before the first analysis.
+    pub verdict: String,
+    /// The last analysis's values (error rate, p95, query results).
+    pub analysis: serde_json::Value,
+    pub promote_requested: bool,
+    pub abort_requested: bool,
+    /// Unix seconds of the last change.
+    pub updated: i64,
+    /// The shares (percent) of the deployment's `canary {}` steps, which `step` indexes;
+    /// absent for blue/green, or when the manifest no longer declares the canary.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<u32>,
+}
+
+impl RolloutView {
+    fn of(state: crate::store::RolloutState, steps: Vec<u32>) -> RolloutView {
+        RolloutView {
+            scope: state.scope,
+            name: state.name,
+            release: state.release,
+            strategy: state.strategy,
+            step: state.step,
+            share: state.share,
+            canary_replicas: state.canary_replicas,
+            started: state.started,
+            paused_until: state.paused_until,
+            phase: state.phase.as_str(),
+            verdict: state.verdict,
+            analysis: state.analysis,
+            promote_requested: state.promote_requested,
+            abort_requested: state.abort_requested,
+            updated: state.updated,
+            steps,
+        }
+    }
+
+    /// The release as the pages name it: `#2` for a release id (what the canary records),
+    /// else as recorded (a spec hash).
+    pub fn release_text(&self) -> String {
+        if !self.release.is_empty() && self.release.bytes().all(|byte| byte.is_ascii_digit()) {
+            format!("#{}", self.release)
+        } else {
+            self.release.clone()
+        }
+    }
+
+    /// The step in words, 1-based as the reconciler's messages say it: `step 2/3`, or
+    /// `step 2` when the steps are not known; `None` for blue/green (it has no steps).
+    pub fn step_text(&self) -> Option<String> {
+        if self.strategy == "blue_green" {
+            return None;
+        }
+        let step = self.step.saturating_add(1);
+        Some(match self.steps.len() {
+            0 => format!("step {step}"),
+            total => format!("step {step}/{total}"),
+        })
+    }
+
+    /// The last analysis's values as `name=value` pairs, a check's own values under its
+    /// name (`http.error_percent=0, http.p95_ms=12, prometheus.measurements=[[0.1]]`), by
+    /// name; empty when there are none. (The store bounds the values.)
+    pub fn analysis_text(&self) -> String {
+        fn pairs(prefix: &str, value: &serde_json::Value, depth: usize, out: &mut Vec<String>) {
+            match value {
+                serde_json::Value::Null if prefix.is_empty() => {}
+                serde_json::Value::Object(values) if depth < 2 => {
+                    for (name, value) in values {
+                        let name = if prefix.is_empty() {
+                            name.clone()
+                        } else {
+                            format!("{prefix}.{name}")
+                        };
+                        pairs(&name, value, depth + 1, out);
+                    }
+                }
+                serde_json::Value::String(text) if !prefix.is_empty() => {
+                    out.push(format!("{prefix}={text}"));
+                }
+                other if prefix.is_empty() => out.push(other.to_string()),
+                other => out.push(format!("{prefix}={other}")),
+            }
+        }
+        let mut out = Vec::new();
+        pairs("", &self.analysis, 0, &mut out);
+        out.join(", ")
+    }
+}
+
+/// Every recorded rollout with its deployment's steps (the spec of its desired row).
+pub(crate) fn rollout_views(store: &Store) -> crate::store::Result<Vec<RolloutView>> {
+    store
+        .rollout_states()?
+        .into_iter()
+        .map(|state| {
+            let steps = store.canary_steps(&state.scope, &state.name)?;
+            Ok(RolloutView::of(state, steps))
+        })
+        .collect()
+}
+
+/// Deployment `scope/name`'s rollout, if one was recorded.
+pub(crate) fn rollout_view(
+    store: &Store,
+    scope: &str,
+    name: &str,
+) -> crate::store::Result<Option<RolloutView>> {
+    let Some(state) = store.rollout_state(scope, name)? else {
+        return Ok(None);
+    };
+    let steps = store.canary_steps(scope, name)?;
+    Ok(Some(RolloutView::of(state, steps)))
 }
 
 /// One source of `--sources`: what it follows, may deploy, and did last.
@@ -615,7 +751,7 @@ pub fn build(store: &Store) -> crate::store::Result<StatusView> {
         images: super::images::build(store)?,
         maintenance: store.maintenance_all()?,
         previews: store.previews(None)?,
-        rollouts: store.rollout_states()?,
+        rollouts: rollout_views(store)?,
         resources,
     })
 }
@@ -886,5 +1022,40 @@ pub(super) async fn releases(
         Err(join_error) => {
             error_response(StatusCode::INTERNAL_SERVER_ERROR, join_error.to_string())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::RolloutState;
+
+    #[test]
+    fn a_rollout_says_its_step_from_one_and_its_analysis_as_pairs() {
+        let mut state = RolloutState::start("shop", "web", "abc", "canary");
+        state.step = 1;
+        state.analysis = serde_json::json!({
+            "http": { "samples": 50, "error_percent": 2.0, "p95_ms": 12 },
+            "prometheus": { "measurements": [[0.25]], "error": "no <answer>" },
+        });
+        let mut view = RolloutView::of(state.clone(), Vec::new());
+        assert_eq!(view.release_text(), "abc");
+        assert_eq!(view.step_text().as_deref(), Some("step 2"));
+        view.steps = vec![10, 50, 100];
+        assert_eq!(view.step_text().as_deref(), Some("step 2/3"));
+        assert_eq!(
+            view.analysis_text(),
+            "http.error_percent=2.0, http.p95_ms=12, http.samples=50, \
+             prometheus.error=no <answer>, prometheus.measurements=[[0.25]]"
+        );
+        state.analysis = serde_json::Value::Null;
+        state.strategy = "blue_green".into();
+        state.release = "12".into();
+        let view = RolloutView::of(state, Vec::new());
+        assert_eq!(view.release_text(), "#12");
+        assert_eq!(
+            (view.step_text(), view.analysis_text()),
+            (None, String::new())
+        );
     }
 }

@@ -101,6 +101,47 @@ impl Store {
         Ok(())
     }
 
+    /// Asks the reconciler for a pass over `key` at once: appends a journal PUT of its
+    /// desired row as it stands (its generation and commit; nothing else changes), as a
+    /// rollback does. `promote` / `abort` (the command and `POST /api/rollouts/…`) call it after
+    /// leaving their request, so the rollout moves now rather than at its next look. `false`
+    /// when `key` is not in desired state (nothing is appended). Handlers are level-triggered:
+    /// a pass more is harmless.
+    pub fn queue_pass(&self, key: &ResourceKey) -> Result<bool> {
+        let head = self.with(|connection| {
+            let tx = connection.transaction()?;
+            let row: Option<(i64, String)> = tx
+                .query_row(
+                    "SELECT generation, commit_sha FROM desired
+                     WHERE kind = ?1 AND scope = ?2 AND name = ?3",
+                    params![key.kind.as_str(), key.scope, key.name],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )
+                .optional()?;
+            let Some((generation, commit)) = row else {
+                return Ok(None);
+            };
+            append_journal(&tx, key, Op::Put, generation, &CommitSha::new(commit))?;
+            let head: i64 =
+                tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM journal", [], |row| {
+                    row.get(0)
+                })?;
+            tx.commit()?;
+            Ok(Some(head))
+        })?;
+        let Some(head) = head else {
+            return Ok(false);
+        };
+        self.shared.journal_head.send_if_modified(|current| {
+            let newer = head > *current;
+            if newer {
+                *current = head;
+            }
+            newer
+        });
+        Ok(true)
+    }
+
     /// The desired state of one resource, if the last applied commit declares it.
     pub fn desired(&self, key: &ResourceKey) -> Result<Option<Desired>> {
         self.with(|connection| {

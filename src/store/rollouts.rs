@@ -198,6 +198,26 @@ impl Store {
         self.with(|connection| get(connection, scope, name))
     }
 
+    /// The shares (percent) of the `canary {}` steps deployment `scope/name`'s desired spec
+    /// declares, in order (a rollout's `step` indexes them); empty for blue/green, no
+    /// strategy, or a deployment not in desired state. For `status` and the dashboard.
+    pub fn canary_steps(&self, scope: &str, name: &str) -> Result<Vec<u32>> {
+        use crate::manifest::spec::{Spec, Strategy};
+        let key = crate::model::ResourceKey::new(crate::model::Kind::Deployment, scope, name);
+        Ok(match self.desired(&key)? {
+            Some(desired) => match &desired.spec {
+                Spec::Deployment(deployment) => match &deployment.strategy {
+                    Some(Strategy::Canary(canary)) => {
+                        canary.steps.iter().map(|step| step.weight).collect()
+                    }
+                    _ => Vec::new(),
+                },
+                _ => Vec::new(),
+            },
+            None => Vec::new(),
+        })
+    }
+
     /// Every recorded rollout, by scope and name.
     pub fn rollout_states(&self) -> Result<Vec<RolloutState>> {
         self.with(|connection| {

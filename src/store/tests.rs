@@ -473,6 +473,40 @@ fn subscribers_see_the_new_journal_head_after_apply() -> TestResult {
     Ok(())
 }
 
+/// `promote` / `abort` queue the deployment for a pass: one journal PUT of its desired row as
+/// it stands (same generation and commit, nothing else changed), announced to subscribers;
+/// nothing for a resource not in desired state.
+#[test]
+fn queue_pass_appends_a_put_of_the_row_as_it_stands() -> TestResult {
+    let f = fixture()?;
+    apply(&f.store, 1, WEB_API)?;
+    let desired_before = desired(&f.store)?;
+    let mut head = f.store.subscribe();
+    head.borrow_and_update();
+
+    assert!(f.store.queue_pass(&key("web"))?);
+
+    assert!(head.has_changed()?);
+    assert_eq!(*head.borrow_and_update(), 3);
+    assert_eq!(
+        desired(&f.store)?,
+        desired_before,
+        "desired state unchanged"
+    );
+    assert_eq!(
+        journal(&f.store)?,
+        [
+            put("deployment/s/api", 1, 1),
+            put("deployment/s/web", 1, 1),
+            put("deployment/s/web", 1, 1),
+        ]
+    );
+    assert!(!f.store.queue_pass(&key("nope"))?);
+    assert!(!head.has_changed()?);
+    assert_eq!(journal(&f.store)?.len(), 3);
+    Ok(())
+}
+
 #[test]
 fn releases_are_listed_newest_first() -> TestResult {
     let f = fixture()?;

@@ -258,7 +258,7 @@ fn promote_and_abort_record_their_request_or_say_nothing_is_in_flight() -> TestR
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
         stdout.contains(
-            "deployment/s/web canary release abc: paused, step 0 at 10 % (1 canary replica(s))"
+            "deployment/s/web canary release abc: paused, step 1 at 10 % (1 canary replica(s))"
         ) && stdout.contains("promote requested, abort requested"),
         "{stdout}"
     );

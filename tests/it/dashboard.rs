@@ -294,7 +294,7 @@ async fn pages_show_the_stored_state_escaped_with_a_strict_csp() -> TestResult {
 }
 
 /// Reads the stream until its first `update` event and parses its data.
-async fn first_event(mut response: reqwest::Response) -> TestResult<serde_json::Value> {
+pub(crate) async fn first_event(mut response: reqwest::Response) -> TestResult<serde_json::Value> {
     let mut text = String::new();
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
     while !text.contains("\n\n") {

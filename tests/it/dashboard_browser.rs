@@ -538,3 +538,131 @@ fn a_browser_sees_a_rollout_progress_live_and_a_rejected_commits_locations() -> 
     assert!(exit.success(), "{exit}");
     Ok(())
 }
+
+/// Issue 51 (the dashboard part): a deployment's canary, paused at 50 % until promoted, shows
+/// on its page as a Rollout block (step 1/2, the share, the phase); `POST
+/// /api/rollouts/…/promote` moves it on and the block follows without a reload: phase
+/// promoted at 100 %, the promote in the history with who asked.
+#[test]
+#[ignore = "needs a Docker engine and chromium + chromium-driver (scripts/test-deps installs them): scripts/test runs it"]
+fn a_browser_sees_a_canary_rollout_and_its_promote_live() -> TestResult {
+    require("chromium")?;
+    require("chromedriver")?;
+    let scope = unique("canary-ui");
+    let _guard = DockerGuard::new(&scope);
+    let web = |version: &str| {
+        format!(
+            r#"deployment "{scope}" "web" {{
+  image    = "{}"
+  command  = ["sleep", "3600"]
+  replicas = 2
+  env      = {{ V = "{version}" }}
+  canary {{
+    step {{
+      weight = 50
+      pause  = "until_promoted"
+    }}
+    step {{ weight = 100 }}
+  }}
+}}
+"#,
+            test_image()
+        )
+    };
+    let repo = TempRepo::new()?;
+    repo.write("web.hcl", &web("1"))?;
+    repo.commit("web 1")?;
+    let data = tempfile::tempdir()?;
+    let browser = Browser::start()?;
+    let (mut agent, address) = start_agent(
+        &[
+            "--repo",
+            &repo.url(),
+            "--interval",
+            "1s",
+            "--no-ingress",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        data.path(),
+    )?;
+    let wait_status = |what: &str, check: &dyn Fn(&Value) -> bool| -> TestResult<Value> {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = status(data.path())
+                && check(&status)
+            {
+                return Ok(status);
+            }
+            if started.elapsed() > Duration::from_secs(120) {
+                return Err(format!("never: {what}: {:?}", status(data.path())).into());
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    wait_status("web Ready", &|status| {
+        status["resources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|resource| resource["name"] == "web" && resource["phase"] == "Ready")
+    })?;
+    repo.write("web.hcl", &web("2"))?;
+    repo.commit("web 2")?;
+    wait_status("the canary paused", &|status| {
+        status["rollouts"][0]["phase"] == "paused"
+    })?;
+    let page = format!("http://{address}/ui/resource/deployment/{scope}/web");
+    browser.open(&page)?;
+    browser.run("window.__voodu_marker = 'kept'; return true;")?;
+    let text = |id: &str| {
+        format!("var e = document.getElementById('{id}'); return e ? e.textContent : null;")
+    };
+    assert_eq!(browser.run(&text("rollout-step-text"))?, json!("step 1/2"));
+    assert_eq!(
+        browser.run(&text("rollout-share"))?,
+        json!("50 % of the traffic to the new release (1 canary replica(s))")
+    );
+    assert_eq!(browser.run(&text("rollout-phase"))?, json!("paused"));
+    assert_eq!(
+        browser.run("return document.querySelector('#rollout .share.current').textContent;")?,
+        json!("50 %")
+    );
+
+    let answer = reqwest::blocking::Client::builder()
+        .tls_backend_preconfigured(voodu_agent::model::tls::client_config()?)
+        .build()?
+        .post(format!("http://{address}/api/rollouts/{scope}/web/promote"))
+        .header("x-voodu-actor", "browser-test")
+        .send()?;
+    assert_eq!(answer.status().as_u16(), 202, "{:?}", answer.text());
+    let phase = browser.until(
+        "the Rollout block to say promoted live",
+        "var e = document.getElementById('rollout-phase'); return e && e.textContent === 'promoted' ? e.textContent : null;",
+        Duration::from_secs(120),
+    )?;
+    println!("rollout phase now: {phase}");
+    assert_eq!(browser.run(&text("rollout-step-text"))?, json!("step 2/2"));
+    let history = browser.until(
+        "the requested promote in the history",
+        "var rows = document.querySelectorAll('#rollout-history tr'); var found = Array.prototype.find.call(rows, function (tr) { return tr.textContent.indexOf('rollout.promote') >= 0 && tr.textContent.indexOf('browser-test') >= 0; }); return found ? found.textContent : null;",
+        Duration::from_secs(30),
+    )?;
+    let history = history.as_str().unwrap_or_default();
+    assert!(
+        history.contains("step 1, 50 %") && history.contains("http (browser-test)"),
+        "{history}"
+    );
+    assert_eq!(
+        browser.run("return window.__voodu_marker || null;")?,
+        json!("kept"),
+        "the page was reloaded"
+    );
+    browser.run("document.getElementById('rollout').scrollIntoView(); return true;")?;
+    browser.screenshot(&screenshots_dir()?.join("rollout.png"))?;
+    // SAFETY: kill(2) on the child's pid, which is alive (not reaped) here.
+    unsafe { libc::kill(agent.0.id() as i32, libc::SIGTERM) };
+    let exit = agent.0.wait()?;
+    assert!(exit.success(), "{exit}");
+    Ok(())
+}

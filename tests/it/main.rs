@@ -56,6 +56,7 @@ mod progressive;
 mod reconcile;
 mod refusal_docker;
 mod registry_docker;
+mod rollout_api;
 mod runs;
 mod seal_docker;
 mod seal_property;

@@ -1,7 +1,8 @@
 //! The overview's "Activity of the last day" section: the newest entries of the activity log
 //! (`Store::activity`, the rows `activity` and `GET /activity` show), newest first; and a
 //! resource page's timeline: the activity log's rows about the resource (commits, releases and
-//! rollouts, rollbacks, pins, config, images found) with the events the outbox alone records
+//! rollouts, a progressive rollout's pauses, promotes and aborts with their step, share and
+//! verdict, rollbacks, pins, config, images found) with the events the outbox alone records
 //! for it ([`TIMELINE_EVENTS`]: drift repairs, moved tags, superseded rollouts, probes failing
 //! and recovering), and the notifications sent about it (an outbox event of the resource some
 //! sinks delivered: "EVENT sent to SINK, …", `Store::sent_of`), newest first.
@@ -70,13 +71,23 @@ pub(super) fn timeline(store: &Store, resource: &str) -> String {
         .map(|entry| Line {
             at: entry.at,
             id: (entry.id, 0),
-            what: entry.action,
+            what: entry.action.clone(),
             outcome: entry.outcome.as_str().to_owned(),
             commit: entry
                 .commit
                 .map(|sha| short(sha.as_str()).to_owned())
                 .unwrap_or_default(),
-            message: entry.message,
+            message: if entry.action.starts_with("rollout.") {
+                // A progressive rollout's pause, promote or abort: where it was.
+                let data = super::rollout::data_text(&entry.data);
+                if data.is_empty() {
+                    entry.message
+                } else {
+                    format!("{} ({data})", entry.message)
+                }
+            } else {
+                entry.message
+            },
         })
         .chain(events.into_iter().map(|event| {
             Line {

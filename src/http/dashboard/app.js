@@ -150,6 +150,38 @@
       var now = Array.prototype.map.call(body.children, function (tr) { return tr.textContent; }).join("|");
       if (text !== now) { body.replaceChildren.apply(body, rows); }
     }
+    rollout(doc.rollout);
+  }
+
+  function rollout(doc) {
+    var section = document.getElementById("rollout");
+    // A rollout that starts or ends comes with a new release: the page says to reload.
+    if (!doc || !section) { return; }
+    setText(document.getElementById("rollout-step-text"), doc.step || "");
+    Array.prototype.forEach.call(section.querySelectorAll("[data-step]"), function (share) {
+      share.classList.toggle("current", share.getAttribute("data-step") === String(doc.current));
+    });
+    setText(document.getElementById("rollout-share"), doc.share);
+    setBadge(document.getElementById("rollout-phase"), doc.phase, doc.phase_class);
+    setText(document.getElementById("rollout-pause"), doc.pause);
+    setText(document.getElementById("rollout-analysis"), doc.analysis);
+    setText(document.getElementById("rollout-requests"), doc.requests);
+    setText(document.getElementById("rollout-since"), doc.since);
+    show("rollout-no-history", doc.history.length === 0);
+    var body = document.getElementById("rollout-history");
+    if (!body) { return; }
+    var rows = doc.history.map(function (cells) {
+      var tr = document.createElement("tr");
+      cells.forEach(function (text) {
+        var td = document.createElement("td");
+        td.textContent = text;
+        tr.appendChild(td);
+      });
+      return tr;
+    });
+    var text = rows.map(function (tr) { return tr.textContent; }).join("|");
+    var now = Array.prototype.map.call(body.children, function (tr) { return tr.textContent; }).join("|");
+    if (text !== now) { body.replaceChildren.apply(body, rows); }
   }
 
   var delay = 1000;

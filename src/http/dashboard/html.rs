@@ -104,10 +104,11 @@ pub(super) fn badge(phase: &str) -> String {
 /// The CSS class of a resource or release phase (never the phase text itself).
 pub(super) fn phase_class(phase: &str) -> &'static str {
     match phase.to_ascii_lowercase().as_str() {
-        "ready" | "succeeded" | "applied" | "ok" | "reachable" | "scheduled" => "good",
+        "ready" | "succeeded" | "applied" | "ok" | "reachable" | "scheduled" | "promoted"
+        | "passed" => "good",
         "progressing" | "running" | "pending" => "busy",
-        "degraded" | "superseded" | "suspended" | "disabled" | "rolled-back" => "warn",
-        "failed" | "rejected" | "failing" | "unreachable" => "bad",
+        "degraded" | "superseded" | "suspended" | "disabled" | "rolled-back" | "paused" => "warn",
+        "failed" | "rejected" | "failing" | "unreachable" | "aborted" => "bad",
         _ => "none",
     }
 }

@@ -6,7 +6,8 @@
 //!   and the activity of the last day (`activity.rs`);
 //! - `GET /ui/resource/{kind}/{scope}/{name}`: its state, its timeline (`activity.rs`), the
 //!   ready replicas of the current
-//!   rollout (plot), its containers with readiness and why, its releases (timeline, table)
+//!   rollout (plot), its containers with readiness and why, a deployment's progressive
+//!   rollout with its history (`rollout.rs`), its releases (timeline, table)
 //!   and a form comparing two of them, and a live tail of its containers' logs (`logs.rs`,
 //!   the stream is `http::logs`);
 //! - `GET /ui/resource/{kind}/{scope}/{name}/diff?from=ID&to=ID`: the line diff of two
@@ -29,6 +30,7 @@ mod html;
 pub(crate) mod live;
 mod logs;
 mod plot;
+mod rollout;
 mod views;
 
 use std::sync::Arc;
@@ -197,7 +199,17 @@ async fn resource(
             return Ok(None);
         };
         let releases = build_releases(store, &key)?;
-        let mut body = views::resource_html(&resource, &releases, &samples, live::now_ms());
+        let rollout = match key.kind {
+            Kind::Deployment => rollout::live(store, &key.scope, &key.name)?,
+            _ => None,
+        };
+        let mut body = views::resource_html(
+            &resource,
+            &releases,
+            &samples,
+            live::now_ms(),
+            &rollout::section(rollout.as_ref()),
+        );
         body.push_str(&tail);
         body.push_str(&activity::timeline(store, &key.to_string()));
         Ok(Some(body))
@@ -293,7 +305,11 @@ async fn events(State(state): State<Arc<AppState>>, Query(query): Query<EventsQu
                     let resource = build_resource(store, &key).ok()??;
                     let releases = build_releases(store, &key).ok()?;
                     let samples = samples_of(&state_for_view, &key);
-                    let live = views::resource_live(&resource, &releases, &samples, live::now_ms());
+                    let mut live =
+                        views::resource_live(&resource, &releases, &samples, live::now_ms());
+                    if key.kind == Kind::Deployment {
+                        live.rollout = rollout::live(store, &key.scope, &key.name).ok()?;
+                    }
                     serde_json::to_string(&live).ok()
                 },
                 permit,

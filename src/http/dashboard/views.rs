@@ -536,6 +536,9 @@ pub(super) struct ResourceLive {
     pub(super) plot_title: String,
     /// The ids of the releases listed, newest first (a new one asks for a reload).
     pub(super) release_ids: Vec<i64>,
+    /// A deployment's progressive rollout (`rollout.rs`); set by the caller, which reads it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) rollout: Option<super::rollout::RolloutLive>,
 }
 
 /// The samples the page plots: those of the resource's current release.
@@ -588,16 +591,18 @@ pub(super) fn resource_live(
         plot,
         plot_title,
         release_ids: releases.releases.iter().map(|release| release.id).collect(),
+        rollout: None,
     }
 }
 
-/// The resource page: state, rollout plot, containers, releases with their timeline and the
-/// compare form.
+/// The resource page: state, `after_cards` (a deployment's progressive rollout), rollout
+/// plot, containers, releases with their timeline and the compare form.
 pub(super) fn resource_html(
     resource: &ResourceView,
     releases: &ReleasesView,
     samples: &Samples,
     now_ms: i64,
+    after_cards: &str,
 ) -> String {
     let live = resource_live(resource, releases, samples, now_ms);
     let mut out = String::new();
@@ -638,6 +643,7 @@ pub(super) fn resource_html(
     );
     card(&mut out, "Pin", "pin", &pin, "none");
     out.push_str("</section>\n");
+    out.push_str(after_cards);
     let _ = write!(
         out,
         "<div class=\"ids\" id=\"release-ids\" data-ids=\"{}\" hidden></div>",
