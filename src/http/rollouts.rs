@@ -140,7 +140,7 @@ async fn read_body(state: &AppState, body: Body) -> Result<axum::body::Bytes, Re
 
 /// What the store said of a request.
 enum Outcome {
-    Requested(RolloutState),
+    Requested(Box<RolloutState>),
     NoDeployment,
     NotInFlight,
 }
@@ -202,7 +202,7 @@ async fn request(
         let store = store.for_source(store.source()).acting_as(who);
         if let Some(requested) = store.request_rollout(&key.scope, &key.name, kind)? {
             store.queue_pass(&key)?;
-            return Ok(Outcome::Requested(requested));
+            return Ok(Outcome::Requested(Box::new(requested)));
         }
         let known = store.keys_named(&key.scope, &key.name)?.contains(&key)
             || store.rollout_state(&key.scope, &key.name)?.is_some();
@@ -226,7 +226,7 @@ async fn request(
                     result: "requested",
                     resource: Some(resource),
                     request: Some(verb),
-                    rollout: Some(rollout),
+                    rollout: Some(*rollout),
                     reason: reason.to_owned(),
                 }),
             )

@@ -365,26 +365,6 @@ impl Store {
                 "share": state.share,
             });
             activity::record(&tx, &entry)?;
-            // A journal row queues the deployment's pass in the running agent at once (a
-            // pause or a keep window may be minutes from its own next look).
-            let key = crate::model::ResourceKey::new(crate::model::Kind::Deployment, scope, name);
-            let desired: Option<(i64, String)> = tx
-                .query_row(
-                    "SELECT generation, commit_sha FROM desired
-                     WHERE kind = 'deployment' AND scope = ?1 AND name = ?2",
-                    params![scope, name],
-                    |row| Ok((row.get(0)?, row.get(1)?)),
-                )
-                .optional()?;
-            if let Some((generation, commit)) = desired {
-                super::desired::append_journal(
-                    &tx,
-                    &key,
-                    super::Op::Put,
-                    generation,
-                    &crate::model::CommitSha::new(commit),
-                )?;
-            }
             tx.commit()?;
             Ok(Some(state))
         })?;
