@@ -7,6 +7,7 @@ mod backup_docker;
 mod blue_green_docker;
 mod bounds_docker;
 mod canary_docker;
+mod canary_resume_docker;
 mod cli;
 mod code_order;
 mod contract;
