@@ -384,3 +384,117 @@ fn i51_an_agent_killed_mid_canary_resumes_its_step_within_its_share() -> TestRes
         Ok(())
     })
 }
+
+/// Four replicas answering `version`, rolled out by a canary of 25 % (a 1 s pause) then
+/// 100 %, judged by an `http` analysis of 12 samples over 12 s; and their ingress.
+fn analysed_manifest(scope: &str, version: &str) -> String {
+    format!(
+        r#"deployment "{scope}" "web" {{
+  image    = "{image}"
+  command  = {command}
+  replicas = 4
+  ports    = ["8080"]
+
+  canary {{
+    step {{
+      weight = 25
+      pause  = "1s"
+    }}
+    step {{
+      weight = 100
+    }}
+    analysis {{
+      interval = "12s"
+      http {{
+        path              = "/"
+        samples           = 12
+        max_error_percent = 0
+      }}
+    }}
+  }}
+}}
+
+ingress "{scope}" "web" {{
+  host = "{scope}.test"
+  port = 8080
+}}
+"#,
+        image = test_image(),
+        command = serving_replica(version, 0),
+    )
+}
+
+/// The `message` of this scope's `deployment/web` in `status --json`.
+fn web_message(env: &Env) -> Option<String> {
+    let status = env.status().ok()?;
+    status["resources"]
+        .as_array()?
+        .iter()
+        .find(|row| row["kind"] == "deployment" && row["scope"] == env.scope())
+        .and_then(|row| row["message"].as_str().map(str::to_owned))
+}
+
+#[test]
+#[ignore = "needs a Docker engine: scripts/test runs it (cargo test -- --include-ignored)"]
+fn i51_an_agent_killed_during_a_canary_analysis_runs_it_again_and_goes_on() -> TestResult {
+    let mut proxy = ProxyGuard(None);
+    Env::new()?.run(|env| {
+        let scope = env.scope().to_owned();
+        env.repo
+            .write("app/web.hcl", &analysed_manifest(&scope, "shop-v1"))?;
+        let v1 = env.repo.commit("web v1")?;
+        let port = free_port()?;
+        let caddy =
+            std::env::var("VOODU_CADDY_IMAGE").unwrap_or_else(|_| "voodu-caddy:latest".to_owned());
+        let flags = agent_flags(&caddy, &format!("127.0.0.1:{port}"));
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        env.start_agent_with(&flags)?;
+        let v1_hash = env.converged(&v1, 4, None)?[0].hash.clone();
+        let agent_id = voodu_agent::store::Store::open_read_only(&env.data_dir().join("state.db"))?
+            .agent_id()?;
+        proxy.0 = Some(format!("voodu-caddy-{agent_id}"));
+
+        env.repo
+            .write("app/web.hcl", &analysed_manifest(&scope, "shop-v2"))?;
+        let v2 = env.repo.commit("web v2")?;
+        // The step's analysis is running (its 12 s have begun): kill -9 then.
+        wait_until(LIMIT, "the canary's analysis running", || {
+            web_message(env)?
+                .contains("analysing the canary")
+                .then_some(())
+        })?;
+        let (_, canary) = running(env, &v1_hash).ok_or("a container not running")?;
+        assert_eq!(
+            canary.len(),
+            1,
+            "one canary (25 % of 4) while it is analysed"
+        );
+        env.agent = None;
+        std::thread::sleep(DEAD);
+        env.start_agent_with(&flags)?;
+        env.polled(2)?;
+        // Resumed at the same step with the same canary: the analysis runs again from its
+        // start, then the rollout goes on to 100 %.
+        let row = rollout(env).ok_or("the rollout is in status")?;
+        assert_eq!(
+            (row["step"].clone(), row["share"].clone()),
+            (0.into(), 25.into()),
+            "{row}"
+        );
+        let (_, still) = running(env, &v1_hash).ok_or("a container not running")?;
+        assert_eq!(still, canary, "the same canary after the restart");
+        let done = wait_until(LIMIT, "the rollout promoted after its analysis", || {
+            let row = rollout(env)?;
+            (row["phase"] == "promoted" || row["phase"] == "aborted").then_some(row)
+        })?;
+        println!("after the restart: {done}");
+        assert_eq!(done["phase"], "promoted", "{done}");
+        assert_eq!(done["verdict"], "passed", "{done}");
+        assert_eq!(done["analysis"]["step"], 0, "{done}");
+        assert_eq!(done["analysis"]["http"]["samples"], 12, "{done}");
+        assert_eq!(done["analysis"]["http"]["via"], "ingress", "{done}");
+        env.converged(&v2, 4, Some(&v1_hash))?;
+        release_of(env, &v2, "succeeded")?;
+        Ok(())
+    })
+}

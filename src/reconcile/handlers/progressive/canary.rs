@@ -37,6 +37,8 @@ const CANARY: &str = "canary";
 const SAMPLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// One Prometheus query gives up after this long.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
+/// An analysis waiting for the ingress proxy's listener looks again this soon.
+const PROXY_RECHECK: Duration = Duration::from_secs(1);
 /// Most bytes of a Prometheus answer read.
 const MAX_ANSWER_BYTES: usize = 256 * 1024;
 
@@ -185,7 +187,15 @@ pub(super) async fn drive<R: Runtime>(
                     // `decide` asks for an analysis only when there is one.
                     return Ok(Move::Off);
                 };
-                let reach = reach(ctx, key, &current, port).await?;
+                let Some(reach) = reach(ctx, key, &current, port).await? else {
+                    return Ok(Move::Hold {
+                        action: Action::RequeueAfter(PROXY_RECHECK),
+                        message: format!(
+                            "{}; the analysis waits for the ingress proxy",
+                            step_line(&state, canary, stable.len())
+                        ),
+                    });
+                };
                 start_analysis(ctx, key, &state, analysis, reach);
                 return Ok(Move::Hold {
                     action: Action::RequeueAfter(RECHECK),
@@ -270,31 +280,34 @@ enum Reach {
 }
 
 /// How the analysis reaches `key`'s canary (`current`, serving on `port`): through the
-/// ingress when the router serves the canary's own route, else straight to its replicas.
+/// ingress when the router serves the canary's own route, else straight to its replicas;
+/// `None` while the proxy's listener is not known yet.
 async fn reach<R: Runtime>(
     ctx: &Ctx<R>,
     key: &ResourceKey,
     current: &[&Container],
     port: u16,
-) -> Result<Reach> {
-    let proxy = ctx
-        .router
-        .report()
-        .proxy
-        .as_ref()
-        .and_then(|proxy| proxy.http.clone())
-        .map(|http| http.replacen("0.0.0.0:", "127.0.0.1:", 1));
-    if let Some(proxy) = proxy
+) -> Result<Option<Reach>> {
+    if ctx.options.ingress.is_some()
         && let Ok(table) = crate::reconcile::router::current_table(ctx).await
         && let Some(view) = table.ingresses.iter().find(|view| {
             view.key.scope == key.scope && view.service == key.name && view.match_header.is_some()
         })
     {
-        return Ok(Reach::Ingress {
+        // The proxy's listener, once the router reported it (a restarted agent's first
+        // passes come before its router's: the analysis waits for it).
+        let proxy = ctx
+            .router
+            .report()
+            .proxy
+            .as_ref()
+            .and_then(|proxy| proxy.http.clone())
+            .map(|http| http.replacen("0.0.0.0:", "127.0.0.1:", 1));
+        return Ok(proxy.map(|proxy| Reach::Ingress {
             proxy,
             host: view.host.clone(),
             token: ctx.memory.canary_token.value().to_owned(),
-        });
+        }));
     }
     let names: Vec<String> = current.iter().map(|c| c.name.clone()).collect();
     let owner = key.clone();
@@ -304,7 +317,7 @@ async fn reach<R: Runtime>(
         .filter(|row| row.ready && !row.address.is_empty() && names.contains(&row.container))
         .map(|row| row.address)
         .collect();
-    Ok(Reach::Replicas { addresses, port })
+    Ok(Some(Reach::Replicas { addresses, port }))
 }
 
 /// Starts the step's analysis on the reconciler's tracker (unless it runs): it measures,
