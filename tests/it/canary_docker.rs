@@ -22,6 +22,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::e2e_docker::Env;
+use crate::maintenance_docker::free_port;
 use crate::support::canary::{Client, Hit, Prometheus, failing_replica, serving_replica};
 use crate::support::{TestResult, test_image, wait_until};
 
@@ -92,13 +93,6 @@ ingress "{scope}" "web" {{
 "#,
         image = test_image()
     )
-}
-
-/// A free loopback port (bound, then released for the agent's proxy to take).
-fn free_port() -> TestResult<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 /// Removes the agent's proxy container on drop (it outlives the agent by design). Declared
@@ -179,7 +173,7 @@ fn first_release(
 }
 
 /// This scope's `web` row of `status --json`'s `rollouts`, if any.
-fn rollout(env: &Env) -> Option<Value> {
+pub(crate) fn rollout(env: &Env) -> Option<Value> {
     let status = env.status().ok()?;
     status["rollouts"]
         .as_array()?
@@ -279,7 +273,7 @@ fn numbers_under(value: &Value, key: &str) -> Vec<f64> {
 }
 
 /// `releases deployment/SCOPE/web --json` (the ingress is also named `web`).
-fn releases(env: &Env) -> TestResult<Value> {
+pub(crate) fn releases(env: &Env) -> TestResult<Value> {
     let reference = format!("deployment/{}/web", env.scope());
     Ok(serde_json::from_str(
         &env.cli(&["releases", &reference, "--json"])?,
@@ -287,7 +281,7 @@ fn releases(env: &Env) -> TestResult<Value> {
 }
 
 /// The release of `commit` in `releases --json`, once it is in `phase`.
-fn release_of(env: &Env, commit: &str, phase: &str) -> TestResult<Value> {
+pub(crate) fn release_of(env: &Env, commit: &str, phase: &str) -> TestResult<Value> {
     wait_until(LIMIT, &format!("the release of {commit} {phase}"), || {
         let releases = releases(env).ok()?;
         releases["releases"]

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::canary_docker::{release_of, rollout};
 use crate::e2e_docker::{Env, Row};
 use crate::maintenance_docker::{ProxyGuard, free_port};
 use crate::support::canary::{Client, Hit, serving_replica};
@@ -90,16 +91,6 @@ ingress "{scope}" "web" {{
         image = test_image(),
         command = serving_replica(version, 0),
     )
-}
-
-/// This scope's `web` row of `status --json`'s `rollouts`, if any.
-fn rollout(env: &Env) -> Option<Value> {
-    let status = env.status().ok()?;
-    status["rollouts"]
-        .as_array()?
-        .iter()
-        .find(|row| row["scope"] == env.scope() && row["name"] == "web")
-        .cloned()
 }
 
 /// The running containers' ids: (of spec `v1`, of any other spec); `None` if one is not
@@ -182,24 +173,6 @@ fn failures_told(hits: &[Hit]) -> String {
         hits.iter().filter(|hit| hit.status != Some(200)).count(),
         hits.len()
     )
-}
-
-/// The release of `commit` in `releases --json`, once it is in `phase`.
-fn release_of(env: &Env, commit: &str, phase: &str) -> TestResult<Value> {
-    let reference = format!("deployment/{}/web", env.scope());
-    let releases = || -> TestResult<Value> {
-        Ok(serde_json::from_str(
-            &env.cli(&["releases", &reference, "--json"])?,
-        )?)
-    };
-    wait_until(LIMIT, &format!("the release of {commit} {phase}"), || {
-        releases().ok()?["releases"]
-            .as_array()?
-            .iter()
-            .find(|release| release["commit"] == commit && release["phase"] == phase)
-            .cloned()
-    })
-    .map_err(|error| format!("{error}; releases: {:?}", releases()).into())
 }
 
 #[test]

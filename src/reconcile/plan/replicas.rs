@@ -82,19 +82,7 @@ pub(crate) fn plan_replicas(target: Option<&Target<'_>>, actual: &[Container]) -
     let n_replicas = target.n_replicas.min(MAX_REPLICA_COUNT);
     let keep = current.len().min(n_replicas);
     let mut removes: Vec<Step> = current[keep..].iter().map(remove).collect();
-    // A restarting container is the engine's to bring back (its restart policy's back-off).
-    let starts = current[..keep]
-        .iter()
-        .filter(|container| {
-            !matches!(
-                container.state,
-                ContainerState::Running | ContainerState::Restarting
-            )
-        })
-        .map(|container| Step::Start {
-            id: container.id.clone(),
-            name: container.name.clone(),
-        });
+    let starts = starts(&current[..keep]);
     let missing = n_replicas - keep;
     let n_replace = missing.min(outdated.len());
     removes.extend(outdated[n_replace..].iter().map(|container| {
@@ -121,6 +109,22 @@ pub(crate) fn plan_replicas(target: Option<&Target<'_>>, actual: &[Container]) -
         .collect()
 }
 
+/// Starts of the kept current replicas that are not running (a restarting one is the
+/// engine's to bring back: its restart policy's back-off).
+fn starts<'a>(kept: &'a [&'a Container]) -> impl Iterator<Item = Step> + 'a {
+    kept.iter()
+        .filter(|container| {
+            !matches!(
+                container.state,
+                ContainerState::Running | ContainerState::Restarting
+            )
+        })
+        .map(|container| Step::Start {
+            id: container.id.clone(),
+            name: container.name.clone(),
+        })
+}
+
 /// Steps for a canary step (`canary {}`): `canary` replicas of the target version beside
 /// the outdated (stable) ones, which are left as they are: the new version takes its share of
 /// the requests by replica count. Current replicas past `canary` are removed (a smaller
@@ -140,18 +144,7 @@ pub(crate) fn plan_canary(target: &Target<'_>, actual: &[Container], canary: usi
         id: container.id.clone(),
         name: container.name.clone(),
     });
-    let starts = current[..keep]
-        .iter()
-        .filter(|container| {
-            !matches!(
-                container.state,
-                ContainerState::Running | ContainerState::Restarting
-            )
-        })
-        .map(|container| Step::Start {
-            id: container.id.clone(),
-            name: container.name.clone(),
-        });
+    let starts = starts(&current[..keep]);
     let creates = std::iter::repeat_n(Step::Create, canary - keep);
     removes.chain(starts).chain(creates).collect()
 }
