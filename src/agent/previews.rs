@@ -360,7 +360,7 @@ impl<R: Runtime> Previews<R> {
     /// Once the preview's containers are gone (waiting up to `REMOVAL_WAIT`), removes its
     /// volumes and its mirror, and forgets it (or keeps it as expired).
     async fn finish_removal(
-        &self,
+        self: &Arc<Self>,
         slug: &str,
         expired: bool,
         shutdown: &CancellationToken,
@@ -401,6 +401,17 @@ impl<R: Runtime> Previews<R> {
             self.runtime.remove_network(&network).await?;
             tracing::info!(source = %self.name, %slug, %network, "preview network removed");
         }
+        // The store and the mirror, off the async threads.
+        let (this, owned) = (Arc::clone(self), slug.to_owned());
+        tokio::task::spawn_blocking(move || this.forget(&owned, expired)).await??;
+        tracing::info!(source = %self.name, %slug, "preview removed");
+        Ok(())
+    }
+
+    /// The last of a removal: the preview's buckets, its source's state, its mirror and its
+    /// row (kept as expired when its TTL removed it). Blocking: on a blocking thread.
+    fn forget(&self, slug: &str, expired: bool) -> anyhow::Result<()> {
+        let source = self.source_of(slug);
         self.remove_buckets(slug)?;
         self.store.forget_source_state(&source)?;
         let mirror = self.mirror_dir(slug);
@@ -421,7 +432,6 @@ impl<R: Runtime> Previews<R> {
             })?,
             _ => self.store.forget_preview(&self.name, slug)?,
         }
-        tracing::info!(source = %self.name, %slug, "preview removed");
         Ok(())
     }
 }
