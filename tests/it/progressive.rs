@@ -79,11 +79,23 @@ async fn containers_where(
     }
 }
 
+/// A harness running 4 replicas of `first` (its v1 manifest): the harness, those replicas and
+/// their spec hash.
+async fn running_v1(first: &str) -> TestResult<(Harness, Vec<Container>, String)> {
+    let mut harness = Harness::new()?;
+    harness.start()?;
+    harness.push(&[("web.hcl", first)])?;
+    let replicas = harness.converged(&web(), 4).await?;
+    let hash = replicas[0]
+        .label(labels::MANIFEST_HASH)
+        .unwrap_or_default()
+        .to_owned();
+    Ok((harness, replicas, hash))
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_canary_steps_through_its_shares_pauses_and_promote_then_replaces_the_stable_ones()
 -> TestResult {
-    let mut harness = Harness::new()?;
-    harness.start()?;
     let steps = r#"    step {
       weight = 25
       pause  = "2s"
@@ -93,12 +105,7 @@ async fn a_canary_steps_through_its_shares_pauses_and_promote_then_replaces_the_
       pause  = "until_promoted"
     }
     step { weight = 100 }"#;
-    harness.push(&[("web.hcl", &manifest("1", steps))])?;
-    let first = harness.converged(&web(), 4).await?;
-    let old = first[0]
-        .label(labels::MANIFEST_HASH)
-        .unwrap_or_default()
-        .to_owned();
+    let (mut harness, _, old) = running_v1(&manifest("1", steps)).await?;
 
     harness.push(&[("web.hcl", &manifest("2", steps))])?;
     // Step 1: one new replica (25 % of 4) beside the 4 stable ones, then the timed pause.
@@ -162,19 +169,12 @@ async fn a_canary_steps_through_its_shares_pauses_and_promote_then_replaces_the_
 
 #[tokio::test(start_paused = true)]
 async fn abort_removes_the_canary_fails_the_release_and_rolls_back() -> TestResult {
-    let mut harness = Harness::new()?;
-    harness.start()?;
     let steps = r#"    step {
       weight = 50
       pause  = "until_promoted"
     }
     step { weight = 100 }"#;
-    harness.push(&[("web.hcl", &manifest("1", steps))])?;
-    let first = harness.converged(&web(), 4).await?;
-    let old = first[0]
-        .label(labels::MANIFEST_HASH)
-        .unwrap_or_default()
-        .to_owned();
+    let (mut harness, first, old) = running_v1(&manifest("1", steps)).await?;
     let stable: Vec<String> = first.iter().map(|c| c.id.clone()).collect();
 
     harness.push(&[("web.hcl", &manifest("2", steps))])?;
@@ -228,14 +228,7 @@ fn blue_green(version: &str, auto_promote: bool) -> String {
 #[tokio::test(start_paused = true)]
 async fn blue_green_brings_the_new_release_up_whole_waits_for_promote_keeps_the_old_then_retires_it()
 -> TestResult {
-    let mut harness = Harness::new()?;
-    harness.start()?;
-    harness.push(&[("web.hcl", &blue_green("1", false))])?;
-    let first = harness.converged(&web(), 4).await?;
-    let old = first[0]
-        .label(labels::MANIFEST_HASH)
-        .unwrap_or_default()
-        .to_owned();
+    let (mut harness, _, old) = running_v1(&blue_green("1", false)).await?;
 
     harness.push(&[("web.hcl", &blue_green("2", false))])?;
     let paused = rollout_where(&harness, |s| s.phase == RolloutPhase::Paused).await?;
@@ -269,14 +262,7 @@ async fn blue_green_brings_the_new_release_up_whole_waits_for_promote_keeps_the_
 
 #[tokio::test(start_paused = true)]
 async fn blue_green_abort_after_promote_switches_back_then_removes_the_new_release() -> TestResult {
-    let mut harness = Harness::new()?;
-    harness.start()?;
-    harness.push(&[("web.hcl", &blue_green("1", true))])?;
-    let first = harness.converged(&web(), 4).await?;
-    let old = first[0]
-        .label(labels::MANIFEST_HASH)
-        .unwrap_or_default()
-        .to_owned();
+    let (mut harness, first, old) = running_v1(&blue_green("1", true)).await?;
     let mut stable: Vec<String> = first.iter().map(|c| c.id.clone()).collect();
     stable.sort();
 

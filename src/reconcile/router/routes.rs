@@ -284,9 +284,9 @@ pub(crate) fn route_table(
     table
 }
 
-/// A canary's own route: the main view's host and routes, plain HTTP, to the canary's
-/// `addresses`, taken only by requests carrying `CANARY_HEADER: token`.
-fn canary_view(main: &IngressView, token: &str, addresses: &[String]) -> IngressView {
+/// A view beside `main` (a canary's own route, a preview host): its routes that serve and its
+/// settings, plain HTTP, to `addresses` on its port.
+fn beside(main: &IngressView, addresses: &[String]) -> IngressView {
     IngressView {
         routes: main
             .routes
@@ -300,14 +300,22 @@ fn canary_view(main: &IngressView, token: &str, addresses: &[String]) -> Ingress
             .collect(),
         tls: None,
         warnings: Vec::new(),
-        match_header: Some((CANARY_HEADER.to_owned(), token.to_owned())),
         ..main.clone()
+    }
+}
+
+/// A canary's own route: the main view's host and routes, plain HTTP, to the canary's
+/// `addresses`, taken only by requests carrying `CANARY_HEADER: token`.
+fn canary_view(main: &IngressView, token: &str, addresses: &[String]) -> IngressView {
+    IngressView {
+        match_header: Some((CANARY_HEADER.to_owned(), token.to_owned())),
+        ..beside(main, addresses)
     }
 }
 
 /// The preview host of a blue/green rollout: the main view's routes and settings at `host`
 /// (plain HTTP), to the new release's `addresses`. `None` when the host is refused to the
-/// ingress's source (another source holds it) or another ingress routes it.
+/// ingress's source (another source holds it); a route another ingress holds is left out.
 fn preview_view(
     main: Option<&IngressView>,
     host: &str,
@@ -323,36 +331,22 @@ fn preview_view(
     {
         return None;
     }
-    let mut routes = Vec::new();
-    for route in main
-        .routes
-        .iter()
-        .filter(|route| route.shadowed_by.is_none())
-    {
+    let mut view = beside(main, addresses);
+    view.routes.retain(|route| {
         let claim = format!(
             "{}{}",
             normalize_host(host),
             route.path.as_deref().unwrap_or("/")
         );
         if owners.get(&claim).is_some_and(|owner| owner != &main.key) {
-            continue;
+            return false;
         }
         owners.insert(claim, main.key.clone());
-        routes.push(route.clone());
-    }
-    let upstreams = addresses
-        .iter()
-        .map(|address| format!("{address}:{}", main.port))
-        .collect();
-    Some(IngressView {
-        host: host.to_owned(),
-        url: format!("http://{host}"),
-        routes,
-        upstreams,
-        tls: None,
-        warnings: Vec::new(),
-        ..main.clone()
-    })
+        true
+    });
+    view.host = host.to_owned();
+    view.url = format!("http://{host}");
+    Some(view)
 }
 
 /// The routes `ingress` asks for (`host + path`, one per location, or the host's catch-all),
