@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use bollard::Docker;
 
-use super::{Setup, Shape, through_agent};
+use super::sides::{Setup, Shape, through_agent};
 use crate::support::cosign::{self, Signer};
 use crate::support::distribution::Distribution;
 use crate::support::{self, Result};
@@ -203,11 +203,13 @@ pub(crate) async fn compare(docker: &Docker, base: &str, shape: &Shape, off: &st
                 ])
                 .collect(),
             files: files.clone(),
+            probe: 0,
         },
         Side::Off => Setup {
             bin: Some(off.to_owned()),
             args: loopback.to_vec(),
             files: files.clone(),
+            probe: 0,
         },
     };
     println!(

@@ -484,6 +484,9 @@ impl Containers for DockerRuntime {
     }
 
     async fn create(&self, spec: &ContainerSpec) -> Result<String> {
+        // When each create is asked of the engine (`--log warn,voodu_agent::runtime=debug`):
+        // what `benches/mttp.rs` times a change and a drift repair to.
+        tracing::debug!(container = %spec.name, "creating a container");
         let body = if self.stamp.is_empty() {
             create_body(spec)
         } else {

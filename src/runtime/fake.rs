@@ -86,6 +86,8 @@ struct FakeState {
     /// What a pull by a registry's name left on the host: reference → image.
     pulled: BTreeMap<String, ImageInfo>,
     calls: Vec<String>,
+    /// When each of `calls` was made, in the same order.
+    call_instants: Vec<std::time::Instant>,
     /// The name of every container ever created, by id (removed ones too).
     names: BTreeMap<String, String>,
     faults: VecDeque<(String, Fault)>,
@@ -228,6 +230,12 @@ impl FakeRuntime {
         self.lock().calls.clone()
     }
 
+    /// When each of `calls()` was made, in the same order (a bench times a call from what
+    /// caused it).
+    pub fn call_instants(&self) -> Vec<std::time::Instant> {
+        self.lock().call_instants.clone()
+    }
+
     /// `calls()` with container ids shown as the names they were created with, so a test can
     /// read the order of `start` and `remove` calls by name.
     pub fn calls_by_name(&self) -> Vec<String> {
@@ -346,6 +354,7 @@ impl FakeRuntime {
         let fault = {
             let mut state = self.lock();
             state.calls.push(format!("{verb} {subject}"));
+            state.call_instants.push(std::time::Instant::now());
             let position = state.faults.iter().position(|(faulty, _)| faulty == verb);
             position
                 .and_then(|index| state.faults.remove(index))
