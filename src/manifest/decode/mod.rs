@@ -82,7 +82,9 @@ impl std::fmt::Debug for SpecJson {
 /// A resource with the references its spec makes, for the cross-resource checks.
 #[derive(Clone)]
 pub(crate) struct Decoded {
-    pub(crate) resource: Resource,
+    /// Shared with what `stamped` returns when stamping changes nothing (a kind without asset
+    /// references, or the digests it already carries): a cached file holds one copy.
+    pub(crate) resource: Arc<Resource>,
     pub(crate) references: Vec<(Reference, Diagnostic)>,
     /// `(bucket, key)` pairs a macro needs to exist (e.g. a generated postgres password).
     pub(crate) secrets: Vec<macros::SecretRequest>,
@@ -124,7 +126,7 @@ impl Decoded {
         {
             return Arc::clone(resource);
         }
-        let mut resource = self.resource.clone();
+        let mut resource = Resource::clone(&self.resource);
         if let Some(stamp) = resource.spec.asset_digests_mut() {
             let asset_references =
                 self.references
@@ -139,7 +141,11 @@ impl Decoded {
                 .zip(resolved.iter().map(|digest| (*digest).to_owned()))
                 .collect();
         }
-        let resource = Arc::new(resource);
+        let resource = if resource.spec == self.resource.spec {
+            Arc::clone(&self.resource)
+        } else {
+            Arc::new(resource)
+        };
         let stamped_with = resolved.iter().map(|digest| (*digest).to_owned()).collect();
         *memo = Some((stamped_with, Arc::clone(&resource)));
         resource
@@ -217,12 +223,12 @@ fn decode_block(cx: &mut DecodeCx<'_>, block: &Block, out: &mut Vec<Decoded>) {
     let locations = policy_locations(cx, &block.body);
     for (kind, scope, name, spec) in specs {
         out.push(Decoded {
-            resource: Resource {
+            resource: Arc::new(Resource {
                 key: ResourceKey::new(kind, scope, name),
                 spec,
                 origin: origin.clone(),
                 json: SpecJson::default(),
-            },
+            }),
             references: references.clone(),
             secrets: std::mem::take(&mut secrets),
             locations: locations.clone(),

@@ -257,6 +257,7 @@ impl<R: Runtime> Runners<'_, R> {
         let probes: Option<Probes> = container
             .label(labels::PROBES)
             .and_then(|json| serde_json::from_str(json).ok());
+        let container = runner_view(container);
         let cancel = self.shutdown.child_token();
         let (life, watcher) = watch::channel(if running {
             Life::Running { starts: 0 }
@@ -289,6 +290,31 @@ impl<R: Runtime> Runners<'_, R> {
                 ctx.router.wake();
             }
         });
+    }
+}
+
+/// What a runner keeps of its container for as long as the replica lives: its id and name
+/// (exec, inspection, readiness rows) and its scope label (the network `observe` reads its
+/// address on). The other labels (a dozen, the probes' JSON among them) are read once, at
+/// the start: kept, they were ≈ 2 KiB per replica.
+fn runner_view(container: Container) -> Container {
+    let Container {
+        id,
+        name,
+        labels: mut held,
+        state,
+        ..
+    } = container;
+    let scope = held.remove(labels::SCOPE);
+    Container {
+        id,
+        name,
+        image: String::new(),
+        labels: scope
+            .map(|scope| (labels::SCOPE.to_owned(), scope))
+            .into_iter()
+            .collect(),
+        state,
     }
 }
 
