@@ -103,12 +103,18 @@ async fn bench() -> Result {
         1
     };
     // How long each side waits for a quiet machine (under 10 % busy) before it starts.
-    let settle = Duration::from_secs_f64(support::env_number("VOODU_BENCH_SETTLE_SECS", 120.0)?);
+    // (The smoke run, beside the tests, never finds the machine quiet: it hardly waits.)
+    let settle = Duration::from_secs_f64(support::env_number(
+        "VOODU_BENCH_SETTLE_SECS",
+        if measuring { 120.0 } else { 1.0 },
+    )?);
     let probe = if measuring {
         support::env_number("VOODU_BENCH_PROBE", 3.0)? as usize
     } else {
         1
     };
+    // The agent's `--concurrency` (resources reconciled at once).
+    let concurrency = support::env_number("VOODU_BENCH_CONCURRENCY", 8.0)? as usize;
     let shapes = sizes
         .split(',')
         .map(|size| {
@@ -118,7 +124,7 @@ async fn bench() -> Result {
             Result::Ok(Shape {
                 deployments: deployments.parse()?,
                 replicas: replicas.parse()?,
-                concurrency: 8,
+                concurrency,
                 creates: 16,
                 idle_window: Duration::ZERO,
                 rounds,
@@ -145,7 +151,7 @@ async fn bench() -> Result {
         println!("SKIPPED the `docker run` side: no `docker` executable on PATH");
     }
     println!(
-        "mttp: sizes {sizes} of {image}, {rounds} rounds per side alternated; agent --concurrency 8 --create-concurrency 16 --no-ingress; {} bench, agent {}",
+        "mttp: sizes {sizes} of {image}, {rounds} rounds per side alternated; agent --concurrency {concurrency} --create-concurrency 16 --no-ingress; {} bench, agent {}",
         if cfg!(debug_assertions) {
             "debug"
         } else {

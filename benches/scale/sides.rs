@@ -564,8 +564,15 @@ impl Probe<'_> {
             ("event".to_owned(), vec!["destroy".to_owned()]),
             ("container".to_owned(), vec![victim.clone()]),
         ]);
+        // From a second before the removal: the stream's request goes out when it is first
+        // polled, after the removal.
+        let since = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?
+            - Duration::from_secs(1))
+        .as_secs()
+        .to_string();
         let mut stream = self.docker.events(Some(
             bollard::query_parameters::EventsOptionsBuilder::default()
+                .since(&since)
                 .filters(&events)
                 .build(),
         ));

@@ -302,14 +302,36 @@ impl Rules {
 pub struct Guarded<R> {
     inner: Arc<R>,
     rules: Arc<Rules>,
+    /// Turns of the blocking threads the checks run on (`CHECK_THREADS`).
+    threads: Arc<tokio::sync::Semaphore>,
 }
+
+/// Blocking threads the checks of creates run on at once (the policy's file checks, the
+/// ledger's lookups in the store): a burst of creates waits for a turn without a thread,
+/// instead of each starting one in tokio's blocking pool.
+const CHECK_THREADS: usize = 2;
 
 impl<R: Runtime> Guarded<R> {
     pub fn new(inner: Arc<R>, rules: Rules) -> Guarded<R> {
         Guarded {
             inner,
             rules: Arc::new(rules),
+            threads: Arc::new(tokio::sync::Semaphore::new(CHECK_THREADS)),
         }
+    }
+
+    /// Runs a check on a blocking thread, in one of the checks' turns (`CHECK_THREADS`).
+    async fn off_thread<T: Send + 'static>(
+        &self,
+        check: impl FnOnce() -> T + Send + 'static,
+    ) -> std::result::Result<T, tokio::task::JoinError> {
+        // The semaphore is never closed; were it, the check would run without a turn.
+        let turn = Arc::clone(&self.threads).acquire_owned().await.ok();
+        tokio::task::spawn_blocking(move || {
+            let _turn = turn;
+            check()
+        })
+        .await
     }
 
     /// From now on, named volumes are judged by who holds them in `ledger` (the store).
@@ -344,7 +366,8 @@ impl<R: Runtime> Guarded<R> {
             return Err(refused("no verification is recorded yet".to_owned()));
         };
         let (digest, keys) = (digest.to_owned(), fingerprint.clone());
-        let verified = tokio::task::spawn_blocking(move || ledger.verified(&digest, &keys))
+        let verified = self
+            .off_thread(move || ledger.verified(&digest, &keys))
             .await
             .map_err(|error| Error::Unavailable {
                 message: format!("the signature check did not finish: {error}"),
@@ -379,7 +402,8 @@ impl<R: Runtime> Guarded<R> {
             }
             let lookup = name.to_owned();
             let ledger = Arc::clone(&ledger);
-            let holder = tokio::task::spawn_blocking(move || ledger.holder(&lookup))
+            let holder = self
+                .off_thread(move || ledger.holder(&lookup))
                 .await
                 .map_err(|error| Error::Unavailable {
                     message: format!("the volume check did not finish: {error}"),
@@ -440,7 +464,8 @@ impl<R: Runtime> Guarded<R> {
     async fn judge(&self, spec: &ContainerSpec, overlay: bool) -> Result<()> {
         let rules = Arc::clone(&self.rules);
         let spec = spec.clone();
-        let refusals = tokio::task::spawn_blocking(move || rules.refusals_on_host(&spec, overlay))
+        let refusals = self
+            .off_thread(move || rules.refusals_on_host(&spec, overlay))
             .await
             .map_err(|error| Error::Unavailable {
                 message: format!("the policy check did not finish: {error}"),

@@ -113,7 +113,17 @@ struct Shared {
     changes: watch::Sender<u64>,
     /// The maintenance version last seen (`maintenance.rs`).
     maintenance: watch::Sender<i64>,
+    /// Turns of the blocking threads that run store work for async code (`blocking`).
+    threads: Arc<tokio::sync::Semaphore>,
 }
+
+/// Blocking threads that run store work for async code at once. The store has one
+/// connection, so a third only waits for its lock, on a thread of its own that tokio's
+/// blocking pool starts for it: while 500 replicas were created (each pass and each new
+/// replica's probe runner reading and writing rows) the pool grew to 40–52 threads, each
+/// with its stack and its allocator's pages, and the agent's RSS with them (57–81 MiB).
+/// Two: one runs while the next is ready to take the lock.
+const STORE_THREADS: usize = 2;
 
 /// Seconds since the Unix epoch.
 pub fn now_unix() -> i64 {
@@ -124,17 +134,30 @@ pub fn now_unix() -> i64 {
         })
 }
 
-/// Runs `f` with `store` on a blocking thread: how async code reads and writes the store
-/// (its calls block; see the module docs).
+/// Runs `f` with `store` on a blocking thread, in one of the store's thread turns
+/// (`STORE_THREADS`): how async code reads and writes the store (its calls block; see the
+/// module docs).
 pub(crate) async fn blocking<T: Send + 'static>(
     store: &Arc<Store>,
     f: impl FnOnce(&Store) -> Result<T> + Send + 'static,
 ) -> Result<T> {
+    let turn = store.thread_turn().await;
     let store = Arc::clone(store);
-    tokio::task::spawn_blocking(move || f(&store)).await?
+    tokio::task::spawn_blocking(move || {
+        let _turn = turn;
+        f(&store)
+    })
+    .await?
 }
 
 impl Store {
+    /// A turn of the store's blocking threads (`STORE_THREADS`), waited for without holding a
+    /// thread; a blocking task that uses the store holds it for as long as it runs.
+    pub(crate) async fn thread_turn(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        // The semaphore is never closed; were it, the work would go on without a turn.
+        Arc::clone(&self.shared.threads).acquire_owned().await.ok()
+    }
+
     /// Opens the database at `path` and runs pending migrations; when no file is there, first
     /// creates one whole (schema and agent id) under a temporary name and links it into place,
     /// so a `state.db` on disk is always a complete database.
@@ -201,6 +224,7 @@ impl Store {
                 journal_head,
                 changes: watch::channel(0).0,
                 maintenance: watch::channel(maintenance).0,
+                threads: Arc::new(tokio::sync::Semaphore::new(STORE_THREADS)),
             }),
             who: Who::AGENT,
             source: String::new(),
