@@ -1,12 +1,20 @@
-//! Benchmark: what following several repositories costs (issue 26, acceptance 3): the real
-//! binary with `--sources` over 1 and over 20 repositories (`VOODU_BENCH_SOURCES`), each
-//! repository holding one asset in its own scope, every source polled each second
-//! (`poll = "1s"`), `--no-watch`, `--no-ingress`. Printed, per side:
+//! Benchmark: what following several repositories costs (issue 26, acceptance 3; issue 54):
+//! the real binary with `--sources` over 1, 20 and 100 repositories (`VOODU_BENCH_SOURCES`, a
+//! comma-separated list of sizes), each repository on this host (`file://`) holding one asset
+//! in its own scope, every source polled each second (`poll = "1s"`), `--no-watch`,
+//! `--no-ingress`. Printed, per binary and size:
 //! - **idle RSS** once every source applied its commit and the agent settled;
 //! - **unchanged-poll CPU**: the agent's CPU time over a window in which every poll finds its
-//!   branch unchanged (one ref negotiation each), per second and per poll.
+//!   branch unchanged, per second and per source-poll, and beside it the CPU of the processes
+//!   it started and waited for in that window (`git upload-pack`, per poll).
 //!
-//! The sides alternate, three runs each; medians and the 20-to-1 ratios are printed.
+//! What an unchanged poll of a repository on this host costs is a read of two ref files (its
+//! branch and the mirror's); an https or ssh remote's is one ref listing over the network,
+//! which this bench does not measure.
+//!
+//! The binaries (`VOODU_AGENT_BINS`, colon-separated, to compare two builds; else
+//! `VOODU_AGENT_BIN` or the one cargo built) and the sizes alternate, three runs each; medians
+//! are printed. A size a binary refuses (more sources than it follows) is said and skipped.
 //! `cargo bench --bench sources`. Under `cargo test --all-targets` (with
 //! `VOODU_DOCKER_TESTS=1`) it runs 1 and 2 sources once over a short window as a smoke test
 //! of the bench. Figures are printed, never asserted.
@@ -30,6 +38,7 @@ fn main() -> Result {
 struct Figures {
     rss_kib: u64,
     cpu_per_second: Duration,
+    children_per_second: Duration,
     polls: f64,
 }
 
@@ -42,53 +51,85 @@ async fn bench() -> Result {
         return Ok(());
     }
     let measuring = support::measuring();
-    let many = if measuring {
-        support::env_number("VOODU_BENCH_SOURCES", 20.0)? as usize
+    let sizes: Vec<usize> = if measuring {
+        std::env::var("VOODU_BENCH_SOURCES")
+            .unwrap_or_else(|_| "1,20,100".to_owned())
+            .split(',')
+            .map(|size| size.trim().parse::<usize>())
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|error| format!("VOODU_BENCH_SOURCES: {error}"))?
     } else {
         println!("sources: smoke run under `cargo test` (not a measurement; use `cargo bench`)");
-        2
+        vec![1, 2]
+    };
+    let binaries: Vec<String> = match std::env::var("VOODU_AGENT_BINS") {
+        Ok(list) => list.split(':').map(str::to_owned).collect(),
+        Err(_) => vec![support::agent()],
     };
     let runs = if measuring { 3 } else { 1 };
     let window = support::figure_wait(Duration::from_secs(20));
     let dir = tempfile::tempdir()?;
-    let mut one = Vec::new();
-    let mut several = Vec::new();
-    for run in 0..runs {
-        for (n, figures) in [(1, &mut one), (many, &mut several)] {
-            let measured = side(&dir.path().join(format!("run{run}-{n}")), n, window).await?;
-            println!(
-                "run {}: {n:>2} source(s): idle RSS {:.1} MiB, unchanged polls {:.0}/s, CPU {:.2} ms/s ({:.3} ms per poll)",
-                run + 1,
-                measured.rss_kib as f64 / 1024.0,
-                measured.polls,
-                support::ms(measured.cpu_per_second),
-                support::ms(measured.cpu_per_second) / measured.polls.max(1.0)
-            );
-            figures.push(measured);
+    // (binary, size) → the runs' figures; `None` once the binary refused the size.
+    let mut figures: Vec<(usize, usize, Option<Vec<Figures>>)> = Vec::new();
+    for binary in 0..binaries.len() {
+        for &n in &sizes {
+            figures.push((binary, n, Some(Vec::new())));
         }
     }
-    let median_rss = |figures: &[Figures]| {
-        let mut values: Vec<u64> = figures.iter().map(|f| f.rss_kib).collect();
-        values.sort_unstable();
-        values[values.len() / 2] as f64 / 1024.0
-    };
-    let median_cpu = |figures: &[Figures]| {
-        let mut values: Vec<Duration> = figures.iter().map(|f| f.cpu_per_second).collect();
-        support::ms(support::median(&mut values))
-    };
-    let (rss_1, rss_n) = (median_rss(&one), median_rss(&several));
-    let (cpu_1, cpu_n) = (median_cpu(&one), median_cpu(&several));
-    println!(
-        "median of {runs}: idle RSS {rss_1:.1} MiB with 1 source, {rss_n:.1} MiB with {many} (x{:.2}); unchanged-poll CPU {cpu_1:.2} ms/s with 1, {cpu_n:.2} ms/s with {many} (x{:.2}, {:.3} ms per source-poll)",
-        rss_n / rss_1,
-        cpu_n / cpu_1.max(0.001),
-        cpu_n / many as f64
-    );
+    for run in 0..runs {
+        for (binary, n, measured) in &mut figures {
+            let Some(list) = measured else { continue };
+            let side_dir = dir.path().join(format!("run{run}-{binary}-{n}"));
+            let name = &binaries[*binary];
+            match side(&side_dir, name, *n, window).await {
+                Ok(side) => {
+                    println!(
+                        "run {}: {name} {n:>3} source(s): idle RSS {:.1} MiB, unchanged polls {:.0}/s, CPU {:.2} ms/s ({:.3} ms per source-poll; started processes {:.3} ms per poll)",
+                        run + 1,
+                        side.rss_kib as f64 / 1024.0,
+                        side.polls,
+                        support::ms(side.cpu_per_second),
+                        support::ms(side.cpu_per_second) / side.polls.max(1.0),
+                        support::ms(side.children_per_second) / side.polls.max(1.0),
+                    );
+                    list.push(side);
+                }
+                Err(error) if run == 0 => {
+                    println!("{name} {n:>3} source(s): skipped ({error})");
+                    *measured = None;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+    for (binary, n, measured) in &figures {
+        let Some(list) = measured.as_ref().filter(|list| !list.is_empty()) else {
+            continue;
+        };
+        let mut rss: Vec<u64> = list.iter().map(|f| f.rss_kib).collect();
+        rss.sort_unstable();
+        let per_poll = |value: fn(&Figures) -> Duration| {
+            let mut values: Vec<f64> = list
+                .iter()
+                .map(|f| support::ms(value(f)) / f.polls.max(1.0))
+                .collect();
+            values.sort_by(f64::total_cmp);
+            values[values.len() / 2]
+        };
+        println!(
+            "median of {}: {} {n:>3} source(s): idle RSS {:.1} MiB, {:.3} ms agent CPU per source-poll, {:.3} ms in started processes",
+            list.len(),
+            binaries[*binary],
+            rss[rss.len() / 2] as f64 / 1024.0,
+            per_poll(|f| f.cpu_per_second),
+            per_poll(|f| f.children_per_second),
+        );
+    }
     Ok(())
 }
 
 /// Starts the agent on `n` fresh repositories, waits until each applied, then measures.
-async fn side(dir: &Path, n: usize, window: Duration) -> Result<Figures> {
+async fn side(dir: &Path, binary: &str, n: usize, window: Duration) -> Result<Figures> {
     std::fs::create_dir_all(dir)?;
     let mut blocks = String::new();
     let mut commits = Vec::new();
@@ -110,11 +151,14 @@ async fn side(dir: &Path, n: usize, window: Duration) -> Result<Figures> {
     let sources = dir.join("sources.hcl");
     std::fs::write(&sources, blocks)?;
     let data_dir = dir.join("data");
-    let mut agent = Agent::start(&sources, &data_dir, &dir.join("agent.log"))?;
+    let log = dir.join("agent.log");
+    let mut agent = Agent::start(binary, &sources, &data_dir, &log)?;
     let started = Instant::now();
     loop {
         if let Some(status) = agent.0.try_wait()? {
-            return Err(format!("the agent exited: {status}").into());
+            let said = std::fs::read_to_string(&log).unwrap_or_default();
+            let last = said.lines().rev().find(|line| !line.trim().is_empty());
+            return Err(format!("the agent exited: {status}: {}", last.unwrap_or("")).into());
         }
         let store = voodu_agent::store::Store::open_read_only(&data_dir.join("state.db")).ok();
         let applied = store.is_some_and(|store| {
@@ -153,24 +197,50 @@ async fn side(dir: &Path, n: usize, window: Duration) -> Result<Figures> {
             .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
             .sum())
     };
-    let (cpu_before, syncs_before, at) = (cpu_time(pid)?, syncs()?, Instant::now());
+    let (cpu_before, children_before, syncs_before, at) = (
+        cpu_time(pid)?,
+        children_cpu_time(pid)?,
+        syncs()?,
+        Instant::now(),
+    );
     tokio::time::sleep(window).await;
-    let (cpu_after, syncs_after) = (cpu_time(pid)?, syncs()?);
+    let (cpu_after, children_after, syncs_after) =
+        (cpu_time(pid)?, children_cpu_time(pid)?, syncs()?);
     let seconds = at.elapsed().as_secs_f64();
     agent.stop();
     Ok(Figures {
         rss_kib,
         cpu_per_second: (cpu_after - cpu_before).div_f64(seconds),
+        children_per_second: children_after
+            .saturating_sub(children_before)
+            .div_f64(seconds),
         polls: (syncs_after - syncs_before) / seconds,
     })
+}
+
+/// The CPU time of the processes `pid` started and waited for (`cutime` + `cstime`).
+fn children_cpu_time(pid: u32) -> Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after = stat.rsplit_once(')').ok_or("no ) in stat")?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // After the name: cutime is field 16 and cstime 17 (1-based, proc(5)).
+    let ticks: u64 = fields.get(13).ok_or("no cutime")?.parse::<u64>()?
+        + fields.get(14).ok_or("no cstime")?.parse::<u64>()?;
+    // SAFETY: sysconf only reads a configuration value.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let per_second = u64::try_from(per_second)
+        .ok()
+        .filter(|&hz| hz > 0)
+        .unwrap_or(100);
+    Ok(Duration::from_secs_f64(ticks as f64 / per_second as f64))
 }
 
 /// The agent with `--sources`; killed when dropped.
 struct Agent(Child);
 
 impl Agent {
-    fn start(sources: &Path, data_dir: &Path, log: &Path) -> Result<Agent> {
-        let child = Command::new(support::agent())
+    fn start(binary: &str, sources: &Path, data_dir: &Path, log: &Path) -> Result<Agent> {
+        let child = Command::new(binary)
             .arg("--sources")
             .arg(sources)
             .args([

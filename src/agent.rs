@@ -911,7 +911,11 @@ fn spawn_sources(
 ) -> (Vec<http::HookSource>, Vec<trigger::LocalWatch>) {
     let mut hook_sources = Vec::new();
     let mut local_watches = Vec::new();
-    for ((source_config, syncer), (requests, receiver)) in syncers.into_iter().zip(channels) {
+    let count = syncers.len();
+    let slots = sync_slots();
+    for (index, ((source_config, syncer), (requests, receiver))) in
+        syncers.into_iter().zip(channels).enumerate()
+    {
         let source_store = syncer.store().clone();
         let store_for_sync = source_store.clone();
         let local_git_dir =
@@ -935,12 +939,13 @@ fn spawn_sources(
             receiver,
             metrics.clone(),
             (source_config.name.clone(), source_config.interval),
-            requests.clone(),
+            (requests.clone(), slots.clone()),
             shutdown.clone(),
         ));
+        let phase = trigger::poll_phase(source_config.interval, index, count);
         tracker.spawn(trigger::poll(
             requests.clone(),
-            source_config.interval,
+            (source_config.interval, phase),
             shutdown.clone(),
         ));
         if let Some(git_dir) = local_git_dir {
@@ -1057,8 +1062,23 @@ async fn until_shutdown(
     Ok(())
 }
 
+/// How many syncs of the sources run at once before another waits for one to end
+/// (`sync_loop`): a blocking thread each, and threads of the blocking pool that a burst started
+/// stay (each takes its turn at the next tasks before its idle time runs out), so an agent
+/// following 100 sources would keep 100 of them. Enough for the cores.
+const SYNC_SLOTS: usize = 4;
+/// The longest a sync waits for a slot before it runs beside the others: a slow remote (a
+/// fetch taking its timeouts) holds the other sources up this long at most.
+const SLOT_WAIT: Duration = Duration::from_secs(5);
+
+/// The slots the sync loops of one agent share (`SYNC_SLOTS`).
+fn sync_slots() -> Arc<tokio::sync::Semaphore> {
+    Arc::new(tokio::sync::Semaphore::new(SYNC_SLOTS))
+}
+
 /// Runs one `sync` per request from the trigger channel until shutdown. Each runs on a
-/// blocking thread with an interrupt flag. On shutdown the flag is set (the sync stops at its
+/// blocking thread with an interrupt flag, in one of the agent's `slots` once one is free
+/// (`SLOT_WAIT` at most). On shutdown the flag is set (the sync stops at its
 /// next safe point) and the sync in flight is still awaited and reported before the loop
 /// returns: dropping it mid-flight (issue 11 bug 4) let `run` return while it still wrote.
 async fn sync_loop<S>(
@@ -1066,7 +1086,7 @@ async fn sync_loop<S>(
     mut receiver: SyncRequestReceiver,
     metrics: Arc<Metrics>,
     (source, interval): (String, Duration),
-    requests: trigger::SyncRequests,
+    (requests, slots): (trigger::SyncRequests, Arc<tokio::sync::Semaphore>),
     shutdown: CancellationToken,
 ) where
     S: Fn(&AtomicBool, &Who) -> Result<SyncOutcome, sync_stage::Error> + Send + Sync + 'static,
@@ -1091,12 +1111,20 @@ async fn sync_loop<S>(
             }
             () = shutdown.cancelled() => return,
         };
-        let started = Instant::now();
         let who = who_of(&receiver.started_origin());
+        let slot = tokio::select! {
+            slot = tokio::time::timeout(SLOT_WAIT, slots.clone().acquire_owned()) => {
+                slot.ok().and_then(Result::ok)
+            }
+            () = shutdown.cancelled() => None,
+        };
+        let started = Instant::now();
         let sync_for_task = sync.clone();
         let interrupt_for_task = interrupt.clone();
-        let mut task =
-            tokio::task::spawn_blocking(move || sync_for_task(&interrupt_for_task, &who));
+        let mut task = tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            sync_for_task(&interrupt_for_task, &who)
+        });
         let finished = tokio::select! {
             outcome = &mut task => Some(outcome),
             () = shutdown.cancelled() => None,
@@ -1274,7 +1302,7 @@ mod tests {
             receiver,
             metrics.clone(),
             (String::new(), Duration::from_secs(3600)),
-            requests.clone(),
+            (requests.clone(), sync_slots()),
             shutdown.clone(),
         );
         tokio::pin!(sync_loop);

@@ -304,8 +304,8 @@ struct RemoteResource {
     source: Option<String>,
 }
 
-/// At most this many sources of one agent get a row each.
-const MAX_SOURCES_PER_AGENT: usize = 64;
+/// At most this many sources of one agent get a row each: as many as an agent follows.
+const MAX_SOURCES_PER_AGENT: usize = crate::agent::sources::MAX_SOURCES;
 
 /// An agent following several repositories is one row per source (`AGENT/SOURCE`), each with
 /// that source's commits, fetch and resources, compared with the rows of the same source

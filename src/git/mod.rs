@@ -4,8 +4,12 @@
 //! coalescing channel.
 //!
 //! Invariant: an unchanged poll costs one ref negotiation: when the remote branch tip equals
-//! the mirror's, no pack is requested and no tree is read. gix is blocking: callers run
-//! `fetch` on a blocking thread and pass an interrupt flag tied to shutdown.
+//! the mirror's, no pack is requested and no tree is read. For a repository on this host the
+//! negotiation is a read of two ref files: its branch and the mirror's, both still at the tip
+//! this process's last negotiation found (`Source::unchanged_local_tip`); anything else (a
+//! moved, symbolic or missing ref, a mirror started again) negotiates with `git upload-pack`.
+//! gix is blocking: callers run `fetch` on a blocking thread and pass an interrupt flag tied
+//! to shutdown.
 
 mod error;
 mod fetch;
@@ -133,10 +137,14 @@ pub struct Source {
     url: String,
     mirror: PathBuf,
     tree_reads: AtomicU64,
+    negotiations: AtomicU64,
     /// The manifest blobs of the last snapshot read (`tree::BlobMemo`).
     blob_memo: std::sync::Mutex<tree::BlobMemo>,
     /// Which manifests this host applies (`model::hosts`); every one unless `selecting`.
     hosts: HostSelection,
+    /// What this process's last negotiation found the branch at: its ref's target and the
+    /// commit it names (`Source::unchanged_local_tip`).
+    negotiated: std::sync::Mutex<Option<(gix::ObjectId, gix::ObjectId)>>,
 }
 
 impl Source {
@@ -149,8 +157,10 @@ impl Source {
             url,
             mirror: data_dir.join("repo.git"),
             tree_reads: AtomicU64::new(0),
+            negotiations: AtomicU64::new(0),
             blob_memo: std::sync::Mutex::default(),
             hosts: HostSelection::every_host(),
+            negotiated: std::sync::Mutex::default(),
         }
     }
 
@@ -189,19 +199,29 @@ impl Source {
         self.tree_reads.load(Ordering::Relaxed)
     }
 
+    /// How many times this source negotiated with its remote (tests prove an unchanged poll of
+    /// a repository on this host does not).
+    pub fn negotiations(&self) -> u64 {
+        self.negotiations.load(Ordering::Relaxed)
+    }
+
     /// Negotiates refs with the remote and fetches the branch when its tip moved. Returns the
     /// branch's commit. Blocking.
     pub fn fetch(&self, interrupt: &AtomicBool) -> Result<CommitSha> {
-        let repo = self.open_mirror_for_fetch()?;
         let local_ref = format!("refs/heads/{}", self.options.branch);
+        if let Some(tip) = self.unchanged_local_tip(&local_ref) {
+            return Ok(CommitSha::new(tip.to_hex().to_string()));
+        }
+        let repo = self.open_mirror_for_fetch()?;
         let local_tip = self.local_tip(&repo, &local_ref);
         let refspec = format!("+{local_ref}:{local_ref}");
-        let remote_tip = self.negotiate(&repo, &[refspec], interrupt, |remote_refs| {
-            let remote_tip = remote_refs
+        let (target, remote_tip) = self.negotiate(&repo, &[refspec], interrupt, |remote_refs| {
+            let (target, remote_tip) = remote_refs
                 .iter()
                 .find_map(|reference| {
                     let (name, target, peeled) = reference.unpack();
-                    (name == local_ref.as_str()).then(|| peeled.or(target).map(ToOwned::to_owned))
+                    (name == local_ref.as_str())
+                        .then(|| target.map(|target| (target, peeled.unwrap_or(target))))
                 })
                 .flatten()
                 .ok_or_else(|| Error::BranchNotFound {
@@ -209,9 +229,25 @@ impl Source {
                     branch: self.options.branch.clone(),
                 })?;
             // An unchanged tip needs no pack: this poll was one ref negotiation.
-            Ok((remote_tip, local_tip != Some(remote_tip)))
+            Ok((
+                (target.to_owned(), remote_tip.to_owned()),
+                local_tip.as_deref() != Some(remote_tip),
+            ))
         })?;
+        *crate::base::lock(&self.negotiated) = Some((target, remote_tip));
         Ok(CommitSha::new(remote_tip.to_hex().to_string()))
+    }
+
+    /// For a repository on this host (a path or `file://`): the branch's commit when neither
+    /// its ref nor the mirror's moved since this process's last negotiation, read from their
+    /// ref files (a loose ref, else `packed-refs`) without starting `git upload-pack` or
+    /// opening the mirror. `None` for any other remote, a moved, symbolic or missing ref, or
+    /// a mirror started again since: the fetch negotiates then.
+    fn unchanged_local_tip(&self, local_ref: &str) -> Option<gix::ObjectId> {
+        let (target, tip) = (*crate::base::lock(&self.negotiated))?;
+        let remote = trigger::local_git_dir(&self.url)?;
+        let unchanged = |git_dir: &Path| ref_target(git_dir, local_ref) == Some(target);
+        (unchanged(&remote) && unchanged(&self.mirror)).then_some(tip)
     }
 
     /// The remote's branches matching `pattern` (a branch name, or a prefix ending in `*`)
@@ -287,6 +323,7 @@ impl Source {
         interrupt: &AtomicBool,
         decide: impl Fn(&[gix::protocol::handshake::Ref]) -> Result<(T, bool)>,
     ) -> Result<T> {
+        self.negotiations.fetch_add(1, Ordering::Relaxed);
         match self.fetch_into(repo, refspecs, interrupt, &decide)? {
             Ok(value) => Ok(value),
             Err(left_out_base) => {
@@ -526,6 +563,20 @@ impl Source {
             source,
         })?;
         Ok(Some(text.trim().to_owned()))
+    }
+}
+
+/// The object the ref `name` of the repository at `git_dir` points at, from its ref files (a
+/// loose ref, else `packed-refs`); `None` for a symbolic or missing ref, or a repository
+/// keeping its refs elsewhere (a reftable).
+fn ref_target(git_dir: &Path, name: &str) -> Option<gix::ObjectId> {
+    if git_dir.join("reftable").exists() {
+        return None;
+    }
+    let store = gix::refs::file::Store::at(git_dir.to_owned(), gix::hash::Kind::Sha1);
+    match store.try_find(name).ok()??.target {
+        gix::refs::Target::Object(id) => Some(id),
+        gix::refs::Target::Symbolic(_) => None,
     }
 }
 

@@ -289,21 +289,45 @@ impl SyncRequestReceiver {
     }
 }
 
-/// Asks for a sync at once and then every `interval`, until shutdown.
-pub(crate) async fn poll(requests: SyncRequests, interval: Duration, shutdown: CancellationToken) {
-    let mut ticker = tokio::time::interval(interval);
+/// Asks for a sync at once and then every `interval`, `phase` (under `interval`) into each,
+/// until shutdown. Sources polled at the same interval get phases spread across it
+/// ([`poll_phase`]): their polls take turns on one blocking thread instead of all starting
+/// together, each on its own.
+pub(crate) async fn poll(
+    requests: SyncRequests,
+    (interval, phase): (Duration, Duration),
+    shutdown: CancellationToken,
+) {
+    let request = || {
+        requests.request(SyncRequest {
+            reason: SyncReason::Poll,
+            commit: None,
+            actor: None,
+        })
+    };
+    request();
+    let first = if phase.is_zero() || phase >= interval {
+        interval
+    } else {
+        phase
+    };
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + first, interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
             () = shutdown.cancelled() => return,
         }
-        requests.request(SyncRequest {
-            reason: SyncReason::Poll,
-            commit: None,
-            actor: None,
-        });
+        request();
     }
+}
+
+/// The phase of the `index`th of `count` sources polled every `interval`: spread evenly
+/// across it.
+pub(crate) fn poll_phase(interval: Duration, index: usize, count: usize) -> Duration {
+    let count = u32::try_from(count.max(1)).unwrap_or(u32::MAX);
+    let index = u32::try_from(index).unwrap_or(0) % count;
+    interval / count * index
 }
 
 /// Watches the refs of a local repository; dropping it stops the watch.
@@ -409,6 +433,37 @@ mod tests {
             commit: Some(sha(n)),
             actor: None,
         }
+    }
+
+    /// A source's polls: at once, then `phase` into each interval; phases spread evenly.
+    #[tokio::test(start_paused = true)]
+    async fn polls_start_at_once_then_keep_their_phase() {
+        let (requests, mut receiver) = channel();
+        let shutdown = CancellationToken::new();
+        let start = tokio::time::Instant::now();
+        let (interval, phase) = (Duration::from_secs(10), Duration::from_secs(3));
+        let task = tokio::spawn(poll(requests, (interval, phase), shutdown.clone()));
+        let mut asked = Vec::new();
+        for _ in 0..3 {
+            let generation = receiver.next().await;
+            asked.push(start.elapsed());
+            receiver.finish(generation, Ok(sha(1)));
+        }
+        assert_eq!(
+            asked,
+            [0, 3, 13].map(Duration::from_secs),
+            "at once, then at the phase"
+        );
+        shutdown.cancel();
+        assert!(task.await.is_ok());
+        let second = Duration::from_secs(1);
+        let phases: Vec<Duration> = [0, 1, 50, 99]
+            .iter()
+            .map(|&index| poll_phase(second, index, 100))
+            .collect();
+        assert_eq!(phases, [0, 10, 500, 990].map(Duration::from_millis));
+        assert_eq!(poll_phase(second, 0, 1), Duration::ZERO);
+        assert_eq!(poll_phase(second, 3, 0), Duration::ZERO);
     }
 
     #[tokio::test]

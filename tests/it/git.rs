@@ -247,6 +247,70 @@ fn unchanged_poll_neither_walks_the_tree_nor_writes_the_store() -> TestResult {
     Ok(())
 }
 
+/// An unchanged poll of a repository on this host reads its branch and the mirror's from their
+/// ref files, without negotiating (no `git upload-pack`); a moved branch, refs packed by `git
+/// gc`, a mirror started again and a deleted branch are still seen by negotiating.
+#[test]
+fn an_unchanged_local_poll_reads_refs_without_negotiating() -> TestResult {
+    let repo = TempRepo::new()?;
+    repo.write("web.hcl", &deployment("web"))?;
+    let first = repo.commit("web")?;
+    let agent = Agent::new(&repo, &[])?;
+    agent.sync_applied(&first)?;
+    let source = agent.syncer.source();
+    let interrupt = AtomicBool::new(false);
+    let negotiated = source.negotiations();
+    assert_eq!(negotiated, 1);
+    assert_eq!(source.fetch(&interrupt)?.as_str(), first);
+    assert!(matches!(agent.sync()?, SyncOutcome::Unchanged(_)));
+    assert_eq!(
+        source.negotiations(),
+        negotiated,
+        "unchanged: no negotiation"
+    );
+
+    repo.write("api.hcl", &deployment("api"))?;
+    let second = repo.commit("api")?;
+    agent.sync_applied(&second)?;
+    assert_eq!(source.negotiations(), negotiated + 1, "moved: negotiated");
+    assert_eq!(source.fetch(&interrupt)?.as_str(), second);
+    assert_eq!(source.negotiations(), negotiated + 1);
+
+    // Refs packed on the remote's side are read from `packed-refs`.
+    crate::support::repo::git(&repo.remote_path(), &["pack-refs", "--all"])?;
+    assert!(!repo.remote_path().join("refs/heads/main").exists());
+    assert_eq!(source.fetch(&interrupt)?.as_str(), second);
+    assert_eq!(
+        source.negotiations(),
+        negotiated + 1,
+        "packed: no negotiation"
+    );
+
+    // A mirror started again (its branch gone) negotiates, and brings the commit back.
+    let mirror = agent.data.path().join("repo.git");
+    std::fs::remove_dir_all(&mirror)?;
+    assert_eq!(source.fetch(&interrupt)?.as_str(), second);
+    assert_eq!(
+        source.negotiations(),
+        negotiated + 2,
+        "no mirror: negotiated"
+    );
+    assert!(mirror.join("refs/heads/main").exists());
+
+    // A deleted branch is not found, as a negotiation says.
+    crate::support::repo::git(
+        &repo.remote_path(),
+        &["update-ref", "-d", "refs/heads/main"],
+    )?;
+    let error = source.fetch(&interrupt).expect_err("the branch is gone");
+    assert!(
+        matches!(error, git::Error::BranchNotFound { .. }),
+        "{error}"
+    );
+    assert_eq!(source.negotiations(), negotiated + 3);
+    Ok(())
+}
+
 #[test]
 fn a_new_commit_is_detected_and_applied() -> TestResult {
     let repo = TempRepo::new()?;
