@@ -271,9 +271,8 @@ pub(super) async fn pass<R: Runtime, K: Replicated<R>>(
                 n_replicas: desired.n_replicas,
                 port,
             };
-            let drive = progressive::drive(ctx, &subject, strategy, &observed, |container| {
-                kind.is_current(container)
-            });
+            let is_current = |container: &Container| kind.is_current(container);
+            let drive = progressive::drive(ctx, &subject, strategy, &observed, &is_current);
             drive.await?
         }
         _ => Move::Off,

@@ -11,12 +11,12 @@
 //! only the old ones until promote); a replica is removed only after the hosts were switched
 //! away from it.
 
-use super::{Event, Move, Subject, count, hold, save, sides, state_of};
+use super::{Event, IsCurrent, Move, Subject, count, hold, save, sides, state_of};
 use crate::manifest::spec::rollout::BlueGreen;
 use crate::reconcile::handlers::replicas::Observed;
 use crate::reconcile::plan::blue_green::{self as plan, Decision};
 use crate::reconcile::{context::Ctx, error::Result};
-use crate::runtime::{Container, Runtime};
+use crate::runtime::Runtime;
 use crate::store::{RolloutPhase, now_unix};
 
 /// The strategy's name in the store.
@@ -29,10 +29,10 @@ pub(super) async fn drive<R: Runtime>(
     subject: &Subject<'_>,
     blue_green: &BlueGreen,
     observed: &Observed,
-    is_current: impl Fn(&Container) -> bool,
+    is_current: &IsCurrent<'_>,
 ) -> Result<Move> {
     let (key, n_replicas) = (subject.key, subject.n_replicas);
-    let (current, stable, current_ready, stable_ready) = sides(observed, &is_current);
+    let (current, stable, current_ready, stable_ready) = sides(observed, is_current);
     let fresh = |state: &mut crate::store::RolloutState| state.canary_replicas = count(n_replicas);
     let Some(mut state) = state_of(ctx, subject, BLUE_GREEN, stable_ready, fresh).await? else {
         return Ok(Move::Off);

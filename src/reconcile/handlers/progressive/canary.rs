@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{Event, Move, RECHECK, Subject, count, hold, save, sides, state_of};
+use super::{Event, IsCurrent, Move, RECHECK, Subject, count, hold, save, sides, state_of};
 use crate::manifest::spec::rollout::{Analysis, Canary, canary_replicas};
 use crate::model::ResourceKey;
 use crate::reconcile::handlers::replicas::Observed;
@@ -75,7 +75,7 @@ pub(super) async fn drive<R: Runtime>(
     subject: &Subject<'_>,
     canary: &Canary,
     observed: &Observed,
-    is_current: impl Fn(&Container) -> bool,
+    is_current: &IsCurrent<'_>,
 ) -> Result<Move> {
     let Subject {
         key,
@@ -83,7 +83,7 @@ pub(super) async fn drive<R: Runtime>(
         port,
         ..
     } = *subject;
-    let (current, stable, current_ready, stable_ready) = sides(observed, &is_current);
+    let (current, stable, current_ready, stable_ready) = sides(observed, is_current);
     let first = canary.steps.first().map(|step| step.weight);
     let fresh = |state: &mut RolloutState| {
         if let Some(weight) = first {
