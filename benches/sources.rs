@@ -25,7 +25,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{Repo, Result, cpu_time, memory_kib};
+use support::{Repo, Result, children_cpu_time, cpu_time, memory_kib};
 
 fn main() -> Result {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -216,23 +216,6 @@ async fn side(dir: &Path, binary: &str, n: usize, window: Duration) -> Result<Fi
             .div_f64(seconds),
         polls: (syncs_after - syncs_before) / seconds,
     })
-}
-
-/// The CPU time of the processes `pid` started and waited for (`cutime` + `cstime`).
-fn children_cpu_time(pid: u32) -> Result<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let after = stat.rsplit_once(')').ok_or("no ) in stat")?.1;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    // After the name: cutime is field 16 and cstime 17 (1-based, proc(5)).
-    let ticks: u64 = fields.get(13).ok_or("no cutime")?.parse::<u64>()?
-        + fields.get(14).ok_or("no cstime")?.parse::<u64>()?;
-    // SAFETY: sysconf only reads a configuration value.
-    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    let per_second = u64::try_from(per_second)
-        .ok()
-        .filter(|&hz| hz > 0)
-        .unwrap_or(100);
-    Ok(Duration::from_secs_f64(ticks as f64 / per_second as f64))
 }
 
 /// The agent with `--sources`; killed when dropped.

@@ -542,19 +542,8 @@ impl Probe<'_> {
     async fn drift(&mut self, index: usize) -> Result<Duration> {
         use futures_util::StreamExt as _;
         let name = format!("d{index:04}");
-        let filters = std::collections::HashMap::from([(
-            "label".to_owned(),
-            vec![
-                format!("voodu.scope={}", self.scope),
-                format!("voodu.name={name}"),
-            ],
-        )]);
-        let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
-            .filters(&filters)
-            .build();
         let victim = self
-            .docker
-            .list_containers(Some(options))
+            .containers(&name, false)
             .await?
             .into_iter()
             .find_map(|container| container.id)
@@ -591,6 +580,26 @@ impl Probe<'_> {
         Ok(created.duration_since(destroyed)?)
     }
 
+    /// The containers of deployment `name` (stopped ones too with `all`).
+    async fn containers(
+        &self,
+        name: &str,
+        all: bool,
+    ) -> Result<Vec<bollard::models::ContainerSummary>> {
+        let filters = std::collections::HashMap::from([(
+            "label".to_owned(),
+            vec![
+                format!("voodu.scope={}", self.scope),
+                format!("voodu.name={name}"),
+            ],
+        )]);
+        let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
+            .all(all)
+            .filters(&filters)
+            .build();
+        Ok(self.docker.list_containers(Some(options)).await?)
+    }
+
     /// When the agent logged its first create of a `name` replica at or after `since`.
     async fn create_logged(
         &self,
@@ -625,20 +634,9 @@ impl Probe<'_> {
     /// Waits until `name` runs exactly its replicas again, each with `sleep` in its command
     /// (any command: empty).
     async fn replaced(&self, name: &str, sleep: &str) -> Result {
-        let filters = std::collections::HashMap::from([(
-            "label".to_owned(),
-            vec![
-                format!("voodu.scope={}", self.scope),
-                format!("voodu.name={name}"),
-            ],
-        )]);
-        let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(&filters)
-            .build();
         let started = Instant::now();
         loop {
-            let containers = self.docker.list_containers(Some(options.clone())).await?;
+            let containers = self.containers(name, true).await?;
             let done = containers.len() == self.replicas
                 && containers.iter().all(|container| {
                     container.state == Some(bollard::models::ContainerSummaryStateEnum::RUNNING)

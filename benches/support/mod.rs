@@ -346,13 +346,25 @@ pub fn memory_line(pid: u32) -> Result<String> {
 
 /// CPU time (user + system) `pid` has used so far, from `/proc/PID/stat`.
 pub fn cpu_time(pid: u32) -> Result<Duration> {
+    // After the name: state is field 3, utime 14 and stime 15 (1-based, proc(5)).
+    stat_cpu(pid, 11)
+}
+
+/// The CPU time of the processes `pid` started and waited for (`cutime` + `cstime`).
+pub fn children_cpu_time(pid: u32) -> Result<Duration> {
+    // After the name: cutime is field 16 and cstime 17 (1-based, proc(5)).
+    stat_cpu(pid, 13)
+}
+
+/// Two adjacent tick counts of `/proc/PID/stat`, from `at` counting after the command name,
+/// as a duration.
+fn stat_cpu(pid: u32, at: usize) -> Result<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // The command name may hold spaces: fields count from the closing parenthesis.
     let after = stat.rsplit_once(')').ok_or("no ) in stat")?.1;
     let fields: Vec<&str> = after.split_whitespace().collect();
-    // After the name: state is field 3, utime 14 and stime 15 (1-based, proc(5)).
-    let ticks: u64 = fields.get(11).ok_or("no utime")?.parse::<u64>()?
-        + fields.get(12).ok_or("no stime")?.parse::<u64>()?;
+    let ticks: u64 = fields.get(at).ok_or("a short stat")?.parse::<u64>()?
+        + fields.get(at + 1).ok_or("a short stat")?.parse::<u64>()?;
     // SAFETY: sysconf only reads a configuration value.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     let per_second = u64::try_from(per_second)
