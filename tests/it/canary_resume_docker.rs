@@ -21,7 +21,7 @@ use serde_json::Value;
 use crate::canary_docker::{release_of, rollout};
 use crate::e2e_docker::{Env, Row};
 use crate::maintenance_docker::{ProxyGuard, free_port};
-use crate::support::canary::{Client, Hit, serving_replica};
+use crate::support::canary::{Client, Hit, ProxyLoads, serving_replica};
 use crate::support::{TestResult, test_image, wait_until};
 
 const LIMIT: Duration = Duration::from_secs(90);
@@ -310,7 +310,7 @@ fn i51_an_agent_killed_mid_canary_resumes_its_step_within_its_share() -> TestRes
         release_of(env, &v2, "succeeded")?;
         let done = client.now();
         std::thread::sleep(DEAD);
-        let hits = client.stop();
+        let hits = ProxyLoads::from_log(&env.log())?.without_drops(client.stop())?;
 
         // The figures, then the bounds.
         println!("{} requests in all", hits.len());

@@ -368,6 +368,49 @@ fn start_analysis<R: Runtime>(
     });
 }
 
+/// One sample's status; `None` when no answer came within `SAMPLE_TIMEOUT`. Through the
+/// ingress, a connection the proxy closed or reset before answering is tried once more at
+/// once: Caddy 2.6.2 drops the connections that arrive while it loads a config (README,
+/// "Progressive delivery"), and the agent's own config loads are no verdict on the canary.
+/// A status, a refusal or a timeout counts as it came.
+async fn sample_status(request: reqwest::RequestBuilder, through_proxy: bool) -> Option<u16> {
+    let again = if through_proxy {
+        request.try_clone()
+    } else {
+        None
+    };
+    match tokio::time::timeout(SAMPLE_TIMEOUT, request.send()).await {
+        Ok(Ok(response)) => Some(response.status().as_u16()),
+        Ok(Err(error)) if dropped_unanswered(&error) => {
+            let again = again?;
+            match tokio::time::timeout(SAMPLE_TIMEOUT, again.send()).await {
+                Ok(Ok(response)) => Some(response.status().as_u16()),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Whether a request failed because its connection was closed or reset before any answer
+/// (not refused, not timed out).
+fn dropped_unanswered(error: &reqwest::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(current) = cause {
+        if current
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_incomplete_message)
+            || current
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionReset)
+        {
+            return true;
+        }
+        cause = current.source();
+    }
+    false
+}
+
 /// Runs every check `analysis` names, the `http` one straight to the canary replicas: whether
 /// all passed, and the values measured (with the step, for `progress`).
 async fn measure(
@@ -400,10 +443,8 @@ async fn measure(
                 }
             };
             let start = tokio::time::Instant::now();
-            let status = match tokio::time::timeout(SAMPLE_TIMEOUT, request.send()).await {
-                Ok(Ok(response)) => Some(response.status().as_u16()),
-                _ => None,
-            };
+            let through_proxy = matches!(reach, Reach::Ingress { .. });
+            let status = sample_status(request, through_proxy).await;
             seen.push(Sample {
                 status,
                 latency: start.elapsed(),
@@ -488,4 +529,93 @@ async fn query(
     let answer: Value = serde_json::from_slice(&body)
         .map_err(|error| format!("prometheus at {base}: not JSON: {error}"))?;
     plan::prometheus_values(&answer)
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    use super::sample_status;
+
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    /// A loopback server that closes its first `drop_first` connections unanswered (after
+    /// reading the request), then answers `status` to each: its address, and the task that
+    /// returns how many connections it saw once `stop` is sent.
+    async fn server(
+        drop_first: usize,
+        status: u16,
+    ) -> std::io::Result<(
+        String,
+        tokio::task::JoinHandle<usize>,
+        tokio::sync::oneshot::Sender<()>,
+    )> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let address = listener.local_addr()?.to_string();
+        let (stop, mut stopped) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let mut seen = 0;
+            loop {
+                let mut stream = tokio::select! {
+                    accepted = listener.accept() => match accepted {
+                        Ok((stream, _)) => stream,
+                        Err(_) => return seen,
+                    },
+                    _ = &mut stopped => return seen,
+                };
+                seen += 1;
+                let mut request = [0u8; 1024];
+                let _ = stream.read(&mut request).await;
+                if seen > drop_first {
+                    let answer = format!(
+                        "HTTP/1.1 {status} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    );
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                }
+            }
+        });
+        Ok((address, task, stop))
+    }
+
+    /// `samples` samples of `GET /` from a `server(drop_first, status)`, one after another;
+    /// then how many connections the server saw.
+    async fn sample_and_count(
+        drop_first: usize,
+        status: u16,
+        through_proxy: bool,
+        samples: usize,
+    ) -> Result<(Vec<Option<u16>>, usize), Box<dyn std::error::Error>> {
+        let client = crate::reconcile::observers::probes::http_client();
+        let (address, task, stop) = server(drop_first, status).await?;
+        let mut got = Vec::new();
+        for _ in 0..samples {
+            let request = client.get(format!("http://{address}/"));
+            got.push(sample_status(request, through_proxy).await);
+        }
+        let _ = stop.send(());
+        Ok((got, task.await?))
+    }
+
+    #[tokio::test]
+    async fn through_the_proxy_a_dropped_connection_is_tried_once_more() -> TestResult {
+        let (got, seen) = sample_and_count(1, 200, true, 1).await?;
+        assert_eq!(got, [Some(200)]);
+        assert_eq!(seen, 2, "one drop, one try more");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_second_drop_or_a_direct_sample_counts_as_failed_and_a_status_as_it_came()
+    -> TestResult {
+        let (got, seen) = sample_and_count(2, 200, true, 2).await?;
+        assert_eq!(got, [None, Some(200)], "dropped twice, then answered");
+        assert_eq!(seen, 3);
+        let (got, seen) = sample_and_count(1, 200, false, 1).await?;
+        assert_eq!(got, [None], "no retry straight to the replicas");
+        assert_eq!(seen, 1);
+        let (got, seen) = sample_and_count(0, 500, true, 1).await?;
+        assert_eq!(got, [Some(500)], "a 500 is not retried");
+        assert_eq!(seen, 1);
+        Ok(())
+    }
 }
