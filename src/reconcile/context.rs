@@ -338,14 +338,7 @@ pub(crate) async fn blocking<T: Send + 'static>(
 ) -> Result<T> {
     // In one of the store's thread turns: passes and probe runners by the hundred would
     // otherwise each hold a blocking thread of their own, waiting for the one connection.
-    let turn = store.thread_turn().await;
-    let store = store.clone();
-    match tokio::task::spawn_blocking(move || {
-        let _turn = turn;
-        f(&store)
-    })
-    .await
-    {
+    match crate::store::in_turn(store, f).await {
         Ok(result) => result.map_err(Error::Store),
         Err(join_error) if join_error.is_panic() => {
             std::panic::resume_unwind(join_error.into_panic())

@@ -141,23 +141,27 @@ pub(crate) async fn blocking<T: Send + 'static>(
     store: &Arc<Store>,
     f: impl FnOnce(&Store) -> Result<T> + Send + 'static,
 ) -> Result<T> {
-    let turn = store.thread_turn().await;
+    in_turn(store, f).await?
+}
+
+/// Runs `f` with `store` on a blocking thread once one of the store's thread turns
+/// (`STORE_THREADS`) is free, held while `f` runs; the task's own outcome (a panic in `f` is
+/// the caller's to resume or report).
+pub(crate) async fn in_turn<T: Send + 'static>(
+    store: &Arc<Store>,
+    f: impl FnOnce(&Store) -> T + Send + 'static,
+) -> std::result::Result<T, tokio::task::JoinError> {
+    // The semaphore is never closed; were it, the work would go on without a turn.
+    let turn = Arc::clone(&store.shared.threads).acquire_owned().await.ok();
     let store = Arc::clone(store);
     tokio::task::spawn_blocking(move || {
         let _turn = turn;
         f(&store)
     })
-    .await?
+    .await
 }
 
 impl Store {
-    /// A turn of the store's blocking threads (`STORE_THREADS`), waited for without holding a
-    /// thread; a blocking task that uses the store holds it for as long as it runs.
-    pub(crate) async fn thread_turn(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        // The semaphore is never closed; were it, the work would go on without a turn.
-        Arc::clone(&self.shared.threads).acquire_owned().await.ok()
-    }
-
     /// Opens the database at `path` and runs pending migrations; when no file is there, first
     /// creates one whole (schema and agent id) under a temporary name and links it into place,
     /// so a `state.db` on disk is always a complete database.

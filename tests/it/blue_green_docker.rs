@@ -46,18 +46,24 @@ struct Seen {
     failures: Vec<Failure>,
 }
 
-/// A request that failed: when it was sent, its status line (`None` when it got none) or why.
+/// A request that failed.
 #[derive(Debug)]
-struct Failure(std::time::SystemTime, Option<String>, String);
+struct Failure {
+    sent: std::time::SystemTime,
+    /// Its answer's status line; `None` when it got none.
+    status: Option<String>,
+    /// Without a status: the (empty) answer, or the error.
+    why: String,
+}
 
 impl Seen {
     /// Without the connections the proxy dropped at its config loads (`ProxyLoads`).
     fn without_drops(self, log: &std::path::Path) -> TestResult<Seen> {
         let failures = ProxyLoads::from_log(log)?.without_drops_by(self.failures, |failure| {
             failure
-                .1
+                .status
                 .is_none()
-                .then_some((failure.0, failure.2.as_str()))
+                .then_some((failure.sent, failure.why.as_str()))
         })?;
         Ok(Seen { failures, ..self })
     }
@@ -81,13 +87,21 @@ impl Stream {
                     Ok(answer) if answer.starts_with("HTTP/1.1 200") => seen
                         .versions
                         .push(answer.lines().last().unwrap_or_default().trim().to_owned()),
-                    Ok(answer) if answer.starts_with("HTTP/") => seen.failures.push(Failure(
+                    Ok(answer) if answer.starts_with("HTTP/") => seen.failures.push(Failure {
                         sent,
-                        answer.lines().next().map(str::to_owned),
-                        String::new(),
-                    )),
-                    Ok(answer) => seen.failures.push(Failure(sent, None, answer)),
-                    Err(error) => seen.failures.push(Failure(sent, None, error.to_string())),
+                        status: answer.lines().next().map(str::to_owned),
+                        why: String::new(),
+                    }),
+                    Ok(why) => seen.failures.push(Failure {
+                        sent,
+                        status: None,
+                        why,
+                    }),
+                    Err(error) => seen.failures.push(Failure {
+                        sent,
+                        status: None,
+                        why: error.to_string(),
+                    }),
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }

@@ -374,41 +374,34 @@ fn start_analysis<R: Runtime>(
 /// "Progressive delivery"), and the agent's own config loads are no verdict on the canary.
 /// A status, a refusal or a timeout counts as it came.
 async fn sample_status(request: reqwest::RequestBuilder, through_proxy: bool) -> Option<u16> {
-    let again = if through_proxy {
-        request.try_clone()
-    } else {
-        None
-    };
-    match tokio::time::timeout(SAMPLE_TIMEOUT, request.send()).await {
-        Ok(Ok(response)) => Some(response.status().as_u16()),
-        Ok(Err(error)) if dropped_unanswered(&error) => {
-            let again = again?;
-            match tokio::time::timeout(SAMPLE_TIMEOUT, again.send()).await {
-                Ok(Ok(response)) => Some(response.status().as_u16()),
-                _ => None,
-            }
-        }
-        _ => None,
+    let again = through_proxy.then(|| request.try_clone()).flatten();
+    match send(request).await {
+        Err(true) => send(again?).await.ok(),
+        answered => answered.ok(),
     }
 }
 
-/// Whether a request failed because its connection was closed or reset before any answer
-/// (not refused, not timed out).
+/// One request's status within `SAMPLE_TIMEOUT`; without one, whether its connection was
+/// closed or reset before any answer (not refused, not timed out).
+async fn send(request: reqwest::RequestBuilder) -> Result<u16, bool> {
+    match tokio::time::timeout(SAMPLE_TIMEOUT, request.send()).await {
+        Ok(Ok(response)) => Ok(response.status().as_u16()),
+        Ok(Err(error)) => Err(dropped_unanswered(&error)),
+        Err(_) => Err(false),
+    }
+}
+
+/// Whether a request failed because its connection was closed or reset before any answer.
 fn dropped_unanswered(error: &reqwest::Error) -> bool {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(current) = cause {
-        if current
+    let first: &(dyn std::error::Error + 'static) = error;
+    std::iter::successors(Some(first), |cause| cause.source()).any(|cause| {
+        cause
             .downcast_ref::<hyper::Error>()
             .is_some_and(hyper::Error::is_incomplete_message)
-            || current
+            || cause
                 .downcast_ref::<std::io::Error>()
                 .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionReset)
-        {
-            return true;
-        }
-        cause = current.source();
-    }
-    false
+    })
 }
 
 /// Runs every check `analysis` names, the `http` one straight to the canary replicas: whether
