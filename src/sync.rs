@@ -101,7 +101,8 @@ pub struct SyncOptions {
     pub ownership: Arc<Ownership>,
     /// This source's deploy windows (`window` blocks, `--window`); empty: always open.
     pub windows: Vec<WindowRule>,
-    /// The wall clock windows and freezes are judged by (tests set their own).
+    /// The wall clock windows and freezes are judged by, and fetches recorded at (tests set
+    /// their own).
     pub clock: Clock,
     /// A branch preview's rules and slug: its manifests are read with scopes and hosts
     /// mapped (`manifest::previews`); `None` for a source's own branch.
@@ -257,6 +258,10 @@ fn bounded(mut diagnostics: Vec<Diagnostic>) -> Vec<Diagnostic> {
 /// What the last sync processed: the commit and the config version it was loaded with.
 type Seen = (CommitSha, i64);
 
+/// How often (seconds) a source whose fetches keep succeeding refreshes its fetch's health
+/// row (`checked_at`, `last_success_at`): `status` and `/metrics` may show a success this old.
+const FETCH_OK_REFRESH_SECONDS: i64 = 30;
+
 /// Carries a source and the store between syncs, remembering what it last processed.
 pub struct Syncer {
     source: Source,
@@ -264,6 +269,10 @@ pub struct Syncer {
     options: SyncOptions,
     fetcher: UrlCache,
     last_seen: Mutex<Option<Seen>>,
+    /// When this syncer last wrote a successful fetch to the store (its clock's Unix
+    /// seconds), while every fetch since succeeded too (`record_fetch`); `None` after a
+    /// failure or before the first.
+    fetch_ok_written: Mutex<Option<i64>>,
     /// Decoded manifest files by blob id, so a commit parses only the files it changed.
     decoded: manifest::DecodeCache,
 }
@@ -311,6 +320,7 @@ impl Syncer {
             options,
             fetcher,
             last_seen: Mutex::new(last_seen),
+            fetch_ok_written: Mutex::new(None),
             decoded: manifest::DecodeCache::default(),
         })
     }
@@ -395,7 +405,10 @@ impl Syncer {
     }
 
     /// Records how the fetch ended for `status` (the whole error chain, and since when it
-    /// fails); an interrupted fetch says nothing about the remote.
+    /// fails); an interrupted fetch says nothing about the remote. A success after a success
+    /// is written once per `FETCH_OK_REFRESH_SECONDS` only (or when the clock went back): a
+    /// source polled each second would otherwise write a transaction a second to say nothing
+    /// new (issue 54).
     fn record_fetch(&self, fetched: &Result<CommitSha, crate::git::Error>) {
         let chain;
         let outcome = match fetched {
@@ -406,11 +419,22 @@ impl Syncer {
                 Err(chain.as_str())
             }
         };
-        if let Err(error) = self
-            .store
-            .record_health(&self.store.source_key(HEALTH_FETCH), outcome)
+        let mut ok_written = crate::base::lock(&self.fetch_ok_written);
+        let now = self.options.clock.now();
+        if outcome.is_ok()
+            && ok_written.is_some_and(|at| (at..at + FETCH_OK_REFRESH_SECONDS).contains(&now))
         {
-            tracing::warn!(%error, "cannot record the fetch outcome");
+            return;
+        }
+        match self
+            .store
+            .record_health_at(&self.store.source_key(HEALTH_FETCH), outcome, now)
+        {
+            Ok(()) => *ok_written = outcome.is_ok().then_some(now),
+            Err(error) => {
+                *ok_written = None;
+                tracing::warn!(%error, "cannot record the fetch outcome");
+            }
         }
     }
 

@@ -106,13 +106,20 @@ pub struct Health {
     pub last_success_at: Option<i64>,
 }
 
+impl Health {
+    /// Whether the last check succeeded.
+    pub fn is_ok(&self) -> bool {
+        self.ok
+    }
+}
+
 impl Store {
     /// Records one check of `subject`: `Ok(())` or the error it failed with.
     pub(crate) fn record_health(&self, subject: &str, outcome: Result<(), &str>) -> Result<()> {
         self.record_health_at(subject, outcome, now_unix())
     }
 
-    /// `record_health` at a given time (tests).
+    /// `record_health` at a given time (a sync's clock, tests).
     pub(crate) fn record_health_at(
         &self,
         subject: &str,

@@ -301,25 +301,25 @@ pub(super) fn clear_in(
 
 /// `source`'s hold as stored.
 fn read_hold(connection: &rusqlite::Connection, source: &str) -> rusqlite::Result<Option<Hold>> {
+    // Read by every poll (`Syncer::hold_due`): prepared once.
     connection
-        .query_row(
+        .prepare_cached(
             "SELECT sha, since, until, reason, frozen, released_by, released_at
              FROM holds WHERE source = ?1",
-            params![source],
-            |row| {
-                Ok(Hold {
-                    commit: CommitSha::new(row.get::<_, String>(0)?),
-                    since: row.get(1)?,
-                    until: row.get(2)?,
-                    reason: row.get(3)?,
-                    frozen: row.get(4)?,
-                    released_by: row
-                        .get::<_, Option<i64>>(6)?
-                        .map(|_| row.get::<_, Option<String>>(5))
-                        .transpose()?
-                        .map(Option::unwrap_or_default),
-                })
-            },
-        )
+        )?
+        .query_row(params![source], |row| {
+            Ok(Hold {
+                commit: CommitSha::new(row.get::<_, String>(0)?),
+                since: row.get(1)?,
+                until: row.get(2)?,
+                reason: row.get(3)?,
+                frozen: row.get(4)?,
+                released_by: row
+                    .get::<_, Option<i64>>(6)?
+                    .map(|_| row.get::<_, Option<String>>(5))
+                    .transpose()?
+                    .map(Option::unwrap_or_default),
+            })
+        })
         .optional()
 }

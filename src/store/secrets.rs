@@ -180,12 +180,10 @@ impl Store {
     /// Bumped by every bucket change.
     pub(crate) fn config_version(&self) -> Result<i64> {
         self.with(|connection| {
+            // Read by every poll of every source: prepared once.
             Ok(connection
-                .query_row(
-                    "SELECT value FROM meta WHERE key = 'config_version'",
-                    [],
-                    |row| row.get::<_, String>(0),
-                )
+                .prepare_cached("SELECT value FROM meta WHERE key = 'config_version'")?
+                .query_row([], |row| row.get::<_, String>(0))
                 .optional()?
                 .and_then(|text| text.parse().ok())
                 .unwrap_or(0))

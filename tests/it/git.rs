@@ -3,12 +3,12 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use voodu_agent::git::{self, Source, SourceOptions};
 use voodu_agent::model::{Kind, ResourceKey};
 use voodu_agent::store::Store;
-use voodu_agent::sync::{SyncOptions, SyncOutcome, Syncer};
+use voodu_agent::sync::{Clock, SyncOptions, SyncOutcome, Syncer};
 
 use crate::support::{TempRepo, TestResult};
 
@@ -31,14 +31,17 @@ struct Agent {
 
 impl Agent {
     fn new(repo: &TempRepo, paths: &[&str]) -> TestResult<Agent> {
+        Agent::with_clock(repo, paths, Clock::default())
+    }
+
+    /// `new` with the syncer reading `clock` (when fetches are recorded, windows).
+    fn with_clock(repo: &TempRepo, paths: &[&str], clock: Clock) -> TestResult<Agent> {
         let data = tempfile::tempdir()?;
         let store = Arc::new(Store::open(&data.path().join("state.db"))?);
         let source = Source::new(options(repo.url(), paths), data.path());
-        let syncer = Syncer::new(
-            source,
-            Arc::clone(&store),
-            SyncOptions::new(data.path().to_owned()),
-        )?;
+        let mut sync_options = SyncOptions::new(data.path().to_owned());
+        sync_options.clock = clock;
+        let syncer = Syncer::new(source, Arc::clone(&store), sync_options)?;
         Ok(Agent {
             data,
             store,
@@ -186,14 +189,18 @@ fn unchanged_poll_neither_walks_the_tree_nor_writes_the_store() -> TestResult {
     let repo = TempRepo::new()?;
     repo.write("web.hcl", &deployment("web"))?;
     let sha = repo.commit("web")?;
-    let agent = Agent::new(&repo, &[])?;
+    let (clock, now) = test_clock();
+    let agent = Agent::with_clock(&repo, &[], clock)?;
     agent.sync_applied(&sha)?;
-    // A second connection reads every row of every table but `health`, whose fetch check
-    // records its time at each poll (a poll in another second than the last writes it).
+    // A second connection reads every row of every table, and SQLite's `data_version`, which
+    // moves at any other connection's commit. The fetch's health row is written again only
+    // once its refresh is due (30 s), so a poll 29 s later writes nothing at all.
+    now.fetch_add(29, Ordering::Relaxed);
     let probe = rusqlite::Connection::open(agent.db())?;
+    let data_version = || probe.query_row("PRAGMA data_version", [], |row| row.get::<_, i64>(0));
     let store_rows = || -> rusqlite::Result<String> {
         let tables: Vec<String> = probe
-            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name != 'health' ORDER BY name")?
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")?
             .query_map([], |row| row.get(0))?
             .collect::<rusqlite::Result<_>>()?;
         let mut dump = String::new();
@@ -217,6 +224,7 @@ fn unchanged_poll_neither_walks_the_tree_nor_writes_the_store() -> TestResult {
         })
     };
     let (version_before, commits_before) = (store_rows()?, commit_rows()?);
+    let data_version_before = data_version()?;
     let tree_reads_before = agent.syncer.source().tree_reads();
 
     let outcome = agent.sync()?;
@@ -231,6 +239,11 @@ fn unchanged_poll_neither_walks_the_tree_nor_writes_the_store() -> TestResult {
         "no tree walk"
     );
     assert_eq!(store_rows()?, version_before, "no store write");
+    assert_eq!(
+        data_version()?,
+        data_version_before,
+        "no commit of any table"
+    );
     assert_eq!(commit_rows()?, commits_before, "no commit recorded");
 
     // Control: the same probe does see the store's writes, so the checks above can fail.
@@ -243,7 +256,77 @@ fn unchanged_poll_neither_walks_the_tree_nor_writes_the_store() -> TestResult {
         version_before,
         "the probe sees a store write"
     );
+    assert_ne!(
+        data_version()?,
+        data_version_before,
+        "the probe sees a commit"
+    );
     assert_eq!(commit_rows()?, commits_before + 1);
+    Ok(())
+}
+
+/// A clock at a fixed time that the test moves on.
+fn test_clock() -> (Clock, Arc<AtomicI64>) {
+    let now = Arc::new(AtomicI64::new(1_800_000_000));
+    let read = Arc::clone(&now);
+    (Clock::new(move || read.load(Ordering::Relaxed)), now)
+}
+
+/// The fetch's health row is not refreshed by each unchanged poll, only every 30 s, but a
+/// failure is written by the poll that meets it, and the success after it by the poll that
+/// meets that.
+#[test]
+fn a_failed_fetch_and_the_recovery_after_it_are_written_at_once() -> TestResult {
+    let repo = TempRepo::new()?;
+    repo.write("web.hcl", &deployment("web"))?;
+    let sha = repo.commit("web")?;
+    let (clock, now) = test_clock();
+    let agent = Agent::with_clock(&repo, &[], clock)?;
+    agent.sync_applied(&sha)?;
+    let fetch = || -> TestResult<voodu_agent::store::Health> {
+        Ok(agent.store.health("fetch")?.ok_or("no fetch health row")?)
+    };
+    let first = fetch()?;
+    assert!(first.is_ok(), "{first:?}");
+
+    now.fetch_add(1, Ordering::Relaxed);
+    assert!(matches!(agent.sync()?, SyncOutcome::Unchanged(_)));
+    assert_eq!(fetch()?, first, "a success after a success is not written");
+
+    let moved = repo.root().join("moved.git");
+    std::fs::rename(repo.remote_path(), &moved)?;
+    assert!(agent.sync().is_err(), "a missing remote fails the sync");
+    let failed = fetch()?;
+    assert!(
+        !failed.is_ok(),
+        "the failure is recorded at once: {failed:?}"
+    );
+    assert_eq!(failed.last_success_at, first.last_success_at);
+
+    std::fs::rename(&moved, repo.remote_path())?;
+    now.fetch_add(1, Ordering::Relaxed);
+    assert!(matches!(agent.sync()?, SyncOutcome::Unchanged(_)));
+    let recovered = fetch()?;
+    assert!(
+        recovered.is_ok(),
+        "the recovery is recorded at once: {recovered:?}"
+    );
+    assert!(
+        recovered.last_success_at > first.last_success_at,
+        "{recovered:?} after {first:?}"
+    );
+
+    // Refreshed once its 30 s are up, not before.
+    now.fetch_add(29, Ordering::Relaxed);
+    agent.sync()?;
+    assert_eq!(fetch()?, recovered);
+    now.fetch_add(1, Ordering::Relaxed);
+    agent.sync()?;
+    let refreshed = fetch()?;
+    assert!(
+        refreshed.last_success_at > recovered.last_success_at,
+        "{refreshed:?} after {recovered:?}"
+    );
     Ok(())
 }
 
