@@ -3,7 +3,10 @@
 //! comma-separated list of sizes), each repository on this host (`file://`) holding one asset
 //! in its own scope, every source polled each second (`poll = "1s"`), `--no-watch`,
 //! `--no-ingress`. Printed, per binary and size:
-//! - **idle RSS** once every source applied its commit and the agent settled;
+//! - **idle RSS** once every source applied its commit and the agent settled (3 s), and
+//!   **steady RSS** at the end of the CPU window below, once the threads the start-up's
+//!   burst of syncs started have idled out (tokio's blocking threads after 10 s, the agent's
+//!   pool's after 5 s);
 //! - **unchanged-poll CPU**: the agent's CPU time over a window in which every poll finds its
 //!   branch unchanged, per second and per source-poll, and beside it the CPU of the processes
 //!   it started and waited for in that window (`git upload-pack`, per poll).
@@ -37,6 +40,7 @@ fn main() -> Result {
 /// One side's figures.
 struct Figures {
     rss_kib: u64,
+    steady_rss_kib: u64,
     cpu_per_second: Duration,
     children_per_second: Duration,
     polls: f64,
@@ -84,9 +88,10 @@ async fn bench() -> Result {
             match side(&side_dir, name, *n, window).await {
                 Ok(side) => {
                     println!(
-                        "run {}: {name} {n:>3} source(s): idle RSS {:.1} MiB, unchanged polls {:.0}/s, CPU {:.2} ms/s ({:.3} ms per source-poll; started processes {:.3} ms per poll)",
+                        "run {}: {name} {n:>3} source(s): idle RSS {:.1} MiB, steady {:.1} MiB, unchanged polls {:.0}/s, CPU {:.2} ms/s ({:.3} ms per source-poll; started processes {:.3} ms per poll)",
                         run + 1,
                         side.rss_kib as f64 / 1024.0,
+                        side.steady_rss_kib as f64 / 1024.0,
                         side.polls,
                         support::ms(side.cpu_per_second),
                         support::ms(side.cpu_per_second) / side.polls.max(1.0),
@@ -106,8 +111,11 @@ async fn bench() -> Result {
         let Some(list) = measured.as_ref().filter(|list| !list.is_empty()) else {
             continue;
         };
-        let mut rss: Vec<u64> = list.iter().map(|f| f.rss_kib).collect();
-        rss.sort_unstable();
+        let median_mib = |value: fn(&Figures) -> u64| {
+            let mut values: Vec<u64> = list.iter().map(value).collect();
+            values.sort_unstable();
+            values[values.len() / 2] as f64 / 1024.0
+        };
         let per_poll = |value: fn(&Figures) -> Duration| {
             let mut values: Vec<f64> = list
                 .iter()
@@ -117,10 +125,11 @@ async fn bench() -> Result {
             values[values.len() / 2]
         };
         println!(
-            "median of {}: {} {n:>3} source(s): idle RSS {:.1} MiB, {:.3} ms agent CPU per source-poll, {:.3} ms in started processes",
+            "median of {}: {} {n:>3} source(s): idle RSS {:.1} MiB, steady {:.1} MiB, {:.3} ms agent CPU per source-poll, {:.3} ms in started processes",
             list.len(),
             binaries[*binary],
-            rss[rss.len() / 2] as f64 / 1024.0,
+            median_mib(|f| f.rss_kib),
+            median_mib(|f| f.steady_rss_kib),
             per_poll(|f| f.cpu_per_second),
             per_poll(|f| f.children_per_second),
         );
@@ -207,9 +216,11 @@ async fn side(dir: &Path, binary: &str, n: usize, window: Duration) -> Result<Fi
     let (cpu_after, children_after, syncs_after) =
         (cpu_time(pid)?, children_cpu_time(pid)?, syncs()?);
     let seconds = at.elapsed().as_secs_f64();
+    let steady_rss_kib = memory_kib(pid, "VmRSS")?;
     agent.stop();
     Ok(Figures {
         rss_kib,
+        steady_rss_kib,
         cpu_per_second: (cpu_after - cpu_before).div_f64(seconds),
         children_per_second: children_after
             .saturating_sub(children_before)

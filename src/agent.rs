@@ -1121,10 +1121,10 @@ async fn sync_loop<S>(
         let started = Instant::now();
         let sync_for_task = sync.clone();
         let interrupt_for_task = interrupt.clone();
-        let mut task = tokio::task::spawn_blocking(move || {
+        let mut task = std::pin::pin!(crate::pool::run_as_task(move || {
             let _slot = slot;
             sync_for_task(&interrupt_for_task, &who)
-        });
+        }));
         let finished = tokio::select! {
             outcome = &mut task => Some(outcome),
             () = shutdown.cancelled() => None,

@@ -27,6 +27,7 @@
 pub(crate) mod base;
 pub mod metrics;
 pub mod model;
+pub(crate) mod pool;
 
 pub mod git;
 pub mod manifest;

@@ -514,8 +514,13 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
         result
     });
     // `run` waited for its tasks and the sync in flight; a blocking task still running (an
-    // engine call that does not answer) must not hold the exit.
-    runtime.shutdown_timeout(Duration::from_secs(2));
+    // engine call that does not answer) must not hold the exit: 2 s for tokio's blocking
+    // threads and the agent's pool (`crate::pool`) together.
+    let started = std::time::Instant::now();
+    if !crate::pool::settle(Duration::from_secs(2)) {
+        tracing::warn!("a blocking call still runs at exit");
+    }
+    runtime.shutdown_timeout(Duration::from_secs(2).saturating_sub(started.elapsed()));
     result?;
     super::log::flush();
     Ok(ExitCode::SUCCESS)

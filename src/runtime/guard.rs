@@ -320,14 +320,15 @@ impl<R: Runtime> Guarded<R> {
         }
     }
 
-    /// Runs a check on a blocking thread, in one of the checks' turns (`CHECK_THREADS`).
+    /// Runs a check on a blocking thread (`crate::pool`), in one of the checks' turns
+    /// (`CHECK_THREADS`).
     async fn off_thread<T: Send + 'static>(
         &self,
         check: impl FnOnce() -> T + Send + 'static,
     ) -> std::result::Result<T, tokio::task::JoinError> {
         // The semaphore is never closed; were it, the check would run without a turn.
         let turn = Arc::clone(&self.threads).acquire_owned().await.ok();
-        tokio::task::spawn_blocking(move || {
+        crate::pool::run_as_task(move || {
             let _turn = turn;
             check()
         })

@@ -144,7 +144,7 @@ pub(crate) async fn blocking<T: Send + 'static>(
     in_turn(store, f).await?
 }
 
-/// Runs `f` with `store` on a blocking thread once one of the store's thread turns
+/// Runs `f` with `store` on a blocking thread (`crate::pool`) once one of the store's thread turns
 /// (`STORE_THREADS`) is free, held while `f` runs; the task's own outcome (a panic in `f` is
 /// the caller's to resume or report).
 pub(crate) async fn in_turn<T: Send + 'static>(
@@ -154,7 +154,7 @@ pub(crate) async fn in_turn<T: Send + 'static>(
     // The semaphore is never closed; were it, the work would go on without a turn.
     let turn = Arc::clone(&store.shared.threads).acquire_owned().await.ok();
     let store = Arc::clone(store);
-    tokio::task::spawn_blocking(move || {
+    crate::pool::run_as_task(move || {
         let _turn = turn;
         f(&store)
     })
