@@ -143,8 +143,9 @@ pub struct Source {
     /// Which manifests this host applies (`model::hosts`); every one unless `selecting`.
     hosts: HostSelection,
     /// What this process's last negotiation found the branch at: its ref's target and the
-    /// commit it names (`Source::unchanged_local_tip`).
-    negotiated: std::sync::Mutex<Option<(gix::ObjectId, gix::ObjectId)>>,
+    /// commit it names, and the remote's git directory when it is on this host, found then
+    /// rather than by each poll (`Source::unchanged_local_tip`).
+    negotiated: std::sync::Mutex<Option<(gix::ObjectId, gix::ObjectId, Option<PathBuf>)>>,
 }
 
 impl Source {
@@ -234,7 +235,8 @@ impl Source {
                 local_tip.as_deref() != Some(remote_tip),
             ))
         })?;
-        *crate::base::lock(&self.negotiated) = Some((target, remote_tip));
+        let remote_git_dir = trigger::local_git_dir(&self.url);
+        *crate::base::lock(&self.negotiated) = Some((target, remote_tip, remote_git_dir));
         Ok(CommitSha::new(remote_tip.to_hex().to_string()))
     }
 
@@ -244,10 +246,12 @@ impl Source {
     /// opening the mirror. `None` for any other remote, a moved, symbolic or missing ref, or
     /// a mirror started again since: the fetch negotiates then.
     fn unchanged_local_tip(&self, local_ref: &str) -> Option<gix::ObjectId> {
-        let (target, tip) = (*crate::base::lock(&self.negotiated))?;
-        let remote = trigger::local_git_dir(&self.url)?;
-        let unchanged = |git_dir: &Path| ref_target(git_dir, local_ref) == Some(target);
-        (unchanged(&remote) && unchanged(&self.mirror)).then_some(tip)
+        let negotiated = crate::base::lock(&self.negotiated);
+        let (target, tip, Some(remote)) = negotiated.as_ref()? else {
+            return None;
+        };
+        let unchanged = |git_dir: &Path| ref_target(git_dir, local_ref) == Some(*target);
+        (unchanged(remote) && unchanged(&self.mirror)).then_some(*tip)
     }
 
     /// The remote's branches matching `pattern` (a branch name, or a prefix ending in `*`)
