@@ -48,47 +48,59 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 static POOL: std::sync::LazyLock<Arc<Shared>> = std::sync::LazyLock::new(Arc::default);
 
 /// A job's panic, as `std::panic::catch_unwind` caught it.
-pub(crate) type Panic = Box<dyn Any + Send + 'static>;
+type Panic = Box<dyn Any + Send + 'static>;
 
-/// Runs `f` on a pool thread and waits for it without holding an async thread; `Err` holds
-/// the panic `f` raised. Dropping the future does not stop `f`. Inside a tokio runtime `f`
-/// runs in its context (as on tokio's own blocking threads).
-pub(crate) async fn run<T: Send + 'static>(
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, Panic> {
-    let (sender, receiver) = tokio::sync::oneshot::channel();
-    let runtime = tokio::runtime::Handle::try_current().ok();
-    give(Box::new(move || {
-        let _context = runtime.as_ref().map(tokio::runtime::Handle::enter);
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-        // The awaiting side may be gone (dropped); the job ran all the same.
-        let _ = sender.send(outcome);
-    }));
-    match receiver.await {
-        Ok(outcome) => outcome,
-        // Unreachable while every job sends: the job is dropped only after it ran.
-        Err(closed) => Err(Box::new(format!("pool job lost: {closed}"))),
-    }
-}
-
-/// `run`, with a panic as tokio's `JoinError` (what `spawn_blocking` gave the callers that
-/// report it as a task failure; the panic payload is kept whole), on the agent's
-/// multi-threaded runtime. On a current-thread runtime (the CLI's commands, tests, whose clock
+/// Runs `f` on a blocking thread and waits for it without holding an async thread; a panic
+/// in `f` is the `JoinError` (as from `spawn_blocking`, the payload kept whole). Dropping the
+/// future does not stop `f`. On the agent's multi-threaded runtime it runs on this pool, in
+/// the runtime's context; on a current-thread runtime (the CLI's commands, tests, whose clock
 /// tokio may pause) it is `spawn_blocking`: tokio holds a paused clock still while its own
 /// blocking task runs, and would move it on under a job of this pool.
+///
+/// Only this shell is generic (it is instantiated for every store call): the value comes back
+/// through a slot, the rest is `run_job`'s, once.
 pub(crate) async fn run_as_task<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, tokio::task::JoinError> {
+    let slot = Arc::new(Mutex::new(None));
+    let out = Arc::clone(&slot);
+    run_job(Box::new(move || *lock(&out) = Some(f()))).await?;
+    let value = lock(&slot).take();
+    match value {
+        Some(value) => Ok(value),
+        // The job returned, so it filled the slot: never reached.
+        None => Err(join_error(Box::new("a blocking job left no value")).await),
+    }
+}
+
+async fn run_job(job: Job) -> Result<(), tokio::task::JoinError> {
     let flavor = tokio::runtime::Handle::current().runtime_flavor();
     if flavor != tokio::runtime::RuntimeFlavor::MultiThread {
-        return tokio::task::spawn_blocking(f).await;
+        return tokio::task::spawn_blocking(job).await;
     }
-    match run(f).await {
-        Ok(value) => Ok(value),
-        // A JoinError is made only by tokio: the panic is raised again in a task of its own.
-        Err(panic) => match tokio::spawn(async move { std::panic::resume_unwind(panic) }).await {
-            Err(join_error) => Err(join_error),
-        },
+    let (sender, receiver) = tokio::sync::oneshot::channel();
+    let runtime = tokio::runtime::Handle::current();
+    give(Box::new(move || {
+        let _context = runtime.enter();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+        // The awaiting side may be gone (dropped); the job ran all the same.
+        let _ = sender.send(outcome);
+    }));
+    let outcome = match receiver.await {
+        Ok(outcome) => outcome,
+        // Every job sends before it is dropped: never reached.
+        Err(closed) => Err(Box::new(format!("a blocking job was lost: {closed}")) as Panic),
+    };
+    match outcome {
+        Ok(()) => Ok(()),
+        Err(panic) => Err(join_error(panic).await),
+    }
+}
+
+/// `panic` as tokio's `JoinError`, which only tokio makes: raised again in a task of its own.
+async fn join_error(panic: Panic) -> tokio::task::JoinError {
+    match tokio::spawn(async move { std::panic::resume_unwind(panic) }).await {
+        Err(join_error) => join_error,
     }
 }
 
@@ -211,11 +223,10 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_job_runs_and_a_panic_comes_back_as_the_error() -> Result<(), String> {
-        let value = run(|| 6 * 7).await.map_err(|_| "no panic expected")?;
+        let value = run_as_task(|| 6 * 7)
+            .await
+            .map_err(|error| error.to_string())?;
         assert_eq!(value, 42);
-        let panicked = run(|| -> u8 { panic!("boom in a job") }).await;
-        let payload = panicked.err().ok_or("a panic must be the error")?;
-        assert_eq!(payload.downcast_ref::<&str>(), Some(&"boom in a job"));
         let as_task = run_as_task(|| -> u8 { panic!("boom as a task") }).await;
         let join_error = as_task.err().ok_or("a panic must be the error")?;
         assert!(join_error.is_panic());
@@ -234,7 +245,7 @@ mod tests {
         let jobs: Vec<_> = (0..8)
             .map(|_| {
                 let barrier = Arc::clone(&barrier);
-                tokio::spawn(run(move || {
+                tokio::spawn(run_as_task(move || {
                     barrier.wait();
                 }))
             })
@@ -243,7 +254,7 @@ mod tests {
             for job in jobs {
                 job.await
                     .map_err(|error| error.to_string())?
-                    .map_err(|_| "no panic expected")?;
+                    .map_err(|error| error.to_string())?;
             }
             Ok::<(), String>(())
         };
@@ -255,9 +266,9 @@ mod tests {
         // pool waking its longest-idle thread would go round all eight.
         let mut threads = std::collections::BTreeSet::new();
         for _ in 0..20 {
-            let id = run(|| std::thread::current().id())
+            let id = run_as_task(|| std::thread::current().id())
                 .await
-                .map_err(|_| "no panic expected")?;
+                .map_err(|error| error.to_string())?;
             threads.insert(format!("{id:?}"));
         }
         // Other tests of this process may hold a thread or two at once.
