@@ -186,12 +186,7 @@ fn snapshots_carry_blob_ids_and_a_reused_read_equals_a_fresh_one() -> TestResult
 
 #[test]
 fn unchanged_poll_neither_walks_the_tree_nor_writes_the_store() -> TestResult {
-    let repo = TempRepo::new()?;
-    repo.write("web.hcl", &deployment("web"))?;
-    let sha = repo.commit("web")?;
-    let (clock, now) = test_clock();
-    let agent = Agent::with_clock(&repo, &[], clock)?;
-    agent.sync_applied(&sha)?;
+    let (repo, agent, sha, now) = web_applied_on_test_clock()?;
     // A second connection reads every row of every table, and SQLite's `data_version`, which
     // moves at any other connection's commit. The fetch's health row is written again only
     // once its refresh is due (30 s), so a poll 29 s later writes nothing at all.
@@ -265,6 +260,17 @@ fn unchanged_poll_neither_walks_the_tree_nor_writes_the_store() -> TestResult {
     Ok(())
 }
 
+/// A repository with one deployment, applied by an agent reading `test_clock`.
+fn web_applied_on_test_clock() -> TestResult<(TempRepo, Agent, String, Arc<AtomicI64>)> {
+    let repo = TempRepo::new()?;
+    repo.write("web.hcl", &deployment("web"))?;
+    let sha = repo.commit("web")?;
+    let (clock, now) = test_clock();
+    let agent = Agent::with_clock(&repo, &[], clock)?;
+    agent.sync_applied(&sha)?;
+    Ok((repo, agent, sha, now))
+}
+
 /// A clock at a fixed time that the test moves on.
 fn test_clock() -> (Clock, Arc<AtomicI64>) {
     let now = Arc::new(AtomicI64::new(1_800_000_000));
@@ -277,12 +283,7 @@ fn test_clock() -> (Clock, Arc<AtomicI64>) {
 /// meets that.
 #[test]
 fn a_failed_fetch_and_the_recovery_after_it_are_written_at_once() -> TestResult {
-    let repo = TempRepo::new()?;
-    repo.write("web.hcl", &deployment("web"))?;
-    let sha = repo.commit("web")?;
-    let (clock, now) = test_clock();
-    let agent = Agent::with_clock(&repo, &[], clock)?;
-    agent.sync_applied(&sha)?;
+    let (repo, agent, _, now) = web_applied_on_test_clock()?;
     let fetch = || -> TestResult<voodu_agent::store::Health> {
         Ok(agent.store.health("fetch")?.ok_or("no fetch health row")?)
     };
