@@ -12,7 +12,9 @@
 //! `KEEP_ALIVE` with no job given to it.
 
 use std::any::Any;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+
+use crate::base::lock;
 use std::time::{Duration, Instant};
 
 /// How long an idle thread waits for work before it exits.
@@ -39,10 +41,6 @@ struct Shared {
     state: Mutex<State>,
     /// Signalled when `running` drops to zero.
     settled: Condvar,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 static POOL: std::sync::LazyLock<Arc<Shared>> = std::sync::LazyLock::new(Arc::default);
