@@ -81,15 +81,20 @@ impl Store {
 
     /// Wakes subscribers when another process (the `rollback` or `unpin` command) appended
     /// journal rows this handle has not announced, or changed maintenance (`maintenance`).
-    /// Two indexed reads; cheap enough to call before every sync.
+    /// Two indexed reads in one statement, prepared once: called before every sync of every
+    /// source (100 sources polled each second parsed it 200 times a second).
     pub fn notice_external_writes(&self) -> Result<()> {
-        let (head, maintenance): (i64, i64) = self.with(|connection| {
-            let head =
-                connection.query_row("SELECT COALESCE(MAX(seq), 0) FROM journal", [], |row| {
-                    row.get(0)
-                })?;
-            Ok((head, super::maintenance::version(connection)?))
+        let (head, maintenance) = self.with(|connection| {
+            Ok(connection
+                .prepare_cached(
+                    "SELECT (SELECT COALESCE(MAX(seq), 0) FROM journal),
+                            (SELECT value FROM meta WHERE key = ?1)",
+                )?
+                .query_row(params![super::maintenance::VERSION_KEY], |row| {
+                    Ok((row.get::<_, i64>(0)?, row.get::<_, Option<String>>(1)?))
+                })?)
         })?;
+        let maintenance = super::maintenance::parse_version(maintenance.as_deref());
         self.announce_maintenance(maintenance);
         self.shared.journal_head.send_if_modified(|current| {
             let newer = head > *current;

@@ -26,7 +26,7 @@ const DEFAULT_RETRY_AFTER_SECS: u64 = 300;
 /// Longest `Retry-After` kept: a day.
 pub(crate) const MAX_RETRY_AFTER_SECS: u64 = 24 * 3600;
 /// The `meta` key bumped by every change.
-const VERSION_KEY: &str = "maintenance_version";
+pub(super) const VERSION_KEY: &str = "maintenance_version";
 
 /// One deployment in maintenance.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -47,15 +47,19 @@ pub struct Maintenance {
 
 /// The stored version counter (0 before any change).
 pub(super) fn version(connection: &rusqlite::Connection) -> rusqlite::Result<i64> {
-    Ok(connection
+    let value = connection
         .query_row(
             "SELECT value FROM meta WHERE key = ?1",
             params![VERSION_KEY],
             |row| row.get::<_, String>(0),
         )
-        .optional()?
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(0))
+        .optional()?;
+    Ok(parse_version(value.as_deref()))
+}
+
+/// The version counter as stored in `meta` (`None`: never changed, 0).
+pub(super) fn parse_version(value: Option<&str>) -> i64 {
+    value.and_then(|value| value.parse().ok()).unwrap_or(0)
 }
 
 fn bump(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<i64> {
