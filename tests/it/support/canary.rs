@@ -264,7 +264,8 @@ impl Drop for Client {
 /// The config loads the agent logged for its Caddy ("ingress routes pushed"), read from the
 /// agent's log: Caddy 2.6.2 (Debian's) swaps its listening socket at each load, and a
 /// connection that arrives in that instant is closed unanswered (a reset; through Docker's
-/// port publishing, an empty reply). Measured with `voodu-caddy` and four clients sending
+/// port publishing, an empty reply; a broken pipe when the client was still writing its
+/// request, seen once in CI at 1.6 ms before a logged load). Measured with `voodu-caddy` and four clients sending
 /// ≈ 5,000 requests a second: 100 loads 30 ms apart reset 77 and 100 connections on the host
 /// network, and gave 53 and 61 empty replies through a published port; never one between
 /// loads. A test's steady client therefore tells those apart from the failures it asserts on.
@@ -286,10 +287,10 @@ impl ProxyLoads {
     }
 
     /// Whether a request sent at `when` that got no status, only `why` (empty for an empty
-    /// reply), was a connection the proxy dropped at a config load: an empty reply or a reset
-    /// (never a refusal or a timeout), sent while a load was under way.
+    /// reply), was a connection the proxy dropped at a config load: an empty reply, a reset
+    /// or a broken pipe (never a refusal or a timeout), sent while a load was under way.
     fn dropped_at(&self, when: SystemTime, why: &str) -> bool {
-        (why.is_empty() || why.contains("os error 104"))
+        (why.is_empty() || why.contains("os error 104") || why.contains("os error 32"))
             && self.0.iter().any(|&logged| {
                 when <= logged + Duration::from_millis(100) && when + LOAD_TAKES >= logged
             })

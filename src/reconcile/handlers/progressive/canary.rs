@@ -391,16 +391,20 @@ async fn send(request: reqwest::RequestBuilder) -> Result<u16, bool> {
     }
 }
 
-/// Whether a request failed because its connection was closed or reset before any answer.
+/// Whether a request failed because its connection was closed or reset before any answer
+/// (a broken pipe too: the proxy closed it while the request was still being written).
 fn dropped_unanswered(error: &reqwest::Error) -> bool {
     let first: &(dyn std::error::Error + 'static) = error;
     std::iter::successors(Some(first), |cause| cause.source()).any(|cause| {
         cause
             .downcast_ref::<hyper::Error>()
             .is_some_and(hyper::Error::is_incomplete_message)
-            || cause
-                .downcast_ref::<std::io::Error>()
-                .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionReset)
+            || cause.downcast_ref::<std::io::Error>().is_some_and(|io| {
+                matches!(
+                    io.kind(),
+                    std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+                )
+            })
     })
 }
 
