@@ -32,7 +32,7 @@ pub struct RegistryPushes {
 
 /// Most repositories held between two looks of the scanner (a flood of notifications
 /// cannot grow memory without bound; the rest wait for the interval).
-const MAX_PUSHED: usize = 256;
+pub(crate) const MAX_PUSHED: usize = 256;
 
 impl RegistryPushes {
     /// `repository` (`registry.example/team/app`) was pushed to.

@@ -96,7 +96,7 @@ pub(crate) async fn run<R: Runtime>(
             // A registry said repositories were pushed to: their scans and tag looks are due
             // now.
             pushed = pushes.next() => {
-                tags.due.extend(pushed.iter().cloned());
+                tags.pushed(&pushed);
                 scans.forced.extend(pushed);
                 None
             }
@@ -105,6 +105,10 @@ pub(crate) async fn run<R: Runtime>(
                 return;
             }
         };
+        // The second look at what a notification named (`PUSH_RECHECK`).
+        let again = tags.recheck_due();
+        scans.forced.extend(again.iter().cloned());
+        tags.due.extend(again);
         tags.look(&ctx, &client).await;
         let wait = match pass(
             &ctx,
@@ -148,6 +152,13 @@ fn next_look(due: &[i64], asks: &[Duration], tag_look: Duration, now: i64) -> Du
 /// How often a running release's tags are looked at for a move.
 const TAG_LOOK_INTERVAL: Duration = Duration::from_secs(5 * 60);
 
+/// How long after a registry's push notification the repositories it named are looked at
+/// (and scanned) once more. A registry may notify before the tag moves: distribution's (Debian's
+/// `docker-registry`) sends a manifest's push event once the manifest is stored and writes
+/// the tag after it, so the look made at once can still read the old digest (seen in CI: the
+/// notification 30 ms before the push's answer, the look's read between the two).
+const PUSH_RECHECK: Duration = Duration::from_secs(2);
+
 /// Watches the tags running releases resolved: what each names at its registry now, recorded
 /// for `status` (a tag that moved), told once per move (`image.tag_moved`).
 #[derive(Default)]
@@ -155,15 +166,46 @@ struct TagWatch {
     last: Option<tokio::time::Instant>,
     /// Repositories a registry notification made due before the interval.
     due: std::collections::BTreeSet<String>,
+    /// Repositories a notification named, due again at `recheck_at` (`PUSH_RECHECK`).
+    recheck: std::collections::BTreeSet<String>,
+    recheck_at: Option<tokio::time::Instant>,
 }
 
 impl TagWatch {
-    /// How long until the next periodic look (a look that could not read the store is tried
-    /// again after the shortest scan interval).
+    /// How long until the next periodic look or the next second look (a look that could not
+    /// read the store is tried again after the shortest scan interval).
     fn next(&self) -> Duration {
-        self.last.map_or(MIN_IMAGE_SCAN_INTERVAL, |last| {
-            (last + TAG_LOOK_INTERVAL).saturating_duration_since(tokio::time::Instant::now())
+        let now = tokio::time::Instant::now();
+        let periodic = self.last.map_or(MIN_IMAGE_SCAN_INTERVAL, |last| {
+            (last + TAG_LOOK_INTERVAL).saturating_duration_since(now)
+        });
+        self.recheck_at.map_or(periodic, |at| {
+            periodic.min(at.saturating_duration_since(now))
         })
+    }
+
+    /// A registry notification named `pushed`: due now, and once more `PUSH_RECHECK` after
+    /// the last notification (held to as many repositories as a notification may name).
+    fn pushed(&mut self, pushed: &std::collections::BTreeSet<String>) {
+        self.due.extend(pushed.iter().cloned());
+        for repository in pushed {
+            if self.recheck.len() >= crate::reconcile::run::wake::MAX_PUSHED {
+                break;
+            }
+            self.recheck.insert(repository.clone());
+        }
+        self.recheck_at = Some(tokio::time::Instant::now() + PUSH_RECHECK);
+    }
+
+    /// The repositories whose second look is due now, taken.
+    fn recheck_due(&mut self) -> std::collections::BTreeSet<String> {
+        match self.recheck_at {
+            Some(at) if at <= tokio::time::Instant::now() => {
+                self.recheck_at = None;
+                std::mem::take(&mut self.recheck)
+            }
+            _ => std::collections::BTreeSet::new(),
+        }
     }
 
     async fn look<R: Runtime>(&mut self, ctx: &Ctx<R>, client: &Scanner) {
@@ -708,6 +750,26 @@ async fn credentials_for<R: Runtime>(
 mod tests {
     use super::*;
     use crate::model::Kind;
+
+    /// A notification's repositories are due at once and once more `PUSH_RECHECK` later (the
+    /// registry may notify before the tag moves), and the loop's next wake is then.
+    #[tokio::test(start_paused = true)]
+    async fn a_pushed_repository_is_looked_at_now_and_once_more_after_the_recheck() {
+        let pushed = std::collections::BTreeSet::from(["registry.test/app".to_owned()]);
+        let mut tags = TagWatch {
+            last: Some(tokio::time::Instant::now()),
+            ..TagWatch::default()
+        };
+        assert_eq!(tags.next(), TAG_LOOK_INTERVAL);
+        tags.pushed(&pushed);
+        assert_eq!(tags.due, pushed);
+        assert!(tags.recheck_due().is_empty(), "not yet");
+        assert_eq!(tags.next(), PUSH_RECHECK);
+        tokio::time::advance(PUSH_RECHECK).await;
+        assert_eq!(tags.recheck_due(), pushed);
+        assert!(tags.recheck_due().is_empty(), "once");
+        assert_eq!(tags.next(), TAG_LOOK_INTERVAL - PUSH_RECHECK);
+    }
 
     /// The scanner sleeps until a scan is due, not every `MIN_IMAGE_SCAN_INTERVAL`: one
     /// repository followed every hour and scanned a minute ago wakes it in 59 minutes (capped
