@@ -265,10 +265,11 @@ impl Drop for Client {
 /// agent's log: Caddy 2.6.2 (Debian's) swaps its listening socket at each load, and a
 /// connection that arrives in that instant is closed unanswered (a reset; through Docker's
 /// port publishing, an empty reply; a broken pipe when the client was still writing its
-/// request, seen once in CI at 1.6 ms before a logged load). Measured with `voodu-caddy` and four clients sending
-/// ≈ 5,000 requests a second: 100 loads 30 ms apart reset 77 and 100 connections on the host
-/// network, and gave 53 and 61 empty replies through a published port; never one between
-/// loads. A test's steady client therefore tells those apart from the failures it asserts on.
+/// request, seen once in CI at 1.6 ms before a logged load). Measured with `voodu-caddy` and
+/// four clients sending ≈ 5,000 requests a second: 100 loads 30 ms apart reset 77 and 100
+/// connections on the host network, and gave 53 and 61 empty replies through a published
+/// port; never one between loads. A test's steady client therefore tells those apart from the
+/// failures it asserts on.
 pub struct ProxyLoads(Vec<SystemTime>);
 
 /// How long before its log line a config load may have begun (the line is written once

@@ -185,7 +185,8 @@ impl TagWatch {
     }
 
     /// A registry notification named `pushed`: due now, and once more `PUSH_RECHECK` after
-    /// the last notification (held to as many repositories as a notification may name).
+    /// the last notification (at most `MAX_PUSHED` repositories held for it, the wake queue's
+    /// bound).
     fn pushed(&mut self, pushed: &std::collections::BTreeSet<String>) {
         self.due.extend(pushed.iter().cloned());
         for repository in pushed {
