@@ -36,7 +36,9 @@ use crate::model::scopes::Ownership;
 use crate::model::{
     BlobId, CommitSha, FileRead, FileSource, MAX_MANIFEST_BYTES, Snapshot, SourceFile, random_hex,
 };
-use crate::store::{ApplySummary, CommitContext, HEALTH_FETCH, META_HOST_SELECTION, Store, Who};
+use crate::store::{
+    ApplySummary, CommitContext, HEALTH_FETCH, Hold, META_HOST_SELECTION, Store, Who,
+};
 
 /// What one sync did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -347,8 +349,13 @@ impl Syncer {
     /// Runs one sync asked for by `who` (recorded in the activity log with what it applied).
     /// Blocking; a set `interrupt` stops it during the fetch or before the fetched commit is
     /// loaded, never halfway through applying it. An unchanged branch with unchanged config
-    /// buckets ends after the ref negotiation unless a held commit was approved.
+    /// buckets ends after the ref negotiation unless a held commit was approved. Its first
+    /// read of the store ([`Store::sync_view`]) wakes the reconciler for another process's
+    /// journal writes (a `rollback`), whatever the fetch does.
     pub fn sync_once_as(&self, interrupt: &AtomicBool, who: &Who) -> Result<SyncOutcome, Error> {
+        // What an unchanged poll compares, in one read before the fetch (whatever the fetch
+        // does, another process's journal writes are noticed).
+        let view = self.store.sync_view()?;
         let fetched = self.source.fetch(interrupt);
         self.record_fetch(&fetched);
         let commit = fetched?;
@@ -357,11 +364,10 @@ impl Syncer {
             return Err(crate::git::Error::Interrupted.into());
         }
         let mut last_seen = crate::base::lock(&self.last_seen);
-        let config_version = self.store.config_version()?;
-        let seen = (commit.clone(), config_version);
+        let seen = (commit.clone(), view.config_version);
         if last_seen.as_ref() == Some(&seen)
-            && !self.store.approvals_pending()?
-            && !self.hold_due()?
+            && !view.approvals_pending
+            && !self.hold_due(view.hold.as_ref())?
         {
             return Ok(SyncOutcome::Unchanged(commit));
         }
@@ -736,8 +742,8 @@ impl Syncer {
 
     /// Whether the held commit is due again although the branch did not move: released by
     /// `approve --now`, its window's opening reached, or its freeze lifted.
-    fn hold_due(&self) -> Result<bool, Error> {
-        let Some(hold) = self.store.hold()? else {
+    fn hold_due(&self, hold: Option<&Hold>) -> Result<bool, Error> {
+        let Some(hold) = hold else {
             return Ok(false);
         };
         let now = self.options.clock.now();
