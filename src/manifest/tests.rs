@@ -473,7 +473,7 @@ fn a_backup_block_decodes_every_field_and_is_not_hashed() -> Result<(), Diagnost
         }),
         volume: String::new(),
     };
-    assert_eq!(statefulset.backup.as_ref(), Some(&expected));
+    assert_eq!(statefulset.backup.as_deref(), Some(&expected));
     let resource = &manifest.resources[0];
     let json = resource.spec.to_json();
     let back = Spec::from_json(resource.key.kind, &json).expect("reads back");

@@ -206,7 +206,7 @@ impl Store {
         let key = crate::model::ResourceKey::new(crate::model::Kind::Deployment, scope, name);
         Ok(match self.desired(&key)? {
             Some(desired) => match &desired.spec {
-                Spec::Deployment(deployment) => match &deployment.strategy {
+                Spec::Deployment(deployment) => match deployment.strategy.as_deref() {
                     Some(Strategy::Canary(canary)) => {
                         canary.steps.iter().map(|step| step.weight).collect()
                     }

@@ -78,7 +78,11 @@ pub(super) fn expand(cx: &mut DecodeCx<'_>, r: &mut Reader<'_>, key: &ResourceKe
         spec.container.command = Some(command);
     }
     if spec.probes.is_none() {
-        spec.probes = Some(default_probes(fields.port, fields.user, fields.database));
+        spec.probes = Some(Box::new(default_probes(
+            fields.port,
+            fields.user,
+            fields.database,
+        )));
     }
     let files = Files::new(
         cx,

@@ -79,7 +79,7 @@ fn data_redis(
             "-c".to_owned(),
             "redis-cli -a \"$REDIS_PASSWORD\" --no-auth-warning ping | grep -q PONG".to_owned(),
         ];
-        spec.probes = Some(super::default_probes(6379, "", ping));
+        spec.probes = Some(Box::new(super::default_probes(6379, "", ping)));
     }
     let secrets = vec![own_secret(key, "REDIS_PASSWORD")];
     files.expansion(cx, r, key, spec, ("data", "/data"), secrets)

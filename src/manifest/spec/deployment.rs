@@ -47,17 +47,17 @@ pub struct DeploymentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) on_probe: Option<OnProbe>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) probes: Option<Probes>,
+    pub(crate) probes: Option<Box<Probes>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) inits: Vec<Init>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<Drain>,
     /// `backup {}` of a named volume it mounts (an extension); never hashed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backup: Option<super::Backup>,
+    pub backup: Option<Box<super::Backup>>,
     /// `canary {}` or `blue_green {}` (an extension); never hashed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub strategy: Option<super::Strategy>,
+    pub strategy: Option<Box<super::Strategy>>,
     /// Plugin-owned nested blocks, in order (voodu 2026); never hashed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub plugin_blocks: Vec<PluginBlock>,
@@ -201,7 +201,7 @@ struct HashedDeployment {
     #[serde(skip_serializing_if = "Option::is_none")]
     logs: Option<Logs>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    probes: Option<Probes>,
+    probes: Option<Box<Probes>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     inits: Option<Vec<Init>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -250,7 +250,7 @@ mod tests {
             });
         }),
         ("probes", |s| {
-            s.probes = Some(Probes {
+            s.probes = Some(Box::new(Probes {
                 readiness: Some(Probe {
                     http_get: Some(HttpGet {
                         path: "/".into(),
@@ -260,7 +260,7 @@ mod tests {
                     ..Probe::default()
                 }),
                 ..Probes::default()
-            });
+            }));
         }),
         ("inits", |s| {
             s.inits = vec![Init {
@@ -297,12 +297,12 @@ mod tests {
         }),
         ("on_probe", |s| s.on_probe = Some(OnProbe::default())),
         ("strategy", |s| {
-            s.strategy = Some(super::super::Strategy::BlueGreen(
+            s.strategy = Some(Box::new(super::super::Strategy::BlueGreen(
                 super::super::rollout::BlueGreen {
                     preview_host: "next.example.com".into(),
                     ..Default::default()
                 },
-            ));
+            )));
         }),
         ("drain", |s| {
             s.drain = Some(Drain {

@@ -37,7 +37,7 @@ pub struct StatefulsetSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) inits: Vec<Init>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub probes: Option<Probes>,
+    pub probes: Option<Box<Probes>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) on_probe: Option<OnProbe>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -45,7 +45,7 @@ pub struct StatefulsetSpec {
     /// `backup {}` (an extension: voodu has none); never hashed, so the block never replaces
     /// a pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backup: Option<Backup>,
+    pub backup: Option<Box<Backup>>,
     /// Plugin-owned nested blocks, in order (voodu 2026); never hashed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) plugin_blocks: Vec<PluginBlock>,
@@ -185,7 +185,7 @@ struct HashedStatefulset {
     #[serde(skip_serializing_if = "Option::is_none")]
     inits: Option<Vec<Init>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    probes: Option<Probes>,
+    probes: Option<Box<Probes>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     assets: Option<Vec<String>>,
 }
@@ -231,7 +231,7 @@ mod tests {
             }];
         }),
         ("probes", |s| {
-            s.probes = Some(Probes {
+            s.probes = Some(Box::new(Probes {
                 liveness: Some(Probe {
                     exec: Some(ExecAction {
                         command: vec!["true".into()],
@@ -239,7 +239,7 @@ mod tests {
                     ..Probe::default()
                 }),
                 ..Probes::default()
-            });
+            }));
         }),
         ("_asset_digests", |s| {
             s.asset_digests = BTreeMap::from([("data.cfg.k".into(), "00".into())]);
@@ -261,11 +261,11 @@ mod tests {
             });
         }),
         ("backup", |s| {
-            s.backup = Some(Backup {
+            s.backup = Some(Box::new(Backup {
                 repository: "/srv/backups/pg".into(),
                 password_file: "/etc/voodu/pg.pass".into(),
                 ..Backup::default()
-            });
+            }));
         }),
         ("plugin_blocks", |s| {
             s.plugin_blocks = vec![crate::manifest::spec::PluginBlock {
@@ -312,7 +312,7 @@ mod tests {
                 ..Backup::default()
             },
         ] {
-            spec.backup = Some(backup);
+            spec.backup = Some(Box::new(backup));
             assert_eq!(spec.spec_hash(&key()), without);
         }
         assert!(

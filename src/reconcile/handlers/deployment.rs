@@ -128,7 +128,7 @@ impl<R: Runtime> Replicated<R> for Deployment<'_> {
             ports: self.spec.ports.clone(),
             restart: self.spec.effective_restart().to_owned(),
             default_ulimits: ctx.default_ulimits.clone(),
-            probes: self.spec.probes.clone(),
+            probes: self.spec.probes.as_deref().cloned(),
             pins: self.pins.clone(),
             ..Launch::default()
         };

@@ -260,7 +260,7 @@ fn pod<R: Runtime>(
                 .map(|(name, _, mount_path)| format!("{name}:{mount_path}"))
                 .collect(),
             default_ulimits: ctx.default_ulimits.clone(),
-            probes: spec.probes.clone(),
+            probes: spec.probes.as_deref().cloned(),
             ..Launch::default()
         },
         volumes,

@@ -132,7 +132,7 @@ pub(crate) async fn current_table<R: Runtime>(ctx: &Ctx<R>) -> Result<RouteTable
                     .map(|row| (row.container, row.address))
                     .collect();
                 // A progressive rollout keeps its releases apart (`split`).
-                let rollout = match &spec.strategy {
+                let rollout = match spec.strategy.as_deref() {
                     Some(strategy) => {
                         store
                             .rollout_state(&target.scope, &target.name)?

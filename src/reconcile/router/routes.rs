@@ -1025,7 +1025,7 @@ mod tests {
         // A readiness http_get probe gives the path (and its port) and, without lb.interval,
         // its period (voodu's 10s default when unset).
         let mut probed = plain.clone();
-        probed.probes = Some(Probes {
+        probed.probes = Some(Box::new(Probes {
             readiness: Some(Probe {
                 http_get: Some(HttpGet {
                     path: "/ready".to_owned(),
@@ -1035,7 +1035,7 @@ mod tests {
                 ..Probe::default()
             }),
             ..Probes::default()
-        });
+        }));
         assert_eq!(
             health_of(&host("a.test"), &probed),
             Some(HealthCheck {
@@ -1050,14 +1050,14 @@ mod tests {
         );
         // A tcp readiness probe gives no interval and no path.
         let mut tcp = plain.clone();
-        tcp.probes = Some(Probes {
+        tcp.probes = Some(Box::new(Probes {
             readiness: Some(Probe {
                 tcp_socket: Some(crate::manifest::spec::TcpSocket { port: 8080 }),
                 period: "3s".to_owned(),
                 ..Probe::default()
             }),
             ..Probes::default()
-        });
+        }));
         assert_eq!(health_of(&host("a.test"), &tcp), None);
         let table = table(
             &[ingress("s", "web", with_interval.clone())],

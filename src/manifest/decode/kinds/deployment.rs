@@ -31,7 +31,7 @@ pub(in crate::manifest::decode) fn deployment(
         post_deploy: r.strings(cx, "post_deploy").unwrap_or_default(),
         keep_releases: r.int(cx, "keep_releases").unwrap_or_default(),
         inits: workload.inits,
-        probes: workload.probes,
+        probes: workload.probes.map(Box::new),
         on_probe: workload.on_probe,
         drain: workload.drain,
         ..DeploymentSpec::default()
@@ -41,8 +41,8 @@ pub(in crate::manifest::decode) fn deployment(
     }
     check_items(cx, r, "post_deploy", &spec.post_deploy, values::argument);
     let volumes = spec.container.volumes.clone();
-    spec.backup = backup(cx, r, Owner::Deployment { volumes: &volumes });
-    spec.strategy = super::rollout::strategy(cx, r);
+    spec.backup = backup(cx, r, Owner::Deployment { volumes: &volumes }).map(Box::new);
+    spec.strategy = super::rollout::strategy(cx, r).map(Box::new);
     if spec.keep_releases < 0 {
         cx.error(
             r.span_of("keep_releases"),

@@ -125,7 +125,7 @@ impl<R: Runtime> Replicated<R> for SwarmDeployment<'_> {
             &self.inner.launch,
             Shape {
                 mode: ServiceMode::Replicated { replicas },
-                probes: spec.probes.as_ref(),
+                probes: spec.probes.as_deref(),
                 drain: spec.drain.as_ref(),
                 stop_first: false,
                 constraints: Vec::new(),

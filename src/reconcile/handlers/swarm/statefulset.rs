@@ -119,7 +119,7 @@ impl SwarmStatefulset<'_> {
             &launch,
             Shape {
                 mode: ServiceMode::Replicated { replicas: 1 },
-                probes: spec.probes.as_ref(),
+                probes: spec.probes.as_deref(),
                 drain: spec.drain.as_ref(),
                 stop_first: true,
                 constraints: vec![format!("node.id=={node}")],
