@@ -296,7 +296,7 @@ _voodu__agent() {
 
     case "${cmd}" in
         voodu__agent)
-            opts="-h -V --repo --sources --window --preview-branches --preview-host --preview-scope --preview-ttl --preview-max --preview-policy --preview-max-replicas --preview-memory --preview-cpus --branch --path --interval --git-token-file --git-ca-file --git-ssh-accept-new-host-keys --git-ssh-key-file --concurrency --create-concurrency --rollout-deadline --ready-settle --resync --autoscale-interval --no-container-events --allow-env --max-file-size --max-url-size --url-budget --log --log-format --listen --webhook-secret-file --notify --image-signing-key --webhook-max-body --no-watch --cron-catch-up --restic --ingress-http --ingress-https --ingress-image --no-ingress --adopt --policy --allow-privileged --allow-host-network --allow-host-pid --allow-host-ipc --allow-devices --allow-cap --allow-bind-root --allow-network --allow-security-opt --allow-log-driver --adopt-volume --allow-url-host --require-signature --host --host-label --runtime --verify-commits --trusted-ssh-signers --trusted-pgp-keys --age-identity --data-dir --color --help --version status config plan validate convert images releases rollback unpin promote abort backup backups restore redeploy sync logs maintenance approve freeze unfreeze activity fleet install notify completions man help"
+            opts="-h -V --repo --sources --window --preview-branches --preview-host --preview-scope --preview-ttl --preview-max --preview-policy --preview-max-replicas --preview-memory --preview-cpus --branch --path --interval --git-token-file --git-ca-file --git-ssh-accept-new-host-keys --git-ssh-key-file --concurrency --create-concurrency --async-threads --rollout-deadline --ready-settle --resync --autoscale-interval --no-container-events --allow-env --max-file-size --max-url-size --url-budget --log --log-format --listen --webhook-secret-file --notify --image-signing-key --webhook-max-body --no-watch --cron-catch-up --restic --ingress-http --ingress-https --ingress-image --no-ingress --adopt --policy --allow-privileged --allow-host-network --allow-host-pid --allow-host-ipc --allow-devices --allow-cap --allow-bind-root --allow-network --allow-security-opt --allow-log-driver --adopt-volume --allow-url-host --require-signature --host --host-label --runtime --verify-commits --trusted-ssh-signers --trusted-pgp-keys --age-identity --data-dir --color --help --version status config plan validate convert images releases rollback unpin promote abort backup backups restore redeploy sync logs maintenance approve freeze unfreeze activity fleet install notify completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -423,6 +423,10 @@ _voodu__agent() {
                     return 0
                     ;;
                 --create-concurrency)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --async-threads)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

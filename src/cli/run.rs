@@ -159,6 +159,12 @@ pub(super) struct RunArgs {
     /// first deploy, a scale-up); each resource's pass takes slots from this one pool.
     #[arg(help_heading = "Reconcile", long, env = "VOODU_CREATE_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
     create_concurrency: u16,
+    /// Threads that run the agent's async tasks: engine calls, webhooks, timers, passes'
+    /// decisions. Its blocking work (git, the state database, manifests) has threads of its
+    /// own; one is enough for a host, and each more adds wake-ups between them (README
+    /// "Sizing").
+    #[arg(help_heading = "Reconcile", long, env = "VOODU_ASYNC_THREADS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    async_threads: u16,
     /// How long a rollout may take before it is failed and rolled back automatically to the
     /// last release that ran.
     #[arg(help_heading = "Reconcile", long, env = "VOODU_ROLLOUT_DEADLINE", default_value = "5m", value_parser = humantime::parse_duration)]
@@ -489,6 +495,7 @@ pub(super) fn run(args: RunArgs, data_dir: PathBuf) -> anyhow::Result<ExitCode> 
         previews,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(usize::from(args.async_threads))
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
