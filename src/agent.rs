@@ -917,6 +917,7 @@ fn spawn_sources(
         syncers.into_iter().zip(channels).enumerate()
     {
         let source_store = syncer.store().clone();
+        let store_for_sync = source_store.clone();
         let local_git_dir =
             trigger::local_git_dir(syncer.source().url()).filter(|_| config.watch_local);
         hook_sources.push(http::HookSource {
@@ -929,8 +930,12 @@ fn spawn_sources(
             previews: None,
         });
         tracker.spawn(sync_loop(
-            // Each sync's first read also notices another process's journal writes.
-            move |interrupt: &AtomicBool, who: &Who| syncer.sync_once_as(interrupt, who),
+            move |interrupt: &AtomicBool, who: &Who| {
+                if let Err(error) = store_for_sync.notice_external_writes() {
+                    tracing::warn!(%error, "cannot check the journal for rollbacks");
+                }
+                syncer.sync_once_as(interrupt, who)
+            },
             receiver,
             metrics.clone(),
             (source_config.name.clone(), source_config.interval),

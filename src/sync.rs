@@ -36,9 +36,7 @@ use crate::model::scopes::Ownership;
 use crate::model::{
     BlobId, CommitSha, FileRead, FileSource, MAX_MANIFEST_BYTES, Snapshot, SourceFile, random_hex,
 };
-use crate::store::{
-    ApplySummary, CommitContext, HEALTH_FETCH, Hold, META_HOST_SELECTION, Store, Who,
-};
+use crate::store::{ApplySummary, CommitContext, HEALTH_FETCH, META_HOST_SELECTION, Store, Who};
 
 /// What one sync did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -349,13 +347,8 @@ impl Syncer {
     /// Runs one sync asked for by `who` (recorded in the activity log with what it applied).
     /// Blocking; a set `interrupt` stops it during the fetch or before the fetched commit is
     /// loaded, never halfway through applying it. An unchanged branch with unchanged config
-    /// buckets ends after the ref negotiation unless a held commit was approved. Its first
-    /// read of the store ([`Store::sync_view`]) wakes the reconciler for another process's
-    /// journal writes (a `rollback`), whatever the fetch does.
+    /// buckets ends after the ref negotiation unless a held commit was approved.
     pub fn sync_once_as(&self, interrupt: &AtomicBool, who: &Who) -> Result<SyncOutcome, Error> {
-        // What an unchanged poll compares, in one read before the fetch (whatever the fetch
-        // does, another process's journal writes are noticed).
-        let view = self.store.sync_view()?;
         let fetched = self.source.fetch(interrupt);
         self.record_fetch(&fetched);
         let commit = fetched?;
@@ -364,10 +357,11 @@ impl Syncer {
             return Err(crate::git::Error::Interrupted.into());
         }
         let mut last_seen = crate::base::lock(&self.last_seen);
-        let seen = (commit.clone(), view.config_version);
+        let config_version = self.store.config_version()?;
+        let seen = (commit.clone(), config_version);
         if last_seen.as_ref() == Some(&seen)
-            && !view.approvals_pending
-            && !self.hold_due(view.hold.as_ref())?
+            && !self.store.approvals_pending()?
+            && !self.hold_due()?
         {
             return Ok(SyncOutcome::Unchanged(commit));
         }
@@ -742,8 +736,8 @@ impl Syncer {
 
     /// Whether the held commit is due again although the branch did not move: released by
     /// `approve --now`, its window's opening reached, or its freeze lifted.
-    fn hold_due(&self, hold: Option<&Hold>) -> Result<bool, Error> {
-        let Some(hold) = hold else {
+    fn hold_due(&self) -> Result<bool, Error> {
+        let Some(hold) = self.store.hold()? else {
             return Ok(false);
         };
         let now = self.options.clock.now();

@@ -301,32 +301,25 @@ pub(super) fn clear_in(
 
 /// `source`'s hold as stored.
 fn read_hold(connection: &rusqlite::Connection, source: &str) -> rusqlite::Result<Option<Hold>> {
+    // Read by every poll (`Syncer::hold_due`): prepared once.
     connection
         .prepare_cached(
             "SELECT sha, since, until, reason, frozen, released_by, released_at
              FROM holds WHERE source = ?1",
         )?
-        .query_row(params![source], |row| hold_at(row, 0))
+        .query_row(params![source], |row| {
+            Ok(Hold {
+                commit: CommitSha::new(row.get::<_, String>(0)?),
+                since: row.get(1)?,
+                until: row.get(2)?,
+                reason: row.get(3)?,
+                frozen: row.get(4)?,
+                released_by: row
+                    .get::<_, Option<i64>>(6)?
+                    .map(|_| row.get::<_, Option<String>>(5))
+                    .transpose()?
+                    .map(Option::unwrap_or_default),
+            })
+        })
         .optional()
-        .map(Option::flatten)
-}
-
-/// The hold in `row`'s columns from `at` on (`sha, since, until, reason, frozen, released_by,
-/// released_at`); `None` when its `sha` is NULL (a left join found none).
-pub(super) fn hold_at(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Option<Hold>> {
-    let Some(sha) = row.get::<_, Option<String>>(at)? else {
-        return Ok(None);
-    };
-    Ok(Some(Hold {
-        commit: CommitSha::new(sha),
-        since: row.get(at + 1)?,
-        until: row.get(at + 2)?,
-        reason: row.get(at + 3)?,
-        frozen: row.get(at + 4)?,
-        released_by: row
-            .get::<_, Option<i64>>(at + 6)?
-            .map(|_| row.get::<_, Option<String>>(at + 5))
-            .transpose()?
-            .map(Option::unwrap_or_default),
-    }))
 }

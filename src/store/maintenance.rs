@@ -4,7 +4,7 @@
 //!
 //! Invariants: a change is one transaction with its activity row (`maintenance.on`,
 //! `maintenance.off`; told to the notification sinks) and a bump of
-//! `meta.maintenance_version`, which `Store::sync_view` compares so the running
+//! `meta.maintenance_version`, which `Store::notice_external_writes` compares so the running
 //! agent's router sees another process's change (`subscribe_maintenance`); the message is
 //! kept to [`MAX_MESSAGE_BYTES`] and the retry-after to [`MAX_RETRY_AFTER_SECS`], whatever
 //! the caller passed. It is store state only: the router recomputes the same proxy config
@@ -179,7 +179,7 @@ impl Store {
     }
 
     /// Receives the maintenance version after each change this process makes or notices
-    /// (`sync_view`): the router rebuilds its routes then.
+    /// (`notice_external_writes`): the router rebuilds its routes then.
     pub(crate) fn subscribe_maintenance(&self) -> tokio::sync::watch::Receiver<i64> {
         self.shared.maintenance.subscribe()
     }
@@ -227,16 +227,16 @@ mod tests {
             !seen.has_changed()?,
             "another handle's change is not announced here"
         );
-        agent.sync_view()?;
+        agent.notice_external_writes()?;
         assert!(seen.has_changed()?);
         seen.borrow_and_update();
-        agent.sync_view()?;
+        agent.notice_external_writes()?;
         assert!(!seen.has_changed()?, "nothing new, no wake-up");
         assert_eq!(agent.maintenance_all()?, [row]);
 
         assert!(command.maintenance_off("shop", "web")?);
         assert!(!command.maintenance_off("shop", "web")?, "already off");
-        agent.sync_view()?;
+        agent.notice_external_writes()?;
         assert!(seen.has_changed()?);
         assert!(agent.maintenance_all()?.is_empty());
         let (rows, _) = agent.activity(0, 10)?;

@@ -32,7 +32,6 @@ mod images;
 mod maintenance;
 mod meta;
 mod outbox;
-mod polls;
 mod previews;
 mod releases;
 mod rollouts;
@@ -71,7 +70,6 @@ pub(crate) use maintenance::{
 };
 pub(crate) use meta::{META_HOST_SELECTION, META_RUNTIME};
 pub use outbox::{EVENTS, Event, SinkState};
-pub use polls::SyncView;
 pub use previews::PreviewRow;
 pub use releases::{
     AutoRollback, HALT_MARK, Pin, RELEASE_HISTORY_LIMIT, Release, ReleasePhase, RollbackOutcome,

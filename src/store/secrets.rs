@@ -180,11 +180,13 @@ impl Store {
     /// Bumped by every bucket change.
     pub(crate) fn config_version(&self) -> Result<i64> {
         self.with(|connection| {
-            let text = connection
+            // Read by every poll of every source: prepared once.
+            Ok(connection
                 .prepare_cached("SELECT value FROM meta WHERE key = 'config_version'")?
                 .query_row([], |row| row.get::<_, String>(0))
-                .optional()?;
-            Ok(parse_config_version(text.as_deref()))
+                .optional()?
+                .and_then(|text| text.parse().ok())
+                .unwrap_or(0))
         })
     }
 
@@ -303,11 +305,6 @@ fn config_changed(tx: &rusqlite::Transaction<'_>) -> Result<i64> {
             row.get(0)
         })?,
     )
-}
-
-/// `meta.config_version` as stored (text); 0 when it was never bumped or is unreadable.
-pub(super) fn parse_config_version(value: Option<&str>) -> i64 {
-    value.and_then(|text| text.parse().ok()).unwrap_or(0)
 }
 
 fn bump_config_version(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {

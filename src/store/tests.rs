@@ -918,11 +918,11 @@ fn journal_rows_from_another_process_wake_subscribers_once_noticed() -> TestResu
         !head.has_changed()?,
         "another handle's writes are not announced here"
     );
-    f.store.sync_view()?;
+    f.store.notice_external_writes()?;
     assert!(head.has_changed()?);
     let seen = *head.borrow_and_update();
     assert_eq!(seen, journal(&f.store)?.len() as i64);
-    f.store.sync_view()?;
+    f.store.notice_external_writes()?;
     assert!(!head.has_changed()?, "nothing new, no wake-up");
     Ok(())
 }

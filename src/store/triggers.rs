@@ -45,6 +45,7 @@ impl Store {
     /// Whether an approval waits for the agent.
     pub fn approvals_pending(&self) -> Result<bool> {
         self.with(|connection| {
+            // Read by every poll: prepared once.
             Ok(connection
                 .prepare_cached(
                     "SELECT EXISTS (SELECT 1 FROM triggers WHERE source = ?1 AND held_commit IS NOT NULL AND approved_at IS NOT NULL)",

@@ -402,7 +402,7 @@ async fn a_store_error_in_the_journal_tail_does_not_stop_the_agent() -> TestResu
          VALUES ('gizmo', 'shop', 'web', 'PUT', 1, 'c0ffee')",
         [],
     )?;
-    harness.store.sync_view()?;
+    harness.store.notice_external_writes()?;
     let start = Instant::now();
     while harness.metrics.journal_errors("tail") < 2 {
         assert!(
