@@ -933,8 +933,8 @@ mod tests {
     /// its largest await: the engine's and the HTTP client's calls are boxed, so a runner's
     /// own state stays small: 1,520 bytes here (debug build), 2,912 with the spec and a
     /// readiness write inline, and 8.6 KiB a replica in the release build before any of it
-    /// was boxed (heaptrack over 500 replicas). The whole task is 2,016 bytes; with the
-    /// probes taken inline it was 624 bytes more.
+    /// was boxed (heaptrack over 500 replicas). The whole task is 2,016 bytes; the probes
+    /// taken inline would add their 624 bytes.
     #[test]
     #[allow(unreachable_code, unused_variables, clippy::diverging_sub_expression)]
     fn a_probe_runner_stays_small_between_probes() {
