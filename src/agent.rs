@@ -17,6 +17,7 @@ mod identity;
 pub mod image_commit;
 mod lock;
 pub mod logs;
+mod poll;
 mod previews;
 pub mod sources;
 pub(crate) mod systemd;
@@ -898,9 +899,9 @@ fn start_notifications(
     Ok(())
 }
 
-/// Per source: its sync loop, its poll and (for a local repository) its ref watch, on
-/// `tracker`; returns the webhook's view of the sources and the watches, which stop when
-/// dropped.
+/// Per source: its sync loop, its poll (`poll`: swept with the other local repositories, or
+/// its own for a remote) and (for a local repository) its ref watch, on `tracker`; returns
+/// the webhook's view of the sources and the watches, which stop when dropped.
 fn spawn_sources(
     config: &AgentConfig,
     syncers: Vec<(&SourceConfig, Arc<Syncer>)>,
@@ -911,15 +912,15 @@ fn spawn_sources(
 ) -> (Vec<http::HookSource>, Vec<trigger::LocalWatch>) {
     let mut hook_sources = Vec::new();
     let mut local_watches = Vec::new();
-    let count = syncers.len();
+    let mut polled = Vec::new();
     let slots = sync_slots();
-    for (index, ((source_config, syncer), (requests, receiver))) in
-        syncers.into_iter().zip(channels).enumerate()
-    {
+    for ((source_config, syncer), (requests, receiver)) in syncers.into_iter().zip(channels) {
+        let syncer_for_poll = syncer.clone();
         let source_store = syncer.store().clone();
         let store_for_sync = source_store.clone();
-        let local_git_dir =
-            trigger::local_git_dir(syncer.source().url()).filter(|_| config.watch_local);
+        let local_git_dir = trigger::local_git_dir(syncer.source().url());
+        let local = local_git_dir.is_some();
+        let local_git_dir = local_git_dir.filter(|_| config.watch_local);
         hook_sources.push(http::HookSource {
             name: source_config.name.clone(),
             url: crate::git::repo_identity(syncer.source().url()),
@@ -942,12 +943,12 @@ fn spawn_sources(
             (requests.clone(), slots.clone()),
             shutdown.clone(),
         ));
-        let phase = trigger::poll_phase(source_config.interval, index, count);
-        tracker.spawn(trigger::poll(
-            requests.clone(),
-            (source_config.interval, phase),
-            shutdown.clone(),
-        ));
+        polled.push(poll::Polled {
+            syncer: syncer_for_poll,
+            requests: requests.clone(),
+            interval: source_config.interval,
+            local,
+        });
         if let Some(git_dir) = local_git_dir {
             match trigger::watch_local_repo(&git_dir, requests.clone()) {
                 Ok(watch) => {
@@ -960,6 +961,7 @@ fn spawn_sources(
             }
         }
     }
+    poll::spawn(polled, metrics, tracker, shutdown);
     (hook_sources, local_watches)
 }
 

@@ -357,12 +357,7 @@ impl Syncer {
             return Err(crate::git::Error::Interrupted.into());
         }
         let mut last_seen = crate::base::lock(&self.last_seen);
-        let config_version = self.store.config_version()?;
-        let seen = (commit.clone(), config_version);
-        if last_seen.as_ref() == Some(&seen)
-            && !self.store.approvals_pending()?
-            && !self.hold_due()?
-        {
+        if self.nothing_new(&commit, last_seen.as_ref())? {
             return Ok(SyncOutcome::Unchanged(commit));
         }
         let outcome = self.load_and_apply(&commit, who);
@@ -377,6 +372,39 @@ impl Syncer {
         // Generated secrets bump the config version: remember the version after them.
         *last_seen = Some((commit, self.store.config_version()?));
         Ok(outcome)
+    }
+
+    /// A poll answered without a fetch, for a sweep over many sources (`agent`'s
+    /// `poll_sweep`): the commit when `sync_once_as` would find its branch unchanged from the
+    /// ref files alone (a repository on this host whose ref and mirror ref did not move) and
+    /// nothing new to do; the fetch's outcome is recorded as that sync records it. `None`:
+    /// only a sync can say (a remote, a moved ref, new buckets, an approval, a due hold, a sync
+    /// of this source running now). Blocking.
+    pub fn poll_without_fetch(&self) -> Result<Option<CommitSha>, Error> {
+        let last_seen = match self.last_seen.try_lock() {
+            Ok(last_seen) => last_seen,
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return Ok(None),
+        };
+        let Some(commit) = self.source.unchanged_tip() else {
+            return Ok(None);
+        };
+        self.record_fetch(&Ok(commit.clone()));
+        Ok(self
+            .nothing_new(&commit, last_seen.as_ref())?
+            .then_some(commit))
+    }
+
+    /// Whether `commit` fetched means nothing to do: the commit and the config version
+    /// `last_seen` holds, no approval waiting and no held commit due.
+    fn nothing_new(&self, commit: &CommitSha, last_seen: Option<&Seen>) -> Result<bool, Error> {
+        let Some((seen_commit, seen_version)) = last_seen else {
+            return Ok(false);
+        };
+        Ok(seen_commit == commit
+            && *seen_version == self.store.config_version()?
+            && !self.store.approvals_pending()?
+            && !self.hold_due()?)
     }
 
     /// Removes every resource of this source (a branch preview torn down): an empty desired
@@ -1113,6 +1141,68 @@ fn bind_refusals_on_this_host(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A poll sweep leaves a source alone while a sync of it runs (that sync holds what it
+    /// last saw), rather than waiting the sync out, and answers again once it ended.
+    #[test]
+    fn a_sweep_does_not_wait_for_a_sync_in_flight() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let work = dir.path().join("work");
+        std::fs::create_dir_all(&work)?;
+        let git = |args: &[&str]| -> Result<(), Box<dyn std::error::Error>> {
+            let status = std::process::Command::new("git")
+                .arg("-C")
+                .arg(&work)
+                .args([
+                    "-c",
+                    "user.name=t",
+                    "-c",
+                    "user.email=t@t",
+                    "-c",
+                    "commit.gpgsign=false",
+                ])
+                .args(args)
+                .stdout(std::process::Stdio::null())
+                .status()?;
+            if status.success() {
+                Ok(())
+            } else {
+                Err(format!("git {args:?}: {status}").into())
+            }
+        };
+        git(&["init", "-q", "-b", "main"])?;
+        std::fs::write(
+            work.join("a.hcl"),
+            "asset \"s\" \"cfg\" {\n  app = \"x\"\n}\n",
+        )?;
+        git(&["add", "."])?;
+        git(&["commit", "-qm", "one"])?;
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data)?;
+        let store = Arc::new(Store::open(&data.join("state.db"))?);
+        let source = Source::new(
+            crate::git::SourceOptions {
+                url: format!("file://{}", work.display()),
+                branch: "main".to_owned(),
+                ..Default::default()
+            },
+            &data,
+        );
+        let syncer = Syncer::new(source, store, SyncOptions::new(data.clone()))?;
+        let outcome = syncer.sync_once(&AtomicBool::new(false))?;
+        assert!(
+            matches!(outcome, SyncOutcome::Applied { .. }),
+            "{outcome:?}"
+        );
+        let tip = syncer.poll_without_fetch()?;
+        assert!(tip.is_some(), "unchanged after the sync");
+
+        let in_flight = crate::base::lock(&syncer.last_seen);
+        assert_eq!(syncer.poll_without_fetch()?, None, "a sync in flight");
+        drop(in_flight);
+        assert_eq!(syncer.poll_without_fetch()?, tip);
+        Ok(())
+    }
 
     fn diagnostic(index: usize, message: &str) -> Diagnostic {
         Diagnostic {

@@ -209,10 +209,10 @@ impl Source {
     /// Negotiates refs with the remote and fetches the branch when its tip moved. Returns the
     /// branch's commit. Blocking.
     pub fn fetch(&self, interrupt: &AtomicBool) -> Result<CommitSha> {
-        let local_ref = format!("refs/heads/{}", self.options.branch);
-        if let Some(tip) = self.unchanged_local_tip(&local_ref) {
-            return Ok(CommitSha::new(tip.to_hex().to_string()));
+        if let Some(tip) = self.unchanged_tip() {
+            return Ok(tip);
         }
+        let local_ref = format!("refs/heads/{}", self.options.branch);
         let repo = self.open_mirror_for_fetch()?;
         let local_tip = self.local_tip(&repo, &local_ref);
         let refspec = format!("+{local_ref}:{local_ref}");
@@ -238,6 +238,15 @@ impl Source {
         let remote_git_dir = trigger::local_git_dir(&self.url);
         *crate::base::lock(&self.negotiated) = Some((target, remote_tip, remote_git_dir));
         Ok(CommitSha::new(remote_tip.to_hex().to_string()))
+    }
+
+    /// What `fetch` returns when it can answer from two ref files alone (see
+    /// `unchanged_local_tip`): the branch's commit, unchanged since the last negotiation.
+    /// `None`: only a fetch can say. Blocking (two small file reads).
+    pub(crate) fn unchanged_tip(&self) -> Option<CommitSha> {
+        let local_ref = format!("refs/heads/{}", self.options.branch);
+        self.unchanged_local_tip(&local_ref)
+            .map(|tip| CommitSha::new(tip.to_hex().to_string()))
     }
 
     /// For a repository on this host (a path or `file://`): the branch's commit when neither

@@ -395,6 +395,51 @@ fn an_unchanged_local_poll_reads_refs_without_negotiating() -> TestResult {
     Ok(())
 }
 
+/// A poll sweep's check (`poll_without_fetch`) answers only what a sync would have found
+/// unchanged from the ref files: nothing before the first sync, the commit after it, and
+/// nothing once the branch moves or a config bucket changes; a sync then brings it back. It
+/// never negotiates. (A sync in flight: `sync.rs`'s own test.)
+#[test]
+fn a_sweep_answers_an_unchanged_local_poll_and_leaves_anything_new_to_a_sync() -> TestResult {
+    let repo = TempRepo::new()?;
+    repo.write("web.hcl", &deployment("web"))?;
+    let first = repo.commit("web")?;
+    let agent = Agent::new(&repo, &[])?;
+    let answer = || -> TestResult<Option<String>> {
+        Ok(agent
+            .syncer
+            .poll_without_fetch()?
+            .map(|commit| commit.as_str().to_owned()))
+    };
+    assert_eq!(answer()?, None, "never negotiated: a sync must fetch");
+    agent.sync_applied(&first)?;
+    let negotiated = agent.syncer.source().negotiations();
+    assert_eq!(answer()?.as_deref(), Some(first.as_str()));
+    assert_eq!(answer()?.as_deref(), Some(first.as_str()));
+    assert_eq!(agent.syncer.source().negotiations(), negotiated);
+
+    repo.write("api.hcl", &deployment("api"))?;
+    let second = repo.commit("api")?;
+    assert_eq!(answer()?, None, "the branch moved");
+    agent.sync_applied(&second)?;
+    assert_eq!(answer()?.as_deref(), Some(second.as_str()));
+
+    agent
+        .store
+        .config_set("s", "web", &[("TAG".to_owned(), "1.0".to_owned())].into())?;
+    assert_eq!(answer()?, None, "a bucket changed");
+    agent.sync_applied(&second)?;
+    assert_eq!(answer()?.as_deref(), Some(second.as_str()));
+
+    assert_eq!(answer()?.as_deref(), Some(second.as_str()));
+    assert_eq!(
+        agent.syncer.source().negotiations(),
+        negotiated + 1,
+        "only the moved branch negotiated"
+    );
+    Ok(())
+}
+
 #[test]
 fn a_new_commit_is_detected_and_applied() -> TestResult {
     let repo = TempRepo::new()?;
