@@ -398,7 +398,7 @@ job "shop" "k" {
             "m/app.hcl:5:5: image_update.interval \"1s\" is below the minimum of 10s: a registry is a shared service, scan it less often",
             "m/app.hcl:6:5: image_update.mode \"push\" is not a mode: use \"commit\" (write the new tag to git) or \"report\" (only show it)",
             "m/app.hcl:12:5: `image_update.range` \"~x\" is not a semver range (unexpected character 'x' while parsing major version number): write e.g. \"~1.4\", \"^2\" or \">=1.2, <2\"",
-            "m/app.hcl:19:5: `image_update.filter` \"^(main\" is not a regular expression: regex parse error: ^(main ^ error: unclosed group",
+            "m/app.hcl:19:5: `image_update.filter` \"^(main\" is not a regular expression: found open group without closing ')'",
             "m/app.hcl:20:5: unknown attribute `image_update.surprise` in image_update",
             "m/app.hcl:24:3: image_update needs a tag in `image` to start from: write \"tool\" with its current tag, like \"tool:1.0.0\"",
             "m/app.hcl:27:5: `image_update.extract` needs a `filter` whose groups it names (e.g. filter = \"^main-([0-9]+)$\", extract = \"$1\")",

@@ -36,7 +36,7 @@ enum Order {
 #[derive(Debug, Clone)]
 pub struct ImagePolicy {
     order: Order,
-    filter: Option<regex::Regex>,
+    filter: Option<regex_lite::Regex>,
     extract: String,
 }
 
@@ -130,7 +130,7 @@ impl ImagePolicy {
             None
         } else {
             Some(
-                regex::RegexBuilder::new(filter)
+                regex_lite::RegexBuilder::new(filter)
                     .size_limit(MAX_FILTER_PROGRAM)
                     .build()
                     .map_err(|error| PolicyError {
@@ -297,7 +297,7 @@ fn compare(a: &Value, b: &Value) -> Ordering {
 }
 
 /// Every `$name` / `${name}` / `$1` in `extract` names a group of `regex`.
-fn check_extract(regex: &regex::Regex, extract: &str) -> Result<(), PolicyError> {
+fn check_extract(regex: &regex_lite::Regex, extract: &str) -> Result<(), PolicyError> {
     let mut rest = extract;
     while let Some(at) = rest.find('$') {
         rest = &rest[at + 1..];
@@ -453,6 +453,17 @@ mod tests {
             ),
             // numerical with a filter and extract.
             ("numerical", "", "", "", "3 20 100 latest", Some("100")),
+            // `\d` is an ASCII digit, as in Go's RE2 (Flux's filters): other scripts' digits
+            // are not, so `main-٩` (Arabic-Indic nine, after `7` alphabetically) is filtered
+            // out.
+            (
+                "alphabetical",
+                "",
+                r"^main-(\d+)$",
+                "$1",
+                "main-1 main-7 main-\u{669}",
+                Some("main-7"),
+            ),
             (
                 "numerical",
                 "",
