@@ -374,10 +374,9 @@ impl Syncer {
         Ok(outcome)
     }
 
-    /// A poll answered without a fetch, for a sweep over many sources (`agent`'s
-    /// `poll_sweep`): the commit when `sync_once_as` would find its branch unchanged from the
-    /// ref files alone (a repository on this host whose ref and mirror ref did not move) and
-    /// nothing new to do; the fetch's outcome is recorded as that sync records it. `None`:
+    /// A poll answered without a fetch, for a sweep over many sources (`agent::poll`): the
+    /// commit when `sync_once_as` would find its branch unchanged from the ref files alone (a
+    /// repository on this host whose ref and mirror ref did not move) and nothing new to do; the fetch's outcome is recorded as that sync records it. `None`:
     /// only a sync can say (a remote, a moved ref, new buckets, an approval, a due hold, a sync
     /// of this source running now). Blocking.
     pub fn poll_without_fetch(&self) -> Result<Option<CommitSha>, Error> {
