@@ -68,6 +68,16 @@ pub fn client_config() -> Result<ClientConfig, TlsError> {
         .clone()
 }
 
+/// A configuration that trusts no server: for a client that never speaks TLS (the engine's
+/// unix socket, `runtime::docker_api`), which reqwest still wants one for. No roots are read.
+pub fn without_roots() -> Result<ClientConfig, TlsError> {
+    Ok(ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(TlsError::Configure)?
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth())
+}
+
 /// A configuration trusting `extra` (a source's `ca_file`) beside the platform's roots. Built
 /// per call: only sources with their own CA use it.
 pub fn client_config_trusting(

@@ -1,5 +1,6 @@
 //! `DockerRuntime`: the `Runtime` verbs on a real engine through bollard (unix socket,
-//! `DOCKER_HOST` honoured), with the API version negotiated at connect.
+//! `DOCKER_HOST` honoured when it is `unix://…`), with the API version negotiated at connect;
+//! the requests that only read, decoded into the fields read, through `docker_api`.
 //!
 //! Invariants: managed containers run with `init = true`, so a busybox `sleep` as the command
 //! still stops on SIGTERM instead of waiting out the grace period (a PID 1 without a handler
@@ -26,11 +27,12 @@ use bollard::models::{
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, CreateImageOptionsBuilder, KillContainerOptionsBuilder,
-    ListContainersOptionsBuilder, ListVolumesOptionsBuilder, LogsOptionsBuilder,
-    RemoveContainerOptionsBuilder, RemoveVolumeOptions, StopContainerOptionsBuilder,
+    LogsOptionsBuilder, RemoveContainerOptionsBuilder, RemoveVolumeOptions,
+    StopContainerOptionsBuilder,
 };
 use futures_util::StreamExt as _;
 
+use super::docker_api;
 use super::{
     Container, ContainerSpec, ContainerState, Containers, Error, ExecOutcome, ImageInfo,
     Inspection, PublishedPort, RegistryAuth, Result, Volume,
@@ -43,6 +45,8 @@ const STOP_GRACE_SECONDS: i32 = 10;
 #[derive(Clone)]
 pub struct DockerRuntime {
     pub(super) docker: Docker,
+    /// The requests whose answers are decoded here, into the fields read (`docker_api`).
+    pub(super) api: super::docker_api::Api,
     /// Serialises network creation: the engine accepts two networks with one name, so two
     /// concurrent "inspect, then create" would make the name ambiguous.
     pub(super) network_lock: std::sync::Arc<tokio::sync::Mutex<()>>,
@@ -57,15 +61,9 @@ impl DockerRuntime {
     /// Ids of the networks named exactly `name` (the engine's name filter also matches
     /// substrings).
     pub(super) async fn network_ids(&self, name: &str) -> Result<Vec<String>> {
-        let filters = HashMap::from([("name".to_owned(), vec![name.to_owned()])]);
-        let options = bollard::query_parameters::ListNetworksOptionsBuilder::default()
-            .filters(&filters)
-            .build();
-        let networks = self
-            .docker
-            .list_networks(Some(options))
-            .await
-            .map_err(classify)?;
+        let filters = docker_api::filters(&BTreeMap::from([("name", vec![name.to_owned()])]));
+        let networks: Vec<docker_api::NetworkSummary> =
+            self.api.get("/networks", &[("filters", &filters)]).await?;
         Ok(networks
             .into_iter()
             .filter(|network| network.name.as_deref() == Some(name))
@@ -78,8 +76,10 @@ impl DockerRuntime {
     pub async fn connect() -> Result<DockerRuntime> {
         let docker = Docker::connect_with_local_defaults().map_err(classify)?;
         let docker = docker.negotiate_version().await.map_err(classify)?;
+        let api = super::docker_api::Api::new(&docker.client_version())?;
         Ok(DockerRuntime {
             docker,
+            api,
             network_lock: std::sync::Arc::default(),
             known_networks: std::sync::Arc::default(),
             stamp: BTreeMap::new(),
@@ -117,16 +117,15 @@ impl DockerRuntime {
     }
 
     /// Containers (running or not) that `filters` select, as the engine's filters read.
-    async fn list_filtered(&self, filters: HashMap<String, Vec<String>>) -> Result<Vec<Container>> {
-        let options = ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(&filters)
-            .build();
-        let summaries = self
-            .docker
-            .list_containers(Some(options))
-            .await
-            .map_err(classify)?;
+    async fn list_filtered(&self, filters: BTreeMap<&str, Vec<String>>) -> Result<Vec<Container>> {
+        let filters = docker_api::filters(&filters);
+        let summaries: Vec<docker_api::ContainerSummary> = self
+            .api
+            .get(
+                "/containers/json",
+                &[("all", "true"), ("filters", &filters)],
+            )
+            .await?;
         Ok(summaries
             .into_iter()
             .map(|summary| Container {
@@ -138,9 +137,15 @@ impl DockerRuntime {
                     .unwrap_or_default(),
                 image: summary.image.unwrap_or_default(),
                 labels: summary.labels.unwrap_or_default().into_iter().collect(),
-                state: state_of(summary.state),
+                state: state_of(summary.state.as_deref()),
             })
             .collect())
+    }
+
+    /// `GET /images/{image}/json`.
+    async fn inspect_image(&self, image: &str) -> Result<docker_api::ImageInspect> {
+        let path = format!("/images/{}/json", docker_api::segment(image)?);
+        self.api.get(&path, &[]).await
     }
 
     fn stamped(&self, labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
@@ -173,31 +178,35 @@ fn swarm_network_missing(message: &str) -> bool {
 /// that report a bad spec (a device it cannot add, a user the image lacks, caps it may not
 /// apply, an OCI runtime refusal): retrying the same spec cannot help.
 pub(super) fn classify(error: bollard::errors::Error) -> Error {
-    use bollard::errors::Error as Bollard;
     match error {
-        Bollard::DockerResponseServerError {
+        bollard::errors::Error::DockerResponseServerError {
             status_code,
             message,
-        } => match status_code {
-            404 => Error::NotFound { what: message },
-            400..=599 if swarm_network_missing(&message) => Error::NotFound { what: message },
-            409 => Error::Conflict {
-                name: String::new(),
-                message,
-            },
-            500 if about_availability(&message) => Error::Unavailable {
-                message: format!("HTTP {status_code}: {message}"),
-            },
-            502..=504 => Error::Unavailable {
-                message: format!("HTTP {status_code}: {message}"),
-            },
-            400..=599 => Error::Invalid { message },
-            _ => Error::Unavailable {
-                message: format!("HTTP {status_code}: {message}"),
-            },
-        },
+        } => classify_answer(status_code, message),
         other => Error::Unavailable {
             message: other.to_string(),
+        },
+    }
+}
+
+/// An engine's error answer, `status_code` with its `message`, classified as `classify` says.
+pub(super) fn classify_answer(status_code: u16, message: String) -> Error {
+    match status_code {
+        404 => Error::NotFound { what: message },
+        400..=599 if swarm_network_missing(&message) => Error::NotFound { what: message },
+        409 => Error::Conflict {
+            name: String::new(),
+            message,
+        },
+        500 if about_availability(&message) => Error::Unavailable {
+            message: format!("HTTP {status_code}: {message}"),
+        },
+        502..=504 => Error::Unavailable {
+            message: format!("HTTP {status_code}: {message}"),
+        },
+        400..=599 => Error::Invalid { message },
+        _ => Error::Unavailable {
+            message: format!("HTTP {status_code}: {message}"),
         },
     }
 }
@@ -234,13 +243,12 @@ fn about_availability(message: &str) -> bool {
     AVAILABILITY.iter().any(|marker| message.contains(marker))
 }
 
-fn state_of(state: Option<bollard::models::ContainerSummaryStateEnum>) -> ContainerState {
-    use bollard::models::ContainerSummaryStateEnum as S;
+fn state_of(state: Option<&str>) -> ContainerState {
     match state {
-        Some(S::CREATED) => ContainerState::Created,
-        Some(S::RUNNING) => ContainerState::Running,
-        Some(S::RESTARTING) => ContainerState::Restarting,
-        Some(S::EXITED) | Some(S::DEAD) => ContainerState::Exited,
+        Some("created") => ContainerState::Created,
+        Some("running") => ContainerState::Running,
+        Some("restarting") => ContainerState::Restarting,
+        Some("exited" | "dead") => ContainerState::Exited,
         _ => ContainerState::Other,
     }
 }
@@ -467,7 +475,7 @@ impl Containers for DockerRuntime {
             .iter()
             .map(|(key, value)| format!("{key}={value}"))
             .collect();
-        self.list_filtered(HashMap::from([("label".to_owned(), labels)]))
+        self.list_filtered(BTreeMap::from([("label", labels)]))
             .await
     }
 
@@ -476,7 +484,7 @@ impl Containers for DockerRuntime {
         // A bounded query string per request (a full id is 64 characters).
         for chunk in ids.chunks(LIST_BY_ID_CHUNK) {
             found.extend(
-                self.list_filtered(HashMap::from([("id".to_owned(), chunk.to_vec())]))
+                self.list_filtered(BTreeMap::from([("id", chunk.to_vec())]))
                     .await?,
             );
         }
@@ -624,11 +632,13 @@ impl Containers for DockerRuntime {
     }
 
     async fn inspect(&self, id: &str) -> Result<Inspection> {
-        let response = self
-            .docker
-            .inspect_container(id, None)
-            .await
-            .map_err(classify)?;
+        let response: docker_api::ContainerInspect = self
+            .api
+            .get(
+                &format!("/containers/{}/json", docker_api::segment(id)?),
+                &[],
+            )
+            .await?;
         let state = response.state.unwrap_or_default();
         let settings = response.network_settings.unwrap_or_default();
         let mut published_ports: Vec<PublishedPort> = settings
@@ -771,11 +781,13 @@ impl Containers for DockerRuntime {
                 ));
             }
         }
-        let inspected = self
-            .docker
-            .inspect_exec(&created.id)
-            .await
-            .map_err(classify)?;
+        let inspected: docker_api::ExecInspect = self
+            .api
+            .get(
+                &format!("/exec/{}/json", docker_api::segment(&created.id)?),
+                &[],
+            )
+            .await?;
         Ok(ExecOutcome {
             exit_code: inspected.exit_code.unwrap_or(-1),
             output,
@@ -860,11 +872,13 @@ impl Containers for DockerRuntime {
                 message: error.to_string(),
             })?;
         }
-        let inspected = self
-            .docker
-            .inspect_exec(&created.id)
-            .await
-            .map_err(classify)?;
+        let inspected: docker_api::ExecInspect = self
+            .api
+            .get(
+                &format!("/exec/{}/json", docker_api::segment(&created.id)?),
+                &[],
+            )
+            .await?;
         Ok(ExecOutcome {
             exit_code: inspected.exit_code.unwrap_or(-1),
             output: String::from_utf8_lossy(&errors).into_owned(),
@@ -872,30 +886,29 @@ impl Containers for DockerRuntime {
     }
 
     async fn volume_path(&self, name: &str) -> Result<Option<std::path::PathBuf>> {
-        match self.docker.inspect_volume(name).await {
+        let path = format!("/volumes/{}", docker_api::segment(name)?);
+        match self.api.get::<docker_api::Volume>(&path, &[]).await {
             Ok(volume) => Ok(Some(std::path::PathBuf::from(volume.mountpoint))),
-            Err(error) => match classify(error) {
-                Error::NotFound { .. } => Ok(None),
-                other => Err(other),
-            },
+            Err(Error::NotFound { .. }) => Ok(None),
+            Err(other) => Err(other),
         }
     }
 
     async fn ensure_volume(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<Volume> {
         // Creating an existing volume is a no-op on the engine: it answers with the volume
         // as it is, its own labels kept.
-        let volume = self
-            .docker
-            .create_volume(VolumeCreateRequest {
-                name: Some(name.to_owned()),
-                labels: Some(self.stamped(labels).into_iter().collect()),
-                ..VolumeCreateRequest::default()
-            })
-            .await
-            .map_err(classify)?;
+        let request = VolumeCreateRequest {
+            name: Some(name.to_owned()),
+            labels: Some(self.stamped(labels).into_iter().collect()),
+            ..VolumeCreateRequest::default()
+        };
+        let body = serde_json::to_vec(&request).map_err(|error| Error::Invalid {
+            message: error.to_string(),
+        })?;
+        let volume: docker_api::Volume = self.api.post("/volumes/create", body).await?;
         Ok(Volume {
             name: volume.name,
-            labels: volume.labels.into_iter().collect(),
+            labels: volume.labels.unwrap_or_default(),
         })
     }
 
@@ -904,22 +917,16 @@ impl Containers for DockerRuntime {
             .iter()
             .map(|(key, value)| format!("{key}={value}"))
             .collect();
-        let filters = HashMap::from([("label".to_owned(), labels)]);
-        let options = ListVolumesOptionsBuilder::default()
-            .filters(&filters)
-            .build();
-        let response = self
-            .docker
-            .list_volumes(Some(options))
-            .await
-            .map_err(classify)?;
+        let filters = docker_api::filters(&BTreeMap::from([("label", labels)]));
+        let response: docker_api::VolumeList =
+            self.api.get("/volumes", &[("filters", &filters)]).await?;
         Ok(response
             .volumes
             .unwrap_or_default()
             .into_iter()
             .map(|volume| Volume {
                 name: volume.name,
-                labels: volume.labels.into_iter().collect(),
+                labels: volume.labels.unwrap_or_default(),
             })
             .collect())
     }
@@ -948,13 +955,12 @@ impl Containers for DockerRuntime {
         self.networks().remove(name);
         for id in self.network_ids(name).await? {
             let inspected = match self
-                .docker
-                .inspect_network(
-                    &id,
-                    None::<bollard::query_parameters::InspectNetworkOptions>,
+                .api
+                .get::<docker_api::NetworkInspect>(
+                    &format!("/networks/{}", docker_api::segment(&id)?),
+                    &[],
                 )
                 .await
-                .map_err(classify)
             {
                 Ok(inspected) => inspected,
                 Err(Error::NotFound { .. }) => continue,
@@ -996,7 +1002,7 @@ impl Containers for DockerRuntime {
     }
 
     async fn image_present(&self, image: &str) -> Result<bool> {
-        match self.docker.inspect_image(image).await.map_err(classify) {
+        match self.inspect_image(image).await {
             Ok(_) => Ok(true),
             Err(Error::NotFound { .. }) => Ok(false),
             Err(other) => Err(other),
@@ -1004,7 +1010,7 @@ impl Containers for DockerRuntime {
     }
 
     async fn image_info(&self, image: &str) -> Result<Option<ImageInfo>> {
-        match self.docker.inspect_image(image).await.map_err(classify) {
+        match self.inspect_image(image).await {
             Ok(found) => Ok(Some(ImageInfo {
                 id: found.id.unwrap_or_default(),
                 repo_digests: found.repo_digests.unwrap_or_default(),
@@ -1095,18 +1101,12 @@ impl Containers for DockerRuntime {
     }
 
     async fn cpu_percent(&self, id: &str) -> Result<f64> {
-        let options = bollard::query_parameters::StatsOptionsBuilder::default()
-            .stream(false)
-            .one_shot(false)
-            .build();
-        let mut stream = self.docker.stats(id, Some(options));
-        let Some(sample) = stream.next().await else {
-            return Err(Error::Unavailable {
-                message: format!("no stats for {id}"),
-            });
-        };
-        let sample = sample.map_err(classify)?;
-        let usage = |stats: &Option<bollard::models::ContainerCpuStats>| {
+        let path = format!("/containers/{}/stats", docker_api::segment(id)?);
+        let sample: docker_api::Stats = self
+            .api
+            .get(&path, &[("stream", "false"), ("one-shot", "false")])
+            .await?;
+        let usage = |stats: &Option<docker_api::CpuStats>| {
             let stats = stats.as_ref();
             (
                 stats

@@ -22,13 +22,11 @@ use bollard::models::{
     TaskSpecContainerSpecFile1, TaskSpecLogDriver, TaskSpecPlacement, TaskSpecResources,
     TaskSpecRestartPolicy, TaskSpecRestartPolicyConditionEnum,
 };
-use bollard::query_parameters::{
-    ListConfigsOptionsBuilder, ListNodesOptions, ListServicesOptionsBuilder,
-    ListTasksOptionsBuilder, LogsOptionsBuilder, UpdateServiceOptions,
-};
+use bollard::query_parameters::{LogsOptionsBuilder, UpdateServiceOptions};
 use futures_util::StreamExt as _;
 
 use super::docker::classify;
+use super::docker_api;
 use super::service::{
     Node, NodeState, Service, ServiceMode, ServiceSpec, SwarmConfig, SwarmNode, Task, TaskState,
     UpdateOrder, UpdateState, UpdateStatus,
@@ -39,14 +37,14 @@ fn nanos(duration: std::time::Duration) -> i64 {
     i64::try_from(duration.as_nanos()).unwrap_or(i64::MAX)
 }
 
-fn label_filters(filter: &[(&str, &str)]) -> HashMap<String, Vec<String>> {
-    HashMap::from([(
-        "label".to_owned(),
+fn label_filters(filter: &[(&str, &str)]) -> String {
+    docker_api::filters(&BTreeMap::from([(
+        "label",
         filter
             .iter()
             .map(|(key, value)| format!("{key}={value}"))
             .collect(),
-    )])
+    )]))
 }
 
 /// RFC 3339 (with nanoseconds, as the engine writes it) → Unix seconds; 0 when unreadable.
@@ -365,15 +363,14 @@ fn endpoint_spec(spec: &ServiceSpec) -> EndpointSpec {
     }
 }
 
-fn service_of(service: bollard::models::Service) -> Service {
+fn service_of(service: docker_api::Service) -> Service {
     let spec = service.spec.unwrap_or_default();
-    let container = spec
-        .task_template
-        .as_ref()
-        .and_then(|template| template.container_spec.clone())
-        .unwrap_or_default();
+    let (container, placement) = spec.task_template.map_or((None, None), |template| {
+        (template.container_spec, template.placement)
+    });
+    let container = container.unwrap_or_default();
     let update = service.update_status.and_then(|status| {
-        let state = UpdateState::parse(status.state?.as_ref())?;
+        let state = UpdateState::parse(status.state.as_deref()?)?;
         Some(UpdateStatus {
             state,
             message: status.message.unwrap_or_default(),
@@ -382,17 +379,12 @@ fn service_of(service: bollard::models::Service) -> Service {
     });
     Service {
         id: service.id.unwrap_or_default(),
-        name: spec.name.clone().unwrap_or_default(),
+        name: spec.name.unwrap_or_default(),
         version: service
             .version
             .and_then(|version| version.index)
             .unwrap_or_default(),
-        labels: spec
-            .labels
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .collect(),
+        labels: spec.labels.unwrap_or_default(),
         task_labels: container.labels.unwrap_or_default().into_iter().collect(),
         image: container.image.unwrap_or_default(),
         replicas: spec
@@ -402,15 +394,13 @@ fn service_of(service: bollard::models::Service) -> Service {
             .and_then(|replicated| replicated.replicas)
             .and_then(|replicas| u64::try_from(replicas).ok()),
         update,
-        constraints: spec
-            .task_template
-            .and_then(|template| template.placement)
+        constraints: placement
             .and_then(|placement| placement.constraints)
             .unwrap_or_default(),
     }
 }
 
-fn task_of(task: bollard::models::Task) -> Task {
+fn task_of(task: docker_api::Task) -> Task {
     let status = task.status.unwrap_or_default();
     let container = task
         .spec
@@ -422,12 +412,14 @@ fn task_of(task: bollard::models::Task) -> Task {
         service_id: task.service_id.unwrap_or_default(),
         slot: task.slot.and_then(|slot| u64::try_from(slot).ok()),
         node_id: task.node_id.unwrap_or_default(),
-        desired: task.desired_state.map_or(TaskState::Other, |state| {
-            TaskState::parse(&state.to_string())
-        }),
-        state: status.state.map_or(TaskState::Other, |state| {
-            TaskState::parse(&state.to_string())
-        }),
+        desired: task
+            .desired_state
+            .as_deref()
+            .map_or(TaskState::Other, TaskState::parse),
+        state: status
+            .state
+            .as_deref()
+            .map_or(TaskState::Other, TaskState::parse),
         message: status.message.unwrap_or_default(),
         error: status.err.unwrap_or_default(),
         since: unix(status.timestamp.as_deref()),
@@ -446,13 +438,13 @@ fn base64(bytes: &[u8]) -> String {
 
 impl Swarm for DockerRuntime {
     async fn swarm_node(&self) -> Result<Option<SwarmNode>> {
-        let info = self.docker.info().await.map_err(classify)?;
+        let info: docker_api::Info = self.api.get("/info", &[]).await?;
         let Some(swarm) = info.swarm else {
             return Ok(None);
         };
         let active = swarm
             .local_node_state
-            .is_some_and(|state| state.to_string() == "active");
+            .is_some_and(|state| state == "active");
         if !active {
             return Ok(None);
         }
@@ -463,11 +455,7 @@ impl Swarm for DockerRuntime {
     }
 
     async fn list_nodes(&self) -> Result<Vec<Node>> {
-        let nodes = self
-            .docker
-            .list_nodes(None::<ListNodesOptions>)
-            .await
-            .map_err(classify)?;
+        let nodes: Vec<docker_api::Node> = self.api.get("/nodes", &[]).await?;
         Ok(nodes
             .into_iter()
             .map(|node| Node {
@@ -476,12 +464,7 @@ impl Swarm for DockerRuntime {
                     .description
                     .and_then(|description| description.hostname)
                     .unwrap_or_default(),
-                state: match node
-                    .status
-                    .and_then(|status| status.state)
-                    .map(|state| state.to_string())
-                    .as_deref()
-                {
+                state: match node.status.and_then(|status| status.state).as_deref() {
                     Some("ready") => NodeState::Ready,
                     Some("down") => NodeState::Down,
                     _ => NodeState::Unknown,
@@ -489,7 +472,6 @@ impl Swarm for DockerRuntime {
                 availability: node
                     .spec
                     .and_then(|spec| spec.availability)
-                    .map(|availability| availability.to_string())
                     .unwrap_or_default(),
                 manager: node.manager_status.is_some(),
             })
@@ -520,14 +502,8 @@ impl Swarm for DockerRuntime {
 
     async fn list_services(&self, filter: &[(&str, &str)]) -> Result<Vec<Service>> {
         let filters = label_filters(filter);
-        let options = ListServicesOptionsBuilder::default()
-            .filters(&filters)
-            .build();
-        let services = self
-            .docker
-            .list_services(Some(options))
-            .await
-            .map_err(classify)?;
+        let services: Vec<docker_api::Service> =
+            self.api.get("/services", &[("filters", &filters)]).await?;
         Ok(services.into_iter().map(service_of).collect())
     }
 
@@ -587,13 +563,9 @@ impl Swarm for DockerRuntime {
     }
 
     async fn list_tasks(&self, service_id: &str) -> Result<Vec<Task>> {
-        let filters = HashMap::from([("service".to_owned(), vec![service_id.to_owned()])]);
-        let options = ListTasksOptionsBuilder::default().filters(&filters).build();
-        let tasks = self
-            .docker
-            .list_tasks(Some(options))
-            .await
-            .map_err(classify)?;
+        let filters =
+            docker_api::filters(&BTreeMap::from([("service", vec![service_id.to_owned()])]));
+        let tasks: Vec<docker_api::Task> = self.api.get("/tasks", &[("filters", &filters)]).await?;
         Ok(tasks
             .into_iter()
             .map(task_of)
@@ -652,14 +624,8 @@ impl Swarm for DockerRuntime {
 
     async fn list_configs(&self, filter: &[(&str, &str)]) -> Result<Vec<SwarmConfig>> {
         let filters = label_filters(filter);
-        let options = ListConfigsOptionsBuilder::default()
-            .filters(&filters)
-            .build();
-        let configs = self
-            .docker
-            .list_configs(Some(options))
-            .await
-            .map_err(classify)?;
+        let configs: Vec<docker_api::Config> =
+            self.api.get("/configs", &[("filters", &filters)]).await?;
         Ok(configs
             .into_iter()
             .map(|config| {

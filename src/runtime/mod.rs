@@ -12,6 +12,7 @@
 //! `list` filters by labels on the engine side and returns stopped containers too.
 
 pub(crate) mod docker;
+mod docker_api;
 mod docker_service;
 #[cfg(any(test, feature = "fake-runtime"))]
 #[doc(hidden)]
