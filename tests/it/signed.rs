@@ -241,6 +241,9 @@ fn gpg_signed_tips_apply_and_unknown_or_tampered_ones_are_rejected() -> TestResu
     repo.write("web.hcl", &manifest("1"))?;
     let good = repo.commit_signed(&trusted.git_config(), "v1, gpg-signed")?;
     agent.applied(&good)?;
+    // The same key exported binary (`gpg --export`) is read as well as armored.
+    let binary = trusted.export_binary(&repo.root().join("trusted.gpg"))?;
+    Agent::new(&repo, VerifyMode::Tip, None, Some(&binary))?.applied(&good)?;
 
     repo.write("web.hcl", &manifest("2"))?;
     let unknown = repo.commit_signed(&stranger.git_config(), "v2, a stranger's key")?;

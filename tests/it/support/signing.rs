@@ -145,6 +145,13 @@ impl GpgSigner {
         Ok(path.to_owned())
     }
 
+    /// The public key, binary (`gpg --export`), written to `path`.
+    pub fn export_binary(&self, path: &Path) -> TestResult<PathBuf> {
+        let binary = run_bytes(self.gpg().args(["--batch", "--export", &self.fingerprint]))?;
+        std::fs::write(path, binary)?;
+        Ok(path.to_owned())
+    }
+
     /// The `git -c` settings that sign with this key.
     pub fn git_config(&self) -> Vec<String> {
         vec![
@@ -168,6 +175,10 @@ impl Drop for GpgSigner {
 }
 
 fn run(command: &mut Command) -> TestResult<String> {
+    Ok(String::from_utf8(run_bytes(command)?)?)
+}
+
+fn run_bytes(command: &mut Command) -> TestResult<Vec<u8>> {
     let output = command.output()?;
     if !output.status.success() {
         return Err(format!(
@@ -176,5 +187,5 @@ fn run(command: &mut Command) -> TestResult<String> {
         )
         .into());
     }
-    Ok(String::from_utf8(output.stdout)?)
+    Ok(output.stdout)
 }
