@@ -185,9 +185,15 @@ impl TrustedKeys {
     fn check_pgp(&self, armored: &[u8], payload: &[u8]) -> std::result::Result<String, Refusal> {
         use pgp::composed::{Deserializable as _, DetachedSignature};
         use pgp::types::KeyDetails as _;
-        let (signature, _) = DetachedSignature::from_armor_single(armored).map_err(|error| {
-            Refusal::BadSignature(format!("unreadable OpenPGP signature: {error}"))
-        })?;
+        let unreadable =
+            |error: String| Refusal::BadSignature(format!("unreadable OpenPGP signature: {error}"));
+        let signature_block =
+            |typ: &pgp::armor::BlockType| matches!(typ, pgp::armor::BlockType::Signature);
+        let packets = dearmor(armored, signature_block)
+            .map_err(unreadable)?
+            .ok_or_else(|| unreadable("no armored block".to_owned()))?;
+        let signature = DetachedSignature::from_bytes(&packets[..])
+            .map_err(|error| unreadable(error.to_string()))?;
         let issuers: Vec<String> = signature
             .signature
             .issuer_fingerprint()
@@ -422,8 +428,8 @@ enum KeyringError {
     Secret,
     #[error("holds no OpenPGP public key")]
     Empty,
-    #[error("is an armored {0} block, not keys (`gpg --export --armor KEYID` writes keys)")]
-    NotKeys(String),
+    #[error("{0}, not keys (`gpg --export --armor KEYID` writes keys)")]
+    Armor(String),
 }
 
 /// Parses git's `allowed_signers` format (ssh-keygen(1) "ALLOWED SIGNERS"): per line
@@ -597,7 +603,16 @@ fn parse_pgp_keyring(
     let binary: std::borrow::Cow<'_, [u8]> = if bytes.first().is_some_and(|byte| byte & 0x80 != 0) {
         std::borrow::Cow::Borrowed(bytes)
     } else {
-        std::borrow::Cow::Owned(dearmor_keys(bytes)?)
+        let keys = |typ: &pgp::armor::BlockType| {
+            matches!(
+                typ,
+                pgp::armor::BlockType::PublicKey | pgp::armor::BlockType::PrivateKey
+            )
+        };
+        match dearmor(bytes, keys).map_err(KeyringError::Armor)? {
+            Some(packets) => std::borrow::Cow::Owned(packets),
+            None => return Err(KeyringError::Empty),
+        }
     };
     let parsed = PublicOrSecret::from_bytes_many(&binary[..]).map_err(KeyringError::Parse)?;
     let mut keys = Vec::new();
@@ -616,22 +631,27 @@ fn parse_pgp_keyring(
     Ok(keys)
 }
 
-/// The packets of an armored keyring's first block, which must hold public or private keys.
-fn dearmor_keys(armored: &[u8]) -> std::result::Result<Vec<u8>, KeyringError> {
-    use pgp::armor::BlockType;
+/// The packets of an armored block (its first), which must be of a type `wanted` accepts;
+/// else why not, or `Ok(None)` for no block at all. Every OpenPGP input is dearmored here and
+/// parsed from bytes: pgp's own readers of armor compile its packet parser once more for
+/// their reader type (≈ 0.1 MB of the binary).
+fn dearmor(
+    armored: &[u8],
+    wanted: fn(&pgp::armor::BlockType) -> bool,
+) -> std::result::Result<Option<Vec<u8>>, String> {
     use std::io::Read as _;
     let mut dearmor = pgp::armor::Dearmor::new(armored);
-    dearmor.read_header().map_err(KeyringError::Parse)?;
+    dearmor.read_header().map_err(|error| error.to_string())?;
     match &dearmor.typ {
-        Some(BlockType::PublicKey | BlockType::PrivateKey) => {}
-        Some(other) => return Err(KeyringError::NotKeys(other.to_string())),
-        None => return Err(KeyringError::Empty),
+        Some(typ) if wanted(typ) => {}
+        Some(other) => return Err(format!("is an armored {other} block")),
+        None => return Ok(None),
     }
     let mut packets = Vec::new();
     dearmor
         .read_to_end(&mut packets)
-        .map_err(|error| KeyringError::Parse(error.into()))?;
-    Ok(packets)
+        .map_err(|error| error.to_string())?;
+    Ok(Some(packets))
 }
 
 #[cfg(test)]
@@ -697,6 +717,9 @@ mod tests {
             .err()
             .map(|error| error.to_string())
             .unwrap_or_default();
-        assert!(refused.contains("not keys"), "{refused}");
+        assert!(
+            refused.contains("is an armored PGP SIGNATURE block, not keys"),
+            "{refused}"
+        );
     }
 }
