@@ -101,12 +101,13 @@ pub(crate) struct LostState(String);
 pub(crate) fn decide(situation: &Situation<'_>) -> Result<Decision, LostState> {
     let own = situation.own;
     // Every other identity this data dir is known to have had.
-    let mut foreign: BTreeMap<&str, Counts> = situation
-        .found
-        .iter()
-        .filter(|(id, _)| Some(id.as_str()) != own && !id.is_empty())
-        .map(|(id, counts)| (id.as_str(), *counts))
-        .collect();
+    let mut foreign: BTreeMap<&str, Counts> = crate::model::map_of(
+        situation
+            .found
+            .iter()
+            .filter(|(id, _)| Some(id.as_str()) != own && !id.is_empty())
+            .map(|(id, counts)| (id.as_str(), *counts)),
+    );
     if let Some(file) = situation.file
         && Some(file.agent_id.as_str()) != own
     {

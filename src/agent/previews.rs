@@ -251,13 +251,14 @@ impl<R: Runtime> Previews<R> {
                     .iter()
                     .filter(|((of, _), _)| of == scope)
                     .map(|((_, name), values)| {
-                        let kept = values
-                            .iter()
-                            .filter(|(key, _)| {
-                                !crate::manifest::GENERATED_KEYS.contains(&key.as_str())
-                            })
-                            .map(|(key, value)| (key.clone(), value.clone()))
-                            .collect();
+                        let kept = crate::model::map_of(
+                            values
+                                .iter()
+                                .filter(|(key, _)| {
+                                    !crate::manifest::GENERATED_KEYS.contains(&key.as_str())
+                                })
+                                .map(|(key, value)| (key.clone(), value.clone())),
+                        );
                         (name.as_str(), kept)
                     })
                     .collect(),

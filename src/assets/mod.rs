@@ -263,10 +263,11 @@ pub(crate) fn check_asset(
     files: &AssetFiles,
 ) -> BTreeMap<String, Option<String>> {
     let dir = asset_dir(assets_root, scope, name);
-    files
-        .keys()
-        .map(|key| (key.clone(), file_digest(&dir.join(key))))
-        .collect()
+    crate::model::map_of(
+        files
+            .keys()
+            .map(|key| (key.clone(), file_digest(&dir.join(key)))),
+    )
 }
 
 fn file_digest(path: &Path) -> Option<String> {

@@ -323,10 +323,12 @@ impl Plain {
 }
 
 fn json_map(entries: &[(String, Node)]) -> serde_json::Map<String, serde_json::Value> {
-    entries
-        .iter()
-        .map(|(key, value)| (key.clone(), json_value(value)))
-        .collect()
+    // Inserted, not collected: see `model::map_of`.
+    let mut map = serde_json::Map::new();
+    for (key, value) in entries {
+        map.insert(key.clone(), json_value(value));
+    }
+    map
 }
 
 fn json_value(node: &Node) -> serde_json::Value {

@@ -134,13 +134,13 @@ pub(super) fn restore_request(
                 );
             }
             let runs = store.data_runs(key, crate::store::DATA_RUN_HISTORY)?;
-            let holding = runs
-                .iter()
-                .filter(|run| run.what == DataWhat::Backup && run.state == DataState::Succeeded)
-                .flat_map(|run| run.snapshots.iter())
-                .filter(|(_, id)| id.starts_with(prefix))
-                .map(|(holds, id)| (holds.clone(), id.clone()))
-                .collect::<BTreeMap<_, _>>();
+            let holding = crate::model::map_of(
+                runs.iter()
+                    .filter(|run| run.what == DataWhat::Backup && run.state == DataState::Succeeded)
+                    .flat_map(|run| run.snapshots.iter())
+                    .filter(|(_, id)| id.starts_with(prefix))
+                    .map(|(holds, id)| (holds.clone(), id.clone())),
+            );
             if holding.is_empty() {
                 bail!(
                     "no backup of {key} recorded snapshot {prefix} (see `voodu-agent backups {}/{}`)",

@@ -334,17 +334,16 @@ fn current_specs(
         None => Vec::new(),
     };
     // The autoscaler's counts: a commit that keeps `autoscale` keeps them.
-    let scaled: BTreeMap<ResourceKey, usize> = desired
-        .iter()
-        .filter_map(|desired| Some((desired.key.clone(), desired.replicas_override?)))
-        .collect();
-    let current: BTreeMap<ResourceKey, CurrentSpec> = desired
-        .into_iter()
-        .map(|desired| {
+    let scaled: BTreeMap<ResourceKey, usize> = crate::model::map_of(
+        desired
+            .iter()
+            .filter_map(|desired| Some((desired.key.clone(), desired.replicas_override?))),
+    );
+    let current: BTreeMap<ResourceKey, CurrentSpec> =
+        crate::model::map_of(desired.into_iter().map(|desired| {
             let current = CurrentSpec::stored(desired.spec, desired.spec_json);
             (desired.key, current)
-        })
-        .collect();
+        }));
     Ok((scaled, current))
 }
 
@@ -825,11 +824,12 @@ impl PlanView {
         manifest: &Manifest,
         plans: &[ResourcePlan],
     ) -> PlanView {
-        let next: BTreeMap<&ResourceKey, &Spec> = manifest
-            .resources
-            .iter()
-            .map(|resource| (&resource.key, &resource.spec))
-            .collect();
+        let next: BTreeMap<&ResourceKey, &Spec> = crate::model::map_of(
+            manifest
+                .resources
+                .iter()
+                .map(|resource| (&resource.key, &resource.spec)),
+        );
         let mut summary: BTreeMap<&'static str, usize> = [
             Action::Create,
             Action::Update,
@@ -842,10 +842,8 @@ impl PlanView {
         .map(|action| (action.as_str(), 0))
         .collect();
         let rolls = |action: Action| matches!(action, Action::Create | Action::Replace);
-        let rolling: BTreeMap<&ResourceKey, bool> = plans
-            .iter()
-            .map(|plan| (&plan.key, rolls(plan.action)))
-            .collect();
+        let rolling: BTreeMap<&ResourceKey, bool> =
+            crate::model::map_of(plans.iter().map(|plan| (&plan.key, rolls(plan.action))));
         let waits_for = |plan: &ResourcePlan| -> Vec<String> {
             let dependencies: Vec<(ResourceKey, bool)> = next
                 .get(&plan.key)

@@ -41,18 +41,14 @@ impl DetailView {
                 volumes: detail.volumes.into_iter().map(volume_view).collect(),
             }),
             Detail::Asset(detail) => DetailView::Asset(AssetView {
-                files: detail
-                    .files
-                    .into_iter()
-                    .map(|(name, file)| {
-                        let view = AssetFileView {
-                            digest: file.digest,
-                            size: file.size,
-                            source: file.source,
-                        };
-                        (name, view)
-                    })
-                    .collect(),
+                files: crate::model::map_of(detail.files.into_iter().map(|(name, file)| {
+                    let view = AssetFileView {
+                        digest: file.digest,
+                        size: file.size,
+                        source: file.source,
+                    };
+                    (name, view)
+                })),
                 path: detail.path.display().to_string(),
                 repaired: detail.repaired,
             }),

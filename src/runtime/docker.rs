@@ -136,7 +136,7 @@ impl DockerRuntime {
                     .map(|name| name.trim_start_matches('/').to_owned())
                     .unwrap_or_default(),
                 image: summary.image.unwrap_or_default(),
-                labels: summary.labels.unwrap_or_default().into_iter().collect(),
+                labels: summary.labels.unwrap_or_default(),
                 state: state_of(summary.state.as_deref()),
             })
             .collect())
@@ -695,9 +695,7 @@ impl Containers for DockerRuntime {
             labels: response
                 .config
                 .and_then(|config| config.labels)
-                .unwrap_or_default()
-                .into_iter()
-                .collect(),
+                .unwrap_or_default(),
             published_ports,
         })
     }
@@ -1088,7 +1086,7 @@ impl Containers for DockerRuntime {
             let message = message.map_err(classify)?;
             let actor = message.actor.unwrap_or_default();
             let labels: BTreeMap<String, String> =
-                actor.attributes.unwrap_or_default().into_iter().collect();
+                crate::model::map_of(actor.attributes.unwrap_or_default());
             Ok(super::Event {
                 id: actor.id.unwrap_or_default(),
                 // The engine puts the name beside the labels in the event's attributes.

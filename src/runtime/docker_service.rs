@@ -385,7 +385,7 @@ fn service_of(service: docker_api::Service) -> Service {
             .and_then(|version| version.index)
             .unwrap_or_default(),
         labels: spec.labels.unwrap_or_default(),
-        task_labels: container.labels.unwrap_or_default().into_iter().collect(),
+        task_labels: container.labels.unwrap_or_default(),
         image: container.image.unwrap_or_default(),
         replicas: spec
             .mode
@@ -423,7 +423,7 @@ fn task_of(task: docker_api::Task) -> Task {
         message: status.message.unwrap_or_default(),
         error: status.err.unwrap_or_default(),
         since: unix(status.timestamp.as_deref()),
-        labels: container.labels.unwrap_or_default().into_iter().collect(),
+        labels: container.labels.unwrap_or_default(),
         image: container.image.unwrap_or_default(),
         container_id: container_status.container_id.unwrap_or_default(),
         exit_code: container_status.exit_code,
@@ -633,7 +633,7 @@ impl Swarm for DockerRuntime {
                 SwarmConfig {
                     id: config.id.unwrap_or_default(),
                     name: spec.name.unwrap_or_default(),
-                    labels: spec.labels.unwrap_or_default().into_iter().collect(),
+                    labels: spec.labels.unwrap_or_default(),
                 }
             })
             .collect())

@@ -429,12 +429,12 @@ impl<R: Runtime> Guarded<R> {
                 }
             };
             let scope = spec.labels.get(labels::SCOPE).cloned().unwrap_or_default();
-            let mut volume_labels: BTreeMap<String, String> = spec
-                .labels
-                .iter()
-                .filter(|(key, _)| [labels::CREATED_BY, labels::AGENT].contains(&key.as_str()))
-                .map(|(key, value)| (key.clone(), value.clone()))
-                .collect();
+            let mut volume_labels: BTreeMap<String, String> = crate::model::map_of(
+                spec.labels
+                    .iter()
+                    .filter(|(key, _)| [labels::CREATED_BY, labels::AGENT].contains(&key.as_str()))
+                    .map(|(key, value)| (key.clone(), value.clone())),
+            );
             volume_labels.insert(labels::SCOPE.to_owned(), scope.clone());
             let volume = self.inner.ensure_volume(name, &volume_labels).await?;
             let made_by_agent = volume.labels.get(labels::CREATED_BY).map(String::as_str)

@@ -206,11 +206,10 @@ impl<R: Runtime> Informer<R> {
         let all = self.inner.list(&self.scope()).await?;
         let mut state = self.shared.lock();
         if state.streaming && state.generation == generation {
-            state.held = Some(
+            state.held = Some(crate::model::map_of(
                 all.iter()
-                    .map(|container| (container.id.clone(), container.clone()))
-                    .collect(),
-            );
+                    .map(|container| (container.id.clone(), container.clone())),
+            ));
             state.touched.retain(|_, (at, _)| *at > before);
         }
         Ok(all)

@@ -325,7 +325,7 @@ impl Store {
                     (row.get::<_, String>(1)?, row.get::<_, i64>(2)?),
                 ))
             })?;
-            Ok(rows.collect::<rusqlite::Result<BTreeMap<_, _>>>()?)
+            Ok(crate::model::try_map_of(rows)?)
         })
     }
 

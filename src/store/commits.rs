@@ -92,11 +92,12 @@ impl Store {
         let file_commits: BTreeMap<&str, &CommitSha> = context
             .triggers
             .map(|decision| {
-                decision
-                    .files
-                    .iter()
-                    .map(|(file, commit, _)| (file.as_str(), commit))
-                    .collect()
+                crate::model::map_of(
+                    decision
+                        .files
+                        .iter()
+                        .map(|(file, commit, _)| (file.as_str(), commit)),
+                )
             })
             .unwrap_or_default();
         let (summary, head) = self.with(|connection| {

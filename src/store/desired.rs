@@ -375,11 +375,10 @@ impl Store {
                 connection.prepare_cached("SELECT kind, scope, name, source FROM desired")?;
             let rows =
                 statement.query_map([], |row| <(String, String, String, String)>::try_from(row))?;
-            rows.map(|row| {
+            crate::model::try_map_of(rows.map(|row| {
                 let (kind, scope, name, source) = row?;
                 Ok((key_from_row(&kind, scope, name)?, source))
-            })
-            .collect()
+            }))
         })
     }
 

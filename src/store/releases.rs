@@ -626,11 +626,10 @@ pub(super) fn git_specs_of_pins(
     let rows = statement.query_map([], |row| {
         <(String, String, String, Option<String>)>::try_from(row)
     })?;
-    rows.map(|row| {
+    crate::model::try_map_of(rows.map(|row| {
         let (kind, scope, name, git_spec) = row?;
         Ok((key_from_row(&kind, scope, name)?, git_spec))
-    })
-    .collect()
+    }))
 }
 
 pub(super) fn delete_pin(tx: &Transaction<'_>, key: &ResourceKey) -> Result<()> {

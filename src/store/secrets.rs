@@ -131,7 +131,7 @@ impl Store {
             let rows = statement.query_map(params![scope, name], |row| {
                 Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
             })?;
-            Ok(Bucket(rows.collect::<rusqlite::Result<_>>()?))
+            Ok(Bucket(crate::model::try_map_of(rows)?))
         })
     }
 
@@ -162,11 +162,11 @@ impl Store {
                     "SELECT key, value FROM config WHERE scope = ?1 AND name = ?2 ORDER BY key",
                 )?;
                 for (scope, name) in names {
-                    let values = statement
-                        .query_map(params![scope, name], |row| {
+                    let values = crate::model::try_map_of(
+                        statement.query_map(params![scope, name], |row| {
                             Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
-                        })?
-                        .collect::<rusqlite::Result<BTreeMap<_, _>>>()?;
+                        })?,
+                    )?;
                     if !values.is_empty() {
                         buckets.insert((scope.clone(), name.clone()), values);
                     }

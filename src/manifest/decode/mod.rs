@@ -137,9 +137,9 @@ impl Decoded {
                         }
                         Reference::Resource { .. } | Reference::Dependency { .. } => None,
                     });
-            *stamp = asset_references
-                .zip(resolved.iter().map(|digest| (*digest).to_owned()))
-                .collect();
+            *stamp = crate::model::map_of(
+                asset_references.zip(resolved.iter().map(|digest| (*digest).to_owned())),
+            );
         }
         let resource = if resource.spec == self.resource.spec {
             Arc::clone(&self.resource)

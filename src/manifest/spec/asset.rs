@@ -24,11 +24,11 @@ impl KindSpec for AssetSpec {
 
     /// Changes exactly when some key's bytes (or the key set) change.
     fn spec_hash(&self, _: &ResourceKey) -> SpecHash {
-        let digests: BTreeMap<&str, &str> = self
-            .files
-            .iter()
-            .map(|(key, file)| (key.as_str(), file.digest.as_str()))
-            .collect();
+        let digests: BTreeMap<&str, &str> = crate::model::map_of(
+            self.files
+                .iter()
+                .map(|(key, file)| (key.as_str(), file.digest.as_str())),
+        );
         go_json_sha256(&digests)
     }
 

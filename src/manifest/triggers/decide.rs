@@ -131,10 +131,8 @@ pub fn decide(
     previous: &[TriggerState],
     situation: &Situation<'_>,
 ) -> Decision {
-    let previous_by_path: BTreeMap<&str, &TriggerState> = previous
-        .iter()
-        .map(|state| (state.path.as_str(), state))
-        .collect();
+    let previous_by_path: BTreeMap<&str, &TriggerState> =
+        crate::model::map_of(previous.iter().map(|state| (state.path.as_str(), state)));
     let mut seq = previous
         .iter()
         .filter_map(|state| state.applied.as_ref().map(|applied| applied.seq))

@@ -69,7 +69,7 @@ impl Handler for AssetSpec {
                 let mut status = ResourceStatus::new(Phase::Ready, "");
                 status.spec_hash = desired.spec_hash.to_string();
                 status.detail = Detail::Asset(AssetDetail {
-                    files: asset
+                    files: crate::model::map_of(asset
                         .files
                         .iter()
                         .map(|(name, file)| {
@@ -79,8 +79,7 @@ impl Handler for AssetSpec {
                                 source: file.source.clone(),
                             };
                             (name.clone(), file)
-                        })
-                        .collect(),
+                        })),
                     path: crate::model::asset_dir(&ctx.assets_root, &key.scope, &key.name),
                     repaired: repaired.into_iter().cloned().collect(),
                 });

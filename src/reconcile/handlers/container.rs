@@ -166,11 +166,12 @@ fn ulimits_of(
     container: &Container,
     launch: &Launch,
 ) -> Result<Vec<(String, i64, i64)>, BuildError> {
-    let mut ulimits: BTreeMap<String, (i64, i64)> = launch
-        .default_ulimits
-        .iter()
-        .map(|(name, soft, hard)| (name.clone(), (*soft, *hard)))
-        .collect();
+    let mut ulimits: BTreeMap<String, (i64, i64)> = crate::model::map_of(
+        launch
+            .default_ulimits
+            .iter()
+            .map(|(name, soft, hard)| (name.clone(), (*soft, *hard))),
+    );
     for (name, value) in &container.ulimits {
         let limits = parse_ulimit(value).ok_or_else(|| BuildError::Ulimit {
             name: name.clone(),

@@ -107,11 +107,14 @@ impl Outcome {
                 Value::String(text)
             }
             Value::Array(items) => Value::Array(items.iter().map(|item| self.fill(item)).collect()),
-            Value::Object(map) => Value::Object(
-                map.iter()
-                    .map(|(key, value)| (key.clone(), self.fill(value)))
-                    .collect(),
-            ),
+            Value::Object(map) => {
+                // Inserted, not collected: see `model::map_of`.
+                let mut filled = serde_json::Map::new();
+                for (key, value) in map {
+                    filled.insert(key.clone(), self.fill(value));
+                }
+                Value::Object(filled)
+            }
             other => other.clone(),
         }
     }

@@ -148,19 +148,19 @@ pub(super) async fn observe<R: Runtime>(
         .iter()
         .map(|container| (container.name.as_str(), container.id.as_str()))
         .collect();
-    let readiness: BTreeMap<String, ReplicaReadiness> = rows
-        .into_iter()
-        .filter(|row| instances.contains(&(row.container.as_str(), row.container_id.as_str())))
-        .map(|row| {
-            (
-                row.container,
-                ReplicaReadiness {
-                    ready: row.ready,
-                    reason: row.reason,
-                },
-            )
-        })
-        .collect();
+    let readiness: BTreeMap<String, ReplicaReadiness> = crate::model::map_of(
+        rows.into_iter()
+            .filter(|row| instances.contains(&(row.container.as_str(), row.container_id.as_str())))
+            .map(|row| {
+                (
+                    row.container,
+                    ReplicaReadiness {
+                        ready: row.ready,
+                        reason: row.reason,
+                    },
+                )
+            }),
+    );
     let waiting = gate::waiting(&actual, is_current, &readiness);
     Ok(Observed {
         actual,

@@ -28,18 +28,15 @@ pub(crate) struct Page {
 /// Marks every ingress of `table` whose deployment is in `rows` (keyed by scope and
 /// deployment name).
 pub(crate) fn apply(table: &mut RouteTable, rows: &[Maintenance]) {
-    let pages: BTreeMap<(&str, &str), Page> = rows
-        .iter()
-        .map(|row| {
-            (
-                (row.scope.as_str(), row.name.as_str()),
-                Page {
-                    message: row.message.clone(),
-                    retry_after: row.retry_after,
-                },
-            )
-        })
-        .collect();
+    let pages: BTreeMap<(&str, &str), Page> = crate::model::map_of(rows.iter().map(|row| {
+        (
+            (row.scope.as_str(), row.name.as_str()),
+            Page {
+                message: row.message.clone(),
+                retry_after: row.retry_after,
+            },
+        )
+    }));
     for view in &mut table.ingresses {
         view.maintenance = pages
             .get(&(view.key.scope.as_str(), view.service.as_str()))

@@ -78,11 +78,12 @@ pub(crate) async fn current_table<R: Runtime>(ctx: &Ctx<R>) -> Result<RouteTable
     let canary_token = ctx.memory.canary_token.value().to_owned();
     blocking(&ctx.store, move |store| {
         let desired = store.desired_all()?;
-        let hosts = store
-            .claims(crate::manifest::spec::ClaimKind::Host)?
-            .into_iter()
-            .map(|(host, holder)| (host, holder.source))
-            .collect();
+        let hosts = crate::model::map_of(
+            store
+                .claims(crate::manifest::spec::ClaimKind::Host)?
+                .into_iter()
+                .map(|(host, holder)| (host, holder.source)),
+        );
         let mut ingresses: Vec<(ResourceKey, IngressSpec)> = Vec::new();
         let mut deployments: BTreeMap<ResourceKey, &DeploymentSpec> = BTreeMap::new();
         for resource in &desired {

@@ -520,10 +520,11 @@ async fn with_configs<R: Runtime>(
         .list_configs(&[(labels::AGENT, ctx.agent_id.as_str())])
         .await
         .map_err(&runtime_error)?;
-    let mut ids: BTreeMap<String, String> = existing
-        .iter()
-        .map(|config| (config.name.clone(), config.id.clone()))
-        .collect();
+    let mut ids: BTreeMap<String, String> = crate::model::map_of(
+        existing
+            .iter()
+            .map(|config| (config.name.clone(), config.id.clone())),
+    );
     for asset in &built.assets {
         if ids.contains_key(&asset.name) {
             continue;

@@ -128,11 +128,11 @@ impl SwarmStatefulset<'_> {
                     (labels::REPLICA_ORDINAL.to_owned(), ordinal.to_string()),
                     (NODE.to_owned(), node.to_owned()),
                 ]),
-                volume_labels: pod
-                    .volumes
-                    .iter()
-                    .map(|(name, labels, _)| (name.clone(), labels.clone()))
-                    .collect(),
+                volume_labels: crate::model::map_of(
+                    pod.volumes
+                        .iter()
+                        .map(|(name, labels, _)| (name.clone(), labels.clone())),
+                ),
             },
         )?;
         built

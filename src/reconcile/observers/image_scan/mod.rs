@@ -385,11 +385,12 @@ async fn pass<R: Runtime>(
     let stored = blocking(&ctx.store, Store::image_scans).await?;
     let mut by_repository: BTreeMap<String, Vec<&Follower>> = BTreeMap::new();
     ask_named_digests(ctx, client, scans, &followers).await;
-    let named: BTreeMap<String, String> = scans
-        .named
-        .iter()
-        .map(|(reference, (digest, _))| (reference.clone(), digest.clone()))
-        .collect();
+    let named: BTreeMap<String, String> = crate::model::map_of(
+        scans
+            .named
+            .iter()
+            .map(|(reference, (digest, _))| (reference.clone(), digest.clone())),
+    );
     for follower in followers
         .iter()
         .filter(|follower| !follower.follows_digest())
