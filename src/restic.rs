@@ -1006,7 +1006,7 @@ mod tests {
         }
         let mut out = Vec::new();
         walk(root, root, &mut out)?;
-        out.sort();
+        out.sort_unstable();
         Ok(out)
     }
 
@@ -1186,9 +1186,9 @@ mod tests {
             .await?;
         // forget names them by full id, a backup by short id.
         let mut removed: Vec<String> = removed.iter().map(|id| id[..8].to_owned()).collect();
-        removed.sort();
+        removed.sort_unstable();
         let mut expected_removed = made[..2].to_vec();
-        expected_removed.sort();
+        expected_removed.sort_unstable();
         assert_eq!(removed, expected_removed);
 
         let left: Vec<String> = fixture

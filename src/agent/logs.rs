@@ -198,7 +198,7 @@ async fn stream<R: Runtime>(
         .into_iter()
         .filter(|container| selected(&container.labels, &container.name, &query))
         .collect();
-    containers.sort_by(|a, b| a.name.cmp(&b.name));
+    containers.sort_unstable_by(|a, b| a.name.cmp(&b.name));
     if containers.is_empty() && !query.follow {
         let note = format!(
             "no container of {}/{} on this host",

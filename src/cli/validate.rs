@@ -730,7 +730,7 @@ pub(super) fn validate_dir(
                 specs: Vec::new(),
             });
         }
-        named.sort_by(|a, b| a.path.cmp(&b.path));
+        named.sort_unstable_by(|a, b| a.path.cmp(&b.path));
         snapshot.files = named;
         snapshot.refused.clear();
     }

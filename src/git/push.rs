@@ -279,7 +279,7 @@ fn manifest_files(root: &Path, paths: &[String]) -> Vec<String> {
             }
         }
     }
-    out.sort();
+    out.sort_unstable();
     out
 }
 

@@ -109,7 +109,7 @@ pub(super) fn read_snapshot(
             )),
         }
     }
-    files.sort_by(|a, b| a.0.path.cmp(&b.0.path));
+    files.sort_unstable_by(|a, b| a.0.path.cmp(&b.0.path));
     memo.blobs.clear();
     let mut kept = 0;
     for (file, id) in &files {
@@ -199,7 +199,7 @@ pub(super) fn read_trigger_files(
             )),
         }
     }
-    files.sort_by(|a, b| a.path.cmp(&b.path));
+    files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
     Ok((files, refused))
 }
 
@@ -313,7 +313,7 @@ pub(super) fn changed_paths(
             }
         }
     }
-    changed.sort();
+    changed.sort_unstable();
     Ok(Some(changed))
 }
 

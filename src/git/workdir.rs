@@ -77,7 +77,7 @@ pub fn read_workdir(root: &Path, paths: &[String]) -> Result<Snapshot> {
             Entry::Dir => {}
         }
     }
-    files.sort_by(|a, b| a.path.cmp(&b.path));
+    files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
     Ok(Snapshot {
         commit: CommitSha::new(WORKDIR_COMMIT),
         files,
@@ -128,7 +128,7 @@ pub fn read_workdir_triggers(root: &Path) -> Result<super::TriggerFiles> {
             Entry::Dir => {}
         }
     }
-    files.sort_by(|a, b| a.path.cmp(&b.path));
+    files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
     Ok((files, refused))
 }
 

@@ -151,7 +151,7 @@ fn pushed(envelope: &Envelope) -> Vec<String> {
         }
         out.push(target.repository.clone());
     }
-    out.sort();
+    out.sort_unstable();
     out.dedup();
     out
 }

@@ -165,7 +165,7 @@ pub(crate) fn decode_all(
             })
             .collect()
     });
-    indexed.sort_by_key(|(index, _)| *index);
+    indexed.sort_unstable_by_key(|(index, _)| *index);
     indexed
         .into_iter()
         .map(|(index, result)| {

@@ -91,7 +91,7 @@ impl HostSelection {
                 sorted.push(label.clone());
             }
         }
-        sorted.sort();
+        sorted.sort_unstable();
         Ok(HostSelection {
             host: Some(name.to_owned()),
             labels: sorted,

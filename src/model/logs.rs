@@ -55,7 +55,7 @@ impl Masker {
             .into_iter()
             .filter(|value| value.len() >= MIN_SECRET_LEN)
             .collect();
-        values.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        values.sort_unstable_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         values.dedup();
         values.truncate(MAX_SECRETS);
         Masker { values }

@@ -70,7 +70,7 @@ impl Redactor {
                 add(&mut secrets, &percent_decoded(piece), MIN_PIECE_CHARS);
             }
         }
-        secrets.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        secrets.sort_unstable_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         secrets.dedup();
         Redactor { secrets }
     }

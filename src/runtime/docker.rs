@@ -621,7 +621,7 @@ impl Containers for DockerRuntime {
         // once both succeed, and every later use of the name is then "ambiguous". Every agent
         // keeps the network with the smallest id and removes the others, so racing agents
         // converge on the same one; removing one in use fails and is left for the next call.
-        ids.sort();
+        ids.sort_unstable();
         for extra in ids.iter().skip(1) {
             if let Err(error) = self.docker.remove_network(extra).await {
                 tracing::debug!(network = name, id = %extra, %error, "duplicate network kept for now");
@@ -664,7 +664,7 @@ impl Containers for DockerRuntime {
             .collect();
         // Sorted: for one port the engine lists `0.0.0.0` and `::`; digits sort before `:`,
         // so IPv4 bindings come first.
-        published_ports.sort();
+        published_ports.sort_unstable();
         let ip_addresses = settings
             .networks
             .unwrap_or_default()
@@ -1068,7 +1068,7 @@ impl Containers for DockerRuntime {
             .iter()
             .map(|(key, value)| format!("{key}={value}"))
             .collect();
-        labels.sort();
+        labels.sort_unstable();
         let filters = HashMap::from([
             ("type".to_owned(), vec!["container".to_owned()]),
             ("label".to_owned(), labels),

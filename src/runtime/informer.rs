@@ -467,7 +467,7 @@ mod tests {
             .into_iter()
             .map(|container| (container.name, container.state))
             .collect();
-        seen.sort_by(|a, b| a.0.cmp(&b.0));
+        seen.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         Ok(seen)
     }
 

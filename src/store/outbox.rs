@@ -341,7 +341,7 @@ impl Store {
                 |row| {
                     let sinks: String = row.get(8)?;
                     let mut sinks: Vec<String> = sinks.split('\n').map(str::to_owned).collect();
-                    sinks.sort();
+                    sinks.sort_unstable();
                     Ok((event_row(row)?, sinks))
                 },
             )?;

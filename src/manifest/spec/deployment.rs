@@ -126,7 +126,7 @@ impl KindSpec for DeploymentSpec {
     fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
         let container = &self.container;
         let mut networks = container.effective_networks();
-        networks.sort();
+        networks.sort_unstable();
         go_json_sha256(&HashedDeployment {
             image: container.effective_image(key),
             command: container.command.clone(),
@@ -177,7 +177,7 @@ pub(crate) fn asset_lines(digests: &BTreeMap<String, String>) -> Option<Vec<Stri
         .iter()
         .map(|(reference, digest)| format!("{reference}={digest}"))
         .collect();
-    lines.sort();
+    lines.sort_unstable();
     non_empty(&lines)
 }
 

@@ -55,7 +55,7 @@ pub(crate) fn non_empty<T: Clone>(items: &[T]) -> Option<Vec<T>> {
 /// A sorted copy, `None` when empty.
 pub(crate) fn sorted(items: &[String]) -> Option<Vec<String>> {
     let mut items = non_empty(items)?;
-    items.sort();
+    items.sort_unstable();
     Some(items)
 }
 

@@ -49,7 +49,7 @@ impl JobSpec {
     fn hashed(&self, key: &ResourceKey) -> HashedJob {
         let container = &self.container;
         let mut networks = container.effective_networks();
-        networks.sort();
+        networks.sort_unstable();
         HashedJob {
             image: container.effective_image(key),
             command: container.command.clone(),

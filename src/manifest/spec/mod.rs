@@ -272,7 +272,7 @@ impl Spec {
                 }
             }
         }
-        claims.sort();
+        claims.sort_unstable();
         claims.dedup();
         claims
     }

@@ -121,7 +121,7 @@ impl KindSpec for StatefulsetSpec {
     fn spec_hash(&self, key: &ResourceKey) -> SpecHash {
         let container = &self.container;
         let mut networks = container.effective_networks();
-        networks.sort();
+        networks.sort_unstable();
         let mut claims = self.volume_claims.clone();
         claims.sort_by(|a, b| a.name.cmp(&b.name));
         go_json_sha256(&HashedStatefulset {

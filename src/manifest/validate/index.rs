@@ -257,13 +257,13 @@ impl CheckIndex {
         declared.sort_by(|a, b| a.0.cmp(b.0));
         dirty.extend(declared.iter().map(|(key, _)| Cow::Borrowed(*key)));
         self.add(declared);
-        dirty.sort();
+        dirty.sort_unstable();
         dirty.dedup();
         let mates = self.declare(&dirty, &order);
         let more = self.spread(&dirty, mates);
         if !more.is_empty() {
             dirty.extend(more.into_iter().map(Cow::Owned));
-            dirty.sort();
+            dirty.sort_unstable();
             dirty.dedup();
         }
         let dirty: Vec<&ResourceKey> = dirty.iter().map(AsRef::as_ref).collect();
@@ -452,7 +452,7 @@ impl CheckIndex {
     /// Files `(read, reader)` pairs under `readers`: all at once into an empty index.
     fn file_reads(&mut self, mut read: Vec<(ResourceKey, &ResourceKey)>) {
         if self.readers.is_empty() {
-            read.sort();
+            read.sort_unstable();
             let mut grouped: Vec<(ResourceKey, BTreeSet<ResourceKey>)> = Vec::new();
             for (target, reader) in read {
                 match grouped.last_mut() {
@@ -672,7 +672,7 @@ mod tests {
                         let path = format!("m/f{}.hcl", rng.below(12));
                         if !files.iter().any(|(name, _)| *name == path) {
                             files.push((path, file(&mut rng)));
-                            files.sort();
+                            files.sort_unstable();
                         }
                     }
                     2 if step % 13 == 0 => {

@@ -447,7 +447,7 @@ async fn list_volumes<R: Runtime>(ctx: &Ctx<R>, key: &ResourceKey) -> Result<Vec
             key: key.clone(),
             source,
         })?;
-    volumes.sort_by(|a, b| a.name.cmp(&b.name));
+    volumes.sort_unstable_by(|a, b| a.name.cmp(&b.name));
     Ok(volumes)
 }
 

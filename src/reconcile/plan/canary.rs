@@ -191,7 +191,7 @@ pub(crate) fn judge_http(spec: &HttpAnalysis, samples: &[Sample]) -> Judgement {
         .count();
     let error_percent = errors as f64 * 100.0 / samples.len() as f64;
     let mut latencies: Vec<Duration> = samples.iter().map(|sample| sample.latency).collect();
-    latencies.sort();
+    latencies.sort_unstable();
     let rank = (latencies.len() * 95).div_ceil(100).max(1) - 1;
     let p95 = latencies[rank.min(latencies.len() - 1)];
     let errors_ok = error_percent <= f64::from(spec.max_error_percent);

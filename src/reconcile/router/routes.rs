@@ -214,7 +214,7 @@ pub(crate) fn route_table(
     sealing: Option<&Sealing<'_>>,
 ) -> RouteTable {
     let mut sorted: Vec<&(ResourceKey, IngressSpec)> = ingresses.iter().collect();
-    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     // `host + path` (the catch-all counts as "/", as the manifest stage counts it) → owner.
     let mut owners: BTreeMap<String, ResourceKey> = BTreeMap::new();
     let mut table = RouteTable::default();

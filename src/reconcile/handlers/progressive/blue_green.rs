@@ -39,7 +39,7 @@ pub(super) async fn drive<R: Runtime>(
     };
     let now = now_unix();
     let mut green: Vec<String> = current.iter().map(|c| c.name.clone()).collect();
-    green.sort();
+    green.sort_unstable();
     let seen = plan::Seen {
         new_ready: current.len() >= n_replicas && current_ready >= n_replicas,
         old_left: !stable.is_empty(),

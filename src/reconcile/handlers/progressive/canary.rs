@@ -96,7 +96,7 @@ pub(super) async fn drive<R: Runtime>(
     };
     // The canary's replicas, for its own route through the ingress (`router::split`).
     let mut names: Vec<String> = current.iter().map(|c| c.name.clone()).collect();
-    names.sort();
+    names.sort_unstable();
     if !state.phase.is_final() && state.green != names {
         state.green = names;
         save(ctx, &state, None).await?;

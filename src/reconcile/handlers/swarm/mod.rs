@@ -747,7 +747,7 @@ pub(super) fn observed(
             state: container_state(state),
         });
     }
-    actual.sort_by(|a, b| a.name.cmp(&b.name));
+    actual.sort_unstable_by(|a, b| a.name.cmp(&b.name));
     let waiting = gate::waiting(&actual, is_current, &readiness);
     Observed {
         actual,

@@ -243,7 +243,7 @@ fn node_for(observed: &Observed, ordinal: usize) -> Option<String> {
         .iter()
         .filter(|node| node.state == NodeState::Ready && node.availability == "active")
         .collect();
-    nodes.sort_by(|a, b| a.hostname.cmp(&b.hostname).then(a.id.cmp(&b.id)));
+    nodes.sort_unstable_by(|a, b| a.hostname.cmp(&b.hostname).then(a.id.cmp(&b.id)));
     let node = nodes.get(ordinal % nodes.len().max(1))?;
     Some(node.id.clone())
 }
