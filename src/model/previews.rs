@@ -322,7 +322,7 @@ pub fn decide(
             (!settled).then_some((branch, commit, known))
         })
         .collect();
-    candidates.sort_by_key(|(branch, _, known)| {
+    candidates.sort_unstable_by_key(|(branch, _, known)| {
         (
             !known.is_some_and(|preview| preview.state == State::Live),
             known.map_or(i64::MAX, |preview| preview.created),

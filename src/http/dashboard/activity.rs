@@ -117,7 +117,7 @@ pub(super) fn timeline(store: &Store, resource: &str) -> String {
         }))
         .collect();
     // Newest first; the two logs' rows of one second in their own order.
-    lines.sort_by(|a, b| {
+    lines.sort_unstable_by(|a, b| {
         b.at.cmp(&a.at)
             .then(b.id.1.cmp(&a.id.1))
             .then(b.id.0.cmp(&a.id.0))

@@ -469,7 +469,7 @@ async fn with_detail<R: Runtime>(
     };
     let mut pods: Vec<(Option<usize>, &Container)> =
         actual.iter().map(|pod| (pod_ordinal(pod), pod)).collect();
-    pods.sort_by_key(|(ordinal, pod)| (*ordinal, pod.name.clone()));
+    pods.sort_unstable_by_key(|(ordinal, pod)| (*ordinal, pod.name.clone()));
     let pods: Vec<PodDetail> = pods
         .into_iter()
         .map(|(ordinal, pod)| PodDetail {

@@ -112,7 +112,7 @@ pub(crate) fn plan_statefulset(
     // One pod per ordinal: keep a current one, else a running one, else the first by name.
     let mut kept: BTreeMap<usize, &Container> = BTreeMap::new();
     for (ordinal, mut pods) in by_ordinal {
-        pods.sort_by_key(|pod| {
+        pods.sort_unstable_by_key(|pod| {
             (
                 !is_current(ordinal, pod),
                 pod.state != ContainerState::Running,
@@ -123,7 +123,7 @@ pub(crate) fn plan_statefulset(
         surplus.extend(pods[1..].iter().map(|pod| (Some(ordinal), *pod)));
     }
     // Highest ordinal first, containers without an ordinal last, by name within one ordinal.
-    surplus.sort_by_key(|(ordinal, pod)| (std::cmp::Reverse(*ordinal), pod.name.clone()));
+    surplus.sort_unstable_by_key(|(ordinal, pod)| (std::cmp::Reverse(*ordinal), pod.name.clone()));
     let mut steps: Vec<StatefulStep> = surplus
         .into_iter()
         .map(|(ordinal, pod)| StatefulStep::Remove {

@@ -58,15 +58,18 @@ pub(crate) enum Step {
     Remove { id: String, name: String },
 }
 
+/// Running replicas first, then by name (a container's name is unique on the host).
+fn running_then_name(a: &&Container, b: &&Container) -> std::cmp::Ordering {
+    (a.state != ContainerState::Running, &a.name)
+        .cmp(&(b.state != ContainerState::Running, &b.name))
+}
+
 /// Steps for a replicated workload. `target == None` means the resource left the repo.
 pub(crate) fn plan_replicas(target: Option<&Target<'_>>, actual: &[Container]) -> Vec<Step> {
     let mut actual: Vec<&Container> = actual.iter().collect();
     // Running replicas first, then by name: scale-down keeps running ones, and the order is
     // stable across calls.
-    actual.sort_by(|a, b| {
-        (a.state != ContainerState::Running, &a.name)
-            .cmp(&(b.state != ContainerState::Running, &b.name))
-    });
+    actual.sort_unstable_by(running_then_name);
     let remove = |container: &&Container| Step::Remove {
         id: container.id.clone(),
         name: container.name.clone(),
@@ -134,10 +137,7 @@ pub(crate) fn plan_canary(target: &Target<'_>, actual: &[Container], canary: usi
         .iter()
         .filter(|container| target.is_current(container))
         .collect();
-    current.sort_by(|a, b| {
-        (a.state != ContainerState::Running, &a.name)
-            .cmp(&(b.state != ContainerState::Running, &b.name))
-    });
+    current.sort_unstable_by(running_then_name);
     let canary = canary.min(target.n_replicas).min(MAX_REPLICA_COUNT);
     let keep = current.len().min(canary);
     let removes = current[keep..].iter().map(|container| Step::Remove {
