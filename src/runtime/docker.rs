@@ -142,6 +142,13 @@ impl DockerRuntime {
             .collect())
     }
 
+    /// An exec's exit code once it ended (-1 when the engine has none).
+    async fn exec_exit_code(&self, exec_id: &str) -> Result<i64> {
+        let path = format!("/exec/{}/json", docker_api::segment(exec_id)?);
+        let inspected: docker_api::ExecInspect = self.api.get(&path, &[]).await?;
+        Ok(inspected.exit_code.unwrap_or(-1))
+    }
+
     /// `GET /images/{image}/json`.
     async fn inspect_image(&self, image: &str) -> Result<docker_api::ImageInspect> {
         let path = format!("/images/{}/json", docker_api::segment(image)?);
@@ -779,15 +786,8 @@ impl Containers for DockerRuntime {
                 ));
             }
         }
-        let inspected: docker_api::ExecInspect = self
-            .api
-            .get(
-                &format!("/exec/{}/json", docker_api::segment(&created.id)?),
-                &[],
-            )
-            .await?;
         Ok(ExecOutcome {
-            exit_code: inspected.exit_code.unwrap_or(-1),
+            exit_code: self.exec_exit_code(&created.id).await?,
             output,
         })
     }
@@ -870,15 +870,8 @@ impl Containers for DockerRuntime {
                 message: error.to_string(),
             })?;
         }
-        let inspected: docker_api::ExecInspect = self
-            .api
-            .get(
-                &format!("/exec/{}/json", docker_api::segment(&created.id)?),
-                &[],
-            )
-            .await?;
         Ok(ExecOutcome {
-            exit_code: inspected.exit_code.unwrap_or(-1),
+            exit_code: self.exec_exit_code(&created.id).await?,
             output: String::from_utf8_lossy(&errors).into_owned(),
         })
     }
