@@ -69,17 +69,14 @@ impl Handler for AssetSpec {
                 let mut status = ResourceStatus::new(Phase::Ready, "");
                 status.spec_hash = desired.spec_hash.to_string();
                 status.detail = Detail::Asset(AssetDetail {
-                    files: crate::model::map_of(asset
-                        .files
-                        .iter()
-                        .map(|(name, file)| {
-                            let file = AssetFileDetail {
-                                digest: file.digest.clone(),
-                                size: file.size,
-                                source: file.source.clone(),
-                            };
-                            (name.clone(), file)
-                        })),
+                    files: crate::model::map_of(asset.files.iter().map(|(name, file)| {
+                        let file = AssetFileDetail {
+                            digest: file.digest.clone(),
+                            size: file.size,
+                            source: file.source.clone(),
+                        };
+                        (name.clone(), file)
+                    })),
                     path: crate::model::asset_dir(&ctx.assets_root, &key.scope, &key.name),
                     repaired: repaired.into_iter().cloned().collect(),
                 });
