@@ -602,7 +602,7 @@ pub async fn wait_running(
     }
 }
 
-/// Removes every container of `scope`, `parallelism` at a time.
+/// Removes every container of `scope`, 16 at a time.
 pub async fn remove_scope(docker: &Docker, scope: &str) -> Result {
     let (ids, _) = scope_containers(docker, scope).await?;
     let options = RemoveContainerOptionsBuilder::default().force(true).build();
